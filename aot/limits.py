@@ -1,0 +1,33 @@
+"""Resource limits that protect aot from hostile or absurd models.
+
+A shape is refused before anything of that size is allocated. The limit is
+configurable through the environment so a user with a big machine can lift it.
+"""
+from __future__ import annotations
+
+import os
+
+from aot.errors import ShapeError
+
+# Elements in any one tensor. 2**28 float32 is 1 GiB: far past any edge model.
+DEFAULT_MAX_ELEMENTS = 1 << 28
+
+
+def max_elements() -> int:
+    return int(os.environ.get("AOT_MAX_TENSOR_ELEMENTS", DEFAULT_MAX_ELEMENTS))
+
+
+def check_shape(shape, what: str) -> tuple[int, ...]:
+    """Validate a static shape: positive dims, size within the limit."""
+    dims = tuple(int(d) for d in shape)
+    bad = [d for d in dims if d <= 0]
+    if bad:
+        raise ShapeError(f"{what}: dimension {bad[0]} in shape {list(dims)} "
+                         "(dimensions must be positive and static)")
+    size = 1
+    for d in dims:
+        size *= d
+        if size > max_elements():
+            raise ShapeError(f"{what}: shape {list(dims)} exceeds the limit of "
+                             f"{max_elements()} elements (AOT_MAX_TENSOR_ELEMENTS)")
+    return dims

@@ -1,0 +1,21 @@
+"""The fused group: a node whose body is a Graph, made by the fusion pass.
+
+Its inputs and outputs are those of the body, in order; running it runs the
+body. Later, each fused group becomes one kernel.
+"""
+from __future__ import annotations
+
+from aot.ops.registry import Call, Pattern, Sig, register
+
+
+def _infer(sig: Sig):
+    body = sig.attrs["body"]
+    return [body.types[o] for o in body.outputs]
+
+
+@register("fused", infer=_infer, pattern=Pattern.OPAQUE)
+def _fused(call: Call, args):
+    from aot.interp import interpret  # the interpreter sits above the ops
+    body = call.attrs["body"]
+    out = interpret(body, dict(zip(body.inputs, args)))
+    return [out[o] for o in body.outputs]

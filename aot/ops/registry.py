@@ -1,0 +1,101 @@
+"""The one table of operator definitions.
+
+Each op family module registers its ops here with `register`. An OpDef says
+everything the compiler needs to know about an op: type inference, a numpy
+reference implementation (which makes every Graph executable) and its fusion
+pattern. Later issues add the TIR compute rule beside these.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from aot.errors import ShapeError, UnsupportedError, node_label
+from aot.ir.graph import Node, TensorType
+
+
+class Pattern(enum.IntEnum):
+    """Fusion patterns, ordered as in TVM: lower values fuse more freely."""
+    ELEMWISE = 0          # out[i] = f(in[i]), same shapes
+    BROADCAST = 1         # elementwise with broadcasting
+    INJECTIVE = 2         # each output element reads one input element (reshape, transpose, ...)
+    REDUCE = 3            # reductions (pooling, mean, softmax rows)
+    OUT_ELEMWISE_FUSABLE = 4  # conv, dense: elementwise epilogues fuse into them
+    OPAQUE = 8            # never fused
+
+
+@dataclass(frozen=True)
+class Sig:
+    """What type inference sees of one node."""
+    node: Node
+    in_types: tuple[TensorType | None, ...]   # None: absent optional input
+    values: tuple[np.ndarray | None, ...]     # known constant values, else None
+
+    @property
+    def attrs(self) -> Mapping[str, Any]:
+        return self.node.attrs
+
+    def has(self, i: int) -> bool:
+        return i < len(self.in_types) and self.in_types[i] is not None
+
+    def const(self, i: int) -> np.ndarray:
+        """The value of input i, which must be known at compile time."""
+        if i >= len(self.values) or self.values[i] is None:
+            raise UnsupportedError(
+                f"{node_label(self.node)}: input {i} must be a compile-time constant "
+                "(dynamic shapes are not supported)")
+        return self.values[i]
+
+    def fail(self, msg: str) -> ShapeError:
+        return ShapeError(f"{node_label(self.node)}: {msg}")
+
+
+@dataclass(frozen=True)
+class Call:
+    """What a reference implementation sees of one node."""
+    node: Node
+    in_types: tuple[TensorType | None, ...]
+    out_types: tuple[TensorType, ...]
+
+    @property
+    def attrs(self) -> Mapping[str, Any]:
+        return self.node.attrs
+
+
+InferFn = Callable[[Sig], Sequence[TensorType]]
+RefFn = Callable[[Call, Sequence[np.ndarray | None]], Sequence[np.ndarray]]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    infer: InferFn
+    ref: RefFn
+    pattern: Pattern
+    # False for ops whose outputs follow from input types alone (Shape,
+    # Size): their ref is called with None for every input array.
+    needs_values: bool = True
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register(name: str, *, infer: InferFn, pattern: Pattern = Pattern.OPAQUE,
+             needs_values: bool = True) -> Callable[[RefFn], RefFn]:
+    """Decorator on a reference implementation: adds the op to OPS."""
+    def wrap(ref: RefFn) -> RefFn:
+        if name in OPS:
+            raise RuntimeError(f"op {name} registered twice")
+        OPS[name] = OpDef(name, infer, ref, pattern, needs_values)
+        return ref
+    return wrap
+
+
+def op_def(node: Node) -> OpDef:
+    try:
+        return OPS[node.op]
+    except KeyError:
+        raise UnsupportedError(f"unsupported op {node_label(node)}") from None

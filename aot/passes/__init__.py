@@ -1,0 +1,1 @@
+"""Graph passes: each a pure function Graph -> Graph."""

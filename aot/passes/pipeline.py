@@ -1,0 +1,33 @@
+"""The optimization pipeline: the passes, in the order they run.
+
+Each pass is a pure function Graph -> Graph. `optimize` runs them in order;
+`dump_dir` writes the IR after each one (aot graph --dump-ir).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from aot.ir.graph import Graph, print_graph
+from aot.passes.infer import infer_types
+
+Pass = Callable[[Graph], Graph]
+
+PIPELINE: tuple[tuple[str, Pass], ...] = (
+    ("infer_types", infer_types),
+)
+
+
+def optimize(graph: Graph, dump: Callable[[int, str, Graph], None] | None = None) -> Graph:
+    for i, (name, run) in enumerate(PIPELINE):
+        graph = run(graph)
+        if dump is not None:
+            dump(i, name, graph)
+    return graph
+
+
+def dump_to(directory: Path) -> Callable[[int, str, Graph], None]:
+    """A dump callback writing `NN_<pass>.txt` files into directory."""
+    def write(i: int, name: str, graph: Graph) -> None:
+        (directory / f"{i:02d}_{name}.txt").write_text(print_graph(graph) + "\n")
+    return write

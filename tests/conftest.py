@@ -1,0 +1,26 @@
+"""Shared test fixtures: where the real models live."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+# The shared models sit beside the repo (../shared/models); never copy them in.
+SHARED = Path(os.environ.get("AOT_SHARED", REPO.parent / "shared"))
+MODELS = SHARED / "models"
+
+
+def shared_models(pattern: str = "*") -> list[Path]:
+    """Models in ../shared/models (not derived/), sorted by name."""
+    found = sorted(p for p in MODELS.glob(pattern) if p.suffix in (".onnx", ".tflite"))
+    if not found:
+        raise RuntimeError(f"no models match {pattern} in {MODELS}: is ../shared there?")
+    return found
+
+
+@pytest.fixture(scope="session")
+def models_dir() -> Path:
+    assert MODELS.is_dir(), f"{MODELS} is missing: the shared models must sit beside the repo"
+    return MODELS

@@ -38,9 +38,19 @@ def node_types(node: Node, types: Mapping[str, TensorType],
         raise ShapeError(f"{node_label(node)}: has {len(node.outputs)} outputs, "
                          f"the op defines {len(outs)}")
     outs = outs[:len(node.outputs)]
+    # An op whose output quantization is a free parameter (tfl.conv2d, ...)
+    # infers none: the importer's declared type carries it, so keep it.
+    outs = [_keep_declared_quant(ty, types.get(name)) for name, ty in zip(node.outputs, outs)]
     for name, ty in zip(node.outputs, outs):
         check_shape(ty.shape, f"{node_label(node)} output '{name}'")
     return outs
+
+
+def _keep_declared_quant(ty: TensorType, declared: TensorType | None) -> TensorType:
+    if (ty.quant is None and declared is not None and declared.quant is not None
+            and declared.dtype == ty.dtype):
+        return ty.__class__(ty.shape, ty.dtype, declared.quant)
+    return ty
 
 
 def can_evaluate(node: Node, types: Mapping[str, TensorType],

@@ -1,0 +1,5 @@
+import sys
+
+from aot.cli import main
+
+sys.exit(main())

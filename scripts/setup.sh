@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Set up a machine for aot: Debian toolchains (when missing) and .venv at the
+# repo root with aot and its test extras. Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Toolchains and emulators from PLATFORM.md (cross compilers, QEMU, sshd).
+DEB_PACKAGES=(clang lld llvm qemu-user qemu-user-static qemu-system-arm
+  qemu-system-misc gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf
+  gcc-riscv64-linux-gnu gcc-arm-none-eabi libnewlib-arm-none-eabi
+  openssh-server openssh-client binutils-multiarch cpio)
+
+missing=()
+for pkg in "${DEB_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+# Reinstall only when the project's dependency list changed.
+stamp=.venv/.aot-setup-$(sha256sum pyproject.toml | cut -c1-16)
+if [ ! -e "$stamp" ]; then
+  echo "setup: installing aot and its test extras into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[test]"
+  rm -f .venv/.aot-setup-*
+  touch "$stamp"
+fi
+echo "setup: ok"

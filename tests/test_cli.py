@@ -1,0 +1,112 @@
+"""The command line: exit codes, one-line errors, --json, atomic --dump-ir."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import MODELS
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def aot(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "aot", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+def assert_one_line_error(r: subprocess.CompletedProcess, *needles: str) -> None:
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("aot: error: ")
+    assert "Traceback" not in r.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("cmd", ["package", "run", "verify", "bench", "inspect", "boards"])
+def test_planned_commands_say_not_implemented(cmd):
+    r = aot(cmd, "model.onnx", "--json")
+    assert_one_line_error(r, "not implemented yet")
+    assert json.loads(r.stdout) == {"ok": False, "error": r.stderr.strip()[len("aot: error: "):]}
+
+
+def test_graph_prints_optimized_graph():
+    r = aot("graph", str(MODELS / "tflm_hello_world_int8.tflite"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("graph ")
+
+
+def test_graph_json():
+    r = aot("graph", str(MODELS / "onnx_mnist8.onnx"), "--json")
+    assert r.returncode == 0, r.stderr
+    g = json.loads(r.stdout)
+    assert g["inputs"][0]["shape"] == [1, 1, 28, 28]
+    assert g["outputs"][0]["shape"] == [1, 10]
+    assert g["nodes"]
+
+
+def test_dump_ir_writes_each_pass(tmp_path):
+    from aot.passes.pipeline import PIPELINE
+
+    out = tmp_path / "ir"
+    r = aot("graph", str(MODELS / "onnx_mnist8.onnx"), "--dump-ir", str(out))
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in out.iterdir())
+    assert names[0] == "00_import.txt"
+    assert len(names) == len(PIPELINE) + 1
+    # An existing directory is not replaced without --force.
+    assert_one_line_error(aot("graph", str(MODELS / "onnx_mnist8.onnx"), "--dump-ir", str(out)),
+                          "already exists")
+    assert aot("graph", str(MODELS / "onnx_mnist8.onnx"), "--dump-ir", str(out),
+               "--force").returncode == 0
+
+
+@pytest.mark.parametrize("model", ["onnx_mnist8.onnx", "tflm_hello_world_int8.tflite"])
+def test_truncated_model_is_one_line_error(tmp_path, model):
+    data = (MODELS / model).read_bytes()
+    bad = tmp_path / model
+    bad.write_bytes(data[: len(data) // 3])
+    out = tmp_path / "ir"
+    assert_one_line_error(aot("graph", str(bad), "--dump-ir", str(out)))
+    assert not out.exists(), "nothing may be written on error"
+
+
+def test_garbage_model_is_one_line_error(tmp_path):
+    for suffix in (".onnx", ".tflite"):
+        bad = tmp_path / ("garbage" + suffix)
+        bad.write_bytes(b"\x00\x01not a model at all\xff" * 7)
+        assert_one_line_error(aot("graph", str(bad)))
+
+
+def test_unknown_format_and_missing_file(tmp_path):
+    (tmp_path / "m.pb").write_bytes(b"x")
+    assert_one_line_error(aot("graph", str(tmp_path / "m.pb")), "unknown model format")
+    assert_one_line_error(aot("graph", str(tmp_path / "none.onnx")), "no such model file")
+
+
+def _onnx_model(tmp_path, op: str, dims) -> Path:
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node(op, ["x"], ["y"], name="the_node")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)])
+    path = tmp_path / f"{op}.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+                     .SerializeToString())
+    return path
+
+
+def test_unsupported_op_names_op_and_node(tmp_path):
+    assert_one_line_error(aot("graph", str(_onnx_model(tmp_path, "Det", [2, 2]))),
+                          "Det", "the_node")
+
+
+@pytest.mark.parametrize("dims", [[1, 0, 4], [1, -3, 4]])
+def test_bad_dimension_is_refused(tmp_path, dims):
+    assert_one_line_error(aot("graph", str(_onnx_model(tmp_path, "Relu", dims))), "dimension")

@@ -1,0 +1,1 @@
+"""The AOT executor: memory plan, linked params and entry point."""

@@ -1,0 +1,790 @@
+"""Neural-network ops: convolution, pooling, normalization, dense, softmax,
+resize and depth/space rearrangement, with ONNX (opset 21) semantics.
+
+Spatial ops take the `layout` extension (docs/ops.md): "NCHW" is ONNX's,
+"NHWC" puts the channel axis last. References run in NCHW; NHWC inputs are
+transposed in and out, which keeps one code path per op. Windows are taken
+with stride tricks (sliding_window_view) and convolution is im2col + matmul,
+so no reference loops over pixels or channels.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from aot.errors import UnsupportedError, node_label
+from aot.ir.graph import TensorType
+from aot.ops.registry import Call, Pattern, Sig, register
+
+FLOATS = ("float32", "float64", "float16")
+
+
+# --------------------------------------------------------------------------
+# Shared helpers
+
+
+def _axis(sig_or_call, axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise _fail(sig_or_call, f"axis {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+def _fail(sig_or_call, msg: str):
+    from aot.errors import ShapeError
+    return ShapeError(f"{node_label(sig_or_call.node)}: {msg}")
+
+
+def _unsupported(sig_or_call, msg: str):
+    return UnsupportedError(f"{node_label(sig_or_call.node)}: {msg}")
+
+
+def _float_input(sig: Sig, i: int, what: str = "input") -> TensorType:
+    t = sig.in_types[i]
+    if t is None:
+        raise sig.fail(f"{what} {i} is required")
+    if t.dtype not in FLOATS:
+        raise _unsupported(sig, f"{what} {i} has dtype {t.dtype}; only float is supported")
+    return t
+
+
+def _layout(sig_or_call) -> str:
+    layout = sig_or_call.attrs.get("layout", "NCHW")
+    if layout not in ("NCHW", "NHWC"):
+        raise _unsupported(sig_or_call, f"layout {layout!r} (expected NCHW or NHWC)")
+    return layout
+
+
+def _nchw_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    """An activation shape seen in NCHW order."""
+    if layout == "NHWC":
+        return (shape[0], shape[-1]) + tuple(shape[1:-1])
+    return tuple(shape)
+
+
+def _from_nchw_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    if layout == "NHWC":
+        return (shape[0],) + tuple(shape[2:]) + (shape[1],)
+    return tuple(shape)
+
+
+def _to_nchw(x: np.ndarray, layout: str) -> np.ndarray:
+    if layout == "NHWC":
+        return np.moveaxis(x, -1, 1)
+    return x
+
+
+def _from_nchw(x: np.ndarray, layout: str) -> np.ndarray:
+    if layout == "NHWC":
+        return np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    return x
+
+
+def _ints(sig_or_call, name: str, n: int, default: int) -> tuple[int, ...]:
+    v = sig_or_call.attrs.get(name)
+    if v is None:
+        return (default,) * n
+    v = tuple(int(e) for e in np.atleast_1d(v))
+    if len(v) != n:
+        raise _fail(sig_or_call, f"{name} has {len(v)} entries, expected {n} (one per spatial dim)")
+    return v
+
+
+@dataclass(frozen=True)
+class Window:
+    """A resolved sliding window over the spatial dims."""
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pad_begin: tuple[int, ...]
+    pad_end: tuple[int, ...]       # explicit padding (what count_include_pad counts)
+    out: tuple[int, ...]
+
+    @property
+    def extent(self) -> tuple[int, ...]:
+        return tuple((k - 1) * d + 1 for k, d in zip(self.kernel, self.dilations))
+
+    def extra_end(self, spatial: tuple[int, ...]) -> tuple[int, ...]:
+        """Padding beyond pad_end that ceil_mode windows read (never counted)."""
+        return tuple(max(0, (o - 1) * s + e - (i + b + p))
+                     for o, s, e, i, b, p in zip(self.out, self.strides, self.extent,
+                                                 spatial, self.pad_begin, self.pad_end))
+
+
+def resolve_window(sig_or_call, spatial: tuple[int, ...], kernel: tuple[int, ...],
+                   ceil_mode: bool = False) -> Window:
+    """Strides, dilations, pads and output size of a conv/pool window (ONNX rules)."""
+    n = len(spatial)
+    strides = _ints(sig_or_call, "strides", n, 1)
+    dilations = _ints(sig_or_call, "dilations", n, 1)
+    if any(s < 1 for s in strides) or any(d < 1 for d in dilations) or any(k < 1 for k in kernel):
+        raise _fail(sig_or_call, f"kernel {list(kernel)}, strides {list(strides)} and "
+                                 f"dilations {list(dilations)} must be positive")
+    extent = tuple((k - 1) * d + 1 for k, d in zip(kernel, dilations))
+    auto_pad = sig_or_call.attrs.get("auto_pad", "NOTSET")
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        out = tuple(-(-i // s) for i, s in zip(spatial, strides))
+        total = [max(0, (o - 1) * s + e - i) for o, s, e, i in zip(out, strides, extent, spatial)]
+        small = [t // 2 for t in total]
+        big = [t - t // 2 for t in total]
+        begin, end = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+        return Window(kernel, strides, dilations, tuple(begin), tuple(end), out)
+    if auto_pad == "VALID":
+        begin = end = (0,) * n
+    elif auto_pad == "NOTSET":
+        pads = _ints(sig_or_call, "pads", 2 * n, 0)
+        if any(p < 0 for p in pads):
+            raise _unsupported(sig_or_call, f"negative pads {list(pads)}")
+        begin, end = pads[:n], pads[n:]
+    else:
+        raise _unsupported(sig_or_call, f"auto_pad {auto_pad!r}")
+    out = []
+    for i, b, p, e, s in zip(spatial, begin, end, extent, strides):
+        span = i + b + p - e
+        if span < 0:
+            raise _fail(sig_or_call, f"window extent {e} is larger than the padded input "
+                                     f"{i + b + p} (spatial dims {list(spatial)})")
+        o = (-(-span // s) if ceil_mode else span // s) + 1
+        # A ceil_mode window may not start inside the end padding.
+        if ceil_mode and (o - 1) * s >= i + b:
+            o -= 1
+        out.append(o)
+    return Window(kernel, strides, dilations, tuple(begin), tuple(end), tuple(out))
+
+
+def _windows(x: np.ndarray, win: Window, fill: float) -> np.ndarray:
+    """View [N, C, *out, *kernel] of the (padded) NCHW input's windows."""
+    n = len(win.kernel)
+    spatial = x.shape[2:]
+    extra = win.extra_end(spatial)
+    pad = [(0, 0), (0, 0)] + [(b, p + x_) for b, p, x_ in zip(win.pad_begin, win.pad_end, extra)]
+    if any(b or e for b, e in pad):
+        x = np.pad(x, pad, constant_values=fill)
+    axes = tuple(range(2, 2 + n))
+    v = sliding_window_view(x, win.extent, axis=axes)
+    sl = (slice(None), slice(None))
+    sl += tuple(slice(None, (o - 1) * s + 1, s) for o, s in zip(win.out, win.strides))
+    sl += tuple(slice(None, None, d) for d in win.dilations)
+    return v[sl]
+
+
+# --------------------------------------------------------------------------
+# Conv
+
+
+def _conv_dims(sig: Sig):
+    x = _float_input(sig, 0)
+    w = _float_input(sig, 1, "weight")
+    layout = _layout(sig)
+    if len(x.shape) < 3 or len(x.shape) != len(w.shape):
+        raise sig.fail(f"input {x} and weight {w} must have the same rank >= 3")
+    nsp = len(x.shape) - 2
+    if nsp > 3:
+        raise _unsupported(sig, f"{nsp}-D convolution (1-D to 3-D are supported)")
+    xs = _nchw_shape(x.shape, layout)
+    # The weight in ONNX order [O, I/group, k...].
+    ws = (w.shape[0], w.shape[-1]) + tuple(w.shape[1:-1]) if layout == "NHWC" else w.shape
+    return layout, xs, ws
+
+
+def _conv_infer(sig: Sig):
+    layout, xs, ws = _conv_dims(sig)
+    group = int(sig.attrs.get("group", 1))
+    c = xs[1]
+    if group < 1 or c % group or ws[0] % group:
+        raise sig.fail(f"group {group} must divide input channels {c} and output channels {ws[0]}")
+    if ws[1] * group != c:
+        raise sig.fail(f"weight expects {ws[1] * group} input channels "
+                       f"({ws[1]} per group x {group} groups), input has {c}")
+    kernel = tuple(ws[2:])
+    ks = sig.attrs.get("kernel_shape")
+    if ks is not None and tuple(int(k) for k in ks) != kernel:
+        raise sig.fail(f"kernel_shape {list(ks)} differs from the weight's {list(kernel)}")
+    if sig.has(2):
+        b = sig.in_types[2]
+        if b.shape != (ws[0],):
+            raise sig.fail(f"bias shape {list(b.shape)} must be [{ws[0]}]")
+    win = resolve_window(sig, tuple(xs[2:]), kernel)
+    out = (xs[0], ws[0]) + win.out
+    return [TensorType(_from_nchw_shape(out, layout), sig.in_types[0].dtype)]
+
+
+def conv_nchw(x: np.ndarray, w: np.ndarray, bias, win: Window, group: int) -> np.ndarray:
+    """Grouped N-D convolution by im2col + batched matmul. x NCHW, w [O, I/g, k...]."""
+    n, c = x.shape[:2]
+    o = w.shape[0]
+    cg, og = c // group, o // group
+    nsp = x.ndim - 2
+    cols = _windows(x, win, 0.0)                      # [N, C, *out, *k]
+    cols = cols.reshape((n, group, cg) + cols.shape[2:])
+    # -> [N, g, *out, cg, *k], flattened to [N, g, P, cg*K]
+    order = (0, 1) + tuple(range(3, 3 + nsp)) + (2,) + tuple(range(3 + nsp, 3 + 2 * nsp))
+    cols = cols.transpose(order)
+    p = int(np.prod(win.out))
+    kk = cg * int(np.prod(win.kernel))
+    cols = cols.reshape(n, group, p, kk)
+    wm = w.reshape(group, og, kk).transpose(0, 2, 1)   # [g, cg*K, og]
+    y = np.matmul(cols, wm)                            # [N, g, P, og]
+    y = y.transpose(0, 1, 3, 2).reshape((n, o) + win.out)
+    if bias is not None:
+        y = y + bias.reshape((1, o) + (1,) * nsp)
+    return y
+
+
+@register("Conv", infer=_conv_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+def _conv(call: Call, args):
+    x, w, b = (list(args) + [None])[:3]
+    layout = _layout(call)
+    if layout == "NHWC":
+        w = np.moveaxis(w, -1, 1)
+    xn = _to_nchw(x, layout)
+    win = resolve_window(call, tuple(xn.shape[2:]), tuple(w.shape[2:]))
+    y = conv_nchw(xn, w, b, win, int(call.attrs.get("group", 1)))
+    return [_from_nchw(y.astype(x.dtype, copy=False), layout)]
+
+
+# --------------------------------------------------------------------------
+# ConvTranspose
+
+
+def _convt_geometry(sig_or_call, xs, ws):
+    """Kernel, strides, dilations, pads (begin, end) and output spatial size."""
+    nsp = len(xs) - 2
+    kernel = tuple(ws[2:])
+    strides = _ints(sig_or_call, "strides", nsp, 1)
+    dil = _ints(sig_or_call, "dilations", nsp, 1)
+    opad = _ints(sig_or_call, "output_padding", nsp, 0)
+    if any(s < 1 for s in strides) or any(d < 1 for d in dil):
+        raise _fail(sig_or_call, "strides and dilations must be positive")
+    extent = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
+    full = [s * (i - 1) + op + e for s, i, op, e in zip(strides, xs[2:], opad, extent)]
+    auto_pad = sig_or_call.attrs.get("auto_pad", "NOTSET")
+    oshape = sig_or_call.attrs.get("output_shape")
+    if auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        raise _unsupported(sig_or_call, f"auto_pad {auto_pad!r}")
+    if oshape is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        oshape = tuple(i * s for i, s in zip(xs[2:], strides))
+    if oshape is not None:
+        oshape = tuple(int(v) for v in oshape)
+        if len(oshape) == nsp + 2:
+            oshape = oshape[2:]
+        if len(oshape) != nsp:
+            raise _fail(sig_or_call, f"output_shape {list(oshape)} must list {nsp} spatial dims")
+        total = [f - o for f, o in zip(full, oshape)]
+        if any(t < 0 for t in total):
+            raise _fail(sig_or_call, f"output_shape {list(oshape)} is larger than the "
+                                     f"full transposed-conv output {full}")
+        small = [t // 2 for t in total]
+        big = [t - t // 2 for t in total]
+        begin, end = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+        return kernel, strides, dil, tuple(begin), tuple(end), oshape
+    pads = (0,) * (2 * nsp) if auto_pad == "VALID" else _ints(sig_or_call, "pads", 2 * nsp, 0)
+    begin, end = pads[:nsp], pads[nsp:]
+    out = tuple(f - b - e for f, b, e in zip(full, begin, end))
+    if any(o < 1 for o in out):
+        raise _fail(sig_or_call, f"pads {list(pads)} leave an empty output {list(out)}")
+    return kernel, strides, dil, tuple(begin), tuple(end), out
+
+
+def _convt_infer(sig: Sig):
+    x = _float_input(sig, 0)
+    w = _float_input(sig, 1, "weight")
+    layout = _layout(sig)
+    if len(x.shape) < 3 or len(x.shape) != len(w.shape):
+        raise sig.fail(f"input {x} and weight {w} must have the same rank >= 3")
+    xs = _nchw_shape(x.shape, layout)
+    # NHWC weight is [I, k..., O/group]; NCHW is ONNX's [I, O/group, k...].
+    ws = (w.shape[0], w.shape[-1]) + tuple(w.shape[1:-1]) if layout == "NHWC" else w.shape
+    group = int(sig.attrs.get("group", 1))
+    if group < 1 or xs[1] % group or ws[0] != xs[1]:
+        raise sig.fail(f"weight has {ws[0]} input channels, input has {xs[1]} (group {group})")
+    o = ws[1] * group
+    if sig.has(2) and sig.in_types[2].shape != (o,):
+        raise sig.fail(f"bias shape {list(sig.in_types[2].shape)} must be [{o}]")
+    *_, out = _convt_geometry(sig, xs, ws)
+    return [TensorType(_from_nchw_shape((xs[0], o) + tuple(out), layout), x.dtype)]
+
+
+@register("ConvTranspose", infer=_convt_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+def _conv_transpose(call: Call, args):
+    x, w, b = (list(args) + [None])[:3]
+    layout = _layout(call)
+    if layout == "NHWC":
+        w = np.moveaxis(w, -1, 1)
+    xn = _to_nchw(x, layout)
+    kernel, strides, dil, begin, end, out = _convt_geometry(call, xn.shape, w.shape)
+    group = int(call.attrs.get("group", 1))
+    n, c = xn.shape[:2]
+    cg, og = c // group, w.shape[1]
+    nsp = xn.ndim - 2
+    insp = xn.shape[2:]
+    # cols[n, g, og, *k, *in] = sum_c x[n, g, c, *in] * w[g, c, og, *k]
+    xg = xn.reshape((n, group, cg, -1))
+    wg = w.reshape((group, cg, og * int(np.prod(kernel))))
+    cols = np.matmul(wg.transpose(0, 2, 1)[None], xg)   # [N, g, og*K, P]
+    cols = cols.reshape((n, group * og) + tuple(kernel) + tuple(insp))
+    # Scatter each kernel tap into the full output, then crop the pads.
+    full = [s * (i - 1) + (k - 1) * d + 1 for s, i, k, d in zip(strides, insp, kernel, dil)]
+    # output_padding can reach past the last tap: those positions stay zero.
+    full = [max(f, o + b_) for f, o, b_ in zip(full, out, begin)]
+    y = np.zeros((n, group * og) + tuple(full), dtype=np.float32)
+    for tap in np.ndindex(*kernel):
+        sl = (slice(None), slice(None)) + tuple(
+            slice(t * d, t * d + (i - 1) * s + 1, s)
+            for t, d, i, s in zip(tap, dil, insp, strides))
+        y[sl] += cols[(slice(None), slice(None)) + tap]
+    y = y[(slice(None), slice(None)) + tuple(slice(b_, b_ + o) for b_, o in zip(begin, out))]
+    if b is not None:
+        y = y + b.reshape((1, -1) + (1,) * nsp)
+    return [_from_nchw(y.astype(x.dtype, copy=False), layout)]
+
+
+# --------------------------------------------------------------------------
+# Pooling
+
+
+def _pool_infer_common(sig: Sig):
+    x = _float_input(sig, 0)
+    layout = _layout(sig)
+    if len(x.shape) < 3:
+        raise sig.fail(f"input {x} must have rank >= 3 (N, C, spatial...)")
+    xs = _nchw_shape(x.shape, layout)
+    nsp = len(xs) - 2
+    ks = sig.attrs.get("kernel_shape")
+    if ks is None:
+        raise sig.fail("kernel_shape is required")
+    kernel = tuple(int(k) for k in ks)
+    if len(kernel) != nsp:
+        raise sig.fail(f"kernel_shape {list(kernel)} must have {nsp} entries")
+    win = resolve_window(sig, tuple(xs[2:]), kernel, bool(sig.attrs.get("ceil_mode", 0)))
+    out = _from_nchw_shape(xs[:2] + win.out, layout)
+    return x, layout, win, out
+
+
+def _pool_infer(sig: Sig):
+    x, _, _, out = _pool_infer_common(sig)
+    return [TensorType(out, x.dtype)]
+
+
+def _maxpool_infer(sig: Sig):
+    x, layout, _, out = _pool_infer_common(sig)
+    so = int(sig.attrs.get("storage_order", 0))
+    if so not in (0, 1):
+        raise sig.fail(f"storage_order {so} must be 0 or 1")
+    if len(sig.node.outputs) > 1 and sig.node.outputs[1] and layout != "NCHW":
+        raise _unsupported(sig, "the Indices output with layout NHWC")
+    return [TensorType(out, x.dtype, sig.in_types[0].quant), TensorType(out, "int64")]
+
+
+def _pool_setup(call: Call, x: np.ndarray):
+    layout = _layout(call)
+    xn = _to_nchw(x, layout)
+    kernel = tuple(int(k) for k in call.attrs["kernel_shape"])
+    win = resolve_window(call, tuple(xn.shape[2:]), kernel, bool(call.attrs.get("ceil_mode", 0)))
+    return layout, xn, win
+
+
+def _kernel_axes(nsp: int) -> tuple[int, ...]:
+    return tuple(range(2 + nsp, 2 + 2 * nsp))
+
+
+def _maxpool_indices(call: Call, v: np.ndarray, win: Window, shape) -> np.ndarray:
+    """Flat NCHW index of each window's first maximum (ONNX's Indices)."""
+    nsp = len(win.kernel)
+    flat = v.reshape(v.shape[:2 + nsp] + (-1,))
+    tap = np.argmax(flat, axis=-1)                          # row-major over the kernel
+    taps = np.unravel_index(tap, win.kernel)
+    coords = []
+    for a in range(nsp):
+        o = np.arange(win.out[a]).reshape((-1,) + (1,) * (nsp - 1 - a))
+        coords.append(o * win.strides[a] - win.pad_begin[a] + taps[a] * win.dilations[a])
+    spatial = shape[2:]
+    if int(call.attrs.get("storage_order", 0)) == 1:
+        pos = np.ravel_multi_index(coords, spatial, order="F", mode="clip")
+    else:
+        pos = np.ravel_multi_index(coords, spatial, mode="clip")
+    nc = np.arange(shape[0] * shape[1]).reshape(shape[:2] + (1,) * nsp)
+    return (nc * int(np.prod(spatial)) + pos).astype(np.int64)
+
+
+@register("MaxPool", infer=_maxpool_infer, pattern=Pattern.REDUCE)
+def _maxpool(call: Call, args):
+    x = args[0]
+    layout, xn, win = _pool_setup(call, x)
+    fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    v = _windows(xn, win, fill)
+    y = v.max(axis=_kernel_axes(len(win.kernel)))
+    outs = [_from_nchw(y, layout)]
+    if len(call.node.outputs) > 1:
+        outs.append(_maxpool_indices(call, v, win, xn.shape))
+    return outs
+
+
+def _window_counts(win: Window, spatial, include_pad: bool) -> np.ndarray:
+    """How many taps of each output window fall inside the (padded) input.
+
+    The count is separable over the spatial axes, so it is an outer product
+    of one vector per axis.
+    """
+    total = np.ones((), dtype=np.float64)
+    for a, size in enumerate(spatial):
+        lo, hi = (-win.pad_begin[a], size + win.pad_end[a]) if include_pad else (0, size)
+        pos = (np.arange(win.out[a])[:, None] * win.strides[a] - win.pad_begin[a]
+               + np.arange(win.kernel[a])[None, :] * win.dilations[a])
+        cnt = ((pos >= lo) & (pos < hi)).sum(axis=1).astype(np.float64)
+        total = np.multiply.outer(total, cnt)
+    return total
+
+
+@register("AveragePool", infer=_pool_infer, pattern=Pattern.REDUCE)
+def _avgpool(call: Call, args):
+    x = args[0]
+    layout, xn, win = _pool_setup(call, x)
+    v = _windows(xn, win, 0.0)
+    s = v.sum(axis=_kernel_axes(len(win.kernel)), dtype=np.float64)
+    cnt = _window_counts(win, xn.shape[2:], bool(call.attrs.get("count_include_pad", 0)))
+    y = (s / np.maximum(cnt, 1)).astype(x.dtype)
+    return [_from_nchw(y, layout)]
+
+
+@register("LpPool", infer=_pool_infer, pattern=Pattern.REDUCE)
+def _lppool(call: Call, args):
+    x = args[0]
+    p = float(call.attrs.get("p", 2))
+    layout, xn, win = _pool_setup(call, x)
+    v = _windows(np.abs(xn).astype(np.float64), win, 0.0)
+    y = np.power(np.power(v, p).sum(axis=_kernel_axes(len(win.kernel))), 1.0 / p)
+    return [_from_nchw(y.astype(x.dtype), layout)]
+
+
+def _global_infer(sig: Sig):
+    x = _float_input(sig, 0)
+    layout = _layout(sig)
+    if len(x.shape) < 3:
+        raise sig.fail(f"input {x} must have rank >= 3 (N, C, spatial...)")
+    xs = _nchw_shape(x.shape, layout)
+    return [TensorType(_from_nchw_shape(xs[:2] + (1,) * (len(xs) - 2), layout), x.dtype,
+                       sig.in_types[0].quant if sig.node.op == "GlobalMaxPool" else None)]
+
+
+def _spatial_axes(x: np.ndarray, layout: str) -> tuple[int, ...]:
+    return tuple(range(1, x.ndim - 1)) if layout == "NHWC" else tuple(range(2, x.ndim))
+
+
+@register("GlobalAveragePool", infer=_global_infer, pattern=Pattern.REDUCE)
+def _gap(call: Call, args):
+    x = args[0]
+    axes = _spatial_axes(x, _layout(call))
+    return [x.mean(axis=axes, keepdims=True, dtype=np.float64).astype(x.dtype)]
+
+
+@register("GlobalMaxPool", infer=_global_infer, pattern=Pattern.REDUCE)
+def _gmp(call: Call, args):
+    x = args[0]
+    return [x.max(axis=_spatial_axes(x, _layout(call)), keepdims=True)]
+
+
+@register("GlobalLpPool", infer=_global_infer, pattern=Pattern.REDUCE)
+def _glp(call: Call, args):
+    x = args[0]
+    p = float(call.attrs.get("p", 2))
+    axes = _spatial_axes(x, _layout(call))
+    y = np.power(np.power(np.abs(x.astype(np.float64)), p).sum(axis=axes, keepdims=True), 1 / p)
+    return [y.astype(x.dtype)]
+
+
+# --------------------------------------------------------------------------
+# Normalization
+
+
+def _channel_param(sig: Sig, i: int, c: int, what: str):
+    t = sig.in_types[i] if sig.has(i) else None
+    if t is None:
+        raise sig.fail(f"{what} (input {i}) is required")
+    if t.shape != (c,):
+        raise sig.fail(f"{what} shape {list(t.shape)} must be [{c}] (one per channel)")
+
+
+def _bn_infer(sig: Sig):
+    x = _float_input(sig, 0)
+    if int(sig.attrs.get("training_mode", 0)):
+        raise _unsupported(sig, "training_mode=1 (only inference is supported)")
+    if len(sig.node.outputs) > 1 and any(sig.node.outputs[1:]):
+        raise _unsupported(sig, "the running mean/var outputs (training only)")
+    layout = _layout(sig)
+    if len(x.shape) < 2:
+        raise sig.fail(f"input {x} must have rank >= 2")
+    c = _nchw_shape(x.shape, layout)[1]
+    for i, what in enumerate(("scale", "B", "input_mean", "input_var"), start=1):
+        _channel_param(sig, i, c, what)
+    return [TensorType(x.shape, x.dtype)]
+
+
+def _channel_shape(x: np.ndarray, layout: str) -> tuple[int, ...]:
+    """Shape that broadcasts a per-channel vector against x."""
+    if layout == "NHWC":
+        return (-1,)
+    return (1, -1) + (1,) * (x.ndim - 2)
+
+
+@register("BatchNormalization", infer=_bn_infer, pattern=Pattern.BROADCAST)
+def _batchnorm(call: Call, args):
+    x, scale, bias, mean, var = args[:5]
+    eps = float(call.attrs.get("epsilon", 1e-5))
+    shp = _channel_shape(x, _layout(call))
+    f = (scale / np.sqrt(var.astype(np.float32) + np.float32(eps))).astype(np.float32)
+    y = (x - mean.reshape(shp)) * f.reshape(shp) + bias.reshape(shp)
+    return [y.astype(x.dtype)]
+
+
+def _instnorm_infer(sig: Sig):
+    x = _float_input(sig, 0)
+    layout = _layout(sig)
+    if len(x.shape) < 3:
+        raise sig.fail(f"input {x} must have rank >= 3")
+    c = _nchw_shape(x.shape, layout)[1]
+    _channel_param(sig, 1, c, "scale")
+    _channel_param(sig, 2, c, "B")
+    return [TensorType(x.shape, x.dtype)]
+
+
+@register("InstanceNormalization", infer=_instnorm_infer, pattern=Pattern.OPAQUE)
+def _instnorm(call: Call, args):
+    x, scale, bias = args[:3]
+    layout = _layout(call)
+    eps = float(call.attrs.get("epsilon", 1e-5))
+    axes = _spatial_axes(x, layout)
+    xd = x.astype(np.float64)
+    mean = xd.mean(axis=axes, keepdims=True)
+    var = ((xd - mean) ** 2).mean(axis=axes, keepdims=True)
+    shp = _channel_shape(x, layout)
+    y = (xd - mean) / np.sqrt(var + eps) * scale.reshape(shp) + bias.reshape(shp)
+    return [y.astype(x.dtype)]
+
+
+def _layernorm_infer(sig: Sig):
+    x = _float_input(sig, 0)
+    rank = len(x.shape)
+    axis = _axis(sig, int(sig.attrs.get("axis", -1)), rank)
+    norm_shape = x.shape[axis:]
+    for i, what in ((1, "Scale"), (2, "B")):
+        if sig.has(i):
+            t = sig.in_types[i]
+            if np.broadcast_shapes(t.shape, norm_shape) != norm_shape:
+                raise sig.fail(f"{what} shape {list(t.shape)} does not broadcast to "
+                               f"the normalized shape {list(norm_shape)}")
+        elif i == 1:
+            raise sig.fail("Scale (input 1) is required")
+    stat = TensorType(x.shape[:axis] + (1,) * (rank - axis), "float32")
+    return [TensorType(x.shape, x.dtype), stat, stat]
+
+
+@register("LayerNormalization", infer=_layernorm_infer, pattern=Pattern.OPAQUE)
+def _layernorm(call: Call, args):
+    x, scale = args[0], args[1]
+    bias = args[2] if len(args) > 2 else None
+    axis = int(call.attrs.get("axis", -1)) % x.ndim
+    eps = float(call.attrs.get("epsilon", 1e-5))
+    axes = tuple(range(axis, x.ndim))
+    xd = x.astype(np.float64)
+    mean = xd.mean(axis=axes, keepdims=True)
+    var = ((xd - mean) ** 2).mean(axis=axes, keepdims=True)
+    inv = 1.0 / np.sqrt(var + eps)
+    y = (xd - mean) * inv * scale
+    if bias is not None:
+        y = y + bias
+    return [y.astype(x.dtype), mean.astype(np.float32), inv.astype(np.float32)]
+
+
+def _lrn_infer(sig: Sig):
+    x = _float_input(sig, 0)
+    _layout(sig)
+    if len(x.shape) < 3:
+        raise sig.fail(f"input {x} must have rank >= 3")
+    size = sig.attrs.get("size")
+    if size is None or int(size) < 1:
+        raise sig.fail(f"size must be a positive integer, got {size}")
+    return [TensorType(x.shape, x.dtype)]
+
+
+@register("LRN", infer=_lrn_infer, pattern=Pattern.OPAQUE)
+def _lrn(call: Call, args):
+    x = args[0]
+    layout = _layout(call)
+    size = int(call.attrs["size"])
+    alpha = float(call.attrs.get("alpha", 1e-4))
+    beta = float(call.attrs.get("beta", 0.75))
+    bias = float(call.attrs.get("bias", 1.0))
+    xn = _to_nchw(x, layout).astype(np.float64)
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    sq = np.pad(xn * xn, [(0, 0), (lo, hi)] + [(0, 0)] * (xn.ndim - 2))
+    # Windowed channel sums from a cumulative sum (no loop over channels).
+    cs = np.cumsum(np.concatenate([np.zeros_like(sq[:, :1]), sq], axis=1), axis=1)
+    c = xn.shape[1]
+    ssum = cs[:, size:size + c] - cs[:, :c]
+    y = xn / np.power(bias + alpha / size * ssum, beta)
+    return [_from_nchw(y.astype(x.dtype), layout)]
+
+
+# --------------------------------------------------------------------------
+# Dense
+
+
+def _gemm_infer(sig: Sig):
+    a = _float_input(sig, 0)
+    b = _float_input(sig, 1)
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise sig.fail(f"A {a} and B {b} must be 2-D")
+    m, k = a.shape[::-1] if int(sig.attrs.get("transA", 0)) else a.shape
+    k2, n = b.shape[::-1] if int(sig.attrs.get("transB", 0)) else b.shape
+    if k != k2:
+        raise sig.fail(f"inner dimensions differ: A gives K={k}, B gives K={k2}")
+    if sig.has(2):
+        c = sig.in_types[2]
+        try:
+            if np.broadcast_shapes(c.shape, (m, n)) != (m, n):
+                raise ValueError
+        except ValueError:
+            raise sig.fail(f"C shape {list(c.shape)} does not broadcast to [{m}, {n}]") from None
+    return [TensorType((m, n), a.dtype)]
+
+
+@register("Gemm", infer=_gemm_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+def _gemm(call: Call, args):
+    a, b = args[0], args[1]
+    c = args[2] if len(args) > 2 else None
+    if int(call.attrs.get("transA", 0)):
+        a = a.T
+    if int(call.attrs.get("transB", 0)):
+        b = b.T
+    alpha = float(call.attrs.get("alpha", 1.0))
+    beta = float(call.attrs.get("beta", 1.0))
+    y = np.matmul(a, b)
+    if alpha != 1.0:
+        y = y * np.float32(alpha)
+    if c is not None and beta != 0.0:
+        y = y + (c * np.float32(beta) if beta != 1.0 else c)
+    return [y.astype(call.out_types[0].dtype, copy=False)]
+
+
+def matmul_shape(sig: Sig, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """numpy.matmul's output shape, or a ShapeError."""
+    if not a or not b:
+        raise sig.fail("MatMul operands must have rank >= 1")
+    a2 = (1,) + a if len(a) == 1 else a
+    b2 = b + (1,) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        raise sig.fail(f"inner dimensions differ: {list(a)} x {list(b)}")
+    try:
+        batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+    except ValueError:
+        raise sig.fail(f"batch dimensions of {list(a)} and {list(b)} do not broadcast") from None
+    out = tuple(batch) + (a2[-2], b2[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return out
+
+
+def _matmul_infer(sig: Sig):
+    a = _float_input(sig, 0)
+    b = _float_input(sig, 1)
+    return [TensorType(matmul_shape(sig, a.shape, b.shape), a.dtype)]
+
+
+@register("MatMul", infer=_matmul_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+def _matmul(call: Call, args):
+    return [np.matmul(args[0], args[1]).astype(call.out_types[0].dtype, copy=False)]
+
+
+# --------------------------------------------------------------------------
+# Softmax
+
+
+def _softmax_infer(sig: Sig):
+    x = _float_input(sig, 0)
+    _axis(sig, int(sig.attrs.get("axis", -1)), max(len(x.shape), 1))
+    return [TensorType(x.shape, x.dtype)]
+
+
+def _softmax_parts(call: Call, x: np.ndarray):
+    axis = int(call.attrs.get("axis", -1)) % max(x.ndim, 1)
+    xd = x.astype(np.float64)
+    z = xd - xd.max(axis=axis, keepdims=True)
+    return z, np.exp(z).sum(axis=axis, keepdims=True), axis
+
+
+@register("Softmax", infer=_softmax_infer, pattern=Pattern.REDUCE)
+def _softmax(call: Call, args):
+    z, s, _ = _softmax_parts(call, args[0])
+    return [(np.exp(z) / s).astype(args[0].dtype)]
+
+
+@register("LogSoftmax", infer=_softmax_infer, pattern=Pattern.REDUCE)
+def _log_softmax(call: Call, args):
+    z, s, _ = _softmax_parts(call, args[0])
+    return [(z - np.log(s)).astype(args[0].dtype)]
+
+
+@register("Hardmax", infer=_softmax_infer, pattern=Pattern.REDUCE)
+def _hardmax(call: Call, args):
+    x = args[0]
+    axis = int(call.attrs.get("axis", -1)) % max(x.ndim, 1)
+    idx = np.expand_dims(np.argmax(x, axis=axis), axis)
+    y = np.zeros_like(x)
+    np.put_along_axis(y, idx, 1, axis=axis)
+    return [y]
+
+
+# --------------------------------------------------------------------------
+# DepthToSpace / SpaceToDepth
+
+
+def _d2s_infer(sig: Sig):
+    x = sig.in_types[0]
+    layout = _layout(sig)
+    if len(x.shape) != 4:
+        raise sig.fail(f"input {x} must be 4-D")
+    bs = int(sig.attrs.get("blocksize", 0))
+    if bs < 1:
+        raise sig.fail(f"blocksize must be positive, got {bs}")
+    n, c, h, w = _nchw_shape(x.shape, layout)
+    if sig.node.op == "DepthToSpace":
+        mode = sig.attrs.get("mode", "DCR")
+        if mode not in ("DCR", "CRD"):
+            raise _unsupported(sig, f"mode {mode!r}")
+        if c % (bs * bs):
+            raise sig.fail(f"channels {c} are not divisible by blocksize^2 = {bs * bs}")
+        out = (n, c // (bs * bs), h * bs, w * bs)
+    else:
+        if h % bs or w % bs:
+            raise sig.fail(f"spatial dims {h}x{w} are not divisible by blocksize {bs}")
+        out = (n, c * bs * bs, h // bs, w // bs)
+    return [TensorType(_from_nchw_shape(out, layout), x.dtype, x.quant)]
+
+
+@register("DepthToSpace", infer=_d2s_infer, pattern=Pattern.INJECTIVE)
+def _depth_to_space(call: Call, args):
+    layout = _layout(call)
+    x = _to_nchw(args[0], layout)
+    bs = int(call.attrs["blocksize"])
+    n, c, h, w = x.shape
+    oc = c // (bs * bs)
+    if call.attrs.get("mode", "DCR") == "DCR":
+        y = x.reshape(n, bs, bs, oc, h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:
+        y = x.reshape(n, oc, bs, bs, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return [_from_nchw(y.reshape(n, oc, h * bs, w * bs), layout)]
+
+
+@register("SpaceToDepth", infer=_d2s_infer, pattern=Pattern.INJECTIVE)
+def _space_to_depth(call: Call, args):
+    layout = _layout(call)
+    x = _to_nchw(args[0], layout)
+    bs = int(call.attrs["blocksize"])
+    n, c, h, w = x.shape
+    y = x.reshape(n, c, h // bs, bs, w // bs, bs).transpose(0, 3, 5, 1, 2, 4)
+    return [_from_nchw(y.reshape(n, c * bs * bs, h // bs, w // bs), layout)]

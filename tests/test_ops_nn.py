@@ -1,0 +1,268 @@
+"""Neural-network and ONNX quantized ops, checked against ONNX Runtime (or
+onnx.reference where ORT lacks the op/attribute) on single-node models."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import aot
+from aot.errors import ShapeError, UnsupportedError
+from aot.interp import interpret
+from aot.ir.graph import Graph, Node, type_of
+from aot.passes.infer import infer_types
+
+RTOL = ATOL = 1e-4
+OPSET = 21
+
+
+def _tuple_attrs(attrs):
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()}
+
+
+def run_aot(op, inputs, consts, attrs, n_out=1, order=None):
+    """Run one node through infer_types + interpret. `order` lists input names
+    ("" for absent) in the op's input order; default: inputs then consts."""
+    order = order or list(inputs) + list(consts)
+    outs = tuple(f"y{i}" for i in range(n_out))
+    types = {k: type_of(v) for k, v in {**inputs, **consts}.items()}
+    node = Node(op, "n0", tuple(order), outs, _tuple_attrs(attrs))
+    g = Graph("g", tuple(inputs), outs, (node,), types, dict(consts))
+    g = infer_types(g)
+    res = interpret(g, inputs)
+    return [res[o] for o in outs]
+
+
+def onnx_model(op, inputs, consts, attrs, n_out=1, order=None, opset=OPSET):
+    order = order or list(inputs) + list(consts)
+    outs = [f"y{i}" for i in range(n_out)]
+    node = helper.make_node(op, order, outs, **attrs)
+    ins = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+           for k, v in inputs.items()]
+    inits = [numpy_helper.from_array(v, k) for k, v in consts.items()]
+    out_vi = [helper.make_empty_tensor_value_info(o) for o in outs]
+    g = helper.make_graph([node], "g", ins, out_vi, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+
+
+def run_ort(model, inputs):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, inputs)
+
+
+def run_ref(model, inputs):
+    return ReferenceEvaluator(model).run(None, inputs)
+
+
+def check(op, inputs, consts=None, attrs=None, n_out=1, order=None, ref=run_ort,
+          opset=OPSET, exact=False, aot_attrs=None):
+    consts = consts or {}
+    attrs = attrs or {}
+    ours = run_aot(op, inputs, consts, {**attrs, **(aot_attrs or {})}, n_out, order)
+    theirs = ref(onnx_model(op, inputs, consts, attrs, n_out, order, opset), inputs)
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape, (a.shape, b.shape)
+        assert a.dtype == b.dtype, (a.dtype, b.dtype)
+        if exact:
+            np.testing.assert_array_equal(a, b)
+        else:
+            np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
+    return ours
+
+
+def rnd(*shape, seed=0, dtype=np.float32):
+    return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(dtype)
+
+
+def nhwc(x):
+    return np.ascontiguousarray(np.moveaxis(x, 1, -1))
+
+
+# ---------------------------------------------------------------- Conv
+
+CONV_CASES = [
+    # (x shape, w shape, attrs)
+    ((1, 3, 9, 9), (4, 3, 3, 3), {}),
+    ((2, 4, 8, 7), (6, 2, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
+    ((1, 4, 10, 10), (4, 1, 3, 3), {"group": 4, "strides": [2, 2], "pads": [1, 0, 1, 2]}),
+    ((1, 3, 11, 9), (5, 3, 3, 2), {"dilations": [2, 1], "strides": [1, 2]}),
+    ((1, 3, 9, 8), (4, 3, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((1, 3, 9, 8), (4, 3, 4, 4), {"auto_pad": "SAME_LOWER", "strides": [2, 3]}),
+    ((1, 3, 9, 8), (4, 3, 3, 3), {"auto_pad": "VALID", "strides": [2, 2]}),
+    ((1, 8, 7, 7), (8, 1, 5, 5), {"group": 8, "pads": [2, 2, 2, 2], "dilations": [1, 1]}),
+    ((1, 2, 16), (3, 2, 5), {"strides": [3], "pads": [2, 1]}),
+    ((1, 2, 5, 6, 7), (3, 2, 3, 2, 3), {"pads": [1, 0, 1, 1, 1, 0], "strides": [1, 2, 2]}),
+    ((1, 16, 6, 6), (32, 16, 1, 1), {}),
+]
+
+
+@pytest.mark.parametrize("xs,ws,attrs", CONV_CASES)
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv(xs, ws, attrs, bias):
+    consts = {"w": rnd(*ws, seed=1)}
+    order = ["x", "w"]
+    if bias:
+        consts["b"] = rnd(ws[0], seed=2)
+        order.append("b")
+    y = check("Conv", {"x": rnd(*xs)}, consts, attrs, order=order)[0]
+    # Channels-last gives the same numbers, transposed.
+    w_ohwi = np.ascontiguousarray(np.moveaxis(consts["w"], 1, -1))
+    y2 = run_aot("Conv", {"x": nhwc(rnd(*xs))}, {**consts, "w": w_ohwi},
+                 {**attrs, "layout": "NHWC"}, order=order)[0]
+    np.testing.assert_allclose(y2, nhwc(y), rtol=1e-5, atol=1e-5)
+
+
+def test_conv_shape_errors():
+    with pytest.raises(ShapeError, match="input channels"):
+        run_aot("Conv", {"x": rnd(1, 3, 5, 5)}, {"w": rnd(2, 2, 3, 3)}, {})
+    with pytest.raises(ShapeError, match="window extent"):
+        run_aot("Conv", {"x": rnd(1, 3, 2, 2)}, {"w": rnd(2, 3, 3, 3)}, {})
+    with pytest.raises(ShapeError, match="bias"):
+        run_aot("Conv", {"x": rnd(1, 3, 5, 5)}, {"w": rnd(2, 3, 3, 3), "b": rnd(3)}, {})
+    with pytest.raises(UnsupportedError, match="layout"):
+        run_aot("Conv", {"x": rnd(1, 3, 5, 5)}, {"w": rnd(2, 3, 3, 3)}, {"layout": "NCWH"})
+
+
+# ---------------------------------------------------------------- Pools
+
+POOL_CASES = [
+    ((1, 3, 8, 8), {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ((2, 2, 9, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((1, 2, 9, 7), {"kernel_shape": [3, 2], "strides": [2, 2], "ceil_mode": 1}),
+    ((1, 2, 10, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1],
+                     "ceil_mode": 1}),
+    ((1, 2, 9, 8), {"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((1, 2, 9, 8), {"kernel_shape": [2, 3], "auto_pad": "SAME_LOWER", "strides": [2, 1]}),
+    ((1, 2, 9, 8), {"kernel_shape": [3, 3], "auto_pad": "VALID"}),
+    ((1, 2, 12), {"kernel_shape": [4], "strides": [3], "pads": [1, 2]}),
+    ((1, 2, 5, 6, 7), {"kernel_shape": [2, 3, 2], "strides": [1, 2, 2]}),
+]
+
+
+@pytest.mark.parametrize("xs,attrs", POOL_CASES)
+def test_maxpool(xs, attrs):
+    x = rnd(*xs)
+    y = check("MaxPool", {"x": x}, attrs=attrs)[0]
+    y2 = run_aot("MaxPool", {"x": nhwc(x)}, {}, {**attrs, "layout": "NHWC"})[0]
+    np.testing.assert_array_equal(y2, nhwc(y))
+
+
+@pytest.mark.parametrize("storage_order", [0, 1])
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [2, 2], "dilations": [2, 2]},
+])
+def test_maxpool_indices(attrs, storage_order):
+    check("MaxPool", {"x": rnd(2, 3, 7, 6)}, attrs={**attrs, "storage_order": storage_order},
+          n_out=2, exact=True)
+
+
+def test_maxpool_dilations():
+    check("MaxPool", {"x": rnd(1, 2, 10, 9)},
+          attrs={"kernel_shape": [2, 3], "dilations": [2, 2], "pads": [1, 1, 0, 1]})
+
+
+@pytest.mark.parametrize("xs,attrs", POOL_CASES)
+@pytest.mark.parametrize("cip", [0, 1])
+def test_avgpool(xs, attrs, cip):
+    x = rnd(*xs)
+    attrs = {**attrs, "count_include_pad": cip}
+    y = check("AveragePool", {"x": x}, attrs=attrs)[0]
+    y2 = run_aot("AveragePool", {"x": nhwc(x)}, {}, {**attrs, "layout": "NHWC"})[0]
+    np.testing.assert_allclose(y2, nhwc(y), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("cip", [0, 1])
+def test_avgpool_dilations(cip):
+    check("AveragePool", {"x": rnd(1, 2, 10, 9)},
+          attrs={"kernel_shape": [2, 3], "dilations": [2, 2], "pads": [1, 1, 0, 1],
+                 "count_include_pad": cip})
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("xs", [(2, 3, 5, 4), (1, 4, 7), (1, 2, 3, 4, 5)])
+def test_global_pool(op, xs):
+    x = rnd(*xs)
+    y = check(op, {"x": x})[0]
+    y2 = run_aot(op, {"x": nhwc(x)}, {}, {"layout": "NHWC"})[0]
+    np.testing.assert_allclose(y2, nhwc(y), rtol=1e-6, atol=1e-6)
+
+
+def test_pool_errors():
+    with pytest.raises(ShapeError, match="kernel_shape"):
+        run_aot("MaxPool", {"x": rnd(1, 2, 4, 4)}, {}, {})
+    with pytest.raises(ShapeError, match="window extent"):
+        run_aot("AveragePool", {"x": rnd(1, 2, 2, 2)}, {}, {"kernel_shape": [3, 3]})
+
+
+# ---------------------------------------------------------------- Dense
+
+@pytest.mark.parametrize("ta,tb,alpha,beta,cshape", [
+    (0, 0, 1.0, 1.0, None), (1, 0, 0.5, 1.0, (5,)), (0, 1, 1.0, 2.0, (3, 5)),
+    (1, 1, 2.0, 0.5, (1, 5)), (0, 1, 1.0, 1.0, (3, 1)), (0, 0, 1.0, 1.0, ()),
+])
+def test_gemm(ta, tb, alpha, beta, cshape):
+    a = rnd(4, 3) if ta else rnd(3, 4)
+    b = rnd(5, 4, seed=1) if tb else rnd(4, 5, seed=1)
+    consts = {"b": b}
+    if cshape is not None:
+        consts["c"] = rnd(*cshape, seed=2) if cshape else np.array(0.7, np.float32)
+    check("Gemm", {"a": a}, consts,
+          {"transA": ta, "transB": tb, "alpha": alpha, "beta": beta})
+
+
+def test_gemm_errors():
+    with pytest.raises(ShapeError, match="inner"):
+        run_aot("Gemm", {"a": rnd(3, 4)}, {"b": rnd(3, 5)}, {})
+    with pytest.raises(ShapeError, match="C shape"):
+        run_aot("Gemm", {"a": rnd(3, 4)}, {"b": rnd(4, 5), "c": rnd(2, 5)}, {})
+
+
+@pytest.mark.parametrize("sa,sb", [
+    ((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)),
+    ((2, 3, 4), (4, 5)), ((2, 1, 3, 4), (5, 4, 2)), ((7, 4), (2, 4, 3)),
+])
+def test_matmul(sa, sb):
+    check("MatMul", {"a": rnd(*sa)}, {"b": rnd(*sb, seed=1)})
+
+
+def test_matmul_errors():
+    with pytest.raises(ShapeError, match="inner"):
+        run_aot("MatMul", {"a": rnd(3, 4)}, {"b": rnd(3, 5)}, {})
+    with pytest.raises(ShapeError, match="broadcast"):
+        run_aot("MatMul", {"a": rnd(2, 3, 4)}, {"b": rnd(3, 4, 5)}, {})
+
+
+# ---------------------------------------------------------------- Softmax
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
+@pytest.mark.parametrize("axis", [-1, 0, 1, 2])
+def test_softmax(op, axis):
+    check(op, {"x": rnd(2, 3, 4) * 5}, attrs={"axis": axis})
+
+
+def test_softmax_axis_error():
+    with pytest.raises(ShapeError, match="axis"):
+        run_aot("Softmax", {"x": rnd(2, 3)}, {}, {"axis": 2})
+
+
+# ---------------------------------------------------------------- Normalization
+
+@pytest.mark.parametrize("xs", [(2, 3, 4, 5), (2, 3), (1, 3, 6)])
+def test_batchnorm(xs):
+    c = xs[1]
+    consts = {"s": rnd(c, seed=1), "b": rnd(c, seed=2), "m": rnd(c, seed=3),
+              "v": np.abs(rnd(c, seed=4)) + 0.1}
+    x = rnd(*xs)
+    y = check("BatchNormalization", {"x": x}, consts, {"epsilon": 1e-3})[0]
+    if len(xs) > 2:
+        y2 = run_aot("BatchNormalization", {"x": nhwc(x)}, consts,
+                     {"epsilon": 1e-3, "layout": "NHWC"})[0]
+        np.testing.assert_allclose(y2, nhwc(y), rtol=1e-6, atol=1e-6)

@@ -1,0 +1,490 @@
+"""TFLite-semantics integer ops (`tfl.*`), bit-exact with tflite-micro's
+reference kernels as specified in ../shared/TFLITE_INT8.md.
+
+Quantization comes from the tensor types (`TensorType.quant`); the output's
+type carries the output quantization. Layout is NHWC, conv weights OHWI,
+depthwise weights [1, KH, KW, C*M], fully-connected weights [O, I].
+Accumulations are exact: float64 matmuls of int8 products stay below 2**53.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from aot.errors import ShapeError, UnsupportedError, node_label
+from aot.ir.graph import Quant, TensorType
+from aot.ops import qmath
+from aot.ops.registry import Call, Pattern, Sig, register
+
+INT_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),
+             "int32": (qmath.INT32_MIN, qmath.INT32_MAX)}
+
+
+# ------------------------------------------------------------------ helpers
+
+def _quant(ty: TensorType, what: str, node) -> Quant:
+    if ty is None or ty.quant is None:
+        raise UnsupportedError(f"{node_label(node)}: {what} has no quantization parameters")
+    return ty.quant
+
+
+def _scale_zp(ty: TensorType, what: str, node) -> tuple[float, int]:
+    q = _quant(ty, what, node)
+    return float(q.scale[0]), int(q.zero_point[0])
+
+
+def _channel_scales(ty: TensorType, channels: int, node) -> np.ndarray:
+    """The weight scales, one per output channel (a per-tensor scale is broadcast)."""
+    q = _quant(ty, "the weight", node)
+    scales = np.asarray(q.scale, dtype=np.float64)
+    if scales.size == 1:
+        return np.full(channels, scales[0])
+    if scales.size != channels:
+        raise ShapeError(f"{node_label(node)}: {scales.size} weight scales for {channels} channels")
+    return scales
+
+
+def _require_int8(sig_or_call, i: int = 0) -> None:
+    ty = sig_or_call.in_types[i]
+    if ty.dtype != "int8":
+        raise UnsupportedError(f"{node_label(sig_or_call.node)}: {ty.dtype} input "
+                               "(tfl integer kernels take int8)")
+
+
+def _out_type(sig: Sig, shape, dtype: str = "int8") -> TensorType:
+    return TensorType(tuple(int(d) for d in shape), dtype)
+
+
+def windows(x: np.ndarray, kernel, strides, dilations, out_hw) -> np.ndarray:
+    """[N, H, W, C] (already padded) -> view [N, OH, OW, KH, KW, C] of the taps."""
+    n, _, _, c = x.shape
+    kh, kw = kernel
+    sh, sw = strides
+    dh, dw = dilations
+    oh, ow = out_hw
+    s = x.strides
+    return np.lib.stride_tricks.as_strided(
+        x, (n, oh, ow, kh, kw, c),
+        (s[0], s[1] * sh, s[2] * sw, s[1] * dh, s[2] * dw, s[3]), writeable=False)
+
+
+def _pad_hw(x: np.ndarray, pads, value) -> np.ndarray:
+    top, left, bottom, right = pads
+    return np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=value)
+
+
+def _spatial_out(sig: Sig, hw, kernel) -> tuple[int, int]:
+    a = sig.attrs
+    pads, strides = a["pads"], a["strides"]
+    dil = a.get("dilations", (1, 1))
+    out = []
+    for i in range(2):
+        eff = (kernel[i] - 1) * dil[i] + 1
+        span = hw[i] + pads[i] + pads[i + 2] - eff
+        if span < 0:
+            raise sig.fail(f"kernel {kernel[i]} larger than padded input {hw[i]}")
+        out.append(span // strides[i] + 1)
+    return out[0], out[1]
+
+
+def requantize(acc: np.ndarray, mult, shift, zp_out: int, lo: int, hi: int) -> np.ndarray:
+    """int32 accumulator -> clamp(MBQM(acc) + zp): the epilogue of conv/FC."""
+    return qmath.clamp(qmath.mbqm(qmath.wrap_int32(acc), mult, shift) + zp_out, lo, hi)
+
+
+def conv_multipliers(s_in: float, w_scales: np.ndarray, s_out: float):
+    """Per-channel (M, e): double product s_in*s_w[c] / s_out (§4)."""
+    return qmath.quantize_multipliers([s_in * float(s) / s_out for s in w_scales])
+
+
+def _acc_dtype_out(acc: np.ndarray, lo: int, hi: int, dtype: str):
+    return acc.astype(dtype)
+
+
+# ------------------------------------------------------------------ conv 2d
+
+def _conv_infer(sig: Sig):
+    _require_int8(sig)
+    x, w = sig.in_types[0], sig.in_types[1]
+    if len(x.shape) != 4 or len(w.shape) != 4:
+        raise sig.fail(f"expects 4-D input and weight, got {list(x.shape)} and {list(w.shape)}")
+    if x.shape[3] % w.shape[3]:
+        raise sig.fail(f"input channels {x.shape[3]} not a multiple of filter depth {w.shape[3]}")
+    oh, ow = _spatial_out(sig, x.shape[1:3], w.shape[1:3])
+    return [_out_type(sig, (x.shape[0], oh, ow, w.shape[0]))]
+
+
+@register("tfl.conv2d", infer=_conv_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+def conv2d(call: Call, args):
+    x, w, bias = args[0], args[1], args[2] if len(args) > 2 else None
+    a, node = call.attrs, call.node
+    s_in, zp_in = _scale_zp(call.in_types[0], "the input", node)
+    s_out, zp_out = _scale_zp(call.out_types[0], "the output", node)
+    n, oh, ow, cout = call.out_types[0].shape
+    _, kh, kw, depth = w.shape
+    groups = x.shape[3] // depth
+    xp = _pad_hw(x.astype(np.float64) - zp_in, a["pads"], 0.0)
+    taps = windows(xp, (kh, kw), a["strides"], a.get("dilations", (1, 1)), (oh, ow))
+    per_group = cout // groups
+    wf = w.astype(np.float64)
+    outs = []
+    for g in range(groups):  # groups is 1 in practice; grouped convs are rare
+        cols = taps[..., g * depth:(g + 1) * depth].reshape(n * oh * ow, kh * kw * depth)
+        wg = wf[g * per_group:(g + 1) * per_group].reshape(per_group, -1)
+        outs.append(cols @ wg.T)
+    acc = np.concatenate(outs, axis=1).astype(np.int64).reshape(n, oh, ow, cout)
+    if bias is not None:
+        acc = acc + bias.astype(np.int64)
+    mult, shift = conv_multipliers(s_in, _channel_scales(call.in_types[1], cout, node), s_out)
+    y = requantize(acc, mult, shift, zp_out, a["act_min"], a["act_max"])
+    return [y.astype(call.out_types[0].dtype)]
+
+
+# ------------------------------------------------------------ depthwise conv
+
+def _dw_infer(sig: Sig):
+    _require_int8(sig)
+    x, w = sig.in_types[0], sig.in_types[1]
+    if len(x.shape) != 4 or len(w.shape) != 4 or w.shape[0] != 1:
+        raise sig.fail(f"expects 4-D input and [1,KH,KW,C*M] weight, got "
+                       f"{list(x.shape)} and {list(w.shape)}")
+    dm = sig.attrs.get("depth_multiplier", 1)
+    if w.shape[3] != x.shape[3] * dm:
+        raise sig.fail(f"weight has {w.shape[3]} channels, input {x.shape[3]} x multiplier {dm}")
+    oh, ow = _spatial_out(sig, x.shape[1:3], w.shape[1:3])
+    return [_out_type(sig, (x.shape[0], oh, ow, w.shape[3]))]
+
+
+@register("tfl.depthwise_conv2d", infer=_dw_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+def depthwise_conv2d(call: Call, args):
+    x, w, bias = args[0], args[1], args[2] if len(args) > 2 else None
+    a, node = call.attrs, call.node
+    s_in, zp_in = _scale_zp(call.in_types[0], "the input", node)
+    s_out, zp_out = _scale_zp(call.out_types[0], "the output", node)
+    n, oh, ow, cout = call.out_types[0].shape
+    _, kh, kw, _ = w.shape
+    dm = cout // x.shape[3]
+    xp = _pad_hw(x.astype(np.float64) - zp_in, a["pads"], 0.0)
+    taps = windows(xp, (kh, kw), a["strides"], a.get("dilations", (1, 1)), (oh, ow))
+    if dm > 1:  # output channel oc reads input channel oc // dm
+        taps = np.repeat(taps, dm, axis=-1)
+    acc = np.einsum("nhwklc,klc->nhwc", taps, w[0].astype(np.float64), optimize=True)
+    acc = acc.astype(np.int64)
+    if bias is not None:
+        acc = acc + bias.astype(np.int64)
+    mult, shift = conv_multipliers(s_in, _channel_scales(call.in_types[1], cout, node), s_out)
+    y = requantize(acc, mult, shift, zp_out, a["act_min"], a["act_max"])
+    return [y.astype(call.out_types[0].dtype)]
+
+
+# ----------------------------------------------------------- fully connected
+
+def _fc_infer(sig: Sig):
+    _require_int8(sig)
+    x, w = sig.in_types[0], sig.in_types[1]
+    if len(w.shape) != 2:
+        raise sig.fail(f"weight must be 2-D [O, I], got {list(w.shape)}")
+    depth = w.shape[1]
+    if x.size % depth:
+        raise sig.fail(f"input {list(x.shape)} is not a whole number of rows of {depth}")
+    if sig.attrs.get("keep_num_dims", False):
+        if x.shape[-1] != depth:
+            raise sig.fail(f"last input dim {x.shape[-1]} != weight depth {depth}")
+        shape = x.shape[:-1] + (w.shape[0],)
+    else:
+        shape = (x.size // depth, w.shape[0])
+    return [_out_type(sig, shape)]
+
+
+def fc_multipliers(s_in: float, w_quant: Quant, s_out: float, channels: int):
+    """FC (M, e): per-channel double product; per-tensor product rounded to float32 (§6)."""
+    if len(w_quant.scale) > 1:
+        return conv_multipliers(s_in, np.asarray(w_quant.scale), s_out)
+    prod = float(np.float32(np.float32(s_in) * np.float32(w_quant.scale[0])))
+    m, e = qmath.quantize_multiplier(prod / s_out)
+    return np.int64(m), np.int64(e)
+
+
+@register("tfl.fully_connected", infer=_fc_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+def fully_connected(call: Call, args):
+    x, w, bias = args[0], args[1], args[2] if len(args) > 2 else None
+    a, node = call.attrs, call.node
+    s_in, zp_in = _scale_zp(call.in_types[0], "the input", node)
+    s_out, zp_out = _scale_zp(call.out_types[0], "the output", node)
+    wq = _quant(call.in_types[1], "the weight", node)
+    out_ty = call.out_types[0]
+    depth = w.shape[1]
+    rows = x.reshape(-1, depth).astype(np.float64) - zp_in
+    wf = w.astype(np.float64)
+    if len(wq.scale) == 1:  # per-tensor kernels subtract the filter zero point
+        wf = wf - int(wq.zero_point[0])
+    acc = (rows @ wf.T).astype(np.int64)
+    if bias is not None:
+        acc = acc + bias.astype(np.int64)
+    mult, shift = fc_multipliers(s_in, wq, s_out, w.shape[0])
+    y = requantize(acc, mult, shift, zp_out, a["act_min"], a["act_max"])
+    return [y.reshape(out_ty.shape).astype(out_ty.dtype)]
+
+
+# ------------------------------------------------------ add / sub / mul
+
+def _binary_infer(sig: Sig):
+    a, b = sig.in_types[0], sig.in_types[1]
+    if a.dtype != "int8" or b.dtype != "int8":
+        raise UnsupportedError(f"{node_label(sig.node)}: {a.dtype} x {b.dtype} inputs "
+                               "(tfl integer kernels take int8)")
+    try:
+        shape = np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise sig.fail(f"shapes {list(a.shape)} and {list(b.shape)} do not broadcast") from None
+    return [_out_type(sig, shape)]
+
+
+def add_params(s1: float, s2: float, s_out: float):
+    """CalculateOpDataAdd (§8): ((M1,e1), (M2,e2), (Mo,eo)) with left shift 20."""
+    twice_max = 2.0 * max(s1, s2)
+    q1 = qmath.quantize_multiplier_smaller_than_one(s1 / twice_max)
+    q2 = qmath.quantize_multiplier_smaller_than_one(s2 / twice_max)
+    qo = qmath.quantize_multiplier_smaller_than_one(twice_max / ((1 << 20) * s_out))
+    return q1, q2, qo
+
+
+def _add_sub(call: Call, args, sign: int):
+    node = call.node
+    s1, z1 = _scale_zp(call.in_types[0], "input 0", node)
+    s2, z2 = _scale_zp(call.in_types[1], "input 1", node)
+    so, zo = _scale_zp(call.out_types[0], "the output", node)
+    (m1, e1), (m2, e2), (mo, eo) = add_params(s1, s2, so)
+    u1 = qmath.mbqm_smaller_than_one((args[0].astype(np.int64) - z1) << 20, m1, e1)
+    u2 = qmath.mbqm_smaller_than_one((args[1].astype(np.int64) - z2) << 20, m2, e2)
+    y = qmath.mbqm_smaller_than_one(u1 + sign * u2, mo, eo) + zo
+    y = qmath.clamp(y, call.attrs["act_min"], call.attrs["act_max"])
+    return [np.broadcast_to(y, call.out_types[0].shape).astype("int8")]
+
+
+@register("tfl.add", infer=_binary_infer, pattern=Pattern.BROADCAST)
+def add(call: Call, args):
+    return _add_sub(call, args, 1)
+
+
+@register("tfl.sub", infer=_binary_infer, pattern=Pattern.BROADCAST)
+def sub(call: Call, args):
+    return _add_sub(call, args, -1)
+
+
+@register("tfl.mul", infer=_binary_infer, pattern=Pattern.BROADCAST)
+def mul(call: Call, args):
+    node = call.node
+    s1, z1 = _scale_zp(call.in_types[0], "input 0", node)
+    s2, z2 = _scale_zp(call.in_types[1], "input 1", node)
+    so, zo = _scale_zp(call.out_types[0], "the output", node)
+    m, e = qmath.quantize_multiplier(s1 * s2 / so)
+    prod = (args[0].astype(np.int64) - z1) * (args[1].astype(np.int64) - z2)
+    y = qmath.clamp(zo + qmath.mbqm(prod, m, e), call.attrs["act_min"], call.attrs["act_max"])
+    return [np.broadcast_to(y, call.out_types[0].shape).astype("int8")]
+
+
+# ------------------------------------------------------------------ pooling
+
+def _pool_infer(sig: Sig):
+    _require_int8(sig)
+    x = sig.in_types[0]
+    if len(x.shape) != 4:
+        raise sig.fail(f"expects a 4-D NHWC input, got {list(x.shape)}")
+    oh, ow = _spatial_out(sig, x.shape[1:3], sig.attrs["kernel"])
+    return [_out_type(sig, (x.shape[0], oh, ow, x.shape[3]))]
+
+
+def _pool_taps(call: Call, x: np.ndarray, fill):
+    a = call.attrs
+    n, oh, ow, c = call.out_types[0].shape
+    xp = _pad_hw(x, a["pads"], fill)
+    return windows(xp, a["kernel"], a["strides"], (1, 1), (oh, ow))
+
+
+@register("tfl.avg_pool2d", infer=_pool_infer, pattern=Pattern.REDUCE)
+def avg_pool2d(call: Call, args):
+    x = args[0].astype(np.int64)
+    total = _pool_taps(call, x, 0).sum(axis=(3, 4))
+    # Padded taps are not counted: count in-bounds taps per output position.
+    ones = np.ones((1,) + x.shape[1:3] + (1,), dtype=np.int64)
+    count = _pool_taps(call, ones, 0).sum(axis=(3, 4))
+    half = count // 2
+    avg = np.where(total > 0, (total + half) // count, -((-total + half) // count))
+    y = qmath.clamp(avg, call.attrs["act_min"], call.attrs["act_max"])
+    return [y.astype(call.out_types[0].dtype)]
+
+
+@register("tfl.max_pool2d", infer=_pool_infer, pattern=Pattern.REDUCE)
+def max_pool2d(call: Call, args):
+    x = args[0].astype(np.int64)
+    m = _pool_taps(call, x, -(1 << 40)).max(axis=(3, 4))
+    y = qmath.clamp(np.maximum(m, -128), call.attrs["act_min"], call.attrs["act_max"])
+    return [y.astype(call.out_types[0].dtype)]
+
+
+# --------------------------------------------------------------------- mean
+
+def _mean_axes(sig_or_call, values) -> tuple[int, ...]:
+    rank = len(sig_or_call.in_types[0].shape)
+    axes = sorted({int(a) % rank for a in np.ravel(values)})
+    return tuple(axes)
+
+
+def _mean_infer(sig: Sig):
+    _require_int8(sig)
+    x = sig.in_types[0]
+    axes = _mean_axes(sig, sig.const(1))
+    keep = sig.attrs.get("keep_dims", False)
+    shape = tuple((1 if i in axes else d) for i, d in enumerate(x.shape) if keep or i not in axes)
+    return [_out_type(sig, shape)]
+
+
+@register("tfl.mean", infer=_mean_infer, pattern=Pattern.REDUCE)
+def mean(call: Call, args):
+    """MEAN int8: sum of (x - zp_in), MBQM by s_in/s_out, then divide by the
+    count rounding half away from zero, plus zp_out."""
+    node = call.node
+    s_in, zi = _scale_zp(call.in_types[0], "the input", node)
+    s_out, zo = _scale_zp(call.out_types[0], "the output", node)
+    axes = _mean_axes(call, args[1])
+    count = int(np.prod([args[0].shape[i] for i in axes]))
+    acc = (args[0].astype(np.int64) - zi).sum(axis=axes)
+    m, e = qmath.quantize_multiplier(s_in / s_out)
+    acc = qmath.mbqm(acc, m, e)
+    half = count // 2
+    acc = np.where(acc > 0, (acc + half) // count, -((-acc + half) // count))
+    y = qmath.clamp(acc + zo, -128, 127)
+    return [y.reshape(call.out_types[0].shape).astype("int8")]
+
+
+# ------------------------------------------------------------------ softmax
+
+_EXP_BARREL = ((24, 1672461947), (25, 1302514674), (26, 790015084), (27, 290630308),
+               (28, 39332535), (29, 720401), (30, 242))
+
+
+def _exp_poly(u: np.ndarray) -> np.ndarray:
+    """exp on [-1/4, 0) in Q0.31 (gemmlowp's Taylor expansion around -1/8)."""
+    x = u + (1 << 28)
+    x2 = qmath.srdhm(x, x)
+    x3 = qmath.srdhm(x2, x)
+    x4 = qmath.srdhm(x2, x2)
+    v = qmath.rdbpot(qmath.srdhm(qmath.rdbpot(x4, 2) + x3, 715827883) + x2, 1)
+    return 1895147668 + qmath.srdhm(1895147668, x + v)
+
+
+def exp_on_negative_values(a: np.ndarray) -> np.ndarray:
+    """exp(a) for a <= 0 in Q5.26, result in Q0.31 (§9 EXP)."""
+    r = (a & ((1 << 24) - 1)) - (1 << 24)
+    y = _exp_poly(qmath.satshl(r, 5))
+    rem = r - a
+    for bit, c in _EXP_BARREL:
+        y = np.where((rem >> bit) & 1, qmath.srdhm(y, c), y)
+    return np.where(a == 0, qmath.INT32_MAX, y)
+
+
+def one_over_one_plus_x(t: np.ndarray) -> np.ndarray:
+    """1/(1+x) for x in [0,1) in Q0.31, result in Q0.31 (§9 RECIP)."""
+    h = (t + (1 << 31)) >> 1
+    x = 1515870810 + qmath.srdhm(h, -1010580540)
+    for _ in range(3):
+        x = x + qmath.satshl(qmath.srdhm(x, (1 << 29) - qmath.srdhm(h, x)), 2)
+    return qmath.satshl(x, 1)
+
+
+def softmax_params(beta: float, s_in: float):
+    real = min(beta * s_in * float(1 << 26), float((1 << 31) - 1))
+    mult, left = qmath.quantize_multiplier_greater_than_one(real)
+    diff_min = -((31 * (1 << 26)) >> left) if left < 31 else 0
+    return mult, left, diff_min
+
+
+def _clz32(v: np.ndarray) -> np.ndarray:
+    # v is in [1, 2**32): the number of leading zeros of its 32-bit form.
+    bits = np.floor(np.log2(v.astype(np.float64))).astype(np.int64)
+    # log2 of values just below a power of two can round up: correct it.
+    bits = np.where((np.int64(1) << bits) > v, bits - 1, bits)
+    return 31 - bits
+
+
+def _softmax_infer(sig: Sig):
+    _require_int8(sig)
+    return [_out_type(sig, sig.in_types[0].shape)]
+
+
+@register("tfl.softmax", infer=_softmax_infer, pattern=Pattern.REDUCE)
+def softmax(call: Call, args):
+    node = call.node
+    s_in, _ = _scale_zp(call.in_types[0], "the input", node)
+    s_out, zp_out = _scale_zp(call.out_types[0], "the output", node)
+    if zp_out != -128 or s_out != 1.0 / 256:
+        raise UnsupportedError(f"{node_label(node)}: int8 softmax output must have "
+                               f"scale 1/256 and zero point -128, got {s_out}, {zp_out}")
+    mult, left, diff_min = softmax_params(float(call.attrs.get("beta", 1.0)), s_in)
+    x = args[0].astype(np.int64)
+    d = x - x.max(axis=-1, keepdims=True)
+    active = d >= diff_min
+    z = qmath.srdhm(d << left, mult)
+    e = exp_on_negative_values(np.where(active, z, 0))
+    total = np.where(active, qmath.rdbpot(e, 12), 0).sum(axis=-1, keepdims=True)
+    c = _clz32(total)
+    k = 12 - c
+    t = ((total << c) & 0xFFFFFFFF) - (1 << 31)
+    recip = one_over_one_plus_x(t)
+    y = qmath.rdbpot(qmath.srdhm(recip, e), k + 23) - 128
+    y = np.where(active, np.clip(y, -128, 127), -128)
+    return [y.astype("int8")]
+
+
+# -------------------------------------------------------- quantize / dequantize
+
+def _quantize_infer(sig: Sig):
+    dtype = sig.attrs.get("dtype", "int8")
+    if dtype not in ("int8", "uint8", "int16"):
+        raise UnsupportedError(f"{node_label(sig.node)}: quantize to {dtype}")
+    return [_out_type(sig, sig.in_types[0].shape, dtype)]
+
+
+@register("tfl.quantize", infer=_quantize_infer, pattern=Pattern.ELEMWISE)
+def quantize(call: Call, args):
+    node = call.node
+    out_ty = call.out_types[0]
+    s_out, zp_out = _scale_zp(out_ty, "the output", node)
+    lo, hi = INT_RANGE[out_ty.dtype]
+    x = args[0]
+    if x.dtype.kind == "f":
+        q = qmath.round_half_away_array(x.astype(np.float32) / np.float32(s_out))
+        y = np.clip(q.astype(np.int64) + zp_out, lo, hi)
+    else:
+        s_in, zp_in = _scale_zp(call.in_types[0], "the input", node)
+        m, e = qmath.quantize_multiplier(s_in / s_out)
+        y = qmath.clamp(qmath.mbqm(x.astype(np.int64) - zp_in, m, e) + zp_out, lo, hi)
+    return [y.astype(out_ty.dtype)]
+
+
+def _dequantize_infer(sig: Sig):
+    x = sig.in_types[0]
+    if x.dtype not in ("int8", "uint8", "int16", "int32") and x.dtype != "float16":
+        raise UnsupportedError(f"{node_label(sig.node)}: dequantize from {x.dtype}")
+    return [_out_type(sig, x.shape, "float32")]
+
+
+def dequantize_array(x: np.ndarray, q: Quant | None) -> np.ndarray:
+    """(float)((double)scale * (x - zp)), per-tensor or per-channel."""
+    if q is None:
+        return x.astype(np.float32)
+    scale = np.asarray(q.scale, dtype=np.float64)
+    zp = np.asarray(q.zero_point, dtype=np.int64)
+    if q.axis is not None and scale.size > 1:
+        shape = [1] * x.ndim
+        shape[q.axis] = scale.size
+        scale, zp = scale.reshape(shape), zp.reshape(shape)
+    return (scale * (x.astype(np.int64) - zp)).astype(np.float32)
+
+
+@register("tfl.dequantize", infer=_dequantize_infer, pattern=Pattern.ELEMWISE)
+def dequantize(call: Call, args):
+    ty = call.in_types[0]
+    if ty.dtype == "float16":
+        return [args[0].astype(np.float32)]
+    return [dequantize_array(args[0], _quant(ty, "the input", call.node))]

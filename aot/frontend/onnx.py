@@ -1,0 +1,391 @@
+"""ONNX importer: a ModelProto's bytes in, a Graph of latest-opset ops out.
+
+Every node is normalized to the latest-opset form of its op (docs/ops.md):
+attributes that later became inputs become constant inputs, dropped
+attributes go, Upsample becomes Resize. All of that lives in one table,
+UPGRADES, keyed by op type. Intermediate tensors are left untyped: type
+inference (aot.passes.infer) fills them in.
+
+Opsets: the default domain from 7 on. Opsets past 21 are read too: for the
+ops aot supports, opsets 22 to 25 only added element types (bfloat16, float8,
+int4) that aot refuses per tensor anyway, so their nodes mean the same as in
+opset 21.
+
+Static shapes only: an input with a symbolic, unknown, zero or negative
+dimension is refused with a ShapeError naming the input (re-export the
+model with a fixed batch size, e.g. onnx.tools.update_model_dims).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from aot.errors import ModelError, ShapeError, UnsupportedError
+from aot.ir.graph import DTYPES, Graph, Node, TensorType, type_of
+
+MIN_OPSET = 7
+DEFAULT_DOMAINS = ("", "ai.onnx")
+# Types numpy stands in for with a wider one (onnx maps them to uint16, int8,
+# ...): refused by name so they are never misread.
+NARROW_DTYPES = ("BFLOAT16", "INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")
+
+
+def _onnx():
+    import onnx  # imported lazily: TFLite users need not pay for it
+    return onnx
+
+
+# ---- data types ------------------------------------------------------------------------
+
+def _dtype(elem_type: int, what: str) -> str:
+    onnx = _onnx()
+    try:
+        name = onnx.TensorProto.DataType.Name(elem_type)
+    except ValueError:
+        name = str(elem_type)
+    try:
+        np_name = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except Exception:  # noqa: BLE001 - unknown codes, string, float8...
+        np_name = None
+    if np_name not in DTYPES or name in NARROW_DTYPES or name.startswith("FLOAT8"):
+        raise UnsupportedError(f"{what}: data type {name} is not supported")
+    return np_name
+
+
+def _tensor(t, what: str) -> np.ndarray:
+    onnx = _onnx()
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        raise UnsupportedError(f"{what}: tensor data stored in an external file is not "
+                               "supported (save the model with its weights inside)")
+    _dtype(t.data_type, what)
+    try:
+        arr = onnx.numpy_helper.to_array(t)
+    except Exception as e:  # noqa: BLE001 - malformed raw data
+        raise ModelError(f"{what}: unreadable tensor data ({e})") from None
+    if arr.size != int(np.prod(tuple(t.dims), dtype=np.int64)):
+        raise ModelError(f"{what}: tensor data does not match its dims {list(t.dims)}")
+    return np.ascontiguousarray(arr)
+
+
+def _value_type(vi, what: str) -> TensorType:
+    if vi.type.WhichOneof("value") != "tensor_type":
+        raise UnsupportedError(f"{what}: only tensor inputs are supported "
+                               f"(got {vi.type.WhichOneof('value') or 'no type'})")
+    tt = vi.type.tensor_type
+    dtype = _dtype(tt.elem_type, what)
+    if not tt.HasField("shape"):
+        raise ShapeError(f"{what}: the model gives no shape (aot needs static shapes)")
+    dims = []
+    for i, d in enumerate(tt.shape.dim):
+        if d.HasField("dim_value") and d.dim_value > 0:
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param"):
+            raise ShapeError(f"{what}: dimension {i} is symbolic ('{d.dim_param}'); aot needs "
+                             "static shapes (fix it in the model, e.g. with "
+                             "onnx.tools.update_model_dims)")
+        else:
+            value = d.dim_value if d.HasField("dim_value") else "unknown"
+            raise ShapeError(f"{what}: dimension {i} is {value} (dimensions must be "
+                             "positive and static)")
+    return TensorType(tuple(dims), dtype)
+
+
+# ---- attributes -------------------------------------------------------------------------
+
+def _attr(a, what: str) -> Any:
+    onnx = _onnx()
+    A = onnx.AttributeProto
+    if a.type == A.FLOAT:
+        return float(a.f)
+    if a.type == A.INT:
+        return int(a.i)
+    if a.type == A.STRING:
+        return a.s.decode("utf-8", "replace")
+    if a.type == A.TENSOR:
+        return _tensor(a.t, f"{what} attribute '{a.name}'")
+    if a.type == A.FLOATS:
+        return tuple(float(v) for v in a.floats)
+    if a.type == A.INTS:
+        return tuple(int(v) for v in a.ints)
+    if a.type == A.STRINGS:
+        return tuple(s.decode("utf-8", "replace") for s in a.strings)
+    kind = A.AttributeType.Name(a.type)
+    raise UnsupportedError(f"{what}: attribute '{a.name}' of type {kind} is not supported")
+
+
+# ---- normalization to the latest opset ---------------------------------------------------
+
+class _Builder:
+    """Collects the nodes and constants of the graph being imported."""
+
+    def __init__(self, opset: int, taken: set[str]):
+        self.opset = opset
+        self.nodes: list[Node] = []
+        self.constants: dict[str, np.ndarray] = {}
+        self.taken = taken
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.taken:
+            name, k = f"{base}_{k}", k + 1
+        self.taken.add(name)
+        return name
+
+    def const(self, node_name: str, what: str, value) -> str:
+        name = self.fresh(f"{node_name}__{what}")
+        self.constants[name] = np.ascontiguousarray(value)
+        return name
+
+
+Upgrade = Callable[[_Builder, Node], Node]
+
+
+def _move_attrs(*specs: tuple[str, int, str]) -> Upgrade:
+    """Attributes that became inputs: (attr, input index, numpy dtype)."""
+    def up(b: _Builder, n: Node) -> Node:
+        attrs = dict(n.attrs)
+        inputs = list(n.inputs)
+        for attr, index, dtype in specs:
+            if attr not in attrs:
+                continue
+            value = attrs.pop(attr)
+            if index < len(inputs) and inputs[index]:
+                raise ModelError(f"{n.op} node '{n.name}': '{attr}' given both as "
+                                 "attribute and input")
+            inputs += [""] * (index + 1 - len(inputs))
+            inputs[index] = b.const(n.name, attr, np.asarray(value, dtype=dtype))
+        return n.with_(inputs=_trim(inputs), attrs=attrs)
+    return up
+
+
+def _trim(inputs: list[str]) -> tuple[str, ...]:
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    return tuple(inputs)
+
+
+def _drop(*names: str) -> Upgrade:
+    def up(b: _Builder, n: Node) -> Node:
+        return n.with_(attrs={k: v for k, v in n.attrs.items() if k not in names})
+    return up
+
+
+def _chain(*ups: Upgrade) -> Upgrade:
+    def up(b: _Builder, n: Node) -> Node:
+        for u in ups:
+            n = u(b, n)
+        return n
+    return up
+
+
+def _below(opset: int, up: Upgrade) -> Upgrade:
+    """Apply an upgrade only to models older than `opset`."""
+    def guarded(b: _Builder, n: Node) -> Node:
+        return up(b, n) if b.opset < opset else n
+    return guarded
+
+
+def _clip_scalars(b: _Builder, n: Node) -> Node:
+    # Clip < 11: min/max attributes (float) -> scalar inputs
+    attrs = dict(n.attrs)
+    inputs = [n.inputs[0], "", ""]
+    for i, (attr, default) in enumerate((("min", None), ("max", None)), start=1):
+        if attr in attrs:
+            inputs[i] = b.const(n.name, attr, np.float32(attrs.pop(attr)))
+    return n.with_(inputs=_trim(inputs), attrs=attrs)
+
+
+def _pad_v2(b: _Builder, n: Node) -> Node:
+    attrs = dict(n.attrs)
+    pads = attrs.pop("pads", attrs.pop("paddings", None))
+    value = attrs.pop("value", 0.0)
+    inputs = [n.inputs[0], b.const(n.name, "pads", np.asarray(pads, np.int64))]
+    if attrs.get("mode", "constant") == "constant" and value != 0.0:
+        inputs.append(b.const(n.name, "value", np.float32(value)))
+    return n.with_(inputs=tuple(inputs), attrs=attrs)
+
+
+def _split_outputs(b: _Builder, n: Node) -> Node:
+    # Without a split input, Split-18 needs num_outputs; older opsets split evenly.
+    if len(n.inputs) < 2 or not n.inputs[1]:
+        return n.with_(attrs={**n.attrs, "num_outputs": n.attrs.get("num_outputs",
+                                                                      len(n.outputs))})
+    return n
+
+
+def _upsample(b: _Builder, n: Node) -> Node:
+    """Upsample (7-9) -> Resize with Upsample's coordinate convention."""
+    attrs = dict(n.attrs)
+    mode = attrs.pop("mode", "nearest")
+    if "scales" in attrs:  # opset 7-8: scales attribute
+        scales = b.const(n.name, "scales", np.asarray(attrs.pop("scales"), np.float32))
+    else:
+        scales = n.inputs[1]
+    return _resize_v10(b, n.with_(op="Resize", inputs=(n.inputs[0], scales),
+                                  attrs={**attrs, "mode": mode}))
+
+
+def _resize_v10(b: _Builder, n: Node) -> Node:
+    # Resize-10 has (X, scales) and Upsample's asymmetric coordinates.
+    if len(n.inputs) != 2:
+        return n
+    mode = n.attrs.get("mode", "nearest")
+    if mode not in ("nearest", "linear"):
+        raise UnsupportedError(f"{n.op} node '{n.name}': mode {mode!r} is not supported")
+    attrs = {**n.attrs, "coordinate_transformation_mode": "asymmetric", "mode": mode}
+    if mode == "nearest":
+        attrs["nearest_mode"] = "floor"
+    return n.with_(inputs=(n.inputs[0], "", n.inputs[1]), attrs=attrs)
+
+
+def _softmax_v1(b: _Builder, n: Node) -> Node:
+    """Softmax/LogSoftmax < 13 normalize over the input flattened at `axis`:
+    Flatten -> op(axis=-1) -> Reshape back to the input's shape."""
+    axis = n.attrs.get("axis", 1)
+    if axis == -1:
+        return n.with_(attrs={"axis": -1})
+    x, y = n.inputs[0], n.outputs[0]
+    flat, soft, shape = (b.fresh(f"{n.name}__{s}") for s in ("flat", "2d", "shape"))
+    b.nodes.append(Node("Flatten", b.fresh(f"{n.name}__flatten"), (x,), (flat,),
+                        {"axis": axis}))
+    b.nodes.append(Node(n.op, n.name, (flat,), (soft,), {"axis": -1}))
+    b.nodes.append(Node("Shape", b.fresh(f"{n.name}__shape_of"), (x,), (shape,), {}))
+    return Node("Reshape", b.fresh(f"{n.name}__unflatten"), (soft, shape), (y,), {})
+
+
+def _batchnorm(b: _Builder, n: Node) -> Node:
+    if n.attrs.get("spatial", 1) != 1:
+        raise UnsupportedError(f"BatchNormalization node '{n.name}': spatial=0 "
+                               "is not supported")
+    return _drop("spatial", "is_test", "consumed_inputs")(b, n)
+
+
+def _reduce_axes(before: int) -> Upgrade:
+    return _below(before, _move_attrs(("axes", 1, "int64")))
+
+
+# op type -> how a node of an older opset becomes its latest-opset form.
+UPGRADES: dict[str, Upgrade] = {
+    "Slice": _below(10, _move_attrs(("starts", 1, "int64"), ("ends", 2, "int64"),
+                                    ("axes", 3, "int64"))),
+    "Squeeze": _below(13, _move_attrs(("axes", 1, "int64"))),
+    "Unsqueeze": _below(13, _move_attrs(("axes", 1, "int64"))),
+    "Split": _chain(_below(13, _move_attrs(("split", 1, "int64"))), _split_outputs),
+    "Pad": _below(11, _pad_v2),
+    "Clip": _below(11, _clip_scalars),
+    "ReduceSum": _reduce_axes(13),
+    **{op: _reduce_axes(18) for op in (
+        "ReduceMax", "ReduceMin", "ReduceMean", "ReduceProd", "ReduceL1", "ReduceL2",
+        "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
+    "Upsample": _upsample,
+    "Resize": _below(11, _resize_v10),
+    "Softmax": _below(13, _softmax_v1),
+    "LogSoftmax": _below(13, _softmax_v1),
+    "Hardmax": _below(13, _softmax_v1),
+    "BatchNormalization": _batchnorm,
+    "Dropout": _drop("is_test", "ratio", "seed"),
+    "Gemm": _drop("broadcast"),
+    "Cast": _drop("saturate"),
+    "Relu": _drop("consumed_inputs"),
+    **{op: _drop("consumed_inputs") for op in (
+        "Abs", "Add", "Sub", "Mul", "Div", "Neg", "Reciprocal", "Sqrt", "Exp", "Log",
+        "Ceil", "Floor", "Sigmoid", "Tanh", "LeakyRelu", "Elu", "Selu", "HardSigmoid",
+        "PRelu", "Max", "Min", "Mean", "Sum")},
+}
+
+
+# ---- the importer -------------------------------------------------------------------------
+
+def _parse(data: bytes, name: str):
+    onnx = _onnx()
+    try:
+        model = onnx.ModelProto.FromString(bytes(data))
+    except Exception as e:  # noqa: BLE001 - protobuf raises DecodeError and others
+        raise ModelError(f"{name}: not a readable ONNX model ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else 'parse failed'})") from None
+    if not model.HasField("graph") or not model.graph.output:
+        raise ModelError(f"{name}: not an ONNX model (no graph with outputs; "
+                         "truncated or corrupt file?)")
+    return model
+
+
+def _opset(model, name: str) -> int:
+    versions = [o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS]
+    if not versions:
+        raise ModelError(f"{name}: the model imports no default-domain ONNX opset")
+    latest = _onnx().defs.onnx_opset_version()
+    opset = int(versions[0])
+    if not MIN_OPSET <= opset <= latest:
+        raise UnsupportedError(f"{name}: ONNX opset {opset} is not supported "
+                               f"(aot reads opsets {MIN_OPSET} to {latest})")
+    return opset
+
+
+def _check_op(op: str, node_name: str, domain: str) -> None:
+    from aot.ops import OPS
+    if domain not in DEFAULT_DOMAINS:
+        raise UnsupportedError(f"unsupported op '{op}' of domain '{domain}' at node "
+                               f"'{node_name}' (aot reads the default ONNX domain only)")
+    if op not in OPS:
+        raise UnsupportedError(f"unsupported op '{op}' at node '{node_name}'")
+
+
+def _constant_value(node: Node) -> np.ndarray:
+    """The value of a Constant node, from whichever value_* attribute it has."""
+    a = node.attrs
+    forms = {"value": lambda v: v, "value_float": lambda v: np.float32(v),
+             "value_floats": lambda v: np.asarray(v, np.float32),
+             "value_int": lambda v: np.int64(v),
+             "value_ints": lambda v: np.asarray(v, np.int64)}
+    for key, make in forms.items():
+        if key in a:
+            return np.ascontiguousarray(make(a[key]))
+    raise UnsupportedError(f"Constant node '{node.name}': attribute "
+                           f"{sorted(a) or 'none'} is not supported")
+
+
+def import_onnx(data: bytes, name: str) -> Graph:
+    model = _parse(data, name)
+    opset = _opset(model, name)
+    g = model.graph
+    types: dict[str, TensorType] = {}
+    taken = {t for n in g.node for t in list(n.input) + list(n.output)}
+    taken |= {i.name for i in g.input} | {t.name for t in g.initializer}
+    b = _Builder(opset, taken)
+
+    for t in g.initializer:
+        b.constants[t.name] = _tensor(t, f"initializer '{t.name}'")
+    if g.sparse_initializer:
+        raise UnsupportedError(f"{name}: sparse initializers are not supported")
+    inputs = []
+    for vi in g.input:
+        if vi.name in b.constants:
+            continue  # an initializer listed as input (old exporters): a weight
+        types[vi.name] = _value_type(vi, f"input '{vi.name}'")
+        inputs.append(vi.name)
+
+    for index, pn in enumerate(g.node):
+        node_name = pn.name or f"{pn.op_type}_{index}"
+        _check_domain = pn.domain
+        attrs = {a.name: _attr(a, f"{pn.op_type} node '{node_name}'") for a in pn.attribute}
+        node = Node(pn.op_type, node_name, tuple(pn.input), tuple(pn.output), attrs)
+        if node.op == "Constant" and _check_domain in DEFAULT_DOMAINS:
+            b.constants[node.outputs[0]] = _constant_value(node)
+            continue
+        if _check_domain in DEFAULT_DOMAINS and node.op in UPGRADES:
+            node = UPGRADES[node.op](b, node)
+        _check_op(node.op, node_name, _check_domain)
+        b.nodes.append(node)
+
+    types.update({k: type_of(v) for k, v in b.constants.items()})
+    for k, v in b.constants.items():
+        _dtype_ok(v, k)
+    outputs = tuple(o.name for o in g.output)
+    return Graph(name=g.name or name, inputs=tuple(inputs), outputs=outputs,
+                 nodes=tuple(b.nodes), types=types, constants=b.constants)
+
+
+def _dtype_ok(v: np.ndarray, name: str) -> None:
+    if v.dtype.name not in DTYPES:
+        raise UnsupportedError(f"constant '{name}': data type {v.dtype.name} is not supported")

@@ -1,0 +1,382 @@
+"""Data-movement and shape ops with ONNX semantics (latest opset).
+
+Shape arguments (Reshape's shape, Slice's starts, ...) are inputs that must be
+known at compile time: `sig.const(i)` reads them. Ops that only move data copy
+the input's `quant` onto the output (docs/ops.md), so quantized models use
+them directly.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from aot.ir.graph import TensorType
+from aot.ops.registry import Call, Pattern, Sig, register
+
+
+def _ints(a) -> list[int]:
+    return [int(v) for v in np.asarray(a).reshape(-1)]
+
+
+def _axis(sig: Sig, axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < rank:
+        raise sig.fail(f"{what} {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+def _axes(sig: Sig, axes, rank: int) -> list[int]:
+    out = [_axis(sig, a, rank) for a in axes]
+    if len(set(out)) != len(out):
+        raise sig.fail(f"repeated axes {list(axes)}")
+    return out
+
+
+def _moved(sig: Sig, shape, i: int = 0) -> TensorType:
+    """Output type of a data-movement op: input i's dtype and quant."""
+    t = sig.in_types[i]
+    return TensorType(tuple(int(d) for d in shape), t.dtype, t.quant)
+
+
+# ---- Reshape / Flatten / Squeeze / Unsqueeze / Transpose -----------------------------
+
+def _infer_reshape(sig: Sig):
+    x = sig.in_types[0]
+    spec = _ints(sig.const(1))
+    allowzero = sig.attrs.get("allowzero", 0)
+    out = []
+    for i, d in enumerate(spec):
+        if d == 0 and not allowzero:
+            if i >= len(x.shape):
+                raise sig.fail(f"shape {spec}: 0 at {i} copies a dimension the input lacks")
+            d = x.shape[i]
+        out.append(d)
+    if out.count(-1) > 1:
+        raise sig.fail(f"shape {spec} has more than one -1")
+    if any(d < -1 for d in out):
+        raise sig.fail(f"shape {spec} has a negative dimension")
+    if -1 in out:
+        known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
+        if known == 0 or x.size % known:
+            raise sig.fail(f"cannot reshape {list(x.shape)} to {spec}")
+        out[out.index(-1)] = x.size // known
+    if int(np.prod(out, dtype=np.int64)) != x.size:
+        raise sig.fail(f"cannot reshape {list(x.shape)} ({x.size} elements) to {spec}")
+    return [_moved(sig, out)]
+
+
+@register("Reshape", infer=_infer_reshape, pattern=Pattern.INJECTIVE)
+def _reshape(call: Call, args):
+    return [args[0].reshape(call.out_types[0].shape)]
+
+
+def _infer_flatten(sig: Sig):
+    x = sig.in_types[0]
+    rank = len(x.shape)
+    axis = sig.attrs.get("axis", 1)
+    if not -rank <= axis <= rank:
+        raise sig.fail(f"axis {axis} is out of range for rank {rank}")
+    axis = axis % (rank + 1) if axis < 0 else axis
+    outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return [_moved(sig, (outer, x.size // outer))]
+
+
+@register("Flatten", infer=_infer_flatten, pattern=Pattern.INJECTIVE)
+def _flatten(call: Call, args):
+    return [args[0].reshape(call.out_types[0].shape)]
+
+
+def _infer_squeeze(sig: Sig):
+    x = sig.in_types[0]
+    if sig.has(1):
+        axes = _axes(sig, _ints(sig.const(1)), len(x.shape))
+        bad = [a for a in axes if x.shape[a] != 1]
+        if bad:
+            raise sig.fail(f"cannot squeeze axis {bad[0]} of shape {list(x.shape)} (not 1)")
+    else:
+        axes = [i for i, d in enumerate(x.shape) if d == 1]
+    return [_moved(sig, [d for i, d in enumerate(x.shape) if i not in axes])]
+
+
+def _infer_unsqueeze(sig: Sig):
+    x = sig.in_types[0]
+    raw = _ints(sig.const(1))
+    rank = len(x.shape) + len(raw)
+    axes = _axes(sig, raw, rank)
+    dims = iter(x.shape)
+    return [_moved(sig, [1 if i in axes else next(dims) for i in range(rank)])]
+
+
+for _name, _infer in (("Squeeze", _infer_squeeze), ("Unsqueeze", _infer_unsqueeze)):
+    register(_name, infer=_infer, pattern=Pattern.INJECTIVE)(_flatten)
+
+
+def _perm(sig_or_call, rank: int) -> list[int]:
+    perm = sig_or_call.attrs.get("perm")
+    return list(range(rank))[::-1] if perm is None else [int(p) for p in perm]
+
+
+def _infer_transpose(sig: Sig):
+    x = sig.in_types[0]
+    perm = _perm(sig, len(x.shape))
+    if sorted(perm) != list(range(len(x.shape))):
+        raise sig.fail(f"perm {perm} is not a permutation of {len(x.shape)} axes")
+    return [_moved(sig, [x.shape[p] for p in perm])]
+
+
+@register("Transpose", infer=_infer_transpose, pattern=Pattern.INJECTIVE)
+def _transpose(call: Call, args):
+    return [np.ascontiguousarray(np.transpose(args[0], _perm(call, args[0].ndim)))]
+
+
+# ---- Concat / Split ---------------------------------------------------------------
+
+def _infer_concat(sig: Sig):
+    types = [t for t in sig.in_types if t is not None]
+    first = types[0]
+    rank = len(first.shape)
+    axis = _axis(sig, sig.attrs.get("axis", 0), max(rank, 1))
+    for t in types:
+        if t.dtype != first.dtype or len(t.shape) != rank:
+            raise sig.fail(f"inputs {first} and {t} cannot be concatenated")
+        if any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != axis):
+            raise sig.fail(f"shapes {list(first.shape)} and {list(t.shape)} differ "
+                           f"outside axis {axis}")
+    shape = list(first.shape)
+    shape[axis] = sum(t.shape[axis] for t in types)
+    quant = first.quant if all(t.quant == first.quant for t in types) else None
+    return [TensorType(tuple(shape), first.dtype, quant)]
+
+
+@register("Concat", infer=_infer_concat, pattern=Pattern.INJECTIVE)
+def _concat(call: Call, args):
+    parts = [a for a in args if a is not None]
+    return [np.concatenate(parts, axis=call.attrs.get("axis", 0))]
+
+
+def _split_sizes(sig: Sig) -> tuple[int, list[int]]:
+    x = sig.in_types[0]
+    axis = _axis(sig, sig.attrs.get("axis", 0), len(x.shape))
+    dim = x.shape[axis]
+    if sig.has(1):
+        sizes = _ints(sig.const(1))
+        if sum(sizes) != dim or len(sizes) != len(sig.node.outputs) or min(sizes) < 0:
+            raise sig.fail(f"split {sizes} does not divide dimension {dim} "
+                           f"into {len(sig.node.outputs)} outputs")
+        return axis, sizes
+    n = sig.attrs.get("num_outputs", len(sig.node.outputs))
+    if n != len(sig.node.outputs):
+        raise sig.fail(f"num_outputs={n} but the node has {len(sig.node.outputs)} outputs")
+    chunk = -(-dim // n)  # ceil: the last chunk may be smaller (opset 18)
+    sizes = [min(chunk, dim - i * chunk) for i in range(n)]
+    if min(sizes) <= 0:
+        raise sig.fail(f"cannot split dimension {dim} into {n} outputs")
+    return axis, sizes
+
+
+def _infer_split(sig: Sig):
+    x = sig.in_types[0]
+    axis, sizes = _split_sizes(sig)
+    outs = []
+    for s in sizes:
+        shape = list(x.shape)
+        shape[axis] = s
+        outs.append(_moved(sig, shape))
+    return outs
+
+
+@register("Split", infer=_infer_split, pattern=Pattern.INJECTIVE)
+def _split(call: Call, args):
+    x = args[0]
+    axis = call.attrs.get("axis", 0) % x.ndim
+    bounds = np.cumsum([t.shape[axis] for t in call.out_types])[:-1]
+    return np.split(x, bounds, axis=axis)
+
+
+# ---- Slice / Gather ------------------------------------------------------------------
+
+def _slices(sig: Sig) -> tuple[slice, ...]:
+    """ONNX Slice's starts/ends/axes/steps as numpy slices, clamped per the spec."""
+    x = sig.in_types[0]
+    rank = len(x.shape)
+    starts, ends = _ints(sig.const(1)), _ints(sig.const(2))
+    axes = _ints(sig.const(3)) if sig.has(3) else list(range(len(starts)))
+    steps = _ints(sig.const(4)) if sig.has(4) else [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise sig.fail("starts, ends, axes and steps differ in length")
+    index = [slice(None)] * rank
+    for start, end, axis, step in zip(starts, ends, _axes(sig, axes, rank), steps):
+        dim = x.shape[axis]
+        if step == 0:
+            raise sig.fail("slice step 0")
+        start = start + dim if start < 0 else start
+        end = end + dim if end < 0 else end
+        if step > 0:
+            start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+        else:
+            start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+        index[axis] = slice(start, None if end < 0 else end, step)
+    return tuple(index)
+
+
+def _infer_slice(sig: Sig):
+    x = sig.in_types[0]
+    shape = [len(range(*s.indices(d))) for s, d in zip(_slices(sig), x.shape)]
+    return [_moved(sig, shape)]
+
+
+@register("Slice", infer=_infer_slice, pattern=Pattern.INJECTIVE)
+def _slice(call: Call, args):
+    sig = Sig(call.node, call.in_types, tuple(args))
+    return [np.ascontiguousarray(args[0][_slices(sig)])]
+
+
+def _infer_gather(sig: Sig):
+    x, idx = sig.in_types[0], sig.in_types[1]
+    if idx.dtype not in ("int32", "int64"):
+        raise sig.fail(f"indices must be int32 or int64, got {idx.dtype}")
+    axis = _axis(sig, sig.attrs.get("axis", 0), len(x.shape))
+    if sig.values[1] is not None:
+        v = sig.values[1]
+        if v.size and (v.min() < -x.shape[axis] or v.max() >= x.shape[axis]):
+            raise sig.fail(f"index out of range for dimension {x.shape[axis]}")
+    return [_moved(sig, x.shape[:axis] + idx.shape + x.shape[axis + 1:])]
+
+
+@register("Gather", infer=_infer_gather, pattern=Pattern.INJECTIVE)
+def _gather(call: Call, args):
+    x, idx = args
+    axis = call.attrs.get("axis", 0) % x.ndim
+    dim = x.shape[axis]
+    idx = np.where(idx < 0, idx + dim, idx)
+    if idx.size and (idx.min() < 0 or idx.max() >= dim):
+        raise call_fail(call, f"index out of range for dimension {dim}")
+    return [np.take(x, idx, axis=axis)]
+
+
+def call_fail(call: Call, msg: str):
+    return Sig(call.node, call.in_types, ()).fail(msg)
+
+
+# ---- Expand / Tile / Pad ----------------------------------------------------------
+
+def _broadcast(sig: Sig, a, b):
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(tuple(a), tuple(b)))
+    except ValueError:
+        raise sig.fail(f"cannot broadcast {list(a)} with {list(b)}") from None
+
+
+@register("Expand", infer=lambda s: [_moved(s, _broadcast(s, s.in_types[0].shape,
+                                                          _ints(s.const(1))))],
+          pattern=Pattern.BROADCAST)
+def _expand(call: Call, args):
+    return [np.ascontiguousarray(np.broadcast_to(args[0], call.out_types[0].shape))]
+
+
+def _infer_tile(sig: Sig):
+    x = sig.in_types[0]
+    reps = _ints(sig.const(1))
+    if len(reps) != len(x.shape) or min(reps, default=1) < 0:
+        raise sig.fail(f"repeats {reps} do not match rank {len(x.shape)}")
+    return [_moved(sig, [d * r for d, r in zip(x.shape, reps)])]
+
+
+@register("Tile", infer=_infer_tile, pattern=Pattern.INJECTIVE)
+def _tile(call: Call, args):
+    return [np.tile(args[0], _ints(args[1]))]
+
+
+PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+
+
+def _pad_widths(sig: Sig) -> list[tuple[int, int]]:
+    x = sig.in_types[0]
+    rank = len(x.shape)
+    pads = _ints(sig.const(1))
+    axes = _axes(sig, _ints(sig.const(3)), rank) if sig.has(3) else list(range(rank))
+    if len(pads) != 2 * len(axes):
+        raise sig.fail(f"pads {pads} should have 2 x {len(axes)} entries")
+    widths = [(0, 0)] * rank
+    for i, a in enumerate(axes):
+        widths[a] = (pads[i], pads[i + len(axes)])
+    mode = sig.attrs.get("mode", "constant")
+    if mode not in PAD_MODES:
+        raise sig.fail(f"unknown pad mode {mode!r}")
+    for (b, e), d in zip(widths, x.shape):
+        if d + b + e <= 0 or (mode == "reflect" and max(b, e) >= d):
+            raise sig.fail(f"pads {pads} ({mode}) do not fit shape {list(x.shape)}")
+    return widths
+
+
+@register("Pad", infer=lambda s: [_moved(s, [d + b + e for d, (b, e) in
+                                             zip(s.in_types[0].shape, _pad_widths(s))])],
+          pattern=Pattern.INJECTIVE)
+def _pad(call: Call, args):
+    x = args[0]
+    widths = _pad_widths(Sig(call.node, call.in_types, tuple(args)))
+    # Negative pads crop first; np.pad then adds the positive part.
+    x = x[tuple(slice(max(-b, 0), d - max(-e, 0)) for (b, e), d in zip(widths, x.shape))]
+    pos = [(max(b, 0), max(e, 0)) for b, e in widths]
+    mode = PAD_MODES[call.attrs.get("mode", "constant")]
+    if mode == "constant":
+        value = args[2] if len(args) > 2 and args[2] is not None and args[2].size else 0
+        return [np.pad(x, pos, mode="constant", constant_values=np.asarray(value).reshape(()))]
+    return [np.pad(x, pos, mode=mode)]
+
+
+# ---- Shape / Size / ConstantOfShape / Range ----------------------------------------------
+
+def _shape_range(attrs, rank: int) -> slice:
+    start, end = attrs.get("start", 0), attrs.get("end", rank)
+    return slice(max(min(start + rank if start < 0 else start, rank), 0),
+                 max(min(end + rank if end < 0 else end, rank), 0))
+
+
+def _infer_shape(sig: Sig):
+    dims = sig.in_types[0].shape[_shape_range(sig.attrs, len(sig.in_types[0].shape))]
+    return [TensorType((len(dims),), "int64")]
+
+
+@register("Shape", infer=_infer_shape, pattern=Pattern.OPAQUE, needs_values=False)
+def _shape(call: Call, args):
+    shape = call.in_types[0].shape
+    return [np.array(shape[_shape_range(call.attrs, len(shape))], dtype=np.int64)]
+
+
+@register("Size", infer=lambda s: [TensorType((), "int64")], pattern=Pattern.OPAQUE,
+          needs_values=False)
+def _size(call: Call, args):
+    return [np.array(call.in_types[0].size, dtype=np.int64)]
+
+
+def _fill_value(attrs) -> np.ndarray:
+    value = attrs.get("value")
+    return np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)[:1]
+
+
+def _infer_constant_of_shape(sig: Sig):
+    shape = _ints(sig.const(0))
+    return [TensorType(tuple(shape), _fill_value(sig.attrs).dtype.name)]
+
+
+@register("ConstantOfShape", infer=_infer_constant_of_shape, pattern=Pattern.OPAQUE)
+def _constant_of_shape(call: Call, args):
+    t = call.out_types[0]
+    return [np.full(t.shape, _fill_value(call.attrs)[0], dtype=t.dtype)]
+
+
+def _range_len(start, limit, delta) -> int:
+    return max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
+
+
+def _infer_range(sig: Sig):
+    start, limit, delta = (sig.const(i).reshape(()) for i in range(3))
+    if delta == 0:
+        raise sig.fail("delta is 0")
+    return [TensorType((_range_len(start, limit, delta),), sig.in_types[0].dtype)]
+
+
+@register("Range", infer=_infer_range, pattern=Pattern.OPAQUE)
+def _range(call: Call, args):
+    start, _, delta = (a.reshape(()) for a in args)
+    n = call.out_types[0].shape[0]
+    return [(start + np.arange(n) * delta).astype(call.out_types[0].dtype)]

@@ -272,10 +272,8 @@ def _convt_geometry(sig_or_call, xs, ws):
             oshape = oshape[2:]
         if len(oshape) != nsp:
             raise _fail(sig_or_call, f"output_shape {list(oshape)} must list {nsp} spatial dims")
+        # A negative total (output_shape past the full output) pads with zeros.
         total = [f - o for f, o in zip(full, oshape)]
-        if any(t < 0 for t in total):
-            raise _fail(sig_or_call, f"output_shape {list(oshape)} is larger than the "
-                                     f"full transposed-conv output {full}")
         small = [t // 2 for t in total]
         big = [t - t // 2 for t in total]
         begin, end = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
@@ -327,15 +325,18 @@ def _conv_transpose(call: Call, args):
     cols = cols.reshape((n, group * og) + tuple(kernel) + tuple(insp))
     # Scatter each kernel tap into the full output, then crop the pads.
     full = [s * (i - 1) + (k - 1) * d + 1 for s, i, k, d in zip(strides, insp, kernel, dil)]
-    # output_padding can reach past the last tap: those positions stay zero.
-    full = [max(f, o + b_) for f, o, b_ in zip(full, out, begin)]
-    y = np.zeros((n, group * og) + tuple(full), dtype=np.float32)
+    # The output window [begin, begin + out) may reach outside the taps'
+    # span (output_padding, negative pads): those positions stay zero.
+    lo = [min(0, b_) for b_ in begin]
+    size = [max(f, b_ + o) - l_ for f, b_, o, l_ in zip(full, begin, out, lo)]
+    y = np.zeros((n, group * og) + tuple(size), dtype=np.float32)
     for tap in np.ndindex(*kernel):
         sl = (slice(None), slice(None)) + tuple(
-            slice(t * d, t * d + (i - 1) * s + 1, s)
-            for t, d, i, s in zip(tap, dil, insp, strides))
+            slice(t * d - l_, t * d - l_ + (i - 1) * s + 1, s)
+            for t, d, i, s, l_ in zip(tap, dil, insp, strides, lo))
         y[sl] += cols[(slice(None), slice(None)) + tap]
-    y = y[(slice(None), slice(None)) + tuple(slice(b_, b_ + o) for b_, o in zip(begin, out))]
+    y = y[(slice(None), slice(None)) + tuple(slice(b_ - l_, b_ - l_ + o)
+                                             for b_, o, l_ in zip(begin, out, lo))]
     if b is not None:
         y = y + b.reshape((1, -1) + (1,) * nsp)
     return [_from_nchw(y.astype(x.dtype, copy=False), layout)]
@@ -788,3 +789,230 @@ def _space_to_depth(call: Call, args):
     n, c, h, w = x.shape
     y = x.reshape(n, c, h // bs, bs, w // bs, bs).transpose(0, 3, 5, 1, 2, 4)
     return [_from_nchw(y.reshape(n, c * bs * bs, h // bs, w // bs), layout)]
+
+
+# --------------------------------------------------------------------------
+# Resize
+#
+# scales, sizes, roi and axes index the tensor's own axes, so `layout` does
+# not change the arithmetic (it is accepted for uniformity with other
+# spatial ops). Interpolation is separable: each resized axis is one gather
+# of a few taps per output position plus a weighted sum.
+
+_COORD_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+                "asymmetric", "tf_crop_and_resize", "tf_half_pixel_for_nn")
+
+
+@dataclass(frozen=True)
+class _ResizePlan:
+    axes: tuple[int, ...]
+    scales: tuple[float, ...]      # per tensor axis
+    out: tuple[int, ...]           # output shape
+
+
+def _resize_optional(sig_or_call, i: int, values) -> np.ndarray | None:
+    """A scales/sizes/roi input, or None when absent or empty."""
+    v = values[i] if i < len(values) else None
+    if v is None:
+        return None
+    v = np.asarray(v)
+    return v if v.size else None
+
+
+def _resize_plan(sig_or_call, shape: tuple[int, ...], scales, sizes) -> _ResizePlan:
+    rank = len(shape)
+    axes = sig_or_call.attrs.get("axes")
+    axes = tuple(range(rank)) if axes is None else tuple(
+        _axis(sig_or_call, int(a), rank) for a in axes)
+    if len(set(axes)) != len(axes):
+        raise _fail(sig_or_call, f"axes {list(axes)} repeat an axis")
+    if (scales is None) == (sizes is None):
+        raise _fail(sig_or_call, "exactly one of scales and sizes must be given")
+    given = scales if scales is not None else sizes
+    if given.ndim != 1 or given.size != len(axes):
+        raise _fail(sig_or_call, f"{'scales' if scales is not None else 'sizes'} has "
+                                 f"{given.size} entries, expected {len(axes)}")
+    sc = [1.0] * rank
+    out = list(shape)
+    if scales is not None:
+        for a, s in zip(axes, scales.astype(np.float64)):
+            if not s > 0:
+                raise _fail(sig_or_call, f"scale {s} must be positive")
+            sc[a] = float(s)
+            out[a] = int(math.floor(s * shape[a]))
+    else:
+        policy = sig_or_call.attrs.get("keep_aspect_ratio_policy", "stretch")
+        want = [int(v) for v in sizes]
+        if any(v < 1 for v in want):
+            raise _fail(sig_or_call, f"sizes {want} must be positive")
+        ratios = [w / shape[a] for a, w in zip(axes, want)]
+        if policy == "stretch":
+            for a, w, r in zip(axes, want, ratios):
+                sc[a], out[a] = r, w
+        elif policy in ("not_larger", "not_smaller"):
+            r = min(ratios) if policy == "not_larger" else max(ratios)
+            for a in axes:
+                sc[a], out[a] = r, int(r * shape[a] + 0.5)
+        else:
+            raise _unsupported(sig_or_call, f"keep_aspect_ratio_policy {policy!r}")
+    return _ResizePlan(axes, tuple(sc), tuple(out))
+
+
+def _resize_infer(sig: Sig):
+    x = sig.in_types[0]
+    _layout(sig)
+    mode = sig.attrs.get("mode", "nearest")
+    if mode not in ("nearest", "linear", "cubic"):
+        raise _unsupported(sig, f"mode {mode!r}")
+    ctm = sig.attrs.get("coordinate_transformation_mode", "half_pixel")
+    if ctm not in _COORD_MODES:
+        raise _unsupported(sig, f"coordinate_transformation_mode {ctm!r}")
+    if mode != "nearest" and x.dtype not in FLOATS + ("int8", "uint8", "int32"):
+        raise _unsupported(sig, f"{mode} interpolation of {x.dtype}")
+    if mode == "nearest" and int(sig.attrs.get("antialias", 0)):
+        raise _unsupported(sig, "antialias with mode nearest")
+    vals = [None] * 4
+    for i in (2, 3):
+        if sig.has(i):
+            vals[i] = sig.const(i)
+    if ctm == "tf_crop_and_resize":
+        if not sig.has(1):
+            raise sig.fail("tf_crop_and_resize needs the roi input")
+        sig.const(1)
+    plan = _resize_plan(sig, x.shape, _resize_optional(sig, 2, vals),
+                        _resize_optional(sig, 3, vals))
+    return [TensorType(plan.out, x.dtype, x.quant if mode == "nearest" else None)]
+
+
+def _source_coords(ctm: str, n_out: int, n_in: int, scale: float, roi) -> tuple:
+    """Source coordinate of each output position along one axis, and the
+    mask of positions that fall outside the crop (tf_crop_and_resize)."""
+    y = np.arange(n_out, dtype=np.float64)
+    length = scale * n_in     # ONNX uses the unrounded resized length
+    outside = None
+    if ctm == "align_corners":
+        x = np.zeros(n_out) if length == 1 else y * (n_in - 1) / (length - 1)
+    elif ctm == "asymmetric":
+        x = y / scale
+    elif ctm == "tf_half_pixel_for_nn":
+        x = (y + 0.5) / scale
+    elif ctm == "pytorch_half_pixel":
+        x = np.full(n_out, -0.5) if length == 1 else (y + 0.5) / scale - 0.5
+    elif ctm == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    elif ctm == "half_pixel_symmetric":
+        offset = n_in / 2 * (1 - n_out / length)
+        x = offset + (y + 0.5) / scale - 0.5
+    else:  # tf_crop_and_resize
+        start, end = roi
+        if length == 1:
+            x = np.full(n_out, (end - start) * (n_in - 1) / 2)
+        else:
+            x = y * (end - start) * (n_in - 1) / (length - 1)
+        x = x + start * (n_in - 1)
+        outside = (x < 0) | (x > n_in - 1)
+    return x, outside
+
+
+def _cubic_kernel(t: np.ndarray, a: float) -> np.ndarray:
+    t = np.abs(t)
+    near = ((a + 2) * t - (a + 3)) * t * t + 1
+    far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+    return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
+
+
+def _taps(call: Call, x: np.ndarray, n_in: int, scale: float):
+    """Indices [out, n] and weights [out, n] of the interpolation taps."""
+    mode = call.attrs.get("mode", "nearest")
+    x_int = np.floor(x)
+    # The tap left of the point is preferred: an exact integer counts as
+    # ratio 1 from the previous pixel (as ONNX's reference does).
+    ratio = np.where(x == x_int, 1.0, x - x_int)
+    s = min(scale, 1.0) if int(call.attrs.get("antialias", 0)) else 1.0
+    if mode == "nearest":
+        n = 2
+        nm = call.attrs.get("nearest_mode", "round_prefer_floor")
+        right = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5,
+                 "floor": np.zeros_like(ratio, bool), "ceil": np.ones_like(ratio, bool)}.get(nm)
+        if right is None:
+            raise _unsupported(call, f"nearest_mode {nm!r}")
+        right = right | (ratio == 1.0)
+        w = np.stack([~right, right], axis=1).astype(np.float64)
+    elif mode == "linear":
+        start = int(math.floor(-1 / s)) + 1
+        n = 2 - 2 * start
+        t = (np.arange(start, start + n)[None, :] - ratio[:, None]) * s
+        w = np.clip(1 - np.abs(t), 0, 1)
+    else:
+        start = int(math.floor(-2 / s)) + 1
+        n = 2 - 2 * start
+        t = (np.arange(start, start + n)[None, :] - ratio[:, None]) * s
+        w = _cubic_kernel(t, float(call.attrs.get("cubic_coeff_a", -0.75)))
+    if s != 1.0:
+        w = w / w.sum(axis=1, keepdims=True)
+    # The n taps nearest to x, ties going to the smaller index.
+    pad = (n + 1) // 2
+    xp = x + pad
+    p = np.floor(xp)
+    frac = xp - p
+    if n % 2 == 0:
+        off = np.where(frac == 0, -(n // 2), -(n // 2) + 1)
+    else:
+        off = np.where(frac <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
+    idx = (p + off).astype(np.int64)[:, None] + np.arange(n)[None, :] - pad
+    if int(call.attrs.get("exclude_outside", 0)):
+        w = np.where((idx < 0) | (idx >= n_in), 0.0, w)
+        tot = w.sum(axis=1, keepdims=True)
+        w = w / np.where(tot == 0, 1.0, tot)
+    return np.clip(idx, 0, n_in - 1), w
+
+
+def _resize_axis(call: Call, data: np.ndarray, axis: int, n_out: int, scale: float, roi):
+    n_in = data.shape[axis]
+    ctm = call.attrs.get("coordinate_transformation_mode", "half_pixel")
+    x, outside = _source_coords(ctm, n_out, n_in, scale, roi)
+    idx, w = _taps(call, x, n_in, scale)
+    if call.attrs.get("mode", "nearest") == "nearest":
+        pick = idx[np.arange(n_out), np.argmax(w, axis=1)]
+        y = np.take(data, pick, axis=axis)
+    else:
+        g = np.take(data, idx, axis=axis)       # [..., out, n, ...]
+        wshape = (1,) * axis + w.shape + (1,) * (data.ndim - axis - 1)
+        y = (g * w.reshape(wshape)).sum(axis=axis + 1)
+    if outside is not None and outside.any():
+        mshape = (1,) * axis + (n_out,) + (1,) * (data.ndim - axis - 1)
+        y = np.where(outside.reshape(mshape),
+                     np.asarray(call.attrs.get("extrapolation_value", 0.0), y.dtype), y)
+    return y
+
+
+@register("Resize", infer=_resize_infer, pattern=Pattern.INJECTIVE)
+def _resize(call: Call, args):
+    x = args[0]
+    args = list(args) + [None] * (4 - len(args))
+    plan = _resize_plan(call, x.shape, _resize_optional(call, 2, args),
+                        _resize_optional(call, 3, args))
+    roi = _resize_optional(call, 1, args)
+    rank = x.ndim
+    if roi is not None:
+        roi = roi.astype(np.float64)
+        naxes = len(plan.axes)
+        if roi.size != 2 * naxes:
+            raise _fail(call, f"roi has {roi.size} entries, expected {2 * naxes}")
+        full = np.array([0.0] * rank + [1.0] * rank)
+        for i, a in enumerate(plan.axes):
+            full[a], full[rank + a] = roi[i], roi[naxes + i]
+        roi = full
+    linear = call.attrs.get("mode", "nearest") != "nearest"
+    y = x.astype(np.float64) if linear else x
+    ctm = call.attrs.get("coordinate_transformation_mode", "half_pixel")
+    for a in plan.axes:
+        axis_roi = None if roi is None else (roi[a], roi[rank + a])
+        identity = plan.out[a] == x.shape[a] and plan.scales[a] == 1.0 and (
+            ctm != "tf_crop_and_resize" or axis_roi == (0.0, 1.0))
+        if not identity:
+            y = _resize_axis(call, y, a, plan.out[a], plan.scales[a], axis_roi)
+    if linear and x.dtype.kind in "iu":
+        info = np.iinfo(x.dtype)
+        y = np.clip(np.rint(y), info.min, info.max)
+    return [np.asarray(y).astype(x.dtype, copy=False)]

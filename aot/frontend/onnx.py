@@ -378,12 +378,38 @@ def import_onnx(data: bytes, name: str) -> Graph:
         _check_op(node.op, node_name, _check_domain)
         b.nodes.append(node)
 
+    _drop_empty_optionals(b)
     types.update({k: type_of(v) for k, v in b.constants.items()})
     for k, v in b.constants.items():
         _dtype_ok(v, k)
     outputs = tuple(o.name for o in g.output)
     return Graph(name=g.name or name, inputs=tuple(inputs), outputs=outputs,
                  nodes=tuple(b.nodes), types=types, constants=b.constants)
+
+
+# Optional inputs where an empty tensor means "absent" (exporters write empty
+# initializers for Resize's unused roi/scales, Reduce's default axes, ...).
+EMPTY_IS_ABSENT = {
+    "Resize": (1, 2, 3), "Pad": (2, 3), "Clip": (1, 2),
+    **{op: (1,) for op in ("ReduceMax", "ReduceMin", "ReduceMean", "ReduceSum",
+                           "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
+                           "ReduceLogSumExp", "ReduceSumSquare")},
+}
+
+
+def _drop_empty_optionals(b: _Builder) -> None:
+    """Replace empty constant optional inputs by "" (absent); aot has no empty tensors."""
+    def empty(name: str) -> bool:
+        return bool(name) and name in b.constants and b.constants[name].size == 0
+
+    for i, n in enumerate(b.nodes):
+        positions = EMPTY_IS_ABSENT.get(n.op, ())
+        if any(empty(t) for k, t in enumerate(n.inputs) if k in positions):
+            inputs = ["" if k in positions and empty(t) else t for k, t in enumerate(n.inputs)]
+            b.nodes[i] = n.with_(inputs=_trim(inputs))
+    used = {t for n in b.nodes for t in n.inputs}
+    for name in [k for k, v in b.constants.items() if v.size == 0 and k not in used]:
+        del b.constants[name]
 
 
 def _dtype_ok(v: np.ndarray, name: str) -> None:

@@ -74,7 +74,7 @@ def _infer_flatten(sig: Sig):
     axis = sig.attrs.get("axis", 1)
     if not -rank <= axis <= rank:
         raise sig.fail(f"axis {axis} is out of range for rank {rank}")
-    axis = axis % (rank + 1) if axis < 0 else axis
+    axis = axis + rank if axis < 0 else axis
     outer = int(np.prod(x.shape[:axis], dtype=np.int64))
     return [_moved(sig, (outer, x.size // outer))]
 

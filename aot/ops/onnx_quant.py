@@ -1,0 +1,327 @@
+"""ONNX's quantized ops with ONNX semantics (opset 21): QuantizeLinear,
+DequantizeLinear, DynamicQuantizeLinear, QLinearConv, QLinearMatMul,
+ConvInteger and MatMulInteger.
+
+Scales and zero points are inputs, as in ONNX. The arithmetic follows
+onnx.reference exactly: quantization divides in the input's float type and
+rounds half to even; QLinear* accumulate in integers, then requantize with a
+float32 multiplier (x_scale * w_scale / y_scale) applied in float64,
+round half to even and saturate.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from aot.errors import UnsupportedError, node_label
+from aot.ir.graph import TensorType
+from aot.ops.nn import (
+    FLOATS, _from_nchw, _from_nchw_shape, _layout, _nchw_shape, _to_nchw, conv_nchw,
+    matmul_shape, resolve_window,
+)
+from aot.ops.registry import Call, Pattern, Sig, register
+
+# Integer types QuantizeLinear may produce (int4 and float8 are not supported).
+QTYPES = ("int8", "uint8", "int16", "uint16")
+# TensorProto data type numbers, for the output_dtype attribute.
+_TENSORPROTO = {2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32"}
+
+
+def _unsupported(s, msg: str):
+    return UnsupportedError(f"{node_label(s.node)}: {msg}")
+
+
+def _dtype_attr(s, name: str) -> str | None:
+    v = s.attrs.get(name)
+    if v in (None, 0, ""):
+        return None
+    if isinstance(v, str):
+        return v
+    if int(v) not in _TENSORPROTO:
+        raise _unsupported(s, f"{name}={v} (supported: int8, uint8, int16, uint16)")
+    return _TENSORPROTO[int(v)]
+
+
+# --------------------------------------------------------------------------
+# Quantization parameters: per tensor, per axis or blocked.
+
+
+def _check_qparam(sig: Sig, i: int, x_shape, what: str) -> None:
+    """Scale/zero-point shape rules of opset 21."""
+    t = sig.in_types[i]
+    rank = len(x_shape)
+    axis = int(sig.attrs.get("axis", 1))
+    block = int(sig.attrs.get("block_size", 0))
+    if t.size == 1 and len(t.shape) <= 1 and not block:
+        return
+    if not -rank <= axis < rank:
+        raise sig.fail(f"axis {axis} is out of range for rank {rank}")
+    axis %= rank
+    if block:
+        if block < 0:
+            raise sig.fail(f"block_size {block} must be positive")
+        want = list(x_shape)
+        want[axis] = -(-x_shape[axis] // block)
+        if list(t.shape) != want:
+            raise sig.fail(f"blocked {what} shape {list(t.shape)} must be {want} "
+                           f"(block_size {block} on axis {axis})")
+    elif t.shape != (x_shape[axis],):
+        raise sig.fail(f"{what} shape {list(t.shape)} must be a scalar or "
+                       f"[{x_shape[axis]}] (per-axis on axis {axis})")
+
+
+def _expand_qparam(call: Call, v: np.ndarray, shape) -> np.ndarray:
+    """A scale/zero point broadcastable against x."""
+    if v.size == 1 and v.ndim <= 1 and not int(call.attrs.get("block_size", 0)):
+        return v.reshape(())
+    axis = int(call.attrs.get("axis", 1)) % len(shape)
+    block = int(call.attrs.get("block_size", 0))
+    if block:
+        return np.repeat(v, block, axis=axis).take(np.arange(shape[axis]), axis=axis)
+    dims = [1] * len(shape)
+    dims[axis] = v.size
+    return v.reshape(dims)
+
+
+def saturate_round(v: np.ndarray, dtype: str) -> np.ndarray:
+    """Round half to even, then clamp into dtype's range."""
+    info = np.iinfo(dtype)
+    return np.clip(np.rint(v), info.min, info.max).astype(dtype)
+
+
+# --------------------------------------------------------------------------
+# QuantizeLinear / DequantizeLinear
+
+
+def _quantize_infer(sig: Sig):
+    x = sig.in_types[0]
+    if x.dtype not in FLOATS + ("int32",):
+        raise _unsupported(sig, f"input dtype {x.dtype}")
+    want = _dtype_attr(sig, "output_dtype")
+    if sig.has(2):
+        zdt = sig.in_types[2].dtype
+        if want and want != zdt:
+            raise sig.fail(f"output_dtype {want} differs from the zero point's {zdt}")
+        want = zdt
+    out = want or "uint8"
+    if out not in QTYPES:
+        raise _unsupported(sig, f"quantizing to {out} (supported: {', '.join(QTYPES)})")
+    _check_qparam(sig, 1, x.shape, "y_scale")
+    if sig.has(2):
+        _check_qparam(sig, 2, x.shape, "y_zero_point")
+        if sig.in_types[2].shape != sig.in_types[1].shape:
+            raise sig.fail("y_scale and y_zero_point shapes differ")
+    return [TensorType(x.shape, out)]
+
+
+@register("QuantizeLinear", infer=_quantize_infer, pattern=Pattern.ELEMWISE)
+def _quantize(call: Call, args):
+    x, scale = args[0], args[1]
+    zp = args[2] if len(args) > 2 else None
+    out = call.out_types[0].dtype
+    q = np.rint(x / _expand_qparam(call, scale, x.shape)).astype(np.int32)
+    if zp is not None:
+        q = q + _expand_qparam(call, zp, x.shape).astype(np.int32)
+    info = np.iinfo(out)
+    return [np.clip(q, info.min, info.max).astype(out)]
+
+
+def _dequantize_infer(sig: Sig):
+    x = sig.in_types[0]
+    if x.dtype not in QTYPES + ("int32",):
+        raise _unsupported(sig, f"input dtype {x.dtype}")
+    scale = sig.in_types[1]
+    if scale.dtype not in FLOATS:
+        raise sig.fail(f"x_scale dtype {scale.dtype} must be float")
+    _check_qparam(sig, 1, x.shape, "x_scale")
+    if sig.has(2):
+        if sig.in_types[2].dtype != x.dtype:
+            raise sig.fail(f"x_zero_point dtype {sig.in_types[2].dtype} differs from "
+                           f"the input's {x.dtype}")
+        _check_qparam(sig, 2, x.shape, "x_zero_point")
+    out = _dtype_attr(sig, "output_dtype") or scale.dtype
+    return [TensorType(x.shape, out)]
+
+
+@register("DequantizeLinear", infer=_dequantize_infer, pattern=Pattern.ELEMWISE)
+def _dequantize(call: Call, args):
+    x, scale = args[0], args[1]
+    zp = args[2] if len(args) > 2 else None
+    d = x.astype(np.float32)
+    if zp is not None:
+        d = d - _expand_qparam(call, zp, x.shape).astype(np.float32)
+    y = d * _expand_qparam(call, scale, x.shape)
+    return [y.astype(call.out_types[0].dtype)]
+
+
+def _dynq_infer(sig: Sig):
+    x = sig.in_types[0]
+    if x.dtype != "float32":
+        raise _unsupported(sig, f"input dtype {x.dtype}")
+    return [TensorType(x.shape, "uint8"), TensorType((), "float32"), TensorType((), "uint8")]
+
+
+@register("DynamicQuantizeLinear", infer=_dynq_infer, pattern=Pattern.OPAQUE)
+def _dynamic_quantize(call: Call, args):
+    x = args[0]
+    # The range always includes 0 so that 0 is exactly representable.
+    lo = np.minimum(np.float32(0), x.min())
+    hi = np.maximum(np.float32(0), x.max())
+    # An all-zero input gets scale 1 (any scale works; ONNX Runtime's choice,
+    # where the spec's formula would divide by zero).
+    scale = np.float32(1.0) if hi == lo else np.float32(hi - lo) / np.float32(255)
+    zp = saturate_round(np.float32(0) - lo / scale, "uint8")
+    y = np.clip(np.rint(x / scale) + zp, 0, 255).astype(np.uint8)
+    return [y, np.asarray(scale, np.float32), np.asarray(zp, np.uint8)]
+
+
+# --------------------------------------------------------------------------
+# QLinearMatMul / MatMulInteger
+
+
+def _int_input(sig: Sig, i: int, what: str) -> TensorType:
+    t = sig.in_types[i]
+    if t is None:
+        raise sig.fail(f"{what} (input {i}) is required")
+    if t.dtype not in ("int8", "uint8"):
+        raise _unsupported(sig, f"{what} dtype {t.dtype} (int8/uint8 only)")
+    return t
+
+
+def _check_zp(sig: Sig, i: int, of: TensorType, what: str) -> None:
+    if sig.has(i) and sig.in_types[i].dtype != of.dtype:
+        raise sig.fail(f"{what} dtype {sig.in_types[i].dtype} differs from its tensor's "
+                       f"{of.dtype}")
+
+
+def _qmatmul_infer(sig: Sig):
+    a = _int_input(sig, 0, "a")
+    b = _int_input(sig, 3, "b")
+    _check_zp(sig, 2, a, "a_zero_point")
+    _check_zp(sig, 5, b, "b_zero_point")
+    out = sig.in_types[7].dtype if sig.has(7) else a.dtype
+    if out not in ("int8", "uint8"):
+        raise _unsupported(sig, f"output dtype {out}")
+    return [TensorType(matmul_shape(sig, a.shape, b.shape), out)]
+
+
+def _centered(v: np.ndarray, zp) -> np.ndarray:
+    v = v.astype(np.int32)
+    return v if zp is None else v - np.asarray(zp).astype(np.int32)
+
+
+def _int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # float64 holds every int8 dot product exactly and uses BLAS.
+    return np.rint(np.matmul(a.astype(np.float64), b.astype(np.float64))).astype(np.int32)
+
+
+def _requantize(acc: np.ndarray, multiplier: np.ndarray, zp, dtype: str) -> np.ndarray:
+    r = acc.astype(np.float64) * multiplier.astype(np.float64)
+    if zp is not None:
+        r = r + np.asarray(zp).astype(np.float64)
+    return saturate_round(r, dtype)
+
+
+@register("QLinearMatMul", infer=_qmatmul_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+def _qlinear_matmul(call: Call, args):
+    a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = (list(args) + [None] * 8)[:8]
+    acc = _int_matmul(_centered(a, a_zp), _centered(b, b_zp))
+    mult = (a_s * b_s / y_s).astype(np.float32)
+    return [_requantize(acc, mult, y_zp, call.out_types[0].dtype)]
+
+
+def _matmul_integer_infer(sig: Sig):
+    a = _int_input(sig, 0, "A")
+    b = _int_input(sig, 1, "B")
+    return [TensorType(matmul_shape(sig, a.shape, b.shape), "int32")]
+
+
+@register("MatMulInteger", infer=_matmul_integer_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+def _matmul_integer(call: Call, args):
+    a, b, a_zp, b_zp = (list(args) + [None] * 4)[:4]
+    if a_zp is not None and a_zp.ndim == 1 and a_zp.size > 1 and a.ndim >= 2:
+        a_zp = a_zp.reshape(-1, 1)     # per-row zero point of A
+    return [_int_matmul(_centered(a, a_zp), _centered(b, b_zp))]
+
+
+# --------------------------------------------------------------------------
+# QLinearConv / ConvInteger
+
+
+def _qconv_shape(sig: Sig, x: TensorType, w: TensorType) -> tuple[int, ...]:
+    layout = _layout(sig)
+    if len(x.shape) < 3 or len(x.shape) != len(w.shape):
+        raise sig.fail(f"input {x} and weight {w} must have the same rank >= 3")
+    xs = _nchw_shape(x.shape, layout)
+    ws = (w.shape[0], w.shape[-1]) + tuple(w.shape[1:-1]) if layout == "NHWC" else w.shape
+    group = int(sig.attrs.get("group", 1))
+    if group < 1 or xs[1] % group or ws[0] % group or ws[1] * group != xs[1]:
+        raise sig.fail(f"weight {list(w.shape)} does not match {xs[1]} input channels "
+                       f"with group {group}")
+    win = resolve_window(sig, tuple(xs[2:]), tuple(ws[2:]))
+    return _from_nchw_shape((xs[0], ws[0]) + win.out, layout)
+
+
+def _qconv_infer(sig: Sig):
+    x = _int_input(sig, 0, "x")
+    w = _int_input(sig, 3, "w")
+    _check_zp(sig, 2, x, "x_zero_point")
+    _check_zp(sig, 5, w, "w_zero_point")
+    shape = _qconv_shape(sig, x, w)
+    o = w.shape[0]
+    for i, what in ((4, "w_scale"), (5, "w_zero_point")):
+        if sig.has(i) and sig.in_types[i].size not in (1, o):
+            raise sig.fail(f"{what} has {sig.in_types[i].size} entries, expected 1 or {o}")
+    if sig.has(8) and (sig.in_types[8].shape != (o,) or sig.in_types[8].dtype != "int32"):
+        raise sig.fail(f"bias must be int32[{o}], got {sig.in_types[8]}")
+    out = sig.in_types[7].dtype if sig.has(7) else x.dtype
+    return [TensorType(shape, out)]
+
+
+def _int_conv(call: Call, x: np.ndarray, w: np.ndarray, bias=None) -> np.ndarray:
+    """Exact integer convolution of zero-point-centred operands, NCHW int32."""
+    layout = _layout(call)
+    if layout == "NHWC":
+        w = np.moveaxis(w, -1, 1)
+    xn = _to_nchw(x, layout).astype(np.float64)
+    win = resolve_window(call, tuple(xn.shape[2:]), tuple(w.shape[2:]))
+    y = conv_nchw(xn, w.astype(np.float64), None, win, int(call.attrs.get("group", 1)))
+    y = np.rint(y).astype(np.int64)
+    if bias is not None:
+        y = y + bias.astype(np.int64).reshape((1, -1) + (1,) * (y.ndim - 2))
+    return y.astype(np.int32)
+
+
+def _per_channel(v: np.ndarray, ndim: int) -> np.ndarray:
+    """A scalar, or a per-output-channel vector shaped for NCHW."""
+    v = np.asarray(v)
+    return v.reshape(()) if v.size == 1 else v.reshape((1, -1) + (1,) * (ndim - 2))
+
+
+@register("QLinearConv", infer=_qconv_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+def _qlinear_conv(call: Call, args):
+    x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias = (list(args) + [None] * 9)[:9]
+    wc = w.astype(np.int32)
+    if w_zp is not None:
+        wz = np.asarray(w_zp).astype(np.int32)
+        wc = wc - (wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.size > 1 else wz.reshape(()))
+    acc = _int_conv(call, _centered(x, x_zp), wc, bias)
+    mult = (x_s * _per_channel(w_s, acc.ndim) / y_s).astype(np.float32)
+    layout = _layout(call)
+    y = _requantize(acc, mult, y_zp, call.out_types[0].dtype)
+    return [_from_nchw(y, layout)]
+
+
+def _conv_integer_infer(sig: Sig):
+    x = _int_input(sig, 0, "x")
+    w = _int_input(sig, 1, "w")
+    return [TensorType(_qconv_shape(sig, x, w), "int32")]
+
+
+@register("ConvInteger", infer=_conv_integer_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+def _conv_integer(call: Call, args):
+    x, w, x_zp, w_zp = (list(args) + [None] * 4)[:4]
+    wc = w.astype(np.int32)
+    if w_zp is not None:
+        wz = np.asarray(w_zp).astype(np.int32)
+        wc = wc - (wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.size > 1 else wz.reshape(()))
+    return [_from_nchw(_int_conv(call, _centered(x, x_zp), wc), _layout(call))]

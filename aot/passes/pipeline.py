@@ -9,12 +9,22 @@ from pathlib import Path
 from typing import Callable
 
 from aot.ir.graph import Graph, print_graph
+from aot.passes.dce import dead_code
+from aot.passes.fold import fold_constants
+from aot.passes.fuse import fuse
 from aot.passes.infer import infer_types
+from aot.passes.layout import to_channels_last
+from aot.passes.simplify import simplify
 
 Pass = Callable[[Graph], Graph]
 
 PIPELINE: tuple[tuple[str, Pass], ...] = (
     ("infer_types", infer_types),
+    ("fold_constants", fold_constants),
+    ("simplify", simplify),
+    ("to_channels_last", to_channels_last),
+    ("dead_code", dead_code),
+    ("fuse", fuse),
 )
 
 

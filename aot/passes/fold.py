@@ -1,0 +1,45 @@
+"""Constant folding: nodes computable at compile time become constants.
+
+A node folds when all its inputs are constants, or when its op needs only
+its inputs' types (Shape, Size: `OpDef.needs_values=False`). The folded
+outputs keep their tensor names, so the result is deterministic and the
+listing still reads like the model.
+
+Folding must not blow up the weights: ConstantOfShape / Expand / Tile can
+turn a few bytes into a large tensor that is cheaper to compute on the
+device than to store in flash. A node folds only when its outputs are small
+(FOLD_ALWAYS elements) or no bigger than GROWTH times its constant inputs.
+"""
+from __future__ import annotations
+
+from aot.interp import run_node
+from aot.ir.graph import Graph, Node
+from aot.ops import op_def
+from aot.passes.rewrite import Rewrite, Rewriter, rewrite
+
+FOLD_ALWAYS = 1024  # output elements that always fold
+GROWTH = 2          # else outputs may be at most this many times the inputs
+
+
+def foldable(node: Node, rw: Rewriter) -> bool:
+    if node.op == "fused" or any(rw.pinned(o) for o in node.outputs):
+        return False  # a model output stays computed by a kernel
+    opdef = op_def(node)
+    if opdef.needs_values and not all(not i or rw.const(i) is not None for i in node.inputs):
+        return False
+    out_size = sum(rw.type(o).size for o in node.outputs)
+    in_size = sum(rw.type(i).size for i in node.inputs if rw.const(i) is not None)
+    return out_size <= max(FOLD_ALWAYS, GROWTH * in_size)
+
+
+def fold_rule(node: Node, rw: Rewriter) -> Rewrite | None:
+    if not foldable(node, rw):
+        return None
+    args = [rw.const(i) if i else None for i in node.inputs]
+    for name, value in zip(node.outputs, run_node(node, rw.types, args)):
+        rw.set_constant(name, value)
+    return Rewrite(())
+
+
+def fold_constants(graph: Graph) -> Graph:
+    return rewrite(graph, [fold_rule])

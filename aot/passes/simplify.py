@@ -1,0 +1,290 @@
+"""Inference simplifications: rewrite rules that remove or merge nodes.
+
+Each rule is local and value-preserving (exactly, or up to float rounding
+where weights are pre-multiplied: BatchNormalization and per-channel
+Mul/Add folded into a Conv or Gemm). What stays on purpose:
+QuantizeLinear -> DequantizeLinear on a float tensor is a fake-quant (it
+rounds the values), so it is kept; the reverse pair with identical
+parameters is an exact identity and goes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from aot.ir.graph import Graph, Node, TensorType
+from aot.passes.dce import dead_code
+from aot.passes.rewrite import Rewrite, Rewriter, invert, is_float, perm_of, remove, rewrite
+
+RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+
+
+# ---- no-ops --------------------------------------------------------------------
+def identity_rule(node: Node, rw: Rewriter) -> Rewrite | None:
+    if node.op == "Identity":
+        return remove(node, node.outputs[0], node.inputs[0])
+    if node.op == "Dropout" and not _used(rw, node.outputs[1:]):
+        # Inference-mode Dropout (infer rejects training mode) passes x through.
+        return remove(node, node.outputs[0], node.inputs[0])
+    return None
+
+
+def _used(rw: Rewriter, names) -> bool:
+    return any(n and (rw.consumers(n) or rw.pinned(n)) for n in names)
+
+
+def _const_all(rw: Rewriter, name: str, value: float) -> bool:
+    c = rw.const(name)
+    return c is not None and c.size > 0 and bool(np.all(c == value))
+
+
+def neutral_rule(node: Node, rw: Rewriter) -> Rewrite | None:
+    """x*1, x/1, x+0, x-0 on floats, when broadcasting does not grow x."""
+    neutral = {"Add": 0.0, "Sub": 0.0, "Mul": 1.0, "Div": 1.0}.get(node.op)
+    if neutral is None or len(node.inputs) != 2:
+        return None
+    out = rw.type(node.outputs[0])
+    order = ((0, 1), (1, 0)) if node.op in ("Add", "Mul") else ((0, 1),)
+    for xi, ci in order:
+        x, c = node.inputs[xi], node.inputs[ci]
+        if _const_all(rw, c, neutral) and rw.type(x) == out and is_float(out):
+            return remove(node, node.outputs[0], x)
+    return None
+
+
+def sub_to_add_rule(node: Node, rw: Rewriter) -> Rewrite | None:
+    """x - c -> x + (-c): exact, and Add chains fold into Conv/Gemm biases."""
+    if node.op != "Sub" or rw.const(node.inputs[1]) is None or rw.const(node.inputs[0]) is not None:
+        return None
+    if not is_float(rw.type(node.outputs[0])):
+        return None
+    neg = rw.constant(f"{node.inputs[1]}_neg", -rw.const(node.inputs[1]))
+    return Rewrite([rw.node("Add", [node.inputs[0], neg], name=node.name,
+                            outputs=node.outputs)])
+
+
+# ---- quantize / dequantize pairs -------------------------------------------
+def _same_const(rw: Rewriter, a: str, b: str, default_dtype: str | None = None) -> bool:
+    if a == b:
+        return True
+    va, vb = rw.const(a), rw.const(b)
+    if va is None and not a and default_dtype:
+        va = np.zeros((), default_dtype)
+    if vb is None and not b and default_dtype:
+        vb = np.zeros((), default_dtype)
+    return (va is not None and vb is not None and va.dtype == vb.dtype
+            and va.shape == vb.shape and bool(np.array_equal(va, vb)))
+
+
+def qdq_rule(node: Node, rw: Rewriter) -> Rewrite | None:
+    """Dequantize -> Quantize with the same parameters gives back q exactly.
+
+    (q - zp) * s / s rounds back to q - zp: the float error is far below
+    half a step, and q was already in range, so the clamp does nothing.
+    """
+    if node.op == "QuantizeLinear":
+        dq = rw.producer(node.inputs[0])
+        if dq is None or dq.op != "DequantizeLinear":
+            return None
+        q = dq.inputs[0]
+        ins_q = list(node.inputs) + [""] * (3 - len(node.inputs))
+        ins_d = list(dq.inputs) + [""] * (3 - len(dq.inputs))
+        same = (_same_const(rw, ins_q[1], ins_d[1])
+                and _same_const(rw, ins_q[2], ins_d[2], rw.type(q).dtype)
+                and node.attrs.get("axis", 1) == dq.attrs.get("axis", 1)
+                and node.attrs.get("block_size", 0) == dq.attrs.get("block_size", 0))
+        if same and rw.type(node.outputs[0]).dtype == rw.type(q).dtype:
+            return remove(node, node.outputs[0], q)
+    if node.op == "tfl.quantize":
+        src = node.inputs[0]
+        prod = rw.producer(src)
+        if prod is not None and prod.op == "tfl.dequantize" and \
+                rw.type(prod.inputs[0]) == rw.type(node.outputs[0]):
+            return remove(node, node.outputs[0], prod.inputs[0])
+        if rw.type(src) == rw.type(node.outputs[0]) and rw.type(src).quant is not None:
+            return remove(node, node.outputs[0], src)  # requantize to the same params
+    return None
+
+
+# ---- BatchNormalization ------------------------------------------------------
+def _bn_affine(node: Node, rw: Rewriter) -> tuple[np.ndarray, np.ndarray] | None:
+    """BN as y = x * a + b with per-channel a, b (float64), if its params are constant."""
+    params = [rw.const(i) for i in node.inputs[1:5]]
+    if len(params) != 4 or any(p is None for p in params) or _used(rw, node.outputs[1:]):
+        return None
+    scale, bias, mean, var = (p.astype(np.float64) for p in params)
+    eps = float(node.attrs.get("epsilon", 1e-5))
+    # Same float32 rounding of the factor as the op's reference.
+    a = (params[0] / np.sqrt(params[3].astype(np.float32) + np.float32(eps))).astype(np.float64)
+    return a, bias - mean * a
+
+
+def batchnorm_rule(node: Node, rw: Rewriter) -> Rewrite | None:
+    if node.op != "BatchNormalization" or not is_float(rw.type(node.inputs[0])):
+        return None
+    affine = _bn_affine(node, rw)
+    if affine is None:
+        return None
+    a, b = affine
+    x = node.inputs[0]
+    layout = node.attrs.get("layout", "NCHW")
+    rank = len(rw.type(x).shape)
+    axis = rank - 1 if layout == "NHWC" else 1
+    folded = _fold_into_producer(rw, x, axis, scale=a, shift=b, out=node.outputs[0])
+    if folded is not None:
+        return folded
+    # Standalone: a per-channel Mul and Add the fusion pass can attach anywhere.
+    shape = (-1,) + (1,) * (rank - 1 - axis)
+    dtype = rw.type(x).dtype
+    ca = rw.constant(f"{node.name}_scale", a.astype(dtype).reshape(shape))
+    cb = rw.constant(f"{node.name}_shift", b.astype(dtype).reshape(shape))
+    mul = rw.node("Mul", [x, ca], name=f"{node.name}_mul")
+    add = rw.node("Add", [mul.outputs[0], cb], name=f"{node.name}_add", outputs=node.outputs)
+    return Rewrite([mul, add])
+
+
+# ---- per-channel affine into Conv / Gemm --------------------------------------
+def _channel_vector(c: np.ndarray, out_shape: tuple[int, ...], axis: int) -> np.ndarray | None:
+    """c as one value per channel of `axis`, if it only varies along that axis
+    and broadcasting it does not change the output shape."""
+    rank = len(out_shape)
+    if c.ndim > rank:
+        return None
+    full = c.reshape((1,) * (rank - c.ndim) + c.shape)
+    if any(d != 1 and (i != axis or d != out_shape[axis]) for i, d in enumerate(full.shape)):
+        return None
+    return np.broadcast_to(full.reshape(-1).astype(np.float64), (out_shape[axis],))
+
+
+def _fold_into_producer(rw: Rewriter, x: str, axis: int, *, out: str,
+                        scale: np.ndarray | None = None,
+                        shift: np.ndarray | None = None) -> Rewrite | None:
+    """Rebuild the Conv/Gemm producing x so it computes x * scale + shift
+    (per channel of `axis`) directly, writing `out`."""
+    prod = rw.producer(x)
+    if prod is None or not rw.single_use(x) or not is_float(rw.type(x)):
+        return None
+    rank = len(rw.type(x).shape)
+    if prod.op == "Conv":
+        chan = rank - 1 if prod.attrs.get("layout", "NCHW") == "NHWC" else 1
+        w_axis = 0  # both layouts put output channels first in the weight
+    elif prod.op == "Gemm":
+        chan = 1
+        w_axis = 0 if prod.attrs.get("transB", 0) else 1
+    else:
+        return None
+    ins = list(prod.inputs) + [""] * (3 - len(prod.inputs))
+    w, bias = rw.const(ins[1]), rw.const(ins[2]) if ins[2] else None
+    if axis != chan or w is None or (ins[2] and bias is None):
+        return None
+    n = rw.type(x).shape[chan]
+    attrs = dict(prod.attrs)
+    if prod.op == "Gemm":
+        # Y = alpha*A@B + beta*C: scaling columns scales B and beta*C, a shift
+        # adds to beta*C; the new C carries beta, so beta becomes 1.
+        if bias is not None:
+            bias = bias * float(prod.attrs.get("beta", 1.0))
+        attrs["beta"] = 1.0
+    if bias is None:
+        bias = np.zeros((n,), w.dtype)
+    new_w, new_b = w.astype(np.float64), bias.astype(np.float64)
+    if scale is not None:
+        shape = [1] * w.ndim
+        shape[w_axis] = n
+        new_w = new_w * scale.reshape(shape)
+        new_b = new_b * scale  # broadcasts over a Gemm's [M, N] or [N] bias
+    if shift is not None:
+        new_b = new_b + shift
+    wname = rw.constant(f"{prod.name}_w", new_w.astype(w.dtype)) if scale is not None else ins[1]
+    bname = rw.constant(f"{prod.name}_b", new_b.astype(w.dtype))
+    node = rw.node(prod.op, [ins[0], wname, bname], name=prod.name, attrs=attrs, outputs=[out])
+    return Rewrite([node])
+
+
+def affine_into_dense_rule(node: Node, rw: Rewriter) -> Rewrite | None:
+    """Conv/Gemm followed by Add/Mul/Div of a per-channel constant."""
+    if node.op not in ("Add", "Mul", "Div") or len(node.inputs) != 2:
+        return None
+    out = rw.type(node.outputs[0])
+    order = ((0, 1), (1, 0)) if node.op != "Div" else ((0, 1),)
+    for xi, ci in order:
+        x, c = node.inputs[xi], rw.const(node.inputs[ci])
+        prod = rw.producer(x)
+        if c is None or prod is None or prod.op not in ("Conv", "Gemm") or rw.type(x) != out:
+            continue
+        rank = len(out.shape)
+        chan = rank - 1 if prod.attrs.get("layout", "NCHW") == "NHWC" else 1
+        vec = _channel_vector(c, out.shape, chan)
+        if vec is None:
+            continue
+        if node.op == "Add":
+            return _fold_into_producer(rw, x, chan, shift=vec, out=node.outputs[0])
+        if node.op == "Div" and not np.all(vec != 0):
+            continue
+        scale = vec if node.op == "Mul" else 1.0 / vec
+        return _fold_into_producer(rw, x, chan, scale=scale, out=node.outputs[0])
+    return None
+
+
+# ---- reshapes and transposes ---------------------------------------------------
+def _plain(ty: TensorType) -> bool:
+    """Reshaping keeps the meaning of ty's quantization (none or per-tensor)."""
+    return ty.quant is None or not ty.quant.per_channel
+
+
+def reshape_rule(node: Node, rw: Rewriter) -> Rewrite | None:
+    """A chain of Reshape/Flatten/Squeeze/Unsqueeze becomes one Reshape with a
+    constant shape, or nothing when the shape does not change."""
+    if node.op not in RESHAPES:
+        return None
+    out = rw.type(node.outputs[0])
+    src = node.inputs[0]
+    if not _plain(out) or not _plain(rw.type(src)):
+        return None
+    prod = rw.producer(src)
+    while prod is not None and prod.op in RESHAPES and _plain(rw.type(prod.inputs[0])):
+        src = prod.inputs[0]
+        prod = rw.producer(src)
+    if rw.type(src).shape == out.shape:
+        return remove(node, node.outputs[0], src)
+    shape = rw.const(node.inputs[1]) if node.op == "Reshape" else None
+    canonical = (node.op == "Reshape" and src == node.inputs[0] and shape is not None
+                 and tuple(int(d) for d in shape) == out.shape)
+    if canonical:
+        return None
+    return Rewrite([make_reshape(rw, src, out, node.name, node.outputs[0])])
+
+
+def make_reshape(rw: Rewriter, src: str, out: TensorType, name: str, output: str) -> Node:
+    shape = rw.constant(f"{name}_shape", np.array(out.shape, dtype=np.int64))
+    return rw.node("Reshape", [src, shape], name=name, outputs=[output],
+                   types=[TensorType(out.shape, rw.type(src).dtype, rw.type(src).quant)])
+
+
+def transpose_rule(node: Node, rw: Rewriter) -> Rewrite | None:
+    """Identity permutations vanish; Transpose(Transpose(x)) is one Transpose."""
+    if node.op != "Transpose":
+        return None
+    rank = len(rw.type(node.inputs[0]).shape)
+    perm = perm_of(node, rank)
+    if perm == tuple(range(rank)):
+        return remove(node, node.outputs[0], node.inputs[0])
+    prod = rw.producer(node.inputs[0])
+    if prod is None or prod.op != "Transpose":
+        return None
+    inner = perm_of(prod, rank)
+    composed = tuple(inner[p] for p in perm)
+    if composed == tuple(range(rank)):
+        return remove(node, node.outputs[0], prod.inputs[0])
+    return Rewrite([rw.node("Transpose", [prod.inputs[0]], name=node.name,
+                            attrs={"perm": composed}, outputs=node.outputs)])
+
+
+RULES = (identity_rule, neutral_rule, qdq_rule, sub_to_add_rule, batchnorm_rule,
+         affine_into_dense_rule, reshape_rule, transpose_rule)
+
+
+def simplify(graph: Graph) -> Graph:
+    return dead_code(rewrite(graph, RULES))
+
+
+__all__ = ["simplify", "RULES", "invert"]

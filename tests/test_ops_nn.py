@@ -167,6 +167,13 @@ def test_maxpool_indices(attrs, storage_order):
           n_out=2, exact=True)
 
 
+@pytest.mark.parametrize("dt", ["int8", "uint8"])
+def test_maxpool_int(dt):
+    x = np.random.default_rng(0).integers(-128 if dt == "int8" else 0, 128, (1, 3, 7, 7))
+    check("MaxPool", {"x": x.astype(dt)},
+          attrs={"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, exact=True)
+
+
 def test_maxpool_dilations():
     check("MaxPool", {"x": rnd(1, 2, 10, 9)},
           attrs={"kernel_shape": [2, 3], "dilations": [2, 2], "pads": [1, 1, 0, 1]})
@@ -271,6 +278,15 @@ def test_batchnorm(xs):
         np.testing.assert_allclose(y2, nhwc(y), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("momentum", [0.9, 0.5])
+def test_batchnorm_training(momentum):
+    c = 3
+    consts = {"s": rnd(c, seed=1), "b": rnd(c, seed=2), "m": rnd(c, seed=3),
+              "v": np.abs(rnd(c, seed=4)) + 0.1}
+    check("BatchNormalization", {"x": rnd(4, 3, 5, 2)}, consts,
+          {"epsilon": 1e-3, "momentum": momentum, "training_mode": 1}, n_out=3, ref=run_ref)
+
+
 @pytest.mark.parametrize("xs", [(2, 3, 4, 5), (1, 2, 3, 4, 2)])
 def test_instance_norm(xs):
     c = xs[1]
@@ -325,9 +341,10 @@ def test_depth_to_space(mode):
     y2 = run_aot("DepthToSpace", {"x": nhwc(x)}, {}, {"blocksize": 2, "mode": mode,
                                                       "layout": "NHWC"})[0]
     np.testing.assert_array_equal(y2, nhwc(y))
-    back = check("SpaceToDepth", {"x": y}, attrs={"blocksize": 2}, exact=True)[0]
-    if mode == "DCR":
-        np.testing.assert_array_equal(back, x)
+    # SpaceToDepth's CRD mode is opset 24; it inverts DepthToSpace's.
+    back = check("SpaceToDepth", {"x": y}, attrs={"blocksize": 2, "mode": mode}, exact=True,
+                 ref=run_ref, opset=24)[0]
+    np.testing.assert_array_equal(back, x)
     with pytest.raises(ShapeError, match="divisible"):
         run_aot("DepthToSpace", {"x": rnd(1, 6, 2, 2)}, {}, {"blocksize": 2})
 

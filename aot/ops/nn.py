@@ -347,7 +347,9 @@ def _conv_transpose(call: Call, args):
 
 
 def _pool_infer_common(sig: Sig):
-    x = _float_input(sig, 0)
+    x = sig.in_types[0]
+    if x.dtype not in FLOATS and not (sig.node.op == "MaxPool" and x.dtype in ("int8", "uint8")):
+        raise _unsupported(sig, f"input dtype {x.dtype}")
     layout = _layout(sig)
     if len(x.shape) < 3:
         raise sig.fail(f"input {x} must have rank >= 3 (N, C, spatial...)")
@@ -510,17 +512,17 @@ def _channel_param(sig: Sig, i: int, c: int, what: str):
 
 def _bn_infer(sig: Sig):
     x = _float_input(sig, 0)
-    if int(sig.attrs.get("training_mode", 0)):
-        raise _unsupported(sig, "training_mode=1 (only inference is supported)")
-    if len(sig.node.outputs) > 1 and any(sig.node.outputs[1:]):
-        raise _unsupported(sig, "the running mean/var outputs (training only)")
     layout = _layout(sig)
     if len(x.shape) < 2:
         raise sig.fail(f"input {x} must have rank >= 2")
     c = _nchw_shape(x.shape, layout)[1]
     for i, what in enumerate(("scale", "B", "input_mean", "input_var"), start=1):
         _channel_param(sig, i, c, what)
-    return [TensorType(x.shape, x.dtype)]
+    training = int(sig.attrs.get("training_mode", 0))
+    if not training and len(sig.node.outputs) > 1 and any(sig.node.outputs[1:]):
+        raise sig.fail("running_mean/running_var outputs need training_mode=1")
+    stat = TensorType((c,), x.dtype)
+    return [TensorType(x.shape, x.dtype), stat, stat]
 
 
 def _channel_shape(x: np.ndarray, layout: str) -> tuple[int, ...]:
@@ -534,7 +536,21 @@ def _channel_shape(x: np.ndarray, layout: str) -> tuple[int, ...]:
 def _batchnorm(call: Call, args):
     x, scale, bias, mean, var = args[:5]
     eps = float(call.attrs.get("epsilon", 1e-5))
-    shp = _channel_shape(x, _layout(call))
+    layout = _layout(call)
+    shp = _channel_shape(x, layout)
+    outs = []
+    if int(call.attrs.get("training_mode", 0)):
+        # Training mode normalizes with the batch statistics (population
+        # variance) and also returns the updated running statistics.
+        axes = tuple(a for a in range(x.ndim) if a != (x.ndim - 1 if layout == "NHWC" else 1))
+        bmean = x.mean(axis=axes, dtype=np.float64)
+        bvar = x.astype(np.float64).var(axis=axes)
+        mom = float(call.attrs.get("momentum", 0.9))
+        outs = [(mean * mom + bmean * (1 - mom)).astype(x.dtype),
+                (var * mom + bvar * (1 - mom)).astype(x.dtype)]
+        y = (x - bmean.reshape(shp)) / np.sqrt(bvar.reshape(shp) + eps) * scale.reshape(shp) \
+            + bias.reshape(shp)
+        return [y.astype(x.dtype)] + outs
     f = (scale / np.sqrt(var.astype(np.float32) + np.float32(eps))).astype(np.float32)
     y = (x - mean.reshape(shp)) * f.reshape(shp) + bias.reshape(shp)
     return [y.astype(x.dtype)]
@@ -761,6 +777,9 @@ def _d2s_infer(sig: Sig):
             raise sig.fail(f"channels {c} are not divisible by blocksize^2 = {bs * bs}")
         out = (n, c // (bs * bs), h * bs, w * bs)
     else:
+        mode = sig.attrs.get("mode", "DCR")
+        if mode not in ("DCR", "CRD"):
+            raise _unsupported(sig, f"mode {mode!r}")
         if h % bs or w % bs:
             raise sig.fail(f"spatial dims {h}x{w} are not divisible by blocksize {bs}")
         out = (n, c * bs * bs, h // bs, w // bs)
@@ -787,7 +806,11 @@ def _space_to_depth(call: Call, args):
     x = _to_nchw(args[0], layout)
     bs = int(call.attrs["blocksize"])
     n, c, h, w = x.shape
-    y = x.reshape(n, c, h // bs, bs, w // bs, bs).transpose(0, 3, 5, 1, 2, 4)
+    y = x.reshape(n, c, h // bs, bs, w // bs, bs)
+    if call.attrs.get("mode", "DCR") == "DCR":
+        y = y.transpose(0, 3, 5, 1, 2, 4)
+    else:
+        y = y.transpose(0, 1, 3, 5, 2, 4)
     return [_from_nchw(y.reshape(n, c * bs * bs, h // bs, w // bs), layout)]
 
 

@@ -65,7 +65,7 @@ def _tensor(t, what: str) -> np.ndarray:
         raise ModelError(f"{what}: unreadable tensor data ({e})") from None
     if arr.size != int(np.prod(tuple(t.dims), dtype=np.int64)):
         raise ModelError(f"{what}: tensor data does not match its dims {list(t.dims)}")
-    return np.ascontiguousarray(arr)
+    return np.require(arr, requirements="C")
 
 
 def _value_type(vi, what: str) -> TensorType:
@@ -134,7 +134,7 @@ class _Builder:
 
     def const(self, node_name: str, what: str, value) -> str:
         name = self.fresh(f"{node_name}__{what}")
-        self.constants[name] = np.ascontiguousarray(value)
+        self.constants[name] = np.require(value, requirements="C")
         return name
 
 
@@ -340,7 +340,7 @@ def _constant_value(node: Node) -> np.ndarray:
              "value_ints": lambda v: np.asarray(v, np.int64)}
     for key, make in forms.items():
         if key in a:
-            return np.ascontiguousarray(make(a[key]))
+            return np.require(make(a[key]), requirements="C")
     raise UnsupportedError(f"Constant node '{node.name}': attribute "
                            f"{sorted(a) or 'none'} is not supported")
 

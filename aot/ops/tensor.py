@@ -124,7 +124,7 @@ def _infer_transpose(sig: Sig):
 
 @register("Transpose", infer=_infer_transpose, pattern=Pattern.INJECTIVE)
 def _transpose(call: Call, args):
-    return [np.ascontiguousarray(np.transpose(args[0], _perm(call, args[0].ndim)))]
+    return [np.require(np.transpose(args[0], _perm(call, args[0].ndim)), requirements="C")]
 
 
 # ---- Concat / Split ---------------------------------------------------------------
@@ -226,7 +226,7 @@ def _infer_slice(sig: Sig):
 @register("Slice", infer=_infer_slice, pattern=Pattern.INJECTIVE)
 def _slice(call: Call, args):
     sig = Sig(call.node, call.in_types, tuple(args))
-    return [np.ascontiguousarray(args[0][_slices(sig)])]
+    return [np.require(args[0][_slices(sig)], requirements="C")]
 
 
 def _infer_gather(sig: Sig):
@@ -269,7 +269,7 @@ def _broadcast(sig: Sig, a, b):
                                                           _ints(s.const(1))))],
           pattern=Pattern.BROADCAST)
 def _expand(call: Call, args):
-    return [np.ascontiguousarray(np.broadcast_to(args[0], call.out_types[0].shape))]
+    return [np.require(np.broadcast_to(args[0], call.out_types[0].shape), requirements="C")]
 
 
 def _infer_tile(sig: Sig):

@@ -1,0 +1,315 @@
+"""The ONNX importer: opset normalization (checked against ONNX Runtime on the
+original, old-opset model), error handling, names, attributes, dtypes."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+
+import aot
+from aot.errors import ModelError, ShapeError, UnsupportedError
+from aot.frontend.onnx import import_onnx
+from aot.passes.infer import infer_types
+
+
+def model(nodes, inputs, outputs, opset: int, inits=(), domain_opsets=()):
+    g = h.make_graph(nodes, "m", inputs, outputs,
+                     initializer=[numpy_helper.from_array(v, k) for k, v in inits])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", opset), *domain_opsets],
+                        ir_version=7)
+
+
+def vi(name, shape, dtype=T.FLOAT):
+    return h.make_tensor_value_info(name, dtype, shape)
+
+
+def load(m) -> aot.Graph:
+    return infer_types(import_onnx(m.SerializeToString(), "m"))
+
+
+def check_against_ort(m, feeds, rtol=1e-5, atol=1e-6) -> aot.Graph:
+    graph = load(m)
+    got = aot.interpret(aot.optimize(graph), feeds)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, feeds)
+    for name, w in zip(graph.outputs, want):
+        assert got[name].dtype == w.dtype and got[name].shape == w.shape
+        np.testing.assert_allclose(got[name], w, rtol=rtol, atol=atol)
+    return graph
+
+
+X = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
+
+
+def ops(graph):
+    return [n.op for n in graph.nodes]
+
+
+# ---- opset upgrades ---------------------------------------------------------------------
+
+def test_slice_opset7_attrs_become_inputs():
+    m = model([h.make_node("Slice", ["x"], ["y"], starts=[1, 0], ends=[1000, -1], axes=[1, 3])],
+              [vi("x", X.shape)], [vi("y", None)], opset=7)
+    g = check_against_ort(m, {"x": X})
+    node = g.nodes[0]
+    assert node.attrs == {} and len(node.inputs) == 4
+    assert g.constants[node.inputs[1]].tolist() == [1, 0]
+    assert g.types["y"].shape == (2, 2, 4, 4)
+
+
+def test_squeeze_unsqueeze_axes_attr_opset11():
+    m = model([h.make_node("Unsqueeze", ["x"], ["u"], axes=[0, 3]),
+               h.make_node("Squeeze", ["u"], ["y"], axes=[0])],
+              [vi("x", X.shape)], [vi("y", None)], opset=11)
+    g = check_against_ort(m, {"x": X})
+    assert g.types["u"].shape == (1, 2, 3, 1, 4, 5) and g.types["y"].shape == (2, 3, 1, 4, 5)
+    assert all(not n.attrs for n in g.nodes)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_pad_opset7_attrs(mode):
+    attrs = {"pads": [0, 0, 1, 2, 0, 0, 2, 1], "mode": mode}
+    if mode == "constant":
+        attrs["value"] = 1.5
+    m = model([h.make_node("Pad", ["x"], ["y"], **attrs)], [vi("x", X.shape)],
+              [vi("y", None)], opset=7)
+    g = check_against_ort(m, {"x": X})
+    assert g.types["y"].shape == (2, 3, 7, 8)
+    assert set(g.nodes[0].attrs) == {"mode"}
+
+
+def test_pad_opset18_axes_and_negative_pads():
+    m = model([h.make_node("Pad", ["x", "p", "", "a"], ["y"], mode="constant")],
+              [vi("x", X.shape)], [vi("y", None)], opset=18,
+              inits=[("p", np.array([2, -1, 0, 3], np.int64)),
+                     ("a", np.array([1, 3], np.int64))])
+    check_against_ort(m, {"x": X})
+
+
+def test_clip_opset7_min_max_attrs():
+    m = model([h.make_node("Clip", ["x"], ["y"], min=-0.5, max=0.25)],
+              [vi("x", X.shape)], [vi("y", None)], opset=7)
+    check_against_ort(m, {"x": X})
+
+
+def test_upsample_opset7_and_9_become_resize():
+    m7 = model([h.make_node("Upsample", ["x"], ["y"], scales=[1.0, 1.0, 2.0, 3.0])],
+               [vi("x", X.shape)], [vi("y", None)], opset=7)
+    m9 = model([h.make_node("Upsample", ["x", "s"], ["y"], mode="nearest")],
+               [vi("x", X.shape)], [vi("y", None)], opset=9,
+               inits=[("s", np.array([1, 1, 2, 3], np.float32))])
+    for m in (m7, m9):
+        g = check_against_ort(m, {"x": X})
+        assert ops(g) == ["Resize"] and g.types["y"].shape == (2, 3, 8, 15)
+
+
+def test_softmax_opset11_flattens_at_axis():
+    # before opset 13, softmax normalizes over all dims from `axis` on
+    m = model([h.make_node("Softmax", ["x"], ["y"], axis=1),
+               h.make_node("LogSoftmax", ["x"], ["z"], axis=2)],
+              [vi("x", X.shape)], [vi("y", None), vi("z", None)], opset=11)
+    check_against_ort(m, {"x": X})
+
+
+def test_reduce_axes_attr_and_split_attr_opset11():
+    m = model([h.make_node("ReduceMean", ["x"], ["m"], axes=[1, -1], keepdims=0),
+               h.make_node("ReduceSum", ["x"], ["s"], axes=[2]),
+               h.make_node("Split", ["x"], ["a", "b"], axis=3, split=[2, 3]),
+               h.make_node("Split", ["x"], ["c", "d"], axis=2)],
+              [vi("x", X.shape)], [vi(n, None) for n in "msabcd"], opset=11)
+    g = check_against_ort(m, {"x": X})
+    assert g.types["m"].shape == (2, 4) and g.types["b"].shape == (2, 3, 4, 3)
+    assert g.types["d"].shape == (2, 3, 2, 5)
+
+
+def test_old_batchnorm_and_dropout_attrs_dropped():
+    c = X.shape[1]
+    rng = np.random.default_rng(1)
+    inits = [("s", rng.random(c, np.float32)), ("b", rng.random(c, np.float32)),
+             ("mu", rng.random(c, np.float32)), ("var", rng.random(c, np.float32) + 0.5)]
+    m = model([h.make_node("BatchNormalization", ["x", "s", "b", "mu", "var"], ["n"],
+                           spatial=1, epsilon=1e-3),
+               h.make_node("Dropout", ["n"], ["y"], ratio=0.3)],
+              [vi("x", X.shape)], [vi("y", None)], opset=7, inits=inits)
+    g = check_against_ort(m, {"x": X})
+    assert "spatial" not in g.nodes[0].attrs and "ratio" not in g.nodes[1].attrs
+
+
+def test_shape_computation_chain_resolves_statically():
+    # Shape -> Gather -> Unsqueeze -> Concat -> Reshape, as PyTorch exports flatten
+    m = model([h.make_node("Shape", ["x"], ["s"]),
+               h.make_node("Gather", ["s", "i0"], ["n"], axis=0),
+               h.make_node("Unsqueeze", ["n", "ax"], ["n1"]),
+               h.make_node("Concat", ["n1", "m1"], ["shape"], axis=0),
+               h.make_node("Reshape", ["x", "shape"], ["y"])],
+              [vi("x", X.shape)], [vi("y", None)], opset=13,
+              inits=[("i0", np.array(0, np.int64)), ("ax", np.array([0], np.int64)),
+                     ("m1", np.array([-1], np.int64))])
+    g = check_against_ort(m, {"x": X})
+    assert g.types["y"].shape == (2, 60)
+
+
+def test_elementwise_mix_against_ort():
+    y = np.random.default_rng(2).standard_normal((3, 1, 5)).astype(np.float32)
+    nodes = [h.make_node("Add", ["x", "y"], ["a"]), h.make_node("Mul", ["a", "y"], ["b"]),
+             h.make_node("Div", ["b", "y"], ["c"]), h.make_node("Sigmoid", ["c"], ["d"]),
+             h.make_node("HardSwish", ["d"], ["e"]), h.make_node("Erf", ["e"], ["f"]),
+             h.make_node("Gelu", ["f"], ["g"]), h.make_node("Greater", ["g", "y"], ["k"]),
+             h.make_node("Where", ["k", "g", "y"], ["w"]),
+             h.make_node("Max", ["w", "x", "y"], ["o"])]
+    m = model(nodes, [vi("x", X.shape), vi("y", y.shape)], [vi("o", None)], opset=20)
+    check_against_ort(m, {"x": X, "y": y})
+
+
+def test_integer_div_truncates():
+    a = np.array([7, -7, 7, -7, 0], np.int32)
+    b = np.array([2, 2, -2, -2, 3], np.int32)
+    m = model([h.make_node("Div", ["a", "b"], ["y"])], [vi("a", [5], T.INT32),
+              vi("b", [5], T.INT32)], [vi("y", None)], opset=14)
+    g = load(m)
+    assert aot.interpret(g, {"a": a, "b": b})["y"].tolist() == [3, -3, -3, 3, 0]
+
+
+def test_float32_stays_float32():
+    m = model([h.make_node("Elu", ["x"], ["a"]), h.make_node("Selu", ["a"], ["b"]),
+               h.make_node("Mean", ["a", "b"], ["c"]), h.make_node("ReduceMean", ["c"], ["y"])],
+              [vi("x", X.shape)], [vi("y", None)], opset=18)
+    g = load(m)
+    assert all(g.types[t].dtype == "float32" for t in ("a", "b", "c", "y"))
+    assert aot.interpret(g, {"x": X})["y"].dtype == np.float32
+
+
+# ---- constants, names, attributes -----------------------------------------------------------
+
+def test_constant_nodes_become_constants_and_names_are_generated():
+    m = model([h.make_node("Constant", [], ["c"], value_floats=[1.0, 2.0, 3.0, 4.0, 5.0]),
+               h.make_node("Constant", [], ["k"], value_int=2),
+               h.make_node("Add", ["x", "c"], ["a"]),
+               h.make_node("Relu", ["a"], ["y"], name="my_relu")],
+              [vi("x", X.shape)], [vi("y", None)], opset=13)
+    g = load(m)
+    assert ops(g) == ["Add", "Relu"]
+    assert [n.name for n in g.nodes] == ["Add_2", "my_relu"]
+    assert g.constants["c"].dtype == np.float32 and g.constants["k"].dtype == np.int64
+
+
+def test_initializer_listed_as_input_is_a_weight():
+    w = np.ones((5,), np.float32)
+    m = model([h.make_node("Add", ["x", "w"], ["y"])], [vi("x", X.shape), vi("w", [5])],
+              [vi("y", None)], opset=8, inits=[("w", w)])
+    g = load(m)
+    assert g.inputs == ("x",) and "w" in g.constants
+
+
+def test_attribute_decoding():
+    m = model([h.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+               h.make_node("Pad", ["t", "p"], ["y"], mode="reflect"),
+               h.make_node("ConstantOfShape", ["s"], ["z"],
+                           value=numpy_helper.from_array(np.array([3], np.int32)))],
+              [vi("x", X.shape)], [vi("y", None), vi("z", None)], opset=13,
+              inits=[("p", np.zeros(8, np.int64)), ("s", np.array([2, 2], np.int64))])
+    g = load(m)
+    assert g.nodes[0].attrs["perm"] == (0, 2, 3, 1)
+    assert g.nodes[1].attrs["mode"] == "reflect"
+    assert isinstance(g.nodes[2].attrs["value"], np.ndarray)
+    assert g.types["z"].dtype == "int32"
+
+
+# ---- errors -----------------------------------------------------------------------------------
+
+def simple() -> onnx.ModelProto:
+    return model([h.make_node("Relu", ["x"], ["y"])], [vi("x", [1, 4])], [vi("y", None)],
+                 opset=13, inits=[("w", np.ones((64, 64), np.float32))])
+
+
+@pytest.mark.parametrize("cut", [0.5, 0.9, 0.99])
+def test_truncated_file_is_a_model_error(cut):
+    data = simple().SerializeToString()
+    with pytest.raises(ModelError):
+        import_onnx(data[:int(len(data) * cut)], "m")
+
+
+@pytest.mark.parametrize("data", [b"", b"\x00\x01garbage\xff" * 7, b"hello world",
+                                  b"\x08\x07\x12\x04abc"])
+def test_garbage_is_a_model_error(data):
+    with pytest.raises(ModelError) as e:
+        import_onnx(data, "junk")
+    assert "\n" not in str(e.value)
+
+
+def test_unsupported_op_names_op_and_node():
+    m = model([h.make_node("NonMaxSuppression", ["x", "x"], ["y"], name="nms1")],
+              [vi("x", [1, 4])], [vi("y", None)], opset=13)
+    with pytest.raises(UnsupportedError, match="unsupported op 'NonMaxSuppression' at node 'nms1'"):
+        import_onnx(m.SerializeToString(), "m")
+
+
+def test_other_domain_is_unsupported():
+    node = h.make_node("FusedConv", ["x"], ["y"], domain="com.microsoft")
+    m = model([node], [vi("x", [1, 4])], [vi("y", None)], opset=13,
+              domain_opsets=[h.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(UnsupportedError, match="com.microsoft"):
+        import_onnx(m.SerializeToString(), "m")
+
+
+def test_unsupported_opset():
+    m = simple()
+    m.opset_import[0].version = 6
+    with pytest.raises(UnsupportedError, match="opset 6"):
+        import_onnx(m.SerializeToString(), "m")
+
+
+@pytest.mark.parametrize("dims,match", [([0, 4], "dimension 0 is 0"),
+                                        ([1, -3], "dimension 1 is -3"),
+                                        (["N", 4], "symbolic"),
+                                        ([None, 4], "unknown")])
+def test_bad_input_dims_are_shape_errors(dims, match):
+    m = model([h.make_node("Relu", ["x"], ["y"])], [vi("x", dims)], [vi("y", None)], opset=13)
+    with pytest.raises(ShapeError, match=match) as e:
+        import_onnx(m.SerializeToString(), "m")
+    assert "'x'" in str(e.value)
+
+
+@pytest.mark.parametrize("dtype", [T.STRING, T.BFLOAT16, T.COMPLEX64, T.FLOAT8E4M3FN])
+def test_unsupported_input_dtype(dtype):
+    m = model([h.make_node("Identity", ["x"], ["y"])], [vi("x", [2], dtype)], [vi("y", None)],
+              opset=21)
+    with pytest.raises(UnsupportedError, match="data type"):
+        import_onnx(m.SerializeToString(), "m")
+
+
+def test_unsupported_initializer_dtype():
+    m = simple()
+    t = h.make_tensor("b", T.BFLOAT16, [2], [1.0, 2.0])
+    m.graph.initializer.append(t)
+    with pytest.raises(UnsupportedError, match="BFLOAT16"):
+        import_onnx(m.SerializeToString(), "m")
+
+
+def test_external_data_is_unsupported():
+    m = simple()
+    t = m.graph.initializer[0]
+    t.ClearField("raw_data")
+    t.data_location = T.EXTERNAL
+    t.external_data.add(key="location", value="weights.bin")
+    with pytest.raises(UnsupportedError, match="external"):
+        import_onnx(m.SerializeToString(), "m")
+
+
+def test_shape_mismatch_is_a_shape_error_naming_the_node():
+    m = model([h.make_node("Add", ["x", "z"], ["y"], name="bad_add")],
+              [vi("x", [2, 3]), vi("z", [4])], [vi("y", None)], opset=13)
+    with pytest.raises(ShapeError, match="bad_add"):
+        load(m)
+
+
+def test_training_dropout_is_unsupported():
+    m = model([h.make_node("Dropout", ["x", "r", "t"], ["y"])], [vi("x", [2, 3])],
+              [vi("y", None)], opset=13,
+              inits=[("r", np.array(0.5, np.float32)), ("t", np.array(True))])
+    with pytest.raises(UnsupportedError, match="training"):
+        load(m)

@@ -128,6 +128,14 @@ def test_conv_shape_errors():
         run_aot("Conv", {"x": rnd(1, 3, 5, 5)}, {"w": rnd(2, 3, 3, 3), "b": rnd(3)}, {})
     with pytest.raises(UnsupportedError, match="layout"):
         run_aot("Conv", {"x": rnd(1, 3, 5, 5)}, {"w": rnd(2, 3, 3, 3)}, {"layout": "NCWH"})
+    with pytest.raises(ShapeError, match="same rank"):
+        run_aot("Conv", {"x": rnd(1, 3, 5, 5)}, {"w": rnd(2, 3, 3)}, {})
+    with pytest.raises(ShapeError, match="mix dtypes"):
+        run_aot("Conv", {"x": rnd(1, 3, 5, 5)}, {"w": rnd(2, 3, 3, 3, dtype=np.float64)}, {})
+    with pytest.raises(UnsupportedError, match="dtype int8"):
+        run_aot("Conv", {"x": np.zeros((1, 3, 5, 5), np.int8)}, {"w": rnd(2, 3, 3, 3)}, {})
+    with pytest.raises(ShapeError, match="kernel_shape"):
+        run_aot("Conv", {"x": rnd(1, 3, 5, 5)}, {"w": rnd(2, 3, 3, 3)}, {"kernel_shape": [2, 2]})
 
 
 # ---------------------------------------------------------------- Pools
@@ -375,7 +383,13 @@ def test_conv_transpose(xs, ws, attrs, bias):
     # ORT's SAME_* padding split differs from the spec's; the spec's
     # reference is the authority there.
     ref = run_ref if "auto_pad" in attrs else run_ort
-    check("ConvTranspose", {"x": rnd(*xs)}, consts, attrs, order=order, ref=ref)
+    x = rnd(*xs)
+    y = check("ConvTranspose", {"x": x}, consts, attrs, order=order, ref=ref)[0]
+    # Channels last: weight [I, k..., O/group].
+    w_last = np.ascontiguousarray(np.moveaxis(consts["w"], 1, -1))
+    y2 = run_aot("ConvTranspose", {"x": nhwc(x)}, {**consts, "w": w_last},
+                 {**attrs, "layout": "NHWC"}, order=order)[0]
+    np.testing.assert_allclose(y2, nhwc(y), rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------- Resize

@@ -50,6 +50,13 @@ def _float_input(sig: Sig, i: int, what: str = "input") -> TensorType:
     return t
 
 
+def _same_dtype(sig: Sig, *idx: int) -> None:
+    """Float operands (data, weights, bias) must share one dtype."""
+    dts = {sig.in_types[i].dtype for i in idx if sig.has(i)}
+    if len(dts) > 1:
+        raise sig.fail(f"inputs {list(idx)} mix dtypes {sorted(dts)}")
+
+
 def _layout(sig_or_call) -> str:
     layout = sig_or_call.attrs.get("layout", "NCHW")
     if layout not in ("NCHW", "NHWC"):
@@ -191,6 +198,7 @@ def _conv_dims(sig: Sig):
 
 def _conv_infer(sig: Sig):
     layout, xs, ws = _conv_dims(sig)
+    _same_dtype(sig, 0, 1, 2)
     group = int(sig.attrs.get("group", 1))
     c = xs[1]
     if group < 1 or c % group or ws[0] % group:
@@ -289,6 +297,7 @@ def _convt_geometry(sig_or_call, xs, ws):
 def _convt_infer(sig: Sig):
     x = _float_input(sig, 0)
     w = _float_input(sig, 1, "weight")
+    _same_dtype(sig, 0, 1, 2)
     layout = _layout(sig)
     if len(x.shape) < 3 or len(x.shape) != len(w.shape):
         raise sig.fail(f"input {x} and weight {w} must have the same rank >= 3")
@@ -652,6 +661,7 @@ def _lrn(call: Call, args):
 def _gemm_infer(sig: Sig):
     a = _float_input(sig, 0)
     b = _float_input(sig, 1)
+    _same_dtype(sig, 0, 1, 2)
     if len(a.shape) != 2 or len(b.shape) != 2:
         raise sig.fail(f"A {a} and B {b} must be 2-D")
     m, k = a.shape[::-1] if int(sig.attrs.get("transA", 0)) else a.shape
@@ -709,6 +719,7 @@ def matmul_shape(sig: Sig, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int,
 def _matmul_infer(sig: Sig):
     a = _float_input(sig, 0)
     b = _float_input(sig, 1)
+    _same_dtype(sig, 0, 1)
     return [TensorType(matmul_shape(sig, a.shape, b.shape), a.dtype)]
 
 

@@ -81,7 +81,7 @@ def partition(graph: Graph) -> list[Group]:
 
 
 def _snake(op: str) -> str:
-    op = op.removeprefix("tfl.")
+    op = {"MatMul": "matmul", "tfl.fully_connected": "fc"}.get(op, op).removeprefix("tfl.")
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", op).lower().replace(".", "_")
 
 

@@ -152,12 +152,15 @@ def sink_axis_rule(node: Node, rw: Rewriter) -> Rewrite | None:
         return None
     x, perm = t
     rank = len(perm)
-    if node.op in AXIS_OPS:
-        axis = perm[_axis(int(node.attrs.get("axis", -1)), rank)]
+    if node.op in AXIS_OPS or node.op == "Split":
+        default = 0 if node.op == "Split" else -1
+        axis = perm[_axis(int(node.attrs.get("axis", default)), rank)]
+        if node.op == "Split":
+            return _sink(rw, node, [x] + list(node.inputs[1:]), perm, dict(node.attrs, axis=axis))
         return _sink(rw, node, [x], perm, dict(node.attrs, axis=axis))
     if node.op in REDUCES:
         return _sink_reduce(node, rw, x, perm)
-    if node.op == "Pad" and len(node.inputs) < 4 or (node.op == "Pad" and not node.inputs[3]):
+    if node.op == "Pad" and (len(node.inputs) < 4 or not node.inputs[3]):
         pads = rw.const(node.inputs[1])
         if pads is None or pads.size != 2 * rank:
             return None

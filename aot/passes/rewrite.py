@@ -114,6 +114,11 @@ class Rewriter:
         self._node_names.add(name)
         return name
 
+    def take_over(self, node: Node) -> str:
+        """Free the name of a node the rewrite makes dead, for its replacement."""
+        self._node_names.discard(node.name)
+        return node.name
+
     def constant(self, base: str, value: np.ndarray, quant: Quant | None = None) -> str:
         """A new constant tensor; returns its name."""
         name = self.fresh(base)

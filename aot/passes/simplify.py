@@ -196,7 +196,8 @@ def _fold_into_producer(rw: Rewriter, x: str, axis: int, *, out: str,
         new_b = new_b + shift
     wname = rw.constant(f"{prod.name}_w", new_w.astype(w.dtype)) if scale is not None else ins[1]
     bname = rw.constant(f"{prod.name}_b", new_b.astype(w.dtype))
-    node = rw.node(prod.op, [ins[0], wname, bname], name=prod.name, attrs=attrs, outputs=[out])
+    node = rw.node(prod.op, [ins[0], wname, bname], name=rw.take_over(prod), attrs=attrs,
+                   outputs=[out])
     return Rewrite([node])
 
 
@@ -223,6 +224,37 @@ def affine_into_dense_rule(node: Node, rw: Rewriter) -> Rewrite | None:
         scale = vec if node.op == "Mul" else 1.0 / vec
         return _fold_into_producer(rw, x, chan, scale=scale, out=node.outputs[0])
     return None
+
+
+def constant_chain_rule(node: Node, rw: Rewriter) -> Rewrite | None:
+    """(x * c1) * c2 -> x * (c1 * c2), same for Add: one op, one constant."""
+    if node.op not in ("Add", "Mul") or not is_float(rw.type(node.outputs[0])):
+        return None
+    x, c2 = _split_const(node, rw)
+    inner = rw.producer(x) if x else None
+    if inner is None or inner.op != node.op or not rw.single_use(x):
+        return None
+    y, c1 = _split_const(inner, rw)
+    if y is None:
+        return None
+    value = rw.const(c1) * rw.const(c2) if node.op == "Mul" else rw.const(c1) + rw.const(c2)
+    out = rw.type(node.outputs[0])
+    if value.ndim > len(out.shape) or np.broadcast_shapes(value.shape, out.shape) != out.shape:
+        return None
+    c = rw.constant(f"{c1}_{c2}", value.astype(out.dtype))
+    return Rewrite([rw.node(node.op, [y, c], name=node.name, outputs=node.outputs)])
+
+
+def _split_const(node: Node, rw: Rewriter) -> tuple[str | None, str | None]:
+    """(activation, constant) operands of a binary op, else (None, None)."""
+    if len(node.inputs) != 2:
+        return None, None
+    a, b = node.inputs
+    if rw.const(b) is not None and rw.const(a) is None:
+        return a, b
+    if rw.const(a) is not None and rw.const(b) is None:
+        return b, a
+    return None, None
 
 
 # ---- reshapes and transposes ---------------------------------------------------
@@ -279,8 +311,35 @@ def transpose_rule(node: Node, rw: Rewriter) -> Rewrite | None:
                             attrs={"perm": composed}, outputs=node.outputs)])
 
 
+def softmax_reshape_rule(node: Node, rw: Rewriter) -> Rewrite | None:
+    """Reshape -> Softmax(last axis) -> Reshape back (ONNX's pre-13 Softmax,
+    as the importer upgrades it) is a Softmax on the last axis of the
+    original tensor when the reshapes keep the last dimension."""
+    if node.op != "Reshape":
+        return None
+    sm = rw.producer(node.inputs[0])
+    if sm is None or sm.op not in ("Softmax", "LogSoftmax") or not rw.single_use(node.inputs[0]):
+        return None
+    rank = len(rw.type(sm.inputs[0]).shape)
+    first = rw.producer(sm.inputs[0])
+    if first is None or first.op not in RESHAPES or _axis_of(sm, rank) != rank - 1:
+        return None
+    x = first.inputs[0]
+    shape_x, out = rw.type(x).shape, rw.type(node.outputs[0])
+    if shape_x != out.shape or shape_x[-1] != rw.type(sm.inputs[0]).shape[-1]:
+        return None
+    return Rewrite([rw.node(sm.op, [x], name=rw.take_over(sm), attrs=dict(sm.attrs, axis=-1),
+                            outputs=node.outputs)])
+
+
+def _axis_of(node: Node, rank: int) -> int:
+    axis = int(node.attrs.get("axis", -1))
+    return axis + rank if axis < 0 else axis
+
+
 RULES = (identity_rule, neutral_rule, qdq_rule, sub_to_add_rule, batchnorm_rule,
-         affine_into_dense_rule, reshape_rule, transpose_rule)
+         affine_into_dense_rule, constant_chain_rule, softmax_reshape_rule, reshape_rule,
+         transpose_rule)
 
 
 def simplify(graph: Graph) -> Graph:

@@ -259,6 +259,7 @@ class TinyModel:
         self.buffers: list[bytes] = [b""]
         self.ops: list[tuple] = []
         self.codes: list[str] = []
+        self.external: dict[int, tuple[int, int]] = {}   # buffer -> (offset, size)
 
     def tensor(self, name, shape, dtype="int8", scale=None, zp=None, data=None, qdim=0,
                variable=False, buffer=None) -> int:
@@ -276,7 +277,7 @@ class TinyModel:
             self.codes.append(code)
         self.ops.append((self.codes.index(code), inputs, outputs, options))
 
-    def build(self, inputs, outputs) -> bytes:
+    def build(self, inputs, outputs, subgraphs: int = 1) -> bytes:
         b = flatbuffers.Builder(1024)
 
         def ivec(start, values):
@@ -352,13 +353,16 @@ class TinyModel:
             tflite.OperatorCodeAddVersion(b, 1)
             codes.append(tflite.OperatorCodeEnd(b))
         bufs = []
-        for raw in self.buffers:
+        for k, raw in enumerate(self.buffers):
             data = b.CreateNumpyVector(np.frombuffer(raw, np.uint8)) if raw else None
             tflite.BufferStart(b)
             if data is not None:
                 tflite.BufferAddData(b, data)
+            if k in self.external:
+                tflite.BufferAddOffset(b, self.external[k][0])
+                tflite.BufferAddSize(b, self.external[k][1])
             bufs.append(tflite.BufferEnd(b))
-        v_sg = tvec(tflite.ModelStartSubgraphsVector, [sg])
+        v_sg = tvec(tflite.ModelStartSubgraphsVector, [sg] * subgraphs)
         v_codes = tvec(tflite.ModelStartOperatorCodesVector, codes)
         v_bufs = tvec(tflite.ModelStartBuffersVector, bufs)
         tflite.ModelStart(b)
@@ -585,3 +589,67 @@ def test_node_names_are_deterministic():
     b = import_tflite((MODELS / "mlperf_kws_dscnn_f32.tflite").read_bytes(), "m")
     assert [n.name for n in a.nodes] == [n.name for n in b.nodes]
     assert len({n.name for n in a.nodes}) == len(a.nodes)
+
+
+# ------------------------------------------------------------ float single-op models
+
+def float_input(shape):
+    return lambda rng: rng.standard_normal(shape).astype(np.float32)
+
+
+def _float_model(op, cls, x_shape, w_shape, out_shape, options, seed=0):
+    rng = np.random.default_rng(seed)
+    m = TinyModel()
+    x = m.tensor("x", x_shape, "float32")
+    ins = [x]
+    if w_shape is not None:
+        cout = w_shape[3] if op == "DEPTHWISE_CONV_2D" else w_shape[0]
+        ins.append(m.tensor("w", w_shape, "float32", data=rng.standard_normal(w_shape)))
+        ins.append(m.tensor("b", [cout], "float32", data=rng.standard_normal(cout)))
+    y = m.tensor("y", out_shape, "float32")
+    m.op(op, ins, [y], (cls, options) if cls else None)
+    return m.build([x], [y])
+
+
+@pytest.mark.parametrize("op, cls, x_shape, w_shape, out_shape, options", [
+    ("CONV_2D", "Conv2DOptions", [1, 9, 11, 3], [4, 3, 3, 3], [1, 5, 6, 4],
+     dict(Padding=0, StrideH=2, StrideW=2, FusedActivationFunction=3)),
+    ("CONV_2D", "Conv2DOptions", [1, 10, 8, 2], [3, 3, 2, 2], [1, 6, 4, 3],
+     dict(Padding=1, StrideH=1, StrideW=2, DilationHFactor=2, FusedActivationFunction=2)),
+    ("DEPTHWISE_CONV_2D", "DepthwiseConv2DOptions", [1, 9, 9, 3], [1, 3, 3, 6], [1, 5, 5, 6],
+     dict(Padding=0, StrideH=2, StrideW=2, DepthMultiplier=2, FusedActivationFunction=1)),
+    ("FULLY_CONNECTED", "FullyConnectedOptions", [2, 3, 20], [6, 20], [2, 3, 6],
+     dict(KeepNumDims=True, FusedActivationFunction=1)),
+    ("FULLY_CONNECTED", "FullyConnectedOptions", [1, 2, 2, 5], [6, 20], [1, 6],
+     dict(KeepNumDims=False)),
+    ("AVERAGE_POOL_2D", "Pool2DOptions", [1, 7, 9, 3], None, [1, 4, 5, 3],
+     dict(Padding=0, StrideH=2, StrideW=2, FilterHeight=3, FilterWidth=3)),
+    ("MAX_POOL_2D", "Pool2DOptions", [1, 7, 9, 3], None, [1, 4, 5, 3],
+     dict(Padding=0, StrideH=2, StrideW=2, FilterHeight=3, FilterWidth=3,
+          FusedActivationFunction=3)),
+    ("SOFTMAX", "SoftmaxOptions", [3, 11], None, [3, 11], dict(Beta=0.7)),
+])
+def test_float_ops_against_tflm(op, cls, x_shape, w_shape, out_shape, options):
+    data = _float_model(op, cls, x_shape, w_shape, out_shape, options)
+    check_against_tflm(data, [float_input(x_shape)])
+
+
+def test_only_the_first_subgraph_is_the_model():
+    m = TinyModel()
+    x = m.tensor("x", [4], "float32")
+    y = m.tensor("y", [4], "float32")
+    m.op("RELU", [x], [y])
+    g = import_tflite(m.build([x], [y], subgraphs=3), "t")
+    assert [n.op for n in g.nodes] == ["Relu"]
+
+
+def test_buffer_outside_the_file_is_a_model_error():
+    m = TinyModel()
+    x = m.tensor("x", [4], "float32")
+    w = m.tensor("w", [4], "float32", buffer=1)
+    m.external[1] = (1 << 20, 16)   # offset, size: far past the end of the file
+    m.buffers.append(b"")
+    y = m.tensor("y", [4], "float32")
+    m.op("ADD", [x, w], [y])
+    with pytest.raises(ModelError, match="outside"):
+        import_tflite(m.build([x], [y]), "t")

@@ -2,16 +2,13 @@
 onnx.reference where ORT lacks the op/attribute) on single-node models."""
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-import aot
 from aot.errors import ShapeError, UnsupportedError
 from aot.interp import interpret
 from aot.ir.graph import Graph, Node, type_of

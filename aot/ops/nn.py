@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from aot.errors import UnsupportedError, node_label
+from aot.errors import ShapeError, UnsupportedError, node_label
 from aot.ir.graph import TensorType
 from aot.ops.registry import Call, Pattern, Sig, register
 
@@ -32,8 +32,7 @@ def _axis(sig_or_call, axis: int, rank: int) -> int:
     return axis % rank
 
 
-def _fail(sig_or_call, msg: str):
-    from aot.errors import ShapeError
+def _fail(sig_or_call, msg: str) -> ShapeError:
     return ShapeError(f"{node_label(sig_or_call.node)}: {msg}")
 
 

@@ -313,3 +313,27 @@ def test_training_dropout_is_unsupported():
               inits=[("r", np.array(0.5, np.float32)), ("t", np.array(True))])
     with pytest.raises(UnsupportedError, match="training"):
         load(m)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("scales", [[1, 1, 2, 3], [1, 1, 1.5, 2.5], [1, 1, 0.5, 0.6], [1, 1, 1, 0.35]])
+def test_resize_opset10_matches_ort(mode, scales):
+    m = model([h.make_node("Resize", ["x", "s"], ["y"], mode=mode)], [vi("x", X.shape)],
+              [vi("y", None)], opset=10, inits=[("s", np.array(scales, np.float32))])
+    g = check_against_ort(m, {"x": X}, rtol=1e-5, atol=1e-5)
+    assert g.nodes[0].attrs["coordinate_transformation_mode"] == "asymmetric"
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_upsample_opset9_fractional_matches_ort(mode):
+    m = model([h.make_node("Upsample", ["x", "s"], ["y"], mode=mode)], [vi("x", X.shape)],
+              [vi("y", None)], opset=9, inits=[("s", np.array([1, 1, 1.5, 2.5], np.float32))])
+    check_against_ort(m, {"x": X}, rtol=1e-5, atol=1e-5)
+
+
+def test_resize_opset10_mixed_nearest_is_unsupported():
+    m = model([h.make_node("Resize", ["x", "s"], ["y"], mode="nearest")], [vi("x", X.shape)],
+              [vi("y", None)], opset=10,
+              inits=[("s", np.array([1, 1, 0.5, 2], np.float32))])
+    with pytest.raises(UnsupportedError, match="Resize_0"):
+        load(m)

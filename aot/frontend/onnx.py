@@ -222,12 +222,17 @@ def _upsample(b: _Builder, n: Node) -> Node:
         scales = b.const(n.name, "scales", np.asarray(attrs.pop("scales"), np.float32))
     else:
         scales = n.inputs[1]
-    return _resize_v10(b, n.with_(op="Resize", inputs=(n.inputs[0], scales),
-                                  attrs={**attrs, "mode": mode}))
+    resize = _resize_v10(b, n.with_(inputs=(n.inputs[0], scales), attrs={**attrs, "mode": mode}))
+    return resize.with_(op="Resize")
 
 
 def _resize_v10(b: _Builder, n: Node) -> Node:
-    # Resize-10 has (X, scales) and Upsample's asymmetric coordinates.
+    """Resize-10 has (X, scales) and Upsample's asymmetric coordinates.
+
+    Its nearest rounding is unspecified; ONNX Runtime (what such models were
+    checked against) floors when upsampling and ceils when downsampling, so
+    the one Resize-19 nearest_mode that matches depends on the scales.
+    """
     if len(n.inputs) != 2:
         return n
     mode = n.attrs.get("mode", "nearest")
@@ -235,8 +240,22 @@ def _resize_v10(b: _Builder, n: Node) -> Node:
         raise UnsupportedError(f"{n.op} node '{n.name}': mode {mode!r} is not supported")
     attrs = {**n.attrs, "coordinate_transformation_mode": "asymmetric", "mode": mode}
     if mode == "nearest":
-        attrs["nearest_mode"] = "floor"
+        attrs["nearest_mode"] = _v10_nearest_mode(b, n)
     return n.with_(inputs=(n.inputs[0], "", n.inputs[1]), attrs=attrs)
+
+
+def _v10_nearest_mode(b: _Builder, n: Node) -> str:
+    if n.op == "Upsample":
+        return "floor"  # Upsample's scales are >= 1
+    scales = b.constants.get(n.inputs[1])
+    if scales is None:
+        raise UnsupportedError(f"{n.op} node '{n.name}': opset-10 Resize needs constant scales")
+    if np.all(scales >= 1):
+        return "floor"
+    if np.all(scales <= 1):
+        return "ceil"
+    raise UnsupportedError(f"{n.op} node '{n.name}': opset-10 nearest Resize that both "
+                           f"up- and downsamples (scales {scales.tolist()}) is not supported")
 
 
 def _softmax_v1(b: _Builder, n: Node) -> Node:

@@ -597,3 +597,23 @@ def test_random_inputs_cover_int8_range():
     a, b = random_inputs(g, 0), random_inputs(g, 0)
     assert a["q"].min() == -128 and a["q"].max() == 127
     np.testing.assert_array_equal(a["q"], b["q"])
+
+
+def test_per_axis_dequantize_moves_its_axis():
+    g = build({"x": (1, 3, 4, 4)},
+              [conv_nchw(out="c1"),
+               ("QuantizeLinear", ["c1", "s", "zp"], ["q"], {"axis": 1}),
+               ("DequantizeLinear", ["q", "s", "zp"], ["m"], {"axis": 1}),
+               conv_nchw(x="m", w="w2", b="b2", out="y")],
+              ["y"], {"w": rand(4, 3, 3, 3), "b": rand(4), "w2": rand(2, 4, 3, 3),
+                      "b2": rand(2), "s": np.abs(rand(4)) + 0.01,
+                      "zp": np.array([0, 1, -2, 3], np.int8)})
+    after = check(g, to_channels_last)
+    assert transposes_between_convs(after) == 0
+    assert next(n for n in after.nodes if n.op == "QuantizeLinear").attrs["axis"] == 3
+
+
+def test_fuse_square_reads_the_chain_twice():
+    g = build({"x": (2, 3)}, [("Relu", ["x"], ["r"]), ("Mul", ["r", "r"], ["y"])], ["y"])
+    after = check(g, fuse)
+    assert body_ops(after) == [["Relu", "Mul"]] and after.nodes[0].inputs == ("x",)

@@ -22,7 +22,7 @@ GROWTH = 2          # else outputs may be at most this many times the inputs
 
 
 def foldable(node: Node, rw: Rewriter) -> bool:
-    if node.op == "fused" or any(rw.pinned(o) for o in node.outputs):
+    if node.op == "fused" or any(not o or rw.pinned(o) for o in node.outputs):
         return False  # a model output stays computed by a kernel
     opdef = op_def(node)
     if opdef.needs_values and not all(not i or rw.const(i) is not None for i in node.inputs):

@@ -49,11 +49,10 @@ def _can_absorb(kind: Pattern, pattern: Pattern) -> bool:
 
 def partition(graph: Graph) -> list[Group]:
     """The groups, in topological order of their last member."""
-    users: dict[str, int] = {}
+    users: dict[str, int] = {}   # tensor -> how many nodes read it
     for n in graph.nodes:
-        for t in n.inputs:
-            if t:
-                users[t] = users.get(t, 0) + 1
+        for t in set(n.inputs) - {""}:
+            users[t] = users.get(t, 0) + 1
     pinned = set(graph.outputs) | set(graph.updates.values())
     group_of: dict[str, Group] = {}   # tensor -> the group producing it
     groups: list[Group] = []

@@ -29,6 +29,7 @@ SPATIAL = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalA
 WEIGHTED = ("Conv", "ConvTranspose")   # their weight's axis 1 moves last too
 # Elementwise by pattern, but with inputs that are not broadcast operands.
 NOT_BROADCAST = ("Expand", "Dropout", "BatchNormalization", "fused")
+PER_AXIS = ("QuantizeLinear", "DequantizeLinear")  # scale/zero point along `axis`
 AXIS_OPS = ("Softmax", "LogSoftmax", "Hardmax")
 REDUCES = ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
            "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare")
@@ -117,6 +118,8 @@ def sink_elementwise_rule(node: Node, rw: Rewriter) -> Rewrite | None:
     rank = len(rw.type(node.outputs[0]).shape)
     if perm is None or len(perm) != rank:
         return None
+    if node.op in PER_AXIS:
+        return _sink_per_axis(node, rw, perm)
     inputs = []
     for name in node.inputs:
         t = _transposed(rw, name)
@@ -132,6 +135,18 @@ def sink_elementwise_rule(node: Node, rw: Rewriter) -> Rewrite | None:
                 return None
             inputs.append(c)
     return _sink(rw, node, inputs, perm)
+
+
+def _sink_per_axis(node: Node, rw: Rewriter, perm) -> Rewrite | None:
+    """Quantize/Dequantize: the parameters stay, a per-axis `axis` moves."""
+    t = _transposed(rw, node.inputs[0])
+    if t is None or int(node.attrs.get("block_size", 0)) or \
+            any(_transposed(rw, i) for i in node.inputs[1:]):
+        return None
+    attrs = dict(node.attrs)
+    if any(i and rw.type(i).size > 1 for i in node.inputs[1:]):
+        attrs["axis"] = perm[_axis(int(node.attrs.get("axis", 1)), len(perm))]
+    return _sink(rw, node, [t[0]] + list(node.inputs[1:]), perm, attrs)
 
 
 def _axis(a: int, rank: int) -> int:

@@ -337,3 +337,19 @@ def test_resize_opset10_mixed_nearest_is_unsupported():
               inits=[("s", np.array([1, 1, 0.5, 2], np.float32))])
     with pytest.raises(UnsupportedError, match="Resize_0"):
         load(m)
+
+
+def test_control_flow_is_an_unsupported_op():
+    body = h.make_graph([h.make_node("Identity", ["x"], ["z"])], "b", [], [vi("z", None)])
+    m = model([h.make_node("If", ["c"], ["y"], name="branch", then_branch=body,
+                           else_branch=body)],
+              [vi("c", [1], T.BOOL)], [vi("y", None)], opset=13)
+    with pytest.raises(UnsupportedError, match="unsupported op 'If' at node 'branch'"):
+        import_onnx(m.SerializeToString(), "m")
+
+
+def test_symbolic_batch_bound_by_dim_params():
+    m = model([h.make_node("Relu", ["x"], ["y"])], [vi("x", ["batch", 4])], [vi("y", None)],
+              opset=13)
+    g = infer_types(import_onnx(m.SerializeToString(), "m", dim_params={"batch": 3}))
+    assert g.types["x"].shape == (3, 4) and g.types["y"].shape == (3, 4)

@@ -13,11 +13,12 @@ opset 21.
 
 Static shapes only: an input with a symbolic, unknown, zero or negative
 dimension is refused with a ShapeError naming the input (re-export the
-model with a fixed batch size, e.g. onnx.tools.update_model_dims).
+model with a fixed batch size, e.g. onnx.tools.update_model_dims, or pass
+`dim_params` to import_onnx to bind symbolic dimensions by name).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -68,7 +69,7 @@ def _tensor(t, what: str) -> np.ndarray:
     return np.require(arr, requirements="C")
 
 
-def _value_type(vi, what: str) -> TensorType:
+def _value_type(vi, what: str, dim_params: Mapping[str, int]) -> TensorType:
     if vi.type.WhichOneof("value") != "tensor_type":
         raise UnsupportedError(f"{what}: only tensor inputs are supported "
                                f"(got {vi.type.WhichOneof('value') or 'no type'})")
@@ -80,6 +81,8 @@ def _value_type(vi, what: str) -> TensorType:
     for i, d in enumerate(tt.shape.dim):
         if d.HasField("dim_value") and d.dim_value > 0:
             dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param in dim_params:
+            dims.append(int(dim_params[d.dim_param]))
         elif d.HasField("dim_param"):
             raise ShapeError(f"{what}: dimension {i} is symbolic ('{d.dim_param}'); aot needs "
                              "static shapes (fix it in the model, e.g. with "
@@ -341,11 +344,15 @@ def _opset(model, name: str) -> int:
     return opset
 
 
+def _check_domain(node: Node, domain: str) -> None:
+    if domain not in DEFAULT_DOMAINS:
+        raise UnsupportedError(f"unsupported op '{node.op}' of domain '{domain}' at node "
+                               f"'{node.name}' (aot reads the default ONNX domain only)")
+
+
 def _check_op(op: str, node_name: str, domain: str) -> None:
     from aot.ops import OPS
-    if domain not in DEFAULT_DOMAINS:
-        raise UnsupportedError(f"unsupported op '{op}' of domain '{domain}' at node "
-                               f"'{node_name}' (aot reads the default ONNX domain only)")
+    _check_domain(Node(op, node_name, (), ()), domain)
     if op not in OPS:
         raise UnsupportedError(f"unsupported op '{op}' at node '{node_name}'")
 
@@ -364,7 +371,12 @@ def _constant_value(node: Node) -> np.ndarray:
                            f"{sorted(a) or 'none'} is not supported")
 
 
-def import_onnx(data: bytes, name: str) -> Graph:
+def import_onnx(data: bytes, name: str, dim_params: Mapping[str, int] | None = None) -> Graph:
+    """Import a serialized ONNX model.
+
+    dim_params: values for symbolic input dimensions by name (e.g.
+    {"batch_size": 1}); without one, a symbolic dimension is a ShapeError.
+    """
     model = _parse(data, name)
     opset = _opset(model, name)
     g = model.graph
@@ -381,20 +393,23 @@ def import_onnx(data: bytes, name: str) -> Graph:
     for vi in g.input:
         if vi.name in b.constants:
             continue  # an initializer listed as input (old exporters): a weight
-        types[vi.name] = _value_type(vi, f"input '{vi.name}'")
+        types[vi.name] = _value_type(vi, f"input '{vi.name}'", dim_params or {})
         inputs.append(vi.name)
 
     for index, pn in enumerate(g.node):
         node_name = pn.name or f"{pn.op_type}_{index}"
-        _check_domain = pn.domain
+        # Refuse unknown ops before decoding attributes (If/Loop carry graphs).
+        if pn.op_type not in UPGRADES and pn.op_type != "Constant":
+            _check_op(pn.op_type, node_name, pn.domain)
         attrs = {a.name: _attr(a, f"{pn.op_type} node '{node_name}'") for a in pn.attribute}
         node = Node(pn.op_type, node_name, tuple(pn.input), tuple(pn.output), attrs)
-        if node.op == "Constant" and _check_domain in DEFAULT_DOMAINS:
+        _check_domain(node, pn.domain)
+        if node.op == "Constant":
             b.constants[node.outputs[0]] = _constant_value(node)
             continue
-        if _check_domain in DEFAULT_DOMAINS and node.op in UPGRADES:
+        if node.op in UPGRADES:
             node = UPGRADES[node.op](b, node)
-        _check_op(node.op, node_name, _check_domain)
+        _check_op(node.op, node_name, pn.domain)
         b.nodes.append(node)
 
     _drop_empty_optionals(b)

@@ -286,7 +286,11 @@ class _Builder:
                 zps = np.full(scales.size, zps[0])
             else:
                 raise ModelError(f"tensor '{name}': {scales.size} scales but {zps.size} zero points")
+        if not np.all(np.isfinite(scales)) or np.any(scales < 0):
+            raise ModelError(f"tensor '{name}': invalid quantization scale {scales.min()}")
         if scales.size == 1:
+            if scales[0] == 0 and t.buffer == 0:
+                raise ModelError(f"tensor '{name}': quantization scale 0")
             return Quant((float(scales[0]),), (int(zps[0]),))
         # tflite-micro accepts per-channel params on 1-D tensors whatever
         # quantized_dimension says (person_detect's biases carry 3).
@@ -352,11 +356,14 @@ class _Builder:
             self._declare(i)
         inputs = tuple(self.tensor(i) for i in m.inputs)
         outputs = tuple(self.tensor(i) for i in m.outputs)
+        self.available = set(inputs) | set(self.constants) | set(self.variables)
         for k, op in enumerate(m.ops):
             self._convert(k, op)
         for o in outputs:
-            if o in self.constants and not any(o in n.outputs for n in self.nodes):
+            if o in self.constants:
                 raise UnsupportedError(f"model output '{o}' is a constant")
+            if o not in self.available:
+                raise ModelError(f"model output '{o}' is written by no operator")
         return Graph(self.name, tuple(i for i in inputs if i not in self.constants),
                      outputs, tuple(self.nodes), self.types, self.constants,
                      self.variables, self.updates)
@@ -379,10 +386,16 @@ class _Builder:
         outs = [self.tensor(i) for i in op.outputs]
         if not outs:
             raise ModelError(f"{self.op_label}: operator has no outputs")
+        for i in ins:
+            if i and i not in self.available:
+                raise ModelError(f"{self.op_label}: reads tensor '{i}' before any operator "
+                                 "writes it")
         for o in outs:
-            if o in self.constants:
-                raise ModelError(f"{self.op_label}: writes to constant tensor '{o}'")
+            if o in self.available:
+                raise ModelError(f"{self.op_label}: writes tensor '{o}', which is an input, "
+                                 "a constant or already written")
         handler(op, ins, outs)
+        self.available.update(outs)
 
     def _need(self, ins, n: int) -> None:
         if len(ins) < n or any(not ins[i] for i in range(n)):

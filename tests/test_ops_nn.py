@@ -603,3 +603,38 @@ def test_integer_ops():
     check("MatMulInteger", {"a": qrand((2, 3, 8), "uint8")},
           {"b": qrand((8, 5), "int8", 1), "az": np.array(3, np.uint8),
            "bz": np.array(-1, np.int8)}, order=["a", "b", "az", "bz"], exact=True)
+
+
+# ---------------------------------------------------------------- Other normalizations
+
+@pytest.mark.parametrize("groups", [1, 2, 4])
+def test_group_norm(groups):
+    consts = {"s": rnd(4, seed=1), "b": rnd(4, seed=2)}
+    check("GroupNormalization", {"x": rnd(2, 4, 3, 5)}, consts,
+          {"num_groups": groups, "epsilon": 1e-3})
+
+
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_rms_norm(axis):
+    x = rnd(2, 3, 4)
+    check("RMSNormalization", {"x": x}, {"s": rnd(*x.shape[axis:], seed=1)},
+          {"axis": axis}, ref=run_ref, opset=23)
+
+
+@pytest.mark.parametrize("axes", [None, [1], [0, 2, 3]])
+def test_mean_variance_norm(axes):
+    attrs = {} if axes is None else {"axes": axes}
+    check("MeanVarianceNormalization", {"x": rnd(2, 3, 4, 5)}, attrs=attrs)
+
+
+@pytest.mark.parametrize("xs", [(1, 2, 6, 4), (2, 2, 7, 5)])
+def test_maxunpool(xs):
+    x = rnd(*xs)
+    attrs = {"kernel_shape": [2, 2], "strides": [2, 2]}
+    y, idx = run_aot("MaxPool", {"x": x}, {}, attrs, n_out=2)
+    if xs[-1] % 2 == 0 and xs[-2] % 2 == 0:
+        check("MaxUnpool", {"y": y}, {"i": idx}, attrs)
+    else:
+        with pytest.raises(ShapeError, match="outside"):
+            run_aot("MaxUnpool", {"y": y}, {"i": idx}, attrs)
+    check("MaxUnpool", {"y": y}, {"i": idx, "shape": np.array(x.shape, np.int64)}, attrs)

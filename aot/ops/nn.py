@@ -433,6 +433,38 @@ def _maxpool(call: Call, args):
     return outs
 
 
+def _maxunpool_infer(sig: Sig):
+    x = _float_input(sig, 0)
+    idx = sig.in_types[1]
+    if idx is None or idx.shape != x.shape or idx.dtype != "int64":
+        raise sig.fail(f"indices {idx} must be int64 with the input's shape {list(x.shape)}")
+    nsp = len(x.shape) - 2
+    if sig.has(2):
+        out = tuple(int(v) for v in sig.const(2))
+        if len(out) != len(x.shape):
+            raise sig.fail(f"output_shape {list(out)} must have rank {len(x.shape)}")
+        return [TensorType(out, x.dtype)]
+    kernel = _ints(sig, "kernel_shape", nsp, 0)
+    strides = _ints(sig, "strides", nsp, 1)
+    pads = _ints(sig, "pads", 2 * nsp, 0)
+    sp = tuple((i - 1) * s + k - pads[a] - pads[nsp + a]
+               for a, (i, s, k) in enumerate(zip(x.shape[2:], strides, kernel)))
+    return [TensorType(tuple(x.shape[:2]) + sp, x.dtype)]
+
+
+@register("MaxUnpool", infer=_maxunpool_infer, pattern=Pattern.OPAQUE)
+def _maxunpool(call: Call, args):
+    x, idx = args[0], args[1]
+    shape = call.out_types[0].shape
+    size = int(np.prod(shape))
+    flat = idx.reshape(-1)
+    if flat.size and (flat.min() < 0 or flat.max() >= size):
+        raise _fail(call, f"indices fall outside the output of {size} elements")
+    y = np.zeros(size, dtype=x.dtype)
+    y[flat] = x.reshape(-1)
+    return [y.reshape(shape)]
+
+
 def _window_counts(win: Window, spatial, include_pad: bool) -> np.ndarray:
     """How many taps of each output window fall inside the (padded) input.
 
@@ -621,6 +653,70 @@ def _layernorm(call: Call, args):
     if bias is not None:
         y = y + bias
     return [y.astype(x.dtype), mean.astype(np.float32), inv.astype(np.float32)]
+
+
+def _groupnorm_infer(sig: Sig):
+    x = _float_input(sig, 0)
+    if len(x.shape) < 3:
+        raise sig.fail(f"input {x} must have rank >= 3")
+    c = x.shape[1]
+    g = int(sig.attrs.get("num_groups", 0))
+    if g < 1 or c % g:
+        raise sig.fail(f"num_groups {g} must divide the {c} channels")
+    _channel_param(sig, 1, c, "scale")
+    _channel_param(sig, 2, c, "bias")
+    return [TensorType(x.shape, x.dtype)]
+
+
+@register("GroupNormalization", infer=_groupnorm_infer, pattern=Pattern.OPAQUE)
+def _groupnorm(call: Call, args):
+    x, scale, bias = args[:3]
+    g = int(call.attrs["num_groups"])
+    eps = float(call.attrs.get("epsilon", 1e-5))
+    xg = x.astype(np.float64).reshape((x.shape[0], g, -1))
+    mean = xg.mean(axis=2, keepdims=True)
+    var = xg.var(axis=2, keepdims=True)
+    y = ((xg - mean) / np.sqrt(var + eps)).reshape(x.shape)
+    shp = (1, -1) + (1,) * (x.ndim - 2)
+    return [(y * scale.reshape(shp) + bias.reshape(shp)).astype(x.dtype)]
+
+
+def _rmsnorm_infer(sig: Sig):
+    x = _float_input(sig, 0)
+    axis = _axis(sig, int(sig.attrs.get("axis", -1)), len(x.shape))
+    norm_shape = x.shape[axis:]
+    t = sig.in_types[1] if sig.has(1) else None
+    if t is None or np.broadcast_shapes(t.shape, norm_shape) != norm_shape:
+        raise sig.fail(f"scale {t} must broadcast to the normalized shape {list(norm_shape)}")
+    return [TensorType(x.shape, x.dtype)]
+
+
+@register("RMSNormalization", infer=_rmsnorm_infer, pattern=Pattern.OPAQUE)
+def _rmsnorm(call: Call, args):
+    x, scale = args[0], args[1]
+    axis = int(call.attrs.get("axis", -1)) % x.ndim
+    eps = float(call.attrs.get("epsilon", 1e-5))
+    xd = x.astype(np.float64)
+    ms = (xd * xd).mean(axis=tuple(range(axis, x.ndim)), keepdims=True)
+    return [(xd / np.sqrt(ms + eps) * scale).astype(x.dtype)]
+
+
+def _mvn_infer(sig: Sig):
+    x = _float_input(sig, 0)
+    for a in sig.attrs.get("axes", (0, 2, 3)):
+        _axis(sig, int(a), len(x.shape))
+    return [TensorType(x.shape, x.dtype)]
+
+
+@register("MeanVarianceNormalization", infer=_mvn_infer, pattern=Pattern.OPAQUE)
+def _mvn(call: Call, args):
+    x = args[0]
+    axes = tuple(int(a) % x.ndim for a in call.attrs.get("axes", (0, 2, 3)))
+    xd = x.astype(np.float64)
+    mean = xd.mean(axis=axes, keepdims=True)
+    # ONNX's definition: sqrt(E[x^2] - E[x]^2) + 1e-9.
+    std = np.sqrt(np.maximum((xd * xd).mean(axis=axes, keepdims=True) - mean * mean, 0))
+    return [((xd - mean) / (std + 1e-9)).astype(x.dtype)]
 
 
 def _lrn_infer(sig: Sig):

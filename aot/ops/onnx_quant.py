@@ -113,7 +113,7 @@ def _quantize_infer(sig: Sig):
     return [TensorType(x.shape, out)]
 
 
-@register("QuantizeLinear", infer=_quantize_infer, pattern=Pattern.ELEMWISE)
+@register("QuantizeLinear", infer=_quantize_infer, pattern=Pattern.BROADCAST)
 def _quantize(call: Call, args):
     x, scale = args[0], args[1]
     zp = args[2] if len(args) > 2 else None
@@ -142,7 +142,7 @@ def _dequantize_infer(sig: Sig):
     return [TensorType(x.shape, out)]
 
 
-@register("DequantizeLinear", infer=_dequantize_infer, pattern=Pattern.ELEMWISE)
+@register("DequantizeLinear", infer=_dequantize_infer, pattern=Pattern.BROADCAST)
 def _dequantize(call: Call, args):
     x, scale = args[0], args[1]
     zp = args[2] if len(args) > 2 else None

@@ -78,9 +78,19 @@ def skip_reason(case) -> str | None:
             return f"{t.name}: {T.DataType.Name(t.data_type)}"
     for inputs, outputs in case.data_sets:
         for a in list(inputs) + list(outputs):
-            if not isinstance(a, np.ndarray) or a.dtype.kind in "OUSc":
-                return "non-tensor or string data"
+            if isinstance(a, T):
+                if a.data_type in UNSUPPORTED_TYPES:
+                    return f"data: {T.DataType.Name(a.data_type)}"
+            elif not isinstance(a, (np.ndarray, np.generic)):
+                return f"data: {type(a).__name__}"
+            elif a.dtype.kind in "OUSc" or a.dtype.name in ("float64", "float16"):
+                return f"data: {a.dtype}"
     return None
+
+
+def _array(a) -> np.ndarray:
+    """A case's input or output as an array (cases also hold scalars, TensorProtos)."""
+    return onnx.numpy_helper.to_array(a) if isinstance(a, T) else np.asarray(a)
 
 
 def _compare(name: str, got: np.ndarray, want: np.ndarray) -> str | None:
@@ -154,7 +164,8 @@ def run_case(case) -> str | None:
     out_names = [o.name for o in g.output]
     try:
         for inputs, outputs in case.data_sets:
-            ins, outs = dict(zip(in_names, inputs)), dict(zip(out_names, outputs))
+            ins = {n: _array(a) for n, a in zip(in_names, inputs)}
+            outs = {n: _array(a) for n, a in zip(out_names, outputs)}
             model, frozen = case.model, []
             while True:
                 try:

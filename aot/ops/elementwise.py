@@ -327,10 +327,9 @@ def _identity(call: Call, args):
 
 def _infer_dropout(sig: Sig):
     x = sig.in_types[0]
-    if sig.has(2):
-        training = sig.values[2]
-        ratio = sig.values[1] if sig.has(1) else np.float32(0.5)
-        if training is None or (bool(training) and (ratio is None or float(ratio) != 0.0)):
+    if sig.has(2) and bool(sig.const(2).reshape(())):
+        ratio = float(sig.const(1).reshape(())) if sig.has(1) else 0.5
+        if ratio != 0.0:  # a random mask: nothing to compile ahead of time
             raise UnsupportedError(f"{node_label(sig.node)}: Dropout in training mode is "
                                    "not supported (aot compiles for inference)")
     return [TensorType(x.shape, x.dtype, x.quant), TensorType(x.shape, "bool")]

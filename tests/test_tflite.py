@@ -653,3 +653,29 @@ def test_buffer_outside_the_file_is_a_model_error():
     m.op("ADD", [x, w], [y])
     with pytest.raises(ModelError, match="outside"):
         import_tflite(m.build([x], [y]), "t")
+
+
+def test_data_movement_ops_against_tflm():
+    m = TinyModel()
+    a = m.tensor("a", [1, 3, 4, 2], scale=[0.05], zp=[-4])
+    b = m.tensor("b", [1, 3, 4, 3], scale=[0.05], zp=[-4])
+    cat = m.tensor("cat", [1, 3, 4, 5], scale=[0.05], zp=[-4])
+    pads = m.tensor("pads", [4, 2], "int32", data=[[0, 0], [1, 2], [0, 1], [0, 0]])
+    padded = m.tensor("padded", [1, 6, 5, 5], scale=[0.05], zp=[-4])
+    perm = m.tensor("perm", [4], "int32", data=[0, 3, 1, 2])
+    y = m.tensor("y", [1, 5, 6, 5], scale=[0.05], zp=[-4])
+    m.op("CONCATENATION", [a, b], [cat], ("ConcatenationOptions", dict(Axis=3)))
+    m.op("PAD", [cat, pads], [padded])
+    m.op("TRANSPOSE", [padded, perm], [y])
+    check_against_tflm(m.build([a, b], [y]), [int8_input([1, 3, 4, 2]), int8_input([1, 3, 4, 3])])
+
+
+def test_float_mean_and_activations_against_tflm():
+    m = TinyModel()
+    x = m.tensor("x", [2, 4, 5, 3], "float32")
+    axes = m.tensor("axes", [2], "int32", data=[1, 2])
+    mean = m.tensor("mean", [2, 3], "float32")
+    y = m.tensor("y", [2, 3], "float32")
+    m.op("MEAN", [x, axes], [mean], ("ReducerOptions", dict(KeepDims=False)))
+    m.op("LOGISTIC", [mean], [y])
+    check_against_tflm(m.build([x], [y]), [float_input([2, 4, 5, 3])])

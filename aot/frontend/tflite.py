@@ -710,8 +710,9 @@ class _Builder:
         ty = self.ty(ins[0])
         if len(ins) > 2 and ins[2]:
             value = ins[2]
-        else:  # quantized PAD fills with the zero point, i.e. real 0
-            zp = ty.quant.zero_point[0] if ty.quant is not None else 0
+        else:  # quantized PAD fills with the output's zero point, i.e. real 0
+            out_q = self.ty(outs[0]).quant
+            zp = out_q.zero_point[0] if out_q is not None else 0
             value = self.new_const("value", np.array(zp, dtype=ty.dtype))
         self.emit("Pad", [ins[0], self.new_const("pads", pads), value], outs, mode="constant")
 

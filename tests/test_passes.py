@@ -617,3 +617,34 @@ def test_fuse_square_reads_the_chain_twice():
     g = build({"x": (2, 3)}, [("Relu", ["x"], ["r"]), ("Mul", ["r", "r"], ["y"])], ["y"])
     after = check(g, fuse)
     assert body_ops(after) == [["Relu", "Mul"]] and after.nodes[0].inputs == ("x",)
+
+
+@pytest.mark.parametrize("attrs,scales,sizes", [
+    ({"mode": "linear"}, np.array([1, 1, 2, 1.5], np.float32), None),
+    ({"mode": "nearest", "axes": (3, 2)}, None, np.array([9, 7])),
+])
+def test_resize_between_convs_keeps_channels_last(attrs, scales, sizes):
+    ins = ["c1", "", "sc" if scales is not None else "", "sz" if sizes is not None else ""]
+    consts = {k: v for k, v in (("sc", scales), ("sz", sizes)) if v is not None}
+    g = two_convs([("Resize", ins, ["m"], attrs)], consts)
+    after = check(g, to_channels_last)
+    assert transposes_between_convs(after) == 0
+
+
+def test_same_type_data_movement_removed():
+    g = build({"x": (2, 3)},
+              [("Cast", ["x"], ["c"], {"to": 1}), ("Expand", ["c", "s"], ["e"]),
+               ("Tile", ["e", "reps"], ["t"]), ("Concat", ["t"], ["k"], {"axis": 0}),
+               ("Split", ["k"], ["p"], {"axis": 1, "num_outputs": 1}),
+               ("Tile", ["p", "reps2"], ["y"])],
+              ["y"], {"s": np.array([1, 3]), "reps": np.array([1, 1]), "reps2": np.array([2, 1])})
+    after = check(g, simplify)
+    assert ops(after) == ["Tile"] and after.nodes[0].inputs[0] == "x"
+
+
+def test_division_by_power_of_two_becomes_multiply():
+    g = build({"x": (2, 3)}, [("Div", ["x", "four"], ["a"]), ("Div", ["a", "three"], ["y"])],
+              ["y"], {"four": np.float32(4), "three": np.float32(3)})
+    after = check(g, simplify)
+    assert ops(after) == ["Mul", "Div"]
+    np.testing.assert_array_equal(after.constants[after.nodes[0].inputs[1]], 0.25)

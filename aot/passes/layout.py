@@ -175,6 +175,13 @@ def sink_axis_rule(node: Node, rw: Rewriter) -> Rewrite | None:
         return _sink(rw, node, [x], perm, dict(node.attrs, axis=axis))
     if node.op in REDUCES:
         return _sink_reduce(node, rw, x, perm)
+    if node.op == "Resize":
+        # Resize works axis by axis: its scales/sizes/roi apply to `axes`
+        # (all axes by default), so naming the untransposed axes is enough.
+        axes = node.attrs.get("axes")
+        axes = range(rank) if axes is None else axes
+        moved = tuple(perm[_axis(int(a), rank)] for a in axes)
+        return _sink(rw, node, [x] + list(node.inputs[1:]), perm, dict(node.attrs, axes=moved))
     if node.op == "Pad" and (len(node.inputs) < 4 or not node.inputs[3]):
         pads = rw.const(node.inputs[1])
         if pads is None or pads.size != 2 * rank:

@@ -39,8 +39,8 @@ class Rewrite:
 Rule = Callable[[Node, "Rewriter"], "Rewrite | None"]
 
 
-def remove(node: Node, out: str, source: str) -> Rewrite:
-    """Drop `node`: its output `out` is the tensor `source`."""
+def remove(out: str, source: str) -> Rewrite:
+    """Drop the node: its output `out` is the tensor `source`."""
     return Rewrite((), {out: source})
 
 
@@ -91,10 +91,6 @@ class Rewriter:
         users = self.consumers(name)
         return (not self.pinned(name) and len(users) == 1
                 and sum(1 for t in users[0].inputs if t == name) == 1)
-
-    def is_activation(self, name: str) -> bool:
-        """A tensor computed at run time (not a constant or variable)."""
-        return bool(name) and name not in self.constants and name not in self.graph.variables
 
     # ---- building ------------------------------------------------------
     def fresh(self, base: str) -> str:

@@ -19,12 +19,20 @@ RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 
 
 # ---- no-ops --------------------------------------------------------------------
+# Ops that copy their (first) input unchanged when the output type equals it.
+SAME_TYPE_NOOPS = ("Cast", "Expand", "Tile", "Concat", "Split")
+
+
 def identity_rule(node: Node, rw: Rewriter) -> Rewrite | None:
     if node.op == "Identity":
-        return remove(node, node.outputs[0], node.inputs[0])
+        return remove(node.outputs[0], node.inputs[0])
+    if node.op in SAME_TYPE_NOOPS and len(node.outputs) == 1 and node.inputs[0] and \
+            rw.type(node.inputs[0]) == rw.type(node.outputs[0]) and \
+            (node.op != "Concat" or len(node.inputs) == 1):
+        return remove(node.outputs[0], node.inputs[0])
     if node.op == "Dropout" and not _used(rw, node.outputs[1:]):
         # Inference-mode Dropout (infer rejects training mode) passes x through.
-        return remove(node, node.outputs[0], node.inputs[0])
+        return remove(node.outputs[0], node.inputs[0])
     return None
 
 
@@ -47,19 +55,28 @@ def neutral_rule(node: Node, rw: Rewriter) -> Rewrite | None:
     for xi, ci in order:
         x, c = node.inputs[xi], node.inputs[ci]
         if _const_all(rw, c, neutral) and rw.type(x) == out and is_float(out):
-            return remove(node, node.outputs[0], x)
+            return remove(node.outputs[0], x)
     return None
 
 
-def sub_to_add_rule(node: Node, rw: Rewriter) -> Rewrite | None:
-    """x - c -> x + (-c): exact, and Add chains fold into Conv/Gemm biases."""
-    if node.op != "Sub" or rw.const(node.inputs[1]) is None or rw.const(node.inputs[0]) is not None:
+def sub_div_rule(node: Node, rw: Rewriter) -> Rewrite | None:
+    """x - c -> x + (-c) (exact), x / c -> x * (1/c) when 1/c is exact (c a
+    power of two): Add/Mul chains merge and fold into Conv/Gemm, and a
+    multiply is cheaper than a divide on a microcontroller."""
+    if node.op not in ("Sub", "Div") or rw.const(node.inputs[0]) is not None:
         return None
-    if not is_float(rw.type(node.outputs[0])):
+    c = rw.const(node.inputs[1])
+    if c is None or not is_float(rw.type(node.outputs[0])):
         return None
-    neg = rw.constant(f"{node.inputs[1]}_neg", -rw.const(node.inputs[1]))
-    return Rewrite([rw.node("Add", [node.inputs[0], neg], name=node.name,
-                            outputs=node.outputs)])
+    if node.op == "Sub":
+        op, value, suffix = "Add", -c, "neg"
+    else:
+        mantissa = np.frexp(c)[0]
+        if not (np.all(np.isfinite(c)) and np.all(np.abs(mantissa) == 0.5)):
+            return None
+        op, value, suffix = "Mul", (1 / c).astype(c.dtype), "recip"
+    const = rw.constant(f"{node.inputs[1]}_{suffix}", value)
+    return Rewrite([rw.node(op, [node.inputs[0], const], name=node.name, outputs=node.outputs)])
 
 
 # ---- quantize / dequantize pairs -------------------------------------------
@@ -93,15 +110,15 @@ def qdq_rule(node: Node, rw: Rewriter) -> Rewrite | None:
                 and node.attrs.get("axis", 1) == dq.attrs.get("axis", 1)
                 and node.attrs.get("block_size", 0) == dq.attrs.get("block_size", 0))
         if same and rw.type(node.outputs[0]).dtype == rw.type(q).dtype:
-            return remove(node, node.outputs[0], q)
+            return remove(node.outputs[0], q)
     if node.op == "tfl.quantize":
         src = node.inputs[0]
         prod = rw.producer(src)
         if prod is not None and prod.op == "tfl.dequantize" and \
                 rw.type(prod.inputs[0]) == rw.type(node.outputs[0]):
-            return remove(node, node.outputs[0], prod.inputs[0])
+            return remove(node.outputs[0], prod.inputs[0])
         if rw.type(src) == rw.type(node.outputs[0]) and rw.type(src).quant is not None:
-            return remove(node, node.outputs[0], src)  # requantize to the same params
+            return remove(node.outputs[0], src)  # requantize to the same params
     return None
 
 
@@ -277,7 +294,7 @@ def reshape_rule(node: Node, rw: Rewriter) -> Rewrite | None:
         src = prod.inputs[0]
         prod = rw.producer(src)
     if rw.type(src).shape == out.shape:
-        return remove(node, node.outputs[0], src)
+        return remove(node.outputs[0], src)
     shape = rw.const(node.inputs[1]) if node.op == "Reshape" else None
     canonical = (node.op == "Reshape" and src == node.inputs[0] and shape is not None
                  and tuple(int(d) for d in shape) == out.shape)
@@ -299,14 +316,14 @@ def transpose_rule(node: Node, rw: Rewriter) -> Rewrite | None:
     rank = len(rw.type(node.inputs[0]).shape)
     perm = perm_of(node, rank)
     if perm == tuple(range(rank)):
-        return remove(node, node.outputs[0], node.inputs[0])
+        return remove(node.outputs[0], node.inputs[0])
     prod = rw.producer(node.inputs[0])
     if prod is None or prod.op != "Transpose":
         return None
     inner = perm_of(prod, rank)
     composed = tuple(inner[p] for p in perm)
     if composed == tuple(range(rank)):
-        return remove(node, node.outputs[0], prod.inputs[0])
+        return remove(node.outputs[0], prod.inputs[0])
     return Rewrite([rw.node("Transpose", [prod.inputs[0]], name=node.name,
                             attrs={"perm": composed}, outputs=node.outputs)])
 
@@ -337,7 +354,7 @@ def _axis_of(node: Node, rank: int) -> int:
     return axis + rank if axis < 0 else axis
 
 
-RULES = (identity_rule, neutral_rule, qdq_rule, sub_to_add_rule, batchnorm_rule,
+RULES = (identity_rule, neutral_rule, qdq_rule, sub_div_rule, batchnorm_rule,
          affine_into_dense_rule, constant_chain_rule, softmax_reshape_rule, reshape_rule,
          transpose_rule)
 

@@ -353,3 +353,76 @@ def test_symbolic_batch_bound_by_dim_params():
               opset=13)
     g = infer_types(import_onnx(m.SerializeToString(), "m", dim_params={"batch": 3}))
     assert g.types["x"].shape == (3, 4) and g.types["y"].shape == (3, 4)
+
+
+# ---- ops beyond the conformance list, against ONNX Runtime ------------------------------------
+
+_R = np.random.default_rng(0)
+XF = (_R.standard_normal((3, 4, 5)) * 2).astype(np.float32)
+XI = _R.integers(-9, 10, (3, 4, 5)).astype(np.int32)
+YI = (_R.integers(1, 5, (4, 5)) * np.where(_R.random((4, 5)) < .5, -1, 1)).astype(np.int32)
+INITS = {"axes": np.array([0, 2], np.int64), "start": np.array(2, np.int32),
+         "limit": np.array(17, np.int32), "delta": np.array(3, np.int32),
+         "idx": np.array([[-1, 0], [2, -4]], np.int64), "reps": np.array([2, 1, 3], np.int64),
+         "to": np.array([2, 1, 4, 1], np.int64), "st": np.array([-1, 4], np.int64),
+         "en": np.array([-100, 0], np.int64), "ax": np.array([0, 2], np.int64),
+         "sp": np.array([-1, -2], np.int64), "pads": np.array([0, 2, 3, 0, 1, 2], np.int64),
+         "lo": np.array(-3, np.int32), "hi": np.array(4, np.int32)}
+N = h.make_node
+OP_CASES = {
+    "ArgMax_last": ([N("ArgMax", ["x"], ["y"], axis=1, keepdims=0, select_last_index=1)],
+                    {"x": np.round(XF)}),
+    "ArgMin": ([N("ArgMin", ["x"], ["y"], axis=-1)], {"x": np.round(XF)}),
+    "Mod_int": ([N("Mod", ["x", "z"], ["y"])], {"x": XI, "z": YI}),
+    "Mod_fmod": ([N("Mod", ["x", "z"], ["y"], fmod=1)], {"x": XI, "z": YI}),
+    "Div_int": ([N("Div", ["x", "z"], ["y"])], {"x": XI, "z": YI}),
+    "Pow_int": ([N("Pow", ["x", "z"], ["y"])], {"x": XI, "z": np.abs(YI)}),
+    "Pow_float": ([N("Pow", ["x", "z"], ["y"])], {"x": np.abs(XF), "z": XF[0]}),
+    "Round": ([N("Round", ["x"], ["y"])],
+              {"x": np.array([0.5, 1.5, 2.5, -0.5, -1.5, 2.4], np.float32)}),
+    "ReduceProd": ([N("ReduceProd", ["x", "axes"], ["y"], keepdims=0)], {"x": XF}),
+    "ReduceL2": ([N("ReduceL2", ["x", "axes"], ["y"])], {"x": XF}),
+    "ReduceLogSumExp": ([N("ReduceLogSumExp", ["x", "axes"], ["y"])], {"x": XF}),
+    "ReduceSum_int": ([N("ReduceSum", ["x", "axes"], ["y"])], {"x": XI}),
+    "ReduceMean_all": ([N("ReduceMean", ["x"], ["y"], keepdims=0)], {"x": XF}),
+    "Cast_f2i": ([N("Cast", ["x"], ["y"], to=T.INT32)], {"x": XF}),
+    "Cast_f2u8": ([N("Cast", ["x"], ["y"], to=T.UINT8)], {"x": np.abs(XF)}),
+    "Cast_i2b": ([N("Cast", ["x"], ["y"], to=T.BOOL)], {"x": XI}),
+    "Celu": ([N("Celu", ["x"], ["y"], alpha=0.7)], {"x": XF}),
+    "Mish": ([N("Mish", ["x"], ["y"])], {"x": XF}),
+    "ThresholdedRelu": ([N("ThresholdedRelu", ["x"], ["y"], alpha=0.3)], {"x": XF}),
+    "Shrink": ([N("Shrink", ["x"], ["y"], lambd=0.7, bias=0.2)], {"x": XF}),
+    "Sin": ([N("Sin", ["x"], ["y"])], {"x": XF}),
+    "Logic": ([N("Less", ["x", "z"], ["l"]), N("Equal", ["x", "z"], ["e"]),
+               N("Or", ["l", "e"], ["o"]), N("Not", ["o"], ["y"])], {"x": XI, "z": YI}),
+    "Size": ([N("Size", ["x"], ["y"])], {"x": XF}),
+    "Shape_start_end": ([N("Shape", ["x"], ["y"], start=-2, end=10)], {"x": XF}),
+    "Range": ([N("Range", ["start", "limit", "delta"], ["y"])], {}),
+    "Gather_negative": ([N("Gather", ["x", "idx"], ["y"], axis=1)], {"x": XF}),
+    "Tile": ([N("Tile", ["x", "reps"], ["y"])], {"x": XF}),
+    "Expand": ([N("Expand", ["x", "to"], ["y"])], {"x": XF[:, :1]}),
+    "Slice_negative_steps": ([N("Slice", ["x", "st", "en", "ax", "sp"], ["y"])], {"x": XF}),
+    "Split_uneven": ([N("Split", ["x"], ["y", "y2", "y3"], axis=2, num_outputs=3)], {"x": XF}),
+    "Pad_edge": ([N("Pad", ["x", "pads"], ["y"], mode="edge")], {"x": XF}),
+    "Pad_wrap": ([N("Pad", ["x", "pads"], ["y"], mode="wrap")], {"x": XF}),
+    "Squeeze_all": ([N("Squeeze", ["x"], ["y"])], {"x": XF[:1, :, None]}),
+    "Softplus_large": ([N("Softplus", ["x"], ["y"])], {"x": XF * 30}),
+    "Sigmoid_large": ([N("Sigmoid", ["x"], ["y"])], {"x": XF * 30}),
+    "Clip_int": ([N("Clip", ["x", "lo", "hi"], ["y"])], {"x": XI}),
+    "Max_int": ([N("Max", ["x", "z"], ["y"])], {"x": XI, "z": YI}),
+    "Where_int": ([N("Where", ["c", "x", "z"], ["y"])], {"c": XI > 0, "x": XI, "z": YI}),
+    "Gelu_tanh": ([N("Gelu", ["x"], ["y"], approximate="tanh")], {"x": XF}),
+    "Sign_int": ([N("Sign", ["x"], ["y"])], {"x": XI}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OP_CASES))
+def test_op_matches_ort(case):
+    nodes, feeds = OP_CASES[case]
+    used = {i for n in nodes for i in n.input}
+    inputs = [h.make_tensor_value_info(k, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+              for k, v in feeds.items()]
+    outputs = [onnx.ValueInfoProto(name=o) for o in nodes[-1].output]
+    m = model(nodes, inputs, outputs, opset=20,
+              inits=[(k, v) for k, v in INITS.items() if k in used])
+    check_against_ort(m, feeds, rtol=1e-5, atol=1e-5)

@@ -206,8 +206,21 @@ def _decode(data: bytes) -> _Model:
                   _ints(sg.OutputsAsNumpy, sg.OutputsLength()))
 
 
-def import_tflite(data: bytes, name: str) -> Graph:
-    """Import a .tflite model (its first subgraph) as an untyped-intermediates Graph."""
+HYBRID_MODES = ("dequantize", "dynamic")
+
+
+def import_tflite(data: bytes, name: str, hybrid: str = "dequantize") -> Graph:
+    """Import a .tflite model (its first subgraph).
+
+    hybrid: what a float CONV_2D with int8 weights (a dynamic-range model)
+    becomes. "dequantize": a float Conv on the dequantized weights (pure float
+    math, the weights fold to float32). "dynamic": LiteRT's hybrid kernel,
+    which quantizes the activations to int8 on the fly (`tfl.conv2d` on a
+    float input); it tracks LiteRT closely, where "dequantize" differs by the
+    activation quantization error.
+    """
+    if hybrid not in HYBRID_MODES:
+        raise UnsupportedError(f"hybrid mode {hybrid!r} (expected one of {HYBRID_MODES})")
     data = bytes(data)
     try:
         model = _decode(data)
@@ -216,7 +229,7 @@ def import_tflite(data: bytes, name: str) -> Graph:
     except Exception as e:  # noqa: BLE001 - any failure of the bindings means a corrupt file
         raise ModelError(f"corrupt or truncated TFLite file ({type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else 'unreadable'})") from None
-    return _Builder(model, name).build()
+    return _Builder(model, name, hybrid).build()
 
 
 # ------------------------------------------------------------------ building
@@ -234,9 +247,10 @@ def _unique_names(tensors: list[_Tensor]) -> list[str]:
 
 
 class _Builder:
-    def __init__(self, model: _Model, name: str):
+    def __init__(self, model: _Model, name: str, hybrid: str = "dequantize"):
         self.m = model
         self.name = name
+        self.hybrid = hybrid
         self.names = _unique_names(model.tensors)
         self.types: dict[str, TensorType] = {}
         self.constants: dict[str, np.ndarray] = {}
@@ -484,12 +498,24 @@ class _Builder:
             self.emit("tfl.conv2d", [x, w, bias], outs, strides=strides, dilations=dil,
                       pads=pads, act_min=lo, act_max=hi)
             return
+        pre = self._with_act(o, outs[0])
+        if self.hybrid == "dynamic" and self._hybrid_conv_ok(x, w, dil):
+            self.emit("tfl.conv2d", [x, w, bias], [pre], strides=strides, dilations=dil,
+                      pads=pads, act_min=-128, act_max=127)
+            self._finish_act(o, pre, outs[0])
+            return
         w = self._float_weight(w)
         groups = self.ty(x).shape[3] // wshape[3] if wshape[3] else 1
-        pre = self._with_act(o, outs[0])
         self.emit("Conv", [x, w, bias], [pre], layout="NHWC", kernel_shape=tuple(wshape[1:3]),
                   strides=strides, dilations=dil, pads=pads, group=groups)
         self._finish_act(o, pre, outs[0])
+
+    def _hybrid_conv_ok(self, x: str, w: str, dilations) -> bool:
+        """Whether LiteRT would run this conv with its per-tensor hybrid kernel."""
+        wt = self.ty(w)
+        return (self.ty(x).dtype == "float32" and wt.dtype == "int8" and wt.quant is not None
+                and len(set(wt.quant.scale)) == 1 and dilations == (1, 1)
+                and self.ty(x).shape[3] == wt.shape[3])
 
     def _float_weight(self, w: str) -> str:
         """A float op's weight; int8 weights of a hybrid model are dequantized first."""

@@ -102,27 +102,37 @@ def _acc_dtype_out(acc: np.ndarray, lo: int, hi: int, dtype: str):
 
 # ------------------------------------------------------------------ conv 2d
 
+def _is_hybrid(sig_or_call) -> bool:
+    # Float activations with int8 weights: LiteRT's dynamic-range ("hybrid") kernel.
+    return sig_or_call.in_types[0].dtype == "float32" and sig_or_call.in_types[1].dtype == "int8"
+
+
 def _conv_infer(sig: Sig):
-    _require_int8(sig)
+    if not _is_hybrid(sig):
+        _require_int8(sig)
     x, w = sig.in_types[0], sig.in_types[1]
     if len(x.shape) != 4 or len(w.shape) != 4:
         raise sig.fail(f"expects 4-D input and weight, got {list(x.shape)} and {list(w.shape)}")
     if x.shape[3] % w.shape[3]:
         raise sig.fail(f"input channels {x.shape[3]} not a multiple of filter depth {w.shape[3]}")
     oh, ow = _spatial_out(sig, x.shape[1:3], w.shape[1:3])
+    if _is_hybrid(sig):
+        q = sig.in_types[1].quant
+        if q is None or len(set(q.scale)) > 1 or sig.attrs.get("dilations", (1, 1)) != (1, 1) \
+                or x.shape[3] != w.shape[3]:
+            raise UnsupportedError(f"{node_label(sig.node)}: hybrid convolution needs a "
+                                   "per-tensor weight scale, no dilation and no groups")
+        return [_out_type(sig, (x.shape[0], oh, ow, w.shape[0]), "float32")]
     return [_out_type(sig, (x.shape[0], oh, ow, w.shape[0]))]
 
 
-@register("tfl.conv2d", infer=_conv_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
-def conv2d(call: Call, args):
-    x, w, bias = args[0], args[1], args[2] if len(args) > 2 else None
-    a, node = call.attrs, call.node
-    s_in, zp_in = _scale_zp(call.in_types[0], "the input", node)
-    s_out, zp_out = _scale_zp(call.out_types[0], "the output", node)
+def _conv_acc(call: Call, x: np.ndarray, w: np.ndarray, offset) -> np.ndarray:
+    """Exact sum of w * (x - offset) over the in-image taps: [N, OH, OW, C_out] int64."""
+    a = call.attrs
     n, oh, ow, cout = call.out_types[0].shape
     _, kh, kw, depth = w.shape
     groups = x.shape[3] // depth
-    xp = _pad_hw(x.astype(np.float64) - zp_in, a["pads"], 0.0)
+    xp = _pad_hw(x.astype(np.float64) - offset, a["pads"], 0.0)
     taps = windows(xp, (kh, kw), a["strides"], a.get("dilations", (1, 1)), (oh, ow))
     per_group = cout // groups
     wf = w.astype(np.float64)
@@ -131,7 +141,44 @@ def conv2d(call: Call, args):
         cols = taps[..., g * depth:(g + 1) * depth].reshape(n * oh * ow, kh * kw * depth)
         wg = wf[g * per_group:(g + 1) * per_group].reshape(per_group, -1)
         outs.append(cols @ wg.T)
-    acc = np.concatenate(outs, axis=1).astype(np.int64).reshape(n, oh, ow, cout)
+    return np.concatenate(outs, axis=1).astype(np.int64).reshape(n, oh, ow, cout)
+
+
+def symmetric_quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """LiteRT's SymmetricQuantizeFloats per batch row: int8 in [-127, 127] and
+    the float32 scale max|x|/127 (1 for an all-zero row)."""
+    rows = x.reshape(x.shape[0], -1).astype(np.float32)
+    rng = np.max(np.abs(rows), axis=1)
+    safe = np.where(rng == 0, np.float32(1), rng)
+    inv = (np.float32(127) / safe).astype(np.float32)
+    q = qmath.round_half_away_array((rows * inv[:, None]).astype(np.float32))
+    q = np.where(rng[:, None] == 0, 0, np.clip(q, -127, 127)).astype(np.int64)
+    scale = np.where(rng == 0, np.float32(1), (rng / np.float32(127)).astype(np.float32))
+    return q.reshape(x.shape), scale.astype(np.float32)
+
+
+def _hybrid_conv2d(call: Call, x, w, bias):
+    """LiteRT's EvalHybrid: quantize each batch of x on the fly (symmetric
+    int8), integer convolution, then scale back to float."""
+    qx, scale = symmetric_quantize_rows(x)
+    scale = (scale * np.float32(call.in_types[1].quant.scale[0])).astype(np.float32)
+    acc = _conv_acc(call, qx, w, 0)
+    y = acc.astype(np.float32) * scale[:, None, None, None]
+    if bias is not None:
+        y = y + bias.astype(np.float32)
+    return [y.astype(np.float32)]   # the fused activation is a separate float node
+
+
+@register("tfl.conv2d", infer=_conv_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+def conv2d(call: Call, args):
+    x, w, bias = args[0], args[1], args[2] if len(args) > 2 else None
+    if _is_hybrid(call):
+        return _hybrid_conv2d(call, x, w, bias)
+    a, node = call.attrs, call.node
+    s_in, zp_in = _scale_zp(call.in_types[0], "the input", node)
+    s_out, zp_out = _scale_zp(call.out_types[0], "the output", node)
+    cout = call.out_types[0].shape[3]
+    acc = _conv_acc(call, x, w, zp_in)
     if bias is not None:
         acc = acc + bias.astype(np.int64)
     mult, shift = conv_multipliers(s_in, _channel_scales(call.in_types[1], cout, node), s_out)

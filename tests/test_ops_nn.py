@@ -248,6 +248,16 @@ def test_matmul(sa, sb):
     check("MatMul", {"a": rnd(*sa)}, {"b": rnd(*sb, seed=1)})
 
 
+@pytest.mark.parametrize("dt", [np.int32, np.int64])
+def test_matmul_int(dt):
+    r = np.random.default_rng(0)
+    check("MatMul", {"a": r.integers(-50, 50, (2, 3, 4)).astype(dt)},
+          {"b": r.integers(-50, 50, (4, 5)).astype(dt)}, exact=True)
+    check("Gemm", {"a": r.integers(-50, 50, (3, 4)).astype(dt)},
+          {"b": r.integers(-50, 50, (5, 4)).astype(dt), "c": r.integers(-9, 9, (5,)).astype(dt)},
+          {"transB": 1}, exact=True, ref=run_ref)  # ORT has no integer Gemm
+
+
 def test_matmul_errors():
     with pytest.raises(ShapeError, match="inner"):
         run_aot("MatMul", {"a": rnd(3, 4)}, {"b": rnd(3, 5)}, {})

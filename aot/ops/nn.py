@@ -49,6 +49,16 @@ def _float_input(sig: Sig, i: int, what: str = "input") -> TensorType:
     return t
 
 
+def _dense_input(sig: Sig, i: int) -> TensorType:
+    """MatMul/Gemm operands: float or the wide integer types ONNX allows."""
+    t = sig.in_types[i]
+    if t is None:
+        raise sig.fail(f"input {i} is required")
+    if t.dtype not in FLOATS + ("int32", "int64", "uint32", "uint64"):
+        raise _unsupported(sig, f"input {i} has dtype {t.dtype}")
+    return t
+
+
 def _same_dtype(sig: Sig, *idx: int) -> None:
     """Float operands (data, weights, bias) must share one dtype."""
     dts = {sig.in_types[i].dtype for i in idx if sig.has(i)}
@@ -754,8 +764,8 @@ def _lrn(call: Call, args):
 
 
 def _gemm_infer(sig: Sig):
-    a = _float_input(sig, 0)
-    b = _float_input(sig, 1)
+    a = _dense_input(sig, 0)
+    b = _dense_input(sig, 1)
     _same_dtype(sig, 0, 1, 2)
     if len(a.shape) != 2 or len(b.shape) != 2:
         raise sig.fail(f"A {a} and B {b} must be 2-D")
@@ -785,9 +795,9 @@ def _gemm(call: Call, args):
     beta = float(call.attrs.get("beta", 1.0))
     y = np.matmul(a, b)
     if alpha != 1.0:
-        y = y * np.float32(alpha)
+        y = y * (np.float32(alpha) if y.dtype.kind == "f" else alpha)
     if c is not None and beta != 0.0:
-        y = y + (c * np.float32(beta) if beta != 1.0 else c)
+        y = y + (c * (np.float32(beta) if c.dtype.kind == "f" else beta) if beta != 1.0 else c)
     return [y.astype(call.out_types[0].dtype, copy=False)]
 
 
@@ -812,8 +822,8 @@ def matmul_shape(sig: Sig, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int,
 
 
 def _matmul_infer(sig: Sig):
-    a = _float_input(sig, 0)
-    b = _float_input(sig, 1)
+    a = _dense_input(sig, 0)
+    b = _dense_input(sig, 1)
     _same_dtype(sig, 0, 1)
     return [TensorType(matmul_shape(sig, a.shape, b.shape), a.dtype)]
 

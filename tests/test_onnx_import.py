@@ -426,3 +426,19 @@ def test_op_matches_ort(case):
     m = model(nodes, inputs, outputs, opset=20,
               inits=[(k, v) for k, v in INITS.items() if k in used])
     check_against_ort(m, feeds, rtol=1e-5, atol=1e-5)
+
+
+def test_dropout_opset7_mask_has_input_type():
+    m = model([h.make_node("Dropout", ["x"], ["y", "mask"], ratio=0.2)], [vi("x", X.shape)],
+              [vi("y", None), vi("mask", None)], opset=7)
+    g = load(m)
+    assert g.types["mask"].dtype == "float32"
+    out = aot.interpret(g, {"x": X})
+    np.testing.assert_array_equal(out["y"], X)  # inference: identity
+
+
+def test_sequence_input_is_unsupported():
+    seq = h.make_tensor_sequence_value_info("s", T.FLOAT, [2])
+    m = model([h.make_node("Identity", ["s"], ["y"])], [seq], [vi("y", None)], opset=13)
+    with pytest.raises(UnsupportedError, match="'s'"):
+        import_onnx(m.SerializeToString(), "m")

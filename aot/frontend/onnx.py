@@ -283,6 +283,16 @@ def _batchnorm(b: _Builder, n: Node) -> Node:
     return _drop("spatial", "is_test", "consumed_inputs")(b, n)
 
 
+def _dropout_v7(b: _Builder, n: Node) -> Node:
+    """Dropout < 10 gives a mask of the input's type, not bool: cast the mask."""
+    if len(n.outputs) < 2 or not n.outputs[1]:
+        return n
+    mask = b.fresh(f"{n.name}__mask")
+    b.nodes.append(n.with_(outputs=(n.outputs[0], mask)))
+    return Node("CastLike", b.fresh(f"{n.name}__mask_cast"), (mask, n.inputs[0]),
+                (n.outputs[1],), {})
+
+
 def _reduce_axes(before: int) -> Upgrade:
     return _below(before, _move_attrs(("axes", 1, "int64")))
 
@@ -306,7 +316,7 @@ UPGRADES: dict[str, Upgrade] = {
     "LogSoftmax": _below(13, _softmax_v1),
     "Hardmax": _below(13, _softmax_v1),
     "BatchNormalization": _batchnorm,
-    "Dropout": _drop("is_test", "ratio", "seed"),
+    "Dropout": _chain(_drop("is_test", "ratio", "seed"), _below(10, _dropout_v7)),
     "Gemm": _drop("broadcast"),
     "Cast": _drop("saturate"),
     "Relu": _drop("consumed_inputs"),

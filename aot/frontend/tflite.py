@@ -40,7 +40,7 @@ _PADDING = {0: "SAME", 1: "VALID"}
 _ACTIVATION = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH",
                5: "SIGN_BIT", 6: "SIGMOID"}
 
-# Builtin options we read: op -> (options class, fields, defaults).
+# Builtin options we read: op -> (options class, fields).
 _OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "CONV_2D": ("Conv2DOptions", ("Padding", "StrideW", "StrideH", "FusedActivationFunction",
                                   "DilationWFactor", "DilationHFactor")),
@@ -155,7 +155,7 @@ def _decode_options(op, code: str) -> dict[str, Any]:
     return {f: getattr(opts, f)() for f in fields}
 
 
-def _decode_tensor(t, i: int) -> _Tensor:
+def _decode_tensor(t) -> _Tensor:
     raw = t.Name()
     name = raw.decode("utf-8", "replace") if raw else ""
     shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
@@ -186,7 +186,7 @@ def _decode(data: bytes) -> _Model:
     if model.SubgraphsLength() < 1:
         raise ModelError("TFLite model has no subgraph")
     sg = model.Subgraphs(0)
-    tensors = [_decode_tensor(sg.Tensors(i), i)
+    tensors = [_decode_tensor(sg.Tensors(i))
                for i in range(_count(sg.TensorsLength(), data, "tensor"))]
     buffers = [_decode_buffer(model.Buffers(i), data)
                for i in range(_count(model.BuffersLength(), data, "buffer"))]

@@ -16,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from aot.errors import UnsupportedError, node_label
-from aot.ir.graph import TensorType
+from aot.ir.graph import Quant, TensorType
 from aot.ops import qmath
+from aot.ops.tflite_int8 import fc_multipliers
 from aot.ops.registry import Call, Pattern, Sig, register
 
 X, W_INPUT, R_INPUT, BIAS_INPUT, H_STATE, C_STATE = 0, 1, 5, 12, 18, 19
@@ -115,9 +116,8 @@ def _clamp16(v):
 
 
 def _gate_fc_multiplier(s_in: float, s_w: float) -> tuple[int, int]:
-    # Per-tensor FC with the product rounded to float32, into Q3.12 (§11 Prepare).
-    prod = float(np.float32(np.float32(s_in) * np.float32(s_w)))
-    return qmath.quantize_multiplier(prod / 2.0 ** -12)
+    # Per-tensor FC into Q3.12 (§11 Prepare): the same float32-product rule as FC.
+    return fc_multipliers(s_in, Quant((s_w,), (0,)), 2.0 ** -12)
 
 
 def _scale_zp(ty: TensorType, what: str, node):

@@ -96,10 +96,6 @@ def conv_multipliers(s_in: float, w_scales: np.ndarray, s_out: float):
     return qmath.quantize_multipliers([s_in * float(s) / s_out for s in w_scales])
 
 
-def _acc_dtype_out(acc: np.ndarray, lo: int, hi: int, dtype: str):
-    return acc.astype(dtype)
-
-
 # ------------------------------------------------------------------ conv 2d
 
 def _is_hybrid(sig_or_call) -> bool:
@@ -242,7 +238,7 @@ def _fc_infer(sig: Sig):
     return [_out_type(sig, shape)]
 
 
-def fc_multipliers(s_in: float, w_quant: Quant, s_out: float, channels: int):
+def fc_multipliers(s_in: float, w_quant: Quant, s_out: float):
     """FC (M, e): per-channel double product; per-tensor product rounded to float32 (§6)."""
     if len(w_quant.scale) > 1:
         return conv_multipliers(s_in, np.asarray(w_quant.scale), s_out)
@@ -267,7 +263,7 @@ def fully_connected(call: Call, args):
     acc = (rows @ wf.T).astype(np.int64)
     if bias is not None:
         acc = acc + bias.astype(np.int64)
-    mult, shift = fc_multipliers(s_in, wq, s_out, w.shape[0])
+    mult, shift = fc_multipliers(s_in, wq, s_out)
     y = requantize(acc, mult, shift, zp_out, a["act_min"], a["act_max"])
     return [y.reshape(out_ty.shape).astype(out_ty.dtype)]
 

@@ -210,6 +210,11 @@ def test_global_pool(op, xs):
     np.testing.assert_allclose(y2, nhwc(y), rtol=1e-6, atol=1e-6)
 
 
+def test_global_max_pool_int8():
+    x = np.random.default_rng(0).integers(-128, 128, (1, 3, 5, 4)).astype(np.int8)
+    check("GlobalMaxPool", {"x": x}, exact=True, ref=run_ref)
+
+
 def test_pool_errors():
     with pytest.raises(ShapeError, match="kernel_shape"):
         run_aot("MaxPool", {"x": rnd(1, 2, 4, 4)}, {}, {})
@@ -648,3 +653,52 @@ def test_maxunpool(xs):
         with pytest.raises(ShapeError, match="outside"):
             run_aot("MaxUnpool", {"y": y}, {"i": idx}, attrs)
     check("MaxUnpool", {"y": y}, {"i": idx, "shape": np.array(x.shape, np.int64)}, attrs)
+
+
+# ---------------------------------------------------------------- Random geometry
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@st.composite
+def geometry(draw):
+    """Spatial dims, kernel, strides, dilations and padding of a window op."""
+    nsp = draw(st.integers(1, 3))
+    k = draw(st.lists(st.integers(1, 3), min_size=nsp, max_size=nsp))
+    s = draw(st.lists(st.integers(1, 3), min_size=nsp, max_size=nsp))
+    d = draw(st.lists(st.integers(1, 2), min_size=nsp, max_size=nsp))
+    sp = [draw(st.integers((kk - 1) * dd + 1, 7)) for kk, dd in zip(k, d)]
+    attrs = {"strides": s, "dilations": d}
+    auto_pad = draw(st.sampled_from(["NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
+    if auto_pad == "NOTSET":
+        attrs["pads"] = [draw(st.integers(0, kk - 1)) for kk in k + k]
+    else:
+        attrs["auto_pad"] = auto_pad
+    return sp, k, attrs
+
+
+@settings(max_examples=40, deadline=None)
+@given(geometry(), st.sampled_from([1, 2]), st.sampled_from(["Conv", "MaxPool", "AveragePool"]),
+       st.integers(0, 1))
+def test_window_ops_random(geo, group, op, flag):
+    sp, k, attrs = geo
+    dilated_same = attrs.get("auto_pad", "").startswith("SAME") and max(attrs["dilations"]) > 1
+    if op == "Conv":
+        if dilated_same:   # ORT refuses dilations with SAME padding
+            attrs["dilations"] = [1] * len(k)
+        x, w = rnd(1, 2 * group, *sp), rnd(3 * group, 2, *k, seed=7)
+        y = check("Conv", {"x": x}, {"w": w}, {**attrs, "group": group})[0]
+        w_last = np.ascontiguousarray(np.moveaxis(w, 1, -1))
+        y2 = run_aot("Conv", {"x": nhwc(x)}, {"w": w_last},
+                     {**attrs, "group": group, "layout": "NHWC"})[0]
+        np.testing.assert_allclose(y2, nhwc(y), rtol=1e-5, atol=1e-5)
+        return
+    if dilated_same:   # ORT and onnx.reference both deviate from the spec here
+        attrs["dilations"] = [1] * len(k)
+    if attrs.get("auto_pad", "").startswith("SAME"):
+        # ORT's pools refuse SAME padding when a stride exceeds the kernel.
+        attrs["strides"] = [min(s_, k_) for s_, k_ in zip(attrs["strides"], k)]
+    attrs = {**attrs, "kernel_shape": k, "ceil_mode": flag}
+    if op == "AveragePool":
+        attrs["count_include_pad"] = group - 1
+    check(op, {"x": rnd(1, 2, *sp)}, attrs=attrs)

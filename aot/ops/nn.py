@@ -513,7 +513,10 @@ def _lppool(call: Call, args):
 
 
 def _global_infer(sig: Sig):
-    x = _float_input(sig, 0)
+    x = sig.in_types[0]
+    ints = ("int8", "uint8") if sig.node.op == "GlobalMaxPool" else ()
+    if x.dtype not in FLOATS + ints:
+        raise _unsupported(sig, f"input dtype {x.dtype}")
     layout = _layout(sig)
     if len(x.shape) < 3:
         raise sig.fail(f"input {x} must have rank >= 3 (N, C, spatial...)")

@@ -6,10 +6,12 @@ attributes go, Upsample becomes Resize. All of that lives in one table,
 UPGRADES, keyed by op type. Intermediate tensors are left untyped: type
 inference (aot.passes.infer) fills them in.
 
-Opsets: the default domain from 7 on. Opsets past 21 are read too: for the
-ops aot supports, opsets 22 to 25 only added element types (bfloat16, float8,
-int4) that aot refuses per tensor anyway, so their nodes mean the same as in
-opset 21.
+Opsets: the default domain ("" / "ai.onnx"), opset 7 up to the installed
+onnx package's latest. Ops are normalized to their opset-21 form; for the ops
+aot supports, later opsets only added element types (bfloat16, float8, int4,
+float4, int2) that aot refuses per tensor anyway, so their nodes mean the
+same. Opset imports of other domains are fine as long as no node uses them
+(exporters list them by habit); a node of another domain is refused.
 
 Static shapes only: an input with a symbolic, unknown, zero or negative
 dimension is refused with a ShapeError naming the input (re-export the

@@ -648,3 +648,132 @@ def test_division_by_power_of_two_becomes_multiply():
     after = check(g, simplify)
     assert ops(after) == ["Mul", "Div"]
     np.testing.assert_array_equal(after.constants[after.nodes[0].inputs[1]], 0.25)
+
+
+# ---- random graphs: the whole pipeline never changes what a graph computes ---------
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+
+def random_graph(data) -> Graph:
+    """A random chain of layout-sensitive and layout-agnostic ops."""
+    draw = data.draw
+    shape = (1, draw(st.integers(1, 3)), draw(st.integers(3, 5)), draw(st.integers(3, 5)))
+    consts: dict = {}
+    nodes: list = []
+    seen = {"x": shape}
+    cur = "x"
+
+    def const(value) -> str:
+        name = f"k{len(consts)}"
+        consts[name] = value
+        return name
+
+    def emit(op, ins, out_shape, attrs=None) -> None:
+        nonlocal cur, shape
+        out = f"t{len(nodes)}"
+        nodes.append((op, ins, [out], attrs or {}))
+        cur, shape = out, out_shape
+        seen[out] = out_shape
+
+    for _ in range(draw(st.integers(2, 9))):
+        rank = len(shape)
+        choices = ["Relu", "MulScalar", "Transpose", "Softmax", "ReduceMean", "Concat",
+                   "Identity", "Residual", "SubDiv", "Slice", "Pad", "FakeQuant", "Unsqueeze"]
+        if rank == 4:
+            choices += ["Conv", "Conv", "AddChannel", "MaxPool", "BatchNormalization", "Flatten",
+                        "GlobalAveragePool", "Resize"]
+        if rank == 5:
+            choices += ["Squeeze"]
+        if rank == 2:
+            choices += ["Gemm"]
+        op = draw(st.sampled_from(choices))
+        if op == "Conv":
+            cout = draw(st.integers(1, 4))
+            emit("Conv", [cur, const(rand(cout, shape[1], 3, 3)), const(rand(cout))],
+                 (1, cout) + shape[2:], {"kernel_shape": (3, 3), "pads": (1, 1, 1, 1)})
+        elif op == "Relu" or op == "Identity":
+            emit(op, [cur], shape)
+        elif op == "MulScalar":
+            emit("Mul", [cur, const(np.float32(draw(st.sampled_from([0.5, 1.0, 3.0]))))], shape)
+        elif op == "AddChannel":
+            emit("Add", [const(rand(shape[1], 1, 1)), cur], shape)
+        elif op == "Transpose":
+            perm = tuple(draw(st.permutations(range(rank))))
+            emit("Transpose", [cur], tuple(shape[p] for p in perm), {"perm": perm})
+        elif op == "Softmax":
+            emit("Softmax", [cur], shape, {"axis": draw(st.integers(-rank, rank - 1))})
+        elif op == "ReduceMean":
+            axis = draw(st.integers(0, rank - 1))
+            emit("ReduceMean", [cur, const(np.array([axis]))],
+                 tuple(1 if i == axis else d for i, d in enumerate(shape)), {"keepdims": 1})
+        elif op == "Concat":
+            axis = draw(st.integers(0, rank - 1))
+            emit("Concat", [cur, cur], tuple(2 * d if i == axis else d
+                                             for i, d in enumerate(shape)), {"axis": axis})
+        elif op == "Residual":
+            same = sorted(t for t, s in seen.items() if s == shape and t != cur)
+            if same:
+                emit("Add", [cur, draw(st.sampled_from(same))], shape)
+        elif op == "MaxPool" and min(shape[2:]) >= 2:
+            emit("MaxPool", [cur], shape[:2] + tuple(d - 1 for d in shape[2:]),
+                 {"kernel_shape": (2, 2)})
+        elif op == "BatchNormalization":
+            emit(op, [cur] + [const(v) for v in bn_params(shape[1]).values()], shape)
+        elif op == "SubDiv":
+            c = const(rand(*shape[1:]) + 2)
+            emit(draw(st.sampled_from(["Sub", "Div"])), [cur, c], shape)
+        elif op == "Slice":
+            axis = draw(st.integers(0, rank - 1))
+            if shape[axis] > 1:
+                emit("Slice", [cur, const(np.array([1])), const(np.array([shape[axis]])),
+                               const(np.array([axis]))],
+                     tuple(d - 1 if i == axis else d for i, d in enumerate(shape)))
+        elif op == "Pad":
+            axis = draw(st.integers(0, rank - 1))
+            pads = np.zeros(2 * rank, np.int64)
+            pads[axis], pads[rank + axis] = 1, 2
+            emit("Pad", [cur, const(pads)],
+                 tuple(d + 3 if i == axis else d for i, d in enumerate(shape)))
+        elif op == "FakeQuant":
+            s_, z = const(np.float32(0.05)), const(np.int8(3))
+            nodes.append(("QuantizeLinear", [cur, s_, z], [f"q{len(nodes)}"]))
+            emit("DequantizeLinear", [f"q{len(nodes) - 1}", s_, z], shape)
+        elif op == "Unsqueeze":
+            axis = draw(st.integers(0, rank))
+            emit("Unsqueeze", [cur, const(np.array([axis]))], shape[:axis] + (1,) + shape[axis:])
+        elif op == "Squeeze":
+            ones = [i for i, d in enumerate(shape) if d == 1]
+            if ones:
+                emit("Squeeze", [cur, const(np.array([ones[-1]]))],
+                     shape[:ones[-1]] + shape[ones[-1] + 1:])
+        elif op == "GlobalAveragePool":
+            emit(op, [cur], shape[:2] + (1, 1))
+        elif op == "Resize":
+            emit("Resize", [cur, "", const(np.array([1, 1, 2, 1], np.float32))],
+                 shape[:2] + (2 * shape[2], shape[3]), {"mode": "linear"})
+        elif op == "Flatten":
+            emit("Flatten", [cur], (shape[0], int(np.prod(shape[1:]))), {"axis": 1})
+        elif op == "Gemm":
+            n, trans = draw(st.integers(1, 4)), draw(st.integers(0, 1))
+            w = rand(n, shape[1]) if trans else rand(shape[1], n)
+            emit("Gemm", [cur, const(w), const(rand(n))], (shape[0], n), {"transB": trans})
+    outputs = [cur]
+    if len(nodes) > 2 and draw(st.booleans()):
+        outputs.insert(0, nodes[len(nodes) // 2][2][0])  # an intermediate is an output too
+    if not nodes:
+        emit("Relu", [cur], shape)
+        outputs = [cur]
+    return build({"x": seen["x"]}, nodes, outputs, consts)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_pipeline_on_random_graphs(data):
+    g = random_graph(data)
+    after = optimize(g)
+    assert all(n.op == "fused" for n in after.nodes)
+    assert_same_behaviour(g, after, seeds=(0,), rtol=1e-4, atol=1e-5)
+    for _, run in PIPELINE[1:5]:
+        g2 = run(g)
+        assert_same_behaviour(g, g2, seeds=(0,), rtol=1e-4, atol=1e-5)
+        g = g2

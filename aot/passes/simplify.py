@@ -13,7 +13,7 @@ import numpy as np
 
 from aot.ir.graph import Graph, Node, TensorType
 from aot.passes.dce import dead_code
-from aot.passes.rewrite import Rewrite, Rewriter, invert, is_float, perm_of, remove, rewrite
+from aot.passes.rewrite import Rewrite, Rewriter, is_float, perm_of, remove, rewrite
 
 RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 
@@ -361,6 +361,3 @@ RULES = (identity_rule, neutral_rule, qdq_rule, sub_div_rule, batchnorm_rule,
 
 def simplify(graph: Graph) -> Graph:
     return dead_code(rewrite(graph, RULES))
-
-
-__all__ = ["simplify", "RULES", "invert"]

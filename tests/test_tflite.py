@@ -697,3 +697,58 @@ def test_float_mean_and_activations_against_tflm():
     m.op("MEAN", [x, axes], [mean], ("ReducerOptions", dict(KeepDims=False)))
     m.op("LOGISTIC", [mean], [y])
     check_against_tflm(m.build([x], [y]), [float_input([2, 4, 5, 3])])
+
+
+def _lstm_model(time_major: bool, int8: bool, batch=2, steps=5, features=4, units=3, seed=0):
+    """A one-op UNIDIRECTIONAL_SEQUENCE_LSTM model (standard form)."""
+    rng = np.random.default_rng(seed)
+    m = TinyModel()
+    x_shape = [steps, batch, features] if time_major else [batch, steps, features]
+    q8 = dict(scale=[0.02], zp=[-3]) if int8 else {}
+    x = m.tensor("x", x_shape, "int8" if int8 else "float32", **q8)
+    ins = [x]
+    for k in range(8):
+        shape = [units, features] if k < 4 else [units, units]
+        if int8:
+            ins.append(m.tensor(f"w{k}", shape, scale=[0.01 + 0.002 * k], zp=[0],
+                                data=rng.integers(-127, 128, shape)))
+        else:
+            ins.append(m.tensor(f"w{k}", shape, "float32", data=rng.standard_normal(shape) * 0.5))
+    ins += [-1, -1, -1]
+    for k in range(4):
+        if int8:
+            ins.append(m.tensor(f"b{k}", [units], "int32", scale=[0.02 * (0.01 + 0.002 * k)],
+                                zp=[0], data=rng.integers(-500, 500, units)))
+        else:
+            ins.append(m.tensor(f"b{k}", [units], "float32", data=rng.standard_normal(units)))
+    ins += [-1, -1]
+    h_q = dict(scale=[1 / 128], zp=[5]) if int8 else {}
+    c_q = dict(scale=[2 ** -11], zp=[0]) if int8 else {}
+    ins.append(m.tensor("h", [batch, units], "int8" if int8 else "float32", variable=True, **h_q))
+    ins.append(m.tensor("c", [batch, units], "int16" if int8 else "float32", variable=True, **c_q))
+    ins += [-1, -1, -1, -1]
+    out_shape = [steps, batch, units] if time_major else [batch, steps, units]
+    y = m.tensor("y", out_shape, "int8" if int8 else "float32", **h_q)
+    m.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ins, [y],
+         ("UnidirectionalSequenceLSTMOptions",
+          dict(FusedActivationFunction=4, CellClip=0.4, TimeMajor=time_major)))
+    return m.build([x], [y]), x_shape
+
+
+@pytest.mark.parametrize("time_major", [False, True])
+@pytest.mark.parametrize("int8", [False, True])
+def test_lstm_op_against_tflm_with_state(time_major, int8):
+    from aot.passes.infer import infer_types
+    data, x_shape = _lstm_model(time_major, int8)
+    g = aot.optimize(infer_types(import_tflite(data, "lstm")))
+    interp = tflm(data)
+    rng = np.random.default_rng(1)
+    state: dict = {}
+    for k in range(3):   # state carried through three invocations
+        x = int8_input(x_shape)(rng) if int8 else float_input(x_shape)(rng)
+        ours = run(g, x, state)
+        ref = tflm_run(interp, x)
+        if int8:
+            np.testing.assert_array_equal(ours, ref, err_msg=f"invocation {k}")
+        else:
+            np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5, err_msg=f"invocation {k}")

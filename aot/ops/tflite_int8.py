@@ -337,7 +337,17 @@ def _pool_infer(sig: Sig):
     return [_out_type(sig, (x.shape[0], oh, ow, x.shape[3]))]
 
 
+def _check_pool_quant(call: Call) -> None:
+    # Pooling does not requantize: TFLM's Prepare requires equal parameters.
+    s_in, zp_in = _scale_zp(call.in_types[0], "the input", call.node)
+    s_out, zp_out = _scale_zp(call.out_types[0], "the output", call.node)
+    if zp_in != zp_out or abs(s_in - s_out) > 1e-6:
+        raise UnsupportedError(f"{node_label(call.node)}: input and output quantization "
+                               f"differ ({s_in}, {zp_in} vs {s_out}, {zp_out})")
+
+
 def _pool_taps(call: Call, x: np.ndarray, fill):
+    _check_pool_quant(call)
     a = call.attrs
     n, oh, ow, c = call.out_types[0].shape
     xp = _pad_hw(x, a["pads"], fill)

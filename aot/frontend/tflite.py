@@ -259,6 +259,7 @@ class _Builder:
         self.nodes: list[Node] = []
         self.node_names: set[str] = set()
         self.cur = ""   # the current operator's node name, for errors and derived names
+        self.code = ""  # and its builtin op name
 
     # -- tensors
 
@@ -308,9 +309,13 @@ class _Builder:
             return Quant((float(scales[0]),), (int(zps[0]),))
         # tflite-micro accepts per-channel params on 1-D tensors whatever
         # quantized_dimension says (person_detect's biases carry 3).
-        axis = qdim if 0 <= qdim < len(shape) else 0
         if len(shape) == 1:
             axis = 0
+        elif 0 <= qdim < len(shape):
+            axis = qdim
+        else:
+            raise ModelError(f"tensor '{name}': quantized_dimension {qdim} out of range "
+                             f"for shape {list(shape)}")
         if not shape or shape[axis] != scales.size:
             raise ModelError(f"tensor '{name}': {scales.size} scales along dimension {axis} "
                              f"of shape {list(shape)}")

@@ -383,7 +383,8 @@ class _Builder:
                 raise UnsupportedError(f"model output '{o}' is a constant")
             if o not in self.available:
                 raise ModelError(f"model output '{o}' is written by no operator")
-        return Graph(self.name, tuple(i for i in inputs if i not in self.constants),
+        return Graph(self.name, tuple(i for i in inputs
+                                      if i not in self.constants and i not in self.variables),
                      outputs, tuple(self.nodes), self.types, self.constants,
                      self.variables, self.updates)
 

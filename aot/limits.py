@@ -17,10 +17,15 @@ def max_elements() -> int:
     return int(os.environ.get("AOT_MAX_TENSOR_ELEMENTS", DEFAULT_MAX_ELEMENTS))
 
 
-def check_shape(shape, what: str) -> tuple[int, ...]:
-    """Validate a static shape: positive dims, size within the limit."""
+def check_shape(shape, what: str, allow_empty: bool = False) -> tuple[int, ...]:
+    """Validate a static shape: positive dims, size within the limit.
+
+    allow_empty admits zero dims: empty tensors are legitimate inside shape
+    arithmetic (an empty axes list, an empty prefix of a shape) and fold
+    away; a model's own inputs and outputs must never be empty.
+    """
     dims = tuple(int(d) for d in shape)
-    bad = [d for d in dims if d <= 0]
+    bad = [d for d in dims if d < 0 or (d == 0 and not allow_empty)]
     if bad:
         raise ShapeError(f"{what}: dimension {bad[0]} in shape {list(dims)} "
                          "(dimensions must be positive and static)")

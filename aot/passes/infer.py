@@ -42,7 +42,7 @@ def node_types(node: Node, types: Mapping[str, TensorType],
     # infers none: the importer's declared type carries it, so keep it.
     outs = [_keep_declared_quant(ty, types.get(name)) for name, ty in zip(node.outputs, outs)]
     for name, ty in zip(node.outputs, outs):
-        check_shape(ty.shape, f"{node_label(node)} output '{name}'")
+        check_shape(ty.shape, f"{node_label(node)} output '{name}'", allow_empty=True)
     return outs
 
 
@@ -71,7 +71,8 @@ def infer_types(graph: Graph) -> Graph:
     for name in list(graph.inputs) + list(graph.constants) + list(graph.variables):
         if name not in types:
             raise ShapeError(f"tensor '{name}' has no type")
-        check_shape(types[name].shape, f"tensor '{name}'")
+        check_shape(types[name].shape, f"tensor '{name}'",
+                    allow_empty=name in graph.constants)
     values: dict[str, np.ndarray] = dict(graph.constants)
     for node in graph.nodes:
         types.update(zip(node.outputs, node_types(node, types, values)))
@@ -81,5 +82,7 @@ def infer_types(graph: Graph) -> Graph:
     missing = [o for o in graph.outputs if o not in types]
     if missing:
         raise ShapeError(f"model output(s) {', '.join(missing)} are produced by no node")
+    for name in graph.outputs:
+        check_shape(types[name].shape, f"model output '{name}'")
     used = set(graph.tensor_names()) | set(graph.constants) | set(graph.variables)
     return graph.replace(types={k: v for k, v in types.items() if k in used})

@@ -25,6 +25,11 @@ MAX_STEPS = 100_000
 
 
 @dataclass(frozen=True)
+def _contiguous(value: np.ndarray) -> np.ndarray:
+    # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
+    return np.array(value, order="C", copy=None)
+
+
 class Rewrite:
     """What replaces one node.
 
@@ -118,7 +123,7 @@ class Rewriter:
     def constant(self, base: str, value: np.ndarray, quant: Quant | None = None) -> str:
         """A new constant tensor; returns its name."""
         name = self.fresh(base)
-        value = np.ascontiguousarray(value)
+        value = _contiguous(value)
         self.constants[name] = value
         self.types[name] = type_of(value, quant)
         return name
@@ -126,7 +131,7 @@ class Rewriter:
     def set_constant(self, name: str, value: np.ndarray) -> None:
         """Turn an existing tensor (a folded node's output) into a constant."""
         ty = self.types[name]
-        self.constants[name] = np.ascontiguousarray(value)
+        self.constants[name] = _contiguous(value)
         self.types[name] = TensorType(tuple(value.shape), value.dtype.name, ty.quant)
 
     def node(self, op: str, inputs: Sequence[str], *, name: str, attrs: Mapping | None = None,

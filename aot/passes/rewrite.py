@@ -24,12 +24,12 @@ from aot.passes.infer import infer_types, node_types
 MAX_STEPS = 100_000
 
 
-@dataclass(frozen=True)
 def _contiguous(value: np.ndarray) -> np.ndarray:
     # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
     return np.array(value, order="C", copy=None)
 
 
+@dataclass(frozen=True)
 class Rewrite:
     """What replaces one node.
 

@@ -209,15 +209,16 @@ def _decode(data: bytes) -> _Model:
 HYBRID_MODES = ("dequantize", "dynamic")
 
 
-def import_tflite(data: bytes, name: str, hybrid: str = "dequantize") -> Graph:
+def import_tflite(data: bytes, name: str, hybrid: str = "dynamic") -> Graph:
     """Import a .tflite model (its first subgraph).
 
     hybrid: what a float CONV_2D with int8 weights (a dynamic-range model)
-    becomes. "dequantize": a float Conv on the dequantized weights (pure float
-    math, the weights fold to float32). "dynamic": LiteRT's hybrid kernel,
-    which quantizes the activations to int8 on the fly (`tfl.conv2d` on a
-    float input); it tracks LiteRT closely, where "dequantize" differs by the
-    activation quantization error.
+    becomes. "dynamic" (default): LiteRT's hybrid kernel, which quantizes the
+    activations to int8 on the fly (`tfl.conv2d` on a float input); that is
+    the model's meaning in LiteRT, the reference for float TFLite models.
+    "dequantize": a float Conv on the dequantized weights (pure float math,
+    the weights fold to float32); it differs from LiteRT by the activation
+    quantization error (up to 0.08 in kws_dscnn's output probabilities).
     """
     if hybrid not in HYBRID_MODES:
         raise UnsupportedError(f"hybrid mode {hybrid!r} (expected one of {HYBRID_MODES})")
@@ -247,7 +248,7 @@ def _unique_names(tensors: list[_Tensor]) -> list[str]:
 
 
 class _Builder:
-    def __init__(self, model: _Model, name: str, hybrid: str = "dequantize"):
+    def __init__(self, model: _Model, name: str, hybrid: str = "dynamic"):
         self.m = model
         self.name = name
         self.hybrid = hybrid

@@ -442,3 +442,43 @@ def test_sequence_input_is_unsupported():
     m = model([h.make_node("Identity", ["s"], ["y"])], [seq], [vi("y", None)], opset=13)
     with pytest.raises(UnsupportedError, match="'s'"):
         import_onnx(m.SerializeToString(), "m")
+
+
+# ---- quantization through data movement (docs/ops.md) -------------------------------------------
+
+def _quant_graph(op, attrs, shape, quant, consts=(), n_out=1):
+    from aot.ir.graph import Graph, Node, TensorType, type_of
+    constants = dict(consts)
+    types = {"x": TensorType(shape, "int8", quant), **{k: type_of(v) for k, v in constants.items()}}
+    outs = tuple(f"y{i}" for i in range(n_out))
+    node = Node(op, "n", ("x", *constants), outs, attrs)
+    return infer_types(Graph("q", ("x",), outs, (node,), types, constants))
+
+
+def test_quant_follows_the_channel_axis():
+    from aot.ir.graph import Quant
+    pc = Quant((0.1, 0.2, 0.3), (0, 1, 2), axis=1)
+    g = _quant_graph("Transpose", {"perm": (1, 0, 2)}, (2, 3, 4), pc)
+    assert g.types["y0"].quant == Quant(pc.scale, pc.zero_point, axis=0)
+    g = _quant_graph("Unsqueeze", {}, (2, 3, 4), pc, [("a", np.array([0, 3], np.int64))])
+    assert g.types["y0"].quant.axis == 2
+    g = _quant_graph("Reshape", {}, (2, 3, 4), pc, [("s", np.array([1, 2, 3, 2, 2], np.int64))])
+    assert g.types["y0"].quant.axis == 2
+    g = _quant_graph("Slice", {}, (2, 3, 4), pc, [("b", np.array([1], np.int64)),
+                                                  ("e", np.array([3], np.int64)),
+                                                  ("a", np.array([1], np.int64))])
+    assert g.types["y0"].quant == Quant((0.2, 0.3), (1, 2), axis=1)
+    g = _quant_graph("Split", {"axis": 1}, (2, 3, 4), pc, [("s", np.array([1, 2], np.int64))],
+                     n_out=2)
+    assert g.types["y0"].quant == Quant((0.1,), (0,), axis=1)
+    assert g.types["y1"].quant == Quant((0.2, 0.3), (1, 2), axis=1)
+    per_tensor = Quant((0.5,), (3,))
+    g = _quant_graph("Flatten", {"axis": 2}, (2, 3, 4), per_tensor)
+    assert g.types["y0"].quant == per_tensor
+
+
+def test_quant_that_cannot_follow_is_refused():
+    from aot.ir.graph import Quant
+    pc = Quant((0.1, 0.2, 0.3), (0, 1, 2), axis=1)
+    with pytest.raises(UnsupportedError, match="per-channel"):
+        _quant_graph("Reshape", {}, (2, 3, 4), pc, [("s", np.array([4, 6], np.int64))])

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from aot.ir.graph import TensorType
+from aot.errors import UnsupportedError, node_label
+from aot.ir.graph import Quant, TensorType
 from aot.ops.registry import Call, Pattern, Sig, register
 
 
@@ -30,10 +31,39 @@ def _axes(sig: Sig, axes, rank: int) -> list[int]:
     return out
 
 
-def _moved(sig: Sig, shape, i: int = 0) -> TensorType:
-    """Output type of a data-movement op: input i's dtype and quant."""
-    t = sig.in_types[i]
-    return TensorType(tuple(int(d) for d in shape), t.dtype, t.quant)
+def _moved(sig: Sig, shape, axis_map=None, pick=None) -> TensorType:
+    """Output type of a data-movement op: the input's dtype and quant.
+
+    Per-channel quantization follows its channel axis: axis_map(axis) gives
+    the axis in the output (None: gone), pick(values) the channels kept.
+    """
+    t = sig.in_types[0]
+    shape = tuple(int(d) for d in shape)
+    q = t.quant
+    if q is None or q.axis is None:
+        return TensorType(shape, t.dtype, q)
+    axis = axis_map(q.axis) if axis_map else q.axis
+    scale, zp = np.asarray(q.scale), np.asarray(q.zero_point)
+    if pick is not None:
+        scale, zp = pick(scale), pick(zp)
+    if axis is not None and axis < len(shape) and shape[axis] == scale.size:
+        return TensorType(shape, t.dtype, Quant(tuple(float(v) for v in scale.reshape(-1)),
+                                               tuple(int(v) for v in zp.reshape(-1)), axis))
+    if np.unique(scale).size == 1 and np.unique(zp).size == 1:  # one channel left
+        return TensorType(shape, t.dtype, Quant((float(scale.flat[0]),), (int(zp.flat[0]),)))
+    raise UnsupportedError(f"{node_label(sig.node)}: cannot carry per-channel quantization "
+                           f"(axis {q.axis}) of {t} to shape {list(shape)}")
+
+
+def _reshape_axis(in_shape, out_shape):
+    """Where a channel axis lands after a reshape that keeps it whole, else None."""
+    def fn(axis: int):
+        prefix = int(np.prod(in_shape[:axis], dtype=np.int64))
+        for k, d in enumerate(out_shape):
+            if int(np.prod(out_shape[:k], dtype=np.int64)) == prefix and d == in_shape[axis]:
+                return k
+        return None
+    return fn
 
 
 # ---- Reshape / Flatten / Squeeze / Unsqueeze / Transpose -----------------------------
@@ -60,7 +90,7 @@ def _infer_reshape(sig: Sig):
         out[out.index(-1)] = x.size // known
     if int(np.prod(out, dtype=np.int64)) != x.size:
         raise sig.fail(f"cannot reshape {list(x.shape)} ({x.size} elements) to {spec}")
-    return [_moved(sig, out)]
+    return [_moved(sig, out, _reshape_axis(x.shape, out))]
 
 
 @register("Reshape", infer=_infer_reshape, pattern=Pattern.INJECTIVE)
@@ -76,7 +106,8 @@ def _infer_flatten(sig: Sig):
         raise sig.fail(f"axis {axis} is out of range for rank {rank}")
     axis = axis + rank if axis < 0 else axis
     outer = int(np.prod(x.shape[:axis], dtype=np.int64))
-    return [_moved(sig, (outer, x.size // outer))]
+    out = (outer, x.size // outer)
+    return [_moved(sig, out, _reshape_axis(x.shape, out))]
 
 
 @register("Flatten", infer=_infer_flatten, pattern=Pattern.INJECTIVE)
@@ -93,7 +124,8 @@ def _infer_squeeze(sig: Sig):
             raise sig.fail(f"cannot squeeze axis {bad[0]} of shape {list(x.shape)} (not 1)")
     else:
         axes = [i for i, d in enumerate(x.shape) if d == 1]
-    return [_moved(sig, [d for i, d in enumerate(x.shape) if i not in axes])]
+    return [_moved(sig, [d for i, d in enumerate(x.shape) if i not in axes],
+                   lambda a: None if a in axes else a - sum(r < a for r in axes))]
 
 
 def _infer_unsqueeze(sig: Sig):
@@ -102,7 +134,9 @@ def _infer_unsqueeze(sig: Sig):
     rank = len(x.shape) + len(raw)
     axes = _axes(sig, raw, rank)
     dims = iter(x.shape)
-    return [_moved(sig, [1 if i in axes else next(dims) for i in range(rank)])]
+    kept = [i for i in range(rank) if i not in axes]
+    return [_moved(sig, [1 if i in axes else next(dims) for i in range(rank)],
+                   lambda a: kept[a])]
 
 
 for _name, _infer in (("Squeeze", _infer_squeeze), ("Unsqueeze", _infer_unsqueeze)):
@@ -119,7 +153,7 @@ def _infer_transpose(sig: Sig):
     perm = _perm(sig, len(x.shape))
     if sorted(perm) != list(range(len(x.shape))):
         raise sig.fail(f"perm {perm} is not a permutation of {len(x.shape)} axes")
-    return [_moved(sig, [x.shape[p] for p in perm])]
+    return [_moved(sig, [x.shape[p] for p in perm], perm.index)]
 
 
 @register("Transpose", infer=_infer_transpose, pattern=Pattern.INJECTIVE)
@@ -143,6 +177,13 @@ def _infer_concat(sig: Sig):
     shape = list(first.shape)
     shape[axis] = sum(t.shape[axis] for t in types)
     quant = first.quant if all(t.quant == first.quant for t in types) else None
+    if first.quant is not None and first.quant.axis == axis and all(
+            t.quant is not None and t.quant.axis == axis for t in types):
+        # per-channel along the concatenated axis: the channels' params concatenate
+        quant = Quant(sum((t.quant.scale for t in types), ()),
+                      sum((t.quant.zero_point for t in types), ()), axis)
+    elif quant is not None and quant.axis is not None:
+        quant = _moved(sig, shape).quant  # the channel axis is another one: unchanged
     return [TensorType(tuple(shape), first.dtype, quant)]
 
 
@@ -175,11 +216,14 @@ def _split_sizes(sig: Sig) -> tuple[int, list[int]]:
 def _infer_split(sig: Sig):
     x = sig.in_types[0]
     axis, sizes = _split_sizes(sig)
-    outs = []
-    for s in sizes:
+    outs, start = [], 0
+    for size in sizes:
         shape = list(x.shape)
-        shape[axis] = s
-        outs.append(_moved(sig, shape))
+        shape[axis] = size
+        part = slice(start, start + size)
+        on_axis = x.quant is not None and x.quant.axis == axis
+        outs.append(_moved(sig, shape, pick=(lambda v, p=part: v[p]) if on_axis else None))
+        start += size
     return outs
 
 
@@ -219,8 +263,10 @@ def _slices(sig: Sig) -> tuple[slice, ...]:
 
 def _infer_slice(sig: Sig):
     x = sig.in_types[0]
-    shape = [len(range(*s.indices(d))) for s, d in zip(_slices(sig), x.shape)]
-    return [_moved(sig, shape)]
+    index = _slices(sig)
+    shape = [len(range(*s.indices(d))) for s, d in zip(index, x.shape)]
+    on_axis = x.quant is not None and x.quant.axis is not None
+    return [_moved(sig, shape, pick=(lambda v: v[index[x.quant.axis]]) if on_axis else None)]
 
 
 @register("Slice", infer=_infer_slice, pattern=Pattern.INJECTIVE)
@@ -238,7 +284,15 @@ def _infer_gather(sig: Sig):
         v = sig.values[1]
         if v.size and (v.min() < -x.shape[axis] or v.max() >= x.shape[axis]):
             raise sig.fail(f"index out of range for dimension {x.shape[axis]}")
-    return [_moved(sig, x.shape[:axis] + idx.shape + x.shape[axis + 1:])]
+    shape = x.shape[:axis] + idx.shape + x.shape[axis + 1:]
+    if x.quant is None or x.quant.axis is None:
+        return [_moved(sig, shape)]
+    qa = x.quant.axis
+    if qa != axis:
+        return [_moved(sig, shape, lambda a: a if a < axis else a - 1 + len(idx.shape))]
+    picked = _ints(sig.const(1))  # channels gathered: their scales go along
+    return [_moved(sig, shape, lambda a: a if len(idx.shape) == 1 else None,
+                   lambda v: v[picked])]
 
 
 @register("Gather", infer=_infer_gather, pattern=Pattern.INJECTIVE)

@@ -24,3 +24,21 @@ def shared_models(pattern: str = "*") -> list[Path]:
 def models_dir() -> Path:
     assert MODELS.is_dir(), f"{MODELS} is missing: the shared models must sit beside the repo"
     return MODELS
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print what tests recorded with record_property("summary", text).
+
+    Output printed inside a pytest-xdist worker never reaches the terminal;
+    recorded properties travel with the test reports to the controller.
+    """
+    lines = []
+    for outcome in ("passed", "failed"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if getattr(report, "when", None) != "call":
+                continue
+            lines += [str(v) for k, v in getattr(report, "user_properties", ()) if k == "summary"]
+    if lines:
+        terminalreporter.section("aot summaries")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -1,0 +1,320 @@
+"""The loop-level tensor IR (TIR): what one fused group becomes.
+
+A PrimFunc is a loop nest over flat buffers. Expressions are scalar or
+vector (`lanes` > 1): a vector Load reads `lanes` consecutive elements, a
+Broadcast splats a scalar; arithmetic on vectors is lane-wise. That is all
+the codegens need to emit explicit vector tiles (GCC/Clang vector types in
+C, vector IR in LLVM) without guessing what a loop meant.
+
+Compute rules (aot/lower) build the algorithm; schedules (aot/schedule)
+rewrite the loop nests; codegens (aot/codegen) print them and decide
+nothing themselves. Every node is a frozen dataclass, so TIR can be compared,
+hashed and shared.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Callable, Union
+
+# Scalar element types TIR knows, by numpy name.
+SCALARS = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32",
+           "int64", "uint64", "float32", "float64")
+
+
+@dataclass(frozen=True)
+class DType:
+    scalar: str
+    lanes: int = 1
+
+    def __post_init__(self):
+        if self.scalar not in SCALARS:
+            raise ValueError(f"TIR has no dtype {self.scalar}")
+
+    def with_lanes(self, lanes: int) -> "DType":
+        return DType(self.scalar, lanes)
+
+    @property
+    def is_float(self) -> bool:
+        return self.scalar.startswith("float")
+
+    @property
+    def bits(self) -> int:
+        return 8 if self.scalar == "bool" else int("".join(c for c in self.scalar if c.isdigit()))
+
+    def __str__(self) -> str:
+        return self.scalar if self.lanes == 1 else f"{self.scalar}x{self.lanes}"
+
+
+def dt(s: str | DType, lanes: int = 1) -> DType:
+    return s if isinstance(s, DType) else DType(s, lanes)
+
+
+INT32 = DType("int32")
+INT64 = DType("int64")
+FLOAT32 = DType("float32")
+BOOL = DType("bool")
+
+
+# --------------------------------------------------------------------- buffers
+
+class BufferKind(enum.Enum):
+    INPUT = "input"       # read by the kernel, written by someone else
+    OUTPUT = "output"     # written by the kernel
+    PARAM = "param"       # constant weights, linked in as const data
+    SCRATCH = "scratch"   # kernel-private workspace, planned in the arena
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A flat, contiguous array; `shape` documents the logical layout."""
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    kind: BufferKind = BufferKind.INPUT
+    align: int = 16
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.bits // 8
+
+
+# ------------------------------------------------------------------ expressions
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+    dtype: DType = INT32
+
+
+@dataclass(frozen=True)
+class Const:
+    value: Union[int, float, bool]
+    dtype: DType = INT32
+
+
+@dataclass(frozen=True)
+class Bin:
+    """Binary arithmetic, comparison or logic, lane-wise on vectors.
+
+    op: + - * / % min max << >> & | ^ < <= > >= == != and or.
+    `/` and `%` on integers truncate toward zero, as in C.
+    """
+    op: str
+    a: "Expr"
+    b: "Expr"
+
+
+@dataclass(frozen=True)
+class Unary:
+    op: str        # neg, not, abs
+    a: "Expr"
+
+
+@dataclass(frozen=True)
+class Cast:
+    dtype: DType
+    a: "Expr"
+
+
+@dataclass(frozen=True)
+class Select:
+    cond: "Expr"
+    a: "Expr"
+    b: "Expr"
+
+
+@dataclass(frozen=True)
+class Call:
+    """An intrinsic: math (expf, tanhf, sqrtf, ...) or a runtime helper
+    (aot_srdhm, aot_rdbpot, ...). `dtype` is the result type."""
+    fn: str
+    args: tuple["Expr", ...]
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Load:
+    """buffer[index], or `lanes` consecutive elements from there."""
+    buffer: Buffer
+    index: "Expr"
+    lanes: int = 1
+
+
+@dataclass(frozen=True)
+class Broadcast:
+    value: "Expr"
+    lanes: int
+
+
+Expr = Union[Var, Const, Bin, Unary, Cast, Select, Call, Load, Broadcast]
+
+_COMPARE = {"<", "<=", ">", ">=", "==", "!=", "and", "or"}
+
+
+def dtype_of(e: Expr) -> DType:
+    if isinstance(e, (Var, Const, Call)):
+        return e.dtype
+    if isinstance(e, Cast):
+        return e.dtype
+    if isinstance(e, Load):
+        return e.buffer.dtype.with_lanes(e.lanes)
+    if isinstance(e, Broadcast):
+        return dtype_of(e.value).with_lanes(e.lanes)
+    if isinstance(e, Bin):
+        a = dtype_of(e.a)
+        return BOOL.with_lanes(a.lanes) if e.op in _COMPARE else a
+    if isinstance(e, Unary):
+        return BOOL if e.op == "not" else dtype_of(e.a)
+    if isinstance(e, Select):
+        return dtype_of(e.a)
+    raise TypeError(f"not a TIR expression: {e!r}")
+
+
+# ------------------------------------------------------------------- statements
+
+class ForKind(enum.Enum):
+    SERIAL = "serial"
+    UNROLLED = "unrolled"
+    VECTORIZED = "vectorized"   # the body uses `lanes`-wide accesses; printed as one step
+
+
+@dataclass(frozen=True)
+class Store:
+    buffer: Buffer
+    index: Expr
+    value: Expr
+
+
+@dataclass(frozen=True)
+class Decl:
+    """A local variable (an accumulator in a register), assigned its init."""
+    var: Var
+    init: Expr
+
+
+@dataclass(frozen=True)
+class Assign:
+    var: Var
+    value: Expr
+
+
+@dataclass(frozen=True)
+class For:
+    var: Var
+    extent: int
+    body: "Stmt"
+    kind: ForKind = ForKind.SERIAL
+    start: int = 0
+    step: int = 1
+
+
+@dataclass(frozen=True)
+class If:
+    cond: Expr
+    then: "Stmt"
+    orelse: "Stmt | None" = None
+
+
+@dataclass(frozen=True)
+class Seq:
+    stmts: tuple["Stmt", ...]
+
+
+@dataclass(frozen=True)
+class Comment:
+    text: str
+
+
+Stmt = Union[Store, Decl, Assign, For, If, Seq, Comment]
+
+
+def seq(*stmts: Stmt) -> Stmt:
+    """A Seq with nested Seqs flattened; a single statement stays itself."""
+    flat: list[Stmt] = []
+    for s in stmts:
+        flat.extend(s.stmts if isinstance(s, Seq) else (s,))
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+@dataclass(frozen=True)
+class PrimFunc:
+    """One kernel: parameters in call order, a body, and where it came from."""
+    name: str
+    params: tuple[Buffer, ...]
+    body: Stmt
+    sources: tuple[str, ...] = ()      # graph node names, for the C comment
+    attrs: tuple[tuple[str, object], ...] = field(default=())
+
+
+# ------------------------------------------------------------------- traversal
+
+def map_stmt(s: Stmt, f: Callable[[Stmt], Stmt | None]) -> Stmt:
+    """Rebuild s bottom-up; f may return a replacement for a node (or None to keep it)."""
+    if isinstance(s, For):
+        s = For(s.var, s.extent, map_stmt(s.body, f), s.kind, s.start, s.step)
+    elif isinstance(s, Seq):
+        s = seq(*(map_stmt(x, f) for x in s.stmts))
+    elif isinstance(s, If):
+        s = If(s.cond, map_stmt(s.then, f), map_stmt(s.orelse, f) if s.orelse else None)
+    out = f(s)
+    return s if out is None else out
+
+
+def walk_stmt(s: Stmt):
+    """Every statement in s, pre-order."""
+    yield s
+    if isinstance(s, For):
+        yield from walk_stmt(s.body)
+    elif isinstance(s, Seq):
+        for x in s.stmts:
+            yield from walk_stmt(x)
+    elif isinstance(s, If):
+        yield from walk_stmt(s.then)
+        if s.orelse is not None:
+            yield from walk_stmt(s.orelse)
+
+
+def substitute(e: Expr, mapping: dict[Var, Expr]) -> Expr:
+    """Replace variables in an expression."""
+    if isinstance(e, Var):
+        return mapping.get(e, e)
+    if isinstance(e, Const):
+        return e
+    if isinstance(e, Bin):
+        return Bin(e.op, substitute(e.a, mapping), substitute(e.b, mapping))
+    if isinstance(e, Unary):
+        return Unary(e.op, substitute(e.a, mapping))
+    if isinstance(e, Cast):
+        return Cast(e.dtype, substitute(e.a, mapping))
+    if isinstance(e, Select):
+        return Select(substitute(e.cond, mapping), substitute(e.a, mapping),
+                      substitute(e.b, mapping))
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(substitute(a, mapping) for a in e.args), e.dtype)
+    if isinstance(e, Load):
+        return Load(e.buffer, substitute(e.index, mapping), e.lanes)
+    if isinstance(e, Broadcast):
+        return Broadcast(substitute(e.value, mapping), e.lanes)
+    raise TypeError(f"not a TIR expression: {e!r}")
+
+
+def substitute_stmt(s: Stmt, mapping: dict[Var, Expr]) -> Stmt:
+    def sub(x: Stmt):
+        if isinstance(x, Store):
+            return Store(x.buffer, substitute(x.index, mapping), substitute(x.value, mapping))
+        if isinstance(x, Decl):
+            return Decl(x.var, substitute(x.init, mapping))
+        if isinstance(x, Assign):
+            return Assign(x.var, substitute(x.value, mapping))
+        if isinstance(x, If):
+            return If(substitute(x.cond, mapping), x.then, x.orelse)
+        return None
+    return map_stmt(s, sub)

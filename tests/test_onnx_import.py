@@ -482,3 +482,20 @@ def test_quant_that_cannot_follow_is_refused():
     pc = Quant((0.1, 0.2, 0.3), (0, 1, 2), axis=1)
     with pytest.raises(UnsupportedError, match="per-channel"):
         _quant_graph("Reshape", {}, (2, 3, 4), pc, [("s", np.array([4, 6], np.int64))])
+
+
+@pytest.mark.parametrize("op,inputs,dtype", [("Add", ["x"], T.FLOAT), ("Relu", ["x", "x"], T.FLOAT),
+                                             ("Where", ["x", "x"], T.BOOL),
+                                             ("Add", ["x", "x"], T.BOOL),
+                                             ("Sqrt", ["x"], T.INT32),
+                                             ("Concat", ["x", "x"], None)])
+def test_bad_operands_are_shape_errors(op, inputs, dtype):
+    x = vi("x", [2, 3], dtype) if dtype else h.make_tensor_value_info("x", T.FLOAT, [2, 3])
+    attrs = {"axis": 0} if op == "Concat" else {}
+    m = model([h.make_node(op, inputs, ["y"], name="bad", **attrs)], [x], [vi("y", None)],
+              opset=13)
+    if op == "Concat":  # a valid Concat: the control case
+        assert load(m).types["y"].shape == (4, 3)
+        return
+    with pytest.raises(ShapeError, match="bad"):
+        load(m)

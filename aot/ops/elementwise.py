@@ -19,7 +19,11 @@ from aot.ir.graph import TensorType
 from aot.ops.registry import Call, Pattern, Sig, register
 
 FLOATS = ("float32", "float64", "float16")
-_erf = np.frompyfunc(math.erf, 1, 1)
+_erf_obj = np.frompyfunc(math.erf, 1, 1)  # exact, ~0.1 s per million elements
+
+
+def _erf(x) -> np.ndarray:
+    return np.asarray(_erf_obj(np.asarray(x, np.float64)), dtype=np.float64)
 
 
 # ---- type inference helpers ---------------------------------------------------
@@ -49,28 +53,55 @@ def _require_float(sig: Sig, dtype: str) -> None:
         raise sig.fail(f"needs a float input, got {dtype}")
 
 
+def arity(lo: int, hi: int | None = None):
+    """Wrap an infer function with a check of the node's input count; the
+    first `lo` inputs are required (None for hi: any number more)."""
+    def wrap(infer):
+        def checked(sig: Sig):
+            n = len(sig.node.inputs)
+            if n < lo or (hi is not None and n > hi) or not all(sig.has(i) for i in range(lo)):
+                want = f"{lo}" if hi == lo else f"{lo} to {hi}" if hi else f"at least {lo}"
+                raise sig.fail(f"takes {want} inputs, got {n} "
+                               f"({', '.join(i or '<absent>' for i in sig.node.inputs)})")
+            return infer(sig)
+        return checked
+    return wrap
+
+
+def _no_bool(sig: Sig, types) -> None:
+    if any(t.dtype == "bool" for t in types):
+        raise sig.fail("does not take bool inputs")
+
+
 def _infer_unary(float_only: bool):
     def infer(sig: Sig):
         t = sig.in_types[0]
         if float_only:
             _require_float(sig, t.dtype)
+        _no_bool(sig, [t])
         return [TensorType(t.shape, t.dtype)]
     return infer
 
 
-def _infer_nary(out_dtype: str | None = None):
+def _infer_nary(out_dtype: str | None = None, allow_bool: bool = False,
+                integer_only: bool = False):
     """Same-dtype operands broadcast together; result dtype = operands' or out_dtype."""
     def infer(sig: Sig):
         types = _present(sig)
         if not types:
             raise sig.fail("needs at least one input")
         dtype = _same_dtype(sig, types)
+        if not allow_bool:
+            _no_bool(sig, types)
+        if integer_only and not np.issubdtype(np.dtype(dtype), np.integer):
+            raise sig.fail(f"needs integer inputs, got {dtype}")
         return [TensorType(broadcast(sig, [t.shape for t in types]), out_dtype or dtype)]
     return infer
 
 
 def _infer_pow(sig: Sig):
     base, exp = sig.in_types[0], sig.in_types[1]
+    _no_bool(sig, [base, exp])
     return [TensorType(broadcast(sig, [base.shape, exp.shape]), base.dtype)]
 
 
@@ -79,7 +110,7 @@ def _infer_logic(sig: Sig):
     if any(t.dtype != "bool" for t in types):
         raise sig.fail("logical ops need bool inputs, got "
                        + ", ".join(t.dtype for t in types))
-    return _infer_nary("bool")(sig)
+    return _infer_nary("bool", allow_bool=True)(sig)
 
 
 def _finish(call: Call, result) -> list[np.ndarray]:
@@ -136,7 +167,7 @@ def _gelu(x, a):
         return 0.5 * x64 * (1 + np.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64 ** 3)))
     if a.get("approximate", "none") != "none":
         raise UnsupportedError(f"Gelu: approximate={a['approximate']!r} is not supported")
-    return 0.5 * x64 * (1 + _erf(x64 / math.sqrt(2)).astype(np.float64))
+    return 0.5 * x64 * (1 + _erf(x64 / math.sqrt(2)))
 
 
 def _variadic(reduce_fn):
@@ -183,7 +214,7 @@ UNARY_FLOAT = {  # float-only unary ops
     "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log, "Ceil": np.ceil,
     "Floor": np.floor, "Round": np.round,  # np.round: half to even, as ONNX
     "Reciprocal": np.reciprocal, "Tanh": np.tanh, "Sigmoid": _sigmoid,
-    "Erf": lambda x: _erf(x.astype(np.float64)).astype(np.float64),
+    "Erf": _erf,
     "Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Asin": np.arcsin,
     "Acos": np.arccos, "Atan": np.arctan, "Sinh": np.sinh, "Cosh": np.cosh,
     "Asinh": np.arcsinh, "Acosh": np.arccosh, "Atanh": np.arctanh,
@@ -213,19 +244,32 @@ LOGIC = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}
 VARIADIC = {"Max": _variadic(np.maximum), "Min": _variadic(np.minimum),
             "Sum": _variadic(np.add), "Mean": _mean}
 
+BITWISE = ("BitwiseAnd", "BitwiseOr", "BitwiseXor")
+
 for _name, _fn in UNARY_FLOAT.items():
-    _define(_name, _fn, _infer_unary(True), Pattern.ELEMWISE)
+    _define(_name, _fn, arity(1, 1)(_infer_unary(True)), Pattern.ELEMWISE)
 for _name, _fn in UNARY_ANY.items():
-    _define(_name, _fn, _infer_unary(False), Pattern.ELEMWISE)
-for _name, _fn in {**BINARY, **VARIADIC}.items():
-    _define(_name, _fn, _infer_nary(), Pattern.BROADCAST)
+    _define(_name, _fn, arity(1, 1)(_infer_unary(False)), Pattern.ELEMWISE)
+for _name, _fn in BINARY.items():
+    _define(_name, _fn, arity(2, 2)(_infer_nary(integer_only=_name in BITWISE)),
+            Pattern.BROADCAST)
+for _name, _fn in VARIADIC.items():
+    _define(_name, _fn, arity(1)(_infer_nary()), Pattern.BROADCAST)
 for _name, _fn in COMPARE.items():
-    _define(_name, _fn, _infer_nary("bool"), Pattern.BROADCAST)
+    _define(_name, _fn, arity(2, 2)(_infer_nary("bool", allow_bool=_name == "Equal")),
+            Pattern.BROADCAST)
 for _name, _fn in LOGIC.items():
-    _define(_name, _fn, _infer_logic, Pattern.BROADCAST)
-_define("Pow", _pow, _infer_pow, Pattern.BROADCAST)
-_define("Not", np.logical_not, _infer_logic, Pattern.ELEMWISE)
-_define("IsNaN", np.isnan, lambda s: [TensorType(s.in_types[0].shape, "bool")], Pattern.ELEMWISE)
+    _define(_name, _fn, arity(2, 2)(_infer_logic), Pattern.BROADCAST)
+_define("Pow", _pow, arity(2, 2)(_infer_pow), Pattern.BROADCAST)
+_define("Not", np.logical_not, arity(1, 1)(_infer_logic), Pattern.ELEMWISE)
+
+
+def _infer_isnan(sig: Sig):
+    _require_float(sig, sig.in_types[0].dtype)
+    return [TensorType(sig.in_types[0].shape, "bool")]
+
+
+_define("IsNaN", np.isnan, arity(1, 1)(_infer_isnan), Pattern.ELEMWISE)
 
 
 # ---- ops with their own shape rules ------------------------------------------------
@@ -239,7 +283,7 @@ def _infer_prelu(sig: Sig):
     return [TensorType(x.shape, x.dtype)]
 
 
-@register("PRelu", infer=_infer_prelu, pattern=Pattern.BROADCAST)
+@register("PRelu", infer=arity(2, 2)(_infer_prelu), pattern=Pattern.BROADCAST)
 def _prelu(call: Call, args):
     x, slope = args
     return _finish(call, np.where(x < 0, x * slope, x))
@@ -256,7 +300,7 @@ def _infer_clip(sig: Sig):
     return [TensorType(x.shape, x.dtype, x.quant)]
 
 
-@register("Clip", infer=_infer_clip, pattern=Pattern.ELEMWISE)
+@register("Clip", infer=arity(1, 3)(_infer_clip), pattern=Pattern.ELEMWISE)
 def _clip(call: Call, args):
     x = args[0]
     lo = args[1] if len(args) > 1 else None
@@ -277,7 +321,7 @@ def _infer_where(sig: Sig):
     return [TensorType(broadcast(sig, [cond.shape, x.shape, y.shape]), dtype)]
 
 
-@register("Where", infer=_infer_where, pattern=Pattern.BROADCAST)
+@register("Where", infer=arity(3, 3)(_infer_where), pattern=Pattern.BROADCAST)
 def _where(call: Call, args):
     return _finish(call, np.where(*args))
 
@@ -296,13 +340,14 @@ def _cast_target(sig_or_call) -> str:
     return ONNX_DTYPES[to]
 
 
-@register("Cast", infer=lambda s: [TensorType(s.in_types[0].shape, _cast_target(s))],
+@register("Cast", infer=arity(1, 1)(lambda s: [TensorType(s.in_types[0].shape, _cast_target(s))]),
           pattern=Pattern.ELEMWISE)
 def _cast(call: Call, args):
     return [_cast_array(args[0], call.out_types[0].dtype)]
 
 
-@register("CastLike", infer=lambda s: [TensorType(s.in_types[0].shape, s.in_types[1].dtype)],
+@register("CastLike", infer=arity(2, 2)(lambda s: [TensorType(s.in_types[0].shape,
+                                                         s.in_types[1].dtype)]),
           pattern=Pattern.ELEMWISE)
 def _cast_like(call: Call, args):
     return [_cast_array(args[0], call.out_types[0].dtype)]
@@ -320,13 +365,15 @@ def _infer_identity(sig: Sig):
     return [sig.in_types[0]]
 
 
-@register("Identity", infer=_infer_identity, pattern=Pattern.ELEMWISE)
+@register("Identity", infer=arity(1, 1)(_infer_identity), pattern=Pattern.ELEMWISE)
 def _identity(call: Call, args):
     return [args[0]]
 
 
 def _infer_dropout(sig: Sig):
     x = sig.in_types[0]
+    if any(sig.has(i) and sig.in_types[i].size != 1 for i in (1, 2)):
+        raise sig.fail("ratio and training_mode must be scalars")
     if sig.has(2) and bool(sig.const(2).reshape(())):
         ratio = float(sig.const(1).reshape(())) if sig.has(1) else 0.5
         if ratio != 0.0:  # a random mask: nothing to compile ahead of time
@@ -335,7 +382,7 @@ def _infer_dropout(sig: Sig):
     return [TensorType(x.shape, x.dtype, x.quant), TensorType(x.shape, "bool")]
 
 
-@register("Dropout", infer=_infer_dropout, pattern=Pattern.ELEMWISE)
+@register("Dropout", infer=arity(1, 3)(_infer_dropout), pattern=Pattern.ELEMWISE)
 def _dropout(call: Call, args):
     # Inference: identity; the mask (if asked for) keeps everything.
     return [args[0], np.ones(args[0].shape, dtype=bool)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from aot.ir.graph import TensorType
+from aot.ops.elementwise import arity
 from aot.ops.registry import Call, Pattern, Sig, register
 
 
@@ -79,7 +80,7 @@ def _make_reduce(fn):
 
 
 for _name, _fn in REDUCERS.items():
-    register(_name, infer=_infer_reduce, pattern=Pattern.REDUCE)(_make_reduce(_fn))
+    register(_name, infer=arity(1, 2)(_infer_reduce), pattern=Pattern.REDUCE)(_make_reduce(_fn))
 
 
 def _infer_arg(sig: Sig):
@@ -107,5 +108,5 @@ def _make_arg(fn):
     return ref
 
 
-register("ArgMax", infer=_infer_arg, pattern=Pattern.REDUCE)(_make_arg(np.argmax))
-register("ArgMin", infer=_infer_arg, pattern=Pattern.REDUCE)(_make_arg(np.argmin))
+register("ArgMax", infer=arity(1, 1)(_infer_arg), pattern=Pattern.REDUCE)(_make_arg(np.argmax))
+register("ArgMin", infer=arity(1, 1)(_infer_arg), pattern=Pattern.REDUCE)(_make_arg(np.argmin))

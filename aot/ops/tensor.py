@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from aot.errors import UnsupportedError, node_label
+from aot.ops.elementwise import arity
 from aot.ir.graph import Quant, TensorType
 from aot.ops.registry import Call, Pattern, Sig, register
 
@@ -93,7 +94,7 @@ def _infer_reshape(sig: Sig):
     return [_moved(sig, out, _reshape_axis(x.shape, out))]
 
 
-@register("Reshape", infer=_infer_reshape, pattern=Pattern.INJECTIVE)
+@register("Reshape", infer=arity(2, 2)(_infer_reshape), pattern=Pattern.INJECTIVE)
 def _reshape(call: Call, args):
     return [args[0].reshape(call.out_types[0].shape)]
 
@@ -110,7 +111,7 @@ def _infer_flatten(sig: Sig):
     return [_moved(sig, out, _reshape_axis(x.shape, out))]
 
 
-@register("Flatten", infer=_infer_flatten, pattern=Pattern.INJECTIVE)
+@register("Flatten", infer=arity(1, 1)(_infer_flatten), pattern=Pattern.INJECTIVE)
 def _flatten(call: Call, args):
     return [args[0].reshape(call.out_types[0].shape)]
 
@@ -139,7 +140,8 @@ def _infer_unsqueeze(sig: Sig):
                    lambda a: kept[a])]
 
 
-for _name, _infer in (("Squeeze", _infer_squeeze), ("Unsqueeze", _infer_unsqueeze)):
+for _name, _infer in (("Squeeze", arity(1, 2)(_infer_squeeze)),
+                     ("Unsqueeze", arity(2, 2)(_infer_unsqueeze))):
     register(_name, infer=_infer, pattern=Pattern.INJECTIVE)(_flatten)
 
 
@@ -156,7 +158,7 @@ def _infer_transpose(sig: Sig):
     return [_moved(sig, [x.shape[p] for p in perm], perm.index)]
 
 
-@register("Transpose", infer=_infer_transpose, pattern=Pattern.INJECTIVE)
+@register("Transpose", infer=arity(1, 1)(_infer_transpose), pattern=Pattern.INJECTIVE)
 def _transpose(call: Call, args):
     return [np.require(np.transpose(args[0], _perm(call, args[0].ndim)), requirements="C")]
 
@@ -167,7 +169,9 @@ def _infer_concat(sig: Sig):
     types = [t for t in sig.in_types if t is not None]
     first = types[0]
     rank = len(first.shape)
-    axis = _axis(sig, sig.attrs.get("axis", 0), max(rank, 1))
+    if rank == 0:
+        raise sig.fail("cannot concatenate scalars")
+    axis = _axis(sig, sig.attrs.get("axis", 0), rank)
     for t in types:
         if t.dtype != first.dtype or len(t.shape) != rank:
             raise sig.fail(f"inputs {first} and {t} cannot be concatenated")
@@ -187,7 +191,7 @@ def _infer_concat(sig: Sig):
     return [TensorType(tuple(shape), first.dtype, quant)]
 
 
-@register("Concat", infer=_infer_concat, pattern=Pattern.INJECTIVE)
+@register("Concat", infer=arity(1)(_infer_concat), pattern=Pattern.INJECTIVE)
 def _concat(call: Call, args):
     parts = [a for a in args if a is not None]
     return [np.concatenate(parts, axis=call.attrs.get("axis", 0))]
@@ -227,7 +231,7 @@ def _infer_split(sig: Sig):
     return outs
 
 
-@register("Split", infer=_infer_split, pattern=Pattern.INJECTIVE)
+@register("Split", infer=arity(1, 2)(_infer_split), pattern=Pattern.INJECTIVE)
 def _split(call: Call, args):
     x = args[0]
     axis = call.attrs.get("axis", 0) % x.ndim
@@ -269,7 +273,7 @@ def _infer_slice(sig: Sig):
     return [_moved(sig, shape, pick=(lambda v: v[index[x.quant.axis]]) if on_axis else None)]
 
 
-@register("Slice", infer=_infer_slice, pattern=Pattern.INJECTIVE)
+@register("Slice", infer=arity(3, 5)(_infer_slice), pattern=Pattern.INJECTIVE)
 def _slice(call: Call, args):
     sig = Sig(call.node, call.in_types, tuple(args))
     return [np.require(args[0][_slices(sig)], requirements="C")]
@@ -295,7 +299,7 @@ def _infer_gather(sig: Sig):
                    lambda v: v[picked])]
 
 
-@register("Gather", infer=_infer_gather, pattern=Pattern.INJECTIVE)
+@register("Gather", infer=arity(2, 2)(_infer_gather), pattern=Pattern.INJECTIVE)
 def _gather(call: Call, args):
     x, idx = args
     axis = call.attrs.get("axis", 0) % x.ndim
@@ -319,9 +323,12 @@ def _broadcast(sig: Sig, a, b):
         raise sig.fail(f"cannot broadcast {list(a)} with {list(b)}") from None
 
 
-@register("Expand", infer=lambda s: [_moved(s, _broadcast(s, s.in_types[0].shape,
-                                                          _ints(s.const(1))))],
-          pattern=Pattern.BROADCAST)
+@arity(2, 2)
+def _infer_expand(sig: Sig):
+    return [_moved(sig, _broadcast(sig, sig.in_types[0].shape, _ints(sig.const(1))))]
+
+
+@register("Expand", infer=_infer_expand, pattern=Pattern.BROADCAST)
 def _expand(call: Call, args):
     return [np.require(np.broadcast_to(args[0], call.out_types[0].shape), requirements="C")]
 
@@ -334,7 +341,7 @@ def _infer_tile(sig: Sig):
     return [_moved(sig, [d * r for d, r in zip(x.shape, reps)])]
 
 
-@register("Tile", infer=_infer_tile, pattern=Pattern.INJECTIVE)
+@register("Tile", infer=arity(2, 2)(_infer_tile), pattern=Pattern.INJECTIVE)
 def _tile(call: Call, args):
     return [np.tile(args[0], _ints(args[1]))]
 
@@ -361,9 +368,22 @@ def _pad_widths(sig: Sig) -> list[tuple[int, int]]:
     return widths
 
 
-@register("Pad", infer=lambda s: [_moved(s, [d + b + e for d, (b, e) in
-                                             zip(s.in_types[0].shape, _pad_widths(s))])],
-          pattern=Pattern.INJECTIVE)
+@arity(2, 4)
+def _infer_pad(sig: Sig):
+    widths = _pad_widths(sig)
+    return [_moved(sig, [d + b + e for d, (b, e) in zip(sig.in_types[0].shape, widths)],
+                   pick=_no_channel_pads(sig, widths))]
+
+
+def _no_channel_pads(sig: Sig, widths):
+    q = sig.in_types[0].quant
+    if q is not None and q.axis is not None and widths[q.axis] != (0, 0):
+        raise UnsupportedError(f"{node_label(sig.node)}: padding the channel axis of a "
+                               "per-channel quantized tensor")
+    return None
+
+
+@register("Pad", infer=_infer_pad, pattern=Pattern.INJECTIVE)
 def _pad(call: Call, args):
     x = args[0]
     widths = _pad_widths(Sig(call.node, call.in_types, tuple(args)))
@@ -390,13 +410,13 @@ def _infer_shape(sig: Sig):
     return [TensorType((len(dims),), "int64")]
 
 
-@register("Shape", infer=_infer_shape, pattern=Pattern.OPAQUE, needs_values=False)
+@register("Shape", infer=arity(1, 1)(_infer_shape), pattern=Pattern.OPAQUE, needs_values=False)
 def _shape(call: Call, args):
     shape = call.in_types[0].shape
     return [np.array(shape[_shape_range(call.attrs, len(shape))], dtype=np.int64)]
 
 
-@register("Size", infer=lambda s: [TensorType((), "int64")], pattern=Pattern.OPAQUE,
+@register("Size", infer=arity(1, 1)(lambda s: [TensorType((), "int64")]), pattern=Pattern.OPAQUE,
           needs_values=False)
 def _size(call: Call, args):
     return [np.array(call.in_types[0].size, dtype=np.int64)]
@@ -412,7 +432,7 @@ def _infer_constant_of_shape(sig: Sig):
     return [TensorType(tuple(shape), _fill_value(sig.attrs).dtype.name)]
 
 
-@register("ConstantOfShape", infer=_infer_constant_of_shape, pattern=Pattern.OPAQUE)
+@register("ConstantOfShape", infer=arity(1, 1)(_infer_constant_of_shape), pattern=Pattern.OPAQUE)
 def _constant_of_shape(call: Call, args):
     t = call.out_types[0]
     return [np.full(t.shape, _fill_value(call.attrs)[0], dtype=t.dtype)]
@@ -423,13 +443,15 @@ def _range_len(start, limit, delta) -> int:
 
 
 def _infer_range(sig: Sig):
+    if any(sig.in_types[i].size != 1 for i in range(3)):
+        raise sig.fail("start, limit and delta must be scalars")
     start, limit, delta = (sig.const(i).reshape(()) for i in range(3))
     if delta == 0:
         raise sig.fail("delta is 0")
     return [TensorType((_range_len(start, limit, delta),), sig.in_types[0].dtype)]
 
 
-@register("Range", infer=_infer_range, pattern=Pattern.OPAQUE)
+@register("Range", infer=arity(3, 3)(_infer_range), pattern=Pattern.OPAQUE)
 def _range(call: Call, args):
     start, _, delta = (a.reshape(()) for a in args)
     n = call.out_types[0].shape[0]

@@ -420,7 +420,11 @@ def import_onnx(data: bytes, name: str, dim_params: Mapping[str, int] | None = N
             b.constants[node.outputs[0]] = _constant_value(node)
             continue
         if node.op in UPGRADES:
-            node = UPGRADES[node.op](b, node)
+            try:
+                node = UPGRADES[node.op](b, node)
+            except IndexError:  # the upgrade looked for an input the node lacks
+                raise ModelError(f"{node.op} node '{node_name}': missing inputs "
+                                 f"({len(node.inputs)} given)") from None
         _check_op(node.op, node_name, pn.domain)
         b.nodes.append(node)
 

@@ -318,3 +318,97 @@ def substitute_stmt(s: Stmt, mapping: dict[Var, Expr]) -> Stmt:
             return If(substitute(x.cond, mapping), x.then, x.orelse)
         return None
     return map_stmt(s, sub)
+
+
+# ------------------------------------------------------- constant-folding builders
+# Index arithmetic is built with these so that the printed code reads
+# `out[i * 16 + j]`, not `out[((i * 16) + (j * 1)) + 0]`.
+
+def const(value, dtype: str | DType = "int32") -> Const:
+    return Const(value, dt(dtype))
+
+
+def _is_const(e: Expr, value=None) -> bool:
+    return isinstance(e, Const) and (value is None or e.value == value)
+
+
+def add(a: Expr, b: Expr) -> Expr:
+    if _is_const(a) and _is_const(b) and dtype_of(a) == dtype_of(b):
+        return Const(a.value + b.value, a.dtype)
+    if _is_const(b, 0):
+        return a
+    if _is_const(a, 0):
+        return b
+    return Bin("+", a, b)
+
+
+def sub(a: Expr, b: Expr) -> Expr:
+    if _is_const(a) and _is_const(b) and dtype_of(a) == dtype_of(b):
+        return Const(a.value - b.value, a.dtype)
+    if _is_const(b, 0):
+        return a
+    return Bin("-", a, b)
+
+
+def mul(a: Expr, b: Expr) -> Expr:
+    if _is_const(a) and _is_const(b) and dtype_of(a) == dtype_of(b):
+        return Const(a.value * b.value, a.dtype)
+    if _is_const(b, 1):
+        return a
+    if _is_const(a, 1):
+        return b
+    if (_is_const(a, 0) or _is_const(b, 0)) and not dtype_of(a).is_float:
+        return Const(0, dtype_of(a))
+    return Bin("*", a, b)
+
+
+def flat_index(idx: tuple[Expr, ...], shape: tuple[int, ...]) -> Expr:
+    """Row-major offset of a multi-index into a contiguous array of `shape`."""
+    offset: Expr = Const(0, INT32)
+    stride = 1
+    for i, d in zip(reversed(idx), reversed(shape)):
+        offset = add(mul(i, Const(stride, INT32)) if stride != 1 else i, offset)
+        stride *= d
+    return offset
+
+
+def walk_expr(e: Expr):
+    """Every sub-expression of e, pre-order."""
+    yield e
+    if isinstance(e, Bin):
+        yield from walk_expr(e.a)
+        yield from walk_expr(e.b)
+    elif isinstance(e, (Unary, Cast)):
+        yield from walk_expr(e.a)
+    elif isinstance(e, Select):
+        yield from walk_expr(e.cond)
+        yield from walk_expr(e.a)
+        yield from walk_expr(e.b)
+    elif isinstance(e, Call):
+        for a in e.args:
+            yield from walk_expr(a)
+    elif isinstance(e, Load):
+        yield from walk_expr(e.index)
+    elif isinstance(e, Broadcast):
+        yield from walk_expr(e.value)
+
+
+def stmt_exprs(s: Stmt):
+    """The expressions directly in one statement (not in nested statements)."""
+    if isinstance(s, Store):
+        return (s.index, s.value)
+    if isinstance(s, Decl):
+        return (s.init,)
+    if isinstance(s, Assign):
+        return (s.value,)
+    if isinstance(s, If):
+        return (s.cond,)
+    return ()
+
+
+def walk_expr_loads(s: Stmt):
+    """The Loads in one statement's own expressions."""
+    for e in stmt_exprs(s):
+        for x in walk_expr(e):
+            if isinstance(x, Load):
+                yield x

@@ -1,0 +1,24 @@
+"""Lowering: the optimized, fused Graph -> one Kernel (PrimFunc) per node."""
+from __future__ import annotations
+
+from aot.errors import UnsupportedError, node_label
+from aot.ir.graph import Graph
+from aot.lower.driver import Arg, Kernel, lower_group
+from aot.targets import Target
+
+# Importing the rule modules fills the rule tables.
+from aot.lower import rules  # noqa: F401
+
+
+def lower_graph(graph: Graph, target: Target) -> list[Kernel]:
+    """Kernels in call order. The graph must have been through `fuse`."""
+    kernels = []
+    for node in graph.nodes:
+        if node.op != "fused":
+            raise UnsupportedError(f"{node_label(node)}: lowering needs a fused graph "
+                                   "(run aot.optimize first)")
+        kernels.append(lower_group(graph, node, target))
+    return kernels
+
+
+__all__ = ["Arg", "Kernel", "lower_graph", "lower_group"]

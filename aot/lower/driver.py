@@ -1,0 +1,188 @@
+"""Lowering: one fused node of the optimized Graph -> one PrimFunc.
+
+The group's elementwise and injective ops are inlined (value rules); at most
+one op builds a loop nest (a kernel rule), and the inlined ops after it
+become its epilogue, computed in registers before each store. A group with
+no kernel op gets a plain loop nest over each of its outputs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from aot.errors import UnsupportedError, node_label
+from aot.ir.graph import Graph, Node, TensorType
+from aot.ir.tir import (Broadcast, Buffer, BufferKind, Const, Expr, For, Load, PrimFunc, Stmt,
+                        Store, Var, dt, dtype_of, flat_index, seq, walk_stmt, walk_expr_loads)
+from aot.lower.rules import KERNEL_RULES, VALUE_RULES, LowerCtx, TensorRef
+from aot.targets import Target
+
+
+@dataclass(frozen=True)
+class Arg:
+    """What a kernel parameter is bound to when the entry point calls it.
+
+    kind: "tensor" (a graph tensor: activation, model input/output or
+    variable), "const" (a graph constant), "param" (an array a rule made,
+    e.g. repacked weights), "scratch" (workspace planned in the arena).
+    """
+    kind: str
+    name: str
+    array: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    func: PrimFunc
+    args: tuple[Arg, ...]      # one per func.params, in order
+    node: Node
+
+
+def _buffer_ref(name: str, ty: TensorType, buf: Buffer, value: np.ndarray | None) -> TensorRef:
+    def load(idx, lanes: int = 1) -> Expr:
+        if value is not None and value.size == 1:
+            scalar = Const(value.reshape(()).item(), buf.dtype)
+            return scalar if lanes == 1 else Broadcast(scalar, lanes)
+        return Load(buf, flat_index(tuple(idx), ty.shape), lanes)
+    return TensorRef(name, ty, load, buf, value)
+
+
+def _value_ref(ctx: LowerCtx, name: str, ty: TensorType, ins: list[TensorRef]) -> TensorRef:
+    rule = VALUE_RULES[ctx.node.op]
+    return TensorRef(name, ty, lambda idx, lanes=1: rule(ctx, ins, tuple(idx), lanes))
+
+
+def _loop_nest(ctx: LowerCtx, shape: Sequence[int], body) -> Stmt:
+    """for i0 < shape[0]: ... for in < shape[n]: body(idx)."""
+    idx = tuple(ctx.fresh(f"i{d}") for d in range(len(shape)))
+    stmt = body(idx)
+    for var, extent in reversed(list(zip(idx, shape))):
+        stmt = For(var, int(extent), stmt)
+    return stmt
+
+
+def lower_group(graph: Graph, node: Node, target: Target) -> Kernel:
+    """The PrimFunc for one `fused` node, with what each parameter binds to."""
+    body: Graph = node.attrs["body"]
+    shared: dict = {"params": {}, "scratch": {}, "_names": {}}
+
+    def ctx_for(n: Node) -> LowerCtx:
+        return LowerCtx(n, tuple(body.types.get(i) if i else None for i in n.inputs),
+                        tuple(body.types[o] for o in n.outputs), target, **shared)
+
+    refs: dict[str, TensorRef] = {}
+    bound: dict[str, Arg] = {}
+    for k, (inner, outer) in enumerate(zip(body.inputs, node.inputs)):
+        ty = body.types[inner]
+        value = graph.constants.get(outer)
+        kind = BufferKind.PARAM if value is not None else BufferKind.INPUT
+        buf = Buffer(f"in{k}", dt(ty.dtype), ty.shape, kind)
+        refs[inner] = _buffer_ref(inner, ty, buf, value)
+        bound[buf.name] = Arg("const" if value is not None else "tensor", outer)
+
+    out_bufs = {}
+    for k, (inner, outer) in enumerate(zip(body.outputs, node.outputs)):
+        ty = body.types[inner]
+        out_bufs[inner] = Buffer(f"out{k}", dt(ty.dtype), ty.shape, BufferKind.OUTPUT)
+        bound[f"out{k}"] = Arg("tensor", outer)
+
+    anchor: Node | None = None
+    current: dict[str, Expr] = {}       # the anchor's output values during emit
+    for n in body.nodes:
+        ins = [refs[i] if i else None for i in n.inputs]
+        if n.op in VALUE_RULES:
+            ctx = ctx_for(n)
+            for o in n.outputs[:1]:
+                refs[o] = _value_ref(ctx, o, body.types[o], ins)
+            if len(n.outputs) > 1:
+                raise UnsupportedError(f"{node_label(n)}: multi-output value rules are not supported")
+        elif n.op in KERNEL_RULES:
+            if anchor is not None:
+                raise UnsupportedError(f"{node_label(node)}: two loop-nest ops "
+                                       f"({anchor.op}, {n.op}) in one group")
+            anchor = n
+            for o in n.outputs:
+                refs[o] = TensorRef(o, body.types[o],
+                                    lambda idx, lanes=1, o=o: current[o])
+        else:
+            raise UnsupportedError(f"{node_label(n)}: the code generator has no rule "
+                                   f"for op '{n.op}' yet")
+
+    if anchor is None:
+        stmt = seq(*(
+            _loop_nest(ctx_for(node), body.types[o].shape,
+                       lambda idx, o=o: Store(out_bufs[o], flat_index(idx, body.types[o].shape),
+                                              refs[o].load(idx)))
+            for o in body.outputs))
+    else:
+        stmt = _lower_anchor(ctx_for(anchor), anchor, body, refs, out_bufs, current)
+
+    ctx = ctx_for(node)
+    params, args = _collect_params(stmt, bound, ctx)
+    func = PrimFunc(node.name, params, stmt, tuple(node.attrs.get("sources", (node.name,))))
+    return Kernel(func, args, node)
+
+
+def _depends_on(body: Graph, out: str, src: str) -> bool:
+    producers = body.producers()
+    stack, seen = [out], set()
+    while stack:
+        t = stack.pop()
+        if t == src:
+            return True
+        if t in seen or t not in producers:
+            continue
+        seen.add(t)
+        stack.extend(i for i in producers[t].inputs if i)
+    return False
+
+
+def _lower_anchor(ctx: LowerCtx, anchor: Node, body: Graph, refs, out_bufs, current) -> Stmt:
+    """Run the kernel rule; each emit stores every group output fed by that value."""
+    fed = {k: [o for o in body.outputs if _depends_on(body, o, src)]
+           for k, src in enumerate(anchor.outputs)}
+    for k, outs in fed.items():
+        for o in outs:
+            if body.types[o].shape != body.types[anchor.outputs[k]].shape:
+                raise UnsupportedError(f"{node_label(anchor)}: its epilogue changes the shape "
+                                       f"({body.types[anchor.outputs[k]]} -> {body.types[o]})")
+    orphans = [o for o in body.outputs if not any(o in outs for outs in fed.values())]
+    if orphans:
+        raise UnsupportedError(f"{node_label(anchor)}: group outputs {orphans} do not depend "
+                               "on its loop nest")
+
+    def emit(k: int, idx: tuple, value: Expr) -> Stmt:
+        lanes = dtype_of(value).lanes
+        current[anchor.outputs[k]] = value
+        try:
+            return seq(*(Store(out_bufs[o], flat_index(tuple(idx), body.types[o].shape),
+                               refs[o].load(tuple(idx), lanes)) for o in fed[k]))
+        finally:
+            del current[anchor.outputs[k]]
+
+    ins = [refs[i] if i else None for i in anchor.inputs]
+    return KERNEL_RULES[anchor.op](ctx, ins, emit)
+
+
+def _collect_params(stmt: Stmt, bound: dict[str, Arg], ctx: LowerCtx):
+    """The buffers the body uses, as parameters in declaration order:
+    group inputs, group outputs, then rule-made params and scratch."""
+    used = {}
+    for s in walk_stmt(stmt):
+        if isinstance(s, Store):
+            used[s.buffer.name] = s.buffer
+        for load in walk_expr_loads(s):
+            used[load.buffer.name] = load.buffer
+    rank = {name: i for i, name in enumerate([*bound, *ctx.params, *ctx.scratch])}
+    params, args = [], []
+    for b in sorted(used.values(), key=lambda b: rank[b.name]):
+        params.append(b)
+        if b.name in bound:
+            args.append(bound[b.name])
+        elif b.name in ctx.params:
+            args.append(Arg("param", b.name, ctx.params[b.name][1]))
+        else:
+            args.append(Arg("scratch", b.name))
+    return tuple(params), tuple(args)

@@ -1,0 +1,123 @@
+"""Compute rules: how each op becomes TIR. One table per rule kind.
+
+Two kinds of rule, as in TVM's TE:
+
+- A **value rule** gives one output element as an expression of its inputs:
+  `rule(ctx, ins, idx, lanes) -> Expr`, the value of output 0 at multi-index
+  `idx` (`lanes` consecutive elements along the last axis when lanes > 1).
+  Elementwise, broadcast and injective ops (Relu, Add, Reshape, Transpose,
+  Pad, Concat, tfl.quantize ...) are value rules, so the driver can inline
+  them into their consumer or producer: no pass over memory of their own.
+- A **kernel rule** builds a whole loop nest: `rule(ctx, ins, emit) -> Stmt`.
+  Conv, pooling, dense, softmax, LSTM ... are kernel rules. Where the rule
+  has an output value in hand it calls `emit(k, idx, value)` for output k,
+  which returns the statement storing it, with the group's fused epilogue
+  (bias, activation, requantize) applied in registers first.
+
+Rules read inputs only through `TensorRef.load(idx, lanes)`, which may be a
+buffer load or an inlined producer. A rule that needs the raw buffer (to
+repack weights, or for pointer-style access) checks `ref.buffer` /
+`ref.value`. Shapes are always compile-time constants.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from aot.errors import UnsupportedError, node_label
+from aot.ir.graph import Node, TensorType
+from aot.ir.tir import Buffer, BufferKind, DType, Expr, Stmt, Var, dt
+from aot.targets import Target
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """A tensor as a compute rule sees it."""
+    name: str
+    type: TensorType
+    load: Callable[..., Expr]            # load(idx: tuple[Expr, ...], lanes: int = 1) -> Expr
+    buffer: Buffer | None = None         # set when the tensor is materialized in memory
+    value: np.ndarray | None = None      # set when the tensor is a compile-time constant
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def dtype(self) -> DType:
+        return dt(self.type.dtype)
+
+
+Emit = Callable[[int, tuple, Expr], Stmt]
+
+
+@dataclass
+class LowerCtx:
+    """Per-kernel state a rule may use: the node, the target, extra buffers.
+
+    Mutable on purpose while one kernel is being built (it collects the
+    buffers rules ask for); the finished PrimFunc is immutable.
+    """
+    node: Node
+    in_types: tuple[TensorType | None, ...]
+    out_types: tuple[TensorType, ...]
+    target: Target
+    params: dict[str, tuple[Buffer, np.ndarray]] = field(default_factory=dict)
+    scratch: dict[str, Buffer] = field(default_factory=dict)
+    _names: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def attrs(self) -> Mapping[str, Any]:
+        return self.node.attrs
+
+    def fresh(self, base: str, dtype: str | DType = "int32") -> Var:
+        """A loop or local variable with a name unique in this kernel."""
+        n = self._names.get(base, 0)
+        self._names[base] = n + 1
+        return Var(base if n == 0 else f"{base}{n}", dt(dtype))
+
+    def param(self, base: str, array: np.ndarray) -> Buffer:
+        """A compile-time array (repacked weights, a table) linked in as const data."""
+        array = np.ascontiguousarray(array)
+        name = self.fresh(base).name
+        buf = Buffer(name, dt(array.dtype.name), tuple(array.shape), BufferKind.PARAM)
+        self.params[name] = (buf, array)
+        return buf
+
+    def scratch_buffer(self, base: str, dtype: str | DType, shape: tuple[int, ...]) -> Buffer:
+        """Kernel-private workspace; the memory planner gives it arena space."""
+        name = self.fresh(base).name
+        buf = Buffer(name, dt(dtype), tuple(shape), BufferKind.SCRATCH)
+        self.scratch[name] = buf
+        return buf
+
+    def unsupported(self, what: str) -> UnsupportedError:
+        return UnsupportedError(f"{node_label(self.node)}: {what} is not supported by the "
+                                "code generator yet")
+
+
+ValueRule = Callable[[LowerCtx, Sequence[TensorRef], tuple, int], Expr]
+KernelRule = Callable[[LowerCtx, Sequence[TensorRef], Emit], Stmt]
+
+VALUE_RULES: dict[str, ValueRule] = {}
+KERNEL_RULES: dict[str, KernelRule] = {}
+
+
+def value_rule(*ops: str):
+    def wrap(fn: ValueRule) -> ValueRule:
+        for op in ops:
+            assert op not in VALUE_RULES and op not in KERNEL_RULES, f"rule for {op} twice"
+            VALUE_RULES[op] = fn
+        return fn
+    return wrap
+
+
+def kernel_rule(*ops: str):
+    def wrap(fn: KernelRule) -> KernelRule:
+        for op in ops:
+            assert op not in VALUE_RULES and op not in KERNEL_RULES, f"rule for {op} twice"
+            KERNEL_RULES[op] = fn
+        return fn
+    return wrap

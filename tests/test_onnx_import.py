@@ -499,3 +499,13 @@ def test_bad_operands_are_shape_errors(op, inputs, dtype):
         return
     with pytest.raises(ShapeError, match="bad"):
         load(m)
+
+
+def test_duplicate_node_names_and_unasked_outputs():
+    m = model([h.make_node("Relu", ["x"], ["a"], name="same"),
+               h.make_node("Dropout", ["a"], ["b", ""], name="same"),
+               h.make_node("Relu", ["b"], ["y"])],
+              [vi("x", [2, 3])], [vi("y", None)], opset=13)
+    g = load(m)
+    assert [n.name for n in g.nodes] == ["same", "same_1", "Relu_2"]
+    assert g.nodes[1].outputs == ("b",)

@@ -408,13 +408,18 @@ def import_onnx(data: bytes, name: str, dim_params: Mapping[str, int] | None = N
         types[vi.name] = _value_type(vi, f"input '{vi.name}'", dim_params or {})
         inputs.append(vi.name)
 
+    names: set[str] = set()
     for index, pn in enumerate(g.node):
         node_name = pn.name or f"{pn.op_type}_{index}"
+        if node_name in names:  # duplicate names happen in exported models
+            node_name = f"{node_name}_{index}"
+        names.add(node_name)
         # Refuse unknown ops before decoding attributes (If/Loop carry graphs).
         if pn.op_type not in UPGRADES and pn.op_type != "Constant":
             _check_op(pn.op_type, node_name, pn.domain)
         attrs = {a.name: _attr(a, f"{pn.op_type} node '{node_name}'") for a in pn.attribute}
-        node = Node(pn.op_type, node_name, tuple(pn.input), tuple(pn.output), attrs)
+        # trailing "" outputs are optional outputs not asked for
+        node = Node(pn.op_type, node_name, tuple(pn.input), _trim(list(pn.output)), attrs)
         _check_domain(node, pn.domain)
         if node.op == "Constant":
             b.constants[node.outputs[0]] = _constant_value(node)

@@ -114,7 +114,9 @@ def _infer_logic(sig: Sig):
 
 
 def _finish(call: Call, result) -> list[np.ndarray]:
-    return [np.asarray(result).astype(call.out_types[0].dtype, copy=False)]
+    # a contiguous array of the inferred dtype (never a broadcast view)
+    return [np.require(np.asarray(result).astype(call.out_types[0].dtype, copy=False),
+                       requirements="C")]
 
 
 def _define(name: str, fn: Callable, infer, pattern: Pattern) -> None:

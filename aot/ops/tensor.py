@@ -236,7 +236,7 @@ def _split(call: Call, args):
     x = args[0]
     axis = call.attrs.get("axis", 0) % x.ndim
     bounds = np.cumsum([t.shape[axis] for t in call.out_types])[:-1]
-    return np.split(x, bounds, axis=axis)
+    return [np.require(p, requirements="C") for p in np.split(x, bounds, axis=axis)]
 
 
 # ---- Slice / Gather ------------------------------------------------------------------

@@ -106,8 +106,8 @@ def _infer_flatten(sig: Sig):
     if not -rank <= axis <= rank:
         raise sig.fail(f"axis {axis} is out of range for rank {rank}")
     axis = axis + rank if axis < 0 else axis
-    outer = int(np.prod(x.shape[:axis], dtype=np.int64))
-    out = (outer, x.size // outer)
+    out = (int(np.prod(x.shape[:axis], dtype=np.int64)),
+           int(np.prod(x.shape[axis:], dtype=np.int64)))
     return [_moved(sig, out, _reshape_axis(x.shape, out))]
 
 

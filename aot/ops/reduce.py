@@ -47,10 +47,23 @@ def _log_sum_exp(x, axis, keepdims):
     return s if keepdims else np.squeeze(s, axis=axis)
 
 
+def _lowest(dtype):
+    if dtype == np.bool_:
+        return False
+    return -np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).min
+
+
+def _highest(dtype):
+    if dtype == np.bool_:
+        return True
+    return np.inf if np.issubdtype(dtype, np.floating) else np.iinfo(dtype).max
+
+
 # Each: (x as float64 or the input dtype, axis tuple, keepdims) -> array.
 REDUCERS = {
-    "ReduceMax": lambda x, ax, k: np.max(x, axis=ax, keepdims=k),
-    "ReduceMin": lambda x, ax, k: np.min(x, axis=ax, keepdims=k),
+    # an empty reduction gives the identity: -inf / the dtype's minimum for Max
+    "ReduceMax": lambda x, ax, k: np.max(x, axis=ax, keepdims=k, initial=_lowest(x.dtype)),
+    "ReduceMin": lambda x, ax, k: np.min(x, axis=ax, keepdims=k, initial=_highest(x.dtype)),
     "ReduceSum": lambda x, ax, k: np.sum(x, axis=ax, keepdims=k),
     "ReduceMean": lambda x, ax, k: np.mean(x, axis=ax, keepdims=k),
     "ReduceProd": lambda x, ax, k: np.prod(x, axis=ax, keepdims=k),
@@ -97,6 +110,8 @@ def _make_arg(fn):
     def ref(call: Call, args):
         x = args[0]
         axis = call.attrs.get("axis", 0) % x.ndim
+        if x.shape[axis] == 0:
+            raise Sig(call.node, call.in_types, ()).fail("arg-reduction over an empty axis")
         if call.attrs.get("select_last_index", 0):
             # the last occurrence: search the reversed axis, map back
             idx = x.shape[axis] - 1 - fn(np.flip(x, axis), axis=axis)

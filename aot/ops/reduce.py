@@ -3,6 +3,8 @@ and ArgMax/ArgMin.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from aot.ir.graph import TensorType
@@ -41,7 +43,7 @@ def _infer_reduce(sig: Sig):
 
 
 def _log_sum_exp(x, axis, keepdims):
-    m = np.max(x, axis=axis, keepdims=True)
+    m = np.max(x, axis=axis, keepdims=True, initial=-np.inf)
     m = np.where(np.isfinite(m), m, 0)
     s = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
     return s if keepdims else np.squeeze(s, axis=axis)
@@ -75,7 +77,11 @@ REDUCERS = {
 }
 
 
-def _make_reduce(fn):
+# Reductions whose math is real-valued even on integers (results truncate back).
+REAL_VALUED = ("ReduceMean", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp")
+
+
+def _make_reduce(fn, real: bool):
     def ref(call: Call, args):
         x = args[0]
         sig = Sig(call.node, call.in_types, tuple(args))
@@ -85,15 +91,17 @@ def _make_reduce(fn):
         if axes is None:
             axes = tuple(range(x.ndim))
         # Accumulate floats in float64 so float32 sums match a careful runtime.
-        acc = x.astype(np.float64) if np.issubdtype(x.dtype, np.floating) else x
-        with np.errstate(all="ignore"):
+        acc = x.astype(np.float64) if real or np.issubdtype(x.dtype, np.floating) else x
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # mean of an empty set: nan
             out = fn(acc, axes, bool(call.attrs.get("keepdims", 1)))
-        return [np.asarray(out).astype(call.out_types[0].dtype)]
+            return [np.asarray(out).astype(call.out_types[0].dtype)]
     return ref
 
 
 for _name, _fn in REDUCERS.items():
-    register(_name, infer=arity(1, 2)(_infer_reduce), pattern=Pattern.REDUCE)(_make_reduce(_fn))
+    register(_name, infer=arity(1, 2)(_infer_reduce),
+             pattern=Pattern.REDUCE)(_make_reduce(_fn, _name in REAL_VALUED))
 
 
 def _infer_arg(sig: Sig):

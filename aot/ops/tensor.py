@@ -386,6 +386,8 @@ def _no_channel_pads(sig: Sig, widths):
 @register("Pad", infer=_infer_pad, pattern=Pattern.INJECTIVE)
 def _pad(call: Call, args):
     x = args[0]
+    if x.ndim == 0:
+        return [x.copy()]
     widths = _pad_widths(Sig(call.node, call.in_types, tuple(args)))
     # Negative pads crop first; np.pad then adds the positive part.
     x = x[tuple(slice(max(-b, 0), d - max(-e, 0)) for (b, e), d in zip(widths, x.shape))]

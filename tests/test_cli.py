@@ -110,3 +110,17 @@ def test_unsupported_op_names_op_and_node(tmp_path):
 @pytest.mark.parametrize("dims", [[1, 0, 4], [1, -3, 4]])
 def test_bad_dimension_is_refused(tmp_path, dims):
     assert_one_line_error(aot("graph", str(_onnx_model(tmp_path, "Relu", dims))), "dimension")
+
+
+def test_malformed_node_is_one_line_error(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Conv", ["x"], ["y"], name="weightless_conv")  # no weight input
+    graph = helper.make_graph([node], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, 4])])
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+                     .SerializeToString())
+    assert_one_line_error(aot("graph", str(path)), "weightless_conv")

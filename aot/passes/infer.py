@@ -12,7 +12,7 @@ from typing import Mapping
 
 import numpy as np
 
-from aot.errors import ShapeError, node_label
+from aot.errors import AotError, ModelError, ShapeError, node_label
 from aot.ir.graph import Graph, Node, TensorType
 from aot.limits import check_shape
 from aot.ops import Sig, op_def
@@ -33,7 +33,13 @@ def node_types(node: Node, types: Mapping[str, TensorType],
     sig = Sig(node,
               tuple(types[i] if i else None for i in node.inputs),
               tuple(values.get(i) if i else None for i in node.inputs))
-    outs = list(opdef.infer(sig))
+    try:
+        outs = list(opdef.infer(sig))
+    except AotError:
+        raise
+    except Exception as e:  # noqa: BLE001 - an op's checks missed a malformed node
+        raise ModelError(f"{node_label(node)}: malformed node ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else 'no detail'})") from e
     if len(outs) < len(node.outputs):
         raise ShapeError(f"{node_label(node)}: has {len(node.outputs)} outputs, "
                          f"the op defines {len(outs)}")

@@ -1,0 +1,555 @@
+"""Compute rules for the float neural-network ops (aot/ops/nn.py): the heavy
+kernels (Conv, ConvTranspose, pooling, Gemm, MatMul) and the per-channel
+value rules (BatchNormalization, Resize).
+
+How the kernels are shaped (see /work/shared/PERFORMANCE.md):
+
+- The output channel axis is innermost and unit-stride (NHWC). It is cut
+  into channel tiles of a few vector accumulators (`schedule.tile`),
+  declared as locals, updated with lane-wise multiply-adds and stored once
+  through `emit` (which applies the fused epilogue in registers). Channel
+  counts that are not a multiple of the tile end in an exact-size
+  remainder tile (whole vectors, a half vector, then scalars).
+- Weights are repacked at compile time into the order the inner loop reads
+  them: [group][k...][in-channel][out-channel].
+- Shapes are constants. Out-of-image taps cost no branch: each spatial axis
+  is split into runs of output positions whose in-image taps are the same
+  range, and every combination of runs (a region: the interior, the edges,
+  the corners) gets its own loop nest with constant tap bounds. Only when
+  that would make too many regions does an axis fall back to guarded taps.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+import numpy as np
+
+from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Comment, Const, Decl, DType, Expr, For,
+                        If, Load, Select, Stmt, Store, Var, add, dt, dtype_of, flat_index, mul,
+                        seq)
+from aot.lower.elementwise import broadcast_load, const_like, math_call
+from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
+from aot.lower.schedule import Tile, tile
+from aot.ops import nn as ref
+
+# More regions than this (combinations of border runs over the spatial axes)
+# and the axes with the most runs switch to guarded taps instead.
+MAX_REGIONS = 36
+
+
+# ----------------------------------------------------------------- small helpers
+
+def _loop(ctx: LowerCtx, name: str, extent: int, body: Callable[[Expr], Stmt]) -> Stmt | None:
+    """for name < extent: body(name); a single iteration is the body itself."""
+    if extent <= 0:
+        return None
+    if extent == 1:
+        return body(Const(0))
+    v = ctx.fresh(name)
+    return For(v, extent, body(v))
+
+
+def _seq(*stmts: Stmt | None) -> Stmt:
+    kept = [s for s in stmts if s is not None]
+    return seq(*kept) if kept else Comment("nothing to do")
+
+
+def _splat(e: Expr, lanes: int) -> Expr:
+    return e if lanes == 1 or dtype_of(e).lanes == lanes else Broadcast(e, lanes)
+
+
+def _fma(acc: Expr, a: Expr, b: Expr) -> Expr:
+    return Bin("+", acc, Bin("*", a, b))
+
+
+def _param(ctx: LowerCtx, base: str, array: np.ndarray) -> Buffer:
+    """ctx.param, reusing an identical array this kernel already has (value
+    rules are evaluated once per load site)."""
+    for buf, have in ctx.params.values():
+        if (buf.name.startswith(base) and have.dtype == array.dtype
+                and have.shape == array.shape and np.array_equal(have, array)):
+            return buf
+    return ctx.param(base, array)
+
+
+def _tiles(total: int, t: Tile) -> list[tuple[int, tuple[int, ...]]]:
+    """(repeat count, accumulator widths) blocks covering `total` channels:
+    full tiles, then one exact-size remainder tile."""
+    main = total // t.nr
+    rest = total - main * t.nr
+    widths = [t.lanes] * (rest // t.lanes) if t.lanes > 1 else []
+    rest -= len(widths) * t.lanes if t.lanes > 1 else 0
+    if t.narrow > 1 and rest >= t.narrow:
+        widths.append(t.narrow)
+        rest -= t.narrow
+    widths += [1] * rest
+    out = [(main, (t.lanes,) * t.vectors)] if main else []
+    return out + ([(1, tuple(widths))] if widths else [])
+
+
+def _over_tiles(ctx: LowerCtx, total: int, t: Tile,
+                body: Callable[[Expr, tuple[int, ...]], Stmt]) -> Stmt:
+    """body(first channel, accumulator widths) for every channel tile."""
+    stmts, base = [], 0
+    for count, widths in _tiles(total, t):
+        width = sum(widths)
+        stmts.append(_loop(ctx, "cb", count,
+                           lambda v, b=base, w=widths: body(add(mul(v, Const(sum(w))),
+                                                                Const(b)), w)))
+        base += count * width
+    return _seq(*stmts)
+
+
+def _offsets(widths: Sequence[int]) -> list[int]:
+    return [sum(widths[:j]) for j in range(len(widths))]
+
+
+def _accumulators(ctx: LowerCtx, dtype: DType, widths, init: Callable[[int, int], Expr]):
+    """One local per accumulator width, initialised by init(offset, width)."""
+    accs = [ctx.fresh("acc", dtype.with_lanes(w)) for w in widths]
+    decls = [Decl(a, init(off, w)) for a, off, w in zip(accs, _offsets(widths), widths)]
+    return accs, decls
+
+
+def _float_only(ctx: LowerCtx, dtype: DType) -> None:
+    if not dtype.is_float:
+        raise ctx.unsupported(f"{ctx.node.op} on {dtype.scalar}")
+
+
+# ------------------------------------------------------- windows split into regions
+
+@dataclass(frozen=True)
+class Run:
+    """Consecutive output positions along one axis whose in-image taps are
+    the same range [lo, hi) (and whose `key`, e.g. a pool's divisor, agrees).
+    A guarded run visits every tap and tests each one."""
+    start: int
+    count: int
+    lo: int
+    hi: int
+    key: int = 0
+    guarded: bool = False
+
+
+def axis_runs(n_out: int, n_in: int, k: int, stride: int, dil: int, pad: int,
+              key: Callable[[int], int] = lambda o: 0) -> list[Run]:
+    runs: list[Run] = []
+    for o in range(n_out):
+        p0 = o * stride - pad                      # position of tap 0
+        lo = 0 if p0 >= 0 else min(k, (-p0 + dil - 1) // dil)
+        hi = 0 if n_in <= p0 else min(k, (n_in - p0 + dil - 1) // dil)
+        hi = max(lo, hi)
+        if runs and (runs[-1].lo, runs[-1].hi, runs[-1].key) == (lo, hi, key(o)):
+            runs[-1] = replace(runs[-1], count=runs[-1].count + 1)
+        else:
+            runs.append(Run(o, 1, lo, hi, key(o)))
+    return runs
+
+
+def _guard_borders(runs: list[Run], k: int) -> list[Run]:
+    """Merge the runs with partial tap ranges into guarded runs."""
+    out: list[Run] = []
+    for r in runs:
+        full = r.lo == 0 and r.hi == k
+        if not full and out and out[-1].guarded:
+            out[-1] = replace(out[-1], count=out[-1].count + r.count)
+        elif full:
+            out.append(r)
+        else:
+            out.append(Run(r.start, r.count, 0, k, 0, True))
+    return out
+
+
+def window_regions(win: ref.Window, spatial: Sequence[int], keys=None) -> list[tuple[Run, ...]]:
+    """Every combination of per-axis runs: the regions of the output."""
+    per_axis = [axis_runs(o, n, k, s, d, p, keys[a] if keys else (lambda o: 0))
+                for a, (o, n, k, s, d, p) in enumerate(zip(win.out, spatial, win.kernel,
+                                                           win.strides, win.dilations,
+                                                           win.pad_begin))]
+    while int(np.prod([len(r) for r in per_axis])) > MAX_REGIONS:
+        a = max(range(len(per_axis)), key=lambda i: len(per_axis[i]))
+        merged = _guard_borders(per_axis[a], win.kernel[a])
+        if len(merged) == len(per_axis[a]):
+            break
+        per_axis[a] = merged
+    return list(itertools.product(*per_axis))
+
+
+def region_nest(ctx: LowerCtx, runs: Sequence[Run], body: Callable[[list[Expr]], Stmt]) -> Stmt:
+    """Loops over the output positions of one region; body(positions)."""
+    def level(a: int, pos: list[Expr]) -> Stmt:
+        if a == len(runs):
+            return body(pos)
+        r = runs[a]
+        return _loop(ctx, f"o{a}", r.count,
+                     lambda v: level(a + 1, pos + [add(v, Const(r.start))]))
+    return _seq(level(0, []))
+
+
+def tap_nest(ctx: LowerCtx, runs: Sequence[Run], opos: Sequence[Expr], win: ref.Window,
+             spatial: Sequence[int], body: Callable[[list[Expr], list[Expr]], Stmt]) -> Stmt | None:
+    """Loops over the in-image taps of a window; body(input positions, taps)."""
+    def level(a: int, ipos: list[Expr], taps: list[Expr]) -> Stmt | None:
+        if a == len(runs):
+            return body(ipos, taps)
+        r, s, d, p = runs[a], win.strides[a], win.dilations[a], win.pad_begin[a]
+
+        def at(t: Expr) -> Stmt | None:
+            tap = add(t, Const(r.lo))
+            pos = add(mul(opos[a], Const(s)), add(mul(tap, Const(d)), Const(-p)))
+            inner = level(a + 1, ipos + [pos], taps + [tap])
+            if inner is None or not r.guarded:
+                return inner
+            inside = Bin("and", Bin(">=", pos, Const(0)), Bin("<", pos, Const(spatial[a])))
+            return If(inside, inner)
+        return _loop(ctx, f"k{a}", r.hi - r.lo, at)
+    return level(0, [], [])
+
+
+# ------------------------------------------------------------------------ geometry
+
+@dataclass(frozen=True)
+class SpatialOp:
+    """A conv/pool operand seen channel-last or channel-first."""
+    layout: str
+    batch: int
+    channels: int
+    spatial: tuple[int, ...]
+
+    def index(self, n: Expr, pos: Sequence[Expr], c: Expr) -> tuple[Expr, ...]:
+        return (n, *pos, c) if self.layout == "NHWC" else (n, c, *pos)
+
+    @property
+    def vectorizable(self) -> bool:
+        return self.layout == "NHWC"
+
+
+def spatial_op(ctx: LowerCtx, shape: Sequence[int]) -> SpatialOp:
+    layout = ref._layout(ctx)
+    ns = ref._nchw_shape(tuple(shape), layout)
+    return SpatialOp(layout, ns[0], ns[1], tuple(ns[2:]))
+
+
+def _bias_init(bias: TensorRef | None, dtype: DType, c0: Expr):
+    def init(off: int, w: int) -> Expr:
+        if bias is None:
+            return const_like(0, dtype.with_lanes(w))
+        return _splat(bias.load((add(c0, Const(off)),), w), w)
+    return init
+
+
+# ---------------------------------------------------------------------------- Conv
+
+def _pack_conv_weight(w: np.ndarray, layout: str, group: int) -> np.ndarray:
+    """Weight -> [group][k...][in-channel][out-channel] (the inner loop's order)."""
+    if layout == "NHWC":                       # [O, k..., I/g] -> [O, I/g, k...]
+        w = np.moveaxis(w, -1, 1)
+    o, icg = w.shape[:2]
+    k = w.shape[2:]
+    w = w.reshape((group, o // group, icg) + k)
+    nk = len(k)
+    return np.ascontiguousarray(w.transpose((0,) + tuple(range(3, 3 + nk)) + (2, 1)))
+
+
+@kernel_rule("Conv")
+def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
+    x, w = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    dtype = dt(ctx.out_types[0].dtype)
+    _float_only(ctx, dtype)
+    if w.value is None:
+        raise ctx.unsupported("Conv with a weight computed at run time")
+    xin = spatial_op(ctx, x.shape)
+    out = spatial_op(ctx, ctx.out_types[0].shape)
+    group = int(ctx.attrs.get("group", 1))
+    packed = _pack_conv_weight(w.value.astype(dtype.scalar), xin.layout, group)
+    kernel = packed.shape[1:-2]
+    win = ref.resolve_window(ctx, xin.spatial, kernel)
+    icg, ocg = packed.shape[-2], packed.shape[-1]
+    t = tile(ctx.target, dtype, out.vectorizable)
+    if icg == 1 and ocg == 1 and t.lanes > 1:
+        per_channel = np.ascontiguousarray(np.moveaxis(packed[..., 0, 0], 0, -1))  # [k...][C]
+        return _depthwise(ctx, x, per_channel, bias, xin, out, win, t, emit)
+    wp = _param(ctx, "w_packed", packed)
+
+    def tile_body(n, opos, runs, g, c0, widths) -> Stmt:
+        oc0 = add(mul(g, Const(ocg)), c0)
+        accs, decls = _accumulators(ctx, dtype, widths, _bias_init(bias, dtype, oc0))
+
+        def taps(ipos, tap):
+            def per_ic(ic):
+                xv = ctx.fresh("xv", dtype)
+                xi = x.load(xin.index(n, ipos, add(mul(g, Const(icg)), ic)))
+                updates = [Assign(a, _fma(a, _splat(xv, wd), Load(
+                    wp, flat_index((g, *tap, ic, add(c0, Const(off))), packed.shape), wd)))
+                    for a, off, wd in zip(accs, _offsets(widths), widths)]
+                return seq(Decl(xv, xi), *updates)
+            return _loop(ctx, "ic", icg, per_ic)
+
+        stores = [emit(0, out.index(n, opos, add(oc0, Const(off))), a)
+                  for a, off in zip(accs, _offsets(widths))]
+        return _seq(*decls, tap_nest(ctx, runs, opos, win, xin.spatial, taps), *stores)
+
+    def region(n, runs) -> Stmt:
+        return region_nest(ctx, runs, lambda opos: _loop(
+            ctx, "g", group, lambda g: _over_tiles(
+                ctx, ocg, t, lambda c0, widths: tile_body(n, opos, runs, g, c0, widths))))
+
+    regions = window_regions(win, xin.spatial)
+    return _seq(_loop(ctx, "n", xin.batch,
+                      lambda n: _seq(*(region(n, runs) for runs in regions))))
+
+
+def _depthwise(ctx, x, packed, bias, xin, out, win, t, emit) -> Stmt:
+    """One filter per channel, channel-last: the channel axis is the vector
+    axis of the input, the weights and the output alike."""
+    dtype = dt(ctx.out_types[0].dtype)
+    wp = _param(ctx, "w_packed", packed)         # [k...][C]
+
+    def tile_body(n, opos, runs, c0, widths) -> Stmt:
+        accs, decls = _accumulators(ctx, dtype, widths, _bias_init(bias, dtype, c0))
+
+        def taps(ipos, tap):
+            return seq(*(Assign(a, _fma(
+                a, x.load(xin.index(n, ipos, add(c0, Const(off))), wd),
+                Load(wp, flat_index((*tap, add(c0, Const(off))), packed.shape), wd)))
+                for a, off, wd in zip(accs, _offsets(widths), widths)))
+
+        stores = [emit(0, out.index(n, opos, add(c0, Const(off))), a)
+                  for a, off in zip(accs, _offsets(widths))]
+        return _seq(*decls, tap_nest(ctx, runs, opos, win, xin.spatial, taps), *stores)
+
+    def region(n, runs) -> Stmt:
+        return region_nest(ctx, runs, lambda opos: _over_tiles(
+            ctx, xin.channels, t, lambda c0, widths: tile_body(n, opos, runs, c0, widths)))
+
+    regions = window_regions(win, xin.spatial)
+    return _seq(_loop(ctx, "n", xin.batch,
+                      lambda n: _seq(*(region(n, runs) for runs in regions))))
+
+
+# ------------------------------------------------------------------------- Pooling
+
+def _pool_window(ctx: LowerCtx, xin: SpatialOp) -> ref.Window:
+    kernel = tuple(int(k) for k in ctx.attrs["kernel_shape"])
+    return ref.resolve_window(ctx, xin.spatial, kernel, bool(ctx.attrs.get("ceil_mode", 0)))
+
+
+def _include_pad_counts(win: ref.Window, spatial) -> list[Callable[[int], int]]:
+    """Per axis: how many taps of window o fall inside the explicitly padded
+    input (what count_include_pad divides by; ceil_mode overhang excluded)."""
+    def count(a: int):
+        lo, hi = -win.pad_begin[a], spatial[a] + win.pad_end[a]
+        return lambda o: sum(lo <= o * win.strides[a] - win.pad_begin[a] + t * win.dilations[a]
+                             < hi for t in range(win.kernel[a]))
+    return [count(a) for a in range(len(spatial))]
+
+
+@dataclass(frozen=True)
+class _PoolMath:
+    init: Callable[[DType], Expr]                 # accumulator start value
+    step: Callable[[Expr, Expr], Expr]            # acc, tap -> acc
+    vector: bool = True                           # may run lane-wise
+
+
+def _lp_math(p: float) -> _PoolMath:
+    def step(acc, v):
+        av = Select(Bin("<", v, const_like(0, v)), Bin("-", const_like(0, v), v), v)
+        return Bin("+", acc, Bin("*", av, av) if p == 2 else
+                   av if p == 1 else math_call("pow", av, const_like(p, av)))
+    return _PoolMath(lambda d: const_like(0, d), step, vector=p in (1, 2))
+
+
+def _pool_init_max(d: DType) -> Expr:
+    low = float("-inf") if d.is_float else int(np.iinfo(d.scalar).min)
+    return const_like(low, d)
+
+
+@kernel_rule("MaxPool", "AveragePool", "LpPool")
+def pool(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
+    op = ctx.node.op
+    x = ins[0]
+    dtype = dt(ctx.out_types[0].dtype)
+    if op == "MaxPool" and len(ctx.node.outputs) > 1 and ctx.node.outputs[1]:
+        raise ctx.unsupported("the MaxPool Indices output")
+    if op != "MaxPool":
+        _float_only(ctx, dtype)
+    xin = spatial_op(ctx, x.shape)
+    win = _pool_window(ctx, xin)
+    p = float(ctx.attrs.get("p", 2))
+    maths = {"MaxPool": _PoolMath(_pool_init_max, lambda a, v: Bin("max", a, v)),
+             "AveragePool": _PoolMath(lambda d: const_like(0, d), lambda a, v: Bin("+", a, v)),
+             "LpPool": _lp_math(p)}[op]
+    include_pad = op == "AveragePool" and bool(ctx.attrs.get("count_include_pad", 0))
+    keys = _include_pad_counts(win, xin.spatial) if include_pad else None
+    t = tile(ctx.target, dtype, xin.vectorizable and maths.vector)
+
+    def divisor(runs, opos) -> Expr:
+        """The window's element count: constant per region, or (guarded
+        runs) the product of per-axis counts from a table."""
+        total: Expr = Const(1.0, dt(dtype.scalar))
+        for a, r in enumerate(runs):
+            if not r.guarded:
+                total = mul(total, Const(float(r.key if include_pad else r.hi - r.lo),
+                                         dt(dtype.scalar)))
+                continue
+            counts = ref._window_counts(replace(win, out=(win.out[a],), kernel=(win.kernel[a],),
+                                                strides=(win.strides[a],),
+                                                dilations=(win.dilations[a],),
+                                                pad_begin=(win.pad_begin[a],),
+                                                pad_end=(win.pad_end[a],)),
+                                        (xin.spatial[a],), include_pad)
+            table = _param(ctx, "pool_count", counts.astype(dtype.scalar))
+            total = mul(total, Load(table, opos[a]))
+        return total
+
+    def finish(acc: Expr, runs, opos) -> Expr:
+        lanes = dtype_of(acc).lanes
+        if op == "AveragePool":
+            return Bin("/", acc, _splat(divisor(runs, opos), lanes))
+        if op == "LpPool" and p == 2:
+            return math_call("sqrt", acc)
+        if op == "LpPool" and p != 1:
+            return math_call("pow", acc, const_like(1.0 / p, acc))
+        return acc
+
+    def tile_body(n, opos, runs, c0, widths) -> Stmt:
+        accs, decls = _accumulators(ctx, dtype, widths, lambda off, w: maths.init(
+            dtype.with_lanes(w)))
+
+        def taps(ipos, tap):
+            return seq(*(Assign(a, maths.step(a, x.load(xin.index(n, ipos, add(c0, Const(off))),
+                                                         wd)))
+                         for a, off, wd in zip(accs, _offsets(widths), widths)))
+
+        stores = [emit(0, xin.index(n, opos, add(c0, Const(off))), finish(a, runs, opos))
+                  for a, off in zip(accs, _offsets(widths))]
+        return _seq(*decls, tap_nest(ctx, runs, opos, win, xin.spatial, taps), *stores)
+
+    def region(n, runs) -> Stmt:
+        return region_nest(ctx, runs, lambda opos: _over_tiles(
+            ctx, xin.channels, t, lambda c0, widths: tile_body(n, opos, runs, c0, widths)))
+
+    regions = window_regions(win, xin.spatial, keys)
+    return _seq(_loop(ctx, "n", xin.batch,
+                      lambda n: _seq(*(region(n, runs) for runs in regions))))
+
+
+# -------------------------------------------------------------------- Gemm, MatMul
+
+@dataclass(frozen=True)
+class _Operand:
+    """How the dense inner loop reads one operand: load(batch, row, col, lanes)."""
+    load: Callable[[tuple, Expr, Expr, int], Expr]
+    vector_cols: bool          # consecutive columns are consecutive in memory
+
+
+def _dense(ctx: LowerCtx, emit, a: _Operand, b: _Operand, batch: Sequence[int], m: int, k: int,
+           n: int, out_index: Callable[[tuple, Expr, Expr], tuple],
+           finish: Callable[[Expr, tuple, Expr, Expr], Expr]) -> Stmt:
+    """Y[batch, i, j] = finish(sum_k A[batch, i, k] * B[batch, k, j]), the
+    j axis in vector tiles (when B's rows are unit-stride and Y's last axis is j)."""
+    dtype = dt(ctx.out_types[0].dtype)
+    t = tile(ctx.target, dtype, b.vector_cols and n > 1)
+
+    def tile_body(bi, i, c0, widths) -> Stmt:
+        accs, decls = _accumulators(ctx, dtype, widths,
+                                    lambda off, w: const_like(0, dtype.with_lanes(w)))
+
+        def step(kk):
+            av = ctx.fresh("av", dtype)
+            return seq(Decl(av, a.load(bi, i, kk, 1)), *(
+                Assign(acc, _fma(acc, _splat(av, wd), b.load(bi, kk, add(c0, Const(off)), wd)))
+                for acc, off, wd in zip(accs, _offsets(widths), widths)))
+
+        stores = [emit(0, out_index(bi, i, add(c0, Const(off))),
+                        finish(acc, bi, i, add(c0, Const(off))))
+                  for acc, off in zip(accs, _offsets(widths))]
+        return _seq(*decls, _loop(ctx, "k", k, step), *stores)
+
+    def batch_level(d: int, bi: tuple) -> Stmt:
+        if d == len(batch):
+            return _loop(ctx, "i", m, lambda i: _over_tiles(
+                ctx, n, t, lambda c0, widths: tile_body(bi, i, c0, widths)))
+        return _loop(ctx, f"b{d}", batch[d], lambda v: batch_level(d + 1, bi + (v,)))
+
+    return _seq(batch_level(0, ()))
+
+
+def _matrix(ref_: TensorRef, trans: bool) -> _Operand:
+    """A 2-D operand read as [row][col] (transposed if `trans`)."""
+    if trans:
+        return _Operand(lambda bi, r, c, lanes: ref_.load((c, r), lanes), False)
+    return _Operand(lambda bi, r, c, lanes: ref_.load((r, c), lanes), True)
+
+
+def _packed_matrix(ctx: LowerCtx, b: TensorRef, trans: bool, dtype: DType) -> _Operand:
+    """A constant right-hand side, repacked [K][N] so that the vector loop
+    over N reads it unit-stride."""
+    value = b.value.T if trans else b.value
+    if not trans:
+        return _matrix(b, False)
+    buf = _param(ctx, "b_packed", np.ascontiguousarray(value.astype(dtype.scalar)))
+    cols = value.shape[1]
+    return _Operand(lambda bi, r, c, lanes: Load(buf, add(mul(r, Const(cols)), c), lanes), True)
+
+
+@kernel_rule("Gemm")
+def gemm(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
+    a_ref, b_ref = ins[0], ins[1]
+    c_ref = ins[2] if len(ins) > 2 else None
+    dtype = dt(ctx.out_types[0].dtype)
+    trans_a, trans_b = int(ctx.attrs.get("transA", 0)), int(ctx.attrs.get("transB", 0))
+    alpha, beta = float(ctx.attrs.get("alpha", 1.0)), float(ctx.attrs.get("beta", 1.0))
+    m, n = ctx.out_types[0].shape
+    k = a_ref.shape[0] if trans_a else a_ref.shape[1]
+    a = _matrix(a_ref, bool(trans_a))
+    b = _packed_matrix(ctx, b_ref, bool(trans_b), dtype) if b_ref.value is not None \
+        else _matrix(b_ref, bool(trans_b))
+
+    def finish(acc, bi, i, j) -> Expr:
+        if alpha != 1.0:
+            acc = Bin("*", acc, const_like(alpha, acc))
+        if c_ref is not None and beta != 0.0:
+            c = broadcast_load(c_ref, (i, j), dtype_of(acc).lanes)
+            acc = Bin("+", acc, c if beta == 1.0 else Bin("*", c, const_like(beta, c)))
+        return acc
+
+    return _dense(ctx, emit, a, b, (), m, k, n,
+                  lambda bi, i, j: (i, j), finish)
+
+
+@kernel_rule("MatMul")
+def matmul(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
+    a_ref, b_ref = ins[0], ins[1]
+    a_shape = (1,) + a_ref.shape if len(a_ref.shape) == 1 else a_ref.shape
+    b_shape = b_ref.shape + (1,) if len(b_ref.shape) == 1 else b_ref.shape
+    batch = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
+    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
+
+    def batch_index(shape, bi):
+        return tuple(broadcast_index_exprs(bi, shape[:-2]))
+
+    def a_load(bi, r, c, lanes):
+        return a_ref.load((c,) if len(a_ref.shape) == 1 else batch_index(a_shape, bi) + (r, c))
+
+    def b_load(bi, r, c, lanes):
+        if len(b_ref.shape) == 1:
+            return b_ref.load((r,), lanes)
+        return b_ref.load(batch_index(b_shape, bi) + (r, c), lanes)
+
+    def out_index(bi, i, j):
+        return bi + ((i,) if len(a_ref.shape) > 1 else ()) + ((j,) if len(b_ref.shape) > 1 else ())
+
+    return _dense(ctx, emit, _Operand(a_load, False),
+                  _Operand(b_load, len(b_ref.shape) > 1), batch, m, k, n, out_index,
+                  lambda acc, bi, i, j: acc)
+
+
+def broadcast_index_exprs(bi: tuple, shape: Sequence[int]) -> list[Expr]:
+    """An operand's batch index from the output's (right-aligned numpy
+    broadcasting: size-1 axes read index 0)."""
+    tail = bi[len(bi) - len(shape):] if shape else ()
+    return [Const(0) if d == 1 else v for v, d in zip(tail, shape)]

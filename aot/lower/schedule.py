@@ -1,0 +1,52 @@
+"""Schedule parameters of the heavy kernels, per target and element type.
+
+A kernel's inner tile is MR output pixels x NR output channels, NR being
+`vectors` accumulators of `lanes` elements each. The accumulators, one
+broadcast input and the weight vectors must fit in the vector register file
+(PERFORMANCE.md: 16 ymm registers on AVX2 hold 5 x 2 accumulators plus
+three more), so the tile shrinks with the register count.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aot.ir.tir import DType, dt
+from aot.targets import Target
+
+
+@dataclass(frozen=True)
+class Tile:
+    lanes: int      # elements per vector (1: scalar code)
+    vectors: int    # accumulators per output pixel along the channel axis
+    mr: int = 1     # output pixels per tile (register blocking over pixels)
+
+    @property
+    def nr(self) -> int:
+        return self.lanes * self.vectors
+
+    @property
+    def narrow(self) -> int:
+        """The narrower vector used for a remainder before going scalar
+        (half a vector, when that is still at least 4 lanes)."""
+        return self.lanes // 2 if self.lanes >= 8 else 1
+
+
+# Vector registers by ISA family (architectural, not counting masks).
+_REGISTERS = {"x86_64": 16, "aarch64": 32, "arm": 16, "riscv64": 32}
+
+
+def registers(target: Target) -> int:
+    arch = target.triple.split("-")[0]
+    return _REGISTERS.get(arch, 16)
+
+
+def tile(target: Target, dtype: str | DType, vectorize: bool = True) -> Tile:
+    """The channel tile for a kernel whose innermost output axis is unit-stride
+    (`vectorize`) or not (scalar accumulators, still blocked over channels)."""
+    lanes = target.lanes(dt(dtype).bits) if vectorize else 1
+    if lanes == 1:
+        return Tile(1, 4)
+    # Up to 4 accumulators and their weight vectors plus a broadcast input:
+    # 9 registers, comfortably within 16.
+    vectors = 4 if registers(target) >= 16 else 2
+    return Tile(lanes, vectors)

@@ -553,3 +553,223 @@ def broadcast_index_exprs(bi: tuple, shape: Sequence[int]) -> list[Expr]:
     broadcasting: size-1 axes read index 0)."""
     tail = bi[len(bi) - len(shape):] if shape else ()
     return [Const(0) if d == 1 else v for v, d in zip(tail, shape)]
+
+
+# ------------------------------------------------------------ BatchNormalization
+
+def _channel_axis(ctx: LowerCtx, rank: int) -> int:
+    return rank - 1 if ref._layout(ctx) == "NHWC" else 1
+
+
+def _per_channel(ref_: Expr | TensorRef, c: Expr, lanes: int, along: bool) -> Expr:
+    """A per-channel vector's value at channel c: `lanes` consecutive channels
+    when the vector axis is the channel axis (`along`), else one splatted."""
+    if isinstance(ref_, Buffer):
+        return Load(ref_, c, lanes) if along else _splat(Load(ref_, c), lanes)
+    return ref_.load((c,), lanes) if along else _splat(ref_.load((c,)), lanes)
+
+
+@value_rule("BatchNormalization")
+def batchnorm(ctx: LowerCtx, ins: Sequence[TensorRef], idx: tuple, lanes: int) -> Expr:
+    """(x - mean) * scale / sqrt(var + eps) + B, the factor folded at compile
+    time when scale and var are constants (as the reference computes it)."""
+    if int(ctx.attrs.get("training_mode", 0)):
+        raise ctx.unsupported("BatchNormalization in training mode")
+    x, scale, bias, mean, var = ins[:5]
+    d = dt(x.type.dtype)
+    _float_only(ctx, d)
+    axis = _channel_axis(ctx, len(x.shape))
+    along = axis == len(x.shape) - 1
+    c = idx[axis]
+    eps = float(ctx.attrs.get("epsilon", 1e-5))
+    if scale.value is not None and var.value is not None:
+        f = (scale.value / np.sqrt(var.value.astype(np.float32) + np.float32(eps)))
+        factor = _per_channel(_param(ctx, "bn_factor", f.astype(d.scalar)), c, lanes, along)
+    else:
+        v = _per_channel(var, c, lanes, along)
+        factor = Bin("/", _per_channel(scale, c, lanes, along),
+                     math_call("sqrt", Bin("+", v, const_like(eps, v))))
+    centered = Bin("-", x.load(idx, lanes), _per_channel(mean, c, lanes, along))
+    return Bin("+", Bin("*", centered, factor), _per_channel(bias, c, lanes, along))
+
+
+# ------------------------------------------------------------------------ Resize
+
+@dataclass(frozen=True)
+class _Call:
+    """What the reference's Resize helpers read of a node (attrs, node)."""
+    node: object
+
+    @property
+    def attrs(self):
+        return self.node.attrs
+
+
+def _resize_axes(ctx: LowerCtx, x: TensorRef, ins) -> list[tuple[int, np.ndarray, np.ndarray,
+                                                                   np.ndarray | None]]:
+    """Per resized axis: (axis, tap indices [out, n], tap weights [out, n],
+    outside-the-crop mask [out] or None), computed by the reference's own
+    coordinate and tap functions so that the kernel agrees with it."""
+    def const(i):
+        if i >= len(ins) or ins[i] is None:
+            return None
+        if ins[i].value is None:
+            raise ctx.unsupported(f"Resize input {i} computed at run time")
+        return ins[i].value
+    call = _Call(ctx.node)
+    values = [None, const(1), const(2), const(3)]
+    plan = ref._resize_plan(call, x.shape, ref._resize_optional(call, 2, values),
+                            ref._resize_optional(call, 3, values))
+    roi = ref._resize_optional(call, 1, values)
+    rank = len(x.shape)
+    ctm = ctx.attrs.get("coordinate_transformation_mode", "half_pixel")
+    if roi is not None:
+        full = np.array([0.0] * rank + [1.0] * rank)
+        for i, a in enumerate(plan.axes):
+            full[a], full[rank + a] = roi[i], roi[len(plan.axes) + i]
+        roi = full
+    axes = []
+    for a in plan.axes:
+        axis_roi = None if roi is None else (roi[a], roi[rank + a])
+        if plan.out[a] == x.shape[a] and plan.scales[a] == 1.0 and (
+                ctm != "tf_crop_and_resize" or axis_roi == (0.0, 1.0)):
+            continue
+        coords, outside = ref._source_coords(ctm, plan.out[a], x.shape[a], plan.scales[a],
+                                             axis_roi)
+        idx, w = ref._taps(call, coords, x.shape[a], plan.scales[a])
+        axes.append((a, idx, w, outside if outside is not None and outside.any() else None))
+    return axes
+
+
+@value_rule("Resize")
+def resize(ctx: LowerCtx, ins: Sequence[TensorRef], idx: tuple, lanes: int) -> Expr:
+    """A gather of the nearest source element, or a weighted sum of the
+    interpolation taps (separable: one weight per axis and tap), from
+    compile-time tables of tap indices and weights per output position."""
+    x = ins[0]
+    mode = ctx.attrs.get("mode", "nearest")
+    d = dt(x.type.dtype)
+    if mode != "nearest":
+        _float_only(ctx, d)
+    axes = _resize_axes(ctx, x, ins)
+    if lanes > 1 and any(a == len(x.shape) - 1 for a, *_ in axes):
+        raise ctx.unsupported("vectorized Resize along its resized last axis")
+    if mode == "nearest":
+        at = list(idx)
+        for a, taps, w, _ in axes:
+            pick = taps[np.arange(len(taps)), np.argmax(w, axis=1)].astype(np.int32)
+            at[a] = Load(_param(ctx, "resize_index", pick), idx[a])
+        value = x.load(tuple(at), lanes)
+    else:
+        value = _interpolate(ctx, x, axes, idx, lanes, d)
+    for a, _, _, outside in axes:
+        if outside is not None:
+            mask = _param(ctx, "resize_outside", outside.astype(np.uint8))
+            fill = const_like(float(ctx.attrs.get("extrapolation_value", 0.0)), value)
+            value = Select(_splat(Bin("!=", Load(mask, idx[a]), Const(0, dt("uint8"))), lanes),
+                           fill, value)
+    return value
+
+
+def _interpolate(ctx, x: TensorRef, axes, idx, lanes: int, d: DType) -> Expr:
+    tables = []
+    for a, taps, w, _ in axes:
+        n = taps.shape[1]
+        keep = np.flatnonzero(np.any(w != 0, axis=0))     # taps that always weigh 0 go
+        tables.append((a, n, keep, _param(ctx, "resize_index", taps.astype(np.int32)),
+                       _param(ctx, "resize_weight", w.astype(d.scalar))))
+    total = None
+    for combo in itertools.product(*(keep for _, _, keep, _, _ in tables)):
+        at = list(idx)
+        weight = None
+        for (a, n, _, itab, wtab), t in zip(tables, combo):
+            pos = add(mul(idx[a], Const(n)), Const(int(t)))
+            at[a] = Load(itab, pos)
+            weight = Load(wtab, pos) if weight is None else Bin("*", weight, Load(wtab, pos))
+        term = Bin("*", x.load(tuple(at), lanes), _splat(weight, lanes))
+        total = term if total is None else Bin("+", total, term)
+    return total if total is not None else x.load(idx, lanes)
+
+
+# ------------------------------------------------------------------ ConvTranspose
+
+def _fill_zero(ctx: LowerCtx, buf: Buffer, lanes: int) -> Stmt:
+    """buf[:] = 0, `lanes` elements a store, then the exact remainder."""
+    body = _loop(ctx, "z", buf.size // lanes, lambda v: Store(
+        buf, mul(v, Const(lanes)), const_like(0, buf.dtype.with_lanes(lanes))))
+    tail = [Store(buf, Const(i), const_like(0, buf.dtype))
+            for i in range(buf.size - buf.size % lanes, buf.size)]
+    return _seq(body, *tail)
+
+
+@kernel_rule("ConvTranspose")
+def conv_transpose(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
+    """Scatter form: every input pixel adds its weighted taps into a zeroed
+    workspace the size of the uncropped output (no bounds to test), then the
+    cropped window plus bias is stored through the epilogue."""
+    x, w = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    dtype = dt(ctx.out_types[0].dtype)
+    _float_only(ctx, dtype)
+    if w.value is None:
+        raise ctx.unsupported("ConvTranspose with a weight computed at run time")
+    xin = spatial_op(ctx, x.shape)
+    out = spatial_op(ctx, ctx.out_types[0].shape)
+    wv = w.value.astype(dtype.scalar)
+    if xin.layout == "NHWC":                    # [I, k..., O/g] -> [I, O/g, k...]
+        wv = np.moveaxis(wv, -1, 1)
+    group = int(ctx.attrs.get("group", 1))
+    kernel, strides, dil, begin, _, osp = ref._convt_geometry(
+        ctx, (xin.batch, xin.channels) + xin.spatial, wv.shape)
+    icg, ocg, nk = xin.channels // group, wv.shape[1], len(kernel)
+    packed = wv.reshape((group, icg, ocg) + tuple(kernel)).transpose(
+        (0,) + tuple(range(3, 3 + nk)) + (1, 2))
+    wp = _param(ctx, "w_packed", np.ascontiguousarray(packed))
+    full = [s * (i - 1) + (k - 1) * d + 1 for s, i, k, d in zip(strides, xin.spatial, kernel, dil)]
+    lo = [min(0, b) for b in begin]
+    size = tuple(max(f, b + o) - l for f, b, o, l in zip(full, begin, osp, lo))
+    ws = SpatialOp(xin.layout, xin.batch, out.channels, size)
+    acc_shape = ws.index(xin.batch, size, out.channels)
+    work = ctx.scratch_buffer("full_out", dtype, acc_shape)
+    t = tile(ctx.target, dtype, xin.vectorizable)
+
+    def scatter(n, ipos, g, tap, c0, widths) -> Stmt:
+        fpos = [add(add(mul(i, Const(s)), mul(k, Const(d))), Const(-l))
+                for i, k, s, d, l in zip(ipos, tap, strides, dil, lo)]
+        oc0 = add(mul(g, Const(ocg)), c0)
+        at = [flat_index(ws.index(n, fpos, add(oc0, Const(off))), acc_shape)
+              for off in _offsets(widths)]
+        accs, decls = _accumulators(ctx, dtype, widths,
+                                    lambda off, wd: Load(work, at[_offsets(widths).index(off)], wd))
+
+        def per_ic(ic):
+            xv = ctx.fresh("xv", dtype)
+            return seq(Decl(xv, x.load(xin.index(n, ipos, add(mul(g, Const(icg)), ic)))), *(
+                Assign(a, _fma(a, _splat(xv, wd), Load(
+                    wp, flat_index((g, *tap, ic, add(c0, Const(off))), packed.shape), wd)))
+                for a, off, wd in zip(accs, _offsets(widths), widths)))
+        return _seq(*decls, _loop(ctx, "ic", icg, per_ic),
+                    *(Store(work, i, a) for i, a in zip(at, accs)))
+
+    def over(names, extents, body):
+        def level(a, vs):
+            if a == len(extents):
+                return body(vs)
+            return _loop(ctx, f"{names}{a}", extents[a], lambda v: level(a + 1, vs + [v]))
+        return level(0, [])
+
+    def crop(n, opos, c0, widths) -> Stmt:
+        src = [add(o, Const(b - l)) for o, b, l in zip(opos, begin, lo)]
+        init = _bias_init(bias, dtype, c0)
+        return _seq(*(emit(0, out.index(n, opos, add(c0, Const(off))), Bin(
+            "+", Load(work, flat_index(ws.index(n, src, add(c0, Const(off))), acc_shape), wd),
+            init(off, wd))) for off, wd in zip(_offsets(widths), widths)))
+
+    def batch(n) -> Stmt:
+        return _seq(
+            over("i", xin.spatial, lambda ipos: _loop(ctx, "g", group, lambda g: over(
+                "k", kernel, lambda tap: _over_tiles(ctx, ocg, t, lambda c0, widths: scatter(
+                    n, ipos, g, tap, c0, widths))))),
+            over("o", osp, lambda opos: _over_tiles(ctx, out.channels, t, lambda c0, widths:
+                                                    crop(n, opos, c0, widths))))
+    return _seq(_fill_zero(ctx, work, t.lanes), _loop(ctx, "n", xin.batch, batch))

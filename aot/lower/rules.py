@@ -74,9 +74,17 @@ class LowerCtx:
 
     def fresh(self, base: str, dtype: str | DType = "int32") -> Var:
         """A loop or local variable with a name unique in this kernel."""
+        # _names counts each base's uses and holds every name given out, so a
+        # numbered name ("k" twice -> "k1") never equals another base ("k1")
         n = self._names.get(base, 0)
+        sep = "_" if base[-1:].isdigit() else ""
+        name = base if n == 0 else f"{base}{sep}{n}"
+        while n > 0 and name in self._names:
+            n += 1
+            name = f"{base}{sep}{n}"
         self._names[base] = n + 1
-        return Var(base if n == 0 else f"{base}{n}", dt(dtype))
+        self._names.setdefault(name, 1)
+        return Var(name, dt(dtype))
 
     def param(self, base: str, array: np.ndarray) -> Buffer:
         """A compile-time array (repacked weights, a table) linked in as const data."""

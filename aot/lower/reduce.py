@@ -1,0 +1,354 @@
+"""Kernel rules for reductions and the ops built on them: Reduce*, ArgMax/ArgMin,
+Softmax/LogSoftmax/Hardmax, GlobalAveragePool/GlobalMaxPool,
+LayerNormalization, InstanceNormalization and LRN.
+
+Every rule has the same shape: loops over the kept axes outside, one or more
+passes over the reduced axes inside, each pass a register accumulator
+(Decl, then Assign in the loop), and `emit` for the results. Floats
+accumulate in float32 (the references use float64; the 1e-4 tolerance
+holds for the row lengths real models have), integers in int64 as numpy.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from aot.ir.tir import (Assign, Bin, Cast, Const, Decl, DType, Expr, For, Select, Stmt, Unary,
+                        Var, const, dt, dtype_of, seq)
+from aot.lower.elementwise import broadcast_load, cast, const_like, math_call
+from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
+from aot.ops.reduce import _reduce_axes
+from aot.ops.registry import Sig
+
+Index = dict[int, Expr]      # axis -> index expression
+
+
+def loops(ctx: LowerCtx, shape: Sequence[int], axes: Sequence[int],
+          body: Callable[[Index], Stmt], name: str = "i") -> Stmt:
+    """Nested loops over `axes` of `shape` (in that order); body gets axis -> var."""
+    vars_ = {a: ctx.fresh(f"{name}{a}") for a in axes}
+    stmt = body(dict(vars_))
+    for a in reversed(list(axes)):
+        stmt = For(vars_[a], int(shape[a]), stmt)
+    return stmt
+
+
+def _full(at: Index, rank: int) -> tuple[Expr, ...]:
+    return tuple(at[a] for a in range(rank))
+
+
+def accumulate(ctx: LowerCtx, x: TensorRef, at: Index, axes: Sequence[int], init: Expr,
+               update: Callable[[Expr, Expr], Expr], name: str = "acc") -> tuple[Stmt, Var]:
+    """acc = init; for each index over `axes` (the others fixed by `at`):
+    acc = update(acc, x[index]). Returns the statements and acc."""
+    acc = ctx.fresh(name, dtype_of(init))
+    rank = len(x.shape)
+    loop = loops(ctx, x.shape, axes,
+                 lambda v: Assign(acc, update(acc, x.load(_full({**at, **v}, rank)))), "k")
+    return seq(Decl(acc, init), loop), acc
+
+
+def _first(x: TensorRef, at: Index, axes: Sequence[int]) -> Expr:
+    """x at the start of the reduced axes: the seed of a max or min."""
+    return x.load(_full({**at, **{a: const(0) for a in axes}}, len(x.shape)))
+
+
+def _per_row(ctx: LowerCtx, x: TensorRef, axes: Sequence[int],
+             row: Callable[[Index], Stmt]) -> Stmt:
+    """Loops over the axes not in `axes`; row(at) builds one row's statements."""
+    kept = [a for a in range(len(x.shape)) if a not in axes]
+    return loops(ctx, x.shape, kept, row)
+
+
+def _count(shape, axes) -> int:
+    return int(np.prod([shape[a] for a in axes], dtype=np.int64))
+
+
+# ---- Reduce* -------------------------------------------------------------------------------
+
+def _acc_type(x: TensorRef) -> DType:
+    return x.dtype if x.dtype.is_float else dt("int64")
+
+
+def _sum_of(f: Callable[[Expr], Expr]):
+    return lambda acc, v: Bin("+", acc, f(cast(v, acc.dtype)))
+
+
+# op -> (init, update(acc, x), finish(acc, count)); init None seeds with the first element
+REDUCERS: dict[str, tuple] = {
+    "ReduceSum": (0, _sum_of(lambda v: v), lambda s, n: s),
+    "ReduceMean": (0, _sum_of(lambda v: v), None),     # finish: see _mean
+    "ReduceMax": (None, lambda acc, v: Bin("max", acc, v), lambda s, n: s),
+    "ReduceMin": (None, lambda acc, v: Bin("min", acc, v), lambda s, n: s),
+    "ReduceProd": (1, lambda acc, v: Bin("*", acc, cast(v, acc.dtype)), lambda s, n: s),
+    "ReduceL1": (0, _sum_of(lambda v: Unary("abs", v)), lambda s, n: s),
+    "ReduceSumSquare": (0, _sum_of(lambda v: Bin("*", v, v)), lambda s, n: s),
+    "ReduceL2": (0, _sum_of(lambda v: Bin("*", v, v)), lambda s, n: math_call("sqrt", s)),
+    "ReduceLogSum": (0, _sum_of(lambda v: v), lambda s, n: math_call("log", s)),
+}
+
+
+def _mean(s: Expr, n: int, out: DType) -> Expr:
+    if out.is_float:
+        return Bin("/", s, const_like(n, s))
+    # integers: numpy's mean is a float64 one, truncated back
+    return Bin("/", Cast(dt("float64"), s), Const(float(n), dt("float64")))
+
+
+def _axes(ctx: LowerCtx, ins) -> tuple[int, ...] | None:
+    if len(ins) > 1 and ins[1] is not None and ins[1].value is None:
+        raise ctx.unsupported("reduction axes given at run time")
+    sig = Sig(ctx.node, ctx.in_types, tuple(r.value if r is not None else None for r in ins))
+    return _reduce_axes(sig)
+
+
+def _out_index(at: Index, rank: int, axes, keepdims: bool) -> tuple[Expr, ...]:
+    if keepdims:
+        return tuple(const(0) if a in axes else at[a] for a in range(rank))
+    return tuple(at[a] for a in range(rank) if a not in axes)
+
+
+def reduce_kernel(ctx: LowerCtx, x: TensorRef, axes: Sequence[int], keepdims: bool,
+                  op: str, emit) -> Stmt:
+    """One Reduce* op over `axes` of x, each result emitted as output 0."""
+    init, update, finish = REDUCERS[op]
+    rank, n = len(x.shape), _count(x.shape, axes)
+    out = dt(ctx.out_types[0].dtype)
+    if finish is not None and op in ("ReduceL2", "ReduceLogSum") and not out.is_float:
+        raise ctx.unsupported(f"{op} on {out.scalar}")
+
+    def row(at: Index) -> Stmt:
+        seed = _first(x, at, axes) if init is None else const_like(init, _acc_type(x))
+        stmts, acc = accumulate(ctx, x, at, axes, seed, update)
+        value = _mean(acc, n, out) if finish is None else finish(acc, n)
+        return seq(stmts, emit(0, _out_index(at, rank, axes, keepdims), cast(value, out)))
+    return _per_row(ctx, x, axes, row)
+
+
+def _identity_kernel(ctx: LowerCtx, x: TensorRef, emit) -> Stmt:
+    rank = len(x.shape)
+    return loops(ctx, x.shape, range(rank),
+                 lambda at: emit(0, _full(at, rank), x.load(_full(at, rank))))
+
+
+@kernel_rule(*REDUCERS)
+def _reduce(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    axes = _axes(ctx, ins)
+    if axes == ():
+        return _identity_kernel(ctx, x, emit)
+    axes = tuple(range(len(x.shape))) if axes is None else axes
+    return reduce_kernel(ctx, x, axes, bool(ctx.attrs.get("keepdims", 1)), ctx.node.op, emit)
+
+
+@kernel_rule("ReduceLogSumExp")
+def _log_sum_exp(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    axes = _axes(ctx, ins)
+    if axes == ():
+        return _identity_kernel(ctx, x, emit)
+    axes = tuple(range(len(x.shape))) if axes is None else axes
+    if not x.dtype.is_float:
+        raise ctx.unsupported(f"ReduceLogSumExp on {x.dtype.scalar}")
+    keepdims, rank = bool(ctx.attrs.get("keepdims", 1)), len(x.shape)
+
+    def row(at: Index) -> Stmt:
+        find_max, m = accumulate(ctx, x, at, axes, _first(x, at, axes),
+                                 lambda acc, v: Bin("max", acc, v), "m")
+        # an infinite max would give inf - inf: shift by 0 instead, as the reference
+        shift = Select(Bin("==", Bin("-", m, m), const_like(0, m)), m, const_like(0, m))
+        sum_exp, s = accumulate(ctx, x, at, axes, const_like(0, m),
+                                lambda acc, v: Bin("+", acc, math_call("exp", Bin("-", v, shift))),
+                                "s")
+        value = Bin("+", math_call("log", s), shift)
+        return seq(find_max, sum_exp, emit(0, _out_index(at, rank, axes, keepdims), value))
+    return _per_row(ctx, x, axes, row)
+
+
+# ---- ArgMax / ArgMin ---------------------------------------------------------------------
+
+@kernel_rule("ArgMax", "ArgMin")
+def _arg(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    rank = len(x.shape)
+    axis = ctx.attrs.get("axis", 0) % rank
+    keepdims = bool(ctx.attrs.get("keepdims", 1))
+    better = ">" if ctx.node.op == "ArgMax" else "<"
+    if ctx.attrs.get("select_last_index", 0):
+        better += "="        # ties move to the later index
+
+    def row(at: Index) -> Stmt:
+        best = ctx.fresh("best", x.dtype)
+        pos = ctx.fresh("pos", "int32")
+        k = ctx.fresh("k")
+        v = ctx.fresh("v", x.dtype)
+        take = Bin(better, v, best)
+        # k = 0 compares the seed with itself: no change, for > and >= alike
+        scan = For(k, x.shape[axis], seq(
+            Decl(v, x.load(_full({**at, axis: k}, rank))),
+            Assign(pos, Select(take, k, pos)),
+            Assign(best, Select(take, v, best))))
+        return seq(Decl(best, _first(x, at, (axis,))), Decl(pos, const(0)), scan,
+                   emit(0, _out_index(at, rank, (axis,), keepdims), cast(pos, "int64")))
+    return _per_row(ctx, x, (axis,), row)
+
+
+# ---- Softmax / LogSoftmax / Hardmax ----------------------------------------------------------
+
+@kernel_rule("Softmax", "LogSoftmax", "Hardmax")
+def _softmax(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    rank = len(x.shape)
+    if rank == 0:
+        raise ctx.unsupported(f"{ctx.node.op} of a scalar")
+    axis = int(ctx.attrs.get("axis", -1)) % rank
+    op = ctx.node.op
+
+    def row(at: Index) -> Stmt:
+        if op == "Hardmax":
+            return _hardmax_row(ctx, x, at, axis, emit)
+        # three passes, as the reference: the max, the sum of exp(x - max), the outputs
+        find_max, m = accumulate(ctx, x, at, (axis,), _first(x, at, (axis,)),
+                                 lambda acc, v: Bin("max", acc, v), "m")
+        sum_exp, s = accumulate(ctx, x, at, (axis,), const_like(0, m),
+                                lambda acc, v: Bin("+", acc, math_call("exp", Bin("-", v, m))),
+                                "s")
+        if op == "Softmax":
+            scale = ctx.fresh("r", m.dtype)
+            prep = Decl(scale, Bin("/", const_like(1, s), s))
+            value = lambda v: Bin("*", math_call("exp", Bin("-", v, m)), scale)  # noqa: E731
+        else:
+            scale = ctx.fresh("log_s", m.dtype)
+            prep = Decl(scale, math_call("log", s))
+            value = lambda v: Bin("-", Bin("-", v, m), scale)  # noqa: E731
+        out = loops(ctx, x.shape, (axis,),
+                    lambda v: emit(0, _full({**at, **v}, rank),
+                                   value(x.load(_full({**at, **v}, rank)))), "k")
+        return seq(find_max, sum_exp, prep, out)
+    return _per_row(ctx, x, (axis,), row)
+
+
+def _hardmax_row(ctx: LowerCtx, x: TensorRef, at: Index, axis: int, emit) -> Stmt:
+    rank = len(x.shape)
+    best, pos = ctx.fresh("best", x.dtype), ctx.fresh("pos", "int32")
+    k, v = ctx.fresh("k"), ctx.fresh("v", x.dtype)
+    take = Bin(">", v, best)      # the first maximum wins, as np.argmax
+    scan = For(k, x.shape[axis], seq(
+        Decl(v, x.load(_full({**at, axis: k}, rank))),
+        Assign(pos, Select(take, k, pos)),
+        Assign(best, Select(take, v, best))))
+    out = loops(ctx, x.shape, (axis,), lambda i: emit(
+        0, _full({**at, **i}, rank),
+        Select(Bin("==", i[axis], pos), const_like(1, x.dtype), const_like(0, x.dtype))), "j")
+    return seq(Decl(best, _first(x, at, (axis,))), Decl(pos, const(0)), scan, out)
+
+
+# ---- global pools ------------------------------------------------------------------------
+
+def _spatial(x: TensorRef, layout: str) -> tuple[int, ...]:
+    rank = len(x.shape)
+    return tuple(range(1, rank - 1)) if layout == "NHWC" else tuple(range(2, rank))
+
+
+@kernel_rule("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    op = "ReduceMean" if ctx.node.op == "GlobalAveragePool" else "ReduceMax"
+    return reduce_kernel(ctx, x, _spatial(x, ctx.attrs.get("layout", "NCHW")), True, op, emit)
+
+
+# ---- normalizations -------------------------------------------------------------------------
+
+def _moments(ctx: LowerCtx, x: TensorRef, at: Index, axes: Sequence[int], eps: float):
+    """Statements computing the mean and 1/sqrt(var + eps) over `axes` (two passes)."""
+    n = _count(x.shape, axes)
+    total, s = accumulate(ctx, x, at, axes, const_like(0, x.dtype),
+                          lambda acc, v: Bin("+", acc, v), "sum")
+    mean = ctx.fresh("mean", x.dtype)
+    sq, ss = accumulate(ctx, x, at, axes, const_like(0, x.dtype),
+                        lambda acc, v: Bin("+", acc, Bin("*", Bin("-", v, mean),
+                                                         Bin("-", v, mean))), "var")
+    inv = ctx.fresh("inv_std", x.dtype)
+    var = Bin("/", ss, const_like(n, ss))
+    return seq(total, Decl(mean, Bin("/", s, const_like(n, s))), sq,
+               Decl(inv, Bin("/", const_like(1, ss),
+                             math_call("sqrt", Bin("+", var, const_like(eps, ss)))))), mean, inv
+
+
+@kernel_rule("LayerNormalization")
+def _layer_norm(ctx: LowerCtx, ins, emit):
+    x, scale = ins[0], ins[1]
+    bias = ins[2] if len(ins) > 2 else None
+    rank = len(x.shape)
+    axis = int(ctx.attrs.get("axis", -1)) % rank
+    axes = tuple(range(axis, rank))
+    eps = float(ctx.attrs.get("epsilon", 1e-5))
+
+    def row(at: Index) -> Stmt:
+        stats, mean, inv = _moments(ctx, x, at, axes, eps)
+
+        def out(v: Index) -> Stmt:
+            idx = _full({**at, **v}, rank)
+            y = Bin("*", Bin("*", Bin("-", x.load(idx), mean), inv), broadcast_load(scale, idx))
+            if bias is not None:
+                y = Bin("+", y, broadcast_load(bias, idx))
+            return emit(0, idx, y)
+        stat_at = _full({**at, **{a: const(0) for a in axes}}, rank)
+        extra = [emit(k, stat_at, cast(value, ctx.out_types[k].dtype))
+                 for k, value in ((1, mean), (2, inv)) if k < len(ctx.node.outputs)]
+        return seq(stats, loops(ctx, x.shape, axes, out, "j"), *extra)
+    return _per_row(ctx, x, axes, row)
+
+
+@kernel_rule("InstanceNormalization")
+def _instance_norm(ctx: LowerCtx, ins, emit):
+    x, scale, bias = ins[:3]
+    rank = len(x.shape)
+    layout = ctx.attrs.get("layout", "NCHW")
+    axes = _spatial(x, layout)
+    cax = rank - 1 if layout == "NHWC" else 1
+    eps = float(ctx.attrs.get("epsilon", 1e-5))
+
+    def row(at: Index) -> Stmt:
+        stats, mean, inv = _moments(ctx, x, at, axes, eps)
+        ch = (at[cax],)
+        # per channel: y = x * a + b with a = scale * inv, b = bias - mean * a
+        a, b = ctx.fresh("a", x.dtype), ctx.fresh("b", x.dtype)
+        coeffs = seq(Decl(a, Bin("*", scale.load(ch), inv)),
+                     Decl(b, Bin("-", bias.load(ch), Bin("*", mean, a))))
+        out = loops(ctx, x.shape, axes, lambda v: emit(
+            0, _full({**at, **v}, rank),
+            Bin("+", Bin("*", x.load(_full({**at, **v}, rank)), a), b)), "j")
+        return seq(stats, coeffs, out)
+    return _per_row(ctx, x, axes, row)
+
+
+@kernel_rule("LRN")
+def _lrn(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    rank = len(x.shape)
+    cax = rank - 1 if ctx.attrs.get("layout", "NCHW") == "NHWC" else 1
+    size = int(ctx.attrs["size"])
+    alpha = float(ctx.attrs.get("alpha", 1e-4))
+    beta = float(ctx.attrs.get("beta", 0.75))
+    bias = float(ctx.attrs.get("bias", 1.0))
+    lo, channels = (size - 1) // 2, x.shape[cax]
+
+    def element(at: Index) -> Stmt:
+        c = ctx.fresh("c")
+        acc = ctx.fresh("sq", x.dtype)
+        ch = Bin("+", Bin("-", at[cax], const(lo)), c)
+        inside = Bin("and", Bin(">=", ch, const(0)), Bin("<", ch, const(channels)))
+        # channels outside [0, C) count as 0 (the reference zero-pads); the load
+        # index is clamped so it stays in bounds whatever the select evaluates
+        clamped = Bin("min", Bin("max", ch, const(0)), const(channels - 1))
+        v = x.load(_full({**at, cax: clamped}, rank))
+        body = Assign(acc, Bin("+", acc, Select(inside, Bin("*", v, v), const_like(0, v))))
+        denom = math_call("pow", Bin("+", const_like(bias, acc),
+                                     Bin("*", const_like(alpha / size, acc), acc)),
+                          const_like(beta, acc))
+        idx = _full(at, rank)
+        return seq(Decl(acc, const_like(0, x.dtype)), For(c, size, body),
+                   emit(0, idx, Bin("/", x.load(idx), denom)))
+    return loops(ctx, x.shape, range(rank), element)

@@ -1,0 +1,701 @@
+"""Compute rules for the TFLite-semantics integer ops (`tfl.*`).
+
+Bit-exact with aot/ops/tflite_int8.py (itself bit-exact with tflite-micro,
+TFLITE_INT8.md). Accumulators are int32; requantization uses the
+fixed-point builders of aot/lower/qmath.py with multipliers computed at
+compile time by aot/ops (the same functions the reference uses).
+
+Loop structure:
+- conv / depthwise: per output pixel, an int32 accumulator row over the
+  output channels (scratch), filled tap by tap with the output channel
+  innermost (weights repacked [KH, KW, D, C_out], unit stride), then
+  requantized channel by channel. Depthwise is the grouped case with one
+  input channel per group. Out-of-image taps are skipped by one test per
+  kernel row/column, emitted only on the sides where the window can leave
+  the image. With no such taps at all, the input zero point is folded into
+  the bias (bias - zp * sum(w), exact in integers).
+- fully connected: a dot product per output, the zero point folded into
+  the bias (FC never pads).
+
+Int8 kernels emit scalars (lanes = 1), so the int8 value rules (add, sub,
+mul, requantize) are only ever asked for lanes = 1 by them; the value rules
+are written lane-generic anyway, for float kernels feeding tfl.quantize.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Decl, Expr, For, If, Load, Select, Stmt,
+                        Store, Unary, Var, add, dt, dtype_of, flat_index, mul, seq, sub)
+from aot.lower import qmath as q
+from aot.lower.elementwise import broadcast_load, const_like
+from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
+from aot.ops import qmath as ref_q
+from aot.ops import tflite_int8 as ref
+
+# --------------------------------------------------------------------- helpers
+
+
+def _sz(ctx: LowerCtx, ty, what: str) -> tuple[float, int]:
+    return ref._scale_zp(ty, what, ctx.node)
+
+
+def loop(ctx: LowerCtx, name: str, extent: int, body: Callable[[Expr], Stmt]) -> Stmt:
+    """for name < extent: body(name); a loop of one iteration is just its body."""
+    if extent == 1:
+        return body(Const(0))
+    var = ctx.fresh(name)
+    return For(var, int(extent), body(var))
+
+
+def nest(ctx: LowerCtx, names: Sequence[str], extents: Sequence[int],
+         body: Callable[[tuple], Stmt]) -> Stmt:
+    """Nested loops, outermost first."""
+    if not names:
+        return body(())
+    return loop(ctx, names[0], extents[0],
+                lambda v: nest(ctx, names[1:], extents[1:], lambda rest: body((v,) + rest)))
+
+
+def unravel(flat: Expr, shape: Sequence[int]) -> tuple[Expr, ...]:
+    """The multi-index of a row-major offset (for reshaping views)."""
+    idx = []
+    for k, d in enumerate(shape):
+        stride = int(np.prod(shape[k + 1:], dtype=np.int64))
+        i = Bin("/", flat, Const(stride)) if stride > 1 else flat
+        idx.append(Bin("%", i, Const(d)) if k > 0 else i)
+    return tuple(Const(0) if d == 1 else i for i, d in zip(idx, shape))
+
+
+def to_i32(e: Expr) -> Expr:
+    return q.i32(e, dtype_of(e).lanes)
+
+
+def narrow(e: Expr, dtype: str) -> Expr:
+    return Cast(dt(dtype, dtype_of(e).lanes), e)
+
+
+@dataclass
+class Requant:
+    """Per-channel (or per-tensor) MultiplyByQuantizedMultiplier."""
+    mult: object      # int, or an int32 PARAM buffer indexed by channel
+    left: object
+    right: object
+
+    @staticmethod
+    def make(ctx: LowerCtx, mults, shifts) -> "Requant":
+        mults = np.asarray(mults, np.int64).reshape(-1)
+        shifts = np.asarray(shifts, np.int64).reshape(-1)
+        left, right = np.maximum(shifts, 0), np.maximum(-shifts, 0)
+
+        def table(name, values):
+            if np.all(values == values[0]):
+                return int(values[0])
+            return ctx.param(name, values.astype(np.int32))
+        return Requant(table("multiplier", mults), table("left_shift", left),
+                       table("right_shift", right))
+
+    def apply(self, b: q.Block, acc: Expr, channel: Expr) -> Expr:
+        def at(v):
+            return v if isinstance(v, int) else Load(v, channel)
+        return q.mbqm_block(b, acc, at(self.mult), left=at(self.left), right=at(self.right))
+
+
+def _param_or_int(ctx: LowerCtx, name: str, values: np.ndarray, index: Expr) -> Expr:
+    """A per-channel table entry, folded to a constant when all are equal."""
+    values = np.asarray(values).reshape(-1)
+    if values.size and np.all(values == values[0]):
+        return const_like(int(values[0]), dt(values.dtype.name if values.dtype.kind in "iu"
+                                             else "int32"))
+    return Load(ctx.param(name, values), index)
+
+
+def _const(ctx: LowerCtx, ref_: TensorRef | None, what: str) -> np.ndarray | None:
+    if ref_ is None:
+        return None
+    if ref_.value is None:
+        raise ctx.unsupported(f"a non-constant {what}")
+    return ref_.value
+
+
+def _weight_dtype(w: np.ndarray) -> np.ndarray:
+    """Weights as int8 when they fit (after zero-point centring), else int16."""
+    if w.min() >= -128 and w.max() <= 127:
+        return w.astype(np.int8)
+    return w.astype(np.int16)
+
+
+# ------------------------------------------------------------- conv loop nest
+
+@dataclass
+class ConvGeom:
+    n: int
+    h: int
+    w: int
+    oh: int
+    ow: int
+    kh: int
+    kw: int
+    groups: int
+    depth: int          # input channels per group
+    per_group: int      # output channels per group
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pad_top: int
+    pad_left: int
+
+    @property
+    def cout(self) -> int:
+        return self.groups * self.per_group
+
+    def needs_test(self, axis: int) -> tuple[bool, bool]:
+        """Whether the window can fall off the (low, high) side along H (0) or W (1)."""
+        size, out, k = (self.h, self.oh, self.kh) if axis == 0 else (self.w, self.ow, self.kw)
+        pad = self.pad_top if axis == 0 else self.pad_left
+        s, d = self.strides[axis], self.dilations[axis]
+        return pad > 0, (out - 1) * s - pad + (k - 1) * d > size - 1
+
+    @property
+    def all_taps_inside(self) -> bool:
+        return not any(self.needs_test(0)) and not any(self.needs_test(1))
+
+
+def _in_range(pos: Expr, size: int, low: bool, high: bool) -> Expr | None:
+    conds = []
+    if low:
+        conds.append(Bin(">=", pos, Const(0)))
+    if high:
+        conds.append(Bin("<", pos, Const(size)))
+    if not conds:
+        return None
+    return conds[0] if len(conds) == 1 else Bin("and", conds[0], conds[1])
+
+
+def conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable[[tuple], Expr], zp: int,
+              weights: np.ndarray, init: Callable[[Expr], Expr],
+              finish: Callable[[tuple, Expr], Stmt],
+              prologue: Callable[[Expr], Stmt] | None = None) -> Stmt:
+    """The integer convolution init(oc) + Σ w * (x - zp) over the in-image taps.
+
+    weights: [C_out, KH, KW, D] integers, already zero-point centred.
+    init(oc) is the accumulator's start (bias, maybe a folded zero point;
+    then zp is 0); finish((n, oy, ox, oc), acc) returns the store of the
+    requantized result; prologue(n) runs once per image before its pixels.
+    """
+    packed = ctx.param("filter", _weight_dtype(np.transpose(weights, (1, 2, 3, 0))))
+    acc = ctx.scratch_buffer("acc", "int32", (g.cout,))
+    (top, bottom), (left, right) = g.needs_test(0), g.needs_test(1)
+
+    def channels(n, ky, kx, iy, ix) -> Stmt:
+        def group(gi):
+            def chan(ic):
+                xv = ctx.fresh("xv")
+                value = to_i32(load_x((n, iy, ix, add(mul(gi, Const(g.depth)), ic))))
+                if zp:
+                    value = Bin("-", value, Const(zp))
+
+                def mac(ol):
+                    oc = add(mul(gi, Const(g.per_group)), ol)
+                    wv = to_i32(Load(packed, flat_index((ky, kx, ic, oc), packed.shape)))
+                    return Store(acc, oc, Bin("+", Load(acc, oc), Bin("*", xv, wv)))
+                return seq(Decl(xv, value), loop(ctx, "ol", g.per_group, mac))
+            return loop(ctx, "ic", g.depth, chan)
+        return loop(ctx, "g", g.groups, group)
+
+    def pixel(n, oy, ox) -> Stmt:
+        def row(ky):
+            iy = _window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
+            return _guard(_in_range(iy, g.h, top, bottom),
+                          loop(ctx, "kx", g.kw, lambda kx: col(ky, kx, iy)))
+
+        def col(ky, kx, iy):
+            ix = _window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1])
+            return _guard(_in_range(ix, g.w, left, right), channels(n, ky, kx, iy, ix))
+
+        return seq(loop(ctx, "oc", g.cout, lambda oc: Store(acc, oc, init(oc))),
+                   loop(ctx, "ky", g.kh, row),
+                   loop(ctx, "oc", g.cout, lambda oc: finish((n, oy, ox, oc), Load(acc, oc))))
+
+    def image(n):
+        body = nest(ctx, ("oy", "ox"), (g.oh, g.ow), lambda v: pixel(n, *v))
+        return seq(prologue(n), body) if prologue else body
+    return loop(ctx, "n", g.n, image)
+
+
+def _window_pos(o: Expr, k: Expr, stride: int, pad: int, dilation: int) -> Expr:
+    """o * stride - pad + k * dilation, folded."""
+    return add(sub(mul(o, Const(stride)), Const(pad)), mul(k, Const(dilation)))
+
+
+def _guard(cond: Expr | None, body: Stmt) -> Stmt:
+    return body if cond is None else If(cond, body)
+
+
+# ------------------------------------------------------------- conv rules
+
+def conv_geom(ctx: LowerCtx, x_shape, out_shape, kernel, groups: int, depth: int) -> ConvGeom:
+    a = ctx.attrs
+    pads = a.get("pads", (0, 0, 0, 0))
+    return ConvGeom(n=x_shape[0], h=x_shape[1], w=x_shape[2], oh=out_shape[1], ow=out_shape[2],
+                    kh=kernel[0], kw=kernel[1], groups=groups, depth=depth,
+                    per_group=out_shape[3] // groups, strides=tuple(a.get("strides", (1, 1))),
+                    dilations=tuple(a.get("dilations", (1, 1))), pad_top=pads[0],
+                    pad_left=pads[1])
+
+
+def _bias_values(ctx: LowerCtx, ins, k: int, cout: int) -> np.ndarray:
+    b = _const(ctx, ins[k] if len(ins) > k else None, "bias")
+    return np.zeros(cout, np.int64) if b is None else b.astype(np.int64).reshape(-1)
+
+
+def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stmt:
+    """tfl.conv2d / tfl.depthwise_conv2d with int8 activations (§4, §5)."""
+    x = ins[0]
+    s_in, zp_in = _sz(ctx, x.type, "the input")
+    s_out, zp_out = _sz(ctx, ctx.out_types[0], "the output")
+    scales = ref._channel_scales(ins[1].type, g.cout, ctx.node)
+    rq = Requant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out))
+    init = _bias_values(ctx, ins, 2, g.cout)
+    fold = g.all_taps_inside
+    if fold:   # every tap is inside: Σ w*(x - zp) = Σ w*x - zp*Σw
+        init = init - zp_in * weights.reshape(g.cout, -1).astype(np.int64).sum(axis=1)
+    bias = ref_q.wrap_int32(init).astype(np.int32)
+    lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
+    out_dtype = ctx.out_types[0].dtype
+
+    def finish(idx, acc):
+        b = q.Block(ctx)
+        y = q.clamp(Bin("+", rq.apply(b, acc, idx[3]), Const(zp_out)), lo, hi)
+        b.add(emit(0, idx, Cast(dt(out_dtype), y)))
+        return b.stmt()
+
+    return conv_nest(ctx, g, x.load, 0 if fold else zp_in, weights,
+                     lambda oc: _param_or_int(ctx, "bias", bias, oc), finish)
+
+
+def hybrid_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stmt:
+    """Float input, int8 weights (LiteRT's dynamic-range kernel): each image
+    is quantized symmetrically on the fly, then an integer convolution is
+    scaled back to float (aot/ops/tflite_int8.py: _hybrid_conv2d)."""
+    x = ins[0]
+    w_scale = float(np.float32(ins[1].type.quant.scale[0]))
+    bias = _const(ctx, ins[2] if len(ins) > 2 else None, "bias")
+    qx = ctx.scratch_buffer("quantized_input", "int8", tuple(x.shape))
+    pixels = tuple(x.shape[1:])
+    f32 = dt("float32")
+    scale = ctx.fresh("scale", f32)
+
+    def prologue(n) -> Stmt:
+        b = q.Block(ctx)
+        peak = b.let("peak", Const(0.0, f32))
+        b.add(nest(ctx, ("h", "w", "c"), pixels, lambda i: Assign(
+            peak, Bin("max", peak, _fabs(x.load((n,) + i))))))
+        inv = b.let("inv", Bin("/", Const(127.0, f32),
+                               Select(Bin("==", peak, Const(0.0, f32)), Const(1.0, f32), peak)))
+
+        def quantize(i):
+            v = ctx.fresh("v", f32)
+            r = ctx.fresh("r")
+            magnitude = Cast(dt("int32"), Bin("+", _fabs(v), Const(0.5, f32)))
+            rounded = Select(Bin("<", v, Const(0.0, f32)), Unary("neg", r), r)
+            return seq(Decl(v, Bin("*", x.load((n,) + i), inv)), Decl(r, magnitude),
+                       Store(qx, flat_index((n,) + i, qx.shape),
+                             Cast(dt("int8"), q.clamp(rounded, -127, 127))))
+        b.add(nest(ctx, ("h", "w", "c"), pixels, quantize))
+        per_image = Select(Bin("==", peak, Const(0.0, f32)), Const(1.0, f32),
+                           Bin("/", peak, Const(127.0, f32)))
+        b.add(Decl(scale, Bin("*", per_image, Const(w_scale, f32))))
+        return b.stmt()
+
+    def finish(idx, acc):
+        y = Bin("*", Cast(f32, acc), scale)
+        if bias is not None:
+            y = Bin("+", y, _param_or_float(ctx, bias, idx[3]))
+        return emit(0, idx, y)
+
+    return conv_nest(ctx, g, lambda i: Load(qx, flat_index(i, qx.shape)), 0, weights,
+                     lambda oc: Const(0), finish, prologue)
+
+
+def _fabs(v: Expr) -> Expr:
+    return Call("fabsf", (v,), dtype_of(v))
+
+
+def _param_or_float(ctx: LowerCtx, values: np.ndarray, index: Expr) -> Expr:
+    values = np.asarray(values, np.float32).reshape(-1)
+    if np.all(values == values[0]):
+        return Const(float(values[0]), dt("float32"))
+    return Load(ctx.param("bias", values), index)
+
+
+@kernel_rule("tfl.conv2d")
+def conv2d(ctx: LowerCtx, ins, emit):
+    x, w = ins[0], _const(ctx, ins[1], "filter")
+    depth = w.shape[3]
+    g = conv_geom(ctx, x.shape, ctx.out_types[0].shape, w.shape[1:3], x.shape[3] // depth, depth)
+    if x.type.dtype == "float32":
+        return hybrid_conv(ctx, ins, emit, w.astype(np.int64), g)
+    return int8_conv(ctx, ins, emit, w.astype(np.int64), g)
+
+
+@kernel_rule("tfl.depthwise_conv2d")
+def depthwise_conv2d(ctx: LowerCtx, ins, emit):
+    x, w = ins[0], _const(ctx, ins[1], "filter")
+    # [1, KH, KW, C*M] -> [C*M, KH, KW, 1]: a grouped conv, one input channel per group
+    weights = np.transpose(w[0], (2, 0, 1))[..., None].astype(np.int64)
+    g = conv_geom(ctx, x.shape, ctx.out_types[0].shape, w.shape[1:3], x.shape[3], 1)
+    return int8_conv(ctx, ins, emit, weights, g)
+
+
+# ------------------------------------------------------------ fully connected
+
+def row_loops(ctx: LowerCtx, x_shape, out_shape, depth: int,
+              body: Callable[[tuple, Callable[[Expr], tuple]], Stmt]) -> Stmt:
+    """Loops over the output's leading dims; body(out_lead, x_index(d)) where
+    x_index(d) is the input index of element d of that row."""
+    lead = tuple(out_shape[:-1])
+
+    def at(out_lead):
+        row = flat_index(out_lead, lead)
+        if tuple(x_shape[:-1]) == lead and x_shape[-1] == depth:
+            return body(out_lead, lambda d: out_lead + (d,))
+        if x_shape[-1] == depth:
+            x_lead = unravel(row, x_shape[:-1])
+            return body(out_lead, lambda d: x_lead + (d,))
+        return body(out_lead, lambda d: unravel(add(mul(row, Const(depth)), d), x_shape))
+    return nest(ctx, tuple(f"r{k}" for k in range(len(lead))), lead, at)
+
+
+@kernel_rule("tfl.fully_connected")
+def fully_connected(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    w = _const(ctx, ins[1], "weight").astype(np.int64)
+    out_ty = ctx.out_types[0]
+    units, depth = w.shape
+    s_in, zp_in = _sz(ctx, x.type, "the input")
+    s_out, zp_out = _sz(ctx, out_ty, "the output")
+    wq = ins[1].type.quant
+    if len(wq.scale) == 1:   # per-tensor kernels subtract the filter zero point
+        w = w - int(wq.zero_point[0])
+    rq = Requant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out))
+    # FC has no padding: fold the input zero point into the bias
+    bias = ref_q.wrap_int32(_bias_values(ctx, ins, 2, units) - zp_in * w.sum(axis=1))
+    bias = bias.astype(np.int32)
+    weights = ctx.param("weights", _weight_dtype(w))
+    lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
+
+    def row(out_lead, x_index):
+        def unit(o):
+            b = q.Block(ctx)
+            acc = b.let("acc", _param_or_int(ctx, "bias", bias, o))
+            b.add(loop(ctx, "d", depth, lambda d: Assign(acc, Bin("+", acc, Bin(
+                "*", to_i32(x.load(x_index(d))),
+                to_i32(Load(weights, add(mul(o, Const(depth)), d))))))))
+            y = q.clamp(Bin("+", rq.apply(b, acc, o), Const(zp_out)), lo, hi)
+            b.add(emit(0, out_lead + (o,), Cast(dt(out_ty.dtype), y)))
+            return b.stmt()
+        return loop(ctx, "o", units, unit)
+    return row_loops(ctx, x.shape, out_ty.shape, depth, row)
+
+
+# ------------------------------------------------------------------ pooling
+
+def _pool(ctx: LowerCtx, ins, emit, reduce_tap, start: Expr, final) -> Stmt:
+    """Shared window loop of the int8 pools: for each output element,
+    acc = start; acc = reduce_tap(acc, x) over in-image taps; emit final(acc, count)."""
+    x = ins[0]
+    ref._check_pool_quant(_CallView(ctx))
+    n, oh, ow, c = ctx.out_types[0].shape
+    kh, kw = ctx.attrs["kernel"]
+    g = conv_geom(ctx, x.shape, ctx.out_types[0].shape, (kh, kw), c, 1)
+    (top, bottom), (left, right) = g.needs_test(0), g.needs_test(1)
+
+    def pixel(i, oy, ox):
+        b = q.Block(ctx)
+        count = Const(kh * kw)
+        if not g.all_taps_inside:   # padded taps are not counted
+            y0 = _window_pos(oy, Const(0), g.strides[0], g.pad_top, 1)
+            x0 = _window_pos(ox, Const(0), g.strides[1], g.pad_left, 1)
+            rows = Bin("-", Bin("min", add(y0, Const(kh)), Const(g.h)), Bin("max", y0, Const(0)))
+            cols = Bin("-", Bin("min", add(x0, Const(kw)), Const(g.w)), Bin("max", x0, Const(0)))
+            count = b.let("count", Bin("*", rows, cols))
+
+        def channel(ch):
+            cb = q.Block(ctx)
+            acc = cb.let("acc", start)
+
+            def row(ky):
+                iy = _window_pos(oy, ky, g.strides[0], g.pad_top, 1)
+                return _guard(_in_range(iy, g.h, top, bottom),
+                              loop(ctx, "kx", kw, lambda kx: col(ky, kx, iy)))
+
+            def col(ky, kx, iy):
+                ix = _window_pos(ox, kx, g.strides[1], g.pad_left, 1)
+                return _guard(_in_range(ix, g.w, left, right),
+                              Assign(acc, reduce_tap(acc, to_i32(x.load((i, iy, ix, ch))))))
+            cb.add(loop(ctx, "ky", kh, row))
+            y = q.clamp(final(acc, count), ctx.attrs["act_min"], ctx.attrs["act_max"])
+            cb.add(emit(0, (i, oy, ox, ch), Cast(dt(ctx.out_types[0].dtype), y)))
+            return cb.stmt()
+        b.add(loop(ctx, "c", c, channel))
+        return b.stmt()
+    return nest(ctx, ("n", "oy", "ox"), (n, oh, ow), lambda v: pixel(*v))
+
+
+class _CallView:
+    """What aot/ops' shared checks read from a Call, taken from a LowerCtx."""
+
+    def __init__(self, ctx: LowerCtx):
+        self.node, self.in_types, self.out_types = ctx.node, ctx.in_types, ctx.out_types
+        self.attrs = ctx.attrs
+
+
+@kernel_rule("tfl.avg_pool2d")
+def avg_pool2d(ctx: LowerCtx, ins, emit):
+    return _pool(ctx, ins, emit, lambda acc, v: Bin("+", acc, v), Const(0),
+                 q.div_round_away)
+
+
+@kernel_rule("tfl.max_pool2d")
+def max_pool2d(ctx: LowerCtx, ins, emit):
+    return _pool(ctx, ins, emit, lambda acc, v: Bin("max", acc, v), Const(-128),
+                 lambda acc, count: acc)
+
+
+# --------------------------------------------------------------------- mean
+
+@kernel_rule("tfl.mean")
+def mean(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    axes = ref._mean_axes(_CallView(ctx), _const(ctx, ins[1], "axes"))
+    s_in, zp_in = _sz(ctx, x.type, "the input")
+    s_out, zp_out = _sz(ctx, ctx.out_types[0], "the output")
+    mult, shift = ref_q.quantize_multiplier(s_in / s_out)
+    keep = bool(ctx.attrs.get("keep_dims", False))
+    kept = [d for d in range(len(x.shape)) if d not in axes]
+    count = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
+    out_shape = ctx.out_types[0].shape
+
+    def at(out_idx):
+        b = q.Block(ctx)
+        acc = b.let("acc", Const(0))
+        kept_idx = [out_idx[d] for d in kept] if keep else list(out_idx)
+
+        def tap(red_idx):
+            full, k, r = [], iter(kept_idx), iter(red_idx)
+            for d in range(len(x.shape)):
+                full.append(next(r) if d in axes else next(k))
+            return Assign(acc, Bin("+", acc, Bin("-", to_i32(x.load(tuple(full))),
+                                                 Const(zp_in))))
+        b.add(nest(ctx, tuple(f"k{d}" for d in axes), [x.shape[d] for d in axes], tap))
+        scaled = b.let("rescaled", q.mbqm_block(b, acc, mult, shift))
+        y = q.clamp(Bin("+", q.div_round_away(scaled, count), Const(zp_out)), -128, 127)
+        b.add(emit(0, out_idx, Cast(dt("int8"), y)))
+        return b.stmt()
+    return nest(ctx, tuple(f"i{d}" for d in range(len(out_shape))), out_shape, at)
+
+
+# ------------------------------------------------------------------ softmax
+
+def exp_on_negative_values(b: q.Block, a: Expr) -> Var:
+    """gemmlowp's exp for a <= 0 in Q5.26, result in Q0.31 (§9 EXP), as locals."""
+    r = b.let("frac", Bin("-", Bin("&", a, Const((1 << 24) - 1)), Const(1 << 24)))
+    # exp on [-1/4, 0): Taylor expansion around -1/8 (operands stay far from INT32_MIN)
+    x = b.let("x", Bin("+", q.satshl(r, 5), Const(1 << 28)))
+    x2 = b.let("x2", q.srdhm(x, x, saturate=False))
+    x3 = b.let("x3", q.srdhm(x2, x, saturate=False))
+    x4 = b.let("x4", q.srdhm(x2, x2, saturate=False))
+    v = b.let("poly", q.rdbpot(Bin("+", q.srdhm(Bin("+", q.rdbpot(x4, 2), x3), 715827883), x2),
+                               1))
+    y = b.let("e", Bin("+", Const(1895147668), q.srdhm(Bin("+", x, v), 1895147668)))
+    rem = b.let("rem", Bin("-", r, a))
+    for bit, c in ref._EXP_BARREL:   # the integer part, one factor per bit
+        on = Bin("!=", Bin("&", Bin(">>", rem, Const(bit)), Const(1)), Const(0))
+        b.add(Assign(y, Select(on, q.srdhm(y, c), y)))
+    b.add(Assign(y, Select(Bin("==", a, Const(0)), Const(ref_q.INT32_MAX), y)))
+    return y
+
+
+def one_over_one_plus_x(b: q.Block, t: Expr) -> Var:
+    """1/(1+x) for x in [0, 1) in Q0.31 (§9 RECIP): Newton-Raphson from 48/17 - 32/17 x."""
+    h = b.let("half", q.i32(Bin(">>", Bin("+", q.i64(t), Const(1 << 31, dt("int64"))),
+                                Const(1, dt("int64")))))
+    x = b.let("recip", Bin("+", Const(1515870810), q.srdhm(h, -1010580540)))
+    for _ in range(3):
+        err = Bin("-", Const(1 << 29), q.srdhm(h, x, saturate=False))
+        b.add(Assign(x, Bin("+", x, q.satshl(q.srdhm(x, err, saturate=False), 2))))
+    return b.let("inverse", q.satshl(x, 1))
+
+
+def _count_leading_zeros(b: q.Block, total: Expr) -> tuple[Var, Var]:
+    """(clz32(total), total << clz as int64 in [2**31, 2**32)) for total > 0."""
+    i64 = dt("int64")
+    v = b.let("normalized", q.i64(total))
+    c = b.let("leading_zeros", Const(0))
+    for s in (16, 8, 4, 2, 1):
+        small = b.let("small", Bin("<", v, Const(1 << (32 - s), i64)))
+        b.add(Assign(c, Bin("+", c, Select(small, Const(s), Const(0)))),
+              Assign(v, Select(small, Bin("*", v, Const(1 << s, i64)), v)))
+    return c, v
+
+
+@kernel_rule("tfl.softmax")
+def softmax(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    s_in, _ = _sz(ctx, x.type, "the input")
+    s_out, zp_out = _sz(ctx, ctx.out_types[0], "the output")
+    if zp_out != -128 or s_out != 1.0 / 256:
+        raise ctx.unsupported(f"int8 softmax with output scale {s_out}, zero point {zp_out}")
+    mult, left, diff_min = ref.softmax_params(float(ctx.attrs.get("beta", 1.0)), s_in)
+    if left > 30:
+        raise ctx.unsupported(f"softmax input scaling with left shift {left}")
+    shape = x.shape
+    depth = shape[-1]
+
+    def exp_of(b: q.Block, lead, i, mx) -> tuple[Expr, Var]:
+        """(active, exp(x_i - max)) for element i of the row."""
+        d = b.let("diff", Bin("-", to_i32(x.load(lead + (i,))), mx))
+        active = Bin(">=", d, Const(diff_min))
+        # in Q5.26; inactive entries (far below the max) are masked out later
+        z = b.let("z", q.srdhm(Select(active, Bin("*", d, Const(1 << left)), Const(0)), mult))
+        return active, exp_on_negative_values(b, z)
+
+    def row(lead):
+        b = q.Block(ctx)
+        mx = b.let("max", Const(-128))
+        b.add(loop(ctx, "i", depth, lambda i: Assign(mx, Bin("max", mx, to_i32(
+            x.load(lead + (i,)))))))
+        total = b.let("sum", Const(0))
+
+        def accumulate(i):
+            eb = q.Block(ctx)
+            active, e = exp_of(eb, lead, i, mx)
+            eb.add(Assign(total, Bin("+", total, Select(active, q.rdbpot(e, 12), Const(0)))))
+            return eb.stmt()
+        b.add(loop(ctx, "i", depth, accumulate))
+        clz, normalized = _count_leading_zeros(b, total)
+        t = q.i32(Bin("-", normalized, Const(1 << 31, dt("int64"))))
+        inverse = one_over_one_plus_x(b, t)
+        shift = b.let("out_shift", Bin("-", Const(35), clz))   # (12 - clz) + 23
+
+        def output(i):
+            ob = q.Block(ctx)
+            active, e = exp_of(ob, lead, i, mx)
+            y = Bin("-", q.rdbpot(q.srdhm(inverse, e, saturate=False), shift), Const(128))
+            y = Select(active, q.clamp(y, -128, 127), Const(-128))
+            ob.add(emit(0, lead + (i,), Cast(dt("int8"), y)))
+            return ob.stmt()
+        b.add(loop(ctx, "i", depth, output))
+        return b.stmt()
+    return nest(ctx, tuple(f"r{k}" for k in range(len(shape) - 1)), shape[:-1], row)
+
+
+# ------------------------------------------------------- add / sub / mul (values)
+
+def _int8_operands(ctx: LowerCtx, ins, idx, lanes) -> tuple[Expr, Expr]:
+    return (to_i32(broadcast_load(ins[0], idx, lanes)),
+            to_i32(broadcast_load(ins[1], idx, lanes)))
+
+
+def _add_sub(ctx: LowerCtx, ins, idx, lanes, sign: int) -> Expr:
+    s1, z1 = _sz(ctx, ctx.in_types[0], "input 0")
+    s2, z2 = _sz(ctx, ctx.in_types[1], "input 1")
+    so, zo = _sz(ctx, ctx.out_types[0], "the output")
+    (m1, e1), (m2, e2), (mo, eo) = ref.add_params(s1, s2, so)
+    a, b = _int8_operands(ctx, ins, idx, lanes)
+
+    def scaled(v, z, m, e):   # (v - z) * 2**20, then rescaled to the common scale
+        return q.rdbpot(q.srdhm(Bin("*", Bin("-", v, const_like(z, v)), const_like(1 << 20, v)),
+                                m), -e)
+    u1, u2 = scaled(a, z1, m1, e1), scaled(b, z2, m2, e2)
+    total = Bin("+" if sign > 0 else "-", u1, u2)
+    y = Bin("+", q.rdbpot(q.srdhm(total, mo), -eo), const_like(zo, total))
+    return narrow(q.clamp(y, ctx.attrs["act_min"], ctx.attrs["act_max"]), "int8")
+
+
+@value_rule("tfl.add")
+def add_rule(ctx: LowerCtx, ins, idx, lanes):
+    return _add_sub(ctx, ins, idx, lanes, 1)
+
+
+@value_rule("tfl.sub")
+def sub_rule(ctx: LowerCtx, ins, idx, lanes):
+    return _add_sub(ctx, ins, idx, lanes, -1)
+
+
+@value_rule("tfl.mul")
+def mul_rule(ctx: LowerCtx, ins, idx, lanes):
+    s1, z1 = _sz(ctx, ctx.in_types[0], "input 0")
+    s2, z2 = _sz(ctx, ctx.in_types[1], "input 1")
+    so, zo = _sz(ctx, ctx.out_types[0], "the output")
+    m, e = ref_q.quantize_multiplier(s1 * s2 / so)
+    a, b = _int8_operands(ctx, ins, idx, lanes)
+    prod = Bin("*", Bin("-", a, const_like(z1, a)), Bin("-", b, const_like(z2, b)))
+    y = Bin("+", q.mbqm(prod, m, e), const_like(zo, prod))
+    return narrow(q.clamp(y, ctx.attrs["act_min"], ctx.attrs["act_max"]), "int8")
+
+
+# -------------------------------------------------------- quantize / dequantize
+
+def round_half_away_to_int(v: Expr) -> Expr:
+    """std::round of a float, as int32: trunc(|v| + 0.5) with v's sign, in v's type
+    (the reference adds 0.5 in float32 too). |v| must be below 2**31."""
+    magnitude = Cast(dt("int32", dtype_of(v).lanes),
+                     Bin("+", _fabs(v), const_like(0.5, v)))
+    return Select(Bin("<", v, const_like(0, v)), Unary("neg", magnitude), magnitude)
+
+
+@value_rule("tfl.quantize")
+def quantize(ctx: LowerCtx, ins, idx, lanes):
+    out_ty = ctx.out_types[0]
+    s_out, zp_out = _sz(ctx, out_ty, "the output")
+    lo, hi = ref.INT_RANGE[out_ty.dtype]
+    x = broadcast_load(ins[0], idx, lanes)
+    d = dtype_of(x)
+    if d.is_float:
+        if d.scalar != "float32":
+            raise ctx.unsupported(f"quantizing {d.scalar}")
+        v = Bin("/", x, const_like(s_out, x))       # float32 division, as TFLM
+        # keep the conversion in int32's range; the clamp below saturates anyway
+        v = Bin("min", Bin("max", v, const_like(-2.0 ** 30, v)), const_like(2.0 ** 30, v))
+        y = Bin("+", round_half_away_to_int(v), const_like(zp_out, dt("int32", lanes)))
+    else:
+        s_in, zp_in = _sz(ctx, ins[0].type, "the input")
+        m, e = ref_q.quantize_multiplier(s_in / s_out)
+        xi = to_i32(x)
+        y = Bin("+", q.mbqm(Bin("-", xi, const_like(zp_in, xi)), m, e), const_like(zp_out, xi))
+    return narrow(q.clamp(y, lo, hi), out_ty.dtype)
+
+
+def per_axis(ctx: LowerCtx, name: str, values: np.ndarray, axis: int | None, idx,
+             lanes: int, rank: int) -> Expr:
+    """A per-tensor constant or a per-axis table entry at the output index idx."""
+    values = np.asarray(values).reshape(-1)
+    scalar = dt(values.dtype.name)
+    if values.size == 1 or np.all(values == values[0]):
+        return const_like(values[0].item(), scalar.with_lanes(lanes))
+    table = ctx.param(name, values)
+    if axis % rank == rank - 1:
+        return Load(table, idx[-1], lanes)
+    v = Load(table, idx[axis % rank])
+    return v if lanes == 1 else Broadcast(v, lanes)
+
+
+@value_rule("tfl.dequantize")
+def dequantize(ctx: LowerCtx, ins, idx, lanes):
+    x = broadcast_load(ins[0], idx, lanes)
+    f32, f64 = dt("float32", lanes), dt("float64", lanes)
+    if dtype_of(x).scalar == "float16":
+        return Cast(f32, x)
+    qp = ins[0].type.quant
+    if qp is None:
+        raise ctx.unsupported("dequantizing a tensor without quantization")
+    rank = len(ins[0].shape)
+    scale = per_axis(ctx, "scale", np.asarray(qp.scale, np.float64), qp.axis, idx, lanes, rank)
+    zp = per_axis(ctx, "zero_point", np.asarray(qp.zero_point, np.int32), qp.axis, idx, lanes,
+                  rank)
+    centred = Bin("-", to_i32(x), zp)
+    return Cast(f32, Bin("*", scale, Cast(f64, centred)))

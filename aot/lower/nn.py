@@ -28,7 +28,7 @@ import numpy as np
 
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Comment, Const, Decl, DType, Expr, For,
                         If, Load, Select, Stmt, Store, Var, add, dt, dtype_of, flat_index, mul,
-                        seq)
+                        seq, sub)
 from aot.lower.elementwise import broadcast_load, const_like, math_call
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.lower.schedule import Tile, tile
@@ -41,14 +41,22 @@ MAX_REGIONS = 36
 
 # ----------------------------------------------------------------- small helpers
 
-def _loop(ctx: LowerCtx, name: str, extent: int, body: Callable[[Expr], Stmt]) -> Stmt | None:
-    """for name < extent: body(name); a single iteration is the body itself."""
+def _loop(ctx: LowerCtx, name: str, extent: int, body: Callable[[Expr], Stmt | None],
+          start: int = 0) -> Stmt | None:
+    """for name in [start, start + extent): body(name); a single iteration
+    is the body itself."""
     if extent <= 0:
         return None
     if extent == 1:
-        return body(Const(0))
+        return body(Const(start))
     v = ctx.fresh(name)
-    return For(v, extent, body(v))
+    inner = body(v)
+    return None if inner is None else For(v, extent, inner, start=start)
+
+
+def _plus(e: Expr, c: int) -> Expr:
+    """e + c, printed as `e - 1` rather than `e + -1`."""
+    return add(e, Const(c)) if c >= 0 else sub(e, Const(-c))
 
 
 def _seq(*stmts: Stmt | None) -> Stmt:
@@ -177,15 +185,21 @@ def window_regions(win: ref.Window, spatial: Sequence[int], keys=None) -> list[t
     return list(itertools.product(*per_axis))
 
 
+def _spans(pairs) -> str:
+    return " x ".join(f"[{a}, {b})" for a, b in pairs)
+
+
 def region_nest(ctx: LowerCtx, runs: Sequence[Run], body: Callable[[list[Expr]], Stmt]) -> Stmt:
     """Loops over the output positions of one region; body(positions)."""
     def level(a: int, pos: list[Expr]) -> Stmt:
         if a == len(runs):
             return body(pos)
         r = runs[a]
-        return _loop(ctx, f"o{a}", r.count,
-                     lambda v: level(a + 1, pos + [add(v, Const(r.start))]))
-    return _seq(level(0, []))
+        return _loop(ctx, f"o{a}", r.count, lambda v: level(a + 1, pos + [v]), start=r.start)
+    note = Comment(f"outputs {_spans((r.start, r.start + r.count) for r in runs)}: "
+                   f"taps {_spans((r.lo, r.hi) for r in runs)}"
+                   + (" (guarded)" if any(r.guarded for r in runs) else ""))
+    return _seq(note, level(0, []))
 
 
 def tap_nest(ctx: LowerCtx, runs: Sequence[Run], opos: Sequence[Expr], win: ref.Window,
@@ -196,15 +210,14 @@ def tap_nest(ctx: LowerCtx, runs: Sequence[Run], opos: Sequence[Expr], win: ref.
             return body(ipos, taps)
         r, s, d, p = runs[a], win.strides[a], win.dilations[a], win.pad_begin[a]
 
-        def at(t: Expr) -> Stmt | None:
-            tap = add(t, Const(r.lo))
-            pos = add(mul(opos[a], Const(s)), add(mul(tap, Const(d)), Const(-p)))
+        def at(tap: Expr) -> Stmt | None:
+            pos = _plus(add(mul(opos[a], Const(s)), mul(tap, Const(d))), -p)
             inner = level(a + 1, ipos + [pos], taps + [tap])
             if inner is None or not r.guarded:
                 return inner
             inside = Bin("and", Bin(">=", pos, Const(0)), Bin("<", pos, Const(spatial[a])))
             return If(inside, inner)
-        return _loop(ctx, f"k{a}", r.hi - r.lo, at)
+        return _loop(ctx, f"k{a}", r.hi - r.lo, at, start=r.lo)
     return level(0, [], [])
 
 

@@ -1,0 +1,576 @@
+"""PrimFuncs -> one C99 translation unit.
+
+The printer decides nothing: loops, vector widths and unrolling come from the
+TIR as given. What it owns is spelling: types, exactly round-tripping
+constants, the fewest parentheses that are still unambiguous (and quiet under
+-Wall -Wextra), and small `static inline` helpers for what C has no operator
+for (min/max, vector loads via memcpy, per-lane vector compare/select/math,
+the fixed-point runtime helpers of aot/codegen/intrinsics.py).
+
+Vectors use the GCC/Clang vector extension (`vector_size`); a bool vector is
+a vector of uint8_t lanes holding 0 or 1.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from aot.codegen.intrinsics import Helper, LibmFn, check_call
+from aot.codegen.names import c_comment, c_identifier, symbol_names
+from aot.errors import UnsupportedError
+from aot.ir.tir import (Assign, Bin, Broadcast, BufferKind, Call, Cast, Comment, Const, Decl,
+                        DType, Expr, For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt, Store,
+                        Unary, Var, dtype_of, stmt_exprs, walk_expr, walk_stmt)
+
+C_TYPES = {"bool": "uint8_t", "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t",
+           "uint16": "uint16_t", "int32": "int32_t", "uint32": "uint32_t", "int64": "int64_t",
+           "uint64": "uint64_t", "float32": "float", "float64": "double"}
+_SHORT = {"bool": "b8", "int8": "i8", "uint8": "u8", "int16": "i16", "uint16": "u16",
+          "int32": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64", "float32": "f32",
+          "float64": "f64"}
+_ELEM_BYTES = {"bool": 1, "float32": 4, "float64": 8}
+
+# C precedence, higher binds tighter. 16: primary/postfix, 15: unary and casts.
+PRIMARY, UNARY, TERNARY = 16, 15, 3
+_PREC = {"*": 13, "/": 13, "%": 13, "+": 12, "-": 12, "<<": 11, ">>": 11,
+         "<": 10, "<=": 10, ">": 10, ">=": 10, "==": 9, "!=": 9,
+         "&": 8, "^": 7, "|": 6, "and": 5, "or": 4}
+_C_OP = {"and": "&&", "or": "||"}
+_COMPARE = {"<", "<=", ">", ">=", "==", "!="}
+_BITS = {"<<", ">>", "&", "^", "|"}
+_WRAPPING = {"+", "-", "*", "/", "%", "<<"}             # may leave a narrow int's range
+_LANE_NAMES = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne",
+               "and": "and", "or": "or", "min": "min", "max": "max", "%": "fmod"}
+
+
+@dataclass(frozen=True)
+class CSource:
+    source: str                      # a complete C99 translation unit
+    prototypes: tuple[str, ...]      # `void name(...);` for a header, in func order
+    symbols: dict[str, str]          # PrimFunc name -> C function name
+
+
+def c_type(d: DType) -> str:
+    if d.lanes == 1:
+        return C_TYPES[d.scalar]
+    return f"aot_{_SHORT[d.scalar]}x{d.lanes}"
+
+
+def _elem_bytes(scalar: str) -> int:
+    return _ELEM_BYTES.get(scalar) or int("".join(c for c in scalar if c.isdigit())) // 8
+
+
+def _narrow(d: DType) -> bool:
+    """C promotes these to int: arithmetic results must be cast back to wrap."""
+    return d.lanes == 1 and not d.is_float and d.bits < 32
+
+
+# -------------------------------------------------------------------- constants
+
+def c_float(value: float, scalar: str = "float32") -> str:
+    """A literal that reads back as exactly `value` (inf/nan via <math.h>)."""
+    value = float(value)
+    if math.isnan(value):
+        return "NAN" if scalar == "float32" else "(double)NAN"
+    if math.isinf(value):
+        text = "INFINITY" if scalar == "float32" else "(double)INFINITY"
+        return "-" + text if value < 0 else text
+    # numpy prints the shortest decimal that rounds back to the same float32.
+    text = str(np.float32(value)) if scalar == "float32" else repr(value)
+    if not any(c in text for c in ".e"):
+        text += ".0"
+    return text + "f" if scalar == "float32" else text
+
+
+def c_int(value: int, scalar: str) -> str:
+    v = int(value)
+    info = np.iinfo(scalar)
+    if not info.min <= v <= info.max:
+        raise UnsupportedError(f"constant {v} does not fit {scalar}")
+    bits = info.bits
+    if scalar.startswith("u"):
+        return f"UINT64_C({v})" if bits == 64 else f"{v}u" if bits == 32 else str(v)
+    if v == info.min and bits >= 32:
+        return f"INT{bits}_MIN"
+    if v == info.max and bits >= 32:
+        return f"INT{bits}_MAX"
+    if bits == 64:
+        return f"-INT64_C({-v})" if v < 0 else f"INT64_C({v})"
+    return str(v)
+
+
+def c_const(c: Const) -> str:
+    s = c.dtype.scalar
+    if s == "bool":
+        return "1" if c.value else "0"
+    if c.dtype.is_float:
+        return c_float(c.value, s)
+    return c_int(c.value, s)
+
+
+# ---------------------------------------------------------------------- module
+
+@dataclass
+class _Module:
+    """What the functions printed so far need above them."""
+    vectors: set = field(default_factory=set)         # DTypes with lanes > 1
+    helpers: dict = field(default_factory=dict)       # name -> C text, dependency order
+    uses_memcpy: bool = False
+
+    def vector(self, d: DType) -> str:
+        if d.lanes & (d.lanes - 1):
+            raise UnsupportedError(f"vector of {d.lanes} lanes: C vectors need a power of two")
+        self.vectors.add(d)
+        return c_type(d)
+
+    def helper(self, name: str, make: Callable[[], str]) -> str:
+        """Define `name` once; `make` may itself define what it depends on."""
+        if name not in self.helpers:
+            self.helpers[name] = None          # reserve: recursion guard
+            text = make()
+            del self.helpers[name]
+            self.helpers[name] = text
+        return name
+
+    def preamble(self) -> str:
+        lines = ["#include <math.h>", "#include <stdint.h>", "#include <string.h>", ""]
+        if self.vectors:
+            lines += ["/* GCC notes that passing wide vectors changes the ABI when the ISA lacks",
+                      "   them; these vectors never cross a translation unit. */",
+                      "#if defined(__GNUC__) && !defined(__clang__)",
+                      '#pragma GCC diagnostic ignored "-Wpsabi"', "#endif", ""]
+            for d in sorted(self.vectors, key=lambda d: (list(C_TYPES).index(d.scalar), d.lanes)):
+                size = _elem_bytes(d.scalar) * d.lanes
+                lines.append(f"typedef {C_TYPES[d.scalar]} {c_type(d)} "
+                             f"__attribute__((vector_size({size})));")
+            lines.append("")
+        for text in self.helpers.values():
+            lines += [text, ""]
+        return "\n".join(lines)
+
+
+def _lane_helper(mod: _Module, name: str, result: DType, args: Sequence[DType],
+                 lane: Callable[[list[str]], str]) -> str:
+    """A helper applying a scalar expression lane by lane (compilers re-vectorize it)."""
+    def make() -> str:
+        names = "abc"[:len(args)]
+        params = ", ".join(f"{mod.vector(a) if a.lanes > 1 else c_type(a)} {n}"
+                           for a, n in zip(args, names))
+        elems = [f"{n}[k]" if a.lanes > 1 else n for a, n in zip(args, names)]
+        rt = mod.vector(result)
+        return (f"static inline {rt} {name}({params})\n{{\n    {rt} r = {{0}};\n"
+                f"    for (int k = 0; k < {result.lanes}; ++k)\n"
+                f"        r[k] = {lane(elems)};\n    return r;\n}}")
+    return mod.helper(name, make)
+
+
+# ------------------------------------------------------------------ expressions
+
+def _needs_parens(parent: str, child: str) -> bool:
+    """Parentheses that precedence makes redundant but -Wparentheses (and a
+    reader) wants: inside shifts and bit ops, `&&` under `||`, `a < b < c`."""
+    if parent in _BITS:
+        return child != parent or parent in ("<<", ">>")
+    if parent == "or":
+        return child == "and"
+    return parent in _COMPARE and child in _COMPARE
+
+
+
+class _Printer:
+    def __init__(self, mod: _Module, names: dict[Var, str], where: str):
+        self.mod = mod
+        self.names = names
+        self.where = where
+
+    def error(self, what: str) -> UnsupportedError:
+        return UnsupportedError(f"C codegen, {self.where}: {what}")
+
+    def expr(self, e: Expr) -> str:
+        return self.p(e)[0]
+
+    def p(self, e: Expr) -> tuple[str, int]:
+        """(text, precedence) of e."""
+        method = getattr(self, "_" + type(e).__name__.lower(), None)
+        if method is None:
+            raise self.error(f"not a TIR expression: {e!r}")
+        return method(e)
+
+    def wrap(self, e: Expr, min_prec: int) -> str:
+        text, prec = self.p(e)
+        return f"({text})" if prec < min_prec else text
+
+    # leaves
+    def _var(self, e: Var):
+        if e not in self.names:
+            raise self.error(f"variable {e.name} ({e.dtype}) is used but never declared")
+        return self.names[e], PRIMARY
+
+    def _const(self, e: Const):
+        if e.dtype.lanes != 1:
+            raise self.error(f"vector constant {e}: use Broadcast")
+        text = c_const(e)
+        return text, UNARY if text.startswith("-") else PRIMARY
+
+    def _load(self, e: Load):
+        buf = self.names[e.buffer]
+        if e.lanes == 1:
+            return f"{buf}[{self.expr(e.index)}]", PRIMARY
+        vt = e.buffer.dtype.with_lanes(e.lanes)
+        return f"{self._load_helper(vt)}(&{buf}[{self.expr(e.index)}])", PRIMARY
+
+    def _load_helper(self, vt: DType) -> str:
+        t, st = self.mod.vector(vt), C_TYPES[vt.scalar]
+        self.mod.uses_memcpy = True
+        return self.mod.helper(f"aot_load_{t[4:]}", lambda: (
+            f"static inline {t} aot_load_{t[4:]}(const {st} *p)\n{{\n"
+            f"    {t} v;\n    memcpy(&v, p, sizeof v);\n    return v;\n}}"))
+
+    def store_helper(self, vt: DType) -> str:
+        t, st = self.mod.vector(vt), C_TYPES[vt.scalar]
+        return self.mod.helper(f"aot_store_{t[4:]}", lambda: (
+            f"static inline void aot_store_{t[4:]}({st} *p, {t} v)\n{{\n"
+            f"    memcpy(p, &v, sizeof v);\n}}"))
+
+    def _broadcast(self, e: Broadcast):
+        d = dtype_of(e)
+        if dtype_of(e.value).lanes != 1:
+            raise self.error("Broadcast of a vector")
+        t = self.mod.vector(d)
+        name = _lane_helper(self.mod, f"aot_splat_{t[4:]}", d, [d.with_lanes(1)],
+                            lambda a: a[0])
+        return f"{name}({self.expr(e.value)})", PRIMARY
+
+    # arithmetic
+    def _bin(self, e: Bin):
+        da, db = dtype_of(e.a), dtype_of(e.b)
+        if da.lanes != db.lanes or (da != db and e.op not in ("<<", ">>")):
+            raise self.error(f"operands of '{e.op}' have types {da} and {db}")
+        if e.op in ("and", "or") and da.scalar != "bool":
+            raise self.error(f"'{e.op}' on {da}: logical ops take bool")
+        if e.op not in _PREC and e.op not in ("min", "max"):
+            raise self.error(f"unknown binary op '{e.op}'")
+        if da.lanes > 1:
+            return self._vector_bin(e, da)
+        if e.op in ("min", "max"):
+            return self._call_text(self._minmax_helper(e.op, da), [e.a, e.b])
+        if e.op == "%" and da.is_float:
+            return self._call_text("fmodf" if da.scalar == "float32" else "fmod", [e.a, e.b])
+        text = self._infix(e)
+        if _narrow(da) and e.op in _WRAPPING:
+            return f"({C_TYPES[da.scalar]})({text})", UNARY
+        return text, _PREC[e.op]
+
+    def _infix(self, e: Bin) -> str:
+        prec = _PREC[e.op]
+
+        def side(x: Expr, right: bool) -> str:
+            text, p = self.p(x)
+            child_op = x.op if isinstance(x, Bin) and p == _PREC.get(x.op) else None
+            paren = p < prec or (right and p == prec)
+            if child_op and _needs_parens(e.op, child_op):
+                paren = True
+            return f"({text})" if paren else text
+        return f"{side(e.a, False)} {_C_OP.get(e.op, e.op)} {side(e.b, True)}"
+
+    def _minmax_helper(self, op: str, d: DType) -> str:
+        t = C_TYPES[d.scalar]
+        cmp = "<" if op == "min" else ">"
+        name = f"aot_{op}_{_SHORT[d.scalar]}"
+        note = f"/* a {cmp} b ? a : b, as the LLVM backend does: a NaN in a picks b */\n"
+        return self.mod.helper(name, lambda: (
+            (note if d.is_float else "") +
+            f"static inline {t} {name}({t} a, {t} b)\n{{\n"
+            f"    return a {cmp} b ? a : b;\n}}"))
+
+    def _vector_bin(self, e: Bin, d: DType):
+        native = e.op in ("+", "-", "*", "/") or (
+            not d.is_float and e.op in ("%", "<<", ">>", "&", "|", "^"))
+        if native and d.scalar != "bool":
+            if dtype_of(e.b) != d:
+                raise self.error(f"vector shift by {dtype_of(e.b)}: give both sides type {d}")
+            return self._infix(e), _PREC[e.op]
+        t = self.mod.vector(d)
+        out = dtype_of(e)
+        if e.op in ("min", "max"):
+            scalar = self._minmax_helper(e.op, d.with_lanes(1))
+            lane = lambda a: f"{scalar}({a[0]}, {a[1]})"  # noqa: E731
+        elif e.op == "%":
+            fn = "fmodf" if d.scalar == "float32" else "fmod"
+            lane = lambda a: f"{fn}({a[0]}, {a[1]})"  # noqa: E731
+        else:
+            op = _C_OP.get(e.op, e.op)
+            lane = lambda a: f"{a[0]} {op} {a[1]}"  # noqa: E731
+        name = _lane_helper(self.mod, f"aot_{_LANE_NAMES.get(e.op, 'op')}_{t[4:]}", out,
+                            [d, d], lane)
+        return self._call_text(name, [e.a, e.b])
+
+    def _unary(self, e: Unary):
+        d = dtype_of(e.a)
+        if e.op in ("neg", "-"):
+            text = self.wrap(e.a, PRIMARY) if self._starts_signed(e.a) else self.wrap(e.a, UNARY)
+            if _narrow(d):
+                return f"({C_TYPES[d.scalar]})-{text}", UNARY
+            return f"-{text}", UNARY
+        if e.op in ("not", "!"):
+            if d.lanes > 1:
+                t = self.mod.vector(d)
+                name = _lane_helper(self.mod, f"aot_not_{t[4:]}", d.with_lanes(d.lanes) if
+                                    d.scalar == "bool" else DType("bool", d.lanes), [d],
+                                    lambda a: f"!{a[0]}")
+                return self._call_text(name, [e.a])
+            return f"!{self.wrap(e.a, UNARY)}", UNARY
+        if e.op in ("bitnot", "~"):
+            if _narrow(d):
+                return f"({C_TYPES[d.scalar]})~{self.wrap(e.a, UNARY)}", UNARY
+            return f"~{self.wrap(e.a, UNARY)}", UNARY
+        if e.op == "abs":
+            if d.is_float:
+                fn = "fabsf" if d.scalar == "float32" else "fabs"
+                lane = lambda a: f"{fn}({a[0]})"  # noqa: E731
+            else:
+                t = C_TYPES[d.scalar]
+                fn = self.mod.helper(f"aot_abs_{_SHORT[d.scalar]}", lambda: (
+                    f"static inline {t} aot_abs_{_SHORT[d.scalar]}({t} a)\n{{\n"
+                    f"    return a < 0 ? ({t})-a : a;\n}}"))
+                lane = lambda a: f"{fn}({a[0]})"  # noqa: E731
+            if d.lanes > 1:
+                t = self.mod.vector(d)
+                fn = _lane_helper(self.mod, f"aot_abs_{t[4:]}", d, [d], lane)
+            return self._call_text(fn, [e.a])
+        raise self.error(f"unknown unary op '{e.op}'")
+
+    @staticmethod
+    def _starts_signed(e: Expr) -> bool:
+        """`- -x` must not print as `--x`."""
+        return (isinstance(e, Unary) and e.op in ("neg", "-")) or (
+            isinstance(e, Const) and (e.value < 0 or (e.dtype.is_float and
+                                                     math.copysign(1.0, e.value) < 0)))
+
+    def _cast(self, e: Cast):
+        src, dst = dtype_of(e.a), e.dtype
+        if src.lanes != dst.lanes:
+            raise self.error(f"cast {src} -> {dst} changes the lane count")
+        if dst.lanes > 1:
+            if src == dst:
+                return self.p(e.a)
+            if dst.scalar == "bool":
+                t = self.mod.vector(src)
+                name = _lane_helper(self.mod, f"aot_nonzero_{t[4:]}", dst, [src],
+                                    lambda a: f"{a[0]} != 0")
+                return self._call_text(name, [e.a])
+            return f"__builtin_convertvector({self.expr(e.a)}, {self.mod.vector(dst)})", PRIMARY
+        if dst.scalar == "bool":
+            return f"({self.wrap(e.a, _PREC['!='] + 1)} != 0)", PRIMARY
+        if src == dst:
+            return self.p(e.a)
+        return f"({C_TYPES[dst.scalar]}){self.wrap(e.a, UNARY)}", UNARY
+
+    def _select(self, e: Select):
+        dc, da, db = dtype_of(e.cond), dtype_of(e.a), dtype_of(e.b)
+        if da != db or dc.lanes != da.lanes or dc.scalar != "bool":
+            raise self.error(f"Select({dc}, {da}, {db}): needs bool condition, equal branches")
+        if da.lanes > 1:
+            t = self.mod.vector(da)
+            name = _lane_helper(self.mod, f"aot_select_{t[4:]}", da, [dc, da, da],
+                                lambda a: f"{a[0]} ? {a[1]} : {a[2]}")
+            return self._call_text(name, [e.cond, e.a, e.b])
+        cond = self.wrap(e.cond, TERNARY + 1)
+        return f"{cond} ? {self.wrap(e.a, TERNARY + 1)} : {self.wrap(e.b, TERNARY)}", TERNARY
+
+    def _call(self, e: Call):
+        fn = check_call(e.fn, e.args, e.dtype)
+        name = self._helper_fn(fn) if isinstance(fn, Helper) else fn.c_name
+        if e.dtype.lanes > 1:
+            arg_types = [dtype_of(a) for a in e.args]
+            t = self.mod.vector(e.dtype)
+            name = _lane_helper(self.mod, f"{name}_{t[4:]}" if name.startswith("aot_")
+                                else f"aot_{name}_{t[4:]}", e.dtype, arg_types,
+                                lambda a, n=name: f"{n}({', '.join(a)})")
+        return self._call_text(name, list(e.args))
+
+    def _helper_fn(self, h: Helper) -> str:
+        def make() -> str:
+            names = {p: p.name for p in h.params}
+            inner = _Printer(self.mod, names, h.name)
+            params = ", ".join(f"{c_type(p.dtype)} {p.name}" for p in h.params)
+            lines = [f"/* {c_comment(h.doc)} */",
+                     f"static inline {c_type(h.dtype)} {h.name}({params})", "{"]
+            for var, value in h.lets:
+                text = inner.expr(value)
+                names[var] = var.name
+                lines.append(f"    const {c_type(var.dtype)} {var.name} = {text};")
+            lines += [f"    return {inner.expr(h.result)};", "}"]
+            return "\n".join(lines)
+        return self.mod.helper(h.name, make)
+
+    def _call_text(self, name: str, args: list[Expr]):
+        return f"{name}({', '.join(self.expr(a) for a in args)})", PRIMARY
+
+
+# ------------------------------------------------------------------- statements
+
+class _FuncPrinter:
+    def __init__(self, mod: _Module, func: PrimFunc, symbol: str):
+        self.func = func
+        self.symbol = symbol
+        self.taken: set[str] = set()
+        self.names: dict = {}
+        self.ex = _Printer(mod, self.names, f"function {func.name}")
+        self.mod = mod
+        self.lines: list[str] = []
+        self.read = _vars_read(func.body)
+
+    def signature(self) -> str:
+        params = []
+        if len(set(self.func.params)) != len(self.func.params):
+            raise self.ex.error("the same buffer is passed twice")
+        for b in self.func.params:
+            if b.dtype.lanes != 1:
+                raise self.ex.error(f"buffer {b.name} has vector type {b.dtype}")
+            self.names[b] = c_identifier(b.name, self.taken)
+            const = "const " if b.kind in (BufferKind.INPUT, BufferKind.PARAM) else ""
+            params.append(f"{const}{C_TYPES[b.dtype.scalar]} *restrict {self.names[b]}")
+        head = f"void {self.symbol}("
+        one_line = head + ", ".join(params) + ")"
+        if len(one_line) <= 100 or not params:
+            return one_line if params else head + "void)"
+        return head + "\n" + ",\n".join("    " + p for p in params) + ")"
+
+    def print(self) -> str:
+        sig = self.signature()
+        sources = ", ".join(self.func.sources) or self.func.name
+        out = [f"/* {c_comment(self.func.name)}: from {c_comment(sources)} */", sig, "{"]
+        used = {b for s in walk_stmt(self.func.body) for b in _buffers(s)}
+        for b in self.func.params:
+            if b not in used:
+                self.lines.append(f"    (void){self.names[b]};")
+        for b in used:
+            if b not in self.names:
+                raise self.ex.error(f"buffer {b.name} is used but not a parameter")
+        self.stmt(self.func.body, 1)
+        return "\n".join(out + self.lines + ["}"])
+
+    def emit(self, depth: int, text: str):
+        self.lines.append("    " * depth + text)
+
+    def declare(self, var: Var) -> str:
+        if var not in self.names:
+            self.names[var] = c_identifier(var.name, self.taken)
+        return self.names[var]
+
+    def stmt(self, s: Stmt, depth: int):
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                self.stmt(x, depth)
+        elif isinstance(s, Store):
+            self.store(s, depth)
+        elif isinstance(s, Decl):
+            value = self.ex.expr(s.init)
+            self._check_assign(s.var, s.init)
+            name = self.declare(s.var)
+            self.emit(depth, f"{self._type(s.var.dtype)} {name} = {value};")
+            if s.var not in self.read:
+                self.emit(depth, f"(void){name};")
+        elif isinstance(s, Assign):
+            if s.var not in self.names:
+                raise self.ex.error(f"assignment to undeclared variable {s.var.name}")
+            self._check_assign(s.var, s.value)
+            self.emit(depth, f"{self.names[s.var]} = {self.ex.expr(s.value)};")
+        elif isinstance(s, For):
+            self.loop(s, depth)
+        elif isinstance(s, If):
+            cond = dtype_of(s.cond)
+            if cond.lanes != 1:
+                raise self.ex.error("If on a vector condition")
+            self.emit(depth, f"if ({self.ex.expr(s.cond)}) {{")
+            self.stmt(s.then, depth + 1)
+            if s.orelse is not None:
+                self.emit(depth, "} else {")
+                self.stmt(s.orelse, depth + 1)
+            self.emit(depth, "}")
+        elif isinstance(s, Comment):
+            self.emit(depth, f"/* {c_comment(s.text)} */")
+        else:
+            raise self.ex.error(f"not a TIR statement: {s!r}")
+
+    def _type(self, d: DType) -> str:
+        return self.mod.vector(d) if d.lanes > 1 else C_TYPES[d.scalar]
+
+    def _check_assign(self, var: Var, value: Expr):
+        if dtype_of(value) != var.dtype:
+            raise self.ex.error(f"{var.name} of type {var.dtype} given a {dtype_of(value)}")
+
+    def store(self, s: Store, depth: int):
+        d = dtype_of(s.value)
+        if d.scalar != s.buffer.dtype.scalar:
+            raise self.ex.error(f"storing {d} into {s.buffer.name} of {s.buffer.dtype}")
+        buf = self.names[s.buffer]
+        index, value = self.ex.expr(s.index), self.ex.expr(s.value)
+        if d.lanes == 1:
+            self.emit(depth, f"{buf}[{index}] = {value};")
+        else:
+            self.emit(depth, f"{self.ex.store_helper(d)}(&{buf}[{index}], {value});")
+
+    def loop(self, s: For, depth: int):
+        if s.step <= 0:
+            raise self.ex.error(f"loop {s.var.name} with step {s.step}")
+        if s.var.dtype.lanes != 1 or s.var.dtype.is_float:
+            raise self.ex.error(f"loop variable {s.var.name} of type {s.var.dtype}")
+        i = self.declare(s.var)
+        t = C_TYPES[s.var.dtype.scalar]
+        end = c_int(s.start + s.extent, s.var.dtype.scalar)
+        step = "++" + i if s.step == 1 else f"{i} += {s.step}"
+        if s.kind is ForKind.UNROLLED:
+            trips = max(1, -(-s.extent // s.step))
+            self.lines.append(f"#pragma GCC unroll {trips}")
+        elif s.kind is ForKind.VECTORIZED:
+            self.emit(depth, f"/* vectorized: {c_comment(s.var.name)} steps by {s.step} */")
+        self.emit(depth, f"for ({t} {i} = {c_int(s.start, s.var.dtype.scalar)}; "
+                         f"{i} < {end}; {step}) {{")
+        self.stmt(s.body, depth + 1)
+        self.emit(depth, "}")
+
+
+def _buffers(s: Stmt):
+    if isinstance(s, Store):
+        yield s.buffer
+    for e in stmt_exprs(s):
+        for x in walk_expr(e):
+            if isinstance(x, Load):
+                yield x.buffer
+
+
+def _vars_read(body: Stmt) -> set:
+    read = set()
+    for s in walk_stmt(body):
+        for e in stmt_exprs(s):
+            read.update(x for x in walk_expr(e) if isinstance(x, Var))
+    return read
+
+
+# ------------------------------------------------------------------------ entry
+
+def emit_c(funcs: Sequence[PrimFunc], prefix: str) -> CSource:
+    """One translation unit defining `<prefix>_<name>` for each PrimFunc."""
+    symbols = symbol_names([f.name for f in funcs], prefix)
+    if len(set(f.name for f in funcs)) != len(funcs):
+        raise UnsupportedError("two PrimFuncs share a name")
+    mod = _Module()
+    bodies, prototypes = [], []
+    for f in funcs:
+        printer = _FuncPrinter(mod, f, symbols[f.name])
+        bodies.append(printer.print())
+        prototypes.append(_declaration(bodies[-1]))
+    source = "\n".join([mod.preamble(), "\n\n".join(bodies), ""])
+    return CSource(source, tuple(prototypes), symbols)
+
+
+def _declaration(body: str) -> str:
+    """The signature lines of a printed function, as a declaration."""
+    lines = body.split("\n")[1:]
+    sig = lines[:lines.index("{")]
+    return "\n".join(sig) + ";"

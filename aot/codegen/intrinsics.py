@@ -1,0 +1,165 @@
+"""The functions a TIR `Call` may name, shared by both code generators.
+
+Two kinds:
+
+- **libm functions** by their C name for the argument type (`expf` on
+  float32, `exp` on float64). Where LLVM has an intrinsic with the same
+  semantics the LLVM backend uses it (it may still become the libm call).
+- **runtime helpers** (`aot_srdhm`, `aot_rdbpot`, ...): the fixed-point
+  primitives of TFLite's integer kernels (see TFLITE_INT8.md). Each is
+  defined once here, in TIR, as a few named intermediate values and a
+  result; the C backend prints that as a `static inline` function, the LLVM
+  backend expands it in place. One definition, so the two cannot disagree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aot.errors import UnsupportedError
+from aot.ir.tir import (INT32, INT64, Bin, Call, Cast, Const, DType, Expr, Select, Unary, Var,
+                        dtype_of)
+
+# ------------------------------------------------------------------------ libm
+
+# name (float32 spelling) -> (number of args, LLVM intrinsic or None)
+_LIBM: dict[str, tuple[int, str | None]] = {
+    "expf": (1, "llvm.exp"), "exp2f": (1, "llvm.exp2"), "expm1f": (1, None),
+    "logf": (1, "llvm.log"), "log2f": (1, "llvm.log2"), "log10f": (1, "llvm.log10"),
+    "log1pf": (1, None), "sqrtf": (1, "llvm.sqrt"), "cbrtf": (1, None),
+    "sinf": (1, "llvm.sin"), "cosf": (1, "llvm.cos"), "tanf": (1, None),
+    "asinf": (1, None), "acosf": (1, None), "atanf": (1, None),
+    "sinhf": (1, None), "coshf": (1, None), "tanhf": (1, None),
+    "asinhf": (1, None), "acoshf": (1, None), "atanhf": (1, None),
+    "erff": (1, None), "erfcf": (1, None), "tgammaf": (1, None), "lgammaf": (1, None),
+    "fabsf": (1, "llvm.fabs"), "floorf": (1, "llvm.floor"), "ceilf": (1, "llvm.ceil"),
+    "roundf": (1, "llvm.round"),          # half away from zero
+    "truncf": (1, "llvm.trunc"),
+    "rintf": (1, "llvm.rint"), "nearbyintf": (1, "llvm.nearbyint"),   # half to even
+    "powf": (2, "llvm.pow"), "atan2f": (2, None), "fmodf": (2, None), "hypotf": (2, None),
+    "fminf": (2, "llvm.minnum"), "fmaxf": (2, "llvm.maxnum"), "copysignf": (2, "llvm.copysign"),
+    "fmaf": (3, "llvm.fma"),
+}
+
+
+@dataclass(frozen=True)
+class LibmFn:
+    c_name: str            # spelling for the argument type
+    arity: int
+    llvm: str | None       # LLVM intrinsic base name
+
+
+def libm(fn: str, dtype: DType) -> LibmFn | None:
+    """The libm function `fn` names for arguments of `dtype`, or None when
+    `fn` is not a libm name. Both `expf` and `exp` are accepted."""
+    base = fn if fn in _LIBM else fn + "f" if fn + "f" in _LIBM else None
+    if base is None:
+        return None
+    arity, intrinsic = _LIBM[base]
+    if dtype.scalar == "float32":
+        return LibmFn(base, arity, intrinsic)
+    if dtype.scalar == "float64":
+        return LibmFn(base[:-1], arity, intrinsic)
+    raise UnsupportedError(f"math function {fn} on {dtype}: only float32/float64")
+
+
+# ------------------------------------------------------------------ runtime helpers
+
+@dataclass(frozen=True)
+class Helper:
+    """`name(params) = result` after the `lets` (each a named value)."""
+    name: str
+    params: tuple[Var, ...]
+    lets: tuple[tuple[Var, Expr], ...]
+    result: Expr
+    doc: str
+
+    @property
+    def dtype(self) -> DType:
+        return dtype_of(self.result)
+
+
+def _i32(v: int) -> Const:
+    return Const(v, INT32)
+
+
+def _i64(v: int) -> Const:
+    return Const(v, INT64)
+
+
+def _srdhm() -> Helper:
+    a, b = Var("a"), Var("b")
+    ab = Var("ab", INT64)
+    high = Cast(INT32, Bin(">>", Bin("+", ab, _i64(1 << 30)), _i64(31)))
+    overflow = Bin("and", Bin("==", a, b), Bin("==", a, _i32(-2**31)))
+    return Helper("aot_srdhm", (a, b),
+                  ((ab, Bin("*", Cast(INT64, a), Cast(INT64, b))),),
+                  Select(overflow, _i32(2**31 - 1), high),
+                  "gemmlowp SaturatingRoundingDoublingHighMul: floor((a*b + 2^30) / 2^31), "
+                  "saturated")
+
+
+def _rdbpot() -> Helper:
+    x, e = Var("x"), Var("e")
+    mask, rem, threshold = Var("mask"), Var("remainder"), Var("threshold")
+    return Helper("aot_rdbpot", (x, e), (
+        (mask, Cast(INT32, Bin("-", Bin("<<", _i64(1), Cast(INT64, e)), _i64(1)))),
+        (rem, Bin("&", x, mask)),
+        (threshold, Bin("+", Bin(">>", mask, _i32(1)), Cast(INT32, Bin("<", x, _i32(0))))),
+    ), Bin("+", Bin(">>", x, e), Cast(INT32, Bin(">", rem, threshold))),
+        "gemmlowp RoundingDivideByPOT: x / 2^e rounded half away from zero, 0 <= e <= 31")
+
+
+def _satshl() -> Helper:
+    x, k = Var("x"), Var("k")
+    limit = Var("limit")
+    return Helper("aot_satshl", (x, k), (
+        (limit, Cast(INT32, Bin("-", Bin("<<", _i64(1), Bin("-", _i64(31), Cast(INT64, k))),
+                                _i64(1)))),
+    ), Select(Bin(">", x, limit), _i32(2**31 - 1),
+              Select(Bin("<", x, Unary("neg", limit)), _i32(-2**31),
+                     Cast(INT32, Bin("<<", Cast(INT64, x), Cast(INT64, k))))),
+        "gemmlowp SaturatingRoundingMultiplyByPOT: x * 2^k saturated to int32, 0 < k < 31")
+
+
+def _mbqm() -> Helper:
+    x, m, e = Var("x"), Var("multiplier"), Var("shift")
+    left, right = Var("left"), Var("right")
+    zero = _i32(0)
+    return Helper("aot_mbqm", (x, m, e), (
+        (left, Select(Bin(">", e, zero), e, zero)),
+        (right, Select(Bin(">", e, zero), zero, Unary("neg", e))),
+    ), Call("aot_rdbpot", (Call("aot_srdhm", (Bin("*", x, Bin("<<", _i32(1), left)), m), INT32),
+                           right), INT32),
+        "TFLite MultiplyByQuantizedMultiplier: RDBPOT(SRDHM(x * 2^max(e,0), M), max(-e,0))")
+
+
+HELPERS: dict[str, Helper] = {h.name: h for h in (_srdhm(), _rdbpot(), _satshl(), _mbqm())}
+
+
+def helper(fn: str) -> Helper | None:
+    return HELPERS.get(fn)
+
+
+def check_call(fn: str, args: tuple[Expr, ...], dtype: DType) -> LibmFn | Helper:
+    """What a Call means, or a clear error naming it."""
+    h = HELPERS.get(fn)
+    if h is not None:
+        if len(args) != len(h.params):
+            raise UnsupportedError(f"{fn} takes {len(h.params)} arguments, got {len(args)}")
+        for a, p in zip(args, h.params):
+            if dtype_of(a).scalar != p.dtype.scalar:
+                raise UnsupportedError(f"{fn}: argument of type {dtype_of(a)}, expected "
+                                       f"{p.dtype}")
+        return h
+    scalar = dtype_of(args[0]).with_lanes(1) if args else dtype
+    f = libm(fn, scalar)
+    if f is None:
+        raise UnsupportedError(f"the code generators know no function '{fn}' "
+                               f"(libm: {', '.join(sorted(_LIBM))}; helpers: "
+                               f"{', '.join(sorted(HELPERS))})")
+    if len(args) != f.arity:
+        raise UnsupportedError(f"{fn} takes {f.arity} arguments, got {len(args)}")
+    return f
+
+
+__all__ = ["HELPERS", "Helper", "LibmFn", "check_call", "helper", "libm"]

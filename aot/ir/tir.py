@@ -172,7 +172,8 @@ def dtype_of(e: Expr) -> DType:
         a = dtype_of(e.a)
         return BOOL.with_lanes(a.lanes) if e.op in _COMPARE else a
     if isinstance(e, Unary):
-        return BOOL if e.op == "not" else dtype_of(e.a)
+        a = dtype_of(e.a)
+        return BOOL.with_lanes(a.lanes) if e.op == "not" else a
     if isinstance(e, Select):
         return dtype_of(e.a)
     raise TypeError(f"not a TIR expression: {e!r}")

@@ -148,3 +148,139 @@ def _bind(arg, buf, graph: Graph, tensors: dict[str, np.ndarray]) -> np.ndarray:
         raise ValueError(f"argument {arg.name} ({arr.dtype}{list(arr.shape)}) does not fit "
                          f"parameter {buf.name} ({buf.dtype}{list(buf.shape)})")
     return arr
+
+
+# ---- building test graphs -------------------------------------------------------------------
+
+def single_op_graph(op: str, inputs: Sequence, attrs: Mapping | None = None,
+                    outputs: int = 1, opset: int = 21) -> Graph:
+    """An optimized graph of one ONNX node.
+
+    Each input is a (shape, dtype) pair for a graph input, a numpy array for
+    a constant (an initializer: weights, shape arguments), or None for an
+    absent optional input. Graph inputs are named x0, x1, ...; outputs y0, ...
+    """
+    import onnx
+    from onnx import helper
+
+    from aot.frontend.onnx import import_onnx
+    from aot.passes.infer import infer_types
+    from aot.passes.pipeline import optimize
+
+    names, vis, inits = [], [], []
+    for k, spec in enumerate(inputs):
+        if spec is None:
+            names.append("")
+        elif isinstance(spec, (np.ndarray, np.generic)):
+            names.append(f"c{k}")
+            inits.append(onnx.numpy_helper.from_array(np.asarray(spec), f"c{k}"))
+        else:
+            shape, dtype = spec
+            names.append(f"x{k}")
+            vis.append(helper.make_tensor_value_info(
+                f"x{k}", helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), list(shape)))
+    outs = [f"y{k}" for k in range(outputs)]
+    node = helper.make_node(op, names, outs, **dict(attrs or {}))
+    g = helper.make_graph([node], op, vis,
+                          [helper.make_tensor_value_info(o, 0, None) for o in outs], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    return optimize(infer_types(import_onnx(model.SerializeToString(), op)))
+
+
+def vectorized_kernel(graph: Graph, lanes: int, target: Target | None = None) -> Kernel:
+    """The one value-rule op of a one-group graph, computed `lanes` elements at
+    a time along the last axis (which `lanes` must divide).
+
+    The driver's own loop nest is scalar; this exercises a value rule's
+    vector form the way a kernel's epilogue or prologue would use it.
+    """
+    from aot.ir.tir import Buffer, BufferKind, For, ForKind, PrimFunc, Store, dt, flat_index
+    from aot.lower.driver import Arg, _buffer_ref, _collect_params
+    from aot.lower.rules import VALUE_RULES, LowerCtx
+
+    (fused,) = graph.nodes
+    body = fused.attrs["body"]
+    (node,) = body.nodes
+    ctx = LowerCtx(node, tuple(body.types.get(i) if i else None for i in node.inputs),
+                   tuple(body.types[o] for o in node.outputs), target or host_target())
+    refs, bound = {}, {}
+    for k, (inner, outer) in enumerate(zip(body.inputs, fused.inputs)):
+        ty, value = body.types[inner], graph.constants.get(outer)
+        buf = Buffer(f"in{k}", dt(ty.dtype), ty.shape,
+                     BufferKind.PARAM if value is not None else BufferKind.INPUT)
+        refs[inner] = _buffer_ref(inner, ty, buf, value)
+        bound[buf.name] = Arg("const" if value is not None else "tensor", outer)
+    shape = body.types[node.outputs[0]].shape
+    out = Buffer("out0", dt(body.types[node.outputs[0]].dtype), shape, BufferKind.OUTPUT)
+    bound["out0"] = Arg("tensor", fused.outputs[0])
+    if not shape or shape[-1] % lanes:
+        raise ValueError(f"{lanes} lanes do not divide the last axis of {list(shape)}")
+    idx = tuple(ctx.fresh(f"i{d}") for d in range(len(shape)))
+    ins = [refs[i] if i else None for i in node.inputs]
+    stmt = Store(out, flat_index(idx, shape), VALUE_RULES[node.op](ctx, ins, idx, lanes))
+    for d in reversed(range(len(shape))):
+        last = d == len(shape) - 1
+        stmt = For(idx[d], shape[d], stmt, ForKind.VECTORIZED if last else ForKind.SERIAL,
+                   step=lanes if last else 1)
+    params, args = _collect_params(stmt, bound, ctx)
+    return Kernel(PrimFunc(fused.name, params, stmt, (node.name,)), args, fused)
+
+
+# ---- checking many cases against the interpreter ----------------------------------------------
+
+def compare_with_interpreter(cases: Mapping[str, tuple[Graph, Mapping[str, np.ndarray]]],
+                             lanes: int = 1, rtol: float = 1e-4, atol: float = 1e-4,
+                             target: Target | None = None) -> dict[str, str | None]:
+    """For each named case, None if the generated kernels reproduce
+    `aot.interpret` (floats within rtol/atol, NaN where it has NaN; other
+    types exactly), else a one-line reason. lanes > 1: each graph's single
+    value op through `vectorized_kernel`. All cases share one compile; when
+    it fails, cases are compiled one by one to say which failed."""
+    from aot.errors import AotError
+    from aot.interp import interpret
+
+    target = target or host_target()
+    result: dict[str, str | None] = {}
+    lowered: dict[str, list[Kernel]] = {}
+    for n, (name, (graph, _)) in enumerate(cases.items()):
+        try:
+            if lanes == 1:
+                lowered[name] = _lower_renamed(graph, target, f"c{n}_")
+            else:
+                k = vectorized_kernel(graph, lanes, target)
+                lowered[name] = [dataclasses.replace(
+                    k, func=dataclasses.replace(k.func, name=f"c{n}_{k.func.name}"))]
+        except AotError as e:
+            result[name] = f"{type(e).__name__}: {e}"
+    try:
+        libs = dict.fromkeys(lowered, compile_kernels([k for ks in lowered.values() for k in ks])
+                             if lowered else None)
+    except RuntimeError:
+        libs = {}
+        for name, ks in lowered.items():
+            try:
+                libs[name] = compile_kernels(ks)
+            except RuntimeError as e:
+                result[name] = f"compile error: {str(e).splitlines()[1:3]}"
+    for name, (lib, symbols) in libs.items():
+        graph, inputs = cases[name]
+        got = run_kernels(lib, symbols, graph, lowered[name], inputs)
+        want = interpret(graph, inputs)
+        result[name] = next(filter(None, (_mismatch(o, got[o], want[o], rtol, atol)
+                                          for o in graph.outputs)), None)
+    return {name: result[name] for name in cases}
+
+
+def _mismatch(name: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: float):
+    want = np.asarray(want)
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return f"{name}: {got.dtype}{list(got.shape)} vs {want.dtype}{list(want.shape)}"
+    if want.dtype.kind == "f":
+        ok = np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+    else:
+        ok = got == want
+    if ok.all():
+        return None
+    i = int(np.flatnonzero(~ok.reshape(-1))[0])
+    return (f"{name}: {int((~ok).sum())}/{ok.size} differ, first at flat {i}: "
+            f"{got.reshape(-1)[i]!r} vs {want.reshape(-1)[i]!r}")

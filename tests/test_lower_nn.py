@@ -1,0 +1,299 @@
+"""The float neural-network kernels (aot/lower/nn.py) compiled and run
+against the reference interpreter: single-op graphs over a spread of
+geometries (all compiled in one C file per group), the NCHW forms, the
+region splitter's invariants, and the float models end to end."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import aot
+from aot.errors import UnsupportedError
+from aot.frontend.onnx import import_onnx
+from aot.ir.graph import Graph, Node, type_of
+from aot.lower import lower_graph
+from aot.lower.nn import axis_runs, window_regions
+from aot.lower.testing import build_and_run, build_and_run_many, host_target
+from aot.ops.nn import Window
+from aot.passes.fold import fold_constants
+from aot.passes.fuse import fuse
+from aot.passes.infer import infer_types
+from aot.testing import assert_close
+
+from conftest import MODELS
+
+RTOL = ATOL = 1e-4
+CODEGENS = ["c"]
+
+
+def _rnd(*shape, seed=0):
+    return np.random.default_rng(seed + 7 * len(shape) + sum(shape)).standard_normal(
+        shape).astype(np.float32)
+
+
+def onnx_graph(op, x_shape, consts, attrs, inputs=None):
+    """One ONNX node on input x (+ constants, "" for an absent input),
+    imported and optimized (NHWC, fused) as a model would be."""
+    names = list(inputs or consts)
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)]
+    inits = [numpy_helper.from_array(v, k) for k, v in consts.items()]
+    node = helper.make_node(op, ["x"] + names, ["y"], **attrs)
+    g = helper.make_graph([node], op, ins, [helper.make_empty_tensor_value_info("y")], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    return aot.optimize(infer_types(import_onnx(model.SerializeToString(), name=op)))
+
+
+def nchw_graph(op, x_shape, consts, attrs):
+    """One node kept channel-first (no layout pass): the NCHW kernels."""
+    types = {"x": type_of(np.zeros(x_shape, np.float32))}
+    types.update({k: type_of(v) for k, v in consts.items()})
+    attrs = {k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()}
+    node = Node(op, "n0", ("x",) + tuple(consts), ("y",), attrs)
+    g = Graph(op, ("x",), ("y",), (node,), types, dict(consts))
+    return fuse(fold_constants(infer_types(g)))
+
+
+def check_many(graphs, codegen):
+    """Compile every graph's kernels in one library; compare to interpret."""
+    cases = [(g, {"x": _rnd(*g.types["x"].shape, seed=i)}) for i, g in enumerate(graphs)]
+    got = build_and_run_many(cases, codegen)
+    for (g, ins), out in zip(cases, got):
+        want = aot.interpret(g, ins)
+        for name in g.outputs:
+            assert_close(f"{g.name}:{name}", out[name], want[name], RTOL, ATOL)
+
+
+# ------------------------------------------------------------------------ Conv
+
+CONVS = [
+    # (x NCHW shape, weight shape [O, I/g, k...], attrs)
+    ((1, 8, 5, 5), (16, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                 # whole vectors
+    ((1, 8, 5, 5), (20, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                 # 8+8+4 remainder
+    ((1, 3, 9, 8), (13, 3, 3, 3), dict(pads=[1, 0, 2, 1], strides=[2, 2])),  # first layer, odd OC
+    ((1, 16, 4, 4), (40, 16, 1, 1), {}),                                    # 1x1, tile + remainder
+    ((2, 7, 6, 5), (3, 7, 1, 1), dict(strides=[2, 1])),                    # scalar channels
+    ((1, 12, 6, 6), (12, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=12)),      # depthwise
+    ((1, 19, 7, 7), (19, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=19, strides=[2, 2])),
+    ((1, 6, 6, 6), (12, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=6)),        # multiplier 2
+    ((2, 8, 9, 9), (8, 4, 3, 3), dict(pads=[2, 2, 2, 2], group=2, dilations=[2, 2])),
+    ((1, 4, 9, 9), (5, 4, 7, 7), dict(pads=[3, 3, 3, 3])),                  # guarded borders
+    ((1, 4, 6, 6), (9, 4, 3, 3), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
+    ((1, 4, 6, 6), (9, 4, 2, 2), dict(auto_pad="SAME_LOWER")),
+    ((1, 4, 3, 3), (8, 4, 3, 3), dict(pads=[4, 4, 4, 4])),                  # taps all outside
+    ((1, 4, 10), (5, 4, 3), dict(pads=[1, 1], dilations=[2])),             # 1-D
+    ((1, 3, 4, 5, 5), (8, 3, 3, 3, 3), dict(pads=[1, 1, 1, 1, 1, 1])),     # 3-D
+]
+
+
+def _conv_consts(w_shape, i, bias=True):
+    consts = {"w": _rnd(*w_shape, seed=i)}
+    if bias:
+        consts["b"] = _rnd(w_shape[0], seed=i + 100)
+    return consts
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_conv_geometries(codegen):
+    graphs = [onnx_graph("Conv", x, _conv_consts(w, i, bias=i % 3 != 1), a)
+              for i, (x, w, a) in enumerate(CONVS)]
+    check_many(graphs, codegen)
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_conv_nchw(codegen):
+    graphs = [nchw_graph("Conv", x, _conv_consts(w, i), a)
+              for i, (x, w, a) in enumerate(CONVS[:10])]
+    check_many(graphs, codegen)
+
+
+def test_conv_is_vectorized_over_output_channels():
+    """An NHWC conv with 16 output channels on AVX2 is 8-lane vector code:
+    its stores are vectors, its weights a repacked parameter."""
+    from aot.ir.tir import Store, dtype_of, walk_stmt
+    g = onnx_graph("Conv", (1, 8, 5, 5), _conv_consts((16, 8, 3, 3), 0), dict(pads=[1, 1, 1, 1]))
+    (k,) = [k for k in lower_graph(g, host_target()) if k.node.attrs["body"].nodes[0].op == "Conv"]
+    lanes = {dtype_of(s.value).lanes for s in walk_stmt(k.func.body) if isinstance(s, Store)}
+    assert lanes == {host_target().lanes(32)}
+    assert any(a.kind == "param" and a.array.shape == (1, 3, 3, 8, 16) for a in k.args)
+
+
+def test_conv_runtime_weight_is_unsupported():
+    types = {"x": type_of(np.zeros((1, 5, 5, 4), np.float32)),
+             "w": type_of(np.zeros((8, 3, 3, 4), np.float32))}
+    node = Node("Conv", "c", ("x", "w"), ("y",), {"layout": "NHWC"})
+    g = fuse(infer_types(Graph("g", ("x", "w"), ("y",), (node,), types, {})))
+    with pytest.raises(UnsupportedError, match="weight computed at run time"):
+        lower_graph(g, host_target())
+
+
+# --------------------------------------------------------------------- pooling
+
+POOLS = [
+    ("MaxPool", (1, 5, 7, 7), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("MaxPool", (1, 9, 7, 7), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    ("MaxPool", (1, 16, 8, 8), dict(kernel_shape=[2, 2], strides=[2, 2])),
+    ("MaxPool", (1, 3, 9, 9), dict(kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 1, 2, 1])),
+    ("AveragePool", (1, 9, 7, 7), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                                       ceil_mode=1)),
+    ("AveragePool", (1, 9, 7, 7), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                                       ceil_mode=1, count_include_pad=1)),
+    ("AveragePool", (1, 12, 10, 10), dict(kernel_shape=[7, 7], pads=[3, 3, 3, 3],
+                                          count_include_pad=1)),          # guarded + table
+    ("AveragePool", (2, 8, 10), dict(kernel_shape=[4], strides=[3], pads=[1, 2])),
+    ("LpPool", (1, 9, 6, 6), dict(kernel_shape=[2, 2], p=2)),
+    ("LpPool", (1, 9, 6, 6), dict(kernel_shape=[3, 3], p=3, pads=[1, 1, 1, 1])),
+    ("LpPool", (1, 4, 6, 6), dict(kernel_shape=[2, 2], p=1, strides=[2, 2])),
+]
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_pool_geometries(codegen):
+    check_many([onnx_graph(op, x, {}, a) for op, x, a in POOLS], codegen)
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_pool_nchw(codegen):
+    check_many([nchw_graph(op, x, {}, a) for op, x, a in POOLS], codegen)
+
+
+def test_maxpool_indices_are_unsupported():
+    types = {"x": type_of(np.zeros((1, 2, 4, 4), np.float32))}
+    node = Node("MaxPool", "p", ("x",), ("y", "i"), {"kernel_shape": (2, 2)})
+    g = fuse(infer_types(Graph("g", ("x",), ("y", "i"), (node,), types, {})))
+    with pytest.raises(UnsupportedError, match="Indices"):
+        lower_graph(g, host_target())
+
+
+# ---------------------------------------------------------------- Gemm, MatMul
+
+DENSE = [
+    ("Gemm", (3, 10), {"b": (10, 13), "c": (13,)}, dict(alpha=0.5, beta=2.0)),
+    ("Gemm", (3, 10), {"b": (13, 10), "c": (3, 1)}, dict(transB=1)),
+    ("Gemm", (10, 3), {"b": (13, 10)}, dict(transB=1, transA=1)),
+    ("Gemm", (1, 64), {"b": (40, 64), "c": (1, 40)}, dict(transB=1)),
+    ("Gemm", (2, 5), {"b": (5, 1), "c": (2, 1)}, dict(beta=0.0)),
+    ("MatMul", (2, 3, 10), {"b": (10, 20)}, {}),
+    ("MatMul", (10,), {"b": (4, 10, 20)}, {}),
+    ("MatMul", (4, 3, 10), {"b": (10,)}, {}),
+    ("MatMul", (2, 1, 3, 6), {"b": (5, 6, 9)}, {}),
+]
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_dense(codegen):
+    graphs = [onnx_graph(op, x, {k: _rnd(*s, seed=i) for k, s in c.items()}, a)
+              for i, (op, x, c, a) in enumerate(DENSE)]
+    check_many(graphs, codegen)
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_matmul_of_two_activations(codegen):
+    types = {"x": type_of(np.zeros((2, 3, 7), np.float32)),
+             "z": type_of(np.zeros((2, 7, 12), np.float32))}
+    node = Node("MatMul", "m", ("x", "z"), ("y",), {})
+    g = aot.optimize(Graph("g", ("x", "z"), ("y",), (node,), types, {}))
+    ins = {"x": _rnd(2, 3, 7), "z": _rnd(2, 7, 12, seed=1)}
+    assert_close("y", build_and_run(g, ins, codegen)["y"], aot.interpret(g, ins)["y"],
+                 RTOL, ATOL)
+
+
+# ------------------------------------------------- ConvTranspose, BN, Resize
+
+CONV_T = [
+    ((1, 8, 4, 5), (8, 12, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])),
+    ((2, 6, 4, 5), (6, 5, 3, 2), dict(strides=[2, 1], group=2, dilations=[2, 1], pads=[0, 1, 2, 0])),
+    ((1, 4, 3, 3), (4, 3, 3, 3), dict(strides=[3, 3], output_shape=[10, 11])),
+    ((1, 4, 5), (4, 9, 4), dict(strides=[2], auto_pad="SAME_UPPER")),
+]
+
+
+def _convt_consts(w_shape, group, i, bias=True):
+    consts = {"w": _rnd(*w_shape, seed=i)}
+    if bias:
+        consts["b"] = _rnd(w_shape[1] * group, seed=i + 100)
+    return consts
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_conv_transpose(codegen):
+    graphs = [maker("ConvTranspose", x, _convt_consts(w, a.get("group", 1), i, bias=i != 2), a)
+              for maker in (onnx_graph, nchw_graph) for i, (x, w, a) in enumerate(CONV_T)]
+    check_many(graphs, codegen)
+
+
+def _bn_consts(c):
+    return {"s": _rnd(c), "b": _rnd(c, seed=1), "m": _rnd(c, seed=2),
+            "v": np.abs(_rnd(c, seed=3)) + 0.1}
+
+
+SCALES = np.array([1, 1, 2, 1.5], np.float32)
+RESIZES = [
+    # (input names after x, "" for absent; constants; attributes)
+    (["", "sc"], {"sc": SCALES}, dict(mode=m, coordinate_transformation_mode=ctm, **extra))
+    for m, extra in (("nearest", dict(nearest_mode="round_prefer_ceil")), ("nearest", {}),
+                     ("linear", {}), ("cubic", {}))
+    for ctm in ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel")
+] + [
+    (["", "", "sz"], {"sz": np.array([1, 3, 3, 5], np.int64)}, dict(mode="linear", antialias=1)),
+    (["roi", "sc"], {"roi": np.array([0, 0, 0.2, 0.1, 1, 1, 0.9, 1.2], np.float32),
+                     "sc": SCALES},
+     dict(mode="linear", coordinate_transformation_mode="tf_crop_and_resize",
+          extrapolation_value=3.0)),
+]
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_batchnorm_and_resize(codegen):
+    graphs = [onnx_graph("BatchNormalization", (2, 6, 4, 5), _bn_consts(6), dict(epsilon=1e-3)),
+              onnx_graph("BatchNormalization", (1, 19, 3, 3), _bn_consts(19), {}),
+              nchw_graph("BatchNormalization", (2, 6, 4, 5), _bn_consts(6), {})]
+    graphs += [onnx_graph("Resize", (1, 3, 4, 5), c, a, inputs=names) for names, c, a in RESIZES]
+    graphs.append(onnx_graph("Resize", (1, 16, 3, 3), {"sc": np.array([1, 1, 2, 2], np.float32)},
+                             dict(mode="nearest"), inputs=["", "sc"]))
+    check_many(graphs, codegen)
+
+
+# -------------------------------------------------------------- region splitter
+
+@pytest.mark.parametrize("n_in,k,s,d,p", [(7, 3, 2, 1, 1), (9, 7, 1, 1, 3), (5, 3, 1, 2, 2),
+                                          (3, 3, 1, 1, 4), (10, 4, 3, 1, 1), (6, 2, 2, 3, 0)])
+def test_axis_runs_cover_exactly_the_in_image_taps(n_in, k, s, d, p):
+    extent = (k - 1) * d + 1
+    n_out = (n_in + 2 * p - extent) // s + 1
+    runs = axis_runs(n_out, n_in, k, s, d, p)
+    assert [o for r in runs for o in range(r.start, r.start + r.count)] == list(range(n_out))
+    for r in runs:
+        for o in range(r.start, r.start + r.count):
+            inside = [t for t in range(k) if 0 <= o * s - p + t * d < n_in]
+            assert inside == list(range(r.lo, r.hi))
+
+
+def test_many_regions_fall_back_to_guarded_taps():
+    win = Window((9, 9), (1, 1), (1, 1), (4, 4), (4, 4), (12, 12))
+    regions = window_regions(win, (12, 12))
+    assert len(regions) <= 36
+    assert any(r.guarded for runs in regions for r in runs)
+
+
+# ----------------------------------------------------------------- real models
+
+FLOAT_MODELS = ["onnx_mnist8.onnx", "onnx_mlir_mnist.onnx", "mlperf_ad_fcae_f32.tflite",
+                "mlperf_ic_resnet8_f32.tflite", "mlperf_kws_dscnn_f32.tflite",
+                "mlperf_vww_mbv1_f32.tflite", "tflm_hello_world_f32.tflite",
+                "onnx_ultraface_rfb320.onnx"]
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+@pytest.mark.parametrize("name", FLOAT_MODELS)
+def test_float_model(name, codegen, record_property):
+    g = aot.optimize(aot.load(MODELS / name))
+    x = np.load(MODELS / (name.rsplit(".", 1)[0] + ".input.npy"))
+    ins = {g.inputs[0]: x}
+    got = build_and_run(g, ins, codegen)
+    want = aot.interpret(g, ins)
+    worst = 0.0
+    for k in g.outputs:
+        assert_close(k, got[k], want[k], RTOL, ATOL)
+        worst = max(worst, float(np.max(np.abs(got[k] - want[k]))))
+    record_property("summary", f"lower/nn {codegen} {name}: max |diff| vs interpreter {worst:.1e}")

@@ -1,0 +1,415 @@
+"""PrimFuncs -> LLVM IR -> a relocatable object (llvmlite).
+
+Same symbols and C ABI as the C backend (aot/codegen/c.py): one function
+`void <prefix>_<name>(ptr noalias, ...)` per PrimFunc. The semantics follow
+the C the other backend prints, so both agree bit for bit on integer
+kernels: `/` and `%` truncate (sdiv/srem), `>>` on signed is ashr, min/max
+are compare + select (C's `a < b ? a : b`, not llvm.minnum), float -> int
+casts truncate (fptosi), a bool is i1 in registers and a byte in memory.
+
+Locals and loop variables live in allocas of the entry block; the O3
+pipeline (mem2reg/SROA first) turns them into registers and phis.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Sequence
+
+from llvmlite import binding as llvm
+from llvmlite import ir
+
+from aot.codegen.intrinsics import Helper, LibmFn, check_call
+from aot.codegen.names import symbol_names
+from aot.errors import UnsupportedError
+from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, BufferKind, Call, Cast, Comment, Const,
+                        Decl, DType, Expr, For, If, Load, PrimFunc, Select, Seq, Stmt, Store,
+                        Unary, Var, dtype_of)
+from aot.targets import Target
+
+_FLOAT_OPS = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv", "%": "frem"}
+_INT_OPS = {"+": "add", "-": "sub", "*": "mul", "&": "and_", "|": "or_", "^": "xor", "<<": "shl",
+            "and": "and_", "or": "or_"}
+_SIGNED_OPS = {"/": ("sdiv", "udiv"), "%": ("srem", "urem"), ">>": ("ashr", "lshr")}
+_COMPARE = {"<", "<=", ">", ">=", "==", "!="}
+
+
+def _scalar_type(scalar: str) -> ir.Type:
+    if scalar == "float32":
+        return ir.FloatType()
+    if scalar == "float64":
+        return ir.DoubleType()
+    if scalar == "bool":
+        return ir.IntType(1)
+    return ir.IntType(DType(scalar).bits)
+
+
+def ir_type(d: DType) -> ir.Type:
+    t = _scalar_type(d.scalar)
+    return t if d.lanes == 1 else ir.VectorType(t, d.lanes)
+
+
+def _mem_type(d: DType) -> ir.Type:
+    """How a value of d sits in memory: bools are bytes."""
+    t = ir.IntType(8) if d.scalar == "bool" else _scalar_type(d.scalar)
+    return t if d.lanes == 1 else ir.VectorType(t, d.lanes)
+
+
+def _elem_align(scalar: str) -> int:
+    return 1 if scalar == "bool" else DType(scalar).bits // 8
+
+
+def _suffix(d: DType) -> str:
+    """LLVM intrinsic overload suffix: f32, f64, v8f32."""
+    base = "f32" if d.scalar == "float32" else "f64"
+    return base if d.lanes == 1 else f"v{d.lanes}{base}"
+
+
+def _const(value, d: DType) -> ir.Constant:
+    t = _scalar_type(d.scalar)
+    if d.is_float:
+        v = float(value)
+        if d.scalar == "float32":
+            import numpy as np
+            v = float(np.float32(v))
+        return ir.Constant(t, v)
+    if d.scalar == "bool":
+        return ir.Constant(t, int(bool(value)))
+    return ir.Constant(t, int(value) % (1 << d.bits))
+
+
+class _FuncBuilder:
+    def __init__(self, module: ir.Module, func: PrimFunc, symbol: str):
+        self.module = module
+        self.func = func
+        if len(set(func.params)) != len(func.params):
+            raise self.error("the same buffer is passed twice")
+        fnty = ir.FunctionType(ir.VoidType(), [ir.PointerType() for _ in func.params])
+        self.fn = ir.Function(module, fnty, name=symbol)
+        self.fn.attributes.add("nounwind")
+        self.buffers: dict[Buffer, ir.Value] = {}
+        for arg, buf in zip(self.fn.args, func.params):
+            if buf.dtype.lanes != 1:
+                raise self.error(f"buffer {buf.name} has vector type {buf.dtype}")
+            arg.name = buf.name
+            arg.add_attribute("noalias")
+            self.buffers[buf] = arg
+        entry = self.fn.append_basic_block("entry")
+        self.alloca_builder = ir.IRBuilder(entry)
+        body = self.fn.append_basic_block("body")
+        self.b = ir.IRBuilder(body)
+        self.slots: dict[Var, ir.Value] = {}     # Decl'd locals and loop variables
+        self.values: dict[Var, ir.Value] = {}    # helper parameters and lets
+
+    def error(self, what: str) -> UnsupportedError:
+        return UnsupportedError(f"LLVM codegen, function {self.func.name}: {what}")
+
+    def build(self):
+        self.stmt(self.func.body)
+        self.b.ret_void()
+        self.alloca_builder.branch(self.fn.basic_blocks[1])
+
+    # ------------------------------------------------------------ statements
+    def slot(self, var: Var) -> ir.Value:
+        if var not in self.slots:
+            self.slots[var] = self.alloca_builder.alloca(ir_type(var.dtype), name=var.name)
+        return self.slots[var]
+
+    def stmt(self, s: Stmt):
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                self.stmt(x)
+        elif isinstance(s, Store):
+            self.store(s)
+        elif isinstance(s, (Decl, Assign)):
+            value = s.init if isinstance(s, Decl) else s.value
+            if dtype_of(value) != s.var.dtype:
+                raise self.error(f"{s.var.name} of type {s.var.dtype} given a {dtype_of(value)}")
+            if isinstance(s, Assign) and s.var not in self.slots:
+                raise self.error(f"assignment to undeclared variable {s.var.name}")
+            self.b.store(self.value(value), self.slot(s.var))
+        elif isinstance(s, For):
+            self.loop(s)
+        elif isinstance(s, If):
+            self.branch(s)
+        elif not isinstance(s, Comment):
+            raise self.error(f"not a TIR statement: {s!r}")
+
+    def address(self, buf: Buffer, index: Expr) -> ir.Value:
+        if buf not in self.buffers:
+            raise self.error(f"buffer {buf.name} is used but not a parameter")
+        idx = self.value(index)
+        return self.b.gep(self.buffers[buf], [idx], inbounds=True,
+                          source_etype=_mem_type(buf.dtype))
+
+    def store(self, s: Store):
+        d = dtype_of(s.value)
+        if d.scalar != s.buffer.dtype.scalar:
+            raise self.error(f"storing {d} into {s.buffer.name} of {s.buffer.dtype}")
+        value = self.value(s.value)
+        if d.scalar == "bool":
+            value = self.b.zext(value, _mem_type(d))
+        self.b.store(value, self.address(s.buffer, s.index), align=_elem_align(d.scalar))
+
+    def loop(self, s: For):
+        if s.step <= 0:
+            raise self.error(f"loop {s.var.name} with step {s.step}")
+        d = s.var.dtype
+        if d.lanes != 1 or d.is_float:
+            raise self.error(f"loop variable {s.var.name} of type {d}")
+        slot = self.slot(s.var)
+        self.b.store(_const(s.start, d), slot)
+        head = self.fn.append_basic_block(f"{s.var.name}.head")
+        body = self.fn.append_basic_block(f"{s.var.name}.body")
+        done = self.fn.append_basic_block(f"{s.var.name}.done")
+        self.b.branch(head)
+        self.b.position_at_end(head)
+        i = self.b.load(slot, typ=ir_type(d))
+        cmp = self.b.icmp_unsigned if d.scalar.startswith("u") else self.b.icmp_signed
+        self.b.cbranch(cmp("<", i, _const(s.start + s.extent, d)), body, done)
+        self.b.position_at_end(body)
+        self.stmt(s.body)
+        i = self.b.load(slot, typ=ir_type(d))
+        self.b.store(self.b.add(i, _const(s.step, d)), slot)
+        self.b.branch(head)
+        self.b.position_at_end(done)
+
+    def branch(self, s: If):
+        if dtype_of(s.cond) != DType("bool"):
+            raise self.error(f"If on a {dtype_of(s.cond)} condition")
+        cond = self.value(s.cond)
+        then = self.fn.append_basic_block("then")
+        merge = self.fn.append_basic_block("endif")
+        other = self.fn.append_basic_block("else") if s.orelse is not None else merge
+        self.b.cbranch(cond, then, other)
+        self.b.position_at_end(then)
+        self.stmt(s.then)
+        self.b.branch(merge)
+        if s.orelse is not None:
+            self.b.position_at_end(other)
+            self.stmt(s.orelse)
+            self.b.branch(merge)
+        self.b.position_at_end(merge)
+
+    # ----------------------------------------------------------- expressions
+    def value(self, e: Expr) -> ir.Value:
+        method = getattr(self, "_" + type(e).__name__.lower(), None)
+        if method is None:
+            raise self.error(f"not a TIR expression: {e!r}")
+        return method(e)
+
+    def _var(self, e: Var):
+        if e in self.values:
+            return self.values[e]
+        if e not in self.slots:
+            raise self.error(f"variable {e.name} ({e.dtype}) is used but never declared")
+        return self.b.load(self.slots[e], typ=ir_type(e.dtype), name=e.name)
+
+    def _const(self, e: Const):
+        if e.dtype.lanes != 1:
+            raise self.error(f"vector constant {e}: use Broadcast")
+        return _const(e.value, e.dtype)
+
+    def _load(self, e: Load):
+        d = e.buffer.dtype.with_lanes(e.lanes)
+        v = self.b.load(self.address(e.buffer, e.index), typ=_mem_type(d),
+                        align=_elem_align(d.scalar))
+        if d.scalar == "bool":
+            v = self.b.icmp_unsigned("!=", v, ir.Constant(v.type, None))
+        return v
+
+    def _broadcast(self, e: Broadcast):
+        d = dtype_of(e)
+        scalar = self.value(e.value)
+        vt = ir_type(d)
+        one = self.b.insert_element(ir.Constant(vt, ir.Undefined), scalar, ir.Constant(ir.IntType(32), 0))
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), d.lanes), [0] * d.lanes)
+        return self.b.shuffle_vector(one, ir.Constant(vt, ir.Undefined), mask)
+
+    def _bin(self, e: Bin):
+        da, db = dtype_of(e.a), dtype_of(e.b)
+        if da.lanes != db.lanes or (da != db and e.op not in ("<<", ">>")):
+            raise self.error(f"operands of '{e.op}' have types {da} and {db}")
+        if e.op in ("and", "or") and da.scalar != "bool":
+            raise self.error(f"'{e.op}' on {da}: logical ops take bool")
+        a, b = self.value(e.a), self.value(e.b)
+        if da != db:
+            b = self.convert(b, db, da)
+        if e.op in ("min", "max"):
+            less = self.compare("<" if e.op == "min" else ">", a, b, da)
+            return self.b.select(less, a, b)
+        if e.op in _COMPARE:
+            return self.compare(e.op, a, b, da)
+        if da.is_float:
+            if e.op not in _FLOAT_OPS:
+                raise self.error(f"'{e.op}' on {da}")
+            return getattr(self.b, _FLOAT_OPS[e.op])(a, b)
+        if e.op in _SIGNED_OPS:
+            signed, unsigned = _SIGNED_OPS[e.op]
+            return getattr(self.b, unsigned if _unsigned(da) else signed)(a, b)
+        if e.op in _INT_OPS:
+            return getattr(self.b, _INT_OPS[e.op])(a, b)
+        raise self.error(f"unknown binary op '{e.op}'")
+
+    def compare(self, op: str, a, b, d: DType):
+        if d.is_float:
+            # C: every comparison with a NaN is false, except != which is true.
+            if op == "!=":
+                return self.b.fcmp_unordered(op, a, b)
+            return self.b.fcmp_ordered(op, a, b)
+        if _unsigned(d):
+            return self.b.icmp_unsigned(op, a, b)
+        return self.b.icmp_signed(op, a, b)
+
+    def _unary(self, e: Unary):
+        d = dtype_of(e.a)
+        a = self.value(e.a)
+        if e.op in ("neg", "-"):
+            return self.b.fneg(a) if d.is_float else self.b.neg(a)
+        if e.op in ("not", "!"):
+            if d.scalar == "bool":
+                return self.b.not_(a)
+            return self.compare("==", a, ir.Constant(a.type, None), d)
+        if e.op in ("bitnot", "~"):
+            return self.b.not_(a)
+        if e.op == "abs":
+            if d.is_float:
+                return self.intrinsic("llvm.fabs", d, [a])
+            negative = self.compare("<", a, ir.Constant(a.type, None), d)
+            return self.b.select(negative, self.b.neg(a), a)
+        raise self.error(f"unknown unary op '{e.op}'")
+
+    def _cast(self, e: Cast):
+        src, dst = dtype_of(e.a), e.dtype
+        if src.lanes != dst.lanes:
+            raise self.error(f"cast {src} -> {dst} changes the lane count")
+        return self.convert(self.value(e.a), src, dst)
+
+    def convert(self, v, src: DType, dst: DType):
+        """C's conversion from src to dst (same lanes)."""
+        if src.scalar == dst.scalar:
+            return v
+        to = ir_type(dst)
+        if dst.scalar == "bool":
+            zero = ir.Constant(v.type, None)
+            return (self.b.fcmp_unordered("!=", v, zero) if src.is_float
+                    else self.b.icmp_unsigned("!=", v, zero))
+        if src.is_float and dst.is_float:
+            return (self.b.fpext if dst.bits > src.bits else self.b.fptrunc)(v, to)
+        if src.is_float:
+            return (self.b.fptoui if _unsigned(dst) else self.b.fptosi)(v, to)
+        unsigned_src = _unsigned(src) or src.scalar == "bool"
+        if dst.is_float:
+            return (self.b.uitofp if unsigned_src else self.b.sitofp)(v, to)
+        if dst.bits < src.bits:
+            return self.b.trunc(v, to)
+        if dst.bits > src.bits or src.scalar == "bool":
+            return (self.b.zext if unsigned_src else self.b.sext)(v, to)
+        return v    # same width, other signedness: the same bits
+
+    def _select(self, e: Select):
+        dc, da, db = dtype_of(e.cond), dtype_of(e.a), dtype_of(e.b)
+        if da != db or dc.lanes != da.lanes or dc.scalar != "bool":
+            raise self.error(f"Select({dc}, {da}, {db}): needs bool condition, equal branches")
+        return self.b.select(self.value(e.cond), self.value(e.a), self.value(e.b))
+
+    def _call(self, e: Call):
+        fn = check_call(e.fn, e.args, e.dtype)
+        args = [self.value(a) for a in e.args]
+        if isinstance(fn, LibmFn) and fn.llvm:
+            return self.intrinsic(fn.llvm, e.dtype, args)
+        if e.dtype.lanes == 1:
+            return self.scalar_call(fn, e, args)
+        # No vector form: lane by lane (the SLP vectorizer may regroup them).
+        out = ir.Constant(ir_type(e.dtype), ir.Undefined)
+        for k in range(e.dtype.lanes):
+            lane = ir.Constant(ir.IntType(32), k)
+            scalars = [self.b.extract_element(a, lane) if dtype_of(x).lanes > 1 else a
+                       for a, x in zip(args, e.args)]
+            out = self.b.insert_element(out, self.scalar_call(fn, e, scalars), lane)
+        return out
+
+    def scalar_call(self, fn, e: Call, args):
+        if isinstance(fn, Helper):
+            return self.expand(fn, args)
+        scalar = e.dtype.with_lanes(1)
+        t = ir_type(scalar)
+        callee = self.module.globals.get(fn.c_name)
+        if callee is None:
+            callee = ir.Function(self.module, ir.FunctionType(t, [t] * fn.arity), fn.c_name)
+        return self.b.call(callee, args)
+
+    def expand(self, h: Helper, args):
+        """A runtime helper inline: its parameters and lets bound to values."""
+        saved = self.values
+        self.values = dict(zip(h.params, args))
+        try:
+            for var, value in h.lets:
+                self.values[var] = self.value(value)
+            return self.value(h.result)
+        finally:
+            self.values = saved
+
+    def intrinsic(self, name: str, d: DType, args):
+        full = f"{name}.{_suffix(d)}"
+        callee = self.module.globals.get(full)
+        if callee is None:
+            t = ir_type(d)
+            callee = ir.Function(self.module, ir.FunctionType(t, [t] * len(args)), full)
+        return self.b.call(callee, args)
+
+
+def _unsigned(d: DType) -> bool:
+    return d.scalar.startswith("u")
+
+
+# --------------------------------------------------------------------- driving LLVM
+
+@lru_cache(maxsize=None)
+def _llvm_ready() -> bool:
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    return True
+
+
+def target_machine(target: Target) -> llvm.TargetMachine:
+    _llvm_ready()
+    tgt = llvm.Target.from_triple(target.triple)
+    return tgt.create_target_machine(cpu=target.cpu, features=target.features, opt=3,
+                                     reloc="pic", codemodel="default")
+
+
+def build_module(funcs: Sequence[PrimFunc], prefix: str, target: Target) -> ir.Module:
+    module = ir.Module(name=prefix)
+    module.triple = target.triple
+    if len({f.name for f in funcs}) != len(funcs):
+        raise UnsupportedError("two PrimFuncs share a name")
+    symbols = symbol_names([f.name for f in funcs], prefix)
+    for f in funcs:
+        _FuncBuilder(module, f, symbols[f.name]).build()
+    return module
+
+
+def _optimized(funcs, prefix: str, target: Target):
+    tm = target_machine(target)
+    module = build_module(funcs, prefix, target)
+    module.data_layout = str(tm.target_data)
+    mod = llvm.parse_assembly(str(module))
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return tm, mod
+
+
+def emit_llvm_ir(funcs: Sequence[PrimFunc], prefix: str, target: Target,
+                 optimize: bool = False) -> str:
+    """The module as LLVM assembly (before optimization unless asked)."""
+    if optimize:
+        return str(_optimized(funcs, prefix, target)[1])
+    return str(build_module(funcs, prefix, target))
+
+
+def emit_object(funcs: Sequence[PrimFunc], prefix: str, target: Target) -> bytes:
+    """An ELF relocatable object defining `<prefix>_<name>` per PrimFunc."""
+    tm, mod = _optimized(funcs, prefix, target)
+    return tm.emit_object(mod)

@@ -1,0 +1,532 @@
+"""Code generation: hand-built PrimFuncs printed as C (gcc and clang) and
+compiled by LLVM, called through ctypes on numpy buffers, checked against
+numpy. All kernels of a backend go into one shared library (one compile)."""
+from __future__ import annotations
+
+import ctypes
+import math
+import re
+import subprocess
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from aot.codegen import c_comment, c_identifier, c_string, emit_c
+from aot.codegen.llvm import emit_llvm_ir, emit_object
+from aot.ir.tir import (FLOAT32, INT32, INT64, Assign, Bin, Broadcast, Buffer, BufferKind, Call,
+                        Cast, Comment, Const, Decl, DType, For, ForKind, If, Load, PrimFunc,
+                        Select, Store, Unary, Var, flat_index, seq)
+from aot.targets import get_target
+
+CFLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-O1", "-march=x86-64-v3", "-fPIC"]
+I8, U8, U32, F64 = DType("int8"), DType("uint8"), DType("uint32"), DType("float64")
+OUT, PARAM = BufferKind.OUTPUT, BufferKind.PARAM
+rng = np.random.default_rng(7)
+
+
+@dataclass
+class Case:
+    func: PrimFunc
+    inputs: dict[str, np.ndarray]
+    expect: Callable[[dict], dict]     # inputs -> expected outputs, by buffer name
+    exact: bool = True                 # bit-exact (ints, constants) or float tolerance
+
+
+def c32(v):
+    return Const(v, INT32)
+
+
+def f32(v):
+    return Const(v, FLOAT32)
+
+
+def vec(d: DType, lanes: int) -> DType:
+    return d.with_lanes(lanes)
+
+
+# ------------------------------------------------------------ reference math
+
+def srdhm(a: int, b: int) -> int:
+    if a == b == -2**31:
+        return 2**31 - 1
+    return (a * b + 2**30) >> 31
+
+
+def rdbpot(x: int, e: int) -> int:
+    if e == 0:
+        return x
+    q = (abs(x) + (1 << (e - 1))) >> e
+    return q if x >= 0 else -q
+
+
+def satshl(x: int, k: int) -> int:
+    t = 2**(31 - k) - 1
+    return 2**31 - 1 if x > t else -2**31 if x < -t else x << k
+
+
+def tdiv(a: int, b: int) -> int:
+    """C's integer division: truncation toward zero."""
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+def wrap32(v: int) -> int:
+    return (v + 2**31) % 2**32 - 2**31
+
+
+def mbqm(x: int, m: int, e: int) -> int:
+    return rdbpot(srdhm(wrap32(x * (1 << max(e, 0))), m), max(-e, 0))
+
+
+# ------------------------------------------------------------------- kernels
+
+def gemm_epilogue() -> Case:
+    M, K, N = 5, 7, 6
+    A = Buffer("A", FLOAT32, (M, K))
+    B = Buffer("B", FLOAT32, (K, N), PARAM)
+    bias = Buffer("bias", FLOAT32, (N,), PARAM)
+    C = Buffer("C", FLOAT32, (M, N), OUT)
+    i, j, k, acc = Var("i"), Var("j"), Var("k"), Var("acc", FLOAT32)
+    body = For(i, M, For(j, N, seq(
+        Decl(acc, f32(0.0)),
+        For(k, K, Assign(acc, Bin("+", acc, Bin("*", Load(A, flat_index((i, k), (M, K))),
+                                                 Load(B, flat_index((k, j), (K, N))))))),
+        Store(C, flat_index((i, j), (M, N)),
+              Call("tanhf", (Bin("max", Bin("+", acc, Load(bias, j)), f32(0.0)),), FLOAT32)))))
+    func = PrimFunc("gemm_bias_relu_tanh", (A, B, bias, C), body, ("MatMul", "Add", "Relu"))
+    ins = {"A": rng.standard_normal((M, K)).astype("f4"),
+           "B": rng.standard_normal((K, N)).astype("f4"),
+           "bias": rng.standard_normal(N).astype("f4")}
+    return Case(func, ins, lambda d: {"C": np.tanh(np.maximum(d["A"] @ d["B"] + d["bias"], 0))},
+                exact=False)
+
+
+def vector_body() -> Case:
+    """A vectorized main loop (float and int lanes) plus a scalar tail."""
+    n, L = 19, 8
+    x = Buffer("x", FLOAT32, (n,))
+    y = Buffer("y", FLOAT32, (n,), OUT)
+    q = Buffer("q", INT32, (n,), OUT)
+    v, t = Var("v"), Var("t")
+    fv, iv = vec(FLOAT32, L), vec(INT32, L)
+
+    def value(idx, lanes):
+        xv = Load(x, idx, lanes)
+        zero = f32(0.0) if lanes == 1 else Broadcast(f32(0.0), lanes)
+        two = f32(2.0) if lanes == 1 else Broadcast(f32(2.0), lanes)
+        ty = FLOAT32 if lanes == 1 else fv
+        return Select(Bin("<", xv, zero), Call("expf", (xv,), ty),
+                      Bin("max", Bin("+", Bin("*", xv, two), Unary("neg", zero)), zero))
+
+    def ivalue(idx, lanes):
+        ti = INT32 if lanes == 1 else iv
+        xi = Cast(ti, Bin("*", Load(x, idx, lanes),
+                          f32(10.0) if lanes == 1 else Broadcast(f32(10.0), lanes)))
+        b = (lambda c: c32(c)) if lanes == 1 else (lambda c: Broadcast(c32(c), lanes))
+        return Bin("min", Bin("max", Bin("-", Bin("*", xi, b(3)), Bin(">>", xi, b(1))), b(-20)),
+                   Bin("+", Unary("abs", xi), b(5)))
+
+    body = seq(
+        Comment("main loop: 8 lanes"),
+        For(v, 16, seq(Store(y, v, value(v, L)), Store(q, v, ivalue(v, L))),
+            ForKind.VECTORIZED, 0, L),
+        Comment("tail"),
+        For(t, 3, seq(Store(y, t, value(t, 1)), Store(q, t, ivalue(t, 1))), start=16))
+    func = PrimFunc("vector_tail", (x, y, q), body)
+
+    def expect(d):
+        xv = d["x"]
+        xi = (xv * np.float32(10)).astype(np.int32)
+        return {"y": np.where(xv < 0, np.exp(xv), np.maximum(xv * 2, 0)).astype("f4"),
+                "q": np.minimum(np.maximum(xi * 3 - (xi >> 1), -20), np.abs(xi) + 5)}
+    return Case(func, {"x": (rng.standard_normal(n) * 3).astype("f4")}, expect, exact=False)
+
+
+EDGE32 = [-2**31, -2**31 + 1, -2**30, -65537, -3, -1, 0, 1, 2, 3, 65535, 2**30, 2**31 - 1]
+
+
+def fixed_point() -> Case:
+    """int8 dense with int64 accumulation check, requantized with the helpers."""
+    n = len(EDGE32)
+    a, b = np.array(EDGE32, "i4"), np.array(EDGE32[::-1], "i4")
+    e = np.arange(n, dtype="i4") * 31 // (n - 1)
+    k = np.clip(np.arange(n, dtype="i4") % 30 + 1, 1, 30).astype("i4")
+    A, Bb, E, Kk = (Buffer(nm, INT32, (n,)) for nm in ("a", "b", "e", "k"))
+    s1, s2, s3, s4 = (Buffer(nm, INT32, (n,), OUT) for nm in ("s_srdhm", "s_rdbpot", "s_satshl",
+                                                                "s_mbqm"))
+    wide = Buffer("wide", INT64, (n,), OUT)
+    i = Var("i")
+    acc = Var("acc", INT64)
+    la, lb = Load(A, i), Load(Bb, i)
+    elementwise = For(i, n, seq(
+        Store(s1, i, Call("aot_srdhm", (la, lb), INT32)),
+        Store(s2, i, Call("aot_rdbpot", (la, Load(E, i)), INT32)),
+        Store(s3, i, Call("aot_satshl", (la, Load(Kk, i)), INT32)),
+        Store(s4, i, Call("aot_mbqm", (Bin(">>", la, c32(8)), lb, Bin("-", Load(E, i), c32(20))),
+                          INT32)),
+        Decl(acc, Bin("*", Cast(INT64, la), Cast(INT64, lb))),
+        Assign(acc, Bin("+", acc, Bin("<<", Cast(INT64, Load(E, i)), Const(40, INT64)))),
+        Store(wide, i, Bin("/", acc, Const(-7, INT64)))))
+
+    # int8 dense + requantize + clamp
+    R, C = 4, 9
+    x = Buffer("x", I8, (C,))
+    w = Buffer("w", I8, (R, C), PARAM)
+    mult = Buffer("mult", INT32, (R,), PARAM)
+    shift = Buffer("shift", INT32, (R,), PARAM)
+    y = Buffer("y", I8, (R,), OUT)
+    r, c, s = Var("r"), Var("c"), Var("sum")
+    dense = For(r, R, seq(
+        Decl(s, c32(0)),
+        For(c, C, Assign(s, Bin("+", s, Bin("*", Bin("-", Cast(INT32, Load(x, c)), c32(-5)),
+                                             Cast(INT32, Load(w, flat_index((r, c), (R, C)))))))),
+        Store(y, r, Cast(I8, Bin("min", Bin("max", Bin("+", Call(
+            "aot_mbqm", (s, Load(mult, r), Load(shift, r)), INT32), c32(3)), c32(-128)),
+            c32(127))))), ForKind.UNROLLED)
+    func = PrimFunc("fixed_point", (A, Bb, E, Kk, x, w, mult, shift, s1, s2, s3, s4, wide, y),
+                    seq(elementwise, dense))
+    ins = {"a": a, "b": b, "e": e, "k": k,
+           "x": rng.integers(-128, 128, C).astype("i1"),
+           "w": rng.integers(-128, 128, (R, C)).astype("i1"),
+           "mult": rng.integers(2**30, 2**31 - 1, R).astype("i4"),
+           "shift": np.array([-9, -1, 0, 2], "i4")}
+
+    def expect(d):
+        ai, bi, ei, ki = (d[n_].tolist() for n_ in "abek")
+        acc_ = (d["x"].astype(np.int64) + 5) @ d["w"].astype(np.int64).T
+        return {
+            "s_srdhm": np.array([srdhm(p, q_) for p, q_ in zip(ai, bi)], "i4"),
+            "s_rdbpot": np.array([rdbpot(p, q_) for p, q_ in zip(ai, ei)], "i4"),
+            "s_satshl": np.array([satshl(p, q_) for p, q_ in zip(ai, ki)], "i4"),
+            "s_mbqm": np.array([mbqm(p >> 8, q_, ee - 20) for p, q_, ee in zip(ai, bi, ei)], "i4"),
+            "wide": np.array([tdiv(p * q_ + (ee << 40), -7) for p, q_, ee in zip(ai, bi, ei)],
+                             "i8"),
+            "y": np.array([np.clip(mbqm(int(v), int(m), int(sh)) + 3, -128, 127)
+                           for v, m, sh in zip(acc_, d["mult"], d["shift"])], "i1"),
+        }
+    return Case(func, ins, expect)
+
+
+def casts_and_ints() -> Case:
+    vals = np.array([-2.7, -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 2.7, 100.0, -100.0, 0.0, 3.49999],
+                    "f4")
+    n = len(vals)
+    x = Buffer("x", FLOAT32, (n,))
+    ints = Buffer("ints", INT32, (n,))
+    outs = {nm: Buffer(nm, d, (n,), OUT) for nm, d in [
+        ("trunc", INT32), ("round", I8), ("rint", INT32), ("tofloat", FLOAT32),
+        ("wrap8", I8), ("wrapu8", U8), ("udiv", U32), ("sdiv", INT32), ("smod", INT32),
+        ("shr", INT32), ("sel", FLOAT32), ("asbool", DType("bool")), ("dbl", F64)]}
+    i = Var("i")
+    xi, ii = Load(x, i), Load(ints, i)
+    i8 = Cast(I8, ii)
+    body = For(i, n, seq(
+        Store(outs["trunc"], i, Cast(INT32, xi)),
+        Store(outs["round"], i, Cast(I8, Call("roundf", (xi,), FLOAT32))),
+        Store(outs["rint"], i, Cast(INT32, Call("rintf", (xi,), FLOAT32))),
+        Store(outs["tofloat"], i, Bin("/", Cast(FLOAT32, ii), f32(3.0))),
+        Store(outs["wrap8"], i, Bin("+", Bin("*", i8, Const(3, I8)), Const(100, I8))),
+        Store(outs["wrapu8"], i, Bin("-", Cast(U8, ii), Const(200, U8))),
+        Store(outs["udiv"], i, Bin("/", Cast(U32, ii), Const(7, U32))),
+        Store(outs["sdiv"], i, Bin("/", ii, c32(-3))),
+        Store(outs["smod"], i, Bin("%", ii, c32(5))),
+        Store(outs["shr"], i, Bin(">>", ii, c32(2))),
+        Store(outs["sel"], i, Select(Bin("or", Bin("<", xi, f32(-1.0)),
+                                         Bin("and", Bin(">=", ii, c32(0)),
+                                             Bin("!=", ii, c32(3)))),
+                                     Unary("neg", xi), Bin("%", xi, f32(1.5)))),
+        Store(outs["asbool"], i, Cast(DType("bool"), Bin("&", ii, c32(2)))),
+        Store(outs["dbl"], i, Bin("*", Cast(F64, xi), Const(1e300, F64)))))
+    func = PrimFunc("casts", (x, ints, *outs.values()), body)
+    ints_v = np.array([-7, -100, 13, 3, 0, 1, 2, 99, 1000, -1000, 2**31 - 1, -2**31], "i4")
+
+    def expect(d):
+        xv, iv = d["x"], d["ints"]
+        i8v = iv.astype(np.int8)
+        return {
+            "trunc": np.trunc(xv).astype("i4"),
+            "round": np.array([math.copysign(math.floor(abs(v) + 0.5), v) for v in xv]).astype("i1"),
+            "rint": np.rint(xv).astype("i4"),
+            "tofloat": iv.astype("f4") / np.float32(3),
+            "wrap8": (i8v * np.int8(3) + np.int8(100)).astype("i1"),
+            "wrapu8": (iv.astype(np.uint8) - np.uint8(200)).astype("u1"),
+            "udiv": iv.astype(np.uint32) // np.uint32(7),
+            "sdiv": np.array([int(v / -3) for v in iv.tolist()], "i4"),
+            "smod": np.array([int(math.fmod(v, 5)) for v in iv.tolist()], "i4"),
+            "shr": iv >> 2,
+            "sel": np.where((xv < -1) | ((iv >= 0) & (iv != 3)), -xv, np.fmod(xv, np.float32(1.5))),
+            "asbool": ((iv & 2) != 0).astype("u1"),
+            "dbl": xv.astype("f8") * 1e300,
+        }
+    with np.errstate(over="ignore"):
+        return Case(func, {"x": vals, "ints": ints_v}, expect)
+
+
+def nan_semantics() -> Case:
+    """Comparisons, min/max and to-bool with NaN and infinities, as C has them,
+    scalar and on 8 lanes."""
+    vals = np.array([math.nan, -1.0, 1.0, math.inf, -math.inf, 0.0, -0.0, math.nan], "f4")
+    x = Buffer("x", FLOAT32, (8,))
+    B = DType("bool")
+    outs = {f"{nm}{lanes}": Buffer(f"{nm}{lanes}", d, (8,), OUT) for lanes in (1, 8)
+            for nm, d in [("ne", B), ("lt", B), ("mn", FLOAT32), ("mx", FLOAT32), ("nz", B)]}
+    i = Var("i")
+    stmts = []
+    for lanes in (1, 8):
+        xv = Load(x, i, lanes)
+        zero = f32(0.0) if lanes == 1 else Broadcast(f32(0.0), lanes)
+        one = f32(1.0) if lanes == 1 else Broadcast(f32(1.0), lanes)
+        o = {nm: outs[f"{nm}{lanes}"] for nm in ("ne", "lt", "mn", "mx", "nz")}
+        stmts.append(For(i, 8, seq(
+            Store(o["ne"], i, Bin("!=", xv, xv)), Store(o["lt"], i, Bin("<", xv, one)),
+            Store(o["mn"], i, Bin("min", xv, zero)), Store(o["mx"], i, Bin("max", zero, xv)),
+            Store(o["nz"], i, Cast(B.with_lanes(lanes), xv))),
+            ForKind.SERIAL if lanes == 1 else ForKind.VECTORIZED, 0, lanes))
+    func = PrimFunc("nan_semantics", (x, *outs.values()), seq(*stmts))
+
+    def expect(d):
+        v = d["x"]
+        one = {"ne": v != v, "lt": v < 1, "mn": np.where(v < 0, v, np.float32(0)),
+               "mx": np.where(0 > v, np.float32(0), v), "nz": v != 0}
+        return {f"{k}{lanes}": a for lanes in (1, 8) for k, a in one.items()}
+    return Case(func, {"x": vals}, expect)
+
+
+UNARY_MATH = {  # name -> (numpy/math reference on float64, input domain)
+    "expf": (np.exp, (-5, 5)), "exp2f": (np.exp2, (-5, 5)), "expm1f": (np.expm1, (-2, 2)),
+    "logf": (np.log, (0.1, 9)), "log2f": (np.log2, (0.1, 9)), "log10f": (np.log10, (0.1, 9)),
+    "log1pf": (np.log1p, (-0.5, 9)), "sqrtf": (np.sqrt, (0, 9)), "cbrtf": (np.cbrt, (-9, 9)),
+    "sinf": (np.sin, (-4, 4)), "cosf": (np.cos, (-4, 4)), "tanf": (np.tan, (-1, 1)),
+    "asinf": (np.arcsin, (-0.9, 0.9)), "acosf": (np.arccos, (-0.9, 0.9)),
+    "atanf": (np.arctan, (-5, 5)), "sinhf": (np.sinh, (-3, 3)), "coshf": (np.cosh, (-3, 3)),
+    "tanhf": (np.tanh, (-4, 4)), "asinhf": (np.arcsinh, (-4, 4)),
+    "acoshf": (np.arccosh, (1, 5)), "atanhf": (np.arctanh, (-0.9, 0.9)),
+    "erff": (np.vectorize(math.erf), (-3, 3)), "erfcf": (np.vectorize(math.erfc), (-3, 3)),
+    "tgammaf": (np.vectorize(math.gamma), (0.5, 5)), "lgammaf": (np.vectorize(math.lgamma), (0.5, 5)),
+    "fabsf": (np.abs, (-5, 5)), "floorf": (np.floor, (-5, 5)), "ceilf": (np.ceil, (-5, 5)),
+    "roundf": (lambda v: np.sign(v) * np.floor(np.abs(v) + 0.5), (-5, 5)),
+    "truncf": (np.trunc, (-5, 5)), "rintf": (np.rint, (-5, 5)), "nearbyintf": (np.rint, (-5, 5)),
+}
+BINARY_MATH = {
+    "powf": np.power, "atan2f": np.arctan2, "fmodf": np.fmod, "hypotf": np.hypot,
+    "fminf": np.fmin, "fmaxf": np.fmax, "copysignf": np.copysign,
+}
+
+
+def math_functions() -> Case:
+    """Every libm function, scalar and on 8-lane vectors (per-lane in C)."""
+    n = 16
+    names = list(UNARY_MATH) + list(BINARY_MATH) + ["fmaf"]
+    x = Buffer("x", FLOAT32, (len(UNARY_MATH), n))
+    p = Buffer("p", FLOAT32, (n,))
+    outs = [Buffer(f"o_{nm}", FLOAT32, (n,), OUT) for nm in names]
+    i = Var("i")
+    stmts = []
+    for lanes, loop in ((1, For(i, 8, None)), (8, For(i, 8, None, ForKind.VECTORIZED, 8, 8))):
+        ty = FLOAT32.with_lanes(lanes)
+        body = []
+        for k, (nm, out) in enumerate(zip(names, outs)):
+            if nm in UNARY_MATH:
+                args = (Load(x, Bin("+", i, c32(k * n)), lanes),)
+            elif nm in BINARY_MATH:
+                args = (Load(x, Bin("+", i, c32(n)), lanes), Load(p, i, lanes))
+            else:
+                args = (Load(p, i, lanes), Load(x, i, lanes), Load(x, Bin("+", i, c32(n)), lanes))
+            body.append(Store(out, i, Call(nm, args, ty)))
+        stmts.append(For(i, loop.extent, seq(*body), loop.kind, loop.start, loop.step))
+    func = PrimFunc("math_functions", (x, p, *outs), seq(*stmts))
+    xs = np.stack([np.linspace(*dom, n) for _, dom in UNARY_MATH.values()]).astype("f4")
+    xs[:, 3] = 0.5     # a rounding tie for round/rint
+    xs[:, 4] = -2.5
+    ins = {"x": xs, "p": np.linspace(-3, 3, n).astype("f4")}
+
+    def expect(d):
+        xv, pv = d["x"].astype("f8"), d["p"].astype("f8")
+        out = {}
+        for k, (nm, (ref, _)) in enumerate(UNARY_MATH.items()):
+            out[f"o_{nm}"] = ref(xv[k])
+        for nm, ref in BINARY_MATH.items():
+            out[f"o_{nm}"] = ref(xv[1], pv)
+        out["o_fmaf"] = pv * xv[0] + xv[1]
+        return {k: v.astype("f4") for k, v in out.items()}
+    ins["x"][1] = np.abs(ins["x"][1]) + 0.25      # powf needs a positive base
+    with np.errstate(all="ignore"):
+        return Case(func, ins, expect, exact=False)
+
+
+FLOAT_EDGES = [0.0, -0.0, math.inf, -math.inf, 0.1, 1 / 3, 16777217.0, 3.4028234663852886e38,
+               1.401298464324817e-45, 1.1754943508222875e-38, -2.5, 123456.789,
+               float(np.nextafter(np.float32(1), np.float32(2))), 7e-10]
+INT_EDGES = {"int32": [-2**31, 2**31 - 1, -1, 0], "int64": [-2**63, 2**63 - 1, -2**31, 2**40],
+             "int8": [-128, 127], "uint32": [2**32 - 1, 2**31], "uint64": [2**64 - 1],
+             "uint8": [255], "int16": [-32768], "uint16": [65535]}
+
+
+def constants() -> Case:
+    """Edge constants stored verbatim: compared bit for bit."""
+    fo = Buffer("floats", FLOAT32, (len(FLOAT_EDGES) + 2,), OUT)
+    do = Buffer("doubles", F64, (len(FLOAT_EDGES),), OUT)
+    stmts = [Store(fo, c32(k), f32(v)) for k, v in enumerate(FLOAT_EDGES)]
+    stmts += [Store(fo, c32(len(FLOAT_EDGES)), f32(math.nan)),
+              Store(fo, c32(len(FLOAT_EDGES) + 1), Unary("neg", f32(-0.0)))]
+    stmts += [Store(do, c32(k), Const(v, F64)) for k, v in enumerate(FLOAT_EDGES)]
+    int_outs = []
+    for scalar, vals in INT_EDGES.items():
+        b = Buffer(f"c_{scalar}", DType(scalar), (len(vals) + 1,), OUT)
+        int_outs.append(b)
+        stmts += [Store(b, c32(k), Const(v, DType(scalar))) for k, v in enumerate(vals)]
+        # arithmetic on an extreme constant: (min + 1) or (max - 1) in the type
+        stmts.append(Store(b, c32(len(vals)), Bin("-", Const(vals[0], DType(scalar)),
+                                                  Unary("neg", Const(1, DType(scalar))))))
+    func = PrimFunc("constants", (fo, do, *int_outs), seq(*stmts))
+
+    def expect(_):
+        out = {"floats": np.array(FLOAT_EDGES + [math.nan, 0.0], "f4"),
+               "doubles": np.array(FLOAT_EDGES, "f8")}
+        for scalar, vals in INT_EDGES.items():
+            info = np.iinfo(scalar)
+            last = (vals[0] + 1 - info.min) % 2**info.bits + info.min
+            out[f"c_{scalar}"] = np.array(vals + [last], scalar)
+        return out
+    return Case(func, {}, expect)
+
+
+HOSTILE = ['in"put', "back\\slash", "new\nline", "end*/comment", "/*open", "ünïcødé", "9lives",
+           "int", "float", "return", "", "__reserved", "_Upper", "INT32_MAX", "expf", "aot_x",
+           "a??/b", "x" * 200, "in'put", "名前", "e/x:0", "EDOM"]
+
+
+def hostile_names() -> Case:
+    bufs = [Buffer(nm, FLOAT32, (3,), OUT if k % 3 == 2 else BufferKind.INPUT)
+            for k, nm in enumerate(HOSTILE)]
+    ins = [b for b in bufs if b.kind is BufferKind.INPUT]
+    outs = [b for b in bufs if b.kind is OUT]
+    i = Var("for")
+    body = For(i, 3, seq(*(Store(o, i, Bin("+", Load(ins[k], i), Load(ins[k + 1], i)))
+                           for k, o in enumerate(outs))))
+    func = PrimFunc('kernel "*/ \\n\n9', tuple(bufs), seq(Comment("*/ evil \n ??/"), body),
+                    tuple(HOSTILE))
+    inputs = {b.name: rng.standard_normal(3).astype("f4") for b in ins}
+    return Case(func, inputs, lambda d: {o.name: d[ins[k].name] + d[ins[k + 1].name]
+                                         for k, o in enumerate(outs)})
+
+
+CASES = {f.__name__: f() for f in (gemm_epilogue, vector_body, fixed_point, casts_and_ints,
+                                   nan_semantics,
+                                   math_functions, constants, hostile_names)}
+FUNCS = [c.func for c in CASES.values()]
+BACKENDS = ["gcc", "clang", "llvm"]
+
+
+# ------------------------------------------------------------------- building
+
+def build(backend: str, tmp) -> tuple[ctypes.CDLL, dict[str, str]]:
+    so = tmp / f"lib_{backend}.so"
+    if backend == "llvm":
+        obj = tmp / "kernels_llvm.o"
+        obj.write_bytes(emit_object(FUNCS, "t", get_target("x86_64-linux")))
+        cmd = ["cc", "-shared", "-o", str(so), str(obj), "-lm"]
+        symbols = emit_c(FUNCS, "t").symbols
+    else:
+        src = emit_c(FUNCS, "t")
+        (tmp / "kernels.c").write_text(src.source)
+        cmd = [backend, *CFLAGS, "-shared", "-o", str(so), str(tmp / "kernels.c"), "-lm"]
+        symbols = src.symbols
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return ctypes.CDLL(str(so)), symbols
+
+
+@pytest.fixture(scope="module")
+def libs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("codegen")
+    return {b: build(b, tmp) for b in BACKENDS}
+
+
+def run(lib, symbols, case: Case) -> dict[str, np.ndarray]:
+    arrays = []
+    for b in case.func.params:
+        if b.name in case.inputs:
+            arrays.append(np.ascontiguousarray(case.inputs[b.name]).copy())
+        else:
+            arrays.append(np.full(b.shape, 0x55, dtype="u1" if b.dtype.scalar == "bool"
+                                  else b.dtype.scalar))
+    fn = getattr(lib, symbols[case.func.name])
+    fn.restype = None
+    fn.argtypes = [ctypes.c_void_p] * len(arrays)
+    fn(*(a.ctypes.data for a in arrays))
+    return {b.name: a for b, a in zip(case.func.params, arrays) if b.kind is BufferKind.OUTPUT}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(CASES))
+def test_kernel_matches_numpy(libs, backend, name):
+    case = CASES[name]
+    got = run(*libs[backend], case)
+    with np.errstate(all="ignore"):
+        want = case.expect(case.inputs)
+    assert set(got) == set(want)
+    for k, w in want.items():
+        g = got[k]
+        w = np.asarray(w).astype(g.dtype).reshape(g.shape)
+        if case.exact:
+            assert g.tobytes() == w.tobytes(), f"{name}/{k}: {g} != {w}"
+        else:
+            np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-6, err_msg=f"{name}/{k}")
+
+
+def test_backends_agree_exactly_on_integer_kernels(libs):
+    for name in ("fixed_point", "constants", "casts_and_ints", "nan_semantics"):
+        results = [run(*libs[b], CASES[name]) for b in BACKENDS]
+        for other in results[1:]:
+            for k in results[0]:
+                assert results[0][k].tobytes() == other[k].tobytes(), (name, k)
+
+
+# ----------------------------------------------------------------- C spelling
+
+def test_c_identifier_hostile_names():
+    taken: set[str] = set()
+    out = [c_identifier(n, taken) for n in HOSTILE]
+    assert len(set(out)) == len(out) == len(taken)
+    for o in out:
+        assert re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,62}", o), o
+        assert o not in ("int", "float", "return", "INT32_MAX", "expf", "EDOM")
+        assert not o.startswith("aot_") or o.endswith("_")   # helpers never end in _
+    assert out[0] == "in_put" and out[HOSTILE.index("in'put")] == "in_put_1"
+    assert c_identifier("conv1/BiasAdd:0", set()) == "conv1_BiasAdd_0"
+    assert c_identifier("9lives", set()) == "t9lives"
+    # deterministic
+    assert [c_identifier(n, s) for s in [set()] for n in HOSTILE] == out
+
+
+def test_c_comment_and_string_are_inert():
+    for text in HOSTILE + ["a*/b/*c", "??=", "tab\there"]:
+        com = c_comment(text)
+        assert "*/" not in com and "/*" not in com and "??" not in com and "\n" not in com
+        assert com.isascii() and com.isprintable()
+        lit = c_string(text)
+        assert lit.isascii() and "\n" not in lit and "??" not in lit
+
+
+def test_hostile_source_compiles_clean_and_names_are_readable():
+    src = emit_c([CASES["hostile_names"].func], "t")
+    assert "evil" in src.source and "*/ evil" not in src.source
+    assert "in_put" in src.source and "for_" in src.source
+    assert src.prototypes[0].startswith(f"void {src.symbols[CASES['hostile_names'].func.name]}(")
+
+
+def test_c_output_is_deterministic_and_readable():
+    a, b = emit_c(FUNCS, "t"), emit_c(FUNCS, "t")
+    assert a == b
+    gemm = a.source[a.source.index("/* gemm_bias_relu_tanh"):]
+    assert "from MatMul, Add, Relu" in gemm
+    assert "acc = acc + A[i * 7 + k] * B[k * 6 + j];" in gemm
+    assert "#pragma GCC unroll 4" in a.source
+    assert "INT32_MIN" in a.source and "INT64_C(" in a.source
+
+
+def test_llvm_ir_uses_noalias_and_vectors():
+    ir = emit_llvm_ir(FUNCS, "t", get_target("x86_64-linux"))
+    assert "noalias" in ir and "<8 x float>" in ir

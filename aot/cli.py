@@ -9,13 +9,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+import numpy as np
 
 from aot.errors import AotError, NotImplementedYet
+from aot.fsutil import write_dir_atomically
 
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 3
@@ -25,26 +27,6 @@ EXIT_INTERNAL_ERROR = 3
 
 def emit_json(obj: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
-
-
-def write_dir_atomically(target: Path, fill: Callable[[Path], None], force: bool) -> None:
-    """Create `target` whole or not at all: fill a sibling temp dir, then rename."""
-    if target.exists() and not force:
-        raise AotError(f"{target} already exists (use --force to replace it)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        fill(tmp)
-        if target.exists():
-            old = tmp.with_name(tmp.name + ".old")
-            target.rename(old)
-            tmp.rename(target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 # --- graph --------------------------------------------------------------------
@@ -97,15 +79,171 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- package / run / verify / inspect / boards ----------------------------------
+
+def _package_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--board", default="host", help="the board to build for (default: host)")
+    p.add_argument("--codegen", choices=("c", "llvm"), default="c",
+                   help="kernels as C source or an LLVM object (default: c)")
+
+
+def cmd_package(args: argparse.Namespace) -> int:
+    from aot.api import package
+
+    info = package(args.model, board=args.board, codegen=args.codegen, name=args.name,
+                   out_dir=args.output, io_in_arena=args.io_in_arena, force=args.force)
+    if args.json:
+        emit_json(info.summary())
+    else:
+        print(f"{info.path}: arena {info.arena_bytes} bytes (lower bound "
+              f"{info.arena_lower_bound_bytes}), params {info.params_bytes} bytes, "
+              f"built in {info.compile_seconds:.2f} s")
+    return 0
+
+
+def _read_inputs(specs: list[str], names: list[str]) -> list[np.ndarray]:
+    """--input [NAME=]FILE.npy, by name or in order."""
+    by_name: dict[str, np.ndarray] = {}
+    positional = []
+    for spec in specs:
+        name, eq, file = spec.rpartition("=")
+        if eq and name not in names:
+            raise AotError(f"--input {spec}: the model has no input '{name}' "
+                           f"(inputs: {', '.join(names)})")
+        try:
+            array = np.load(file, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise AotError(f"--input {spec}: cannot read {file} ({e})") from None
+        if eq:
+            by_name[name] = array
+        else:
+            positional.append(array)
+    free = [n for n in names if n not in by_name]
+    if len(positional) > len(free):
+        raise AotError(f"{len(specs)} inputs given, the model takes {len(names)}")
+    by_name.update(zip(free, positional))
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise AotError(f"no --input for {', '.join(missing)}")
+    return [by_name[n] for n in names]
+
+
+def _packaged(model_or_package: str, board: str, codegen: str, stack) -> Path:
+    """The package dir: the argument itself, or the model packaged into a temp dir."""
+    from aot.api import package
+
+    path = Path(model_or_package)
+    if path.is_dir():
+        return path
+    tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-"))
+    return package(path, board=board, codegen=codegen, out_dir=Path(tmp) / "pkg").path
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import contextlib
+
+    from aot.deploy import run_package
+    from aot.package import read_metadata
+    from aot.targets import get_board
+
+    board = get_board(args.board)
+    with contextlib.ExitStack() as stack:
+        pkg = _packaged(args.model, args.board, args.codegen, stack)
+        meta = read_metadata(pkg)
+        if meta.get("board") != board.name:
+            raise AotError(f"{pkg} was built for board '{meta.get('board')}', not '{board.name}'")
+        inputs = _read_inputs(args.input, [i["name"] for i in meta["inputs"]])
+        result = run_package(pkg, board, inputs, warmup=0, runs=1)
+
+        def fill(tmp: Path) -> None:
+            for i, array in enumerate(result.outputs):
+                np.save(tmp / f"{i}.npy", array)
+        write_dir_atomically(Path(args.out), fill, args.force)
+    outs = [{"name": spec["name"], "file": str(Path(args.out) / f"{i}.npy"),
+             "shape": spec["shape"], "dtype": spec["dtype"]}
+            for i, spec in enumerate(meta["outputs"])]
+    if args.json:
+        emit_json({"ok": True, "outputs": outs, "times_us": result.times_us})
+    else:
+        for o in outs:
+            print(f"{o['file']}: {o['name']} {o['dtype']}{o['shape']}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    import aot
+    from aot.api import package
+    from aot.deploy import run_package
+    from aot.deploy.reference import compare, reference_outputs, saved_or_random_inputs
+    from aot.targets import get_board
+
+    board = get_board(args.board)
+    graph = aot.optimize(aot.load(args.model))
+    origin, inputs = saved_or_random_inputs(Path(args.model), graph)
+    with tempfile.TemporaryDirectory(prefix="aot-") as tmp:
+        info = package(graph, board=args.board, codegen=args.codegen,
+                       out_dir=Path(tmp) / "pkg")
+        got = run_package(info.path, board, inputs, warmup=0, runs=1).outputs
+    reference, want = reference_outputs(Path(args.model), graph, inputs)
+    if len(want) != len(got):
+        raise AotError(f"the reference gives {len(want)} outputs, the package {len(got)}")
+    rows = [compare(name, g, w) for name, g, w in zip(graph.outputs, got, want)]
+    ok = all(r.pop("ok") for r in rows)
+    if args.json:
+        emit_json({"ok": ok, "reference": reference, "inputs": origin, "outputs": rows})
+    else:
+        for r in rows:
+            print(f"{r['name']}: max |error| {r['max_abs_err']}"
+                  + (f" ({r['error']})" if "error" in r else ""))
+        print(f"{'OK' if ok else 'MISMATCH'} against {reference} ({origin} inputs)")
+    return 0 if ok else 1
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from aot.footprint import library_footprint
+    from aot.package import read_metadata
+
+    pkg = Path(args.package)
+    meta = read_metadata(pkg)
+    lib = pkg / "lib" / f"lib{meta['name']}.a"
+    if not lib.is_file():
+        raise AotError(f"{pkg}: {lib.relative_to(pkg)} is missing")
+    fp = library_footprint(lib)
+    out = {"package": str(pkg), "name": meta["name"], "board": meta["board"],
+           "codegen": meta["codegen"], "arena_bytes": meta["arena_bytes"],
+           "arena_lower_bound_bytes": meta["arena_lower_bound_bytes"],
+           "params_bytes": meta["params_bytes"], "state_bytes": meta.get("state_bytes", 0),
+           "footprint": fp}
+    if args.json:
+        emit_json(out)
+        return 0
+    print(f"{meta['name']} for {meta['board']} ({meta['codegen']} codegen)")
+    print(f"  arena   {meta['arena_bytes']:>10} bytes (lower bound "
+          f"{meta['arena_lower_bound_bytes']})")
+    for kind in ("text", "rodata", "weights", "data", "bss", "unwind"):
+        print(f"  {kind:<7} {fp[kind]:>10} bytes")
+    print(f"  flash   {fp['flash']:>10} bytes, ram {fp['ram']} bytes (static arena included)")
+    return 0
+
+
+def cmd_boards(args: argparse.Namespace) -> int:
+    from aot.targets import boards
+
+    rows = [{"name": b.name, "target": b.target.name, "transport": b.transport,
+             "description": b.description, "flash_bytes": b.flash_bytes,
+             "ram_bytes": b.ram_bytes} for b in boards().values()]
+    if args.json:
+        emit_json({"boards": rows})
+    else:
+        for r in rows:
+            print(f"{r['name']:<16} {r['target']:<20} {r['transport']:<12} {r['description']}")
+    return 0
+
+
 # --- not yet built --------------------------------------------------------------
 
 PLANNED = {
-    "package": "compiling a model into a package (codegen and AOT executor)",
-    "run": "running a package on a board",
-    "verify": "verifying a package against the reference runtime",
     "bench": "benchmarking on a board",
-    "inspect": "reading a package's footprint",
-    "boards": "the board list (cross-compilation and emulated boards)",
 }
 
 
@@ -135,6 +273,33 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-optimize", action="store_true", help="print the graph as imported")
     g.add_argument("--dump-ir", metavar="DIR", help="write the IR after each pass into DIR")
     g.add_argument("--force", action="store_true", help="replace an existing --dump-ir DIR")
+
+    p = add("package", "compile a model into a package built for a board", cmd_package)
+    p.add_argument("model", help="an .onnx or .tflite file")
+    _package_args(p)
+    p.add_argument("-o", "--output", metavar="DIR", help="the package directory (default: ./NAME)")
+    p.add_argument("--name", help="the C name of the model (default: from the file name)")
+    p.add_argument("--io-in-arena", action="store_true",
+                   help="place inputs and outputs inside the arena")
+    p.add_argument("--force", action="store_true", help="replace an existing package directory")
+
+    p = add("run", "run a model or a package on a board", cmd_run)
+    p.add_argument("model", metavar="MODEL_OR_PACKAGE")
+    _package_args(p)
+    p.add_argument("--input", action="append", default=[], metavar="[NAME=]FILE.npy",
+                   help="an input tensor (repeat; by name or in order)")
+    p.add_argument("--out", required=True, metavar="DIR", help="writes DIR/<i>.npy per output")
+    p.add_argument("--force", action="store_true", help="replace an existing --out DIR")
+
+    p = add("verify", "package, run on the board and compare with the reference runtime",
+            cmd_verify)
+    p.add_argument("model", help="an .onnx or .tflite file")
+    _package_args(p)
+
+    p = add("inspect", "a package's footprint, from the ELF objects of its library", cmd_inspect)
+    p.add_argument("package", help="a package directory")
+
+    add("boards", "list the boards aot knows", cmd_boards)
 
     for name, what in PLANNED.items():
         p = add(name, what + " (not implemented yet)", cmd_planned)

@@ -1,0 +1,45 @@
+"""The Python API on top of the pipeline: `package` a model for a board.
+
+    info = aot.api.package("model.tflite", board="host", out_dir="build/model")
+    info.arena_bytes, info.params_bytes, info.path
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from aot.ir.graph import Graph
+from aot.package import PackageInfo, default_name, package_graph
+from aot.targets import get_board
+
+
+def as_graph(model_or_graph: str | Path | Graph) -> Graph:
+    """An optimized graph from a model path or an (un)optimized Graph."""
+    import aot
+
+    graph = model_or_graph if isinstance(model_or_graph, Graph) else aot.load(model_or_graph)
+    fused = all(n.op == "fused" for n in graph.nodes)
+    return graph if fused and graph.nodes else aot.optimize(graph)
+
+
+def package(model_or_graph: str | Path | Graph, board: str = "host", codegen: str = "c",
+            name: str | None = None, out_dir: str | Path | None = None,
+            io_in_arena: bool = False, force: bool = False) -> PackageInfo:
+    """Compile a model into a package directory built for `board`.
+
+    out_dir defaults to ./<name>; with out_dir=None and no name, the model's.
+    """
+    brd = get_board(board)
+    graph = as_graph(model_or_graph)
+    if out_dir is None:
+        out_dir = Path(name or default_name(graph))
+    return package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force)
+
+
+def package_to_temp(model_or_graph, board: str = "host", codegen: str = "c",
+                    io_in_arena: bool = False) -> tuple[tempfile.TemporaryDirectory, PackageInfo]:
+    """A package in a fresh temporary directory (removed with the returned handle)."""
+    tmp = tempfile.TemporaryDirectory(prefix="aot-")
+    info = package(model_or_graph, board, codegen, out_dir=Path(tmp.name) / "pkg",
+                   io_in_arena=io_in_arena)
+    return tmp, info

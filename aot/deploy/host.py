@@ -1,0 +1,87 @@
+"""The local transport: run the package's harness on this machine."""
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from aot.errors import AotError
+
+TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class RunResult:
+    outputs: list[np.ndarray]
+    times_us: list[int]
+    report: dict            # the harness's JSON line
+
+
+def check_inputs(meta: dict, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The inputs as the package expects them (count, shape, dtype), contiguous."""
+    specs = meta["inputs"]
+    if len(inputs) != len(specs):
+        raise AotError(f"the package takes {len(specs)} inputs, got {len(inputs)}")
+    out = []
+    for spec, array in zip(specs, inputs):
+        array = np.asarray(array)
+        if list(array.shape) != spec["shape"] or array.dtype.name != spec["dtype"]:
+            raise AotError(f"input '{spec['name']}' must be {spec['dtype']}{spec['shape']}, "
+                           f"got {array.dtype.name}{list(array.shape)}")
+        out.append(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")))
+    return out
+
+
+def harness_args(meta: dict, work: Path, inputs: Sequence[np.ndarray], warmup: int,
+                 runs: int) -> tuple[list[str], list[Path]]:
+    """Write the raw input files; the harness arguments and the output paths."""
+    ins, outs = [], []
+    for i, array in enumerate(inputs):
+        path = work / f"in{i}.bin"
+        path.write_bytes(array.tobytes())
+        ins.append(path)
+    outs = [work / f"out{i}.bin" for i in range(len(meta["outputs"]))]
+    return [str(warmup), str(runs), *map(str, ins), *map(str, outs)], outs
+
+
+def parse_report(stdout: str, meta: dict, outs: list[bytes]) -> RunResult:
+    try:
+        report = json.loads(stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise AotError(f"the harness printed no JSON report: {stdout[:200]!r}") from None
+    arrays = []
+    for spec, data in zip(meta["outputs"], outs):
+        dtype = np.dtype(spec["dtype"]).newbyteorder("<")
+        if len(data) != spec["bytes"]:
+            raise AotError(f"output '{spec['name']}': {len(data)} bytes, expected {spec['bytes']}")
+        arrays.append(np.frombuffer(data, dtype).astype(spec["dtype"]).reshape(spec["shape"]))
+    return RunResult(arrays, [int(t) for t in report["times_us"]], report)
+
+
+def run_local(pkg: Path, inputs: Sequence[np.ndarray], warmup: int, runs: int) -> RunResult:
+    from aot.package import read_metadata
+
+    meta = read_metadata(pkg)
+    inputs = check_inputs(meta, inputs)
+    exe = pkg / "bench" / "bench"
+    if not exe.is_file():
+        raise AotError(f"{pkg}: the harness bench/bench is missing (package for this board)")
+    with tempfile.TemporaryDirectory(prefix="aot-run-") as tmp:
+        args, out_paths = harness_args(meta, Path(tmp), inputs, warmup, runs)
+        try:
+            r = subprocess.run([str(exe.resolve()), *args], capture_output=True, text=True,
+                               timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise AotError(f"the harness timed out after {TIMEOUT_S} s") from None
+        except OSError as e:
+            raise AotError(f"cannot run {exe}: {e.strerror}") from None
+        if r.returncode != 0:
+            msg = r.stderr.strip().splitlines()
+            raise AotError(f"the harness failed (exit {r.returncode}): "
+                           f"{msg[-1] if msg else 'no message'}")
+        return parse_report(r.stdout, meta, [p.read_bytes() for p in out_paths])

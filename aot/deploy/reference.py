@@ -1,0 +1,113 @@
+"""Reference runtimes for `aot verify`, by model kind (DESIGN.md "Semantics
+to match exactly"):
+
+- .onnx: ONNX Runtime.
+- int8 .tflite (integer inputs or outputs): tflite-micro's interpreter, i.e.
+  TFLite's reference kernels; models TFLM refuses (hybrid ones, ops it
+  lacks) fall back to LiteRT.
+- float .tflite: LiteRT with its builtin kernels (no XNNPACK delegate).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from aot.errors import AotError
+from aot.ir.graph import Graph
+
+
+def onnxruntime(path: Path, graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    feeds = dict(zip(graph.inputs, inputs))
+    return sess.run(None, {n: feeds.get(n, x) for n, x in zip(names, inputs)})
+
+
+def tflite_micro(path: Path, graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    from tflite_micro.python.tflite_micro import runtime
+
+    interp = runtime.Interpreter.from_file(str(path))
+    for i, x in enumerate(inputs):
+        interp.set_input(x, i)
+    interp.invoke()
+    return [np.array(interp.get_output(k)) for k in range(len(graph.outputs))]
+
+
+def litert(path: Path, graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    it = Interpreter(model_path=str(path), num_threads=1,
+                     experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), inputs):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return [np.array(it.get_tensor(d["index"])) for d in it.get_output_details()]
+
+
+def _integer_io(graph: Graph) -> bool:
+    return any(np.dtype(graph.types[t].dtype).kind in "iu"
+               for t in (*graph.inputs, *graph.outputs))
+
+
+def reference_outputs(path: Path, graph: Graph, inputs: Sequence[np.ndarray]
+                      ) -> tuple[str, list[np.ndarray]]:
+    """(reference name, outputs) for the model file at `path`."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".onnx":
+        return "onnxruntime", onnxruntime(path, graph, inputs)
+    if suffix != ".tflite":
+        raise AotError(f"{path}: no reference runtime for '{suffix}' models")
+    if _integer_io(graph):
+        try:
+            return "tflite-micro", tflite_micro(path, graph, inputs)
+        except Exception:     # TFLM refuses the model (hybrid, missing op): LiteRT decides
+            pass
+    return "litert", litert(path, graph, inputs)
+
+
+def saved_or_random_inputs(path: Path, graph: Graph, seed: int = 0
+                           ) -> tuple[str, list[np.ndarray]]:
+    """The inputs saved beside the model (<stem>.input.npy, <stem>.input.1.npy, ...)
+    when they match the graph, else deterministic random ones."""
+    from aot.testing import random_inputs
+
+    base = Path(path).with_suffix("")
+    files = [base.with_name(base.name + (".input.npy" if i == 0 else f".input.{i}.npy"))
+             for i in range(len(graph.inputs))]
+    if files and all(f.is_file() for f in files):
+        arrays = [np.load(f) for f in files]
+        if all(list(a.shape) == list(graph.types[n].shape) and a.dtype.name ==
+               graph.types[n].dtype for a, n in zip(arrays, graph.inputs)):
+            return "saved", arrays
+    ins = random_inputs(graph, seed)
+    return "random", [ins[n] for n in graph.inputs]
+
+
+def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float = 1e-4,
+            atol: float = 1e-4) -> dict:
+    """{name, max_abs_err, ok}: integers bit-exact, floats within rtol/atol."""
+    want = np.asarray(want)
+    if got.shape != want.shape:
+        if got.size != want.size:
+            return {"name": name, "max_abs_err": None, "ok": False,
+                    "error": f"shape {list(got.shape)} vs reference {list(want.shape)}"}
+        want = want.reshape(got.shape)
+    if got.size == 0:
+        return {"name": name, "max_abs_err": 0.0, "ok": True}
+    g64, w64 = got.astype(np.float64), want.astype(np.float64)
+    both_nan = np.isnan(g64) & np.isnan(w64)
+    err = np.where(both_nan, 0.0, np.abs(g64 - w64))
+    if np.dtype(got.dtype).kind in "iub":
+        ok = bool(np.array_equal(got, want.astype(got.dtype)))
+    else:
+        ok = bool(np.all(both_nan | (err <= atol + rtol * np.abs(w64))))
+    max_err = float(np.nanmax(err)) if err.size else 0.0
+    return {"name": name, "max_abs_err": max_err if np.isfinite(max_err) else None, "ok": ok}

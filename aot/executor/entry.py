@@ -1,0 +1,237 @@
+"""The entry point and the package's C files, rendered from templates/*.j2.
+
+`build_context` gathers everything the templates print: the I/O tensors
+with their C names and macros, one call per kernel with each argument at
+its planned place, the copies before and after the kernels, the params.
+`render` turns it into {relative path: text}. All C names go through
+`c_identifier` (unique, valid whatever the model calls things); original
+names appear only as C strings (`c_string`) and comments (`c_comment`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import jinja2
+import numpy as np
+
+from aot.codegen.names import c_comment, c_identifier, c_string
+from aot.errors import UnsupportedError
+from aot.executor.liveness import MemoryPlan
+from aot.codegen.c import C_TYPES, c_float
+from aot.executor.params import SECTION, LinkedParams, c_initializer, describe
+from aot.ir.graph import Graph, TensorType
+from aot.ir.tir import BufferKind
+from aot.lower.driver import Kernel
+from aot.resources import data_dir
+
+
+@dataclass
+class Names:
+    """The C identifiers a package defines, kept unique together."""
+    name: str
+    taken: set[str] = field(default_factory=set)
+
+    def __post_init__(self):
+        self.taken |= {f"{self.name}_{s}" for s in
+                       ("run", "run_with_arena", "reset", "arena", "inputs", "outputs",
+                        "state_ready")}
+
+
+def c_type(dtype: str) -> str:
+    try:
+        return C_TYPES[dtype]
+    except KeyError:
+        raise UnsupportedError(f"dtype {dtype} has no C type in aot packages") from None
+
+
+def _quant(ty: TensorType) -> dict | None:
+    q = ty.quant
+    if q is None:
+        return None
+    scales = [c_float(s, "float64") for s in q.scale]
+    if q.axis is None:
+        return {"per_tensor": True, "scale": scales[0], "zero_point": int(q.zero_point[0])}
+    return {"per_tensor": False, "axis": q.axis, "scale": ", ".join(scales),
+            "zero_point": ", ".join(str(int(z)) for z in q.zero_point)}
+
+
+def _io(graph: Graph, mem: MemoryPlan, direction: str, names: Sequence[str], NAME: str
+        ) -> list[dict]:
+    members: set[str] = set()
+    macros: set[str] = set()
+    out = []
+    for i, tensor in enumerate(names):
+        ty = graph.types[tensor]
+        member = c_identifier(tensor, members)
+        macro = f"{NAME}_{direction.upper()}_" + c_identifier(member.upper(), macros)
+        place = mem.places.get(tensor)
+        out.append({
+            "direction": direction, "index": i, "tensor": tensor, "member": member,
+            "macro": macro, "name_literal": c_string(tensor), "dtype": ty.dtype,
+            "ctype": c_type(ty.dtype), "size": ty.size, "nbytes": ty.nbytes,
+            "shape": list(ty.shape), "shape_init": ", ".join(str(d) for d in ty.shape),
+            "quant": _quant(ty), "comment": c_comment(f"{tensor}: {ty}"),
+            "offset": place.offset if place is not None and place.kind == "arena" else None,
+        })
+    return out
+
+
+class _Places:
+    """C expressions for where each tensor lives, for the entry point."""
+
+    def __init__(self, graph: Graph, mem: MemoryPlan, inputs, outputs, states, params):
+        self.graph, self.mem, self.params = graph, mem, params
+        self.input = {io["tensor"]: io for io in inputs}
+        self.output = {}
+        for io in outputs:
+            self.output.setdefault(io["tensor"], io)
+        self.state = {s["tensor"]: s for s in states}
+
+    def pointer(self, tensor: str, const: bool) -> str:
+        """A pointer to `tensor`'s first element, typed for a kernel argument."""
+        ctype = c_type(self.graph.types[tensor].dtype)
+        place = self.mem.places.get(tensor)
+        if place is None:
+            raise UnsupportedError(f"tensor '{tensor}' has no place in the memory plan")
+        if place.kind == "arena":
+            return f"({'const ' if const else ''}{ctype}*)(a + {place.offset})"
+        if place.kind == "input":
+            return f"inputs->{self.input[tensor]['member']}"
+        if place.kind == "output":
+            return f"outputs->{self.output[tensor]['member']}"
+        return self.state[tensor]["symbol"]
+
+
+def _kernel_calls(kernels: Sequence[Kernel], places: _Places, params: LinkedParams,
+                  mem: MemoryPlan, symbols: dict[str, str]) -> list[dict]:
+    calls = []
+    for step, k in enumerate(kernels):
+        args = []
+        for i, (buf, arg) in enumerate(zip(k.func.params, k.args)):
+            const = buf.kind in (BufferKind.INPUT, BufferKind.PARAM)
+            if arg.kind == "tensor":
+                args.append(places.pointer(arg.name, const))
+            elif arg.kind in ("const", "param"):
+                args.append(params.binding[(step, i)])
+            elif arg.kind == "scratch":
+                args.append(f"({c_type(buf.dtype.scalar)}*)(a + {mem.scratch[(step, buf.name)]})")
+            else:
+                raise ValueError(f"unknown kernel argument kind {arg.kind!r}")
+        sources = ", ".join(k.func.sources or (k.node.name,))
+        ops = "+".join(n.op for n in k.node.attrs["body"].nodes) if "body" in k.node.attrs \
+            else k.node.op
+        calls.append({"step": step, "symbol": symbols[k.func.name], "args": args,
+                      "wrap": len(", ".join(args)) > 72,
+                      "comment": c_comment(f"{ops} from {sources}"),
+                      "name_literal": c_string(k.func.name)})
+    return calls
+
+
+def _copies(graph: Graph, kernels: Sequence[Kernel], mem: MemoryPlan, inputs, outputs, states,
+            places: _Places) -> tuple[list[str], list[str]]:
+    """Statements before the kernels (inputs into the arena) and after them
+    (outputs no kernel writes, outputs out of the arena, state updates)."""
+    written = {a.name for k in kernels for a, b in zip(k.args, k.func.params)
+               if a.kind == "tensor" and b.kind == BufferKind.OUTPUT}
+    before, after = [], []
+    if mem.io_in_arena:
+        for io in inputs:
+            dst = f"a + {io['offset']}"
+            before.append(f"if ((const void*)inputs->{io['member']} != (const void*)({dst})) {{")
+            before.append(f"    memcpy({dst}, inputs->{io['member']}, {io['nbytes']});")
+            before.append("}")
+    for io in outputs:
+        t = io["tensor"]
+        if t in graph.constants:
+            raise UnsupportedError(f"output '{t}' is a constant: aot packages compute every "
+                                   "output")
+        primary = places.output[t] is io
+        if mem.io_in_arena or not primary or t not in written:
+            src = places.pointer(t, const=True)
+            if not mem.io_in_arena and primary and src == f"outputs->{io['member']}":
+                continue
+            dst = f"outputs->{io['member']}"
+            after.append(f"if ((const void*){dst} != (const void*)({src})) {{")
+            after.append(f"    memcpy({dst}, {src}, {io['nbytes']});")
+            after.append("}")
+    for s in states:
+        src = s["update"]
+        if src is not None and src != s["tensor"]:
+            after.append(f"memcpy({s['symbol']}, {places.pointer(src, const=True)}, "
+                         f"sizeof({s['symbol']})); /* {c_comment(s['tensor'])} <- "
+                         f"{c_comment(src)} */")
+    return before, after
+
+
+def _states(graph: Graph, names: Names, params: LinkedParams) -> list[dict]:
+    out = []
+    for var, init in graph.variables.items():
+        ty = graph.types[var]
+        init = np.asarray(init)
+        out.append({"tensor": var, "ctype": c_type(ty.dtype), "count": max(ty.size, 1),
+                    "symbol": c_identifier(f"{names.name}_state_{var}", names.taken),
+                    "init_symbol": None if not init.any() else params.binding[var],
+                    "update": graph.updates.get(var),
+                    "comment": c_comment(f"{var}: {ty}")})
+    return out
+
+
+def build_context(graph: Graph, kernels: Sequence[Kernel], mem: MemoryPlan,
+                  params: LinkedParams, names: Names, symbols: dict[str, str], prototypes: str,
+                  meta: dict[str, Any]) -> dict[str, Any]:
+    name = names.name
+    NAME = name.upper()
+    inputs = _io(graph, mem, "input", graph.inputs, NAME)
+    outputs = _io(graph, mem, "output", graph.outputs, NAME)
+    states = _states(graph, names, params)
+    places = _Places(graph, mem, inputs, outputs, states, params)
+    before, after = _copies(graph, kernels, mem, inputs, outputs, states, places)
+    param_rows = [{"symbol": p.symbol, "ctype": p.ctype, "count": params.padded_count(p),
+                   "padded_bytes": params.padded_count(p) * p.array.dtype.itemsize,
+                   "offset": p.blob_offset, "comment": describe(p), "in_blob": p.in_blob,
+                   "array": p.array} for p in params.arrays]
+    return {
+        **meta, "name": name, "NAME": NAME, "title": c_comment(f"{name} ({graph.name})"),
+        "inputs": inputs, "outputs": outputs, "states": states, "has_state": bool(states),
+        "state_bytes": sum(graph.types[s["tensor"]].nbytes for s in states),
+        "kernels": _kernel_calls(kernels, places, params, mem, symbols),
+        "prologue": before, "epilogue": after,
+        "arena_bytes": mem.arena_bytes, "align": mem.align, "io_in_arena": mem.io_in_arena,
+        "params": param_rows, "c_params": [p for p in param_rows if not p["in_blob"]],
+        "blob_params": [p for p in param_rows if p["in_blob"]],
+        "params_bytes": params.total_bytes, "section": SECTION, "prototypes": prototypes,
+    }
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                              undefined=jinja2.StrictUndefined, autoescape=False)
+
+
+# template -> output path ("{n}" is the package name); None: always rendered
+FILES = {
+    "model.h.j2": "include/{n}.h",
+    "model.c.j2": "src/{n}.c",
+    "internal.h.j2": "src/{n}_internal.h",
+    "params.c.j2": "src/{n}_params.c",
+    "params.S.j2": "src/{n}_params_blob.S",
+    "sections.ld.j2": "{n}_sections.ld",
+    "Makefile.j2": "Makefile",
+    "CMakeLists.txt.j2": "CMakeLists.txt",
+    "bench_main.c.j2": "bench/main.c",
+}
+
+
+def render(context: dict[str, Any]) -> dict[str, str]:
+    """{path in the package: text} for every generated file."""
+    env = _environment()
+    for p in context["c_params"]:
+        p["init"] = c_initializer(p["array"])
+    out = {}
+    for template, path in FILES.items():
+        if template == "params.S.j2" and not context["blob_params"]:
+            continue
+        out[path.format(n=context["name"])] = env.get_template(template).render(c=context)
+    return out

@@ -1,0 +1,121 @@
+"""Where every tensor of a lowered model lives while it runs.
+
+Kernel i runs at step i; the copies after the last kernel (state updates,
+outputs that no kernel writes) happen at step n = len(kernels).
+
+- An intermediate tensor is an arena buffer live from its producer's step to
+  its last reader's step (to step n if a variable update copies it back).
+- A kernel's scratch buffers are arena buffers live only at its step.
+- Model inputs and outputs are the caller's buffers, outside the arena; with
+  `io_in_arena` they are arena buffers too (inputs live from step 0, outputs
+  until step n), copied in and out unless the caller already placed them there.
+  An output that a later kernel reads is read back from where it was written.
+- Variables (recurrent state) live in static buffers of their own, outside
+  the arena, and persist across runs.
+- Graph constants and rule-made arrays are linked params (aot.executor.params).
+
+The arena buffers go to `plan_memory`, which gives their offsets.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from aot.executor.plan import Buffer, Plan, plan_memory
+from aot.ir.graph import Graph
+from aot.lower.driver import Kernel
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where one graph tensor lives: kind "input" | "output" (the caller's
+    buffer), "state" (a variable's static buffer), "arena" (at `offset`)."""
+    kind: str
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    places: dict[str, Place]              # tensor name -> where it lives
+    scratch: dict[tuple[int, str], int]   # (step, scratch param name) -> arena offset
+    buffers: tuple[Buffer, ...]           # what was planned, with live ranges
+    plan: Plan
+    align: int
+    io_in_arena: bool
+
+    @property
+    def arena_bytes(self) -> int:
+        return self.plan.arena_bytes
+
+    @property
+    def lower_bound_bytes(self) -> int:
+        return self.plan.lower_bound_bytes
+
+
+def tensor_key(name: str) -> str:
+    """The planner's name for a tensor's buffer (prefixed: tensor names are arbitrary)."""
+    return "t:" + name
+
+
+def scratch_key(step: int, name: str) -> str:
+    """The planner's name for scratch buffer `name` of the kernel at `step`."""
+    return f"s:{step}:{name}"
+
+
+def _live_ranges(graph: Graph, kernels: Sequence[Kernel]) -> dict[str, list[int]]:
+    """Tensor -> [first, last] step over the kernels that write or read it."""
+    ranges: dict[str, list[int]] = {}
+    for step, k in enumerate(kernels):
+        for arg in k.args:
+            if arg.kind == "tensor":
+                r = ranges.setdefault(arg.name, [step, step])
+                r[1] = step
+    return ranges
+
+
+def arena_buffers(graph: Graph, kernels: Sequence[Kernel], io_in_arena: bool,
+                  align: int) -> list[Buffer]:
+    """The buffers to plan in the arena, each with its live range."""
+    end = len(kernels)
+    ranges = _live_ranges(graph, kernels)
+    for t in graph.updates.values():          # copied back into the state after the kernels
+        ranges.setdefault(t, [end, end])[1] = end
+    for t in graph.outputs:                   # copied out after the kernels (io_in_arena)
+        ranges.setdefault(t, [end, end])[1] = end
+    for t in graph.inputs:
+        ranges.setdefault(t, [0, 0])[0] = 0
+    caller = set(graph.inputs) | set(graph.outputs)
+    buffers = []
+    for name, (first, last) in ranges.items():
+        if name in graph.variables or name in graph.constants:
+            continue
+        if name in caller and not io_in_arena:
+            continue
+        buffers.append(Buffer(tensor_key(name), graph.types[name].nbytes, first, last, align))
+    for step, k in enumerate(kernels):
+        for param, arg in zip(k.func.params, k.args):
+            if arg.kind == "scratch":
+                buffers.append(Buffer(scratch_key(step, param.name), param.nbytes, step, step,
+                                      align))
+    return buffers
+
+
+def plan_kernels(graph: Graph, kernels: Sequence[Kernel], io_in_arena: bool = False,
+                 align: int = 16) -> MemoryPlan:
+    buffers = arena_buffers(graph, kernels, io_in_arena, align)
+    plan = plan_memory(buffers, align)
+    places: dict[str, Place] = {}
+    for t in graph.variables:
+        places[t] = Place("state")
+    if not io_in_arena:
+        places.update({t: Place("input") for t in graph.inputs})
+        places.update({t: Place("output") for t in graph.outputs if t not in places})
+    scratch = {}
+    for b in buffers:
+        kind, _, rest = b.name.partition(":")
+        if kind == "s":
+            step, name = rest.split(":", 1)
+            scratch[(int(step), name)] = plan.offsets[b.name]
+        else:
+            places[rest] = Place("arena", plan.offsets[b.name])
+    return MemoryPlan(places, scratch, tuple(buffers), plan, align, io_in_arena)

@@ -1,0 +1,252 @@
+"""Model graph -> package directory (see DESIGN.md "The package a user receives").
+
+    optimized Graph
+      lower_graph              -> kernels (PrimFuncs, in call order)
+      plan_kernels             -> arena offsets and live ranges
+      link_params              -> const arrays in .rodata.aot (C or a .incbin blob)
+      emit_c | emit_object     -> the kernels
+      build_context + render   -> header, entry point, build files, harness
+      toolchain                -> lib/lib<name>.a, bench/bench
+      library_footprint        -> metadata.json
+
+The directory is written atomically and byte-identically on every run: no
+timestamps, no absolute paths, sorted JSON, deterministic archives.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aot.errors import AotError
+from aot.executor.entry import Names, build_context, render
+from aot.executor.liveness import MemoryPlan, plan_kernels
+from aot.executor.params import SECTION, LinkedParams, link_params
+from aot.fsutil import write_dir_atomically
+from aot.ir.graph import Graph
+from aot.resources import data_dir
+from aot.targets import Board
+
+CODEGENS = ("c", "llvm")
+RUNTIME_FILES = ("aot_runtime.h", "aot_platform.c")
+
+
+@dataclass(frozen=True)
+class PackageInfo:
+    path: Path
+    name: str
+    board: str
+    codegen: str
+    arena_bytes: int
+    arena_lower_bound_bytes: int
+    params_bytes: int
+    compile_seconds: float
+    metadata: dict
+
+    def summary(self) -> dict[str, Any]:
+        return {"package": str(self.path), "arena_bytes": self.arena_bytes,
+                "arena_lower_bound_bytes": self.arena_lower_bound_bytes,
+                "params_bytes": self.params_bytes,
+                "compile_seconds": round(self.compile_seconds, 3)}
+
+
+def check_fits(graph: Graph, board: Board) -> None:
+    """Refuse weights the board cannot store, before any work."""
+    weights = sum(int(a.nbytes) for a in graph.constants.values())
+    if weights > board.flash_bytes:
+        raise AotError(f"the model's weights ({weights} bytes) do not fit the flash of board "
+                       f"'{board.name}' ({board.flash_bytes} bytes)")
+
+
+def alignment(board: Board) -> int:
+    """Arena and params alignment: 16 bytes, or the target's vector width."""
+    return max(16, board.target.vector_bits // 8)
+
+
+# ------------------------------------------------------------------ metadata
+
+def _versions() -> dict[str, str]:
+    import aot
+    out = {"aot": aot.__version__, "numpy": np.__version__}
+    for mod in ("onnx", "llvmlite"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except ImportError:
+            out[mod] = "not installed"
+    return out
+
+
+def _tensor_json(graph: Graph, name: str, c_name: str, offset) -> dict[str, Any]:
+    ty = graph.types[name]
+    out: dict[str, Any] = {"name": name, "c_name": c_name, "shape": list(ty.shape),
+                           "dtype": ty.dtype, "bytes": ty.nbytes}
+    if ty.quant is not None:
+        out["quant"] = {"scale": [float(s) for s in ty.quant.scale],
+                        "zero_point": [int(z) for z in ty.quant.zero_point],
+                        "axis": ty.quant.axis}
+    if offset is not None:
+        out["arena_offset"] = offset
+    return out
+
+
+def _plan_json(mem: MemoryPlan) -> dict[str, Any]:
+    rows = []
+    for b in mem.buffers:
+        kind, _, rest = b.name.partition(":")
+        row = {"offset": mem.plan.offsets[b.name], "size": b.size, "first": b.first,
+               "last": b.last}
+        if kind == "s":
+            step, name = rest.split(":", 1)
+            row.update(kind="scratch", step=int(step), name=name)
+        else:
+            row.update(kind="tensor", name=rest)
+        rows.append(row)
+    rows.sort(key=lambda r: (r["offset"], r["first"], r["kind"], r["name"]))
+    return {"strategy": mem.plan.strategy, "align": mem.align, "buffers": rows}
+
+
+def metadata(graph: Graph, kernels, mem: MemoryPlan, other: MemoryPlan, params: LinkedParams,
+             context: dict, board: Board, codegen: str, footprint: dict) -> dict[str, Any]:
+    t = board.target
+    return {
+        "name": context["name"], "model": graph.name, "board": board.name, "codegen": codegen,
+        "target": {"name": t.name, "triple": t.triple, "cpu": t.cpu, "features": t.features,
+                   "cflags": list(t.cflags)},
+        "inputs": [_tensor_json(graph, io["tensor"], io["member"], io["offset"])
+                   for io in context["inputs"]],
+        "outputs": [_tensor_json(graph, io["tensor"], io["member"], io["offset"])
+                    for io in context["outputs"]],
+        "arena_bytes": mem.arena_bytes, "arena_lower_bound_bytes": mem.lower_bound_bytes,
+        "arena_align": mem.align, "io_in_arena": mem.io_in_arena,
+        "arena_bytes_io_outside": (other if mem.io_in_arena else mem).arena_bytes,
+        "arena_bytes_io_inside": (mem if mem.io_in_arena else other).arena_bytes,
+        "params_bytes": params.total_bytes, "params_data_bytes": params.data_bytes,
+        "params_section": SECTION,
+        "params": [{"symbol": p.symbol, "dtype": p.array.dtype.name,
+                    "shape": list(p.array.shape), "bytes": p.nbytes, "sources": list(p.sources),
+                    "storage": "blob" if p.in_blob else "c"} for p in params.arrays],
+        "state": [{"name": s["tensor"], "c_name": s["symbol"], "update": s["update"],
+                   "bytes": graph.types[s["tensor"]].nbytes} for s in context["states"]],
+        "state_bytes": context["state_bytes"],
+        "plan": _plan_json(mem),
+        "kernels": [{"step": i, "name": k.func.name, "symbol": call["symbol"],
+                     "ops": [n.op for n in k.node.attrs["body"].nodes]
+                     if "body" in k.node.attrs else [k.node.op],
+                     "sources": list(k.func.sources),
+                     "args": [{"kind": a.kind, "param": b.name,
+                               **({"tensor": a.name} if a.kind in ("tensor", "const") else {})}
+                              for a, b in zip(k.args, k.func.params)]}
+                    for i, (k, call) in enumerate(zip(kernels, context["kernels"]))],
+        "footprint": footprint,
+        "versions": _versions(),
+    }
+
+
+# --------------------------------------------------------------------- build
+
+def generate(graph: Graph, board: Board, codegen: str, name: str, io_in_arena: bool):
+    """Everything but the compiled files: ({path: bytes}, kernels, plans, params, context)."""
+    from aot.codegen import emit_c
+    from aot.lower import lower_graph
+
+    if codegen not in CODEGENS:
+        raise AotError(f"unknown codegen '{codegen}' (known: {', '.join(CODEGENS)})")
+    check_fits(graph, board)
+    target = board.target
+    kernels = lower_graph(graph, target)
+    align = alignment(board)
+    mem = plan_kernels(graph, kernels, io_in_arena, align)
+    other = plan_kernels(graph, kernels, not io_in_arena, align)
+    names = Names(name)
+    kernel_prefix = f"{name}_kernel"
+    names.taken.add(kernel_prefix)
+    inits = {v: a for v, a in graph.variables.items() if np.asarray(a).any()}
+    params = link_params(graph, kernels, name, align, names.taken, extra=inits)
+    if params.total_bytes > board.flash_bytes:
+        raise AotError(f"the packed weights ({params.total_bytes} bytes) do not fit the flash "
+                       f"of board '{board.name}' ({board.flash_bytes} bytes)")
+    funcs = [k.func for k in kernels]
+    csrc = emit_c(funcs, kernel_prefix)
+    meta = {"version": _versions()["aot"], "target": target.name, "cc": target.cc,
+            "cflags": " ".join(target.cflags), "needs_libm": True}
+    files: dict[str, bytes] = {}
+    prebuilt: list[str] = []
+    c_sources = [f"src/{name}.c", f"src/{name}_params.c", "runtime_c/aot_platform.c"]
+    if codegen == "c":
+        files[f"src/{name}_kernels.c"] = csrc.source.encode()
+        c_sources.insert(1, f"src/{name}_kernels.c")
+    else:
+        from aot.codegen.llvm import emit_object
+        files[f"lib/{name}_kernels.o"] = emit_object(funcs, kernel_prefix, target)
+        prebuilt.append(f"lib/{name}_kernels.o")
+    asm_sources = [f"src/{name}_params_blob.S"] if params.has_blob else []
+    context = build_context(graph, kernels, mem, params, names, csrc.symbols,
+                            "\n".join(csrc.prototypes),
+                            {**meta, "c_sources": c_sources, "asm_sources": asm_sources,
+                             "prebuilt_objects": prebuilt})
+    files.update({path: text.encode() for path, text in render(context).items()})
+    if params.has_blob:
+        files[f"src/{name}_params.bin"] = params.blob()
+    runtime = data_dir("runtime_c")
+    for f in RUNTIME_FILES:
+        files[f"runtime_c/{f}"] = (runtime / f).read_bytes()
+    return files, kernels, (mem, other), params, context, (c_sources + asm_sources, prebuilt)
+
+
+def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
+               io_in_arena: bool) -> tuple[dict, float]:
+    """Write and build the whole package in `pkg`; (metadata, compile seconds)."""
+    from aot import toolchain
+    from aot.footprint import library_footprint
+
+    files, kernels, (mem, other), params, context, (sources, prebuilt) = generate(
+        graph, board, codegen, name, io_in_arena)
+    for path, data in sorted(files.items()):
+        (pkg / path).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / path).write_bytes(data)
+    start = time.perf_counter()
+    library = toolchain.build_library(board.target, pkg, name, sources, prebuilt)
+    toolchain.build_harness(board.target, pkg, name, library)
+    seconds = time.perf_counter() - start
+    meta = metadata(graph, kernels, mem, other, params, context, board, codegen,
+                    library_footprint(pkg / library))
+    (pkg / "metadata.json").write_text(json.dumps(meta, sort_keys=True, indent=2) + "\n")
+    return meta, seconds
+
+
+def default_name(graph: Graph) -> str:
+    from aot.codegen.names import c_identifier
+    return c_identifier(graph.name or "model", set()).lower()
+
+
+def package_graph(graph: Graph, board: Board, out_dir: Path, codegen: str = "c",
+                  name: str | None = None, io_in_arena: bool = False,
+                  force: bool = False) -> PackageInfo:
+    """Package an optimized graph into `out_dir` (created atomically)."""
+    from aot.codegen.names import c_identifier
+
+    name = c_identifier(name, set()) if name else default_name(graph)
+    result: dict = {}
+
+    def fill(tmp: Path) -> None:
+        result["meta"], result["seconds"] = build_into(tmp, graph, board, codegen, name,
+                                                       io_in_arena)
+    write_dir_atomically(Path(out_dir), fill, force)
+    meta = result["meta"]
+    return PackageInfo(Path(out_dir), name, board.name, codegen, meta["arena_bytes"],
+                       meta["arena_lower_bound_bytes"], meta["params_bytes"],
+                       result["seconds"], meta)
+
+
+def read_metadata(pkg: Path) -> dict:
+    path = Path(pkg) / "metadata.json"
+    if not path.is_file():
+        raise AotError(f"{pkg} is not an aot package (no metadata.json)")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise AotError(f"{path}: unreadable ({e})") from None

@@ -1,0 +1,106 @@
+"""Compiling a package for its Target: the static library and the harness.
+
+Everything runs inside the package directory with relative paths, so no
+absolute path can end up in an object; archives are written in deterministic
+mode (`ar D`: no timestamps, uids or modes). Same package, same bytes.
+A compiler failure is an AotError naming the file and the first error line.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from aot.errors import AotError
+from aot.targets import Target
+
+# Flags every package source is compiled with, after the target's own.
+PACKAGE_CFLAGS = ("-std=c99", "-Iinclude", "-Iruntime_c", "-Isrc")
+TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """The programs that build for one target."""
+    cc: str
+    ar: str
+    cflags: tuple[str, ...]
+    ldflags: tuple[str, ...]
+
+
+def toolchain_for(target: Target) -> Toolchain:
+    """Host and cross targets alike: the target's cc and flags; `ar` from
+    binutils (it handles any ELF, and deterministic mode)."""
+    ar = getattr(target, "ar", "") or "ar"
+    for tool in (target.cc, ar):
+        if shutil.which(tool) is None:
+            raise AotError(f"target {target.name}: '{tool}' is not installed")
+    return Toolchain(target.cc, ar, tuple(target.cflags), tuple(target.ldflags))
+
+
+def _first_error(stderr: str) -> str:
+    lines = [l.strip() for l in stderr.splitlines() if l.strip()]
+    for line in lines:
+        if "error" in line.lower():
+            return line
+    return lines[0] if lines else "no message"
+
+
+def run_tool(cmd: Sequence[str], cwd: Path, what: str) -> str:
+    try:
+        r = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True,
+                           timeout=TIMEOUT_S)
+    except FileNotFoundError:
+        raise AotError(f"{what}: '{cmd[0]}' is not installed") from None
+    except subprocess.TimeoutExpired:
+        raise AotError(f"{what}: '{cmd[0]}' timed out after {TIMEOUT_S} s") from None
+    if r.returncode != 0:
+        raise AotError(f"{what} failed: {_first_error(r.stderr)}")
+    return r.stderr
+
+
+def compile_sources(tc: Toolchain, pkg: Path, sources: Sequence[str], objdir: str,
+                    extra: Sequence[str] = ()) -> list[str]:
+    """Compile each source (relative to pkg) into objdir; the object paths."""
+    (pkg / objdir).mkdir(parents=True, exist_ok=True)
+    objects = []
+    for src in sources:
+        obj = f"{objdir}/{Path(src).stem}.o"
+        run_tool([tc.cc, *tc.cflags, *PACKAGE_CFLAGS, *extra,
+                  f"-ffile-prefix-map={pkg.resolve()}=.", "-c", src, "-o", obj],
+                 pkg, f"compiling {src}")
+        objects.append(obj)
+    return objects
+
+
+def archive(tc: Toolchain, pkg: Path, library: str, objects: Sequence[str]) -> None:
+    lib = pkg / library
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    lib.unlink(missing_ok=True)
+    run_tool([tc.ar, "rcsD", library, *objects], pkg, f"archiving {library}")
+
+
+def build_library(target: Target, pkg: Path, name: str, sources: Sequence[str],
+                  prebuilt: Sequence[str] = ()) -> str:
+    """lib/lib<name>.a from the package's sources and prebuilt objects."""
+    tc = toolchain_for(target)
+    objdir = ".build"
+    try:
+        objects = compile_sources(tc, pkg, sources, objdir)
+        library = f"lib/lib{name}.a"
+        archive(tc, pkg, library, [*objects, *prebuilt])
+    finally:
+        shutil.rmtree(pkg / objdir, ignore_errors=True)
+    return library
+
+
+def build_harness(target: Target, pkg: Path, name: str, library: str) -> str:
+    """bench/bench: the harness linked statically against the library."""
+    tc = toolchain_for(target)
+    exe = "bench/bench"
+    run_tool([tc.cc, *tc.cflags, "-std=c99", "-Iinclude", "-Iruntime_c",
+              f"-ffile-prefix-map={pkg.resolve()}=.", "bench/main.c", library,
+              *tc.ldflags, "-static", "-lm", "-o", exe], pkg, "linking the bench harness")
+    return exe

@@ -1,0 +1,39 @@
+/* aot runtime: status codes and platform hooks shared by every package.
+ *
+ * A package's entry point returns one of the status codes below. The
+ * platform hooks have weak default implementations in aot_platform.c;
+ * firmware overrides them by defining the same functions. */
+#ifndef AOT_RUNTIME_H_
+#define AOT_RUNTIME_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes returned by <name>_run and <name>_run_with_arena. */
+#define AOT_OK 0
+#define AOT_ERR_NULL_ARGUMENT 1   /* an inputs/outputs struct, a tensor or the arena is NULL */
+#define AOT_ERR_MISALIGNED 2      /* the caller's arena is not <NAME>_ARENA_ALIGN-aligned */
+
+/* A monotonic clock in microseconds (the bench harness and AOT_PROFILE use
+ * it). The weak default uses clock_gettime on hosted systems and returns 0
+ * on bare metal: firmware provides its own (e.g. from SysTick or DWT). */
+uint64_t aot_platform_timer_us(void);
+
+/* Called on an unrecoverable error. The weak default spins forever on bare
+ * metal and calls abort() on hosted systems. */
+void aot_platform_abort(void);
+
+#ifdef AOT_PROFILE
+/* Called after each kernel with its step index, name and duration when the
+ * package is compiled with -DAOT_PROFILE; the weak default does nothing. */
+void aot_platform_profile(int step, const char* kernel, uint64_t micros);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* AOT_RUNTIME_H_ */

@@ -73,6 +73,14 @@ def cast(x: Expr, to: DType | str) -> Expr:
     return Cast(to, x)
 
 
+def select(cond: Expr, a: Expr, b: Expr) -> Expr:
+    """Select with a scalar condition splatted to vector branches."""
+    lanes = dtype_of(a).lanes
+    if dtype_of(cond).lanes != lanes:
+        cond = Broadcast(cond, lanes)
+    return Select(cond, a, b)
+
+
 def clamp(x: Expr, lo, hi) -> Expr:
     return Bin("min", Bin("max", x, const_like(lo, x)), const_like(hi, x))
 

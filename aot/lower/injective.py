@@ -15,7 +15,7 @@ import numpy as np
 
 from aot.ir.tir import (Bin, Expr, For, Load, Select, Stmt, add, const, flat_index, mul, seq,
                         sub)
-from aot.lower.elementwise import broadcast_load, cast, const_like, scalar_load
+from aot.lower.elementwise import broadcast_load, cast, const_like, scalar_load, select
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.ops.nn import _nchw_shape
 from aot.ops.registry import Sig
@@ -192,7 +192,7 @@ def _pad(ctx: LowerCtx, ins, idx, lanes):
         fill = scalar_load(ins[2], lanes)
     else:
         fill = const_like(0, value)
-    return Select(inside, value, fill)
+    return select(inside, value, fill)
 
 
 # ---- Concat / Gather ----------------------------------------------------------------------
@@ -207,14 +207,20 @@ def _concat(ctx: LowerCtx, ins, idx, lanes):
     i = idx[axis]
 
     def part(k: int) -> Expr:
+        # clamped into the part: a vector select (or LLVM's) loads every branch
         at = list(idx)
-        at[axis] = sub(i, const(int(offsets[k])))
+        pos = sub(i, const(int(offsets[k])))
+        if k > 0:
+            pos = Bin("max", pos, const(0))
+        if k < len(parts) - 1:
+            pos = Bin("min", pos, const(parts[k].shape[axis] - 1))
+        at[axis] = pos
         return parts[k].load(tuple(at), lanes)
 
     # the last part needs no test; each earlier one is taken below its end
     out = part(len(parts) - 1)
     for k in range(len(parts) - 2, -1, -1):
-        out = Select(Bin("<", i, const(int(offsets[k + 1]))), part(k), out)
+        out = select(Bin("<", i, const(int(offsets[k + 1]))), part(k), out)
     return out
 
 
@@ -254,8 +260,10 @@ def _depth_space(ctx: LowerCtx, ins, idx, lanes):
     bs = int(ctx.attrs["blocksize"])
     crd = ctx.attrs.get("mode", "DCR") == "CRD"
     axn, axc, axh, axw = _nchw_axes(layout)
-    _vector_ok(ctx, lanes, layout == "NHWC" and not crd,
-               f"{layout} {'CRD' if crd else 'DCR'} interleaves the last axis")
+    # NHWC DepthToSpace DCR reads a run of consecutive channels; everything else
+    # interleaves the last axis (SpaceToDepth's channel blocks may split a vector)
+    _vector_ok(ctx, lanes, layout == "NHWC" and not crd and ctx.node.op == "DepthToSpace",
+               f"{layout} {ctx.node.op} {'CRD' if crd else 'DCR'} interleaves the last axis")
     n, c, y, xw = idx[axn], idx[axc], idx[axh], idx[axw]
     if ctx.node.op == "DepthToSpace":
         oc = _nchw_shape(ctx.out_types[0].shape, layout)[1]

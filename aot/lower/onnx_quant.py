@@ -1,0 +1,235 @@
+"""Compute rules for ONNX's quantized ops (semantics: aot/ops/onnx_quant.py).
+
+ONNX rounds half to even (rint) where TFLite rounds half away from zero,
+and QLinear* requantize in floating point: acc * float32(x_s * w_s / y_s)
+in double, plus the zero point, rounded and saturated. Scales and zero
+points are inputs in ONNX; the code generator needs them as constants.
+
+QLinearConv reuses the integer convolution loop nest of the tfl.* rules
+(aot/lower/tflite_int8.conv_nest), in either layout; only 2-D is supported.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Expr, Load, Stmt, add, dt, dtype_of,
+                        mul)
+from aot.lower import qmath as q
+from aot.lower.elementwise import broadcast_index, broadcast_load, const_like
+from aot.lower.rules import LowerCtx, kernel_rule, value_rule
+from aot.lower.tflite_int8 import (ConvGeom, _param_or_int, conv_nest, loop, nest, to_i32,
+                                   _CallView)
+from aot.ops.nn import resolve_window
+
+
+def _value(ctx: LowerCtx, ins, i: int, what: str) -> np.ndarray | None:
+    r = ins[i] if i < len(ins) else None
+    if r is None:
+        return None
+    if r.value is None:
+        raise ctx.unsupported(f"a non-constant {what}")
+    return np.asarray(r.value)
+
+
+def _qparam(ctx: LowerCtx, name: str, values: np.ndarray, shape, idx, lanes: int) -> Expr:
+    """A scale or zero point at output index idx: per tensor, or per axis."""
+    values = np.asarray(values)
+    scalar = dt(values.dtype.name, lanes)
+    if values.size == 1 and values.ndim <= 1:
+        return const_like(values.reshape(()).item(), scalar)
+    if int(ctx.attrs.get("block_size", 0)):
+        raise ctx.unsupported("blocked quantization (block_size)")
+    axis = int(ctx.attrs.get("axis", 1)) % len(shape)
+    if np.all(values == values.reshape(-1)[0]):
+        return const_like(values.reshape(-1)[0].item(), scalar)
+    table = ctx.param(name, values.reshape(-1))
+    if axis == len(shape) - 1:
+        return Load(table, idx[-1], lanes)
+    v = Load(table, idx[axis])
+    return v if lanes == 1 else Broadcast(v, lanes)
+
+
+def _rint(v: Expr) -> Expr:
+    """Round half to even, in v's float type."""
+    d = dtype_of(v)
+    return Call("rintf" if d.scalar == "float32" else "rint", (v,), d)
+
+
+def _saturate(v: Expr, dtype: str) -> Expr:
+    """rint then clamp to dtype, from a float (clamped first: the bounds are
+    integers, so clamp and rint commute, and the conversion stays in range)."""
+    info = np.iinfo(dtype)
+    clamped = Bin("min", Bin("max", v, const_like(float(info.min), v)),
+                  const_like(float(info.max), v))
+    return Cast(dt(dtype, dtype_of(v).lanes), _rint(clamped))
+
+
+@value_rule("QuantizeLinear")
+def quantize_linear(ctx: LowerCtx, ins, idx, lanes):
+    x = broadcast_load(ins[0], idx, lanes)
+    if dtype_of(x).scalar != "float32":
+        raise ctx.unsupported(f"QuantizeLinear of {dtype_of(x).scalar}")
+    shape = ins[0].shape
+    scale = _qparam(ctx, "scale", _value(ctx, ins, 1, "y_scale").astype(np.float32), shape,
+                    idx, lanes)
+    v = Bin("/", x, scale)                                  # float32, as the reference
+    zp = _value(ctx, ins, 2, "y_zero_point")
+    out = ctx.out_types[0].dtype
+    info = np.iinfo(out)
+    # rint in float32, then integers: clamp to int32's range before converting
+    r = _rint(Bin("min", Bin("max", v, const_like(-2.0 ** 30, v)), const_like(2.0 ** 30, v)))
+    y = Cast(dt("int32", lanes), r)
+    if zp is not None:
+        y = Bin("+", y, _qparam(ctx, "zero_point", zp.astype(np.int32), shape, idx, lanes))
+    return Cast(dt(out, lanes), q.clamp(y, int(info.min), int(info.max)))
+
+
+@value_rule("DequantizeLinear")
+def dequantize_linear(ctx: LowerCtx, ins, idx, lanes):
+    x = broadcast_load(ins[0], idx, lanes)
+    out = ctx.out_types[0].dtype
+    if out != "float32":
+        raise ctx.unsupported(f"DequantizeLinear to {out}")
+    shape = ins[0].shape
+    f32 = dt("float32", lanes)
+    d = Cast(f32, x)
+    zp = _value(ctx, ins, 2, "x_zero_point")
+    if zp is not None:
+        d = Bin("-", d, _qparam(ctx, "zero_point", zp.astype(np.float32), shape, idx, lanes))
+    scale = _value(ctx, ins, 1, "x_scale").astype(np.float32)
+    return Bin("*", d, _qparam(ctx, "scale", scale, shape, idx, lanes))
+
+
+# ----------------------------------------------------------- requantization
+
+def _float_multipliers(x_s, w_s, y_s) -> np.ndarray:
+    """float32(x_s * w_s / y_s), per channel, computed as the reference does."""
+    return np.atleast_1d((np.asarray(x_s) * np.asarray(w_s) / np.asarray(y_s))
+                         .astype(np.float32)).reshape(-1)
+
+
+def _requantize(ctx: LowerCtx, acc: Expr, mult: np.ndarray, channel: Expr, zp, dtype: str):
+    """saturate(rint(double(acc) * double(mult[c]) + zp))."""
+    f64 = dt("float64")
+    if np.all(mult == mult[0]):
+        m = Const(float(mult[0]), f64)
+    else:
+        m = Load(ctx.param("multiplier", mult.astype(np.float64)), channel)
+    r = Bin("*", Cast(f64, acc), m)
+    if zp is not None:
+        r = Bin("+", r, Const(float(np.asarray(zp).reshape(-1)[0]), f64))
+    return _saturate(r, dtype)
+
+
+def _zero_point(v: np.ndarray | None) -> int:
+    if v is None:
+        return 0
+    v = np.asarray(v).reshape(-1)
+    if v.size != 1:
+        raise ValueError("per-channel zero point")
+    return int(v[0])
+
+
+# ------------------------------------------------------------------ QLinearConv
+
+@kernel_rule("QLinearConv")
+def qlinear_conv(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    if len(x.shape) != 4:
+        raise ctx.unsupported(f"QLinearConv on a {len(x.shape) - 2}-D input")
+    nhwc = ctx.attrs.get("layout", "NCHW") == "NHWC"
+    w = _value(ctx, ins, 3, "weight").astype(np.int64)
+    if not nhwc:
+        w = np.transpose(w, (0, 2, 3, 1))               # OIHW -> OHWI
+    x_zp = _value(ctx, ins, 2, "x_zero_point")
+    if x_zp is not None and x_zp.size != 1:
+        raise ctx.unsupported("a per-channel input zero point")
+    w_zp = _value(ctx, ins, 5, "w_zero_point")
+    if w_zp is not None:
+        w = w - np.asarray(w_zp, np.int64).reshape(-1, 1, 1, 1)
+    x_s = _value(ctx, ins, 1, "x_scale").astype(np.float32)
+    w_s = _value(ctx, ins, 4, "w_scale").astype(np.float32)
+    y_s = _value(ctx, ins, 6, "y_scale").astype(np.float32)
+    y_zp = _value(ctx, ins, 7, "y_zero_point")
+    bias = _value(ctx, ins, 8, "bias")
+    cout, kh, kw, depth = w.shape
+    xs = x.shape if nhwc else (x.shape[0], x.shape[2], x.shape[3], x.shape[1])
+    win = resolve_window(_CallView(ctx), xs[1:3], (kh, kw))
+    groups = xs[3] // depth
+    g = ConvGeom(n=xs[0], h=xs[1], w=xs[2], oh=win.out[0], ow=win.out[1], kh=kh, kw=kw,
+                 groups=groups, depth=depth, per_group=cout // groups,
+                 strides=tuple(win.strides), dilations=tuple(win.dilations),
+                 pad_top=win.pad_begin[0], pad_left=win.pad_begin[1])
+    zp = _zero_point(x_zp)
+    init = np.zeros(cout, np.int64) if bias is None else bias.astype(np.int64).reshape(-1)
+    fold = g.all_taps_inside
+    if fold:
+        init = init - zp * w.reshape(cout, -1).sum(axis=1)
+    init = init.astype(np.int32)
+    mult = _float_multipliers(x_s, w_s, y_s)
+    out_dtype = ctx.out_types[0].dtype
+
+    def nchw(i):
+        return i if nhwc else (i[0], i[3], i[1], i[2])
+
+    def finish(idx, acc):
+        return emit(0, nchw(idx), _requantize(ctx, acc, mult, idx[3], y_zp, out_dtype))
+
+    return conv_nest(ctx, g, lambda i: x.load(nchw(i)), 0 if fold else zp, w,
+                     lambda oc: _param_or_int(ctx, "bias", init, oc), finish)
+
+
+# ---------------------------------------------------------------- QLinearMatMul
+
+@kernel_rule("QLinearMatMul")
+def qlinear_matmul(ctx: LowerCtx, ins, emit):
+    a, b = ins[0], ins[3]
+    if len(a.shape) < 2 or len(b.shape) < 2:
+        raise ctx.unsupported("QLinearMatMul with a 1-D operand")
+    a_s = _value(ctx, ins, 1, "a_scale").astype(np.float32)
+    b_s = _value(ctx, ins, 4, "b_scale").astype(np.float32)
+    y_s = _value(ctx, ins, 6, "y_scale").astype(np.float32)
+    a_zp = _value(ctx, ins, 2, "a_zero_point")
+    b_zp = _value(ctx, ins, 5, "b_zero_point")
+    y_zp = _value(ctx, ins, 7, "y_zero_point")
+    if a_zp is not None and a_zp.size != 1:
+        raise ctx.unsupported("a per-row zero point of A")
+    out_shape = ctx.out_types[0].shape
+    k_dim, n_dim = b.shape[-2], b.shape[-1]
+    az = _zero_point(a_zp)
+    bz = np.zeros(n_dim, np.int64) if b_zp is None else \
+        np.broadcast_to(np.asarray(b_zp, np.int64).reshape(-1), (n_dim,))
+    mult = _float_multipliers(a_s, b_s, y_s)
+    out_dtype = ctx.out_types[0].dtype
+    folded = b.value is not None and len(b.shape) == 2
+    if folded:   # constant B: centred, transposed to [N, K] (unit stride), A's zp folded
+        bc = b.value.astype(np.int64) - bz
+        packed = ctx.param("b", bc.T.astype(np.int16 if np.abs(bc).max() > 127 else np.int8))
+        init = (-az * bc.sum(axis=0)).astype(np.int32)
+
+    def at(idx):
+        batch, m, n = idx[:-2], idx[-2], idx[-1]
+        blk = q.Block(ctx)
+        a_at = broadcast_index(batch, a.shape[:-2])
+        if folded:
+            acc = blk.let("acc", _param_or_int(ctx, "bias", init, n))
+
+            def term(k):
+                return Bin("*", to_i32(a.load(a_at + (m, k))),
+                           to_i32(Load(packed, add(mul(n, Const(k_dim)), k))))
+        else:
+            acc = blk.let("acc", Const(0))
+            b_at = broadcast_index(batch, b.shape[:-2])
+            b_off = _param_or_int(ctx, "b_zero_point", bz.astype(np.int32), n)
+
+            def term(k):
+                return Bin("*", Bin("-", to_i32(a.load(a_at + (m, k))), Const(az)),
+                           Bin("-", to_i32(b.load(b_at + (k, n))), b_off))
+        blk.add(loop(ctx, "k", k_dim, lambda k: _accumulate(acc, term(k))))
+        blk.add(emit(0, idx, _requantize(ctx, acc, mult, n, y_zp, out_dtype)))
+        return blk.stmt()
+    return nest(ctx, tuple(f"i{d}" for d in range(len(out_shape))), out_shape, at)
+
+
+def _accumulate(acc, term) -> Stmt:
+    return Assign(acc, Bin("+", acc, term))

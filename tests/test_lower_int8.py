@@ -1,0 +1,515 @@
+"""Generated code for the integer ops vs the reference interpreter, bit for bit.
+
+- The fixed-point TIR builders (aot/lower/qmath.py) against aot/ops/qmath.py
+  on random int32 values and edge cases (INT32_MIN/MAX, rounding ties).
+- Single-op TFLite models (built with test_tflite's TinyModel) over a spread
+  of geometries, zero points, per-channel scales, activation clamps and
+  broadcast shapes; single-op ONNX models for the QLinear ops.
+- Every int8 model in ../shared/models end to end on its saved input
+  (aot.interpret is bit-exact with tflite-micro there, tests/test_tflite.py).
+
+Cases are batched so each test compiles once (build_and_run_many).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+import aot
+from aot.frontend.onnx import import_onnx
+from aot.frontend.tflite import import_tflite
+from aot.ir.graph import Graph, TensorType
+from aot.ir.tir import (INT32, Buffer, BufferKind, Const, For, Load, PrimFunc, Store, Var, dt,
+                        seq)
+from aot.lower import Arg, Kernel
+from aot.lower import qmath as q
+from aot.lower.testing import build_and_run_many, compile_kernels, aligned
+from aot.ops import qmath as ref
+from aot.passes.infer import infer_types
+from conftest import MODELS, shared_models
+from test_tflite import TinyModel
+
+INT32_MIN, INT32_MAX = ref.INT32_MIN, ref.INT32_MAX
+
+
+# ------------------------------------------------------------ qmath builders
+
+def _edge_values(rng, n):
+    edges = np.array([INT32_MIN, INT32_MIN + 1, -1, 0, 1, INT32_MAX, INT32_MAX - 1,
+                      1 << 30, -(1 << 30), (1 << 16) + (1 << 15), -(1 << 15), 3 << 20])
+    return np.concatenate([edges, rng.integers(INT32_MIN, INT32_MAX, n, endpoint=True),
+                           rng.integers(-1 << 12, 1 << 12, n)]).astype(np.int32)
+
+
+def _elementwise_kernels(cases):
+    """One kernel per (name, fn(x, y) -> Expr): out[i] = fn(a[i], b[i])."""
+    kernels = []
+    for name, fn, size in cases:
+        a = Buffer("a", INT32, (size,))
+        b = Buffer("b", INT32, (size,))
+        out = Buffer("out", INT32, (size,), BufferKind.OUTPUT)
+        i = Var("i")
+        body = For(i, size, Store(out, i, fn(Load(a, i), Load(b, i))))
+        func = PrimFunc(f"q_{name}", (a, b, out), body)
+        kernels.append(Kernel(func, (Arg("tensor", "a"), Arg("tensor", "b"),
+                                     Arg("tensor", "out")), None))
+    return kernels
+
+
+def _run_elementwise(cases, inputs):
+    kernels = _elementwise_kernels(cases)
+    lib, symbols = compile_kernels(kernels)
+    import ctypes
+    results = {}
+    for k, (name, _, size) in zip(kernels, cases):
+        a, b = (aligned(np.asarray(v, np.int32)) for v in inputs[name])
+        out = aligned(np.zeros(size, np.int32))
+        fn = getattr(lib, symbols[k.func.name])
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p] * 3
+        fn(*(ctypes.c_void_p(v.ctypes.data) for v in (a, b, out)))
+        results[name] = out.copy()
+    return results
+
+
+def test_qmath_builders_match_reference():
+    rng = np.random.default_rng(0)
+    x = _edge_values(rng, 3000)
+    n = x.size
+    mults = rng.integers(1 << 30, INT32_MAX, n, endpoint=True).astype(np.int32)
+    mults[:12] = [INT32_MIN, INT32_MAX, 1 << 30, -(1 << 30), 0, 1, -1, 715827883,
+                  1895147668, -1010580540, INT32_MIN, 1 << 29]
+    exps = rng.integers(0, 32, n).astype(np.int32)
+    exps[:5] = [0, 1, 31, 30, 0]
+    shifts = rng.integers(-31, 8, n).astype(np.int32)
+    # ties for rdbpot: multiples of 2**(e-1) that are odd multiples
+    ties = (rng.integers(-1000, 1000, n) * 2 + 1) << np.minimum(exps, 20).astype(np.int64)
+    ties = np.clip(ties >> 1, INT32_MIN, INT32_MAX).astype(np.int32)
+    cases, inputs, expect = [], {}, {}
+
+    def case(name, fn, a, b, want):
+        cases.append((name, fn, a.size))
+        inputs[name] = (a, b)
+        expect[name] = np.asarray(want, np.int64)
+
+    case("srdhm", lambda a, b: q.srdhm(a, b), x, mults, ref.srdhm(x, mults))
+    case("srdhm_sq", lambda a, b: q.srdhm(a, a), x, x, ref.srdhm(x, x))
+    case("rdbpot_var", lambda a, b: q.rdbpot(a, b), x, exps, ref.rdbpot(x, exps))
+    case("rdbpot_ties", lambda a, b: q.rdbpot(a, b), ties, exps, ref.rdbpot(ties, exps))
+    for e in (1, 5, 12, 31):
+        case(f"rdbpot_{e}", lambda a, b, e=e: q.rdbpot(a, e), x, x, ref.rdbpot(x, e))
+        t = np.clip(((np.arange(n) - n // 2) * 2 + 1).astype(np.int64) << (e - 1),
+                    INT32_MIN, INT32_MAX).astype(np.int32)
+        case(f"rdbpot_tie_{e}", lambda a, b, e=e: q.rdbpot(a, e), t, t, ref.rdbpot(t, e))
+    for k in (1, 2, 5, 30):
+        case(f"satshl_{k}", lambda a, b, k=k: q.satshl(a, k), x, x, ref.satshl(x, k))
+    for m, e in ((1 << 30, 1), (1395864371, -7), (2147483647, 0), (1073741825, -31),
+                 (1518500250, 3), (1 << 30, -14)):
+        case(f"mbqm_{m}_{e}".replace("-", "m"), lambda a, b, m=m, e=e: q.mbqm(a, m, e),
+             x, x, ref.mbqm(x, m, e))
+    # per-channel form: multiplier and split shifts as expressions
+    left = np.maximum(shifts, 0)
+    right = np.maximum(-shifts, 0)
+    packed = (left << 8 | right).astype(np.int32)
+
+    def per_channel(a, b):
+        return q.mbqm(a, Const(1395864371), left=_bits(b, 8), right=_bits(b, 0))
+
+    def _bits(v, at):
+        from aot.ir.tir import Bin
+        return Bin("&", Bin(">>", v, Const(at)), Const(255))
+    case("mbqm_per_channel", per_channel, x, packed, ref.mbqm(x, 1395864371, shifts))
+    case("clamp", lambda a, b: q.clamp(a, -128, 127), x, x, np.clip(x, -128, 127))
+    got = _run_elementwise(cases, inputs)
+    for name in expect:
+        np.testing.assert_array_equal(got[name], expect[name], err_msg=name)
+
+
+# ------------------------------------------------------------ single-op graphs
+
+def _tflite_graph(data: bytes) -> Graph:
+    return aot.optimize(infer_types(import_tflite(data, "tiny")))
+
+
+def _random_inputs(g: Graph, rng):
+    feeds = {}
+    for name in g.inputs:
+        ty = g.types[name]
+        if ty.dtype == "float32":
+            feeds[name] = rng.uniform(-3, 3, ty.shape).astype(np.float32)
+        else:
+            info = np.iinfo(ty.dtype)
+            feeds[name] = rng.integers(info.min, info.max, ty.shape, endpoint=True).astype(ty.dtype)
+    return feeds
+
+
+def check_graphs(graphs, runs: int = 2, seed: int = 0, exact: bool = True):
+    """Compile all graphs at once; compare every output with aot.interpret."""
+    rng = np.random.default_rng(seed)
+    cases = [(g, _random_inputs(g, rng)) for g in graphs for _ in range(runs)]
+    results = build_and_run_many(cases)
+    for k, ((g, feeds), got) in enumerate(zip(cases, results)):
+        want = aot.interpret(g, feeds)
+        for name in g.outputs:
+            if exact:
+                np.testing.assert_array_equal(got[name], want[name], err_msg=f"case {k} {name}")
+            else:
+                np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4,
+                                           err_msg=f"case {k} {name}")
+
+
+def conv_model(op, x_shape, w_shape, out_shape, options, per_channel=True, bias=True,
+               zp_in=3, seed=0, hybrid=False):
+    rng = np.random.default_rng(seed)
+    m = TinyModel()
+    cout = w_shape[0] if op == "CONV_2D" else w_shape[3]
+    wscale = rng.uniform(0.002, 0.02, cout) if per_channel else [0.01]
+    qdim = 0 if op == "CONV_2D" else 3
+    if hybrid:
+        x = m.tensor("x", x_shape, "float32")
+    else:
+        x = m.tensor("x", x_shape, scale=[0.05], zp=[zp_in])
+    w = m.tensor("w", w_shape, scale=wscale, zp=[0] * len(wscale), qdim=qdim,
+                 data=rng.integers(-127, 128, w_shape))
+    ins = [x, w]
+    if bias and hybrid:
+        ins.append(m.tensor("b", [cout], "float32", data=rng.uniform(-1, 1, cout)))
+    elif bias:
+        bscale = 0.05 * np.asarray(wscale) * np.ones(cout)
+        ins.append(m.tensor("b", [cout], "int32", scale=bscale, zp=[0] * cout,
+                            data=rng.integers(-3000, 3000, cout)))
+    if hybrid:
+        y = m.tensor("y", out_shape, "float32")
+    else:
+        y = m.tensor("y", out_shape, scale=[0.07], zp=[-10])
+    cls = "Conv2DOptions" if op == "CONV_2D" else "DepthwiseConv2DOptions"
+    m.op(op, ins, [y], (cls, options))
+    return _tflite_graph(m.build([x], [y]))
+
+
+CONVS = [
+    ([1, 9, 11, 3], [4, 3, 3, 3], [1, 5, 6, 4],
+     dict(Padding=0, StrideH=2, StrideW=2, FusedActivationFunction=3), True),
+    ([2, 10, 8, 2], [3, 3, 2, 2], [2, 6, 4, 3],
+     dict(Padding=1, StrideH=1, StrideW=2, DilationHFactor=2, DilationWFactor=1), False),
+    ([1, 7, 7, 4], [5, 1, 1, 4], [1, 7, 7, 5],
+     dict(Padding=0, StrideH=1, StrideW=1, FusedActivationFunction=1), True),
+    ([1, 8, 8, 2], [3, 4, 4, 2], [1, 8, 8, 3],
+     dict(Padding=0, StrideH=1, StrideW=1, DilationHFactor=2, DilationWFactor=2), True),
+    ([1, 6, 5, 4], [6, 3, 3, 2], [1, 6, 5, 6],          # grouped: 2 groups
+     dict(Padding=0, StrideH=1, StrideW=1, FusedActivationFunction=2), True),
+    ([1, 5, 5, 3], [2, 2, 2, 3], [1, 4, 4, 2],          # VALID: zero point folded
+     dict(Padding=1, StrideH=1, StrideW=1), True),
+]
+
+DEPTHWISE = [
+    ([1, 9, 9, 3], [1, 3, 3, 6], [1, 5, 5, 6],
+     dict(Padding=0, StrideH=2, StrideW=2, DepthMultiplier=2, FusedActivationFunction=3), True),
+    ([1, 10, 7, 4], [1, 3, 2, 4], [1, 6, 6, 4],
+     dict(Padding=1, StrideH=1, StrideW=1, DepthMultiplier=1, DilationHFactor=2), False),
+    ([1, 6, 6, 2], [1, 5, 5, 2], [1, 6, 6, 2],
+     dict(Padding=0, StrideH=1, StrideW=1, DepthMultiplier=1, FusedActivationFunction=1), True),
+    ([2, 7, 5, 3], [1, 3, 3, 3], [2, 5, 3, 3],
+     dict(Padding=1, StrideH=1, StrideW=1, DepthMultiplier=1), True),
+]
+
+
+def test_conv_and_depthwise_bit_exact():
+    graphs = []
+    for k, (xs, ws, os_, opts, pc) in enumerate(CONVS):
+        graphs.append(conv_model("CONV_2D", xs, ws, os_, opts, pc, zp_in=(3, -128, 0, 77)[k % 4],
+                                 seed=k))
+    for k, (xs, ws, os_, opts, bias) in enumerate(DEPTHWISE):
+        graphs.append(conv_model("DEPTHWISE_CONV_2D", xs, ws, os_, opts, bias=bias,
+                                 zp_in=(-5, 127)[k % 2], seed=k))
+    graphs.append(conv_model("CONV_2D", [1, 6, 6, 8], [8, 3, 3, 8], [1, 6, 6, 8],
+                             dict(Padding=0, StrideH=1, StrideW=1), seed=9))
+    check_graphs(graphs)
+
+
+def test_hybrid_conv_matches_interpreter():
+    graphs = [conv_model("CONV_2D", [2, 7, 6, 3], [4, 3, 3, 3], [2, 7, 6, 4],
+                         dict(Padding=0, StrideH=1, StrideW=1), per_channel=False, hybrid=True),
+              conv_model("CONV_2D", [1, 8, 5, 2], [3, 3, 2, 2], [1, 3, 4, 3],
+                         dict(Padding=1, StrideH=2, StrideW=1), per_channel=False, bias=False,
+                         hybrid=True)]
+    # the integer part is exact; the float scaling may round differently
+    check_graphs(graphs, exact=False)
+
+
+def fc_model(per_channel, keep, x_shape=(2, 3, 20), zp_in=-7, act=1, units=6):
+    rng = np.random.default_rng(3)
+    m = TinyModel()
+    depth = x_shape[-1]
+    x = m.tensor("x", list(x_shape), scale=[0.1], zp=[zp_in])
+    wscale = rng.uniform(0.001, 0.01, units) if per_channel else [0.004]
+    w = m.tensor("w", [units, depth], scale=wscale, zp=[0] * len(wscale),
+                 data=rng.integers(-127, 128, (units, depth)))
+    bscale = (0.1 * np.asarray(wscale) * np.ones(units)).astype(np.float32)
+    b = m.tensor("b", [units], "int32", scale=bscale, zp=[0] * units,
+                 data=rng.integers(-900, 900, units))
+    rows = int(np.prod(x_shape[:-1]))
+    y = m.tensor("y", list(x_shape[:-1]) + [units] if keep else [rows, units], scale=[0.09],
+                 zp=[4])
+    m.op("FULLY_CONNECTED", [x, w, b], [y],
+         ("FullyConnectedOptions", dict(FusedActivationFunction=act, KeepNumDims=keep)))
+    return _tflite_graph(m.build([x], [y]))
+
+
+def binary_model(op, act, a_shape, b_shape, out_shape):
+    m = TinyModel()
+    a = m.tensor("a", a_shape, scale=[0.031], zp=[-5])
+    b = m.tensor("b", b_shape, scale=[0.077], zp=[12])
+    y = m.tensor("y", out_shape, scale=[0.05 if op != "MUL" else 0.11], zp=[2])
+    cls = {"ADD": "AddOptions", "SUB": "SubOptions", "MUL": "MulOptions"}[op]
+    m.op(op, [a, b], [y], (cls, dict(FusedActivationFunction=act)))
+    return _tflite_graph(m.build([a, b], [y]))
+
+
+def pool_model(op, padding, k, s, out_hw, act=1):
+    m = TinyModel()
+    x = m.tensor("x", [1, 7, 9, 3], scale=[0.02], zp=[-3])
+    y = m.tensor("y", [1, *out_hw, 3], scale=[0.02], zp=[-3])
+    m.op(op, [x], [y], ("Pool2DOptions", dict(Padding=padding, StrideH=s, StrideW=s,
+                                              FilterHeight=k, FilterWidth=k,
+                                              FusedActivationFunction=act)))
+    return _tflite_graph(m.build([x], [y]))
+
+
+def softmax_model(beta, scale, shape=(3, 17)):
+    m = TinyModel()
+    x = m.tensor("x", list(shape), scale=[scale], zp=[5])
+    y = m.tensor("y", list(shape), scale=[1 / 256], zp=[-128])
+    m.op("SOFTMAX", [x], [y], ("SoftmaxOptions", dict(Beta=beta)))
+    return _tflite_graph(m.build([x], [y]))
+
+
+def mean_model(same_quant, axes=(1, 2), keep=True):
+    m = TinyModel()
+    x = m.tensor("x", [1, 6, 5, 4], scale=[0.05], zp=[3])
+    ax = m.tensor("axes", [len(axes)], "int32", data=list(axes))
+    shape = [1 if (i in axes) else d for i, d in enumerate([1, 6, 5, 4]) if keep or i not in axes]
+    y = m.tensor("y", shape, scale=[0.05 if same_quant else 0.02], zp=[3 if same_quant else -9])
+    m.op("MEAN", [x, ax], [y], ("ReducerOptions", dict(KeepDims=keep)))
+    return _tflite_graph(m.build([x], [y]))
+
+
+def quantize_model():
+    m = TinyModel()
+    x = m.tensor("x", [2, 50], "float32")
+    qq = m.tensor("q", [2, 50], scale=[0.0173], zp=[-3])
+    r = m.tensor("r", [2, 50], scale=[0.041], zp=[10])
+    y = m.tensor("y", [2, 50], "float32")
+    m.op("QUANTIZE", [x], [qq])
+    m.op("QUANTIZE", [qq], [r])
+    m.op("DEQUANTIZE", [r], [y])
+    return _tflite_graph(m.build([x], [y, qq, r]))
+
+
+def test_fully_connected_bit_exact():
+    check_graphs([fc_model(False, False), fc_model(True, False), fc_model(False, True),
+                  fc_model(True, True, x_shape=(1, 40), zp_in=-128, act=0, units=3),
+                  fc_model(False, False, x_shape=(2, 2, 10), zp_in=0, act=3)])
+
+
+def test_binary_ops_bit_exact():
+    shapes = [([1, 4, 5, 3], [1, 1, 5, 3], [1, 4, 5, 3]),
+              ([2, 3, 4], [4], [2, 3, 4]),
+              ([3, 1], [1, 5], [3, 5]),
+              ([1], [2, 6], [2, 6])]
+    graphs = [binary_model(op, act, *shapes[k % len(shapes)])
+              for k, (op, act) in enumerate([("ADD", 0), ("ADD", 1), ("SUB", 3), ("MUL", 0),
+                                              ("MUL", 2), ("SUB", 0), ("ADD", 3), ("MUL", 1)])]
+    check_graphs(graphs, runs=3)
+
+
+def test_pools_mean_softmax_bit_exact():
+    graphs = [pool_model("AVERAGE_POOL_2D", 0, 3, 2, (4, 5)),
+              pool_model("AVERAGE_POOL_2D", 1, 2, 2, (3, 4)),
+              pool_model("AVERAGE_POOL_2D", 0, 3, 1, (7, 9), act=0),
+              pool_model("MAX_POOL_2D", 0, 3, 2, (4, 5)),
+              pool_model("MAX_POOL_2D", 1, 3, 1, (5, 7), act=3),
+              mean_model(True), mean_model(False), mean_model(False, axes=(1,), keep=False),
+              softmax_model(1.0, 0.1), softmax_model(0.5, 0.04), softmax_model(1.0, 0.9),
+              softmax_model(1.0, 0.0039, (2, 3, 40))]
+    check_graphs(graphs, runs=3)
+
+
+def test_quantize_and_dequantize_bit_exact():
+    g = quantize_model()
+    rng = np.random.default_rng(5)
+    # halves of the scale exercise round-half-away in the float32 division
+    feeds = [{g.inputs[0]: (rng.integers(-300, 300, (2, 50)) * 0.5 * 0.0173).astype(np.float32)},
+             {g.inputs[0]: rng.uniform(-3, 3, (2, 50)).astype(np.float32)},
+             {g.inputs[0]: rng.uniform(-1e12, 1e12, (2, 50)).astype(np.float32)}]
+    for f, got in zip(feeds, build_and_run_many([(g, f) for f in feeds])):
+        want = aot.interpret(g, f)
+        for name in g.outputs:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+# ------------------------------------------------------------------ LSTM
+
+def lstm_model(time_major: bool, int8: bool, seed=0) -> bytes:
+    from test_tflite import _lstm_model
+    return _lstm_model(time_major, int8, seed=seed)[0]
+
+
+def _with_state_outputs(g: Graph) -> Graph:
+    """The graph with the new LSTM state as extra outputs (to compare it too)."""
+    import dataclasses
+    return dataclasses.replace(g, outputs=tuple(g.outputs) + tuple(g.updates.values()))
+
+
+@pytest.mark.parametrize("int8", [True, False], ids=["int8", "float"])
+def test_lstm_matches_interpreter(int8):
+    graphs = [_with_state_outputs(_tflite_graph(lstm_model(tm, int8, seed=k)))
+              for k, tm in enumerate((False, True))]
+    rng = np.random.default_rng(1)
+    cases = []
+    for g in graphs:
+        for _ in range(2):
+            feeds = _random_inputs(g, rng)
+            if not int8:
+                feeds = {k: v / 3 for k, v in feeds.items()}
+            cases.append((g, feeds))
+    for (g, feeds), got in zip(cases, build_and_run_many(cases)):
+        want = aot.interpret(g, feeds)
+        for name in g.outputs:
+            if int8:
+                np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+            else:
+                np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4,
+                                           err_msg=name)
+
+
+def test_int8_lstm_state_starts_from_variables():
+    """A non-reset state (as after earlier invocations) flows through the rule."""
+    g = _with_state_outputs(_tflite_graph(lstm_model(False, True, seed=4)))
+    rng = np.random.default_rng(2)
+    for var in g.variables:
+        ty = g.types[var]
+        info = np.iinfo(ty.dtype)
+        g.variables[var] = rng.integers(info.min // 4, info.max // 4, ty.shape).astype(ty.dtype)
+    feeds = _random_inputs(g, rng)
+    got = build_and_run_many([(g, feeds)])[0]
+    want = aot.interpret(g, feeds, dict(g.variables))
+    for name in g.outputs:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+# ------------------------------------------------------------------ ONNX quantized ops
+
+def _onnx_graph(nodes, inputs, outputs, inits, opset=21) -> Graph:
+    m = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, inits),
+                          opset_imports=[helper.make_opsetid("", opset)])
+    return aot.optimize(infer_types(import_onnx(m.SerializeToString(), "m")))
+
+
+def _init(name, value):
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def qlinear_conv_graph(x_shape, w_shape, per_channel, pads, strides, group=1, udtype=False,
+                       seed=0):
+    rng = np.random.default_rng(seed)
+    cout = w_shape[0]
+    xt = T.UINT8 if udtype else T.INT8
+    wdt = np.uint8 if udtype else np.int8
+    w = rng.integers(0 if udtype else -127, 255 if udtype else 128, w_shape).astype(wdt)
+    w_s = rng.uniform(0.002, 0.02, cout).astype(np.float32) if per_channel else np.float32(0.01)
+    w_zp = (rng.integers(100, 150, cout) if per_channel else np.array(128)).astype(wdt) \
+        if udtype else (np.zeros(cout, wdt) if per_channel else np.array(0, wdt))
+    inits = [_init("xs", np.float32(0.05)), _init("xz", np.array(7 if udtype else -3, wdt)),
+             _init("w", w), _init("ws", w_s), _init("wz", w_zp),
+             _init("ys", np.float32(0.08)), _init("yz", np.array(120 if udtype else 5, wdt)),
+             _init("b", rng.integers(-2000, 2000, cout).astype(np.int32))]
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"],
+                            ["y"], pads=pads, strides=strides, group=group)
+    return _onnx_graph([node], [helper.make_tensor_value_info("x", xt, x_shape)],
+                       [helper.make_tensor_value_info("y", xt, None)], inits)
+
+
+def qlinear_matmul_graph(a_shape, b_shape, per_column, const_b=True, seed=0):
+    rng = np.random.default_rng(seed)
+    n = b_shape[-1]
+    b = rng.integers(-128, 128, b_shape).astype(np.int8)
+    b_s = rng.uniform(0.002, 0.02, n).astype(np.float32) if per_column else np.float32(0.01)
+    b_zp = rng.integers(-3, 3, n).astype(np.int8) if per_column else np.array(2, np.int8)
+    inits = [_init("as", np.float32(0.05)), _init("az", np.array(-9, np.int8)),
+             _init("bs", b_s), _init("bz", b_zp), _init("ys", np.float32(0.3)),
+             _init("yz", np.array(-4, np.int8))]
+    inputs = [helper.make_tensor_value_info("a", T.INT8, a_shape)]
+    if const_b:
+        inits.append(_init("b", b))
+    else:
+        inputs.append(helper.make_tensor_value_info("b", T.INT8, b_shape))
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+    return _onnx_graph([node], inputs, [helper.make_tensor_value_info("y", T.INT8, None)], inits)
+
+
+def quantize_linear_graph(shape, axis, per_axis, dtype=T.INT8, seed=0):
+    rng = np.random.default_rng(seed)
+    n = shape[axis]
+    npdt = {T.INT8: np.int8, T.UINT8: np.uint8, T.INT16: np.int16}[dtype]
+    scale = rng.uniform(0.01, 0.05, n).astype(np.float32) if per_axis else np.float32(0.02)
+    zp = rng.integers(-5, 5 if dtype != T.UINT8 else 0, n) if per_axis else np.array(3)
+    zp = (zp + (128 if dtype == T.UINT8 else 0)).astype(npdt)
+    inits = [_init("s", scale), _init("z", zp)]
+    q_ = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=axis)
+    d = helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=axis)
+    return _onnx_graph([q_, d], [helper.make_tensor_value_info("x", T.FLOAT, shape)],
+                       [helper.make_tensor_value_info("q", dtype, None),
+                        helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+
+
+def test_onnx_quantized_ops_bit_exact():
+    graphs = [qlinear_conv_graph([1, 3, 7, 6], [4, 3, 3, 3], True, [1, 1, 1, 1], [1, 1]),
+              qlinear_conv_graph([1, 4, 8, 8], [6, 2, 3, 3], False, [0, 1, 2, 0], [2, 2],
+                                 group=2, seed=1),
+              qlinear_conv_graph([2, 2, 5, 5], [3, 2, 2, 2], False, [0, 0, 0, 0], [1, 1],
+                                 udtype=True, seed=2),
+              qlinear_conv_graph([1, 3, 6, 6], [5, 3, 1, 1], True, [0, 0, 0, 0], [1, 1],
+                                 udtype=True, seed=3),
+              qlinear_matmul_graph([3, 16], [16, 5], False),
+              qlinear_matmul_graph([2, 3, 16], [16, 5], True, seed=1),
+              qlinear_matmul_graph([2, 3, 8], [2, 8, 4], False, const_b=False, seed=2),
+              quantize_linear_graph([2, 3, 4], 1, True),
+              quantize_linear_graph([2, 3, 4], 2, True, T.UINT8),
+              quantize_linear_graph([5, 7], 0, False, T.INT16)]
+    check_graphs(graphs, runs=2)
+
+
+def test_onnx_quantize_rounds_half_to_even():
+    g = quantize_linear_graph([2, 3, 4], 1, False)
+    x = (np.arange(24).reshape(2, 3, 4) - 12).astype(np.float32) * np.float32(0.01)  # k.5 ties
+    got = build_and_run_many([(g, {"x": x})])[0]
+    want = aot.interpret(g, {"x": x})
+    np.testing.assert_array_equal(got["q"], want["q"])
+
+
+# ------------------------------------------------------------------ real models
+
+INT8_MODELS = [p for p in shared_models("*.tflite") if p.stem.endswith("int8")]
+
+
+@pytest.mark.parametrize("path", INT8_MODELS, ids=lambda p: p.stem)
+def test_int8_model_bit_exact(path):
+    g = aot.optimize(aot.load(path))
+    x = np.load(MODELS / f"{path.stem}.input.npy")
+    feeds = {g.inputs[0]: x}
+    got = build_and_run_many([(g, feeds)])[0]
+    want = aot.interpret(g, feeds)
+    for name in g.outputs:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def test_hybrid_kws_model_matches_interpreter():
+    path = MODELS / "mlperf_kws_dscnn_f32.tflite"
+    g = aot.optimize(aot.load(path))
+    x = np.load(MODELS / "mlperf_kws_dscnn_f32.input.npy")
+    got = build_and_run_many([(g, {g.inputs[0]: x})])[0]
+    want = aot.interpret(g, {g.inputs[0]: x})
+    np.testing.assert_allclose(got[g.outputs[0]], want[g.outputs[0]], rtol=1e-4, atol=1e-4)

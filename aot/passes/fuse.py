@@ -9,6 +9,7 @@ is not a model output, and the patterns allow it:
       residual add);
   ELEMWISE / BROADCAST / INJECTIVE chains fuse together;
   REDUCE takes ELEMWISE / BROADCAST ops after it;
+  (an anchor's epilogue keeps the anchor's output shape: no broadcasting up);
   OPAQUE stays alone.
 
 Every group, single nodes included, becomes one `fused` node whose `body` is
@@ -47,6 +48,15 @@ def _can_absorb(kind: Pattern, pattern: Pattern) -> bool:
     return False
 
 
+def _keeps_shape(graph: Graph, group: Group, t: str, node: Node) -> bool:
+    """An anchor's epilogue is computed per output element of the anchor, so
+    it may not broadcast that output to a larger shape (x - ReduceMean(x))."""
+    if group.kind not in (Pattern.OUT_ELEMWISE_FUSABLE, Pattern.REDUCE):
+        return True
+    src, out = graph.types.get(t), graph.types.get(node.outputs[0])
+    return src is not None and out is not None and src.shape == out.shape
+
+
 def partition(graph: Graph) -> list[Group]:
     """The groups, in topological order of their last member."""
     users: dict[str, int] = {}   # tensor -> how many nodes read it
@@ -63,7 +73,8 @@ def partition(graph: Graph) -> list[Group]:
             for t in node.inputs:
                 g = group_of.get(t)
                 if (g is not None and len(g.tail.outputs) == 1 and g.tail.outputs[0] == t
-                        and users.get(t) == 1 and t not in pinned and _can_absorb(g.kind, pattern)):
+                        and users.get(t) == 1 and t not in pinned and _can_absorb(g.kind, pattern)
+                        and _keeps_shape(graph, g, t, node)):
                     target = g
                     break
         if target is None:

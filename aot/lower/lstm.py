@@ -196,8 +196,7 @@ def _lstm_int8(ctx: LowerCtx, ins, emit) -> Stmt:
             b.add(Assign(c, q.clamp(c, -clip_q, clip_q)))
         b.add(Store(c_s, at, Cast(dt("int16"), c)))
         th = tanh16(b, table, c, cell_pot)
-        hv = Bin("+", q.mbqm_block(b, Bin("*", th, gate(OUTPUT)), m_h, e_h, name="hidden"),
-                 Const(zp_h))
+        hv = q.offset(q.mbqm_block(b, Bin("*", th, gate(OUTPUT)), m_h, e_h, name="hidden"), zp_h)
         h = b.let("h", Cast(dt("int8"), q.clamp(hv, -128, 127)))
         b.add(Store(h_s, at, h), emit(0, s.seq_index(bi, t, u), h))
         return b.stmt()

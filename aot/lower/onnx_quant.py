@@ -223,7 +223,7 @@ def qlinear_matmul(ctx: LowerCtx, ins, emit):
             b_off = _param_or_int(ctx, "b_zero_point", bz.astype(np.int32), n)
 
             def term(k):
-                return Bin("*", Bin("-", to_i32(a.load(a_at + (m, k))), Const(az)),
+                return Bin("*", q.offset(to_i32(a.load(a_at + (m, k))), -az),
                            Bin("-", to_i32(b.load(b_at + (k, n))), b_off))
         blk.add(loop(ctx, "k", k_dim, lambda k: _accumulate(acc, term(k))))
         blk.add(emit(0, idx, _requantize(ctx, acc, mult, n, y_zp, out_dtype)))

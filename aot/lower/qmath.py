@@ -10,6 +10,15 @@ tables loaded from a PARAM buffer).
 The compile-time multipliers come from aot.ops.qmath (quantize_multiplier
 and friends): this module only builds the arithmetic.
 
+An operand a formula reads more than once (RDBPOT's x, SATSHL's x, the
+saturation test of SRDHM) is inlined only when it is a variable or a
+constant; any larger expression goes to the codegens' runtime helper of
+the same primitive (aot/codegen/intrinsics.py: aot_rdbpot, aot_srdhm,
+aot_satshl), which evaluates it once. Kernel rules name their intermediate
+values with `Block.let`, so their code is the inline arithmetic; value rules
+(inlined epilogues, no locals) get readable helper calls instead of
+exponentially repeated sub-expressions.
+
 C notes: `>>` on negative values is an arithmetic shift and int64 -> int32
 conversion wraps (true of every compiler we target, and of LLVM's ashr /
 trunc); no signed overflow is ever relied on: products are formed in int64.
@@ -18,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aot.ir.tir import (INT32, INT64, Bin, Cast, Const, Decl, Expr, Select, Stmt, Var, dt,
+from aot.ir.tir import (Bin, Broadcast, Call, Cast, Const, Decl, Expr, Select, Stmt, Var, dt,
                         dtype_of, seq)
 from aot.lower.elementwise import const_like
 from aot.ops.qmath import INT32_MAX, INT32_MIN
@@ -59,6 +68,16 @@ def _c(value: int, like: Expr) -> Expr:
     return const_like(value, like)
 
 
+def _is_atom(e: Operand) -> bool:
+    """Cheap and side-effect free to repeat: a variable or a constant."""
+    return isinstance(e, (int, Var, Const)) or (
+        isinstance(e, Broadcast) and isinstance(e.value, (Var, Const)))
+
+
+def _helper(fn: str, *args: Expr) -> Expr:
+    return Call(fn, tuple(args), dtype_of(args[0]))
+
+
 def _is_int(e: Operand) -> bool:
     return isinstance(e, int) or isinstance(e, Const)
 
@@ -82,6 +101,8 @@ def srdhm(a: Expr, b: Operand, saturate: bool = True) -> Expr:
     out = i32(high, lanes)
     if not saturate or (_is_int(b) and _int(b) != INT32_MIN):
         return out
+    if not (_is_atom(a) and _is_atom(b)):
+        return _helper("aot_srdhm", a, i32(b, lanes))
     bb = i32(b, lanes)
     both_min = Bin("and", Bin("==", a, _c(INT32_MIN, a)), Bin("==", bb, _c(INT32_MIN, bb)))
     return Select(both_min, _c(INT32_MAX, a), out)
@@ -91,8 +112,7 @@ def rdbpot(x: Expr, e: Operand) -> Expr:
     """RoundingDivideByPOT: x / 2**e rounded half away from zero, 0 <= e <= 31.
 
     A constant e is folded to `(x + 2**(e-1) - (x < 0)) >> e` in int64 (no
-    overflow near INT32_MAX); a per-channel e uses the mask/threshold form,
-    which is also right for e = 0.
+    overflow near INT32_MAX); a per-channel e calls the runtime helper.
     """
     lanes = _lanes(x)
     if _is_int(e):
@@ -101,21 +121,22 @@ def rdbpot(x: Expr, e: Operand) -> Expr:
             raise ValueError(f"rdbpot: exponent {e} out of [0, 31]")
         if e == 0:
             return x
+        if not _is_atom(x):
+            return _helper("aot_rdbpot", x, const_like(e, x))
         wide = i64(x, lanes)
         nudged = Bin("-", Bin("+", wide, _c(1 << (e - 1), wide)),
                      _flag(Bin("<", x, _c(0, x)), "int64"))
         return i32(Bin(">>", nudged, _c(e, wide)), lanes)
-    wide = i64(x, lanes)
-    mask = Bin("-", Bin("<<", _c(1, wide), i64(e, lanes)), _c(1, wide))
-    remainder = Bin("&", wide, mask)
-    threshold = Bin("+", Bin(">>", mask, _c(1, wide)), _flag(Bin("<", x, _c(0, x)), "int64"))
-    return Bin("+", Bin(">>", x, i32(e, lanes)), _flag(Bin(">", remainder, threshold), "int32"))
+    # a per-channel exponent: the runtime helper (mask and threshold form)
+    return _helper("aot_rdbpot", x, i32(e, lanes))
 
 
 def satshl(x: Expr, k: int) -> Expr:
     """SaturatingRoundingMultiplyByPOT<k>, k > 0: x * 2**k saturated to int32."""
     if k <= 0:
         raise ValueError(f"satshl: shift {k} must be positive")
+    if not _is_atom(x) and k < 31:
+        return _helper("aot_satshl", x, const_like(k, x))
     limit = (1 << (31 - k)) - 1
     shifted = Bin("*", x, _c(1 << k, x)) if k < 31 else _c(0, x)
     return Select(Bin(">", x, _c(limit, x)), _c(INT32_MAX, x),
@@ -143,7 +164,15 @@ def mbqm(x: Expr, mult: Operand, shift: Operand | None = None, *,
     """
     if shift is not None:
         left, right = max(shift, 0), max(-shift, 0)
-    return rdbpot(srdhm(shift_left_wrapping(x, left), mult), right)
+    # M comes from quantize_multiplier: never INT32_MIN, so SRDHM cannot saturate
+    return rdbpot(srdhm(shift_left_wrapping(x, left), mult, saturate=False), right)
+
+
+def offset(x: Expr, c: int) -> Expr:
+    """x + c, printed as `x - 128` rather than `x + -128` (or `x - -128`)."""
+    if c == 0:
+        return x
+    return Bin("+", x, _c(c, x)) if c > 0 else Bin("-", x, _c(-c, x))
 
 
 def clamp(x: Expr, lo: Operand, hi: Operand) -> Expr:
@@ -188,9 +217,9 @@ def mbqm_block(b: Block, x: Expr, mult: Operand, shift: Operand | None = None, *
     """mbqm with the SRDHM result in a local (rdbpot reads it twice or more)."""
     if shift is not None:
         left, right = max(shift, 0), max(-shift, 0)
-    high = b.let(name, srdhm(shift_left_wrapping(x, left), mult))
+    high = b.let(name, srdhm(shift_left_wrapping(x, left), mult, saturate=False))
     return rdbpot(high, right)
 
 
-__all__ = ["Block", "clamp", "div_round_away", "i32", "i64", "mbqm", "mbqm_block",
+__all__ = ["Block", "clamp", "div_round_away", "i32", "i64", "mbqm", "mbqm_block", "offset",
            "rdbpot", "satshl", "shift_left_wrapping", "srdhm"]

@@ -195,7 +195,7 @@ def conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable[[tuple], Expr], zp: i
                 xv = ctx.fresh("xv")
                 value = to_i32(load_x((n, iy, ix, add(mul(gi, Const(g.depth)), ic))))
                 if zp:
-                    value = Bin("-", value, Const(zp))
+                    value = q.offset(value, -zp)
 
                 def mac(ol):
                     oc = add(mul(gi, Const(g.per_group)), ol)
@@ -268,7 +268,7 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
 
     def finish(idx, acc):
         b = q.Block(ctx)
-        y = q.clamp(Bin("+", rq.apply(b, acc, idx[3]), Const(zp_out)), lo, hi)
+        y = q.clamp(q.offset(rq.apply(b, acc, idx[3]), zp_out), lo, hi)
         b.add(emit(0, idx, Cast(dt(out_dtype), y)))
         return b.stmt()
 
@@ -394,7 +394,7 @@ def fully_connected(ctx: LowerCtx, ins, emit):
             b.add(loop(ctx, "d", depth, lambda d: Assign(acc, Bin("+", acc, Bin(
                 "*", to_i32(x.load(x_index(d))),
                 to_i32(Load(weights, add(mul(o, Const(depth)), d))))))))
-            y = q.clamp(Bin("+", rq.apply(b, acc, o), Const(zp_out)), lo, hi)
+            y = q.clamp(q.offset(rq.apply(b, acc, o), zp_out), lo, hi)
             b.add(emit(0, out_lead + (o,), Cast(dt(out_ty.dtype), y)))
             return b.stmt()
         return loop(ctx, "o", units, unit)
@@ -488,11 +488,10 @@ def mean(ctx: LowerCtx, ins, emit):
             full, k, r = [], iter(kept_idx), iter(red_idx)
             for d in range(len(x.shape)):
                 full.append(next(r) if d in axes else next(k))
-            return Assign(acc, Bin("+", acc, Bin("-", to_i32(x.load(tuple(full))),
-                                                 Const(zp_in))))
+            return Assign(acc, Bin("+", acc, q.offset(to_i32(x.load(tuple(full))), -zp_in)))
         b.add(nest(ctx, tuple(f"k{d}" for d in axes), [x.shape[d] for d in axes], tap))
         scaled = b.let("rescaled", q.mbqm_block(b, acc, mult, shift))
-        y = q.clamp(Bin("+", q.div_round_away(scaled, count), Const(zp_out)), -128, 127)
+        y = q.clamp(q.offset(q.div_round_away(scaled, count), zp_out), -128, 127)
         b.add(emit(0, out_idx, Cast(dt("int8"), y)))
         return b.stmt()
     return nest(ctx, tuple(f"i{d}" for d in range(len(out_shape))), out_shape, at)
@@ -608,11 +607,11 @@ def _add_sub(ctx: LowerCtx, ins, idx, lanes, sign: int) -> Expr:
     a, b = _int8_operands(ctx, ins, idx, lanes)
 
     def scaled(v, z, m, e):   # (v - z) * 2**20, then rescaled to the common scale
-        return q.rdbpot(q.srdhm(Bin("*", Bin("-", v, const_like(z, v)), const_like(1 << 20, v)),
+        return q.rdbpot(q.srdhm(Bin("*", q.offset(v, -z), const_like(1 << 20, v)),
                                 m), -e)
     u1, u2 = scaled(a, z1, m1, e1), scaled(b, z2, m2, e2)
     total = Bin("+" if sign > 0 else "-", u1, u2)
-    y = Bin("+", q.rdbpot(q.srdhm(total, mo), -eo), const_like(zo, total))
+    y = q.offset(q.rdbpot(q.srdhm(total, mo), -eo), zo)
     return narrow(q.clamp(y, ctx.attrs["act_min"], ctx.attrs["act_max"]), "int8")
 
 
@@ -633,8 +632,8 @@ def mul_rule(ctx: LowerCtx, ins, idx, lanes):
     so, zo = _sz(ctx, ctx.out_types[0], "the output")
     m, e = ref_q.quantize_multiplier(s1 * s2 / so)
     a, b = _int8_operands(ctx, ins, idx, lanes)
-    prod = Bin("*", Bin("-", a, const_like(z1, a)), Bin("-", b, const_like(z2, b)))
-    y = Bin("+", q.mbqm(prod, m, e), const_like(zo, prod))
+    prod = Bin("*", q.offset(a, -z1), q.offset(b, -z2))
+    y = q.offset(q.mbqm(prod, m, e), zo)
     return narrow(q.clamp(y, ctx.attrs["act_min"], ctx.attrs["act_max"]), "int8")
 
 
@@ -661,12 +660,12 @@ def quantize(ctx: LowerCtx, ins, idx, lanes):
         v = Bin("/", x, const_like(s_out, x))       # float32 division, as TFLM
         # keep the conversion in int32's range; the clamp below saturates anyway
         v = Bin("min", Bin("max", v, const_like(-2.0 ** 30, v)), const_like(2.0 ** 30, v))
-        y = Bin("+", round_half_away_to_int(v), const_like(zp_out, dt("int32", lanes)))
+        y = q.offset(round_half_away_to_int(v), zp_out)
     else:
         s_in, zp_in = _sz(ctx, ins[0].type, "the input")
         m, e = ref_q.quantize_multiplier(s_in / s_out)
         xi = to_i32(x)
-        y = Bin("+", q.mbqm(Bin("-", xi, const_like(zp_in, xi)), m, e), const_like(zp_out, xi))
+        y = q.offset(q.mbqm(q.offset(xi, -zp_in), m, e), zp_out)
     return narrow(q.clamp(y, lo, hi), out_ty.dtype)
 
 

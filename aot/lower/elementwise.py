@@ -191,7 +191,6 @@ UNARY_ANY: dict[str, Callable[[Expr, dict], Expr]] = {
     "Relu": lambda x, a: Bin("max", x, const_like(0, x)),
     "Not": lambda x, a: Unary("not", x),
     "Identity": lambda x, a: x,
-    "Dropout": lambda x, a: x,      # inference: the identity
 }
 
 

@@ -13,8 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
-from aot.ir.tir import (Bin, Expr, For, Load, Select, Stmt, add, const, flat_index, mul, seq,
-                        sub)
+from aot.ir.tir import (Bin, Expr, For, Load, Select, Stmt, add, const, dt, flat_index, mul,
+                        seq, sub)
 from aot.lower.elementwise import broadcast_load, cast, const_like, scalar_load, select
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.ops.nn import _nchw_shape
@@ -283,7 +283,7 @@ def _depth_space(ctx: LowerCtx, ins, idx, lanes):
     return ins[0].load(tuple(src[a] for a in range(4)), lanes)
 
 
-# ---- Split: several outputs, so a loop nest per output ----------------------------------------
+# ---- several outputs: a loop nest per output (value rules give one) ----------------------------
 
 def loop_nest(ctx: LowerCtx, shape: Sequence[int], body) -> Stmt:
     """for i0 < shape[0]: ... body(idx), with fresh loop variables."""
@@ -309,3 +309,13 @@ def _split(ctx: LowerCtx, ins, emit):
         start += ty.shape[axis]
     return seq(*stmts)
 
+
+
+@kernel_rule("Dropout")
+def _dropout(ctx: LowerCtx, ins, emit):
+    """Inference Dropout: x, and a mask keeping everything. (simplify removes a
+    Dropout whose mask nobody reads, so only this two-output form gets here.)"""
+    x = ins[0]
+    return loop_nest(ctx, x.shape, lambda idx: seq(
+        emit(0, idx, x.load(idx, 1)),
+        *([emit(1, idx, const_like(True, dt("bool")))] if len(ctx.out_types) > 1 else [])))

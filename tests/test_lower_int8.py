@@ -12,6 +12,9 @@ Cases are batched so each test compiles once (build_and_run_many).
 """
 from __future__ import annotations
 
+import ctypes
+import dataclasses
+
 import numpy as np
 import pytest
 from onnx import TensorProto as T
@@ -20,9 +23,9 @@ from onnx import helper, numpy_helper
 import aot
 from aot.frontend.onnx import import_onnx
 from aot.frontend.tflite import import_tflite
-from aot.ir.graph import Graph, TensorType
-from aot.ir.tir import (INT32, Buffer, BufferKind, Const, For, Load, PrimFunc, Store, Var, dt,
-                        seq)
+from aot.ir.graph import Graph
+from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Const, Decl, For, Load, PrimFunc, Store,
+                        Var, seq)
 from aot.lower import Arg, Kernel
 from aot.lower import qmath as q
 from aot.lower.testing import build_and_run_many, compile_kernels, aligned
@@ -44,15 +47,22 @@ def _edge_values(rng, n):
 
 
 def _elementwise_kernels(cases):
-    """One kernel per (name, fn(x, y) -> Expr): out[i] = fn(a[i], b[i])."""
+    """One kernel per (name, fn(x, y) -> Expr, size, inline): out[i] = fn(a[i], b[i]).
+
+    inline: the operands are locals, so the builders inline their formulas;
+    otherwise they are loads, which the builders pass to the runtime helpers.
+    """
     kernels = []
-    for name, fn, size in cases:
+    for name, fn, size, inline in cases:
         a = Buffer("a", INT32, (size,))
         b = Buffer("b", INT32, (size,))
         out = Buffer("out", INT32, (size,), BufferKind.OUTPUT)
-        i = Var("i")
-        body = For(i, size, Store(out, i, fn(Load(a, i), Load(b, i))))
-        func = PrimFunc(f"q_{name}", (a, b, out), body)
+        i, xa, xb = Var("i"), Var("xa"), Var("xb")
+        if inline:
+            body = seq(Decl(xa, Load(a, i)), Decl(xb, Load(b, i)), Store(out, i, fn(xa, xb)))
+        else:
+            body = Store(out, i, fn(Load(a, i), Load(b, i)))
+        func = PrimFunc(f"q_{name}", (a, b, out), For(i, size, body))
         kernels.append(Kernel(func, (Arg("tensor", "a"), Arg("tensor", "b"),
                                      Arg("tensor", "out")), None))
     return kernels
@@ -61,9 +71,8 @@ def _elementwise_kernels(cases):
 def _run_elementwise(cases, inputs):
     kernels = _elementwise_kernels(cases)
     lib, symbols = compile_kernels(kernels)
-    import ctypes
     results = {}
-    for k, (name, _, size) in zip(kernels, cases):
+    for k, (name, _, size, _) in zip(kernels, cases):
         a, b = (aligned(np.asarray(v, np.int32)) for v in inputs[name])
         out = aligned(np.zeros(size, np.int32))
         fn = getattr(lib, symbols[k.func.name])
@@ -90,9 +99,11 @@ def test_qmath_builders_match_reference():
     cases, inputs, expect = [], {}, {}
 
     def case(name, fn, a, b, want):
-        cases.append((name, fn, a.size))
-        inputs[name] = (a, b)
-        expect[name] = np.asarray(want, np.int64)
+        for inline in (True, False):
+            key = f"{name}_{'inline' if inline else 'helper'}"
+            cases.append((key, fn, a.size, inline))
+            inputs[key] = (a, b)
+            expect[key] = np.asarray(want, np.int64)
 
     case("srdhm", lambda a, b: q.srdhm(a, b), x, mults, ref.srdhm(x, mults))
     case("srdhm_sq", lambda a, b: q.srdhm(a, a), x, x, ref.srdhm(x, x))
@@ -118,7 +129,6 @@ def test_qmath_builders_match_reference():
         return q.mbqm(a, Const(1395864371), left=_bits(b, 8), right=_bits(b, 0))
 
     def _bits(v, at):
-        from aot.ir.tir import Bin
         return Bin("&", Bin(">>", v, Const(at)), Const(255))
     case("mbqm_per_channel", per_channel, x, packed, ref.mbqm(x, 1395864371, shifts))
     case("clamp", lambda a, b: q.clamp(a, -128, 127), x, x, np.clip(x, -128, 127))
@@ -359,7 +369,6 @@ def lstm_model(time_major: bool, int8: bool, seed=0) -> bytes:
 
 def _with_state_outputs(g: Graph) -> Graph:
     """The graph with the new LSTM state as extra outputs (to compare it too)."""
-    import dataclasses
     return dataclasses.replace(g, outputs=tuple(g.outputs) + tuple(g.updates.values()))
 
 
@@ -513,3 +522,29 @@ def test_hybrid_kws_model_matches_interpreter():
     got = build_and_run_many([(g, {g.inputs[0]: x})])[0]
     want = aot.interpret(g, {g.inputs[0]: x})
     np.testing.assert_allclose(got[g.outputs[0]], want[g.outputs[0]], rtol=1e-4, atol=1e-4)
+
+
+def test_onnx_qdq_pattern_around_a_float_conv():
+    """DequantizeLinear -> Conv -> Relu -> QuantizeLinear: the quantize is the
+    float kernel's epilogue (vector lanes), the dequantize an inlined producer.
+    The float conv may sum in another order than the reference, so a value
+    on a rounding tie may move by one step; nearly all must be exact."""
+    rng = np.random.default_rng(0)
+    w = rng.integers(-127, 128, (16, 8, 3, 3)).astype(np.int8)
+    inits = [_init("xs", np.float32(0.02)), _init("xz", np.array(3, np.int8)), _init("w", w),
+             _init("ws", rng.uniform(0.001, 0.01, 16).astype(np.float32)),
+             _init("wz", np.zeros(16, np.int8)), _init("ys", np.float32(0.05)),
+             _init("yz", np.array(-7, np.int8)),
+             _init("b", rng.standard_normal(16).astype(np.float32))]
+    nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=0),
+             helper.make_node("Conv", ["xf", "wf", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "ys", "yz"], ["y"])]
+    g = _onnx_graph(nodes, [helper.make_tensor_value_info("x", T.INT8, [1, 8, 10, 10])],
+                    [helper.make_tensor_value_info("y", T.INT8, None)], inits)
+    feeds = [{"x": rng.integers(-128, 128, (1, 8, 10, 10)).astype(np.int8)} for _ in range(2)]
+    for f, got in zip(feeds, build_and_run_many([(g, f) for f in feeds])):
+        want = aot.interpret(g, f)["y"].astype(np.int32)
+        diff = np.abs(got["y"].astype(np.int32) - want)
+        assert diff.max() <= 1 and (diff > 0).mean() < 0.01

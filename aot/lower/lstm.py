@@ -70,6 +70,19 @@ def _dot(ctx: LowerCtx, b: q.Block, acc: Var, n: int, lhs, rhs) -> None:
     b.add(loop(ctx, "k", n, lambda k: Assign(acc, Bin("+", acc, Bin("*", lhs(k), rhs(k))))))
 
 
+def _gate_sums(ctx: LowerCtx, b: q.Block, s: "_Shapes", x, h_s, p, at, init_x: Expr,
+               init_h: Expr, widen) -> tuple[Var, Var]:
+    """The input-side and recurrent sums of one gate unit (weights [U, K] rows)."""
+    bi, t, u = at
+    ax = b.let("acc_x", init_x)
+    _dot(ctx, b, ax, s.features, lambda k: widen(x.load(s.seq_index(bi, t, k))),
+         lambda k: widen(Load(p["wx"], Bin("+", Bin("*", u, Const(s.features)), k))))
+    ah = b.let("acc_h", init_h)
+    _dot(ctx, b, ah, s.units, lambda k: widen(Load(h_s, flat_index((bi, k), h_s.shape))),
+         lambda k: widen(Load(p["wh"], Bin("+", Bin("*", u, Const(s.units)), k))))
+    return ax, ah
+
+
 # ------------------------------------------------------------- int16 activations
 
 def sigmoid16(b: q.Block, table, x: Expr) -> Var:
@@ -158,17 +171,12 @@ def _lstm_int8(ctx: LowerCtx, ins, emit) -> Stmt:
     h_s = ctx.scratch_buffer("hidden", "int8", (s.batch, s.units))
     c_s = ctx.scratch_buffer("cell", "int16", (s.batch, s.units))
     gate_s = ctx.scratch_buffer("gates", "int16", (4, s.units))
-    n_in, units = s.features, s.units
 
     def gate_unit(bi, t, g, u) -> Stmt:
         p = gates[g]
         b = q.Block(ctx)
-        ax = b.let("acc_x", Load(p["bx"], u))
-        _dot(ctx, b, ax, n_in, lambda k: to_i32(x.load(s.seq_index(bi, t, k))),
-             lambda k: to_i32(Load(p["wx"], Bin("+", Bin("*", u, Const(n_in)), k))))
-        ah = b.let("acc_h", Load(p["bh"], u))
-        _dot(ctx, b, ah, units, lambda k: to_i32(Load(h_s, flat_index((bi, k), h_s.shape))),
-             lambda k: to_i32(Load(p["wh"], Bin("+", Bin("*", u, Const(units)), k))))
+        ax, ah = _gate_sums(ctx, b, s, x, h_s, p, (bi, t, u), Load(p["bx"], u),
+                            Load(p["bh"], u), to_i32)
         gx = q.clamp(q.mbqm_block(b, ax, *map(int, p["mx"]), name="scaled_x"), -32768, 32767)
         gh = q.clamp(q.mbqm_block(b, ah, *map(int, p["mh"]), name="scaled_h"), -32768, 32767)
         z = b.let("z", q.clamp(Bin("+", gx, gh), -32768, 32767))
@@ -255,17 +263,12 @@ def _lstm_float(ctx: LowerCtx, ins, emit) -> Stmt:
     h_s = ctx.scratch_buffer("hidden", "float32", (s.batch, s.units))
     c_s = ctx.scratch_buffer("cell", "float32", (s.batch, s.units))
     gate_s = ctx.scratch_buffer("gates", "float32", (4, s.units))
-    n_in, units = s.features, s.units
 
     def gate_unit(bi, t, g, u) -> Stmt:
         p = params[g]
         b = q.Block(ctx)
-        ax = b.let("acc_x", Load(p["bias"], u))
-        _dot(ctx, b, ax, n_in, lambda k: x.load(s.seq_index(bi, t, k)),
-             lambda k: Load(p["wx"], Bin("+", Bin("*", u, Const(n_in)), k)))
-        ah = b.let("acc_h", Const(0.0, F32))
-        _dot(ctx, b, ah, units, lambda k: Load(h_s, flat_index((bi, k), h_s.shape)),
-             lambda k: Load(p["wh"], Bin("+", Bin("*", u, Const(units)), k)))
+        ax, ah = _gate_sums(ctx, b, s, x, h_s, p, (bi, t, u), Load(p["bias"], u),
+                            Const(0.0, F32), lambda v: v)
         pre = Bin("+", ax, ah)
         y = act(pre) if g == CELL else _sigmoid(pre)
         b.add(Store(gate_s, flat_index((Const(g), u), gate_s.shape), y))

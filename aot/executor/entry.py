@@ -192,7 +192,7 @@ def build_context(graph: Graph, kernels: Sequence[Kernel], mem: MemoryPlan,
                    "offset": p.blob_offset, "comment": describe(p), "in_blob": p.in_blob,
                    "array": p.array} for p in params.arrays]
     return {
-        **meta, "name": name, "NAME": NAME, "title": c_comment(f"{name} ({graph.name})"),
+        **meta, "name": name, "NAME": NAME, "title": c_comment(name if graph.name in ("", name) else f"{name} (model {graph.name})"),
         "inputs": inputs, "outputs": outputs, "states": states, "has_state": bool(states),
         "state_bytes": sum(graph.types[s["tensor"]].nbytes for s in states),
         "kernels": _kernel_calls(kernels, places, params, mem, symbols),

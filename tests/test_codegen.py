@@ -218,7 +218,7 @@ def casts_and_ints() -> Case:
     outs = {nm: Buffer(nm, d, (n,), OUT) for nm, d in [
         ("trunc", INT32), ("round", I8), ("rint", INT32), ("tofloat", FLOAT32),
         ("wrap8", I8), ("wrapu8", U8), ("udiv", U32), ("sdiv", INT32), ("smod", INT32),
-        ("shr", INT32), ("sel", FLOAT32), ("asbool", DType("bool")), ("dbl", F64)]}
+        ("shr", INT32), ("pm", INT32), ("fpm", FLOAT32), ("sel", FLOAT32), ("asbool", DType("bool")), ("dbl", F64)]}
     i = Var("i")
     xi, ii = Load(x, i), Load(ints, i)
     i8 = Cast(I8, ii)
@@ -233,6 +233,8 @@ def casts_and_ints() -> Case:
         Store(outs["sdiv"], i, Bin("/", ii, c32(-3))),
         Store(outs["smod"], i, Bin("%", ii, c32(5))),
         Store(outs["shr"], i, Bin(">>", ii, c32(2))),
+        Store(outs["pm"], i, Bin("-", Bin("+", Bin(">>", ii, c32(4)), c32(-5)), c32(-7))),
+        Store(outs["fpm"], i, Bin("-", Bin("+", xi, f32(-0.0)), f32(-1.5))),
         Store(outs["sel"], i, Select(Bin("or", Bin("<", xi, f32(-1.0)),
                                          Bin("and", Bin(">=", ii, c32(0)),
                                              Bin("!=", ii, c32(3)))),
@@ -256,6 +258,8 @@ def casts_and_ints() -> Case:
             "sdiv": np.array([int(v / -3) for v in iv.tolist()], "i4"),
             "smod": np.array([int(math.fmod(v, 5)) for v in iv.tolist()], "i4"),
             "shr": iv >> 2,
+            "pm": (iv >> 4) + 2,
+            "fpm": xv + np.float32(1.5),
             "sel": np.where((xv < -1) | ((iv >= 0) & (iv != 3)), -xv, np.fmod(xv, np.float32(1.5))),
             "asbool": ((iv & 2) != 0).astype("u1"),
             "dbl": xv.astype("f8") * 1e300,

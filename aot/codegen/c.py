@@ -169,6 +169,14 @@ def _lane_helper(mod: _Module, name: str, result: DType, args: Sequence[DType],
 
 # ------------------------------------------------------------------ expressions
 
+def _negative_const(e: Expr) -> bool:
+    """A scalar constant whose negation is representable and positive."""
+    if not isinstance(e, Const) or e.dtype.lanes != 1 or e.dtype.scalar == "bool":
+        return False
+    if e.dtype.is_float:
+        return not math.isnan(e.value) and math.copysign(1.0, e.value) < 0
+    return e.value < 0 and e.value != np.iinfo(e.dtype.scalar).min
+
 def _needs_parens(parent: str, child: str) -> bool:
     """Parentheses that precedence makes redundant but -Wparentheses (and a
     reader) wants: inside shifts and bit ops, `&&` under `||`, `a < b < c`."""
@@ -266,6 +274,9 @@ class _Printer:
 
     def _infix(self, e: Bin) -> str:
         prec = _PREC[e.op]
+        if e.op in ("+", "-") and _negative_const(e.b):
+            # `x - -128` reads better as `x + 128`, and means the same (also in IEEE).
+            e = Bin("-" if e.op == "+" else "+", e.a, Const(-e.b.value, e.b.dtype))
 
         def side(x: Expr, right: bool) -> str:
             text, p = self.p(x)
@@ -442,8 +453,7 @@ class _FuncPrinter:
 
     def print(self) -> str:
         sig = self.signature()
-        sources = ", ".join(self.func.sources) or self.func.name
-        out = [f"/* {c_comment(self.func.name)}: from {c_comment(sources)} */", sig, "{"]
+        out = [*_header_comment(self.func), sig, "{"]
         used = {b for s in walk_stmt(self.func.body) for b in _buffers(s)}
         for b in self.func.params:
             if b not in used:
@@ -455,7 +465,7 @@ class _FuncPrinter:
         return "\n".join(out + self.lines + ["}"])
 
     def emit(self, depth: int, text: str):
-        self.lines.append("    " * depth + text)
+        self.lines.extend(_wrap("    " * depth + text))
 
     def declare(self, var: Var) -> str:
         if var not in self.names:
@@ -535,6 +545,49 @@ class _FuncPrinter:
         self.emit(depth, "}")
 
 
+WIDTH = 100
+_BREAK_BEFORE = (" ? ", " : ", " || ", " && ", " + ", " - ", " * ", " | ", " & ")
+
+
+def _wrap(line: str, width: int = WIDTH) -> list[str]:
+    """A long statement split at its outermost operators or commas, with
+    continuation lines indented two levels (generated code has no strings)."""
+    stripped = line.lstrip()
+    if len(line) <= width or stripped.startswith(("/*", "#")):
+        return [line]
+    cont = " " * (len(line) - len(stripped) + 8)
+    out: list[str] = []
+    while len(line) > width:
+        best = None                       # (depth, -position)
+        depth = 0
+        for pos in range(len(line)):
+            ch = line[pos]
+            if ch in "([":
+                depth += 1
+            elif ch in ")]":
+                depth -= 1
+            elif ch == " " and len(cont) + 8 < pos < width:
+                at = pos if line.startswith(_BREAK_BEFORE, pos) else \
+                    pos + 1 if line[pos - 1] == "," or line[pos - 2:pos] == " =" else None
+                if at is not None and (best is None or (depth, -at) < best):
+                    best = (depth, -at)
+        if best is None:
+            break
+        at = -best[1]
+        out.append(line[:at].rstrip())
+        line = cont + line[at:].lstrip()
+    return out + [line]
+
+
+def _header_comment(func: PrimFunc) -> list[str]:
+    """`/* name: from node, node */`, one node a line when that is too long."""
+    sources = [c_comment(x) for x in func.sources] or [c_comment(func.name)]
+    one = f"/* {c_comment(func.name)}: from {', '.join(sources)} */"
+    if len(one) <= WIDTH:
+        return [one]
+    return [f"/* {c_comment(func.name)}: from", *(f" *   {x}" for x in sources), " */"]
+
+
 def _buffers(s: Stmt):
     if isinstance(s, Store):
         yield s.buffer
@@ -571,6 +624,7 @@ def emit_c(funcs: Sequence[PrimFunc], prefix: str) -> CSource:
 
 def _declaration(body: str) -> str:
     """The signature lines of a printed function, as a declaration."""
-    lines = body.split("\n")[1:]
-    sig = lines[:lines.index("{")]
+    lines = body.split("\n")
+    sig = lines[next(k for k, line in enumerate(lines) if line.startswith("void ")):
+                lines.index("{")]
     return "\n".join(sig) + ";"

@@ -41,17 +41,17 @@ MAX_REGIONS = 36
 
 # ----------------------------------------------------------------- small helpers
 
-def _loop(ctx: LowerCtx, name: str, extent: int, body: Callable[[Expr], Stmt | None],
-          start: int = 0) -> Stmt | None:
-    """for name in [start, start + extent): body(name); a single iteration
-    is the body itself."""
-    if extent <= 0:
+def _loop(ctx: LowerCtx, name: str, trips: int, body: Callable[[Expr], Stmt | None],
+          start: int = 0, step: int = 1) -> Stmt | None:
+    """for name = start, start + step, ... (`trips` times): body(name); a
+    single iteration is the body itself."""
+    if trips <= 0:
         return None
-    if extent == 1:
+    if trips == 1:
         return body(Const(start))
     v = ctx.fresh(name)
     inner = body(v)
-    return None if inner is None else For(v, extent, inner, start=start)
+    return None if inner is None else For(v, trips * step, inner, start=start, step=step)
 
 
 def _plus(e: Expr, c: int) -> Expr:
@@ -119,6 +119,32 @@ def _accumulators(ctx: LowerCtx, dtype: DType, widths, init: Callable[[int, int]
     accs = [ctx.fresh("acc", dtype.with_lanes(w)) for w in widths]
     decls = [Decl(a, init(off, w)) for a, off, w in zip(accs, _offsets(widths), widths)]
     return accs, decls
+
+
+def _rank1_update(ctx: LowerCtx, dtype: DType, accs: list[list[Var]], xvals: list[Expr],
+                  wvals: list[Expr], widths: Sequence[int]) -> Stmt:
+    """accs[r][j] += xvals[r] * wvals[j]: one step of an MR x NR tile, each
+    input value and (for MR > 1) each weight vector loaded once."""
+    xs = [ctx.fresh("xv", dtype) for _ in xvals]
+    stmts: list[Stmt] = [Decl(v, e) for v, e in zip(xs, xvals)]
+    if len(xvals) > 1:
+        wvars = [ctx.fresh("wv", dtype.with_lanes(wd)) for wd in widths]
+        stmts += [Decl(v, e) for v, e in zip(wvars, wvals)]
+        wvals = wvars
+    stmts += [Assign(a, _fma(a, _splat(xv, wd), wv))
+              for xv, row in zip(xs, accs) for a, wv, wd in zip(row, wvals, widths)]
+    return seq(*stmts)
+
+
+def _blocks(ctx: LowerCtx, name: str, count: int, start: int, mr: int,
+            body: Callable[[list[Expr]], Stmt]) -> Stmt:
+    """body(positions) over [start, start + count) in blocks of `mr`
+    neighbouring positions, then one exact-size remainder block."""
+    full, rest = divmod(count, mr)
+    tail = start + full * mr
+    return _seq(_loop(ctx, name, full, lambda v: body([_plus(v, j) for j in range(mr)]),
+                      start=start, step=mr),
+                body([Const(tail + j) for j in range(rest)]) if rest else None)
 
 
 def _float_only(ctx: LowerCtx, dtype: DType) -> None:
@@ -189,13 +215,18 @@ def _spans(pairs) -> str:
     return " x ".join(f"[{a}, {b})" for a, b in pairs)
 
 
-def region_nest(ctx: LowerCtx, runs: Sequence[Run], body: Callable[[list[Expr]], Stmt]) -> Stmt:
-    """Loops over the output positions of one region; body(positions)."""
-    def level(a: int, pos: list[Expr]) -> Stmt:
-        if a == len(runs):
-            return body(pos)
+def region_nest(ctx: LowerCtx, runs: Sequence[Run], body: Callable[[list[list[Expr]]], Stmt],
+                mr: int = 1) -> Stmt:
+    """Loops over the output positions of one region. body(pixels) gets
+    blocks of up to `mr` neighbouring positions along the last axis (then
+    an exact-size remainder block), each a list of per-axis positions."""
+    def level(a: int, pos: list[Expr]) -> Stmt | None:
         r = runs[a]
-        return _loop(ctx, f"o{a}", r.count, lambda v: level(a + 1, pos + [v]), start=r.start)
+        if a < len(runs) - 1:
+            return _loop(ctx, f"o{a}", r.count, lambda v: level(a + 1, pos + [v]), start=r.start)
+        block = 1 if r.guarded else mr      # a guard tests one position
+        return _blocks(ctx, f"o{a}", r.count, r.start, block,
+                       lambda os: body([pos + [o] for o in os]))
     note = Comment(f"outputs {_spans((r.start, r.start + r.count) for r in runs)}: "
                    f"taps {_spans((r.lo, r.hi) for r in runs)}"
                    + (" (guarded)" if any(r.guarded for r in runs) else ""))
@@ -281,38 +312,89 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     kernel = packed.shape[1:-2]
     win = ref.resolve_window(ctx, xin.spatial, kernel)
     icg, ocg = packed.shape[-2], packed.shape[-1]
-    t = tile(ctx.target, dtype, out.vectorizable)
+    t = tile(ctx.target, dtype, out.vectorizable, pixels=True)
+    if _pointwise(win) and xin.layout == "NHWC" and group == 1 and x.buffer is not None:
+        return _pointwise_conv(ctx, emit, x, bias, packed.reshape(icg, ocg), xin, out)
     if icg == 1 and ocg == 1 and t.lanes > 1:
+        t = tile(ctx.target, dtype)
         per_channel = np.ascontiguousarray(np.moveaxis(packed[..., 0, 0], 0, -1))  # [k...][C]
         return _depthwise(ctx, x, per_channel, bias, xin, out, win, t, emit)
     wp = _param(ctx, "w_packed", packed)
 
-    def tile_body(n, opos, runs, g, c0, widths) -> Stmt:
+    def tile_body(n, pixels, runs, g, c0, widths) -> Stmt:
+        """A tile of len(pixels) output positions x sum(widths) channels."""
         oc0 = add(mul(g, Const(ocg)), c0)
-        accs, decls = _accumulators(ctx, dtype, widths, _bias_init(bias, dtype, oc0))
+        offs = _offsets(widths)
+        accs, decls = [], []
+        for _ in pixels:
+            a, d = _accumulators(ctx, dtype, widths, _bias_init(bias, dtype, oc0))
+            accs.append(a)
+            decls += d
+        last = len(xin.spatial) - 1
+        step = win.strides[last]
 
         def taps(ipos, tap):
+            # The block's pixels are neighbours along the last axis: their
+            # input positions differ by the stride there.
+            rows = [ipos[:last] + [_plus(ipos[last], r * step)] for r in range(len(pixels))]
+
             def per_ic(ic):
-                xv = ctx.fresh("xv", dtype)
-                xi = x.load(xin.index(n, ipos, add(mul(g, Const(icg)), ic)))
-                updates = [Assign(a, _fma(a, _splat(xv, wd), Load(
-                    wp, flat_index((g, *tap, ic, add(c0, Const(off))), packed.shape), wd)))
-                    for a, off, wd in zip(accs, _offsets(widths), widths)]
-                return seq(Decl(xv, xi), *updates)
+                ch = add(mul(g, Const(icg)), ic)
+                return _rank1_update(
+                    ctx, dtype, accs, [x.load(xin.index(n, row, ch)) for row in rows],
+                    [Load(wp, flat_index((g, *tap, ic, add(c0, Const(off))), packed.shape), wd)
+                     for off, wd in zip(offs, widths)], widths)
             return _loop(ctx, "ic", icg, per_ic)
 
-        stores = [emit(0, out.index(n, opos, add(oc0, Const(off))), a)
-                  for a, off in zip(accs, _offsets(widths))]
-        return _seq(*decls, tap_nest(ctx, runs, opos, win, xin.spatial, taps), *stores)
+        stores = [emit(0, out.index(n, pix, add(oc0, Const(off))), a)
+                  for pix, row_accs in zip(pixels, accs) for a, off in zip(row_accs, offs)]
+        return _seq(*decls, tap_nest(ctx, runs, pixels[0], win, xin.spatial, taps), *stores)
 
     def region(n, runs) -> Stmt:
-        return region_nest(ctx, runs, lambda opos: _loop(
+        return region_nest(ctx, runs, lambda pixels: _loop(
             ctx, "g", group, lambda g: _over_tiles(
-                ctx, ocg, t, lambda c0, widths: tile_body(n, opos, runs, g, c0, widths))))
+                ctx, ocg, t, lambda c0, widths: tile_body(n, pixels, runs, g, c0, widths))),
+            mr=t.mr)
 
     regions = window_regions(win, xin.spatial)
     return _seq(_loop(ctx, "n", xin.batch,
                       lambda n: _seq(*(region(n, runs) for runs in regions))))
+
+
+def _pointwise(win: ref.Window) -> bool:
+    return (all(k == 1 for k in win.kernel) and all(v == 1 for v in win.strides)
+            and not any(win.pad_begin) and not any(win.pad_end))
+
+
+def _unravel(i: Expr, dims: Sequence[int]) -> tuple[Expr, ...]:
+    """The multi-index of flat position i in a row-major array of `dims`."""
+    if isinstance(i, Const):
+        return tuple(Const(int(v)) for v in np.unravel_index(i.value, dims))
+    out, stride, total = [], 1, int(np.prod(dims))
+    for d in reversed(dims):
+        q = i if stride == 1 else Bin("/", i, Const(stride))
+        out.append(Const(0) if d == 1 else q if stride * d == total else Bin("%", q, Const(d)))
+        stride *= d
+    return tuple(reversed(out))
+
+
+def _pointwise_conv(ctx, emit, x: TensorRef, bias, w: np.ndarray, xin: SpatialOp,
+                    out: SpatialOp) -> Stmt:
+    """A 1x1, stride-1, unpadded channel-last conv is a matrix product
+    [pixels, IC] x [IC, OC]: pixels are blocked across rows (and images),
+    not just within one row."""
+    dtype = dt(ctx.out_types[0].dtype)
+    ic, oc = w.shape
+    wbuf = _param(ctx, "w_packed", w)
+    dims = (xin.batch, *out.spatial)
+    a = _Operand(lambda bi, r, c, lanes: Load(x.buffer, add(mul(r, Const(ic)), c), lanes), False)
+    b = _Operand(lambda bi, r, c, lanes: Load(wbuf, add(mul(r, Const(oc)), c), lanes), True)
+
+    def finish(acc, bi, i, j):
+        lanes = dtype_of(acc).lanes
+        return acc if bias is None else Bin("+", acc, _bias_init(bias, dtype, j)(0, lanes))
+    return _dense(ctx, emit, a, b, (), int(np.prod(dims)), ic, oc,
+                  lambda bi, i, j: (*_unravel(i, dims), j), finish)
 
 
 def _depthwise(ctx, x, packed, bias, xin, out, win, t, emit) -> Stmt:
@@ -335,8 +417,8 @@ def _depthwise(ctx, x, packed, bias, xin, out, win, t, emit) -> Stmt:
         return _seq(*decls, tap_nest(ctx, runs, opos, win, xin.spatial, taps), *stores)
 
     def region(n, runs) -> Stmt:
-        return region_nest(ctx, runs, lambda opos: _over_tiles(
-            ctx, xin.channels, t, lambda c0, widths: tile_body(n, opos, runs, c0, widths)))
+        return region_nest(ctx, runs, lambda pixels: _over_tiles(
+            ctx, xin.channels, t, lambda c0, widths: tile_body(n, pixels[0], runs, c0, widths)))
 
     regions = window_regions(win, xin.spatial)
     return _seq(_loop(ctx, "n", xin.batch,
@@ -442,8 +524,8 @@ def pool(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
         return _seq(*decls, tap_nest(ctx, runs, opos, win, xin.spatial, taps), *stores)
 
     def region(n, runs) -> Stmt:
-        return region_nest(ctx, runs, lambda opos: _over_tiles(
-            ctx, xin.channels, t, lambda c0, widths: tile_body(n, opos, runs, c0, widths)))
+        return region_nest(ctx, runs, lambda pixels: _over_tiles(
+            ctx, xin.channels, t, lambda c0, widths: tile_body(n, pixels[0], runs, c0, widths)))
 
     regions = window_regions(win, xin.spatial, keys)
     return _seq(_loop(ctx, "n", xin.batch,
@@ -465,27 +547,32 @@ def _dense(ctx: LowerCtx, emit, a: _Operand, b: _Operand, batch: Sequence[int], 
     """Y[batch, i, j] = finish(sum_k A[batch, i, k] * B[batch, k, j]), the
     j axis in vector tiles (when B's rows are unit-stride and Y's last axis is j)."""
     dtype = dt(ctx.out_types[0].dtype)
-    t = tile(ctx.target, dtype, b.vector_cols and n > 1)
+    t = tile(ctx.target, dtype, b.vector_cols and n > 1, pixels=m > 1)
 
-    def tile_body(bi, i, c0, widths) -> Stmt:
-        accs, decls = _accumulators(ctx, dtype, widths,
-                                    lambda off, w: const_like(0, dtype.with_lanes(w)))
+    def tile_body(bi, rows, c0, widths) -> Stmt:
+        """A tile of len(rows) rows x sum(widths) columns."""
+        offs = _offsets(widths)
+        accs, decls = [], []
+        for _ in rows:
+            row, d = _accumulators(ctx, dtype, widths,
+                                   lambda off, w: const_like(0, dtype.with_lanes(w)))
+            accs.append(row)
+            decls += d
 
         def step(kk):
-            av = ctx.fresh("av", dtype)
-            return seq(Decl(av, a.load(bi, i, kk, 1)), *(
-                Assign(acc, _fma(acc, _splat(av, wd), b.load(bi, kk, add(c0, Const(off)), wd)))
-                for acc, off, wd in zip(accs, _offsets(widths), widths)))
+            return _rank1_update(ctx, dtype, accs, [a.load(bi, i, kk, 1) for i in rows],
+                                 [b.load(bi, kk, add(c0, Const(off)), wd)
+                                  for off, wd in zip(offs, widths)], widths)
 
         stores = [emit(0, out_index(bi, i, add(c0, Const(off))),
-                        finish(acc, bi, i, add(c0, Const(off))))
-                  for acc, off in zip(accs, _offsets(widths))]
+                       finish(acc, bi, i, add(c0, Const(off))))
+                  for i, row in zip(rows, accs) for acc, off in zip(row, offs)]
         return _seq(*decls, _loop(ctx, "k", k, step), *stores)
 
     def batch_level(d: int, bi: tuple) -> Stmt:
         if d == len(batch):
-            return _loop(ctx, "i", m, lambda i: _over_tiles(
-                ctx, n, t, lambda c0, widths: tile_body(bi, i, c0, widths)))
+            return _blocks(ctx, "i", m, 0, t.mr, lambda rows: _over_tiles(
+                ctx, n, t, lambda c0, widths: tile_body(bi, rows, c0, widths)))
         return _loop(ctx, f"b{d}", batch[d], lambda v: batch_level(d + 1, bi + (v,)))
 
     return _seq(batch_level(0, ()))

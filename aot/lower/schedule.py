@@ -40,13 +40,22 @@ def registers(target: Target) -> int:
     return _REGISTERS.get(arch, 16)
 
 
-def tile(target: Target, dtype: str | DType, vectorize: bool = True) -> Tile:
-    """The channel tile for a kernel whose innermost output axis is unit-stride
-    (`vectorize`) or not (scalar accumulators, still blocked over channels)."""
+def tile(target: Target, dtype: str | DType, vectorize: bool = True,
+         pixels: bool = False) -> Tile:
+    """The tile for a kernel whose innermost output axis is unit-stride
+    (`vectorize`) or not (scalar accumulators, still blocked over channels).
+
+    `pixels`: the kernel can also block over neighbouring output pixels
+    that share each weight load (dense convolution), MR x NR accumulators.
+    """
     lanes = target.lanes(dt(dtype).bits) if vectorize else 1
+    regs = registers(target)
     if lanes == 1:
         return Tile(1, 4)
+    if pixels:
+        # MR x 2 accumulators + 2 weight vectors + a broadcast: 4 x 2 + 3 = 11
+        # of 16 registers (the remainder tile may add a half vector per pixel).
+        return Tile(lanes, 2, mr=4 if regs >= 16 else 2)
     # Up to 4 accumulators and their weight vectors plus a broadcast input:
     # 9 registers, comfortably within 16.
-    vectors = 4 if registers(target) >= 16 else 2
-    return Tile(lanes, vectors)
+    return Tile(lanes, 4 if regs >= 16 else 2)

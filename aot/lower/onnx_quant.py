@@ -162,10 +162,6 @@ def qlinear_conv(ctx: LowerCtx, ins, emit):
                  pad_top=win.pad_begin[0], pad_left=win.pad_begin[1])
     zp = _zero_point(x_zp)
     init = np.zeros(cout, np.int64) if bias is None else bias.astype(np.int64).reshape(-1)
-    fold = g.all_taps_inside
-    if fold:
-        init = init - zp * w.reshape(cout, -1).sum(axis=1)
-    init = init.astype(np.int32)
     mult = _float_multipliers(x_s, w_s, y_s)
     out_dtype = ctx.out_types[0].dtype
 
@@ -175,8 +171,7 @@ def qlinear_conv(ctx: LowerCtx, ins, emit):
     def finish(idx, acc):
         return emit(0, nchw(idx), _requantize(ctx, acc, mult, idx[3], y_zp, out_dtype))
 
-    return conv_nest(ctx, g, lambda i: x.load(nchw(i)), 0 if fold else zp, w,
-                     lambda oc: _param_or_int(ctx, "bias", init, oc), finish)
+    return conv_nest(ctx, g, lambda i: x.load(nchw(i)), zp, w, init, finish)
 
 
 # ---------------------------------------------------------------- QLinearMatMul

@@ -10,10 +10,10 @@ Loop structure:
   output channels (scratch), filled tap by tap with the output channel
   innermost (weights repacked [KH, KW, D, C_out], unit stride), then
   requantized channel by channel. Depthwise is the grouped case with one
-  input channel per group. Out-of-image taps are skipped by one test per
-  kernel row/column, emitted only on the sides where the window can leave
-  the image. With no such taps at all, the input zero point is folded into
-  the bias (bias - zp * sum(w), exact in integers).
+  input channel per group. The output plane is split into border regions,
+  where out-of-image taps are skipped by one test per kernel row/column,
+  and the interior, with no tests and the input zero point folded into the
+  bias (bias - zp * sum(w), exact in integers).
 - fully connected: a dot product per output, the zero point folded into
   the bias (FC never pads).
 
@@ -106,11 +106,17 @@ class Requant:
 
 def _param_or_int(ctx: LowerCtx, name: str, values: np.ndarray, index: Expr) -> Expr:
     """A per-channel table entry, folded to a constant when all are equal."""
+    return _table(ctx, name, values)(index)
+
+
+def _table(ctx: LowerCtx, name: str, values: np.ndarray) -> Callable[[Expr], Expr]:
+    """index -> values[index]: one PARAM table, or a constant when all are equal."""
     values = np.asarray(values).reshape(-1)
     if values.size and np.all(values == values[0]):
-        return const_like(int(values[0]), dt(values.dtype.name if values.dtype.kind in "iu"
-                                             else "int32"))
-    return Load(ctx.param(name, values), index)
+        c = Const(int(values[0]), dt(values.dtype.name))
+        return lambda index: c
+    table = ctx.param(name, values)
+    return lambda index: Load(table, index)
 
 
 def _const(ctx: LowerCtx, ref_: TensorRef | None, what: str) -> np.ndarray | None:
@@ -162,6 +168,18 @@ class ConvGeom:
     def all_taps_inside(self) -> bool:
         return not any(self.needs_test(0)) and not any(self.needs_test(1))
 
+    def regions(self, axis: int) -> list[tuple[tuple[int, int], tuple[bool, bool]]]:
+        """[((start, end), (test_low, test_high))] covering the outputs along an
+        axis: border spans with the tests their windows need, and the interior."""
+        size, out, k = (self.h, self.oh, self.kh) if axis == 0 else (self.w, self.ow, self.kw)
+        pad = self.pad_top if axis == 0 else self.pad_left
+        s, d = self.strides[axis], self.dilations[axis]
+        first = min(out, -(-pad // s))                       # window starts inside
+        last = max(first - 1, min(out - 1, (size - 1 + pad - (k - 1) * d) // s))
+        spans = [(0, first), (first, last + 1), (last + 1, out)]
+        return [((a, b), (a * s - pad < 0, (b - 1) * s - pad + (k - 1) * d > size - 1))
+                for a, b in spans if b > a]
+
 
 def _in_range(pos: Expr, size: int, low: bool, high: bool) -> Expr | None:
     conds = []
@@ -175,27 +193,36 @@ def _in_range(pos: Expr, size: int, low: bool, high: bool) -> Expr | None:
 
 
 def conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable[[tuple], Expr], zp: int,
-              weights: np.ndarray, init: Callable[[Expr], Expr],
+              weights: np.ndarray, bias: np.ndarray,
               finish: Callable[[tuple, Expr], Stmt],
               prologue: Callable[[Expr], Stmt] | None = None) -> Stmt:
-    """The integer convolution init(oc) + Σ w * (x - zp) over the in-image taps.
+    """The integer convolution bias[oc] + Σ w * (x - zp) over the in-image taps.
 
-    weights: [C_out, KH, KW, D] integers, already zero-point centred.
-    init(oc) is the accumulator's start (bias, maybe a folded zero point;
-    then zp is 0); finish((n, oy, ox, oc), acc) returns the store of the
+    weights: [C_out, KH, KW, D] integers, already zero-point centred; bias:
+    [C_out] integers. finish((n, oy, ox, oc), acc) returns the store of the
     requantized result; prologue(n) runs once per image before its pixels.
+
+    The output plane is split into regions: where the whole window is
+    inside the image (the interior) the taps need no test and the input
+    zero point is folded into the bias (bias - zp * Σw, exact); only the
+    border rows and columns test their taps and subtract the zero point.
     """
     packed = ctx.param("filter", _weight_dtype(np.transpose(weights, (1, 2, 3, 0))))
     acc = ctx.scratch_buffer("acc", "int32", (g.cout,))
-    (top, bottom), (left, right) = g.needs_test(0), g.needs_test(1)
+    inits = {}
 
-    def channels(n, ky, kx, iy, ix) -> Stmt:
+    def init(oc, folded: bool) -> Expr:
+        if folded not in inits:
+            values = bias - zp * weights.reshape(g.cout, -1).sum(axis=1) if folded else bias
+            inits[folded] = _table(ctx, "bias", ref_q.wrap_int32(values).astype(np.int32))
+        return inits[folded](oc)
+
+    def channels(n, ky, kx, iy, ix, offset: int) -> Stmt:
         def group(gi):
             def chan(ic):
                 xv = ctx.fresh("xv")
-                value = to_i32(load_x((n, iy, ix, add(mul(gi, Const(g.depth)), ic))))
-                if zp:
-                    value = q.offset(value, -zp)
+                value = q.offset(to_i32(load_x((n, iy, ix, add(mul(gi, Const(g.depth)), ic)))),
+                                 -offset)
 
                 def mac(ol):
                     oc = add(mul(gi, Const(g.per_group)), ol)
@@ -205,24 +232,45 @@ def conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable[[tuple], Expr], zp: i
             return loop(ctx, "ic", g.depth, chan)
         return loop(ctx, "g", g.groups, group)
 
-    def pixel(n, oy, ox) -> Stmt:
+    def pixel(n, oy, ox, row_test, col_test) -> Stmt:
+        inside = not any(row_test) and not any(col_test)
+
         def row(ky):
             iy = _window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
-            return _guard(_in_range(iy, g.h, top, bottom),
+            return _guard(_in_range(iy, g.h, *row_test),
                           loop(ctx, "kx", g.kw, lambda kx: col(ky, kx, iy)))
 
         def col(ky, kx, iy):
             ix = _window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1])
-            return _guard(_in_range(ix, g.w, left, right), channels(n, ky, kx, iy, ix))
+            return _guard(_in_range(ix, g.w, *col_test),
+                          channels(n, ky, kx, iy, ix, 0 if inside else zp))
 
-        return seq(loop(ctx, "oc", g.cout, lambda oc: Store(acc, oc, init(oc))),
+        return seq(loop(ctx, "oc", g.cout, lambda oc: Store(acc, oc, init(oc, inside))),
                    loop(ctx, "ky", g.kh, row),
                    loop(ctx, "oc", g.cout, lambda oc: finish((n, oy, ox, oc), Load(acc, oc))))
 
     def image(n):
-        body = nest(ctx, ("oy", "ox"), (g.oh, g.ow), lambda v: pixel(n, *v))
+        parts = []
+        for rows, row_test in g.regions(0):
+            # border rows test every column; interior rows split their columns too
+            cols_split = [((0, g.ow), g.needs_test(1))] if any(row_test) else g.regions(1)
+            for cols, col_test in cols_split:
+                parts.append(span_loop(ctx, "oy", rows, lambda oy, rt=row_test, cols=cols,
+                                       ct=col_test: span_loop(
+                    ctx, "ox", cols, lambda ox: pixel(n, oy, ox, rt, ct))))
+        body = seq(*parts)
         return seq(prologue(n), body) if prologue else body
     return loop(ctx, "n", g.n, image)
+
+
+def span_loop(ctx: LowerCtx, name: str, span: tuple[int, int],
+              body: Callable[[Expr], Stmt]) -> Stmt:
+    """for name in [start, end): body(name)."""
+    start, end = span
+    if end - start == 1:
+        return body(Const(start))
+    var = ctx.fresh(name)
+    return For(var, end - start, body(var), start=start)
 
 
 def _window_pos(o: Expr, k: Expr, stride: int, pad: int, dilation: int) -> Expr:
@@ -258,11 +306,6 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
     s_out, zp_out = _sz(ctx, ctx.out_types[0], "the output")
     scales = ref._channel_scales(ins[1].type, g.cout, ctx.node)
     rq = Requant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out))
-    init = _bias_values(ctx, ins, 2, g.cout)
-    fold = g.all_taps_inside
-    if fold:   # every tap is inside: Σ w*(x - zp) = Σ w*x - zp*Σw
-        init = init - zp_in * weights.reshape(g.cout, -1).astype(np.int64).sum(axis=1)
-    bias = ref_q.wrap_int32(init).astype(np.int32)
     lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
     out_dtype = ctx.out_types[0].dtype
 
@@ -272,8 +315,7 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
         b.add(emit(0, idx, Cast(dt(out_dtype), y)))
         return b.stmt()
 
-    return conv_nest(ctx, g, x.load, 0 if fold else zp_in, weights,
-                     lambda oc: _param_or_int(ctx, "bias", bias, oc), finish)
+    return conv_nest(ctx, g, x.load, zp_in, weights, _bias_values(ctx, ins, 2, g.cout), finish)
 
 
 def hybrid_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stmt:
@@ -317,7 +359,7 @@ def hybrid_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> S
         return emit(0, idx, y)
 
     return conv_nest(ctx, g, lambda i: Load(qx, flat_index(i, qx.shape)), 0, weights,
-                     lambda oc: Const(0), finish, prologue)
+                     np.zeros(g.cout, np.int64), finish, prologue)
 
 
 def _fabs(v: Expr) -> Expr:

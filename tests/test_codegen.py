@@ -534,3 +534,39 @@ def test_c_output_is_deterministic_and_readable():
 def test_llvm_ir_uses_noalias_and_vectors():
     ir = emit_llvm_ir(FUNCS, "t", get_target("x86_64-linux"))
     assert "noalias" in ir and "<8 x float>" in ir
+
+
+# ------------------------------------------------------------- real models
+
+# Light models (a few kernels each); the int8 ones must agree bit for bit.
+LIGHT_MODELS = ["tflm_hello_world_f32", "tflm_hello_world_int8", "tflm_micro_speech_int8",
+                "mlperf_ad_fcae_int8", "tflm_mnist_lstm_int8"]
+
+
+@pytest.mark.parametrize("model", LIGHT_MODELS)
+def test_model_llvm_object_matches_c_and_interpreter(model, models_dir, tmp_path):
+    import aot
+    from aot.lower import lower_graph
+    from aot.lower.testing import compile_kernels, run_kernels
+
+    path = next(models_dir.glob(f"{model}.*[et]"))
+    graph = aot.optimize(aot.load(path))
+    target = get_target("x86_64-linux")
+    kernels = lower_graph(graph, target)
+    inputs = {graph.inputs[0]: np.load(models_dir / f"{model}.input.npy")}
+    want = aot.interpret(graph, inputs)
+
+    c_lib, symbols = compile_kernels(kernels, "c")
+    obj, so = tmp_path / "k.o", tmp_path / "k.so"
+    obj.write_bytes(emit_object([k.func for k in kernels], "t", target))
+    subprocess.run(["cc", "-shared", "-o", str(so), str(obj), "-lm"], check=True)
+    llvm_syms = emit_c([k.func for k in kernels], "t").symbols
+    by_c = run_kernels(c_lib, symbols, graph, kernels, inputs)
+    by_llvm = run_kernels(ctypes.CDLL(str(so)), llvm_syms, graph, kernels, inputs)
+    for name in graph.outputs:
+        if by_c[name].dtype.kind == "f":
+            np.testing.assert_allclose(by_llvm[name], want[name], rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(by_llvm[name], by_c[name], rtol=1e-5, atol=1e-6)
+        else:
+            assert np.array_equal(by_llvm[name], want[name]), name
+            assert np.array_equal(by_llvm[name], by_c[name]), name

@@ -297,18 +297,23 @@ def _pack_conv_weight(w: np.ndarray, layout: str, group: int) -> np.ndarray:
     return np.ascontiguousarray(w.transpose((0,) + tuple(range(3, 3 + nk)) + (2, 1)))
 
 
-@kernel_rule("Conv")
-def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
+def _conv_operands(ctx: LowerCtx, ins: Sequence[TensorRef]):
+    """x, the constant weight (in the output's type), the bias or None, the
+    output dtype, and the input and output seen as spatial operands."""
     x, w = ins[0], ins[1]
-    bias = ins[2] if len(ins) > 2 else None
     dtype = dt(ctx.out_types[0].dtype)
     _float_only(ctx, dtype)
     if w.value is None:
-        raise ctx.unsupported("Conv with a weight computed at run time")
-    xin = spatial_op(ctx, x.shape)
-    out = spatial_op(ctx, ctx.out_types[0].shape)
+        raise ctx.unsupported(f"{ctx.node.op} with a weight computed at run time")
+    return (x, w.value.astype(dtype.scalar), ins[2] if len(ins) > 2 else None, dtype,
+            spatial_op(ctx, x.shape), spatial_op(ctx, ctx.out_types[0].shape))
+
+
+@kernel_rule("Conv")
+def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
+    x, weight, bias, dtype, xin, out = _conv_operands(ctx, ins)
     group = int(ctx.attrs.get("group", 1))
-    packed = _pack_conv_weight(w.value.astype(dtype.scalar), xin.layout, group)
+    packed = _pack_conv_weight(weight, xin.layout, group)
     kernel = packed.shape[1:-2]
     win = ref.resolve_window(ctx, xin.spatial, kernel)
     icg, ocg = packed.shape[-2], packed.shape[-1]
@@ -807,15 +812,7 @@ def conv_transpose(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     """Scatter form: every input pixel adds its weighted taps into a zeroed
     workspace the size of the uncropped output (no bounds to test), then the
     cropped window plus bias is stored through the epilogue."""
-    x, w = ins[0], ins[1]
-    bias = ins[2] if len(ins) > 2 else None
-    dtype = dt(ctx.out_types[0].dtype)
-    _float_only(ctx, dtype)
-    if w.value is None:
-        raise ctx.unsupported("ConvTranspose with a weight computed at run time")
-    xin = spatial_op(ctx, x.shape)
-    out = spatial_op(ctx, ctx.out_types[0].shape)
-    wv = w.value.astype(dtype.scalar)
+    x, wv, bias, dtype, xin, out = _conv_operands(ctx, ins)
     if xin.layout == "NHWC":                    # [I, k..., O/g] -> [I, O/g, k...]
         wv = np.moveaxis(wv, -1, 1)
     group = int(ctx.attrs.get("group", 1))
@@ -843,11 +840,10 @@ def conv_transpose(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
                                     lambda off, wd: Load(work, at[_offsets(widths).index(off)], wd))
 
         def per_ic(ic):
-            xv = ctx.fresh("xv", dtype)
-            return seq(Decl(xv, x.load(xin.index(n, ipos, add(mul(g, Const(icg)), ic)))), *(
-                Assign(a, _fma(a, _splat(xv, wd), Load(
-                    wp, flat_index((g, *tap, ic, add(c0, Const(off))), packed.shape), wd)))
-                for a, off, wd in zip(accs, _offsets(widths), widths)))
+            return _rank1_update(
+                ctx, dtype, [accs], [x.load(xin.index(n, ipos, add(mul(g, Const(icg)), ic)))],
+                [Load(wp, flat_index((g, *tap, ic, add(c0, Const(off))), packed.shape), wd)
+                 for off, wd in zip(_offsets(widths), widths)], widths)
         return _seq(*decls, _loop(ctx, "ic", icg, per_ic),
                     *(Store(work, i, a) for i, a in zip(at, accs)))
 

@@ -54,7 +54,7 @@ def build_and_run_many(cases: Sequence[tuple[Graph, Mapping[str, np.ndarray]]],
     per case so their names cannot collide)."""
     target = target or host_target()
     lowered = [_lower_renamed(g, target, f"c{n}_") for n, (g, _) in enumerate(cases)]
-    lib, symbols = compile_kernels([k for ks in lowered for k in ks], codegen, cc)
+    lib, symbols = compile_kernels([k for ks in lowered for k in ks], codegen, cc, target)
     return [run_kernels(lib, symbols, g, ks, ins)
             for (g, ins), ks in zip(cases, lowered)]
 
@@ -64,12 +64,15 @@ def _lower_renamed(graph: Graph, target: Target, tag: str) -> list[Kernel]:
             for k in lower_graph(graph, target)]
 
 
-def compile_kernels(kernels: Sequence[Kernel], codegen: str = "c", cc: str | None = None):
+def compile_kernels(kernels: Sequence[Kernel], codegen: str = "c", cc: str | None = None,
+                    target: Target | None = None):
     """(ctypes library, {func name: C symbol}) for the kernels' PrimFuncs.
 
-    Libraries are cached by the hash of their source, so re-running a test
-    suite does not recompile what did not change.
+    Compiled by the target's compiler (or $CC, or `cc`) with its flags, at
+    -O1 to keep tests quick. Libraries are cached by the hash of their source
+    and command, so re-running a suite does not recompile what did not change.
     """
+    target = target or host_target()
     if codegen != "c":
         raise UnsupportedError(f"aot.lower.testing: codegen {codegen!r} (only 'c' so far)")
     from aot.codegen.c import emit_c
@@ -78,15 +81,16 @@ def compile_kernels(kernels: Sequence[Kernel], codegen: str = "c", cc: str | Non
     symbols = src.symbols
     if not isinstance(symbols, Mapping):
         symbols = {f.name: s for f, s in zip(funcs, symbols)}
-    cc = cc or os.environ.get("CC", "cc")
-    digest = hashlib.sha256((cc + " ".join(CFLAGS) + src.source).encode()).hexdigest()[:20]
+    cc = cc or os.environ.get("CC") or target.cc or "cc"
+    flags = [*CFLAGS, *(f for f in target.cflags if not f.startswith("-O"))]
+    digest = hashlib.sha256((cc + " ".join(flags) + src.source).encode()).hexdigest()[:20]
     _CACHE.mkdir(parents=True, exist_ok=True)
     so = _CACHE / f"k{digest}.so"
     if not so.exists():
         c_file = _CACHE / f"k{digest}.c"
         c_file.write_text(src.source)
         tmp = so.with_suffix(f".{os.getpid()}.tmp")
-        proc = subprocess.run([cc, *CFLAGS, "-o", str(tmp), str(c_file), "-lm"],
+        proc = subprocess.run([cc, *flags, "-o", str(tmp), str(c_file), "-lm"],
                               capture_output=True, text=True)
         if proc.returncode:
             raise RuntimeError(f"{cc} failed on {c_file}:\n{proc.stderr[-4000:]}")
@@ -257,13 +261,13 @@ def compare_with_interpreter(cases: Mapping[str, tuple[Graph, Mapping[str, np.nd
         except AotError as e:
             result[name] = f"{type(e).__name__}: {e}"
     try:
-        libs = dict.fromkeys(lowered, compile_kernels([k for ks in lowered.values() for k in ks])
-                             if lowered else None)
+        libs = dict.fromkeys(lowered, compile_kernels([k for ks in lowered.values() for k in ks],
+                                                      target=target) if lowered else None)
     except (RuntimeError, AotError):
         libs = {}
         for name, ks in lowered.items():
             try:
-                libs[name] = compile_kernels(ks)
+                libs[name] = compile_kernels(ks, target=target)
             except AotError as e:       # the code generator refused the TIR
                 result[name] = f"{type(e).__name__}: {e}"
             except RuntimeError as e:   # the C compiler refused the C

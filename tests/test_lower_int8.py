@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import subprocess
 
 import numpy as np
 import pytest
@@ -28,7 +29,8 @@ from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Const, Decl, For, Load, 
                         Var, seq)
 from aot.lower import Arg, Kernel
 from aot.lower import qmath as q
-from aot.lower.testing import build_and_run_many, compile_kernels, aligned
+from aot.lower.testing import (aligned, build_and_run_many, compile_kernels, host_target,
+                               run_kernels)
 from aot.ops import qmath as ref
 from aot.passes.infer import infer_types
 from conftest import MODELS, shared_models
@@ -155,11 +157,37 @@ def _random_inputs(g: Graph, rng):
     return feeds
 
 
-def check_graphs(graphs, runs: int = 2, seed: int = 0, exact: bool = True):
+def run_llvm(cases, tmp_path) -> list[dict[str, np.ndarray]]:
+    """build_and_run_many through the LLVM backend (the harness is C only so far):
+    one object per graph, linked into a shared library, run like the C kernels."""
+    from aot.codegen.c import emit_c
+    from aot.codegen.llvm import emit_object
+    from aot.lower import lower_graph
+    target = host_target()
+    results, built = [], {}
+    for g, feeds in cases:
+        if id(g) not in built:
+            kernels = lower_graph(g, target)
+            funcs = [k.func for k in kernels]
+            obj, so = tmp_path / f"g{len(built)}.o", tmp_path / f"g{len(built)}.so"
+            obj.write_bytes(emit_object(funcs, "t", target))
+            subprocess.run(["cc", "-shared", "-o", str(so), str(obj), "-lm"], check=True)
+            built[id(g)] = (ctypes.CDLL(str(so)), emit_c(funcs, "t").symbols, kernels)
+        lib, symbols, kernels = built[id(g)]
+        results.append(run_kernels(lib, symbols, g, kernels, feeds))
+    return results
+
+
+def run_cases(cases, codegen: str, tmp_path=None):
+    return run_llvm(cases, tmp_path) if codegen == "llvm" else build_and_run_many(cases)
+
+
+def check_graphs(graphs, runs: int = 2, seed: int = 0, exact: bool = True, codegen: str = "c",
+                 tmp_path=None):
     """Compile all graphs at once; compare every output with aot.interpret."""
     rng = np.random.default_rng(seed)
     cases = [(g, _random_inputs(g, rng)) for g in graphs for _ in range(runs)]
-    results = build_and_run_many(cases)
+    results = run_cases(cases, codegen, tmp_path)
     for k, ((g, feeds), got) in enumerate(zip(cases, results)):
         want = aot.interpret(g, feeds)
         for name in g.outputs:
@@ -226,7 +254,8 @@ DEPTHWISE = [
 ]
 
 
-def test_conv_and_depthwise_bit_exact():
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
+def test_conv_and_depthwise_bit_exact(codegen, tmp_path):
     graphs = []
     for k, (xs, ws, os_, opts, pc) in enumerate(CONVS):
         graphs.append(conv_model("CONV_2D", xs, ws, os_, opts, pc, zp_in=(3, -128, 0, 77)[k % 4],
@@ -236,7 +265,7 @@ def test_conv_and_depthwise_bit_exact():
                                  zp_in=(-5, 127)[k % 2], seed=k))
     graphs.append(conv_model("CONV_2D", [1, 6, 6, 8], [8, 3, 3, 8], [1, 6, 6, 8],
                              dict(Padding=0, StrideH=1, StrideW=1), seed=9))
-    check_graphs(graphs)
+    check_graphs(graphs, codegen=codegen, tmp_path=tmp_path)
 
 
 def test_hybrid_conv_matches_interpreter():
@@ -318,13 +347,16 @@ def quantize_model():
     return _tflite_graph(m.build([x], [y, qq, r]))
 
 
-def test_fully_connected_bit_exact():
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
+def test_fully_connected_bit_exact(codegen, tmp_path):
     check_graphs([fc_model(False, False), fc_model(True, False), fc_model(False, True),
                   fc_model(True, True, x_shape=(1, 40), zp_in=-128, act=0, units=3),
-                  fc_model(False, False, x_shape=(2, 2, 10), zp_in=0, act=3)])
+                  fc_model(False, False, x_shape=(2, 2, 10), zp_in=0, act=3)],
+                 codegen=codegen, tmp_path=tmp_path)
 
 
-def test_binary_ops_bit_exact():
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
+def test_binary_ops_bit_exact(codegen, tmp_path):
     shapes = [([1, 4, 5, 3], [1, 1, 5, 3], [1, 4, 5, 3]),
               ([2, 3, 4], [4], [2, 3, 4]),
               ([3, 1], [1, 5], [3, 5]),
@@ -332,10 +364,11 @@ def test_binary_ops_bit_exact():
     graphs = [binary_model(op, act, *shapes[k % len(shapes)])
               for k, (op, act) in enumerate([("ADD", 0), ("ADD", 1), ("SUB", 3), ("MUL", 0),
                                               ("MUL", 2), ("SUB", 0), ("ADD", 3), ("MUL", 1)])]
-    check_graphs(graphs, runs=3)
+    check_graphs(graphs, runs=3, codegen=codegen, tmp_path=tmp_path)
 
 
-def test_pools_mean_softmax_bit_exact():
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
+def test_pools_mean_softmax_bit_exact(codegen, tmp_path):
     graphs = [pool_model("AVERAGE_POOL_2D", 0, 3, 2, (4, 5)),
               pool_model("AVERAGE_POOL_2D", 1, 2, 2, (3, 4)),
               pool_model("AVERAGE_POOL_2D", 0, 3, 1, (7, 9), act=0),
@@ -344,7 +377,7 @@ def test_pools_mean_softmax_bit_exact():
               mean_model(True), mean_model(False), mean_model(False, axes=(1,), keep=False),
               softmax_model(1.0, 0.1), softmax_model(0.5, 0.04), softmax_model(1.0, 0.9),
               softmax_model(1.0, 0.0039, (2, 3, 40))]
-    check_graphs(graphs, runs=3)
+    check_graphs(graphs, runs=3, codegen=codegen, tmp_path=tmp_path)
 
 
 def test_quantize_and_dequantize_bit_exact():
@@ -372,8 +405,9 @@ def _with_state_outputs(g: Graph) -> Graph:
     return dataclasses.replace(g, outputs=tuple(g.outputs) + tuple(g.updates.values()))
 
 
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
 @pytest.mark.parametrize("int8", [True, False], ids=["int8", "float"])
-def test_lstm_matches_interpreter(int8):
+def test_lstm_matches_interpreter(int8, codegen, tmp_path):
     graphs = [_with_state_outputs(_tflite_graph(lstm_model(tm, int8, seed=k)))
               for k, tm in enumerate((False, True))]
     rng = np.random.default_rng(1)
@@ -384,7 +418,7 @@ def test_lstm_matches_interpreter(int8):
             if not int8:
                 feeds = {k: v / 3 for k, v in feeds.items()}
             cases.append((g, feeds))
-    for (g, feeds), got in zip(cases, build_and_run_many(cases)):
+    for (g, feeds), got in zip(cases, run_cases(cases, codegen, tmp_path)):
         want = aot.interpret(g, feeds)
         for name in g.outputs:
             if int8:
@@ -474,7 +508,8 @@ def quantize_linear_graph(shape, axis, per_axis, dtype=T.INT8, seed=0):
                         helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
 
 
-def test_onnx_quantized_ops_bit_exact():
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
+def test_onnx_quantized_ops_bit_exact(codegen, tmp_path):
     graphs = [qlinear_conv_graph([1, 3, 7, 6], [4, 3, 3, 3], True, [1, 1, 1, 1], [1, 1]),
               qlinear_conv_graph([1, 4, 8, 8], [6, 2, 3, 3], False, [0, 1, 2, 0], [2, 2],
                                  group=2, seed=1),
@@ -488,7 +523,7 @@ def test_onnx_quantized_ops_bit_exact():
               quantize_linear_graph([2, 3, 4], 1, True),
               quantize_linear_graph([2, 3, 4], 2, True, T.UINT8),
               quantize_linear_graph([5, 7], 0, False, T.INT16)]
-    check_graphs(graphs, runs=2)
+    check_graphs(graphs, runs=2, codegen=codegen, tmp_path=tmp_path)
 
 
 def test_onnx_quantize_rounds_half_to_even():
@@ -511,12 +546,13 @@ def _all_tensors_out(g: Graph) -> Graph:
     return dataclasses.replace(g, outputs=tuple(outs))
 
 
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
 @pytest.mark.parametrize("path", INT8_MODELS, ids=lambda p: p.stem)
-def test_int8_model_bit_exact(path):
+def test_int8_model_bit_exact(path, codegen, tmp_path):
     g = _all_tensors_out(aot.optimize(aot.load(path)))
     x = np.load(MODELS / f"{path.stem}.input.npy")
     feeds = {g.inputs[0]: x}
-    got = build_and_run_many([(g, feeds)])[0]
+    got = run_cases([(g, feeds)], codegen, tmp_path)[0]
     want = aot.interpret(g, feeds)
     for name in g.outputs:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)

@@ -28,8 +28,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Decl, Expr, For, If, Load, Select, Stmt,
-                        Store, Unary, Var, add, dt, dtype_of, flat_index, mul, seq, sub)
+from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Decl, Expr, For, If, Load,
+                        Select, Stmt, Store, Var, add, dt, dtype_of, flat_index, mul, seq, sub)
 from aot.lower import qmath as q
 from aot.lower.elementwise import broadcast_load, const_like
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
@@ -340,12 +340,9 @@ def hybrid_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> S
 
         def quantize(i):
             v = ctx.fresh("v", f32)
-            r = ctx.fresh("r")
-            magnitude = Cast(dt("int32"), Bin("+", _fabs(v), Const(0.5, f32)))
-            rounded = Select(Bin("<", v, Const(0.0, f32)), Unary("neg", r), r)
-            return seq(Decl(v, Bin("*", x.load((n,) + i), inv)), Decl(r, magnitude),
+            return seq(Decl(v, Bin("*", x.load((n,) + i), inv)),
                        Store(qx, flat_index((n,) + i, qx.shape),
-                             Cast(dt("int8"), q.clamp(rounded, -127, 127))))
+                             Cast(dt("int8"), q.clamp(round_half_away_to_int(v), -127, 127))))
         b.add(nest(ctx, ("h", "w", "c"), pixels, quantize))
         per_image = Select(Bin("==", peak, Const(0.0, f32)), Const(1.0, f32),
                            Bin("/", peak, Const(127.0, f32)))
@@ -682,11 +679,12 @@ def mul_rule(ctx: LowerCtx, ins, idx, lanes):
 # -------------------------------------------------------- quantize / dequantize
 
 def round_half_away_to_int(v: Expr) -> Expr:
-    """std::round of a float, as int32: trunc(|v| + 0.5) with v's sign, in v's type
-    (the reference adds 0.5 in float32 too). |v| must be below 2**31."""
-    magnitude = Cast(dt("int32", dtype_of(v).lanes),
-                     Bin("+", _fabs(v), const_like(0.5, v)))
-    return Select(Bin("<", v, const_like(0, v)), Unary("neg", magnitude), magnitude)
+    """Round half away from zero, as int32: trunc(v ± 0.5), the sign of v, in v's
+    type. Exactly the reference's floor(|v| + 0.5) with its sign (the same
+    float addition, mirrored for negatives). |v| must be below 2**31."""
+    half = Call("copysignf" if dtype_of(v).scalar == "float32" else "copysign",
+                (const_like(0.5, v), v), dtype_of(v))
+    return Cast(dt("int32", dtype_of(v).lanes), Bin("+", v, half))
 
 
 @value_rule("tfl.quantize")

@@ -34,6 +34,8 @@ for _op in REDUCE:
     case(f"{_op}-mid-nokeep", _op, [((3, 4, 5), F), i64(1)], keepdims=0)
     case(f"{_op}-two", _op, [((3, 4, 5), F), i64(0, 2)])
     case(f"{_op}-all", _op, [((3, 4, 5), F)], keepdims=0)
+    # the last axis kept: vectors of 8 channels, then a scalar remainder of 4
+    case(f"{_op}-vector", _op, [((3, 4, 20), F), i64(0, 1)])
 case("ReduceSum-noop", "ReduceSum", [((3, 4), F), np.zeros(0, np.int64)], noop_with_empty_axes=1)
 case("ReduceSum-long-row", "ReduceSum", [((2, 3000), F), i64(1)])
 case("ReduceMean-long-row", "ReduceMean", [((2, 3000), F), i64(1)])
@@ -57,6 +59,8 @@ for _op in ("GlobalAveragePool", "GlobalMaxPool"):
     case(f"{_op}-NHWC", _op, [((2, 3, 5, 4), F)])
     case(f"{_op}-NCHW", _op, [((2, 4, 3, 5), F)], layout=False)
     case(f"{_op}-1d", _op, [((2, 4, 7), F)], layout=False)
+case("GlobalAveragePool-NHWC-vector", "GlobalAveragePool", [((2, 20, 3, 5), F)])
+case("GlobalMaxPool-NHWC-vector", "GlobalMaxPool", [((1, 16, 2, 3), F)])
 case("GlobalMaxPool-int8", "GlobalMaxPool", [((1, 4, 3, 5), I8)], layout=False)
 case("LayerNorm-last", "LayerNormalization",
      [((3, 8), F), np.linspace(0.5, 2, 8, dtype=np.float32), np.linspace(-1, 1, 8, dtype=np.float32)])
@@ -144,5 +148,24 @@ def test_reduce_chain_in_a_model():
              helper.make_node("Div", ["d", "sd"], ["y"])]
     g = _model_graph(nodes, [("x", [2, 5, 16])], ["y"],
                      [("ax", i64(-1)), ("eps", np.float32(1e-5).reshape(()))])
+    result = compare_with_interpreter({"m": (g, random_inputs(g))})["m"]
+    assert result is None, result
+
+
+def test_vector_reduction_with_epilogue():
+    """GlobalAveragePool over NHWC keeps a vector of channel sums; the fused
+    Sigmoid is applied to the whole vector before its store."""
+    from onnx import helper
+
+    from aot.ir.tir import ForKind, walk_stmt
+    from aot.lower import lower_graph
+    from aot.lower.testing import host_target
+    g = _model_graph([helper.make_node("GlobalAveragePool", ["x"], ["p"]),
+                      helper.make_node("Sigmoid", ["p"], ["y"])], [("x", [1, 24, 3, 3])], ["y"])
+    kernels = lower_graph(g, host_target())
+    gap = next(k for k in kernels
+               if [n.op for n in k.node.attrs["body"].nodes] == ["GlobalAveragePool", "Sigmoid"])
+    assert any(s.kind is ForKind.VECTORIZED for s in walk_stmt(gap.func.body)
+               if hasattr(s, "kind"))
     result = compare_with_interpreter({"m": (g, random_inputs(g))})["m"]
     assert result is None, result

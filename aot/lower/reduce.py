@@ -14,8 +14,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.ir.tir import (Assign, Bin, Cast, Const, Decl, DType, Expr, For, Select, Stmt, Unary,
-                        Var, const, dt, dtype_of, seq)
+from aot.ir.tir import (Assign, Bin, Cast, Const, Decl, DType, Expr, For, ForKind, Select, Stmt,
+                        Unary, Var, const, dt, dtype_of, seq)
 from aot.lower.elementwise import broadcast_load, cast, const_like, math_call
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.ops.reduce import _reduce_axes
@@ -41,17 +41,51 @@ def _full(at: Index, rank: int) -> tuple[Expr, ...]:
 def accumulate(ctx: LowerCtx, x: TensorRef, at: Index, axes: Sequence[int], init: Expr,
                update: Callable[[Expr, Expr], Expr], name: str = "acc") -> tuple[Stmt, Var]:
     """acc = init; for each index over `axes` (the others fixed by `at`):
-    acc = update(acc, x[index]). Returns the statements and acc."""
+    acc = update(acc, x[index]). Returns the statements and acc. A vector
+    init makes a vector accumulator over `lanes` consecutive last-axis
+    elements (the last axis must then not be reduced)."""
     acc = ctx.fresh(name, dtype_of(init))
-    rank = len(x.shape)
+    rank, lanes = len(x.shape), dtype_of(init).lanes
     loop = loops(ctx, x.shape, axes,
-                 lambda v: Assign(acc, update(acc, x.load(_full({**at, **v}, rank)))), "k")
+                 lambda v: Assign(acc, update(acc, x.load(_full({**at, **v}, rank), lanes))), "k")
     return seq(Decl(acc, init), loop), acc
 
 
-def _first(x: TensorRef, at: Index, axes: Sequence[int]) -> Expr:
+def _first(x: TensorRef, at: Index, axes: Sequence[int], lanes: int = 1) -> Expr:
     """x at the start of the reduced axes: the seed of a max or min."""
-    return x.load(_full({**at, **{a: const(0) for a in axes}}, len(x.shape)))
+    return x.load(_full({**at, **{a: const(0) for a in axes}}, len(x.shape)), lanes)
+
+
+def _vector_rows(ctx: LowerCtx, x: TensorRef, axes: Sequence[int], lanes: int,
+                 row: Callable[[Index, int], Stmt]) -> Stmt:
+    """Like _per_row, but the last axis (kept) is walked `lanes` elements at a
+    time, then one by one for the remainder: row(at, lanes) builds one
+    vector of rows, every lane its own reduction (GlobalAveragePool over
+    NHWC: one accumulator vector per channel tile)."""
+    rank = len(x.shape)
+    last, n = rank - 1, x.shape[-1]
+    main = n - n % lanes
+
+    def inner(at: Index) -> Stmt:
+        parts = []
+        if main:
+            v = ctx.fresh(f"i{last}")
+            parts.append(For(v, main, row({**at, last: v}, lanes), ForKind.VECTORIZED,
+                             step=lanes))
+        if n % lanes:
+            v = ctx.fresh(f"i{last}")
+            parts.append(For(v, n - main, row({**at, last: v}, 1), start=main))
+        return seq(*parts)
+    outer = [a for a in range(rank - 1) if a not in axes]
+    return loops(ctx, x.shape, outer, inner)
+
+
+def _reduce_lanes(ctx: LowerCtx, x: TensorRef, axes: Sequence[int]) -> int:
+    """Vector lanes for a float reduction that keeps the last axis, else 1."""
+    if not x.dtype.is_float or not x.shape or len(x.shape) - 1 in axes:
+        return 1
+    lanes = ctx.target.lanes(x.dtype.bits)
+    return lanes if x.shape[-1] >= lanes else 1
 
 
 def _per_row(ctx: LowerCtx, x: TensorRef, axes: Sequence[int],
@@ -118,11 +152,15 @@ def reduce_kernel(ctx: LowerCtx, x: TensorRef, axes: Sequence[int], keepdims: bo
     if finish is not None and op in ("ReduceL2", "ReduceLogSum") and not out.is_float:
         raise ctx.unsupported(f"{op} on {out.scalar}")
 
-    def row(at: Index) -> Stmt:
-        seed = _first(x, at, axes) if init is None else const_like(init, _acc_type(x))
+    def row(at: Index, lanes: int = 1) -> Stmt:
+        acc_type = _acc_type(x).with_lanes(lanes)
+        seed = _first(x, at, axes, lanes) if init is None else const_like(init, acc_type)
         stmts, acc = accumulate(ctx, x, at, axes, seed, update)
         value = _mean(acc, n, out) if finish is None else finish(acc, n)
         return seq(stmts, emit(0, _out_index(at, rank, axes, keepdims), cast(value, out)))
+    lanes = _reduce_lanes(ctx, x, axes)
+    if lanes > 1:
+        return _vector_rows(ctx, x, axes, lanes, row)
     return _per_row(ctx, x, axes, row)
 
 

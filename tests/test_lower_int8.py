@@ -153,7 +153,8 @@ def _random_inputs(g: Graph, rng):
             feeds[name] = rng.uniform(-3, 3, ty.shape).astype(np.float32)
         else:
             info = np.iinfo(ty.dtype)
-            feeds[name] = rng.integers(info.min, info.max, ty.shape, endpoint=True).astype(ty.dtype)
+            feeds[name] = rng.integers(info.min, info.max, ty.shape,
+                                       endpoint=True).astype(ty.dtype)
     return feeds
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Expr, Load, Stmt, add, dt, dtype_of,
-                        mul)
+from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Expr, Load, Stmt, add, dt,
+                        dtype_of, mul)
 from aot.lower import qmath as q
 from aot.lower.elementwise import broadcast_index, broadcast_load, const_like
 from aot.lower.rules import LowerCtx, kernel_rule, value_rule

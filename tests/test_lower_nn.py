@@ -188,6 +188,21 @@ def test_dense(codegen):
 
 
 @pytest.mark.parametrize("codegen", CODEGENS)
+def test_integer_dense(codegen):
+    """MatMul/Gemm on the wide integer types ONNX allows (exact)."""
+    rng = np.random.default_rng(3)
+    cases = []
+    for op, dtype, attrs in (("MatMul", np.int32, {}), ("Gemm", np.int64, {"transB": 1})):
+        types = {"x": type_of(np.zeros((3, 9), dtype)), "z": type_of(np.zeros((9, 9), dtype))}
+        node = Node(op, "m", ("x", "z"), ("y",), attrs)
+        g = aot.optimize(Graph(op, ("x", "z"), ("y",), (node,), types, {}))
+        cases.append((g, {"x": rng.integers(-50, 50, (3, 9), dtype=dtype),
+                          "z": rng.integers(-50, 50, (9, 9), dtype=dtype)}))
+    for (g, ins), got in zip(cases, build_and_run_many(cases, codegen)):
+        assert_close("y", got["y"], aot.interpret(g, ins)["y"], 0, 0)
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
 def test_matmul_of_two_activations(codegen):
     types = {"x": type_of(np.zeros((2, 3, 7), np.float32)),
              "z": type_of(np.zeros((2, 7, 12), np.float32))}

@@ -84,11 +84,13 @@ def _param(ctx: LowerCtx, base: str, array: np.ndarray) -> Buffer:
 
 def _tiles(total: int, t: Tile) -> list[tuple[int, tuple[int, ...]]]:
     """(repeat count, accumulator widths) blocks covering `total` channels:
-    full tiles, then one exact-size remainder tile."""
-    main = total // t.nr
-    rest = total - main * t.nr
-    widths = [t.lanes] * (rest // t.lanes) if t.lanes > 1 else []
-    rest -= len(widths) * t.lanes if t.lanes > 1 else 0
+    full tiles, then one exact-size remainder tile of whole vectors, a
+    narrower vector and scalars."""
+    main, rest = divmod(total, t.nr)
+    widths: list[int] = []
+    if t.lanes > 1:
+        widths += [t.lanes] * (rest // t.lanes)
+        rest %= t.lanes
     if t.narrow > 1 and rest >= t.narrow:
         widths.append(t.narrow)
         rest -= t.narrow
@@ -103,9 +105,8 @@ def _over_tiles(ctx: LowerCtx, total: int, t: Tile,
     stmts, base = [], 0
     for count, widths in _tiles(total, t):
         width = sum(widths)
-        stmts.append(_loop(ctx, "cb", count,
-                           lambda v, b=base, w=widths: body(add(mul(v, Const(sum(w))),
-                                                                Const(b)), w)))
+        stmts.append(_loop(ctx, "c", count, lambda c0, w=widths: body(c0, w),
+                           start=base, step=width))
         base += count * width
     return _seq(*stmts)
 
@@ -169,6 +170,8 @@ class Run:
 
 def axis_runs(n_out: int, n_in: int, k: int, stride: int, dil: int, pad: int,
               key: Callable[[int], int] = lambda o: 0) -> list[Run]:
+    """The runs of one spatial axis: output o's window starts at input
+    position o * stride - pad; its tap t reads position + t * dil."""
     runs: list[Run] = []
     for o in range(n_out):
         p0 = o * stride - pad                      # position of tap 0
@@ -250,6 +253,20 @@ def tap_nest(ctx: LowerCtx, runs: Sequence[Run], opos: Sequence[Expr], win: ref.
             return If(inside, inner)
         return _loop(ctx, f"k{a}", r.hi - r.lo, at, start=r.lo)
     return level(0, [], [])
+
+
+def sliding_window(ctx: LowerCtx, batch: int, win: ref.Window, spatial: Sequence[int], t: Tile,
+                   groups: int, channels: int, tile_body, keys=None) -> Stmt:
+    """The loop nest shared by convolution and pooling: for every image,
+    region, block of t.mr output pixels, group and channel tile,
+    tile_body(n, pixels, runs, group, first channel, widths)."""
+    def region(n, runs) -> Stmt:
+        return region_nest(ctx, runs, lambda pixels: _loop(
+            ctx, "g", groups, lambda g: _over_tiles(
+                ctx, channels, t, lambda c0, widths: tile_body(n, pixels, runs, g, c0, widths))),
+            mr=t.mr)
+    regions = window_regions(win, spatial, keys)
+    return _seq(_loop(ctx, "n", batch, lambda n: _seq(*(region(n, runs) for runs in regions))))
 
 
 # ------------------------------------------------------------------------ geometry
@@ -355,15 +372,7 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
                   for pix, row_accs in zip(pixels, accs) for a, off in zip(row_accs, offs)]
         return _seq(*decls, tap_nest(ctx, runs, pixels[0], win, xin.spatial, taps), *stores)
 
-    def region(n, runs) -> Stmt:
-        return region_nest(ctx, runs, lambda pixels: _loop(
-            ctx, "g", group, lambda g: _over_tiles(
-                ctx, ocg, t, lambda c0, widths: tile_body(n, pixels, runs, g, c0, widths))),
-            mr=t.mr)
-
-    regions = window_regions(win, xin.spatial)
-    return _seq(_loop(ctx, "n", xin.batch,
-                      lambda n: _seq(*(region(n, runs) for runs in regions))))
+    return sliding_window(ctx, xin.batch, win, xin.spatial, t, group, ocg, tile_body)
 
 
 def _pointwise(win: ref.Window) -> bool:
@@ -408,7 +417,8 @@ def _depthwise(ctx, x, packed, bias, xin, out, win, t, emit) -> Stmt:
     dtype = dt(ctx.out_types[0].dtype)
     wp = _param(ctx, "w_packed", packed)         # [k...][C]
 
-    def tile_body(n, opos, runs, c0, widths) -> Stmt:
+    def tile_body(n, pixels, runs, _, c0, widths) -> Stmt:
+        opos = pixels[0]
         accs, decls = _accumulators(ctx, dtype, widths, _bias_init(bias, dtype, c0))
 
         def taps(ipos, tap):
@@ -421,13 +431,7 @@ def _depthwise(ctx, x, packed, bias, xin, out, win, t, emit) -> Stmt:
                   for a, off in zip(accs, _offsets(widths))]
         return _seq(*decls, tap_nest(ctx, runs, opos, win, xin.spatial, taps), *stores)
 
-    def region(n, runs) -> Stmt:
-        return region_nest(ctx, runs, lambda pixels: _over_tiles(
-            ctx, xin.channels, t, lambda c0, widths: tile_body(n, pixels[0], runs, c0, widths)))
-
-    regions = window_regions(win, xin.spatial)
-    return _seq(_loop(ctx, "n", xin.batch,
-                      lambda n: _seq(*(region(n, runs) for runs in regions))))
+    return sliding_window(ctx, xin.batch, win, xin.spatial, t, 1, xin.channels, tile_body)
 
 
 # ------------------------------------------------------------------------- Pooling
@@ -437,14 +441,14 @@ def _pool_window(ctx: LowerCtx, xin: SpatialOp) -> ref.Window:
     return ref.resolve_window(ctx, xin.spatial, kernel, bool(ctx.attrs.get("ceil_mode", 0)))
 
 
-def _include_pad_counts(win: ref.Window, spatial) -> list[Callable[[int], int]]:
-    """Per axis: how many taps of window o fall inside the explicitly padded
-    input (what count_include_pad divides by; ceil_mode overhang excluded)."""
-    def count(a: int):
-        lo, hi = -win.pad_begin[a], spatial[a] + win.pad_end[a]
-        return lambda o: sum(lo <= o * win.strides[a] - win.pad_begin[a] + t * win.dilations[a]
-                             < hi for t in range(win.kernel[a]))
-    return [count(a) for a in range(len(spatial))]
+def _tap_counts(win: ref.Window, spatial: Sequence[int], a: int, include_pad: bool) -> np.ndarray:
+    """Per output position along axis a: how many of its window's taps an
+    average divides by (inside the input, or inside the explicitly padded
+    input with count_include_pad; never the ceil_mode overhang)."""
+    lo, hi = (-win.pad_begin[a], spatial[a] + win.pad_end[a]) if include_pad else (0, spatial[a])
+    pos = (np.arange(win.out[a])[:, None] * win.strides[a] - win.pad_begin[a]
+           + np.arange(win.kernel[a])[None, :] * win.dilations[a])
+    return ((pos >= lo) & (pos < hi)).sum(axis=1)
 
 
 @dataclass(frozen=True)
@@ -483,26 +487,17 @@ def pool(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
              "AveragePool": _PoolMath(lambda d: const_like(0, d), lambda a, v: Bin("+", a, v)),
              "LpPool": _lp_math(p)}[op]
     include_pad = op == "AveragePool" and bool(ctx.attrs.get("count_include_pad", 0))
-    keys = _include_pad_counts(win, xin.spatial) if include_pad else None
+    counts = [_tap_counts(win, xin.spatial, a, include_pad) for a in range(len(xin.spatial))]
     t = tile(ctx.target, dtype, xin.vectorizable and maths.vector)
 
     def divisor(runs, opos) -> Expr:
-        """The window's element count: constant per region, or (guarded
-        runs) the product of per-axis counts from a table."""
+        """The window's tap count, a product over the axes of a constant
+        per run (runs are split where the count changes) or, in a guarded
+        run, a table entry."""
         total: Expr = Const(1.0, dt(dtype.scalar))
         for a, r in enumerate(runs):
-            if not r.guarded:
-                total = mul(total, Const(float(r.key if include_pad else r.hi - r.lo),
-                                         dt(dtype.scalar)))
-                continue
-            counts = ref._window_counts(replace(win, out=(win.out[a],), kernel=(win.kernel[a],),
-                                                strides=(win.strides[a],),
-                                                dilations=(win.dilations[a],),
-                                                pad_begin=(win.pad_begin[a],),
-                                                pad_end=(win.pad_end[a],)),
-                                        (xin.spatial[a],), include_pad)
-            table = _param(ctx, "pool_count", counts.astype(dtype.scalar))
-            total = mul(total, Load(table, opos[a]))
+            total = mul(total, Load(_param(ctx, "pool_count", counts[a].astype(dtype.scalar)),
+                                    opos[a]) if r.guarded else Const(float(r.key), dt(dtype.scalar)))
         return total
 
     def finish(acc: Expr, runs, opos) -> Expr:
@@ -515,7 +510,8 @@ def pool(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
             return math_call("pow", acc, const_like(1.0 / p, acc))
         return acc
 
-    def tile_body(n, opos, runs, c0, widths) -> Stmt:
+    def tile_body(n, pixels, runs, _, c0, widths) -> Stmt:
+        opos = pixels[0]
         accs, decls = _accumulators(ctx, dtype, widths, lambda off, w: maths.init(
             dtype.with_lanes(w)))
 
@@ -528,13 +524,8 @@ def pool(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
                   for a, off in zip(accs, _offsets(widths))]
         return _seq(*decls, tap_nest(ctx, runs, opos, win, xin.spatial, taps), *stores)
 
-    def region(n, runs) -> Stmt:
-        return region_nest(ctx, runs, lambda pixels: _over_tiles(
-            ctx, xin.channels, t, lambda c0, widths: tile_body(n, pixels[0], runs, c0, widths)))
-
-    regions = window_regions(win, xin.spatial, keys)
-    return _seq(_loop(ctx, "n", xin.batch,
-                      lambda n: _seq(*(region(n, runs) for runs in regions))))
+    return sliding_window(ctx, xin.batch, win, xin.spatial, t, 1, xin.channels, tile_body,
+                          keys=[lambda o, c=c: int(c[o]) for c in counts])
 
 
 # -------------------------------------------------------------------- Gemm, MatMul
@@ -608,6 +599,8 @@ def gemm(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     dtype = dt(ctx.out_types[0].dtype)
     trans_a, trans_b = int(ctx.attrs.get("transA", 0)), int(ctx.attrs.get("transB", 0))
     alpha, beta = float(ctx.attrs.get("alpha", 1.0)), float(ctx.attrs.get("beta", 1.0))
+    if not dtype.is_float and (alpha != 1.0 or beta not in (0.0, 1.0)):
+        raise ctx.unsupported(f"integer Gemm with alpha {alpha}, beta {beta}")
     m, n = ctx.out_types[0].shape
     k = a_ref.shape[0] if trans_a else a_ref.shape[1]
     a = _matrix(a_ref, bool(trans_a))

@@ -54,6 +54,8 @@ case("Div-int32-negative", "Div", [np.arange(-12, 12, dtype=np.int32).reshape(3,
 case("Add-const", "Add", [((2, 8), F), np.float32(0.5).reshape(())])
 case("Mul-const-row", "Mul", [((2, 8), F), np.linspace(-1, 1, 8, dtype=np.float32)])
 case("Pow-int-exp", "Pow", [((2, 8), F), np.array(3, np.int64)])
+case("Pow-square", "Pow", [((2, 8), F), np.float32(2)])
+case("Pow-one", "Pow", [((2, 8), F), np.array([1], np.float32)])
 case("Pow-int", "Pow", [((2, 8), I32), ((8,), I32)])
 for _fmod in (0, 1):
     case(f"Mod-int32-fmod{_fmod}", "Mod", [np.arange(-12, 12, dtype=np.int32).reshape(3, 8),

@@ -219,9 +219,20 @@ def _mod(x, y, a):
     return Select(fix, Bin("+", r, y), r)
 
 
+def _const_value(e: Expr):
+    """The value of a constant (or a splatted constant) expression, else None."""
+    if isinstance(e, Broadcast):
+        e = e.value
+    return e.value if isinstance(e, Const) else None
+
+
 def _pow(x, y, a):
     dx = dtype_of(x)
     if dx.is_float:
+        if _const_value(y) == 2:        # x * x is exactly powf(x, 2), without the call
+            return Bin("*", x, x)
+        if _const_value(y) == 1:
+            return x
         return math_call("pow", x, cast(y, dx))
     # integer Pow: exact in double, truncated back
     f64 = DType("float64", dx.lanes)

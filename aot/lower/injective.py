@@ -210,9 +210,11 @@ def _concat(ctx: LowerCtx, ins, idx, lanes):
         # clamped into the part: a vector select (or LLVM's) loads every branch
         at = list(idx)
         pos = sub(i, const(int(offsets[k])))
-        if k > 0:
+        if parts[k].shape[axis] == 1:
+            pos = const(0)
+        if k > 0 and parts[k].shape[axis] > 1:
             pos = Bin("max", pos, const(0))
-        if k < len(parts) - 1:
+        if k < len(parts) - 1 and parts[k].shape[axis] > 1:
             pos = Bin("min", pos, const(parts[k].shape[axis] - 1))
         at[axis] = pos
         return parts[k].load(tuple(at), lanes)

@@ -183,7 +183,9 @@ def test_hostile_names_make_valid_c(tmp_path):
 
 def compile_api_and_sources(pkg: Path, name: str) -> None:
     """The header alone, and every package source, under gcc and clang with
-    -std=c99 -Wall -Wextra -Werror."""
+    -std=c99 -Wall -Wextra -Werror and the target's ISA flags (the kernels'
+    vector types are the target's)."""
+    isa = [f for f in HOST.target.cflags if f.startswith("-m")]
     (pkg.parent / "use.c").write_text(f'#include "{name}.h"\nint main(void) {{ return 0; }}\n')
     sources = [str(pkg.parent / "use.c"), *map(str, sorted((pkg / "src").glob("*.c"))),
                str(pkg / "bench" / "main.c"), str(pkg / "runtime_c" / "aot_platform.c")]
@@ -191,7 +193,7 @@ def compile_api_and_sources(pkg: Path, name: str) -> None:
         for src in sources:
             for extra in ([], ["-DAOT_PROFILE"]):
                 r = subprocess.run([cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-O1",
-                                    *extra, f"-I{pkg}/include", f"-I{pkg}/runtime_c",
+                                    *isa, *extra, f"-I{pkg}/include", f"-I{pkg}/runtime_c",
                                     f"-I{pkg}/src", "-c", src, "-o", str(pkg.parent / "x.o")],
                                    capture_output=True, text=True)
                 assert r.returncode == 0, f"{cc} {src} {extra}:\n{r.stderr}"
@@ -200,6 +202,9 @@ def compile_api_and_sources(pkg: Path, name: str) -> None:
 def test_c_api_compiles_warning_free(tmp_path):
     info = package(MODELS / "tflm_mnist_lstm_int8.tflite", out_dir=tmp_path / "pkg")
     compile_api_and_sources(info.path, info.name)
+    empty = package(two_layer(tmp_path), out_dir=tmp_path / "empty" / "pkg")
+    assert empty.arena_bytes == 0         # every tensor is the caller's
+    compile_api_and_sources(empty.path, empty.name)
     header = (info.path / "include" / f"{info.name}.h").read_text()
     N = info.name.upper()
     for macro in ("ARENA_SIZE", "ARENA_ALIGN", "INPUT_SERVING_DEFAULT_FIXED_INPUT_0_SIZE",
@@ -339,3 +344,14 @@ def test_stateful_model_harness_starts_from_the_initial_state(tmp_path):
     got = run_pkg(info, inputs)      # the harness resets before each run
     np.testing.assert_array_equal(got[graph.outputs[0]], first[graph.outputs[0]])
     assert not np.array_equal(first[graph.outputs[0]], second[graph.outputs[0]])
+    meta = info.metadata
+    # State lives outside the arena; each update source stays live to the end.
+    assert {s["name"] for s in meta["state"]} == set(graph.variables)
+    assert meta["state_bytes"] == sum(graph.types[v].nbytes for v in graph.variables)
+    rows = {r["name"]: r for r in meta["plan"]["buffers"] if r["kind"] == "tensor"}
+    assert not set(graph.variables) & set(rows)
+    for s in meta["state"]:
+        assert rows[s["update"]]["last"] == len(meta["kernels"])
+    # Scratch is live at its own kernel's step only.
+    scratch = [r for r in meta["plan"]["buffers"] if r["kind"] == "scratch"]
+    assert scratch and all(r["first"] == r["last"] == r["step"] for r in scratch)

@@ -128,33 +128,32 @@ def _kernel_calls(kernels: Sequence[Kernel], places: _Places, params: LinkedPara
     return calls
 
 
+def _copy(dst: str, src: str, nbytes: int) -> list[str]:
+    """memcpy unless the caller already passed the very place (a no-op copy)."""
+    return [f"if ((const void*)({dst}) != (const void*)({src})) {{",
+            f"    memcpy({dst}, {src}, {nbytes});",
+            "}"]
+
+
 def _copies(graph: Graph, kernels: Sequence[Kernel], mem: MemoryPlan, inputs, outputs, states,
             places: _Places) -> tuple[list[str], list[str]]:
     """Statements before the kernels (inputs into the arena) and after them
-    (outputs no kernel writes, outputs out of the arena, state updates)."""
+    (outputs not written in place, then the state updates)."""
     written = {a.name for k in kernels for a, b in zip(k.args, k.func.params)
                if a.kind == "tensor" and b.kind == BufferKind.OUTPUT}
     before, after = [], []
     if mem.io_in_arena:
         for io in inputs:
-            dst = f"a + {io['offset']}"
-            before.append(f"if ((const void*)inputs->{io['member']} != (const void*)({dst})) {{")
-            before.append(f"    memcpy({dst}, inputs->{io['member']}, {io['nbytes']});")
-            before.append("}")
+            before += _copy(f"a + {io['offset']}", f"inputs->{io['member']}", io["nbytes"])
     for io in outputs:
         t = io["tensor"]
         if t in graph.constants:
             raise UnsupportedError(f"output '{t}' is a constant: aot packages compute every "
                                    "output")
-        primary = places.output[t] is io
-        if mem.io_in_arena or not primary or t not in written:
-            src = places.pointer(t, const=True)
-            if not mem.io_in_arena and primary and src == f"outputs->{io['member']}":
-                continue
-            dst = f"outputs->{io['member']}"
-            after.append(f"if ((const void*){dst} != (const void*)({src})) {{")
-            after.append(f"    memcpy({dst}, {src}, {io['nbytes']});")
-            after.append("}")
+        in_place = places.output[t] is io and t in written and not mem.io_in_arena
+        if not in_place:      # in the arena, an input, the state, or a repeated output
+            after += _copy(f"outputs->{io['member']}", places.pointer(t, const=True),
+                           io["nbytes"])
     for s in states:
         src = s["update"]
         if src is not None and src != s["tensor"]:

@@ -268,6 +268,53 @@ def casts_and_ints() -> Case:
         return Case(func, {"x": vals, "ints": ints_v}, expect)
 
 
+def int_vectors() -> Case:
+    """Narrow integer and bool lanes: wrapping arithmetic, masks, conversions."""
+    n, L = 32, 16
+    B = DType("bool")
+    a = Buffer("a", I8, (n,))
+    b = Buffer("b", I8, (n,))
+    names = {"add": I8, "mul16": DType("int16"), "subu": U8, "mask": B, "logic": B,
+             "widen": INT32, "neg": I8, "abs8": I8, "sel": I8, "mn": I8}
+    outs = {k: Buffer(k, d, (n,), OUT) for k, d in names.items()}
+    i = Var("i")
+    stmts = []
+    for lanes, loop in ((L, dict(kind=ForKind.VECTORIZED, step=L)), (1, dict(start=n))):
+        def k(v, d=I8):
+            return Const(v, d) if lanes == 1 else Broadcast(Const(v, d), lanes)
+        x, y = Load(a, i, lanes), Load(b, i, lanes)
+        i16 = DType("int16", lanes)
+        lt = Bin("<", x, y)
+        stmts.append(For(i, n if lanes > 1 else 0, seq(
+            Store(outs["add"], i, Bin("+", x, y)),
+            Store(outs["mul16"], i, Bin("*", Cast(i16, x), Cast(i16, y))),
+            Store(outs["subu"], i, Bin("-", Cast(U8.with_lanes(lanes), x), k(200, U8))),
+            Store(outs["mask"], i, lt),
+            Store(outs["logic"], i, Bin("or", Bin("and", lt, Bin("!=", x, k(0))),
+                                        Unary("not", Bin(">=", y, k(-3))))),
+            Store(outs["widen"], i, Bin("+", Cast(INT32.with_lanes(lanes), lt),
+                                        Cast(INT32.with_lanes(lanes), x))),
+            Store(outs["neg"], i, Unary("neg", x)),
+            Store(outs["abs8"], i, Unary("abs", y)),
+            Store(outs["sel"], i, Select(lt, Bin(">>", x, k(1)), Bin("<<", y, k(2)))),
+            Store(outs["mn"], i, Bin("min", x, y))), **loop))
+    func = PrimFunc("int_vectors", (a, b, *outs.values()), seq(*stmts))
+    ins = {"a": rng.integers(-128, 128, n).astype("i1"), "b": rng.integers(-128, 128, n).astype("i1")}
+    ins["a"][:3] = [-128, 127, 0]
+    ins["b"][:3] = [-128, -128, 0]
+
+    def expect(d):
+        x, y = d["a"], d["b"]
+        with np.errstate(over="ignore"):
+            return {"add": x + y, "mul16": x.astype("i2") * y.astype("i2"),
+                    "subu": x.astype("u1") - np.uint8(200), "mask": x < y,
+                    "logic": ((x < y) & (x != 0)) | ~(y >= -3),
+                    "widen": (x < y).astype("i4") + x, "neg": -x, "abs8": np.abs(y),
+                    "sel": np.where(x < y, x >> 1, (y.astype("i4") << 2).astype("i1")),
+                    "mn": np.minimum(x, y)}
+    return Case(func, ins, expect)
+
+
 def nan_semantics() -> Case:
     """Comparisons, min/max and to-bool with NaN and infinities, as C has them,
     scalar and on 8 lanes."""
@@ -418,7 +465,7 @@ def hostile_names() -> Case:
 
 
 CASES = {f.__name__: f() for f in (gemm_epilogue, vector_body, fixed_point, casts_and_ints,
-                                   nan_semantics,
+                                   nan_semantics, int_vectors,
                                    math_functions, constants, hostile_names)}
 FUNCS = [c.func for c in CASES.values()]
 BACKENDS = ["gcc", "clang", "llvm"]
@@ -438,7 +485,8 @@ def build(backend: str, tmp) -> tuple[ctypes.CDLL, dict[str, str]]:
         (tmp / "kernels.c").write_text(src.source)
         cmd = [backend, *CFLAGS, "-shared", "-o", str(so), str(tmp / "kernels.c"), "-lm"]
         symbols = src.symbols
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, f"{' '.join(cmd)}:\n{proc.stderr[-3000:]}"
     return ctypes.CDLL(str(so)), symbols
 
 
@@ -481,7 +529,7 @@ def test_kernel_matches_numpy(libs, backend, name):
 
 
 def test_backends_agree_exactly_on_integer_kernels(libs):
-    for name in ("fixed_point", "constants", "casts_and_ints", "nan_semantics"):
+    for name in ("fixed_point", "constants", "casts_and_ints", "nan_semantics", "int_vectors"):
         results = [run(*libs[b], CASES[name]) for b in BACKENDS]
         for other in results[1:]:
             for k in results[0]:

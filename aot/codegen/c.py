@@ -138,9 +138,11 @@ class _Module:
     def preamble(self) -> str:
         lines = ["#include <math.h>", "#include <stdint.h>", "#include <string.h>", ""]
         if self.vectors:
-            lines += ["/* GCC notes that passing wide vectors changes the ABI when the ISA lacks",
-                      "   them; these vectors never cross a translation unit. */",
-                      "#if defined(__GNUC__) && !defined(__clang__)",
+            lines += ["/* Compilers note that passing vectors wider than the ISA's changes the",
+                      "   ABI; these vectors never cross a translation unit. */",
+                      "#if defined(__clang__)", "#if __has_warning(\"-Wpsabi\")",
+                      '#pragma clang diagnostic ignored "-Wpsabi"', "#endif",
+                      "#elif defined(__GNUC__)",
                       '#pragma GCC diagnostic ignored "-Wpsabi"', "#endif", ""]
             for d in sorted(self.vectors, key=lambda d: (list(C_TYPES).index(d.scalar), d.lanes)):
                 size = _elem_bytes(d.scalar) * d.lanes
@@ -148,7 +150,7 @@ class _Module:
                              f"__attribute__((vector_size({size})));")
             lines.append("")
         for text in self.helpers.values():
-            lines += [text, ""]
+            lines += [w for line in text.split("\n") for w in _wrap(line)] + [""]
         return "\n".join(lines)
 
 
@@ -248,8 +250,11 @@ class _Printer:
         if dtype_of(e.value).lanes != 1:
             raise self.error("Broadcast of a vector")
         t = self.mod.vector(d)
-        name = _lane_helper(self.mod, f"aot_splat_{t[4:]}", d, [d.with_lanes(1)],
-                            lambda a: a[0])
+        # An initializer, not a lane loop: GCC turns only this into one broadcast.
+        lanes = ", ".join(["a"] * d.lanes)
+        name = self.mod.helper(f"aot_splat_{t[4:]}", lambda: (
+            f"static inline {t} aot_splat_{t[4:]}({C_TYPES[d.scalar]} a)\n{{\n"
+            f"    {t} r = {{{lanes}}};\n    return r;\n}}"))
         return f"{name}({self.expr(e.value)})", PRIMARY
 
     # arithmetic

@@ -78,9 +78,10 @@ def _const(value, d: DType) -> ir.Constant:
 
 
 class _FuncBuilder:
-    def __init__(self, module: ir.Module, func: PrimFunc, symbol: str):
+    def __init__(self, module: ir.Module, func: PrimFunc, symbol: str, contract: bool = False):
         self.module = module
         self.func = func
+        self.float_flags = ["contract"] if contract else []
         if len(set(func.params)) != len(func.params):
             raise self.error("the same buffer is passed twice")
         fnty = ir.FunctionType(ir.VoidType(), [ir.PointerType() for _ in func.params])
@@ -242,7 +243,9 @@ class _FuncBuilder:
         if da.is_float:
             if e.op not in _FLOAT_OPS:
                 raise self.error(f"'{e.op}' on {da}")
-            return getattr(self.b, _FLOAT_OPS[e.op])(a, b)
+            out = getattr(self.b, _FLOAT_OPS[e.op])(a, b)
+            out.flags.extend(self.float_flags)
+            return out
         if e.op in _SIGNED_OPS:
             signed, unsigned = _SIGNED_OPS[e.op]
             return getattr(self.b, unsigned if _unsigned(da) else signed)(a, b)
@@ -384,8 +387,10 @@ def build_module(funcs: Sequence[PrimFunc], prefix: str, target: Target) -> ir.M
     if len({f.name for f in funcs}) != len(funcs):
         raise UnsupportedError("two PrimFuncs share a name")
     symbols = symbol_names([f.name for f in funcs], prefix)
+    # Fuse a*b+c into FMAs exactly when the C build of this target may.
+    contract = "-ffp-contract=fast" in target.cflags
     for f in funcs:
-        _FuncBuilder(module, f, symbols[f.name]).build()
+        _FuncBuilder(module, f, symbols[f.name], contract).build()
     return module
 
 

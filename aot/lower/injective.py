@@ -13,9 +13,10 @@ from typing import Sequence
 
 import numpy as np
 
-from aot.ir.tir import (Bin, Expr, For, Load, Select, Stmt, add, const, dt, flat_index, mul,
-                        seq, sub)
+from aot.ir.tir import (Bin, Expr, Load, Select, Stmt, add, const, dt, flat_index, mul, seq,
+                        sub)
 from aot.lower.elementwise import broadcast_load, cast, const_like, scalar_load, select
+from aot.lower.reduce import loops
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.ops.nn import _nchw_shape
 from aot.ops.registry import Sig
@@ -287,13 +288,10 @@ def _depth_space(ctx: LowerCtx, ins, idx, lanes):
 
 # ---- several outputs: a loop nest per output (value rules give one) ----------------------------
 
-def loop_nest(ctx: LowerCtx, shape: Sequence[int], body) -> Stmt:
-    """for i0 < shape[0]: ... body(idx), with fresh loop variables."""
-    idx = tuple(ctx.fresh(f"i{d}") for d in range(len(shape)))
-    stmt = body(idx)
-    for var, extent in reversed(list(zip(idx, shape))):
-        stmt = For(var, int(extent), stmt)
-    return stmt
+def _each(ctx: LowerCtx, shape: Sequence[int], body) -> Stmt:
+    """Loops over every element of `shape`; body gets the index tuple."""
+    rank = len(shape)
+    return loops(ctx, shape, range(rank), lambda at: body(tuple(at[a] for a in range(rank))))
 
 
 @kernel_rule("Split")
@@ -307,7 +305,7 @@ def _split(ctx: LowerCtx, ins, emit):
             at[axis] = add(idx[axis], const(start))
             return emit(k, idx, x.load(tuple(at), 1))
         if ty.size:
-            stmts.append(loop_nest(ctx, ty.shape, body))
+            stmts.append(_each(ctx, ty.shape, body))
         start += ty.shape[axis]
     return seq(*stmts)
 
@@ -318,6 +316,6 @@ def _dropout(ctx: LowerCtx, ins, emit):
     """Inference Dropout: x, and a mask keeping everything. (simplify removes a
     Dropout whose mask nobody reads, so only this two-output form gets here.)"""
     x = ins[0]
-    return loop_nest(ctx, x.shape, lambda idx: seq(
+    return _each(ctx, x.shape, lambda idx: seq(
         emit(0, idx, x.load(idx, 1)),
         *([emit(1, idx, const_like(True, dt("bool")))] if len(ctx.out_types) > 1 else [])))

@@ -170,26 +170,23 @@ def _identity_kernel(ctx: LowerCtx, x: TensorRef, emit) -> Stmt:
                  lambda at: emit(0, _full(at, rank), x.load(_full(at, rank))))
 
 
-@kernel_rule(*REDUCERS)
+@kernel_rule(*REDUCERS, "ReduceLogSumExp")
 def _reduce(ctx: LowerCtx, ins, emit):
     x = ins[0]
     axes = _axes(ctx, ins)
     if axes == ():
         return _identity_kernel(ctx, x, emit)
     axes = tuple(range(len(x.shape))) if axes is None else axes
-    return reduce_kernel(ctx, x, axes, bool(ctx.attrs.get("keepdims", 1)), ctx.node.op, emit)
+    keepdims = bool(ctx.attrs.get("keepdims", 1))
+    if ctx.node.op == "ReduceLogSumExp":
+        return _log_sum_exp(ctx, x, axes, keepdims, emit)
+    return reduce_kernel(ctx, x, axes, keepdims, ctx.node.op, emit)
 
 
-@kernel_rule("ReduceLogSumExp")
-def _log_sum_exp(ctx: LowerCtx, ins, emit):
-    x = ins[0]
-    axes = _axes(ctx, ins)
-    if axes == ():
-        return _identity_kernel(ctx, x, emit)
-    axes = tuple(range(len(x.shape))) if axes is None else axes
+def _log_sum_exp(ctx: LowerCtx, x: TensorRef, axes: Sequence[int], keepdims: bool, emit) -> Stmt:
     if not x.dtype.is_float:
         raise ctx.unsupported(f"ReduceLogSumExp on {x.dtype.scalar}")
-    keepdims, rank = bool(ctx.attrs.get("keepdims", 1)), len(x.shape)
+    rank = len(x.shape)
 
     def row(at: Index) -> Stmt:
         find_max, m = accumulate(ctx, x, at, axes, _first(x, at, axes),

@@ -374,16 +374,39 @@ def _llvm_ready() -> bool:
     return True
 
 
+def normalized_triple(triple: str) -> str:
+    """The four-part spelling LLVM needs to see the float ABI: with
+    `arm-linux-gnueabihf` it silently uses the soft-float convention."""
+    parts = llvm.get_triple_parts(triple)
+    given = triple.split("-")
+    os_name = "none" if "none" in given[1:] else parts.OS
+    head = f"{parts.Arch}{parts.SubArch}-{parts.Vendor}-{os_name}"
+    return f"{head}-{parts.Env}" if parts.Env and parts.Env != "unknown" else head
+
+
+def _abi_name(target: Target, triple: str) -> str:
+    """RISC-V spells its float ABI as an ABI name; the C compiler's default is
+    lp64d / ilp32f when the D / F extension is there."""
+    features = {f.strip("+") for f in target.features.split(",") if f.startswith("+")}
+    if triple.startswith("riscv64"):
+        return "lp64d" if "d" in features else "lp64f" if "f" in features else "lp64"
+    if triple.startswith("riscv32"):
+        return "ilp32d" if "d" in features else "ilp32f" if "f" in features else "ilp32"
+    return ""
+
+
 def target_machine(target: Target) -> llvm.TargetMachine:
     _llvm_ready()
-    tgt = llvm.Target.from_triple(target.triple)
+    triple = normalized_triple(target.triple)
+    tgt = llvm.Target.from_triple(triple)
     return tgt.create_target_machine(cpu=target.cpu, features=target.features, opt=3,
-                                     reloc="pic", codemodel="default")
+                                     reloc="pic", codemodel="default",
+                                     abiname=_abi_name(target, triple))
 
 
 def build_module(funcs: Sequence[PrimFunc], prefix: str, target: Target) -> ir.Module:
     module = ir.Module(name=prefix)
-    module.triple = target.triple
+    module.triple = normalized_triple(target.triple)
     if len({f.name for f in funcs}) != len(funcs):
         raise UnsupportedError("two PrimFuncs share a name")
     symbols = symbol_names([f.name for f in funcs], prefix)

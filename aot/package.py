@@ -148,8 +148,22 @@ def metadata(graph: Graph, kernels, mem: MemoryPlan, other: MemoryPlan, params: 
 
 # --------------------------------------------------------------------- build
 
-def generate(graph: Graph, board: Board, codegen: str, name: str, io_in_arena: bool):
-    """Everything but the compiled files: ({path: bytes}, kernels, plans, params, context)."""
+@dataclass(frozen=True)
+class Generated:
+    """A package before compilation."""
+    files: dict[str, bytes]        # path in the package -> contents
+    kernels: list
+    mem: MemoryPlan                # the plan used
+    other: MemoryPlan              # the plan with the other io_in_arena choice, for comparison
+    params: LinkedParams
+    context: dict                  # what the templates printed
+    sources: list[str]             # what the library is compiled from
+    prebuilt: list[str]            # objects archived as they are
+
+
+def generate(graph: Graph, board: Board, codegen: str, name: str,
+             io_in_arena: bool) -> Generated:
+    """Every file of the package but the compiled ones."""
     from aot.codegen import emit_c
     from aot.lower import lower_graph
 
@@ -172,7 +186,8 @@ def generate(graph: Graph, board: Board, codegen: str, name: str, io_in_arena: b
     funcs = [k.func for k in kernels]
     csrc = emit_c(funcs, kernel_prefix)
     meta = {"version": _versions()["aot"], "target": target.name, "cc": target.cc,
-            "cflags": " ".join(target.cflags), "needs_libm": True}
+            "cflags": " ".join(target.cflags),
+            "needs_libm": True}   # kernels may call expf, tanhf, ...
     files: dict[str, bytes] = {}
     prebuilt: list[str] = []
     c_sources = [f"src/{name}.c", f"src/{name}_params.c", "runtime_c/aot_platform.c"]
@@ -194,7 +209,8 @@ def generate(graph: Graph, board: Board, codegen: str, name: str, io_in_arena: b
     runtime = data_dir("runtime_c")
     for f in RUNTIME_FILES:
         files[f"runtime_c/{f}"] = (runtime / f).read_bytes()
-    return files, kernels, (mem, other), params, context, (c_sources + asm_sources, prebuilt)
+    return Generated(files, kernels, mem, other, params, context, c_sources + asm_sources,
+                     prebuilt)
 
 
 def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
@@ -203,17 +219,16 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
     from aot import toolchain
     from aot.footprint import library_footprint
 
-    files, kernels, (mem, other), params, context, (sources, prebuilt) = generate(
-        graph, board, codegen, name, io_in_arena)
-    for path, data in sorted(files.items()):
+    gen = generate(graph, board, codegen, name, io_in_arena)
+    for path, data in sorted(gen.files.items()):
         (pkg / path).parent.mkdir(parents=True, exist_ok=True)
         (pkg / path).write_bytes(data)
     start = time.perf_counter()
-    library = toolchain.build_library(board.target, pkg, name, sources, prebuilt)
+    library = toolchain.build_library(board.target, pkg, name, gen.sources, gen.prebuilt)
     toolchain.build_harness(board.target, pkg, name, library)
     seconds = time.perf_counter() - start
-    meta = metadata(graph, kernels, mem, other, params, context, board, codegen,
-                    library_footprint(pkg / library))
+    meta = metadata(graph, gen.kernels, gen.mem, gen.other, gen.params, gen.context, board,
+                    codegen, library_footprint(pkg / library))
     (pkg / "metadata.json").write_text(json.dumps(meta, sort_keys=True, indent=2) + "\n")
     return meta, seconds
 

@@ -15,10 +15,10 @@ from typing import Any, Sequence
 import jinja2
 import numpy as np
 
+from aot.codegen.c import C_TYPES, c_float
 from aot.codegen.names import c_comment, c_identifier, c_string
 from aot.errors import UnsupportedError
 from aot.executor.liveness import MemoryPlan
-from aot.codegen.c import C_TYPES, c_float
 from aot.executor.params import SECTION, LinkedParams, c_initializer, describe
 from aot.ir.graph import Graph, TensorType
 from aot.ir.tir import BufferKind
@@ -80,8 +80,8 @@ def _io(graph: Graph, mem: MemoryPlan, direction: str, names: Sequence[str], NAM
 class _Places:
     """C expressions for where each tensor lives, for the entry point."""
 
-    def __init__(self, graph: Graph, mem: MemoryPlan, inputs, outputs, states, params):
-        self.graph, self.mem, self.params = graph, mem, params
+    def __init__(self, graph: Graph, mem: MemoryPlan, inputs, outputs, states):
+        self.graph, self.mem = graph, mem
         self.input = {io["tensor"]: io for io in inputs}
         self.output = {}
         for io in outputs:
@@ -184,14 +184,16 @@ def build_context(graph: Graph, kernels: Sequence[Kernel], mem: MemoryPlan,
     inputs = _io(graph, mem, "input", graph.inputs, NAME)
     outputs = _io(graph, mem, "output", graph.outputs, NAME)
     states = _states(graph, names, params)
-    places = _Places(graph, mem, inputs, outputs, states, params)
+    places = _Places(graph, mem, inputs, outputs, states)
     before, after = _copies(graph, kernels, mem, inputs, outputs, states, places)
     param_rows = [{"symbol": p.symbol, "ctype": p.ctype, "count": params.padded_count(p),
                    "padded_bytes": params.padded_count(p) * p.array.dtype.itemsize,
                    "offset": p.blob_offset, "comment": describe(p), "in_blob": p.in_blob,
-                   "array": p.array} for p in params.arrays]
+                   "init": None if p.in_blob else c_initializer(p.array)}
+                  for p in params.arrays]
     return {
-        **meta, "name": name, "NAME": NAME, "title": c_comment(name if graph.name in ("", name) else f"{name} (model {graph.name})"),
+        **meta, "name": name, "NAME": NAME,
+        "title": c_comment(name if graph.name in ("", name) else f"{name} (model {graph.name})"),
         "inputs": inputs, "outputs": outputs, "states": states, "has_state": bool(states),
         "state_bytes": sum(graph.types[s["tensor"]].nbytes for s in states),
         "kernels": _kernel_calls(kernels, places, params, mem, symbols),
@@ -209,7 +211,7 @@ def _environment() -> jinja2.Environment:
                               undefined=jinja2.StrictUndefined, autoescape=False)
 
 
-# template -> output path ("{n}" is the package name); None: always rendered
+# template -> output path ("{n}" is the package name)
 FILES = {
     "model.h.j2": "include/{n}.h",
     "model.c.j2": "src/{n}.c",
@@ -226,8 +228,6 @@ FILES = {
 def render(context: dict[str, Any]) -> dict[str, str]:
     """{path in the package: text} for every generated file."""
     env = _environment()
-    for p in context["c_params"]:
-        p["init"] = c_initializer(p["array"])
     out = {}
     for template, path in FILES.items():
         if template == "params.S.j2" and not context["blob_params"]:

@@ -76,6 +76,9 @@ for _layout, _shape in ((True, (2, 4, 3, 5)), (False, (2, 4, 3, 5))):
     case(f"InstanceNorm-{_name}", "InstanceNormalization",
          [(_shape, F), np.linspace(0.5, 2, 4, dtype=np.float32),
           np.linspace(-1, 1, 4, dtype=np.float32)], layout=_layout, epsilon=1e-4)
+    case(f"InstanceNorm-{_name}-vector", "InstanceNormalization",
+         [((1, 19, 3, 2), F), np.linspace(0.5, 2, 19, dtype=np.float32),
+          np.linspace(-1, 1, 19, dtype=np.float32)], layout=_layout)
     case(f"LRN-{_name}", "LRN", [(_shape, F)], layout=_layout, size=3)
     case(f"LRN-{_name}-even", "LRN", [(_shape, F)], layout=_layout, size=4, alpha=0.5,
          beta=0.6, bias=2.0)

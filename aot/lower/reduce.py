@@ -295,16 +295,19 @@ def _global_pool(ctx: LowerCtx, ins, emit):
 
 # ---- normalizations -------------------------------------------------------------------------
 
-def _moments(ctx: LowerCtx, x: TensorRef, at: Index, axes: Sequence[int], eps: float):
-    """Statements computing the mean and 1/sqrt(var + eps) over `axes` (two passes)."""
+def _moments(ctx: LowerCtx, x: TensorRef, at: Index, axes: Sequence[int], eps: float,
+             lanes: int = 1):
+    """Statements computing the mean and 1/sqrt(var + eps) over `axes` (two
+    passes), for `lanes` consecutive last-axis positions at once."""
     n = _count(x.shape, axes)
-    total, s = accumulate(ctx, x, at, axes, const_like(0, x.dtype),
+    ty = x.dtype.with_lanes(lanes)
+    total, s = accumulate(ctx, x, at, axes, const_like(0, ty),
                           lambda acc, v: Bin("+", acc, v), "sum")
-    mean = ctx.fresh("mean", x.dtype)
-    sq, ss = accumulate(ctx, x, at, axes, const_like(0, x.dtype),
+    mean = ctx.fresh("mean", ty)
+    sq, ss = accumulate(ctx, x, at, axes, const_like(0, ty),
                         lambda acc, v: Bin("+", acc, Bin("*", Bin("-", v, mean),
                                                          Bin("-", v, mean))), "var")
-    inv = ctx.fresh("inv_std", x.dtype)
+    inv = ctx.fresh("inv_std", ty)
     var = Bin("/", ss, const_like(n, ss))
     return seq(total, Decl(mean, Bin("/", s, const_like(n, s))), sq,
                Decl(inv, Bin("/", const_like(1, ss),
@@ -345,17 +348,21 @@ def _instance_norm(ctx: LowerCtx, ins, emit):
     cax = rank - 1 if layout == "NHWC" else 1
     eps = float(ctx.attrs.get("epsilon", 1e-5))
 
-    def row(at: Index) -> Stmt:
-        stats, mean, inv = _moments(ctx, x, at, axes, eps)
+    def row(at: Index, lanes: int = 1) -> Stmt:
+        stats, mean, inv = _moments(ctx, x, at, axes, eps, lanes)
         ch = (at[cax],)
         # per channel: y = x * a + b with a = scale * inv, b = bias - mean * a
-        a, b = ctx.fresh("a", x.dtype), ctx.fresh("b", x.dtype)
-        coeffs = seq(Decl(a, Bin("*", scale.load(ch), inv)),
-                     Decl(b, Bin("-", bias.load(ch), Bin("*", mean, a))))
+        a, b = ctx.fresh("a", inv.dtype), ctx.fresh("b", inv.dtype)
+        coeffs = seq(Decl(a, Bin("*", scale.load(ch, lanes), inv)),
+                     Decl(b, Bin("-", bias.load(ch, lanes), Bin("*", mean, a))))
         out = loops(ctx, x.shape, axes, lambda v: emit(
             0, _full({**at, **v}, rank),
-            Bin("+", Bin("*", x.load(_full({**at, **v}, rank)), a), b)), "j")
+            Bin("+", Bin("*", x.load(_full({**at, **v}, rank), lanes), a), b)), "j")
         return seq(stats, coeffs, out)
+    # NHWC: a vector of channels at a time, each lane its own instance
+    lanes = _reduce_lanes(ctx, x, axes)
+    if lanes > 1:
+        return _vector_rows(ctx, x, axes, lanes, row)
     return _per_row(ctx, x, axes, row)
 
 

@@ -183,8 +183,10 @@ def clamp(x: Expr, lo: Operand, hi: Operand) -> Expr:
 
 def div_round_away(total: Expr, count: Operand) -> Expr:
     """C-truncating `(total ± count/2) / count`: division rounding half away from zero."""
-    n = _c(count, total) if isinstance(count, int) else count
-    half = Bin("/", n, _c(2, total))
+    if _is_int(count):
+        n, half = _c(_int(count), total), _c(_int(count) // 2, total)
+    else:
+        n, half = count, Bin("/", count, _c(2, total))
     return Select(Bin(">", total, _c(0, total)), Bin("/", Bin("+", total, half), n),
                   Bin("/", Bin("-", total, half), n))
 

@@ -164,10 +164,6 @@ class ConvGeom:
         s, d = self.strides[axis], self.dilations[axis]
         return pad > 0, (out - 1) * s - pad + (k - 1) * d > size - 1
 
-    @property
-    def all_taps_inside(self) -> bool:
-        return not any(self.needs_test(0)) and not any(self.needs_test(1))
-
     def regions(self, axis: int) -> list[tuple[tuple[int, int], tuple[bool, bool]]]:
         """[((start, end), (test_low, test_high))] covering the outputs along an
         axis: border spans with the tests their windows need, and the interior."""
@@ -192,46 +188,22 @@ def _in_range(pos: Expr, size: int, low: bool, high: bool) -> Expr | None:
     return conds[0] if len(conds) == 1 else Bin("and", conds[0], conds[1])
 
 
-def conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable[[tuple], Expr], zp: int,
-              weights: np.ndarray, bias: np.ndarray,
-              finish: Callable[[tuple, Expr], Stmt],
-              prologue: Callable[[Expr], Stmt] | None = None) -> Stmt:
-    """The integer convolution bias[oc] + Σ w * (x - zp) over the in-image taps.
+def window_nest(ctx: LowerCtx, g: ConvGeom, acc, init: Callable[[Expr, bool], Expr],
+                taps: Callable[[Expr, Expr, Expr, Expr, Expr, bool], Stmt],
+                finish: Callable[[tuple, Expr, bool], Stmt],
+                prologue: Callable[[Expr], Stmt] | None = None) -> Stmt:
+    """The sliding-window loop nest shared by the int8 convolutions and pools.
 
-    weights: [C_out, KH, KW, D] integers, already zero-point centred; bias:
-    [C_out] integers. finish((n, oy, ox, oc), acc) returns the store of the
-    requantized result; prologue(n) runs once per image before its pixels.
+    Per output pixel: acc[oc] = init(oc, inside); for each in-image tap
+    (ky, kx) at (iy, ix), taps(n, ky, kx, iy, ix, inside) updates the
+    accumulator row; then finish((n, oy, ox, oc), acc[oc], inside) per
+    channel. prologue(n) runs once per image before its pixels.
 
-    The output plane is split into regions: where the whole window is
-    inside the image (the interior) the taps need no test and the input
-    zero point is folded into the bias (bias - zp * Σw, exact); only the
-    border rows and columns test their taps and subtract the zero point.
+    The output plane is split into regions: the interior, where every
+    window is inside the image and the taps need no test (`inside`), and
+    the border rows and columns, which test each kernel row and column
+    only on the sides where their windows can leave the image.
     """
-    packed = ctx.param("filter", _weight_dtype(np.transpose(weights, (1, 2, 3, 0))))
-    acc = ctx.scratch_buffer("acc", "int32", (g.cout,))
-    inits = {}
-
-    def init(oc, folded: bool) -> Expr:
-        if folded not in inits:
-            values = bias - zp * weights.reshape(g.cout, -1).sum(axis=1) if folded else bias
-            inits[folded] = _table(ctx, "bias", ref_q.wrap_int32(values).astype(np.int32))
-        return inits[folded](oc)
-
-    def channels(n, ky, kx, iy, ix, offset: int) -> Stmt:
-        def group(gi):
-            def chan(ic):
-                xv = ctx.fresh("xv")
-                value = q.offset(to_i32(load_x((n, iy, ix, add(mul(gi, Const(g.depth)), ic)))),
-                                 -offset)
-
-                def mac(ol):
-                    oc = add(mul(gi, Const(g.per_group)), ol)
-                    wv = to_i32(Load(packed, flat_index((ky, kx, ic, oc), packed.shape)))
-                    return Store(acc, oc, Bin("+", Load(acc, oc), Bin("*", xv, wv)))
-                return seq(Decl(xv, value), loop(ctx, "ol", g.per_group, mac))
-            return loop(ctx, "ic", g.depth, chan)
-        return loop(ctx, "g", g.groups, group)
-
     def pixel(n, oy, ox, row_test, col_test) -> Stmt:
         inside = not any(row_test) and not any(col_test)
 
@@ -242,12 +214,12 @@ def conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable[[tuple], Expr], zp: i
 
         def col(ky, kx, iy):
             ix = _window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1])
-            return _guard(_in_range(ix, g.w, *col_test),
-                          channels(n, ky, kx, iy, ix, 0 if inside else zp))
+            return _guard(_in_range(ix, g.w, *col_test), taps(n, ky, kx, iy, ix, inside))
 
         return seq(loop(ctx, "oc", g.cout, lambda oc: Store(acc, oc, init(oc, inside))),
                    loop(ctx, "ky", g.kh, row),
-                   loop(ctx, "oc", g.cout, lambda oc: finish((n, oy, ox, oc), Load(acc, oc))))
+                   loop(ctx, "oc", g.cout,
+                        lambda oc: finish((n, oy, ox, oc), Load(acc, oc), inside)))
 
     def image(n):
         parts = []
@@ -261,6 +233,47 @@ def conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable[[tuple], Expr], zp: i
         body = seq(*parts)
         return seq(prologue(n), body) if prologue else body
     return loop(ctx, "n", g.n, image)
+
+
+def conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable[[tuple], Expr], zp: int,
+              weights: np.ndarray, bias: np.ndarray,
+              finish: Callable[[tuple, Expr], Stmt],
+              prologue: Callable[[Expr], Stmt] | None = None) -> Stmt:
+    """The integer convolution bias[oc] + Σ w * (x - zp) over the in-image taps.
+
+    weights: [C_out, KH, KW, D] integers, already zero-point centred; bias:
+    [C_out] integers. finish((n, oy, ox, oc), acc) returns the store of the
+    requantized result. In the interior (see window_nest) the input zero
+    point is folded into the bias (bias - zp * Σw, exact); the border taps
+    subtract it.
+    """
+    packed = ctx.param("filter", _weight_dtype(np.transpose(weights, (1, 2, 3, 0))))
+    acc = ctx.scratch_buffer("acc", "int32", (g.cout,))
+    inits = {}
+
+    def init(oc, folded: bool) -> Expr:
+        if folded not in inits:
+            values = bias - zp * weights.reshape(g.cout, -1).sum(axis=1) if folded else bias
+            inits[folded] = _table(ctx, "bias", ref_q.wrap_int32(values).astype(np.int32))
+        return inits[folded](oc)
+
+    def taps(n, ky, kx, iy, ix, inside: bool) -> Stmt:
+        def group(gi):
+            def chan(ic):
+                xv = ctx.fresh("xv")
+                value = q.offset(to_i32(load_x((n, iy, ix, add(mul(gi, Const(g.depth)), ic)))),
+                                 0 if inside else -zp)
+
+                def mac(ol):
+                    oc = add(mul(gi, Const(g.per_group)), ol)
+                    wv = to_i32(Load(packed, flat_index((ky, kx, ic, oc), packed.shape)))
+                    return Store(acc, oc, Bin("+", Load(acc, oc), Bin("*", xv, wv)))
+                return seq(Decl(xv, value), loop(ctx, "ol", g.per_group, mac))
+            return loop(ctx, "ic", g.depth, chan)
+        return loop(ctx, "g", g.groups, group)
+
+    return window_nest(ctx, g, acc, init, taps, lambda idx, a, inside: finish(idx, a),
+                       prologue)
 
 
 def span_loop(ctx: LowerCtx, name: str, span: tuple[int, int],
@@ -442,46 +455,39 @@ def fully_connected(ctx: LowerCtx, ins, emit):
 
 # ------------------------------------------------------------------ pooling
 
-def _pool(ctx: LowerCtx, ins, emit, reduce_tap, start: Expr, final) -> Stmt:
-    """Shared window loop of the int8 pools: for each output element,
-    acc = start; acc = reduce_tap(acc, x) over in-image taps; emit final(acc, count)."""
+def _pool(ctx: LowerCtx, ins, emit, reduce_tap, start: int, final) -> Stmt:
+    """The int8 pools: acc = reduce_tap(acc, x) from `start` over the in-image
+    taps, channels innermost; emit clamp(final(acc, count)), count being the
+    number of in-image taps (padded taps are not counted)."""
     x = ins[0]
     ref._check_pool_quant(_CallView(ctx))
     n, oh, ow, c = ctx.out_types[0].shape
     kh, kw = ctx.attrs["kernel"]
     g = conv_geom(ctx, x.shape, ctx.out_types[0].shape, (kh, kw), c, 1)
-    (top, bottom), (left, right) = g.needs_test(0), g.needs_test(1)
+    acc = ctx.scratch_buffer("acc", "int32", (c,))
+    lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
 
-    def pixel(i, oy, ox):
+    def taps(i, ky, kx, iy, ix, inside):
+        return loop(ctx, "c", c, lambda ch: Store(acc, ch, reduce_tap(
+            Load(acc, ch), to_i32(x.load((i, iy, ix, ch))))))
+
+    def count(oy, ox, inside) -> Expr:
+        if inside:
+            return Const(kh * kw)
+        y0 = _window_pos(oy, Const(0), g.strides[0], g.pad_top, 1)
+        x0 = _window_pos(ox, Const(0), g.strides[1], g.pad_left, 1)
+        rows = Bin("-", Bin("min", add(y0, Const(kh)), Const(g.h)), Bin("max", y0, Const(0)))
+        cols = Bin("-", Bin("min", add(x0, Const(kw)), Const(g.w)), Bin("max", x0, Const(0)))
+        return Bin("*", rows, cols)
+
+    def finish(idx, total, inside):
         b = q.Block(ctx)
-        count = Const(kh * kw)
-        if not g.all_taps_inside:   # padded taps are not counted
-            y0 = _window_pos(oy, Const(0), g.strides[0], g.pad_top, 1)
-            x0 = _window_pos(ox, Const(0), g.strides[1], g.pad_left, 1)
-            rows = Bin("-", Bin("min", add(y0, Const(kh)), Const(g.h)), Bin("max", y0, Const(0)))
-            cols = Bin("-", Bin("min", add(x0, Const(kw)), Const(g.w)), Bin("max", x0, Const(0)))
-            count = b.let("count", Bin("*", rows, cols))
-
-        def channel(ch):
-            cb = q.Block(ctx)
-            acc = cb.let("acc", start)
-
-            def row(ky):
-                iy = _window_pos(oy, ky, g.strides[0], g.pad_top, 1)
-                return _guard(_in_range(iy, g.h, top, bottom),
-                              loop(ctx, "kx", kw, lambda kx: col(ky, kx, iy)))
-
-            def col(ky, kx, iy):
-                ix = _window_pos(ox, kx, g.strides[1], g.pad_left, 1)
-                return _guard(_in_range(ix, g.w, left, right),
-                              Assign(acc, reduce_tap(acc, to_i32(x.load((i, iy, ix, ch))))))
-            cb.add(loop(ctx, "ky", kh, row))
-            y = q.clamp(final(acc, count), ctx.attrs["act_min"], ctx.attrs["act_max"])
-            cb.add(emit(0, (i, oy, ox, ch), Cast(dt(ctx.out_types[0].dtype), y)))
-            return cb.stmt()
-        b.add(loop(ctx, "c", c, channel))
+        value = b.let("acc", total)
+        y = q.clamp(final(value, count(idx[1], idx[2], inside)), lo, hi)
+        b.add(emit(0, idx, Cast(dt(ctx.out_types[0].dtype), y)))
         return b.stmt()
-    return nest(ctx, ("n", "oy", "ox"), (n, oh, ow), lambda v: pixel(*v))
+
+    return window_nest(ctx, g, acc, lambda ch, inside: Const(start), taps, finish)
 
 
 class _CallView:
@@ -494,13 +500,12 @@ class _CallView:
 
 @kernel_rule("tfl.avg_pool2d")
 def avg_pool2d(ctx: LowerCtx, ins, emit):
-    return _pool(ctx, ins, emit, lambda acc, v: Bin("+", acc, v), Const(0),
-                 q.div_round_away)
+    return _pool(ctx, ins, emit, lambda acc, v: Bin("+", acc, v), 0, q.div_round_away)
 
 
 @kernel_rule("tfl.max_pool2d")
 def max_pool2d(ctx: LowerCtx, ins, emit):
-    return _pool(ctx, ins, emit, lambda acc, v: Bin("max", acc, v), Const(-128),
+    return _pool(ctx, ins, emit, lambda acc, v: Bin("max", acc, v), -128,
                  lambda acc, count: acc)
 
 

@@ -6,6 +6,9 @@ the C the other backend prints, so both agree bit for bit on integer
 kernels: `/` and `%` truncate (sdiv/srem), `>>` on signed is ashr, min/max
 are compare + select (C's `a < b ? a : b`, not llvm.minnum), float -> int
 casts truncate (fptosi), a bool is i1 in registers and a byte in memory.
+(One thing LLVM itself bends: its AArch64 and RISC-V backends select
+`x < 0 ? x : 0` as fminnm, which gives -0 rather than +0 for x = -0; clang
+compiling the C does the same.)
 
 Locals and loop variables live in allocas of the entry block; the O3
 pipeline (mem2reg/SROA first) turns them into registers and phis.

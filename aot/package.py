@@ -2,6 +2,7 @@
 
     optimized Graph
       lower_graph              -> kernels (PrimFuncs, in call order)
+      elide_views              -> the same without pure reshapes (readers read the source)
       plan_kernels             -> arena offsets and live ranges
       link_params              -> const arrays in .rodata.aot (C or a .incbin blob)
       emit_c | emit_object     -> the kernels
@@ -24,7 +25,7 @@ import numpy as np
 
 from aot.errors import AotError
 from aot.executor.entry import Names, build_context, render
-from aot.executor.liveness import MemoryPlan, plan_kernels
+from aot.executor.liveness import MemoryPlan, elide_views, plan_kernels
 from aot.executor.params import SECTION, LinkedParams, link_params
 from aot.fsutil import write_dir_atomically
 from aot.ir.graph import Graph
@@ -171,7 +172,7 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
         raise AotError(f"unknown codegen '{codegen}' (known: {', '.join(CODEGENS)})")
     check_fits(graph, board)
     target = board.target
-    kernels = lower_graph(graph, target)
+    kernels = elide_views(graph, lower_graph(graph, target))
     align = alignment(board)
     mem = plan_kernels(graph, kernels, io_in_arena, align)
     other = plan_kernels(graph, kernels, not io_in_arena, align)

@@ -355,3 +355,25 @@ def test_stateful_model_harness_starts_from_the_initial_state(tmp_path):
     # Scratch is live at its own kernel's step only.
     scratch = [r for r in meta["plan"]["buffers"] if r["kind"] == "scratch"]
     assert scratch and all(r["first"] == r["last"] == r["step"] for r in scratch)
+
+
+def test_reshapes_are_views_not_kernels(tmp_path):
+    """A reshape between two layers costs no kernel; one that is a graph output
+    keeps its own bytes."""
+    w1, w2 = _rng_array((8, 16), 5), _rng_array((8, 3), 6)
+    shape_a = np.array([4, 8], np.int64)
+    shape_b = np.array([2, 2, 8], np.int64)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("Reshape", ["h", "shape_a"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y"]),
+             helper.make_node("Reshape", ["h", "shape_b"], ["view_out"])]
+    path = onnx_model(tmp_path / "views.onnx", nodes, [("x", [2, 8])],
+                      [("y", [4, 3]), ("view_out", [2, 2, 8])],
+                      [("w1", w1), ("w2", w2), ("shape_a", shape_a), ("shape_b", shape_b)])
+    graph = graph_of(path)
+    for io_in_arena in (False, True):
+        info = package(graph, out_dir=tmp_path / f"pkg{io_in_arena}", io_in_arena=io_in_arena)
+        check_against_interpreter(graph, info)
+        ops = [k["ops"] for k in info.metadata["kernels"]]
+        assert ops.count(["Reshape"]) == 1, ops          # only the graph output's
+        assert len(ops) == len(graph.nodes) - 1

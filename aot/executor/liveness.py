@@ -18,6 +18,7 @@ The arena buffers go to `plan_memory`, which gives their offsets.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -50,6 +51,45 @@ class MemoryPlan:
     @property
     def lower_bound_bytes(self) -> int:
         return self.plan.lower_bound_bytes
+
+
+# Ops that keep every element at its flat row-major position: their output
+# is their input's bytes under another shape.
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+
+
+def _view_of(graph: Graph, k: Kernel) -> str | None:
+    """The tensor kernel k merely re-labels, if k is a pure view of it."""
+    body = k.node.attrs.get("body")
+    if body is None or not body.nodes or any(n.op not in VIEW_OPS for n in body.nodes):
+        return None
+    tensors = [a for a in k.args if a.kind == "tensor"]
+    if len(tensors) != 2 or len(k.args) != 2 or len(k.node.outputs) != 1:
+        return None
+    src, dst = tensors[0].name, k.node.outputs[0]
+    if tensors[1].name != dst or graph.types[src].dtype != graph.types[dst].dtype:
+        return None
+    return src
+
+
+def elide_views(graph: Graph, kernels: Sequence[Kernel]) -> list[Kernel]:
+    """Drop kernels that only reshape: their readers read the source instead.
+
+    A view whose result is a graph output or a variable update keeps its
+    kernel (the caller's buffer or the copy-back needs its own bytes).
+    """
+    keep_bytes = set(graph.outputs) | set(graph.updates.values())
+    alias: dict[str, str] = {}
+    out = []
+    for k in kernels:
+        src = _view_of(graph, k)
+        if src is not None and k.node.outputs[0] not in keep_bytes:
+            alias[k.node.outputs[0]] = alias.get(src, src)
+            continue
+        args = tuple(dataclasses.replace(a, name=alias[a.name])
+                     if a.kind == "tensor" and a.name in alias else a for a in k.args)
+        out.append(dataclasses.replace(k, args=args) if args != k.args else k)
+    return out
 
 
 def tensor_key(name: str) -> str:

@@ -315,6 +315,24 @@ def int_vectors() -> Case:
     return Case(func, ins, expect)
 
 
+def tautologies() -> Case:
+    """Comparisons a type's range decides (`u >= 0`, `i8 <= 127`): gcc -Wextra
+    rejects them as written, so the printer must fold them."""
+    n = 4
+    u8, s8, u32 = Buffer("u8", U8, (n,)), Buffer("s8", I8, (n,)), Buffer("u32", U32, (n,))
+    out = Buffer("out", INT32, (n,), OUT)
+    i, t = Var("i"), Var("t", U8)
+    body = For(i, n, seq(
+        Decl(t, Load(u8, i)),
+        Store(out, i, Bin("+", Select(Bin("and", Bin(">=", t, Const(0, U8)),
+                                          Bin(">=", Const(127, I8), Load(s8, i))), c32(1), c32(2)),
+                          Select(Bin("<", Load(u32, i), Const(0, U32)), c32(10), c32(20))))))
+    func = PrimFunc("tautologies", (u8, s8, u32, out), body)
+    ins = {"u8": np.array([0, 1, 255, 7], "u1"), "s8": np.array([-128, 127, 0, 5], "i1"),
+           "u32": np.array([0, 1, 2**32 - 1, 9], "u4")}
+    return Case(func, ins, lambda d: {"out": np.full(n, 21, "i4")})
+
+
 def nan_semantics() -> Case:
     """Comparisons, min/max and to-bool with NaN and infinities, as C has them,
     scalar and on 8 lanes."""
@@ -468,7 +486,7 @@ def hostile_names() -> Case:
 
 
 CASES = {f.__name__: f() for f in (gemm_epilogue, vector_body, fixed_point, casts_and_ints,
-                                   nan_semantics, int_vectors,
+                                   nan_semantics, int_vectors, tautologies,
                                    math_functions, constants, hostile_names)}
 FUNCS = [c.func for c in CASES.values()]
 BACKENDS = ["gcc", "clang", "llvm"]
@@ -575,6 +593,8 @@ def test_hostile_source_compiles_clean_and_names_are_readable():
 def test_c_output_is_deterministic_and_readable():
     a, b = emit_c(FUNCS, "t"), emit_c(FUNCS, "t")
     assert a == b
+    target = get_target("x86_64-linux")
+    assert emit_object(FUNCS, "t", target) == emit_object(FUNCS, "t", target)
     gemm = a.source[a.source.index("/* gemm_bias_relu_tanh"):]
     assert "from MatMul, Add, Relu" in gemm
     assert "acc = acc + A[i * 7 + k] * B[k * 6 + j];" in gemm

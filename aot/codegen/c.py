@@ -23,7 +23,7 @@ from aot.codegen.names import c_comment, c_identifier, symbol_names
 from aot.errors import UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, BufferKind, Call, Cast, Comment, Const, Decl,
                         DType, Expr, For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt, Store,
-                        Unary, Var, dtype_of, stmt_exprs, walk_expr, walk_stmt)
+                        Unary, Var, dtype_of, map_stmt, stmt_exprs, walk_expr, walk_stmt)
 
 C_TYPES = {"bool": "uint8_t", "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t",
            "uint16": "uint16_t", "int32": "int32_t", "uint32": "uint32_t", "int64": "int64_t",
@@ -432,13 +432,14 @@ class _Printer:
 class _FuncPrinter:
     def __init__(self, mod: _Module, func: PrimFunc, symbol: str):
         self.func = func
+        self.body = _fold_tautologies(func.body)
         self.symbol = symbol
         self.taken: set[str] = set()
         self.names: dict = {}
         self.ex = _Printer(mod, self.names, f"function {func.name}")
         self.mod = mod
         self.lines: list[str] = []
-        self.read = _vars_read(func.body)
+        self.read = _vars_read(self.body)
 
     def signature(self) -> str:
         params = []
@@ -459,14 +460,14 @@ class _FuncPrinter:
     def print(self) -> str:
         sig = self.signature()
         out = [*_header_comment(self.func), sig, "{"]
-        used = {b for s in walk_stmt(self.func.body) for b in _buffers(s)}
+        used = {b for s in walk_stmt(self.body) for b in _buffers(s)}
         for b in self.func.params:
             if b not in used:
                 self.lines.append(f"    (void){self.names[b]};")
         for b in used:
             if b not in self.names:
                 raise self.ex.error(f"buffer {b.name} is used but not a parameter")
-        self.stmt(self.func.body, 1)
+        self.stmt(self.body, 1)
         return "\n".join(out + self.lines + ["}"])
 
     def emit(self, depth: int, text: str):
@@ -591,6 +592,65 @@ def _header_comment(func: PrimFunc) -> list[str]:
     if len(one) <= WIDTH:
         return [one]
     return [f"/* {c_comment(func.name)}: from", *(f" *   {x}" for x in sources), " */"]
+
+
+# ------------------------------------------------------ tautological comparisons
+# gcc -Wextra (-Wtype-limits) rejects `u >= 0` or `i8 <= 127`, even through a
+# cast; such a comparison is a constant, so it is printed as one.
+
+_ALWAYS = {("min", ">="): True, ("min", "<"): False, ("max", "<="): True, ("max", ">"): False}
+_MIRROR = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+
+
+def _limit(c: Expr) -> str | None:
+    if not isinstance(c, Const) or c.dtype.lanes != 1 or c.dtype.is_float \
+            or c.dtype.scalar == "bool":
+        return None
+    info = np.iinfo(c.dtype.scalar)
+    return "min" if c.value == info.min else "max" if c.value == info.max else None
+
+
+def _fold_tautology(e: Expr) -> Expr:
+    if isinstance(e, Bin) and e.op in _COMPARE:
+        for op, const in ((e.op, e.b), (_MIRROR[e.op], e.a)):
+            value = _ALWAYS.get((_limit(const), op))
+            if value is not None:
+                return Const(value, DType("bool"))
+    return e
+
+
+def _map_expr(e: Expr, f) -> Expr:
+    """Rebuild e bottom-up through f."""
+    if isinstance(e, Bin):
+        e = Bin(e.op, _map_expr(e.a, f), _map_expr(e.b, f))
+    elif isinstance(e, Unary):
+        e = Unary(e.op, _map_expr(e.a, f))
+    elif isinstance(e, Cast):
+        e = Cast(e.dtype, _map_expr(e.a, f))
+    elif isinstance(e, Select):
+        e = Select(_map_expr(e.cond, f), _map_expr(e.a, f), _map_expr(e.b, f))
+    elif isinstance(e, Call):
+        e = Call(e.fn, tuple(_map_expr(a, f) for a in e.args), e.dtype)
+    elif isinstance(e, Load):
+        e = Load(e.buffer, _map_expr(e.index, f), e.lanes)
+    elif isinstance(e, Broadcast):
+        e = Broadcast(_map_expr(e.value, f), e.lanes)
+    return f(e)
+
+
+def _fold_tautologies(body: Stmt) -> Stmt:
+    def fold(s: Stmt):
+        if isinstance(s, Store):
+            return Store(s.buffer, _map_expr(s.index, _fold_tautology),
+                         _map_expr(s.value, _fold_tautology))
+        if isinstance(s, Decl):
+            return Decl(s.var, _map_expr(s.init, _fold_tautology))
+        if isinstance(s, Assign):
+            return Assign(s.var, _map_expr(s.value, _fold_tautology))
+        if isinstance(s, If):
+            return If(_map_expr(s.cond, _fold_tautology), s.then, s.orelse)
+        return None
+    return map_stmt(body, fold)
 
 
 def _buffers(s: Stmt):

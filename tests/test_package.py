@@ -377,3 +377,22 @@ def test_reshapes_are_views_not_kernels(tmp_path):
         ops = [k["ops"] for k in info.metadata["kernels"]]
         assert ops.count(["Reshape"]) == 1, ops          # only the graph output's
         assert len(ops) == len(graph.nodes) - 1
+
+
+def test_compiler_failure_is_a_clear_error(tmp_path, monkeypatch):
+    import dataclasses
+    import aot.api
+    bad = dataclasses.replace(HOST, target=dataclasses.replace(
+        HOST.target, cflags=("-fno-such-flag-for-aot",)))
+    monkeypatch.setattr(aot.api, "get_board", lambda name: bad)
+    with pytest.raises(AotError, match=r"compiling src/.*failed: .*no-such-flag") as e:
+        package(MODELS / "tflm_hello_world_int8.tflite", out_dir=tmp_path / "pkg")
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "pkg").exists() and list(tmp_path.iterdir()) == []
+
+
+def test_boards_lists_host():
+    r = cli("boards", "--json")
+    assert r.returncode == 0, r.stderr
+    boards = {b["name"]: b for b in json.loads(r.stdout)["boards"]}
+    assert boards["host"]["transport"] == "local"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import subprocess
 import tempfile
 from pathlib import Path
@@ -325,14 +326,20 @@ FLOAT_MODELS = ["onnx_mnist8.onnx", "onnx_mlir_mnist.onnx", "mlperf_ad_fcae_f32.
                 "onnx_ultraface_rfb320.onnx"]
 
 
+@functools.lru_cache(maxsize=None)
+def _model_case(name: str):
+    """The optimized model, its input and the interpreter's outputs (shared
+    by both backends' tests)."""
+    g = aot.optimize(aot.load(MODELS / name))
+    ins = {g.inputs[0]: np.load(MODELS / (name.rsplit(".", 1)[0] + ".input.npy"))}
+    return g, ins, aot.interpret(g, ins)
+
+
 @pytest.mark.parametrize("codegen", CODEGENS)
 @pytest.mark.parametrize("name", FLOAT_MODELS)
 def test_float_model(name, codegen, record_property):
-    g = aot.optimize(aot.load(MODELS / name))
-    x = np.load(MODELS / (name.rsplit(".", 1)[0] + ".input.npy"))
-    ins = {g.inputs[0]: x}
+    g, ins, want = _model_case(name)
     (got,) = run_many([(g, ins)], codegen)
-    want = aot.interpret(g, ins)
     worst = 0.0
     for k in g.outputs:
         assert_close(k, got[k], want[k], RTOL, ATOL)

@@ -396,3 +396,19 @@ def test_boards_lists_host():
     assert r.returncode == 0, r.stderr
     boards = {b["name"]: b for b in json.loads(r.stdout)["boards"]}
     assert boards["host"]["transport"] == "local"
+
+
+def test_state_starts_from_its_nonzero_initial_value(tmp_path):
+    from aot.ir.graph import Graph, Node, TensorType
+    t = TensorType((4,), "float32")
+    init = np.array([1, -2, 3, -4], np.float32)
+    g = Graph("acc", ("x",), ("y",), (Node("Add", "add", ("x", "s"), ("s_new",)),
+                                       Node("Relu", "relu", ("s_new",), ("y",))),
+              {"x": t, "s": t, "s_new": t, "y": t}, variables={"s": init},
+              updates={"s": "s_new"})
+    graph = aot.optimize(infer_types(g))
+    info = package(graph, out_dir=tmp_path / "pkg")
+    x = np.full(4, 0.5, np.float32)
+    np.testing.assert_array_equal(run_pkg(info, {"x": x})["y"], np.maximum(x + init, 0))
+    assert info.metadata["state"] == [{"name": "s", "c_name": "acc_state_s", "update": "s_new",
+                                       "bytes": 16}]

@@ -285,11 +285,28 @@ RESIZES = [
 ]
 
 
+def conv_bn_graph(channels: int) -> Graph:
+    """NHWC Conv then BatchNormalization, fused without simplification: the
+    BN value rule runs as the conv's epilogue on vector accumulators."""
+    consts = {"w": _rnd(channels, 3, 3, 4), **_bn_consts(channels)}
+    types = {"x": type_of(np.zeros((1, 5, 5, 4), np.float32)),
+             **{k: type_of(v) for k, v in consts.items()}}
+    nodes = (Node("Conv", "c", ("x", "w"), ("h",), {"layout": "NHWC", "pads": (1, 1, 1, 1)}),
+             Node("BatchNormalization", "bn", ("h", "s", "b", "m", "v"), ("y",),
+                  {"layout": "NHWC", "epsilon": 1e-3}))
+    g = fuse(infer_types(Graph(f"conv_bn{channels}", ("x",), ("y",), nodes, types, consts)))
+    assert [m.op for m in g.nodes[0].attrs["body"].nodes] == ["Conv", "BatchNormalization"]
+    return g
+
+
 @pytest.mark.parametrize("codegen", CODEGENS)
 def test_batchnorm_and_resize(codegen):
-    graphs = [onnx_graph("BatchNormalization", (2, 6, 4, 5), _bn_consts(6), dict(epsilon=1e-3)),
-              onnx_graph("BatchNormalization", (1, 19, 3, 3), _bn_consts(19), {}),
-              nchw_graph("BatchNormalization", (2, 6, 4, 5), _bn_consts(6), {})]
+    nhwc_resize = {"roi": np.zeros(0, np.float32), "sc": np.array([1, 2, 1.5, 1], np.float32)}
+    graphs = [nchw_graph("BatchNormalization", (2, 6, 4, 5), _bn_consts(6), {}),
+              nchw_graph("BatchNormalization", (1, 4, 4, 19), _bn_consts(19), dict(layout="NHWC")),
+              conv_bn_graph(20), conv_bn_graph(8),
+              nchw_graph("Resize", (1, 4, 5, 16), nhwc_resize, dict(mode="linear", layout="NHWC")),
+              nchw_graph("Resize", (1, 4, 5, 3), nhwc_resize, dict(mode="nearest", layout="NHWC"))]
     graphs += [onnx_graph("Resize", (1, 3, 4, 5), c, a, inputs=names) for names, c, a in RESIZES]
     graphs.append(onnx_graph("Resize", (1, 16, 3, 3), {"sc": np.array([1, 1, 2, 2], np.float32)},
                              dict(mode="nearest"), inputs=["", "sc"]))

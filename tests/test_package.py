@@ -205,6 +205,42 @@ def test_c_api_compiles_warning_free(tmp_path):
     empty = package(two_layer(tmp_path), out_dir=tmp_path / "empty" / "pkg")
     assert empty.arena_bytes == 0         # every tensor is the caller's
     compile_api_and_sources(empty.path, empty.name)
+    header = (empty.path / "include" / "mlp.h").read_text()
+    assert GOLDEN_API in header
+    assert GOLDEN_INPUT in header
+
+
+GOLDEN_INPUT = """\
+/* input 0: x: float32[2x8] */
+#define MLP_INPUT_X_NAME "x"
+#define MLP_INPUT_X_DTYPE "float32"
+#define MLP_INPUT_X_SIZE 16
+#define MLP_INPUT_X_BYTES 64
+#define MLP_INPUT_X_RANK 2
+#define MLP_INPUT_X_SHAPE {2, 8}
+"""
+
+GOLDEN_API = """\
+struct mlp_inputs {
+    const float* x;
+};
+
+struct mlp_outputs {
+    float* y1;
+    float* y2;
+};
+
+/* Runs the model on the static arena. */
+int mlp_run(const struct mlp_inputs* inputs, struct mlp_outputs* outputs);
+
+/* Runs the model on the caller's arena: MLP_ARENA_SIZE bytes aligned to
+ * MLP_ARENA_ALIGN. */
+int mlp_run_with_arena(const struct mlp_inputs* inputs,
+    struct mlp_outputs* outputs, void* arena);
+
+/* Restores the model's state to its initial value (this model has none). */
+void mlp_reset(void);
+"""
     header = (info.path / "include" / f"{info.name}.h").read_text()
     N = info.name.upper()
     for macro in ("ARENA_SIZE", "ARENA_ALIGN", "INPUT_SERVING_DEFAULT_FIXED_INPUT_0_SIZE",

@@ -199,17 +199,6 @@ def compile_api_and_sources(pkg: Path, name: str) -> None:
                 assert r.returncode == 0, f"{cc} {src} {extra}:\n{r.stderr}"
 
 
-def test_c_api_compiles_warning_free(tmp_path):
-    info = package(MODELS / "tflm_mnist_lstm_int8.tflite", out_dir=tmp_path / "pkg")
-    compile_api_and_sources(info.path, info.name)
-    empty = package(two_layer(tmp_path), out_dir=tmp_path / "empty" / "pkg")
-    assert empty.arena_bytes == 0         # every tensor is the caller's
-    compile_api_and_sources(empty.path, empty.name)
-    header = (empty.path / "include" / "mlp.h").read_text()
-    assert GOLDEN_API in header
-    assert GOLDEN_INPUT in header
-
-
 GOLDEN_INPUT = """\
 /* input 0: x: float32[2x8] */
 #define MLP_INPUT_X_NAME "x"
@@ -241,6 +230,17 @@ int mlp_run_with_arena(const struct mlp_inputs* inputs,
 /* Restores the model's state to its initial value (this model has none). */
 void mlp_reset(void);
 """
+
+
+def test_c_api_compiles_warning_free(tmp_path):
+    info = package(MODELS / "tflm_mnist_lstm_int8.tflite", out_dir=tmp_path / "pkg")
+    compile_api_and_sources(info.path, info.name)
+    empty = package(two_layer(tmp_path), out_dir=tmp_path / "empty" / "pkg")
+    assert empty.arena_bytes == 0         # every tensor is the caller's
+    compile_api_and_sources(empty.path, empty.name)
+    header = (empty.path / "include" / "mlp.h").read_text()
+    assert GOLDEN_API in header
+    assert GOLDEN_INPUT in header
     header = (info.path / "include" / f"{info.name}.h").read_text()
     N = info.name.upper()
     for macro in ("ARENA_SIZE", "ARENA_ALIGN", "INPUT_SERVING_DEFAULT_FIXED_INPUT_0_SIZE",

@@ -176,6 +176,10 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
     align = alignment(board)
     mem = plan_kernels(graph, kernels, io_in_arena, align)
     other = plan_kernels(graph, kernels, not io_in_arena, align)
+    ram = mem.arena_bytes + sum(graph.types[v].nbytes for v in graph.variables)
+    if ram > board.ram_bytes:
+        raise AotError(f"the arena and state ({ram} bytes) do not fit the RAM of board "
+                       f"'{board.name}' ({board.ram_bytes} bytes)")
     names = Names(name)
     kernel_prefix = f"{name}_kernel"
     names.taken.add(kernel_prefix)

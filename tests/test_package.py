@@ -337,13 +337,18 @@ def test_unsupported_op_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, ca
     assert not (tmp_path / "pkg2").exists()
 
 
-def test_weights_larger_than_flash_are_refused(tmp_path, monkeypatch):
+def test_models_larger_than_the_board_are_refused(tmp_path, monkeypatch):
     import dataclasses
     import aot.api
     small = dataclasses.replace(HOST, flash_bytes=100)
     monkeypatch.setattr(aot.api, "get_board", lambda name: small)
     with pytest.raises(AotError, match="do not fit the flash"):
         package(two_layer(tmp_path), out_dir=tmp_path / "pkg")
+    assert not (tmp_path / "pkg").exists()
+    tiny_ram = dataclasses.replace(HOST, ram_bytes=100)
+    monkeypatch.setattr(aot.api, "get_board", lambda name: tiny_ram)
+    with pytest.raises(AotError, match="do not fit the RAM"):
+        package(two_layer(tmp_path), out_dir=tmp_path / "pkg", io_in_arena=True)
     assert not (tmp_path / "pkg").exists()
 
 

@@ -690,7 +690,7 @@ def random_graph(data) -> Graph:
         if op == "Conv":
             cout = draw(st.integers(1, 4))
             emit("Conv", [cur, const(rand(cout, shape[1], 3, 3)), const(rand(cout))],
-                 (1, cout) + shape[2:], {"kernel_shape": (3, 3), "pads": (1, 1, 1, 1)})
+                 (shape[0], cout) + shape[2:], {"kernel_shape": (3, 3), "pads": (1, 1, 1, 1)})
         elif op == "Relu" or op == "Identity":
             emit(op, [cur], shape)
         elif op == "MulScalar":

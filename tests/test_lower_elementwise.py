@@ -1,7 +1,9 @@
 """Elementwise value rules (aot/lower/elementwise.py): each op as a one-node
-graph, compiled to C and run, against the numpy reference interpreter.
-Scalar loops for every case; the vector form (4 and 8 lanes) for the cases
-whose last axis allows it. All cases of a run share one compile."""
+graph, compiled (C and LLVM backends) and run, against the numpy reference
+interpreter. Scalar loops for every case; the vector form (4 and 8 lanes)
+for the cases whose last axis allows it. All cases of a run share one
+compile. Then the ONNX node conformance cases of all ops with rules in
+elementwise/injective/reduce, through the C kernels."""
 from __future__ import annotations
 
 import functools
@@ -125,11 +127,11 @@ def _graphs():
 
 
 @functools.lru_cache(maxsize=None)
-def _results(lanes: int):
+def _results(lanes: int, codegen: str = "c"):
     cases = _graphs()
     if lanes > 1:
         cases = {k: v for k, v in cases.items() if _vectorizable(v[0], lanes)}
-    return compare_with_interpreter(cases, lanes=lanes)
+    return compare_with_interpreter(cases, lanes=lanes, codegen=codegen)
 
 
 def _vectorizable(graph, lanes: int) -> bool:
@@ -146,16 +148,18 @@ def _vectorizable(graph, lanes: int) -> bool:
     return widest <= host_target().vector_bits
 
 
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_scalar(name):
-    assert _results(1)[name] is None, _results(1)[name]
+def test_scalar(name, codegen):
+    assert _results(1, codegen)[name] is None, _results(1, codegen)[name]
 
 
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
 @pytest.mark.parametrize("name,lanes", [(n, lanes) for lanes in (4, 8)
                                         for n, (g, _) in _graphs().items()
                                         if _vectorizable(g, lanes)])
-def test_vector(name, lanes):
-    assert _results(lanes)[name] is None, _results(lanes)[name]
+def test_vector(name, lanes, codegen):
+    assert _results(lanes, codegen)[name] is None, _results(lanes, codegen)[name]
 
 
 def test_vector_broadcast_splats_scalar_loads():

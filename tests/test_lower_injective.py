@@ -1,5 +1,5 @@
 """Data-movement value rules (aot/lower/injective.py) and Split: one-node
-graphs compiled to C and run, against the reference interpreter; vector
+graphs compiled (C and LLVM) and run, against the reference interpreter; vector
 forms where the op keeps the last axis contiguous, and a clear refusal
 where it does not."""
 from __future__ import annotations
@@ -107,21 +107,23 @@ def _vector_candidates(lanes: int) -> list[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def _results(lanes: int):
+def _results(lanes: int, codegen: str = "c"):
     cases = _graphs()
     if lanes > 1:
         cases = {k: cases[k] for k in _vector_candidates(lanes)}
-    return compare_with_interpreter(cases, lanes=lanes)
+    return compare_with_interpreter(cases, lanes=lanes, codegen=codegen)
 
 
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_scalar(name):
-    assert _results(1)[name] is None, _results(1)[name]
+def test_scalar(name, codegen):
+    assert _results(1, codegen)[name] is None, _results(1, codegen)[name]
 
 
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
 @pytest.mark.parametrize("name", _vector_candidates(4))
-def test_vector(name):
-    assert _results(4)[name] is None, _results(4)[name]
+def test_vector(name, codegen):
+    assert _results(4, codegen)[name] is None, _results(4, codegen)[name]
 
 
 @pytest.mark.parametrize("name", sorted(NOT_VECTOR))

@@ -1,6 +1,6 @@
 """Reduction kernel rules (aot/lower/reduce.py): Reduce*, ArgMax/ArgMin,
 Softmax/LogSoftmax/Hardmax, global pools, LayerNormalization,
-InstanceNormalization, LRN; one-node graphs compiled to C and run, against
+InstanceNormalization, LRN; one-node graphs compiled (C and LLVM) and run, against
 the reference interpreter, plus fused epilogues and prologues."""
 from __future__ import annotations
 
@@ -98,13 +98,14 @@ def _graphs():
 
 
 @functools.lru_cache(maxsize=None)
-def _results():
-    return compare_with_interpreter(_graphs())
+def _results(codegen: str):
+    return compare_with_interpreter(_graphs(), codegen=codegen)
 
 
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_reduce_rules(name):
-    assert _results()[name] is None, _results()[name]
+def test_reduce_rules(name, codegen):
+    assert _results(codegen)[name] is None, _results(codegen)[name]
 
 
 def _model_graph(nodes, inputs, outputs, inits=()):

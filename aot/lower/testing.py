@@ -10,8 +10,13 @@ That is enough to check a rule's arithmetic against `aot.interpret`.
     many = build_and_run_many([(g1, ins1), (g2, ins2)])   # one compile
 
 The generated C is compiled with the project's warning flags
-(`-std=c99 -Wall -Wextra -Werror`), so a rule whose C does not compile
-cleanly fails here too.
+(`-std=c99 -Wall -Wextra -Werror`) plus the target's, so a rule whose C does
+not compile cleanly fails here too; codegen="llvm" runs the LLVM backend's
+object code instead.
+
+Also here, for rule tests: `single_op_graph` (a one-node ONNX model,
+optimized), `vectorized_kernel` (a value rule's `lanes`-wide form) and
+`compare_with_interpreter` (many cases, one compile, a reason per case).
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from aot.targets import Target, get_board
 
 CFLAGS = ("-shared", "-fPIC", "-O1", "-std=c99", "-Wall", "-Wextra", "-Werror")
 ALIGN = 64
+PREFIX = "t"    # kernel symbols are t_<name>
 _CACHE = Path(tempfile.gettempdir()) / f"aot-lower-testing-{os.getuid()}"
 
 
@@ -68,34 +74,44 @@ def compile_kernels(kernels: Sequence[Kernel], codegen: str = "c", cc: str | Non
                     target: Target | None = None):
     """(ctypes library, {func name: C symbol}) for the kernels' PrimFuncs.
 
-    Compiled by the target's compiler (or $CC, or `cc`) with its flags, at
-    -O1 to keep tests quick. Libraries are cached by the hash of their source
-    and command, so re-running a suite does not recompile what did not change.
+    codegen "c": the C source compiled by the target's compiler (or $CC) with
+    the target's flags, at -O1 to keep tests quick. codegen "llvm": the LLVM
+    backend's object, linked into a shared library. Libraries are cached by
+    the hash of what they are built from, so re-running a suite does not
+    rebuild what did not change.
     """
+    from aot.codegen.names import symbol_names
     target = target or host_target()
-    if codegen != "c":
-        raise UnsupportedError(f"aot.lower.testing: codegen {codegen!r} (only 'c' so far)")
-    from aot.codegen.c import emit_c
     funcs = [k.func for k in kernels]
-    src = emit_c(funcs, "t")
-    symbols = src.symbols
-    if not isinstance(symbols, Mapping):
-        symbols = {f.name: s for f, s in zip(funcs, symbols)}
     cc = cc or os.environ.get("CC") or target.cc or "cc"
-    flags = [*CFLAGS, *(f for f in target.cflags if not f.startswith("-O"))]
-    digest = hashlib.sha256((cc + " ".join(flags) + src.source).encode()).hexdigest()[:20]
+    if codegen == "c":
+        from aot.codegen.c import emit_c
+        flags = [*CFLAGS, *(f for f in target.cflags if not f.startswith("-O"))]
+        source = emit_c(funcs, PREFIX).source
+        so = _build(cc, flags, source.encode(), ".c")
+    elif codegen == "llvm":
+        from aot.codegen.llvm import emit_object
+        so = _build(cc, ["-shared"], emit_object(funcs, PREFIX, target), ".o")
+    else:
+        raise UnsupportedError(f"aot.lower.testing: unknown codegen {codegen!r} (c or llvm)")
+    return ctypes.CDLL(str(so)), symbol_names([f.name for f in funcs], PREFIX)
+
+
+def _build(cc: str, flags: Sequence[str], content: bytes, suffix: str) -> Path:
+    """A shared library built from one C file or object, cached by content."""
+    digest = hashlib.sha256(" ".join([cc, *flags]).encode() + content).hexdigest()[:20]
     _CACHE.mkdir(parents=True, exist_ok=True)
     so = _CACHE / f"k{digest}.so"
     if not so.exists():
-        c_file = _CACHE / f"k{digest}.c"
-        c_file.write_text(src.source)
+        src = _CACHE / f"k{digest}{suffix}"
+        src.write_bytes(content)
         tmp = so.with_suffix(f".{os.getpid()}.tmp")
-        proc = subprocess.run([cc, *flags, "-o", str(tmp), str(c_file), "-lm"],
+        proc = subprocess.run([cc, *flags, "-o", str(tmp), str(src), "-lm"],
                               capture_output=True, text=True)
         if proc.returncode:
-            raise RuntimeError(f"{cc} failed on {c_file}:\n{proc.stderr[-4000:]}")
+            raise RuntimeError(f"{cc} failed on {src}:\n{proc.stderr[-4000:]}")
         os.replace(tmp, so)
-    return ctypes.CDLL(str(so)), dict(symbols)
+    return so
 
 
 def run_kernels(lib, symbols: Mapping[str, str], graph: Graph, kernels: Sequence[Kernel],
@@ -238,7 +254,8 @@ def vectorized_kernel(graph: Graph, lanes: int, target: Target | None = None) ->
 
 def compare_with_interpreter(cases: Mapping[str, tuple[Graph, Mapping[str, np.ndarray]]],
                              lanes: int = 1, rtol: float = 1e-4, atol: float = 1e-4,
-                             target: Target | None = None) -> dict[str, str | None]:
+                             target: Target | None = None,
+                             codegen: str = "c") -> dict[str, str | None]:
     """For each named case, None if the generated kernels reproduce
     `aot.interpret` (floats within rtol/atol, NaN where it has NaN; other
     types exactly), else a one-line reason. lanes > 1: each graph's single
@@ -262,12 +279,13 @@ def compare_with_interpreter(cases: Mapping[str, tuple[Graph, Mapping[str, np.nd
             result[name] = f"{type(e).__name__}: {e}"
     try:
         libs = dict.fromkeys(lowered, compile_kernels([k for ks in lowered.values() for k in ks],
-                                                      target=target) if lowered else None)
+                                                      codegen, target=target)
+                             if lowered else None)
     except (RuntimeError, AotError):
         libs = {}
         for name, ks in lowered.items():
             try:
-                libs[name] = compile_kernels(ks, target=target)
+                libs[name] = compile_kernels(ks, codegen, target=target)
             except AotError as e:       # the code generator refused the TIR
                 result[name] = f"{type(e).__name__}: {e}"
             except RuntimeError as e:   # the C compiler refused the C

@@ -1,7 +1,7 @@
 """Reduction kernel rules (aot/lower/reduce.py): Reduce*, ArgMax/ArgMin,
 Softmax/LogSoftmax/Hardmax, global pools, LayerNormalization,
 InstanceNormalization, LRN; one-node graphs compiled (C and LLVM) and run, against
-the reference interpreter, plus fused epilogues and prologues."""
+the reference interpreter, plus fused (vector) epilogues."""
 from __future__ import annotations
 
 import functools

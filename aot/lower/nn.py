@@ -29,7 +29,7 @@ import numpy as np
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Comment, Const, Decl, DType, Expr, For,
                         If, Load, Select, Stmt, Store, Var, add, dt, dtype_of, flat_index, mul,
                         seq, sub)
-from aot.lower.elementwise import broadcast_load, const_like, math_call
+from aot.lower.elementwise import broadcast_index, broadcast_load, const_like, math_call
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.lower.schedule import Tile, tile
 from aot.ops import nn as ref
@@ -399,15 +399,13 @@ def _pointwise_conv(ctx, emit, x: TensorRef, bias, w: np.ndarray, xin: SpatialOp
     not just within one row."""
     dtype = dt(ctx.out_types[0].dtype)
     ic, oc = w.shape
-    wbuf = _param(ctx, "w_packed", w)
     dims = (xin.batch, *out.spatial)
     a = _Operand(lambda bi, r, c, lanes: Load(x.buffer, add(mul(r, Const(ic)), c), lanes), False)
-    b = _Operand(lambda bi, r, c, lanes: Load(wbuf, add(mul(r, Const(oc)), c), lanes), True)
 
     def finish(acc, bi, i, j):
         lanes = dtype_of(acc).lanes
         return acc if bias is None else Bin("+", acc, _bias_init(bias, dtype, j)(0, lanes))
-    return _dense(ctx, emit, a, b, (), int(np.prod(dims)), ic, oc,
+    return _dense(ctx, emit, a, w, (), int(np.prod(dims)), ic, oc,
                   lambda bi, i, j: (*_unravel(i, dims), j), finish)
 
 
@@ -537,13 +535,35 @@ class _Operand:
     vector_cols: bool          # consecutive columns are consecutive in memory
 
 
-def _dense(ctx: LowerCtx, emit, a: _Operand, b: _Operand, batch: Sequence[int], m: int, k: int,
-           n: int, out_index: Callable[[tuple, Expr, Expr], tuple],
+def _panels(b: np.ndarray, n_tiles: list[tuple[int, tuple[int, ...]]]) -> np.ndarray:
+    """A constant [K][N] matrix as column panels, one per channel tile, each
+    [K][tile width]: a tile's weights are one contiguous stream. The panel
+    of the tile starting at column c0 starts at c0 * K."""
+    parts, c0 = [], 0
+    for count, widths in n_tiles:
+        width = sum(widths)
+        for _ in range(count):
+            parts.append(b[:, c0:c0 + width].reshape(-1))
+            c0 += width
+    return np.concatenate(parts)
+
+
+def _dense(ctx: LowerCtx, emit, a: _Operand, b: _Operand | np.ndarray, batch: Sequence[int],
+           m: int, k: int, n: int, out_index: Callable[[tuple, Expr, Expr], tuple],
            finish: Callable[[Expr, tuple, Expr, Expr], Expr]) -> Stmt:
-    """Y[batch, i, j] = finish(sum_k A[batch, i, k] * B[batch, k, j]), the
-    j axis in vector tiles (when B's rows are unit-stride and Y's last axis is j)."""
+    """Y[batch, i, j] = finish(sum_k A[batch, i, k] * B[batch, k, j]) in
+    tiles of MR rows x NR columns, the columns in vectors when B's rows are
+    unit-stride. A constant B (a [K][N] array) is packed into column panels."""
     dtype = dt(ctx.out_types[0].dtype)
-    t = tile(ctx.target, dtype, b.vector_cols and n > 1, pixels=m > 1)
+    const_b = isinstance(b, np.ndarray)
+    t = tile(ctx.target, dtype, (const_b or b.vector_cols) and n > 1, pixels=m > 1)
+    if const_b:
+        panels = _param(ctx, "b_panels", _panels(b.astype(dtype.scalar), _tiles(n, t)))
+
+    def b_load(bi, kk, c0, width, off, lanes) -> Expr:
+        if const_b:
+            return Load(panels, _plus(add(mul(c0, Const(k)), mul(kk, Const(width))), off), lanes)
+        return b.load(bi, kk, _plus(c0, off), lanes)
 
     def tile_body(bi, rows, c0, widths) -> Stmt:
         """A tile of len(rows) rows x sum(widths) columns."""
@@ -557,11 +577,10 @@ def _dense(ctx: LowerCtx, emit, a: _Operand, b: _Operand, batch: Sequence[int], 
 
         def step(kk):
             return _rank1_update(ctx, dtype, accs, [a.load(bi, i, kk, 1) for i in rows],
-                                 [b.load(bi, kk, add(c0, Const(off)), wd)
+                                 [b_load(bi, kk, c0, sum(widths), off, wd)
                                   for off, wd in zip(offs, widths)], widths)
 
-        stores = [emit(0, out_index(bi, i, add(c0, Const(off))),
-                       finish(acc, bi, i, add(c0, Const(off))))
+        stores = [emit(0, out_index(bi, i, _plus(c0, off)), finish(acc, bi, i, _plus(c0, off)))
                   for i, row in zip(rows, accs) for acc, off in zip(row, offs)]
         return _seq(*decls, _loop(ctx, "k", k, step), *stores)
 
@@ -581,17 +600,6 @@ def _matrix(ref_: TensorRef, trans: bool) -> _Operand:
     return _Operand(lambda bi, r, c, lanes: ref_.load((r, c), lanes), True)
 
 
-def _packed_matrix(ctx: LowerCtx, b: TensorRef, trans: bool, dtype: DType) -> _Operand:
-    """A constant right-hand side, repacked [K][N] so that the vector loop
-    over N reads it unit-stride."""
-    value = b.value.T if trans else b.value
-    if not trans:
-        return _matrix(b, False)
-    buf = _param(ctx, "b_packed", np.ascontiguousarray(value.astype(dtype.scalar)))
-    cols = value.shape[1]
-    return _Operand(lambda bi, r, c, lanes: Load(buf, add(mul(r, Const(cols)), c), lanes), True)
-
-
 @kernel_rule("Gemm")
 def gemm(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     a_ref, b_ref = ins[0], ins[1]
@@ -604,8 +612,10 @@ def gemm(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     m, n = ctx.out_types[0].shape
     k = a_ref.shape[0] if trans_a else a_ref.shape[1]
     a = _matrix(a_ref, bool(trans_a))
-    b = _packed_matrix(ctx, b_ref, bool(trans_b), dtype) if b_ref.value is not None \
-        else _matrix(b_ref, bool(trans_b))
+    if b_ref.value is not None:
+        b = b_ref.value.T if trans_b else b_ref.value
+    else:
+        b = _matrix(b_ref, bool(trans_b))
 
     def finish(acc, bi, i, j) -> Expr:
         if alpha != 1.0:
@@ -628,7 +638,7 @@ def matmul(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
 
     def batch_index(shape, bi):
-        return tuple(broadcast_index_exprs(bi, shape[:-2]))
+        return broadcast_index(bi, shape[:-2])
 
     def a_load(bi, r, c, lanes):
         return a_ref.load((c,) if len(a_ref.shape) == 1 else batch_index(a_shape, bi) + (r, c))
@@ -641,16 +651,10 @@ def matmul(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     def out_index(bi, i, j):
         return bi + ((i,) if len(a_ref.shape) > 1 else ()) + ((j,) if len(b_ref.shape) > 1 else ())
 
-    return _dense(ctx, emit, _Operand(a_load, False),
-                  _Operand(b_load, len(b_ref.shape) > 1), batch, m, k, n, out_index,
+    b = b_ref.value if b_ref.value is not None and len(b_ref.shape) == 2 else \
+        _Operand(b_load, len(b_ref.shape) > 1)
+    return _dense(ctx, emit, _Operand(a_load, False), b, batch, m, k, n, out_index,
                   lambda acc, bi, i, j: acc)
-
-
-def broadcast_index_exprs(bi: tuple, shape: Sequence[int]) -> list[Expr]:
-    """An operand's batch index from the output's (right-aligned numpy
-    broadcasting: size-1 axes read index 0)."""
-    tail = bi[len(bi) - len(shape):] if shape else ()
-    return [Const(0) if d == 1 else v for v, d in zip(tail, shape)]
 
 
 # ------------------------------------------------------------ BatchNormalization

@@ -275,7 +275,8 @@ def int_vectors() -> Case:
     a = Buffer("a", I8, (n,))
     b = Buffer("b", I8, (n,))
     names = {"add": I8, "mul16": DType("int16"), "subu": U8, "mask": B, "logic": B,
-             "widen": INT32, "neg": I8, "abs8": I8, "sel": I8, "mn": I8}
+             "widen": INT32, "neg": I8, "abs8": I8, "sel": I8, "mn": I8, "rd": INT32,
+             "pw": FLOAT32}
     outs = {k: Buffer(k, d, (n,), OUT) for k, d in names.items()}
     i = Var("i")
     stmts = []
@@ -297,7 +298,12 @@ def int_vectors() -> Case:
             Store(outs["neg"], i, Unary("neg", x)),
             Store(outs["abs8"], i, Unary("abs", y)),
             Store(outs["sel"], i, Select(lt, Bin(">>", x, k(1)), Bin("<<", y, k(2)))),
-            Store(outs["mn"], i, Bin("min", x, y))), **loop))
+            Store(outs["mn"], i, Bin("min", x, y)),
+            # vector calls with a scalar operand
+            Store(outs["rd"], i, Call("aot_rdbpot", (Cast(INT32.with_lanes(lanes), x), c32(2)),
+                                      INT32.with_lanes(lanes))),
+            Store(outs["pw"], i, Call("powf", (Cast(FLOAT32.with_lanes(lanes), y), f32(2.0)),
+                                      FLOAT32.with_lanes(lanes)))), **loop))
     func = PrimFunc("int_vectors", (a, b, *outs.values()), seq(*stmts))
     ins = {"a": rng.integers(-128, 128, n).astype("i1"), "b": rng.integers(-128, 128, n).astype("i1")}
     ins["a"][:3] = [-128, 127, 0]
@@ -311,7 +317,9 @@ def int_vectors() -> Case:
                     "logic": ((x < y) & (x != 0)) | ~(y >= -3),
                     "widen": (x < y).astype("i4") + x, "neg": -x, "abs8": np.abs(y),
                     "sel": np.where(x < y, x >> 1, (y.astype("i4") << 2).astype("i1")),
-                    "mn": np.minimum(x, y)}
+                    "mn": np.minimum(x, y),
+                    "rd": np.array([rdbpot(int(v), 2) for v in x], "i4"),
+                    "pw": y.astype("f4") ** 2}
     return Case(func, ins, expect)
 
 

@@ -222,12 +222,16 @@ class _FuncBuilder:
         return v
 
     def _broadcast(self, e: Broadcast):
-        d = dtype_of(e)
-        scalar = self.value(e.value)
-        vt = ir_type(d)
-        one = self.b.insert_element(ir.Constant(vt, ir.Undefined), scalar, ir.Constant(ir.IntType(32), 0))
-        mask = ir.Constant(ir.VectorType(ir.IntType(32), d.lanes), [0] * d.lanes)
-        return self.b.shuffle_vector(one, ir.Constant(vt, ir.Undefined), mask)
+        if dtype_of(e.value).lanes != 1:
+            raise self.error("Broadcast of a vector")
+        return self.splat(self.value(e.value), e.lanes)
+
+    def splat(self, scalar: ir.Value, lanes: int) -> ir.Value:
+        vt = ir.VectorType(scalar.type, lanes)
+        undef = ir.Constant(vt, ir.Undefined)
+        one = self.b.insert_element(undef, scalar, ir.Constant(ir.IntType(32), 0))
+        return self.b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(ir.IntType(32), lanes),
+                                                             [0] * lanes))
 
     def _bin(self, e: Bin):
         da, db = dtype_of(e.a), dtype_of(e.b)
@@ -322,6 +326,9 @@ class _FuncBuilder:
         fn = check_call(e.fn, e.args, e.dtype)
         args = [self.value(a) for a in e.args]
         if isinstance(fn, LibmFn) and fn.llvm:
+            if e.dtype.lanes > 1:     # intrinsics take all-vector operands
+                args = [self.splat(v, e.dtype.lanes) if dtype_of(a).lanes == 1 else v
+                        for v, a in zip(args, e.args)]
             return self.intrinsic(fn.llvm, e.dtype, args)
         if e.dtype.lanes == 1:
             return self.scalar_call(fn, e, args)

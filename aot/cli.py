@@ -240,11 +240,50 @@ def cmd_boards(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- bench ----------------------------------------------------------------------
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import contextlib
+
+    from aot.bench import check_counts, package_inputs, stats_of, time_package
+    from aot.package import read_metadata
+    from aot.targets import get_board
+
+    board = get_board(args.board)
+    check_counts(args.warmup, args.repeat)
+    with contextlib.ExitStack() as stack:
+        pkg = _packaged(args.model, args.board, args.codegen, stack)
+        meta = read_metadata(pkg)
+        times = time_package(pkg, board, package_inputs(meta), args.warmup, args.repeat)
+    stats = stats_of(times)
+    out = {"median_ms": stats.median_ms, "mean_ms": stats.mean_ms, "min_ms": stats.min_ms,
+           "max_ms": stats.max_ms, "std_ms": stats.std_ms, "repeat": args.repeat,
+           "warmup": args.warmup, "board": board.name, "codegen": meta["codegen"],
+           "model": meta["model"]}
+    if args.json:
+        emit_json(out)
+    else:
+        _print_bench(out)
+    return 0
+
+
+def _print_bench(out: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    cols = ("median", "mean", "min", "max", "std")
+    table = Table(title=f"{out['model']} on {out['board']} ({out['codegen']})",
+                  caption=f"{out['repeat']} runs after {out['warmup']} warm-up, on the board "
+                  "(1 us clock)")
+    for col in cols:
+        table.add_column(f"{col} ms", justify="right")
+    table.add_row(*(f"{out[f'{col}_ms']:.3f}" for col in cols))
+    Console().print(table)
+
+
 # --- not yet built --------------------------------------------------------------
 
-PLANNED = {
-    "bench": "benchmarking on a board",
-}
+PLANNED: dict[str, str] = {}
 
 
 def cmd_planned(args: argparse.Namespace) -> int:
@@ -298,6 +337,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("inspect", "a package's footprint, from the ELF objects of its library", cmd_inspect)
     p.add_argument("package", help="a package directory")
+
+    p = add("bench", "time a model or a package on a board", cmd_bench)
+    p.add_argument("model", metavar="MODEL_OR_PACKAGE")
+    _package_args(p)
+    p.add_argument("--repeat", type=int, default=100, metavar="N",
+                   help="timed runs (default: 100)")
+    p.add_argument("--warmup", type=int, default=10, metavar="W",
+                   help="untimed runs first (default: 10)")
 
     add("boards", "list the boards aot knows", cmd_boards)
 

@@ -28,13 +28,6 @@ def assert_one_line_error(r: subprocess.CompletedProcess, *needles: str) -> None
         assert n in lines[0], lines[0]
 
 
-@pytest.mark.parametrize("cmd", ["bench"])
-def test_planned_commands_say_not_implemented(cmd):
-    r = aot(cmd, "model.onnx", "--json")
-    assert_one_line_error(r, "not implemented yet")
-    assert json.loads(r.stdout) == {"ok": False, "error": r.stderr.strip()[len("aot: error: "):]}
-
-
 def test_graph_prints_optimized_graph():
     r = aot("graph", str(MODELS / "tflm_hello_world_int8.tflite"))
     assert r.returncode == 0, r.stderr

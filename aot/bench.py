@@ -1,0 +1,141 @@
+"""Timing and statistics shared by `aot bench` and bench/compare.py.
+
+A package is timed by its own harness (bench/bench): warm-up runs, then N
+timed runs, each timed on the device with `aot_platform_timer_us` (1 us
+resolution). In-process runtimes (the Python anchors of bench/compare.py)
+are timed with `time.perf_counter_ns` around the call alone.
+
+The machine is noisy (/work/shared/PERFORMANCE.md): compare contenders in
+interleaved rounds (`interleave`) and report a low percentile beside the
+median.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from aot.errors import AotError
+
+MAX_RUNS = 100000           # what the harness accepts (templates/bench_main.c.j2)
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Summary of per-invocation times, in milliseconds."""
+    n: int
+    median_ms: float
+    mean_ms: float
+    min_ms: float
+    max_ms: float
+    std_ms: float
+    p10_ms: float
+
+    def as_json(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+def stats_of(times_ms: Sequence[float]) -> Stats:
+    """Median, mean, extremes, population std and 10th percentile."""
+    t = np.asarray(times_ms, dtype=np.float64)
+    if t.size == 0:
+        raise ValueError("no timings to summarize")
+    return Stats(n=int(t.size), median_ms=float(np.median(t)), mean_ms=float(t.mean()),
+                 min_ms=float(t.min()), max_ms=float(t.max()), std_ms=float(t.std()),
+                 p10_ms=float(np.percentile(t, 10)))
+
+
+def check_counts(warmup: int, repeat: int) -> None:
+    """The harness's limits, as a user error rather than a harness failure."""
+    if warmup < 0:
+        raise AotError(f"--warmup must be >= 0, got {warmup}")
+    if not 1 <= repeat <= MAX_RUNS:
+        raise AotError(f"--repeat must be between 1 and {MAX_RUNS}, got {repeat}")
+
+
+# ----------------------------------------------------------------- packages
+
+def package_inputs(meta: dict, seed: int = 0) -> list[np.ndarray]:
+    """Deterministic random inputs of the package's shapes and dtypes
+    (the kernels' speed does not depend on the values)."""
+    from aot.ir.graph import Quant, TensorType
+    from aot.testing import random_array
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for spec in meta["inputs"]:
+        q = spec.get("quant")
+        quant = Quant(tuple(q["scale"]), tuple(q["zero_point"]), q["axis"]) if q else None
+        out.append(random_array(TensorType(tuple(spec["shape"]), spec["dtype"], quant), rng))
+    return out
+
+
+def time_package(pkg: Path, board, inputs: Sequence[np.ndarray], warmup: int,
+                 repeat: int) -> list[float]:
+    """Per-invocation times (ms) of `repeat` runs after `warmup`, measured on
+    the board by the package's harness."""
+    from aot.deploy import run_package
+    from aot.package import read_metadata
+
+    check_counts(warmup, repeat)
+    built_for = read_metadata(pkg).get("board")
+    if built_for != board.name:
+        raise AotError(f"{pkg} was built for board '{built_for}', not '{board.name}'")
+    result = run_package(pkg, board, inputs, warmup=warmup, runs=repeat)
+    if len(result.times_us) != repeat:
+        raise AotError(f"the harness reported {len(result.times_us)} timings, "
+                       f"expected {repeat}")
+    return [t / 1000.0 for t in result.times_us]
+
+
+# ---------------------------------------------------------- in-process code
+
+def time_calls(call: Callable[[], object], repeat: int, warmup: int = 0) -> list[float]:
+    """Per-invocation times (ms) of `call()`, perf_counter_ns around the call
+    alone (so they include one Python-to-C call, see `call_overhead_ms`)."""
+    clock = time.perf_counter_ns
+    for _ in range(warmup):
+        call()
+    times = [0] * repeat
+    for i in range(repeat):
+        t0 = clock()
+        call()
+        times[i] = clock() - t0
+    return [t / 1e6 for t in times]
+
+
+def call_overhead_ms(repeat: int = 20000) -> float:
+    """Median time of an empty call timed the way `time_calls` times: the
+    floor under any in-process measurement."""
+    return float(np.median(time_calls(lambda: None, repeat)))
+
+
+def interleave(contenders: dict[str, Callable[[], list[float]]], rounds: int
+               ) -> dict[str, list[float]]:
+    """Run every contender once per round (its callable times a batch and
+    returns the per-invocation times), `rounds` times, rotating the order so
+    no contender always follows the same neighbour. Drift in the machine's
+    speed then falls on all contenders alike."""
+    names = list(contenders)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        shift = r % len(names) if names else 0
+        for name in names[shift:] + names[:shift]:
+            times[name] += contenders[name]()
+    return times
+
+
+def pin_to_one_core(cpu: int | None = None) -> int:
+    """Restrict this process (and the processes it starts) to one CPU: the
+    given one, else the last one it may use. Returns the CPU."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if cpu is None:
+        cpu = allowed[-1]
+    if cpu not in allowed:
+        raise AotError(f"CPU {cpu} is not available (allowed: {allowed})")
+    os.sched_setaffinity(0, {cpu})
+    return cpu

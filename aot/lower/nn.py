@@ -141,11 +141,18 @@ def _blocks(ctx: LowerCtx, name: str, count: int, start: int, mr: int,
             body: Callable[[list[Expr]], Stmt]) -> Stmt:
     """body(positions) over [start, start + count) in blocks of `mr`
     neighbouring positions, then one exact-size remainder block."""
+    mr = max(1, mr)
     full, rest = divmod(count, mr)
     tail = start + full * mr
     return _seq(_loop(ctx, name, full, lambda v: body([_plus(v, j) for j in range(mr)]),
                       start=start, step=mr),
                 body([Const(tail + j) for j in range(rest)]) if rest else None)
+
+
+def _fitting(pixels: list, widths: Sequence[int], t: Tile) -> list[list]:
+    """pixels cut into parts whose accumulators (len(widths) each) fit t."""
+    size = max(1, t.max_accs // len(widths))
+    return [pixels[i:i + size] for i in range(0, len(pixels), size)]
 
 
 def _float_only(ctx: LowerCtx, dtype: DType) -> None:
@@ -219,15 +226,16 @@ def _spans(pairs) -> str:
 
 
 def region_nest(ctx: LowerCtx, runs: Sequence[Run], body: Callable[[list[list[Expr]]], Stmt],
-                mr: int = 1) -> Stmt:
+                t: Tile) -> Stmt:
     """Loops over the output positions of one region. body(pixels) gets
-    blocks of up to `mr` neighbouring positions along the last axis (then
-    an exact-size remainder block), each a list of per-axis positions."""
+    blocks of neighbouring positions along the last axis (t.block(row
+    length) of them, then an exact-size remainder block), each a list of
+    per-axis positions."""
     def level(a: int, pos: list[Expr]) -> Stmt | None:
         r = runs[a]
         if a < len(runs) - 1:
             return _loop(ctx, f"o{a}", r.count, lambda v: level(a + 1, pos + [v]), start=r.start)
-        block = 1 if r.guarded else mr      # a guard tests one position
+        block = 1 if r.guarded else t.block(r.count)     # a guard tests one position
         return _blocks(ctx, f"o{a}", r.count, r.start, block,
                        lambda os: body([pos + [o] for o in os]))
     note = Comment(f"outputs {_spans((r.start, r.start + r.count) for r in runs)}: "
@@ -264,7 +272,7 @@ def sliding_window(ctx: LowerCtx, batch: int, win: ref.Window, spatial: Sequence
         return region_nest(ctx, runs, lambda pixels: _loop(
             ctx, "g", groups, lambda g: _over_tiles(
                 ctx, channels, t, lambda c0, widths: tile_body(n, pixels, runs, g, c0, widths))),
-            mr=t.mr)
+            t)
     regions = window_regions(win, spatial, keys)
     return _seq(_loop(ctx, "n", batch, lambda n: _seq(*(region(n, runs) for runs in regions))))
 
@@ -344,7 +352,12 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     wp = _param(ctx, "w_packed", packed)
 
     def tile_body(n, pixels, runs, g, c0, widths) -> Stmt:
-        """A tile of len(pixels) output positions x sum(widths) channels."""
+        """A tile of len(pixels) output positions x sum(widths) channels
+        (a tile with more accumulators than registers is done in parts)."""
+        return _seq(*(pixel_tile(n, part, runs, g, c0, widths)
+                      for part in _fitting(pixels, widths, t)))
+
+    def pixel_tile(n, pixels, runs, g, c0, widths) -> Stmt:
         oc0 = add(mul(g, Const(ocg)), c0)
         offs = _offsets(widths)
         accs, decls = [], []
@@ -566,7 +579,11 @@ def _dense(ctx: LowerCtx, emit, a: _Operand, b: _Operand | np.ndarray, batch: Se
         return b.load(bi, kk, _plus(c0, off), lanes)
 
     def tile_body(bi, rows, c0, widths) -> Stmt:
-        """A tile of len(rows) rows x sum(widths) columns."""
+        """A tile of len(rows) rows x sum(widths) columns (in parts when it
+        has more accumulators than registers)."""
+        return _seq(*(row_tile(bi, part, c0, widths) for part in _fitting(rows, widths, t)))
+
+    def row_tile(bi, rows, c0, widths) -> Stmt:
         offs = _offsets(widths)
         accs, decls = [], []
         for _ in rows:
@@ -586,7 +603,7 @@ def _dense(ctx: LowerCtx, emit, a: _Operand, b: _Operand | np.ndarray, batch: Se
 
     def batch_level(d: int, bi: tuple) -> Stmt:
         if d == len(batch):
-            return _blocks(ctx, "i", m, 0, t.mr, lambda rows: _over_tiles(
+            return _blocks(ctx, "i", m, 0, t.block(m), lambda rows: _over_tiles(
                 ctx, n, t, lambda c0, widths: tile_body(bi, rows, c0, widths)))
         return _loop(ctx, f"b{d}", batch[d], lambda v: batch_level(d + 1, bi + (v,)))
 

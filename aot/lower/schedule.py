@@ -19,6 +19,21 @@ class Tile:
     lanes: int      # elements per vector (1: scalar code)
     vectors: int    # accumulators per output pixel along the channel axis
     mr: int = 1     # output pixels per tile (register blocking over pixels)
+    max_accs: int = 12   # accumulators that fit in registers beside the operands
+
+    @property
+    def mr_max(self) -> int:
+        """The most pixels a full-width tile can take."""
+        return max(self.mr, self.max_accs // self.vectors)
+
+    def block(self, count: int) -> int:
+        """Pixels per block for a row of `count`: between mr and mr_max,
+        preferring a size that divides the row, then the one whose last
+        block is largest (a 1- or 2-pixel tail wastes most of its tile)."""
+        if self.mr == 1 or count <= self.mr_max:
+            return max(1, min(count, self.mr_max if self.mr > 1 else 1))
+        return max(range(self.mr, self.mr_max + 1),
+                   key=lambda b: (count % b == 0, count % b, -b))
 
     @property
     def nr(self) -> int:
@@ -53,9 +68,9 @@ def tile(target: Target, dtype: str | DType, vectorize: bool = True,
     if lanes == 1:
         return Tile(1, 4)
     if pixels:
-        # MR x 2 accumulators + 2 weight vectors + a broadcast: 4 x 2 + 3 = 11
-        # of 16 registers (the remainder tile may add a half vector per pixel).
-        return Tile(lanes, 2, mr=4 if regs >= 16 else 2)
+        # MR x 2 accumulators + 2 weight vectors + a broadcast: MR = 4..6
+        # uses 11..15 of 16 registers.
+        return Tile(lanes, 2, mr=4 if regs >= 16 else 2, max_accs=regs - 4)
     # Up to 4 accumulators and their weight vectors plus a broadcast input:
     # 9 registers, comfortably within 16.
     return Tile(lanes, 4 if regs >= 16 else 2)

@@ -9,6 +9,8 @@ names appear only as C strings (`c_string`) and comments (`c_comment`).
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -205,7 +207,10 @@ def build_context(graph: Graph, kernels: Sequence[Kernel], mem: MemoryPlan,
     }
 
 
+@functools.lru_cache(maxsize=None)
 def _environment() -> jinja2.Environment:
+    """One environment per process: it keeps the compiled templates (compiling
+    them dominates packaging a small model)."""
     return jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
                               trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                               undefined=jinja2.StrictUndefined, autoescape=False)

@@ -727,3 +727,35 @@ def test_cross_targets_under_qemu(arch, backend, tmp_path):
             else:
                 np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-6,
                                            err_msg=f"{arch}/{backend} {cn}/{b.name}")
+
+
+# ----------------------------------------------------------- ill-typed TIR
+
+def _ill_typed():
+    x = Buffer("x", INT32, (4,))
+    y = Buffer("y", INT32, (4,), OUT)
+    i, j, t = Var("i"), Var("j"), Var("t")
+    load = Load(x, i)
+    return {
+        "mixed int widths": For(i, 4, Store(y, i, Bin("+", load, Cast(INT64, load)))),
+        "float into int buffer": For(i, 4, Store(y, i, Cast(FLOAT32, load))),
+        "int condition": For(i, 4, Store(y, i, Select(load, load, load))),
+        "unknown function": For(i, 4, Store(y, i, Call("frobnicate", (load,), INT32))),
+        "out of scope": seq(For(i, 4, Decl(t, load)), For(j, 4, Store(y, j, t))),
+        "loop var after loop": seq(For(i, 4, Store(y, i, load)), Store(y, c32(0), i)),
+        "not a param": For(i, 4, Store(Buffer("z", INT32, (4,), OUT), i, load)),
+        "vector into If": For(i, 4, If(Bin("<", Load(x, i, 4), Load(x, i, 4)),
+                                       Store(y, i, load))),
+        "shift of a float": For(i, 4, Store(y, i, Cast(INT32, Bin("<<", f32(1.0), f32(2.0))))),
+    }
+
+
+@pytest.mark.parametrize("what", list(_ill_typed()))
+def test_ill_typed_tir_is_a_clear_error_in_both_backends(what):
+    from aot.errors import UnsupportedError
+    body = _ill_typed()[what]
+    func = PrimFunc("bad_kernel", (Buffer("x", INT32, (4,)), Buffer("y", INT32, (4,), OUT)), body)
+    with pytest.raises(UnsupportedError, match="bad_kernel"):
+        emit_c([func], "t")
+    with pytest.raises(UnsupportedError, match="bad_kernel"):
+        emit_llvm_ir([func], "t", get_target("x86_64-linux"))

@@ -21,10 +21,11 @@ from typing import Sequence
 from llvmlite import binding as llvm
 from llvmlite import ir
 
+from aot.codegen.check import check_func
 from aot.codegen.intrinsics import Helper, LibmFn, check_call
 from aot.codegen.names import symbol_names
 from aot.errors import UnsupportedError
-from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, BufferKind, Call, Cast, Comment, Const,
+from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const,
                         Decl, DType, Expr, For, If, Load, PrimFunc, Select, Seq, Stmt, Store,
                         Unary, Var, dtype_of)
 from aot.targets import Target
@@ -83,17 +84,14 @@ def _const(value, d: DType) -> ir.Constant:
 class _FuncBuilder:
     def __init__(self, module: ir.Module, func: PrimFunc, symbol: str, contract: bool = False):
         self.module = module
+        check_func(func)
         self.func = func
         self.float_flags = ["contract"] if contract else []
-        if len(set(func.params)) != len(func.params):
-            raise self.error("the same buffer is passed twice")
         fnty = ir.FunctionType(ir.VoidType(), [ir.PointerType() for _ in func.params])
         self.fn = ir.Function(module, fnty, name=symbol)
         self.fn.attributes.add("nounwind")
         self.buffers: dict[Buffer, ir.Value] = {}
         for arg, buf in zip(self.fn.args, func.params):
-            if buf.dtype.lanes != 1:
-                raise self.error(f"buffer {buf.name} has vector type {buf.dtype}")
             arg.name = buf.name
             arg.add_attribute("noalias")
             self.buffers[buf] = arg
@@ -126,40 +124,26 @@ class _FuncBuilder:
             self.store(s)
         elif isinstance(s, (Decl, Assign)):
             value = s.init if isinstance(s, Decl) else s.value
-            if dtype_of(value) != s.var.dtype:
-                raise self.error(f"{s.var.name} of type {s.var.dtype} given a {dtype_of(value)}")
-            if isinstance(s, Assign) and s.var not in self.slots:
-                raise self.error(f"assignment to undeclared variable {s.var.name}")
             self.b.store(self.value(value), self.slot(s.var))
         elif isinstance(s, For):
             self.loop(s)
         elif isinstance(s, If):
             self.branch(s)
-        elif not isinstance(s, Comment):
-            raise self.error(f"not a TIR statement: {s!r}")
 
     def address(self, buf: Buffer, index: Expr) -> ir.Value:
-        if buf not in self.buffers:
-            raise self.error(f"buffer {buf.name} is used but not a parameter")
         idx = self.value(index)
         return self.b.gep(self.buffers[buf], [idx], inbounds=True,
                           source_etype=_mem_type(buf.dtype))
 
     def store(self, s: Store):
         d = dtype_of(s.value)
-        if d.scalar != s.buffer.dtype.scalar:
-            raise self.error(f"storing {d} into {s.buffer.name} of {s.buffer.dtype}")
         value = self.value(s.value)
         if d.scalar == "bool":
             value = self.b.zext(value, _mem_type(d))
         self.b.store(value, self.address(s.buffer, s.index), align=_elem_align(d.scalar))
 
     def loop(self, s: For):
-        if s.step <= 0:
-            raise self.error(f"loop {s.var.name} with step {s.step}")
         d = s.var.dtype
-        if d.lanes != 1 or d.is_float:
-            raise self.error(f"loop variable {s.var.name} of type {d}")
         slot = self.slot(s.var)
         self.b.store(_const(s.start, d), slot)
         head = self.fn.append_basic_block(f"{s.var.name}.head")
@@ -178,8 +162,6 @@ class _FuncBuilder:
         self.b.position_at_end(done)
 
     def branch(self, s: If):
-        if dtype_of(s.cond) != DType("bool"):
-            raise self.error(f"If on a {dtype_of(s.cond)} condition")
         cond = self.value(s.cond)
         then = self.fn.append_basic_block("then")
         merge = self.fn.append_basic_block("endif")
@@ -204,13 +186,9 @@ class _FuncBuilder:
     def _var(self, e: Var):
         if e in self.values:
             return self.values[e]
-        if e not in self.slots:
-            raise self.error(f"variable {e.name} ({e.dtype}) is used but never declared")
         return self.b.load(self.slots[e], typ=ir_type(e.dtype), name=e.name)
 
     def _const(self, e: Const):
-        if e.dtype.lanes != 1:
-            raise self.error(f"vector constant {e}: use Broadcast")
         return _const(e.value, e.dtype)
 
     def _load(self, e: Load):
@@ -222,8 +200,6 @@ class _FuncBuilder:
         return v
 
     def _broadcast(self, e: Broadcast):
-        if dtype_of(e.value).lanes != 1:
-            raise self.error("Broadcast of a vector")
         return self.splat(self.value(e.value), e.lanes)
 
     def splat(self, scalar: ir.Value, lanes: int) -> ir.Value:
@@ -235,10 +211,6 @@ class _FuncBuilder:
 
     def _bin(self, e: Bin):
         da, db = dtype_of(e.a), dtype_of(e.b)
-        if da.lanes != db.lanes or (da != db and e.op not in ("<<", ">>")):
-            raise self.error(f"operands of '{e.op}' have types {da} and {db}")
-        if e.op in ("and", "or") and da.scalar != "bool":
-            raise self.error(f"'{e.op}' on {da}: logical ops take bool")
         a, b = self.value(e.a), self.value(e.b)
         if da != db:
             b = self.convert(b, db, da)
@@ -273,13 +245,13 @@ class _FuncBuilder:
     def _unary(self, e: Unary):
         d = dtype_of(e.a)
         a = self.value(e.a)
-        if e.op in ("neg", "-"):
+        if e.op == "neg":
             return self.b.fneg(a) if d.is_float else self.b.neg(a)
-        if e.op in ("not", "!"):
+        if e.op == "not":
             if d.scalar == "bool":
                 return self.b.not_(a)
             return self.compare("==", a, ir.Constant(a.type, None), d)
-        if e.op in ("bitnot", "~"):
+        if e.op == "bitnot":
             return self.b.not_(a)
         if e.op == "abs":
             if d.is_float:
@@ -289,10 +261,7 @@ class _FuncBuilder:
         raise self.error(f"unknown unary op '{e.op}'")
 
     def _cast(self, e: Cast):
-        src, dst = dtype_of(e.a), e.dtype
-        if src.lanes != dst.lanes:
-            raise self.error(f"cast {src} -> {dst} changes the lane count")
-        return self.convert(self.value(e.a), src, dst)
+        return self.convert(self.value(e.a), dtype_of(e.a), e.dtype)
 
     def convert(self, v, src: DType, dst: DType):
         """C's conversion from src to dst (same lanes)."""
@@ -317,9 +286,6 @@ class _FuncBuilder:
         return v    # same width, other signedness: the same bits
 
     def _select(self, e: Select):
-        dc, da, db = dtype_of(e.cond), dtype_of(e.a), dtype_of(e.b)
-        if da != db or dc.lanes != da.lanes or dc.scalar != "bool":
-            raise self.error(f"Select({dc}, {da}, {db}): needs bool condition, equal branches")
         return self.b.select(self.value(e.cond), self.value(e.a), self.value(e.b))
 
     def _call(self, e: Call):

@@ -569,7 +569,8 @@ def one_over_one_plus_x(b: q.Block, t: Expr) -> Var:
     x = b.let("recip", Bin("+", Const(1515870810), q.srdhm(h, -1010580540)))
     for _ in range(3):
         err = Bin("-", Const(1 << 29), q.srdhm(h, x, saturate=False))
-        b.add(Assign(x, Bin("+", x, q.satshl(q.srdhm(x, err, saturate=False), 2))))
+        step = b.let("step", q.srdhm(x, err, saturate=False))
+        b.add(Assign(x, Bin("+", x, q.satshl(step, 2))))
     return b.let("inverse", q.satshl(x, 1))
 
 

@@ -14,8 +14,13 @@ Loop structure:
   where out-of-image taps are skipped by one test per kernel row/column,
   and the interior, with no tests and the input zero point folded into the
   bias (bias - zp * sum(w), exact in integers).
+- pools: the same window nest, the channels innermost; average pooling
+  counts only the in-image taps (a constant in the interior).
 - fully connected: a dot product per output, the zero point folded into
   the bias (FC never pads).
+- softmax: three passes over each row (max; sum of exps; outputs, the exp
+  recomputed as TFLM does), each step of gemmlowp's fixed-point exp and
+  reciprocal a named local.
 
 Int8 kernels emit scalars (lanes = 1), so the int8 value rules (add, sub,
 mul, requantize) are only ever asked for lanes = 1 by them; the value rules

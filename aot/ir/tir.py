@@ -283,42 +283,50 @@ def walk_stmt(s: Stmt):
             yield from walk_stmt(s.orelse)
 
 
+def map_expr(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
+    """Rebuild e bottom-up; f may return a replacement for a node (or None to keep it)."""
+    if isinstance(e, Bin):
+        e = Bin(e.op, map_expr(e.a, f), map_expr(e.b, f))
+    elif isinstance(e, Unary):
+        e = Unary(e.op, map_expr(e.a, f))
+    elif isinstance(e, Cast):
+        e = Cast(e.dtype, map_expr(e.a, f))
+    elif isinstance(e, Select):
+        e = Select(map_expr(e.cond, f), map_expr(e.a, f), map_expr(e.b, f))
+    elif isinstance(e, Call):
+        e = Call(e.fn, tuple(map_expr(a, f) for a in e.args), e.dtype)
+    elif isinstance(e, Load):
+        e = Load(e.buffer, map_expr(e.index, f), e.lanes)
+    elif isinstance(e, Broadcast):
+        e = Broadcast(map_expr(e.value, f), e.lanes)
+    elif not isinstance(e, (Var, Const)):
+        raise TypeError(f"not a TIR expression: {e!r}")
+    out = f(e)
+    return e if out is None else out
+
+
+def map_stmt_exprs(s: Stmt, f: Callable[[Expr], Expr | None]) -> Stmt:
+    """s with map_expr(., f) applied to every expression in it."""
+    def one(x: Stmt):
+        if isinstance(x, Store):
+            return Store(x.buffer, map_expr(x.index, f), map_expr(x.value, f))
+        if isinstance(x, Decl):
+            return Decl(x.var, map_expr(x.init, f))
+        if isinstance(x, Assign):
+            return Assign(x.var, map_expr(x.value, f))
+        if isinstance(x, If):
+            return If(map_expr(x.cond, f), x.then, x.orelse)
+        return None
+    return map_stmt(s, one)
+
+
 def substitute(e: Expr, mapping: dict[Var, Expr]) -> Expr:
     """Replace variables in an expression."""
-    if isinstance(e, Var):
-        return mapping.get(e, e)
-    if isinstance(e, Const):
-        return e
-    if isinstance(e, Bin):
-        return Bin(e.op, substitute(e.a, mapping), substitute(e.b, mapping))
-    if isinstance(e, Unary):
-        return Unary(e.op, substitute(e.a, mapping))
-    if isinstance(e, Cast):
-        return Cast(e.dtype, substitute(e.a, mapping))
-    if isinstance(e, Select):
-        return Select(substitute(e.cond, mapping), substitute(e.a, mapping),
-                      substitute(e.b, mapping))
-    if isinstance(e, Call):
-        return Call(e.fn, tuple(substitute(a, mapping) for a in e.args), e.dtype)
-    if isinstance(e, Load):
-        return Load(e.buffer, substitute(e.index, mapping), e.lanes)
-    if isinstance(e, Broadcast):
-        return Broadcast(substitute(e.value, mapping), e.lanes)
-    raise TypeError(f"not a TIR expression: {e!r}")
+    return map_expr(e, lambda x: mapping.get(x) if isinstance(x, Var) else None)
 
 
 def substitute_stmt(s: Stmt, mapping: dict[Var, Expr]) -> Stmt:
-    def sub(x: Stmt):
-        if isinstance(x, Store):
-            return Store(x.buffer, substitute(x.index, mapping), substitute(x.value, mapping))
-        if isinstance(x, Decl):
-            return Decl(x.var, substitute(x.init, mapping))
-        if isinstance(x, Assign):
-            return Assign(x.var, substitute(x.value, mapping))
-        if isinstance(x, If):
-            return If(substitute(x.cond, mapping), x.then, x.orelse)
-        return None
-    return map_stmt(s, sub)
+    return map_stmt_exprs(s, lambda x: mapping.get(x) if isinstance(x, Var) else None)
 
 
 # ------------------------------------------------------- constant-folding builders

@@ -24,7 +24,7 @@ from aot.codegen.names import c_comment, c_identifier, symbol_names
 from aot.errors import UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, BufferKind, Call, Cast, Comment, Const, Decl,
                         DType, Expr, For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt, Store,
-                        Unary, Var, dtype_of, map_stmt, stmt_exprs, walk_expr, walk_stmt)
+                        Unary, Var, dtype_of, map_stmt_exprs, stmt_exprs, walk_expr, walk_stmt)
 
 C_TYPES = {"bool": "uint8_t", "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t",
            "uint16": "uint16_t", "int32": "int32_t", "uint32": "uint32_t", "int64": "int64_t",
@@ -577,38 +577,8 @@ def _fold_tautology(e: Expr) -> Expr:
     return e
 
 
-def _map_expr(e: Expr, f) -> Expr:
-    """Rebuild e bottom-up through f."""
-    if isinstance(e, Bin):
-        e = Bin(e.op, _map_expr(e.a, f), _map_expr(e.b, f))
-    elif isinstance(e, Unary):
-        e = Unary(e.op, _map_expr(e.a, f))
-    elif isinstance(e, Cast):
-        e = Cast(e.dtype, _map_expr(e.a, f))
-    elif isinstance(e, Select):
-        e = Select(_map_expr(e.cond, f), _map_expr(e.a, f), _map_expr(e.b, f))
-    elif isinstance(e, Call):
-        e = Call(e.fn, tuple(_map_expr(a, f) for a in e.args), e.dtype)
-    elif isinstance(e, Load):
-        e = Load(e.buffer, _map_expr(e.index, f), e.lanes)
-    elif isinstance(e, Broadcast):
-        e = Broadcast(_map_expr(e.value, f), e.lanes)
-    return f(e)
-
-
 def _fold_tautologies(body: Stmt) -> Stmt:
-    def fold(s: Stmt):
-        if isinstance(s, Store):
-            return Store(s.buffer, _map_expr(s.index, _fold_tautology),
-                         _map_expr(s.value, _fold_tautology))
-        if isinstance(s, Decl):
-            return Decl(s.var, _map_expr(s.init, _fold_tautology))
-        if isinstance(s, Assign):
-            return Assign(s.var, _map_expr(s.value, _fold_tautology))
-        if isinstance(s, If):
-            return If(_map_expr(s.cond, _fold_tautology), s.then, s.orelse)
-        return None
-    return map_stmt(body, fold)
+    return map_stmt_exprs(body, _fold_tautology)
 
 
 def _buffers(s: Stmt):

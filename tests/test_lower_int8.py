@@ -509,6 +509,27 @@ def quantize_linear_graph(shape, axis, per_axis, dtype=T.INT8, seed=0):
                         helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
 
 
+def integer_ops_graph(seed=0):
+    """ConvInteger (per-channel weight zero point) and MatMulInteger (per-row A
+    zero point, per-column B zero point, B an input), DynamicQuantizeLinear."""
+    rng = np.random.default_rng(seed)
+    w = rng.integers(0, 256, (4, 2, 3, 3)).astype(np.uint8)
+    inits = [_init("w", w), _init("xz", np.array(9, np.uint8)),
+             _init("wz", rng.integers(100, 150, 4).astype(np.uint8)),
+             _init("az", rng.integers(-5, 5, 3).astype(np.int8)),
+             _init("bz", rng.integers(-5, 5, 4).astype(np.int8))]
+    nodes = [helper.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["c"], pads=[1, 0, 1, 2]),
+             helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["m"]),
+             helper.make_node("DynamicQuantizeLinear", ["f"], ["q", "qs", "qz"])]
+    ins = [helper.make_tensor_value_info("x", T.UINT8, [1, 2, 6, 5]),
+           helper.make_tensor_value_info("a", T.INT8, [2, 3, 7]),
+           helper.make_tensor_value_info("b", T.INT8, [7, 4]),
+           helper.make_tensor_value_info("f", T.FLOAT, [3, 11])]
+    outs = [helper.make_tensor_value_info(n, t, None) for n, t in
+            (("c", T.INT32), ("m", T.INT32), ("q", T.UINT8), ("qs", T.FLOAT), ("qz", T.UINT8))]
+    return _onnx_graph(nodes, ins, outs, inits)
+
+
 @pytest.mark.parametrize("codegen", ["c", "llvm"])
 def test_onnx_quantized_ops_bit_exact(codegen, tmp_path):
     graphs = [qlinear_conv_graph([1, 3, 7, 6], [4, 3, 3, 3], True, [1, 1, 1, 1], [1, 1]),
@@ -523,7 +544,8 @@ def test_onnx_quantized_ops_bit_exact(codegen, tmp_path):
               qlinear_matmul_graph([2, 3, 8], [2, 8, 4], False, const_b=False, seed=2),
               quantize_linear_graph([2, 3, 4], 1, True),
               quantize_linear_graph([2, 3, 4], 2, True, T.UINT8),
-              quantize_linear_graph([5, 7], 0, False, T.INT16)]
+              quantize_linear_graph([5, 7], 0, False, T.INT16),
+              integer_ops_graph()]
     check_graphs(graphs, runs=2, codegen=codegen, tmp_path=tmp_path)
 
 

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Expr, Load, Stmt, add, dt,
-                        dtype_of, mul)
+from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Expr, Load, Select, Stmt, add,
+                        dt, dtype_of, mul, seq)
 from aot.lower import qmath as q
 from aot.lower.elementwise import broadcast_index, broadcast_load, const_like
 from aot.lower.rules import LowerCtx, kernel_rule, value_rule
-from aot.lower.tflite_int8 import (ConvGeom, _param_or_int, conv_nest, loop, nest, to_i32,
-                                   _CallView)
+from aot.lower.tflite_int8 import (ConvGeom, _CallView, _table, conv_nest, loop, nest, to_i32)
 from aot.ops.nn import resolve_window
 
 
@@ -130,28 +129,22 @@ def _zero_point(v: np.ndarray | None) -> int:
     return int(v[0])
 
 
-# ------------------------------------------------------------------ QLinearConv
+# --------------------------------------------------------- integer convolution
 
-@kernel_rule("QLinearConv")
-def qlinear_conv(ctx: LowerCtx, ins, emit):
-    x = ins[0]
+def _int_conv(ctx: LowerCtx, x, w: np.ndarray, x_zp, w_zp, bias, emit, value) -> Stmt:
+    """The exact integer convolution of zero-point-centred operands (2-D, either
+    layout), through the shared int8 window nest; value(acc, channel) is the
+    output element stored for each accumulator."""
     if len(x.shape) != 4:
-        raise ctx.unsupported(f"QLinearConv on a {len(x.shape) - 2}-D input")
+        raise ctx.unsupported(f"{ctx.node.op} on a {len(x.shape) - 2}-D input")
     nhwc = ctx.attrs.get("layout", "NCHW") == "NHWC"
-    w = _value(ctx, ins, 3, "weight").astype(np.int64)
+    w = w.astype(np.int64)
     if not nhwc:
         w = np.transpose(w, (0, 2, 3, 1))               # OIHW -> OHWI
-    x_zp = _value(ctx, ins, 2, "x_zero_point")
     if x_zp is not None and x_zp.size != 1:
         raise ctx.unsupported("a per-channel input zero point")
-    w_zp = _value(ctx, ins, 5, "w_zero_point")
     if w_zp is not None:
         w = w - np.asarray(w_zp, np.int64).reshape(-1, 1, 1, 1)
-    x_s = _value(ctx, ins, 1, "x_scale").astype(np.float32)
-    w_s = _value(ctx, ins, 4, "w_scale").astype(np.float32)
-    y_s = _value(ctx, ins, 6, "y_scale").astype(np.float32)
-    y_zp = _value(ctx, ins, 7, "y_zero_point")
-    bias = _value(ctx, ins, 8, "bias")
     cout, kh, kw, depth = w.shape
     xs = x.shape if nhwc else (x.shape[0], x.shape[2], x.shape[3], x.shape[1])
     win = resolve_window(_CallView(ctx), xs[1:3], (kh, kw))
@@ -160,54 +153,63 @@ def qlinear_conv(ctx: LowerCtx, ins, emit):
                  groups=groups, depth=depth, per_group=cout // groups,
                  strides=tuple(win.strides), dilations=tuple(win.dilations),
                  pad_top=win.pad_begin[0], pad_left=win.pad_begin[1])
-    zp = _zero_point(x_zp)
     init = np.zeros(cout, np.int64) if bias is None else bias.astype(np.int64).reshape(-1)
-    mult = _float_multipliers(x_s, w_s, y_s)
-    out_dtype = ctx.out_types[0].dtype
 
     def nchw(i):
         return i if nhwc else (i[0], i[3], i[1], i[2])
 
-    def finish(idx, acc):
-        return emit(0, nchw(idx), _requantize(ctx, acc, mult, idx[3], y_zp, out_dtype))
-
-    return conv_nest(ctx, g, lambda i: x.load(nchw(i)), zp, w, init, finish)
+    return conv_nest(ctx, g, lambda i: x.load(nchw(i)), _zero_point(x_zp), w, init,
+                     lambda idx, acc: emit(0, nchw(idx), value(acc, idx[3])))
 
 
-# ---------------------------------------------------------------- QLinearMatMul
-
-@kernel_rule("QLinearMatMul")
-def qlinear_matmul(ctx: LowerCtx, ins, emit):
-    a, b = ins[0], ins[3]
-    if len(a.shape) < 2 or len(b.shape) < 2:
-        raise ctx.unsupported("QLinearMatMul with a 1-D operand")
-    a_s = _value(ctx, ins, 1, "a_scale").astype(np.float32)
-    b_s = _value(ctx, ins, 4, "b_scale").astype(np.float32)
-    y_s = _value(ctx, ins, 6, "y_scale").astype(np.float32)
-    a_zp = _value(ctx, ins, 2, "a_zero_point")
-    b_zp = _value(ctx, ins, 5, "b_zero_point")
+@kernel_rule("QLinearConv")
+def qlinear_conv(ctx: LowerCtx, ins, emit):
+    mult = _float_multipliers(_value(ctx, ins, 1, "x_scale").astype(np.float32),
+                              _value(ctx, ins, 4, "w_scale").astype(np.float32),
+                              _value(ctx, ins, 6, "y_scale").astype(np.float32))
     y_zp = _value(ctx, ins, 7, "y_zero_point")
-    if a_zp is not None and a_zp.size != 1:
-        raise ctx.unsupported("a per-row zero point of A")
+    out_dtype = ctx.out_types[0].dtype
+    return _int_conv(ctx, ins[0], _value(ctx, ins, 3, "weight"),
+                     _value(ctx, ins, 2, "x_zero_point"), _value(ctx, ins, 5, "w_zero_point"),
+                     _value(ctx, ins, 8, "bias"), emit,
+                     lambda acc, c: _requantize(ctx, acc, mult, c, y_zp, out_dtype))
+
+
+@kernel_rule("ConvInteger")
+def conv_integer(ctx: LowerCtx, ins, emit):
+    return _int_conv(ctx, ins[0], _value(ctx, ins, 1, "weight"),
+                     _value(ctx, ins, 2, "x_zero_point"), _value(ctx, ins, 3, "w_zero_point"),
+                     None, emit, lambda acc, c: acc)
+
+
+# ------------------------------------------------------------ integer matmul
+
+def _int_matmul(ctx: LowerCtx, a, b, a_zp, b_zp, emit, value) -> Stmt:
+    """Σ_k (a - a_zp)(b - b_zp) exactly, per output element (numpy matmul
+    broadcasting over batch dims); value(acc, column) is what is stored.
+    A constant 2-D B is centred and transposed to [N, K] (unit stride), and a
+    per-tensor A zero point folded into a per-column start value."""
+    if len(a.shape) < 2 or len(b.shape) < 2:
+        raise ctx.unsupported(f"{ctx.node.op} with a 1-D operand")
     out_shape = ctx.out_types[0].shape
-    k_dim, n_dim = b.shape[-2], b.shape[-1]
-    az = _zero_point(a_zp)
+    m_dim, (k_dim, n_dim) = a.shape[-2], b.shape[-2:]
+    a_off = _row_table(ctx, a_zp, m_dim)
     bz = np.zeros(n_dim, np.int64) if b_zp is None else \
         np.broadcast_to(np.asarray(b_zp, np.int64).reshape(-1), (n_dim,))
-    mult = _float_multipliers(a_s, b_s, y_s)
-    out_dtype = ctx.out_types[0].dtype
-    folded = b.value is not None and len(b.shape) == 2
-    if folded:   # constant B: centred, transposed to [N, K] (unit stride), A's zp folded
+    folded = b.value is not None and len(b.shape) == 2 and isinstance(a_off, int)
+    if folded:
         bc = b.value.astype(np.int64) - bz
         packed = ctx.param("b", bc.T.astype(np.int16 if np.abs(bc).max() > 127 else np.int8))
-        init = (-az * bc.sum(axis=0)).astype(np.int32)
+        start = _table(ctx, "column_start", (-a_off * bc.sum(axis=0)).astype(np.int32))
+    else:
+        b_off = _table(ctx, "b_zero_point", bz.astype(np.int32))
 
     def at(idx):
         batch, m, n = idx[:-2], idx[-2], idx[-1]
         blk = q.Block(ctx)
         a_at = broadcast_index(batch, a.shape[:-2])
         if folded:
-            acc = blk.let("acc", _param_or_int(ctx, "bias", init, n))
+            acc = blk.let("acc", start(n))
 
             def term(k):
                 return Bin("*", to_i32(a.load(a_at + (m, k))),
@@ -215,16 +217,69 @@ def qlinear_matmul(ctx: LowerCtx, ins, emit):
         else:
             acc = blk.let("acc", Const(0))
             b_at = broadcast_index(batch, b.shape[:-2])
-            b_off = _param_or_int(ctx, "b_zero_point", bz.astype(np.int32), n)
+            row_off = Const(a_off) if isinstance(a_off, int) else a_off(m)
 
             def term(k):
-                return Bin("*", q.offset(to_i32(a.load(a_at + (m, k))), -az),
-                           Bin("-", to_i32(b.load(b_at + (k, n))), b_off))
-        blk.add(loop(ctx, "k", k_dim, lambda k: _accumulate(acc, term(k))))
-        blk.add(emit(0, idx, _requantize(ctx, acc, mult, n, y_zp, out_dtype)))
+                return Bin("*", Bin("-", to_i32(a.load(a_at + (m, k))), row_off),
+                           Bin("-", to_i32(b.load(b_at + (k, n))), b_off(n)))
+        blk.add(loop(ctx, "k", k_dim, lambda k: Assign(acc, Bin("+", acc, term(k)))))
+        blk.add(emit(0, idx, value(acc, n)))
         return blk.stmt()
     return nest(ctx, tuple(f"i{d}" for d in range(len(out_shape))), out_shape, at)
 
 
-def _accumulate(acc, term) -> Stmt:
-    return Assign(acc, Bin("+", acc, term))
+def _row_table(ctx: LowerCtx, zp, rows: int):
+    """A's zero point: an int (per tensor) or index -> entry (one per row)."""
+    if zp is None:
+        return 0
+    zp = np.asarray(zp, np.int64).reshape(-1)
+    if zp.size == 1 or np.all(zp == zp[0]):
+        return int(zp[0])
+    if zp.size != rows:
+        raise ctx.unsupported(f"an A zero point of {zp.size} entries for {rows} rows")
+    return _table(ctx, "a_zero_point", zp.astype(np.int32))
+
+
+@kernel_rule("QLinearMatMul")
+def qlinear_matmul(ctx: LowerCtx, ins, emit):
+    a_zp = _value(ctx, ins, 2, "a_zero_point")
+    if a_zp is not None and a_zp.size != 1:
+        raise ctx.unsupported("a per-row zero point of A")
+    mult = _float_multipliers(_value(ctx, ins, 1, "a_scale").astype(np.float32),
+                              _value(ctx, ins, 4, "b_scale").astype(np.float32),
+                              _value(ctx, ins, 6, "y_scale").astype(np.float32))
+    y_zp = _value(ctx, ins, 7, "y_zero_point")
+    out_dtype = ctx.out_types[0].dtype
+    return _int_matmul(ctx, ins[0], ins[3], a_zp, _value(ctx, ins, 5, "b_zero_point"), emit,
+                       lambda acc, n: _requantize(ctx, acc, mult, n, y_zp, out_dtype))
+
+
+@kernel_rule("MatMulInteger")
+def matmul_integer(ctx: LowerCtx, ins, emit):
+    return _int_matmul(ctx, ins[0], ins[1], _value(ctx, ins, 2, "a_zero_point"),
+                       _value(ctx, ins, 3, "b_zero_point"), emit, lambda acc, n: acc)
+
+
+# ------------------------------------------------------- DynamicQuantizeLinear
+
+@kernel_rule("DynamicQuantizeLinear")
+def dynamic_quantize_linear(ctx: LowerCtx, ins, emit):
+    """uint8 quantization with the range of this very input (always containing
+    0): a pass for min/max, the scale and zero point, then the quantization."""
+    x = ins[0]
+    shape = x.shape
+    f32 = dt("float32")
+    zero, one = Const(0.0, f32), Const(1.0, f32)
+    names = tuple(f"i{d}" for d in range(len(shape)))
+    b = q.Block(ctx)
+    lo, hi = b.let("lo", zero), b.let("hi", zero)
+    b.add(nest(ctx, names, shape, lambda i: seq(Assign(lo, Bin("min", lo, x.load(i))),
+                                                  Assign(hi, Bin("max", hi, x.load(i))))))
+    scale = b.let("scale", Select(Bin("==", hi, lo), one,
+                                  Bin("/", Bin("-", hi, lo), Const(255.0, f32))))
+    zp = b.let("zero_point", _saturate(Bin("-", zero, Bin("/", lo, scale)), "uint8"))
+    zpf = Cast(f32, zp)
+    b.add(nest(ctx, names, shape, lambda i: emit(0, i, _saturate(
+        Bin("+", _rint(Bin("/", x.load(i), scale)), zpf), "uint8"))))
+    b.add(emit(1, (), scale), emit(2, (), zp))
+    return b.stmt()

@@ -217,7 +217,7 @@ def casts_and_ints() -> Case:
     ints = Buffer("ints", INT32, (n,))
     outs = {nm: Buffer(nm, d, (n,), OUT) for nm, d in [
         ("trunc", INT32), ("round", I8), ("rint", INT32), ("tofloat", FLOAT32),
-        ("wrap8", I8), ("wrapu8", U8), ("udiv", U32), ("sdiv", INT32), ("smod", INT32),
+        ("wrap8", I8), ("wrapu8", U8), ("mulu16", DType("uint16")), ("udiv", U32), ("sdiv", INT32), ("smod", INT32),
         ("shr", INT32), ("pm", INT32), ("fpm", FLOAT32), ("sel", FLOAT32), ("asbool", DType("bool")), ("dbl", F64)]}
     i = Var("i")
     xi, ii = Load(x, i), Load(ints, i)
@@ -229,6 +229,7 @@ def casts_and_ints() -> Case:
         Store(outs["tofloat"], i, Bin("/", Cast(FLOAT32, ii), f32(3.0))),
         Store(outs["wrap8"], i, Bin("+", Bin("*", i8, Const(3, I8)), Const(100, I8))),
         Store(outs["wrapu8"], i, Bin("-", Cast(U8, ii), Const(200, U8))),
+        Store(outs["mulu16"], i, Bin("*", Cast(DType("uint16"), ii), Cast(DType("uint16"), ii))),
         Store(outs["udiv"], i, Bin("/", Cast(U32, ii), Const(7, U32))),
         Store(outs["sdiv"], i, Bin("/", ii, c32(-3))),
         Store(outs["smod"], i, Bin("%", ii, c32(5))),
@@ -254,6 +255,7 @@ def casts_and_ints() -> Case:
             "tofloat": iv.astype("f4") / np.float32(3),
             "wrap8": (i8v * np.int8(3) + np.int8(100)).astype("i1"),
             "wrapu8": (iv.astype(np.uint8) - np.uint8(200)).astype("u1"),
+            "mulu16": iv.astype(np.uint16) * iv.astype(np.uint16),
             "udiv": iv.astype(np.uint32) // np.uint32(7),
             "sdiv": np.array([int(v / -3) for v in iv.tolist()], "i4"),
             "smod": np.array([int(math.fmod(v, 5)) for v in iv.tolist()], "i4"),

@@ -9,6 +9,12 @@ the fixed-point runtime helpers of aot/codegen/intrinsics.py).
 
 Vectors use the GCC/Clang vector extension (`vector_size`); a bool vector is
 a vector of uint8_t lanes holding 0 or 1.
+
+C semantics relied on, as GCC and Clang define them on every target we
+build for: `>>` of a negative value is arithmetic, `<<` of one shifts its
+two's complement bits, conversion to a narrower signed type wraps. Results
+of 8- and 16-bit arithmetic are cast back to their type (C computes them in
+int), unsigned narrow products in uint32_t so they cannot overflow int.
 """
 from __future__ import annotations
 
@@ -261,10 +267,13 @@ class _Printer:
             return self._call_text(self._minmax_helper(e.op, da), [e.a, e.b])
         if e.op == "%" and da.is_float:
             return self._call_text("fmodf" if da.scalar == "float32" else "fmod", [e.a, e.b])
-        text = self._infix(e)
         if _narrow(da) and e.op in _WRAPPING:
-            return f"({C_TYPES[da.scalar]})({text})", UNARY
-        return text, _PREC[e.op]
+            if da.scalar.startswith("u") and e.op in ("*", "<<"):
+                # uint16 * uint16 promotes to int and may overflow it: multiply unsigned.
+                u32 = DType("uint32")
+                e = Bin(e.op, Cast(u32, e.a), Cast(u32, e.b) if e.op == "*" else e.b)
+            return f"({C_TYPES[da.scalar]})({self._infix(e)})", UNARY
+        return self._infix(e), _PREC[e.op]
 
     def _infix(self, e: Bin) -> str:
         prec = _PREC[e.op]

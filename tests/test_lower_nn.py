@@ -108,6 +108,8 @@ CONVS = [
     ((1, 4, 6, 6), (9, 4, 3, 3), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
     ((1, 4, 6, 6), (9, 4, 2, 2), dict(auto_pad="SAME_LOWER")),
     ((1, 4, 3, 3), (8, 4, 3, 3), dict(pads=[4, 4, 4, 4])),                  # taps all outside
+    ((1, 4, 20, 20), (12, 4, 3, 3), dict(pads=[1, 1, 1, 1])),               # border regions
+    ((1, 5, 17, 18), (10, 5, 5, 3), dict(pads=[2, 1, 2, 1], strides=[1, 2])),
     ((1, 4, 10), (5, 4, 3), dict(pads=[1, 1], dilations=[2])),             # 1-D
     ((1, 3, 4, 5, 5), (8, 3, 3, 3, 3), dict(pads=[1, 1, 1, 1, 1, 1])),     # 3-D
 ]
@@ -143,6 +145,15 @@ def test_conv_is_vectorized_over_output_channels():
     lanes = {dtype_of(s.value).lanes for s in walk_stmt(k.func.body) if isinstance(s, Store)}
     assert lanes == {host_target().lanes(32)}
     assert any(a.kind == "param" and a.array.shape == (1, 3, 3, 8, 16) for a in k.args)
+
+
+@pytest.mark.parametrize("x,w,copied", [((1, 8, 5, 5), (16, 8, 3, 3), True),
+                                         ((1, 4, 20, 20), (12, 4, 3, 3), False)])
+def test_small_padded_maps_are_copied_into_a_padded_workspace(x, w, copied):
+    """A 5x5 map is mostly border (a zero-padded copy pays); 20x20 is not."""
+    g = onnx_graph("Conv", x, _conv_consts(w, 0), dict(pads=[1, 1, 1, 1]))
+    (k,) = [k for k in lower_graph(g, host_target()) if k.node.attrs["body"].nodes[0].op == "Conv"]
+    assert any(a.kind == "scratch" for a in k.args) == copied
 
 
 def test_conv_runtime_weight_is_unsupported():

@@ -26,12 +26,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from aot.ir.graph import TensorType
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Comment, Const, Decl, DType, Expr, For,
                         If, Load, Select, Stmt, Store, Var, add, dt, dtype_of, flat_index, mul,
                         seq, sub)
 from aot.lower.elementwise import broadcast_index, broadcast_load, const_like, math_call
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
-from aot.lower.schedule import Tile, tile
+from aot.lower.schedule import PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORDER, Tile, tile
 from aot.ops import nn as ref
 
 # More regions than this (combinations of border runs over the spatial axes)
@@ -350,6 +351,10 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
         per_channel = np.ascontiguousarray(np.moveaxis(packed[..., 0, 0], 0, -1))  # [k...][C]
         return _depthwise(ctx, x, per_channel, bias, xin, out, win, t, emit)
     wp = _param(ctx, "w_packed", packed)
+    copy = None
+    if xin.layout == "NHWC" and _copy_padded(xin, win, dtype):
+        copy, x, xin = _padded_input(ctx, x, xin, win, t.lanes)
+        win = replace(win, pad_begin=(0,) * len(kernel), pad_end=(0,) * len(kernel))
 
     def tile_body(n, pixels, runs, g, c0, widths) -> Stmt:
         """A tile of len(pixels) output positions x sum(widths) channels
@@ -385,7 +390,56 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
                   for pix, row_accs in zip(pixels, accs) for a, off in zip(row_accs, offs)]
         return _seq(*decls, tap_nest(ctx, runs, pixels[0], win, xin.spatial, taps), *stores)
 
-    return sliding_window(ctx, xin.batch, win, xin.spatial, t, group, ocg, tile_body)
+    return _seq(copy, sliding_window(ctx, xin.batch, win, xin.spatial, t, group, ocg, tile_body))
+
+
+def _copy_padded(xin: SpatialOp, win: ref.Window, dtype: DType) -> bool:
+    """Whether the schedule copies the input into a padded workspace."""
+    padded = [s + b + e for s, b, e in zip(xin.spatial, win.pad_begin, win.pad_end)]
+    nbytes = xin.batch * xin.channels * dtype.bits // 8 * int(np.prod(padded))
+    interior = 1
+    for o, n, k, s, d, p in zip(win.out, xin.spatial, win.kernel, win.strides, win.dilations,
+                                win.pad_begin):
+        interior *= sum(r.count for r in axis_runs(o, n, k, s, d, p) if r.hi - r.lo == k)
+    border = 1 - interior / int(np.prod(win.out))
+    return border >= PAD_COPY_MIN_BORDER and nbytes <= PAD_COPY_MAX_BYTES
+
+
+def _padded_input(ctx: LowerCtx, x: TensorRef, xin: SpatialOp, win: ref.Window, lanes: int):
+    """x (channel-last) copied into a workspace with the window's zero
+    padding around it: (the copy, the workspace as the new input, its shape).
+    Each padded axis is three segments (begin pad, image, end pad); a
+    region of image segments only is copied, any other region zeroed."""
+    dtype = dt(x.type.dtype)
+    spatial = tuple(s + b + e for s, b, e in zip(xin.spatial, win.pad_begin, win.pad_end))
+    shape = (xin.batch, *spatial, xin.channels)
+    buf = ctx.scratch_buffer("padded", dtype, shape)
+    padded = SpatialOp("NHWC", xin.batch, xin.channels, spatial)
+    segments = [[(0, b, False), (b, s, True), (b + s, e, False)]
+                for s, b, e in zip(xin.spatial, win.pad_begin, win.pad_end)]
+    t = Tile(lanes, 1)
+
+    def region(n, segs) -> Stmt:
+        image = all(inside for _, _, inside in segs)
+
+        def level(a: int, pos: list[Expr]) -> Stmt | None:
+            if a == len(segs):
+                src = [_plus(p, -segs[i][0]) for i, p in enumerate(pos)]
+                return _over_tiles(ctx, xin.channels, t, lambda c0, widths: _seq(*(Store(
+                    buf, flat_index(padded.index(n, pos, _plus(c0, off)), shape),
+                    x.load(xin.index(n, src, _plus(c0, off)), wd) if image
+                    else const_like(0, dtype.with_lanes(wd)))
+                    for off, wd in zip(_offsets(widths), widths))))
+            start, count, _ = segs[a]
+            return _loop(ctx, f"p{a}", count, lambda v: level(a + 1, pos + [v]), start=start)
+        return level(0, [])
+
+    copy = _loop(ctx, "n", xin.batch, lambda n: _seq(*(
+        region(n, segs) for segs in itertools.product(*segments)
+        if all(count for _, count, _ in segs))))
+    ref_ = TensorRef(buf.name, TensorType(shape, dtype.scalar),
+                     lambda idx, lanes=1: Load(buf, flat_index(tuple(idx), shape), lanes), buf)
+    return copy, ref_, padded
 
 
 def _pointwise(win: ref.Window) -> bool:

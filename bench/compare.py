@@ -203,15 +203,15 @@ def prepare(case: Case, board, codegens: list[str], workdir: Path, log) -> None:
     from aot.deploy.reference import compare, reference_outputs
 
     graph = as_graph(case.tflite)
+    ref, want = reference_outputs(case.tflite, graph, case.inputs)
     checks = []
     for cg in codegens:
         t0 = time.perf_counter()
         info = package(graph, board=board.name, codegen=cg, out_dir=workdir / f"{case.name}.{cg}")
         log(f"  packaged {case.name} ({cg}) in {time.perf_counter() - t0:.1f} s")
         case.packages[cg] = info.path
-        case.meta = info.metadata
+        case.meta = info.metadata      # the plan does not depend on the codegen
         got = run_package(info.path, board, case.inputs).outputs
-        ref, want = reference_outputs(case.tflite, graph, case.inputs)
         rows = [compare(n, g, w) for n, g, w in zip(graph.outputs, got, want)]
         ok = all(r["ok"] for r in rows)
         err = max((r["max_abs_err"] or 0.0) for r in rows)
@@ -287,7 +287,7 @@ def summary_table(rows: list[dict], codegens: list[str]):
     for a in ANCHORS:
         table.add_column(SHORT.get(a, a), justify="right")
     for cg in codegens:
-        table.add_column(f"{cg} / best", justify="right")
+        table.add_column(f"{cg} / best (p10)", justify="right")
     for col in ("arena B", "bound B", "tflm B"):
         table.add_column(col, justify="right")
     for row in rows:
@@ -295,7 +295,8 @@ def summary_table(rows: list[dict], codegens: list[str]):
         cells = [row["model"].removeprefix("mlperf_")]
         cells += [us(c[f"aot {cg}"]["median_ms"]) for cg in codegens]
         cells += [us(c[a]["median_ms"]) if a in c else "-" for a in ANCHORS]
-        cells += [f"{row['aot_over_best_anchor'][f'aot {cg}']['median']:.2f}x"
+        ratios = row["aot_over_best_anchor"]
+        cells += [f"{ratios[f'aot {cg}']['median']:.2f}x ({ratios[f'aot {cg}']['p10']:.2f}x)"
                   for cg in codegens]
         tflm = nbytes(row["tflm_arena_bytes"])
         if row["tflm_arena_source"].startswith("published"):
@@ -368,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         f"host: {cpu_name()}, pinned to CPU {cpu}, one thread everywhere; load average "
         f"{os.getloadavg()[0]:.1f} at the end",
         f"{args.rounds} interleaved rounds x {args.batch} timed invocations per contender "
-        f"(after {WARMUP} warm-up each round)",
+        f"(after {WARMUP} warm-up each round); a long invocation is preempted more often on "
+        "a loaded machine: where median and p10 differ much, trust p10",
         "aot: per-invocation times from the package's harness (1 us clock, in the process "
         "that runs the model)",
         f"Python anchors: perf_counter_ns around invoke() / run_with_iobinding(); an empty "
@@ -379,10 +381,11 @@ def main(argv: list[str] | None = None) -> int:
         "bound: the most bytes live at one step, the least any placement needs",
     ]
     for n in notes:
-        console.print(n, highlight=False)
+        console.print(n, highlight=False, soft_wrap=True)
     if args.json:
         Path(args.json).write_text(json.dumps(
-            {"host": {"cpu": cpu_name(), "pinned_cpu": cpu},
+            {"host": {"cpu": cpu_name(), "pinned_cpu": cpu,
+                      "load_average": os.getloadavg()[0]}, "versions": versions(),
              "rounds": args.rounds, "batch": args.batch, "warmup": WARMUP,
              "python_call_overhead_ms": overhead, "models": rows}, indent=2) + "\n")
     return 0
@@ -399,6 +402,18 @@ def run(cases: list[Case], board, codegens: list[str], rounds: int, batch: int, 
             log(f"  timed {case.name} in {time.perf_counter() - t0:.1f} s")
             rows.append(summarize(case, times))
     return rows
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist in ("aot", "onnxruntime", "ai-edge-litert", "tflite-micro", "numpy"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
 
 
 def cpu_name() -> str:

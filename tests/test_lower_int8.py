@@ -348,6 +348,32 @@ def quantize_model():
     return _tflite_graph(m.build([x], [y, qq, r]))
 
 
+def test_tfl_quantize_as_a_float_conv_epilogue():
+    """Float CONV_2D -> QUANTIZE -> DEQUANTIZE: the quantize runs on the float
+    kernel's vector registers (lanes > 1). The float sums may be ordered
+    differently from the reference, so a value on a tie may move one step."""
+    rng = np.random.default_rng(0)
+    m = TinyModel()
+    x = m.tensor("x", [1, 6, 6, 3], "float32")
+    w = m.tensor("w", [16, 3, 3, 3], "float32", data=rng.standard_normal((16, 3, 3, 3)))
+    b = m.tensor("b", [16], "float32", data=rng.standard_normal(16))
+    c = m.tensor("c", [1, 6, 6, 16], "float32")
+    qq = m.tensor("q", [1, 6, 6, 16], scale=[0.05], zp=[-3])
+    d = m.tensor("d", [1, 6, 6, 16], "float32")
+    m.op("CONV_2D", [x, w, b], [c], ("Conv2DOptions", dict(Padding=0, StrideH=1, StrideW=1)))
+    m.op("QUANTIZE", [c], [qq])
+    m.op("DEQUANTIZE", [qq], [d])
+    g = _tflite_graph(m.build([x], [qq, d]))
+    assert any(len(n.attrs["body"].nodes) == 2 for n in g.nodes)   # conv + quantize fused
+    feeds = [{g.inputs[0]: rng.uniform(-1, 1, (1, 6, 6, 3)).astype(np.float32)}
+             for _ in range(2)]
+    for f, got in zip(feeds, build_and_run_many([(g, f) for f in feeds])):
+        want = aot.interpret(g, f)
+        diff = np.abs(got["q"].astype(np.int32) - want["q"].astype(np.int32))
+        assert diff.max() <= 1 and (diff > 0).mean() < 0.01
+        np.testing.assert_allclose(got["d"], want["d"], atol=0.05 + 1e-6)
+
+
 @pytest.mark.parametrize("codegen", ["c", "llvm"])
 def test_fully_connected_bit_exact(codegen, tmp_path):
     check_graphs([fc_model(False, False), fc_model(True, False), fc_model(False, True),

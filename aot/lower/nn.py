@@ -434,7 +434,8 @@ def _padded_input(ctx: LowerCtx, x: TensorRef, xin: SpatialOp, win: ref.Window, 
             return _loop(ctx, f"p{a}", count, lambda v: level(a + 1, pos + [v]), start=start)
         return level(0, [])
 
-    copy = _loop(ctx, "n", xin.batch, lambda n: _seq(*(
+    copy = _loop(ctx, "n", xin.batch, lambda n: _seq(Comment(
+        "the input inside its zero padding: no tap below tests bounds"), *(
         region(n, segs) for segs in itertools.product(*segments)
         if all(count for _, count, _ in segs))))
     ref_ = TensorRef(buf.name, TensorType(shape, dtype.scalar),

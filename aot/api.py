@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Sequence
 
 from aot.ir.graph import Graph
 from aot.package import PackageInfo, default_name, package_graph
@@ -24,16 +25,21 @@ def as_graph(model_or_graph: str | Path | Graph) -> Graph:
 
 def package(model_or_graph: str | Path | Graph, board: str = "host", codegen: str = "c",
             name: str | None = None, out_dir: str | Path | None = None,
-            io_in_arena: bool = False, force: bool = False) -> PackageInfo:
+            io_in_arena: bool = False, force: bool = False,
+            extra_cflags: Sequence[str] = ()) -> PackageInfo:
     """Compile a model into a package directory built for `board`.
 
     out_dir defaults to ./<name>; with out_dir=None and no name, the model's.
+    extra_cflags are added to every compile and to the harness link, e.g.
+    ("-fsanitize=address,undefined", "-g", "-O1") to check a package under
+    sanitizers (the harness is then linked dynamically).
     """
     brd = get_board(board)
     graph = as_graph(model_or_graph)
     if out_dir is None:
         out_dir = Path(name or default_name(graph))
-    return package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force)
+    return package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,
+                         extra_cflags)
 
 
 def package_to_temp(model_or_graph, board: str = "host", codegen: str = "c",

@@ -19,7 +19,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -219,8 +219,12 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
 
 
 def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
-               io_in_arena: bool) -> tuple[dict, float]:
-    """Write and build the whole package in `pkg`; (metadata, compile seconds)."""
+               io_in_arena: bool, extra_cflags: tuple[str, ...] = ()) -> tuple[dict, float]:
+    """Write and build the whole package in `pkg`; (metadata, compile seconds).
+
+    extra_cflags (tests, debugging: sanitizers, -O1 -g) are added to every
+    compile of the library and the harness, and recorded in metadata.json.
+    """
     from aot import toolchain
     from aot.footprint import library_footprint
 
@@ -229,11 +233,14 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
         (pkg / path).parent.mkdir(parents=True, exist_ok=True)
         (pkg / path).write_bytes(data)
     start = time.perf_counter()
-    library = toolchain.build_library(board.target, pkg, name, gen.sources, gen.prebuilt)
-    toolchain.build_harness(board.target, pkg, name, library)
+    library = toolchain.build_library(board.target, pkg, name, gen.sources, gen.prebuilt,
+                                      extra_cflags)
+    toolchain.build_harness(board.target, pkg, name, library, extra_cflags)
     seconds = time.perf_counter() - start
     meta = metadata(graph, gen.kernels, gen.mem, gen.other, gen.params, gen.context, board,
                     codegen, library_footprint(pkg / library))
+    if extra_cflags:
+        meta["extra_cflags"] = list(extra_cflags)
     (pkg / "metadata.json").write_text(json.dumps(meta, sort_keys=True, indent=2) + "\n")
     return meta, seconds
 
@@ -245,7 +252,7 @@ def default_name(graph: Graph) -> str:
 
 def package_graph(graph: Graph, board: Board, out_dir: Path, codegen: str = "c",
                   name: str | None = None, io_in_arena: bool = False,
-                  force: bool = False) -> PackageInfo:
+                  force: bool = False, extra_cflags: Sequence[str] = ()) -> PackageInfo:
     """Package an optimized graph into `out_dir` (created atomically)."""
     from aot.codegen.names import c_identifier
 
@@ -254,7 +261,7 @@ def package_graph(graph: Graph, board: Board, out_dir: Path, codegen: str = "c",
 
     def fill(tmp: Path) -> None:
         result["meta"], result["seconds"] = build_into(tmp, graph, board, codegen, name,
-                                                       io_in_arena)
+                                                       io_in_arena, tuple(extra_cflags))
     write_dir_atomically(Path(out_dir), fill, force)
     meta = result["meta"]
     return PackageInfo(Path(out_dir), name, board.name, codegen, meta["arena_bytes"],

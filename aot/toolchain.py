@@ -82,13 +82,20 @@ def archive(tc: Toolchain, pkg: Path, library: str, objects: Sequence[str]) -> N
     run_tool([tc.ar, "rcsD", library, *objects], pkg, f"archiving {library}")
 
 
+def sanitized(extra_cflags: Sequence[str]) -> bool:
+    """Whether extra flags instrument the code: sanitizer runtimes need the
+    dynamic loader, so such a harness cannot be linked statically."""
+    return any(f.startswith("-fsanitize=") for f in extra_cflags)
+
+
 def build_library(target: Target, pkg: Path, name: str, sources: Sequence[str],
-                  prebuilt: Sequence[str] = ()) -> str:
-    """lib/lib<name>.a from the package's sources and prebuilt objects."""
+                  prebuilt: Sequence[str] = (), extra_cflags: Sequence[str] = ()) -> str:
+    """lib/lib<name>.a from the package's sources and prebuilt objects;
+    extra_cflags come after the target's (e.g. sanitizers, -O1 -g)."""
     tc = toolchain_for(target)
     objdir = ".build"
     try:
-        objects = compile_sources(tc, pkg, sources, objdir)
+        objects = compile_sources(tc, pkg, sources, objdir, extra_cflags)
         library = f"lib/lib{name}.a"
         archive(tc, pkg, library, [*objects, *prebuilt])
     finally:
@@ -96,11 +103,14 @@ def build_library(target: Target, pkg: Path, name: str, sources: Sequence[str],
     return library
 
 
-def build_harness(target: Target, pkg: Path, name: str, library: str) -> str:
-    """bench/bench: the harness linked statically against the library."""
+def build_harness(target: Target, pkg: Path, name: str, library: str,
+                  extra_cflags: Sequence[str] = ()) -> str:
+    """bench/bench: the harness linked statically against the library
+    (dynamically when extra_cflags add a sanitizer)."""
     tc = toolchain_for(target)
     exe = "bench/bench"
-    run_tool([tc.cc, *tc.cflags, "-std=c99", "-Iinclude", "-Iruntime_c",
+    static = [] if sanitized(extra_cflags) else ["-static"]
+    run_tool([tc.cc, *tc.cflags, "-std=c99", "-Iinclude", "-Iruntime_c", *extra_cflags,
               f"-ffile-prefix-map={pkg.resolve()}=.", "bench/main.c", library,
-              *tc.ldflags, "-static", "-lm", "-o", exe], pkg, "linking the bench harness")
+              *tc.ldflags, *static, "-lm", "-o", exe], pkg, "linking the bench harness")
     return exe

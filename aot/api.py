@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from aot.ir.graph import Graph
-from aot.package import PackageInfo, default_name, package_graph
+from aot.package import PackageInfo, check_fits, default_name, package_graph
 from aot.targets import get_board
 
 
@@ -34,8 +34,12 @@ def package(model_or_graph: str | Path | Graph, board: str = "host", codegen: st
     ("-fsanitize=address,undefined", "-g", "-O1") to check a package under
     sanitizers (the harness is then linked dynamically).
     """
+    import aot
+
     brd = get_board(board)
-    graph = as_graph(model_or_graph)
+    graph = model_or_graph if isinstance(model_or_graph, Graph) else aot.load(model_or_graph)
+    check_fits(graph, brd)      # weights too big for the flash: say so before optimizing
+    graph = as_graph(graph)
     if out_dir is None:
         out_dir = Path(name or default_name(graph))
     return package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,

@@ -2,9 +2,11 @@
 to reach it), read from targets/*.toml and boards/*.toml."""
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 from aot.errors import AotError
 from aot.resources import data_dir
@@ -38,8 +40,20 @@ class Board:
     ram_bytes: int
 
 
-def _read(kind: str) -> dict[str, dict]:
-    return {p.stem: tomllib.loads(p.read_text()) for p in sorted(data_dir(kind).glob("*.toml"))}
+# Extra directories of board descriptions (os.pathsep-separated), read after
+# aot's own boards/: a user's boards, or a test's board with a small flash.
+BOARDS_ENV = "AOT_BOARDS_DIR"
+
+
+def _read(kind: str, extra_dirs: tuple[str, ...] = ()) -> dict[str, dict]:
+    out = {}
+    for d in (data_dir(kind), *map(Path, extra_dirs)):
+        for p in sorted(d.glob("*.toml")):
+            try:
+                out[p.stem] = tomllib.loads(p.read_text())
+            except (OSError, tomllib.TOMLDecodeError) as e:
+                raise AotError(f"{p}: not a valid description ({e})") from None
+    return out
 
 
 @lru_cache(maxsize=None)
@@ -54,14 +68,23 @@ def targets() -> dict[str, Target]:
     return out
 
 
-@lru_cache(maxsize=None)
 def boards() -> dict[str, Board]:
+    """aot's boards, then those in $AOT_BOARDS_DIR (which may replace them)."""
+    extra = os.environ.get(BOARDS_ENV, "")
+    return _boards(tuple(d for d in extra.split(os.pathsep) if d))
+
+
+@lru_cache(maxsize=None)
+def _boards(extra_dirs: tuple[str, ...]) -> dict[str, Board]:
     known = targets()
     out = {}
-    for name, b in _read("boards").items():
-        out[name] = Board(name=b["name"], target=known[b["target"]], transport=b["transport"],
-                          description=b.get("description", ""),
-                          flash_bytes=int(b["flash_bytes"]), ram_bytes=int(b["ram_bytes"]))
+    for name, b in _read("boards", extra_dirs).items():
+        try:
+            out[name] = Board(name=b["name"], target=known[b["target"]],
+                              transport=b["transport"], description=b.get("description", ""),
+                              flash_bytes=int(b["flash_bytes"]), ram_bytes=int(b["ram_bytes"]))
+        except KeyError as e:
+            raise AotError(f"board '{name}': missing or unknown {e}") from None
     return out
 
 

@@ -179,6 +179,8 @@ POOLS = [
     ("AveragePool", (1, 12, 10, 10), dict(kernel_shape=[7, 7], pads=[3, 3, 3, 3],
                                           count_include_pad=1)),          # guarded + table
     ("AveragePool", (2, 8, 10), dict(kernel_shape=[4], strides=[3], pads=[1, 2])),
+    ("AveragePool", (1, 8, 4, 4), dict(kernel_shape=[2, 2], pads=[3, 3, 3, 3])),  # empty windows
+    ("MaxPool", (1, 8, 4, 4), dict(kernel_shape=[2, 2], pads=[3, 2, 3, 2])),
     ("LpPool", (1, 9, 6, 6), dict(kernel_shape=[2, 2], p=2)),
     ("LpPool", (1, 9, 6, 6), dict(kernel_shape=[3, 3], p=3, pads=[1, 1, 1, 1])),
     ("LpPool", (1, 4, 6, 6), dict(kernel_shape=[2, 2], p=1, strides=[2, 2])),
@@ -193,6 +195,23 @@ def test_pool_geometries(codegen):
 @pytest.mark.parametrize("codegen", CODEGENS)
 def test_pool_nchw(codegen):
     check_many([nchw_graph(op, x, {}, a) for op, x, a in POOLS], codegen)
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_integer_maxpool(codegen):
+    """ONNX MaxPool on int8/uint8 (vectorized along channels, exact)."""
+    rng = np.random.default_rng(5)
+    cases = []
+    for dtype in (np.int8, np.uint8):
+        types = {"x": type_of(np.zeros((1, 7, 7, 19), dtype))}
+        node = Node("MaxPool", "p", ("x",), ("y",), {"kernel_shape": (3, 3), "strides": (2, 2),
+                                                     "pads": (1, 1, 1, 1), "layout": "NHWC"})
+        g = fuse(infer_types(Graph("maxpool", ("x",), ("y",), (node,), types, {})))
+        info = np.iinfo(dtype)
+        cases.append((g, {"x": rng.integers(info.min, info.max, (1, 7, 7, 19), endpoint=True,
+                                            dtype=dtype)}))
+    for (g, ins), got in zip(cases, run_many(cases, codegen)):
+        assert_close("y", got["y"], aot.interpret(g, ins)["y"], 0, 0)
 
 
 def test_maxpool_indices_are_unsupported():

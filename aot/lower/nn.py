@@ -553,7 +553,10 @@ def pool(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
              "AveragePool": _PoolMath(lambda d: const_like(0, d), lambda a, v: Bin("+", a, v)),
              "LpPool": _lp_math(p)}[op]
     include_pad = op == "AveragePool" and bool(ctx.attrs.get("count_include_pad", 0))
-    counts = [_tap_counts(win, xin.spatial, a, include_pad) for a in range(len(xin.spatial))]
+    # A window with no taps at all (padding wider than the kernel) averages
+    # to 0, as the reference does (0 / max(count, 1)).
+    counts = [np.maximum(_tap_counts(win, xin.spatial, a, include_pad), 1)
+              for a in range(len(xin.spatial))]
     t = tile(ctx.target, dtype, xin.vectorizable and maths.vector)
 
     def divisor(runs, opos) -> Expr:

@@ -305,8 +305,11 @@ RESIZES = [
     (["", "sc"], {"sc": SCALES}, dict(mode=m, coordinate_transformation_mode=ctm, **extra))
     for m, extra in (("nearest", dict(nearest_mode="round_prefer_ceil")), ("nearest", {}),
                      ("linear", {}), ("cubic", {}))
-    for ctm in ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel")
+    for ctm in ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel",
+                "half_pixel_symmetric", "tf_half_pixel_for_nn")
 ] + [
+    (["", "", "sz"], {"sz": np.array([7, 3], np.int64)},
+     dict(mode="cubic", axes=[3, 2], keep_aspect_ratio_policy="not_larger", exclude_outside=1)),
     (["", "", "sz"], {"sz": np.array([1, 3, 3, 5], np.int64)}, dict(mode="linear", antialias=1)),
     (["roi", "sc"], {"roi": np.array([0, 0, 0.2, 0.1, 1, 1, 0.9, 1.2], np.float32),
                      "sc": SCALES},

@@ -53,3 +53,32 @@ def package_to_temp(model_or_graph, board: str = "host", codegen: str = "c",
     info = package(model_or_graph, board, codegen, out_dir=Path(tmp.name) / "pkg",
                    io_in_arena=io_in_arena)
     return tmp, info
+
+
+def verify(model: str | Path, board: str = "host", codegen: str = "c",
+           extra_cflags: Sequence[str] = (), seed: int = 0) -> dict:
+    """What `aot verify` does: package `model` for `board`, run it there on
+    the saved input (or a random one drawn from `seed`), compare with the
+    reference runtime. {ok, reference, inputs, outputs: [{name, max_abs_err}],
+    package: the PackageInfo summary (its directory is gone)}."""
+    import aot
+    from aot.deploy import run_package
+    from aot.deploy.reference import compare, reference_outputs, saved_or_random_inputs
+    from aot.errors import AotError
+
+    brd = get_board(board)
+    graph = aot.load(model)
+    check_fits(graph, brd)
+    graph = as_graph(graph)
+    origin, inputs = saved_or_random_inputs(Path(model), graph, seed)
+    with tempfile.TemporaryDirectory(prefix="aot-") as tmp:
+        info = package(graph, board=board, codegen=codegen, out_dir=Path(tmp) / "pkg",
+                       extra_cflags=extra_cflags)
+        got = run_package(info.path, brd, inputs, warmup=0, runs=1).outputs
+    reference, want = reference_outputs(Path(model), graph, inputs)
+    if len(want) != len(got):
+        raise AotError(f"the reference gives {len(want)} outputs, the package {len(got)}")
+    rows = [compare(name, g, w) for name, g, w in zip(graph.outputs, got, want)]
+    ok = all(r.pop("ok") for r in rows)
+    return {"ok": ok, "reference": reference, "inputs": origin, "outputs": rows,
+            "package": info.summary()}

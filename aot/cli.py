@@ -171,24 +171,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    import aot
-    from aot.api import package
-    from aot.deploy import run_package
-    from aot.deploy.reference import compare, reference_outputs, saved_or_random_inputs
-    from aot.targets import get_board
+    from aot.api import verify
 
-    board = get_board(args.board)
-    graph = aot.optimize(aot.load(args.model))
-    origin, inputs = saved_or_random_inputs(Path(args.model), graph)
-    with tempfile.TemporaryDirectory(prefix="aot-") as tmp:
-        info = package(graph, board=args.board, codegen=args.codegen,
-                       out_dir=Path(tmp) / "pkg")
-        got = run_package(info.path, board, inputs, warmup=0, runs=1).outputs
-    reference, want = reference_outputs(Path(args.model), graph, inputs)
-    if len(want) != len(got):
-        raise AotError(f"the reference gives {len(want)} outputs, the package {len(got)}")
-    rows = [compare(name, g, w) for name, g, w in zip(graph.outputs, got, want)]
-    ok = all(r.pop("ok") for r in rows)
+    out = verify(args.model, board=args.board, codegen=args.codegen)
+    ok, reference, origin, rows = out["ok"], out["reference"], out["inputs"], out["outputs"]
     if args.json:
         emit_json({"ok": ok, "reference": reference, "inputs": origin, "outputs": rows})
     else:

@@ -56,11 +56,13 @@ def package_to_temp(model_or_graph, board: str = "host", codegen: str = "c",
 
 
 def verify(model: str | Path, board: str = "host", codegen: str = "c",
-           extra_cflags: Sequence[str] = (), seed: int = 0) -> dict:
+           extra_cflags: Sequence[str] = (), seed: int = 0,
+           out_dir: str | Path | None = None) -> dict:
     """What `aot verify` does: package `model` for `board`, run it there on
     the saved input (or a random one drawn from `seed`), compare with the
     reference runtime. {ok, reference, inputs, outputs: [{name, max_abs_err}],
-    package: the PackageInfo summary (its directory is gone)}."""
+    package: the PackageInfo summary}. The package is kept in out_dir if
+    given, else built in a temporary directory and removed."""
     import aot
     from aot.deploy import run_package
     from aot.deploy.reference import compare, reference_outputs, saved_or_random_inputs
@@ -72,7 +74,8 @@ def verify(model: str | Path, board: str = "host", codegen: str = "c",
     graph = as_graph(graph)
     origin, inputs = saved_or_random_inputs(Path(model), graph, seed)
     with tempfile.TemporaryDirectory(prefix="aot-") as tmp:
-        info = package(graph, board=board, codegen=codegen, out_dir=Path(tmp) / "pkg",
+        info = package(graph, board=board, codegen=codegen,
+                       out_dir=Path(out_dir) if out_dir else Path(tmp) / "pkg",
                        extra_cflags=extra_cflags)
         got = run_package(info.path, brd, inputs, warmup=0, runs=1).outputs
     reference, want = reference_outputs(Path(model), graph, inputs)

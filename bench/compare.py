@@ -76,6 +76,7 @@ class Case:
     packages: dict[str, Path] = field(default_factory=dict)    # codegen -> package
     meta: dict = field(default_factory=dict)
     check: str = ""
+    outputs_ok: bool = False
     tflm: dict = field(default_factory=dict)
 
 
@@ -204,7 +205,7 @@ def prepare(case: Case, board, codegens: list[str], workdir: Path, log) -> None:
 
     graph = as_graph(case.tflite)
     ref, want = reference_outputs(case.tflite, graph, case.inputs)
-    checks = []
+    checks, oks = [], []
     for cg in codegens:
         t0 = time.perf_counter()
         info = package(graph, board=board.name, codegen=cg, out_dir=workdir / f"{case.name}.{cg}")
@@ -215,8 +216,10 @@ def prepare(case: Case, board, codegens: list[str], workdir: Path, log) -> None:
         rows = [compare(n, g, w) for n, g, w in zip(graph.outputs, got, want)]
         ok = all(r["ok"] for r in rows)
         err = max((r["max_abs_err"] or 0.0) for r in rows)
+        oks.append(ok)
         checks.append(f"{cg}: {'ok' if ok else 'MISMATCH'} vs {ref} (max err {err:.2g})")
     case.check = "; ".join(checks)
+    case.outputs_ok = all(oks)
     case.tflm = tflm_arena(case)
 
 
@@ -237,7 +240,8 @@ def summarize(case: Case, times: dict[str, list[float]]) -> dict:
             "params_bytes": case.meta["params_bytes"],
             "tflm_arena_bytes": case.tflm["bytes"],
             "tflm_arena_head_bytes": case.tflm["head_bytes"],
-            "tflm_arena_source": case.tflm["source"], "check": case.check}
+            "tflm_arena_source": case.tflm["source"], "check": case.check,
+            "outputs_ok": case.outputs_ok}
 
 
 def us(ms: float) -> str:
@@ -279,7 +283,8 @@ def model_table(row: dict):
 def summary_table(rows: list[dict], codegens: list[str]):
     from rich.table import Table
 
-    table = Table(title="summary (medians in us; ratio < 1: aot is faster)",
+    table = Table(title="summary: medians in us; aot / best anchor by median (by p10); "
+                  "below 1x aot is faster",
                   title_justify="left")
     table.add_column("model")
     for cg in codegens:
@@ -287,7 +292,7 @@ def summary_table(rows: list[dict], codegens: list[str]):
     for a in ANCHORS:
         table.add_column(SHORT.get(a, a), justify="right")
     for cg in codegens:
-        table.add_column(f"{cg} / best (p10)", justify="right")
+        table.add_column(f"{cg} / best", justify="right")
     for col in ("arena B", "bound B", "tflm B"):
         table.add_column(col, justify="right")
     for row in rows:
@@ -346,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console()
     if not console.is_terminal:       # a log or a pipe: wide enough for the summary
-        console = Console(width=132)
+        console = Console(width=150)
     err = Console(stderr=True)
     try:
         board = host_board(args.board)

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import MODELS
+from conftest import MODELS, REPO
 
 # Slow enough (~20 us) that the harness's 1 us clock never reads 0.
 MODEL = MODELS / "mlperf_ad_fcae_int8.tflite"
@@ -133,3 +133,38 @@ def test_package_inputs_match_the_metadata(pkg):
     ins = package_inputs(meta)
     assert [(list(a.shape), a.dtype.name) for a in ins] == \
         [(i["shape"], i["dtype"]) for i in meta["inputs"]]
+
+
+# ------------------------------------------------------- bench/compare.py
+
+def compare(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "bench" / "compare.py"), *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_compare_other_boards_are_not_available_yet():
+    r = compare("--board", "qemu-rpi4")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "compare.py: error: board 'qemu-rpi4' is not available yet: compare.py runs on the "
+        "host board only (aot knows: host)"]
+
+
+def test_compare_smoke(tmp_path):
+    """One small model, one codegen, one short round: every contender timed,
+    the package's outputs right, the JSON complete."""
+    out = tmp_path / "compare.json"
+    r = compare("--models", "ad", "--codegen", "llvm", "--rounds", "1", "--batch", "2",
+                "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "summary" in r.stdout
+    rows = json.loads(out.read_text())["models"]
+    assert [row["model"] for row in rows] == ["mlperf_ad_fcae_int8", "mlperf_ad_fcae_f32"]
+    for row in rows:
+        assert row["outputs_ok"], row["check"]
+        assert row["arena_lower_bound_bytes"] <= row["arena_bytes"]
+        assert row["tflm_arena_bytes"] > 0
+        for s in row["contenders"].values():
+            assert s["n"] == 2 and 0 < s["min_ms"] <= s["median_ms"] <= s["max_ms"]
+    assert set(rows[1]["contenders"]) == {"aot llvm", "onnxruntime", "litert xnnpack",
+                                          "litert builtin"}

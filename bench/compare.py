@@ -28,6 +28,9 @@ Memory beside speed: aot's arena (and the lower bound no placement can
 beat) and tflite-micro's arena for the same model, read from its recording
 allocator; where tflite-micro cannot run the model the published MLPerf
 Tiny value is shown, marked as such.
+
+Only the host board for now: `--board` anything else says it is not
+available yet. `--json FILE` writes every number the tables show.
 """
 from __future__ import annotations
 

@@ -136,6 +136,22 @@ def test_conv_nchw(codegen):
     check_many(graphs, codegen)
 
 
+@pytest.mark.parametrize("vector_bits", [128, 0])
+def test_narrower_and_scalar_targets(vector_bits):
+    """The same kernels for a 4-lane vector unit and for none (a
+    microcontroller): other tile widths, remainders and pixel blocks."""
+    target = dataclasses.replace(host_target(), vector_bits=vector_bits)
+    graphs = [onnx_graph("Conv", x, _conv_consts(w, i), a) for i, (x, w, a) in enumerate(CONVS)]
+    graphs += [onnx_graph(op, x, {}, a) for op, x, a in POOLS[:6]]
+    graphs += [onnx_graph(op, x, {k: _rnd(*v, seed=i) for k, v in c.items()}, a)
+               for i, (op, x, c, a) in enumerate(DENSE)]
+    cases = [(g, {"x": _rnd(*g.types["x"].shape, seed=i)}) for i, g in enumerate(graphs)]
+    for (g, ins), got in zip(cases, build_and_run_many(cases, target=target)):
+        want = aot.interpret(g, ins)
+        for name in g.outputs:
+            assert_close(f"{g.name}:{name}", got[name], want[name], RTOL, ATOL)
+
+
 def test_conv_is_vectorized_over_output_channels():
     """An NHWC conv with 16 output channels on AVX2 is 8-lane vector code:
     its stores are vectors, its weights a repacked parameter."""

@@ -17,7 +17,7 @@ from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Expr, Load, S
 from aot.lower import qmath as q
 from aot.lower.elementwise import broadcast_index, broadcast_load, const_like
 from aot.lower.rules import LowerCtx, kernel_rule, value_rule
-from aot.lower.tflite_int8 import (ConvGeom, _CallView, _table, conv_nest, loop, nest, to_i32)
+from aot.lower.tflite_int8 import ConvGeom, _CallView, conv_nest, loop, nest, table, to_i32
 from aot.ops.nn import resolve_window
 
 
@@ -107,17 +107,24 @@ def _float_multipliers(x_s, w_s, y_s) -> np.ndarray:
                          .astype(np.float32)).reshape(-1)
 
 
-def _requantize(ctx: LowerCtx, acc: Expr, mult: np.ndarray, channel: Expr, zp, dtype: str):
-    """saturate(rint(double(acc) * double(mult[c]) + zp))."""
+def _requantizer(ctx: LowerCtx, ins, scales: tuple[int, int, int], zp_at: int):
+    """(acc, channel) -> saturate(rint(double(acc) * double(M[c]) + zp)) with
+    M = float32(s_in * s_w / s_out) from the scale inputs, the output zero
+    point from input zp_at, the output's dtype."""
+    names = ("input scale", "weight scale", "output scale")
+    mult = _float_multipliers(*(_value(ctx, ins, i, what).astype(np.float32)
+                                for i, what in zip(scales, names)))
+    m_at = table(ctx, "multiplier", mult.astype(np.float64))
+    zp = _value(ctx, ins, zp_at, "output zero point")
+    dtype = ctx.out_types[0].dtype
     f64 = dt("float64")
-    if np.all(mult == mult[0]):
-        m = Const(float(mult[0]), f64)
-    else:
-        m = Load(ctx.param("multiplier", mult.astype(np.float64)), channel)
-    r = Bin("*", Cast(f64, acc), m)
-    if zp is not None:
-        r = Bin("+", r, Const(float(np.asarray(zp).reshape(-1)[0]), f64))
-    return _saturate(r, dtype)
+
+    def requantize(acc: Expr, channel: Expr) -> Expr:
+        r = Bin("*", Cast(f64, acc), m_at(channel))
+        if zp is not None:
+            r = Bin("+", r, Const(float(np.asarray(zp).reshape(-1)[0]), f64))
+        return _saturate(r, dtype)
+    return requantize
 
 
 def _zero_point(v: np.ndarray | None) -> int:
@@ -164,15 +171,9 @@ def _int_conv(ctx: LowerCtx, x, w: np.ndarray, x_zp, w_zp, bias, emit, value) ->
 
 @kernel_rule("QLinearConv")
 def qlinear_conv(ctx: LowerCtx, ins, emit):
-    mult = _float_multipliers(_value(ctx, ins, 1, "x_scale").astype(np.float32),
-                              _value(ctx, ins, 4, "w_scale").astype(np.float32),
-                              _value(ctx, ins, 6, "y_scale").astype(np.float32))
-    y_zp = _value(ctx, ins, 7, "y_zero_point")
-    out_dtype = ctx.out_types[0].dtype
     return _int_conv(ctx, ins[0], _value(ctx, ins, 3, "weight"),
                      _value(ctx, ins, 2, "x_zero_point"), _value(ctx, ins, 5, "w_zero_point"),
-                     _value(ctx, ins, 8, "bias"), emit,
-                     lambda acc, c: _requantize(ctx, acc, mult, c, y_zp, out_dtype))
+                     _value(ctx, ins, 8, "bias"), emit, _requantizer(ctx, ins, (1, 4, 6), 7))
 
 
 @kernel_rule("ConvInteger")
@@ -200,9 +201,9 @@ def _int_matmul(ctx: LowerCtx, a, b, a_zp, b_zp, emit, value) -> Stmt:
     if folded:
         bc = b.value.astype(np.int64) - bz
         packed = ctx.param("b", bc.T.astype(np.int16 if np.abs(bc).max() > 127 else np.int8))
-        start = _table(ctx, "column_start", (-a_off * bc.sum(axis=0)).astype(np.int32))
+        start = table(ctx, "column_start", (-a_off * bc.sum(axis=0)).astype(np.int32))
     else:
-        b_off = _table(ctx, "b_zero_point", bz.astype(np.int32))
+        b_off = table(ctx, "b_zero_point", bz.astype(np.int32))
 
     def at(idx):
         batch, m, n = idx[:-2], idx[-2], idx[-1]
@@ -237,7 +238,7 @@ def _row_table(ctx: LowerCtx, zp, rows: int):
         return int(zp[0])
     if zp.size != rows:
         raise ctx.unsupported(f"an A zero point of {zp.size} entries for {rows} rows")
-    return _table(ctx, "a_zero_point", zp.astype(np.int32))
+    return table(ctx, "a_zero_point", zp.astype(np.int32))
 
 
 @kernel_rule("QLinearMatMul")
@@ -245,13 +246,8 @@ def qlinear_matmul(ctx: LowerCtx, ins, emit):
     a_zp = _value(ctx, ins, 2, "a_zero_point")
     if a_zp is not None and a_zp.size != 1:
         raise ctx.unsupported("a per-row zero point of A")
-    mult = _float_multipliers(_value(ctx, ins, 1, "a_scale").astype(np.float32),
-                              _value(ctx, ins, 4, "b_scale").astype(np.float32),
-                              _value(ctx, ins, 6, "y_scale").astype(np.float32))
-    y_zp = _value(ctx, ins, 7, "y_zero_point")
-    out_dtype = ctx.out_types[0].dtype
     return _int_matmul(ctx, ins[0], ins[3], a_zp, _value(ctx, ins, 5, "b_zero_point"), emit,
-                       lambda acc, n: _requantize(ctx, acc, mult, n, y_zp, out_dtype))
+                       _requantizer(ctx, ins, (1, 4, 6), 7))
 
 
 @kernel_rule("MatMulInteger")

@@ -83,45 +83,35 @@ def narrow(e: Expr, dtype: str) -> Expr:
     return Cast(dt(dtype, dtype_of(e).lanes), e)
 
 
+def table(ctx: LowerCtx, name: str, values: np.ndarray) -> Callable[[Expr], Expr]:
+    """index -> values[index]: a PARAM table, or one constant when all entries
+    are equal (per-tensor quantization folds away)."""
+    values = np.asarray(values).reshape(-1)
+    if values.size and np.all(values == values[0]):
+        c = Const(values[0].item(), dt(values.dtype.name))
+        return lambda index: c
+    buf = ctx.param(name, values)
+    return lambda index: Load(buf, index)
+
+
 @dataclass
 class Requant:
-    """Per-channel (or per-tensor) MultiplyByQuantizedMultiplier."""
-    mult: object      # int, or an int32 PARAM buffer indexed by channel
-    left: object
-    right: object
+    """Per-channel (or per-tensor) MultiplyByQuantizedMultiplier: index -> M, shifts."""
+    mult: Callable[[Expr], Expr]
+    left: Callable[[Expr], Expr]
+    right: Callable[[Expr], Expr]
 
     @staticmethod
     def make(ctx: LowerCtx, mults, shifts) -> "Requant":
-        mults = np.asarray(mults, np.int64).reshape(-1)
+        mults = np.asarray(mults, np.int64).reshape(-1).astype(np.int32)
         shifts = np.asarray(shifts, np.int64).reshape(-1)
-        left, right = np.maximum(shifts, 0), np.maximum(-shifts, 0)
-
-        def table(name, values):
-            if np.all(values == values[0]):
-                return int(values[0])
-            return ctx.param(name, values.astype(np.int32))
-        return Requant(table("multiplier", mults), table("left_shift", left),
-                       table("right_shift", right))
+        return Requant(table(ctx, "multiplier", mults),
+                       table(ctx, "left_shift", np.maximum(shifts, 0).astype(np.int32)),
+                       table(ctx, "right_shift", np.maximum(-shifts, 0).astype(np.int32)))
 
     def apply(self, b: q.Block, acc: Expr, channel: Expr) -> Expr:
-        def at(v):
-            return v if isinstance(v, int) else Load(v, channel)
-        return q.mbqm_block(b, acc, at(self.mult), left=at(self.left), right=at(self.right))
-
-
-def _param_or_int(ctx: LowerCtx, name: str, values: np.ndarray, index: Expr) -> Expr:
-    """A per-channel table entry, folded to a constant when all are equal."""
-    return _table(ctx, name, values)(index)
-
-
-def _table(ctx: LowerCtx, name: str, values: np.ndarray) -> Callable[[Expr], Expr]:
-    """index -> values[index]: one PARAM table, or a constant when all are equal."""
-    values = np.asarray(values).reshape(-1)
-    if values.size and np.all(values == values[0]):
-        c = Const(int(values[0]), dt(values.dtype.name))
-        return lambda index: c
-    table = ctx.param(name, values)
-    return lambda index: Load(table, index)
+        return q.mbqm_block(b, acc, self.mult(channel), left=self.left(channel),
+                            right=self.right(channel))
 
 
 def _const(ctx: LowerCtx, ref_: TensorRef | None, what: str) -> np.ndarray | None:
@@ -259,7 +249,7 @@ def conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable[[tuple], Expr], zp: i
     def init(oc, folded: bool) -> Expr:
         if folded not in inits:
             values = bias - zp * weights.reshape(g.cout, -1).sum(axis=1) if folded else bias
-            inits[folded] = _table(ctx, "bias", ref_q.wrap_int32(values).astype(np.int32))
+            inits[folded] = table(ctx, "bias", ref_q.wrap_int32(values).astype(np.int32))
         return inits[folded](oc)
 
     def taps(n, ky, kx, iy, ix, inside: bool) -> Stmt:
@@ -367,10 +357,12 @@ def hybrid_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> S
         b.add(Decl(scale, Bin("*", per_image, Const(w_scale, f32))))
         return b.stmt()
 
+    float_bias = None if bias is None else table(ctx, "bias", bias.astype(np.float32))
+
     def finish(idx, acc):
         y = Bin("*", Cast(f32, acc), scale)
-        if bias is not None:
-            y = Bin("+", y, _param_or_float(ctx, bias, idx[3]))
+        if float_bias is not None:
+            y = Bin("+", y, float_bias(idx[3]))
         return emit(0, idx, y)
 
     return conv_nest(ctx, g, lambda i: Load(qx, flat_index(i, qx.shape)), 0, weights,
@@ -379,13 +371,6 @@ def hybrid_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> S
 
 def _fabs(v: Expr) -> Expr:
     return Call("fabsf", (v,), dtype_of(v))
-
-
-def _param_or_float(ctx: LowerCtx, values: np.ndarray, index: Expr) -> Expr:
-    values = np.asarray(values, np.float32).reshape(-1)
-    if np.all(values == values[0]):
-        return Const(float(values[0]), dt("float32"))
-    return Load(ctx.param("bias", values), index)
 
 
 @kernel_rule("tfl.conv2d")
@@ -440,14 +425,14 @@ def fully_connected(ctx: LowerCtx, ins, emit):
     rq = Requant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out))
     # FC has no padding: fold the input zero point into the bias
     bias = ref_q.wrap_int32(_bias_values(ctx, ins, 2, units) - zp_in * w.sum(axis=1))
-    bias = bias.astype(np.int32)
+    start = table(ctx, "bias", bias.astype(np.int32))
     weights = ctx.param("weights", _weight_dtype(w))
     lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
 
     def row(out_lead, x_index):
         def unit(o):
             b = q.Block(ctx)
-            acc = b.let("acc", _param_or_int(ctx, "bias", bias, o))
+            acc = b.let("acc", start(o))
             b.add(loop(ctx, "d", depth, lambda d: Assign(acc, Bin("+", acc, Bin(
                 "*", to_i32(x.load(x_index(d))),
                 to_i32(Load(weights, add(mul(o, Const(depth)), d))))))))

@@ -2,21 +2,28 @@
 kernels (Conv, ConvTranspose, pooling, Gemm, MatMul) and the per-channel
 value rules (BatchNormalization, Resize).
 
-How the kernels are shaped (see /work/shared/PERFORMANCE.md):
+How the kernels are shaped (see /work/shared/PERFORMANCE.md; the numbers
+are in aot/lower/schedule.py):
 
-- The output channel axis is innermost and unit-stride (NHWC). It is cut
-  into channel tiles of a few vector accumulators (`schedule.tile`),
-  declared as locals, updated with lane-wise multiply-adds and stored once
-  through `emit` (which applies the fused epilogue in registers). Channel
-  counts that are not a multiple of the tile end in an exact-size
-  remainder tile (whole vectors, a half vector, then scalars).
+- The output channel axis is innermost and unit-stride (NHWC). Outputs are
+  computed in register tiles of MR neighbouring pixels x NR channels: NR is
+  a few vector accumulators, declared as locals, updated with lane-wise
+  multiply-adds (one broadcast input and one weight vector load shared by
+  the tile) and stored once through `emit`, which applies the fused
+  epilogue in registers. Channel counts that are not a multiple of NR end
+  in an exact-size remainder tile (whole vectors, a half vector, scalars);
+  rows that are not a multiple of MR in an exact-size pixel block.
 - Weights are repacked at compile time into the order the inner loop reads
-  them: [group][k...][in-channel][out-channel].
+  them: [group][k...][in-channel][out-channel] for convolutions, and
+  per-tile column panels for a constant matrix operand (Gemm, MatMul, 1x1
+  convolutions, which are matrix products over all pixels).
 - Shapes are constants. Out-of-image taps cost no branch: each spatial axis
   is split into runs of output positions whose in-image taps are the same
   range, and every combination of runs (a region: the interior, the edges,
   the corners) gets its own loop nest with constant tap bounds. Only when
   that would make too many regions does an axis fall back to guarded taps.
+  A small map, mostly border, is instead copied into a zero-padded
+  workspace and convolved as one region.
 """
 from __future__ import annotations
 
@@ -772,16 +779,6 @@ def batchnorm(ctx: LowerCtx, ins: Sequence[TensorRef], idx: tuple, lanes: int) -
 
 # ------------------------------------------------------------------------ Resize
 
-@dataclass(frozen=True)
-class _Call:
-    """What the reference's Resize helpers read of a node (attrs, node)."""
-    node: object
-
-    @property
-    def attrs(self):
-        return self.node.attrs
-
-
 def _resize_axes(ctx: LowerCtx, x: TensorRef, ins) -> list[tuple[int, np.ndarray, np.ndarray,
                                                                    np.ndarray | None]]:
     """Per resized axis: (axis, tap indices [out, n], tap weights [out, n],
@@ -793,7 +790,7 @@ def _resize_axes(ctx: LowerCtx, x: TensorRef, ins) -> list[tuple[int, np.ndarray
         if ins[i].value is None:
             raise ctx.unsupported(f"Resize input {i} computed at run time")
         return ins[i].value
-    call = _Call(ctx.node)
+    call = ctx                  # what the reference helpers read: attrs and node
     values = [None, const(1), const(2), const(3)]
     plan = ref._resize_plan(call, x.shape, ref._resize_optional(call, 2, values),
                             ref._resize_optional(call, 3, values))

@@ -352,7 +352,7 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     icg, ocg = packed.shape[-2], packed.shape[-1]
     t = tile(ctx.target, dtype, out.vectorizable, pixels=True)
     if _pointwise(win) and xin.layout == "NHWC" and group == 1 and x.buffer is not None:
-        return _pointwise_conv(ctx, emit, x, bias, packed.reshape(icg, ocg), xin, out)
+        return _pointwise_conv(ctx, emit, x, bias, packed.reshape(icg, ocg), xin, out, t)
     if icg == 1 and ocg == 1 and t.lanes > 1:
         t = tile(ctx.target, dtype)
         per_channel = np.ascontiguousarray(np.moveaxis(packed[..., 0, 0], 0, -1))  # [k...][C]
@@ -468,18 +468,25 @@ def _unravel(i: Expr, dims: Sequence[int]) -> tuple[Expr, ...]:
 
 
 def _pointwise_conv(ctx, emit, x: TensorRef, bias, w: np.ndarray, xin: SpatialOp,
-                    out: SpatialOp) -> Stmt:
+                    out: SpatialOp, t: Tile) -> Stmt:
     """A 1x1, stride-1, unpadded channel-last conv is a matrix product
-    [pixels, IC] x [IC, OC]: pixels are blocked across rows (and images),
-    not just within one row."""
+    [pixels, IC] x [IC, OC]. Rows of at least MR pixels are the matrix's
+    rows, one row of the image at a time; shorter rows are blocked across
+    rows (and images) instead, at the price of dividing the pixel index
+    back into coordinates when storing."""
     dtype = dt(ctx.out_types[0].dtype)
     ic, oc = w.shape
-    dims = (xin.batch, *out.spatial)
-    a = _Operand(lambda bi, r, c, lanes: Load(x.buffer, add(mul(r, Const(ic)), c), lanes), False)
 
     def finish(acc, bi, i, j):
         lanes = dtype_of(acc).lanes
         return acc if bias is None else Bin("+", acc, _bias_init(bias, dtype, j)(0, lanes))
+    if out.spatial[-1] >= t.mr:
+        batch = (xin.batch, *out.spatial[:-1])
+        a = _Operand(lambda bi, r, c, lanes: x.load((*bi, r, c)), False)
+        return _dense(ctx, emit, a, w, batch, out.spatial[-1], ic, oc,
+                      lambda bi, i, j: (*bi, i, j), finish)
+    dims = (xin.batch, *out.spatial)
+    a = _Operand(lambda bi, r, c, lanes: Load(x.buffer, add(mul(r, Const(ic)), c), lanes), False)
     return _dense(ctx, emit, a, w, (), int(np.prod(dims)), ic, oc,
                   lambda bi, i, j: (*_unravel(i, dims), j), finish)
 

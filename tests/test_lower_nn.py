@@ -99,6 +99,7 @@ CONVS = [
     ((1, 8, 5, 5), (20, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                 # 8+8+4 remainder
     ((1, 3, 9, 8), (13, 3, 3, 3), dict(pads=[1, 0, 2, 1], strides=[2, 2])),  # first layer, odd OC
     ((1, 16, 4, 4), (40, 16, 1, 1), {}),                                    # 1x1, tile + remainder
+    ((2, 16, 5, 3), (24, 16, 1, 1), {}),                      # 1x1 on short rows: pixels flattened
     ((2, 7, 6, 5), (3, 7, 1, 1), dict(strides=[2, 1])),                    # scalar channels
     ((1, 12, 6, 6), (12, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=12)),      # depthwise
     ((1, 19, 7, 7), (19, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=19, strides=[2, 2])),

@@ -1,7 +1,8 @@
 """The float neural-network kernels (aot/lower/nn.py) compiled and run
-against the reference interpreter: single-op graphs over a spread of
-geometries (all compiled in one C file per group), the NCHW forms, the
-region splitter's invariants, and the float models end to end."""
+against the reference interpreter, through the C and the LLVM backends:
+single-op graphs over a spread of geometries (each group compiled as one
+library), the NCHW forms, narrower and scalar targets, the region
+splitter's invariants, and the float models end to end."""
 from __future__ import annotations
 
 import ctypes
@@ -16,13 +17,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import aot
+from aot.codegen import symbol_names
+from aot.codegen.llvm import emit_object
 from aot.errors import UnsupportedError
 from aot.frontend.onnx import import_onnx
 from aot.ir.graph import Graph, Node, type_of
 from aot.lower import lower_graph
 from aot.lower.nn import axis_runs, window_regions
-from aot.codegen import symbol_names
-from aot.codegen.llvm import emit_object
 from aot.lower.testing import build_and_run_many, host_target, run_kernels
 from aot.ops.nn import Window
 from aot.passes.fold import fold_constants

@@ -771,26 +771,33 @@ INT_TYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "ui
 class ExprGen:
     """Random well-typed integer TIR free of C undefined behaviour: signed
     + - * only on 8/16-bit types (computed in int, then wrapped), shifts by
-    in-range constants, division by constants other than 0 and -1."""
+    in-range constants, division by constants other than 0 and -1. With
+    lanes > 1 every value is a vector of that many lanes."""
 
-    def __init__(self, seed: int, a: Buffer, b: Buffer, i: Var):
+    def __init__(self, seed: int, a: Buffer, b: Buffer, i: Var, lanes: int = 1):
         self.r = np.random.default_rng(seed)
-        self.a, self.b, self.i = a, b, i
+        self.a, self.b, self.i, self.lanes = a, b, i, lanes
 
-    def const(self, d: DType) -> Const:
+    def splat(self, e: Expr) -> Expr:
+        return e if self.lanes == 1 else Broadcast(e, self.lanes)
+
+    def cast(self, d: DType, e: Expr) -> Expr:
+        return Cast(d.with_lanes(self.lanes), e)
+
+    def const(self, d: DType) -> Expr:
         info = np.iinfo(d.scalar)
         pick = self.r.integers(4)
         v = [info.min, info.max, 0, int(self.r.integers(-100, 100))][pick]
-        return Const(int(np.clip(v, info.min, info.max)), d)
+        return self.splat(Const(int(np.clip(v, info.min, info.max)), d))
 
     def leaf(self, d: DType) -> Expr:
         pick = self.r.integers(4)
         if pick == 0:
             return self.const(d)
         if pick == 1:
-            return Cast(d, self.i) if d != INT32 else self.i
-        src = Load(self.a if pick == 2 else self.b, self.i)
-        return src if d == src.buffer.dtype else Cast(d, src)
+            return self.splat(Cast(d, self.i) if d != INT32 else self.i)
+        src = Load(self.a if pick == 2 else self.b, self.i, self.lanes)
+        return src if d == src.buffer.dtype else self.cast(d, src)
 
     def expr(self, d: DType, depth: int) -> Expr:
         if depth == 0 or self.r.random() < 0.2:
@@ -807,15 +814,15 @@ class ExprGen:
         op = ops[self.r.integers(len(ops))]
         sub = lambda: self.expr(d, depth - 1)  # noqa: E731
         if op in (">>", "<<"):
-            return Bin(op, sub(), Const(int(self.r.integers(info.bits)), d))
+            return Bin(op, sub(), self.splat(Const(int(self.r.integers(info.bits)), d)))
         if op in ("div", "mod"):
             c = int(self.r.integers(2, 50)) * (1 if unsigned or self.r.random() < 0.5 else -1)
-            return Bin("/" if op == "div" else "%", sub(), Const(c, d))
+            return Bin("/" if op == "div" else "%", sub(), self.splat(Const(c, d)))
         if op == "select":
             return Select(self.cond(depth - 1), sub(), sub())
         if op == "cast":
             other = DType(INT_TYPES[self.r.integers(len(INT_TYPES))])
-            return Cast(d, self.expr(other, depth - 1))
+            return self.cast(d, self.expr(other, depth - 1))
         if op == "neg":
             return Unary("neg", sub())
         return Bin(op, sub(), sub())
@@ -832,22 +839,24 @@ class ExprGen:
         return Bin(op, self.expr(d, depth), self.expr(d, depth))
 
 
-def random_int_funcs(count: int = 60, n: int = 64) -> list[PrimFunc]:
+def random_int_funcs(count: int = 60, n: int = 64, lanes: int = 1) -> list[PrimFunc]:
     a, b = Buffer("a", INT32, (n,)), Buffer("b", INT32, (n,))
     funcs = []
     for k in range(count):
         d = DType(INT_TYPES[k % len(INT_TYPES)])
         out = Buffer("out", d, (n,), OUT)
         i = Var("i")
-        value = ExprGen(k, a, b, i).expr(d, 5)
-        funcs.append(PrimFunc(f"random_{k}", (a, b, out), For(i, n, Store(out, i, value))))
+        value = ExprGen(k, a, b, i, lanes).expr(d, 5)
+        kind = ForKind.VECTORIZED if lanes > 1 else ForKind.SERIAL
+        funcs.append(PrimFunc(f"random{lanes}_{k}", (a, b, out),
+                              For(i, n, Store(out, i, value), kind, step=lanes)))
     return funcs
 
 
 def test_random_integer_expressions_agree_across_backends(tmp_path):
     """Differential: C printed by us (precedence, casts, constants) under gcc
     and clang at -O1 and -O3 vs LLVM IR built from the same TIR."""
-    funcs = random_int_funcs()
+    funcs = random_int_funcs(40) + random_int_funcs(40, lanes=8)
     n = funcs[0].params[0].shape[0]
     ins = rng.integers(-2**31, 2**31, (2, n)).astype("i4")
     ins[:, :8] = [[-2**31, 2**31 - 1, 0, -1, 1, 255, -129, 65535]] * 2

@@ -303,6 +303,12 @@ class _Printer:
     def _vector_bin(self, e: Bin, d: DType):
         native = e.op in ("+", "-", "*", "/") or (
             not d.is_float and e.op in ("%", "<<", ">>", "&", "|", "^"))
+        if native and d.scalar in ("int8", "int16") and e.op in ("+", "-", "*", "<<"):
+            # Vector lanes are not promoted to int: wrap in the unsigned type instead
+            # of overflowing a signed lane (undefined, and GCC exploits it).
+            t, u = self.mod.vector(d), self.mod.vector(DType("u" + d.scalar, d.lanes))
+            a, b = (f"({u}){self.wrap(x, UNARY)}" for x in (e.a, e.b))
+            return f"({t})({a} {e.op} {b})", UNARY
         if native and d.scalar != "bool":
             return self._infix(e), _PREC[e.op]
         t = self.mod.vector(d)
@@ -326,6 +332,9 @@ class _Printer:
             text = self.wrap(e.a, PRIMARY) if self._starts_signed(e.a) else self.wrap(e.a, UNARY)
             if _narrow(d):
                 return f"({C_TYPES[d.scalar]})-{text}", UNARY
+            if d.lanes > 1 and d.scalar in ("int8", "int16"):     # as in _vector_bin
+                u = self.mod.vector(DType("u" + d.scalar, d.lanes))
+                return f"({self.mod.vector(d)})-({u}){self.wrap(e.a, UNARY)}", UNARY
             return f"-{text}", UNARY
         if e.op == "not":
             if d.lanes > 1:

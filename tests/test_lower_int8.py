@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import os
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -640,3 +643,64 @@ def test_onnx_qdq_pattern_around_a_float_conv():
         want = aot.interpret(g, f)["y"].astype(np.int32)
         diff = np.abs(got["y"].astype(np.int32) - want)
         assert diff.max() <= 1 and (diff > 0).mean() < 0.01
+
+
+# ------------------------------------------------------------------ undefined behaviour
+
+def _ubsan_runtime() -> str:
+    out = subprocess.run(["clang", "-print-file-name=libclang_rt.ubsan_standalone-x86_64.so"],
+                         capture_output=True, text=True).stdout.strip()
+    if not out.startswith("/"):     # older clangs print the bare name: look in the resource dir
+        res = subprocess.run(["clang", "-print-resource-dir"], capture_output=True,
+                             text=True).stdout.strip()
+        out = f"{res}/lib/linux/libclang_rt.ubsan_standalone-x86_64.so"
+    return out
+
+
+def ubsan_main(out_dir: str) -> None:
+    """Run in a child process with the UBSan runtime preloaded: the int8
+    kernels (all rule kinds, random and real inputs) built with
+    -fsanitize=undefined; any signed overflow or bad shift aborts."""
+    from aot.codegen.c import emit_c
+    from aot.lower import lower_graph
+    target = host_target()
+    rng = np.random.default_rng(0)
+    graphs = [conv_model("CONV_2D", *c[:4], c[4], seed=k) for k, c in enumerate(CONVS)]
+    graphs += [conv_model("DEPTHWISE_CONV_2D", *c[:4], bias=c[4]) for c in DEPTHWISE]
+    graphs += [fc_model(True, True), fc_model(False, False), softmax_model(1.0, 0.9),
+               softmax_model(0.5, 0.04), mean_model(False), quantize_model(),
+               pool_model("AVERAGE_POOL_2D", 1, 2, 2, (3, 4)),
+               binary_model("ADD", 1, [3, 1], [1, 5], [3, 5]),
+               binary_model("MUL", 0, [2, 3, 4], [4], [2, 3, 4]),
+               _tflite_graph(lstm_model(False, True)),
+               aot.optimize(aot.load(MODELS / "tflm_micro_speech_int8.tflite"))]
+    def renamed(k, n):
+        return dataclasses.replace(k, func=dataclasses.replace(k.func, name=f"g{n}_{k.func.name}"))
+    lowered = [[renamed(k, n) for k in lower_graph(g, target)] for n, g in enumerate(graphs)]
+    src = emit_c([k.func for ks in lowered for k in ks], "t")
+    c_file, so = f"{out_dir}/ubsan.c", f"{out_dir}/ubsan.so"
+    with open(c_file, "w") as f:
+        f.write(src.source)
+    # -O0: the sanitizer checks every operation, and builds in a second, not a minute
+    subprocess.run(["clang", "-std=c99", "-O0", "-shared", "-fPIC", "-fsanitize=undefined",
+                    "-fno-sanitize-recover=all", c_file, "-o", so, "-lm"], check=True)
+    lib = ctypes.CDLL(so)
+    for g, kernels in zip(graphs, lowered):
+        for _ in range(3):
+            feeds = _random_inputs(g, rng)
+            got = run_kernels(lib, src.symbols, g, kernels, feeds)
+            want = aot.interpret(g, feeds)
+            for name in g.outputs:
+                assert np.array_equal(got[name], want[name]) or (
+                    got[name].dtype.kind == "f" and np.allclose(got[name], want[name])), name
+    print("ubsan ok")
+
+
+def test_int8_kernels_have_no_undefined_behaviour(tmp_path):
+    runtime = _ubsan_runtime()
+    assert os.path.exists(runtime), f"clang's UBSan runtime is missing ({runtime})"
+    env = dict(os.environ, LD_PRELOAD=runtime)
+    code = f"import test_lower_int8 as t; t.ubsan_main({str(tmp_path)!r})"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "ubsan ok" in proc.stdout, proc.stderr[-3000:]

@@ -282,10 +282,10 @@ def test_hybrid_conv_matches_interpreter():
     check_graphs(graphs, exact=False)
 
 
-def fc_model(per_channel, keep, x_shape=(2, 3, 20), zp_in=-7, act=1, units=6):
+def fc_model(per_channel, keep, x_shape=(2, 3, 20), zp_in=-7, act=1, units=6, depth=None):
     rng = np.random.default_rng(3)
     m = TinyModel()
-    depth = x_shape[-1]
+    depth = depth or x_shape[-1]
     x = m.tensor("x", list(x_shape), scale=[0.1], zp=[zp_in])
     wscale = rng.uniform(0.001, 0.01, units) if per_channel else [0.004]
     w = m.tensor("w", [units, depth], scale=wscale, zp=[0] * len(wscale),
@@ -293,7 +293,7 @@ def fc_model(per_channel, keep, x_shape=(2, 3, 20), zp_in=-7, act=1, units=6):
     bscale = (0.1 * np.asarray(wscale) * np.ones(units)).astype(np.float32)
     b = m.tensor("b", [units], "int32", scale=bscale, zp=[0] * units,
                  data=rng.integers(-900, 900, units))
-    rows = int(np.prod(x_shape[:-1]))
+    rows = int(np.prod(x_shape)) // depth
     y = m.tensor("y", list(x_shape[:-1]) + [units] if keep else [rows, units], scale=[0.09],
                  zp=[4])
     m.op("FULLY_CONNECTED", [x, w, b], [y],
@@ -381,7 +381,8 @@ def test_tfl_quantize_as_a_float_conv_epilogue():
 def test_fully_connected_bit_exact(codegen, tmp_path):
     check_graphs([fc_model(False, False), fc_model(True, False), fc_model(False, True),
                   fc_model(True, True, x_shape=(1, 40), zp_in=-128, act=0, units=3),
-                  fc_model(False, False, x_shape=(2, 2, 10), zp_in=0, act=3)],
+                  fc_model(False, False, x_shape=(2, 2, 10), zp_in=0, act=3),
+                  fc_model(True, False, x_shape=(3, 2, 10), depth=30)],   # rows across dims
                  codegen=codegen, tmp_path=tmp_path)
 
 

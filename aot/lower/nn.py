@@ -351,6 +351,8 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     win = ref.resolve_window(ctx, xin.spatial, kernel)
     icg, ocg = packed.shape[-2], packed.shape[-1]
     t = tile(ctx.target, dtype, out.vectorizable, pixels=True)
+    if ocg <= t.lanes:          # one vector of channels: room for more pixels per tile
+        t = replace(t, vectors=1)
     if _pointwise(win) and xin.layout == "NHWC" and group == 1 and x.buffer is not None:
         return _pointwise_conv(ctx, emit, x, bias, packed.reshape(icg, ocg), xin, out, t)
     if icg == 1 and ocg == 1 and t.lanes > 1:

@@ -33,7 +33,7 @@ class Tile:
         if self.mr == 1 or count <= self.mr_max:
             return max(1, min(count, self.mr_max if self.mr > 1 else 1))
         return max(range(self.mr, self.mr_max + 1),
-                   key=lambda b: (count % b == 0, count % b, -b))
+                   key=lambda b: (count % b == 0, count % b, b))
 
     @property
     def nr(self) -> int:

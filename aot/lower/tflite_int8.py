@@ -394,20 +394,24 @@ def depthwise_conv2d(ctx: LowerCtx, ins, emit):
 
 # ------------------------------------------------------------ fully connected
 
-def row_loops(ctx: LowerCtx, x_shape, out_shape, depth: int,
-              body: Callable[[tuple, Callable[[Expr], tuple]], Stmt]) -> Stmt:
-    """Loops over the output's leading dims; body(out_lead, x_index(d)) where
-    x_index(d) is the input index of element d of that row."""
+def row_loops(ctx: LowerCtx, x: TensorRef, out_shape, depth: int,
+              body: Callable[[tuple, Callable[[Expr], Expr]], Stmt]) -> Stmt:
+    """Loops over the output's leading dims; body(out_lead, x_at) where x_at(d)
+    is element d of that row of x, read as x.shape[:-1] rows of `depth` (TFLite
+    FC flattens its input to rows of the weight depth)."""
     lead = tuple(out_shape[:-1])
+    x_shape = tuple(x.shape)
 
     def at(out_lead):
         row = flat_index(out_lead, lead)
-        if tuple(x_shape[:-1]) == lead and x_shape[-1] == depth:
-            return body(out_lead, lambda d: out_lead + (d,))
         if x_shape[-1] == depth:
-            x_lead = unravel(row, x_shape[:-1])
-            return body(out_lead, lambda d: x_lead + (d,))
-        return body(out_lead, lambda d: unravel(add(mul(row, Const(depth)), d), x_shape))
+            x_lead = out_lead if x_shape[:-1] == lead else unravel(row, x_shape[:-1])
+            return body(out_lead, lambda d: x.load(x_lead + (d,)))
+        def offset(d):
+            return add(mul(row, Const(depth)), d)
+        if x.buffer is not None and x.value is None:    # in memory: the offset itself
+            return body(out_lead, lambda d: Load(x.buffer, offset(d)))
+        return body(out_lead, lambda d: x.load(unravel(offset(d), x_shape)))
     return nest(ctx, tuple(f"r{k}" for k in range(len(lead))), lead, at)
 
 
@@ -429,18 +433,18 @@ def fully_connected(ctx: LowerCtx, ins, emit):
     weights = ctx.param("weights", _weight_dtype(w))
     lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
 
-    def row(out_lead, x_index):
+    def row(out_lead, x_at):
         def unit(o):
             b = q.Block(ctx)
             acc = b.let("acc", start(o))
             b.add(loop(ctx, "d", depth, lambda d: Assign(acc, Bin("+", acc, Bin(
-                "*", to_i32(x.load(x_index(d))),
+                "*", to_i32(x_at(d)),
                 to_i32(Load(weights, add(mul(o, Const(depth)), d))))))))
             y = q.clamp(q.offset(rq.apply(b, acc, o), zp_out), lo, hi)
             b.add(emit(0, out_lead + (o,), Cast(dt(out_ty.dtype), y)))
             return b.stmt()
         return loop(ctx, "o", units, unit)
-    return row_loops(ctx, x.shape, out_ty.shape, depth, row)
+    return row_loops(ctx, x, out_ty.shape, depth, row)
 
 
 # ------------------------------------------------------------------ pooling

@@ -391,7 +391,7 @@ def test_many_regions_fall_back_to_guarded_taps():
 FLOAT_MODELS = ["onnx_mnist8.onnx", "onnx_mlir_mnist.onnx", "mlperf_ad_fcae_f32.tflite",
                 "mlperf_ic_resnet8_f32.tflite", "mlperf_kws_dscnn_f32.tflite",
                 "mlperf_vww_mbv1_f32.tflite", "tflm_hello_world_f32.tflite",
-                "onnx_ultraface_rfb320.onnx"]
+                "tflm_mnist_lstm_f32.tflite", "onnx_ultraface_rfb320.onnx"]
 
 
 @functools.lru_cache(maxsize=None)

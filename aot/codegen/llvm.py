@@ -18,6 +18,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Sequence
 
+import numpy as np
 from llvmlite import binding as llvm
 from llvmlite import ir
 
@@ -73,7 +74,6 @@ def _const(value, d: DType) -> ir.Constant:
     if d.is_float:
         v = float(value)
         if d.scalar == "float32":
-            import numpy as np
             v = float(np.float32(v))
         return ir.Constant(t, v)
     if d.scalar == "bool":
@@ -157,7 +157,10 @@ class _FuncBuilder:
         self.b.position_at_end(body)
         self.stmt(s.body)
         i = self.b.load(slot, typ=ir_type(d))
-        self.b.store(self.b.add(i, _const(s.step, d)), slot)
+        step = self.b.add(i, _const(s.step, d))
+        if _no_signed_wrap(d):
+            step.flags.append("nsw")
+        self.b.store(step, slot)
         self.b.branch(head)
         self.b.position_at_end(done)
 
@@ -229,7 +232,10 @@ class _FuncBuilder:
             signed, unsigned = _SIGNED_OPS[e.op]
             return getattr(self.b, unsigned if _unsigned(da) else signed)(a, b)
         if e.op in _INT_OPS:
-            return getattr(self.b, _INT_OPS[e.op])(a, b)
+            out = getattr(self.b, _INT_OPS[e.op])(a, b)
+            if e.op in ("+", "-", "*") and _no_signed_wrap(da):
+                out.flags.append("nsw")
+            return out
         raise self.error(f"unknown binary op '{e.op}'")
 
     def compare(self, op: str, a, b, d: DType):
@@ -339,6 +345,13 @@ class _FuncBuilder:
 
 def _unsigned(d: DType) -> bool:
     return d.scalar.startswith("u")
+
+
+def _no_signed_wrap(d: DType) -> bool:
+    """int32/int64 + - * overflow is undefined in C, so LLVM may assume it away
+    too (nsw): that lets index arithmetic widen to 64-bit addresses. 8/16-bit
+    arithmetic wraps (C computes it in int and converts back)."""
+    return d.scalar in ("int32", "int64")
 
 
 # --------------------------------------------------------------------- driving LLVM

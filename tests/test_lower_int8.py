@@ -272,6 +272,61 @@ def test_conv_and_depthwise_bit_exact(codegen, tmp_path):
     check_graphs(graphs, codegen=codegen, tmp_path=tmp_path)
 
 
+def _random_conv_cases(n: int, seed: int):
+    """Random conv/depthwise geometries: strides, dilations, SAME/VALID, kernels
+    larger than the image, 1-pixel outputs, groups, depth multipliers."""
+    rng = np.random.default_rng(seed)
+    graphs = []
+    while len(graphs) < n:
+        depthwise = bool(rng.integers(2))
+        h, w = (int(v) for v in rng.integers(1, 9, 2))
+        kh, kw = (int(v) for v in rng.integers(1, 5, 2))
+        sh, sw, dh, dw = (int(v) for v in rng.integers(1, 4, 4))
+        same = bool(rng.integers(2))
+        oh, ow = (ref.conv_output_size(size, k, s, d, "SAME" if same else "VALID")
+                  for size, k, s, d in ((h, kh, sh, dh), (w, kw, sw, dw)))
+        if oh < 1 or ow < 1:
+            continue
+        cin = int(rng.integers(1, 5))
+        opts = dict(Padding=0 if same else 1, StrideH=sh, StrideW=sw, DilationHFactor=dh,
+                    DilationWFactor=dw, FusedActivationFunction=int(rng.choice([0, 1, 3])))
+        if depthwise:
+            dm = int(rng.integers(1, 3))
+            opts["DepthMultiplier"] = dm
+            graphs.append(conv_model("DEPTHWISE_CONV_2D", [1, h, w, cin], [1, kh, kw, cin * dm],
+                                     [1, oh, ow, cin * dm], opts,
+                                     zp_in=int(rng.integers(-128, 128)), seed=len(graphs)))
+        else:
+            groups = int(rng.choice([g for g in (1, 2) if cin % g == 0]))
+            cout = groups * int(rng.integers(1, 4))
+            graphs.append(conv_model("CONV_2D", [2, h, w, cin], [cout, kh, kw, cin // groups],
+                                     [2, oh, ow, cout], opts, per_channel=bool(rng.integers(2)),
+                                     zp_in=int(rng.integers(-128, 128)), seed=len(graphs)))
+    return graphs
+
+
+def _random_pool_cases(n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    graphs = []
+    while len(graphs) < n:
+        h, w = (int(v) for v in rng.integers(1, 10, 2))
+        k = tuple(int(v) for v in rng.integers(1, 5, 2))
+        st = tuple(int(v) for v in rng.integers(1, 4, 2))
+        same = bool(rng.integers(2))
+        out = tuple(ref.conv_output_size(size, kk, ss, 1, "SAME" if same else "VALID")
+                    for size, kk, ss in zip((h, w), k, st))
+        if min(out) < 1:
+            continue
+        op = ("AVERAGE_POOL_2D", "MAX_POOL_2D")[int(rng.integers(2))]
+        graphs.append(pool_model(op, 0 if same else 1, k, st, out, int(rng.choice([0, 1, 3])),
+                                 (int(rng.integers(1, 3)), h, w, int(rng.integers(1, 5)))))
+    return graphs
+
+
+def test_random_conv_and_pool_geometries_bit_exact():
+    check_graphs(_random_conv_cases(16, seed=7) + _random_pool_cases(12, seed=8))
+
+
 def test_hybrid_conv_matches_interpreter():
     graphs = [conv_model("CONV_2D", [2, 7, 6, 3], [4, 3, 3, 3], [2, 7, 6, 4],
                          dict(Padding=0, StrideH=1, StrideW=1), per_channel=False, hybrid=True),
@@ -311,12 +366,14 @@ def binary_model(op, act, a_shape, b_shape, out_shape):
     return _tflite_graph(m.build([a, b], [y]))
 
 
-def pool_model(op, padding, k, s, out_hw, act=1):
+def pool_model(op, padding, k, s, out_hw, act=1, x_shape=(1, 7, 9, 3)):
     m = TinyModel()
-    x = m.tensor("x", [1, 7, 9, 3], scale=[0.02], zp=[-3])
-    y = m.tensor("y", [1, *out_hw, 3], scale=[0.02], zp=[-3])
-    m.op(op, [x], [y], ("Pool2DOptions", dict(Padding=padding, StrideH=s, StrideW=s,
-                                              FilterHeight=k, FilterWidth=k,
+    x = m.tensor("x", list(x_shape), scale=[0.02], zp=[-3])
+    kh, kw = (k, k) if isinstance(k, int) else k
+    sh, sw = (s, s) if isinstance(s, int) else s
+    y = m.tensor("y", [x_shape[0], *out_hw, x_shape[3]], scale=[0.02], zp=[-3])
+    m.op(op, [x], [y], ("Pool2DOptions", dict(Padding=padding, StrideH=sh, StrideW=sw,
+                                              FilterHeight=kh, FilterWidth=kw,
                                               FusedActivationFunction=act)))
     return _tflite_graph(m.build([x], [y]))
 

@@ -413,6 +413,8 @@ def _optimized(funcs, prefix: str, target: Target):
     mod = llvm.parse_assembly(str(module))
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.slp_vectorization = True        # as clang -O3 (llvmlite leaves it off)
+    pto.loop_vectorization = True
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
     return tm, mod

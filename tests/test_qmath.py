@@ -192,3 +192,15 @@ def test_add_params_give_the_larger_input_half():
     assert (m2, e2) == (1 << 30, 0)
     assert m1 * 2.0 ** (e1 - 31) == pytest.approx(0.2)
     assert mo * 2.0 ** (eo - 31) == pytest.approx(0.1 / (2 ** 20 * 0.06))
+
+
+def test_round_half_away_is_std_round_at_the_edges():
+    """floor(|x| + 0.5) is not std::round: the addition itself rounds."""
+    from aot.ops.qmath import round_half_away, round_half_away_array
+
+    x = np.array([0.49999997, 0.5, -0.5, 1.5, -2.5, 2.4999998, 8388609.0, -8388611.0, -0.0],
+                 np.float32)
+    expected = np.array([0, 1, -1, 2, -3, 2, 8388609, -8388611, -0.0], np.float32)
+    np.testing.assert_array_equal(round_half_away_array(x), expected)
+    assert round_half_away(0.49999999999999994) == 0.0
+    assert [round_half_away(float(v)) for v in x] == expected.tolist()

@@ -679,12 +679,15 @@ def mul_rule(ctx: LowerCtx, ins, idx, lanes):
 # -------------------------------------------------------- quantize / dequantize
 
 def round_half_away_to_int(v: Expr) -> Expr:
-    """Round half away from zero, as int32: trunc(v ± 0.5), the sign of v, in v's
-    type. Exactly the reference's floor(|v| + 0.5) with its sign (the same
-    float addition, mirrored for negatives). |v| must be below 2**31."""
-    half = Call("copysignf" if dtype_of(v).scalar == "float32" else "copysign",
-                (const_like(0.5, v), v), dtype_of(v))
-    return Cast(dt("int32", dtype_of(v).lanes), Bin("+", v, half))
+    """std::round to int32: C's roundf/round, exactly the reference's rounding.
+
+    Clamped into int32's range first, since converting an out-of-range float
+    to an integer is undefined in C; callers clamp to int8 afterwards anyway.
+    """
+    d = dtype_of(v)
+    r = Call("roundf" if d.scalar == "float32" else "round", (v,), d)
+    r = Bin("max", Bin("min", r, const_like(2147483520.0, v)), const_like(-2147483648.0, v))
+    return Cast(dt("int32", d.lanes), r)
 
 
 @value_rule("tfl.quantize")

@@ -18,8 +18,14 @@ INT32_MAX = (1 << 31) - 1
 # ---------------------------------------------------------------- multipliers
 
 def round_half_away(x: float) -> float:
-    """C's std::round: halves go away from zero (Python's round goes to even)."""
-    return math.copysign(math.floor(abs(x) + 0.5), x)
+    """C's std::round: halves go away from zero (Python's round goes to even).
+
+    Not floor(|x| + 0.5): that addition rounds, so 0.49999999999999994
+    would become 1. |x| - floor(|x|) is exact, so compare that instead.
+    """
+    a = abs(x)
+    t = math.floor(a)
+    return math.copysign(t + (1.0 if a - t >= 0.5 else 0.0), x)
 
 
 def quantize_multiplier(m: float) -> tuple[int, int]:
@@ -132,8 +138,11 @@ def clamp(x, lo: int, hi: int) -> np.ndarray:
 
 
 def round_half_away_array(x: np.ndarray) -> np.ndarray:
-    """std::round on an array (float in, same float dtype out)."""
-    return np.copysign(np.floor(np.abs(x) + x.dtype.type(0.5)), x)
+    """std::round on an array (float in, same float dtype out); exact, as
+    round_half_away (0.49999997f stays 0, odd floats above 2**23 stay)."""
+    a = np.abs(x)
+    t = np.floor(a)
+    return np.copysign(t + (a - t >= x.dtype.type(0.5)).astype(x.dtype), x)
 
 
 # ---------------------------------------------------------- prepare helpers

@@ -125,7 +125,6 @@ class _Module:
     """What the functions printed so far need above them."""
     vectors: set = field(default_factory=set)         # DTypes with lanes > 1
     helpers: dict = field(default_factory=dict)       # name -> C text, dependency order
-    uses_memcpy: bool = False
 
     def vector(self, d: DType) -> str:
         if d.lanes & (d.lanes - 1):
@@ -237,7 +236,6 @@ class _Printer:
 
     def _load_helper(self, vt: DType) -> str:
         t, st = self.mod.vector(vt), C_TYPES[vt.scalar]
-        self.mod.uses_memcpy = True
         return self.mod.helper(f"aot_load_{t[4:]}", lambda: (
             f"static inline {t} aot_load_{t[4:]}(const {st} *p)\n{{\n"
             f"    {t} v;\n    memcpy(&v, p, sizeof v);\n    return v;\n}}"))

@@ -978,3 +978,17 @@ def test_random_float_expressions_agree_across_backends(tmp_path, seeds=range(40
                 same |= got == ref
             assert same.all(), (f.name, name, got[~same][:4], ref[~same][:4],
                                 emit_c([f], "f").source.split("{")[-1][:600])
+
+
+def test_unrolled_loops_are_fully_unrolled_by_llvm():
+    x, y, i = Buffer("x", FLOAT32, (100,)), Buffer("y", FLOAT32, (100,), OUT), Var("i")
+    target = get_target("x86_64-linux")
+    calls = {}
+    for kind in (ForKind.SERIAL, ForKind.UNROLLED):
+        f = PrimFunc("u", (x, y), For(i, 100, Store(y, i, Call("tanhf", (Load(x, i),), FLOAT32)),
+                                      kind))
+        ir = emit_llvm_ir([f], "m", target, optimize=True)
+        calls[kind] = (ir.count("call float @tanhf"), ir.count("br "))
+    assert calls[ForKind.UNROLLED] == (100, 0)      # straight-line code
+    assert calls[ForKind.SERIAL][1] > 0             # the serial loop stays a loop
+    assert "#pragma GCC unroll 100" in emit_c([f], "m").source

@@ -15,6 +15,7 @@ pipeline (mem2reg/SROA first) turns them into registers and phis.
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Sequence
 
@@ -26,9 +27,9 @@ from aot.codegen.check import check_func
 from aot.codegen.intrinsics import Helper, LibmFn, check_call
 from aot.codegen.names import symbol_names
 from aot.errors import UnsupportedError
-from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const,
-                        Decl, DType, Expr, For, If, Load, PrimFunc, Select, Seq, Stmt, Store,
-                        Unary, Var, dtype_of)
+from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, DType, Expr,
+                        For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt, Store, Unary, Var,
+                        dtype_of)
 from aot.targets import Target
 
 _FLOAT_OPS = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv", "%": "frem"}
@@ -161,8 +162,19 @@ class _FuncBuilder:
         if _no_signed_wrap(d):
             step.flags.append("nsw")
         self.b.store(step, slot)
-        self.b.branch(head)
+        latch = self.b.branch(head)
+        if s.kind is ForKind.UNROLLED:
+            latch.set_metadata("llvm.loop", self.unroll_metadata())
         self.b.position_at_end(done)
+
+    def unroll_metadata(self):
+        """`!{!self, !{!"llvm.loop.unroll.full"}}`. Loop metadata must refer to
+        itself, which llvmlite cannot spell: a marker string stands in for the
+        self reference until `_self_references` rewrites the text."""
+        full = self.module.add_metadata([ir.MetaDataString(self.module,
+                                                           "llvm.loop.unroll.full")])
+        marker = ir.MetaDataString(self.module, f"{_LOOP_MARKER}{len(self.module.metadata)}")
+        return self.module.add_metadata([marker, full])
 
     def branch(self, s: If):
         cond = self.value(s.cond)
@@ -406,11 +418,20 @@ def build_module(funcs: Sequence[PrimFunc], prefix: str, target: Target) -> ir.M
     return module
 
 
+_LOOP_MARKER = "aot.loop.self."
+
+
+def _self_references(text: str) -> str:
+    """`!7 = !{!"aot.loop.self.N", !6}` -> `!7 = distinct !{!7, !6}`."""
+    return re.sub(r'^(!\d+) = !\{\s*!"' + re.escape(_LOOP_MARKER) + r'\d+",\s*',
+                  lambda m: f"{m.group(1)} = distinct !{{{m.group(1)}, ", text, flags=re.M)
+
+
 def _optimized(funcs, prefix: str, target: Target):
     tm = target_machine(target)
     module = build_module(funcs, prefix, target)
     module.data_layout = str(tm.target_data)
-    mod = llvm.parse_assembly(str(module))
+    mod = llvm.parse_assembly(_self_references(str(module)))
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.slp_vectorization = True        # as clang -O3 (llvmlite leaves it off)
@@ -425,7 +446,7 @@ def emit_llvm_ir(funcs: Sequence[PrimFunc], prefix: str, target: Target,
     """The module as LLVM assembly (before optimization unless asked)."""
     if optimize:
         return str(_optimized(funcs, prefix, target)[1])
-    return str(build_module(funcs, prefix, target))
+    return _self_references(str(build_module(funcs, prefix, target)))
 
 
 def emit_object(funcs: Sequence[PrimFunc], prefix: str, target: Target) -> bytes:

@@ -217,8 +217,9 @@ def casts_and_ints() -> Case:
     ints = Buffer("ints", INT32, (n,))
     outs = {nm: Buffer(nm, d, (n,), OUT) for nm, d in [
         ("trunc", INT32), ("round", I8), ("rint", INT32), ("tofloat", FLOAT32),
-        ("wrap8", I8), ("wrapu8", U8), ("mulu16", DType("uint16")), ("udiv", U32), ("sdiv", INT32), ("smod", INT32),
-        ("shr", INT32), ("pm", INT32), ("fpm", FLOAT32), ("sel", FLOAT32), ("asbool", DType("bool")), ("dbl", F64)]}
+        ("wrap8", I8), ("wrapu8", U8), ("mulu16", DType("uint16")), ("udiv", U32),
+        ("sdiv", INT32), ("smod", INT32), ("shr", INT32), ("pm", INT32), ("fpm", FLOAT32),
+        ("sel", FLOAT32), ("asbool", DType("bool")), ("dbl", F64)]}
     i = Var("i")
     xi, ii = Load(x, i), Load(ints, i)
     i8 = Cast(I8, ii)
@@ -250,7 +251,8 @@ def casts_and_ints() -> Case:
         i8v = iv.astype(np.int8)
         return {
             "trunc": np.trunc(xv).astype("i4"),
-            "round": np.array([math.copysign(math.floor(abs(v) + 0.5), v) for v in xv]).astype("i1"),
+            "round": np.array([math.copysign(math.floor(abs(v) + 0.5), v)
+                               for v in xv]).astype("i1"),
             "rint": np.rint(xv).astype("i4"),
             "tofloat": iv.astype("f4") / np.float32(3),
             "wrap8": (i8v * np.int8(3) + np.int8(100)).astype("i1"),
@@ -307,7 +309,8 @@ def int_vectors() -> Case:
             Store(outs["pw"], i, Call("powf", (Cast(FLOAT32.with_lanes(lanes), y), f32(2.0)),
                                       FLOAT32.with_lanes(lanes)))), **loop))
     func = PrimFunc("int_vectors", (a, b, *outs.values()), seq(*stmts))
-    ins = {"a": rng.integers(-128, 128, n).astype("i1"), "b": rng.integers(-128, 128, n).astype("i1")}
+    ins = {"a": rng.integers(-128, 128, n).astype("i1"),
+           "b": rng.integers(-128, 128, n).astype("i1")}
     ins["a"][:3] = [-128, 127, 0]
     ins["b"][:3] = [-128, -128, 0]
 
@@ -386,7 +389,8 @@ UNARY_MATH = {  # name -> (numpy/math reference on float64, input domain)
     "tanhf": (np.tanh, (-4, 4)), "asinhf": (np.arcsinh, (-4, 4)),
     "acoshf": (np.arccosh, (1, 5)), "atanhf": (np.arctanh, (-0.9, 0.9)),
     "erff": (np.vectorize(math.erf), (-3, 3)), "erfcf": (np.vectorize(math.erfc), (-3, 3)),
-    "tgammaf": (np.vectorize(math.gamma), (0.5, 5)), "lgammaf": (np.vectorize(math.lgamma), (0.5, 5)),
+    "tgammaf": (np.vectorize(math.gamma), (0.5, 5)),
+    "lgammaf": (np.vectorize(math.lgamma), (0.5, 5)),
     "fabsf": (np.abs, (-5, 5)), "floorf": (np.floor, (-5, 5)), "ceilf": (np.ceil, (-5, 5)),
     "roundf": (lambda v: np.sign(v) * np.floor(np.abs(v) + 0.5), (-5, 5)),
     "truncf": (np.trunc, (-5, 5)), "rintf": (np.rint, (-5, 5)), "nearbyintf": (np.rint, (-5, 5)),
@@ -656,7 +660,8 @@ def test_model_llvm_object_matches_c_and_interpreter(model, models_dir, tmp_path
 # ------------------------------------------------------------- cross targets
 
 CROSS = {  # name: (triple, cpu, features, cross gcc, qemu-user)
-    "aarch64": ("aarch64-linux-gnu", "cortex-a72", "+neon", "aarch64-linux-gnu-gcc", "qemu-aarch64"),
+    "aarch64": ("aarch64-linux-gnu", "cortex-a72", "+neon", "aarch64-linux-gnu-gcc",
+                "qemu-aarch64"),
     "armv7hf": ("arm-linux-gnueabihf", "cortex-a7", "+neon,+vfp4", "arm-linux-gnueabihf-gcc",
                 "qemu-arm"),
     "riscv64": ("riscv64-linux-gnu", "generic-rv64", "+m,+a,+f,+d,+c", "riscv64-linux-gnu-gcc",

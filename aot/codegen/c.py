@@ -195,7 +195,6 @@ def _needs_parens(parent: str, child: str) -> bool:
     return parent in _COMPARE and child in _COMPARE
 
 
-
 class _Printer:
     def __init__(self, mod: _Module, names: dict[Var, str], where: str):
         self.mod = mod

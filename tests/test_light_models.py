@@ -130,8 +130,13 @@ def check_blob(pkg: Path, out: dict, weights: int) -> None:
 
 @pytest.mark.parametrize("name,codegen", [*((n, "c") for n in sorted(EXPECTED)),
                                            *((n, "llvm") for n in sorted(LLVM_TOO))])
-def test_light_model_verifies(name: str, codegen: str, weighted, tmp_path):
+def test_light_model_verifies(name: str, codegen: str, weighted, tmp_path, record_property):
     out = verify(weighted(name), board="host", codegen=codegen, out_dir=tmp_path / "pkg")
+    pkg = out["package"]
+    record_property("summary", f"{name} ({codegen}): max |error| "
+                    f"{max(r['max_abs_err'] or 0 for r in out['outputs']):.3g}, params "
+                    f"{pkg['params_bytes']} B, arena {pkg['arena_bytes']} B, compiled in "
+                    f"{pkg['compile_seconds']:.1f} s")
     assert out["reference"] == "onnxruntime" and out["inputs"] == "random", out
     assert out["ok"] is True, out
     check_blob(tmp_path / "pkg", out, SIZES[name])

@@ -93,7 +93,9 @@ def _needs_weight(model, error: AotError, inputs: dict, frozen: list[str]) -> st
     return next((n for n in node.input[1:] if n in inputs and n not in frozen), None)
 
 
-BOUND_WEIGHTS: set[str] = set()   # cases run with weights bound at compile time
+# cases run with shape arguments / weights bound at compile time
+BOUND_SHAPES: set[str] = set()
+BOUND_WEIGHTS: set[str] = set()
 
 
 def package_case(case, tag: str, codegen: str, board) -> list[Run]:
@@ -107,22 +109,23 @@ def package_case(case, tag: str, codegen: str, board) -> list[Run]:
     for r, (inputs, outputs) in enumerate(case.data_sets):
         ins = {n: _array(a) for n, a in zip(in_names, inputs)}
         outs = {n: _array(a) for n, a in zip(out_names, outputs)}
-        model, frozen = case.model, []
+        model, frozen, bound = case.model, [], []
         while True:
             try:
                 graph = optimize(infer_types(import_onnx(model.SerializeToString(), case.name)))
                 gen = generate(graph, board, codegen, f"{tag}_{r}", io_in_arena=False)
                 break
             except AotError as e:
-                name = _needs_constant(case.model, e, ins)
+                name, kind = _needs_constant(case.model, e, ins), BOUND_SHAPES
                 if name is None:
-                    name = _needs_weight(case.model, e, ins, frozen)
-                    if name is not None:
-                        BOUND_WEIGHTS.add(case.name)
+                    name, kind = _needs_weight(case.model, e, ins, frozen), BOUND_WEIGHTS
                 if name is None or name in frozen:
                     raise
                 frozen.append(name)
+                bound.append(kind)
                 model = _freeze(case.model, frozen, ins)
+        for kind in bound:
+            kind.add(case.name)
         runs.append(Run(gen, graph, {k: ins[k] for k in graph.inputs}, outs))
     return runs
 
@@ -351,7 +354,8 @@ def test_onnx_node_conformance_through_package(codegen, record_property):
     lines = [f"ONNX node conformance through the host package (codegen {codegen}): "
              f"{len(out.passed)} passed / {run} run ({100 * len(out.passed) / max(run, 1):.1f}%),"
              f" {len(out.skipped)} skipped (unsupported tensor types); "
-             f"{len(BOUND_WEIGHTS)} with weights bound at compile time; "
+             f"bound at compile time: shape arguments in {len(BOUND_SHAPES)}, weights in "
+             f"{len(BOUND_WEIGHTS)}; "
              f"{time.perf_counter() - start:.0f}s ({times})"]
     lines += [f"  FAIL {name}: {reason.splitlines()[0][:200]}" for name, reason in out.failed]
     record_property("summary", "\n".join(lines))

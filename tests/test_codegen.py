@@ -18,6 +18,7 @@ from aot.codegen.llvm import emit_llvm_ir, emit_object
 from aot.ir.tir import (FLOAT32, INT32, INT64, Assign, Bin, Broadcast, Buffer, BufferKind, Call,
                         Cast, Comment, Const, Decl, DType, For, ForKind, If, Load, PrimFunc,
                         Select, Store, Unary, Var, flat_index, seq)
+from aot.ir.tir import BOOL
 from aot.targets import get_target
 
 CFLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-O1", "-march=x86-64-v3", "-fPIC"]
@@ -346,6 +347,22 @@ def tautologies() -> Case:
     return Case(func, ins, lambda d: {"out": np.full(n, 21, "i4")})
 
 
+def bool_logic() -> Case:
+    """max/min/compare on bools: unsigned (true is 1), so max is OR and min AND.
+    An LLVM i1 read as signed has true = -1, which flips all three."""
+    n = 4
+    a, b = Buffer("a", BOOL, (n,)), Buffer("b", BOOL, (n,))
+    mx, mn, gt = (Buffer(k, BOOL, (n,), OUT) for k in ("mx", "mn", "gt"))
+    i = Var("i")
+    body = For(i, n, seq(Store(mx, i, Bin("max", Load(a, i), Load(b, i))),
+                         Store(mn, i, Bin("min", Load(a, i), Load(b, i))),
+                         Store(gt, i, Bin(">", Load(a, i), Load(b, i)))))
+    func = PrimFunc("bool_logic", (a, b, mx, mn, gt), body)
+    ins = {"a": np.array([0, 0, 1, 1], "u1"), "b": np.array([0, 1, 0, 1], "u1")}
+    return Case(func, ins, lambda d: {"mx": d["a"] | d["b"], "mn": d["a"] & d["b"],
+                                      "gt": (d["a"] > d["b"]).astype("u1")})
+
+
 def nan_semantics() -> Case:
     """Comparisons, min/max and to-bool with NaN and infinities, as C has them,
     scalar and on 8 lanes."""
@@ -501,7 +518,7 @@ def hostile_names() -> Case:
 
 CASES = {f.__name__: f() for f in (gemm_epilogue, vector_body, fixed_point, casts_and_ints,
                                    nan_semantics, int_vectors, tautologies,
-                                   math_functions, constants, hostile_names)}
+                                   math_functions, constants, hostile_names, bool_logic)}
 FUNCS = [c.func for c in CASES.values()]
 BACKENDS = ["gcc", "clang", "llvm"]
 

@@ -294,7 +294,7 @@ class _FuncBuilder:
             return (self.b.fpext if dst.bits > src.bits else self.b.fptrunc)(v, to)
         if src.is_float:
             return (self.b.fptoui if _unsigned(dst) else self.b.fptosi)(v, to)
-        unsigned_src = _unsigned(src) or src.scalar == "bool"
+        unsigned_src = _unsigned(src)
         if dst.is_float:
             return (self.b.uitofp if unsigned_src else self.b.sitofp)(v, to)
         if dst.bits < src.bits:
@@ -356,7 +356,8 @@ class _FuncBuilder:
 
 
 def _unsigned(d: DType) -> bool:
-    return d.scalar.startswith("u")
+    # A bool is an i1: read signed, true would be -1, and max would be AND.
+    return d.scalar.startswith("u") or d.scalar == "bool"
 
 
 def _no_signed_wrap(d: DType) -> bool:

@@ -117,7 +117,9 @@ def _satshl() -> Helper:
                                 _i64(1)))),
     ), Select(Bin(">", x, limit), _i32(2**31 - 1),
               Select(Bin("<", x, Unary("neg", limit)), _i32(-2**31),
-                     Cast(INT32, Bin("<<", Cast(INT64, x), Cast(INT64, k))))),
+                     # A multiply, not <<: shifting a negative value is undefined in C.
+                     Cast(INT32, Bin("*", Cast(INT64, x),
+                                     Bin("<<", _i64(1), Cast(INT64, k)))))),
         "gemmlowp SaturatingRoundingMultiplyByPOT: x * 2^k saturated to int32, 0 < k < 31")
 
 
@@ -128,7 +130,11 @@ def _mbqm() -> Helper:
     return Helper("aot_mbqm", (x, m, e), (
         (left, Select(Bin(">", e, zero), e, zero)),
         (right, Select(Bin(">", e, zero), zero, Unary("neg", e))),
-    ), Call("aot_rdbpot", (Call("aot_srdhm", (Bin("*", x, Bin("<<", _i32(1), left)), m), INT32),
+    # x * 2^left wraps in int32 as TFLite's unsaturated int32 shift does; the
+    # product is taken in int64 and truncated, since int32 overflow is undefined in C.
+    ), Call("aot_rdbpot", (Call("aot_srdhm", (Cast(INT32, Bin("*", Cast(INT64, x),
+                                                               Bin("<<", _i64(1), Cast(INT64, left)))),
+                                              m), INT32),
                            right), INT32),
         "TFLite MultiplyByQuantizedMultiplier: RDBPOT(SRDHM(x * 2^max(e,0), M), max(-e,0))")
 

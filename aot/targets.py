@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Mapping
 
 from aot.errors import AotError
 from aot.resources import data_dir
@@ -38,6 +39,11 @@ class Board:
     description: str
     flash_bytes: int
     ram_bytes: int
+    # The board's [options] table, read by its transport (which emulator, which
+    # CPU, which machine): each transport documents the keys it takes.
+    options: Mapping[str, Any] = field(default_factory=dict)
+    # Emulated boards run the code, but their timings measure nothing real.
+    emulated: bool = False
 
 
 # Extra directories of board descriptions (os.pathsep-separated), read after
@@ -56,15 +62,38 @@ def _read(kind: str, extra_dirs: tuple[str, ...] = ()) -> dict[str, dict]:
     return out
 
 
+def _resolved(name: str, raw: dict[str, dict], seen: tuple[str, ...] = ()) -> dict:
+    """A target description with its `base` filled in: a variant file names
+    its base target and restates only what differs (usually `cpu`)."""
+    t = raw[name]
+    if "base" not in t:
+        return t
+    base = t["base"]
+    if base in seen or base not in raw:
+        raise AotError(f"target '{name}': base '{base}' is "
+                       f"{'circular' if base in seen else 'unknown'}")
+    return {**_resolved(base, raw, (*seen, name)), **{k: v for k, v in t.items() if k != "base"}}
+
+
+def _flags(t: dict, key: str) -> tuple[str, ...]:
+    """cflags/ldflags with {cpu} replaced, so a variant's cpu reaches -mcpu."""
+    return tuple(f.replace("{cpu}", t["cpu"]) for f in t.get(key, ()))
+
+
 @lru_cache(maxsize=None)
 def targets() -> dict[str, Target]:
+    raw = _read("targets")
     out = {}
-    for name, t in _read("targets").items():
-        out[name] = Target(name=t["name"], triple=t["triple"], cpu=t["cpu"],
-                           features=t.get("features", ""), vector_bits=int(t["vector_bits"]),
-                           float_abi=t.get("float_abi", "hard"), cc=t["cc"],
-                           cflags=tuple(t.get("cflags", ())), ldflags=tuple(t.get("ldflags", ())),
-                           libc=t.get("libc", "glibc"))
+    for name in raw:
+        t = _resolved(name, raw)
+        try:
+            out[name] = Target(name=t["name"], triple=t["triple"], cpu=t["cpu"],
+                               features=t.get("features", ""), vector_bits=int(t["vector_bits"]),
+                               float_abi=t.get("float_abi", "hard"), cc=t["cc"],
+                               cflags=_flags(t, "cflags"), ldflags=_flags(t, "ldflags"),
+                               libc=t.get("libc", "glibc"))
+        except KeyError as e:
+            raise AotError(f"target '{name}': missing {e}") from None
     return out
 
 
@@ -82,7 +111,9 @@ def _boards(extra_dirs: tuple[str, ...]) -> dict[str, Board]:
         try:
             out[name] = Board(name=b["name"], target=known[b["target"]],
                               transport=b["transport"], description=b.get("description", ""),
-                              flash_bytes=int(b["flash_bytes"]), ram_bytes=int(b["ram_bytes"]))
+                              flash_bytes=int(b["flash_bytes"]), ram_bytes=int(b["ram_bytes"]),
+                              options=dict(b.get("options", {})),
+                              emulated=bool(b.get("emulated", False)))
         except KeyError as e:
             raise AotError(f"board '{name}': missing or unknown {e}") from None
     return out

@@ -2,8 +2,9 @@
 
 `run_package(pkg, board, inputs, warmup, runs)` feeds the package's harness
 (bench/bench) raw input files, and reads back the outputs and the one JSON
-line of timings it prints. Boards reached another way (qemu, ssh) add a
-transport to TRANSPORTS.
+line of timings it prints. The board's `transport` field picks the function
+in TRANSPORTS; each is called as transport(pkg, board, inputs, warmup, runs)
+and reads what it needs (emulator, CPU, machine, host) from board.options.
 """
 from __future__ import annotations
 
@@ -13,12 +14,19 @@ from typing import Callable, Sequence
 import numpy as np
 
 from aot.deploy.host import RunResult, run_local
+from aot.deploy.qemu_user import run_qemu_user
 from aot.errors import AotError
 from aot.targets import Board
 
-Transport = Callable[[Path, Sequence[np.ndarray], int, int], RunResult]
+Transport = Callable[[Path, Board, Sequence[np.ndarray], int, int], RunResult]
 
-TRANSPORTS: dict[str, Transport] = {"local": run_local}
+
+def _local(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
+           runs: int) -> RunResult:
+    return run_local(pkg, inputs, warmup, runs)
+
+
+TRANSPORTS: dict[str, Transport] = {"local": _local, "qemu-user": run_qemu_user}
 
 
 def run_package(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int = 0,
@@ -28,7 +36,7 @@ def run_package(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: i
     except KeyError:
         raise AotError(f"board '{board.name}': transport '{board.transport}' is not supported "
                        "yet") from None
-    return transport(Path(pkg), inputs, warmup, runs)
+    return transport(Path(pkg), board, inputs, warmup, runs)
 
 
 __all__ = ["RunResult", "run_package", "TRANSPORTS"]

@@ -215,14 +215,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_boards(args: argparse.Namespace) -> int:
     from aot.targets import boards
 
-    rows = [{"name": b.name, "target": b.target.name, "transport": b.transport,
+    # cpu: the core the board's transport models (an emulator's -cpu), else
+    # the one its target tunes for.
+    rows = [{"name": b.name, "target": b.target.name, "triple": b.target.triple,
+             "cpu": str(b.options.get("cpu", b.target.cpu)), "transport": b.transport,
+             "emulated": b.emulated, "options": dict(b.options),
              "description": b.description, "flash_bytes": b.flash_bytes,
              "ram_bytes": b.ram_bytes} for b in boards().values()]
     if args.json:
         emit_json({"boards": rows})
     else:
+        print(f"{'BOARD':<16} {'TARGET':<20} {'CPU':<14} {'REACHED BY':<12} DESCRIPTION")
         for r in rows:
-            print(f"{r['name']:<16} {r['target']:<20} {r['transport']:<12} {r['description']}")
+            print(f"{r['name']:<16} {r['target']:<20} {r['cpu']:<14} {r['transport']:<12} "
+                  f"{r['description']}")
     return 0
 
 
@@ -245,12 +251,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     out = {"median_ms": stats.median_ms, "mean_ms": stats.mean_ms, "min_ms": stats.min_ms,
            "max_ms": stats.max_ms, "std_ms": stats.std_ms, "repeat": args.repeat,
            "warmup": args.warmup, "board": board.name, "codegen": meta["codegen"],
-           "model": meta["model"]}
+           "model": meta["model"], "emulated": board.emulated}
+    if board.emulated:
+        out["note"] = EMULATED_NOTE.format(board=board.name, transport=board.transport)
     if args.json:
         emit_json(out)
     else:
         _print_bench(out)
     return 0
+
+
+# Emulated boards run the real code (outputs are the board's) but the clock
+# is the emulator's: bench still runs there (it checks the harness works), and
+# says so.
+EMULATED_NOTE = ("board '{board}' is emulated ({transport}): these times are the emulator's "
+                 "on this machine and say nothing about the real board's speed")
 
 
 def _print_bench(out: dict[str, Any]) -> None:
@@ -259,12 +274,14 @@ def _print_bench(out: dict[str, Any]) -> None:
 
     cols = ("median", "mean", "min", "max", "std")
     table = Table(title=f"{out['model']} on {out['board']} ({out['codegen']})",
-                  caption=f"{out['repeat']} runs after {out['warmup']} warm-up, on the board "
-                  "(1 us clock)")
+                  caption=f"{out['repeat']} runs after {out['warmup']} warm-up, on the "
+                  f"{'emulator' if out.get('emulated') else 'board'} (1 us clock)")
     for col in cols:
         table.add_column(f"{col} ms", justify="right")
     table.add_row(*(f"{out[f'{col}_ms']:.3f}" for col in cols))
     Console().print(table)
+    if "note" in out:
+        Console().print(f"[bold]note:[/bold] {out['note']}")
 
 
 # --- not yet built --------------------------------------------------------------

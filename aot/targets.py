@@ -108,6 +108,9 @@ def _boards(extra_dirs: tuple[str, ...]) -> dict[str, Board]:
     known = targets()
     out = {}
     for name, b in _read("boards", extra_dirs).items():
+        if b.get("target") not in known:
+            raise AotError(f"board '{name}': unknown target '{b.get('target')}' "
+                           f"(known: {', '.join(sorted(known))})")
         try:
             out[name] = Board(name=b["name"], target=known[b["target"]],
                               transport=b["transport"], description=b.get("description", ""),

@@ -8,7 +8,10 @@ cd "$(dirname "$0")/.."
 DEB_PACKAGES=(clang lld llvm qemu-user qemu-user-static qemu-system-arm
   qemu-system-misc gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf
   gcc-riscv64-linux-gnu gcc-arm-none-eabi libnewlib-arm-none-eabi
-  openssh-server openssh-client binutils-multiarch cpio)
+  openssh-server openssh-client binutils-multiarch cpio
+  # The cross glibc the static Linux harnesses link against: only recommended
+  # by the cross gcc packages, so --no-install-recommends would leave it out.
+  libc6-dev-arm64-cross libc6-dev-armhf-cross libc6-dev-riscv64-cross)
 
 missing=()
 for pkg in "${DEB_PACKAGES[@]}"; do

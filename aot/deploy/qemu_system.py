@@ -1,0 +1,103 @@
+"""The qemu-system transport: run a package's bare-metal harness on an
+emulated microcontroller board (qemu-system-arm -M mps2-an386, ...).
+
+The board's [options] table names the emulator and the machine:
+
+    [options]
+    qemu = "qemu-system-arm"   # the system emulator
+    machine = "mps2-an386"     # passed as -M
+    timeout_s = 300            # the whole run, boot to exit (default 300)
+
+The harness (bench/bench, an ELF linked with the board's start-up code and
+linker script) takes the same arguments as on a host. It gets them through
+semihosting (SYS_GET_CMDLINE) and reads and writes its raw files on this
+machine through newlib's semihosting file calls; under semihosting QEMU
+exits with main's return code. Files are named relative to a temporary
+directory QEMU runs in, so no host path reaches the guest.
+
+`-icount shift=0` makes the emulated clock count instructions (1 ns each),
+so the SysTick timings are reproducible, and meaningless as real timings.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from aot.deploy.host import RunResult, check_inputs, harness_args, parse_report
+from aot.errors import AotError
+from aot.targets import Board
+
+DEFAULT_TIMEOUT_S = 300
+# Exit codes of the start-up code (runtime_c/cortex_m/startup.c).
+EXIT_CODES = {134: "aborted (aot_platform_abort)", 135: "a fault (HardFault, BusFault, ...)"}
+
+
+def qemu_command(board: Board, args: Sequence[str]) -> list[str]:
+    """The emulator's command line running bench/bench with `args`."""
+    qemu = str(board.options.get("qemu", ""))
+    machine = str(board.options.get("machine", ""))
+    if not qemu or not machine:
+        raise AotError(f"board '{board.name}': transport qemu-system needs qemu and machine "
+                       "in its [options] table")
+    if shutil.which(qemu) is None:
+        raise AotError(f"board '{board.name}': '{qemu}' is not installed "
+                       "(Debian package qemu-system-arm)")
+    # -semihosting-config separates its fields with commas: a comma in an
+    # argument is written twice.
+    semihosting = ",".join(["enable=on", "target=native",
+                            *(f"arg={a.replace(',', ',,')}" for a in ("bench", *args))])
+    return [qemu, "-M", machine, "-nographic", "-monitor", "none", "-serial", "null",
+            "-icount", "shift=0", "-semihosting-config", semihosting,
+            "-kernel", "bench"]
+
+
+def _relative(args: list[str], work: Path) -> list[str]:
+    """Paths under work as bare names (QEMU runs in work)."""
+    prefix = str(work) + os.sep
+    return [a[len(prefix):] if a.startswith(prefix) else a for a in args]
+
+
+def _failure(returncode: int, stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    last = lines[-1] if lines else "no message"
+    what = EXIT_CODES.get(returncode)
+    if what:
+        return f"the harness stopped on {what} under qemu-system (exit {returncode}): {last}"
+    return f"the harness failed under qemu-system (exit {returncode}): {last}"
+
+
+def run_qemu_system(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
+                    runs: int) -> RunResult:
+    from aot.package import read_metadata
+
+    meta = read_metadata(pkg)
+    inputs = check_inputs(meta, inputs)
+    exe = pkg / "bench" / "bench"
+    if not exe.is_file():
+        raise AotError(f"{pkg}: the harness bench/bench is missing (package for this board)")
+    timeout = float(board.options.get("timeout_s", DEFAULT_TIMEOUT_S))
+    with tempfile.TemporaryDirectory(prefix="aot-qemu-system-") as tmp:
+        work = Path(tmp)
+        args, out_paths = harness_args(meta, work, inputs, warmup, runs)
+        shutil.copyfile(exe, work / "bench")
+        cmd = qemu_command(board, _relative(args, work))
+        try:
+            r = subprocess.run(cmd, cwd=work, capture_output=True, text=True,
+                               stdin=subprocess.DEVNULL, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AotError(f"board '{board.name}': the harness did not finish within "
+                           f"{timeout:g} s under {cmd[0]} (options.timeout_s)") from None
+        except OSError as e:
+            raise AotError(f"cannot run {cmd[0]}: {e.strerror}") from None
+        if r.returncode != 0:
+            raise AotError(_failure(r.returncode, r.stderr))
+        missing = [p.name for p in out_paths if not p.is_file()]
+        if missing:
+            raise AotError(f"the harness wrote no {', '.join(missing)} under qemu-system")
+        return parse_report(r.stdout, meta, [p.read_bytes() for p in out_paths])

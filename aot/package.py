@@ -149,6 +149,23 @@ def metadata(graph: Graph, kernels, mem: MemoryPlan, other: MemoryPlan, params: 
 
 # --------------------------------------------------------------------- build
 
+def firmware_files(board: Board) -> dict[str, bytes]:
+    """A bare-metal board's start-up code and linker script (its [firmware]
+    table names them as runtime_c/... paths), shipped in the package so the
+    harness, and a user's firmware, link from the package alone."""
+    fw = board.firmware
+    paths = [*fw.get("sources", ()), *([fw["linker_script"]] if fw.get("linker_script") else [])]
+    runtime = data_dir("runtime_c")
+    out = {}
+    for path in paths:
+        rel = Path(path).relative_to("runtime_c") if path.startswith("runtime_c/") else None
+        if rel is None or not (runtime / rel).is_file():
+            raise AotError(f"board '{board.name}': firmware file '{path}' is not in aot's "
+                           "runtime_c/")
+        out[path] = (runtime / rel).read_bytes()
+    return out
+
+
 @dataclass(frozen=True)
 class Generated:
     """A package before compilation."""
@@ -214,6 +231,7 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
     runtime = data_dir("runtime_c")
     for f in RUNTIME_FILES:
         files[f"runtime_c/{f}"] = (runtime / f).read_bytes()
+    files.update(firmware_files(board))
     return Generated(files, kernels, mem, other, params, context, c_sources + asm_sources,
                      prebuilt)
 
@@ -235,7 +253,7 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
     start = time.perf_counter()
     library = toolchain.build_library(board.target, pkg, name, gen.sources, gen.prebuilt,
                                       extra_cflags)
-    toolchain.build_harness(board.target, pkg, name, library, extra_cflags)
+    toolchain.build_harness(board.target, pkg, name, library, extra_cflags, board.firmware)
     seconds = time.perf_counter() - start
     meta = metadata(graph, gen.kernels, gen.mem, gen.other, gen.params, gen.context, board,
                     codegen, library_footprint(pkg / library))

@@ -44,6 +44,10 @@ class Board:
     options: Mapping[str, Any] = field(default_factory=dict)
     # Emulated boards run the code, but their timings measure nothing real.
     emulated: bool = False
+    # Bare-metal boards' [firmware] table: what turns the harness into a
+    # program for the board (start-up `sources`, `linker_script`, `ldflags`;
+    # paths in the package, copied from aot's runtime_c/). Empty: hosted.
+    firmware: Mapping[str, Any] = field(default_factory=dict)
 
 
 # Extra directories of board descriptions (os.pathsep-separated), read after
@@ -116,7 +120,8 @@ def _boards(extra_dirs: tuple[str, ...]) -> dict[str, Board]:
                               transport=b["transport"], description=b.get("description", ""),
                               flash_bytes=int(b["flash_bytes"]), ram_bytes=int(b["ram_bytes"]),
                               options=dict(b.get("options", {})),
-                              emulated=bool(b.get("emulated", False)))
+                              emulated=bool(b.get("emulated", False)),
+                              firmware=dict(b.get("firmware", {})))
         except KeyError as e:
             raise AotError(f"board '{name}': missing or unknown {e}") from None
     return out

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from aot.errors import AotError
 from aot.targets import Target
@@ -103,14 +103,25 @@ def build_library(target: Target, pkg: Path, name: str, sources: Sequence[str],
     return library
 
 
+def firmware_link(firmware: Mapping[str, Any]) -> list[str]:
+    """A bare-metal board's harness link: its start-up sources, `-T` its
+    linker script, its flags (all from the board's [firmware] table)."""
+    script = firmware.get("linker_script")
+    return [*firmware.get("sources", ()), *(["-T", script] if script else []),
+            *firmware.get("ldflags", ())]
+
+
 def build_harness(target: Target, pkg: Path, name: str, library: str,
-                  extra_cflags: Sequence[str] = ()) -> str:
+                  extra_cflags: Sequence[str] = (),
+                  firmware: Mapping[str, Any] | None = None) -> str:
     """bench/bench: the harness linked statically against the library
-    (dynamically when extra_cflags add a sanitizer)."""
+    (dynamically when extra_cflags add a sanitizer); on a bare-metal board
+    with the board's start-up code and linker script (`firmware`)."""
     tc = toolchain_for(target)
     exe = "bench/bench"
     static = [] if sanitized(extra_cflags) else ["-static"]
     run_tool([tc.cc, *tc.cflags, "-std=c99", "-Iinclude", "-Iruntime_c", *extra_cflags,
-              f"-ffile-prefix-map={pkg.resolve()}=.", "bench/main.c", library,
+              f"-ffile-prefix-map={pkg.resolve()}=.", "bench/main.c",
+              *firmware_link(firmware or {}), library,
               *tc.ldflags, *static, "-lm", "-o", exe], pkg, "linking the bench harness")
     return exe

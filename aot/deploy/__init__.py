@@ -15,6 +15,7 @@ import numpy as np
 
 from aot.deploy.host import RunResult, run_local
 from aot.deploy.qemu_user import run_qemu_user
+from aot.deploy.qemu_system import run_qemu_system
 from aot.errors import AotError
 from aot.targets import Board
 
@@ -26,7 +27,8 @@ def _local(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
     return run_local(pkg, inputs, warmup, runs)
 
 
-TRANSPORTS: dict[str, Transport] = {"local": _local, "qemu-user": run_qemu_user}
+TRANSPORTS: dict[str, Transport] = {"local": _local, "qemu-user": run_qemu_user,
+                                    "qemu-system": run_qemu_system}
 
 
 def run_package(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int = 0,

@@ -186,7 +186,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from aot.footprint import library_footprint
+    from aot.footprint import library_footprint, memory_summary
     from aot.package import read_metadata
 
     pkg = Path(args.package)
@@ -199,7 +199,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
            "codegen": meta["codegen"], "arena_bytes": meta["arena_bytes"],
            "arena_lower_bound_bytes": meta["arena_lower_bound_bytes"],
            "params_bytes": meta["params_bytes"], "state_bytes": meta.get("state_bytes", 0),
-           "footprint": fp}
+           "footprint": fp,
+           "memory": memory_summary(fp, meta["arena_bytes"], meta.get("state_bytes", 0))}
     if args.json:
         emit_json(out)
         return 0
@@ -208,7 +209,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
           f"{meta['arena_lower_bound_bytes']})")
     for kind in ("text", "rodata", "weights", "data", "bss", "unwind"):
         print(f"  {kind:<7} {fp[kind]:>10} bytes")
-    print(f"  flash   {fp['flash']:>10} bytes, ram {fp['ram']} bytes (static arena included)")
+    mem = out["memory"]
+    print(f"  flash   {fp['flash']:>10} bytes: code {mem['code_bytes']}, weights "
+          f"{mem['weight_bytes']}, other {fp['flash'] - mem['code_bytes'] - mem['weight_bytes']}")
+    print(f"  ram     {fp['ram']:>10} bytes: arena {mem['arena_bytes']}, state "
+          f"{mem['state_bytes']}, other data+bss {mem['other_ram_bytes']}")
     return 0
 
 

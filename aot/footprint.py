@@ -77,3 +77,18 @@ def library_footprint(library: Path) -> dict:
             + total["unwind"],
             "ram": total["data"] + total["bss"],
             "members": members}
+
+
+def memory_summary(fp: dict, arena_bytes: int, state_bytes: int) -> dict:
+    """What a microcontroller budget asks of the model library alone (the
+    harness and libc excluded), before the firmware link's --gc-sections:
+    flash = code (text, unwind) + read-only data + weights + data's initial
+    values; RAM = the static arena + the model state + the rest of data and
+    bss. The arena and the state are bss of the library (static buffers);
+    a firmware calling `<name>_run_with_arena` places the arena itself."""
+    code = fp["text"] + fp["unwind"]
+    other_ram = max(0, fp["data"] + fp["bss"] - arena_bytes - state_bytes)
+    return {"flash_bytes": fp["flash"], "code_bytes": code, "rodata_bytes": fp["rodata"],
+            "weight_bytes": fp["weights"], "data_init_bytes": fp["data"],
+            "ram_bytes": fp["ram"], "arena_bytes": arena_bytes, "state_bytes": state_bytes,
+            "other_ram_bytes": other_ram}

@@ -7,8 +7,8 @@ weight is `ConstantOfShape(shape) = 0.02`, so a file is a few KB. Packaging
 needs the weights as data (aot folds only small constants; a large fill is
 cheaper to compute than to store), and equal weights would make every
 channel alike. So each model is first given real weights: every fill
-becomes an initializer of deterministic random values (He-scaled for
-kernels, in [0.5, 1.5] for vectors: biases, BatchNorm scales and variances).
+becomes an initializer of deterministic random values (unit-gain kernels,
+scales and variances near 1, small biases and means).
 The final Softmax is dropped too: with random weights it saturates to one
 hot, where any kernel error would vanish; the logits show it.
 
@@ -58,18 +58,39 @@ def weight_bytes(path: Path) -> int:
     return real + sum(4 * int(np.prod(s)) for s in shapes.values())
 
 
+# Operand positions that scale (rather than shift) a tensor.
+SCALING = {"BatchNormalization": (1, 4), "Mul": (0, 1)}
+
+
+def multipliers(model: onnx.ModelProto) -> set[str]:
+    """Tensors used as scales or variances, also through an Unsqueeze or
+    Reshape (densenet's BatchNorm is Unsqueeze + Mul + Add)."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    out = set()
+    for n in model.graph.node:
+        for k in SCALING.get(n.op_type, ()):
+            name = n.input[k] if k < len(n.input) else ""
+            while name in producer and producer[name].op_type in ("Unsqueeze", "Reshape"):
+                out.add(name)
+                name = producer[name].input[0]
+            out.add(name)
+    return out
+
+
 def with_weights(src: Path, dst: Path) -> Path:
     """`src` with every fill replaced by random weights, and logits out."""
     model = onnx.load(src)
     shapes = fills(model)
     rng = np.random.default_rng(zlib.crc32(src.stem.encode()))
+    scales = multipliers(model)
     weights = []
     for name, shape in shapes.items():
-        if len(shape) >= 2:
-            fan_in = int(np.prod(shape[1:]))
-            a = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
-        else:
+        if len(shape) >= 2:       # kernels: unit gain (LeCun), the logits stay O(10)
+            a = rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
+        elif name in scales:      # BatchNorm scale and variance, Mul: near 1
             a = rng.uniform(0.5, 1.5, shape)
+        else:                     # biases, means: small, either sign
+            a = rng.uniform(-0.1, 0.1, shape)
         weights.append(numpy_helper.from_array(a.astype(np.float32), name))
     g = model.graph
     nodes = [n for n in g.node if n.output[0] not in shapes]
@@ -81,10 +102,14 @@ def with_weights(src: Path, dst: Path) -> Path:
                                                       None))
     used = {i for n in nodes for i in n.input}
     inits = [t for t in g.initializer if t.name in used]
-    g.ClearField("node")
-    g.node.extend(nodes)
-    g.ClearField("initializer")
-    g.initializer.extend([*inits, *weights])
+    # IR 3 lists every initializer as a graph input too: keep the data inputs.
+    consts = {t.name for t in g.initializer} | set(shapes)
+    inputs = [i for i in g.input if i.name not in consts]
+    for field, items in (("node", nodes), ("initializer", [*inits, *weights]),
+                         ("input", inputs)):
+        g.ClearField(field)
+        getattr(g, field).extend(items)
+    model.ir_version = max(model.ir_version, 4)
     dst.write_bytes(model.SerializeToString())
     return dst
 

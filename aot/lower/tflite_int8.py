@@ -323,7 +323,25 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
         b.add(emit(0, idx, Cast(dt(out_dtype), y)))
         return b.stmt()
 
-    return conv_nest(ctx, g, x.load, zp_in, weights, _bias_values(ctx, ins, 2, g.cout), finish)
+    bias = _bias_values(ctx, ins, 2, g.cout)
+    if _vectorizable(ctx, g):
+        vrq = VecRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out))
+
+        def epilogue(b, idx, acc, lanes):
+            if lanes == 1:
+                return finish(idx, acc)
+            y = q.clamp(q.offset(vrq.apply(b, acc, idx[3]), zp_out), lo, hi)
+            return emit(0, idx, Cast(dt(out_dtype, lanes), y))
+        return vector_conv_nest(ctx, g, x.load, zp_in, weights, bias, epilogue,
+                                ctx.target.lanes(64))
+    return conv_nest(ctx, g, x.load, zp_in, weights, bias, finish)
+
+
+def _vectorizable(ctx: LowerCtx, g: ConvGeom) -> bool:
+    """Whether the conv gets vector tiles: a vector unit, and channels to
+    fill its lanes (depthwise with multiplier 1, or four or more output
+    channels per group)."""
+    return vector_lanes(ctx) > 1 and ((g.depth == 1 and g.per_group == 1) or g.per_group >= 4)
 
 
 def hybrid_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stmt:
@@ -365,8 +383,22 @@ def hybrid_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> S
             y = Bin("+", y, float_bias(idx[3]))
         return emit(0, idx, y)
 
-    return conv_nest(ctx, g, lambda i: Load(qx, flat_index(i, qx.shape)), 0, weights,
-                     np.zeros(g.cout, np.int64), finish, prologue)
+    def load_q(i, lanes=1):
+        return Load(qx, flat_index(i, qx.shape), lanes)
+
+    if _vectorizable(ctx, g):
+        bias_vec = None if bias is None else _vec_table(ctx, "bias", bias, "float32")
+
+        def epilogue(b, idx, acc, lanes):
+            if lanes == 1:
+                return finish(idx, acc)
+            y = Bin("*", Cast(dt("float32", lanes), acc), Broadcast(scale, lanes))
+            if bias_vec is not None:
+                y = Bin("+", y, bias_vec(idx[3], lanes))
+            return emit(0, idx, y)
+        return vector_conv_nest(ctx, g, load_q, 0, weights, np.zeros(g.cout, np.int64),
+                                epilogue, vector_lanes(ctx), prologue)
+    return conv_nest(ctx, g, load_q, 0, weights, np.zeros(g.cout, np.int64), finish, prologue)
 
 
 def _fabs(v: Expr) -> Expr:
@@ -741,3 +773,248 @@ def dequantize(ctx: LowerCtx, ins, idx, lanes):
                   rank)
     centred = Bin("-", to_i32(x), zp)
     return Cast(f32, Bin("*", scale, Cast(f64, centred)))
+
+
+# ------------------------------------------------------------ vector kernels
+# On targets with a vector unit the convolutions and FC accumulate in
+# explicit int32 vector tiles (PERFORMANCE.md lessons 3-5, 8): output
+# channels across the lanes (weights repacked so a tile's channels are
+# unit-stride), several neighbouring output pixels sharing each weight
+# load in the interior, accumulators Decl'd as locals. The tile's sums go
+# through a small scratch row to the requantization, which runs on int64
+# vectors of target.lanes(64) lanes (at most the vector width: no vector
+# wider than the registers) with per-channel constants precomputed so
+# that it is branch- and compare-free. Scalar targets keep the loops above.
+
+
+def vector_lanes(ctx: LowerCtx) -> int:
+    """int32 lanes of the target's vectors (1: scalar code)."""
+    return ctx.target.lanes(32)
+
+
+def _splat(e: Expr, lanes: int) -> Expr:
+    return e if lanes == 1 or dtype_of(e).lanes == lanes else Broadcast(e, lanes)
+
+
+def _vec_table(ctx: LowerCtx, name: str, values: np.ndarray, dtype: str):
+    """(index, lanes) -> values[index:index+lanes] of `dtype`: a splatted
+    constant when all entries agree (an immediate operand), else vector
+    loads from a PARAM table."""
+    values = np.asarray(values).reshape(-1)
+    if values.size and np.all(values == values[0]):
+        return lambda index, lanes: const_like(values[0].item(), dt(dtype, lanes))
+    buf = ctx.param(name, values.astype(dtype))
+    return lambda index, lanes: Load(buf, index, lanes)
+
+
+@dataclass
+class VecRequant:
+    """MultiplyByQuantizedMultiplier on int64 lanes, bit-exact with q.mbqm.
+
+    x << left (wrapping in int32), p = x * M, h = (p + 2**30) >> 31 (fits
+    int32 as M > 0), then RDBPOT(h, e) = (h + 2**(e-1) - (h < 0 and e > 0))
+    >> e. The shifts by 31 and e are logical on the 64-bit pattern: the low
+    32 bits kept are the same as an arithmetic shift's for e <= 32, and
+    AVX2 has no 64-bit arithmetic shift.
+    """
+    mult: Callable
+    left: Callable | None
+    half: Callable
+    neg: Callable
+    right: Callable
+
+    @staticmethod
+    def make(ctx: LowerCtx, mults, shifts) -> "VecRequant":
+        mults = np.asarray(mults, np.int64).reshape(-1)
+        shifts = np.asarray(shifts, np.int64).reshape(-1)
+        left = np.maximum(shifts, 0)
+        right = np.maximum(-shifts, 0)
+        if right.max(initial=0) > 31:
+            raise ValueError("requantization right shift above 31")
+        half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
+        return VecRequant(
+            _vec_table(ctx, "multiplier", mults, "int64"),
+            _vec_table(ctx, "left_scale", np.left_shift(1, left), "int64") if left.any() else None,
+            _vec_table(ctx, "round_half", half, "int64"),
+            _vec_table(ctx, "round_neg", np.where(right > 0, -1, 0), "int64"),
+            _vec_table(ctx, "right_shift", right, "uint64"))
+
+    def apply(self, b: q.Block, acc: Expr, c: Expr) -> Expr:
+        lanes = dtype_of(acc).lanes
+        i64, u64, i32 = dt("int64", lanes), dt("uint64", lanes), dt("int32", lanes)
+        x = Cast(i64, acc)
+        if self.left is not None:
+            x = Cast(i64, Cast(i32, Bin("*", x, self.left(c, lanes))))
+        p = Bin("+", Bin("*", x, self.mult(c, lanes)), const_like(1 << 30, Const(0, i64)))
+        h = b.let("high", Cast(i64, Cast(i32, Bin(">>", Cast(u64, p),
+                                                  const_like(31, Const(0, u64))))))
+        sign = Bin("&", Bin(">>", h, const_like(63, Const(0, i64))), self.neg(c, lanes))
+        nudged = Bin("+", Bin("+", h, self.half(c, lanes)), sign)
+        return Cast(i32, Bin(">>", Cast(u64, nudged), self.right(c, lanes)))
+
+
+def _over_chunks(ctx: LowerCtx, total: int, lanes: int, body: Callable[[Expr, int], Stmt]) -> Stmt:
+    """body(first, width) over [0, total): vectors of `lanes`, then scalars."""
+    main = total // lanes if lanes > 1 else 0
+    parts = []
+    if main:
+        parts.append(loop(ctx, "c", main, lambda v: body(mul(v, Const(lanes)), lanes)))
+    parts += [body(Const(c), 1) for c in range(main * lanes, total)]
+    return seq(*parts)
+
+
+def _tile_widths(total: int, t) -> list[tuple[int, tuple[int, ...]]]:
+    from aot.lower.nn import _tiles
+    return _tiles(total, t)
+
+
+def _offs(widths) -> list[int]:
+    return [sum(widths[:j]) for j in range(len(widths))]
+
+
+def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
+                     weights: np.ndarray, bias: np.ndarray,
+                     epilogue: Callable[[q.Block, tuple, Expr, int], Stmt], chunk: int,
+                     prologue: Callable[[Expr], Stmt] | None = None) -> Stmt:
+    """conv_nest in vector tiles (see the section comment).
+
+    Dense and grouped convolutions broadcast one input value against
+    vectors of output channels of its group (weights [G, KH, KW, D,
+    C_out/G]); depthwise with multiplier 1 (one input channel per group)
+    loads input and weights as channel vectors alike (weights [KH, KW, C]).
+    epilogue(block, (n, oy, ox, c), acc, lanes) stores the requantized
+    result of `lanes` channels from c (chunk lanes, then scalars).
+    """
+    from dataclasses import replace as _replace
+
+    from aot.lower.nn import _blocks, _fitting
+    from aot.lower.schedule import tile
+    t = tile(ctx.target, "int32", pixels=True)
+    L = t.lanes
+    depthwise = g.depth == 1 and g.per_group == 1
+    width = g.cout if depthwise else g.per_group
+    groups = 1 if depthwise else g.groups
+    if width <= L:
+        t = _replace(t, vectors=1)
+    tiles = _tile_widths(width, t)
+    w5 = weights.reshape(g.groups, g.per_group, g.kh, g.kw, g.depth)
+    if depthwise:
+        packed = ctx.param("filter", _weight_dtype(
+            np.ascontiguousarray(weights[:, :, :, 0].transpose(1, 2, 0))))    # [KH, KW, C]
+    else:
+        packed = ctx.param("filter", _weight_dtype(
+            np.ascontiguousarray(w5.transpose(0, 2, 3, 4, 1))))              # [G, KH, KW, D, P]
+    flat_w = weights.reshape(g.cout, -1)
+    bias_tabs = {}
+
+    def bias_at(folded: bool, oc: Expr, lanes: int) -> Expr:
+        if folded not in bias_tabs:
+            values = bias - zp * flat_w.sum(axis=1) if folded else bias
+            bias_tabs[folded] = ctx.param("bias", ref_q.wrap_int32(values).astype(np.int32))
+        return Load(bias_tabs[folded], oc, lanes)
+
+    mr_max = max(t.mr_max, 1)
+    acc_row = ctx.scratch_buffer("acc", "int32", (mr_max, g.cout))
+    i32 = dt("int32")
+
+    def w_load(gi, ky, kx, ic, c, lanes):
+        idx = (ky, kx, c) if depthwise else (gi, ky, kx, ic, c)
+        return Cast(dt("int32", lanes), Load(packed, flat_index(idx, packed.shape), lanes))
+
+    def tile_code(n, oy, oxs, first, row_test, col_test, gi, c0, widths) -> Stmt:
+        inside = not any(row_test) and not any(col_test)
+        oc0 = c0 if depthwise else add(mul(gi, Const(g.per_group)), c0)
+        offs = _offs(widths)
+        accs = [[ctx.fresh("acc", dt("int32", wd)) for wd in widths] for _ in oxs]
+        decls = [Decl(a, bias_at(inside, add(oc0, Const(off)), wd))
+                 for row in accs for a, off, wd in zip(row, offs, widths)]
+
+        def tap(ky, kx, iy, ixs):
+            stmts = []
+            ws = [ctx.fresh("wv", dt("int32", wd)) for wd in widths]
+
+            def step(ic):
+                body = [Decl(v, w_load(gi, ky, kx, ic, add(c0, Const(off)), wd))
+                        for v, off, wd in zip(ws, offs, widths)]
+                for row, ix in zip(accs, ixs):
+                    if depthwise:
+                        for a, off, wd in zip(row, offs, widths):
+                            xv = Cast(dt("int32", wd), load_x((n, iy, ix, add(c0, Const(off))),
+                                                              wd))
+                            xv = xv if inside else q.offset(xv, -zp)
+                            body.append(Assign(a, Bin("+", a, Bin("*", xv, ws[offs.index(off)]))))
+                    else:
+                        xs = ctx.fresh("xv")
+                        ch = add(mul(gi, Const(g.depth)), ic)
+                        body.append(Decl(xs, q.offset(to_i32(load_x((n, iy, ix, ch))),
+                                                      0 if inside else -zp)))
+                        for a, v, wd in zip(row, ws, widths):
+                            body.append(Assign(a, Bin("+", a, Bin("*", _splat(xs, wd), v))))
+                return seq(*body)
+            stmts.append(loop(ctx, "ic", 1 if depthwise else g.depth, step))
+            return seq(*stmts)
+
+        def row(ky):
+            iy = _window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
+            return _guard(_in_range(iy, g.h, *row_test),
+                          loop(ctx, "kx", g.kw, lambda kx: col(ky, kx, iy)))
+
+        def col(ky, kx, iy):
+            ixs = [_window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1]) for ox in oxs]
+            cond = _in_range(ixs[0], g.w, *col_test) if len(oxs) == 1 else None
+            return _guard(cond, tap(ky, kx, iy, ixs))
+
+        stores = [Store(acc_row, add(Const((first + p) * g.cout), add(oc0, Const(off))), a)
+                  for p, row_ in enumerate(accs) for a, off in zip(row_, offs)]
+        return seq(*decls, loop(ctx, "ky", g.kh, row), *stores)
+
+    def block(n, oy, oxs, row_test, col_test) -> Stmt:
+        """A block of neighbouring output pixels of one row: every channel
+        tile (pixels split so the accumulators fit), then the epilogue."""
+        def channel_tiles(gi) -> Stmt:
+            stmts, base = [], 0
+            for count, widths in tiles:
+                wsum = sum(widths)
+                first = 0
+                for part in _fitting(list(oxs), widths, t):
+                    stmts.append(loop_step(ctx, "c", count, base, wsum, lambda c0, w=widths,
+                                           s=part, f=first: tile_code(
+                        n, oy, s, f, row_test, col_test, gi, c0, w)))
+                    first += len(part)
+                base += count * wsum
+            return seq(*stmts)
+        parts = [loop(ctx, "g", groups, channel_tiles)]
+
+        def fin(p, ox):
+            def chunk_body(c, lanes):
+                b = q.Block(ctx)
+                acc = Load(acc_row, add(Const(p * g.cout), c), lanes)
+                b.add(epilogue(b, (n, oy, ox, c), acc, lanes))
+                return b.stmt()
+            return _over_chunks(ctx, g.cout, chunk, chunk_body)
+        parts += [fin(p, ox) for p, ox in enumerate(oxs)]
+        return seq(*parts)
+
+    def image(n):
+        parts = []
+        for rows, row_test in g.regions(0):
+            cols_split = [((0, g.ow), g.needs_test(1))] if any(row_test) else g.regions(1)
+            for cols, col_test in cols_split:
+                tested = any(row_test) or any(col_test)
+                mr = 1 if tested else t.block(cols[1] - cols[0])
+                parts.append(span_loop(ctx, "oy", rows, lambda oy, rt=row_test, cols=cols,
+                                       ct=col_test, mr=mr: _blocks(
+                    ctx, "ox", cols[1] - cols[0], cols[0], mr,
+                    lambda oxs: block(n, oy, oxs, rt, ct))))
+        body = seq(*parts)
+        return seq(prologue(n), body) if prologue else body
+    return loop(ctx, "n", g.n, image)
+
+
+def loop_step(ctx: LowerCtx, name: str, count: int, start: int, step: int,
+              body: Callable[[Expr], Stmt]) -> Stmt:
+    """for name = start, start + step, ... (count times): body(name)."""
+    if count == 1:
+        return body(Const(start))
+    var = ctx.fresh(name)
+    return For(var, count * step, body(var), start=start, step=step)

@@ -7,7 +7,7 @@
  * semihosting handles (librdimon), fetches the command line from the host
  * (SYS_GET_CMDLINE) and calls exit(main(argc, argv)): under QEMU's
  * -semihosting the exit code becomes QEMU's. Symbols come from the linker
- * script (cortex_m.ld). */
+ * script (the board's, e.g. mps2.ld). */
 #include <stdint.h>
 #include <stdlib.h>
 

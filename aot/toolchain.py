@@ -104,11 +104,12 @@ def build_library(target: Target, pkg: Path, name: str, sources: Sequence[str],
 
 
 def firmware_link(firmware: Mapping[str, Any]) -> list[str]:
-    """A bare-metal board's harness link: its start-up sources, `-T` its
-    linker script, its flags (all from the board's [firmware] table)."""
+    """A bare-metal board's harness build: its flags for the harness and
+    start-up sources, the sources, `-T` its linker script, its link flags
+    (all from the board's [firmware] table)."""
     script = firmware.get("linker_script")
-    return [*firmware.get("sources", ()), *(["-T", script] if script else []),
-            *firmware.get("ldflags", ())]
+    return [*firmware.get("cflags", ()), *firmware.get("sources", ()),
+            *(["-T", script] if script else []), *firmware.get("ldflags", ())]
 
 
 def build_harness(target: Target, pkg: Path, name: str, library: str,

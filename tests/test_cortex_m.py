@@ -2,8 +2,8 @@
 
 Every int8 model in ../shared/models is packaged for the board (C kernels;
 LLVM kernels for one model), run under QEMU on its saved input and compared
-with tflite-micro bit for bit; one model on the Cortex-M7 board mps2-an500,
-one float model against LiteRT. One package (mlperf_kws_dscnn_int8) is shared
+with tflite-micro bit for bit; one model on the Cortex-M7 board mps2-an500
+and one on the Cortex-M55 board mps3-an547, one float model against LiteRT. One package (mlperf_kws_dscnn_int8) is shared
 by the footprint checks (aot inspect, where the link put the weights and the
 arena), the runner's error paths and a firmware build from the package's
 Makefile with the shipped start-up code and linker script.
@@ -58,6 +58,7 @@ def test_llvm_kernels_link_and_match_on_mps2():
 
 @pytest.mark.parametrize("board,model,reference", [
     ("mps2-an500", "mlperf_kws_dscnn_int8.tflite", "tflite-micro"),   # Cortex-M7
+    ("mps3-an547", "tflm_micro_speech_int8.tflite", "tflite-micro"),  # Cortex-M55
     (BOARD, "mlperf_ad_fcae_f32.tflite", "litert"),                   # float on FPv4-SP
 ])
 def test_another_core_and_a_float_model(board, model, reference):

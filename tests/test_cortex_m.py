@@ -224,3 +224,20 @@ def test_firmware_from_the_package_makefile_runs_on_the_board(kws, tmp_path):
     got = np.array([int(v) for v in r.stdout.split()], np.int8)
     want = run_package(kws.path, get_board(BOARD), [x]).outputs[0]
     np.testing.assert_array_equal(got, want.reshape(-1))
+
+
+def test_a_fault_ends_the_program_rather_than_hang(kws, tmp_path):
+    """An undefined instruction escalates to HardFault: the start-up code's
+    handler exits with 135, which the transport names."""
+    from aot.deploy.qemu_system import _failure
+    board = get_board(BOARD)
+    (tmp_path / "main.c").write_text('int main(void) { __asm__ volatile("udf #0"); return 0; }\n')
+    fw = board.firmware
+    subprocess.run([board.target.cc, *board.target.cflags, f"-I{kws.path}/runtime_c", "main.c",
+                    *[str(kws.path / s) for s in fw["sources"]],
+                    "-T", str(kws.path / fw["linker_script"]), *fw["ldflags"], "-o", "bench"],
+                   cwd=tmp_path, check=True, timeout=120)
+    r = subprocess.run(qemu_command(board, []), cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 135
+    assert "a fault" in _failure(r.returncode, r.stderr)

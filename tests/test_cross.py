@@ -39,7 +39,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from aot.targets import get_board, get_target
-from conftest import REPO, shared_models
+from conftest import MODELS, REPO, shared_models
 
 SHARED = shared_models()
 FULL = ("qemu-aarch64", "c"), ("qemu-armv7", "llvm")
@@ -199,7 +199,7 @@ def test_unknown_target_lists_the_known_ones(tmp_path):
 
 
 def test_bench_on_an_emulated_board_says_so(tmp_path):
-    r = aot("bench", str(REPO.parent / "shared" / "models" / "tflm_hello_world_int8.tflite"),
+    r = aot("bench", str(MODELS / "tflm_hello_world_int8.tflite"),
             "--board", "qemu-riscv64", "--repeat", "3", "--warmup", "0", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
@@ -212,7 +212,7 @@ def test_qemu_user_errors_are_clear(tmp_path):
     from aot.deploy import run_package
     from aot.errors import AotError
 
-    model = REPO.parent / "shared" / "models" / "tflm_hello_world_f32.tflite"
+    model = MODELS / "tflm_hello_world_f32.tflite"
     info = package(model, board="qemu-armv7", codegen="c", out_dir=tmp_path / "pkg")
     x = np.zeros(info.metadata["inputs"][0]["shape"], np.float32)
     board = get_board("qemu-armv7")

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from aot.codegen.check import check_func
-from aot.codegen.intrinsics import Helper, check_call
+from aot.codegen.intrinsics import Helper, PairDot, check_call
 from aot.codegen.names import c_comment, c_identifier, symbol_names
 from aot.errors import UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, BufferKind, Call, Cast, Comment, Const, Decl,
@@ -397,6 +397,8 @@ class _Printer:
 
     def _call(self, e: Call):
         fn = check_call(e.fn, e.args, e.dtype)
+        if isinstance(fn, PairDot):
+            return self._call_text(self._pair_dot(e.dtype), list(e.args))
         name = self._helper_fn(fn) if isinstance(fn, Helper) else fn.c_name
         if e.dtype.lanes > 1:
             arg_types = [dtype_of(a) for a in e.args]
@@ -405,6 +407,22 @@ class _Printer:
                                 else f"aot_{name}_{t[4:]}", e.dtype, arg_types,
                                 lambda a, n=name: f"{n}({', '.join(a)})")
         return self._call_text(name, list(e.args))
+
+    def _pair_dot(self, d: DType) -> str:
+        """aot_dot2 (intrinsics.PairDot): pmaddwd on x86 (the builtin GCC and
+        Clang share), the lane formula elsewhere."""
+        rt, wt = self.mod.vector(d), self.mod.vector(DType("int16", 2 * d.lanes))
+        name = f"aot_dot2_{rt[4:]}"
+        builtin = {8: ("__AVX2__", "__builtin_ia32_pmaddwd256"),
+                   4: ("__SSE2__", "__builtin_ia32_pmaddwd128")}.get(d.lanes)
+        pairs = ", ".join(["x0, x1"] * d.lanes)
+        fast = (f"#if defined({builtin[0]})\n    {wt} x = {{{pairs}}};\n"
+                f"    return ({rt}){builtin[1]}(x, w);\n#else\n") if builtin else ""
+        return self.mod.helper(name, lambda: (
+            f"static inline {rt} {name}(int16_t x0, int16_t x1, {wt} w)\n{{\n{fast}"
+            f"    {rt} r = {{0}};\n    for (int k = 0; k < {d.lanes}; ++k) {{\n"
+            f"        r[k] = x0 * w[2 * k] + x1 * w[2 * k + 1];\n    }}\n    return r;\n"
+            + ("#endif\n" if builtin else "") + "}"))
 
     def _helper_fn(self, h: Helper) -> str:
         def make() -> str:

@@ -7,7 +7,7 @@ function and the offending node instead.
 """
 from __future__ import annotations
 
-from aot.codegen.intrinsics import check_call
+from aot.codegen.intrinsics import check_call, lane_crossing
 from aot.errors import UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Comment, Const, Decl, DType, Expr, For,
                         If, Load, PrimFunc, Select, Seq, Stmt, Store, Unary, Var, dtype_of)
@@ -104,7 +104,7 @@ class _Checker:
                                 "branches' lanes and branches of one type")
         elif isinstance(e, Call):
             lanes = {self.expr(a).lanes for a in e.args} - {1}
-            if lanes - {e.dtype.lanes}:
+            if lanes - {e.dtype.lanes} and not lane_crossing(e.fn):
                 raise self.fail(f"{e.fn}: vector operands of other lanes than {e.dtype}")
             try:
                 check_call(e.fn, e.args, e.dtype)

@@ -146,8 +146,54 @@ def helper(fn: str) -> Helper | None:
     return HELPERS.get(fn)
 
 
-def check_call(fn: str, args: tuple[Expr, ...], dtype: DType) -> LibmFn | Helper:
+# ------------------------------------------------------------- lane-crossing ops
+
+@dataclass(frozen=True)
+class PairDot:
+    """`aot_dot2(x0, x1, w)`: int16 scalars x0, x1 and an int16 vector w of
+    2n lanes -> int32 vector of n lanes, r[k] = x0*w[2k] + x1*w[2k+1].
+
+    The widening pairwise multiply-add of integer convolutions (two input
+    channels against interleaved weight pairs): x86's pmaddwd with the pair
+    broadcast, which the codegens use where the target has it (C: under
+    __AVX2__/__SSE2__; LLVM: when the target has the feature), else the
+    lane formula (NEON compilers turn it into widening multiply-adds).
+    Products and the sum are exact in int32 unless all four operands are
+    -32768 (pmaddwd wraps there; callers keep |x| and |w| smaller).
+    """
+    name: str = "aot_dot2"
+
+    def result(self, args: tuple[Expr, ...]) -> DType:
+        return DType("int32", dtype_of(args[2]).lanes // 2)
+
+
+PAIR_DOT = PairDot()
+
+
+def pair_dot(x0: Expr, x1: Expr, w: Expr) -> Call:
+    """The aot_dot2 call (see PairDot)."""
+    return Call(PAIR_DOT.name, (x0, x1, w), DType("int32", dtype_of(w).lanes // 2))
+
+
+def lane_crossing(fn: str) -> bool:
+    """Calls whose vector operands need not have the result's lanes."""
+    return fn == PAIR_DOT.name
+
+
+def _check_pair_dot(args: tuple[Expr, ...], dtype: DType) -> PairDot:
+    kinds = [dtype_of(a) for a in args]
+    if (len(args) != 3 or kinds[0] != DType("int16") or kinds[1] != DType("int16")
+            or kinds[2].scalar != "int16" or kinds[2].lanes < 4 or kinds[2].lanes % 2
+            or dtype != PAIR_DOT.result(args)):
+        raise UnsupportedError(f"aot_dot2 takes (int16, int16, int16 x 2n) -> int32 x n, got "
+                               f"({', '.join(map(str, kinds))}) -> {dtype}")
+    return PAIR_DOT
+
+
+def check_call(fn: str, args: tuple[Expr, ...], dtype: DType) -> LibmFn | Helper | PairDot:
     """What a Call means, or a clear error naming it."""
+    if fn == PAIR_DOT.name:
+        return _check_pair_dot(args, dtype)
     h = HELPERS.get(fn)
     if h is not None:
         if len(args) != len(h.params):
@@ -168,4 +214,5 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType) -> LibmFn | Helper
     return f
 
 
-__all__ = ["HELPERS", "Helper", "LibmFn", "check_call", "helper", "libm"]
+__all__ = ["HELPERS", "Helper", "LibmFn", "PAIR_DOT", "PairDot", "check_call", "helper",
+           "lane_crossing", "libm", "pair_dot"]

@@ -24,7 +24,7 @@ from llvmlite import binding as llvm
 from llvmlite import ir
 
 from aot.codegen.check import check_func
-from aot.codegen.intrinsics import Helper, LibmFn, check_call
+from aot.codegen.intrinsics import Helper, LibmFn, PairDot, check_call
 from aot.codegen.names import symbol_names
 from aot.errors import UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, DType, Expr,
@@ -83,8 +83,10 @@ def _const(value, d: DType) -> ir.Constant:
 
 
 class _FuncBuilder:
-    def __init__(self, module: ir.Module, func: PrimFunc, symbol: str, contract: bool = False):
+    def __init__(self, module: ir.Module, func: PrimFunc, symbol: str, contract: bool = False,
+                 pmaddwd: dict[int, str] | None = None):
         self.module = module
+        self.pmaddwd = pmaddwd or {}     # result lanes -> the target's pmaddwd intrinsic
         check_func(func)
         self.func = func
         self.float_flags = ["contract"] if contract else []
@@ -309,6 +311,8 @@ class _FuncBuilder:
     def _call(self, e: Call):
         fn = check_call(e.fn, e.args, e.dtype)
         args = [self.value(a) for a in e.args]
+        if isinstance(fn, PairDot):
+            return self.pair_dot(e.dtype.lanes, *args)
         if isinstance(fn, LibmFn) and fn.llvm:
             if e.dtype.lanes > 1:     # intrinsics take all-vector operands
                 args = [self.splat(v, e.dtype.lanes) if dtype_of(a).lanes == 1 else v
@@ -324,6 +328,29 @@ class _FuncBuilder:
                        for a, x in zip(args, e.args)]
             out = self.b.insert_element(out, self.scalar_call(fn, e, scalars), lane)
         return out
+
+    def pair_dot(self, n: int, x0, x1, w):
+        """aot_dot2 (intrinsics.PairDot): the x86 pmaddwd intrinsic where the
+        target has it (LLVM does not form it from the lane formula when the
+        pair is a broadcast), else sext / mul / add of the even and odd lanes."""
+        i16, i32 = ir.IntType(16), ir.IntType(32)
+        name = self.pmaddwd.get(n)
+        if name:
+            pair = self.b.insert_element(self.b.insert_element(
+                ir.Constant(ir.VectorType(i16, 2), ir.Undefined), x0, ir.Constant(i32, 0)),
+                x1, ir.Constant(i32, 1))
+            x = self.b.bitcast(self.splat(self.b.bitcast(pair, i32), n), w.type)
+            callee = self.module.globals.get(name)
+            if callee is None:
+                callee = ir.Function(self.module, ir.FunctionType(
+                    ir.VectorType(i32, n), [w.type, w.type]), name)
+            return self.b.call(callee, [x, w])
+        vt = ir.VectorType(i32, n)
+        undef = ir.Constant(w.type, ir.Undefined)
+        even, odd = (self.b.sext(self.b.shuffle_vector(w, undef, ir.Constant(
+            ir.VectorType(i32, n), [2 * k + j for k in range(n)])), vt) for j in (0, 1))
+        return self.b.add(self.b.mul(self.splat(self.b.sext(x0, i32), n), even),
+                          self.b.mul(self.splat(self.b.sext(x1, i32), n), odd))
 
     def scalar_call(self, fn, e: Call, args):
         if isinstance(fn, Helper):
@@ -414,9 +441,21 @@ def build_module(funcs: Sequence[PrimFunc], prefix: str, target: Target) -> ir.M
     symbols = symbol_names([f.name for f in funcs], prefix)
     # Fuse a*b+c into FMAs exactly when the C build of this target may.
     contract = "-ffp-contract=fast" in target.cflags
+    pmaddwd = _pmaddwd(target)
     for f in funcs:
-        _FuncBuilder(module, f, symbols[f.name], contract).build()
+        _FuncBuilder(module, f, symbols[f.name], contract, pmaddwd).build()
     return module
+
+
+def _pmaddwd(target: Target) -> dict[int, str]:
+    """The x86 pmaddwd intrinsics the target has, by result lanes."""
+    if not target.triple.startswith(("x86_64", "i386", "i686")):
+        return {}
+    features = {f for f in target.features.split(",") if f.startswith("+")}
+    found = {4: "llvm.x86.sse2.pmadd.wd"}
+    if "+avx2" in features or target.cpu in ("x86-64-v3", "x86-64-v4", "native"):
+        found[8] = "llvm.x86.avx2.pmadd.wd"
+    return found
 
 
 _LOOP_MARKER = "aot.loop.self."

@@ -28,8 +28,8 @@ import aot
 from aot.frontend.onnx import import_onnx
 from aot.frontend.tflite import import_tflite
 from aot.ir.graph import Graph
-from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Const, Decl, For, Load, PrimFunc, Store,
-                        Var, seq)
+from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Const, Decl, DType, For, Load, PrimFunc,
+                        Store, Var, seq)
 from aot.lower import Arg, Kernel
 from aot.lower import qmath as q
 from aot.lower.testing import (aligned, build_and_run_many, compile_kernels, host_target,
@@ -762,3 +762,66 @@ def test_int8_kernels_have_no_undefined_behaviour(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "ubsan ok" in proc.stdout, proc.stderr[-3000:]
+
+
+# ------------------------------------------------------------------ vector tiles
+
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
+def test_pair_dot_matches_numpy(codegen):
+    """aot_dot2 (pmaddwd on x86, the lane formula elsewhere) on random int16."""
+    from aot.codegen.intrinsics import pair_dot
+    T16 = DType("int16")
+    rng = np.random.default_rng(3)
+    m = 64
+    kernels, cases = [], []
+    for n in (4, 8):
+        xs = Buffer("xs", T16, (2 * m,))
+        w = Buffer("w", T16, (m * 2 * n,))
+        out = Buffer("out", INT32, (m * n,), BufferKind.OUTPUT)
+        i = Var("i")
+        body = Store(out, Bin("*", i, Const(n)), pair_dot(
+            Load(xs, Bin("*", i, Const(2))), Load(xs, Bin("+", Bin("*", i, Const(2)), Const(1))),
+            Load(w, Bin("*", i, Const(2 * n)), 2 * n)))
+        func = PrimFunc(f"dot2_{n}", (xs, w, out), For(i, m, body))
+        kernels.append(Kernel(func, (Arg("tensor", "xs"), Arg("tensor", "w"),
+                                     Arg("tensor", "out")), None))
+        x = rng.integers(-32767, 32768, 2 * m).astype(np.int16)
+        x[:4] = [32767, -32767, 0, -1]
+        wv = rng.integers(-32767, 32768, m * 2 * n).astype(np.int16)
+        wv[:4] = [32767, 32767, -32767, 1]
+        cases.append((x, wv, n))
+    lib, symbols = compile_kernels(kernels, codegen)
+    for k, (x, wv, n) in zip(kernels, cases):
+        a, b = aligned(x), aligned(wv)
+        out = aligned(np.zeros(m * n, np.int32))
+        fn = getattr(lib, symbols[k.func.name])
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p] * 3
+        fn(*(ctypes.c_void_p(v.ctypes.data) for v in (a, b, out)))
+        pairs = wv.astype(np.int64).reshape(m, n, 2)
+        want = (x.astype(np.int64).reshape(m, 1, 2) * pairs).sum(axis=2).reshape(-1)
+        np.testing.assert_array_equal(out, want, err_msg=f"{codegen} n={n}")
+
+
+def test_scalar_target_gets_scalar_int8_kernels():
+    """A target without a vector unit (vector_bits 0) gets no vector types in
+    the int8 kernels, and the same bits."""
+    from aot.ir.tir import dtype_of, stmt_exprs, walk_expr, walk_stmt
+    from aot.lower import lower_graph
+    scalar = dataclasses.replace(host_target(), vector_bits=0)
+    graphs = [conv_model("CONV_2D", [1, 6, 6, 8], [8, 3, 3, 8], [1, 6, 6, 8],
+                         dict(Padding=0, StrideH=1, StrideW=1), seed=9),
+              conv_model("DEPTHWISE_CONV_2D", [1, 6, 6, 8], [1, 3, 3, 8], [1, 6, 6, 8],
+                         dict(Padding=0, StrideH=1, StrideW=1, DepthMultiplier=1), seed=2),
+              fc_model(True, False, units=16, depth=24)]
+    for g in graphs:
+        for k in lower_graph(g, scalar):
+            for s in walk_stmt(k.func.body):
+                for e in stmt_exprs(s):
+                    assert all(dtype_of(x).lanes == 1 for x in walk_expr(e)), k.func.name
+    rng = np.random.default_rng(1)
+    cases = [(g, _random_inputs(g, rng)) for g in graphs]
+    for (g, feeds), got in zip(cases, build_and_run_many(cases, target=scalar)):
+        want = aot.interpret(g, feeds)
+        for name in g.outputs:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)

@@ -33,6 +33,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from aot.codegen.intrinsics import pair_dot
 from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Decl, Expr, For, If, Load,
                         Select, Stmt, Store, Var, add, dt, dtype_of, flat_index, mul, seq, sub)
 from aot.lower import qmath as q
@@ -94,6 +95,18 @@ def table(ctx: LowerCtx, name: str, values: np.ndarray) -> Callable[[Expr], Expr
     return lambda index: Load(buf, index)
 
 
+def _lazy_table(ctx: LowerCtx, name: str, values: np.ndarray) -> Callable[[Expr], Expr]:
+    """table(), its PARAM made only when first read (vector kernels read the
+    scalar tables only for remainder channels, if any)."""
+    made: list = []
+
+    def at(index: Expr) -> Expr:
+        if not made:
+            made.append(table(ctx, name, values))
+        return made[0](index)
+    return at
+
+
 @dataclass
 class Requant:
     """Per-channel (or per-tensor) MultiplyByQuantizedMultiplier: index -> M, shifts."""
@@ -105,9 +118,9 @@ class Requant:
     def make(ctx: LowerCtx, mults, shifts) -> "Requant":
         mults = np.asarray(mults, np.int64).reshape(-1).astype(np.int32)
         shifts = np.asarray(shifts, np.int64).reshape(-1)
-        return Requant(table(ctx, "multiplier", mults),
-                       table(ctx, "left_shift", np.maximum(shifts, 0).astype(np.int32)),
-                       table(ctx, "right_shift", np.maximum(-shifts, 0).astype(np.int32)))
+        return Requant(_lazy_table(ctx, "multiplier", mults),
+                       _lazy_table(ctx, "left_shift", np.maximum(shifts, 0).astype(np.int32)),
+                       _lazy_table(ctx, "right_shift", np.maximum(-shifts, 0).astype(np.int32)))
 
     def apply(self, b: q.Block, acc: Expr, channel: Expr) -> Expr:
         return q.mbqm_block(b, acc, self.mult(channel), left=self.left(channel),
@@ -461,9 +474,13 @@ def fully_connected(ctx: LowerCtx, ins, emit):
     rq = Requant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out))
     # FC has no padding: fold the input zero point into the bias
     bias = ref_q.wrap_int32(_bias_values(ctx, ins, 2, units) - zp_in * w.sum(axis=1))
+    lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
+    if vector_lanes(ctx) > 1 and units >= 4:
+        return row_loops(ctx, x, out_ty.shape, depth, vector_fc(
+            ctx, w, bias, emit, out_ty, zp_out, lo, hi, rq,
+            VecRequant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out))))
     start = table(ctx, "bias", bias.astype(np.int32))
     weights = ctx.param("weights", _weight_dtype(w))
-    lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
 
     def row(out_lead, x_at):
         def unit(o):
@@ -853,13 +870,17 @@ class VecRequant:
         return Cast(i32, Bin(">>", Cast(u64, nudged), self.right(c, lanes)))
 
 
-def _over_chunks(ctx: LowerCtx, total: int, lanes: int, body: Callable[[Expr, int], Stmt]) -> Stmt:
-    """body(first, width) over [0, total): vectors of `lanes`, then scalars."""
-    main = total // lanes if lanes > 1 else 0
+def _tile_epilogue(ctx: LowerCtx, scratch, base: int, widths, chunk: int,
+                   body: Callable[[q.Block, int, Expr, int], Stmt]) -> Stmt:
+    """After a tile's accumulators went to scratch[base:]: body(block,
+    offset in the tile, sums, lanes) per run of `chunk` (or fewer) lanes."""
     parts = []
-    if main:
-        parts.append(loop(ctx, "c", main, lambda v: body(mul(v, Const(lanes)), lanes)))
-    parts += [body(Const(c), 1) for c in range(main * lanes, total)]
+    for off, wd in zip(_offs(widths), widths):
+        lanes = min(chunk, wd)
+        for k in range(0, wd, lanes):
+            b = q.Block(ctx)
+            b.add(body(b, off + k, Load(scratch, Const(base + off + k), lanes), lanes))
+            parts.append(b.stmt())
     return seq(*parts)
 
 
@@ -890,11 +911,10 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     from aot.lower.nn import _blocks, _fitting
     from aot.lower.schedule import tile
     t = tile(ctx.target, "int32", pixels=True)
-    L = t.lanes
     depthwise = g.depth == 1 and g.per_group == 1
     width = g.cout if depthwise else g.per_group
     groups = 1 if depthwise else g.groups
-    if width <= L:
+    if width <= t.lanes:
         t = _replace(t, vectors=1)
     tiles = _tile_widths(width, t)
     w5 = weights.reshape(g.groups, g.per_group, g.kh, g.kw, g.depth)
@@ -904,6 +924,12 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     else:
         packed = ctx.param("filter", _weight_dtype(
             np.ascontiguousarray(w5.transpose(0, 2, 3, 4, 1))))              # [G, KH, KW, D, P]
+    pairs = not depthwise and g.depth >= 2
+    if pairs:   # [G, KH, KW, D/2, P, 2]: two input channels' weights side by side
+        even = w5[..., :g.depth // 2 * 2].reshape(g.groups, g.per_group, g.kh, g.kw,
+                                                  g.depth // 2, 2)
+        packed2 = ctx.param("filter_pairs", _weight_dtype(
+            np.ascontiguousarray(even.transpose(0, 2, 3, 4, 1, 5))))
     flat_w = weights.reshape(g.cout, -1)
     bias_tabs = {}
 
@@ -914,14 +940,15 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
         return Load(bias_tabs[folded], oc, lanes)
 
     mr_max = max(t.mr_max, 1)
-    acc_row = ctx.scratch_buffer("acc", "int32", (mr_max, g.cout))
+    nr = max(sum(w) for _, w in tiles)
+    acc_row = ctx.scratch_buffer("acc", "int32", (mr_max, nr))
     i32 = dt("int32")
 
     def w_load(gi, ky, kx, ic, c, lanes):
         idx = (ky, kx, c) if depthwise else (gi, ky, kx, ic, c)
         return Cast(dt("int32", lanes), Load(packed, flat_index(idx, packed.shape), lanes))
 
-    def tile_code(n, oy, oxs, first, row_test, col_test, gi, c0, widths) -> Stmt:
+    def tile_code(n, oy, oxs, row_test, col_test, gi, c0, widths) -> Stmt:
         inside = not any(row_test) and not any(col_test)
         oc0 = c0 if depthwise else add(mul(gi, Const(g.per_group)), c0)
         offs = _offs(widths)
@@ -951,7 +978,29 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                         for a, v, wd in zip(row, ws, widths):
                             body.append(Assign(a, Bin("+", a, Bin("*", _splat(xs, wd), v))))
                 return seq(*body)
-            stmts.append(loop(ctx, "ic", 1 if depthwise else g.depth, step))
+            if not (pairs and min(widths) >= 4):
+                return loop(ctx, "ic", 1 if depthwise else g.depth, step)
+            wp = [ctx.fresh("wv", dt("int16", 2 * wd)) for wd in widths]
+
+            def pair_step(icp):
+                """Input channels 2 icp and 2 icp + 1 at once (aot_dot2)."""
+                body = [Decl(v, Cast(dt("int16", 2 * wd), Load(packed2, flat_index(
+                    (gi, ky, kx, icp, add(c0, Const(off)), Const(0)), packed2.shape), 2 * wd)))
+                        for v, off, wd in zip(wp, offs, widths)]
+                for row, ix in zip(accs, ixs):
+                    xs = []
+                    for j in range(2):
+                        ch = add(mul(gi, Const(g.depth)), add(mul(icp, Const(2)), Const(j)))
+                        v = ctx.fresh("xv", dt("int16"))
+                        body.append(Decl(v, q.offset(Cast(dt("int16"), load_x((n, iy, ix, ch))),
+                                                     0 if inside else -zp)))
+                        xs.append(v)
+                    body += [Assign(a, Bin("+", a, pair_dot(xs[0], xs[1], v)))
+                             for a, v in zip(row, wp)]
+                return seq(*body)
+            stmts.append(loop(ctx, "icp", g.depth // 2, pair_step))
+            if g.depth % 2:
+                stmts.append(step(Const(g.depth - 1)))
             return seq(*stmts)
 
         def row(ky):
@@ -964,36 +1013,27 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
             cond = _in_range(ixs[0], g.w, *col_test) if len(oxs) == 1 else None
             return _guard(cond, tap(ky, kx, iy, ixs))
 
-        stores = [Store(acc_row, add(Const((first + p) * g.cout), add(oc0, Const(off))), a)
+        stores = [Store(acc_row, Const(p * nr + off), a)
                   for p, row_ in enumerate(accs) for a, off in zip(row_, offs)]
+        stores += [_tile_epilogue(ctx, acc_row, p * nr, widths, chunk, lambda b, k, acc, lanes,
+                                  ox=ox: epilogue(b, (n, oy, ox, add(oc0, Const(k))), acc, lanes))
+                   for p, ox in enumerate(oxs)]
         return seq(*decls, loop(ctx, "ky", g.kh, row), *stores)
 
     def block(n, oy, oxs, row_test, col_test) -> Stmt:
         """A block of neighbouring output pixels of one row: every channel
-        tile (pixels split so the accumulators fit), then the epilogue."""
+        tile (pixels split so the accumulators fit), each with its epilogue."""
         def channel_tiles(gi) -> Stmt:
             stmts, base = [], 0
             for count, widths in tiles:
                 wsum = sum(widths)
-                first = 0
                 for part in _fitting(list(oxs), widths, t):
                     stmts.append(loop_step(ctx, "c", count, base, wsum, lambda c0, w=widths,
-                                           s=part, f=first: tile_code(
-                        n, oy, s, f, row_test, col_test, gi, c0, w)))
-                    first += len(part)
+                                           s=part: tile_code(n, oy, s, row_test, col_test, gi,
+                                                             c0, w)))
                 base += count * wsum
             return seq(*stmts)
-        parts = [loop(ctx, "g", groups, channel_tiles)]
-
-        def fin(p, ox):
-            def chunk_body(c, lanes):
-                b = q.Block(ctx)
-                acc = Load(acc_row, add(Const(p * g.cout), c), lanes)
-                b.add(epilogue(b, (n, oy, ox, c), acc, lanes))
-                return b.stmt()
-            return _over_chunks(ctx, g.cout, chunk, chunk_body)
-        parts += [fin(p, ox) for p, ox in enumerate(oxs)]
-        return seq(*parts)
+        return loop(ctx, "g", groups, channel_tiles)
 
     def image(n):
         parts = []
@@ -1018,3 +1058,77 @@ def loop_step(ctx: LowerCtx, name: str, count: int, start: int, step: int,
         return body(Const(start))
     var = ctx.fresh(name)
     return For(var, count * step, body(var), start=start, step=step)
+
+
+def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_out: int,
+              lo: int, hi: int, rq: Requant, vrq: VecRequant):
+    """The body of one FC row in vector tiles: units across the lanes, two
+    depth steps per aot_dot2 (weights [D/2, U, 2]; an odd last step and
+    tiles narrower than 4 lanes use [D, U]), the input zero point already in
+    `bias`; then the requantization in int64 vectors."""
+    from aot.lower.schedule import tile
+    units, depth = w.shape
+    t = tile(ctx.target, "int32")
+    tiles = _tile_widths(units, t)
+    half = depth // 2
+    pairs = ctx.param("weight_pairs", _weight_dtype(np.ascontiguousarray(
+        w[:, :half * 2].reshape(units, half, 2).transpose(1, 0, 2)))) if half else None
+    singles = {}
+
+    def single_w():
+        if not singles:
+            singles["w"] = ctx.param("weights", _weight_dtype(np.ascontiguousarray(w.T)))
+        return singles["w"]
+    bias_buf = ctx.param("bias", bias.astype(np.int32))
+    acc_row = ctx.scratch_buffer("acc", "int32", (max(sum(ws) for _, ws in tiles),))
+
+    def body(out_lead, x_at) -> Stmt:
+        stmts = []
+
+        def tile_code(c0, widths) -> Stmt:
+            offs = _offs(widths)
+            accs = [ctx.fresh("acc", dt("int32", wd)) for wd in widths]
+            code = [Decl(a, Load(bias_buf, add(c0, Const(off)), wd))
+                    for a, off, wd in zip(accs, offs, widths)]
+
+            def single(d):
+                xv = ctx.fresh("xv")
+                out = [Decl(xv, to_i32(x_at(d)))]
+                out += [Assign(a, Bin("+", a, Bin("*", _splat(xv, wd), Cast(dt("int32", wd), Load(
+                    single_w(), add(mul(d, Const(units)), add(c0, Const(off))), wd)))))
+                        for a, off, wd in zip(accs, offs, widths)]
+                return seq(*out)
+
+            def pair(dp):
+                x0, x1 = ctx.fresh("xv", dt("int16")), ctx.fresh("xv", dt("int16"))
+                out = [Decl(x0, Cast(dt("int16"), x_at(mul(dp, Const(2))))),
+                       Decl(x1, Cast(dt("int16"), x_at(add(mul(dp, Const(2)), Const(1)))))]
+                out += [Assign(a, Bin("+", a, pair_dot(x0, x1, Cast(dt("int16", 2 * wd), Load(
+                    pairs, flat_index((dp, add(c0, Const(off)), Const(0)), pairs.shape),
+                    2 * wd))))) for a, off, wd in zip(accs, offs, widths)]
+                return seq(*out)
+            if half and min(widths) >= 4:
+                code.append(loop(ctx, "dp", half, pair))
+                if depth % 2:
+                    code.append(single(Const(depth - 1)))
+            else:
+                code.append(loop(ctx, "d", depth, single))
+            code += [Store(acc_row, Const(off), a) for a, off in zip(accs, offs)]
+
+            def requant(b, k, acc, lanes):
+                c = add(c0, Const(k))
+                r = rq.apply(b, acc, c) if lanes == 1 else vrq.apply(b, acc, c)
+                y = q.clamp(q.offset(r, zp_out), lo, hi)
+                return emit(0, out_lead + (c,), Cast(dt(out_ty.dtype, lanes), y))
+            code.append(_tile_epilogue(ctx, acc_row, 0, widths, ctx.target.lanes(64), requant))
+            return seq(*code)
+
+        base = 0
+        for count, widths in tiles:
+            wsum = sum(widths)
+            stmts.append(loop_step(ctx, "c", count, base, wsum,
+                                   lambda c0, ws=widths: tile_code(c0, ws)))
+            base += count * wsum
+
+        return seq(*stmts)
+    return body

@@ -155,3 +155,33 @@ def test_reshape_index_blocks():
     at = reshape_index(idx, (2, 3, 4, 8), (6, 4, 8))
     assert at[1:] == (idx[2], idx[3])
     assert not any(isinstance(e, Bin) and e.op in "/%" for a in at for e in walk_expr(a))
+
+
+def test_compile_time_values_as_model_outputs(tmp_path):
+    """Shape and ConstantOfShape that make model outputs are not folded (a
+    kernel must write every output); their kernels store the known values."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    import aot
+    from aot.lower.testing import build_and_run
+
+    fill = helper.make_tensor("v", TensorProto.FLOAT, [1], [2.5])
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape", start=1),
+             helper.make_node("ConstantOfShape", ["shp"], ["f"], name="fill", value=fill),
+             helper.make_node("Size", ["x"], ["n"], name="size")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("s", TensorProto.INT64, [2]),
+         helper.make_tensor_value_info("f", TensorProto.FLOAT, [2, 2]),
+         helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+        [helper.make_tensor("shp", TensorProto.INT64, [2], [2, 2])])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+                     .SerializeToString())
+    g = aot.optimize(aot.load(path))
+    x = np.zeros((2, 3, 4), np.float32)
+    got = build_and_run(g, {"x": x})
+    np.testing.assert_array_equal(got["s"], [3, 4])
+    np.testing.assert_array_equal(got["f"], np.full((2, 2), 2.5, np.float32))
+    assert int(got["n"]) == 24

@@ -319,3 +319,27 @@ def _dropout(ctx: LowerCtx, ins, emit):
     return _each(ctx, x.shape, lambda idx: seq(
         emit(0, idx, x.load(idx, 1)),
         *([emit(1, idx, const_like(True, dt("bool")))] if len(ctx.out_types) > 1 else [])))
+
+
+# ---- values known at compile time ----------------------------------------------------
+
+@value_rule("Shape", "Size", "ConstantOfShape", "Range")
+def _compile_time_value(ctx: LowerCtx, ins, idx, lanes):
+    """These survive folding only where they make a model output (which a
+    kernel must write) or a large fill; their value is known, so the kernel
+    stores a constant, or reads a table linked in as const data."""
+    from aot.interp import run_node
+    from aot.ops import OPS
+
+    if OPS[ctx.node.op].needs_values and any(r is not None and r.value is None for r in ins):
+        raise ctx.unsupported(f"{ctx.node.op} of a value computed at run time")
+    types = {n: t for n, t in zip(ctx.node.inputs, ctx.in_types) if n}
+    types.update(zip(ctx.node.outputs, ctx.out_types))
+    args = [r.value if r is not None else None for r in ins]
+    value = run_node(ctx.node, types, args)[0]
+    d = dt(value.dtype.name, lanes)
+    flat = value.reshape(-1)
+    if flat.size and np.all(flat == flat[0]):
+        return const_like(flat[0].item(), d)
+    table = ctx.param(f"{ctx.node.op.lower()}_values", value)
+    return Load(table, flat_index(tuple(idx), value.shape), lanes)

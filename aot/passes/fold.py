@@ -7,14 +7,17 @@ listing still reads like the model.
 
 Folding must not blow up the weights: ConstantOfShape / Expand / Tile can
 turn a few bytes into a large tensor that is cheaper to compute on the
-device than to store in flash. A node folds only when its outputs are small
-(FOLD_ALWAYS elements) or no bigger than GROWTH times its constant inputs.
+device than to store in flash. Such a node stays an op while every consumer
+computes elementwise (the fill is then inlined into that kernel); it folds
+when its outputs are small (FOLD_ALWAYS elements), no bigger than GROWTH
+times its constant inputs, or read as data by some consumer (a Conv weight
+made by ConstantOfShape has to exist in memory anyway).
 """
 from __future__ import annotations
 
 from aot.interp import run_node
 from aot.ir.graph import Graph, Node
-from aot.ops import op_def
+from aot.ops import Pattern, op_def
 from aot.passes.rewrite import Rewrite, Rewriter, rewrite
 
 FOLD_ALWAYS = 1024  # output elements that always fold
@@ -29,7 +32,14 @@ def foldable(node: Node, rw: Rewriter) -> bool:
         return False
     out_size = sum(rw.type(o).size for o in node.outputs)
     in_size = sum(rw.type(i).size for i in node.inputs if rw.const(i) is not None)
-    return out_size <= max(FOLD_ALWAYS, GROWTH * in_size)
+    return out_size <= max(FOLD_ALWAYS, GROWTH * in_size) or read_as_data(node, rw)
+
+
+def read_as_data(node: Node, rw: Rewriter) -> bool:
+    """Whether some consumer needs the node's outputs in memory, not as an
+    inlinable elementwise operand."""
+    return any(op_def(c).pattern > Pattern.BROADCAST
+               for o in node.outputs for c in rw.consumers(o))
 
 
 def fold_rule(node: Node, rw: Rewriter) -> Rewrite | None:

@@ -12,6 +12,10 @@ scales and variances near 1, small biases and means).
 The final Softmax is dropped too: with random weights it saturates to one
 hot, where any kernel error would vanish; the logits show it.
 
+The files as shipped verify too (test_shipped_light_model_verifies): aot
+materializes a fill a Conv reads as its weight, so it links a real blob;
+with equal weights the check is weaker, hence both tests.
+
 Only models with at most 50 MB of weights run (the weights one would put
 in a large MCU's flash or an MPU's); they must reach the package as a
 binary blob linked as an object, not as megabytes of C text.
@@ -165,6 +169,15 @@ def test_light_model_verifies(name: str, codegen: str, weighted, tmp_path, recor
     assert out["reference"] == "onnxruntime" and out["inputs"] == "random", out
     assert out["ok"] is True, out
     check_blob(tmp_path / "pkg", out, SIZES[name])
+
+
+@pytest.mark.parametrize("name", ["light_squeezenet", "light_inception_v1", "light_inception_v2"])
+def test_shipped_light_model_verifies(name: str, tmp_path):
+    """The unmodified file, as a user would run `aot verify` on it."""
+    out = verify(LIGHT_DIR / f"{name}.onnx", board="host", codegen="c", out_dir=tmp_path / "pkg")
+    assert out["reference"] == "onnxruntime" and out["ok"] is True, out
+    # Identical fills are stored once, so params fall below the weights' sum.
+    check_blob(tmp_path / "pkg", out, weights=0)
 
 
 def test_a_board_with_less_flash_refuses_at_once(weighted, tmp_path, monkeypatch, capsys):

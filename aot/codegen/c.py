@@ -398,7 +398,7 @@ class _Printer:
     def _call(self, e: Call):
         fn = check_call(e.fn, e.args, e.dtype)
         if isinstance(fn, PairDot):
-            return self._call_text(self._pair_dot(e.dtype), list(e.args))
+            return self._call_text(self._pair_dot(e.dtype, fn.packed), list(e.args))
         name = self._helper_fn(fn) if isinstance(fn, Helper) else fn.c_name
         if e.dtype.lanes > 1:
             arg_types = [dtype_of(a) for a in e.args]
@@ -408,18 +408,26 @@ class _Printer:
                                 lambda a, n=name: f"{n}({', '.join(a)})")
         return self._call_text(name, list(e.args))
 
-    def _pair_dot(self, d: DType) -> str:
-        """aot_dot2 (intrinsics.PairDot): pmaddwd on x86 (the builtin GCC and
-        Clang share), the lane formula elsewhere."""
+    def _pair_dot(self, d: DType, packed: bool) -> str:
+        """aot_dot2 / aot_dot2p (intrinsics.PairDot): pmaddwd on x86 (the
+        builtin GCC and Clang share), the lane formula elsewhere."""
         rt, wt = self.mod.vector(d), self.mod.vector(DType("int16", 2 * d.lanes))
-        name = f"aot_dot2_{rt[4:]}"
+        name = f"aot_dot2{'p' if packed else ''}_{rt[4:]}"
         builtin = {8: ("__AVX2__", "__builtin_ia32_pmaddwd256"),
                    4: ("__SSE2__", "__builtin_ia32_pmaddwd128")}.get(d.lanes)
-        pairs = ", ".join(["x0, x1"] * d.lanes)
-        fast = (f"#if defined({builtin[0]})\n    {wt} x = {{{pairs}}};\n"
+        if packed:      # a vector of the int32 pair, seen as int16 lanes (little-endian x86)
+            build = f"{rt} p32 = {{{', '.join(['p'] * d.lanes)}}};\n    {wt} x = ({wt})p32;"
+            params = f"int32_t p, {wt} w"
+            halves = ("    const int16_t x0 = (int16_t)p;\n"
+                      "    const int32_t x1 = (p - (p & 65535)) / 65536;\n")
+        else:
+            build = f"{wt} x = {{{', '.join(['x0, x1'] * d.lanes)}}};"
+            params = f"int16_t x0, int16_t x1, {wt} w"
+            halves = ""
+        fast = (f"#if defined({builtin[0]})\n    {build}\n"
                 f"    return ({rt}){builtin[1]}(x, w);\n#else\n") if builtin else ""
         return self.mod.helper(name, lambda: (
-            f"static inline {rt} {name}(int16_t x0, int16_t x1, {wt} w)\n{{\n{fast}"
+            f"static inline {rt} {name}({params})\n{{\n{fast}{halves}"
             f"    {rt} r = {{0}};\n    for (int k = 0; k < {d.lanes}; ++k) {{\n"
             f"        r[k] = x0 * w[2 * k] + x1 * w[2 * k + 1];\n    }}\n    return r;\n"
             + ("#endif\n" if builtin else "") + "}"))

@@ -162,12 +162,15 @@ class PairDot:
     -32768 (pmaddwd wraps there; callers keep |x| and |w| smaller).
     """
     name: str = "aot_dot2"
+    packed: bool = False     # aot_dot2p(p, w): the pair as one int32, (x0 & 0xFFFF) + 65536 x1
 
     def result(self, args: tuple[Expr, ...]) -> DType:
-        return DType("int32", dtype_of(args[2]).lanes // 2)
+        return DType("int32", dtype_of(args[-1]).lanes // 2)
 
 
 PAIR_DOT = PairDot()
+PACKED_PAIR_DOT = PairDot("aot_dot2p", True)
+_PAIR_DOTS = {d.name: d for d in (PAIR_DOT, PACKED_PAIR_DOT)}
 
 
 def pair_dot(x0: Expr, x1: Expr, w: Expr) -> Call:
@@ -175,25 +178,35 @@ def pair_dot(x0: Expr, x1: Expr, w: Expr) -> Call:
     return Call(PAIR_DOT.name, (x0, x1, w), DType("int32", dtype_of(w).lanes // 2))
 
 
+def packed_pair_dot(pair: Expr, w: Expr) -> Call:
+    """aot_dot2p: aot_dot2 of the int16 halves of an int32 pair = (x0 &
+    0xFFFF) + 65536 * x1 (x0 the low half, sign-extended; x1 = pair >> 16,
+    arithmetic): one load and one broadcast
+    of a pair staged in memory as int32 (on x86, pmaddwd of the broadcast)."""
+    return Call(PACKED_PAIR_DOT.name, (pair, w), DType("int32", dtype_of(w).lanes // 2))
+
+
 def lane_crossing(fn: str) -> bool:
     """Calls whose vector operands need not have the result's lanes."""
-    return fn == PAIR_DOT.name
+    return fn in _PAIR_DOTS
 
 
-def _check_pair_dot(args: tuple[Expr, ...], dtype: DType) -> PairDot:
+def _check_pair_dot(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairDot:
+    d = _PAIR_DOTS[fn]
     kinds = [dtype_of(a) for a in args]
-    if (len(args) != 3 or kinds[0] != DType("int16") or kinds[1] != DType("int16")
-            or kinds[2].scalar != "int16" or kinds[2].lanes < 4 or kinds[2].lanes % 2
-            or dtype != PAIR_DOT.result(args)):
-        raise UnsupportedError(f"aot_dot2 takes (int16, int16, int16 x 2n) -> int32 x n, got "
+    scalars = [DType("int32")] if d.packed else [DType("int16")] * 2
+    if (len(args) != len(scalars) + 1 or kinds[:-1] != scalars or kinds[-1].scalar != "int16"
+            or kinds[-1].lanes < 4 or kinds[-1].lanes % 2 or dtype != d.result(args)):
+        want = ", ".join(map(str, scalars))
+        raise UnsupportedError(f"{fn} takes ({want}, int16 x 2n) -> int32 x n, got "
                                f"({', '.join(map(str, kinds))}) -> {dtype}")
-    return PAIR_DOT
+    return d
 
 
 def check_call(fn: str, args: tuple[Expr, ...], dtype: DType) -> LibmFn | Helper | PairDot:
     """What a Call means, or a clear error naming it."""
-    if fn == PAIR_DOT.name:
-        return _check_pair_dot(args, dtype)
+    if fn in _PAIR_DOTS:
+        return _check_pair_dot(fn, args, dtype)
     h = HELPERS.get(fn)
     if h is not None:
         if len(args) != len(h.params):
@@ -214,5 +227,5 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType) -> LibmFn | Helper
     return f
 
 
-__all__ = ["HELPERS", "Helper", "LibmFn", "PAIR_DOT", "PairDot", "check_call", "helper",
-           "lane_crossing", "libm", "pair_dot"]
+__all__ = ["HELPERS", "Helper", "LibmFn", "PACKED_PAIR_DOT", "PAIR_DOT", "PairDot", "check_call",
+           "helper", "lane_crossing", "libm", "packed_pair_dot", "pair_dot"]

@@ -312,6 +312,8 @@ class _FuncBuilder:
         fn = check_call(e.fn, e.args, e.dtype)
         args = [self.value(a) for a in e.args]
         if isinstance(fn, PairDot):
+            if fn.packed:
+                return self.packed_pair_dot(e.dtype.lanes, *args)
             return self.pair_dot(e.dtype.lanes, *args)
         if isinstance(fn, LibmFn) and fn.llvm:
             if e.dtype.lanes > 1:     # intrinsics take all-vector operands
@@ -329,22 +331,37 @@ class _FuncBuilder:
             out = self.b.insert_element(out, self.scalar_call(fn, e, scalars), lane)
         return out
 
-    def pair_dot(self, n: int, x0, x1, w):
+    def packed_pair_dot(self, n: int, p, w):
+        """aot_dot2p: pmaddwd of the broadcast int32 seen as int16 pairs, or
+        aot_dot2 of its halves."""
+        i16, i32 = ir.IntType(16), ir.IntType(32)
+        name = self.pmaddwd.get(n)
+        if name:
+            return self.pmaddwd_call(name, self.b.bitcast(self.splat(p, n), w.type), w)
+        x0 = self.b.trunc(p, i16)
+        x1 = self.b.trunc(self.b.ashr(p, ir.Constant(i32, 16)), i16)
+        return self.pair_dot(n, x0, x1, w, generic=True)
+
+    def pmaddwd_call(self, name: str, x, w):
+        callee = self.module.globals.get(name)
+        if callee is None:
+            n = w.type.count // 2
+            callee = ir.Function(self.module, ir.FunctionType(
+                ir.VectorType(ir.IntType(32), n), [w.type, w.type]), name)
+        return self.b.call(callee, [x, w])
+
+    def pair_dot(self, n: int, x0, x1, w, generic: bool = False):
         """aot_dot2 (intrinsics.PairDot): the x86 pmaddwd intrinsic where the
         target has it (LLVM does not form it from the lane formula when the
         pair is a broadcast), else sext / mul / add of the even and odd lanes."""
         i16, i32 = ir.IntType(16), ir.IntType(32)
-        name = self.pmaddwd.get(n)
+        name = None if generic else self.pmaddwd.get(n)
         if name:
             pair = self.b.insert_element(self.b.insert_element(
                 ir.Constant(ir.VectorType(i16, 2), ir.Undefined), x0, ir.Constant(i32, 0)),
                 x1, ir.Constant(i32, 1))
             x = self.b.bitcast(self.splat(self.b.bitcast(pair, i32), n), w.type)
-            callee = self.module.globals.get(name)
-            if callee is None:
-                callee = ir.Function(self.module, ir.FunctionType(
-                    ir.VectorType(i32, n), [w.type, w.type]), name)
-            return self.b.call(callee, [x, w])
+            return self.pmaddwd_call(name, x, w)
         vt = ir.VectorType(i32, n)
         undef = ir.Constant(w.type, ir.Undefined)
         even, odd = (self.b.sext(self.b.shuffle_vector(w, undef, ir.Constant(

@@ -766,7 +766,7 @@ def test_int8_kernels_have_no_undefined_behaviour(tmp_path):
 
 # ------------------------------------------------------------------ vector tiles
 
-@pytest.mark.parametrize("codegen", ["c", "llvm"])
+@pytest.mark.parametrize("codegen", ["c", "c-fallback", "llvm"])
 def test_pair_dot_matches_numpy(codegen):
     """aot_dot2 (pmaddwd on x86, the lane formula elsewhere) on random int16."""
     from aot.codegen.intrinsics import pair_dot
@@ -790,7 +790,9 @@ def test_pair_dot_matches_numpy(codegen):
         wv = rng.integers(-32767, 32768, m * 2 * n).astype(np.int16)
         wv[:4] = [32767, 32767, -32767, 1]
         cases.append((x, wv, n))
-    lib, symbols = compile_kernels(kernels, codegen)
+    fallback = codegen == "c-fallback"
+    lib, symbols = compile_kernels(kernels, "c" if fallback else codegen,
+                                   target=_fallback_target() if fallback else None)
     for k, (x, wv, n) in zip(kernels, cases):
         a, b = aligned(x), aligned(wv)
         out = aligned(np.zeros(m * n, np.int32))
@@ -801,6 +803,43 @@ def test_pair_dot_matches_numpy(codegen):
         pairs = wv.astype(np.int64).reshape(m, n, 2)
         want = (x.astype(np.int64).reshape(m, 1, 2) * pairs).sum(axis=2).reshape(-1)
         np.testing.assert_array_equal(out, want, err_msg=f"{codegen} n={n}")
+
+
+def _fallback_target():
+    """The host target with the x86 builtins' macros undefined: the C
+    helpers' portable lane formula (what Arm builds compile)."""
+    t = host_target()
+    return dataclasses.replace(t, cflags=type(t.cflags)([*t.cflags, "-U__AVX2__", "-U__SSE2__"]))
+
+
+@pytest.mark.parametrize("codegen", ["c", "c-fallback", "llvm"])
+def test_packed_pair_dot_matches_numpy(codegen):
+    """aot_dot2p: the pair staged as one int32, (x0 & 0xFFFF) + 65536 * x1."""
+    from aot.codegen.intrinsics import packed_pair_dot
+    rng = np.random.default_rng(4)
+    m, n = 64, 8
+    T16 = DType("int16")
+    ps = Buffer("ps", INT32, (m,))
+    w = Buffer("w", T16, (m * 2 * n,))
+    out = Buffer("out", INT32, (m * n,), BufferKind.OUTPUT)
+    i = Var("i")
+    func = PrimFunc("dot2p", (ps, w, out), For(i, m, Store(out, Bin("*", i, Const(n)), (
+        packed_pair_dot(Load(ps, i), Load(w, Bin("*", i, Const(2 * n)), 2 * n))))))
+    kernel = Kernel(func, (Arg("tensor", "ps"), Arg("tensor", "w"), Arg("tensor", "out")), None)
+    x = rng.integers(-32767, 32768, (m, 2)).astype(np.int64)
+    x[:3] = [[-1, -1], [-255, 255], [32767, -32767]]
+    packed = ((x[:, 0] & 0xFFFF) + x[:, 1] * 65536).astype(np.int32)
+    wv = rng.integers(-32767, 32768, m * 2 * n).astype(np.int16)
+    fallback = codegen == "c-fallback"
+    lib, symbols = compile_kernels([kernel], "c" if fallback else codegen,
+                                   target=_fallback_target() if fallback else None)
+    a, b, o = aligned(packed), aligned(wv), aligned(np.zeros(m * n, np.int32))
+    fn = getattr(lib, symbols["dot2p"])
+    fn.restype = None
+    fn.argtypes = [ctypes.c_void_p] * 3
+    fn(*(ctypes.c_void_p(v.ctypes.data) for v in (a, b, o)))
+    want = (x.reshape(m, 1, 2) * wv.astype(np.int64).reshape(m, n, 2)).sum(axis=2).reshape(-1)
+    np.testing.assert_array_equal(o, want, err_msg=codegen)
 
 
 def test_scalar_target_gets_scalar_int8_kernels():
@@ -825,3 +864,21 @@ def test_scalar_target_gets_scalar_int8_kernels():
         want = aot.interpret(g, feeds)
         for name in g.outputs:
             np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def test_conv_window_row_pairs_bit_exact():
+    """Odd input depths pair taps along the window row (staged rows of
+    x - zp, zero outside the image): strides, padding, kernels of odd width,
+    row dilation, per-tensor scales."""
+    cases = [([1, 49, 10, 1], [16, 10, 4, 1], [1, 25, 5, 16],
+              dict(Padding=0, StrideH=2, StrideW=2, FusedActivationFunction=1)),
+             ([1, 9, 9, 3], [8, 3, 3, 3], [1, 9, 9, 8], dict(Padding=0, StrideH=1, StrideW=1)),
+             ([2, 8, 7, 3], [12, 3, 3, 3], [2, 4, 4, 12],
+              dict(Padding=0, StrideH=2, StrideW=2, FusedActivationFunction=3)),
+             ([1, 9, 8, 1], [8, 3, 5, 1], [1, 5, 4, 8],
+              dict(Padding=1, StrideH=1, StrideW=1, DilationHFactor=2)),
+             ([1, 6, 7, 5], [4, 2, 3, 5], [1, 6, 7, 4], dict(Padding=0, StrideH=1, StrideW=1))]
+    graphs = [conv_model("CONV_2D", xs, ws, os_, opts, per_channel=k % 2 == 0,
+                         zp_in=(-128, 5, 127, -3, 0)[k], seed=20 + k)
+              for k, (xs, ws, os_, opts) in enumerate(cases)]
+    check_graphs(graphs)

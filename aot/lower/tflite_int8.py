@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.codegen.intrinsics import pair_dot
+from aot.codegen.intrinsics import packed_pair_dot, pair_dot
 from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Decl, Expr, For, If, Load,
                         Select, Stmt, Store, Var, add, dt, dtype_of, flat_index, mul, seq, sub)
 from aot.lower import qmath as q
@@ -932,6 +932,28 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
             np.ascontiguousarray(even.transpose(0, 2, 3, 4, 1, 5))))
     flat_w = weights.reshape(g.cout, -1)
     bias_tabs = {}
+    # Dense convs with an even depth stage the KH input rows an output row
+    # reads as int32 pairs (x[2i] - zp) + 65536 (x[2i+1] - zp), zero outside
+    # the image (exactly the skipped taps): each pair is then one load and
+    # broadcast (aot_dot2p), no tap tests bounds, and every row is blocked.
+    staged = (pairs and g.groups == 1 and g.depth % 2 == 0
+              and all(min(w) >= 4 for _, w in tiles))
+    if staged:
+        stage, rows, slot = _pair_rows(ctx, g, load_x, zp)
+    # Odd depths (the first layer's 1 or 3 channels) pair along a window
+    # row instead: with unit column dilation its KW x D taps are one
+    # contiguous run of the staged row, read as consecutive pairs.
+    flat = (not depthwise and g.groups == 1 and g.depth % 2 == 1 and g.dilations[1] == 1
+            and all(min(w) >= 4 for _, w in tiles))
+    if flat:
+        k_run = g.kw * g.depth
+        n_pairs = (k_run + 1) // 2
+        wf = np.zeros((g.per_group, g.kh, 2 * n_pairs), np.int64)
+        wf[:, :, :k_run] = w5[0].reshape(g.per_group, g.kh, k_run)
+        packed_flat = ctx.param("filter_pairs", _weight_dtype(np.ascontiguousarray(
+            wf.reshape(g.per_group, g.kh, n_pairs, 2).transpose(1, 2, 0, 3))))
+        stage, rows, pstep = _flat_rows(ctx, g, load_x, zp)
+        staged = True
 
     def bias_at(folded: bool, oc: Expr, lanes: int) -> Expr:
         if folded not in bias_tabs:
@@ -942,7 +964,6 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     mr_max = max(t.mr_max, 1)
     nr = max(sum(w) for _, w in tiles)
     acc_row = ctx.scratch_buffer("acc", "int32", (mr_max, nr))
-    i32 = dt("int32")
 
     def w_load(gi, ky, kx, ic, c, lanes):
         idx = (ky, kx, c) if depthwise else (gi, ky, kx, ic, c)
@@ -953,7 +974,8 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
         oc0 = c0 if depthwise else add(mul(gi, Const(g.per_group)), c0)
         offs = _offs(widths)
         accs = [[ctx.fresh("acc", dt("int32", wd)) for wd in widths] for _ in oxs]
-        decls = [Decl(a, bias_at(inside, add(oc0, Const(off)), wd))
+        # staged rows hold x - zp already: the plain bias
+        decls = [Decl(a, bias_at(inside and not staged, add(oc0, Const(off)), wd))
                  for row in accs for a, off, wd in zip(row, offs, widths)]
 
         def tap(ky, kx, iy, ixs):
@@ -988,6 +1010,13 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                     (gi, ky, kx, icp, add(c0, Const(off)), Const(0)), packed2.shape), 2 * wd)))
                         for v, off, wd in zip(wp, offs, widths)]
                 for row, ix in zip(accs, ixs):
+                    if staged:      # the pair is one int32 of the staged rows
+                        pv = ctx.fresh("xp")
+                        body.append(Decl(pv, Load(rows, flat_index((slot(oy, ky), ix, icp),
+                                                                   rows.shape))))
+                        body += [Assign(a, Bin("+", a, packed_pair_dot(pv, v)))
+                                 for a, v in zip(row, wp)]
+                        continue
                     xs = []
                     for j in range(2):
                         ch = add(mul(gi, Const(g.depth)), add(mul(icp, Const(2)), Const(j)))
@@ -1009,16 +1038,35 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                           loop(ctx, "kx", g.kw, lambda kx: col(ky, kx, iy)))
 
         def col(ky, kx, iy):
-            ixs = [_window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1]) for ox in oxs]
+            pad = 0 if staged else g.pad_left     # staged rows start at the left padding
+            ixs = [_window_pos(ox, kx, g.strides[1], pad, g.dilations[1]) for ox in oxs]
             cond = _in_range(ixs[0], g.w, *col_test) if len(oxs) == 1 else None
             return _guard(cond, tap(ky, kx, iy, ixs))
+
+        def flat_step(ky, j):
+            wp = [ctx.fresh("wv", dt("int16", 2 * wd)) for wd in widths]
+            body = [Decl(v, Cast(dt("int16", 2 * wd), Load(packed_flat, flat_index(
+                (ky, j, add(c0, Const(off)), Const(0)), packed_flat.shape), 2 * wd)))
+                    for v, off, wd in zip(wp, offs, widths)]
+            for row_, ox in zip(accs, oxs):
+                pv = ctx.fresh("xp")
+                at = add(mul(ox, Const(g.strides[1] * g.depth // pstep)),
+                         mul(j, Const(2 // pstep)))
+                body.append(Decl(pv, Load(rows, add(mul(ky, Const(rows.shape[1])), at))))
+                body += [Assign(a, Bin("+", a, packed_pair_dot(pv, v))) for a, v in zip(row_, wp)]
+            return seq(*body)
 
         stores = [Store(acc_row, Const(p * nr + off), a)
                   for p, row_ in enumerate(accs) for a, off in zip(row_, offs)]
         stores += [_tile_epilogue(ctx, acc_row, p * nr, widths, chunk, lambda b, k, acc, lanes,
                                   ox=ox: epilogue(b, (n, oy, ox, add(oc0, Const(k))), acc, lanes))
                    for p, ox in enumerate(oxs)]
-        return seq(*decls, loop(ctx, "ky", g.kh, row), *stores)
+        if flat:
+            taps = loop(ctx, "ky", g.kh, lambda ky: loop(ctx, "kp", n_pairs,
+                                                       lambda j: flat_step(ky, j)))
+        else:
+            taps = loop(ctx, "ky", g.kh, row)
+        return seq(*decls, taps, *stores)
 
     def block(n, oy, oxs, row_test, col_test) -> Stmt:
         """A block of neighbouring output pixels of one row: every channel
@@ -1036,19 +1084,118 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
         return loop(ctx, "g", groups, channel_tiles)
 
     def image(n):
+        if staged:
+            body = loop(ctx, "oy", g.oh, lambda oy: seq(stage(n, oy), _blocks(
+                ctx, "ox", g.ow, 0, t.block(g.ow),
+                lambda oxs: block(n, oy, oxs, (False, False), (False, False)))))
+            return seq(prologue(n), body) if prologue else body
         parts = []
-        for rows, row_test in g.regions(0):
+        for rows_, row_test in g.regions(0):
             cols_split = [((0, g.ow), g.needs_test(1))] if any(row_test) else g.regions(1)
             for cols, col_test in cols_split:
                 tested = any(row_test) or any(col_test)
                 mr = 1 if tested else t.block(cols[1] - cols[0])
-                parts.append(span_loop(ctx, "oy", rows, lambda oy, rt=row_test, cols=cols,
+                parts.append(span_loop(ctx, "oy", rows_, lambda oy, rt=row_test, cols=cols,
                                        ct=col_test, mr=mr: _blocks(
                     ctx, "ox", cols[1] - cols[0], cols[0], mr,
                     lambda oxs: block(n, oy, oxs, rt, ct))))
         body = seq(*parts)
         return seq(prologue(n), body) if prologue else body
     return loop(ctx, "n", g.n, image)
+
+
+def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int):
+    """(stage(n, oy), rows [KH, Q] int32, pair step) for a dense conv paired
+    along its window rows: row ky's elements e (input row oy * stride - pad
+    + ky * dilation, flattened over columns and channels from the left
+    padding on, x - zp, zero outside the image) as pairs (e[p], e[p + 1])
+    for every p a window can start a pair at (every other p when the
+    column stride times the depth is even)."""
+    sh, sw = g.strides
+    width = max(g.w + g.pad_left, (g.ow - 1) * sw + g.kw)
+    count = width * g.depth + 1            # a zero after the last pixel: the odd pair's end
+    pstep = 2 if (sw * g.depth) % 2 == 0 else 1
+    q_count = (count - 2) // pstep + 1
+    rows = ctx.scratch_buffer("pair_rows", "int32", (g.kh, q_count))
+    elems = ctx.scratch_buffer("row_elems", "int32", (count,))
+    lead, image_end = g.pad_left * g.depth, (g.pad_left + g.w) * g.depth
+
+    def zero(start: int, end: int) -> Stmt | None:
+        if end <= start:
+            return None
+        return loop(ctx, "z", end - start, lambda j: Store(elems, add(j, Const(start)), Const(0)))
+
+    def stage(n, oy) -> Stmt:
+        def row(ky) -> Stmt:
+            iy = _window_pos(oy, ky, sh, g.pad_top, g.dilations[0])
+            copy = loop(ctx, "ix", g.w, lambda ix: loop(ctx, "c", g.depth, lambda c: Store(
+                elems, add(add(mul(ix, Const(g.depth)), c), Const(lead)),
+                q.offset(to_i32(load_x((n, iy, ix, c))), -zp))))
+            inside = seq(*[st for st in (zero(0, lead), copy, zero(image_end, count))
+                           if st is not None])
+            cond = Bin("and", Bin(">=", iy, Const(0)), Bin("<", iy, Const(g.h)))
+            fill = If(cond, inside, zero(0, count))
+
+            def pair(qi):
+                p = mul(qi, Const(pstep))
+                value = Bin("+", Bin("&", Load(elems, p), Const(0xFFFF)),
+                            Bin("*", Load(elems, add(p, Const(1))), Const(65536)))
+                return Store(rows, add(mul(ky, Const(q_count)), qi), value)
+            return seq(fill, loop(ctx, "q", q_count, pair))
+        return loop(ctx, "ky", g.kh, row)
+    return stage, rows, pstep
+
+
+def _pair_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int):
+    """(stage(n, oy), the rows buffer [KH, W', D/2] int32, slot(oy, ky))
+    for the staged dense conv: the slot of tap row ky holds input row oy *
+    stride - pad + ky * dilation from the left padding on, zeros where that
+    is outside the image. With stride and dilation 1 the rows form a ring
+    (slot (oy + ky) % KH), so each input row is staged once, not KH times;
+    output rows must then run in order."""
+    sh, sw = g.strides
+    dh, dw = g.dilations
+    width = max(g.w + g.pad_left, (g.ow - 1) * sw + (g.kw - 1) * dw + 1)
+    half = g.depth // 2
+    rows = ctx.scratch_buffer("pair_rows", "int32", (g.kh, width, half))
+
+    def zero(start: Expr, count: int) -> Stmt | None:
+        if count <= 0:
+            return None
+        return loop(ctx, "z", count, lambda j: Store(rows, add(start, j), Const(0)))
+
+    ring = sh == 1 and dh == 1 and g.kh > 1
+
+    def stage(n, oy) -> Stmt:
+        row = row_of(n, oy)
+        if ring:    # rows oy + ky live in slot (oy + ky) % KH: one new row per output row
+            return If(Bin("==", oy, Const(0)), loop(ctx, "ky", g.kh, lambda ky: row(ky, ky)),
+                      row(Const(g.kh - 1), Bin("%", add(oy, Const(g.kh - 1)), Const(g.kh))))
+        return loop(ctx, "ky", g.kh, lambda ky: row(ky, ky))
+
+    def slot(oy, ky) -> Expr:
+        return Bin("%", add(oy, ky), Const(g.kh)) if ring else ky
+
+    def row_of(n, oy):
+        def row(ky, at) -> Stmt:
+            iy = _window_pos(oy, ky, sh, g.pad_top, dh)
+            base = mul(at, Const(width * half))
+
+            def pair(ix, cp):
+                a, b = (q.offset(to_i32(load_x((n, iy, ix, add(mul(cp, Const(2)), Const(j))))),
+                                 -zp) for j in (0, 1))
+                value = Bin("+", Bin("&", a, Const(0xFFFF)), Bin("*", b, Const(65536)))
+                return Store(rows, add(base, add(mul(add(ix, Const(g.pad_left)), Const(half)),
+                                                 cp)), value)
+            inside = seq(*[st for st in (
+                zero(base, g.pad_left * half),
+                loop(ctx, "ix", g.w, lambda ix: loop(ctx, "cp", half, lambda cp: pair(ix, cp))),
+                zero(add(base, Const((g.pad_left + g.w) * half)),
+                     (width - g.pad_left - g.w) * half)) if st is not None])
+            cond = Bin("and", Bin(">=", iy, Const(0)), Bin("<", iy, Const(g.h)))
+            return If(cond, inside, zero(base, width * half))
+        return row
+    return stage, rows, slot
 
 
 def loop_step(ctx: LowerCtx, name: str, count: int, start: int, step: int,

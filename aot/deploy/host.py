@@ -63,7 +63,9 @@ def parse_report(stdout: str, meta: dict, outs: list[bytes]) -> RunResult:
     return RunResult(arrays, [int(t) for t in report["times_us"]], report)
 
 
-def run_local(pkg: Path, inputs: Sequence[np.ndarray], warmup: int, runs: int) -> RunResult:
+def prepare_run(pkg: Path, inputs: Sequence[np.ndarray]) -> tuple[dict, list[np.ndarray], Path]:
+    """What every transport starts from: the package's metadata, the inputs
+    checked against it, and the harness binary."""
     from aot.package import read_metadata
 
     meta = read_metadata(pkg)
@@ -71,6 +73,11 @@ def run_local(pkg: Path, inputs: Sequence[np.ndarray], warmup: int, runs: int) -
     exe = pkg / "bench" / "bench"
     if not exe.is_file():
         raise AotError(f"{pkg}: the harness bench/bench is missing (package for this board)")
+    return meta, inputs, exe
+
+
+def run_local(pkg: Path, inputs: Sequence[np.ndarray], warmup: int, runs: int) -> RunResult:
+    meta, inputs, exe = prepare_run(pkg, inputs)
     with tempfile.TemporaryDirectory(prefix="aot-run-") as tmp:
         args, out_paths = harness_args(meta, Path(tmp), inputs, warmup, runs)
         try:

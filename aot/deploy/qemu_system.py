@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from aot.deploy.host import RunResult, check_inputs, harness_args, parse_report
+from aot.deploy.host import RunResult, harness_args, parse_report, prepare_run
 from aot.errors import AotError
 from aot.targets import Board
 
@@ -74,13 +74,7 @@ def _failure(returncode: int, stderr: str) -> str:
 
 def run_qemu_system(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
                     runs: int) -> RunResult:
-    from aot.package import read_metadata
-
-    meta = read_metadata(pkg)
-    inputs = check_inputs(meta, inputs)
-    exe = pkg / "bench" / "bench"
-    if not exe.is_file():
-        raise AotError(f"{pkg}: the harness bench/bench is missing (package for this board)")
+    meta, inputs, exe = prepare_run(pkg, inputs)
     timeout = float(board.options.get("timeout_s", DEFAULT_TIMEOUT_S))
     with tempfile.TemporaryDirectory(prefix="aot-qemu-system-") as tmp:
         work = Path(tmp)

@@ -38,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_onnx_conformance import (MIN_PASS_RATE, _array, _compare, _freeze, _needs_constant,
-                                   cases, skip_reason)
+from test_onnx_conformance import (MIN_PASS_RATE, _compare, _needs_constant, bind_and_retry,
+                                   cases, data_sets, skip_reason)
 
 from aot.errors import AotError
 from aot.frontend.onnx import import_onnx
@@ -101,31 +101,15 @@ BOUND_WEIGHTS: set[str] = set()
 def package_case(case, tag: str, codegen: str, board) -> list[Run]:
     """A package per data set of the case (named <tag>_<set>), the inputs the
     codegen needs constant bound to the data set's values; or an AotError."""
-    g = case.model.graph
-    init = {t.name for t in g.initializer}
-    in_names = [i.name for i in g.input if i.name not in init]
-    out_names = [o.name for o in g.output]
     runs = []
-    for r, (inputs, outputs) in enumerate(case.data_sets):
-        ins = {n: _array(a) for n, a in zip(in_names, inputs)}
-        outs = {n: _array(a) for n, a in zip(out_names, outputs)}
-        model, frozen, bound = case.model, [], []
-        while True:
-            try:
-                graph = optimize(infer_types(import_onnx(model.SerializeToString(), case.name)))
-                gen = generate(graph, board, codegen, f"{tag}_{r}", io_in_arena=False)
-                break
-            except AotError as e:
-                name, kind = _needs_constant(case.model, e, ins), BOUND_SHAPES
-                if name is None:
-                    name, kind = _needs_weight(case.model, e, ins, frozen), BOUND_WEIGHTS
-                if name is None or name in frozen:
-                    raise
-                frozen.append(name)
-                bound.append(kind)
-                model = _freeze(case.model, frozen, ins)
-        for kind in bound:
-            kind.add(case.name)
+    for r, (ins, outs) in enumerate(data_sets(case)):
+        def attempt(model):
+            graph = optimize(infer_types(import_onnx(model.SerializeToString(), case.name)))
+            return graph, generate(graph, board, codegen, f"{tag}_{r}", io_in_arena=False)
+        (graph, gen), bound = bind_and_retry(case.model, ins, attempt,
+                                             (_needs_constant, _needs_weight))
+        for _, finder in bound:
+            (BOUND_SHAPES if finder is _needs_constant else BOUND_WEIGHTS).add(case.name)
         runs.append(Run(gen, graph, {k: ins[k] for k in graph.inputs}, outs))
     return runs
 

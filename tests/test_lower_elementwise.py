@@ -197,31 +197,18 @@ def _rule_module(op: str) -> str | None:
 def _prepare(case):
     """[(graph, inputs, expected)] per data set, shape-argument inputs bound
     at compile time as the interpreter conformance test does; or an error."""
-    from test_onnx_conformance import _array, _freeze, _needs_constant
+    from test_onnx_conformance import bind_and_retry, data_sets
 
-    from aot.errors import AotError
     from aot.frontend.onnx import import_onnx
     from aot.passes.infer import infer_types
     from aot.passes.pipeline import optimize
-    g = case.model.graph
-    init = {t.name for t in g.initializer}
-    in_names = [i.name for i in g.input if i.name not in init]
-    out_names = [o.name for o in g.output]
+
+    def attempt(model):
+        return optimize(infer_types(import_onnx(model.SerializeToString(), case.name)))
+
     runs = []
-    for inputs, outputs in case.data_sets:
-        ins = {n: _array(a) for n, a in zip(in_names, inputs)}
-        outs = {n: _array(a) for n, a in zip(out_names, outputs)}
-        model, frozen = case.model, []
-        while True:
-            try:
-                graph = optimize(infer_types(import_onnx(model.SerializeToString(), case.name)))
-                break
-            except AotError as e:
-                name = _needs_constant(case.model, e, ins)
-                if name is None or name in frozen:
-                    raise
-                frozen.append(name)
-                model = _freeze(case.model, frozen, ins)
+    for ins, outs in data_sets(case):
+        graph, _ = bind_and_retry(case.model, ins, attempt)
         runs.append((graph, {k: v for k, v in ins.items() if k in graph.inputs}, outs))
     return runs
 

@@ -121,7 +121,7 @@ def _freeze(model, names: list[str], inputs: dict[str, np.ndarray]):
     return frozen
 
 
-def _needs_constant(model, error: AotError, inputs: dict) -> str | None:
+def _needs_constant(model, error: AotError, inputs: dict, frozen=()) -> str | None:
     """The graph input an error says must be known at compile time, if any.
 
     aot compiles static graphs: shape arguments (Reshape's shape, Slice's
@@ -157,28 +157,47 @@ def _run(model, name: str, inputs: dict, outputs: dict) -> str | None:
     return None
 
 
-def run_case(case) -> str | None:
-    """None if aot reproduces the expected outputs, else a one-line reason."""
+def data_sets(case):
+    """(inputs, expected outputs) per data set of a case, as {name: array}."""
     g = case.model.graph
     init = {t.name for t in g.initializer}
     in_names = [i.name for i in g.input if i.name not in init]
     out_names = [o.name for o in g.output]
-    try:
-        for inputs, outputs in case.data_sets:
-            ins = {n: _array(a) for n, a in zip(in_names, inputs)}
-            outs = {n: _array(a) for n, a in zip(out_names, outputs)}
-            model, frozen = case.model, []
-            while True:
-                try:
-                    reason = _run(model, case.name, ins, outs)
+    for inputs, outputs in case.data_sets:
+        yield ({n: _array(a) for n, a in zip(in_names, inputs)},
+               {n: _array(a) for n, a in zip(out_names, outputs)})
+
+
+def bind_and_retry(model, inputs: dict, attempt, finders=(_needs_constant,)):
+    """attempt(model) for a case; while aot refuses it because a graph input
+    must be known at compile time, bind that input to the case's value and
+    try again. A finder (model, error, inputs, frozen) names the input to
+    bind, or None. Returns attempt's result and [(bound input, its finder)];
+    an error no finder answers (or a repeat) is raised."""
+    bound: list = []
+    current = model
+    while True:
+        try:
+            return attempt(current), bound
+        except AotError as e:
+            frozen = [n for n, _ in bound]
+            for finder in finders:
+                name = finder(model, e, inputs, frozen)
+                if name is not None:
                     break
-                except AotError as e:
-                    name = _needs_constant(case.model, e, ins)
-                    if name is None or name in frozen:
-                        raise
-                    frozen.append(name)
-                    model = _freeze(case.model, frozen, ins)
-            if frozen:
+            if name is None or name in frozen:
+                raise
+            bound.append((name, finder))
+            current = _freeze(model, frozen + [name], inputs)
+
+
+def run_case(case) -> str | None:
+    """None if aot reproduces the expected outputs, else a one-line reason."""
+    try:
+        for ins, outs in data_sets(case):
+            reason, bound = bind_and_retry(
+                case.model, ins, lambda model: _run(model, case.name, ins, outs))
+            if bound:
                 FROZEN.append(case.name)
             if reason:
                 return reason

@@ -190,9 +190,10 @@ def _windows(x: np.ndarray, win: Window, fill: float) -> np.ndarray:
 # Conv
 
 
-def _conv_dims(sig: Sig):
-    x = _float_input(sig, 0)
-    w = _float_input(sig, 1, "weight")
+def conv_output_shape(sig: Sig, x: TensorType, w: TensorType) -> tuple[int, ...]:
+    """The output shape of a convolution of x by w (Conv, QLinearConv,
+    ConvInteger), in the node's layout, after checking ranks, channels,
+    groups and kernel_shape against each other."""
     layout = _layout(sig)
     if len(x.shape) < 3 or len(x.shape) != len(w.shape):
         raise sig.fail(f"input {x} and weight {w} must have the same rank >= 3")
@@ -202,12 +203,6 @@ def _conv_dims(sig: Sig):
     xs = _nchw_shape(x.shape, layout)
     # The weight in ONNX order [O, I/group, k...].
     ws = (w.shape[0], w.shape[-1]) + tuple(w.shape[1:-1]) if layout == "NHWC" else w.shape
-    return layout, xs, ws
-
-
-def _conv_infer(sig: Sig):
-    layout, xs, ws = _conv_dims(sig)
-    _same_dtype(sig, 0, 1, 2)
     group = int(sig.attrs.get("group", 1))
     c = xs[1]
     if group < 1 or c % group or ws[0] % group:
@@ -219,13 +214,19 @@ def _conv_infer(sig: Sig):
     ks = sig.attrs.get("kernel_shape")
     if ks is not None and tuple(int(k) for k in ks) != kernel:
         raise sig.fail(f"kernel_shape {list(ks)} differs from the weight's {list(kernel)}")
-    if sig.has(2):
-        b = sig.in_types[2]
-        if b.shape != (ws[0],):
-            raise sig.fail(f"bias shape {list(b.shape)} must be [{ws[0]}]")
     win = resolve_window(sig, tuple(xs[2:]), kernel)
-    out = (xs[0], ws[0]) + win.out
-    return [TensorType(_from_nchw_shape(out, layout), sig.in_types[0].dtype)]
+    return _from_nchw_shape((xs[0], ws[0]) + win.out, layout)
+
+
+def _conv_infer(sig: Sig):
+    x = _float_input(sig, 0)
+    w = _float_input(sig, 1, "weight")
+    _same_dtype(sig, 0, 1, 2)
+    shape = conv_output_shape(sig, x, w)
+    o = w.shape[0]
+    if sig.has(2) and sig.in_types[2].shape != (o,):
+        raise sig.fail(f"bias shape {list(sig.in_types[2].shape)} must be [{o}]")
+    return [TensorType(shape, x.dtype)]
 
 
 def conv_nchw(x: np.ndarray, w: np.ndarray, bias, win: Window, group: int) -> np.ndarray:

@@ -15,8 +15,8 @@ import numpy as np
 from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import TensorType
 from aot.ops.nn import (
-    FLOATS, _from_nchw, _from_nchw_shape, _layout, _nchw_shape, _to_nchw, conv_nchw,
-    matmul_shape, resolve_window,
+    FLOATS, _from_nchw, _layout, _to_nchw, conv_nchw,
+    conv_output_shape, matmul_shape, resolve_window,
 )
 from aot.ops.registry import Call, Pattern, Sig, register
 
@@ -247,26 +247,12 @@ def _matmul_integer(call: Call, args):
 # QLinearConv / ConvInteger
 
 
-def _qconv_shape(sig: Sig, x: TensorType, w: TensorType) -> tuple[int, ...]:
-    layout = _layout(sig)
-    if len(x.shape) < 3 or len(x.shape) != len(w.shape):
-        raise sig.fail(f"input {x} and weight {w} must have the same rank >= 3")
-    xs = _nchw_shape(x.shape, layout)
-    ws = (w.shape[0], w.shape[-1]) + tuple(w.shape[1:-1]) if layout == "NHWC" else w.shape
-    group = int(sig.attrs.get("group", 1))
-    if group < 1 or xs[1] % group or ws[0] % group or ws[1] * group != xs[1]:
-        raise sig.fail(f"weight {list(w.shape)} does not match {xs[1]} input channels "
-                       f"with group {group}")
-    win = resolve_window(sig, tuple(xs[2:]), tuple(ws[2:]))
-    return _from_nchw_shape((xs[0], ws[0]) + win.out, layout)
-
-
 def _qconv_infer(sig: Sig):
     x = _int_input(sig, 0, "x")
     w = _int_input(sig, 3, "w")
     _check_zp(sig, 2, x, "x_zero_point")
     _check_zp(sig, 5, w, "w_zero_point")
-    shape = _qconv_shape(sig, x, w)
+    shape = conv_output_shape(sig, x, w)
     o = w.shape[0]
     for i, what in ((4, "w_scale"), (5, "w_zero_point")):
         if sig.has(i) and sig.in_types[i].size not in (1, o):
@@ -314,7 +300,7 @@ def _qlinear_conv(call: Call, args):
 def _conv_integer_infer(sig: Sig):
     x = _int_input(sig, 0, "x")
     w = _int_input(sig, 1, "w")
-    return [TensorType(_qconv_shape(sig, x, w), "int32")]
+    return [TensorType(conv_output_shape(sig, x, w), "int32")]
 
 
 @register("ConvInteger", infer=_conv_integer_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)

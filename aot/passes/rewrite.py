@@ -24,6 +24,16 @@ from aot.passes.infer import infer_types, node_types
 MAX_STEPS = 100_000
 
 
+def _claim(base: str, taken: set[str]) -> str:
+    """base, or base_1, base_2, ...: the first not in taken, which it joins."""
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    taken.add(name)
+    return name
+
+
 def _contiguous(value: np.ndarray) -> np.ndarray:
     # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
     return np.array(value, order="C", copy=None)
@@ -100,20 +110,11 @@ class Rewriter:
     # ---- building ------------------------------------------------------
     def fresh(self, base: str) -> str:
         """An unused tensor name derived from base (deterministic)."""
-        name, k = base, 0
-        while name in self._tensor_names:
-            k += 1
-            name = f"{base}_{k}"
-        self._tensor_names.add(name)
-        return name
+        return _claim(base, self._tensor_names)
 
     def fresh_node(self, base: str) -> str:
-        name, k = base, 0
-        while name in self._node_names:
-            k += 1
-            name = f"{base}_{k}"
-        self._node_names.add(name)
-        return name
+        """An unused node name derived from base (deterministic)."""
+        return _claim(base, self._node_names)
 
     def take_over(self, node: Node) -> str:
         """Free the name of a node the rewrite makes dead, for its replacement."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from aot.errors import AotError, NotImplementedYet
+from aot.errors import AotError
 from aot.fsutil import write_dir_atomically
 
 EXIT_USER_ERROR = 2
@@ -289,16 +289,6 @@ def _print_bench(out: dict[str, Any]) -> None:
         Console().print(f"[bold]note:[/bold] {out['note']}")
 
 
-# --- not yet built --------------------------------------------------------------
-
-PLANNED: dict[str, str] = {}
-
-
-def cmd_planned(args: argparse.Namespace) -> int:
-    raise NotImplementedYet(f"'aot {args.command}' is not implemented yet: "
-                            f"{PLANNED[args.command]} is planned but not built")
-
-
 # --- parser ---------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -356,9 +346,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     add("boards", "list the boards aot knows", cmd_boards)
 
-    for name, what in PLANNED.items():
-        p = add(name, what + " (not implemented yet)", cmd_planned)
-        p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
 
 
@@ -372,8 +359,6 @@ def fail(args_json: bool, message: str, code: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if "--json" in getattr(args, "rest", ()):  # planned commands swallow their options
-        args.json = True
     try:
         return args.func(args)
     except AotError as e:

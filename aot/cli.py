@@ -359,6 +359,8 @@ def fail(args_json: bool, message: str, code: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from aot import progress
+    progress.enable(not args.json)     # still off unless stderr is a terminal
     try:
         return args.func(args)
     except AotError as e:

@@ -243,17 +243,20 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
     extra_cflags (tests, debugging: sanitizers, -O1 -g) are added to every
     compile of the library and the harness, and recorded in metadata.json.
     """
-    from aot import toolchain
+    from aot import progress, toolchain
     from aot.footprint import library_footprint
 
-    gen = generate(graph, board, codegen, name, io_in_arena)
+    with progress.step(f"compile {name} for {board.name} ({codegen})"):
+        gen = generate(graph, board, codegen, name, io_in_arena)
     for path, data in sorted(gen.files.items()):
         (pkg / path).parent.mkdir(parents=True, exist_ok=True)
         (pkg / path).write_bytes(data)
     start = time.perf_counter()
-    library = toolchain.build_library(board.target, pkg, name, gen.sources, gen.prebuilt,
-                                      extra_cflags)
-    toolchain.build_harness(board.target, pkg, name, library, extra_cflags, board.firmware)
+    with progress.step(f"build lib{name}.a and the harness ({board.target.cc})"):
+        library = toolchain.build_library(board.target, pkg, name, gen.sources, gen.prebuilt,
+                                          extra_cflags)
+        toolchain.build_harness(board.target, pkg, name, library, extra_cflags,
+                                board.firmware)
     seconds = time.perf_counter() - start
     meta = metadata(graph, gen.kernels, gen.mem, gen.other, gen.params, gen.context, board,
                     codegen, library_footprint(pkg / library))

@@ -41,7 +41,7 @@ def package(model_or_graph: str | Path | Graph, board: str = "host", codegen: st
     check_fits(graph, brd)      # weights too big for the flash: say so before optimizing
     graph = as_graph(graph)
     if out_dir is None:
-        out_dir = Path(name or default_name(graph))
+        out_dir = Path(default_name(graph, name))
     return package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,
                          extra_cflags)
 

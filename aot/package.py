@@ -214,8 +214,11 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
     prebuilt: list[str] = []
     c_sources = [f"src/{name}.c", f"src/{name}_params.c", "runtime_c/aot_platform.c"]
     if codegen == "c":
-        files[f"src/{name}_kernels.c"] = csrc.source.encode()
-        c_sources.insert(1, f"src/{name}_kernels.c")
+        # several kernel files compile in parallel (emit_c splits large models)
+        kernel_files = [f"src/{name}_kernels{f'_{i}' if i else ''}.c"
+                        for i in range(len(csrc.parts))]
+        files.update({path: text.encode() for path, text in zip(kernel_files, csrc.parts)})
+        c_sources[1:1] = kernel_files
     else:
         from aot.codegen.llvm import emit_object
         files[f"lib/{name}_kernels.o"] = emit_object(funcs, kernel_prefix, target)
@@ -266,8 +269,12 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
     return meta, seconds
 
 
-def default_name(graph: Graph) -> str:
+def default_name(graph: Graph, name: str | None = None) -> str:
+    """The package's C name and file stem: `name`, else the model's (lower
+    case), made a C identifier, so no `/`, `..` or NUL reaches a path."""
     from aot.codegen.names import c_identifier
+    if name:
+        return c_identifier(name, set())
     return c_identifier(graph.name or "model", set()).lower()
 
 
@@ -275,9 +282,7 @@ def package_graph(graph: Graph, board: Board, out_dir: Path, codegen: str = "c",
                   name: str | None = None, io_in_arena: bool = False,
                   force: bool = False, extra_cflags: Sequence[str] = ()) -> PackageInfo:
     """Package an optimized graph into `out_dir` (created atomically)."""
-    from aot.codegen.names import c_identifier
-
-    name = c_identifier(name, set()) if name else default_name(graph)
+    name = default_name(graph, name)
     result: dict = {}
 
     def fill(tmp: Path) -> None:

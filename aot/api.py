@@ -26,13 +26,16 @@ def as_graph(model_or_graph: str | Path | Graph) -> Graph:
 def package(model_or_graph: str | Path | Graph, board: str = "host", codegen: str = "c",
             name: str | None = None, out_dir: str | Path | None = None,
             io_in_arena: bool = False, force: bool = False,
-            extra_cflags: Sequence[str] = ()) -> PackageInfo:
+            extra_cflags: Sequence[str] = (), profile: bool = False,
+            checks: bool = False) -> PackageInfo:
     """Compile a model into a package directory built for `board`.
 
     out_dir defaults to ./<name>; with out_dir=None and no name, the model's.
     extra_cflags are added to every compile and to the harness link, e.g.
     ("-fsanitize=address,undefined", "-g", "-O1") to check a package under
-    sanitizers (the harness is then linked dynamically).
+    sanitizers (the harness is then linked dynamically). profile=True builds
+    the per-kernel timing hooks in (docs/package.md "Profile"); checks=True
+    builds the harness with guard bytes around every buffer ("Checks").
     """
     import aot
 
@@ -43,7 +46,7 @@ def package(model_or_graph: str | Path | Graph, board: str = "host", codegen: st
     if out_dir is None:
         out_dir = Path(default_name(graph, name))
     return package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,
-                         extra_cflags)
+                         extra_cflags, profile, checks)
 
 
 def package_to_temp(model_or_graph, board: str = "host", codegen: str = "c",

@@ -240,11 +240,14 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
 
 
 def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
-               io_in_arena: bool, extra_cflags: tuple[str, ...] = ()) -> tuple[dict, float]:
+               io_in_arena: bool, extra_cflags: tuple[str, ...] = (), profile: bool = False,
+               checks: bool = False) -> tuple[dict, float]:
     """Write and build the whole package in `pkg`; (metadata, compile seconds).
 
     extra_cflags (tests, debugging: sanitizers, -O1 -g) are added to every
     compile of the library and the harness, and recorded in metadata.json.
+    profile (-DAOT_PROFILE: per-kernel timing hooks) and checks (-DAOT_CHECKS:
+    the harness's guard bytes) are built in the same way, recorded as flags.
     """
     from aot import progress, toolchain
     from aot.footprint import library_footprint
@@ -256,15 +259,17 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
         (pkg / path).write_bytes(data)
     start = time.perf_counter()
     with progress.step(f"build lib{name}.a and the harness ({board.target.cc})"):
+        flags = (*extra_cflags, *(["-DAOT_PROFILE"] if profile else []),
+                 *(["-DAOT_CHECKS"] if checks else []))
         library = toolchain.build_library(board.target, pkg, name, gen.sources, gen.prebuilt,
-                                          extra_cflags)
-        toolchain.build_harness(board.target, pkg, name, library, extra_cflags,
-                                board.firmware)
+                                          flags)
+        toolchain.build_harness(board.target, pkg, name, library, flags, board.firmware)
     seconds = time.perf_counter() - start
     meta = metadata(graph, gen.kernels, gen.mem, gen.other, gen.params, gen.context, board,
                     codegen, library_footprint(pkg / library))
     if extra_cflags:
         meta["extra_cflags"] = list(extra_cflags)
+    meta["profile"], meta["checks"] = profile, checks
     (pkg / "metadata.json").write_text(json.dumps(meta, sort_keys=True, indent=2) + "\n")
     return meta, seconds
 
@@ -280,14 +285,16 @@ def default_name(graph: Graph, name: str | None = None) -> str:
 
 def package_graph(graph: Graph, board: Board, out_dir: Path, codegen: str = "c",
                   name: str | None = None, io_in_arena: bool = False,
-                  force: bool = False, extra_cflags: Sequence[str] = ()) -> PackageInfo:
+                  force: bool = False, extra_cflags: Sequence[str] = (),
+                  profile: bool = False, checks: bool = False) -> PackageInfo:
     """Package an optimized graph into `out_dir` (created atomically)."""
     name = default_name(graph, name)
     result: dict = {}
 
     def fill(tmp: Path) -> None:
         result["meta"], result["seconds"] = build_into(tmp, graph, board, codegen, name,
-                                                       io_in_arena, tuple(extra_cflags))
+                                                       io_in_arena, tuple(extra_cflags),
+                                                       profile, checks)
     write_dir_atomically(Path(out_dir), fill, force)
     meta = result["meta"]
     return PackageInfo(Path(out_dir), name, board.name, codegen, meta["arena_bytes"],

@@ -19,6 +19,16 @@ __attribute__((weak)) uint64_t aot_platform_timer_us(void) {
 #endif
 }
 
+__attribute__((weak)) uint64_t aot_platform_timer_ns(void) {
+#ifdef AOT_HOSTED
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+#else
+    return aot_platform_timer_us() * 1000u;   /* the firmware's clock, if it has one */
+#endif
+}
+
 __attribute__((weak)) void aot_platform_abort(void) {
 #ifdef AOT_HOSTED
     abort();
@@ -29,9 +39,9 @@ __attribute__((weak)) void aot_platform_abort(void) {
 }
 
 #ifdef AOT_PROFILE
-__attribute__((weak)) void aot_platform_profile(int step, const char* kernel, uint64_t micros) {
+__attribute__((weak)) void aot_platform_profile(int step, const char* kernel, uint64_t nanos) {
     (void)step;
     (void)kernel;
-    (void)micros;
+    (void)nanos;
 }
 #endif

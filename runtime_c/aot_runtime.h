@@ -22,14 +22,21 @@ extern "C" {
  * on bare metal: firmware provides its own (e.g. from SysTick or DWT). */
 uint64_t aot_platform_timer_us(void);
 
+/* A monotonic clock in nanoseconds, for AOT_PROFILE (kernels take a few
+ * microseconds). The weak default uses clock_gettime on hosted systems and
+ * aot_platform_timer_us() * 1000 on bare metal (0 unless firmware provides
+ * that clock); firmware with a cycle counter overrides this one. */
+uint64_t aot_platform_timer_ns(void);
+
 /* Called on an unrecoverable error. The weak default spins forever on bare
  * metal and calls abort() on hosted systems. */
 void aot_platform_abort(void);
 
 #ifdef AOT_PROFILE
-/* Called after each kernel with its step index, name and duration when the
- * package is compiled with -DAOT_PROFILE; the weak default does nothing. */
-void aot_platform_profile(int step, const char* kernel, uint64_t micros);
+/* Called after each kernel with its step index, name and duration in
+ * nanoseconds (aot_platform_timer_ns) when the package is compiled with
+ * -DAOT_PROFILE; the weak default does nothing. */
+void aot_platform_profile(int step, const char* kernel, uint64_t nanos);
 #endif
 
 #ifdef __cplusplus

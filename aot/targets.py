@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
@@ -134,8 +134,62 @@ def get_target(name: str) -> Target:
         raise AotError(f"unknown target '{name}' (known: {', '.join(sorted(targets()))})") from None
 
 
-def get_board(name: str) -> Board:
+def get_board(name: str | Board) -> Board:
+    """A board by name, with the user's config file merged into its options
+    (a Board, e.g. one with command-line overrides, is returned as is)."""
+    if isinstance(name, Board):
+        return name
     try:
-        return boards()[name]
+        board = boards()[name]
     except KeyError:
         raise AotError(f"unknown board '{name}' (known: {', '.join(sorted(boards()))})") from None
+    return with_options(board, **user_options(name))
+
+
+def with_options(board: Board, **overrides: Any) -> Board:
+    """The board with `overrides` merged over its options; None means "not
+    given" (an unset command-line option), so it never hides a default."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if not given:
+        return board
+    return replace(board, options={**board.options, **given})
+
+
+# --- the per-user config file -------------------------------------------------
+
+# How to reach the user's own boards (host, key, ...) without typing them on
+# every command: a TOML table per board name, merged over the board's
+# defaults and under the command line's options.
+#
+#     [rpi4]
+#     host = "192.168.1.42"
+#     key = "~/.ssh/id_ed25519"
+CONFIG_ENV = "AOT_CONFIG"
+CONFIG_KEYS = ("host", "port", "user", "key", "known_hosts", "exec_prefix",
+               "connect_timeout_s", "command_timeout_s", "remote_tmp")
+
+
+def config_path() -> Path:
+    """$AOT_CONFIG, else ~/.config/aot/boards.toml."""
+    env = os.environ.get(CONFIG_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".config" / "aot" / "boards.toml"
+
+
+def user_options(board_name: str) -> dict[str, Any]:
+    """The config file's table for `board_name` (empty without a file or table)."""
+    path = config_path()
+    if not path.is_file():
+        if os.environ.get(CONFIG_ENV):
+            raise AotError(f"${CONFIG_ENV} names {path}, which is not a file")
+        return {}
+    try:
+        table = tomllib.loads(path.read_text()).get(board_name, {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise AotError(f"{path}: not a valid config file ({e})") from None
+    if not isinstance(table, dict):
+        raise AotError(f"{path}: '{board_name}' must be a table ([{board_name}])")
+    unknown = sorted(set(table) - set(CONFIG_KEYS))
+    if unknown:
+        raise AotError(f"{path}: [{board_name}] has unknown key(s) {', '.join(unknown)} "
+                       f"(known: {', '.join(CONFIG_KEYS)})")
+    return dict(table)

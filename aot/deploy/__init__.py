@@ -27,8 +27,15 @@ def _local(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
     return run_local(pkg, inputs, warmup, runs)
 
 
+def _ssh(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
+         runs: int) -> RunResult:
+    from aot.deploy.ssh import run_ssh    # paramiko loads only for SSH boards
+
+    return run_ssh(pkg, board, inputs, warmup, runs)
+
+
 TRANSPORTS: dict[str, Transport] = {"local": _local, "qemu-user": run_qemu_user,
-                                    "qemu-system": run_qemu_system}
+                                    "qemu-system": run_qemu_system, "ssh": _ssh}
 
 
 def run_package(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int = 0,

@@ -2,6 +2,7 @@
 
 model file -> load -> Graph -> optimize -> (later: TIR -> code -> package -> board)
 """
+from aot.deploy.device import connect
 from aot.errors import AotError
 from aot.frontend import load
 from aot.interp import interpret
@@ -10,4 +11,5 @@ from aot.passes.pipeline import optimize
 
 __version__ = "0.1.0"
 
-__all__ = ["AotError", "Graph", "interpret", "load", "optimize", "print_graph", "__version__"]
+__all__ = ["AotError", "Graph", "connect", "interpret", "load", "optimize", "print_graph",
+           "__version__"]

@@ -15,11 +15,18 @@ from aot.errors import AotError
 TIMEOUT_S = 600
 
 
+# The harness's exit code when its guard check (a --checks package) fails.
+EXIT_GUARD = 3
+
+
 @dataclass(frozen=True)
 class RunResult:
     outputs: list[np.ndarray]
     times_us: list[int]
-    report: dict            # the harness's JSON line
+    report: dict            # the harness's JSON line (or the serve reply, as JSON)
+    # A --profile package's kernel times (ns): per timed run (the first 1000),
+    # per kernel in metadata.json "kernels" order. None otherwise.
+    profile_ns: list[list[int]] | None = None
 
 
 def check_inputs(meta: dict, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -49,18 +56,44 @@ def harness_args(meta: dict, work: Path, inputs: Sequence[np.ndarray], warmup: i
     return [str(warmup), str(runs), *map(str, ins), *map(str, outs)], outs
 
 
-def parse_report(stdout: str, meta: dict, outs: list[bytes]) -> RunResult:
-    try:
-        report = json.loads(stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise AotError(f"the harness printed no JSON report: {stdout[:200]!r}") from None
+def output_arrays(meta: dict, outs: Sequence[bytes]) -> list[np.ndarray]:
+    """The outputs' raw little-endian bytes as arrays of their shapes."""
     arrays = []
     for spec, data in zip(meta["outputs"], outs):
         dtype = np.dtype(spec["dtype"]).newbyteorder("<")
         if len(data) != spec["bytes"]:
             raise AotError(f"output '{spec['name']}': {len(data)} bytes, expected {spec['bytes']}")
         arrays.append(np.frombuffer(data, dtype).astype(spec["dtype"]).reshape(spec["shape"]))
-    return RunResult(arrays, [int(t) for t in report["times_us"]], report)
+    return arrays
+
+
+def check_profile(meta: dict, profile_ns: list[list[int]] | None) -> None:
+    """A profile row per run, a time per kernel of metadata.json."""
+    kernels = len(meta.get("kernels", ()))
+    if profile_ns is not None and any(len(row) != kernels for row in profile_ns):
+        raise AotError(f"the harness's profile does not have the package's {kernels} kernels "
+                       "(metadata.json and bench/bench disagree)")
+
+
+def parse_report(stdout: str, meta: dict, outs: list[bytes]) -> RunResult:
+    try:
+        report = json.loads(stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise AotError(f"the harness printed no JSON report: {stdout[:200]!r}") from None
+    profile = report.get("profile_ns")
+    check_profile(meta, profile)
+    return RunResult(output_arrays(meta, outs), [int(t) for t in report["times_us"]], report,
+                     profile)
+
+
+def failure(returncode: int, stderr: str, where: str = "") -> str:
+    """The one-line reason a harness run failed: its last stderr line, named
+    a guard check failure for EXIT_GUARD."""
+    lines = stderr.strip().splitlines()
+    last = lines[-1] if lines else "no message"
+    if returncode == EXIT_GUARD:
+        return f"the harness's guard check failed{where}: {last.removeprefix('bench: ')}"
+    return f"the harness failed{where} (exit {returncode}): {last}"
 
 
 def prepare_run(pkg: Path, inputs: Sequence[np.ndarray]) -> tuple[dict, list[np.ndarray], Path]:
@@ -88,7 +121,5 @@ def run_local(pkg: Path, inputs: Sequence[np.ndarray], warmup: int, runs: int) -
         except OSError as e:
             raise AotError(f"cannot run {exe}: {e.strerror}") from None
         if r.returncode != 0:
-            msg = r.stderr.strip().splitlines()
-            raise AotError(f"the harness failed (exit {r.returncode}): "
-                           f"{msg[-1] if msg else 'no message'}")
+            raise AotError(failure(r.returncode, r.stderr))
         return parse_report(r.stdout, meta, [p.read_bytes() for p in out_paths])

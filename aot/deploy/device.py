@@ -1,0 +1,229 @@
+"""A board kept open for many runs: `aot.connect`.
+
+    with aot.connect("qemu-aarch64") as dev:
+        for x in batches:
+            result = dev.run("build/kws", [x])      # a RunResult
+
+The first run of a package starts its harness in serve mode (bench/bench
+--serve, aot/deploy/serve.py) and keeps it: later runs of that package are
+one request each, with no process start or upload. The harness runs where
+the board's transport puts it: a local process (host), the qemu-user
+emulator, or a process on an SSH board (one connection, each harness
+uploaded once). Bare-metal boards (qemu-system) have no stdin/stdout to
+serve on: they stay with `aot.deploy.run_package`, one run per call.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import IO, Sequence
+
+import numpy as np
+
+from aot.deploy.host import RunResult
+from aot.deploy.serve import ServeClient
+from aot.errors import AotError
+from aot.targets import Board, get_board
+
+REQUEST_TIMEOUT_S = 600      # a local harness that answers no sooner is killed
+EXIT_WAIT_S = 10
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    if code >= 128:                 # qemu-user relays the guest's fatal signal so
+        return f"exited with code {code} (a crash)"
+    return f"exited with code {code}"
+
+
+def _last_lines(text: str, n: int = 3) -> str:
+    lines = [l for l in text.strip().splitlines() if l.strip()]
+    return " | ".join(lines[-n:]) if lines else "no message on stderr"
+
+
+class _LocalProcess:
+    """The harness as a process of this machine (host or under qemu-user)."""
+
+    def __init__(self, argv: list[str]):
+        self._stderr = tempfile.TemporaryFile()     # a pipe nobody reads could fill up
+        self.expired = False
+        try:
+            self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=self._stderr)
+        except OSError as e:
+            self._stderr.close()
+            raise AotError(f"cannot run {argv[0]}: {e.strerror}") from None
+        self.stdin: IO[bytes] = self._proc.stdin
+        self.stdout: IO[bytes] = self._proc.stdout
+
+    def _wait(self) -> int | None:
+        try:
+            return self._proc.wait(timeout=EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            return self._proc.wait()
+
+    def lost(self) -> str:
+        code = self._wait()
+        self._stderr.seek(0)
+        err = self._stderr.read().decode("utf-8", "replace")
+        if self.expired:
+            return f"the harness gave no answer within {REQUEST_TIMEOUT_S} s and was killed"
+        return f"the harness {_exit_reason(code)}: {_last_lines(err)}"
+
+    def expire(self) -> None:
+        self.expired = True
+        self._proc.kill()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.stdin.close()
+        self._wait()
+        self.stdout.close()
+        self._stderr.close()
+
+
+class _RemoteProcess:
+    """The harness on an SSH board (aot.deploy.ssh.RemoteProcess)."""
+
+    def __init__(self, proc):
+        self._proc = proc
+        self.stdin, self.stdout = proc.stdin, proc.stdout
+
+    def lost(self) -> str:
+        try:
+            err = self._proc.stderr.read().decode("utf-8", "replace")
+        except (OSError, EOFError):
+            err = ""
+        try:
+            code = self._proc.close()
+        except (AotError, OSError, EOFError):
+            code = None
+        what = "was killed by a signal" if code == -1 else _exit_reason(code)
+        return f"the harness {what} on the board: {_last_lines(err)}"
+
+    def expire(self) -> None:       # the channel's own timeout bounds every read
+        pass
+
+    def close(self) -> None:
+        with contextlib.suppress(AotError, OSError, EOFError):
+            self._proc.close()
+
+
+class _Session:
+    def __init__(self, process, meta: dict):
+        self.process = process
+        try:
+            self.client = ServeClient(process.stdin, process.stdout, meta, process.lost)
+        except BaseException:
+            process.close()
+            raise
+
+    def request(self, inputs, warmup: int, runs: int) -> RunResult:
+        timer = threading.Timer(REQUEST_TIMEOUT_S, self.process.expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            return self.client.request(inputs, warmup, runs)
+        finally:
+            timer.cancel()
+
+    def close(self) -> None:
+        if self.client.alive:
+            self.client.quit()
+        self.process.close()
+
+
+class Device:
+    """A board with a serve session per package used (see the module doc)."""
+
+    def __init__(self, board: Board):
+        if board.transport == "qemu-system":
+            raise AotError(f"board '{board.name}' is bare metal (qemu-system): serve mode "
+                           "needs a hosted board (host, qemu-user or ssh); run packages there "
+                           "one at a time with aot run / aot bench")
+        if board.transport not in ("local", "qemu-user", "ssh"):
+            raise AotError(f"board '{board.name}': serve mode does not support transport "
+                           f"'{board.transport}'")
+        self.board = board
+        self._sessions: dict[Path, _Session] = {}
+        self._stack = contextlib.ExitStack()
+        self._ssh = None
+        self._uploads = 0
+
+    def __enter__(self) -> Device:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def run(self, pkg: str | Path, inputs: Sequence[np.ndarray], warmup: int = 0,
+            runs: int = 1) -> RunResult:
+        """Run the package on the board (its harness started on first use)."""
+        key = Path(pkg).resolve()
+        session = self._sessions.get(key)
+        if session is None:
+            session = self._sessions[key] = self._start(key)
+        try:
+            return session.request(inputs, warmup, runs)
+        finally:
+            if not session.client.alive:    # a crash or protocol error ends the session
+                del self._sessions[key]
+                session.close()
+
+    def close(self) -> None:
+        """End every session (the harnesses exit), then the connection."""
+        try:
+            for session in self._sessions.values():
+                session.close()
+        finally:
+            self._sessions.clear()
+            self._stack.close()
+
+    # ------------------------------------------------------------- starting
+
+    def _start(self, pkg: Path) -> _Session:
+        from aot.package import read_metadata
+
+        meta = read_metadata(pkg)
+        if meta.get("board") != self.board.name:
+            raise AotError(f"{pkg} was built for board '{meta.get('board')}', not "
+                           f"'{self.board.name}'")
+        exe = pkg / "bench" / "bench"
+        if not exe.is_file():
+            raise AotError(f"{pkg}: the harness bench/bench is missing (package for this board)")
+        if self.board.transport == "ssh":
+            return _Session(self._start_remote(exe), meta)
+        prefix: list[str] = []
+        if self.board.transport == "qemu-user":
+            from aot.deploy.qemu_user import qemu_command
+            prefix = qemu_command(self.board)
+        return _Session(_LocalProcess([*prefix, str(exe), "--serve"]), meta)
+
+    def _start_remote(self, exe: Path) -> _RemoteProcess:
+        from aot import progress
+        from aot.deploy.ssh import SshSession, reach
+
+        if self._ssh is None:
+            params = self._stack.enter_context(reach(self.board))
+            self._ssh = self._stack.enter_context(SshSession(params))
+        self._uploads += 1
+        name = f"bench{self._uploads}"
+        with progress.step(f"upload the harness to {self.board.name}"):
+            self._ssh.put(exe, name, 0o755)
+        return _RemoteProcess(self._ssh.start([f"./{name}", "--serve"], harness=True))
+
+
+def connect(board: str | Board) -> Device:
+    """A Device for `board` (a name or a Board); use it as a context manager."""
+    return Device(get_board(board) if isinstance(board, str) else board)

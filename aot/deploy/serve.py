@@ -1,0 +1,196 @@
+"""The client of the harness's serve mode (`bench/bench --serve`).
+
+The harness answers request after request on one process, over any pair of
+binary streams: a local process's pipes, a qemu-user process's, an SSH
+channel's. The protocol (version 1, every integer little-endian; the device
+side is templates/bench_main.c.j2):
+
+    hello   harness -> host, once: b"AOTH", u32 version, u32 inputs,
+            u32 outputs, u32 kernels, u32 flags (1: profile, 2: checks),
+            u64 arena bytes, u64 max runs, u64 bytes per input, per output
+    request host -> harness: b"AOTQ", u32 kind (1: run, 0: quit),
+            u32 warmup, u32 runs, then per input u64 bytes + the raw bytes
+    reply   b"AOTR", u32 runs, u32 profiled runs, u32 kernels,
+            u64 us per run, u64 ns per kernel per profiled run,
+            then per output u64 bytes + the raw bytes
+    error   instead of a reply: b"AOTE", u32 exit code, u32 length, the
+            message; then the harness exits with that code
+
+The client checks the hello against metadata.json, so a harness from
+another package (or another aot) is refused before any request.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import BinaryIO, Callable, Sequence
+
+import numpy as np
+
+from aot.deploy.host import EXIT_GUARD, RunResult, check_inputs, check_profile, output_arrays
+from aot.errors import AotError
+
+VERSION = 1
+FLAG_PROFILE, FLAG_CHECKS = 1, 2
+KIND_QUIT, KIND_RUN = 0, 1
+HELLO, REQUEST, REPLY, ERROR = b"AOTH", b"AOTQ", b"AOTR", b"AOTE"
+MAX_MESSAGE = 1 << 16     # an error frame's message, at most
+
+
+@dataclass(frozen=True)
+class Hello:
+    """What the harness says about itself when it starts."""
+    version: int
+    input_bytes: tuple[int, ...]
+    output_bytes: tuple[int, ...]
+    kernels: int
+    profile: bool
+    checks: bool
+    arena_bytes: int
+    max_runs: int
+
+
+class SessionLost(AotError):
+    """The harness stopped answering (exited, crashed, was killed)."""
+
+
+class ServeClient:
+    """One serve session: `run` sends a request and decodes the reply.
+
+    `lost()` is called when the harness's stdout ends or its stdin breaks
+    mid-session; it returns why (exit status, stderr) for the error message.
+    """
+
+    def __init__(self, stdin: BinaryIO, stdout: BinaryIO, meta: dict,
+                 lost: Callable[[], str] = lambda: "the harness's output ended"):
+        self._in, self._out, self._meta, self._lost = stdin, stdout, meta, lost
+        self.alive = True
+        self.hello = self._read_hello()
+
+    # ------------------------------------------------------------- reading
+
+    def _read(self, n: int) -> bytes:
+        chunks, got = [], 0
+        while got < n:
+            try:
+                chunk = self._out.read(n - got)
+            except (OSError, EOFError) as e:     # a channel's timeout, a reset connection
+                self.alive = False
+                raise SessionLost(f"the serve session broke ({e or type(e).__name__}): "
+                                  f"{self._lost()}") from None
+            if not chunk:
+                self.alive = False
+                raise SessionLost(f"the serve session ended: {self._lost()}")
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    def _u32s(self, count: int) -> tuple[int, ...]:
+        return struct.unpack(f"<{count}I", self._read(4 * count))
+
+    def _u64s(self, count: int) -> tuple[int, ...]:
+        return struct.unpack(f"<{count}Q", self._read(8 * count)) if count else ()
+
+    def _expect(self, magic: bytes) -> None:
+        got = self._read(4)
+        if got == ERROR:
+            self._raise_error()
+        if got != magic:
+            self.alive = False
+            raise AotError(f"the harness broke the serve protocol: expected {magic!r}, got "
+                           f"{got!r} (is bench/bench from this aot?)")
+
+    def _raise_error(self) -> None:
+        code, length = self._u32s(2)
+        message = self._read(min(length, MAX_MESSAGE)).decode("utf-8", "replace")
+        self.alive = False
+        if code == EXIT_GUARD:
+            raise AotError(f"the harness's guard check failed: {message}")
+        raise AotError(f"the harness stopped (exit {code}): {message}")
+
+    def _read_hello(self) -> Hello:
+        self._expect(HELLO)
+        (version,) = self._u32s(1)
+        if version != VERSION:
+            self.alive = False
+            raise AotError(f"the harness speaks serve protocol version {version}, this aot "
+                           f"speaks {VERSION}: repackage the model")
+        n_in, n_out, kernels, flags = self._u32s(4)
+        arena, max_runs = self._u64s(2)
+        hello = Hello(version, self._u64s(n_in), self._u64s(n_out), kernels,
+                      bool(flags & FLAG_PROFILE), bool(flags & FLAG_CHECKS), arena, max_runs)
+        self._check_hello(hello)
+        return hello
+
+    def _check_hello(self, hello: Hello) -> None:
+        meta = self._meta
+        want = Hello(VERSION, tuple(s["bytes"] for s in meta["inputs"]),
+                     tuple(s["bytes"] for s in meta["outputs"]), len(meta.get("kernels", ())),
+                     bool(meta.get("profile")), bool(meta.get("checks")),
+                     meta["arena_bytes"], hello.max_runs)
+        if hello != want:
+            self.alive = False
+            diff = ", ".join(f"{f} {getattr(hello, f)} vs {getattr(want, f)}"
+                             for f in Hello.__dataclass_fields__
+                             if getattr(hello, f) != getattr(want, f))
+            raise AotError(f"the harness does not match the package's metadata.json ({diff})")
+
+    # ------------------------------------------------------------- writing
+
+    def _send(self, data: bytes) -> None:
+        try:
+            self._in.write(data)
+            self._in.flush()
+        except (BrokenPipeError, ConnectionError, OSError, ValueError):
+            # The harness may have answered with an error frame before it
+            # stopped reading: that says more than the broken pipe.
+            self._expect(REPLY)
+            raise SessionLost(f"the serve session ended: {self._lost()}") from None
+
+    def request(self, inputs: Sequence[np.ndarray], warmup: int = 0, runs: int = 1) -> RunResult:
+        if not self.alive:
+            raise AotError("the serve session has ended")
+        if warmup < 0 or not 1 <= runs <= min(self.hello.max_runs, 0xFFFFFFFF):
+            raise AotError(f"need warmup >= 0 and 1 <= runs <= {self.hello.max_runs}, "
+                           f"got warmup {warmup}, runs {runs}")
+        inputs = check_inputs(self._meta, inputs)
+        parts = [REQUEST, struct.pack("<3I", KIND_RUN, warmup, runs)]
+        for array in inputs:
+            data = array.tobytes()
+            parts += [struct.pack("<Q", len(data)), data]
+        self._send(b"".join(parts))
+        return self._read_reply(warmup)
+
+    def send_raw(self, data: bytes) -> RunResult:
+        """A hand-made request (tests of the harness's checks)."""
+        self._send(data)
+        return self._read_reply(0)
+
+    def _read_reply(self, warmup: int) -> RunResult:
+        self._expect(REPLY)
+        runs, profiled, kernels = self._u32s(3)
+        times = list(self._u64s(runs))
+        flat = self._u64s(profiled * kernels)
+        profile = [list(flat[i * kernels:(i + 1) * kernels]) for i in range(profiled)]
+        outs = []
+        for expected in self.hello.output_bytes:
+            (n,) = self._u64s(1)
+            if n != expected:
+                self.alive = False
+                raise AotError(f"the harness sent a {n}-byte output, expected {expected}")
+            outs.append(self._read(n))
+        profile_ns = profile if self.hello.profile else None
+        check_profile(self._meta, profile_ns)
+        report = {"arena_bytes": self.hello.arena_bytes, "runs": runs, "warmup": warmup,
+                  "times_us": times, **({"profile_ns": profile} if profile_ns else {})}
+        return RunResult(output_arrays(self._meta, outs), times, report, profile_ns)
+
+    def quit(self) -> None:
+        """Ask the harness to exit (it also does at the end of its input)."""
+        if self.alive:
+            self.alive = False
+            try:
+                self._in.write(REQUEST + struct.pack("<3I", KIND_QUIT, 0, 0))
+                self._in.flush()
+            except (BrokenPipeError, ConnectionError, OSError, ValueError):
+                pass

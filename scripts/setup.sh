@@ -13,14 +13,24 @@ DEB_PACKAGES=(clang lld llvm qemu-user qemu-user-static qemu-system-arm
   # by the cross gcc packages, so --no-install-recommends would leave it out.
   libc6-dev-arm64-cross libc6-dev-armhf-cross libc6-dev-riscv64-cross)
 
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+# The qemu-rpi4 image is made of Debian arm64 packages: apt must know them.
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  echo "setup: adding the arm64 architecture to apt (for the qemu-rpi4 image)"
+  $SUDO dpkg --add-architecture arm64
+  $SUDO apt-get update -qq
+elif ! apt-cache show linux-image-arm64:arm64 >/dev/null 2>&1; then
+  $SUDO apt-get update -qq
+fi
+
 missing=()
 for pkg in "${DEB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
 if ((${#missing[@]})); then
   echo "setup: installing Debian packages: ${missing[*]}"
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
@@ -39,4 +49,7 @@ if [ ! -e "$stamp" ]; then
   rm -f .venv/.aot-setup-*
   touch "$stamp"
 fi
+# The qemu-rpi4 VM image (kernel + initramfs + keys) in ~/.cache/aot (or
+# $AOT_CACHE_DIR): built only when its builder changed (its hash names it).
+.venv/bin/python -m aot.deploy.vm_image
 echo "setup: ok"

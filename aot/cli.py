@@ -87,10 +87,46 @@ def _package_args(p: argparse.ArgumentParser) -> None:
                    help="kernels as C source or an LLVM object (default: c)")
 
 
+def _ssh_args(p: argparse.ArgumentParser, running: bool = True) -> None:
+    """How to reach a board over SSH: overrides of the board's options and of
+    the user's config file (aot.targets.config_path)."""
+    g = p.add_argument_group("boards reached over SSH (override the board's options and "
+                             "~/.config/aot/boards.toml)")
+    g.add_argument("--host", help="the board's address")
+    g.add_argument("--port", type=int, help="its SSH port (default: 22)")
+    g.add_argument("--known-hosts", metavar="FILE",
+                   help="the known_hosts file its host key is checked against "
+                   "(default: ~/.ssh/known_hosts)")
+    if not running:
+        return
+    g.add_argument("--user", help="the user to log in as (default: the board's, e.g. pi)")
+    g.add_argument("--key", metavar="FILE",
+                   help="a private key file (default: the ssh agent and ~/.ssh's keys)")
+    g.add_argument("--exec-prefix", metavar="CMD",
+                   help="prepended to the harness command on the board, e.g. 'taskset -c 3'")
+    g.add_argument("--trust-new-host-key", action="store_true",
+                   help="add an unknown host key to known_hosts (a changed key is still "
+                   "refused)")
+
+
+def _board(args: argparse.Namespace):
+    """The board of --board, with the user's config file and the command
+    line's SSH options merged into its options: every command resolves its
+    board here."""
+    from aot.targets import get_board, with_options
+
+    return with_options(get_board(args.board), host=getattr(args, "host", None),
+                        port=getattr(args, "port", None), user=getattr(args, "user", None),
+                        key=getattr(args, "key", None),
+                        known_hosts=getattr(args, "known_hosts", None),
+                        exec_prefix=getattr(args, "exec_prefix", None),
+                        trust_new_host_key=getattr(args, "trust_new_host_key", False) or None)
+
+
 def cmd_package(args: argparse.Namespace) -> int:
     from aot.api import package
 
-    info = package(args.model, board=args.board, codegen=args.codegen, name=args.name,
+    info = package(args.model, board=_board(args), codegen=args.codegen, name=args.name,
                    out_dir=args.output, io_in_arena=args.io_in_arena, force=args.force)
     if args.json:
         emit_json(info.summary())
@@ -128,7 +164,7 @@ def _read_inputs(specs: list[str], names: list[str]) -> list[np.ndarray]:
     return [by_name[n] for n in names]
 
 
-def _packaged(model_or_package: str, board: str, codegen: str, stack) -> Path:
+def _packaged(model_or_package: str, board, codegen: str, stack) -> Path:
     """The package dir: the argument itself, or the model packaged into a temp dir."""
     from aot.api import package
 
@@ -144,11 +180,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from aot.deploy import run_package
     from aot.package import read_metadata
-    from aot.targets import get_board
 
-    board = get_board(args.board)
+    board = _board(args)
     with contextlib.ExitStack() as stack:
-        pkg = _packaged(args.model, args.board, args.codegen, stack)
+        pkg = _packaged(args.model, board, args.codegen, stack)
         meta = read_metadata(pkg)
         if meta.get("board") != board.name:
             raise AotError(f"{pkg} was built for board '{meta.get('board')}', not '{board.name}'")
@@ -173,7 +208,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from aot.api import verify
 
-    out = verify(args.model, board=args.board, codegen=args.codegen)
+    out = verify(args.model, board=_board(args), codegen=args.codegen)
     ok, reference, origin, rows = out["ok"], out["reference"], out["inputs"], out["outputs"]
     if args.json:
         emit_json({"ok": ok, "reference": reference, "inputs": origin, "outputs": rows})
@@ -244,12 +279,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from aot.bench import check_counts, package_inputs, stats_of, time_package
     from aot.package import read_metadata
-    from aot.targets import get_board
 
-    board = get_board(args.board)
+    board = _board(args)
     check_counts(args.warmup, args.repeat)
     with contextlib.ExitStack() as stack:
-        pkg = _packaged(args.model, args.board, args.codegen, stack)
+        pkg = _packaged(args.model, board, args.codegen, stack)
         meta = read_metadata(pkg)
         times = time_package(pkg, board, package_inputs(meta), args.warmup, args.repeat)
     stats = stats_of(times)
@@ -289,6 +323,28 @@ def _print_bench(out: dict[str, Any]) -> None:
         Console().print(f"[bold]note:[/bold] {out['note']}")
 
 
+# --- board -----------------------------------------------------------------------
+
+def cmd_board_trust(args: argparse.Namespace) -> int:
+    from aot.deploy.known_hosts import describe
+    from aot.deploy.ssh import ssh_params, trust_host_key, where
+
+    board = _board(args)
+    if board.transport != "ssh":
+        raise AotError(f"board '{board.name}' is not reached over SSH "
+                       f"(transport {board.transport}): it has no host key to trust")
+    params = ssh_params(board)
+    key, added = trust_host_key(params)
+    if args.json:
+        emit_json({"ok": True, "board": board.name, "host": params.host, "port": params.port,
+                   "key_type": key.get_name(), "fingerprint": key.fingerprint,
+                   "known_hosts": params.known_hosts, "added": added})
+    else:
+        print(f"{where(params)}: host key {describe(key)} "
+              f"{'added to' if added else 'already in'} {params.known_hosts}")
+    return 0
+
+
 # --- parser ---------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -299,8 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"aot {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, help_: str, func) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_, description=help_)
+    def add(name: str, help_: str, func, group=sub) -> argparse.ArgumentParser:
+        p = group.add_parser(name, help=help_, description=help_)
         p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
         p.set_defaults(func=func)
         return p
@@ -327,11 +383,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an input tensor (repeat; by name or in order)")
     p.add_argument("--out", required=True, metavar="DIR", help="writes DIR/<i>.npy per output")
     p.add_argument("--force", action="store_true", help="replace an existing --out DIR")
+    _ssh_args(p)
 
     p = add("verify", "package, run on the board and compare with the reference runtime",
             cmd_verify)
     p.add_argument("model", help="an .onnx or .tflite file")
     _package_args(p)
+    _ssh_args(p)
 
     p = add("inspect", "a package's footprint, from the ELF objects of its library", cmd_inspect)
     p.add_argument("package", help="a package directory")
@@ -343,8 +401,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timed runs (default: 100)")
     p.add_argument("--warmup", type=int, default=10, metavar="W",
                    help="untimed runs first (default: 10)")
+    _ssh_args(p)
 
     add("boards", "list the boards aot knows", cmd_boards)
+
+    # `aot board ACTION BOARD`: one subcommand per action, added with
+    # add(name, help, func, group=board_actions).
+    b = sub.add_parser("board", help="act on a board: trust its SSH host key",
+                       description="act on a board: trust its SSH host key")
+    board_actions = b.add_subparsers(dest="action", required=True, metavar="ACTION")
+    p = add("trust", "add the SSH host key a board presents to known_hosts (a key that "
+            "differs from the one there is refused)", cmd_board_trust, group=board_actions)
+    p.add_argument("board", help="a board reached over SSH, e.g. rpi4")
+    _ssh_args(p, running=False)
 
     return parser
 

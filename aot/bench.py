@@ -2,7 +2,8 @@
 
 A package is timed by its own harness (bench/bench): warm-up runs, then N
 timed runs, each timed on the device with `aot_platform_timer_us` (1 us
-resolution). In-process runtimes (the Python anchors of bench/compare.py)
+resolution). A --profile package also times every kernel of each run with
+`aot_platform_timer_ns`; `profile_stats` turns those into medians and shares. In-process runtimes (the Python anchors of bench/compare.py)
 are timed with `time.perf_counter_ns` around the call alone.
 
 The machine is noisy (/work/shared/PERFORMANCE.md): compare contenders in
@@ -74,10 +75,10 @@ def package_inputs(meta: dict, seed: int = 0) -> list[np.ndarray]:
     return out
 
 
-def time_package(pkg: Path, board, inputs: Sequence[np.ndarray], warmup: int,
-                 repeat: int) -> list[float]:
-    """Per-invocation times (ms) of `repeat` runs after `warmup`, measured on
-    the board by the package's harness."""
+def bench_package(pkg: Path, board, inputs: Sequence[np.ndarray], warmup: int,
+                  repeat: int):
+    """The harness's RunResult for `repeat` timed runs after `warmup` on the
+    board (times_us per run; profile_ns for a --profile package)."""
     from aot.deploy import run_package
     from aot.package import read_metadata
 
@@ -89,7 +90,90 @@ def time_package(pkg: Path, board, inputs: Sequence[np.ndarray], warmup: int,
     if len(result.times_us) != repeat:
         raise AotError(f"the harness reported {len(result.times_us)} timings, "
                        f"expected {repeat}")
+    return result
+
+
+def time_package(pkg: Path, board, inputs: Sequence[np.ndarray], warmup: int,
+                 repeat: int) -> list[float]:
+    """Per-invocation times (ms) of `repeat` runs after `warmup`, measured on
+    the board by the package's harness."""
+    result = bench_package(pkg, board, inputs, warmup, repeat)
     return [t / 1000.0 for t in result.times_us]
+
+
+# ---------------------------------------------------------------- profiles
+
+@dataclass(frozen=True)
+class KernelStat:
+    """One fused kernel of a --profile package: its median time over the
+    profiled runs and its share of the kernels' total (the shares sum to 1)."""
+    step: int
+    name: str
+    median_ms: float
+    share: float
+
+    def as_json(self) -> dict[str, float | int | str]:
+        return {"step": self.step, "name": self.name, "median_ms": self.median_ms,
+                "share": self.share}
+
+
+def profile_stats(meta: dict, profile_ns: Sequence[Sequence[int]] | None) -> list[KernelStat]:
+    """Per-kernel medians of a RunResult's profile_ns, named from
+    metadata.json "kernels" (each row: one run, a time per kernel in ns)."""
+    kernels = meta.get("kernels", [])
+    if not profile_ns:
+        raise AotError("the harness reported no per-kernel times: package the model with "
+                       "--profile")
+    t = np.asarray(profile_ns, dtype=np.float64)
+    if t.ndim != 2 or t.shape[1] != len(kernels):
+        raise AotError(f"the profile has {t.shape[-1]} kernels, metadata.json "
+                       f"{len(kernels)}")
+    medians = np.median(t, axis=0) / 1e6
+    total = float(medians.sum())
+    # A board whose clock reads 0 (bare metal without a timer) shares nothing.
+    shares = medians / total if total > 0 else np.zeros_like(medians)
+    return [KernelStat(int(k["step"]), str(k["name"]), float(m), float(s))
+            for k, m, s in zip(kernels, medians, shares)]
+
+
+def plot_profile(stats: Sequence[KernelStat], title: str, out: Path) -> None:
+    """A horizontal bar chart of the kernels' median times, as a PNG at
+    `out` (written to a temporary file and renamed: never half a file)."""
+    import os
+
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise AotError("--plot needs matplotlib (pip install matplotlib)") from None
+    out = Path(out)
+    if out.suffix.lower() != ".png":
+        raise AotError(f"--plot {out}: the chart is a PNG file (name it .png)")
+    if not out.parent.is_dir():
+        raise AotError(f"--plot {out}: directory {out.parent} does not exist")
+    labels = [f"{s.step}: {s.name}" for s in stats]
+    times_us = [s.median_ms * 1000 for s in stats]
+    fig, ax = plt.subplots(figsize=(8, 1.5 + 0.3 * len(stats)))
+    try:
+        bars = ax.barh(range(len(stats)), times_us, color="tab:blue")
+        ax.set_yticks(range(len(stats)), labels, fontsize=8)
+        ax.invert_yaxis()           # step 0 on top
+        ax.set_xlabel("median time per run (us)")
+        ax.set_title(title)
+        for bar, s in zip(bars, stats):
+            ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
+                    f" {100 * s.share:.1f}%", va="center", fontsize=7)
+        fig.tight_layout()
+        tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"
+        try:
+            fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None})
+            os.replace(tmp, out)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    finally:
+        plt.close(fig)
 
 
 # ---------------------------------------------------------- in-process code

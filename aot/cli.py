@@ -127,7 +127,8 @@ def cmd_package(args: argparse.Namespace) -> int:
     from aot.api import package
 
     info = package(args.model, board=_board(args), codegen=args.codegen, name=args.name,
-                   out_dir=args.output, io_in_arena=args.io_in_arena, force=args.force)
+                   out_dir=args.output, io_in_arena=args.io_in_arena, force=args.force,
+                   profile=args.profile, checks=args.checks)
     if args.json:
         emit_json(info.summary())
     else:
@@ -164,7 +165,8 @@ def _read_inputs(specs: list[str], names: list[str]) -> list[np.ndarray]:
     return [by_name[n] for n in names]
 
 
-def _packaged(model_or_package: str, board, codegen: str, stack) -> Path:
+def _packaged(model_or_package: str, board, codegen: str, stack,
+              profile: bool = False) -> Path:
     """The package dir: the argument itself, or the model packaged into a temp dir."""
     from aot.api import package
 
@@ -172,7 +174,8 @@ def _packaged(model_or_package: str, board, codegen: str, stack) -> Path:
     if path.is_dir():
         return path
     tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-"))
-    return package(path, board=board, codegen=codegen, out_dir=Path(tmp) / "pkg").path
+    return package(path, board=board, codegen=codegen, out_dir=Path(tmp) / "pkg",
+                   profile=profile).path
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -277,27 +280,54 @@ def cmd_boards(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     import contextlib
 
-    from aot.bench import check_counts, package_inputs, stats_of, time_package
+    from aot.bench import bench_package, check_counts, package_inputs, profile_stats, stats_of
     from aot.package import read_metadata
 
     board = _board(args)
     check_counts(args.warmup, args.repeat)
+    if args.plot and not args.profile:
+        raise AotError("--plot draws the per-kernel profile: add --profile")
     with contextlib.ExitStack() as stack:
-        pkg = _packaged(args.model, board, args.codegen, stack)
+        pkg = _packaged(args.model, board, args.codegen, stack, profile=args.profile)
         meta = read_metadata(pkg)
-        times = time_package(pkg, board, package_inputs(meta), args.warmup, args.repeat)
-    stats = stats_of(times)
+        if args.profile and not meta.get("profile"):
+            raise AotError(f"{pkg} was packaged without --profile (aot package --profile)")
+        result = bench_package(pkg, board, package_inputs(meta), args.warmup, args.repeat)
+    stats = stats_of([t / 1000.0 for t in result.times_us])
     out = {"median_ms": stats.median_ms, "mean_ms": stats.mean_ms, "min_ms": stats.min_ms,
            "max_ms": stats.max_ms, "std_ms": stats.std_ms, "repeat": args.repeat,
            "warmup": args.warmup, "board": board.name, "codegen": meta["codegen"],
            "model": meta["model"], "emulated": board.emulated}
     if board.emulated:
         out["note"] = EMULATED_NOTE.format(board=board.name, transport=board.transport)
+    kernels = profile_stats(meta, result.profile_ns) if args.profile else []
+    if args.profile:
+        out["profile"] = [k.as_json() for k in kernels]
+    if args.plot:
+        from aot.bench import plot_profile
+        plot_profile(kernels, f"{meta['model']} on {board.name}: median per kernel",
+                     Path(args.plot))
     if args.json:
         emit_json(out)
     else:
         _print_bench(out)
+        if kernels:
+            _print_profile(kernels)
     return 0
+
+
+def _print_profile(kernels) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="per kernel (median of the profiled runs, ns clock)")
+    table.add_column("step", justify="right")
+    table.add_column("kernel")
+    table.add_column("median us", justify="right")
+    table.add_column("share %", justify="right")
+    for k in kernels:
+        table.add_row(str(k.step), k.name, f"{k.median_ms * 1000:.2f}", f"{100 * k.share:.1f}")
+    Console().print(table)
 
 
 # Emulated boards run the real code (outputs are the board's) but the clock
@@ -375,6 +405,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--io-in-arena", action="store_true",
                    help="place inputs and outputs inside the arena")
     p.add_argument("--force", action="store_true", help="replace an existing package directory")
+    p.add_argument("--profile", action="store_true",
+                   help="time every kernel call (-DAOT_PROFILE; aot bench --profile)")
+    p.add_argument("--checks", action="store_true",
+                   help="the harness guards every buffer and checks it after each run "
+                   "(-DAOT_CHECKS)")
 
     p = add("run", "run a model or a package on a board", cmd_run)
     p.add_argument("model", metavar="MODEL_OR_PACKAGE")
@@ -401,6 +436,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="timed runs (default: 100)")
     p.add_argument("--warmup", type=int, default=10, metavar="W",
                    help="untimed runs first (default: 10)")
+    p.add_argument("--profile", action="store_true",
+                   help="time every kernel too (a model is packaged with --profile)")
+    p.add_argument("--plot", metavar="FILE.png", help="with --profile: a bar chart per kernel")
     _ssh_args(p)
 
     add("boards", "list the boards aot knows", cmd_boards)

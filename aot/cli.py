@@ -375,6 +375,43 @@ def cmd_board_trust(args: argparse.Namespace) -> int:
     return 0
 
 
+def _vm_board(args: argparse.Namespace):
+    board = _board(args)
+    if not board.options.get("vm"):
+        raise AotError(f"board '{board.name}' is not a VM aot starts (it has no vm option; "
+                       "qemu-rpi4 is one)")
+    return board
+
+
+def cmd_board_up(args: argparse.Namespace) -> int:
+    from aot.deploy import vm
+
+    board = _vm_board(args)
+    machine, started = vm.up(board)
+    out = {"ok": True, "board": board.name, "started": started, "host": "127.0.0.1",
+           "port": machine.port, "user": vm.USER, "key": str(machine.key),
+           "known_hosts": str(machine.known_hosts), "pid": machine.pid}
+    if args.json:
+        emit_json(out)
+    else:
+        print(f"{board.name} {'is up' if started else 'was already up'}: ssh -p {machine.port} "
+              f"-i {machine.key} -o UserKnownHostsFile={machine.known_hosts} root@127.0.0.1 "
+              f"(qemu pid {machine.pid}; stop it with aot board down {board.name})")
+    return 0
+
+
+def cmd_board_down(args: argparse.Namespace) -> int:
+    from aot.deploy import vm
+
+    board = _vm_board(args)
+    machine = vm.down(board)
+    if args.json:
+        emit_json({"ok": True, "board": board.name, "stopped": machine is not None})
+    else:
+        print(f"{board.name} stopped" if machine else f"{board.name} was not up")
+    return 0
+
+
 # --- parser ---------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -445,13 +482,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     # `aot board ACTION BOARD`: one subcommand per action, added with
     # add(name, help, func, group=board_actions).
-    b = sub.add_parser("board", help="act on a board: trust its SSH host key",
-                       description="act on a board: trust its SSH host key")
+    b = sub.add_parser("board", help="act on a board: trust its SSH host key, start or "
+                       "stop a VM board", description="act on a board: trust its SSH host "
+                       "key, start or stop a VM board")
     board_actions = b.add_subparsers(dest="action", required=True, metavar="ACTION")
     p = add("trust", "add the SSH host key a board presents to known_hosts (a key that "
             "differs from the one there is refused)", cmd_board_trust, group=board_actions)
     p.add_argument("board", help="a board reached over SSH, e.g. rpi4")
     _ssh_args(p, running=False)
+    p = add("up", "boot a VM board and keep it running: later commands on it reuse it "
+            "instead of booting their own", cmd_board_up, group=board_actions)
+    p.add_argument("board", help="a VM board, e.g. qemu-rpi4")
+    p = add("down", "stop the VM `aot board up` started (exit 0 also when none was up)",
+            cmd_board_down, group=board_actions)
+    p.add_argument("board", help="a VM board, e.g. qemu-rpi4")
 
     return parser
 

@@ -115,7 +115,7 @@ def ssh_params(board: Board, vm: Vm):
     extra = {k: type_(o[k]) for k, type_ in (("exec_prefix", str), ("connect_timeout_s", float),
                                              ("command_timeout_s", float)) if k in o}
     return SshParams(host="127.0.0.1", port=vm.port, user=USER, key=str(vm.key),
-                     known_hosts=str(vm.known_hosts), **extra)
+                     known_hosts=str(vm.known_hosts), board=board.name, **extra)
 
 
 # --- the qemu process -------------------------------------------------------------

@@ -211,15 +211,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from aot.api import verify
 
-    out = verify(args.model, board=_board(args), codegen=args.codegen)
+    out = verify(args.model, board=_board(args), codegen=args.codegen, count=args.count,
+                 checks=args.checks)
     ok, reference, origin, rows = out["ok"], out["reference"], out["inputs"], out["outputs"]
     if args.json:
-        emit_json({"ok": ok, "reference": reference, "inputs": origin, "outputs": rows})
+        emit_json({"ok": ok, "reference": reference, "inputs": origin, "outputs": rows,
+                   "count": out["count"]})
     else:
         for r in rows:
             print(f"{r['name']}: max |error| {r['max_abs_err']}"
                   + (f" ({r['error']})" if "error" in r else ""))
-        print(f"{'OK' if ok else 'MISMATCH'} against {reference} ({origin} inputs)")
+        runs = f"{out['count']} runs, " if out["count"] > 1 else ""
+        print(f"{'OK' if ok else 'MISMATCH'} against {reference} ({runs}{origin} inputs)")
     return 0 if ok else 1
 
 
@@ -461,6 +464,11 @@ def build_parser() -> argparse.ArgumentParser:
             cmd_verify)
     p.add_argument("model", help="an .onnx or .tflite file")
     _package_args(p)
+    p.add_argument("--count", type=int, default=1, metavar="N",
+                   help="N random inputs through one serve session (default: 1, the saved "
+                   "input if there is one)")
+    p.add_argument("--checks", action="store_true",
+                   help="package with the harness's guard bytes (aot package --checks)")
     _ssh_args(p)
 
     p = add("inspect", "a package's footprint, from the ELF objects of its library", cmd_inspect)

@@ -204,6 +204,8 @@ def _clip_scalars(b: _Builder, n: Node) -> Node:
 def _pad_v2(b: _Builder, n: Node) -> Node:
     attrs = dict(n.attrs)
     pads = attrs.pop("pads", attrs.pop("paddings", None))
+    if pads is None:
+        raise ModelError(f"{n.op} node '{n.name}': missing the 'pads' attribute")
     value = attrs.pop("value", 0.0)
     inputs = [n.inputs[0], b.const(n.name, "pads", np.asarray(pads, np.int64))]
     if attrs.get("mode", "constant") == "constant" and value != 0.0:

@@ -407,6 +407,8 @@ class _Builder:
         outs = [self.tensor(i) for i in op.outputs]
         if not outs:
             raise ModelError(f"{self.op_label}: operator has no outputs")
+        if not all(outs):
+            raise ModelError(f"{self.op_label}: output index -1 (only inputs may be absent)")
         for i in ins:
             if i and i not in self.available:
                 raise ModelError(f"{self.op_label}: reads tensor '{i}' before any operator "
@@ -432,9 +434,13 @@ class _Builder:
         if act not in ("NONE", "RELU", "RELU6", "RELU_N1_TO_1"):
             raise UnsupportedError(f"{self.op_label}: fused activation {act}")
         ty = self.ty(out)
+        ranges = {"int8": (-128, 127), "int16": (-32768, 32767), "uint8": (0, 255)}
+        if ty.dtype not in ranges:
+            raise UnsupportedError(f"{self.op_label}: {ty.dtype} output '{out}' of an "
+                                   "integer kernel")
         if ty.quant is None:
             raise UnsupportedError(f"{self.op_label}: output '{out}' has no quantization")
-        lo, hi = {"int8": (-128, 127), "int16": (-32768, 32767), "uint8": (0, 255)}[ty.dtype]
+        lo, hi = ranges[ty.dtype]
         return qmath.activation_range(act, ty.quant.scale[0], ty.quant.zero_point[0], lo, hi)
 
     def _float_act(self, opts, pre: str, out: str) -> None:
@@ -581,8 +587,8 @@ class _Builder:
             self.emit("tfl.fully_connected", [x, w, bias], outs, act_min=lo, act_max=hi,
                       keep_num_dims=keep)
             return
+        xshape, wshape = self.ty(x).shape, self.ty(w).shape  # dequantizing keeps the shape
         w = self._float_weight(w)
-        xshape, wshape = self.ty(x).shape, self.ty(w).shape
         if len(wshape) != 2 or wshape[1] == 0 or int(np.prod(xshape)) % wshape[1]:
             raise ShapeError(f"{self.op_label}: input {list(xshape)} does not match "
                              f"weight {list(wshape)}")

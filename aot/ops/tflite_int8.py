@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from aot.errors import ShapeError, UnsupportedError, node_label
+from aot.errors import ModelError, ShapeError, UnsupportedError, node_label
 from aot.ir.graph import Quant, TensorType
 from aot.ops import qmath
 from aot.ops.registry import Call, Pattern, Sig, register
@@ -462,6 +462,11 @@ def _clz32(v: np.ndarray) -> np.ndarray:
 
 def _softmax_infer(sig: Sig):
     _require_int8(sig)
+    beta = float(sig.attrs.get("beta", 1.0))
+    s_in, _ = _scale_zp(sig.in_types[0], "the input", sig.node)
+    if not beta * s_in * float(1 << 26) > 1.0:  # also refuses NaN
+        raise ModelError(f"{node_label(sig.node)}: beta {beta} with input scale {s_in} "
+                         "(the int8 kernel needs beta * scale * 2**26 > 1)")
     return [_out_type(sig, sig.in_types[0].shape)]
 
 

@@ -1,5 +1,13 @@
 import sys
 
-from aot.cli import main
 
-sys.exit(main())
+def _main() -> int:
+    try:
+        from aot.cli import main
+        return main()
+    except KeyboardInterrupt:     # before cli.main's own handler is in place (imports)
+        print("aot: interrupted", file=sys.stderr)
+        return 130
+
+
+sys.exit(_main())

@@ -1,6 +1,15 @@
-"""Writing output directories whole or not at all."""
+"""Writing output directories whole or not at all.
+
+A directory is filled under a hidden sibling name that carries the writer's
+pid, `.<name>.aot-<pid>-<random>`, and renamed into place. A writer killed
+outright (SIGKILL, power loss) leaves that temp behind; the next write into
+the same parent directory removes the temps of writers that are no longer
+running, and puts back an old directory a killed replace had moved aside.
+"""
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -8,24 +17,88 @@ from typing import Callable
 
 from aot.errors import AotError
 
+# `.<target>.aot-<pid>-<mkdtemp suffix>`, plus `.old` (a complete old target
+# moved aside during a replace) or `.del` (one being deleted).
+_TEMP = re.compile(r"^\.(?P<target>.+)\.aot-(?P<pid>\d+)-[a-z0-9_]+(?P<kind>\.old|\.del)?$")
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:       # someone else's process: running
+        return True
+    return True
+
+
+def remove_stale_temps(parent: Path) -> None:
+    """Clean up after writers into `parent` that died: their temps go, and an
+    old directory moved aside by an unfinished replace goes back in place
+    (if nothing took its place since). Temps of running writers stay."""
+    try:
+        entries = sorted(parent.iterdir())
+    except OSError:
+        return
+    for path in entries:
+        m = _TEMP.match(path.name)
+        if not m or not path.is_dir() or path.is_symlink() or _alive(int(m["pid"])):
+            continue
+        target = parent / m["target"]
+        if m["kind"] == ".old" and not os.path.lexists(target):
+            path.rename(target)
+        else:
+            _remove(path)
+
+
+def _remove(path: Path) -> None:
+    """Delete `path` (and a `<path>.del` left by an earlier try), renamed to
+    `.del` first so a half-deleted directory never carries a name that
+    says it is complete."""
+    doomed = path if path.name.endswith(".del") else path.with_name(path.name + ".del")
+    if path != doomed and os.path.lexists(path):
+        path.rename(doomed)
+    if doomed.is_dir() and not doomed.is_symlink():
+        shutil.rmtree(doomed, ignore_errors=True)
+    elif os.path.lexists(doomed):
+        doomed.unlink()
+
 
 def write_dir_atomically(target: Path, fill: Callable[[Path], None], force: bool) -> None:
-    """Create `target` whole or not at all: fill a sibling temp dir, then rename."""
+    """Create `target` whole or not at all: fill a sibling temp dir, then rename.
+
+    Guarantee, whatever stops this (an exception, Ctrl-C, SIGKILL at any
+    instant): `target` is absent, the old complete directory, or the new
+    complete one, never a mix. Replacing (force) takes two renames,
+    target -> `<temp>.old` then temp -> target; in between `target` is
+    absent. An exception or Ctrl-C there renames the old one back; a
+    SIGKILL there leaves it complete under the `.old` name, and the next
+    write into the same parent puts it back (remove_stale_temps).
+    """
     target = Path(target)
-    if target.exists() and not force:
+    if os.path.lexists(target) and not force:
         raise AotError(f"{target} already exists (use --force to replace it)")
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    remove_stale_temps(target.parent)
+    if os.path.lexists(target) and not force:     # an old one just put back
+        raise AotError(f"{target} already exists (use --force to replace it)")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.aot-{os.getpid()}-", dir=target.parent))
+    old = tmp.with_name(tmp.name + ".old")
     try:
         fill(tmp)
         tmp.chmod(0o755)     # mkdtemp makes it private; a package is an ordinary directory
-        if target.exists():
-            old = tmp.with_name(tmp.name + ".old")
+        if os.path.lexists(target):
             target.rename(old)
-            tmp.rename(target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(target)
+        tmp.rename(target)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if os.path.lexists(old) and not os.path.lexists(target):
+            old.rename(target)           # roll the replace back
+        _remove(tmp)
+        raise
+    try:
+        _remove(old)
+    except KeyboardInterrupt:    # the new one is in place: finish tidying, then stop
+        _remove(old)
         raise

@@ -1,0 +1,333 @@
+"""Boards reached over SSH, against a real OpenSSH sshd on 127.0.0.1 (tests/sshd.py).
+
+The "board" is this machine: the aarch64 harness runs under
+`--exec-prefix qemu-aarch64`, and its work dirs go into a directory the
+tests own (the board option remote_tmp, from an $AOT_CONFIG file), so every
+test can check that nothing is left behind, after failures too.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import MODELS
+from sshd import Sshd, free_port, keygen, sshd  # noqa: F401 (sshd: the fixture)
+
+MODEL = MODELS / "mlperf_ad_fcae_int8.tflite"
+BOARD = ["--board", "rpi4"]
+CONNECT_TIMEOUT_S = 3
+
+
+@pytest.fixture(scope="module")
+def remote_tmp(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("remote_tmp")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def config(tmp_path_factory, remote_tmp):
+    """$AOT_CONFIG: rpi4's work dirs in remote_tmp, a short connect timeout."""
+    path = tmp_path_factory.mktemp("config") / "boards.toml"
+    path.write_text(f'[rpi4]\nremote_tmp = "{remote_tmp}"\n'
+                    f"connect_timeout_s = {CONNECT_TIMEOUT_S}\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AOT_CONFIG", str(path))
+        yield path
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind(remote_tmp):
+    yield
+    assert list(remote_tmp.iterdir()) == [], "a remote work dir was left behind"
+
+
+@pytest.fixture(scope="module")
+def pkg(tmp_path_factory) -> Path:
+    from aot.api import package
+
+    return package(MODEL, board="rpi4", out_dir=tmp_path_factory.mktemp("ssh") / "pkg").path
+
+
+def secrets(server: Sshd) -> list[str]:
+    """The private key's base64 lines: they must never reach the terminal."""
+    lines = Path(server.key).read_text().splitlines()
+    return [line for line in lines if line and not line.startswith("-----")]
+
+
+def aot(server: Sshd, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, "-m", "aot", *args], capture_output=True, text=True,
+                       timeout=120, env=env)
+    for secret in secrets(server):
+        assert secret not in r.stdout and secret not in r.stderr
+    return r
+
+
+def ssh_args(server: Sshd, known_hosts: str | None = None) -> list[str]:
+    return [*BOARD, *server.cli_args(known_hosts), "--exec-prefix", "qemu-aarch64"]
+
+
+def one_line_error(r: subprocess.CompletedProcess) -> str:
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("aot: error: "), r.stderr
+    return lines[0]
+
+
+# --- through the command line ---------------------------------------------------------
+
+def test_run_verify_and_bench_over_ssh(sshd, pkg, tmp_path):
+    out = tmp_path / "out"
+    r = aot(sshd, "run", str(pkg), *ssh_args(sshd), "--input",
+            str(MODEL.with_suffix(".input.npy")), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    got = np.load(out / "0.npy")
+    want = np.load(MODEL.with_suffix(".output.npy"))
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+
+    r = aot(sshd, "verify", str(MODEL), *ssh_args(sshd))
+    assert r.returncode == 0, r.stderr
+    assert "OK against" in r.stdout
+
+    r = aot(sshd, "bench", str(pkg), *ssh_args(sshd), "--repeat", "5", "--warmup", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["board"] == "rpi4" and report["repeat"] == 5
+    assert 0 < report["min_ms"] <= report["median_ms"] <= report["max_ms"]
+    assert {"mean_ms", "std_ms"} <= report.keys()
+
+
+def test_a_changed_host_key_is_refused_even_when_trusting_new_keys(sshd, pkg, tmp_path):
+    other = keygen(tmp_path / "other_host_key")
+    known = tmp_path / "known_hosts"
+    known.write_text(sshd.known_hosts_line(other))
+    for extra in ([], ["--trust-new-host-key"]):
+        r = aot(sshd, "bench", str(pkg), *ssh_args(sshd, str(known)), "--repeat", "1", *extra)
+        line = one_line_error(r)
+        assert "host key mismatch" in line and "man-in-the-middle" in line, line
+    r = aot(sshd, "board", "trust", "rpi4", "--host", sshd.host, "--port", str(sshd.port),
+            "--known-hosts", str(known))
+    assert "host key mismatch" in one_line_error(r)
+    assert known.read_text() == sshd.known_hosts_line(other)
+
+
+def test_an_unknown_host_key_needs_trust(sshd, pkg, tmp_path):
+    known = tmp_path / "ssh" / "known_hosts"      # neither the file nor its dir exists
+    r = aot(sshd, "bench", str(pkg), *ssh_args(sshd, str(known)), "--repeat", "1")
+    line = one_line_error(r)
+    assert "unknown host key ssh-ed25519 SHA256:" in line
+    assert f"aot board trust rpi4 --host 127.0.0.1 --port {sshd.port}" in line
+    assert "--trust-new-host-key" in line and not known.exists()
+
+    r = aot(sshd, "bench", str(pkg), *ssh_args(sshd, str(known)), "--repeat", "1",
+            "--trust-new-host-key", "--json")
+    assert r.returncode == 0, r.stderr
+    assert known.read_text() == sshd.known_hosts_line()
+    assert known.stat().st_mode & 0o777 == 0o600
+
+
+def test_board_trust_adds_the_key_once(sshd, pkg, tmp_path):
+    known = tmp_path / "known_hosts"
+    known.write_text("# the user's own entries stay\nexample.org ssh-ed25519 AAAA")
+    trust = ["board", "trust", "rpi4", "--host", sshd.host, "--port", str(sshd.port),
+             "--known-hosts", str(known)]
+    r = aot(sshd, *trust, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["added"] is True and out["fingerprint"].startswith("SHA256:")
+    r = aot(sshd, *trust)
+    assert r.returncode == 0 and "already in" in r.stdout, r.stderr
+    assert known.read_text() == ("# the user's own entries stay\nexample.org ssh-ed25519 AAAA\n"
+                                 + sshd.known_hosts_line())
+    r = aot(sshd, "bench", str(pkg), *ssh_args(sshd, str(known)), "--repeat", "1", "--json")
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_closed_port_fails_within_the_connect_timeout(sshd, pkg):
+    port = free_port()
+    t0 = time.monotonic()
+    r = aot(sshd, "bench", str(pkg), *BOARD, "--host", "127.0.0.1", "--port", str(port),
+            "--repeat", "1")
+    elapsed = time.monotonic() - t0
+    line = one_line_error(r)
+    assert f"cannot reach board 'rpi4' at 127.0.0.1:{port}: connection refused" in line
+    assert elapsed < CONNECT_TIMEOUT_S + 2 + 1.5, elapsed    # + the interpreter's start
+
+
+def test_wrong_key_and_missing_host_are_clear_errors(sshd, pkg, tmp_path):
+    keygen(tmp_path / "stranger")
+    args = [*ssh_args(sshd), "--key", str(tmp_path / "stranger")]
+    r = aot(sshd, "bench", str(pkg), *args, "--repeat", "1",
+            env={**os.environ, "AOT_DEBUG": "1"})
+    assert f"authentication failed for {sshd.user}@127.0.0.1:{sshd.port}" in one_line_error(r)
+    r = aot(sshd, "bench", str(pkg), *BOARD, "--repeat", "1")
+    line = one_line_error(r)
+    assert "board 'rpi4' has no host: pass --host" in line and "[rpi4]" in line
+
+
+def test_a_failing_harness_leaves_no_work_dir(sshd, pkg, remote_tmp):
+    args = [*ssh_args(sshd)[:-1], "no-such-emulator"]
+    r = aot(sshd, "bench", str(pkg), *args, "--repeat", "1")
+    line = one_line_error(r)
+    assert "the harness failed (exit 127)" in line and "no-such-emulator" in line
+    # nothing_left_behind checks remote_tmp after the test
+
+
+def _bench_process(remote_tmp: Path) -> int | None:
+    """The pid of a process whose working dir is a work dir in remote_tmp."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if cwd.startswith(f"{remote_tmp}/aot-"):
+            return int(proc.name)
+    return None
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+def test_ctrl_c_stops_the_remote_run_and_removes_its_work_dir(sshd, pkg, remote_tmp):
+    proc = subprocess.Popen([sys.executable, "-m", "aot", "bench", str(pkg), *ssh_args(sshd),
+                             "--repeat", "100000", "--warmup", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        pid = None
+        while pid is None and time.monotonic() < deadline and proc.poll() is None:
+            pid = _bench_process(remote_tmp)
+            time.sleep(0.05)
+        assert pid is not None, proc.communicate(timeout=5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "interrupted" in err, (proc.returncode, err)
+    deadline = time.monotonic() + 3
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(pid), f"the remote harness (pid {pid}) still runs"
+
+
+# --- the session API ----------------------------------------------------------------
+
+def params_of(server: Sshd, remote_tmp: Path, **kw):
+    from aot.deploy.ssh import SshParams
+
+    return SshParams(server.host, server.port, server.user, server.key, server.known_hosts,
+                     remote_tmp=str(remote_tmp), board="rpi4", **kw)
+
+
+def test_sessions_do_not_collide_and_processes_talk(sshd, remote_tmp, tmp_path):
+    from aot.deploy.ssh import SshSession
+
+    local = tmp_path / "data"
+    local.write_bytes(bytes(range(256)) * 1000)
+    with SshSession(params_of(sshd, remote_tmp)) as a, SshSession(params_of(sshd, remote_tmp)) as b:
+        assert a.workdir != b.workdir and len(list(remote_tmp.iterdir())) == 2
+        a.put(local, "data")
+        b.put(local, "data", 0o600)
+        assert a.get("data") == b.get("data") == local.read_bytes()
+        assert a.run(["stat", "-c", "%a", "data"])[1] == b"644\n"
+        assert b.run(["stat", "-c", "%a", "data"])[1] == b"600\n"
+        proc = a.start(["cat"], harness=False)
+        for i in range(3):
+            proc.stdin.write(b"ping %d\n" % i)
+            proc.stdin.flush()
+            assert proc.stdout.read(7) == b"ping %d\n" % i
+        assert proc.close() == 0
+        status, out, err = b.run(["sh", "-c", "echo out; echo err >&2; exit 3"])
+        assert (status, out, err) == (3, b"out\n", b"err\n")
+
+
+def test_a_command_timeout_kills_the_remote_command(sshd, remote_tmp):
+    from aot.deploy.ssh import SshSession
+    from aot.errors import AotError
+
+    with SshSession(params_of(sshd, remote_tmp)) as s:
+        pid_file = f"{s.workdir}/pid"
+        t0 = time.monotonic()
+        with pytest.raises(AotError, match="timed out after 1 s"):
+            s.run(["sh", "-c", f"echo $$ > {pid_file}; exec sleep 60"], timeout=1)
+        assert time.monotonic() - t0 < 5
+        pid = int(Path(pid_file).read_text())
+        deadline = time.monotonic() + 3
+        while not _gone(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _gone(pid)
+
+
+def test_uploads_are_checked_by_size_and_hash(sshd, remote_tmp, tmp_path, monkeypatch):
+    from aot.deploy import ssh
+    from aot.errors import AotError
+
+    good = "ab" * 32
+    ssh.check_upload("f", 3, good, 3, f"{good}  /tmp/aot-x/f\n".encode())
+    with pytest.raises(AotError, match="corrupt: 2 bytes on the board, 3 sent"):
+        ssh.check_upload("f", 3, good, 2, f"{good}  f\n".encode())
+    with pytest.raises(AotError, match="corrupt: sha256 cd"):
+        ssh.check_upload("f", 3, good, 3, f"{'cd' * 32}  f\n".encode())
+    with pytest.raises(AotError, match=r"sha256 \(nothing\)"):
+        ssh.check_upload("f", 3, good, 3, b"")
+    # The real path: the board's sha256sum against a local hash that differs.
+    local = tmp_path / "f"
+    local.write_bytes(b"abc")
+    monkeypatch.setattr(ssh, "sha256_file", lambda path: good)
+    with ssh.SshSession(params_of(sshd, remote_tmp)) as s:
+        with pytest.raises(AotError, match="upload of f is corrupt: sha256 ba7816bf"):
+            s.put(local, "f")
+        with pytest.raises(AotError, match="plain file name"):
+            s.put(local, "../f")
+
+
+# --- options and the config file ----------------------------------------------------------
+
+def test_config_file_and_overrides(tmp_path, monkeypatch):
+    from aot.deploy.ssh import ssh_params
+    from aot.errors import AotError
+    from aot.targets import get_board, with_options
+
+    cfg = tmp_path / "boards.toml"
+    cfg.write_text('[rpi5]\nhost = "pi5.lan"\nport = 2222\nkey = "~/.ssh/pi"\n'
+                   'exec_prefix = "taskset -c 3"\n')
+    monkeypatch.setenv("AOT_CONFIG", str(cfg))
+    board = get_board("rpi5")
+    p = ssh_params(board)
+    assert (p.host, p.port, p.user, p.exec_prefix) == ("pi5.lan", 2222, "pi", "taskset -c 3")
+    assert p.key == str(Path("~/.ssh/pi").expanduser()) and p.board == "rpi5"
+    p = ssh_params(with_options(board, host="10.0.0.5", port=None, user="me"))
+    assert (p.host, p.port, p.user) == ("10.0.0.5", 2222, "me")
+    assert p.known_hosts == str(Path("~/.ssh/known_hosts").expanduser())
+    assert p.connect_timeout_s == 10.0 and not p.trust_new_host_key
+    with pytest.raises(AotError, match="port must be within 1..65535"):
+        ssh_params(with_options(board, port=70000))
+    cfg.write_text('[rpi5]\nhots = "x"\n')
+    with pytest.raises(AotError, match="unknown key.*hots"):
+        get_board("rpi5")
+    monkeypatch.setenv("AOT_CONFIG", str(tmp_path / "missing.toml"))
+    with pytest.raises(AotError, match="AOT_CONFIG names"):
+        get_board("rpi5")
+
+
+def test_the_pi_boards():
+    from aot.targets import boards
+
+    for name, cpu in (("rpi3", "cortex-a53"), ("rpi4", "cortex-a72"), ("rpi5", "cortex-a76")):
+        b = boards()[name]
+        assert b.transport == "ssh" and not b.emulated and b.target.cpu == cpu
+        assert b.options["user"] == "pi" and b.options["port"] == 22 and "host" not in b.options

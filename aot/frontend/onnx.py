@@ -26,6 +26,7 @@ import numpy as np
 
 from aot.errors import ModelError, ShapeError, UnsupportedError
 from aot.ir.graph import DTYPES, Graph, Node, TensorType, type_of
+from aot.limits import check_shape
 
 MIN_OPSET = 7
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -62,6 +63,7 @@ def _tensor(t, what: str) -> np.ndarray:
         raise UnsupportedError(f"{what}: tensor data stored in an external file is not "
                                "supported (save the model with its weights inside)")
     _dtype(t.data_type, what)
+    check_shape(t.dims, what, allow_empty=True)  # before decoding what the dims claim
     try:
         arr = onnx.numpy_helper.to_array(t)
     except Exception as e:  # noqa: BLE001 - malformed raw data

@@ -450,6 +450,8 @@ def _infer_range(sig: Sig):
     start, limit, delta = (sig.const(i).reshape(()) for i in range(3))
     if delta == 0:
         raise sig.fail("delta is 0")
+    if not all(np.isfinite(float(v)) for v in (start, limit, delta)):
+        raise sig.fail(f"start {start}, limit {limit} and delta {delta} must be finite")
     return [TensorType((_range_len(start, limit, delta),), sig.in_types[0].dtype)]
 
 

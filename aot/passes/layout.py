@@ -61,7 +61,7 @@ def channels_last_rule(node: Node, rw: Rewriter) -> Rewrite | None:
         else:
             extra.append(_transpose(rw, ins[1], to_last, f"{node.name}_w_to_nhwc"))
             ins[1] = extra[-1].outputs[0]
-    outs = [rw.fresh(f"{node.outputs[0]}_nhwc")] + [""] * (len(node.outputs) - 1)
+    outs = [rw.fresh(f"{node.outputs[0]}_nhwc")]  # the other outputs are unused: dropped
     try:
         new = rw.node(node.op, ins, name=node.name, attrs=dict(node.attrs, layout="NHWC"),
                       outputs=outs)

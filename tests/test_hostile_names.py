@@ -24,7 +24,8 @@ from aot.deploy import run_package
 from aot.targets import get_board
 from aot.testing import assert_close, random_inputs
 from conftest import MODELS
-from test_sanitizers import WARNINGS, gcc_warnings, sources
+from test_package import compile_api_and_sources
+from test_sanitizers import WARNINGS, sources
 from test_tflite import TinyModel
 
 HOST = get_board("host")
@@ -34,14 +35,14 @@ LONG = "L" * 300
 
 # Each name attacks differently; the graph uses all of them.
 X = f'x"quote\\back\nnew*/ #define {PAYLOAD} 1 /*'
-Y = "int"
+Y = "a-b"            # collides with two outputs after sanitizing
 W = "??=trigraph??/ é"
 B = "0bias"
 SHAPE = f"#define {PAYLOAD} 2\n#error injected\n"
 M = "中文😀 \\"
 SCALE = "__x"
 SHIFT = "_Bool"
-OUTS = ["a.b", "main", LONG + "1", LONG + "2", "aot_model_run"]
+OUTS = ["a_b", "a.b", "main", LONG + "1", LONG + "2", "aot_model_run"]
 GRAPH_NAME = f'../../x "*/ #define {PAYLOAD} 3'
 
 
@@ -50,19 +51,19 @@ def hostile_onnx(path: Path, graph_name: str = GRAPH_NAME) -> Path:
     f32 = lambda *s: rng.standard_normal(s).astype(np.float32)    # noqa: E731
     node = helper.make_node
     nodes = [
-        node("Conv", [X, W, B], ["a-b"], name="", pads=[1, 1, 1, 1]),
-        node("Relu", ["a-b"], ["a_b"], name=f"*/ int {GLOBAL} = 1; /*"),
+        node("Conv", [X, W, B], ["int"], name="", pads=[1, 1, 1, 1]),
+        node("Relu", ["int"], ["a_b"], name=f"*/ int {GLOBAL} = 1; /*"),
         node("Add", ["a_b", Y], ["a.b"], name="return"),
         node("Reshape", ["a.b", SHAPE], ["return"], name="aot_run"),
         node("MatMul", ["return", M], ["main"], name="main\n#include <stdio.h>"),
-        node("Mul", ["main", SCALE], [OUTS[2]], name=LONG + "1"),
-        node("Add", ["main", SHIFT], [OUTS[3]], name=LONG + "2"),
-        node("Sigmoid", ["main"], [OUTS[4]], name="'\\''"),
+        node("Mul", ["main", SCALE], [OUTS[3]], name=LONG + "1"),
+        node("Add", ["main", SHIFT], [OUTS[4]], name=LONG + "2"),
+        node("Sigmoid", ["main"], [OUTS[5]], name="'\\''"),
     ]
     vi = helper.make_tensor_value_info
     inits = [(W, f32(3, 2, 3, 3)), (B, f32(3)), (SHAPE, np.array([1, 75], np.int64)),
              (M, f32(75, 4)), (SCALE, f32(4)), (SHIFT, f32(4))]
-    shapes = {"a.b": [1, 3, 5, 5]}
+    shapes = {"a_b": [1, 3, 5, 5], "a.b": [1, 3, 5, 5]}
     g = helper.make_graph(
         nodes, graph_name,
         [vi(X, TensorProto.FLOAT, [1, 2, 5, 5]), vi(Y, TensorProto.FLOAT, [1, 3, 5, 5])],
@@ -80,10 +81,11 @@ def run(info, inputs: dict) -> dict:
     return {o["name"]: a for o, a in zip(meta["outputs"], result.outputs)}
 
 
-def check_inert(pkg: Path) -> None:
-    """gcc -Werror on every source; the planted macro and global do not exist."""
+def check_inert(pkg: Path, name: str) -> None:
+    """gcc and clang -Werror on the header alone and every source; the planted
+    macro and global do not exist."""
+    compile_api_and_sources(pkg, name)
     for src in sources(pkg):
-        assert not gcc_warnings(pkg, src), f"gcc {src.name}:\n{gcc_warnings(pkg, src)}"
         macros = subprocess.run(["gcc", "-std=c99", "-E", "-dM", f"-I{pkg}/include",
                                  f"-I{pkg}/runtime_c", f"-I{pkg}/src", str(src)],
                                 capture_output=True, text=True, check=True).stdout
@@ -109,7 +111,8 @@ def test_hostile_onnx_names_compile_clean_and_run(tmp_path, codegen):
     # clang (the host compiler) builds every source and the harness with -Werror.
     info = package(graph, codegen=codegen, out_dir=tmp_path / "pkg", extra_cflags=WARNINGS)
     assert info.name.isidentifier() and info.name.isascii()
-    check_inert(info.path)
+    assert sorted(os.listdir(tmp_path)) == ["hostile.onnx", "pkg"]
+    check_inert(info.path, info.name)
     inputs = random_inputs(graph, 1)
     got = run(info, inputs)
     want = aot.interpret(graph, inputs)
@@ -122,31 +125,31 @@ def test_hostile_onnx_names_compile_clean_and_run(tmp_path, codegen):
     assert [i["name"] for i in meta["inputs"]] == [X, Y]
     assert [o["name"] for o in meta["outputs"]] == OUTS
     assert meta["model"] == GRAPH_NAME
-    c_names = [t["c_name"] for t in meta["inputs"] + meta["outputs"]]
-    assert all(n.isidentifier() and n.isascii() for n in c_names), c_names
-    assert len(set(c_names)) == len(c_names)
+    for direction in ("inputs", "outputs"):     # struct members: unique per struct
+        c_names = [t["c_name"] for t in meta[direction]]
+        assert all(n.isidentifier() and n.isascii() for n in c_names), c_names
+        assert len(set(c_names)) == len(c_names), c_names
     assert {B, SCALE, SHIFT} <= {s for p in meta["params"] for s in p["sources"]}
     # Every file is inside the package, named after the C name.
     assert {p.name for p in (info.path / "src").iterdir()} >= {f"{info.name}.c"}
-    assert sorted(os.listdir(tmp_path)) == ["hostile.onnx", "pkg"]
 
 
 def test_hostile_tflite_names(tmp_path):
     m = TinyModel()
     a = m.tensor(X, [1, 4, 5, 3], scale=[0.031], zp=[-5])
-    b = m.tensor("int", [1, 1, 5, 3], scale=[0.077], zp=[12])
+    b = m.tensor("", [1, 1, 5, 3], scale=[0.077], zp=[12])      # empty: named by index
     y = m.tensor(SHAPE, [1, 4, 5, 3], scale=[0.05], zp=[2])
     m.op("ADD", [a, b], [y], ("AddOptions", dict(FusedActivationFunction=1)))
     path = tmp_path / "hostile.tflite"
     path.write_bytes(m.build([a, b], [y]))
     graph = aot.optimize(aot.load(path))
     info = package(graph, out_dir=tmp_path / "pkg", extra_cflags=WARNINGS)
-    check_inert(info.path)
+    check_inert(info.path, info.name)
     inputs = random_inputs(graph, 2)
     got = run(info, inputs)
     np.testing.assert_array_equal(got[SHAPE], aot.interpret(graph, inputs)[SHAPE])
     meta = info.metadata
-    assert [i["name"] for i in meta["inputs"]] == [X, "int"]
+    assert [i["name"] for i in meta["inputs"]] == [X, "tensor_1"]
     assert [o["name"] for o in meta["outputs"]] == [SHAPE]
 
 
@@ -192,3 +195,8 @@ def test_cli_name_and_model_name_stay_inside_the_output(tmp_path):
     assert sorted(os.listdir(work)) == ["hostile.onnx", "pkg", "x"]
     assert (work / "pkg" / "include" / "evil.h").is_file()
     assert (work / "x" / "include" / "x.h").is_file()
+    # An unnamed graph is named after its file.
+    odd = hostile_onnx(tmp_path / '9 "odd*¿ #define\n.onnx', graph_name="")
+    r = cli("package", odd, "--codegen", "llvm", cwd=work)
+    assert r.returncode == 0, r.stderr
+    assert (work / "t9_odd_define" / "include" / "t9_odd_define.h").is_file()

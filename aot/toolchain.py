@@ -8,6 +8,7 @@ A compiler failure is an AotError naming the file and the first error line.
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,8 @@ def run_tool(cmd: Sequence[str], cwd: Path, what: str) -> str:
         raise AotError(f"{what}: '{cmd[0]}' is not installed") from None
     except subprocess.TimeoutExpired:
         raise AotError(f"{what}: '{cmd[0]}' timed out after {TIMEOUT_S} s") from None
+    if r.returncode == -signal.SIGINT:     # Ctrl-C reached the tool too: an interrupt,
+        raise KeyboardInterrupt            # not a failure of the tool
     if r.returncode != 0:
         raise AotError(f"{what} failed: {_first_error(r.stderr)}")
     return r.stderr

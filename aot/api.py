@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
+from aot.fsutil import refuse_existing
 from aot.ir.graph import Graph
 from aot.package import PackageInfo, check_fits, default_name, package_graph
 from aot.targets import get_board
@@ -39,6 +40,8 @@ def package(model_or_graph: str | Path | Graph, board: str = "host", codegen: st
     """
     import aot
 
+    if out_dir is not None:
+        refuse_existing(Path(out_dir), force)     # before loading and optimizing
     brd = get_board(board)
     graph = model_or_graph if isinstance(model_or_graph, Graph) else aot.load(model_or_graph)
     check_fits(graph, brd)      # weights too big for the flash: say so before optimizing

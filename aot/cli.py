@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from aot.errors import AotError
-from aot.fsutil import write_dir_atomically
+from aot.fsutil import refuse_existing, write_dir_atomically
 
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 3
@@ -185,6 +185,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from aot.package import read_metadata
 
     board = _board(args)
+    refuse_existing(Path(args.out), args.force)     # before a long run, not after
     with contextlib.ExitStack() as stack:
         pkg = _packaged(args.model, board, args.codegen, stack)
         meta = read_metadata(pkg)

@@ -66,6 +66,13 @@ def _remove(path: Path) -> None:
         doomed.unlink()
 
 
+def refuse_existing(target: Path, force: bool) -> None:
+    """An AotError if `target` exists and may not be replaced; callers check
+    early, before slow work, and write_dir_atomically checks again."""
+    if os.path.lexists(target) and not force:
+        raise AotError(f"{target} already exists (use --force to replace it)")
+
+
 def write_dir_atomically(target: Path, fill: Callable[[Path], None], force: bool) -> None:
     """Create `target` whole or not at all: fill a sibling temp dir, then rename.
 
@@ -78,12 +85,10 @@ def write_dir_atomically(target: Path, fill: Callable[[Path], None], force: bool
     write into the same parent puts it back (remove_stale_temps).
     """
     target = Path(target)
-    if os.path.lexists(target) and not force:
-        raise AotError(f"{target} already exists (use --force to replace it)")
+    refuse_existing(target, force)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(target.parent)
-    if os.path.lexists(target) and not force:     # an old one just put back
-        raise AotError(f"{target} already exists (use --force to replace it)")
+    refuse_existing(target, force)     # an old one just put back
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.aot-{os.getpid()}-", dir=target.parent))
     old = tmp.with_name(tmp.name + ".old")
     try:

@@ -31,6 +31,7 @@ import contextlib
 import errno
 import getpass
 import hashlib
+import logging
 import posixpath
 import re
 import shlex
@@ -56,6 +57,11 @@ AUTH_TIMEOUT_S = 30.0
 KILL_TIMEOUT_S = 10.0
 POLL_S = 0.2
 CHUNK = 1 << 16
+
+# paramiko logs each failed handshake (a booting VM: many) with a traceback;
+# without a handler of ours Python would print them on stderr. Errors reach
+# the user as one AotError line instead.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 @dataclass(frozen=True)
@@ -190,8 +196,10 @@ def _not_reachable_yet(e: BaseException, params: SshParams) -> str | None:
                        f"{params.port} with {how} (check --user and --key)") from None
     if isinstance(e, socket.gaierror):
         raise AotError(f"cannot reach {w}: unknown host name {params.host!r}") from None
-    if isinstance(e, (paramiko.SSHException, EOFError)):
-        return f"the SSH handshake failed ({e or type(e).__name__})"
+    if isinstance(e, EOFError) or str(e) == "No existing session":
+        return "the connection closed during the SSH handshake"
+    if isinstance(e, paramiko.SSHException):
+        return f"the SSH handshake failed ({e})"
     if isinstance(e, OSError):
         return _socket_reason(e)
     return None
@@ -280,19 +288,28 @@ class SshSession:
 
     def put(self, local: Path, name: str, mode: int = 0o644) -> str:
         """Upload `local` as workdir/name, checked by size and sha256 there."""
-        _check_name(name)
-        remote = posixpath.join(self.workdir, name)
-        size = Path(local).stat().st_size
-        with self._errors(f"upload {name}"), self._sftp() as sftp:
-            sftp.put(str(local), remote, confirm=False)
-            sftp.chmod(remote, mode)
-            remote_size = sftp.stat(remote).st_size
-        status, out, err = self._command(f"sha256sum {shlex.quote(remote)}",
+        return self.put_many([(Path(local), name, mode)])[0]
+
+    def put_many(self, files: Sequence[tuple[Path, str, int]]) -> list[str]:
+        """Upload (local, name, mode) files over one SFTP channel, then check
+        them all with one sha256sum: the remote paths."""
+        for _, name, _ in files:
+            _check_name(name)
+        remote = [posixpath.join(self.workdir, name) for _, name, _ in files]
+        sizes = []
+        with self._errors(f"upload {', '.join(n for _, n, _ in files)}"), self._sftp() as sftp:
+            for (local, _, mode), path in zip(files, remote):
+                sftp.put(str(local), path, confirm=False)
+                sftp.chmod(path, mode)
+                sizes.append(int(sftp.stat(path).st_size or 0))
+        status, out, err = self._command("sha256sum " + " ".join(map(shlex.quote, remote)),
                                          self.params.command_timeout_s)
-        if status != 0:
-            raise AotError(f"{where(self.params)}: cannot check the upload of {name}: "
-                           f"{_last_line(err)}")
-        check_upload(name, size, sha256_file(Path(local)), int(remote_size or 0), out)
+        sums = out.splitlines()
+        if status != 0 or len(sums) != len(files):
+            raise AotError(f"{where(self.params)}: cannot check the uploads with sha256sum: "
+                           f"{_last_line(err) or 'no output'}")
+        for (local, name, _), size, line in zip(files, sizes, sums):
+            check_upload(name, local.stat().st_size, sha256_file(local), size, line)
         return remote
 
     def get(self, name: str) -> bytes:
@@ -495,9 +512,12 @@ class RemoteProcess:
     def close(self) -> int:
         """Close stdin and wait: the exit status (-1: killed by a signal)."""
         try:
-            self.stdin.close()
+            with contextlib.suppress(paramiko.SSHException, OSError, EOFError):
+                self.stdin.close()      # the process may have closed the channel first
             deadline = time.monotonic() + self._session.params.command_timeout_s
             while not self._chan.exit_status_ready():
+                if self._chan.closed:
+                    return -1
                 if time.monotonic() > deadline:
                     self.kill()
                     raise AotError(f"{where(self._session.params)}: the process did not "
@@ -543,9 +563,7 @@ def run_ssh(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
         args, out_paths = harness_args(meta, Path(tmp), inputs, warmup, runs)
         in_paths = [Path(a) for a in args[2:2 + len(inputs)]]
         with progress.step(f"upload the harness and {len(in_paths)} input(s) to {board.name}"):
-            session.put(exe, "bench", 0o755)
-            for path in in_paths:
-                session.put(path, path.name)
+            session.put_many([(exe, "bench", 0o755), *((p, p.name, 0o644) for p in in_paths)])
         with progress.step(f"run on {board.name}"):
             status, out, err = session.run(["./bench", *args[:2], *(p.name for p in in_paths),
                                             *(p.name for p in out_paths)], harness=True)

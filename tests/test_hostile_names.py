@@ -40,9 +40,9 @@ W = "??=trigraph??/ é"
 B = "0bias"
 SHAPE = f"#define {PAYLOAD} 2\n#error injected\n"
 M = "中文😀 \\"
-SCALE = "__x"
+SCALE = "__x\0nul"
 SHIFT = "_Bool"
-OUTS = ["a_b", "a.b", "main", LONG + "1", LONG + "2", "aot_model_run"]
+OUTS = ["a_b", "a.b", "main", LONG + "1", LONG + "2", "aot_model_run\0tail"]
 GRAPH_NAME = f'../../x "*/ #define {PAYLOAD} 3'
 
 

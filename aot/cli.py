@@ -367,6 +367,9 @@ def cmd_board_trust(args: argparse.Namespace) -> int:
     if board.transport != "ssh":
         raise AotError(f"board '{board.name}' is not reached over SSH "
                        f"(transport {board.transport}): it has no host key to trust")
+    if board.options.get("vm"):
+        raise AotError(f"board '{board.name}' is a VM aot boots: its image brings its own "
+                       "known_hosts, there is nothing to trust")
     params = ssh_params(board)
     key, added = trust_host_key(params)
     if args.json:

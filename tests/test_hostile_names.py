@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +82,14 @@ def run(info, inputs: dict) -> dict:
     return {o["name"]: a for o, a in zip(meta["outputs"], result.outputs)}
 
 
+def outside_comments_and_literals(src: Path) -> str:
+    """The C code of src with comments (gcc, not expanding anything) and
+    string and character literals removed: what the compiler acts on."""
+    text = subprocess.run(["gcc", "-std=c99", "-fpreprocessed", "-dD", "-E", "-P", str(src)],
+                          capture_output=True, text=True, check=True).stdout
+    return re.sub(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', '""', text)
+
+
 def check_inert(pkg: Path, name: str) -> None:
     """gcc and clang -Werror on the header alone and every source; the planted
     macro and global do not exist."""
@@ -91,6 +100,9 @@ def check_inert(pkg: Path, name: str) -> None:
                                 capture_output=True, text=True, check=True).stdout
         defined = {line.split()[1].split("(")[0] for line in macros.splitlines()}
         assert PAYLOAD not in defined, src.name
+        code = outside_comments_and_literals(src)
+        assert f"define {PAYLOAD}" not in code and "#error" not in code, src.name
+        assert GLOBAL not in code and "injected" not in code, src.name
     lib = next((pkg / "lib").glob("*.a"))
     symbols = subprocess.run(["nm", str(lib)], capture_output=True, text=True,
                              check=True).stdout

@@ -1,0 +1,225 @@
+"""qemu-rpi4: the emulated Raspberry Pi 4 aot boots itself and reaches over
+SSH. The image is built by `make setup` (aot/deploy/vm_image.py); these tests
+boot it for real: one command boots and stops its own VM, `aot board up`
+keeps one for several commands, and a serve session answers 100 requests.
+
+Every test runs with its own AOT_CACHE_DIR (holding a link to the built
+image), so a VM the user keeps up is neither used nor stopped here, and with
+its own TMPDIR, so a private VM left behind would be seen.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import MODELS
+
+from aot.deploy import vm, vm_image
+from aot.errors import AotError
+from aot.targets import get_board
+
+MODEL = MODELS / "mlperf_ad_fcae_int8.tflite"
+BOARD = "qemu-rpi4"
+
+
+# --- the image builder's pieces (no VM) -------------------------------------------
+
+def _modinfo(depends: str) -> bytes:
+    return b"\x7fELF junk\0license=GPL\0depends=" + depends.encode() + b"\0vermagic=6.1\0"
+
+
+def test_module_order_puts_dependencies_first():
+    mods = {"virtio_net": _modinfo("net_failover"), "net_failover": _modinfo("failover"),
+            "failover": _modinfo(""), "virtio_pci": _modinfo("virtio_pci_modern_dev"),
+            "virtio_pci_modern_dev": _modinfo("")}
+    assert vm_image.module_order(("virtio_pci", "virtio_net"), mods) == [
+        "virtio_pci_modern_dev", "virtio_pci", "failover", "net_failover", "virtio_net"]
+    with pytest.raises(AotError, match="net_failover is not in the kernel package"):
+        vm_image.module_order(("virtio_net",), {"virtio_net": _modinfo("net_failover")})
+
+
+def _cpio_members(data: bytes) -> list[tuple[str, int, int, bytes]]:
+    """(name, mode, mtime, data) of each newc member."""
+    out, at = [], 0
+    while True:
+        assert data[at:at + 6] == b"070701"
+        f = [int(data[at + 6 + 8 * i: at + 14 + 8 * i], 16) for i in range(13)]
+        mode, uid, mtime, size, namesize = f[1], f[2], f[5], f[6], f[11]
+        assert uid == 0
+        name_at = at + 110
+        name = data[name_at:name_at + namesize - 1].decode()
+        body = name_at + namesize + (-(110 + namesize) % 4)
+        if name == "TRAILER!!!":
+            return out
+        out.append((name, mode, mtime, data[body:body + size]))
+        at = body + size + (-size % 4)
+
+
+def test_cpio_is_sorted_root_owned_fixed_time_with_a_console(tmp_path):
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin/busybox").write_bytes(b"\x7fELF" + bytes(5))
+    (tmp_path / "bin/sh").symlink_to("busybox")
+    (tmp_path / "init").write_text("#!/bin/sh\n")
+    (tmp_path / "init").chmod(0o755)
+    data = vm_image.cpio_newc(tmp_path)
+    assert data == vm_image.cpio_newc(tmp_path)
+    members = _cpio_members(data)
+    assert [m[0] for m in members] == ["bin", "bin/busybox", "bin/sh", "dev", "dev/console",
+                                       "init"]
+    modes = {m[0]: m[1] for m in members}
+    assert modes["dev/console"] == 0o020600 and modes["init"] == 0o100755
+    assert modes["bin/sh"] & 0o170000 == 0o120000
+    assert dict((m[0], m[3]) for m in members)["bin/sh"] == b"busybox"
+    assert {m[2] for m in members} == {vm_image.EPOCH}
+
+
+def test_a_missing_image_says_how_to_build_it(tmp_path, monkeypatch):
+    monkeypatch.setenv(vm_image.CACHE_ENV, str(tmp_path))
+    with pytest.raises(AotError, match="not built .*run make setup"):
+        with vm.running(get_board(BOARD)):
+            pass
+
+
+def test_an_unknown_vm_image_is_refused():
+    import dataclasses
+
+    board = get_board(BOARD)
+    other = dataclasses.replace(board, options={**board.options, "vm": "pdp11"})
+    with pytest.raises(AotError, match="unknown VM image 'pdp11'"):
+        vm.vm_config(other)
+
+
+def test_the_built_image_holds_what_the_vm_needs():
+    image = vm_image.find_image()       # make setup built it
+    info = json.loads((image.dir / "image.json").read_text())
+    assert info["version"] == vm_image.image_version()
+    assert image.kernel.read_bytes()[56:60] == b"ARM\x64"       # arm64 Image magic
+    assert image.host_key().startswith("ssh-ed25519 ")
+    names = {m[0]: m for m in _cpio_members(gzip.decompress(image.initrd.read_bytes()))}
+    authorized = names["root/.ssh/authorized_keys"][3].split()[:2]
+    assert authorized == (image.dir / "client_key.pub").read_bytes().split()[:2]
+    for path in ("init", "bin/busybox", "usr/sbin/sshd", "etc/ssh/sshd_config", "run/sshd",
+                 vm_image.HOST_KEY, "lib/ld-linux-aarch64.so.1",
+                 *(f"lib/modules/{m}.ko" for m in info["modules"])):
+        assert path in names, path
+    assert {"virtio_pci", "virtio_net"} <= set(info["modules"])
+
+
+# --- booting it -------------------------------------------------------------------
+
+@pytest.fixture
+def env(tmp_path):
+    """A private cache dir (linking the built image) and TMPDIR."""
+    image = vm_image.find_image()
+    cache = tmp_path / "cache"
+    (cache / "vm").mkdir(parents=True)
+    (cache / "vm" / image.dir.name).symlink_to(image.dir)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    return {**os.environ, vm_image.CACHE_ENV: str(cache), "TMPDIR": str(tmp)}
+
+
+def aot(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "aot", *args], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def qemu_pids(marker: str) -> list[int]:
+    """qemu processes whose command line mentions `marker` (a test's dir)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and argv[0].endswith(b"qemu-system-aarch64") and \
+                any(marker.encode() in a for a in argv):
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_run_and_verify_boot_and_stop_their_own_vm(env, tmp_path):
+    r = aot(env, "run", str(MODEL), "--board", BOARD,
+            "--input", str(MODEL.with_suffix(".input.npy")), "--out", str(tmp_path / "out"),
+            "--json")
+    assert r.returncode == 0, r.stderr
+    got = np.load(tmp_path / "out" / "0.npy")
+    assert got.shape == np.load(MODEL.with_suffix(".output.npy")).shape
+    r = aot(env, "verify", str(MODEL), "--board", BOARD, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["ok"] and out["reference"] == "tflite-micro", out
+    assert qemu_pids(str(tmp_path)) == []
+    assert list(Path(env["TMPDIR"]).iterdir()) == []        # no private VM dir left
+    # The run's output is the reference's too (verify compared the same input).
+    assert out["outputs"][0]["max_abs_err"] == 0.0
+
+
+def test_board_up_is_reused_by_later_commands_until_down(env, tmp_path):
+    r = aot(env, "board", "up", BOARD, "--json")
+    assert r.returncode == 0, r.stderr
+    up = json.loads(r.stdout)
+    try:
+        assert up["started"] and up["host"] == "127.0.0.1"
+        assert qemu_pids(str(tmp_path)) == [up["pid"]]
+        console = Path(up["key"]).parent / "console.log"
+        logins = console.read_text().count("Accepted publickey for root")
+        again = json.loads(aot(env, "board", "up", BOARD, "--json").stdout)
+        assert not again["started"] and again["pid"] == up["pid"]
+        r = aot(env, "verify", str(MODEL), "--board", BOARD, "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)["ok"], r.stderr
+        r = aot(env, "bench", str(MODEL), "--board", BOARD, "--repeat", "3", "--warmup", "1",
+                "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["board"] == BOARD
+        # Both commands logged in to this VM, and no other VM was started.
+        assert console.read_text().count("Accepted publickey for root") >= logins + 2
+        assert qemu_pids(str(tmp_path)) == [up["pid"]]
+    finally:
+        r = aot(env, "board", "down", BOARD)
+    assert r.returncode == 0 and r.stdout.strip() == f"{BOARD} stopped", r.stderr
+    assert qemu_pids(str(tmp_path)) == []
+    r = aot(env, "board", "down", BOARD)
+    assert r.returncode == 0 and r.stdout.strip() == f"{BOARD} was not up"
+
+
+def test_board_up_refuses_a_board_that_is_no_vm(env):
+    r = aot(env, "board", "up", "host")
+    assert r.returncode == 2
+    assert r.stderr.strip() == ("aot: error: board 'host' is not a VM aot starts (it has no vm "
+                                "option; qemu-rpi4 is one)")
+
+
+def test_serve_mode_answers_100_requests_checked_against_the_reference(env, tmp_path,
+                                                                       monkeypatch):
+    import aot as aot_api
+    from aot.api import package
+    from aot.deploy.reference import tflite_micro
+    from aot.testing import random_inputs
+
+    import tempfile
+
+    monkeypatch.setenv(vm_image.CACHE_ENV, env[vm_image.CACHE_ENV])
+    monkeypatch.setattr(tempfile, "tempdir", env["TMPDIR"])
+    graph = aot_api.load(MODEL)
+    pkg = package(MODEL, board=BOARD, out_dir=tmp_path / "pkg").path
+    inputs = [random_inputs(graph, seed)[graph.inputs[0]] for seed in range(100)]
+    with aot_api.connect(BOARD) as dev:
+        for x in inputs:
+            got = dev.run(pkg, [x]).outputs
+            want = tflite_micro(MODEL, graph, [x])
+            assert len(got) == len(want) == 1
+            np.testing.assert_array_equal(got[0], want[0].reshape(got[0].shape))
+    assert qemu_pids(str(tmp_path)) == []
+    assert list(Path(env["TMPDIR"]).iterdir()) == []

@@ -282,6 +282,24 @@ def test_a_command_timeout_kills_the_remote_command(sshd, remote_tmp):
         assert _gone(pid)
 
 
+def test_a_lost_connection_is_an_error_and_cleanup_reconnects(sshd, remote_tmp, tmp_path):
+    """The command kills its sshd session (the connection drops) and goes on
+    running: aot says so, reconnects, kills it and removes the work dir."""
+    from aot.deploy.ssh import SshSession
+    from aot.errors import AotError
+
+    pid_file = tmp_path / "pid"
+    with pytest.raises(AotError, match="lost the connection"):
+        with SshSession(params_of(sshd, remote_tmp)) as s:
+            s.run(["sh", "-c", f"echo $$ > {pid_file}; sleep 0.5; kill -9 $PPID; "
+                   "exec sleep 60"])
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 3
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(pid), "the command still runs on the board"
+
+
 def test_the_connect_retries_while_the_board_drops_connections(sshd, remote_tmp, tmp_path,
                                                              capfd):
     """A booting VM's port forward accepts and drops connections: the

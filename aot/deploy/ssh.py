@@ -264,6 +264,7 @@ class SshSession:
         self.workdir = ""
         self._client: paramiko.SSHClient | None = None
         self._processes: list[RemoteProcess] = []
+        self._orphans: list[int] = []     # pids left running by a lost connection
 
     def __enter__(self) -> SshSession:
         try:
@@ -382,10 +383,24 @@ class SshSession:
             raise
         except (paramiko.SSHException, OSError, EOFError) as e:
             chan.close()
+            self._lost(out, killable)
             raise AotError(f"{where(self.params)}: lost the connection ({e})") from None
         chan.close()
+        if status == -1 and not self._alive():
+            self._lost(out, killable)
+            raise AotError(f"{where(self.params)}: lost the connection while a command ran")
         _, _, rest = bytes(out).partition(b"\n")   # the first line: the pid
         return status, rest, bytes(err)
+
+    def _alive(self) -> bool:
+        transport = self._client.get_transport() if self._client else None
+        return transport is not None and transport.is_active()
+
+    def _lost(self, out: bytearray, killable: bool) -> None:
+        """The connection dropped under a command: it may still run there."""
+        pid = _parse_pid(bytes(out).partition(b"\n")[0] + b"\n")
+        if killable and pid is not None:
+            self._orphans.append(pid)
 
     def _stop(self, chan: paramiko.Channel, out: bytearray, killable: bool) -> None:
         """Kill the command behind `chan` (its pid is the first line of out)."""
@@ -412,15 +427,25 @@ class SshSession:
         return path
 
     def _cleanup(self) -> None:
+        """Kill what still runs, remove the work dir; over a new connection
+        if the old one dropped (else both would stay on the board)."""
+        pids = [p.pid for p in self._processes if p.pid is not None] + self._orphans
         for proc in list(self._processes):
-            proc.kill()
-        if self.workdir and self._client is not None:
-            status, _, err = self._command(f"rm -rf -- {shlex.quote(self.workdir)}",
-                                           KILL_TIMEOUT_S, killable=False)
-            if status != 0:
-                raise AotError(f"{where(self.params)}: cannot remove the work dir "
-                               f"{self.workdir}: {_last_line(err)}")
-            self.workdir = ""
+            proc._forget()
+        if not self.workdir or self._client is None:
+            return
+        if not self._alive():
+            self._close()
+            self._client, _ = connect(replace(self.params, connect_timeout_s=min(
+                self.params.connect_timeout_s, KILL_TIMEOUT_S)))
+        for pid in pids:
+            self.kill(pid)
+        status, _, err = self._command(f"rm -rf -- {shlex.quote(self.workdir)}",
+                                       KILL_TIMEOUT_S, killable=False)
+        if status != 0:
+            raise AotError(f"{where(self.params)}: cannot remove the work dir "
+                           f"{self.workdir}: {_last_line(err)}")
+        self.workdir = ""
 
     def _close(self) -> None:
         if self._client is not None:

@@ -66,6 +66,19 @@ def _remove(path: Path) -> None:
         doomed.unlink()
 
 
+def _umask() -> int:
+    """The process umask, read without setting it (os.umask would, racing
+    other threads); 022 where /proc does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
 def refuse_existing(target: Path, force: bool) -> None:
     """An AotError if `target` exists and may not be replaced; callers check
     early, before slow work, and write_dir_atomically checks again."""
@@ -93,7 +106,7 @@ def write_dir_atomically(target: Path, fill: Callable[[Path], None], force: bool
     old = tmp.with_name(tmp.name + ".old")
     try:
         fill(tmp)
-        tmp.chmod(0o755)     # mkdtemp makes it private; a package is an ordinary directory
+        tmp.chmod(0o777 & ~_umask())     # mkdtemp makes it private: as mkdir would
         if os.path.lexists(target):
             target.rename(old)
         tmp.rename(target)

@@ -82,7 +82,9 @@ def test_package_bytes_do_not_depend_on_the_environment(two_runs, build):
     def exe(pkg):
         return sorted(k for k in a if (pkg / k).stat().st_mode & 0o100)
     assert exe(one) == exe(two) == ["bench/bench"]
-    assert (two / "metadata.json").stat().st_mode & 0o077 == 0
+    for path in (two, two / "metadata.json", two / "lib"):
+        assert path.stat().st_mode & 0o077 == 0, path
+    assert one.stat().st_mode & 0o777 == 0o755
     # Nothing in any file names where or when it was built.
     leaks = [str(root).encode(), b"/tmp/", os.environ.get("HOME", "/root").encode() + b"/",
              b"user0", b"user1"]

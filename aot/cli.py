@@ -82,7 +82,8 @@ def cmd_graph(args: argparse.Namespace) -> int:
 # --- package / run / verify / inspect / boards ----------------------------------
 
 def _package_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--board", default="host", help="the board to build for (default: host)")
+    p.add_argument("--board", help="the board to build for (default: for a package directory, "
+                   f"its board; else ${DEFAULT_BOARD_ENV}, else {DEFAULT_BOARD})")
     p.add_argument("--codegen", choices=("c", "llvm"), default="c",
                    help="kernels as C source or an LLVM object (default: c)")
 
@@ -109,13 +110,33 @@ def _ssh_args(p: argparse.ArgumentParser, running: bool = True) -> None:
                    "refused)")
 
 
+# The board when --board is not given: the emulated Pi 4 (aot boots it),
+# unless $AOT_BOARD names another.
+DEFAULT_BOARD = "qemu-rpi4"
+DEFAULT_BOARD_ENV = "AOT_BOARD"
+
+
+def _board_name(args: argparse.Namespace) -> str:
+    """--board, or the board a package directory was built for, or the default."""
+    if args.board:
+        return args.board
+    model = getattr(args, "model", None)
+    if model and Path(model).is_dir():
+        from aot.package import read_metadata
+
+        board = read_metadata(Path(model)).get("board")
+        if board:
+            return str(board)
+    return os.environ.get(DEFAULT_BOARD_ENV) or DEFAULT_BOARD
+
+
 def _board(args: argparse.Namespace):
     """The board of --board, with the user's config file and the command
     line's SSH options merged into its options: every command resolves its
     board here."""
     from aot.targets import get_board, with_options
 
-    return with_options(get_board(args.board), host=getattr(args, "host", None),
+    return with_options(get_board(_board_name(args)), host=getattr(args, "host", None),
                         port=getattr(args, "port", None), user=getattr(args, "user", None),
                         key=getattr(args, "key", None),
                         known_hosts=getattr(args, "known_hosts", None),

@@ -10,6 +10,10 @@ REPO = Path(__file__).resolve().parent.parent
 # The shared models sit beside the repo (../shared/models); never copy them in.
 SHARED = Path(os.environ.get("AOT_SHARED", REPO.parent / "shared"))
 MODELS = SHARED / "models"
+# aot's default board (no --board) is the emulated Pi 4, which boots a VM:
+# the suite's commands without --board run on this machine instead ($AOT_BOARD
+# names the default); the qemu-rpi4 tests name their board.
+os.environ["AOT_BOARD"] = "host"
 
 
 def shared_models(pattern: str = "*") -> list[Path]:

@@ -1,5 +1,6 @@
 """Every shared model's package (C codegen) is clean under AddressSanitizer
-and UndefinedBehaviorSanitizer, and its C compiles warning-free.
+and UndefinedBehaviorSanitizer and under the harness's own guard bytes
+(--checks: one package covers both), and its C compiles warning-free.
 
 The library and the harness are built with the sanitizers and
 `-fno-sanitize-recover=all` (any report aborts the harness, which fails
@@ -58,14 +59,18 @@ def gcc_warnings(pkg: Path, src: Path, extra=()) -> str:
 def test_model_is_clean_under_sanitizers_and_warnings(path: Path, tmp_path):
     pkg = tmp_path / "pkg"
     out = verify(path, board="host", codegen="c", extra_cflags=(*SANITIZE, *WARNINGS),
-                 out_dir=pkg)
+                 out_dir=pkg, checks=True)
     assert out["inputs"] == "saved", out
     assert out["ok"] is True, out
     assert read_metadata(pkg)["extra_cflags"] == [*SANITIZE, *WARNINGS]
+    assert read_metadata(pkg)["checks"] is True
     for src in sources(pkg):
         assert not gcc_warnings(pkg, src), f"gcc {src.name}:\n{gcc_warnings(pkg, src)}"
     entry = pkg / "src" / f"{read_metadata(pkg)['name']}.c"
     assert not gcc_warnings(pkg, entry, ["-DAOT_PROFILE"]), "entry point with AOT_PROFILE"
+    harness = pkg / "bench" / "main.c"
+    both = ["-DAOT_PROFILE", "-DAOT_CHECKS"]
+    assert not gcc_warnings(pkg, harness, both), f"harness: {gcc_warnings(pkg, harness, both)}"
 
 
 def test_sanitizers_catch_an_arena_overrun(tmp_path):

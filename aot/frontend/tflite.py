@@ -281,7 +281,7 @@ class _Builder:
             raise UnsupportedError(f"tensor '{name}': TFLite type "
                                    f"{_DTYPE_NAMES.get(t.type_code, t.type_code)} is not supported")
         shape = check_shape(t.shape, f"tensor '{name}'")
-        self.types[name] = TensorType(shape, dtype, self._quant(t, name, shape))
+        self.types[name] = TensorType(shape, dtype, self._quant(t, name, shape, dtype))
         if t.is_variable:
             self.variables[name] = self._initial_value(self.types[name])
             return
@@ -293,10 +293,15 @@ class _Builder:
             self.constants[name] = self._array(raw, dtype, shape, name)
 
     @staticmethod
-    def _quant(t: _Tensor, name: str, shape) -> Quant | None:
+    def _quant(t: _Tensor, name: str, shape, dtype: str) -> Quant | None:
         if t.quant is None:
             return None
         scales, zps, qdim = t.quant
+        if np.dtype(dtype).kind in "iu" and zps.size:
+            info = np.iinfo(dtype)
+            if zps.min() < info.min or zps.max() > info.max:
+                bad = zps.min() if zps.min() < info.min else zps.max()
+                raise ModelError(f"tensor '{name}': zero point {bad} out of the {dtype} range")
         if zps.size != scales.size:
             if zps.size == 1:
                 zps = np.full(scales.size, zps[0])

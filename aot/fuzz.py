@@ -706,6 +706,8 @@ def mutate(path: str | Path, seed: int) -> Mutant:
             extra = rng.choice(sorted(BYTE_MUTATORS))
             out, more = BYTE_MUTATORS[extra](out, rng)
             name, detail = f"{name}+{extra}", f"{detail}; {more}"
+        if out == data:
+            continue  # a no-op (a value set to what it was): wasted case
         return Mutant(path.name, seed, name, detail, out, suffix)
     raise RuntimeError(f"no mutator applies to {path.name}")
 

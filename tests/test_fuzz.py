@@ -1,0 +1,177 @@
+"""Hostile model files: `aot package` packages them whole or refuses them with
+one line (exit 2); never a traceback, a crash, a hang or a memory blow-up.
+
+300 deterministic cases (aot.fuzz.mutate) over the small shared models, in
+chunks that pytest-xdist spreads. Most run in-process through aot.cli.main
+under an alarm; every tenth runs as a real `python -m aot package`
+subprocess under RLIMIT_AS, where a crash or an allocation beyond the limit
+would show. scripts/fuzz.py is the long run.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import resource
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aot.fuzz import Outcome, judge, mutate, run_case
+from conftest import MODELS
+
+SMALL = ("tflm_hello_world_int8.tflite", "onnx_mnist8.onnx", "tflm_hello_world_f32.tflite",
+         "onnx_mlir_mnist.onnx", "mlperf_ad_fcae_int8.tflite", "tflm_micro_speech_int8.tflite",
+         "tflm_mnist_lstm_int8.tflite", "mlperf_kws_dscnn_int8.tflite")
+CASES = 300
+CHUNKS = 6
+SUBPROCESS_EVERY = 10
+MAX_ELEMENTS = 1 << 20      # AOT_MAX_TENSOR_ELEMENTS for the cases
+TIME_LIMIT_S = 60.0         # per case; a packaged small model takes about a second
+MEMORY_BYTES = 1536 << 20   # RLIMIT_AS of the subprocess cases
+
+
+def run_subprocess(model: Path, out: Path) -> Outcome:
+    """The real CLI in a child process, under a memory and a time limit."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+
+    env = dict(os.environ, AOT_MAX_TENSOR_ELEMENTS=str(MAX_ELEMENTS))
+    env.pop("AOT_DEBUG", None)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "aot", "package", str(model), "-o", str(out)],
+                              capture_output=True, text=True, env=env, preexec_fn=limit,
+                              timeout=TIME_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        return Outcome("failed", "timeout", f"no result within {TIME_LIMIT_S:g} s")
+    return judge(proc.returncode, proc.stderr, out)
+
+
+def run_chunk(chunk: int, tmp: Path) -> tuple[collections.Counter, list[str]]:
+    counts: collections.Counter = collections.Counter()
+    failures = []
+    for i in range(chunk, CASES, CHUNKS):
+        mutant = mutate(MODELS / SMALL[i % len(SMALL)], i)
+        case = tmp / f"case{i}{mutant.suffix}"
+        case.write_bytes(mutant.data)
+        out = tmp / f"pkg{i}"
+        if i % SUBPROCESS_EVERY == 0:
+            outcome = run_subprocess(case, out)
+            counts["subprocess"] += 1
+        else:
+            outcome = run_case(case, out, TIME_LIMIT_S, MAX_ELEMENTS)
+        counts[outcome.status] += 1
+        if outcome.status == "refused":
+            counts[outcome.error_class or "class unknown (subprocess)"] += 1
+        if outcome.failed:
+            failures.append(f"{mutant.label()}: {outcome.error_class}: {outcome.message}")
+    return counts, failures
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_hostile_models_package_or_refuse(chunk, tmp_path, record_property):
+    counts, failures = run_chunk(chunk, tmp_path)
+    n = counts["packaged"] + counts["refused"] + counts["failed"]
+    classes = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())
+                        if k not in ("packaged", "refused", "failed", "subprocess"))
+    record_property("summary", f"fuzz chunk {chunk + 1}/{CHUNKS}: {n} cases "
+                    f"({counts['subprocess']} as subprocesses): {counts['packaged']} packaged, "
+                    f"{counts['refused']} refused (exit 2: {classes}), "
+                    f"{counts['failed']} failures")
+    assert n == len(range(chunk, CASES, CHUNKS))
+    assert not failures, "\n".join(failures)
+
+
+def test_mutations_are_deterministic():
+    for name in ("onnx_mnist8.onnx", "tflm_hello_world_int8.tflite"):
+        a, b = mutate(MODELS / name, 7), mutate(MODELS / name, 7)
+        assert a == b
+        variants = {mutate(MODELS / name, s).data for s in range(20)}
+        assert len(variants) >= 18      # seeds differ (a rare collision is fine)
+        assert (MODELS / name).read_bytes() not in variants
+
+
+# ---- shapes over the limit are refused before anything of that size is allocated
+
+def _onnx_model(op: str, inputs: list[str], consts: dict[str, np.ndarray], opset=13) -> bytes:
+    from onnx import TensorProto, helper, numpy_helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])
+    graph = helper.make_graph([helper.make_node(op, inputs, ["y"])], "g", [x],
+                              [helper.make_empty_tensor_value_info("y")],
+                              [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return model.SerializeToString()
+
+
+def _i64(*v):
+    return np.array(v, np.int64)
+
+
+HUGE = {
+    "ConstantOfShape": ("ConstantOfShape", ["s"], {"s": _i64(1 << 20, 1 << 20)}),
+    "Expand": ("Expand", ["x", "s"], {"s": _i64(1 << 20, 3, 4, 4)}),
+    "Tile": ("Tile", ["x", "r"], {"r": _i64(1 << 30, 1, 1, 1)}),
+    "Range": ("Range", ["a", "b", "c"], {"a": np.float32(0), "b": np.float32(1e12),
+                                         "c": np.float32(1)}),
+    "Resize": ("Resize", ["x", "", "s"], {"s": np.array([1, 1, 1e6, 1e6], np.float32)}),
+    "Resize sizes": ("Resize", ["x", "", "", "s"], {"s": _i64(1, 3, 1 << 20, 1 << 20)}),
+    "Pad": ("Pad", ["x", "p"], {"p": _i64(0, 0, 1 << 30, 1 << 30, 0, 0, 1 << 30, 1 << 30)}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HUGE))
+def test_shape_computing_ops_refuse_huge_outputs_without_allocating(case, tmp_path, monkeypatch):
+    import aot
+    from aot.errors import ShapeError
+
+    op, inputs, consts = HUGE[case]
+    model = tmp_path / "huge.onnx"
+    model.write_bytes(_onnx_model(op, inputs, consts))
+    monkeypatch.setenv("AOT_MAX_TENSOR_ELEMENTS", str(1 << 20))
+    tracemalloc.start()
+    try:
+        with pytest.raises(ShapeError, match="AOT_MAX_TENSOR_ELEMENTS"):
+            aot.optimize(aot.load(model))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20     # the refused output would need terabytes
+
+
+def test_initializer_dims_over_the_limit_are_refused_before_decoding(tmp_path, monkeypatch):
+    import aot
+    from aot.errors import ShapeError
+    from onnx import TensorProto, helper
+
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4], [1.0, 2.0, 3.0, 4.0])
+    w.dims[:] = [1 << 20, 1 << 20]   # 16 bytes of data claiming 4 TiB
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g", [x],
+                              [helper.make_empty_tensor_value_info("y")], [w])
+    model = tmp_path / "huge_init.onnx"
+    model.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+                      .SerializeToString())
+    monkeypatch.setenv("AOT_MAX_TENSOR_ELEMENTS", str(1 << 20))
+    with pytest.raises(ShapeError, match="initializer 'w'.*AOT_MAX_TENSOR_ELEMENTS"):
+        aot.load(model)
+
+
+def test_tflite_tensor_dims_over_the_limit_are_refused(tmp_path, monkeypatch):
+    """A dim of the input tensor patched to 2**20: the shape check refuses it."""
+    import aot
+    import tflite
+    from aot.errors import ShapeError
+
+    data = bytearray((MODELS / "tflm_hello_world_f32.tflite").read_bytes())
+    sg = tflite.Model.GetRootAsModel(data, 0).Subgraphs(0)
+    t = sg.Tensors(sg.Inputs(0))
+    start = t._tab.Vector(t._tab.Offset(4))
+    data[start:start + 4] = (1 << 20).to_bytes(4, "little")
+    model = tmp_path / "huge.tflite"
+    model.write_bytes(bytes(data))
+    monkeypatch.setenv("AOT_MAX_TENSOR_ELEMENTS", str(1 << 10))
+    with pytest.raises(ShapeError, match="AOT_MAX_TENSOR_ELEMENTS"):
+        aot.load(model)

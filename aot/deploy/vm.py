@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import shutil
@@ -288,9 +289,25 @@ def persistent(board: Board) -> Vm | None:
     return vm if _is_our_qemu(vm) else None
 
 
+@contextlib.contextmanager
+def _locked(board_name: str) -> Iterator[None]:
+    """One `aot board up/down` of a board at a time (two ups at once would
+    boot two VMs and keep the state of one)."""
+    d = run_dir(board_name).parent
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / f".{board_name}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 def up(board: Board) -> tuple[Vm, bool]:
     """Start the board's persistent VM; (vm, False) when it was already up."""
     vm_config(board)
+    with _locked(board.name):
+        return _up(board)
+
+
+def _up(board: Board) -> tuple[Vm, bool]:
     running_vm = persistent(board)
     if running_vm is not None:
         return running_vm, False
@@ -310,11 +327,12 @@ def up(board: Board) -> tuple[Vm, bool]:
 
 def down(board: Board) -> Vm | None:
     """Stop the board's persistent VM; None when none was running."""
-    vm = persistent(board)
-    if vm is not None:
-        _stop_pid(vm.pid)
-    shutil.rmtree(run_dir(board.name), ignore_errors=True)
-    return vm
+    with _locked(board.name):
+        vm = persistent(board)
+        if vm is not None:
+            _stop_pid(vm.pid)
+        shutil.rmtree(run_dir(board.name), ignore_errors=True)
+        return vm
 
 
 # --- what the ssh transport uses -----------------------------------------------

@@ -297,6 +297,8 @@ class SshSession:
         for _, name, _ in files:
             _check_name(name)
         remote = [posixpath.join(self.workdir, name) for _, name, _ in files]
+        # What is sent, read before sending: the check compares with these.
+        sent = [(Path(local).stat().st_size, sha256_file(Path(local))) for local, _, _ in files]
         sizes = []
         with self._errors(f"upload {', '.join(n for _, n, _ in files)}"), self._sftp() as sftp:
             for (local, _, mode), path in zip(files, remote):
@@ -309,8 +311,8 @@ class SshSession:
         if status != 0 or len(sums) != len(files):
             raise AotError(f"{where(self.params)}: cannot check the uploads with sha256sum: "
                            f"{_last_line(err) or 'no output'}")
-        for (local, name, _), size, line in zip(files, sizes, sums):
-            check_upload(name, local.stat().st_size, sha256_file(local), size, line)
+        for (_, name, _), (size, sha256), remote_size, line in zip(files, sent, sizes, sums):
+            check_upload(name, size, sha256, remote_size, line)
         return remote
 
     def get(self, name: str) -> bytes:

@@ -5,7 +5,7 @@
       elide_views              -> the same without pure reshapes (readers read the source)
       plan_kernels             -> arena offsets and live ranges
       link_params              -> const arrays in .rodata.aot (C or a .incbin blob)
-      emit_c | emit_object     -> the kernels
+      emit_c | emit_objects    -> the kernels (several files, compiled in parallel)
       build_context + render   -> header, entry point, build files, harness
       toolchain                -> lib/lib<name>.a, bench/bench
       library_footprint        -> metadata.json
@@ -220,9 +220,10 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
         files.update({path: text.encode() for path, text in zip(kernel_files, csrc.parts)})
         c_sources[1:1] = kernel_files
     else:
-        from aot.codegen.llvm import emit_object
-        files[f"lib/{name}_kernels.o"] = emit_object(funcs, kernel_prefix, target)
-        prebuilt.append(f"lib/{name}_kernels.o")
+        from aot.codegen.llvm import emit_objects
+        for i, obj in enumerate(emit_objects(funcs, kernel_prefix, target)):
+            prebuilt.append(f"lib/{name}_kernels{f'_{i}' if i else ''}.o")
+            files[prebuilt[-1]] = obj
     asm_sources = [f"src/{name}_params_blob.S"] if params.has_blob else []
     context = build_context(graph, kernels, mem, params, names, csrc.symbols,
                             "\n".join(csrc.prototypes),

@@ -7,9 +7,11 @@ A compiler failure is an AotError naming the file and the first error line.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -66,15 +68,25 @@ def run_tool(cmd: Sequence[str], cwd: Path, what: str) -> str:
 
 def compile_sources(tc: Toolchain, pkg: Path, sources: Sequence[str], objdir: str,
                     extra: Sequence[str] = ()) -> list[str]:
-    """Compile each source (relative to pkg) into objdir; the object paths."""
+    """Compile each source (relative to pkg) into objdir, one compiler per
+    core at once; the object paths, in source order (the first failure in
+    that order is the one reported)."""
     (pkg / objdir).mkdir(parents=True, exist_ok=True)
-    objects = []
-    for src in sources:
-        obj = f"{objdir}/{Path(src).stem}.o"
-        run_tool([tc.cc, *tc.cflags, *PACKAGE_CFLAGS, *extra,
-                  f"-ffile-prefix-map={pkg.resolve()}=.", "-c", src, "-o", obj],
-                 pkg, f"compiling {src}")
-        objects.append(obj)
+    objects = [f"{objdir}/{Path(src).stem}.o" for src in sources]
+    if len(set(objects)) != len(objects):
+        raise AotError(f"two package sources share a file name: {', '.join(sources)}")
+
+    def compile_one(src: str, obj: str) -> str:
+        return run_tool([tc.cc, *tc.cflags, *PACKAGE_CFLAGS, *extra,
+                         f"-ffile-prefix-map={pkg.resolve()}=.", "-c", src, "-o", obj],
+                        pkg, f"compiling {src}")
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(sources), os.cpu_count() or 1))) as pool:
+        # the largest first, so that no long compile starts last
+        order = sorted(range(len(sources)), key=lambda i: -(pkg / sources[i]).stat().st_size)
+        jobs = {i: pool.submit(compile_one, sources[i], objects[i]) for i in order}
+        for i in range(len(sources)):
+            jobs[i].result()
     return objects
 
 

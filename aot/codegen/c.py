@@ -58,6 +58,8 @@ class CSource:
     source: str                      # a complete C99 translation unit
     prototypes: tuple[str, ...]      # `void name(...);` for a header, in func order
     symbols: dict[str, str]          # PrimFunc name -> C function name
+    parts: tuple[str, ...] = ()      # the same functions as translation units of about
+                                     # PART_CHARS each, for compiling in parallel
 
 
 def c_type(d: DType) -> str:
@@ -782,19 +784,56 @@ def _vars_read(body: Stmt) -> set:
 
 # ------------------------------------------------------------------------ entry
 
+# Printed kernels per translation unit when a package splits them: the C
+# compiler takes most of `aot package`, and separate units compile in parallel.
+PART_CHARS = 160_000
+MAX_PARTS = 8
+
+
+@dataclass(frozen=True)
+class _Printed:
+    body: str
+    mod: _Module                     # what this function alone needs above it
+
+
 def emit_c(funcs: Sequence[PrimFunc], prefix: str) -> CSource:
-    """One translation unit defining `<prefix>_<name>` for each PrimFunc."""
+    """One translation unit defining `<prefix>_<name>` for each PrimFunc,
+    and the same functions split into `parts` (see PART_CHARS)."""
     symbols = symbol_names([f.name for f in funcs], prefix)
     if len(set(f.name for f in funcs)) != len(funcs):
         raise UnsupportedError("two PrimFuncs share a name")
-    mod = _Module()
-    bodies, prototypes = [], []
+    printed = []
     for f in funcs:
-        printer = _FuncPrinter(mod, f, symbols[f.name])
-        bodies.append(printer.print())
-        prototypes.append(_declaration(bodies[-1]))
-    source = "\n".join([mod.preamble(), "\n\n".join(bodies), ""])
-    return CSource(source, tuple(prototypes), symbols)
+        mod = _Module()
+        printed.append(_Printed(_FuncPrinter(mod, f, symbols[f.name]).print(), mod))
+    prototypes = tuple(_declaration(p.body) for p in printed)
+    return CSource(_unit(printed), prototypes, symbols,
+                   tuple(_unit(group) for group in _balanced(printed)))
+
+
+def _unit(printed: Sequence[_Printed]) -> str:
+    """A translation unit: the union of what its functions need (each
+    function's helpers come in dependency order, so their union does too)."""
+    mod = _Module()
+    for p in printed:
+        mod.vectors |= p.mod.vectors
+        for name, text in p.mod.helpers.items():
+            mod.helpers.setdefault(name, text)
+    return "\n".join([mod.preamble(), "\n\n".join(p.body for p in printed), ""])
+
+
+def _balanced(printed: Sequence[_Printed]) -> list[list[_Printed]]:
+    """Functions in groups of about equal printed size (largest first into the
+    smallest group), each group in call order: deterministic from the text."""
+    total = sum(len(p.body) for p in printed)
+    count = max(1, min(MAX_PARTS, len(printed), -(-total // PART_CHARS)))
+    sizes, members = [0] * count, [[] for _ in range(count)]
+    order = sorted(range(len(printed)), key=lambda i: (-len(printed[i].body), i))
+    for i in order:
+        k = min(range(count), key=lambda j: (sizes[j], j))
+        sizes[k] += len(printed[i].body)
+        members[k].append(i)
+    return [[printed[i] for i in sorted(m)] for m in members if m]
 
 
 def _declaration(body: str) -> str:

@@ -15,7 +15,10 @@ pipeline (mem2reg/SROA first) turns them into registers and phis.
 """
 from __future__ import annotations
 
+import multiprocessing
+import os
 import re
+from concurrent.futures import ProcessPoolExecutor
 from functools import lru_cache
 from typing import Sequence
 
@@ -29,7 +32,7 @@ from aot.codegen.names import symbol_names
 from aot.errors import UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, DType, Expr,
                         For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt, Store, Unary, Var,
-                        dtype_of)
+                        dtype_of, walk_stmt)
 from aot.targets import Target
 
 _FLOAT_OPS = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv", "%": "frem"}
@@ -450,12 +453,15 @@ def target_machine(target: Target) -> llvm.TargetMachine:
                                      abiname=_abi_name(target, triple))
 
 
-def build_module(funcs: Sequence[PrimFunc], prefix: str, target: Target) -> ir.Module:
+def build_module(funcs: Sequence[PrimFunc], prefix: str, target: Target,
+                 symbols: dict[str, str] | None = None) -> ir.Module:
+    """The functions as one module; `symbols` (from symbol_names over every
+    function of the package) when these are only some of them."""
     module = ir.Module(name=prefix)
     module.triple = normalized_triple(target.triple)
     if len({f.name for f in funcs}) != len(funcs):
         raise UnsupportedError("two PrimFuncs share a name")
-    symbols = symbol_names([f.name for f in funcs], prefix)
+    symbols = symbols or symbol_names([f.name for f in funcs], prefix)
     # Fuse a*b+c into FMAs exactly when the C build of this target may.
     contract = "-ffp-contract=fast" in target.cflags
     pmaddwd = _pmaddwd(target)
@@ -484,9 +490,9 @@ def _self_references(text: str) -> str:
                   lambda m: f"{m.group(1)} = distinct !{{{m.group(1)}, ", text, flags=re.M)
 
 
-def _optimized(funcs, prefix: str, target: Target):
+def _optimized(funcs, prefix: str, target: Target, symbols: dict[str, str] | None = None):
     tm = target_machine(target)
-    module = build_module(funcs, prefix, target)
+    module = build_module(funcs, prefix, target, symbols)
     module.data_layout = str(tm.target_data)
     mod = llvm.parse_assembly(_self_references(str(module)))
     mod.verify()
@@ -510,3 +516,54 @@ def emit_object(funcs: Sequence[PrimFunc], prefix: str, target: Target) -> bytes
     """An ELF relocatable object defining `<prefix>_<name>` per PrimFunc."""
     tm, mod = _optimized(funcs, prefix, target)
     return tm.emit_object(mod)
+
+
+# Statements per object when a package splits its kernels (emit_objects):
+# building, optimizing and emitting each part runs in its own process.
+PART_STMTS = 700
+MAX_PARTS = 8
+_JOB: tuple = ()          # (funcs, prefix, target, symbols) for forked workers
+
+
+def _part_object(indices: Sequence[int]) -> bytes:
+    funcs, prefix, target, symbols = _JOB
+    tm, mod = _optimized([funcs[i] for i in indices], prefix, target, symbols)
+    return tm.emit_object(mod)
+
+
+def _stmt_count(func: PrimFunc) -> int:
+    return sum(1 for _ in walk_stmt(func.body))
+
+
+def split_parts(funcs: Sequence[PrimFunc]) -> list[list[int]]:
+    """Function indices in groups of about equal size (statements; largest
+    first into the smallest group), each in call order: a deterministic
+    function of the TIR, so packages stay byte-identical on any machine."""
+    sizes = [_stmt_count(f) for f in funcs]
+    count = max(1, min(MAX_PARTS, len(funcs), -(-sum(sizes) // PART_STMTS)))
+    loads, members = [0] * count, [[] for _ in range(count)]
+    for i in sorted(range(len(funcs)), key=lambda i: (-sizes[i], i)):
+        k = min(range(count), key=lambda j: (loads[j], j))
+        loads[k] += sizes[i]
+        members[k].append(i)
+    return [sorted(m) for m in members if m]
+
+
+def emit_objects(funcs: Sequence[PrimFunc], prefix: str, target: Target) -> list[bytes]:
+    """The functions as one or more relocatable objects (split_parts), built
+    in parallel by forked worker processes (LLVM in llvmlite holds one lock,
+    so threads would take turns); serially where fork is not available."""
+    global _JOB
+    if len({f.name for f in funcs}) != len(funcs):
+        raise UnsupportedError("two PrimFuncs share a name")
+    parts = split_parts(funcs)
+    _JOB = (list(funcs), prefix, target, symbol_names([f.name for f in funcs], prefix))
+    try:
+        workers = min(len(parts), os.cpu_count() or 1)
+        if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+            return [_part_object(p) for p in parts]
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            return list(pool.map(_part_object, parts))
+    finally:
+        _JOB = ()

@@ -47,10 +47,13 @@ def remove_stale_temps(parent: Path) -> None:
         if not m or not path.is_dir() or path.is_symlink() or _alive(int(m["pid"])):
             continue
         target = parent / m["target"]
-        if m["kind"] == ".old" and not os.path.lexists(target):
-            path.rename(target)
-        else:
-            _remove(path)
+        try:
+            if m["kind"] == ".old" and not os.path.lexists(target):
+                path.rename(target)
+            else:
+                _remove(path)
+        except OSError:      # another writer got there first, or not ours to touch
+            pass
 
 
 def _remove(path: Path) -> None:

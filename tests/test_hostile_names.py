@@ -144,6 +144,9 @@ def test_hostile_onnx_names_compile_clean_and_run(tmp_path, codegen):
     assert {B, SCALE, SHIFT} <= {s for p in meta["params"] for s in p["sources"]}
     # Every file is inside the package, named after the C name.
     assert {p.name for p in (info.path / "src").iterdir()} >= {f"{info.name}.c"}
+    if codegen == "c":      # the model's name is in the Makefile's comments too
+        r = subprocess.run(["make", "-s"], cwd=info.path, capture_output=True, text=True)
+        assert r.returncode == 0 and (info.path / "build" / f"lib{info.name}.a").is_file(), r
 
 
 def test_hostile_tflite_names(tmp_path):

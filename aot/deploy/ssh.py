@@ -431,7 +431,8 @@ class SshSession:
     def _cleanup(self) -> None:
         """Kill what still runs, remove the work dir; over a new connection
         if the old one dropped (else both would stay on the board)."""
-        pids = [p.pid for p in self._processes if p.pid is not None] + self._orphans
+        running = [p for p in self._processes if not p._chan.exit_status_ready()]
+        pids = [p.pid for p in running if p.pid is not None] + self._orphans
         for proc in list(self._processes):
             proc._forget()
         if not self.workdir or self._client is None:

@@ -263,6 +263,14 @@ def test_sessions_do_not_collide_and_processes_talk(sshd, remote_tmp, tmp_path):
         assert proc.close() == 0
         status, out, err = b.run(["sh", "-c", "echo out; echo err >&2; exit 3"])
         assert (status, out, err) == (3, b"out\n", b"err\n")
+        left_running = b.start(["sleep", "60"], harness=False)
+        killed = b.start(["sleep", "60"], harness=False)
+        killed.kill()
+    for pid in (left_running.pid, killed.pid):      # the session's exit stops the first
+        deadline = time.monotonic() + 3
+        while not _gone(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _gone(pid)
 
 
 def test_a_command_timeout_kills_the_remote_command(sshd, remote_tmp):

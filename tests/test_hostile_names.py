@@ -35,7 +35,7 @@ GLOBAL = "aot_injected_global"  # a variable the names try to declare
 LONG = "L" * 300
 
 # Each name attacks differently; the graph uses all of them.
-X = f'x"quote\\back\nnew*/ #define {PAYLOAD} 1 /*'
+X = f'x"quote\\back\nnew*/ %s%n #define {PAYLOAD} 1 /*'
 Y = "a-b"            # collides with two outputs after sanitizing
 W = "??=trigraph??/ é"
 B = "0bias"

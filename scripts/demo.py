@@ -1,9 +1,10 @@
-"""`make demo`: aot end to end on a model it generates itself.
+"""`make demo`: aot end to end on a model it generates itself, run on the
+default board, an emulated Raspberry Pi 4 (qemu-rpi4) reached over SSH.
 
 model -> aot graph (import, passes) -> aot package (TIR, C, arena plan,
-static library for the host) -> aot run -> checked against ONNX Runtime,
-then the package's footprint. (The emulated Raspberry Pi 4 becomes the
-demo's board with the deploy issue.)
+cross-compiled for the Pi 4's Cortex-A72) -> aot board up (boots the VM) ->
+aot run over SSH, checked against ONNX Runtime -> aot inspect -> aot bench
+--profile on the board: a per-kernel table, then the latency table.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import demo_model  # noqa: E402
 
 OUT = Path("out/demo")
+BOARD = "qemu-rpi4"
+REPEAT = 50
 
 
 def aot(*args: str, capture: bool = False) -> str:
@@ -38,23 +41,34 @@ def main() -> int:
     console.print("[bold]2. aot graph[/]: imported, optimized (batch norm folded, NHWC, fused):")
     aot("graph", str(model), "--dump-ir", str(OUT / "ir"), "--force")
 
-    console.print("[bold]3. aot package[/] for the host board (C kernels, static arena):")
-    info = json.loads(aot("package", str(model), "--board", "host", "-o", str(OUT / "pkg"),
+    console.print(f"[bold]3. aot package[/] for {BOARD} (C kernels, static arena, "
+                  "cross-compiled for aarch64):")
+    info = json.loads(aot("package", str(model), "--board", BOARD, "-o", str(OUT / "pkg"),
                           "--force", "--json", capture=True))
     console.print(f"   {info['package']}: arena {info['arena_bytes']} B "
                   f"(lower bound {info['arena_lower_bound_bytes']} B), "
                   f"weights {info['params_bytes']} B, compiled in {info['compile_seconds']:.2f} s")
 
+    console.print(f"[bold]4. aot board up[/] {BOARD}: boot the emulated Pi 4 "
+                  "(qemu-system-aarch64, Cortex-A72), reached over SSH")
+    aot("board", "up", BOARD)
+    try:
+        return on_the_board(console, model)
+    finally:
+        aot("board", "down", BOARD)
+
+
+def on_the_board(console: Console, model: Path) -> int:
     x = np.random.default_rng(1).standard_normal((1, 1, 49, 10)).astype(np.float32)
     np.save(OUT / "input.npy", x)
-    console.print("[bold]4. aot run[/] on the host:")
-    aot("run", str(OUT / "pkg"), "--board", "host", "--input", f"spectrogram={OUT / 'input.npy'}",
+    console.print(f"[bold]5. aot run[/] on {BOARD} (harness and input uploaded over SFTP):")
+    aot("run", str(OUT / "pkg"), "--input", f"spectrogram={OUT / 'input.npy'}",
         "--out", str(OUT / "run"), "--force")
     ours = np.load(OUT / "run" / "0.npy")
     ref = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(
         None, {"spectrogram": x})[0]
 
-    table = Table(title="aot package on the host vs ONNX Runtime")
+    table = Table(title=f"aot on {BOARD} vs ONNX Runtime on this machine")
     table.add_column("class")
     table.add_column("aot", justify="right")
     table.add_column("onnxruntime", justify="right")
@@ -65,8 +79,29 @@ def main() -> int:
     ok = np.allclose(ours, ref, rtol=1e-4, atol=1e-4)
     console.print(f"max abs error {err:.2e}: " + ("[green]match[/]" if ok else "[red]MISMATCH[/]"))
 
-    console.print("[bold]5. aot inspect[/]: the model library's footprint")
+    console.print("[bold]6. aot inspect[/]: the model library's footprint")
     aot("inspect", str(OUT / "pkg"))
+
+    console.print(f"[bold]7. aot bench --profile[/] on {BOARD}: {REPEAT} timed runs "
+                  "after 10 warm-up, every kernel timed")
+    bench = json.loads(aot("bench", str(model), "--board", BOARD, "--profile", "--repeat",
+                           str(REPEAT), "--json", capture=True))
+    layers = Table(title="per kernel (median)")
+    for col, justify in (("step", "right"), ("kernel", "left"), ("ms", "right"),
+                         ("share", "right")):
+        layers.add_column(col, justify=justify)
+    for k in bench["profile"]:
+        layers.add_row(str(k["step"]), k["name"], f"{k['median_ms']:.4f}",
+                       f"{100 * k['share']:.1f}%")
+    console.print(layers)
+    latency = Table(title=f"latency of {bench['model']} on {BOARD} ({bench['codegen']} "
+                    f"codegen, {bench['repeat']} runs)",
+                    caption="emulated: the times are QEMU's on this machine, not a real Pi 4's")
+    cols = ("median", "mean", "min", "max", "std")
+    for col in cols:
+        latency.add_column(f"{col} ms", justify="right")
+    latency.add_row(*(f"{bench[f'{col}_ms']:.3f}" for col in cols))
+    console.print(latency)
     return 0 if ok else 1
 
 

@@ -149,20 +149,28 @@ def qemu_pids(marker: str) -> list[int]:
     return pids
 
 
+def _reference(x: np.ndarray) -> np.ndarray:
+    import aot as aot_api
+    from aot.deploy.reference import tflite_micro
+
+    [out] = tflite_micro(MODEL, aot_api.load(MODEL), [x])
+    return out
+
+
 def test_run_and_verify_boot_and_stop_their_own_vm(env, tmp_path):
     r = aot(env, "run", str(MODEL), "--board", BOARD,
             "--input", str(MODEL.with_suffix(".input.npy")), "--out", str(tmp_path / "out"),
             "--json")
     assert r.returncode == 0, r.stderr
     got = np.load(tmp_path / "out" / "0.npy")
-    assert got.shape == np.load(MODEL.with_suffix(".output.npy")).shape
+    want = _reference(np.load(MODEL.with_suffix(".input.npy")))
+    np.testing.assert_array_equal(got, want.reshape(got.shape))
     r = aot(env, "verify", str(MODEL), "--board", BOARD, "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["ok"] and out["reference"] == "tflite-micro", out
     assert qemu_pids(str(tmp_path)) == []
     assert list(Path(env["TMPDIR"]).iterdir()) == []        # no private VM dir left
-    # The run's output is the reference's too (verify compared the same input).
     assert out["outputs"][0]["max_abs_err"] == 0.0
 
 
@@ -223,3 +231,26 @@ def test_serve_mode_answers_100_requests_checked_against_the_reference(env, tmp_
             np.testing.assert_array_equal(got[0], want[0].reshape(got[0].shape))
     assert qemu_pids(str(tmp_path)) == []
     assert list(Path(env["TMPDIR"]).iterdir()) == []
+
+
+def _with(**options):
+    import dataclasses
+
+    board = get_board(BOARD)
+    return dataclasses.replace(board, options={**board.options, **options})
+
+
+def test_a_boot_that_gives_no_login_in_time_fails_with_the_console(env, tmp_path, monkeypatch):
+    monkeypatch.setenv(vm_image.CACHE_ENV, env[vm_image.CACHE_ENV])
+    with pytest.raises(AotError, match=r"did not answer on SSH within 1 s \(options.boot_timeout_s"
+                       r"\); console: "):
+        with vm.running(_with(boot_timeout_s=1)):
+            pass
+    assert qemu_pids(str(tmp_path)) == []
+
+
+def test_a_qemu_that_stops_while_booting_is_reported(env, tmp_path, monkeypatch):
+    monkeypatch.setenv(vm_image.CACHE_ENV, env[vm_image.CACHE_ENV])
+    with pytest.raises(AotError, match=r"the qemu-rpi4 VM stopped while booting \(qemu exit 1\)"):
+        with vm.running(_with(qemu="false")):
+            pass

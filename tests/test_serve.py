@@ -22,6 +22,7 @@ from aot.package import read_metadata
 from aot.targets import get_board
 from aot.testing import random_inputs
 from conftest import MODELS
+from sshd import sshd  # noqa: F401 (the fixture)
 
 HOST = get_board("host")
 MODEL = MODELS / "tflm_hello_world_f32.tflite"       # tiny: requests cost the protocol only
@@ -208,3 +209,50 @@ def test_serve_under_qemu_user(tmp_path):
                                        atol=1e-6)
             assert len(got.profile_ns) == 2
             assert all(len(row) == len(info.metadata["kernels"]) for row in got.profile_ns)
+
+
+def test_serve_over_ssh(sshd, tmp_path, record_property):
+    """An SSH board (the test's own sshd, the harness under qemu-aarch64 by
+    exec prefix): one upload, one channel, many requests; a harness killed
+    mid-session is an error naming it; the work dir is removed."""
+    from aot.targets import with_options
+
+    remote_tmp = tmp_path / "remote"
+    remote_tmp.mkdir()
+    board = with_options(get_board("rpi4"), host=sshd.host, port=sshd.port, user=sshd.user,
+                         key=sshd.key, known_hosts=sshd.known_hosts, exec_prefix="qemu-aarch64",
+                         remote_tmp=str(remote_tmp))
+    graph = aot.optimize(aot.load(MODEL))
+    pkg = package(graph, board="rpi4", out_dir=tmp_path / "pkg", profile=True).path
+    with aot.connect(board) as dev:
+        dev.run(pkg, inputs_for(graph, 0))           # connect, upload, start
+        spent = 0.0
+        for seed in range(20):
+            x = inputs_for(graph, seed)
+            t0 = time.perf_counter()
+            got = dev.run(pkg, x)
+            spent += time.perf_counter() - t0
+            want = aot.interpret(graph, dict(zip(graph.inputs, x)))
+            np.testing.assert_allclose(got.outputs[0], want[graph.outputs[0]], rtol=1e-5,
+                                       atol=1e-6)
+            assert len(got.profile_ns) == 1
+        ms = spent / 20 * 1e3
+        (workdir,) = remote_tmp.iterdir()
+        assert sorted(p.name for p in workdir.iterdir()) == ["bench1"]     # uploaded once
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and _runs(p, "bench1")]
+        assert pids, "the served harness is not running"
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        with pytest.raises(AotError, match="the serve session ended: the harness"):
+            dev.run(pkg, inputs_for(graph, 0))
+        dev.run(pkg, inputs_for(graph, 0))          # a fresh harness, uploaded again
+    assert list(remote_tmp.iterdir()) == []
+    record_property("summary", f"serve over ssh (127.0.0.1, qemu-aarch64 exec prefix): "
+                    f"{ms:.2f} ms per request, tflm_hello_world_f32")
+
+
+def _runs(pid: str, name: str) -> bool:
+    try:
+        return name.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False

@@ -136,6 +136,16 @@ def profile_stats(meta: dict, profile_ns: Sequence[Sequence[int]] | None) -> lis
             for k, m, s in zip(kernels, medians, shares)]
 
 
+def check_plot_path(out: Path) -> Path:
+    """--plot's file: a .png in an existing directory (checked before any run)."""
+    out = Path(out)
+    if out.suffix.lower() != ".png":
+        raise AotError(f"--plot {out}: the chart is a PNG file (name it .png)")
+    if not out.parent.is_dir():
+        raise AotError(f"--plot {out}: directory {out.parent} does not exist")
+    return out
+
+
 def plot_profile(stats: Sequence[KernelStat], title: str, out: Path) -> None:
     """A horizontal bar chart of the kernels' median times, as a PNG at
     `out` (written to a temporary file and renamed: never half a file)."""
@@ -147,11 +157,7 @@ def plot_profile(stats: Sequence[KernelStat], title: str, out: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise AotError("--plot needs matplotlib (pip install matplotlib)") from None
-    out = Path(out)
-    if out.suffix.lower() != ".png":
-        raise AotError(f"--plot {out}: the chart is a PNG file (name it .png)")
-    if not out.parent.is_dir():
-        raise AotError(f"--plot {out}: directory {out.parent} does not exist")
+    out = check_plot_path(out)
     labels = [f"{s.step}: {s.name}" for s in stats]
     times_us = [s.median_ms * 1000 for s in stats]
     fig, ax = plt.subplots(figsize=(8, 1.5 + 0.3 * len(stats)))

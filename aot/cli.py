@@ -312,6 +312,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     check_counts(args.warmup, args.repeat)
     if args.plot and not args.profile:
         raise AotError("--plot draws the per-kernel profile: add --profile")
+    if args.plot:
+        from aot.bench import check_plot_path
+        check_plot_path(Path(args.plot))
     with contextlib.ExitStack() as stack:
         pkg = _packaged(args.model, board, args.codegen, stack, profile=args.profile)
         meta = read_metadata(pkg)

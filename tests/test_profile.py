@@ -123,3 +123,12 @@ def test_bench_profile_errors(pkgs, tmp_path, capsys, monkeypatch):
     with pytest.raises(AotError, match=r"--plot needs matplotlib"):
         plot_profile([], "t", tmp_path / "b.png")
     assert not (tmp_path / "b.png").exists()
+
+
+def test_bench_plot_path_is_checked_before_running(pkgs, tmp_path, capsys):
+    assert main(["bench", str(pkgs["profile"]), "--profile", "--plot",
+                 str(tmp_path / "no" / "k.png")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["bench", str(pkgs["profile"]), "--profile", "--plot",
+                 str(tmp_path / "k.svg")]) == 2
+    assert "the chart is a PNG file" in capsys.readouterr().err

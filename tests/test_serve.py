@@ -4,6 +4,7 @@ protocol's errors; a crash mid-session; qemu-user; bare-metal boards refused.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import struct
@@ -256,3 +257,22 @@ def _runs(pid: str, name: str) -> bool:
         return name.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
+
+
+def test_verify_count_runs_many_inputs_through_one_session(capsys, monkeypatch):
+    from aot.cli import main
+    from aot.deploy import device
+
+    started = []
+    real = device._LocalProcess.__init__
+
+    def counting(self, argv):
+        started.append(argv)
+        real(self, argv)
+    monkeypatch.setattr(device._LocalProcess, "__init__", counting)
+    assert main(["verify", str(MODEL), "--count", "12", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["count"] == 12 and out["inputs"] == "random", out
+    assert len(started) == 1 and started[0][-1] == "--serve"
+    assert main(["verify", str(MODEL), "--count", "0"]) == 2
+    assert "--count must be >= 1" in capsys.readouterr().err

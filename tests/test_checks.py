@@ -50,25 +50,27 @@ def make(pkg: Path) -> str:
     return library
 
 
+def corrupted(built: Path, tmp_path: Path, old: str, new) -> Path:
+    """A copy of the package whose entry point has the last match of the
+    regex `old` replaced by `new` (a string, or a function of metadata.json),
+    rebuilt."""
+    pkg = tmp_path / "pkg"
+    shutil.copytree(built, pkg, symlinks=True)
+    meta = read_metadata(pkg)
+    entry = pkg / "src" / f"{meta['name']}.c"
+    text = entry.read_text()
+    found = list(re.finditer(old, text))
+    assert found, f"{old} not in the entry point"
+    last = found[-1]
+    replacement = new(meta) if callable(new) else last.expand(new)
+    entry.write_text(text[:last.start()] + replacement + text[last.end():])
+    make(pkg)
+    return pkg
+
+
 @pytest.fixture
 def corrupt(built, tmp_path):
-    """corrupt(old, new): a copy of the package whose entry point has the
-    last kernel output `old` placed at `new`, rebuilt."""
-    def apply(old: str, new) -> Path:
-        pkg = tmp_path / "pkg"
-        shutil.copytree(built, pkg, symlinks=True)
-        meta = read_metadata(pkg)
-        entry = pkg / "src" / f"{meta['name']}.c"
-        text = entry.read_text()
-        found = re.findall(old, text)
-        assert found, f"{old} not in the entry point"
-        target = found[-1]
-        replacement = new(meta) if callable(new) else new
-        text = text[::-1].replace(target[::-1], replacement[::-1], 1)[::-1]   # the last one
-        entry.write_text(text)
-        make(pkg)
-        return pkg
-    return apply
+    return lambda old, new: corrupted(built, tmp_path, old, new)
 
 
 ARENA_OUT = r"\(int8_t\*\)\(a \+ \d+\)"   # a kernel's int8 output inside the arena
@@ -117,3 +119,19 @@ def test_a_write_into_an_input_is_caught(corrupt):
     with aot.connect(HOST) as dev:
         with pytest.raises(AotError, match=r"input 0 \(.*\) was modified by the run"):
             dev.run(pkg, [X])
+
+
+def test_state_buffers_are_guarded_too(tmp_path_factory, tmp_path):
+    """A recurrent model's state lives in the library: under AOT_CHECKS its
+    buffers get guard zones too, which a state update one element too long
+    overwrites."""
+    lstm = MODELS / "tflm_mnist_lstm_int8.tflite"
+    x = np.load(lstm.with_suffix(".input.npy"))
+    info = package(lstm, out_dir=tmp_path_factory.mktemp("lstm") / "pkg", checks=True)
+    assert info.metadata["state"]
+    make(info.path)
+    run_package(info.path, HOST, [x], warmup=1, runs=2)       # clean
+    pkg = corrupted(info.path, tmp_path, r"sizeof\((\w+_state_\w+)\)\);", r"sizeof(\1) + 8);")
+    with pytest.raises(AotError, match=r"guard check: the 64-byte guard zone after state "
+                                       r"\w+_state_\w+ was overwritten"):
+        run_package(pkg, HOST, [x])

@@ -62,6 +62,12 @@ def kill_at(argv: list[str], delay: float, sig: int) -> subprocess.CompletedProc
     return subprocess.CompletedProcess(argv, p.returncode, out, err)
 
 
+def differing(got: dict | None, want: dict) -> list[str]:
+    if got is None:
+        return ["(absent)"]
+    return sorted(k for k in got.keys() | want.keys() if got.get(k) != want.get(k))
+
+
 def hidden(parent: Path) -> list[str]:
     return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
 
@@ -91,8 +97,9 @@ def test_killed_package_leaves_old_or_nothing(tmp_path):
                 (target / rel).parent.mkdir(parents=True, exist_ok=True)
                 (target / rel).write_bytes(data)
         r = kill_at(package_argv(target, "c", replace), delay, sig)
-        what = f"case {i}: {sig.name} at {delay:.2f} s, replace={replace}, rc={r.returncode}"
         got = tree(target)
+        what = (f"case {i}: {sig.name} at {delay:.2f} s, replace={replace}, rc={r.returncode}, "
+                f"files unlike the new package: {differing(got, new)}")
         stale = [h for h in hidden(work) if h.startswith(f".pkg{i}.")]
         outcomes.append((sig.name, replace, round(delay, 2), r.returncode, len(stale),
                          "none" if got is None else "old" if got == old else "new" if got == new

@@ -276,3 +276,23 @@ def test_verify_count_runs_many_inputs_through_one_session(capsys, monkeypatch):
     assert len(started) == 1 and started[0][-1] == "--serve"
     assert main(["verify", str(MODEL), "--count", "0"]) == 2
     assert "--count must be >= 1" in capsys.readouterr().err
+
+
+def test_an_interrupted_request_abandons_its_session(hello, monkeypatch):
+    from aot.deploy.serve import ServeClient as Client
+
+    pkg, graph = hello
+    x = inputs_for(graph, 0)
+    with aot.connect("host") as dev:
+        dev.run(pkg, x)
+        (session,) = dev._sessions.values()
+        proc = session.process._proc
+
+        def interrupted(self, warmup):
+            raise KeyboardInterrupt
+        monkeypatch.setattr(Client, "_read_reply", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            dev.run(pkg, x)
+        assert not dev._sessions and proc.poll() is not None     # the harness is gone
+        monkeypatch.undo()
+        np.testing.assert_allclose(dev.run(pkg, x).outputs[0], dev.run(pkg, x).outputs[0])

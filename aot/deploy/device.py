@@ -85,6 +85,9 @@ class _LocalProcess:
         self.expired = True
         self._proc.kill()
 
+    def kill(self) -> None:
+        self._proc.kill()
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.stdin.close()
@@ -115,6 +118,10 @@ class _RemoteProcess:
     def expire(self) -> None:       # the channel's own timeout bounds every read
         pass
 
+    def kill(self) -> None:
+        with contextlib.suppress(AotError, OSError, EOFError):
+            self._proc.kill()
+
     def close(self) -> None:
         with contextlib.suppress(AotError, OSError, EOFError):
             self._proc.close()
@@ -141,6 +148,12 @@ class _Session:
     def close(self) -> None:
         if self.client.alive:
             self.client.quit()
+        self.process.close()
+
+    def abandon(self) -> None:
+        """Stop a harness caught mid-request (Ctrl-C): its stream is out of step."""
+        self.client.alive = False
+        self.process.kill()
         self.process.close()
 
 
@@ -176,10 +189,15 @@ class Device:
             session = self._sessions[key] = self._start(key)
         try:
             return session.request(inputs, warmup, runs)
-        finally:
+        except AotError:
             if not session.client.alive:    # a crash or protocol error ends the session
                 del self._sessions[key]
                 session.close()
+            raise
+        except BaseException:
+            del self._sessions[key]
+            session.abandon()
+            raise
 
     def close(self) -> None:
         """End every session (the harnesses exit), then the connection."""

@@ -113,8 +113,12 @@ def ssh_params(board: Board, vm: Vm):
     from aot.deploy.ssh import SshParams
 
     o = board.options
-    extra = {k: type_(o[k]) for k, type_ in (("exec_prefix", str), ("connect_timeout_s", float),
-                                             ("command_timeout_s", float)) if k in o}
+    try:
+        extra = {k: type_(o[k]) for k, type_ in (("exec_prefix", str),
+                                                 ("connect_timeout_s", float),
+                                                 ("command_timeout_s", float)) if k in o}
+    except (TypeError, ValueError) as e:
+        raise AotError(f"board '{board.name}': bad SSH option ({e})") from None
     return SshParams(host="127.0.0.1", port=vm.port, user=USER, key=str(vm.key),
                      known_hosts=str(vm.known_hosts), board=board.name, **extra)
 

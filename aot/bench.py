@@ -3,8 +3,9 @@
 A package is timed by its own harness (bench/bench): warm-up runs, then N
 timed runs, each timed on the device with `aot_platform_timer_us` (1 us
 resolution). A --profile package also times every kernel of each run with
-`aot_platform_timer_ns`; `profile_stats` turns those into medians and shares. In-process runtimes (the Python anchors of bench/compare.py)
-are timed with `time.perf_counter_ns` around the call alone.
+`aot_platform_timer_ns`; `profile_stats` turns those into medians and shares.
+In-process runtimes (the Python anchors of bench/compare.py) are timed with
+`time.perf_counter_ns` around the call alone.
 
 The machine is noisy (/work/shared/PERFORMANCE.md): compare contenders in
 interleaved rounds (`interleave`) and report a low percentile beside the

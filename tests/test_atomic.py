@@ -7,7 +7,6 @@ is put back) by the next aot run writing into the same directory. Outputs
 are never replaced without --force."""
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal

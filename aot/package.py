@@ -182,7 +182,7 @@ class Generated:
 def generate(graph: Graph, board: Board, codegen: str, name: str,
              io_in_arena: bool) -> Generated:
     """Every file of the package but the compiled ones."""
-    from aot.codegen import emit_c
+    from aot.codegen import c_declarations, emit_c
     from aot.lower import lower_graph
 
     if codegen not in CODEGENS:
@@ -206,7 +206,8 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
         raise AotError(f"the packed weights ({params.total_bytes} bytes) do not fit the flash "
                        f"of board '{board.name}' ({board.flash_bytes} bytes)")
     funcs = [k.func for k in kernels]
-    csrc = emit_c(funcs, kernel_prefix)
+    # LLVM builds the kernels itself: only the C prototypes are needed then
+    csrc = (emit_c if codegen == "c" else c_declarations)(funcs, kernel_prefix)
     meta = {"version": _versions()["aot"], "target": target.name, "cc": target.cc,
             "cflags": " ".join(target.cflags),
             "needs_libm": True}   # kernels may call expf, tanhf, ...

@@ -455,6 +455,20 @@ class _Printer:
 
 # ------------------------------------------------------------------- statements
 
+def _signature(func: PrimFunc, symbol: str, names: dict, taken: set[str]) -> str:
+    """`void symbol(T *restrict p, ...)`, naming each parameter in `names`."""
+    params = []
+    for b in func.params:
+        names[b] = c_identifier(b.name, taken)
+        const = "const " if b.kind in (BufferKind.INPUT, BufferKind.PARAM) else ""
+        params.append(f"{const}{C_TYPES[b.dtype.scalar]} *restrict {names[b]}")
+    head = f"void {symbol}("
+    one_line = head + ", ".join(params) + ")"
+    if len(one_line) <= 100 or not params:
+        return one_line if params else head + "void)"
+    return head + "\n" + ",\n".join("    " + p for p in params) + ")"
+
+
 class _FuncPrinter:
     def __init__(self, mod: _Module, func: PrimFunc, symbol: str):
         check_func(func)
@@ -469,16 +483,7 @@ class _FuncPrinter:
         self.read = _vars_read(self.body)
 
     def signature(self) -> str:
-        params = []
-        for b in self.func.params:
-            self.names[b] = c_identifier(b.name, self.taken)
-            const = "const " if b.kind in (BufferKind.INPUT, BufferKind.PARAM) else ""
-            params.append(f"{const}{C_TYPES[b.dtype.scalar]} *restrict {self.names[b]}")
-        head = f"void {self.symbol}("
-        one_line = head + ", ".join(params) + ")"
-        if len(one_line) <= 100 or not params:
-            return one_line if params else head + "void)"
-        return head + "\n" + ",\n".join("    " + p for p in params) + ")"
+        return _signature(self.func, self.symbol, self.names, self.taken)
 
     def print(self) -> str:
         sig = self.signature()
@@ -809,6 +814,16 @@ def emit_c(funcs: Sequence[PrimFunc], prefix: str) -> CSource:
     prototypes = tuple(_declaration(p.body) for p in printed)
     return CSource(_unit(printed), prototypes, symbols,
                    tuple(_unit(group) for group in _balanced(printed)))
+
+
+def c_declarations(funcs: Sequence[PrimFunc], prefix: str) -> CSource:
+    """What emit_c gives besides the code: the prototypes and symbols (a
+    package whose kernels LLVM compiles needs only these); no source."""
+    symbols = symbol_names([f.name for f in funcs], prefix)
+    if len(set(f.name for f in funcs)) != len(funcs):
+        raise UnsupportedError("two PrimFuncs share a name")
+    prototypes = tuple(_signature(f, symbols[f.name], {}, set()) + ";" for f in funcs)
+    return CSource("", prototypes, symbols)
 
 
 def _unit(printed: Sequence[_Printed]) -> str:

@@ -61,6 +61,7 @@ def child(model: str, board: str, codegen: str, out: str) -> None:
     """Package once with the stages timed; print the phases as JSON."""
     start = time.perf_counter()
     sys.path.insert(0, str(REPO))
+    import aot
     import aot.api
     import aot.codegen
     import aot.codegen.llvm
@@ -68,9 +69,10 @@ def child(model: str, board: str, codegen: str, out: str) -> None:
     import aot.package
     import aot.toolchain
     table = {"import": time.perf_counter() - start}
-    wraps = [("load", aot.api, "as_graph"), ("lower", aot.lower, "lower_graph"),
+    wraps = [("load", aot, "load"), ("load", aot, "optimize"), ("lower", aot.lower, "lower_graph"),
              ("lower", aot.package, "elide_views"), ("plan", aot.package, "plan_kernels"),
              ("params", aot.package, "link_params"), ("codegen", aot.codegen, "emit_c"),
+             ("codegen", aot.codegen, "c_declarations"),
              ("codegen", aot.codegen.llvm, "emit_objects"), ("render", aot.package, "render"),
              ("compile", aot.toolchain, "compile_sources"),
              ("archive", aot.toolchain, "archive"),
@@ -121,7 +123,7 @@ def measure(model: Path, board: str, codegen: str, repeat: int, tmp: Path) -> di
 
 
 def table(rows: list[dict]) -> str:
-    head = ["model", "cg", "wall s", "cpu s", *PHASES, "load"]
+    head = ["model", "cg", "wall s", "cpu s", *PHASES, "loadavg"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         p = r["phases_s"]

@@ -73,7 +73,8 @@ def print_table(rows: list[dict]) -> None:
         share = r.get("top_share")
         top = f"{r.get('top_kernel', '-')[:18]} ({share:.0%})" if share is not None else "-"
         err = r.get("max_abs_err")
-        print(f"{r['model']:<26} {r['verify']:<8} {err if err is not None else '-':>9} "
+        err = f"{err:.2g}" if err is not None else "-"
+        print(f"{r['model']:<26} {r['verify']:<8} {err:>9} "
               f"{r.get('median_ms', float('nan')):>10.3f} {r.get('min_ms', float('nan')):>9.3f} "
               f"{r.get('kernels', '-'):>7}  {top:<24} {r['verify_s']:>8} {r['bench_s']:>8}")
         for key in ("verify_error", "bench_error"):

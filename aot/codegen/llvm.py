@@ -490,15 +490,27 @@ def _self_references(text: str) -> str:
                   lambda m: f"{m.group(1)} = distinct !{{{m.group(1)}, ", text, flags=re.M)
 
 
+def _opt_level(target: Target) -> int:
+    """The speed level the target's C build asks for (its last -O flag; -Os
+    and -Oz count as 2), so both codegens trade speed for size alike."""
+    levels = [f[2:] for f in target.cflags if f.startswith("-O")]
+    last = levels[-1] if levels else "3"
+    return int(last) if last.isdigit() else 2
+
+
 def _optimized(funcs, prefix: str, target: Target, symbols: dict[str, str] | None = None):
     tm = target_machine(target)
     module = build_module(funcs, prefix, target, symbols)
     module.data_layout = str(tm.target_data)
     mod = llvm.parse_assembly(_self_references(str(module)))
     mod.verify()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    level = _opt_level(target)
+    pto = llvm.create_pipeline_tuning_options(speed_level=level)
     pto.slp_vectorization = True        # as clang -O3 (llvmlite leaves it off)
     pto.loop_vectorization = True
+    # gcc at -O2 (the bare-metal targets' C build) does not unroll loops; LLVM
+    # would, up to 15x the code on Cortex-M, where flash is what runs out
+    pto.loop_unrolling = level >= 3
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
     return tm, mod

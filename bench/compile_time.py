@@ -76,7 +76,8 @@ def child(model: str, board: str, codegen: str, out: str) -> None:
              ("lower", aot.package, "elide_views"), ("plan", aot.package, "plan_kernels"),
              ("params", aot.package, "link_params"), ("codegen", aot.codegen, "emit_c"),
              ("codegen", aot.codegen, "c_declarations"),
-             ("codegen", aot.codegen.llvm, "emit_objects"), ("render", aot.package, "render"),
+             ("codegen", aot.codegen.llvm, "emit_objects"),
+             ("codegen", aot.codegen.llvm, "emit_object"), ("render", aot.package, "render"),
              ("compile", aot.toolchain, "compile_sources"),
              ("archive", aot.toolchain, "archive"),
              ("harness", aot.toolchain, "build_harness")]

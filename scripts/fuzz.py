@@ -19,6 +19,7 @@ import collections
 import json
 import os
 import selectors
+import signal
 import subprocess
 import sys
 import tempfile
@@ -224,7 +225,11 @@ def main() -> int:
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--workdir", help=argparse.SUPPRESS)
     args = p.parse_args()
-    return worker(args) if args.worker else drive(args)
+    if args.worker:
+        return worker(args)
+    # kill(1) ends the run like Ctrl-C: the workers are stopped, the temp dir removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    return drive(args)
 
 
 if __name__ == "__main__":

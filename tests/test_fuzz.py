@@ -175,3 +175,31 @@ def test_tflite_tensor_dims_over_the_limit_are_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("AOT_MAX_TENSOR_ELEMENTS", str(1 << 10))
     with pytest.raises(ShapeError, match="AOT_MAX_TENSOR_ELEMENTS"):
         aot.load(model)
+
+
+def test_conv_of_constants_is_not_evaluated_at_compile_time_when_costly(tmp_path):
+    """A Conv of a 1024x1024 constant by a 32x32 one: folding it would build a
+    4 GB im2col matrix; it is left for the device to compute."""
+    import aot
+    from onnx import TensorProto, helper, numpy_helper
+
+    consts = [numpy_helper.from_array(np.ones((1, 1, 1024, 1024), np.float32), "X"),
+              numpy_helper.from_array(np.ones((1, 1, 32, 32), np.float32), "W")]
+    nodes = [helper.make_node("Conv", ["X", "W"], ["c"]),
+             helper.make_node("ReduceSum", ["c"], ["s"], keepdims=0),
+             helper.make_node("Add", ["x", "s"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    graph = helper.make_graph(nodes, "g", [x], [helper.make_empty_tensor_value_info("y")], consts)
+    model = tmp_path / "conv_of_constants.onnx"
+    model.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+                      .SerializeToString())
+    tracemalloc.start()
+    try:
+        graph = aot.optimize(aot.load(model))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 256 << 20
+    ops = {m.op for n in graph.nodes
+           for m in (n.attrs["body"].nodes if n.op == "fused" else [n])}
+    assert "Conv" in ops

@@ -18,6 +18,7 @@ from __future__ import annotations
 from aot.interp import run_node
 from aot.ir.graph import Graph, Node
 from aot.ops import Pattern, op_def
+from aot.passes.infer import affordable
 from aot.passes.rewrite import Rewrite, Rewriter, rewrite
 
 FOLD_ALWAYS = 1024  # output elements that always fold
@@ -29,6 +30,8 @@ def foldable(node: Node, rw: Rewriter) -> bool:
         return False  # a model output stays computed by a kernel
     opdef = op_def(node)
     if opdef.needs_values and not all(not i or rw.const(i) is not None for i in node.inputs):
+        return False
+    if not affordable(node, rw.types):
         return False
     out_size = sum(rw.type(o).size for o in node.outputs)
     in_size = sum(rw.type(i).size for i in node.inputs if rw.const(i) is not None)

@@ -15,11 +15,26 @@ import numpy as np
 from aot.errors import AotError, ModelError, ShapeError, node_label
 from aot.ir.graph import Graph, Node, TensorType
 from aot.limits import check_shape
-from aot.ops import Sig, op_def
+from aot.ops import Pattern, Sig, op_def
 
 # Values up to this many elements are evaluated during inference so that
 # shape computations resolve; bigger ones are left to constant folding.
 EVAL_LIMIT = 1 << 16
+# Reducing and windowed ops (Conv, pooling, MatMul, reductions) read up to
+# all their inputs per output element, and their numpy references
+# materialize the windows (im2col): a model of constants could make one
+# compile-time evaluation take terabytes. Beyond this many output x input
+# elements such a node is not evaluated at compile time: the device computes it.
+EVAL_WORK_LIMIT = 1 << 26
+
+
+def affordable(node: Node, types: Mapping[str, TensorType]) -> bool:
+    """Whether evaluating a node at compile time costs reasonable memory and time."""
+    if op_def(node).pattern < Pattern.REDUCE:
+        return True
+    out = sum(types[o].size for o in node.outputs if o)
+    ins = sum(types[i].size for i in node.inputs if i)
+    return out * ins <= EVAL_WORK_LIMIT
 
 
 def node_types(node: Node, types: Mapping[str, TensorType],
@@ -64,6 +79,8 @@ def can_evaluate(node: Node, types: Mapping[str, TensorType],
     """Whether a node's outputs are computable at compile time."""
     opdef = op_def(node)
     if node.op == "fused" or any(types[o].size > limit for o in node.outputs):
+        return False
+    if not affordable(node, types):
         return False
     if not opdef.needs_values:
         return True

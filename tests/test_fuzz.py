@@ -203,3 +203,57 @@ def test_conv_of_constants_is_not_evaluated_at_compile_time_when_costly(tmp_path
     ops = {m.op for n in graph.nodes
            for m in (n.attrs["body"].nodes if n.op == "fused" else [n])}
     assert "Conv" in ops
+
+
+def _graph_model(nodes, inputs, outputs, opset=13) -> bytes:
+    from onnx import TensorProto, helper
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 6]) for n in inputs]
+    vo = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 6]) for n in outputs]
+    graph = helper.make_graph(nodes, "g", vi, vo)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]
+                             ).SerializeToString()
+
+
+def _node(op, ins, outs, **attrs):
+    from onnx import helper
+    return helper.make_node(op, ins, outs, **attrs)
+
+
+BROKEN_GRAPHS = {
+    "two writers": (_graph_model([_node("Relu", ["x"], ["y"]), _node("Neg", ["x"], ["y"])],
+                                 ["x"], ["y"]), "writes tensor 'y'"),
+    "writes an input": (_graph_model([_node("Relu", ["x"], ["x"])], ["x"], ["x"]),
+                        "writes tensor 'x'"),
+    "input twice": (_graph_model([_node("Relu", ["x"], ["y"])], ["x", "x"], ["y"]),
+                    "input 'x' is listed twice"),
+    "output twice": (_graph_model([_node("Relu", ["x"], ["y"])], ["x"], ["y", "y"]),
+                     "output is listed twice"),
+    "cycle": (_graph_model([_node("Relu", ["b"], ["a"]), _node("Neg", ["a"], ["b"])],
+                           ["x"], ["b"]), "input 'b' is not produced"),
+    "Constant without output": (_graph_model([_node("Constant", [], [], value_float=1.0),
+                                              _node("Relu", ["x"], ["y"])], ["x"], ["y"]),
+                                "Constant node"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_GRAPHS))
+def test_broken_onnx_graphs_are_refused_by_name(case, tmp_path):
+    import aot
+    from aot.errors import AotError
+
+    data, message = BROKEN_GRAPHS[case]
+    model = tmp_path / "broken.onnx"
+    model.write_bytes(data)
+    with pytest.raises(AotError, match=message):
+        aot.optimize(aot.load(model))
+
+
+def test_unnamed_middle_output_is_an_unused_output(tmp_path):
+    """Split(x) -> (a, "", c): the middle output is simply not used."""
+    import aot
+
+    model = tmp_path / "split.onnx"
+    model.write_bytes(_graph_model([_node("Split", ["x"], ["a", "", "c"], axis=1,
+                                          num_outputs=3)], ["x"], ["a", "c"], opset=18))
+    graph = aot.optimize(aot.load(model))
+    assert graph.outputs == ("a", "c")

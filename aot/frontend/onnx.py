@@ -409,6 +409,8 @@ def import_onnx(data: bytes, name: str, dim_params: Mapping[str, int] | None = N
     for vi in g.input:
         if vi.name in b.constants:
             continue  # an initializer listed as input (old exporters): a weight
+        if vi.name in types:
+            raise ModelError(f"{name}: input '{vi.name}' is listed twice")
         types[vi.name] = _value_type(vi, f"input '{vi.name}'", dim_params or {})
         inputs.append(vi.name)
 
@@ -422,10 +424,15 @@ def import_onnx(data: bytes, name: str, dim_params: Mapping[str, int] | None = N
         if pn.op_type not in UPGRADES and pn.op_type != "Constant":
             _check_op(pn.op_type, node_name, pn.domain)
         attrs = {a.name: _attr(a, f"{pn.op_type} node '{node_name}'") for a in pn.attribute}
-        # trailing "" outputs are optional outputs not asked for
-        node = Node(pn.op_type, node_name, tuple(pn.input), _trim(list(pn.output)), attrs)
+        # trailing "" outputs are optional outputs not asked for; others get a name
+        outs = tuple(o or b.fresh(f"{node_name}__unused_{k}")
+                     for k, o in enumerate(_trim(list(pn.output))))
+        node = Node(pn.op_type, node_name, tuple(pn.input), outs, attrs)
         _check_domain(node, pn.domain)
         if node.op == "Constant":
+            if len(node.outputs) != 1 or node.outputs[0] in b.constants or node.outputs[0] in types:
+                raise ModelError(f"Constant node '{node_name}': needs one output, not a model "
+                                 f"input or another constant (got {list(node.outputs)})")
             b.constants[node.outputs[0]] = _constant_value(node)
             continue
         if node.op in UPGRADES:
@@ -438,12 +445,26 @@ def import_onnx(data: bytes, name: str, dim_params: Mapping[str, int] | None = N
         b.nodes.append(node)
 
     _drop_empty_optionals(b)
+    _check_single_writer(inputs, b)
     types.update({k: type_of(v) for k, v in b.constants.items()})
     for k, v in b.constants.items():
         _dtype_ok(v, k)
     outputs = tuple(o.name for o in g.output)
+    if len(set(outputs)) != len(outputs):
+        raise ModelError(f"{name}: an output is listed twice ({', '.join(outputs)})")
     return Graph(name=g.name or name, inputs=tuple(inputs), outputs=outputs,
                  nodes=tuple(b.nodes), types=types, constants=b.constants)
+
+
+def _check_single_writer(inputs: list[str], b: _Builder) -> None:
+    """Each tensor has one source: a model input, a constant or one node output."""
+    written = set(inputs) | set(b.constants)
+    for n in b.nodes:
+        for o in n.outputs:
+            if o in written:
+                raise ModelError(f"{n.op} node '{n.name}': writes tensor '{o}', which is a "
+                                 "model input, a constant or another node's output")
+            written.add(o)
 
 
 # Optional inputs where an empty tensor means "absent" (exporters write empty

@@ -381,6 +381,10 @@ class _Builder:
             self._declare(i)
         inputs = tuple(self.tensor(i) for i in m.inputs)
         outputs = tuple(self.tensor(i) for i in m.outputs)
+        for what, names in (("input", inputs), ("output", outputs)):
+            if len(set(names)) != len(names):
+                raise ModelError(f"corrupt TFLite file: a subgraph {what} is listed twice "
+                                 f"({', '.join(names)})")
         self.available = set(inputs) | set(self.constants) | set(self.variables)
         for k, op in enumerate(m.ops):
             self._convert(k, op)

@@ -20,6 +20,8 @@ from typing import Callable, Union
 # Scalar element types TIR knows, by numpy name.
 SCALARS = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32",
            "int64", "uint64", "float32", "float64")
+# bits per scalar, looked up (the codegens ask for it hundreds of thousands of times)
+_BITS = {s: 8 if s == "bool" else int("".join(c for c in s if c.isdigit())) for s in SCALARS}
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ class DType:
 
     @property
     def bits(self) -> int:
-        return 8 if self.scalar == "bool" else int("".join(c for c in self.scalar if c.isdigit()))
+        return _BITS[self.scalar]
 
     def __str__(self) -> str:
         return self.scalar if self.lanes == 1 else f"{self.scalar}x{self.lanes}"

@@ -257,3 +257,35 @@ def test_unnamed_middle_output_is_an_unused_output(tmp_path):
                                           num_outputs=3)], ["x"], ["a", "c"], opset=18))
     graph = aot.optimize(aot.load(model))
     assert graph.outputs == ("a", "c")
+
+
+def _chain_model(op: str, length: int, rank: int = 2) -> bytes:
+    from onnx import TensorProto, helper
+    shape = [1] * (rank - 1) + [4]
+    nodes = [_node(op, [f"t{i}" if i else "x"], [f"t{i + 1}"]) for i in range(length)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                         shape)],
+                              [helper.make_tensor_value_info(f"t{length}", TensorProto.FLOAT,
+                                                             shape)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]
+                             ).SerializeToString()
+
+
+@pytest.mark.parametrize("op,length", [("Sign", 40), ("Neg", 300)])
+def test_long_elementwise_chains_package_quickly(op, length, tmp_path):
+    """Sign reads its input three times: one fused expression for the whole
+    chain grew as 3**40 (a hang); 300 Negs nested past gcc's 256 brackets."""
+    model = tmp_path / "chain.onnx"
+    model.write_bytes(_chain_model(op, length))
+    outcome = run_case(model, tmp_path / "pkg", time_limit=60)
+    assert outcome.status == "packaged", outcome
+
+
+def test_rank_over_the_limit_is_refused(tmp_path):
+    import aot
+    from aot.errors import ShapeError
+
+    model = tmp_path / "rank.onnx"
+    model.write_bytes(_chain_model("Relu", 1, rank=300))
+    with pytest.raises(ShapeError, match="rank 300 exceeds"):
+        aot.load(model)

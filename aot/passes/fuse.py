@@ -28,6 +28,12 @@ from aot.passes.infer import infer_types
 ELEMENTWISE = (Pattern.ELEMWISE, Pattern.BROADCAST)
 CHAIN = (Pattern.ELEMWISE, Pattern.BROADCAST, Pattern.INJECTIVE)
 MAX_NAME_OPS = 4  # a kernel name lists at most this many distinct ops
+# A fused chain becomes one C expression in which each op inlines its input's
+# expression once per use (Sign, Shrink, Elu read it 2-4 times), so the
+# expression grows exponentially with the chain and compilers cap its
+# nesting (gcc: 256 brackets). A chain is cut into groups of this many ops:
+# 24 chained Sign/Elu/Mish ops took minutes (or hung) as one group.
+MAX_GROUP_NODES = 5
 
 
 @dataclass
@@ -72,7 +78,8 @@ def partition(graph: Graph) -> list[Group]:
         if len(node.outputs) == 1:
             for t in node.inputs:
                 g = group_of.get(t)
-                if (g is not None and len(g.tail.outputs) == 1 and g.tail.outputs[0] == t
+                if (g is not None and len(g.nodes) < MAX_GROUP_NODES
+                        and len(g.tail.outputs) == 1 and g.tail.outputs[0] == t
                         and users.get(t) == 1 and t not in pinned and _can_absorb(g.kind, pattern)
                         and _keeps_shape(graph, g, t, node)):
                     target = g

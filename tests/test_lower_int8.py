@@ -809,7 +809,8 @@ def _fallback_target():
     """The host target with the x86 builtins' macros undefined: the C
     helpers' portable lane formula (what Arm builds compile)."""
     t = host_target()
-    return dataclasses.replace(t, cflags=type(t.cflags)([*t.cflags, "-U__AVX2__", "-U__SSE2__"]))
+    return dataclasses.replace(t, cflags=type(t.cflags)([*t.cflags, "-U__AVX2__", "-U__SSE2__",
+                                                         "-U__SSE4_1__"]))
 
 
 @pytest.mark.parametrize("codegen", ["c", "c-fallback", "llvm"])
@@ -840,6 +841,51 @@ def test_packed_pair_dot_matches_numpy(codegen):
     fn(*(ctypes.c_void_p(v.ctypes.data) for v in (a, b, o)))
     want = (x.reshape(m, 1, 2) * wv.astype(np.int64).reshape(m, n, 2)).sum(axis=2).reshape(-1)
     np.testing.assert_array_equal(o, want, err_msg=codegen)
+
+
+@pytest.mark.parametrize("codegen", ["c", "c-fallback", "llvm"])
+def test_vector_fixed_point_helpers_match_numpy(codegen):
+    """The whole-vector aot_rdhm (pmuldq on x86) and aot_rdbpot (int32
+    lanes) on the int32 range's edges and random values, 4 and 8 lanes."""
+    from aot.ir.tir import Call
+    rng = np.random.default_rng(5)
+    m = 64
+    lo, hi = -2**31, 2**31 - 1
+    kernels, cases = [], []
+    for n in (4, 8):
+        vec = DType("int32", n)
+        a, b, e = (Buffer(k, INT32, (m * n,)) for k in "abe")
+        o1, o2 = (Buffer(k, INT32, (m * n,), BufferKind.OUTPUT) for k in ("o1", "o2"))
+        i = Var("i")
+        at = Bin("*", i, Const(n))
+        body = seq(Store(o1, at, Call("aot_rdhm", (Load(a, at, n), Load(b, at, n)), vec)),
+                   Store(o2, at, Call("aot_rdbpot", (Load(a, at, n), Load(e, at, n)), vec)))
+        func = PrimFunc(f"fixed_{n}", (a, b, e, o1, o2), For(i, m, body))
+        kernels.append(Kernel(func, tuple(Arg("tensor", k) for k in ("a", "b", "e", "o1", "o2")),
+                              None))
+        av = rng.integers(lo, hi + 1, m * n, dtype=np.int64)
+        bv = rng.integers(lo + 1, hi + 1, m * n, dtype=np.int64)
+        av[:8] = [hi, lo, lo + 1, 0, -1, 1, 2**30, -2**30]
+        bv[:8] = [hi, hi, lo + 1, hi, hi, 1, 2**30, 2**30]
+        ev = rng.integers(0, 32, m * n, dtype=np.int64)
+        ev[:8] = [31, 31, 0, 1, 1, 0, 30, 31]
+        cases.append((av, bv, ev, n))
+    fallback = codegen == "c-fallback"
+    lib, symbols = compile_kernels(kernels, "c" if fallback else codegen,
+                                   target=_fallback_target() if fallback else None)
+    for k, (av, bv, ev, n) in zip(kernels, cases):
+        bufs = [aligned(v.astype(np.int32)) for v in (av, bv, ev)]
+        outs = [aligned(np.zeros(m * n, np.int32)) for _ in range(2)]
+        fn = getattr(lib, symbols[k.func.name])
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p] * 5
+        fn(*(ctypes.c_void_p(v.ctypes.data) for v in (*bufs, *outs)))
+        want_mul = ((av * bv + 2**30) >> 31).astype(np.int32)      # wraps only at lo * lo
+        mask = (1 << ev) - 1
+        want_div = (av >> ev) + ((av & mask) > (mask >> 1) + (av < 0))
+        np.testing.assert_array_equal(outs[0], want_mul, err_msg=f"{codegen} rdhm n={n}")
+        np.testing.assert_array_equal(outs[1], want_div.astype(np.int32),
+                                      err_msg=f"{codegen} rdbpot n={n}")
 
 
 def test_scalar_target_gets_scalar_int8_kernels():

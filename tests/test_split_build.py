@@ -47,10 +47,11 @@ def test_split_package_runs_like_the_interpreter(tmp_path, monkeypatch, codegen)
         assert_close(o["name"], a, want[o["name"]], rtol=0, atol=0)
 
 
-def test_c_parts_define_each_kernel_once():
+def test_c_parts_define_each_kernel_once(monkeypatch):
     """The parts are the single translation unit's functions, regrouped: each
     defined in exactly one part, each part with the helpers it calls."""
     from aot.executor.liveness import elide_views
+    monkeypatch.setattr(c_codegen, "PART_CHARS", 40_000)
     from aot.lower import lower_graph
     graph = aot.optimize(aot.load(MODELS / "mlperf_kws_dscnn_int8.tflite"))
     funcs = [k.func for k in elide_views(graph, lower_graph(graph, HOST.target))]

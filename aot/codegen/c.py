@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from aot.codegen.check import check_func
-from aot.codegen.intrinsics import Helper, PairDot, check_call
+from aot.codegen.intrinsics import Helper, PairDot, check_call, vector_helper
 from aot.codegen.names import c_comment, c_identifier, symbol_names
 from aot.errors import UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, BufferKind, Call, Cast, Comment, Const, Decl,
@@ -401,6 +401,12 @@ class _Printer:
         fn = check_call(e.fn, e.args, e.dtype)
         if isinstance(fn, PairDot):
             return self._call_text(self._pair_dot(e.dtype, fn.packed), list(e.args))
+        if isinstance(fn, Helper) and e.dtype.lanes > 1:
+            whole = vector_helper(fn.name, e.dtype.lanes)
+            if whole is not None:
+                args = [a if dtype_of(a).lanes > 1 else Broadcast(a, e.dtype.lanes)
+                        for a in e.args]
+                return self._call_text(self._vector_helper_fn(whole), args)
         name = self._helper_fn(fn) if isinstance(fn, Helper) else fn.c_name
         if e.dtype.lanes > 1:
             arg_types = [dtype_of(a) for a in e.args]
@@ -448,6 +454,51 @@ class _Printer:
             lines += [f"    return {inner.expr(h.result)};", "}"]
             return "\n".join(lines)
         return self.mod.helper(h.name, make)
+
+    def _vector_helper_fn(self, h: Helper) -> str:
+        """A whole-vector helper (intrinsics.vector_helper), named for its
+        lanes; aot_rdhm multiplies with pmuldq where x86 has it (the even and
+        odd lanes' 64-bit products, their high halves put back in place),
+        which compilers do not form from the int64 formula."""
+        d = h.dtype
+        t = self.mod.vector(d)
+        name = f"{h.name}_{t[4:]}"
+        fast = {8: ("__AVX2__", "__builtin_ia32_pmuldq256"),
+                4: ("__SSE4_1__", "__builtin_ia32_pmuldq128")}.get(d.lanes)
+
+        def make() -> str:
+            names = {p: p.name for p in h.params}
+            inner = _Printer(self.mod, names, name)
+            params = ", ".join(f"{self.mod.vector(p.dtype)} {p.name}" for p in h.params)
+            lines = [f"/* {c_comment(h.doc)} */", f"static inline {t} {name}({params})", "{"]
+            if h.name == "aot_rdhm" and fast and d.scalar == "int32":
+                # Both branches spell their constants out: a splat helper
+                # used by one branch only would be an unused function.
+                u, i = (self.mod.vector(DType(s, d.lanes // 2)) for s in ("uint64", "int64"))
+                wide = self.mod.vector(DType("int64", d.lanes))
+                splat = lambda v, n: "{" + ", ".join([v] * n) + "}"  # noqa: E731
+                half = d.lanes // 2
+                return "\n".join(lines + [
+                    f"#if defined({fast[0]})",
+                    f"    const {u} round = {splat('UINT64_C(1073741824)', half)};",
+                    f"    const {u} low = {splat('UINT64_C(0xFFFFFFFF)', half)};",
+                    f"    const {u} even = ({u})({i}){fast[1]}(a, b) + round;",
+                    f"    const {u} odd = ({u})({i}){fast[1]}(({t})(({u})a >> 32), "
+                    f"({t})(({u})b >> 32)) + round;",
+                    f"    return ({t})(((even >> 31) & low) | ((odd << 1) & ~low));",
+                    "#else",
+                    f"    const {wide} round = {splat('INT64_C(1073741824)', d.lanes)};",
+                    f"    const {wide} shift = {splat('INT64_C(31)', d.lanes)};",
+                    f"    return __builtin_convertvector((__builtin_convertvector(a, {wide}) "
+                    f"* __builtin_convertvector(b, {wide}) + round) >> shift, {t});",
+                    "#endif", "}"])
+            for var, value in h.lets:
+                text = inner.expr(value)
+                names[var] = var.name
+                lines.append(f"    const {self.mod.vector(var.dtype)} {var.name} = {text};")
+            lines.append(f"    return {inner.expr(h.result)};")
+            return "\n".join(lines + ["}"])
+        return self.mod.helper(name, make)
 
     def _call_text(self, name: str, args: list[Expr]):
         return f"{name}({', '.join(self.expr(a) for a in args)})", PRIMARY

@@ -14,10 +14,11 @@ Two kinds:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from aot.errors import UnsupportedError
-from aot.ir.tir import (INT32, INT64, Bin, Call, Cast, Const, DType, Expr, Select, Unary, Var,
-                        dtype_of)
+from aot.ir.tir import (INT32, INT64, Bin, Broadcast, Call, Cast, Const, DType, Expr, Select,
+                        Unary, Var, dtype_of)
 
 # ------------------------------------------------------------------------ libm
 
@@ -139,11 +140,57 @@ def _mbqm() -> Helper:
         "TFLite MultiplyByQuantizedMultiplier: RDBPOT(SRDHM(x * 2^max(e,0), M), max(-e,0))")
 
 
-HELPERS: dict[str, Helper] = {h.name: h for h in (_srdhm(), _rdbpot(), _satshl(), _mbqm())}
+def _rdhm_formula(a: Expr, b: Expr, lanes: int) -> Expr:
+    i32, i64 = DType("int32", lanes), DType("int64", lanes)
+    prod = Bin("*", Cast(i64, a), Cast(i64, b))
+    return Cast(i32, Bin(">>", Bin("+", prod, _splat(1 << 30, i64)), _splat(31, i64)))
+
+
+def _splat(v: int, d: DType) -> Expr:
+    c = Const(v, d.with_lanes(1))
+    return c if d.lanes == 1 else Broadcast(c, d.lanes)
+
+
+def _rdhm() -> Helper:
+    a, b = Var("a"), Var("b")
+    return Helper("aot_rdhm", (a, b), (), _rdhm_formula(a, b, 1),
+                  "SaturatingRoundingDoublingHighMul without the saturation test: "
+                  "floor((a*b + 2^30) / 2^31), for operands that are never both INT32_MIN")
+
+
+HELPERS: dict[str, Helper] = {h.name: h for h in (_srdhm(), _rdbpot(), _satshl(), _mbqm(),
+                                                  _rdhm())}
 
 
 def helper(fn: str) -> Helper | None:
     return HELPERS.get(fn)
+
+
+# ------------------------------------------------------------- whole-vector forms
+# A helper called on vectors is otherwise applied lane by lane; these are
+# the same arithmetic on whole int32 vectors (no int64 lanes, which AVX2
+# lacks shifts and multiplies for), so requantization stays vectorized.
+
+@lru_cache(maxsize=None)
+def vector_helper(fn: str, lanes: int) -> Helper | None:
+    """The whole-vector form of helper `fn` on `lanes` lanes, or None."""
+    i32, u32 = DType("int32", lanes), DType("uint32", lanes)
+    if fn == "aot_rdhm":
+        a, b = Var("a", i32), Var("b", i32)
+        return Helper(fn, (a, b), (), _rdhm_formula(a, b, lanes), HELPERS[fn].doc)
+    if fn == "aot_rdbpot":
+        # gemmlowp's mask/threshold form with the comparison as a sign bit:
+        # threshold - remainder is negative exactly when remainder > threshold,
+        # and neither side overflows (both lie in [0, 2^31)).
+        x, e = Var("x", i32), Var("e", i32)
+        mask, rem, threshold = Var("mask", i32), Var("remainder", i32), Var("threshold", i32)
+        sign = lambda v: Bin(">>", v, _splat(31, i32))  # noqa: E731  (-1 when negative)
+        return Helper(fn, (x, e), (
+            (mask, Cast(i32, Bin("-", Bin("<<", _splat(1, u32), Cast(u32, e)), _splat(1, u32)))),
+            (rem, Bin("&", x, mask)),
+            (threshold, Bin("-", Bin(">>", mask, _splat(1, i32)), sign(x))),
+        ), Bin("-", Bin(">>", x, e), sign(Bin("-", threshold, rem))), HELPERS[fn].doc)
+    return None
 
 
 # ------------------------------------------------------------- lane-crossing ops
@@ -228,4 +275,4 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType) -> LibmFn | Helper
 
 
 __all__ = ["HELPERS", "Helper", "LibmFn", "PACKED_PAIR_DOT", "PAIR_DOT", "PairDot", "check_call",
-           "helper", "lane_crossing", "libm", "packed_pair_dot", "pair_dot"]
+           "helper", "lane_crossing", "libm", "packed_pair_dot", "pair_dot", "vector_helper"]

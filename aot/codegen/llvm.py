@@ -27,7 +27,7 @@ from llvmlite import binding as llvm
 from llvmlite import ir
 
 from aot.codegen.check import check_func
-from aot.codegen.intrinsics import Helper, LibmFn, PairDot, check_call
+from aot.codegen.intrinsics import Helper, LibmFn, PairDot, check_call, vector_helper
 from aot.codegen.names import symbol_names
 from aot.errors import UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, DType, Expr,
@@ -325,6 +325,10 @@ class _FuncBuilder:
             return self.intrinsic(fn.llvm, e.dtype, args)
         if e.dtype.lanes == 1:
             return self.scalar_call(fn, e, args)
+        whole = vector_helper(fn.name, e.dtype.lanes) if isinstance(fn, Helper) else None
+        if whole is not None:
+            return self.expand(whole, [self.splat(v, e.dtype.lanes) if dtype_of(a).lanes == 1
+                                       else v for v, a in zip(args, e.args)])
         # No vector form: lane by lane (the SLP vectorizer may regroup them).
         out = ir.Constant(ir_type(e.dtype), ir.Undefined)
         for k in range(e.dtype.lanes):

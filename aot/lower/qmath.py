@@ -19,6 +19,11 @@ values with `Block.let`, so their code is the inline arithmetic; value rules
 (inlined epilogues, no locals) get readable helper calls instead of
 exponentially repeated sub-expressions.
 
+On vectors (lanes > 1) SRDHM without saturation and RDBPOT by a constant
+are calls of the codegens' whole-vector helpers instead (aot_rdhm: pmuldq
+on x86; aot_rdbpot: int32 lanes), since int64 lanes are slow where AVX2
+has no 64-bit multiply or arithmetic shift.
+
 C notes: `>>` on negative values is an arithmetic shift and int64 -> int32
 conversion wraps (true of every compiler we target, and of LLVM's ashr /
 trunc); no signed overflow is ever relied on: products are formed in int64.
@@ -96,10 +101,13 @@ def srdhm(a: Expr, b: Operand, saturate: bool = True) -> Expr:
     operands never both are (saturate=False).
     """
     lanes = _lanes(a)
+    no_overflow = not saturate or (_is_int(b) and _int(b) != INT32_MIN)
+    if lanes > 1 and no_overflow:    # int32 vectors: the codegens' whole-vector helper
+        return Call("aot_rdhm", (a, i32(b, lanes)), dt("int32", lanes))
     prod = Bin("*", i64(a, lanes), i64(b, lanes))
     high = Bin(">>", Bin("+", prod, _c(1 << 30, prod)), _c(31, prod))
     out = i32(high, lanes)
-    if not saturate or (_is_int(b) and _int(b) != INT32_MIN):
+    if no_overflow:
         return out
     if not (_is_atom(a) and _is_atom(b)):
         return _helper("aot_srdhm", a, i32(b, lanes))
@@ -121,6 +129,8 @@ def rdbpot(x: Expr, e: Operand) -> Expr:
             raise ValueError(f"rdbpot: exponent {e} out of [0, 31]")
         if e == 0:
             return x
+        if lanes > 1:       # the whole-vector helper: int32 lanes, no int64
+            return _helper("aot_rdbpot", x, const_like(e, x))
         if not _is_atom(x):
             return _helper("aot_rdbpot", x, const_like(e, x))
         wide = i64(x, lanes)

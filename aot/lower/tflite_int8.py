@@ -347,7 +347,7 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
             y = q.clamp(q.offset(vrq.apply(b, acc, idx[3]), zp_out), lo, hi)
             return emit(0, idx, Cast(dt(out_dtype, lanes), y))
         return vector_conv_nest(ctx, g, x.load, zp_in, weights, bias, epilogue,
-                                ctx.target.lanes(64))
+                                vector_lanes(ctx))
     return conv_nest(ctx, g, x.load, zp_in, weights, bias, finish)
 
 
@@ -832,10 +832,10 @@ def dequantize(ctx: LowerCtx, ins, idx, lanes):
 # channels across the lanes (weights repacked so a tile's channels are
 # unit-stride), several neighbouring output pixels sharing each weight
 # load in the interior, accumulators Decl'd as locals. The tile's sums go
-# through a small scratch row to the requantization, which runs on int64
-# vectors of target.lanes(64) lanes (at most the vector width: no vector
-# wider than the registers) with per-channel constants precomputed so
-# that it is branch- and compare-free. Scalar targets keep the loops above.
+# through a small scratch row to the requantization, which runs on int32
+# vectors of the accumulators' width (VecRequant) with per-channel
+# constants precomputed so that it is branch-free. Scalar targets keep
+# the loops above.
 
 
 def vector_lanes(ctx: LowerCtx) -> int:
@@ -860,18 +860,17 @@ def _vec_table(ctx: LowerCtx, name: str, values: np.ndarray, dtype: str):
 
 @dataclass
 class VecRequant:
-    """MultiplyByQuantizedMultiplier on int64 lanes, bit-exact with q.mbqm.
+    """MultiplyByQuantizedMultiplier on int32 lanes, bit-exact with q.mbqm.
 
-    x << left (wrapping in int32), p = x * M, h = (p + 2**30) >> 31 (fits
-    int32 as M > 0), then RDBPOT(h, e) = (h + 2**(e-1) - (h < 0 and e > 0))
-    >> e. The shifts by 31 and e are logical on the 64-bit pattern: the low
-    32 bits kept are the same as an arithmetic shift's for e <= 32, and
-    AVX2 has no 64-bit arithmetic shift.
+    x << left (wrapping: an unsigned multiply), SRDHM by M (M comes from
+    quantize_multiplier, never INT32_MIN, so no saturation test), then
+    RDBPOT by the right shift: the codegens' whole-vector aot_rdhm and
+    aot_rdbpot, all in int32 lanes (AVX2 has no 64-bit arithmetic shift or
+    multiply). Per-channel values come from tables, constants when all
+    channels agree.
     """
     mult: Callable
     left: Callable | None
-    half: Callable
-    neg: Callable
     right: Callable
 
     @staticmethod
@@ -880,28 +879,20 @@ class VecRequant:
         shifts = np.asarray(shifts, np.int64).reshape(-1)
         left = np.maximum(shifts, 0)
         right = np.maximum(-shifts, 0)
-        if right.max(initial=0) > 31:
-            raise ValueError("requantization right shift above 31")
-        half = np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
+        if right.max(initial=0) > 31 or left.max(initial=0) > 31:
+            raise ValueError("requantization shift above 31")
         return VecRequant(
-            _vec_table(ctx, "multiplier", mults, "int64"),
-            _vec_table(ctx, "left_scale", np.left_shift(1, left), "int64") if left.any() else None,
-            _vec_table(ctx, "round_half", half, "int64"),
-            _vec_table(ctx, "round_neg", np.where(right > 0, -1, 0), "int64"),
-            _vec_table(ctx, "right_shift", right, "uint64"))
+            _vec_table(ctx, "multiplier", mults, "int32"),
+            _vec_table(ctx, "left_scale", np.left_shift(1, left), "uint32") if left.any() else None,
+            _vec_table(ctx, "right_shift", right, "int32"))
 
     def apply(self, b: q.Block, acc: Expr, c: Expr) -> Expr:
         lanes = dtype_of(acc).lanes
-        i64, u64, i32 = dt("int64", lanes), dt("uint64", lanes), dt("int32", lanes)
-        x = Cast(i64, acc)
+        x = acc
         if self.left is not None:
-            x = Cast(i64, Cast(i32, Bin("*", x, self.left(c, lanes))))
-        p = Bin("+", Bin("*", x, self.mult(c, lanes)), const_like(1 << 30, Const(0, i64)))
-        h = b.let("high", Cast(i64, Cast(i32, Bin(">>", Cast(u64, p),
-                                                  const_like(31, Const(0, u64))))))
-        sign = Bin("&", Bin(">>", h, const_like(63, Const(0, i64))), self.neg(c, lanes))
-        nudged = Bin("+", Bin("+", h, self.half(c, lanes)), sign)
-        return Cast(i32, Bin(">>", Cast(u64, nudged), self.right(c, lanes)))
+            x = Cast(dt("int32", lanes), Bin("*", Cast(dt("uint32", lanes), x), self.left(c, lanes)))
+        h = b.let("high", q.srdhm(x, self.mult(c, lanes), saturate=False))
+        return q.rdbpot(h, self.right(c, lanes))
 
 
 def _tile_epilogue(ctx: LowerCtx, scratch, base: int, widths, chunk: int,
@@ -1301,7 +1292,7 @@ def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_o
                 r = rq.apply(b, acc, c) if lanes == 1 else vrq.apply(b, acc, c)
                 y = q.clamp(q.offset(r, zp_out), lo, hi)
                 return emit(0, out_lead + (c,), Cast(dt(out_ty.dtype, lanes), y))
-            code.append(_tile_epilogue(ctx, acc_row, 0, widths, ctx.target.lanes(64), requant))
+            code.append(_tile_epilogue(ctx, acc_row, 0, widths, vector_lanes(ctx), requant))
             return seq(*code)
 
         base = 0

@@ -103,6 +103,16 @@ def _is_hybrid(sig_or_call) -> bool:
     return sig_or_call.in_types[0].dtype == "float32" and sig_or_call.in_types[1].dtype == "int8"
 
 
+def _check_bias(sig: Sig, channels: int) -> None:
+    """The optional bias: one value per output channel, int32 (float32 for a hybrid conv)."""
+    if not sig.has(2):
+        return
+    b = sig.in_types[2]
+    dtypes = ("float32",) if _is_hybrid(sig) else ("int32", "int64")
+    if b.shape != (channels,) or b.dtype not in dtypes:
+        raise sig.fail(f"bias {b} must be [{channels}] of {' or '.join(dtypes)}")
+
+
 def _conv_infer(sig: Sig):
     if not _is_hybrid(sig):
         _require_int8(sig)
@@ -112,6 +122,7 @@ def _conv_infer(sig: Sig):
     if x.shape[3] % w.shape[3]:
         raise sig.fail(f"input channels {x.shape[3]} not a multiple of filter depth {w.shape[3]}")
     oh, ow = _spatial_out(sig, x.shape[1:3], w.shape[1:3])
+    _check_bias(sig, w.shape[0])
     if _is_hybrid(sig):
         q = sig.in_types[1].quant
         if q is None or len(set(q.scale)) > 1 or sig.attrs.get("dilations", (1, 1)) != (1, 1) \
@@ -194,6 +205,7 @@ def _dw_infer(sig: Sig):
     if w.shape[3] != x.shape[3] * dm:
         raise sig.fail(f"weight has {w.shape[3]} channels, input {x.shape[3]} x multiplier {dm}")
     oh, ow = _spatial_out(sig, x.shape[1:3], w.shape[1:3])
+    _check_bias(sig, w.shape[3])
     return [_out_type(sig, (x.shape[0], oh, ow, w.shape[3]))]
 
 
@@ -235,6 +247,7 @@ def _fc_infer(sig: Sig):
         shape = x.shape[:-1] + (w.shape[0],)
     else:
         shape = (x.size // depth, w.shape[0])
+    _check_bias(sig, w.shape[0])
     return [_out_type(sig, shape)]
 
 

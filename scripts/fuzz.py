@@ -177,6 +177,8 @@ def drive(args: argparse.Namespace) -> int:
                                "message": f"killed after {now - w.started:.0f} s",
                                "seconds": now - w.started, "mutation": "?"})
                     replace(w)
+    except (KeyboardInterrupt, SystemExit):
+        print(f"interrupted: the summary covers the {len(results)} cases done", flush=True)
     finally:
         for w in workers:
             w.proc.kill()
@@ -228,7 +230,7 @@ def main() -> int:
     if args.worker:
         return worker(args)
     # kill(1) ends the run like Ctrl-C: the workers are stopped, the temp dir removed.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # summarizes what is done
     return drive(args)
 
 

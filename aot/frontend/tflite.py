@@ -452,6 +452,20 @@ class _Builder:
         lo, hi = ranges[ty.dtype]
         return qmath.activation_range(act, ty.quant.scale[0], ty.quant.zero_point[0], lo, hi)
 
+    def _check_requant(self, x: str, w: str, out: str) -> None:
+        """The kernel rescales its int32 sums by input scale x weight scale /
+        output scale as a 31-bit fixed-point multiplier and a shift of at most
+        31 bits: refuse scales that make it unrepresentable."""
+        qs = [self.ty(t).quant for t in (x, w, out)]
+        if any(q is None for q in qs):
+            raise UnsupportedError(f"{self.op_label}: integer kernel without quantization "
+                                   "on its input, weight or output")
+        m = qs[0].scale[0] * np.asarray(qs[1].scale, np.float64) / qs[2].scale[0] \
+            if qs[2].scale[0] > 0 else np.array([np.inf])
+        if not np.all(np.isfinite(m)) or m.max() >= 2.0 ** 31:
+            raise ModelError(f"{self.op_label}: requantization multiplier {m.max():g} "
+                             "(input scale x weight scale / output scale) is out of range")
+
     def _float_act(self, opts, pre: str, out: str) -> None:
         """The fused activation of a float op as its own node: pre -> out."""
         act = _ACTIVATION.get(opts.get("FusedActivationFunction", 0), "?")
@@ -517,6 +531,7 @@ class _Builder:
         pads = self._pads(o, x, wshape[1:3], strides, dil)
         if self._is_int(x):
             lo, hi = self._act(o, outs[0])
+            self._check_requant(x, w, outs[0])
             self.emit("tfl.conv2d", [x, w, bias], outs, strides=strides, dilations=dil,
                       pads=pads, act_min=lo, act_max=hi)
             return
@@ -563,6 +578,7 @@ class _Builder:
         multiplier = wshape[3] // xshape[3]
         if self._is_int(x):
             lo, hi = self._act(o, outs[0])
+            self._check_requant(x, w, outs[0])
             self.emit("tfl.depthwise_conv2d", [x, w, bias], outs, strides=strides,
                       dilations=dil, pads=pads, depth_multiplier=multiplier,
                       act_min=lo, act_max=hi)
@@ -593,6 +609,7 @@ class _Builder:
         keep = bool(o.get("KeepNumDims", False))
         if self._is_int(x):
             lo, hi = self._act(o, outs[0])
+            self._check_requant(x, w, outs[0])
             self.emit("tfl.fully_connected", [x, w, bias], outs, act_min=lo, act_max=hi,
                       keep_num_dims=keep)
             return

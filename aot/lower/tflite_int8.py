@@ -729,6 +729,10 @@ def _add_sub(ctx: LowerCtx, ins, idx, lanes, sign: int) -> Expr:
     a, b = _int8_operands(ctx, ins, idx, lanes)
 
     def scaled(v, z, m, e):   # (v - z) * 2**20, then rescaled to the common scale
+        if m == 1 << 30 and e == 0:
+            # the larger input's (2^30, 0): SRDHM(d * 2^20, 2^30) = d * 2^19 exactly
+            # (the rounding term 2^30 / 2^31 floors away) and RDBPOT by 0 keeps it
+            return Bin("*", q.offset(v, -z), const_like(1 << 19, v))
         return q.rdbpot(q.srdhm(Bin("*", q.offset(v, -z), const_like(1 << 20, v)),
                                 m), -e)
     u1, u2 = scaled(a, z1, m1, e1), scaled(b, z2, m2, e2)
@@ -1237,7 +1241,7 @@ def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_o
     """The body of one FC row in vector tiles: units across the lanes, two
     depth steps per aot_dot2 (weights [D/2, U, 2]; an odd last step and
     tiles narrower than 4 lanes use [D, U]), the input zero point already in
-    `bias`; then the requantization in int64 vectors."""
+    `bias`; then the requantization in int32 vectors (VecRequant)."""
     from aot.lower.schedule import tile
     units, depth = w.shape
     t = tile(ctx.target, "int32")

@@ -396,6 +396,10 @@ def import_onnx(data: bytes, name: str, dim_params: Mapping[str, int] | None = N
     model = _parse(data, name)
     opset = _opset(model, name)
     g = model.graph
+    graph_names = [g.name, *(v.name for v in (*g.input, *g.output, *g.initializer))]
+    if not all(isinstance(s, str) for s in graph_names):
+        raise ModelError(f"{name}: a graph, input, output or initializer name is not valid "
+                         "UTF-8 (corrupt file?)")
     types: dict[str, TensorType] = {}
     taken = {t for n in g.node for t in list(n.input) + list(n.output)}
     taken |= {i.name for i in g.input} | {t.name for t in g.initializer}
@@ -423,10 +427,14 @@ def import_onnx(data: bytes, name: str, dim_params: Mapping[str, int] | None = N
         # Refuse unknown ops before decoding attributes (If/Loop carry graphs).
         if pn.op_type not in UPGRADES and pn.op_type != "Constant":
             _check_op(pn.op_type, node_name, pn.domain)
+        _check_names(pn, node_name)
+        _check_attr_types(pn, node_name, opset)
         attrs = {a.name: _attr(a, f"{pn.op_type} node '{node_name}'") for a in pn.attribute}
         # trailing "" outputs are optional outputs not asked for; others get a name
         outs = tuple(o or b.fresh(f"{node_name}__unused_{k}")
                      for k, o in enumerate(_trim(list(pn.output))))
+        if not outs:
+            raise ModelError(f"{pn.op_type} node '{node_name}': has no outputs")
         node = Node(pn.op_type, node_name, tuple(pn.input), outs, attrs)
         _check_domain(node, pn.domain)
         if node.op == "Constant":
@@ -454,6 +462,28 @@ def import_onnx(data: bytes, name: str, dim_params: Mapping[str, int] | None = N
         raise ModelError(f"{name}: an output is listed twice ({', '.join(outputs)})")
     return Graph(name=g.name or name, inputs=tuple(inputs), outputs=outputs,
                  nodes=tuple(b.nodes), types=types, constants=b.constants)
+
+
+def _check_names(pn, node_name: str) -> None:
+    # protobuf hands back bytes for a string field that is not valid UTF-8
+    names = [pn.name, pn.op_type, *pn.input, *pn.output]
+    if not all(isinstance(s, str) for s in names):
+        raise ModelError(f"node '{node_name}': a name is not valid UTF-8 (corrupt file?)")
+
+
+def _check_attr_types(pn, node_name: str, opset: int) -> None:
+    """Attributes of the type the op's schema declares (a corrupt type code
+    would otherwise reach the compiler as a wrong Python type)."""
+    onnx = _onnx()
+    try:
+        schema = onnx.defs.get_schema(pn.op_type, opset, "")
+    except Exception:  # noqa: BLE001 - unknown op or opset: checked elsewhere
+        return
+    for a in pn.attribute:
+        want = schema.attributes.get(a.name)
+        if want is not None and int(want.type.value) != int(a.type):
+            raise ModelError(f"{pn.op_type} node '{node_name}': attribute '{a.name}' has type "
+                             f"{a.type}, the op defines {want.type.name}")
 
 
 def _check_single_writer(inputs: list[str], b: _Builder) -> None:

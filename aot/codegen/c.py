@@ -595,6 +595,13 @@ class _FuncPrinter:
     def loop(self, s: For, depth: int):
         i = self.declare(s.var)
         t = C_TYPES[s.var.dtype.scalar]
+        if t == "int32_t":
+            # A pointer-sized counter, as hand-written index loops use: with an
+            # int32_t one, clang recomputes and zero-extends `i + k` for every
+            # constant k of an unrolled tile instead of folding k into the
+            # address (ResNet-8 int8: 9% more instructions). Indices fit int32
+            # either way, so the values are the same.
+            t = "intptr_t"
         end = c_int(s.start + s.extent, s.var.dtype.scalar)
         step = "++" + i if s.step == 1 else f"{i} += {s.step}"
         if s.kind is ForKind.UNROLLED:

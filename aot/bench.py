@@ -1,9 +1,9 @@
 """Timing and statistics shared by `aot bench` and bench/compare.py.
 
 A package is timed by its own harness (bench/bench): warm-up runs, then N
-timed runs, each timed on the device with `aot_platform_timer_us` (1 us
-resolution). A --profile package also times every kernel of each run with
-`aot_platform_timer_ns`; `profile_stats` turns those into medians and shares.
+timed runs, each timed on the device with `aot_platform_timer_ns` (a
+bare-metal board's clock may tick in us). A --profile package also times
+every kernel of each run with it; `profile_stats` turns those into medians and shares.
 In-process runtimes (the Python anchors of bench/compare.py) are timed with
 `time.perf_counter_ns` around the call alone.
 
@@ -79,7 +79,7 @@ def package_inputs(meta: dict, seed: int = 0) -> list[np.ndarray]:
 def bench_package(pkg: Path, board, inputs: Sequence[np.ndarray], warmup: int,
                   repeat: int):
     """The harness's RunResult for `repeat` timed runs after `warmup` on the
-    board (times_us per run; profile_ns for a --profile package)."""
+    board (times_ns per run; profile_ns for a --profile package)."""
     from aot.deploy import run_package
     from aot.package import read_metadata
 
@@ -88,8 +88,8 @@ def bench_package(pkg: Path, board, inputs: Sequence[np.ndarray], warmup: int,
     if built_for != board.name:
         raise AotError(f"{pkg} was built for board '{built_for}', not '{board.name}'")
     result = run_package(pkg, board, inputs, warmup=warmup, runs=repeat)
-    if len(result.times_us) != repeat:
-        raise AotError(f"the harness reported {len(result.times_us)} timings, "
+    if len(result.times_ns) != repeat:
+        raise AotError(f"the harness reported {len(result.times_ns)} timings, "
                        f"expected {repeat}")
     return result
 
@@ -99,7 +99,7 @@ def time_package(pkg: Path, board, inputs: Sequence[np.ndarray], warmup: int,
     """Per-invocation times (ms) of `repeat` runs after `warmup`, measured on
     the board by the package's harness."""
     result = bench_package(pkg, board, inputs, warmup, repeat)
-    return [t / 1000.0 for t in result.times_us]
+    return [t / 1e6 for t in result.times_ns]
 
 
 # ---------------------------------------------------------------- profiles

@@ -8,7 +8,7 @@ For each model (int8 and float .tflite in ../shared/models) the contenders
 are:
 
 - aot c / aot llvm: the package built for the host, timed inside its harness
-  (bench/bench: per-invocation times on a 1 us clock);
+  (bench/bench: per-invocation times on the ns clock);
 - onnxruntime: the float model's tf2onnx version (derived/*.tf2onnx.b1.onnx,
   NHWC input, the same input as the .tflite), one thread, sequential, input
   and output pre-bound (run_with_iobinding);
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.rounds} interleaved rounds x {args.batch} timed invocations per contender "
         f"(after {WARMUP} warm-up each round); a long invocation is preempted more often on "
         "a loaded machine: where median and p10 differ much, trust p10",
-        "aot: per-invocation times from the package's harness (1 us clock, in the process "
+        "aot: per-invocation times from the package's harness (ns clock, in the process "
         "that runs the model)",
         f"Python anchors: perf_counter_ns around invoke() / run_with_iobinding(); an empty "
         f"call timed the same way costs {overhead * 1e3:.2f} us",

@@ -106,7 +106,7 @@ def test_verify_reports_a_mismatch(monkeypatch, capsys):
 
     def corrupt(stdout, meta, outs):
         res = real(stdout, meta, outs)
-        return host.RunResult([o + np.ones_like(o) for o in res.outputs], res.times_us,
+        return host.RunResult([o + np.ones_like(o) for o in res.outputs], res.times_ns,
                               res.report)
     monkeypatch.setattr(host, "parse_report", corrupt)
     code = cli_main(["verify", str(MODELS / "tflm_hello_world_int8.tflite"), "--json"])

@@ -2,7 +2,7 @@
 
 The harness answers request after request on one process, over any pair of
 binary streams: a local process's pipes, a qemu-user process's, an SSH
-channel's. The protocol (version 1, every integer little-endian; the device
+channel's. The protocol (version 2, every integer little-endian; the device
 side is templates/bench_main.c.j2):
 
     hello   harness -> host, once: b"AOTH", u32 version, u32 inputs,
@@ -11,7 +11,7 @@ side is templates/bench_main.c.j2):
     request host -> harness: b"AOTQ", u32 kind (1: run, 0: quit),
             u32 warmup, u32 runs, then per input u64 bytes + the raw bytes
     reply   b"AOTR", u32 runs, u32 profiled runs, u32 kernels,
-            u64 us per run, u64 ns per kernel per profiled run,
+            u64 ns per run, u64 ns per kernel per profiled run,
             then per output u64 bytes + the raw bytes
     error   instead of a reply: b"AOTE", u32 exit code, u32 length, the
             message; then the harness exits with that code
@@ -30,7 +30,7 @@ import numpy as np
 from aot.deploy.host import EXIT_GUARD, RunResult, check_inputs, check_profile, output_arrays
 from aot.errors import AotError
 
-VERSION = 1
+VERSION = 2
 FLAG_PROFILE, FLAG_CHECKS = 1, 2
 KIND_QUIT, KIND_RUN = 0, 1
 HELLO, REQUEST, REPLY, ERROR = b"AOTH", b"AOTQ", b"AOTR", b"AOTE"
@@ -182,7 +182,7 @@ class ServeClient:
         profile_ns = profile if self.hello.profile else None
         check_profile(self._meta, profile_ns)
         report = {"arena_bytes": self.hello.arena_bytes, "runs": runs, "warmup": warmup,
-                  "times_us": times, **({"profile_ns": profile} if profile_ns else {})}
+                  "times_ns": times, **({"profile_ns": profile} if profile_ns else {})}
         return RunResult(output_arrays(self._meta, outs), times, report, profile_ns)
 
     def quit(self) -> None:

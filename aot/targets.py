@@ -25,6 +25,8 @@ class Target:
     cflags: tuple[str, ...]
     ldflags: tuple[str, ...]
     libc: str
+    # The LLVM codegen's speed level (0-3); None: the C build's, from cflags.
+    llvm_opt_level: int | None = None
 
     def lanes(self, bits: int) -> int:
         """Vector lanes for elements of `bits` bits (1 without a vector unit)."""
@@ -95,7 +97,8 @@ def targets() -> dict[str, Target]:
                                features=t.get("features", ""), vector_bits=int(t["vector_bits"]),
                                float_abi=t.get("float_abi", "hard"), cc=t["cc"],
                                cflags=_flags(t, "cflags"), ldflags=_flags(t, "ldflags"),
-                               libc=t.get("libc", "glibc"))
+                               libc=t.get("libc", "glibc"),
+                               llvm_opt_level=t.get("llvm_opt_level"))
         except KeyError as e:
             raise AotError(f"target '{name}': missing {e}") from None
     return out

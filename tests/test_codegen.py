@@ -1014,3 +1014,18 @@ def test_unrolled_loops_are_fully_unrolled_by_llvm():
     assert calls[ForKind.UNROLLED] == (100, 0)      # straight-line code
     assert calls[ForKind.SERIAL][1] > 0             # the serial loop stays a loop
     assert "#pragma GCC unroll 100" in emit_c([f], "m").source
+
+
+def test_llvm_opt_level_is_the_targets_else_its_c_builds():
+    """A target may build C at -O2 and still have LLVM unroll (level 3)."""
+    import dataclasses
+
+    from aot.codegen.llvm import _opt_level
+    from aot.errors import AotError
+
+    t = get_target("x86_64-linux")
+    assert _opt_level(dataclasses.replace(t, cflags=("-O3", "-O2"), llvm_opt_level=None)) == 2
+    assert _opt_level(dataclasses.replace(t, cflags=("-Os",), llvm_opt_level=None)) == 2
+    assert _opt_level(dataclasses.replace(t, cflags=("-O2",), llvm_opt_level=3)) == 3
+    with pytest.raises(AotError, match="llvm_opt_level must be 0-3"):
+        _opt_level(dataclasses.replace(t, llvm_opt_level=7))

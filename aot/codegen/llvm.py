@@ -29,7 +29,7 @@ from llvmlite import ir
 from aot.codegen.check import check_func
 from aot.codegen.intrinsics import Helper, LibmFn, PairDot, check_call, vector_helper
 from aot.codegen.names import symbol_names
-from aot.errors import UnsupportedError
+from aot.errors import AotError, UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, DType, Expr,
                         For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt, Store, Unary, Var,
                         dtype_of, walk_stmt)
@@ -495,8 +495,14 @@ def _self_references(text: str) -> str:
 
 
 def _opt_level(target: Target) -> int:
-    """The speed level the target's C build asks for (its last -O flag; -Os
-    and -Oz count as 2), so both codegens trade speed for size alike."""
+    """The target's `llvm_opt_level`, else the speed level its C build asks
+    for (its last -O flag; -Os and -Oz count as 2), so both codegens trade
+    speed for size alike unless the target says otherwise."""
+    if target.llvm_opt_level is not None:
+        if target.llvm_opt_level not in (0, 1, 2, 3):
+            raise AotError(f"target '{target.name}': llvm_opt_level must be 0-3, "
+                           f"got {target.llvm_opt_level!r}")
+        return target.llvm_opt_level
     levels = [f[2:] for f in target.cflags if f.startswith("-O")]
     last = levels[-1] if levels else "3"
     return int(last) if last.isdigit() else 2

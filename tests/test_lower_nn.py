@@ -247,6 +247,8 @@ DENSE = [
     ("Gemm", (3, 10), {"b": (13, 10), "c": (3, 1)}, dict(transB=1)),
     ("Gemm", (10, 3), {"b": (13, 10)}, dict(transB=1, transA=1)),
     ("Gemm", (1, 64), {"b": (40, 64), "c": (1, 40)}, dict(transB=1)),
+    # one row: even and odd k in separate accumulators, an odd k's last alone
+    ("Gemm", (1, 37), {"b": (37, 24), "c": (24,)}, {}),
     ("Gemm", (2, 5), {"b": (5, 1), "c": (2, 1)}, dict(beta=0.0)),
     ("MatMul", (2, 3, 10), {"b": (10, 20)}, {}),
     ("MatMul", (10,), {"b": (4, 10, 20)}, {}),

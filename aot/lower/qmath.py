@@ -129,9 +129,7 @@ def rdbpot(x: Expr, e: Operand) -> Expr:
             raise ValueError(f"rdbpot: exponent {e} out of [0, 31]")
         if e == 0:
             return x
-        if lanes > 1:       # the whole-vector helper: int32 lanes, no int64
-            return _helper("aot_rdbpot", x, const_like(e, x))
-        if not _is_atom(x):
+        if lanes > 1 or not _is_atom(x):   # vectors: the whole-vector helper, no int64
             return _helper("aot_rdbpot", x, const_like(e, x))
         wide = i64(x, lanes)
         nudged = Bin("-", Bin("+", wide, _c(1 << (e - 1), wide)),

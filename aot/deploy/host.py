@@ -99,14 +99,14 @@ def report_times_ns(report: dict) -> list[int]:
     return [int(t) * 1000 for t in report["times_us"]]
 
 
-def failure(returncode: int, stderr: str, where: str = "") -> str:
+def failure(returncode: int, stderr: str) -> str:
     """The one-line reason a harness run failed: its last stderr line, named
     a guard check failure for EXIT_GUARD."""
     lines = stderr.strip().splitlines()
     last = lines[-1] if lines else "no message"
     if returncode == EXIT_GUARD:
-        return f"the harness's guard check failed{where}: {last.removeprefix('bench: ')}"
-    return f"the harness failed{where} (exit {returncode}): {last}"
+        return f"the harness's guard check failed: {last.removeprefix('bench: ')}"
+    return f"the harness failed (exit {returncode}): {last}"
 
 
 def prepare_run(pkg: Path, inputs: Sequence[np.ndarray]) -> tuple[dict, list[np.ndarray], Path]:

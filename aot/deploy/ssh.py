@@ -47,7 +47,7 @@ import paramiko
 
 from aot import progress
 from aot.deploy import known_hosts
-from aot.deploy.host import RunResult, harness_args, parse_report, prepare_run
+from aot.deploy.host import RunResult, failure, harness_args, parse_report, prepare_run
 from aot.errors import AotError
 from aot.targets import Board, config_path
 
@@ -595,9 +595,11 @@ def run_ssh(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
         with progress.step(f"run on {board.name}"):
             status, out, err = session.run(["./bench", *args[:2], *(p.name for p in in_paths),
                                             *(p.name for p in out_paths)], harness=True)
-        if status != 0:
-            how = "was killed by a signal" if status == -1 else f"failed (exit {status})"
-            raise AotError(f"the harness {how} on {where(params)}: "
+        if status == -1:
+            raise AotError(f"the harness was killed by a signal on {where(params)}: "
                            f"{_last_line(err) or 'no message'}")
+        if status != 0:
+            raise AotError(f"{where(params)}: "
+                           f"{failure(status, err.decode('utf-8', 'replace'))}")
         outputs = [session.get(p.name) for p in out_paths]
     return parse_report(out.decode("utf-8", "replace"), meta, outputs)

@@ -10,5 +10,5 @@ from aot.codegen.intrinsics import HELPERS
 from aot.codegen.llvm import emit_llvm_ir, emit_object, normalized_triple
 from aot.codegen.names import c_comment, c_identifier, c_string, symbol_names
 
-__all__ = ["CSource", "HELPERS", "c_declarations", "c_comment", "c_identifier", "c_string", "c_type", "emit_c",
-           "emit_llvm_ir", "emit_object", "normalized_triple", "symbol_names"]
+__all__ = ["CSource", "HELPERS", "c_comment", "c_declarations", "c_identifier", "c_string",
+           "c_type", "emit_c", "emit_llvm_ir", "emit_object", "normalized_triple", "symbol_names"]

@@ -474,7 +474,7 @@ class _Printer:
             if h.name == "aot_rdhm" and fast and d.scalar == "int32":
                 # Both branches spell their constants out: a splat helper
                 # used by one branch only would be an unused function.
-                u, i = (self.mod.vector(DType(s, d.lanes // 2)) for s in ("uint64", "int64"))
+                u = self.mod.vector(DType("uint64", d.lanes // 2))
                 wide = self.mod.vector(DType("int64", d.lanes))
                 splat = lambda v, n: "{" + ", ".join([v] * n) + "}"  # noqa: E731
                 half = d.lanes // 2
@@ -482,8 +482,8 @@ class _Printer:
                     f"#if defined({fast[0]})",
                     f"    const {u} round = {splat('UINT64_C(1073741824)', half)};",
                     f"    const {u} low = {splat('UINT64_C(0xFFFFFFFF)', half)};",
-                    f"    const {u} even = ({u})({i}){fast[1]}(a, b) + round;",
-                    f"    const {u} odd = ({u})({i}){fast[1]}(({t})(({u})a >> 32), "
+                    f"    const {u} even = ({u}){fast[1]}(a, b) + round;",
+                    f"    const {u} odd = ({u}){fast[1]}(({t})(({u})a >> 32), "
                     f"({t})(({u})b >> 32)) + round;",
                     f"    return ({t})(((even >> 31) & low) | ((odd << 1) & ~low));",
                     "#else",
@@ -862,9 +862,7 @@ class _Printed:
 def emit_c(funcs: Sequence[PrimFunc], prefix: str) -> CSource:
     """One translation unit defining `<prefix>_<name>` for each PrimFunc,
     and the same functions split into `parts` (see PART_CHARS)."""
-    symbols = symbol_names([f.name for f in funcs], prefix)
-    if len(set(f.name for f in funcs)) != len(funcs):
-        raise UnsupportedError("two PrimFuncs share a name")
+    symbols = _symbols(funcs, prefix)
     printed = []
     for f in funcs:
         mod = _Module()
@@ -877,11 +875,16 @@ def emit_c(funcs: Sequence[PrimFunc], prefix: str) -> CSource:
 def c_declarations(funcs: Sequence[PrimFunc], prefix: str) -> CSource:
     """What emit_c gives besides the code: the prototypes and symbols (a
     package whose kernels LLVM compiles needs only these); no source."""
-    symbols = symbol_names([f.name for f in funcs], prefix)
-    if len(set(f.name for f in funcs)) != len(funcs):
-        raise UnsupportedError("two PrimFuncs share a name")
+    symbols = _symbols(funcs, prefix)
     prototypes = tuple(_signature(f, symbols[f.name], {}, set()) + ";" for f in funcs)
     return CSource("", prototypes, symbols)
+
+
+def _symbols(funcs: Sequence[PrimFunc], prefix: str) -> dict[str, str]:
+    """PrimFunc name -> C function name; the names must be distinct."""
+    if len(set(f.name for f in funcs)) != len(funcs):
+        raise UnsupportedError("two PrimFuncs share a name")
+    return symbol_names([f.name for f in funcs], prefix)
 
 
 def _unit(printed: Sequence[_Printed]) -> str:

@@ -216,14 +216,13 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
     c_sources = [f"src/{name}.c", f"src/{name}_params.c", "runtime_c/aot_platform.c"]
     if codegen == "c":
         # several kernel files compile in parallel (emit_c splits large models)
-        kernel_files = [f"src/{name}_kernels{f'_{i}' if i else ''}.c"
-                        for i in range(len(csrc.parts))]
+        kernel_files = [_kernel_file("src", name, i, "c") for i in range(len(csrc.parts))]
         files.update({path: text.encode() for path, text in zip(kernel_files, csrc.parts)})
         c_sources[1:1] = kernel_files
     else:
         from aot.codegen.llvm import emit_objects
         for i, obj in enumerate(emit_objects(funcs, kernel_prefix, target)):
-            prebuilt.append(f"lib/{name}_kernels{f'_{i}' if i else ''}.o")
+            prebuilt.append(_kernel_file("lib", name, i, "o"))
             files[prebuilt[-1]] = obj
     asm_sources = [f"src/{name}_params_blob.S"] if params.has_blob else []
     context = build_context(graph, kernels, mem, params, names, csrc.symbols,
@@ -239,6 +238,12 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
     files.update(firmware_files(board))
     return Generated(files, kernels, mem, other, params, context, c_sources + asm_sources,
                      prebuilt)
+
+
+def _kernel_file(folder: str, name: str, part: int, ext: str) -> str:
+    """`<folder>/<name>_kernels[_<part>].<ext>`: the first part keeps the
+    unsplit name."""
+    return f"{folder}/{name}_kernels{f'_{part}' if part else ''}.{ext}"
 
 
 def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,

@@ -43,7 +43,7 @@ from typing import Iterator
 from aot import progress
 from aot.deploy.vm_image import IMAGE_NAME, Image, cache_root, find_image
 from aot.errors import AotError
-from aot.targets import Board
+from aot.targets import Board, with_options
 
 DEFAULT_BOOT_TIMEOUT_S = 120.0
 USER = "root"
@@ -110,17 +110,11 @@ def qemu_command(cfg: VmConfig, image: Image, port: int, log: Path) -> list[str]
 
 
 def ssh_params(board: Board, vm: Vm):
-    from aot.deploy.ssh import SshParams
+    """The board's SSH options, checked as for any SSH board, aimed at the VM."""
+    from aot.deploy import ssh
 
-    o = board.options
-    try:
-        extra = {k: type_(o[k]) for k, type_ in (("exec_prefix", str),
-                                                 ("connect_timeout_s", float),
-                                                 ("command_timeout_s", float)) if k in o}
-    except (TypeError, ValueError) as e:
-        raise AotError(f"board '{board.name}': bad SSH option ({e})") from None
-    return SshParams(host="127.0.0.1", port=vm.port, user=USER, key=str(vm.key),
-                     known_hosts=str(vm.known_hosts), board=board.name, **extra)
+    return ssh.ssh_params(with_options(board, host="127.0.0.1", port=vm.port, user=USER,
+                                       key=str(vm.key), known_hosts=str(vm.known_hosts)))
 
 
 # --- the qemu process -------------------------------------------------------------

@@ -321,7 +321,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if args.profile and not meta.get("profile"):
             raise AotError(f"{pkg} was packaged without --profile (aot package --profile)")
         result = bench_package(pkg, board, package_inputs(meta), args.warmup, args.repeat)
-    stats = stats_of([t / 1000.0 for t in result.times_us])
+    stats = stats_of([t / 1e6 for t in result.times_ns])     # ms, as time_package
     out = {"median_ms": stats.median_ms, "mean_ms": stats.mean_ms, "min_ms": stats.min_ms,
            "max_ms": stats.max_ms, "std_ms": stats.std_ms, "repeat": args.repeat,
            "warmup": args.warmup, "board": board.name, "codegen": meta["codegen"],

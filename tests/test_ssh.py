@@ -422,3 +422,19 @@ def test_the_pi_boards():
         b = boards()[name]
         assert b.transport == "ssh" and not b.emulated and b.target.cpu == cpu
         assert b.options["user"] == "pi" and b.options["port"] == 22 and "host" not in b.options
+
+
+def test_a_key_file_that_is_no_key_is_refused_at_once(tmp_path):
+    """paramiko reads the key only after the board answers: its error must
+    not be retried as a board still booting until connect_timeout_s."""
+    from aot.deploy.ssh import SshParams, connect
+    from aot.errors import AotError
+
+    bad = tmp_path / "id_ed25519"
+    bad.write_text("not a key\n")
+    params = SshParams("127.0.0.1", free_port(), "pi", str(bad), str(tmp_path / "known_hosts"),
+                       connect_timeout_s=30)
+    start = time.monotonic()
+    with pytest.raises(AotError, match=f"key file {bad} is not a private key"):
+        connect(params)
+    assert time.monotonic() - start < 5

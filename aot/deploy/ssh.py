@@ -144,8 +144,8 @@ def connect(params: SshParams, authenticate: bool = True
     drops the connection before the SSH handshake ends (a VM booting), is
     tried again with backoff until connect_timeout_s; anything decided after
     the board answered (host key, authentication) is final."""
-    if params.key and not Path(params.key).is_file():
-        raise AotError(f"{where(params)}: key file {params.key} does not exist")
+    if params.key:
+        _check_key(params)
     deadline = time.monotonic() + params.connect_timeout_s
     delay = 0.1
     while True:
@@ -175,6 +175,37 @@ def connect(params: SshParams, authenticate: bool = True
         delay = min(delay * 2, 1.0)
 
 
+# The key types paramiko's SSHClient tries for a key file, in its order.
+KEY_TYPES = (paramiko.RSAKey, paramiko.ECDSAKey, paramiko.Ed25519Key)
+
+
+def _check_key(params: SshParams) -> None:
+    """The key file loads as paramiko will load it. paramiko reads it only
+    once the board answers, and its error then looks like a failed
+    handshake: connect would retry it until connect_timeout_s."""
+    path = params.key.removesuffix("-cert.pub")    # a certificate: its key beside it
+    if not Path(path).is_file():
+        raise AotError(f"{where(params)}: key file {params.key} does not exist")
+    for kind in KEY_TYPES:
+        try:
+            kind.from_private_key_file(path)
+            return
+        except paramiko.PasswordRequiredException:
+            raise AotError(_encrypted(params)) from None
+        except OSError as e:
+            raise AotError(f"{where(params)}: cannot read key file {path}: "
+                           f"{e.strerror or e}") from None
+        except (paramiko.SSHException, ValueError):
+            continue
+    raise AotError(f"{where(params)}: key file {params.key} is not a private key "
+                   "(RSA, ECDSA or Ed25519, PEM or OpenSSH format)")
+
+
+def _encrypted(params: SshParams) -> str:
+    return (f"{where(params)}: key file {params.key} is encrypted: load it into the ssh "
+            "agent (ssh-add) and leave out --key")
+
+
 def _not_reachable_yet(e: BaseException, params: SshParams) -> str | None:
     """Why the attempt failed, if trying again may help; raises AotError for
     final answers; None for anything else (re-raised as is)."""
@@ -187,8 +218,7 @@ def _not_reachable_yet(e: BaseException, params: SshParams) -> str | None:
                                                     params.known_hosts, e.key,
                                                     e.expected_key)) from None
     if isinstance(e, paramiko.PasswordRequiredException):
-        raise AotError(f"{w}: key file {params.key} is encrypted: load it into the ssh agent "
-                       "(ssh-add) and leave out --key") from None
+        raise AotError(_encrypted(params)) from None
     if isinstance(e, paramiko.AuthenticationException) or \
             "No authentication methods available" in str(e):
         how = f"key file {params.key}" if params.key else "the ssh agent and default keys"

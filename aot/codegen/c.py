@@ -27,6 +27,7 @@ import numpy as np
 from aot.codegen.check import check_func
 from aot.codegen.intrinsics import Helper, PairDot, check_call, vector_helper
 from aot.codegen.names import c_comment, c_identifier, symbol_names
+from aot.codegen.split import balanced_groups
 from aot.errors import UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, BufferKind, Call, Cast, Comment, Const, Decl,
                         DType, Expr, For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt, Store,
@@ -899,17 +900,9 @@ def _unit(printed: Sequence[_Printed]) -> str:
 
 
 def _balanced(printed: Sequence[_Printed]) -> list[list[_Printed]]:
-    """Functions in groups of about equal printed size (largest first into the
-    smallest group), each group in call order: deterministic from the text."""
-    total = sum(len(p.body) for p in printed)
-    count = max(1, min(MAX_PARTS, len(printed), -(-total // PART_CHARS)))
-    sizes, members = [0] * count, [[] for _ in range(count)]
-    order = sorted(range(len(printed)), key=lambda i: (-len(printed[i].body), i))
-    for i in order:
-        k = min(range(count), key=lambda j: (sizes[j], j))
-        sizes[k] += len(printed[i].body)
-        members[k].append(i)
-    return [[printed[i] for i in sorted(m)] for m in members if m]
+    """Functions in groups of about equal printed size, each in call order."""
+    groups = balanced_groups([len(p.body) for p in printed], PART_CHARS, MAX_PARTS)
+    return [[printed[i] for i in group] for group in groups]
 
 
 def _declaration(body: str) -> str:

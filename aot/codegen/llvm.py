@@ -29,6 +29,7 @@ from llvmlite import ir
 from aot.codegen.check import check_func
 from aot.codegen.intrinsics import Helper, LibmFn, PairDot, check_call, vector_helper
 from aot.codegen.names import symbol_names
+from aot.codegen.split import balanced_groups
 from aot.errors import AotError, UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, DType, Expr,
                         For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt, Store, Unary, Var,
@@ -558,17 +559,9 @@ def _stmt_count(func: PrimFunc) -> int:
 
 
 def split_parts(funcs: Sequence[PrimFunc]) -> list[list[int]]:
-    """Function indices in groups of about equal size (statements; largest
-    first into the smallest group), each in call order: a deterministic
-    function of the TIR, so packages stay byte-identical on any machine."""
-    sizes = [_stmt_count(f) for f in funcs]
-    count = max(1, min(MAX_PARTS, len(funcs), -(-sum(sizes) // PART_STMTS)))
-    loads, members = [0] * count, [[] for _ in range(count)]
-    for i in sorted(range(len(funcs)), key=lambda i: (-sizes[i], i)):
-        k = min(range(count), key=lambda j: (loads[j], j))
-        loads[k] += sizes[i]
-        members[k].append(i)
-    return [sorted(m) for m in members if m]
+    """Function indices in groups of about equal size in statements, each in
+    call order (split.balanced_groups)."""
+    return balanced_groups([_stmt_count(f) for f in funcs], PART_STMTS, MAX_PARTS)
 
 
 def emit_objects(funcs: Sequence[PrimFunc], prefix: str, target: Target) -> list[bytes]:

@@ -438,3 +438,18 @@ def test_a_key_file_that_is_no_key_is_refused_at_once(tmp_path):
     with pytest.raises(AotError, match=f"key file {bad} is not a private key"):
         connect(params)
     assert time.monotonic() - start < 5
+
+
+def test_an_unreadable_known_hosts_file_is_a_one_line_error(tmp_path):
+    import paramiko
+
+    from aot.deploy import known_hosts
+    from aot.errors import AotError
+
+    binary, bad = tmp_path / "binary", tmp_path / "bad"
+    binary.write_bytes(b"\xff\xfe\x00\xaa" * 16)
+    bad.write_text("[h]:22 ssh-ed25519 !!!notbase64\n")
+    with pytest.raises(AotError, match="is not text"):
+        known_hosts.load(paramiko.SSHClient(), str(binary))
+    with pytest.raises(AotError, match="has an invalid entry: '\\[h\\]:22 ssh-ed25519"):
+        known_hosts.load(paramiko.SSHClient(), str(bad))

@@ -71,6 +71,11 @@ def load(client: paramiko.SSHClient, known_hosts: str) -> None:
         client.load_host_keys(known_hosts)
     except OSError as e:
         raise AotError(f"cannot read known_hosts file {known_hosts}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise AotError(f"known_hosts file {known_hosts} is not text") from None
+    except paramiko.hostkeys.InvalidHostKey as e:
+        raise AotError(f"known_hosts file {known_hosts} has an invalid entry: "
+                       f"{e.line.strip()[:80]!r}") from None
 
 
 def unknown_message(where: str, board: str, host: str, port: int, known_hosts: str,

@@ -26,7 +26,7 @@ import numpy as np
 
 from aot.codegen.check import check_func
 from aot.codegen.intrinsics import Helper, PairDot, check_call, vector_helper
-from aot.codegen.names import c_comment, c_identifier, symbol_names
+from aot.codegen.names import c_comment, c_identifier, kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, BufferKind, Call, Cast, Comment, Const, Decl,
@@ -863,7 +863,7 @@ class _Printed:
 def emit_c(funcs: Sequence[PrimFunc], prefix: str) -> CSource:
     """One translation unit defining `<prefix>_<name>` for each PrimFunc,
     and the same functions split into `parts` (see PART_CHARS)."""
-    symbols = _symbols(funcs, prefix)
+    symbols = kernel_symbols(funcs, prefix)
     printed = []
     for f in funcs:
         mod = _Module()
@@ -876,16 +876,9 @@ def emit_c(funcs: Sequence[PrimFunc], prefix: str) -> CSource:
 def c_declarations(funcs: Sequence[PrimFunc], prefix: str) -> CSource:
     """What emit_c gives besides the code: the prototypes and symbols (a
     package whose kernels LLVM compiles needs only these); no source."""
-    symbols = _symbols(funcs, prefix)
+    symbols = kernel_symbols(funcs, prefix)
     prototypes = tuple(_signature(f, symbols[f.name], {}, set()) + ";" for f in funcs)
     return CSource("", prototypes, symbols)
-
-
-def _symbols(funcs: Sequence[PrimFunc], prefix: str) -> dict[str, str]:
-    """PrimFunc name -> C function name; the names must be distinct."""
-    if len(set(f.name for f in funcs)) != len(funcs):
-        raise UnsupportedError("two PrimFuncs share a name")
-    return symbol_names([f.name for f in funcs], prefix)
 
 
 def _unit(printed: Sequence[_Printed]) -> str:

@@ -28,7 +28,7 @@ from llvmlite import ir
 
 from aot.codegen.check import check_func
 from aot.codegen.intrinsics import Helper, LibmFn, PairDot, check_call, vector_helper
-from aot.codegen.names import symbol_names
+from aot.codegen.names import kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import AotError, UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, DType, Expr,
@@ -460,13 +460,11 @@ def target_machine(target: Target) -> llvm.TargetMachine:
 
 def build_module(funcs: Sequence[PrimFunc], prefix: str, target: Target,
                  symbols: dict[str, str] | None = None) -> ir.Module:
-    """The functions as one module; `symbols` (from symbol_names over every
+    """The functions as one module; `symbols` (from kernel_symbols over every
     function of the package) when these are only some of them."""
     module = ir.Module(name=prefix)
     module.triple = normalized_triple(target.triple)
-    if len({f.name for f in funcs}) != len(funcs):
-        raise UnsupportedError("two PrimFuncs share a name")
-    symbols = symbols or symbol_names([f.name for f in funcs], prefix)
+    symbols = symbols or kernel_symbols(funcs, prefix)
     # Fuse a*b+c into FMAs exactly when the C build of this target may.
     contract = "-ffp-contract=fast" in target.cflags
     pmaddwd = _pmaddwd(target)
@@ -569,10 +567,9 @@ def emit_objects(funcs: Sequence[PrimFunc], prefix: str, target: Target) -> list
     in parallel by forked worker processes (LLVM in llvmlite holds one lock,
     so threads would take turns); serially where fork is not available."""
     global _JOB
-    if len({f.name for f in funcs}) != len(funcs):
-        raise UnsupportedError("two PrimFuncs share a name")
+    symbols = kernel_symbols(funcs, prefix)
     parts = split_parts(funcs)
-    _JOB = (list(funcs), prefix, target, symbol_names([f.name for f in funcs], prefix))
+    _JOB = (list(funcs), prefix, target, symbols)
     try:
         workers = min(len(parts), os.cpu_count() or 1)
         if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from aot.errors import UnsupportedError
+
 # C99/C11 keywords, plus names the generated code and its headers define
 # (types, macros, the libm functions we call) that a local must not shadow.
 _KEYWORDS = frozenset("""
@@ -110,3 +112,12 @@ def symbol_names(names, prefix: str) -> dict[str, str]:
         local = c_identifier(name, taken)
         out[name] = f"{pre}_{local}" if pre else local
     return out
+
+
+
+def kernel_symbols(funcs, prefix: str) -> dict[str, str]:
+    """symbol_names of PrimFuncs, which must have distinct names."""
+    names = [f.name for f in funcs]
+    if len(set(names)) != len(names):
+        raise UnsupportedError("two PrimFuncs share a name")
+    return symbol_names(names, prefix)

@@ -196,3 +196,18 @@ def user_options(board_name: str) -> dict[str, Any]:
         raise AotError(f"{path}: [{board_name}] has unknown key(s) {', '.join(unknown)} "
                        f"(known: {', '.join(CONFIG_KEYS)})")
     return dict(table)
+
+
+def option_number(board: Board, key: str, default, kind, low, high):
+    """A numeric entry of the board's [options] table (or its default), checked:
+    of type `kind` (not a bool) and within low..high."""
+    value = board.options.get(key, default)
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = kind(value)
+    except (TypeError, ValueError):
+        raise AotError(f"board '{board.name}': {key} must be a number, got {value!r}") from None
+    if not low <= number <= high:
+        raise AotError(f"board '{board.name}': {key} must be within {low}..{high}, got {value!r}")
+    return number

@@ -31,7 +31,7 @@ import numpy as np
 
 from aot.deploy.host import RunResult, harness_args, parse_report, prepare_run
 from aot.errors import AotError
-from aot.targets import Board
+from aot.targets import Board, option_number
 
 DEFAULT_TIMEOUT_S = 300
 # Exit codes of the start-up code (runtime_c/cortex_m/startup.c).
@@ -75,7 +75,7 @@ def _failure(returncode: int, stderr: str) -> str:
 def run_qemu_system(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
                     runs: int) -> RunResult:
     meta, inputs, exe = prepare_run(pkg, inputs)
-    timeout = float(board.options.get("timeout_s", DEFAULT_TIMEOUT_S))
+    timeout = option_number(board, "timeout_s", DEFAULT_TIMEOUT_S, float, 0.001, 86400)
     with tempfile.TemporaryDirectory(prefix="aot-qemu-system-") as tmp:
         work = Path(tmp)
         args, out_paths = harness_args(meta, work, inputs, warmup, runs)

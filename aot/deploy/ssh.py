@@ -49,7 +49,7 @@ from aot import progress
 from aot.deploy import known_hosts
 from aot.deploy.host import RunResult, failure, harness_args, parse_report, prepare_run
 from aot.errors import AotError
-from aot.targets import Board, config_path
+from aot.targets import Board, config_path, option_number
 
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 # Authentication happens once the board answers: not part of "reachable".
@@ -99,28 +99,15 @@ def ssh_params(board: Board) -> SshParams:
         raise AotError(f"board '{board.name}': remote_tmp must be an absolute path, "
                        f"got {remote_tmp!r}")
     return SshParams(
-        host=host, port=_number(board, "port", 22, int, 1, 65535),
+        host=host, port=option_number(board, "port", 22, int, 1, 65535),
         user=str(o.get("user") or getpass.getuser()),
         key=str(Path(str(key)).expanduser()) if key else None,
         known_hosts=str(Path(str(o.get("known_hosts") or DEFAULT_KNOWN_HOSTS)).expanduser()),
         exec_prefix=prefix,
-        connect_timeout_s=_number(board, "connect_timeout_s", 10.0, float, 0.1, 3600),
-        command_timeout_s=_number(board, "command_timeout_s", 600.0, float, 0.1, 86400 * 7),
+        connect_timeout_s=option_number(board, "connect_timeout_s", 10.0, float, 0.1, 3600),
+        command_timeout_s=option_number(board, "command_timeout_s", 600.0, float, 0.1, 86400 * 7),
         trust_new_host_key=bool(o.get("trust_new_host_key", False)),
         remote_tmp=remote_tmp.rstrip("/") or "/", board=board.name)
-
-
-def _number(board: Board, key: str, default, kind, low, high):
-    value = board.options.get(key, default)
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        number = kind(value)
-    except (TypeError, ValueError):
-        raise AotError(f"board '{board.name}': {key} must be a number, got {value!r}") from None
-    if not low <= number <= high:
-        raise AotError(f"board '{board.name}': {key} must be within {low}..{high}, got {value!r}")
-    return number
 
 
 def where(params: SshParams) -> str:

@@ -43,7 +43,7 @@ from typing import Iterator
 from aot import progress
 from aot.deploy.vm_image import IMAGE_NAME, Image, cache_root, find_image
 from aot.errors import AotError
-from aot.targets import Board, with_options
+from aot.targets import Board, option_number, with_options
 
 DEFAULT_BOOT_TIMEOUT_S = 120.0
 USER = "root"
@@ -89,14 +89,12 @@ def vm_config(board: Board) -> VmConfig:
     name = o.get("vm")
     if name != IMAGE_NAME:
         raise AotError(f"board '{board.name}': unknown VM image '{name}' (known: {IMAGE_NAME})")
-    try:
-        return VmConfig(qemu=str(o.get("qemu", "qemu-system-aarch64")),
-                        machine=str(o.get("machine", "virt")),
-                        cpu=str(o.get("cpu", "cortex-a72")), smp=int(o.get("smp", 2)),
-                        memory_mb=int(o.get("memory_mb", 1024)),
-                        boot_timeout_s=float(o.get("boot_timeout_s", DEFAULT_BOOT_TIMEOUT_S)))
-    except (TypeError, ValueError) as e:
-        raise AotError(f"board '{board.name}': bad VM option ({e})") from None
+    return VmConfig(qemu=str(o.get("qemu", "qemu-system-aarch64")),
+                    machine=str(o.get("machine", "virt")), cpu=str(o.get("cpu", "cortex-a72")),
+                    smp=option_number(board, "smp", 2, int, 1, 64),
+                    memory_mb=option_number(board, "memory_mb", 1024, int, 64, 1 << 20),
+                    boot_timeout_s=option_number(board, "boot_timeout_s", DEFAULT_BOOT_TIMEOUT_S,
+                                                 float, 1, 86400))
 
 
 def qemu_command(cfg: VmConfig, image: Image, port: int, log: Path) -> list[str]:

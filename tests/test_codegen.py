@@ -875,6 +875,18 @@ def random_int_funcs(count: int = 60, n: int = 64, lanes: int = 1) -> list[PrimF
     return funcs
 
 
+def _outputs_per_lib(f, libs: dict, symbol: str, ins, n: int) -> dict:
+    """f(a, b, out) run from each compiled library: {library name: out}."""
+    results = {}
+    for name, lib in libs.items():
+        out = np.zeros(n, f.params[2].dtype.scalar)
+        fn = getattr(lib, symbol)
+        fn.restype, fn.argtypes = None, [ctypes.c_void_p] * 3
+        fn(ins[0].ctypes.data, ins[1].ctypes.data, out.ctypes.data)
+        results[name] = out
+    return results
+
+
 def test_random_integer_expressions_agree_across_backends(tmp_path):
     """Differential: C printed by us (precedence, casts, constants) under gcc
     and clang at -O1 and -O3 vs LLVM IR built from the same TIR."""
@@ -897,13 +909,7 @@ def test_random_integer_expressions_agree_across_backends(tmp_path):
                    check=True)
     libs["llvm"] = ctypes.CDLL(str(tmp_path / "llvm.so"))
     for f in funcs:
-        results = {}
-        for name, lib in libs.items():
-            out = np.zeros(n, f.params[2].dtype.scalar)
-            fn = getattr(lib, src.symbols[f.name])
-            fn.restype, fn.argtypes = None, [ctypes.c_void_p] * 3
-            fn(ins[0].ctypes.data, ins[1].ctypes.data, out.ctypes.data)
-            results[name] = out
+        results = _outputs_per_lib(f, libs, src.symbols[f.name], ins, n)
         first = results["llvm"]
         for name, got in results.items():
             assert np.array_equal(got, first), (f.name, name, np.nonzero(got != first)[0][:5],
@@ -983,13 +989,7 @@ def test_random_float_expressions_agree_across_backends(tmp_path, seeds=range(40
                     "-lm"], check=True)
     libs["llvm"] = ctypes.CDLL(str(tmp_path / "llvm.so"))
     for f in funcs:
-        results = {}
-        for name, lib in libs.items():
-            out = np.zeros(n, f.params[2].dtype.scalar)
-            fn = getattr(lib, src.symbols[f.name])
-            fn.restype, fn.argtypes = None, [ctypes.c_void_p] * 3
-            fn(ins[0].ctypes.data, ins[1].ctypes.data, out.ctypes.data)
-            results[name] = out
+        results = _outputs_per_lib(f, libs, src.symbols[f.name], ins, n)
         ref = results["llvm"]
         for name, got in results.items():
             same = (got.view(f"u{got.itemsize}") == ref.view(f"u{ref.itemsize}")) | \

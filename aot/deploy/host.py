@@ -6,7 +6,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -122,17 +122,22 @@ def prepare_run(pkg: Path, inputs: Sequence[np.ndarray]) -> tuple[dict, list[np.
     return meta, inputs, exe
 
 
-def run_local(pkg: Path, inputs: Sequence[np.ndarray], warmup: int, runs: int) -> RunResult:
+def run_local(pkg: Path, inputs: Sequence[np.ndarray], warmup: int, runs: int,
+              emulator: Sequence[str] = (), where: str = "",
+              describe: Callable[[int, str], str] = failure) -> RunResult:
+    """Run the harness on this machine, directly or under `emulator` (a
+    qemu-user command line); `where` (" under qemu-user") and `describe`
+    shape the error messages."""
     meta, inputs, exe = prepare_run(pkg, inputs)
     with tempfile.TemporaryDirectory(prefix="aot-run-") as tmp:
         args, out_paths = harness_args(meta, Path(tmp), inputs, warmup, runs)
         try:
-            r = subprocess.run([str(exe.resolve()), *args], capture_output=True, text=True,
-                               timeout=TIMEOUT_S)
+            r = subprocess.run([*emulator, str(exe.resolve()), *args], capture_output=True,
+                               text=True, timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            raise AotError(f"the harness timed out after {TIMEOUT_S} s") from None
+            raise AotError(f"the harness timed out{where} after {TIMEOUT_S} s") from None
         except OSError as e:
-            raise AotError(f"cannot run {exe}: {e.strerror}") from None
+            raise AotError(f"cannot run {emulator[0] if emulator else exe}: {e.strerror}") from None
         if r.returncode != 0:
-            raise AotError(failure(r.returncode, r.stderr))
+            raise AotError(describe(r.returncode, r.stderr))
         return parse_report(r.stdout, meta, [p.read_bytes() for p in out_paths])

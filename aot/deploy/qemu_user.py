@@ -16,18 +16,15 @@ board's speed: `aot bench` says so for boards marked `emulated`.
 from __future__ import annotations
 
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from aot.deploy.host import RunResult, harness_args, parse_report, prepare_run
+from aot.deploy.host import RunResult, run_local
 from aot.errors import AotError
 from aot.targets import Board
 
-TIMEOUT_S = 600
 REQUIRED_OPTIONS = ("qemu", "cpu")
 
 
@@ -54,17 +51,5 @@ def _failure(returncode: int, stderr: str) -> str:
 
 def run_qemu_user(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
                   runs: int) -> RunResult:
-    meta, inputs, exe = prepare_run(pkg, inputs)
-    cmd = qemu_command(board)
-    with tempfile.TemporaryDirectory(prefix="aot-qemu-") as tmp:
-        args, out_paths = harness_args(meta, Path(tmp), inputs, warmup, runs)
-        try:
-            r = subprocess.run([*cmd, str(exe.resolve()), *args], capture_output=True,
-                               text=True, timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise AotError(f"the harness timed out under qemu-user after {TIMEOUT_S} s") from None
-        except OSError as e:
-            raise AotError(f"cannot run {cmd[0]}: {e.strerror}") from None
-        if r.returncode != 0:
-            raise AotError(_failure(r.returncode, r.stderr))
-        return parse_report(r.stdout, meta, [p.read_bytes() for p in out_paths])
+    return run_local(pkg, inputs, warmup, runs, emulator=qemu_command(board),
+                     where=" under qemu-user", describe=_failure)

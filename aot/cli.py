@@ -170,7 +170,7 @@ def _read_inputs(specs: list[str], names: list[str]) -> list[np.ndarray]:
                            f"(inputs: {', '.join(names)})")
         try:
             array = np.load(file, allow_pickle=False)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, EOFError) as e:   # EOFError: an empty file
             raise AotError(f"--input {spec}: cannot read {file} ({e})") from None
         if eq:
             by_name[name] = array

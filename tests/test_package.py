@@ -373,6 +373,10 @@ def test_run_cli_by_name_and_position(tmp_path):
             tmp_path / "o3")
     assert r.returncode == 2 and "no input 'nope'" in r.stderr and len(r.stderr.splitlines()) == 1
     assert not (tmp_path / "o3").exists()
+    (tmp_path / "empty.npy").write_bytes(b"")
+    r = cli("run", tmp_path / "pkg", "--input", tmp_path / "empty.npy", "--out", tmp_path / "o4")
+    assert r.returncode == 2 and "cannot read" in r.stderr and len(r.stderr.splitlines()) == 1
+    assert not (tmp_path / "o4").exists()
 
 
 def test_stateful_model_harness_starts_from_the_initial_state(tmp_path):

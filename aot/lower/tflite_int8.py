@@ -346,8 +346,7 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
                 return finish(idx, acc)
             y = q.clamp(q.offset(vrq.apply(b, acc, idx[3]), zp_out), lo, hi)
             return emit(0, idx, Cast(dt(out_dtype, lanes), y))
-        return vector_conv_nest(ctx, g, x.load, zp_in, weights, bias, epilogue,
-                                vector_lanes(ctx))
+        return vector_conv_nest(ctx, g, x.load, zp_in, weights, bias, epilogue)
     return conv_nest(ctx, g, x.load, zp_in, weights, bias, finish)
 
 
@@ -409,7 +408,7 @@ def hybrid_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> S
                 y = Bin("+", y, bias_vec(idx[3], lanes))
             return emit(0, idx, y)
         return vector_conv_nest(ctx, g, load_q, 0, weights, np.zeros(g.cout, np.int64),
-                                epilogue, vector_lanes(ctx), prologue)
+                                epilogue, prologue)
     return conv_nest(ctx, g, load_q, 0, weights, np.zeros(g.cout, np.int64), finish, prologue)
 
 
@@ -899,17 +898,16 @@ class VecRequant:
         return q.rdbpot(h, self.right(c, lanes))
 
 
-def _tile_epilogue(ctx: LowerCtx, scratch, base: int, widths, chunk: int,
-                   body: Callable[[q.Block, int, Expr, int], Stmt]) -> Stmt:
-    """After a tile's accumulators went to scratch[base:]: body(block,
-    offset in the tile, sums, lanes) per run of `chunk` (or fewer) lanes."""
+def _tile_epilogue(accs, widths, body: Callable[[q.Block, int, Expr, int], Stmt],
+                   ctx: LowerCtx) -> Stmt:
+    """body(block, offset in the tile, sums, lanes) for each of a tile's
+    accumulators, straight from its register: every accumulator is at most
+    one vector wide, so no sums go through memory."""
     parts = []
-    for off, wd in zip(_offs(widths), widths):
-        lanes = min(chunk, wd)
-        for k in range(0, wd, lanes):
-            b = q.Block(ctx)
-            b.add(body(b, off + k, Load(scratch, Const(base + off + k), lanes), lanes))
-            parts.append(b.stmt())
+    for a, off, wd in zip(accs, _offs(widths), widths):
+        b = q.Block(ctx)
+        b.add(body(b, off, a, wd))
+        parts.append(b.stmt())
     return seq(*parts)
 
 
@@ -924,7 +922,7 @@ def _offs(widths) -> list[int]:
 
 def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                      weights: np.ndarray, bias: np.ndarray,
-                     epilogue: Callable[[q.Block, tuple, Expr, int], Stmt], chunk: int,
+                     epilogue: Callable[[q.Block, tuple, Expr, int], Stmt],
                      prologue: Callable[[Expr], Stmt] | None = None) -> Stmt:
     """conv_nest in vector tiles (see the section comment).
 
@@ -933,7 +931,8 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     C_out/G]); depthwise with multiplier 1 (one input channel per group)
     loads input and weights as channel vectors alike (weights [KH, KW, C]).
     epilogue(block, (n, oy, ox, c), acc, lanes) stores the requantized
-    result of `lanes` channels from c (chunk lanes, then scalars).
+    result of `lanes` channels from c (one accumulator: a vector, a
+    narrower one or a scalar).
     """
     from dataclasses import replace as _replace
 
@@ -989,10 +988,6 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
             values = bias - zp * flat_w.sum(axis=1) if folded else bias
             bias_tabs[folded] = ctx.param("bias", ref_q.wrap_int32(values).astype(np.int32))
         return Load(bias_tabs[folded], oc, lanes)
-
-    mr_max = max(t.mr_max, 1)
-    nr = max(sum(w) for _, w in tiles)
-    acc_row = ctx.scratch_buffer("acc", "int32", (mr_max, nr))
 
     def w_load(gi, ky, kx, ic, c, lanes):
         idx = (ky, kx, c) if depthwise else (gi, ky, kx, ic, c)
@@ -1085,11 +1080,9 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                 body += [Assign(a, Bin("+", a, packed_pair_dot(pv, v))) for a, v in zip(row_, wp)]
             return seq(*body)
 
-        stores = [Store(acc_row, Const(p * nr + off), a)
-                  for p, row_ in enumerate(accs) for a, off in zip(row_, offs)]
-        stores += [_tile_epilogue(ctx, acc_row, p * nr, widths, chunk, lambda b, k, acc, lanes,
-                                  ox=ox: epilogue(b, (n, oy, ox, add(oc0, Const(k))), acc, lanes))
-                   for p, ox in enumerate(oxs)]
+        stores = [_tile_epilogue(row_, widths, lambda b, k, acc, lanes, ox=ox: epilogue(
+            b, (n, oy, ox, add(oc0, Const(k))), acc, lanes), ctx)
+                  for row_, ox in zip(accs, oxs)]
         if flat:
             taps = loop(ctx, "ky", g.kh, lambda ky: loop(ctx, "kp", n_pairs,
                                                        lambda j: flat_step(ky, j)))
@@ -1256,7 +1249,6 @@ def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_o
             singles["w"] = ctx.param("weights", _weight_dtype(np.ascontiguousarray(w.T)))
         return singles["w"]
     bias_buf = ctx.param("bias", bias.astype(np.int32))
-    acc_row = ctx.scratch_buffer("acc", "int32", (max(sum(ws) for _, ws in tiles),))
 
     def body(out_lead, x_at) -> Stmt:
         stmts = []
@@ -1289,14 +1281,13 @@ def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_o
                     code.append(single(Const(depth - 1)))
             else:
                 code.append(loop(ctx, "d", depth, single))
-            code += [Store(acc_row, Const(off), a) for a, off in zip(accs, offs)]
 
             def requant(b, k, acc, lanes):
                 c = add(c0, Const(k))
                 r = rq.apply(b, acc, c) if lanes == 1 else vrq.apply(b, acc, c)
                 y = q.clamp(q.offset(r, zp_out), lo, hi)
                 return emit(0, out_lead + (c,), Cast(dt(out_ty.dtype, lanes), y))
-            code.append(_tile_epilogue(ctx, acc_row, 0, widths, vector_lanes(ctx), requant))
+            code.append(_tile_epilogue(accs, widths, requant, ctx))
             return seq(*code)
 
         base = 0

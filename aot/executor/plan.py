@@ -9,6 +9,7 @@ Everything is deterministic: ties break on the buffer name.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -52,8 +53,12 @@ def lower_bound(buffers: Sequence[Buffer]) -> int:
     return best
 
 
-def first_fit(order: Sequence[Buffer]) -> dict[str, int]:
-    """Place each buffer at the lowest aligned offset clear of the live ones placed."""
+def first_fit(order: Sequence[Buffer], high: bool = False) -> dict[str, int]:
+    """Place each buffer in the lowest gap clear of the live ones placed:
+    at the gap's bottom, or with `high` at its top when the gap is closed
+    above. A small buffer at the top of a gap leaves its bottom whole for a
+    big neighbour in time (a chain of equal tensors with one small one in
+    the middle packs into two slots only that way)."""
     placed: list[tuple[int, Buffer]] = []
     offsets: dict[str, int] = {}
     for buf in order:
@@ -61,6 +66,8 @@ def first_fit(order: Sequence[Buffer]) -> dict[str, int]:
         offset = 0
         for start, end in busy:
             if offset + buf.size <= start:
+                if high:
+                    offset = (start - buf.size) // buf.align * buf.align
                 break
             offset = max(offset, _round_up(end, buf.align))
         placed.append((offset, buf))
@@ -87,11 +94,11 @@ def plan_memory(buffers: Sequence[Buffer], align: int = 16) -> Plan:
         raise ValueError("plan_memory: buffer names must be unique")
     bound = lower_bound(buffers)
     best: Plan | None = None
-    for strategy, key in ORDERINGS.items():
-        offsets = first_fit(sorted(buffers, key=key))
+    for high, (strategy, key) in itertools.product((False, True), ORDERINGS.items()):
+        offsets = first_fit(sorted(buffers, key=key), high)
         size = _round_up(arena_size(buffers, offsets), align)
         if best is None or size < best.arena_bytes:
-            best = Plan(offsets, size, bound, strategy)
+            best = Plan(offsets, size, bound, strategy + ("-high" if high else ""))
         if size <= _round_up(bound, align):
             break
     assert best is not None or not buffers

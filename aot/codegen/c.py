@@ -437,7 +437,8 @@ class _Printer:
         builtin GCC and Clang share), the lane formula elsewhere."""
         rt, wt = self.mod.vector(d), self.mod.vector(DType("int16", 2 * d.lanes))
         name = f"aot_dot2{'p' if packed else ''}_{rt[4:]}"
-        builtin = {8: ("__AVX2__", "__builtin_ia32_pmaddwd256"),
+        builtin = {16: ("__AVX512BW__", "__builtin_ia32_pmaddwd512"),
+                   8: ("__AVX2__", "__builtin_ia32_pmaddwd256"),
                    4: ("__SSE2__", "__builtin_ia32_pmaddwd128")}.get(d.lanes)
         if packed:      # a vector of the int32 pair, seen as int16 lanes (little-endian x86)
             build = f"{rt} p32 = {{{', '.join(['p'] * d.lanes)}}};\n    {wt} x = ({wt})p32;"
@@ -479,7 +480,8 @@ class _Printer:
         d = h.dtype
         t = self.mod.vector(d)
         name = f"{h.name}_{t[4:]}"
-        fast = {8: ("__AVX2__", "__builtin_ia32_pmuldq256"),
+        fast = {16: ("__AVX512F__", "__builtin_ia32_pmuldq512"),
+                8: ("__AVX2__", "__builtin_ia32_pmuldq256"),
                 4: ("__SSE4_1__", "__builtin_ia32_pmuldq128")}.get(d.lanes)
 
         def make() -> str:

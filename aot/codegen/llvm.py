@@ -481,6 +481,8 @@ def _pmaddwd(target: Target) -> dict[int, str]:
     found = {4: "llvm.x86.sse2.pmadd.wd"}
     if "+avx2" in features or target.cpu in ("x86-64-v3", "x86-64-v4", "native"):
         found[8] = "llvm.x86.avx2.pmadd.wd"
+    if "+avx512bw" in features or target.cpu == "x86-64-v4":
+        found[16] = "llvm.x86.avx512.pmaddw.d.512"
     return found
 
 

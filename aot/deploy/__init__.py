@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.deploy.host import RunResult, run_local
+from aot.deploy.host import RunResult, check_cpu, run_local
 from aot.deploy.qemu_user import run_qemu_user
 from aot.deploy.qemu_system import run_qemu_system
 from aot.errors import AotError
@@ -24,6 +24,7 @@ Transport = Callable[[Path, Board, Sequence[np.ndarray], int, int], RunResult]
 
 def _local(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
            runs: int) -> RunResult:
+    check_cpu(board)
     return run_local(pkg, inputs, warmup, runs)
 
 

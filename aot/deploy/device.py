@@ -223,6 +223,9 @@ class Device:
         if self.board.transport == "ssh":
             return _Session(self._start_remote(exe), meta)
         prefix: list[str] = []
+        if self.board.transport == "local":
+            from aot.deploy.host import check_cpu
+            check_cpu(self.board)
         if self.board.transport == "qemu-user":
             from aot.deploy.qemu_user import qemu_command
             prefix = qemu_command(self.board)

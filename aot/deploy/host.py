@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from aot.errors import AotError
+from aot.targets import Board
 
 TIMEOUT_S = 600
 
@@ -107,6 +108,32 @@ def failure(returncode: int, stderr: str) -> str:
     if returncode == EXIT_GUARD:
         return f"the harness's guard check failed: {last.removeprefix('bench: ')}"
     return f"the harness failed (exit {returncode}): {last}"
+
+
+def cpu_flags() -> frozenset[str]:
+    """This machine's CPU feature flags (Linux /proc/cpuinfo; empty elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return frozenset(value.split())
+    return frozenset()
+
+
+def check_cpu(board: Board) -> None:
+    """Refuse to run a local board's code on a CPU without the features it
+    was compiled for (options.cpu_flags): that would die of SIGILL."""
+    wanted = board.options.get("cpu_flags", ())
+    if isinstance(wanted, str) or not all(isinstance(f, str) for f in wanted):
+        raise AotError(f"board '{board.name}': options.cpu_flags must be a list of "
+                       "/proc/cpuinfo flags")
+    missing = [f for f in wanted if f not in cpu_flags()]
+    if missing:
+        raise AotError(f"board '{board.name}' needs CPU features this machine lacks: "
+                       f"{', '.join(missing)} (build for board 'host' instead)")
 
 
 def prepare_run(pkg: Path, inputs: Sequence[np.ndarray]) -> tuple[dict, list[np.ndarray], Path]:

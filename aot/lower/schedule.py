@@ -61,6 +61,8 @@ _REGISTERS = {"x86_64": 16, "aarch64": 32, "arm": 16, "riscv64": 32}
 
 def registers(target: Target) -> int:
     arch = target.triple.split("-")[0]
+    if arch == "x86_64" and "+avx512f" in target.features.split(","):
+        return 32           # zmm0-31
     return _REGISTERS.get(arch, 16)
 
 

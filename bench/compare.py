@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""aot against ONNX Runtime and LiteRT on the MLPerf Tiny models, on the host.
+"""aot against ONNX Runtime and LiteRT on the MLPerf Tiny models, on the host;
+aot alone on another board (--board qemu-rpi4, qemu-aarch64, rpi4 --host ...).
 
     .venv/bin/python bench/compare.py [--models kws,vww,ic,ad] [--codegen c|llvm]
-                                      [--rounds R] [--batch K] [--json FILE]
+                                      [--board B [--host H ...]] [--rounds R]
+                                      [--batch K] [--json FILE]
 
 For each model (int8 and float .tflite in ../shared/models) the contenders
 are:
@@ -33,10 +35,23 @@ aot is built for a board of this machine: by default host-avx512 where the
 CPU has AVX-512 (the anchors' own kernels are picked by the CPU too), else
 host (AVX2); `--board host` forces the AVX2 code. `--json FILE` writes every
 number the tables show.
+
+Any other board of aot's (`aot boards`) reports aot alone, since ONNX Runtime
+and LiteRT do not run there: per model and codegen the package built for
+the board, its outputs checked against the reference runtime on this
+machine, its timings from the harness on the board (same rounds and
+batches, aot c and aot llvm interleaved), and the same memory numbers. The
+whole run keeps one connection (aot.connect): one VM for qemu-rpi4 (or the
+one `aot board up qemu-rpi4` keeps), each harness uploaded and started once.
+An SSH board takes --host/--port/--user/--key/--known-hosts/--exec-prefix/
+--trust-new-host-key as `aot bench` does, over ~/.config/aot/boards.toml.
+Emulated boards (qemu-rpi4, qemu-aarch64) run the real code, but their
+times are the emulator's on this machine, and the report says so.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -45,7 +60,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -201,12 +216,18 @@ def find_cases(families: list[str]) -> list[Case]:
     return cases
 
 
-def prepare(case: Case, board, codegens: list[str], workdir: Path, log) -> None:
+def prepare(case: Case, board, codegens: list[str], workdir: Path, log,
+            run_on_board: Callable | None = None) -> None:
     """Package the model per codegen, check the package's outputs against the
-    reference runtime, measure tflite-micro's arena."""
+    reference runtime, measure tflite-micro's arena. `run_on_board(pkg,
+    inputs)` runs a package (default: run_package, one run per call)."""
     from aot.api import as_graph, package
     from aot.deploy import run_package
     from aot.deploy.reference import compare, reference_outputs
+
+    if run_on_board is None:
+        def run_on_board(pkg, inputs):
+            return run_package(pkg, board, inputs)
 
     graph = as_graph(case.tflite)
     ref, want = reference_outputs(case.tflite, graph, case.inputs)
@@ -217,7 +238,7 @@ def prepare(case: Case, board, codegens: list[str], workdir: Path, log) -> None:
         log(f"  packaged {case.name} ({cg}) in {time.perf_counter() - t0:.1f} s")
         case.packages[cg] = info.path
         case.meta = info.metadata      # the plan does not depend on the codegen
-        got = run_package(info.path, board, case.inputs).outputs
+        got = run_on_board(info.path, case.inputs).outputs
         rows = [compare(n, g, w) for n, g, w in zip(graph.outputs, got, want)]
         ok = all(r["ok"] for r in rows)
         err = max((r["max_abs_err"] or 0.0) for r in rows)
@@ -239,8 +260,19 @@ def summarize(case: Case, times: dict[str, list[float]]) -> dict:
                      "p10": s.p10_ms / best_p10}
               for name, s in stats.items() if name.startswith("aot")}
     return {"model": case.name, "contenders": {n: s.as_json() for n, s in stats.items()},
-            "best_anchor": best, "aot_over_best_anchor": ratios,
-            "arena_bytes": case.meta["arena_bytes"],
+            "best_anchor": best, "aot_over_best_anchor": ratios, **case_facts(case)}
+
+
+def summarize_alone(case: Case, times: dict[str, list[float]]) -> dict:
+    """A board without anchors: aot's timings and the memory numbers."""
+    return {"model": case.name,
+            "contenders": {n: stats_of(t).as_json() for n, t in times.items()},
+            **case_facts(case)}
+
+
+def case_facts(case: Case) -> dict:
+    """What does not depend on the timings: memory and the output check."""
+    return {"arena_bytes": case.meta["arena_bytes"],
             "arena_lower_bound_bytes": case.meta["arena_lower_bound_bytes"],
             "params_bytes": case.meta["params_bytes"],
             "tflm_arena_bytes": case.tflm["bytes"],
@@ -260,7 +292,7 @@ def nbytes(n) -> str:
 def model_table(row: dict):
     from rich.table import Table
 
-    best = row["best_anchor"]
+    best = row.get("best_anchor")          # None on a board without anchors
     tflm = row["tflm_arena_bytes"]
     if tflm is None:
         tflm_text = f"n/a, {row['tflm_arena_source']}"
@@ -272,16 +304,21 @@ def model_table(row: dict):
                f"{nbytes(row['arena_lower_bound_bytes'])} B), params "
                f"{nbytes(row['params_bytes'])} B; tflite-micro arena {tflm_text}\n"
                f"outputs: {row['check']}")
+    # Without the ratio column the table is narrow: keep the caption readable.
     table = Table(title=row["model"], caption=caption, title_justify="left",
-                  caption_justify="left")
+                  caption_justify="left", min_width=None if best else 80)
     table.add_column("contender")
-    for col in ("median us", "p10 us", "runs", "aot / best anchor (median, p10)"):
+    cols = ("median us", "p10 us", "runs") + (("aot / best anchor (median, p10)",) if best
+                                              else ())
+    for col in cols:
         table.add_column(col, justify="right")
     for name, s in row["contenders"].items():
-        ratio = row["aot_over_best_anchor"].get(name)
-        label = name + (" (best anchor)" if name == best else "")
-        table.add_row(label, us(s["median_ms"]), us(s["p10_ms"]), str(s["n"]),
-                      f"{ratio['median']:.2f}x, {ratio['p10']:.2f}x" if ratio else "")
+        cells = [name + (" (best anchor)" if name == best else ""), us(s["median_ms"]),
+                 us(s["p10_ms"]), str(s["n"])]
+        if best:
+            ratio = row["aot_over_best_anchor"].get(name)
+            cells.append(f"{ratio['median']:.2f}x, {ratio['p10']:.2f}x" if ratio else "")
+        table.add_row(*cells)
     return table
 
 
@@ -308,15 +345,68 @@ def summary_table(rows: list[dict], codegens: list[str]):
         ratios = row["aot_over_best_anchor"]
         cells += [f"{ratios[f'aot {cg}']['median']:.2f}x ({ratios[f'aot {cg}']['p10']:.2f}x)"
                   for cg in codegens]
-        tflm = nbytes(row["tflm_arena_bytes"])
-        if row["tflm_arena_source"].startswith("published"):
-            tflm += "*"
-        cells += [nbytes(row["arena_bytes"]), nbytes(row["arena_lower_bound_bytes"]), tflm]
-        table.add_row(*cells)
+        table.add_row(*cells, *memory_cells(row))
     return table
 
 
+def summary_table_alone(rows: list[dict], codegens: list[str], board):
+    """The summary on a board without anchors: aot's medians (p10s) and memory."""
+    from rich.table import Table
+
+    table = Table(title=f"summary on {board.name}: medians (p10) in us", title_justify="left")
+    table.add_column("model")
+    for cg in codegens:
+        table.add_column(f"aot {cg}", justify="right")
+    for col in ("outputs", "arena B", "bound B", "tflm B"):
+        table.add_column(col, justify="right")
+    for row in rows:
+        c = row["contenders"]
+        cells = [row["model"].removeprefix("mlperf_")]
+        cells += [f"{us(c[f'aot {cg}']['median_ms'])} ({us(c[f'aot {cg}']['p10_ms'])})"
+                  for cg in codegens]
+        cells.append("ok" if row["outputs_ok"] else "MISMATCH")
+        table.add_row(*cells, *memory_cells(row))
+    return table
+
+
+def memory_cells(row: dict) -> list[str]:
+    """arena B, bound B, tflm B (* where it is MLPerf Tiny's published value)."""
+    tflm = nbytes(row["tflm_arena_bytes"])
+    if row["tflm_arena_source"].startswith("published"):
+        tflm += "*"
+    return [nbytes(row["arena_bytes"]), nbytes(row["arena_lower_bound_bytes"]), tflm]
+
+
 # ------------------------------------------------------------------------ main
+
+# --host ... as argparse names them (aot.cli._ssh_args): what reaches an SSH board.
+SSH_ARGS = ("host", "port", "user", "key", "known_hosts", "exec_prefix", "trust_new_host_key")
+
+
+def pick_board(args: argparse.Namespace):
+    """--board: a board of this machine (host_board: the default, and the
+    only kind with anchors), or any other board of aot's, with the SSH options
+    merged over its options as every aot command merges them."""
+    from aot.cli import _board
+    from aot.targets import get_board
+
+    given = [f"--{a.replace('_', '-')}" for a in SSH_ARGS if getattr(args, a) not in (None, False)]
+    board = get_board(args.board) if args.board else None    # an unknown name: its error
+    if given and (board is None or board.transport != "ssh"):
+        what = f"board '{board.name}' ({board.transport})" if board else "the host"
+        raise AotError(f"{', '.join(given)}: only for a board reached over SSH, not {what}")
+    if board is None or board.transport == "local":
+        return host_board(args.board)
+    if args.cpu is not None and board.transport == "ssh":
+        raise AotError(f"--cpu pins a process of this machine, but on board '{board.name}' "
+                       "the harness runs on the board (pin it there with --exec-prefix "
+                       "'taskset -c N')")
+    board = _board(args)
+    if board.transport == "ssh" and not board.options.get("vm"):
+        from aot.deploy.ssh import ssh_params
+        ssh_params(board)          # no host, a bad port: say so before any packaging
+    return board
+
 
 def host_board(name: str | None):
     """The board to build for: `name`, which must run on this machine, or by
@@ -361,12 +451,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", help="comma-separated: kws, vww, ic, ad (default: all)")
     p.add_argument("--codegen", choices=("c", "llvm"), help="one codegen (default: both)")
     p.add_argument("--board", help="a board of this machine: host or host-avx512 (default: "
-                   "the fastest this CPU runs)")
+                   "the fastest this CPU runs), or another board of aot's, e.g. qemu-rpi4, "
+                   "qemu-aarch64, rpi4 (aot alone)")
     p.add_argument("--rounds", type=int, default=20, help="interleaved rounds (default: 20)")
     p.add_argument("--batch", type=int, default=25,
                    help="timed invocations per contender per round (default: 25)")
     p.add_argument("--cpu", type=int, help="the core to pin to (default: the last one)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    from aot.cli import _ssh_args
+    _ssh_args(p)
     args = p.parse_args(argv)
     from rich.console import Console
 
@@ -374,15 +467,27 @@ def main(argv: list[str] | None = None) -> int:
     if not console.is_terminal:       # a log or a pipe: wide enough for the summary
         console = Console(width=150)
     err = Console(stderr=True)
+    def log(msg: str) -> None:
+        err.print(msg, highlight=False)
+
     try:
-        board = host_board(args.board)
+        board = pick_board(args)
         if args.rounds < 1 or args.batch < 1:
             raise AotError("--rounds and --batch must be >= 1")
         families = parse_models(args.models)
         codegens = [args.codegen] if args.codegen else ["c", "llvm"]
+        if board.transport != "local":
+            # qemu-user and bare-metal emulators run here and are pinned; an
+            # SSH board (a VM's emulator has threads of its own) is not.
+            cpu = None if board.transport == "ssh" else pin_to_one_core(args.cpu)
+            t0 = time.perf_counter()
+            rows = run_alone(find_cases(families), board, codegens, args.rounds, args.batch,
+                             log)
+            log(f"  {len(rows)} models on {board.name} in {time.perf_counter() - t0:.0f} s")
+            report_alone(console, args, board, codegens, cpu, rows)
+            return 0
         cpu = pin_to_one_core(args.cpu)
-        rows = run(find_cases(families), board, codegens, args.rounds, args.batch,
-                   lambda msg: err.print(msg, highlight=False))
+        rows = run(find_cases(families), board, codegens, args.rounds, args.batch, log)
     except AotError as e:
         print(f"compare.py: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -430,6 +535,95 @@ def run(cases: list[Case], board, codegens: list[str], rounds: int, batch: int, 
             log(f"  timed {case.name} in {time.perf_counter() - t0:.1f} s")
             rows.append(summarize(case, times))
     return rows
+
+
+# ------------------------------------------------------ another board: aot alone
+
+@contextlib.contextmanager
+def on_board(board) -> Iterator[Callable]:
+    """run(pkg, inputs, warmup=0, runs=1) -> RunResult on the board, for the
+    whole benchmark: a hosted board keeps one connection (for qemu-rpi4 one
+    VM) and one harness per package, started (uploaded) on first use; a
+    bare-metal board has no serve mode, so every call boots its emulator."""
+    if board.transport == "qemu-system":
+        from aot.deploy import run_package
+
+        yield lambda pkg, inputs, warmup=0, runs=1: run_package(pkg, board, inputs, warmup,
+                                                                runs)
+        return
+    from aot.deploy.device import connect
+
+    with connect(board) as device:
+        yield device.run
+
+
+def board_contender(run_on_board: Callable, pkg: Path, inputs, batch: int
+                    ) -> Callable[[], list[float]]:
+    """A batch timed by the harness on the board, as time_package does."""
+    def timed() -> list[float]:
+        result = run_on_board(pkg, inputs, WARMUP, batch)
+        if len(result.times_ns) != batch:
+            raise AotError(f"the harness reported {len(result.times_ns)} timings, "
+                           f"expected {batch}")
+        return [t / 1e6 for t in result.times_ns]
+    return timed
+
+
+def run_alone(cases: list[Case], board, codegens: list[str], rounds: int, batch: int, log
+              ) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="aot-compare-") as tmp, \
+            on_board(board) as run_on_board:
+        for case in cases:
+            prepare(case, board, codegens, Path(tmp), log, run_on_board)
+            t0 = time.perf_counter()
+            times = interleave({f"aot {cg}": board_contender(run_on_board, pkg, case.inputs,
+                                                              batch)
+                                for cg, pkg in case.packages.items()}, rounds)
+            log(f"  timed {case.name} on {board.name} in {time.perf_counter() - t0:.1f} s")
+            rows.append(summarize_alone(case, times))
+    return rows
+
+
+def report_alone(console, args, board, codegens: list[str], cpu: int | None,
+                 rows: list[dict]) -> None:
+    from aot.cli import EMULATED_NOTE
+
+    for row in rows:
+        console.print(model_table(row))
+        console.print()
+    console.print(summary_table_alone(rows, codegens, board))
+    emulated = (EMULATED_NOTE.format(board=board.name, transport=board.transport)
+                if board.emulated else None)
+    where = (f"pinned to CPU {cpu} of this machine" if cpu is not None else
+             "unpinned (--exec-prefix 'taskset -c N' pins it on the board)")
+    harness = ("the emulator booted per batch" if board.transport == "qemu-system" else
+               "one harness per package, kept running for all rounds")
+    notes = [
+        f"aot alone on board {board.name} ({board.description}; target "
+        f"{board.target.name}): ONNX Runtime and LiteRT do not run there",
+        *([f"note: {emulated}"] if emulated else []),
+        f"{args.rounds} interleaved rounds x {args.batch} timed invocations per codegen "
+        f"(after {WARMUP} warm-up each round); where median and p10 differ much, trust p10",
+        f"aot: per-invocation times from the package's harness on the board ({harness}), "
+        f"{where}",
+        f"outputs: checked against the reference runtime on this machine ({cpu_name()})",
+        "tflm: tflite-micro's arena from its recording allocator on this machine (n/a: it "
+        "refuses the model); * MLPerf Tiny's published value where it cannot be measured",
+        "bound: the most bytes live at one step, the least any placement needs",
+    ]
+    for n in notes:
+        console.print(n, highlight=False, soft_wrap=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"board": {"name": board.name, "target": board.target.name,
+                       "transport": board.transport, "description": board.description,
+                       "emulated": board.emulated},
+             "note": emulated, "anchors": [],
+             "host": {"cpu": cpu_name(), "pinned_cpu": cpu,
+                      "load_average": os.getloadavg()[0]}, "versions": versions(),
+             "rounds": args.rounds, "batch": args.batch, "warmup": WARMUP,
+             "models": rows}, indent=2) + "\n")
 
 
 def versions() -> dict[str, str]:

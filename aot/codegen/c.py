@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from aot.codegen.check import check_func
-from aot.codegen.intrinsics import Helper, PairDot, check_call, vector_helper
+from aot.codegen.intrinsics import Helper, PairDot, PairPack, check_call, vector_helper
 from aot.codegen.names import c_comment, c_identifier, kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import UnsupportedError
@@ -417,6 +417,8 @@ class _Printer:
         fn = check_call(e.fn, e.args, e.dtype)
         if isinstance(fn, PairDot):
             return self._call_text(self._pair_dot(e.dtype, fn.packed), list(e.args))
+        if isinstance(fn, PairPack):
+            return self._call_text(self._pair_pack(e.dtype), list(e.args))
         if isinstance(fn, Helper) and e.dtype.lanes > 1:
             whole = vector_helper(fn.name, e.dtype.lanes)
             if whole is not None:
@@ -456,6 +458,19 @@ class _Printer:
             f"    {rt} r = {{0}};\n    for (int k = 0; k < {d.lanes}; ++k) {{\n"
             f"        r[k] = x0 * w[2 * k] + x1 * w[2 * k + 1];\n    }}\n    return r;\n"
             + ("#endif\n" if builtin else "") + "}"))
+
+    def _pair_pack(self, d: DType) -> str:
+        """aot_pack2 (intrinsics.PairPack): the vector's bytes on a
+        little-endian target, the lane formula elsewhere."""
+        rt, vt = self.mod.vector(d), self.mod.vector(DType("int16", 2 * d.lanes))
+        name = f"aot_pack2_{rt[4:]}"
+        return self.mod.helper(name, lambda: (
+            f"static inline {rt} {name}({vt} v)\n{{\n"
+            "#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__\n"
+            f"    return ({rt})v;\n#else\n"
+            f"    {rt} r = {{0}};\n    for (int k = 0; k < {d.lanes}; ++k) {{\n"
+            f"        r[k] = (v[2 * k] & 65535) + v[2 * k + 1] * 65536;\n    }}\n"
+            "    return r;\n#endif\n}"))
 
     def _helper_fn(self, h: Helper) -> str:
         def make() -> str:

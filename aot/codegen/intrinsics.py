@@ -233,9 +233,39 @@ def packed_pair_dot(pair: Expr, w: Expr) -> Call:
     return Call(PACKED_PAIR_DOT.name, (pair, w), DType("int32", dtype_of(w).lanes // 2))
 
 
+@dataclass(frozen=True)
+class PairPack:
+    """`aot_pack2(v)`: an int16 vector of 2n lanes -> the int32 vector of
+    its n lane pairs, r[k] = (v[2k] & 0xFFFF) + 65536 v[2k+1]: the staged
+    pair format aot_dot2p reads, built a whole vector at a time. On a
+    little-endian target those are the vector's own bytes, so the codegens
+    reinterpret it (a C vector cast, an LLVM bitcast)."""
+    name: str = "aot_pack2"
+
+    def result(self, args: tuple[Expr, ...]) -> DType:
+        return DType("int32", dtype_of(args[0]).lanes // 2)
+
+
+PAIR_PACK = PairPack()
+
+
+def pack_pairs(v: Expr) -> Call:
+    """The aot_pack2 call (see PairPack)."""
+    return Call(PAIR_PACK.name, (v,), DType("int32", dtype_of(v).lanes // 2))
+
+
 def lane_crossing(fn: str) -> bool:
     """Calls whose vector operands need not have the result's lanes."""
-    return fn in _PAIR_DOTS
+    return fn in _PAIR_DOTS or fn == PAIR_PACK.name
+
+
+def _check_pair_pack(args: tuple[Expr, ...], dtype: DType) -> PairPack:
+    kinds = [dtype_of(a) for a in args]
+    if (len(args) != 1 or kinds[0].scalar != "int16" or kinds[0].lanes < 4
+            or kinds[0].lanes % 2 or dtype != PAIR_PACK.result(args)):
+        raise UnsupportedError(f"{PAIR_PACK.name} takes (int16 x 2n) -> int32 x n, got "
+                               f"({', '.join(map(str, kinds))}) -> {dtype}")
+    return PAIR_PACK
 
 
 def _check_pair_dot(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairDot:
@@ -250,10 +280,13 @@ def _check_pair_dot(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairDot:
     return d
 
 
-def check_call(fn: str, args: tuple[Expr, ...], dtype: DType) -> LibmFn | Helper | PairDot:
+def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
+               ) -> LibmFn | Helper | PairDot | PairPack:
     """What a Call means, or a clear error naming it."""
     if fn in _PAIR_DOTS:
         return _check_pair_dot(fn, args, dtype)
+    if fn == PAIR_PACK.name:
+        return _check_pair_pack(args, dtype)
     h = HELPERS.get(fn)
     if h is not None:
         if len(args) != len(h.params):
@@ -274,5 +307,6 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType) -> LibmFn | Helper
     return f
 
 
-__all__ = ["HELPERS", "Helper", "LibmFn", "PACKED_PAIR_DOT", "PAIR_DOT", "PairDot", "check_call",
-           "helper", "lane_crossing", "libm", "packed_pair_dot", "pair_dot", "vector_helper"]
+__all__ = ["HELPERS", "Helper", "LibmFn", "PACKED_PAIR_DOT", "PAIR_DOT", "PAIR_PACK", "PairDot",
+           "PairPack", "check_call", "helper", "lane_crossing", "libm", "pack_pairs",
+           "packed_pair_dot", "pair_dot", "vector_helper"]

@@ -27,7 +27,8 @@ from llvmlite import binding as llvm
 from llvmlite import ir
 
 from aot.codegen.check import check_func
-from aot.codegen.intrinsics import Helper, LibmFn, PairDot, check_call, vector_helper
+from aot.codegen.intrinsics import (Helper, LibmFn, PairDot, PairPack, check_call,
+                                    vector_helper)
 from aot.codegen.names import kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import AotError, UnsupportedError
@@ -88,8 +89,9 @@ def _const(value, d: DType) -> ir.Constant:
 
 class _FuncBuilder:
     def __init__(self, module: ir.Module, func: PrimFunc, symbol: str, contract: bool = False,
-                 pmaddwd: dict[int, str] | None = None):
+                 pmaddwd: dict[int, str] | None = None, little_endian: bool = True):
         self.module = module
+        self.little_endian = little_endian
         self.pmaddwd = pmaddwd or {}     # result lanes -> the target's pmaddwd intrinsic
         check_func(func)
         self.func = func
@@ -319,6 +321,8 @@ class _FuncBuilder:
             if fn.packed:
                 return self.packed_pair_dot(e.dtype.lanes, *args)
             return self.pair_dot(e.dtype.lanes, *args)
+        if isinstance(fn, PairPack):
+            return self.pair_pack(e.dtype.lanes, args[0])
         if isinstance(fn, LibmFn) and fn.llvm:
             if e.dtype.lanes > 1:     # intrinsics take all-vector operands
                 args = [self.splat(v, e.dtype.lanes) if dtype_of(a).lanes == 1 else v
@@ -349,6 +353,19 @@ class _FuncBuilder:
         x0 = self.b.trunc(p, i16)
         x1 = self.b.trunc(self.b.ashr(p, ir.Constant(i32, 16)), i16)
         return self.pair_dot(n, x0, x1, w, generic=True)
+
+    def pair_pack(self, n: int, v):
+        """aot_pack2: the vector's bytes where the target is little-endian,
+        else sext / mask / shift of its even and odd lanes."""
+        i32 = ir.IntType(32)
+        vt = ir.VectorType(i32, n)
+        if self.little_endian:
+            return self.b.bitcast(v, vt)
+        undef = ir.Constant(v.type, ir.Undefined)
+        even, odd = (self.b.sext(self.b.shuffle_vector(v, undef, ir.Constant(
+            vt, [2 * k + j for k in range(n)])), vt) for j in (0, 1))
+        low = self.b.and_(even, ir.Constant(vt, [0xFFFF] * n))
+        return self.b.add(low, self.b.shl(odd, ir.Constant(vt, [16] * n)))
 
     def pmaddwd_call(self, name: str, x, w):
         callee = self.module.globals.get(name)
@@ -468,9 +485,15 @@ def build_module(funcs: Sequence[PrimFunc], prefix: str, target: Target,
     # Fuse a*b+c into FMAs exactly when the C build of this target may.
     contract = "-ffp-contract=fast" in target.cflags
     pmaddwd = _pmaddwd(target)
+    little = not target.triple.split("-")[0].endswith(_BIG_ENDIAN_SUFFIXES)
     for f in funcs:
-        _FuncBuilder(module, f, symbols[f.name], contract, pmaddwd).build()
+        _FuncBuilder(module, f, symbols[f.name], contract, pmaddwd, little).build()
     return module
+
+
+# Architectures named with a big-endian suffix (aarch64_be, armeb, thumbeb, mips...).
+_BIG_ENDIAN_SUFFIXES = ("_be", "eb", "mips", "mips64", "powerpc", "powerpc64", "s390x",
+                        "sparc", "sparcv9")
 
 
 def _pmaddwd(target: Target) -> dict[int, str]:

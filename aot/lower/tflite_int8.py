@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.codegen.intrinsics import packed_pair_dot, pair_dot
+from aot.codegen.intrinsics import pack_pairs, packed_pair_dot, pair_dot
 from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Decl, Expr, For, If, Load,
                         Select, Stmt, Store, Unary, Var, add, dt, dtype_of, flat_index, mul, seq,
                         sub)
@@ -1180,6 +1180,7 @@ def _pair_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int):
     width = max(g.w + g.pad_left, (g.ow - 1) * sw + (g.kw - 1) * dw + 1)
     half = g.depth // 2
     rows = ctx.scratch_buffer("pair_rows", "int32", (g.kh, width, half))
+    lanes = vector_lanes(ctx)
 
     def zero(start: Expr, count: int) -> Stmt | None:
         if count <= 0:
@@ -1203,21 +1204,55 @@ def _pair_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int):
             iy = _window_pos(oy, ky, sh, g.pad_top, dh)
             base = mul(at, Const(width * half))
 
+            def at(ix, cp):
+                return add(base, add(mul(add(ix, Const(g.pad_left)), Const(half)), cp))
+
             def pair(ix, cp):
                 a, b = (q.offset(to_i32(load_x((n, iy, ix, add(mul(cp, Const(2)), Const(j))))),
                                  -zp) for j in (0, 1))
                 value = Bin("+", Bin("&", a, Const(0xFFFF)), Bin("*", b, Const(65536)))
-                return Store(rows, add(base, add(mul(add(ix, Const(g.pad_left)), Const(half)),
-                                                 cp)), value)
+                return Store(rows, at(ix, cp), value)
+
+            def pairs(ix, cp, lanes):
+                """`lanes` pairs at once: 2 lanes int8 widened to int16 (x - zp
+                lies in [-255, 255]), their bytes read as int32 pairs."""
+                i16 = dt("int16", 2 * lanes)
+                x8, x16 = ctx.fresh("x8", dt("int8", 2 * lanes)), ctx.fresh("x16", i16)
+                return seq(Decl(x8, load_x((n, iy, ix, Const(2 * cp)), 2 * lanes)),
+                           Decl(x16, Bin("+", Cast(i16, x8), Broadcast(Const(-zp, dt("int16")),
+                                                                       2 * lanes))),
+                           Store(rows, at(ix, Const(cp)), pack_pairs(x16)))
+
+            def pixel(ix) -> Stmt:
+                if lanes == 1:
+                    return loop(ctx, "cp", half, lambda cp: pair(ix, cp))
+                runs, cp = [], 0
+                for width in _pair_widths(half, lanes):
+                    runs.append(pairs(ix, cp, width) if width > 1 else pair(ix, Const(cp)))
+                    cp += width
+                return seq(*runs)
             inside = seq(*[st for st in (
                 zero(base, g.pad_left * half),
-                loop(ctx, "ix", g.w, lambda ix: loop(ctx, "cp", half, lambda cp: pair(ix, cp))),
+                loop(ctx, "ix", g.w, pixel),
                 zero(add(base, Const((g.pad_left + g.w) * half)),
                      (width - g.pad_left - g.w) * half)) if st is not None])
             cond = Bin("and", Bin(">=", iy, Const(0)), Bin("<", iy, Const(g.h)))
             return If(cond, inside, zero(base, width * half))
         return row
     return stage, rows, slot
+
+
+def _pair_widths(count: int, lanes: int) -> list[int]:
+    """A pixel's `count` pairs as vectors of `lanes`, then halving powers of
+    two down to 4 lanes, then single pairs (1)."""
+    out, width = [], lanes
+    while count:
+        if width < 4:
+            return out + [1] * count
+        out += [width] * (count // width)
+        count %= width
+        width //= 2
+    return out
 
 
 def loop_step(ctx: LowerCtx, name: str, count: int, start: int, step: int,

@@ -22,9 +22,9 @@ Loop structure:
   recomputed as TFLM does), each step of gemmlowp's fixed-point exp and
   reciprocal a named local.
 
-Int8 kernels emit scalars (lanes = 1), so the int8 value rules (add, sub,
-mul, requantize) are only ever asked for lanes = 1 by them; the value rules
-are written lane-generic anyway, for float kernels feeding tfl.quantize.
+On targets with vectors, conv, depthwise and FC run in vector tiles
+instead (the "vector kernels" section below); the value rules (add, sub,
+mul, requantize) are lane-generic, so fused epilogues vectorize with them.
 """
 from __future__ import annotations
 
@@ -834,11 +834,13 @@ def dequantize(ctx: LowerCtx, ins, idx, lanes):
 # explicit int32 vector tiles (PERFORMANCE.md lessons 3-5, 8): output
 # channels across the lanes (weights repacked so a tile's channels are
 # unit-stride), several neighbouring output pixels sharing each weight
-# load in the interior, accumulators Decl'd as locals. The tile's sums go
-# through a small scratch row to the requantization, which runs on int32
-# vectors of the accumulators' width (VecRequant) with per-channel
-# constants precomputed so that it is branch-free. Scalar targets keep
-# the loops above.
+# load in the interior, accumulators Decl'd as locals. Pairs of input
+# channels go through the 16-bit multiply-add (aot_dot2 / aot_dot2p:
+# pmaddwd on x86) against weights packed in pairs; dense convolutions
+# first stage the input rows they read as int32 pairs (aot_pack2, a vector
+# at a time). Each accumulator is requantized straight from its register,
+# on int32 vectors (VecRequant) with per-channel constants precomputed so
+# that it is branch-free. Scalar targets keep the loops above.
 
 
 def vector_lanes(ctx: LowerCtx) -> int:

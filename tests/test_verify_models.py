@@ -1,5 +1,8 @@
 """`aot verify` on every real model: package for the host, run the package's
 harness on the model's saved input, compare with the reference runtime.
+The shared models also go through board host-avx512 (512-bit vectors, 32
+registers: other tile shapes and the 16-lane helpers), skipped only on a
+CPU without its cpu_flags.
 
 Shared models (../shared/models) go through both code generators: integer
 models must match tflite-micro bit for bit; float ones LiteRT or ONNX
@@ -18,6 +21,9 @@ from pathlib import Path
 import pytest
 
 from aot.api import verify
+from aot.deploy.host import cpu_flags
+from aot.package import read_metadata
+from aot.targets import boards
 from conftest import MODELS, shared_models
 
 SHARED = shared_models()
@@ -49,6 +55,11 @@ def check(out: dict, path: Path, inputs: str) -> None:
     assert out["ok"] is True, out
 
 
+def missing_cpu_flags(board: str) -> list[str]:
+    """The board's cpu_flags this CPU lacks (its code would die of SIGILL here)."""
+    return sorted(set(boards()[board].options.get("cpu_flags", ())) - cpu_flags())
+
+
 def test_every_model_kind_is_here():
     """The expected references all occur (a renamed model would drop a kind)."""
     kinds = {expected_reference(p) for p in SHARED}
@@ -67,3 +78,15 @@ def test_shared_model_verifies(path: Path, codegen: str):
 @pytest.mark.parametrize("path", DERIVED, ids=lambda p: p.name)
 def test_derived_model_verifies(path: Path, codegen: str):
     check(verify(path, board="host", codegen=codegen), path, "random")
+
+
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
+@pytest.mark.parametrize("path", SHARED, ids=lambda p: p.name)
+def test_shared_model_verifies_on_avx512(path: Path, codegen: str, tmp_path):
+    missing = missing_cpu_flags("host-avx512")
+    if missing:
+        pytest.skip(f"this CPU lacks {', '.join(missing)} (board host-avx512 needs them)")
+    out = verify(path, board="host-avx512", codegen=codegen, out_dir=tmp_path / "pkg")
+    check(out, path, "saved")
+    # The package really is 512-bit code (not the host target's, by a fallback).
+    assert read_metadata(tmp_path / "pkg")["target"]["name"] == "x86_64-linux-avx512"

@@ -396,6 +396,67 @@ def nan_semantics() -> Case:
     return Case(func, {"x": vals}, expect, exact=False)
 
 
+MINMAX_TYPES = (FLOAT32, I8, U8, INT32, INT64)
+MINMAX_LANES = (4, 8, 16)
+
+
+def minmax_operands(d: DType, n: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """a, b of n values: random, then the pairs that tell a blend from a
+    wrong one (NaNs with distinct payloads, signed zeros, the ends of the
+    range, uint8 above 127, int64 whose low halves compare the other way)."""
+    if d.is_float:
+        a = rng.standard_normal(n).astype("f4")
+        b = rng.standard_normal(n).astype("f4")
+        nan_a, nan_b, nan_neg = (np.array([u], "u4").view("f4")[0]
+                                 for u in (0x7FC00001, 0x7FC00002, 0xFFC00003))
+        pairs = [(nan_a, 1.0), (1.0, nan_b), (nan_a, nan_b), (nan_neg, -np.inf),
+                 (-0.0, 0.0), (0.0, -0.0), (-0.0, -0.0), (np.inf, -np.inf), (-np.inf, np.inf),
+                 (2.5, 2.5), (-1.0, nan_neg)]
+    else:
+        info = np.iinfo(d.scalar)
+        a = rng.integers(info.min, info.max, n, endpoint=True, dtype=d.scalar)
+        b = rng.integers(info.min, info.max, n, endpoint=True, dtype=d.scalar)
+        pairs = [(info.min, info.max), (info.max, info.min), (info.min, info.min),
+                 (0, info.max), (-1 if info.min else 128, 1), (7, 7)]
+        if d.scalar == "int64":
+            pairs += [(2**40, 2**32 + 5), (-2**40 + 1, 3), (2**32, 2**32 - 1)]
+    for k, (x, y) in enumerate(pairs):
+        a[k], b[k] = x, y
+    return a, b
+
+
+def vector_minmax() -> Case:
+    """Vector min/max are exactly the lanes of `a < b ? a : b` and
+    `a > b ? a : b` (a NaN in a picks b; -0 and +0 compare equal, so b) at
+    4, 8 and 16 lanes: the C printer's compare-and-blend helper and LLVM's
+    select."""
+    n = 32
+    ins, params, outs, stmts = {}, [], {}, []
+    i = Var("i")
+    own_rng = np.random.default_rng(11)     # the other cases' inputs stay as they were
+    for d in MINMAX_TYPES:
+        s = d.scalar
+        a, b = Buffer(f"a_{s}", d, (n,)), Buffer(f"b_{s}", d, (n,))
+        params += [a, b]
+        ins[a.name], ins[b.name] = minmax_operands(d, n, own_rng)
+        for lanes in MINMAX_LANES:
+            for op in ("min", "max"):
+                out = outs[f"{op}_{s}_{lanes}"] = Buffer(f"{op}_{s}_{lanes}", d, (n,), OUT)
+                stmts.append(For(i, n, Store(out, i, Bin(op, Load(a, i, lanes),
+                                                         Load(b, i, lanes))),
+                                 ForKind.VECTORIZED, step=lanes))
+    func = PrimFunc("vector_minmax", (*params, *outs.values()), seq(*stmts))
+
+    def expect(d):
+        want = {}
+        for k in outs:
+            op, s, _ = k.split("_")
+            x, y = d[f"a_{s}"], d[f"b_{s}"]
+            want[k] = np.where(x < y, x, y) if op == "min" else np.where(x > y, x, y)
+        return want
+    return Case(func, ins, expect)
+
+
 UNARY_MATH = {  # name -> (numpy/math reference on float64, input domain)
     "expf": (np.exp, (-5, 5)), "exp2f": (np.exp2, (-5, 5)), "expm1f": (np.expm1, (-2, 2)),
     "logf": (np.log, (0.1, 9)), "log2f": (np.log2, (0.1, 9)), "log10f": (np.log10, (0.1, 9)),
@@ -517,7 +578,7 @@ def hostile_names() -> Case:
 
 
 CASES = {f.__name__: f() for f in (gemm_epilogue, vector_body, fixed_point, casts_and_ints,
-                                   nan_semantics, int_vectors, tautologies,
+                                   nan_semantics, int_vectors, vector_minmax, tautologies,
                                    math_functions, constants, hostile_names, bool_logic)}
 FUNCS = [c.func for c in CASES.values()]
 BACKENDS = ["gcc", "clang", "llvm"]
@@ -586,6 +647,34 @@ def test_backends_agree_exactly_on_integer_kernels(libs):
         for other in results[1:]:
             for k in results[0]:
                 assert results[0][k].tobytes() == other[k].tobytes(), (name, k)
+
+
+def test_vector_minmax_built_for_avx512(tmp_path):
+    """vector_minmax as the host-avx512 board builds it (clang and gcc with
+    the target's -O2 -march=x86-64-v4, LLVM for the target): 16 lanes are
+    one native vector there, and clang -O2 is where a lane loop stayed scalar."""
+    from aot.deploy.host import cpu_flags
+    from aot.targets import get_board
+
+    board = get_board("host-avx512")
+    missing = sorted(set(board.options["cpu_flags"]) - cpu_flags())
+    if missing:
+        pytest.skip(f"this CPU lacks {', '.join(missing)} (board host-avx512 needs them)")
+    case, target = CASES["vector_minmax"], board.target
+    src = emit_c([case.func], "t")
+    (tmp_path / "k.c").write_text(src.source)
+    (tmp_path / "k.o").write_bytes(emit_object([case.func], "t", target))
+    cmds = {cc: [cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-fPIC", *target.cflags,
+                 str(tmp_path / "k.c")] for cc in ("gcc", "clang")}
+    cmds["llvm"] = ["cc", str(tmp_path / "k.o")]
+    want = case.expect(case.inputs)
+    for name, cmd in cmds.items():
+        so = tmp_path / f"{name}.so"
+        proc = subprocess.run([*cmd, "-shared", "-o", str(so)], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{' '.join(cmd)}:\n{proc.stderr[-3000:]}"
+        got = run(ctypes.CDLL(str(so)), src.symbols, case)
+        for k, w in want.items():
+            assert got[k].tobytes() == w.tobytes(), f"{name}/{k}: {got[k]} != {w}"
 
 
 # ----------------------------------------------------------------- C spelling

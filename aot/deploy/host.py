@@ -127,7 +127,7 @@ def check_cpu(board: Board) -> None:
     """Refuse to run a local board's code on a CPU without the features it
     was compiled for (options.cpu_flags): that would die of SIGILL."""
     wanted = board.options.get("cpu_flags", ())
-    if isinstance(wanted, str) or not all(isinstance(f, str) for f in wanted):
+    if not isinstance(wanted, (list, tuple)) or not all(isinstance(f, str) for f in wanted):
         raise AotError(f"board '{board.name}': options.cpu_flags must be a list of "
                        "/proc/cpuinfo flags")
     missing = [f for f in wanted if f not in cpu_flags()]

@@ -810,7 +810,7 @@ def _fallback_target():
     helpers' portable lane formula (what Arm builds compile)."""
     t = host_target()
     return dataclasses.replace(t, cflags=type(t.cflags)([*t.cflags, "-U__AVX2__", "-U__SSE2__",
-                                                         "-U__SSE4_1__"]))
+                                                         "-U__SSE4_1__", "-U__BYTE_ORDER__"]))
 
 
 @pytest.mark.parametrize("codegen", ["c", "c-fallback", "llvm"])
@@ -841,6 +841,44 @@ def test_packed_pair_dot_matches_numpy(codegen):
     fn(*(ctypes.c_void_p(v.ctypes.data) for v in (a, b, o)))
     want = (x.reshape(m, 1, 2) * wv.astype(np.int64).reshape(m, n, 2)).sum(axis=2).reshape(-1)
     np.testing.assert_array_equal(o, want, err_msg=codegen)
+
+
+@pytest.mark.parametrize("codegen", ["c", "c-fallback", "llvm", "llvm-formula"])
+def test_pack_pairs_matches_numpy(codegen, monkeypatch):
+    """aot_pack2: int16 lanes 2k, 2k+1 -> (v[2k] & 0xFFFF) + 65536 v[2k+1],
+    by the vector's bytes (little-endian) and by the lane formula (what a
+    big-endian target compiles: C without __BYTE_ORDER__, LLVM told the
+    target is big-endian)."""
+    import aot.codegen.llvm as llvm_codegen
+    from aot.codegen.intrinsics import pack_pairs
+    rng = np.random.default_rng(6)
+    m = 16
+    T16 = DType("int16")
+    kernels, cases = [], []
+    for n in (4, 8, 16):
+        v = Buffer("v", T16, (m * 2 * n,))
+        out = Buffer("out", INT32, (m * n,), BufferKind.OUTPUT)
+        i = Var("i")
+        func = PrimFunc(f"pack2_{n}", (v, out), For(i, m, Store(
+            out, Bin("*", i, Const(n)), pack_pairs(Load(v, Bin("*", i, Const(2 * n)), 2 * n)))))
+        kernels.append(Kernel(func, (Arg("tensor", "v"), Arg("tensor", "out")), None))
+        x = rng.integers(-32768, 32768, m * 2 * n).astype(np.int16)
+        x[:6] = [-1, -1, -255, 255, -32768, 32767]
+        cases.append((x, n))
+    if codegen == "llvm-formula":
+        monkeypatch.setattr(llvm_codegen, "_BIG_ENDIAN_SUFFIXES", ("x86_64",))
+    fallback = codegen == "c-fallback"
+    lib, symbols = compile_kernels(kernels, codegen.split("-")[0],
+                                   target=_fallback_target() if fallback else None)
+    for k, (x, n) in zip(kernels, cases):
+        a, o = aligned(x), aligned(np.zeros(m * n, np.int32))
+        fn = getattr(lib, symbols[k.func.name])
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p] * 2
+        fn(*(ctypes.c_void_p(t.ctypes.data) for t in (a, o)))
+        pairs = x.astype(np.int64).reshape(-1, 2)
+        want = ((pairs[:, 0] & 0xFFFF) + pairs[:, 1] * 65536).astype(np.int32)
+        np.testing.assert_array_equal(o, want, err_msg=f"{codegen} n={n}")
 
 
 @pytest.mark.parametrize("codegen", ["c", "c-fallback", "llvm"])

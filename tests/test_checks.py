@@ -135,3 +135,20 @@ def test_state_buffers_are_guarded_too(tmp_path_factory, tmp_path):
     with pytest.raises(AotError, match=r"guard check: the 64-byte guard zone after state "
                                        r"\w+_state_\w+ was overwritten"):
         run_package(pkg, HOST, [x])
+
+
+@pytest.mark.parametrize("code, where, stops, want", [
+    (3, " under qemu-user", None,
+     "the harness's guard check failed under qemu-user: guard check: x"),
+    (-11, "", None, "the harness crashed (exit -11): bench: x"),
+    (139, " under qemu-user", None, "the harness crashed under qemu-user (exit 139): bench: x"),
+    (135, " under qemu-system", {135: "a fault"},
+     "the harness stopped on a fault under qemu-system (exit 135): bench: x"),
+    (1, "", None, "the harness failed (exit 1): bench: x"),
+])
+def test_every_transport_names_a_failure_alike(code, where, stops, want):
+    """One reading of a harness's exit for every transport: a guard check
+    failure is named as such under qemu too, a signal is a crash."""
+    from aot.deploy.host import failure
+    stderr = "noise\nguard check: x\n" if code == 3 else "noise\nbench: x\n"
+    assert failure(code, stderr, where, stops) == want

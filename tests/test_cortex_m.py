@@ -229,7 +229,8 @@ def test_firmware_from_the_package_makefile_runs_on_the_board(kws, tmp_path):
 def test_a_fault_ends_the_program_rather_than_hang(kws, tmp_path):
     """An undefined instruction escalates to HardFault: the start-up code's
     handler exits with 135, which the transport names."""
-    from aot.deploy.qemu_system import _failure
+    from aot.deploy.host import failure
+    from aot.deploy.qemu_system import EXIT_CODES
     board = get_board(BOARD)
     (tmp_path / "main.c").write_text('int main(void) { __asm__ volatile("udf #0"); return 0; }\n')
     fw = board.firmware
@@ -240,4 +241,5 @@ def test_a_fault_ends_the_program_rather_than_hang(kws, tmp_path):
     r = subprocess.run(qemu_command(board, []), cwd=tmp_path, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 135
-    assert "a fault" in _failure(r.returncode, r.stderr)
+    assert failure(r.returncode, r.stderr, " under qemu-system", EXIT_CODES).startswith(
+        "the harness stopped on a fault (HardFault, BusFault, ...) under qemu-system (exit 135)")

@@ -6,7 +6,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -100,14 +100,23 @@ def report_times_ns(report: dict) -> list[int]:
     return [int(t) * 1000 for t in report["times_us"]]
 
 
-def failure(returncode: int, stderr: str) -> str:
+def failure(returncode: int, stderr: str, where: str = "",
+            stops: Mapping[int, str] | None = None) -> str:
     """The one-line reason a harness run failed: its last stderr line, named
-    a guard check failure for EXIT_GUARD."""
+    for what the exit code says: a guard check failure (EXIT_GUARD), one of
+    the transport's own `stops`, or a crash (a fatal signal: negative, or
+    128 + n as shells and qemu-user relay it). `where` (" under qemu-user")
+    says where it ran."""
     lines = stderr.strip().splitlines()
     last = lines[-1] if lines else "no message"
     if returncode == EXIT_GUARD:
-        return f"the harness's guard check failed: {last.removeprefix('bench: ')}"
-    return f"the harness failed (exit {returncode}): {last}"
+        return f"the harness's guard check failed{where}: {last.removeprefix('bench: ')}"
+    what = (stops or {}).get(returncode)
+    if what:
+        return f"the harness stopped on {what}{where} (exit {returncode}): {last}"
+    if returncode < 0 or returncode >= 128:
+        return f"the harness crashed{where} (exit {returncode}): {last}"
+    return f"the harness failed{where} (exit {returncode}): {last}"
 
 
 def cpu_flags() -> frozenset[str]:
@@ -150,11 +159,10 @@ def prepare_run(pkg: Path, inputs: Sequence[np.ndarray]) -> tuple[dict, list[np.
 
 
 def run_local(pkg: Path, inputs: Sequence[np.ndarray], warmup: int, runs: int,
-              emulator: Sequence[str] = (), where: str = "",
-              describe: Callable[[int, str], str] = failure) -> RunResult:
+              emulator: Sequence[str] = (), where: str = "") -> RunResult:
     """Run the harness on this machine, directly or under `emulator` (a
-    qemu-user command line); `where` (" under qemu-user") and `describe`
-    shape the error messages."""
+    qemu-user command line); `where` (" under qemu-user") goes into the
+    error messages."""
     meta, inputs, exe = prepare_run(pkg, inputs)
     with tempfile.TemporaryDirectory(prefix="aot-run-") as tmp:
         args, out_paths = harness_args(meta, Path(tmp), inputs, warmup, runs)
@@ -166,5 +174,5 @@ def run_local(pkg: Path, inputs: Sequence[np.ndarray], warmup: int, runs: int,
         except OSError as e:
             raise AotError(f"cannot run {emulator[0] if emulator else exe}: {e.strerror}") from None
         if r.returncode != 0:
-            raise AotError(describe(r.returncode, r.stderr))
+            raise AotError(failure(r.returncode, r.stderr, where))
         return parse_report(r.stdout, meta, [p.read_bytes() for p in out_paths])

@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from aot.deploy.host import RunResult, harness_args, parse_report, prepare_run
+from aot.deploy.host import RunResult, failure, harness_args, parse_report, prepare_run
 from aot.errors import AotError
 from aot.targets import Board, option_number
 
@@ -63,15 +63,6 @@ def _relative(args: list[str], work: Path) -> list[str]:
     return [a[len(prefix):] if a.startswith(prefix) else a for a in args]
 
 
-def _failure(returncode: int, stderr: str) -> str:
-    lines = stderr.strip().splitlines()
-    last = lines[-1] if lines else "no message"
-    what = EXIT_CODES.get(returncode)
-    if what:
-        return f"the harness stopped on {what} under qemu-system (exit {returncode}): {last}"
-    return f"the harness failed under qemu-system (exit {returncode}): {last}"
-
-
 def run_qemu_system(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
                     runs: int) -> RunResult:
     meta, inputs, exe = prepare_run(pkg, inputs)
@@ -90,7 +81,7 @@ def run_qemu_system(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmu
         except OSError as e:
             raise AotError(f"cannot run {cmd[0]}: {e.strerror}") from None
         if r.returncode != 0:
-            raise AotError(_failure(r.returncode, r.stderr))
+            raise AotError(failure(r.returncode, r.stderr, " under qemu-system", EXIT_CODES))
         missing = [p.name for p in out_paths if not p.is_file()]
         if missing:
             raise AotError(f"the harness wrote no {', '.join(missing)} under qemu-system")

@@ -41,15 +41,7 @@ def qemu_command(board: Board) -> list[str]:
     return [qemu, "-cpu", str(board.options["cpu"])]
 
 
-def _failure(returncode: int, stderr: str) -> str:
-    lines = stderr.strip().splitlines()
-    last = lines[-1] if lines else "no message"
-    if returncode < 0 or returncode >= 128:   # qemu relays the guest's fatal signal
-        return f"the harness crashed under qemu-user (exit {returncode}): {last}"
-    return f"the harness failed under qemu-user (exit {returncode}): {last}"
-
-
 def run_qemu_user(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
                   runs: int) -> RunResult:
     return run_local(pkg, inputs, warmup, runs, emulator=qemu_command(board),
-                     where=" under qemu-user", describe=_failure)
+                     where=" under qemu-user")

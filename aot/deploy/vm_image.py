@@ -263,6 +263,15 @@ def module_depends(ko: bytes) -> list[str]:
     return [d.replace("-", "_") for d in value.split(",") if d]
 
 
+def module_file(name: str, modules: dict[str, bytes]) -> str | None:
+    """The kernel package's key for module `name`: modinfo names use `_`
+    where some file names use `-`."""
+    for key in (name, name.replace("_", "-")):
+        if key in modules:
+            return key
+    return None
+
+
 def module_order(wanted: tuple[str, ...], modules: dict[str, bytes]) -> list[str]:
     """Wanted modules and what they need, dependencies first."""
     order: list[str] = []
@@ -272,8 +281,8 @@ def module_order(wanted: tuple[str, ...], modules: dict[str, bytes]) -> list[str
             return
         if name in path:
             raise AotError(f"kernel modules depend on each other in a circle: {name}")
-        key = name if name in modules else name.replace("_", "-")
-        if key not in modules:
+        key = module_file(name, modules)
+        if key is None:
             raise AotError(f"kernel module {name} is not in the kernel package's "
                            f"{', '.join(MODULE_DIRS)}")
         for dep in module_depends(modules[key]):
@@ -365,8 +374,7 @@ def populate(root: Path, modules: dict[str, bytes], authorized_key: bytes) -> li
     (root / "bin/sh").symlink_to("busybox")
     order = module_order(MODULES, modules)
     for name in order:
-        key = name if name in modules else name.replace("_", "-")
-        (root / "lib/modules" / f"{name}.ko").write_bytes(modules[key])
+        (root / "lib/modules" / f"{name}.ko").write_bytes(modules[module_file(name, modules)])
     (root / "lib/modules/order").write_text(" ".join(order) + "\n")
     (root / "init").write_text(INIT)
     (root / "init").chmod(0o755)

@@ -188,6 +188,11 @@ def build_context(graph: Graph, kernels: Sequence[Kernel], mem: MemoryPlan,
     states = _states(graph, names, params)
     places = _Places(graph, mem, inputs, outputs, states)
     before, after = _copies(graph, kernels, mem, inputs, outputs, states, places)
+    calls = _kernel_calls(kernels, places, params, mem, symbols)
+    # Every place in the arena is spelled `a + offset`: without one, the
+    # entry point says that it ignores `a` (-Wunused-parameter).
+    uses_arena = any("(a + " in text for text in
+                     (*before, *after, *(arg for k in calls for arg in k["args"])))
     param_rows = [{"symbol": p.symbol, "ctype": p.ctype, "count": params.padded_count(p),
                    "padded_bytes": params.padded_count(p) * p.array.dtype.itemsize,
                    "offset": p.blob_offset, "comment": describe(p), "in_blob": p.in_blob,
@@ -198,7 +203,7 @@ def build_context(graph: Graph, kernels: Sequence[Kernel], mem: MemoryPlan,
         "title": c_comment(name if graph.name in ("", name) else f"{name} (model {graph.name})"),
         "inputs": inputs, "outputs": outputs, "states": states, "has_state": bool(states),
         "state_bytes": sum(graph.types[s["tensor"]].nbytes for s in states),
-        "kernels": _kernel_calls(kernels, places, params, mem, symbols),
+        "kernels": calls, "uses_arena": uses_arena,
         "prologue": before, "epilogue": after,
         "arena_bytes": mem.arena_bytes, "align": mem.align, "io_in_arena": mem.io_in_arena,
         "params": param_rows, "c_params": [p for p in param_rows if not p["in_blob"]],

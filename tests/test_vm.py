@@ -254,3 +254,18 @@ def test_a_qemu_that_stops_while_booting_is_reported(env, tmp_path, monkeypatch)
     with pytest.raises(AotError, match=r"the qemu-rpi4 VM stopped while booting \(qemu exit 1\)"):
         with vm.running(_with(qemu="false")):
             pass
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"remote_tmp": "tmp"}, "remote_tmp must be an absolute path"),
+    ({"exec_prefix": "nice '-n"}, "exec_prefix .* is not valid"),
+    ({"command_timeout_s": 0}, "command_timeout_s"),
+])
+def test_bad_ssh_options_fail_before_the_boot(env, tmp_path, monkeypatch, options, message):
+    """A VM board's SSH options are checked before qemu starts: no boot to
+    wait for, no VM left behind."""
+    monkeypatch.setenv(vm_image.CACHE_ENV, env[vm_image.CACHE_ENV])
+    monkeypatch.setattr(vm, "boot", lambda *a, **k: pytest.fail("booted with a bad option"))
+    with pytest.raises(AotError, match=message):
+        with vm.running(_with(**options)):
+            pass

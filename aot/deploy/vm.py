@@ -115,6 +115,14 @@ def ssh_params(board: Board, vm: Vm):
                                        key=str(vm.key), known_hosts=str(vm.known_hosts)))
 
 
+def _check_ssh_options(board: Board) -> None:
+    """The board's own SSH options (exec_prefix, remote_tmp, timeouts)
+    checked as ssh_params will check them once the VM is up."""
+    from aot.deploy import ssh
+
+    ssh.ssh_params(with_options(board, host="127.0.0.1", port=22, user=USER))
+
+
 # --- the qemu process -------------------------------------------------------------
 
 def free_port() -> int:
@@ -338,6 +346,7 @@ def running(board: Board) -> Iterator:
     """SshParams for the board's VM: the one `aot board up` started, or a
     private one booted now and stopped when the block exits."""
     vm_config(board)
+    _check_ssh_options(board)        # a bad option fails now, not after the boot
     vm = persistent(board)
     if vm is not None:
         yield ssh_params(board, vm)

@@ -105,6 +105,9 @@ def _plan_json(mem: MemoryPlan) -> dict[str, Any]:
             row.update(kind="scratch", step=int(step), name=name)
         else:
             row.update(kind="tensor", name=rest)
+            later = [t for t, r in mem.written_over.items() if r == rest]
+            if later:       # outputs written over this tensor in place, in step order
+                row["then"] = later
         rows.append(row)
     rows.sort(key=lambda r: (r["offset"], r["first"], r["kind"], r["name"]))
     return {"strategy": mem.plan.strategy, "align": mem.align, "buffers": rows}

@@ -32,6 +32,7 @@ from aot.errors import UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, BufferKind, Call, Cast, Comment, Const, Decl,
                         DType, Expr, For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt, Store,
                         Unary, Var, dtype_of, map_stmt_exprs, stmt_exprs, walk_expr, walk_stmt)
+from aot.lower.inplace import aliased_params
 
 C_TYPES = {"bool": "uint8_t", "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t",
            "uint16": "uint16_t", "int32": "int32_t", "uint32": "uint32_t", "int64": "int64_t",
@@ -540,12 +541,15 @@ class _Printer:
 # ------------------------------------------------------------------- statements
 
 def _signature(func: PrimFunc, symbol: str, names: dict, taken: set[str]) -> str:
-    """`void symbol(T *restrict p, ...)`, naming each parameter in `names`."""
+    """`void symbol(T *restrict p, ...)`, naming each parameter in `names`;
+    an output written over an input and that input are not restrict."""
     params = []
+    shared = aliased_params(func)
     for b in func.params:
         names[b] = c_identifier(b.name, taken)
         const = "const " if b.kind in (BufferKind.INPUT, BufferKind.PARAM) else ""
-        params.append(f"{const}{C_TYPES[b.dtype.scalar]} *restrict {names[b]}")
+        restrict = "" if b.name in shared else "restrict "
+        params.append(f"{const}{C_TYPES[b.dtype.scalar]} *{restrict}{names[b]}")
     head = f"void {symbol}("
     one_line = head + ", ".join(params) + ")"
     if len(one_line) <= 100 or not params:

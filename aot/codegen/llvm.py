@@ -35,6 +35,7 @@ from aot.errors import AotError, UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, DType, Expr,
                         For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt, Store, Unary, Var,
                         dtype_of, walk_stmt)
+from aot.lower.inplace import aliased_params
 from aot.targets import Target
 
 _FLOAT_OPS = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv", "%": "frem"}
@@ -100,9 +101,11 @@ class _FuncBuilder:
         self.fn = ir.Function(module, fnty, name=symbol)
         self.fn.attributes.add("nounwind")
         self.buffers: dict[Buffer, ir.Value] = {}
+        shared = aliased_params(func)    # an output written over an input, and the input
         for arg, buf in zip(self.fn.args, func.params):
             arg.name = buf.name
-            arg.add_attribute("noalias")
+            if buf.name not in shared:
+                arg.add_attribute("noalias")
             self.buffers[buf] = arg
         entry = self.fn.append_basic_block("entry")
         self.alloca_builder = ir.IRBuilder(entry)

@@ -25,6 +25,7 @@ from typing import Sequence
 from aot.executor.plan import Buffer, Plan, plan_memory
 from aot.ir.graph import Graph
 from aot.lower.driver import Kernel
+from aot.lower.inplace import in_place
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class MemoryPlan:
     plan: Plan
     align: int
     io_in_arena: bool
+    # tensor -> the tensor whose buffer it was written over (in place)
+    written_over: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def arena_bytes(self) -> int:
@@ -113,9 +116,31 @@ def _live_ranges(graph: Graph, kernels: Sequence[Kernel]) -> dict[str, list[int]
     return ranges
 
 
+def _written_over(graph: Graph, kernels: Sequence[Kernel],
+                  ranges: dict[str, list[int]]) -> dict[str, str]:
+    """Tensor -> the tensor whose bytes it takes: a kernel's output written
+    over an input (aot/lower/inplace.py says the code allows it) that dies
+    at that kernel, both intermediate tensors, the input passed to the
+    kernel only once. Chains resolve to the first tensor."""
+    fixed = (set(graph.inputs) | set(graph.outputs) | set(graph.variables)
+             | set(graph.constants) | set(graph.updates.values()))
+    root: dict[str, str] = {}
+    for step, k in enumerate(kernels):
+        arg_of = {p.name: a for p, a in zip(k.func.params, k.args)}
+        names = [a.name for a in k.args if a.kind == "tensor"]
+        for src_param, dst_param in in_place(k.func):
+            src, dst = arg_of[src_param], arg_of[dst_param]
+            if (src.kind == dst.kind == "tensor" and not {src.name, dst.name} & fixed
+                    and names.count(src.name) == 1 and ranges[src.name][1] == step
+                    and graph.types[src.name].nbytes == graph.types[dst.name].nbytes):
+                root[dst.name] = root.get(src.name, src.name)
+    return root
+
+
 def arena_buffers(graph: Graph, kernels: Sequence[Kernel], io_in_arena: bool,
-                  align: int) -> list[Buffer]:
-    """The buffers to plan in the arena, each with its live range."""
+                  align: int) -> tuple[list[Buffer], dict[str, str]]:
+    """The buffers to plan in the arena, each with its live range, and the
+    tensors that live in another's buffer (written over it)."""
     end = len(kernels)
     ranges = _live_ranges(graph, kernels)
     for t in graph.updates.values():          # copied back into the state after the kernels
@@ -124,10 +149,14 @@ def arena_buffers(graph: Graph, kernels: Sequence[Kernel], io_in_arena: bool,
         ranges.setdefault(t, [end, end])[1] = end
     for t in graph.inputs:
         ranges.setdefault(t, [0, 0])[0] = 0
+    over = _written_over(graph, kernels, ranges)
+    for t, r in over.items():                 # one buffer, live from the first to the last
+        whole = ranges[r]
+        whole[0], whole[1] = min(whole[0], ranges[t][0]), max(whole[1], ranges[t][1])
     caller = set(graph.inputs) | set(graph.outputs)
     buffers = []
     for name, (first, last) in ranges.items():
-        if name in graph.variables or name in graph.constants:
+        if name in graph.variables or name in graph.constants or name in over:
             continue
         if name in caller and not io_in_arena:
             continue
@@ -137,12 +166,12 @@ def arena_buffers(graph: Graph, kernels: Sequence[Kernel], io_in_arena: bool,
             if arg.kind == "scratch":
                 buffers.append(Buffer(scratch_key(step, param.name), param.nbytes, step, step,
                                       align))
-    return buffers
+    return buffers, over
 
 
 def plan_kernels(graph: Graph, kernels: Sequence[Kernel], io_in_arena: bool = False,
                  align: int = 16) -> MemoryPlan:
-    buffers = arena_buffers(graph, kernels, io_in_arena, align)
+    buffers, over = arena_buffers(graph, kernels, io_in_arena, align)
     plan = plan_memory(buffers, align)
     places: dict[str, Place] = {}
     for t in graph.variables:
@@ -158,4 +187,6 @@ def plan_kernels(graph: Graph, kernels: Sequence[Kernel], io_in_arena: bool = Fa
             scratch[(int(step), name)] = plan.offsets[b.name]
         else:
             places[rest] = Place("arena", plan.offsets[b.name])
-    return MemoryPlan(places, scratch, tuple(buffers), plan, align, io_in_arena)
+    for t, r in over.items():
+        places[t] = places[r]
+    return MemoryPlan(places, scratch, tuple(buffers), plan, align, io_in_arena, over)

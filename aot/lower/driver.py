@@ -7,7 +7,7 @@ no kernel op gets a plain loop nest over each of its outputs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
@@ -16,6 +16,8 @@ from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import Graph, Node, TensorType
 from aot.ir.tir import (Broadcast, Buffer, BufferKind, Const, Expr, For, Load, PrimFunc, Stmt,
                         Store, Var, dt, dtype_of, flat_index, seq, walk_stmt, walk_expr_loads)
+from aot.lower.inplace import ATTR as IN_PLACE
+from aot.lower.inplace import in_place_pairs
 from aot.lower.rules import KERNEL_RULES, VALUE_RULES, LowerCtx, TensorRef
 from aot.targets import Target
 
@@ -122,6 +124,9 @@ def lower_group(graph: Graph, node: Node, target: Target) -> Kernel:
     ctx = ctx_for(node)
     params, args = _collect_params(stmt, bound, ctx)
     func = PrimFunc(node.name, params, stmt, tuple(node.attrs.get("sources", (node.name,))))
+    pairs = in_place_pairs(func)
+    if pairs:
+        func = replace(func, attrs=((IN_PLACE, pairs),))
     return Kernel(func, args, node)
 
 

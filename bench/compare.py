@@ -377,6 +377,18 @@ def memory_cells(row: dict) -> list[str]:
     return [nbytes(row["arena_bytes"]), nbytes(row["arena_lower_bound_bytes"]), tflm]
 
 
+MEMORY_NOTES = (
+    "tflm: tflite-micro's arena from its recording allocator on this machine (n/a: it "
+    "refuses the model); * MLPerf Tiny's published value where it cannot be measured",
+    "bound: the most bytes live at one step, the least any placement needs",
+)
+
+
+def print_notes(console, notes: list[str]) -> None:
+    for n in notes:
+        console.print(n, highlight=False, soft_wrap=True)
+
+
 # ------------------------------------------------------------------------ main
 
 # --host ... as argparse names them (aot.cli._ssh_args): what reaches an SSH board.
@@ -508,12 +520,9 @@ def main(argv: list[str] | None = None) -> int:
         f"Python anchors: perf_counter_ns around invoke() / run_with_iobinding(); an empty "
         f"call timed the same way costs {overhead * 1e3:.2f} us",
         "onnxruntime: the float model's tf2onnx version; int8 models have no ONNX version",
-        "tflm: tflite-micro's arena from its recording allocator (n/a: it refuses the "
-        "model); * MLPerf Tiny's published value where it cannot be measured",
-        "bound: the most bytes live at one step, the least any placement needs",
+        *MEMORY_NOTES,
     ]
-    for n in notes:
-        console.print(n, highlight=False, soft_wrap=True)
+    print_notes(console, notes)
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"host": {"cpu": cpu_name(), "pinned_cpu": cpu, "board": board.name,
@@ -608,12 +617,9 @@ def report_alone(console, args, board, codegens: list[str], cpu: int | None,
         f"aot: per-invocation times from the package's harness on the board ({harness}), "
         f"{where}",
         f"outputs: checked against the reference runtime on this machine ({cpu_name()})",
-        "tflm: tflite-micro's arena from its recording allocator on this machine (n/a: it "
-        "refuses the model); * MLPerf Tiny's published value where it cannot be measured",
-        "bound: the most bytes live at one step, the least any placement needs",
+        *MEMORY_NOTES,
     ]
-    for n in notes:
-        console.print(n, highlight=False, soft_wrap=True)
+    print_notes(console, notes)
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"board": {"name": board.name, "target": board.target.name,

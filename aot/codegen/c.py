@@ -665,7 +665,11 @@ def _wrap(line: str, width: int = WIDTH) -> list[str]:
     cont = " " * (len(line) - len(stripped) + 8)
     out: list[str] = []
     while len(line) > width:
+        # The outermost break point within the width, the last of equals;
+        # failing that the first one past it (a line a little long beats
+        # one of 200 characters).
         best = None                       # (depth, -position)
+        late = None                       # (depth, position)
         depth = 0
         for pos in range(len(line)):
             ch = line[pos]
@@ -673,14 +677,18 @@ def _wrap(line: str, width: int = WIDTH) -> list[str]:
                 depth += 1
             elif ch in ")]":
                 depth -= 1
-            elif ch == " " and len(cont) + 8 < pos < width:
+            elif ch == " " and len(cont) + 8 < pos:
                 at = pos if line.startswith(_BREAK_BEFORE, pos) else \
                     pos + 1 if line[pos - 1] == "," or line[pos - 2:pos] == " =" else None
-                if at is not None and (best is None or (depth, -at) < best):
+                if at is None:
+                    continue
+                if pos < width and (best is None or (depth, -at) < best):
                     best = (depth, -at)
-        if best is None:
+                elif pos >= width and (late is None or (depth, at) < late):
+                    late = (depth, at)
+        if best is None and late is None:
             break
-        at = -best[1]
+        at = -best[1] if best is not None else late[1]
         out.append(line[:at].rstrip())
         line = cont + line[at:].lstrip()
     return out + [line]

@@ -16,6 +16,7 @@ from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import Graph, Node, TensorType
 from aot.ir.tir import (Broadcast, Buffer, BufferKind, Const, Expr, For, Load, PrimFunc, Stmt,
                         Store, Var, dt, dtype_of, flat_index, seq, walk_stmt, walk_expr_loads)
+from aot.lower.bind import bind_long_values
 from aot.lower.inplace import ATTR as IN_PLACE
 from aot.lower.inplace import in_place_pairs
 from aot.lower.rules import KERNEL_RULES, VALUE_RULES, LowerCtx, TensorRef
@@ -124,9 +125,11 @@ def lower_group(graph: Graph, node: Node, target: Target) -> Kernel:
     ctx = ctx_for(node)
     params, args = _collect_params(stmt, bound, ctx)
     func = PrimFunc(node.name, params, stmt, tuple(node.attrs.get("sources", (node.name,))))
+    # In-place reads are judged on the whole store values, before any part
+    # of them is computed into a local of its own.
     pairs = in_place_pairs(func)
-    if pairs:
-        func = replace(func, attrs=((IN_PLACE, pairs),))
+    func = replace(func, body=bind_long_values(stmt, ctx.fresh),
+                   attrs=((IN_PLACE, pairs),) if pairs else ())
     return Kernel(func, args, node)
 
 

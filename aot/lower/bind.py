@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from aot.ir.tir import (Bin, Broadcast, Call, Cast, Decl, DType, Expr, Load, Select, Stmt, Store,
+from aot.ir.tir import (Bin, Broadcast, Call, Cast, Decl, DType, Expr, Select, Stmt, Store,
                         Unary, Var, dtype_of, map_stmt, seq)
 
 # Calls nested deeper than this (helper calls, conversions, min/max: what

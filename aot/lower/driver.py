@@ -15,7 +15,7 @@ import numpy as np
 from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import Graph, Node, TensorType
 from aot.ir.tir import (Broadcast, Buffer, BufferKind, Const, Expr, For, Load, PrimFunc, Stmt,
-                        Store, Var, dt, dtype_of, flat_index, seq, walk_stmt, walk_expr_loads)
+                        Store, dt, dtype_of, flat_index, seq, walk_stmt, walk_expr_loads)
 from aot.lower.bind import bind_long_values
 from aot.lower.inplace import ATTR as IN_PLACE
 from aot.lower.inplace import in_place_pairs

@@ -523,7 +523,8 @@ def _onnx_attr(model, rng):
         node.attribute.remove(a)
         return f"node '{node.name}' attribute '{a.name}' dropped"
     if kind == "type":
-        a.type = rng.choice((A.FLOAT, A.INT, A.STRING, A.TENSOR, A.GRAPH, A.INTS, A.FLOATS, 99))
+        a.type = rng.choice((A.FLOAT, A.INT, A.STRING, A.TENSOR, A.GRAPH, A.INTS, A.FLOATS,
+                             A.UNDEFINED))
         return f"node '{node.name}' attribute '{a.name}' type := {a.type}"
     if a.type == A.INTS and len(a.ints):
         a.ints[rng.randrange(len(a.ints))] = rng.choice(HOSTILE_DIMS)

@@ -605,6 +605,21 @@ def test_short_buffer_is_a_model_error():
         import_tflite(m.build([x], [y]), "t")
 
 
+@pytest.mark.parametrize("own_empty_buffer", [False, True])
+def test_a_computed_tensor_at_scale_0_is_a_model_error(own_empty_buffer):
+    """Found by fuzzing: an activation at scale 0 (with its own, empty,
+    buffer as converters give every tensor) made the activation range 0/0."""
+    m = TinyModel()
+    x = m.tensor("x", [1, 8], scale=[0.1], zp=[0])
+    if own_empty_buffer:
+        m.buffers.append(b"")
+    y = m.tensor("y", [1, 8], scale=[0.0], zp=[0],
+                 buffer=len(m.buffers) - 1 if own_empty_buffer else None)
+    m.op("RELU", [x], [y])
+    with pytest.raises(ModelError, match="tensor 'y': quantization scale 0"):
+        import_tflite(m.build([x], [y]), "t")
+
+
 def test_node_names_are_deterministic():
     a = import_tflite((MODELS / "mlperf_kws_dscnn_f32.tflite").read_bytes(), "m")
     b = import_tflite((MODELS / "mlperf_kws_dscnn_f32.tflite").read_bytes(), "m")

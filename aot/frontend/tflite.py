@@ -281,7 +281,10 @@ class _Builder:
             raise UnsupportedError(f"tensor '{name}': TFLite type "
                                    f"{_DTYPE_NAMES.get(t.type_code, t.type_code)} is not supported")
         shape = check_shape(t.shape, f"tensor '{name}'")
-        self.types[name] = TensorType(shape, dtype, self._quant(t, name, shape, dtype))
+        # Only constants may carry scale 0 (tflite's converter gives unused
+        # biases one); a computed tensor at scale 0 has no real values.
+        constant = 0 < t.buffer < len(self.m.buffers) and len(self.m.buffers[t.buffer]) > 0
+        self.types[name] = TensorType(shape, dtype, self._quant(t, name, shape, dtype, constant))
         if t.is_variable:
             self.variables[name] = self._initial_value(self.types[name])
             return
@@ -293,7 +296,7 @@ class _Builder:
             self.constants[name] = self._array(raw, dtype, shape, name)
 
     @staticmethod
-    def _quant(t: _Tensor, name: str, shape, dtype: str) -> Quant | None:
+    def _quant(t: _Tensor, name: str, shape, dtype: str, constant: bool) -> Quant | None:
         if t.quant is None:
             return None
         scales, zps, qdim = t.quant
@@ -310,7 +313,7 @@ class _Builder:
         if not np.all(np.isfinite(scales)) or np.any(scales < 0):
             raise ModelError(f"tensor '{name}': invalid quantization scale {scales.min()}")
         if scales.size == 1:
-            if scales[0] == 0 and t.buffer == 0:
+            if scales[0] == 0 and not constant:
                 raise ModelError(f"tensor '{name}': quantization scale 0")
             return Quant((float(scales[0]),), (int(zps[0]),))
         # tflite-micro accepts per-channel params on 1-D tensors whatever

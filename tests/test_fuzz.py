@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -293,3 +294,23 @@ def test_rank_over_the_limit_is_refused(tmp_path):
     model.write_bytes(_chain_model("Relu", 1, rank=300))
     with pytest.raises(ShapeError, match="rank 300 exceeds"):
         aot.load(model)
+
+
+@pytest.mark.parametrize("model, seed, message", [
+    # an LSTM gate bias rewired to a weight tensor: numpy broadcast error in lowering
+    ("tflm_mnist_lstm_int8.tflite", 201546, r"gate input bias \[10, 560\], expected \[20\]"),
+    # an activation at quantization scale 0: 0/0 in its activation range
+    ("mlperf_ad_fcae_int8.tflite", 90127, "quantization scale 0"),
+])
+def test_long_run_findings_are_refused_by_name(model, seed, message, tmp_path):
+    """Cases scripts/fuzz.py found (internal errors, now one-line refusals)."""
+    mutant = mutate(MODELS / model, seed)
+    path = tmp_path / f"m{Path(model).suffix}"
+    path.write_bytes(mutant.data)
+    r = subprocess.run([sys.executable, "-m", "aot", "package", str(path), "--board", "host",
+                        "-o", str(tmp_path / "pkg")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("aot: error: "), lines
+    assert re.search(message, lines[0]), lines[0]
+    assert not (tmp_path / "pkg").exists()

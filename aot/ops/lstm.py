@@ -52,6 +52,9 @@ def _infer(sig: Sig):
         if w.shape != (units, x.shape[2]) or r.shape != (units, units):
             raise sig.fail(f"gate {GATES[i]} weights {list(w.shape)}/{list(r.shape)} do not "
                            f"match input {list(x.shape)} and {units} units")
+        bias = sig.in_types[BIAS_INPUT + i]
+        if bias.shape != (units,):
+            raise sig.fail(f"gate {GATES[i]} bias {list(bias.shape)}, expected [{units}]")
     batch = x.shape[1] if sig.attrs.get("time_major", False) else x.shape[0]
     if h.shape != (batch, units) or c.shape != (batch, units):
         raise sig.fail(f"state shapes {list(h.shape)}/{list(c.shape)}, expected {[batch, units]}")

@@ -900,8 +900,8 @@ class VecRequant:
         return q.rdbpot(h, self.right(c, lanes))
 
 
-def _tile_epilogue(accs, widths, body: Callable[[q.Block, int, Expr, int], Stmt],
-                   ctx: LowerCtx) -> Stmt:
+def _tile_epilogue(ctx: LowerCtx, accs, widths,
+                   body: Callable[[q.Block, int, Expr, int], Stmt]) -> Stmt:
     """body(block, offset in the tile, sums, lanes) for each of a tile's
     accumulators, straight from its register: every accumulator is at most
     one vector wide, so no sums go through memory."""
@@ -1082,8 +1082,8 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                 body += [Assign(a, Bin("+", a, packed_pair_dot(pv, v))) for a, v in zip(row_, wp)]
             return seq(*body)
 
-        stores = [_tile_epilogue(row_, widths, lambda b, k, acc, lanes, ox=ox: epilogue(
-            b, (n, oy, ox, add(oc0, Const(k))), acc, lanes), ctx)
+        stores = [_tile_epilogue(ctx, row_, widths, lambda b, k, acc, lanes, ox=ox: epilogue(
+            b, (n, oy, ox, add(oc0, Const(k))), acc, lanes))
                   for row_, ox in zip(accs, oxs)]
         if flat:
             taps = loop(ctx, "ky", g.kh, lambda ky: loop(ctx, "kp", n_pairs,
@@ -1206,14 +1206,14 @@ def _pair_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int):
             iy = _window_pos(oy, ky, sh, g.pad_top, dh)
             base = mul(at, Const(width * half))
 
-            def at(ix, cp):
+            def place(ix, cp):
                 return add(base, add(mul(add(ix, Const(g.pad_left)), Const(half)), cp))
 
             def pair(ix, cp):
                 a, b = (q.offset(to_i32(load_x((n, iy, ix, add(mul(cp, Const(2)), Const(j))))),
                                  -zp) for j in (0, 1))
                 value = Bin("+", Bin("&", a, Const(0xFFFF)), Bin("*", b, Const(65536)))
-                return Store(rows, at(ix, cp), value)
+                return Store(rows, place(ix, cp), value)
 
             def pairs(ix, cp, lanes):
                 """`lanes` pairs at once: 2 lanes int8 widened to int16 (x - zp
@@ -1223,7 +1223,7 @@ def _pair_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int):
                 return seq(Decl(x8, load_x((n, iy, ix, Const(2 * cp)), 2 * lanes)),
                            Decl(x16, Bin("+", Cast(i16, x8), Broadcast(Const(-zp, dt("int16")),
                                                                        2 * lanes))),
-                           Store(rows, at(ix, Const(cp)), pack_pairs(x16)))
+                           Store(rows, place(ix, Const(cp)), pack_pairs(x16)))
 
             def pixel(ix) -> Stmt:
                 if lanes == 1:
@@ -1324,7 +1324,7 @@ def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_o
                 r = rq.apply(b, acc, c) if lanes == 1 else vrq.apply(b, acc, c)
                 y = q.clamp(q.offset(r, zp_out), lo, hi)
                 return emit(0, out_lead + (c,), Cast(dt(out_ty.dtype, lanes), y))
-            code.append(_tile_epilogue(accs, widths, requant, ctx))
+            code.append(_tile_epilogue(ctx, accs, widths, requant))
             return seq(*code)
 
         base = 0

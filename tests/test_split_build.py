@@ -79,3 +79,22 @@ def test_split_is_the_same_on_one_core(tmp_path, monkeypatch):
         other = b.path / path.relative_to(a.path)
         assert np.array_equal(np.frombuffer(path.read_bytes(), np.uint8),
                               np.frombuffer(other.read_bytes(), np.uint8)), path
+
+
+def _package_in_worker(out: str) -> int:
+    """In a multiprocessing pool's (daemonic) worker, which may not fork."""
+    info = package(aot.optimize(aot.load(MODEL)), codegen="llvm", out_dir=out)
+    return len(list(info.path.rglob("*")))
+
+
+def test_llvm_packages_build_inside_a_pool_worker(tmp_path, monkeypatch):
+    """A pool worker may not have children: the LLVM objects are then built
+    one after another there (this was 'daemonic processes are not allowed to
+    have children' from scripts/verify_matrix.py's workers)."""
+    import multiprocessing
+
+    _small_parts(monkeypatch)          # several parts: the build would fork
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_package_in_worker, (str(tmp_path / "pkg"),)) > 0
+    assert (tmp_path / "pkg" / "metadata.json").is_file()

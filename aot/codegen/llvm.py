@@ -593,14 +593,16 @@ def split_parts(funcs: Sequence[PrimFunc]) -> list[list[int]]:
 def emit_objects(funcs: Sequence[PrimFunc], prefix: str, target: Target) -> list[bytes]:
     """The functions as one or more relocatable objects (split_parts), built
     in parallel by forked worker processes (LLVM in llvmlite holds one lock,
-    so threads would take turns); serially where fork is not available."""
+    so threads would take turns); serially where fork is not available or
+    this process may not have children (a multiprocessing pool's worker)."""
     global _JOB
     symbols = kernel_symbols(funcs, prefix)
     parts = split_parts(funcs)
     _JOB = (list(funcs), prefix, target, symbols)
     try:
         workers = min(len(parts), os.cpu_count() or 1)
-        if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        if (workers < 2 or "fork" not in multiprocessing.get_all_start_methods()
+                or multiprocessing.current_process().daemon):
             return [_part_object(p) for p in parts]
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:

@@ -1,6 +1,7 @@
 """The local transport: run the package's harness on this machine."""
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import tempfile
@@ -119,8 +120,10 @@ def failure(returncode: int, stderr: str, where: str = "",
     return f"the harness failed{where} (exit {returncode}): {last}"
 
 
+@functools.lru_cache(maxsize=None)
 def cpu_flags() -> frozenset[str]:
-    """This machine's CPU feature flags (Linux /proc/cpuinfo; empty elsewhere)."""
+    """This machine's CPU feature flags (Linux /proc/cpuinfo; empty elsewhere),
+    read once: every local run checks them."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:

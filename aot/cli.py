@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from aot.errors import AotError
+from aot.errors import EXIT_INTERRUPTED, AotError
 from aot.fsutil import refuse_existing, write_dir_atomically
 
 EXIT_USER_ERROR = 2
@@ -555,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
                     EXIT_USER_ERROR)
     except KeyboardInterrupt:
         print("aot: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as e:  # a bug in aot: still one line, the traceback on request
         if os.environ.get("AOT_DEBUG"):
             raise

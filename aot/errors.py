@@ -5,6 +5,9 @@ AotError. The CLI prints its message on one line and exits 2; anything else
 escaping is a bug in aot.
 """
 
+# The exit code of a command stopped by Ctrl-C (128 + SIGINT, as shells report).
+EXIT_INTERRUPTED = 130
+
 
 class AotError(Exception):
     """Base class: a user-facing error with a one-line message."""

@@ -220,3 +220,19 @@ def test_existing_outputs_need_force(tmp_path, command):
     r = aot(*[str(out2) if a == out else a for a in argv])
     assert r.returncode == 2 and "already exists" in r.stderr
     assert out2.read_text() == "a file"
+
+
+def test_an_early_ctrl_c_exits_130_not_by_sigint(tmp_path):
+    """Ctrl-C while `aot package` is still importing its dependencies: one
+    line and exit 130. CPython ends a process by SIGINT at exit (returncode
+    -2 here) when a KeyboardInterrupt once escaped code an extension ran at
+    import, even one aot caught; about 1 early Ctrl-C in 15 did so."""
+    codes = []
+    for i in range(15):
+        r = kill_at(package_argv(tmp_path / f"pkg{i}", "c", False), 0.10 + 0.01 * i,
+                    signal.SIGINT)
+        if r.returncode == 0:
+            continue                   # finished before the signal
+        codes.append(r.returncode)
+        assert r.stderr.splitlines() == ["aot: interrupted"], r.stderr
+    assert codes and set(codes) == {130}, codes

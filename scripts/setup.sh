@@ -9,6 +9,10 @@ DEB_PACKAGES=(clang lld llvm qemu-user qemu-user-static qemu-system-arm
   qemu-system-misc gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf
   gcc-riscv64-linux-gnu gcc-arm-none-eabi libnewlib-arm-none-eabi
   openssh-server openssh-client binutils-multiarch cpio
+  # Only recommended by qemu-system-arm and clang, and so left out by
+  # --no-install-recommends: the virtio NIC ROM qemu-rpi4 boots with
+  # (efi-virtio.rom) and the ASan/UBSan runtimes of the clang installed here.
+  ipxe-qemu libclang-rt-14-dev
   # The cross glibc the static Linux harnesses link against: only recommended
   # by the cross gcc packages, so --no-install-recommends would leave it out.
   libc6-dev-arm64-cross libc6-dev-armhf-cross libc6-dev-riscv64-cross)

@@ -29,6 +29,7 @@ from aot.executor.liveness import MemoryPlan, elide_views, plan_kernels
 from aot.executor.params import SECTION, LinkedParams, link_params
 from aot.fsutil import write_dir_atomically
 from aot.ir.graph import Graph
+from aot.ops import node_macs
 from aot.resources import data_dir
 from aot.targets import Board
 
@@ -141,6 +142,7 @@ def metadata(graph: Graph, kernels, mem: MemoryPlan, other: MemoryPlan, params: 
                      "ops": [n.op for n in k.node.attrs["body"].nodes]
                      if "body" in k.node.attrs else [k.node.op],
                      "sources": list(k.func.sources),
+                     "macs": node_macs(k.node, graph.types),
                      "args": [{"kind": a.kind, "param": b.name,
                                **({"tensor": a.name} if a.kind in ("tensor", "const") else {})}
                               for a, b in zip(k.args, k.func.params)]}

@@ -5,11 +5,11 @@ upgrades older forms), plus a `layout` attribute on spatial ops for
 channels-last. Ops with TFLite's integer semantics are named `tfl.*`.
 See docs/ops.md for the conventions.
 """
-from aot.ops.registry import OPS, Call, OpDef, Pattern, Sig, op_def, register
+from aot.ops.registry import OPS, Call, OpDef, Pattern, Sig, node_macs, op_def, register
 
 # Each family module registers its ops on import.
 from aot.ops import (  # noqa: F401,E402
     elementwise, fused, lstm, nn, onnx_quant, reduce, tensor, tflite_int8,
 )
 
-__all__ = ["OPS", "Call", "OpDef", "Pattern", "Sig", "op_def", "register"]
+__all__ = ["OPS", "Call", "OpDef", "Pattern", "Sig", "node_macs", "op_def", "register"]

@@ -5,7 +5,7 @@ body. Later, each fused group becomes one kernel.
 """
 from __future__ import annotations
 
-from aot.ops.registry import Call, Pattern, Sig, register
+from aot.ops.registry import Call, Pattern, Sig, node_macs, register
 
 
 def _infer(sig: Sig):
@@ -13,7 +13,12 @@ def _infer(sig: Sig):
     return [body.types[o] for o in body.outputs]
 
 
-@register("fused", infer=_infer, pattern=Pattern.OPAQUE)
+def _macs(call: Call) -> int:
+    body = call.attrs["body"]
+    return sum(node_macs(n, body.types) for n in body.nodes)
+
+
+@register("fused", infer=_infer, pattern=Pattern.OPAQUE, macs=_macs)
 def _fused(call: Call, args):
     from aot.interp import interpret  # the interpreter sits above the ops
     body = call.attrs["body"]

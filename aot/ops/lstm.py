@@ -179,7 +179,15 @@ def _lstm_int8(call: Call, args):
     return [y.astype(np.int8), h.astype(np.int8), c.astype(np.int16)]
 
 
-@register("tfl.lstm", infer=_infer, pattern=Pattern.OPAQUE)
+def _macs(call: Call) -> int:
+    """Four gates, each a dot product over the input and the hidden state,
+    per unit, batch row and time step (the gate nonlinearities count 0)."""
+    x = call.in_types[X]
+    units = call.in_types[R_INPUT].shape[0]
+    return (x.size // x.shape[2]) * 4 * units * (x.shape[2] + units)
+
+
+@register("tfl.lstm", infer=_infer, pattern=Pattern.OPAQUE, macs=_macs)
 def lstm(call: Call, args):
     if call.in_types[X].dtype == "int8":
         return _lstm_int8(call, args)

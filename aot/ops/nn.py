@@ -17,7 +17,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from aot.errors import ShapeError, UnsupportedError, node_label
 from aot.ir.graph import TensorType
-from aot.ops.registry import Call, Pattern, Sig, register
+from aot.ops.registry import Call, Pattern, Sig, inner_dim_macs, per_weight_row_macs, register
 
 FLOATS = ("float32", "float64", "float16")
 
@@ -251,7 +251,8 @@ def conv_nchw(x: np.ndarray, w: np.ndarray, bias, win: Window, group: int) -> np
     return y
 
 
-@register("Conv", infer=_conv_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+@register("Conv", infer=_conv_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE,
+          macs=per_weight_row_macs(1))
 def _conv(call: Call, args):
     x, w, b = (list(args) + [None])[:3]
     layout = _layout(call)
@@ -324,7 +325,14 @@ def _convt_infer(sig: Sig):
     return [TensorType(_from_nchw_shape((xs[0], o) + tuple(out), layout), x.dtype)]
 
 
-@register("ConvTranspose", infer=_convt_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+def _convt_macs(call: Call) -> int:
+    # Each input element scatters into O/group x kernel outputs (weight [I, ...]).
+    w = call.in_types[1]
+    return call.in_types[0].size * (w.size // w.shape[0])
+
+
+@register("ConvTranspose", infer=_convt_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE,
+          macs=_convt_macs)
 def _conv_transpose(call: Call, args):
     x, w, b = (list(args) + [None])[:3]
     layout = _layout(call)
@@ -787,7 +795,12 @@ def _gemm_infer(sig: Sig):
     return [TensorType((m, n), a.dtype)]
 
 
-@register("Gemm", infer=_gemm_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+def _gemm_macs(call: Call) -> int:
+    a = call.in_types[0].shape
+    return call.out_types[0].size * (a[0] if int(call.attrs.get("transA", 0)) else a[1])
+
+
+@register("Gemm", infer=_gemm_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE, macs=_gemm_macs)
 def _gemm(call: Call, args):
     a, b = args[0], args[1]
     c = args[2] if len(args) > 2 else None
@@ -832,7 +845,8 @@ def _matmul_infer(sig: Sig):
     return [TensorType(matmul_shape(sig, a.shape, b.shape), a.dtype)]
 
 
-@register("MatMul", infer=_matmul_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+@register("MatMul", infer=_matmul_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE,
+          macs=inner_dim_macs(0))
 def _matmul(call: Call, args):
     return [np.matmul(args[0], args[1]).astype(call.out_types[0].dtype, copy=False)]
 

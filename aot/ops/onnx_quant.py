@@ -18,7 +18,7 @@ from aot.ops.nn import (
     FLOATS, _from_nchw, _layout, _to_nchw, conv_nchw,
     conv_output_shape, matmul_shape, resolve_window,
 )
-from aot.ops.registry import Call, Pattern, Sig, register
+from aot.ops.registry import Call, Pattern, Sig, inner_dim_macs, per_weight_row_macs, register
 
 # Integer types QuantizeLinear may produce (int4 and float8 are not supported).
 QTYPES = ("int8", "uint8", "int16", "uint16")
@@ -221,7 +221,8 @@ def _requantize(acc: np.ndarray, multiplier: np.ndarray, zp, dtype: str) -> np.n
     return saturate_round(r, dtype)
 
 
-@register("QLinearMatMul", infer=_qmatmul_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+@register("QLinearMatMul", infer=_qmatmul_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE,
+          macs=inner_dim_macs(0))
 def _qlinear_matmul(call: Call, args):
     a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp = (list(args) + [None] * 8)[:8]
     acc = _int_matmul(_centered(a, a_zp), _centered(b, b_zp))
@@ -235,7 +236,8 @@ def _matmul_integer_infer(sig: Sig):
     return [TensorType(matmul_shape(sig, a.shape, b.shape), "int32")]
 
 
-@register("MatMulInteger", infer=_matmul_integer_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+@register("MatMulInteger", infer=_matmul_integer_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE,
+          macs=inner_dim_macs(0))
 def _matmul_integer(call: Call, args):
     a, b, a_zp, b_zp = (list(args) + [None] * 4)[:4]
     if a_zp is not None and a_zp.ndim == 1 and a_zp.size > 1 and a.ndim >= 2:
@@ -283,7 +285,8 @@ def _per_channel(v: np.ndarray, ndim: int) -> np.ndarray:
     return v.reshape(()) if v.size == 1 else v.reshape((1, -1) + (1,) * (ndim - 2))
 
 
-@register("QLinearConv", infer=_qconv_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+@register("QLinearConv", infer=_qconv_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE,
+          macs=per_weight_row_macs(3))
 def _qlinear_conv(call: Call, args):
     x, x_s, x_zp, w, w_s, w_zp, y_s, y_zp, bias = (list(args) + [None] * 9)[:9]
     wc = w.astype(np.int32)
@@ -303,7 +306,8 @@ def _conv_integer_infer(sig: Sig):
     return [TensorType(conv_output_shape(sig, x, w), "int32")]
 
 
-@register("ConvInteger", infer=_conv_integer_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+@register("ConvInteger", infer=_conv_integer_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE,
+          macs=per_weight_row_macs(1))
 def _conv_integer(call: Call, args):
     x, w, x_zp, w_zp = (list(args) + [None] * 4)[:4]
     wc = w.astype(np.int32)

@@ -67,6 +67,11 @@ class Call:
 
 InferFn = Callable[[Sig], Sequence[TensorType]]
 RefFn = Callable[[Call, Sequence[np.ndarray | None]], Sequence[np.ndarray]]
+# Multiply-accumulates of one call, from its types alone (aot analyze, the
+# profile's MACs per us). Ops without one count 0: elementwise, pooling,
+# reductions and data movement are memory-bound, and a MAC count would
+# mislead there.
+MacsFn = Callable[[Call], int]
 
 
 @dataclass(frozen=True)
@@ -78,18 +83,20 @@ class OpDef:
     # False for ops whose outputs follow from input types alone (Shape,
     # Size): their ref is called with None for every input array.
     needs_values: bool = True
+    macs: MacsFn | None = None
 
 
 OPS: dict[str, OpDef] = {}
 
 
 def register(name: str, *, infer: InferFn, pattern: Pattern = Pattern.OPAQUE,
-             needs_values: bool = True) -> Callable[[RefFn], RefFn]:
+             needs_values: bool = True, macs: MacsFn | None = None
+             ) -> Callable[[RefFn], RefFn]:
     """Decorator on a reference implementation: adds the op to OPS."""
     def wrap(ref: RefFn) -> RefFn:
         if name in OPS:
             raise RuntimeError(f"op {name} registered twice")
-        OPS[name] = OpDef(name, infer, ref, pattern, needs_values)
+        OPS[name] = OpDef(name, infer, ref, pattern, needs_values, macs)
         return ref
     return wrap
 
@@ -99,3 +106,30 @@ def op_def(node: Node) -> OpDef:
         return OPS[node.op]
     except KeyError:
         raise UnsupportedError(f"unsupported op {node_label(node)}") from None
+
+
+def node_macs(node: Node, types: Mapping[str, TensorType]) -> int:
+    """The multiply-accumulates one node performs (0 for ops without a count)."""
+    opdef = op_def(node)
+    if opdef.macs is None:
+        return 0
+    call = Call(node, tuple(types.get(i) if i else None for i in node.inputs),
+                tuple(types[o] for o in node.outputs))
+    return int(opdef.macs(call))
+
+
+def per_weight_row_macs(w: int) -> MacsFn:
+    """Convolutions whose weight (input w) is [O, ...] and each output
+    element a dot product with one of its rows: O x (I/group) x kernel."""
+    def macs(call: Call) -> int:
+        wt = call.in_types[w]
+        return call.out_types[0].size * (wt.size // wt.shape[0])
+    return macs
+
+
+def inner_dim_macs(a: int) -> MacsFn:
+    """Dense products: each output element a dot product along the last
+    axis of input a (MatMul and its quantized forms)."""
+    def macs(call: Call) -> int:
+        return call.out_types[0].size * call.in_types[a].shape[-1]
+    return macs

@@ -13,7 +13,7 @@ import numpy as np
 from aot.errors import ModelError, ShapeError, UnsupportedError, node_label
 from aot.ir.graph import Quant, TensorType
 from aot.ops import qmath
-from aot.ops.registry import Call, Pattern, Sig, register
+from aot.ops.registry import Call, Pattern, Sig, per_weight_row_macs, register
 
 INT_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),
              "int32": (qmath.INT32_MIN, qmath.INT32_MAX)}
@@ -176,7 +176,8 @@ def _hybrid_conv2d(call: Call, x, w, bias):
     return [y.astype(np.float32)]   # the fused activation is a separate float node
 
 
-@register("tfl.conv2d", infer=_conv_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+@register("tfl.conv2d", infer=_conv_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE,
+          macs=per_weight_row_macs(1))
 def conv2d(call: Call, args):
     x, w, bias = args[0], args[1], args[2] if len(args) > 2 else None
     if _is_hybrid(call):
@@ -209,7 +210,13 @@ def _dw_infer(sig: Sig):
     return [_out_type(sig, (x.shape[0], oh, ow, w.shape[3]))]
 
 
-@register("tfl.depthwise_conv2d", infer=_dw_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+def _dw_macs(call: Call) -> int:
+    _, kh, kw, _ = call.in_types[1].shape     # each output element: one KH x KW window
+    return call.out_types[0].size * kh * kw
+
+
+@register("tfl.depthwise_conv2d", infer=_dw_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE,
+          macs=_dw_macs)
 def depthwise_conv2d(call: Call, args):
     x, w, bias = args[0], args[1], args[2] if len(args) > 2 else None
     a, node = call.attrs, call.node
@@ -260,7 +267,12 @@ def fc_multipliers(s_in: float, w_quant: Quant, s_out: float):
     return np.int64(m), np.int64(e)
 
 
-@register("tfl.fully_connected", infer=_fc_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE)
+def _fc_macs(call: Call) -> int:
+    return call.out_types[0].size * call.in_types[1].shape[1]     # weight [O, I]
+
+
+@register("tfl.fully_connected", infer=_fc_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE,
+          macs=_fc_macs)
 def fully_connected(call: Call, args):
     x, w, bias = args[0], args[1], args[2] if len(args) > 2 else None
     a, node = call.attrs, call.node

@@ -1,6 +1,10 @@
 """aot: an ahead-of-time deployment packager for edge devices.
 
-model file -> load -> Graph -> optimize -> (later: TIR -> code -> package -> board)
+model file -> load -> Graph -> optimize -> package -> run / verify / bench on a board
+
+    pkg = aot.package("model.tflite", board="host", out_dir="build/model")
+    with aot.connect("host") as dev:
+        y = dev.run(pkg, {"input_1": x})["Identity"]
 
 The names below are imported on first use, so that `import aot` (and with
 it `python -m aot` start-up, before the CLI can handle Ctrl-C) stays cheap.
@@ -11,12 +15,14 @@ import importlib
 
 __version__ = "0.1.0"
 
+# What the CLI's commands do, with its defaults: aot.package, aot.run, ...
+_COMMANDS = {name: "aot.api" for name in ("package", "run", "verify", "bench")}
 _LAZY = {"connect": "aot.deploy.device", "AotError": "aot.errors", "load": "aot.frontend",
          "interpret": "aot.interp", "Graph": "aot.ir.graph", "print_graph": "aot.ir.graph",
-         "optimize": "aot.passes.pipeline"}
+         "optimize": "aot.passes.pipeline", "analyze": "aot.analysis", **_COMMANDS}
 
-__all__ = ["AotError", "Graph", "connect", "interpret", "load", "optimize", "print_graph",
-           "__version__"]
+__all__ = ["AotError", "Graph", "analyze", "bench", "connect", "interpret", "load", "optimize",
+           "package", "print_graph", "run", "verify", "__version__"]
 
 
 def __getattr__(name: str):

@@ -5,14 +5,18 @@
 """
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
+import numpy as np
+
+from aot.errors import AotError
 from aot.fsutil import refuse_existing
 from aot.ir.graph import Graph
-from aot.package import PackageInfo, check_fits, default_name, package_graph
-from aot.targets import get_board
+from aot.package import PackageInfo, check_fits, default_name, model_source, package_graph
+from aot.targets import Board, get_board
 
 
 def as_graph(model_or_graph: str | Path | Graph) -> Graph:
@@ -24,12 +28,14 @@ def as_graph(model_or_graph: str | Path | Graph) -> Graph:
     return graph if fused and graph.nodes else aot.optimize(graph)
 
 
-def package(model_or_graph: str | Path | Graph, board: str = "host", codegen: str = "c",
+def package(model_or_graph: str | Path | Graph, board: str | Board | None = None,
+            codegen: str = "c",
             name: str | None = None, out_dir: str | Path | None = None,
             io_in_arena: bool = False, force: bool = False,
             extra_cflags: Sequence[str] = (), profile: bool = False,
             checks: bool = False) -> PackageInfo:
-    """Compile a model into a package directory built for `board`.
+    """Compile a model into a package directory built for `board` (default:
+    the CLI's, qemu-rpi4 unless $AOT_BOARD names another).
 
     out_dir defaults to ./<name>; with out_dir=None and no name, the model's.
     extra_cflags are added to every compile and to the harness link, e.g.
@@ -45,11 +51,13 @@ def package(model_or_graph: str | Path | Graph, board: str = "host", codegen: st
     brd = get_board(board)
     graph = model_or_graph if isinstance(model_or_graph, Graph) else aot.load(model_or_graph)
     check_fits(graph, brd)      # weights too big for the flash: say so before optimizing
+    name = default_name(graph, name, None if model_or_graph is graph else Path(model_or_graph))
     graph = as_graph(graph)
     if out_dir is None:
-        out_dir = Path(default_name(graph, name))
+        out_dir = Path(name)
+    source = None if isinstance(model_or_graph, Graph) else model_source(model_or_graph)
     return package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,
-                         extra_cflags, profile, checks)
+                         extra_cflags, profile, checks, source)
 
 
 def package_to_temp(model_or_graph, board: str = "host", codegen: str = "c",
@@ -61,69 +69,220 @@ def package_to_temp(model_or_graph, board: str = "host", codegen: str = "c",
     return tmp, info
 
 
-def verify(model: str | Path, board: str = "host", codegen: str = "c",
-           extra_cflags: Sequence[str] = (), seed: int = 0,
-           out_dir: str | Path | None = None, checks: bool = False, count: int = 1) -> dict:
-    """What `aot verify` does: package `model` for `board`, run it there on
-    the saved input (or a random one drawn from `seed`), compare with the
-    reference runtime. {ok, reference, inputs, count, outputs: [{name,
-    max_abs_err}], package: the PackageInfo summary}. The package is kept in
-    out_dir if given, else built in a temporary directory and removed.
+def _package_dir(model_or_package: str | Path | Graph, board: Board, codegen: str,
+                 stack: contextlib.ExitStack, profile: bool = False) -> Path:
+    """A package directory as it is, or the model packaged into a temporary
+    directory that `stack` removes."""
+    if not isinstance(model_or_package, Graph) and Path(model_or_package).is_dir():
+        return Path(model_or_package)
+    tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-"))
+    return package(model_or_package, board=board, codegen=codegen, out_dir=Path(tmp) / "pkg",
+                   profile=profile).path
 
-    count > 1 runs `count` random inputs (seeds seed, seed+1, ...) through
-    one serve session (aot.connect); max_abs_err is then the worst over them.
-    checks=True packages with the harness's guard bytes (a violation fails)."""
-    import aot
+
+def run(model_or_package: str | Path | Graph,
+        inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
+        board: str | Board | None = None, codegen: str = "c") -> dict[str, np.ndarray]:
+    """What `aot run` does: run a package directory (or a model, packaged
+    into a temporary directory) once on `board` (default: the CLI's).
+    `inputs` is {input name: array} or a list in input order; the result
+    is {output name: array}."""
     from aot.deploy import run_package
-    from aot.deploy.reference import compare, reference_outputs, saved_or_random_inputs
-    from aot.errors import AotError
-    from aot.testing import random_inputs
+    from aot.package import read_metadata
 
+    brd = get_board(board)
+    with contextlib.ExitStack() as stack:
+        pkg = _package_dir(model_or_package, brd, codegen, stack)
+        meta = read_metadata(pkg)
+        if meta.get("board") != brd.name:
+            raise AotError(f"{pkg} was built for board '{meta.get('board')}', not '{brd.name}'")
+        result = run_package(pkg, brd, inputs, warmup=0, runs=1)
+    return dict(zip((o["name"] for o in meta["outputs"]), result.outputs))
+
+
+# Emulated boards run the real code (outputs are the board's) but the clock
+# is the emulator's: bench still runs there (it checks the harness works), and
+# says so.
+EMULATED_NOTE = ("board '{board}' is emulated ({transport}): these times are the emulator's "
+                 "on this machine and say nothing about the real board's speed")
+
+
+def bench(model_or_package: str | Path | Graph, board: str | Board | None = None,
+          codegen: str = "c", warmup: int = 10, repeat: int = 100, profile: bool = False,
+          plot: str | Path | None = None) -> dict:
+    """What `aot bench` does: `warmup` untimed runs, then `repeat` timed
+    ones on `board` (default: the CLI's) of a package directory or of a
+    model packaged into a temporary directory. {median_ms, mean_ms, min_ms,
+    max_ms, std_ms, repeat, warmup, board, codegen, model, emulated[, note]};
+    profile=True adds "profile", per kernel {step, name, median_ms, share,
+    ...}, and `plot` draws it as a bar chart (a PNG)."""
+    from aot.bench import (bench_package, check_counts, check_plot_path, package_inputs,
+                           plot_profile, profile_stats, stats_of)
+    from aot.package import read_metadata
+
+    brd = get_board(board)
+    check_counts(warmup, repeat)
+    if plot and not profile:
+        raise AotError("--plot draws the per-kernel profile: add --profile")
+    if plot:
+        check_plot_path(Path(plot))
+    with contextlib.ExitStack() as stack:
+        pkg = _package_dir(model_or_package, brd, codegen, stack, profile=profile)
+        meta = read_metadata(pkg)
+        if profile and not meta.get("profile"):
+            raise AotError(f"{pkg} was packaged without --profile (aot package --profile)")
+        result = bench_package(pkg, brd, package_inputs(meta), warmup, repeat)
+    stats = stats_of([t / 1e6 for t in result.times_ns])     # ms, as time_package
+    out = {"median_ms": stats.median_ms, "mean_ms": stats.mean_ms, "min_ms": stats.min_ms,
+           "max_ms": stats.max_ms, "std_ms": stats.std_ms, "repeat": repeat, "warmup": warmup,
+           "board": brd.name, "codegen": meta["codegen"], "model": meta["model"],
+           "emulated": brd.emulated}
+    if brd.emulated:
+        out["note"] = EMULATED_NOTE.format(board=brd.name, transport=brd.transport)
+    if profile:
+        kernels = profile_stats(meta, result.profile_ns)
+        out["profile"] = [k.as_json() for k in kernels]
+        if plot:
+            plot_profile(kernels, f"{meta['model']} on {brd.name}: median per kernel", Path(plot))
+    return out
+
+
+def verify(model: str | Path, board: str | Board | None = None, codegen: str = "c",
+           extra_cflags: Sequence[str] = (), seed: int = 0,
+           out_dir: str | Path | None = None, checks: bool = False, count: int = 1,
+           dataset: str | Path | None = None, atol: float | None = None,
+           rtol: float | None = None, source: str | Path | None = None) -> dict:
+    """What `aot verify` does: package `model` for `board` (default: the
+    CLI's), run it there and compare with the reference runtime on the same
+    inputs. The package is kept in out_dir if given, else built in a
+    temporary directory and removed; checks=True packages with the harness's
+    guard bytes (a violation fails).
+
+    `model` may also be a package directory: it runs as built, on its own
+    board unless `board` says otherwise, against the model its metadata
+    names (`source` overrides the path; a model whose sha256 is not the
+    recorded one is refused).
+
+    The inputs: the samples of `dataset` (an .npz or a directory,
+    aot.validate.load_dataset), else `count` random inputs (seeds seed,
+    seed+1, ...), else the saved input beside the model. Many samples go
+    through one serve session (aot.connect); a bare-metal board runs one
+    per sample.
+
+    {ok, reference, inputs (dataset|saved|random), samples, count (the same),
+    model, board, outputs: [{name, max_abs, rmse, l2r, cosine,
+    top1_agreement, max_lsb, max_abs_err, ok[, error]}], package: its
+    summary}: aot.validate.output_metrics per output over all samples, ok
+    under Tolerance(atol, rtol) (floats within 1e-4, integers bit-exact by
+    default)."""
+    import aot
+    from aot.package import model_source, read_metadata
+    from aot.validate import Tolerance, check_package_io, package_model
+
+    tol = Tolerance(atol, rtol)
     if count < 1:
         raise AotError(f"--count must be >= 1, got {count}")
-    brd = get_board(board)
-    graph = aot.load(model)
-    check_fits(graph, brd)
-    graph = as_graph(graph)
+    if dataset is not None and count != 1:
+        raise AotError("--count and --dataset exclude each other (the dataset's samples are "
+                       "the inputs)")
+    target = Path(model)
+    with contextlib.ExitStack() as stack:
+        if target.is_dir():
+            if out_dir is not None or checks:
+                raise AotError(f"{target} is a package directory, verified as it was built: "
+                               "out_dir and checks are for packaging a model")
+            pkg, meta = target, read_metadata(target)
+            brd = get_board(board or meta.get("board"))
+            if meta.get("board") != brd.name:
+                raise AotError(f"{pkg} was built for board '{meta.get('board')}', not "
+                               f"'{brd.name}'")
+            model_path = package_model(pkg, meta, source)
+            graph = aot.load(model_path)
+            check_package_io(graph, meta, model_path, pkg)
+            origin, samples = _verify_inputs(model_path, graph, dataset, count, seed)
+            summary = {"package": str(pkg), **{k: meta[k] for k in (
+                "arena_bytes", "arena_lower_bound_bytes", "params_bytes")}}
+        else:
+            if source is not None:
+                raise AotError(f"--model names the model of a package directory; {target} is "
+                               "a model file")
+            if out_dir is not None:
+                refuse_existing(Path(out_dir), False)     # before loading and optimizing
+            brd, model_path = get_board(board), target
+            graph = aot.load(model_path)
+            check_fits(graph, brd)
+            name = default_name(graph, None, model_path)
+            graph = as_graph(graph)
+            origin, samples = _verify_inputs(model_path, graph, dataset, count, seed)
+            where = Path(out_dir) if out_dir else Path(
+                stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-"))) / "pkg"
+            info = package_graph(graph, brd, where, codegen, name, extra_cflags=extra_cflags,
+                                 checks=checks, source=model_source(model_path))
+            pkg, summary = info.path, info.summary()
+        results = _board_outputs(pkg, brd, samples)
+    reference, rows = _compare_outputs(model_path, graph, samples, results, tol)
+    return {"ok": all(r["ok"] for r in rows), "reference": reference, "inputs": origin,
+            "samples": len(samples), "count": len(samples), "model": str(model_path),
+            "board": brd.name, "outputs": rows, "package": summary}
+
+
+def _verify_inputs(model: Path, graph: Graph, dataset: str | Path | None, count: int,
+                   seed: int) -> tuple[str, list[list[np.ndarray]]]:
+    """(origin, samples): the dataset's, `count` random ones, or the saved one."""
+    from aot.deploy.reference import saved_or_random_inputs
+    from aot.testing import random_inputs
+    from aot.validate import load_dataset
+
+    if dataset is not None:
+        return "dataset", load_dataset(dataset, graph)
     if count == 1:
-        origin, first = saved_or_random_inputs(Path(model), graph, seed)
-        batches = [first]
-    else:
-        origin = "random"
-        batches = [[d[n] for n in graph.inputs]
-                   for d in (random_inputs(graph, seed + i) for i in range(count))]
-    with tempfile.TemporaryDirectory(prefix="aot-") as tmp:
-        info = package(graph, board=brd, codegen=codegen,
-                       out_dir=Path(out_dir) if out_dir else Path(tmp) / "pkg",
-                       extra_cflags=extra_cflags, checks=checks)
-        if count == 1:
-            results = [run_package(info.path, brd, batches[0], warmup=0, runs=1).outputs]
-        else:
-            with aot.connect(brd) as dev:
-                results = [dev.run(info.path, inputs).outputs for inputs in batches]
-    rows: list[dict] = []
-    for inputs, got in zip(batches, results):
-        reference, want = reference_outputs(Path(model), graph, inputs)
-        if len(want) != len(got):
-            raise AotError(f"the reference gives {len(want)} outputs, the package {len(got)}")
-        rows = _worst(rows, [compare(name, g, w) for name, g, w in
-                             zip(graph.outputs, got, want)])
-    ok = all(r.pop("ok") for r in rows)
-    return {"ok": ok, "reference": reference, "inputs": origin, "count": count,
-            "outputs": rows, "package": info.summary()}
+        origin, first = saved_or_random_inputs(model, graph, seed)
+        return origin, [first]
+    return "random", [[d[n] for n in graph.inputs]
+                      for d in (random_inputs(graph, seed + i) for i in range(count))]
 
 
-def _worst(rows: list[dict], new: list[dict]) -> list[dict]:
-    """Per output, the larger error of two comparisons (a failed one wins)."""
-    if not rows:
-        return new
-    out = []
-    for a, b in zip(rows, new):
-        if a["ok"] != b["ok"]:
-            out.append(a if not a["ok"] else b)
-        elif (b["max_abs_err"] is None) or (a["max_abs_err"] is not None
-                                            and b["max_abs_err"] > a["max_abs_err"]):
-            out.append(b)
-        else:
-            out.append(a)
+def _board_outputs(pkg: Path, board: Board, samples: list[list[np.ndarray]]
+                   ) -> list[list[np.ndarray]]:
+    """Each sample's outputs from the board: one serve session for many
+    samples; one run each on a bare-metal board (no stdin to serve on) and
+    for a single sample (no session to start)."""
+    import aot
+    from aot import progress
+    from aot.deploy import run_package
+
+    out: list[list[np.ndarray]] = []
+    with progress.step(f"run {len(samples)} sample(s) on {board.name}",
+                       total=len(samples)) as step:
+        if len(samples) == 1 or board.transport == "qemu-system":
+            for inputs in samples:
+                out.append(run_package(pkg, board, inputs, warmup=0, runs=1).outputs)
+                step.advance()
+            return out
+        with aot.connect(board) as dev:
+            for inputs in samples:
+                out.append(dev.request(pkg, inputs).outputs)
+                step.advance()
     return out
+
+
+def _compare_outputs(model: Path, graph: Graph, samples: list[list[np.ndarray]],
+                     results: list[list[np.ndarray]], tol) -> tuple[str, list[dict]]:
+    """(reference runtime, a metrics row per output) over all samples."""
+    from aot import progress
+    from aot.deploy.reference import reference_outputs
+    from aot.validate import output_metrics
+
+    wants = []
+    with progress.step(f"reference outputs of {len(samples)} sample(s)",
+                       total=len(samples)) as step:
+        for inputs, got in zip(samples, results):
+            reference, want = reference_outputs(model, graph, inputs)
+            if len(want) != len(got):
+                raise AotError(f"the reference gives {len(want)} outputs, the package "
+                               f"{len(got)}")
+            wants.append(want)
+            step.advance()
+    return reference, [output_metrics(name, [r[k] for r in results], [w[k] for w in wants],
+                                      graph.types[name], tol)
+                       for k, name in enumerate(graph.outputs)]

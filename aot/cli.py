@@ -18,6 +18,7 @@ import numpy as np
 
 from aot.errors import EXIT_INTERRUPTED, AotError
 from aot.fsutil import refuse_existing, write_dir_atomically
+from aot.targets import DEFAULT_BOARD, DEFAULT_BOARD_ENV
 
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 3
@@ -110,11 +111,6 @@ def _ssh_args(p: argparse.ArgumentParser, running: bool = True) -> None:
                    "refused)")
 
 
-# The board when --board is not given: the emulated Pi 4 (aot boots it),
-# unless $AOT_BOARD names another.
-DEFAULT_BOARD = "qemu-rpi4"
-DEFAULT_BOARD_ENV = "AOT_BOARD"
-
 
 def _board_name(args: argparse.Namespace) -> str:
     """--board, or the board a package directory was built for, or the default."""
@@ -127,7 +123,9 @@ def _board_name(args: argparse.Namespace) -> str:
         board = read_metadata(Path(model)).get("board")
         if board:
             return str(board)
-    return os.environ.get(DEFAULT_BOARD_ENV) or DEFAULT_BOARD
+    from aot.targets import default_board_name
+
+    return default_board_name()
 
 
 def _board(args: argparse.Namespace):
@@ -186,44 +184,30 @@ def _read_inputs(specs: list[str], names: list[str]) -> list[np.ndarray]:
     return [by_name[n] for n in names]
 
 
-def _packaged(model_or_package: str, board, codegen: str, stack,
-              profile: bool = False) -> Path:
-    """The package dir: the argument itself, or the model packaged into a temp dir."""
-    from aot.api import package
-
-    path = Path(model_or_package)
-    if path.is_dir():
-        return path
-    tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-"))
-    return package(path, board=board, codegen=codegen, out_dir=Path(tmp) / "pkg",
-                   profile=profile).path
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     import contextlib
 
-    from aot.deploy import run_package
+    from aot.api import _package_dir, run
     from aot.package import read_metadata
 
     board = _board(args)
     refuse_existing(Path(args.out), args.force)     # before a long run, not after
     with contextlib.ExitStack() as stack:
-        pkg = _packaged(args.model, board, args.codegen, stack)
+        pkg = _package_dir(args.model, board, args.codegen, stack)
         meta = read_metadata(pkg)
-        if meta.get("board") != board.name:
-            raise AotError(f"{pkg} was built for board '{meta.get('board')}', not '{board.name}'")
-        inputs = _read_inputs(args.input, [i["name"] for i in meta["inputs"]])
-        result = run_package(pkg, board, inputs, warmup=0, runs=1)
+        names = [i["name"] for i in meta["inputs"]]
+        outputs = run(pkg, dict(zip(names, _read_inputs(args.input, names))), board=board)
+    # Files are named after the outputs' C names: unique, and safe as file
+    # names whatever the model calls its tensors.
+    outs = [{"name": spec["name"], "file": str(Path(args.out) / f"{spec['c_name']}.npy"),
+             "shape": spec["shape"], "dtype": spec["dtype"]} for spec in meta["outputs"]]
 
-        def fill(tmp: Path) -> None:
-            for i, array in enumerate(result.outputs):
-                np.save(tmp / f"{i}.npy", array)
-        write_dir_atomically(Path(args.out), fill, args.force)
-    outs = [{"name": spec["name"], "file": str(Path(args.out) / f"{i}.npy"),
-             "shape": spec["shape"], "dtype": spec["dtype"]}
-            for i, spec in enumerate(meta["outputs"])]
+    def fill(tmp: Path) -> None:
+        for o in outs:
+            np.save(tmp / Path(o["file"]).name, outputs[o["name"]])
+    write_dir_atomically(Path(args.out), fill, args.force)
     if args.json:
-        emit_json({"ok": True, "outputs": outs, "times_us": result.times_us})
+        emit_json({"ok": True, "outputs": outs})
     else:
         for o in outs:
             print(f"{o['file']}: {o['name']} {o['dtype']}{o['shape']}")
@@ -234,18 +218,44 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from aot.api import verify
 
     out = verify(args.model, board=_board(args), codegen=args.codegen, count=args.count,
-                 checks=args.checks)
-    ok, reference, origin, rows = out["ok"], out["reference"], out["inputs"], out["outputs"]
+                 checks=args.checks, dataset=args.dataset, atol=args.atol, rtol=args.rtol,
+                 source=args.source)
     if args.json:
-        emit_json({"ok": ok, "reference": reference, "inputs": origin, "outputs": rows,
-                   "count": out["count"]})
+        emit_json({k: out[k] for k in ("ok", "reference", "inputs", "samples", "count",
+                                       "model", "board", "outputs")})
     else:
-        for r in rows:
-            print(f"{r['name']}: max |error| {r['max_abs_err']}"
-                  + (f" ({r['error']})" if "error" in r else ""))
-        runs = f"{out['count']} runs, " if out["count"] > 1 else ""
-        print(f"{'OK' if ok else 'MISMATCH'} against {reference} ({runs}{origin} inputs)")
-    return 0 if ok else 1
+        _print_verify(out)
+    return 0 if out["ok"] else 1
+
+
+def _print_verify(out: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    def num(x, fmt: str) -> str:
+        return "-" if x is None else format(x, fmt)
+
+    n = out["samples"]
+    table = Table(title=f"{Path(out['model']).name} on {out['board']} against "
+                  f"{out['reference']}: {n} sample{'s' if n > 1 else ''} ({out['inputs']})",
+                  caption="errors in real values (quantized outputs dequantized); "
+                  "max LSB in quantization steps")
+    for col in ("output", "max |err|", "rmse", "l2r", "cosine", "top-1", "max LSB", "ok"):
+        table.add_column(col, justify="left" if col == "output" else "right")
+    for r in out["outputs"]:
+        top1 = r["top1_agreement"]
+        table.add_row(r["name"], num(r["max_abs"], ".4g"), num(r["rmse"], ".4g"),
+                      num(r["l2r"], ".3g"), num(r["cosine"], ".6f"),
+                      "-" if top1 is None else f"{100 * top1:.1f}%", num(r["max_lsb"], "d"),
+                      "yes" if r["ok"] else "[red]NO[/red]")
+    console = Console()
+    console.print(table)
+    for r in out["outputs"]:
+        if "error" in r:
+            console.print(f"{r['name']}: {r['error']}", markup=False)
+    runs = f"{n} samples, " if n > 1 else ""
+    print(f"{'OK' if out['ok'] else 'MISMATCH'} against {out['reference']} "
+          f"({runs}{out['inputs']} inputs)")
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -303,48 +313,21 @@ def cmd_boards(args: argparse.Namespace) -> int:
 # --- bench ----------------------------------------------------------------------
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    import contextlib
+    from aot.api import bench
 
-    from aot.bench import bench_package, check_counts, package_inputs, profile_stats, stats_of
-    from aot.package import read_metadata
-
-    board = _board(args)
-    check_counts(args.warmup, args.repeat)
-    if args.plot and not args.profile:
-        raise AotError("--plot draws the per-kernel profile: add --profile")
-    if args.plot:
-        from aot.bench import check_plot_path
-        check_plot_path(Path(args.plot))
-    with contextlib.ExitStack() as stack:
-        pkg = _packaged(args.model, board, args.codegen, stack, profile=args.profile)
-        meta = read_metadata(pkg)
-        if args.profile and not meta.get("profile"):
-            raise AotError(f"{pkg} was packaged without --profile (aot package --profile)")
-        result = bench_package(pkg, board, package_inputs(meta), args.warmup, args.repeat)
-    stats = stats_of([t / 1e6 for t in result.times_ns])     # ms, as time_package
-    out = {"median_ms": stats.median_ms, "mean_ms": stats.mean_ms, "min_ms": stats.min_ms,
-           "max_ms": stats.max_ms, "std_ms": stats.std_ms, "repeat": args.repeat,
-           "warmup": args.warmup, "board": board.name, "codegen": meta["codegen"],
-           "model": meta["model"], "emulated": board.emulated}
-    if board.emulated:
-        out["note"] = EMULATED_NOTE.format(board=board.name, transport=board.transport)
-    kernels = profile_stats(meta, result.profile_ns) if args.profile else []
-    if args.profile:
-        out["profile"] = [k.as_json() for k in kernels]
-    if args.plot:
-        from aot.bench import plot_profile
-        plot_profile(kernels, f"{meta['model']} on {board.name}: median per kernel",
-                     Path(args.plot))
+    out = bench(args.model, board=_board(args), codegen=args.codegen, warmup=args.warmup,
+                repeat=args.repeat, profile=args.profile, plot=args.plot)
     if args.json:
         emit_json(out)
     else:
         _print_bench(out)
-        if kernels:
-            _print_profile(kernels)
+        if "profile" in out:
+            _print_profile(out["profile"])
     return 0
 
 
-def _print_profile(kernels) -> None:
+def _print_profile(kernels: list[dict[str, Any]]) -> None:
+    """The per-kernel table of `aot bench --profile` (its JSON "profile" rows)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -353,16 +336,15 @@ def _print_profile(kernels) -> None:
     table.add_column("kernel")
     table.add_column("median us", justify="right")
     table.add_column("share %", justify="right")
+    table.add_column("MACs", justify="right")
+    table.add_column("MACs/us", justify="right")
     for k in kernels:
-        table.add_row(str(k.step), k.name, f"{k.median_ms * 1000:.2f}", f"{100 * k.share:.1f}")
+        rate = k.get("macs_per_us")
+        table.add_row(str(k["step"]), k["name"], f"{k['median_ms'] * 1000:.2f}",
+                      f"{100 * k['share']:.1f}",
+                      f"{k['macs']:,}" if k.get("macs") is not None else "",
+                      f"{rate:,.0f}" if rate and k.get("macs") else "")
     Console().print(table)
-
-
-# Emulated boards run the real code (outputs are the board's) but the clock
-# is the emulator's: bench still runs there (it checks the harness works), and
-# says so.
-EMULATED_NOTE = ("board '{board}' is emulated ({transport}): these times are the emulator's "
-                 "on this machine and say nothing about the real board's speed")
 
 
 def _print_bench(out: dict[str, Any]) -> None:
@@ -379,6 +361,21 @@ def _print_bench(out: dict[str, Any]) -> None:
     Console().print(table)
     if "note" in out:
         Console().print(f"[bold]note:[/bold] {out['note']}")
+
+
+# --- analyze ---------------------------------------------------------------------
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from aot.analyze import analyze, print_report
+
+    # Without --board: lowered for the default board, not compiled (no code sizes).
+    out = analyze(args.model, board=_board(args), plot=args.plot, codegen=args.codegen,
+                  code_size=bool(args.board))
+    if args.json:
+        emit_json(out)
+    else:
+        print_report(out)
+    return 0
 
 
 # --- board -----------------------------------------------------------------------
@@ -490,11 +487,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("verify", "package, run on the board and compare with the reference runtime",
             cmd_verify)
-    p.add_argument("model", help="an .onnx or .tflite file")
+    p.add_argument("model", metavar="MODEL_OR_PACKAGE",
+                   help="an .onnx or .tflite file, or a package directory (run as built, "
+                   "against the model it was built from)")
     _package_args(p)
+    p.add_argument("--dataset", metavar="FILE.npz|DIR",
+                   help="the inputs: an .npz with one array per input name (a leading sample "
+                   "axis), or a directory of one .npz/.npy per sample")
     p.add_argument("--count", type=int, default=1, metavar="N",
                    help="N random inputs through one serve session (default: 1, the saved "
                    "input if there is one)")
+    p.add_argument("--atol", type=float, metavar="A",
+                   help="pass when |error| <= A + R * |reference| (default 1e-4; integer "
+                   "outputs: bit-exact unless --atol or --rtol is given)")
+    p.add_argument("--rtol", type=float, metavar="R", help="see --atol (default 1e-4)")
+    p.add_argument("--model", dest="source", metavar="FILE",
+                   help="for a package directory: the model it was built from (default: "
+                   "the file its metadata.json names)")
     p.add_argument("--checks", action="store_true",
                    help="package with the harness's guard bytes (aot package --checks)")
     _ssh_args(p)
@@ -513,6 +522,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time every kernel too (a model is packaged with --profile)")
     p.add_argument("--plot", metavar="FILE.png", help="with --profile: a bar chart per kernel")
     _ssh_args(p)
+
+    p = add("analyze", "per kernel: MACs, weight and activation bytes, arena places and "
+            "(with --board) code size; totals", cmd_analyze)
+    p.add_argument("model", help="an .onnx or .tflite file")
+    _package_args(p)
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="draw the memory plan and the MACs per kernel into a PNG")
 
     add("boards", "list the boards aot knows", cmd_boards)
 
@@ -543,6 +559,20 @@ def fail(args_json: bool, message: str, code: int) -> int:
     return code
 
 
+# What a shell reports for a program that SIGPIPE ended: `aot graph m | head`.
+EXIT_BROKEN_PIPE = 128 + 13
+
+
+def _closed_stdout() -> int:
+    """The reader of stdout went away (`| head`): stop quietly. Python would
+    report the broken pipe again when it flushes stdout at exit, so stdout
+    is pointed at /dev/null first."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -556,6 +586,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("aot: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return _closed_stdout()
     except Exception as e:  # a bug in aot: still one line, the traceback on request
         if os.environ.get("AOT_DEBUG"):
             raise

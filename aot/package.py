@@ -27,6 +27,7 @@ from aot.errors import AotError
 from aot.executor.entry import Names, build_context, render
 from aot.executor.liveness import MemoryPlan, elide_views, plan_kernels
 from aot.executor.params import SECTION, LinkedParams, link_params
+from aot.firmware import template_context
 from aot.fsutil import write_dir_atomically
 from aot.ir.graph import Graph
 from aot.ops import node_macs
@@ -35,6 +36,10 @@ from aot.targets import Board
 
 CODEGENS = ("c", "llvm")
 RUNTIME_FILES = ("aot_runtime.h", "aot_platform.c")
+# The layout of a package (its files, metadata.json, the C API): metadata.json
+# "package_format" and <NAME>_PACKAGE_FORMAT in the header. Raised when a
+# change would break a firmware build or a reader of an older package.
+PACKAGE_FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,10 @@ class PackageInfo:
     params_bytes: int
     compile_seconds: float
     metadata: dict
+
+    def __fspath__(self) -> str:
+        """A PackageInfo stands for its directory: dev.run(aot.package(...), x)."""
+        return str(self.path)
 
     def summary(self) -> dict[str, Any]:
         return {"package": str(self.path), "arena_bytes": self.arena_bytes,
@@ -149,6 +158,7 @@ def metadata(graph: Graph, kernels, mem: MemoryPlan, other: MemoryPlan, params: 
                     for i, (k, call) in enumerate(zip(kernels, context["kernels"]))],
         "footprint": footprint,
         "versions": _versions(),
+        "package_format": PACKAGE_FORMAT,
     }
 
 
@@ -215,7 +225,8 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
     csrc = (emit_c if codegen == "c" else c_declarations)(funcs, kernel_prefix)
     meta = {"version": _versions()["aot"], "target": target.name, "cc": target.cc,
             "cflags": " ".join(target.cflags),
-            "needs_libm": True}   # kernels may call expf, tanhf, ...
+            "needs_libm": True,   # kernels may call expf, tanhf, ...
+            "package_format": PACKAGE_FORMAT, **template_context(target)}
     files: dict[str, bytes] = {}
     prebuilt: list[str] = []
     c_sources = [f"src/{name}.c", f"src/{name}_params.c", "runtime_c/aot_platform.c"]
@@ -253,13 +264,15 @@ def _kernel_file(folder: str, name: str, part: int, ext: str) -> str:
 
 def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
                io_in_arena: bool, extra_cflags: tuple[str, ...] = (), profile: bool = False,
-               checks: bool = False) -> tuple[dict, float]:
+               checks: bool = False, source: dict | None = None) -> tuple[dict, float]:
     """Write and build the whole package in `pkg`; (metadata, compile seconds).
 
     extra_cflags (tests, debugging: sanitizers, -O1 -g) are added to every
     compile of the library and the harness, and recorded in metadata.json.
     profile (-DAOT_PROFILE: per-kernel timing hooks) and checks (-DAOT_CHECKS:
     the harness's guard bytes) are built in the same way, recorded as flags.
+    source (model_source: the model file's name and sha256) is recorded for
+    `aot verify PACKAGE`.
     """
     from aot import progress, toolchain
     from aot.footprint import library_footprint
@@ -282,23 +295,29 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
     if extra_cflags:
         meta["extra_cflags"] = list(extra_cflags)
     meta["profile"], meta["checks"] = profile, checks
+    if source:
+        meta["source"] = source
     (pkg / "metadata.json").write_text(json.dumps(meta, sort_keys=True, indent=2) + "\n")
     return meta, seconds
 
 
-def default_name(graph: Graph, name: str | None = None) -> str:
-    """The package's C name and file stem: `name`, else the model's (lower
-    case), made a C identifier, so no `/`, `..` or NUL reaches a path."""
+def default_name(graph: Graph, name: str | None = None, model_path: Path | None = None) -> str:
+    """The package's C name and file stem: `name`, else the model file's
+    stem (exporters give many models one graph name: tf2onnx, torch_jit),
+    else the graph's, lower case; made a C identifier, so no `/`, `..` or
+    NUL reaches a path."""
     from aot.codegen.names import c_identifier
     if name:
         return c_identifier(name, set())
-    return c_identifier(graph.name or "model", set()).lower()
+    stem = Path(model_path).stem if model_path else ""
+    return c_identifier(stem or graph.name or "model", set()).lower()
 
 
 def package_graph(graph: Graph, board: Board, out_dir: Path, codegen: str = "c",
                   name: str | None = None, io_in_arena: bool = False,
                   force: bool = False, extra_cflags: Sequence[str] = (),
-                  profile: bool = False, checks: bool = False) -> PackageInfo:
+                  profile: bool = False, checks: bool = False,
+                  source: dict | None = None) -> PackageInfo:
     """Package an optimized graph into `out_dir` (created atomically)."""
     name = default_name(graph, name)
     result: dict = {}
@@ -306,12 +325,30 @@ def package_graph(graph: Graph, board: Board, out_dir: Path, codegen: str = "c",
     def fill(tmp: Path) -> None:
         result["meta"], result["seconds"] = build_into(tmp, graph, board, codegen, name,
                                                        io_in_arena, tuple(extra_cflags),
-                                                       profile, checks)
+                                                       profile, checks, source)
     write_dir_atomically(Path(out_dir), fill, force)
     meta = result["meta"]
     return PackageInfo(Path(out_dir), name, board.name, codegen, meta["arena_bytes"],
                        meta["arena_lower_bound_bytes"], meta["params_bytes"],
                        result["seconds"], meta)
+
+
+def model_source(path: str | Path) -> dict[str, str]:
+    """metadata.json "source": the model file's name and sha256. Not its
+    directory: the package's bytes would then depend on where the model sits
+    (a home directory in every package); `aot verify PACKAGE` looks for the
+    file in the working directory and beside the package (aot/validate.py)."""
+    import hashlib
+
+    path = Path(path)
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as e:
+        raise AotError(f"{path}: cannot read it ({e.strerror})") from None
+    return {"file": path.name, "sha256": digest.hexdigest()}
 
 
 def read_metadata(pkg: Path) -> dict:

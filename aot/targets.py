@@ -2,6 +2,7 @@
 to reach it), read from targets/*.toml and boards/*.toml."""
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -137,16 +138,29 @@ def get_target(name: str) -> Target:
         raise AotError(f"unknown target '{name}' (known: {', '.join(sorted(targets()))})") from None
 
 
-def get_board(name: str | Board) -> Board:
-    """A board by name, with the user's config file merged into its options
-    (a Board, e.g. one with command-line overrides, is returned as is)."""
+# The board when none is named (CLI and Python API alike): the emulated Pi 4
+# (aot boots it), unless $AOT_BOARD names another.
+DEFAULT_BOARD = "qemu-rpi4"
+DEFAULT_BOARD_ENV = "AOT_BOARD"
+
+
+def default_board_name() -> str:
+    return os.environ.get(DEFAULT_BOARD_ENV) or DEFAULT_BOARD
+
+
+def get_board(name: str | Board | None = None) -> Board:
+    """A board by name (None: the default board), with the user's config
+    file merged into its options (a Board, e.g. one with command-line
+    overrides, is returned as is)."""
     if isinstance(name, Board):
         return name
-    try:
-        board = boards()[name]
-    except KeyError:
-        raise AotError(f"unknown board '{name}' (known: {', '.join(sorted(boards()))})") from None
-    return with_options(board, **user_options(name))
+    name = default_board_name() if name is None else name
+    known = boards()
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise AotError(f"unknown board '{name}' ({hint}known: {', '.join(sorted(known))})")
+    return with_options(known[name], **user_options(name))
 
 
 def with_options(board: Board, **overrides: Any) -> Board:

@@ -8,6 +8,7 @@ A compiler failure is an AotError naming the file and the first error line.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -43,12 +44,25 @@ def toolchain_for(target: Target) -> Toolchain:
     return Toolchain(target.cc, ar, tuple(target.cflags), tuple(target.ldflags))
 
 
+# The compiler driver's summary of a failed link says only that the linker
+# failed; the reason is in the linker's own lines before it.
+_DRIVER_SUMMARY = re.compile(r"collect2: error: ld returned|error: linker command failed")
+# What a reason looks like, most telling first: a linker message has no
+# "error" in it ("region `FLASH' overflowed by 96 bytes").
+_REASONS = ("overflowed by", "error", "undefined reference", "cannot find", "will not fit")
+# A linker's full path (/usr/lib/gcc/arm-none-eabi/12.2.1/../../../arm-none-eabi/bin/ld:).
+_LINKER_PATH = re.compile(r"^\S*/(ld(\.\w+)?|collect2):")
+
+
 def _first_error(stderr: str) -> str:
-    lines = [l.strip() for l in stderr.splitlines() if l.strip()]
-    for line in lines:
-        if "error" in line.lower():
-            return line
-    return lines[0] if lines else "no message"
+    """The one line of a tool's stderr that says what went wrong."""
+    lines = [_LINKER_PATH.sub(r"\1:", l.strip()) for l in stderr.splitlines() if l.strip()]
+    reasons = [l for l in lines if not _DRIVER_SUMMARY.search(l)]
+    for word in _REASONS:
+        for line in reasons:
+            if word in line.lower():
+                return line
+    return (reasons or lines or ["no message"])[0]
 
 
 def run_tool(cmd: Sequence[str], cwd: Path, what: str) -> str:

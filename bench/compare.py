@@ -592,7 +592,7 @@ def run_alone(cases: list[Case], board, codegens: list[str], rounds: int, batch:
 
 def report_alone(console, args, board, codegens: list[str], cpu: int | None,
                  rows: list[dict]) -> None:
-    from aot.cli import EMULATED_NOTE
+    from aot.api import EMULATED_NOTE
 
     for row in rows:
         console.print(model_table(row))

@@ -148,7 +148,7 @@ def test_harness_times_in_nanoseconds(pkg):
     x = package_inputs(read_metadata(pkg))
     once = run_package(pkg, board, x, warmup=1, runs=20)
     with aot.connect(board) as dev:
-        served = dev.run(pkg, x, warmup=1, runs=20)
+        served = dev.request(pkg, x, warmup=1, runs=20)
     for result in (once, served):
         assert len(result.times_ns) == 20 and all(t > 0 for t in result.times_ns)
         assert any(t % 1000 for t in result.times_ns), result.times_ns

@@ -33,7 +33,7 @@ X = np.load(MODELS / "mlperf_kws_dscnn_int8.input.npy")
 def built(tmp_path_factory) -> Path:
     """A --checks package whose library the Makefile has built once (later
     builds recompile only the edited entry point)."""
-    info = package(MODEL, out_dir=tmp_path_factory.mktemp("checks") / "pkg", checks=True)
+    info = package(MODEL, board="host", out_dir=tmp_path_factory.mktemp("checks") / "pkg", checks=True)
     assert info.metadata["checks"] is True
     make(info.path)
     return info.path
@@ -79,7 +79,7 @@ ARENA_OUT = r"\(int8_t\*\)\(a \+ \d+\)"   # a kernel's int8 output inside the ar
 def test_a_clean_checks_package_runs_clean_in_both_modes(built):
     once = run_package(built, HOST, [X], warmup=1, runs=3)
     with aot.connect(HOST) as dev:
-        served = [dev.run(built, [X]) for _ in range(3)]
+        served = [dev.request(built, [X]) for _ in range(3)]
     want = np.load(MODELS / "mlperf_kws_dscnn_int8.output.npy")
     np.testing.assert_array_equal(once.outputs[0], want.reshape(once.outputs[0].shape))
     for r in served:
@@ -94,7 +94,7 @@ def test_a_write_past_the_arena_end_is_caught(corrupt):
         run_package(pkg, HOST, [X])
     with aot.connect(HOST) as dev:           # serve mode: an error frame, then exit 3
         with pytest.raises(AotError, match=r"guard check failed: .* after the arena"):
-            dev.run(pkg, [X])
+            dev.request(pkg, [X])
         assert not dev._sessions             # the session ended with the harness
 
 
@@ -118,7 +118,7 @@ def test_a_write_into_an_input_is_caught(corrupt):
         run_package(pkg, HOST, [X])
     with aot.connect(HOST) as dev:
         with pytest.raises(AotError, match=r"input 0 \(.*\) was modified by the run"):
-            dev.run(pkg, [X])
+            dev.request(pkg, [X])
 
 
 def test_state_buffers_are_guarded_too(tmp_path_factory, tmp_path):
@@ -127,7 +127,7 @@ def test_state_buffers_are_guarded_too(tmp_path_factory, tmp_path):
     overwrites."""
     lstm = MODELS / "tflm_mnist_lstm_int8.tflite"
     x = np.load(lstm.with_suffix(".input.npy"))
-    info = package(lstm, out_dir=tmp_path_factory.mktemp("lstm") / "pkg", checks=True)
+    info = package(lstm, board="host", out_dir=tmp_path_factory.mktemp("lstm") / "pkg", checks=True)
     assert info.metadata["state"]
     make(info.path)
     run_package(info.path, HOST, [x], warmup=1, runs=2)       # clean

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import MODELS
@@ -117,3 +118,50 @@ def test_malformed_node_is_one_line_error(tmp_path):
     path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
                      .SerializeToString())
     assert_one_line_error(aot("graph", str(path)), "weightless_conv")
+
+
+def test_docs_list_every_board_aot_boards_lists():
+    from aot.targets import boards
+
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "targets.md").read_text()
+    listing = docs.split("$ aot boards\n", 1)[1].split("```", 1)[0].splitlines()
+    assert sorted(line.split()[0] for line in listing[1:]) == sorted(boards())
+
+
+def test_a_closed_pipe_ends_quietly():
+    # `aot graph model | head -1`: the reader goes away after one line.
+    proc = subprocess.Popen([sys.executable, "-m", "aot", "graph",
+                             str(MODELS / "mlperf_vww_mbv1_int8.tflite")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(b"graph ")
+    proc.stdout.close()
+    assert proc.wait(timeout=120) == 141          # as a shell reports SIGPIPE
+    assert proc.stderr.read() == b""
+
+
+def test_an_unknown_board_suggests_the_closest_name():
+    assert_one_line_error(aot("package", str(MODELS / "tflm_hello_world_int8.tflite"),
+                              "--board", "rpi44"), "unknown board 'rpi44' (did you mean 'rpi4'?")
+
+
+def test_run_names_output_files_after_the_outputs(tmp_path):
+    model = MODELS / "onnx_ultraface_rfb320.onnx"        # two outputs: scores, boxes
+    r = aot("run", str(model), "--board", "host", "--input", str(model.with_suffix(".input.npy")),
+            "--out", str(tmp_path / "out"), "--json")
+    assert r.returncode == 0, r.stderr
+    outs = json.loads(r.stdout)["outputs"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        Path(o["file"]).name for o in outs) == ["boxes.npy", "scores.npy"]
+    want = np.load(model.with_suffix(".output.npy"))
+    got = np.load(tmp_path / "out" / Path(outs[0]["file"]).name)
+    assert got.shape == want.shape
+
+
+def test_the_default_c_name_is_the_model_files(tmp_path):
+    # Exporters give many models one graph name (this one's is CNTKGraph).
+    model = MODELS / "onnx_mnist8.onnx"
+    r = aot("package", str(model), "--board", "host", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["package"] == "onnx_mnist8"
+    assert json.loads((tmp_path / "onnx_mnist8" / "metadata.json").read_text())["name"] == \
+        "onnx_mnist8"

@@ -121,7 +121,7 @@ def test_hostile_onnx_names_compile_clean_and_run(tmp_path, codegen):
     graph = aot.optimize(aot.load(path))
     assert graph.name == GRAPH_NAME
     # clang (the host compiler) builds every source and the harness with -Werror.
-    info = package(graph, codegen=codegen, out_dir=tmp_path / "pkg", extra_cflags=WARNINGS)
+    info = package(graph, board="host", codegen=codegen, out_dir=tmp_path / "pkg", extra_cflags=WARNINGS)
     assert info.name.isidentifier() and info.name.isascii()
     assert sorted(os.listdir(tmp_path)) == ["hostile.onnx", "pkg"]
     check_inert(info.path, info.name)
@@ -158,7 +158,7 @@ def test_hostile_tflite_names(tmp_path):
     path = tmp_path / "hostile.tflite"
     path.write_bytes(m.build([a, b], [y]))
     graph = aot.optimize(aot.load(path))
-    info = package(graph, out_dir=tmp_path / "pkg", extra_cflags=WARNINGS)
+    info = package(graph, board="host", out_dir=tmp_path / "pkg", extra_cflags=WARNINGS)
     check_inert(info.path, info.name)
     inputs = random_inputs(graph, 2)
     got = run(info, inputs)
@@ -186,7 +186,7 @@ def test_package_names_become_c_names_inside_the_output(tmp_path, monkeypatch, n
     work = tmp_path / "a" / "b"
     work.mkdir(parents=True)
     monkeypatch.chdir(work)
-    info = package(MODELS / "tflm_hello_world_int8.tflite", name=name, codegen="llvm")
+    info = package(MODELS / "tflm_hello_world_int8.tflite", board="host", name=name, codegen="llvm")
     assert info.name == c_name and info.path == Path(c_name)
     assert (work / c_name / "include" / f"{c_name}.h").is_file()
     assert os.listdir(tmp_path) == ["a"] and os.listdir(work) == [c_name]

@@ -75,7 +75,7 @@ def _rng_array(shape, seed):
                                            ("tflm_mnist_lstm_int8.tflite", "llvm")])
 def test_model_runs_like_the_interpreter(tmp_path, model, codegen):
     graph = graph_of(MODELS / model)
-    info = package(graph, codegen=codegen, out_dir=tmp_path / "pkg")
+    info = package(graph, board="host", codegen=codegen, out_dir=tmp_path / "pkg")
     assert (tmp_path / "pkg" / "lib" / f"lib{info.name}.a").is_file()
     if codegen == "llvm":
         assert (tmp_path / "pkg" / "lib" / f"{info.name}_kernels.o").is_file()
@@ -132,7 +132,7 @@ def two_layer(tmp_path, hidden=16, name="mlp") -> Path:
 @pytest.mark.parametrize("io_in_arena", [False, True])
 def test_output_read_by_a_later_kernel(tmp_path, io_in_arena):
     graph = graph_of(two_layer(tmp_path))
-    info = package(graph, out_dir=tmp_path / "pkg", io_in_arena=io_in_arena)
+    info = package(graph, board="host", out_dir=tmp_path / "pkg", io_in_arena=io_in_arena)
     check_against_interpreter(graph, info)
     meta = info.metadata
     out_bytes = sum(t["bytes"] for t in meta["outputs"])    # all live at the end
@@ -152,7 +152,7 @@ def test_output_that_is_an_input_and_a_large_blob(tmp_path):
     path = onnx_model(tmp_path / "big.onnx", nodes, [("x", [1, 64])],
                       [("same", [1, 64]), ("y", [1, 512])], [("w", w)])
     graph = graph_of(path)
-    info = package(graph, out_dir=tmp_path / "pkg")
+    info = package(graph, board="host", out_dir=tmp_path / "pkg")
     check_against_interpreter(graph, info)
     src = info.path / "src"
     assert (src / f"{info.name}_params.bin").stat().st_size >= w.nbytes
@@ -170,7 +170,7 @@ def test_hostile_names_make_valid_c(tmp_path):
     path = onnx_model(tmp_path / "hostile.onnx", nodes, [(a, [3]), (b, [3])],
                       [(d, [3]), (e, [3])], name='model "*/ name')
     graph = graph_of(path)
-    info = package(graph, name="static", out_dir=tmp_path / "pkg")
+    info = package(graph, board="host", name="static", out_dir=tmp_path / "pkg")
     assert info.name != "static"          # a C keyword is not a usable prefix
     check_against_interpreter(graph, info)
     meta = info.metadata
@@ -233,9 +233,9 @@ void mlp_reset(void);
 
 
 def test_c_api_compiles_warning_free(tmp_path):
-    info = package(MODELS / "tflm_mnist_lstm_int8.tflite", out_dir=tmp_path / "pkg")
+    info = package(MODELS / "tflm_mnist_lstm_int8.tflite", board="host", out_dir=tmp_path / "pkg")
     compile_api_and_sources(info.path, info.name)
-    empty = package(two_layer(tmp_path), out_dir=tmp_path / "empty" / "pkg")
+    empty = package(two_layer(tmp_path), board="host", out_dir=tmp_path / "empty" / "pkg")
     assert empty.arena_bytes == 0         # every tensor is the caller's
     compile_api_and_sources(empty.path, empty.name)
     header = (empty.path / "include" / "mlp.h").read_text()
@@ -257,8 +257,8 @@ def test_c_api_compiles_warning_free(tmp_path):
 def test_packaging_twice_gives_the_same_bytes(tmp_path):
     path = two_layer(tmp_path)
     for d in ("one", "two"):
-        package(path, out_dir=tmp_path / d / "pkg")
-        package(path, codegen="llvm", out_dir=tmp_path / d / "llvm")
+        package(path, board="host", out_dir=tmp_path / d / "pkg")
+        package(path, board="host", codegen="llvm", out_dir=tmp_path / d / "llvm")
     one = {p.relative_to(tmp_path / "one"): p.read_bytes()
            for p in sorted((tmp_path / "one").rglob("*")) if p.is_file()}
     two = {p.relative_to(tmp_path / "two"): p.read_bytes()
@@ -273,7 +273,7 @@ def test_packaging_twice_gives_the_same_bytes(tmp_path):
 
 def test_metadata_describes_the_package(tmp_path):
     graph = graph_of(two_layer(tmp_path))
-    info = package(graph, out_dir=tmp_path / "pkg")
+    info = package(graph, board="host", out_dir=tmp_path / "pkg")
     text = (info.path / "metadata.json").read_text()
     meta = json.loads(text)
     assert text == json.dumps(meta, sort_keys=True, indent=2) + "\n"
@@ -296,7 +296,7 @@ def test_metadata_describes_the_package(tmp_path):
 
 
 def test_inspect_reads_the_footprint(tmp_path):
-    info = package(MODELS / "tflm_hello_world_int8.tflite", out_dir=tmp_path / "pkg")
+    info = package(MODELS / "tflm_hello_world_int8.tflite", board="host", out_dir=tmp_path / "pkg")
     r = cli("inspect", info.path, "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
@@ -333,7 +333,7 @@ def test_unsupported_op_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, ca
     assert code == 2 and len(err) == 1 and "Relu" in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp.onnx"]
     with pytest.raises(UnsupportedError):
-        package(path, out_dir=tmp_path / "pkg2")
+        package(path, board="host", out_dir=tmp_path / "pkg2")
     assert not (tmp_path / "pkg2").exists()
 
 
@@ -343,12 +343,12 @@ def test_models_larger_than_the_board_are_refused(tmp_path, monkeypatch):
     small = dataclasses.replace(HOST, flash_bytes=100)
     monkeypatch.setattr(aot.api, "get_board", lambda name: small)
     with pytest.raises(AotError, match="do not fit the flash"):
-        package(two_layer(tmp_path), out_dir=tmp_path / "pkg")
+        package(two_layer(tmp_path), board="host", out_dir=tmp_path / "pkg")
     assert not (tmp_path / "pkg").exists()
     tiny_ram = dataclasses.replace(HOST, ram_bytes=100)
     monkeypatch.setattr(aot.api, "get_board", lambda name: tiny_ram)
     with pytest.raises(AotError, match="do not fit the RAM"):
-        package(two_layer(tmp_path), out_dir=tmp_path / "pkg", io_in_arena=True)
+        package(two_layer(tmp_path), board="host", out_dir=tmp_path / "pkg", io_in_arena=True)
     assert not (tmp_path / "pkg").exists()
 
 
@@ -383,7 +383,7 @@ def test_stateful_model_harness_starts_from_the_initial_state(tmp_path):
     """The harness resets before each run (carrying state: test_firmware_build)."""
     graph = graph_of(MODELS / "tflm_mnist_lstm_int8.tflite")
     assert graph.variables
-    info = package(graph, out_dir=tmp_path / "pkg")
+    info = package(graph, board="host", out_dir=tmp_path / "pkg")
     inputs = random_inputs(graph, 3)
     first, second = run_twice(graph, inputs)[:2]
     got = run_pkg(info, inputs)      # the harness resets before each run
@@ -417,7 +417,7 @@ def test_reshapes_are_views_not_kernels(tmp_path):
                       [("w1", w1), ("w2", w2), ("shape_a", shape_a), ("shape_b", shape_b)])
     graph = graph_of(path)
     for io_in_arena in (False, True):
-        info = package(graph, out_dir=tmp_path / f"pkg{io_in_arena}", io_in_arena=io_in_arena)
+        info = package(graph, board="host", out_dir=tmp_path / f"pkg{io_in_arena}", io_in_arena=io_in_arena)
         check_against_interpreter(graph, info)
         ops = [k["ops"] for k in info.metadata["kernels"]]
         assert ops.count(["Reshape"]) == 1, ops          # only the graph output's
@@ -431,7 +431,7 @@ def test_compiler_failure_is_a_clear_error(tmp_path, monkeypatch):
         HOST.target, cflags=("-fno-such-flag-for-aot",)))
     monkeypatch.setattr(aot.api, "get_board", lambda name: bad)
     with pytest.raises(AotError, match=r"compiling src/.*failed: .*no-such-flag") as e:
-        package(MODELS / "tflm_hello_world_int8.tflite", out_dir=tmp_path / "pkg")
+        package(MODELS / "tflm_hello_world_int8.tflite", board="host", out_dir=tmp_path / "pkg")
     assert "\n" not in str(e.value)
     assert not (tmp_path / "pkg").exists() and list(tmp_path.iterdir()) == []
 
@@ -452,7 +452,7 @@ def test_state_starts_from_its_nonzero_initial_value(tmp_path):
               {"x": t, "s": t, "s_new": t, "y": t}, variables={"s": init},
               updates={"s": "s_new"})
     graph = aot.optimize(infer_types(g))
-    info = package(graph, out_dir=tmp_path / "pkg")
+    info = package(graph, board="host", out_dir=tmp_path / "pkg")
     x = np.full(4, 0.5, np.float32)
     np.testing.assert_array_equal(run_pkg(info, {"x": x})["y"], np.maximum(x + init, 0))
     assert info.metadata["state"] == [{"name": "s", "c_name": "acc_state_s", "update": "s_new",

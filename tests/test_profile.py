@@ -30,8 +30,8 @@ PROFILE_SYMBOLS = ("aot_platform_timer_ns", "aot_platform_profile")
 def pkgs(tmp_path_factory) -> dict[str, Path]:
     graph = aot.optimize(aot.load(MODEL))
     root = tmp_path_factory.mktemp("profile")
-    return {"profile": package(graph, out_dir=root / "profile", profile=True).path,
-            "plain": package(graph, out_dir=root / "plain").path}
+    return {"profile": package(graph, board="host", out_dir=root / "profile", profile=True).path,
+            "plain": package(graph, board="host", out_dir=root / "plain").path}
 
 
 def meta_of(pkg: Path) -> dict:
@@ -68,7 +68,7 @@ def test_profile_times_every_kernel_one_shot_and_served(pkgs):
     for row, total_ns in zip(once.profile_ns, once.times_ns):
         assert 0 < sum(row) <= total_ns
     with aot.connect(HOST) as dev:
-        served = dev.run(pkg, x, warmup=1, runs=5)
+        served = dev.request(pkg, x, warmup=1, runs=5)
     assert len(served.profile_ns) == 5 and all(len(r) == len(kernels)
                                                for r in served.profile_ns)
     np.testing.assert_array_equal(served.outputs[0], once.outputs[0])

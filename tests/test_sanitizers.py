@@ -77,7 +77,7 @@ def test_sanitizers_catch_an_arena_overrun(tmp_path):
     """The check above can fail: the same package with its static arena one
     alignment unit short overruns it, and the harness run fails."""
     model = MODELS / "mlperf_ad_fcae_int8.tflite"
-    info = package(model, codegen="c", out_dir=tmp_path / "pkg", extra_cflags=SANITIZE)
+    info = package(model, board="host", codegen="c", out_dir=tmp_path / "pkg", extra_cflags=SANITIZE)
     header = info.path / "include" / f"{info.name}.h"
     macro = f"#define {info.name.upper()}_ARENA_SIZE "
     size, align = info.arena_bytes, info.metadata["arena_align"]

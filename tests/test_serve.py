@@ -33,13 +33,13 @@ INT8 = MODELS / "mlperf_kws_dscnn_int8.tflite"
 @pytest.fixture(scope="module")
 def hello(tmp_path_factory) -> tuple[Path, aot.Graph]:
     graph = aot.optimize(aot.load(MODEL))
-    info = package(graph, out_dir=tmp_path_factory.mktemp("serve") / "pkg")
+    info = package(graph, board="host", out_dir=tmp_path_factory.mktemp("serve") / "pkg")
     return info.path, graph
 
 
 @pytest.fixture(scope="module")
 def kws(tmp_path_factory) -> Path:
-    return package(INT8, out_dir=tmp_path_factory.mktemp("serve") / "kws").path
+    return package(INT8, board="host", out_dir=tmp_path_factory.mktemp("serve") / "kws").path
 
 
 def inputs_for(graph, seed: int) -> list[np.ndarray]:
@@ -50,12 +50,12 @@ def inputs_for(graph, seed: int) -> list[np.ndarray]:
 def test_100_requests_through_one_session_match_the_interpreter(hello, record_property):
     pkg, graph = hello
     with aot.connect("host") as dev:
-        first = dev.run(pkg, inputs_for(graph, 0))
+        first = dev.request(pkg, inputs_for(graph, 0))
         (session,) = dev._sessions.values()
         pid = session.process._proc.pid
         for seed in range(100):
             x = inputs_for(graph, seed)
-            got = dev.run(pkg, x, warmup=seed % 3, runs=1 + seed % 4)
+            got = dev.request(pkg, x, warmup=seed % 3, runs=1 + seed % 4)
             want = aot.interpret(graph, dict(zip(graph.inputs, x)))
             for name, array in zip(graph.outputs, got.outputs):
                 np.testing.assert_allclose(array, want[name], rtol=1e-5, atol=1e-6)
@@ -71,7 +71,7 @@ def test_serve_matches_the_one_shot_run_bit_for_bit(kws):
                     for s in range(5)]
     with aot.connect(HOST) as dev:
         for x in graph_inputs:
-            served = dev.run(kws, [x])
+            served = dev.request(kws, [x])
             once = run_package(kws, HOST, [x])
             assert served.outputs[0].dtype == once.outputs[0].dtype
             np.testing.assert_array_equal(served.outputs[0], once.outputs[0])
@@ -85,9 +85,9 @@ def test_serve_overhead_against_one_shot_runs(hello, record_property):
     x = inputs_for(graph, 1)
     n_serve, n_once = 200, 20
     with aot.connect("host") as dev:
-        first = dev.run(pkg, x).outputs
+        first = dev.request(pkg, x).outputs
         t0 = time.perf_counter()
-        served = [dev.run(pkg, x).outputs for _ in range(n_serve)]
+        served = [dev.request(pkg, x).outputs for _ in range(n_serve)]
         serve_ms = (time.perf_counter() - t0) / n_serve * 1e3
     t0 = time.perf_counter()
     once = [run_package(pkg, HOST, x).outputs for _ in range(n_once)]
@@ -103,9 +103,9 @@ def test_two_packages_on_one_device(hello, kws):
     pkg, graph = hello
     x = np.zeros((1, 49, 10, 1), np.int8)
     with aot.connect("host") as dev:
-        a = dev.run(kws, [x])
-        dev.run(pkg, inputs_for(graph, 0))
-        b = dev.run(kws, [x])
+        a = dev.request(kws, [x])
+        dev.request(pkg, inputs_for(graph, 0))
+        b = dev.request(kws, [x])
         assert len(dev._sessions) == 2
     np.testing.assert_array_equal(a.outputs[0], b.outputs[0])
 
@@ -115,12 +115,12 @@ def test_wrong_inputs_are_refused_before_sending(hello):
     with aot.connect("host") as dev:
         with pytest.raises(AotError, match=r"input '.*' must be float32\[1, 1\], got "
                                            r"float32\[1, 2\]"):
-            dev.run(pkg, [np.zeros((1, 2), np.float32)])
+            dev.request(pkg, [np.zeros((1, 2), np.float32)])
         with pytest.raises(AotError, match="takes 1 inputs, got 2"):
-            dev.run(pkg, [np.zeros((1, 1), np.float32)] * 2)
+            dev.request(pkg, [np.zeros((1, 1), np.float32)] * 2)
         with pytest.raises(AotError, match=r"need warmup >= 0 and 1 <= runs"):
-            dev.run(pkg, inputs_for(graph, 0), runs=0)
-        dev.run(pkg, inputs_for(graph, 0))        # the session survived
+            dev.request(pkg, inputs_for(graph, 0), runs=0)
+        dev.request(pkg, inputs_for(graph, 0))        # the session survived
 
 
 def _client(pkg: Path, meta_path: Path | None = None):
@@ -180,21 +180,21 @@ def test_a_crash_mid_session_is_a_clear_error(hello):
     pkg, graph = hello
     x = inputs_for(graph, 0)
     with aot.connect("host") as dev:
-        dev.run(pkg, x)
+        dev.request(pkg, x)
         (session,) = dev._sessions.values()
         os.kill(session.process._proc.pid, signal.SIGSEGV)
         with pytest.raises(AotError, match="the serve session ended: the harness was killed "
                                            "by SIGSEGV"):
-            dev.run(pkg, x)
+            dev.request(pkg, x)
         assert not dev._sessions
-        dev.run(pkg, x)          # the next run starts a fresh harness
+        dev.request(pkg, x)          # the next run starts a fresh harness
 
 
 def test_packages_for_another_board_and_bare_metal_boards_are_refused(hello):
     pkg, graph = hello
     with aot.connect("qemu-aarch64") as dev:
         with pytest.raises(AotError, match="was built for board 'host', not 'qemu-aarch64'"):
-            dev.run(pkg, inputs_for(graph, 0))
+            dev.request(pkg, inputs_for(graph, 0))
     with pytest.raises(AotError, match="board 'mps2-an386' is bare metal \\(qemu-system\\): "
                                        "serve mode needs a hosted board"):
         aot.connect("mps2-an386")
@@ -206,7 +206,7 @@ def test_serve_under_qemu_user(tmp_path):
     with aot.connect("qemu-aarch64") as dev:
         for seed in range(5):
             x = inputs_for(graph, seed)
-            got = dev.run(info.path, x, runs=2)
+            got = dev.request(info.path, x, runs=2)
             want = aot.interpret(graph, dict(zip(graph.inputs, x)))
             np.testing.assert_allclose(got.outputs[0], want[graph.outputs[0]], rtol=1e-5,
                                        atol=1e-6)
@@ -228,12 +228,12 @@ def test_serve_over_ssh(sshd, tmp_path, record_property):
     graph = aot.optimize(aot.load(MODEL))
     pkg = package(graph, board="rpi4", out_dir=tmp_path / "pkg", profile=True).path
     with aot.connect(board) as dev:
-        dev.run(pkg, inputs_for(graph, 0))           # connect, upload, start
+        dev.request(pkg, inputs_for(graph, 0))           # connect, upload, start
         spent = 0.0
         for seed in range(20):
             x = inputs_for(graph, seed)
             t0 = time.perf_counter()
-            got = dev.run(pkg, x)
+            got = dev.request(pkg, x)
             spent += time.perf_counter() - t0
             want = aot.interpret(graph, dict(zip(graph.inputs, x)))
             np.testing.assert_allclose(got.outputs[0], want[graph.outputs[0]], rtol=1e-5,
@@ -247,8 +247,8 @@ def test_serve_over_ssh(sshd, tmp_path, record_property):
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
         with pytest.raises(AotError, match="the serve session ended: the harness"):
-            dev.run(pkg, inputs_for(graph, 0))
-        dev.run(pkg, inputs_for(graph, 0))          # a fresh harness, uploaded again
+            dev.request(pkg, inputs_for(graph, 0))
+        dev.request(pkg, inputs_for(graph, 0))          # a fresh harness, uploaded again
     assert list(remote_tmp.iterdir()) == []
     record_property("summary", f"serve over ssh (127.0.0.1, qemu-aarch64 exec prefix): "
                     f"{ms:.2f} ms per request, tflm_hello_world_f32")
@@ -286,7 +286,7 @@ def test_an_interrupted_request_abandons_its_session(hello, monkeypatch):
     pkg, graph = hello
     x = inputs_for(graph, 0)
     with aot.connect("host") as dev:
-        dev.run(pkg, x)
+        dev.request(pkg, x)
         (session,) = dev._sessions.values()
         proc = session.process._proc
 
@@ -294,7 +294,7 @@ def test_an_interrupted_request_abandons_its_session(hello, monkeypatch):
             raise KeyboardInterrupt
         monkeypatch.setattr(Client, "_read_reply", interrupted)
         with pytest.raises(KeyboardInterrupt):
-            dev.run(pkg, x)
+            dev.request(pkg, x)
         assert not dev._sessions and proc.poll() is not None     # the harness is gone
         monkeypatch.undo()
-        np.testing.assert_allclose(dev.run(pkg, x).outputs[0], dev.run(pkg, x).outputs[0])
+        np.testing.assert_allclose(dev.request(pkg, x).outputs[0], dev.request(pkg, x).outputs[0])

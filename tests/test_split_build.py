@@ -34,7 +34,7 @@ def _kernel_files(pkg, pattern: str) -> list[str]:
 def test_split_package_runs_like_the_interpreter(tmp_path, monkeypatch, codegen):
     _small_parts(monkeypatch)
     graph = aot.optimize(aot.load(MODEL))
-    info = package(graph, codegen=codegen, out_dir=tmp_path / "pkg")
+    info = package(graph, board="host", codegen=codegen, out_dir=tmp_path / "pkg")
     kernels = info.metadata["kernels"]
     files = _kernel_files(info.path / ("src" if codegen == "c" else "lib"),
                           "*_kernels*." + ("c" if codegen == "c" else "o"))
@@ -72,9 +72,9 @@ def test_split_is_the_same_on_one_core(tmp_path, monkeypatch):
     runs differently)."""
     _small_parts(monkeypatch)
     graph = aot.optimize(aot.load(MODEL))
-    a = package(graph, codegen="llvm", out_dir=tmp_path / "a")
+    a = package(graph, board="host", codegen="llvm", out_dir=tmp_path / "a")
     monkeypatch.setattr("os.cpu_count", lambda: 1)
-    b = package(graph, codegen="llvm", out_dir=tmp_path / "b")
+    b = package(graph, board="host", codegen="llvm", out_dir=tmp_path / "b")
     for path in sorted(p for p in a.path.rglob("*") if p.is_file()):
         other = b.path / path.relative_to(a.path)
         assert np.array_equal(np.frombuffer(path.read_bytes(), np.uint8),
@@ -83,7 +83,7 @@ def test_split_is_the_same_on_one_core(tmp_path, monkeypatch):
 
 def _package_in_worker(out: str) -> int:
     """In a multiprocessing pool's (daemonic) worker, which may not fork."""
-    info = package(aot.optimize(aot.load(MODEL)), codegen="llvm", out_dir=out)
+    info = package(aot.optimize(aot.load(MODEL)), board="host", codegen="llvm", out_dir=out)
     return len(list(info.path.rglob("*")))
 
 

@@ -97,7 +97,7 @@ def test_run_verify_and_bench_over_ssh(sshd, pkg, tmp_path):
     r = aot(sshd, "run", str(pkg), *ssh_args(sshd), "--input",
             str(MODEL.with_suffix(".input.npy")), "--out", str(out))
     assert r.returncode == 0, r.stderr
-    got = np.load(out / "0.npy")
+    got = np.load(out / "Identity.npy")        # named after the output
     want = np.load(MODEL.with_suffix(".output.npy"))
     assert got.shape == want.shape and got.dtype == want.dtype
     assert np.abs(got.astype(int) - want.astype(int)).max() <= 1

@@ -162,7 +162,8 @@ def test_run_and_verify_boot_and_stop_their_own_vm(env, tmp_path):
             "--input", str(MODEL.with_suffix(".input.npy")), "--out", str(tmp_path / "out"),
             "--json")
     assert r.returncode == 0, r.stderr
-    got = np.load(tmp_path / "out" / "0.npy")
+    got = np.load(tmp_path / "out" / "Identity.npy")   # named after the output
+    assert json.loads(r.stdout)["outputs"][0]["file"].endswith("Identity.npy")
     want = _reference(np.load(MODEL.with_suffix(".input.npy")))
     np.testing.assert_array_equal(got, want.reshape(got.shape))
     r = aot(env, "verify", str(MODEL), "--board", BOARD, "--json")
@@ -223,12 +224,13 @@ def test_serve_mode_answers_100_requests_checked_against_the_reference(env, tmp_
     graph = aot_api.load(MODEL)
     pkg = package(MODEL, board=BOARD, out_dir=tmp_path / "pkg").path
     inputs = [random_inputs(graph, seed)[graph.inputs[0]] for seed in range(100)]
+    [name], [out] = graph.inputs, graph.outputs
     with aot_api.connect(BOARD) as dev:
         for x in inputs:
-            got = dev.run(pkg, [x]).outputs
-            want = tflite_micro(MODEL, graph, [x])
-            assert len(got) == len(want) == 1
-            np.testing.assert_array_equal(got[0], want[0].reshape(got[0].shape))
+            got = dev.run(pkg, {name: x})       # by name, as ONNX Runtime takes them
+            [want] = tflite_micro(MODEL, graph, [x])
+            assert list(got) == [out]
+            np.testing.assert_array_equal(got[out], want.reshape(got[out].shape))
     assert qemu_pids(str(tmp_path)) == []
     assert list(Path(env["TMPDIR"]).iterdir()) == []
 

@@ -2,7 +2,7 @@
 
     with aot.connect("qemu-aarch64") as dev:
         for x in batches:
-            result = dev.run("build/kws", [x])      # a RunResult
+            y = dev.run("build/kws", {"input_1": x})["Identity"]
 
 The first run of a package starts its harness in serve mode (bench/bench
 --serve, aot/deploy/serve.py) and keeps it: later runs of that package are
@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import IO, Sequence
+from typing import IO, Mapping, Sequence
 
 import numpy as np
 
@@ -130,6 +130,7 @@ class _RemoteProcess:
 class _Session:
     def __init__(self, process, meta: dict):
         self.process = process
+        self.meta = meta
         try:
             self.client = ServeClient(process.stdin, process.stdout, meta, process.lost)
         except BaseException:
@@ -180,9 +181,20 @@ class Device:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def run(self, pkg: str | Path, inputs: Sequence[np.ndarray], warmup: int = 0,
-            runs: int = 1) -> RunResult:
-        """Run the package on the board (its harness started on first use)."""
+    def run(self, pkg: str | Path, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]
+            ) -> dict[str, np.ndarray]:
+        """Run the package once on the board: {output name: array}. `inputs`
+        is {input name: array} (ONNX Runtime's habit) or a list in the
+        package's input order; a wrong name or shape is an AotError that
+        lists the package's inputs."""
+        result = self.request(pkg, inputs)
+        session = self._sessions[Path(pkg).resolve()]
+        return dict(zip((o["name"] for o in session.meta["outputs"]), result.outputs))
+
+    def request(self, pkg: str | Path, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
+                warmup: int = 0, runs: int = 1) -> RunResult:
+        """`warmup` untimed runs, then `runs` timed ones: the outputs of the
+        last, each run's time (and a --profile package's kernel times)."""
         key = Path(pkg).resolve()
         session = self._sessions.get(key)
         if session is None:

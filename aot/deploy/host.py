@@ -37,11 +37,36 @@ class RunResult:
         return [t / 1000.0 for t in self.times_ns]
 
 
-def check_inputs(meta: dict, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """The inputs as the package expects them (count, shape, dtype), contiguous."""
+def expected_inputs(meta: dict) -> str:
+    """The package's inputs as an error message lists them: `x int8[1, 49, 10, 1], ...`."""
+    return ", ".join(f"{s['name']} {s['dtype']}{s['shape']}" for s in meta["inputs"])
+
+
+def ordered_inputs(meta: dict, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]
+                   ) -> list:
+    """The inputs in the package's order: from {name: array} (ONNX Runtime's
+    habit) or from a list already in that order."""
+    if not isinstance(inputs, Mapping):
+        return list(inputs)
+    names = [s["name"] for s in meta["inputs"]]
+    unknown = [n for n in inputs if n not in names]
+    missing = [n for n in names if n not in inputs]
+    if unknown or missing:
+        what = (f"no input named {', '.join(map(repr, unknown))}" if unknown
+                else f"no array for input {', '.join(map(repr, missing))}")
+        raise AotError(f"{what}: the package takes {expected_inputs(meta)}")
+    return [inputs[n] for n in names]
+
+
+def check_inputs(meta: dict, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]
+                 ) -> list[np.ndarray]:
+    """The inputs as the package expects them (names, count, shape, dtype),
+    contiguous and in the package's order."""
     specs = meta["inputs"]
+    inputs = ordered_inputs(meta, inputs)
     if len(inputs) != len(specs):
-        raise AotError(f"the package takes {len(specs)} inputs, got {len(inputs)}")
+        raise AotError(f"the package takes {len(specs)} inputs, got {len(inputs)}: "
+                       f"{expected_inputs(meta)}")
     out = []
     for spec, array in zip(specs, inputs):
         array = np.asarray(array)

@@ -107,15 +107,26 @@ def time_package(pkg: Path, board, inputs: Sequence[np.ndarray], warmup: int,
 @dataclass(frozen=True)
 class KernelStat:
     """One fused kernel of a --profile package: its median time over the
-    profiled runs and its share of the kernels' total (the shares sum to 1)."""
+    profiled runs, its share of the kernels' total (the shares sum to 1) and
+    its multiply-accumulates (metadata.json; None from a package made before
+    aot counted them)."""
     step: int
     name: str
     median_ms: float
     share: float
+    macs: int | None = None
 
-    def as_json(self) -> dict[str, float | int | str]:
+    @property
+    def macs_per_us(self) -> float | None:
+        """Throughput in MACs per microsecond (= million MACs per second), on
+        the board's clock: under an emulator that is the emulator's speed."""
+        if self.macs is None or self.median_ms <= 0:
+            return None
+        return self.macs / (self.median_ms * 1000)
+
+    def as_json(self) -> dict[str, float | int | str | None]:
         return {"step": self.step, "name": self.name, "median_ms": self.median_ms,
-                "share": self.share}
+                "share": self.share, "macs": self.macs, "macs_per_us": self.macs_per_us}
 
 
 def profile_stats(meta: dict, profile_ns: Sequence[Sequence[int]] | None) -> list[KernelStat]:
@@ -133,7 +144,8 @@ def profile_stats(meta: dict, profile_ns: Sequence[Sequence[int]] | None) -> lis
     total = float(medians.sum())
     # A board whose clock reads 0 (bare metal without a timer) shares nothing.
     shares = medians / total if total > 0 else np.zeros_like(medians)
-    return [KernelStat(int(k["step"]), str(k["name"]), float(m), float(s))
+    return [KernelStat(int(k["step"]), str(k["name"]), float(m), float(s),
+                       int(k["macs"]) if "macs" in k else None)
             for k, m, s in zip(kernels, medians, shares)]
 
 
@@ -147,17 +159,33 @@ def check_plot_path(out: Path) -> Path:
     return out
 
 
-def plot_profile(stats: Sequence[KernelStat], title: str, out: Path) -> None:
-    """A horizontal bar chart of the kernels' median times, as a PNG at
-    `out` (written to a temporary file and renamed: never half a file)."""
-    import os
-
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (no display), imported on first
+    use: only --plot needs it."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         raise AotError("--plot needs matplotlib (pip install matplotlib)") from None
+    return plt
+
+
+def save_png(fig, out: Path) -> None:
+    """`fig` as a PNG at `out`, written to a temporary file and renamed:
+    never half a file. No Software tag: the bytes do not name the version."""
+    tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"
+    try:
+        fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None})
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def plot_profile(stats: Sequence[KernelStat], title: str, out: Path) -> None:
+    """A horizontal bar chart of the kernels' median times, as a PNG at `out`."""
+    plt = pyplot()
     out = check_plot_path(out)
     labels = [f"{s.step}: {s.name}" for s in stats]
     times_us = [s.median_ms * 1000 for s in stats]
@@ -172,13 +200,7 @@ def plot_profile(stats: Sequence[KernelStat], title: str, out: Path) -> None:
             ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
                     f" {100 * s.share:.1f}%", va="center", fontsize=7)
         fig.tight_layout()
-        tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"
-        try:
-            fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None})
-            os.replace(tmp, out)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        save_png(fig, out)
     finally:
         plt.close(fig)
 

@@ -229,6 +229,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _print_verify(out: dict[str, Any]) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
@@ -236,15 +237,16 @@ def _print_verify(out: dict[str, Any]) -> None:
         return "-" if x is None else format(x, fmt)
 
     n = out["samples"]
-    table = Table(title=f"{Path(out['model']).name} on {out['board']} against "
-                  f"{out['reference']}: {n} sample{'s' if n > 1 else ''} ({out['inputs']})",
-                  caption="errors in real values (quantized outputs dequantized); "
-                  "max LSB in quantization steps")
-    for col in ("output", "max |err|", "rmse", "l2r", "cosine", "top-1", "max LSB", "ok"):
-        table.add_column(col, justify="left" if col == "output" else "right")
+    # Errors are in real values (a quantized output dequantized), max LSB in
+    # its quantization steps: docs/deploy.md "Validation on your data".
+    table = Table(title=f"{Path(out['model']).name} on {out['board']}", box=box.SIMPLE_HEAD,
+                  collapse_padding=True, pad_edge=False)
+    table.add_column("output", overflow="fold")     # a long name folds, numbers stay whole
+    for col in ("max |err|", "rmse", "l2r", "cosine", "top-1", "max LSB", "ok"):
+        table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     for r in out["outputs"]:
         top1 = r["top1_agreement"]
-        table.add_row(r["name"], num(r["max_abs"], ".4g"), num(r["rmse"], ".4g"),
+        table.add_row(r["name"], num(r["max_abs"], ".3g"), num(r["rmse"], ".3g"),
                       num(r["l2r"], ".3g"), num(r["cosine"], ".6f"),
                       "-" if top1 is None else f"{100 * top1:.1f}%", num(r["max_lsb"], "d"),
                       "yes" if r["ok"] else "[red]NO[/red]")
@@ -310,6 +312,17 @@ def cmd_boards(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from aot.doctor import print_report, report
+
+    rep = report()
+    if args.json:
+        emit_json(rep.as_json())
+    else:
+        print_report(rep)
+    return 0 if rep.ok else 1
+
+
 # --- bench ----------------------------------------------------------------------
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -366,8 +379,9 @@ def _print_bench(out: dict[str, Any]) -> None:
 # --- analyze ---------------------------------------------------------------------
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from aot.analyze import analyze, print_report
+    from aot.analyze import analyze, check_model, print_report
 
+    check_model(args.model)     # before _board reads a directory's metadata
     # Without --board: lowered for the default board, not compiled (no code sizes).
     out = analyze(args.model, board=_board(args), plot=args.plot, codegen=args.codegen,
                   code_size=bool(args.board))
@@ -531,6 +545,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draw the memory plan and the MACs per kernel into a PNG")
 
     add("boards", "list the boards aot knows", cmd_boards)
+    add("doctor", "check this machine: every program and file aot needs, found or missing, "
+        "and the boards that work now (exit 0: all found, 1: something is missing; "
+        "`make setup` installs it). Programs are looked up on $AOT_TOOL_PATH instead of "
+        "$PATH when it is set", cmd_doctor)
 
     # `aot board ACTION BOARD`: one subcommand per action, added with
     # add(name, help, func, group=board_actions).

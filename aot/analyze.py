@@ -1,0 +1,331 @@
+"""`aot analyze`: what each fused kernel of a model costs, before any run.
+
+Per kernel, in execution order: its multiply-accumulates (the op table's
+`macs`, aot/ops/registry.py), the constant bytes it reads (weights, biases,
+requantization tables: what the package links into flash), the activation
+bytes it reads and writes, where its tensors live (arena offset and live
+steps, from the memory plan the package uses) and, when the library is
+compiled for a board, the size of its function in the ELF. Totals: MACs,
+weights (flash), arena (RAM) and the arena's lower bound.
+
+The model is lowered and planned exactly as `aot package` does (same
+`generate`), so the numbers are the package's. Code sizes need a compile for
+the board's target (the library only, in a temporary directory, no harness).
+"""
+from __future__ import annotations
+
+import io
+import tempfile
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from aot.errors import AotError
+from aot.ir.graph import Graph
+from aot.ir.tir import BufferKind
+
+
+@dataclass(frozen=True)
+class TensorUse:
+    """One buffer a kernel touches. place: "arena" (at offset, live from step
+    first to last, both inclusive), "input" / "output" (the caller's buffer),
+    "state" (a variable's static buffer); access: "read", "write" or
+    "scratch" (the kernel's own workspace in the arena)."""
+    name: str
+    access: str
+    place: str
+    size: int
+    offset: int | None = None
+    first: int | None = None
+    last: int | None = None
+
+
+@dataclass(frozen=True)
+class Layer:
+    step: int
+    name: str
+    symbol: str
+    ops: tuple[str, ...]
+    macs: int
+    weights_bytes: int              # constants it reads, each once
+    activations_read_bytes: int
+    activations_written_bytes: int
+    tensors: tuple[TensorUse, ...]
+    code_bytes: int | None = None   # its function in the compiled library
+
+    def as_json(self) -> dict[str, Any]:
+        out = {"step": self.step, "name": self.name, "symbol": self.symbol,
+               "ops": list(self.ops), "macs": self.macs, "weights_bytes": self.weights_bytes,
+               "activations_read_bytes": self.activations_read_bytes,
+               "activations_written_bytes": self.activations_written_bytes,
+               "tensors": [asdict(t) for t in self.tensors]}
+        if self.code_bytes is not None:
+            out["code_bytes"] = self.code_bytes
+        return out
+
+
+# ------------------------------------------------------------------ layers
+
+def _ops(node) -> tuple[str, ...]:
+    body = node.attrs.get("body")
+    return tuple(n.op for n in body.nodes) if body is not None else (node.op,)
+
+
+def _tensor_use(graph: Graph, mem, name: str, access: str) -> TensorUse:
+    from aot.executor.liveness import tensor_key
+
+    size = graph.types[name].nbytes
+    place = mem.places.get(name)
+    if place is None or place.kind != "arena":
+        return TensorUse(name, access, place.kind if place else "input", size)
+    # a tensor written over another lives in that one's buffer
+    buf = _buffer(mem, tensor_key(mem.written_over.get(name, name)))
+    return TensorUse(name, access, "arena", size, place.offset, buf.first, buf.last)
+
+
+def _buffer(mem, key: str):
+    for b in mem.buffers:
+        if b.name == key:
+            return b
+    raise AssertionError(f"no planned buffer {key}")
+
+
+def layer_of(graph: Graph, step: int, kernel, symbol: str, mem) -> Layer:
+    """What kernel `step` reads, writes and computes."""
+    from aot.executor.liveness import scratch_key
+    from aot.ops import node_macs
+
+    weights: dict[tuple[str, str], int] = {}
+    uses: list[TensorUse] = []
+    seen: set[tuple[str, str]] = set()
+    for param, arg in zip(kernel.func.params, kernel.args):
+        if arg.kind == "const":
+            weights[("const", arg.name)] = int(graph.constants[arg.name].nbytes)
+        elif arg.kind == "param":
+            weights[("param", param.name)] = int(arg.array.nbytes)
+        elif arg.kind == "scratch":
+            b = _buffer(mem, scratch_key(step, param.name))
+            uses.append(TensorUse(param.name, "scratch", "arena", b.size,
+                                  mem.scratch[(step, param.name)], b.first, b.last))
+        else:
+            access = "write" if param.kind == BufferKind.OUTPUT else "read"
+            if (arg.name, access) not in seen:      # one tensor passed twice is read once
+                seen.add((arg.name, access))
+                uses.append(_tensor_use(graph, mem, arg.name, access))
+    return Layer(step, kernel.func.name, symbol, _ops(kernel.node),
+                 node_macs(kernel.node, graph.types), sum(weights.values()),
+                 sum(u.size for u in uses if u.access == "read"),
+                 sum(u.size for u in uses if u.access == "write"), tuple(uses))
+
+
+# --------------------------------------------------------------- code size
+
+def function_sizes(library: Path) -> dict[str, int]:
+    """Symbol -> bytes of every function defined in a static library's
+    objects (ELF symbol sizes; a Thumb function's too)."""
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+
+    from aot.footprint import ar_members
+
+    sizes: dict[str, int] = {}
+    for _, body in ar_members(library.read_bytes()):
+        for section in ELFFile(io.BytesIO(body)).iter_sections():
+            if not isinstance(section, SymbolTableSection):
+                continue
+            for sym in section.iter_symbols():
+                if (sym["st_info"]["type"] == "STT_FUNC" and sym["st_shndx"] != "SHN_UNDEF"
+                        and sym.name):
+                    sizes[sym.name] = sizes.get(sym.name, 0) + int(sym["st_size"])
+    return sizes
+
+
+def _compile(gen, board, name: str) -> tuple[dict[str, int], dict]:
+    """Build the package's library for the board in a temporary directory:
+    (function sizes, library_footprint)."""
+    from aot import progress, toolchain
+    from aot.footprint import library_footprint
+
+    with tempfile.TemporaryDirectory(prefix="aot-analyze-") as tmp:
+        pkg = Path(tmp)
+        for path, data in sorted(gen.files.items()):
+            (pkg / path).parent.mkdir(parents=True, exist_ok=True)
+            (pkg / path).write_bytes(data)
+        with progress.step(f"build lib{name}.a for code sizes ({board.target.cc})"):
+            library = pkg / toolchain.build_library(board.target, pkg, name, gen.sources,
+                                                    gen.prebuilt)
+        return function_sizes(library), library_footprint(library)
+
+
+# ------------------------------------------------------------------- report
+
+def check_model(model) -> None:
+    """A model file or Graph: a package directory has lost what analyze reads."""
+    if not isinstance(model, Graph) and Path(model).is_dir():
+        raise AotError(f"{model}: aot analyze takes a model file (.onnx, .tflite), not a "
+                       "package directory")
+
+
+def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c",
+            code_size: bool | None = None) -> dict[str, Any]:
+    """The `aot analyze` report of a model (path or Graph) as a dict.
+
+    The model is lowered for `board` (a name or Board; None: the default
+    board, as the CLI's). code_size (default: when a board is given) compiles
+    the library for it and adds each kernel's code bytes. plot: a PNG of the
+    memory plan and of the MACs per kernel."""
+    from aot import progress
+    from aot.api import as_graph
+    from aot.bench import check_plot_path
+    from aot.footprint import memory_summary
+    from aot.package import default_name, generate
+    from aot.targets import get_board
+
+    if plot is not None:
+        plot = check_plot_path(Path(plot))      # before the work
+    check_model(model)
+    brd = get_board(board)
+    graph = as_graph(model)
+    name = default_name(graph)
+    with progress.step(f"lower and plan {name} for {brd.name}"):
+        gen = generate(graph, brd, codegen, name, io_in_arena=False)
+    symbols = [k["symbol"] for k in gen.context["kernels"]]
+    layers = [layer_of(graph, i, k, s, gen.mem)
+              for i, (k, s) in enumerate(zip(gen.kernels, symbols))]
+    out: dict[str, Any] = {
+        "model": graph.name, "board": brd.name, "target": brd.target.name, "codegen": codegen,
+        "total_macs": sum(layer.macs for layer in layers),
+        "weights_bytes": gen.params.total_bytes, "weights_data_bytes": gen.params.data_bytes,
+        "arena_bytes": gen.mem.arena_bytes,
+        "arena_lower_bound_bytes": gen.mem.lower_bound_bytes,
+        "state_bytes": int(sum(graph.types[v].nbytes for v in graph.variables)),
+        "io_bytes": {"inputs": int(sum(graph.types[t].nbytes for t in graph.inputs)),
+                     "outputs": int(sum(graph.types[t].nbytes for t in graph.outputs))},
+    }
+    if code_size if code_size is not None else board is not None:
+        sizes, fp = _compile(gen, brd, name)
+        missing = [s for s in symbols if s not in sizes]
+        if missing:
+            raise AotError(f"the compiled library for board '{brd.name}' has no kernel "
+                           f"function {missing[0]}")
+        layers = [replace(layer, code_bytes=sizes[layer.symbol]) for layer in layers]
+        out["kernels_code_bytes"] = sum(sizes[s] for s in symbols)
+        out["memory"] = memory_summary(fp, gen.mem.arena_bytes, out["state_bytes"])
+    out["layers"] = [layer.as_json() for layer in layers]
+    if plot is not None:
+        plot_analysis(out, gen.mem, Path(plot))
+    return out
+
+
+# --------------------------------------------------------------------- plot
+
+def plot_analysis(report: dict[str, Any], mem, out: Path) -> None:
+    """Two charts over the kernel steps in one PNG: the memory plan (each
+    arena buffer a box over its live steps and its bytes, the arena size and
+    its lower bound as lines) and the MACs of each kernel."""
+    from aot.bench import check_plot_path, pyplot, save_png
+
+    plt = pyplot()
+    out = check_plot_path(out)
+    layers = report["layers"]
+    steps = len(layers)
+    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(max(9, 0.3 * steps + 4), 8),
+                                      gridspec_kw={"height_ratios": (3, 2)})
+    try:
+        _draw_plan(top, mem, report, steps)
+        _draw_macs(bottom, layers)
+        fig.suptitle(f"{report['model']} for {report['board']}\n{report['total_macs']:,} MACs, "
+                     f"arena {report['arena_bytes']:,} B, weights {report['weights_bytes']:,} B",
+                     fontsize=11)
+        fig.tight_layout()
+        save_png(fig, out)
+    finally:
+        plt.close(fig)
+
+
+def _draw_plan(ax, mem, report: dict[str, Any], steps: int) -> None:
+    from matplotlib.patches import Patch, Rectangle
+
+    colors = {"t": "tab:blue", "s": "tab:orange"}
+    kib = 1024
+    for b in mem.buffers:
+        kind = b.name.split(":", 1)[0]
+        off = mem.plan.offsets[b.name]
+        ax.add_patch(Rectangle((b.first - 0.45, off / kib), b.last - b.first + 0.9, b.size / kib,
+                               facecolor=colors[kind], edgecolor="black", linewidth=0.5,
+                               alpha=0.6))
+    arena, bound = report["arena_bytes"] / kib, report["arena_lower_bound_bytes"] / kib
+    ax.axhline(arena, color="tab:red", linewidth=1.2)
+    ax.axhline(bound, color="tab:green", linewidth=1.2, linestyle="--")
+    # the outputs' copy-out and state updates live until step n (after the kernels)
+    last = max([steps - 1, *(b.last for b in mem.buffers)])
+    ax.set_xlim(-0.6, last + 0.6)
+    ax.set_ylim(0, max(arena, bound, 1e-3) * 1.08)
+    ax.set_ylabel("arena offset (KiB)")
+    ax.set_title("memory plan: each buffer over the steps it is live", fontsize=10)
+    ax.legend(handles=[Patch(color=colors["t"], alpha=0.6, label="tensor"),
+                       Patch(color=colors["s"], alpha=0.6, label="scratch"),
+                       _legend_line("tab:red", "-", f"arena {report['arena_bytes']:,} B"),
+                       _legend_line("tab:green", "--",
+                                f"lower bound {report['arena_lower_bound_bytes']:,} B")],
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    ax.grid(axis="y", linewidth=0.3)
+
+
+def _legend_line(color: str, style: str, label: str):
+    from matplotlib.lines import Line2D
+    return Line2D([], [], color=color, linestyle=style, label=label)
+
+
+def _draw_macs(ax, layers: list[dict[str, Any]]) -> None:
+    macs = [layer["macs"] / 1e6 for layer in layers]
+    ax.bar(range(len(layers)), macs, width=0.8, color="tab:purple")
+    ax.set_ylabel("MACs (millions)")
+    ax.set_title("multiply-accumulates per kernel", fontsize=10)
+    ax.set_xticks(range(len(layers)), [f"{layer['step']} {layer['name']}" for layer in layers],
+                  rotation=90, fontsize=7)
+    ax.set_xlabel("step: kernel")
+    ax.grid(axis="y", linewidth=0.3)
+
+
+# ----------------------------------------------------------------- terminal
+
+def _out_offsets(tensors: list[dict[str, Any]]) -> str:
+    """Where a kernel writes: its outputs' arena offsets, else their place."""
+    return ", ".join(str(t["offset"]) if t["place"] == "arena" else t["place"]
+                     for t in tensors if t["access"] == "write")
+
+
+def print_report(report: dict[str, Any]) -> None:
+    """The report as a rich table, one row per kernel, then the totals."""
+    from rich.console import Console
+    from rich.table import Table
+
+    code = bool(report["layers"]) and "code_bytes" in report["layers"][0]
+    table = Table(title=f"{report['model']} for {report['board']} ({report['codegen']})",
+                  caption="bytes; weights: constants read; in/out: activations read/written; "
+                  "out @: arena offset of the outputs")
+    for col in ("step", "kernel", "MACs", "weights", "in", "out", "out @",
+                *(("code",) if code else ())):
+        table.add_column(col, justify="left" if col == "kernel" else "right")
+    for layer in report["layers"]:
+        table.add_row(str(layer["step"]), layer["name"], f"{layer['macs']:,}",
+                      f"{layer['weights_bytes']:,}", f"{layer['activations_read_bytes']:,}",
+                      f"{layer['activations_written_bytes']:,}", _out_offsets(layer["tensors"]),
+                      *((f"{layer['code_bytes']:,}",) if code else ()))
+    console = Console()
+    console.print(table)
+    lines = [f"MACs     {report['total_macs']:>12,}",
+             f"weights  {report['weights_bytes']:>12,} bytes (flash, section .rodata.aot)",
+             f"arena    {report['arena_bytes']:>12,} bytes (RAM; lower bound "
+             f"{report['arena_lower_bound_bytes']:,})"]
+    if report["state_bytes"]:
+        lines.append(f"state    {report['state_bytes']:>12,} bytes (RAM)")
+    if "memory" in report:
+        mem = report["memory"]
+        lines += [f"code     {mem['code_bytes']:>12,} bytes (kernels "
+                  f"{report['kernels_code_bytes']:,})",
+                  f"flash    {mem['flash_bytes']:>12,} bytes, RAM {mem['ram_bytes']:,} bytes "
+                  "(the library alone)"]
+    for line in lines:
+        console.print(line, highlight=False)

@@ -1,0 +1,178 @@
+"""`aot analyze`: MACs from the op table against an independent count read
+straight from the model files, arena places against the package's plan,
+code sizes from the compiled library, the JSON, the plot and the errors;
+MACs per kernel in `aot bench --profile`."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from aot.analyze import analyze
+from aot.api import package
+from aot.cli import main
+from conftest import MODELS
+
+KWS = MODELS / "mlperf_kws_dscnn_int8.tflite"
+# Conv, depthwise and fully connected MACs of the MLPerf Tiny models
+# (batch 1), counted by hand from their architectures.
+MLPERF_MACS = {"kws_dscnn": 2_656_768, "vww_mbv1": 7_489_664, "ic_resnet8": 12_501_632}
+
+
+def tflite_macs(path) -> int:
+    """CONV_2D out_h*out_w*out_c*k_h*k_w*in_c, DEPTHWISE_CONV_2D
+    out_h*out_w*out_c*k_h*k_w, FULLY_CONNECTED out*in, from the flatbuffer's
+    tensor shapes alone (no aot code)."""
+    import tflite
+
+    model = tflite.Model.GetRootAsModel(path.read_bytes(), 0)
+    sg = model.Subgraphs(0)
+    total = 0
+    for i in range(sg.OperatorsLength()):
+        op = sg.Operators(i)
+        code = model.OperatorCodes(op.OpcodeIndex())
+        builtin = max(code.BuiltinCode(), code.DeprecatedBuiltinCode())
+        out = [int(d) for d in sg.Tensors(op.Outputs(0)).ShapeAsNumpy()]
+        w = [int(d) for d in sg.Tensors(op.Inputs(1)).ShapeAsNumpy()] if op.InputsLength() > 1 \
+            else []
+        if builtin == tflite.BuiltinOperator.CONV_2D:              # w [O, KH, KW, I]
+            total += out[1] * out[2] * out[3] * w[1] * w[2] * w[3]
+        elif builtin == tflite.BuiltinOperator.DEPTHWISE_CONV_2D:  # w [1, KH, KW, O]
+            total += out[1] * out[2] * out[3] * w[1] * w[2]
+        elif builtin == tflite.BuiltinOperator.FULLY_CONNECTED:    # w [O, I]
+            total += int(np.prod(out)) * w[1]
+    return total
+
+
+@pytest.mark.parametrize("model", sorted(MLPERF_MACS))
+@pytest.mark.parametrize("kind", ["int8", "f32"])
+def test_total_macs_match_an_independent_count(model, kind):
+    path = MODELS / f"mlperf_{model}_{kind}.tflite"
+    independent = tflite_macs(path)
+    assert independent == MLPERF_MACS[model]
+    got = analyze(path, board="host", code_size=False)["total_macs"]
+    assert abs(got - independent) <= 0.02 * independent, (got, independent)
+
+
+def test_macs_of_an_lstm_and_onnx_dense_ops():
+    # 28 steps x 4 gates x 20 units x (28 inputs + 20 recurrent), then 28*20 x 10 dense
+    lstm = analyze(MODELS / "tflm_mnist_lstm_f32.tflite", board="host", code_size=False)
+    assert [layer["macs"] for layer in lstm["layers"]] == [28 * 4 * 20 * 48, 560 * 10, 0]
+    # onnx_mnist8: Conv 5x5 1->8 on 28x28, Conv 5x5 8->16 on 14x14, MatMul 256x10
+    mnist = analyze(MODELS / "onnx_mnist8.onnx", board="host", code_size=False)
+    assert mnist["total_macs"] == 28 * 28 * 8 * 25 + 14 * 14 * 16 * 25 * 8 + 256 * 10
+
+
+def analysis_and_package(model, tmp):
+    """The analysis of a model with code sizes, and the metadata of its package."""
+    pkg = package(model, board="host", out_dir=tmp / "pkg").path
+    return analyze(model, board="host"), json.loads((pkg / "metadata.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def kws(tmp_path_factory):
+    return analysis_and_package(KWS, tmp_path_factory.mktemp("kws"))
+
+
+@pytest.fixture(scope="module")
+def ic(tmp_path_factory):
+    """resnet8 writes each residual add's output over its input (plan rows' "then")."""
+    return analysis_and_package(MODELS / "mlperf_ic_resnet8_int8.tflite",
+                                tmp_path_factory.mktemp("ic"))
+
+
+@pytest.mark.parametrize("which", ["kws", "ic"])
+def test_layers_are_the_packages_kernels_and_places(which, request):
+    report, meta = request.getfixturevalue(which)
+    assert [(la["step"], la["name"], la["symbol"], la["macs"]) for la in report["layers"]] == \
+        [(k["step"], k["name"], k["symbol"], k["macs"]) for k in meta["kernels"]]
+    for key in ("arena_bytes", "arena_lower_bound_bytes"):
+        assert report[key] == meta[key]
+    assert report["weights_bytes"] == meta["params_bytes"]
+    assert report["total_macs"] == sum(k["macs"] for k in meta["kernels"])
+    rows = {(r["kind"], r.get("step"), r["name"]): r for r in meta["plan"]["buffers"]}
+    in_place = [(later, t) for t in meta["plan"]["buffers"] for later in t.get("then", ())]
+    assert bool(in_place) == (which == "ic")
+    for later, t in in_place:          # written over t: lives in t's buffer
+        rows[("tensor", None, later)] = t
+    arena = 0
+    for layer in report["layers"]:
+        for t in layer["tensors"]:
+            if t["place"] != "arena":
+                assert t["offset"] is None and t["place"] in ("input", "output", "state")
+                continue
+            key = ("scratch", layer["step"], t["name"]) if t["access"] == "scratch" \
+                else ("tensor", None, t["name"])
+            row = rows[key]
+            assert (t["offset"], t["first"], t["last"]) == \
+                (row["offset"], row["first"], row["last"])
+            assert t["first"] <= layer["step"] <= t["last"]
+            arena = max(arena, t["offset"] + t["size"])
+        assert layer["activations_written_bytes"] == sum(
+            t["size"] for t in layer["tensors"] if t["access"] == "write")
+    assert arena <= report["arena_bytes"]
+    conv = report["layers"][0]
+    assert conv["weights_bytes"] > 0 and conv["activations_written_bytes"] > 0
+    assert conv["activations_read_bytes"] == {"kws": 49 * 10, "ic": 32 * 32 * 3}[which]
+
+
+def test_code_sizes_from_the_compiled_library(kws):
+    report, meta = kws
+    sizes = [layer["code_bytes"] for layer in report["layers"]]
+    assert all(s > 0 for s in sizes)
+    assert report["kernels_code_bytes"] == sum(sizes) <= report["memory"]["code_bytes"]
+    assert report["memory"]["weight_bytes"] == meta["footprint"]["weights"]
+
+
+def test_cli_json_and_plot(tmp_path, capsys):
+    plot = tmp_path / "kws.png"
+    assert main(["analyze", str(KWS), "--json", "--plot", str(plot)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"model", "board", "layers", "total_macs", "weights_bytes", "arena_bytes",
+            "arena_lower_bound_bytes"} <= set(out)
+    # without --board: the default board ($AOT_BOARD, host in the tests), nothing compiled
+    assert out["board"] == "host" and "memory" not in out
+    layer = out["layers"][0]
+    assert {"name", "ops", "macs", "weights_bytes", "activations_read_bytes",
+            "activations_written_bytes", "tensors"} <= set(layer)
+    assert "code_bytes" not in layer
+    assert set(layer["tensors"][0]) == {"name", "access", "place", "size", "offset", "first",
+                                        "last"}
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["kws.png"]      # no temp file left
+
+
+def test_cli_table(capsys):
+    assert main(["analyze", str(KWS)]) == 0
+    text = capsys.readouterr().out
+    assert "softmax_12" in text and "2,656,768" in text and "lower bound" in text
+
+
+def test_errors_are_one_line(tmp_path, capsys, kws):
+    bad = tmp_path / "bad.tflite"
+    bad.write_bytes(b"not a flatbuffer")
+    plot = tmp_path / "p.png"
+    for argv, needle in (([str(bad), "--plot", str(plot)], "not a TFLite model"),
+                         ([str(tmp_path)], "not a package directory"),
+                         ([str(KWS), "--plot", str(tmp_path / "k.svg")], "PNG file"),
+                         ([str(KWS), "--plot", str(tmp_path / "no" / "k.png")],
+                          "does not exist"),
+                         ([str(KWS), "--board", "nope"], "nope")):
+        assert main(["analyze", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.tflite"]
+
+
+def test_bench_profile_reports_macs_per_kernel(kws, capsys):
+    report, _ = kws
+    assert main(["bench", str(KWS), "--board", "host", "--repeat", "5", "--warmup", "1",
+                 "--profile", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["profile"]
+    assert [r["macs"] for r in rows] == [layer["macs"] for layer in report["layers"]]
+    for r in rows:
+        if r["macs"]:
+            assert r["macs_per_us"] == pytest.approx(r["macs"] / (r["median_ms"] * 1000))
+        else:
+            assert r["macs_per_us"] in (0, None)

@@ -379,7 +379,7 @@ def _print_bench(out: dict[str, Any]) -> None:
 # --- analyze ---------------------------------------------------------------------
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from aot.analyze import analyze, check_model, print_report
+    from aot.analysis import analyze, check_model, print_report
 
     check_model(args.model)     # before _board reads a directory's metadata
     # Without --board: lowered for the default board, not compiled (no code sizes).

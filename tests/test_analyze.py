@@ -9,7 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from aot.analyze import analyze
+import aot
+from aot.analysis import analyze
 from aot.api import package
 from aot.cli import main
 from conftest import MODELS
@@ -60,7 +61,7 @@ def test_macs_of_an_lstm_and_onnx_dense_ops():
     lstm = analyze(MODELS / "tflm_mnist_lstm_f32.tflite", board="host", code_size=False)
     assert [layer["macs"] for layer in lstm["layers"]] == [28 * 4 * 20 * 48, 560 * 10, 0]
     # onnx_mnist8: Conv 5x5 1->8 on 28x28, Conv 5x5 8->16 on 14x14, MatMul 256x10
-    mnist = analyze(MODELS / "onnx_mnist8.onnx", board="host", code_size=False)
+    mnist = aot.analyze(MODELS / "onnx_mnist8.onnx", board="host", code_size=False)
     assert mnist["total_macs"] == 28 * 28 * 8 * 25 + 14 * 14 * 16 * 25 * 8 + 256 * 10
 
 

@@ -397,12 +397,39 @@ class _Printer:
                 name = _lane_helper(self.mod, f"aot_nonzero_{t[4:]}", dst, [src],
                                     lambda a: f"{a[0]} != 0")
                 return self._call_text(name, [e.a])
-            return f"__builtin_convertvector({self.expr(e.a)}, {self.mod.vector(dst)})", PRIMARY
+            return self._call_text(self._convert_helper(src, dst), [e.a])
         if dst.scalar == "bool":
             return f"({self.wrap(e.a, _PREC['!='] + 1)} != 0)", PRIMARY
         if src == dst:
             return self.p(e.a)
         return f"({C_TYPES[dst.scalar]}){self.wrap(e.a, UNARY)}", UNARY
+
+    def _convert_helper(self, src: DType, dst: DType) -> str:
+        """__builtin_convertvector, spelled for GCC on x86 as it vectorizes best.
+
+        GCC 12 on x86 converts vectors of 4 or 8 bytes lane by lane in
+        general registers and widens 16 bytes in halves: kws int8 built with
+        gcc ran 3.7x slower than with clang. From a lane-by-lane initializer
+        it widens in one instruction; it narrows integers well one halving at
+        a time (int32 -> int16 -> int8)."""
+        ts, td = self.mod.vector(src), self.mod.vector(dst)
+        name = f"aot_convert_{td[4:]}_{ts[4:]}"
+        if src.is_float or dst.is_float or src.bits <= 2 * dst.bits:
+            lanes = ", ".join(f"({C_TYPES[dst.scalar]})a[{i}]" for i in range(dst.lanes))
+            gcc = f"    {td} r = {{{lanes}}};\n    return r;"
+        else:
+            # each step wraps, keeping the low bits: the lanes one conversion gives
+            gcc, bits = "a", src.bits // 2
+            while bits > dst.bits:
+                gcc = f"__builtin_convertvector({gcc}, {self.mod.vector(DType(f'int{bits}', src.lanes))})"
+                bits //= 2
+            gcc = f"    return __builtin_convertvector({gcc}, {td});"
+        return self.mod.helper(name, lambda: (
+            "/* __builtin_convertvector, spelled for GCC on x86 as it vectorizes best */\n"
+            f"static inline {td} {name}({ts} a)\n{{\n"
+            "#if defined(__GNUC__) && !defined(__clang__) && "
+            "(defined(__x86_64__) || defined(__i386__))\n"
+            f"{gcc}\n#else\n    return __builtin_convertvector(a, {td});\n#endif\n}}"))
 
     def _select(self, e: Select):
         dc, da = dtype_of(e.cond), dtype_of(e.a)

@@ -71,23 +71,16 @@ def _ops(node) -> tuple[str, ...]:
     return tuple(n.op for n in body.nodes) if body is not None else (node.op,)
 
 
-def _tensor_use(graph: Graph, mem, name: str, access: str) -> TensorUse:
+def _tensor_use(graph: Graph, mem, buffers: dict, name: str, access: str) -> TensorUse:
     from aot.executor.liveness import tensor_key
 
     size = graph.types[name].nbytes
-    place = mem.places.get(name)
-    if place is None or place.kind != "arena":
-        return TensorUse(name, access, place.kind if place else "input", size)
+    place = mem.places[name]
+    if place.kind != "arena":
+        return TensorUse(name, access, place.kind, size)
     # a tensor written over another lives in that one's buffer
-    buf = _buffer(mem, tensor_key(mem.written_over.get(name, name)))
+    buf = buffers[tensor_key(mem.written_over.get(name, name))]
     return TensorUse(name, access, "arena", size, place.offset, buf.first, buf.last)
-
-
-def _buffer(mem, key: str):
-    for b in mem.buffers:
-        if b.name == key:
-            return b
-    raise AssertionError(f"no planned buffer {key}")
 
 
 def layer_of(graph: Graph, step: int, kernel, symbol: str, mem) -> Layer:
@@ -95,6 +88,7 @@ def layer_of(graph: Graph, step: int, kernel, symbol: str, mem) -> Layer:
     from aot.executor.liveness import scratch_key
     from aot.ops import node_macs
 
+    buffers = {b.name: b for b in mem.buffers}
     weights: dict[tuple[str, str], int] = {}
     uses: list[TensorUse] = []
     seen: set[tuple[str, str]] = set()
@@ -104,14 +98,14 @@ def layer_of(graph: Graph, step: int, kernel, symbol: str, mem) -> Layer:
         elif arg.kind == "param":
             weights[("param", param.name)] = int(arg.array.nbytes)
         elif arg.kind == "scratch":
-            b = _buffer(mem, scratch_key(step, param.name))
+            b = buffers[scratch_key(step, param.name)]
             uses.append(TensorUse(param.name, "scratch", "arena", b.size,
                                   mem.scratch[(step, param.name)], b.first, b.last))
         else:
             access = "write" if param.kind == BufferKind.OUTPUT else "read"
             if (arg.name, access) not in seen:      # one tensor passed twice is read once
                 seen.add((arg.name, access))
-                uses.append(_tensor_use(graph, mem, arg.name, access))
+                uses.append(_tensor_use(graph, mem, buffers, arg.name, access))
     return Layer(step, kernel.func.name, symbol, _ops(kernel.node),
                  node_macs(kernel.node, graph.types), sum(weights.values()),
                  sum(u.size for u in uses if u.access == "read"),
@@ -186,7 +180,7 @@ def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c
     check_model(model)
     brd = get_board(board)
     graph = as_graph(model)
-    name = default_name(graph)
+    name = default_name(graph, model_path=None if isinstance(model, Graph) else Path(model))
     with progress.step(f"lower and plan {name} for {brd.name}"):
         gen = generate(graph, brd, codegen, name, io_in_arena=False)
     symbols = [k["symbol"] for k in gen.context["kernels"]]
@@ -202,12 +196,13 @@ def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c
         "io_bytes": {"inputs": int(sum(graph.types[t].nbytes for t in graph.inputs)),
                      "outputs": int(sum(graph.types[t].nbytes for t in graph.outputs))},
     }
-    if code_size if code_size is not None else board is not None:
+    if code_size is None:
+        code_size = board is not None
+    if code_size:
         sizes, fp = _compile(gen, brd, name)
         missing = [s for s in symbols if s not in sizes]
-        if missing:
-            raise AotError(f"the compiled library for board '{brd.name}' has no kernel "
-                           f"function {missing[0]}")
+        if missing:     # the entry point calls every kernel: a bug, not the input
+            raise RuntimeError(f"the library for board '{brd.name}' has no function {missing[0]}")
         layers = [replace(layer, code_bytes=sizes[layer.symbol]) for layer in layers]
         out["kernels_code_bytes"] = sum(sizes[s] for s in symbols)
         out["memory"] = memory_summary(fp, gen.mem.arena_bytes, out["state_bytes"])
@@ -232,8 +227,10 @@ def plot_analysis(report: dict[str, Any], mem, out: Path) -> None:
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(max(9, 0.3 * steps + 4), 8),
                                       gridspec_kw={"height_ratios": (3, 2)})
     try:
-        _draw_plan(top, mem, report, steps)
-        _draw_macs(bottom, layers)
+        # buffers copied out after the kernels (state updates) live to step n
+        last = max([steps - 1, *(b.last for b in mem.buffers)])
+        _draw_plan(top, mem, report, last)
+        _draw_macs(bottom, layers, last)
         fig.suptitle(f"{report['model']} for {report['board']}\n{report['total_macs']:,} MACs, "
                      f"arena {report['arena_bytes']:,} B, weights {report['weights_bytes']:,} B",
                      fontsize=11)
@@ -243,25 +240,23 @@ def plot_analysis(report: dict[str, Any], mem, out: Path) -> None:
         plt.close(fig)
 
 
-def _draw_plan(ax, mem, report: dict[str, Any], steps: int) -> None:
+def _draw_plan(ax, mem, report: dict[str, Any], last: int) -> None:
     from matplotlib.patches import Patch, Rectangle
 
     colors = {"t": "tab:blue", "s": "tab:orange"}
-    kib = 1024
+    unit, label = (1024, "KiB") if report["arena_bytes"] >= 4096 else (1, "bytes")
     for b in mem.buffers:
         kind = b.name.split(":", 1)[0]
         off = mem.plan.offsets[b.name]
-        ax.add_patch(Rectangle((b.first - 0.45, off / kib), b.last - b.first + 0.9, b.size / kib,
-                               facecolor=colors[kind], edgecolor="black", linewidth=0.5,
-                               alpha=0.6))
-    arena, bound = report["arena_bytes"] / kib, report["arena_lower_bound_bytes"] / kib
+        ax.add_patch(Rectangle((b.first - 0.45, off / unit), b.last - b.first + 0.9,
+                               b.size / unit, facecolor=colors[kind], edgecolor="black",
+                               linewidth=0.5, alpha=0.6))
+    arena, bound = report["arena_bytes"] / unit, report["arena_lower_bound_bytes"] / unit
     ax.axhline(arena, color="tab:red", linewidth=1.2)
     ax.axhline(bound, color="tab:green", linewidth=1.2, linestyle="--")
-    # the outputs' copy-out and state updates live until step n (after the kernels)
-    last = max([steps - 1, *(b.last for b in mem.buffers)])
     ax.set_xlim(-0.6, last + 0.6)
     ax.set_ylim(0, max(arena, bound, 1e-3) * 1.08)
-    ax.set_ylabel("arena offset (KiB)")
+    ax.set_ylabel(f"arena offset ({label})")
     ax.set_title("memory plan: each buffer over the steps it is live", fontsize=10)
     ax.legend(handles=[Patch(color=colors["t"], alpha=0.6, label="tensor"),
                        Patch(color=colors["s"], alpha=0.6, label="scratch"),
@@ -277,13 +272,16 @@ def _legend_line(color: str, style: str, label: str):
     return Line2D([], [], color=color, linestyle=style, label=label)
 
 
-def _draw_macs(ax, layers: list[dict[str, Any]]) -> None:
-    macs = [layer["macs"] / 1e6 for layer in layers]
-    ax.bar(range(len(layers)), macs, width=0.8, color="tab:purple")
-    ax.set_ylabel("MACs (millions)")
+def _draw_macs(ax, layers: list[dict[str, Any]], last: int) -> None:
+    unit, label = (1e6, "millions") if max([0, *(la["macs"] for la in layers)]) >= 1e6 \
+        else (1e3, "thousands")
+    ax.bar(range(len(layers)), [layer["macs"] / unit for layer in layers], width=0.8,
+           color="tab:purple")
+    ax.set_ylabel(f"MACs ({label})")
     ax.set_title("multiply-accumulates per kernel", fontsize=10)
-    ax.set_xticks(range(len(layers)), [f"{layer['step']} {layer['name']}" for layer in layers],
-                  rotation=90, fontsize=7)
+    names = [f"{layer['step']} {layer['name']}" for layer in layers]
+    names += [f"{step} (after the kernels)" for step in range(len(layers), last + 1)]
+    ax.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
     ax.set_xlabel("step: kernel")
     ax.grid(axis="y", linewidth=0.3)
 

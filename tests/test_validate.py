@@ -306,3 +306,21 @@ def test_api_verify_of_a_package_without_a_recorded_model(tmp_path):
     assert out["ok"] and out["samples"] == 3 and out["inputs"] == "random"
     assert set(out["outputs"][0]) >= {"max_abs", "rmse", "l2r", "cosine", "top1_agreement",
                                       "max_lsb", "ok"}
+
+
+def test_a_bare_metal_board_runs_each_sample(tmp_path, monkeypatch):
+    """mps2-an386 has no stdin to serve on: one run_package per sample."""
+    import aot.deploy as deploy
+    from aot.api import verify
+
+    seen = []
+    real = deploy.run_package
+
+    def counting(pkg, board, inputs, **kwargs):
+        seen.append(float(inputs[0][0, 0]))
+        return real(pkg, board, inputs, **kwargs)
+    monkeypatch.setattr(deploy, "run_package", counting)
+    np.savez(tmp_path / "ds.npz", np.array([0.5, 1.5, 3.0], np.float32).reshape(3, 1, 1))
+    out = verify(HELLO, board="mps2-an386", dataset=tmp_path / "ds.npz")
+    assert out["ok"] and out["samples"] == 3 and seen == [0.5, 1.5, 3.0], out
+    assert out["outputs"][0]["max_abs"] < 1e-5

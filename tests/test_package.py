@@ -367,8 +367,8 @@ def test_run_cli_by_name_and_position(tmp_path):
         r = cli("run", source, "--board", "host", "--input", spec, "--out", out, "--json")
         assert r.returncode == 0, r.stderr
         assert [o["name"] for o in json.loads(r.stdout)["outputs"]] == ["y1", "y2"]
-        for i, name in enumerate(("y1", "y2")):
-            assert_close(name, np.load(out / f"{i}.npy"), want[name], 1e-4, 1e-4)
+        for name in ("y1", "y2"):                      # files named after the outputs
+            assert_close(name, np.load(out / f"{name}.npy"), want[name], 1e-4, 1e-4)
     r = cli("run", tmp_path / "pkg", "--input", f"nope={tmp_path / 'x.npy'}", "--out",
             tmp_path / "o3")
     assert r.returncode == 2 and "no input 'nope'" in r.stderr and len(r.stderr.splitlines()) == 1

@@ -200,17 +200,18 @@ def test_cli_name_and_model_name_stay_inside_the_output(tmp_path):
     work = tmp_path / "a" / "b" / "work"
     work.mkdir(parents=True)
     model = hostile_onnx(work / "hostile.onnx", graph_name="../../x")
-    # Without -o, the default directory is the model's C name, in the cwd.
+    # Without -o, the default directory is the model file's C name, in the
+    # cwd (not the graph's, which is hostile here).
     r = cli("package", model, "--codegen", "llvm", cwd=work)
     assert r.returncode == 0, r.stderr
     r = cli("package", model, "--codegen", "llvm", "--name", "../../evil", "-o", "pkg",
             cwd=work)
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(tmp_path)) == ["a"] and os.listdir(tmp_path / "a") == ["b"]
-    assert sorted(os.listdir(work)) == ["hostile.onnx", "pkg", "x"]
+    assert sorted(os.listdir(work)) == ["hostile", "hostile.onnx", "pkg"]
     assert (work / "pkg" / "include" / "evil.h").is_file()
-    assert (work / "x" / "include" / "x.h").is_file()
-    # An unnamed graph is named after its file.
+    assert (work / "hostile" / "include" / "hostile.h").is_file()
+    # A file name that is no C name.
     odd = hostile_onnx(tmp_path / '9 "odd*¿ #define\n.onnx', graph_name="")
     r = cli("package", odd, "--codegen", "llvm", cwd=work)
     assert r.returncode == 0, r.stderr

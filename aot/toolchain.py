@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from aot import tools
 from aot.errors import AotError
 from aot.targets import Target
 
@@ -38,10 +39,8 @@ def toolchain_for(target: Target) -> Toolchain:
     """Host and cross targets alike: the target's cc and flags; `ar` from
     binutils (it handles any ELF, and deterministic mode)."""
     ar = getattr(target, "ar", "") or "ar"
-    for tool in (target.cc, ar):
-        if shutil.which(tool) is None:
-            raise AotError(f"target {target.name}: '{tool}' is not installed")
-    return Toolchain(target.cc, ar, tuple(target.cflags), tuple(target.ldflags))
+    cc, ar = (tools.require(t, f"target {target.name}") for t in (target.cc, ar))
+    return Toolchain(cc, ar, tuple(target.cflags), tuple(target.ldflags))
 
 
 # The compiler driver's summary of a failed link says only that the linker
@@ -70,13 +69,14 @@ def run_tool(cmd: Sequence[str], cwd: Path, what: str) -> str:
         r = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True,
                            timeout=TIMEOUT_S)
     except FileNotFoundError:
-        raise AotError(f"{what}: '{cmd[0]}' is not installed") from None
+        raise AotError(tools.not_installed(what, cmd[0])) from None
     except subprocess.TimeoutExpired:
         raise AotError(f"{what}: '{cmd[0]}' timed out after {TIMEOUT_S} s") from None
     if r.returncode == -signal.SIGINT:     # Ctrl-C reached the tool too: an interrupt,
         raise KeyboardInterrupt            # not a failure of the tool
     if r.returncode != 0:
-        raise AotError(f"{what} failed: {_first_error(r.stderr)}")
+        raise AotError(tools.explain_failure(what, r.stderr)
+                       or f"{what} failed: {_first_error(r.stderr)}")
     return r.stderr
 
 

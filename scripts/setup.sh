@@ -15,7 +15,10 @@ DEB_PACKAGES=(clang lld llvm qemu-user qemu-user-static qemu-system-arm
   ipxe-qemu libclang-rt-14-dev
   # The cross glibc the static Linux harnesses link against: only recommended
   # by the cross gcc packages, so --no-install-recommends would leave it out.
-  libc6-dev-arm64-cross libc6-dev-armhf-cross libc6-dev-riscv64-cross)
+  libc6-dev-arm64-cross libc6-dev-armhf-cross libc6-dev-riscv64-cross
+  # Not on a bare Debian 12: the tests compile with gcc too (its warnings),
+  # and `python3 -m venv` below needs python3-venv (it brings python3).
+  gcc python3-venv)
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -56,4 +59,9 @@ fi
 # The qemu-rpi4 VM image (kernel + initramfs + keys) in ~/.cache/aot (or
 # $AOT_CACHE_DIR): built only when its builder changed (its hash names it).
 .venv/bin/python -m aot.deploy.vm_image
+# Every program and file aot loads, found where aot's tools look for them.
+if ! .venv/bin/aot doctor --json >/dev/null; then
+  echo "setup: something is still missing: see .venv/bin/aot doctor" >&2
+  exit 1
+fi
 echo "setup: ok"

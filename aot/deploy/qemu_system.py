@@ -29,6 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
+from aot import tools
 from aot.deploy.host import RunResult, failure, harness_args, parse_report, prepare_run
 from aot.errors import AotError
 from aot.targets import Board, option_number
@@ -45,9 +46,7 @@ def qemu_command(board: Board, args: Sequence[str]) -> list[str]:
     if not qemu or not machine:
         raise AotError(f"board '{board.name}': transport qemu-system needs qemu and machine "
                        "in its [options] table")
-    if shutil.which(qemu) is None:
-        raise AotError(f"board '{board.name}': '{qemu}' is not installed "
-                       "(Debian package qemu-system-arm)")
+    qemu = tools.require(qemu, f"board '{board.name}'")
     # -semihosting-config separates its fields with commas: a comma in an
     # argument is written twice.
     semihosting = ",".join(["enable=on", "target=native",

@@ -15,12 +15,12 @@ board's speed: `aot bench` says so for boards marked `emulated`.
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from aot import tools
 from aot.deploy.host import RunResult, run_local
 from aot.errors import AotError
 from aot.targets import Board
@@ -34,10 +34,7 @@ def qemu_command(board: Board) -> list[str]:
     if missing:
         raise AotError(f"board '{board.name}': transport qemu-user needs "
                        f"{', '.join(missing)} in its [options] table")
-    qemu = str(board.options["qemu"])
-    if shutil.which(qemu) is None:
-        raise AotError(f"board '{board.name}': '{qemu}' is not installed "
-                       "(Debian package qemu-user)")
+    qemu = tools.require(str(board.options["qemu"]), f"board '{board.name}'")
     return [qemu, "-cpu", str(board.options["cpu"])]
 
 

@@ -9,7 +9,9 @@ to match exactly"):
 """
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from types import ModuleType
 from typing import Sequence
 
 import numpy as np
@@ -18,8 +20,20 @@ from aot.errors import AotError
 from aot.ir.graph import Graph
 
 
+def runtime_module(module: str, pip: str) -> ModuleType:
+    """A reference runtime's module; an AotError naming its pip package when
+    it is not installed (aot's test extras: `make setup` puts them in .venv)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        detail = (str(e).splitlines() or [type(e).__name__])[0]
+        raise AotError(f"the reference runtime {pip} is not installed ({detail}): pip install "
+                       f"{pip}, or run `make setup` (`aot doctor` lists what is missing)"
+                       ) from None
+
+
 def onnxruntime(path: Path, graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    import onnxruntime as ort
+    ort = runtime_module("onnxruntime", "onnxruntime")
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
@@ -30,7 +44,7 @@ def onnxruntime(path: Path, graph: Graph, inputs: Sequence[np.ndarray]) -> list[
 
 
 def tflite_micro(path: Path, graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    from tflite_micro.python.tflite_micro import runtime
+    runtime = runtime_module("tflite_micro.python.tflite_micro.runtime", "tflite-micro")
 
     interp = runtime.Interpreter.from_file(str(path))
     for i, x in enumerate(inputs):
@@ -40,7 +54,8 @@ def tflite_micro(path: Path, graph: Graph, inputs: Sequence[np.ndarray]) -> list
 
 
 def litert(path: Path, graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    interpreter = runtime_module("ai_edge_litert.interpreter", "ai-edge-litert")
+    Interpreter, OpResolverType = interpreter.Interpreter, interpreter.OpResolverType
 
     it = Interpreter(model_path=str(path), num_threads=1,
                      experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
@@ -68,6 +83,8 @@ def reference_outputs(path: Path, graph: Graph, inputs: Sequence[np.ndarray]
     if _integer_io(graph):
         try:
             return "tflite-micro", tflite_micro(path, graph, inputs)
+        except AotError:      # not installed: LiteRT is no substitute for TFLM's kernels
+            raise
         except Exception:     # TFLM refuses the model (hybrid, missing op): LiteRT decides
             pass
     return "litert", litert(path, graph, inputs)

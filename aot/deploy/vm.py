@@ -36,11 +36,11 @@ import socket
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
-from aot import progress
+from aot import progress, tools
 from aot.deploy.vm_image import IMAGE_NAME, Image, cache_root, find_image
 from aot.errors import AotError
 from aot.targets import Board, option_number, with_options
@@ -97,6 +97,12 @@ def vm_config(board: Board) -> VmConfig:
                                                  float, 1, 86400))
 
 
+# The ROM QEMU loads for the virtio-net-pci NIC below: Debian's ipxe-qemu,
+# only recommended by qemu-system-arm (so absent after an install without
+# recommends), and QEMU refuses to start without it.
+NIC_ROM = "efi-virtio.rom"
+
+
 def qemu_command(cfg: VmConfig, image: Image, port: int, log: Path) -> list[str]:
     return [cfg.qemu, "-M", cfg.machine, "-cpu", cfg.cpu, "-smp", str(cfg.smp),
             "-m", str(cfg.memory_mb), "-nographic", "-monitor", "none",
@@ -138,12 +144,18 @@ def _die_with_parent() -> None:
     libc.prctl(1, signal.SIGKILL)       # PR_SET_PDEATHSIG
 
 
+def emulator(board: Board, cfg: VmConfig) -> str:
+    """The path of the board's qemu, checked with the NIC ROM it loads (looked
+    up where that qemu looks), before any boot."""
+    qemu = tools.require(cfg.qemu, f"board '{board.name}'")
+    if tools.qemu_data_file(qemu, NIC_ROM) is None:
+        raise AotError(tools.not_installed(f"board '{board.name}': {cfg.qemu}'s NIC ROM", NIC_ROM))
+    return qemu
+
+
 def _start(cfg: VmConfig, image: Image, state: Path, port: int, private: bool
            ) -> subprocess.Popen:
     cmd = qemu_command(cfg, image, port, state / "console.log")
-    if shutil.which(cfg.qemu) is None:
-        raise AotError(f"'{cfg.qemu}' is not installed (Debian package qemu-system-arm; "
-                       "run make setup)")
     with open(state / "qemu.log", "wb") as err:
         # Its own session: a Ctrl-C reaches aot, which stops the VM itself.
         return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
@@ -242,6 +254,7 @@ def _pid_alive(pid: int) -> bool:
 def boot(board: Board, state: Path, private: bool) -> tuple[Vm, subprocess.Popen]:
     """Boot the board's VM with its files in `state`; returns once SSH logins work."""
     cfg = vm_config(board)
+    cfg = replace(cfg, qemu=emulator(board, cfg))
     image = find_image()
     shutil.copyfile(image.client_key, state / "client_key")
     (state / "client_key").chmod(0o600)

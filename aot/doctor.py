@@ -1,0 +1,338 @@
+"""`aot doctor`: every program and file aot needs on this machine, found or
+missing, the boards that work now, and the one command that installs the
+rest (`make setup`).
+
+This module holds the one list of what aot loads at run time: each target's
+compiler, `ar` and linker, the C library files its link pulls in (asked of
+the compiler itself, -print-file-name, so the paths are the ones the link
+uses), the emulators of the boards, the ROM qemu-rpi4's NIC loads (where
+that qemu looks for it: `qemu -L help`), the qemu-rpi4 image, clang's
+sanitizer runtimes, the reference runtimes of `aot verify` and what the
+tests run. tests/test_doctor.py proves every file found here comes from a
+Debian package in the Depends closure of what scripts/setup.sh installs.
+
+Programs are looked up as aot runs them (aot/tools.py): $AOT_TOOL_PATH, when
+set, replaces $PATH, so an empty directory there shows a machine without them.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from aot import tools
+from aot.targets import Board, Target
+
+FIX = "make setup"
+
+# Debian packages scripts/setup.sh installs, by the program or file they bring
+# (or bring through their dependencies): named in missing-tool messages.
+_PACKAGES = {
+    "clang": "clang", "ld.lld": "lld", "ar": "binutils-multiarch",
+    "arm-none-eabi-gcc": "gcc-arm-none-eabi",
+    "qemu-aarch64": "qemu-user", "qemu-arm": "qemu-user", "qemu-riscv64": "qemu-user",
+    "qemu-system-arm": "qemu-system-arm", "qemu-system-aarch64": "qemu-system-arm",
+    "efi-virtio.rom": "ipxe-qemu", "gcc": "gcc", "sshd": "openssh-server",
+    "ssh-keygen": "openssh-client",
+}
+_PACKAGE_PREFIXES = (("libclang_rt.", "libclang-rt-14-dev"),
+                     ("librdimon", "libnewlib-arm-none-eabi"),
+                     ("rdimon", "libnewlib-arm-none-eabi"))
+# By the architecture of a target's triple: the Debian package of its
+# compiler driver's tools (linker, libgcc) and that of its C library.
+_ARCH_PACKAGES = {
+    "x86_64": ("clang", "clang"),
+    "aarch64": ("gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross"),
+    "armv7": ("gcc-arm-linux-gnueabihf", "libc6-dev-armhf-cross"),
+    "riscv64": ("gcc-riscv64-linux-gnu", "libc6-dev-riscv64-cross"),
+    "thumb": ("gcc-arm-none-eabi", "libnewlib-arm-none-eabi"),
+}
+# What a static harness links from the C library, by Target.libc; newlib's
+# semihosting (rdimon) is what the Cortex-M boards' harness runs on.
+LIBC_FILES = {"glibc": ("crt1.o", "libc.a", "libm.a"),
+              "newlib": ("libc.a", "libm.a", "librdimon.a", "rdimon.specs", "rdimon-crt0.o")}
+# clang's runtimes for -fsanitize=address,undefined (aot.api.package's extra_cflags).
+SANITIZER_RUNTIMES = ("asan", "asan_static", "ubsan_standalone")
+# `aot verify`'s reference runtimes: (module, pip package, what needs it).
+REFERENCE_RUNTIMES = (("onnxruntime", "onnxruntime", "aot verify (.onnx)"),
+                      ("ai_edge_litert", "ai-edge-litert", "aot verify (.tflite)"),
+                      ("tflite_micro", "tflite-micro", "aot verify (int8 .tflite)"))
+# What the tests run beyond aot's own needs (a real sshd, gcc's warnings).
+SSHD = "/usr/sbin/sshd"
+TESTS = "tests"
+
+
+def debian_package(name: str) -> str | None:
+    """The package of scripts/setup.sh that brings a program or file, when known."""
+    if name in _PACKAGES:
+        return _PACKAGES[name]
+    return next((pkg for prefix, pkg in _PACKAGE_PREFIXES if name.startswith(prefix)), None)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One program, file, module or image aot needs."""
+    name: str
+    kind: str                     # tool | file | python | image
+    group: str                    # what sort of thing, for the table
+    path: str | None              # where it was found (None: missing)
+    needed_by: tuple[str, ...]    # boards, commands, "tests"
+    package: str = ""             # the Debian (or pip) package that brings it
+
+    @property
+    def found(self) -> bool:
+        return self.path is not None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "group": self.group, "path": self.path,
+                "found": self.found, "needed_by": list(self.needed_by),
+                "package": self.package}
+
+
+@dataclass(frozen=True)
+class BoardStatus:
+    name: str
+    usable: bool
+    missing: tuple[str, ...]
+    note: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "usable": self.usable, "missing": list(self.missing),
+                "note": self.note}
+
+
+@dataclass(frozen=True)
+class Report:
+    checks: tuple[Check, ...]
+    boards: tuple[BoardStatus, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.found for c in self.checks)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "checks": [c.as_json() for c in self.checks],
+                "boards": [b.as_json() for b in self.boards], "fix": FIX,
+                "tool_path": os.environ.get(tools.TOOL_PATH_ENV)}
+
+
+# --- files a compiler finds itself ----------------------------------------------
+
+@dataclass(frozen=True)
+class _Ask:
+    """`cc flags -print-file-name=NAME` (or -print-prog-name): where the
+    compiler driver finds a file it passes to the link."""
+    cc: str | None               # the compiler's path; None: not installed
+    flags: tuple[str, ...]
+    option: str
+    name: str
+
+
+def _answer(ask: _Ask) -> str | None:
+    if ask.cc is None:
+        return None
+    try:
+        r = subprocess.run([ask.cc, *ask.flags, f"{ask.option}={ask.name}"], capture_output=True,
+                           text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    # Not found: the driver echoes the bare name back.
+    path = r.stdout.strip()
+    if r.returncode != 0 or not os.path.isabs(path) or not os.path.isfile(path):
+        return None
+    return os.path.normpath(path)
+
+
+def _answers(asks: Iterable[_Ask]) -> dict[_Ask, str | None]:
+    asks = list(dict.fromkeys(asks))
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return dict(zip(asks, pool.map(_answer, asks)))
+
+
+def _arch_packages(target: Target) -> tuple[str, str]:
+    arch = target.triple.split("-")[0]
+    return _ARCH_PACKAGES.get("thumb" if arch.startswith("thumb") else arch, ("", ""))
+
+
+def _target_needs(target: Target, users: tuple[str, ...]) -> tuple[list[Check], list[tuple]]:
+    """The target's programs (checked now) and its files (asks, answered
+    together later): what builds a package and its harness for it."""
+    cc = tools.which(target.cc)
+    ar = getattr(target, "ar", "") or "ar"
+    tools_pkg, libc_pkg = _arch_packages(target)
+    checks = [Check(target.cc, "tool", "compilers", cc, users, debian_package(target.cc) or ""),
+              Check(ar, "tool", "compilers", tools.which(ar), users, debian_package(ar) or "")]
+    flags = (*target.cflags, *target.ldflags)
+    if "-fuse-ld=lld" in target.ldflags:
+        checks.append(Check("ld.lld", "tool", "compilers", tools.which("ld.lld"), users, "lld"))
+        files = []
+    else:
+        files = [(_Ask(cc, flags, "-print-prog-name", "ld"), "compilers", tools_pkg)]
+    files += [(_Ask(cc, flags, "-print-file-name", f), "C libraries", libc_pkg)
+              for f in LIBC_FILES.get(target.libc, ())]
+    files.append((_Ask(cc, flags, "-print-file-name", "libgcc.a"), "C libraries", tools_pkg))
+    return checks, [(ask, group, pkg, users) for ask, group, pkg in files]
+
+
+def _sanitizer_needs(host: Board) -> list[tuple]:
+    cc = tools.which(host.target.cc)
+    flags = (*host.target.cflags, *host.target.ldflags)
+    return [(_Ask(cc, flags, "-print-file-name", f"libclang_rt.{rt}-{platform.machine()}.a"),
+             "sanitizers", "libclang-rt-14-dev", ("sanitizers",))
+            for rt in SANITIZER_RUNTIMES]
+
+
+# --- boards' emulators and the VM -------------------------------------------------
+
+def _transport_needs(board: Board) -> list[Check]:
+    from aot.deploy import vm
+
+    qemu = str(board.options.get("qemu", ""))
+    if board.transport not in ("qemu-user", "qemu-system") and not board.options.get("vm"):
+        return []
+    users = (board.name,)
+    found = tools.which(qemu) if qemu else None
+    checks = [Check(qemu, "tool", "emulators", found, users, debian_package(qemu) or "")]
+    if board.options.get("vm"):
+        rom = tools.qemu_data_file(found, vm.NIC_ROM) if found else None
+        checks += [Check(vm.NIC_ROM, "file", "emulators", str(rom) if rom else None, users,
+                         debian_package(vm.NIC_ROM) or ""),
+                   _image_check(users)]
+    return checks
+
+
+def _image_check(users: tuple[str, ...]) -> Check:
+    from aot.deploy.vm_image import IMAGE_NAME, image_dir
+
+    d = image_dir()
+    return Check(f"{IMAGE_NAME} image", "image", "emulators",
+                 str(d) if (d / "image.json").is_file() else None, users, "")
+
+
+def _python_needs() -> list[Check]:
+    out = []
+    for module, pip, user in (*REFERENCE_RUNTIMES, ("pytest", "pytest", TESTS)):
+        spec = importlib.util.find_spec(module)
+        path = (spec.origin or (list(spec.submodule_search_locations or ()) or [module])[0]
+                if spec else None)
+        out.append(Check(module, "python", "reference runtimes" if user != TESTS else TESTS,
+                         path, (user,), f"pip {pip}"))
+    return out
+
+
+def _test_needs() -> list[Check]:
+    return [Check("gcc", "tool", TESTS, tools.which("gcc"), (TESTS,), "gcc"),
+            Check("ssh-keygen", "tool", TESTS, tools.which("ssh-keygen"), (TESTS,),
+                  "openssh-client"),
+            Check("sshd", "file", TESTS, SSHD if os.path.isfile(SSHD) else None, (TESTS,),
+                  "openssh-server")]
+
+
+def _merged(checks: Iterable[Check]) -> tuple[Check, ...]:
+    """One row per thing (same kind, name, path and package), needed by the
+    union of its users, in first-seen order."""
+    rows: dict[tuple, Check] = {}
+    for c in checks:
+        key = (c.kind, c.name, c.path, c.package)
+        if key in rows:
+            old = rows[key]
+            c = Check(c.name, c.kind, c.group, c.path,
+                      (*old.needed_by, *(u for u in c.needed_by if u not in old.needed_by)),
+                      c.package)
+        rows[key] = c
+    return tuple(rows.values())
+
+
+# --- boards -------------------------------------------------------------------------
+
+def _board_status(board: Board, checks: tuple[Check, ...]) -> BoardStatus:
+    from aot.deploy.host import cpu_flags
+
+    missing = [c.name for c in checks if board.name in c.needed_by and not c.found]
+    wanted = board.options.get("cpu_flags", ()) if board.transport == "local" else ()
+    lacking = [f for f in wanted if f not in cpu_flags()]
+    if lacking:
+        missing.append(f"CPU features {', '.join(lacking)}")
+    if board.transport == "ssh" and not board.options.get("vm"):
+        note = "over SSH: the board, its address and key are yours (docs/deploy.md)"
+    elif board.options.get("vm"):
+        note = f"aot boots it under {board.options.get('qemu', 'qemu')}"
+    else:
+        note = "emulated on this machine" if board.emulated else "runs on this machine"
+    return BoardStatus(board.name, not missing, tuple(dict.fromkeys(missing)), note)
+
+
+def report(boards: Mapping[str, Board] | None = None) -> Report:
+    """What aot needs, as found now, for `boards` (default: all it knows)."""
+    from aot.targets import boards as all_boards
+
+    boards = dict(all_boards() if boards is None else boards)
+    by_target: dict[str, tuple[Target, tuple[str, ...]]] = {}
+    for b in boards.values():
+        target, users = by_target.get(b.target.name, (b.target, ()))
+        by_target[b.target.name] = (target, (*users, b.name))
+    checks: list[Check] = []
+    files: list[tuple] = []
+    for target, users in by_target.values():
+        found, asked = _target_needs(target, users)
+        checks += found
+        files += asked
+    host = boards.get("host")
+    if host is not None:
+        files += _sanitizer_needs(host)
+    answers = _answers(ask for ask, *_ in files)
+    checks += [Check(ask.name if ask.option == "-print-file-name" else
+                     os.path.basename(answers[ask] or ask.name), "file", group, answers[ask],
+                     users, pkg) for ask, group, pkg, users in files]
+    for b in boards.values():
+        checks += _transport_needs(b)
+    checks += [*_python_needs(), *_test_needs()]
+    merged = _merged(checks)
+    return Report(merged, tuple(_board_status(b, merged) for b in boards.values()))
+
+
+# --- the terminal -------------------------------------------------------------------
+
+def _by_user(checks: Iterable[Check]) -> dict[tuple[str, ...], list[Check]]:
+    groups: dict[tuple[str, ...], list[Check]] = {}
+    for c in checks:
+        groups.setdefault(c.needed_by, []).append(c)
+    return groups
+
+
+def print_report(rep: Report) -> None:
+    """Two tables: what aot needs, grouped by what needs it, then the boards."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="what aot needs on this machine")
+    table.add_column("needed by / name", overflow="fold")
+    table.add_column("found")
+    table.add_column("path (or the package that brings it)", overflow="fold")
+    for users, rows in _by_user(rep.checks).items():
+        table.add_row(f"[bold]{', '.join(users)}[/bold]", "", "")
+        for c in rows:
+            table.add_row(f"  {c.name}", "yes" if c.found else "[red]no[/red]",
+                          c.path or f"[red]missing[/red] ({c.package or FIX})")
+        table.add_section()
+    console.print(table)
+    boards = Table(title="boards")
+    for col in ("board", "usable", "missing", "note"):
+        boards.add_column(col, overflow="fold")
+    for b in rep.boards:
+        boards.add_row(b.name, "yes" if b.usable else "[red]no[/red]",
+                       ", ".join(b.missing) or "-", b.note)
+    console.print(boards)
+    if os.environ.get(tools.TOOL_PATH_ENV):
+        console.print(f"programs were looked up on ${tools.TOOL_PATH_ENV}="
+                      f"{os.environ[tools.TOOL_PATH_ENV]}, not $PATH")
+    if rep.ok:
+        console.print("everything aot needs is here")
+    else:
+        console.print(f"[bold]{sum(not c.found for c in rep.checks)} of {len(rep.checks)} "
+                      f"missing[/bold]: [bold]{FIX}[/bold] installs them")

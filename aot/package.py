@@ -156,6 +156,9 @@ def metadata(graph: Graph, kernels, mem: MemoryPlan, other: MemoryPlan, params: 
                                **({"tensor": a.name} if a.kind in ("tensor", "const") else {})}
                               for a, b in zip(k.args, k.func.params)]}
                     for i, (k, call) in enumerate(zip(kernels, context["kernels"]))],
+        # run-time index checks, numbered as <name>_failed_check() reports them
+        "index_checks": [{k: v for k, v in row.items() if k != "message_literal"}
+                         for row in context["index_checks"]],
         "footprint": footprint,
         "versions": _versions(),
         "package_format": PACKAGE_FORMAT,

@@ -16,6 +16,12 @@ extern "C" {
 #define AOT_OK 0
 #define AOT_ERR_NULL_ARGUMENT 1   /* an inputs/outputs struct, a tensor or the arena is NULL */
 #define AOT_ERR_MISALIGNED 2      /* the caller's arena is not <NAME>_ARENA_ALIGN-aligned */
+/* An index the model computed from its inputs is out of range (a Gather's
+ * indices, a ScatterND's index tuples, ...): the run stopped at that kernel
+ * and the outputs are incomplete. <name>_failed_check() says which check
+ * failed; metadata.json "index_checks" names its node and the inputs the
+ * indices come from. Negative indices count from the end, as in ONNX. */
+#define AOT_ERR_INDEX 3
 
 /* A monotonic clock in microseconds (the bench harness and AOT_PROFILE use
  * it). The weak default uses clock_gettime on hosted systems and returns 0

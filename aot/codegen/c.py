@@ -30,8 +30,9 @@ from aot.codegen.names import c_comment, c_identifier, kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, BufferKind, Call, Cast, Comment, Const, Decl,
-                        DType, Expr, For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt, Store,
-                        Unary, Var, dtype_of, map_stmt_exprs, stmt_exprs, walk_expr, walk_stmt)
+                        DType, Expr, Fail, For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt,
+                        Store, Unary, Var, can_fail, dtype_of, map_stmt_exprs, stmt_exprs,
+                        walk_expr, walk_stmt)
 from aot.lower.inplace import aliased_params
 
 C_TYPES = {"bool": "uint8_t", "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t",
@@ -590,7 +591,8 @@ def _signature(func: PrimFunc, symbol: str, names: dict, taken: set[str]) -> str
         const = "const " if b.kind in (BufferKind.INPUT, BufferKind.PARAM) else ""
         restrict = "" if b.name in shared else "restrict "
         params.append(f"{const}{C_TYPES[b.dtype.scalar]} *{restrict}{names[b]}")
-    head = f"void {symbol}("
+    # a kernel with run-time checks returns its status (tir.Fail)
+    head = f"{'int32_t' if can_fail(func) else 'void'} {symbol}("
     one_line = head + ", ".join(params) + ")"
     if len(one_line) <= 100 or not params:
         return one_line if params else head + "void)"
@@ -621,6 +623,8 @@ class _FuncPrinter:
             if b not in used:
                 self.lines.append(f"    (void){self.names[b]};")
         self.stmt(self.body, 1)
+        if can_fail(self.func):
+            self.emit(1, "return 0;")
         return "\n".join(out + self.lines + ["}"])
 
     def emit(self, depth: int, text: str):
@@ -656,6 +660,8 @@ class _FuncPrinter:
             self.emit(depth, "}")
         elif isinstance(s, Comment):
             self.emit(depth, f"/* {c_comment(s.text)} */")
+        elif isinstance(s, Fail):
+            self.emit(depth, f"return {s.code};")
 
     def _type(self, d: DType) -> str:
         return self.mod.vector(d) if d.lanes > 1 else C_TYPES[d.scalar]
@@ -985,6 +991,6 @@ def _balanced(printed: Sequence[_Printed]) -> list[list[_Printed]]:
 def _declaration(body: str) -> str:
     """The signature lines of a printed function, as a declaration."""
     lines = body.split("\n")
-    sig = lines[next(k for k, line in enumerate(lines) if line.startswith("void ")):
+    sig = lines[next(k for k, line in enumerate(lines) if line.startswith(("void ", "int32_t "))):
                 lines.index("{")]
     return "\n".join(sig) + ";"

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from aot.codegen.intrinsics import check_call, lane_crossing
 from aot.errors import UnsupportedError
-from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Comment, Const, Decl, DType, Expr, For,
-                        If, Load, PrimFunc, Select, Seq, Stmt, Store, Unary, Var, dtype_of)
+from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Comment, Const, Decl, DType, Expr,
+                        Fail, For, If, Load, PrimFunc, Select, Seq, Stmt, Store, Unary, Var,
+                        dtype_of)
 
 BIN_OPS = frozenset("+ - * / % min max << >> & | ^ < <= > >= == != and or".split())
 UNARY_OPS = frozenset(("neg", "not", "bitnot", "abs"))
@@ -55,6 +56,10 @@ class _Checker:
             self.scoped(s.then)
             if s.orelse is not None:
                 self.scoped(s.orelse)
+        elif isinstance(s, Fail):
+            # 0 is the status of a kernel that ran to its end
+            if not isinstance(s.code, int) or not 0 < s.code < 2**31:
+                raise self.fail(f"Fail with code {s.code!r} (needs 1 <= code < 2**31)")
         elif not isinstance(s, Comment):
             raise self.fail(f"not a TIR statement: {s!r}")
 

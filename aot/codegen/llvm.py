@@ -33,8 +33,8 @@ from aot.codegen.names import kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import AotError, UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, DType, Expr,
-                        For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt, Store, Unary, Var,
-                        dtype_of, walk_stmt)
+                        Fail, For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt, Store, Unary,
+                        Var, can_fail, dtype_of, walk_stmt)
 from aot.lower.inplace import aliased_params
 from aot.targets import Target
 
@@ -97,7 +97,10 @@ class _FuncBuilder:
         check_func(func)
         self.func = func
         self.float_flags = ["contract"] if contract else []
-        fnty = ir.FunctionType(ir.VoidType(), [ir.PointerType() for _ in func.params])
+        # a kernel with run-time checks returns its status, as in C (tir.Fail)
+        self.status = ir.IntType(32) if can_fail(func) else None
+        fnty = ir.FunctionType(self.status or ir.VoidType(),
+                               [ir.PointerType() for _ in func.params])
         self.fn = ir.Function(module, fnty, name=symbol)
         self.fn.attributes.add("nounwind")
         self.buffers: dict[Buffer, ir.Value] = {}
@@ -119,7 +122,10 @@ class _FuncBuilder:
 
     def build(self):
         self.stmt(self.func.body)
-        self.b.ret_void()
+        if self.status is None:
+            self.b.ret_void()
+        else:
+            self.b.ret(ir.Constant(self.status, 0))
         self.alloca_builder.branch(self.fn.basic_blocks[1])
 
     # ------------------------------------------------------------ statements
@@ -141,6 +147,11 @@ class _FuncBuilder:
             self.loop(s)
         elif isinstance(s, If):
             self.branch(s)
+        elif isinstance(s, Fail):
+            self.b.ret(ir.Constant(self.status, s.code))
+            # what follows in the TIR (a loop latch, an If's merge) needs a
+            # block to go in: one no branch reaches
+            self.b.position_at_end(self.fn.append_basic_block("failed"))
 
     def address(self, buf: Buffer, index: Expr) -> ir.Value:
         idx = self.value(index)

@@ -19,6 +19,9 @@ TIMEOUT_S = 600
 
 # The harness's exit code when its guard check (a --checks package) fails.
 EXIT_GUARD = 3
+# ... and when the inputs give an index out of range (AOT_ERR_INDEX): its
+# message names the input and the node.
+EXIT_INDEX = 4
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,8 @@ def failure(returncode: int, stderr: str, where: str = "",
     last = lines[-1] if lines else "no message"
     if returncode == EXIT_GUARD:
         return f"the harness's guard check failed{where}: {last.removeprefix('bench: ')}"
+    if returncode == EXIT_INDEX and last.startswith("bench: "):
+        return f"{last.removeprefix('bench: ')}{where}"
     what = (stops or {}).get(returncode)
     if what:
         return f"the harness stopped on {what}{where} (exit {returncode}): {last}"

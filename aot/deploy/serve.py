@@ -27,7 +27,8 @@ from typing import BinaryIO, Callable, Sequence
 
 import numpy as np
 
-from aot.deploy.host import EXIT_GUARD, RunResult, check_inputs, check_profile, output_arrays
+from aot.deploy.host import (EXIT_GUARD, EXIT_INDEX, RunResult, check_inputs, check_profile,
+                             output_arrays)
 from aot.errors import AotError
 
 VERSION = 2
@@ -106,6 +107,8 @@ class ServeClient:
         self.alive = False
         if code == EXIT_GUARD:
             raise AotError(f"the harness's guard check failed: {message}")
+        if code == EXIT_INDEX:      # names the input and the node already
+            raise AotError(message)
         raise AotError(f"the harness stopped (exit {code}): {message}")
 
     def _read_hello(self) -> Hello:

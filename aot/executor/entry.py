@@ -20,6 +20,7 @@ import numpy as np
 from aot.codegen.c import C_TYPES, c_float
 from aot.codegen.names import c_comment, c_identifier, c_string
 from aot.errors import UnsupportedError
+from aot.executor.checks import index_checks, kernel_checks
 from aot.executor.liveness import MemoryPlan
 from aot.executor.params import SECTION, LinkedParams, c_initializer, describe
 from aot.ir.graph import Graph, TensorType
@@ -37,7 +38,7 @@ class Names:
     def __post_init__(self):
         self.taken |= {f"{self.name}_{s}" for s in
                        ("run", "run_with_arena", "reset", "arena", "inputs", "outputs",
-                        "state_ready")}
+                        "state_ready", "failed_check", "index_error")}
 
 
 def c_type(dtype: str) -> str:
@@ -108,6 +109,7 @@ class _Places:
 def _kernel_calls(kernels: Sequence[Kernel], places: _Places, params: LinkedParams,
                   mem: MemoryPlan, symbols: dict[str, str]) -> list[dict]:
     calls = []
+    first_check = 0          # the package-wide number of the kernel's first index check
     for step, k in enumerate(kernels):
         args = []
         for i, (buf, arg) in enumerate(zip(k.func.params, k.args)):
@@ -123,10 +125,13 @@ def _kernel_calls(kernels: Sequence[Kernel], places: _Places, params: LinkedPara
         sources = ", ".join(k.func.sources or (k.node.name,))
         ops = "+".join(n.op for n in k.node.attrs["body"].nodes) if "body" in k.node.attrs \
             else k.node.op
+        checks = len(kernel_checks(k))
         calls.append({"step": step, "symbol": symbols[k.func.name], "args": args,
+                      "checks": checks, "first_check": first_check,
                       "wrap": len(", ".join(args)) > 72,
                       "comment": c_comment(f"{ops} from {sources}"),
                       "name_literal": c_string(k.func.name)})
+        first_check += checks
     return calls
 
 
@@ -204,6 +209,8 @@ def build_context(graph: Graph, kernels: Sequence[Kernel], mem: MemoryPlan,
         "inputs": inputs, "outputs": outputs, "states": states, "has_state": bool(states),
         "state_bytes": sum(graph.types[s["tensor"]].nbytes for s in states),
         "kernels": calls, "uses_arena": uses_arena,
+        "index_checks": [{**row, "message_literal": c_string(row["message"])}
+                         for row in index_checks(graph, kernels)],
         "prologue": before, "epilogue": after,
         "arena_bytes": mem.arena_bytes, "align": mem.align, "io_in_arena": mem.io_in_arena,
         "params": param_rows, "c_params": [p for p in param_rows if not p["in_blob"]],

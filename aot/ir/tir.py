@@ -236,7 +236,16 @@ class Comment:
     text: str
 
 
-Stmt = Union[Store, Decl, Assign, For, If, Seq, Comment]
+@dataclass(frozen=True)
+class Fail:
+    """Stop the kernel and return `code` (> 0) to the entry point: a check on
+    values only known at run time failed (an index out of range). A kernel
+    with a Fail returns an int32 status, 0 when it ran to the end; one
+    without returns nothing, so checks cost nothing where none are needed."""
+    code: int
+
+
+Stmt = Union[Store, Decl, Assign, For, If, Seq, Comment, Fail]
 
 
 def seq(*stmts: Stmt) -> Stmt:
@@ -255,6 +264,11 @@ class PrimFunc:
     body: Stmt
     sources: tuple[str, ...] = ()      # graph node names, for the C comment
     attrs: tuple[tuple[str, object], ...] = field(default=())
+
+
+def can_fail(func: PrimFunc) -> bool:
+    """Whether the kernel returns a status (it has a Fail)."""
+    return any(isinstance(s, Fail) for s in walk_stmt(func.body))
 
 
 # ------------------------------------------------------------------- traversal

@@ -17,6 +17,7 @@ from aot.ir.graph import Graph, Node, TensorType
 from aot.ir.tir import (Broadcast, Buffer, BufferKind, Const, Expr, For, Load, PrimFunc, Stmt,
                         Store, dt, dtype_of, flat_index, seq, walk_stmt, walk_expr_loads)
 from aot.lower.bind import bind_long_values
+from aot.lower.bounds import ATTR as CHECKS
 from aot.lower.inplace import ATTR as IN_PLACE
 from aot.lower.inplace import in_place_pairs
 from aot.lower.rules import KERNEL_RULES, VALUE_RULES, LowerCtx, TensorRef
@@ -69,7 +70,7 @@ def _loop_nest(ctx: LowerCtx, shape: Sequence[int], body) -> Stmt:
 def lower_group(graph: Graph, node: Node, target: Target) -> Kernel:
     """The PrimFunc for one `fused` node, with what each parameter binds to."""
     body: Graph = node.attrs["body"]
-    shared: dict = {"params": {}, "scratch": {}, "_names": {}}
+    shared: dict = {"params": {}, "scratch": {}, "_names": {}, "checks": [], "prechecks": {}}
 
     def ctx_for(n: Node) -> LowerCtx:
         return LowerCtx(n, tuple(body.types.get(i) if i else None for i in n.inputs),
@@ -123,13 +124,17 @@ def lower_group(graph: Graph, node: Node, target: Target) -> Kernel:
         stmt = _lower_anchor(ctx_for(anchor), anchor, body, refs, out_bufs, current)
 
     ctx = ctx_for(node)
+    # index checks run before the loops that use the indices (bounds.precheck)
+    stmt = seq(*ctx.prechecks.values(), stmt)
     params, args = _collect_params(stmt, bound, ctx)
     func = PrimFunc(node.name, params, stmt, tuple(node.attrs.get("sources", (node.name,))))
     # In-place reads are judged on the whole store values, before any part
     # of them is computed into a local of its own.
     pairs = in_place_pairs(func)
-    func = replace(func, body=bind_long_values(stmt, ctx.fresh),
-                   attrs=((IN_PLACE, pairs),) if pairs else ())
+    attrs = ((IN_PLACE, pairs),) if pairs else ()
+    if ctx.checks:
+        attrs += ((CHECKS, tuple(ctx.checks)),)
+    func = replace(func, body=bind_long_values(stmt, ctx.fresh), attrs=attrs)
     return Kernel(func, args, node)
 
 

@@ -15,7 +15,8 @@ import numpy as np
 
 from aot.ir.tir import (Bin, Expr, Load, Select, Stmt, add, const, dt, flat_index, mul, seq,
                         sub)
-from aot.lower.elementwise import broadcast_load, cast, const_like, scalar_load, select
+from aot.lower.bounds import position, precheck
+from aot.lower.elementwise import broadcast_load, const_like, scalar_load, select
 from aot.lower.reduce import loops
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.ops.nn import _nchw_shape
@@ -228,15 +229,17 @@ def _concat(ctx: LowerCtx, ins, idx, lanes):
 
 
 def _gather_index(ctx: LowerCtx, indices: TensorRef, at: tuple, dim: int) -> Expr:
-    """The (non-negative, int32) position along the gathered axis."""
+    """The (non-negative, int32) position along the gathered axis. Constant
+    indices were checked by type inference; run-time ones are checked
+    before the kernel's loops (bounds.precheck)."""
     if indices.value is not None:
         v = np.asarray(indices.value).astype(np.int64)
         v = np.where(v < 0, v + dim, v).astype(np.int32)
         if v.size == 1:
             return const(int(v.reshape(())))
         return Load(ctx.param("gather_index", v), flat_index(at, v.shape))
-    i = cast(indices.load(at, 1), "int32")
-    return Select(Bin("<", i, const(0)), add(i, const(dim)), i)
+    precheck(ctx, indices, (dim,))
+    return position(indices.load(at, 1), dim)
 
 
 @value_rule("Gather")
@@ -328,11 +331,19 @@ def _compile_time_value(ctx: LowerCtx, ins, idx, lanes):
     """These survive folding only where they make a model output (which a
     kernel must write) or a large fill; their value is known, so the kernel
     stores a constant, or reads a table linked in as const data."""
+    from aot.errors import node_label
     from aot.interp import run_node
+    from aot.limits import check_constant, check_evaluation
     from aot.ops import OPS
+    from aot.ops.tensor import _fill_value
 
     if OPS[ctx.node.op].needs_values and any(r is not None and r.value is None for r in ins):
         raise ctx.unsupported(f"{ctx.node.op} of a value computed at run time")
+    if ctx.node.op == "ConstantOfShape":    # one value, however large the fill
+        return const_like(_fill_value(ctx.attrs)[0].item(), dt(ctx.out_types[0].dtype, lanes))
+    out = ctx.out_types[0]
+    check_constant(out.nbytes, node_label(ctx.node))      # before run_node allocates it
+    check_evaluation(out.size, node_label(ctx.node))
     types = {n: t for n, t in zip(ctx.node.inputs, ctx.in_types) if n}
     types.update(zip(ctx.node.outputs, ctx.out_types))
     args = [r.value if r is not None else None for r in ins]

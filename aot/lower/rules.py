@@ -29,6 +29,7 @@ import numpy as np
 from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import Node, TensorType
 from aot.ir.tir import Buffer, BufferKind, DType, Expr, Stmt, Var, dt
+from aot.limits import check_constant
 from aot.targets import Target
 
 
@@ -67,6 +68,10 @@ class LowerCtx:
     params: dict[str, tuple[Buffer, np.ndarray]] = field(default_factory=dict)
     scratch: dict[str, Buffer] = field(default_factory=dict)
     _names: dict[str, int] = field(default_factory=dict)
+    # Run-time index checks (aot/lower/bounds.py): each Fail(k) stands for
+    # checks[k - 1]; prechecks, by node and input, run before the loops.
+    checks: list = field(default_factory=list)
+    prechecks: dict[str, Stmt] = field(default_factory=dict)
 
     @property
     def attrs(self) -> Mapping[str, Any]:
@@ -88,6 +93,7 @@ class LowerCtx:
 
     def param(self, base: str, array: np.ndarray) -> Buffer:
         """A compile-time array (repacked weights, a table) linked in as const data."""
+        check_constant(array.nbytes, node_label(self.node))
         array = np.ascontiguousarray(array)
         name = self.fresh(base).name
         buf = Buffer(name, dt(array.dtype.name), tuple(array.shape), BufferKind.PARAM)

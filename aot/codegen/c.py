@@ -437,7 +437,8 @@ class _Printer:
             # each step wraps, keeping the low bits: the lanes one conversion gives
             gcc, bits = "a", src.bits // 2
             while bits > dst.bits:
-                gcc = f"__builtin_convertvector({gcc}, {self.mod.vector(DType(f'int{bits}', src.lanes))})"
+                half = self.mod.vector(DType(f"int{bits}", src.lanes))
+                gcc = f"__builtin_convertvector({gcc}, {half})"
                 bits //= 2
             gcc = f"    return __builtin_convertvector({gcc}, {td});"
         return self.mod.helper(name, lambda: (

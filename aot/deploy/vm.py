@@ -8,10 +8,17 @@ real Pi; the ssh transport asks `running(board)` for the connection:
         ...
 
 If `aot board up BOARD` started a VM that is still alive, that one is used
-and left running. Otherwise a private VM boots (its own free port and temp
-dir, so two aot processes never collide) and is stopped when the block
-exits, also on an error or Ctrl-C. Host keys stay verified: the image has a
-fixed host key, written into a known_hosts file beside the VM.
+and left running. Otherwise a private VM boots (its own port and temp dir,
+so two aot processes never collide) and is stopped when the block exits,
+also on an error or Ctrl-C. Host keys stay verified: the image has a fixed
+host key, written into a known_hosts file beside the VM.
+
+Nothing in between for another local user: qemu binds the forwarded port
+itself (hostfwd port 0) and aot reads it back over QMP, so there is no gap
+between choosing a port and binding it in which someone else could take it
+and pose as the VM; the VM's files (client key, known_hosts) are 0600 in a
+0700 directory; and the guest's network is `restrict=on`: it reaches
+nothing but the forwarded port (not the host's loopback services).
 
 Board options (all optional):
 
@@ -30,6 +37,7 @@ import ctypes
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -41,15 +49,16 @@ from pathlib import Path
 from typing import Iterator
 
 from aot import progress, tools
+from aot.deploy.private_files import private_dir, write_private
+from aot.deploy.ssh_config import SshParams, ssh_params as board_ssh_params
 from aot.deploy.vm_image import IMAGE_NAME, Image, cache_root, find_image
 from aot.errors import AotError
-from aot.targets import Board, option_number, with_options
+from aot.targets import Board, option_number, option_str, with_options
 
 DEFAULT_BOOT_TIMEOUT_S = 120.0
 USER = "root"
 # Serial console lines quoted when a boot fails.
 LOG_TAIL_LINES = 8
-PORT_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -89,8 +98,9 @@ def vm_config(board: Board) -> VmConfig:
     name = o.get("vm")
     if name != IMAGE_NAME:
         raise AotError(f"board '{board.name}': unknown VM image '{name}' (known: {IMAGE_NAME})")
-    return VmConfig(qemu=str(o.get("qemu", "qemu-system-aarch64")),
-                    machine=str(o.get("machine", "virt")), cpu=str(o.get("cpu", "cortex-a72")),
+    return VmConfig(qemu=option_str(board, "qemu", "qemu-system-aarch64"),
+                    machine=option_str(board, "machine", "virt"),
+                    cpu=option_str(board, "cpu", "cortex-a72"),
                     smp=option_number(board, "smp", 2, int, 1, 64),
                     memory_mb=option_number(board, "memory_mb", 1024, int, 64, 1 << 20),
                     boot_timeout_s=option_number(board, "boot_timeout_s", DEFAULT_BOOT_TIMEOUT_S,
@@ -103,38 +113,33 @@ def vm_config(board: Board) -> VmConfig:
 NIC_ROM = "efi-virtio.rom"
 
 
-def qemu_command(cfg: VmConfig, image: Image, port: int, log: Path) -> list[str]:
+def qemu_command(cfg: VmConfig, image: Image, log: Path, qmp_fd: int) -> list[str]:
+    """qemu for the VM: the guest's port 22 forwarded from a port qemu picks
+    on 127.0.0.1 (read back over QMP, on the socket `qmp_fd`), and the
+    guest's network restricted to that forward."""
     return [cfg.qemu, "-M", cfg.machine, "-cpu", cfg.cpu, "-smp", str(cfg.smp),
             "-m", str(cfg.memory_mb), "-nographic", "-monitor", "none",
+            "-chardev", f"socket,id=qmp,fd={qmp_fd}", "-mon", "chardev=qmp,mode=control",
             "-serial", f"file:{log}", "-no-reboot",
             "-kernel", str(image.kernel), "-initrd", str(image.initrd),
             "-append", "console=ttyAMA0 panic=-1",
-            "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{port}-:22",
+            "-netdev", "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:0-:22",
             "-device", "virtio-net-pci,netdev=n0"]
 
 
-def ssh_params(board: Board, vm: Vm):
+def ssh_params(board: Board, vm: Vm) -> SshParams:
     """The board's SSH options, checked as for any SSH board, aimed at the VM."""
-    from aot.deploy import ssh
-
-    return ssh.ssh_params(with_options(board, host="127.0.0.1", port=vm.port, user=USER,
-                                       key=str(vm.key), known_hosts=str(vm.known_hosts)))
+    return board_ssh_params(with_options(board, host="127.0.0.1", port=vm.port, user=USER,
+                                         key=str(vm.key), known_hosts=str(vm.known_hosts)))
 
 
 def _check_ssh_options(board: Board) -> None:
     """The board's own SSH options (exec_prefix, remote_tmp, timeouts)
     checked as ssh_params will check them once the VM is up."""
-    from aot.deploy import ssh
-
-    ssh.ssh_params(with_options(board, host="127.0.0.1", port=22, user=USER))
+    board_ssh_params(with_options(board, host="127.0.0.1", port=22, user=USER))
 
 
 # --- the qemu process -------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _die_with_parent() -> None:
@@ -148,19 +153,74 @@ def emulator(board: Board, cfg: VmConfig) -> str:
     """The path of the board's qemu, checked with the NIC ROM it loads (looked
     up where that qemu looks), before any boot."""
     qemu = tools.require(cfg.qemu, f"board '{board.name}'")
-    if tools.qemu_data_file(qemu, NIC_ROM) is None:
-        raise AotError(tools.not_installed(f"board '{board.name}': {cfg.qemu}'s NIC ROM", NIC_ROM))
+    # A program that names no data directories is no QEMU we can check: it
+    # fails (or not) when it starts.
+    dirs = tools.qemu_data_dirs(qemu)
+    if dirs and not any((d / NIC_ROM).is_file() for d in dirs):
+        raise AotError(tools.not_installed(f"board '{board.name}': {cfg.qemu}'s NIC ROM",
+                                           NIC_ROM))
     return qemu
 
 
-def _start(cfg: VmConfig, image: Image, state: Path, port: int, private: bool
-           ) -> subprocess.Popen:
-    cmd = qemu_command(cfg, image, port, state / "console.log")
-    with open(state / "qemu.log", "wb") as err:
-        # Its own session: a Ctrl-C reaches aot, which stops the VM itself.
-        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                start_new_session=True,
-                                preexec_fn=_die_with_parent if private else None)
+def _start(cfg: VmConfig, image: Image, state: Path, private: bool
+           ) -> tuple[subprocess.Popen, socket.socket]:
+    """qemu started, and our end of its QMP socket (a socketpair: no socket
+    file anyone else could connect to)."""
+    ours, theirs = socket.socketpair()
+    try:
+        cmd = qemu_command(cfg, image, state / "console.log", theirs.fileno())
+        with open(state / "qemu.log", "wb") as err:
+            # Its own session: a Ctrl-C reaches aot, which stops the VM itself.
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                    start_new_session=True, pass_fds=(theirs.fileno(),),
+                                    preexec_fn=_die_with_parent if private else None)
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    return proc, ours
+
+
+# `info usernet`'s row of the port forward: qemu's own port on 127.0.0.1,
+# then the guest's address and port 22.
+HOSTFWD_ROW = re.compile(r"TCP\[HOST_FORWARD\]\s+\d+\s+127\.0\.0\.1\s+(\d+)\s+\S+\s+22\s")
+
+
+def forwarded_port(qmp: socket.socket, timeout_s: float) -> int | None:
+    """The host port qemu bound for the guest's SSH, asked over QMP; None if
+    qemu closed the socket (it stopped)."""
+    qmp.settimeout(timeout_s)
+    f = qmp.makefile("rwb")
+    try:
+        if not f.readline():        # the greeting
+            return None
+        for command in ({"execute": "qmp_capabilities"},
+                        {"execute": "human-monitor-command",
+                         "arguments": {"command-line": "info usernet"}}):
+            f.write(json.dumps(command).encode() + b"\n")
+            f.flush()
+            reply = _qmp_reply(f)
+            if reply is None:
+                return None
+        m = HOSTFWD_ROW.search(str(reply.get("return", "")))
+    except (OSError, ValueError):
+        return None
+    finally:
+        f.close()
+    if m is None:
+        raise AotError(f"the {IMAGE_NAME} VM's qemu shows no SSH port forward "
+                       f"(info usernet: {reply!r:.200})")
+    return int(m[1])
+
+
+def _qmp_reply(f) -> dict | None:
+    """The answer to the last command (events before it are skipped)."""
+    while line := f.readline():
+        msg = json.loads(line)
+        if "return" in msg or "error" in msg:
+            return msg
+    return None
 
 
 def _tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
@@ -205,19 +265,26 @@ def _ssh_ready(vm: Vm, timeout: float) -> bool:
         client.close()
 
 
-def _wait_ssh(vm: Vm, proc: subprocess.Popen, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
+def _stopped(proc: subprocess.Popen, state: Path) -> str:
+    return (f"the {IMAGE_NAME} VM stopped while booting (qemu exit {proc.returncode}): "
+            f"{_tail(state / 'qemu.log') or _tail(state / 'console.log')}")
+
+
+def _no_answer(timeout_s: float, state: Path) -> str:
+    return (f"the {IMAGE_NAME} VM did not answer on SSH within {timeout_s:g} s "
+            f"(options.boot_timeout_s); console: {_tail(state / 'console.log')}")
+
+
+def _wait_ssh(vm: Vm, proc: subprocess.Popen, timeout_s: float, deadline: float) -> None:
     # A connection made before the guest's network is up hangs rather than
     # fails: short tries first, longer ones in case the guest is just slow.
     probe_s = 0.5
     while True:
         if proc.poll() is not None:
-            raise AotError(f"the {IMAGE_NAME} VM stopped while booting (qemu exit "
-                           f"{proc.returncode}): {_tail(vm.dir / 'qemu.log') or _tail(vm.log)}")
+            raise AotError(_stopped(proc, vm.dir))
         left = deadline - time.monotonic()
         if left <= 0:
-            raise AotError(f"the {IMAGE_NAME} VM did not answer on SSH within {timeout_s:g} s "
-                           f"(options.boot_timeout_s); console: {_tail(vm.log)}")
+            raise AotError(_no_answer(timeout_s, vm.dir))
         if _ssh_ready(vm, min(probe_s, max(left, 0.1))):
             return
         probe_s = min(probe_s + 0.25, 5.0)
@@ -252,31 +319,31 @@ def _pid_alive(pid: int) -> bool:
 
 
 def boot(board: Board, state: Path, private: bool) -> tuple[Vm, subprocess.Popen]:
-    """Boot the board's VM with its files in `state`; returns once SSH logins work."""
+    """Boot the board's VM with its files in `state` (a 0700 directory);
+    returns once SSH logins work."""
     cfg = vm_config(board)
     cfg = replace(cfg, qemu=emulator(board, cfg))
     image = find_image()
-    shutil.copyfile(image.client_key, state / "client_key")
-    (state / "client_key").chmod(0o600)
-    for attempt in range(PORT_ATTEMPTS):
-        port = free_port()
-        (state / "known_hosts").write_text(f"[127.0.0.1]:{port} {image.host_key()}\n")
-        proc = _start(cfg, image, state, port, private)
-        vm = Vm(board.name, proc.pid, port, state)
-        try:
-            with progress.step(f"boot {board.name}"):
-                _wait_ssh(vm, proc, cfg.boot_timeout_s)
-            return vm, proc
-        except AotError:
-            _stop_pid(proc.pid, proc)
-            # Another process took the port between our check and qemu's bind.
-            if attempt + 1 < PORT_ATTEMPTS and "hostfwd" in _tail(state / "qemu.log"):
-                continue
-            raise
-        except BaseException:
-            _stop_pid(proc.pid, proc)
-            raise
-    raise AssertionError("unreachable")
+    write_private(state / "client_key", image.client_key.read_bytes())
+    deadline = time.monotonic() + cfg.boot_timeout_s
+    proc, qmp = _start(cfg, image, state, private)
+    try:
+        with progress.step(f"boot {board.name}"):
+            with qmp:
+                port = forwarded_port(qmp, cfg.boot_timeout_s)
+            if port is None:        # qemu closed its QMP socket: it is stopping
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=5)
+                raise AotError(_stopped(proc, state) if proc.poll() is not None else
+                               _no_answer(cfg.boot_timeout_s, state))
+            write_private(state / "known_hosts",
+                          f"[127.0.0.1]:{port} {image.host_key()}\n".encode())
+            vm = Vm(board.name, proc.pid, port, state)
+            _wait_ssh(vm, proc, cfg.boot_timeout_s, deadline)
+        return vm, proc
+    except BaseException:
+        _stop_pid(proc.pid, proc)
+        raise
 
 
 # --- persistent VMs (aot board up / down) ---------------------------------------
@@ -310,8 +377,7 @@ def persistent(board: Board) -> Vm | None:
 def _locked(board_name: str) -> Iterator[None]:
     """One `aot board up/down` of a board at a time (two ups at once would
     boot two VMs and keep the state of one)."""
-    d = run_dir(board_name).parent
-    d.mkdir(parents=True, exist_ok=True)
+    d = private_dir(run_dir(board_name).parent)
     with open(d / f".{board_name}.lock", "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
@@ -330,7 +396,7 @@ def _up(board: Board) -> tuple[Vm, bool]:
         return running_vm, False
     d = run_dir(board.name)
     shutil.rmtree(d, ignore_errors=True)
-    d.mkdir(parents=True)
+    private_dir(d)
     try:
         vm, _ = boot(board, d, private=False)
     except BaseException:
@@ -364,7 +430,7 @@ def running(board: Board) -> Iterator:
     if vm is not None:
         yield ssh_params(board, vm)
         return
-    state = Path(tempfile.mkdtemp(prefix="aot-vm-"))
+    state = Path(tempfile.mkdtemp(prefix="aot-vm-"))      # 0700
     proc = None
     try:
         vm, proc = boot(board, state, private=True)

@@ -359,6 +359,12 @@ def read_metadata(pkg: Path) -> dict:
     if not path.is_file():
         raise AotError(f"{pkg} is not an aot package (no metadata.json)")
     try:
-        return json.loads(path.read_text())
+        meta = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise AotError(f"{path}: unreadable ({e})") from None
+    # packages from before the key are format 0: their layout is what 1 extended
+    found = meta.get("package_format", 0) if isinstance(meta, dict) else None
+    if not isinstance(found, int) or found > PACKAGE_FORMAT:
+        raise AotError(f"{pkg}: package format {found} is newer than this aot reads "
+                       f"({PACKAGE_FORMAT}): package the model again, or use a newer aot")
+    return meta

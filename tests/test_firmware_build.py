@@ -428,3 +428,23 @@ def test_cortex_m4_firmware_through_cmake_links_int8_and_float(tmp_path, record_
         record_property("summary", f"mps2-an386 kws {kind}: firmware through CMake "
                                    f"{ours:.0f} us, aot's harness {harness:.0f} us "
                                    "(instructions / 1000 under -icount shift=0)")
+
+
+def test_a_package_of_a_newer_format_is_refused(tmp_path, model):
+    """metadata.json "package_format" (and <NAME>_PACKAGE_FORMAT) name the
+    layout; aot refuses to run a package laid out by a newer aot."""
+    from aot.errors import AotError
+    from aot.package import PACKAGE_FORMAT, read_metadata
+
+    info = model[0]
+    header = (info.path / "include" / f"{info.name}.h").read_text()
+    assert f"#define {info.name.upper()}_PACKAGE_FORMAT {PACKAGE_FORMAT}\n" in header
+    assert f'#define {info.name.upper()}_AOT_VERSION "{aot.__version__}"\n' in header
+    assert read_metadata(info.path)["package_format"] == PACKAGE_FORMAT
+    pkg = tmp_path / "pkg"
+    shutil.copytree(info.path, pkg)
+    meta = json.loads((pkg / "metadata.json").read_text())
+    meta["package_format"] = PACKAGE_FORMAT + 1
+    (pkg / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(AotError, match="newer than this aot reads"):
+        read_metadata(pkg)

@@ -10,6 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
+from aot import config_schema
 from aot.errors import AotError
 from aot.resources import data_dir
 
@@ -59,13 +60,15 @@ BOARDS_ENV = "AOT_BOARDS_DIR"
 
 
 def _read(kind: str, extra_dirs: tuple[str, ...] = ()) -> dict[str, dict]:
+    check = config_schema.check_board if kind == "boards" else config_schema.check_target
     out = {}
     for d in (data_dir(kind), *map(Path, extra_dirs)):
         for p in sorted(d.glob("*.toml")):
             try:
                 out[p.stem] = tomllib.loads(p.read_text())
-            except (OSError, tomllib.TOMLDecodeError) as e:
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
                 raise AotError(f"{p}: not a valid description ({e})") from None
+            check(p, out[p.stem])
     return out
 
 
@@ -182,8 +185,7 @@ def with_options(board: Board, **overrides: Any) -> Board:
 #     host = "192.168.1.42"
 #     key = "~/.ssh/id_ed25519"
 CONFIG_ENV = "AOT_CONFIG"
-CONFIG_KEYS = ("host", "port", "user", "key", "known_hosts", "exec_prefix",
-               "connect_timeout_s", "command_timeout_s", "remote_tmp")
+CONFIG_KEYS = tuple(config_schema.CONFIG)
 
 
 def config_path() -> Path:
@@ -200,16 +202,11 @@ def user_options(board_name: str) -> dict[str, Any]:
             raise AotError(f"${CONFIG_ENV} names {path}, which is not a file")
         return {}
     try:
-        table = tomllib.loads(path.read_text()).get(board_name, {})
+        data = tomllib.loads(path.read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise AotError(f"{path}: not a valid config file ({e})") from None
-    if not isinstance(table, dict):
-        raise AotError(f"{path}: '{board_name}' must be a table ([{board_name}])")
-    unknown = sorted(set(table) - set(CONFIG_KEYS))
-    if unknown:
-        raise AotError(f"{path}: [{board_name}] has unknown key(s) {', '.join(unknown)} "
-                       f"(known: {', '.join(CONFIG_KEYS)})")
-    return dict(table)
+    config_schema.check_config(path, data)      # every table: a typo anywhere shows
+    return dict(data.get(board_name, {}))
 
 
 def option_number(board: Board, key: str, default, kind, low, high):
@@ -225,3 +222,27 @@ def option_number(board: Board, key: str, default, kind, low, high):
     if not low <= number <= high:
         raise AotError(f"board '{board.name}': {key} must be within {low}..{high}, got {value!r}")
     return number
+
+
+def option_bool(board: Board, key: str, default: bool) -> bool:
+    """A true/false entry of the board's options, checked: `bool("false")`
+    is True, so a string must not pass (an override from Python may be one)."""
+    value = board.options.get(key, default)
+    if not isinstance(value, bool):
+        raise AotError(f"board '{board.name}': {key} must be a boolean, "
+                       f"got {config_schema.type_name(value)}")
+    return value
+
+
+def option_str(board: Board, key: str, default: str, path: bool = False) -> str:
+    """A text entry of the board's options (None or "": the default), checked;
+    a path may also be a Path (from Python)."""
+    value = board.options.get(key)
+    if value is None or value == "":
+        return default
+    if path and isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if not isinstance(value, str):
+        raise AotError(f"board '{board.name}': {key} must be a string, "
+                       f"got {config_schema.type_name(value)}")
+    return value

@@ -170,9 +170,9 @@ def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c
     memory plan and of the MACs per kernel."""
     from aot import progress
     from aot.api import as_graph
-    from aot.bench import check_plot_path
+    from aot.timing import check_plot_path
     from aot.footprint import memory_summary
-    from aot.package import default_name, generate
+    from aot.packaging import default_name, generate
     from aot.targets import get_board
 
     if plot is not None:
@@ -218,7 +218,7 @@ def plot_analysis(report: dict[str, Any], mem, out: Path) -> None:
     """Two charts over the kernel steps in one PNG: the memory plan (each
     arena buffer a box over its live steps and its bytes, the arena size and
     its lower bound as lines) and the MACs of each kernel."""
-    from aot.bench import check_plot_path, pyplot, save_png
+    from aot.timing import check_plot_path, pyplot, save_png
 
     plt = pyplot()
     out = check_plot_path(out)

@@ -15,7 +15,8 @@ import numpy as np
 from aot.errors import AotError
 from aot.fsutil import refuse_existing
 from aot.ir.graph import Graph
-from aot.package import PackageInfo, check_fits, default_name, model_source, package_graph
+from aot.limits import board_flash
+from aot.packaging import PackageInfo, check_fits, default_name, model_source, package_graph
 from aot.targets import Board, get_board
 
 
@@ -52,12 +53,13 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
     graph = model_or_graph if isinstance(model_or_graph, Graph) else aot.load(model_or_graph)
     check_fits(graph, brd)      # weights too big for the flash: say so before optimizing
     name = default_name(graph, name, None if model_or_graph is graph else Path(model_or_graph))
-    graph = as_graph(graph)
     if out_dir is None:
         out_dir = Path(name)
     source = None if isinstance(model_or_graph, Graph) else model_source(model_or_graph)
-    return package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,
-                         extra_cflags, profile, checks, source)
+    with board_flash(brd.name, brd.flash_bytes):    # no folded table past the flash
+        graph = as_graph(graph)
+        return package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,
+                             extra_cflags, profile, checks, source)
 
 
 def package_to_temp(model_or_graph, board: str = "host", codegen: str = "c",
@@ -88,7 +90,7 @@ def run(model_or_package: str | Path | Graph,
     `inputs` is {input name: array} or a list in input order; the result
     is {output name: array}."""
     from aot.deploy import run_package
-    from aot.package import read_metadata
+    from aot.packaging import read_metadata
 
     brd = get_board(board)
     with contextlib.ExitStack() as stack:
@@ -116,9 +118,9 @@ def bench(model_or_package: str | Path | Graph, board: str | Board | None = None
     max_ms, std_ms, repeat, warmup, board, codegen, model, emulated[, note]};
     profile=True adds "profile", per kernel {step, name, median_ms, share,
     ...}, and `plot` draws it as a bar chart (a PNG)."""
-    from aot.bench import (bench_package, check_counts, check_plot_path, package_inputs,
+    from aot.timing import (bench_package, check_counts, check_plot_path, package_inputs,
                            plot_profile, profile_stats, stats_of)
-    from aot.package import read_metadata
+    from aot.packaging import read_metadata
 
     brd = get_board(board)
     check_counts(warmup, repeat)
@@ -176,7 +178,7 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
     under Tolerance(atol, rtol) (floats within 1e-4, integers bit-exact by
     default)."""
     import aot
-    from aot.package import model_source, read_metadata
+    from aot.packaging import model_source, read_metadata
     from aot.validate import Tolerance, check_package_io, package_model
 
     tol = Tolerance(atol, rtol)

@@ -118,7 +118,7 @@ def _board_name(args: argparse.Namespace) -> str:
         return args.board
     model = getattr(args, "model", None)
     if model and Path(model).is_dir():
-        from aot.package import read_metadata
+        from aot.packaging import read_metadata
 
         board = read_metadata(Path(model)).get("board")
         if board:
@@ -188,7 +188,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import contextlib
 
     from aot.api import _package_dir, run
-    from aot.package import read_metadata
+    from aot.packaging import read_metadata
 
     board = _board(args)
     refuse_existing(Path(args.out), args.force)     # before a long run, not after
@@ -262,7 +262,7 @@ def _print_verify(out: dict[str, Any]) -> None:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from aot.footprint import library_footprint, memory_summary
-    from aot.package import read_metadata
+    from aot.packaging import read_metadata
 
     pkg = Path(args.package)
     meta = read_metadata(pkg)

@@ -25,6 +25,10 @@ class ShapeError(AotError):
     """A shape or type is invalid: zero or negative dims, mismatched operands."""
 
 
+class BudgetError(AotError):
+    """The model needs more compile-time memory or board flash than allowed."""
+
+
 class NotImplementedYet(AotError):
     """A feature of aot that is planned but not built yet."""
 

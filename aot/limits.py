@@ -2,12 +2,23 @@
 
 A shape is refused before anything of that size is allocated. The limit is
 configurable through the environment so a user with a big machine can lift it.
+
+Compile-time memory: every array aot computes while compiling (a folded
+constant, a lowering table) is priced before it is allocated, against
+AOT_COMPILE_MEMORY and, while a package for a board is built, against the
+board's flash: a 100-byte model whose Range or ConstantOfShape would make a
+gigabyte of weights is one line, not a MemoryError.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Iterator
 
-from aot.errors import ShapeError
+from aot.errors import AotError, BudgetError, ShapeError
 
 # Elements in any one tensor. 2**28 float32 is 1 GiB: far past any edge model.
 DEFAULT_MAX_ELEMENTS = 1 << 28
@@ -41,3 +52,91 @@ def check_shape(shape, what: str, allow_empty: bool = False) -> tuple[int, ...]:
             raise ShapeError(f"{what}: shape {list(dims)} exceeds the limit of "
                              f"{max_elements()} elements (AOT_MAX_TENSOR_ELEMENTS)")
     return dims
+
+
+# ---- compile-time memory ---------------------------------------------------------------
+
+# Bytes aot may compute at compile time, per evaluation and in total.
+# `aot package` itself takes about 330 MB of address space (Python, numpy,
+# onnx), so the default keeps it within a 1 GiB RLIMIT_AS; the largest real
+# edge models fold a few MB.
+DEFAULT_COMPILE_MEMORY = 256 << 20
+# An evaluation's peak per output element, measured with tracemalloc: the
+# numpy references work in 64 bits (Range: an int64 arange and a float64
+# product, 16 bytes per float32 element; Tile: 4.4 bytes per element).
+EVAL_BYTES_PER_ELEMENT = 16
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_bytes(text: str, what: str) -> int:
+    """A byte count: `268435456`, `512M`, `2G` (binary units, an optional
+    trailing `B` or `iB`)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise AotError(f"{what}={text!r}: expected a byte count such as 268435456, 512M or 2G")
+    return int(m.group(1)) * _UNITS[m.group(2).upper()]
+
+
+def compile_memory() -> int:
+    """AOT_COMPILE_MEMORY, else DEFAULT_COMPILE_MEMORY."""
+    text = os.environ.get("AOT_COMPILE_MEMORY")
+    return DEFAULT_COMPILE_MEMORY if text is None else parse_bytes(text, "AOT_COMPILE_MEMORY")
+
+
+@dataclass(frozen=True)
+class Flash:
+    board: str
+    nbytes: int
+
+
+_FLASH: ContextVar[Flash | None] = ContextVar("aot_board_flash", default=None)
+
+
+@contextlib.contextmanager
+def board_flash(board: str, nbytes: int) -> Iterator[None]:
+    """While compiling for a board: no compile-time constant may exceed its flash."""
+    token = _FLASH.set(Flash(board, int(nbytes)))
+    try:
+        yield
+    finally:
+        _FLASH.reset(token)
+
+
+def _over_budget(what: str, need: str) -> BudgetError:
+    return BudgetError(f"{what}: {need}, more than the compile-memory budget of "
+                       f"{compile_memory()} bytes (AOT_COMPILE_MEMORY, e.g. "
+                       "AOT_COMPILE_MEMORY=2G, lifts it)")
+
+
+def check_flash(nbytes: int, what: str) -> None:
+    """While compiling for a board: refuse a constant larger than its whole flash."""
+    flash = _FLASH.get()
+    if flash is not None and nbytes > flash.nbytes:
+        raise BudgetError(f"{what}: a {int(nbytes)}-byte constant does not fit the flash of "
+                          f"board '{flash.board}' ({flash.nbytes} bytes)")
+
+
+def check_evaluation(elements: int, what: str) -> None:
+    """Refuse to compute `elements` values at compile time when that would
+    take more than the compile-memory budget; call it before allocating."""
+    need = int(elements) * EVAL_BYTES_PER_ELEMENT
+    if need > compile_memory():
+        raise _over_budget(what, f"computing its {int(elements)} elements at compile time "
+                                 f"takes about {need} bytes")
+
+
+def check_created(nbytes: int, created_bytes: int, what: str) -> None:
+    """Refuse a new constant that, with the `created_bytes` aot made before
+    it, would outgrow the compile-memory budget."""
+    if nbytes + created_bytes > compile_memory():
+        raise _over_budget(what, f"the constants made at compile time would take "
+                                 f"{int(nbytes + created_bytes)} bytes")
+
+
+def check_compile_time(elements: int, nbytes: int, what: str, created_bytes: int = 0) -> None:
+    """Everything a compile-time evaluation of `elements` values making a
+    constant of `nbytes` must pass, before it runs: the board's flash, the
+    evaluation's memory, the constants made so far."""
+    check_flash(nbytes, what)
+    check_evaluation(elements, what)
+    check_created(nbytes, created_bytes, what)

@@ -292,7 +292,7 @@ def package_model(pkg: Path, meta: dict, model: str | Path | None = None) -> Pat
     the file its metadata names (source.file), in the working directory or
     beside the package. A file whose sha256 is not the recorded one is
     refused: the comparison would judge the package against another model."""
-    from aot.package import model_source
+    from aot.packaging import model_source
 
     recorded = meta.get("source") or {}
     sha = recorded.get("sha256")

@@ -67,7 +67,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from aot.bench import (call_overhead_ms, interleave, pin_to_one_core, stats_of,  # noqa: E402
+from aot.timing import (call_overhead_ms, interleave, pin_to_one_core, stats_of,  # noqa: E402
                        time_calls, time_package)
 from aot.errors import AotError  # noqa: E402
 

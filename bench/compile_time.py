@@ -69,15 +69,15 @@ def child(model: str, board: str, codegen: str, out: str) -> None:
     import aot.codegen
     import aot.codegen.llvm
     import aot.lower
-    import aot.package
+    import aot.packaging
     import aot.toolchain
     table = {"import": time.perf_counter() - start}
     wraps = [("load", aot, "load"), ("load", aot, "optimize"), ("lower", aot.lower, "lower_graph"),
-             ("lower", aot.package, "elide_views"), ("plan", aot.package, "plan_kernels"),
-             ("params", aot.package, "link_params"), ("codegen", aot.codegen, "emit_c"),
+             ("lower", aot.packaging, "elide_views"), ("plan", aot.packaging, "plan_kernels"),
+             ("params", aot.packaging, "link_params"), ("codegen", aot.codegen, "emit_c"),
              ("codegen", aot.codegen, "c_declarations"),
              ("codegen", aot.codegen.llvm, "emit_objects"),
-             ("codegen", aot.codegen.llvm, "emit_object"), ("render", aot.package, "render"),
+             ("codegen", aot.codegen.llvm, "emit_object"), ("render", aot.packaging, "render"),
              ("compile", aot.toolchain, "compile_sources"),
              ("archive", aot.toolchain, "archive"),
              ("harness", aot.toolchain, "build_harness")]

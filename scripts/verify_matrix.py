@@ -61,7 +61,7 @@ def verify_prepared(p: Prepared, board: str, codegen: str,
     from aot.api import package
     from aot.deploy import run_package
     from aot.deploy.reference import compare
-    from aot.package import check_fits
+    from aot.packaging import check_fits
     from aot.targets import get_board
 
     brd = get_board(board)

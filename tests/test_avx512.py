@@ -28,7 +28,7 @@ from aot.ir.tir import FLOAT32, INT32, Bin, Buffer, BufferKind, For, ForKind, Lo
     Store, Var, seq
 from aot.lower import lower_graph
 from aot.lower.schedule import registers
-from aot.package import read_metadata
+from aot.packaging import read_metadata
 from aot.targets import get_board, get_target
 from conftest import MODELS
 

@@ -20,7 +20,7 @@ from aot import toolchain
 from aot.api import package
 from aot.deploy import run_package
 from aot.errors import AotError
-from aot.package import read_metadata
+from aot.packaging import read_metadata
 from aot.targets import get_board
 from conftest import MODELS
 

@@ -2,7 +2,7 @@
 
 The cases, skips and shape-argument binding are those of
 test_onnx_conformance (the interpreter run). Here every runnable case is
-packaged by `aot.package.generate` (entry point, planned arena, linked
+packaged by `aot.packaging.generate` (entry point, planned arena, linked
 params, kernels, runtime) under a unique name, for each codegen; all the
 packages' sources are compiled into one shared library (their symbols are
 prefixed by the package name, so they link together), and each case runs
@@ -45,7 +45,7 @@ from aot.errors import AotError
 from aot.frontend.onnx import import_onnx
 from aot.ir.graph import Graph
 from aot.lower.testing import aligned
-from aot.package import Generated, generate
+from aot.packaging import Generated, generate
 from aot.passes.infer import infer_types
 from aot.passes.pipeline import optimize
 from aot.targets import get_board

@@ -14,7 +14,7 @@ import pytest
 
 import aot
 from aot.api import package
-from aot.bench import package_inputs, plot_profile, profile_stats
+from aot.timing import package_inputs, plot_profile, profile_stats
 from aot.cli import main
 from aot.deploy import run_package
 from aot.errors import AotError

@@ -23,7 +23,7 @@ from aot import toolchain
 from aot.api import package, verify
 from aot.deploy import run_package
 from aot.errors import AotError
-from aot.package import read_metadata
+from aot.packaging import read_metadata
 from aot.targets import get_board
 from conftest import MODELS, shared_models
 

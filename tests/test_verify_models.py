@@ -22,7 +22,7 @@ import pytest
 
 from aot.api import verify
 from aot.deploy.host import cpu_flags
-from aot.package import read_metadata
+from aot.packaging import read_metadata
 from aot.targets import boards
 from conftest import MODELS, shared_models
 

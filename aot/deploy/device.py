@@ -223,7 +223,7 @@ class Device:
     # ------------------------------------------------------------- starting
 
     def _start(self, pkg: Path) -> _Session:
-        from aot.package import read_metadata
+        from aot.packaging import read_metadata
 
         meta = read_metadata(pkg)
         if meta.get("board") != self.board.name:

@@ -181,7 +181,7 @@ def check_cpu(board: Board) -> None:
 def prepare_run(pkg: Path, inputs: Sequence[np.ndarray]) -> tuple[dict, list[np.ndarray], Path]:
     """What every transport starts from: the package's metadata, the inputs
     checked against it, and the harness binary."""
-    from aot.package import read_metadata
+    from aot.packaging import read_metadata
 
     meta = read_metadata(pkg)
     inputs = check_inputs(meta, inputs)

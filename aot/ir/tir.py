@@ -162,23 +162,31 @@ _COMPARE = {"<", "<=", ">", ">=", "==", "!=", "and", "or"}
 
 
 def dtype_of(e: Expr) -> DType:
-    if isinstance(e, (Var, Const, Call)):
-        return e.dtype
-    if isinstance(e, Cast):
-        return e.dtype
-    if isinstance(e, Load):
-        return e.buffer.dtype.with_lanes(e.lanes)
-    if isinstance(e, Broadcast):
-        return dtype_of(e.value).with_lanes(e.lanes)
-    if isinstance(e, Bin):
-        a = dtype_of(e.a)
-        return BOOL.with_lanes(a.lanes) if e.op in _COMPARE else a
-    if isinstance(e, Unary):
-        a = dtype_of(e.a)
-        return BOOL.with_lanes(a.lanes) if e.op == "not" else a
-    if isinstance(e, Select):
-        return dtype_of(e.a)
-    raise TypeError(f"not a TIR expression: {e!r}")
+    # Down the first operands, iteratively: a chain's depth is the model's.
+    to_bool, lanes = False, None
+    while True:
+        if isinstance(e, (Var, Const, Call, Cast)):
+            d = e.dtype
+            break
+        if isinstance(e, Load):
+            d = e.buffer.dtype.with_lanes(e.lanes)
+            break
+        if isinstance(e, Broadcast):
+            lanes = e.lanes if lanes is None else lanes
+            e = e.value
+        elif isinstance(e, Bin):
+            to_bool = to_bool or e.op in _COMPARE
+            e = e.a
+        elif isinstance(e, Unary):
+            to_bool = to_bool or e.op == "not"
+            e = e.a
+        elif isinstance(e, Select):
+            e = e.a
+        else:
+            raise TypeError(f"not a TIR expression: {e!r}")
+    if to_bool:
+        d = BOOL.with_lanes(d.lanes)
+    return d if lanes is None else d.with_lanes(lanes)
 
 
 # ------------------------------------------------------------------- statements
@@ -299,26 +307,63 @@ def walk_stmt(s: Stmt):
             yield from walk_stmt(s.orelse)
 
 
-def map_expr(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
-    """Rebuild e bottom-up; f may return a replacement for a node (or None to keep it)."""
+def expr_children(e: Expr) -> tuple[Expr, ...]:
+    """The operands of e, in order."""
     if isinstance(e, Bin):
-        e = Bin(e.op, map_expr(e.a, f), map_expr(e.b, f))
-    elif isinstance(e, Unary):
-        e = Unary(e.op, map_expr(e.a, f))
-    elif isinstance(e, Cast):
-        e = Cast(e.dtype, map_expr(e.a, f))
-    elif isinstance(e, Select):
-        e = Select(map_expr(e.cond, f), map_expr(e.a, f), map_expr(e.b, f))
-    elif isinstance(e, Call):
-        e = Call(e.fn, tuple(map_expr(a, f) for a in e.args), e.dtype)
-    elif isinstance(e, Load):
-        e = Load(e.buffer, map_expr(e.index, f), e.lanes)
-    elif isinstance(e, Broadcast):
-        e = Broadcast(map_expr(e.value, f), e.lanes)
-    elif not isinstance(e, (Var, Const)):
-        raise TypeError(f"not a TIR expression: {e!r}")
-    out = f(e)
-    return e if out is None else out
+        return (e.a, e.b)
+    if isinstance(e, (Unary, Cast)):
+        return (e.a,)
+    if isinstance(e, Select):
+        return (e.cond, e.a, e.b)
+    if isinstance(e, Call):
+        return e.args
+    if isinstance(e, Load):
+        return (e.index,)
+    if isinstance(e, Broadcast):
+        return (e.value,)
+    if isinstance(e, (Var, Const)):
+        return ()
+    raise TypeError(f"not a TIR expression: {e!r}")
+
+
+def _with_children(e: Expr, kids: list[Expr]) -> Expr:
+    if isinstance(e, Bin):
+        return Bin(e.op, kids[0], kids[1])
+    if isinstance(e, Unary):
+        return Unary(e.op, kids[0])
+    if isinstance(e, Cast):
+        return Cast(e.dtype, kids[0])
+    if isinstance(e, Select):
+        return Select(kids[0], kids[1], kids[2])
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(kids), e.dtype)
+    if isinstance(e, Load):
+        return Load(e.buffer, kids[0], e.lanes)
+    if isinstance(e, Broadcast):
+        return Broadcast(kids[0], e.lanes)
+    return e
+
+
+def map_expr(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
+    """Rebuild e bottom-up; f may return a replacement for a node (or None to keep it).
+
+    Iterative (an explicit stack, post-order, operands left to right): no
+    recursion depth tied to how deep a model's expression nests."""
+    done: list[Expr] = []
+    todo: list[tuple[Expr, bool]] = [(e, False)]
+    while todo:
+        x, ready = todo.pop()
+        kids = expr_children(x)
+        if not ready:
+            todo.append((x, True))
+            todo.extend((k, False) for k in reversed(kids))
+            continue
+        if kids:
+            x = _with_children(x, done[len(done) - len(kids):])
+            del done[len(done) - len(kids):]
+        out = f(x)
+        done.append(x if out is None else out)
+    return done[0]
 
 
 def map_stmt_exprs(s: Stmt, f: Callable[[Expr], Expr | None]) -> Stmt:
@@ -398,24 +443,12 @@ def flat_index(idx: tuple[Expr, ...], shape: tuple[int, ...]) -> Expr:
 
 
 def walk_expr(e: Expr):
-    """Every sub-expression of e, pre-order."""
-    yield e
-    if isinstance(e, Bin):
-        yield from walk_expr(e.a)
-        yield from walk_expr(e.b)
-    elif isinstance(e, (Unary, Cast)):
-        yield from walk_expr(e.a)
-    elif isinstance(e, Select):
-        yield from walk_expr(e.cond)
-        yield from walk_expr(e.a)
-        yield from walk_expr(e.b)
-    elif isinstance(e, Call):
-        for a in e.args:
-            yield from walk_expr(a)
-    elif isinstance(e, Load):
-        yield from walk_expr(e.index)
-    elif isinstance(e, Broadcast):
-        yield from walk_expr(e.value)
+    """Every sub-expression of e, pre-order (iteratively, see map_expr)."""
+    todo = [e]
+    while todo:
+        x = todo.pop()
+        yield x
+        todo.extend(reversed(expr_children(x)))
 
 
 def stmt_exprs(s: Stmt):

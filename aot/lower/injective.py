@@ -333,7 +333,7 @@ def _compile_time_value(ctx: LowerCtx, ins, idx, lanes):
     stores a constant, or reads a table linked in as const data."""
     from aot.errors import node_label
     from aot.interp import run_node
-    from aot.limits import check_constant, check_evaluation
+    from aot.limits import check_compile_time
     from aot.ops import OPS
     from aot.ops.tensor import _fill_value
 
@@ -342,8 +342,7 @@ def _compile_time_value(ctx: LowerCtx, ins, idx, lanes):
     if ctx.node.op == "ConstantOfShape":    # one value, however large the fill
         return const_like(_fill_value(ctx.attrs)[0].item(), dt(ctx.out_types[0].dtype, lanes))
     out = ctx.out_types[0]
-    check_constant(out.nbytes, node_label(ctx.node))      # before run_node allocates it
-    check_evaluation(out.size, node_label(ctx.node))
+    check_compile_time(out.size, out.nbytes, node_label(ctx.node))  # before run_node
     types = {n: t for n, t in zip(ctx.node.inputs, ctx.in_types) if n}
     types.update(zip(ctx.node.outputs, ctx.out_types))
     args = [r.value if r is not None else None for r in ins]

@@ -29,7 +29,7 @@ import numpy as np
 from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import Node, TensorType
 from aot.ir.tir import Buffer, BufferKind, DType, Expr, Stmt, Var, dt
-from aot.limits import check_constant
+from aot.limits import check_created, check_flash
 from aot.targets import Target
 
 
@@ -93,7 +93,8 @@ class LowerCtx:
 
     def param(self, base: str, array: np.ndarray) -> Buffer:
         """A compile-time array (repacked weights, a table) linked in as const data."""
-        check_constant(array.nbytes, node_label(self.node))
+        check_flash(array.nbytes, node_label(self.node))
+        check_created(array.nbytes, 0, node_label(self.node))
         array = np.ascontiguousarray(array)
         name = self.fresh(base).name
         buf = Buffer(name, dt(array.dtype.name), tuple(array.shape), BufferKind.PARAM)

@@ -12,10 +12,16 @@ computes elementwise (the fill is then inlined into that kernel); it folds
 when its outputs are small (FOLD_ALWAYS elements), no bigger than GROWTH
 times its constant inputs, or read as data by some consumer (a Conv weight
 made by ConstantOfShape has to exist in memory anyway).
+
+Every fold is priced before it runs (aot.limits: the compile-memory budget,
+the board's flash): over budget, a node the device can compute stays an op,
+and one whose value must exist in memory is refused.
 """
 from __future__ import annotations
 
+from aot.errors import BudgetError, node_label
 from aot.interp import run_node
+from aot.limits import check_compile_time
 from aot.ir.graph import Graph, Node
 from aot.ops import Pattern, op_def
 from aot.passes.infer import affordable
@@ -35,7 +41,19 @@ def foldable(node: Node, rw: Rewriter) -> bool:
         return False
     out_size = sum(rw.type(o).size for o in node.outputs)
     in_size = sum(rw.type(i).size for i in node.inputs if rw.const(i) is not None)
-    return out_size <= max(FOLD_ALWAYS, GROWTH * in_size) or read_as_data(node, rw)
+    wanted = out_size <= max(FOLD_ALWAYS, GROWTH * in_size) or read_as_data(node, rw)
+    return wanted and within_budget(node, rw, out_size)
+
+
+def within_budget(node: Node, rw: Rewriter, out_size: int) -> bool:
+    try:
+        check_compile_time(out_size, sum(rw.type(o).nbytes for o in node.outputs),
+                           node_label(node), rw.created_bytes)
+    except BudgetError:
+        if read_as_data(node, rw):
+            raise
+        return False
+    return True
 
 
 def read_as_data(node: Node, rw: Rewriter) -> bool:

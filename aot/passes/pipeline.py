@@ -10,6 +10,7 @@ from typing import Callable
 
 from aot.ir.graph import Graph, print_graph
 from aot.passes.dce import dead_code
+from aot.passes.fanin import split_fan_in
 from aot.passes.fold import fold_constants
 from aot.passes.fuse import fuse
 from aot.passes.infer import infer_types
@@ -20,6 +21,7 @@ Pass = Callable[[Graph], Graph]
 
 PIPELINE: tuple[tuple[str, Pass], ...] = (
     ("infer_types", infer_types),
+    ("split_fan_in", split_fan_in),
     ("fold_constants", fold_constants),
     ("simplify", simplify),
     ("to_channels_last", to_channels_last),

@@ -74,6 +74,9 @@ class Rewriter:
         self._node_names = {n.name for n in graph.nodes}
         self._consumers: dict[str, list[Node]] | None = None
         self._producers: dict[str, Node] | None = None
+        # bytes of the constants rules made: the compile-memory budget's
+        # running total (aot.limits.check_created)
+        self.created_bytes = 0
 
     # ---- queries -------------------------------------------------------
     def const(self, name: str) -> np.ndarray | None:
@@ -126,6 +129,7 @@ class Rewriter:
         name = self.fresh(base)
         value = _contiguous(value)
         self.constants[name] = value
+        self.created_bytes += value.nbytes
         self.types[name] = type_of(value, quant)
         return name
 
@@ -133,6 +137,7 @@ class Rewriter:
         """Turn an existing tensor (a folded node's output) into a constant."""
         ty = self.types[name]
         self.constants[name] = _contiguous(value)
+        self.created_bytes += value.nbytes
         self.types[name] = TensorType(tuple(value.shape), value.dtype.name, ty.quant)
 
     def node(self, op: str, inputs: Sequence[str], *, name: str, attrs: Mapping | None = None,

@@ -81,7 +81,7 @@ def bench_package(pkg: Path, board, inputs: Sequence[np.ndarray], warmup: int,
     """The harness's RunResult for `repeat` timed runs after `warmup` on the
     board (times_ns per run; profile_ns for a --profile package)."""
     from aot.deploy import run_package
-    from aot.package import read_metadata
+    from aot.packaging import read_metadata
 
     check_counts(warmup, repeat)
     built_for = read_metadata(pkg).get("board")

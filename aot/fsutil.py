@@ -89,7 +89,8 @@ def refuse_existing(target: Path, force: bool) -> None:
         raise AotError(f"{target} already exists (use --force to replace it)")
 
 
-def write_dir_atomically(target: Path, fill: Callable[[Path], None], force: bool) -> None:
+def write_dir_atomically(target: Path, fill: Callable[[Path], None], force: bool,
+                         private: bool = False) -> None:
     """Create `target` whole or not at all: fill a sibling temp dir, then rename.
 
     Guarantee, whatever stops this (an exception, Ctrl-C, SIGKILL at any
@@ -99,6 +100,8 @@ def write_dir_atomically(target: Path, fill: Callable[[Path], None], force: bool
     absent. An exception or Ctrl-C there renames the old one back; a
     SIGKILL there leaves it complete under the `.old` name, and the next
     write into the same parent puts it back (remove_stale_temps).
+
+    `private`: the directory stays 0700, as mkdtemp made it (it holds keys).
     """
     target = Path(target)
     refuse_existing(target, force)
@@ -109,7 +112,8 @@ def write_dir_atomically(target: Path, fill: Callable[[Path], None], force: bool
     old = tmp.with_name(tmp.name + ".old")
     try:
         fill(tmp)
-        tmp.chmod(0o777 & ~_umask())     # mkdtemp makes it private: as mkdir would
+        if not private:
+            tmp.chmod(0o777 & ~_umask())     # mkdtemp makes it private: as mkdir would
         if os.path.lexists(target):
             target.rename(old)
         tmp.rename(target)

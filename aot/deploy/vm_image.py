@@ -10,7 +10,9 @@ in six failed that way under the emulator.
 Everything comes from Debian arm64 packages fetched with `apt-get download`
 (needs `dpkg --add-architecture arm64` and `apt-get update`, which
 scripts/setup.sh does). The build writes, into a cache directory
-($AOT_CACHE_DIR or ~/.cache/aot, subdirectory vm/qemu-rpi4-<version>):
+($AOT_CACHE_DIR or ~/.cache/aot, subdirectory vm/qemu-rpi4-<version>), each
+file 0600 in a 0700 directory from its creation on (initrd.gz holds the
+guest's private host key):
 
     Image            the kernel (uncompressed arm64 Image)
     initrd.gz        the initramfs (cpio newc, gzip; fixed owners and times)
@@ -43,6 +45,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from aot.deploy.private_files import private_dir, write_private
 from aot.errors import AotError
 from aot.fsutil import write_dir_atomically
 
@@ -341,8 +344,7 @@ def make_host_key(root: Path) -> str:
     private, public = make_key_pair(IMAGE_NAME)
     key = root / HOST_KEY
     key.parent.mkdir(parents=True, exist_ok=True)
-    key.write_bytes(private)
-    key.chmod(0o600)
+    write_private(key, private)
     return public.decode()
 
 
@@ -438,19 +440,20 @@ def build_image(force: bool = False) -> Image:
             private, public = make_key_pair("aot")
             order = populate(root, modules, public)
             initrd = gzip.compress(cpio_newc(root), compresslevel=6, mtime=0)
-            (out / "Image").write_bytes(image)
-            (out / "initrd.gz").write_bytes(initrd)
-            (out / "client_key").write_bytes(private)
-            (out / "client_key").chmod(0o600)
-            (out / "client_key.pub").write_bytes(public)
-            (out / "host_key.pub").write_text(host_pub)
             info = {"name": IMAGE_NAME, "version": image_version(),
                     "kernel_package": kpkg, "packages": sorted(d.name for d in debs.values()),
                     "modules": order, "kernel_bytes": len(image), "initrd_bytes": len(initrd),
                     "build_seconds": round(time.monotonic() - t0, 2)}
-            (out / "image.json").write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
+            # initrd.gz holds the guest's private host key, client_key is
+            # aot's login: every file 0600 (private_files), the dir 0700.
+            for name, data in (("Image", image), ("initrd.gz", initrd), ("client_key", private),
+                               ("client_key.pub", public), ("host_key.pub", host_pub.encode()),
+                               ("image.json", (json.dumps(info, indent=1, sort_keys=True)
+                                               + "\n").encode())):
+                write_private(out / name, data)
 
-    write_dir_atomically(target, fill, force=True)
+    private_dir(target.parent)
+    write_dir_atomically(target, fill, force=True, private=True)
     _drop_old_images(target)
     return Image(target)
 

@@ -317,6 +317,7 @@ UPGRADES: dict[str, Upgrade] = {
         "ReduceMax", "ReduceMin", "ReduceMean", "ReduceProd", "ReduceL1", "ReduceL2",
         "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")},
     "Upsample": _upsample,
+    "Scatter": lambda b, n: n.with_(op="ScatterElements"),   # its name before opset 11
     "Resize": _below(11, _resize_v10),
     "Softmax": _below(13, _softmax_v1),
     "LogSoftmax": _below(13, _softmax_v1),

@@ -7,7 +7,8 @@ from aot.lower.driver import Arg, Kernel, lower_group
 from aot.targets import Target
 
 # Importing the rule modules fills the rule tables.
-from aot.lower import rules, nn, elementwise, injective, reduce, tflite_int8, lstm, onnx_quant  # noqa: F401
+from aot.lower import (  # noqa: F401
+    rules, nn, elementwise, injective, index, reduce, tflite_int8, lstm, onnx_quant)
 
 
 def lower_graph(graph: Graph, target: Target) -> list[Kernel]:

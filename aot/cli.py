@@ -159,6 +159,8 @@ def cmd_package(args: argparse.Namespace) -> int:
 
 def _read_inputs(specs: list[str], names: list[str]) -> list[np.ndarray]:
     """--input [NAME=]FILE.npy, by name or in order."""
+    from aot.npyfile import read_npy
+
     by_name: dict[str, np.ndarray] = {}
     positional = []
     for spec in specs:
@@ -166,10 +168,7 @@ def _read_inputs(specs: list[str], names: list[str]) -> list[np.ndarray]:
         if eq and name not in names:
             raise AotError(f"--input {spec}: the model has no input '{name}' "
                            f"(inputs: {', '.join(names)})")
-        try:
-            array = np.load(file, allow_pickle=False)
-        except (OSError, ValueError, EOFError) as e:   # EOFError: an empty file
-            raise AotError(f"--input {spec}: cannot read {file} ({e})") from None
+        array = read_npy(file, f"--input {spec}")    # the header checked before any allocation
         if eq:
             by_name[name] = array
         else:
@@ -406,14 +405,20 @@ def cmd_board_trust(args: argparse.Namespace) -> int:
         raise AotError(f"board '{board.name}' is a VM aot boots: its image brings its own "
                        "known_hosts, there is nothing to trust")
     params = ssh_params(board)
-    key, added = trust_host_key(params)
+
+    def show(key, known: bool) -> None:
+        # Seen before anything is written (--json: one object, at the end).
+        if not args.json:
+            print(f"{where(params)} presents host key {describe(key)}", flush=True)
+
+    key, added = trust_host_key(params, args.fingerprint, show)
     if args.json:
         emit_json({"ok": True, "board": board.name, "host": params.host, "port": params.port,
                    "key_type": key.get_name(), "fingerprint": key.fingerprint,
+                   "pinned": args.fingerprint is not None,
                    "known_hosts": params.known_hosts, "added": added})
     else:
-        print(f"{where(params)}: host key {describe(key)} "
-              f"{'added to' if added else 'already in'} {params.known_hosts}")
+        print(f"{'added to' if added else 'already in'} {params.known_hosts}")
     return 0
 
 
@@ -559,6 +564,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("trust", "add the SSH host key a board presents to known_hosts (a key that "
             "differs from the one there is refused)", cmd_board_trust, group=board_actions)
     p.add_argument("board", help="a board reached over SSH, e.g. rpi4")
+    p.add_argument("--fingerprint", metavar="SHA256:...",
+                   help="the key's expected fingerprint (on the board: ssh-keygen -lf "
+                   "/etc/ssh/ssh_host_ed25519_key.pub); another key is refused, nothing written")
     _ssh_args(p, running=False)
     p = add("up", "boot a VM board and keep it running: later commands on it reuse it "
             "instead of booting their own", cmd_board_up, group=board_actions)
@@ -606,6 +614,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return _closed_stdout()
+    except MemoryError as e:
+        # The budgets (aot.limits) refuse what they can price before it is
+        # allocated; this is the rest: the process's own memory limit.
+        return fail(args.json, f"out of memory: {e or 'MemoryError'} (the process's memory "
+                    "limit is lower than this model needs)", EXIT_USER_ERROR)
     except Exception as e:  # a bug in aot: still one line, the traceback on request
         if os.environ.get("AOT_DEBUG"):
             raise

@@ -453,3 +453,219 @@ def test_an_unreadable_known_hosts_file_is_a_one_line_error(tmp_path):
         known_hosts.load(paramiko.SSHClient(), str(binary))
     with pytest.raises(AotError, match="has an invalid entry: '\\[h\\]:22 ssh-ed25519"):
         known_hosts.load(paramiko.SSHClient(), str(bad))
+
+
+# --- deadlines and size limits ------------------------------------------------------
+
+# The board option command_timeout_s of the stall tests: small, so they are fast.
+STALL_TIMEOUT_S = 3
+
+
+def _children(pid: int) -> list[int]:
+    """All processes below `pid` (the sshd serving a connection, its
+    privilege-separated child, the SFTP server)."""
+    parents = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+                parents[int(proc.name)] = int(stat[1])
+    below, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parents.items() if pp == p]
+        below += kids
+        todo += kids
+    return below
+
+
+def _stop_sessions_on_open(monkeypatch, server: Sshd, mode: str) -> list[int]:
+    """Once aot opens a remote file in `mode` ("w": an upload, "r": a
+    download), SIGSTOP every sshd session process: the board stops answering
+    in the middle of the transfer. The stopped pids, to SIGCONT later."""
+    import paramiko
+
+    stopped: list[int] = []
+    real_open = paramiko.SFTPClient.open
+
+    def open_(self, filename, mode_="r", bufsize=-1):
+        f = real_open(self, filename, mode_, bufsize)
+        if mode_.startswith(mode) and not stopped:
+            stopped.extend(_children(server.pid))
+            for pid in stopped:
+                os.kill(pid, signal.SIGSTOP)
+        return f
+
+    monkeypatch.setattr(paramiko.SFTPClient, "open", open_)
+    monkeypatch.setattr(paramiko.SFTPClient, "file", open_)      # put() calls file()
+    return stopped
+
+
+@pytest.mark.parametrize("mode, what", [("w", "upload bench, in0.bin"),
+                                        ("r", "fetch out0.bin")])
+def test_a_board_that_stops_answering_fails_within_its_timeout(sshd, pkg, remote_tmp, tmp_path,
+                                                               monkeypatch, mode, what):
+    """The sshd session stops (SIGSTOP) mid-upload or mid-download: `aot run`
+    fails within command_timeout_s + 5 s, and the work dir is removed (over
+    a fresh connection) and stays removed once the session runs again."""
+    config = tmp_path / "boards.toml"
+    config.write_text(f'[rpi4]\nremote_tmp = "{remote_tmp}"\nconnect_timeout_s = 3\n'
+                      f"command_timeout_s = {STALL_TIMEOUT_S}\n")
+    monkeypatch.setenv("AOT_CONFIG", str(config))
+    stopped = _stop_sessions_on_open(monkeypatch, sshd, mode)
+    t0 = time.monotonic()
+    try:
+        r = aot(sshd, "run", str(pkg), *ssh_args(sshd), "--input",
+                str(MODEL.with_suffix(".input.npy")), "--out", str(tmp_path / "out"))
+        elapsed = time.monotonic() - t0
+        assert stopped, "the transfer never opened a file"
+        assert list(remote_tmp.iterdir()) == []
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    line = one_line_error(r)
+    assert f"{what} timed out after {STALL_TIMEOUT_S} s (command_timeout_s): the board " \
+           "stopped answering" in line, line
+    assert elapsed < STALL_TIMEOUT_S + 5, elapsed
+    deadline = time.monotonic() + 5
+    while not all(_gone(p) for p in stopped) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(_gone(p) for p in stopped), "the stopped session did not end after SIGCONT"
+    assert list(remote_tmp.iterdir()) == []
+
+
+def test_what_is_read_back_is_bounded(sshd, remote_tmp, tmp_path):
+    from aot.deploy import ssh
+    from aot.errors import AotError
+
+    local = tmp_path / "f"
+    local.write_bytes(b"x" * 100)
+    with ssh.SshSession(params_of(sshd, remote_tmp)) as s:
+        s.put(local, "f")
+        assert s.get("f", 100) == local.read_bytes()
+        with pytest.raises(AotError, match="f is 100 bytes on the board, more than the 99 "
+                                           "expected"):
+            s.get("f", 99)
+        # stdout past its cap stops the command; of stderr only the end is kept.
+        with pytest.raises(AotError, match="printed more than 1000 bytes on stdout"):
+            s.run(["head", "-c", "100000", "/dev/zero"], max_output=1000)
+        status, out, err = s.run(["sh", "-c", "head -c 300000 /dev/zero | tr '\\0' x >&2; "
+                                  "echo last >&2"])
+        assert status == 0 and err.endswith(b"xlast\n") and len(err) == ssh.STDERR_TAIL
+
+
+def test_the_harness_report_limit_grows_with_runs_and_kernels():
+    from aot.deploy.ssh import report_limit
+
+    # 100000 runs of 20-digit times with commas, 1000 profile rows of 7
+    # ten-digit kernel times: what bench_main.c.j2 can print, and a margin.
+    most = 100000 * 21 + 1000 * (7 * 11 + 3)
+    assert most < report_limit({"kernels": [{}] * 7}, 100000) < most + 100_000
+    assert report_limit({}, 1) < report_limit({}, 2)
+
+
+def test_a_backslash_in_remote_tmp(sshd, pkg, tmp_path, monkeypatch):
+    """GNU sha256sum escapes a path holding a backslash (and starts its line
+    with one): the check reads plain names in the work dir."""
+    from aot.deploy.ssh import check_upload
+
+    odd = tmp_path / "back\\slash dir"
+    odd.mkdir()
+    config = tmp_path / "boards.toml"
+    config.write_text(f"[rpi4]\nremote_tmp = '{odd}'\nconnect_timeout_s = 3\n")
+    monkeypatch.setenv("AOT_CONFIG", str(config))
+    r = aot(sshd, "run", str(pkg), *ssh_args(sshd), "--input",
+            str(MODEL.with_suffix(".input.npy")), "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert list(odd.iterdir()) == []
+    good = "ab" * 32
+    check_upload("f", 3, good, 3, f"\\{good}  /a\\\\b/f\n".encode())
+
+
+# --- known_hosts markers and pinned fingerprints --------------------------------------
+
+def _fingerprint(public_line: str) -> str:
+    import base64
+    import hashlib
+
+    digest = hashlib.sha256(base64.b64decode(public_line.split()[1])).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def test_known_hosts_markers(sshd, pkg, tmp_path):
+    other = keygen(tmp_path / "other")
+    known = tmp_path / "known_hosts"
+    # A CA line is skipped (aot checks plain host keys): the file stays valid.
+    known.write_text(f"@cert-authority *.example.org {other}\n" + sshd.known_hosts_line())
+    r = aot(sshd, "bench", str(pkg), *ssh_args(sshd, str(known)), "--repeat", "1")
+    assert r.returncode == 0, r.stderr
+    # A revoked key is refused, though another line lists it for the host,
+    # and though new keys are trusted.
+    for lines in ([f"@revoked * {sshd.host_key_pub}\n", sshd.known_hosts_line()],
+                  [f"@revoked [other]:1 {sshd.host_key_pub}\n"]):
+        known.write_text("".join(lines))
+        for extra in ([], ["--trust-new-host-key"]):
+            r = aot(sshd, "bench", str(pkg), *ssh_args(sshd, str(known)), "--repeat", "1",
+                    *extra)
+            line = one_line_error(r)
+            assert f"presents host key ssh-ed25519 {_fingerprint(sshd.host_key_pub)}, which " \
+                   f"{known} marks @revoked: refused" in line, line
+        r = aot(sshd, "board", "trust", "rpi4", "--host", sshd.host, "--port",
+                str(sshd.port), "--known-hosts", str(known))
+        assert "marks @revoked" in one_line_error(r)
+        assert known.read_text() == "".join(lines)
+    known.write_text(f"@trusted * {other}\n")
+    r = aot(sshd, "bench", str(pkg), *ssh_args(sshd, str(known)), "--repeat", "1")
+    assert "'@trusted' is no marker OpenSSH knows (line 1)" in one_line_error(r)
+
+
+def test_board_trust_shows_the_key_first_and_takes_a_pinned_fingerprint(sshd, tmp_path):
+    from aot.deploy.ssh import trust_host_key
+
+    known = tmp_path / "known_hosts"
+    trust = ["board", "trust", "rpi4", "--host", sshd.host, "--port", str(sshd.port),
+             "--known-hosts", str(known)]
+    right = _fingerprint(sshd.host_key_pub)
+    wrong = _fingerprint(keygen(tmp_path / "other"))
+    r = aot(sshd, *trust, "--fingerprint", wrong)
+    line = one_line_error(r)
+    assert f"presents host key ssh-ed25519 {right}, not the expected {wrong}: refused, " \
+           f"nothing written to {known}" in line, line
+    assert r.stdout.endswith(f"presents host key ssh-ed25519 {right}\n")      # shown first
+    assert not known.exists()
+    r = aot(sshd, *trust, "--fingerprint", "SHA256:short")
+    assert "is not a SHA256 fingerprint" in one_line_error(r) and r.stdout == ""
+    r = aot(sshd, *trust, "--fingerprint", right + "=")      # ssh-keygen's padding is fine
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"board 'rpi4' at 127.0.0.1:{sshd.port} presents host key "
+                                     f"ssh-ed25519 {right}", f"added to {known}"]
+    assert known.read_text() == sshd.known_hosts_line()
+    r = aot(sshd, *trust, "--fingerprint", right, "--json")
+    out = json.loads(r.stdout)
+    assert out["fingerprint"] == right and out["pinned"] and not out["added"]
+    # What `show` sees comes before anything is written.
+    seen = []
+    fresh = tmp_path / "fresh_known_hosts"
+    params = replace(params_of(sshd, tmp_path), known_hosts=str(fresh))
+    trust_host_key(params, show=lambda key, known: seen.append((key.fingerprint, known,
+                                                                fresh.exists())))
+    assert seen == [(right, False, False)] and fresh.read_text() == sshd.known_hosts_line()
+
+
+def test_ssh_and_vm_do_not_import_each_other():
+    """What both need lives in aot/deploy/ssh_config.py; vm.py imports
+    nothing of ssh.py, not even inside a function."""
+    import ast
+
+    import aot.deploy.vm as vm
+
+    tree = ast.parse(Path(vm.__file__).read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            imported |= {f"{node.module}.{a.name}" for a in node.names} | {node.module}
+        elif isinstance(node, ast.Import):
+            imported |= {a.name for a in node.names}
+    assert not {"aot.deploy.ssh", "aot.deploy.ssh.ssh"} & imported, imported
+    assert "aot.deploy.ssh_config" in imported

@@ -6,6 +6,11 @@ refused outright (it may be a man-in-the-middle), whatever the options say.
 An unknown key is refused too, unless the user asked to trust it (`aot board
 trust BOARD`, or `--trust-new-host-key`): then it is appended to the file, in
 OpenSSH's format, so `ssh` and later aot runs agree on it.
+
+Marker lines: `@revoked` is honoured (its key is refused for every host,
+whatever the line's host pattern, even when another line lists it as the
+host's key); `@cert-authority` lines are skipped (aot checks plain host
+keys, not certificates): neither makes the file invalid.
 """
 from __future__ import annotations
 
@@ -43,16 +48,32 @@ class UnknownHostKey(Exception):
         self.hostname, self.key = hostname, key
 
 
+class RevokedHostKey(UnknownHostKey):
+    """The board's key is marked @revoked in known_hosts."""
+
+
 class HostKeyPolicy(paramiko.RejectPolicy):
     """RejectPolicy that remembers the key it rejects (to say which one), or,
-    asked to trust new keys, records it in known_hosts. paramiko only asks
-    for keys it has no entry for: a changed key never reaches this policy."""
+    asked to trust new keys, records it in known_hosts; with `capture`, an
+    unknown key is let through this once and kept in `unknown` (nothing is
+    written: `aot board trust` shows it first). A revoked key is refused
+    whatever the options. paramiko only asks for keys it has no entry for:
+    a changed key never reaches this policy (a revoked one always does:
+    load() leaves it out of the entries)."""
 
-    def __init__(self, known_hosts: str, trust_new: bool) -> None:
+    def __init__(self, known_hosts: str, trust_new: bool,
+                 revoked: tuple[paramiko.PKey, ...] = (), capture: bool = False) -> None:
         self.known_hosts, self.trust_new = known_hosts, trust_new
+        self.revoked, self.capture = revoked, capture
         self.added: paramiko.PKey | None = None
+        self.unknown: paramiko.PKey | None = None
 
     def missing_host_key(self, client, hostname: str, key: paramiko.PKey) -> None:
+        if key in self.revoked:
+            raise RevokedHostKey(hostname, key)
+        if self.capture:
+            self.unknown = key
+            return
         if not self.trust_new:
             raise UnknownHostKey(hostname, key)
         try:
@@ -63,19 +84,61 @@ class HostKeyPolicy(paramiko.RejectPolicy):
         self.added = key
 
 
-def load(client: paramiko.SSHClient, known_hosts: str) -> None:
-    """Load the known_hosts file into the client (a missing file: no keys)."""
+def load(client: paramiko.SSHClient, known_hosts: str) -> tuple[paramiko.PKey, ...]:
+    """Load the known_hosts file into the client (a missing file: no keys);
+    the keys it marks @revoked, which are left out of the client's entries."""
     if not os.path.exists(known_hosts):
-        return
+        return ()
     try:
-        client.load_host_keys(known_hosts)
+        with open(known_hosts, encoding="utf-8") as f:
+            lines = f.read().splitlines()
     except OSError as e:
         raise AotError(f"cannot read known_hosts file {known_hosts}: {e.strerror}") from None
     except UnicodeDecodeError:
         raise AotError(f"known_hosts file {known_hosts} is not text") from None
+    entries, revoked = [], []
+    for lineno, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        marker = None
+        if line.startswith("@"):
+            marker, _, line = line.partition(" ")
+            line = line.strip()
+            if marker not in MARKERS:
+                raise AotError(f"known_hosts file {known_hosts} has an invalid entry: "
+                               f"{marker[:80]!r} is no marker OpenSSH knows (line {lineno})")
+        entry = _entry(known_hosts, line, lineno)
+        if entry is None or marker == "@cert-authority":
+            continue
+        (revoked if marker == "@revoked" else entries).append(entry)
+    revoked_keys = tuple(e.key for e in revoked)
+    host_keys = client.get_host_keys()
+    for entry in entries:
+        if entry.key in revoked_keys:
+            continue
+        entry.hostnames = [h for h in entry.hostnames if not host_keys.check(h, entry.key)]
+        if entry.hostnames:
+            # As HostKeys.load does (its entries list): add() would keep one
+            # key per host and type, and a host may list two (a key rotation).
+            host_keys._entries.append(entry)
+    return revoked_keys
+
+
+# known_hosts markers (sshd(8), SSH_KNOWN_HOSTS FILE FORMAT).
+MARKERS = ("@revoked", "@cert-authority")
+
+
+def _entry(known_hosts: str, line: str, lineno: int) -> paramiko.hostkeys.HostKeyEntry | None:
+    """One line's entry; None for a line paramiko skips too (too few
+    fields, a key type it does not know)."""
+    try:
+        return paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
     except paramiko.hostkeys.InvalidHostKey as e:
         raise AotError(f"known_hosts file {known_hosts} has an invalid entry: "
                        f"{e.line.strip()[:80]!r}") from None
+    except paramiko.SSHException:
+        return None
 
 
 def unknown_message(where: str, board: str, host: str, port: int, known_hosts: str,

@@ -2,7 +2,8 @@
 (a Raspberry Pi, or the emulated one aot boots itself).
 
 The board's [options] table (merged with ~/.config/aot/boards.toml and the
-command line's --host, --port, ... : aot.targets.get_board, with_options):
+command line's --host, --port, ... : aot.targets.get_board, with_options),
+read and checked by aot.deploy.ssh_config.ssh_params:
 
     host = "192.168.1.42"          # required (no default: it is your Pi's)
     port = 22
@@ -11,7 +12,8 @@ command line's --host, --port, ... : aot.targets.get_board, with_options):
     known_hosts = "~/.ssh/known_hosts"
     exec_prefix = "taskset -c 3"   # prepended to the harness (split like a shell)
     connect_timeout_s = 10
-    command_timeout_s = 600
+    command_timeout_s = 600        # each command, upload and download
+    trust_new_host_key = false
     remote_tmp = "/tmp"            # where the per-run work dirs go
     vm = "<name>"                  # a VM aot boots itself (aot.deploy.vm)
 
@@ -23,13 +25,22 @@ out0.bin ...`, fetch the outputs, remove the work dir. The work dir goes on
 failure and on Ctrl-C too; a command interrupted or timed out is killed on
 the board first (every command reports its pid as its first line).
 
+Bounded in time: every operation on the board (a command, an upload, a
+download) has a deadline, command_timeout_s, kept by a watchdog that closes
+the connection when it passes: paramiko can block in a socket write with
+no timeout at all when the board stops reading. The cleanup then runs over
+a fresh connection with short deadlines (CLEANUP_CONNECT_S, KILL_TIMEOUT_S).
+A keepalive goes out every KEEPALIVE_S on an idle connection. Bounded in
+size: an output file is read up to the bytes the package's metadata gives
+it, a command's stdout up to OUTPUT_CAP (the harness's report: what its
+runs can print, report_limit), and of stderr the last STDERR_TAIL bytes.
+
 Keys are never printed: messages name key files, never their contents.
 """
 from __future__ import annotations
 
 import contextlib
 import errno
-import getpass
 import hashlib
 import logging
 import posixpath
@@ -37,26 +48,48 @@ import re
 import shlex
 import socket
 import tempfile
+import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import IO, Iterator, Sequence
+from typing import IO, Callable, Iterator, Sequence
 
 import numpy as np
 import paramiko
 
 from aot import progress
-from aot.deploy import known_hosts
+from aot.deploy import known_hosts, vm
 from aot.deploy.host import RunResult, failure, harness_args, parse_report, prepare_run
+from aot.deploy.ssh_config import DEFAULT_KNOWN_HOSTS, SshParams, ssh_params, where
 from aot.errors import AotError
-from aot.targets import Board, config_path, option_number
+from aot.targets import Board
 
-DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+__all__ = ["DEFAULT_KNOWN_HOSTS", "SshParams", "SshSession", "RemoteProcess", "connect",
+           "reach", "run_ssh", "ssh_params", "trust_host_key", "where"]
+
 # Authentication happens once the board answers: not part of "reachable".
 AUTH_TIMEOUT_S = 30.0
-KILL_TIMEOUT_S = 10.0
+# A kill on the board (TERM, up to 1 s, KILL) and the work dir's removal.
+KILL_TIMEOUT_S = 5.0
+# The fresh connection a cleanup makes when the first one was lost or
+# closed by a deadline: short, so a stalled board ends the command within
+# command_timeout_s + about 5 s (the work dir then stays: docs/deploy.md).
+CLEANUP_CONNECT_S = 4.0
+# A command's watchdog fires this long after its own deadline, which kills
+# the command over the connection if the board still answers.
+GRACE_S = 1.0
+KEEPALIVE_S = 10.0
 POLL_S = 0.2
 CHUNK = 1 << 16
+# stdout of aot's own commands (mktemp, sha256sum, rm, kill): a few lines.
+OUTPUT_CAP = 1 << 20
+# Of stderr only the end is kept: error messages come last.
+STDERR_TAIL = 64 << 10
+# The harness's JSON report: a few fields, then a time per run (a uint64:
+# at most 20 digits and a comma) and, with --profile, a row of uint32
+# kernel times for each of the first 1000 runs.
+REPORT_BASE_BYTES = 64 << 10
+PROFILE_MAX_RUNS = 1000
 
 # paramiko logs each failed handshake (a booting VM: many) with a traceback;
 # without a handler of ours Python would print them on stderr. Errors reach
@@ -64,55 +97,10 @@ CHUNK = 1 << 16
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
-@dataclass(frozen=True)
-class SshParams:
-    host: str
-    port: int
-    user: str
-    key: str | None              # private key file; None: the ssh agent / default keys
-    known_hosts: str             # file checked with paramiko RejectPolicy
-    exec_prefix: str = ""        # e.g. "taskset -c 3" or "qemu-aarch64": prepended to the harness
-    connect_timeout_s: float = 10.0
-    command_timeout_s: float = 600.0
-    trust_new_host_key: bool = False
-    remote_tmp: str = "/tmp"     # the per-run work dirs are made here
-    board: str = ""              # the board's name, for messages
-
-
-# --- parameters from a board ------------------------------------------------------
-
-def ssh_params(board: Board) -> SshParams:
-    """The board's options (overrides already merged) as SshParams, checked."""
-    o = board.options
-    host = str(o.get("host") or "")
-    if not host:
-        raise AotError(f"board '{board.name}' has no host: pass --host HOST, or set "
-                       f"host = \"...\" in the [{board.name}] table of {config_path()}")
-    key = o.get("key")
-    prefix = str(o.get("exec_prefix") or "")
-    try:
-        shlex.split(prefix)
-    except ValueError as e:
-        raise AotError(f"board '{board.name}': exec_prefix {prefix!r} is not valid ({e})") from None
-    remote_tmp = str(o.get("remote_tmp") or "/tmp")
-    if not remote_tmp.startswith("/"):
-        raise AotError(f"board '{board.name}': remote_tmp must be an absolute path, "
-                       f"got {remote_tmp!r}")
-    return SshParams(
-        host=host, port=option_number(board, "port", 22, int, 1, 65535),
-        user=str(o.get("user") or getpass.getuser()),
-        key=str(Path(str(key)).expanduser()) if key else None,
-        known_hosts=str(Path(str(o.get("known_hosts") or DEFAULT_KNOWN_HOSTS)).expanduser()),
-        exec_prefix=prefix,
-        connect_timeout_s=option_number(board, "connect_timeout_s", 10.0, float, 0.1, 3600),
-        command_timeout_s=option_number(board, "command_timeout_s", 600.0, float, 0.1, 86400 * 7),
-        trust_new_host_key=bool(o.get("trust_new_host_key", False)),
-        remote_tmp=remote_tmp.rstrip("/") or "/", board=board.name)
-
-
-def where(params: SshParams) -> str:
-    at = f"{params.host}:{params.port}"
-    return f"board '{params.board}' at {at}" if params.board else at
+def report_limit(meta: dict, runs: int) -> int:
+    """The most bytes the harness's report can take on stdout for `runs` runs."""
+    kernels = len(meta.get("kernels", ()))
+    return REPORT_BASE_BYTES + 21 * runs + min(runs, PROFILE_MAX_RUNS) * (11 * kernels + 3)
 
 
 # --- connecting -------------------------------------------------------------------
@@ -124,21 +112,24 @@ class _NoAuth:
         return []
 
 
-def connect(params: SshParams, authenticate: bool = True
+def connect(params: SshParams, authenticate: bool = True, capture_unknown: bool = False,
+            auth_timeout_s: float | None = None
             ) -> tuple[paramiko.SSHClient, known_hosts.HostKeyPolicy]:
     """A client connected to the board, its host key checked (and
-    authenticated unless told not to). A board that does not answer, or
-    drops the connection before the SSH handshake ends (a VM booting), is
-    tried again with backoff until connect_timeout_s; anything decided after
-    the board answered (host key, authentication) is final."""
+    authenticated unless told not to; an unknown key only recorded in the
+    policy when capture_unknown). A board that does not answer, or drops
+    the connection before the SSH handshake ends (a VM booting), is tried
+    again with backoff until connect_timeout_s; anything decided after the
+    board answered (host key, authentication) is final."""
     if params.key:
         _check_key(params)
     deadline = time.monotonic() + params.connect_timeout_s
     delay = 0.1
     while True:
         client = paramiko.SSHClient()
-        known_hosts.load(client, params.known_hosts)
-        policy = known_hosts.HostKeyPolicy(params.known_hosts, params.trust_new_host_key)
+        revoked = known_hosts.load(client, params.known_hosts)
+        policy = known_hosts.HostKeyPolicy(params.known_hosts, params.trust_new_host_key,
+                                           revoked, capture_unknown)
         client.set_missing_host_key_policy(policy)
         remaining = max(deadline - time.monotonic(), 0.05)
         try:
@@ -146,8 +137,12 @@ def connect(params: SshParams, authenticate: bool = True
                            key_filename=params.key, look_for_keys=params.key is None,
                            allow_agent=params.key is None, timeout=remaining,
                            banner_timeout=remaining,
-                           auth_timeout=max(AUTH_TIMEOUT_S, params.connect_timeout_s),
+                           auth_timeout=auth_timeout_s or max(AUTH_TIMEOUT_S,
+                                                              params.connect_timeout_s),
                            auth_strategy=None if authenticate else _NoAuth())
+            # paramiko's keepalive expects no answer: it keeps NATs and
+            # firewalls from dropping an idle connection (a long run).
+            client.get_transport().set_keepalive(int(KEEPALIVE_S))
             return client, policy
         except BaseException as e:
             client.close()
@@ -197,6 +192,9 @@ def _not_reachable_yet(e: BaseException, params: SshParams) -> str | None:
     """Why the attempt failed, if trying again may help; raises AotError for
     final answers; None for anything else (re-raised as is)."""
     w = where(params)
+    if isinstance(e, known_hosts.RevokedHostKey):
+        raise AotError(f"{w}: the board presents host key {known_hosts.describe(e.key)}, "
+                       f"which {params.known_hosts} marks @revoked: refused") from None
     if isinstance(e, known_hosts.UnknownHostKey):
         raise AotError(known_hosts.unknown_message(w, params.board, params.host, params.port,
                                                    params.known_hosts, e.key)) from None
@@ -233,14 +231,54 @@ def _socket_reason(e: OSError) -> str:
     return e.strerror or str(e) or type(e).__name__
 
 
-def trust_host_key(params: SshParams) -> tuple[paramiko.PKey, bool]:
-    """The board's host key, added to known_hosts if new (True) or already
-    there (False). A key that differs from the file's is refused."""
-    client, policy = connect(replace(params, trust_new_host_key=True), authenticate=False)
+def host_key(params: SshParams) -> tuple[paramiko.PKey, bool]:
+    """The host key the board presents, and whether known_hosts has it
+    already. Nothing is written; a key that differs from the file's, or one
+    it marks @revoked, is refused."""
+    client, policy = connect(params, authenticate=False, capture_unknown=True)
     try:
-        return client.get_transport().get_remote_server_key(), policy.added is not None
+        return client.get_transport().get_remote_server_key(), policy.unknown is None
     finally:
         client.close()
+
+
+# OpenSSH's and paramiko's spelling: SHA256, then the digest in base64
+# without its padding (ssh-keygen -lf prints it so).
+FINGERPRINT = re.compile(r"SHA256:[A-Za-z0-9+/]{43}")
+
+
+def check_fingerprint(text: str) -> str:
+    """A fingerprint as the user may give it, in paramiko's spelling."""
+    fp = text.strip().rstrip("=")
+    if not FINGERPRINT.fullmatch(fp):
+        raise AotError(f"--fingerprint {text!r} is not a SHA256 fingerprint "
+                       "(SHA256: and 43 base64 characters, as ssh-keygen -lf prints it)")
+    return fp
+
+
+def trust_host_key(params: SshParams, fingerprint: str | None = None,
+                   show: Callable[[paramiko.PKey, bool], None] | None = None
+                   ) -> tuple[paramiko.PKey, bool]:
+    """The board's host key, added to known_hosts if new (True) or already
+    there (False). `show(key, known)` sees it before anything is written;
+    with `fingerprint` (SHA256:...) any other key is refused, and nothing is
+    written. A key that differs from the file's is refused."""
+    pinned = check_fingerprint(fingerprint) if fingerprint is not None else None
+    key, known = host_key(params)
+    if show is not None:
+        show(key, known)
+    if pinned is not None and key.fingerprint != pinned:
+        raise AotError(f"{where(params)}: the board presents host key {known_hosts.describe(key)}, "
+                       f"not the expected {pinned}: refused, nothing written to "
+                       f"{params.known_hosts}")
+    if not known:
+        try:
+            known_hosts.add_known_host(params.known_hosts,
+                                       known_hosts.entry_name(params.host, params.port), key)
+        except OSError as e:
+            raise AotError(f"cannot add the host key of {where(params)} to "
+                           f"{params.known_hosts}: {e.strerror}") from None
+    return key, not known
 
 
 # --- uploads ----------------------------------------------------------------------
@@ -258,7 +296,8 @@ def check_upload(name: str, size: int, sha256: str, remote_size: int,
         raise AotError(f"upload of {name} is corrupt: {remote_size} bytes on the board, "
                        f"{size} sent")
     fields = remote_sha256sum.split()
-    got = fields[0].decode("ascii", "replace").lower() if fields else "(nothing)"
+    # GNU sha256sum starts the line with a backslash when it escapes the name.
+    got = fields[0].decode("ascii", "replace").lower().lstrip("\\") if fields else "(nothing)"
     if got != sha256:
         raise AotError(f"upload of {name} is corrupt: sha256 {got} on the board, "
                        f"{sha256} sent")
@@ -310,20 +349,24 @@ class SshSession:
 
     def put_many(self, files: Sequence[tuple[Path, str, int]]) -> list[str]:
         """Upload (local, name, mode) files over one SFTP channel, then check
-        them all with one sha256sum: the remote paths."""
+        them all with one sha256sum: the remote paths. All of it within
+        command_timeout_s."""
         for _, name, _ in files:
             _check_name(name)
         remote = [posixpath.join(self.workdir, name) for _, name, _ in files]
         # What is sent, read before sending: the check compares with these.
         sent = [(Path(local).stat().st_size, sha256_file(Path(local))) for local, _, _ in files]
         sizes = []
-        with self._errors(f"upload {', '.join(n for _, n, _ in files)}"), self._sftp() as sftp:
+        with self._transfer(f"upload {', '.join(n for _, n, _ in files)}") as sftp:
             for (local, _, mode), path in zip(files, remote):
                 sftp.put(str(local), path, confirm=False)
                 sftp.chmod(path, mode)
                 sizes.append(int(sftp.stat(path).st_size or 0))
-        status, out, err = self._command("sha256sum " + " ".join(map(shlex.quote, remote)),
-                                         self.params.command_timeout_s)
+        # Plain names in the work dir: sha256sum escapes a name holding a
+        # backslash or a newline (as a work dir under remote_tmp may).
+        names = " ".join(shlex.quote(name) for _, name, _ in files)
+        status, out, err = self._command(f"cd {shlex.quote(self.workdir)} && sha256sum -- "
+                                         f"{names}", self.params.command_timeout_s)
         sums = out.splitlines()
         if status != 0 or len(sums) != len(files):
             raise AotError(f"{where(self.params)}: cannot check the uploads with sha256sum: "
@@ -332,28 +375,42 @@ class SshSession:
             check_upload(name, size, sha256, remote_size, line)
         return remote
 
-    def get(self, name: str) -> bytes:
-        """A file of the work dir."""
+    def get(self, name: str, max_bytes: int = OUTPUT_CAP) -> bytes:
+        """A file of the work dir, refused if larger than max_bytes."""
         _check_name(name)
-        with self._errors(f"fetch {name}"), self._sftp() as sftp:
-            with sftp.open(posixpath.join(self.workdir, name), "rb") as f:
-                f.prefetch()
-                return f.read()
+        path = posixpath.join(self.workdir, name)
+        with self._transfer(f"fetch {name}") as sftp:
+            size = int(sftp.stat(path).st_size or 0)
+            if size <= max_bytes:
+                with sftp.open(path, "rb") as f:
+                    if size:
+                        f.prefetch(size)
+                    data = f.read(max_bytes + 1)     # one more: a file that grew shows
+                size = max(size, len(data))
+        if size > max_bytes:
+            raise AotError(f"{where(self.params)}: {name} is {size} bytes on the board, "
+                           f"more than the {max_bytes} expected")
+        return data
 
     # -- commands
 
-    def run(self, argv: Sequence[str], *, harness: bool = False,
-            timeout: float | None = None) -> tuple[int, bytes, bytes]:
+    def run(self, argv: Sequence[str], *, harness: bool = False, timeout: float | None = None,
+            max_output: int = OUTPUT_CAP) -> tuple[int, bytes, bytes]:
         """Run argv in the work dir (exec_prefix first when harness=True):
-        (exit status, stdout, stderr). Killed on the board on timeout/Ctrl-C."""
+        (exit status, stdout, stderr). Killed on the board on timeout, on
+        Ctrl-C, or when its stdout passes max_output bytes; of stderr the
+        last STDERR_TAIL bytes are kept."""
         return self._command(self._script(argv, harness),
-                             self.params.command_timeout_s if timeout is None else timeout)
+                             self.params.command_timeout_s if timeout is None else timeout,
+                             max_output=max_output)
 
     def start(self, argv: Sequence[str], *, harness: bool = True) -> RemoteProcess:
-        """A long-lived process in the work dir, talked to over stdin/stdout."""
-        with self._errors("start a process"):
+        """A long-lived process in the work dir, talked to over stdin/stdout
+        (each read on it waits at most command_timeout_s)."""
+        timeout = self.params.command_timeout_s
+        with self._bounded("start a process", timeout):
             chan = self._open(self._script(argv, harness))
-            chan.settimeout(self.params.command_timeout_s)
+            chan.settimeout(timeout)
             stdout = chan.makefile("rb")
             pid = _parse_pid(stdout.readline())
         proc = RemoteProcess(self, chan, pid, stdout)
@@ -385,31 +442,48 @@ class SshSession:
         chan.exec_command("sh -c " + shlex.quote(f"echo $$; {script}"))
         return chan
 
-    def _command(self, script: str, timeout: float, killable: bool = True
-                 ) -> tuple[int, bytes, bytes]:
+    def _command(self, script: str, timeout: float, killable: bool = True,
+                 max_output: int = OUTPUT_CAP) -> tuple[int, bytes, bytes]:
         out, err = bytearray(), bytearray()
-        with self._errors("run a command"):
-            chan = self._open(script)
+        if not self._alive():
+            raise AotError(f"{where(self.params)}: lost the connection")
+        watchdog = _Watchdog(self._client.get_transport(), timeout + GRACE_S)
+        chan = None
         try:
-            chan.shutdown_write()
-            status = _collect(chan, time.monotonic() + timeout, out, err)
+            with watchdog:
+                chan = self._open(script)
+                chan.shutdown_write()
+                status = _collect(chan, time.monotonic() + timeout, out, err,
+                                  max_output + PID_LINE_BYTES)
         except _Timeout:
             self._stop(chan, out, killable)
             raise AotError(f"{where(self.params)}: the command timed out after {timeout:g} s "
                            "(command_timeout_s)") from None
-        except KeyboardInterrupt:
+        except _TooMuch:
             self._stop(chan, out, killable)
+            raise AotError(f"{where(self.params)}: the command printed more than {max_output} "
+                           "bytes on stdout: stopped") from None
+        except KeyboardInterrupt:
+            if chan is not None:
+                self._stop(chan, out, killable)
             raise
         except (paramiko.SSHException, OSError, EOFError) as e:
-            chan.close()
+            if chan is not None:
+                chan.close()
             self._lost(out, killable)
-            raise AotError(f"{where(self.params)}: lost the connection ({e})") from None
+            raise AotError(self._stalled(timeout) if watchdog.fired else
+                           f"{where(self.params)}: lost the connection ({_reason(e)})") from None
         chan.close()
-        if status == -1 and not self._alive():
+        if status == -1 and (watchdog.fired or not self._alive()):
             self._lost(out, killable)
-            raise AotError(f"{where(self.params)}: lost the connection while a command ran")
+            raise AotError(self._stalled(timeout) if watchdog.fired else
+                           f"{where(self.params)}: lost the connection while a command ran")
         _, _, rest = bytes(out).partition(b"\n")   # the first line: the pid
         return status, rest, bytes(err)
+
+    def _stalled(self, timeout: float, what: str = "the command") -> str:
+        return (f"{where(self.params)}: {what} timed out after {timeout:g} s "
+                "(command_timeout_s): the board stopped answering")
 
     def _alive(self) -> bool:
         transport = self._client.get_transport() if self._client else None
@@ -422,14 +496,18 @@ class SshSession:
             self._orphans.append(pid)
 
     def _stop(self, chan: paramiko.Channel, out: bytearray, killable: bool) -> None:
-        """Kill the command behind `chan` (its pid is the first line of out)."""
+        """Kill the command behind `chan` (its pid is the first line of out);
+        if the board does not answer, the cleanup kills it later."""
+        pid = None
         try:
             if killable:
                 if b"\n" not in out:      # interrupted before sh said its pid
                     _collect_pid(chan, out)
-                self.kill(_parse_pid(bytes(out).partition(b"\n")[0] + b"\n"))
+                pid = _parse_pid(bytes(out).partition(b"\n")[0] + b"\n")
+                self.kill(pid)
         except (AotError, paramiko.SSHException, OSError, EOFError):
-            pass    # the original error matters more; cleanup still runs
+            if pid is not None:
+                self._orphans.append(pid)   # the original error matters more
         finally:
             chan.close()
 
@@ -447,7 +525,8 @@ class SshSession:
 
     def _cleanup(self) -> None:
         """Kill what still runs, remove the work dir; over a new connection
-        if the old one dropped (else both would stay on the board)."""
+        (with short deadlines) if the old one dropped or was closed by a
+        deadline, else both would stay on the board."""
         running = [p for p in self._processes if not p._chan.exit_status_ready()]
         pids = [p.pid for p in running if p.pid is not None] + self._orphans
         for proc in list(self._processes):
@@ -456,16 +535,24 @@ class SshSession:
             return
         if not self._alive():
             self._close()
-            self._client, _ = connect(replace(self.params, connect_timeout_s=min(
-                self.params.connect_timeout_s, KILL_TIMEOUT_S)))
+            self._client, _ = connect(
+                replace(self.params, connect_timeout_s=min(self.params.connect_timeout_s,
+                                                           CLEANUP_CONNECT_S)),
+                auth_timeout_s=CLEANUP_CONNECT_S)
+        failed = None
         for pid in pids:
-            self.kill(pid)
+            try:
+                self.kill(pid)
+            except AotError as e:
+                failed = e
         status, _, err = self._command(f"rm -rf -- {shlex.quote(self.workdir)}",
                                        KILL_TIMEOUT_S, killable=False)
         if status != 0:
             raise AotError(f"{where(self.params)}: cannot remove the work dir "
                            f"{self.workdir}: {_last_line(err)}")
         self.workdir = ""
+        if failed is not None:
+            raise failed
 
     def _close(self) -> None:
         if self._client is not None:
@@ -473,40 +560,101 @@ class SshSession:
             self._client = None
 
     @contextlib.contextmanager
-    def _sftp(self) -> Iterator[paramiko.SFTPClient]:
-        # One SFTP channel per operation, closed before the next channel
-        # opens: dropbear sometimes fails a channel opened beside another.
-        sftp = self._client.open_sftp()
+    def _bounded(self, what: str, timeout: float) -> Iterator[None]:
+        """The block within `timeout` (the connection is closed past it),
+        paramiko's errors as one line naming `what`."""
+        watchdog = _Watchdog(self._client.get_transport(), timeout)
         try:
-            yield sftp
-        finally:
-            sftp.close()
+            with watchdog:
+                yield
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            if isinstance(e, socket.timeout) or watchdog.fired:
+                self._close_transport()     # stalled: the cleanup starts afresh
+                raise AotError(self._stalled(timeout, what)) from None
+            raise AotError(f"{where(self.params)}: cannot {what}: {_reason(e)}") from None
+        if watchdog.fired:
+            raise AotError(self._stalled(timeout, what))
 
     @contextlib.contextmanager
-    def _errors(self, what: str) -> Iterator[None]:
-        try:
-            yield
-        except (paramiko.SSHException, OSError, EOFError) as e:
-            reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
-            raise AotError(f"{where(self.params)}: cannot {what}: {reason}") from None
+    def _transfer(self, what: str) -> Iterator[paramiko.SFTPClient]:
+        """An SFTP channel for one upload or download, all within
+        command_timeout_s; each read on it waits that long at most too."""
+        timeout = self.params.command_timeout_s
+        with self._bounded(what, timeout):
+            # One SFTP channel per operation, closed before the next channel
+            # opens: dropbear sometimes fails a channel opened beside another.
+            sftp = self._client.open_sftp()
+            try:
+                sftp.get_channel().settimeout(timeout)
+                yield sftp
+            finally:
+                sftp.close()
+
+    def _close_transport(self) -> None:
+        transport = self._client.get_transport() if self._client else None
+        if transport is not None:
+            transport.close()
+
+
+# The pid line every command starts with.
+PID_LINE_BYTES = 24
+
+
+class _Watchdog:
+    """Closes a connection whose block outlives `seconds`: the one way to
+    end a paramiko call blocked in a socket write to a board that stopped
+    reading (paramiko retries such a write until the connection closes)."""
+
+    def __init__(self, transport: paramiko.Transport | None, seconds: float) -> None:
+        self._transport = transport
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._fired = threading.Event()
+
+    @property
+    def fired(self) -> bool:
+        return self._fired.is_set()
+
+    def _fire(self) -> None:
+        self._fired.set()
+        if self._transport is not None:
+            self._transport.close()
+
+    def __enter__(self) -> _Watchdog:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._timer.cancel()
+
+
+def _reason(e: BaseException) -> str:
+    return getattr(e, "strerror", None) or str(e) or type(e).__name__
 
 
 class _Timeout(Exception):
     pass
 
 
-def _collect(chan: paramiko.Channel, deadline: float, out: bytearray, err: bytearray) -> int:
-    """Read stdout and stderr until the command ends: its exit status."""
+class _TooMuch(Exception):
+    pass
+
+
+def _collect(chan: paramiko.Channel, deadline: float, out: bytearray, err: bytearray,
+             max_out: int) -> int:
+    """Read stdout (up to max_out bytes) and the end of stderr until the
+    command ends: its exit status."""
     chan.settimeout(POLL_S)
     while True:
-        while chan.recv_stderr_ready():
-            err += chan.recv_stderr(CHUNK)
+        _stderr_tail(chan, err)
         try:
             data = chan.recv(CHUNK)
         except socket.timeout:
             data = None
         if data:
             out += data
+            if len(out) > max_out:
+                raise _TooMuch
         elif data == b"":       # end of stdout: the command is done or nearly
             break
         if time.monotonic() > deadline:
@@ -515,9 +663,14 @@ def _collect(chan: paramiko.Channel, deadline: float, out: bytearray, err: bytea
         if time.monotonic() > deadline:
             raise _Timeout
         time.sleep(0.01)
+    _stderr_tail(chan, err)
+    return chan.recv_exit_status()
+
+
+def _stderr_tail(chan: paramiko.Channel, err: bytearray) -> None:
     while chan.recv_stderr_ready():
         err += chan.recv_stderr(CHUNK)
-    return chan.recv_exit_status()
+        del err[:-STDERR_TAIL]
 
 
 def _collect_pid(chan: paramiko.Channel, out: bytearray) -> None:
@@ -544,6 +697,26 @@ def _last_line(err: bytes) -> str:
     return lines[-1] if lines else ""
 
 
+class _StderrTail:
+    """A process's stderr read as its last STDERR_TAIL bytes: read() of a
+    chatty process must not fill the memory."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+
+    def read(self, size: int = -1) -> bytes:
+        if size is not None and size >= 0:
+            return self._f.read(size)
+        tail = bytearray()
+        while chunk := self._f.read(CHUNK):
+            tail += chunk
+            del tail[:-STDERR_TAIL]
+        return bytes(tail)
+
+    def close(self) -> None:
+        self._f.close()
+
+
 class RemoteProcess:
     """A process on the board with binary stdin/stdout (serve mode)."""
 
@@ -552,7 +725,7 @@ class RemoteProcess:
         self._session, self._chan, self.pid = session, chan, pid
         self.stdin: IO[bytes] = chan.makefile_stdin("wb")
         self.stdout = stdout
-        self.stderr: IO[bytes] = chan.makefile_stderr("rb")
+        self.stderr = _StderrTail(chan.makefile_stderr("rb"))
 
     def close(self) -> int:
         """Close stdin and wait: the exit status (-1: killed by a signal)."""
@@ -594,9 +767,7 @@ def reach(board: Board) -> Iterator[SshParams]:
     if not board.options.get("vm"):
         yield ssh_params(board)
         return
-    from aot.deploy.vm import running       # the VM boards' module, only when needed
-
-    with running(board) as params:
+    with vm.running(board) as params:
         yield params if params.board else replace(params, board=board.name)
 
 
@@ -611,12 +782,15 @@ def run_ssh(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
             session.put_many([(exe, "bench", 0o755), *((p, p.name, 0o644) for p in in_paths)])
         with progress.step(f"run on {board.name}"):
             status, out, err = session.run(["./bench", *args[:2], *(p.name for p in in_paths),
-                                            *(p.name for p in out_paths)], harness=True)
+                                            *(p.name for p in out_paths)], harness=True,
+                                           max_output=report_limit(meta, runs))
         if status == -1:
             raise AotError(f"the harness was killed by a signal on {where(params)}: "
                            f"{_last_line(err) or 'no message'}")
         if status != 0:
             raise AotError(f"{where(params)}: "
                            f"{failure(status, err.decode('utf-8', 'replace'))}")
-        outputs = [session.get(p.name) for p in out_paths]
+        # Each output as large as the package's metadata says, never more.
+        outputs = [session.get(p.name, int(spec["bytes"]))
+                   for p, spec in zip(out_paths, meta["outputs"])]
     return parse_report(out.decode("utf-8", "replace"), meta, outputs)

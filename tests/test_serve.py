@@ -290,7 +290,7 @@ def test_an_interrupted_request_abandons_its_session(hello, monkeypatch):
         (session,) = dev._sessions.values()
         proc = session.process._proc
 
-        def interrupted(self, warmup):
+        def interrupted(self, *args):
             raise KeyboardInterrupt
         monkeypatch.setattr(Client, "_read_reply", interrupted)
         with pytest.raises(KeyboardInterrupt):

@@ -30,6 +30,9 @@ from aot.errors import AotError
 from aot.targets import Board, get_board
 
 REQUEST_TIMEOUT_S = 600      # a local harness that answers no sooner is killed
+# A harness says hello as it starts (well under a second natively, about
+# 0.2 s under qemu-user): one that has not within this is killed.
+HELLO_TIMEOUT_S = 60
 EXIT_WAIT_S = 10
 
 
@@ -56,7 +59,7 @@ class _LocalProcess:
 
     def __init__(self, argv: list[str]):
         self._stderr = tempfile.TemporaryFile()     # a pipe nobody reads could fill up
-        self.expired = False
+        self.expired = ""       # what the harness failed to send in time
         try:
             self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=self._stderr)
@@ -78,11 +81,11 @@ class _LocalProcess:
         self._stderr.seek(0)
         err = self._stderr.read().decode("utf-8", "replace")
         if self.expired:
-            return f"the harness gave no answer within {REQUEST_TIMEOUT_S} s and was killed"
+            return f"the harness sent no {self.expired} and was killed"
         return f"the harness {_exit_reason(code)}: {_last_lines(err)}"
 
-    def expire(self) -> None:
-        self.expired = True
+    def expire(self, what: str) -> None:
+        self.expired = what
         self._proc.kill()
 
     def kill(self) -> None:
@@ -115,7 +118,7 @@ class _RemoteProcess:
         what = "was killed by a signal" if code == -1 else _exit_reason(code)
         return f"the harness {what} on the board: {_last_lines(err)}"
 
-    def expire(self) -> None:       # the channel's own timeout bounds every read
+    def expire(self, what: str) -> None:    # the channel's own timeout bounds every read
         pass
 
     def kill(self) -> None:
@@ -127,24 +130,33 @@ class _RemoteProcess:
             self._proc.close()
 
 
+@contextlib.contextmanager
+def _deadline(process, seconds: float, what: str):
+    """Kill the harness unless the block ends within `seconds`: a blocked
+    read then sees the end of the stream, and lost() says what was late."""
+    timer = threading.Timer(seconds, process.expire, [f"{what} within {seconds:g} s"])
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
 class _Session:
     def __init__(self, process, meta: dict):
         self.process = process
         self.meta = meta
         try:
-            self.client = ServeClient(process.stdin, process.stdout, meta, process.lost)
+            with _deadline(process, HELLO_TIMEOUT_S, "hello"):
+                self.client = ServeClient(process.stdin, process.stdout, meta, process.lost)
         except BaseException:
             process.close()
             raise
 
     def request(self, inputs, warmup: int, runs: int) -> RunResult:
-        timer = threading.Timer(REQUEST_TIMEOUT_S, self.process.expire)
-        timer.daemon = True
-        timer.start()
-        try:
+        with _deadline(self.process, REQUEST_TIMEOUT_S, "answer"):
             return self.client.request(inputs, warmup, runs)
-        finally:
-            timer.cancel()
 
     def close(self) -> None:
         if self.client.alive:

@@ -94,6 +94,9 @@ def harness_args(meta: dict, work: Path, inputs: Sequence[np.ndarray], warmup: i
 
 def output_arrays(meta: dict, outs: Sequence[bytes]) -> list[np.ndarray]:
     """The outputs' raw little-endian bytes as arrays of their shapes."""
+    if len(outs) != len(meta["outputs"]):
+        raise AotError(f"the harness returned {len(outs)} outputs, the package has "
+                       f"{len(meta['outputs'])}")
     arrays = []
     for spec, data in zip(meta["outputs"], outs):
         dtype = np.dtype(spec["dtype"]).newbyteorder("<")
@@ -111,22 +114,86 @@ def check_profile(meta: dict, profile_ns: list[list[int]] | None) -> None:
                        "(metadata.json and bench/bench disagree)")
 
 
-def parse_report(stdout: str, meta: dict, outs: list[bytes]) -> RunResult:
+# The report is one line of a few numbers per run; a longer last line is
+# not one (json.loads would spend time and memory on it).
+MAX_REPORT_CHARS = 1 << 24
+
+
+def parse_report(stdout: str | bytes, meta: dict, outs: Sequence[bytes]) -> RunResult:
+    """The harness's JSON report (the last line of its stdout) with the
+    outputs' bytes, checked: the same parser reads local, qemu and SSH runs,
+    and anything malformed is one AotError saying what."""
+    if isinstance(stdout, bytes):
+        stdout = stdout.decode("utf-8", "replace")
+    lines = stdout.strip().splitlines()
+    line = lines[-1] if lines else ""
     try:
-        report = json.loads(stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise AotError(f"the harness printed no JSON report: {stdout[:200]!r}") from None
+        report = json.loads(line) if len(line) <= MAX_REPORT_CHARS else None
+    except (ValueError, RecursionError):        # RecursionError: [[[[...]]]]
+        report = None
+    if not isinstance(report, dict):
+        raise AotError(f"the harness printed no JSON report: {stdout[-200:]!r}")
+    times = report_times_ns(report)
     profile = report.get("profile_ns")
+    if profile is not None:
+        if not isinstance(profile, list):
+            raise AotError(f"the harness's report: profile_ns is {_json_kind(profile)}, "
+                           "not a list of rows")
+        profile = [_whole_numbers(row, "a profile_ns row") for row in profile]
     check_profile(meta, profile)
-    return RunResult(output_arrays(meta, outs), report_times_ns(report), report, profile)
+    return RunResult(output_arrays(meta, outs), times, report, profile)
+
+
+def _json_kind(value) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            float: "a fraction", int: "an integer", type(None): "null"}.get(type(value),
+                                                                          type(value).__name__)
+
+
+def _whole_numbers(value, what: str) -> list[int]:
+    """A list of non-negative 64-bit integers, as the harness prints them."""
+    if not isinstance(value, list):
+        raise AotError(f"the harness's report: {what} is {_json_kind(value)}, not a list")
+    for v in value:
+        if type(v) is not int or not 0 <= v < 1 << 64:
+            shown = f" ({v})" if type(v) is int else ""
+            raise AotError(f"the harness's report: {what} holds {_json_kind(v)}{shown}, not "
+                           "a count of nanoseconds")
+    return value
 
 
 def report_times_ns(report: dict) -> list[int]:
     """The JSON line's per-run times in ns (a harness from before aot timed
     in us: `times_us`)."""
     if "times_ns" in report:
-        return [int(t) for t in report["times_ns"]]
-    return [int(t) * 1000 for t in report["times_us"]]
+        times = _whole_numbers(report["times_ns"], "times_ns")
+    elif "times_us" in report:
+        times = [t * 1000 for t in _whole_numbers(report["times_us"], "times_us")]
+    else:
+        raise AotError("the harness's report has no times_ns")
+    if not times:
+        raise AotError("the harness's report: times_ns is empty (no run was timed)")
+    return times
+
+
+def read_outputs(meta: dict, paths: Sequence[Path], where: str = "") -> list[bytes]:
+    """The output files the harness wrote, each checked for its size in
+    metadata.json before it is read."""
+    outs = []
+    for spec, path in zip(meta["outputs"], paths):
+        try:
+            size = path.stat().st_size
+            if size != spec["bytes"]:
+                raise AotError(f"output '{spec['name']}': the harness wrote {size} bytes{where}, "
+                               f"expected {spec['bytes']}")
+            outs.append(path.read_bytes())
+        except FileNotFoundError:
+            raise AotError(f"output '{spec['name']}': the harness wrote no "
+                           f"{path.name}{where}") from None
+        except OSError as e:
+            raise AotError(f"output '{spec['name']}': cannot read {path.name}{where} "
+                           f"({e.strerror or e})") from None
+    return outs
 
 
 def failure(returncode: int, stderr: str, where: str = "",
@@ -200,12 +267,14 @@ def run_local(pkg: Path, inputs: Sequence[np.ndarray], warmup: int, runs: int,
     with tempfile.TemporaryDirectory(prefix="aot-run-") as tmp:
         args, out_paths = harness_args(meta, Path(tmp), inputs, warmup, runs)
         try:
+            # errors="replace": a report that is not UTF-8 is refused by
+            # parse_report with the rest, not by the decoder mid-run
             r = subprocess.run([*emulator, str(exe.resolve()), *args], capture_output=True,
-                               text=True, timeout=TIMEOUT_S)
+                               text=True, errors="replace", timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise AotError(f"the harness timed out{where} after {TIMEOUT_S} s") from None
         except OSError as e:
             raise AotError(f"cannot run {emulator[0] if emulator else exe}: {e.strerror}") from None
         if r.returncode != 0:
             raise AotError(failure(r.returncode, r.stderr, where))
-        return parse_report(r.stdout, meta, [p.read_bytes() for p in out_paths])
+        return parse_report(r.stdout, meta, read_outputs(meta, out_paths, where))

@@ -72,7 +72,7 @@ def run_qemu_system(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmu
         shutil.copyfile(exe, work / "bench")
         cmd = qemu_command(board, _relative(args, work))
         try:
-            r = subprocess.run(cmd, cwd=work, capture_output=True, text=True,
+            r = subprocess.run(cmd, cwd=work, capture_output=True, text=True, errors="replace",
                                stdin=subprocess.DEVNULL, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise AotError(f"board '{board.name}': the harness did not finish within "

@@ -17,7 +17,11 @@ side is templates/bench_main.c.j2):
             message; then the harness exits with that code
 
 The client checks the hello against metadata.json, so a harness from
-another package (or another aot) is refused before any request.
+another package (or another aot) is refused before any request, and it
+trusts no length it reads: every count is checked against the package's
+metadata or the request before anything of that size is read, so a
+corrupt or hostile harness is an AotError naming the field, never a
+MemoryError or a reply accepted with more runs than were asked for.
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ FLAG_PROFILE, FLAG_CHECKS = 1, 2
 KIND_QUIT, KIND_RUN = 0, 1
 HELLO, REQUEST, REPLY, ERROR = b"AOTH", b"AOTQ", b"AOTR", b"AOTE"
 MAX_MESSAGE = 1 << 16     # an error frame's message, at most
+PROFILE_MAX_RUNS = 1000   # a --profile harness records the first this many timed runs
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,15 @@ class ServeClient:
             raise AotError(message)
         raise AotError(f"the harness stopped (exit {code}): {message}")
 
+    def _broken(self, message: str) -> AotError:
+        self.alive = False
+        return AotError(f"the harness broke the serve protocol: {message}")
+
+    def _count(self, field: str, got: int, want: int, source: str) -> None:
+        """A count read from the harness, checked before anything it counts is read."""
+        if got != want:
+            raise self._broken(f"{field} is {got}, {source} says {want}")
+
     def _read_hello(self) -> Hello:
         self._expect(HELLO)
         (version,) = self._u32s(1)
@@ -119,6 +133,9 @@ class ServeClient:
             raise AotError(f"the harness speaks serve protocol version {version}, this aot "
                            f"speaks {VERSION}: repackage the model")
         n_in, n_out, kernels, flags = self._u32s(4)
+        self._count("the hello's input count", n_in, len(self._meta["inputs"]), "metadata.json")
+        self._count("the hello's output count", n_out, len(self._meta["outputs"]),
+                    "metadata.json")
         arena, max_runs = self._u64s(2)
         hello = Hello(version, self._u64s(n_in), self._u64s(n_out), kernels,
                       bool(flags & FLAG_PROFILE), bool(flags & FLAG_CHECKS), arena, max_runs)
@@ -162,25 +179,35 @@ class ServeClient:
             data = array.tobytes()
             parts += [struct.pack("<Q", len(data)), data]
         self._send(b"".join(parts))
-        return self._read_reply(warmup)
+        return self._read_reply(warmup, runs)
 
     def send_raw(self, data: bytes) -> RunResult:
         """A hand-made request (tests of the harness's checks)."""
         self._send(data)
         return self._read_reply(0)
 
-    def _read_reply(self, warmup: int) -> RunResult:
+    def _read_reply(self, warmup: int, runs: int | None = None) -> RunResult:
+        """The reply to a request for `runs` timed runs (None: a raw request,
+        whatever the harness ran, up to its hello's max runs)."""
         self._expect(REPLY)
-        runs, profiled, kernels = self._u32s(3)
+        got_runs, profiled, kernels = self._u32s(3)
+        if runs is None:
+            if not 1 <= got_runs <= self.hello.max_runs:
+                raise self._broken(f"the reply's run count is {got_runs}, the harness's "
+                                   f"hello allows 1 to {self.hello.max_runs}")
+            runs = got_runs
+        self._count("the reply's run count", got_runs, runs, "the request")
+        self._count("the reply's profiled run count", profiled,
+                    min(runs, self.hello.max_runs, PROFILE_MAX_RUNS) if self.hello.profile
+                    else 0, "the request" if self.hello.profile else "the hello (no profile)")
+        self._count("the reply's kernel count", kernels, self.hello.kernels, "the hello")
         times = list(self._u64s(runs))
         flat = self._u64s(profiled * kernels)
         profile = [list(flat[i * kernels:(i + 1) * kernels]) for i in range(profiled)]
         outs = []
         for expected in self.hello.output_bytes:
             (n,) = self._u64s(1)
-            if n != expected:
-                self.alive = False
-                raise AotError(f"the harness sent a {n}-byte output, expected {expected}")
+            self._count(f"output {len(outs)}'s byte count", n, expected, "the hello")
             outs.append(self._read(n))
         profile_ns = profile if self.hello.profile else None
         check_profile(self._meta, profile_ns)

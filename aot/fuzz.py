@@ -645,6 +645,24 @@ def _shape_op(model, rng):
     return f"{op} on '{x}' with {huge if op in ('ConstantOfShape', 'Expand', 'Reshape') else 'hostile operands'} -> {where}"
 
 
+def _fan_in(model, rng):
+    """A variadic node over many inputs: wide fan-in (a Sum of 1,000 tensors
+    nests 1,000 deep if lowered as one expression)."""
+    from onnx import helper
+    g = model.graph
+    sources = [i.name for i in g.input if i.name not in {t.name for t in g.initializer}]
+    sources += [o for n in g.node for o in n.output if o]
+    picks = [_pick(sources, rng, "tensors") for _ in range(rng.choice((1, 1, 2)))]
+    n = rng.choice((17, 100, 1000, 3000))
+    op = rng.choice(("Sum", "Max", "Min", "Mean", "Concat"))
+    attrs = {"axis": rng.choice((0, 1, -1))} if op == "Concat" else {}
+    y = f"fuzz_fan_in_{len(g.node)}"
+    g.node.append(helper.make_node(op, [picks[k % len(picks)] for k in range(n)], [y],
+                                   name=f"fuzz_{op}_{len(g.node)}", **attrs))
+    g.output.append(helper.make_empty_tensor_value_info(y))
+    return f"{op} of {n} inputs ({', '.join(picks)}) {attrs or ''}"
+
+
 def _huge_constant(model, rng):
     """A Constant node whose tensor claims a huge shape with little data."""
     from onnx import helper
@@ -676,6 +694,7 @@ ONNX_MUTATORS: dict[str, Mutator] = {
     "onnx_opset": _onnx_edit(_onnx_opset),
     "onnx_shape_op": _onnx_edit(_shape_op),
     "onnx_huge_constant": _onnx_edit(_huge_constant),
+    "onnx_fan_in": _onnx_edit(_fan_in),
 }
 
 
@@ -717,7 +736,7 @@ def mutate(path: str | Path, seed: int) -> Mutant:
 
 @dataclass(frozen=True)
 class Outcome:
-    status: str        # "packaged" | "refused" | "failed"
+    status: str        # "packaged" | "refused" | "failed" (aot.fuzz_io: "accepted", not "packaged")
     error_class: str   # the AotError subclass of a refusal, or the failure kind
     message: str       # the error line, or what went wrong
 
@@ -813,6 +832,9 @@ def judge(code: int, stderr: str, out_dir: Path, error_class: str = "") -> Outco
                            f"{stderr[:300]!r}")
         if out_dir.exists():
             return Outcome("failed", "partial", "exit 2 but the output dir exists")
+        if lines[0].startswith("aot: error: out of memory"):
+            # exit 2 for the user, but a budget (aot.limits) should have priced it
+            return Outcome("failed", "oom", lines[0][:300])
         return Outcome("refused", error_class or "AotError", lines[0][len("aot: error: "):])
     if code is not None and code < 0:
         return Outcome("failed", "crash", f"killed by signal {-code}")

@@ -33,8 +33,8 @@ def broadcast(sig: Sig, shapes) -> tuple[int, ...]:
     try:
         return tuple(int(d) for d in np.broadcast_shapes(*[tuple(s) for s in shapes]))
     except ValueError:
-        raise sig.fail("cannot broadcast shapes "
-                       + ", ".join(str(list(s)) for s in shapes)) from None
+        raise sig.fail("cannot broadcast shapes "      # each once: a Sum may have 1,000 inputs
+                       + ", ".join(dict.fromkeys(str(list(s)) for s in shapes))) from None
 
 
 def _present(sig: Sig) -> list[TensorType]:

@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
-"""The long fuzz run: hostile variants of the shared models through `aot package`.
+"""The long fuzz run: hostile variants of the shared models through `aot package`,
+and hostile harnesses, reports, .npy inputs and board files (aot/fuzz_io.py).
 
-    .venv/bin/python scripts/fuzz.py --cases 3000 --jobs 2 --out build/fuzz
+    .venv/bin/python scripts/fuzz.py --cases 3000 --io-cases 2000 --jobs 2 --out build/fuzz
 
 Case i is seed (--seed-start + i) of model i mod len(models): the run is
-deterministic and any case can be replayed alone (--only MODEL:SEED). Each
-case runs in a worker process under a memory rlimit (RLIMIT_AS) and a time
+deterministic and any case can be replayed alone (--only MODEL:SEED, or
+io:KIND:SEED for the other fuzzers). Models are packaged at aot's default
+element limit and compile-memory budget unless --max-elements lowers it.
+Each case runs in a worker process under a memory rlimit (RLIMIT_AS, 1 GiB
+by default: `aot package` of any model must fit it or say why) and a time
 limit; a worker that crashes, runs out of memory or hangs is killed, the
 case counted as a failure and a fresh worker started. Every failure leaves
 a reproducer (the mutated model and a .txt saying what was done) in
-OUT/failures. The summary counts outcomes: packaged, refused (exit 2) by
-error class, failures by kind.
+OUT/failures. The summary counts outcomes: packaged (accepted), refused
+(exit 2) by error class, failures by kind.
 """
 from __future__ import annotations
 
@@ -40,6 +44,9 @@ def worker(args: argparse.Namespace) -> int:
 
     from aot.fuzz import mutate, run_case
 
+    from aot.fuzz_io import run_io_case
+    from aot.limits import DEFAULT_MAX_ELEMENTS
+
     limit = args.memory_mb << 20
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     answer = os.fdopen(os.dup(1), "w", buffering=1)
@@ -47,12 +54,20 @@ def worker(args: argparse.Namespace) -> int:
     work = Path(args.workdir)
     for line in sys.stdin:
         model, seed = line.split()
+        if model.startswith("io:"):
+            start = time.monotonic()
+            outcome, detail = run_io_case(model[3:], int(seed), work, args.time_limit)
+            answer.write(json.dumps({"status": outcome.status, "class": outcome.error_class,
+                                     "message": outcome.message, "detail": detail,
+                                     "seconds": round(time.monotonic() - start, 3),
+                                     "mutation": model}) + "\n")
+            continue
         mutant = mutate(MODELS / model, int(seed))
         case = work / f"case{mutant.suffix}"
         case.write_bytes(mutant.data)
         out = work / "pkg"
         start = time.monotonic()
-        outcome = run_case(case, out, args.time_limit, args.max_elements)
+        outcome = run_case(case, out, args.time_limit, args.max_elements or DEFAULT_MAX_ELEMENTS)
         seconds = time.monotonic() - start
         subprocess.run(["rm", "-rf", str(out)], check=False)
         answer.write(json.dumps({"status": outcome.status, "class": outcome.error_class,
@@ -74,7 +89,7 @@ def spawn(args: argparse.Namespace, root: Path, k: int) -> Worker:
     workdir = Path(tempfile.mkdtemp(prefix=f"w{k}-", dir=root))
     argv = [sys.executable, __file__, "--worker", "--workdir", str(workdir),
             "--time-limit", str(args.time_limit), "--memory-mb", str(args.memory_mb),
-            "--max-elements", str(args.max_elements)]
+            "--max-elements", str(args.max_elements or 0)]
     log = open(workdir / "stderr.log", "wb")
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                             cwd=REPO)
@@ -86,18 +101,34 @@ def spawn(args: argparse.Namespace, root: Path, k: int) -> Worker:
 # ------------------------------------------------------------------ the driver
 
 def cases(args: argparse.Namespace) -> list[tuple[str, int]]:
+    from aot.fuzz_io import KINDS
+
     if args.only:
         return [(spec.rpartition(":")[0], int(spec.rpartition(":")[2])) for spec in args.only]
     names = sorted(p.name for pattern in args.models.split(",") for p in MODELS.glob(pattern)
                    if p.suffix in (".onnx", ".tflite"))
-    if not names:
+    if not names and args.cases:
         raise SystemExit(f"no models match {args.models} in {MODELS}")
-    return [(names[i % len(names)], args.seed_start + i) for i in range(args.cases)]
+    todo = [(names[i % len(names)], args.seed_start + i) for i in range(args.cases)]
+    kinds = KINDS if args.io == "all" else tuple(k for k in args.io.split(",") if k)
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise SystemExit(f"no fuzzer {', '.join(unknown)} (--io takes {', '.join(KINDS)})")
+    # interleaved, so that an interrupted run has some of each
+    io = [(f"io:{k}", args.seed_start + i) for i in range(args.io_cases) for k in kinds]
+    return todo + io
 
 
 def save_reproducer(out: Path, model: str, seed: int, result: dict) -> Path:
     from aot.fuzz import mutate
 
+    if model.startswith("io:"):
+        note = out / "failures" / f"{model[3:]}_seed{seed}.txt"
+        note.parent.mkdir(parents=True, exist_ok=True)
+        note.write_text(f"{model} seed {seed}: {result.get('detail', '?')}\n"
+                        f"{result['class']}: {result['message']}\n"
+                        f"replay: .venv/bin/python scripts/fuzz.py --only {model}:{seed}\n")
+        return note
     mutant = mutate(MODELS / model, seed)
     stem = f"{Path(model).stem}_seed{seed}"
     failures = out / "failures"
@@ -195,7 +226,8 @@ def summarize(results: list[dict], seconds: float) -> str:
     by = collections.Counter((r["status"], r["class"]) for r in results)
     status = collections.Counter(r["status"] for r in results)
     lines = [f"fuzz: {len(results)} cases in {seconds:.0f} s: {status['packaged']} packaged, "
-             f"{status['refused']} refused (exit 2), {status['failed']} failures", "",
+             f"{status['accepted']} accepted (io), {status['refused']} refused (exit 2), "
+             f"{status['failed']} failures", "",
              f"{'outcome':<12} {'class':<22} {'cases':>6}"]
     for (st, cls), n in sorted(by.items(), key=lambda kv: (kv[0][0], -kv[1])):
         lines.append(f"{st:<12} {cls or '-':<22} {n:>6}")
@@ -205,7 +237,8 @@ def summarize(results: list[dict], seconds: float) -> str:
     lines += ["", f"{'mutation':<24} {'packaged':>9} {'refused':>8} {'failed':>7}"]
     for name in sorted(muts):
         c = muts[name]
-        lines.append(f"{name:<24} {c['packaged']:>9} {c['refused']:>8} {c['failed']:>7}")
+        lines.append(f"{name:<24} {c['packaged'] + c['accepted']:>9} {c['refused']:>8} "
+                     f"{c['failed']:>7}")
     slow = max(results, key=lambda r: r["seconds"], default=None)
     if slow:
         lines.append(f"\nslowest case: {slow['model']}:{slow['seed']} {slow['seconds']:.1f} s")
@@ -220,9 +253,12 @@ def main() -> int:
     p.add_argument("--only", nargs="*", help="MODEL:SEED cases to replay")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--time-limit", type=float, default=60.0, help="seconds per case")
-    p.add_argument("--memory-mb", type=int, default=1536, help="RLIMIT_AS per worker")
-    p.add_argument("--max-elements", type=int, default=1 << 22,
-                   help="AOT_MAX_TENSOR_ELEMENTS for the cases")
+    p.add_argument("--io-cases", type=int, default=0,
+                   help="cases of each fuzzer of aot/fuzz_io.py (--io)")
+    p.add_argument("--io", default="all", help="which of them: all, or serve,report,npy,toml")
+    p.add_argument("--memory-mb", type=int, default=1024, help="RLIMIT_AS per worker")
+    p.add_argument("--max-elements", type=int, default=0,
+                   help="AOT_MAX_TENSOR_ELEMENTS for the cases (0: aot's default)")
     p.add_argument("--out", default="build/fuzz")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--workdir", help=argparse.SUPPRESS)

@@ -171,7 +171,10 @@ def test_avx512_int8_c_uses_512_bit_pmaddwd_and_no_minmax_lane_loop():
     helpers = minmax_helpers(source)
     assert any(name.endswith("x16") for name in helpers), sorted(helpers)
     for name, body in helpers.items():
-        assert "for (" not in body, f"{name} loops over lanes:\n{body}"
+        # GCC on x86 has its own lane loop (it vectorizes that, not the
+        # blend: docs/package.md, "gcc and clang"); clang takes the rest.
+        clang = body.split("#else", 1)[1] if "!defined(__clang__)" in body else body
+        assert "for (" not in clang, f"{name} loops over lanes:\n{body}"
 
 
 def test_16_lane_minmax_compiles_to_one_zmm_instruction(tmp_path):

@@ -302,7 +302,8 @@ def serve_case(seed: int, time_limit: float = 10.0) -> tuple[Outcome, str]:
         start = time.monotonic()
         harness = FakeHarness(data, stall)
         try:
-            with _deadlines(STALL_DEADLINE_S if stall is not None else time_limit):
+            # without a stall, the case's alarm (a hang) must ring before any deadline
+            with _deadlines(STALL_DEADLINE_S if stall is not None else 2 * time_limit):
                 session = _Session(harness, meta)
                 try:
                     return _check_result(session.request(inputs, warmup, runs), meta, runs)

@@ -13,6 +13,7 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -238,3 +239,25 @@ def test_tir_walkers_have_no_depth_limit():
     assert dtype_of(Bin("<", e, e)).scalar == "bool"
     doubled = map_expr(e, lambda x: Const(1.0, FLOAT32) if isinstance(x, Const) else None)
     assert sum(isinstance(x, Const) and x.value == 1.0 for x in walk_expr(doubled)) == 1
+
+
+def test_interpolation_over_many_axes_is_refused_not_a_recursion(tmp_path):
+    """Linear Resize sums one term per combination of the axes' taps: over
+    10 axes 1,024 terms nested in one expression (a RecursionError)."""
+    from aot.errors import UnsupportedError
+    from onnx import TensorProto, helper, numpy_helper
+
+    def resize(rank: int) -> Path:
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2] * rank)
+        scales = numpy_helper.from_array(np.full(rank, 1.5, np.float32), "s")
+        graph = helper.make_graph([_node("Resize", ["x", "", "s"], ["y"], mode="linear")], "g",
+                                  [x], [helper.make_empty_tensor_value_info("y")], [scales])
+        path = tmp_path / f"resize{rank}.onnx"
+        path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+                         .SerializeToString())
+        return path
+
+    from aot.api import package
+    with pytest.raises(UnsupportedError, match=r"interpolating over 10 axes at once \(1024 taps"):
+        package(resize(10), board="host", out_dir=tmp_path / "p10")
+    package(resize(6), board="host", out_dir=tmp_path / "p6")      # 64 terms: within reach

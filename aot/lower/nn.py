@@ -877,11 +877,21 @@ def resize(ctx: LowerCtx, ins: Sequence[TensorRef], idx: tuple, lanes: int) -> E
     return value
 
 
+# Interpolation terms per output element, at most: one per combination of
+# the axes' taps (cubic over 3 axes: 64), summed in one expression; linear
+# over a rank-10 tensor made 1,024 and a RecursionError, rank 20 a million.
+MAX_RESIZE_TERMS = 64
+
+
 def _interpolate(ctx, x: TensorRef, axes, idx, lanes: int, d: DType) -> Expr:
+    keeps = [np.flatnonzero(np.any(w != 0, axis=0)) for _, _, w, _ in axes]
+    terms = int(np.prod([len(k) for k in keeps], dtype=np.float64))
+    if terms > MAX_RESIZE_TERMS:
+        raise ctx.unsupported(f"interpolating over {len(axes)} axes at once ({terms} taps per "
+                              f"output element, more than {MAX_RESIZE_TERMS})")
     tables = []
-    for a, taps, w, _ in axes:
+    for (a, taps, w, _), keep in zip(axes, keeps):    # taps that always weigh 0 go
         n = taps.shape[1]
-        keep = np.flatnonzero(np.any(w != 0, axis=0))     # taps that always weigh 0 go
         tables.append((a, n, keep, _param(ctx, "resize_index", taps.astype(np.int32)),
                        _param(ctx, "resize_weight", w.astype(d.scalar))))
     total = None

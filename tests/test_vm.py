@@ -9,6 +9,7 @@ its own TMPDIR, so a private VM left behind would be seen.
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -111,6 +112,47 @@ def test_the_built_image_holds_what_the_vm_needs():
                  *(f"lib/modules/{m}.ko" for m in info["modules"])):
         assert path in names, path
     assert {"virtio_pci", "virtio_net"} <= set(info["modules"])
+    # The guest's private host key is in initrd.gz, aot's login in client_key.
+    assert _mode(image.dir) == 0o700
+    assert {p.name: _mode(p) for p in image.dir.iterdir()} == {
+        name: 0o600 for name in ("Image", "initrd.gz", "client_key", "client_key.pub",
+                                 "host_key.pub", "image.json")}
+    assert names[vm_image.HOST_KEY][1] & 0o777 == 0o600     # as sshd wants it
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_private_files_are_never_wider_than_0600(tmp_path, monkeypatch):
+    """Created 0600 (and dirs 0700) even under umask 0, and never chmodded:
+    another user could open the file in between."""
+    from aot.deploy.private_files import private_dir, write_private
+
+    def no_chmod(*args, **kwargs):
+        raise AssertionError("chmod after the fact")
+
+    monkeypatch.setattr(os, "chmod", no_chmod)
+    monkeypatch.setattr(Path, "chmod", no_chmod)
+    old = os.umask(0)
+    try:
+        d = private_dir(tmp_path / "a" / "b")
+        write_private(d / "key", b"secret")
+        write_private(d / "key", b"secret 2")        # replaced whole
+    finally:
+        os.umask(old)
+    assert [_mode(tmp_path / "a"), _mode(d), _mode(d / "key")] == [0o700, 0o700, 0o600]
+    assert (d / "key").read_bytes() == b"secret 2" and [p.name for p in d.iterdir()] == ["key"]
+
+
+def test_the_qemu_command_restricts_the_guest_and_lets_qemu_pick_the_port(tmp_path):
+    cfg = vm.vm_config(get_board(BOARD))
+    cmd = vm.qemu_command(cfg, vm_image.Image(tmp_path), tmp_path / "console.log", 7)
+    assert cmd[cmd.index("-netdev") + 1] == ("user,id=n0,restrict=on,"
+                                             "hostfwd=tcp:127.0.0.1:0-:22")
+    assert cmd[cmd.index("-chardev") + 1] == "socket,id=qmp,fd=7"
+    assert cmd[cmd.index("-mon") + 1] == "chardev=qmp,mode=control"
+    assert not hasattr(vm, "free_port")
 
 
 # --- booting it -------------------------------------------------------------------
@@ -182,6 +224,12 @@ def test_board_up_is_reused_by_later_commands_until_down(env, tmp_path):
     try:
         assert up["started"] and up["host"] == "127.0.0.1"
         assert qemu_pids(str(tmp_path)) == [up["pid"]]
+        state = Path(up["key"]).parent
+        assert [_mode(state), _mode(state.parent), _mode(state / "client_key"),
+                _mode(state / "known_hosts")] == [0o700, 0o700, 0o600, 0o600]
+        argv = Path(f"/proc/{up['pid']}/cmdline").read_bytes().split(b"\0")
+        assert b"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:0-:22" in argv
+        _guest_cannot_reach_the_host(up)
         console = Path(up["key"]).parent / "console.log"
         logins = console.read_text().count("Accepted publickey for root")
         again = json.loads(aot(env, "board", "up", BOARD, "--json").stdout)
@@ -201,6 +249,36 @@ def test_board_up_is_reused_by_later_commands_until_down(env, tmp_path):
     assert qemu_pids(str(tmp_path)) == []
     r = aot(env, "board", "down", BOARD)
     assert r.returncode == 0 and r.stdout.strip() == f"{BOARD} was not up"
+
+
+def _guest_cannot_reach_the_host(up: dict) -> None:
+    """restrict=on: the guest reaches no service of the host (10.0.2.2 is the
+    host's loopback under QEMU's user network), though the host reaches the
+    guest's sshd through the forward."""
+    import socket
+    import threading
+
+    from aot.deploy.ssh import SshSession
+    from aot.deploy.ssh_config import SshParams
+
+    reached = []
+
+    def serve(server: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = server.accept()
+                reached.append(conn.recv(16))
+                conn.close()
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        threading.Thread(target=serve, args=(server,), daemon=True).start()
+        params = SshParams("127.0.0.1", up["port"], up["user"], up["key"], up["known_hosts"],
+                           board=BOARD)
+        with SshSession(params) as s:
+            s.run(["sh", "-c", f"echo from-the-guest | nc -w 2 10.0.2.2 "
+                   f"{server.getsockname()[1]}"], timeout=30)
+        server.shutdown(socket.SHUT_RDWR)
+    assert reached == []
 
 
 def test_board_up_refuses_a_board_that_is_no_vm(env):
@@ -231,6 +309,9 @@ def test_serve_mode_answers_100_requests_checked_against_the_reference(env, tmp_
             [want] = tflite_micro(MODEL, graph, [x])
             assert list(got) == [out]
             np.testing.assert_array_equal(got[out], want.reshape(got[out].shape))
+        [state] = Path(env["TMPDIR"]).glob("aot-vm-*")          # the private VM's files
+        assert [_mode(state), _mode(state / "client_key"), _mode(state / "known_hosts")] == [
+            0o700, 0o600, 0o600]
     assert qemu_pids(str(tmp_path)) == []
     assert list(Path(env["TMPDIR"]).iterdir()) == []
 

@@ -669,3 +669,39 @@ def test_ssh_and_vm_do_not_import_each_other():
             imported |= {a.name for a in node.names}
     assert not {"aot.deploy.ssh", "aot.deploy.ssh.ssh"} & imported, imported
     assert "aot.deploy.ssh_config" in imported
+
+
+def test_a_board_that_stops_answering_mid_command(sshd, remote_tmp, tmp_path):
+    """The session stops while a command runs: the command times out, the
+    kill over the stalled connection gives up, and a fresh connection kills
+    the command and removes the work dir."""
+    from aot.deploy import ssh
+    from aot.errors import AotError
+
+    pid_file = tmp_path / "pid"
+    stopped: list[int] = []
+
+    def stop_when_running() -> None:
+        deadline = time.monotonic() + 10
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stopped.extend(_children(sshd.pid))
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+
+    stopper = threading.Thread(target=stop_when_running)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(AotError, match="timed out after 2 s"):
+            with ssh.SshSession(params_of(sshd, remote_tmp, command_timeout_s=2)) as s:
+                stopper.start()
+                s.run(["sh", "-c", f"echo $$ > {pid_file}; exec sleep 60"])
+        elapsed = time.monotonic() - t0
+        assert list(remote_tmp.iterdir()) == []
+        assert _gone(int(pid_file.read_text())), "the command still runs on the board"
+    finally:
+        stopper.join()
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    assert elapsed < 2 + ssh.PING_TIMEOUT_S + ssh.CLEANUP_CONNECT_S + 1, elapsed

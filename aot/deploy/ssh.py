@@ -78,6 +78,9 @@ CLEANUP_CONNECT_S = 4.0
 # A command's watchdog fires this long after its own deadline, which kills
 # the command over the connection if the board still answers.
 GRACE_S = 1.0
+# Before that kill: does the board answer at all? (A stalled one would hold
+# the kill for KILL_TIMEOUT_S; the cleanup's fresh connection kills it.)
+PING_TIMEOUT_S = 2.0
 KEEPALIVE_S = 10.0
 POLL_S = 0.2
 CHUNK = 1 << 16
@@ -504,12 +507,30 @@ class SshSession:
                 if b"\n" not in out:      # interrupted before sh said its pid
                     _collect_pid(chan, out)
                 pid = _parse_pid(bytes(out).partition(b"\n")[0] + b"\n")
+                if pid is not None and not self._answers(PING_TIMEOUT_S):
+                    self._orphans.append(pid)
+                    return
                 self.kill(pid)
         except (AotError, paramiko.SSHException, OSError, EOFError):
             if pid is not None:
                 self._orphans.append(pid)   # the original error matters more
         finally:
             chan.close()
+
+    def _answers(self, seconds: float) -> bool:
+        """Whether the board answers a request within `seconds` (a global
+        request, which sshd and dropbear refuse at once); if it does not,
+        the connection is closed."""
+        transport = self._client.get_transport() if self._client else None
+        if transport is None or not transport.is_active():
+            return False
+        watchdog = _Watchdog(transport, seconds)
+        try:
+            with watchdog:
+                transport.global_request("keepalive@openssh.com", wait=True)
+        except (paramiko.SSHException, OSError, EOFError):
+            return False
+        return not watchdog.fired and transport.is_active()
 
     def _make_workdir(self) -> str:
         tmp = self.params.remote_tmp

@@ -559,7 +559,7 @@ def on_board(board) -> Iterator[Callable]:
     from aot.deploy.device import connect
 
     with connect(board) as device:
-        yield device.run
+        yield device.request
 
 
 def board_contender(run_on_board: Callable, pkg: Path, inputs, batch: int

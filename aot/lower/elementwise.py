@@ -85,6 +85,56 @@ def clamp(x: Expr, lo, hi) -> Expr:
     return Bin("min", Bin("max", x, const_like(lo, x)), const_like(hi, x))
 
 
+# ---- arithmetic on tensor values, defined for every value ---------------------------------
+# C leaves signed overflow, INT_MIN / -1 and out-of-range float -> int
+# conversions undefined (x86 traps on the division); a model's inputs can
+# hold anything. numpy and ONNX Runtime wrap, as these do. Index arithmetic
+# (loop counters, offsets) stays plain: its range is known.
+
+def _wide_signed(d: DType) -> bool:
+    """int32/int64: C does not promote them, so their overflow is undefined
+    (narrower types are computed in int and converted back, which wraps)."""
+    return d.scalar in ("int32", "int64")
+
+
+def wrapping(op: str, a: Expr, b: Expr) -> Expr:
+    """a + b, a - b or a * b in two's complement: computed unsigned (the same
+    instructions) and converted back."""
+    d = dtype_of(a)
+    if not _wide_signed(d):
+        return Bin(op, a, b)
+    u = DType("u" + d.scalar, d.lanes)
+    return Cast(d, Bin(op, Cast(u, a), Cast(u, b)))
+
+
+def wrapping_neg(x: Expr) -> Expr:
+    return wrapping("-", const_like(0, x), x) if _wide_signed(dtype_of(x)) else Unary("neg", x)
+
+
+def int_abs(x: Expr) -> Expr:
+    """|x|, with |INT_MIN| = INT_MIN as numpy has it."""
+    if not _wide_signed(dtype_of(x)):
+        return Unary("abs", x)
+    return Select(Bin("<", x, const_like(0, x)), wrapping_neg(x), x)
+
+
+# 2**63: the first float beyond int64, exact in float32 and float64
+_INT64_LIMIT = float(2**63)
+
+
+def float_to_int(x: Expr, to: DType | str) -> Expr:
+    """x converted to the integer type `to`, for every value: truncated
+    toward zero into int64, then wrapped to `to` (what numpy and ONNX Runtime
+    give on x86 for the narrow types); NaN, infinities and values int64
+    cannot hold give 0. aot.ops.elementwise.cast_array is the reference."""
+    d = dtype_of(x)
+    to = dt(to).with_lanes(d.lanes)
+    fits = Bin("and", Bin(">=", x, const_like(-_INT64_LIMIT, x)),
+               Bin("<", x, const_like(_INT64_LIMIT, x)))
+    wide = Cast(DType("int64", d.lanes), Select(fits, x, const_like(0, x)))
+    return cast(wide, to)
+
+
 # ---- the tables: value(s) -> value, with the node attributes at hand ---------------
 
 def _sigmoid(x):
@@ -185,8 +235,8 @@ def _sign(x, a):
 
 
 UNARY_ANY: dict[str, Callable[[Expr, dict], Expr]] = {
-    "Abs": lambda x, a: x if _unsigned(x) else Unary("abs", x),
-    "Neg": lambda x, a: Unary("neg", x),
+    "Abs": lambda x, a: x if _unsigned(x) else int_abs(x),
+    "Neg": lambda x, a: wrapping_neg(x),
     "Sign": _sign,
     "Relu": lambda x, a: Bin("max", x, const_like(0, x)),
     "Not": lambda x, a: Unary("not", x),
@@ -196,14 +246,22 @@ UNARY_ANY: dict[str, Callable[[Expr, dict], Expr]] = {
 
 def _nonzero(y: Expr) -> Expr:
     """y with 0 replaced by 1: integer division by zero is undefined in C, and
-    the reference divides by 1 there."""
-    return Select(Bin("==", y, const_like(0, y)), const_like(1, y), y)
+    the reference divides by 1 there. A signed -1 becomes 1 too: INT_MIN / -1
+    overflows (x86 traps), and x % -1 is x % 1, 0."""
+    one = const_like(1, y)
+    bad = Bin("==", y, const_like(0, y))
+    if not _unsigned(y):
+        bad = Bin("or", bad, Bin("==", y, const_like(-1, y)))
+    return Select(bad, one, y)
 
 
 def _div(x, y, a):
     if dtype_of(x).is_float:
         return Bin("/", x, y)
-    return Bin("/", x, _nonzero(y))      # C truncates toward zero, as ONNX
+    q = Bin("/", x, _nonzero(y))         # C truncates toward zero, as ONNX
+    if _unsigned(x):
+        return q
+    return Select(Bin("==", y, const_like(-1, y)), wrapping_neg(x), q)
 
 
 def _mod(x, y, a):
@@ -236,13 +294,13 @@ def _pow(x, y, a):
         return math_call("pow", x, cast(y, dx))
     # integer Pow: exact in double, truncated back
     f64 = DType("float64", dx.lanes)
-    return Cast(dx, math_call("pow", cast(x, f64), cast(y, f64)))
+    return float_to_int(math_call("pow", cast(x, f64), cast(y, f64)), dx)
 
 
 BINARY: dict[str, Callable[[Expr, Expr, dict], Expr | None]] = {
-    "Add": lambda x, y, a: Bin("+", x, y),
-    "Sub": lambda x, y, a: Bin("-", x, y),
-    "Mul": lambda x, y, a: Bin("*", x, y),
+    "Add": lambda x, y, a: wrapping("+", x, y),
+    "Sub": lambda x, y, a: wrapping("-", x, y),
+    "Mul": lambda x, y, a: wrapping("*", x, y),
     "Div": _div,
     "Mod": _mod,
     "Pow": _pow,
@@ -257,7 +315,7 @@ BINARY: dict[str, Callable[[Expr, Expr, dict], Expr | None]] = {
     "Greater": lambda x, y, a: Bin(">", x, y),
     "LessOrEqual": lambda x, y, a: Bin("<=", x, y),
     "GreaterOrEqual": lambda x, y, a: Bin(">=", x, y),
-    "PRelu": lambda x, slope, a: Select(Bin("<", x, const_like(0, x)), Bin("*", x, slope), x),
+    "PRelu": lambda x, slope, a: Select(Bin("<", x, const_like(0, x)), wrapping("*", x, slope), x),
 }
 
 # variadic ops: a fold of a binary op over all operands
@@ -294,8 +352,9 @@ def _binary(ctx: LowerCtx, ins, idx, lanes):
 def _variadic(ctx: LowerCtx, ins, idx, lanes):
     xs = _operands(ins, idx, lanes)
     out = xs[0]
+    op = VARIADIC[ctx.node.op]
     for x in xs[1:]:
-        out = Bin(VARIADIC[ctx.node.op], out, x)
+        out = wrapping(op, out, x) if op == "+" else Bin(op, out, x)
     return out
 
 
@@ -308,7 +367,8 @@ def _mean(ctx: LowerCtx, ins, idx, lanes):
     total = cast(xs[0], acc)
     for x in xs[1:]:
         total = Bin("+", total, cast(x, acc))
-    return cast(Bin("/", total, const_like(len(xs), acc)), d)
+    mean = Bin("/", total, const_like(len(xs), acc))
+    return mean if d.is_float else float_to_int(mean, d)
 
 
 @value_rule("Clip")
@@ -332,7 +392,6 @@ def _cast(ctx: LowerCtx, ins, idx, lanes):
     x = broadcast_load(ins[0], idx, lanes)
     to = dt(ctx.out_types[0].dtype)
     if dtype_of(x).is_float and not to.is_float and to.scalar != "bool":
-        # float -> int truncates toward zero (C's conversion); NaN/inf are
-        # undefined in ONNX and the reference maps them to 0
-        x = Select(Bin("==", Bin("-", x, x), const_like(0, x)), x, const_like(0, x))
+        # undefined in ONNX beyond the target's range: defined here for all
+        return float_to_int(x, to)
     return cast(x, to)

@@ -14,9 +14,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.ir.tir import (Assign, Bin, Cast, Const, Decl, DType, Expr, For, ForKind, Select, Stmt,
+from aot.ir.tir import (Assign, Bin, Const, Decl, DType, Expr, For, ForKind, Select, Stmt,
                         Unary, Var, const, dt, dtype_of, seq)
-from aot.lower.elementwise import broadcast_load, cast, const_like, math_call
+from aot.lower.elementwise import (broadcast_load, cast, const_like, float_to_int, int_abs,
+                                  math_call, wrapping)
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.ops.reduce import _reduce_axes
 from aot.ops.registry import Sig
@@ -101,12 +102,16 @@ def _count(shape, axes) -> int:
 
 # ---- Reduce* -------------------------------------------------------------------------------
 
-def _acc_type(x: TensorRef) -> DType:
-    return x.dtype if x.dtype.is_float else dt("int64")
+def _acc_type(x: TensorRef, op: str = "") -> DType:
+    """Floats in their type; integers in int64, wrapping as numpy does, or
+    in float64 for a mean (numpy's, which the reference uses)."""
+    if x.dtype.is_float:
+        return x.dtype
+    return dt("float64") if op == "ReduceMean" else dt("int64")
 
 
 def _sum_of(f: Callable[[Expr], Expr]):
-    return lambda acc, v: Bin("+", acc, f(cast(v, acc.dtype)))
+    return lambda acc, v: wrapping("+", acc, f(cast(v, acc.dtype)))
 
 
 # op -> (init, update(acc, x), finish(acc, count)); init None seeds with the first element
@@ -115,9 +120,10 @@ REDUCERS: dict[str, tuple] = {
     "ReduceMean": (0, _sum_of(lambda v: v), None),     # finish: see _mean
     "ReduceMax": (None, lambda acc, v: Bin("max", acc, v), lambda s, n: s),
     "ReduceMin": (None, lambda acc, v: Bin("min", acc, v), lambda s, n: s),
-    "ReduceProd": (1, lambda acc, v: Bin("*", acc, cast(v, acc.dtype)), lambda s, n: s),
-    "ReduceL1": (0, _sum_of(lambda v: Unary("abs", v)), lambda s, n: s),
-    "ReduceSumSquare": (0, _sum_of(lambda v: Bin("*", v, v)), lambda s, n: s),
+    "ReduceProd": (1, lambda acc, v: wrapping("*", acc, cast(v, acc.dtype)), lambda s, n: s),
+    "ReduceL1": (0, _sum_of(lambda v: int_abs(v) if not dtype_of(v).is_float
+                            else Unary("abs", v)), lambda s, n: s),
+    "ReduceSumSquare": (0, _sum_of(lambda v: wrapping("*", v, v)), lambda s, n: s),
     "ReduceL2": (0, _sum_of(lambda v: Bin("*", v, v)), lambda s, n: math_call("sqrt", s)),
     "ReduceLogSum": (0, _sum_of(lambda v: v), lambda s, n: math_call("log", s)),
 }
@@ -127,7 +133,7 @@ def _mean(s: Expr, n: int, out: DType) -> Expr:
     if out.is_float:
         return Bin("/", s, const_like(n, s))
     # integers: numpy's mean is a float64 one, truncated back
-    return Bin("/", Cast(dt("float64"), s), Const(float(n), dt("float64")))
+    return float_to_int(Bin("/", cast(s, "float64"), Const(float(n), dt("float64"))), out)
 
 
 def _axes(ctx: LowerCtx, ins) -> tuple[int, ...] | None:
@@ -153,7 +159,7 @@ def reduce_kernel(ctx: LowerCtx, x: TensorRef, axes: Sequence[int], keepdims: bo
         raise ctx.unsupported(f"{op} on {out.scalar}")
 
     def row(at: Index, lanes: int = 1) -> Stmt:
-        acc_type = _acc_type(x).with_lanes(lanes)
+        acc_type = _acc_type(x, op).with_lanes(lanes)
         seed = _first(x, at, axes, lanes) if init is None else const_like(init, acc_type)
         stmts, acc = accumulate(ctx, x, at, axes, seed, update)
         value = _mean(acc, n, out) if finish is None else finish(acc, n)

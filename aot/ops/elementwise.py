@@ -114,9 +114,12 @@ def _infer_logic(sig: Sig):
 
 
 def _finish(call: Call, result) -> list[np.ndarray]:
-    # a contiguous array of the inferred dtype (never a broadcast view)
-    return [np.require(np.asarray(result).astype(call.out_types[0].dtype, copy=False),
-                       requirements="C")]
+    # a contiguous array of the inferred dtype (never a broadcast view);
+    # integer Pow and Mean computed in float64 convert back as Cast does
+    result, dtype = np.asarray(result), call.out_types[0].dtype
+    if result.dtype.kind == "f" and np.dtype(dtype).kind in "iu":
+        result = cast_array(result, dtype)
+    return [np.require(result.astype(dtype, copy=False), requirements="C")]
 
 
 def _define(name: str, fn: Callable, infer, pattern: Pattern) -> None:
@@ -345,21 +348,27 @@ def _cast_target(sig_or_call) -> str:
 @register("Cast", infer=arity(1, 1)(lambda s: [TensorType(s.in_types[0].shape, _cast_target(s))]),
           pattern=Pattern.ELEMWISE)
 def _cast(call: Call, args):
-    return [_cast_array(args[0], call.out_types[0].dtype)]
+    return [cast_array(args[0], call.out_types[0].dtype)]
 
 
 @register("CastLike", infer=arity(2, 2)(lambda s: [TensorType(s.in_types[0].shape,
                                                          s.in_types[1].dtype)]),
           pattern=Pattern.ELEMWISE)
 def _cast_like(call: Call, args):
-    return [_cast_array(args[0], call.out_types[0].dtype)]
+    return [cast_array(args[0], call.out_types[0].dtype)]
 
 
-def _cast_array(x: np.ndarray, dtype: str) -> np.ndarray:
+def cast_array(x: np.ndarray, dtype: str) -> np.ndarray:
+    """ONNX Cast. Float -> int, undefined in ONNX out of the target's range,
+    is defined for every value as the generated code computes it
+    (aot.lower.elementwise.float_to_int): truncated toward zero into int64,
+    then wrapped to the target; NaN, infinities and values int64 cannot
+    hold give 0."""
     with np.errstate(all="ignore"):
         if np.issubdtype(x.dtype, np.floating) and np.issubdtype(np.dtype(dtype), np.integer):
-            # float -> int truncates toward zero; NaN/inf are undefined in ONNX
-            x = np.trunc(np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0))
+            limit = float(2**63)
+            x = np.where((x >= -limit) & (x < limit), np.trunc(x), 0.0)
+            return x.astype(np.int64).astype(dtype)
         return x.astype(dtype)
 
 

@@ -118,11 +118,14 @@ def _quantize(call: Call, args):
     x, scale = args[0], args[1]
     zp = args[2] if len(args) > 2 else None
     out = call.out_types[0].dtype
-    q = np.rint(x / _expand_qparam(call, scale, x.shape)).astype(np.int32)
-    if zp is not None:
-        q = q + _expand_qparam(call, zp, x.shape).astype(np.int32)
-    info = np.iinfo(out)
-    return [np.clip(q, info.min, info.max).astype(out)]
+    # saturated in floating point: x / scale past int32 (1e30, inf) must
+    # clamp to the top, not wrap through an int32 conversion
+    with np.errstate(all="ignore"):
+        q = np.rint(x / _expand_qparam(call, scale, x.shape)).astype(np.float64)
+        if zp is not None:
+            q = q + _expand_qparam(call, zp, x.shape).astype(np.float64)
+        info = np.iinfo(out)
+        return [np.clip(q, info.min, info.max).astype(out)]
 
 
 def _dequantize_infer(sig: Sig):

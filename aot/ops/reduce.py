@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 
 from aot.ir.graph import TensorType
-from aot.ops.elementwise import arity
+from aot.ops.elementwise import arity, cast_array
 from aot.ops.registry import Call, Pattern, Sig, register
 
 
@@ -81,6 +81,13 @@ REDUCERS = {
 REAL_VALUED = ("ReduceMean", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp")
 
 
+def _finish(out: np.ndarray, dtype: str) -> np.ndarray:
+    """A real-valued result truncated back to an integer type as Cast does."""
+    if out.dtype.kind == "f" and np.dtype(dtype).kind in "iu":
+        return cast_array(out, dtype)
+    return out.astype(dtype)
+
+
 def _make_reduce(fn, real: bool):
     def ref(call: Call, args):
         x = args[0]
@@ -95,7 +102,7 @@ def _make_reduce(fn, real: bool):
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # mean of an empty set: nan
             out = fn(acc, axes, bool(call.attrs.get("keepdims", 1)))
-            return [np.asarray(out).astype(call.out_types[0].dtype)]
+            return [_finish(np.asarray(out), call.out_types[0].dtype)]
     return ref
 
 

@@ -40,7 +40,7 @@ def read_header(f: BinaryIO, what: str) -> tuple[tuple[int, ...], bool, np.dtype
         # hostile header reaches what they call: tokenize's TokenError,
         # literal_eval's SyntaxError and RecursionError, dtype's TypeError
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise AotError(f"{what}: not a valid .npy file ({reason[:200]})") from None
+        raise AotError(f"{what}: cannot read it as an .npy file ({reason[:200]})") from None
     if dtype.hasobject:
         raise AotError(f"{what}: holds Python objects (dtype {dtype}), not numbers")
     if not all(isinstance(d, int) and d >= 0 for d in shape):

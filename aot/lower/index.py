@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 from aot.ir.tir import (Bin, Decl, Expr, Load, Select, Stmt, Store, Var, add, const, dt,
                         flat_index, seq)
-from aot.lower.bounds import IndexCheck, all_of, fail_unless, in_range, position, precheck
+from aot.lower.bounds import IndexCheck, any_of, fail_if, outside, position, precheck
 from aot.lower.elementwise import cast, const_like
 from aot.lower.injective import _vector_ok
 from aot.lower.reduce import loops
@@ -149,7 +149,7 @@ def _scatter_elements(ctx: LowerCtx, ins, emit):
         def body(at):
             p = tuple(at[a] for a in range(rank))
             v = indices.load(p, 1)
-            guard = [] if indices.value is not None else [fail_unless(ctx, in_range(v, dim), check)]
+            guard = [] if indices.value is not None else [fail_if(ctx, outside(v, dim), check)]
             decls, (pos,) = _locals(ctx, [position(v, dim)])
             target = p[:axis] + (pos,) + p[axis + 1:]
             return seq(*guard, *decls, store(target, upd.load(p, 1)))
@@ -170,7 +170,7 @@ def _scatter_nd(ctx: LowerCtx, ins, emit):
             outer = tuple(at[a] for a in range(q - 1))
             vs = [indices.load(outer + (const(j),), 1) for j in range(k)]
             guard = [] if indices.value is not None else [
-                fail_unless(ctx, all_of([in_range(v, d) for v, d in zip(vs, dims)]), check)]
+                fail_if(ctx, any_of([outside(v, d) for v, d in zip(vs, dims)]), check)]
             decls, pos = _locals(ctx, [position(v, d) for v, d in zip(vs, dims)])
             inner = loops(ctx, rest, range(len(rest)), lambda r: store(
                 tuple(pos) + tuple(r[a] for a in range(len(rest))),

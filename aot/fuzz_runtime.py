@@ -13,9 +13,9 @@ seed always gives the same bytes), from one of three families:
 - reduce: a value chain ended by a reduction, an arg-max or a softmax.
 
 `fuzz_model(seed, cases, work)` packages the model once for the host with
-`-fsanitize=address,undefined -fno-sanitize-recover=all` (the C codegen; a
-quarter of the models with the LLVM codegen, whose kernels are not
-instrumented but whose crashes still show) and runs it on `cases` input
+`-fsanitize=address,undefined -fno-sanitize-recover=all` (the C codegen; one
+model in eight with the LLVM codegen, whose kernels are not instrumented
+but whose crashes still show) and runs it on `cases` input
 sets from `hostile_inputs`. Each run is judged against the reference
 interpreter on the same optimized graph:
 

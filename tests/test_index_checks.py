@@ -35,6 +35,7 @@ from aot.targets import get_board
 HOST = get_board("host")
 SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all",
             "-fno-omit-frame-pointer", "-g", "-O1")
+WARNINGS = ("-Wall", "-Wextra", "-Werror")
 TABLE = (np.arange(40, dtype=np.float32).reshape(10, 4) * 0.5 - 3).astype(np.float32)
 ONNX_INDEX = {"int64": T.INT64, "int32": T.INT32}
 
@@ -123,7 +124,7 @@ def packages(tmp_path_factory):
             path = root / f"{stem}.onnx"
             onnx.save(m, path)
             info = package(path, board="host", codegen=codegen, out_dir=root / stem,
-                           extra_cflags=SANITIZE if sanitized else ())
+                           extra_cflags=(*SANITIZE, *WARNINGS) if sanitized else ())
             made[key] = (m, node, feeds, info.path)
         return made[key]
     return get
@@ -189,6 +190,7 @@ def test_one_hot_out_of_range_is_a_row_of_off_values(packages, itype):
 def test_sanitized_packages_are_clean_on_hostile_indices(packages, op, codegen, asan_env):
     """ASan and UBSan report nothing (any report would abort the harness):
     in range the rows are right, out of range the run stops at the check.
+    The package compiles warning-free (-Wall -Wextra -Werror).
     (With codegen llvm the kernels are LLVM's objects, not instrumented;
     the entry point and harness are.)"""
     m, node, feeds, pkg = packages(op, "int64", codegen, sanitized=True)

@@ -29,8 +29,8 @@ def _axis(ctx: LowerCtx, rank: int, default: int = 0) -> int:
 
 def _positions(ctx: LowerCtx, indices: TensorRef, at: tuple, dims: Sequence[int],
                components: bool) -> list[Expr]:
-    """The int32 positions the indices at `at` give (constant indices: from
-    a table made at compile time, checked by type inference)."""
+    """The int32 positions the indices at `at` give, once checked (constant
+    indices by type inference, others by the rule's check)."""
     if not components:
         return [position(indices.load(at, 1), dims[0])]
     return [position(indices.load(at + (const(j),), 1), d) for j, d in enumerate(dims)]

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from aot.errors import AotError, ModelError, ShapeError, UnsupportedError
+from aot.frontend.tflite_sparse import SparseSpec, decode_sparsity, densify
 from aot.ir.graph import Graph, Node, Quant, TensorType
 from aot.limits import check_shape
 from aot.ops import qmath
@@ -81,6 +82,7 @@ class _Tensor:
     buffer: int
     quant: tuple[np.ndarray, np.ndarray, int] | None
     is_variable: bool
+    sparsity: SparseSpec | None = None
 
 
 @dataclass
@@ -160,7 +162,7 @@ def _decode_tensor(t) -> _Tensor:
     name = raw.decode("utf-8", "replace") if raw else ""
     shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
     return _Tensor(name, shape, int(t.Type()), int(t.Buffer()), _decode_quant(t),
-                   bool(t.IsVariable()))
+                   bool(t.IsVariable()), decode_sparsity(t))
 
 
 def _decode(data: bytes) -> _Model:
@@ -292,7 +294,9 @@ class _Builder:
             raise ModelError(f"corrupt TFLite file: tensor '{name}' uses buffer {t.buffer} "
                              f"of {len(self.m.buffers)}")
         raw = self.m.buffers[t.buffer] if t.buffer > 0 else b""
-        if raw:
+        if raw and t.sparsity is not None:
+            self.constants[name] = self._sparse_array(raw, dtype, shape, name, t.sparsity)
+        elif raw:
             self.constants[name] = self._array(raw, dtype, shape, name)
 
     @staticmethod
@@ -344,6 +348,15 @@ class _Builder:
             raise ModelError(f"tensor '{name}': buffer has {len(raw)} bytes, shape "
                              f"{list(shape)} of {dtype} needs {count * dt.itemsize}")
         return np.frombuffer(raw, dtype=dt).astype(dtype).reshape(shape)
+
+    @staticmethod
+    def _sparse_array(raw: bytes, dtype: str, shape, name: str, spec: SparseSpec) -> np.ndarray:
+        dt = np.dtype(dtype).newbyteorder("<")
+        if len(raw) % dt.itemsize:
+            raise ModelError(f"tensor '{name}': sparse buffer of {len(raw)} bytes is not a "
+                             f"whole number of {dtype} values")
+        values = np.frombuffer(raw, dtype=dt).astype(dtype)
+        return densify(values, spec, tuple(shape), name)
 
     def ty(self, name: str) -> TensorType:
         return self.types[name]
@@ -742,7 +755,24 @@ class _Builder:
 
     def _op_DEQUANTIZE(self, op, ins, outs):
         self._need(ins, 1)
+        if ins[0] in self.constants and self.ty(ins[0]).dtype == "float16":
+            # float16 weights: float32 from import on, as LiteRT computes with them
+            self._fold(outs[0], self.constants[ins[0]].astype(np.float32))
+            return
         self.emit("tfl.dequantize", ins[:1], outs)
+
+    def _op_DENSIFY(self, op, ins, outs):
+        # the sparse constant it reads was densified at import
+        self._need(ins, 1)
+        self._fold(outs[0], self.const(ins[0], "input"))
+
+    def _fold(self, out: str, value: np.ndarray) -> None:
+        """out becomes a constant computed at import."""
+        if tuple(value.shape) != self.ty(out).shape or value.dtype.name != self.ty(out).dtype:
+            raise ModelError(f"{self.op_label}: output '{out}' declared "
+                             f"{self.ty(out).dtype}{list(self.ty(out).shape)}, computes "
+                             f"{value.dtype.name}{list(value.shape)}")
+        self.constants[out] = value
 
     # -- data movement (quantization passes through)
 

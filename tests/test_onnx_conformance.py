@@ -31,7 +31,8 @@ LRN MatMul Max MaxPool Mean Min Mul Neg Pad Pow PRelu QLinearConv QLinearMatMul
 QuantizeLinear Reciprocal ReduceMax ReduceMean ReduceMin ReduceSum Relu Reshape Resize
 Selu Shape Sigmoid Sign Slice Softmax Softplus Softsign SpaceToDepth Split Sqrt Squeeze
 Sub Sum Tanh Tile Transpose Unsqueeze Upsample Where
-GatherElements GatherND OneHot Scatter ScatterElements ScatterND""".split()
+GatherElements GatherND OneHot Scatter ScatterElements ScatterND
+LSTM GRU RNN""".split()
 
 MIN_PASS_RATE = 0.90
 RTOL, ATOL = 1e-3, 1e-5

@@ -25,7 +25,10 @@ from typing import Any
 import numpy as np
 
 from aot.errors import AotError, ModelError, ShapeError, UnsupportedError
+from aot.frontend import tflite_ops
+from aot.frontend.tflite_ops import TFLMOps
 from aot.frontend.tflite_sparse import SparseSpec, decode_sparsity, densify
+from aot.frontend.tflite_vars import RESOURCE, VariableOps
 from aot.ir.graph import Graph, Node, Quant, TensorType
 from aot.limits import check_shape
 from aot.ops import qmath
@@ -63,13 +66,22 @@ _OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "UNIDIRECTIONAL_SEQUENCE_LSTM": ("UnidirectionalSequenceLSTMOptions",
                                      ("FusedActivationFunction", "CellClip", "ProjClip",
                                       "TimeMajor", "AsymmetricQuantizeInputs")),
+    "STRIDED_SLICE": ("StridedSliceOptions", ("BeginMask", "EndMask", "EllipsisMask",
+                                              "NewAxisMask", "ShrinkAxisMask", "Offset")),
+    "CALL_ONCE": ("CallOnceOptions", ("InitSubgraphIndex",)),
+    "VAR_HANDLE": ("VarHandleOptions", ("Container", "SharedName")),
 }
 # Flatbuffer defaults, used when an operator carries no options table.
 _DEFAULTS = {"Padding": 0, "StrideW": 1, "StrideH": 1, "FusedActivationFunction": 0,
              "DilationWFactor": 1, "DilationHFactor": 1, "DepthMultiplier": 1,
              "WeightsFormat": 0, "KeepNumDims": False, "FilterWidth": 1, "FilterHeight": 1,
              "Beta": 1.0, "Axis": 0, "KeepDims": False, "CellClip": 0.0, "ProjClip": 0.0,
-             "TimeMajor": False, "AsymmetricQuantizeInputs": False}
+             "TimeMajor": False, "AsymmetricQuantizeInputs": False,
+             "BeginMask": 0, "EndMask": 0, "EllipsisMask": 0, "NewAxisMask": 0,
+             "ShrinkAxisMask": 0, "Offset": False, "InitSubgraphIndex": 0,
+             "Container": b"", "SharedName": b""}
+_OPTIONS.update(tflite_ops.OPTIONS)
+_DEFAULTS.update(tflite_ops.DEFAULTS)
 
 
 # ------------------------------------------------------------------ decoding
@@ -100,6 +112,7 @@ class _Model:
     ops: list[_Op]
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
+    others: tuple["_Model", ...] = ()  # subgraphs 1.. (CALL_ONCE initializers), same buffers
 
 
 def _builtin_names() -> dict[int, str]:
@@ -187,11 +200,18 @@ def _decode(data: bytes) -> _Model:
         opcodes.append(name)
     if model.SubgraphsLength() < 1:
         raise ModelError("TFLite model has no subgraph")
-    sg = model.Subgraphs(0)
-    tensors = [_decode_tensor(sg.Tensors(i))
-               for i in range(_count(sg.TensorsLength(), data, "tensor"))]
     buffers = [_decode_buffer(model.Buffers(i), data)
                for i in range(_count(model.BuffersLength(), data, "buffer"))]
+    subgraphs = [_decode_subgraph(model.Subgraphs(k), data, opcodes, buffers)
+                 for k in range(_count(model.SubgraphsLength(), data, "subgraph"))]
+    main = subgraphs[0]
+    main.others = tuple(subgraphs[1:])
+    return main
+
+
+def _decode_subgraph(sg, data: bytes, opcodes: list[str], buffers: list[bytes]) -> _Model:
+    tensors = [_decode_tensor(sg.Tensors(i))
+               for i in range(_count(sg.TensorsLength(), data, "tensor"))]
     ops = []
     for i in range(_count(sg.OperatorsLength(), data, "operator")):
         op = sg.Operators(i)
@@ -249,7 +269,7 @@ def _unique_names(tensors: list[_Tensor]) -> list[str]:
     return out
 
 
-class _Builder:
+class _Builder(VariableOps, TFLMOps):
     def __init__(self, model: _Model, name: str, hybrid: str = "dynamic"):
         self.m = model
         self.name = name
@@ -278,6 +298,8 @@ class _Builder:
     def _declare(self, i: int) -> None:
         t = self.m.tensors[i]
         name = self.names[i]
+        if t.type_code == RESOURCE:  # a variable's handle: VAR_HANDLE gives it meaning
+            return
         dtype = _DTYPES.get(t.type_code)
         if dtype is None:
             raise UnsupportedError(f"tensor '{name}': TFLite type "
@@ -430,7 +452,7 @@ class _Builder:
             raise UnsupportedError(f"unsupported op '{op.code}' at node '{self.cur}'")
         ins = [self.tensor(i) for i in op.inputs]
         outs = [self.tensor(i) for i in op.outputs]
-        if not outs:
+        if not outs and op.code not in ("CALL_ONCE", "ASSIGN_VARIABLE"):
             raise ModelError(f"{self.op_label}: operator has no outputs")
         if not all(outs):
             raise ModelError(f"{self.op_label}: output index -1 (only inputs may be absent)")
@@ -726,6 +748,10 @@ class _Builder:
         self.emit("Softmax", [x], outs, axis=-1)
 
     def _op_LOGISTIC(self, op, ins, outs):
+        self._need(ins, 1)
+        if self.ty(ins[0]).dtype == "int8":
+            self.emit("tfl.logistic", ins[:1], outs)
+            return
         self._float_only(ins)
         self.emit("Sigmoid", ins[:1], outs)
 

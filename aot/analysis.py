@@ -161,13 +161,13 @@ def check_model(model) -> None:
 
 
 def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c",
-            code_size: bool | None = None) -> dict[str, Any]:
+            code_size: bool | None = None, input_shapes=None, bind=None) -> dict[str, Any]:
     """The `aot analyze` report of a model (path or Graph) as a dict.
 
     The model is lowered for `board` (a name or Board; None: the default
     board, as the CLI's). code_size (default: when a board is given) compiles
     the library for it and adds each kernel's code bytes. plot: a PNG of the
-    memory plan and of the MACs per kernel."""
+    memory plan and of the MACs per kernel. input_shapes, bind: aot.load's."""
     from aot import progress
     from aot.api import as_graph
     from aot.timing import check_plot_path
@@ -179,7 +179,8 @@ def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c
         plot = check_plot_path(Path(plot))      # before the work
     check_model(model)
     brd = get_board(board)
-    graph = as_graph(model)
+    from aot.frontend.shapes import LoadOptions
+    graph = as_graph(model, LoadOptions.of(input_shapes, bind))
     name = default_name(graph, model_path=None if isinstance(model, Graph) else Path(model))
     with progress.step(f"lower and plan {name} for {brd.name}"):
         gen = generate(graph, brd, codegen, name, io_in_arena=False)

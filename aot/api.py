@@ -20,11 +20,13 @@ from aot.packaging import PackageInfo, check_fits, default_name, model_source, p
 from aot.targets import Board, get_board
 
 
-def as_graph(model_or_graph: str | Path | Graph) -> Graph:
-    """An optimized graph from a model path or an (un)optimized Graph."""
+def as_graph(model_or_graph: str | Path | Graph, options=None) -> Graph:
+    """An optimized graph from a model path or an (un)optimized Graph;
+    options (a LoadOptions): input shapes and bound inputs of a model path."""
     import aot
 
-    graph = model_or_graph if isinstance(model_or_graph, Graph) else aot.load(model_or_graph)
+    graph = (model_or_graph if isinstance(model_or_graph, Graph)
+             else aot.load(model_or_graph, options=options))
     fused = all(n.op == "fused" for n in graph.nodes)
     return graph if fused and graph.nodes else aot.optimize(graph)
 
@@ -34,7 +36,8 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
             name: str | None = None, out_dir: str | Path | None = None,
             io_in_arena: bool = False, force: bool = False,
             extra_cflags: Sequence[str] = (), profile: bool = False,
-            checks: bool = False) -> PackageInfo:
+            checks: bool = False, input_shapes: Mapping | None = None,
+            bind: Mapping | None = None) -> PackageInfo:
     """Compile a model into a package directory built for `board` (default:
     the CLI's, qemu-rpi4 unless $AOT_BOARD names another).
 
@@ -44,18 +47,25 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
     sanitizers (the harness is then linked dynamically). profile=True builds
     the per-kernel timing hooks in (docs/package.md "Profile"); checks=True
     builds the harness with guard bytes around every buffer ("Checks").
+    input_shapes and bind (aot.load's): recorded in metadata.json's source.
     """
     import aot
+    from aot.frontend.shapes import LoadOptions, options_json
 
     if out_dir is not None:
         refuse_existing(Path(out_dir), force)     # before loading and optimizing
     brd = get_board(board)
-    graph = model_or_graph if isinstance(model_or_graph, Graph) else aot.load(model_or_graph)
+    opts = LoadOptions.of(input_shapes, bind)
+    if opts and isinstance(model_or_graph, Graph):
+        raise AotError("input_shapes and bind are for a model file; a Graph is loaded already")
+    graph = (model_or_graph if isinstance(model_or_graph, Graph)
+             else aot.load(model_or_graph, options=opts))
     check_fits(graph, brd)      # weights too big for the flash: say so before optimizing
     name = default_name(graph, name, None if model_or_graph is graph else Path(model_or_graph))
     if out_dir is None:
         out_dir = Path(name)
-    source = None if isinstance(model_or_graph, Graph) else model_source(model_or_graph)
+    source = (None if isinstance(model_or_graph, Graph) else
+              {**model_source(model_or_graph), **options_json(opts)})
     with board_flash(brd.name, brd.flash_bytes):    # no folded table past the flash
         graph = as_graph(graph)
         return package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,
@@ -72,19 +82,30 @@ def package_to_temp(model_or_graph, board: str = "host", codegen: str = "c",
 
 
 def _package_dir(model_or_package: str | Path | Graph, board: Board, codegen: str,
-                 stack: contextlib.ExitStack, profile: bool = False) -> Path:
+                 stack: contextlib.ExitStack, profile: bool = False,
+                 input_shapes: Mapping | None = None, bind: Mapping | None = None) -> Path:
     """A package directory as it is, or the model packaged into a temporary
     directory that `stack` removes."""
     if not isinstance(model_or_package, Graph) and Path(model_or_package).is_dir():
+        _as_built(Path(model_or_package), input_shapes, bind)
         return Path(model_or_package)
     tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-"))
     return package(model_or_package, board=board, codegen=codegen, out_dir=Path(tmp) / "pkg",
-                   profile=profile).path
+                   profile=profile, input_shapes=input_shapes, bind=bind).path
+
+
+def _as_built(pkg: Path, input_shapes: Mapping | None, bind: Mapping | None) -> None:
+    if input_shapes or bind:
+        raise AotError(f"{pkg} is a package directory, built with the input shapes and bound "
+                       "inputs its metadata.json records: --input-shape and --bind are for "
+                       "packaging a model")
 
 
 def run(model_or_package: str | Path | Graph,
         inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
-        board: str | Board | None = None, codegen: str = "c") -> dict[str, np.ndarray]:
+        board: str | Board | None = None, codegen: str = "c",
+        input_shapes: Mapping | None = None, bind: Mapping | None = None
+        ) -> dict[str, np.ndarray]:
     """What `aot run` does: run a package directory (or a model, packaged
     into a temporary directory) once on `board` (default: the CLI's).
     `inputs` is {input name: array} or a list in input order; the result
@@ -94,7 +115,8 @@ def run(model_or_package: str | Path | Graph,
 
     brd = get_board(board)
     with contextlib.ExitStack() as stack:
-        pkg = _package_dir(model_or_package, brd, codegen, stack)
+        pkg = _package_dir(model_or_package, brd, codegen, stack, input_shapes=input_shapes,
+                           bind=bind)
         meta = read_metadata(pkg)
         if meta.get("board") != brd.name:
             raise AotError(f"{pkg} was built for board '{meta.get('board')}', not '{brd.name}'")
@@ -111,7 +133,8 @@ EMULATED_NOTE = ("board '{board}' is emulated ({transport}): these times are the
 
 def bench(model_or_package: str | Path | Graph, board: str | Board | None = None,
           codegen: str = "c", warmup: int = 10, repeat: int = 100, profile: bool = False,
-          plot: str | Path | None = None) -> dict:
+          plot: str | Path | None = None, input_shapes: Mapping | None = None,
+          bind: Mapping | None = None) -> dict:
     """What `aot bench` does: `warmup` untimed runs, then `repeat` timed
     ones on `board` (default: the CLI's) of a package directory or of a
     model packaged into a temporary directory. {median_ms, mean_ms, min_ms,
@@ -129,7 +152,8 @@ def bench(model_or_package: str | Path | Graph, board: str | Board | None = None
     if plot:
         check_plot_path(Path(plot))
     with contextlib.ExitStack() as stack:
-        pkg = _package_dir(model_or_package, brd, codegen, stack, profile=profile)
+        pkg = _package_dir(model_or_package, brd, codegen, stack, profile=profile,
+                           input_shapes=input_shapes, bind=bind)
         meta = read_metadata(pkg)
         if profile and not meta.get("profile"):
             raise AotError(f"{pkg} was packaged without --profile (aot package --profile)")
@@ -153,7 +177,8 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
            extra_cflags: Sequence[str] = (), seed: int = 0,
            out_dir: str | Path | None = None, checks: bool = False, count: int = 1,
            dataset: str | Path | None = None, atol: float | None = None,
-           rtol: float | None = None, source: str | Path | None = None) -> dict:
+           rtol: float | None = None, source: str | Path | None = None,
+           input_shapes: Mapping | None = None, bind: Mapping | None = None) -> dict:
     """What `aot verify` does: package `model` for `board` (default: the
     CLI's), run it there and compare with the reference runtime on the same
     inputs. The package is kept in out_dir if given, else built in a
@@ -169,7 +194,9 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
     aot.validate.load_dataset), else `count` random inputs (seeds seed,
     seed+1, ...), else the saved input beside the model. Many samples go
     through one serve session (aot.connect); a bare-metal board runs one
-    per sample.
+    per sample. input_shapes and bind load the model (a package directory's
+    are the ones its metadata records); the reference runtime is fed the
+    bound inputs too.
 
     {ok, reference, inputs (dataset|saved|random), samples, count (the same),
     model, board, outputs: [{name, max_abs, rmse, l2r, cosine,
@@ -178,6 +205,7 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
     under Tolerance(atol, rtol) (floats within 1e-4, integers bit-exact by
     default)."""
     import aot
+    from aot.frontend.shapes import LoadOptions, options_json
     from aot.packaging import model_source, read_metadata
     from aot.validate import Tolerance, check_package_io, package_model
 
@@ -198,8 +226,11 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
             if meta.get("board") != brd.name:
                 raise AotError(f"{pkg} was built for board '{meta.get('board')}', not "
                                f"'{brd.name}'")
+            _as_built(pkg, input_shapes, bind)
             model_path = package_model(pkg, meta, source)
-            graph = aot.load(model_path)
+            opts = LoadOptions.from_json(meta.get("source"))
+            graph = aot.load(model_path, options=opts)
+            bound = {n: graph.constants[n] for n in opts.bind}   # the reference's feeds
             check_package_io(graph, meta, model_path, pkg)
             origin, samples = _verify_inputs(model_path, graph, dataset, count, seed)
             summary = {"package": str(pkg), **{k: meta[k] for k in (
@@ -211,7 +242,9 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
             if out_dir is not None:
                 refuse_existing(Path(out_dir), False)     # before loading and optimizing
             brd, model_path = get_board(board), target
-            graph = aot.load(model_path)
+            opts = LoadOptions.of(input_shapes, bind)
+            graph = aot.load(model_path, options=opts)
+            bound = {n: graph.constants[n] for n in opts.bind}   # the reference's feeds
             check_fits(graph, brd)
             name = default_name(graph, None, model_path)
             graph = as_graph(graph)
@@ -219,10 +252,11 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
             where = Path(out_dir) if out_dir else Path(
                 stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-"))) / "pkg"
             info = package_graph(graph, brd, where, codegen, name, extra_cflags=extra_cflags,
-                                 checks=checks, source=model_source(model_path))
+                                 checks=checks,
+                                 source={**model_source(model_path), **options_json(opts)})
             pkg, summary = info.path, info.summary()
         results = _board_outputs(pkg, brd, samples)
-    reference, rows = _compare_outputs(model_path, graph, samples, results, tol)
+    reference, rows = _compare_outputs(model_path, graph, samples, results, tol, bound)
     return {"ok": all(r["ok"] for r in rows), "reference": reference, "inputs": origin,
             "samples": len(samples), "count": len(samples), "model": str(model_path),
             "board": brd.name, "outputs": rows, "package": summary}
@@ -269,7 +303,8 @@ def _board_outputs(pkg: Path, board: Board, samples: list[list[np.ndarray]]
 
 
 def _compare_outputs(model: Path, graph: Graph, samples: list[list[np.ndarray]],
-                     results: list[list[np.ndarray]], tol) -> tuple[str, list[dict]]:
+                     results: list[list[np.ndarray]], tol,
+                     bound: Mapping[str, np.ndarray]) -> tuple[str, list[dict]]:
     """(reference runtime, a metrics row per output) over all samples."""
     from aot import progress
     from aot.deploy.reference import reference_outputs
@@ -279,7 +314,7 @@ def _compare_outputs(model: Path, graph: Graph, samples: list[list[np.ndarray]],
     with progress.step(f"reference outputs of {len(samples)} sample(s)",
                        total=len(samples)) as step:
         for inputs, got in zip(samples, results):
-            reference, want = reference_outputs(model, graph, inputs)
+            reference, want = reference_outputs(model, graph, inputs, bound)
             if len(want) != len(got):
                 raise AotError(f"the reference gives {len(want)} outputs, the package "
                                f"{len(got)}")

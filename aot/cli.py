@@ -59,7 +59,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
     import aot
     from aot.passes.pipeline import dump_to, optimize
 
-    graph = aot.load(args.model)
+    graph = aot.load(args.model, **_load_kwargs(args))
     if args.no_optimize:
         final = graph
     elif args.dump_ir:
@@ -87,6 +87,25 @@ def _package_args(p: argparse.ArgumentParser) -> None:
                    f"its board; else ${DEFAULT_BOARD_ENV}, else {DEFAULT_BOARD})")
     p.add_argument("--codegen", choices=("c", "llvm"), default="c",
                    help="kernels as C source or an LLVM object (default: c)")
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    """How a model file is loaded: input shapes and bound inputs
+    (aot.frontend.shapes; a package records them in metadata.json)."""
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D0xD1x...",
+                   help="the static shape of an input with symbolic or unknown dimensions "
+                   "(repeat per input)")
+    p.add_argument("--bind", action="append", default=[], metavar="NAME=VALUE|FILE.npy",
+                   help="make an input a compile-time constant: a number, a comma list or an "
+                   ".npy file (repeat per input)")
+
+
+def _load_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """input_shapes= and bind= for aot.load and the API's commands."""
+    from aot.frontend.shapes import from_command_line
+
+    opts = from_command_line(args.input_shape, args.bind)
+    return {"input_shapes": dict(opts.input_shapes), "bind": dict(opts.bind)}
 
 
 def _ssh_args(p: argparse.ArgumentParser, running: bool = True) -> None:
@@ -147,7 +166,7 @@ def cmd_package(args: argparse.Namespace) -> int:
 
     info = package(args.model, board=_board(args), codegen=args.codegen, name=args.name,
                    out_dir=args.output, io_in_arena=args.io_in_arena, force=args.force,
-                   profile=args.profile, checks=args.checks)
+                   profile=args.profile, checks=args.checks, **_load_kwargs(args))
     if args.json:
         emit_json(info.summary())
     else:
@@ -192,7 +211,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     board = _board(args)
     refuse_existing(Path(args.out), args.force)     # before a long run, not after
     with contextlib.ExitStack() as stack:
-        pkg = _package_dir(args.model, board, args.codegen, stack)
+        pkg = _package_dir(args.model, board, args.codegen, stack, **_load_kwargs(args))
         meta = read_metadata(pkg)
         names = [i["name"] for i in meta["inputs"]]
         outputs = run(pkg, dict(zip(names, _read_inputs(args.input, names))), board=board)
@@ -218,7 +237,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     out = verify(args.model, board=_board(args), codegen=args.codegen, count=args.count,
                  checks=args.checks, dataset=args.dataset, atol=args.atol, rtol=args.rtol,
-                 source=args.source)
+                 source=args.source, **_load_kwargs(args))
     if args.json:
         emit_json({k: out[k] for k in ("ok", "reference", "inputs", "samples", "count",
                                        "model", "board", "outputs")})
@@ -328,7 +347,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from aot.api import bench
 
     out = bench(args.model, board=_board(args), codegen=args.codegen, warmup=args.warmup,
-                repeat=args.repeat, profile=args.profile, plot=args.plot)
+                repeat=args.repeat, profile=args.profile, plot=args.plot, **_load_kwargs(args))
     if args.json:
         emit_json(out)
     else:
@@ -383,7 +402,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     check_model(args.model)     # before _board reads a directory's metadata
     # Without --board: lowered for the default board, not compiled (no code sizes).
     out = analyze(args.model, board=_board(args), plot=args.plot, codegen=args.codegen,
-                  code_size=bool(args.board))
+                  code_size=bool(args.board), **_load_kwargs(args))
     if args.json:
         emit_json(out)
     else:
@@ -477,6 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = add("graph", "print the imported, optimized graph", cmd_graph)
     g.add_argument("model", help="an .onnx or .tflite file")
+    _model_args(g)
     g.add_argument("--no-optimize", action="store_true", help="print the graph as imported")
     g.add_argument("--dump-ir", metavar="DIR", help="write the IR after each pass into DIR")
     g.add_argument("--force", action="store_true", help="replace an existing --dump-ir DIR")
@@ -484,6 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("package", "compile a model into a package built for a board", cmd_package)
     p.add_argument("model", help="an .onnx or .tflite file")
     _package_args(p)
+    _model_args(p)
     p.add_argument("-o", "--output", metavar="DIR", help="the package directory (default: ./NAME)")
     p.add_argument("--name", help="the C name of the model (default: from the file name)")
     p.add_argument("--io-in-arena", action="store_true",
@@ -498,6 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("run", "run a model or a package on a board", cmd_run)
     p.add_argument("model", metavar="MODEL_OR_PACKAGE")
     _package_args(p)
+    _model_args(p)
     p.add_argument("--input", action="append", default=[], metavar="[NAME=]FILE.npy",
                    help="an input tensor (repeat; by name or in order)")
     p.add_argument("--out", required=True, metavar="DIR", help="writes DIR/<i>.npy per output")
@@ -510,6 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an .onnx or .tflite file, or a package directory (run as built, "
                    "against the model it was built from)")
     _package_args(p)
+    _model_args(p)
     p.add_argument("--dataset", metavar="FILE.npz|DIR",
                    help="the inputs: an .npz with one array per input name (a leading sample "
                    "axis), or a directory of one .npz/.npy per sample")
@@ -533,6 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("bench", "time a model or a package on a board", cmd_bench)
     p.add_argument("model", metavar="MODEL_OR_PACKAGE")
     _package_args(p)
+    _model_args(p)
     p.add_argument("--repeat", type=int, default=100, metavar="N",
                    help="timed runs (default: 100)")
     p.add_argument("--warmup", type=int, default=10, metavar="W",
@@ -546,6 +570,7 @@ def build_parser() -> argparse.ArgumentParser:
             "(with --board) code size; totals", cmd_analyze)
     p.add_argument("model", help="an .onnx or .tflite file")
     _package_args(p)
+    _model_args(p)
     p.add_argument("--plot", metavar="FILE.png",
                    help="draw the memory plan and the MACs per kernel into a PNG")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 from types import ModuleType
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -32,15 +32,19 @@ def runtime_module(module: str, pip: str) -> ModuleType:
                        ) from None
 
 
-def onnxruntime(path: Path, graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+def onnxruntime(path: Path, graph: Graph, inputs: Sequence[np.ndarray],
+                bound: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
     ort = runtime_module("onnxruntime", "onnxruntime")
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    names = [i.name for i in sess.get_inputs()]
+    # Inputs bound at compile time (aot.load's bind) are still the model's
+    # inputs for ONNX Runtime: they are fed their bound values.
+    bound = dict(bound or {})
+    names = [i.name for i in sess.get_inputs() if i.name not in bound]
     feeds = dict(zip(graph.inputs, inputs))
-    return sess.run(None, {n: feeds.get(n, x) for n, x in zip(names, inputs)})
+    return sess.run(None, {**{n: feeds.get(n, x) for n, x in zip(names, inputs)}, **bound})
 
 
 def tflite_micro(path: Path, graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -71,15 +75,20 @@ def _integer_io(graph: Graph) -> bool:
                for t in (*graph.inputs, *graph.outputs))
 
 
-def reference_outputs(path: Path, graph: Graph, inputs: Sequence[np.ndarray]
+def reference_outputs(path: Path, graph: Graph, inputs: Sequence[np.ndarray],
+                      bound: Mapping[str, np.ndarray] | None = None
                       ) -> tuple[str, list[np.ndarray]]:
-    """(reference name, outputs) for the model file at `path`."""
+    """(reference name, outputs) for the model file at `path`; `bound`: the
+    values of the inputs bound at compile time (not in graph.inputs)."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".onnx":
-        return "onnxruntime", onnxruntime(path, graph, inputs)
+        return "onnxruntime", onnxruntime(path, graph, inputs, bound)
     if suffix != ".tflite":
         raise AotError(f"{path}: no reference runtime for '{suffix}' models")
+    if bound:
+        raise AotError(f"{path}: verifying a .tflite model with bound inputs (--bind) is not "
+                       "supported yet")
     if _integer_io(graph):
         try:
             return "tflite-micro", tflite_micro(path, graph, inputs)

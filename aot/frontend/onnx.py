@@ -14,9 +14,11 @@ same. Opset imports of other domains are fine as long as no node uses them
 (exporters list them by habit); a node of another domain is refused.
 
 Static shapes only: an input with a symbolic, unknown, zero or negative
-dimension is refused with a ShapeError naming the input (re-export the
-model with a fixed batch size, e.g. onnx.tools.update_model_dims, or pass
-`dim_params` to import_onnx to bind symbolic dimensions by name).
+dimension takes its shape from `input_shapes` (--input-shape), a bound
+value or `dim_params` (symbolic dimensions by name), else is refused with a
+ShapeError naming the input (aot.frontend.shapes). Bound inputs become
+constants. If, Loop and Scan carry subgraphs (aot.frontend.onnx_control.Body)
+and are lowered into plain nodes before the graph is returned.
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from aot.errors import ModelError, ShapeError, UnsupportedError
+from aot.frontend.onnx_control import CONTROL_OPS, Body, resolve_control_flow
+from aot.frontend.shapes import LoadOptions, bind_inputs, input_dims
 from aot.ir.graph import DTYPES, Graph, Node, TensorType, type_of
 from aot.limits import check_shape
 
@@ -73,7 +77,8 @@ def _tensor(t, what: str) -> np.ndarray:
     return np.require(arr, requirements="C")
 
 
-def _value_type(vi, what: str, dim_params: Mapping[str, int]) -> TensorType:
+def _value_type(vi, what: str, dim_params: Mapping[str, int],
+                opts: LoadOptions = LoadOptions()) -> TensorType:
     if vi.type.WhichOneof("value") != "tensor_type":
         raise UnsupportedError(f"{what}: only tensor inputs are supported "
                                f"(got {vi.type.WhichOneof('value') or 'no type'})")
@@ -81,21 +86,9 @@ def _value_type(vi, what: str, dim_params: Mapping[str, int]) -> TensorType:
     dtype = _dtype(tt.elem_type, what)
     if not tt.HasField("shape"):
         raise ShapeError(f"{what}: the model gives no shape (aot needs static shapes)")
-    dims = []
-    for i, d in enumerate(tt.shape.dim):
-        if d.HasField("dim_value") and d.dim_value > 0:
-            dims.append(int(d.dim_value))
-        elif d.HasField("dim_param") and d.dim_param in dim_params:
-            dims.append(int(dim_params[d.dim_param]))
-        elif d.HasField("dim_param"):
-            raise ShapeError(f"{what}: dimension {i} is symbolic ('{d.dim_param}'); aot needs "
-                             "static shapes (fix it in the model, e.g. with "
-                             "onnx.tools.update_model_dims)")
-        else:
-            value = d.dim_value if d.HasField("dim_value") else "unknown"
-            raise ShapeError(f"{what}: dimension {i} is {value} (dimensions must be "
-                             "positive and static)")
-    return TensorType(tuple(dims), dtype)
+    declared = [int(d.dim_value) if d.HasField("dim_value") else
+                d.dim_param if d.HasField("dim_param") else None for d in tt.shape.dim]
+    return TensorType(input_dims(vi.name, declared, opts, dim_params), dtype)
 
 
 # ---- attributes -------------------------------------------------------------------------
@@ -388,11 +381,13 @@ def _constant_value(node: Node) -> np.ndarray:
                            f"{sorted(a) or 'none'} is not supported")
 
 
-def import_onnx(data: bytes, name: str, dim_params: Mapping[str, int] | None = None) -> Graph:
+def import_onnx(data: bytes, name: str, dim_params: Mapping[str, int] | None = None,
+                opts: LoadOptions = LoadOptions()) -> Graph:
     """Import a serialized ONNX model.
 
     dim_params: values for symbolic input dimensions by name (e.g.
-    {"batch_size": 1}); without one, a symbolic dimension is a ShapeError.
+    {"batch_size": 1}); opts: input shapes and bound inputs by input name.
+    Without them, a symbolic dimension is a ShapeError.
     """
     model = _parse(data, name)
     opset = _opset(model, name)
@@ -402,35 +397,68 @@ def import_onnx(data: bytes, name: str, dim_params: Mapping[str, int] | None = N
         raise ModelError(f"{name}: a graph, input, output or initializer name is not valid "
                          "UTF-8 (corrupt file?)")
     types: dict[str, TensorType] = {}
-    taken = {t for n in g.node for t in list(n.input) + list(n.output)}
-    taken |= {i.name for i in g.input} | {t.name for t in g.initializer}
+    taken = _all_names(g)
     b = _Builder(opset, taken)
 
     for t in g.initializer:
         b.constants[t.name] = _tensor(t, f"initializer '{t.name}'")
     if g.sparse_initializer:
         raise UnsupportedError(f"{name}: sparse initializers are not supported")
+    opts.check_names([vi.name for vi in g.input if vi.name not in b.constants])
     inputs = []
     for vi in g.input:
         if vi.name in b.constants:
             continue  # an initializer listed as input (old exporters): a weight
         if vi.name in types:
             raise ModelError(f"{name}: input '{vi.name}' is listed twice")
-        types[vi.name] = _value_type(vi, f"input '{vi.name}'", dim_params or {})
+        types[vi.name] = _value_type(vi, f"input '{vi.name}'", dim_params or {}, opts)
         inputs.append(vi.name)
 
+    _import_nodes(b, g.node, set(types))
+    _check_single_writer(inputs, b)
+    types.update({k: type_of(v) for k, v in b.constants.items()})
+    for k, v in b.constants.items():
+        _dtype_ok(v, k)
+    outputs = tuple(o.name for o in g.output)
+    if len(set(outputs)) != len(outputs):
+        raise ModelError(f"{name}: an output is listed twice ({', '.join(outputs)})")
+    graph = Graph(name=g.name or name, inputs=tuple(inputs), outputs=outputs,
+                  nodes=tuple(b.nodes), types=types, constants=b.constants)
+    return resolve_control_flow(bind_inputs(graph, opts))
+
+
+def _all_names(g) -> set[str]:
+    """Every tensor name of a GraphProto and of its subgraphs (fresh names avoid them)."""
+    onnx = _onnx()
+    names = {i.name for i in g.input} | {t.name for t in g.initializer}
+    for n in g.node:
+        names.update(n.input)
+        names.update(n.output)
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                names |= _all_names(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for sub in a.graphs:
+                    names |= _all_names(sub)
+    return {s for s in names if isinstance(s, str)}
+
+
+def _import_nodes(b: _Builder, proto_nodes, inputs: set[str]) -> None:
+    """Normalize `proto_nodes` into b.nodes (Constant nodes into b.constants)."""
     names: set[str] = set()
-    for index, pn in enumerate(g.node):
+    for index, pn in enumerate(proto_nodes):
         node_name = pn.name or f"{pn.op_type}_{index}"
         if node_name in names:  # duplicate names happen in exported models
             node_name = f"{node_name}_{index}"
         names.add(node_name)
-        # Refuse unknown ops before decoding attributes (If/Loop carry graphs).
-        if pn.op_type not in UPGRADES and pn.op_type != "Constant":
+        control = pn.op_type in CONTROL_OPS and pn.domain in DEFAULT_DOMAINS
+        # Refuse unknown ops before decoding attributes (they may carry graphs).
+        if pn.op_type not in UPGRADES and pn.op_type != "Constant" and not control:
             _check_op(pn.op_type, node_name, pn.domain)
         _check_names(pn, node_name)
-        _check_attr_types(pn, node_name, opset)
-        attrs = {a.name: _attr(a, f"{pn.op_type} node '{node_name}'") for a in pn.attribute}
+        _check_attr_types(pn, node_name, b.opset)
+        attrs = {a.name: _graph_attr(b, pn, node_name, a) if _is_graph(a) else
+                 _attr(a, f"{pn.op_type} node '{node_name}'") for a in pn.attribute}
         # trailing "" outputs are optional outputs not asked for; others get a name
         outs = tuple(o or b.fresh(f"{node_name}__unused_{k}")
                      for k, o in enumerate(_trim(list(pn.output))))
@@ -439,7 +467,7 @@ def import_onnx(data: bytes, name: str, dim_params: Mapping[str, int] | None = N
         node = Node(pn.op_type, node_name, tuple(pn.input), outs, attrs)
         _check_domain(node, pn.domain)
         if node.op == "Constant":
-            if len(node.outputs) != 1 or node.outputs[0] in b.constants or node.outputs[0] in types:
+            if len(node.outputs) != 1 or node.outputs[0] in b.constants or node.outputs[0] in inputs:
                 raise ModelError(f"Constant node '{node_name}': needs one output, not a model "
                                  f"input or another constant (got {list(node.outputs)})")
             b.constants[node.outputs[0]] = _constant_value(node)
@@ -450,19 +478,52 @@ def import_onnx(data: bytes, name: str, dim_params: Mapping[str, int] | None = N
             except IndexError:  # the upgrade looked for an input the node lacks
                 raise ModelError(f"{node.op} node '{node_name}': missing inputs "
                                  f"({len(node.inputs)} given)") from None
-        _check_op(node.op, node_name, pn.domain)
+        if control:
+            _check_control(node, b.opset)
+        else:
+            _check_op(node.op, node_name, pn.domain)
         b.nodes.append(node)
-
     _drop_empty_optionals(b)
-    _check_single_writer(inputs, b)
-    types.update({k: type_of(v) for k, v in b.constants.items()})
-    for k, v in b.constants.items():
+
+
+def _is_graph(a) -> bool:
+    A = _onnx().AttributeProto
+    return a.type in (A.GRAPH, A.GRAPHS)
+
+
+def _graph_attr(b: _Builder, pn, node_name: str, a) -> Body:
+    """A subgraph attribute, its nodes normalized like the main graph's."""
+    A = _onnx().AttributeProto
+    if pn.op_type not in CONTROL_OPS or a.type != A.GRAPH:
+        raise UnsupportedError(f"{pn.op_type} node '{node_name}': attribute '{a.name}' of type "
+                               f"{A.AttributeType.Name(a.type)} is not supported")
+    sub = _Builder(b.opset, b.taken)
+    for t in a.g.initializer:
+        sub.constants[t.name] = _tensor(t, f"initializer '{t.name}' of {pn.op_type} node "
+                                        f"'{node_name}'")
+        _dtype_ok(sub.constants[t.name], t.name)
+    if a.g.sparse_initializer:
+        raise UnsupportedError(f"{pn.op_type} node '{node_name}': sparse initializers are "
+                               "not supported")
+    body_inputs = tuple(i.name for i in a.g.input)
+    _import_nodes(sub, a.g.node, set(body_inputs))
+    for k, v in sub.constants.items():
         _dtype_ok(v, k)
-    outputs = tuple(o.name for o in g.output)
-    if len(set(outputs)) != len(outputs):
-        raise ModelError(f"{name}: an output is listed twice ({', '.join(outputs)})")
-    return Graph(name=g.name or name, inputs=tuple(inputs), outputs=outputs,
-                 nodes=tuple(b.nodes), types=types, constants=b.constants)
+    return Body(a.g.name or f"{node_name}.{a.name}", body_inputs,
+                tuple(o.name for o in a.g.output), tuple(sub.nodes), dict(sub.constants))
+
+
+def _check_control(node: Node, opset: int) -> None:
+    needs = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",)}
+    missing = [k for k in needs[node.op] if not isinstance(node.attrs.get(k), Body)]
+    if missing:
+        raise ModelError(f"{node.op} node '{node.name}': missing the graph attribute "
+                         f"'{missing[0]}'")
+    if node.op == "Scan" and opset < 9:
+        raise UnsupportedError(f"Scan node '{node.name}': Scan of opset {opset} (with a batch "
+                               "axis and sequence_lens) is not supported; opset 9 and later are")
+    if node.op == "If" and len(node.inputs) != 1:
+        raise ModelError(f"If node '{node.name}': takes one input, the condition")
 
 
 def _check_names(pn, node_name: str) -> None:

@@ -32,7 +32,8 @@ QuantizeLinear Reciprocal ReduceMax ReduceMean ReduceMin ReduceSum Relu Reshape 
 Selu Shape Sigmoid Sign Slice Softmax Softplus Softsign SpaceToDepth Split Sqrt Squeeze
 Sub Sum Tanh Tile Transpose Unsqueeze Upsample Where
 GatherElements GatherND OneHot Scatter ScatterElements ScatterND
-LSTM GRU RNN""".split()
+LSTM GRU RNN
+If Loop Scan""".split()
 
 MIN_PASS_RATE = 0.90
 RTOL, ATOL = 1e-3, 1e-5

@@ -44,7 +44,9 @@ def onnxruntime(path: Path, graph: Graph, inputs: Sequence[np.ndarray],
     bound = dict(bound or {})
     names = [i.name for i in sess.get_inputs() if i.name not in bound]
     feeds = dict(zip(graph.inputs, inputs))
-    return sess.run(None, {**{n: feeds.get(n, x) for n, x in zip(names, inputs)}, **bound})
+    # np.asarray: a dataset's scalar input is a numpy scalar, which ORT refuses
+    return sess.run(None, {**{n: np.asarray(feeds.get(n, x)) for n, x in zip(names, inputs)},
+                           **bound})
 
 
 def tflite_micro(path: Path, graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

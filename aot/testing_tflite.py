@@ -20,6 +20,8 @@ import numpy as np
 TYPE_CODES = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6,
               "int16": 7, "int8": 9}
 DENSE, SPARSE_CSR = 0, 1
+# Ops whose first version LiteRT registers is above 1.
+MIN_VERSIONS = {"BROADCAST_TO": 2}
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,7 @@ class TFLiteBuilder:
             tflite.OperatorCodeStart(b)
             tflite.OperatorCodeAddDeprecatedBuiltinCode(b, min(value, 127))
             tflite.OperatorCodeAddBuiltinCode(b, value)
-            tflite.OperatorCodeAddVersion(b, 1)
+            tflite.OperatorCodeAddVersion(b, MIN_VERSIONS.get(c, 1))
             codes.append(tflite.OperatorCodeEnd(b))
         bufs = []
         for raw in self.buffers:

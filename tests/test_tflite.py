@@ -560,9 +560,9 @@ def test_reshape_passes_quantization_through():
 def test_unsupported_op_names_op_and_node():
     m = TinyModel()
     x = m.tensor("x", [4], "float32")
-    y = m.tensor("sqrt_out", [4], "float32")
-    m.op("SQRT", [x], [y])
-    with pytest.raises(UnsupportedError, match=r"unsupported op 'SQRT' at node 'sqrt_out'"):
+    y = m.tensor("unique_out", [4], "float32")
+    m.op("UNIQUE", [x], [y])
+    with pytest.raises(UnsupportedError, match=r"unsupported op 'UNIQUE' at node 'unique_out'"):
         import_tflite(m.build([x], [y]), "t")
 
 

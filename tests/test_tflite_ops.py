@@ -129,3 +129,418 @@ def test_corrupt_sparsity_is_one_line_model_error(break_it, message):
     with pytest.raises(ModelError, match=message) as e:
         densify(values, spec, w.shape, "w")
     assert "\n" not in str(e.value) and "'w'" in str(e.value)
+
+
+# ------------------------------------------------------------ single-op models
+
+def _tflm_outputs(data: bytes, xs):
+    from tflite_micro.python.tflite_micro import runtime
+    interp = runtime.Interpreter.from_bytes(data)
+    for i, x in enumerate(xs):
+        interp.set_input(x, i)
+    interp.invoke()
+    return [np.array(interp.get_output(k)) for k in range(len(_ours_graph(data).outputs))]
+
+
+def _ours_graph(data: bytes):
+    return aot.optimize(import_tflite(data, "op"))
+
+
+def _q(dtype, scale=0.05, zp=3):
+    """Tensor quantization keywords: int8 per-tensor, or none for float."""
+    return dict(scale=[scale], zp=[zp]) if dtype == "int8" else {}
+
+
+def _random(rng, shape, dtype):
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype in ("int32", "int64"):
+        return rng.integers(0, 3, shape).astype(dtype)
+    if dtype == "int8":
+        return rng.integers(-128, 128, shape).astype(np.int8)
+    return (rng.standard_normal(shape) * 3).astype(dtype)
+
+
+def _model(op, ins, outs, options=None, **fields):
+    """One op: ins/outs are (name, shape, dtype, value or None, quant kwargs)."""
+    m = TFLiteBuilder()
+    idx_in, feeds = [], []
+    for name, shape, dtype, value, quant in ins:
+        if value is None:
+            idx_in.append(m.tensor(name, shape, dtype, **quant))
+            feeds.append(idx_in[-1])
+        else:
+            idx_in.append(m.tensor(name, np.shape(value), dtype, data=value, **quant))
+    idx_out = [m.tensor(name, shape, dtype, **quant) for name, shape, dtype, _, quant in outs]
+    m.op(op, idx_in, idx_out, options, **fields)
+    return m.build(feeds, idx_out)
+
+
+def X(shape, dtype, scale=0.05, zp=3, name="x"):
+    return (name, tuple(shape), dtype, None, _q(dtype, scale, zp))
+
+
+def C(value, dtype, name="c", **quant):
+    return (name, np.shape(value), dtype, np.asarray(value, dtype), quant)
+
+
+def Y(shape, dtype, scale=0.07, zp=-5, name="y"):
+    return (name, tuple(shape), dtype, None, _q(dtype, scale, zp))
+
+
+S = (2, 5, 4, 3)
+CASES = {}
+
+
+def case(name, dtypes=("float32", "int8")):
+    def wrap(fn):
+        for dtype in dtypes:
+            CASES[f"{name}-{dtype}"] = (fn, dtype)
+        return fn
+    return wrap
+
+
+@case("LEAKY_RELU")
+def _leaky_relu(t):
+    return _model("LEAKY_RELU", [X(S, t)], [Y(S, t)], "LeakyReluOptions", Alpha=0.2)
+
+
+@case("LEAKY_RELU_negative_alpha")
+def _leaky_relu_neg(t):
+    return _model("LEAKY_RELU", [X(S, t)], [Y(S, t, 0.2)], "LeakyReluOptions", Alpha=-1.7)
+
+
+@case("PRELU")
+def _prelu(t):
+    alpha = np.linspace(-0.5, 1.5, 3)
+    if t == "int8":
+        return _model("PRELU", [X(S, t), C(np.round(alpha / 0.02), t, scale=[0.02], zp=[0])],
+                      [Y(S, t)])
+    return _model("PRELU", [X(S, t), C(alpha, t)], [Y(S, t)])
+
+
+@case("PRELU_broadcast")
+def _prelu_bcast(t):
+    alpha = np.linspace(-0.3, 0.4, 12).reshape(1, 4, 3)
+    if t == "int8":
+        return _model("PRELU", [X(S, t), C(np.round(alpha / 0.01) + 2, t, scale=[0.01], zp=[2])],
+                      [Y(S, t, 0.03, 10)])
+    return _model("PRELU", [X(S, t), C(alpha, t)], [Y(S, t)])
+
+
+@case("SQUARED_DIFFERENCE")
+def _squared_difference(t):
+    return _model("SQUARED_DIFFERENCE", [X(S, t), X((4, 3), t, 0.04, -2, "x2")],
+                  [Y(S, t, 0.5, -128)])
+
+
+@case("HARD_SWISH", ("float32",))
+def _hard_swish(t):
+    return _model("HARD_SWISH", [X(S, t)], [Y(S, t)])
+
+
+@case("RSQRT", ("float32",))
+def _rsqrt(t):
+    return _model("RSQRT", [X(S, t)], [Y(S, t)])
+
+
+@case("LOG_SOFTMAX", ("float32",))
+def _log_softmax(t):
+    return _model("LOG_SOFTMAX", [X(S, t)], [Y(S, t)])
+
+
+@case("L2_NORMALIZATION", ("float32",))
+def _l2_norm(t):
+    return _model("L2_NORMALIZATION", [X(S, t)], [Y(S, t)], "L2NormOptions")
+
+
+@case("DIV", ("float32",))
+def _div(t):
+    return _model("DIV", [X(S, t), C(np.linspace(0.5, 2, 3), t)], [Y(S, t)], "DivOptions",
+                  FusedActivationFunction=1)
+
+
+@case("BATCH_MATMUL", ("float32",))
+def _batch_matmul(t):
+    return _model("BATCH_MATMUL", [X((2, 3, 5), t), X((2, 4, 5), t, name="b")], [Y((2, 3, 4), t)],
+                  "BatchMatMulOptions", AdjY=True)
+
+
+def _resize(op, options, out_hw=(7, 9), **fields):
+    def build(t):
+        return _model(op, [X((1, 4, 5, 2), t), C(list(out_hw), "int32")],
+                      [Y((1, *out_hw, 2), t, 0.05, 3)], options, **fields)
+    return build
+
+
+for _name, _flags in (("", {}), ("_align_corners", dict(AlignCorners=True)),
+                      ("_half_pixel", dict(HalfPixelCenters=True))):
+    case(f"RESIZE_BILINEAR{_name}", ("float32",))(
+        _resize("RESIZE_BILINEAR", "ResizeBilinearOptions", **_flags))
+    case(f"RESIZE_NEAREST_NEIGHBOR{_name}")(
+        _resize("RESIZE_NEAREST_NEIGHBOR", "ResizeNearestNeighborOptions", **_flags))
+case("RESIZE_NEAREST_NEIGHBOR_down")(
+    _resize("RESIZE_NEAREST_NEIGHBOR", "ResizeNearestNeighborOptions", (3, 2)))
+
+
+@case("EXPAND_DIMS")
+def _expand_dims(t):
+    return _model("EXPAND_DIMS", [X(S, t), C([2], "int32")], [Y((2, 5, 1, 4, 3), t, 0.05, 3)])
+
+
+@case("ZEROS_LIKE_plus_x")
+def _zeros_like(t):
+    m = TFLiteBuilder()
+    x = m.tensor("x", S, t, **_q(t))
+    z = m.tensor("z", S, t, **_q(t))
+    y = m.tensor("y", S, t, **_q(t))
+    m.op("ZEROS_LIKE", [x], [z])
+    m.op("ADD" if t == "float32" else "MUL", [x, z], [y], "AddOptions" if t == "float32"
+         else "MulOptions")
+    return m.build([x], [y])
+
+
+@case("FILL_plus_x")
+def _fill(t):
+    m = TFLiteBuilder()
+    x = m.tensor("x", S, t, **_q(t))
+    dims = m.const("dims", list(S), "int32")
+    v = m.const("v", 1.5 if t == "float32" else 30, t, **_q(t))
+    f = m.tensor("f", S, t, **_q(t))
+    y = m.tensor("y", S, t, **_q(t, 0.1, 0))
+    m.op("FILL", [dims, v], [f])
+    m.op("ADD", [x, f], [y], "AddOptions")
+    return m.build([x], [y])
+
+
+@case("BROADCAST_TO")
+def _broadcast_to(t):
+    return _model("BROADCAST_TO", [X((5, 1, 3), t), C([2, 5, 4, 3], "int32")],
+                  [Y(S, t, 0.05, 3)])
+
+
+for _op, _cls in (("ARG_MAX", "ArgMaxOptions"), ("ARG_MIN", "ArgMinOptions")):
+    for _axis, _out in ((3, "int32"), (1, "int64")):
+        def _arg(t, op=_op, cls=_cls, axis=_axis, out=_out):
+            shape = tuple(d for k, d in enumerate(S) if k != axis)
+            return _model(op, [X(S, t), C([axis], "int32")], [Y(shape, out)], cls,
+                          OutputType=2 if out == "int32" else 4)
+        # tflite-micro's ARG_MAX/ARG_MIN write int32 only
+        case(f"{_op}_axis{_axis}_{_out}", ("float32", "int8") if _out == "int32"
+             else ("float32",))(_arg)
+
+
+@case("PACK")
+def _pack(t):
+    m = TFLiteBuilder()
+    a = m.tensor("a", (4, 3), t, **_q(t))
+    b = m.tensor("b", (4, 3), t, **_q(t))
+    y = m.tensor("y", (4, 2, 3), t, **_q(t))
+    m.op("PACK", [a, b], [y], "PackOptions", ValuesCount=2, Axis=1)
+    return m.build([a, b], [y])
+
+
+@case("UNPACK")
+def _unpack(t):
+    return _model("UNPACK", [X(S, t)], [Y((2, 5, 3), t, 0.05, 3, f"y{k}") for k in range(4)],
+                  "UnpackOptions", Num=4, Axis=2)
+
+
+@case("SPLIT")
+def _split(t):
+    m = TFLiteBuilder()
+    axis = m.const("axis", [1], "int32")
+    x = m.tensor("x", (2, 6, 3), t, **_q(t))
+    ys = [m.tensor(f"y{k}", (2, 2, 3), t, **_q(t)) for k in range(3)]
+    m.op("SPLIT", [axis, x], ys, "SplitOptions", NumSplits=3)
+    return m.build([x], ys)
+
+
+@case("SPLIT_V")
+def _split_v(t):
+    return _model("SPLIT_V", [X((2, 7, 3), t), C([2, -1, 1], "int32", "sizes"),
+                              C([1], "int32", "axis")],
+                  [Y((2, n, 3), t, 0.05, 3, f"y{k}") for k, n in enumerate((2, 4, 1))],
+                  "SplitVOptions", NumSplits=3)
+
+
+for _mode, _mname in ((0, "REFLECT"), (1, "SYMMETRIC")):
+    def _mirror(t, mode=_mode):
+        return _model("MIRROR_PAD", [X((2, 4, 5, 3), t), C([[0, 0], [2, 1], [1, 3], [0, 0]],
+                                                              "int32")],
+                      [Y((2, 7, 9, 3), t, 0.05, 3)], "MirrorPadOptions", Mode=mode)
+    case(f"MIRROR_PAD_{_mname}")(_mirror)
+
+
+@case("DEPTH_TO_SPACE")
+def _depth_to_space(t):
+    return _model("DEPTH_TO_SPACE", [X((1, 3, 2, 8), t)], [Y((1, 6, 4, 2), t, 0.05, 3)],
+                  "DepthToSpaceOptions", BlockSize=2)
+
+
+@case("SPACE_TO_DEPTH")
+def _space_to_depth(t):
+    return _model("SPACE_TO_DEPTH", [X((1, 6, 4, 2), t)], [Y((1, 3, 2, 8), t, 0.05, 3)],
+                  "SpaceToDepthOptions", BlockSize=2)
+
+
+@case("GATHER_ND")
+def _gather_nd(t):
+    return _model("GATHER_ND", [X((4, 5, 3), t), C([[1, 2], [3, 0], [0, 4]], "int32")],
+                  [Y((3, 3), t, 0.05, 3)])
+
+
+@case("STRIDED_SLICE")
+def _strided_slice(t):
+    return _model("STRIDED_SLICE", [X(S, t), C([0, 1, -1, 0], "int32", "b"),
+                                    C([2, 5, 0, 3], "int32", "e"),
+                                    C([1, 2, -2, 1], "int32", "s")],
+                  [Y((2, 2, 2, 3), t, 0.05, 3)], "StridedSliceOptions", BeginMask=1)
+
+
+@case("STRIDED_SLICE_shrink")
+def _strided_slice_shrink(t):
+    return _model("STRIDED_SLICE", [X(S, t), C([0, -1, 0, 0], "int32", "b"),
+                                    C([2, 0, 4, 3], "int32", "e"),
+                                    C([1, 1, 1, 1], "int32", "s")],
+                  [Y((2, 4, 3), t, 0.05, 3)], "StridedSliceOptions", ShrinkAxisMask=2)
+
+
+for _code in ("ABS", "CEIL", "FLOOR", "ROUND", "COS", "SIN", "EXP", "NEG", "ELU", "SQUARE"):
+    case(_code, ("float32",))(lambda t, code=_code: _model(code, [X(S, t)], [Y(S, t)]))
+for _code in ("LOG", "SQRT"):
+    case(_code, ("float32",))(lambda t, code=_code: _model(code, [X(S, t)], [Y(S, t)]))
+case("LOGICAL_NOT", ("bool",))(lambda t: _model("LOGICAL_NOT", [X(S, t)], [Y(S, t)]))
+for _code in ("MAXIMUM", "MINIMUM", "FLOOR_DIV"):
+    case(_code, ("float32",))(
+        lambda t, code=_code: _model(code, [X(S, t), X((4, 3), t, name="b")], [Y(S, t)]))
+for _code in ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL"):
+    case(_code, ("float32",))(lambda t, code=_code: _model(
+        code, [X(S, t), C(np.round(np.linspace(-3, 3, 12)).reshape(4, 3), t)], [Y(S, "bool")]))
+for _code in ("LOGICAL_AND", "LOGICAL_OR"):
+    case(_code, ("bool",))(
+        lambda t, code=_code: _model(code, [X(S, t), X((4, 3), t, name="b")], [Y(S, t)]))
+for _code in ("SUM", "REDUCE_MAX", "REDUCE_MIN"):
+    for _keep in (False, True):
+        case(f"{_code}_keep{int(_keep)}", ("float32",))(lambda t, code=_code, keep=_keep: _model(
+            code, [X(S, t), C([1, -1], "int32")], [Y((2, 1, 4, 1) if keep else (2, 4), t)],
+            "ReducerOptions", KeepDims=keep))
+
+
+@case("ADD_N", ("float32",))
+def _add_n(t):
+    return _model("ADD_N", [X(S, t), X(S, t, name="b"), X(S, t, name="c")], [Y(S, t)])
+
+
+@case("SELECT_V2", ("float32",))
+def _select_v2(t):
+    return _model("SELECT_V2", [X((4, 3), "bool", name="cond"), X(S, t), X((3,), t, name="b")],
+                  [Y(S, t)])
+
+
+@case("L2_POOL_2D", ("float32",))
+def _l2_pool(t):
+    return _model("L2_POOL_2D", [X((1, 7, 9, 3), t)], [Y((1, 4, 5, 3), t)], "Pool2DOptions",
+                  Padding=0, StrideH=2, StrideW=2, FilterHeight=3, FilterWidth=3)
+
+
+@case("GATHER")
+def _gather(t):
+    return _model("GATHER", [X(S, t), C([[3, 0], [1, 1]], "int32")],
+                  [Y((2, 5, 2, 2, 3), t, 0.05, 3)], "GatherOptions", Axis=2)
+
+
+@case("EMBEDDING_LOOKUP", ("float32",))
+def _embedding_lookup(t):
+    return _model("EMBEDDING_LOOKUP", [C([2, 0, 2, 1], "int32", "ids"), X((3, 5), t)],
+                  [Y((4, 5), t)])
+
+
+@case("SLICE")
+def _slice(t):
+    return _model("SLICE", [X(S, t), C([1, 1, 0, 1], "int32", "b"), C([1, 3, -1, 2], "int32", "s")],
+                  [Y((1, 3, 4, 2), t, 0.05, 3)])
+
+
+@case("REVERSE_V2", ("float32",))
+def _reverse(t):
+    return _model("REVERSE_V2", [X(S, t), C([1, 2], "int32")], [Y(S, t)])
+
+
+@case("CAST", ("float32",))
+def _cast(t):
+    return _model("CAST", [X(S, t)], [Y(S, "int32")])
+
+
+@case("SPACE_TO_BATCH_ND")
+def _space_to_batch(t):
+    return _model("SPACE_TO_BATCH_ND", [X((2, 5, 4, 3), t), C([2, 3], "int32", "block"),
+                                        C([[1, 0], [1, 1]], "int32", "pads")],
+                  [Y((12, 3, 2, 3), t, 0.05, 3)])
+
+
+@case("SPACE_TO_BATCH_ND_3d")
+def _space_to_batch_3d(t):
+    return _model("SPACE_TO_BATCH_ND", [X((2, 6, 3), t), C([3], "int32", "block"),
+                                        C([[0, 0]], "int32", "pads")],
+                  [Y((6, 2, 3), t, 0.05, 3)])
+
+
+@case("BATCH_TO_SPACE_ND")
+def _batch_to_space(t):
+    return _model("BATCH_TO_SPACE_ND", [X((12, 3, 2, 3), t), C([2, 3], "int32", "block"),
+                                        C([[1, 0], [1, 1]], "int32", "crops")],
+                  [Y((2, 5, 4, 3), t, 0.05, 3)])
+
+
+@case("BATCH_TO_SPACE_ND_no_crop")
+def _batch_to_space_plain(t):
+    return _model("BATCH_TO_SPACE_ND", [X((8, 2, 3, 2), t), C([2, 2], "int32", "block"),
+                                        C([[0, 0], [0, 0]], "int32", "crops")],
+                  [Y((2, 4, 6, 2), t, 0.05, 3)])
+
+
+def _inputs(data: bytes, seed: int = 0):
+    g = import_tflite(data, "op")
+    rng = np.random.default_rng(seed)
+    return [_random(rng, g.types[i].shape, g.types[i].dtype) for i in g.inputs]
+
+
+# tflite-micro never sets SpaceToBatchParams.output_offset, so its int8
+# padding is whatever the persistent buffer held (111 here); LiteRT pads with
+# the output zero point, as the op means.
+LITERT_FOR_INT8 = {"SPACE_TO_BATCH_ND-int8"}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_op_against_reference_runtime(name, tmp_path):
+    """int8: bit-exact with tflite-micro; float32: LiteRT within 1e-5."""
+    fn, dtype = CASES[name]
+    data = fn(dtype)
+    for seed in (0, 1):
+        xs = _inputs(data, seed)
+        ours = _ours(data, xs)
+        tflm = dtype == "int8" and name not in LITERT_FOR_INT8
+        want = _tflm_outputs(data, xs) if tflm else _litert(tmp_path, data, xs)
+        assert len(ours) == len(want)
+        for got, ref in zip(ours, want):
+            assert got.dtype == ref.dtype and got.shape == ref.shape, (got.dtype, ref.dtype)
+            if got.dtype.kind == "f":
+                np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+            else:
+                np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_generated_code_matches_the_interpreter(lanes):
+    """Every case's kernels, compiled once, bit-exact (int8) or within 1e-5
+    (float) with aot.interpret; lanes 4: the single value op vectorized."""
+    from aot.lower.testing import compare_with_interpreter
+    cases = {}
+    for name, (fn, dtype) in sorted(CASES.items()):
+        g = _ours_graph(fn(dtype))
+        if lanes > 1 and not (len(g.nodes) == 1 and g.nodes[0].op.startswith("tfl.")):
+            continue
+        cases[name] = (g, dict(zip(g.inputs, _inputs(fn(dtype)))))
+    result = compare_with_interpreter(cases, lanes=lanes, rtol=1e-5, atol=1e-5)
+    assert {k: v for k, v in result.items() if v} == {}

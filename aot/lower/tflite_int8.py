@@ -1336,3 +1336,44 @@ def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_o
 
         return seq(*stmts)
     return body
+
+
+# ------------------------------------- leaky relu / prelu / squared difference
+
+@value_rule("tfl.leaky_relu")
+def leaky_relu_rule(ctx: LowerCtx, ins, idx, lanes):
+    s_in, zp_in = _sz(ctx, ctx.in_types[0], "the input")
+    s_out, zp_out = _sz(ctx, ctx.out_types[0], "the output")
+    (m1, e1), (m2, e2) = ref.leaky_relu_params(s_in, float(ctx.attrs["alpha"]), s_out)
+    x = q.offset(to_i32(broadcast_load(ins[0], idx, lanes)), -zp_in)
+    y = Select(Bin(">=", x, const_like(0, x)), q.mbqm(x, m1, e1), q.mbqm(x, m2, e2))
+    return narrow(q.clamp(q.offset(y, zp_out), -128, 127), "int8")
+
+
+@value_rule("tfl.prelu")
+def prelu_rule(ctx: LowerCtx, ins, idx, lanes):
+    s_in, zp_in = _sz(ctx, ctx.in_types[0], "the input")
+    s_a, zp_a = _sz(ctx, ctx.in_types[1], "alpha")
+    s_out, zp_out = _sz(ctx, ctx.out_types[0], "the output")
+    (m1, e1), (m2, e2) = ref.prelu_params(s_in, s_a, s_out)
+    x, a = _int8_operands(ctx, ins, idx, lanes)
+    x, a = q.offset(x, -zp_in), q.offset(a, -zp_a)
+    y = Select(Bin(">=", x, const_like(0, x)), q.mbqm(x, m1, e1),
+               q.mbqm(Bin("*", x, a), m2, e2))
+    return narrow(q.clamp(q.offset(y, zp_out), -128, 127), "int8")
+
+
+@value_rule("tfl.squared_difference")
+def squared_difference_rule(ctx: LowerCtx, ins, idx, lanes):
+    s1, z1 = _sz(ctx, ctx.in_types[0], "input 0")
+    s2, z2 = _sz(ctx, ctx.in_types[1], "input 1")
+    so, zo = _sz(ctx, ctx.out_types[0], "the output")
+    (m1, e1), (m2, e2), (mo, eo) = ref.squared_difference_params(s1, s2, so)
+    a, b = _int8_operands(ctx, ins, idx, lanes)
+
+    def scaled(v, z, m, e):
+        shifted = Bin("*", q.offset(v, -z), const_like(1 << ref.SQUARED_DIFFERENCE_SHIFT, v))
+        return q.rdbpot(q.srdhm(shifted, m), -e)
+    d = Bin("-", scaled(a, z1, m1, e1), scaled(b, z2, m2, e2))
+    y = q.offset(q.mbqm(Bin("*", d, d), mo, eo), zo)
+    return narrow(q.clamp(y, -128, 127), "int8")

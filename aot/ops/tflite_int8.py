@@ -571,3 +571,78 @@ def dequantize(call: Call, args):
     if ty.dtype == "float16":
         return [args[0].astype(np.float32)]
     return [dequantize_array(args[0], _quant(ty, "the input", call.node))]
+
+
+# ------------------------------------------- leaky relu / prelu / squared difference
+
+def _unary_int8_infer(sig: Sig):
+    _require_int8(sig)
+    return [_out_type(sig, sig.in_types[0].shape)]
+
+
+def leaky_relu_params(s_in: float, alpha: float, s_out: float):
+    """((M, e) for x >= zp, (M, e) for x < zp): TFLM forms both ratios in
+    float32 before QuantizeMultiplier (a negative alpha gives a negative M)."""
+    f32 = np.float32
+    identity = float(f32(s_in) / f32(s_out))
+    scaled = float(f32(f32(s_in) * f32(alpha)) / f32(s_out))
+    return qmath.quantize_multiplier(identity), qmath.quantize_multiplier(scaled)
+
+
+@register("tfl.leaky_relu", infer=_unary_int8_infer, pattern=Pattern.ELEMWISE)
+def leaky_relu(call: Call, args):
+    node = call.node
+    s_in, zi = _scale_zp(call.in_types[0], "the input", node)
+    s_out, zo = _scale_zp(call.out_types[0], "the output", node)
+    (m1, e1), (m2, e2) = leaky_relu_params(s_in, float(call.attrs["alpha"]), s_out)
+    x = args[0].astype(np.int64) - zi
+    y = np.where(x >= 0, qmath.mbqm(x, m1, e1), qmath.mbqm(x, m2, e2)) + zo
+    return [qmath.clamp(y, -128, 127).astype("int8")]
+
+
+def prelu_params(s_in: float, s_alpha: float, s_out: float):
+    """CalculatePreluParams: both ratios in double."""
+    return (qmath.quantize_multiplier(s_in / s_out),
+            qmath.quantize_multiplier(s_in * s_alpha / s_out))
+
+
+@register("tfl.prelu", infer=_binary_infer, pattern=Pattern.BROADCAST)
+def prelu(call: Call, args):
+    node = call.node
+    s_in, zi = _scale_zp(call.in_types[0], "the input", node)
+    s_a, za = _scale_zp(call.in_types[1], "alpha", node)
+    s_out, zo = _scale_zp(call.out_types[0], "the output", node)
+    (m1, e1), (m2, e2) = prelu_params(s_in, s_a, s_out)
+    x = args[0].astype(np.int64) - zi
+    a = args[1].astype(np.int64) - za
+    y = np.where(x >= 0, qmath.mbqm(x, m1, e1), qmath.mbqm(x * a, m2, e2)) + zo
+    return [np.broadcast_to(qmath.clamp(y, -128, 127), call.out_types[0].shape).astype("int8")]
+
+
+SQUARED_DIFFERENCE_SHIFT = 7   # 255^2 << 14 still fits in int32
+
+
+def squared_difference_params(s1: float, s2: float, s_out: float):
+    """((M1, e1), (M2, e2), (Mo, eo)): the inputs rescaled to a common scale
+    as in ADD, the squared difference by twice_max^2 / (2^14 s_out)."""
+    twice_max = 2.0 * max(s1, s2)
+    q1 = qmath.quantize_multiplier_smaller_than_one(s1 / twice_max)
+    q2 = qmath.quantize_multiplier_smaller_than_one(s2 / twice_max)
+    qo = qmath.quantize_multiplier(
+        twice_max * twice_max / float(np.float32((1 << 2 * SQUARED_DIFFERENCE_SHIFT) * s_out)))
+    return q1, q2, qo
+
+
+@register("tfl.squared_difference", infer=_binary_infer, pattern=Pattern.BROADCAST)
+def squared_difference(call: Call, args):
+    node = call.node
+    s1, z1 = _scale_zp(call.in_types[0], "input 0", node)
+    s2, z2 = _scale_zp(call.in_types[1], "input 1", node)
+    so, zo = _scale_zp(call.out_types[0], "the output", node)
+    (m1, e1), (m2, e2), (mo, eo) = squared_difference_params(s1, s2, so)
+    shift = 1 << SQUARED_DIFFERENCE_SHIFT
+    u1 = qmath.mbqm_smaller_than_one((args[0].astype(np.int64) - z1) * shift, m1, e1)
+    u2 = qmath.mbqm_smaller_than_one((args[1].astype(np.int64) - z2) * shift, m2, e2)
+    d = u1 - u2
+    y = qmath.clamp(qmath.mbqm(d * d, mo, eo) + zo, -128, 127)
+    return [np.broadcast_to(y, call.out_types[0].shape).astype("int8")]

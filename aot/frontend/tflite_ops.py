@@ -1,0 +1,517 @@
+"""Converters for the TFLite Micro op set beyond the core kernels
+(aot/frontend/tflite.py): a mixin of `_op_<BUILTIN>` methods for its
+`_Builder`, with the builtin options they read.
+
+Float ops become ONNX-named ops (the float path is shared with ONNX). Data
+movement (PACK, UNPACK, SPLIT, DEPTH_TO_SPACE, MIRROR_PAD, ...) becomes ONNX ops that pass int8
+quantization through, as TFLM copies bytes for them. Integer arithmetic that
+must match TFLM bit for bit is a `tfl.*` op (aot/ops/tflite_int8.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from aot.errors import ModelError, ShapeError, UnsupportedError
+
+# op -> (options class, fields), merged into tflite._OPTIONS
+OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "LEAKY_RELU": ("LeakyReluOptions", ("Alpha",)),
+    "RESIZE_BILINEAR": ("ResizeBilinearOptions", ("AlignCorners", "HalfPixelCenters")),
+    "RESIZE_NEAREST_NEIGHBOR": ("ResizeNearestNeighborOptions",
+                                ("AlignCorners", "HalfPixelCenters")),
+    "ARG_MAX": ("ArgMaxOptions", ("OutputType",)),
+    "ARG_MIN": ("ArgMinOptions", ("OutputType",)),
+    "PACK": ("PackOptions", ("ValuesCount", "Axis")),
+    "UNPACK": ("UnpackOptions", ("Num", "Axis")),
+    "SPLIT": ("SplitOptions", ("NumSplits",)),
+    "MIRROR_PAD": ("MirrorPadOptions", ("Mode",)),
+    "DEPTH_TO_SPACE": ("DepthToSpaceOptions", ("BlockSize",)),
+    "SPACE_TO_DEPTH": ("SpaceToDepthOptions", ("BlockSize",)),
+    "BATCH_MATMUL": ("BatchMatMulOptions", ("AdjX", "AdjY")),
+    "L2_NORMALIZATION": ("L2NormOptions", ("FusedActivationFunction",)),
+    "DIV": ("DivOptions", ("FusedActivationFunction",)),
+    "GATHER": ("GatherOptions", ("Axis", "BatchDims")),
+    "SUM": ("ReducerOptions", ("KeepDims",)),
+    "REDUCE_MAX": ("ReducerOptions", ("KeepDims",)),
+    "REDUCE_MIN": ("ReducerOptions", ("KeepDims",)),
+    "L2_POOL_2D": ("Pool2DOptions", ("Padding", "StrideW", "StrideH", "FilterWidth",
+                                     "FilterHeight", "FusedActivationFunction")),
+}
+# float elementwise builtins that are one ONNX op of the same meaning
+_ONNX_UNARY = {"ABS": "Abs", "CEIL": "Ceil", "FLOOR": "Floor", "ROUND": "Round", "COS": "Cos",
+               "SIN": "Sin", "EXP": "Exp", "LOG": "Log", "SQRT": "Sqrt", "NEG": "Neg",
+               "ELU": "Elu", "LOGICAL_NOT": "Not"}
+_ONNX_BINARY = {"MAXIMUM": "Max", "MINIMUM": "Min", "EQUAL": "Equal", "LESS": "Less",
+                "LESS_EQUAL": "LessOrEqual", "GREATER": "Greater",
+                "GREATER_EQUAL": "GreaterOrEqual", "LOGICAL_AND": "And", "LOGICAL_OR": "Or"}
+_ONNX_REDUCE = {"SUM": "ReduceSum", "REDUCE_MAX": "ReduceMax", "REDUCE_MIN": "ReduceMin"}
+# TFLite TensorType -> ONNX TensorProto data type, for CAST
+_ONNX_DTYPES = {"float32": 1, "uint8": 2, "int8": 3, "int16": 5, "int32": 6, "int64": 7,
+                "bool": 9, "float16": 10}
+DEFAULTS = {"Alpha": 0.0, "AlignCorners": False, "HalfPixelCenters": False, "OutputType": 4,
+            "ValuesCount": 0, "Num": 0, "NumSplits": 0, "Mode": 0, "BlockSize": 0,
+            "AdjX": False, "AdjY": False}
+
+_INDEX_TYPES = {2: "int32", 4: "int64"}
+
+
+class TFLMOps:
+    """`_op_*` converters; `self` is the importer's _Builder."""
+
+    # -- activations
+
+    def _op_LEAKY_RELU(self, op, ins, outs):
+        self._need(ins, 1)
+        alpha = float(op.options.get("Alpha", 0.0))
+        if self._is_int(ins[0]):
+            self._same_int8(ins[0], outs[0])
+            self.emit("tfl.leaky_relu", ins[:1], outs, alpha=alpha)
+        else:
+            self.emit("LeakyRelu", ins[:1], outs, alpha=alpha)
+
+    def _op_PRELU(self, op, ins, outs):
+        self._need(ins, 2)
+        if self._is_int(ins[0]):
+            self._same_int8(ins[0], outs[0])
+            self._same_int8(ins[1], outs[0], "alpha")
+            self.emit("tfl.prelu", ins[:2], outs)
+        else:
+            self.emit("PRelu", ins[:2], outs)
+
+    def _op_HARD_SWISH(self, op, ins, outs):
+        self._float_only(ins)
+        self.emit("HardSwish", ins[:1], outs)
+
+    def _op_LOG_SOFTMAX(self, op, ins, outs):
+        self._float_only(ins)
+        self.emit("LogSoftmax", ins[:1], outs, axis=-1)
+
+    def _op_RSQRT(self, op, ins, outs):
+        self._float_only(ins)
+        root = self.tmp("sqrt")
+        self.emit("Sqrt", ins[:1], [root], "sqrt")
+        self.emit("Reciprocal", [root], outs)
+
+    def _op_SQUARED_DIFFERENCE(self, op, ins, outs):
+        self._need(ins, 2)
+        if self._is_int(ins[0]):
+            self._same_int8(ins[1], ins[0], "second input")
+            self.emit("tfl.squared_difference", ins[:2], outs)
+            return
+        diff = self.tmp("difference")
+        self.emit("Sub", ins[:2], [diff], "difference")
+        self.emit("Mul", [diff, diff], outs)
+
+    def _op_L2_NORMALIZATION(self, op, ins, outs):
+        self._float_only(ins)
+        if op.options.get("FusedActivationFunction", 0) != 0:
+            raise UnsupportedError(f"{self.op_label}: fused activation on L2_NORMALIZATION "
+                                   "is not supported yet")
+        x = ins[0]
+        rank = len(self.ty(x).shape)
+        squares, norm, floor = self.tmp("sum_of_squares"), self.tmp("norm"), self.tmp("clamped")
+        self.emit("ReduceSumSquare", [x, self.new_const("axes", np.array([rank - 1], np.int64))],
+                  [squares], "sum_of_squares", keepdims=1)
+        self.emit("Sqrt", [squares], [norm], "norm")
+        # TFLite divides by max(norm, 1e-6)
+        self.emit("Max", [norm, self.new_const("epsilon", np.array(1e-6, np.float32))],
+                  [floor], "clamped")
+        self.emit("Div", [x, floor], outs)
+
+    # -- resizing
+
+    def _resize(self, op, ins, outs, mode: str):
+        self._need(ins, 2)
+        o = op.options
+        align, half = bool(o.get("AlignCorners")), bool(o.get("HalfPixelCenters"))
+        if align and half:
+            raise UnsupportedError(f"{self.op_label}: align_corners with half_pixel_centers "
+                                   "is not supported yet")
+        if mode == "linear":
+            if self._is_int(ins[0]):
+                raise UnsupportedError(f"{self.op_label}: int8 RESIZE_BILINEAR is not "
+                                       "supported yet")
+            ctm = "align_corners" if align else "half_pixel" if half else "asymmetric"
+            extra = {}
+        else:
+            ctm = "align_corners" if align else "tf_half_pixel_for_nn" if half else "asymmetric"
+            extra = {"nearest_mode": "round_prefer_ceil" if align else "floor"}
+        size = self.const(ins[1], "size").astype(np.int64).reshape(-1)
+        shape = self.ty(ins[0]).shape
+        if len(shape) != 4 or size.size != 2:
+            raise ShapeError(f"{self.op_label}: expects a 4-D NHWC input and 2 sizes")
+        sizes = np.array([shape[0], size[0], size[1], shape[3]], np.int64)
+        self.emit("Resize", [ins[0], "", "", self.new_const("sizes", sizes)], outs,
+                  layout="NHWC", mode=mode, coordinate_transformation_mode=ctm, **extra)
+
+    def _op_RESIZE_BILINEAR(self, op, ins, outs):
+        self._resize(op, ins, outs, "linear")
+
+    def _op_RESIZE_NEAREST_NEIGHBOR(self, op, ins, outs):
+        self._resize(op, ins, outs, "nearest")
+
+    # -- shapes and data movement
+
+    def _op_ZEROS_LIKE(self, op, ins, outs):
+        self._need(ins, 1)
+        ty = self.ty(outs[0])
+        self.emit("ConstantOfShape", [self.new_const("shape", np.array(ty.shape, np.int64))],
+                  outs, value=np.zeros(1, ty.dtype))
+
+    def _op_FILL(self, op, ins, outs):
+        self._need(ins, 2)
+        shape = self.const(ins[0], "dims").astype(np.int64).reshape(-1)
+        self.emit("Expand", [ins[1], self.new_const("shape", shape)], outs)
+
+    def _op_BROADCAST_TO(self, op, ins, outs):
+        self._need(ins, 2)
+        shape = self.const(ins[1], "shape").astype(np.int64).reshape(-1)
+        self.emit("Expand", [ins[0], self.new_const("shape", shape)], outs)
+
+    def _arg(self, op, ins, outs, onnx_op: str):
+        self._need(ins, 2)
+        axis = int(self.const(ins[1], "axis").reshape(-1)[0])
+        out_dtype = self.ty(outs[0]).dtype
+        if out_dtype not in ("int32", "int64"):
+            raise UnsupportedError(f"{self.op_label}: {out_dtype} output")
+        target = outs[0] if out_dtype == "int64" else self.tmp("index")
+        self.emit(onnx_op, ins[:1], [target], "index" if target != outs[0] else "",
+                  axis=axis, keepdims=0, select_last_index=0)
+        if target != outs[0]:
+            self.emit("Cast", [target], outs, to=6)   # ONNX INT32
+
+    def _op_ARG_MAX(self, op, ins, outs):
+        self._arg(op, ins, outs, "ArgMax")
+
+    def _op_ARG_MIN(self, op, ins, outs):
+        self._arg(op, ins, outs, "ArgMin")
+
+    def _axis(self, axis: int, rank: int) -> int:
+        if not -rank <= axis < rank:
+            raise ModelError(f"{self.op_label}: axis {axis} out of range for rank {rank}")
+        return axis % rank
+
+    def _op_PACK(self, op, ins, outs):
+        if not ins or not all(ins):
+            raise ModelError(f"{self.op_label}: expects inputs")
+        out_shape = self.ty(outs[0]).shape
+        axis = self._axis(int(op.options.get("Axis", 0)), len(out_shape))
+        parts = []
+        for k, x in enumerate(ins):
+            part = self.tmp(f"expanded_{k}")
+            self.emit("Unsqueeze", [x, self.new_const(f"axes_{k}", np.array([axis], np.int64))],
+                      [part], f"expanded_{k}")
+            parts.append(part)
+        self.emit("Concat", parts, outs, axis=axis)
+
+    def _op_UNPACK(self, op, ins, outs):
+        self._need(ins, 1)
+        shape = self.ty(ins[0]).shape
+        axis = self._axis(int(op.options.get("Axis", 0)), len(shape))
+        if shape[axis] != len(outs):
+            raise ShapeError(f"{self.op_label}: {len(outs)} outputs for dim {shape[axis]}")
+        parts = [self.tmp(f"part_{k}") for k in range(len(outs))]
+        self.emit("Split", [ins[0], self.new_const("split", np.ones(len(outs), np.int64))],
+                  parts, "split", axis=axis)
+        for k, (part, out) in enumerate(zip(parts, outs)):
+            self.emit("Squeeze", [part, self.new_const(f"axes_{k}", np.array([axis], np.int64))],
+                      [out], f"squeeze_{k}")
+
+    def _split(self, x: str, axis_tensor: str, sizes: np.ndarray | None, outs):
+        shape = self.ty(x).shape
+        axis = self._axis(int(self.const(axis_tensor, "axis").reshape(-1)[0]), len(shape))
+        if sizes is None:
+            if shape[axis] % len(outs):
+                raise ShapeError(f"{self.op_label}: dim {shape[axis]} does not split in "
+                                 f"{len(outs)}")
+            sizes = np.full(len(outs), shape[axis] // len(outs), np.int64)
+        sizes = sizes.astype(np.int64).reshape(-1)
+        if (sizes == -1).sum() == 1:
+            sizes[sizes == -1] = shape[axis] - sizes[sizes != -1].sum()
+        if sizes.size != len(outs) or np.any(sizes < 0) or sizes.sum() != shape[axis]:
+            raise ShapeError(f"{self.op_label}: sizes {sizes.tolist()} do not split dim "
+                             f"{shape[axis]} into {len(outs)}")
+        self.emit("Split", [x, self.new_const("split", sizes)], outs, axis=axis)
+
+    def _op_SPLIT(self, op, ins, outs):
+        self._need(ins, 2)
+        self._split(ins[1], ins[0], None, outs)
+
+    def _op_MIRROR_PAD(self, op, ins, outs):
+        self._need(ins, 2)
+        paddings = self.const(ins[1], "paddings").astype(np.int64).reshape(-1, 2)
+        if int(op.options.get("Mode", 0)) == 0:   # REFLECT
+            pads = np.concatenate([paddings[:, 0], paddings[:, 1]])
+            self.emit("Pad", [ins[0], self.new_const("pads", pads)], outs, mode="reflect")
+            return
+        # SYMMETRIC repeats the edge element: the mirrored slices, concatenated
+        x = ins[0]
+        shape = self.ty(x).shape
+        for axis, (before, after) in enumerate(paddings.tolist()):
+            if not before and not after:
+                continue
+            if before > shape[axis] or after > shape[axis]:
+                raise ShapeError(f"{self.op_label}: pads {before},{after} exceed dim "
+                                 f"{shape[axis]}")
+            pieces = []
+            if before:
+                pieces.append(self._mirror(x, axis, before - 1, -shape[axis] - 1, f"b{axis}"))
+            pieces.append(x)
+            if after:
+                pieces.append(self._mirror(x, axis, shape[axis] - 1, shape[axis] - after - 1,
+                                           f"a{axis}"))
+            last = axis == max(a for a, p in enumerate(paddings.tolist()) if any(p))
+            y = outs[0] if last else self.tmp(f"padded_{axis}")
+            self.emit("Concat", pieces, [y], f"concat_{axis}" if not last else "", axis=axis)
+            x = y
+            shape = tuple(s + (before + after if k == axis else 0) for k, s in enumerate(shape))
+
+    def _mirror(self, x: str, axis: int, start: int, end: int, tag: str) -> str:
+        """x[start:end:-1] along axis."""
+        out = self.tmp(f"mirror_{tag}")
+        consts = [self.new_const(f"{tag}_{k}", np.array([v], np.int64))
+                  for k, v in (("starts", start), ("ends", end), ("axes", axis), ("steps", -1))]
+        self.emit("Slice", [x, *consts], [out], f"mirror_{tag}")
+        return out
+
+    def _space_depth(self, op, ins, outs, onnx_op: str):
+        self._need(ins, 1)
+        block = int(op.options.get("BlockSize", 0))
+        if block <= 0:
+            raise ModelError(f"{self.op_label}: block size {block}")
+        extra = {"mode": "DCR"} if onnx_op == "DepthToSpace" else {}
+        self.emit(onnx_op, ins[:1], outs, blocksize=block, layout="NHWC", **extra)
+
+    def _op_DEPTH_TO_SPACE(self, op, ins, outs):
+        self._space_depth(op, ins, outs, "DepthToSpace")
+
+    def _op_SPACE_TO_DEPTH(self, op, ins, outs):
+        self._space_depth(op, ins, outs, "SpaceToDepth")
+
+    def _op_GATHER_ND(self, op, ins, outs):
+        self._need(ins, 2)
+        self.emit("GatherND", ins[:2], outs, batch_dims=0)
+
+    def _op_BATCH_MATMUL(self, op, ins, outs):
+        self._float_only(ins)
+        o = op.options
+        a, b = ins[0], ins[1]
+        for flag, name, tag in (("AdjX", "a", "adj_x"), ("AdjY", "b", "adj_y")):
+            if o.get(flag):
+                src = a if name == "a" else b
+                rank = len(self.ty(src).shape)
+                perm = tuple(range(rank - 2)) + (rank - 1, rank - 2)
+                t = self.tmp(tag)
+                self.emit("Transpose", [src], [t], tag, perm=perm)
+                a, b = (t, b) if name == "a" else (a, t)
+        self.emit("MatMul", [a, b], outs)
+
+    def _op_DIV(self, op, ins, outs):
+        self._float_only(ins)
+        pre = self._with_act(op.options, outs[0])
+        self.emit("Div", ins[:2], [pre])
+        self._finish_act(op.options, pre, outs[0])
+
+    # -- float elementwise, comparisons, reductions
+
+    def _float_elementwise(self, op, ins, outs):
+        if op.code in _ONNX_UNARY:
+            self._need(ins, 1)
+            n = 1
+        else:
+            self._need(ins, 2)
+            n = 2
+        if self._is_int(ins[0]):
+            raise UnsupportedError(f"{self.op_label}: int8 {op.code} is not supported yet")
+        onnx_op = _ONNX_UNARY.get(op.code) or _ONNX_BINARY[op.code]
+        self.emit(onnx_op, ins[:n], outs, **({"alpha": 1.0} if onnx_op == "Elu" else {}))
+
+    def _op_NOT_EQUAL(self, op, ins, outs):
+        self._float_only(ins)
+        eq = self.tmp("equal")
+        self.emit("Equal", ins[:2], [eq], "equal")
+        self.emit("Not", [eq], outs)
+
+    def _op_SQUARE(self, op, ins, outs):
+        self._float_only(ins)
+        self.emit("Mul", [ins[0], ins[0]], outs)
+
+    def _op_FLOOR_DIV(self, op, ins, outs):
+        self._need(ins, 2)
+        if self.ty(ins[0]).dtype != "float32":
+            raise UnsupportedError(f"{self.op_label}: {self.ty(ins[0]).dtype} FLOOR_DIV is "
+                                   "not supported yet")
+        q = self.tmp("quotient")
+        self.emit("Div", ins[:2], [q], "quotient")
+        self.emit("Floor", [q], outs)
+
+    def _op_ADD_N(self, op, ins, outs):
+        self._float_only(ins)
+        self.emit("Sum", [i for i in ins if i], outs)
+
+    def _op_SELECT_V2(self, op, ins, outs):
+        self._need(ins, 3)
+        self.emit("Where", ins[:3], outs)
+
+    def _reduce(self, op, ins, outs):
+        self._float_only(ins)
+        axes = self.const(ins[1], "axes").astype(np.int64).reshape(-1)
+        self.emit(_ONNX_REDUCE[op.code], [ins[0], self.new_const("axes", axes)], outs,
+                  keepdims=int(bool(op.options.get("KeepDims", False))))
+
+    _op_SUM = _op_REDUCE_MAX = _op_REDUCE_MIN = _reduce
+
+    def _op_L2_POOL_2D(self, op, ins, outs):
+        # sqrt of the mean of squares over the in-image taps
+        self._float_only(ins)
+        o = op.options
+        strides = self._strides(o)
+        kernel = (int(o["FilterHeight"]), int(o["FilterWidth"]))
+        if min(kernel) <= 0:
+            raise ModelError(f"{self.op_label}: filter {kernel[0]}x{kernel[1]}")
+        pads = self._pads(o, ins[0], kernel, strides, (1, 1))
+        squares, mean = self.tmp("squares"), self.tmp("mean_of_squares")
+        self.emit("Mul", [ins[0], ins[0]], [squares], "squares")
+        self.emit("AveragePool", [squares], [mean], "mean_of_squares", layout="NHWC",
+                  kernel_shape=kernel, strides=strides, pads=pads, count_include_pad=0)
+        pre = self._with_act(o, outs[0])
+        self.emit("Sqrt", [mean], [pre])
+        self._finish_act(o, pre, outs[0])
+
+    # -- indexing and types
+
+    def _op_GATHER(self, op, ins, outs):
+        self._need(ins, 2)
+        if int(op.options.get("BatchDims", 0)):
+            raise UnsupportedError(f"{self.op_label}: GATHER with batch_dims is not "
+                                   "supported yet")
+        self.emit("Gather", ins[:2], outs, axis=int(op.options.get("Axis", 0)))
+
+    def _op_EMBEDDING_LOOKUP(self, op, ins, outs):
+        self._need(ins, 2)
+        self.emit("Gather", [ins[1], ins[0]], outs, axis=0)
+
+    def _op_SLICE(self, op, ins, outs):
+        self._need(ins, 3)
+        shape = self.ty(ins[0]).shape
+        begin = self.const(ins[1], "begin").astype(np.int64).reshape(-1)
+        size = self.const(ins[2], "size").astype(np.int64).reshape(-1)
+        if not begin.size == size.size == len(shape):
+            raise ShapeError(f"{self.op_label}: begin/size for rank {len(shape)}")
+        end = np.where(size == -1, np.array(shape, np.int64), begin + size)
+        self.emit("Slice", [ins[0], self.new_const("starts", begin),
+                            self.new_const("ends", end)], outs)
+
+    def _op_REVERSE_V2(self, op, ins, outs):
+        self._need(ins, 2)
+        shape = self.ty(ins[0]).shape
+        axes = sorted({self._axis(int(a), len(shape))
+                       for a in self.const(ins[1], "axis").reshape(-1)})
+        n = len(axes)
+        big = np.iinfo(np.int64).min
+        self.emit("Slice", [ins[0], self.new_const("starts", np.full(n, -1, np.int64)),
+                            self.new_const("ends", np.full(n, big, np.int64)),
+                            self.new_const("axes", np.array(axes, np.int64)),
+                            self.new_const("steps", np.full(n, -1, np.int64))], outs)
+
+    def _op_CAST(self, op, ins, outs):
+        self._need(ins, 1)
+        if self._is_int(ins[0]) or self._is_int(outs[0]):
+            raise UnsupportedError(f"{self.op_label}: CAST of quantized tensors is not "
+                                   "supported yet")
+        to = _ONNX_DTYPES.get(self.ty(outs[0]).dtype)
+        if to is None:
+            raise UnsupportedError(f"{self.op_label}: CAST to {self.ty(outs[0]).dtype}")
+        self.emit("Cast", ins[:1], outs, to=to)
+
+    def _op_SHAPE(self, op, ins, outs):
+        self._need(ins, 1)
+        shape = np.array(self.ty(ins[0]).shape, dtype=self.ty(outs[0]).dtype)
+        self._fold(outs[0], shape)
+
+    # -- space <-> batch
+
+    def _blocks(self, ins, what: str):
+        x = ins[0]
+        shape = self.ty(x).shape
+        block = self.const(ins[1], "block_shape").astype(np.int64).reshape(-1)
+        pads = self.const(ins[2], what).astype(np.int64).reshape(-1, 2)
+        m = block.size
+        if m < 1 or len(shape) < m + 1 or pads.shape[0] != m or np.any(block < 1) \
+                or np.any(pads < 0):
+            raise ShapeError(f"{self.op_label}: block shape {block.tolist()} and {what} "
+                             f"{pads.tolist()} for input {list(shape)}")
+        return x, shape, block.tolist(), pads
+
+    def _op_SPACE_TO_BATCH_ND(self, op, ins, outs):
+        # pad the spatial dims, split each into (dim / block, block), move the
+        # block factors in front of the batch
+        self._need(ins, 3)
+        x, shape, block, pads = self._blocks(ins, "paddings")
+        m, n, rest = len(block), shape[0], list(shape[1 + len(block):])
+        padded = [d + int(p.sum()) for d, p in zip(shape[1:1 + m], pads)]
+        if any(d % b for d, b in zip(padded, block)):
+            raise ShapeError(f"{self.op_label}: padded dims {padded} not divisible by "
+                             f"block {block}")
+        if pads.any():
+            full = np.zeros((len(shape), 2), np.int64)
+            full[1:1 + m] = pads
+            out_q = self.ty(outs[0]).quant
+            fill = np.array(out_q.zero_point[0] if out_q is not None else 0,
+                            self.ty(x).dtype)
+            xp = self.tmp("padded")
+            self.emit("Pad", [x, self.new_const("pads", full.T.reshape(-1)),
+                              self.new_const("value", fill)], [xp], "pad", mode="constant")
+            x = xp
+        split = [n]
+        for d, b in zip(padded, block):
+            split += [d // b, b]
+        split += rest
+        perm = ([2 + 2 * k for k in range(m)] + [0] + [1 + 2 * k for k in range(m)]
+                + list(range(1 + 2 * m, 1 + 2 * m + len(rest))))
+        self._reshape_transpose_reshape(x, split, perm, outs[0])
+
+    def _op_BATCH_TO_SPACE_ND(self, op, ins, outs):
+        self._need(ins, 3)
+        x, shape, block, crops = self._blocks(ins, "crops")
+        m, rest = len(block), list(shape[1 + len(block):])
+        prod = int(np.prod(block))
+        if shape[0] % prod:
+            raise ShapeError(f"{self.op_label}: batch {shape[0]} not divisible by {prod}")
+        n = shape[0] // prod
+        split = block + [n] + list(shape[1:1 + m]) + rest
+        perm = [m] + [k for j in range(m) for k in (m + 1 + j, j)] + \
+            list(range(1 + 2 * m, 1 + 2 * m + len(rest)))
+        spatial = [d * b for d, b in zip(shape[1:1 + m], block)]
+        if not crops.any():
+            self._reshape_transpose_reshape(x, split, perm, outs[0])
+            return
+        joined = self.tmp("uncropped")
+        self._reshape_transpose_reshape(x, split, perm, joined, [n] + spatial + rest)
+        ends = [d - int(c[1]) for d, c in zip(spatial, crops)]
+        self.emit("Slice", [joined, self.new_const("starts", crops[:, 0].copy()),
+                            self.new_const("ends", np.array(ends, np.int64)),
+                            self.new_const("axes", np.arange(1, 1 + m, dtype=np.int64))],
+                  outs, "crop")
+
+    def _reshape_transpose_reshape(self, x: str, split, perm, out: str, final=None) -> None:
+        a, b = self.tmp("blocks"), self.tmp("moved")
+        self.emit("Reshape", [x, self.new_const("split_shape", np.array(split, np.int64))],
+                  [a], "split")
+        self.emit("Transpose", [a], [b], "move", perm=tuple(perm))
+        final = self.ty(out).shape if final is None else final
+        self.emit("Reshape", [b, self.new_const("joined_shape", np.array(final, np.int64))],
+                  [out], "join")
+
+    # -- helpers
+
+    def _same_int8(self, x: str, out: str, what: str = "input") -> None:
+        for t in (x, out):
+            ty = self.ty(t)
+            if ty.dtype != "int8" or ty.quant is None or len(ty.quant.scale) != 1:
+                raise UnsupportedError(f"{self.op_label}: {what} '{t}' of type {ty.dtype} "
+                                       "(int8 per-tensor quantized supported)")
+
+
+for _code in (*_ONNX_UNARY, *_ONNX_BINARY):
+    setattr(TFLMOps, f"_op_{_code}", TFLMOps._float_elementwise)

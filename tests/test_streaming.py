@@ -167,3 +167,79 @@ def test_unsupported_variable_use_is_one_line(tmp_path, edit, message):
 def test_step_graph_needs_state():
     with pytest.raises(aot.AotError, match="has no state to stream"):
         S.step_graph(aot.load(MODELS / "tflm_hello_world_int8.tflite"))
+
+
+# ------------------------------------------- the ops the wake-word models brought
+
+def _tflm(data: bytes, inputs, outputs: int) -> list[np.ndarray]:
+    from tflite_micro.python.tflite_micro import runtime
+    interp = runtime.Interpreter.from_bytes(data, arena_size=100000)
+    for k, x in enumerate(inputs):
+        interp.set_input(x, k)
+    interp.invoke()
+    return [np.array(interp.get_output(k)) for k in range(outputs)]
+
+
+def _check(tmp_path, data: bytes, inputs) -> None:
+    """aot's interpreter and host package against tflite-micro, bit for bit."""
+    path = tmp_path / "m.tflite"
+    path.write_bytes(data)
+    graph = aot.load(path)
+    want = _tflm(data, inputs, len(graph.outputs))
+    ref = aot.interpret(aot.optimize(graph), dict(zip(graph.inputs, inputs)))
+    got = aot.run(aot.package(graph, board="host", out_dir=tmp_path / "pkg").path, inputs,
+                  board="host")
+    for name, w in zip(graph.outputs, want):
+        np.testing.assert_array_equal(ref[name], w.reshape(ref[name].shape))
+        np.testing.assert_array_equal(got[name], w.reshape(ref[name].shape))
+
+
+@pytest.mark.parametrize("scale, zp", [(0.10196, -128), (0.0625, 0), (1.5, 20), (0.004, -7)])
+def test_int8_logistic_every_input(tmp_path, scale, zp):
+    from aot.testing_tflite import TFLiteBuilder
+    m = TFLiteBuilder()
+    x = m.tensor("x", [1, 256], "int8", scale=scale, zp=zp)
+    y = m.tensor("y", [1, 256], "int8", scale=1 / 256, zp=-128)
+    m.op("LOGISTIC", [x], [y])
+    _check(tmp_path, m.build([x], [y]), [np.arange(-128, 128, dtype=np.int8).reshape(1, 256)])
+
+
+@pytest.mark.parametrize("begin, end, strides, masks", [
+    ([0, 1, 0], [1, 4, 6], [1, 1, 2], {}),
+    ([0, -1, 5], [1, 0, 0], [1, -1, -2], {"BeginMask": 1, "EndMask": 2}),
+    ([0, 2, 0], [1, 3, 6], [1, 1, 1], {"ShrinkAxisMask": 2}),
+])
+def test_strided_slice_int8(tmp_path, begin, end, strides, masks):
+    from aot.testing_tflite import TFLiteBuilder
+    src = np.arange(-60, 60, 4, dtype=np.int8).reshape(1, 5, 6)
+    want = _numpy_strided_slice(src, begin, end, strides, masks)
+    m = TFLiteBuilder()
+    x = m.tensor("x", src.shape, "int8", scale=0.5, zp=3)
+    y = m.tensor("y", want.shape, "int8", scale=0.5, zp=3)
+    m.op("STRIDED_SLICE", [x, m.const("b", begin, "int32"), m.const("e", end, "int32"),
+                           m.const("s", strides, "int32")], [y], "StridedSliceOptions", **masks)
+    _check(tmp_path, m.build([x], [y]), [src])
+
+
+def _numpy_strided_slice(x, begin, end, strides, masks):
+    index, shrink = [], []
+    for a, (b, e, s) in enumerate(zip(begin, end, strides)):
+        if masks.get("ShrinkAxisMask", 0) >> a & 1:
+            index.append(slice(b, b + 1))
+            shrink.append(a)
+            continue
+        index.append(slice(None if masks.get("BeginMask", 0) >> a & 1 else b,
+                           None if masks.get("EndMask", 0) >> a & 1 else e, s))
+    return np.squeeze(x[tuple(index)], axis=tuple(shrink))
+
+
+def test_split_v_int8(tmp_path):
+    from aot.testing_tflite import TFLiteBuilder
+    src = np.arange(-64, 64, dtype=np.int8).reshape(1, 4, 32)
+    m = TFLiteBuilder()
+    x = m.tensor("x", src.shape, "int8", scale=0.25, zp=-1)
+    ys = [m.tensor(f"y{k}", [1, 4, n], "int8", scale=0.25, zp=-1)
+          for k, n in enumerate((5, 19, 8))]
+    m.op("SPLIT_V", [x, m.const("sizes", [5, -1, 8], "int32"), m.const("axis", -1, "int32")],
+         ys, "SplitVOptions", NumSplits=3)
+    _check(tmp_path, m.build([x], ys), [src])

@@ -145,7 +145,7 @@ class VariableOps:
     def _op_STRIDED_SLICE(self, op, ins, outs):
         self._need(ins, 3)
         o = op.options
-        for flag in ("EllipsisMask", "NewAxisMask"):
+        for flag in ("EllipsisMask", "NewAxisMask", "Offset"):
             if int(o.get(flag, 0)):
                 raise UnsupportedError(f"{self.op_label}: {flag} is not supported yet")
         shape = self.ty(ins[0]).shape
@@ -162,8 +162,6 @@ class VariableOps:
             b, e, s = int(begin[a]), int(end[a]), int(strides[a])
             if s == 0:
                 raise ModelError(f"{self.op_label}: stride 0 on axis {a}")
-            if o.get("Offset", False):
-                e = b + e
             if sm >> a & 1:
                 b = b + shape[a] if b < 0 else b
                 if not 0 <= b < shape[a]:

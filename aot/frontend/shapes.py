@@ -183,6 +183,10 @@ def input_dims(name: str, declared: Sequence[int | str | None], opts: LoadOption
     """An input's static shape from the model's declared dims (a positive int,
     a symbolic name or None), --input-shape, a bound value's shape and the
     importer's dim_params."""
+    for i, d in enumerate(declared):
+        if isinstance(d, int) and d <= 0:   # a real value in ONNX: an empty or invalid tensor
+            raise ShapeError(f"input '{name}': dimension {i} is {d} (dimensions must be "
+                             "positive: aot has no empty tensors)")
     given = opts.input_shapes.get(name)
     source = f"--input-shape {name}"
     if given is None and name in opts.bind and not all(_static(d) for d in declared):
@@ -203,8 +207,7 @@ def input_dims(name: str, declared: Sequence[int | str | None], opts: LoadOption
         elif isinstance(d, str) and fallback and d in fallback:
             dims.append(int(fallback[d]))
         else:
-            what = (f"symbolic ('{d}')" if isinstance(d, str) else "unknown" if d is None
-                    else f"{d} (not positive)")
+            what = f"symbolic ('{d}')" if isinstance(d, str) else "unknown"
             raise ShapeError(f"input '{name}': dimension {i} is {what}; aot needs static "
                              f"shapes: give them with --input-shape {name}="
                              f"{'x'.join(str(x) if _static(x) else 'N' for x in declared)}"

@@ -234,9 +234,20 @@ def _squared_difference(t):
                   [Y(S, t, 0.5, -128)])
 
 
-@case("HARD_SWISH", ("float32",))
+@case("HARD_SWISH")
 def _hard_swish(t):
     return _model("HARD_SWISH", [X(S, t)], [Y(S, t)])
+
+
+@pytest.mark.parametrize("s_in, zp_in, s_out, zp_out", [
+    (0.05, 3, 0.07, -5), (0.1, -128, 0.02, 127), (0.002, 0, 0.003, -20), (0.5, 10, 0.4, -100),
+    (0.03, -7, 0.0312, 0), (1.7, 0, 0.25, 0)])
+def test_int8_hard_swish_every_input_against_tflm(s_in, zp_in, s_out, zp_out):
+    """All 256 inputs at once, across scales whose relu-ish shift is left, none or right."""
+    data = _model("HARD_SWISH", [X((256,), "int8", s_in, zp_in)],
+                  [Y((256,), "int8", s_out, zp_out)])
+    x = np.arange(-128, 128, dtype=np.int8)
+    np.testing.assert_array_equal(_ours(data, [x])[0], _tflm_outputs(data, [x])[0])
 
 
 @case("RSQRT", ("float32",))

@@ -79,8 +79,12 @@ class TFLMOps:
             self.emit("PRelu", ins[:2], outs)
 
     def _op_HARD_SWISH(self, op, ins, outs):
-        self._float_only(ins)
-        self.emit("HardSwish", ins[:1], outs)
+        self._need(ins, 1)
+        if self._is_int(ins[0]):
+            self._same_int8(ins[0], outs[0])
+            self.emit("tfl.hard_swish", ins[:1], outs)
+        else:
+            self.emit("HardSwish", ins[:1], outs)
 
     def _op_LOG_SOFTMAX(self, op, ins, outs):
         self._float_only(ins)

@@ -11,7 +11,7 @@ from aot.lower.tflite_int8 import nest, to_i32
 from aot.ops.tflite_lut import table_for
 
 
-@kernel_rule("tfl.logistic")
+@kernel_rule("tfl.logistic", "tfl.hard_swish")
 def lut(ctx: LowerCtx, ins, emit):
     x = ins[0]
     values = table_for(ctx.node, x.type, ctx.out_types[0])

@@ -646,3 +646,80 @@ def squared_difference(call: Call, args):
     d = u1 - u2
     y = qmath.clamp(qmath.mbqm(d * d, mo, eo) + zo, -128, 127)
     return [np.broadcast_to(y, call.out_types[0].shape).astype("int8")]
+
+
+# --------------------------------------------------------------- hard swish
+
+def _int16_wrap(x: np.ndarray) -> np.ndarray:
+    return ((x + (1 << 15)) & 0xFFFF) - (1 << 15)
+
+
+def _srdhm16(a: np.ndarray, b: int) -> np.ndarray:
+    """gemmlowp SaturatingRoundingDoublingHighMul on int16 (the product's
+    nudge toward the sign, then C division by 2^15)."""
+    ab = a * b
+    nudged = ab + np.where(ab >= 0, 1 << 14, 1 - (1 << 14))
+    q = np.sign(nudged) * (np.abs(nudged) >> 15)
+    return np.where((a == -32768) & (b == -32768), 32767, q)
+
+
+def _rdbpot16(x: np.ndarray, e: int) -> np.ndarray:
+    """gemmlowp RoundingDivideByPOT: ties away from zero."""
+    if e == 0:
+        return x
+    mask = (1 << e) - 1
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> e) + ((x & mask) > threshold)
+
+
+def _sat_shl16(x: np.ndarray, amount: int) -> np.ndarray:
+    return np.clip(x * (1 << amount), -32768, 32767)
+
+
+def _int16_multiplier(m: float) -> tuple[int, int]:
+    """QuantizeMultiplier, then DownScaleInt32ToInt16Multiplier (round the
+    Q31 multiplier to its top 16 bits, saturating)."""
+    m32, e = qmath.quantize_multiplier(m)
+    if m32 >= qmath.INT32_MAX - (1 << 15):
+        return 32767, e
+    return (m32 + (1 << 15)) >> 16, e
+
+
+def hard_swish_table(s_in: float, zp_in: int, s_out: float, zp_out: int, node) -> np.ndarray:
+    """TFLM's int8 HARD_SWISH for each of the 256 inputs (reference_ops::HardSwish:
+    int16 fixed point, the relu-ish factor in [0, 1] times the input)."""
+    f32 = np.float32
+    hires = f32(f32(1.0 / 128.0) * f32(s_in))
+    out_m, out_e = _int16_multiplier(float(f32(hires / f32(s_out))))
+    relu_m, relu_e = _int16_multiplier(float(f32(hires / f32(3.0 / 32768.0))))
+    if out_e > 0:
+        raise UnsupportedError(f"{node_label(node)}: int8 HARD_SWISH with input scale "
+                               f"{s_in} over output scale {s_out} above 128 (TFLM refuses it)")
+    x = np.arange(-128, 128, dtype=np.int64) - zp_in
+    hires_x = x * 128
+    preshift = _srdhm16(hires_x, out_m)
+    relu = hires_x
+    if relu_e > 0:
+        relu = _sat_shl16(relu, relu_e - 1)
+    relu = _srdhm16(relu, relu_m)
+    if relu_e > 0:
+        relu = _sat_shl16(relu, 1)
+    if relu_e < 0:
+        relu = _rdbpot16(relu, -relu_e)
+    relu = (relu + (1 << 15)) >> 1
+    prod = relu * preshift   # SaturatingDoublingHighMul: C division, toward zero
+    high = np.sign(prod) * (np.abs(prod) >> 15)
+    y = _int16_wrap(_rdbpot16(high, -out_e) + zp_out)
+    return np.clip(y, -128, 127).astype(np.int8)
+
+
+def _hard_swish_lut(call_or_ctx_node, in_ty, out_ty) -> np.ndarray:
+    s_in, zi = _scale_zp(in_ty, "the input", call_or_ctx_node)
+    s_out, zo = _scale_zp(out_ty, "the output", call_or_ctx_node)
+    return hard_swish_table(s_in, zi, s_out, zo, call_or_ctx_node)
+
+
+@register("tfl.hard_swish", infer=_unary_int8_infer, pattern=Pattern.OPAQUE)
+def hard_swish(call: Call, args):
+    t = _hard_swish_lut(call.node, call.in_types[0], call.out_types[0])
+    return [t[args[0].astype(np.int64) + 128]]

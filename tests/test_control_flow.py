@@ -121,7 +121,30 @@ def test_loop_at_the_limit_is_unrolled_and_exact(tmp_path):
 
 # ---- the ONNX backend node cases --------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["test_if", "test_loop11", "test_scan9_sum",
+def _scan8_model(tmp_path, lens):
+    body = h.make_graph([h.make_node("Add", ["acc_in", "row"], ["acc_out"]),
+                         h.make_node("Identity", ["acc_out"], ["o"])], "body",
+                        [vi("acc_in", [2]), vi("row", [2])], [vi("acc_out", [2]), vi("o", [2])])
+    g = h.make_graph([h.make_node("Scan", ["lens", "acc0", "x"], ["acc", "ys"], body=body,
+                                  num_scan_inputs=1, directions=[1], name="scan8")],
+                     "m", [vi("acc0", [2, 2]), vi("x", [2, 3, 2])],
+                     [vi("acc", [2, 2]), vi("ys", [2, 3, 2])],
+                     [init("lens", np.array(lens, np.int64))])
+    return save(g, tmp_path / "scan8.onnx", opset=8)
+
+
+def test_scan8_batch_rows_and_sequence_lens(tmp_path, capsys):
+    path = _scan8_model(tmp_path, [3, 3])
+    feeds = {"acc0": RNG.standard_normal((2, 2)).astype(np.float32),
+             "x": RNG.standard_normal((2, 3, 2)).astype(np.float32)}
+    got = aot.interpret(aot.optimize(aot.load(path)), feeds)
+    for name, want in zip(("acc", "ys"), ort_run(path, feeds)):
+        np.testing.assert_allclose(got[name], want, rtol=1e-6, atol=1e-6)
+    line = refused(capsys, _scan8_model(tmp_path, [3, 2]))
+    assert "Scan node 'scan8': sequence_lens [3, 2] shorter than the scan inputs" in line
+
+
+@pytest.mark.parametrize("name", ["test_if", "test_loop11", "test_scan_sum", "test_scan9_sum",
                                   "test_scan9_multi_state", "test_scan9_scalar"])
 def test_onnx_node_cases(name):
     from test_onnx_conformance import cases, run_case

@@ -479,7 +479,9 @@ def _import_nodes(b: _Builder, proto_nodes, inputs: set[str]) -> None:
                 raise ModelError(f"{node.op} node '{node_name}': missing inputs "
                                  f"({len(node.inputs)} given)") from None
         if control:
-            _check_control(node, b.opset)
+            _check_control(node)
+            if node.op == "Scan" and b.opset < 9:   # a batch axis and sequence_lens first
+                node = node.with_(attrs={**node.attrs, "batch_axis": True})
         else:
             _check_op(node.op, node_name, pn.domain)
         b.nodes.append(node)
@@ -513,15 +515,12 @@ def _graph_attr(b: _Builder, pn, node_name: str, a) -> Body:
                 tuple(o.name for o in a.g.output), tuple(sub.nodes), dict(sub.constants))
 
 
-def _check_control(node: Node, opset: int) -> None:
+def _check_control(node: Node) -> None:
     needs = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",)}
     missing = [k for k in needs[node.op] if not isinstance(node.attrs.get(k), Body)]
     if missing:
         raise ModelError(f"{node.op} node '{node.name}': missing the graph attribute "
                          f"'{missing[0]}'")
-    if node.op == "Scan" and opset < 9:
-        raise UnsupportedError(f"Scan node '{node.name}': Scan of opset {opset} (with a batch "
-                               "axis and sequence_lens) is not supported; opset 9 and later are")
     if node.op == "If" and len(node.inputs) != 1:
         raise ModelError(f"If node '{node.name}': takes one input, the condition")
 

@@ -281,6 +281,8 @@ class _Resolver:
     # ---- Scan ----------------------------------------------------------------------
 
     def scan(self, node: Node) -> list[Node]:
+        if node.attrs.get("batch_axis"):
+            return self.scan8(node)
         body: Body = node.attrs["body"]
         m = int(node.attrs.get("num_scan_inputs", 0))
         n_state = len(node.inputs) - m
@@ -326,6 +328,43 @@ class _Resolver:
             if axis < 0:      # counts from the end of the output: the part's rank plus one
                 axis += self.rank_after(nodes, parts[0]) + 1
             nodes += self.stack(node, parts, out, axis)
+        return nodes
+
+    def scan8(self, node: Node) -> list[Node]:
+        """Scan-8: inputs and outputs have a leading batch axis, the scan axis is
+        1: one opset-9 Scan per batch row, their outputs stacked again."""
+        lens, *ins = node.inputs
+        n_rows = self.types[ins[0]].shape[0]
+        m = int(node.attrs.get("num_scan_inputs", 0))
+        if lens:
+            value = self.known(lens)
+            if value is None:
+                raise UnsupportedError(f"Scan node '{node.name}': input 0 must be a compile-time "
+                                       "constant (sequence_lens is known only at run time)")
+            full = {self.types[x].shape[1] for x in ins[len(ins) - m:]}
+            if set(np.asarray(value).reshape(-1).tolist()) != full:
+                raise UnsupportedError(f"Scan node '{node.name}': sequence_lens "
+                                       f"{np.asarray(value).tolist()} shorter than the scan "
+                                       "inputs is not supported")
+        if n_rows > MAX_UNROLL:
+            raise UnsupportedError(f"Scan node '{node.name}': {n_rows} batch rows is above the "
+                                   f"unroll limit of {MAX_UNROLL}")
+        attrs = {"body": node.attrs["body"], "num_scan_inputs": m,
+                 "scan_input_directions": tuple(node.attrs.get("directions", (0,) * m))}
+        nodes, rows = [], []
+        for b in range(n_rows):
+            idx = self.const(f"{node.name}/row{b}", np.array(b, np.int64))
+            sliced = []
+            for j, x in enumerate(ins):
+                s = self.namer.fresh(f"{node.name}/row{b}/in{j}")
+                nodes.append(Node("Gather", f"{node.name}/row{b}/take{j}", (x, idx), (s,),
+                                  {"axis": 0}))
+                sliced.append(s)
+            outs = tuple(self.namer.fresh(f"{node.name}/row{b}/{o}") for o in node.outputs)
+            nodes.append(Node("Scan", f"{node.name}/row{b}", tuple(sliced), outs, attrs))
+            rows.append(outs)
+        for k, out in enumerate(node.outputs):
+            nodes += self.stack(node, [r[k] for r in rows], out, 0)
         return nodes
 
     def rank_after(self, nodes: list[Node], name: str) -> int:

@@ -2,26 +2,29 @@
 
 One loop nest per direction: batch rows (a loop when every row has the
 same sequence length, else one nest per row, since the lengths are loop
-bounds), then time steps. Per step, phase one computes every gate of every
-unit into a gate scratch row (all gates read the previous hidden state, so
-the state is only overwritten after that), phase two updates the cell and
-hidden state unit by unit and emits Y. Steps past a row's length emit
-zeros into Y; Y_h and Y_c are emitted after the row's last step.
+bounds), then time steps. Per step, phase one sums every gate row's
+pre-activation from the input and the previous hidden state into a scratch
+row (axpy loops over the transposed weights), phase two updates the cell
+and hidden state unit by unit, in place, and emits Y (GRU computes its
+reset gate first: the candidate's recurrent sum needs r * h). Steps past a
+row's length emit zeros into Y; Y_h and Y_c are emitted after the row's
+last step.
 
 Weights, biases, peepholes and initial states are read through their
 tensor refs, so they may be constants (params) or run-time tensors alike.
 """
 from __future__ import annotations
 
-from aot.ir.tir import Assign, Bin, Const, Expr, Load, Stmt, Store, dt, flat_index, seq
+from aot.ir.tir import Bin, Const, Decl, Expr, Load, Stmt, Store, dt, flat_index, seq
 from aot.lower import qmath as q
 from aot.lower.elementwise import UNARY_ANY, UNARY_FLOAT, const_like, math_call
 from aot.lower.rules import LowerCtx, kernel_rule
-from aot.lower.tflite_int8 import loop
+from aot.lower.tflite_int8 import loop, loop_step
 from aot.ops import rnn as ref
 
 F32 = dt("float32")
 ZERO = Const(0.0, F32)
+UNROLL = 4
 
 
 def _activation(act: ref.Activation):
@@ -43,63 +46,96 @@ class _Kernel:
     def __init__(self, ctx: LowerCtx, ins, emit, s: ref.RnnSpec):
         self.ctx, self.ins, self.emit, self.s = ctx, ins, emit, s
         self.outs = len(ctx.out_types)
+        rows = s.gates * s.hidden
         self.h = ctx.scratch_buffer("hidden", "float32", (s.hidden,))
         self.c = ctx.scratch_buffer("cell", "float32", (s.hidden,))
-        self.g = ctx.scratch_buffer("gates", "float32", (s.gates, s.hidden))
+        self.pre = ctx.scratch_buffer("gates", "float32", (rows,))
+        self.rec = ctx.scratch_buffer("candidate", "float32", (s.hidden,))
         self.d = 0
+        # Weights transposed to [K, rows] per direction: the gate sums are
+        # then axpy loops over contiguous rows, which vectorize (a dot
+        # product per unit is a float reduction the compiler must keep in
+        # order, one add at a time).
+        self.wt = [self.transposed(ref.W, d) for d in range(s.directions)]
+        self.rt = [self.transposed(ref.R, d) for d in range(s.directions)]
 
     def has(self, i: int) -> bool:
         return i < len(self.ins) and self.ins[i] is not None
+
+    def transposed(self, i: int, d: int):
+        value = self.ins[i].value
+        if value is None:
+            return None
+        name = "input_weights" if i == ref.W else "recurrent_weights"
+        return self.ctx.param(f"{name}_t{d}", value[d].T.astype("float32"))
+
+    def weight(self, i: int, k: Expr, row: Expr) -> Expr:
+        """W or R of direction d at (row, k)."""
+        wt = (self.wt if i == ref.W else self.rt)[self.d]
+        if wt is None:
+            return self.ins[i].load((Const(self.d), row, k))
+        return Load(wt, flat_index((k, row), wt.shape))
 
     # ---- loads -----------------------------------------------------------------------
     def x(self, b, t, k) -> Expr:
         return self.ins[ref.X].load((t, b, k) if self.s.layout == 0 else (b, t, k))
 
-    def bias(self, j: int, u: Expr) -> Expr:
-        """Wb + Rb of gate row j * H + u."""
+    def bias(self, row: Expr, recurrent: bool) -> Expr:
+        """Wb (or Rb) of gate row `row`."""
         if not self.has(ref.B):
             return ZERO
-        gh = self.s.gates * self.s.hidden
-        row = Bin("+", Const(j * self.s.hidden), u)
-        return Bin("+", self.ins[ref.B].load((Const(self.d), row)),
-                   self.ins[ref.B].load((Const(self.d), Bin("+", row, Const(gh)))))
-
-    def rec_bias(self, j: int, u: Expr) -> Expr:
-        if not self.has(ref.B):
-            return ZERO
-        row = Bin("+", Const((self.s.gates + j) * self.s.hidden), u)
+        if recurrent:
+            row = Bin("+", row, Const(self.s.gates * self.s.hidden))
         return self.ins[ref.B].load((Const(self.d), row))
-
-    def input_bias(self, j: int, u: Expr) -> Expr:
-        if not self.has(ref.B):
-            return ZERO
-        return self.ins[ref.B].load((Const(self.d), Bin("+", Const(j * self.s.hidden), u)))
-
-    def hidden(self, k: Expr) -> Expr:
-        return Load(self.h, k)
-
-    def gate(self, j: int, u: Expr) -> Expr:
-        return Load(self.g, flat_index((Const(j), u), self.g.shape))
 
     def state_index(self, b: Expr, u: Expr) -> tuple:
         d = Const(self.d)
         return (d, b, u) if self.s.layout == 0 else (b, d, u)
 
     # ---- pieces ------------------------------------------------------------------------
-    def dot(self, blk: q.Block, init: Expr, n: int, lhs, w: int, j: int, u: Expr) -> Expr:
-        """init + sum_k lhs(k) * weight(d, j*H + u, k) of W or R."""
-        acc = blk.let("acc", init)
-        row = Bin("+", Const(j * self.s.hidden), u)
-        blk.add(loop(self.ctx, "k", n, lambda k: Assign(acc, Bin("+", acc, Bin(
-            "*", lhs(k), self.ins[w].load((Const(self.d), row, k)))))))
-        return acc
+    def axpy(self, buf, n: int, lhs, w: int, first: int, count: int) -> Stmt:
+        """buf[r] += sum_k lhs(k) * weight(first + r, k) for r < count, UNROLL
+        values of k per pass over buf (one pass per k is bound by buf's
+        loads and stores)."""
+        def block(k0: Expr, width: int) -> Stmt:
+            vs, decls = [], []
+            for i in range(width):
+                v = self.ctx.fresh("v", "float32")
+                decls.append(Decl(v, lhs(Bin("+", k0, Const(i)) if i else k0)))
+                vs.append((v, Bin("+", k0, Const(i)) if i else k0))
 
-    def pre(self, blk: q.Block, b, t, j: int, u: Expr, bias: Expr, rec=True) -> Expr:
-        """x_t W_j^T (+ h R_j^T) + bias at unit u."""
-        acc = self.dot(blk, bias, self.s.features, lambda k: self.x(b, t, k), ref.W, j, u)
-        if rec:
-            acc = self.dot(blk, acc, self.s.hidden, self.hidden, ref.R, j, u)
-        return acc
+            def row(r):
+                at = Bin("+", r, Const(first))
+                terms = [Bin("*", v, self.weight(w, k, at)) for v, k in vs]
+                total = terms[0]
+                for term in terms[1:]:
+                    total = Bin("+", total, term)
+                return Store(buf, r, Bin("+", Load(buf, r), total))
+            return seq(*decls, loop(self.ctx, "r", count, row))
+        main = n // UNROLL
+        body = []
+        if main:
+            body.append(loop_step(self.ctx, "k", main, 0, UNROLL, lambda k: block(k, UNROLL)))
+        if n % UNROLL:
+            body.append(block(Const(main * UNROLL), n % UNROLL))
+        return seq(*body)
+
+    def gate_sums(self, b, t, recurrent_rows: int) -> Stmt:
+        """pre = x_t W^T + Wb (+ h R^T + Rb on the first recurrent_rows rows)."""
+        rows = self.s.gates * self.s.hidden
+
+        def init(first: int, count: int, recurrent: bool) -> Stmt:
+            def one(r):
+                row = Bin("+", r, Const(first))
+                v = self.bias(row, False)
+                return Store(self.pre, row, Bin("+", v, self.bias(row, True)) if recurrent else v)
+            return loop(self.ctx, "r", count, one) if count else seq()
+        init = seq(init(0, recurrent_rows, True), init(recurrent_rows, rows - recurrent_rows,
+                                                       False))
+        return seq(init, self.axpy(self.pre, self.s.features, lambda k: self.x(b, t, k),
+                                   ref.W, 0, rows),
+                   self.axpy(self.pre, self.s.hidden, lambda k: Load(self.h, k), ref.R, 0,
+                             recurrent_rows))
 
     def clip(self, v: Expr) -> Expr:
         if self.s.clip is None:
@@ -108,6 +144,9 @@ class _Kernel:
 
     def act(self, i: int, v: Expr) -> Expr:
         return _activation(self.s.activations[self.d][i])(self.clip(v))
+
+    def gate(self, j: int, u: Expr) -> Expr:
+        return Load(self.pre, Bin("+", Const(j * self.s.hidden), u))
 
     def units(self, body) -> Stmt:
         def one(u):
@@ -120,41 +159,37 @@ class _Kernel:
         d = Const(self.d)
         return self.emit(0, (t, d, b, u) if self.s.layout == 0 else (b, t, d, u), v)
 
-    # ---- the cells: phase one (gates), phase two (state update) ----------------------
+    # ---- the cells: gate sums from the previous state, then the update -----------------
     def rnn(self, b, t) -> Stmt:
-        def gates(blk, u):
-            blk.add(Store(self.g, u, self.act(0, self.pre(blk, b, t, 0, u, self.bias(0, u)))))
-
         def update(blk, u):
-            v = blk.let("h", self.gate(0, u))
+            v = blk.let("h", self.act(0, self.gate(0, u)))
             blk.add(Store(self.h, u, v), self.emit_y(b, t, u, v))
-        return seq(self.units(gates), self.units(update))
+        return seq(self.gate_sums(b, t, self.s.hidden), self.units(update))
 
     def gru(self, b, t) -> Stmt:
-        hs = self.s.hidden
+        hs, lbr = self.s.hidden, self.s.linear_before_reset
 
         def zr(blk, u):
             for j in (0, 1):
-                v = self.act(0, self.pre(blk, b, t, j, u, self.bias(j, u)))
-                blk.add(Store(self.g, flat_index((Const(j), u), self.g.shape), v))
+                at = Bin("+", Const(j * hs), u)
+                blk.add(Store(self.pre, at, self.act(0, Load(self.pre, at))))
 
-        def candidate(blk, u):
-            xw = self.pre(blk, b, t, 2, u, self.input_bias(2, u), rec=False)
-            if self.s.linear_before_reset:
-                hr = self.dot(blk, self.rec_bias(2, u), hs, self.hidden, ref.R, 2, u)
-                v = Bin("+", xw, Bin("*", self.gate(1, u), hr))
-            else:
-                hr = self.dot(blk, self.rec_bias(2, u), hs,
-                              lambda k: Bin("*", self.gate(1, k), self.hidden(k)), ref.R, 2, u)
-                v = Bin("+", xw, hr)
-            blk.add(Store(self.g, flat_index((Const(2), u), self.g.shape), self.act(1, v)))
+        # the candidate's recurrent sum: Rh h + Rbh, or Rh (r * h) + Rbh
+        rec_init = loop(self.ctx, "u", hs, lambda u: Store(
+            self.rec, u, self.bias(Bin("+", Const(2 * hs), u), True)))
+        rec = self.axpy(self.rec, hs, (lambda k: Load(self.h, k)) if lbr else
+                        (lambda k: Bin("*", self.gate(1, k), Load(self.h, k))),
+                        ref.R, 2 * hs, hs)
 
         def update(blk, u):
+            r_part = Bin("*", self.gate(1, u), Load(self.rec, u)) if lbr else Load(self.rec, u)
+            cand = blk.let("cand", self.act(1, Bin("+", self.gate(2, u), r_part)))
             z = blk.let("z", self.gate(0, u))
-            v = blk.let("h", Bin("+", Bin("*", Bin("-", Const(1.0, F32), z), self.gate(2, u)),
-                                 Bin("*", z, self.hidden(u))))
+            v = blk.let("h", Bin("+", Bin("*", Bin("-", Const(1.0, F32), z), cand),
+                                 Bin("*", z, Load(self.h, u))))
             blk.add(Store(self.h, u, v), self.emit_y(b, t, u, v))
-        return seq(self.units(zr), self.units(candidate), self.units(update))
+        return seq(self.gate_sums(b, t, 2 * hs), self.units(zr), rec_init, rec,
+                   self.units(update))
 
     def peephole(self, j: int, u: Expr, c: Expr) -> Expr:
         """P_j * c (P's rows: input, output, forget), 0 without P."""
@@ -164,28 +199,21 @@ class _Kernel:
             (Const(self.d), Bin("+", Const(j * self.s.hidden), u))), c)
 
     def lstm(self, b, t) -> Stmt:
-        # ONNX's gate rows: input 0, output 1, forget 2, cell 3
-        def gates(blk, u):
-            c = Load(self.c, u)
-            for j in (0, 2, 3, 1):
-                if j == 2 and self.s.input_forget:
-                    continue
-                v = self.pre(blk, b, t, j, u, self.bias(j, u))
-                if j == 0 or j == 2:
-                    v = self.act(0, Bin("+", v, self.peephole(j, u, c)))
-                elif j == 3:
-                    v = self.act(1, v)
-                # the output gate's peephole reads the new cell: applied in update
-                blk.add(Store(self.g, flat_index((Const(j), u), self.g.shape), v))
-
+        # ONNX's gate rows: input 0, output 1, forget 2, cell 3. Every sum
+        # is in `pre` before the loop, so h and c are updated in place.
         def update(blk, u):
-            i = blk.let("i", self.gate(0, u))
-            f = Bin("-", Const(1.0, F32), i) if self.s.input_forget else self.gate(2, u)
-            c = blk.let("c", Bin("+", Bin("*", f, Load(self.c, u)), Bin("*", i, self.gate(3, u))))
+            c_old = blk.let("c_old", Load(self.c, u))
+            i = blk.let("i", self.act(0, Bin("+", self.gate(0, u), self.peephole(0, u, c_old))))
+            if self.s.input_forget:
+                f = Bin("-", Const(1.0, F32), i)
+            else:
+                f = self.act(0, Bin("+", self.gate(2, u), self.peephole(2, u, c_old)))
+            c = blk.let("c", Bin("+", Bin("*", f, c_old),
+                                 Bin("*", i, self.act(1, self.gate(3, u)))))
             o = self.act(0, Bin("+", self.gate(1, u), self.peephole(1, u, c)))
             v = blk.let("h", Bin("*", o, _activation(self.s.activations[self.d][2])(c)))
             blk.add(Store(self.c, u, c), Store(self.h, u, v), self.emit_y(b, t, u, v))
-        return seq(self.units(gates), self.units(update))
+        return seq(self.gate_sums(b, t, 4 * self.s.hidden), self.units(update))
 
     # ---- one direction, one group of rows ------------------------------------------------
     def init_state(self, b) -> Stmt:

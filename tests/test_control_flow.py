@@ -68,6 +68,31 @@ def test_nested_if_and_subgraph_initializers_in_the_taken_branch(tmp_path):
     assert "Relu" in ops and "Neg" not in ops and "If" not in ops
 
 
+def test_if_on_the_iteration_number_inside_a_loop(tmp_path):
+    """TorchScript's `if i == 0:` in a loop body: a nested If whose branches read
+    the body's loop-carried input (renamed in every unrolled copy)."""
+    first = h.make_graph([h.make_node("Mul", ["h_in", "two"], ["a"])], "first", [],
+                         [vi("a", [2])], [init("two", np.float32(2))])
+    later = h.make_graph([h.make_node("Add", ["h_in", "w"], ["b"])], "later", [],
+                         [vi("b", [2])])
+    body = h.make_graph(
+        [h.make_node("Equal", ["i", "zero"], ["is0"]),
+         h.make_node("If", ["is0"], ["h_out"], then_branch=first, else_branch=later),
+         h.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+        [vi("i", [], T.INT64), vi("cond_in", [], T.BOOL), vi("h_in", [2])],
+        [vi("cond_out", [], T.BOOL), vi("h_out", [2])], [init("zero", np.int64(0))])
+    g = h.make_graph([h.make_node("Loop", ["n", "t", "h0"], ["h"], body=body)], "m",
+                     [vi("h0", [2])], [vi("h", [2])],
+                     [init("n", np.int64(4)), init("t", np.bool_(True)),
+                      init("w", np.array([0.5, -1], np.float32))])
+    path = save(g, tmp_path / "loop_if.onnx", opset=13)
+    h0 = np.array([1, 3], np.float32)
+    graph = aot.load(path)
+    assert [n.op for n in graph.nodes].count("Mul") == 1      # only iteration 0 doubles
+    got = aot.interpret(aot.optimize(graph), {"h0": h0})["h"]
+    np.testing.assert_array_equal(got, ort_run(path, {"h0": h0})[0])
+
+
 # ---- refusals ---------------------------------------------------------------------------------
 
 def _if_model(tmp_path, then_shape, else_shape):

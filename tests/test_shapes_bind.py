@@ -188,3 +188,22 @@ def test_tflite_shapes_are_static(tmp_path, capsys):
     other = "x".join(map(str, (2, *shape[1:])))
     code, _, err = in_process(capsys, "graph", str(model), "--input-shape", f"{name}={other}")
     assert code == 2 and f"dimension 0 of input '{name}' is 1 in the model, not 2" in err
+
+
+def test_real_model_with_its_batch_made_symbolic(tmp_path):
+    """A tf2onnx export as it comes (batch 'unk__612'; the shared copy has it
+    fixed to 1): batch 2 given with --input-shape verifies against ORT."""
+    import onnx
+
+    m = onnx.load(str(MODELS / "derived" / "mlperf_vww_mbv1_f32.tf2onnx.b1.onnx"))
+    for vi in (m.graph.input[0], *m.graph.output):
+        d = vi.type.tensor_type.shape.dim[0]
+        d.ClearField("dim_value")
+        d.dim_param = "unk__612"
+    path = tmp_path / "vww.onnx"
+    onnx.save(m, str(path))
+    r = aot_cli("verify", str(path), "--board", "host", "--input-shape", "input_1=2x96x96x3",
+                "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["ok"] and out["reference"] == "onnxruntime"

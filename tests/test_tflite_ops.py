@@ -511,6 +511,36 @@ def _batch_to_space_plain(t):
                   [Y((2, 4, 6, 2), t, 0.05, 3)])
 
 
+def _transpose_conv(padding, out_hw, bias=True):
+    def build(t):
+        rng = np.random.default_rng(5)
+        ins = [C([1, *out_hw, 4], "int32", "shape"),
+               C(rng.standard_normal((4, 3, 3, 2)), t, "w"), X((1, 4, 5, 2), t)]
+        if bias:
+            ins.append(C(rng.standard_normal(4), t, "b"))
+        return _model("TRANSPOSE_CONV", ins, [Y((1, *out_hw, 4), t)], "TransposeConvOptions",
+                      Padding=padding, StrideH=2, StrideW=2)
+    return build
+
+
+case("TRANSPOSE_CONV_same", ("float32",))(_transpose_conv(0, (8, 10)))
+case("TRANSPOSE_CONV_valid", ("float32",))(_transpose_conv(1, (9, 11)))
+case("TRANSPOSE_CONV_valid_no_bias", ("float32",))(_transpose_conv(1, (9, 11), bias=False))
+
+for _axis in (1, 3):
+    for _ex in (False, True):
+        for _rev in (False, True):
+            case(f"CUMSUM_axis{_axis}_exclusive{int(_ex)}_reverse{int(_rev)}", ("float32",))(
+                lambda t, axis=_axis, ex=_ex, rev=_rev: _model(
+                    "CUMSUM", [X(S, t), C([axis], "int32")], [Y(S, t)], "CumsumOptions",
+                    Exclusive=ex, Reverse=rev))
+
+
+@case("REDUCE_ALL", ("bool",))
+def _reduce_all(t):
+    return _model("REDUCE_ALL", [X(S, t), C([2], "int32")], [Y((2, 5, 3), t)], "ReducerOptions")
+
+
 def _inputs(data: bytes, seed: int = 0):
     g = import_tflite(data, "op")
     rng = np.random.default_rng(seed)

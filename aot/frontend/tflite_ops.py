@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from aot.errors import ModelError, ShapeError, UnsupportedError
+from aot.ops import qmath
 
 # op -> (options class, fields), merged into tflite._OPTIONS
 OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -34,6 +35,10 @@ OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "SUM": ("ReducerOptions", ("KeepDims",)),
     "REDUCE_MAX": ("ReducerOptions", ("KeepDims",)),
     "REDUCE_MIN": ("ReducerOptions", ("KeepDims",)),
+    "TRANSPOSE_CONV": ("TransposeConvOptions", ("Padding", "StrideW", "StrideH",
+                                                "FusedActivationFunction")),
+    "CUMSUM": ("CumsumOptions", ("Exclusive", "Reverse")),
+    "REDUCE_ALL": ("ReducerOptions", ("KeepDims",)),
     "L2_POOL_2D": ("Pool2DOptions", ("Padding", "StrideW", "StrideH", "FilterWidth",
                                      "FilterHeight", "FusedActivationFunction")),
 }
@@ -48,11 +53,11 @@ _ONNX_REDUCE = {"SUM": "ReduceSum", "REDUCE_MAX": "ReduceMax", "REDUCE_MIN": "Re
 # TFLite TensorType -> ONNX TensorProto data type, for CAST
 _ONNX_DTYPES = {"float32": 1, "uint8": 2, "int8": 3, "int16": 5, "int32": 6, "int64": 7,
                 "bool": 9, "float16": 10}
-DEFAULTS = {"Alpha": 0.0, "AlignCorners": False, "HalfPixelCenters": False, "OutputType": 4,
+DEFAULTS = {"Exclusive": False, "Reverse": False, "Alpha": 0.0, "AlignCorners": False, "HalfPixelCenters": False, "OutputType": 4,
             "ValuesCount": 0, "Num": 0, "NumSplits": 0, "Mode": 0, "BlockSize": 0,
             "AdjX": False, "AdjY": False}
 
-_INDEX_TYPES = {2: "int32", 4: "int64"}
+_PADDING_MODES = {0: "SAME", 1: "VALID"}
 
 
 class TFLMOps:
@@ -432,6 +437,87 @@ class TFLMOps:
         self._need(ins, 1)
         shape = np.array(self.ty(ins[0]).shape, dtype=self.ty(outs[0]).dtype)
         self._fold(outs[0], shape)
+
+    # -- transpose conv, cumsum, broadcast args, reduce all
+
+    def _op_TRANSPOSE_CONV(self, op, ins, outs):
+        # inputs: output shape, weight [O, KH, KW, I], x, bias?
+        self._need(ins, 3)
+        if self._is_int(ins[2]):
+            raise UnsupportedError(f"{self.op_label}: int8 TRANSPOSE_CONV is not supported yet")
+        o = op.options
+        x, w = ins[2], self._float_weight(ins[1])
+        bias = ins[3] if len(ins) > 3 else ""
+        out_shape = tuple(int(v) for v in self.const(ins[0], "output_shape").reshape(-1))
+        wshape, xshape = self.ty(ins[1]).shape, self.ty(x).shape
+        if len(wshape) != 4 or len(xshape) != 4 or out_shape != self.ty(outs[0]).shape:
+            raise ShapeError(f"{self.op_label}: weight {list(wshape)}, input {list(xshape)}, "
+                             f"output shape {list(out_shape)}")
+        strides = self._strides(o)
+        padding = _PADDING_MODES.get(o["Padding"])
+        if padding is None:
+            raise UnsupportedError(f"{self.op_label}: padding mode {o['Padding']}")
+        begin, end = [], []
+        for k in range(2):   # TFLite pads as the conv from the output back to the input
+            _, before, _ = qmath.compute_padding(out_shape[1 + k], wshape[1 + k], strides[k], 1,
+                                                 padding)
+            full = strides[k] * (xshape[1 + k] - 1) + wshape[1 + k]
+            begin.append(before)
+            end.append(full - out_shape[1 + k] - before)
+        if min(end) < 0:
+            raise ShapeError(f"{self.op_label}: output shape {list(out_shape)} is larger than "
+                             "the transposed convolution gives")
+        if w in self.constants:
+            w_ihwo = self.new_const("weight_ihwo",
+                                    np.ascontiguousarray(self.constants[w].transpose(3, 1, 2, 0)))
+        else:
+            w_ihwo = self.tmp("weight_ihwo")
+            self.emit("Transpose", [w], [w_ihwo], "weight_ihwo", perm=(3, 1, 2, 0))
+        pre = self._with_act(o, outs[0])
+        self.emit("ConvTranspose", [x, w_ihwo, bias], [pre], layout="NHWC",
+                  kernel_shape=tuple(wshape[1:3]), strides=strides,
+                  pads=tuple(begin + end))
+        self._finish_act(o, pre, outs[0])
+
+    def _op_CUMSUM(self, op, ins, outs):
+        # a product with a triangular 0/1 matrix along the axis
+        self._float_only(ins)
+        shape = self.ty(ins[0]).shape
+        axis = self._axis(int(self.const(ins[1], "axis").reshape(-1)[0]), len(shape))
+        n = shape[axis]
+        exclusive, reverse = bool(op.options.get("Exclusive")), bool(op.options.get("Reverse"))
+        i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")   # out[j] += x[i]
+        take = (i > j if exclusive else i >= j) if reverse else (i < j if exclusive else i <= j)
+        tri = self.new_const("triangle", take.astype(np.float32))
+        last = len(shape) - 1
+        if axis == last:
+            self.emit("MatMul", [ins[0], tri], outs)
+            return
+        perm = tuple(k for k in range(len(shape)) if k != axis) + (axis,)
+        inverse = tuple(int(v) for v in np.argsort(perm))
+        moved, summed = self.tmp("moved"), self.tmp("summed")
+        self.emit("Transpose", ins[:1], [moved], "move", perm=perm)
+        self.emit("MatMul", [moved, tri], [summed], "sum")
+        self.emit("Transpose", [summed], outs, "back", perm=inverse)
+
+    def _op_BROADCAST_ARGS(self, op, ins, outs):
+        self._need(ins, 2)
+        a, b = (tuple(int(v) for v in self.const(t, "shape").reshape(-1)) for t in ins[:2])
+        try:
+            shape = np.broadcast_shapes(a, b)
+        except ValueError:
+            raise ShapeError(f"{self.op_label}: shapes {list(a)} and {list(b)} do not "
+                             "broadcast") from None
+        self._fold(outs[0], np.array(shape, dtype=self.ty(outs[0]).dtype))
+
+    def _op_REDUCE_ALL(self, op, ins, outs):
+        self._need(ins, 2)
+        axes = self.const(ins[1], "axes").astype(np.int64).reshape(-1)
+        as_int, low = self.tmp("as_int"), self.tmp("minimum")
+        self.emit("Cast", ins[:1], [as_int], "as_int", to=6)
+        self.emit("ReduceMin", [as_int, self.new_const("axes", axes)], [low], "minimum",
+                  keepdims=int(bool(op.options.get("KeepDims", False))))
+        self.emit("Cast", [low], outs, to=9)
 
     # -- space <-> batch
 

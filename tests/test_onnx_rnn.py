@@ -10,8 +10,9 @@
 * Models laid out as PyTorch's exporter writes nn.LSTM / nn.GRU
   (batch_first: Transposes around a layout-0 node, two stacked
   bidirectional layers, initial states as inputs, Y reshaped between the
-  layers) verified against ONNX Runtime on the host, and one on
-  qemu-aarch64 (cross-compiled).
+  layers; one direction: Y squeezed) verified against ONNX Runtime on the
+  host, and one each on qemu-aarch64 (cross-compiled) and mps2-an386
+  (Cortex-M4, bare metal).
 
 The packaged cases are built like tests/test_conformance_package.py builds
 its cases: every package into one shared library, each run in a fork.
@@ -242,14 +243,15 @@ def test_random_nodes_packaged(codegen):
 # ---- models as PyTorch exports them ------------------------------------------------------
 
 def _torch_like(op: str, seed: int = 0, batch: int = 2, steps: int = 7, features: int = 6,
-                hidden: int = 8, layers: int = 2):
+                hidden: int = 8, layers: int = 2, bidirectional: bool = True):
     """nn.LSTM/nn.GRU(features, hidden, layers, batch_first=True,
-    bidirectional=True) with (h0[, c0]) as exported: X [B, T, F] transposed
-    to time-major, per layer a bidirectional node on slices of the stacked
-    initial states, Y [T, 2, B, H] -> Transpose -> Reshape [T, B, 2H], the
-    last layer's output transposed back to batch-first, Y_h concatenated."""
+    bidirectional=...) with (h0[, c0]) as exported: X [B, T, F] transposed
+    to time-major, per layer a node on slices of the stacked initial
+    states, Y [T, D, B, H] -> Transpose -> Reshape [T, B, D*H] (one
+    direction: Squeeze of axis 1), the last layer's output transposed back
+    to batch-first, Y_h concatenated."""
     rng = np.random.default_rng(seed)
-    g = GATES[op]
+    g, dirs = GATES[op], 2 if bidirectional else 1
     nodes, inits = [], []
 
     def const(name, value):
@@ -258,12 +260,12 @@ def _torch_like(op: str, seed: int = 0, batch: int = 2, steps: int = 7, features
 
     nodes.append(helper.make_node("Transpose", ["x"], ["x_t"], perm=[1, 0, 2]))
     states = ["h0"] + (["c0"] if op == "LSTM" else [])
-    state_shape = (2 * layers, batch, hidden)
+    state_shape = (dirs * layers, batch, hidden)
     prev, width, finals = "x_t", features, {s: [] for s in states}
     for layer in range(layers):
         ins = [prev]
-        for part, shape in (("W", (2, g * hidden, width)), ("R", (2, g * hidden, hidden)),
-                            ("B", (2, 2 * g * hidden))):
+        for part, shape in (("W", (dirs, g * hidden, width)), ("R", (dirs, g * hidden, hidden)),
+                            ("B", (dirs, 2 * g * hidden))):
             scale = 1 / np.sqrt(hidden)
             ins.append(const(f"{part}{layer}", rng.uniform(-scale, scale, shape)
                              .astype(np.float32)))
@@ -271,20 +273,25 @@ def _torch_like(op: str, seed: int = 0, batch: int = 2, steps: int = 7, features
         for s in states:
             sl = f"{s}_{layer}"
             nodes.append(helper.make_node(
-                "Slice", [s, const(f"{sl}_start", np.array([2 * layer])),
-                          const(f"{sl}_end", np.array([2 * layer + 2])),
+                "Slice", [s, const(f"{sl}_start", np.array([dirs * layer])),
+                          const(f"{sl}_end", np.array([dirs * (layer + 1)])),
                           const(f"{sl}_axes", np.array([0]))], [sl]))
             ins.append(sl)
         outs = [f"y{layer}", f"yh{layer}"] + ([f"yc{layer}"] if op == "LSTM" else [])
         nodes.append(helper.make_node(op, ins, outs, hidden_size=hidden,
-                                      direction="bidirectional"))
+                                      direction="bidirectional" if bidirectional else "forward"))
         finals["h0"].append(outs[1])
         if op == "LSTM":
             finals["c0"].append(outs[2])
-        nodes.append(helper.make_node("Transpose", [outs[0]], [f"yt{layer}"], perm=[0, 2, 1, 3]))
-        nodes.append(helper.make_node("Reshape", [f"yt{layer}", const(
-            f"shape{layer}", np.array([0, 0, -1]))], [f"yr{layer}"]))
-        prev, width = f"yr{layer}", 2 * hidden
+        if bidirectional:
+            nodes.append(helper.make_node("Transpose", [outs[0]], [f"yt{layer}"],
+                                          perm=[0, 2, 1, 3]))
+            nodes.append(helper.make_node("Reshape", [f"yt{layer}", const(
+                f"shape{layer}", np.array([0, 0, -1]))], [f"yr{layer}"]))
+        else:
+            nodes.append(helper.make_node("Squeeze", [outs[0], const(
+                f"axes{layer}", np.array([1]))], [f"yr{layer}"]))
+        prev, width = f"yr{layer}", dirs * hidden
     nodes.append(helper.make_node("Transpose", [prev], ["y"], perm=[1, 0, 2]))
     outputs = ["y"]
     for s in states:
@@ -298,10 +305,11 @@ def _torch_like(op: str, seed: int = 0, batch: int = 2, steps: int = 7, features
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-@pytest.mark.parametrize("op,codegen", [("LSTM", "c"), ("GRU", "llvm")])
-def test_torch_like_model_verifies_on_host(tmp_path, op, codegen):
+@pytest.mark.parametrize("op,codegen,bidirectional", [
+    ("LSTM", "c", True), ("GRU", "llvm", True), ("LSTM", "llvm", False), ("GRU", "c", False)])
+def test_torch_like_model_verifies_on_host(tmp_path, op, codegen, bidirectional):
     path = tmp_path / f"{op.lower()}.onnx"
-    onnx.save(_torch_like(op), path)
+    onnx.save(_torch_like(op, bidirectional=bidirectional), path)
     report = aot.verify(path, board="host", codegen=codegen, count=2)
     assert report["ok"] and report["reference"] == "onnxruntime", report
 
@@ -311,6 +319,13 @@ def test_torch_like_lstm_verifies_on_qemu_aarch64(tmp_path):
     onnx.save(_torch_like("LSTM", seed=1, steps=5), path)
     report = aot.verify(path, board="qemu-aarch64")
     assert report["ok"] and report["board"] == "qemu-aarch64", report
+
+
+def test_torch_like_gru_verifies_on_cortex_m4(tmp_path):
+    path = tmp_path / "gru.onnx"
+    onnx.save(_torch_like("GRU", seed=3, steps=5), path)
+    report = aot.verify(path, board="mps2-an386")
+    assert report["ok"] and report["board"] == "mps2-an386", report
 
 
 # ---- what is refused -------------------------------------------------------------------------

@@ -541,6 +541,46 @@ def _reduce_all(t):
     return _model("REDUCE_ALL", [X(S, t), C([2], "int32")], [Y((2, 5, 3), t)], "ReducerOptions")
 
 
+# ops converted before this file: each in float32 and, where aot has it, int8
+for _code, _cls in (("ADD", "AddOptions"), ("SUB", "SubOptions"), ("MUL", "MulOptions")):
+    case(_code)(lambda t, code=_code, cls=_cls: _model(
+        code, [X(S, t), X((4, 3), t, 0.03, -9, "b")], [Y(S, t, 0.1, 2)], cls,
+        FusedActivationFunction=1))
+for _code in ("RELU", "RELU6", "TANH"):
+    case(_code, ("float32",))(lambda t, code=_code: _model(code, [X(S, t)], [Y(S, t)]))
+case("LOGISTIC", ("float32",))(lambda t: _model("LOGISTIC", [X(S, t)], [Y(S, t)]))
+case("LOGISTIC", ("int8",))(lambda t: _model("LOGISTIC", [X(S, t)], [Y(S, t, 1 / 256, -128)]))
+case("SOFTMAX")(lambda t: _model("SOFTMAX", [X((3, 7), t)], [Y((3, 7), t, 1 / 256, -128)],
+                                 "SoftmaxOptions", Beta=1.0))
+case("MEAN")(lambda t: _model("MEAN", [X(S, t), C([1, 2], "int32")], [Y((2, 1, 1, 3), t)],
+                              "ReducerOptions", KeepDims=True))
+case("RESHAPE")(lambda t: _model("RESHAPE", [X(S, t), C([10, 12], "int32")],
+                                 [Y((10, 12), t, 0.05, 3)]))
+case("SQUEEZE")(lambda t: _model("SQUEEZE", [X((2, 1, 4, 1), t)], [Y((2, 4), t, 0.05, 3)]))
+case("TRANSPOSE")(lambda t: _model("TRANSPOSE", [X(S, t), C([0, 3, 1, 2], "int32")],
+                                   [Y((2, 3, 5, 4), t, 0.05, 3)]))
+case("PAD")(lambda t: _model("PAD", [X(S, t), C([[0, 0], [1, 2], [0, 1], [0, 0]], "int32")],
+                             [Y((2, 8, 5, 3), t, 0.05, 3)]))
+case("PADV2")(lambda t: _model(
+    "PADV2", [X(S, t), C([[0, 0], [1, 2], [0, 1], [0, 0]], "int32"),
+              C(1.5 if t == "float32" else 40, t, "v", **_q(t))],
+    [Y((2, 8, 5, 3), t, 0.05, 3)]))
+
+
+@case("CONCATENATION")
+def _concatenation(t):
+    m = TFLiteBuilder()
+    a = m.tensor("a", (2, 3), t, **_q(t))
+    b = m.tensor("b", (2, 4), t, **_q(t))
+    y = m.tensor("y", (2, 7), t, **_q(t))
+    m.op("CONCATENATION", [a, b], [y], "ConcatenationOptions", Axis=1)
+    return m.build([a, b], [y])
+
+
+case("QUANTIZE", ("float32",))(lambda t: _model("QUANTIZE", [X(S, t)], [Y(S, "int8")]))
+case("DEQUANTIZE", ("int8",))(lambda t: _model("DEQUANTIZE", [X(S, t)], [Y(S, "float32")]))
+
+
 def _inputs(data: bytes, seed: int = 0):
     g = import_tflite(data, "op")
     rng = np.random.default_rng(seed)

@@ -207,3 +207,11 @@ def test_real_model_with_its_batch_made_symbolic(tmp_path):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["ok"] and out["reference"] == "onnxruntime"
+
+
+def test_bench_takes_the_options(models, capsys):
+    code, out, err = in_process(capsys, "bench", str(models["vad"]), "--board", "host",
+                                "--input-shape", "x=1x4", "--bind", "sr=16000", "--repeat", "3",
+                                "--warmup", "0", "--json")
+    assert code == 0, err
+    assert json.loads(out)["repeat"] == 3

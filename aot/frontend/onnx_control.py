@@ -107,7 +107,9 @@ class _Resolver:
         self.types = dict(graph.types)
         self.values: dict[str, np.ndarray] = dict(graph.constants)
         self.constants = dict(graph.constants)
-        self.hoisted: dict[int, dict[str, str]] = {}   # id(body) -> its constants' names
+        # id(body) -> (body, its constants' names); the body is held so that its
+        # id is never reused by another (renamed nested bodies come and go)
+        self.hoisted: dict[int, tuple[Body, dict[str, str]]] = {}
 
     def const(self, base: str, value) -> str:
         name = self.namer.fresh(base)
@@ -120,9 +122,9 @@ class _Resolver:
         """The body's nodes with fresh names; its inputs are `args`' tensors."""
         ren = dict(args)
         if id(body) not in self.hoisted:      # a constant is shared by every copy
-            self.hoisted[id(body)] = {k: self.const(f"{prefix}{k}", v)
-                                      for k, v in body.constants.items()}
-        ren.update(self.hoisted[id(body)])
+            self.hoisted[id(body)] = (body, {k: self.const(f"{prefix}{k}", v)
+                                             for k, v in body.constants.items()})
+        ren.update(self.hoisted[id(body)][1])
         for n in body.nodes:
             ren.update({o: self.namer.fresh(f"{prefix}{o}") for o in n.outputs})
         nodes = [_rename_node(n, ren).with_(name=f"{prefix}{n.name}") for n in body.nodes]

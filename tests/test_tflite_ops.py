@@ -578,6 +578,18 @@ def _concatenation(t):
 
 
 case("QUANTIZE", ("float32",))(lambda t: _model("QUANTIZE", [X(S, t)], [Y(S, "int8")]))
+case("QUANTIZE_requantize", ("int8",))(lambda t: _model("QUANTIZE", [X(S, t)], [Y(S, t, 0.021, 7)]))
+
+
+@case("SHAPE_into_reshape")
+def _shape(t):
+    m = TFLiteBuilder()
+    x = m.tensor("x", S, t, **_q(t))
+    shape = m.tensor("shape", (4,), "int32")
+    y = m.tensor("y", S, t, **_q(t))
+    m.op("SHAPE", [x], [shape], "ShapeOptions", OutType=2)
+    m.op("RESHAPE", [x, shape], [y])
+    return m.build([x], [y])
 case("DEQUANTIZE", ("int8",))(lambda t: _model("DEQUANTIZE", [X(S, t)], [Y(S, "float32")]))
 
 
@@ -625,3 +637,56 @@ def test_generated_code_matches_the_interpreter(lanes):
         cases[name] = (g, dict(zip(g.inputs, _inputs(fn(dtype)))))
     result = compare_with_interpreter(cases, lanes=lanes, rtol=1e-5, atol=1e-5)
     assert {k: v for k, v in result.items() if v} == {}
+
+
+# ------------------------------------------------------------ the docs table
+
+def _tflm_builtins() -> set[str]:
+    """The builtin ops the installed tflite-micro registers (its Register_* kernels)."""
+    import re
+    from pathlib import Path
+
+    import tflite
+    from tflite_micro.python.tflite_micro import runtime
+    lib = next(Path(runtime.__file__).parent.glob("_runtime*.so"))
+    # mangled C++ names end the op's name with "E" (end of the nested name)
+    found = {m.decode().removesuffix("E")
+             for m in re.findall(rb"Register_([A-Z0-9_]+)", lib.read_bytes())}
+    return found & {k for k in vars(tflite.BuiltinOperator) if not k.startswith("_")}
+
+
+def _docs_table() -> dict[str, tuple[str, str, str]]:
+    from pathlib import Path
+    text = (Path(__file__).parent.parent / "docs" / "ops.md").read_text()
+    section = text.split("## The TFLite Micro op set", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = tuple(cells[1:])
+    return rows
+
+
+def test_tflm_op_table_matches_the_importer():
+    import re
+    from pathlib import Path
+
+    from aot.frontend.tflite import _Builder
+    table = _docs_table()
+    assert set(table) == _tflm_builtins()
+    tests_dir = Path(__file__).parent
+    for op, (float_col, int8_col, tested) in table.items():
+        names = re.findall(r"`([^`]+)`", tested)
+        files = [n for n in names if n.endswith(".py")]
+        functions = [n for n in names if n.startswith("test_") and n not in files]
+        for fn in functions:   # each named test exists in one of the named files
+            assert any(f"def {fn}(" in (tests_dir / f).read_text() for f in files), (op, fn)
+        for col, dtypes in ((float_col, ("float32", "bool")), (int8_col, ("int8",))):
+            claimed = col.startswith(("yes", "bool", "float", "int"))
+            has_case = any(f"{n}-{d}" in CASES for n in names for d in dtypes)
+            if claimed:
+                assert has_case or functions or "folded" in col, (op, col)
+            else:
+                assert col in ("not supported yet", "—") and not has_case, (op, col)
+        supported = not (float_col == int8_col == "not supported yet")
+        assert hasattr(_Builder, f"_op_{op}") == supported, op

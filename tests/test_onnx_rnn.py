@@ -336,12 +336,24 @@ def _load_error(model) -> str:
     return str(e.value)
 
 
-def test_runtime_sequence_lens_is_refused_by_name():
+def _runtime_seq_lens():
     model, _ = _node_model(CONFIGS["gru_bidirectional_activations_seq_lens"])
     lens = next(t for t in model.graph.initializer if t.name == "seq_lens")
     model.graph.initializer.remove(lens)
     model.graph.input.append(helper.make_tensor_value_info("seq_lens", T.INT32, (3,)))
-    assert "node 'rec': input 4 must be a compile-time constant" in _load_error(model)
+    return model
+
+
+def test_runtime_sequence_lens_is_refused_by_name():
+    assert ("GRU node 'rec': input 4 must be a compile-time constant (sequence_lens bounds "
+            "the time loops" in _load_error(_runtime_seq_lens()))
+
+
+def test_bound_sequence_lens_verifies(tmp_path):
+    path = tmp_path / "gru.onnx"
+    onnx.save(_runtime_seq_lens(), path)
+    report = aot.verify(path, board="host", bind={"seq_lens": np.array([2, 4, 1], np.int32)})
+    assert report["ok"] and report["reference"] == "onnxruntime", report
 
 
 def test_bad_sequence_lens_and_activation_are_refused():

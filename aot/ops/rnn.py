@@ -145,12 +145,22 @@ def _check_types(sig: Sig, s: RnnSpec) -> None:
         raise sig.fail(f"has {len(sig.in_types)} inputs")
 
 
+def _seq_lens(sig: Sig) -> np.ndarray | None:
+    if not sig.has(SEQ_LENS):
+        return None
+    if SEQ_LENS >= len(sig.values) or sig.values[SEQ_LENS] is None:
+        raise UnsupportedError(
+            f"{node_label(sig.node)}: input {SEQ_LENS} must be a compile-time constant "
+            "(sequence_lens bounds the time loops: make it an initializer, or --bind it)")
+    return sig.values[SEQ_LENS]
+
+
 def _infer(sig: Sig):
     x = sig.in_types[X]
     if x.dtype != "float32":
         raise UnsupportedError(f"{node_label(sig.node)}: {sig.node.op} on {x.dtype} "
                                "(only float32 recurrent nets are supported)")
-    s = rnn_spec(sig.node, sig.in_types, sig.const(SEQ_LENS) if sig.has(SEQ_LENS) else None)
+    s = rnn_spec(sig.node, sig.in_types, _seq_lens(sig))
     _check_types(sig, s)
     d, h = s.directions, s.hidden
     y = (s.steps, d, s.batch, h) if s.layout == 0 else (s.batch, s.steps, d, h)

@@ -208,6 +208,7 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
     from aot.frontend.shapes import LoadOptions, options_json
     from aot.packaging import model_source, read_metadata
     from aot.validate import Tolerance, check_package_io, package_model
+    from aot import streaming
 
     tol = Tolerance(atol, rtol)
     if count < 1:
@@ -230,6 +231,10 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
             model_path = package_model(pkg, meta, source)
             opts = LoadOptions.from_json(meta.get("source"))
             graph = aot.load(model_path, options=opts)
+            if streaming.streams(model_path, graph):
+                raise AotError(f"{pkg}: a package of a streaming model keeps its state inside; "
+                               "verifying it as built is not supported yet (verify the model "
+                               "file: its state is compared step by step)")
             bound = {n: graph.constants[n] for n in opts.bind}   # the reference's feeds
             check_package_io(graph, meta, model_path, pkg)
             origin, samples = _verify_inputs(model_path, graph, dataset, count, seed)
@@ -247,6 +252,14 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
             bound = {n: graph.constants[n] for n in opts.bind}   # the reference's feeds
             check_fits(graph, brd)
             name = default_name(graph, None, model_path)
+            if streaming.streams(model_path, graph):    # outputs and state over a stream
+                origin, steps = streaming.stream_inputs(graph, dataset, count, seed)
+                where = Path(out_dir) if out_dir else Path(
+                    stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-"))) / "pkg"
+                return streaming.verify_stream(
+                    model_path, graph, brd, name, where, codegen, steps, origin, tol,
+                    extra_cflags=extra_cflags, checks=checks,
+                    source={**model_source(model_path), **options_json(opts)})
             graph = as_graph(graph)
             origin, samples = _verify_inputs(model_path, graph, dataset, count, seed)
             where = Path(out_dir) if out_dir else Path(

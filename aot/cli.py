@@ -210,6 +210,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     board = _board(args)
     refuse_existing(Path(args.out), args.force)     # before a long run, not after
+    if args.stream:
+        return _run_stream(args, board)
     with contextlib.ExitStack() as stack:
         pkg = _package_dir(args.model, board, args.codegen, stack, **_load_kwargs(args))
         meta = read_metadata(pkg)
@@ -232,6 +234,38 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_stream(args: argparse.Namespace, board) -> int:
+    """aot run --stream: each input file holds the steps ([steps, *shape]),
+    each output file gets them likewise."""
+    from aot.streaming import _run_stream as run_stream
+
+    graph_inputs = _stream_input_names(args)
+    outputs, rows = run_stream(args.model, dict(zip(graph_inputs, _read_inputs(
+        args.input, graph_inputs))), board, args.codegen, **_load_kwargs(args))
+    outs = [{"name": r["name"], "file": str(Path(args.out) / f"{r['c_name']}.npy"),
+             "shape": list(outputs[r["name"]].shape), "dtype": r["dtype"]} for r in rows]
+
+    def fill(tmp: Path) -> None:
+        for o in outs:
+            np.save(tmp / Path(o["file"]).name, outputs[o["name"]])
+    write_dir_atomically(Path(args.out), fill, args.force)
+    if args.json:
+        emit_json({"ok": True, "steps": int(outs[0]["shape"][0]) if outs else 0,
+                   "outputs": outs})
+    else:
+        for o in outs:
+            print(f"{o['file']}: {o['name']} {o['dtype']}{o['shape']}")
+    return 0
+
+
+def _stream_input_names(args: argparse.Namespace) -> list[str]:
+    import aot
+    if Path(args.model).is_dir():
+        raise AotError(f"{args.model} is a package directory: --stream runs from the model "
+                       "file (packaged step by step); a package directory is not supported yet")
+    return list(aot.load(args.model, **_load_kwargs(args)).inputs)
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     from aot.api import verify
 
@@ -240,7 +274,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                  source=args.source, **_load_kwargs(args))
     if args.json:
         emit_json({k: out[k] for k in ("ok", "reference", "inputs", "samples", "count",
-                                       "model", "board", "outputs")})
+                                       "model", "board", "outputs", "stream") if k in out})
     else:
         _print_verify(out)
     return 0 if out["ok"] else 1
@@ -274,6 +308,10 @@ def _print_verify(out: dict[str, Any]) -> None:
         if "error" in r:
             console.print(f"{r['name']}: {r['error']}", markup=False)
     runs = f"{n} samples, " if n > 1 else ""
+    if "stream" in out:     # a stateful model: one stream, its state compared after each step
+        s = out["stream"]
+        runs = (f"a stream of {s['steps']} steps, outputs and {len(s['state'])} state tensors; "
+                f"{s['nonzero_output_steps']} steps with an output off zero; ")
     print(f"{'OK' if out['ok'] else 'MISMATCH'} against {out['reference']} "
           f"({runs}{out['inputs']} inputs)")
 
@@ -524,6 +562,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an input tensor (repeat; by name or in order)")
     p.add_argument("--out", required=True, metavar="DIR", help="writes DIR/<i>.npy per output")
     p.add_argument("--force", action="store_true", help="replace an existing --out DIR")
+    p.add_argument("--stream", action="store_true",
+                   help="a stateful model over a stream: each input file holds the steps "
+                   "([steps, *shape]), the state is kept from step to step, each output file "
+                   "gets [steps, *shape]")
     _ssh_args(p)
 
     p = add("verify", "package, run on the board and compare with the reference runtime",

@@ -201,3 +201,122 @@ def _from_unit(u: np.ndarray, dtype: str) -> np.ndarray:
     info = np.iinfo(dt)
     return np.clip(np.round(info.min + (u + 0.5) * (info.max - info.min)),
                    info.min, info.max).astype(dt)
+
+
+MIN_STEPS = 50
+
+
+def streams(path: Path, graph: Graph) -> bool:
+    """Whether `aot verify` checks this model over a stream: a TFLite model
+    whose every state update is a tensor of its subgraph (resource
+    variables; an LSTM's state updates are internal to the kernel)."""
+    if Path(path).suffix.lower() != ".tflite" or not graph.variables:
+        return False
+    from aot.frontend.tflite import _decode, _unique_names
+    names = set(_unique_names(_decode(Path(path).read_bytes()).tensors))
+    return all(graph.updates.get(v) in names for v in graph.variables)
+
+
+def stream_inputs(graph: Graph, dataset, count: int, seed: int) -> tuple[str, list]:
+    """(origin, steps): a dataset's samples in order, else max(count, MIN_STEPS)
+    feature-like steps."""
+    if dataset is not None:
+        from aot.validate import load_dataset
+        return "dataset", load_dataset(dataset, graph)
+    return "stream", feature_stream(graph, max(count, MIN_STEPS), seed)
+
+
+def verify_stream(path: Path, graph: Graph, board, name: str, where: Path, codegen: str,
+                  steps: list, origin: str, tol, **package_kwargs) -> dict:
+    """`aot verify` of a streaming model: its step package on the board and
+    tflite-micro over the same stream, each output and each state tensor
+    after every step (the result has one row per output, then per state)."""
+    from aot.api import as_graph
+    from aot.packaging import package_graph
+    from aot.validate import output_metrics
+
+    info = package_graph(as_graph(step_graph(graph)), board, where, codegen, name,
+                         **package_kwargs)
+    got = board_stream(info.path, board, graph, steps)
+    want = tflm_stream(path, graph, steps)
+    report = compare_streams(graph, got, want)
+    names = list(graph.outputs) + state_names(graph)
+    rows = [output_metrics(n, [g[k] for g in got], [w[k].reshape(np.shape(g[k]))
+                                                   for g, w in zip(got, want)],
+                           graph.types[n], tol)
+            for k, n in enumerate(names)]
+    return {"ok": all(r["ok"] for r in rows), "reference": "tflite-micro", "inputs": origin,
+            "samples": len(steps), "count": len(steps), "model": str(path),
+            "board": board.name, "outputs": rows, "package": info.summary(),
+            "stream": {"steps": report["steps"], "state": state_names(graph),
+                       "nonzero_output_steps": report["nonzero_output_steps"],
+                       "first_mismatch": report["first_mismatch"]}}
+
+
+def run_stream(model: str | Path, inputs, board=None, codegen: str = "c",
+               **load_kwargs) -> dict[str, np.ndarray]:
+    """What `aot run --stream` does: run a stateful model over a stream on
+    `board`, the state kept from step to step from its initial value.
+    `inputs`: {input name: array} or a list in input order, each with a
+    leading step axis ([steps, *input shape]); the result is {output name:
+    array [steps, *output shape]}."""
+    return _run_stream(model, inputs, board, codegen, **load_kwargs)[0]
+
+
+def _run_stream(model, inputs, board, codegen: str, **load_kwargs
+                ) -> tuple[dict[str, np.ndarray], list[dict]]:
+    """(outputs, the step package's metadata rows of the model's outputs)."""
+    import tempfile
+
+    import aot
+    from aot.api import as_graph
+    from aot.packaging import package_graph
+    from aot.targets import get_board
+
+    path = Path(model)
+    if path.is_dir():
+        raise AotError(f"{path} is a package directory: a stream runs from the model file "
+                       "(packaged step by step, the state carried between steps); a package "
+                       "directory is not supported yet")
+    brd = get_board(board)
+    graph = aot.load(path, **load_kwargs)
+    if not graph.variables:
+        raise AotError(f"{path.name} has no state: a stream is for a stateful model (run its "
+                       "inputs one by one)")
+    steps = _steps(graph, inputs)
+    with tempfile.TemporaryDirectory(prefix="aot-") as tmp:
+        info = package_graph(as_graph(step_graph(graph)), brd, Path(tmp) / "pkg", codegen,
+                             graph.name)
+        got = board_stream(info.path, brd, graph, steps)
+        rows = info.metadata["outputs"][:len(graph.outputs)]
+    return ({name: np.stack([np.asarray(g[k]) for g in got])
+             for k, name in enumerate(graph.outputs)}, rows)
+
+
+def _steps(graph: Graph, inputs) -> list[list[np.ndarray]]:
+    """Per step the model's inputs, from arrays with a leading step axis."""
+    if isinstance(inputs, dict):
+        unknown = sorted(set(inputs) - set(graph.inputs))
+        if unknown:
+            raise AotError(f"the model has no input '{unknown[0]}' "
+                           f"(inputs: {', '.join(graph.inputs)})")
+        missing = [n for n in graph.inputs if n not in inputs]
+        if missing:
+            raise AotError(f"input '{missing[0]}' is missing")
+        arrays = [np.asarray(inputs[n]) for n in graph.inputs]
+    else:
+        arrays = [np.asarray(a) for a in inputs]
+        if len(arrays) != len(graph.inputs):
+            raise AotError(f"{len(arrays)} inputs for a model with {len(graph.inputs)}")
+    counts = set()
+    for name, a in zip(graph.inputs, arrays):
+        ty = graph.types[name]
+        if a.shape[1:] != tuple(ty.shape) or a.ndim != len(ty.shape) + 1:
+            raise AotError(f"input '{name}': a stream of {ty.dtype}{list(ty.shape)} needs shape "
+                           f"[steps, {', '.join(map(str, ty.shape))}], got {list(a.shape)}")
+        if a.dtype != np.dtype(ty.dtype):
+            raise AotError(f"input '{name}': {a.dtype} values for a {ty.dtype} input")
+        counts.add(a.shape[0])
+    if len(counts) != 1 or 0 in counts:
+        raise AotError(f"the inputs' step counts differ or are zero: {sorted(counts)}")
+    return [[a[k] for a in arrays] for k in range(counts.pop())]

@@ -243,3 +243,56 @@ def test_split_v_int8(tmp_path):
     m.op("SPLIT_V", [x, m.const("sizes", [5, -1, 8], "int32"), m.const("axis", -1, "int32")],
          ys, "SplitVOptions", NumSplits=3)
     _check(tmp_path, m.build([x], ys), [src])
+
+
+# ------------------------------------------------------------------ the CLI
+
+def _aot(*argv) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "aot", *map(str, argv)], capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_cli_verify_streams_outputs_and_state():
+    import json
+    r = _aot("verify", STREAMING / "mww_okay_nabu.tflite", "--board", "host", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["ok"] and out["reference"] == "tflite-micro" and out["samples"] == 50
+    assert len(out["stream"]["state"]) == 6 and out["stream"]["first_mismatch"] is None
+    assert [o["name"] for o in out["outputs"]][1:] == out["stream"]["state"]
+    assert all(o["ok"] and o["max_abs_err"] == 0 for o in out["outputs"])
+
+
+def test_cli_run_stream(tmp_path):
+    path = STREAMING / "mww_hey_mycroft.tflite"
+    graph = aot.load(path)
+    steps = S.feature_stream(graph, 55, SEEDS["mww_hey_mycroft"])
+    np.save(tmp_path / "x.npy", np.stack([s[0] for s in steps]))
+    r = _aot("run", path, "--board", "host", "--stream", "--input", tmp_path / "x.npy",
+             "--out", tmp_path / "out")
+    assert r.returncode == 0, r.stderr
+    got = np.load(tmp_path / "out" / "StatefulPartitionedCall_0.npy")
+    want = np.stack([w[0] for w in S.tflm_stream(path, graph, steps)])
+    assert got.shape == (55, 1, 1) and np.count_nonzero(want) > 30
+    np.testing.assert_array_equal(got, want.reshape(got.shape))
+
+
+def test_cli_stream_refusals(tmp_path):
+    path = STREAMING / "mww_okay_nabu.tflite"
+    np.save(tmp_path / "flat.npy", np.zeros((1, 3, 40), np.int8))   # no step axis
+    np.save(tmp_path / "one.npy", np.zeros((1,), np.int8))
+    cases = [
+        (("run", path, "--stream", "--input", tmp_path / "flat.npy"),
+         "needs shape [steps, 1, 3, 40], got [1, 3, 40]"),
+        (("run", MODELS / "tflm_hello_world_int8.tflite", "--stream", "--input",
+          tmp_path / "one.npy"), "has no state: a stream is for a stateful model"),
+    ]
+    pkg = tmp_path / "pkg"
+    assert _aot("package", path, "--board", "host", "-o", pkg).returncode == 0
+    cases.append((("verify", pkg, "--model", path), "verifying it as built is not supported yet"))
+    cases.append((("run", pkg, "--stream", "--input", tmp_path / "flat.npy"),
+                  "a package directory is not supported yet"))
+    for k, (argv, message) in enumerate(cases):
+        extra = ("--out", tmp_path / f"out{k}") if argv[0] == "run" else ()
+        r = _aot(*argv, "--board", "host", *extra)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr

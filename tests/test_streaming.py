@@ -296,3 +296,17 @@ def test_cli_stream_refusals(tmp_path):
         extra = ("--out", tmp_path / f"out{k}") if argv[0] == "run" else ()
         r = _aot(*argv, "--board", "host", *extra)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+
+
+def test_package_with_state_on_cortex_m(tmp_path):
+    """The package itself (its state buffers) builds and runs on mps2-an386:
+    the harness resets the state before its run, so it gives tflite-micro's
+    first step."""
+    path = STREAMING / "mww_alexa.tflite"
+    graph = aot.load(path)
+    steps = S.feature_stream(graph, 1, SEEDS["mww_alexa"])
+    info = aot.package(graph, board="mps2-an386", out_dir=tmp_path / "pkg")
+    assert info.metadata["state_bytes"] == sum(v.nbytes for v in graph.variables.values())
+    got = aot.run(info.path, steps[0], board="mps2-an386")
+    want = S.tflm_stream(path, graph, steps)[0]
+    np.testing.assert_array_equal(got[graph.outputs[0]], want[0].reshape(got[graph.outputs[0]].shape))

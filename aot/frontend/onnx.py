@@ -521,8 +521,10 @@ def _check_control(node: Node) -> None:
     if missing:
         raise ModelError(f"{node.op} node '{node.name}': missing the graph attribute "
                          f"'{missing[0]}'")
-    if node.op == "If" and len(node.inputs) != 1:
+    if node.op == "If" and (len(node.inputs) != 1 or not node.inputs[0]):
         raise ModelError(f"If node '{node.name}': takes one input, the condition")
+    if node.op == "Loop" and not all(node.inputs[2:]):
+        raise ModelError(f"Loop node '{node.name}': a loop-carried input is absent ('')")
 
 
 def _check_names(pn, node_name: str) -> None:

@@ -26,7 +26,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from aot.errors import UnsupportedError
+from aot.errors import ShapeError, UnsupportedError
 from aot.ir.graph import Graph, Node, type_of
 
 CONTROL_OPS = ("If", "Loop", "Scan")
@@ -143,6 +143,7 @@ class _Resolver:
             expand = {"If": self.if_, "Loop": self.loop, "Scan": self.scan,
                       _SELECT: self.select, _NEXT: self.next_iteration}.get(node.op)
             if expand is not None:
+                self.check_typed(node, node.inputs)
                 queue.extendleft(reversed(expand(node)))
                 continue
             self.types.update(zip(node.outputs, node_types(node, self.types, self.values)))
@@ -153,6 +154,13 @@ class _Resolver:
         keep = set(graph.inputs) | set(self.constants)
         return graph.replace(nodes=tuple(out), constants=self.constants,
                              types={k: v for k, v in self.types.items() if k in keep})
+
+    def check_typed(self, node: Node, names) -> None:
+        for i in names:
+            if i and i not in self.types:
+                op = {_SELECT: "If", _NEXT: "Loop"}.get(node.op, node.op)
+                raise ShapeError(f"{op} node '{node.name}': tensor '{i}' is not produced by any "
+                                 "node and is not a model input or initializer")
 
     def known(self, name: str) -> np.ndarray | None:
         return self.values.get(name) if name else None
@@ -178,6 +186,7 @@ class _Resolver:
         return a.nodes + b.nodes + [select]
 
     def select(self, step: Node) -> list[Node]:
+        self.check_typed(step, (*step.attrs["then"], *step.attrs["else"]))
         cond = step.inputs[0]
         nodes = []
         if self.types[cond].shape != ():
@@ -288,13 +297,17 @@ class _Resolver:
         body: Body = node.attrs["body"]
         m = int(node.attrs.get("num_scan_inputs", 0))
         n_state = len(node.inputs) - m
-        if m <= 0 or n_state < 0 or len(body.inputs) != len(node.inputs):
+        if m <= 0 or n_state < 0 or len(body.inputs) != len(node.inputs) or \
+                len(body.outputs) != len(node.outputs) or len(body.outputs) < n_state:
             raise UnsupportedError(f"Scan node '{node.name}': {m} scan inputs for "
-                                   f"{len(node.inputs)} inputs and a body of "
-                                   f"{len(body.inputs)} inputs")
+                                   f"{len(node.inputs)} inputs and {len(node.outputs)} outputs, "
+                                   f"and a body of {len(body.inputs)} inputs and "
+                                   f"{len(body.outputs)} outputs")
         xs = node.inputs[n_state:]
+        if not all(xs) or not all(node.inputs):
+            raise UnsupportedError(f"Scan node '{node.name}': an input is absent ('')")
         in_axes = _axes(node, "scan_input_axes", m, [len(self.types[x].shape) for x in xs])
-        in_dirs = node.attrs.get("scan_input_directions", (0,) * m)
+        in_dirs = _directions(node, "scan_input_directions", m)
         lengths = {self.types[x].shape[a] for x, a in zip(xs, in_axes)}
         if len(lengths) != 1:
             raise UnsupportedError(f"Scan node '{node.name}': its scan inputs have different "
@@ -320,8 +333,8 @@ class _Resolver:
             state, outs = c.outputs[:n_state], c.outputs[n_state:]
             scans.append(outs)
         nodes += _identities(node, state, node.outputs[:n_state])
-        out_dirs = node.attrs.get("scan_output_directions", (0,) * n_out)
-        out_axes = node.attrs.get("scan_output_axes", (0,) * n_out)
+        out_dirs = _directions(node, "scan_output_directions", n_out)
+        out_axes = _axes(node, "scan_output_axes", n_out, [None] * n_out)
         for k, out in enumerate(node.outputs[n_state:]):
             parts = [s[k] for s in scans]
             if out_dirs[k]:
@@ -329,13 +342,21 @@ class _Resolver:
             axis = out_axes[k]
             if axis < 0:      # counts from the end of the output: the part's rank plus one
                 axis += self.rank_after(nodes, parts[0]) + 1
+            if axis < 0:
+                raise UnsupportedError(f"Scan node '{node.name}': scan_output_axes "
+                                       f"{out_axes[k]} is out of range")
             nodes += self.stack(node, parts, out, axis)
         return nodes
 
     def scan8(self, node: Node) -> list[Node]:
         """Scan-8: inputs and outputs have a leading batch axis, the scan axis is
         1: one opset-9 Scan per batch row, their outputs stacked again."""
+        if len(node.inputs) < 2 or not all(node.inputs[1:]):
+            raise UnsupportedError(f"Scan node '{node.name}': needs its states and scan inputs "
+                                   "after sequence_lens")
         lens, *ins = node.inputs
+        if any(not self.types[x].shape for x in ins):
+            raise UnsupportedError(f"Scan node '{node.name}': an input has no batch axis")
         n_rows = self.types[ins[0]].shape[0]
         m = int(node.attrs.get("num_scan_inputs", 0))
         if lens:
@@ -379,9 +400,27 @@ class _Resolver:
         return len(types[name].shape)
 
 
-def _axes(node: Node, attr: str, count: int, ranks: list[int]) -> list[int]:
+def _axes(node: Node, attr: str, count: int, ranks: list[int | None]) -> list[int]:
+    """The axes attribute, negative ones counted from each rank (None: left as
+    they are, resolved later); one per tensor and within its rank."""
     axes = list(node.attrs.get(attr, (0,) * count))
-    return [a + r if a < 0 else a for a, r in zip(axes, ranks)]
+    if len(axes) != count:
+        raise UnsupportedError(f"Scan node '{node.name}': {attr} has {len(axes)} entries for "
+                               f"{count} tensors")
+    out = [a + r if a < 0 and r is not None else a for a, r in zip(axes, ranks)]
+    for a, r, given in zip(out, ranks, axes):
+        if r is not None and not 0 <= a < r:
+            raise UnsupportedError(f"Scan node '{node.name}': {attr} {given} is out of range "
+                                   f"for a tensor of rank {r}")
+    return out
+
+
+def _directions(node: Node, attr: str, count: int) -> tuple[int, ...]:
+    dirs = tuple(node.attrs.get(attr, (0,) * count))
+    if len(dirs) != count or any(d not in (0, 1) for d in dirs):
+        raise UnsupportedError(f"Scan node '{node.name}': {attr} {list(dirs)} must be {count} "
+                               "values of 0 (forward) or 1 (reverse)")
+    return dirs
 
 
 def _check_unrolled(node: Node, body: Body, trip: int) -> None:

@@ -176,3 +176,30 @@ def test_onnx_node_cases(name):
 
     case = next(c for _, c in cases() if c.name == name)
     assert run_case(case) is None
+
+
+def test_mutated_control_flow_is_refused_in_one_line(tmp_path):
+    """aot.fuzz's ONNX mutators over the control-flow models: every mutant loads
+    and optimizes, or is refused with an AotError; nothing else escapes."""
+    from aot.errors import AotError
+    from aot.fuzz import Skip, mutate
+
+    sources = [vad_if(tmp_path / "vad.onnx"), torchscript_loop(tmp_path / "loop.onnx"),
+               scan_cumsum(tmp_path / "scan.onnx", True)]
+    ran = 0
+    for src in sources:
+        for seed in range(60):
+            try:
+                m = mutate(src, seed)
+            except Skip:
+                continue
+            path = tmp_path / f"mutant{m.suffix}"
+            path.write_bytes(m.data)
+            try:
+                aot.optimize(aot.load(path))
+            except AotError:
+                pass
+            except Exception as e:  # noqa: BLE001 - the failure this test looks for
+                pytest.fail(f"{m.label()}: {type(e).__name__}: {e}")
+            ran += 1
+    assert ran > 100

@@ -417,6 +417,8 @@ def _strided_slice_shrink(t):
                   [Y((2, 4, 3), t, 0.05, 3)], "StridedSliceOptions", ShrinkAxisMask=2)
 
 
+case("ABS", ("int8",))(lambda t: _model("ABS", [X(S, t)], [Y(S, t)]))
+case("ABS_same_scale", ("int8",))(lambda t: _model("ABS", [X(S, t)], [Y(S, t, 0.05, -20)]))
 for _code in ("ABS", "CEIL", "FLOOR", "ROUND", "COS", "SIN", "EXP", "NEG", "ELU", "SQUARE"):
     case(_code, ("float32",))(lambda t, code=_code: _model(code, [X(S, t)], [Y(S, t)]))
 for _code in ("LOG", "SQRT"):
@@ -546,8 +548,11 @@ for _code, _cls in (("ADD", "AddOptions"), ("SUB", "SubOptions"), ("MUL", "MulOp
     case(_code)(lambda t, code=_code, cls=_cls: _model(
         code, [X(S, t), X((4, 3), t, 0.03, -9, "b")], [Y(S, t, 0.1, 2)], cls,
         FusedActivationFunction=1))
-for _code in ("RELU", "RELU6", "TANH"):
-    case(_code, ("float32",))(lambda t, code=_code: _model(code, [X(S, t)], [Y(S, t)]))
+case("TANH", ("float32",))(lambda t: _model("TANH", [X(S, t)], [Y(S, t)]))
+case("RELU")(lambda t: _model("RELU", [X(S, t)], [Y(S, t)]))
+# TFLM's int8 RELU6 does not requantize: the output shares the input's scale
+case("RELU6")(lambda t: _model("RELU6", [X(S, t)], [Y(S, t, 0.05, 3)]))
+case("RELU6_zp_low")(lambda t: _model("RELU6", [X(S, t, 0.03, -100)], [Y(S, t, 0.03, -100)]))
 case("LOGISTIC", ("float32",))(lambda t: _model("LOGISTIC", [X(S, t)], [Y(S, t)]))
 case("LOGISTIC", ("int8",))(lambda t: _model("LOGISTIC", [X(S, t)], [Y(S, t, 1 / 256, -128)]))
 case("SOFTMAX")(lambda t: _model("SOFTMAX", [X((3, 7), t)], [Y((3, 7), t, 1 / 256, -128)],

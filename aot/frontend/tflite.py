@@ -760,10 +760,14 @@ class _Builder(VariableOps, TFLMOps):
         self.emit("Tanh", ins[:1], outs)
 
     def _op_RELU(self, op, ins, outs):
+        if self._int8_unary(ins, outs, "tfl.relu"):
+            return
         self._float_only(ins)
         self.emit("Relu", ins[:1], outs)
 
     def _op_RELU6(self, op, ins, outs):
+        if self._int8_unary(ins, outs, "tfl.relu6"):
+            return
         self._float_only(ins)
         self._float_act({"FusedActivationFunction": 3}, ins[0], outs[0])
 

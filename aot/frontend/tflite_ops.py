@@ -83,6 +83,23 @@ class TFLMOps:
         else:
             self.emit("PRelu", ins[:2], outs)
 
+    def _op_ABS(self, op, ins, outs):
+        self._int8_table_or(op, ins, outs, "tfl.abs")
+
+    def _int8_table_or(self, op, ins, outs, int8_op: str) -> None:
+        """int8: the table op; float: the ONNX op of _ONNX_UNARY."""
+        if not self._int8_unary(ins, outs, int8_op):
+            self._float_elementwise(op, ins, outs)
+
+    def _int8_unary(self, ins, outs, int8_op: str) -> bool:
+        """Emits int8_op when the input is int8 (True), else leaves the node to the caller."""
+        self._need(ins, 1)
+        if not self._is_int(ins[0]):
+            return False
+        self._same_int8(ins[0], outs[0])
+        self.emit(int8_op, ins[:1], outs)
+        return True
+
     def _op_HARD_SWISH(self, op, ins, outs):
         self._need(ins, 1)
         if self._is_int(ins[0]):
@@ -604,4 +621,6 @@ class TFLMOps:
 
 
 for _code in (*_ONNX_UNARY, *_ONNX_BINARY):
+    if f"_op_{_code}" in vars(TFLMOps):
+        continue
     setattr(TFLMOps, f"_op_{_code}", TFLMOps._float_elementwise)

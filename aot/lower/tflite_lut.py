@@ -8,10 +8,11 @@ from __future__ import annotations
 from aot.ir.tir import Bin, Cast, Const, Load, dt
 from aot.lower.rules import LowerCtx, kernel_rule
 from aot.lower.tflite_int8 import nest, to_i32
+from aot.ops.tflite_int8 import INT8_TABLES
 from aot.ops.tflite_lut import table_for
 
 
-@kernel_rule("tfl.logistic", "tfl.hard_swish")
+@kernel_rule("tfl.logistic", *INT8_TABLES)
 def lut(ctx: LowerCtx, ins, emit):
     x = ins[0]
     values = table_for(ctx.node, x.type, ctx.out_types[0])

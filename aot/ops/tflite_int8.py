@@ -713,13 +713,66 @@ def hard_swish_table(s_in: float, zp_in: int, s_out: float, zp_out: int, node) -
     return np.clip(y, -128, 127).astype(np.int8)
 
 
-def _hard_swish_lut(call_or_ctx_node, in_ty, out_ty) -> np.ndarray:
-    s_in, zi = _scale_zp(in_ty, "the input", call_or_ctx_node)
-    s_out, zo = _scale_zp(out_ty, "the output", call_or_ctx_node)
-    return hard_swish_table(s_in, zi, s_out, zo, call_or_ctx_node)
+# ------------------------------------------------------------ int8 tables
+
+# op -> fn(node, input type, output type): its 256 int8 outputs, indexed by
+# input + 128. The reference looks them up; the lowering (aot/lower/tflite_lut.py)
+# stores them as a table, so both compute exactly TFLM's arithmetic.
+INT8_TABLES: dict = {}
 
 
-@register("tfl.hard_swish", infer=_unary_int8_infer, pattern=Pattern.OPAQUE)
-def hard_swish(call: Call, args):
-    t = _hard_swish_lut(call.node, call.in_types[0], call.out_types[0])
-    return [t[args[0].astype(np.int64) + 128]]
+def int8_table(op: str):
+    def wrap(fn):
+        INT8_TABLES[op] = fn
+
+        def lookup(call: Call, args):
+            t = fn(call.node, call.in_types[0], call.out_types[0])
+            return [t[args[0].astype(np.int64) + 128]]
+        register(op, infer=_unary_int8_infer, pattern=Pattern.OPAQUE)(lookup)
+        return fn
+    return wrap
+
+
+def _int8_inputs(zp_in: int) -> np.ndarray:
+    return np.arange(-128, 128, dtype=np.int64) - zp_in
+
+
+@int8_table("tfl.hard_swish")
+def _hard_swish_lut(node, in_ty, out_ty) -> np.ndarray:
+    s_in, zi = _scale_zp(in_ty, "the input", node)
+    s_out, zo = _scale_zp(out_ty, "the output", node)
+    return hard_swish_table(s_in, zi, s_out, zo, node)
+
+
+@int8_table("tfl.relu")
+def _relu_lut(node, in_ty, out_ty) -> np.ndarray:
+    """ReluQuantized: requantized by s_in / s_out (double), clamped below at
+    the output's zero point."""
+    s_in, zi = _scale_zp(in_ty, "the input", node)
+    s_out, zo = _scale_zp(out_ty, "the output", node)
+    m, e = qmath.quantize_multiplier(s_in / s_out)
+    y = zo + qmath.mbqm(_int8_inputs(zi), m, e)
+    return np.clip(y, max(-128, zo), 127).astype(np.int8)
+
+
+@int8_table("tfl.relu6")
+def _relu6_lut(node, in_ty, out_ty) -> np.ndarray:
+    """Relu6Quantized: no requantization, the input clamped to [zp, q(6)]
+    with q(6) = zp + round(6 / s_in) (TFLM refuses a q(6) outside int8)."""
+    s_in, zi = _scale_zp(in_ty, "the input", node)
+    six = zi + int(qmath.round_half_away(float(np.float32(6.0) / np.float32(s_in))))
+    if not -128 <= six <= 127:
+        raise UnsupportedError(f"{node_label(node)}: int8 RELU6 whose 6.0 is {six}, outside "
+                               "int8 (TFLM refuses it)")
+    return np.clip(np.arange(-128, 128), zi, six).astype(np.int8)
+
+
+@int8_table("tfl.abs")
+def _abs_lut(node, in_ty, out_ty) -> np.ndarray:
+    s_in, zi = _scale_zp(in_ty, "the input", node)
+    s_out, zo = _scale_zp(out_ty, "the output", node)
+    value = np.abs(_int8_inputs(zi))
+    if np.float32(s_in) != np.float32(s_out):
+        m, e = qmath.quantize_multiplier(s_in / s_out)
+        value = qmath.mbqm(value, m, e)
+    return np.clip(value + zo, -128, 127).astype(np.int8)

@@ -14,7 +14,7 @@ from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import TensorType
 from aot.ops import qmath
 from aot.ops.registry import Call, Pattern, Sig, register
-from aot.ops.tflite_int8 import _exp_poly, _hard_swish_lut, _scale_zp, one_over_one_plus_x
+from aot.ops.tflite_int8 import INT8_TABLES, _exp_poly, _scale_zp, one_over_one_plus_x
 
 _INPUT_INT_BITS = 4  # TFLM's logistic rescales its input to Q4.27
 # gemmlowp's barrel shifter: exp(-2**e) in Q0.31 for e = -2 .. 4
@@ -66,8 +66,8 @@ def table_for(node, in_ty: TensorType, out_ty: TensorType) -> np.ndarray:
     """The op's 256 outputs, indexed by input + 128 (shared with the lowering)."""
     if node.op == "tfl.logistic":
         return logistic_table(*_logistic_check(node, in_ty, out_ty))
-    if node.op == "tfl.hard_swish":
-        return _hard_swish_lut(node, in_ty, out_ty)
+    if node.op in INT8_TABLES:
+        return INT8_TABLES[node.op](node, in_ty, out_ty)
     raise UnsupportedError(f"{node_label(node)}: no int8 table for {node.op}")
 
 

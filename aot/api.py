@@ -25,6 +25,8 @@ def as_graph(model_or_graph: str | Path | Graph, options=None) -> Graph:
     options (a LoadOptions): input shapes and bound inputs of a model path."""
     import aot
 
+    if options and isinstance(model_or_graph, Graph):
+        raise AotError("input_shapes and bind are for a model file; a Graph is loaded already")
     graph = (model_or_graph if isinstance(model_or_graph, Graph)
              else aot.load(model_or_graph, options=options))
     fused = all(n.op == "fused" for n in graph.nodes)
@@ -203,7 +205,13 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
     top1_agreement, max_lsb, max_abs_err, ok[, error]}], package: its
     summary}: aot.validate.output_metrics per output over all samples, ok
     under Tolerance(atol, rtol) (floats within 1e-4, integers bit-exact by
-    default)."""
+    default).
+
+    A streaming TFLite model (resource variables) is compared over one
+    stream instead (aot.streaming.verify_stream): the dataset's samples in
+    order, else max(count, 50) feature-like steps (inputs "stream"), a row
+    per output and per state tensor, and `stream`: {steps, state,
+    nonzero_output_steps, first_mismatch}."""
     import aot
     from aot.frontend.shapes import LoadOptions, options_json
     from aot.packaging import model_source, read_metadata

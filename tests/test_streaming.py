@@ -310,3 +310,18 @@ def test_package_with_state_on_cortex_m(tmp_path):
     got = aot.run(info.path, steps[0], board="mps2-an386")
     want = S.tflm_stream(path, graph, steps)[0]
     np.testing.assert_array_equal(got[graph.outputs[0]], want[0].reshape(got[graph.outputs[0]].shape))
+
+
+def test_cli_verify_stream_of_a_dataset(tmp_path):
+    """--dataset: the samples in order are the stream's steps."""
+    import json
+    path = STREAMING / "mww_hey_jarvis.tflite"
+    graph = aot.load(path)
+    steps = S.feature_stream(graph, 52, SEEDS["mww_hey_jarvis"])
+    np.savez(tmp_path / "stream.npz", **{graph.inputs[0]: np.stack([s[0] for s in steps])})
+    r = _aot("verify", path, "--board", "host", "--dataset", tmp_path / "stream.npz", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["ok"] and out["inputs"] == "dataset" and out["stream"]["steps"] == 52
+    want = S.tflm_stream(path, graph, steps)
+    assert out["stream"]["nonzero_output_steps"] == sum(int(w[0].any()) for w in want) >= 30

@@ -325,3 +325,80 @@ def test_cli_verify_stream_of_a_dataset(tmp_path):
     assert out["ok"] and out["inputs"] == "dataset" and out["stream"]["steps"] == 52
     want = S.tflm_stream(path, graph, steps)
     assert out["stream"]["nonzero_output_steps"] == sum(int(w[0].any()) for w in want) >= 30
+
+
+# ------------------------------------------- a small model: read after assign
+
+def _accumulator(tmp_path) -> str:
+    """state' = x + state, y = state' + x: the variable read again after its
+    ASSIGN_VARIABLE in the same run (the new value), initial state c."""
+    import flatbuffers
+    from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as sc
+
+    def tensor(name, shape, type_=9, buffer=0):
+        t = sc.TensorT()
+        t.name, t.shape, t.type, t.buffer = name, shape, type_, buffer
+        if type_ == 9:
+            t.quantization = sc.QuantizationParametersT()
+            t.quantization.scale, t.quantization.zeroPoint = [0.5], [3]
+        return t
+
+    def op(code, ins, outs, opt_type=0, opts=None):
+        o = sc.OperatorT()
+        o.opcodeIndex, o.inputs, o.outputs = codes.index(code), ins, outs
+        o.builtinOptionsType, o.builtinOptions = opt_type, opts
+        return o
+
+    names = {"ADD": 0, "CALL_ONCE": 129, "VAR_HANDLE": 142, "READ_VARIABLE": 143,
+             "ASSIGN_VARIABLE": 144}
+    codes = list(names)
+    model = sc.ModelT()
+    model.version, model.description = 3, "accumulator"
+    model.operatorCodes = []
+    for c in codes:
+        oc = sc.OperatorCodeT()
+        oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = names[c], min(names[c], 127), 1
+        model.operatorCodes.append(oc)
+    init = np.array([[1, -7, 40, 100]], np.int8)
+    model.buffers = [sc.BufferT(), sc.BufferT()]
+    model.buffers[1].data = list(init.tobytes())
+
+    def handle():
+        o = sc.VarHandleOptionsT()
+        o.container, o.sharedName = "", "acc"
+        return o
+    call = sc.CallOnceOptionsT()
+    call.initSubgraphIndex = 1
+    main = sc.SubGraphT()
+    main.tensors = [tensor("x", [1, 4]), tensor("h", [], 13), tensor("r1", [1, 4]),
+                    tensor("s", [1, 4]), tensor("r2", [1, 4]), tensor("y", [1, 4])]
+    main.inputs, main.outputs = [0], [5]
+    main.operators = [op("CALL_ONCE", [], [], 103, call), op("VAR_HANDLE", [], [1], 111, handle()),
+                      op("READ_VARIABLE", [1], [2]), op("ADD", [0, 2], [3], 11, sc.AddOptionsT()),
+                      op("ASSIGN_VARIABLE", [1, 3], []), op("READ_VARIABLE", [1], [4]),
+                      op("ADD", [4, 0], [5], 11, sc.AddOptionsT())]
+    sub = sc.SubGraphT()
+    sub.tensors = [tensor("h0", [], 13), tensor("c", [1, 4], 9, 1)]
+    sub.inputs, sub.outputs = [], []
+    sub.operators = [op("VAR_HANDLE", [], [0], 111, handle()), op("ASSIGN_VARIABLE", [0, 1], [])]
+    model.subgraphs = [main, sub]
+    b = flatbuffers.Builder(4096)
+    b.Finish(model.Pack(b), file_identifier=b"TFL3")
+    path = tmp_path / "acc.tflite"
+    path.write_bytes(bytes(b.Output()))
+    return path
+
+
+def test_read_after_assign_in_one_run(tmp_path):
+    path = _accumulator(tmp_path)
+    graph = aot.load(path)
+    np.testing.assert_array_equal(graph.variables["h"], [[1, -7, 40, 100]])
+    rng = np.random.default_rng(1)
+    steps = [[rng.integers(-20, 20, size=(1, 4), dtype=np.int8)] for _ in range(12)]
+    want = S.tflm_stream(path, graph, steps)
+    # saturation shows: the sums leave the int8 range within the stream
+    assert any(np.any(np.abs(w[1]) == 127) or np.any(w[1] == -128) for w in want)
+    info = aot.package(S.step_graph(graph), board="host", out_dir=tmp_path / "pkg")
+    report = S.compare_streams(graph, S.board_stream(info.path, get_board("host"), graph, steps),
+                               want)
+    assert report["ok"], report

@@ -286,10 +286,12 @@ def _resize(op, options, out_hw=(7, 9), **fields):
 
 for _name, _flags in (("", {}), ("_align_corners", dict(AlignCorners=True)),
                       ("_half_pixel", dict(HalfPixelCenters=True))):
-    case(f"RESIZE_BILINEAR{_name}", ("float32",))(
+    case(f"RESIZE_BILINEAR{_name}")(
         _resize("RESIZE_BILINEAR", "ResizeBilinearOptions", **_flags))
     case(f"RESIZE_NEAREST_NEIGHBOR{_name}")(
         _resize("RESIZE_NEAREST_NEIGHBOR", "ResizeNearestNeighborOptions", **_flags))
+case("RESIZE_BILINEAR_down")(_resize("RESIZE_BILINEAR", "ResizeBilinearOptions", (3, 2),
+                                     HalfPixelCenters=True))
 case("RESIZE_NEAREST_NEIGHBOR_down")(
     _resize("RESIZE_NEAREST_NEIGHBOR", "ResizeNearestNeighborOptions", (3, 2)))
 

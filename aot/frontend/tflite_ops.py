@@ -155,8 +155,13 @@ class TFLMOps:
                                    "is not supported yet")
         if mode == "linear":
             if self._is_int(ins[0]):
-                raise UnsupportedError(f"{self.op_label}: int8 RESIZE_BILINEAR is not "
-                                       "supported yet")
+                self._same_int8(ins[0], outs[0])
+                size = self.const(ins[1], "size").astype(np.int64).reshape(-1)
+                if size.size != 2 or len(self.ty(ins[0]).shape) != 4:
+                    raise ShapeError(f"{self.op_label}: expects a 4-D NHWC input and 2 sizes")
+                self.emit("tfl.resize_bilinear", ins[:1], outs, size=(int(size[0]), int(size[1])),
+                          align_corners=align, half_pixel_centers=half)
+                return
             ctm = "align_corners" if align else "half_pixel" if half else "asymmetric"
             extra = {}
         else:

@@ -1377,3 +1377,38 @@ def squared_difference_rule(ctx: LowerCtx, ins, idx, lanes):
     d = Bin("-", scaled(a, z1, m1, e1), scaled(b, z2, m2, e2))
     y = q.offset(q.mbqm(Bin("*", d, d), mo, eo), zo)
     return narrow(q.clamp(y, -128, 127), "int8")
+
+
+# ------------------------------------------------------------ resize bilinear
+
+@value_rule("tfl.resize_bilinear")
+def resize_bilinear_rule(ctx: LowerCtx, ins, idx, lanes):
+    x = ins[0]
+    a = ctx.attrs
+    _, h, w, _ = ctx.out_types[0].shape
+    taps = {}
+    for name, n_in, n_out, pos in (("y", x.shape[1], h, idx[1]), ("x", x.shape[2], w, idx[2])):
+        lo, hi, frac = ref.resize_bilinear_taps(n_in, n_out, a["align_corners"],
+                                                a["half_pixel_centers"])
+        taps[name] = tuple(table(ctx, f"{name}_{part}", v.astype(np.int32))(pos)
+                           for part, v in (("lo", lo), ("hi", hi), ("frac", frac)))
+    (y0, y1, fy), (x0, x1, fx) = taps["y"], taps["x"]
+
+    def weight(e):   # a scalar int32 weight as int64 lanes
+        v = q.i64(e)
+        return v if lanes == 1 else Broadcast(v, lanes)
+
+    def at(yy, xx):
+        return q.i64(x.load((idx[0], yy, xx, idx[3]), lanes), lanes)
+    one = Const(1024, dt("int64"))
+    wy0, wy1 = weight(Bin("-", one, q.i64(fy))), weight(fy)
+    wx0, wx1 = weight(Bin("-", one, q.i64(fx))), weight(fx)
+    total = Bin("+", Bin("+", Bin("*", Bin("*", at(y0, x0), wy0), wx0),
+                         Bin("*", Bin("*", at(y1, x0), wy1), wx0)),
+                Bin("+", Bin("*", Bin("*", at(y0, x1), wy0), wx1),
+                     Bin("*", Bin("*", at(y1, x1), wy1), wx1)))
+    half = const_like(1 << 19, total)
+    shift = const_like(20, total)
+    up = Bin(">>", Bin("+", total, half), shift)
+    down = Bin("-", const_like(0, total), Bin(">>", Bin("-", half, total), shift))
+    return narrow(Select(Bin(">", total, const_like(0, total)), up, down), "int8")

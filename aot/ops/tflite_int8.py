@@ -776,3 +776,56 @@ def _abs_lut(node, in_ty, out_ty) -> np.ndarray:
         m, e = qmath.quantize_multiplier(s_in / s_out)
         value = qmath.mbqm(value, m, e)
     return np.clip(value + zo, -128, 127).astype(np.int8)
+
+
+# ---------------------------------------------------------- resize bilinear
+
+def _c_div(a: np.ndarray, b: int) -> np.ndarray:
+    """C integer division (toward zero)."""
+    return np.sign(a) * (np.abs(a) // b)
+
+
+def resize_bilinear_taps(n_in: int, n_out: int, align_corners: bool, half_pixel: bool):
+    """ResizeBilinearInteger along one axis: per output position the lower and
+    upper source index and the source position in 1/1024ths minus 1024 x lower
+    (the upper tap's weight; it may leave [0, 1024] at a clamped border)."""
+    if align_corners and n_out > 1:
+        scale = ((1 << 10) * (n_in - 1) + (n_out - 1) // 2) // (n_out - 1)
+    else:
+        scale = ((1 << 10) * n_in + n_out // 2) // n_out
+    scaled = np.arange(n_out, dtype=np.int64) * scale
+    if half_pixel:
+        scaled = scaled + scale // 2 - (1 << 9)
+    lo = np.maximum(_c_div(scaled, 1 << 10), 0)
+    hi = np.minimum(_c_div(scaled + (1 << 10) - 1, 1 << 10), n_in - 1)
+    return lo, hi, scaled - (1 << 10) * lo
+
+
+def _resize_bilinear_infer(sig: Sig):
+    _require_int8(sig)
+    x = sig.in_types[0]
+    if len(x.shape) != 4:
+        raise sig.fail(f"expects a 4-D NHWC input, got {list(x.shape)}")
+    h, w = sig.attrs["size"]
+    return [_out_type(sig, (x.shape[0], h, w, x.shape[3]))]
+
+
+def resize_bilinear_round(total: np.ndarray) -> np.ndarray:
+    """(total + sign(total) 2^19) / 2^20 in C: halves away from zero."""
+    return np.sign(total) * ((np.abs(total) + (1 << 19)) >> 20)
+
+
+@register("tfl.resize_bilinear", infer=_resize_bilinear_infer, pattern=Pattern.INJECTIVE)
+def resize_bilinear(call: Call, args):
+    """TFLM's int8 RESIZE_BILINEAR: 10-bit fixed-point weights on the raw
+    int8 values (input and output share their quantization)."""
+    x = args[0].astype(np.int64)
+    a = call.attrs
+    _, h, w, _ = call.out_types[0].shape
+    y0, y1, fy = resize_bilinear_taps(x.shape[1], h, a["align_corners"], a["half_pixel_centers"])
+    x0, x1, fx = resize_bilinear_taps(x.shape[2], w, a["align_corners"], a["half_pixel_centers"])
+    fy, fx = fy[None, :, None, None], fx[None, None, :, None]
+    rows0, rows1 = x[:, y0], x[:, y1]
+    total = (rows0[:, :, x0] * (1024 - fy) * (1024 - fx) + rows1[:, :, x0] * fy * (1024 - fx)
+             + rows0[:, :, x1] * (1024 - fy) * fx + rows1[:, :, x1] * fy * fx)
+    return [resize_bilinear_round(total).astype(np.int8)]

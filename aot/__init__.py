@@ -19,10 +19,11 @@ __version__ = "0.1.0"
 _COMMANDS = {name: "aot.api" for name in ("package", "run", "verify", "bench")}
 _LAZY = {"connect": "aot.deploy.device", "AotError": "aot.errors", "load": "aot.frontend",
          "interpret": "aot.interp", "Graph": "aot.ir.graph", "print_graph": "aot.ir.graph",
-         "optimize": "aot.passes.pipeline", "analyze": "aot.analysis", **_COMMANDS}
+         "optimize": "aot.passes.pipeline", "analyze": "aot.analysis",
+         "run_stream": "aot.streaming", **_COMMANDS}
 
 __all__ = ["AotError", "Graph", "analyze", "bench", "connect", "interpret", "load", "optimize",
-           "package", "print_graph", "run", "verify", "__version__"]
+           "package", "print_graph", "run", "run_stream", "verify", "__version__"]
 
 
 def __getattr__(name: str):

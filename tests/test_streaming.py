@@ -402,3 +402,19 @@ def test_read_after_assign_in_one_run(tmp_path):
     report = S.compare_streams(graph, S.board_stream(info.path, get_board("host"), graph, steps),
                                want)
     assert report["ok"], report
+
+
+def test_api_run_stream():
+    path = STREAMING / "mww_okay_nabu.tflite"
+    graph = aot.load(path)
+    steps = S.feature_stream(graph, 50, SEEDS["mww_okay_nabu"])
+    x = np.stack([s[0] for s in steps])
+    by_name = aot.run_stream(path, {graph.inputs[0]: x}, board="host")
+    in_order = aot.run_stream(path, [x], board="host")
+    want = np.stack([w[0] for w in S.tflm_stream(path, graph, steps)])
+    for got in (by_name, in_order):
+        out = got[graph.outputs[0]]
+        assert out.shape == (50, 1, 1)
+        np.testing.assert_array_equal(out, want.reshape(out.shape))
+    with pytest.raises(aot.AotError, match="the model has no input 'nope'"):
+        aot.run_stream(path, {"nope": x}, board="host")

@@ -426,6 +426,9 @@ for _code in ("ABS", "CEIL", "FLOOR", "ROUND", "COS", "SIN", "EXP", "NEG", "ELU"
 for _code in ("LOG", "SQRT"):
     case(_code, ("float32",))(lambda t, code=_code: _model(code, [X(S, t)], [Y(S, t)]))
 case("LOGICAL_NOT", ("bool",))(lambda t: _model("LOGICAL_NOT", [X(S, t)], [Y(S, t)]))
+for _code in ("MAXIMUM", "MINIMUM"):   # TFLM's int8 kernels compare raw values
+    case(_code, ("int8",))(lambda t, code=_code: _model(
+        code, [X(S, t), X((4, 3), t, name="b")], [Y(S, t, 0.05, 3)]))
 for _code in ("MAXIMUM", "MINIMUM", "FLOOR_DIV"):
     case(_code, ("float32",))(
         lambda t, code=_code: _model(code, [X(S, t), X((4, 3), t, name="b")], [Y(S, t)]))
@@ -435,6 +438,9 @@ for _code in ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQ
 for _code in ("LOGICAL_AND", "LOGICAL_OR"):
     case(_code, ("bool",))(
         lambda t, code=_code: _model(code, [X(S, t), X((4, 3), t, name="b")], [Y(S, t)]))
+for _code in ("REDUCE_MAX", "REDUCE_MIN"):
+    case(f"{_code}_keep0", ("int8",))(lambda t, code=_code: _model(
+        code, [X(S, t), C([1, -1], "int32")], [Y((2, 4), t, 0.05, 3)], "ReducerOptions"))
 for _code in ("SUM", "REDUCE_MAX", "REDUCE_MIN"):
     for _keep in (False, True):
         case(f"{_code}_keep{int(_keep)}", ("float32",))(lambda t, code=_code, keep=_keep: _model(

@@ -49,6 +49,8 @@ _ONNX_UNARY = {"ABS": "Abs", "CEIL": "Ceil", "FLOOR": "Floor", "ROUND": "Round",
 _ONNX_BINARY = {"MAXIMUM": "Max", "MINIMUM": "Min", "EQUAL": "Equal", "LESS": "Less",
                 "LESS_EQUAL": "LessOrEqual", "GREATER": "Greater",
                 "GREATER_EQUAL": "GreaterOrEqual", "LOGICAL_AND": "And", "LOGICAL_OR": "Or"}
+# int8 kernels of TFLM that compare raw values (the tensors share one quantization)
+_RAW_INT8 = {"MAXIMUM", "MINIMUM"}
 _ONNX_REDUCE = {"SUM": "ReduceSum", "REDUCE_MAX": "ReduceMax", "REDUCE_MIN": "ReduceMin"}
 # TFLite TensorType -> ONNX TensorProto data type, for CAST
 _ONNX_DTYPES = {"float32": 1, "uint8": 2, "int8": 3, "int16": 5, "int32": 6, "int64": 7,
@@ -353,7 +355,13 @@ class TFLMOps:
             self._need(ins, 2)
             n = 2
         if self._is_int(ins[0]):
-            raise UnsupportedError(f"{self.op_label}: int8 {op.code} is not supported yet")
+            if op.code not in _RAW_INT8:
+                raise UnsupportedError(f"{self.op_label}: int8 {op.code} is not supported yet")
+            for t in (*ins[:n], outs[0]):
+                self._same_int8(t, outs[0])
+            if any(self.ty(t).quant != self.ty(outs[0]).quant for t in ins[:n]):
+                raise UnsupportedError(f"{self.op_label}: int8 {op.code} with inputs "
+                                       "quantized unlike the output is not supported yet")
         onnx_op = _ONNX_UNARY.get(op.code) or _ONNX_BINARY[op.code]
         self.emit(onnx_op, ins[:n], outs, **({"alpha": 1.0} if onnx_op == "Elu" else {}))
 
@@ -385,7 +393,13 @@ class TFLMOps:
         self.emit("Where", ins[:3], outs)
 
     def _reduce(self, op, ins, outs):
-        self._float_only(ins)
+        self._need(ins, 2)
+        if self._is_int(ins[0]):   # MAX and MIN on the raw values, one quantization
+            if op.code == "SUM" or self.ty(ins[0]).quant != self.ty(outs[0]).quant:
+                raise UnsupportedError(f"{self.op_label}: int8 {op.code} is not supported yet"
+                                       + (" with inputs quantized unlike the output"
+                                          if op.code != "SUM" else ""))
+            self._same_int8(ins[0], outs[0])
         axes = self.const(ins[1], "axes").astype(np.int64).reshape(-1)
         self.emit(_ONNX_REDUCE[op.code], [ins[0], self.new_const("axes", axes)], outs,
                   keepdims=int(bool(op.options.get("KeepDims", False))))

@@ -176,6 +176,8 @@ def test_python_keywords(models):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     with pytest.raises(AotError, match="input_shapes and bind are for a model file"):
         aot.package(g, board="host", bind={"x": 1})
+    with pytest.raises(AotError, match="input_shapes and bind are for a model file"):
+        aot.analyze(g, board="host", input_shapes={"input": "1x3x6x7"})
 
 
 def test_tflite_shapes_are_static(tmp_path, capsys):

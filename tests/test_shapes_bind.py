@@ -217,3 +217,14 @@ def test_bench_takes_the_options(models, capsys):
                                 "--warmup", "0", "--json")
     assert code == 0, err
     assert json.loads(out)["repeat"] == 3
+
+
+@pytest.mark.parametrize("kind,value", [("f32", "0.5"), ("int8", "-100")])
+def test_tflite_bound_input_verifies_against_its_reference(kind, value):
+    """The reference runtimes take a .tflite model's inputs by index: the bound
+    value goes in its place; an int8 input keeps its quantization when bound."""
+    model = MODELS / f"tflm_hello_world_{kind}.tflite"
+    name = aot.load(model).inputs[0]
+    out = aot.verify(model, board="host", bind={name: value})
+    assert out["ok"], out
+    assert out["reference"] == ("tflite-micro" if kind == "int8" else "litert")

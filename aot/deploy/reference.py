@@ -77,6 +77,18 @@ def _integer_io(graph: Graph) -> bool:
                for t in (*graph.inputs, *graph.outputs))
 
 
+def _with_bound(path: Path, graph: Graph, inputs: Sequence[np.ndarray],
+                bound: Mapping[str, np.ndarray] | None) -> list[np.ndarray]:
+    """A .tflite model's inputs in its own order, bound ones included (its
+    runtimes take inputs by index)."""
+    if not bound:
+        return list(inputs)
+    from aot.frontend.tflite import import_tflite
+
+    values = {**bound, **dict(zip(graph.inputs, inputs))}
+    return [values[n] for n in import_tflite(path.read_bytes(), name=path.stem).inputs]
+
+
 def reference_outputs(path: Path, graph: Graph, inputs: Sequence[np.ndarray],
                       bound: Mapping[str, np.ndarray] | None = None
                       ) -> tuple[str, list[np.ndarray]]:
@@ -88,9 +100,7 @@ def reference_outputs(path: Path, graph: Graph, inputs: Sequence[np.ndarray],
         return "onnxruntime", onnxruntime(path, graph, inputs, bound)
     if suffix != ".tflite":
         raise AotError(f"{path}: no reference runtime for '{suffix}' models")
-    if bound:
-        raise AotError(f"{path}: verifying a .tflite model with bound inputs (--bind) is not "
-                       "supported yet")
+    inputs = _with_bound(path, graph, inputs, bound)
     if _integer_io(graph):
         try:
             return "tflite-micro", tflite_micro(path, graph, inputs)

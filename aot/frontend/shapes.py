@@ -247,7 +247,8 @@ def bind_inputs(graph: Graph, opts: LoadOptions) -> Graph:
     values = {n: bound_array(n, opts.bind[n], graph.types[n]) for n in opts.bind}
     return graph.replace(inputs=tuple(i for i in graph.inputs if i not in values),
                          constants={**graph.constants, **values},
-                         types={**graph.types, **{k: type_of(v) for k, v in values.items()}})
+                         types={**graph.types, **{k: type_of(v, graph.types[k].quant)
+                                                  for k, v in values.items()}})
 
 
 def check_static(graph: Graph, opts: LoadOptions) -> None:

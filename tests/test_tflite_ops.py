@@ -557,6 +557,15 @@ for _code, _cls in (("ADD", "AddOptions"), ("SUB", "SubOptions"), ("MUL", "MulOp
         code, [X(S, t), X((4, 3), t, 0.03, -9, "b")], [Y(S, t, 0.1, 2)], cls,
         FusedActivationFunction=1))
 case("TANH", ("float32",))(lambda t: _model("TANH", [X(S, t)], [Y(S, t)]))
+case("TANH", ("int8",))(lambda t: _model("TANH", [X(S, t)], [Y(S, t, 1 / 128, 0)]))
+
+
+@pytest.mark.parametrize("s_in, zp_in", [(0.05, 3), (0.002, -128), (0.1, 127), (0.0625, 0),
+                                         (0.013, -40)])
+def test_int8_tanh_every_input_against_tflm(s_in, zp_in):
+    data = _model("TANH", [X((256,), "int8", s_in, zp_in)], [Y((256,), "int8", 1 / 128, 0)])
+    x = np.arange(-128, 128, dtype=np.int8)
+    np.testing.assert_array_equal(_ours(data, [x])[0], _tflm_outputs(data, [x])[0])
 case("RELU")(lambda t: _model("RELU", [X(S, t)], [Y(S, t)]))
 # TFLM's int8 RELU6 does not requantize: the output shares the input's scale
 case("RELU6")(lambda t: _model("RELU6", [X(S, t)], [Y(S, t, 0.05, 3)]))

@@ -756,6 +756,8 @@ class _Builder(VariableOps, TFLMOps):
         self.emit("Sigmoid", ins[:1], outs)
 
     def _op_TANH(self, op, ins, outs):
+        if self._int8_unary(ins, outs, "tfl.tanh"):
+            return
         self._float_only(ins)
         self.emit("Tanh", ins[:1], outs)
 

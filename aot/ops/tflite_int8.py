@@ -829,3 +829,34 @@ def resize_bilinear(call: Call, args):
     total = (rows0[:, :, x0] * (1024 - fy) * (1024 - fx) + rows1[:, :, x0] * fy * (1024 - fx)
              + rows0[:, :, x1] * (1024 - fy) * fx + rows1[:, :, x1] * fy * fx)
     return [resize_bilinear_round(total).astype(np.int8)]
+
+
+# ------------------------------------------------------------------- tanh
+
+def one_minus_x_over_one_plus_x(t: np.ndarray) -> np.ndarray:
+    """(1-x)/(1+x) for x in [0,1) in Q0.31 (gemmlowp's Newton-Raphson division,
+    as one_over_one_plus_x, ending with x - 1 rescaled from Q2.29)."""
+    h = (t + (1 << 31)) >> 1
+    x = 1515870810 + qmath.srdhm(h, -1010580540)
+    for _ in range(3):
+        x = x + qmath.satshl(qmath.srdhm(x, (1 << 29) - qmath.srdhm(h, x)), 2)
+    return qmath.satshl(x - (1 << 29), 2)
+
+
+@int8_table("tfl.tanh")
+def _tanh_lut(node, in_ty, out_ty) -> np.ndarray:
+    """reference_integer_ops::Tanh: the input rescaled to Q4.27 (the radius
+    beyond which it saturates), gemmlowp's tanh in Q0.31, then Q0.7."""
+    from aot.ops.tflite_lut import exp_on_negative_values
+    s_in, zi = _scale_zp(in_ty, "the input", node)
+    q, shift = np.frexp(float(np.float32(s_in)) * float(1 << 27))
+    mult = int(qmath.round_half_away(q * (1 << 31)))
+    radius = int(np.floor(15 * float(1 << 27) / float(2.0 ** int(shift))))
+    x = _int8_inputs(zi)
+    a = qmath.mbqm(x, mult, int(shift))
+    neg = a < 0
+    t = one_minus_x_over_one_plus_x(exp_on_negative_values(np.where(neg, a, -a), 5))
+    r = np.where(a == 0, 0, np.where(neg, -t, t))
+    y = np.clip(qmath.rdbpot(r, 24), -128, 127)
+    y = np.where(x <= -radius, -128, np.where(x >= radius, 127, y))
+    return y.astype(np.int8)

@@ -102,7 +102,8 @@ def test_package_state_persists_and_resets(tmp_path):
     ins, outs = meta["inputs"][0]["c_name"], meta["outputs"][0]["c_name"]
     again = 20
     src = (DRIVER.replace("NAMEU", info.name.upper()).replace("NAME", info.name)
-           .replace("INPUT_IN", f"INPUT_{ins.upper()}").replace("OUTPUT_OUT", f"OUTPUT_{outs.upper()}")
+           .replace("INPUT_IN", f"INPUT_{ins.upper()}")
+           .replace("OUTPUT_OUT", f"OUTPUT_{outs.upper()}")
            .replace("in.IN", f"in.{ins}").replace("out.OUT", f"out.{outs}")
            .replace("AGAIN", str(again)).replace("STEPS", str(STEPS))
            .replace("INPUT_VALUES", ", ".join(
@@ -309,7 +310,8 @@ def test_package_with_state_on_cortex_m(tmp_path):
     assert info.metadata["state_bytes"] == sum(v.nbytes for v in graph.variables.values())
     got = aot.run(info.path, steps[0], board="mps2-an386")
     want = S.tflm_stream(path, graph, steps)[0]
-    np.testing.assert_array_equal(got[graph.outputs[0]], want[0].reshape(got[graph.outputs[0]].shape))
+    y = got[graph.outputs[0]]
+    np.testing.assert_array_equal(y, want[0].reshape(y.shape))
 
 
 def test_cli_verify_stream_of_a_dataset(tmp_path):

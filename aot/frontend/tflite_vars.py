@@ -62,7 +62,8 @@ class VariableOps:
                              f"of {len(self.m.others) + 1}")
         st["init"].update(self._initial_values(self.m.others[index - 1], index))
 
-    def _initial_values(self, sub, index: int) -> dict[tuple[str, str], tuple[TensorType, np.ndarray]]:
+    def _initial_values(self, sub, index: int
+                        ) -> dict[tuple[str, str], tuple[TensorType, np.ndarray]]:
         """The constants the initializer subgraph assigns, by variable key."""
         handles: dict[int, tuple[str, str]] = {}
         values: dict[tuple[str, str], tuple[TensorType, np.ndarray]] = {}

@@ -13,8 +13,9 @@ maps the decoded operators onto ops:
 - data movement (RESHAPE, CONCATENATION, PAD, ...) -> ONNX ops, which pass
   quantization through.
 
-Only the first subgraph is the model (the others belong to control flow,
-which is unsupported).
+The first subgraph is the model. The others are read only as CALL_ONCE
+initializers of resource variables (aot/frontend/tflite_vars.py); other
+control flow is unsupported.
 """
 from __future__ import annotations
 

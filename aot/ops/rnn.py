@@ -27,10 +27,13 @@ GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"),
                        "RNN": ("Tanh",)}
 # Activation -> its (alpha, beta) defaults; None: the function takes no such parameter.
+# ONNX Runtime's: 0 where its table has no default (Affine, ScaledTanh,
+# ThresholdedRelu, although the ThresholdedRelu op defaults to 1.0), so
+# that a model verifies against the runtime it was checked with.
 ACTIVATIONS = {
     "Relu": (None, None), "Tanh": (None, None), "Sigmoid": (None, None),
-    "Affine": (1.0, 0.0), "LeakyRelu": (0.01, None), "ThresholdedRelu": (1.0, None),
-    "ScaledTanh": (1.0, 1.0), "HardSigmoid": (0.2, 0.5), "Elu": (1.0, None),
+    "Affine": (0.0, 0.0), "LeakyRelu": (0.01, None), "ThresholdedRelu": (0.0, None),
+    "ScaledTanh": (0.0, 0.0), "HardSigmoid": (0.2, 0.5), "Elu": (1.0, None),
     "Softsign": (None, None), "Softplus": (None, None),
 }
 _BY_LOWER = {k.lower(): k for k in ACTIVATIONS}

@@ -250,6 +250,17 @@ def test_int8_hard_swish_every_input_against_tflm(s_in, zp_in, s_out, zp_out):
     np.testing.assert_array_equal(_ours(data, [x])[0], _tflm_outputs(data, [x])[0])
 
 
+@pytest.mark.parametrize("s_in, zp_in, s_out, zp_out", [
+    (0.05, -128, 0.1, -128), (0.002, -128, 0.5, -100), (0.3, -128, 0.01, 0), (1.0, -128, 1 / 16, -128),
+    (0.02, 10, 0.05, -3)])
+def test_int8_rsqrt_every_input_against_tflm(s_in, zp_in, s_out, zp_out):
+    """All inputs at or above the zero point (TFLM fails the invoke below it)."""
+    data = _model("RSQRT", [X((128 - zp_in,), "int8", s_in, zp_in)],
+                  [Y((128 - zp_in,), "int8", s_out, zp_out)])
+    x = np.arange(zp_in, 128, dtype=np.int8)
+    np.testing.assert_array_equal(_ours(data, [x])[0], _tflm_outputs(data, [x])[0])
+
+
 @case("RSQRT", ("float32",))
 def _rsqrt(t):
     return _model("RSQRT", [X(S, t)], [Y(S, t)])

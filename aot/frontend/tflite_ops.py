@@ -115,6 +115,8 @@ class TFLMOps:
         self.emit("LogSoftmax", ins[:1], outs, axis=-1)
 
     def _op_RSQRT(self, op, ins, outs):
+        if self._int8_unary(ins, outs, "tfl.rsqrt"):
+            return
         self._float_only(ins)
         root = self.tmp("sqrt")
         self.emit("Sqrt", ins[:1], [root], "sqrt")

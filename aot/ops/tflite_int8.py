@@ -860,3 +860,55 @@ def _tanh_lut(node, in_ty, out_ty) -> np.ndarray:
     y = np.clip(qmath.rdbpot(r, 24), -128, 127)
     y = np.where(x <= -radius, -128, np.where(x >= radius, 127, y))
     return y.astype(np.int8)
+
+
+# ------------------------------------------------------------------ rsqrt
+
+def _clz32(v: int) -> int:
+    return 32 - int(v).bit_length()
+
+
+def inv_sqrt_multiplier(value: int) -> tuple[int, int]:
+    """GetInvSqrtQuantizedMultiplierExp(value, reverse_shift=-1): 1/sqrt(value)
+    as (Q0.31 multiplier, left shift), by gemmlowp Newton-Raphson in Q3.28."""
+    if value <= 1:
+        return qmath.INT32_MAX, 0
+    shift = 11
+    while value >= (1 << 29):
+        value //= 4
+        shift += 1
+    pairs = (_clz32(value) - 1) // 2 - 1
+    shift -= pairs
+    value <<= 2 * pairs
+    x_in = np.int64(value >> 1)
+    half_in = qmath.rdbpot(x_in, 1)
+    half_three = (1 << 28) + (1 << 27)
+    x = np.int64(1 << 28)   # F3 one
+    for _ in range(5):
+        x3 = qmath.satshl(qmath.srdhm(qmath.srdhm(x, x), x), 6)
+        x = qmath.satshl(qmath.srdhm(half_three, x) - qmath.srdhm(half_in, x3), 3)
+    m = int(qmath.srdhm(x, 1518500250))
+    if shift < 0:
+        m = int(qmath.wrap_int32(m << -shift))
+        shift = 0
+    return m, -shift
+
+
+@int8_table("tfl.rsqrt")
+def _rsqrt_lut(node, in_ty, out_ty) -> np.ndarray:
+    """RsqrtEvalQuantized: 1/sqrt(x - zp) as a multiplier applied to 1 with 20
+    extra bits, then rescaled by 1/(sqrt(s_in) s_out). TFLM fails the whole
+    invoke on an input below the zero point; the table gives 127 there, as
+    for the zero point itself."""
+    s_in, zi = _scale_zp(in_ty, "the input", node)
+    s_out, zo = _scale_zp(out_ty, "the output", node)
+    m_out, e_out = qmath.quantize_multiplier(1.0 / (np.sqrt(float(np.float32(s_in)))
+                                                    * float(np.float32(s_out))))
+    out = np.full(256, 127, np.int64)
+    for k, v in enumerate(_int8_inputs(zi)):
+        if v <= 0:
+            continue
+        m, e = inv_sqrt_multiplier(int(v))
+        data = qmath.mbqm(1, m, e + 20)
+        out[k] = min(max(int(qmath.mbqm(data, m_out, e_out - 20)) + zo, -128), 127)
+    return out.astype(np.int8)

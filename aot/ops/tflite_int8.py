@@ -864,8 +864,6 @@ def _tanh_lut(node, in_ty, out_ty) -> np.ndarray:
 
 # ------------------------------------------------------------------ rsqrt
 
-def _clz32(v: int) -> int:
-    return 32 - int(v).bit_length()
 
 
 def inv_sqrt_multiplier(value: int) -> tuple[int, int]:
@@ -877,7 +875,7 @@ def inv_sqrt_multiplier(value: int) -> tuple[int, int]:
     while value >= (1 << 29):
         value //= 4
         shift += 1
-    pairs = (_clz32(value) - 1) // 2 - 1
+    pairs = (32 - value.bit_length() - 1) // 2 - 1   # CountLeadingZeros(uint32)
     shift -= pairs
     value <<= 2 * pairs
     x_in = np.int64(value >> 1)

@@ -282,10 +282,16 @@ def _div(t):
                   FusedActivationFunction=1)
 
 
-@case("BATCH_MATMUL", ("float32",))
+@case("BATCH_MATMUL")
 def _batch_matmul(t):
-    return _model("BATCH_MATMUL", [X((2, 3, 5), t), X((2, 4, 5), t, name="b")], [Y((2, 3, 4), t)],
-                  "BatchMatMulOptions", AdjY=True)
+    return _model("BATCH_MATMUL", [X((2, 3, 5), t), X((2, 4, 5), t, 0.04, -7, name="b")],
+                  [Y((2, 3, 4), t, 0.2, 1)], "BatchMatMulOptions", AdjY=True)
+
+
+@case("BATCH_MATMUL_broadcast")
+def _batch_matmul_bcast(t):
+    return _model("BATCH_MATMUL", [X((2, 1, 3, 5), t), X((3, 5, 4), t, 0.04, -7, name="b")],
+                  [Y((2, 3, 3, 4), t, 0.2, 1)], "BatchMatMulOptions")
 
 
 def _resize(op, options, out_hw=(7, 9), **fields):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from aot.errors import ModelError, ShapeError, UnsupportedError
+from aot.ir.graph import Quant, TensorType
 from aot.ops import qmath
 
 # op -> (options class, fields), merged into tflite._OPTIONS
@@ -328,7 +329,7 @@ class TFLMOps:
         self.emit("GatherND", ins[:2], outs, batch_dims=0)
 
     def _op_BATCH_MATMUL(self, op, ins, outs):
-        self._float_only(ins)
+        self._need(ins, 2)
         o = op.options
         a, b = ins[0], ins[1]
         for flag, name, tag in (("AdjX", "a", "adj_x"), ("AdjY", "b", "adj_y")):
@@ -339,7 +340,21 @@ class TFLMOps:
                 t = self.tmp(tag)
                 self.emit("Transpose", [src], [t], tag, perm=perm)
                 a, b = (t, b) if name == "a" else (a, t)
-        self.emit("MatMul", [a, b], outs)
+        if not self._is_int(ins[0]):
+            self.emit("MatMul", [a, b], outs)
+            return
+        # int8: the exact int32 sums of (a - zp_a)(b - zp_b), then TFLM's
+        # requantization by s_a s_b / s_out (double)
+        for t in (ins[0], ins[1], outs[0]):
+            self._same_int8(t, outs[0])
+        qa, qb = self.ty(ins[0]).quant, self.ty(ins[1]).quant
+        acc = self.tmp("sums")
+        self.types[acc] = TensorType(self.ty(outs[0]).shape, "int32",
+                                     Quant((qa.scale[0] * qb.scale[0],), (0,)))
+        zps = [self.new_const(f"zero_point_{k}", np.array(q.zero_point[0], np.int8))
+               for k, q in enumerate((qa, qb))]
+        self.emit("MatMulInteger", [a, b, *zps], [acc], "sums")
+        self.emit("tfl.quantize", [acc], outs, dtype="int8")
 
     def _op_DIV(self, op, ins, outs):
         self._float_only(ins)

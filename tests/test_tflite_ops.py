@@ -554,6 +554,31 @@ case("TRANSPOSE_CONV_same", ("float32",))(_transpose_conv(0, (8, 10)))
 case("TRANSPOSE_CONV_valid", ("float32",))(_transpose_conv(1, (9, 11)))
 case("TRANSPOSE_CONV_valid_no_bias", ("float32",))(_transpose_conv(1, (9, 11), bias=False))
 
+
+def _int8_transpose_conv(padding, out_hw, strides=(2, 2), bias=True, per_channel=True):
+    def build(t):
+        rng = np.random.default_rng(6)
+        w_scale = rng.uniform(0.005, 0.02, 4) if per_channel else np.full(1, 0.01)
+        ins = [C([1, *out_hw, 4], "int32", "shape"),
+               C(rng.integers(-127, 128, (4, 3, 3, 2)), t, "w", scale=w_scale,
+                 zp=np.zeros(w_scale.size, np.int64), qdim=0),
+               X((1, 4, 5, 2), t, 0.05, 3)]
+        if bias:
+            ins.append(C(rng.integers(-3000, 3000, 4), "int32", "b", scale=w_scale * 0.05,
+                         zp=np.zeros(w_scale.size, np.int64)))
+        return _model("TRANSPOSE_CONV", ins, [Y((1, *out_hw, 4), t, 0.08, -4)],
+                      "TransposeConvOptions", Padding=padding, StrideH=strides[0],
+                      StrideW=strides[1])
+    return build
+
+
+case("TRANSPOSE_CONV_same", ("int8",))(_int8_transpose_conv(0, (8, 10)))
+case("TRANSPOSE_CONV_valid", ("int8",))(_int8_transpose_conv(1, (9, 11)))
+case("TRANSPOSE_CONV_valid_no_bias", ("int8",))(_int8_transpose_conv(1, (9, 11), bias=False))
+case("TRANSPOSE_CONV_stride1_per_tensor", ("int8",))(
+    _int8_transpose_conv(0, (4, 5), (1, 1), per_channel=False))
+case("TRANSPOSE_CONV_stride_2x1", ("int8",))(_int8_transpose_conv(1, (9, 7), (2, 1)))
+
 for _axis in (1, 3):
     for _ex in (False, True):
         for _rev in (False, True):

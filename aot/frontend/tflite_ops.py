@@ -496,8 +496,6 @@ class TFLMOps:
     def _op_TRANSPOSE_CONV(self, op, ins, outs):
         # inputs: output shape, weight [O, KH, KW, I], x, bias?
         self._need(ins, 3)
-        if self._is_int(ins[2]):
-            raise UnsupportedError(f"{self.op_label}: int8 TRANSPOSE_CONV is not supported yet")
         o = op.options
         x, w = ins[2], self._float_weight(ins[1])
         bias = ins[3] if len(ins) > 3 else ""
@@ -520,6 +518,9 @@ class TFLMOps:
         if min(end) < 0:
             raise ShapeError(f"{self.op_label}: output shape {list(out_shape)} is larger than "
                              "the transposed convolution gives")
+        if self._is_int(x):
+            self._int8_transpose_conv(x, ins[1], bias, outs, strides, begin, end, o)
+            return
         if w in self.constants:
             w_ihwo = self.new_const("weight_ihwo",
                                     np.ascontiguousarray(self.constants[w].transpose(3, 1, 2, 0)))
@@ -531,6 +532,48 @@ class TFLMOps:
                   kernel_shape=tuple(wshape[1:3]), strides=strides,
                   pads=tuple(begin + end))
         self._finish_act(o, pre, outs[0])
+
+    def _int8_transpose_conv(self, x, w, bias, outs, strides, begin, end, o) -> None:
+        """The transposed conv as TFLM's integer conv over the input spread out
+        by the strides (the gaps at the input zero point, adding nothing),
+        with the kernel flipped: the same exact sums, requantized per channel."""
+        wq = self.const(w, "weight")
+        kernel = wq.shape[1:3]
+        n, h, wd, c = self.ty(x).shape
+        zp = self.ty(x).quant.zero_point[0]
+        spread = x
+        if strides != (1, 1):
+            sh, sw = strides
+            steps = [self.tmp(f"spread_{k}") for k in range(3)]
+            self.emit("Reshape", [x, self.new_const("gaps_shape",
+                                                    np.array([n, h, 1, wd, 1, c], np.int64))],
+                      [steps[0]], "gaps")
+            pads = np.zeros(12, np.int64)
+            pads[6 + 2], pads[6 + 4] = sh - 1, sw - 1
+            self.emit("Pad", [steps[0], self.new_const("gap_pads", pads),
+                              self.new_const("gap_value", np.array(zp, np.int8))],
+                      [steps[1]], "fill_gaps", mode="constant")
+            self.emit("Reshape", [steps[1], self.new_const(
+                "spread_shape", np.array([n, h * sh, wd * sw, c], np.int64))], [steps[2]],
+                "spread")
+            spread = self.tmp("spread")
+            self.emit("Slice", [steps[2], self.new_const("starts", np.zeros(2, np.int64)),
+                                self.new_const("ends", np.array([(h - 1) * sh + 1,
+                                                                 (wd - 1) * sw + 1], np.int64)),
+                                self.new_const("axes", np.array([1, 2], np.int64))],
+                      [spread], "trim")
+        flipped = self.new_const("weight_flipped", np.ascontiguousarray(wq[:, ::-1, ::-1, :]))
+        self.types[flipped] = TensorType(wq.shape, "int8", self.ty(w).quant)
+        # the full transposed output is the conv over pads of K - 1; TFLite's crop
+        # (begin, end) takes those pads back
+        pads = (kernel[0] - 1 - begin[0], kernel[1] - 1 - begin[1],
+                kernel[0] - 1 - end[0], kernel[1] - 1 - end[1])
+        if min(pads) < 0:
+            raise ShapeError(f"{self.op_label}: padding {begin}, {end} beyond the kernel")
+        lo, hi = self._act(o, outs[0])
+        self._check_requant(x, w, outs[0])
+        self.emit("tfl.conv2d", [spread, flipped, bias], outs, strides=(1, 1), dilations=(1, 1),
+                  pads=pads, act_min=lo, act_max=hi)
 
     def _op_CUMSUM(self, op, ins, outs):
         # a product with a triangular 0/1 matrix along the axis

@@ -137,6 +137,26 @@ def test_loop_refusals(tmp_path, capsys):
            f"{MAX_UNROLL} iterations" in line
 
 
+def test_torchscript_while_exits_on_a_compile_time_condition(tmp_path):
+    """`while i < 5` scripted: trip count INT64_MAX, the exit condition computed
+    from the iteration number, so known after every iteration."""
+    body = h.make_graph(
+        [h.make_node("Add", ["i", "one"], ["next_i"]),
+         h.make_node("Less", ["next_i", "five"], ["cond_out"]),
+         h.make_node("Mul", ["h_in", "half"], ["h_out"])], "body",
+        [vi("i", [], T.INT64), vi("cond_in", [], T.BOOL), vi("h_in", [3])],
+        [vi("cond_out", [], T.BOOL), vi("h_out", [3])],
+        [init("one", np.int64(1)), init("five", np.int64(5)), init("half", np.float32(0.5))])
+    g = h.make_graph([h.make_node("Loop", ["max", "t", "h0"], ["h"], body=body)], "m",
+                     [vi("h0", [3])], [vi("h", [3])],
+                     [init("max", np.int64(np.iinfo(np.int64).max)), init("t", np.bool_(True))])
+    path = save(g, tmp_path / "while.onnx", opset=13)
+    h0 = np.array([32, -8, 1], np.float32)
+    got = aot.interpret(aot.optimize(aot.load(path)), {"h0": h0})["h"]
+    np.testing.assert_array_equal(got, ort_run(path, {"h0": h0})[0])
+    np.testing.assert_array_equal(got, h0 / 32)
+
+
 def test_loop_at_the_limit_is_unrolled_and_exact(tmp_path):
     path = _loop_model(tmp_path, 300)
     h0 = np.array([0.5, -2], np.float32)

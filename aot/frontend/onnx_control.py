@@ -225,10 +225,8 @@ class _Resolver:
                                    "at run time; aot unrolls loops with a compile-time trip "
                                    "count only)")
         trip = int(np.asarray(trip).reshape(-1)[0])
-        if trip > MAX_UNROLL:
-            raise UnsupportedError(f"Loop node '{node.name}': trip count {trip} is above the "
-                                   f"unroll limit of {MAX_UNROLL} iterations")
-        _check_unrolled(node, body, trip)
+        # The limits are checked per iteration: a TorchScript `while` has a huge
+        # trip count and exits on a condition that may be known at compile time.
         carried = tuple(node.inputs[2:])
         n_scan = len(body.outputs) - 1 - len(carried)
         if len(body.inputs) != 2 + len(carried) or n_scan < 0 or \
@@ -258,6 +256,11 @@ class _Resolver:
         if not go:
             return self.loop_outputs(node, a["carried"], a["scans"])
         i = a["i"]
+        if i >= MAX_UNROLL:
+            raise UnsupportedError(f"Loop node '{node.name}': trip count {a['trip']} is above "
+                                   f"the unroll limit of {MAX_UNROLL} iterations (no exit "
+                                   "within them)")
+        _check_unrolled(node, body, a["trip"], i + 1)
         cond_in = a["cond"] or self.const(f"{node.name}/true", np.array(True))
         args = dict(zip(body.inputs, (self.const(f"{node.name}/iter{i}", np.array(i, np.int64)),
                                       cond_in, *a["carried"])))
@@ -318,7 +321,7 @@ class _Resolver:
         if trip > MAX_UNROLL:
             raise UnsupportedError(f"Scan node '{node.name}': {trip} iterations is above the "
                                    f"unroll limit of {MAX_UNROLL}")
-        _check_unrolled(node, body, trip)
+        _check_unrolled(node, body, trip, trip)
         n_out = len(body.outputs) - n_state
         state, scans, nodes = tuple(node.inputs[:n_state]), [], []
         for i in range(trip):
@@ -425,8 +428,9 @@ def _directions(node: Node, attr: str, count: int) -> tuple[int, ...]:
     return dirs
 
 
-def _check_unrolled(node: Node, body: Body, trip: int) -> None:
-    if trip * len(body.nodes) > MAX_UNROLLED_NODES:
+def _check_unrolled(node: Node, body: Body, trip: int, done: int) -> None:
+    """`done` iterations of `trip` unrolled (or about to be) stay within the node limit."""
+    if done * len(body.nodes) > MAX_UNROLLED_NODES:
         raise UnsupportedError(f"{node.op} node '{node.name}': unrolling {trip} iterations of "
                                f"{len(body.nodes)} nodes is above the limit of "
                                f"{MAX_UNROLLED_NODES} nodes")

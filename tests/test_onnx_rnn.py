@@ -392,6 +392,29 @@ def test_torch_like_gru_verifies_on_cortex_m4(tmp_path):
     assert report["ok"] and report["board"] == "mps2-an386", report
 
 
+def test_sequence_lens_computed_from_shapes_folds(tmp_path):
+    """tf2onnx's full-length sequence_lens, Cast(Expand(T, [B])) from
+    Shape(X): a constant once the shapes are static."""
+    model, _ = _node_model(Config("LSTM", batch=2, steps=5), seed=1)
+    g = model.graph
+    g.initializer.extend([nh.from_array(np.array(0, np.int64), "i0"),
+                          nh.from_array(np.array([1], np.int64), "i1")])
+    lens = [helper.make_node("Shape", ["X"], ["xs"]),
+            helper.make_node("Gather", ["xs", "i0"], ["steps"], axis=0),
+            helper.make_node("Gather", ["xs", "i1"], ["batch"], axis=0),
+            helper.make_node("Expand", ["steps", "batch"], ["lens64"]),
+            helper.make_node("Cast", ["lens64"], ["lens"], to=T.INT32)]
+    rec = g.node[0]
+    rec.input[:] = (list(rec.input) + [""] * 5)[:4] + ["lens"] + list(rec.input[5:])
+    nodes = lens + list(g.node)
+    del g.node[:]
+    g.node.extend(nodes)
+    path = tmp_path / "lstm.onnx"
+    onnx.save(model, path)
+    report = aot.verify(path, board="host")
+    assert report["ok"] and report["reference"] == "onnxruntime", report
+
+
 # ---- what is refused -------------------------------------------------------------------------
 
 def _load_error(model) -> str:

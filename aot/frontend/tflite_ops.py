@@ -401,6 +401,27 @@ class TFLMOps:
         self.emit("Div", ins[:2], [q], "quotient")
         self.emit("Floor", [q], outs)
 
+    def _op_FLOOR_MOD(self, op, ins, outs):
+        # fmod, then + y where it is nonzero and its sign differs from y's
+        self._need(ins, 2)
+        if self.ty(ins[0]).dtype != "float32":
+            raise UnsupportedError(f"{self.op_label}: {self.ty(ins[0]).dtype} FLOOR_MOD is "
+                                   "not supported yet")
+        x, y = ins[0], ins[1]
+        zero = self.new_const("zero", np.array(0.0, np.float32))
+        t = {k: self.tmp(k) for k in ("fmod", "y_negative", "fmod_negative", "signs_differ",
+                                      "fmod_zero", "fmod_nonzero", "adjust", "shifted")}
+        self.emit("Mod", [x, y], [t["fmod"]], "fmod", fmod=1)
+        self.emit("Less", [y, zero], [t["y_negative"]], "y_negative")
+        self.emit("Less", [t["fmod"], zero], [t["fmod_negative"]], "fmod_negative")
+        self.emit("Xor", [t["y_negative"], t["fmod_negative"]], [t["signs_differ"]],
+                  "signs_differ")
+        self.emit("Equal", [t["fmod"], zero], [t["fmod_zero"]], "fmod_zero")
+        self.emit("Not", [t["fmod_zero"]], [t["fmod_nonzero"]], "fmod_nonzero")
+        self.emit("And", [t["signs_differ"], t["fmod_nonzero"]], [t["adjust"]], "adjust")
+        self.emit("Add", [t["fmod"], y], [t["shifted"]], "shifted")
+        self.emit("Where", [t["adjust"], t["shifted"], t["fmod"]], outs)
+
     def _op_ADD_N(self, op, ins, outs):
         self._float_only(ins)
         self.emit("Sum", [i for i in ins if i], outs)

@@ -448,6 +448,10 @@ def test_bad_sequence_lens_and_activation_are_refused():
     assert "sequence_lens [4, 0, 5] (expected 3 lengths from 1 to 4)" in _load_error(model)
     model, _ = _node_model(Config("RNN", attrs={"activations": ["Gelu"]}))
     assert "activation 'Gelu' is not supported" in _load_error(model)
+    model, _ = _node_model(Config("GRU", "sideways"))
+    assert "GRU node 'rec': direction 'sideways' (ONNX defines" in _load_error(model)
+    model, _ = _node_model(Config("LSTM"), layout=2)
+    assert "LSTM node 'rec': layout 2 (ONNX defines 0 and 1)" in _load_error(model)
 
 
 def test_macs():

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aot.errors import UnsupportedError, node_label
+from aot.errors import ModelError, ShapeError, UnsupportedError, node_label
 from aot.ir.graph import Node, TensorType
 from aot.ops.registry import Call, Pattern, Sig, register
 
@@ -98,17 +98,18 @@ def rnn_spec(node: Node, in_types, seq_lens: np.ndarray | None) -> RnnSpec:
     """The node's RnnSpec; seq_lens is the constant sequence_lens input, if given."""
     kind, a = node.op, node.attrs
     x = in_types[X]
-    if x is None or len(x.shape) != 3:
-        raise UnsupportedError(f"{node_label(node)}: X must be 3-D")
+    if len(x.shape) != 3:
+        raise ShapeError(f"{node_label(node)}: X is {list(x.shape)}, expected 3-D")
     layout = int(a.get("layout", 0))
     if layout not in (0, 1):
-        raise UnsupportedError(f"{node_label(node)}: layout {layout}")
+        raise ModelError(f"{node_label(node)}: layout {layout} (ONNX defines 0 and 1)")
     steps, batch, features = x.shape if layout == 0 else (x.shape[1], x.shape[0], x.shape[2])
     direction = a.get("direction", "forward")
     reverse = {"forward": (False,), "reverse": (True,), "bidirectional": (False, True)}.get(
         direction)
     if reverse is None:
-        raise UnsupportedError(f"{node_label(node)}: direction '{direction}'")
+        raise ModelError(f"{node_label(node)}: direction '{direction}' (ONNX defines forward, "
+                         "reverse and bidirectional)")
     w = in_types[W]
     hidden = int(a.get("hidden_size", w.shape[1] // GATES[kind] if w is not None else 0))
     if seq_lens is None:

@@ -114,6 +114,9 @@ ERRORS = [
     (["--input-shape", "x=-1x4"], "--input-shape x=-1x4: dimension -1 is not positive"),
     (["--input-shape", "x=1xfour"], "--input-shape x=1xfour: dimensions are positive"),
     (["--input-shape", "x"], "--input-shape x: expected NAME=VALUE"),
+    (["--input-shape", "x=1x4", "--input-shape", "x=2x4"],
+     "--input-shape x: given twice (x=1x4, x=2x4)"),
+    (["--bind", "sr=1", "--bind", "sr=2"], "--bind sr: given twice (sr=1, sr=2)"),
     (["--input-shape", "x=2x5"], "dimension 1 of input 'x' is 4 in the model, not 5"),
     ([], "input 'x': dimension 0 is symbolic ('batch'); aot needs static shapes: give them "
          "with --input-shape x=Nx4"),

@@ -97,9 +97,17 @@ def parse_option(option: str, spec: str) -> tuple[str, str]:
 
 
 def from_command_line(shape_specs: Sequence[str], bind_specs: Sequence[str]) -> LoadOptions:
-    shapes = dict(parse_option("--input-shape", s) for s in shape_specs)
-    binds = dict(parse_option("--bind", s) for s in bind_specs)
-    return LoadOptions.of(shapes, binds)
+    return LoadOptions.of(_once("--input-shape", shape_specs), _once("--bind", bind_specs))
+
+
+def _once(option: str, specs: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for spec in specs:
+        name, value = parse_option(option, spec)
+        if name in out:
+            raise ShapeError(f"{option} {name}: given twice ({name}={out[name]}, {spec})")
+        out[name] = value
+    return out
 
 
 def _bind_value(name: str, value: Any) -> Any:

@@ -452,6 +452,12 @@ for _code in ("MAXIMUM", "MINIMUM", "FLOOR_DIV", "FLOOR_MOD"):
 for _code in ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL"):
     case(_code, ("float32",))(lambda t, code=_code: _model(
         code, [X(S, t), C(np.round(np.linspace(-3, 3, 12)).reshape(4, 3), t)], [Y(S, "bool")]))
+for _code in ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL"):
+    # different scales, so TFLM's rescaling decides the ties
+    case(_code, ("int8",))(lambda t, code=_code: _model(
+        code, [X(S, t, 0.05, 3), X((4, 3), t, 0.1, -7, "b")], [Y(S, "bool")]))
+    case(f"{_code}_close_scales", ("int8",))(lambda t, code=_code: _model(
+        code, [X(S, t, 0.05, 3), X(S, t, 0.0501, 0, "b")], [Y(S, "bool")]))
 for _code in ("LOGICAL_AND", "LOGICAL_OR"):
     case(_code, ("bool",))(
         lambda t, code=_code: _model(code, [X(S, t), X((4, 3), t, name="b")], [Y(S, t)]))

@@ -50,6 +50,7 @@ _ONNX_UNARY = {"ABS": "Abs", "CEIL": "Ceil", "FLOOR": "Floor", "ROUND": "Round",
 _ONNX_BINARY = {"MAXIMUM": "Max", "MINIMUM": "Min", "EQUAL": "Equal", "LESS": "Less",
                 "LESS_EQUAL": "LessOrEqual", "GREATER": "Greater",
                 "GREATER_EQUAL": "GreaterOrEqual", "LOGICAL_AND": "And", "LOGICAL_OR": "Or"}
+_COMPARISONS = {"EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL"}
 # int8 kernels of TFLM that compare raw values (the tensors share one quantization)
 _RAW_INT8 = {"MAXIMUM", "MINIMUM"}
 _ONNX_REDUCE = {"SUM": "ReduceSum", "REDUCE_MAX": "ReduceMax", "REDUCE_MIN": "ReduceMin"}
@@ -371,6 +372,8 @@ class TFLMOps:
         else:
             self._need(ins, 2)
             n = 2
+        if op.code in _COMPARISONS and self._int8_compare(op, ins, outs):
+            return
         if self._is_int(ins[0]):
             if op.code not in _RAW_INT8:
                 raise UnsupportedError(f"{self.op_label}: int8 {op.code} is not supported yet")
@@ -383,10 +386,22 @@ class TFLMOps:
         self.emit(onnx_op, ins[:n], outs, **({"alpha": 1.0} if onnx_op == "Elu" else {}))
 
     def _op_NOT_EQUAL(self, op, ins, outs):
+        if self._int8_compare(op, ins, outs):
+            return
         self._float_only(ins)
         eq = self.tmp("equal")
         self.emit("Equal", ins[:2], [eq], "equal")
         self.emit("Not", [eq], outs)
+
+    def _int8_compare(self, op, ins, outs) -> bool:
+        """int8 comparisons: TFLM rescales both sides first (tfl.compare)."""
+        self._need(ins, 2)
+        if not self._is_int(ins[0]):
+            return False
+        for t in ins[:2]:
+            self._same_int8(t, t)
+        self.emit("tfl.compare", ins[:2], outs, comparison=op.code)
+        return True
 
     def _op_SQUARE(self, op, ins, outs):
         self._float_only(ins)

@@ -1412,3 +1412,19 @@ def resize_bilinear_rule(ctx: LowerCtx, ins, idx, lanes):
     up = Bin(">>", Bin("+", total, half), shift)
     down = Bin("-", const_like(0, total), Bin(">>", Bin("-", half, total), shift))
     return narrow(Select(Bin(">", total, const_like(0, total)), up, down), "int8")
+
+
+# -------------------------------------------------------------- comparisons
+
+_COMPARE_OPS = {"EQUAL": "==", "NOT_EQUAL": "!=", "LESS": "<", "LESS_EQUAL": "<=",
+                "GREATER": ">", "GREATER_EQUAL": ">="}
+
+
+@value_rule("tfl.compare")
+def compare_rule(ctx: LowerCtx, ins, idx, lanes):
+    scaled = []
+    for k, v in enumerate(_int8_operands(ctx, ins, idx, lanes)):
+        zp, m, e = ref.compare_params(ctx.in_types[k], f"input {k}", ctx.node)
+        shifted = Bin("*", q.offset(v, -zp), const_like(1 << ref.COMPARE_SHIFT, v))
+        scaled.append(q.rdbpot(q.srdhm(shifted, m), -e))
+    return Bin(_COMPARE_OPS[ctx.attrs["comparison"]], scaled[0], scaled[1])

@@ -910,3 +910,39 @@ def _rsqrt_lut(node, in_ty, out_ty) -> np.ndarray:
         data = qmath.mbqm(1, m, e + 20)
         out[k] = min(max(int(qmath.mbqm(data, m_out, e_out - 20)) + zo, -128), 127)
     return out.astype(np.int8)
+
+
+# ------------------------------------------------------------- comparisons
+
+COMPARISONS = {"EQUAL": np.equal, "NOT_EQUAL": np.not_equal, "LESS": np.less,
+               "LESS_EQUAL": np.less_equal, "GREATER": np.greater,
+               "GREATER_EQUAL": np.greater_equal}
+COMPARE_SHIFT = 8
+
+
+def compare_params(ty: TensorType, what: str, node) -> tuple[int, int, int]:
+    """(zero point, M, e): ComparisonsPrepare rescales each input by its own
+    scale (QuantizeMultiplierSmallerThanOneExp), after a left shift of 8."""
+    s, zp = _scale_zp(ty, what, node)
+    if not 0 < s < 1:
+        raise UnsupportedError(f"{node_label(node)}: int8 comparison of {what} at scale {s} "
+                               "(TFLM needs a scale below 1)")
+    m, e = qmath.quantize_multiplier_smaller_than_one(float(np.float32(s)))
+    return zp, m, e
+
+
+def _compare_infer(sig: Sig):
+    out = _binary_infer(sig)[0]
+    return [TensorType(out.shape, "bool")]
+
+
+@register("tfl.compare", infer=_compare_infer, pattern=Pattern.BROADCAST)
+def compare(call: Call, args):
+    node = call.node
+    scaled = []
+    for k, x in enumerate(args[:2]):
+        zp, m, e = compare_params(call.in_types[k], f"input {k}", node)
+        scaled.append(qmath.mbqm_smaller_than_one((x.astype(np.int64) - zp) << COMPARE_SHIFT,
+                                                  m, e))
+    fn = COMPARISONS[call.attrs["comparison"]]
+    return [np.broadcast_to(fn(*scaled), call.out_types[0].shape)]

@@ -231,3 +231,16 @@ def test_tflite_bound_input_verifies_against_its_reference(kind, value):
     out = aot.verify(model, board="host", bind={name: value})
     assert out["ok"], out
     assert out["reference"] == ("tflite-micro" if kind == "int8" else "litert")
+
+
+@pytest.mark.parametrize("source", [{"bind": {"sr": {"dtype": "nope", "shape": [],
+                                                     "values": [1]}}},
+                                    {"bind": {"sr": {"values": [1]}}},
+                                    {"input_shapes": {"x": 4}},
+                                    {"input_shapes": {"x": [0, 4]}}])
+def test_a_malformed_record_is_one_line(source):
+    from aot.frontend.shapes import LoadOptions
+
+    with pytest.raises(AotError) as e:
+        LoadOptions.from_json(source)
+    assert len(str(e.value).splitlines()) == 1

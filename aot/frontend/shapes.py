@@ -42,12 +42,16 @@ class LoadOptions:
 
     @staticmethod
     def from_json(source: Mapping[str, Any] | None) -> "LoadOptions":
+        """metadata.json's source record (options_json) read back."""
         source = source or {}
-        shapes = {k: tuple(int(d) for d in v)
-                  for k, v in (source.get("input_shapes") or {}).items()}
-        bind = {k: (np.asarray(v["values"], dtype=v["dtype"]).reshape(v["shape"])
-                    if isinstance(v, dict) else v)
-                for k, v in (source.get("bind") or {}).items()}
+        try:
+            shapes = {k: parse_dims(k, v) for k, v in (source.get("input_shapes") or {}).items()}
+            bind = {k: (np.asarray(v["values"], dtype=v["dtype"]).reshape(v["shape"])
+                        if isinstance(v, dict) else _bind_value(k, v))
+                    for k, v in (source.get("bind") or {}).items()}
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
+            raise ShapeError(f"metadata.json: source.input_shapes or source.bind is malformed "
+                             f"({type(e).__name__}: {e})") from None
         return LoadOptions(shapes, bind)
 
     def __bool__(self) -> bool:

@@ -461,6 +461,11 @@ for _code in ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQ
 for _code in ("LOGICAL_AND", "LOGICAL_OR"):
     case(_code, ("bool",))(
         lambda t, code=_code: _model(code, [X(S, t), X((4, 3), t, name="b")], [Y(S, t)]))
+case("SUM_keep0", ("int8",))(lambda t: _model(
+    "SUM", [X(S, t), C([1, -1], "int32")], [Y((2, 4), t, 0.4, -3)], "ReducerOptions"))
+case("SUM_keep1", ("int8",))(lambda t: _model(
+    "SUM", [X(S, t), C([2], "int32")], [Y((2, 5, 1, 3), t, 0.3, 5)], "ReducerOptions",
+    KeepDims=True))
 for _code in ("REDUCE_MAX", "REDUCE_MIN"):
     case(f"{_code}_keep0", ("int8",))(lambda t, code=_code: _model(
         code, [X(S, t), C([1, -1], "int32")], [Y((2, 4), t, 0.05, 3)], "ReducerOptions"))

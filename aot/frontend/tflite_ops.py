@@ -447,11 +447,16 @@ class TFLMOps:
 
     def _reduce(self, op, ins, outs):
         self._need(ins, 2)
+        if self._is_int(ins[0]) and op.code == "SUM":   # MEAN's kernel, no division
+            self._same_int8(ins[0], outs[0])
+            axes = self.const(ins[1], "axes").astype(np.int64).reshape(-1)
+            self.emit("tfl.mean", [ins[0], self.new_const("axes", axes)], outs,
+                      keep_dims=bool(op.options.get("KeepDims", False)), sum=True)
+            return
         if self._is_int(ins[0]):   # MAX and MIN on the raw values, one quantization
-            if op.code == "SUM" or self.ty(ins[0]).quant != self.ty(outs[0]).quant:
-                raise UnsupportedError(f"{self.op_label}: int8 {op.code} is not supported yet"
-                                       + (" with inputs quantized unlike the output"
-                                          if op.code != "SUM" else ""))
+            if self.ty(ins[0]).quant != self.ty(outs[0]).quant:
+                raise UnsupportedError(f"{self.op_label}: int8 {op.code} with inputs "
+                                       "quantized unlike the output is not supported yet")
             self._same_int8(ins[0], outs[0])
         axes = self.const(ins[1], "axes").astype(np.int64).reshape(-1)
         self.emit(_ONNX_REDUCE[op.code], [ins[0], self.new_const("axes", axes)], outs,

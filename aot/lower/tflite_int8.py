@@ -596,7 +596,7 @@ def mean(ctx: LowerCtx, ins, emit):
     mult, shift = ref_q.quantize_multiplier(s_in / s_out)
     keep = bool(ctx.attrs.get("keep_dims", False))
     kept = [d for d in range(len(x.shape)) if d not in axes]
-    count = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
+    count = ref.mean_count(ctx.attrs, [x.shape[d] for d in axes])
     out_shape = ctx.out_types[0].shape
 
     def at(out_idx):

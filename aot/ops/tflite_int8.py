@@ -417,6 +417,11 @@ def _mean_infer(sig: Sig):
     return [_out_type(sig, shape)]
 
 
+def mean_count(attrs, reduced_dims) -> int:
+    """What MEAN divides by; SUM (attr sum=True) is the same kernel without it."""
+    return 1 if attrs.get("sum", False) else int(np.prod(reduced_dims, dtype=np.int64))
+
+
 @register("tfl.mean", infer=_mean_infer, pattern=Pattern.REDUCE)
 def mean(call: Call, args):
     """MEAN int8: sum of (x - zp_in), MBQM by s_in/s_out, then divide by the
@@ -425,7 +430,7 @@ def mean(call: Call, args):
     s_in, zi = _scale_zp(call.in_types[0], "the input", node)
     s_out, zo = _scale_zp(call.out_types[0], "the output", node)
     axes = _mean_axes(call, args[1])
-    count = int(np.prod([args[0].shape[i] for i in axes]))
+    count = mean_count(call.attrs, [args[0].shape[i] for i in axes])
     acc = (args[0].astype(np.int64) - zi).sum(axis=axes)
     m, e = qmath.quantize_multiplier(s_in / s_out)
     acc = qmath.mbqm(acc, m, e)

@@ -521,6 +521,10 @@ def _cast(t):
     return _model("CAST", [X(S, t)], [Y(S, "int32")])
 
 
+case("CAST_to_float32", ("int8",))(lambda t: _model("CAST", [X(S, t)], [Y(S, "float32")]))
+case("CAST_to_int32", ("int8",))(lambda t: _model("CAST", [X(S, t)], [Y(S, "int32")]))
+
+
 @case("SPACE_TO_BATCH_ND")
 def _space_to_batch(t):
     return _model("SPACE_TO_BATCH_ND", [X((2, 5, 4, 3), t), C([2, 3], "int32", "block"),

@@ -519,9 +519,10 @@ class TFLMOps:
 
     def _op_CAST(self, op, ins, outs):
         self._need(ins, 1)
-        if self._is_int(ins[0]) or self._is_int(outs[0]):
-            raise UnsupportedError(f"{self.op_label}: CAST of quantized tensors is not "
-                                   "supported yet")
+        if self._is_int(outs[0]):
+            raise UnsupportedError(f"{self.op_label}: CAST to {self.ty(outs[0]).dtype} is "
+                                   "not supported yet")
+        # from int8, TFLM converts the raw values (no dequantization), as Cast does
         to = _ONNX_DTYPES.get(self.ty(outs[0]).dtype)
         if to is None:
             raise UnsupportedError(f"{self.op_label}: CAST to {self.ty(outs[0]).dtype}")

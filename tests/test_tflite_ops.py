@@ -617,6 +617,15 @@ case("TANH", ("float32",))(lambda t: _model("TANH", [X(S, t)], [Y(S, t)]))
 case("TANH", ("int8",))(lambda t: _model("TANH", [X(S, t)], [Y(S, t, 1 / 128, 0)]))
 
 
+@pytest.mark.parametrize("s_in, zp_in, s_out, zp_out", [
+    (0.05, 3, 0.07, -5), (0.1, -128, 0.02, 127), (0.002, 0, 0.003, -20), (0.5, 10, 0.4, -100),
+    (0.03, -7, 0.0312, 0)])
+def test_int8_elu_every_input_against_tflm(s_in, zp_in, s_out, zp_out):
+    data = _model("ELU", [X((256,), "int8", s_in, zp_in)], [Y((256,), "int8", s_out, zp_out)])
+    x = np.arange(-128, 128, dtype=np.int8)
+    np.testing.assert_array_equal(_ours(data, [x])[0], _tflm_outputs(data, [x])[0])
+
+
 @pytest.mark.parametrize("s_in, zp_in", [(0.05, 3), (0.002, -128), (0.1, 127), (0.0625, 0),
                                          (0.013, -40)])
 def test_int8_tanh_every_input_against_tflm(s_in, zp_in):

@@ -90,6 +90,9 @@ class TFLMOps:
     def _op_ABS(self, op, ins, outs):
         self._int8_table_or(op, ins, outs, "tfl.abs")
 
+    def _op_ELU(self, op, ins, outs):
+        self._int8_table_or(op, ins, outs, "tfl.elu")
+
     def _int8_table_or(self, op, ins, outs, int8_op: str) -> None:
         """int8: the table op; float: the ONNX op of _ONNX_UNARY."""
         if not self._int8_unary(ins, outs, int8_op):

@@ -951,3 +951,16 @@ def compare(call: Call, args):
                                                   m, e))
     fn = COMPARISONS[call.attrs["comparison"]]
     return [np.broadcast_to(fn(*scaled), call.out_types[0].shape)]
+
+
+@int8_table("tfl.elu")
+def _elu_lut(node, in_ty, out_ty) -> np.ndarray:
+    """TFLM's ELU table: each input dequantized in float32, expm1 below 0,
+    rounded at the output scale."""
+    s_in, zi = _scale_zp(in_ty, "the input", node)
+    s_out, zo = _scale_zp(out_ty, "the output", node)
+    f32 = np.float32
+    x = f32(s_in) * (np.arange(-128, 128) - zi).astype(f32)
+    y = np.where(x < 0, np.expm1(np.minimum(x, f32(0))), x).astype(f32)
+    q = qmath.round_half_away_array(y * (f32(1) / f32(s_out))).astype(np.int64) + zo
+    return np.clip(q, -128, 127).astype(np.int8)

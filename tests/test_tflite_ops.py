@@ -603,6 +603,13 @@ for _axis in (1, 3):
                     Exclusive=ex, Reverse=rev))
 
 
+@case("DYNAMIC_UPDATE_SLICE")
+def _dynamic_update_slice(t):
+    return _model("DYNAMIC_UPDATE_SLICE", [X(S, t), X((1, 2, 4, 2), t, name="u"),
+                                           C([1, 2, 0, 5], "int32", "start")],
+                  [Y(S, t, 0.05, 3)])
+
+
 @case("REDUCE_ALL", ("bool",))
 def _reduce_all(t):
     return _model("REDUCE_ALL", [X(S, t), C([2], "int32")], [Y((2, 5, 3), t)], "ReducerOptions")

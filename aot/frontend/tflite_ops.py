@@ -641,6 +641,30 @@ class TFLMOps:
         self.emit("MatMul", [moved, tri], [summed], "sum")
         self.emit("Transpose", [summed], outs, "back", perm=inverse)
 
+    def _op_DYNAMIC_UPDATE_SLICE(self, op, ins, outs):
+        # constant start indices: the update padded out to the operand's shape,
+        # chosen inside its box (TFLite clamps the box into the operand)
+        self._need(ins, 3)
+        operand, update = ins[0], ins[1]
+        if ins[2] not in self.constants:
+            raise UnsupportedError(f"{self.op_label}: DYNAMIC_UPDATE_SLICE with run-time start "
+                                   "indices is not supported yet")
+        shape, ushape = self.ty(operand).shape, self.ty(update).shape
+        start = self.constants[ins[2]].astype(np.int64).reshape(-1)
+        if len(ushape) != len(shape) or start.size != len(shape) or any(
+                u > d for u, d in zip(ushape, shape)):
+            raise ShapeError(f"{self.op_label}: update {list(ushape)} at {start.tolist()} "
+                             f"into {list(shape)}")
+        start = np.clip(start, 0, np.array(shape) - np.array(ushape))
+        after = np.array(shape) - np.array(ushape) - start
+        inside = np.zeros(shape, bool)
+        inside[tuple(slice(b, b + u) for b, u in zip(start, ushape))] = True
+        padded = self.tmp("padded_update")
+        fill = np.array(0, self.ty(update).dtype)
+        self.emit("Pad", [update, self.new_const("pads", np.concatenate([start, after])),
+                          self.new_const("fill", fill)], [padded], "pad", mode="constant")
+        self.emit("Where", [self.new_const("inside", inside), padded, operand], outs)
+
     def _op_BROADCAST_ARGS(self, op, ins, outs):
         self._need(ins, 2)
         a, b = (tuple(int(v) for v in self.const(t, "shape").reshape(-1)) for t in ins[:2])

@@ -476,9 +476,9 @@ for _code in ("SUM", "REDUCE_MAX", "REDUCE_MIN"):
             "ReducerOptions", KeepDims=keep))
 
 
-@case("ADD_N", ("float32",))
+@case("ADD_N")
 def _add_n(t):
-    return _model("ADD_N", [X(S, t), X(S, t, name="b"), X(S, t, name="c")], [Y(S, t)])
+    return _model("ADD_N", [X(S, t), X(S, t, name="b"), X(S, t, name="c")], [Y(S, t, 0.1, -6)])
 
 
 @case("SELECT_V2")

@@ -441,6 +441,11 @@ class TFLMOps:
         self.emit("Where", [t["adjust"], t["shifted"], t["fmod"]], outs)
 
     def _op_ADD_N(self, op, ins, outs):
+        self._need(ins, 1)
+        if self._is_int(ins[0]):
+            self._same_int8(ins[0], outs[0])
+            self.emit("tfl.add_n", [i for i in ins if i], outs)
+            return
         self._float_only(ins)
         self.emit("Sum", [i for i in ins if i], outs)
 

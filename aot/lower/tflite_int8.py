@@ -1428,3 +1428,22 @@ def compare_rule(ctx: LowerCtx, ins, idx, lanes):
         shifted = Bin("*", q.offset(v, -zp), const_like(1 << ref.COMPARE_SHIFT, v))
         scaled.append(q.rdbpot(q.srdhm(shifted, m), -e))
     return Bin(_COMPARE_OPS[ctx.attrs["comparison"]], scaled[0], scaled[1])
+
+
+# ------------------------------------------------------------------- add_n
+
+@value_rule("tfl.add_n")
+def add_n_rule(ctx: LowerCtx, ins, idx, lanes):
+    s_in, zp_in = _sz(ctx, ctx.in_types[0], "input 0")
+    s_out, zp_out = _sz(ctx, ctx.out_types[0], "the output")
+    (mi, ei), (mo, eo) = ref.add_n_params(s_in, s_out, ctx.node)
+    shift = 1 << ref.ADD_N_SHIFT
+
+    def scaled(v):
+        return q.rdbpot(q.srdhm(Bin("*", v, const_like(shift, v)), mi), -ei)
+    first = to_i32(broadcast_load(ins[0], idx, lanes))
+    total = scaled(const_like(-zp_in, first))
+    for x in ins:
+        total = Bin("+", total, scaled(q.offset(to_i32(broadcast_load(x, idx, lanes)), -zp_in)))
+    y = q.offset(q.rdbpot(q.srdhm(total, mo), -eo), zp_out)
+    return narrow(q.clamp(y, -128, 127), "int8")

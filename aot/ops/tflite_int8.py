@@ -964,3 +964,45 @@ def _elu_lut(node, in_ty, out_ty) -> np.ndarray:
     y = np.where(x < 0, np.expm1(np.minimum(x, f32(0))), x).astype(f32)
     q = qmath.round_half_away_array(y * (f32(1) / f32(s_out))).astype(np.int64) + zo
     return np.clip(q, -128, 127).astype(np.int8)
+
+
+# ------------------------------------------------------------------- add_n
+
+ADD_N_SHIFT = 20
+
+
+def add_n_params(s_in: float, s_out: float, node):
+    """((M_in, e_in), (M_out, e_out)) as TFLM's ADD_N: every input at 1/2 of
+    twice its scale, the sum by 2 s_in / (2^20 s_out)."""
+    twice = 2.0 * float(np.float32(s_in))
+    out = twice / ((1 << ADD_N_SHIFT) * float(np.float32(s_out)))
+    if not 0 < out < 1:
+        raise UnsupportedError(f"{node_label(node)}: int8 ADD_N output multiplier {out:g} is "
+                               "not below 1 (TFLM needs it so)")
+    return (qmath.quantize_multiplier_smaller_than_one(float(np.float32(s_in)) / twice),
+            qmath.quantize_multiplier_smaller_than_one(out))
+
+
+def _add_n_infer(sig: Sig):
+    first = sig.in_types[0]
+    for k, ty in enumerate(sig.in_types):
+        if ty.dtype != "int8" or ty.shape != first.shape or ty.quant != first.quant:
+            raise UnsupportedError(f"{node_label(sig.node)}: int8 ADD_N input {k} differs from "
+                                   "input 0 in shape or quantization")
+    return [_out_type(sig, first.shape)]
+
+
+@register("tfl.add_n", infer=_add_n_infer, pattern=Pattern.ELEMWISE)
+def add_n(call: Call, args):
+    """reference_ops::AddN: the sum starts from the rescaled input offset
+    (-zp), then adds each rescaled input (x - zp) << 20."""
+    node = call.node
+    s_in, zi = _scale_zp(call.in_types[0], "input 0", node)
+    s_out, zo = _scale_zp(call.out_types[0], "the output", node)
+    (mi, ei), (mo, eo) = add_n_params(s_in, s_out, node)
+    total = qmath.mbqm_smaller_than_one(np.int64(-zi) << ADD_N_SHIFT, mi, ei)
+    for x in args:
+        total = total + qmath.mbqm_smaller_than_one((x.astype(np.int64) - zi) << ADD_N_SHIFT,
+                                                    mi, ei)
+    y = qmath.clamp(qmath.mbqm_smaller_than_one(total, mo, eo) + zo, -128, 127)
+    return [np.broadcast_to(y, call.out_types[0].shape).astype(np.int8)]

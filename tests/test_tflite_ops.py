@@ -276,6 +276,26 @@ def _l2_norm(t):
     return _model("L2_NORMALIZATION", [X(S, t)], [Y(S, t)], "L2NormOptions")
 
 
+case("L2_NORMALIZATION", ("int8",))(lambda t: _model(
+    "L2_NORMALIZATION", [X(S, t)], [Y(S, t, 1 / 128, 0)], "L2NormOptions"))
+
+
+def test_int8_l2_normalization_long_rows_generated_code():
+    """Sums of squares past 2^29 take the inverse square root's first scaling
+    step (tflite-micro's Python arena cannot hold such rows: the generated
+    code against the interpreter, which is bit-exact with it on short rows)."""
+    from aot.lower.testing import compare_with_interpreter
+    data = _model("L2_NORMALIZATION", [X((3, 8300), "int8", 0.05, -128)],
+                  [Y((3, 8300), "int8", 1 / 128, 0)], "L2NormOptions")
+    x = np.full((3, 8300), 127, np.int8)
+    x[1, ::2] = -128          # a row of half the energy, under 2^29
+    x[2] = -128               # all at the zero point: a zero norm
+    x[0, :5] = [-128, -1, 0, 60, 126]
+    assert int(((x[0].astype(np.int64) + 128) ** 2).sum()) >= 1 << 29
+    g = _ours_graph(data)
+    assert compare_with_interpreter({"long": (g, {g.inputs[0]: x})}) == {"long": None}
+
+
 @case("DIV", ("float32",))
 def _div(t):
     return _model("DIV", [X(S, t), C(np.linspace(0.5, 2, 3), t)], [Y(S, t)], "DivOptions",

@@ -138,10 +138,20 @@ class TFLMOps:
         self.emit("Mul", [diff, diff], outs)
 
     def _op_L2_NORMALIZATION(self, op, ins, outs):
-        self._float_only(ins)
+        self._need(ins, 1)
         if op.options.get("FusedActivationFunction", 0) != 0:
             raise UnsupportedError(f"{self.op_label}: fused activation on L2_NORMALIZATION "
                                    "is not supported yet")
+        if self._is_int(ins[0]):
+            self._same_int8(ins[0], outs[0])
+            q = self.ty(outs[0]).quant
+            if q.scale[0] != 1 / 128 or q.zero_point[0] != 0:
+                raise UnsupportedError(f"{self.op_label}: int8 output must have scale 1/128 "
+                                       f"and zero point 0 (TFLM's), got {q.scale[0]}, "
+                                       f"{q.zero_point[0]}")
+            self.emit("tfl.l2_normalization", ins[:1], outs)
+            return
+        self._float_only(ins)
         x = ins[0]
         rank = len(self.ty(x).shape)
         squares, norm, floor = self.tmp("sum_of_squares"), self.tmp("norm"), self.tmp("clamped")

@@ -1447,3 +1447,62 @@ def add_n_rule(ctx: LowerCtx, ins, idx, lanes):
         total = Bin("+", total, scaled(q.offset(to_i32(broadcast_load(x, idx, lanes)), -zp_in)))
     y = q.offset(q.rdbpot(q.srdhm(total, mo), -eo), zp_out)
     return narrow(q.clamp(y, -128, 127), "int8")
+
+
+# -------------------------------------------------------- l2 normalization
+
+def inv_sqrt_block(b: q.Block, value: Expr) -> tuple[Var, Var]:
+    """(multiplier, exponent) of 1/sqrt(value) for 0 <= value < 2^31, the
+    TIR of ref.inv_sqrt_multiplier (GetInvSqrtQuantizedMultiplierExp)."""
+    big = Bin(">=", value, Const(1 << 29))
+    v = b.let("isqrt_in", Select(big, Bin(">>", value, Const(2)), Bin("max", value, Const(2))))
+    shift = b.let("isqrt_shift", Select(big, Const(12), Const(11)))
+    clz, _ = _count_leading_zeros(b, v)
+    pairs = b.let("pairs", Bin("-", Bin(">>", Bin("-", clz, Const(1)), Const(1)), Const(1)))
+    b.add(Assign(shift, Bin("-", shift, pairs)),
+          Assign(v, q.shift_left_wrapping(v, Bin("*", pairs, Const(2)))))
+    half_in = b.let("half_input", q.rdbpot(Bin(">>", v, Const(1)), 1))
+    x = b.let("x", Const(1 << 28))
+    for _ in range(5):
+        x3 = b.let("x3", q.satshl(q.srdhm(q.srdhm(x, x), x), 6))
+        step = b.let("step", Bin("-", q.srdhm(x, (1 << 28) + (1 << 27)), q.srdhm(half_in, x3)))
+        b.add(Assign(x, q.satshl(step, 3)))
+    m = b.let("isqrt_mult", q.srdhm(x, 1518500250))
+    b.add(Assign(m, q.shift_left_wrapping(m, Bin("max", Bin("-", Const(0), shift), Const(0)))))
+    small = Bin("<=", value, Const(1))
+    mult = b.let("inv_sqrt", Select(small, Const(ref_q.INT32_MAX), m))
+    exp = b.let("inv_sqrt_exp", Select(small, Const(0),
+                                       Bin("-", Const(0), Bin("max", shift, Const(0)))))
+    return mult, exp
+
+
+@kernel_rule("tfl.l2_normalization")
+def l2_normalization(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    _, zp = _sz(ctx, x.type, "the input")
+    shape = x.shape
+    depth = shape[-1]
+    if depth * 255 * 255 >= 1 << 31:
+        raise ctx.unsupported(f"int8 L2 normalization over {depth} values (its int32 sum of "
+                              "squares would overflow)")
+
+    def row(lead):
+        b = q.Block(ctx)
+        acc = b.let("sum_of_squares", Const(0))
+
+        def square(i):
+            d = q.offset(to_i32(x.load(lead + (i,))), -zp)
+            return Assign(acc, Bin("+", acc, Bin("*", d, d)))
+        b.add(loop(ctx, "i", depth, square))
+        mult, exp = inv_sqrt_block(b, acc)
+        total = b.let("out_shift", Bin("+", exp, Const(7)))
+        left = b.let("left", Bin("max", total, Const(0)))
+        right = b.let("right", Bin("max", Bin("-", Const(0), total), Const(0)))
+
+        def output(i):
+            d = q.offset(to_i32(x.load(lead + (i,))), -zp)
+            y = q.clamp(q.mbqm(d, mult, left=left, right=right), -128, 127)
+            return emit(0, lead + (i,), Cast(dt("int8"), y))
+        b.add(loop(ctx, "i", depth, output))
+        return b.stmt()
+    return nest(ctx, tuple(f"r{k}" for k in range(len(shape) - 1)), shape[:-1], row)

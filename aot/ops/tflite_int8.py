@@ -1006,3 +1006,25 @@ def add_n(call: Call, args):
                                                     mi, ei)
     y = qmath.clamp(qmath.mbqm_smaller_than_one(total, mo, eo) + zo, -128, 127)
     return [np.broadcast_to(y, call.out_types[0].shape).astype(np.int8)]
+
+
+# --------------------------------------------------------- l2 normalization
+
+def _l2_norm_infer(sig: Sig):
+    _require_int8(sig)
+    return [_out_type(sig, sig.in_types[0].shape)]
+
+
+@register("tfl.l2_normalization", infer=_l2_norm_infer, pattern=Pattern.REDUCE)
+def l2_normalization(call: Call, args):
+    """reference_integer_ops::L2Normalization along the last axis: the row's
+    sum of squares, its 1/sqrt as a multiplier (inv_sqrt_multiplier), the
+    output in Q0.7."""
+    _, zp = _scale_zp(call.in_types[0], "the input", call.node)
+    d = args[0].astype(np.int64) - zp
+    rows = d.reshape(-1, d.shape[-1])
+    out = np.empty_like(rows)
+    for r, row in enumerate(rows):
+        m, e = inv_sqrt_multiplier(int((row * row).sum()))
+        out[r] = np.clip(qmath.mbqm(row, m, e + 7), -128, 127)
+    return [out.reshape(d.shape).astype(np.int8)]

@@ -851,3 +851,43 @@ def test_tflm_op_table_matches_the_importer():
         supported = any(col.startswith(("yes", "bool", "float", "int"))
                         for col in (float_col, int8_col))
         assert hasattr(_Builder, f"_op_{op}") == supported, op
+
+
+# -------------------------------------------------------------------- SVDF
+
+def _svdf_model(memory: int, rank: int, bias: bool, act: int, batch=2, inputs=5, units=3):
+    rng = np.random.default_rng(memory * 10 + rank)
+    filters = units * rank
+    m = TFLiteBuilder()
+    x = m.tensor("x", (batch, inputs), "float32")
+    wf = m.const("weights_feature", rng.standard_normal((filters, inputs)), "float32")
+    wt = m.const("weights_time", rng.standard_normal((filters, memory)), "float32")
+    b = m.const("bias", rng.standard_normal(units), "float32") if bias else -1
+    state = m.tensor("state", (batch, filters * memory), "float32", variable=True)
+    y = m.tensor("y", (batch, units), "float32")
+    m.op("SVDF", [x, wf, wt, b, state], [y], "SVDFOptions", Rank=rank,
+         FusedActivationFunction=act)
+    return m.build([x], [y])
+
+
+@pytest.mark.parametrize("memory, rank, bias, act", [(4, 1, True, 0), (10, 2, False, 1),
+                                                     (1, 1, True, 3), (3, 3, True, 0)])
+def test_float_svdf_state_over_invocations_against_litert(memory, rank, bias, act):
+    """The state shifts through five invocations, as in LiteRT (and on the device:
+    the generated code too)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    data = _svdf_model(memory, rank, bias, act)
+    g = _ours_graph(data)
+    assert set(g.updates) == set(g.variables) == {"state"}
+    it = Interpreter(model_content=data, num_threads=1, experimental_op_resolver_type=(
+        OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES))
+    it.allocate_tensors()
+    rng = np.random.default_rng(7)
+    state: dict = {}
+    for step in range(5):
+        x = rng.standard_normal((2, 5)).astype(np.float32)
+        ours = aot.interpret(g, {g.inputs[0]: x}, state)[g.outputs[0]]
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+        want = it.get_tensor(it.get_output_details()[0]["index"])
+        np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-5, err_msg=f"step {step}")

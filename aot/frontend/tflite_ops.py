@@ -39,6 +39,7 @@ OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "TRANSPOSE_CONV": ("TransposeConvOptions", ("Padding", "StrideW", "StrideH",
                                                 "FusedActivationFunction")),
     "CUMSUM": ("CumsumOptions", ("Exclusive", "Reverse")),
+    "SVDF": ("SVDFOptions", ("Rank", "FusedActivationFunction")),
     "REDUCE_ALL": ("ReducerOptions", ("KeepDims",)),
     "L2_POOL_2D": ("Pool2DOptions", ("Padding", "StrideW", "StrideH", "FilterWidth",
                                      "FilterHeight", "FusedActivationFunction")),
@@ -57,7 +58,7 @@ _ONNX_REDUCE = {"SUM": "ReduceSum", "REDUCE_MAX": "ReduceMax", "REDUCE_MIN": "Re
 # TFLite TensorType -> ONNX TensorProto data type, for CAST
 _ONNX_DTYPES = {"float32": 1, "uint8": 2, "int8": 3, "int16": 5, "int32": 6, "int64": 7,
                 "bool": 9, "float16": 10}
-DEFAULTS = {"Exclusive": False, "Reverse": False, "Alpha": 0.0, "AlignCorners": False, "HalfPixelCenters": False, "OutputType": 4,
+DEFAULTS = {"Rank": 1, "Exclusive": False, "Reverse": False, "Alpha": 0.0, "AlignCorners": False, "HalfPixelCenters": False, "OutputType": 4,
             "ValuesCount": 0, "Num": 0, "NumSplits": 0, "Mode": 0, "BlockSize": 0,
             "AdjX": False, "AdjY": False}
 
@@ -679,6 +680,58 @@ class TFLMOps:
         self.emit("Pad", [update, self.new_const("pads", np.concatenate([start, after])),
                           self.new_const("fill", fill)], [padded], "pad", mode="constant")
         self.emit("Where", [self.new_const("inside", inside), padded, operand], outs)
+
+    def _op_SVDF(self, op, ins, outs):
+        """Float SVDF: the state (a variable, [batch, filters * memory]) shifts
+        one step left, the input's feature projection enters at the end, each
+        filter's time weights reduce it, rank filters sum to a unit."""
+        self._need(ins, 3)
+        ins = list(ins) + [""] * (5 - len(ins))
+        x, w_feature, w_time, bias, state = ins[:5]
+        if self._is_int(x) or self.ty(w_feature).dtype != "float32":
+            raise UnsupportedError(f"{self.op_label}: int8 or hybrid SVDF is not supported yet")
+        if state not in self.variables:
+            raise UnsupportedError(f"{self.op_label}: SVDF state '{state}' must be a variable "
+                                   "tensor")
+        (batch, _), (filters, memory) = self.ty(x).shape, self.ty(w_time).shape
+        rank = int(op.options.get("Rank", 1))
+        if rank < 1 or filters % rank or self.ty(state).shape != (batch, filters * memory):
+            raise ShapeError(f"{self.op_label}: rank {rank}, {filters} filters, memory "
+                             f"{memory}, state {list(self.ty(state).shape)}")
+        t = {k: self.tmp(k) for k in ("feature", "feature_3d", "state_3d", "kept", "new_state_3d",
+                                       "weighted", "per_filter", "per_unit_rank", "units",
+                                       "new_state")}
+        c = self.new_const
+        self.emit("Gemm", [x, w_feature], [t["feature"]], "feature", transB=1)
+        self.emit("Reshape", [t["feature"], c("feature_shape", np.array([batch, filters, 1]))],
+                  [t["feature_3d"]], "feature_3d")
+        if memory > 1:
+            self.emit("Reshape", [state, c("state_shape", np.array([batch, filters, memory]))],
+                      [t["state_3d"]], "state_3d")
+            self.emit("Slice", [t["state_3d"], c("starts", np.array([1])),
+                                c("ends", np.array([memory])), c("axes", np.array([2]))],
+                      [t["kept"]], "shift")
+            self.emit("Concat", [t["kept"], t["feature_3d"]], [t["new_state_3d"]], "append",
+                      axis=2)
+            new3 = t["new_state_3d"]
+        else:
+            new3 = t["feature_3d"]
+        self.emit("Mul", [new3, w_time], [t["weighted"]], "time_weights")
+        self.emit("ReduceSum", [t["weighted"], c("time_axis", np.array([2]))],
+                  [t["per_filter"]], "per_filter", keepdims=0)
+        self.emit("Reshape", [t["per_filter"], c("unit_shape",
+                                                 np.array([batch, filters // rank, rank]))],
+                  [t["per_unit_rank"]], "per_unit_rank")
+        pre = self._with_act(op.options, outs[0])
+        summed = t["units"] if bias else pre
+        self.emit("ReduceSum", [t["per_unit_rank"], c("rank_axis", np.array([2]))], [summed],
+                  "units", keepdims=0)
+        if bias:
+            self.emit("Add", [summed, bias], [pre], "bias")
+        self._finish_act(op.options, pre, outs[0])
+        self.emit("Reshape", [new3, c("flat_state", np.array([batch, filters * memory]))],
+                  [t["new_state"]], "new_state")
+        self.updates[state] = t["new_state"]
 
     def _op_BROADCAST_ARGS(self, op, ins, outs):
         self._need(ins, 2)

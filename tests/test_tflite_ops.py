@@ -617,9 +617,9 @@ case("TRANSPOSE_CONV_stride_2x1", ("int8",))(_int8_transpose_conv(1, (9, 7), (2,
 for _axis in (1, 3):
     for _ex in (False, True):
         for _rev in (False, True):
-            case(f"CUMSUM_axis{_axis}_exclusive{int(_ex)}_reverse{int(_rev)}", ("float32",))(
+            case(f"CUMSUM_axis{_axis}_exclusive{int(_ex)}_reverse{int(_rev)}")(
                 lambda t, axis=_axis, ex=_ex, rev=_rev: _model(
-                    "CUMSUM", [X(S, t), C([axis], "int32")], [Y(S, t)], "CumsumOptions",
+                    "CUMSUM", [X(S, t), C([axis], "int32")], [Y(S, t, 0.2, -1)], "CumsumOptions",
                     Exclusive=ex, Reverse=rev))
 
 

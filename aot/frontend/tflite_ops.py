@@ -637,12 +637,18 @@ class TFLMOps:
                   pads=pads, act_min=lo, act_max=hi)
 
     def _op_CUMSUM(self, op, ins, outs):
-        # a product with a triangular 0/1 matrix along the axis
-        self._float_only(ins)
+        # float: a product with a triangular 0/1 matrix along the axis
+        self._need(ins, 2)
         shape = self.ty(ins[0]).shape
         axis = self._axis(int(self.const(ins[1], "axis").reshape(-1)[0]), len(shape))
         n = shape[axis]
         exclusive, reverse = bool(op.options.get("Exclusive")), bool(op.options.get("Reverse"))
+        if self._is_int(ins[0]):
+            self._same_int8(ins[0], outs[0])
+            self.emit("tfl.cumsum", ins[:1], outs, axis=axis, exclusive=exclusive,
+                      reverse=reverse)
+            return
+        self._float_only(ins)
         i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")   # out[j] += x[i]
         take = (i > j if exclusive else i >= j) if reverse else (i < j if exclusive else i <= j)
         tri = self.new_const("triangle", take.astype(np.float32))

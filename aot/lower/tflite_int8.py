@@ -1506,3 +1506,40 @@ def l2_normalization(ctx: LowerCtx, ins, emit):
         b.add(loop(ctx, "i", depth, output))
         return b.stmt()
     return nest(ctx, tuple(f"r{k}" for k in range(len(shape) - 1)), shape[:-1], row)
+
+
+# ------------------------------------------------------------------ cumsum
+
+@kernel_rule("tfl.cumsum")
+def cumsum(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    s_in, zp_in = _sz(ctx, x.type, "the input")
+    s_out, zp_out = _sz(ctx, ctx.out_types[0], "the output")
+    (mi, ei), (mo, eo) = ref.add_n_params(s_in, s_out, ctx.node)
+    a = ctx.attrs
+    axis, shape = a["axis"], x.shape
+    n = shape[axis]
+    others = [d for d in range(len(shape)) if d != axis]
+
+    def scaled(v):
+        return q.rdbpot(q.srdhm(Bin("*", v, Const(1 << ref.ADD_N_SHIFT)), mi), -ei)
+
+    def line(outer):
+        b = q.Block(ctx)
+        acc = b.let("running", scaled(Const(-zp_in)))
+
+        def step(i):
+            pos = Bin("-", Const(n - 1), i) if a["reverse"] else i
+            full = list(outer)
+            full.insert(axis, pos)
+            full = tuple(full)
+            sb = q.Block(ctx)
+            add = Assign(acc, Bin("+", acc, scaled(q.offset(to_i32(x.load(full)), -zp_in))))
+            y = q.clamp(q.offset(q.rdbpot(q.srdhm(acc, mo), -eo), zp_out), -128, 127)
+            out = emit(0, full, Cast(dt("int8"), y))
+            sb.add(*((out, add) if a["exclusive"] else (add, out)))
+            return sb.stmt()
+        b.add(loop(ctx, "i", n, step))
+        return b.stmt()
+    return nest(ctx, tuple(f"o{k}" for k in range(len(others))), [shape[d] for d in others],
+                line)

@@ -1028,3 +1028,34 @@ def l2_normalization(call: Call, args):
         m, e = inv_sqrt_multiplier(int((row * row).sum()))
         out[r] = np.clip(qmath.mbqm(row, m, e + 7), -128, 127)
     return [out.reshape(d.shape).astype(np.int8)]
+
+
+# ------------------------------------------------------------------ cumsum
+
+def _cumsum_infer(sig: Sig):
+    _require_int8(sig)
+    return [_out_type(sig, sig.in_types[0].shape)]
+
+
+@register("tfl.cumsum", infer=_cumsum_infer, pattern=Pattern.OPAQUE)
+def cumsum(call: Call, args):
+    """reference_ops::CumSum int8: ADD_N's arithmetic (add_n_params) as a
+    running sum along the axis, from the rescaled input offset."""
+    node = call.node
+    s_in, zi = _scale_zp(call.in_types[0], "the input", node)
+    s_out, zo = _scale_zp(call.out_types[0], "the output", node)
+    (mi, ei), (mo, eo) = add_n_params(s_in, s_out, node)
+    a = call.attrs
+    x = np.moveaxis(args[0].astype(np.int64), a["axis"], -1)
+    if a["reverse"]:
+        x = x[..., ::-1]
+    scaled = qmath.mbqm_smaller_than_one((x - zi) << ADD_N_SHIFT, mi, ei)
+    start = qmath.mbqm_smaller_than_one(np.int64(-zi) << ADD_N_SHIFT, mi, ei)
+    running = start + np.cumsum(scaled, axis=-1)
+    if a["exclusive"]:
+        running = np.concatenate([np.broadcast_to(start, running[..., :1].shape),
+                                  running[..., :-1]], axis=-1)
+    y = qmath.clamp(qmath.mbqm_smaller_than_one(running, mo, eo) + zo, -128, 127)
+    if a["reverse"]:
+        y = y[..., ::-1]
+    return [np.moveaxis(y, -1, a["axis"]).astype(np.int8)]

@@ -372,6 +372,13 @@ class TFLMOps:
         self.emit("tfl.quantize", [acc], outs, dtype="int8")
 
     def _op_DIV(self, op, ins, outs):
+        self._need(ins, 2)
+        if self._is_int(ins[0]):
+            for t in (ins[0], ins[1], outs[0]):
+                self._same_int8(t, t)
+            lo, hi = self._act(op.options, outs[0])
+            self.emit("tfl.div", ins[:2], outs, act_min=lo, act_max=hi)
+            return
         self._float_only(ins)
         pre = self._with_act(op.options, outs[0])
         self.emit("Div", ins[:2], [pre])

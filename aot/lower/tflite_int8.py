@@ -1543,3 +1543,48 @@ def cumsum(ctx: LowerCtx, ins, emit):
         return b.stmt()
     return nest(ctx, tuple(f"o{k}" for k in range(len(others))), [shape[d] for d in others],
                 line)
+
+
+# --------------------------------------------------------------------- div
+
+def _leading_sign_bits(b: q.Block, a: Expr) -> Var:
+    """CountLeadingSignBits of an int32 a with |a| < 2^16."""
+    mag = b.let("magnitude", Select(Bin(">=", a, Const(0)), a,
+                                    Bin("-", Bin("*", Const(-2), a), Const(1))))
+    clz, _ = _count_leading_zeros(b, Bin("max", mag, Const(1)))
+    # zero: 32 leading zeros, minus the sign bit
+    return b.let("sign_bits", Select(Bin("==", mag, Const(0)), Const(31),
+                                     Select(Bin(">=", a, Const(0)), Bin("-", clz, Const(1)),
+                                            clz)))
+
+
+@kernel_rule("tfl.div")
+def div(ctx: LowerCtx, ins, emit):
+    s1, z1 = _sz(ctx, ctx.in_types[0], "input 0")
+    s2, z2 = _sz(ctx, ctx.in_types[1], "input 1")
+    so, zo = _sz(ctx, ctx.out_types[0], "the output")
+    m, e = ref.div_multiplier(s1, s2, so, ctx.node)
+    inv, over_unit = ref.reciprocal_table()
+    inv_t = ctx.param("reciprocal", inv.astype(np.int32))
+    over_t = ctx.param("bits_over_unit", over_unit.astype(np.int32))
+    shape = ctx.out_types[0].shape
+
+    def at(idx):
+        b = q.Block(ctx)
+        a = b.let("dividend", q.offset(to_i32(broadcast_load(ins[0], idx)), -z1))
+        d = b.let("divisor", q.offset(to_i32(broadcast_load(ins[1], idx)), -z2))
+        negative = b.let("negative", Bin("<", d, Const(0)))
+        b.add(Assign(a, Select(negative, Bin("-", Const(0), a), a)),
+              Assign(d, Select(negative, Bin("-", Const(0), d), d)))
+        headroom = _leading_sign_bits(b, a)
+        unscaled = b.let("quotient", q.srdhm(q.shift_left_wrapping(a, headroom),
+                                             Load(inv_t, d), saturate=False))
+        right = b.let("right", Bin("+", Bin("-", Load(over_t, d), Const(e)), headroom))
+        scaled = q.srdhm(unscaled, m)
+        # exact below 32 bits; at 32 or more the quotient rounds to 0 (C leaves TFLM's undefined)
+        within = Bin("min", Bin("max", right, Const(0)), Const(31))
+        y = Select(Bin(">=", right, Const(32)), Const(0), q.rdbpot(scaled, within))
+        y = q.clamp(q.offset(y, zo), ctx.attrs["act_min"], ctx.attrs["act_max"])
+        b.add(emit(0, idx, Cast(dt("int8"), y)))
+        return b.stmt()
+    return nest(ctx, tuple(f"i{k}" for k in range(len(shape))), shape, at)

@@ -1059,3 +1059,68 @@ def cumsum(call: Call, args):
     if a["reverse"]:
         y = y[..., ::-1]
     return [np.moveaxis(y, -1, a["axis"]).astype(np.int8)]
+
+
+# --------------------------------------------------------------------- div
+
+def _clz_u32(v: np.ndarray) -> np.ndarray:
+    """CountLeadingZeros of uint32 values (32 for 0)."""
+    v = np.asarray(v, np.int64) & 0xFFFFFFFF
+    out = np.full(v.shape, 32, np.int64)
+    nz = v > 0
+    out[nz] = 32 - np.floor(np.log2(v[nz])).astype(np.int64) - 1
+    return out
+
+
+def reciprocal_table() -> tuple[np.ndarray, np.ndarray]:
+    """GetReciprocal(d, 31) for d = 0..255: (Q0.31 reciprocal, bits over unit);
+    entry 0 is unused (TFLM divides by a nonzero value)."""
+    d = np.arange(256, dtype=np.int64)
+    headroom = _clz_u32(d)
+    over_unit = 31 - headroom
+    shifted = np.where(d > 0, ((d << headroom) & 0xFFFFFFFF) - (1 << 31), 0)
+    return one_over_one_plus_x(shifted), over_unit
+
+
+def count_leading_sign_bits(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.int64)
+    return np.where(x >= 0, _clz_u32(x) - 1, _clz_u32(2 * np.abs(x) - 1))
+
+
+def div_multiplier(s1: float, s2: float, s_out: float, node) -> tuple[int, int]:
+    m, e = qmath.quantize_multiplier(float(np.float32(s1)) / (float(np.float32(s2))
+                                                               * float(np.float32(s_out))))
+    return m, e
+
+
+def div_int8(x1: np.ndarray, x2: np.ndarray, z1: int, z2: int, zo: int, m: int, e: int,
+             lo: int, hi: int) -> np.ndarray:
+    """reference_ops::DivElementwise on int8: the divisor's reciprocal by
+    GetReciprocal, the dividend normalized by its sign bits. A divisor at its
+    zero point (real 0; TFLM asserts against it) reads the table's entry 0:
+    some defined value, the same in the generated code."""
+    a = x1.astype(np.int64) - z1
+    d = x2.astype(np.int64) - z2
+    a, d = np.where(d < 0, -a, a), np.abs(d)
+    inv, over_unit = reciprocal_table()
+    inv, over_unit = inv[np.clip(d, 0, 255)], over_unit[np.clip(d, 0, 255)]
+    headroom = count_leading_sign_bits(a)
+    unscaled = qmath.srdhm(qmath.wrap_int32(a << headroom), inv)
+    right = over_unit + headroom - e
+    # RoundingDivideByPOT by 32 bits or more is undefined in TFLM's C (x86 gives
+    # the zero point + 1 for a zero dividend): the quotient rounds to 0 here
+    y = np.where(right >= 32, 0, qmath.rdbpot(qmath.srdhm(unscaled, m),
+                                              np.clip(right, 0, 31))) + zo
+    return np.clip(y, lo, hi)
+
+
+@register("tfl.div", infer=_binary_infer, pattern=Pattern.OPAQUE)
+def div(call: Call, args):
+    node = call.node
+    s1, z1 = _scale_zp(call.in_types[0], "input 0", node)
+    s2, z2 = _scale_zp(call.in_types[1], "input 1", node)
+    so, zo = _scale_zp(call.out_types[0], "the output", node)
+    m, e = div_multiplier(s1, s2, so, node)
+    x1, x2 = np.broadcast_arrays(args[0], args[1])
+    y = div_int8(x1, x2, z1, z2, zo, m, e, call.attrs["act_min"], call.attrs["act_max"])
+    return [y.reshape(call.out_types[0].shape).astype(np.int8)]

@@ -922,3 +922,42 @@ def test_float_svdf_state_over_invocations_against_litert(memory, rank, bias, ac
         it.invoke()
         want = it.get_tensor(it.get_output_details()[0]["index"])
         np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-5, err_msg=f"step {step}")
+
+
+# ------------------------------------------------------- packaged on a board
+
+def _int8_chain() -> bytes:
+    """CONV_2D -> LEAKY_RELU -> RESIZE_BILINEAR -> HARD_SWISH -> TANH -> PRELU -> SUM."""
+    rng = np.random.default_rng(0)
+    m = TFLiteBuilder()
+
+    def q(s, z):
+        return dict(scale=[s], zp=[z])
+    x = m.tensor("x", (1, 6, 6, 3), "int8", **q(0.05, 3))
+    w = m.const("w", rng.integers(-127, 128, (4, 3, 3, 3)), "int8",
+                scale=list(rng.uniform(0.005, 0.02, 4)), zp=[0] * 4, qdim=0)
+    conv = m.tensor("conv", (1, 6, 6, 4), "int8", **q(0.1, -2))
+    m.op("CONV_2D", [x, w, -1], [conv], "Conv2DOptions", Padding=0, StrideH=1, StrideW=1)
+    leaky = m.tensor("leaky", (1, 6, 6, 4), "int8", **q(0.08, -10))
+    m.op("LEAKY_RELU", [conv], [leaky], "LeakyReluOptions", Alpha=0.1)
+    resized = m.tensor("resized", (1, 9, 9, 4), "int8", **q(0.08, -10))
+    m.op("RESIZE_BILINEAR", [leaky, m.const("size", [9, 9], "int32")], [resized],
+         "ResizeBilinearOptions", HalfPixelCenters=True)
+    hswish = m.tensor("hswish", (1, 9, 9, 4), "int8", **q(0.06, -20))
+    m.op("HARD_SWISH", [resized], [hswish])
+    tanh = m.tensor("tanh", (1, 9, 9, 4), "int8", **q(1 / 128, 0))
+    m.op("TANH", [hswish], [tanh])
+    prelu = m.tensor("prelu", (1, 9, 9, 4), "int8", **q(0.01, 0))
+    m.op("PRELU", [tanh, m.const("alpha", [1, 3, -2, 5], "int8", **q(0.1, 0))], [prelu])
+    y = m.tensor("y", (1, 4), "int8", **q(0.005, 1))
+    m.op("SUM", [prelu, m.const("axes", [1, 2], "int32")], [y], "ReducerOptions")
+    return m.build([x], [y])
+
+
+@pytest.mark.parametrize("board, count", [("host", 20), ("mps2-an386", 5)])
+def test_int8_chain_packaged_bit_exact_with_tflm(tmp_path, board, count):
+    path = tmp_path / "chain.tflite"
+    path.write_bytes(_int8_chain())
+    report = aot.verify(path, board=board, count=count)
+    assert report["ok"] and report["reference"] == "tflite-micro"
+    assert report["outputs"][0]["max_abs_err"] == 0

@@ -251,8 +251,8 @@ def test_int8_hard_swish_every_input_against_tflm(s_in, zp_in, s_out, zp_out):
 
 
 @pytest.mark.parametrize("s_in, zp_in, s_out, zp_out", [
-    (0.05, -128, 0.1, -128), (0.002, -128, 0.5, -100), (0.3, -128, 0.01, 0), (1.0, -128, 1 / 16, -128),
-    (0.02, 10, 0.05, -3)])
+    (0.05, -128, 0.1, -128), (0.002, -128, 0.5, -100), (0.3, -128, 0.01, 0),
+    (1.0, -128, 1 / 16, -128), (0.02, 10, 0.05, -3)])
 def test_int8_rsqrt_every_input_against_tflm(s_in, zp_in, s_out, zp_out):
     """All inputs at or above the zero point (TFLM fails the invoke below it)."""
     data = _model("RSQRT", [X((128 - zp_in,), "int8", s_in, zp_in)],
@@ -878,7 +878,8 @@ def test_tflm_op_table_matches_the_importer():
             elif col.startswith("— (no int8 kernel in tflite-micro)"):
                 assert op in NO_TFLM_INT8 and "test_tflm_has_no_int8_kernel" in tested, op
             else:
-                assert col in ("not supported yet", "—", "— (bool op)") and not has_case, (op, col)
+                assert col in ("not supported yet", "—", "— (bool op)"), (op, col)
+                assert not has_case, (op, col)
         supported = any(col.startswith(("yes", "bool", "float", "int"))
                         for col in (float_col, int8_col))
         assert hasattr(_Builder, f"_op_{op}") == supported, op

@@ -58,8 +58,8 @@ _ONNX_REDUCE = {"SUM": "ReduceSum", "REDUCE_MAX": "ReduceMax", "REDUCE_MIN": "Re
 # TFLite TensorType -> ONNX TensorProto data type, for CAST
 _ONNX_DTYPES = {"float32": 1, "uint8": 2, "int8": 3, "int16": 5, "int32": 6, "int64": 7,
                 "bool": 9, "float16": 10}
-DEFAULTS = {"Rank": 1, "Exclusive": False, "Reverse": False, "Alpha": 0.0, "AlignCorners": False, "HalfPixelCenters": False, "OutputType": 4,
-            "ValuesCount": 0, "Num": 0, "NumSplits": 0, "Mode": 0, "BlockSize": 0,
+DEFAULTS = {"Rank": 1, "Exclusive": False, "Reverse": False, "Alpha": 0.0,
+            "AlignCorners": False, "HalfPixelCenters": False, "OutputType": 4, "ValuesCount": 0, "Num": 0, "NumSplits": 0, "Mode": 0, "BlockSize": 0,
             "AdjX": False, "AdjY": False}
 
 _PADDING_MODES = {0: "SAME", 1: "VALID"}

@@ -701,8 +701,6 @@ class TFLMOps:
         self._need(ins, 3)
         ins = list(ins) + [""] * (5 - len(ins))
         x, w_feature, w_time, bias, state = ins[:5]
-        if self._is_int(x) or self.ty(w_feature).dtype != "float32":
-            raise UnsupportedError(f"{self.op_label}: int8 or hybrid SVDF is not supported yet")
         if state not in self.variables:
             raise UnsupportedError(f"{self.op_label}: SVDF state '{state}' must be a variable "
                                    "tensor")
@@ -711,6 +709,11 @@ class TFLMOps:
         if rank < 1 or filters % rank or self.ty(state).shape != (batch, filters * memory):
             raise ShapeError(f"{self.op_label}: rank {rank}, {filters} filters, memory "
                              f"{memory}, state {list(self.ty(state).shape)}")
+        if self._is_int(x):
+            self._int8_svdf(ins[:5], outs, batch, filters, memory, rank)
+            return
+        if self.ty(w_feature).dtype != "float32":
+            raise UnsupportedError(f"{self.op_label}: hybrid SVDF is not supported yet")
         t = {k: self.tmp(k) for k in ("feature", "feature_3d", "state_3d", "kept", "new_state_3d",
                                        "weighted", "per_filter", "per_unit_rank", "units",
                                        "new_state")}
@@ -742,6 +745,66 @@ class TFLMOps:
         if bias:
             self.emit("Add", [summed, bias], [pre], "bias")
         self._finish_act(op.options, pre, outs[0])
+        self.emit("Reshape", [new3, c("flat_state", np.array([batch, filters * memory]))],
+                  [t["new_state"]], "new_state")
+        self.updates[state] = t["new_state"]
+
+    def _int8_svdf(self, ins, outs, batch, filters, memory, rank) -> None:
+        """TFLM's integer SVDF: int8 input and feature weights, int16 state and
+        time weights, int32 bias. The feature sums requantized into the int16
+        state by s_in s_wf / s_state, the time sums (int32) plus bias by
+        s_state s_wt / s_out; TFLM applies no fused activation here."""
+        x, w_feature, w_time, bias, state = ins
+        types = [self.ty(t) for t in (x, w_feature, w_time, state, outs[0])]
+        want = ("int8", "int8", "int16", "int16", "int8")
+        if tuple(t.dtype for t in types) != want or any(
+                t.quant is None or len(t.quant.scale) != 1 for t in types):
+            raise UnsupportedError(f"{self.op_label}: integer SVDF needs int8 input, feature "
+                                   "weights and output, int16 time weights and state, "
+                                   "per-tensor quantized")
+        qx, qf, qt, qs = (t.quant for t in types[:4])
+        c = self.new_const
+        t = {k: self.tmp(k) for k in ("feature_sums", "feature", "feature_3d", "state_3d",
+                                       "kept", "new_state_3d", "state_i32", "time_i32",
+                                       "weighted", "per_filter", "per_unit_rank", "units",
+                                       "biased", "new_state")}
+        self.types[t["feature_sums"]] = TensorType((batch, filters), "int32",
+                                                   Quant((qx.scale[0] * qf.scale[0],), (0,)))
+        self.types[t["feature"]] = TensorType((batch, filters), "int16", qs)
+        wf_t = c("weights_feature_t", np.ascontiguousarray(self.const(w_feature, "weights").T))
+        self.emit("MatMulInteger", [x, wf_t, c("input_zero_point",
+                                               np.array(qx.zero_point[0], np.int8)),
+                                    c("weight_zero_point", np.array(0, np.int8))],
+                  [t["feature_sums"]], "feature_sums")
+        self.emit("tfl.quantize", [t["feature_sums"]], [t["feature"]], "feature", dtype="int16")
+        self.emit("Reshape", [t["feature"], c("feature_shape", np.array([batch, filters, 1]))],
+                  [t["feature_3d"]], "feature_3d")
+        new3 = t["feature_3d"]
+        if memory > 1:
+            self.emit("Reshape", [state, c("state_shape", np.array([batch, filters, memory]))],
+                      [t["state_3d"]], "state_3d")
+            self.emit("Slice", [t["state_3d"], c("starts", np.array([1])),
+                                c("ends", np.array([memory])), c("axes", np.array([2]))],
+                      [t["kept"]], "shift")
+            self.emit("Concat", [t["kept"], t["feature_3d"]], [t["new_state_3d"]], "append",
+                      axis=2)
+            new3 = t["new_state_3d"]
+        self.emit("Cast", [new3], [t["state_i32"]], "state_i32", to=6)
+        self.emit("Cast", [w_time], [t["time_i32"]], "time_i32", to=6)
+        self.emit("Mul", [t["state_i32"], t["time_i32"]], [t["weighted"]], "time_weights")
+        self.emit("ReduceSum", [t["weighted"], c("time_axis", np.array([2]))],
+                  [t["per_filter"]], "per_filter", keepdims=0)
+        self.emit("Reshape", [t["per_filter"], c("unit_shape",
+                                                 np.array([batch, filters // rank, rank]))],
+                  [t["per_unit_rank"]], "per_unit_rank")
+        acc = t["biased"] if bias else t["units"]
+        self.types[acc] = TensorType((batch, filters // rank), "int32",
+                                     Quant((qs.scale[0] * qt.scale[0],), (0,)))
+        self.emit("ReduceSum", [t["per_unit_rank"], c("rank_axis", np.array([2]))],
+                  [t["units"]], "units", keepdims=0)
+        if bias:
+            self.emit("Add", [t["units"], bias], [t["biased"]], "bias")
+        self.emit("tfl.quantize", [acc], outs, dtype="int8")
         self.emit("Reshape", [new3, c("flat_state", np.array([batch, filters * memory]))],
                   [t["new_state"]], "new_state")
         self.updates[state] = t["new_state"]

@@ -271,6 +271,14 @@ def _log_softmax(t):
     return _model("LOG_SOFTMAX", [X(S, t)], [Y(S, t)])
 
 
+case("LOG_SOFTMAX", ("int8",))(lambda t: _model("LOG_SOFTMAX", [X((6, 11), t)],
+                                                [Y((6, 11), t, 16 / 256, 127)]))
+case("LOG_SOFTMAX_coarse", ("int8",))(lambda t: _model(
+    "LOG_SOFTMAX", [X((3, 2, 17), t, 0.3, 0)], [Y((3, 2, 17), t, 16 / 256, 127)]))
+case("LOG_SOFTMAX_fine", ("int8",))(lambda t: _model(
+    "LOG_SOFTMAX", [X((4, 9), t, 0.02, 10)], [Y((4, 9), t, 16 / 256, 127)]))
+
+
 @case("L2_NORMALIZATION", ("float32",))
 def _l2_norm(t):
     return _model("L2_NORMALIZATION", [X(S, t)], [Y(S, t)], "L2NormOptions")

@@ -117,6 +117,16 @@ class TFLMOps:
             self.emit("HardSwish", ins[:1], outs)
 
     def _op_LOG_SOFTMAX(self, op, ins, outs):
+        self._need(ins, 1)
+        if self._is_int(ins[0]):
+            self._same_int8(ins[0], outs[0])
+            q = self.ty(outs[0]).quant
+            if q.scale[0] != 16 / 256 or q.zero_point[0] != 127:
+                raise UnsupportedError(f"{self.op_label}: int8 output must have scale 16/256 "
+                                       f"and zero point 127 (TFLM's), got {q.scale[0]}, "
+                                       f"{q.zero_point[0]}")
+            self.emit("tfl.log_softmax", ins[:1], outs)
+            return
         self._float_only(ins)
         self.emit("LogSoftmax", ins[:1], outs, axis=-1)
 

@@ -1588,3 +1588,94 @@ def div(ctx: LowerCtx, ins, emit):
         b.add(emit(0, idx, Cast(dt("int8"), y)))
         return b.stmt()
     return nest(ctx, tuple(f"i{k}" for k in range(len(shape))), shape, at)
+
+
+# ------------------------------------------------------------- log softmax
+
+def _sat_shl_runtime(b: q.Block, x: Expr, e: Expr) -> Var:
+    """SaturatingRoundingMultiplyByPOTParam for x >= 0 and 0 <= e < 32: the
+    exact product clamped to int32."""
+    wide = q.i64(x)
+    product = Bin("*", wide, Bin("<<", Const(1, dt("int64")), q.i64(e)))
+    return b.let("saturated", q.i32(Bin("min", product, Const(ref_q.INT32_MAX, dt("int64")))))
+
+
+def log_x_ge_1_block(b: q.Block, z: Expr) -> Var:
+    """ref.log_x_ge_1 (Q12 in, Q5 out) for z > 0, as locals."""
+    quarter = 536870912 >> 6
+    ha, _ = _count_leading_zeros(b, z)
+    r_a_tmp = q.shift_left_wrapping(z, Bin("-", ha, Const(1)))   # exactly its headroom
+    r_a = b.let("r_a", q.satshl(b.let("r_a_tmp", q.srdhm(r_a_tmp, ref.SQRT_HALF)), 1))
+    za_adj = b.let("za_adj", Bin("+", Bin("*", Bin("-", Const(12), ha), Const(1 << 25)),
+                                 Const(quarter)))
+    zb = b.let("zb", q.srdhm(z, ref.SQRT_HALF))
+    clz_b, _ = _count_leading_zeros(b, zb)
+    hb = b.let("hb", Bin("-", clz_b, Const(1)))
+    r_b = _sat_shl_runtime(b, z, hb)
+    zb_adj = b.let("zb_adj", Bin("-", Bin("*", Bin("-", Const(12), hb), Const(1 << 25)),
+                                 Const(quarter)))
+    r = b.let("r", Bin("min", r_a, r_b))
+    adj = b.let("adj", Bin("max", za_adj, zb_adj))
+    s = b.let("half_sum", Bin("+", q.i64(r), Const(ref.SQRT_SQRT_HALF, dt("int64"))))
+    one64 = Const(1, dt("int64"))
+    p = b.let("p", q.i32(Select(Bin(">=", s, Const(0, dt("int64"))),
+                                Bin(">>", Bin("+", s, one64), one64),
+                                Bin("-", Const(0, dt("int64")),
+                                    Bin(">>", Bin("+", Bin("-", Const(0, dt("int64")), s),
+                                                  one64), one64)))))
+    q0 = b.let("q", Bin("-", r, Const(ref.SQRT_SQRT_HALF)))
+    qq = b.let("q2", Bin("+", q0, q0))
+    cs = b.let("common_sq", q.srdhm(qq, qq))
+    num = b.let("num", Bin("+", q.srdhm(qq, r),
+                           q.srdhm(b.let("q_cs", q.srdhm(qq, cs)), ref.LOG_ALPHA_N)))
+    inner = b.let("inner", Bin("+", Bin("+", Const(ref.LOG_ALPHA_I), qq),
+                               q.srdhm(cs, ref.LOG_ALPHA_D)))
+    den = b.let("den", Bin("+", q.srdhm(p, inner), q.srdhm(qq, ref.LOG_ALPHA_F)))
+    recip = one_over_one_plus_x(b, den)
+    total = b.let("log_total", Bin("+", q.srdhm(adj, ref.LOG_2),
+                                   q.srdhm(b.let("num_scaled", q.rdbpot(num, 6)), recip)))
+    return b.let("log_sum", q.satshl(total, 1))
+
+
+@kernel_rule("tfl.log_softmax")
+def log_softmax(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    s_in, _ = _sz(ctx, x.type, "the input")
+    mult, left, diff_min, rdiv, rshift = ref.log_softmax_params(s_in)
+    shape = x.shape
+    depth = shape[-1]
+
+    def scaled_diff(b: q.Block, lead, i, mx) -> tuple[Var, Var]:
+        d = b.let("diff", Bin("-", to_i32(x.load(lead + (i,))), mx))
+        return d, b.let("q5", q.mbqm(d, mult, left))
+
+    def row(lead):
+        b = q.Block(ctx)
+        mx = b.let("max", Const(-128))
+        b.add(loop(ctx, "i", depth, lambda i: Assign(mx, Bin("max", mx, to_i32(
+            x.load(lead + (i,)))))))
+        total = b.let("sum", Const(0))
+
+        def accumulate(i):
+            eb = q.Block(ctx)
+            d, q5 = scaled_diff(eb, lead, i, mx)
+            e = exp_on_negative_values(eb, q5)
+            eb.add(Assign(total, Bin("+", total, Select(Bin(">=", d, Const(diff_min)),
+                                                        q.rdbpot(e, 12), Const(0)))))
+            return eb.stmt()
+        b.add(loop(ctx, "i", depth, accumulate))
+        lg = log_x_ge_1_block(b, total)
+        shifted = Bin("-", Bin("-", lg, Const(ref_q.INT32_MAX)), Const(1))   # lg + INT32_MIN
+        adjusted = b.let("adjusted_diff_min", Bin("max", Const(diff_min - 1),
+                                                   q.mbqm(shifted, rdiv, rshift)))
+
+        def output(i):
+            ob = q.Block(ctx)
+            d, q5 = scaled_diff(ob, lead, i, mx)
+            y = q.clamp(q.offset(q.rdbpot(Bin("-", q5, lg), 22), 127), -128, 127)
+            y = Select(Bin(">", d, adjusted), y, Const(-128))
+            ob.add(emit(0, lead + (i,), Cast(dt("int8"), y)))
+            return ob.stmt()
+        b.add(loop(ctx, "i", depth, output))
+        return b.stmt()
+    return nest(ctx, tuple(f"r{k}" for k in range(len(shape) - 1)), shape[:-1], row)

@@ -1124,3 +1124,81 @@ def div(call: Call, args):
     x1, x2 = np.broadcast_arrays(args[0], args[1])
     y = div_int8(x1, x2, z1, z2, zo, m, e, call.attrs["act_min"], call.attrs["act_max"])
     return [y.reshape(call.out_types[0].shape).astype(np.int8)]
+
+
+# ------------------------------------------------------------- log softmax
+
+LOG_2, SQRT_SQRT_HALF, SQRT_HALF = 1488522236, 1805811301, 1518500250
+LOG_ALPHA_N, LOG_ALPHA_D, LOG_ALPHA_I, LOG_ALPHA_F = 117049297, 127690142, 1057819769, 638450708
+
+
+def _rounding_half_sum(a: int, b: int) -> int:
+    s = a + b
+    t = s + (1 if s >= 0 else -1)
+    return t // 2 if t >= 0 else -((-t) // 2)
+
+
+def _sat_shl_param(x: int, e: int) -> int:
+    return x if e == 0 else int(qmath.satshl(np.int64(x), e))
+
+
+def log_x_ge_1(z: int, in_bits: int = 12, out_bits: int = 5) -> int:
+    """gemmlowp-style log_x_for_x_greater_than_or_equal_to_1<out_bits>(z in
+    Q(in_bits)): TFLite's common.h, in Python integers."""
+    acc_bits = out_bits + 1
+    wrap = qmath.wrap_int32
+    quarter = 536870912 >> acc_bits
+    ha = 32 - int(z).bit_length()
+    r_a = _sat_shl_param(int(qmath.srdhm(_sat_shl_param(z, ha - 1), SQRT_HALF)), 1)
+    za_adj = min(max(_sat_shl_param(in_bits - ha, 31 - acc_bits) + quarter, -(1 << 31)),
+                 (1 << 31) - 1)
+    zb = int(qmath.srdhm(np.int64(z), SQRT_HALF))
+    hb = 32 - zb.bit_length() - 1
+    r_b = _sat_shl_param(z, hb)
+    zb_adj = min(max(_sat_shl_param(in_bits - hb, 31 - acc_bits) - quarter, -(1 << 31)),
+                 (1 << 31) - 1)
+    r, adj = min(r_a, r_b), max(za_adj, zb_adj)
+    p = _rounding_half_sum(r, SQRT_SQRT_HALF)
+    q = int(wrap(r - SQRT_SQRT_HALF))
+    q = int(wrap(q + q))
+    cs = qmath.srdhm(q, q)
+    num = wrap(qmath.srdhm(q, r) + qmath.srdhm(qmath.srdhm(q, cs), LOG_ALPHA_N))
+    inner = wrap(wrap(LOG_ALPHA_I + q) + qmath.srdhm(LOG_ALPHA_D, cs))
+    den = wrap(qmath.srdhm(p, inner) + qmath.srdhm(LOG_ALPHA_F, q))
+    recip = one_over_one_plus_x(np.int64(den))
+    total = wrap(qmath.srdhm(adj, LOG_2) + qmath.srdhm(qmath.rdbpot(num, acc_bits), recip))
+    return int(qmath.satshl(total, 1))
+
+
+def log_softmax_params(s_in: float):
+    """(input multiplier, left shift, diff_min, reverse divisor, its shift):
+    PreprocessLogSoftmaxScalingExp with beta 1 and 5 integer bits."""
+    mult, left, diff_min = softmax_params(1.0, float(np.float32(s_in)))
+    rdiv, rshift = qmath.quantize_multiplier_smaller_than_one((1 << (31 - left)) / float(mult))
+    return mult, left, diff_min, rdiv, rshift
+
+
+def _log_softmax_infer(sig: Sig):
+    _require_int8(sig)
+    return [_out_type(sig, sig.in_types[0].shape)]
+
+
+@register("tfl.log_softmax", infer=_log_softmax_infer, pattern=Pattern.REDUCE)
+def log_softmax(call: Call, args):
+    """LogSoftmaxQuantized (int8, output scale 16/256, zero point 127): the
+    row's exps summed in Q12, their log in Q5, each diff minus it in Q4.3."""
+    from aot.ops.tflite_lut import exp_on_negative_values
+    s_in, _ = _scale_zp(call.in_types[0], "the input", call.node)
+    mult, left, diff_min, rdiv, rshift = log_softmax_params(s_in)
+    x = args[0].astype(np.int64)
+    rows = x.reshape(-1, x.shape[-1])
+    out = np.empty_like(rows)
+    for r, row in enumerate(rows):
+        diff = row - row.max()
+        q5 = qmath.mbqm(diff, mult, left)
+        exps = qmath.rdbpot(exp_on_negative_values(q5, 5), 12)
+        lg = log_x_ge_1(int(np.where(diff >= diff_min, exps, 0).sum()))
+        adjusted = max(diff_min - 1, int(qmath.mbqm(np.int64(lg - (1 << 31)), rdiv, rshift)))
+        y = np.clip(qmath.rdbpot(q5 - lg, 22) + 127, -128, 127)
+        out[r] = np.where(diff > adjusted, y, -128)
+    return [out.reshape(x.shape).astype(np.int8)]

@@ -90,6 +90,7 @@ class TFLiteBuilder:
         self.buffers: list[bytes] = [b""]
         self.ops: list[tuple] = []
         self.codes: list[str] = []
+        self.extra: list[tuple] = []   # further subgraphs: (builder, inputs, outputs)
 
     def tensor(self, name: str, shape, dtype: str = "int8", scale=None, zp=None, data=None,
                qdim: int = 0, variable: bool = False, sparsity: Sparsity | None = None) -> int:
@@ -117,15 +118,30 @@ class TFLiteBuilder:
             self.codes.append(code)
         self.ops.append((self.codes.index(code), tuple(inputs), tuple(outputs), options, fields))
 
+    def subgraph(self, sub: "TFLiteBuilder", inputs: Sequence[int],
+                 outputs: Sequence[int]) -> int:
+        """Adds `sub`'s tensors and ops as a further subgraph of this model (an
+        IF branch, a CALL_ONCE initializer); its index in the model."""
+        self.extra.append((sub, tuple(inputs), tuple(outputs)))
+        return len(self.extra)
+
     # ------------------------------------------------------------- serializing
 
-    def build(self, inputs: Sequence[int], outputs: Sequence[int]) -> bytes:
-        import flatbuffers
+    def _subgraph(self, b, owner: "TFLiteBuilder", inputs, outputs) -> int:
+        """One SubGraph table; owner's buffers and op codes are merged into ours."""
         import tflite
-
-        b = flatbuffers.Builder(1024)
-        tensors = [self._tensor(b, t) for t in self.tensors]
-        ops = [self._operator(b, *op) for op in self.ops]
+        buffer_of, code_of = {0: 0}, {}
+        if owner is not self:
+            for k, raw in enumerate(owner.buffers[1:], 1):
+                self.buffers.append(raw)
+                buffer_of[k] = len(self.buffers) - 1
+            for k, c in enumerate(owner.codes):
+                if c not in self.codes:
+                    self.codes.append(c)
+                code_of[k] = self.codes.index(c)
+        tensors = [self._tensor(b, dict(t, buffer=buffer_of.get(t["buffer"], t["buffer"])))
+                   for t in owner.tensors]
+        ops = [self._operator(b, code_of.get(op[0], op[0]), *op[1:]) for op in owner.ops]
         sg_t = _offsets(b, tflite.SubGraphStartTensorsVector, tensors)
         sg_i = _ints(b, tflite.SubGraphStartInputsVector, inputs)
         sg_o = _ints(b, tflite.SubGraphStartOutputsVector, outputs)
@@ -135,7 +151,15 @@ class TFLiteBuilder:
         tflite.SubGraphAddInputs(b, sg_i)
         tflite.SubGraphAddOutputs(b, sg_o)
         tflite.SubGraphAddOperators(b, sg_ops)
-        sg = tflite.SubGraphEnd(b)
+        return tflite.SubGraphEnd(b)
+
+    def build(self, inputs: Sequence[int], outputs: Sequence[int]) -> bytes:
+        import flatbuffers
+        import tflite
+
+        b = flatbuffers.Builder(1024)
+        subgraphs = [self._subgraph(b, self, inputs, outputs)]
+        subgraphs += [self._subgraph(b, sub, i, o) for sub, i, o in self.extra]
         codes = []
         for c in self.codes:
             value = getattr(tflite.BuiltinOperator, c)
@@ -151,7 +175,7 @@ class TFLiteBuilder:
             if data is not None:
                 tflite.BufferAddData(b, data)
             bufs.append(tflite.BufferEnd(b))
-        v_sg = _offsets(b, tflite.ModelStartSubgraphsVector, [sg])
+        v_sg = _offsets(b, tflite.ModelStartSubgraphsVector, subgraphs)
         v_codes = _offsets(b, tflite.ModelStartOperatorCodesVector, codes)
         v_bufs = _offsets(b, tflite.ModelStartBuffersVector, bufs)
         tflite.ModelStart(b)

@@ -1019,3 +1019,57 @@ def test_int8_svdf_generated_code():
         x = np.random.default_rng(memory).integers(-128, 128, (2, 5)).astype(np.int8)
         cases[f"svdf_{memory}_{rank}_{bias}"] = (g, {g.inputs[0]: x})
     assert set(compare_with_interpreter(cases).values()) == {None}
+
+
+# ---------------------------------------------------------------------- IF
+
+def _if_model(dtype: str, cond_value=None) -> bytes:
+    """IF(cond, x): then x * c (MUL), else LEAKY_RELU(x); cond an input or a constant."""
+    qx, qy = _q(dtype), _q(dtype, 0.07, -5)
+    then = TFLiteBuilder()
+    tx = then.tensor("x", S, dtype, **qx)
+    ty = then.tensor("y", S, dtype, **qy)
+    then.op("MUL", [tx, then.const("c", 1.5 if dtype == "float32" else 60, dtype, **qx)], [ty],
+            "MulOptions")
+    other = TFLiteBuilder()
+    ex = other.tensor("x", S, dtype, **qx)
+    ey = other.tensor("y", S, dtype, **qy)
+    other.op("LEAKY_RELU", [ex], [ey], "LeakyReluOptions", Alpha=0.3)
+    m = TFLiteBuilder()
+    if cond_value is None:
+        cond = m.tensor("cond", (1,), "bool")
+    else:
+        cond = m.const("cond", [cond_value], "bool")
+    x = m.tensor("x", S, dtype, **qx)
+    y = m.tensor("y", S, dtype, **qy)
+    then_k, else_k = m.subgraph(then, [tx], [ty]), m.subgraph(other, [ex], [ey])
+    m.op("IF", [cond, x], [y], "IfOptions", ThenSubgraphIndex=then_k, ElseSubgraphIndex=else_k)
+    return m.build([cond, x] if cond_value is None else [x], [y])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_if_run_time_condition_against_reference(dtype, tmp_path):
+    """Both branches taken in turn: int8 bit-exact with tflite-micro, float against LiteRT."""
+    data = _if_model(dtype)
+    g = _ours_graph(data)
+    rng = np.random.default_rng(2)
+    for taken in (True, False, True):
+        xs = [np.array([taken]), _random(rng, S, dtype)]
+        ours = _ours(data, xs)[0]
+        want = _tflm_outputs(data, xs)[0] if dtype == "int8" else _litert(tmp_path, data, xs)[0]
+        if dtype == "int8":
+            np.testing.assert_array_equal(ours, want)
+        else:
+            np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-5)
+    from aot.lower.testing import compare_with_interpreter
+    assert compare_with_interpreter({"if": (g, dict(zip(g.inputs, xs)))}) == {"if": None}
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_if_constant_condition_inlines_the_taken_branch(cond):
+    data = _if_model("int8", cond)
+    g = import_tflite(data, "op")
+    ops = {n.op for n in g.nodes}
+    assert ("tfl.mul" in ops) == cond and ("tfl.leaky_relu" in ops) != cond and "Where" not in ops
+    x = _random(np.random.default_rng(1), S, "int8")
+    np.testing.assert_array_equal(_ours(data, [x])[0], _tflm_outputs(data, [x])[0])

@@ -40,6 +40,7 @@ OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
                                                 "FusedActivationFunction")),
     "CUMSUM": ("CumsumOptions", ("Exclusive", "Reverse")),
     "SVDF": ("SVDFOptions", ("Rank", "FusedActivationFunction")),
+    "IF": ("IfOptions", ("ThenSubgraphIndex", "ElseSubgraphIndex")),
     "REDUCE_ALL": ("ReducerOptions", ("KeepDims",)),
     "L2_POOL_2D": ("Pool2DOptions", ("Padding", "StrideW", "StrideH", "FilterWidth",
                                      "FilterHeight", "FusedActivationFunction")),
@@ -58,7 +59,7 @@ _ONNX_REDUCE = {"SUM": "ReduceSum", "REDUCE_MAX": "ReduceMax", "REDUCE_MIN": "Re
 # TFLite TensorType -> ONNX TensorProto data type, for CAST
 _ONNX_DTYPES = {"float32": 1, "uint8": 2, "int8": 3, "int16": 5, "int32": 6, "int64": 7,
                 "bool": 9, "float16": 10}
-DEFAULTS = {"Rank": 1, "Exclusive": False, "Reverse": False, "Alpha": 0.0,
+DEFAULTS = {"ThenSubgraphIndex": 0, "ElseSubgraphIndex": 0, "Rank": 1, "Exclusive": False, "Reverse": False, "Alpha": 0.0,
             "AlignCorners": False, "HalfPixelCenters": False, "OutputType": 4, "ValuesCount": 0, "Num": 0, "NumSplits": 0, "Mode": 0, "BlockSize": 0,
             "AdjX": False, "AdjY": False}
 
@@ -837,6 +838,74 @@ class TFLMOps:
         self.emit("ReduceMin", [as_int, self.new_const("axes", axes)], [low], "minimum",
                   keepdims=int(bool(op.options.get("KeepDims", False))))
         self.emit("Cast", [low], outs, to=9)
+
+    # -- control flow
+
+    def _op_IF(self, op, ins, outs):
+        """A constant condition: the taken branch's subgraph inlined; a run-time
+        one: both inlined and each output selected (the branches must agree on
+        the outputs' types)."""
+        self._need(ins, 1)
+        cond, args = ins[0], ins[1:]
+        branches = {}
+        for tag, key in (("then", "ThenSubgraphIndex"), ("else", "ElseSubgraphIndex")):
+            k = int(op.options.get(key, 0))
+            if not 0 < k <= len(self.m.others):
+                raise ModelError(f"{self.op_label}: {tag} subgraph {k} of "
+                                 f"{len(self.m.others) + 1}")
+            branches[tag] = self.m.others[k - 1]
+        if cond in self.constants:
+            taken = "then" if bool(self.constants[cond].reshape(-1)[0]) else "else"
+            self._inline(branches[taken], args, outs, taken)
+            return
+        results = {tag: [self.tmp(f"{tag}_{k}") for k in range(len(outs))] for tag in branches}
+        for tag, sub in branches.items():
+            self._inline(sub, args, results[tag], tag)
+        for k, out in enumerate(outs):
+            a, b = self.ty(results["then"][k]), self.ty(results["else"][k])
+            if (a.shape, a.dtype, a.quant) != (b.shape, b.dtype, b.quant):
+                raise UnsupportedError(f"{self.op_label}: a run-time condition whose branches "
+                                       f"give output {k} as {a} and {b} is not supported yet")
+            self.emit("Where", [cond, results["then"][k], results["else"][k]], [out],
+                      f"select_{k}")
+
+    def _inline(self, sub, args, results, tag: str) -> None:
+        """Converts subgraph `sub` in place: its inputs read `args`, its outputs
+        are copied to `results` (names of ours, declared or new)."""
+        import dataclasses
+        if len(sub.inputs) != len(args) or len(sub.outputs) != len(results):
+            raise ModelError(f"{self.op_label}: the {tag} subgraph takes {len(sub.inputs)} "
+                             f"inputs and gives {len(sub.outputs)} outputs, the node has "
+                             f"{len(args)} and {len(results)}")
+        child = type(self)(dataclasses.replace(sub, others=self.m.others), self.name,
+                           self.hybrid)
+        prefix = f"{self.cur}/{tag}/"
+        child.names = [prefix + n for n in child.names]
+        child.node_names = set(self.node_names)
+        used = set(sub.inputs) | set(sub.outputs)
+        for sop in sub.ops:
+            used.update(sop.inputs)
+            used.update(sop.outputs)
+        for i in sorted(used - {-1}):
+            child.tensor(i)
+            child._declare(i)
+        if child.variables:
+            raise UnsupportedError(f"{self.op_label}: variables inside an IF branch are not "
+                                   "supported yet")
+        for k, (arg, i) in enumerate(zip(args, sub.inputs)):
+            self.emit("Identity", [arg], [child.names[i]], f"{tag}_in_{k}")
+        child.available = {child.names[i] for i in sub.inputs} | set(child.constants)
+        for k, sop in enumerate(sub.ops):
+            child._convert(k, sop)
+        self.types.update(child.types)
+        self.constants.update(child.constants)
+        self.nodes.extend(child.nodes)
+        self.node_names |= child.node_names
+        self.updates.update(child.updates)
+        for k, (i, res) in enumerate(zip(sub.outputs, results)):
+            if res not in self.types:
+                self.types[res] = child.types[child.names[i]]
+            self.emit("Identity", [child.names[i]], [res], f"{tag}_out_{k}")
 
     # -- space <-> batch
 

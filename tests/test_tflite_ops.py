@@ -8,7 +8,7 @@ import pytest
 
 import aot
 from aot.deploy.reference import litert
-from aot.errors import ModelError
+from aot.errors import ModelError, UnsupportedError
 from aot.frontend.tflite import import_tflite
 from aot.frontend.tflite_sparse import SparseLevel, SparseSpec, densify
 from aot.testing_tflite import DENSE, SPARSE_CSR, TFLiteBuilder, sparsify
@@ -1073,3 +1073,62 @@ def test_if_constant_condition_inlines_the_taken_branch(cond):
     assert ("tfl.mul" in ops) == cond and ("tfl.leaky_relu" in ops) != cond and "Where" not in ops
     x = _random(np.random.default_rng(1), S, "int8")
     np.testing.assert_array_equal(_ours(data, [x])[0], _tflm_outputs(data, [x])[0])
+
+
+# ------------------------------------------------------------------- WHILE
+
+def _while_model(dtype: str, limit: int = 3, data_cond: bool = False) -> bytes:
+    """WHILE(i < limit): i += 1, x = x * c (MUL). data_cond: the condition
+    reads x instead (a run-time condition)."""
+    qx = _q(dtype)
+    cond = TFLiteBuilder()
+    ci = cond.tensor("i", (), "int32")
+    cx = cond.tensor("x", S, dtype, **qx)
+    flag = cond.tensor("flag", (), "bool")
+    if data_cond:
+        total = cond.tensor("total", (), dtype, **qx)
+        cond.op("SUM", [cx, cond.const("axes", [0, 1, 2, 3], "int32")], [total],
+                "ReducerOptions")
+        cond.op("LESS", [total, cond.const("bound", 0.0, dtype)], [flag])
+    else:
+        cond.op("LESS", [ci, cond.const("limit", limit, "int32")], [flag])
+    body = TFLiteBuilder()
+    bi = body.tensor("i", (), "int32")
+    bx = body.tensor("x", S, dtype, **qx)
+    bi2 = body.tensor("i_next", (), "int32")
+    bx2 = body.tensor("x_next", S, dtype, **qx)
+    body.op("ADD", [bi, body.const("one", 1, "int32")], [bi2], "AddOptions")
+    body.op("MUL", [bx, body.const("c", 0.9 if dtype == "float32" else 110, dtype, **qx)],
+            [bx2], "MulOptions")
+    m = TFLiteBuilder()
+    i0 = m.const("i0", 0, "int32")
+    x = m.tensor("x", S, dtype, **qx)
+    i_out = m.tensor("i_out", (), "int32")
+    y = m.tensor("y", S, dtype, **qx)
+    cond_k = m.subgraph(cond, [ci, cx], [flag])
+    body_k = m.subgraph(body, [bi, bx], [bi2, bx2])
+    m.op("WHILE", [i0, x], [i_out, y], "WhileOptions", CondSubgraphIndex=cond_k,
+         BodySubgraphIndex=body_k)
+    return m.build([x], [y])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_while_with_a_counter_is_unrolled(dtype, tmp_path):
+    data = _while_model(dtype)
+    g = import_tflite(data, "op")
+    assert sum(n.op in ("Mul", "tfl.mul") for n in g.nodes) == 3
+    x = _random(np.random.default_rng(4), S, dtype)
+    ours = _ours(data, [x])[0]
+    if dtype == "int8":
+        np.testing.assert_array_equal(ours, _tflm_outputs(data, [x])[0])
+    else:
+        np.testing.assert_allclose(ours, _litert(tmp_path, data, [x])[0], rtol=1e-5, atol=1e-5)
+    from aot.lower.testing import compare_with_interpreter
+    opt = _ours_graph(data)
+    assert compare_with_interpreter({"while": (opt, {opt.inputs[0]: x})}) == {"while": None}
+
+
+def test_while_with_a_run_time_condition_is_refused_in_one_line():
+    with pytest.raises(UnsupportedError, match="WHILE whose condition depends on run-time") as e:
+        import_tflite(_while_model("float32", data_cond=True), "op")
+    assert "\n" not in str(e.value) and "WHILE node 'i_out'" in str(e.value)

@@ -41,6 +41,7 @@ OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "CUMSUM": ("CumsumOptions", ("Exclusive", "Reverse")),
     "SVDF": ("SVDFOptions", ("Rank", "FusedActivationFunction")),
     "IF": ("IfOptions", ("ThenSubgraphIndex", "ElseSubgraphIndex")),
+    "WHILE": ("WhileOptions", ("CondSubgraphIndex", "BodySubgraphIndex")),
     "REDUCE_ALL": ("ReducerOptions", ("KeepDims",)),
     "L2_POOL_2D": ("Pool2DOptions", ("Padding", "StrideW", "StrideH", "FilterWidth",
                                      "FilterHeight", "FusedActivationFunction")),
@@ -59,11 +60,13 @@ _ONNX_REDUCE = {"SUM": "ReduceSum", "REDUCE_MAX": "ReduceMax", "REDUCE_MIN": "Re
 # TFLite TensorType -> ONNX TensorProto data type, for CAST
 _ONNX_DTYPES = {"float32": 1, "uint8": 2, "int8": 3, "int16": 5, "int32": 6, "int64": 7,
                 "bool": 9, "float16": 10}
-DEFAULTS = {"ThenSubgraphIndex": 0, "ElseSubgraphIndex": 0, "Rank": 1, "Exclusive": False, "Reverse": False, "Alpha": 0.0,
+DEFAULTS = {"CondSubgraphIndex": 0, "BodySubgraphIndex": 0, "ThenSubgraphIndex": 0,
+            "ElseSubgraphIndex": 0, "Rank": 1, "Exclusive": False, "Reverse": False, "Alpha": 0.0,
             "AlignCorners": False, "HalfPixelCenters": False, "OutputType": 4, "ValuesCount": 0, "Num": 0, "NumSplits": 0, "Mode": 0, "BlockSize": 0,
             "AdjX": False, "AdjY": False}
 
 _PADDING_MODES = {0: "SAME", 1: "VALID"}
+MAX_WHILE_UNROLL = 1024
 
 
 class TFLMOps:
@@ -868,6 +871,64 @@ class TFLMOps:
                                        f"give output {k} as {a} and {b} is not supported yet")
             self.emit("Where", [cond, results["then"][k], results["else"][k]], [out],
                       f"select_{k}")
+
+    def _op_WHILE(self, op, ins, outs):
+        """Unrolled when the condition is known at compile time on every
+        iteration: it may read only loop values that start constant and that
+        the body computes from constants (a counter)."""
+        subs = {}
+        for tag, key in (("cond", "CondSubgraphIndex"), ("body", "BodySubgraphIndex")):
+            k = int(op.options.get(key, 0))
+            if not 0 < k <= len(self.m.others):
+                raise ModelError(f"{self.op_label}: {tag} subgraph {k} of "
+                                 f"{len(self.m.others) + 1}")
+            subs[tag] = self.m.others[k - 1]
+        carried = list(ins)
+        known = {k: self.constants[c] for k, c in enumerate(carried) if c in self.constants}
+        for it in range(MAX_WHILE_UNROLL + 1):
+            (go,) = self._evaluate(subs["cond"], known)
+            if go is None:
+                raise UnsupportedError(f"{self.op_label}: WHILE whose condition depends on "
+                                       "run-time values is not supported yet")
+            if not bool(np.asarray(go).reshape(-1)[0]):
+                break
+            if it == MAX_WHILE_UNROLL:
+                raise UnsupportedError(f"{self.op_label}: WHILE of more than "
+                                       f"{MAX_WHILE_UNROLL} iterations is not supported yet")
+            nxt = [self.tmp(f"iteration_{it}_{k}") for k in range(len(carried))]
+            self._inline(subs["body"], carried, nxt, f"iteration_{it}")
+            values = self._evaluate(subs["body"], known)
+            known = {k: v for k, v in enumerate(values) if v is not None}
+            carried = nxt
+        for k, (value, out) in enumerate(zip(carried, outs)):
+            self.emit("Identity", [value], [out], f"result_{k}")
+
+    def _evaluate(self, sub, known: dict) -> list:
+        """sub's outputs computed from the known inputs (index -> array), None
+        for an output that needs an unknown one."""
+        import dataclasses
+
+        from aot.interp import interpret
+        from aot.passes.infer import infer_types
+        child = type(self)(dataclasses.replace(sub, others=self.m.others), self.name,
+                           self.hybrid)
+        g = infer_types(child.build())
+        producer = {o: n for n in g.nodes for o in n.outputs}
+        unknown = {g.inputs[k] for k in range(len(g.inputs)) if k not in known}
+
+        def needs_unknown(name: str, seen: set) -> bool:
+            if name in unknown:
+                return True
+            node = producer.get(name)
+            if node is None or name in seen:
+                return False
+            seen.add(name)
+            return any(needs_unknown(i, seen) for i in node.inputs if i)
+        feeds = {name: (known[k] if k in known else np.zeros(g.types[name].shape,
+                                                              g.types[name].dtype))
+                 for k, name in enumerate(g.inputs)}
+        values = interpret(g, feeds)
+        return [None if needs_unknown(o, set()) else values[o] for o in g.outputs]
 
     def _inline(self, sub, args, results, tag: str) -> None:
         """Converts subgraph `sub` in place: its inputs read `args`, its outputs

@@ -1132,3 +1132,12 @@ def test_while_with_a_run_time_condition_is_refused_in_one_line():
     with pytest.raises(UnsupportedError, match="WHILE whose condition depends on run-time") as e:
         import_tflite(_while_model("float32", data_cond=True), "op")
     assert "\n" not in str(e.value) and "WHILE node 'i_out'" in str(e.value)
+
+
+@pytest.mark.parametrize("op, scale, zp, want", [
+    ("LOG_SOFTMAX", 0.1, 127, "scale 16/256 and zero point 127"),
+    ("L2_NORMALIZATION", 1 / 128, 5, "scale 1/128 and zero point 0")])
+def test_an_int8_output_off_tflms_fixed_scale_is_refused(op, scale, zp, want):
+    data = _model(op, [X((2, 8), "int8")], [Y((2, 8), "int8", scale, zp)])
+    with pytest.raises(UnsupportedError, match=f"int8 output must have {want} \\(TFLM's\\)"):
+        import_tflite(data, "op")

@@ -120,15 +120,21 @@ class TFLMOps:
         else:
             self.emit("HardSwish", ins[:1], outs)
 
+    def _fixed_int8_output(self, x: str, out: str, scale: str, zero_point: int) -> None:
+        """An int8 op whose output TFLM's kernel writes at one fixed scale and
+        zero point (`scale` spelled as a fraction, as the message shows it)."""
+        self._same_int8(x, out)
+        q = self.ty(out).quant
+        num, den = (int(v) for v in scale.split("/"))
+        if q.scale[0] != num / den or q.zero_point[0] != zero_point:
+            raise UnsupportedError(f"{self.op_label}: int8 output must have scale {scale} "
+                                   f"and zero point {zero_point} (TFLM's), got {q.scale[0]}, "
+                                   f"{q.zero_point[0]}")
+
     def _op_LOG_SOFTMAX(self, op, ins, outs):
         self._need(ins, 1)
         if self._is_int(ins[0]):
-            self._same_int8(ins[0], outs[0])
-            q = self.ty(outs[0]).quant
-            if q.scale[0] != 16 / 256 or q.zero_point[0] != 127:
-                raise UnsupportedError(f"{self.op_label}: int8 output must have scale 16/256 "
-                                       f"and zero point 127 (TFLM's), got {q.scale[0]}, "
-                                       f"{q.zero_point[0]}")
+            self._fixed_int8_output(ins[0], outs[0], "16/256", 127)
             self.emit("tfl.log_softmax", ins[:1], outs)
             return
         self._float_only(ins)
@@ -158,12 +164,7 @@ class TFLMOps:
             raise UnsupportedError(f"{self.op_label}: fused activation on L2_NORMALIZATION "
                                    "is not supported yet")
         if self._is_int(ins[0]):
-            self._same_int8(ins[0], outs[0])
-            q = self.ty(outs[0]).quant
-            if q.scale[0] != 1 / 128 or q.zero_point[0] != 0:
-                raise UnsupportedError(f"{self.op_label}: int8 output must have scale 1/128 "
-                                       f"and zero point 0 (TFLM's), got {q.scale[0]}, "
-                                       f"{q.zero_point[0]}")
+            self._fixed_int8_output(ins[0], outs[0], "1/128", 0)
             self.emit("tfl.l2_normalization", ins[:1], outs)
             return
         self._float_only(ins)

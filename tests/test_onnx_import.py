@@ -264,7 +264,7 @@ def test_unsupported_opset():
 
 
 @pytest.mark.parametrize("dims,match", [([0, 4], "dimension 0 is 0"),
-                                        ([1, -3], "dimension 1 is -3"),
+                                        ([1, -1], r"dimension 1 is unknown.*--input-shape x=1xN"),
                                         (["N", 4], "symbolic"),
                                         ([None, 4], "unknown")])
 def test_bad_input_dims_are_shape_errors(dims, match):
@@ -272,6 +272,14 @@ def test_bad_input_dims_are_shape_errors(dims, match):
     with pytest.raises(ShapeError, match=match) as e:
         import_onnx(m.SerializeToString(), "m")
     assert "'x'" in str(e.value)
+
+
+def test_a_minus_one_dim_is_open_as_older_exporters_write_it(tmp_path):
+    # paddle2onnx and tf2onnx before dim_param wrote -1 for a dynamic dimension.
+    m = model([h.make_node("Relu", ["x"], ["y"])], [vi("x", [-1, 3])], [vi("y", None)], opset=13)
+    onnx.save(m, tmp_path / "m.onnx")
+    g = aot.load(tmp_path / "m.onnx", input_shapes={"x": (2, 3)})
+    assert g.types["x"].shape == (2, 3)
 
 
 @pytest.mark.parametrize("dtype", [T.STRING, T.BFLOAT16, T.COMPLEX64, T.FLOAT8E4M3FN])

@@ -195,9 +195,12 @@ def input_dims(name: str, declared: Sequence[int | str | None], opts: LoadOption
     """An input's static shape from the model's declared dims (a positive int,
     a symbolic name or None), --input-shape, a bound value's shape and the
     importer's dim_params."""
+    # Exporters that predate dim_param (paddle2onnx, old tf2onnx) write -1 for
+    # a dimension left open; ONNX Runtime reads it so too.
+    declared = [None if isinstance(d, int) and d < 0 else d for d in declared]
     for i, d in enumerate(declared):
-        if isinstance(d, int) and d <= 0:   # a real value in ONNX: an empty or invalid tensor
-            raise ShapeError(f"input '{name}': dimension {i} is {d} (dimensions must be "
+        if d == 0:              # a real value in ONNX: an empty tensor
+            raise ShapeError(f"input '{name}': dimension {i} is 0 (dimensions must be "
                              "positive: aot has no empty tensors)")
     given = opts.input_shapes.get(name)
     source = f"--input-shape {name}"

@@ -662,6 +662,15 @@ def _count_leading_zeros(b: q.Block, total: Expr) -> tuple[Var, Var]:
     return c, v
 
 
+def row_max(ctx: LowerCtx, b: q.Block, x: TensorRef, lead: tuple, depth: int) -> Var:
+    """The largest int8 value of x[lead + (i,)] over the last axis, as int32
+    (softmax and log-softmax both start from it)."""
+    mx = b.let("max", Const(-128))
+    b.add(loop(ctx, "i", depth, lambda i: Assign(mx, Bin("max", mx, to_i32(
+        x.load(lead + (i,)))))))
+    return mx
+
+
 @kernel_rule("tfl.softmax")
 def softmax(ctx: LowerCtx, ins, emit):
     x = ins[0]
@@ -685,9 +694,7 @@ def softmax(ctx: LowerCtx, ins, emit):
 
     def row(lead):
         b = q.Block(ctx)
-        mx = b.let("max", Const(-128))
-        b.add(loop(ctx, "i", depth, lambda i: Assign(mx, Bin("max", mx, to_i32(
-            x.load(lead + (i,)))))))
+        mx = row_max(ctx, b, x, lead, depth)
         total = b.let("sum", Const(0))
 
         def accumulate(i):
@@ -1651,9 +1658,7 @@ def log_softmax(ctx: LowerCtx, ins, emit):
 
     def row(lead):
         b = q.Block(ctx)
-        mx = b.let("max", Const(-128))
-        b.add(loop(ctx, "i", depth, lambda i: Assign(mx, Bin("max", mx, to_i32(
-            x.load(lead + (i,)))))))
+        mx = row_max(ctx, b, x, lead, depth)
         total = b.let("sum", Const(0))
 
         def accumulate(i):

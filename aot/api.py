@@ -83,7 +83,7 @@ def package_to_temp(model_or_graph, board: str = "host", codegen: str = "c",
     return tmp, info
 
 
-def _package_dir(model_or_package: str | Path | Graph, board: Board, codegen: str,
+def package_dir(model_or_package: str | Path | Graph, board: Board, codegen: str,
                  stack: contextlib.ExitStack, profile: bool = False,
                  input_shapes: Mapping | None = None, bind: Mapping | None = None) -> Path:
     """A package directory as it is, or the model packaged into a temporary
@@ -117,7 +117,7 @@ def run(model_or_package: str | Path | Graph,
 
     brd = get_board(board)
     with contextlib.ExitStack() as stack:
-        pkg = _package_dir(model_or_package, brd, codegen, stack, input_shapes=input_shapes,
+        pkg = package_dir(model_or_package, brd, codegen, stack, input_shapes=input_shapes,
                            bind=bind)
         meta = read_metadata(pkg)
         if meta.get("board") != brd.name:
@@ -154,7 +154,7 @@ def bench(model_or_package: str | Path | Graph, board: str | Board | None = None
     if plot:
         check_plot_path(Path(plot))
     with contextlib.ExitStack() as stack:
-        pkg = _package_dir(model_or_package, brd, codegen, stack, profile=profile,
+        pkg = package_dir(model_or_package, brd, codegen, stack, profile=profile,
                            input_shapes=input_shapes, bind=bind)
         meta = read_metadata(pkg)
         if profile and not meta.get("profile"):

@@ -204,7 +204,7 @@ def _read_inputs(specs: list[str], names: list[str]) -> list[np.ndarray]:
 def cmd_run(args: argparse.Namespace) -> int:
     import contextlib
 
-    from aot.api import _package_dir, run
+    from aot.api import package_dir, run
     from aot.packaging import read_metadata
 
     board = _board(args)
@@ -212,7 +212,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.stream:
         return _run_stream(args, board)
     with contextlib.ExitStack() as stack:
-        pkg = _package_dir(args.model, board, args.codegen, stack, **_load_kwargs(args))
+        pkg = package_dir(args.model, board, args.codegen, stack, **_load_kwargs(args))
         meta = read_metadata(pkg)
         names = [i["name"] for i in meta["inputs"]]
         outputs = run(pkg, dict(zip(names, _read_inputs(args.input, names))), board=board)

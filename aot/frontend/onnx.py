@@ -29,7 +29,7 @@ import numpy as np
 from aot.errors import ModelError, ShapeError, UnsupportedError
 from aot.frontend.onnx_control import CONTROL_OPS, Body, resolve_control_flow
 from aot.frontend.shapes import LoadOptions, bind_inputs, input_dims
-from aot.ir.graph import DTYPES, Graph, Node, TensorType, type_of
+from aot.ir.graph import DTYPES, Graph, Node, TensorType, claim_name, type_of
 from aot.limits import check_shape
 
 MIN_OPSET = 7
@@ -126,11 +126,7 @@ class _Builder:
         self.taken = taken
 
     def fresh(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.taken:
-            name, k = f"{base}_{k}", k + 1
-        self.taken.add(name)
-        return name
+        return claim_name(base, self.taken)
 
     def const(self, node_name: str, what: str, value) -> str:
         name = self.fresh(f"{node_name}__{what}")

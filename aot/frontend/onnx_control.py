@@ -27,7 +27,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from aot.errors import ShapeError, UnsupportedError
-from aot.ir.graph import Graph, Node, type_of
+from aot.ir.graph import Graph, Node, claim_name, type_of
 
 CONTROL_OPS = ("If", "Loop", "Scan")
 MAX_UNROLL = 1024           # iterations of one Loop or Scan
@@ -74,11 +74,7 @@ class _Namer:
         _names_of(graph.nodes, self.taken)
 
     def fresh(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.taken:
-            name, k = f"{base}__{k}", k + 1
-        self.taken.add(name)
-        return name
+        return claim_name(base, self.taken, sep="__")
 
 
 def _rename_free(body: Body, ren: Mapping[str, str]) -> Body:

@@ -62,6 +62,17 @@ class TensorType:
         return f"{self.dtype}[{dims}]{q}"
 
 
+def claim_name(base: str, taken: set[str], sep: str = "_") -> str:
+    """base, or base<sep>1, base<sep>2, ...: the first not in taken, which it
+    joins (deterministic: the same names taken, the same name)."""
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}{sep}{k}"
+    taken.add(name)
+    return name
+
+
 def type_of(array: np.ndarray, quant: Quant | None = None) -> TensorType:
     return TensorType(tuple(int(d) for d in array.shape), array.dtype.name, quant)
 

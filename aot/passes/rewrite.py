@@ -17,21 +17,11 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from aot.ir.graph import Graph, Node, Quant, TensorType, type_of
+from aot.ir.graph import Graph, Node, Quant, TensorType, claim_name, type_of
 from aot.passes.infer import infer_types, node_types
 
 # A guard against rules that undo each other; real graphs need a few hundred.
 MAX_STEPS = 100_000
-
-
-def _claim(base: str, taken: set[str]) -> str:
-    """base, or base_1, base_2, ...: the first not in taken, which it joins."""
-    name, k = base, 0
-    while name in taken:
-        k += 1
-        name = f"{base}_{k}"
-    taken.add(name)
-    return name
 
 
 def _contiguous(value: np.ndarray) -> np.ndarray:
@@ -113,11 +103,11 @@ class Rewriter:
     # ---- building ------------------------------------------------------
     def fresh(self, base: str) -> str:
         """An unused tensor name derived from base (deterministic)."""
-        return _claim(base, self._tensor_names)
+        return claim_name(base, self._tensor_names)
 
     def fresh_node(self, base: str) -> str:
         """An unused node name derived from base (deterministic)."""
-        return _claim(base, self._node_names)
+        return claim_name(base, self._node_names)
 
     def take_over(self, node: Node) -> str:
         """Free the name of a node the rewrite makes dead, for its replacement."""

@@ -226,6 +226,8 @@ def _python_needs() -> list[Check]:
 
 def _test_needs() -> list[Check]:
     return [Check("gcc", "tool", TESTS, tools.which("gcc"), (TESTS,), "gcc"),
+            Check("cmake", "tool", TESTS, tools.which("cmake"), (TESTS,), "cmake"),
+            Check("make", "tool", TESTS, tools.which("make"), (TESTS,), "make"),
             Check("ssh-keygen", "tool", TESTS, tools.which("ssh-keygen"), (TESTS,),
                   "openssh-client"),
             Check("sshd", "file", TESTS, SSHD if os.path.isfile(SSHD) else None, (TESTS,),

@@ -17,8 +17,9 @@ DEB_PACKAGES=(clang lld llvm qemu-user qemu-user-static qemu-system-arm
   # by the cross gcc packages, so --no-install-recommends would leave it out.
   libc6-dev-arm64-cross libc6-dev-armhf-cross libc6-dev-riscv64-cross
   # Not on a bare Debian 12: the tests compile with gcc too (its warnings),
-  # and `python3 -m venv` below needs python3-venv (it brings python3).
-  gcc python3-venv)
+  # and `python3 -m venv` below needs python3-venv (it brings python3); the
+  # firmware-build tests drive the package's CMakeLists.txt and Makefile.
+  gcc python3-venv cmake make)
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"

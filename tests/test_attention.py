@@ -82,3 +82,175 @@ def test_node_cases_compiled_on_host(codegen):
                     failed[name] = reason
                     break
     assert not failed, failed
+
+
+# ---- qemu-aarch64: a handful of cases in one package ------------------------------------
+
+QEMU_CASES = ("test_attention_4d_attn_mask", "test_attention_4d_attn_mask_bool_4d",
+              "test_attention_3d_gqa_causal",
+              "test_attention_4d_with_past_and_present_qk_matmul_bias_4d_mask_causal",
+              "test_attention_4d_causal_nonpad_attn_mask_composition",
+              "test_rotary_embedding_interleaved")
+
+
+def merged_cases(names) -> tuple[onnx.ModelProto, dict, dict]:
+    """One model running the named single-node cases side by side (names
+    prefixed c0_, c1_, ...), with their first data set's inputs and outputs."""
+    by_name = {c.name: c for _, c in cases()}
+    nodes, ins, outs, inits, opset, inputs, expected = [], [], [], [], 0, {}, {}
+    for k, name in enumerate(names):
+        case = by_name[name]
+        m = onnx.compose.add_prefix(case.model, f"c{k}_")
+        nodes += m.graph.node
+        ins += m.graph.input
+        outs += m.graph.output
+        inits += m.graph.initializer
+        opset = max([opset] + [o.version for o in m.opset_import if o.domain in ("", "ai.onnx")])
+        data_in, data_out = next(data_sets(case))
+        inputs.update({f"c{k}_{n}": v for n, v in data_in.items()})
+        expected.update({f"c{k}_{n}": v for n, v in data_out.items()})
+    graph = helper.make_graph(nodes, "attention_cases", ins, outs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              ir_version=10)
+    return model, inputs, expected
+
+
+def test_attention_cases_on_qemu_aarch64(tmp_path):
+    model, inputs, expected = merged_cases(QEMU_CASES)
+    path = tmp_path / "cases.onnx"
+    onnx.save(model, path)
+    got = aot.run(path, inputs, board="qemu-aarch64")
+    assert set(got) == set(expected)
+    for name, want in expected.items():
+        assert _compare(name, got[name], want) is None, _compare(name, got[name], want)
+
+
+# ---- a small transformer block, as PyTorch's exporter writes one ---------------------------
+
+def transformer_block(seq: int = 8, embed: int = 32, q_heads: int = 4, kv_heads: int = 2,
+                      hidden: int = 64, seed: int = 0) -> onnx.ModelProto:
+    """Pre-norm decoder block: LayerNormalization, Q/K/V projections,
+    RotaryEmbedding on Q and K, causal grouped-query Attention on 3-D
+    tensors, output projection and residual, then LayerNormalization and a
+    Gelu MLP with its residual (opset 23)."""
+    rng = np.random.default_rng(seed)
+    head = embed // q_heads
+    f = TensorProto.FLOAT
+
+    def weight(name, *shape, scale=None, mean=0.0):
+        scale = scale if scale is not None else 1 / np.sqrt(shape[0])
+        return onnx.numpy_helper.from_array(
+            (mean + rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+    angles = np.arange(seq)[:, None] / 10000 ** (np.arange(head // 2) / (head // 2))
+    inits = [weight("ln1_g", embed, scale=0.2, mean=1.0), weight("ln1_b", embed, scale=0.1),
+             weight("wq", embed, embed), weight("wk", embed, kv_heads * head),
+             weight("wv", embed, kv_heads * head), weight("wo", embed, embed),
+             weight("ln2_g", embed, scale=0.2, mean=1.0), weight("ln2_b", embed, scale=0.1),
+             weight("w1", embed, hidden), weight("w2", hidden, embed),
+             onnx.numpy_helper.from_array(np.cos(angles).astype(np.float32), "cos"),
+             onnx.numpy_helper.from_array(np.sin(angles).astype(np.float32), "sin"),
+             onnx.numpy_helper.from_array(np.arange(seq, dtype=np.int64)[None], "pos")]
+    n = helper.make_node
+    nodes = [
+        n("LayerNormalization", ["x", "ln1_g", "ln1_b"], ["h"], axis=-1, epsilon=1e-5),
+        n("MatMul", ["h", "wq"], ["q"]), n("MatMul", ["h", "wk"], ["k"]),
+        n("MatMul", ["h", "wv"], ["v"]),
+        n("RotaryEmbedding", ["q", "cos", "sin", "pos"], ["q_rot"], num_heads=q_heads),
+        n("RotaryEmbedding", ["k", "cos", "sin", "pos"], ["k_rot"], num_heads=kv_heads),
+        n("Attention", ["q_rot", "k_rot", "v"], ["att"], is_causal=1, q_num_heads=q_heads,
+          kv_num_heads=kv_heads),
+        n("MatMul", ["att", "wo"], ["proj"]), n("Add", ["x", "proj"], ["r1"]),
+        n("LayerNormalization", ["r1", "ln2_g", "ln2_b"], ["h2"], axis=-1, epsilon=1e-5),
+        n("MatMul", ["h2", "w1"], ["up"]), n("Gelu", ["up"], ["act"]),
+        n("MatMul", ["act", "w2"], ["down"]), n("Add", ["r1", "down"], ["y"])]
+    graph = helper.make_graph(nodes, "block",
+                              [helper.make_tensor_value_info("x", f, [1, seq, embed])],
+                              [helper.make_tensor_value_info("y", f, [1, seq, embed])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_transformer_block_against_onnxruntime(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    model = transformer_block()
+    path = tmp_path / "block.onnx"
+    onnx.save(model, path)
+    x = np.random.default_rng(1).standard_normal((1, 8, 32)).astype(np.float32)
+    want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+    graph = aot.optimize(aot.load(path))
+    ops = [n.op for n in graph.nodes for n in n.attrs["body"].nodes]
+    assert {"Attention", "RotaryEmbedding", "LayerNormalization"} <= set(ops)
+    np.testing.assert_allclose(aot.interpret(graph, {"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+    got = aot.run(path, {"x": x}, board="host")["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+# ---- refusals name the node ---------------------------------------------------------------
+
+def _single(op: str, inputs: dict, attrs: dict, opset: int = 23, n_out: int = 1):
+    from aot.frontend.onnx import import_onnx
+    from aot.passes.infer import infer_types
+    types = {np.float32: TensorProto.FLOAT, np.int64: TensorProto.INT64, np.bool_: TensorProto.BOOL}
+    ins = [helper.make_tensor_value_info(k, types[v.dtype.type], v.shape)
+           for k, v in inputs.items()]
+    outs = [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, None) for i in range(n_out)]
+    node = helper.make_node(op, list(inputs), [o.name for o in outs], name="the_node", **attrs)
+    model = helper.make_model(helper.make_graph([node], "g", ins, outs),
+                              opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+    return infer_types(import_onnx(model.SerializeToString(), "m"))
+
+
+def _qkv(b=1, hq=4, hkv=2, lq=3, lk=5, d=8):
+    rng = np.random.default_rng(0)
+    return {"Q": rng.standard_normal((b, hq, lq, d)).astype(np.float32),
+            "K": rng.standard_normal((b, hkv, lk, d)).astype(np.float32),
+            "V": rng.standard_normal((b, hkv, lk, d)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("inputs, attrs, error, words", [
+    (_qkv(hq=3, hkv=2), {}, ShapeError, "not a multiple of 2 key/value heads"),
+    ({k: v.reshape(1, v.shape[2], -1) for k, v in _qkv().items()}, {}, ShapeError,
+     "need q_num_heads and kv_num_heads"),
+    ({**_qkv(), "mask": np.ones((3, 7), np.float32)}, {}, ShapeError, "does not broadcast"),
+    (_qkv(), {"softmax_precision": 10}, UnsupportedError, "softmax_precision 10"),
+])
+def test_attention_refusals(inputs, attrs, error, words):
+    with pytest.raises(error, match=words) as e:
+        _single("Attention", inputs, attrs)
+    assert "the_node" in str(e.value)
+
+
+def test_rotary_refusals():
+    x = np.zeros((1, 2, 3, 8), np.float32)
+    cache = np.zeros((4, 3), np.float32)
+    with pytest.raises(ShapeError, match="rotary_embedding_dim 10 must be even and at most the head size 8"):
+        _single("RotaryEmbedding", {"x": x, "cos": cache, "sin": cache},
+                {"rotary_embedding_dim": 10})
+    with pytest.raises(ShapeError, match=r"the_node.*caches are \[positions, 4\]"):
+        _single("RotaryEmbedding", {"x": x, "cos": cache, "sin": cache,
+                                    "pos": np.zeros((1, 3), np.int64)}, {})
+
+
+def test_rotary_position_out_of_range_is_refused_at_run_time(tmp_path):
+    """position_ids index the caches: out of range, the package returns an
+    index error instead of reading past them (aot/lower/bounds.py)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 2, 3, 8)).astype(np.float32)
+    cache = rng.standard_normal((4, 4)).astype(np.float32)
+    f = TensorProto.FLOAT
+    node = helper.make_node("RotaryEmbedding", ["x", "cos", "sin", "pos"], ["y"])
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", f, x.shape),
+                      helper.make_tensor_value_info("pos", TensorProto.INT64, [1, 3])],
+        [helper.make_tensor_value_info("y", f, x.shape)],
+        [onnx.numpy_helper.from_array(cache, "cos"), onnx.numpy_helper.from_array(cache, "sin")])
+    path = tmp_path / "rope.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)],
+                                ir_version=10), path)
+    ok = aot.run(path, {"x": x, "pos": np.array([[0, 3, -1]])}, board="host")["y"]
+    want = aot.interpret(aot.load(path), {"x": x, "pos": np.array([[0, 3, -1]])})["y"]
+    np.testing.assert_allclose(ok, want, rtol=1e-6)
+    with pytest.raises(AotError, match="index"):
+        aot.run(path, {"x": x, "pos": np.array([[0, 4, 1]])}, board="host")

@@ -33,6 +33,7 @@ from aot.frontend.tflite_vars import RESOURCE, VariableOps
 from aot.ir.graph import Graph, Node, Quant, TensorType
 from aot.limits import check_shape
 from aot.ops import qmath
+from aot.ops.tflite_int16 import INT16_OPS
 
 # TFLite TensorType enum -> numpy dtype name (None: not representable here).
 _DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 5: None,
@@ -477,6 +478,10 @@ class _Builder(VariableOps, TFLMOps):
     def _is_int(self, name: str) -> bool:
         return self.ty(name).dtype in ("int8", "uint8", "int16")
 
+    def _int_op(self, op: str, x: str) -> str:
+        """The integer kernel for input x: the int16-activation form where TFLM has one."""
+        return INT16_OPS.get(op, op) if self.ty(x).dtype == "int16" else op
+
     def _act(self, opts, out: str) -> tuple[int, int]:
         act = _ACTIVATION.get(opts.get("FusedActivationFunction", 0), "?")
         if act not in ("NONE", "RELU", "RELU6", "RELU_N1_TO_1"):
@@ -571,8 +576,8 @@ class _Builder(VariableOps, TFLMOps):
         if self._is_int(x):
             lo, hi = self._act(o, outs[0])
             self._check_requant(x, w, outs[0])
-            self.emit("tfl.conv2d", [x, w, bias], outs, strides=strides, dilations=dil,
-                      pads=pads, act_min=lo, act_max=hi)
+            self.emit(self._int_op("tfl.conv2d", x), [x, w, bias], outs, strides=strides,
+                      dilations=dil, pads=pads, act_min=lo, act_max=hi)
             return
         pre = self._with_act(o, outs[0])
         if self.hybrid == "dynamic" and self._hybrid_conv_ok(x, w, dil):
@@ -618,7 +623,8 @@ class _Builder(VariableOps, TFLMOps):
         if self._is_int(x):
             lo, hi = self._act(o, outs[0])
             self._check_requant(x, w, outs[0])
-            self.emit("tfl.depthwise_conv2d", [x, w, bias], outs, strides=strides,
+            self.emit(self._int_op("tfl.depthwise_conv2d", x), [x, w, bias], outs,
+                      strides=strides,
                       dilations=dil, pads=pads, depth_multiplier=multiplier,
                       act_min=lo, act_max=hi)
             return
@@ -649,8 +655,8 @@ class _Builder(VariableOps, TFLMOps):
         if self._is_int(x):
             lo, hi = self._act(o, outs[0])
             self._check_requant(x, w, outs[0])
-            self.emit("tfl.fully_connected", [x, w, bias], outs, act_min=lo, act_max=hi,
-                      keep_num_dims=keep)
+            self.emit(self._int_op("tfl.fully_connected", x), [x, w, bias], outs,
+                      act_min=lo, act_max=hi, keep_num_dims=keep)
             return
         xshape, wshape = self.ty(x).shape, self.ty(w).shape  # dequantizing keeps the shape
         w = self._float_weight(w)
@@ -710,7 +716,7 @@ class _Builder(VariableOps, TFLMOps):
         o = op.options
         if self._is_int(ins[0]):
             lo, hi = self._act(o, outs[0])
-            self.emit(int_op, ins[:2], outs, act_min=lo, act_max=hi)
+            self.emit(self._int_op(int_op, ins[0]), ins[:2], outs, act_min=lo, act_max=hi)
             return
         pre = self._with_act(o, outs[0])
         self.emit(float_op, ins[:2], [pre])

@@ -9,7 +9,7 @@ from aot.targets import Target
 # Importing the rule modules fills the rule tables.
 from aot.lower import (  # noqa: F401
     rules, nn, elementwise, injective, index, reduce, tflite_int8, lstm, onnx_quant, tflite_lut,
-    rnn, attention)
+    rnn, tflite_int16, attention)
 
 
 def lower_graph(graph: Graph, target: Target) -> list[Kernel]:

@@ -247,23 +247,25 @@ def window_nest(ctx: LowerCtx, g: ConvGeom, acc, init: Callable[[Expr, bool], Ex
 def conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable[[tuple], Expr], zp: int,
               weights: np.ndarray, bias: np.ndarray,
               finish: Callable[[tuple, Expr], Stmt],
-              prologue: Callable[[Expr], Stmt] | None = None) -> Stmt:
+              prologue: Callable[[Expr], Stmt] | None = None, acc_dtype: str = "int32") -> Stmt:
     """The integer convolution bias[oc] + Σ w * (x - zp) over the in-image taps.
 
     weights: [C_out, KH, KW, D] integers, already zero-point centred; bias:
     [C_out] integers. finish((n, oy, ox, oc), acc) returns the store of the
     requantized result. In the interior (see window_nest) the input zero
     point is folded into the bias (bias - zp * Σw, exact); the border taps
-    subtract it.
+    subtract it. acc_dtype "int64": the 16x8 kernels' int64 accumulator and bias.
     """
     packed = ctx.param("filter", _weight_dtype(np.transpose(weights, (1, 2, 3, 0))))
-    acc = ctx.scratch_buffer("acc", "int32", (g.cout,))
+    acc = ctx.scratch_buffer("acc", acc_dtype, (g.cout,))
+    wide = acc_dtype == "int64"
     inits = {}
 
     def init(oc, folded: bool) -> Expr:
         if folded not in inits:
             values = bias - zp * weights.reshape(g.cout, -1).sum(axis=1) if folded else bias
-            inits[folded] = table(ctx, "bias", ref_q.wrap_int32(values).astype(np.int32))
+            values = values.astype(np.int64) if wide else ref_q.wrap_int32(values).astype(np.int32)
+            inits[folded] = table(ctx, "bias", values)
         return inits[folded](oc)
 
     def taps(n, ky, kx, iy, ix, inside: bool) -> Stmt:
@@ -276,7 +278,9 @@ def conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable[[tuple], Expr], zp: i
                 def mac(ol):
                     oc = add(mul(gi, Const(g.per_group)), ol)
                     wv = to_i32(Load(packed, flat_index((ky, kx, ic, oc), packed.shape)))
-                    return Store(acc, oc, Bin("+", Load(acc, oc), Bin("*", xv, wv)))
+                    prod = Bin("*", xv, wv)   # int16 x int8 fits int32
+                    return Store(acc, oc, Bin("+", Load(acc, oc),
+                                              Cast(dt("int64"), prod) if wide else prod))
                 return seq(Decl(xv, value), loop(ctx, "ol", g.per_group, mac))
             return loop(ctx, "ic", g.depth, chan)
         return loop(ctx, "g", g.groups, group)
@@ -731,20 +735,22 @@ def _add_sub(ctx: LowerCtx, ins, idx, lanes, sign: int) -> Expr:
     s1, z1 = _sz(ctx, ctx.in_types[0], "input 0")
     s2, z2 = _sz(ctx, ctx.in_types[1], "input 1")
     so, zo = _sz(ctx, ctx.out_types[0], "the output")
-    (m1, e1), (m2, e2), (mo, eo) = ref.add_params(s1, s2, so)
+    out_dtype = ctx.out_types[0].dtype
+    shift = ref.ADD_LEFT_SHIFT[out_dtype]
+    (m1, e1), (m2, e2), (mo, eo) = ref.add_params(s1, s2, so, shift)
     a, b = _int8_operands(ctx, ins, idx, lanes)
 
-    def scaled(v, z, m, e):   # (v - z) * 2**20, then rescaled to the common scale
+    def scaled(v, z, m, e):   # (v - z) * 2**shift, then rescaled to the common scale
         if m == 1 << 30 and e == 0:
-            # the larger input's (2^30, 0): SRDHM(d * 2^20, 2^30) = d * 2^19 exactly
+            # the larger input's (2^30, 0): SRDHM(d * 2^s, 2^30) = d * 2^(s-1) exactly
             # (the rounding term 2^30 / 2^31 floors away) and RDBPOT by 0 keeps it
-            return Bin("*", q.offset(v, -z), const_like(1 << 19, v))
-        return q.rdbpot(q.srdhm(Bin("*", q.offset(v, -z), const_like(1 << 20, v)),
+            return Bin("*", q.offset(v, -z), const_like(1 << (shift - 1), v))
+        return q.rdbpot(q.srdhm(Bin("*", q.offset(v, -z), const_like(1 << shift, v)),
                                 m), -e)
     u1, u2 = scaled(a, z1, m1, e1), scaled(b, z2, m2, e2)
     total = Bin("+" if sign > 0 else "-", u1, u2)
     y = q.offset(q.rdbpot(q.srdhm(total, mo), -eo), zo)
-    return narrow(q.clamp(y, ctx.attrs["act_min"], ctx.attrs["act_max"]), "int8")
+    return narrow(q.clamp(y, ctx.attrs["act_min"], ctx.attrs["act_max"]), out_dtype)
 
 
 @value_rule("tfl.add")
@@ -766,7 +772,8 @@ def mul_rule(ctx: LowerCtx, ins, idx, lanes):
     a, b = _int8_operands(ctx, ins, idx, lanes)
     prod = Bin("*", q.offset(a, -z1), q.offset(b, -z2))
     y = q.offset(q.mbqm(prod, m, e), zo)
-    return narrow(q.clamp(y, ctx.attrs["act_min"], ctx.attrs["act_max"]), "int8")
+    return narrow(q.clamp(y, ctx.attrs["act_min"], ctx.attrs["act_max"]),
+                  ctx.out_types[0].dtype)
 
 
 # -------------------------------------------------------- quantize / dequantize

@@ -10,7 +10,7 @@ from aot.ops.registry import OPS, Call, OpDef, Pattern, Sig, node_macs, op_def, 
 # Each family module registers its ops on import.
 from aot.ops import (  # noqa: F401,E402
     attention, elementwise, fused, index, lstm, nn, onnx_quant, reduce, rnn, tensor, tflite_int8,
-    tflite_lut,
+    tflite_int16, tflite_lut,
 )
 
 __all__ = ["OPS", "Call", "OpDef", "Pattern", "Sig", "node_macs", "op_def", "register"]

@@ -17,6 +17,9 @@ from aot.ops.registry import Call, Pattern, Sig, per_weight_row_macs, register
 
 INT_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767),
              "int32": (qmath.INT32_MIN, qmath.INT32_MAX)}
+# Ops whose activations are not int8 (aot/ops/tflite_int16.py adds its
+# int16 forms): the shared type inference below checks and gives this dtype.
+ACTIVATION_DTYPE: dict[str, str] = {}
 
 
 # ------------------------------------------------------------------ helpers
@@ -45,13 +48,15 @@ def _channel_scales(ty: TensorType, channels: int, node) -> np.ndarray:
 
 def _require_int8(sig_or_call, i: int = 0) -> None:
     ty = sig_or_call.in_types[i]
-    if ty.dtype != "int8":
+    want = ACTIVATION_DTYPE.get(sig_or_call.node.op, "int8")
+    if ty.dtype != want:
         raise UnsupportedError(f"{node_label(sig_or_call.node)}: {ty.dtype} input "
-                               "(tfl integer kernels take int8)")
+                               f"(this kernel takes {want})")
 
 
-def _out_type(sig: Sig, shape, dtype: str = "int8") -> TensorType:
-    return TensorType(tuple(int(d) for d in shape), dtype)
+def _out_type(sig: Sig, shape, dtype: str | None = None) -> TensorType:
+    return TensorType(tuple(int(d) for d in shape),
+                      dtype or ACTIVATION_DTYPE.get(sig.node.op, "int8"))
 
 
 def windows(x: np.ndarray, kernel, strides, dilations, out_hw) -> np.ndarray:
@@ -215,6 +220,20 @@ def _dw_macs(call: Call) -> int:
     return call.out_types[0].size * kh * kw
 
 
+def depthwise_acc(call: Call, x: np.ndarray, w: np.ndarray, offset) -> np.ndarray:
+    """Exact sum of w * (x - offset) over each window's in-image taps: [N, OH, OW, C*M] int64."""
+    a = call.attrs
+    n, oh, ow, cout = call.out_types[0].shape
+    _, kh, kw, _ = w.shape
+    dm = cout // x.shape[3]
+    xp = _pad_hw(x.astype(np.float64) - offset, a["pads"], 0.0)
+    taps = windows(xp, (kh, kw), a["strides"], a.get("dilations", (1, 1)), (oh, ow))
+    if dm > 1:  # output channel oc reads input channel oc // dm
+        taps = np.repeat(taps, dm, axis=-1)
+    acc = np.einsum("nhwklc,klc->nhwc", taps, w[0].astype(np.float64), optimize=True)
+    return acc.astype(np.int64)
+
+
 @register("tfl.depthwise_conv2d", infer=_dw_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE,
           macs=_dw_macs)
 def depthwise_conv2d(call: Call, args):
@@ -222,15 +241,8 @@ def depthwise_conv2d(call: Call, args):
     a, node = call.attrs, call.node
     s_in, zp_in = _scale_zp(call.in_types[0], "the input", node)
     s_out, zp_out = _scale_zp(call.out_types[0], "the output", node)
-    n, oh, ow, cout = call.out_types[0].shape
-    _, kh, kw, _ = w.shape
-    dm = cout // x.shape[3]
-    xp = _pad_hw(x.astype(np.float64) - zp_in, a["pads"], 0.0)
-    taps = windows(xp, (kh, kw), a["strides"], a.get("dilations", (1, 1)), (oh, ow))
-    if dm > 1:  # output channel oc reads input channel oc // dm
-        taps = np.repeat(taps, dm, axis=-1)
-    acc = np.einsum("nhwklc,klc->nhwc", taps, w[0].astype(np.float64), optimize=True)
-    acc = acc.astype(np.int64)
+    cout = call.out_types[0].shape[3]
+    acc = depthwise_acc(call, x, w, zp_in)
     if bias is not None:
         acc = acc + bias.astype(np.int64)
     mult, shift = conv_multipliers(s_in, _channel_scales(call.in_types[1], cout, node), s_out)
@@ -297,9 +309,10 @@ def fully_connected(call: Call, args):
 
 def _binary_infer(sig: Sig):
     a, b = sig.in_types[0], sig.in_types[1]
-    if a.dtype != "int8" or b.dtype != "int8":
+    want = ACTIVATION_DTYPE.get(sig.node.op, "int8")
+    if a.dtype != want or b.dtype != want:
         raise UnsupportedError(f"{node_label(sig.node)}: {a.dtype} x {b.dtype} inputs "
-                               "(tfl integer kernels take int8)")
+                               f"(this kernel takes {want})")
     try:
         shape = np.broadcast_shapes(a.shape, b.shape)
     except ValueError:
@@ -307,12 +320,16 @@ def _binary_infer(sig: Sig):
     return [_out_type(sig, shape)]
 
 
-def add_params(s1: float, s2: float, s_out: float):
-    """CalculateOpDataAdd (§8): ((M1,e1), (M2,e2), (Mo,eo)) with left shift 20."""
+# CalculateOpDataAdd's left shift before rescaling, by the output's dtype.
+ADD_LEFT_SHIFT = {"int8": 20, "int16": 15}
+
+
+def add_params(s1: float, s2: float, s_out: float, left_shift: int = 20):
+    """CalculateOpDataAdd (§8): ((M1,e1), (M2,e2), (Mo,eo)); left shift 20 (int16: 15)."""
     twice_max = 2.0 * max(s1, s2)
     q1 = qmath.quantize_multiplier_smaller_than_one(s1 / twice_max)
     q2 = qmath.quantize_multiplier_smaller_than_one(s2 / twice_max)
-    qo = qmath.quantize_multiplier_smaller_than_one(twice_max / ((1 << 20) * s_out))
+    qo = qmath.quantize_multiplier_smaller_than_one(twice_max / ((1 << left_shift) * s_out))
     return q1, q2, qo
 
 
@@ -321,12 +338,14 @@ def _add_sub(call: Call, args, sign: int):
     s1, z1 = _scale_zp(call.in_types[0], "input 0", node)
     s2, z2 = _scale_zp(call.in_types[1], "input 1", node)
     so, zo = _scale_zp(call.out_types[0], "the output", node)
-    (m1, e1), (m2, e2), (mo, eo) = add_params(s1, s2, so)
-    u1 = qmath.mbqm_smaller_than_one((args[0].astype(np.int64) - z1) << 20, m1, e1)
-    u2 = qmath.mbqm_smaller_than_one((args[1].astype(np.int64) - z2) << 20, m2, e2)
+    out_ty = call.out_types[0]
+    shift = ADD_LEFT_SHIFT[out_ty.dtype]
+    (m1, e1), (m2, e2), (mo, eo) = add_params(s1, s2, so, shift)
+    u1 = qmath.mbqm_smaller_than_one((args[0].astype(np.int64) - z1) << shift, m1, e1)
+    u2 = qmath.mbqm_smaller_than_one((args[1].astype(np.int64) - z2) << shift, m2, e2)
     y = qmath.mbqm_smaller_than_one(u1 + sign * u2, mo, eo) + zo
     y = qmath.clamp(y, call.attrs["act_min"], call.attrs["act_max"])
-    return [np.broadcast_to(y, call.out_types[0].shape).astype("int8")]
+    return [np.broadcast_to(y, out_ty.shape).astype(out_ty.dtype)]
 
 
 @register("tfl.add", infer=_binary_infer, pattern=Pattern.BROADCAST)
@@ -348,7 +367,7 @@ def mul(call: Call, args):
     m, e = qmath.quantize_multiplier(s1 * s2 / so)
     prod = (args[0].astype(np.int64) - z1) * (args[1].astype(np.int64) - z2)
     y = qmath.clamp(zo + qmath.mbqm(prod, m, e), call.attrs["act_min"], call.attrs["act_max"])
-    return [np.broadcast_to(y, call.out_types[0].shape).astype("int8")]
+    return [np.broadcast_to(y, call.out_types[0].shape).astype(call.out_types[0].dtype)]
 
 
 # ------------------------------------------------------------------ pooling

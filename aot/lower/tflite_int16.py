@@ -1,0 +1,108 @@
+"""Compute rules for the int16-activation kernels (aot/ops/tflite_int16.py).
+
+The 16x8 convolutions run the int8 loop nest (conv_nest) with an int64
+accumulator row and the int64 bias; FC is a dot product per output in
+int64. Their epilogue is the int64 MultiplyByQuantizedMultiplier: the 31-bit
+multiplier reduced to 16 bits at compile time, then one rounding shift
+(`(acc * M16 + 2**(s-1)) >> s`, s = 15 - e), exactly `qmath.mbqm_int64`.
+int16 ADD, SUB and MUL are the int8 value rules, which read the output
+dtype (ADD's left shift 15).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from aot.ir.tir import Assign, Bin, Cast, Const, Expr, Load, add, dt, mul
+from aot.lower import qmath as q
+from aot.lower import tflite_int8 as i8
+from aot.lower.rules import LowerCtx, kernel_rule, value_rule
+from aot.ops import tflite_int16 as ref
+
+value_rule("tfl.add_int16")(i8.add_rule)
+value_rule("tfl.sub_int16")(i8.sub_rule)
+value_rule("tfl.mul_int16")(i8.mul_rule)
+
+
+def reduced_multipliers(mult, shift) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(M16, rounding term, total right shift) of the int64 MBQM per channel."""
+    mult = np.asarray(mult, np.int64).reshape(-1)
+    total = 15 - np.asarray(shift, np.int64).reshape(-1)
+    if total.min() < 1:
+        raise ValueError(f"int64 requantization with left shift {15 - total.min()} "
+                         "(tflite-micro allows at most 7)")
+    m16 = np.where(mult < 0x7FFF0000, (mult + (1 << 15)) >> 16, 0x7FFF)
+    return m16.astype(np.int32), (np.int64(1) << (total - 1)), total.astype(np.int32)
+
+
+class Requant64:
+    """Per-channel (or per-tensor, folded) int64 MBQM and the activation clamp."""
+
+    def __init__(self, ctx: LowerCtx, mult, shift):
+        try:
+            m16, rounding, total = reduced_multipliers(mult, shift)
+        except ValueError as e:
+            raise ctx.unsupported(str(e)) from None
+        self.m16 = i8.table(ctx, "multiplier", m16)
+        self.rounding = i8.table(ctx, "rounding", rounding)
+        self.total = i8.table(ctx, "right_shift", total)
+        self.lo, self.hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
+
+    def apply(self, b: q.Block, acc: Expr, channel: Expr) -> Expr:
+        """The int16 output value of the int64 accumulator of this channel."""
+        i64 = dt("int64")
+        scaled = b.let("scaled", Bin("+", Bin("*", acc, Cast(i64, self.m16(channel))),
+                                     self.rounding(channel)))
+        y = q.i32(Bin(">>", scaled, Cast(i64, self.total(channel))))
+        return Cast(dt("int16"), q.clamp(y, self.lo, self.hi))
+
+
+def _conv16(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: i8.ConvGeom):
+    rq = Requant64(ctx, *ref.conv_multipliers(ctx, g.cout))
+
+    def finish(idx, acc):
+        b = q.Block(ctx)
+        b.add(emit(0, idx, rq.apply(b, acc, idx[3])))
+        return b.stmt()
+    bias = i8._bias_values(ctx, ins, 2, g.cout)
+    return i8.conv_nest(ctx, g, ins[0].load, 0, weights, bias, finish, acc_dtype="int64")
+
+
+@kernel_rule("tfl.conv2d_16x8")
+def conv2d_16x8(ctx: LowerCtx, ins, emit):
+    x, w = ins[0], i8._const(ctx, ins[1], "filter")
+    depth = w.shape[3]
+    g = i8.conv_geom(ctx, x.shape, ctx.out_types[0].shape, w.shape[1:3], x.shape[3] // depth,
+                     depth)
+    return _conv16(ctx, ins, emit, w.astype(np.int64), g)
+
+
+@kernel_rule("tfl.depthwise_conv2d_16x8")
+def depthwise_conv2d_16x8(ctx: LowerCtx, ins, emit):
+    x, w = ins[0], i8._const(ctx, ins[1], "filter")
+    # [1, KH, KW, C*M] -> [C*M, KH, KW, 1]: a grouped conv, one input channel per group
+    weights = np.transpose(w[0], (2, 0, 1))[..., None].astype(np.int64)
+    g = i8.conv_geom(ctx, x.shape, ctx.out_types[0].shape, w.shape[1:3], x.shape[3], 1)
+    return _conv16(ctx, ins, emit, weights, g)
+
+
+@kernel_rule("tfl.fully_connected_16x8")
+def fully_connected_16x8(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    w = ref.fc_weights(ctx, i8._const(ctx, ins[1], "weight"))
+    units, depth = w.shape
+    rq = Requant64(ctx, *ref.fc_multipliers(ctx))
+    start = i8.table(ctx, "bias", i8._bias_values(ctx, ins, 2, units))
+    weights = ctx.param("weights", i8._weight_dtype(w))
+    i64 = dt("int64")
+
+    def row(out_lead, x_at):
+        def unit(o):
+            b = q.Block(ctx)
+            acc = b.let("acc", start(o))
+            b.add(i8.loop(ctx, "d", depth, lambda d: Assign(acc, Bin("+", acc, Cast(i64, Bin(
+                "*", i8.to_i32(x_at(d)),
+                i8.to_i32(Load(weights, add(mul(o, Const(depth)), d)))))))))
+            b.add(emit(0, out_lead + (o,), rq.apply(b, acc, o)))
+            return b.stmt()
+        return i8.loop(ctx, "o", units, unit)
+    return i8.row_loops(ctx, x, ctx.out_types[0].shape, depth, row)

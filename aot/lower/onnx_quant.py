@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Expr, Load, Select, Stmt, add,
-                        dt, dtype_of, mul, seq)
+from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Expr, If, Load, Select, Stmt,
+                        add, dt, dtype_of, mul, seq, sub)
 from aot.lower import qmath as q
 from aot.lower.elementwise import broadcast_index, broadcast_load, const_like
-from aot.lower.rules import LowerCtx, kernel_rule, value_rule
+from aot.lower.rules import VALUE_RULES, LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.lower.tflite_int8 import ConvGeom, _CallView, conv_nest, loop, nest, table, to_i32
-from aot.ops.nn import resolve_window
+from aot.ops import onnx_quant as ref
+from aot.ops.nn import Window, _window_counts, resolve_window
 
 
 def _value(ctx: LowerCtx, ins, i: int, what: str) -> np.ndarray | None:
@@ -279,3 +280,144 @@ def dynamic_quantize_linear(ctx: LowerCtx, ins, emit):
         Bin("+", _rint(Bin("/", x.load(i), scale)), zpf), "uint8"))))
     b.add(emit(1, (), scale), emit(2, (), zp))
     return b.stmt()
+
+
+# ------------------------------------------- com.microsoft QOperator ops
+# The arithmetic of aot/ops/onnx_quant.py (ONNX Runtime's MLAS x86 kernels):
+# float32 steps in the same order, rounding half to even, saturation. A C
+# compiler told -ffp-contract=fast (the targets' flags) may fuse a multiply
+# and an add, which can move a value sitting exactly on a rounding tie by
+# one step.
+
+def _scalar_qparams(ctx: LowerCtx, ins, scale_at: int, zp_at: int) -> tuple[np.float32, int]:
+    known = {i: _value(ctx, ins, i, "scale or zero point") for i in (scale_at, zp_at)}
+    args = [known.get(i) for i in range(max(known) + 1)]
+    return ref.scalar_qparams(_CallView(ctx), args, scale_at, zp_at)
+
+
+def _f32(value, lanes: int) -> Expr:
+    return const_like(float(value), dt("float32", lanes))
+
+
+def _as_f32(e: Expr) -> Expr:
+    return Cast(dt("float32", dtype_of(e).lanes), e)
+
+
+@value_rule("QLinearAdd")
+def qlinear_add(ctx: LowerCtx, ins, idx, lanes):
+    (sa, za), (sb, zb) = _scalar_qparams(ctx, ins, 1, 2), _scalar_qparams(ctx, ins, 4, 5)
+    ra, rb, fixed = ref.add_params(sa, za, sb, zb, *_scalar_qparams(ctx, ins, 6, 7))
+    a = _as_f32(broadcast_load(ins[0], idx, lanes))
+    b = _as_f32(broadcast_load(ins[3], idx, lanes))
+    y = Bin("+", Bin("+", _f32(fixed, lanes), Bin("*", a, _f32(ra, lanes))),
+            Bin("*", b, _f32(rb, lanes)))
+    return _saturate(y, ctx.out_types[0].dtype)
+
+
+@value_rule("QLinearMul")
+def qlinear_mul(ctx: LowerCtx, ins, idx, lanes):
+    (sa, za), (sb, zb) = _scalar_qparams(ctx, ins, 1, 2), _scalar_qparams(ctx, ins, 4, 5)
+    sc, zc = _scalar_qparams(ctx, ins, 6, 7)
+    a = q.offset(to_i32(broadcast_load(ins[0], idx, lanes)), -za)
+    b = q.offset(to_i32(broadcast_load(ins[3], idx, lanes)), -zb)
+    y = Bin("+", Bin("*", _as_f32(Bin("*", a, b)), _f32(ref.mul_ratio(sa, sb, sc), lanes)),
+            _f32(zc, lanes))
+    return _saturate(y, ctx.out_types[0].dtype)
+
+
+@kernel_rule("QLinearSigmoid", "QLinearLeakyRelu")
+def qlinear_lookup(ctx: LowerCtx, ins, emit):
+    """One table load per element, in a scalar loop (a vector of table loads
+    would be a gather, which the code generators do not emit)."""
+    x = ins[0]
+    dtype = x.type.dtype
+    values = ref.lookup_table(ctx.node, dtype, *_scalar_qparams(ctx, ins, 1, 2),
+                              *_scalar_qparams(ctx, ins, 3, 4))
+    lut = ctx.param("lut", values)
+    low = int(np.iinfo(dtype).min)
+    shape = ctx.out_types[0].shape
+    return nest(ctx, tuple(f"i{d}" for d in range(len(shape))), shape, lambda i: emit(
+        0, i, Load(lut, q.offset(to_i32(x.load(i)), -low))))
+
+
+@value_rule("QLinearConcat")
+def qlinear_concat(ctx: LowerCtx, ins, idx, lanes):
+    """Concat of the inputs, each through its requantization table unless
+    its parameters are the output's (then a copy, as ONNX Runtime does)."""
+    sy, zy = _scalar_qparams(ctx, ins, 0, 1)
+    parts = []
+    for i in range(2, len(ins), 3):
+        x = ins[i]
+        values = ref.requantize_table(x.type.dtype, *_scalar_qparams(ctx, ins, i + 1, i + 2),
+                                      sy, zy)
+        if values is None:
+            parts.append(x)
+            continue
+        if lanes > 1:
+            raise ctx.unsupported("a vectorized requantizing QLinearConcat")
+        lut, low = ctx.param("requantize", values), int(np.iinfo(x.type.dtype).min)
+        parts.append(TensorRef(x.name, x.type, lambda at, n=1, x=x, lut=lut, low=low: Load(
+            lut, q.offset(to_i32(x.load(at, n)), -low))))
+    return VALUE_RULES["Concat"](ctx, parts, idx, lanes)
+
+
+def _pool_geometry(ctx: LowerCtx, x) -> tuple[bool, tuple[int, ...], "Window"]:
+    layout = ref.pool_layout(ctx)
+    nhwc = layout == "NHWC"
+    spatial = tuple(x.shape[1:-1] if nhwc else x.shape[2:])
+    if ctx.node.op == "QLinearGlobalAveragePool":
+        kernel = spatial
+        win = Window(kernel, (1,) * len(spatial), (1,) * len(spatial), (0,) * len(spatial),
+                     (0,) * len(spatial), (1,) * len(spatial))
+    else:
+        kernel = tuple(int(k) for k in ctx.attrs["kernel_shape"])
+        win = resolve_window(_CallView(ctx), spatial, kernel, bool(ctx.attrs.get("ceil_mode", 0)))
+    return nhwc, spatial, win
+
+
+@kernel_rule("QLinearAveragePool", "QLinearGlobalAveragePool")
+def qlinear_avg_pool(ctx: LowerCtx, ins, emit):
+    """Per output element: the exact int32 sum of (x - zx) over the window's
+    in-image taps, then ONNX Runtime's float32 average and quantization
+    (ref.pool_output); the divisor counts the taps as the reference does."""
+    x = ins[0]
+    sx, zx = _scalar_qparams(ctx, ins, 1, 2)
+    sy, zy = _scalar_qparams(ctx, ins, 3, 4)
+    nhwc, spatial, win = _pool_geometry(ctx, x)
+    include_pad = bool(ctx.attrs.get("count_include_pad", 0))
+    counts = np.maximum(_window_counts(win, spatial, include_pad), 1).astype(np.float32)
+    count_at = table(ctx, "count", counts)
+    shape = ctx.out_types[0].shape
+    nsp = len(spatial)
+    dtype = ctx.out_types[0].dtype
+    f32 = dt("float32")
+
+    def out(idx):
+        opos = idx[1:-1] if nhwc else idx[2:]
+        b = q.Block(ctx)
+        acc = b.let("acc", Const(0))
+
+        def tap(a: int, ipos: list) -> Stmt:
+            if a == nsp:
+                at = (idx[0], *ipos, idx[-1]) if nhwc else (idx[0], idx[1], *ipos)
+                return Assign(acc, Bin("+", acc, q.offset(to_i32(x.load(at)), -zx)))
+            def step(k):
+                pos = add(sub(mul(opos[a], Const(win.strides[a])), Const(win.pad_begin[a])),
+                          mul(k, Const(win.dilations[a])))
+                body = tap(a + 1, ipos + [pos])
+                needs_test = win.pad_begin[a] or win.pad_end[a] or win.extra_end(spatial)[a]
+                if not needs_test:
+                    return body
+                inside = Bin("&&", Bin(">=", pos, Const(0)), Bin("<", pos, Const(spatial[a])))
+                return If(inside, body)
+            return loop(ctx, f"k{a}", win.kernel[a], step)
+
+        b.add(tap(0, []))
+        flat = Const(0)
+        for a in range(nsp):
+            flat = add(mul(flat, Const(win.out[a])), opos[a])
+        avg = Bin("/", Bin("*", Cast(f32, acc), Const(float(sx), f32)), count_at(flat))
+        y = Bin("+", Bin("/", avg, Const(float(sy), f32)), Const(float(zy), f32))
+        b.add(emit(0, idx, _saturate(y, dtype)))
+        return b.stmt()
+    return nest(ctx, tuple(f"i{d}" for d in range(len(shape))), shape, out)

@@ -318,3 +318,230 @@ def _conv_integer(call: Call, args):
         wz = np.asarray(w_zp).astype(np.int32)
         wc = wc - (wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.size > 1 else wz.reshape(()))
     return [_from_nchw(_int_conv(call, _centered(x, x_zp), wc), _layout(call))]
+
+
+# --------------------------------------------------------------------------
+# com.microsoft QOperator ops, with ONNX Runtime's CPU arithmetic
+#
+# What ONNX Runtime's quantizer writes (QuantFormat.QOperator) and what its
+# graph transformer fuses DequantizeLinear -> op -> QuantizeLinear groups
+# into; the QDQ pass (aot/passes/qdq.py) builds the same ops. Scales are
+# float32 and zero points one per tensor; the arithmetic is MLAS's x86
+# kernels' (docs/ops.md, "Quantized ONNX"): float32 steps, rounding half
+# to even, saturation.
+
+def scalar_qparams(call: Call, args, scale_at: int, zp_at: int) -> tuple[np.float32, int]:
+    """(scale, zero point) of one tensor: one float32 and one integer."""
+    scale = np.asarray(args[scale_at], np.float32).reshape(-1)
+    zp = args[zp_at] if zp_at < len(args) and args[zp_at] is not None else np.zeros(1, np.int32)
+    zp = np.asarray(zp).reshape(-1)
+    if scale.size != 1 or zp.size != 1:
+        raise UnsupportedError(f"{node_label(call.node)}: a per-channel scale or zero point "
+                               "(ONNX Runtime's QLinear ops take one per tensor)")
+    return scale[0], int(zp[0])
+
+
+def _check_scalar(sig: Sig, i: int, what: str) -> None:
+    if sig.has(i) and sig.in_types[i].size != 1:
+        raise _unsupported(sig, f"{what} of {sig.in_types[i].size} entries (one per tensor only)")
+
+
+def _qtype(sig: Sig, i: int, what: str) -> TensorType:
+    t = _int_input(sig, i, what)
+    for k, name in ((i + 1, "scale"), (i + 2, "zero point")):
+        _check_scalar(sig, k, f"{what}'s {name}")
+    _check_zp(sig, i + 2, t, f"{what}'s zero point")
+    return t
+
+
+def _qbinary_infer(sig: Sig):
+    a, b = _qtype(sig, 0, "A"), _qtype(sig, 3, "B")
+    if a.dtype != b.dtype:
+        raise sig.fail(f"A ({a.dtype}) and B ({b.dtype}) differ in type")
+    _check_scalar(sig, 6, "C's scale")
+    _check_scalar(sig, 7, "C's zero point")
+    from aot.ops.elementwise import broadcast
+    return [TensorType(broadcast(sig, [a.shape, b.shape]), a.dtype)]
+
+
+def f32(v) -> np.ndarray:
+    return np.asarray(v, np.float32)
+
+
+def saturate_rne(v: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 -> dtype: clamp, then round half to even (the bounds are
+    integers, so the order does not matter; clamping first keeps huge
+    values from wrapping, where MLAS's vector paths would wrap)."""
+    info = np.iinfo(dtype)
+    return np.rint(np.clip(f32(v), info.min, info.max)).astype(dtype)
+
+
+def add_params(sa, za, sb, zb, sc, zc) -> tuple[np.float32, np.float32, np.float32]:
+    """MLAS's QLinearAdd constants: the ratios s_a/s_c, s_b/s_c and the part
+    that does not depend on the inputs, zc - (ra*za + rb*zb), all float32."""
+    ra, rb = f32(sa / sc), f32(sb / sc)
+    fixed = f32(f32(zc) - f32(f32(ra * f32(za)) + f32(rb * f32(zb))))
+    return ra, rb, fixed
+
+
+@register("QLinearAdd", infer=_qbinary_infer, pattern=Pattern.BROADCAST)
+def _qlinear_add(call: Call, args):
+    (sa, za), (sb, zb) = scalar_qparams(call, args, 1, 2), scalar_qparams(call, args, 4, 5)
+    sc, zc = scalar_qparams(call, args, 6, 7)
+    ra, rb, fixed = add_params(sa, za, sb, zb, sc, zc)
+    a, b = f32(args[0]), f32(args[3])
+    y = f32(f32(fixed + f32(a * ra)) + f32(b * rb))
+    return [saturate_rne(y, call.out_types[0].dtype)]
+
+
+def mul_ratio(sa, sb, sc) -> np.float32:
+    """MLAS's QLinearMul multiplier: (s_a * s_b) / s_c in float32."""
+    return f32(f32(sa * sb) / sc)
+
+
+@register("QLinearMul", infer=_qbinary_infer, pattern=Pattern.BROADCAST)
+def _qlinear_mul(call: Call, args):
+    (sa, za), (sb, zb) = scalar_qparams(call, args, 1, 2), scalar_qparams(call, args, 4, 5)
+    sc, zc = scalar_qparams(call, args, 6, 7)
+    prod = (args[0].astype(np.int32) - za) * (args[3].astype(np.int32) - zb)
+    y = f32(f32(f32(prod) * mul_ratio(sa, sb, sc)) + f32(zc))
+    return [saturate_rne(y, call.out_types[0].dtype)]
+
+
+# ---- lookup-table activations: QLinearSigmoid, QLinearLeakyRelu
+
+def _qunary_infer(sig: Sig):
+    x = _qtype(sig, 0, "X")
+    _check_scalar(sig, 3, "Y's scale")
+    _check_scalar(sig, 4, "Y's zero point")
+    return [TensorType(x.shape, x.dtype)]
+
+
+def _sigmoid_f32(v: np.ndarray) -> np.ndarray:
+    return f32(1.0 / (1.0 + np.exp(-v.astype(np.float64))))
+
+
+def _leaky_f32(alpha: float):
+    return lambda v: np.where(v >= 0, v, f32(f32(alpha) * v))
+
+
+def _lut_function(node):
+    if node.op == "QLinearSigmoid":
+        return _sigmoid_f32
+    return _leaky_f32(float(node.attrs.get("alpha", 0.01)))
+
+
+def lookup_table(node, dtype: str, sx, zx, sy, zy) -> np.ndarray:
+    """ONNX Runtime's QlinearBuildLookupTable: each of the 256 codes
+    dequantized in float32, the function applied, quantized back; indexed
+    by code - the type's minimum."""
+    info = np.iinfo(dtype)
+    codes = np.arange(info.min, info.max + 1, dtype=np.int32)
+    x = f32(f32(sx) * f32(codes - zx))
+    y = f32(_lut_function(node)(x))
+    return saturate_rne(f32(f32(y / f32(sy)) + f32(zy)), dtype)
+
+
+def _qlut(call: Call, args):
+    x = args[0]
+    sx, zx = scalar_qparams(call, args, 1, 2)
+    sy, zy = scalar_qparams(call, args, 3, 4)
+    table = lookup_table(call.node, x.dtype.name, sx, zx, sy, zy)
+    return [table[x.astype(np.int32) - np.iinfo(x.dtype).min]]
+
+
+register("QLinearSigmoid", infer=_qunary_infer, pattern=Pattern.ELEMWISE)(_qlut)
+register("QLinearLeakyRelu", infer=_qunary_infer, pattern=Pattern.ELEMWISE)(_qlut)
+
+
+# ---- QLinearConcat: Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) per input
+
+def _qconcat_infer(sig: Sig):
+    if (len(sig.in_types) - 2) % 3 or len(sig.in_types) < 5:
+        raise sig.fail("inputs must be Y_scale, Y_zero_point and triples (X, scale, zero point)")
+    xs = [_qtype(sig, i, f"input {i}") for i in range(2, len(sig.in_types), 3)]
+    _check_scalar(sig, 0, "Y's scale")
+    _check_scalar(sig, 1, "Y's zero point")
+    from aot.ops.tensor import _infer_concat
+    view = Sig(sig.node, tuple(xs), ())
+    return [TensorType(_infer_concat(view)[0].shape, xs[0].dtype)]
+
+
+def requantize_table(dtype: str, sx, zx, sy, zy) -> np.ndarray | None:
+    """ONNX Runtime's QLinearConcat per input: None when the input's
+    parameters are the output's (a copy), else the identity lookup table."""
+    if f32(sx) == f32(sy) and zx == zy:
+        return None
+    info = np.iinfo(dtype)
+    codes = np.arange(info.min, info.max + 1, dtype=np.int32)
+    x = f32(f32(sx) * f32(codes - zx))
+    return saturate_rne(f32(f32(x / f32(sy)) + f32(zy)), dtype)
+
+
+@register("QLinearConcat", infer=_qconcat_infer, pattern=Pattern.INJECTIVE)
+def _qlinear_concat(call: Call, args):
+    sy, zy = scalar_qparams(call, args, 0, 1)
+    parts = []
+    for i in range(2, len(args), 3):
+        x = args[i]
+        table = requantize_table(x.dtype.name, *scalar_qparams(call, args, i + 1, i + 2), sy, zy)
+        parts.append(x if table is None else table[x.astype(np.int32) - np.iinfo(x.dtype).min])
+    return [np.concatenate(parts, axis=int(call.attrs.get("axis", 0)))]
+
+
+# ---- average pooling
+
+def _qpool_infer(sig: Sig):
+    x = _qtype(sig, 0, "X")
+    _check_scalar(sig, 3, "Y's scale")
+    _check_scalar(sig, 4, "Y's zero point")
+    from aot.ops.nn import _pool_infer_common, _global_infer
+    view = Sig(sig.node.with_(attrs=dict(sig.attrs, layout=pool_layout(sig))),
+               (TensorType(x.shape, "float32"),), ())
+    if sig.node.op == "QLinearGlobalAveragePool":
+        out = _global_infer(view)[0].shape
+    else:
+        out = _pool_infer_common(view)[3]
+    return [TensorType(out, x.dtype)]
+
+
+def pool_layout(sig_or_call) -> str:
+    """com.microsoft's channels_last=1, or aot's layout attribute."""
+    if int(sig_or_call.attrs.get("channels_last", 0)):
+        return "NHWC"
+    return sig_or_call.attrs.get("layout", "NCHW")
+
+
+def pool_output(s: np.ndarray, count: np.ndarray, sx, sy, zy, dtype: str) -> np.ndarray:
+    """From the exact sums of (x - zx) over each window: ORT's average in
+    float32 (x_scale * sum / count) quantized as its quantize_value does,
+    nearbyint(y / y_scale + y_zero_point), saturated."""
+    avg = f32(f32(f32(s) * f32(sx)) / f32(count))
+    return saturate_rne(f32(f32(avg / f32(sy)) + f32(zy)), dtype)
+
+
+@register("QLinearAveragePool", infer=_qpool_infer, pattern=Pattern.REDUCE)
+def _qlinear_avgpool(call: Call, args):
+    from aot.ops.nn import _pool_setup, _windows, _window_counts, _kernel_axes
+    x = args[0]
+    sx, zx = scalar_qparams(call, args, 1, 2)
+    sy, zy = scalar_qparams(call, args, 3, 4)
+    view = Call(call.node.with_(attrs=dict(call.attrs, layout=pool_layout(call))),
+                call.in_types, call.out_types)
+    layout, xn, win = _pool_setup(view, x.astype(np.int64) - zx)
+    s = _windows(xn, win, 0).sum(axis=_kernel_axes(len(win.kernel)))
+    cnt = _window_counts(win, xn.shape[2:], bool(call.attrs.get("count_include_pad", 0)))
+    y = pool_output(s, np.maximum(cnt, 1), sx, sy, zy, x.dtype.name)
+    return [_from_nchw(y, layout)]
+
+
+@register("QLinearGlobalAveragePool", infer=_qpool_infer, pattern=Pattern.REDUCE)
+def _qlinear_gap(call: Call, args):
+    x = args[0]
+    sx, zx = scalar_qparams(call, args, 1, 2)
+    sy, zy = scalar_qparams(call, args, 3, 4)
+    layout = pool_layout(call)
+    axes = tuple(range(1, x.ndim - 1)) if layout == "NHWC" else tuple(range(2, x.ndim))
+    s = (x.astype(np.int64) - zx).sum(axis=axes, keepdims=True)
+    count = int(np.prod([x.shape[a] for a in axes]))
+    return [pool_output(s, np.float32(count), sx, sy, zy, x.dtype.name)]

@@ -15,6 +15,7 @@ from aot.passes.fold import fold_constants
 from aot.passes.fuse import fuse
 from aot.passes.infer import infer_types
 from aot.passes.layout import to_channels_last
+from aot.passes.qdq import qdq
 from aot.passes.simplify import simplify
 
 Pass = Callable[[Graph], Graph]
@@ -22,6 +23,7 @@ Pass = Callable[[Graph], Graph]
 PIPELINE: tuple[tuple[str, Pass], ...] = (
     ("infer_types", infer_types),
     ("split_fan_in", split_fan_in),
+    ("qdq", qdq),
     ("fold_constants", fold_constants),
     ("simplify", simplify),
     ("to_channels_last", to_channels_last),

@@ -1,0 +1,221 @@
+"""Quantized ONNX in QDQ form runs as integer ops.
+
+ONNX Runtime's `quantize_static` (QuantFormat.QDQ) writes a float graph in
+which every quantized op reads DequantizeLinear outputs and feeds one
+QuantizeLinear: DQ(x) -> Conv -> Q. Run as written, every tensor between
+them is float. This pass does what ONNX Runtime's own graph transformer
+does with such a group: the group becomes one integer op with ONNX
+Runtime's arithmetic, reading and writing int8 (or uint8) tensors:
+
+    DQ(x), DQ(w), DQ(b) -> Conv -> Q        QLinearConv
+    DQ(a), DQ(b) -> MatMul -> Q             QLinearMatMul
+    DQ(a), DQ(b) -> Gemm -> Q               QGemm
+    DQ(a), DQ(b) -> Add / Mul -> Q          QLinearAdd / QLinearMul
+    DQ(x) -> AveragePool -> Q               QLinearAveragePool (GlobalAveragePool alike)
+    DQ(x) -> Sigmoid / LeakyRelu -> Q       QLinearSigmoid / QLinearLeakyRelu (tables)
+    DQ(x)... -> Concat -> Q                 QLinearConcat
+    DQ(x) -> MaxPool / Reshape / ... -> Q   the op itself on the integers, when the
+                                            DQ's and the Q's parameters are equal
+
+The ops are the ones ONNX Runtime's QOperator format uses, so a model in
+either format ends up as the same graph (docs/ops.md, "Quantized ONNX").
+A group that does not fit (a per-channel activation, int16, a float bias,
+an op not in the table) stays float and keeps ONNX's exact semantics.
+Runs before constant folding, which would turn DQ(weights) into float
+weights.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from aot.ir.graph import Graph, Node
+from aot.passes.dce import dead_code
+from aot.passes.rewrite import Rewrite, Rewriter, rewrite
+
+QTYPES = ("int8", "uint8")
+# Ops that only move or select values: Q(op(DQ(q))) is op(q) when DQ and Q
+# share their parameters (a monotonic DQ commutes with max).
+MOVERS = ("MaxPool", "GlobalMaxPool", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+          "Transpose", "Slice", "Gather", "DepthToSpace", "SpaceToDepth", "Identity")
+
+
+def _qparams(rw: Rewriter, node: Node) -> tuple[str, str] | None:
+    """A Q or DQ node's (scale, zero point) input names when they are constant
+    (the zero point may be absent: "")."""
+    ins = list(node.inputs) + [""] * (3 - len(node.inputs))
+    if rw.const(ins[1]) is None or (ins[2] and rw.const(ins[2]) is None):
+        return None
+    if int(node.attrs.get("block_size", 0)):
+        return None
+    return ins[1], ins[2]
+
+
+def _per_tensor(rw: Rewriter, params: tuple[str, str]) -> bool:
+    return all(not p or rw.const(p).size == 1 for p in params)
+
+
+def _dequantized(rw: Rewriter, name: str, per_tensor: bool = True
+                 ) -> tuple[str, str, str] | None:
+    """(q, scale, zero point) when `name` is DequantizeLinear(q) of an 8-bit q."""
+    dq = rw.producer(name) if name else None
+    if dq is None or dq.op != "DequantizeLinear" or rw.type(dq.inputs[0]).dtype not in QTYPES:
+        return None
+    params = _qparams(rw, dq)
+    if params is None or (per_tensor and not _per_tensor(rw, params)):
+        return None
+    return (dq.inputs[0],) + params
+
+
+def _same_params(rw: Rewriter, a: tuple[str, str], b: tuple[str, str], dtype: str) -> bool:
+    def value(name):
+        return rw.const(name) if name else np.zeros((), dtype)
+    return all(np.array_equal(np.asarray(value(x)).reshape(-1), np.asarray(value(y)).reshape(-1))
+               for x, y in zip(a, b))
+
+
+Builder = Callable[[Node, tuple[str, str], Rewriter], "list[str] | None"]
+
+
+def _conv_inputs(node: Node, out: tuple[str, str], rw: Rewriter) -> list[str] | None:
+    x = _dequantized(rw, node.inputs[0])
+    w = _dequantized(rw, node.inputs[1], per_tensor=False)
+    if x is None or w is None or rw.const(w[0]) is None:
+        return None
+    if not _per_tensor(rw, w[1:]) and int(rw.producer(node.inputs[1]).attrs.get("axis", 1)) != 0:
+        return None  # only per-output-channel weight scales
+    ins = [*x, *w, *out]
+    if len(node.inputs) > 2 and node.inputs[2]:
+        bias = _int32_bias(rw, node.inputs[2], x[1], w[1])
+        if bias is None:
+            return None
+        ins.append(bias)
+    return ins
+
+
+def _int32_bias(rw: Rewriter, name: str, x_scale: str, w_scale: str) -> str | None:
+    """The bias as int32 in the accumulator's scale s_x * s_w: the DQ's
+    integers when its scale is that one (what the quantizer writes), else
+    rescaled and rounded."""
+    b = _dequantized(rw, name, per_tensor=False)
+    if b is None:
+        dq = rw.producer(name)
+        if dq is None or dq.op != "DequantizeLinear" or rw.type(dq.inputs[0]).dtype != "int32":
+            return None
+        b = (dq.inputs[0],) + (_qparams(rw, dq) or ("", ""))
+    q, scale, zp = b
+    if rw.const(q) is None or not scale or (zp and np.any(rw.const(zp) != 0)):
+        return None
+    acc_scale = (rw.const(x_scale).astype(np.float32) * rw.const(w_scale).astype(np.float32))
+    acc_scale = np.broadcast_to(acc_scale.reshape(-1), rw.const(q).shape)
+    b_scale = np.broadcast_to(rw.const(scale).astype(np.float32).reshape(-1), rw.const(q).shape)
+    if rw.type(q).dtype == "int32" and np.array_equal(acc_scale, b_scale):
+        return q
+    value = rw.const(q).astype(np.float64) * b_scale / acc_scale
+    return rw.constant(f"{q}_acc", np.rint(value).astype(np.int32))
+
+
+def _matmul_inputs(node: Node, out, rw: Rewriter) -> list[str] | None:
+    a = _dequantized(rw, node.inputs[0])
+    b = _dequantized(rw, node.inputs[1], per_tensor=False)
+    if a is None or b is None:
+        return None
+    if not _per_tensor(rw, b[1:]):
+        dq = rw.producer(node.inputs[1])
+        rank = len(rw.type(b[0]).shape)
+        if rw.const(b[0]) is None or rank != 2 or int(dq.attrs.get("axis", 1)) % rank != 1:
+            return None  # per-column scales of a constant [K, N] only
+    return [*a, *b, *out]
+
+
+def _gemm_inputs(node: Node, out, rw: Rewriter) -> list[str] | None:
+    if node.attrs.get("transA", 0) or float(node.attrs.get("beta", 1.0)) != 1.0:
+        return None
+    a = _dequantized(rw, node.inputs[0])
+    b = _dequantized(rw, node.inputs[1], per_tensor=False)
+    if a is None or b is None or rw.const(b[0]) is None:
+        return None
+    if not _per_tensor(rw, b[1:]):
+        axis = int(rw.producer(node.inputs[1]).attrs.get("axis", 1)) % 2
+        if axis != (0 if node.attrs.get("transB", 0) else 1):
+            return None
+    ins = [*a, *b]
+    if len(node.inputs) > 2 and node.inputs[2]:
+        bias = _int32_bias(rw, node.inputs[2], a[1], b[1])
+        if bias is None or len(rw.type(bias).shape) > 1:
+            return None
+        ins.append(bias)
+    else:
+        ins.append("")
+    return ins + list(out)
+
+
+def _binary_inputs(node: Node, out, rw: Rewriter) -> list[str] | None:
+    a, b = _dequantized(rw, node.inputs[0]), _dequantized(rw, node.inputs[1])
+    if a is None or b is None or rw.type(a[0]).dtype != rw.type(b[0]).dtype:
+        return None
+    return [*a, *b, *out]
+
+
+def _unary_inputs(node: Node, out, rw: Rewriter) -> list[str] | None:
+    x = _dequantized(rw, node.inputs[0])
+    return None if x is None else [*x, *out]
+
+
+def _concat_inputs(node: Node, out, rw: Rewriter) -> list[str] | None:
+    parts = [_dequantized(rw, t) for t in node.inputs if t]
+    if any(p is None for p in parts) or len({rw.type(p[0]).dtype for p in parts}) != 1:
+        return None
+    return list(out) + [t for p in parts for t in p]
+
+
+# op -> (integer op, its inputs from the group's, or None when it does not fit)
+GROUPS: dict[str, tuple[str, Builder]] = {
+    "Conv": ("QLinearConv", _conv_inputs),
+    "MatMul": ("QLinearMatMul", _matmul_inputs),
+    "Add": ("QLinearAdd", _binary_inputs),
+    "Mul": ("QLinearMul", _binary_inputs),
+    "AveragePool": ("QLinearAveragePool", _unary_inputs),
+    "GlobalAveragePool": ("QLinearGlobalAveragePool", _unary_inputs),
+    "Sigmoid": ("QLinearSigmoid", _unary_inputs),
+    "LeakyRelu": ("QLinearLeakyRelu", _unary_inputs),
+    "Concat": ("QLinearConcat", _concat_inputs),
+}
+
+
+def _group_rule(node: Node, rw: Rewriter) -> Rewrite | None:
+    """Fires on the QuantizeLinear closing a group."""
+    if node.op != "QuantizeLinear" or rw.type(node.outputs[0]).dtype not in QTYPES:
+        return None
+    op = rw.producer(node.inputs[0])
+    out = _qparams(rw, node)
+    if op is None or out is None or not _per_tensor(rw, out) or not rw.single_use(node.inputs[0]):
+        return None
+    if any(o and (rw.consumers(o) or rw.pinned(o)) for o in op.outputs[1:]):
+        return None
+    if op.op in MOVERS:
+        return _mover(op, node, out, rw)
+    if op.op not in GROUPS:
+        return None
+    int_op, build = GROUPS[op.op]
+    ins = build(op, out, rw)
+    if ins is None:
+        return None
+    attrs = {k: v for k, v in op.attrs.items() if k != "beta"}
+    new = rw.node(int_op, ins, name=op.name, attrs=attrs, outputs=node.outputs)
+    return Rewrite([new])
+
+
+def _mover(op: Node, q: Node, out: tuple[str, str], rw: Rewriter) -> Rewrite | None:
+    x = _dequantized(rw, op.inputs[0])
+    dtype = rw.type(q.outputs[0]).dtype
+    if x is None or rw.type(x[0]).dtype != dtype or not _same_params(rw, x[1:], out, dtype):
+        return None
+    new = rw.node(op.op, [x[0], *op.inputs[1:]], name=op.name, attrs=op.attrs,
+                  outputs=[q.outputs[0]])
+    return Rewrite([new])
+
+
+def qdq(graph: Graph) -> Graph:
+    return dead_code(rewrite(graph, [_group_rule]))

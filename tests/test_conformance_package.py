@@ -1,8 +1,10 @@
 """ONNX backend node conformance through the real package, on the host.
 
-The cases, skips and shape-argument binding are those of
-test_onnx_conformance (the interpreter run). Here every runnable case is
-packaged by `aot.packaging.generate` (entry point, planned arena, linked
+The cases, what is left out and the shape-argument binding are those of
+test_onnx_conformance (the interpreter run), over a seeded sample of the
+runnable cases (`sample`: a fixed share of each op's cases, at least one, so
+every op is compiled; all of them would cost ~2 minutes more). Each sampled
+case is packaged by `aot.packaging.generate` (entry point, planned arena, linked
 params, kernels, runtime) under a unique name, for each codegen; all the
 packages' sources are compiled into one shared library (their symbols are
 prefixed by the package name, so they link together), and each case runs
@@ -27,6 +29,7 @@ import functools
 import hashlib
 import os
 import pickle
+import random
 import re
 import signal
 import subprocess
@@ -38,8 +41,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_onnx_conformance import (MIN_PASS_RATE, _compare, _needs_constant, bind_and_retry,
-                                   cases, data_sets, skip_reason)
+from test_onnx_conformance import (_compare, _needs_constant, bind_and_retry,
+                                   cases, data_sets, left_out, rate_line)
 
 from aot.errors import AotError
 from aot.frontend.onnx import import_onnx
@@ -56,6 +59,10 @@ CODEGENS = ("c", "llvm")
 EXTRA_CFLAGS = ("-O1", "-fPIC", "-Wall", "-Wextra", "-Werror")
 GARBAGE = 0xA5          # fills the arena and the outputs before a run
 RUN_TIMEOUT_S = 20
+MIN_PASS_RATE = 0.85    # issue 14: compiled, of the sampled runnable cases
+# The sample: about SAMPLE_SIZE of the runnable cases (measured on 2 cores:
+# 0.1 s a case for the C build from a cold object cache, 0.04 s for LLVM).
+SAMPLE_SIZE, SAMPLE_SEED = 800, 14
 
 
 @dataclass
@@ -272,13 +279,38 @@ def run_isolated(lib, run: Run) -> dict[str, np.ndarray]:
     return result
 
 
+# ---- the sample ----------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def sample() -> tuple[list[tuple[int, object]], list[str]]:
+    """([(index in cases(), case)] to compile, [class of each case left out]).
+
+    Each op contributes the same share of its runnable cases, at least one,
+    drawn by a generator seeded with SAMPLE_SEED and the op's name: the
+    sample of one op does not move when another op's cases change."""
+    left, by_op = [], {}
+    for n, (op, case) in enumerate(cases()):
+        why = left_out(op, case)
+        if why:
+            left.append(why)
+        else:
+            by_op.setdefault(op, []).append((n, case))
+    share = min(1.0, SAMPLE_SIZE / max(sum(map(len, by_op.values())), 1))
+    chosen = []
+    for op, items in sorted(by_op.items()):
+        k = max(1, round(share * len(items)))
+        chosen += random.Random(f"{SAMPLE_SEED}:{op}").sample(items, k)
+    return sorted(chosen, key=lambda item: item[0]), left
+
+
 # ---- the whole conformance run ------------------------------------------------------------
 
 @dataclass
 class Outcome:
     passed: list[str]
     failed: list[tuple[str, str]]
-    skipped: list[tuple[str, str]]
+    left: list[str]         # class of each case left out
+    not_sampled: int
     seconds: dict[str, float]
 
 
@@ -286,14 +318,11 @@ class Outcome:
 def results(codegen: str) -> Outcome:
     board = get_board("host")
     failed: dict[str, str] = {}
-    skipped, packaged = [], {}
+    packaged = {}
     seconds = {}
     start = time.perf_counter()
-    for n, (_, case) in enumerate(cases()):
-        skip = skip_reason(case)
-        if skip:
-            skipped.append((case.name, skip))
-            continue
+    chosen, left = sample()
+    for n, case in chosen:
         try:
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
@@ -326,7 +355,8 @@ def results(codegen: str) -> Outcome:
                     break
         seconds["run"] = time.perf_counter() - start
     passed = [name for name in packaged if name not in failed]
-    return Outcome(passed, sorted(failed.items()), skipped, seconds)
+    return Outcome(passed, sorted(failed.items()), left,
+                   len(cases()) - len(left) - len(chosen), seconds)
 
 
 @pytest.mark.parametrize("codegen", CODEGENS)
@@ -335,12 +365,11 @@ def test_onnx_node_conformance_through_package(codegen, record_property):
     out = results(codegen)
     run = len(out.passed) + len(out.failed)
     times = ", ".join(f"{k} {v:.1f}s" for k, v in out.seconds.items())
-    lines = [f"ONNX node conformance through the host package (codegen {codegen}): "
-             f"{len(out.passed)} passed / {run} run ({100 * len(out.passed) / max(run, 1):.1f}%),"
-             f" {len(out.skipped)} skipped (unsupported tensor types); "
+    lines = [rate_line(f"ONNX node conformance through the host package (codegen {codegen})",
+                       len(out.passed), run, out.left)
+             + f"; a seeded sample: {out.not_sampled} runnable cases not compiled; "
              f"bound at compile time: shape arguments in {len(BOUND_SHAPES)}, weights in "
-             f"{len(BOUND_WEIGHTS)}; "
-             f"{time.perf_counter() - start:.0f}s ({times})"]
+             f"{len(BOUND_WEIGHTS)}; {time.perf_counter() - start:.0f}s ({times})"]
     lines += [f"  FAIL {name}: {reason.splitlines()[0][:200]}" for name, reason in out.failed]
     record_property("summary", "\n".join(lines))
     assert run > 300, f"only {run} cases ran"

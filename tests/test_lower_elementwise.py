@@ -65,6 +65,22 @@ for _fmod in (0, 1):
          fmod=_fmod)
     case(f"Mod-int8-runtime-fmod{_fmod}", "Mod", [((3, 8), I8), ((8,), I8)], fmod=_fmod)
 case("Mod-float-fmod", "Mod", [((3, 8), F), np.full(8, 0.3, np.float32)], fmod=1)
+case("Mod-float", "Mod", [((3, 8), F), np.array([0.3, -0.3, 2, -2, 0.5, -7, 1e-3, 3],
+                                                np.float32)], fmod=0)
+# shift counts in range, negative and of the width or more (0 / the sign fill)
+_COUNTS = {I8: [0, 1, 3, 7, 8, 9, -1, 100], I32: [0, 1, 5, 31, 32, 33, -2, 100],
+           U8: [0, 1, 3, 7, 8, 9, 200, 255], I64: [0, 1, 17, 63, 64, 65, -1, 1000]}
+for _dt, _counts in _COUNTS.items():
+    for _dir in ("LEFT", "RIGHT"):
+        case(f"BitShift-{_dir}-{_dt}", "BitShift",
+             [((3, 8), _dt), np.array(_counts, np.dtype(_dt))], direction=_dir)
+case("BitwiseNot-int8", "BitwiseNot", [((2, 8), I8)])
+case("BitwiseNot-uint8", "BitwiseNot", [((2, 8), U8)])
+case("Swish", "Swish", [((2, 8), F)], alpha=0.7)
+for _pos, _neg in ((1, 1), (1, 0), (0, 1), (0, 0)):
+    case(f"IsInf-{_pos}{_neg}", "IsInf", [np.array([np.inf, -np.inf, np.nan, 0, 1, -1, 3e38,
+                                                    -3e38], np.float32)],
+         detect_positive=_pos, detect_negative=_neg)
 for _op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor"):
     case(_op, _op, [((3, 8), I32), ((8,), I32)])
 for _op in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"):
@@ -172,15 +188,6 @@ def test_vector_broadcast_splats_scalar_loads():
     splats = [e for e in walk_expr(store.value) if isinstance(e, Broadcast)]
     assert len(splats) == 1 and isinstance(splats[0].value, Load)
     assert splats[0].value.lanes == 1
-
-
-def test_float_mod_without_fmod_is_refused():
-    from aot.errors import UnsupportedError
-    from aot.lower import lower_graph
-    from aot.lower.testing import host_target
-    g = single_op_graph("Mod", [((4,), F), ((4,), F)], {"fmod": 0})
-    with pytest.raises(UnsupportedError, match="Mod node"):
-        lower_graph(g, host_target())
 
 
 # ---- ONNX node conformance through the code generator -------------------------------------

@@ -137,6 +137,14 @@ def float_to_int(x: Expr, to: DType | str) -> Expr:
 
 # ---- the tables: value(s) -> value, with the node attributes at hand ---------------
 
+def _is_inf(x, a):
+    tests = [Bin("==", x, const_like(sign * math.inf, x))
+             for sign, attr in ((1, "detect_positive"), (-1, "detect_negative")) if a.get(attr, 1)]
+    if not tests:
+        return const_like(False, DType("bool", dtype_of(x).lanes))
+    return tests[0] if len(tests) == 1 else Bin("or", *tests)
+
+
 def _sigmoid(x):
     return Bin("/", const_like(1, x), Bin("+", const_like(1, x), math_call("exp", Unary("neg", x))))
 
@@ -218,6 +226,8 @@ UNARY_FLOAT: dict[str, Callable[[Expr, dict], Expr | None]] = {
     "Shrink": _shrink,
     "Gelu": _gelu,
     "IsNaN": lambda x, a: Bin("!=", x, x),
+    "IsInf": lambda x, a: _is_inf(x, a),
+    "Swish": lambda x, a: Bin("*", x, _sigmoid(Bin("*", const_like(a.get("alpha", 1.0), x), x))),
 }
 
 
@@ -240,6 +250,7 @@ UNARY_ANY: dict[str, Callable[[Expr, dict], Expr]] = {
     "Sign": _sign,
     "Relu": lambda x, a: Bin("max", x, const_like(0, x)),
     "Not": lambda x, a: Unary("not", x),
+    "BitwiseNot": lambda x, a: Unary("bitnot", x),
     "Identity": lambda x, a: x,
 }
 
@@ -266,7 +277,13 @@ def _div(x, y, a):
 
 def _mod(x, y, a):
     if dtype_of(x).is_float:
-        return math_call("fmod", x, y) if a.get("fmod", 0) else None
+        r = math_call("fmod", x, y)
+        if a.get("fmod", 0):
+            return r
+        # numpy's mod: the sign of the divisor (a zero keeps fmod's sign)
+        fix = Bin("and", Bin("!=", r, const_like(0, r)),
+                  Bin("!=", Bin("<", r, const_like(0, r)), Bin("<", y, const_like(0, y))))
+        return Select(fix, Bin("+", r, y), r)
     y = _nonzero(y)
     r = Bin("%", x, y)                   # C's %: the sign of x (fmod)
     if a.get("fmod", 0) or _unsigned(x):
@@ -275,6 +292,27 @@ def _mod(x, y, a):
     fix = Bin("and", Bin("!=", r, const_like(0, r)),
               Bin("!=", Bin("<", r, const_like(0, r)), Bin("<", y, const_like(0, y))))
     return Select(fix, Bin("+", r, y), r)
+
+
+def _bit_shift(x, y, a):
+    """ONNX BitShift, for every count: a negative one or one of the width or
+    more (undefined in C) gives 0 to the left, the sign fill to the right."""
+    d = dtype_of(x)
+    inside = Bin("<", y, const_like(d.bits, y))
+    if not _unsigned(y):        # an unsigned count is never negative (and -Wtype-limits says so)
+        inside = Bin("and", Bin(">=", y, const_like(0, y)), inside)
+    count = Select(inside, y, const_like(0, y))
+    if a.get("direction") == "LEFT":
+        if _unsigned(x):
+            return Select(inside, Bin("<<", x, count), const_like(0, x))
+        # shifted as unsigned: a negative value shifted left is undefined in C
+        u = DType("u" + d.scalar, d.lanes)
+        return Select(inside, Cast(d, Bin("<<", Cast(u, x), Cast(u, count))), const_like(0, x))
+    if a.get("direction") != "RIGHT":
+        return None
+    fill = const_like(0, x) if _unsigned(x) else Select(
+        Bin("<", x, const_like(0, x)), const_like(-1, x), const_like(0, x))
+    return Select(inside, Bin(">>", x, count), fill)
 
 
 def _const_value(e: Expr):
@@ -307,6 +345,7 @@ BINARY: dict[str, Callable[[Expr, Expr, dict], Expr | None]] = {
     "BitwiseAnd": lambda x, y, a: Bin("&", x, y),
     "BitwiseOr": lambda x, y, a: Bin("|", x, y),
     "BitwiseXor": lambda x, y, a: Bin("^", x, y),
+    "BitShift": _bit_shift,
     "And": lambda x, y, a: Bin("and", x, y),
     "Or": lambda x, y, a: Bin("or", x, y),
     "Xor": lambda x, y, a: Bin("!=", x, y),

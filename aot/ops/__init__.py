@@ -12,5 +12,6 @@ from aot.ops import (  # noqa: F401,E402
     attention, elementwise, fused, index, lstm, nn, onnx_quant, reduce, rnn, tensor, tflite_int8,
     tflite_int16, tflite_lut,
 )
+from aot.ops import movement  # noqa: F401,E402
 
 __all__ = ["OPS", "Call", "OpDef", "Pattern", "Sig", "node_macs", "op_def", "register"]

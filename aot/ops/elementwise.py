@@ -151,8 +151,32 @@ def _mod(x, y, a):
     if a.get("fmod", 0):
         return np.fmod(x, y)
     if np.issubdtype(x.dtype, np.floating):
-        raise UnsupportedError("Mod with fmod=0 on floats is not defined by ONNX")
+        return np.mod(x, y)     # the sign of the divisor, as Python's %
     return np.remainder(x, np.where(y == 0, 1, y))
+
+
+def _bit_shift(x, y, a):
+    """ONNX BitShift; a shift by a negative count or by the width or more
+    gives 0 (LEFT) or the sign fill (RIGHT), as the onnx reference."""
+    width = x.dtype.itemsize * 8
+    inside = (y >= 0) & (y < width)
+    count = np.where(inside, y, 0)
+    if a.get("direction") == "LEFT":
+        unsigned = np.dtype(f"u{x.dtype.itemsize}")
+        shifted = np.left_shift(x.view(unsigned), count.astype(unsigned)).view(x.dtype)
+        return np.where(inside, shifted, 0)
+    if a.get("direction") != "RIGHT":
+        raise UnsupportedError(f"BitShift: direction {a.get('direction')!r} is not LEFT or RIGHT")
+    return np.where(inside, np.right_shift(x, count), np.where(x < 0, -1, 0))
+
+
+def _swish(x, a):
+    return x * _sigmoid(a.get("alpha", 1.0) * x.astype(np.float64))
+
+
+def _is_inf(x, a):
+    return ((np.isposinf(x) & bool(a.get("detect_positive", 1)))
+            | (np.isneginf(x) & bool(a.get("detect_negative", 1))))
 
 
 def _pow(x, y):
@@ -230,7 +254,7 @@ UNARY_FLOAT = {  # float-only unary ops
     "LeakyRelu": lambda x, a: np.where(x >= 0, x, x * a.get("alpha", 0.01)),
     "Elu": _elu, "Selu": _selu, "Celu": _celu, "HardSigmoid": _hard_sigmoid,
     "ThresholdedRelu": lambda x, a: np.where(x > a.get("alpha", 1.0), x, 0),
-    "Shrink": _shrink, "Gelu": _gelu,
+    "Shrink": _shrink, "Gelu": _gelu, "Swish": _swish,
 }
 UNARY_ANY = {  # unary ops on any numeric dtype
     "Abs": np.abs, "Neg": np.negative, "Sign": np.sign,
@@ -239,7 +263,7 @@ UNARY_ANY = {  # unary ops on any numeric dtype
 BINARY = {  # same-dtype operands, broadcast, result of the operands' dtype
     "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": _int_div,
     "Mod": _mod, "BitwiseAnd": np.bitwise_and, "BitwiseOr": np.bitwise_or,
-    "BitwiseXor": np.bitwise_xor,
+    "BitwiseXor": np.bitwise_xor, "BitShift": _bit_shift,
 }
 COMPARE = {  # -> bool
     "Equal": np.equal, "Less": np.less, "Greater": np.greater,
@@ -249,7 +273,7 @@ LOGIC = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}
 VARIADIC = {"Max": _variadic(np.maximum), "Min": _variadic(np.minimum),
             "Sum": _variadic(np.add), "Mean": _mean}
 
-BITWISE = ("BitwiseAnd", "BitwiseOr", "BitwiseXor")
+BITWISE = ("BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitShift")
 
 for _name, _fn in UNARY_FLOAT.items():
     _define(_name, _fn, arity(1, 1)(_infer_unary(True)), Pattern.ELEMWISE)
@@ -275,6 +299,17 @@ def _infer_isnan(sig: Sig):
 
 
 _define("IsNaN", np.isnan, arity(1, 1)(_infer_isnan), Pattern.ELEMWISE)
+_define("IsInf", _is_inf, arity(1, 1)(_infer_isnan), Pattern.ELEMWISE)
+
+
+def _infer_bitwise_not(sig: Sig):
+    t = sig.in_types[0]
+    if not np.issubdtype(np.dtype(t.dtype), np.integer):
+        raise sig.fail(f"needs an integer input, got {t.dtype}")
+    return [TensorType(t.shape, t.dtype)]
+
+
+_define("BitwiseNot", np.invert, arity(1, 1)(_infer_bitwise_not), Pattern.ELEMWISE)
 
 
 # ---- ops with their own shape rules ------------------------------------------------

@@ -112,7 +112,7 @@ def run(model_or_package: str | Path | Graph,
     into a temporary directory) once on `board` (default: the CLI's).
     `inputs` is {input name: array} or a list in input order; the result
     is {output name: array}."""
-    from aot.deploy import run_package
+    from aot.deploy import check_runs_on, run_package
     from aot.packaging import read_metadata
 
     brd = get_board(board)
@@ -120,8 +120,7 @@ def run(model_or_package: str | Path | Graph,
         pkg = package_dir(model_or_package, brd, codegen, stack, input_shapes=input_shapes,
                            bind=bind)
         meta = read_metadata(pkg)
-        if meta.get("board") != brd.name:
-            raise AotError(f"{pkg} was built for board '{meta.get('board')}', not '{brd.name}'")
+        check_runs_on(pkg, meta, brd)
         result = run_package(pkg, brd, inputs, warmup=0, runs=1)
     return dict(zip((o["name"] for o in meta["outputs"]), result.outputs))
 
@@ -131,6 +130,8 @@ def run(model_or_package: str | Path | Graph,
 # says so.
 EMULATED_NOTE = ("board '{board}' is emulated ({transport}): these times are the emulator's "
                  "on this machine and say nothing about the real board's speed")
+INSTRUCTIONS_NOTE = ("; the instruction counts are exact: the board's own instructions per "
+                     "run (a proxy for its time, not a time)")
 
 
 def bench(model_or_package: str | Path | Graph, board: str | Board | None = None,
@@ -165,10 +166,15 @@ def bench(model_or_package: str | Path | Graph, board: str | Board | None = None
            "max_ms": stats.max_ms, "std_ms": stats.std_ms, "repeat": repeat, "warmup": warmup,
            "board": brd.name, "codegen": meta["codegen"], "model": meta["model"],
            "emulated": brd.emulated}
+    if result.instructions is not None:
+        out["median_instructions"] = int(np.median(result.instructions))
+        out["instructions"] = result.instructions
     if brd.emulated:
         out["note"] = EMULATED_NOTE.format(board=brd.name, transport=brd.transport)
+        if result.instructions is not None:
+            out["note"] += INSTRUCTIONS_NOTE
     if profile:
-        kernels = profile_stats(meta, result.profile_ns)
+        kernels = profile_stats(meta, result.profile_ns, result.profile_instructions)
         out["profile"] = [k.as_json() for k in kernels]
         if plot:
             plot_profile(kernels, f"{meta['model']} on {brd.name}: median per kernel", Path(plot))
@@ -213,6 +219,7 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
     per output and per state tensor, and `stream`: {steps, state,
     nonzero_output_steps, first_mismatch}."""
     import aot
+    from aot.deploy import check_runs_on
     from aot.frontend.shapes import LoadOptions, options_json
     from aot.packaging import model_source, read_metadata
     from aot.validate import Tolerance, check_package_io, package_model
@@ -232,9 +239,7 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
                                "out_dir and checks are for packaging a model")
             pkg, meta = target, read_metadata(target)
             brd = get_board(board or meta.get("board"))
-            if meta.get("board") != brd.name:
-                raise AotError(f"{pkg} was built for board '{meta.get('board')}', not "
-                               f"'{brd.name}'")
+            check_runs_on(pkg, meta, brd)
             _as_built(pkg, input_shapes, bind)
             model_path = package_model(pkg, meta, source)
             opts = LoadOptions.from_json(meta.get("source"))

@@ -406,12 +406,18 @@ def _print_profile(kernels: list[dict[str, Any]]) -> None:
     table.add_column("share %", justify="right")
     table.add_column("MACs", justify="right")
     table.add_column("MACs/us", justify="right")
+    counted = any("median_instructions" in k for k in kernels)
+    if counted:
+        table.add_column("instructions", justify="right")
     for k in kernels:
         rate = k.get("macs_per_us")
-        table.add_row(str(k["step"]), k["name"], f"{k['median_ms'] * 1000:.2f}",
-                      f"{100 * k['share']:.1f}",
-                      f"{k['macs']:,}" if k.get("macs") is not None else "",
-                      f"{rate:,.0f}" if rate and k.get("macs") else "")
+        row = [str(k["step"]), k["name"], f"{k['median_ms'] * 1000:.2f}",
+               f"{100 * k['share']:.1f}",
+               f"{k['macs']:,}" if k.get("macs") is not None else "",
+               f"{rate:,.0f}" if rate and k.get("macs") else ""]
+        if counted:
+            row.append(f"{k.get('median_instructions', 0):,}")
+        table.add_row(*row)
     Console().print(table)
 
 
@@ -425,7 +431,11 @@ def _print_bench(out: dict[str, Any]) -> None:
                   f"{'emulator' if out.get('emulated') else 'board'} (1 us clock)")
     for col in cols:
         table.add_column(f"{col} ms", justify="right")
-    table.add_row(*(f"{out[f'{col}_ms']:.3f}" for col in cols))
+    row = [f"{out[f'{col}_ms']:.3f}" for col in cols]
+    if "median_instructions" in out:
+        table.add_column("median instructions", justify="right")
+        row.append(f"{out['median_instructions']:,}")
+    table.add_row(*row)
     Console().print(table)
     if "note" in out:
         Console().print(f"[bold]note:[/bold] {out['note']}")

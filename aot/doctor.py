@@ -202,7 +202,21 @@ def _transport_needs(board: Board) -> list[Check]:
         checks += [Check(vm.NIC_ROM, "file", "emulators", str(rom) if rom else None, users,
                          debian_package(vm.NIC_ROM) or ""),
                    _image_check(users)]
+    if board.transport == "qemu-user":
+        checks += _insn_count_checks(users)
     return checks
+
+
+def _insn_count_checks(users: tuple[str, ...]) -> list[Check]:
+    """The instruction counter qemu-user boards run under: its compiler and
+    the plugin make setup builds into the cache."""
+    from aot.deploy import insn_count
+
+    cc = insn_count.COMPILER
+    plugin = insn_count.plugin_path()
+    return [Check(cc, "tool", "emulators", tools.which(cc), users, debian_package(cc) or ""),
+            Check("insn_count plugin", "image", "emulators",
+                  str(plugin) if plugin.is_file() else None, users, "")]
 
 
 def _image_check(users: tuple[str, ...]) -> Check:

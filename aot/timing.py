@@ -80,13 +80,11 @@ def bench_package(pkg: Path, board, inputs: Sequence[np.ndarray], warmup: int,
                   repeat: int):
     """The harness's RunResult for `repeat` timed runs after `warmup` on the
     board (times_ns per run; profile_ns for a --profile package)."""
-    from aot.deploy import run_package
+    from aot.deploy import check_runs_on, run_package
     from aot.packaging import read_metadata
 
     check_counts(warmup, repeat)
-    built_for = read_metadata(pkg).get("board")
-    if built_for != board.name:
-        raise AotError(f"{pkg} was built for board '{built_for}', not '{board.name}'")
+    check_runs_on(pkg, read_metadata(pkg), board)
     result = run_package(pkg, board, inputs, warmup=warmup, runs=repeat)
     if len(result.times_ns) != repeat:
         raise AotError(f"the harness reported {len(result.times_ns)} timings, "
@@ -115,6 +113,8 @@ class KernelStat:
     median_ms: float
     share: float
     macs: int | None = None
+    # the median of its guest instructions, where the board counts them (qemu-user)
+    median_instructions: int | None = None
 
     @property
     def macs_per_us(self) -> float | None:
@@ -125,13 +125,19 @@ class KernelStat:
         return self.macs / (self.median_ms * 1000)
 
     def as_json(self) -> dict[str, float | int | str | None]:
-        return {"step": self.step, "name": self.name, "median_ms": self.median_ms,
-                "share": self.share, "macs": self.macs, "macs_per_us": self.macs_per_us}
+        out = {"step": self.step, "name": self.name, "median_ms": self.median_ms,
+               "share": self.share, "macs": self.macs, "macs_per_us": self.macs_per_us}
+        if self.median_instructions is not None:
+            out["median_instructions"] = self.median_instructions
+        return out
 
 
-def profile_stats(meta: dict, profile_ns: Sequence[Sequence[int]] | None) -> list[KernelStat]:
-    """Per-kernel medians of a RunResult's profile_ns, named from
-    metadata.json "kernels" (each row: one run, a time per kernel in ns)."""
+def profile_stats(meta: dict, profile_ns: Sequence[Sequence[int]] | None,
+                  profile_instructions: Sequence[Sequence[int]] | None = None
+                  ) -> list[KernelStat]:
+    """Per-kernel medians of a RunResult's profile_ns (and instruction
+    counts, where the board counts them), named from metadata.json
+    "kernels" (each row: one run, a time per kernel in ns)."""
     kernels = meta.get("kernels", [])
     if not profile_ns:
         raise AotError("the harness reported no per-kernel times: package the model with "
@@ -144,9 +150,11 @@ def profile_stats(meta: dict, profile_ns: Sequence[Sequence[int]] | None) -> lis
     total = float(medians.sum())
     # A board whose clock reads 0 (bare metal without a timer) shares nothing.
     shares = medians / total if total > 0 else np.zeros_like(medians)
+    counts = ([int(c) for c in np.median(np.asarray(profile_instructions), axis=0)]
+              if profile_instructions else [None] * len(kernels))
     return [KernelStat(int(k["step"]), str(k["name"]), float(m), float(s),
-                       int(k["macs"]) if "macs" in k else None)
-            for k, m, s in zip(kernels, medians, shares)]
+                       int(k["macs"]) if "macs" in k else None, c)
+            for k, m, s, c in zip(kernels, medians, shares, counts)]
 
 
 def check_plot_path(out: Path) -> Path:

@@ -60,6 +60,8 @@ fi
 # The qemu-rpi4 VM image (kernel + initramfs + keys) in ~/.cache/aot (or
 # $AOT_CACHE_DIR): built only when its builder changed (its hash names it).
 .venv/bin/python -m aot.deploy.vm_image
+# The qemu-user boards' instruction counter (a QEMU plugin), likewise cached.
+.venv/bin/python -m aot.deploy.insn_count
 # Every program and file aot loads, found where aot's tools look for them.
 if ! .venv/bin/aot doctor --json >/dev/null; then
   echo "setup: something is still missing: see .venv/bin/aot doctor" >&2

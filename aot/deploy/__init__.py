@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from aot.deploy.host import RunResult, check_cpu, run_local
-from aot.deploy.qemu_user import run_qemu_user
+from aot.deploy.qemu_user import package_cpu, run_qemu_user
 from aot.deploy.qemu_system import run_qemu_system
 from aot.errors import AotError
 from aot.targets import Board
@@ -39,6 +39,19 @@ TRANSPORTS: dict[str, Transport] = {"local": _local, "qemu-user": run_qemu_user,
                                     "qemu-system": run_qemu_system, "ssh": _ssh}
 
 
+def check_runs_on(pkg: Path, meta: dict, board: Board) -> None:
+    """Refuse a package built for another board. One exception: a qemu-user
+    board runs a package built for a real board of its own target triple
+    (an rpi5 package under qemu-aarch64, with the package's CPU as -cpu), to
+    count that board's instructions on this machine."""
+    built_for = meta.get("board")
+    if built_for == board.name:
+        return
+    if board.transport == "qemu-user" and package_cpu(meta, board) is not None:
+        return
+    raise AotError(f"{pkg} was built for board '{built_for}', not '{board.name}'")
+
+
 def run_package(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int = 0,
                 runs: int = 1) -> RunResult:
     try:
@@ -49,4 +62,4 @@ def run_package(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: i
     return transport(Path(pkg), board, inputs, warmup, runs)
 
 
-__all__ = ["RunResult", "run_package", "TRANSPORTS"]
+__all__ = ["RunResult", "run_package", "TRANSPORTS", "check_runs_on"]

@@ -33,6 +33,10 @@ class RunResult:
     # A --profile package's kernel times (ns): per timed run (the first 1000),
     # per kernel in metadata.json "kernels" order. None otherwise.
     profile_ns: list[list[int]] | None = None
+    # Guest instructions of each timed run, and of each kernel of each
+    # profiled run, where the transport counts them (qemu-user); else None.
+    instructions: list[int] | None = None
+    profile_instructions: list[list[int]] | None = None
 
     @property
     def times_us(self) -> list[float]:

@@ -11,10 +11,18 @@ The harness is the same static binary a real board runs (no dynamic loader
 needed), so inputs and outputs go through raw files in a temporary directory
 exactly as on the host. The outputs are the board's; the timings are the
 emulator's (JIT-translated code on an x86 host) and say nothing about the
-board's speed: `aot bench` says so for boards marked `emulated`.
+board's speed: `aot bench` says so for boards marked `emulated`. What does
+say something is counted exactly: the instructions of every run and, for a
+--profile package, of every kernel (aot/deploy/insn_count.py).
+
+A package built for another board of the same target triple (a Pi 5's
+Cortex-A76 code, with its dot-product instructions) runs with its own
+target's CPU as -cpu, so the emulator accepts what the code uses.
 """
 from __future__ import annotations
 
+import dataclasses
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -28,17 +36,41 @@ from aot.targets import Board
 REQUIRED_OPTIONS = ("qemu", "cpu")
 
 
-def qemu_command(board: Board) -> list[str]:
-    """`qemu-<arch> -cpu <cpu>` from the board's options, checked installed."""
+def qemu_command(board: Board, cpu: str | None = None) -> list[str]:
+    """`qemu-<arch> -cpu <cpu>` from the board's options (or `cpu`), checked
+    installed."""
     missing = [k for k in REQUIRED_OPTIONS if not board.options.get(k)]
     if missing:
         raise AotError(f"board '{board.name}': transport qemu-user needs "
                        f"{', '.join(missing)} in its [options] table")
     qemu = tools.require(str(board.options["qemu"]), f"board '{board.name}'")
-    return [qemu, "-cpu", str(board.options["cpu"])]
+    return [qemu, "-cpu", cpu or str(board.options["cpu"])]
+
+
+def package_cpu(meta: dict, board: Board) -> str | None:
+    """The CPU of the package's own target when it was built for another
+    board of this board's triple (an rpi5 package: cortex-a76), else None."""
+    target = meta.get("target")
+    if not isinstance(target, dict) or target.get("name") == board.target.name:
+        return None
+    cpu = target.get("cpu")
+    return cpu if target.get("triple") == board.target.triple and isinstance(cpu, str) else None
 
 
 def run_qemu_user(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
                   runs: int) -> RunResult:
-    return run_local(pkg, inputs, warmup, runs, emulator=qemu_command(board),
-                     where=" under qemu-user")
+    from aot.deploy import insn_count      # not at import: `python -m` runs it
+    from aot.packaging import read_metadata
+
+    meta = read_metadata(pkg)
+    qemu = qemu_command(board, package_cpu(meta, board))
+    syscalls = insn_count.clock_syscalls(qemu[0])
+    with tempfile.TemporaryDirectory(prefix="aot-insn-count-") as tmp:
+        log = Path(tmp) / "plugin.log"
+        result = run_local(pkg, inputs, warmup, runs, where=" under qemu-user",
+                           emulator=[*qemu, *insn_count.qemu_args(log)])
+        marks = insn_count.clock_marks(log.read_text(errors="replace"), syscalls)
+    kernels = len(meta.get("kernels", ())) if meta.get("profile") else None
+    counts = insn_count.split_marks(marks, warmup, runs, kernels)
+    return dataclasses.replace(result, instructions=counts.runs,
+                               profile_instructions=counts.kernels)

@@ -1,0 +1,105 @@
+"""Instructions counted on the emulated Linux boards (qemu-user): exact,
+deterministic, per run and per kernel, from the QEMU plugin that make setup
+builds (aot/deploy/insn_count.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, save
+
+import aot
+from aot.cli import main
+from aot.deploy import insn_count
+from aot.errors import AotError
+
+from conftest import MODELS
+
+
+def _relu_chain(path: Path, n: int) -> Path:
+    """Two Relu kernels over n floats, with a Transpose between them so they
+    stay two kernels."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"]),
+             helper.make_node("Transpose", ["a"], ["b"], perm=[1, 0]),
+             helper.make_node("Sigmoid", ["b"], ["y"])]
+    graph = helper.make_graph(nodes, "chain",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, n])])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
+
+
+def _bench_json(capsys, *args: str) -> dict:
+    assert main(["bench", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_counts_are_exact_and_deterministic(tmp_path, capsys):
+    model = MODELS / "mlperf_ad_fcae_int8.tflite"
+    pkg = tmp_path / "pkg"
+    aot.package(model, board="qemu-aarch64", out_dir=pkg, profile=True)
+    first = _bench_json(capsys, str(pkg), "--board", "qemu-aarch64", "--repeat", "4",
+                        "--warmup", "1", "--profile")
+    again = _bench_json(capsys, str(pkg), "--board", "qemu-aarch64", "--repeat", "3",
+                        "--warmup", "0", "--profile")
+    n = first["median_instructions"]
+    assert n > 100_000 and first["instructions"] == [n] * 4
+    assert again["median_instructions"] == n and again["instructions"] == [n] * 3
+    assert "instruction counts are exact" in first["note"]
+    # Per kernel: each counted, and together all of a run but its clock calls
+    # and the entry point's glue.
+    kernels = [k["median_instructions"] for k in first["profile"]]
+    assert len(kernels) == len(first["profile"]) and all(k > 0 for k in kernels)
+    assert 0.95 * n < sum(kernels) < n
+    # the two 256x1024 layers' kernels weigh most, as their MACs say
+    macs = [k["macs"] for k in first["profile"]]
+    assert np.argmax(kernels) in np.flatnonzero(np.asarray(macs) == max(macs))
+
+
+@pytest.mark.parametrize("board", ["qemu-armv7", "qemu-riscv64"])
+def test_counts_scale_with_the_work_on_every_qemu_user_board(tmp_path, capsys, board):
+    counts = []
+    for n in (64, 640):
+        pkg = tmp_path / f"pkg{n}"
+        aot.package(_relu_chain(tmp_path / f"chain{n}.onnx", n), board=board, out_dir=pkg)
+        out = _bench_json(capsys, str(pkg), "--board", board, "--repeat", "2", "--warmup", "0")
+        counts.append(out["median_instructions"])
+    # ten times the elements: close to ten times the instructions
+    assert 7 * counts[0] < counts[1] < 11 * counts[0], counts
+
+
+def test_an_rpi5_package_runs_under_qemu_aarch64_with_its_own_cpu(tmp_path, capsys):
+    pkg = tmp_path / "rpi5"
+    aot.package(_relu_chain(tmp_path / "chain.onnx", 16), board="rpi5", out_dir=pkg)
+    out = _bench_json(capsys, str(pkg), "--board", "qemu-aarch64", "--repeat", "2")
+    assert out["median_instructions"] > 0
+    from aot.deploy.qemu_user import package_cpu
+    from aot.packaging import read_metadata
+    from aot.targets import get_board
+    assert package_cpu(read_metadata(pkg), get_board("qemu-aarch64")) == "cortex-a76"
+    # another ISA's emulator is still refused
+    with pytest.raises(AotError, match="was built for board 'rpi5', not 'qemu-armv7'"):
+        aot.bench(pkg, board="qemu-armv7", repeat=1)
+
+
+def test_marks_split_into_runs_and_kernels():
+    # 1 warm-up + 2 timed runs of 2 kernels: t0, (begin, end) x 2, t1 per run
+    marks = []
+    for base in (0, 1000, 2000):
+        marks += [base, base + 10, base + 110, base + 120, base + 320, base + 330]
+    counts = insn_count.split_marks(marks, warmup=1, runs=2, kernels=2)
+    assert counts.runs == [330, 330] and counts.kernels == [[100, 200], [100, 200]]
+    assert insn_count.split_marks(marks[:4], 0, 2, None).runs == [10, 10]
+    with pytest.raises(AotError, match="saw 5 clock reads, expected 6"):
+        insn_count.split_marks(marks[:5], 0, 1, 2)
+
+
+def test_the_log_is_read_for_the_isas_clock_calls():
+    log = "sys 113 10\nsys 64 12\nsys 403 15\nsys 113 40\ntotal 50\n"
+    assert insn_count.clock_marks(log, insn_count.clock_syscalls("/usr/bin/qemu-aarch64")) \
+        == [10, 40]
+    assert insn_count.clock_marks(log, insn_count.clock_syscalls("qemu-arm")) == [15]
+    with pytest.raises(AotError, match="no instruction count for qemu-mips"):
+        insn_count.clock_syscalls("qemu-mips")

@@ -130,6 +130,10 @@ for _op, _s in (("ADD", 0.0023), ("SUB", 0.0023), ("MUL", 0.02)):
         f"{op.title()}Options", FusedActivationFunction=1))
 case("ADD_same_scales")(lambda: _model("ADD", [X(S), X(S, name="x2")], [Y(S, scale=0.0011)]))
 
+for _scale, _beta, _depth in ((0.0011, 1.0, 7), (0.0002, 1.0, 33), (0.02, 0.5, 5)):
+    case(f"SOFTMAX_scale{_scale}_beta{_beta}")(lambda s=_scale, b=_beta, d=_depth: _model(
+        "SOFTMAX", [X((4, d), scale=s)], [Y((4, d), scale=1 / 32768)], "SoftmaxOptions", Beta=b))
+
 case("QUANTIZE_from_float32")(lambda: _model("QUANTIZE", [X(S, "float32")], [Y(S, scale=0.0002)]))
 case("QUANTIZE_requantize")(lambda: _model("QUANTIZE", [X(S)], [Y(S, scale=0.0007)]))
 case("QUANTIZE_to_int8")(lambda: _model("QUANTIZE", [X(S)], [Y(S, "int8", 0.3)]))

@@ -745,7 +745,7 @@ class _Builder(VariableOps, TFLMOps):
         self._need(ins, 1)
         beta = float(op.options.get("Beta", 1.0))
         if self._is_int(ins[0]):
-            self.emit("tfl.softmax", ins[:1], outs, beta=beta)
+            self.emit(self._int_op("tfl.softmax", ins[0]), ins[:1], outs, beta=beta)
             return
         x = ins[0]
         if beta != 1.0:

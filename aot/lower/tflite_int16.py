@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from aot.ir.tir import Assign, Bin, Cast, Const, Expr, Load, add, dt, mul
+from aot.ir.tir import Assign, Bin, Cast, Const, Expr, Load, Store, Var, add, dt, mul
 from aot.lower import qmath as q
 from aot.lower import tflite_int8 as i8
 from aot.lower.rules import LowerCtx, kernel_rule, value_rule
@@ -106,3 +106,67 @@ def fully_connected_16x8(ctx: LowerCtx, ins, emit):
             return b.stmt()
         return i8.loop(ctx, "o", units, unit)
     return i8.row_loops(ctx, x, ctx.out_types[0].shape, depth, row)
+
+
+# ------------------------------------------------------------------ softmax
+
+class _Lut:
+    """generic_int16_table_lookup on one of the softmax tables (bases and
+    int16 slopes as PARAM arrays)."""
+
+    def __init__(self, ctx: LowerCtx, name: str, lut: np.ndarray):
+        base, slope = ref.lut_bases_slopes(lut)
+        self.base = ctx.param(f"{name}_base", base.astype(np.int16))
+        self.slope = ctx.param(f"{name}_slope", slope.astype(np.int16))
+
+    def __call__(self, b: q.Block, v: Expr) -> Var:
+        """v: an int32 already within int16's range."""
+        index = b.let("index", Bin("+", Bin(">>", v, Const(7)), Const(256)))
+        delta = Bin(">>", Bin("+", Bin("*", i8.to_i32(Load(self.slope, index)),
+                                       Bin("&", v, Const(0x7F))), Const(64)), Const(7))
+        # the sum wraps to int16 as TFLM's does (no table here comes near)
+        return b.let("looked_up", i8.to_i32(Cast(dt("int16"), Bin(
+            "+", i8.to_i32(Load(self.base, index)), delta))))
+
+
+@kernel_rule("tfl.softmax_int16")
+def softmax_int16(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    s_in = ref.symmetric_scale(x.type, "the input", ctx.node)
+    ref.check_softmax_output(ctx)
+    mult, shift = ref.softmax_multiplier(ctx.attrs.get("beta", 1.0), s_in)
+    exp_lut, recip_lut = (_Lut(ctx, n, t) for n, t in zip(("exp", "recip"), ref.softmax_luts()))
+    depth = x.shape[-1]
+    exps = ctx.scratch_buffer("exps", "int32", (depth,))
+    i64 = dt("int64")
+
+    def row(lead):
+        b = q.Block(ctx)
+        mx = i8.row_max(ctx, b, x, lead, depth, lowest=-32768)
+        total = b.let("sum", Const(0))
+
+        def exp_of(i):
+            eb = q.Block(ctx)
+            diff = eb.let("diff", Bin("-", i8.to_i32(x.load(lead + (i,))), mx))
+            scaled = eb.let("scaled", q.clamp(q.offset(q.mbqm(diff, mult, shift), 32767),
+                                              -32768, 32767))
+            e = exp_lut(eb, scaled)
+            eb.add(Store(exps, i, e), Assign(total, Bin("+", total, e)))
+            return eb.stmt()
+        b.add(i8.loop(ctx, "i", depth, exp_of))
+        clz, normalized = i8._count_leading_zeros(b, total)
+        # (sum << (clz - 1)) rounded to Q1.15 (over [1, 2)), then x = sum - 1 centred
+        shifted = q.i32(Bin(">>", Bin("+", Bin(">>", normalized, Const(1, i64)),
+                                      Const(1 << 13, i64)), Const(14, i64)))
+        recip = recip_lut(b, q.clamp(q.offset(shifted, -(1 << 15) - (1 << 16)), -32768, 32767))
+        right = b.let("right_shift", Bin("-", Const(31), clz))
+        rounding = b.let("rounding", Bin("<<", Const(1, i64), q.i64(Bin("-", right, Const(1)))))
+
+        def output(i):
+            prod = Bin("+", Bin("*", q.i64(Load(exps, i)), q.i64(recip)), rounding)
+            y = q.i32(Bin(">>", prod, q.i64(right)))
+            return emit(0, lead + (i,), Cast(dt("int16"), q.clamp(y, 0, 32767)))
+        b.add(i8.loop(ctx, "i", depth, output))
+        return b.stmt()
+    shape = x.shape
+    return i8.nest(ctx, tuple(f"r{k}" for k in range(len(shape) - 1)), shape[:-1], row)

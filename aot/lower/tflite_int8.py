@@ -666,10 +666,11 @@ def _count_leading_zeros(b: q.Block, total: Expr) -> tuple[Var, Var]:
     return c, v
 
 
-def row_max(ctx: LowerCtx, b: q.Block, x: TensorRef, lead: tuple, depth: int) -> Var:
-    """The largest int8 value of x[lead + (i,)] over the last axis, as int32
-    (softmax and log-softmax both start from it)."""
-    mx = b.let("max", Const(-128))
+def row_max(ctx: LowerCtx, b: q.Block, x: TensorRef, lead: tuple, depth: int,
+            lowest: int = -128) -> Var:
+    """The largest value of x[lead + (i,)] over the last axis, as int32, from
+    `lowest` (softmax and log-softmax both start from it)."""
+    mx = b.let("max", Const(lowest))
     b.add(loop(ctx, "i", depth, lambda i: Assign(mx, Bin("max", mx, to_i32(
         x.load(lead + (i,)))))))
     return mx

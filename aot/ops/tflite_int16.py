@@ -15,6 +15,8 @@ The importer maps an int8 op to its int16 form with `INT16_OPS`.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from aot.errors import ModelError, UnsupportedError, node_label
@@ -30,6 +32,7 @@ INT16_OPS = {
     "tfl.add": "tfl.add_int16",
     "tfl.sub": "tfl.sub_int16",
     "tfl.mul": "tfl.mul_int16",
+    "tfl.softmax": "tfl.softmax_int16",
 }
 i8.ACTIVATION_DTYPE.update({op: "int16" for op in INT16_OPS.values()})
 
@@ -148,3 +151,109 @@ register("tfl.sub_int16", infer=i8._binary_infer, pattern=Pattern.BROADCAST)(
     _symmetric_binary(i8.sub))
 register("tfl.mul_int16", infer=i8._binary_infer, pattern=Pattern.BROADCAST)(
     _symmetric_binary(i8.mul))
+
+
+# ------------------------------------------------------------------ softmax
+
+def _expf():
+    """C's expf (std::exp on a float, as tflite-micro calls it); numpy's float32
+    exp where libm cannot be loaded."""
+    import ctypes
+    import ctypes.util
+    path = ctypes.util.find_library("m")
+    if path is None:
+        return lambda v: np.exp(np.float32(v))
+    fn = ctypes.CDLL(path).expf
+    fn.restype, fn.argtypes = ctypes.c_float, (ctypes.c_float,)
+    return lambda v: np.float32(fn(float(v)))
+
+
+def gen_lut(func, lo: float, hi: float) -> np.ndarray:
+    """tflite-micro's gen_lut<float, int16_t, int16_t> for the output range
+    [-1, 1]: 512 samples of func on [lo, hi] in float32, each nudged by half
+    the error of interpolating to its midpoint, and the value at hi."""
+    f32 = np.float32
+    step = f32((f32(hi) - f32(lo)) / f32(512))
+    half = f32(step / f32(2))
+    scale = f32(65536) / f32(2)
+
+    def rnd(v):
+        return qmath.round_half_away_array(np.asarray(f32(v)))
+
+    lut = np.empty(513, np.int64)
+    for i in range(512):
+        x = f32(f32(lo) + f32(f32(i) * step))
+        val, nxt = func(x), func(f32(f32(lo) + f32(f32(i + 1) * step)))
+        mid = func(f32(x + half))
+        sample = rnd(f32(val * scale))
+        interp = rnd(f32(f32(f32(nxt * scale) + sample) / f32(2)))
+        bias = rnd(f32(f32(interp - rnd(f32(mid * scale))) / f32(2)))
+        lut[i] = np.clip(f32(sample - bias), -32768, 32767)
+    lut[512] = np.clip(rnd(f32(func(f32(hi)) * scale)), -32768, 32767)
+    return lut
+
+
+@functools.cache
+def softmax_luts() -> tuple[np.ndarray, np.ndarray]:
+    """(exp on [-10, 0], 1/(1+x) on [0, 1]): SoftmaxPrepare's two int16 tables."""
+    expf = _expf()
+    return (gen_lut(expf, -10.0, 0.0),
+            gen_lut(lambda v: np.float32(np.float32(1) / np.float32(np.float32(1) + v)),
+                    0.0, 1.0))
+
+
+def _wrap16(v):
+    return ((np.asarray(v, np.int64) + (1 << 15)) & 0xFFFF) - (1 << 15)
+
+
+def lut_bases_slopes(lut: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 512 bases and int16 slopes lut_lookup interpolates between."""
+    return lut[:512], _wrap16(lut[1:] - lut[:512])
+
+
+def lut_lookup(v: np.ndarray, lut: np.ndarray) -> np.ndarray:
+    """generic_int16_table_lookup: linear interpolation of the 513-entry table,
+    its 512 segments indexed by the top 9 bits of the int16 value."""
+    v = np.asarray(v, np.int64)
+    base, slope = lut_bases_slopes(lut)
+    index = 256 + (v >> 7)
+    return _wrap16(base[index] + ((slope[index] * (v & 0x7F) + 64) >> 7))
+
+
+def softmax_multiplier(beta: float, s_in: float) -> tuple[int, int]:
+    """(M, e) mapping an input difference in [-65535, 0] to [-10, 0] (one unit 10/65535)."""
+    return qmath.quantize_multiplier(float(np.float32(s_in)) * float(np.float32(beta))
+                                     / (10.0 / 65535.0))
+
+
+def _softmax_infer(sig: Sig):
+    i8._require_int8(sig)
+    return [i8._out_type(sig, sig.in_types[0].shape)]
+
+
+def check_softmax_output(call_or_ctx) -> None:
+    s_out = symmetric_scale(call_or_ctx.out_types[0], "the output", call_or_ctx.node)
+    if abs(s_out - 1 / 32768) > 0.001 / 32768:
+        raise ModelError(f"{node_label(call_or_ctx.node)}: int16 softmax output scale {s_out} "
+                         "(tflite-micro requires 1/32768)")
+
+
+@register("tfl.softmax_int16", infer=_softmax_infer, pattern=Pattern.REDUCE)
+def softmax_int16(call: Call, args):
+    """SoftmaxInt16: exps from the table, their sum's reciprocal from the
+    other, each exp scaled by it in Q0.15."""
+    s_in = symmetric_scale(call.in_types[0], "the input", call.node)
+    check_softmax_output(call)
+    exp_lut, recip_lut = softmax_luts()
+    mult, shift = softmax_multiplier(call.attrs.get("beta", 1.0), s_in)
+    x = args[0].astype(np.int64)
+    diff = x - x.max(axis=-1, keepdims=True)
+    scaled = qmath.clamp(qmath.mbqm(diff, mult, shift) + 32767, -32768, 32767)
+    exps = lut_lookup(scaled, exp_lut)
+    total = exps.sum(axis=-1, keepdims=True)
+    headroom = i8._clz32(total)
+    shifted = ((total << (headroom - 1)) + (1 << 13)) >> 14
+    recip = lut_lookup(qmath.clamp(shifted - (1 << 15) - (1 << 16), -32768, 32767), recip_lut)
+    right = 31 - headroom
+    y = (exps * recip + (np.int64(1) << (right - 1))) >> right
+    return [qmath.clamp(y, 0, 32767).astype(np.int16)]

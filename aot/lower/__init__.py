@@ -11,6 +11,7 @@ from aot.lower import (  # noqa: F401
     rules, nn, elementwise, injective, index, reduce, tflite_int8, lstm, onnx_quant, tflite_lut,
     rnn, tflite_int16, attention)
 from aot.lower import movement  # noqa: F401,E402
+from aot.lower import rows  # noqa: F401,E402
 
 
 def lower_graph(graph: Graph, target: Target) -> list[Kernel]:

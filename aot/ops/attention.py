@@ -391,3 +391,246 @@ def _rotary(call: Call, args):
     if geo.three_d:
         out = out.transpose(0, 2, 1, 3).reshape(x.shape)
     return [np.ascontiguousarray(out, dtype=x.dtype)]
+
+
+# ---- SwiGLU ------------------------------------------------------------------------------
+
+def _float32_only(sig: Sig, i: int, op: str) -> TensorType:
+    t = sig.in_types[i]
+    if t.dtype != "float32":
+        raise UnsupportedError(f"{node_label(sig.node)}: {op} on {t.dtype} is not supported "
+                               "(float32 is)")
+    return t
+
+
+def _infer_swiglu(sig: Sig):
+    if len(sig.node.inputs) != 2 or not (sig.has(0) and sig.has(1)):
+        raise sig.fail(f"takes 2 inputs, got {len(sig.node.inputs)}")
+    a, b = _float32_only(sig, 0, "SwiGLU"), _float32_only(sig, 1, "SwiGLU")
+    if a.shape != b.shape:
+        raise sig.fail(f"inputs must have one shape (no broadcasting), got {list(a.shape)} and "
+                       f"{list(b.shape)}")
+    return [a]
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return (1 / (1 + np.exp(-x))).astype(x.dtype)
+
+
+@register("SwiGLU", infer=_infer_swiglu, pattern=Pattern.ELEMWISE)
+def _swiglu(call: Call, args):
+    a, b = args
+    alpha = a.dtype.type(call.attrs.get("alpha", 1.0))
+    with np.errstate(over="ignore"):
+        return [(a * _sigmoid(alpha * a) * b).astype(a.dtype)]
+
+
+# ---- TensorScatter -----------------------------------------------------------------------
+
+CACHE, UPDATE, WRITE_AT = range(3)
+SCATTER_MODES = ("linear", "circular")
+
+
+def scatter_axis(sig_or_call) -> int:
+    rank = len(sig_or_call.in_types[CACHE].shape)
+    axis = int(sig_or_call.attrs.get("axis", -2))
+    if not -rank < axis < rank or axis % rank == 0:
+        raise _fail(sig_or_call.node, sig_or_call.in_types,
+                    f"axis {axis} must name a sequence axis after the batch axis (rank {rank})")
+    return axis % rank
+
+
+def _infer_tensor_scatter(sig: Sig):
+    n = len(sig.node.inputs)
+    if n not in (2, 3) or not (sig.has(CACHE) and sig.has(UPDATE)):
+        raise sig.fail(f"takes past_cache, update and optional write_indices, got {n}")
+    cache, update = sig.in_types[CACHE], sig.in_types[UPDATE]
+    mode = sig.attrs.get("mode", "linear")
+    if mode not in SCATTER_MODES:
+        raise sig.fail(f"mode '{mode}' is not linear or circular")
+    if update.dtype != cache.dtype or len(update.shape) != len(cache.shape):
+        raise sig.fail(f"update {update} must have past_cache's type and rank ({cache})")
+    axis = scatter_axis(sig)
+    if any(u != c for a, (u, c) in enumerate(zip(update.shape, cache.shape)) if a != axis) \
+            or update.shape[axis] > cache.shape[axis]:
+        raise sig.fail(f"update {list(update.shape)} does not fit past_cache "
+                       f"{list(cache.shape)} along axis {axis}")
+    if sig.has(WRITE_AT):
+        w = sig.in_types[WRITE_AT]
+        if w.dtype != "int64" or w.shape != (cache.shape[0],):
+            raise sig.fail(f"write_indices must be int64[{cache.shape[0]}], got {w}")
+        v = sig.values[WRITE_AT] if WRITE_AT < len(sig.values) else None
+        if v is not None and mode == "linear" and not _writes_fit(v, cache, update, axis):
+            raise sig.fail("write_indices write past the end of the cache")
+    return [cache]
+
+
+def _writes_fit(w: np.ndarray, cache: TensorType, update: TensorType, axis: int) -> bool:
+    """Linear mode: each batch's block lies inside the cache."""
+    return bool(np.all((w >= 0) & (w + update.shape[axis] <= cache.shape[axis])))
+
+
+@register("TensorScatter", infer=_infer_tensor_scatter, pattern=Pattern.INJECTIVE)
+def _tensor_scatter(call: Call, args):
+    cache, update = args[CACHE], args[UPDATE]
+    w = args[WRITE_AT] if len(args) > WRITE_AT and args[WRITE_AT] is not None else \
+        np.zeros(cache.shape[0], np.int64)
+    axis = scatter_axis(call)
+    circular = call.attrs.get("mode", "linear") == "circular"
+    if not circular and not _writes_fit(w, call.in_types[CACHE], call.in_types[UPDATE], axis):
+        raise _fail(call.node, call.in_types, "write_indices write past the end of the cache")
+    out = cache.copy()
+    steps = np.arange(update.shape[axis])
+    for b in range(cache.shape[0]):
+        at = (w[b] + steps) % cache.shape[axis] if circular else w[b] + steps
+        np.moveaxis(out[b], axis - 1, 0)[at] = np.moveaxis(update[b], axis - 1, 0)
+    return [out]
+
+
+# ---- CausalConvWithState -----------------------------------------------------------------
+
+CONV_X, CONV_W, CONV_BIAS, CONV_STATE = range(4)
+CONV_ACTIVATIONS = ("none", "silu", "swish")
+
+
+def _infer_causal_conv(sig: Sig):
+    n = len(sig.node.inputs)
+    if n not in (2, 3, 4) or not (sig.has(CONV_X) and sig.has(CONV_W)):
+        raise sig.fail(f"takes input, weight and optional bias and past_state, got {n}")
+    x, w = _float32_only(sig, CONV_X, "CausalConvWithState"), sig.in_types[CONV_W]
+    if sig.attrs.get("activation", "none") not in CONV_ACTIVATIONS:
+        raise sig.fail(f"activation '{sig.attrs['activation']}' is not none, silu or swish")
+    if len(x.shape) != 3:
+        raise sig.fail(f"input must be [batch, channels, length], got {list(x.shape)}")
+    b, c, _ = x.shape
+    if len(w.shape) != 3 or w.shape[:2] != (c, 1) or w.shape[2] < 1 or w.dtype != x.dtype:
+        raise sig.fail(f"weight must be {x.dtype}[{c}, 1, k] (depthwise), got {w}")
+    k = w.shape[2]
+    if sig.has(CONV_BIAS) and sig.in_types[CONV_BIAS] != TensorType((c,), x.dtype):
+        raise sig.fail(f"bias must be {x.dtype}[{c}], got {sig.in_types[CONV_BIAS]}")
+    state = TensorType((b, c, k - 1), x.dtype)
+    if sig.has(CONV_STATE) and sig.in_types[CONV_STATE] != state:
+        raise sig.fail(f"past_state must be {state}, got {sig.in_types[CONV_STATE]}")
+    return [x, state]
+
+
+@register("CausalConvWithState", infer=_infer_causal_conv, pattern=Pattern.OPAQUE)
+def _causal_conv(call: Call, args):
+    args = list(args) + [None] * (4 - len(args))
+    x, w, bias, state = args
+    k = w.shape[2]
+    if state is None:
+        state = np.zeros(x.shape[:2] + (k - 1,), x.dtype)
+    padded = np.concatenate([state, x], axis=2)
+    length = x.shape[2]
+    windows = np.stack([padded[:, :, m:m + length] for m in range(k)], axis=-1)
+    y = np.einsum("bctm,cm->bct", windows, w[:, 0])
+    if bias is not None:
+        y = y + bias[:, None]
+    if call.attrs.get("activation", "none") != "none":
+        with np.errstate(over="ignore"):
+            y = y * _sigmoid(y)
+    return [y.astype(x.dtype), np.ascontiguousarray(padded[:, :, length:])]
+
+
+# ---- LinearAttention ---------------------------------------------------------------------
+
+LQ, LK, LV, LSTATE, DECAY, BETA = range(6)
+UPDATE_RULES = ("linear", "gated", "delta", "gated_delta")
+
+
+@dataclass(frozen=True)
+class Linear:
+    """LinearAttention's sizes and form; inputs are [batch, time, heads * size]."""
+    batch: int
+    time: int
+    q_heads: int
+    kv_heads: int
+    key: int             # head size of Q and K
+    value: int
+    gated: bool          # the state decays by exp(decay) each step
+    delta: bool          # the delta rule: values corrected by what the state recalls
+    decay_per_key: bool  # decay per key element (else one per head)
+    beta_per_head: bool  # beta per head (else one for all)
+    scale: float
+
+    @property
+    def group(self) -> int:
+        return self.q_heads // self.kv_heads
+
+    @property
+    def state_shape(self) -> tuple[int, ...]:
+        return (self.batch, self.kv_heads, self.key, self.value)
+
+
+def linear_geometry(node: Node, in_types) -> Linear:
+    def fail(msg):
+        return _fail(node, in_types, msg)
+    rule = node.attrs.get("update_rule", "gated_delta")
+    if rule not in UPDATE_RULES:
+        raise fail(f"update_rule '{rule}' is not one of {', '.join(UPDATE_RULES)}")
+    hq, hkv = int(node.attrs.get("q_num_heads", 0)), int(node.attrs.get("kv_num_heads", 0))
+    if hq < 1 or hkv < 1 or hq % hkv:
+        raise fail(f"q_num_heads {hq} must be a positive multiple of kv_num_heads {hkv}")
+    q, k, v = in_types[LQ], in_types[LK], in_types[LV]
+    if any(len(t.shape) != 3 for t in (q, k, v)):
+        raise fail("query, key and value must be [batch, time, heads * size]")
+    b, t = q.shape[:2]
+    if k.shape[:2] != (b, t) or v.shape[:2] != (b, t) or q.shape[2] % hq or v.shape[2] % hkv \
+            or k.shape[2] * hq != q.shape[2] * hkv:
+        raise fail(f"query {list(q.shape)}, key {list(k.shape)} and value {list(v.shape)} do "
+                   f"not split into {hq} and {hkv} heads")
+    dk, dv = q.shape[2] // hq, v.shape[2] // hkv
+    gated, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    for i, what, needed in ((DECAY, "decay", gated), (BETA, "beta", delta)):
+        if _present(in_types, i) != needed:
+            raise fail(f"update_rule '{rule}' {'needs' if needed else 'takes no'} {what}")
+    decay_per_key = gated and in_types[DECAY].shape == (b, t, hkv * dk)
+    if gated and not decay_per_key and in_types[DECAY].shape != (b, t, hkv):
+        raise fail(f"decay must be [{b}, {t}, {hkv}] or [{b}, {t}, {hkv * dk}], got "
+                   f"{list(in_types[DECAY].shape)}")
+    beta_per_head = delta and in_types[BETA].shape == (b, t, hkv)
+    if delta and not beta_per_head and in_types[BETA].shape != (b, t, 1):
+        raise fail(f"beta must be [{b}, {t}, {hkv}] or [{b}, {t}, 1], got "
+                   f"{list(in_types[BETA].shape)}")
+    scale = float(node.attrs.get("scale", 0.0)) or 1 / math.sqrt(dk)
+    return Linear(b, t, hq, hkv, dk, dv, gated, delta, decay_per_key, beta_per_head, scale)
+
+
+def _infer_linear_attention(sig: Sig):
+    n = len(sig.node.inputs)
+    if not 3 <= n <= 6 or not all(sig.has(i) for i in (LQ, LK, LV)):
+        raise sig.fail(f"takes query, key, value and up to 3 optional inputs, got {n}")
+    for i in range(n):
+        if sig.has(i):
+            _float32_only(sig, i, "LinearAttention")
+    geo = linear_geometry(sig.node, sig.in_types)
+    state = TensorType(geo.state_shape, "float32")
+    if sig.has(LSTATE) and sig.in_types[LSTATE] != state:
+        raise sig.fail(f"past_state must be {state}, got {sig.in_types[LSTATE]}")
+    return [TensorType((geo.batch, geo.time, geo.q_heads * geo.value), "float32"), state]
+
+
+@register("LinearAttention", infer=_infer_linear_attention, pattern=Pattern.OPAQUE)
+def _linear_attention(call: Call, args):
+    args = list(args) + [None] * (6 - len(args))
+    geo = linear_geometry(call.node, call.in_types)
+    q, k, v = (_heads(args[LQ], geo.q_heads), _heads(args[LK], geo.kv_heads),
+               _heads(args[LV], geo.kv_heads))
+    state = (np.zeros(geo.state_shape, np.float32) if args[LSTATE] is None
+             else args[LSTATE].astype(np.float32))
+    out = np.zeros((geo.batch, geo.q_heads, geo.time, geo.value), np.float32)
+    for t in range(geo.time):
+        kt, vt = k[:, :, t], v[:, :, t]                     # [batch, kv heads, size]
+        if geo.gated:
+            d = args[DECAY][:, t].reshape(geo.batch, geo.kv_heads, -1)
+            state = state * np.exp(d)[..., None]
+        if geo.delta:
+            recalled = np.einsum("bhkv,bhk->bhv", state, kt)
+            beta = args[BETA][:, t].reshape(geo.batch, -1, 1)
+            vt = beta * (vt - recalled)
+        state = state + kt[..., :, None] * vt[..., None, :]
+        reads = np.repeat(state, geo.group, axis=1)
+        out[:, :, t] = geo.scale * np.einsum("bhk,bhkv->bhv", q[:, :, t], reads)
+    y = out.transpose(0, 2, 1, 3).reshape(geo.batch, geo.time, -1)
+    return [y.astype(np.float32), state.astype(np.float32)]

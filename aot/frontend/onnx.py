@@ -34,6 +34,11 @@ from aot.limits import check_shape
 
 MIN_OPSET = 7
 DEFAULT_DOMAINS = ("", "ai.onnx")
+# The com.microsoft ops ONNX Runtime's quantizer writes in QOperator form
+# that aot implements (aot/ops/onnx_quant.py, ONNX Runtime's arithmetic).
+MICROSOFT_OPS = ("QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearAveragePool",
+                 "QLinearGlobalAveragePool", "QLinearSigmoid", "QLinearLeakyRelu",
+                 "QLinearSoftmax")
 # Types numpy stands in for with a wider one (onnx maps them to uint16, int8,
 # ...): refused by name so they are never misread.
 NARROW_DTYPES = ("BFLOAT16", "INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")
@@ -351,6 +356,11 @@ def _opset(model, name: str) -> int:
 
 
 def _check_domain(node: Node, domain: str) -> None:
+    if domain == "com.microsoft" and node.op in MICROSOFT_OPS:
+        return
+    if domain == "com.microsoft":
+        raise UnsupportedError(f"unsupported op '{node.op}' of domain 'com.microsoft' at node "
+                               f"'{node.name}' (aot reads {', '.join(MICROSOFT_OPS)} of it)")
     if domain not in DEFAULT_DOMAINS:
         raise UnsupportedError(f"unsupported op '{node.op}' of domain '{domain}' at node "
                                f"'{node.name}' (aot reads the default ONNX domain only)")

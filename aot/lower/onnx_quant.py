@@ -1,8 +1,9 @@
 """Compute rules for ONNX's quantized ops (semantics: aot/ops/onnx_quant.py).
 
 ONNX rounds half to even (rint) where TFLite rounds half away from zero,
-and QLinear* requantize in floating point: acc * float32(x_s * w_s / y_s)
-in double, plus the zero point, rounded and saturated. Scales and zero
+and QLinear* requantize in floating point as ONNX Runtime does:
+float32(acc) * float32(x_s * w_s / y_s) in float32, rounded, plus the zero
+point, saturated. Scales and zero
 points are inputs in ONNX; the code generator needs them as constants.
 
 QLinearConv reuses the integer convolution loop nest of the tfl.* rules
@@ -109,22 +110,25 @@ def _float_multipliers(x_s, w_s, y_s) -> np.ndarray:
 
 
 def _requantizer(ctx: LowerCtx, ins, scales: tuple[int, int, int], zp_at: int):
-    """(acc, channel) -> saturate(rint(double(acc) * double(M[c]) + zp)) with
+    """(acc, channel) -> saturate(rint(float(acc) * M[c]) + zp) with
     M = float32(s_in * s_w / s_out) from the scale inputs, the output zero
     point from input zp_at, the output's dtype."""
     names = ("input scale", "weight scale", "output scale")
     mult = _float_multipliers(*(_value(ctx, ins, i, what).astype(np.float32)
                                 for i, what in zip(scales, names)))
-    m_at = table(ctx, "multiplier", mult.astype(np.float64))
-    zp = _value(ctx, ins, zp_at, "output zero point")
+    m_at = table(ctx, "multiplier", mult.astype(np.float32))
+    zp = 0 if _value(ctx, ins, zp_at, "output zero point") is None else \
+        int(np.asarray(_value(ctx, ins, zp_at, "output zero point")).reshape(-1)[0])
     dtype = ctx.out_types[0].dtype
-    f64 = dt("float64")
+    info = np.iinfo(dtype)
 
     def requantize(acc: Expr, channel: Expr) -> Expr:
-        r = Bin("*", Cast(f64, acc), m_at(channel))
-        if zp is not None:
-            r = Bin("+", r, Const(float(np.asarray(zp).reshape(-1)[0]), f64))
-        return _saturate(r, dtype)
+        scaled = _rint(Bin("*", Cast(dt("float32"), acc), m_at(channel)))
+        # clamped in float first: a huge product stays in int32's range
+        scaled = Bin("min", Bin("max", scaled, Const(-2.0 ** 30, dt("float32"))),
+                     Const(2.0 ** 30, dt("float32")))
+        y = q.offset(Cast(dt("int32"), scaled), zp)
+        return Cast(dt(dtype), q.clamp(y, int(info.min), int(info.max)))
     return requantize
 
 
@@ -408,7 +412,7 @@ def qlinear_avg_pool(ctx: LowerCtx, ins, emit):
                 needs_test = win.pad_begin[a] or win.pad_end[a] or win.extra_end(spatial)[a]
                 if not needs_test:
                     return body
-                inside = Bin("&&", Bin(">=", pos, Const(0)), Bin("<", pos, Const(spatial[a])))
+                inside = Bin("and", Bin(">=", pos, Const(0)), Bin("<", pos, Const(spatial[a])))
                 return If(inside, body)
             return loop(ctx, f"k{a}", win.kernel[a], step)
 
@@ -421,3 +425,38 @@ def qlinear_avg_pool(ctx: LowerCtx, ins, emit):
         b.add(emit(0, idx, _saturate(y, dtype)))
         return b.stmt()
     return nest(ctx, tuple(f"i{d}" for d in range(len(shape))), shape, out)
+
+
+@kernel_rule("QLinearSoftmax")
+def qlinear_softmax(ctx: LowerCtx, ins, emit):
+    """ONNX Runtime's table softmax (ref._qlinear_softmax) row by row: the
+    row's max, the float32 sum of table[x - max + 255] in order, then each
+    element's share scaled by floor(1 / y_scale), rounded, offset, capped
+    at 255 and stored into int8 (wrapping, as ONNX Runtime's store does)."""
+    x = ins[0]
+    sx, _ = _scalar_qparams(ctx, ins, 1, 2)
+    sy, zy = _scalar_qparams(ctx, ins, 3, 4)
+    shape = x.shape
+    depth = shape[-1]
+    exp = ctx.param("exp", ref.softmax_exp_table(sx, depth))
+    f32 = dt("float32")
+
+    def row(lead):
+        b = q.Block(ctx)
+        top = b.let("row_max", Const(-128))
+        b.add(loop(ctx, "k", depth, lambda k: Assign(top, Bin("max", top, to_i32(
+            x.load(lead + (k,)))))))
+
+        def e(k):
+            return Load(exp, add(sub(to_i32(x.load(lead + (k,))), top), Const(255)))
+        total = b.let("sum", Const(0.0, f32))
+        b.add(loop(ctx, "k", depth, lambda k: Assign(total, Bin("+", total, e(k)))))
+        scale = Const(float(ref.softmax_y_scale(sy)), f32)
+
+        def out(k):
+            share = Cast(dt("int32"), _rint(Bin("/", Bin("*", e(k), scale), total)))
+            y = Bin("min", q.offset(share, zy), Const(255))
+            return emit(0, lead + (k,), Cast(dt("int8"), y))
+        b.add(loop(ctx, "k", depth, out))
+        return b.stmt()
+    return nest(ctx, tuple(f"i{d}" for d in range(len(shape) - 1)), shape[:-1], row)

@@ -3,10 +3,10 @@ DequantizeLinear, DynamicQuantizeLinear, QLinearConv, QLinearMatMul,
 ConvInteger and MatMulInteger.
 
 Scales and zero points are inputs, as in ONNX. The arithmetic follows
-onnx.reference exactly: quantization divides in the input's float type and
-rounds half to even; QLinear* accumulate in integers, then requantize with a
-float32 multiplier (x_scale * w_scale / y_scale) applied in float64,
-round half to even and saturate.
+onnx.reference: quantization divides in the input's float type and rounds
+half to even; QLinear* accumulate in integers, then requantize as ONNX
+Runtime does: a float32 multiplier (x_scale * w_scale / y_scale) applied
+in float32, round half to even, the zero point, saturation.
 """
 from __future__ import annotations
 
@@ -218,7 +218,11 @@ def _int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _requantize(acc: np.ndarray, multiplier: np.ndarray, zp, dtype: str) -> np.ndarray:
-    r = acc.astype(np.float64) * multiplier.astype(np.float64)
+    """ONNX Runtime's MlasRequantizeOutput: float32(acc) * M in float32,
+    rounded half to even, plus the zero point, saturated. (onnx.reference
+    multiplies in float64; the two differ where the float32 product rounds
+    across a half, about 1 output in 10^4.)"""
+    r = np.rint(f32(acc.astype(np.float32) * multiplier.astype(np.float32))).astype(np.float64)
     if zp is not None:
         r = r + np.asarray(zp).astype(np.float64)
     return saturate_round(r, dtype)
@@ -450,8 +454,8 @@ def _qlut(call: Call, args):
     return [table[x.astype(np.int32) - np.iinfo(x.dtype).min]]
 
 
-register("QLinearSigmoid", infer=_qunary_infer, pattern=Pattern.ELEMWISE)(_qlut)
-register("QLinearLeakyRelu", infer=_qunary_infer, pattern=Pattern.ELEMWISE)(_qlut)
+register("QLinearSigmoid", infer=_qunary_infer, pattern=Pattern.OPAQUE)(_qlut)
+register("QLinearLeakyRelu", infer=_qunary_infer, pattern=Pattern.OPAQUE)(_qlut)
 
 
 # ---- QLinearConcat: Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) per input
@@ -545,3 +549,53 @@ def _qlinear_gap(call: Call, args):
     s = (x.astype(np.int64) - zx).sum(axis=axes, keepdims=True)
     count = int(np.prod([x.shape[a] for a in axes]))
     return [pool_output(s, np.float32(count), sx, sy, zy, x.dtype.name)]
+
+
+# ---- QLinearSoftmax (opset-13 form: along the last axis)
+
+def _qsoftmax_infer(sig: Sig):
+    x = _qunary_infer(sig)[0]
+    rank = len(x.shape)
+    if int(sig.attrs.get("opset", 13)) < 13 or int(sig.attrs.get("axis", -1)) % rank != rank - 1:
+        raise _unsupported(sig, "QLinearSoftmax other than opset 13's along the last axis "
+                                "is not supported yet")
+    if x.dtype != "int8":
+        raise _unsupported(sig, f"QLinearSoftmax of {x.dtype} is not supported yet (int8 only)")
+    return [x]
+
+
+def softmax_exp_table(x_scale, depth: int) -> np.ndarray:
+    """ONNX Runtime's float32 exp table for int8: entry k (0..255) is
+    exp((k - 255 + shift) * x_scale), k - 255 being x - max(row); `shift`
+    lifts the values as far as a sum of `depth` of them stays finite."""
+    shift = max(0.0, float(np.log(np.finfo(np.float32).max / depth)) - 5) / float(x_scale)
+    k = np.arange(256, dtype=np.float64)
+    return f32(np.exp((k - 255 + shift) * float(x_scale)))
+
+
+def softmax_y_scale(y_scale) -> np.float32:
+    """ONNX Runtime's output multiplier: floor(1 / y_scale) in float32."""
+    return f32(np.floor(f32(1) / f32(y_scale)))
+
+
+@register("QLinearSoftmax", infer=_qsoftmax_infer, pattern=Pattern.OPAQUE)
+def _qlinear_softmax(call: Call, args):
+    """Per row: e = table[x - max + 255], the float32 sum of e in order,
+    y = nearbyint(e * floor(1 / y_scale) / sum) + y_zero_point; ONNX
+    Runtime caps it at 255 only, and its int8 store wraps above 127."""
+    x = args[0]
+    sx, _ = scalar_qparams(call, args, 1, 2)
+    sy, zy = scalar_qparams(call, args, 3, 4)
+    table = softmax_exp_table(sx, x.shape[-1])
+    xi = x.astype(np.int32)
+    e = table[xi - xi.max(axis=-1, keepdims=True) + 255]
+    total = np.zeros(x.shape[:-1] + (1,), np.float32)
+    for k in range(x.shape[-1]):        # float32, summed in order as ONNX Runtime does
+        total = f32(total + e[..., k:k + 1])
+    q = np.rint(f32(f32(e * softmax_y_scale(sy)) / total)).astype(np.int32) + zy
+    return [_wrap_int8(np.minimum(q, 255))]
+
+
+def _wrap_int8(q: np.ndarray) -> np.ndarray:
+    """An int32 stored into int8 as C does on two's complement: modulo 256."""
+    return ((q.astype(np.int64) + 128) % 256 - 128).astype(np.int8)

@@ -14,6 +14,7 @@ Runtime's arithmetic, reading and writing int8 (or uint8) tensors:
     DQ(x) -> AveragePool -> Q               QLinearAveragePool (GlobalAveragePool alike)
     DQ(x) -> Sigmoid / LeakyRelu -> Q       QLinearSigmoid / QLinearLeakyRelu (tables)
     DQ(x)... -> Concat -> Q                 QLinearConcat
+    DQ(x) -> Softmax (last axis) -> Q       QLinearSoftmax (an exp table)
     DQ(x) -> MaxPool / Reshape / ... -> Q   the op itself on the integers, when the
                                             DQ's and the Q's parameters are equal
 
@@ -170,6 +171,14 @@ def _concat_inputs(node: Node, out, rw: Rewriter) -> list[str] | None:
     return list(out) + [t for p in parts for t in p]
 
 
+def _softmax_inputs(node: Node, out, rw: Rewriter) -> list[str] | None:
+    rank = len(rw.type(node.inputs[0]).shape)
+    if int(node.attrs.get("axis", -1)) % rank != rank - 1:
+        return None
+    ins = _unary_inputs(node, out, rw)
+    return ins if ins is not None and rw.type(ins[0]).dtype == "int8" else None
+
+
 # op -> (integer op, its inputs from the group's, or None when it does not fit)
 GROUPS: dict[str, tuple[str, Builder]] = {
     "Conv": ("QLinearConv", _conv_inputs),
@@ -181,6 +190,7 @@ GROUPS: dict[str, tuple[str, Builder]] = {
     "Sigmoid": ("QLinearSigmoid", _unary_inputs),
     "LeakyRelu": ("QLinearLeakyRelu", _unary_inputs),
     "Concat": ("QLinearConcat", _concat_inputs),
+    "Softmax": ("QLinearSoftmax", _softmax_inputs),
 }
 
 
@@ -203,6 +213,8 @@ def _group_rule(node: Node, rw: Rewriter) -> Rewrite | None:
     if ins is None:
         return None
     attrs = {k: v for k, v in op.attrs.items() if k != "beta"}
+    if int_op == "QLinearSoftmax":
+        attrs["opset"] = 13
     new = rw.node(int_op, ins, name=op.name, attrs=attrs, outputs=node.outputs)
     return Rewrite([new])
 

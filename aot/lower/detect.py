@@ -1,0 +1,212 @@
+"""Rules for the selection ops (aot/ops/detect.py): TopK and
+NonMaxSuppression as kernel rules, Compress as a gather from a table of the
+kept positions, NonZero and Unique (inputs known at compile time) as tables.
+
+TopK and NonMaxSuppression need no sort and no scratch for ordering: each
+step scans its row for the best element strictly after the previous one in
+the op's total order (value, then position, the lower first), so equal
+values come out in position order, as ONNX's reference, and every element
+is taken once. That is O(k x n) per row, fine for the few top-k of a
+classifier or the candidate boxes of a detector head.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from aot.ir.tir import (Assign, Bin, Decl, Expr, For, If, Load, Select, Stmt, Store, Unary,
+                        Var, const, seq)
+from aot.lower.elementwise import cast, const_like
+from aot.lower.injective import _vector_ok
+from aot.lower.reduce import _full, _per_row, loops
+from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
+from aot.lower.signal import compile_time_tables
+from aot.ops.detect import compress_positions
+from aot.ops.registry import Sig
+
+
+def _or(*conds: Expr) -> Expr:
+    out = conds[0]
+    for c in conds[1:]:
+        out = Bin("or", out, c)
+    return out
+
+
+def _and(*conds: Expr) -> Expr:
+    out = conds[0]
+    for c in conds[1:]:
+        out = Bin("and", out, c)
+    return out
+
+
+def next_best(ctx: LowerCtx, n: int, value: Callable[[Expr], Expr], prev: tuple[Var, Var],
+              largest: bool, eligible: Callable[[Var, Expr], Expr] | None = None
+              ) -> tuple[Stmt, Var, Var]:
+    """A scan for the element after `prev` = (value, position) in the order
+    by value (descending when largest), then position: (statements, its
+    value, its position or -1 when none is left). A previous position of -1
+    means nothing was taken yet. `eligible(t, v)` filters the candidates."""
+    pv, pi = prev
+    first = "<" if largest else ">"
+    better = ">" if largest else "<"
+    t, v = ctx.fresh("t"), ctx.fresh("v", pv.dtype)
+    bv, bi = ctx.fresh("best", pv.dtype), ctx.fresh("best_i")
+    after = _or(Bin("<", pi, const(0)), Bin(first, v, pv),
+                Bin("and", Bin("==", v, pv), Bin(">", t, pi)))
+    # equal values: the scan meets the lower position first and keeps it
+    take = _and(after, _or(Bin("<", bi, const(0)), Bin(better, v, bv)))
+    if eligible is not None:
+        take = Bin("and", eligible(t, v), take)
+    took = ctx.fresh("take", "bool")    # once: the updates below change its operands
+    scan = For(t, n, seq(Decl(v, value(t)), Decl(took, take), Assign(bi, Select(took, t, bi)),
+                         Assign(bv, Select(took, v, bv))))
+    return seq(Decl(bv, value(const(0))), Decl(bi, const(-1)), scan), bv, bi
+
+
+# ---- TopK ---------------------------------------------------------------------------------
+
+@kernel_rule("TopK")
+def _topk(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    rank = len(x.shape)
+    axis = int(ctx.attrs.get("axis", -1)) % rank
+    k = ctx.out_types[0].shape[axis]
+    largest = bool(ctx.attrs.get("largest", 1))
+
+    def row(at) -> Stmt:
+        pv, pi = ctx.fresh("prev", x.dtype), ctx.fresh("prev_i")
+        j = ctx.fresh("j")
+        find, bv, bi = next_best(ctx, x.shape[axis],
+                                 lambda t: x.load(_full({**at, axis: t}, rank)),
+                                 (pv, pi), largest)
+        out = _full({**at, axis: j}, rank)
+        step = seq(find, emit(0, out, bv), emit(1, out, cast(bi, "int64")),
+                   Assign(pv, bv), Assign(pi, bi))
+        return seq(Decl(pv, x.load(_full({**at, axis: const(0)}, rank))), Decl(pi, const(-1)),
+                   For(j, k, step))
+    return _per_row(ctx, x, (axis,), row)
+
+
+# ---- NonMaxSuppression --------------------------------------------------------------------
+
+def _corners(box: Callable[[int], Expr], center: bool) -> tuple[Expr, Expr, Expr, Expr]:
+    """(x_min, x_max, y_min, y_max) of a box from its 4 coordinates."""
+    if center:
+        half_w = Bin("/", box(2), const_like(2, box(2)))
+        half_h = Bin("/", box(3), const_like(2, box(3)))
+        return (Bin("-", box(0), half_w), Bin("+", box(0), half_w),
+                Bin("-", box(1), half_h), Bin("+", box(1), half_h))
+    return (Bin("min", box(1), box(3)), Bin("max", box(1), box(3)),
+            Bin("min", box(0), box(2)), Bin("max", box(0), box(2)))
+
+
+def _box_locals(ctx: LowerCtx, boxes: TensorRef, b: Expr, i: Expr, center: bool, name: str):
+    """Statements declaring a box's corners and area; the corner variables."""
+    corners = _corners(lambda c: boxes.load((b, i, const(c))), center)
+    names = [ctx.fresh(f"{name}_{s}", "float32") for s in ("x0", "x1", "y0", "y1")]
+    x0, x1, y0, y1 = names
+    area = ctx.fresh(f"{name}_area", "float32")
+    decls = [Decl(v, e) for v, e in zip(names, corners)]
+    decls.append(Decl(area, Bin("*", Bin("-", x1, x0), Bin("-", y1, y0))))
+    return seq(*decls), (x0, x1, y0, y1, area)
+
+
+def _suppresses(ctx: LowerCtx, a, b, iou: Expr) -> tuple[Stmt, Expr]:
+    """Whether box b suppresses box a (IoU > iou), as the ONNX reference:
+    no overlap, an empty box or an empty union never suppresses."""
+    ax0, ax1, ay0, ay1, area_a = a
+    bx0, bx1, by0, by1, area_b = b
+    w, h = ctx.fresh("w", "float32"), ctx.fresh("h", "float32")
+    inter = ctx.fresh("inter", "float32")
+    union = ctx.fresh("union", "float32")
+    zero = const_like(0, w)
+    stmts = seq(Decl(w, Bin("-", Bin("min", ax1, bx1), Bin("max", ax0, bx0))),
+                Decl(h, Bin("-", Bin("min", ay1, by1), Bin("max", ay0, by0))),
+                Decl(inter, Bin("*", w, h)),
+                Decl(union, Bin("-", Bin("+", area_a, area_b), inter)))
+    overlap = _and(Bin(">", w, zero), Bin(">", h, zero), Bin(">", inter, zero),
+                   Bin(">", area_a, zero), Bin(">", area_b, zero), Bin(">", union, zero))
+    return stmts, Bin("and", overlap, Bin(">", Bin("/", inter, union), iou))
+
+
+def _scalar(ref: TensorRef | None) -> Expr | None:
+    return None if ref is None else ref.load((const(0),) * len(ref.shape))
+
+
+@kernel_rule("NonMaxSuppression")
+def _nms(ctx: LowerCtx, ins, emit):
+    """Per batch and class: walk the boxes by score (next_best), keep one
+    unless a kept box suppresses it, until per_class are kept. Kept rows
+    are written at a running count; the rows after the last are -1."""
+    boxes, scores = ins[0], ins[1]
+    iou = _scalar(ins[3] if len(ins) > 3 else None)
+    threshold = _scalar(ins[4] if len(ins) > 4 else None)
+    iou = const(0.0, "float32") if iou is None else iou
+    center = bool(ctx.attrs.get("center_point_box", 0))
+    batches, classes, n = scores.shape
+    rows = ctx.out_types[0].shape[0]
+    per_class = rows // (batches * classes) if rows else 0
+    if per_class == 0:
+        return loops(ctx, (rows, 3), (0, 1), lambda at: emit(0, (at[0], at[1]),
+                                                              const(-1, "int64")))
+    kept = ctx.scratch_buffer("kept", "int32", (per_class,))
+    count = ctx.fresh("count")
+
+    def one_class(at) -> Stmt:
+        b, c = at[0], at[1]
+        taken, more = ctx.fresh("taken"), ctx.fresh("more", "bool")
+        ps, pi = ctx.fresh("prev", "float32"), ctx.fresh("prev_i")
+        eligible = None if threshold is None else (lambda t, v: Bin(">", v, threshold))
+        find, bs, bi = next_best(ctx, n, lambda t: scores.load((b, c, t)), (ps, pi), True,
+                                 eligible)
+        cand, a = _box_locals(ctx, boxes, b, bi, center, "a")
+        q = ctx.fresh("q")
+        other, o = _box_locals(ctx, boxes, b, Load(kept, q), center, "b")
+        test, hit = _suppresses(ctx, a, o, iou)
+        keep = ctx.fresh("keep", "bool")
+        check = For(q, per_class, If(Bin("<", q, taken), seq(
+            other, test, Assign(keep, Bin("and", keep, Unary("not", hit))))))
+        store = seq(Store(kept, taken, bi),
+                    *(emit(0, (count, const(j)), cast(v, "int64"))
+                      for j, v in enumerate((b, c, bi))),
+                    Assign(taken, Bin("+", taken, const(1))),
+                    Assign(count, Bin("+", count, const(1))))
+        step = seq(find, Assign(ps, bs), Assign(pi, bi),
+                   If(Bin("<", bi, const(0)), Assign(more, const(False, "bool")),
+                      seq(cand, Decl(keep, const(True, "bool")), check,
+                          If(keep, store))))
+        r = ctx.fresh("r")
+        return seq(Decl(taken, const(0)), Decl(more, const(True, "bool")),
+                   Decl(ps, const(0.0, "float32")), Decl(pi, const(-1)),
+                   For(r, n, If(Bin("and", more, Bin("<", taken, const(per_class))), step)))
+    pad = loops(ctx, (rows, 3), (0, 1), lambda at: If(
+        Bin(">=", at[0], count), emit(0, (at[0], at[1]), const(-1, "int64"))), "p")
+    return seq(Decl(count, const(0)), loops(ctx, (batches, classes), (0, 1), one_class), pad)
+
+
+# ---- Compress -----------------------------------------------------------------------------
+
+@value_rule("Compress")
+def _compress(ctx: LowerCtx, ins, idx, lanes):
+    x = ins[0]
+    rank = len(x.shape)
+    sig = Sig(ctx.node, ctx.in_types, tuple(r.value if r is not None else None for r in ins))
+    axis, kept = compress_positions(sig)
+    # whole runs of the last axis stay together unless it is the one compressed
+    _vector_ok(ctx, lanes, axis is not None and axis != rank - 1, "positions from a table")
+    table = ctx.param("kept", kept.astype(np.int32))
+    if axis is not None:
+        at = list(idx)
+        at[axis] = Load(table, idx[axis])
+        return x.load(tuple(at), lanes)
+    flat = Load(table, idx[0])         # a position in the flattened input
+    strides = np.cumprod((1,) + x.shape[::-1])[-2::-1] if rank else ()
+    at = tuple(Bin("%", Bin("/", flat, const(int(s))), const(int(d)))
+               for s, d in zip(strides, x.shape))
+    return x.load(at, lanes)
+
+
+# ---- NonZero and Unique: values known at compile time -------------------------------------
+
+kernel_rule("NonZero", "Unique")(compile_time_tables)

@@ -1,0 +1,153 @@
+"""Rules for the signal ops (aot/ops/signal.py): DFT and STFT as kernel rules,
+the windows and MelWeightMatrix as compile-time tables.
+
+The transforms are direct sums, O(length x bins) per row: a frame of an
+audio front end is a few hundred samples, and the sum needs no scratch
+memory and no bit-reversed reordering. The twiddle factors come from one
+table of cos and one of sin over the DFT length (2n floats of flash), read
+at (bin x sample) mod n, kept as a running index so no product can
+overflow. Sums accumulate in float32 (the reference's are float64; the
+error stays near float32's epsilon times the row's magnitude).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from aot.interp import run_node
+from aot.ir.tir import (Assign, Bin, Decl, Expr, For, Load, Select, Stmt, Var, const, flat_index,
+                        seq)
+from aot.lower.elementwise import const_like
+from aot.lower.reduce import loops
+from aot.lower.rules import LowerCtx, kernel_rule
+from aot.ops.signal import WINDOWS, dft_params, stft_params
+from aot.ops.registry import Sig
+
+# (x_j, its imaginary part or None) of sample j of the summed sequence
+Sample = Callable[[Var], tuple[Expr, Expr | None]]
+
+
+def _tables(ctx: LowerCtx, n: int):
+    angle = 2 * np.pi * np.arange(n) / n
+    return (ctx.param("dft_cos", np.cos(angle).astype(np.float32)),
+            ctx.param("dft_sin", np.sin(angle).astype(np.float32)))
+
+
+def rotated_sum(ctx: LowerCtx, n: int, count: int, step: Var, sample: Sample,
+                inverse: bool, weight: Callable[[Var], Expr] | None = None
+                ) -> tuple[Stmt, Var, Var]:
+    """(statements, re, im) of sum_{j < count} w_j x_j e^{-+2 pi i j step / n}
+    (the sign + for the inverse), x_j = sample(j), w_j = weight(j) or 1."""
+    cos_t, sin_t = _tables(ctx, n)
+    re, im = ctx.fresh("re", "float32"), ctx.fresh("im", "float32")
+    m, j = ctx.fresh("m"), ctx.fresh("j")
+    a, b = sample(j)
+    c, s = Load(cos_t, m), Load(sin_t, m)
+    if inverse:       # (a + ib)(c + is)
+        dre = Bin("*", a, c) if b is None else Bin("-", Bin("*", a, c), Bin("*", b, s))
+        dim = Bin("*", a, s) if b is None else Bin("+", Bin("*", b, c), Bin("*", a, s))
+    else:             # (a + ib)(c - is)
+        dre = Bin("*", a, c) if b is None else Bin("+", Bin("*", a, c), Bin("*", b, s))
+        dim = Bin("-", const_like(0, a), Bin("*", a, s)) if b is None \
+            else Bin("-", Bin("*", b, c), Bin("*", a, s))
+    if weight is not None:
+        dre, dim = Bin("*", weight(j), dre), Bin("*", weight(j), dim)
+    nxt = Bin("+", m, step)
+    body = seq(Assign(re, Bin("+", re, dre)), Assign(im, Bin("+", im, dim)),
+               Assign(m, Select(Bin(">=", nxt, const(n)), Bin("-", nxt, const(n)), nxt)))
+    zero = const_like(0, a)
+    return seq(Decl(re, zero), Decl(im, zero), Decl(m, const(0)), For(j, count, body)), re, im
+
+
+def _known_int(ref) -> int | None:
+    return None if ref is None else int(np.asarray(ref.value).reshape(-1)[0])
+
+
+@kernel_rule("DFT")
+def _dft(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    rank = len(x.shape)
+    lengths = tuple(_known_int(ins[i]) if i < len(ins) else None for i in (1, 2))
+    axis, n, inverse, onesided = dft_params(ctx, x.shape, lengths)
+    out = ctx.out_types[0].shape
+    complex_in = x.shape[-1] == 2
+    outer = [a for a in range(rank - 1) if a != axis]
+
+    def at(idx, axis_value, part) -> tuple:
+        return tuple(axis_value if a == axis else part if a == rank - 1 else idx[a]
+                     for a in range(rank))
+
+    def row(idx) -> Stmt:
+        k = ctx.fresh("k")
+
+        def sample(j):
+            a = x.load(at(idx, j, const(0)))
+            return a, (x.load(at(idx, j, const(1))) if complex_in else None)
+
+        if inverse and onesided:
+            # the real signal of a Hermitian spectrum given by its first half:
+            # y_k = (X_0 + 2 sum_{0 < j < n/2} Re(X_j e^{i..}) + X_{n/2} (-1)^k) / n
+            def weight(j):
+                edge = Bin("or", Bin("==", j, const(0)), Bin("==", Bin("*", j, const(2)),
+                                                              const(n)))
+                return Select(edge, const_like(1, x.dtype), const_like(2, x.dtype))
+            count = min(x.shape[axis], n // 2 + 1)
+            sums, re, _ = rotated_sum(ctx, n, count, k, sample, True, weight)
+            return For(k, out[axis], seq(
+                sums, emit(0, at(idx, k, const(0)), Bin("*", re, const_like(1 / n, re)))))
+        sums, re, im = rotated_sum(ctx, n, min(x.shape[axis], n), k, sample, inverse)
+        scale = (lambda v: Bin("*", v, const_like(1 / n, v))) if inverse else (lambda v: v)
+        return For(k, out[axis], seq(sums, emit(0, at(idx, k, const(0)), scale(re)),
+                                     emit(0, at(idx, k, const(1)), scale(im))))
+    return loops(ctx, x.shape, outer, row)
+
+
+@kernel_rule("STFT")
+def _stft(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    window = ins[2] if len(ins) > 2 else None
+    sig = Sig(ctx.node, ctx.in_types, tuple(r.value if r is not None else None for r in ins))
+    step, n, frames, _ = stft_params(sig)
+    batch, bins = x.shape[0], ctx.out_types[0].shape[2]
+    complex_in = x.shape[-1] == 2
+
+    def frame(at) -> Stmt:
+        b, f, k = at[0], at[1], ctx.fresh("k")
+
+        def sample(j):
+            t = Bin("+", Bin("*", f, const(step)), j)
+            parts = [x.load((b, t, const(p))) for p in range(2 if complex_in else 1)]
+            if window is not None:
+                w = window.load((j,))
+                parts = [Bin("*", p, w) for p in parts]
+            return parts[0], (parts[1] if complex_in else None)
+        sums, re, im = rotated_sum(ctx, n, n, k, sample, False)
+        return For(k, bins, seq(sums, emit(0, (b, f, k, const(0)), re),
+                                emit(0, (b, f, k, const(1)), im)))
+    return loops(ctx, (batch, frames), (0, 1), frame)
+
+
+# ---- values known at compile time ---------------------------------------------------------
+
+@kernel_rule(*WINDOWS, "MelWeightMatrix")
+def compile_time_tables(ctx: LowerCtx, ins, emit):
+    """Ops whose inputs are all compile-time constants (the windows and mel
+    filters: shape arguments alone) fold, unless their outputs are the
+    model's: each output is then copied from a table linked in as const
+    data."""
+    if any(r is not None and r.value is None for r in ins):
+        raise ctx.unsupported(f"{ctx.node.op} of a value computed at run time")
+    types = {n: t for n, t in zip(ctx.node.inputs, ctx.in_types) if n}
+    types.update(zip(ctx.node.outputs, ctx.out_types))
+    values = run_node(ctx.node, types, [r.value if r is not None else None for r in ins])
+    parts = []
+    for k, value in enumerate(values):
+        table = ctx.param(f"{ctx.node.op.lower()}_values", value)
+        rank = value.ndim
+
+        def copy(at, k=k, table=table, shape=value.shape) -> Stmt:
+            idx = tuple(at[a] for a in range(rank))
+            return emit(k, idx, Load(table, flat_index(idx, shape)))
+        parts.append(loops(ctx, value.shape, range(rank), copy))
+    return seq(*parts)

@@ -1,0 +1,254 @@
+"""Selection ops of detector heads and their kin, with ONNX semantics: TopK,
+NonMaxSuppression, and the ops whose output size follows from values:
+Compress, NonZero and Unique.
+
+A static package cannot size an output at run time, so each value-sized
+output gets one of two answers (docs/ops.md, "Signal and detection ops"):
+
+- NonMaxSuppression has a static upper bound: batches x classes x
+  min(max_output_boxes_per_class, boxes) rows. The selected rows come first,
+  in ONNX's order; every row after them is (-1, -1, -1), so the count is the
+  number of rows before the first -1.
+- Compress needs its condition, NonZero and Unique their input, known at
+  compile time; otherwise they are refused naming the node. Then their
+  sizes are known, NonZero and Unique fold to constants, and Compress is a
+  gather with constant positions.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from aot.errors import UnsupportedError, node_label
+from aot.ir.graph import TensorType
+from aot.ops.elementwise import arity
+from aot.ops.registry import Call, Pattern, Sig, register
+from aot.ops.signal import scalar_int
+from aot.ops.tensor import _axis
+
+
+def value_sized(sig: Sig, i: int, what: str) -> np.ndarray:
+    """Input i, which decides the output's size, known at compile time."""
+    if i >= len(sig.values) or sig.values[i] is None:
+        raise UnsupportedError(
+            f"{node_label(sig.node)}: input {i} must be a compile-time constant: the output "
+            f"size depends on the values of {what}, and a static package sizes every output "
+            "at compile time")
+    return sig.values[i]
+
+
+# ---- TopK ---------------------------------------------------------------------------------
+
+def topk_k(sig: Sig) -> int:
+    return scalar_int(sig, 1, "k") if sig.has(1) else int(sig.attrs["k"])
+
+
+@arity(1, 2)
+def _infer_topk(sig: Sig):
+    x = sig.in_types[0]
+    if not x.shape:
+        raise sig.fail("the input must have rank >= 1")
+    if x.dtype == "bool":
+        raise sig.fail("the input must be numeric, got bool")
+    axis = _axis(sig, int(sig.attrs.get("axis", -1)), len(x.shape))
+    k = topk_k(sig)
+    if not 0 <= k <= x.shape[axis]:
+        raise sig.fail(f"k {k} is out of range for an axis of {x.shape[axis]}")
+    shape = x.shape[:axis] + (k,) + x.shape[axis + 1:]
+    return [TensorType(shape, x.dtype, x.quant), TensorType(shape, "int64")]
+
+
+def topk_order(x: np.ndarray, axis: int, largest: bool) -> np.ndarray:
+    """Positions along `axis` in TopK's order: by value (descending when
+    largest), equal values by position, the lower first."""
+    if not largest:
+        return np.argsort(x, axis=axis, kind="stable")
+    # a stable ascending sort of the reversed axis, reversed: descending,
+    # and equal values keep their original order
+    n = x.shape[axis]
+    up = np.argsort(np.flip(x, axis), axis=axis, kind="stable")
+    return (n - 1) - np.flip(up, axis)
+
+
+@register("TopK", infer=_infer_topk)
+def _topk(call: Call, args):
+    x = args[0]
+    axis = int(call.attrs.get("axis", -1)) % x.ndim
+    k = call.out_types[0].shape[axis]
+    order = np.take(topk_order(x, axis, bool(call.attrs.get("largest", 1))),
+                    np.arange(k), axis=axis)
+    return [np.take_along_axis(x, order, axis=axis), order.astype(np.int64)]
+
+
+# ---- NonMaxSuppression --------------------------------------------------------------------
+
+def nms_per_class(sig_or_call, boxes: TensorType, value) -> int:
+    """Rows each (batch, class) may select: min(max_output_boxes_per_class, boxes)."""
+    if value is None:
+        return 0        # absent: the spec's default of 0 selects nothing
+    return max(0, min(int(np.asarray(value).reshape(-1)[0]), boxes.shape[1]))
+
+
+@arity(2, 5)
+def _infer_nms(sig: Sig):
+    boxes, scores = sig.in_types[0], sig.in_types[1]
+    if boxes.dtype != "float32" or scores.dtype != "float32":
+        raise sig.fail(f"boxes and scores must be float32, got {boxes.dtype}, {scores.dtype}")
+    if len(boxes.shape) != 3 or boxes.shape[2] != 4:
+        raise sig.fail(f"boxes must be [batches, boxes, 4], got {list(boxes.shape)}")
+    if len(scores.shape) != 3 or (scores.shape[0], scores.shape[2]) != boxes.shape[:2]:
+        raise sig.fail(f"scores {list(scores.shape)} must be [batches, classes, boxes] for "
+                       f"boxes {list(boxes.shape)}")
+    if int(sig.attrs.get("center_point_box", 0)) not in (0, 1):
+        raise sig.fail(f"center_point_box {sig.attrs['center_point_box']} must be 0 or 1")
+    for i, what in ((3, "iou_threshold"), (4, "score_threshold")):
+        if sig.has(i) and (sig.in_types[i].dtype != "float32" or sig.in_types[i].size != 1):
+            raise sig.fail(f"{what} must be one float32, got {sig.in_types[i]}")
+    per_class = nms_per_class(sig, boxes, sig.const(2) if sig.has(2) else None)
+    return [TensorType((boxes.shape[0] * scores.shape[1] * per_class, 3), "int64")]
+
+
+def _corners(box: np.ndarray, center: bool):
+    """(x_min, x_max, y_min, y_max) in float32, as the ONNX reference."""
+    if center:
+        xc, yc, w, h = box
+        return xc - w / 2, xc + w / 2, yc - h / 2, yc + h / 2
+    y1, x1, y2, x2 = box
+    return min(x1, x2), max(x1, x2), min(y1, y2), max(y1, y2)
+
+
+def overlaps(a: np.ndarray, b: np.ndarray, center: bool, iou_threshold) -> bool:
+    """Whether box b suppresses box a: IoU > iou_threshold, in float32."""
+    ax0, ax1, ay0, ay1 = _corners(a, center)
+    bx0, bx1, by0, by1 = _corners(b, center)
+    w = min(ax1, bx1) - max(ax0, bx0)
+    h = min(ay1, by1) - max(ay0, by0)
+    if w <= 0 or h <= 0:
+        return False
+    inter = w * h
+    area_a, area_b = (ax1 - ax0) * (ay1 - ay0), (bx1 - bx0) * (by1 - by0)
+    union = area_a + area_b - inter
+    if area_a <= 0 or area_b <= 0 or union <= 0:
+        return False
+    return inter / union > iou_threshold
+
+
+def nms_select(boxes, scores, per_class: int, iou_threshold, score_threshold,
+               center: bool) -> list[tuple[int, int, int]]:
+    """The selected (batch, class, box) triples in ONNX's order: batch, class,
+    then score descending (equal scores: the lower box first)."""
+    selected = []
+    for b in range(scores.shape[0]):
+        for c in range(scores.shape[1]):
+            s = scores[b, c]
+            order = topk_order(s, 0, True)
+            if score_threshold is not None:
+                order = order[s[order] > score_threshold]
+            kept: list[int] = []
+            for i in order:
+                if len(kept) == per_class:
+                    break
+                if not any(overlaps(boxes[b, i], boxes[b, j], center, iou_threshold)
+                           for j in kept):
+                    kept.append(int(i))
+            selected += [(b, c, i) for i in kept]
+    return selected
+
+
+@register("NonMaxSuppression", infer=_infer_nms)
+def _nms(call: Call, args):
+    boxes, scores = args[0], args[1]
+    per_class = nms_per_class(call, call.in_types[0], args[2] if len(args) > 2 else None)
+
+    def scalar(i):
+        a = args[i] if len(args) > i else None
+        return None if a is None else np.float32(np.asarray(a).reshape(-1)[0])
+    iou = scalar(3)
+    rows = nms_select(boxes, scores, per_class, np.float32(0) if iou is None else iou,
+                      scalar(4), bool(call.attrs.get("center_point_box", 0)))
+    out = np.full(call.out_types[0].shape, -1, np.int64)
+    if rows:
+        out[:len(rows)] = rows
+    return [out]
+
+
+# ---- Compress -----------------------------------------------------------------------------
+
+def compress_positions(sig: Sig) -> tuple[int | None, np.ndarray]:
+    """(axis or None for the flattened input, the positions kept)."""
+    x = sig.in_types[0]
+    cond = np.asarray(value_sized(sig, 1, "the condition")).reshape(-1)
+    if len(sig.in_types[1].shape) != 1:
+        raise sig.fail(f"the condition must be 1-D, got {list(sig.in_types[1].shape)}")
+    axis = sig.attrs.get("axis")
+    axis = None if axis is None else _axis(sig, int(axis), len(x.shape))
+    dim = x.size if axis is None else x.shape[axis]
+    if np.any(cond[dim:]):
+        raise sig.fail(f"the condition selects beyond the {dim} positions of the input")
+    return axis, np.flatnonzero(cond[:dim])
+
+
+@arity(2, 2)
+def _infer_compress(sig: Sig):
+    x = sig.in_types[0]
+    axis, kept = compress_positions(sig)
+    if axis is None:
+        return [TensorType((kept.size,), x.dtype, x.quant)]
+    return [TensorType(x.shape[:axis] + (kept.size,) + x.shape[axis + 1:], x.dtype, x.quant)]
+
+
+@register("Compress", infer=_infer_compress, pattern=Pattern.INJECTIVE)
+def _compress(call: Call, args):
+    axis, kept = compress_positions(Sig(call.node, call.in_types, tuple(args)))
+    x = args[0].reshape(-1) if axis is None else args[0]
+    return [np.take(x, kept, axis=0 if axis is None else axis)]
+
+
+# ---- NonZero and Unique: folded -----------------------------------------------------------
+
+@arity(1, 1)
+def _infer_nonzero(sig: Sig):
+    x = value_sized(sig, 0, "the input")
+    return [TensorType((max(x.ndim, 1), int(np.count_nonzero(x))), "int64")]
+
+
+@register("NonZero", infer=_infer_nonzero)
+def _nonzero(call: Call, args):
+    x = np.asarray(args[0])
+    return [np.array(np.nonzero(x.reshape(-1) if x.ndim == 0 else x), np.int64)
+            .reshape(call.out_types[0].shape)]
+
+
+def unique(x: np.ndarray, axis: int | None, sort: bool):
+    """(values, first positions, inverse, counts) along axis (None: flattened)."""
+    flat = x.reshape(-1) if axis is None else x
+    ax = 0 if axis is None else axis
+    y, first, inverse, counts = np.unique(flat, True, True, True, axis=ax)
+    inverse = inverse.reshape(-1)
+    if not sort:
+        # in the order of first occurrence
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+        y = np.take(flat, first, axis=ax)
+    return y, first.astype(np.int64), inverse.astype(np.int64), counts.astype(np.int64)
+
+
+@arity(1, 1)
+def _infer_unique(sig: Sig):
+    x = value_sized(sig, 0, "the input")
+    axis = sig.attrs.get("axis")
+    axis = None if axis is None else _axis(sig, int(axis), x.ndim)
+    y, first, inverse, counts = unique(x, axis, bool(sig.attrs.get("sorted", 1)))
+    t = sig.in_types[0]
+    types = [TensorType(y.shape, t.dtype, t.quant)] + [
+        TensorType(a.shape, "int64") for a in (first, inverse, counts)]
+    return types[:len(sig.node.outputs)]
+
+
+@register("Unique", infer=_infer_unique)
+def _unique(call: Call, args):
+    axis = call.attrs.get("axis")
+    axis = None if axis is None else int(axis) % args[0].ndim
+    out = unique(args[0], axis, bool(call.attrs.get("sorted", 1)))
+    return list(out[:len(call.out_types)])

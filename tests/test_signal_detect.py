@@ -1,0 +1,303 @@
+"""Signal and detection ops (aot/ops/signal.py, aot/ops/detect.py): every
+ONNX backend node case of DFT, STFT, the windows, MelWeightMatrix, TopK,
+NonMaxSuppression, Compress, NonZero and Unique through the interpreter and
+through the compiled package on the host (codegen c and llvm); the STFT,
+TopK and NonMaxSuppression cases in one package on qemu-aarch64; an audio
+front end and a detector head as exporters write them, against ONNX
+Runtime; the refusals of value-sized outputs.
+
+Shape arguments the node tests feed as graph inputs (k, frame_step, sizes,
+max_output_boxes_per_class, a Compress condition, a NonZero or Unique
+input) are bound to the case's values, as tests/test_onnx_conformance.py
+does. NonMaxSuppression's output is its static upper bound: the expected
+rows first, then rows of -1 (docs/ops.md, "Signal and detection ops").
+"""
+from __future__ import annotations
+
+import functools
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper
+
+import test_conformance_package as pkg
+from test_onnx_conformance import _compare, _needs_constant, bind_and_retry, data_sets, skip_reason
+
+from aot.api import run
+from aot.errors import UnsupportedError
+from aot.frontend.onnx import import_onnx
+from aot.interp import interpret
+from aot.passes.infer import infer_types
+from aot.passes.pipeline import optimize
+from aot.targets import get_board
+
+OPS = ("DFT", "STFT", "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix",
+       "TopK", "NonMaxSuppression", "Compress", "NonZero", "Unique")
+ON_QEMU = ("STFT", "TopK", "NonMaxSuppression")
+
+
+@functools.lru_cache(maxsize=None)
+def cases() -> dict[str, object]:
+    """{case name: case} of OPS (not the expanded function bodies, which test
+    other ops), without the ones whose tensor types aot does not support."""
+    from onnx.backend.test.case.node import collect_testcases
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        everything = collect_testcases(None)
+    return {c.name: c for c in everything
+            if "_expanded" not in c.name and c.model.graph.node[0].op_type in OPS
+            and not skip_reason(c)}
+
+
+def op_of(case) -> str:
+    return case.model.graph.node[0].op_type
+
+
+def graph_of(model, name: str):
+    return optimize(infer_types(import_onnx(model.SerializeToString(), name)))
+
+
+def check(case_name: str, op: str, got: dict, expected: dict) -> None:
+    for out, want in expected.items():
+        want = np.asarray(want)
+        have = np.asarray(got[out])
+        if op == "NonMaxSuppression":
+            # the static bound: the selected rows, then -1 rows
+            assert have.shape[0] >= want.shape[0], (case_name, have.shape, want.shape)
+            assert np.all(have[want.shape[0]:] == -1), (case_name, have)
+            have = have[:want.shape[0]]
+        reason = _compare(out, have, want)
+        assert reason is None, f"{case_name}: {reason}"
+
+
+def test_every_case_is_here():
+    """The cases this file runs: all of the ops' backend node cases but the
+    bfloat16 ones (a change to the onnx package's set shows here)."""
+    assert len(cases()) == 47
+    assert {op_of(c) for c in cases().values()} == set(OPS)
+
+
+@pytest.mark.parametrize("name", sorted(cases()))
+def test_interpreter(name):
+    case = cases()[name]
+    for ins, outs in data_sets(case):
+        graph, _ = bind_and_retry(case.model, ins, lambda m: graph_of(m, name))
+        with np.errstate(all="ignore"):
+            got = interpret(graph, {k: v for k, v in ins.items() if k in graph.inputs})
+        check(name, op_of(case), got, outs)
+
+
+# ---- compiled on the host ------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def host_results(codegen: str) -> dict[str, dict]:
+    """{case name: [(outputs, expected)] per data set}: every case packaged,
+    all built into one library, each run in a child process."""
+    board = get_board("host")
+    packaged = {}
+    for n, name in enumerate(sorted(cases())):
+        with np.errstate(all="ignore"):
+            packaged[name] = pkg.package_case(cases()[name], f"sd{n}", codegen, board)
+    with tempfile.TemporaryDirectory(prefix="aot-signal-") as tmp:
+        lib, failed = pkg.build(Path(tmp), [r for rs in packaged.values() for r in rs], board)
+        assert not failed, failed
+        return {name: [(pkg.run_isolated(lib, r), r.expected) for r in rs]
+                for name, rs in packaged.items()}
+
+
+@pytest.mark.parametrize("codegen", ("c", "llvm"))
+def test_compiled_on_host(codegen):
+    results = host_results(codegen)
+    assert len(results) == len(cases())
+    for name, runs in results.items():
+        for got, expected in runs:
+            check(name, op_of(cases()[name]), got, expected)
+
+
+# ---- compiled on qemu-aarch64 ----------------------------------------------------------------
+
+def merged_model(names: list[str]):
+    """One model running every named case side by side (names prefixed by
+    the case's index), its shape arguments bound; and its inputs and
+    expected outputs."""
+    nodes, inputs, outputs, inits = [], [], [], []
+    feeds, expected = {}, {}
+    opset = 1
+    for i, name in enumerate(names):
+        case = cases()[name]
+        g = case.model.graph
+        opset = max(opset, case.model.opset_import[0].version)
+
+        def p(s: str, i=i) -> str:
+            return f"c{i}_{s}" if s else s
+        for k, node in enumerate(g.node):
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            nodes.append(helper.make_node(node.op_type, [p(x) for x in node.input],
+                                          [p(x) for x in node.output], name=p(f"n{k}"), **attrs))
+        for vi, into in [(vi, inputs) for vi in g.input] + [(vi, outputs) for vi in g.output]:
+            into.append(onnx.ValueInfoProto())
+            into[-1].CopyFrom(vi)
+            into[-1].name = p(vi.name)
+        ins, outs = next(data_sets(case))
+        feeds.update({p(k): v for k, v in ins.items()})
+        expected.update({p(k): (op_of(case), v) for k, v in outs.items()})
+    model = helper.make_model(helper.make_graph(nodes, "merged", inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", opset)])
+    return model, feeds, expected
+
+
+def test_stft_topk_nms_cases_on_qemu_aarch64():
+    names = sorted(n for n, c in cases().items() if op_of(c) in ON_QEMU)
+    assert len(names) == 19
+    model, feeds, expected = merged_model(names)
+    graph, bound = bind_and_retry(model, feeds, lambda m: graph_of(m, "merged"))
+    assert {b for b, _ in bound} >= {n for n in feeds if n.endswith(("_k", "_frame_step"))}
+    got = run(graph, {k: v for k, v in feeds.items() if k in graph.inputs},
+              board="qemu-aarch64")
+    for out, (op, want) in expected.items():
+        check(out, op, got, {out: want})
+
+
+# ---- exporter-shaped models against ONNX Runtime ----------------------------------------
+
+def _const(name: str, value) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(
+        np.asarray(value), name))
+
+
+def log_mel_model(n_fft: int = 256, hop: int = 128, mels: int = 40, rate: int = 16000):
+    """audio [1, L] -> log mel energies [1, frames, mels], as torchaudio's and
+    tf2onnx's exports write a front end: a Hann window, a one-sided STFT,
+    the power spectrum, the mel filter bank as a MatMul, a log."""
+    nodes = [
+        _const("axes", np.array([2], np.int64)),
+        helper.make_node("Unsqueeze", ["audio", "axes"], ["signal"]),
+        _const("n_fft", np.array(n_fft, np.int64)),
+        _const("hop", np.array(hop, np.int64)),
+        helper.make_node("HannWindow", ["n_fft"], ["window"], periodic=1),
+        helper.make_node("STFT", ["signal", "hop", "window", "n_fft"], ["spec"], onesided=1),
+        _const("two", np.array(2, np.float32)),
+        helper.make_node("Pow", ["spec", "two"], ["sq"]),
+        _const("last", np.array([-1], np.int64)),
+        helper.make_node("ReduceSum", ["sq", "last"], ["power"], keepdims=0),
+        _const("mels", np.array(mels, np.int64)),
+        _const("rate", np.array(rate, np.int64)),
+        _const("lo", np.array(20.0, np.float32)),
+        _const("hi", np.array(rate / 2, np.float32)),
+        helper.make_node("MelWeightMatrix", ["mels", "n_fft", "rate", "lo", "hi"], ["filters"]),
+        helper.make_node("MatMul", ["power", "filters"], ["mel"]),
+        _const("eps", np.array(1e-6, np.float32)),
+        helper.make_node("Add", ["mel", "eps"], ["mel_eps"]),
+        helper.make_node("Log", ["mel_eps"], ["log_mel"]),
+    ]
+    graph = helper.make_graph(nodes, "log_mel",
+                              [helper.make_tensor_value_info("audio", T.FLOAT, [1, 2048])],
+                              [helper.make_tensor_value_info("log_mel", T.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def detector_head_model(boxes: int = 64, classes: int = 3, k: int = 8, per_class: int = 20):
+    """boxes [1, N, 4] and scores [1, C, N] -> the k best boxes by their best
+    class score (ReduceMax, TopK, GatherElements on the boxes), and the
+    NonMaxSuppression selection of each class."""
+    nodes = [
+        _const("classes", np.array([1], np.int64)),
+        helper.make_node("ReduceMax", ["scores", "classes"], ["best"], keepdims=0),
+        _const("k", np.array([k], np.int64)),
+        helper.make_node("TopK", ["best", "k"], ["top_scores", "top_index"], axis=1),
+        _const("last", np.array([2], np.int64)),
+        helper.make_node("Unsqueeze", ["top_index", "last"], ["top_index3"]),
+        _const("shape", np.array([1, k, 4], np.int64)),
+        helper.make_node("Expand", ["top_index3", "shape"], ["gather_index"]),
+        helper.make_node("GatherElements", ["boxes", "gather_index"], ["top_boxes"], axis=1),
+        _const("per_class", np.array([per_class], np.int64)),
+        _const("iou", np.array([0.45], np.float32)),
+        _const("min_score", np.array([0.3], np.float32)),
+        helper.make_node("NonMaxSuppression",
+                         ["boxes", "scores", "per_class", "iou", "min_score"], ["selected"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "detector_head",
+        [helper.make_tensor_value_info("boxes", T.FLOAT, [1, boxes, 4]),
+         helper.make_tensor_value_info("scores", T.FLOAT, [1, classes, boxes])],
+        [helper.make_tensor_value_info(n, t, None) for n, t in
+         (("top_scores", T.FLOAT), ("top_boxes", T.FLOAT), ("selected", T.INT64))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _onnxruntime(model, feeds: dict) -> dict:
+    import onnxruntime as ort
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+def test_log_mel_front_end_against_onnxruntime(tmp_path):
+    model = log_mel_model()
+    rng = np.random.default_rng(0)
+    t = np.arange(2048) / 16000
+    audio = (0.5 * np.sin(2 * np.pi * 440 * t) + 0.05 * rng.standard_normal(2048))
+    feeds = {"audio": audio[None].astype(np.float32)}
+    want = _onnxruntime(model, feeds)["log_mel"]
+    path = tmp_path / "log_mel.onnx"
+    onnx.save(model, path)
+    got = run(path, feeds, board="host")["log_mel"]
+    assert got.shape == want.shape == (1, 15, 40)
+    # log energies: compare in dB-like absolute terms (the DFT sums in float32)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-3)
+
+
+def _boxes(rng, n: int) -> np.ndarray:
+    """[1, n, 4] boxes as (y1, x1, y2, x2), clustered so that many overlap,
+    a few with flipped corners."""
+    centre = rng.integers(0, 4, (n, 2)) / 4 + rng.uniform(-0.03, 0.03, (n, 2))
+    size = rng.uniform(0.15, 0.2, (n, 2))
+    box = np.concatenate([centre - size / 2, centre + size / 2], axis=1)
+    flip = rng.random(n) < 0.2
+    box[flip] = box[flip][:, [2, 3, 0, 1]]
+    return box[None].astype(np.float32)
+
+
+@pytest.mark.parametrize("seed", (0, 1))
+def test_detector_head_against_onnxruntime(tmp_path, seed):
+    model = detector_head_model()
+    rng = np.random.default_rng(seed)
+    scores = rng.uniform(0, 1, (1, 3, 64)).round(2).astype(np.float32)   # ties included
+    feeds = {"boxes": _boxes(rng, 64), "scores": scores}
+    want = _onnxruntime(model, feeds)
+    path = tmp_path / "head.onnx"
+    onnx.save(model, path)
+    got = run(path, feeds, board="host")
+    np.testing.assert_array_equal(got["top_scores"], want["top_scores"])
+    np.testing.assert_array_equal(got["top_boxes"], want["top_boxes"])
+    selected = got["selected"]
+    count = want["selected"].shape[0]
+    assert selected.shape == (60, 3) and 0 < count < 60
+    np.testing.assert_array_equal(selected[:count], want["selected"])
+    assert np.all(selected[count:] == -1)
+
+
+# ---- value-sized outputs of run-time values: refused, naming the node -------------------
+
+@pytest.mark.parametrize("op, inputs, what", [
+    ("NonZero", [("x", T.FLOAT, [4])], "input 0"),
+    ("Unique", [("x", T.FLOAT, [4])], "input 0"),
+    ("Compress", [("x", T.FLOAT, [4]), ("c", T.BOOL, [4])], "input 1"),
+])
+def test_value_sized_outputs_of_run_time_values_are_refused(op, inputs, what):
+    node = helper.make_node(op, [n for n, _, _ in inputs], ["y"], name="picky")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(*i) for i in inputs],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedError) as e:
+        graph_of(model, "g")
+    msg = str(e.value)
+    assert "\n" not in msg and f"'picky'" in msg and op in msg and what in msg, msg
+    assert "output size depends on the values" in msg, msg
+    # the conformance runners bind exactly such inputs
+    assert _needs_constant(model, e.value, {n: None for n, _, _ in inputs}) == \
+        inputs[int(what[-1])][0]

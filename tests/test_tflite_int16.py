@@ -135,6 +135,22 @@ for _scale, _beta, _depth in ((0.0011, 1.0, 7), (0.0002, 1.0, 33), (0.02, 0.5, 5
     case(f"SOFTMAX_scale{_scale}_beta{_beta}")(lambda s=_scale, b=_beta, d=_depth: _model(
         "SOFTMAX", [X((4, d), scale=s)], [Y((4, d), scale=1 / 32768)], "SoftmaxOptions", Beta=b))
 
+for _pool in ("MAX_POOL_2D", "AVERAGE_POOL_2D"):
+    case(f"{_pool}_same_stride2")(lambda op=_pool: _model(
+        op, [X((2, 5, 5, 3))], [Y((2, 3, 3, 3), scale=0.0011)], "Pool2DOptions", Padding=0,
+        StrideH=2, StrideW=2, FilterHeight=3, FilterWidth=3))
+    case(f"{_pool}_valid_relu6")(lambda op=_pool: _model(
+        op, [X((1, 6, 6, 2), scale=0.0003)], [Y((1, 3, 3, 2), scale=0.0003)], "Pool2DOptions",
+        Padding=1, StrideH=2, StrideW=2, FilterHeight=2, FilterWidth=2,
+        FusedActivationFunction=3))
+case("MEAN")(lambda: _model("MEAN", [X(S), C([1, 2], "int32")], [Y((2, 1, 1, 3), scale=0.0004)],
+                            "ReducerOptions", KeepDims=True))
+case("MEAN_same_quantization")(lambda: _model(
+    "MEAN", [X(S), C([1, 2], "int32")], [Y((2, 1, 1, 3), scale=0.0011)], "ReducerOptions",
+    KeepDims=True))
+case("MEAN_one_axis")(lambda: _model("MEAN", [X(S), C([3], "int32")], [Y((2, 5, 4))],
+                                     "ReducerOptions", KeepDims=False))
+
 case("QUANTIZE_from_float32")(lambda: _model("QUANTIZE", [X(S, "float32")], [Y(S, scale=0.0002)]))
 case("QUANTIZE_requantize")(lambda: _model("QUANTIZE", [X(S)], [Y(S, scale=0.0007)]))
 case("QUANTIZE_to_int8")(lambda: _model("QUANTIZE", [X(S)], [Y(S, "int8", 0.3)]))

@@ -694,8 +694,8 @@ class _Builder(VariableOps, TFLMOps):
         pads = self._pads(o, x, kernel, strides, (1, 1))
         if self._is_int(x):
             lo, hi = self._act(o, outs[0])
-            self.emit(int_op, [x], outs, kernel=kernel, strides=strides, pads=pads,
-                      act_min=lo, act_max=hi)
+            self.emit(self._int_op(int_op, x), [x], outs, kernel=kernel, strides=strides,
+                      pads=pads, act_min=lo, act_max=hi)
             return
         pre = self._with_act(o, outs[0])
         extra = {"count_include_pad": 0} if float_op == "AveragePool" else {}
@@ -736,7 +736,8 @@ class _Builder(VariableOps, TFLMOps):
         keep = bool(op.options.get("KeepDims", False))
         axes = self.const(ins[1], "axes").astype(np.int64).reshape(-1)
         if self._is_int(ins[0]):
-            self.emit("tfl.mean", [ins[0], self.new_const("axes", axes)], outs, keep_dims=keep)
+            self.emit(self._int_op("tfl.mean", ins[0]), [ins[0], self.new_const("axes", axes)],
+                      outs, keep_dims=keep)
         else:
             self.emit("ReduceMean", [ins[0], self.new_const("axes", axes)], outs,
                       keepdims=int(keep))

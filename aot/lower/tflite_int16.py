@@ -16,11 +16,14 @@ from aot.ir.tir import Assign, Bin, Cast, Const, Expr, Load, Store, Var, add, dt
 from aot.lower import qmath as q
 from aot.lower import tflite_int8 as i8
 from aot.lower.rules import LowerCtx, kernel_rule, value_rule
+from aot.ops import tflite_int8 as ref8
 from aot.ops import tflite_int16 as ref
 
 value_rule("tfl.add_int16")(i8.add_rule)
 value_rule("tfl.sub_int16")(i8.sub_rule)
 value_rule("tfl.mul_int16")(i8.mul_rule)
+kernel_rule("tfl.max_pool2d_int16")(i8.max_pool2d)
+kernel_rule("tfl.avg_pool2d_int16")(i8.avg_pool2d)
 
 
 def reduced_multipliers(mult, shift) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -170,3 +173,31 @@ def softmax_int16(ctx: LowerCtx, ins, emit):
         return b.stmt()
     shape = x.shape
     return i8.nest(ctx, tuple(f"r{k}" for k in range(len(shape) - 1)), shape[:-1], row)
+
+
+# --------------------------------------------------------------------- mean
+
+@kernel_rule("tfl.mean_int16")
+def mean_int16(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    axes = ref8._mean_axes(i8._CallView(ctx), i8._const(ctx, ins[1], "axes"))
+    mult, shift = ref.mean_multiplier(ctx, int(np.prod([x.shape[d] for d in axes])))
+    keep = bool(ctx.attrs.get("keep_dims", False))
+    kept = [d for d in range(len(x.shape)) if d not in axes]
+    out_shape = ctx.out_types[0].shape
+
+    def at(out_idx):
+        b = q.Block(ctx)
+        total = b.let("sum", Const(0))
+        kept_idx = [out_idx[d] for d in kept] if keep else list(out_idx)
+
+        def tap(red_idx):
+            full, k, r = [], iter(kept_idx), iter(red_idx)
+            for d in range(len(x.shape)):
+                full.append(next(r) if d in axes else next(k))
+            return Assign(total, Bin("+", total, i8.to_i32(x.load(tuple(full)))))
+        b.add(i8.nest(ctx, tuple(f"k{d}" for d in axes), [x.shape[d] for d in axes], tap))
+        y = q.clamp(q.mbqm_block(b, total, mult, shift), -32768, 32767)
+        b.add(emit(0, out_idx, Cast(dt("int16"), y)))
+        return b.stmt()
+    return i8.nest(ctx, tuple(f"i{d}" for d in range(len(out_shape))), out_shape, at)

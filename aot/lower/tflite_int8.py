@@ -585,7 +585,8 @@ def avg_pool2d(ctx: LowerCtx, ins, emit):
 
 @kernel_rule("tfl.max_pool2d")
 def max_pool2d(ctx: LowerCtx, ins, emit):
-    return _pool(ctx, ins, emit, lambda acc, v: Bin("max", acc, v), -128,
+    lowest = ref.INT_RANGE[ctx.out_types[0].dtype][0]
+    return _pool(ctx, ins, emit, lambda acc, v: Bin("max", acc, v), lowest,
                  lambda acc, count: acc)
 
 

@@ -33,6 +33,9 @@ INT16_OPS = {
     "tfl.sub": "tfl.sub_int16",
     "tfl.mul": "tfl.mul_int16",
     "tfl.softmax": "tfl.softmax_int16",
+    "tfl.max_pool2d": "tfl.max_pool2d_int16",
+    "tfl.avg_pool2d": "tfl.avg_pool2d_int16",
+    "tfl.mean": "tfl.mean_int16",
 }
 i8.ACTIVATION_DTYPE.update({op: "int16" for op in INT16_OPS.values()})
 
@@ -151,6 +154,31 @@ register("tfl.sub_int16", infer=i8._binary_infer, pattern=Pattern.BROADCAST)(
     _symmetric_binary(i8.sub))
 register("tfl.mul_int16", infer=i8._binary_infer, pattern=Pattern.BROADCAST)(
     _symmetric_binary(i8.mul))
+# The int8 pools read their dtype's range: TFLM's int16 pools are the same
+# templates (they do not requantize, so no zero point matters).
+register("tfl.max_pool2d_int16", infer=i8._pool_infer, pattern=Pattern.REDUCE)(i8.max_pool2d)
+register("tfl.avg_pool2d_int16", infer=i8._pool_infer, pattern=Pattern.REDUCE)(i8.avg_pool2d)
+
+
+# --------------------------------------------------------------------- mean
+
+def mean_multiplier(call_or_ctx, count: int) -> tuple[int, int]:
+    """(M, e) of s_in / (count * s_out): the int16 MEAN divides inside its one
+    multiplier (the int8 kernel rescales, then divides with rounding)."""
+    node = call_or_ctx.node
+    s_in = symmetric_scale(call_or_ctx.in_types[0], "the input", node)
+    s_out = symmetric_scale(call_or_ctx.out_types[0], "the output", node)
+    return qmath.quantize_multiplier(s_in / (count * s_out))
+
+
+@register("tfl.mean_int16", infer=i8._mean_infer, pattern=Pattern.REDUCE)
+def mean_int16(call: Call, args):
+    """clamp(MBQM(sum, s_in / (count s_out))) (checked against tflite-micro on
+    one and two axes, with and without requantization)."""
+    axes = i8._mean_axes(call, args[1])
+    mult, shift = mean_multiplier(call, int(np.prod([args[0].shape[i] for i in axes])))
+    y = qmath.mbqm(args[0].astype(np.int64).sum(axis=axes), mult, shift)
+    return [qmath.clamp(y, -32768, 32767).astype(np.int16).reshape(call.out_types[0].shape)]
 
 
 # ------------------------------------------------------------------ softmax

@@ -415,7 +415,8 @@ def avg_pool2d(call: Call, args):
 def max_pool2d(call: Call, args):
     x = args[0].astype(np.int64)
     m = _pool_taps(call, x, -(1 << 40)).max(axis=(3, 4))
-    y = qmath.clamp(np.maximum(m, -128), call.attrs["act_min"], call.attrs["act_max"])
+    lowest = INT_RANGE[call.out_types[0].dtype][0]   # where TFLM's running max starts
+    y = qmath.clamp(np.maximum(m, lowest), call.attrs["act_min"], call.attrs["act_max"])
     return [y.astype(call.out_types[0].dtype)]
 
 

@@ -9,7 +9,6 @@ Runtime's arithmetic, reading and writing int8 (or uint8) tensors:
 
     DQ(x), DQ(w), DQ(b) -> Conv -> Q        QLinearConv
     DQ(a), DQ(b) -> MatMul -> Q             QLinearMatMul
-    DQ(a), DQ(b) -> Gemm -> Q               QGemm
     DQ(a), DQ(b) -> Add / Mul -> Q          QLinearAdd / QLinearMul
     DQ(x) -> AveragePool -> Q               QLinearAveragePool (GlobalAveragePool alike)
     DQ(x) -> Sigmoid / LeakyRelu -> Q       QLinearSigmoid / QLinearLeakyRelu (tables)
@@ -21,7 +20,8 @@ Runtime's arithmetic, reading and writing int8 (or uint8) tensors:
 The ops are the ones ONNX Runtime's QOperator format uses, so a model in
 either format ends up as the same graph (docs/ops.md, "Quantized ONNX").
 A group that does not fit (a per-channel activation, int16, a float bias,
-an op not in the table) stays float and keeps ONNX's exact semantics.
+an op not in the table: Gemm/QGemm, ConvTranspose, Resize are not
+supported yet) stays float and keeps ONNX's exact semantics.
 Runs before constant folding, which would turn DQ(weights) into float
 weights.
 """
@@ -128,28 +128,6 @@ def _matmul_inputs(node: Node, out, rw: Rewriter) -> list[str] | None:
         if rw.const(b[0]) is None or rank != 2 or int(dq.attrs.get("axis", 1)) % rank != 1:
             return None  # per-column scales of a constant [K, N] only
     return [*a, *b, *out]
-
-
-def _gemm_inputs(node: Node, out, rw: Rewriter) -> list[str] | None:
-    if node.attrs.get("transA", 0) or float(node.attrs.get("beta", 1.0)) != 1.0:
-        return None
-    a = _dequantized(rw, node.inputs[0])
-    b = _dequantized(rw, node.inputs[1], per_tensor=False)
-    if a is None or b is None or rw.const(b[0]) is None:
-        return None
-    if not _per_tensor(rw, b[1:]):
-        axis = int(rw.producer(node.inputs[1]).attrs.get("axis", 1)) % 2
-        if axis != (0 if node.attrs.get("transB", 0) else 1):
-            return None
-    ins = [*a, *b]
-    if len(node.inputs) > 2 and node.inputs[2]:
-        bias = _int32_bias(rw, node.inputs[2], a[1], b[1])
-        if bias is None or len(rw.type(bias).shape) > 1:
-            return None
-        ins.append(bias)
-    else:
-        ins.append("")
-    return ins + list(out)
 
 
 def _binary_inputs(node: Node, out, rw: Rewriter) -> list[str] | None:

@@ -12,6 +12,7 @@ from aot.lower import (  # noqa: F401
     rnn, tflite_int16, attention)
 from aot.lower import movement  # noqa: F401,E402
 from aot.lower import rows  # noqa: F401,E402
+from aot.lower import sampling  # noqa: F401,E402
 from aot.lower import detect, signal  # noqa: F401,E402
 
 

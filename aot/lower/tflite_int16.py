@@ -182,22 +182,9 @@ def mean_int16(ctx: LowerCtx, ins, emit):
     x = ins[0]
     axes = ref8._mean_axes(i8._CallView(ctx), i8._const(ctx, ins[1], "axes"))
     mult, shift = ref.mean_multiplier(ctx, int(np.prod([x.shape[d] for d in axes])))
-    keep = bool(ctx.attrs.get("keep_dims", False))
-    kept = [d for d in range(len(x.shape)) if d not in axes]
-    out_shape = ctx.out_types[0].shape
 
-    def at(out_idx):
-        b = q.Block(ctx)
-        total = b.let("sum", Const(0))
-        kept_idx = [out_idx[d] for d in kept] if keep else list(out_idx)
-
-        def tap(red_idx):
-            full, k, r = [], iter(kept_idx), iter(red_idx)
-            for d in range(len(x.shape)):
-                full.append(next(r) if d in axes else next(k))
-            return Assign(total, Bin("+", total, i8.to_i32(x.load(tuple(full)))))
-        b.add(i8.nest(ctx, tuple(f"k{d}" for d in axes), [x.shape[d] for d in axes], tap))
-        y = q.clamp(q.mbqm_block(b, total, mult, shift), -32768, 32767)
+    def finish(b, out_idx, acc):
+        y = q.clamp(q.mbqm_block(b, acc, mult, shift), -32768, 32767)
         b.add(emit(0, out_idx, Cast(dt("int16"), y)))
-        return b.stmt()
-    return i8.nest(ctx, tuple(f"i{d}" for d in range(len(out_shape))), out_shape, at)
+    return i8.reduce_per_output(ctx, x, axes, bool(ctx.attrs.get("keep_dims", False)), 0,
+                                finish)

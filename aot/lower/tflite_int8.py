@@ -592,17 +592,13 @@ def max_pool2d(ctx: LowerCtx, ins, emit):
 
 # --------------------------------------------------------------------- mean
 
-@kernel_rule("tfl.mean")
-def mean(ctx: LowerCtx, ins, emit):
-    x = ins[0]
-    axes = ref._mean_axes(_CallView(ctx), _const(ctx, ins[1], "axes"))
-    s_in, zp_in = _sz(ctx, x.type, "the input")
-    s_out, zp_out = _sz(ctx, ctx.out_types[0], "the output")
-    mult, shift = ref_q.quantize_multiplier(s_in / s_out)
-    keep = bool(ctx.attrs.get("keep_dims", False))
+def reduce_per_output(ctx: LowerCtx, x: TensorRef, axes, keep: bool, zp: int,
+                      finish: Callable[[q.Block, tuple, Var], None]) -> Stmt:
+    """For each output index: acc = Σ (x - zp) over the reduced axes, then
+    finish(block, out_idx, acc) adds the epilogue (MEAN's kernels)."""
     kept = [d for d in range(len(x.shape)) if d not in axes]
-    count = ref.mean_count(ctx.attrs, [x.shape[d] for d in axes])
-    out_shape = ctx.out_types[0].shape
+    out_shape = tuple(x.shape[d] if d in kept else 1 for d in range(len(x.shape)) if
+                      keep or d in kept)
 
     def at(out_idx):
         b = q.Block(ctx)
@@ -613,13 +609,28 @@ def mean(ctx: LowerCtx, ins, emit):
             full, k, r = [], iter(kept_idx), iter(red_idx)
             for d in range(len(x.shape)):
                 full.append(next(r) if d in axes else next(k))
-            return Assign(acc, Bin("+", acc, q.offset(to_i32(x.load(tuple(full))), -zp_in)))
+            return Assign(acc, Bin("+", acc, q.offset(to_i32(x.load(tuple(full))), -zp)))
         b.add(nest(ctx, tuple(f"k{d}" for d in axes), [x.shape[d] for d in axes], tap))
+        finish(b, out_idx, acc)
+        return b.stmt()
+    return nest(ctx, tuple(f"i{d}" for d in range(len(out_shape))), out_shape, at)
+
+
+@kernel_rule("tfl.mean")
+def mean(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    axes = ref._mean_axes(_CallView(ctx), _const(ctx, ins[1], "axes"))
+    s_in, zp_in = _sz(ctx, x.type, "the input")
+    s_out, zp_out = _sz(ctx, ctx.out_types[0], "the output")
+    mult, shift = ref_q.quantize_multiplier(s_in / s_out)
+    count = ref.mean_count(ctx.attrs, [x.shape[d] for d in axes])
+
+    def finish(b, out_idx, acc):
         scaled = b.let("rescaled", q.mbqm_block(b, acc, mult, shift))
         y = q.clamp(q.offset(q.div_round_away(scaled, count), zp_out), -128, 127)
         b.add(emit(0, out_idx, Cast(dt("int8"), y)))
-        return b.stmt()
-    return nest(ctx, tuple(f"i{d}" for d in range(len(out_shape))), out_shape, at)
+    return reduce_per_output(ctx, x, axes, bool(ctx.attrs.get("keep_dims", False)), zp_in,
+                             finish)
 
 
 # ------------------------------------------------------------------ softmax

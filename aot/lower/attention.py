@@ -1,4 +1,4 @@
-"""Kernel rules for the transformer ops of aot/ops/attention.py.
+"""Rules for the transformer ops of aot/ops/attention.py.
 
 Attention is one loop nest, not MatMul/Softmax kernels with their
 [batch, heads, q, keys] scores in the arena: for each query row the scores
@@ -8,13 +8,17 @@ with V. Masks are computed where a score is, never materialized. The cache
 (past_key, then K) is walked as two runs of key positions, so no load
 chooses between two tensors. Grouped-query heads read their key/value head
 h / group; 3-D inputs are read in place at [b, s, h * size + d].
+
+SwiGLU and TensorScatter are value rules (they inline into their neighbours);
+RotaryEmbedding, CausalConvWithState and LinearAttention are small loop
+nests, LinearAttention's state in a [key, value] scratch buffer.
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from aot.ir.tir import (INT32, Assign, Bin, Cast, Decl, Expr, For, Load, Select, Stmt, Store,
-                        Unary, Var, add, const, dt, mul, seq, sub)
+from aot.ir.tir import (INT32, Assign, Bin, Broadcast, Cast, Decl, Expr, For, ForKind, Load,
+                        Select, Stmt, Store, Unary, Var, add, const, dt, mul, seq, sub)
 from aot.lower.bounds import IndexCheck, fail_if, position, precheck
 from aot.lower.elementwise import broadcast_index, cast, const_like, math_call, select
 from aot.lower.reduce import loops
@@ -25,15 +29,31 @@ from aot.ops.attention import (BETA, CACHE, CONV_BIAS, CONV_STATE, CONV_W, CONV_
                                Geometry, Options, geometry, linear_geometry, options,
                                rotary_geometry, scatter_axis)
 
-HeadLoad = Callable[[Expr, Expr, Expr, Expr], Expr]    # (batch, head, position, element)
+# (batch, head, position, element[, lanes]) -> element, or `lanes` consecutive ones
+HeadLoad = Callable[..., Expr]
 
 
 def head_view(ref: TensorRef, three_d: bool, size: int) -> HeadLoad:
     """Element [b, h, s, d] of a 4-D tensor, or of a 3-D one holding heads of
     `size` elements side by side in its last axis."""
     if three_d:
-        return lambda b, h, s, d: ref.load((b, s, add(mul(h, const(size)), d)))
-    return lambda b, h, s, d: ref.load((b, h, s, d))
+        return lambda b, h, s, d, lanes=1: ref.load((b, s, add(mul(h, const(size)), d)), lanes)
+    return lambda b, h, s, d, lanes=1: ref.load((b, h, s, d), lanes)
+
+
+def _in_lanes(ctx: LowerCtx, n: int, body: Callable[[Var, int], Stmt]) -> Stmt:
+    """for e < n: body(e, lanes), `lanes` elements at a time (the target's
+    float32 vector), then one at a time for the remainder."""
+    lanes = ctx.target.lanes(32)
+    main = n - n % lanes if lanes > 1 else 0
+    parts = []
+    if main:
+        e = ctx.fresh("e")
+        parts.append(For(e, main, body(e, lanes), ForKind.VECTORIZED, step=lanes))
+    if n > main:
+        e = ctx.fresh("e")
+        parts.append(For(e, n - main, body(e, 1), start=main))
+    return seq(*parts)
 
 
 def _runs(past: TensorRef | None, new: TensorRef, geo: Geometry,
@@ -43,9 +63,9 @@ def _runs(past: TensorRef | None, new: TensorRef, geo: Geometry,
     fresh = head_view(new, geo.three_d, size)
     runs = []
     if past is not None and geo.past_len:
-        runs.append((0, geo.past_len, lambda b, h, j, d: past.load((b, h, j, d))))
+        runs.append((0, geo.past_len, lambda b, h, j, d, lanes=1: past.load((b, h, j, d), lanes)))
     runs.append((geo.past_len, geo.kv_len,
-                 lambda b, h, j, d: fresh(b, h, sub(j, const(geo.past_len)), d)))
+                 lambda b, h, j, d, lanes=1: fresh(b, h, sub(j, const(geo.past_len)), d, lanes)))
     return runs
 
 
@@ -55,6 +75,10 @@ def _over_runs(ctx: LowerCtx, runs, body: Callable[[Var, HeadLoad], Stmt]) -> St
         j = ctx.fresh("j")
         stmts.append(For(j, count, body(j, load), start=start))
     return seq(*stmts)
+
+
+def _splat(e: Expr, lanes: int) -> Expr:
+    return e if lanes == 1 else Broadcast(e, lanes)
 
 
 def _neg_inf(d) -> Expr:
@@ -113,12 +137,35 @@ def _bias(ctx: LowerCtx, ins, geo: Geometry, opts: Options, at: tuple) -> Expr:
     return value if allowed is None else Select(allowed, value, _neg_inf(f32))
 
 
-def _dot(ctx: LowerCtx, n: int, a: Callable[[Var], Expr], b: Callable[[Var], Expr],
+def _dot(ctx: LowerCtx, n: int, a: Callable[..., Expr], b: Callable[..., Expr],
          name: str) -> tuple[Stmt, Var]:
-    acc = ctx.fresh(name, "float32")
-    d = ctx.fresh("d")
-    return seq(Decl(acc, const_like(0, acc.dtype)),
-               For(d, n, Assign(acc, Bin("+", acc, Bin("*", a(d), b(d)))))), acc
+    """acc = sum over d < n of a(d) * b(d), both contiguous in d.
+
+    A scalar sum is one chain of dependent adds (C may not reorder float
+    sums); a vector of partial sums, added up at the end through the
+    `lanes` scratch, runs `lanes` chains at once."""
+    f32 = dt("float32")
+    acc = ctx.fresh(name, f32)
+    lanes = ctx.target.lanes(32)
+    if lanes == 1 or n < 2 * lanes:
+        d = ctx.fresh("d")
+        return seq(Decl(acc, const_like(0, f32)),
+                   For(d, n, Assign(acc, Bin("+", acc, Bin("*", a(d), b(d)))))), acc
+    main = n - n % lanes
+    part = ctx.fresh(f"{name}_lanes", f32.with_lanes(lanes))
+    spill = ctx.scratch.get("dot_lanes") or ctx.scratch_buffer("dot_lanes", f32, (lanes,))
+    d, r = ctx.fresh("d"), ctx.fresh("d")
+    total: Expr = Load(spill, const(0))
+    for k in range(1, lanes):
+        total = Bin("+", total, Load(spill, const(k)))
+    stmts = [Decl(part, const_like(0, part.dtype)),
+             For(d, main, Assign(part, Bin("+", part, Bin("*", a(d, lanes), b(d, lanes)))),
+                 ForKind.VECTORIZED, step=lanes),
+             Store(spill, const(0), part), Decl(acc, total)]
+    if n > main:
+        stmts.append(For(r, n - main, Assign(acc, Bin("+", acc, Bin("*", a(r), b(r)))),
+                         start=main))
+    return seq(*stmts), acc
 
 
 @kernel_rule("Attention")
@@ -132,6 +179,7 @@ def _attention(ctx: LowerCtx, ins, emit):
     keys = _runs(ins[PAST_KEY], ins[K], geo, geo.head)
     values = _runs(ins[PAST_VALUE], ins[V], geo, geo.v_head)
     row = ctx.scratch_buffer("scores", sm, (geo.total,))
+    y_row = ctx.scratch_buffer("y_row", f32, (geo.v_head,))
 
     def query(at: dict) -> Stmt:
         b, h, i = at[0], at[1], at[2]
@@ -139,8 +187,8 @@ def _attention(ctx: LowerCtx, ins, emit):
         top, top_bias = ctx.fresh("top", sm), ctx.fresh("top_bias", f32)
 
         def score(j: Var, load: HeadLoad) -> Stmt:
-            dot, acc = _dot(ctx, geo.head, lambda d: q(b, h, i, d), lambda d: load(b, kv, j, d),
-                            "qk")
+            dot, acc = _dot(ctx, geo.head, lambda d, lanes=1: q(b, h, i, d, lanes),
+                            lambda d, lanes=1: load(b, kv, j, d, lanes), "qk")
             s: Expr = Bin("*", acc, const_like(opts.scale, f32))
             if opts.softcap > 0:
                 cap = const_like(opts.softcap, f32)
@@ -160,25 +208,34 @@ def _attention(ctx: LowerCtx, ins, emit):
         # the max shifts the exponentials; a row of -inf shifts by 0 and sums to 0
         shift, total, inv = ctx.fresh("shift", sm), ctx.fresh("sum", sm), ctx.fresh("inv", sm)
         j = ctx.fresh("j")
-        sum_exp = seq(Decl(total, const_like(0, sm)), For(j, geo.total, Assign(
-            total, Bin("+", total, math_call("exp", Bin("-", Load(row, j), shift))))))
+        ex = ctx.fresh("ex", sm)
+        sum_exp = seq(Decl(total, const_like(0, sm)), For(j, geo.total, seq(
+            Decl(ex, math_call("exp", Bin("-", Load(row, j), shift))), Store(row, j, ex),
+            Assign(total, Bin("+", total, ex)))))
         # a query whose every key is masked attends to nothing: Y = 0
         dead = Bin("==", top_bias, _neg_inf(f32))
         k = ctx.fresh("j")
         p = ctx.fresh("p", f32)
-        prob = Select(dead, const_like(0, f32), cast(
-            Bin("*", math_call("exp", Bin("-", Load(row, k), shift)), inv), f32))
+        prob = Select(dead, const_like(0, f32), cast(Bin("*", Load(row, k), inv), f32))
         normalize = For(k, geo.total, seq(
             Decl(p, prob), Store(row, k, cast(p, sm)),
             *([emit(3, (b, h, i, k), p)] if outputs > 3 and opts.qk_mode == QK_SOFTMAX else [])))
 
-        def output(e: Var) -> Stmt:
-            acc = ctx.fresh("y", f32)
-            weighted = _over_runs(ctx, values, lambda j, load: Assign(acc, Bin(
-                "+", acc, Bin("*", cast(Load(row, j), f32), load(b, kv, j, e)))))
-            y_at = (b, i, add(mul(h, const(geo.v_head)), e)) if geo.three_d else (b, h, i, e)
-            return seq(Decl(acc, const_like(0, f32)), weighted, emit(0, y_at, acc))
-        ev = ctx.fresh("e")
+        # Y's row: each key's value row, weighted by its probability, added
+        # into an accumulator row (a vector along the value's elements)
+        def weigh(j: Var, load: HeadLoad) -> Stmt:
+            pj = ctx.fresh("pj", f32)
+            return seq(Decl(pj, cast(Load(row, j), f32)), _in_lanes(
+                ctx, geo.v_head, lambda e, n: Store(y_row, e, Bin(
+                    "+", Load(y_row, e, n), Bin("*", _splat(pj, n), load(b, kv, j, e, n))))))
+
+        def y_at(e: Var) -> tuple:
+            return (b, i, add(mul(h, const(geo.v_head)), e)) if geo.three_d else (b, h, i, e)
+        output = seq(
+            _in_lanes(ctx, geo.v_head,
+                      lambda e, n: Store(y_row, e, const_like(0, f32.with_lanes(n)))),
+            _over_runs(ctx, values, weigh),
+            _in_lanes(ctx, geo.v_head, lambda e, n: emit(0, y_at(e), Load(y_row, e, n))))
         return seq(
             Decl(top, _neg_inf(sm)), Decl(top_bias, _neg_inf(f32)),
             _over_runs(ctx, keys, score),
@@ -186,7 +243,7 @@ def _attention(ctx: LowerCtx, ins, emit):
             sum_exp,
             Decl(inv, Bin("/", const_like(1, sm), Select(
                 Bin("==", total, const_like(0, sm)), const_like(1, sm), total))),
-            normalize, For(ev, geo.v_head, output(ev)))
+            normalize, output)
 
     rows = loops(ctx, (geo.batch, geo.q_heads, geo.q_len), range(3), query, "q")
     caches = [_present(ctx, ins[past], ins[new], geo, size, emit, k)

@@ -1,4 +1,7 @@
-"""Transformer ops (ONNX opsets 23-25): Attention and RotaryEmbedding.
+"""Transformer and sequence-model ops (ONNX opsets 23-28): Attention,
+RotaryEmbedding, SwiGLU, TensorScatter (the key/value cache update),
+CausalConvWithState and LinearAttention (the recurrent state of
+state-space and linear-attention models). Float32 only.
 
 Attention is one op here, not a decomposition: its geometry (3-D inputs
 split into heads, grouped-query heads, the key/value cache) and its masks

@@ -79,6 +79,11 @@ def test_an_rpi5_package_runs_under_qemu_aarch64_with_its_own_cpu(tmp_path, caps
     from aot.packaging import read_metadata
     from aot.targets import get_board
     assert package_cpu(read_metadata(pkg), get_board("qemu-aarch64")) == "cortex-a76"
+    # an rpi4 package runs as qemu-aarch64's own target: its CPU, the board's
+    rpi4 = tmp_path / "rpi4"
+    aot.package(_relu_chain(tmp_path / "chain.onnx", 16), board="rpi4", out_dir=rpi4)
+    assert package_cpu(read_metadata(rpi4), get_board("qemu-aarch64")) is None
+    assert aot.bench(rpi4, board="qemu-aarch64", repeat=1)["median_instructions"] > 0
     # another ISA's emulator is still refused
     with pytest.raises(AotError, match="was built for board 'rpi5', not 'qemu-armv7'"):
         aot.bench(pkg, board="qemu-armv7", repeat=1)

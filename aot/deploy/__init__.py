@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from aot.deploy.host import RunResult, check_cpu, run_local
-from aot.deploy.qemu_user import package_cpu, run_qemu_user
+from aot.deploy.qemu_user import run_qemu_user
 from aot.deploy.qemu_system import run_qemu_system
 from aot.errors import AotError
 from aot.targets import Board
@@ -47,7 +47,9 @@ def check_runs_on(pkg: Path, meta: dict, board: Board) -> None:
     built_for = meta.get("board")
     if built_for == board.name:
         return
-    if board.transport == "qemu-user" and package_cpu(meta, board) is not None:
+    target = meta.get("target")
+    if (board.transport == "qemu-user" and isinstance(target, dict)
+            and target.get("triple") == board.target.triple):
         return
     raise AotError(f"{pkg} was built for board '{built_for}', not '{board.name}'")
 

@@ -15,6 +15,10 @@ from aot.lower import rows  # noqa: F401,E402
 from aot.lower import sampling  # noqa: F401,E402
 from aot.lower import detect, signal  # noqa: F401,E402
 
+# Below every rule module's import: each op in the table must now have its
+# rule (or say why it needs none); an error names the op and what is missing.
+rules.check_op_table()
+
 
 def lower_graph(graph: Graph, target: Target) -> list[Kernel]:
     """Kernels in call order. The graph must have been through `fuse`."""

@@ -20,7 +20,8 @@ from aot.lower.bind import bind_long_values
 from aot.lower.bounds import ATTR as CHECKS
 from aot.lower.inplace import ATTR as IN_PLACE
 from aot.lower.inplace import in_place_pairs
-from aot.lower.rules import KERNEL_RULES, VALUE_RULES, LowerCtx, TensorRef
+from aot.lower.rules import LowerCtx, Rule, RuleKind, TensorRef, ValueRule, rule_of
+from aot.ops import op_def
 from aot.targets import Target
 
 
@@ -53,8 +54,8 @@ def _buffer_ref(name: str, ty: TensorType, buf: Buffer, value: np.ndarray | None
     return TensorRef(name, ty, load, buf, value)
 
 
-def _value_ref(ctx: LowerCtx, name: str, ty: TensorType, ins: list[TensorRef]) -> TensorRef:
-    rule = VALUE_RULES[ctx.node.op]
+def _value_ref(ctx: LowerCtx, name: str, ty: TensorType, ins: list[TensorRef],
+               rule: ValueRule) -> TensorRef:
     return TensorRef(name, ty, lambda idx, lanes=1: rule(ctx, ins, tuple(idx), lanes))
 
 
@@ -72,9 +73,10 @@ def lower_group(graph: Graph, node: Node, target: Target) -> Kernel:
     body: Graph = node.attrs["body"]
     shared: dict = {"params": {}, "scratch": {}, "_names": {}, "checks": [], "prechecks": {}}
 
-    def ctx_for(n: Node) -> LowerCtx:
+    def ctx_for(n: Node, output: int = 0) -> LowerCtx:
         return LowerCtx(n, tuple(body.types.get(i) if i else None for i in n.inputs),
-                        tuple(body.types[o] for o in n.outputs), target, **shared)
+                        tuple(body.types[o] for o in n.outputs), target, output=output,
+                        **shared)
 
     refs: dict[str, TensorRef] = {}
     bound: dict[str, Arg] = {}
@@ -96,13 +98,12 @@ def lower_group(graph: Graph, node: Node, target: Target) -> Kernel:
     current: dict[str, Expr] = {}       # the anchor's output values during emit
     for n in body.nodes:
         ins = [refs[i] if i else None for i in n.inputs]
-        if n.op in VALUE_RULES:
-            ctx = ctx_for(n)
-            for o in n.outputs[:1]:
-                refs[o] = _value_ref(ctx, o, body.types[o], ins)
-            if len(n.outputs) > 1:
-                raise UnsupportedError(f"{node_label(n)}: multi-output value rules are not supported")
-        elif n.op in KERNEL_RULES:
+        rule = _rule(n)
+        if rule.kind is RuleKind.VALUE:
+            for k, o in enumerate(n.outputs):
+                if o:
+                    refs[o] = _value_ref(ctx_for(n, k), o, body.types[o], ins, rule.fn)
+        else:
             if anchor is not None:
                 raise UnsupportedError(f"{node_label(node)}: two loop-nest ops "
                                        f"({anchor.op}, {n.op}) in one group")
@@ -110,9 +111,6 @@ def lower_group(graph: Graph, node: Node, target: Target) -> Kernel:
             for o in n.outputs:
                 refs[o] = TensorRef(o, body.types[o],
                                     lambda idx, lanes=1, o=o: current[o])
-        else:
-            raise UnsupportedError(f"{node_label(n)}: the code generator has no rule "
-                                   f"for op '{n.op}' yet")
 
     if anchor is None:
         stmt = seq(*(
@@ -136,6 +134,15 @@ def lower_group(graph: Graph, node: Node, target: Target) -> Kernel:
         attrs += ((CHECKS, tuple(ctx.checks)),)
     func = replace(func, body=bind_long_values(stmt, ctx.fresh), attrs=attrs)
     return Kernel(func, args, node)
+
+
+def _rule(n: Node) -> Rule:
+    rule = rule_of(n.op)
+    if rule is None:
+        why = op_def(n).never_lowered
+        raise UnsupportedError(f"{node_label(n)}: the code generator has no rule for op "
+                               f"'{n.op}'" + (f" ({why})" if why else " yet"))
+    return rule
 
 
 def _depends_on(body: Graph, out: str, src: str) -> bool:
@@ -176,7 +183,7 @@ def _lower_anchor(ctx: LowerCtx, anchor: Node, body: Graph, refs, out_bufs, curr
             del current[anchor.outputs[k]]
 
     ins = [refs[i] if i else None for i in anchor.inputs]
-    return KERNEL_RULES[anchor.op](ctx, ins, emit)
+    return _rule(anchor).fn(ctx, ins, emit)
 
 
 def _collect_params(stmt: Stmt, bound: dict[str, Arg], ctx: LowerCtx):

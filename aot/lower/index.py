@@ -1,6 +1,7 @@
 """Rules for the ops whose addresses come from a tensor's values
 (aot/ops/index.py): GatherElements, GatherND and OneHot as value rules,
-ScatterElements and ScatterND as kernel rules.
+ScatterElements, ScatterND and MaxUnpool (a scatter into zeros) as kernel
+rules.
 
 Every index read at run time is checked before it addresses anything
 (aot/lower/bounds.py): the gathers check their whole index tensor before
@@ -13,11 +14,15 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from aot.ir.tir import (Bin, Decl, Expr, Load, Select, Stmt, Store, Var, add, const, dt,
-                        flat_index, seq)
+import numpy as np
+
+from aot.errors import ShapeError, node_label
+from aot.ir.tir import (Bin, Cast, Const, Decl, Expr, Load, Select, Stmt, Store, Var, add,
+                        const, dt, flat_index, seq)
 from aot.lower.bounds import IndexCheck, any_of, fail_if, outside, position, precheck
 from aot.lower.elementwise import cast, const_like
 from aot.lower.injective import _vector_ok
+from aot.lower.nn import unravel
 from aot.lower.reduce import loops
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.ops.index import reduction
@@ -178,3 +183,35 @@ def _scatter_nd(ctx: LowerCtx, ins, emit):
             return seq(*guard, *decls, inner)
         return loops(ctx, indices.shape[:-1], range(q - 1), body, "u")
     return _scatter(ctx, data, emit, updates)
+
+
+@kernel_rule("MaxUnpool")
+def _max_unpool(ctx: LowerCtx, ins, emit):
+    """Zeros, then each input value stored at its index: a flat position in
+    the whole output, as MaxPool's Indices give it (and ONNX Runtime and
+    PyTorch read it with an output_shape). Unlike ONNX's other indices a
+    negative one is out of range (the reference refuses it)."""
+    x, indices = ins[0], ins[1]
+    shape = tuple(ctx.out_types[0].shape)
+    size = int(np.prod(shape, dtype=np.int64))
+    if indices.value is not None and indices.value.size and (
+            indices.value.min() < 0 or indices.value.max() >= size):
+        raise ShapeError(f"{node_label(ctx.node)}: indices fall outside the output of "
+                         f"{size} elements")
+    zeros = TensorRef(x.name, ctx.out_types[0],
+                      lambda idx, lanes=1: const_like(0, dt(ctx.out_types[0].dtype, lanes)))
+    check = IndexCheck(ctx.node.name, ctx.node.op, indices.name, (size,))
+    rank = len(x.shape)
+
+    def updates(store) -> Stmt:
+        def body(at):
+            p = tuple(at[a] for a in range(rank))
+            v = indices.load(p, 1)
+            # unsigned: a negative index is as far out as one past the end
+            bad = Bin(">=", Cast(dt("uint64"), v), Const(size, dt("uint64")))
+            guard = [] if indices.value is not None else [fail_if(ctx, bad, check)]
+            decls, (pos,) = _locals(ctx, [cast(v, "int32")])
+            return seq(*guard, *decls, store(unravel(pos, shape), x.load(p, 1)))
+        return loops(ctx, x.shape, range(rank), body, "u")
+    return _scatter(ctx, zeros, emit, updates)
+

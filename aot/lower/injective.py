@@ -289,48 +289,47 @@ def _depth_space(ctx: LowerCtx, ins, idx, lanes):
     return ins[0].load(tuple(src[a] for a in range(4)), lanes)
 
 
-# ---- several outputs: a loop nest per output (value rules give one) ----------------------------
+# ---- several outputs: one output at a time (ctx.output) -------------------------------
+# Split and Dropout keep their chain patterns (INJECTIVE, ELEMWISE) and are
+# value rules like the rest of their family: the fusion pass never puts a
+# node with several outputs in a group with others, so each output becomes
+# a loop nest of its own, and the one-output forms (identities that simplify
+# removes when it runs) inline like any reshape.
 
-def _each(ctx: LowerCtx, shape: Sequence[int], body) -> Stmt:
-    """Loops over every element of `shape`; body gets the index tuple."""
-    rank = len(shape)
-    return loops(ctx, shape, range(rank), lambda at: body(tuple(at[a] for a in range(rank))))
-
-
-@kernel_rule("Split")
-def _split(ctx: LowerCtx, ins, emit):
+@value_rule("Split")
+def _split(ctx: LowerCtx, ins, idx, lanes):
     x = ins[0]
     axis = ctx.attrs.get("axis", 0) % len(x.shape)
-    stmts, start = [], 0
-    for k, ty in enumerate(ctx.out_types):
-        def body(idx, k=k, start=start):
-            at = list(idx)
-            at[axis] = add(idx[axis], const(start))
-            return emit(k, idx, x.load(tuple(at), 1))
-        if ty.size:
-            stmts.append(_each(ctx, ty.shape, body))
-        start += ty.shape[axis]
-    return seq(*stmts)
+    start = sum(ty.shape[axis] for ty in ctx.out_types[:ctx.output])
+    at = list(idx)
+    at[axis] = add(idx[axis], const(start))
+    return x.load(tuple(at), lanes)
 
 
-
-@kernel_rule("Dropout")
-def _dropout(ctx: LowerCtx, ins, emit):
-    """Inference Dropout: x, and a mask keeping everything. (simplify removes a
-    Dropout whose mask nobody reads, so only this two-output form gets here.)"""
-    x = ins[0]
-    return _each(ctx, x.shape, lambda idx: seq(
-        emit(0, idx, x.load(idx, 1)),
-        *([emit(1, idx, const_like(True, dt("bool")))] if len(ctx.out_types) > 1 else [])))
+@value_rule("Dropout")
+def _dropout(ctx: LowerCtx, ins, idx, lanes):
+    """Inference Dropout: x, and a mask keeping everything."""
+    if ctx.output == 1:
+        return const_like(True, dt("bool", lanes))
+    return ins[0].load(idx, lanes)
 
 
 # ---- values known at compile time ----------------------------------------------------
 
-@value_rule("Shape", "Size", "ConstantOfShape", "Range")
-def _compile_time_value(ctx: LowerCtx, ins, idx, lanes):
+@kernel_rule("Shape", "Size", "ConstantOfShape", "Range")
+def _compile_time_kernel(ctx: LowerCtx, ins, emit):
     """These survive folding only where they make a model output (which a
     kernel must write) or a large fill; their value is known, so the kernel
-    stores a constant, or reads a table linked in as const data."""
+    stores a constant, or copies a table linked in as const data. (OPAQUE,
+    so never fused: a loop nest of their own.)"""
+    shape = ctx.out_types[0].shape
+    rank = len(shape)
+    return loops(ctx, shape, range(rank), lambda at: emit(
+        0, tuple(at[a] for a in range(rank)),
+        _compile_time_value(ctx, ins, tuple(at[a] for a in range(rank)), 1)))
+
+
+def _compile_time_value(ctx: LowerCtx, ins, idx, lanes):
     from aot.errors import node_label
     from aot.interp import run_node
     from aot.limits import check_compile_time

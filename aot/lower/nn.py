@@ -457,7 +457,7 @@ def _pointwise(win: ref.Window) -> bool:
             and not any(win.pad_begin) and not any(win.pad_end))
 
 
-def _unravel(i: Expr, dims: Sequence[int]) -> tuple[Expr, ...]:
+def unravel(i: Expr, dims: Sequence[int]) -> tuple[Expr, ...]:
     """The multi-index of flat position i in a row-major array of `dims`."""
     if isinstance(i, Const):
         return tuple(Const(int(v)) for v in np.unravel_index(i.value, dims))
@@ -490,7 +490,7 @@ def _pointwise_conv(ctx, emit, x: TensorRef, bias, w: np.ndarray, xin: SpatialOp
     dims = (xin.batch, *out.spatial)
     a = _Operand(lambda bi, r, c, lanes: Load(x.buffer, add(mul(r, Const(ic)), c), lanes), False)
     return _dense(ctx, emit, a, w, (), int(np.prod(dims)), ic, oc,
-                  lambda bi, i, j: (*_unravel(i, dims), j), finish)
+                  lambda bi, i, j: (*unravel(i, dims), j), finish)
 
 
 def _depthwise(ctx, x, packed, bias, xin, out, win, t, emit) -> Stmt:

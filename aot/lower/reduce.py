@@ -1,6 +1,7 @@
 """Kernel rules for reductions and the ops built on them: Reduce*, ArgMax/ArgMin,
-Softmax/LogSoftmax/Hardmax, GlobalAveragePool/GlobalMaxPool,
-LayerNormalization, InstanceNormalization and LRN.
+Softmax/LogSoftmax/Hardmax, GlobalAveragePool/GlobalMaxPool/GlobalLpPool,
+LayerNormalization, InstanceNormalization, GroupNormalization,
+RMSNormalization, MeanVarianceNormalization and LRN.
 
 Every rule has the same shape: loops over the kept axes outside, one or more
 passes over the reduced axes inside, each pass a register accumulator
@@ -14,8 +15,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from aot.ir.graph import TensorType
 from aot.ir.tir import (Assign, Bin, Const, Decl, DType, Expr, For, ForKind, Select, Stmt,
-                        Unary, Var, const, dt, dtype_of, seq)
+                        Unary, Var, add, const, dt, dtype_of, mul, seq)
 from aot.lower.elementwise import (broadcast_load, cast, const_like, float_to_int, int_abs,
                                   math_call, wrapping)
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
@@ -299,12 +301,31 @@ def _global_pool(ctx: LowerCtx, ins, emit):
     return reduce_kernel(ctx, x, _spatial(x, ctx.attrs.get("layout", "NCHW")), True, op, emit)
 
 
+@kernel_rule("GlobalLpPool")
+def _global_lp_pool(ctx: LowerCtx, ins, emit):
+    """(sum |x|^p)^(1/p) over the spatial axes: p = 1 and 2 are ReduceL1 and
+    ReduceL2 (vector rows, no pow); other p a pow per element, scalar."""
+    x = ins[0]
+    p = float(ctx.attrs.get("p", 2))
+    axes = _spatial(x, ctx.attrs.get("layout", "NCHW"))
+    if p in (1, 2):
+        return reduce_kernel(ctx, x, axes, True, "ReduceL1" if p == 1 else "ReduceL2", emit)
+    rank = len(x.shape)
+
+    def row(at: Index) -> Stmt:
+        stmts, acc = accumulate(ctx, x, at, axes, const_like(0, x.dtype), lambda acc, v: Bin(
+            "+", acc, math_call("pow", Unary("abs", v), const_like(p, v))))
+        value = math_call("pow", acc, const_like(1 / p, acc))
+        return seq(stmts, emit(0, _out_index(at, rank, axes, True), value))
+    return _per_row(ctx, x, axes, row)
+
+
 # ---- normalizations -------------------------------------------------------------------------
 
-def _moments(ctx: LowerCtx, x: TensorRef, at: Index, axes: Sequence[int], eps: float,
-             lanes: int = 1):
-    """Statements computing the mean and 1/sqrt(var + eps) over `axes` (two
-    passes), for `lanes` consecutive last-axis positions at once."""
+def _mean_var(ctx: LowerCtx, x: TensorRef, at: Index, axes: Sequence[int], lanes: int = 1):
+    """Statements computing the mean and the variance over `axes` (two passes:
+    no cancellation in float32), for `lanes` consecutive last-axis positions
+    at once; the statements and the two expressions."""
     n = _count(x.shape, axes)
     ty = x.dtype.with_lanes(lanes)
     total, s = accumulate(ctx, x, at, axes, const_like(0, ty),
@@ -313,11 +334,18 @@ def _moments(ctx: LowerCtx, x: TensorRef, at: Index, axes: Sequence[int], eps: f
     sq, ss = accumulate(ctx, x, at, axes, const_like(0, ty),
                         lambda acc, v: Bin("+", acc, Bin("*", Bin("-", v, mean),
                                                          Bin("-", v, mean))), "var")
-    inv = ctx.fresh("inv_std", ty)
-    var = Bin("/", ss, const_like(n, ss))
-    return seq(total, Decl(mean, Bin("/", s, const_like(n, s))), sq,
-               Decl(inv, Bin("/", const_like(1, ss),
-                             math_call("sqrt", Bin("+", var, const_like(eps, ss)))))), mean, inv
+    return seq(total, Decl(mean, Bin("/", s, const_like(n, s))), sq), mean, \
+        Bin("/", ss, const_like(n, ss))
+
+
+def _moments(ctx: LowerCtx, x: TensorRef, at: Index, axes: Sequence[int], eps: float,
+             lanes: int = 1):
+    """Statements computing the mean and 1/sqrt(var + eps) over `axes`."""
+    stats, mean, var = _mean_var(ctx, x, at, axes, lanes)
+    inv = ctx.fresh("inv_std", mean.dtype)
+    return seq(stats, Decl(inv, Bin("/", const_like(1, var),
+                                    math_call("sqrt", Bin("+", var, const_like(eps, var)))))), \
+        mean, inv
 
 
 @kernel_rule("LayerNormalization")
@@ -400,3 +428,88 @@ def _lrn(ctx: LowerCtx, ins, emit):
         return seq(Decl(acc, const_like(0, x.dtype)), For(c, size, body),
                    emit(0, idx, Bin("/", x.load(idx), denom)))
     return loops(ctx, x.shape, range(rank), element)
+
+
+def _scaled_rows(ctx: LowerCtx, x: TensorRef, axes: Sequence[int], stats, value, emit) -> Stmt:
+    """Per row over the axes not in `axes`: `stats(at)` -> (statements,
+    locals), then each element of the row emitted as value(x, idx, locals)."""
+    rank = len(x.shape)
+
+    def row(at: Index) -> Stmt:
+        prep, held = stats(at)
+        out = loops(ctx, x.shape, axes, lambda v: emit(
+            0, _full({**at, **v}, rank), value(x.load(_full({**at, **v}, rank)),
+                                               _full({**at, **v}, rank), held)), "j")
+        return seq(prep, out)
+    return _per_row(ctx, x, axes, row)
+
+
+@kernel_rule("MeanVarianceNormalization")
+def _mean_variance_norm(ctx: LowerCtx, ins, emit):
+    """(x - mean) / (std + 1e-9) over `axes`, ONNX's definition. The spec
+    writes the variance E[x^2] - E[x]^2; two passes give the same value
+    without its float32 cancellation."""
+    x = ins[0]
+    rank = len(x.shape)
+    axes = tuple(sorted({int(a) % rank for a in ctx.attrs.get("axes", (0, 2, 3))}))
+
+    def stats(at: Index):
+        prep, mean, var = _mean_var(ctx, x, at, axes)
+        d = ctx.fresh("inv_std", mean.dtype)
+        std = math_call("sqrt", Bin("max", var, const_like(0, var)))
+        return seq(prep, Decl(d, Bin("/", const_like(1, var),
+                                     Bin("+", std, const_like(1e-9, var))))), (mean, d)
+    return _scaled_rows(ctx, x, axes, stats,
+                        lambda v, idx, h: Bin("*", Bin("-", v, h[0]), h[1]), emit)
+
+
+@kernel_rule("RMSNormalization")
+def _rms_norm(ctx: LowerCtx, ins, emit):
+    """x / sqrt(mean(x^2) + epsilon) * scale over the axes from `axis` on."""
+    x, scale = ins[0], ins[1]
+    rank = len(x.shape)
+    axes = tuple(range(int(ctx.attrs.get("axis", -1)) % rank, rank))
+    eps = float(ctx.attrs.get("epsilon", 1e-5))
+    n = _count(x.shape, axes)
+
+    def stats(at: Index):
+        prep, ss = accumulate(ctx, x, at, axes, const_like(0, x.dtype),
+                              lambda acc, v: Bin("+", acc, Bin("*", v, v)), "sq")
+        inv = ctx.fresh("inv_rms", x.dtype)
+        ms = Bin("+", Bin("/", ss, const_like(n, ss)), const_like(eps, ss))
+        return seq(prep, Decl(inv, Bin("/", const_like(1, ss), math_call("sqrt", ms)))), inv
+    return _scaled_rows(ctx, x, axes, stats, lambda v, idx, inv: Bin(
+        "*", Bin("*", v, inv), broadcast_load(scale, idx)), emit)
+
+
+@kernel_rule("GroupNormalization")
+def _group_norm(ctx: LowerCtx, ins, emit):
+    """Per sample and group of C / num_groups consecutive channels: the
+    moments over the group's channels and every spatial position, then
+    scale and bias per channel. The input is seen as [N, G, C/G, spatial...]
+    (x's channel g * C/G + k), so no index is divided."""
+    x, scale, bias = ins[:3]
+    n, c, *spatial = x.shape
+    groups = int(ctx.attrs["num_groups"])
+    width = c // groups
+    eps = float(ctx.attrs.get("epsilon", 1e-5))
+
+    def channel(idx) -> Expr:
+        return add(mul(idx[1], const(width)), idx[2])
+
+    view = TensorRef(x.name, TensorType((n, groups, width, *spatial), x.type.dtype),
+                     lambda idx, lanes=1: x.load((idx[0], channel(idx), *idx[3:]), lanes))
+    axes = tuple(range(2, len(view.shape)))
+
+    def stats(at: Index):
+        prep, mean, inv = _moments(ctx, view, at, axes, eps)
+        return prep, (mean, inv)
+
+    def value(v, idx, held):
+        mean, inv = held
+        ch = (channel(idx),)
+        return Bin("+", Bin("*", Bin("*", Bin("-", v, mean), inv), scale.load(ch)), bias.load(ch))
+
+    def emit_x(k, idx, value):
+        return emit(k, (idx[0], channel(idx), *idx[3:]), value)
+    return _scaled_rows(ctx, view, axes, stats, value, emit_x)

@@ -1,13 +1,17 @@
-"""Compute rules: how each op becomes TIR. One table per rule kind.
+"""Compute rules: how each op becomes TIR.
 
-Two kinds of rule, as in TVM's TE:
+A rule lives on its op's entry in the one op table (`OpDef.rule`, put there
+by the decorators below); `check_op_table` verifies the table when aot.lower
+is imported. Two kinds of rule, as in TVM's TE, and the op's fusion pattern
+decides which:
 
 - A **value rule** gives one output element as an expression of its inputs:
-  `rule(ctx, ins, idx, lanes) -> Expr`, the value of output 0 at multi-index
-  `idx` (`lanes` consecutive elements along the last axis when lanes > 1).
-  Elementwise, broadcast and injective ops (Relu, Add, Reshape, Transpose,
-  Pad, Concat, tfl.quantize ...) are value rules, so the driver can inline
-  them into their consumer or producer: no pass over memory of their own.
+  `rule(ctx, ins, idx, lanes) -> Expr`, the value of output `ctx.output`
+  (0 but for Split and Dropout's mask) at multi-index `idx` (`lanes`
+  consecutive elements along the last axis when lanes > 1). Elementwise,
+  broadcast and injective ops (Relu, Add, Reshape, Transpose, Pad, Concat,
+  Split, tfl.quantize ...) are value rules, so the driver can inline them
+  into their consumer or producer: no pass over memory of their own.
 - A **kernel rule** builds a whole loop nest: `rule(ctx, ins, emit) -> Stmt`.
   Conv, pooling, dense, softmax, LSTM ... are kernel rules. Where the rule
   has an output value in hand it calls `emit(k, idx, value)` for output k,
@@ -21,6 +25,7 @@ repack weights, or for pointer-style access) checks `ref.buffer` /
 """
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -30,6 +35,8 @@ from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import Node, TensorType
 from aot.ir.tir import Buffer, BufferKind, DType, Expr, Stmt, Var, dt
 from aot.limits import check_created, check_flash
+from aot.ops import OPS    # every op registered before a rule attaches to it
+from aot.ops.registry import Rule, RuleKind, attach_rule, lowering_problems
 from aot.targets import Target
 
 
@@ -72,6 +79,9 @@ class LowerCtx:
     # checks[k - 1]; prechecks, by node and input, run before the loops.
     checks: list = field(default_factory=list)
     prechecks: dict[str, Stmt] = field(default_factory=dict)
+    # Which output a value rule computes: ops with several outputs (Split,
+    # Dropout and its mask) are computed one output at a time.
+    output: int = 0
 
     @property
     def attrs(self) -> Mapping[str, Any]:
@@ -116,23 +126,75 @@ class LowerCtx:
 ValueRule = Callable[[LowerCtx, Sequence[TensorRef], tuple, int], Expr]
 KernelRule = Callable[[LowerCtx, Sequence[TensorRef], Emit], Stmt]
 
-VALUE_RULES: dict[str, ValueRule] = {}
-KERNEL_RULES: dict[str, KernelRule] = {}
+
+def rule_of(op: str) -> Rule | None:
+    opdef = OPS.get(op)
+    return opdef.rule if opdef is not None else None
 
 
-def value_rule(*ops: str):
-    def wrap(fn: ValueRule) -> ValueRule:
+def _rule_decorator(kind: RuleKind, ops: tuple[str, ...]):
+    def wrap(fn):
         for op in ops:
-            assert op not in VALUE_RULES and op not in KERNEL_RULES, f"rule for {op} twice"
-            VALUE_RULES[op] = fn
+            have = rule_of(op)
+            if have is not None:
+                raise RuntimeError(f"op '{op}' has two compute rules: {_where(have.fn)} "
+                                   f"and {_where(fn)}")
+            attach_rule(op, Rule(kind, fn))
         return fn
     return wrap
 
 
-def kernel_rule(*ops: str):
-    def wrap(fn: KernelRule) -> KernelRule:
-        for op in ops:
-            assert op not in VALUE_RULES and op not in KERNEL_RULES, f"rule for {op} twice"
-            KERNEL_RULES[op] = fn
-        return fn
-    return wrap
+def _where(fn) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def value_rule(*ops: str) -> Callable[[ValueRule], ValueRule]:
+    """Decorator: `fn` computes each of `ops` one element at a time."""
+    return _rule_decorator(RuleKind.VALUE, ops)
+
+
+def kernel_rule(*ops: str) -> Callable[[KernelRule], KernelRule]:
+    """Decorator: `fn` builds the loop nest of each of `ops`."""
+    return _rule_decorator(RuleKind.KERNEL, ops)
+
+
+class _RulesOfKind(MutableMapping):
+    """op -> rule function for the ops whose rule is of one kind: a view of
+    OPS, where the rules live (deleting an entry removes the op's rule)."""
+
+    def __init__(self, kind: RuleKind):
+        self.kind = kind
+
+    def __getitem__(self, op: str):
+        rule = rule_of(op)
+        if rule is None or rule.kind is not self.kind:
+            raise KeyError(op)
+        return rule.fn
+
+    def __setitem__(self, op: str, fn) -> None:
+        attach_rule(op, Rule(self.kind, fn))
+
+    def __delitem__(self, op: str) -> None:
+        self[op]    # KeyError unless the op has a rule of this kind
+        attach_rule(op, None)
+
+    def __iter__(self):
+        return iter([op for op, d in OPS.items() if d.rule and d.rule.kind is self.kind])
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
+
+
+VALUE_RULES: MutableMapping[str, ValueRule] = _RulesOfKind(RuleKind.VALUE)
+KERNEL_RULES: MutableMapping[str, KernelRule] = _RulesOfKind(RuleKind.KERNEL)
+
+
+def check_op_table() -> None:
+    """Raise unless every op in OPS has one compute rule of the kind its
+    pattern needs, or says why it never reaches code generation. Run when
+    aot.lower has imported every rule module, so an op added without its
+    lowering fails there, by name, rather than on the first model using it."""
+    problems = lowering_problems()
+    if problems:
+        raise RuntimeError("the op table is inconsistent (aot/ops/registry.py):\n  "
+                           + "\n  ".join(problems))

@@ -19,7 +19,8 @@ def _macs(call: Call) -> int:
     return sum(node_macs(n, body.types) for n in body.nodes)
 
 
-@register("fused", infer=_infer, pattern=Pattern.OPAQUE, macs=_macs)
+@register("fused", infer=_infer, pattern=Pattern.OPAQUE, macs=_macs,
+          never_lowered="the fusion group itself: the driver lowers its body's ops")
 def _fused(call: Call, args):
     body = call.attrs["body"]
     out = run_graph(body, dict(zip(body.inputs, args)))

@@ -2,13 +2,17 @@
 
 Each op family module registers its ops here with `register`. An OpDef says
 everything the compiler needs to know about an op: type inference, a numpy
-reference implementation (which makes every Graph executable) and its fusion
-pattern. Later issues add the TIR compute rule beside these.
+reference implementation (which makes every Graph executable), its fusion
+pattern and its lowering: the TIR compute rule, which aot/lower attaches to
+the op's entry (`attach_rule`; this floor imports nothing above it), or the
+reason the op never reaches code generation (`never_lowered=`).
+Importing aot.lower checks that every entry has exactly one of the two and
+that the rule's kind fits the pattern (`lowering_problems`).
 """
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -74,6 +78,23 @@ RefFn = Callable[[Call, Sequence[np.ndarray | None]], Sequence[np.ndarray]]
 MacsFn = Callable[[Call], int]
 
 
+class RuleKind(enum.Enum):
+    """How an op becomes TIR (aot/lower/rules.py describes both kinds)."""
+    VALUE = "value rule"      # one output element as an expression: inlined into its group
+    KERNEL = "kernel rule"    # a whole loop nest: the group's one anchor
+
+
+# The patterns whose ops are computed one element at a time from their
+# inputs, so that fusion may chain them: exactly the ops with value rules.
+VALUE_PATTERNS = (Pattern.ELEMWISE, Pattern.BROADCAST, Pattern.INJECTIVE)
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: RuleKind
+    fn: Callable[..., Any]    # typed in aot/lower/rules.py (ValueRule, KernelRule)
+
+
 @dataclass(frozen=True)
 class OpDef:
     name: str
@@ -84,21 +105,60 @@ class OpDef:
     # Size): their ref is called with None for every input array.
     needs_values: bool = True
     macs: MacsFn | None = None
+    rule: Rule | None = None
+    # Why the op never reaches code generation (a pass always rewrites it
+    # away, or it is the fusion group itself); empty for ops that do.
+    never_lowered: str = ""
 
 
 OPS: dict[str, OpDef] = {}
 
 
 def register(name: str, *, infer: InferFn, pattern: Pattern = Pattern.OPAQUE,
-             needs_values: bool = True, macs: MacsFn | None = None
-             ) -> Callable[[RefFn], RefFn]:
+             needs_values: bool = True, macs: MacsFn | None = None,
+             never_lowered: str = "") -> Callable[[RefFn], RefFn]:
     """Decorator on a reference implementation: adds the op to OPS."""
     def wrap(ref: RefFn) -> RefFn:
         if name in OPS:
             raise RuntimeError(f"op {name} registered twice")
-        OPS[name] = OpDef(name, infer, ref, pattern, needs_values, macs)
+        OPS[name] = OpDef(name, infer, ref, pattern, needs_values, macs,
+                          never_lowered=never_lowered)
         return ref
     return wrap
+
+
+def attach_rule(name: str, rule: Rule | None) -> None:
+    """Record (or with None, remove) op `name`'s compute rule on its entry.
+    Called by aot/lower's rule decorators, which check the op has none yet."""
+    if name not in OPS:
+        raise RuntimeError(f"a {rule.kind.value if rule else 'rule'} for op '{name}', "
+                           "which no module under aot/ops registers")
+    OPS[name] = replace(OPS[name], rule=rule)
+
+
+def lowering_problems() -> list[str]:
+    """Where the table's lowering disagrees with the rest of an entry, one
+    line per op naming it and what is missing or wrong (empty: consistent)."""
+    problems = []
+    for name, opdef in sorted(OPS.items()):
+        rule, why = opdef.rule, opdef.never_lowered
+        if rule is None and not why:
+            problems.append(f"op '{name}' has no compute rule: give it @value_rule or "
+                            "@kernel_rule (aot/lower), or register it with never_lowered="
+                            "'<why it never reaches code generation>'")
+        elif rule is not None and why:
+            problems.append(f"op '{name}' has a {rule.kind.value} but is registered with "
+                            f"never_lowered={why!r}")
+        elif rule is not None and rule.kind is RuleKind.KERNEL and opdef.pattern in VALUE_PATTERNS:
+            problems.append(f"op '{name}' has a kernel rule but the pattern {opdef.pattern.name}, "
+                            "which fusion chains with other ops (a group holds one loop nest): "
+                            "give it a value rule, or the pattern REDUCE, OUT_ELEMWISE_FUSABLE "
+                            "or OPAQUE")
+        elif rule is not None and rule.kind is RuleKind.VALUE and opdef.pattern not in VALUE_PATTERNS:
+            problems.append(f"op '{name}' has a value rule but the pattern {opdef.pattern.name}, "
+                            "which fusion never inlines: give it a kernel rule, or the pattern "
+                            "ELEMWISE, BROADCAST or INJECTIVE")
+    return problems
 
 
 def op_def(node: Node) -> OpDef:

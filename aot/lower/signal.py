@@ -1,13 +1,15 @@
 """Rules for the signal ops (aot/ops/signal.py): DFT and STFT as kernel rules,
 the windows and MelWeightMatrix as compile-time tables.
 
-The transforms are direct sums, O(length x bins) per row: a frame of an
-audio front end is a few hundred samples, and the sum needs no scratch
-memory and no bit-reversed reordering. The twiddle factors come from one
-table of cos and one of sin over the DFT length (2n floats of flash), read
-at (bin x sample) mod n, kept as a running index so no product can
-overflow. Sums accumulate in float32 (the reference's are float64; the
-error stays near float32's epsilon times the row's magnitude).
+A DFT length that is a power of two (the frames of audio front ends) is an
+in-place radix-2 FFT, O(n log n) per row: the samples copied in
+bit-reversed order into a scratch row of 2n floats, then log2(n) passes of
+butterflies. Other lengths are direct sums, O(n x bins) per row, without
+scratch. Both take their twiddle factors from one table of cos and one of
+sin over the DFT length (2n floats of flash); the direct sums read them at
+(bin x sample) mod n, kept as a running index so no product can overflow.
+Everything is float32 (the reference is float64; the error stays near
+float32's epsilon times the row's magnitude).
 """
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ from typing import Callable
 import numpy as np
 
 from aot.interp import run_node
-from aot.ir.tir import (Assign, Bin, Decl, Expr, For, Load, Select, Stmt, Var, const, flat_index,
-                        seq)
+from aot.ir.tir import (Assign, Bin, Decl, Expr, For, Load, Select, Stmt, Store, Var, const,
+                        flat_index, seq)
 from aot.lower.elementwise import const_like
 from aot.lower.reduce import loops
 from aot.lower.rules import LowerCtx, kernel_rule
@@ -60,6 +62,58 @@ def rotated_sum(ctx: LowerCtx, n: int, count: int, step: Var, sample: Sample,
     return seq(Decl(re, zero), Decl(im, zero), Decl(m, const(0)), For(j, count, body)), re, im
 
 
+def fft(ctx: LowerCtx, n: int, count: int, sample: Sample, inverse: bool, bins: int,
+        store: Callable[[Var, Expr, Expr], Stmt]) -> Stmt:
+    """The first `bins` of the length-n DFT of x_0 .. x_{count-1} (zero
+    beyond), n a power of two: store(k, re, im) for each bin k."""
+    bits = n.bit_length() - 1
+    rev = np.array([int(format(i, f"0{bits}b")[::-1], 2) for i in range(n)], np.int32)
+    rev_t = ctx.param("fft_bitrev", rev)
+    cos_t, sin_t = _tables(ctx, n)
+    re, im = (ctx.scratch_buffer(name, "float32", (n,)) for name in ("fft_re", "fft_im"))
+    t, src = ctx.fresh("t"), ctx.fresh("src")
+    a, b = sample(Bin("min", src, const(count - 1)) if count < n else src)
+    zero = const_like(0, a)
+    if count < n:     # zero padding: the (clamped) load is discarded
+        a = Select(Bin("<", src, const(count)), a, zero)
+        b = None if b is None else Select(Bin("<", src, const(count)), b, zero)
+    passes = [For(t, n, seq(Decl(src, Load(rev_t, t)), Store(re, t, a),
+                            Store(im, t, zero if b is None else b)))]
+    for level in range(bits):
+        half = 1 << level
+        i, j, p, q = (ctx.fresh(v) for v in ("i", "j", "p", "q"))
+        wr, wi, tr, ti, ur, ui = (ctx.fresh(v, "float32")
+                                  for v in ("wr", "wi", "tr", "ti", "ur", "ui"))
+        twiddle = Bin("*", j, const(n // (2 * half)))
+        sin = Load(sin_t, twiddle)
+        passes.append(For(i, n // 2, seq(
+            # butterfly i joins p and q = p + half; j is its place in its group
+            Decl(j, Bin("&", i, const(half - 1))),
+            Decl(p, Bin("+", Bin("*", Bin("-", i, j), const(2)), j)),
+            Decl(q, Bin("+", p, const(half))),
+            Decl(wr, Load(cos_t, twiddle)),
+            Decl(wi, sin if inverse else Bin("-", const_like(0, sin), sin)),
+            Decl(tr, Bin("-", Bin("*", Load(re, q), wr), Bin("*", Load(im, q), wi))),
+            Decl(ti, Bin("+", Bin("*", Load(re, q), wi), Bin("*", Load(im, q), wr))),
+            Decl(ur, Load(re, p)), Decl(ui, Load(im, p)),
+            Store(re, q, Bin("-", ur, tr)), Store(im, q, Bin("-", ui, ti)),
+            Store(re, p, Bin("+", ur, tr)), Store(im, p, Bin("+", ui, ti)))))
+    k = ctx.fresh("k")
+    passes.append(For(k, bins, store(k, Load(re, k), Load(im, k))))
+    return seq(*passes)
+
+
+def transform(ctx: LowerCtx, n: int, count: int, sample: Sample, inverse: bool, bins: int,
+              store: Callable[[Var, Expr, Expr], Stmt]) -> Stmt:
+    """store(k, re, im) for the first `bins` bins of the length-n DFT (the
+    inverse unscaled) of x_0 .. x_{count-1}: an FFT for n a power of two."""
+    if n >= 4 and n & (n - 1) == 0:
+        return fft(ctx, n, count, sample, inverse, bins, store)
+    k = ctx.fresh("k")
+    sums, re, im = rotated_sum(ctx, n, count, k, sample, inverse)
+    return For(k, bins, seq(sums, store(k, re, im)))
+
+
 def _known_int(ref) -> int | None:
     return None if ref is None else int(np.asarray(ref.value).reshape(-1)[0])
 
@@ -79,8 +133,6 @@ def _dft(ctx: LowerCtx, ins, emit):
                      for a in range(rank))
 
     def row(idx) -> Stmt:
-        k = ctx.fresh("k")
-
         def sample(j):
             a = x.load(at(idx, j, const(0)))
             return a, (x.load(at(idx, j, const(1))) if complex_in else None)
@@ -93,13 +145,14 @@ def _dft(ctx: LowerCtx, ins, emit):
                                                               const(n)))
                 return Select(edge, const_like(1, x.dtype), const_like(2, x.dtype))
             count = min(x.shape[axis], n // 2 + 1)
+            k = ctx.fresh("k")
             sums, re, _ = rotated_sum(ctx, n, count, k, sample, True, weight)
             return For(k, out[axis], seq(
                 sums, emit(0, at(idx, k, const(0)), Bin("*", re, const_like(1 / n, re)))))
-        sums, re, im = rotated_sum(ctx, n, min(x.shape[axis], n), k, sample, inverse)
         scale = (lambda v: Bin("*", v, const_like(1 / n, v))) if inverse else (lambda v: v)
-        return For(k, out[axis], seq(sums, emit(0, at(idx, k, const(0)), scale(re)),
-                                     emit(0, at(idx, k, const(1)), scale(im))))
+        return transform(ctx, n, min(x.shape[axis], n), sample, inverse, out[axis],
+                         lambda k, re, im: seq(emit(0, at(idx, k, const(0)), scale(re)),
+                                               emit(0, at(idx, k, const(1)), scale(im))))
     return loops(ctx, x.shape, outer, row)
 
 
@@ -113,7 +166,7 @@ def _stft(ctx: LowerCtx, ins, emit):
     complex_in = x.shape[-1] == 2
 
     def frame(at) -> Stmt:
-        b, f, k = at[0], at[1], ctx.fresh("k")
+        b, f = at[0], at[1]
 
         def sample(j):
             t = Bin("+", Bin("*", f, const(step)), j)
@@ -122,9 +175,9 @@ def _stft(ctx: LowerCtx, ins, emit):
                 w = window.load((j,))
                 parts = [Bin("*", p, w) for p in parts]
             return parts[0], (parts[1] if complex_in else None)
-        sums, re, im = rotated_sum(ctx, n, n, k, sample, False)
-        return For(k, bins, seq(sums, emit(0, (b, f, k, const(0)), re),
-                                emit(0, (b, f, k, const(1)), im)))
+        return transform(ctx, n, n, sample, False, bins,
+                         lambda k, re, im: seq(emit(0, (b, f, k, const(0)), re),
+                                               emit(0, (b, f, k, const(1)), im)))
     return loops(ctx, (batch, frames), (0, 1), frame)
 
 

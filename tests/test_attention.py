@@ -106,20 +106,22 @@ QEMU_CASES = ("test_attention_4d_attn_mask", "test_attention_4d_attn_mask_bool_4
               "test_rotary_embedding_interleaved")
 
 
-def merged_cases(names) -> tuple[onnx.ModelProto, dict, dict]:
-    """One model running the named single-node cases side by side (names
-    prefixed c0_, c1_, ...), with their first data set's inputs and outputs."""
+def merged_cases(parts) -> tuple[onnx.ModelProto, dict, dict]:
+    """One model running single-node models side by side (names prefixed
+    c0_, c1_, ...). parts: case names (their first data set) or (model,
+    inputs, expected outputs)."""
     by_name = {c.name: c for _, c in cases()}
     nodes, ins, outs, inits, opset, inputs, expected = [], [], [], [], 0, {}, {}
-    for k, name in enumerate(names):
-        case = by_name[name]
-        m = onnx.compose.add_prefix(case.model, f"c{k}_")
+    for k, part in enumerate(parts):
+        if isinstance(part, str):
+            part = (by_name[part].model, *next(data_sets(by_name[part])))
+        model, data_in, data_out = part
+        m = onnx.compose.add_prefix(model, f"c{k}_")
         nodes += m.graph.node
         ins += m.graph.input
         outs += m.graph.output
         inits += m.graph.initializer
         opset = max([opset] + [o.version for o in m.opset_import if o.domain in ("", "ai.onnx")])
-        data_in, data_out = next(data_sets(case))
         inputs.update({f"c{k}_{n}": v for n, v in data_in.items()})
         expected.update({f"c{k}_{n}": v for n, v in data_out.items()})
     graph = helper.make_graph(nodes, "attention_cases", ins, outs, inits)
@@ -129,7 +131,9 @@ def merged_cases(names) -> tuple[onnx.ModelProto, dict, dict]:
 
 
 def test_attention_cases_on_qemu_aarch64(tmp_path):
-    model, inputs, expected = merged_cases(QEMU_CASES)
+    """The cases, and a wide-head Attention (vector partial sums and their
+    remainder at NEON's 4 lanes)."""
+    model, inputs, expected = merged_cases([*QEMU_CASES, wide_attention(37, 21)])
     path = tmp_path / "cases.onnx"
     onnx.save(model, path)
     got = aot.run(path, inputs, board="qemu-aarch64")
@@ -222,7 +226,8 @@ def test_transformer_block_against_reference(tmp_path, mlp):
 def _single(op: str, inputs: dict, attrs: dict, opset: int = 23, n_out: int = 1):
     from aot.frontend.onnx import import_onnx
     from aot.passes.infer import infer_types
-    types = {np.float32: TensorProto.FLOAT, np.int64: TensorProto.INT64, np.bool_: TensorProto.BOOL}
+    types = {np.float32: TensorProto.FLOAT, np.int64: TensorProto.INT64,
+             np.bool_: TensorProto.BOOL}
     ins = [helper.make_tensor_value_info(k, types[v.dtype.type], v.shape)
            for k, v in inputs.items()]
     outs = [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, None) for i in range(n_out)]
@@ -312,3 +317,40 @@ def test_tensor_scatter_write_indices_at_run_time(tmp_path, mode):
     if mode == "linear":
         with pytest.raises(AotError, match="index"):
             aot.run(path, {**inputs, "at": np.array([0, 2], np.int64)}, board="host")
+
+
+def wide_attention(head: int, v_head: int) -> tuple[onnx.ModelProto, dict, dict]:
+    """3-D GQA Attention with a cache, a float mask and causality, all four
+    outputs; the model, random inputs and onnx.reference's outputs."""
+    rng = np.random.default_rng(head)
+    b, hq, hkv, lq, lk, past = 2, 4, 2, 5, 3, 4
+    inputs = {"Q": rng.standard_normal((b, lq, hq * head)),
+              "K": rng.standard_normal((b, lk, hkv * head)),
+              "V": rng.standard_normal((b, lk, hkv * v_head)),
+              "mask": rng.standard_normal((lq, past + lk)),
+              "past_key": rng.standard_normal((b, hkv, past, head)),
+              "past_value": rng.standard_normal((b, hkv, past, v_head))}
+    inputs = {k: v.astype(np.float32) for k, v in inputs.items()}
+    f = TensorProto.FLOAT
+    outs = ["Y", "present_key", "present_value", "qk"]
+    node = helper.make_node("Attention", list(inputs), outs, is_causal=1, q_num_heads=hq,
+                            kv_num_heads=hkv, qk_matmul_output_mode=3)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(k, f, v.shape) for k, v in inputs.items()],
+        [helper.make_tensor_value_info(o, f, None) for o in outs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)],
+                              ir_version=10)
+    from onnx.reference import ReferenceEvaluator
+    return model, inputs, dict(zip(outs, ReferenceEvaluator(model).run(None, inputs)))
+
+
+@pytest.mark.parametrize("head, v_head", [(37, 21), (64, 64)])
+def test_attention_wide_heads_against_onnx_reference(tmp_path, head, v_head):
+    """Head sizes past the host's 8 float lanes (partial sums in vectors plus
+    a scalar remainder; the output row in vectors plus a remainder)."""
+    model, inputs, want = wide_attention(head, v_head)
+    path = tmp_path / "attention.onnx"
+    onnx.save(model, path)
+    got = aot.run(path, inputs, board="host")
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5, err_msg=name)

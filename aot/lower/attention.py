@@ -41,13 +41,15 @@ def head_view(ref: TensorRef, three_d: bool, size: int) -> HeadLoad:
     return lambda b, h, s, d, lanes=1: ref.load((b, h, s, d), lanes)
 
 
-def _in_lanes(ctx: LowerCtx, n: int, body: Callable[[Var, int], Stmt]) -> Stmt:
+def _in_lanes(ctx: LowerCtx, n: int, body: Callable[[Expr, int], Stmt]) -> Stmt:
     """for e < n: body(e, lanes), `lanes` elements at a time (the target's
     float32 vector), then one at a time for the remainder."""
     lanes = ctx.target.lanes(32)
     main = n - n % lanes if lanes > 1 else 0
     parts = []
-    if main:
+    if main == lanes:           # one vector: no loop
+        parts.append(body(const(0), lanes))
+    elif main:
         e = ctx.fresh("e")
         parts.append(For(e, main, body(e, lanes), ForKind.VECTORIZED, step=lanes))
     if n > main:
@@ -261,8 +263,7 @@ def _present(ctx: LowerCtx, past: TensorRef | None, new: TensorRef, geo: Geometr
         b, h = at[0], at[1]
 
         def copy(j: Var, load: HeadLoad) -> Stmt:
-            d = ctx.fresh("d")
-            return For(d, size, emit(k, (b, h, j, d), load(b, h, j, d)))
+            return _in_lanes(ctx, size, lambda d, n: emit(k, (b, h, j, d), load(b, h, j, d, n)))
         return _over_runs(ctx, runs, copy)
     return loops(ctx, (geo.batch, geo.kv_heads), range(2), head, "c")
 

@@ -68,3 +68,36 @@ def test_grid_sample_generated_code(codegen):
     result = compare_with_interpreter(cases, codegen=codegen, rtol=1e-4, atol=1e-5)
     bad = {k: v for k, v in result.items() if v}
     assert not bad, bad
+
+
+def _deform_case():
+    """DeformConv with everything the node cases leave at 1 or 0: groups,
+    offset groups, strides, dilations, pads, a mask and a bias; offsets up
+    to 3 pixels, so samples leave the image."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2, 4, 6, 5)).astype(np.float32)
+    w = rng.normal(size=(6, 2, 2, 3)).astype(np.float32)
+    attrs = {"group": 2, "offset_group": 2, "strides": [2, 1], "dilations": [1, 2],
+             "pads": [1, 2, 0, 1], "kernel_shape": [2, 3]}
+    oh, ow = (6 + 1 - 1 - 1) // 2 + 1, (5 + 3 - 4 - 1) + 1
+    off = rng.uniform(-3, 3, (2, 2 * 2 * 6, oh, ow)).astype(np.float32)
+    b = rng.normal(size=(6,)).astype(np.float32)
+    mask = rng.uniform(0, 1, (2, 2 * 6, oh, ow)).astype(np.float32)
+    return [x, w, off, b, mask], attrs
+
+
+def test_deform_conv_against_onnx_reference_and_generated_code():
+    arrays, attrs = _deform_case()
+    names = ["X", "W", "offset", "B", "mask"]
+    node = helper.make_node("DeformConv", names, ["Y"], **attrs)
+    graph = helper.make_graph([node], "d", [
+        helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, a.shape)
+        for n, a in zip(names, arrays)], [helper.make_tensor_value_info("Y", 1, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    want = ReferenceEvaluator(model).run(None, dict(zip(names, arrays)))[0]
+    g = single_op_graph("DeformConv", [(a.shape, "float32") for a in arrays], attrs, opset=22,
+                        layout=False)
+    inputs = {f"x{k}": a for k, a in enumerate(arrays)}
+    np.testing.assert_allclose(interpret(g, inputs)["y0"], want, rtol=1e-4, atol=1e-4)
+    for codegen in ("c", "llvm"):
+        assert compare_with_interpreter({"deform": (g, inputs)}, codegen=codegen)["deform"] is None

@@ -4,7 +4,8 @@ GridSample runs the reference's own coordinate steps (aot.ops.sampling.
 grid_taps) on TIR expressions: `Tir` is the arithmetic namespace, `V` a
 thin wrapper giving TIR expressions Python's operators. Per output point
 the taps' positions, weights and in-range tests become locals, then one
-loop over the channels sums the taps. Col2Im gathers: each image element
+loop over the channels sums the taps. DeformConv samples the same way
+(linear, zeros outside) inside its convolution loops. Col2Im gathers: each image element
 adds the column entries whose block covers it. AffineGrid is the affine map
 of each base-grid point.
 """
@@ -19,8 +20,8 @@ from aot.lower.elementwise import cast, const_like, math_call
 from aot.lower.reduce import loops
 from aot.lower.rules import LowerCtx, kernel_rule
 from aot.ops.registry import Sig
-from aot.ops.sampling import (affine_size, base_coordinate, col2im_geometry, grid_sample_params,
-                              grid_taps)
+from aot.ops.sampling import (affine_size, base_coordinate, col2im_geometry, deform_geometry,
+                              grid_sample_params, grid_taps, pixel_taps)
 
 
 class V:
@@ -215,3 +216,45 @@ def _col2im(ctx: LowerCtx, ins, emit):
         return seq(Decl(acc, const_like(0, x.dtype)), gather,
                    emit(0, (n, c, *y), acc))
     return loops(ctx, ctx.out_types[0].shape, range(r + 2), pixel)
+
+
+# ---- DeformConv ------------------------------------------------------------------------------
+
+@kernel_rule("DeformConv")
+def _deform_conv(ctx: LowerCtx, ins, emit):
+    x, w, off = ins[:3]
+    bias = ins[3] if len(ins) > 3 else None
+    mask = ins[4] if len(ins) > 4 else None
+    geo = deform_geometry(Sig(ctx.node, ctx.in_types, (None,) * len(ins)))
+    (kh, kw), ipg, opg = geo["kernel"], geo["in_per_group"], geo["out_per_group"]
+    f = x.dtype
+
+    def output(at: dict):
+        n, o, oy, ox = (at[a] for a in range(4))
+        acc = ctx.fresh("acc", f)
+        ci, i, j = ctx.fresh("ci"), ctx.fresh("ki"), ctx.fresh("kj")
+        c = add(mul(Bin("/", o, const(opg)), const(ipg)), ci)      # the input channel
+        g = Bin("/", c, const(geo["in_per_offset_group"]))         # its offset group
+        tap = add(mul(g, const(kh * kw)), add(mul(i, const(kw)), j))
+        m = Tir(ctx)
+        coords = []
+        for axis, (k, out_pos) in enumerate(((i, oy), (j, ox))):
+            base = sub(add(mul(out_pos, const(geo["strides"][axis])),
+                           mul(k, const(geo["dilations"][axis]))), const(geo["pads"][axis]))
+            shift = off.load((n, add(mul(tap, const(2)), const(axis)), oy, ox), 1)
+            pos = m.keep(V(Bin("+", cast(base, f), shift)))
+            coords.append(pixel_taps(m, pos, x.shape[2 + axis], "linear", "zeros", True))
+        sample = None
+        for (iy, wy, oky), (ix, wx, okx) in itertools.product(*coords):
+            value = Select(Bin("and", oky.e, okx.e), x.load((n, c, iy.e, ix.e), 1),
+                           const_like(0, f))
+            term = Bin("*", Bin("*", wy.e, wx.e), value)
+            sample = term if sample is None else Bin("+", sample, term)
+        if mask is not None:
+            sample = Bin("*", sample, mask.load((n, tap, oy, ox), 1))
+        weight = w.load((o, ci, i, j), 1)
+        step = seq(*m.decls, Assign(acc, Bin("+", acc, Bin("*", weight, sample))))
+        init = bias.load((o,), 1) if bias is not None else const_like(0, f)
+        return seq(Decl(acc, init), For(ci, ipg, For(i, kh, For(j, kw, step))),
+                   emit(0, (n, o, oy, ox), acc))
+    return loops(ctx, ctx.out_types[0].shape, range(4), output)

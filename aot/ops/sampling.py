@@ -104,8 +104,13 @@ def grid_taps(m, g, length: int, mode: str, padding: str, align: bool):
     [(integer position, weight or None, in-range test or None)]; the
     position is always inside [0, length), the test says whether the tap
     reads the image (else it reads a zero: zeros padding)."""
-    lo, hi = _bounds(length, align)
     x = (g + 1) * ((length - 1) / 2) if align else ((g + 1) * length - 1) / 2
+    return pixel_taps(m, x, length, mode, padding, align)
+
+
+def pixel_taps(m, x, length: int, mode: str, padding: str, align: bool):
+    """grid_taps from the pixel coordinate x (denormalized)."""
+    lo, hi = _bounds(length, align)
     if mode == "nearest":
         x = m.rint(x)
     x = m.keep(x)
@@ -252,3 +257,85 @@ def _col2im(call: Call, args):
         out[(slice(None), slice(None)) + at] += cols[(slice(None), slice(None)) + k]
     crop = tuple(slice(geo["pads"][i], geo["pads"][i] + image[i]) for i in range(r))
     return [np.ascontiguousarray(out[(slice(None), slice(None)) + crop])]
+
+
+# ---- DeformConv -----------------------------------------------------------------------------
+
+def deform_geometry(sig: Sig) -> dict[str, Any]:
+    """kernel, strides, dilations, pads, groups and channel counts of a 2-D
+    DeformConv, checked against its inputs."""
+    x, w, off = sig.in_types[:3]
+    a = sig.attrs
+    if len(x.shape) != 4 or len(w.shape) != 4:
+        raise UnsupportedError(f"{node_label(sig.node)}: DeformConv on {len(x.shape) - 2}-D "
+                               "images is not supported (2-D only)")
+    kernel = list(a.get("kernel_shape", w.shape[2:]))
+    strides, dilations = list(a.get("strides", [1, 1])), list(a.get("dilations", [1, 1]))
+    pads = list(a.get("pads", [0, 0, 0, 0]))
+    group, offset_group = int(a.get("group", 1)), int(a.get("offset_group", 1))
+    c, oc = x.shape[1], w.shape[0]
+    out = [(x.shape[2 + i] + pads[i] + pads[i + 2] - dilations[i] * (kernel[i] - 1) - 1)
+           // strides[i] + 1 for i in range(2)]
+    taps = kernel[0] * kernel[1]
+    if c != w.shape[1] * group or oc % group or c % offset_group \
+            or off.shape != (x.shape[0], 2 * offset_group * taps, *out):
+        raise sig.fail(f"X {list(x.shape)}, W {list(w.shape)} and offset {list(off.shape)} "
+                       f"disagree (group {group}, offset_group {offset_group}, output {out})")
+    if sig.has(3) and sig.in_types[3].shape != (oc,):
+        raise sig.fail(f"B must be [{oc}], got {list(sig.in_types[3].shape)}")
+    if sig.has(4) and sig.in_types[4].shape != (x.shape[0], offset_group * taps, *out):
+        raise sig.fail(f"mask {list(sig.in_types[4].shape)} must be "
+                       f"[{x.shape[0]}, {offset_group * taps}, {out[0]}, {out[1]}]")
+    return dict(kernel=kernel, strides=strides, dilations=dilations, pads=pads, group=group,
+                offset_group=offset_group, out=out, in_per_group=c // group,
+                out_per_group=oc // group, in_per_offset_group=c // offset_group)
+
+
+def _infer_deform_conv(sig: Sig):
+    if any(sig.in_types[i].dtype not in FLOATS for i in range(3)):
+        raise sig.fail("needs float X, W and offset")
+    geo = deform_geometry(sig)
+    x, w = sig.in_types[:2]
+    return [TensorType((x.shape[0], w.shape[0], *geo["out"]), x.dtype)]
+
+
+def _deform_macs(call: Call) -> int:
+    w = call.in_types[1]
+    return call.out_types[0].size * (w.size // w.shape[0])
+
+
+@register("DeformConv", infer=arity(3, 5)(_infer_deform_conv), pattern=Pattern.OPAQUE,
+          macs=_deform_macs)
+def _deform_conv(call: Call, args):
+    x, w, off = (a.astype(np.float64) for a in args[:3])
+    bias = args[3] if len(args) > 3 and args[3] is not None else None
+    mask = args[4] if len(args) > 4 and args[4] is not None else None
+    geo = deform_geometry(Sig(call.node, call.in_types, tuple(args)))
+    (kh, kw), (oh, ow), og = geo["kernel"], geo["out"], geo["offset_group"]
+    n_, c_ = x.shape[:2]
+    off = off.reshape(n_, og, kh, kw, 2, oh, ow)
+    mask = np.ones((n_, og, kh, kw, oh, ow)) if mask is None else mask.reshape(
+        n_, og, kh, kw, oh, ow)
+    # the sampling positions, [kh, kw, oh, ow] per image and offset group
+    rows = (np.arange(kh) * geo["dilations"][0])[:, None, None, None] \
+        + (np.arange(oh) * geo["strides"][0] - geo["pads"][0])[None, None, :, None]
+    cols = (np.arange(kw) * geo["dilations"][1])[None, :, None, None] \
+        + (np.arange(ow) * geo["strides"][1] - geo["pads"][1])[None, None, None, :]
+    samples = np.zeros((n_, c_, kh, kw, oh, ow))
+    per = geo["in_per_offset_group"]
+    for n in range(n_):
+        for g in range(og):
+            ys = pixel_taps(Numpy, rows + off[n, g, :, :, 0], x.shape[2], "linear", "zeros", True)
+            xs = pixel_taps(Numpy, cols + off[n, g, :, :, 1], x.shape[3], "linear", "zeros", True)
+            image = x[n, g * per:(g + 1) * per]
+            for (iy, wy, oky), (ix, wx, okx) in itertools.product(ys, xs):
+                samples[n, g * per:(g + 1) * per] += wy * wx * (oky & okx) * image[:, iy, ix]
+            samples[n, g * per:(g + 1) * per] *= mask[n, g]
+    out = np.zeros(call.out_types[0].shape)
+    ipg, opg = geo["in_per_group"], geo["out_per_group"]
+    for g in range(geo["group"]):
+        out[:, g * opg:(g + 1) * opg] = np.einsum(
+            "nckluv,ockl->nouv", samples[:, g * ipg:(g + 1) * ipg], w[g * opg:(g + 1) * opg])
+    if bias is not None:
+        out += bias.reshape(1, -1, 1, 1)
+    return [out.astype(call.out_types[0].dtype)]

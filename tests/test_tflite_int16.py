@@ -151,6 +151,12 @@ case("MEAN_same_quantization")(lambda: _model(
 case("MEAN_one_axis")(lambda: _model("MEAN", [X(S), C([3], "int32")], [Y((2, 5, 4))],
                                      "ReducerOptions", KeepDims=False))
 
+# scales TFLM keeps as powers of two (2**-12, and 2**-11 for TANH) and rescaled ones
+for _op in ("LOGISTIC", "TANH"):
+    for _scale in (2.0 ** -12, 2.0 ** -11, 0.0011, 0.00004):
+        case(f"{_op}_scale{_scale:.3g}")(lambda op=_op, s=_scale: _model(
+            op, [X(S, scale=s)], [Y(S, scale=1 / 32768)]))
+
 case("QUANTIZE_from_float32")(lambda: _model("QUANTIZE", [X(S, "float32")], [Y(S, scale=0.0002)]))
 case("QUANTIZE_requantize")(lambda: _model("QUANTIZE", [X(S)], [Y(S, scale=0.0007)]))
 case("QUANTIZE_to_int8")(lambda: _model("QUANTIZE", [X(S)], [Y(S, "int8", 0.3)]))

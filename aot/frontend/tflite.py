@@ -757,13 +757,17 @@ class _Builder(VariableOps, TFLMOps):
 
     def _op_LOGISTIC(self, op, ins, outs):
         self._need(ins, 1)
-        if self.ty(ins[0]).dtype == "int8":
-            self.emit("tfl.logistic", ins[:1], outs)
+        if self.ty(ins[0]).dtype in ("int8", "int16"):
+            self.emit(self._int_op("tfl.logistic", ins[0]), ins[:1], outs)
             return
         self._float_only(ins)
         self.emit("Sigmoid", ins[:1], outs)
 
     def _op_TANH(self, op, ins, outs):
+        self._need(ins, 1)
+        if self.ty(ins[0]).dtype == "int16":
+            self.emit(self._int_op("tfl.tanh", ins[0]), ins[:1], outs)
+            return
         if self._int8_unary(ins, outs, "tfl.tanh"):
             return
         self._float_only(ins)

@@ -87,7 +87,12 @@ def _gate_sums(ctx: LowerCtx, b: q.Block, s: "_Shapes", x, h_s, p, at, init_x: E
 
 def sigmoid16(b: q.Block, table, x: Expr) -> Var:
     """Q3.12 -> Q0.15 logistic by table interpolation (§11 SIG16)."""
-    v = b.let("v", Bin("*", x, Const(3)))
+    return sigmoid16_scaled(b, table, b.let("v", Bin("*", x, Const(3))))
+
+
+def sigmoid16_scaled(b: q.Block, table, v: Var) -> Var:
+    """SIG16's interpolation on v, the input already scaled by 3 * 2**12 (the
+    int16 LOGISTIC kernel scales its own way first)."""
     a = b.let("a", Select(Bin("<", v, Const(0)), _neg(v), v))
     return _interpolate(b, table, v, a, 9, 32767 << 10, 10, 1 << 25)
 
@@ -101,7 +106,12 @@ def tanh16(b: q.Block, table, x: Expr, pot: int) -> Var:
         v = b.let("v", Bin(">>", Bin("+", Bin("*", q.i64(x), Const(3, dt("int64"))),
                                      Const(1 << (-k - 1), dt("int64"))),
                            Const(-k, dt("int64"))))
-    a = b.let("a", Select(Bin("<", v, Const(0, dt("int64"))), _neg(v), v))
+    return tanh16_scaled(b, table, v)
+
+
+def tanh16_scaled(b: q.Block, table, v: Var) -> Var:
+    """TANH16's interpolation on v (int32 or int64), already scaled by 3 * 2**12."""
+    a = b.let("a", Select(Bin("<", v, Const(0, v.dtype)), _neg(v), v))
     return _interpolate(b, table, v, a, 8, 65535 << 8, 8, 1 << 23, tanh=True)
 
 

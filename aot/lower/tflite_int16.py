@@ -15,7 +15,9 @@ import numpy as np
 from aot.ir.tir import Assign, Bin, Cast, Const, Expr, Load, Store, Var, add, dt, mul
 from aot.lower import qmath as q
 from aot.lower import tflite_int8 as i8
+from aot.lower.lstm import sigmoid16_scaled, tanh16_scaled
 from aot.lower.rules import LowerCtx, kernel_rule, value_rule
+from aot.ops import qmath as ref_q
 from aot.ops import tflite_int8 as ref8
 from aot.ops import tflite_int16 as ref
 
@@ -188,3 +190,25 @@ def mean_int16(ctx: LowerCtx, ins, emit):
         b.add(emit(0, out_idx, Cast(dt("int16"), y)))
     return i8.reduce_per_output(ctx, x, axes, bool(ctx.attrs.get("keep_dims", False)), 0,
                                 finish)
+
+
+# ------------------------------------------------------------ logistic / tanh
+
+@kernel_rule("tfl.logistic_int16", "tfl.tanh_int16")
+def logistic_tanh_int16(ctx: LowerCtx, ins, emit):
+    """Per element: the input scaled to 1/(3 * 4096) units, then the sigmoid
+    table interpolated (a scalar loop: a vector of table loads is a gather)."""
+    x = ins[0]
+    mult, shift = ref.activation_input_scaling(ctx)
+    table = ctx.param("sigmoid_table", ref_q.SIGMOID_TABLE_UINT16.astype(np.int32))
+    interpolate = sigmoid16_scaled if ctx.node.op == "tfl.logistic_int16" else tanh16_scaled
+    shape = ctx.out_types[0].shape
+
+    def at(idx):
+        b = q.Block(ctx)
+        v = b.let("v", Bin("*", i8.to_i32(x.load(idx)), Const(mult)))
+        if shift:
+            b.add(Assign(v, Bin(">>", Bin("+", v, Const(1 << (shift - 1))), Const(shift))))
+        b.add(emit(0, idx, Cast(dt("int16"), interpolate(b, table, v))))
+        return b.stmt()
+    return i8.nest(ctx, tuple(f"i{d}" for d in range(len(shape))), shape, at)

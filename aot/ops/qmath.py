@@ -224,7 +224,13 @@ SIGMOID_TABLE_UINT16 = np.array([
 
 def sigmoid16(x) -> np.ndarray:
     """int16 Q3.12 -> Q0.15 logistic, the table interpolation of §11 (SIG16)."""
-    v = 3 * _i64(x)
+    return sigmoid16_scaled(3 * _i64(x))
+
+
+def sigmoid16_scaled(v) -> np.ndarray:
+    """SIG16's interpolation on v, the input already scaled by 3 * 2**12 (so
+    +-2**17 is +-10.7): the int16 LOGISTIC kernel scales its own way first."""
+    v = _i64(v)
     a = np.abs(v)
     j = a >> 9
     f = a & 511
@@ -242,6 +248,12 @@ def tanh16(x, p: int) -> np.ndarray:
         v = x * 3 * (1 << k)
     else:
         v = (3 * x + (1 << (-k - 1))) >> -k
+    return tanh16_scaled(v)
+
+
+def tanh16_scaled(v) -> np.ndarray:
+    """TANH16's interpolation on v, the input already scaled by 3 * 2**12."""
+    v = _i64(v)
     a = np.abs(v)
     j = a >> 8
     f = a & 255

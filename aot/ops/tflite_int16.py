@@ -36,6 +36,8 @@ INT16_OPS = {
     "tfl.max_pool2d": "tfl.max_pool2d_int16",
     "tfl.avg_pool2d": "tfl.avg_pool2d_int16",
     "tfl.mean": "tfl.mean_int16",
+    "tfl.logistic": "tfl.logistic_int16",
+    "tfl.tanh": "tfl.tanh_int16",
 }
 i8.ACTIVATION_DTYPE.update({op: "int16" for op in INT16_OPS.values()})
 
@@ -285,3 +287,62 @@ def softmax_int16(call: Call, args):
     right = 31 - headroom
     y = (exps * recip + (np.int64(1) << (right - 1))) >> right
     return [qmath.clamp(y, 0, 32767).astype(np.int16)]
+
+
+# ------------------------------------------------------------ logistic / tanh
+
+def checked_log2(x: float) -> tuple[bool, int]:
+    """CheckedLog2: (whether x is within 1e-3 of a power of two in log2, that power)."""
+    f32 = np.float32
+    log2 = f32(f32(np.log(f32(x))) * f32(f32(1) / f32(np.log(f32(2)))))
+    rounded = f32(qmath.round_half_away(float(log2)))
+    return bool(abs(f32(log2 - rounded)) < f32(1e-3)), int(rounded)
+
+
+# TFLM's int16 LOGISTIC keeps a power-of-two input scale unrescaled only when
+# it is 2**-12; TANH also at 2**-11.
+_POT_SHIFTS = {"tfl.logistic_int16": (0,), "tfl.tanh_int16": (0, 1)}
+
+
+def activation_input_scaling(call_or_ctx) -> tuple[int, int]:
+    """(M, L): the input becomes (x M + 2**(L-1)) >> L, in units of 1/(3 * 4096)
+    (so +-2**17 is +-10.7), the scale the sigmoid table interpolation reads."""
+    node = call_or_ctx.node
+    s_in = symmetric_scale(call_or_ctx.in_types[0], "the input", node)
+    s_out = symmetric_scale(call_or_ctx.out_types[0], "the output", node)
+    pot, log2 = checked_log2(s_out)
+    if not pot or log2 != -15:
+        raise ModelError(f"{node_label(node)}: int16 output scale {s_out} "
+                         "(tflite-micro requires 1/32768)")
+    pot, log2 = checked_log2(s_in)
+    if pot and 12 + log2 in _POT_SHIFTS[node.op]:
+        return 3 << (12 + log2), 0
+    mult, shift = float(np.float32(s_in)) * 4096.0 * 3.0, 0
+    while mult <= 32767.0 / 2.0 and shift <= 30:
+        shift += 1
+        mult *= 2.0
+    return int(mult), shift
+
+
+def scale_activation_input(x: np.ndarray, mult: int, shift: int) -> np.ndarray:
+    rounding = (1 << (shift - 1)) if shift > 0 else 0
+    return (x.astype(np.int64) * mult + rounding) >> shift
+
+
+def _unary_infer(sig: Sig):
+    i8._require_int8(sig)
+    return [i8._out_type(sig, sig.in_types[0].shape)]
+
+
+@register("tfl.logistic_int16", infer=_unary_infer, pattern=Pattern.OPAQUE)
+def logistic_int16(call: Call, args):
+    """reference_integer_ops::Logistic on int16: the sigmoid table interpolated."""
+    v = scale_activation_input(args[0], *activation_input_scaling(call))
+    return [qmath.sigmoid16_scaled(v).astype(np.int16)]
+
+
+@register("tfl.tanh_int16", infer=_unary_infer, pattern=Pattern.OPAQUE)
+def tanh_int16(call: Call, args):
+    """reference_integer_ops::Tanh on int16: tanh(x) = 2 sigmoid(2x) - 1 from the table."""
+    v = scale_activation_input(args[0], *activation_input_scaling(call))
+    return [qmath.tanh16_scaled(v).astype(np.int16)]

@@ -152,12 +152,12 @@ def test_resnet8_qoperator_matches_onnxruntime(tmp_path):
     probs = _int8_output(model, tmp_path / "probs.onnx")
     rng = np.random.default_rng(5)
     feeds = [{"input_1": rng.random((1, 32, 32, 3), dtype=np.float32)} for _ in range(10)]
-    assert _package_against_ort(probs, tmp_path, feeds) <= 1
+    assert _package_against_ort(probs, tmp_path, feeds) == 0
 
 
 def _small_model(path):
     """Conv, Sigmoid, LeakyRelu, Mul, Add, Concat, AveragePool,
-    GlobalAveragePool, Flatten, MatMul: every QOperator op ONNX Runtime's
+    GlobalAveragePool, Flatten, Gemm: every QOperator op ONNX Runtime's
     quantizer writes for them."""
     rng = np.random.default_rng(0)
 
@@ -174,10 +174,10 @@ def _small_model(path):
                               strides=[2, 2], pads=[1, 1, 1, 1]),
              helper.make_node("GlobalAveragePool", ["p"], ["g"]),
              helper.make_node("Flatten", ["g"], ["f"]),
-             helper.make_node("MatMul", ["f", "wd"], ["y"])]
+             helper.make_node("Gemm", ["f", "wd", "bd"], ["y"], transB=1)]
     inits = [init("w1", rng.normal(0, .3, (4, 3, 3, 3))), init("b1", rng.normal(0, .1, 4)),
              init("w2", rng.normal(0, .3, (4, 3, 3, 3))), init("b2", rng.normal(0, .1, 4)),
-             init("wd", rng.normal(0, .5, (8, 5)))]
+             init("wd", rng.normal(0, .5, (5, 8))), init("bd", rng.normal(0, .1, 5))]
     g = helper.make_graph(nodes, "small", [helper.make_tensor_value_info("x", T.FLOAT,
                                                                          [1, 3, 12, 12])],
                           [helper.make_tensor_value_info("y", T.FLOAT, [1, 5])], inits)
@@ -187,19 +187,21 @@ def _small_model(path):
 
 @pytest.mark.parametrize("fmt", ["QOperator", "QDQ"])
 def test_quantized_ops_match_onnxruntime(fmt, tmp_path):
-    """Both formats of the small model become the same integer ops, and the
-    package's int8 output is ONNX Runtime's within one step (measured:
-    QOperator bit-exact on these inputs)."""
+    """Both formats of the small model become the same integer ops. ONNX
+    Runtime runs the QOperator model with these very kernels: bit-exact
+    (measured on 200 inputs). The QDQ model it runs partly in float between
+    DQ and Q (Sigmoid, Mul, Add, Concat): 96% of the outputs equal, at most
+    2 steps apart (200 inputs)."""
     model = quantize(_small_model(tmp_path / "small.onnx"), tmp_path / f"small_{fmt}.onnx", fmt)
     ops = int_ops(aot.optimize(aot.load(model)))
     assert {"QLinearConv", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearMul", "QLinearAdd",
             "QLinearConcat", "QLinearAveragePool", "QLinearGlobalAveragePool",
-            "QLinearMatMul"} <= ops
+            "QGemm"} <= ops
     assert not ops & {"Conv", "Sigmoid", "Mul", "Add", "Concat", "AveragePool"}
     out = _int8_output(model, tmp_path / "int8_out.onnx")
     rng = np.random.default_rng(7)
     feeds = [{"x": rng.random((1, 3, 12, 12), dtype=np.float32)} for _ in range(8)]
-    assert _package_against_ort(out, tmp_path, feeds) <= 1
+    assert _package_against_ort(out, tmp_path, feeds) <= (0 if fmt == "QOperator" else 2)
 
 
 def test_unsupported_microsoft_op_is_refused(tmp_path):

@@ -38,7 +38,7 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 # that aot implements (aot/ops/onnx_quant.py, ONNX Runtime's arithmetic).
 MICROSOFT_OPS = ("QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearAveragePool",
                  "QLinearGlobalAveragePool", "QLinearSigmoid", "QLinearLeakyRelu",
-                 "QLinearSoftmax")
+                 "QLinearSoftmax", "QGemm")
 # Types numpy stands in for with a wider one (onnx maps them to uint16, int8,
 # ...): refused by name so they are never misread.
 NARROW_DTYPES = ("BFLOAT16", "INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")

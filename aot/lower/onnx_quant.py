@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from aot.ir.graph import TensorType
 from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Expr, If, Load, Select, Stmt,
                         add, dt, dtype_of, mul, seq, sub)
 from aot.lower import qmath as q
@@ -109,13 +110,15 @@ def _float_multipliers(x_s, w_s, y_s) -> np.ndarray:
                          .astype(np.float32)).reshape(-1)
 
 
-def _requantizer(ctx: LowerCtx, ins, scales: tuple[int, int, int], zp_at: int):
+def _requantizer(ctx: LowerCtx, ins, scales: tuple[int, int, int], zp_at: int,
+                 mult: np.ndarray | None = None):
     """(acc, channel) -> saturate(rint(float(acc) * M[c]) + zp) with
-    M = float32(s_in * s_w / s_out) from the scale inputs, the output zero
-    point from input zp_at, the output's dtype."""
+    M = float32(s_in * s_w / s_out) from the scale inputs (or `mult`), the
+    output zero point from input zp_at, the output's dtype."""
     names = ("input scale", "weight scale", "output scale")
-    mult = _float_multipliers(*(_value(ctx, ins, i, what).astype(np.float32)
-                                for i, what in zip(scales, names)))
+    if mult is None:
+        mult = _float_multipliers(*(_value(ctx, ins, i, what).astype(np.float32)
+                                    for i, what in zip(scales, names)))
     m_at = table(ctx, "multiplier", mult.astype(np.float32))
     zp = 0 if _value(ctx, ins, zp_at, "output zero point") is None else \
         int(np.asarray(_value(ctx, ins, zp_at, "output zero point")).reshape(-1)[0])
@@ -460,3 +463,34 @@ def qlinear_softmax(ctx: LowerCtx, ins, emit):
         b.add(loop(ctx, "k", depth, out))
         return b.stmt()
     return nest(ctx, tuple(f"i{d}" for d in range(len(shape) - 1)), shape[:-1], row)
+
+
+@kernel_rule("QGemm")
+def qgemm(ctx: LowerCtx, ins, emit):
+    """The integer product of QLinearMatMul (B constant when transposed),
+    plus the int32 C per column, then ONNX Runtime's requantization, or
+    float32(acc) * scale when there is no output zero point."""
+    if ctx.attrs.get("transA", 0):
+        raise ctx.unsupported("QGemm with transA")
+    b = ins[3]
+    if ctx.attrs.get("transB", 0):
+        w = _value(ctx, ins, 3, "transposed B")
+        b = TensorRef(b.name, TensorType(w.shape[::-1], b.type.dtype), b.load, value=w.T)
+    y_s = _value(ctx, ins, 7, "y_scale")
+    mult = ref.qgemm_multipliers(ctx.attrs.get("alpha", 1.0), _value(ctx, ins, 1, "a_scale"),
+                                 _value(ctx, ins, 4, "b_scale"), y_s)
+    c = _value(ctx, ins, 6, "C")
+    c_at = None if c is None else table(ctx, "c", np.broadcast_to(
+        c.astype(np.int32).reshape(-1), (ctx.out_types[0].shape[1],)))
+    if len(ins) > 8 and ins[8] is not None:
+        requantize = _requantizer(ctx, ins, (1, 4, 7), 8, mult)
+    else:
+        m_at = table(ctx, "scale", mult)
+
+        def requantize(acc, n):
+            return Bin("*", Cast(dt("float32"), acc), m_at(n))
+
+    def value(acc, n):
+        return requantize(acc if c_at is None else Bin("+", acc, c_at(n)), n)
+    return _int_matmul(ctx, ins[0], b, _value(ctx, ins, 2, "a_zero_point"),
+                       _value(ctx, ins, 5, "b_zero_point"), emit, value)

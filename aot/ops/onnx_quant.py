@@ -599,3 +599,52 @@ def _qlinear_softmax(call: Call, args):
 def _wrap_int8(q: np.ndarray) -> np.ndarray:
     """An int32 stored into int8 as C does on two's complement: modulo 256."""
     return ((q.astype(np.int64) + 128) % 256 - 128).astype(np.int8)
+
+
+# ---- QGemm: A, a_scale, a_zp, B, b_scale, b_zp, [C int32], [y_scale], [y_zp]
+
+def _qgemm_infer(sig: Sig):
+    a, b = _int_input(sig, 0, "A"), _int_input(sig, 3, "B")
+    _check_zp(sig, 2, a, "a_zero_point")
+    _check_zp(sig, 5, b, "b_zero_point")
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise sig.fail(f"A {list(a.shape)} and B {list(b.shape)} must be matrices")
+    m, k = a.shape[::-1] if sig.attrs.get("transA", 0) else a.shape
+    kb, n = b.shape[::-1] if sig.attrs.get("transB", 0) else b.shape
+    if k != kb:
+        raise sig.fail(f"inner dimensions differ: {k} and {kb}")
+    if sig.has(6):
+        c = sig.in_types[6]
+        if c.dtype != "int32" or c.size not in (1, n) or len(c.shape) > 2 or \
+                (len(c.shape) == 2 and c.shape[0] != 1):
+            raise _unsupported(sig, f"C {c} (an int32 scalar or row of {n} only)")
+    for i, what in ((1, "a_scale"), (7, "y_scale"), (8, "y_zero_point")):
+        _check_scalar(sig, i, what)
+    return [TensorType((m, n), sig.in_types[8].dtype if sig.has(8) else "float32")]
+
+
+def qgemm_multipliers(alpha, a_scale, b_scale, y_scale) -> np.ndarray:
+    """ONNX Runtime's per-column output scales: alpha * s_a * s_b[n] in
+    float32, divided by s_y when there is one."""
+    m = f32(f32(f32(alpha) * f32(a_scale)) * f32(b_scale).reshape(-1))
+    return m if y_scale is None else f32(m / f32(y_scale))
+
+
+@register("QGemm", infer=_qgemm_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE,
+          macs=lambda call: call.out_types[0].size * (call.in_types[0].shape[
+              0 if call.attrs.get("transA", 0) else 1]))
+def _qgemm(call: Call, args):
+    """acc = C + Σ (a - za)(b - zb) exactly; with y_zero_point, requantized
+    as QLinearMatMul (float32, half to even); without, float32 acc * scale."""
+    a, a_s, a_zp, b, b_s, b_zp, c, y_s, y_zp = (list(args) + [None] * 9)[:9]
+    if call.attrs.get("transA", 0):
+        a = a.T
+    if call.attrs.get("transB", 0):
+        b = b.T
+    acc = _int_matmul(_centered(a, a_zp), _centered(b, b_zp))
+    if c is not None:
+        acc = acc + c.astype(np.int32).reshape(1, -1)
+    mult = qgemm_multipliers(call.attrs.get("alpha", 1.0), a_s, b_s, y_s)
+    if y_zp is None:
+        return [f32(acc.astype(np.float32) * mult)]
+    return [_requantize(acc, mult, y_zp, call.out_types[0].dtype)]

@@ -9,6 +9,7 @@ Runtime's arithmetic, reading and writing int8 (or uint8) tensors:
 
     DQ(x), DQ(w), DQ(b) -> Conv -> Q        QLinearConv
     DQ(a), DQ(b) -> MatMul -> Q             QLinearMatMul
+    DQ(a), DQ(b), DQ(c) -> Gemm -> Q        QGemm
     DQ(a), DQ(b) -> Add / Mul -> Q          QLinearAdd / QLinearMul
     DQ(x) -> AveragePool -> Q               QLinearAveragePool (GlobalAveragePool alike)
     DQ(x) -> Sigmoid / LeakyRelu -> Q       QLinearSigmoid / QLinearLeakyRelu (tables)
@@ -20,8 +21,8 @@ Runtime's arithmetic, reading and writing int8 (or uint8) tensors:
 The ops are the ones ONNX Runtime's QOperator format uses, so a model in
 either format ends up as the same graph (docs/ops.md, "Quantized ONNX").
 A group that does not fit (a per-channel activation, int16, a float bias,
-an op not in the table: Gemm/QGemm, ConvTranspose, Resize are not
-supported yet) stays float and keeps ONNX's exact semantics.
+an op not in the table: ConvTranspose and Resize are not supported
+yet) stays float and keeps ONNX's exact semantics.
 Runs before constant folding, which would turn DQ(weights) into float
 weights.
 """
@@ -130,6 +131,28 @@ def _matmul_inputs(node: Node, out, rw: Rewriter) -> list[str] | None:
     return [*a, *b, *out]
 
 
+def _gemm_inputs(node: Node, out, rw: Rewriter) -> list[str] | None:
+    """QGemm adds its int32 C to the accumulator and scales the sum by alpha:
+    alpha = beta = 1 only, B constant, per-column scales along N."""
+    if node.attrs.get("transA", 0) or float(node.attrs.get("alpha", 1.0)) != 1.0 \
+            or float(node.attrs.get("beta", 1.0)) != 1.0:
+        return None
+    a = _dequantized(rw, node.inputs[0])
+    b = _dequantized(rw, node.inputs[1], per_tensor=False)
+    if a is None or b is None or rw.const(b[0]) is None:
+        return None
+    if not _per_tensor(rw, b[1:]):
+        axis = int(rw.producer(node.inputs[1]).attrs.get("axis", 1)) % 2
+        if axis != (0 if node.attrs.get("transB", 0) else 1):
+            return None
+    bias = ""
+    if len(node.inputs) > 2 and node.inputs[2]:
+        bias = _int32_bias(rw, node.inputs[2], a[1], b[1])
+        if bias is None:
+            return None
+    return [*a, *b, bias, *out]
+
+
 def _binary_inputs(node: Node, out, rw: Rewriter) -> list[str] | None:
     a, b = _dequantized(rw, node.inputs[0]), _dequantized(rw, node.inputs[1])
     if a is None or b is None or rw.type(a[0]).dtype != rw.type(b[0]).dtype:
@@ -161,6 +184,7 @@ def _softmax_inputs(node: Node, out, rw: Rewriter) -> list[str] | None:
 GROUPS: dict[str, tuple[str, Builder]] = {
     "Conv": ("QLinearConv", _conv_inputs),
     "MatMul": ("QLinearMatMul", _matmul_inputs),
+    "Gemm": ("QGemm", _gemm_inputs),
     "Add": ("QLinearAdd", _binary_inputs),
     "Mul": ("QLinearMul", _binary_inputs),
     "AveragePool": ("QLinearAveragePool", _unary_inputs),
@@ -190,7 +214,9 @@ def _group_rule(node: Node, rw: Rewriter) -> Rewrite | None:
     ins = build(op, out, rw)
     if ins is None:
         return None
-    attrs = {k: v for k, v in op.attrs.items() if k != "beta"}
+    attrs = dict(op.attrs)
+    if int_op == "QGemm":
+        attrs.pop("beta", None)     # 1, checked: QGemm has no beta
     if int_op == "QLinearSoftmax":
         attrs["opset"] = 13
     new = rw.node(int_op, ins, name=op.name, attrs=attrs, outputs=node.outputs)

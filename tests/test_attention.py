@@ -97,13 +97,15 @@ def test_node_cases_compiled_on_host(codegen):
     _check_failures(failed)
 
 
-# ---- qemu-aarch64: a handful of cases in one package ------------------------------------
+# ---- qemu-aarch64: a handful of cases in one package (one of each other op too) ------------
 
 QEMU_CASES = ("test_attention_4d_attn_mask", "test_attention_4d_attn_mask_bool_4d",
               "test_attention_3d_gqa_causal",
               "test_attention_4d_with_past_and_present_qk_matmul_bias_4d_mask_causal",
               "test_attention_4d_causal_nonpad_attn_mask_composition",
-              "test_rotary_embedding_interleaved")
+              "test_rotary_embedding_interleaved", "test_swiglu_alpha",
+              "test_tensorscatter_circular", "test_causal_conv_with_state_silu_with_past_state",
+              "test_linear_attention_gated_delta_gqa")
 
 
 def merged_cases(parts) -> tuple[onnx.ModelProto, dict, dict]:

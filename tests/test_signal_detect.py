@@ -1,6 +1,7 @@
 """Signal and detection ops (aot/ops/signal.py, aot/ops/detect.py): every
 ONNX backend node case of DFT, STFT, the windows, MelWeightMatrix, TopK,
-NonMaxSuppression, Compress, NonZero and Unique through the interpreter and
+NonMaxSuppression, Compress, NonZero, Unique and RoiAlign through the
+interpreter and
 through the compiled package on the host (codegen c and llvm); the STFT,
 TopK and NonMaxSuppression cases in one package on qemu-aarch64; an audio
 front end and a detector head as exporters write them, against ONNX
@@ -37,7 +38,7 @@ from aot.passes.pipeline import optimize
 from aot.targets import get_board
 
 OPS = ("DFT", "STFT", "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix",
-       "TopK", "NonMaxSuppression", "Compress", "NonZero", "Unique")
+       "TopK", "NonMaxSuppression", "Compress", "NonZero", "Unique", "RoiAlign")
 ON_QEMU = ("STFT", "TopK", "NonMaxSuppression")
 
 
@@ -78,7 +79,7 @@ def check(case_name: str, op: str, got: dict, expected: dict) -> None:
 def test_every_case_is_here():
     """The cases this file runs: all of the ops' backend node cases but the
     bfloat16 ones (a change to the onnx package's set shows here)."""
-    assert len(cases()) == 47
+    assert len(cases()) == 50
     assert {op_of(c) for c in cases().values()} == set(OPS)
 
 
@@ -314,6 +315,47 @@ def test_detector_head_against_onnxruntime(tmp_path, seed):
     assert selected.shape == (60, 3) and 0 < count < 60
     np.testing.assert_array_equal(selected[:count], want["selected"])
     assert np.all(selected[count:] == -1)
+
+
+# ---- RoiAlign ------------------------------------------------------------------------------
+
+def roi_align_model(ratio: int, **attrs):
+    node = helper.make_node("RoiAlign", ["x", "rois", "batch"], ["y"], name="roi",
+                            output_height=3, output_width=4, sampling_ratio=ratio, **attrs)
+    graph = helper.make_graph([node], "roi", [
+        helper.make_tensor_value_info("x", T.FLOAT, [2, 3, 12, 16]),
+        helper.make_tensor_value_info("rois", T.FLOAT, [6, 4]),
+        helper.make_tensor_value_info("batch", T.INT64, [6])],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)])
+
+
+def test_roi_align_against_the_onnx_reference(tmp_path):
+    """ROIs partly or wholly outside the map, malformed (x2 < x1), a spatial
+    scale, both modes and coordinate conventions: the package on the host
+    and the interpreter against onnx.reference; an adaptive grid
+    (sampling_ratio 0) in the interpreter, refused by the code generator."""
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 12, 16)).astype(np.float32)
+    rois = np.array([[4, 4, 40, 30], [-20, -8, 12, 10], [50, 30, 70, 60], [30, 20, 10, 5],
+                     [0, 0, 63, 47], [8.5, 3.25, 9, 3.5]], np.float32)
+    feeds = {"x": x, "rois": rois, "batch": np.array([0, 1, 1, 0, 1, 0], np.int64)}
+    for k, (mode, coords) in enumerate((("avg", "half_pixel"), ("max", "output_half_pixel"))):
+        model = roi_align_model(3, mode=mode, coordinate_transformation_mode=coords,
+                                spatial_scale=0.25)
+        want = ReferenceEvaluator(model).run(None, feeds)[0]
+        onnx.save(model, tmp_path / f"roi{k}.onnx")
+        got = run(tmp_path / f"roi{k}.onnx", feeds, board="host")["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=mode)
+    model = roi_align_model(0, spatial_scale=0.25)
+    graph = graph_of(model, "roi")
+    np.testing.assert_allclose(interpret(graph, feeds)["y"],
+                               ReferenceEvaluator(model).run(None, feeds)[0], rtol=1e-5,
+                               atol=1e-6)
+    onnx.save(model, tmp_path / "adaptive.onnx")
+    with pytest.raises(UnsupportedError, match="'roi'.*sampling_ratio 0"):
+        run(tmp_path / "adaptive.onnx", feeds, board="host")
 
 
 # ---- value-sized outputs of run-time values: refused, naming the node -------------------

@@ -1,6 +1,6 @@
-"""Rules for the selection ops (aot/ops/detect.py): TopK and
-NonMaxSuppression as kernel rules, Compress as a gather from a table of the
-kept positions, NonZero and Unique (inputs known at compile time) as tables.
+"""Rules for the detection ops (aot/ops/detect.py): TopK, NonMaxSuppression
+and RoiAlign as kernel rules, Compress as a gather from a table of the kept
+positions, NonZero and Unique (inputs known at compile time) as tables.
 
 TopK and NonMaxSuppression need no sort and no scratch for ordering: each
 step scans its row for the best element strictly after the previous one in
@@ -17,12 +17,13 @@ import numpy as np
 
 from aot.ir.tir import (Assign, Bin, Decl, Expr, For, If, Load, Select, Stmt, Store, Unary,
                         Var, const, seq)
+from aot.lower.bounds import position, precheck
 from aot.lower.elementwise import cast, const_like
-from aot.lower.injective import _vector_ok
-from aot.lower.reduce import _full, _per_row, loops
+from aot.lower.injective import vector_ok
+from aot.lower.reduce import full_index, per_row, loops
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.lower.signal import compile_time_tables
-from aot.ops.detect import compress_positions
+from aot.ops.detect import compress_positions, roi_attrs
 from aot.ops.registry import Sig
 
 
@@ -78,14 +79,14 @@ def _topk(ctx: LowerCtx, ins, emit):
         pv, pi = ctx.fresh("prev", x.dtype), ctx.fresh("prev_i")
         j = ctx.fresh("j")
         find, bv, bi = next_best(ctx, x.shape[axis],
-                                 lambda t: x.load(_full({**at, axis: t}, rank)),
+                                 lambda t: x.load(full_index({**at, axis: t}, rank)),
                                  (pv, pi), largest)
-        out = _full({**at, axis: j}, rank)
+        out = full_index({**at, axis: j}, rank)
         step = seq(find, emit(0, out, bv), emit(1, out, cast(bi, "int64")),
                    Assign(pv, bv), Assign(pi, bi))
-        return seq(Decl(pv, x.load(_full({**at, axis: const(0)}, rank))), Decl(pi, const(-1)),
+        return seq(Decl(pv, x.load(full_index({**at, axis: const(0)}, rank))), Decl(pi, const(-1)),
                    For(j, k, step))
-    return _per_row(ctx, x, (axis,), row)
+    return per_row(ctx, x, (axis,), row)
 
 
 # ---- NonMaxSuppression --------------------------------------------------------------------
@@ -194,7 +195,7 @@ def _compress(ctx: LowerCtx, ins, idx, lanes):
     sig = Sig(ctx.node, ctx.in_types, tuple(r.value if r is not None else None for r in ins))
     axis, kept = compress_positions(sig)
     # whole runs of the last axis stay together unless it is the one compressed
-    _vector_ok(ctx, lanes, axis is not None and axis != rank - 1, "positions from a table")
+    vector_ok(ctx, lanes, axis is not None and axis != rank - 1, "positions from a table")
     table = ctx.param("kept", kept.astype(np.int32))
     if axis is not None:
         at = list(idx)
@@ -210,3 +211,88 @@ def _compress(ctx: LowerCtx, ins, idx, lanes):
 # ---- NonZero and Unique: values known at compile time -------------------------------------
 
 kernel_rule("NonZero", "Unique")(compile_time_tables)
+
+
+# ---- RoiAlign -----------------------------------------------------------------------------
+
+def _taps(ctx: LowerCtx, coord: Expr, size: int, name: str):
+    """Statements and (low, high, weight of low, weight of high, outside)
+    of the bilinear taps at `coord` along an axis of `size`, as the ONNX
+    reference (aot.ops.detect._axis_samples)."""
+    f32 = "float32"
+    at, c, low0 = ctx.fresh(name, f32), ctx.fresh(f"{name}c", f32), ctx.fresh(f"{name}_int")
+    low, high, frac = ctx.fresh(f"{name}_lo"), ctx.fresh(f"{name}_hi"), ctx.fresh(f"{name}f", f32)
+    edge = Bin(">=", low0, const(size - 1))
+    stmts = seq(
+        Decl(at, coord),
+        # clamped to [0, size] before the conversion: past it the tap is outside anyway
+        Decl(c, Bin("min", Bin("max", at, const(0.0, f32)), const(float(size), f32))),
+        Decl(low0, cast(c, "int32")),
+        Decl(low, Select(edge, const(size - 1), low0)),
+        Decl(high, Select(edge, const(size - 1), Bin("+", low0, const(1)))),
+        Decl(frac, Select(edge, const(0.0, f32), Bin("-", c, cast(low, f32)))))
+    outside = Bin("or", Bin("<", at, const(-1.0, f32)), Bin(">", at, const(float(size), f32)))
+    return stmts, (low, high, Bin("-", const(1.0, f32), frac), frac, outside)
+
+
+@kernel_rule("RoiAlign")
+def _roi_align(ctx: LowerCtx, ins, emit):
+    x, rois, batch = ins
+    out_h, out_w, ratio, scale, mode, half_pixel = roi_attrs(ctx)
+    if ratio <= 0:
+        raise ctx.unsupported("RoiAlign with sampling_ratio 0 (a sampling grid sized by the "
+                              "ROI values at run time)")
+    n, channels, height, width = x.shape
+    if batch.value is None:
+        precheck(ctx, batch, (n,))
+    f32 = "float32"
+
+    def f(v) -> Expr:
+        return const(float(v), f32)
+
+    def roi(at) -> Stmt:
+        r = at[0]
+        b = ctx.fresh("b")
+        corner = [ctx.fresh(v, f32) for v in ("x0", "y0", "x1", "y1")]
+        size_w, size_h = ctx.fresh("roi_w", f32), ctx.fresh("roi_h", f32)
+        bin_w, bin_h = ctx.fresh("bin_w", f32), ctx.fresh("bin_h", f32)
+
+        def scaled(v: Expr) -> Expr:
+            v = v if scale == 1.0 else Bin("*", v, f(scale))
+            return Bin("-", v, f(0.5)) if half_pixel else v
+        w = Bin("-", corner[2], corner[0])
+        h = Bin("-", corner[3], corner[1])
+        if not half_pixel:      # malformed ROIs are forced to 1 x 1
+            w, h = Bin("max", w, f(1)), Bin("max", h, f(1))
+        setup = seq(
+            Decl(b, position(batch.load((r,)), n)),
+            *(Decl(v, scaled(rois.load((r, const(j))))) for j, v in enumerate(corner)),
+            Decl(size_w, w), Decl(size_h, h),
+            Decl(bin_w, Bin("/", size_w, f(out_w))), Decl(bin_h, Bin("/", size_h, f(out_h))))
+
+        def cell(c: Var, ph: Var, pw: Var) -> Stmt:
+            acc = ctx.fresh("acc", f32)
+            iy, ix = ctx.fresh("iy"), ctx.fresh("ix")
+
+            def coord(start, cell_index, bin_size, i):
+                within = Bin("/", Bin("*", Bin("+", cast(i, f32), f(0.5)), bin_size), f(ratio))
+                return Bin("+", Bin("+", start, Bin("*", cast(cell_index, f32), bin_size)),
+                           within)
+            ys, (yl, yh, wyl, wyh, oy) = _taps(ctx, coord(corner[1], ph, bin_h, iy), height, "y")
+            xs, (xl, xh, wxl, wxh, ox) = _taps(ctx, coord(corner[0], pw, bin_w, ix), width, "x")
+            taps = [Bin("*", Bin("*", wy, wx), x.load((b, c, yi, xi)))
+                    for yi, wy in ((yl, wyl), (yh, wyh)) for xi, wx in ((xl, wxl), (xh, wxh))]
+            if mode == "avg":
+                value, init = Bin("+", Bin("+", taps[0], taps[1]), Bin("+", taps[2], taps[3])), 0.0
+                update = Bin("+", acc, Select(Bin("or", oy, ox), f(0), value))
+            else:
+                value = Bin("max", Bin("max", taps[0], taps[1]), Bin("max", taps[2], taps[3]))
+                init = -np.inf
+                update = Bin("max", acc, Select(Bin("or", oy, ox), f(0), value))
+            samples = For(iy, ratio, seq(ys, For(ix, ratio, seq(xs, Assign(acc, update)))))
+            result = Bin("/", acc, f(ratio * ratio)) if mode == "avg" else acc
+            return seq(Decl(acc, f(init)), samples, emit(0, (r, c, ph, pw), result))
+        cells = loops(ctx, (channels, out_h, out_w), (0, 1, 2),
+                      lambda o: cell(o[0], o[1], o[2]), "o")
+        return seq(setup, cells)
+    return loops(ctx, rois.shape, (0,), roi, "r")

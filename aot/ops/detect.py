@@ -1,6 +1,6 @@
-"""Selection ops of detector heads and their kin, with ONNX semantics: TopK,
-NonMaxSuppression, and the ops whose output size follows from values:
-Compress, NonZero and Unique.
+"""Ops of detector heads and their kin, with ONNX semantics: TopK,
+NonMaxSuppression, RoiAlign, and the ops whose output size follows from
+values: Compress, NonZero and Unique.
 
 A static package cannot size an output at run time, so each value-sized
 output gets one of two answers (docs/ops.md, "Signal and detection ops"):
@@ -21,6 +21,7 @@ import numpy as np
 from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import TensorType
 from aot.ops.elementwise import arity
+from aot.ops.index import _check_values, _wrap
 from aot.ops.registry import Call, Pattern, Sig, register
 from aot.ops.signal import scalar_int
 from aot.ops.tensor import _axis
@@ -252,3 +253,96 @@ def _unique(call: Call, args):
     axis = None if axis is None else int(axis) % args[0].ndim
     out = unique(args[0], axis, bool(call.attrs.get("sorted", 1)))
     return list(out[:len(call.out_types)])
+
+
+# ---- RoiAlign -----------------------------------------------------------------------------
+
+ROI_MODES = ("avg", "max")
+ROI_COORDINATES = ("half_pixel", "output_half_pixel")
+
+
+def roi_attrs(sig_or_call) -> tuple[int, int, int, float, str, bool]:
+    """(output height, width, sampling ratio, spatial scale, mode, half_pixel)."""
+    a = sig_or_call.attrs
+    mode = a.get("mode", "avg")
+    coords = a.get("coordinate_transformation_mode", "half_pixel")
+    if mode not in ROI_MODES or coords not in ROI_COORDINATES:
+        raise UnsupportedError(f"{node_label(sig_or_call.node)}: mode '{mode}' with coordinate "
+                               f"transformation '{coords}' is not supported (modes "
+                               f"{', '.join(ROI_MODES)}; {', '.join(ROI_COORDINATES)})")
+    return (int(a.get("output_height", 1)), int(a.get("output_width", 1)),
+            int(a.get("sampling_ratio", 0)), float(a.get("spatial_scale", 1.0)), mode,
+            coords == "half_pixel")
+
+
+@arity(3, 3)
+def _infer_roi_align(sig: Sig):
+    x, rois, batch = sig.in_types
+    if x.dtype != "float32" or rois.dtype != "float32":
+        raise sig.fail(f"X and rois must be float32, got {x.dtype}, {rois.dtype}")
+    if len(x.shape) != 4:
+        raise sig.fail(f"X must be [N, C, H, W], got {list(x.shape)}")
+    if len(rois.shape) != 2 or rois.shape[1] != 4 or batch.shape != rois.shape[:1]:
+        raise sig.fail(f"rois {list(rois.shape)} must be [R, 4] and batch_indices "
+                       f"{list(batch.shape)} [R]")
+    if batch.dtype not in ("int32", "int64"):
+        raise sig.fail(f"batch_indices must be int32 or int64, got {batch.dtype}")
+    out_h, out_w, ratio, _, _, _ = roi_attrs(sig)
+    if out_h < 1 or out_w < 1 or ratio < 0:
+        raise sig.fail(f"output {out_h}x{out_w} and sampling_ratio {ratio} must be positive")
+    _check_values(sig, 2, (x.shape[0],))
+    return [TensorType((rois.shape[0], x.shape[1], out_h, out_w), "float32")]
+
+
+def _axis_samples(coords: np.ndarray, size: int):
+    """Bilinear taps along one axis at `coords`, as the ONNX reference:
+    (low, high, weight of low, weight of high, outside the map)."""
+    outside = (coords < -1.0) | (coords > size)
+    c = np.maximum(coords, 0.0)
+    low = np.minimum(c.astype(np.int64), size - 1)
+    edge = c.astype(np.int64) >= size - 1
+    high = np.where(edge, size - 1, low + 1)
+    frac = np.where(edge, 0.0, c - low)
+    return low, high, 1.0 - frac, frac, outside
+
+
+def roi_align_one(x: np.ndarray, roi, out_h: int, out_w: int, ratio: int, scale: float,
+                  mode: str, half_pixel: bool) -> np.ndarray:
+    """[C, out_h, out_w] for one ROI (x1, y1, x2, y2) of the [C, H, W] map x."""
+    offset = 0.5 if half_pixel else 0.0
+    x0, y0, x1, y1 = (float(v) * scale - offset for v in roi)
+    width, height = x1 - x0, y1 - y0
+    if not half_pixel:       # malformed ROIs are forced to 1 x 1
+        width, height = max(width, 1.0), max(height, 1.0)
+    bin_h, bin_w = height / out_h, width / out_w
+    grid_h = ratio if ratio > 0 else int(np.ceil(height / out_h))
+    grid_w = ratio if ratio > 0 else int(np.ceil(width / out_w))
+    # sample coordinates: [out, grid] per axis
+    ys = y0 + np.arange(out_h)[:, None] * bin_h + (np.arange(grid_h) + 0.5) * bin_h / grid_h
+    xs = x0 + np.arange(out_w)[:, None] * bin_w + (np.arange(grid_w) + 0.5) * bin_w / grid_w
+    yl, yh, wyl, wyh, oy = _axis_samples(ys, x.shape[1])
+    xl, xh, wxl, wxh, ox = _axis_samples(xs, x.shape[2])
+
+    def tap(yi, xi, wy, wx):   # [C, out_h, grid_h, out_w, grid_w]
+        return (wy[:, :, None, None] * wx[None, None]) * x[:, yi[:, :, None, None],
+                                                           xi[None, None]]
+    taps = [tap(yl, xl, wyl, wxl), tap(yl, xh, wyl, wxh), tap(yh, xl, wyh, wxl),
+            tap(yh, xh, wyh, wxh)]
+    outside = oy[:, :, None, None] | ox[None, None]
+    if mode == "avg":
+        v = np.where(outside, 0.0, sum(taps))
+        return v.sum(axis=(2, 4)) / max(grid_h * grid_w, 1)
+    v = np.where(outside, 0.0, np.maximum.reduce(taps))
+    return v.max(axis=(2, 4), initial=-np.inf)
+
+
+@register("RoiAlign", infer=_infer_roi_align)
+def _roi_align(call: Call, args):
+    x, rois, batch = args
+    out_h, out_w, ratio, scale, mode, half_pixel = roi_attrs(call)
+    batch = _wrap(call, batch, x.shape[0])
+    out = np.zeros(call.out_types[0].shape, np.float64)
+    for r in range(rois.shape[0]):
+        out[r] = roi_align_one(x[batch[r]].astype(np.float64), rois[r], out_h, out_w, ratio,
+                               scale, mode, half_pixel)
+    return [out.astype(np.float32)]

@@ -6,7 +6,9 @@ Not run, each counted in the summary by its reason (docs/ops.md, "ONNX
 conformance"):
 - cases with tensors of types no edge target has (float64, float16,
   bfloat16, float8, int4, string, complex, sequences, optionals);
-- EXCLUDED cases: training-only ops, random ops, text and image decoding.
+- EXCLUDED cases: training-only ops, random ops, text and image decoding,
+  optional values; cases with empty tensors (aot plans no zero-size
+  buffer) and models of opsets before 7 (the importer reads 7 to 28).
 Everything else runs; an aot error or a mismatch is a failure. The summary
 (passed / run / left out and each failure) prints at the end of every pytest
 run, in the "aot summaries" section (tests/conftest.py).
@@ -38,6 +40,8 @@ RANDOM = "random output"
 TEXT = "strings and text featurization"
 IMAGE = "image decoding"
 OPTIONAL = "optional values"
+EMPTY = "empty tensors (aot has none)"
+OLD_OPSET = "opsets before 7 (aot reads 7 to 28)"
 EXCLUDED_OPS = {
     "SoftmaxCrossEntropyLoss": TRAINING, "NegativeLogLikelihoodLoss": TRAINING,
     "Bernoulli": RANDOM, "RandomNormal": RANDOM, "RandomNormalLike": RANDOM,
@@ -84,7 +88,25 @@ def cases() -> list[tuple[str, object]]:
 
 def excluded(op: str, case) -> str | None:
     """The class of reason a case is left out for, or None."""
-    return EXCLUDED_OPS.get(op) or EXCLUDED_CASES.get(case.name)
+    return EXCLUDED_OPS.get(op) or EXCLUDED_CASES.get(case.name) or (
+        OLD_OPSET if _opset(case.model) < 7 else None)
+
+
+def _opset(model) -> int:
+    return min((o.version for o in model.opset_import if o.domain in STANDARD_DOMAINS),
+               default=0)
+
+
+def _has_empty_tensor(case) -> bool:
+    """A tensor with no elements among the case's data: an output, or an
+    input other than an empty list of integers (axes=[] is a shape argument
+    aot reads, not a tensor it computes)."""
+    for ins, outs in data_sets(case):
+        if any(a.size == 0 for a in outs.values()):
+            return True
+        if any(a.size == 0 and (a.ndim != 1 or a.dtype.kind not in "iu") for a in ins.values()):
+            return True
+    return False
 
 
 def _bad_type(tp) -> str | None:
@@ -161,17 +183,39 @@ def _needs_constant(model, error: AotError, inputs: dict, frozen=()) -> str | No
     msg = str(error)
     m = re.search(r"node '(.+?)': input (\d+) must be a compile-time constant", msg)
     if m:
+        # a node inside a control-flow body is named '<outer node>/<node>'
+        label, nested = m.group(1).split("/")[0], "/" in m.group(1)
         for index, node in enumerate(model.graph.node):
-            if (node.name or f"{node.op_type}_{index}") == m.group(1):
+            if (node.name or f"{node.op_type}_{index}") == label:
                 i = int(m.group(2))
                 # normalization may have moved inputs (Upsample -> Resize): then
                 # take the node's last graph input, its shape argument
-                names = [node.input[i]] if i < len(node.input) else list(node.input[1:])[::-1]
-                return next((n for n in names if n in inputs), None)
+                names = list(node.input) if nested else [node.input[i]] \
+                    if i < len(node.input) else list(node.input[1:])[::-1]
+                direct = next((n for n in names if n in inputs), None)
+                if direct is not None and not nested:
+                    return direct
+                # computed from graph inputs (an expanded function's shape
+                # arithmetic): the integer inputs it is computed from
+                return _integer_sources(model, names, inputs, frozen)
     m = re.match(r"input '(.+?)': dimension \d+ is 0", msg)  # an empty shape argument
     if m and m.group(1) in inputs and inputs[m.group(1)].dtype.kind in "iu":
         return m.group(1)
     return None
+
+
+def _integer_sources(model, names: list[str], inputs: dict, frozen) -> str | None:
+    """The first integer graph input, not bound yet, that the named tensors
+    are computed from (through the top-level graph's nodes)."""
+    producer = {out: node for node in model.graph.node for out in node.output}
+    seen, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += producer[name].input if name in producer else []
+    return next((n for n in inputs if n in seen and n not in frozen
+                 and inputs[n].dtype.kind in "iu"), None)
 
 
 def _run(model, name: str, inputs: dict, outputs: dict) -> str | None:
@@ -244,7 +288,8 @@ TYPES = "tensor types no edge target has"
 
 def left_out(op: str, case) -> str | None:
     """Why a case is not run (a class of reason), or None: it runs."""
-    return excluded(op, case) or (TYPES if skip_reason(case) else None)
+    return excluded(op, case) or (TYPES if skip_reason(case) else None) or (
+        EMPTY if _has_empty_tensor(case) else None)
 
 
 def left_out_counts(classes) -> str:

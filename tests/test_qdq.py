@@ -215,3 +215,43 @@ def test_unsupported_microsoft_op_is_refused(tmp_path):
               str(path))
     with pytest.raises(UnsupportedError, match="QLinearWhere.*com.microsoft"):
         aot.load(path)
+
+
+def _init(name, a):
+    return numpy_helper.from_array(np.asarray(a), name)
+
+
+@pytest.mark.parametrize("act", ["Relu", "Clip"])
+def test_activation_between_op_and_quantize(act, tmp_path):
+    """DQ -> Conv -> Relu/Clip -> Q, the output zero point not at the type's
+    minimum: a QLinearConv and a Clip of its codes (Q is monotonic, so that
+    is exact); then DQ -> MaxPool -> Q with equal parameters: a MaxPool on
+    the int8 codes. Against ONNX Runtime within one step."""
+    rng = np.random.default_rng(2)
+    ws = rng.uniform(0.002, 0.01, 6).astype(np.float32)
+    xs, ys = np.float32(0.02), np.float32(0.01)
+    inits = [_init("xs", xs), _init("xz", np.int8(3)),
+             _init("w", rng.integers(-127, 128, (6, 4, 3, 3)).astype(np.int8)),
+             _init("ws", ws), _init("wz", np.zeros(6, np.int8)),
+             _init("b", rng.integers(-2000, 2000, 6).astype(np.int32)),
+             _init("bs", (xs * ws).astype(np.float32)), _init("bz", np.zeros(6, np.int32)),
+             _init("ys", ys), _init("yz", np.int8(-7)),
+             _init("lo", np.float32(-0.3)), _init("hi", np.float32(0.5))]
+    clip_ins = ["c"] if act == "Relu" else ["c", "lo", "hi"]
+    nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], axis=0),
+             helper.make_node("DequantizeLinear", ["b", "bs", "bz"], ["bf"], axis=0),
+             helper.make_node("Conv", ["xf", "wf", "bf"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node(act, clip_ins, ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "ys", "yz"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "ys", "yz"], ["qf"]),
+             helper.make_node("MaxPool", ["qf"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("QuantizeLinear", ["p", "ys", "yz"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.INT8, [1, 4, 8, 8])],
+                          [helper.make_tensor_value_info("y", T.INT8, [1, 6, 4, 4])], inits)
+    path = tmp_path / f"{act}.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    ops = int_ops(aot.optimize(aot.load(path)))
+    assert {"QLinearConv", "Clip", "MaxPool"} <= ops and not ops & {"Conv", "Relu"}
+    feeds = [{"x": rng.integers(-128, 128, (1, 4, 8, 8)).astype(np.int8)} for _ in range(4)]
+    assert _package_against_ort(path, tmp_path, feeds) <= 1

@@ -15,6 +15,7 @@ Runtime's arithmetic, reading and writing int8 (or uint8) tensors:
     DQ(x) -> Sigmoid / LeakyRelu -> Q       QLinearSigmoid / QLinearLeakyRelu (tables)
     DQ(x)... -> Concat -> Q                 QLinearConcat
     DQ(x) -> Softmax (last axis) -> Q       QLinearSoftmax (an exp table)
+    DQ(..) -> op -> Relu / Clip -> Q        the op, then a Clip of its integer output
     DQ(x) -> MaxPool / Reshape / ... -> Q   the op itself on the integers, when the
                                             DQ's and the Q's parameters are equal
 
@@ -208,7 +209,11 @@ def _group_rule(node: Node, rw: Rewriter) -> Rewrite | None:
         return None
     if op.op in MOVERS:
         return _mover(op, node, out, rw)
-    if op.op not in GROUPS:
+    dtype = rw.type(node.outputs[0]).dtype
+    bounds = _activation_codes(op, out, rw, dtype)
+    if bounds is not None:
+        op = rw.producer(op.inputs[0])
+    if op is None or op.op not in GROUPS:
         return None
     int_op, build = GROUPS[op.op]
     ins = build(op, out, rw)
@@ -219,8 +224,41 @@ def _group_rule(node: Node, rw: Rewriter) -> Rewrite | None:
         attrs.pop("beta", None)     # 1, checked: QGemm has no beta
     if int_op == "QLinearSoftmax":
         attrs["opset"] = 13
-    new = rw.node(int_op, ins, name=op.name, attrs=attrs, outputs=node.outputs)
-    return Rewrite([new])
+    info = np.iinfo(dtype)
+    if bounds is None or bounds == (info.min, info.max):
+        # (an activation the output range clamps anyway: a ReLU whose output
+        # zero point is the type's minimum, what the quantizer picks)
+        return Rewrite([rw.node(int_op, ins, name=op.name, attrs=attrs, outputs=node.outputs)])
+    new = rw.node(int_op, ins, name=op.name, attrs=attrs)
+    lo = rw.constant(f"{node.name}_min", np.array(bounds[0], dtype))
+    hi = rw.constant(f"{node.name}_max", np.array(bounds[1], dtype))
+    clip = rw.node("Clip", [new.outputs[0], lo, hi], name=f"{op.name}_clip",
+                   outputs=node.outputs)
+    return Rewrite([new, clip])
+
+
+def _activation_codes(act: Node, out: tuple[str, str], rw: Rewriter, dtype: str
+                      ) -> tuple[int, int] | None:
+    """For op -> Relu/Clip -> Q: the activation's bounds as output codes.
+    Q is monotonic, so Q(clip(v, a, b)) = clip(Q(v), Q(a), Q(b)) exactly:
+    the activation becomes a Clip of the integers. None when `act` is no
+    such activation (or a Clip with bounds known only at run time)."""
+    if act.op not in ("Relu", "Clip") or not rw.single_use(act.inputs[0]):
+        return None
+    ins = list(act.inputs) + [""] * (3 - len(act.inputs))
+    if act.op == "Clip" and any(t and rw.const(t) is None for t in ins[1:]):
+        return None
+    bounds = (0.0, None) if act.op == "Relu" else tuple(
+        float(rw.const(t).reshape(-1)[0]) if t else None for t in ins[1:3])
+    scale = np.float32(rw.const(out[0]).reshape(-1)[0])
+    zp = int(rw.const(out[1]).reshape(-1)[0]) if out[1] else 0
+    info = np.iinfo(dtype)
+
+    def code(v: float | None, default: int) -> int:
+        if v is None:
+            return default
+        return int(np.clip(np.rint(np.float32(v) / scale) + zp, info.min, info.max))
+    return code(bounds[0], int(info.min)), code(bounds[1], int(info.max))
 
 
 def _mover(op: Node, q: Node, out: tuple[str, str], rw: Rewriter) -> Rewrite | None:

@@ -157,6 +157,14 @@ for _op in ("LOGISTIC", "TANH"):
         case(f"{_op}_scale{_scale:.3g}")(lambda op=_op, s=_scale: _model(
             op, [X(S, scale=s)], [Y(S, scale=1 / 32768)]))
 
+for _stride, _pad, _out in ((1, 0, 4), (2, 0, 8), (2, 1, 9)):   # SAME: in*s; VALID: (in-1)*s+k
+    case(f"TRANSPOSE_CONV_stride{_stride}_{'valid' if _pad else 'same'}")(
+        lambda st=_stride, pad=_pad, o=_out: _model(
+            "TRANSPOSE_CONV", [C([1, o, o, 2], "int32", "shape"), _weights((2, 3, 3, 3), 0),
+                               X((1, 4, 4, 3)), _bias(2)],
+            [Y((1, o, o, 2), scale=0.004)], "TransposeConvOptions", Padding=pad, StrideH=st,
+            StrideW=st))
+
 case("QUANTIZE_from_float32")(lambda: _model("QUANTIZE", [X(S, "float32")], [Y(S, scale=0.0002)]))
 case("QUANTIZE_requantize")(lambda: _model("QUANTIZE", [X(S)], [Y(S, scale=0.0007)]))
 case("QUANTIZE_to_int8")(lambda: _model("QUANTIZE", [X(S)], [Y(S, "int8", 0.3)]))

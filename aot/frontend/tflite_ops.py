@@ -412,7 +412,8 @@ class TFLMOps:
             return
         if self._is_int(ins[0]):
             if op.code not in _RAW_INT8:
-                raise UnsupportedError(f"{self.op_label}: int8 {op.code} is not supported yet")
+                raise UnsupportedError(f"{self.op_label}: {self.ty(ins[0]).dtype} {op.code} "
+                                       "is not supported yet")
             for t in (*ins[:n], outs[0]):
                 self._same_int8(t, outs[0])
             if any(self.ty(t).quant != self.ty(outs[0]).quant for t in ins[:n]):
@@ -634,7 +635,7 @@ class TFLMOps:
             pads = np.zeros(12, np.int64)
             pads[6 + 2], pads[6 + 4] = sh - 1, sw - 1
             self.emit("Pad", [steps[0], self.new_const("gap_pads", pads),
-                              self.new_const("gap_value", np.array(zp, np.int8))],
+                              self.new_const("gap_value", np.array(zp, self.ty(x).dtype))],
                       [steps[1]], "fill_gaps", mode="constant")
             self.emit("Reshape", [steps[1], self.new_const(
                 "spread_shape", np.array([n, h * sh, wd * sw, c], np.int64))], [steps[2]],
@@ -655,8 +656,8 @@ class TFLMOps:
             raise ShapeError(f"{self.op_label}: padding {begin}, {end} beyond the kernel")
         lo, hi = self._act(o, outs[0])
         self._check_requant(x, w, outs[0])
-        self.emit("tfl.conv2d", [spread, flipped, bias], outs, strides=(1, 1), dilations=(1, 1),
-                  pads=pads, act_min=lo, act_max=hi)
+        self.emit(self._int_op("tfl.conv2d", x), [spread, flipped, bias], outs, strides=(1, 1),
+                  dilations=(1, 1), pads=pads, act_min=lo, act_max=hi)
 
     def _op_CUMSUM(self, op, ins, outs):
         # float: a product with a triangular 0/1 matrix along the axis

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from aot.ir.tir import (INT32, Assign, Bin, Broadcast, Cast, Decl, Expr, For, ForKind, Load,
+from aot.ir.tir import (INT32, Assign, Bin, Broadcast, Cast, Decl, Expr, For, ForKind, If, Load,
                         Select, Stmt, Store, Unary, Var, add, const, dt, mul, seq, sub)
 from aot.lower.bounds import IndexCheck, fail_if, position, precheck
 from aot.lower.elementwise import broadcast_index, cast, const_like, math_call, select
@@ -128,15 +128,12 @@ def _mask_load(mask: TensorRef, at: tuple, total: int) -> Expr:
     return mask.load(tuple(idx))
 
 
-def _bias(ctx: LowerCtx, ins, geo: Geometry, opts: Options, at: tuple) -> Expr:
-    """What is added to score (b, h, i, j): the float mask or 0 where the key
-    is allowed, -inf where not."""
-    f32 = dt("float32")
+def _added(ins, geo: Geometry, at: tuple) -> Expr:
+    """What is added to an allowed key's score: the float mask, or 0."""
     mask = ins[MASK]
-    value = (_mask_load(mask, at, geo.total) if mask is not None and mask.dtype.is_float
-             else const_like(0, f32))
-    allowed = _allowed(ctx, ins, geo, opts, at)
-    return value if allowed is None else Select(allowed, value, _neg_inf(f32))
+    if mask is not None and mask.dtype.is_float:
+        return _mask_load(mask, at, geo.total)
+    return const_like(0, dt("float32"))
 
 
 def _dot(ctx: LowerCtx, n: int, a: Callable[..., Expr], b: Callable[..., Expr],
@@ -189,6 +186,9 @@ def _attention(ctx: LowerCtx, ins, emit):
         top, top_bias = ctx.fresh("top", sm), ctx.fresh("top_bias", f32)
 
         def score(j: Var, load: HeadLoad) -> Stmt:
+            """The key's logit into the row; a masked key's is -inf, and
+            unless its raw score is an output it is not computed at all."""
+            at = (b, h, i, j)
             dot, acc = _dot(ctx, geo.head, lambda d, lanes=1: q(b, h, i, d, lanes),
                             lambda d, lanes=1: load(b, kv, j, d, lanes), "qk")
             s: Expr = Bin("*", acc, const_like(opts.scale, f32))
@@ -197,15 +197,24 @@ def _attention(ctx: LowerCtx, ins, emit):
                 s = Bin("*", cap, math_call("tanh", Bin("/", s, cap)))
             capped, bias = ctx.fresh("score", f32), ctx.fresh("bias", f32)
             logit = ctx.fresh("logit", f32)
-            stmts = [dot, Decl(capped, s), Decl(bias, _bias(ctx, ins, geo, opts, (b, h, i, j))),
+            allowed = _allowed(ctx, ins, geo, opts, at)
+            shows_raw = outputs > 3 and opts.qk_mode not in (QK_BIASED, QK_SOFTMAX)
+            added = _added(ins, geo, at)
+            if allowed is not None and shows_raw:
+                added = Select(allowed, added, _neg_inf(f32))
+            stmts = [dot, Decl(capped, s), Decl(bias, added),
                      Decl(logit, Bin("+", capped, bias)),
                      Store(row, j, cast(logit, sm)),
                      Assign(top, Bin("max", top, cast(logit, sm))),
                      Assign(top_bias, Bin("max", top_bias, bias))]
             if outputs > 3 and opts.qk_mode != QK_SOFTMAX:
-                stmts.append(emit(3, (b, h, i, j),
-                                  logit if opts.qk_mode == QK_BIASED else capped))
-            return seq(*stmts)
+                stmts.append(emit(3, at, logit if opts.qk_mode == QK_BIASED else capped))
+            if allowed is None or shows_raw:
+                return seq(*stmts)
+            masked = [Store(row, j, _neg_inf(sm))]
+            if outputs > 3 and opts.qk_mode == QK_BIASED:
+                masked.append(emit(3, at, _neg_inf(f32)))
+            return If(allowed, seq(*stmts), seq(*masked))
 
         # the max shifts the exponentials; a row of -inf shifts by 0 and sums to 0
         shift, total, inv = ctx.fresh("shift", sm), ctx.fresh("sum", sm), ctx.fresh("inv", sm)

@@ -186,10 +186,52 @@ case("CONCATENATION")(lambda: _model(
     "ConcatenationOptions", Axis=1))
 
 
+# Data movement: int16 values moved unchanged (one quantization throughout).
+
+
+def Z(shape, name="y"):
+    return Y(shape, scale=0.0011, name=name)
+
+
+case("EXPAND_DIMS")(lambda: _model("EXPAND_DIMS", [X(S), C([2], "int32")], [Z((2, 5, 1, 4, 3))]))
+case("SQUEEZE")(lambda: _model("SQUEEZE", [X((2, 1, 4, 1))], [Z((2, 4))]))
+case("BROADCAST_TO")(lambda: _model("BROADCAST_TO", [X((5, 1, 3)), C([2, 5, 4, 3], "int32")],
+                                    [Z(S)]))
+case("PACK")(lambda: _model("PACK", [X((4, 3)), X((4, 3), name="x2")], [Z((4, 2, 3))],
+                            "PackOptions", ValuesCount=2, Axis=1))
+case("UNPACK")(lambda: _model("UNPACK", [X(S)], [Z((2, 5, 3), f"y{k}") for k in range(4)],
+                              "UnpackOptions", Num=4, Axis=2))
+case("SPLIT")(lambda: _model("SPLIT", [C([1], "int32", "axis"), X((2, 6, 3))],
+                             [Z((2, 2, 3), f"y{k}") for k in range(3)], "SplitOptions",
+                             NumSplits=3))
+case("SPLIT_V")(lambda: _model("SPLIT_V", [X((2, 7, 3)), C([2, -1, 1], "int32", "sizes"),
+                                           C([1], "int32", "axis")],
+                               [Z((2, n, 3), f"y{k}") for k, n in enumerate((2, 4, 1))],
+                               "SplitVOptions", NumSplits=3))
+case("SLICE")(lambda: _model("SLICE", [X(S), C([1, 1, 0, 1], "int32", "b"),
+                                       C([1, 3, -1, 2], "int32", "s")], [Z((1, 3, 4, 2))]))
+case("REVERSE_V2")(lambda: _model("REVERSE_V2", [X(S), C([1, 2], "int32")], [Z(S)]))
+case("SELECT_V2")(lambda: _model("SELECT_V2", [("cond", (4, 3), "bool", None, {}), X(S),
+                                               X((3,), name="x2")], [Z(S)]))
+case("DYNAMIC_UPDATE_SLICE")(lambda: _model(
+    "DYNAMIC_UPDATE_SLICE", [X(S), X((1, 2, 4, 2), name="u"), C([1, 2, 0, 5], "int32", "start")],
+    [Z(S)]))
+case("PADV2")(lambda: _model("PADV2", [X(S), C([[0, 0], [1, 2], [0, 1], [0, 0]], "int32"),
+                                       C(900, I16, "v", scale=[0.0011], zp=[0])],
+                             [Z((2, 8, 5, 3))]))
+case("RESIZE_NEAREST_NEIGHBOR")(lambda: _model(
+    "RESIZE_NEAREST_NEIGHBOR", [X((1, 4, 5, 2)), C([7, 9], "int32")], [Z((1, 7, 9, 2))],
+    "ResizeNearestNeighborOptions", HalfPixelCenters=True))
+case("CAST_to_int32")(lambda: _model("CAST", [X(S)], [("y", S, "int32", None, {})]))
+case("CAST_to_float32")(lambda: _model("CAST", [X(S)], [("y", S, "float32", None, {})]))
+
+
 def _random(rng, shape, dtype):
     if dtype in ("int8", "int16"):
         info = np.iinfo(dtype)
         return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
     return (rng.standard_normal(shape) * 3).astype(dtype)
 
 

@@ -87,7 +87,7 @@ def _neg_inf(d) -> Expr:
     return const_like(float("-inf"), d)
 
 
-def _allowed(ctx: LowerCtx, ins, geo: Geometry, opts: Options, at: tuple) -> Expr | None:
+def _allowed(ins, geo: Geometry, opts: Options, at: tuple) -> Expr | None:
     """Whether query (b, h, i) may attend key j, as a bool expression (None:
     always): the boolean mask, the padding, causality and the window, as
     ops/attention.py allowed_keys."""
@@ -197,7 +197,7 @@ def _attention(ctx: LowerCtx, ins, emit):
                 s = Bin("*", cap, math_call("tanh", Bin("/", s, cap)))
             capped, bias = ctx.fresh("score", f32), ctx.fresh("bias", f32)
             logit = ctx.fresh("logit", f32)
-            allowed = _allowed(ctx, ins, geo, opts, at)
+            allowed = _allowed(ins, geo, opts, at)
             shows_raw = outputs > 3 and opts.qk_mode not in (QK_BIASED, QK_SOFTMAX)
             added = _added(ins, geo, at)
             if allowed is not None and shows_raw:

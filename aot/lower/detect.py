@@ -19,8 +19,7 @@ from aot.ir.tir import (Assign, Bin, Decl, Expr, For, If, Load, Select, Stmt, St
                         Var, const, seq)
 from aot.lower.bounds import position, precheck
 from aot.lower.elementwise import cast, const_like
-from aot.lower.injective import vector_ok
-from aot.lower.reduce import full_index, per_row, loops
+from aot.lower.reduce import loops
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.lower.signal import compile_time_tables
 from aot.ops.detect import compress_positions, roi_attrs
@@ -39,6 +38,11 @@ def _and(*conds: Expr) -> Expr:
     for c in conds[1:]:
         out = Bin("and", out, c)
     return out
+
+
+def _index(at: dict, rank: int) -> tuple:
+    """The multi-index of axis -> expression `at`."""
+    return tuple(at[a] for a in range(rank))
 
 
 def next_best(ctx: LowerCtx, n: int, value: Callable[[Expr], Expr], prev: tuple[Var, Var],
@@ -79,14 +83,14 @@ def _topk(ctx: LowerCtx, ins, emit):
         pv, pi = ctx.fresh("prev", x.dtype), ctx.fresh("prev_i")
         j = ctx.fresh("j")
         find, bv, bi = next_best(ctx, x.shape[axis],
-                                 lambda t: x.load(full_index({**at, axis: t}, rank)),
+                                 lambda t: x.load(_index({**at, axis: t}, rank)),
                                  (pv, pi), largest)
-        out = full_index({**at, axis: j}, rank)
+        out = _index({**at, axis: j}, rank)
         step = seq(find, emit(0, out, bv), emit(1, out, cast(bi, "int64")),
                    Assign(pv, bv), Assign(pi, bi))
-        return seq(Decl(pv, x.load(full_index({**at, axis: const(0)}, rank))), Decl(pi, const(-1)),
+        return seq(Decl(pv, x.load(_index({**at, axis: const(0)}, rank))), Decl(pi, const(-1)),
                    For(j, k, step))
-    return per_row(ctx, x, (axis,), row)
+    return loops(ctx, x.shape, [a for a in range(rank) if a != axis], row)
 
 
 # ---- NonMaxSuppression --------------------------------------------------------------------
@@ -195,7 +199,8 @@ def _compress(ctx: LowerCtx, ins, idx, lanes):
     sig = Sig(ctx.node, ctx.in_types, tuple(r.value if r is not None else None for r in ins))
     axis, kept = compress_positions(sig)
     # whole runs of the last axis stay together unless it is the one compressed
-    vector_ok(ctx, lanes, axis is not None and axis != rank - 1, "positions from a table")
+    if lanes > 1 and (axis is None or axis == rank - 1):
+        raise ctx.unsupported(f"a {lanes}-lane vector of Compress (positions from a table)")
     table = ctx.param("kept", kept.astype(np.int32))
     if axis is not None:
         at = list(idx)

@@ -19,9 +19,10 @@ from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Expr, If, Loa
 from aot.lower import qmath as q
 from aot.lower.elementwise import broadcast_index, broadcast_load, const_like
 from aot.lower.rules import VALUE_RULES, LowerCtx, TensorRef, kernel_rule, value_rule
-from aot.lower.tflite_int8 import ConvGeom, _CallView, conv_nest, loop, nest, table, to_i32
+from aot.lower.tflite_int8 import (ConvGeom, CallView, conv_nest, loop, nest, table, to_i32,
+                                   vector_conv_nest, vector_lanes)
 from aot.ops import onnx_quant as ref
-from aot.ops.nn import Window, _window_counts, resolve_window
+from aot.ops.nn import Window, window_counts, resolve_window
 
 
 def _value(ctx: LowerCtx, ins, i: int, what: str) -> np.ndarray | None:
@@ -112,26 +113,30 @@ def _float_multipliers(x_s, w_s, y_s) -> np.ndarray:
 
 def _requantizer(ctx: LowerCtx, ins, scales: tuple[int, int, int], zp_at: int,
                  mult: np.ndarray | None = None):
-    """(acc, channel) -> saturate(rint(float(acc) * M[c]) + zp) with
+    """(acc, channel, lanes=1) -> saturate(rint(float(acc) * M[c]) + zp) with
     M = float32(s_in * s_w / s_out) from the scale inputs (or `mult`), the
-    output zero point from input zp_at, the output's dtype."""
+    output zero point from input zp_at, the output's dtype; with lanes > 1,
+    acc holds the channels from `channel` on."""
     names = ("input scale", "weight scale", "output scale")
     if mult is None:
         mult = _float_multipliers(*(_value(ctx, ins, i, what).astype(np.float32)
                                     for i, what in zip(scales, names)))
-    m_at = table(ctx, "multiplier", mult.astype(np.float32))
-    zp = 0 if _value(ctx, ins, zp_at, "output zero point") is None else \
-        int(np.asarray(_value(ctx, ins, zp_at, "output zero point")).reshape(-1)[0])
+    mult = np.asarray(mult, np.float32).reshape(-1)
+    m_buf = None if np.all(mult == mult[0]) else ctx.param("multiplier", mult)
+    zp = _value(ctx, ins, zp_at, "output zero point")
+    zp = 0 if zp is None else int(np.asarray(zp).reshape(-1)[0])
     dtype = ctx.out_types[0].dtype
     info = np.iinfo(dtype)
 
-    def requantize(acc: Expr, channel: Expr) -> Expr:
-        scaled = _rint(Bin("*", Cast(dt("float32"), acc), m_at(channel)))
+    def requantize(acc: Expr, channel: Expr, lanes: int = 1) -> Expr:
+        f32 = dt("float32", lanes)
+        m = const_like(float(mult[0]), f32) if m_buf is None else Load(m_buf, channel, lanes)
+        scaled = _rint(Bin("*", Cast(f32, acc), m))
         # clamped in float first: a huge product stays in int32's range
-        scaled = Bin("min", Bin("max", scaled, Const(-2.0 ** 30, dt("float32"))),
-                     Const(2.0 ** 30, dt("float32")))
-        y = q.offset(Cast(dt("int32"), scaled), zp)
-        return Cast(dt(dtype), q.clamp(y, int(info.min), int(info.max)))
+        scaled = Bin("min", Bin("max", scaled, const_like(-2.0 ** 30, f32)),
+                     const_like(2.0 ** 30, f32))
+        y = q.offset(Cast(dt("int32", lanes), scaled), zp)
+        return Cast(dt(dtype, lanes), q.clamp(y, int(info.min), int(info.max)))
     return requantize
 
 
@@ -148,8 +153,9 @@ def _zero_point(v: np.ndarray | None) -> int:
 
 def _int_conv(ctx: LowerCtx, x, w: np.ndarray, x_zp, w_zp, bias, emit, value) -> Stmt:
     """The exact integer convolution of zero-point-centred operands (2-D, either
-    layout), through the shared int8 window nest; value(acc, channel) is the
-    output element stored for each accumulator."""
+    layout), through the shared int8 window nests (in vector tiles when
+    channels-last); value(acc, channel, lanes) is what is stored for each
+    accumulator of `lanes` channels."""
     if len(x.shape) != 4:
         raise ctx.unsupported(f"{ctx.node.op} on a {len(x.shape) - 2}-D input")
     nhwc = ctx.attrs.get("layout", "NCHW") == "NHWC"
@@ -162,7 +168,7 @@ def _int_conv(ctx: LowerCtx, x, w: np.ndarray, x_zp, w_zp, bias, emit, value) ->
         w = w - np.asarray(w_zp, np.int64).reshape(-1, 1, 1, 1)
     cout, kh, kw, depth = w.shape
     xs = x.shape if nhwc else (x.shape[0], x.shape[2], x.shape[3], x.shape[1])
-    win = resolve_window(_CallView(ctx), xs[1:3], (kh, kw))
+    win = resolve_window(CallView(ctx), xs[1:3], (kh, kw))
     groups = xs[3] // depth
     g = ConvGeom(n=xs[0], h=xs[1], w=xs[2], oh=win.out[0], ow=win.out[1], kh=kh, kw=kw,
                  groups=groups, depth=depth, per_group=cout // groups,
@@ -173,6 +179,12 @@ def _int_conv(ctx: LowerCtx, x, w: np.ndarray, x_zp, w_zp, bias, emit, value) ->
     def nchw(i):
         return i if nhwc else (i[0], i[3], i[1], i[2])
 
+    vector = vector_lanes(ctx) > 1 and ((depth == 1 and g.per_group == 1) or g.per_group >= 4)
+    if nhwc and vector:
+        # channels innermost: the int8 kernels' vector tiles (tfl.conv2d's)
+        def epilogue(b, idx, acc, lanes):
+            return emit(0, idx, value(acc, idx[3], lanes))
+        return vector_conv_nest(ctx, g, x.load, _zero_point(x_zp), w, init, epilogue)
     return conv_nest(ctx, g, lambda i: x.load(nchw(i)), _zero_point(x_zp), w, init,
                      lambda idx, acc: emit(0, nchw(idx), value(acc, idx[3])))
 
@@ -188,7 +200,7 @@ def qlinear_conv(ctx: LowerCtx, ins, emit):
 def conv_integer(ctx: LowerCtx, ins, emit):
     return _int_conv(ctx, ins[0], _value(ctx, ins, 1, "weight"),
                      _value(ctx, ins, 2, "x_zero_point"), _value(ctx, ins, 3, "w_zero_point"),
-                     None, emit, lambda acc, c: acc)
+                     None, emit, lambda acc, c, lanes=1: acc)
 
 
 # ------------------------------------------------------------ integer matmul
@@ -299,7 +311,7 @@ def dynamic_quantize_linear(ctx: LowerCtx, ins, emit):
 def _scalar_qparams(ctx: LowerCtx, ins, scale_at: int, zp_at: int) -> tuple[np.float32, int]:
     known = {i: _value(ctx, ins, i, "scale or zero point") for i in (scale_at, zp_at)}
     args = [known.get(i) for i in range(max(known) + 1)]
-    return ref.scalar_qparams(_CallView(ctx), args, scale_at, zp_at)
+    return ref.scalar_qparams(CallView(ctx), args, scale_at, zp_at)
 
 
 def _f32(value, lanes: int) -> Expr:
@@ -378,7 +390,7 @@ def _pool_geometry(ctx: LowerCtx, x) -> tuple[bool, tuple[int, ...], "Window"]:
                      (0,) * len(spatial), (1,) * len(spatial))
     else:
         kernel = tuple(int(k) for k in ctx.attrs["kernel_shape"])
-        win = resolve_window(_CallView(ctx), spatial, kernel, bool(ctx.attrs.get("ceil_mode", 0)))
+        win = resolve_window(CallView(ctx), spatial, kernel, bool(ctx.attrs.get("ceil_mode", 0)))
     return nhwc, spatial, win
 
 
@@ -392,7 +404,7 @@ def qlinear_avg_pool(ctx: LowerCtx, ins, emit):
     sy, zy = _scalar_qparams(ctx, ins, 3, 4)
     nhwc, spatial, win = _pool_geometry(ctx, x)
     include_pad = bool(ctx.attrs.get("count_include_pad", 0))
-    counts = np.maximum(_window_counts(win, spatial, include_pad), 1).astype(np.float32)
+    counts = np.maximum(window_counts(win, spatial, include_pad), 1).astype(np.float32)
     count_at = table(ctx, "count", counts)
     shape = ctx.out_types[0].shape
     nsp = len(spatial)

@@ -271,5 +271,33 @@ def _mover(op: Node, q: Node, out: tuple[str, str], rw: Rewriter) -> Rewrite | N
     return Rewrite([new])
 
 
+# ---- channels last ------------------------------------------------------------
+# The layout pass (aot/passes/layout.py) moves the float spatial ops to NHWC
+# and sinks the Transposes it puts around them; the integer ones are put in
+# NHWC here, before it runs, so that the same sinking cancels their
+# Transposes too, and the convolutions get the int8 kernels' vector tiles
+# (channels innermost).
+SPATIAL_INT = ("QLinearConv", "QLinearAveragePool", "QLinearGlobalAveragePool")
+
+
+def _channels_last_rule(node: Node, rw: Rewriter) -> Rewrite | None:
+    if node.op not in SPATIAL_INT or node.attrs.get("layout", "NCHW") != "NCHW" \
+            or int(node.attrs.get("channels_last", 0)) or len(rw.type(node.inputs[0]).shape) != 4:
+        return None
+    ins = list(node.inputs)
+    if node.op == "QLinearConv":
+        w = rw.const(ins[3])
+        if w is None:
+            return None
+        ins[3] = rw.constant(f"{ins[3]}_nhwc", np.transpose(w, (0, 2, 3, 1)))
+    before = rw.node("Transpose", [ins[0]], name=f"{node.name}_to_nhwc",
+                     attrs={"perm": (0, 2, 3, 1)})
+    new = rw.node(node.op, [before.outputs[0], *ins[1:]], name=node.name,
+                  attrs=dict(node.attrs, layout="NHWC"))
+    after = rw.node("Transpose", [new.outputs[0]], name=f"{node.name}_to_nchw",
+                    attrs={"perm": (0, 3, 1, 2)}, outputs=node.outputs)
+    return Rewrite([before, new, after])
+
+
 def qdq(graph: Graph) -> Graph:
-    return dead_code(rewrite(graph, [_group_rule]))
+    return dead_code(rewrite(rewrite(graph, [_group_rule]), [_channels_last_rule]))

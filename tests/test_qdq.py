@@ -225,8 +225,9 @@ def _init(name, a):
 def test_activation_between_op_and_quantize(act, tmp_path):
     """DQ -> Conv -> Relu/Clip -> Q, the output zero point not at the type's
     minimum: a QLinearConv and a Clip of its codes (Q is monotonic, so that
-    is exact); then DQ -> MaxPool -> Q with equal parameters: a MaxPool on
-    the int8 codes. Against ONNX Runtime within one step."""
+    is exact); then DQ -> MaxPool -> Q and DQ -> Resize (nearest) -> Q with
+    equal parameters: the ops on the int8 codes. Against ONNX Runtime within
+    one step."""
     rng = np.random.default_rng(2)
     ws = rng.uniform(0.002, 0.01, 6).astype(np.float32)
     xs, ys = np.float32(0.02), np.float32(0.01)
@@ -246,12 +247,16 @@ def test_activation_between_op_and_quantize(act, tmp_path):
              helper.make_node("QuantizeLinear", ["r", "ys", "yz"], ["q"]),
              helper.make_node("DequantizeLinear", ["q", "ys", "yz"], ["qf"]),
              helper.make_node("MaxPool", ["qf"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
-             helper.make_node("QuantizeLinear", ["p", "ys", "yz"], ["y"])]
+             helper.make_node("QuantizeLinear", ["p", "ys", "yz"], ["pq"]),
+             helper.make_node("DequantizeLinear", ["pq", "ys", "yz"], ["pf"]),
+             helper.make_node("Resize", ["pf", "", "scales"], ["u"], mode="nearest"),
+             helper.make_node("QuantizeLinear", ["u", "ys", "yz"], ["y"])]
+    inits.append(_init("scales", np.array([1, 1, 2, 2], np.float32)))
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.INT8, [1, 4, 8, 8])],
-                          [helper.make_tensor_value_info("y", T.INT8, [1, 6, 4, 4])], inits)
+                          [helper.make_tensor_value_info("y", T.INT8, [1, 6, 8, 8])], inits)
     path = tmp_path / f"{act}.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     ops = int_ops(aot.optimize(aot.load(path)))
-    assert {"QLinearConv", "Clip", "MaxPool"} <= ops and not ops & {"Conv", "Relu"}
+    assert {"QLinearConv", "Clip", "MaxPool", "Resize"} <= ops and not ops & {"Conv", "Relu"}
     feeds = [{"x": rng.integers(-128, 128, (1, 4, 8, 8)).astype(np.int8)} for _ in range(4)]
     assert _package_against_ort(path, tmp_path, feeds) <= 1

@@ -22,8 +22,8 @@ Runtime's arithmetic, reading and writing int8 (or uint8) tensors:
 The ops are the ones ONNX Runtime's QOperator format uses, so a model in
 either format ends up as the same graph (docs/ops.md, "Quantized ONNX").
 A group that does not fit (a per-channel activation, int16, a float bias,
-an op not in the table: ConvTranspose and Resize are not supported
-yet) stays float and keeps ONNX's exact semantics.
+an op not in the table: ConvTranspose and a linear or cubic Resize are
+not supported yet) stays float and keeps ONNX's exact semantics.
 Runs before constant folding, which would turn DQ(weights) into float
 weights.
 """
@@ -41,7 +41,8 @@ QTYPES = ("int8", "uint8")
 # Ops that only move or select values: Q(op(DQ(q))) is op(q) when DQ and Q
 # share their parameters (a monotonic DQ commutes with max).
 MOVERS = ("MaxPool", "GlobalMaxPool", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
-          "Transpose", "Slice", "Gather", "DepthToSpace", "SpaceToDepth", "Identity")
+          "Transpose", "Slice", "Gather", "DepthToSpace", "SpaceToDepth", "Identity",
+          "Resize")   # mode nearest only (it picks values; linear would compute new ones)
 
 
 def _qparams(rw: Rewriter, node: Node) -> tuple[str, str] | None:
@@ -262,6 +263,8 @@ def _activation_codes(act: Node, out: tuple[str, str], rw: Rewriter, dtype: str
 
 
 def _mover(op: Node, q: Node, out: tuple[str, str], rw: Rewriter) -> Rewrite | None:
+    if op.op == "Resize" and op.attrs.get("mode", "nearest") != "nearest":
+        return None
     x = _dequantized(rw, op.inputs[0])
     dtype = rw.type(q.outputs[0]).dtype
     if x is None or rw.type(x[0]).dtype != dtype or not _same_params(rw, x[1:], out, dtype):

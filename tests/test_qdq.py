@@ -28,7 +28,6 @@ def quantize(src, dst, fmt: str, samples: int = 8, per_channel: bool = True):
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
                                           quantize_static)
     model = onnx.load(str(src))
-    feeds = {}
     rng = np.random.default_rng(0)
     inits = {t.name for t in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in inits]
@@ -44,7 +43,6 @@ def quantize(src, dst, fmt: str, samples: int = 8, per_channel: bool = True):
     quantize_static(str(src), str(dst), Reader(), quant_format=getattr(QuantFormat, fmt),
                     per_channel=per_channel, activation_type=QuantType.QInt8,
                     weight_type=QuantType.QInt8)
-    del feeds
     return dst
 
 

@@ -202,13 +202,13 @@ def _transport_needs(board: Board) -> list[Check]:
         checks += [Check(vm.NIC_ROM, "file", "emulators", str(rom) if rom else None, users,
                          debian_package(vm.NIC_ROM) or ""),
                    _image_check(users)]
-    if board.transport == "qemu-user":
+    if board.transport in ("qemu-user", "qemu-system"):
         checks += _insn_count_checks(users)
     return checks
 
 
 def _insn_count_checks(users: tuple[str, ...]) -> list[Check]:
-    """The instruction counter qemu-user boards run under: its compiler and
+    """The instruction counter emulated boards run under: its compiler and
     the plugin make setup builds into the cache."""
     from aot.deploy import insn_count
 

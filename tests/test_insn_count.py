@@ -101,10 +101,26 @@ def test_marks_split_into_runs_and_kernels():
         insn_count.split_marks(marks[:5], 0, 1, 2)
 
 
-def test_the_log_is_read_for_the_isas_clock_calls():
-    log = "sys 113 10\nsys 64 12\nsys 403 15\nsys 113 40\ntotal 50\n"
-    assert insn_count.clock_marks(log, insn_count.clock_syscalls("/usr/bin/qemu-aarch64")) \
-        == [10, 40]
-    assert insn_count.clock_marks(log, insn_count.clock_syscalls("qemu-arm")) == [15]
-    with pytest.raises(AotError, match="no instruction count for qemu-mips"):
-        insn_count.clock_syscalls("qemu-mips")
+def test_the_log_is_read_at_the_harness_clock(tmp_path):
+    log = tmp_path / "log"
+    log.write_text("mark 10\nmark 40\nnoise 3\nmark 55\nmark 95\ntotal 120\n")
+    assert insn_count.clock_marks(log.read_text()) == [10, 40, 55, 95]
+    assert insn_count.read_counts(log, 1, 1, None).runs == [40]
+    with pytest.raises(AotError, match="has no aot_platform_timer_ns symbol"):
+        insn_count.mark_address(Path(insn_count.build_plugin()))
+
+
+def test_cortex_m_counts_are_exact_per_run_and_kernel(tmp_path, capsys):
+    """mps2-an386 (Cortex-M4 under qemu-system-arm): the same counter, so
+    instructions, not the 1 us SysTick clock's thousands."""
+    pkg = tmp_path / "m4"
+    aot.package(MODELS / "mlperf_ad_fcae_int8.tflite", board="mps2-an386", out_dir=pkg,
+                profile=True)
+    out = _bench_json(capsys, str(pkg), "--board", "mps2-an386", "--repeat", "3",
+                      "--warmup", "1", "--profile")
+    n = out["median_instructions"]
+    assert out["instructions"] == [n] * 3 and n > 100_000
+    kernels = [k["median_instructions"] for k in out["profile"]]
+    assert all(k > 0 for k in kernels) and 0.95 * n < sum(kernels) < n
+    # the SysTick time (1 ns per instruction under -icount shift=0, read in us) agrees
+    assert abs(out["median_ms"] * 1e6 - n) < 0.01 * n

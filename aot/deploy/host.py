@@ -110,6 +110,11 @@ def output_arrays(meta: dict, outs: Sequence[bytes]) -> list[np.ndarray]:
     return arrays
 
 
+def profiled_kernels(meta: dict) -> int | None:
+    """The kernels a --profile package's harness times, else None."""
+    return len(meta.get("kernels", ())) if meta.get("profile") else None
+
+
 def check_profile(meta: dict, profile_ns: list[list[int]] | None) -> None:
     """A profile row per run, a time per kernel of metadata.json."""
     kernels = len(meta.get("kernels", ()))

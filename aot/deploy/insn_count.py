@@ -1,14 +1,15 @@
-"""Instructions counted on emulated Linux boards (qemu-user).
+"""Instructions counted on emulated boards (qemu-user and qemu-system).
 
 An emulator's clock says nothing about a board's speed; the number of
 instructions the board's own code executes says much more (a proxy for time
-on an out-of-order core, but an exact and deterministic one). QEMU's TCG
-plugin `runtime_c/qemu/insn_count.c` counts them and logs the running count
-at every system call. The harness reads the clock before and after every
-run, and around every kernel in a --profile build; under qemu-user 7.2
-(no vDSO) each read is a clock_gettime system call, so the differences
-between those marks are the instructions of each run and of each kernel
-(the clock call's own few dozen included).
+on an out-of-order core, but an exact and deterministic one; on a Cortex-M4,
+a lower bound on its cycles). QEMU's TCG plugin `runtime_c/qemu/insn_count.c`
+counts them and logs the running count whenever one address runs: aot marks
+the harness's clock function, `aot_platform_timer_ns`, found in the harness
+ELF. The harness reads the clock before and after every run, and around
+every kernel in a --profile build, so the differences between those marks
+are the instructions of each run and of each kernel (the clock function's
+own first block included, the same few instructions every time).
 
 The plugin is built for this machine into aot's cache by `make setup`
 (`python -m aot.deploy.insn_count`), or on first use.
@@ -28,10 +29,8 @@ from aot import tools
 from aot.errors import AotError
 from aot.resources import data_dir
 
-# clock_gettime's system call numbers, by the qemu-user binary's ISA:
-# aarch64 and riscv64 share the generic table; 32-bit Arm's glibc calls
-# clock_gettime64 (403) and falls back to clock_gettime (263).
-CLOCK_SYSCALLS = {"qemu-aarch64": (113,), "qemu-riscv64": (113,), "qemu-arm": (403, 263)}
+# The harness's clock: every run and every profiled kernel reads it twice.
+MARK_SYMBOL = "aot_platform_timer_ns"
 COMPILER = "gcc"
 
 
@@ -52,7 +51,7 @@ def build_plugin() -> Path:
     out = plugin_path()
     if out.is_file():
         return out
-    cc = tools.require(COMPILER, "the qemu-user instruction counter")
+    cc = tools.require(COMPILER, "the QEMU instruction counter")
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".insn_count-", suffix=".so", dir=out.parent)
     os.close(fd)
@@ -60,7 +59,7 @@ def build_plugin() -> Path:
         r = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-o", tmp,
                             str(source())], capture_output=True, text=True)
         if r.returncode != 0:
-            raise AotError(f"cannot build the qemu-user instruction counter {source()}: "
+            raise AotError(f"cannot build the QEMU instruction counter {source()}: "
                            f"{(r.stderr.strip().splitlines() or ['no message'])[-1]}")
         os.replace(tmp, out)     # whole or not at all: two builds may race
     finally:
@@ -69,18 +68,33 @@ def build_plugin() -> Path:
     return out
 
 
-def clock_syscalls(qemu: str) -> tuple[int, ...]:
-    """clock_gettime's numbers for the ISA `qemu` (a qemu-user binary) emulates."""
-    name = Path(qemu).name
-    if name not in CLOCK_SYSCALLS:
-        raise AotError(f"no instruction count for {name}: aot knows the clock system calls of "
-                       f"{', '.join(sorted(CLOCK_SYSCALLS))}")
-    return CLOCK_SYSCALLS[name]
+def mark_address(exe: Path) -> int:
+    """Where the harness's clock function starts (a Thumb function's symbol
+    has bit 0 set; the code is at the even address)."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+
+    try:
+        with open(exe, "rb") as f:
+            elf = ELFFile(f)
+            for section in elf.iter_sections():
+                if isinstance(section, SymbolTableSection):
+                    for sym in section.get_symbol_by_name(MARK_SYMBOL) or ():
+                        if sym["st_info"]["type"] == "STT_FUNC" and sym["st_value"]:
+                            return int(sym["st_value"]) & ~1
+    except (OSError, ELFError) as e:
+        raise AotError(f"cannot read the harness {exe}: {e}") from None
+    raise AotError(f"the harness {exe} has no {MARK_SYMBOL} symbol to count instructions at "
+                   "(a stripped harness?)")
 
 
-def qemu_args(log: Path) -> list[str]:
-    """qemu-user options loading the plugin, its log written to `log`."""
-    return ["-plugin", str(build_plugin()), "-d", "plugin", "-D", str(log)]
+def qemu_args(exe: Path, log: Path) -> list[str]:
+    """QEMU options loading the plugin, marking `exe`'s clock, its log
+    written to `log` (a comma in an option value is written twice)."""
+    plugin = str(build_plugin()).replace(",", ",,")
+    return ["-plugin", f"{plugin},mark={mark_address(exe):#x}", "-d", "plugin",
+            "-D", str(log)]
 
 
 @dataclass(frozen=True)
@@ -90,14 +104,23 @@ class Counts:
     kernels: list[list[int]] | None = None
 
 
-def clock_marks(log: str, syscalls: Sequence[int]) -> list[int]:
+def clock_marks(log: str) -> list[int]:
     """The running count at every clock read in the plugin's log."""
     marks = []
     for line in log.splitlines():
         parts = line.split()
-        if len(parts) == 3 and parts[0] == "sys" and int(parts[1]) in syscalls:
-            marks.append(int(parts[2]))
+        if len(parts) == 2 and parts[0] == "mark" and parts[1].isdigit():
+            marks.append(int(parts[1]))
     return marks
+
+
+def read_counts(log: Path, warmup: int, runs: int, kernels: int | None) -> Counts:
+    """The counts of a harness run from the plugin's log file."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError as e:
+        raise AotError(f"the instruction counter wrote no log ({e.strerror or e})") from None
+    return split_marks(clock_marks(text), warmup, runs, kernels)
 
 
 def split_marks(marks: Sequence[int], warmup: int, runs: int, kernels: int | None) -> Counts:
@@ -120,10 +143,10 @@ def split_marks(marks: Sequence[int], warmup: int, runs: int, kernels: int | Non
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m aot.deploy.insn_count",
-        description="build the qemu-user instruction counter plugin into the cache")
+        description="build the QEMU instruction counter plugin into the cache")
     parser.parse_args(argv)
     try:
-        print(f"qemu-user instruction counter: {build_plugin()}")
+        print(f"QEMU instruction counter: {build_plugin()}")
     except AotError as e:
         print(f"aot: {e}")
         return 2

@@ -17,9 +17,13 @@ directory QEMU runs in, so no host path reaches the guest.
 
 `-icount shift=0` makes the emulated clock count instructions (1 ns each),
 so the SysTick timings are reproducible, and meaningless as real timings.
+The instructions themselves are counted exactly by aot's QEMU plugin
+(aot/deploy/insn_count.py): per run and, for a --profile package, per
+kernel. A Cortex-M4 or M7 needs at least one cycle per instruction.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -30,7 +34,8 @@ from typing import Sequence
 import numpy as np
 
 from aot import tools
-from aot.deploy.host import RunResult, failure, harness_args, parse_report, prepare_run
+from aot.deploy.host import (RunResult, failure, harness_args, parse_report, prepare_run,
+                             profiled_kernels)
 from aot.errors import AotError
 from aot.targets import Board, option_number
 
@@ -39,8 +44,9 @@ DEFAULT_TIMEOUT_S = 300
 EXIT_CODES = {134: "aborted (aot_platform_abort)", 135: "a fault (HardFault, BusFault, ...)"}
 
 
-def qemu_command(board: Board, args: Sequence[str]) -> list[str]:
-    """The emulator's command line running bench/bench with `args`."""
+def qemu_command(board: Board, args: Sequence[str], counting: Sequence[str] = ()) -> list[str]:
+    """The emulator's command line running bench/bench with `args` (and the
+    instruction counter's options `counting`)."""
     qemu = str(board.options.get("qemu", ""))
     machine = str(board.options.get("machine", ""))
     if not qemu or not machine:
@@ -52,7 +58,7 @@ def qemu_command(board: Board, args: Sequence[str]) -> list[str]:
     semihosting = ",".join(["enable=on", "target=native",
                             *(f"arg={a.replace(',', ',,')}" for a in ("bench", *args))])
     return [qemu, "-M", machine, "-nographic", "-monitor", "none", "-serial", "null",
-            "-icount", "shift=0", "-semihosting-config", semihosting,
+            "-icount", "shift=0", "-semihosting-config", semihosting, *counting,
             "-kernel", "bench"]
 
 
@@ -64,13 +70,16 @@ def _relative(args: list[str], work: Path) -> list[str]:
 
 def run_qemu_system(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
                     runs: int) -> RunResult:
+    from aot.deploy import insn_count      # not at import: `python -m` runs it
+
     meta, inputs, exe = prepare_run(pkg, inputs)
     timeout = option_number(board, "timeout_s", DEFAULT_TIMEOUT_S, float, 0.001, 86400)
     with tempfile.TemporaryDirectory(prefix="aot-qemu-system-") as tmp:
         work = Path(tmp)
         args, out_paths = harness_args(meta, work, inputs, warmup, runs)
         shutil.copyfile(exe, work / "bench")
-        cmd = qemu_command(board, _relative(args, work))
+        log = Path(tmp) / "insn_count.log"
+        cmd = qemu_command(board, _relative(args, work), insn_count.qemu_args(exe, log))
         try:
             r = subprocess.run(cmd, cwd=work, capture_output=True, text=True, errors="replace",
                                stdin=subprocess.DEVNULL, timeout=timeout)
@@ -84,4 +93,7 @@ def run_qemu_system(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmu
         missing = [p.name for p in out_paths if not p.is_file()]
         if missing:
             raise AotError(f"the harness wrote no {', '.join(missing)} under qemu-system")
-        return parse_report(r.stdout, meta, [p.read_bytes() for p in out_paths])
+        result = parse_report(r.stdout, meta, [p.read_bytes() for p in out_paths])
+        counts = insn_count.read_counts(log, warmup, runs, profiled_kernels(meta))
+    return dataclasses.replace(result, instructions=counts.runs,
+                               profile_instructions=counts.kernels)

@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from aot import tools
-from aot.deploy.host import RunResult, run_local
+from aot.deploy.host import RunResult, profiled_kernels, run_local
 from aot.errors import AotError
 from aot.targets import Board
 
@@ -64,13 +64,11 @@ def run_qemu_user(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup:
 
     meta = read_metadata(pkg)
     qemu = qemu_command(board, package_cpu(meta, board))
-    syscalls = insn_count.clock_syscalls(qemu[0])
+    exe = pkg / "bench" / "bench"
     with tempfile.TemporaryDirectory(prefix="aot-insn-count-") as tmp:
         log = Path(tmp) / "plugin.log"
         result = run_local(pkg, inputs, warmup, runs, where=" under qemu-user",
-                           emulator=[*qemu, *insn_count.qemu_args(log)])
-        marks = insn_count.clock_marks(log.read_text(errors="replace"), syscalls)
-    kernels = len(meta.get("kernels", ())) if meta.get("profile") else None
-    counts = insn_count.split_marks(marks, warmup, runs, kernels)
+                           emulator=[*qemu, *insn_count.qemu_args(exe, log)])
+        counts = insn_count.read_counts(log, warmup, runs, profiled_kernels(meta))
     return dataclasses.replace(result, instructions=counts.runs,
                                profile_instructions=counts.kernels)

@@ -22,9 +22,11 @@ RESNET8 = MODELS / "derived" / "mlperf_ic_resnet8_f32.tf2onnx.b1.onnx"
 RESNET8_INT8 = MODELS / "mlperf_ic_resnet8_int8.tflite"
 
 
-def quantize(src, dst, fmt: str, samples: int = 8, per_channel: bool = True):
-    """ONNX Runtime's quantize_static, int8 activations and weights, on
-    uniform [0, 1) calibration inputs from a fixed seed."""
+def quantize(src, dst, fmt: str, samples: int = 8, per_channel: bool = True,
+             activations: str = "QInt8"):
+    """ONNX Runtime's quantize_static, int8 weights and activations (or
+    uint8 ones: activations="QUInt8"), on uniform [0, 1) calibration inputs
+    from a fixed seed."""
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
                                           quantize_static)
     model = onnx.load(str(src))
@@ -41,7 +43,7 @@ def quantize(src, dst, fmt: str, samples: int = 8, per_channel: bool = True):
         def get_next(self):
             return next(self.data, None)
     quantize_static(str(src), str(dst), Reader(), quant_format=getattr(QuantFormat, fmt),
-                    per_channel=per_channel, activation_type=QuantType.QInt8,
+                    per_channel=per_channel, activation_type=getattr(QuantType, activations),
                     weight_type=QuantType.QInt8)
     return dst
 
@@ -119,7 +121,8 @@ def _int8_output(path, out):
     dq = next(n for n in m.graph.node if n.op_type == "DequantizeLinear"
               and n.output[0] == m.graph.output[0].name)
     del m.graph.output[:]
-    m.graph.output.append(helper.make_tensor_value_info(dq.input[0], T.INT8, None))
+    zero_point = next(t for t in m.graph.initializer if t.name == dq.input[2])
+    m.graph.output.append(helper.make_tensor_value_info(dq.input[0], zero_point.data_type, None))
     onnx.save(m, str(out))
     return out
 
@@ -184,13 +187,15 @@ def _small_model(path):
 
 
 @pytest.mark.parametrize("fmt", ["QOperator", "QDQ"])
-def test_quantized_ops_match_onnxruntime(fmt, tmp_path):
+@pytest.mark.parametrize("activations", ["QInt8", "QUInt8"])
+def test_quantized_ops_match_onnxruntime(fmt, activations, tmp_path):
     """Both formats of the small model become the same integer ops. ONNX
     Runtime runs the QOperator model with these very kernels: bit-exact
     (measured on 200 inputs). The QDQ model it runs partly in float between
     DQ and Q (Sigmoid, Mul, Add, Concat): 96% of the outputs equal, at most
-    2 steps apart (200 inputs)."""
-    model = quantize(_small_model(tmp_path / "small.onnx"), tmp_path / f"small_{fmt}.onnx", fmt)
+    2 steps apart (200 inputs). uint8 activations alike."""
+    model = quantize(_small_model(tmp_path / "small.onnx"), tmp_path / f"small_{fmt}.onnx", fmt,
+                     activations=activations)
     ops = int_ops(aot.optimize(aot.load(model)))
     assert {"QLinearConv", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearMul", "QLinearAdd",
             "QLinearConcat", "QLinearAveragePool", "QLinearGlobalAveragePool",

@@ -180,8 +180,9 @@ def _int_conv(ctx: LowerCtx, x, w: np.ndarray, x_zp, w_zp, bias, emit, value) ->
         return i if nhwc else (i[0], i[3], i[1], i[2])
 
     vector = vector_lanes(ctx) > 1 and ((depth == 1 and g.per_group == 1) or g.per_group >= 4)
-    if nhwc and vector:
-        # channels innermost: the int8 kernels' vector tiles (tfl.conv2d's)
+    if nhwc and vector and x.type.dtype == "int8":
+        # channels innermost: the int8 kernels' vector tiles (tfl.conv2d's);
+        # uint8 activations keep the scalar nest
         def epilogue(b, idx, acc, lanes):
             return emit(0, idx, value(acc, idx[3], lanes))
         return vector_conv_nest(ctx, g, x.load, _zero_point(x_zp), w, init, epilogue)
@@ -447,7 +448,8 @@ def qlinear_softmax(ctx: LowerCtx, ins, emit):
     """ONNX Runtime's table softmax (ref._qlinear_softmax) row by row: the
     row's max, the float32 sum of table[x - max + 255] in order, then each
     element's share scaled by floor(1 / y_scale), rounded, offset, capped
-    at 255 and stored into int8 (wrapping, as ONNX Runtime's store does)."""
+    at 255 and stored into the 8-bit type (wrapping, as ONNX Runtime's
+    store does)."""
     x = ins[0]
     sx, _ = _scalar_qparams(ctx, ins, 1, 2)
     sy, zy = _scalar_qparams(ctx, ins, 3, 4)
@@ -458,7 +460,7 @@ def qlinear_softmax(ctx: LowerCtx, ins, emit):
 
     def row(lead):
         b = q.Block(ctx)
-        top = b.let("row_max", Const(-128))
+        top = b.let("row_max", Const(int(np.iinfo(x.type.dtype).min)))
         b.add(loop(ctx, "k", depth, lambda k: Assign(top, Bin("max", top, to_i32(
             x.load(lead + (k,)))))))
 
@@ -471,7 +473,7 @@ def qlinear_softmax(ctx: LowerCtx, ins, emit):
         def out(k):
             share = Cast(dt("int32"), _rint(Bin("/", Bin("*", e(k), scale), total)))
             y = Bin("min", q.offset(share, zy), Const(255))
-            return emit(0, lead + (k,), Cast(dt("int8"), y))
+            return emit(0, lead + (k,), Cast(dt(x.type.dtype), y))
         b.add(loop(ctx, "k", depth, out))
         return b.stmt()
     return nest(ctx, tuple(f"i{d}" for d in range(len(shape) - 1)), shape[:-1], row)

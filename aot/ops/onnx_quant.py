@@ -15,7 +15,7 @@ import numpy as np
 from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import TensorType
 from aot.ops.nn import (
-    FLOATS, _from_nchw, _layout, _to_nchw, conv_nchw,
+    FLOATS, _from_nchw, layout_of, _to_nchw, conv_nchw,
     conv_output_shape, matmul_shape, resolve_window,
 )
 from aot.ops.registry import Call, Pattern, Sig, inner_dim_macs, per_weight_row_macs, register
@@ -274,7 +274,7 @@ def _qconv_infer(sig: Sig):
 
 def _int_conv(call: Call, x: np.ndarray, w: np.ndarray, bias=None) -> np.ndarray:
     """Exact integer convolution of zero-point-centred operands, NCHW int32."""
-    layout = _layout(call)
+    layout = layout_of(call)
     if layout == "NHWC":
         w = np.moveaxis(w, -1, 1)
     xn = _to_nchw(x, layout).astype(np.float64)
@@ -302,7 +302,7 @@ def _qlinear_conv(call: Call, args):
         wc = wc - (wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.size > 1 else wz.reshape(()))
     acc = _int_conv(call, _centered(x, x_zp), wc, bias)
     mult = (x_s * _per_channel(w_s, acc.ndim) / y_s).astype(np.float32)
-    layout = _layout(call)
+    layout = layout_of(call)
     y = _requantize(acc, mult, y_zp, call.out_types[0].dtype)
     return [_from_nchw(y, layout)]
 
@@ -321,7 +321,7 @@ def _conv_integer(call: Call, args):
     if w_zp is not None:
         wz = np.asarray(w_zp).astype(np.int32)
         wc = wc - (wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.size > 1 else wz.reshape(()))
-    return [_from_nchw(_int_conv(call, _centered(x, x_zp), wc), _layout(call))]
+    return [_from_nchw(_int_conv(call, _centered(x, x_zp), wc), layout_of(call))]
 
 
 # --------------------------------------------------------------------------
@@ -526,7 +526,7 @@ def pool_output(s: np.ndarray, count: np.ndarray, sx, sy, zy, dtype: str) -> np.
 
 @register("QLinearAveragePool", infer=_qpool_infer, pattern=Pattern.REDUCE)
 def _qlinear_avgpool(call: Call, args):
-    from aot.ops.nn import _pool_setup, _windows, _window_counts, _kernel_axes
+    from aot.ops.nn import _pool_setup, _windows, window_counts, _kernel_axes
     x = args[0]
     sx, zx = scalar_qparams(call, args, 1, 2)
     sy, zy = scalar_qparams(call, args, 3, 4)
@@ -534,7 +534,7 @@ def _qlinear_avgpool(call: Call, args):
                 call.in_types, call.out_types)
     layout, xn, win = _pool_setup(view, x.astype(np.int64) - zx)
     s = _windows(xn, win, 0).sum(axis=_kernel_axes(len(win.kernel)))
-    cnt = _window_counts(win, xn.shape[2:], bool(call.attrs.get("count_include_pad", 0)))
+    cnt = window_counts(win, xn.shape[2:], bool(call.attrs.get("count_include_pad", 0)))
     y = pool_output(s, np.maximum(cnt, 1), sx, sy, zy, x.dtype.name)
     return [_from_nchw(y, layout)]
 
@@ -559,13 +559,13 @@ def _qsoftmax_infer(sig: Sig):
     if int(sig.attrs.get("opset", 13)) < 13 or int(sig.attrs.get("axis", -1)) % rank != rank - 1:
         raise _unsupported(sig, "QLinearSoftmax other than opset 13's along the last axis "
                                 "is not supported yet")
-    if x.dtype != "int8":
-        raise _unsupported(sig, f"QLinearSoftmax of {x.dtype} is not supported yet (int8 only)")
+    if x.dtype not in ("int8", "uint8"):
+        raise _unsupported(sig, f"QLinearSoftmax of {x.dtype}")
     return [x]
 
 
 def softmax_exp_table(x_scale, depth: int) -> np.ndarray:
-    """ONNX Runtime's float32 exp table for int8: entry k (0..255) is
+    """ONNX Runtime's float32 exp table for 8-bit codes: entry k (0..255) is
     exp((k - 255 + shift) * x_scale), k - 255 being x - max(row); `shift`
     lifts the values as far as a sum of `depth` of them stays finite."""
     shift = max(0.0, float(np.log(np.finfo(np.float32).max / depth)) - 5) / float(x_scale)
@@ -582,7 +582,8 @@ def softmax_y_scale(y_scale) -> np.float32:
 def _qlinear_softmax(call: Call, args):
     """Per row: e = table[x - max + 255], the float32 sum of e in order,
     y = nearbyint(e * floor(1 / y_scale) / sum) + y_zero_point; ONNX
-    Runtime caps it at 255 only, and its int8 store wraps above 127."""
+    Runtime caps it at 255 only, and its int8 store wraps above 127 (both
+    signs read the table the same way: x - max + 255)."""
     x = args[0]
     sx, _ = scalar_qparams(call, args, 1, 2)
     sy, zy = scalar_qparams(call, args, 3, 4)
@@ -593,12 +594,14 @@ def _qlinear_softmax(call: Call, args):
     for k in range(x.shape[-1]):        # float32, summed in order as ONNX Runtime does
         total = f32(total + e[..., k:k + 1])
     q = np.rint(f32(f32(e * softmax_y_scale(sy)) / total)).astype(np.int32) + zy
-    return [_wrap_int8(np.minimum(q, 255))]
+    return [_wrap8(np.minimum(q, 255), x.dtype.name)]
 
 
-def _wrap_int8(q: np.ndarray) -> np.ndarray:
-    """An int32 stored into int8 as C does on two's complement: modulo 256."""
-    return ((q.astype(np.int64) + 128) % 256 - 128).astype(np.int8)
+def _wrap8(q: np.ndarray, dtype: str) -> np.ndarray:
+    """An int32 stored into an 8-bit type as C does on two's complement:
+    modulo 256."""
+    low = int(np.iinfo(dtype).min)
+    return ((q.astype(np.int64) - low) % 256 + low).astype(dtype)
 
 
 # ---- QGemm: A, a_scale, a_zp, B, b_scale, b_zp, [C int32], [y_scale], [y_zp]

@@ -178,8 +178,7 @@ def _softmax_inputs(node: Node, out, rw: Rewriter) -> list[str] | None:
     rank = len(rw.type(node.inputs[0]).shape)
     if int(node.attrs.get("axis", -1)) % rank != rank - 1:
         return None
-    ins = _unary_inputs(node, out, rw)
-    return ins if ins is not None and rw.type(ins[0]).dtype == "int8" else None
+    return _unary_inputs(node, out, rw)
 
 
 # op -> (integer op, its inputs from the group's, or None when it does not fit)

@@ -6,6 +6,7 @@ RMSNormalization) and the multi-output value rules (Split, Dropout) are
 compiled and run against the interpreter and ONNX's backend node cases."""
 from __future__ import annotations
 
+import ast
 import functools
 import tempfile
 import time
@@ -25,6 +26,7 @@ from aot.ops.registry import RuleKind, lowering_problems
 from aot.testing import random_inputs
 
 F = "float32"
+AOT = Path(__file__).resolve().parent.parent / "aot"
 
 
 def test_every_op_has_one_rule_of_the_kind_its_pattern_needs():
@@ -97,6 +99,32 @@ def test_the_rule_views_read_and_write_the_table(monkeypatch):
     from aot.lower.testing import host_target
     with pytest.raises(UnsupportedError, match="no rule for op 'Relu' yet"):
         lower_graph(g, host_target())
+
+
+def _private_reaches(path: Path) -> list[str]:
+    """`from aot.x import _name` and `module._name` (module an aot import) in one file."""
+    tree = ast.parse(path.read_text())
+    modules, found = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("aot"):
+            found += [f"{node.lineno}: {a.name}" for a in node.names if a.name.startswith("_")]
+            modules.update(a.asname or a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            modules.update(a.asname or a.name for a in node.names if a.name.startswith("aot"))
+    found += [f"{n.lineno}: {n.value.id}.{n.attr}" for n in ast.walk(tree)
+              if isinstance(n, ast.Attribute) and n.attr.startswith("_")
+              and not n.attr.startswith("__") and isinstance(n.value, ast.Name)
+              and n.value.id in modules]
+    return found
+
+
+def test_lower_reaches_no_private_name():
+    """What the lowering shares with the references (parsed attributes,
+    quantization parameters, windows) and with other rule modules is public:
+    no `ref._name` reaches into aot/ops, no `_name` imports across modules."""
+    bad = [f"{p.name}:{r}" for p in sorted((AOT / "lower").glob("*.py"))
+           for r in _private_reaches(p)]
+    assert not bad, bad
 
 
 # ---- the rules, compiled, against the interpreter -------------------------------------

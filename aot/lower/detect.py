@@ -2,12 +2,12 @@
 and RoiAlign as kernel rules, Compress as a gather from a table of the kept
 positions, NonZero and Unique (inputs known at compile time) as tables.
 
-TopK and NonMaxSuppression need no sort and no scratch for ordering: each
-step scans its row for the best element strictly after the previous one in
-the op's total order (value, then position, the lower first), so equal
-values come out in position order, as ONNX's reference, and every element
-is taken once. That is O(k x n) per row, fine for the few top-k of a
-classifier or the candidate boxes of a detector head.
+TopK needs no sort and no scratch: each step scans its row for the best
+element strictly after the previous one in the op's total order (value,
+then position, the lower first), so equal values come out in position
+order, as ONNX's reference, and every element is taken once: O(k x n) per
+row, fine for the few top-k of a classifier. NonMaxSuppression may walk
+thousands of candidate boxes, so it orders them in a binary heap.
 """
 from __future__ import annotations
 
@@ -46,12 +46,11 @@ def _index(at: dict, rank: int) -> tuple:
 
 
 def next_best(ctx: LowerCtx, n: int, value: Callable[[Expr], Expr], prev: tuple[Var, Var],
-              largest: bool, eligible: Callable[[Var, Expr], Expr] | None = None
-              ) -> tuple[Stmt, Var, Var]:
+              largest: bool) -> tuple[Stmt, Var, Var]:
     """A scan for the element after `prev` = (value, position) in the order
     by value (descending when largest), then position: (statements, its
     value, its position or -1 when none is left). A previous position of -1
-    means nothing was taken yet. `eligible(t, v)` filters the candidates."""
+    means nothing was taken yet."""
     pv, pi = prev
     first = "<" if largest else ">"
     better = ">" if largest else "<"
@@ -61,8 +60,6 @@ def next_best(ctx: LowerCtx, n: int, value: Callable[[Expr], Expr], prev: tuple[
                 Bin("and", Bin("==", v, pv), Bin(">", t, pi)))
     # equal values: the scan meets the lower position first and keeps it
     take = _and(after, _or(Bin("<", bi, const(0)), Bin(better, v, bv)))
-    if eligible is not None:
-        take = Bin("and", eligible(t, v), take)
     took = ctx.fresh("take", "bool")    # once: the updates below change its operands
     scan = For(t, n, seq(Decl(v, value(t)), Decl(took, take), Assign(bi, Select(took, t, bi)),
                          Assign(bv, Select(took, v, bv))))
@@ -139,11 +136,45 @@ def _scalar(ref: TensorRef | None) -> Expr | None:
     return None if ref is None else ref.load((const(0),) * len(ref.shape))
 
 
+def _sift_down(ctx: LowerCtx, heap, size: Var, start: Expr, n: int,
+               score: Callable[[Expr], Expr]) -> Stmt:
+    """Move heap[start] down the binary heap of box indices heap[0 .. size)
+    until no child comes before it (at most log2(n) levels). Box i comes
+    before box j with a higher score, or an equal one and a lower index:
+    the reference's order."""
+    pos, moving, level = ctx.fresh("pos"), ctx.fresh("sifting", "bool"), ctx.fresh("level")
+    top, top_box = ctx.fresh("first"), ctx.fresh("first_box")
+    top_score = ctx.fresh("first_score", "float32")
+    held = ctx.fresh("held")
+
+    def child(side: int) -> Stmt:
+        c, box = ctx.fresh("child"), ctx.fresh("child_box")
+        s, take = ctx.fresh("child_score", "float32"), ctx.fresh("take", "bool")
+        before = Bin("or", Bin(">", s, top_score),
+                     Bin("and", Bin("==", s, top_score), Bin("<", box, top_box)))
+        return seq(Decl(c, Bin("+", Bin("*", pos, const(2)), const(side))),
+                   # in bounds past the heap's end too; then not taken
+                   Decl(box, Load(heap, Bin("min", c, const(n - 1)))), Decl(s, score(box)),
+                   Decl(take, Bin("and", Bin("<", c, size), before)),
+                   Assign(top, Select(take, c, top)), Assign(top_box, Select(take, box, top_box)),
+                   Assign(top_score, Select(take, s, top_score)))
+    swap = seq(Decl(held, Load(heap, pos)), Store(heap, pos, top_box), Store(heap, top, held),
+               Assign(pos, top))
+    step = If(moving, seq(
+        Decl(top, pos), Decl(top_box, Load(heap, pos)), Decl(top_score, score(top_box)),
+        child(1), child(2),
+        If(Bin("==", top, pos), Assign(moving, const(False, "bool")), swap)))
+    return seq(Decl(pos, start), Decl(moving, const(True, "bool")),
+               For(level, n.bit_length(), step))
+
+
 @kernel_rule("NonMaxSuppression")
 def _nms(ctx: LowerCtx, ins, emit):
-    """Per batch and class: walk the boxes by score (next_best), keep one
-    unless a kept box suppresses it, until per_class are kept. Kept rows
-    are written at a running count; the rows after the last are -1."""
+    """Per batch and class: the boxes above the score threshold in a binary
+    heap by score (scratch), popped best first; each kept unless a kept box
+    suppresses it, until per_class are kept. O(boxes log boxes) for the
+    order, O(candidates x kept) for the IoU tests. Kept rows are written at
+    a running count; the rows after the last are -1."""
     boxes, scores = ins[0], ins[1]
     iou = _scalar(ins[3] if len(ins) > 3 else None)
     threshold = _scalar(ins[4] if len(ins) > 4 else None)
@@ -156,15 +187,30 @@ def _nms(ctx: LowerCtx, ins, emit):
         return loops(ctx, (rows, 3), (0, 1), lambda at: emit(0, (at[0], at[1]),
                                                               const(-1, "int64")))
     kept = ctx.scratch_buffer("kept", "int32", (per_class,))
+    heap = ctx.scratch_buffer("heap", "int32", (n,))
     count = ctx.fresh("count")
 
     def one_class(at) -> Stmt:
         b, c = at[0], at[1]
-        taken, more = ctx.fresh("taken"), ctx.fresh("more", "bool")
-        ps, pi = ctx.fresh("prev", "float32"), ctx.fresh("prev_i")
-        eligible = None if threshold is None else (lambda t, v: Bin(">", v, threshold))
-        find, bs, bi = next_best(ctx, n, lambda t: scores.load((b, c, t)), (ps, pi), True,
-                                 eligible)
+
+        def score(i: Expr) -> Expr:
+            return scores.load((b, c, i))
+        size, taken = ctx.fresh("size"), ctx.fresh("taken")
+        t, k = ctx.fresh("t"), ctx.fresh("k")
+        # every entry a box index, then the candidates moved to the front
+        fill = seq(For(t, n, Store(heap, t, t)), Decl(size, const(0)), For(t, n, seq(
+            Store(heap, size, t),
+            *([] if threshold is None else [If(Bin(">", score(t), threshold),
+                                               Assign(size, Bin("+", size, const(1))))]),
+            *([Assign(size, Bin("+", size, const(1)))] if threshold is None else []))))
+        heapify = For(k, n // 2, If(
+            Bin("<", Bin("+", Bin("*", Bin("-", const(n // 2 - 1), k), const(2)), const(1)),
+                size),
+            _sift_down(ctx, heap, size, Bin("-", const(n // 2 - 1), k), n, score)))
+        bi = ctx.fresh("box")
+        pop = seq(Decl(bi, Load(heap, const(0))), Assign(size, Bin("-", size, const(1))),
+                  Store(heap, const(0), Load(heap, size)),
+                  _sift_down(ctx, heap, size, const(0), n, score))
         cand, a = _box_locals(ctx, boxes, b, bi, center, "a")
         q = ctx.fresh("q")
         other, o = _box_locals(ctx, boxes, b, Load(kept, q), center, "b")
@@ -177,14 +223,11 @@ def _nms(ctx: LowerCtx, ins, emit):
                       for j, v in enumerate((b, c, bi))),
                     Assign(taken, Bin("+", taken, const(1))),
                     Assign(count, Bin("+", count, const(1))))
-        step = seq(find, Assign(ps, bs), Assign(pi, bi),
-                   If(Bin("<", bi, const(0)), Assign(more, const(False, "bool")),
-                      seq(cand, Decl(keep, const(True, "bool")), check,
-                          If(keep, store))))
         r = ctx.fresh("r")
-        return seq(Decl(taken, const(0)), Decl(more, const(True, "bool")),
-                   Decl(ps, const(0.0, "float32")), Decl(pi, const(-1)),
-                   For(r, n, If(Bin("and", more, Bin("<", taken, const(per_class))), step)))
+        rounds = For(r, n, If(
+            Bin("and", Bin(">", size, const(0)), Bin("<", taken, const(per_class))),
+            seq(pop, cand, Decl(keep, const(True, "bool")), check, If(keep, store))))
+        return seq(fill, heapify, Decl(taken, const(0)), rounds)
     pad = loops(ctx, (rows, 3), (0, 1), lambda at: If(
         Bin(">=", at[0], count), emit(0, (at[0], at[1]), const(-1, "int64"))), "p")
     return seq(Decl(count, const(0)), loops(ctx, (batches, classes), (0, 1), one_class), pad)

@@ -45,7 +45,7 @@ class Kernel:
     node: Node
 
 
-def _buffer_ref(name: str, ty: TensorType, buf: Buffer, value: np.ndarray | None) -> TensorRef:
+def buffer_ref(name: str, ty: TensorType, buf: Buffer, value: np.ndarray | None) -> TensorRef:
     def load(idx, lanes: int = 1) -> Expr:
         if value is not None and value.size == 1:
             scalar = Const(value.reshape(()).item(), buf.dtype)
@@ -85,7 +85,7 @@ def lower_group(graph: Graph, node: Node, target: Target) -> Kernel:
         value = graph.constants.get(outer)
         kind = BufferKind.PARAM if value is not None else BufferKind.INPUT
         buf = Buffer(f"in{k}", dt(ty.dtype), ty.shape, kind)
-        refs[inner] = _buffer_ref(inner, ty, buf, value)
+        refs[inner] = buffer_ref(inner, ty, buf, value)
         bound[buf.name] = Arg("const" if value is not None else "tensor", outer)
 
     out_bufs = {}
@@ -124,7 +124,7 @@ def lower_group(graph: Graph, node: Node, target: Target) -> Kernel:
     ctx = ctx_for(node)
     # index checks run before the loops that use the indices (bounds.precheck)
     stmt = seq(*ctx.prechecks.values(), stmt)
-    params, args = _collect_params(stmt, bound, ctx)
+    params, args = collect_params(stmt, bound, ctx)
     func = PrimFunc(node.name, params, stmt, tuple(node.attrs.get("sources", (node.name,))))
     # In-place reads are judged on the whole store values, before any part
     # of them is computed into a local of its own.
@@ -186,7 +186,7 @@ def _lower_anchor(ctx: LowerCtx, anchor: Node, body: Graph, refs, out_bufs, curr
     return _rule(anchor).fn(ctx, ins, emit)
 
 
-def _collect_params(stmt: Stmt, bound: dict[str, Arg], ctx: LowerCtx):
+def collect_params(stmt: Stmt, bound: dict[str, Arg], ctx: LowerCtx):
     """The buffers the body uses, as parameters in declaration order:
     group inputs, group outputs, then rule-made params and scratch."""
     used = {}

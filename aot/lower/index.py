@@ -21,7 +21,7 @@ from aot.ir.tir import (Bin, Cast, Const, Decl, Expr, Load, Select, Stmt, Store,
                         const, dt, flat_index, seq)
 from aot.lower.bounds import IndexCheck, any_of, fail_if, outside, position, precheck
 from aot.lower.elementwise import cast, const_like
-from aot.lower.injective import _vector_ok
+from aot.lower.injective import vector_ok
 from aot.lower.nn import unravel
 from aot.lower.reduce import loops
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
@@ -48,7 +48,7 @@ def _gather_elements(ctx: LowerCtx, ins, idx, lanes):
     x, indices = ins
     axis = _axis(ctx, len(x.shape))
     # each lane has its own index: its elements are not consecutive in x
-    _vector_ok(ctx, lanes, False, "an index per element")
+    vector_ok(ctx, lanes, False, "an index per element")
     if indices.value is None:
         precheck(ctx, indices, (x.shape[axis],))
     at = list(idx)
@@ -63,7 +63,7 @@ def _gather_nd(ctx: LowerCtx, ins, idx, lanes):
     q, k = len(indices.shape), indices.shape[-1]
     dims = tuple(x.shape[b:b + k])
     # the last axis is x's own only when the tuples leave some of x's axes
-    _vector_ok(ctx, lanes, b + k < len(x.shape), "whole elements gathered")
+    vector_ok(ctx, lanes, b + k < len(x.shape), "whole elements gathered")
     if indices.value is None:
         precheck(ctx, indices, dims, components=True)
     pos = _positions(ctx, indices, tuple(idx[:q - 1]), dims, True)
@@ -75,7 +75,7 @@ def _gather_nd(ctx: LowerCtx, ins, idx, lanes):
 @value_rule("OneHot")
 def _one_hot(ctx: LowerCtx, ins, idx, lanes):
     indices, depth, values = ins
-    _vector_ok(ctx, lanes, False, "a comparison per element")
+    vector_ok(ctx, lanes, False, "a comparison per element")
     rank = len(ctx.out_types[0].shape)
     axis = _axis(ctx, rank, -1)
     d = ctx.out_types[0].shape[axis]

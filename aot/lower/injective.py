@@ -19,9 +19,9 @@ from aot.lower.bounds import position, precheck
 from aot.lower.elementwise import broadcast_load, const_like, scalar_load, select
 from aot.lower.reduce import loops
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
-from aot.ops.nn import _nchw_shape
+from aot.ops.nn import nchw_shape
 from aot.ops.registry import Sig
-from aot.ops.tensor import _pad_widths as pad_widths, _slices
+from aot.ops.tensor import pad_widths, slice_params
 
 
 def _div(a: Expr, d: int) -> Expr:
@@ -32,7 +32,7 @@ def _mod(a: Expr, d: int) -> Expr:
     return const(0) if d == 1 else Bin("%", a, const(d))
 
 
-def _vector_ok(ctx: LowerCtx, lanes: int, ok: bool, why: str) -> None:
+def vector_ok(ctx: LowerCtx, lanes: int, ok: bool, why: str) -> None:
     if lanes > 1 and not ok:
         raise ctx.unsupported(f"a {lanes}-lane vector of {ctx.node.op} ({why})")
 
@@ -88,8 +88,8 @@ def _reshape(ctx: LowerCtx, ins, idx, lanes):
     if x.buffer is not None and (x.value is None or x.value.size > 1):
         # in memory already: the same flat offset, one load whatever the shapes
         return Load(x.buffer, flat_index(tuple(idx), out_shape), lanes)
-    _vector_ok(ctx, lanes, bool(out_shape) and bool(in_shape)
-               and out_shape[-1] == in_shape[-1], "the last axis changes")
+    vector_ok(ctx, lanes, bool(out_shape) and bool(in_shape)
+              and out_shape[-1] == in_shape[-1], "the last axis changes")
     return x.load(reshape_index(idx, out_shape, in_shape), lanes)
 
 
@@ -100,7 +100,7 @@ def _transpose(ctx: LowerCtx, ins, idx, lanes):
     rank = len(ins[0].shape)
     perm = ctx.attrs.get("perm")
     perm = list(range(rank))[::-1] if perm is None else [int(p) for p in perm]
-    _vector_ok(ctx, lanes, perm[-1] == rank - 1, "the last axis moves")
+    vector_ok(ctx, lanes, perm[-1] == rank - 1, "the last axis moves")
     at: list[Expr] = [const(0)] * rank
     for k, p in enumerate(perm):
         at[p] = idx[k]
@@ -115,7 +115,7 @@ def _slice_params(ctx: LowerCtx, ins) -> list[tuple[int, int]]:
             raise ctx.unsupported(f"Slice with a runtime input {i}")
     sig = Sig(ctx.node, ctx.in_types, values)
     out = []
-    for s, d in zip(_slices(sig), ins[0].shape):
+    for s, d in zip(slice_params(sig), ins[0].shape):
         start, _, step = s.indices(d)
         out.append((start, step))
     return out
@@ -124,7 +124,7 @@ def _slice_params(ctx: LowerCtx, ins) -> list[tuple[int, int]]:
 @value_rule("Slice")
 def _slice(ctx: LowerCtx, ins, idx, lanes):
     params = _slice_params(ctx, ins)
-    _vector_ok(ctx, lanes, not params or params[-1][1] == 1, "a strided last axis")
+    vector_ok(ctx, lanes, not params or params[-1][1] == 1, "a strided last axis")
     at = tuple(add(const(start), mul(i, const(step))) for i, (start, step) in zip(idx, params))
     return ins[0].load(at, lanes)
 
@@ -138,7 +138,7 @@ def _expand(ctx: LowerCtx, ins, idx, lanes):
 def _tile(ctx: LowerCtx, ins, idx, lanes):
     shape = ins[0].shape
     reps = ctx.out_types[0].shape
-    _vector_ok(ctx, lanes, not shape or shape[-1] == reps[-1], "a repeated last axis")
+    vector_ok(ctx, lanes, not shape or shape[-1] == reps[-1], "a repeated last axis")
     return ins[0].load(tuple(i if d == r else _mod(i, d)
                              for i, d, r in zip(idx, shape, reps)), lanes)
 
@@ -174,7 +174,7 @@ def _pad(ctx: LowerCtx, ins, idx, lanes):
     x = ins[0]
     mode = ctx.attrs.get("mode", "constant")
     widths = _pad_widths(ctx, ins)
-    _vector_ok(ctx, lanes, not widths or widths[-1] == (0, 0), "a padded last axis")
+    vector_ok(ctx, lanes, not widths or widths[-1] == (0, 0), "a padded last axis")
     at, inside = [], None
     for i, d, (b, e) in zip(idx, x.shape, widths):
         if (b, e) == (0, 0):
@@ -204,7 +204,7 @@ def _concat(ctx: LowerCtx, ins, idx, lanes):
     parts = [r for r in ins if r is not None and r.type.size]
     rank = len(ctx.out_types[0].shape)
     axis = ctx.attrs.get("axis", 0) % rank
-    _vector_ok(ctx, lanes, axis != rank - 1 or len(parts) == 1, "joined along the last axis")
+    vector_ok(ctx, lanes, axis != rank - 1 or len(parts) == 1, "joined along the last axis")
     offsets = np.cumsum([0] + [p.shape[axis] for p in parts])
     i = idx[axis]
 
@@ -247,7 +247,7 @@ def _gather(ctx: LowerCtx, ins, idx, lanes):
     x, indices = ins
     rank = len(x.shape)
     axis = ctx.attrs.get("axis", 0) % rank
-    _vector_ok(ctx, lanes, axis != rank - 1, "gathered along the last axis")
+    vector_ok(ctx, lanes, axis != rank - 1, "gathered along the last axis")
     q = len(indices.shape)
     pos = _gather_index(ctx, indices, tuple(idx[axis:axis + q]), x.shape[axis])
     return x.load(tuple(idx[:axis]) + (pos,) + tuple(idx[axis + q:]), lanes)
@@ -268,17 +268,17 @@ def _depth_space(ctx: LowerCtx, ins, idx, lanes):
     axn, axc, axh, axw = _nchw_axes(layout)
     # NHWC DepthToSpace DCR reads a run of consecutive channels; everything else
     # interleaves the last axis (SpaceToDepth's channel blocks may split a vector)
-    _vector_ok(ctx, lanes, layout == "NHWC" and not crd and ctx.node.op == "DepthToSpace",
-               f"{layout} {ctx.node.op} {'CRD' if crd else 'DCR'} interleaves the last axis")
+    vector_ok(ctx, lanes, layout == "NHWC" and not crd and ctx.node.op == "DepthToSpace",
+              f"{layout} {ctx.node.op} {'CRD' if crd else 'DCR'} interleaves the last axis")
     n, c, y, xw = idx[axn], idx[axc], idx[axh], idx[axw]
     if ctx.node.op == "DepthToSpace":
-        oc = _nchw_shape(ctx.out_types[0].shape, layout)[1]
+        oc = nchw_shape(ctx.out_types[0].shape, layout)[1]
         i, j = _mod(y, bs), _mod(xw, bs)
         block = add(mul(i, const(bs)), j)
         ch = add(mul(c, const(bs * bs)), block) if crd else add(mul(block, const(oc)), c)
         src = {axn: n, axc: ch, axh: _div(y, bs), axw: _div(xw, bs)}
     else:
-        ic = _nchw_shape(ins[0].shape, layout)[1]
+        ic = nchw_shape(ins[0].shape, layout)[1]
         # output channel = (i*bs + j)*C + ch (DCR) or ch*bs*bs + i*bs + j (CRD)
         if crd:
             ch, block = _div(c, bs * bs), _mod(c, bs * bs)
@@ -334,12 +334,12 @@ def _compile_time_value(ctx: LowerCtx, ins, idx, lanes):
     from aot.interp import run_node
     from aot.limits import check_compile_time
     from aot.ops import OPS
-    from aot.ops.tensor import _fill_value
+    from aot.ops.tensor import fill_value
 
     if OPS[ctx.node.op].needs_values and any(r is not None and r.value is None for r in ins):
         raise ctx.unsupported(f"{ctx.node.op} of a value computed at run time")
     if ctx.node.op == "ConstantOfShape":    # one value, however large the fill
-        return const_like(_fill_value(ctx.attrs)[0].item(), dt(ctx.out_types[0].dtype, lanes))
+        return const_like(fill_value(ctx.attrs)[0].item(), dt(ctx.out_types[0].dtype, lanes))
     out = ctx.out_types[0]
     check_compile_time(out.size, out.nbytes, node_label(ctx.node))  # before run_node
     types = {n: t for n, t in zip(ctx.node.inputs, ctx.in_types) if n}

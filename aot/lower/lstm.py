@@ -22,9 +22,10 @@ from aot.ir.tir import (Assign, Bin, Call, Cast, Const, Expr, Load, Select, Stmt
                         Var, dt, flat_index, seq)
 from aot.lower import qmath as q
 from aot.lower.rules import LowerCtx, kernel_rule
-from aot.lower.tflite_int8 import _weight_dtype, loop, nest, to_i32
+from aot.lower.tflite_int8 import weight_dtype, loop, nest, to_i32
 from aot.ops import lstm as ref
 from aot.ops import qmath as ref_q
+from aot.ops.tflite_int8 import scale_zp
 
 F32 = dt("float32")
 
@@ -145,9 +146,9 @@ def _interpolate(b: q.Block, table, v: Var, a: Var, frac_bits: int, top: int,
 def _lstm_int8(ctx: LowerCtx, ins, emit) -> Stmt:
     s = _Shapes(ctx, ins)
     types, node = ctx.in_types, ctx.node
-    s_x, zp_x = ref._scale_zp(types[ref.X], "the input", node)
-    s_h, zp_h = ref._scale_zp(types[ref.H_STATE], "the hidden state", node)
-    s_c, _ = ref._scale_zp(types[ref.C_STATE], "the cell state", node)
+    s_x, zp_x = scale_zp(types[ref.X], "the input", node)
+    s_h, zp_h = scale_zp(types[ref.H_STATE], "the hidden state", node)
+    s_c, _ = scale_zp(types[ref.C_STATE], "the cell state", node)
     act = ctx.attrs.get("activation", "TANH")
     if act not in ("TANH", "SIGMOID"):
         raise ctx.unsupported(f"integer LSTM activation {act}")
@@ -156,9 +157,8 @@ def _lstm_int8(ctx: LowerCtx, ins, emit) -> Stmt:
 
     gates = []
     for g in range(4):
-        s_wx, zp_wx = ref._scale_zp(types[ref.W_INPUT + g], f"{ref.GATES[g]} input weight", node)
-        s_wh, zp_wh = ref._scale_zp(types[ref.R_INPUT + g], f"{ref.GATES[g]} recurrent weight",
-                                    node)
+        s_wx, zp_wx = scale_zp(types[ref.W_INPUT + g], f"{ref.GATES[g]} input weight", node)
+        s_wh, zp_wh = scale_zp(types[ref.R_INPUT + g], f"{ref.GATES[g]} recurrent weight", node)
         wx = _const_input(ctx, ins, ref.W_INPUT + g, "input weight").astype(np.int64) - zp_wx
         wh = _const_input(ctx, ins, ref.R_INPUT + g, "recurrent weight").astype(np.int64) - zp_wh
         bias = _const_input(ctx, ins, ref.BIAS_INPUT + g, "gate bias").astype(np.int64)
@@ -167,10 +167,10 @@ def _lstm_int8(ctx: LowerCtx, ins, emit) -> Stmt:
         bh = ref_q.wrap_int32(-zp_h * wh.sum(axis=1)).astype(np.int32)
         name = ref.GATES[g]
         gates.append(dict(
-            wx=ctx.param(f"{name}_input_weights", _weight_dtype(wx)),
-            wh=ctx.param(f"{name}_recurrent_weights", _weight_dtype(wh)),
+            wx=ctx.param(f"{name}_input_weights", weight_dtype(wx)),
+            wh=ctx.param(f"{name}_recurrent_weights", weight_dtype(wh)),
             bx=ctx.param(f"{name}_input_bias", bx), bh=ctx.param(f"{name}_recurrent_bias", bh),
-            mx=ref._gate_fc_multiplier(s_x, s_wx), mh=ref._gate_fc_multiplier(s_h, s_wh)))
+            mx=ref.gate_fc_multiplier(s_x, s_wx), mh=ref.gate_fc_multiplier(s_h, s_wh)))
 
     m_ig, e_ig = ref_q.quantize_multiplier(2.0 ** -30 / s_c)
     m_h, e_h = ref_q.quantize_multiplier(2.0 ** -30 / s_h)
@@ -303,7 +303,7 @@ def _lstm_float(ctx: LowerCtx, ins, emit) -> Stmt:
 
 @kernel_rule("tfl.lstm")
 def lstm(ctx: LowerCtx, ins, emit):
-    ref._check_form(_View(ctx))
+    ref.check_form(_View(ctx))
     if ins[ref.X].type.dtype == "int8":
         return _lstm_int8(ctx, ins, emit)
     if ins[ref.X].type.dtype == "float32":

@@ -90,7 +90,7 @@ def _param(ctx: LowerCtx, base: str, array: np.ndarray) -> Buffer:
     return ctx.param(base, array)
 
 
-def _tiles(total: int, t: Tile) -> list[tuple[int, tuple[int, ...]]]:
+def tile_widths(total: int, t: Tile) -> list[tuple[int, tuple[int, ...]]]:
     """(repeat count, accumulator widths) blocks covering `total` channels:
     full tiles, then one exact-size remainder tile of whole vectors, a
     narrower vector and scalars."""
@@ -111,7 +111,7 @@ def _over_tiles(ctx: LowerCtx, total: int, t: Tile,
                 body: Callable[[Expr, tuple[int, ...]], Stmt]) -> Stmt:
     """body(first channel, accumulator widths) for every channel tile."""
     stmts, base = [], 0
-    for count, widths in _tiles(total, t):
+    for count, widths in tile_widths(total, t):
         width = sum(widths)
         stmts.append(_loop(ctx, "c", count, lambda c0, w=widths: body(c0, w),
                            start=base, step=width))
@@ -145,8 +145,8 @@ def _rank1_update(ctx: LowerCtx, dtype: DType, accs: list[list[Var]], xvals: lis
     return seq(*stmts)
 
 
-def _blocks(ctx: LowerCtx, name: str, count: int, start: int, mr: int,
-            body: Callable[[list[Expr]], Stmt]) -> Stmt:
+def position_blocks(ctx: LowerCtx, name: str, count: int, start: int, mr: int,
+                    body: Callable[[list[Expr]], Stmt]) -> Stmt:
     """body(positions) over [start, start + count) in blocks of `mr`
     neighbouring positions, then one exact-size remainder block."""
     mr = max(1, mr)
@@ -157,7 +157,7 @@ def _blocks(ctx: LowerCtx, name: str, count: int, start: int, mr: int,
                 body([Const(tail + j) for j in range(rest)]) if rest else None)
 
 
-def _fitting(pixels: list, widths: Sequence[int], t: Tile) -> list[list]:
+def fitting_parts(pixels: list, widths: Sequence[int], t: Tile) -> list[list]:
     """pixels cut into parts whose accumulators (len(widths) each) fit t."""
     size = max(1, t.max_accs // len(widths))
     return [pixels[i:i + size] for i in range(0, len(pixels), size)]
@@ -244,8 +244,8 @@ def region_nest(ctx: LowerCtx, runs: Sequence[Run], body: Callable[[list[list[Ex
         if a < len(runs) - 1:
             return _loop(ctx, f"o{a}", r.count, lambda v: level(a + 1, pos + [v]), start=r.start)
         block = 1 if r.guarded else t.block(r.count)     # a guard tests one position
-        return _blocks(ctx, f"o{a}", r.count, r.start, block,
-                       lambda os: body([pos + [o] for o in os]))
+        return position_blocks(ctx, f"o{a}", r.count, r.start, block,
+                               lambda os: body([pos + [o] for o in os]))
     note = Comment(f"outputs {_spans((r.start, r.start + r.count) for r in runs)}: "
                    f"taps {_spans((r.lo, r.hi) for r in runs)}"
                    + (" (guarded)" if any(r.guarded for r in runs) else ""))
@@ -304,8 +304,8 @@ class SpatialOp:
 
 
 def spatial_op(ctx: LowerCtx, shape: Sequence[int]) -> SpatialOp:
-    layout = ref._layout(ctx)
-    ns = ref._nchw_shape(tuple(shape), layout)
+    layout = ref.layout_of(ctx)
+    ns = ref.nchw_shape(tuple(shape), layout)
     return SpatialOp(layout, ns[0], ns[1], tuple(ns[2:]))
 
 
@@ -369,7 +369,7 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
         """A tile of len(pixels) output positions x sum(widths) channels
         (a tile with more accumulators than registers is done in parts)."""
         return _seq(*(pixel_tile(n, part, runs, g, c0, widths)
-                      for part in _fitting(pixels, widths, t)))
+                      for part in fitting_parts(pixels, widths, t)))
 
     def pixel_tile(n, pixels, runs, g, c0, widths) -> Stmt:
         oc0 = add(mul(g, Const(ocg)), c0)
@@ -645,7 +645,7 @@ def _dense(ctx: LowerCtx, emit, a: _Operand, b: _Operand | np.ndarray, batch: Se
     const_b = isinstance(b, np.ndarray)
     t = tile(ctx.target, dtype, (const_b or b.vector_cols) and n > 1, pixels=m > 1)
     if const_b:
-        panels = _param(ctx, "b_panels", _panels(b.astype(dtype.scalar), _tiles(n, t)))
+        panels = _param(ctx, "b_panels", _panels(b.astype(dtype.scalar), tile_widths(n, t)))
 
     def b_load(bi, kk, c0, width, off, lanes) -> Expr:
         if const_b:
@@ -655,7 +655,7 @@ def _dense(ctx: LowerCtx, emit, a: _Operand, b: _Operand | np.ndarray, batch: Se
     def tile_body(bi, rows, c0, widths) -> Stmt:
         """A tile of len(rows) rows x sum(widths) columns (in parts when it
         has more accumulators than registers)."""
-        return _seq(*(row_tile(bi, part, c0, widths) for part in _fitting(rows, widths, t)))
+        return _seq(*(row_tile(bi, part, c0, widths) for part in fitting_parts(rows, widths, t)))
 
     def row_tile(bi, rows, c0, widths) -> Stmt:
         offs = _offsets(widths)
@@ -679,7 +679,7 @@ def _dense(ctx: LowerCtx, emit, a: _Operand, b: _Operand | np.ndarray, batch: Se
 
     def batch_level(d: int, bi: tuple) -> Stmt:
         if d == len(batch):
-            return _blocks(ctx, "i", m, 0, t.block(m), lambda rows: _over_tiles(
+            return position_blocks(ctx, "i", m, 0, t.block(m), lambda rows: _over_tiles(
                 ctx, n, t, lambda c0, widths: tile_body(bi, rows, c0, widths)))
         return _loop(ctx, f"b{d}", batch[d], lambda v: batch_level(d + 1, bi + (v,)))
 
@@ -774,7 +774,7 @@ def matmul(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
 # ------------------------------------------------------------ BatchNormalization
 
 def _channel_axis(ctx: LowerCtx, rank: int) -> int:
-    return rank - 1 if ref._layout(ctx) == "NHWC" else 1
+    return rank - 1 if ref.layout_of(ctx) == "NHWC" else 1
 
 
 def _per_channel(ref_: Expr | TensorRef, c: Expr, lanes: int, along: bool) -> Expr:
@@ -824,9 +824,9 @@ def _resize_axes(ctx: LowerCtx, x: TensorRef, ins) -> list[tuple[int, np.ndarray
         return ins[i].value
     call = ctx                  # what the reference helpers read: attrs and node
     values = [None, const(1), const(2), const(3)]
-    plan = ref._resize_plan(call, x.shape, ref._resize_optional(call, 2, values),
-                            ref._resize_optional(call, 3, values))
-    roi = ref._resize_optional(call, 1, values)
+    plan = ref.resize_plan(call, x.shape, ref.resize_optional(call, 2, values),
+                            ref.resize_optional(call, 3, values))
+    roi = ref.resize_optional(call, 1, values)
     rank = len(x.shape)
     ctm = ctx.attrs.get("coordinate_transformation_mode", "half_pixel")
     if roi is not None:
@@ -840,9 +840,9 @@ def _resize_axes(ctx: LowerCtx, x: TensorRef, ins) -> list[tuple[int, np.ndarray
         if plan.out[a] == x.shape[a] and plan.scales[a] == 1.0 and (
                 ctm != "tf_crop_and_resize" or axis_roi == (0.0, 1.0)):
             continue
-        coords, outside = ref._source_coords(ctm, plan.out[a], x.shape[a], plan.scales[a],
-                                             axis_roi)
-        idx, w = ref._taps(call, coords, x.shape[a], plan.scales[a])
+        coords, outside = ref.source_coords(ctm, plan.out[a], x.shape[a], plan.scales[a],
+                                            axis_roi)
+        idx, w = ref.resize_taps(call, coords, x.shape[a], plan.scales[a])
         axes.append((a, idx, w, outside if outside is not None and outside.any() else None))
     return axes
 
@@ -927,7 +927,7 @@ def conv_transpose(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     if xin.layout == "NHWC":                    # [I, k..., O/g] -> [I, O/g, k...]
         wv = np.moveaxis(wv, -1, 1)
     group = int(ctx.attrs.get("group", 1))
-    kernel, strides, dil, begin, _, osp = ref._convt_geometry(
+    kernel, strides, dil, begin, _, osp = ref.convt_geometry(
         ctx, (xin.batch, xin.channels) + xin.spatial, wv.shape)
     icg, ocg, nk = xin.channels // group, wv.shape[1], len(kernel)
     packed = wv.reshape((group, icg, ocg) + tuple(kernel)).transpose(

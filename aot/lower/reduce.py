@@ -21,7 +21,7 @@ from aot.ir.tir import (Assign, Bin, Const, Decl, DType, Expr, For, ForKind, Sel
 from aot.lower.elementwise import (broadcast_load, cast, const_like, float_to_int, int_abs,
                                   math_call, wrapping)
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
-from aot.ops.reduce import _reduce_axes
+from aot.ops.reduce import reduce_axes
 from aot.ops.registry import Sig
 
 Index = dict[int, Expr]      # axis -> index expression
@@ -37,7 +37,7 @@ def loops(ctx: LowerCtx, shape: Sequence[int], axes: Sequence[int],
     return stmt
 
 
-def _full(at: Index, rank: int) -> tuple[Expr, ...]:
+def full_index(at: Index, rank: int) -> tuple[Expr, ...]:
     return tuple(at[a] for a in range(rank))
 
 
@@ -49,19 +49,19 @@ def accumulate(ctx: LowerCtx, x: TensorRef, at: Index, axes: Sequence[int], init
     elements (the last axis must then not be reduced)."""
     acc = ctx.fresh(name, dtype_of(init))
     rank, lanes = len(x.shape), dtype_of(init).lanes
-    loop = loops(ctx, x.shape, axes,
-                 lambda v: Assign(acc, update(acc, x.load(_full({**at, **v}, rank), lanes))), "k")
+    loop = loops(ctx, x.shape, axes, lambda v: Assign(
+        acc, update(acc, x.load(full_index({**at, **v}, rank), lanes))), "k")
     return seq(Decl(acc, init), loop), acc
 
 
 def _first(x: TensorRef, at: Index, axes: Sequence[int], lanes: int = 1) -> Expr:
     """x at the start of the reduced axes: the seed of a max or min."""
-    return x.load(_full({**at, **{a: const(0) for a in axes}}, len(x.shape)), lanes)
+    return x.load(full_index({**at, **{a: const(0) for a in axes}}, len(x.shape)), lanes)
 
 
 def _vector_rows(ctx: LowerCtx, x: TensorRef, axes: Sequence[int], lanes: int,
                  row: Callable[[Index, int], Stmt]) -> Stmt:
-    """Like _per_row, but the last axis (kept) is walked `lanes` elements at a
+    """Like per_row, but the last axis (kept) is walked `lanes` elements at a
     time, then one by one for the remainder: row(at, lanes) builds one
     vector of rows, every lane its own reduction (GlobalAveragePool over
     NHWC: one accumulator vector per channel tile)."""
@@ -91,8 +91,8 @@ def _reduce_lanes(ctx: LowerCtx, x: TensorRef, axes: Sequence[int]) -> int:
     return lanes if x.shape[-1] >= lanes else 1
 
 
-def _per_row(ctx: LowerCtx, x: TensorRef, axes: Sequence[int],
-             row: Callable[[Index], Stmt]) -> Stmt:
+def per_row(ctx: LowerCtx, x: TensorRef, axes: Sequence[int],
+            row: Callable[[Index], Stmt]) -> Stmt:
     """Loops over the axes not in `axes`; row(at) builds one row's statements."""
     kept = [a for a in range(len(x.shape)) if a not in axes]
     return loops(ctx, x.shape, kept, row)
@@ -142,7 +142,7 @@ def _axes(ctx: LowerCtx, ins) -> tuple[int, ...] | None:
     if len(ins) > 1 and ins[1] is not None and ins[1].value is None:
         raise ctx.unsupported("reduction axes given at run time")
     sig = Sig(ctx.node, ctx.in_types, tuple(r.value if r is not None else None for r in ins))
-    return _reduce_axes(sig)
+    return reduce_axes(sig)
 
 
 def _out_index(at: Index, rank: int, axes, keepdims: bool) -> tuple[Expr, ...]:
@@ -169,13 +169,13 @@ def reduce_kernel(ctx: LowerCtx, x: TensorRef, axes: Sequence[int], keepdims: bo
     lanes = _reduce_lanes(ctx, x, axes)
     if lanes > 1:
         return _vector_rows(ctx, x, axes, lanes, row)
-    return _per_row(ctx, x, axes, row)
+    return per_row(ctx, x, axes, row)
 
 
 def _identity_kernel(ctx: LowerCtx, x: TensorRef, emit) -> Stmt:
     rank = len(x.shape)
     return loops(ctx, x.shape, range(rank),
-                 lambda at: emit(0, _full(at, rank), x.load(_full(at, rank))))
+                 lambda at: emit(0, full_index(at, rank), x.load(full_index(at, rank))))
 
 
 @kernel_rule(*REDUCERS, "ReduceLogSumExp")
@@ -206,7 +206,7 @@ def _log_sum_exp(ctx: LowerCtx, x: TensorRef, axes: Sequence[int], keepdims: boo
                                 "s")
         value = Bin("+", math_call("log", s), shift)
         return seq(find_max, sum_exp, emit(0, _out_index(at, rank, axes, keepdims), value))
-    return _per_row(ctx, x, axes, row)
+    return per_row(ctx, x, axes, row)
 
 
 # ---- ArgMax / ArgMin ---------------------------------------------------------------------
@@ -229,12 +229,12 @@ def _arg(ctx: LowerCtx, ins, emit):
         take = Bin(better, v, best)
         # k = 0 compares the seed with itself: no change, for > and >= alike
         scan = For(k, x.shape[axis], seq(
-            Decl(v, x.load(_full({**at, axis: k}, rank))),
+            Decl(v, x.load(full_index({**at, axis: k}, rank))),
             Assign(pos, Select(take, k, pos)),
             Assign(best, Select(take, v, best))))
         return seq(Decl(best, _first(x, at, (axis,))), Decl(pos, const(0)), scan,
                    emit(0, _out_index(at, rank, (axis,), keepdims), cast(pos, "int64")))
-    return _per_row(ctx, x, (axis,), row)
+    return per_row(ctx, x, (axis,), row)
 
 
 # ---- Softmax / LogSoftmax / Hardmax ----------------------------------------------------------
@@ -266,10 +266,10 @@ def _softmax(ctx: LowerCtx, ins, emit):
             prep = Decl(scale, math_call("log", s))
             value = lambda v: Bin("-", Bin("-", v, m), scale)  # noqa: E731
         out = loops(ctx, x.shape, (axis,),
-                    lambda v: emit(0, _full({**at, **v}, rank),
-                                   value(x.load(_full({**at, **v}, rank)))), "k")
+                    lambda v: emit(0, full_index({**at, **v}, rank),
+                                   value(x.load(full_index({**at, **v}, rank)))), "k")
         return seq(find_max, sum_exp, prep, out)
-    return _per_row(ctx, x, (axis,), row)
+    return per_row(ctx, x, (axis,), row)
 
 
 def _hardmax_row(ctx: LowerCtx, x: TensorRef, at: Index, axis: int, emit) -> Stmt:
@@ -278,11 +278,11 @@ def _hardmax_row(ctx: LowerCtx, x: TensorRef, at: Index, axis: int, emit) -> Stm
     k, v = ctx.fresh("k"), ctx.fresh("v", x.dtype)
     take = Bin(">", v, best)      # the first maximum wins, as np.argmax
     scan = For(k, x.shape[axis], seq(
-        Decl(v, x.load(_full({**at, axis: k}, rank))),
+        Decl(v, x.load(full_index({**at, axis: k}, rank))),
         Assign(pos, Select(take, k, pos)),
         Assign(best, Select(take, v, best))))
     out = loops(ctx, x.shape, (axis,), lambda i: emit(
-        0, _full({**at, **i}, rank),
+        0, full_index({**at, **i}, rank),
         Select(Bin("==", i[axis], pos), const_like(1, x.dtype), const_like(0, x.dtype))), "j")
     return seq(Decl(best, _first(x, at, (axis,))), Decl(pos, const(0)), scan, out)
 
@@ -317,7 +317,7 @@ def _global_lp_pool(ctx: LowerCtx, ins, emit):
             "+", acc, math_call("pow", Unary("abs", v), const_like(p, v))))
         value = math_call("pow", acc, const_like(1 / p, acc))
         return seq(stmts, emit(0, _out_index(at, rank, axes, True), value))
-    return _per_row(ctx, x, axes, row)
+    return per_row(ctx, x, axes, row)
 
 
 # ---- normalizations -------------------------------------------------------------------------
@@ -361,16 +361,16 @@ def _layer_norm(ctx: LowerCtx, ins, emit):
         stats, mean, inv = _moments(ctx, x, at, axes, eps)
 
         def out(v: Index) -> Stmt:
-            idx = _full({**at, **v}, rank)
+            idx = full_index({**at, **v}, rank)
             y = Bin("*", Bin("*", Bin("-", x.load(idx), mean), inv), broadcast_load(scale, idx))
             if bias is not None:
                 y = Bin("+", y, broadcast_load(bias, idx))
             return emit(0, idx, y)
-        stat_at = _full({**at, **{a: const(0) for a in axes}}, rank)
+        stat_at = full_index({**at, **{a: const(0) for a in axes}}, rank)
         extra = [emit(k, stat_at, cast(value, ctx.out_types[k].dtype))
                  for k, value in ((1, mean), (2, inv)) if k < len(ctx.node.outputs)]
         return seq(stats, loops(ctx, x.shape, axes, out, "j"), *extra)
-    return _per_row(ctx, x, axes, row)
+    return per_row(ctx, x, axes, row)
 
 
 @kernel_rule("InstanceNormalization")
@@ -390,14 +390,14 @@ def _instance_norm(ctx: LowerCtx, ins, emit):
         coeffs = seq(Decl(a, Bin("*", scale.load(ch, lanes), inv)),
                      Decl(b, Bin("-", bias.load(ch, lanes), Bin("*", mean, a))))
         out = loops(ctx, x.shape, axes, lambda v: emit(
-            0, _full({**at, **v}, rank),
-            Bin("+", Bin("*", x.load(_full({**at, **v}, rank), lanes), a), b)), "j")
+            0, full_index({**at, **v}, rank),
+            Bin("+", Bin("*", x.load(full_index({**at, **v}, rank), lanes), a), b)), "j")
         return seq(stats, coeffs, out)
     # NHWC: a vector of channels at a time, each lane its own instance
     lanes = _reduce_lanes(ctx, x, axes)
     if lanes > 1:
         return _vector_rows(ctx, x, axes, lanes, row)
-    return _per_row(ctx, x, axes, row)
+    return per_row(ctx, x, axes, row)
 
 
 @kernel_rule("LRN")
@@ -419,12 +419,12 @@ def _lrn(ctx: LowerCtx, ins, emit):
         # channels outside [0, C) count as 0 (the reference zero-pads); the load
         # index is clamped so it stays in bounds whatever the select evaluates
         clamped = Bin("min", Bin("max", ch, const(0)), const(channels - 1))
-        v = x.load(_full({**at, cax: clamped}, rank))
+        v = x.load(full_index({**at, cax: clamped}, rank))
         body = Assign(acc, Bin("+", acc, Select(inside, Bin("*", v, v), const_like(0, v))))
         denom = math_call("pow", Bin("+", const_like(bias, acc),
                                      Bin("*", const_like(alpha / size, acc), acc)),
                           const_like(beta, acc))
-        idx = _full(at, rank)
+        idx = full_index(at, rank)
         return seq(Decl(acc, const_like(0, x.dtype)), For(c, size, body),
                    emit(0, idx, Bin("/", x.load(idx), denom)))
     return loops(ctx, x.shape, range(rank), element)
@@ -438,10 +438,10 @@ def _scaled_rows(ctx: LowerCtx, x: TensorRef, axes: Sequence[int], stats, value,
     def row(at: Index) -> Stmt:
         prep, held = stats(at)
         out = loops(ctx, x.shape, axes, lambda v: emit(
-            0, _full({**at, **v}, rank), value(x.load(_full({**at, **v}, rank)),
-                                               _full({**at, **v}, rank), held)), "j")
+            0, full_index({**at, **v}, rank), value(x.load(full_index({**at, **v}, rank)),
+                                               full_index({**at, **v}, rank), held)), "j")
         return seq(prep, out)
-    return _per_row(ctx, x, axes, row)
+    return per_row(ctx, x, axes, row)
 
 
 @kernel_rule("MeanVarianceNormalization")

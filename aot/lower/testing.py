@@ -219,7 +219,7 @@ def vectorized_kernel(graph: Graph, lanes: int, target: Target | None = None) ->
     vector form the way a kernel's epilogue or prologue would use it.
     """
     from aot.ir.tir import Buffer, BufferKind, For, ForKind, PrimFunc, Store, dt, flat_index
-    from aot.lower.driver import Arg, _buffer_ref, _collect_params
+    from aot.lower.driver import Arg, buffer_ref, collect_params
     from aot.lower.rules import VALUE_RULES, LowerCtx
 
     (fused,) = graph.nodes
@@ -232,7 +232,7 @@ def vectorized_kernel(graph: Graph, lanes: int, target: Target | None = None) ->
         ty, value = body.types[inner], graph.constants.get(outer)
         buf = Buffer(f"in{k}", dt(ty.dtype), ty.shape,
                      BufferKind.PARAM if value is not None else BufferKind.INPUT)
-        refs[inner] = _buffer_ref(inner, ty, buf, value)
+        refs[inner] = buffer_ref(inner, ty, buf, value)
         bound[buf.name] = Arg("const" if value is not None else "tensor", outer)
     shape = body.types[node.outputs[0]].shape
     out = Buffer("out0", dt(body.types[node.outputs[0]].dtype), shape, BufferKind.OUTPUT)
@@ -246,7 +246,7 @@ def vectorized_kernel(graph: Graph, lanes: int, target: Target | None = None) ->
         last = d == len(shape) - 1
         stmt = For(idx[d], shape[d], stmt, ForKind.VECTORIZED if last else ForKind.SERIAL,
                    step=lanes if last else 1)
-    params, args = _collect_params(stmt, bound, ctx)
+    params, args = collect_params(stmt, bound, ctx)
     return Kernel(PrimFunc(fused.name, params, stmt, (node.name,)), args, fused)
 
 

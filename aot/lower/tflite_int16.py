@@ -68,13 +68,13 @@ def _conv16(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: i8.ConvGeom):
         b = q.Block(ctx)
         b.add(emit(0, idx, rq.apply(b, acc, idx[3])))
         return b.stmt()
-    bias = i8._bias_values(ctx, ins, 2, g.cout)
+    bias = i8.bias_values(ctx, ins, 2, g.cout)
     return i8.conv_nest(ctx, g, ins[0].load, 0, weights, bias, finish, acc_dtype="int64")
 
 
 @kernel_rule("tfl.conv2d_16x8")
 def conv2d_16x8(ctx: LowerCtx, ins, emit):
-    x, w = ins[0], i8._const(ctx, ins[1], "filter")
+    x, w = ins[0], i8.const_input(ctx, ins[1], "filter")
     depth = w.shape[3]
     g = i8.conv_geom(ctx, x.shape, ctx.out_types[0].shape, w.shape[1:3], x.shape[3] // depth,
                      depth)
@@ -83,7 +83,7 @@ def conv2d_16x8(ctx: LowerCtx, ins, emit):
 
 @kernel_rule("tfl.depthwise_conv2d_16x8")
 def depthwise_conv2d_16x8(ctx: LowerCtx, ins, emit):
-    x, w = ins[0], i8._const(ctx, ins[1], "filter")
+    x, w = ins[0], i8.const_input(ctx, ins[1], "filter")
     # [1, KH, KW, C*M] -> [C*M, KH, KW, 1]: a grouped conv, one input channel per group
     weights = np.transpose(w[0], (2, 0, 1))[..., None].astype(np.int64)
     g = i8.conv_geom(ctx, x.shape, ctx.out_types[0].shape, w.shape[1:3], x.shape[3], 1)
@@ -93,11 +93,11 @@ def depthwise_conv2d_16x8(ctx: LowerCtx, ins, emit):
 @kernel_rule("tfl.fully_connected_16x8")
 def fully_connected_16x8(ctx: LowerCtx, ins, emit):
     x = ins[0]
-    w = ref.fc_weights(ctx, i8._const(ctx, ins[1], "weight"))
+    w = ref.fc_weights(ctx, i8.const_input(ctx, ins[1], "weight"))
     units, depth = w.shape
     rq = Requant64(ctx, *ref.fc_multipliers(ctx))
-    start = i8.table(ctx, "bias", i8._bias_values(ctx, ins, 2, units))
-    weights = ctx.param("weights", i8._weight_dtype(w))
+    start = i8.table(ctx, "bias", i8.bias_values(ctx, ins, 2, units))
+    weights = ctx.param("weights", i8.weight_dtype(w))
     i64 = dt("int64")
 
     def row(out_lead, x_at):
@@ -159,7 +159,7 @@ def softmax_int16(ctx: LowerCtx, ins, emit):
             eb.add(Store(exps, i, e), Assign(total, Bin("+", total, e)))
             return eb.stmt()
         b.add(i8.loop(ctx, "i", depth, exp_of))
-        clz, normalized = i8._count_leading_zeros(b, total)
+        clz, normalized = i8.count_leading_zeros(b, total)
         # (sum << (clz - 1)) rounded to Q1.15 (over [1, 2)), then x = sum - 1 centred
         shifted = q.i32(Bin(">>", Bin("+", Bin(">>", normalized, Const(1, i64)),
                                       Const(1 << 13, i64)), Const(14, i64)))
@@ -182,7 +182,7 @@ def softmax_int16(ctx: LowerCtx, ins, emit):
 @kernel_rule("tfl.mean_int16")
 def mean_int16(ctx: LowerCtx, ins, emit):
     x = ins[0]
-    axes = ref8._mean_axes(i8._CallView(ctx), i8._const(ctx, ins[1], "axes"))
+    axes = ref8.mean_axes(i8.CallView(ctx), i8.const_input(ctx, ins[1], "axes"))
     mult, shift = ref.mean_multiplier(ctx, int(np.prod([x.shape[d] for d in axes])))
 
     def finish(b, out_idx, acc):

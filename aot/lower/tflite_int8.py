@@ -47,7 +47,7 @@ from aot.ops import tflite_int8 as ref
 
 
 def _sz(ctx: LowerCtx, ty, what: str) -> tuple[float, int]:
-    return ref._scale_zp(ty, what, ctx.node)
+    return ref.scale_zp(ty, what, ctx.node)
 
 
 def loop(ctx: LowerCtx, name: str, extent: int, body: Callable[[Expr], Stmt]) -> Stmt:
@@ -128,7 +128,7 @@ class Requant:
                             right=self.right(channel))
 
 
-def _const(ctx: LowerCtx, ref_: TensorRef | None, what: str) -> np.ndarray | None:
+def const_input(ctx: LowerCtx, ref_: TensorRef | None, what: str) -> np.ndarray | None:
     if ref_ is None:
         return None
     if ref_.value is None:
@@ -136,7 +136,7 @@ def _const(ctx: LowerCtx, ref_: TensorRef | None, what: str) -> np.ndarray | Non
     return ref_.value
 
 
-def _weight_dtype(w: np.ndarray) -> np.ndarray:
+def weight_dtype(w: np.ndarray) -> np.ndarray:
     """Weights as int8 when they fit (after zero-point centring), else int16."""
     if w.min() >= -128 and w.max() <= 127:
         return w.astype(np.int8)
@@ -256,7 +256,7 @@ def conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable[[tuple], Expr], zp: i
     point is folded into the bias (bias - zp * Σw, exact); the border taps
     subtract it. acc_dtype "int64": the 16x8 kernels' int64 accumulator and bias.
     """
-    packed = ctx.param("filter", _weight_dtype(np.transpose(weights, (1, 2, 3, 0))))
+    packed = ctx.param("filter", weight_dtype(np.transpose(weights, (1, 2, 3, 0))))
     acc = ctx.scratch_buffer("acc", acc_dtype, (g.cout,))
     wide = acc_dtype == "int64"
     inits = {}
@@ -320,8 +320,8 @@ def conv_geom(ctx: LowerCtx, x_shape, out_shape, kernel, groups: int, depth: int
                     pad_left=pads[1])
 
 
-def _bias_values(ctx: LowerCtx, ins, k: int, cout: int) -> np.ndarray:
-    b = _const(ctx, ins[k] if len(ins) > k else None, "bias")
+def bias_values(ctx: LowerCtx, ins, k: int, cout: int) -> np.ndarray:
+    b = const_input(ctx, ins[k] if len(ins) > k else None, "bias")
     return np.zeros(cout, np.int64) if b is None else b.astype(np.int64).reshape(-1)
 
 
@@ -330,7 +330,7 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
     x = ins[0]
     s_in, zp_in = _sz(ctx, x.type, "the input")
     s_out, zp_out = _sz(ctx, ctx.out_types[0], "the output")
-    scales = ref._channel_scales(ins[1].type, g.cout, ctx.node)
+    scales = ref.channel_scales(ins[1].type, g.cout, ctx.node)
     rq = Requant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out))
     lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
     out_dtype = ctx.out_types[0].dtype
@@ -341,7 +341,7 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
         b.add(emit(0, idx, Cast(dt(out_dtype), y)))
         return b.stmt()
 
-    bias = _bias_values(ctx, ins, 2, g.cout)
+    bias = bias_values(ctx, ins, 2, g.cout)
     if _vectorizable(ctx, g):
         vrq = VecRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out))
 
@@ -367,7 +367,7 @@ def hybrid_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> S
     scaled back to float (aot/ops/tflite_int8.py: _hybrid_conv2d)."""
     x = ins[0]
     w_scale = float(np.float32(ins[1].type.quant.scale[0]))
-    bias = _const(ctx, ins[2] if len(ins) > 2 else None, "bias")
+    bias = const_input(ctx, ins[2] if len(ins) > 2 else None, "bias")
     qx = ctx.scratch_buffer("quantized_input", "int8", tuple(x.shape))
     pixels = tuple(x.shape[1:])
     f32 = dt("float32")
@@ -457,7 +457,7 @@ def _fabs(v: Expr) -> Expr:
 
 @kernel_rule("tfl.conv2d")
 def conv2d(ctx: LowerCtx, ins, emit):
-    x, w = ins[0], _const(ctx, ins[1], "filter")
+    x, w = ins[0], const_input(ctx, ins[1], "filter")
     depth = w.shape[3]
     g = conv_geom(ctx, x.shape, ctx.out_types[0].shape, w.shape[1:3], x.shape[3] // depth, depth)
     if x.type.dtype == "float32":
@@ -467,7 +467,7 @@ def conv2d(ctx: LowerCtx, ins, emit):
 
 @kernel_rule("tfl.depthwise_conv2d")
 def depthwise_conv2d(ctx: LowerCtx, ins, emit):
-    x, w = ins[0], _const(ctx, ins[1], "filter")
+    x, w = ins[0], const_input(ctx, ins[1], "filter")
     # [1, KH, KW, C*M] -> [C*M, KH, KW, 1]: a grouped conv, one input channel per group
     weights = np.transpose(w[0], (2, 0, 1))[..., None].astype(np.int64)
     g = conv_geom(ctx, x.shape, ctx.out_types[0].shape, w.shape[1:3], x.shape[3], 1)
@@ -500,7 +500,7 @@ def row_loops(ctx: LowerCtx, x: TensorRef, out_shape, depth: int,
 @kernel_rule("tfl.fully_connected")
 def fully_connected(ctx: LowerCtx, ins, emit):
     x = ins[0]
-    w = _const(ctx, ins[1], "weight").astype(np.int64)
+    w = const_input(ctx, ins[1], "weight").astype(np.int64)
     out_ty = ctx.out_types[0]
     units, depth = w.shape
     s_in, zp_in = _sz(ctx, x.type, "the input")
@@ -510,14 +510,14 @@ def fully_connected(ctx: LowerCtx, ins, emit):
         w = w - int(wq.zero_point[0])
     rq = Requant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out))
     # FC has no padding: fold the input zero point into the bias
-    bias = ref_q.wrap_int32(_bias_values(ctx, ins, 2, units) - zp_in * w.sum(axis=1))
+    bias = ref_q.wrap_int32(bias_values(ctx, ins, 2, units) - zp_in * w.sum(axis=1))
     lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
     if vector_lanes(ctx) > 1 and units >= 4:
         return row_loops(ctx, x, out_ty.shape, depth, vector_fc(
             ctx, w, bias, emit, out_ty, zp_out, lo, hi, rq,
             VecRequant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out))))
     start = table(ctx, "bias", bias.astype(np.int32))
-    weights = ctx.param("weights", _weight_dtype(w))
+    weights = ctx.param("weights", weight_dtype(w))
 
     def row(out_lead, x_at):
         def unit(o):
@@ -540,7 +540,7 @@ def _pool(ctx: LowerCtx, ins, emit, reduce_tap, start: int, final) -> Stmt:
     taps, channels innermost; emit clamp(final(acc, count)), count being the
     number of in-image taps (padded taps are not counted)."""
     x = ins[0]
-    ref._check_pool_quant(_CallView(ctx))
+    ref.check_pool_quant(CallView(ctx))
     n, oh, ow, c = ctx.out_types[0].shape
     kh, kw = ctx.attrs["kernel"]
     g = conv_geom(ctx, x.shape, ctx.out_types[0].shape, (kh, kw), c, 1)
@@ -570,7 +570,7 @@ def _pool(ctx: LowerCtx, ins, emit, reduce_tap, start: int, final) -> Stmt:
     return window_nest(ctx, g, acc, lambda ch, inside: Const(start), taps, finish)
 
 
-class _CallView:
+class CallView:
     """What aot/ops' shared checks read from a Call, taken from a LowerCtx."""
 
     def __init__(self, ctx: LowerCtx):
@@ -619,7 +619,7 @@ def reduce_per_output(ctx: LowerCtx, x: TensorRef, axes, keep: bool, zp: int,
 @kernel_rule("tfl.mean")
 def mean(ctx: LowerCtx, ins, emit):
     x = ins[0]
-    axes = ref._mean_axes(_CallView(ctx), _const(ctx, ins[1], "axes"))
+    axes = ref.mean_axes(CallView(ctx), const_input(ctx, ins[1], "axes"))
     s_in, zp_in = _sz(ctx, x.type, "the input")
     s_out, zp_out = _sz(ctx, ctx.out_types[0], "the output")
     mult, shift = ref_q.quantize_multiplier(s_in / s_out)
@@ -647,7 +647,7 @@ def exp_on_negative_values(b: q.Block, a: Expr) -> Var:
                                1))
     y = b.let("e", Bin("+", Const(1895147668), q.srdhm(Bin("+", x, v), 1895147668)))
     rem = b.let("rem", Bin("-", r, a))
-    for bit, c in ref._EXP_BARREL:   # the integer part, one factor per bit
+    for bit, c in ref.EXP_BARREL:   # the integer part, one factor per bit
         on = Bin("!=", Bin("&", Bin(">>", rem, Const(bit)), Const(1)), Const(0))
         b.add(Assign(y, Select(on, q.srdhm(y, c), y)))
     b.add(Assign(y, Select(Bin("==", a, Const(0)), Const(ref_q.INT32_MAX), y)))
@@ -666,7 +666,7 @@ def one_over_one_plus_x(b: q.Block, t: Expr) -> Var:
     return b.let("inverse", q.satshl(x, 1))
 
 
-def _count_leading_zeros(b: q.Block, total: Expr) -> tuple[Var, Var]:
+def count_leading_zeros(b: q.Block, total: Expr) -> tuple[Var, Var]:
     """(clz32(total), total << clz as int64 in [2**31, 2**32)) for total > 0."""
     i64 = dt("int64")
     v = b.let("normalized", q.i64(total))
@@ -720,7 +720,7 @@ def softmax(ctx: LowerCtx, ins, emit):
             eb.add(Assign(total, Bin("+", total, Select(active, q.rdbpot(e, 12), Const(0)))))
             return eb.stmt()
         b.add(loop(ctx, "i", depth, accumulate))
-        clz, normalized = _count_leading_zeros(b, total)
+        clz, normalized = count_leading_zeros(b, total)
         t = q.i32(Bin("-", normalized, Const(1 << 31, dt("int64"))))
         inverse = one_over_one_plus_x(b, t)
         shift = b.let("out_shift", Bin("-", Const(35), clz))   # (12 - clz) + 23
@@ -941,8 +941,8 @@ def _tile_epilogue(ctx: LowerCtx, accs, widths,
 
 
 def _tile_widths(total: int, t) -> list[tuple[int, tuple[int, ...]]]:
-    from aot.lower.nn import _tiles
-    return _tiles(total, t)
+    from aot.lower.nn import tile_widths
+    return tile_widths(total, t)
 
 
 def _offs(widths) -> list[int]:
@@ -965,7 +965,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     """
     from dataclasses import replace as _replace
 
-    from aot.lower.nn import _blocks, _fitting
+    from aot.lower.nn import position_blocks, fitting_parts
     from aot.lower.schedule import tile
     t = tile(ctx.target, "int32", pixels=True)
     depthwise = g.depth == 1 and g.per_group == 1
@@ -976,16 +976,16 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     tiles = _tile_widths(width, t)
     w5 = weights.reshape(g.groups, g.per_group, g.kh, g.kw, g.depth)
     if depthwise:
-        packed = ctx.param("filter", _weight_dtype(
+        packed = ctx.param("filter", weight_dtype(
             np.ascontiguousarray(weights[:, :, :, 0].transpose(1, 2, 0))))    # [KH, KW, C]
     else:
-        packed = ctx.param("filter", _weight_dtype(
+        packed = ctx.param("filter", weight_dtype(
             np.ascontiguousarray(w5.transpose(0, 2, 3, 4, 1))))              # [G, KH, KW, D, P]
     pairs = not depthwise and g.depth >= 2
     if pairs:   # [G, KH, KW, D/2, P, 2]: two input channels' weights side by side
         even = w5[..., :g.depth // 2 * 2].reshape(g.groups, g.per_group, g.kh, g.kw,
                                                   g.depth // 2, 2)
-        packed2 = ctx.param("filter_pairs", _weight_dtype(
+        packed2 = ctx.param("filter_pairs", weight_dtype(
             np.ascontiguousarray(even.transpose(0, 2, 3, 4, 1, 5))))
     flat_w = weights.reshape(g.cout, -1)
     bias_tabs = {}
@@ -1007,7 +1007,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
         n_pairs = (k_run + 1) // 2
         wf = np.zeros((g.per_group, g.kh, 2 * n_pairs), np.int64)
         wf[:, :, :k_run] = w5[0].reshape(g.per_group, g.kh, k_run)
-        packed_flat = ctx.param("filter_pairs", _weight_dtype(np.ascontiguousarray(
+        packed_flat = ctx.param("filter_pairs", weight_dtype(np.ascontiguousarray(
             wf.reshape(g.per_group, g.kh, n_pairs, 2).transpose(1, 2, 0, 3))))
         stage, rows, pstep = _flat_rows(ctx, g, load_x, zp)
         staged = True
@@ -1126,7 +1126,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
             stmts, base = [], 0
             for count, widths in tiles:
                 wsum = sum(widths)
-                for part in _fitting(list(oxs), widths, t):
+                for part in fitting_parts(list(oxs), widths, t):
                     stmts.append(loop_step(ctx, "c", count, base, wsum, lambda c0, w=widths,
                                            s=part: tile_code(n, oy, s, row_test, col_test, gi,
                                                              c0, w)))
@@ -1136,7 +1136,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
 
     def image(n):
         if staged:
-            body = loop(ctx, "oy", g.oh, lambda oy: seq(stage(n, oy), _blocks(
+            body = loop(ctx, "oy", g.oh, lambda oy: seq(stage(n, oy), position_blocks(
                 ctx, "ox", g.ow, 0, t.block(g.ow),
                 lambda oxs: block(n, oy, oxs, (False, False), (False, False)))))
             return seq(prologue(n), body) if prologue else body
@@ -1147,7 +1147,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                 tested = any(row_test) or any(col_test)
                 mr = 1 if tested else t.block(cols[1] - cols[0])
                 parts.append(span_loop(ctx, "oy", rows_, lambda oy, rt=row_test, cols=cols,
-                                       ct=col_test, mr=mr: _blocks(
+                                       ct=col_test, mr=mr: position_blocks(
                     ctx, "ox", cols[1] - cols[0], cols[0], mr,
                     lambda oxs: block(n, oy, oxs, rt, ct))))
         body = seq(*parts)
@@ -1304,13 +1304,13 @@ def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_o
     t = tile(ctx.target, "int32")
     tiles = _tile_widths(units, t)
     half = depth // 2
-    pairs = ctx.param("weight_pairs", _weight_dtype(np.ascontiguousarray(
+    pairs = ctx.param("weight_pairs", weight_dtype(np.ascontiguousarray(
         w[:, :half * 2].reshape(units, half, 2).transpose(1, 0, 2)))) if half else None
     singles = {}
 
     def single_w():
         if not singles:
-            singles["w"] = ctx.param("weights", _weight_dtype(np.ascontiguousarray(w.T)))
+            singles["w"] = ctx.param("weights", weight_dtype(np.ascontiguousarray(w.T)))
         return singles["w"]
     bias_buf = ctx.param("bias", bias.astype(np.int32))
 
@@ -1484,7 +1484,7 @@ def inv_sqrt_block(b: q.Block, value: Expr) -> tuple[Var, Var]:
     big = Bin(">=", value, Const(1 << 29))
     v = b.let("isqrt_in", Select(big, Bin(">>", value, Const(2)), Bin("max", value, Const(2))))
     shift = b.let("isqrt_shift", Select(big, Const(12), Const(11)))
-    clz, _ = _count_leading_zeros(b, v)
+    clz, _ = count_leading_zeros(b, v)
     pairs = b.let("pairs", Bin("-", Bin(">>", Bin("-", clz, Const(1)), Const(1)), Const(1)))
     b.add(Assign(shift, Bin("-", shift, pairs)),
           Assign(v, q.shift_left_wrapping(v, Bin("*", pairs, Const(2)))))
@@ -1578,7 +1578,7 @@ def _leading_sign_bits(b: q.Block, a: Expr) -> Var:
     """CountLeadingSignBits of an int32 a with |a| < 2^16."""
     mag = b.let("magnitude", Select(Bin(">=", a, Const(0)), a,
                                     Bin("-", Bin("*", Const(-2), a), Const(1))))
-    clz, _ = _count_leading_zeros(b, Bin("max", mag, Const(1)))
+    clz, _ = count_leading_zeros(b, Bin("max", mag, Const(1)))
     # zero: 32 leading zeros, minus the sign bit
     return b.let("sign_bits", Select(Bin("==", mag, Const(0)), Const(31),
                                      Select(Bin(">=", a, Const(0)), Bin("-", clz, Const(1)),
@@ -1630,13 +1630,13 @@ def _sat_shl_runtime(b: q.Block, x: Expr, e: Expr) -> Var:
 def log_x_ge_1_block(b: q.Block, z: Expr) -> Var:
     """ref.log_x_ge_1 (Q12 in, Q5 out) for z > 0, as locals."""
     quarter = 536870912 >> 6
-    ha, _ = _count_leading_zeros(b, z)
+    ha, _ = count_leading_zeros(b, z)
     r_a_tmp = q.shift_left_wrapping(z, Bin("-", ha, Const(1)))   # exactly its headroom
     r_a = b.let("r_a", q.satshl(b.let("r_a_tmp", q.srdhm(r_a_tmp, ref.SQRT_HALF)), 1))
     za_adj = b.let("za_adj", Bin("+", Bin("*", Bin("-", Const(12), ha), Const(1 << 25)),
                                  Const(quarter)))
     zb = b.let("zb", q.srdhm(z, ref.SQRT_HALF))
-    clz_b, _ = _count_leading_zeros(b, zb)
+    clz_b, _ = count_leading_zeros(b, zb)
     hb = b.let("hb", Bin("-", clz_b, Const(1)))
     r_b = _sat_shl_runtime(b, z, hb)
     zb_adj = b.let("zb_adj", Bin("-", Bin("*", Bin("-", Const(12), hb), Const(1 << 25)),

@@ -18,7 +18,7 @@ import numpy as np
 from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import Quant, TensorType
 from aot.ops import qmath
-from aot.ops.tflite_int8 import fc_multipliers
+from aot.ops.tflite_int8 import fc_multipliers, scale_zp
 from aot.ops.registry import Call, Pattern, Sig, register
 
 X, W_INPUT, R_INPUT, BIAS_INPUT, H_STATE, C_STATE = 0, 1, 5, 12, 18, 19
@@ -28,7 +28,7 @@ _OPTIONAL_UNSUPPORTED = {9: "peephole", 10: "peephole", 11: "peephole", 16: "pro
                          22: "layer norm", 23: "layer norm"}
 
 
-def _check_form(sig_or_call) -> None:
+def check_form(sig_or_call) -> None:
     has = [i < len(sig_or_call.in_types) and sig_or_call.in_types[i] is not None
            for i in range(24)]
     for i, what in _OPTIONAL_UNSUPPORTED.items():
@@ -42,7 +42,7 @@ def _check_form(sig_or_call) -> None:
 
 
 def _infer(sig: Sig):
-    _check_form(sig)
+    check_form(sig)
     x, h, c = sig.in_types[X], sig.in_types[H_STATE], sig.in_types[C_STATE]
     if len(x.shape) != 3:
         raise sig.fail(f"expects a 3-D input, got {list(x.shape)}")
@@ -118,22 +118,16 @@ def _clamp16(v):
     return np.clip(v, -32768, 32767)
 
 
-def _gate_fc_multiplier(s_in: float, s_w: float) -> tuple[int, int]:
+def gate_fc_multiplier(s_in: float, s_w: float) -> tuple[int, int]:
     # Per-tensor FC into Q3.12 (§11 Prepare): the same float32-product rule as FC.
     return fc_multipliers(s_in, Quant((s_w,), (0,)), 2.0 ** -12)
 
 
-def _scale_zp(ty: TensorType, what: str, node):
-    if ty.quant is None:
-        raise UnsupportedError(f"{node_label(node)}: {what} has no quantization")
-    return float(ty.quant.scale[0]), int(ty.quant.zero_point[0])
-
-
 def _lstm_int8(call: Call, args):
     a, node, types = call.attrs, call.node, call.in_types
-    s_x, zp_x = _scale_zp(types[X], "the input", node)
-    s_h, zp_h = _scale_zp(types[H_STATE], "the hidden state", node)
-    s_c, _ = _scale_zp(types[C_STATE], "the cell state", node)
+    s_x, zp_x = scale_zp(types[X], "the input", node)
+    s_h, zp_h = scale_zp(types[H_STATE], "the hidden state", node)
+    s_c, _ = scale_zp(types[C_STATE], "the cell state", node)
     act = a.get("activation", "TANH")
     if act not in ("TANH", "SIGMOID"):
         raise UnsupportedError(f"{node_label(node)}: integer LSTM activation {act}")
@@ -143,13 +137,13 @@ def _lstm_int8(call: Call, args):
 
     gx_all, rec = [], []
     for g in range(4):
-        s_wx, zp_wx = _scale_zp(types[W_INPUT + g], f"{GATES[g]} input weight", node)
-        s_wh, zp_wh = _scale_zp(types[R_INPUT + g], f"{GATES[g]} recurrent weight", node)
+        s_wx, zp_wx = scale_zp(types[W_INPUT + g], f"{GATES[g]} input weight", node)
+        s_wh, zp_wh = scale_zp(types[R_INPUT + g], f"{GATES[g]} recurrent weight", node)
         wx = args[W_INPUT + g].astype(np.float64) - zp_wx
         acc = ((x - zp_x).astype(np.float64) @ wx.T).astype(np.int64) + args[BIAS_INPUT + g]
-        mx, ex = _gate_fc_multiplier(s_x, s_wx)
+        mx, ex = gate_fc_multiplier(s_x, s_wx)
         gx_all.append(_clamp16(qmath.mbqm(qmath.wrap_int32(acc), mx, ex)))
-        mh, eh = _gate_fc_multiplier(s_h, s_wh)
+        mh, eh = gate_fc_multiplier(s_h, s_wh)
         rec.append((args[R_INPUT + g].astype(np.float64) - zp_wh, mh, eh))
 
     m_ig, e_ig = qmath.quantize_multiplier(2.0 ** -30 / s_c)

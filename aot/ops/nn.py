@@ -66,14 +66,14 @@ def _same_dtype(sig: Sig, *idx: int) -> None:
         raise sig.fail(f"inputs {list(idx)} mix dtypes {sorted(dts)}")
 
 
-def _layout(sig_or_call) -> str:
+def layout_of(sig_or_call) -> str:
     layout = sig_or_call.attrs.get("layout", "NCHW")
     if layout not in ("NCHW", "NHWC"):
         raise _unsupported(sig_or_call, f"layout {layout!r} (expected NCHW or NHWC)")
     return layout
 
 
-def _nchw_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+def nchw_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
     """An activation shape seen in NCHW order."""
     if layout == "NHWC":
         return (shape[0], shape[-1]) + tuple(shape[1:-1])
@@ -194,13 +194,13 @@ def conv_output_shape(sig: Sig, x: TensorType, w: TensorType) -> tuple[int, ...]
     """The output shape of a convolution of x by w (Conv, QLinearConv,
     ConvInteger), in the node's layout, after checking ranks, channels,
     groups and kernel_shape against each other."""
-    layout = _layout(sig)
+    layout = layout_of(sig)
     if len(x.shape) < 3 or len(x.shape) != len(w.shape):
         raise sig.fail(f"input {x} and weight {w} must have the same rank >= 3")
     nsp = len(x.shape) - 2
     if nsp > 3:
         raise _unsupported(sig, f"{nsp}-D convolution (1-D to 3-D are supported)")
-    xs = _nchw_shape(x.shape, layout)
+    xs = nchw_shape(x.shape, layout)
     # The weight in ONNX order [O, I/group, k...].
     ws = (w.shape[0], w.shape[-1]) + tuple(w.shape[1:-1]) if layout == "NHWC" else w.shape
     group = int(sig.attrs.get("group", 1))
@@ -255,7 +255,7 @@ def conv_nchw(x: np.ndarray, w: np.ndarray, bias, win: Window, group: int) -> np
           macs=per_weight_row_macs(1))
 def _conv(call: Call, args):
     x, w, b = (list(args) + [None])[:3]
-    layout = _layout(call)
+    layout = layout_of(call)
     if layout == "NHWC":
         w = np.moveaxis(w, -1, 1)
     xn = _to_nchw(x, layout)
@@ -268,7 +268,7 @@ def _conv(call: Call, args):
 # ConvTranspose
 
 
-def _convt_geometry(sig_or_call, xs, ws):
+def convt_geometry(sig_or_call, xs, ws):
     """Kernel, strides, dilations, pads (begin, end) and output spatial size."""
     nsp = len(xs) - 2
     kernel = tuple(ws[2:])
@@ -309,10 +309,10 @@ def _convt_infer(sig: Sig):
     x = _float_input(sig, 0)
     w = _float_input(sig, 1, "weight")
     _same_dtype(sig, 0, 1, 2)
-    layout = _layout(sig)
+    layout = layout_of(sig)
     if len(x.shape) < 3 or len(x.shape) != len(w.shape):
         raise sig.fail(f"input {x} and weight {w} must have the same rank >= 3")
-    xs = _nchw_shape(x.shape, layout)
+    xs = nchw_shape(x.shape, layout)
     # NHWC weight is [I, k..., O/group]; NCHW is ONNX's [I, O/group, k...].
     ws = (w.shape[0], w.shape[-1]) + tuple(w.shape[1:-1]) if layout == "NHWC" else w.shape
     group = int(sig.attrs.get("group", 1))
@@ -321,7 +321,7 @@ def _convt_infer(sig: Sig):
     o = ws[1] * group
     if sig.has(2) and sig.in_types[2].shape != (o,):
         raise sig.fail(f"bias shape {list(sig.in_types[2].shape)} must be [{o}]")
-    *_, out = _convt_geometry(sig, xs, ws)
+    *_, out = convt_geometry(sig, xs, ws)
     return [TensorType(_from_nchw_shape((xs[0], o) + tuple(out), layout), x.dtype)]
 
 
@@ -335,11 +335,11 @@ def _convt_macs(call: Call) -> int:
           macs=_convt_macs)
 def _conv_transpose(call: Call, args):
     x, w, b = (list(args) + [None])[:3]
-    layout = _layout(call)
+    layout = layout_of(call)
     if layout == "NHWC":
         w = np.moveaxis(w, -1, 1)
     xn = _to_nchw(x, layout)
-    kernel, strides, dil, begin, end, out = _convt_geometry(call, xn.shape, w.shape)
+    kernel, strides, dil, begin, end, out = convt_geometry(call, xn.shape, w.shape)
     group = int(call.attrs.get("group", 1))
     n, c = xn.shape[:2]
     cg, og = c // group, w.shape[1]
@@ -377,10 +377,10 @@ def _pool_infer_common(sig: Sig):
     x = sig.in_types[0]
     if x.dtype not in FLOATS and not (sig.node.op == "MaxPool" and x.dtype in ("int8", "uint8")):
         raise _unsupported(sig, f"input dtype {x.dtype}")
-    layout = _layout(sig)
+    layout = layout_of(sig)
     if len(x.shape) < 3:
         raise sig.fail(f"input {x} must have rank >= 3 (N, C, spatial...)")
-    xs = _nchw_shape(x.shape, layout)
+    xs = nchw_shape(x.shape, layout)
     nsp = len(xs) - 2
     ks = sig.attrs.get("kernel_shape")
     if ks is None:
@@ -409,7 +409,7 @@ def _maxpool_infer(sig: Sig):
 
 
 def _pool_setup(call: Call, x: np.ndarray):
-    layout = _layout(call)
+    layout = layout_of(call)
     xn = _to_nchw(x, layout)
     kernel = tuple(int(k) for k in call.attrs["kernel_shape"])
     win = resolve_window(call, tuple(xn.shape[2:]), kernel, bool(call.attrs.get("ceil_mode", 0)))
@@ -484,7 +484,7 @@ def _maxunpool(call: Call, args):
     return [y.reshape(shape)]
 
 
-def _window_counts(win: Window, spatial, include_pad: bool) -> np.ndarray:
+def window_counts(win: Window, spatial, include_pad: bool) -> np.ndarray:
     """How many taps of each output window fall inside the (padded) input.
 
     The count is separable over the spatial axes, so it is an outer product
@@ -506,7 +506,7 @@ def _avgpool(call: Call, args):
     layout, xn, win = _pool_setup(call, x)
     v = _windows(xn, win, 0.0)
     s = v.sum(axis=_kernel_axes(len(win.kernel)), dtype=np.float64)
-    cnt = _window_counts(win, xn.shape[2:], bool(call.attrs.get("count_include_pad", 0)))
+    cnt = window_counts(win, xn.shape[2:], bool(call.attrs.get("count_include_pad", 0)))
     y = (s / np.maximum(cnt, 1)).astype(x.dtype)
     return [_from_nchw(y, layout)]
 
@@ -526,10 +526,10 @@ def _global_infer(sig: Sig):
     ints = ("int8", "uint8") if sig.node.op == "GlobalMaxPool" else ()
     if x.dtype not in FLOATS + ints:
         raise _unsupported(sig, f"input dtype {x.dtype}")
-    layout = _layout(sig)
+    layout = layout_of(sig)
     if len(x.shape) < 3:
         raise sig.fail(f"input {x} must have rank >= 3 (N, C, spatial...)")
-    xs = _nchw_shape(x.shape, layout)
+    xs = nchw_shape(x.shape, layout)
     return [TensorType(_from_nchw_shape(xs[:2] + (1,) * (len(xs) - 2), layout), x.dtype,
                        sig.in_types[0].quant if sig.node.op == "GlobalMaxPool" else None)]
 
@@ -541,21 +541,21 @@ def _spatial_axes(x: np.ndarray, layout: str) -> tuple[int, ...]:
 @register("GlobalAveragePool", infer=_global_infer, pattern=Pattern.REDUCE)
 def _gap(call: Call, args):
     x = args[0]
-    axes = _spatial_axes(x, _layout(call))
+    axes = _spatial_axes(x, layout_of(call))
     return [x.mean(axis=axes, keepdims=True, dtype=np.float64).astype(x.dtype)]
 
 
 @register("GlobalMaxPool", infer=_global_infer, pattern=Pattern.REDUCE)
 def _gmp(call: Call, args):
     x = args[0]
-    return [x.max(axis=_spatial_axes(x, _layout(call)), keepdims=True)]
+    return [x.max(axis=_spatial_axes(x, layout_of(call)), keepdims=True)]
 
 
 @register("GlobalLpPool", infer=_global_infer, pattern=Pattern.REDUCE)
 def _glp(call: Call, args):
     x = args[0]
     p = float(call.attrs.get("p", 2))
-    axes = _spatial_axes(x, _layout(call))
+    axes = _spatial_axes(x, layout_of(call))
     y = np.power(np.power(np.abs(x.astype(np.float64)), p).sum(axis=axes, keepdims=True), 1 / p)
     return [y.astype(x.dtype)]
 
@@ -574,10 +574,10 @@ def _channel_param(sig: Sig, i: int, c: int, what: str):
 
 def _bn_infer(sig: Sig):
     x = _float_input(sig, 0)
-    layout = _layout(sig)
+    layout = layout_of(sig)
     if len(x.shape) < 2:
         raise sig.fail(f"input {x} must have rank >= 2")
-    c = _nchw_shape(x.shape, layout)[1]
+    c = nchw_shape(x.shape, layout)[1]
     for i, what in enumerate(("scale", "B", "input_mean", "input_var"), start=1):
         _channel_param(sig, i, c, what)
     training = int(sig.attrs.get("training_mode", 0))
@@ -598,7 +598,7 @@ def _channel_shape(x: np.ndarray, layout: str) -> tuple[int, ...]:
 def _batchnorm(call: Call, args):
     x, scale, bias, mean, var = args[:5]
     eps = float(call.attrs.get("epsilon", 1e-5))
-    layout = _layout(call)
+    layout = layout_of(call)
     shp = _channel_shape(x, layout)
     outs = []
     if int(call.attrs.get("training_mode", 0)):
@@ -620,10 +620,10 @@ def _batchnorm(call: Call, args):
 
 def _instnorm_infer(sig: Sig):
     x = _float_input(sig, 0)
-    layout = _layout(sig)
+    layout = layout_of(sig)
     if len(x.shape) < 3:
         raise sig.fail(f"input {x} must have rank >= 3")
-    c = _nchw_shape(x.shape, layout)[1]
+    c = nchw_shape(x.shape, layout)[1]
     _channel_param(sig, 1, c, "scale")
     _channel_param(sig, 2, c, "B")
     return [TensorType(x.shape, x.dtype)]
@@ -632,7 +632,7 @@ def _instnorm_infer(sig: Sig):
 @register("InstanceNormalization", infer=_instnorm_infer, pattern=Pattern.OPAQUE)
 def _instnorm(call: Call, args):
     x, scale, bias = args[:3]
-    layout = _layout(call)
+    layout = layout_of(call)
     eps = float(call.attrs.get("epsilon", 1e-5))
     axes = _spatial_axes(x, layout)
     xd = x.astype(np.float64)
@@ -743,7 +743,7 @@ def _mvn(call: Call, args):
 
 def _lrn_infer(sig: Sig):
     x = _float_input(sig, 0)
-    _layout(sig)
+    layout_of(sig)
     if len(x.shape) < 3:
         raise sig.fail(f"input {x} must have rank >= 3")
     size = sig.attrs.get("size")
@@ -755,7 +755,7 @@ def _lrn_infer(sig: Sig):
 @register("LRN", infer=_lrn_infer, pattern=Pattern.OPAQUE)
 def _lrn(call: Call, args):
     x = args[0]
-    layout = _layout(call)
+    layout = layout_of(call)
     size = int(call.attrs["size"])
     alpha = float(call.attrs.get("alpha", 1e-4))
     beta = float(call.attrs.get("beta", 0.75))
@@ -896,13 +896,13 @@ def _hardmax(call: Call, args):
 
 def _d2s_infer(sig: Sig):
     x = sig.in_types[0]
-    layout = _layout(sig)
+    layout = layout_of(sig)
     if len(x.shape) != 4:
         raise sig.fail(f"input {x} must be 4-D")
     bs = int(sig.attrs.get("blocksize", 0))
     if bs < 1:
         raise sig.fail(f"blocksize must be positive, got {bs}")
-    n, c, h, w = _nchw_shape(x.shape, layout)
+    n, c, h, w = nchw_shape(x.shape, layout)
     if sig.node.op == "DepthToSpace":
         mode = sig.attrs.get("mode", "DCR")
         if mode not in ("DCR", "CRD"):
@@ -922,7 +922,7 @@ def _d2s_infer(sig: Sig):
 
 @register("DepthToSpace", infer=_d2s_infer, pattern=Pattern.INJECTIVE)
 def _depth_to_space(call: Call, args):
-    layout = _layout(call)
+    layout = layout_of(call)
     x = _to_nchw(args[0], layout)
     bs = int(call.attrs["blocksize"])
     n, c, h, w = x.shape
@@ -936,7 +936,7 @@ def _depth_to_space(call: Call, args):
 
 @register("SpaceToDepth", infer=_d2s_infer, pattern=Pattern.INJECTIVE)
 def _space_to_depth(call: Call, args):
-    layout = _layout(call)
+    layout = layout_of(call)
     x = _to_nchw(args[0], layout)
     bs = int(call.attrs["blocksize"])
     n, c, h, w = x.shape
@@ -967,7 +967,7 @@ class _ResizePlan:
     out: tuple[int, ...]           # output shape
 
 
-def _resize_optional(sig_or_call, i: int, values) -> np.ndarray | None:
+def resize_optional(sig_or_call, i: int, values) -> np.ndarray | None:
     """A scales/sizes/roi input, or None when absent or empty."""
     v = values[i] if i < len(values) else None
     if v is None:
@@ -976,7 +976,7 @@ def _resize_optional(sig_or_call, i: int, values) -> np.ndarray | None:
     return v if v.size else None
 
 
-def _resize_plan(sig_or_call, shape: tuple[int, ...], scales, sizes) -> _ResizePlan:
+def resize_plan(sig_or_call, shape: tuple[int, ...], scales, sizes) -> _ResizePlan:
     rank = len(shape)
     axes = sig_or_call.attrs.get("axes")
     axes = tuple(range(rank)) if axes is None else tuple(
@@ -1017,7 +1017,7 @@ def _resize_plan(sig_or_call, shape: tuple[int, ...], scales, sizes) -> _ResizeP
 
 def _resize_infer(sig: Sig):
     x = sig.in_types[0]
-    _layout(sig)
+    layout_of(sig)
     mode = sig.attrs.get("mode", "nearest")
     if mode not in ("nearest", "linear", "cubic"):
         raise _unsupported(sig, f"mode {mode!r}")
@@ -1036,12 +1036,12 @@ def _resize_infer(sig: Sig):
         if not sig.has(1):
             raise sig.fail("tf_crop_and_resize needs the roi input")
         sig.const(1)
-    plan = _resize_plan(sig, x.shape, _resize_optional(sig, 2, vals),
-                        _resize_optional(sig, 3, vals))
+    plan = resize_plan(sig, x.shape, resize_optional(sig, 2, vals),
+                        resize_optional(sig, 3, vals))
     return [TensorType(plan.out, x.dtype, x.quant if mode == "nearest" else None)]
 
 
-def _source_coords(ctm: str, n_out: int, n_in: int, scale: float, roi) -> tuple:
+def source_coords(ctm: str, n_out: int, n_in: int, scale: float, roi) -> tuple:
     """Source coordinate of each output position along one axis, and the
     mask of positions that fall outside the crop (tf_crop_and_resize)."""
     y = np.arange(n_out, dtype=np.float64)
@@ -1078,7 +1078,7 @@ def _cubic_kernel(t: np.ndarray, a: float) -> np.ndarray:
     return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
 
 
-def _taps(call: Call, x: np.ndarray, n_in: int, scale: float):
+def resize_taps(call: Call, x: np.ndarray, n_in: int, scale: float):
     """Indices [out, n] and weights [out, n] of the interpolation taps."""
     mode = call.attrs.get("mode", "nearest")
     x_int = np.floor(x)
@@ -1127,8 +1127,8 @@ def _taps(call: Call, x: np.ndarray, n_in: int, scale: float):
 def _resize_axis(call: Call, data: np.ndarray, axis: int, n_out: int, scale: float, roi):
     n_in = data.shape[axis]
     ctm = call.attrs.get("coordinate_transformation_mode", "half_pixel")
-    x, outside = _source_coords(ctm, n_out, n_in, scale, roi)
-    idx, w = _taps(call, x, n_in, scale)
+    x, outside = source_coords(ctm, n_out, n_in, scale, roi)
+    idx, w = resize_taps(call, x, n_in, scale)
     if call.attrs.get("mode", "nearest") == "nearest":
         pick = idx[np.arange(n_out), np.argmax(w, axis=1)]
         y = np.take(data, pick, axis=axis)
@@ -1147,9 +1147,9 @@ def _resize_axis(call: Call, data: np.ndarray, axis: int, n_out: int, scale: flo
 def _resize(call: Call, args):
     x = args[0]
     args = list(args) + [None] * (4 - len(args))
-    plan = _resize_plan(call, x.shape, _resize_optional(call, 2, args),
-                        _resize_optional(call, 3, args))
-    roi = _resize_optional(call, 1, args)
+    plan = resize_plan(call, x.shape, resize_optional(call, 2, args),
+                        resize_optional(call, 3, args))
+    roi = resize_optional(call, 1, args)
     rank = x.ndim
     if roi is not None:
         roi = roi.astype(np.float64)

@@ -12,7 +12,7 @@ from aot.ops.elementwise import arity, cast_array
 from aot.ops.registry import Call, Pattern, Sig, register
 
 
-def _reduce_axes(sig: Sig) -> tuple[int, ...] | None:
+def reduce_axes(sig: Sig) -> tuple[int, ...] | None:
     """The reduced axes; () means none (noop), None means all."""
     rank = len(sig.in_types[0].shape)
     axes = [int(a) for a in sig.const(1).reshape(-1)] if sig.has(1) else []
@@ -36,7 +36,7 @@ def _out_shape(shape, axes, keepdims: bool) -> tuple[int, ...]:
 
 def _infer_reduce(sig: Sig):
     x = sig.in_types[0]
-    axes = _reduce_axes(sig)
+    axes = reduce_axes(sig)
     if axes == ():
         return [TensorType(x.shape, x.dtype)]
     return [TensorType(_out_shape(x.shape, axes, bool(sig.attrs.get("keepdims", 1))), x.dtype)]
@@ -92,7 +92,7 @@ def _make_reduce(fn, real: bool):
     def ref(call: Call, args):
         x = args[0]
         sig = Sig(call.node, call.in_types, tuple(args))
-        axes = _reduce_axes(sig)
+        axes = reduce_axes(sig)
         if axes == ():
             return [x]
         if axes is None:

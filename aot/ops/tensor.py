@@ -241,7 +241,7 @@ def _split(call: Call, args):
 
 # ---- Slice / Gather ------------------------------------------------------------------
 
-def _slices(sig: Sig) -> tuple[slice, ...]:
+def slice_params(sig: Sig) -> tuple[slice, ...]:
     """ONNX Slice's starts/ends/axes/steps as numpy slices, clamped per the spec."""
     x = sig.in_types[0]
     rank = len(x.shape)
@@ -267,7 +267,7 @@ def _slices(sig: Sig) -> tuple[slice, ...]:
 
 def _infer_slice(sig: Sig):
     x = sig.in_types[0]
-    index = _slices(sig)
+    index = slice_params(sig)
     shape = [len(range(*s.indices(d))) for s, d in zip(index, x.shape)]
     on_axis = x.quant is not None and x.quant.axis is not None
     return [_moved(sig, shape, pick=(lambda v: v[index[x.quant.axis]]) if on_axis else None)]
@@ -276,7 +276,7 @@ def _infer_slice(sig: Sig):
 @register("Slice", infer=arity(3, 5)(_infer_slice), pattern=Pattern.INJECTIVE)
 def _slice(call: Call, args):
     sig = Sig(call.node, call.in_types, tuple(args))
-    return [np.require(args[0][_slices(sig)], requirements="C")]
+    return [np.require(args[0][slice_params(sig)], requirements="C")]
 
 
 def _infer_gather(sig: Sig):
@@ -349,7 +349,7 @@ def _tile(call: Call, args):
 PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
 
 
-def _pad_widths(sig: Sig) -> list[tuple[int, int]]:
+def pad_widths(sig: Sig) -> list[tuple[int, int]]:
     x = sig.in_types[0]
     rank = len(x.shape)
     pads = _ints(sig.const(1))
@@ -370,7 +370,7 @@ def _pad_widths(sig: Sig) -> list[tuple[int, int]]:
 
 @arity(2, 4)
 def _infer_pad(sig: Sig):
-    widths = _pad_widths(sig)
+    widths = pad_widths(sig)
     return [_moved(sig, [d + b + e for d, (b, e) in zip(sig.in_types[0].shape, widths)],
                    pick=_no_channel_pads(sig, widths))]
 
@@ -388,7 +388,7 @@ def _pad(call: Call, args):
     x = args[0]
     if x.ndim == 0:
         return [x.copy()]
-    widths = _pad_widths(Sig(call.node, call.in_types, tuple(args)))
+    widths = pad_widths(Sig(call.node, call.in_types, tuple(args)))
     # Negative pads crop first; np.pad then adds the positive part.
     x = x[tuple(slice(max(-b, 0), d - max(-e, 0)) for (b, e), d in zip(widths, x.shape))]
     pos = [(max(b, 0), max(e, 0)) for b, e in widths]
@@ -424,20 +424,20 @@ def _size(call: Call, args):
     return [np.array(call.in_types[0].size, dtype=np.int64)]
 
 
-def _fill_value(attrs) -> np.ndarray:
+def fill_value(attrs) -> np.ndarray:
     value = attrs.get("value")
     return np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)[:1]
 
 
 def _infer_constant_of_shape(sig: Sig):
     shape = _ints(sig.const(0))
-    return [TensorType(tuple(shape), _fill_value(sig.attrs).dtype.name)]
+    return [TensorType(tuple(shape), fill_value(sig.attrs).dtype.name)]
 
 
 @register("ConstantOfShape", infer=arity(1, 1)(_infer_constant_of_shape), pattern=Pattern.OPAQUE)
 def _constant_of_shape(call: Call, args):
     t = call.out_types[0]
-    return [np.full(t.shape, _fill_value(call.attrs)[0], dtype=t.dtype)]
+    return [np.full(t.shape, fill_value(call.attrs)[0], dtype=t.dtype)]
 
 
 def _range_len(start, limit, delta) -> int:

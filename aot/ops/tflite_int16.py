@@ -44,7 +44,7 @@ i8.ACTIVATION_DTYPE.update({op: "int16" for op in INT16_OPS.values()})
 
 def symmetric_scale(ty: TensorType, what: str, node) -> float:
     """The scale of an int16 activation, whose zero point TFLite fixes at 0."""
-    scale, zp = i8._scale_zp(ty, what, node)
+    scale, zp = i8.scale_zp(ty, what, node)
     if zp != 0:
         raise ModelError(f"{node_label(node)}: {what} is int16 with zero point {zp} "
                          "(TFLite's int16 activations have zero point 0)")
@@ -82,7 +82,7 @@ def io_scales(call_or_ctx) -> tuple[float, float]:
 def conv_multipliers(call_or_ctx, channels: int):
     """Per output channel (M, e) of the 16x8 convolutions (§4's formula)."""
     s_in, s_out = io_scales(call_or_ctx)
-    scales = i8._channel_scales(call_or_ctx.in_types[1], channels, call_or_ctx.node)
+    scales = i8.channel_scales(call_or_ctx.in_types[1], channels, call_or_ctx.node)
     return i8.conv_multipliers(s_in, scales, s_out)
 
 
@@ -177,7 +177,7 @@ def mean_multiplier(call_or_ctx, count: int) -> tuple[int, int]:
 def mean_int16(call: Call, args):
     """clamp(MBQM(sum, s_in / (count s_out))) (checked against tflite-micro on
     one and two axes, with and without requantization)."""
-    axes = i8._mean_axes(call, args[1])
+    axes = i8.mean_axes(call, args[1])
     mult, shift = mean_multiplier(call, int(np.prod([args[0].shape[i] for i in axes])))
     y = qmath.mbqm(args[0].astype(np.int64).sum(axis=axes), mult, shift)
     return [qmath.clamp(y, -32768, 32767).astype(np.int16).reshape(call.out_types[0].shape)]

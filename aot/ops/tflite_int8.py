@@ -30,12 +30,12 @@ def _quant(ty: TensorType, what: str, node) -> Quant:
     return ty.quant
 
 
-def _scale_zp(ty: TensorType, what: str, node) -> tuple[float, int]:
+def scale_zp(ty: TensorType, what: str, node) -> tuple[float, int]:
     q = _quant(ty, what, node)
     return float(q.scale[0]), int(q.zero_point[0])
 
 
-def _channel_scales(ty: TensorType, channels: int, node) -> np.ndarray:
+def channel_scales(ty: TensorType, channels: int, node) -> np.ndarray:
     """The weight scales, one per output channel (a per-tensor scale is broadcast)."""
     q = _quant(ty, "the weight", node)
     scales = np.asarray(q.scale, dtype=np.float64)
@@ -188,13 +188,13 @@ def conv2d(call: Call, args):
     if _is_hybrid(call):
         return _hybrid_conv2d(call, x, w, bias)
     a, node = call.attrs, call.node
-    s_in, zp_in = _scale_zp(call.in_types[0], "the input", node)
-    s_out, zp_out = _scale_zp(call.out_types[0], "the output", node)
+    s_in, zp_in = scale_zp(call.in_types[0], "the input", node)
+    s_out, zp_out = scale_zp(call.out_types[0], "the output", node)
     cout = call.out_types[0].shape[3]
     acc = _conv_acc(call, x, w, zp_in)
     if bias is not None:
         acc = acc + bias.astype(np.int64)
-    mult, shift = conv_multipliers(s_in, _channel_scales(call.in_types[1], cout, node), s_out)
+    mult, shift = conv_multipliers(s_in, channel_scales(call.in_types[1], cout, node), s_out)
     y = requantize(acc, mult, shift, zp_out, a["act_min"], a["act_max"])
     return [y.astype(call.out_types[0].dtype)]
 
@@ -239,13 +239,13 @@ def depthwise_acc(call: Call, x: np.ndarray, w: np.ndarray, offset) -> np.ndarra
 def depthwise_conv2d(call: Call, args):
     x, w, bias = args[0], args[1], args[2] if len(args) > 2 else None
     a, node = call.attrs, call.node
-    s_in, zp_in = _scale_zp(call.in_types[0], "the input", node)
-    s_out, zp_out = _scale_zp(call.out_types[0], "the output", node)
+    s_in, zp_in = scale_zp(call.in_types[0], "the input", node)
+    s_out, zp_out = scale_zp(call.out_types[0], "the output", node)
     cout = call.out_types[0].shape[3]
     acc = depthwise_acc(call, x, w, zp_in)
     if bias is not None:
         acc = acc + bias.astype(np.int64)
-    mult, shift = conv_multipliers(s_in, _channel_scales(call.in_types[1], cout, node), s_out)
+    mult, shift = conv_multipliers(s_in, channel_scales(call.in_types[1], cout, node), s_out)
     y = requantize(acc, mult, shift, zp_out, a["act_min"], a["act_max"])
     return [y.astype(call.out_types[0].dtype)]
 
@@ -288,8 +288,8 @@ def _fc_macs(call: Call) -> int:
 def fully_connected(call: Call, args):
     x, w, bias = args[0], args[1], args[2] if len(args) > 2 else None
     a, node = call.attrs, call.node
-    s_in, zp_in = _scale_zp(call.in_types[0], "the input", node)
-    s_out, zp_out = _scale_zp(call.out_types[0], "the output", node)
+    s_in, zp_in = scale_zp(call.in_types[0], "the input", node)
+    s_out, zp_out = scale_zp(call.out_types[0], "the output", node)
     wq = _quant(call.in_types[1], "the weight", node)
     out_ty = call.out_types[0]
     depth = w.shape[1]
@@ -335,9 +335,9 @@ def add_params(s1: float, s2: float, s_out: float, left_shift: int = 20):
 
 def _add_sub(call: Call, args, sign: int):
     node = call.node
-    s1, z1 = _scale_zp(call.in_types[0], "input 0", node)
-    s2, z2 = _scale_zp(call.in_types[1], "input 1", node)
-    so, zo = _scale_zp(call.out_types[0], "the output", node)
+    s1, z1 = scale_zp(call.in_types[0], "input 0", node)
+    s2, z2 = scale_zp(call.in_types[1], "input 1", node)
+    so, zo = scale_zp(call.out_types[0], "the output", node)
     out_ty = call.out_types[0]
     shift = ADD_LEFT_SHIFT[out_ty.dtype]
     (m1, e1), (m2, e2), (mo, eo) = add_params(s1, s2, so, shift)
@@ -361,9 +361,9 @@ def sub(call: Call, args):
 @register("tfl.mul", infer=_binary_infer, pattern=Pattern.BROADCAST)
 def mul(call: Call, args):
     node = call.node
-    s1, z1 = _scale_zp(call.in_types[0], "input 0", node)
-    s2, z2 = _scale_zp(call.in_types[1], "input 1", node)
-    so, zo = _scale_zp(call.out_types[0], "the output", node)
+    s1, z1 = scale_zp(call.in_types[0], "input 0", node)
+    s2, z2 = scale_zp(call.in_types[1], "input 1", node)
+    so, zo = scale_zp(call.out_types[0], "the output", node)
     m, e = qmath.quantize_multiplier(s1 * s2 / so)
     prod = (args[0].astype(np.int64) - z1) * (args[1].astype(np.int64) - z2)
     y = qmath.clamp(zo + qmath.mbqm(prod, m, e), call.attrs["act_min"], call.attrs["act_max"])
@@ -381,17 +381,17 @@ def _pool_infer(sig: Sig):
     return [_out_type(sig, (x.shape[0], oh, ow, x.shape[3]))]
 
 
-def _check_pool_quant(call: Call) -> None:
+def check_pool_quant(call: Call) -> None:
     # Pooling does not requantize: TFLM's Prepare requires equal parameters.
-    s_in, zp_in = _scale_zp(call.in_types[0], "the input", call.node)
-    s_out, zp_out = _scale_zp(call.out_types[0], "the output", call.node)
+    s_in, zp_in = scale_zp(call.in_types[0], "the input", call.node)
+    s_out, zp_out = scale_zp(call.out_types[0], "the output", call.node)
     if zp_in != zp_out or abs(s_in - s_out) > 1e-6:
         raise UnsupportedError(f"{node_label(call.node)}: input and output quantization "
                                f"differ ({s_in}, {zp_in} vs {s_out}, {zp_out})")
 
 
 def _pool_taps(call: Call, x: np.ndarray, fill):
-    _check_pool_quant(call)
+    check_pool_quant(call)
     a = call.attrs
     n, oh, ow, c = call.out_types[0].shape
     xp = _pad_hw(x, a["pads"], fill)
@@ -422,7 +422,7 @@ def max_pool2d(call: Call, args):
 
 # --------------------------------------------------------------------- mean
 
-def _mean_axes(sig_or_call, values) -> tuple[int, ...]:
+def mean_axes(sig_or_call, values) -> tuple[int, ...]:
     rank = len(sig_or_call.in_types[0].shape)
     axes = sorted({int(a) % rank for a in np.ravel(values)})
     return tuple(axes)
@@ -431,7 +431,7 @@ def _mean_axes(sig_or_call, values) -> tuple[int, ...]:
 def _mean_infer(sig: Sig):
     _require_int8(sig)
     x = sig.in_types[0]
-    axes = _mean_axes(sig, sig.const(1))
+    axes = mean_axes(sig, sig.const(1))
     keep = sig.attrs.get("keep_dims", False)
     shape = tuple((1 if i in axes else d) for i, d in enumerate(x.shape) if keep or i not in axes)
     return [_out_type(sig, shape)]
@@ -447,9 +447,9 @@ def mean(call: Call, args):
     """MEAN int8: sum of (x - zp_in), MBQM by s_in/s_out, then divide by the
     count rounding half away from zero, plus zp_out."""
     node = call.node
-    s_in, zi = _scale_zp(call.in_types[0], "the input", node)
-    s_out, zo = _scale_zp(call.out_types[0], "the output", node)
-    axes = _mean_axes(call, args[1])
+    s_in, zi = scale_zp(call.in_types[0], "the input", node)
+    s_out, zo = scale_zp(call.out_types[0], "the output", node)
+    axes = mean_axes(call, args[1])
     count = mean_count(call.attrs, [args[0].shape[i] for i in axes])
     acc = (args[0].astype(np.int64) - zi).sum(axis=axes)
     m, e = qmath.quantize_multiplier(s_in / s_out)
@@ -462,8 +462,8 @@ def mean(call: Call, args):
 
 # ------------------------------------------------------------------ softmax
 
-_EXP_BARREL = ((24, 1672461947), (25, 1302514674), (26, 790015084), (27, 290630308),
-               (28, 39332535), (29, 720401), (30, 242))
+EXP_BARREL = ((24, 1672461947), (25, 1302514674), (26, 790015084), (27, 290630308),
+              (28, 39332535), (29, 720401), (30, 242))
 
 
 def _exp_poly(u: np.ndarray) -> np.ndarray:
@@ -481,7 +481,7 @@ def exp_on_negative_values(a: np.ndarray) -> np.ndarray:
     r = (a & ((1 << 24) - 1)) - (1 << 24)
     y = _exp_poly(qmath.satshl(r, 5))
     rem = r - a
-    for bit, c in _EXP_BARREL:
+    for bit, c in EXP_BARREL:
         y = np.where((rem >> bit) & 1, qmath.srdhm(y, c), y)
     return np.where(a == 0, qmath.INT32_MAX, y)
 
@@ -513,7 +513,7 @@ def _clz32(v: np.ndarray) -> np.ndarray:
 def _softmax_infer(sig: Sig):
     _require_int8(sig)
     beta = float(sig.attrs.get("beta", 1.0))
-    s_in, _ = _scale_zp(sig.in_types[0], "the input", sig.node)
+    s_in, _ = scale_zp(sig.in_types[0], "the input", sig.node)
     if not beta * s_in * float(1 << 26) > 1.0:  # also refuses NaN
         raise ModelError(f"{node_label(sig.node)}: beta {beta} with input scale {s_in} "
                          "(the int8 kernel needs beta * scale * 2**26 > 1)")
@@ -523,8 +523,8 @@ def _softmax_infer(sig: Sig):
 @register("tfl.softmax", infer=_softmax_infer, pattern=Pattern.REDUCE)
 def softmax(call: Call, args):
     node = call.node
-    s_in, _ = _scale_zp(call.in_types[0], "the input", node)
-    s_out, zp_out = _scale_zp(call.out_types[0], "the output", node)
+    s_in, _ = scale_zp(call.in_types[0], "the input", node)
+    s_out, zp_out = scale_zp(call.out_types[0], "the output", node)
     if zp_out != -128 or s_out != 1.0 / 256:
         raise UnsupportedError(f"{node_label(node)}: int8 softmax output must have "
                                f"scale 1/256 and zero point -128, got {s_out}, {zp_out}")
@@ -557,14 +557,14 @@ def _quantize_infer(sig: Sig):
 def quantize(call: Call, args):
     node = call.node
     out_ty = call.out_types[0]
-    s_out, zp_out = _scale_zp(out_ty, "the output", node)
+    s_out, zp_out = scale_zp(out_ty, "the output", node)
     lo, hi = INT_RANGE[out_ty.dtype]
     x = args[0]
     if x.dtype.kind == "f":
         q = qmath.round_half_away_array(x.astype(np.float32) / np.float32(s_out))
         y = np.clip(q.astype(np.int64) + zp_out, lo, hi)
     else:
-        s_in, zp_in = _scale_zp(call.in_types[0], "the input", node)
+        s_in, zp_in = scale_zp(call.in_types[0], "the input", node)
         m, e = qmath.quantize_multiplier(s_in / s_out)
         y = qmath.clamp(qmath.mbqm(x.astype(np.int64) - zp_in, m, e) + zp_out, lo, hi)
     return [y.astype(out_ty.dtype)]
@@ -617,8 +617,8 @@ def leaky_relu_params(s_in: float, alpha: float, s_out: float):
 @register("tfl.leaky_relu", infer=_unary_int8_infer, pattern=Pattern.ELEMWISE)
 def leaky_relu(call: Call, args):
     node = call.node
-    s_in, zi = _scale_zp(call.in_types[0], "the input", node)
-    s_out, zo = _scale_zp(call.out_types[0], "the output", node)
+    s_in, zi = scale_zp(call.in_types[0], "the input", node)
+    s_out, zo = scale_zp(call.out_types[0], "the output", node)
     (m1, e1), (m2, e2) = leaky_relu_params(s_in, float(call.attrs["alpha"]), s_out)
     x = args[0].astype(np.int64) - zi
     y = np.where(x >= 0, qmath.mbqm(x, m1, e1), qmath.mbqm(x, m2, e2)) + zo
@@ -634,9 +634,9 @@ def prelu_params(s_in: float, s_alpha: float, s_out: float):
 @register("tfl.prelu", infer=_binary_infer, pattern=Pattern.BROADCAST)
 def prelu(call: Call, args):
     node = call.node
-    s_in, zi = _scale_zp(call.in_types[0], "the input", node)
-    s_a, za = _scale_zp(call.in_types[1], "alpha", node)
-    s_out, zo = _scale_zp(call.out_types[0], "the output", node)
+    s_in, zi = scale_zp(call.in_types[0], "the input", node)
+    s_a, za = scale_zp(call.in_types[1], "alpha", node)
+    s_out, zo = scale_zp(call.out_types[0], "the output", node)
     (m1, e1), (m2, e2) = prelu_params(s_in, s_a, s_out)
     x = args[0].astype(np.int64) - zi
     a = args[1].astype(np.int64) - za
@@ -661,9 +661,9 @@ def squared_difference_params(s1: float, s2: float, s_out: float):
 @register("tfl.squared_difference", infer=_binary_infer, pattern=Pattern.BROADCAST)
 def squared_difference(call: Call, args):
     node = call.node
-    s1, z1 = _scale_zp(call.in_types[0], "input 0", node)
-    s2, z2 = _scale_zp(call.in_types[1], "input 1", node)
-    so, zo = _scale_zp(call.out_types[0], "the output", node)
+    s1, z1 = scale_zp(call.in_types[0], "input 0", node)
+    s2, z2 = scale_zp(call.in_types[1], "input 1", node)
+    so, zo = scale_zp(call.out_types[0], "the output", node)
     (m1, e1), (m2, e2), (mo, eo) = squared_difference_params(s1, s2, so)
     shift = 1 << SQUARED_DIFFERENCE_SHIFT
     u1 = qmath.mbqm_smaller_than_one((args[0].astype(np.int64) - z1) * shift, m1, e1)
@@ -764,8 +764,8 @@ def _int8_inputs(zp_in: int) -> np.ndarray:
 
 @int8_table("tfl.hard_swish")
 def _hard_swish_lut(node, in_ty, out_ty) -> np.ndarray:
-    s_in, zi = _scale_zp(in_ty, "the input", node)
-    s_out, zo = _scale_zp(out_ty, "the output", node)
+    s_in, zi = scale_zp(in_ty, "the input", node)
+    s_out, zo = scale_zp(out_ty, "the output", node)
     return hard_swish_table(s_in, zi, s_out, zo, node)
 
 
@@ -773,8 +773,8 @@ def _hard_swish_lut(node, in_ty, out_ty) -> np.ndarray:
 def _relu_lut(node, in_ty, out_ty) -> np.ndarray:
     """ReluQuantized: requantized by s_in / s_out (double), clamped below at
     the output's zero point."""
-    s_in, zi = _scale_zp(in_ty, "the input", node)
-    s_out, zo = _scale_zp(out_ty, "the output", node)
+    s_in, zi = scale_zp(in_ty, "the input", node)
+    s_out, zo = scale_zp(out_ty, "the output", node)
     m, e = qmath.quantize_multiplier(s_in / s_out)
     y = zo + qmath.mbqm(_int8_inputs(zi), m, e)
     return np.clip(y, max(-128, zo), 127).astype(np.int8)
@@ -784,7 +784,7 @@ def _relu_lut(node, in_ty, out_ty) -> np.ndarray:
 def _relu6_lut(node, in_ty, out_ty) -> np.ndarray:
     """Relu6Quantized: no requantization, the input clamped to [zp, q(6)]
     with q(6) = zp + round(6 / s_in) (TFLM refuses a q(6) outside int8)."""
-    s_in, zi = _scale_zp(in_ty, "the input", node)
+    s_in, zi = scale_zp(in_ty, "the input", node)
     six = zi + int(qmath.round_half_away(float(np.float32(6.0) / np.float32(s_in))))
     if not -128 <= six <= 127:
         raise UnsupportedError(f"{node_label(node)}: int8 RELU6 whose 6.0 is {six}, outside "
@@ -794,8 +794,8 @@ def _relu6_lut(node, in_ty, out_ty) -> np.ndarray:
 
 @int8_table("tfl.abs")
 def _abs_lut(node, in_ty, out_ty) -> np.ndarray:
-    s_in, zi = _scale_zp(in_ty, "the input", node)
-    s_out, zo = _scale_zp(out_ty, "the output", node)
+    s_in, zi = scale_zp(in_ty, "the input", node)
+    s_out, zo = scale_zp(out_ty, "the output", node)
     value = np.abs(_int8_inputs(zi))
     if np.float32(s_in) != np.float32(s_out):
         m, e = qmath.quantize_multiplier(s_in / s_out)
@@ -873,7 +873,7 @@ def _tanh_lut(node, in_ty, out_ty) -> np.ndarray:
     """reference_integer_ops::Tanh: the input rescaled to Q4.27 (the radius
     beyond which it saturates), gemmlowp's tanh in Q0.31, then Q0.7."""
     from aot.ops.tflite_lut import exp_on_negative_values
-    s_in, zi = _scale_zp(in_ty, "the input", node)
+    s_in, zi = scale_zp(in_ty, "the input", node)
     q, shift = np.frexp(float(np.float32(s_in)) * float(1 << 27))
     mult = int(qmath.round_half_away(q * (1 << 31)))
     radius = int(np.floor(15 * float(1 << 27) / float(2.0 ** int(shift))))
@@ -923,8 +923,8 @@ def _rsqrt_lut(node, in_ty, out_ty) -> np.ndarray:
     extra bits, then rescaled by 1/(sqrt(s_in) s_out). TFLM fails the whole
     invoke on an input below the zero point; the table gives 127 there, as
     for the zero point itself."""
-    s_in, zi = _scale_zp(in_ty, "the input", node)
-    s_out, zo = _scale_zp(out_ty, "the output", node)
+    s_in, zi = scale_zp(in_ty, "the input", node)
+    s_out, zo = scale_zp(out_ty, "the output", node)
     m_out, e_out = qmath.quantize_multiplier(1.0 / (np.sqrt(float(np.float32(s_in)))
                                                     * float(np.float32(s_out))))
     out = np.full(256, 127, np.int64)
@@ -948,7 +948,7 @@ COMPARE_SHIFT = 8
 def compare_params(ty: TensorType, what: str, node) -> tuple[int, int, int]:
     """(zero point, M, e): ComparisonsPrepare rescales each input by its own
     scale (QuantizeMultiplierSmallerThanOneExp), after a left shift of 8."""
-    s, zp = _scale_zp(ty, what, node)
+    s, zp = scale_zp(ty, what, node)
     if not 0 < s < 1:
         raise UnsupportedError(f"{node_label(node)}: int8 comparison of {what} at scale {s} "
                                "(TFLM needs a scale below 1)")
@@ -977,8 +977,8 @@ def compare(call: Call, args):
 def _elu_lut(node, in_ty, out_ty) -> np.ndarray:
     """TFLM's ELU table: each input dequantized in float32, expm1 below 0,
     rounded at the output scale."""
-    s_in, zi = _scale_zp(in_ty, "the input", node)
-    s_out, zo = _scale_zp(out_ty, "the output", node)
+    s_in, zi = scale_zp(in_ty, "the input", node)
+    s_out, zo = scale_zp(out_ty, "the output", node)
     f32 = np.float32
     x = f32(s_in) * (np.arange(-128, 128) - zi).astype(f32)
     y = np.where(x < 0, np.expm1(np.minimum(x, f32(0))), x).astype(f32)
@@ -1017,8 +1017,8 @@ def add_n(call: Call, args):
     """reference_ops::AddN: the sum starts from the rescaled input offset
     (-zp), then adds each rescaled input (x - zp) << 20."""
     node = call.node
-    s_in, zi = _scale_zp(call.in_types[0], "input 0", node)
-    s_out, zo = _scale_zp(call.out_types[0], "the output", node)
+    s_in, zi = scale_zp(call.in_types[0], "input 0", node)
+    s_out, zo = scale_zp(call.out_types[0], "the output", node)
     (mi, ei), (mo, eo) = add_n_params(s_in, s_out, node)
     total = qmath.mbqm_smaller_than_one(np.int64(-zi) << ADD_N_SHIFT, mi, ei)
     for x in args:
@@ -1040,7 +1040,7 @@ def l2_normalization(call: Call, args):
     """reference_integer_ops::L2Normalization along the last axis: the row's
     sum of squares, its 1/sqrt as a multiplier (inv_sqrt_multiplier), the
     output in Q0.7."""
-    _, zp = _scale_zp(call.in_types[0], "the input", call.node)
+    _, zp = scale_zp(call.in_types[0], "the input", call.node)
     d = args[0].astype(np.int64) - zp
     rows = d.reshape(-1, d.shape[-1])
     out = np.empty_like(rows)
@@ -1062,8 +1062,8 @@ def cumsum(call: Call, args):
     """reference_ops::CumSum int8: ADD_N's arithmetic (add_n_params) as a
     running sum along the axis, from the rescaled input offset."""
     node = call.node
-    s_in, zi = _scale_zp(call.in_types[0], "the input", node)
-    s_out, zo = _scale_zp(call.out_types[0], "the output", node)
+    s_in, zi = scale_zp(call.in_types[0], "the input", node)
+    s_out, zo = scale_zp(call.out_types[0], "the output", node)
     (mi, ei), (mo, eo) = add_n_params(s_in, s_out, node)
     a = call.attrs
     x = np.moveaxis(args[0].astype(np.int64), a["axis"], -1)
@@ -1137,9 +1137,9 @@ def div_int8(x1: np.ndarray, x2: np.ndarray, z1: int, z2: int, zo: int, m: int, 
 @register("tfl.div", infer=_binary_infer, pattern=Pattern.OPAQUE)
 def div(call: Call, args):
     node = call.node
-    s1, z1 = _scale_zp(call.in_types[0], "input 0", node)
-    s2, z2 = _scale_zp(call.in_types[1], "input 1", node)
-    so, zo = _scale_zp(call.out_types[0], "the output", node)
+    s1, z1 = scale_zp(call.in_types[0], "input 0", node)
+    s2, z2 = scale_zp(call.in_types[1], "input 1", node)
+    so, zo = scale_zp(call.out_types[0], "the output", node)
     m, e = div_multiplier(s1, s2, so, node)
     x1, x2 = np.broadcast_arrays(args[0], args[1])
     y = div_int8(x1, x2, z1, z2, zo, m, e, call.attrs["act_min"], call.attrs["act_max"])
@@ -1208,7 +1208,7 @@ def log_softmax(call: Call, args):
     """LogSoftmaxQuantized (int8, output scale 16/256, zero point 127): the
     row's exps summed in Q12, their log in Q5, each diff minus it in Q4.3."""
     from aot.ops.tflite_lut import exp_on_negative_values
-    s_in, _ = _scale_zp(call.in_types[0], "the input", call.node)
+    s_in, _ = scale_zp(call.in_types[0], "the input", call.node)
     mult, left, diff_min, rdiv, rshift = log_softmax_params(s_in)
     x = args[0].astype(np.int64)
     rows = x.reshape(-1, x.shape[-1])

@@ -14,7 +14,7 @@ from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import TensorType
 from aot.ops import qmath
 from aot.ops.registry import Call, Pattern, Sig, register
-from aot.ops.tflite_int8 import INT8_TABLES, _exp_poly, _scale_zp, one_over_one_plus_x
+from aot.ops.tflite_int8 import INT8_TABLES, _exp_poly, scale_zp, one_over_one_plus_x
 
 _INPUT_INT_BITS = 4  # TFLM's logistic rescales its input to Q4.27
 # gemmlowp's barrel shifter: exp(-2**e) in Q0.31 for e = -2 .. 4
@@ -54,8 +54,8 @@ def logistic_table(s_in: float, zp_in: int) -> np.ndarray:
 
 
 def _logistic_check(node, in_ty: TensorType, out_ty: TensorType) -> tuple[float, int]:
-    s_in, zp_in = _scale_zp(in_ty, "the input", node)
-    s_out, zp_out = _scale_zp(out_ty, "the output", node)
+    s_in, zp_in = scale_zp(in_ty, "the input", node)
+    s_out, zp_out = scale_zp(out_ty, "the output", node)
     if zp_out != -128 or s_out != 1.0 / 256:
         raise UnsupportedError(f"{node_label(node)}: int8 logistic output must have "
                                f"scale 1/256 and zero point -128, got {s_out}, {zp_out}")

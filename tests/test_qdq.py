@@ -238,7 +238,9 @@ def test_activation_between_op_and_quantize(act, tmp_path):
              _init("w", rng.integers(-127, 128, (6, 4, 3, 3)).astype(np.int8)),
              _init("ws", ws), _init("wz", np.zeros(6, np.int8)),
              _init("b", rng.integers(-2000, 2000, 6).astype(np.int32)),
-             _init("bs", (xs * ws).astype(np.float32)), _init("bz", np.zeros(6, np.int32)),
+             # the Clip case's bias in twice the accumulator's scale: rescaled
+             _init("bs", (xs * ws * (1 if act == "Relu" else 2)).astype(np.float32)),
+             _init("bz", np.zeros(6, np.int32)),
              _init("ys", ys), _init("yz", np.int8(-7)),
              _init("lo", np.float32(-0.3)), _init("hi", np.float32(0.5))]
     clip_ins = ["c"] if act == "Relu" else ["c", "lo", "hi"]

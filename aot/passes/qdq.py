@@ -101,23 +101,24 @@ def _conv_inputs(node: Node, out: tuple[str, str], rw: Rewriter) -> list[str] | 
 def _int32_bias(rw: Rewriter, name: str, x_scale: str, w_scale: str) -> str | None:
     """The bias as int32 in the accumulator's scale s_x * s_w: the DQ's
     integers when its scale is that one (what the quantizer writes), else
-    rescaled and rounded."""
-    b = _dequantized(rw, name, per_tensor=False)
-    if b is None:
-        dq = rw.producer(name)
-        if dq is None or dq.op != "DequantizeLinear" or rw.type(dq.inputs[0]).dtype != "int32":
-            return None
-        b = (dq.inputs[0],) + (_qparams(rw, dq) or ("", ""))
-    q, scale, zp = b
-    if rw.const(q) is None or not scale or (zp and np.any(rw.const(zp) != 0)):
+    rescaled and rounded. None unless `name` is a DequantizeLinear of
+    constant integers with zero points 0."""
+    dq = rw.producer(name)
+    if dq is None or dq.op != "DequantizeLinear" or rw.const(dq.inputs[0]) is None:
         return None
-    acc_scale = (rw.const(x_scale).astype(np.float32) * rw.const(w_scale).astype(np.float32))
-    acc_scale = np.broadcast_to(acc_scale.reshape(-1), rw.const(q).shape)
-    b_scale = np.broadcast_to(rw.const(scale).astype(np.float32).reshape(-1), rw.const(q).shape)
-    if rw.type(q).dtype == "int32" and np.array_equal(acc_scale, b_scale):
+    params = _qparams(rw, dq)
+    if params is None or (params[1] and np.any(rw.const(params[1]) != 0)):
+        return None
+    q, values = dq.inputs[0], rw.const(dq.inputs[0])
+    if values.dtype.kind not in "iu":
+        return None
+    acc_scale = rw.const(x_scale).astype(np.float32) * rw.const(w_scale).astype(np.float32)
+    acc_scale = np.broadcast_to(acc_scale.reshape(-1), values.shape)
+    b_scale = np.broadcast_to(rw.const(params[0]).astype(np.float32).reshape(-1), values.shape)
+    if values.dtype == np.int32 and np.array_equal(acc_scale, b_scale):
         return q
-    value = rw.const(q).astype(np.float64) * b_scale / acc_scale
-    return rw.constant(f"{q}_acc", np.rint(value).astype(np.int32))
+    rescaled = values.astype(np.float64) * b_scale / acc_scale
+    return rw.constant(f"{q}_acc", np.rint(rescaled).astype(np.int32))
 
 
 def _matmul_inputs(node: Node, out, rw: Rewriter) -> list[str] | None:

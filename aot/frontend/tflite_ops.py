@@ -654,6 +654,10 @@ class TFLMOps:
                 kernel[0] - 1 - end[0], kernel[1] - 1 - end[1])
         if min(pads) < 0:
             raise ShapeError(f"{self.op_label}: padding {begin}, {end} beyond the kernel")
+        if self.ty(x).dtype == "int16" and bias and self.ty(bias).dtype != "int64":
+            # tflite-micro reads it as int64 whatever its type: garbage, not a result
+            raise UnsupportedError(f"{self.op_label}: {self.ty(bias).dtype} bias on int16 "
+                                   "activations (tflite-micro's int16 TRANSPOSE_CONV reads int64)")
         lo, hi = self._act(o, outs[0])
         self._check_requant(x, w, outs[0])
         self.emit(self._int_op("tfl.conv2d", x), [spread, flipped, bias], outs, strides=(1, 1),

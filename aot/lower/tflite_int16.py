@@ -39,10 +39,16 @@ def reduced_multipliers(mult, shift) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return m16.astype(np.int32), (np.int64(1) << (total - 1)), total.astype(np.int32)
 
 
-class Requant64:
-    """Per-channel (or per-tensor, folded) int64 MBQM and the activation clamp."""
+class Requant16:
+    """The 16x8 epilogue of one kernel, per channel (or per tensor, folded):
+    the int64 MBQM, or with an int32 bias the int32 one on the int32 sum."""
 
     def __init__(self, ctx: LowerCtx, mult, shift):
+        self.acc_dtype = "int32" if ref.accumulates_in_int32(ctx) else "int64"
+        self.lo, self.hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
+        if self.acc_dtype == "int32":
+            self.rq32 = i8.Requant.make(ctx, mult, shift)
+            return
         try:
             m16, rounding, total = reduced_multipliers(mult, shift)
         except ValueError as e:
@@ -50,26 +56,34 @@ class Requant64:
         self.m16 = i8.table(ctx, "multiplier", m16)
         self.rounding = i8.table(ctx, "rounding", rounding)
         self.total = i8.table(ctx, "right_shift", total)
-        self.lo, self.hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
+
+    def bias(self, values: np.ndarray) -> np.ndarray:
+        """The bias as the accumulator starts from it."""
+        if self.acc_dtype == "int32":
+            return ref_q.wrap_int32(values).astype(np.int32)
+        return values.astype(np.int64)
 
     def apply(self, b: q.Block, acc: Expr, channel: Expr) -> Expr:
-        """The int16 output value of the int64 accumulator of this channel."""
-        i64 = dt("int64")
-        scaled = b.let("scaled", Bin("+", Bin("*", acc, Cast(i64, self.m16(channel))),
-                                     self.rounding(channel)))
-        y = q.i32(Bin(">>", scaled, Cast(i64, self.total(channel))))
+        """The int16 output value of this channel's accumulator."""
+        if self.acc_dtype == "int32":
+            y = self.rq32.apply(b, acc, channel)
+        else:
+            i64 = dt("int64")
+            scaled = b.let("scaled", Bin("+", Bin("*", acc, Cast(i64, self.m16(channel))),
+                                         self.rounding(channel)))
+            y = q.i32(Bin(">>", scaled, Cast(i64, self.total(channel))))
         return Cast(dt("int16"), q.clamp(y, self.lo, self.hi))
 
 
 def _conv16(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: i8.ConvGeom):
-    rq = Requant64(ctx, *ref.conv_multipliers(ctx, g.cout))
+    rq = Requant16(ctx, *ref.conv_multipliers(ctx, g.cout))
 
     def finish(idx, acc):
         b = q.Block(ctx)
         b.add(emit(0, idx, rq.apply(b, acc, idx[3])))
         return b.stmt()
     bias = i8.bias_values(ctx, ins, 2, g.cout)
-    return i8.conv_nest(ctx, g, ins[0].load, 0, weights, bias, finish, acc_dtype="int64")
+    return i8.conv_nest(ctx, g, ins[0].load, 0, weights, bias, finish, acc_dtype=rq.acc_dtype)
 
 
 @kernel_rule("tfl.conv2d_16x8")
@@ -95,18 +109,17 @@ def fully_connected_16x8(ctx: LowerCtx, ins, emit):
     x = ins[0]
     w = ref.fc_weights(ctx, i8.const_input(ctx, ins[1], "weight"))
     units, depth = w.shape
-    rq = Requant64(ctx, *ref.fc_multipliers(ctx))
-    start = i8.table(ctx, "bias", i8.bias_values(ctx, ins, 2, units))
+    rq = Requant16(ctx, *ref.fc_multipliers(ctx))
+    start = i8.table(ctx, "bias", rq.bias(i8.bias_values(ctx, ins, 2, units)))
     weights = ctx.param("weights", i8.weight_dtype(w))
-    i64 = dt("int64")
 
     def row(out_lead, x_at):
         def unit(o):
             b = q.Block(ctx)
             acc = b.let("acc", start(o))
-            b.add(i8.loop(ctx, "d", depth, lambda d: Assign(acc, Bin("+", acc, Cast(i64, Bin(
-                "*", i8.to_i32(x_at(d)),
-                i8.to_i32(Load(weights, add(mul(o, Const(depth)), d)))))))))
+            b.add(i8.loop(ctx, "d", depth, lambda d: Assign(acc, Bin("+", acc, Cast(
+                dt(rq.acc_dtype), Bin("*", i8.to_i32(x_at(d)),
+                                      i8.to_i32(Load(weights, add(mul(o, Const(depth)), d)))))))))
             b.add(emit(0, out_lead + (o,), rq.apply(b, acc, o)))
             return b.stmt()
         return i8.loop(ctx, "o", units, unit)

@@ -3,7 +3,10 @@
 The "16x8" convolutions and fully connected take int16 activations, int8
 weights and an int64 bias; they accumulate in int64 and requantize with the
 int64 MultiplyByQuantizedMultiplier (TFLITE_INT8.md §2, `qmath.mbqm_int64`:
-one rounding, a 16-bit multiplier), with no input or output offset. ADD,
+one rounding, a 16-bit multiplier), with no input or output offset. With an
+int32 bias tflite-micro runs the same template on int32: the sum wraps in
+int32 and the int32 MBQM (double rounding) requantizes it; without a bias,
+int64 (both checked against it: they differ in 5-14% of outputs). ADD,
 SUB and MUL on int16 are the int8 kernels' arithmetic (ADD's left shift is
 15 instead of 20: `ADD_LEFT_SHIFT`), registered under their own names so a
 graph says which kernel runs.
@@ -51,23 +54,25 @@ def symmetric_scale(ty: TensorType, what: str, node) -> float:
     return scale
 
 
-def _bias_dtype(sig: Sig) -> None:
-    # tflite-micro's 16x8 kernels read the bias as int64 whatever its type.
-    if sig.has(2) and sig.in_types[2].dtype != "int64":
-        raise UnsupportedError(f"{node_label(sig.node)}: {sig.in_types[2].dtype} bias on int16 "
-                               "activations (tflite-micro's 16x8 kernels take int64)")
-
-
 def _weights_int8(sig: Sig) -> None:
     if sig.in_types[1].dtype != "int8":
         raise UnsupportedError(f"{node_label(sig.node)}: {sig.in_types[1].dtype} weights on "
                                "int16 activations (the 16x8 kernels take int8)")
 
 
-def _with_checks(infer):
+def _int64_bias(sig: Sig) -> None:
+    # tflite-micro's int16 depthwise kernel reads its bias as int64 whatever its
+    # type: an int32 bias gives garbage there, not a result to match.
+    if sig.has(2) and sig.in_types[2].dtype != "int64":
+        raise UnsupportedError(f"{node_label(sig.node)}: {sig.in_types[2].dtype} bias on int16 "
+                               "activations (tflite-micro's int16 depthwise reads int64)")
+
+
+def _with_checks(infer, *checks):
     def checked(sig: Sig):
         _weights_int8(sig)
-        _bias_dtype(sig)
+        for check in checks:
+            check(sig)
         return infer(sig)
     return checked
 
@@ -92,9 +97,19 @@ def fc_multipliers(call_or_ctx):
     return i8.fc_multipliers(s_in, call_or_ctx.in_types[1].quant, s_out)
 
 
-def requantize64(call: Call, acc: np.ndarray, mult, shift) -> np.ndarray:
-    """The 16x8 epilogue: clamp(MBQM64(acc, M, e)) into the activation range."""
-    y = qmath.mbqm_int64(acc, mult, shift)
+def accumulates_in_int32(call_or_ctx) -> bool:
+    """Whether the 16x8 kernel sums in int32 (an int32 bias), else in int64."""
+    bias = call_or_ctx.in_types[2] if len(call_or_ctx.in_types) > 2 else None
+    return bias is not None and bias.dtype == "int32"
+
+
+def requantize16(call: Call, acc: np.ndarray, mult, shift) -> np.ndarray:
+    """The 16x8 epilogue: clamp(MBQM(acc, M, e)) into the activation range, by
+    the int64 MBQM, or the int32 one on the wrapped sum (int32 bias)."""
+    if accumulates_in_int32(call):
+        y = qmath.mbqm(qmath.wrap_int32(acc), mult, shift)
+    else:
+        y = qmath.mbqm_int64(acc, mult, shift)
     return qmath.clamp(y, call.attrs["act_min"], call.attrs["act_max"]).astype(np.int16)
 
 
@@ -108,16 +123,16 @@ def conv2d_16x8(call: Call, args):
     x, w, bias = args[0], args[1], args[2] if len(args) > 2 else None
     cout = call.out_types[0].shape[3]
     acc = _plus_bias(i8._conv_acc(call, x, w, 0), bias)
-    return [requantize64(call, acc, *conv_multipliers(call, cout))]
+    return [requantize16(call, acc, *conv_multipliers(call, cout))]
 
 
-@register("tfl.depthwise_conv2d_16x8", infer=_with_checks(i8._dw_infer),
+@register("tfl.depthwise_conv2d_16x8", infer=_with_checks(i8._dw_infer, _int64_bias),
           pattern=Pattern.OUT_ELEMWISE_FUSABLE, macs=i8._dw_macs)
 def depthwise_conv2d_16x8(call: Call, args):
     x, w, bias = args[0], args[1], args[2] if len(args) > 2 else None
     cout = call.out_types[0].shape[3]
     acc = _plus_bias(i8.depthwise_acc(call, x, w, 0), bias)
-    return [requantize64(call, acc, *conv_multipliers(call, cout))]
+    return [requantize16(call, acc, *conv_multipliers(call, cout))]
 
 
 def fc_weights(call_or_ctx, w: np.ndarray) -> np.ndarray:
@@ -136,7 +151,7 @@ def fully_connected_16x8(call: Call, args):
     wf = fc_weights(call, w).astype(np.float64)
     # int16 x int8 products summed in float64: exact below 2**53
     acc = (x.reshape(-1, w.shape[1]).astype(np.float64) @ wf.T).astype(np.int64)
-    y = requantize64(call, _plus_bias(acc, bias), *fc_multipliers(call))
+    y = requantize16(call, _plus_bias(acc, bias), *fc_multipliers(call))
     return [y.reshape(out_ty.shape)]
 
 

@@ -358,6 +358,48 @@ def test_roi_align_against_the_onnx_reference(tmp_path):
         run(tmp_path / "adaptive.onnx", feeds, board="host")
 
 
+# ---- the kernels' memory accesses under the sanitizers -----------------------------------
+
+def test_kernels_are_clean_under_sanitizers(tmp_path, monkeypatch):
+    """The heap and kept list of NonMaxSuppression, the FFT's scratch rows,
+    TopK, GatherElements on its indices and RoiAlign's clamped taps, built
+    with ASan and UBSan (any report aborts) and -Wall -Wextra -Werror, on
+    inputs that exercise them, matching ONNX Runtime / onnx.reference."""
+    from onnx.reference import ReferenceEvaluator
+    from test_sanitizers import SANITIZE, WARNINGS
+
+    from aot.api import package
+    from aot.deploy import run_package
+    monkeypatch.setenv("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=0")
+    rng = np.random.default_rng(7)
+    rois = np.array([[4, 4, 40, 30], [-20, -8, 12, 10], [50, 30, 70, 60], [30, 20, 10, 5],
+                     [0, 0, 63, 47], [8.5, 3.25, 9, 3.5]], np.float32)
+    models = {
+        "head": (detector_head_model(boxes=200, classes=4, k=10, per_class=30),
+                 {"boxes": _boxes(rng, 200),
+                  "scores": rng.uniform(0, 1, (1, 4, 200)).round(2).astype(np.float32)}),
+        "mel": (log_mel_model(), {"audio": rng.standard_normal((1, 2048)).astype(np.float32)}),
+        "roi": (roi_align_model(2, mode="max", spatial_scale=0.5),
+                {"x": rng.standard_normal((2, 3, 12, 16)).astype(np.float32), "rois": rois,
+                 "batch": np.array([0, 1, 1, 0, -1, 0], np.int64)}),
+    }
+    for name, (model, feeds) in models.items():
+        onnx.save(model, tmp_path / f"{name}.onnx")
+        info = package(tmp_path / f"{name}.onnx", board="host", codegen="c",
+                       out_dir=tmp_path / name, extra_cflags=(*SANITIZE, *WARNINGS))
+        got = run_package(info.path, get_board("host"), list(feeds.values())).outputs
+        if name == "roi":
+            feeds["batch"] = np.array([0, 1, 1, 0, 1, 0], np.int64)  # the reference's form
+            want = ReferenceEvaluator(model).run(None, feeds)
+        else:
+            want = list(_onnxruntime(model, feeds).values())
+        for g, w in zip(got, want):
+            if name == "head" and w.dtype == np.int64:     # the selection: bound, -1 rows
+                assert np.all(g[len(w):] == -1)
+                g = g[:len(w)]
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-3, err_msg=name)
+
+
 # ---- value-sized outputs of run-time values: refused, naming the node -------------------
 
 @pytest.mark.parametrize("op, inputs, what", [

@@ -23,11 +23,11 @@ from aot.ir.tir import (Assign, Bin, Decl, Expr, For, Load, Select, Stmt, Store,
 from aot.lower.elementwise import const_like
 from aot.lower.reduce import loops
 from aot.lower.rules import LowerCtx, kernel_rule
-from aot.ops.signal import WINDOWS, dft_params, stft_params
+from aot.ops.signal import WINDOWS, dft_params, optional_int, stft_params
 from aot.ops.registry import Sig
 
 # (x_j, its imaginary part or None) of sample j of the summed sequence
-Sample = Callable[[Var], tuple[Expr, Expr | None]]
+Sample = Callable[[Expr], tuple[Expr, Expr | None]]
 
 
 def _tables(ctx: LowerCtx, n: int):
@@ -114,15 +114,12 @@ def transform(ctx: LowerCtx, n: int, count: int, sample: Sample, inverse: bool, 
     return For(k, bins, seq(sums, store(k, re, im)))
 
 
-def _known_int(ref) -> int | None:
-    return None if ref is None else int(np.asarray(ref.value).reshape(-1)[0])
-
-
 @kernel_rule("DFT")
 def _dft(ctx: LowerCtx, ins, emit):
     x = ins[0]
     rank = len(x.shape)
-    lengths = tuple(_known_int(ins[i]) if i < len(ins) else None for i in (1, 2))
+    values = [r.value if r is not None else None for r in ins]
+    lengths = (optional_int(values, 1), optional_int(values, 2))
     axis, n, inverse, onesided = dft_params(ctx, x.shape, lengths)
     out = ctx.out_types[0].shape
     complex_in = x.shape[-1] == 2

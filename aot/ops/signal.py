@@ -106,14 +106,17 @@ def dft_reference(x: np.ndarray, axis: int, n: int, inverse: bool, onesided: boo
     return _pairs(y)
 
 
+def optional_int(values, i: int) -> int | None:
+    """Input i (a scalar) as an int; None when absent."""
+    v = values[i] if i < len(values) else None
+    return None if v is None else int(np.asarray(v).reshape(-1)[0])
+
+
 @register("DFT", infer=_infer_dft)
 def _dft(call: Call, args):
     x = args[0]
-    length = int(np.asarray(args[1]).reshape(-1)[0]) if len(args) > 1 and args[1] is not None \
-        else None
-    axis = int(np.asarray(args[2]).reshape(-1)[0]) if len(args) > 2 and args[2] is not None \
-        else None
-    axis, n, inverse, onesided = dft_params(call, x.shape, (length, axis))
+    lengths = (optional_int(args, 1), optional_int(args, 2))
+    axis, n, inverse, onesided = dft_params(call, x.shape, lengths)
     return [dft_reference(x, axis, n, inverse, onesided).astype(x.dtype)]
 
 

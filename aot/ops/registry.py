@@ -142,6 +142,7 @@ def lowering_problems() -> list[str]:
     problems = []
     for name, opdef in sorted(OPS.items()):
         rule, why = opdef.rule, opdef.never_lowered
+        inlined = opdef.pattern in VALUE_PATTERNS
         if rule is None and not why:
             problems.append(f"op '{name}' has no compute rule: give it @value_rule or "
                             "@kernel_rule (aot/lower), or register it with never_lowered="
@@ -149,16 +150,18 @@ def lowering_problems() -> list[str]:
         elif rule is not None and why:
             problems.append(f"op '{name}' has a {rule.kind.value} but is registered with "
                             f"never_lowered={why!r}")
-        elif rule is not None and rule.kind is RuleKind.KERNEL and opdef.pattern in VALUE_PATTERNS:
-            problems.append(f"op '{name}' has a kernel rule but the pattern {opdef.pattern.name}, "
-                            "which fusion chains with other ops (a group holds one loop nest): "
-                            "give it a value rule, or the pattern REDUCE, OUT_ELEMWISE_FUSABLE "
-                            "or OPAQUE")
-        elif rule is not None and rule.kind is RuleKind.VALUE and opdef.pattern not in VALUE_PATTERNS:
-            problems.append(f"op '{name}' has a value rule but the pattern {opdef.pattern.name}, "
-                            "which fusion never inlines: give it a kernel rule, or the pattern "
-                            "ELEMWISE, BROADCAST or INJECTIVE")
+        elif rule is not None and (rule.kind is RuleKind.VALUE) != inlined:
+            problems.append(f"op '{name}' has a {rule.kind.value} but the pattern "
+                            f"{opdef.pattern.name}, {_KIND_ADVICE[rule.kind]}")
     return problems
+
+
+_KIND_ADVICE = {
+    RuleKind.KERNEL: "which fusion chains with other ops (a group holds one loop nest): give "
+                     "it a value rule, or the pattern REDUCE, OUT_ELEMWISE_FUSABLE or OPAQUE",
+    RuleKind.VALUE: "which fusion never inlines: give it a kernel rule, or the pattern "
+                    "ELEMWISE, BROADCAST or INJECTIVE",
+}
 
 
 def op_def(node: Node) -> OpDef:

@@ -21,9 +21,11 @@ Runtime's arithmetic, reading and writing int8 (or uint8) tensors:
 
 The ops are the ones ONNX Runtime's QOperator format uses, so a model in
 either format ends up as the same graph (docs/ops.md, "Quantized ONNX").
-A group that does not fit (a per-channel activation, int16, a float bias,
-an op not in the table: ConvTranspose and a linear or cubic Resize are
-not supported yet) stays float and keeps ONNX's exact semantics.
+ConvTranspose becomes a QLinearConv over its input spread out by the
+strides (_conv_transpose). A group that does not fit (a per-channel
+activation, int16, a float bias, a grouped or dilated ConvTranspose, an op
+not in the table such as a linear or cubic Resize) stays float and keeps
+ONNX's exact semantics.
 Runs before constant folding, which would turn DQ(weights) into float
 weights.
 """
@@ -214,28 +216,104 @@ def _group_rule(node: Node, rw: Rewriter) -> Rewrite | None:
     bounds = _activation_codes(op, out, rw, dtype)
     if bounds is not None:
         op = rw.producer(op.inputs[0])
-    if op is None or op.op not in GROUPS:
+    if op is None:
         return None
-    int_op, build = GROUPS[op.op]
-    ins = build(op, out, rw)
-    if ins is None:
+    if op.op == "ConvTranspose":
+        built = _conv_transpose(op, out, rw)
+        if built is None:
+            return None
+        pre, int_op, ins, attrs = built
+    elif op.op in GROUPS:
+        int_op, build = GROUPS[op.op]
+        ins = build(op, out, rw)
+        if ins is None:
+            return None
+        pre, attrs = [], dict(op.attrs)
+        if int_op == "QGemm":
+            attrs.pop("beta", None)     # 1, checked: QGemm has no beta
+        if int_op == "QLinearSoftmax":
+            attrs["opset"] = 13
+    else:
         return None
-    attrs = dict(op.attrs)
-    if int_op == "QGemm":
-        attrs.pop("beta", None)     # 1, checked: QGemm has no beta
-    if int_op == "QLinearSoftmax":
-        attrs["opset"] = 13
     info = np.iinfo(dtype)
     if bounds is None or bounds == (info.min, info.max):
         # (an activation the output range clamps anyway: a ReLU whose output
         # zero point is the type's minimum, what the quantizer picks)
-        return Rewrite([rw.node(int_op, ins, name=op.name, attrs=attrs, outputs=node.outputs)])
+        return Rewrite([*pre, rw.node(int_op, ins, name=op.name, attrs=attrs,
+                                      outputs=node.outputs)])
     new = rw.node(int_op, ins, name=op.name, attrs=attrs)
     lo = rw.constant(f"{node.name}_min", np.array(bounds[0], dtype))
     hi = rw.constant(f"{node.name}_max", np.array(bounds[1], dtype))
     clip = rw.node("Clip", [new.outputs[0], lo, hi], name=f"{op.name}_clip",
                    outputs=node.outputs)
-    return Rewrite([new, clip])
+    return Rewrite([*pre, new, clip])
+
+
+def _conv_transpose(node: Node, out, rw: Rewriter
+                    ) -> tuple[list[Node], str, list[str], dict] | None:
+    """ConvTranspose as QLinearConv (ONNX Runtime's CPU kernels have no
+    integer ConvTranspose): the input spread out by the strides, the gaps
+    holding its zero point (adding nothing), convolved with the kernel
+    flipped and its channel axes swapped over pads k - 1 - pad (plus
+    output_padding at the end): the same exact sums. 2-D, one group, no
+    dilation, explicit pads."""
+    a = node.attrs
+    x = _dequantized(rw, node.inputs[0])
+    w = _dequantized(rw, node.inputs[1], per_tensor=False)
+    if x is None or w is None or rw.const(w[0]) is None or len(rw.type(x[0]).shape) != 4:
+        return None
+    wq = rw.const(w[0])
+    kernel = wq.shape[2:]
+    if int(a.get("group", 1)) != 1 or any(d != 1 for d in a.get("dilations", (1, 1))) \
+            or a.get("auto_pad", "NOTSET") != "NOTSET" or a.get("output_shape") is not None:
+        return None
+    w_dq = rw.producer(node.inputs[1])
+    if not _per_tensor(rw, w[1:]) and int(w_dq.attrs.get("axis", 1)) != 1:
+        return None  # per-output-channel scales of a ConvTranspose weight are on axis 1
+    strides = tuple(int(v) for v in a.get("strides", (1, 1)))
+    pads = tuple(int(v) for v in a.get("pads", (0, 0, 0, 0)))
+    extra = tuple(int(v) for v in a.get("output_padding", (0, 0)))
+    conv_pads = tuple(k - 1 - p for k, p in zip(kernel * 2, pads))
+    conv_pads = conv_pads[:2] + tuple(p + e for p, e in zip(conv_pads[2:], extra))
+    if min(conv_pads) < 0:
+        return None
+    pre, spread = _spread(rw, node.name, x, strides)
+    flipped = np.ascontiguousarray(np.transpose(wq, (1, 0, 2, 3))[:, :, ::-1, ::-1])
+    ins = [spread, *x[1:], rw.constant(f"{w[0]}_flipped", flipped), *w[1:], *out]
+    if len(node.inputs) > 2 and node.inputs[2]:
+        bias = _int32_bias(rw, node.inputs[2], x[1], w[1])
+        if bias is None:
+            return None
+        ins.append(bias)
+    attrs = {"kernel_shape": tuple(kernel), "pads": conv_pads, "strides": (1, 1)}
+    return pre, "QLinearConv", ins, attrs
+
+
+def _spread(rw: Rewriter, name: str, x: tuple[str, str, str], strides) -> tuple[list[Node], str]:
+    """x [N, C, H, W] with strides - 1 zero-point codes between its pixels:
+    [N, C, (H - 1) * sh + 1, (W - 1) * sw + 1]."""
+    q, _, zp = x
+    if strides == (1, 1):
+        return [], q
+    n, c, h, w = rw.type(q).shape
+    sh, sw = strides
+    dtype = rw.type(q).dtype
+    gap = np.array(rw.const(zp).reshape(-1)[0] if zp else 0, dtype)
+    pads = np.zeros(12, np.int64)
+    pads[6 + 3], pads[6 + 5] = sh - 1, sw - 1
+    cols = rw.node("Reshape", [q, rw.constant(f"{name}_gaps", np.array(
+        [n, c, h, 1, w, 1], np.int64))], name=f"{name}_gaps")
+    filled = rw.node("Pad", [cols.outputs[0], rw.constant(f"{name}_gap_pads", pads),
+                             rw.constant(f"{name}_gap_value", gap)], name=f"{name}_fill",
+                     attrs={"mode": "constant"})
+    flat = rw.node("Reshape", [filled.outputs[0], rw.constant(f"{name}_spread_shape", np.array(
+        [n, c, h * sh, w * sw], np.int64))], name=f"{name}_spread")
+    trim = rw.node("Slice", [flat.outputs[0], rw.constant(f"{name}_starts", np.zeros(2, np.int64)),
+                             rw.constant(f"{name}_ends", np.array([(h - 1) * sh + 1,
+                                                                   (w - 1) * sw + 1], np.int64)),
+                             rw.constant(f"{name}_axes", np.array([2, 3], np.int64))],
+                   name=f"{name}_trim")
+    return [cols, filled, flat, trim], trim.outputs[0]
 
 
 def _activation_codes(act: Node, out: tuple[str, str], rw: Rewriter, dtype: str

@@ -171,6 +171,15 @@ for _stride, _pad, _out in ((1, 0, 4), (2, 0, 8), (2, 1, 9)):   # SAME: in*s; VA
             [Y((1, o, o, 2), scale=0.004)], "TransposeConvOptions", Padding=pad, StrideH=st,
             StrideW=st))
 
+case("LEAKY_RELU")(lambda: _model("LEAKY_RELU", [X(S)], [Y(S)], "LeakyReluOptions", Alpha=0.2))
+case("LEAKY_RELU_negative_alpha")(lambda: _model("LEAKY_RELU", [X(S)], [Y(S, scale=0.004)],
+                                                 "LeakyReluOptions", Alpha=-1.7))
+case("RELU")(lambda: _model("RELU", [X(S)], [Y(S)]))
+case("RELU_upscaled")(lambda: _model("RELU", [X(S)], [Y(S, scale=0.0005)]))
+case("RELU6")(lambda: _model("RELU6", [X(S, scale=0.0003)], [Y(S, scale=0.0003)]))
+case("MAXIMUM")(lambda: _model("MAXIMUM", [X(S), X((4, 3), name="x2")], [Z(S)]))
+case("MINIMUM")(lambda: _model("MINIMUM", [X(S), X(S, name="x2")], [Z(S)]))
+
 case("QUANTIZE_from_float32")(lambda: _model("QUANTIZE", [X(S, "float32")], [Y(S, scale=0.0002)]))
 case("QUANTIZE_requantize")(lambda: _model("QUANTIZE", [X(S)], [Y(S, scale=0.0007)]))
 case("QUANTIZE_to_int8")(lambda: _model("QUANTIZE", [X(S)], [Y(S, "int8", 0.3)]))
@@ -376,12 +385,7 @@ NO_TFLM_INT16 = {
 # tflite-micro runs these on int16; aot does not yet, and says so in one line
 NOT_YET_INT16 = {
     "ABS": _unary("ABS"),
-    "RELU": _unary("RELU"),
-    "RELU6": lambda: _model("RELU6", [X(S, scale=0.0003)], [Y(S, scale=0.0003)]),
-    "LEAKY_RELU": lambda: _model("LEAKY_RELU", [X(S)], [Y(S)], "LeakyReluOptions", Alpha=0.2),
     "RSQRT": _unary("RSQRT"),
-    "MAXIMUM": _binary("MAXIMUM", Y(S, scale=0.0011)),
-    "MINIMUM": _binary("MINIMUM", Y(S, scale=0.0011)),
     "SQUARED_DIFFERENCE": _binary("SQUARED_DIFFERENCE", Y(S, scale=0.5)),
     "GREATER": _compare("GREATER"),
     "SUM": lambda: _model("SUM", [X(S), C([1, 2], "int32")], [Y((2, 1, 1, 3))],

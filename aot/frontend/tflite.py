@@ -774,16 +774,29 @@ class _Builder(VariableOps, TFLMOps):
         self.emit("Tanh", ins[:1], outs)
 
     def _op_RELU(self, op, ins, outs):
+        if self._int16_unary(ins, outs, "tfl.relu_int16"):
+            return
         if self._int8_unary(ins, outs, "tfl.relu"):
             return
         self._float_only(ins)
         self.emit("Relu", ins[:1], outs)
 
     def _op_RELU6(self, op, ins, outs):
+        if self._int16_unary(ins, outs, "tfl.relu6_int16"):
+            return
         if self._int8_unary(ins, outs, "tfl.relu6"):
             return
         self._float_only(ins)
         self._float_act({"FusedActivationFunction": 3}, ins[0], outs[0])
+
+    def _int16_unary(self, ins, outs, int16_op: str) -> bool:
+        """Emits int16_op when the input is int16 (True), else leaves the node to the caller."""
+        self._need(ins, 1)
+        if self.ty(ins[0]).dtype != "int16":
+            return False
+        self._same_int8(ins[0], outs[0], dtypes=("int16",))
+        self.emit(int16_op, ins[:1], outs)
+        return True
 
     def _float_only(self, ins):
         self._need(ins, 1)

@@ -78,8 +78,8 @@ class TFLMOps:
         self._need(ins, 1)
         alpha = float(op.options.get("Alpha", 0.0))
         if self._is_int(ins[0]):
-            self._same_int8(ins[0], outs[0])
-            self.emit("tfl.leaky_relu", ins[:1], outs, alpha=alpha)
+            self._same_int8(ins[0], outs[0], dtypes=("int8", "int16"))
+            self.emit(self._int_op("tfl.leaky_relu", ins[0]), ins[:1], outs, alpha=alpha)
         else:
             self.emit("LeakyRelu", ins[:1], outs, alpha=alpha)
 
@@ -415,9 +415,10 @@ class TFLMOps:
                 raise UnsupportedError(f"{self.op_label}: {self.ty(ins[0]).dtype} {op.code} "
                                        "is not supported yet")
             for t in (*ins[:n], outs[0]):
-                self._same_int8(t, outs[0])
+                self._same_int8(t, outs[0], dtypes=("int8", "int16"))
             if any(self.ty(t).quant != self.ty(outs[0]).quant for t in ins[:n]):
-                raise UnsupportedError(f"{self.op_label}: int8 {op.code} with inputs "
+                raise UnsupportedError(f"{self.op_label}: {self.ty(ins[0]).dtype} {op.code} "
+                                       "with inputs "
                                        "quantized unlike the output is not supported yet")
         onnx_op = _ONNX_UNARY.get(op.code) or _ONNX_BINARY[op.code]
         self.emit(onnx_op, ins[:n], outs, **({"alpha": 1.0} if onnx_op == "Elu" else {}))
@@ -1050,12 +1051,16 @@ class TFLMOps:
 
     # -- helpers
 
-    def _same_int8(self, x: str, out: str, what: str = "input") -> None:
+    def _same_int8(self, x: str, out: str, what: str = "input",
+                   dtypes: tuple[str, ...] = ("int8",)) -> None:
+        """x and out per-tensor quantized, of one of `dtypes` (an op's int16
+        form, where aot has one, is in aot/ops/tflite_int16.py)."""
         for t in (x, out):
             ty = self.ty(t)
-            if ty.dtype != "int8" or ty.quant is None or len(ty.quant.scale) != 1:
+            if ty.dtype not in dtypes or ty.quant is None or len(ty.quant.scale) != 1:
                 raise UnsupportedError(f"{self.op_label}: {what} '{t}' of type {ty.dtype} "
-                                       "(int8 per-tensor quantized supported)")
+                                       f"({' or '.join(dtypes)} per-tensor quantized "
+                                       "supported)")
 
 
 for _code in (*_ONNX_UNARY, *_ONNX_BINARY):

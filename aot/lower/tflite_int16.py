@@ -15,6 +15,7 @@ import numpy as np
 from aot.ir.tir import Assign, Bin, Cast, Const, Expr, Load, Store, Var, add, dt, mul
 from aot.lower import qmath as q
 from aot.lower import tflite_int8 as i8
+from aot.lower.elementwise import broadcast_load
 from aot.lower.lstm import sigmoid16_scaled, tanh16_scaled
 from aot.lower.rules import LowerCtx, kernel_rule, value_rule
 from aot.ops import qmath as ref_q
@@ -24,6 +25,7 @@ from aot.ops import tflite_int16 as ref
 value_rule("tfl.add_int16")(i8.add_rule)
 value_rule("tfl.sub_int16")(i8.sub_rule)
 value_rule("tfl.mul_int16")(i8.mul_rule)
+value_rule("tfl.leaky_relu_int16")(i8.leaky_relu_rule)
 kernel_rule("tfl.max_pool2d_int16")(i8.max_pool2d)
 kernel_rule("tfl.avg_pool2d_int16")(i8.avg_pool2d)
 
@@ -225,3 +227,17 @@ def logistic_tanh_int16(ctx: LowerCtx, ins, emit):
         b.add(emit(0, idx, Cast(dt("int16"), interpolate(b, table, v))))
         return b.stmt()
     return i8.nest(ctx, tuple(f"i{d}" for d in range(len(shape))), shape, at)
+
+
+# -------------------------------------------------------------- relu / relu6
+
+@value_rule("tfl.relu_int16")
+def relu_int16(ctx: LowerCtx, ins, idx, lanes):
+    x = i8.to_i32(broadcast_load(ins[0], idx, lanes))
+    return i8.narrow(q.clamp(q.mbqm(x, *ref.relu_params(ctx)), 0, 32767), "int16")
+
+
+@value_rule("tfl.relu6_int16")
+def relu6_int16(ctx: LowerCtx, ins, idx, lanes):
+    x = i8.to_i32(broadcast_load(ins[0], idx, lanes))
+    return i8.narrow(q.clamp(x, 0, ref.relu6_top(ctx)), "int16")

@@ -1374,7 +1374,8 @@ def leaky_relu_rule(ctx: LowerCtx, ins, idx, lanes):
     (m1, e1), (m2, e2) = ref.leaky_relu_params(s_in, float(ctx.attrs["alpha"]), s_out)
     x = q.offset(to_i32(broadcast_load(ins[0], idx, lanes)), -zp_in)
     y = Select(Bin(">=", x, const_like(0, x)), q.mbqm(x, m1, e1), q.mbqm(x, m2, e2))
-    return narrow(q.clamp(q.offset(y, zp_out), -128, 127), "int8")
+    out_dtype = ctx.out_types[0].dtype
+    return narrow(q.clamp(q.offset(y, zp_out), *ref.INT_RANGE[out_dtype]), out_dtype)
 
 
 @value_rule("tfl.prelu")

@@ -41,6 +41,9 @@ INT16_OPS = {
     "tfl.mean": "tfl.mean_int16",
     "tfl.logistic": "tfl.logistic_int16",
     "tfl.tanh": "tfl.tanh_int16",
+    "tfl.leaky_relu": "tfl.leaky_relu_int16",
+    "tfl.relu": "tfl.relu_int16",
+    "tfl.relu6": "tfl.relu6_int16",
 }
 i8.ACTIVATION_DTYPE.update({op: "int16" for op in INT16_OPS.values()})
 
@@ -153,6 +156,15 @@ def fully_connected_16x8(call: Call, args):
     acc = (x.reshape(-1, w.shape[1]).astype(np.float64) @ wf.T).astype(np.int64)
     y = requantize16(call, _plus_bias(acc, bias), *fc_multipliers(call))
     return [y.reshape(out_ty.shape)]
+
+
+def _symmetric_unary(ref):
+    """An int8 one-input kernel on int16, its zero points checked."""
+    def run(call: Call, args):
+        symmetric_scale(call.in_types[0], "the input", call.node)
+        symmetric_scale(call.out_types[0], "the output", call.node)
+        return ref(call, args)
+    return run
 
 
 def _symmetric_binary(ref):
@@ -361,3 +373,40 @@ def tanh_int16(call: Call, args):
     """reference_integer_ops::Tanh on int16: tanh(x) = 2 sigmoid(2x) - 1 from the table."""
     v = scale_activation_input(args[0], *activation_input_scaling(call))
     return [qmath.tanh16_scaled(v).astype(np.int16)]
+
+
+# -------------------------------------------------------------- relu / relu6
+
+def relu_params(call_or_ctx) -> tuple[int, int]:
+    """CalculateReluOpData: (M, e) of s_in / s_out; the clamp is [0, 32767] at
+    zero point 0."""
+    node = call_or_ctx.node
+    s_in = symmetric_scale(call_or_ctx.in_types[0], "the input", node)
+    s_out = symmetric_scale(call_or_ctx.out_types[0], "the output", node)
+    return qmath.quantize_multiplier(s_in / s_out)
+
+
+def relu6_top(call_or_ctx) -> int:
+    """Relu6Prepare's six: 6 in the input's quantization (float32 division,
+    std::round), within int16; TFLM's RELU6 does not requantize."""
+    s_in = symmetric_scale(call_or_ctx.in_types[0], "the input", call_or_ctx.node)
+    symmetric_scale(call_or_ctx.out_types[0], "the output", call_or_ctx.node)
+    six = qmath.round_half_away(float(np.float32(6.0) / np.float32(s_in)))
+    return int(min(max(six, -32768), 32767))
+
+
+# LEAKY_RELU: the int8 kernel, which clamps to its output dtype's range
+register("tfl.leaky_relu_int16", infer=_unary_infer, pattern=Pattern.ELEMWISE)(
+    _symmetric_unary(i8.leaky_relu))
+
+
+@register("tfl.relu_int16", infer=_unary_infer, pattern=Pattern.ELEMWISE)
+def relu_int16(call: Call, args):
+    """ReluQuantized<int16_t>: clamp(MBQM(x, s_in/s_out), 0, 32767)."""
+    return [qmath.clamp(qmath.mbqm(args[0], *relu_params(call)), 0, 32767).astype(np.int16)]
+
+
+@register("tfl.relu6_int16", infer=_unary_infer, pattern=Pattern.ELEMWISE)
+def relu6_int16(call: Call, args):
+    """Relu6Quantized<int16_t>: the raw value clamped to [0, six]."""
+    return [qmath.clamp(args[0], 0, relu6_top(call)).astype(np.int16)]

@@ -622,7 +622,8 @@ def leaky_relu(call: Call, args):
     (m1, e1), (m2, e2) = leaky_relu_params(s_in, float(call.attrs["alpha"]), s_out)
     x = args[0].astype(np.int64) - zi
     y = np.where(x >= 0, qmath.mbqm(x, m1, e1), qmath.mbqm(x, m2, e2)) + zo
-    return [qmath.clamp(y, -128, 127).astype("int8")]
+    out_dtype = call.out_types[0].dtype
+    return [qmath.clamp(y, *INT_RANGE[out_dtype]).astype(out_dtype)]
 
 
 def prelu_params(s_in: float, s_alpha: float, s_out: float):

@@ -180,6 +180,9 @@ case("RELU6")(lambda: _model("RELU6", [X(S, scale=0.0003)], [Y(S, scale=0.0003)]
 case("MAXIMUM")(lambda: _model("MAXIMUM", [X(S), X((4, 3), name="x2")], [Z(S)]))
 case("MINIMUM")(lambda: _model("MINIMUM", [X(S), X(S, name="x2")], [Z(S)]))
 
+case("ABS")(lambda: _model("ABS", [X(S)], [Y(S)]))
+case("ABS_same_scale")(lambda: _model("ABS", [X(S)], [Z(S)]))
+
 case("QUANTIZE_from_float32")(lambda: _model("QUANTIZE", [X(S, "float32")], [Y(S, scale=0.0002)]))
 case("QUANTIZE_requantize")(lambda: _model("QUANTIZE", [X(S)], [Y(S, scale=0.0007)]))
 case("QUANTIZE_to_int8")(lambda: _model("QUANTIZE", [X(S)], [Y(S, "int8", 0.3)]))
@@ -384,7 +387,6 @@ NO_TFLM_INT16 = {
 
 # tflite-micro runs these on int16; aot does not yet, and says so in one line
 NOT_YET_INT16 = {
-    "ABS": _unary("ABS"),
     "RSQRT": _unary("RSQRT"),
     "SQUARED_DIFFERENCE": _binary("SQUARED_DIFFERENCE", Y(S, scale=0.5)),
     "GREATER": _compare("GREATER"),

@@ -93,6 +93,8 @@ class TFLMOps:
             self.emit("PRelu", ins[:2], outs)
 
     def _op_ABS(self, op, ins, outs):
+        if self._int16_unary(ins, outs, "tfl.abs_int16"):
+            return
         self._int8_table_or(op, ins, outs, "tfl.abs")
 
     def _op_ELU(self, op, ins, outs):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from aot.ir.tir import Assign, Bin, Cast, Const, Expr, Load, Store, Var, add, dt, mul
+from aot.ir.tir import Assign, Bin, Cast, Const, Expr, Load, Store, Unary, Var, add, dt, mul
 from aot.lower import qmath as q
 from aot.lower import tflite_int8 as i8
 from aot.lower.elementwise import broadcast_load
@@ -241,3 +241,13 @@ def relu_int16(ctx: LowerCtx, ins, idx, lanes):
 def relu6_int16(ctx: LowerCtx, ins, idx, lanes):
     x = i8.to_i32(broadcast_load(ins[0], idx, lanes))
     return i8.narrow(q.clamp(x, 0, ref.relu6_top(ctx)), "int16")
+
+
+@value_rule("tfl.abs_int16")
+def abs_int16(ctx: LowerCtx, ins, idx, lanes):
+    x = i8.to_i32(broadcast_load(ins[0], idx, lanes))
+    value = Bin("max", x, Unary("neg", x))   # int16 inputs: no INT32_MIN to negate
+    rescale = ref.abs_rescale(ctx)
+    if rescale is not None:
+        value = q.mbqm(value, *rescale)
+    return i8.narrow(q.clamp(value, -32768, 32767), "int16")

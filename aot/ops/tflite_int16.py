@@ -44,6 +44,7 @@ INT16_OPS = {
     "tfl.leaky_relu": "tfl.leaky_relu_int16",
     "tfl.relu": "tfl.relu_int16",
     "tfl.relu6": "tfl.relu6_int16",
+    "tfl.abs": "tfl.abs_int16",
 }
 i8.ACTIVATION_DTYPE.update({op: "int16" for op in INT16_OPS.values()})
 
@@ -410,3 +411,25 @@ def relu_int16(call: Call, args):
 def relu6_int16(call: Call, args):
     """Relu6Quantized<int16_t>: the raw value clamped to [0, six]."""
     return [qmath.clamp(args[0], 0, relu6_top(call)).astype(np.int16)]
+
+
+# ---------------------------------------------------------------------- abs
+
+def abs_rescale(call_or_ctx) -> tuple[int, int] | None:
+    """AbsEvalQuantized's (M, e) of s_in / s_out, or None where the float32
+    scales are equal and it copies |x| unscaled."""
+    node = call_or_ctx.node
+    s_in = symmetric_scale(call_or_ctx.in_types[0], "the input", node)
+    s_out = symmetric_scale(call_or_ctx.out_types[0], "the output", node)
+    if np.float32(s_in) == np.float32(s_out):
+        return None
+    return qmath.quantize_multiplier(s_in / s_out)
+
+
+@register("tfl.abs_int16", infer=_unary_infer, pattern=Pattern.ELEMWISE)
+def abs_int16(call: Call, args):
+    value = np.abs(args[0].astype(np.int64))
+    rescale = abs_rescale(call)
+    if rescale is not None:
+        value = qmath.mbqm(value, *rescale)
+    return [qmath.clamp(value, -32768, 32767).astype(np.int16)]

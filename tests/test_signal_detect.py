@@ -168,11 +168,13 @@ def test_stft_topk_nms_cases_on_qemu_aarch64():
 
 def test_fft_lengths_against_numpy(tmp_path):
     """Power-of-two DFT lengths take the FFT: zero-padded and truncated
-    rows, inverse, one-sided, complex input, a complex STFT with a run-time
-    window; one package, compared with numpy.fft (not aot's reference)."""
+    rows, inverse, one-sided forward and inverse, complex input, a complex
+    STFT with a run-time window; one package, compared with numpy.fft (not
+    aot's reference)."""
     rng = np.random.default_rng(3)
     xc = rng.standard_normal((2, 50, 2)).astype(np.float32)
     xr = rng.standard_normal((2, 50, 1)).astype(np.float32)
+    xs = rng.standard_normal((2, 20, 2)).astype(np.float32)
     sc = rng.standard_normal((1, 300, 2)).astype(np.float32)
     window = rng.uniform(0, 1, 64).astype(np.float32)
     nodes = [_const("n64", np.array(64, np.int64)), _const("n32", np.array(32, np.int64)),
@@ -180,16 +182,19 @@ def test_fft_lengths_against_numpy(tmp_path):
              helper.make_node("DFT", ["xc", "n64", "axis"], ["fwd64"]),
              helper.make_node("DFT", ["xc", "n32", "axis"], ["inv32"], inverse=1),
              helper.make_node("DFT", ["xr", "n64", "axis"], ["rfft64"], onesided=1),
+             helper.make_node("DFT", ["xc", "n64", "axis"], ["irfft64"], inverse=1, onesided=1),
+             helper.make_node("DFT", ["xc", "n32", "axis"], ["irfft32"], inverse=1, onesided=1),
+             helper.make_node("DFT", ["xs", "n64", "axis"], ["irfft_pad"], inverse=1, onesided=1),
              helper.make_node("STFT", ["sc", "step", "window"], ["stft"], onesided=0)]
     inputs = [helper.make_tensor_value_info(n, T.FLOAT, a.shape)
-              for n, a in (("xc", xc), ("xr", xr), ("sc", sc), ("window", window))]
+              for n, a in (("xc", xc), ("xr", xr), ("xs", xs), ("sc", sc), ("window", window))]
     outputs = [helper.make_tensor_value_info(n, T.FLOAT, None)
-               for n in ("fwd64", "inv32", "rfft64", "stft")]
+               for n in ("fwd64", "inv32", "rfft64", "irfft64", "irfft32", "irfft_pad", "stft")]
     model = helper.make_model(helper.make_graph(nodes, "ffts", inputs, outputs),
                               opset_imports=[helper.make_opsetid("", 20)])
     onnx.save(model, tmp_path / "ffts.onnx")
-    got = run(tmp_path / "ffts.onnx", {"xc": xc, "xr": xr, "sc": sc, "window": window},
-              board="host")
+    got = run(tmp_path / "ffts.onnx",
+              {"xc": xc, "xr": xr, "xs": xs, "sc": sc, "window": window}, board="host")
     zc, zs = xc[..., 0] + 1j * xc[..., 1], sc[..., 0] + 1j * sc[..., 1]
     frames = np.stack([zs[:, f * 50:f * 50 + 64] * window for f in range(5)], axis=1)
     want = {"fwd64": np.fft.fft(zc, 64, axis=1), "inv32": np.fft.ifft(zc, 32, axis=1),
@@ -197,6 +202,12 @@ def test_fft_lengths_against_numpy(tmp_path):
     for name, z in want.items():
         np.testing.assert_allclose(got[name], np.stack([z.real, z.imag], -1),
                                    rtol=1e-4, atol=1e-4, err_msg=name)
+    # one-sided spectra of 50 bins truncated to the 33 of n = 64 and the 17 of
+    # 32; one of 20 bins padded to 33
+    zs20 = xs[..., 0] + 1j * xs[..., 1]
+    for name, z, n in (("irfft64", zc, 64), ("irfft32", zc, 32), ("irfft_pad", zs20, 64)):
+        np.testing.assert_allclose(got[name][..., 0], np.fft.irfft(z, n, axis=1),
+                                   rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 # ---- exporter-shaped models against ONNX Runtime ----------------------------------------

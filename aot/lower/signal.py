@@ -37,10 +37,9 @@ def _tables(ctx: LowerCtx, n: int):
 
 
 def rotated_sum(ctx: LowerCtx, n: int, count: int, step: Var, sample: Sample,
-                inverse: bool, weight: Callable[[Var], Expr] | None = None
-                ) -> tuple[Stmt, Var, Var]:
-    """(statements, re, im) of sum_{j < count} w_j x_j e^{-+2 pi i j step / n}
-    (the sign + for the inverse), x_j = sample(j), w_j = weight(j) or 1."""
+                inverse: bool) -> tuple[Stmt, Var, Var]:
+    """(statements, re, im) of sum_{j < count} x_j e^{-+2 pi i j step / n}
+    (the sign + for the inverse), x_j = sample(j)."""
     cos_t, sin_t = _tables(ctx, n)
     re, im = ctx.fresh("re", "float32"), ctx.fresh("im", "float32")
     m, j = ctx.fresh("m"), ctx.fresh("j")
@@ -53,8 +52,6 @@ def rotated_sum(ctx: LowerCtx, n: int, count: int, step: Var, sample: Sample,
         dre = Bin("*", a, c) if b is None else Bin("+", Bin("*", a, c), Bin("*", b, s))
         dim = Bin("-", const_like(0, a), Bin("*", a, s)) if b is None \
             else Bin("-", Bin("*", b, c), Bin("*", a, s))
-    if weight is not None:
-        dre, dim = Bin("*", weight(j), dre), Bin("*", weight(j), dim)
     nxt = Bin("+", m, step)
     body = seq(Assign(re, Bin("+", re, dre)), Assign(im, Bin("+", im, dim)),
                Assign(m, Select(Bin(">=", nxt, const(n)), Bin("-", nxt, const(n)), nxt)))
@@ -136,16 +133,18 @@ def _dft(ctx: LowerCtx, ins, emit):
 
         if inverse and onesided:
             # the real signal of a Hermitian spectrum given by its first half:
-            # y_k = (X_0 + 2 sum_{0 < j < n/2} Re(X_j e^{i..}) + X_{n/2} (-1)^k) / n
-            def weight(j):
-                edge = Bin("or", Bin("==", j, const(0)), Bin("==", Bin("*", j, const(2)),
-                                                              const(n)))
-                return Select(edge, const_like(1, x.dtype), const_like(2, x.dtype))
-            count = min(x.shape[axis], n // 2 + 1)
-            k = ctx.fresh("k")
-            sums, re, _ = rotated_sum(ctx, n, count, k, sample, True, weight)
-            return For(k, out[axis], seq(
-                sums, emit(0, at(idx, k, const(0)), Bin("*", re, const_like(1 / n, re)))))
+            # the real part of the inverse of X_j, X_{n-j} = conj(X_j)
+            def hermitian(j):
+                half, given = n // 2 + 1, x.shape[axis]
+                mirrored = Bin(">=", j, const(half))
+                at_j = Select(mirrored, Bin("-", const(n), j), j)
+                a, b = sample(Bin("min", at_j, const(given - 1)))
+                zero = const_like(0, a)
+                inside = Bin("<", at_j, const(given))
+                b = Select(mirrored, Bin("-", zero, b), b)
+                return Select(inside, a, zero), Select(inside, b, zero)
+            return transform(ctx, n, n, hermitian, True, out[axis], lambda k, re, im: emit(
+                0, at(idx, k, const(0)), Bin("*", re, const_like(1 / n, re))))
         scale = (lambda v: Bin("*", v, const_like(1 / n, v))) if inverse else (lambda v: v)
         return transform(ctx, n, min(x.shape[axis], n), sample, inverse, out[axis],
                          lambda k, re, im: seq(emit(0, at(idx, k, const(0)), scale(re)),

@@ -154,6 +154,10 @@ case("MEAN")(lambda: _model("MEAN", [X(S), C([1, 2], "int32")], [Y((2, 1, 1, 3),
 case("MEAN_same_quantization")(lambda: _model(
     "MEAN", [X(S), C([1, 2], "int32")], [Y((2, 1, 1, 3), scale=0.0011)], "ReducerOptions",
     KeepDims=True))
+case("SUM")(lambda: _model("SUM", [X(S), C([1, 2], "int32")], [Y((2, 1, 1, 3), scale=0.02)],
+                           "ReducerOptions", KeepDims=True))
+case("SUM_one_axis_saturating")(lambda: _model("SUM", [X(S), C([3], "int32")], [Y((2, 5, 4))],
+                                               "ReducerOptions", KeepDims=False))
 case("MEAN_one_axis")(lambda: _model("MEAN", [X(S), C([3], "int32")], [Y((2, 5, 4))],
                                      "ReducerOptions", KeepDims=False))
 
@@ -390,8 +394,6 @@ NOT_YET_INT16 = {
     "RSQRT": _unary("RSQRT"),
     "SQUARED_DIFFERENCE": _binary("SQUARED_DIFFERENCE", Y(S, scale=0.5)),
     "GREATER": _compare("GREATER"),
-    "SUM": lambda: _model("SUM", [X(S), C([1, 2], "int32")], [Y((2, 1, 1, 3))],
-                          "ReducerOptions", KeepDims=True),
     "BATCH_MATMUL": lambda: _model("BATCH_MATMUL", [X((2, 3, 4)), X((2, 4, 5), name="x2")],
                                    [Y((2, 3, 5), scale=0.05)]),
 }

@@ -493,9 +493,10 @@ class TFLMOps:
     def _reduce(self, op, ins, outs):
         self._need(ins, 2)
         if self._is_int(ins[0]) and op.code == "SUM":   # MEAN's kernel, no division
-            self._same_int8(ins[0], outs[0])
+            self._same_int8(ins[0], outs[0], dtypes=("int8", "int16"))
             axes = self.const(ins[1], "axes").astype(np.int64).reshape(-1)
-            self.emit("tfl.mean", [ins[0], self.new_const("axes", axes)], outs,
+            self.emit(self._int_op("tfl.mean", ins[0]), [ins[0], self.new_const("axes", axes)],
+                      outs,
                       keep_dims=bool(op.options.get("KeepDims", False)), sum=True)
             return
         if self._is_int(ins[0]):   # MAX and MIN on the raw values, one quantization

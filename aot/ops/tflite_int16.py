@@ -194,7 +194,9 @@ register("tfl.avg_pool2d_int16", infer=i8._pool_infer, pattern=Pattern.REDUCE)(i
 
 def mean_multiplier(call_or_ctx, count: int) -> tuple[int, int]:
     """(M, e) of s_in / (count * s_out): the int16 MEAN divides inside its one
-    multiplier (the int8 kernel rescales, then divides with rounding)."""
+    multiplier (the int8 kernel rescales, then divides with rounding); SUM
+    (attribute sum) is the same kernel with count 1."""
+    count = i8.mean_count(call_or_ctx.attrs, [count])
     node = call_or_ctx.node
     s_in = symmetric_scale(call_or_ctx.in_types[0], "the input", node)
     s_out = symmetric_scale(call_or_ctx.out_types[0], "the output", node)

@@ -187,6 +187,11 @@ case("MINIMUM")(lambda: _model("MINIMUM", [X(S), X(S, name="x2")], [Z(S)]))
 case("ABS")(lambda: _model("ABS", [X(S)], [Y(S)]))
 case("ABS_same_scale")(lambda: _model("ABS", [X(S)], [Z(S)]))
 
+case("SQUARED_DIFFERENCE")(lambda: _model("SQUARED_DIFFERENCE", [X(S), X((4, 3), name="x2")],
+                                          [Y(S, scale=0.5)]))
+case("SQUARED_DIFFERENCE_scales")(lambda: _model(
+    "SQUARED_DIFFERENCE", [X(S, scale=0.0003), X(S, scale=0.0002, name="x2")], [Y(S, scale=0.01)]))
+
 case("QUANTIZE_from_float32")(lambda: _model("QUANTIZE", [X(S, "float32")], [Y(S, scale=0.0002)]))
 case("QUANTIZE_requantize")(lambda: _model("QUANTIZE", [X(S)], [Y(S, scale=0.0007)]))
 case("QUANTIZE_to_int8")(lambda: _model("QUANTIZE", [X(S)], [Y(S, "int8", 0.3)]))
@@ -392,7 +397,6 @@ NO_TFLM_INT16 = {
 # tflite-micro runs these on int16; aot does not yet, and says so in one line
 NOT_YET_INT16 = {
     "RSQRT": _unary("RSQRT"),
-    "SQUARED_DIFFERENCE": _binary("SQUARED_DIFFERENCE", Y(S, scale=0.5)),
     "GREATER": _compare("GREATER"),
     "BATCH_MATMUL": lambda: _model("BATCH_MATMUL", [X((2, 3, 4)), X((2, 4, 5), name="x2")],
                                    [Y((2, 3, 5), scale=0.05)]),

@@ -153,8 +153,8 @@ class TFLMOps:
     def _op_SQUARED_DIFFERENCE(self, op, ins, outs):
         self._need(ins, 2)
         if self._is_int(ins[0]):
-            self._same_int8(ins[1], ins[0], "second input")
-            self.emit("tfl.squared_difference", ins[:2], outs)
+            self._same_int8(ins[1], ins[0], "second input", dtypes=("int8", "int16"))
+            self.emit(self._int_op("tfl.squared_difference", ins[0]), ins[:2], outs)
             return
         diff = self.tmp("difference")
         self.emit("Sub", ins[:2], [diff], "difference")

@@ -26,6 +26,7 @@ value_rule("tfl.add_int16")(i8.add_rule)
 value_rule("tfl.sub_int16")(i8.sub_rule)
 value_rule("tfl.mul_int16")(i8.mul_rule)
 value_rule("tfl.leaky_relu_int16")(i8.leaky_relu_rule)
+value_rule("tfl.squared_difference_int16")(i8.squared_difference_rule)
 kernel_rule("tfl.max_pool2d_int16")(i8.max_pool2d)
 kernel_rule("tfl.avg_pool2d_int16")(i8.avg_pool2d)
 

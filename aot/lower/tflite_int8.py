@@ -1396,15 +1396,17 @@ def squared_difference_rule(ctx: LowerCtx, ins, idx, lanes):
     s1, z1 = _sz(ctx, ctx.in_types[0], "input 0")
     s2, z2 = _sz(ctx, ctx.in_types[1], "input 1")
     so, zo = _sz(ctx, ctx.out_types[0], "the output")
-    (m1, e1), (m2, e2), (mo, eo) = ref.squared_difference_params(s1, s2, so)
+    out_dtype = ctx.out_types[0].dtype
+    bits = ref.SQUARED_DIFFERENCE_SHIFTS[out_dtype]
+    (m1, e1), (m2, e2), (mo, eo) = ref.squared_difference_params(s1, s2, so, bits)
     a, b = _int8_operands(ctx, ins, idx, lanes)
 
     def scaled(v, z, m, e):
-        shifted = Bin("*", q.offset(v, -z), const_like(1 << ref.SQUARED_DIFFERENCE_SHIFT, v))
+        shifted = Bin("*", q.offset(v, -z), const_like(1 << bits, v))
         return q.rdbpot(q.srdhm(shifted, m), -e)
     d = Bin("-", scaled(a, z1, m1, e1), scaled(b, z2, m2, e2))
     y = q.offset(q.mbqm(Bin("*", d, d), mo, eo), zo)
-    return narrow(q.clamp(y, -128, 127), "int8")
+    return narrow(q.clamp(y, *ref.INT_RANGE[out_dtype]), out_dtype)
 
 
 # ------------------------------------------------------------ resize bilinear

@@ -45,6 +45,7 @@ INT16_OPS = {
     "tfl.relu": "tfl.relu_int16",
     "tfl.relu6": "tfl.relu6_int16",
     "tfl.abs": "tfl.abs_int16",
+    "tfl.squared_difference": "tfl.squared_difference_int16",
 }
 i8.ACTIVATION_DTYPE.update({op: "int16" for op in INT16_OPS.values()})
 
@@ -184,6 +185,8 @@ register("tfl.sub_int16", infer=i8._binary_infer, pattern=Pattern.BROADCAST)(
     _symmetric_binary(i8.sub))
 register("tfl.mul_int16", infer=i8._binary_infer, pattern=Pattern.BROADCAST)(
     _symmetric_binary(i8.mul))
+register("tfl.squared_difference_int16", infer=i8._binary_infer, pattern=Pattern.BROADCAST)(
+    _symmetric_binary(i8.squared_difference))
 # The int8 pools read their dtype's range: TFLM's int16 pools are the same
 # templates (they do not requantize, so no zero point matters).
 register("tfl.max_pool2d_int16", infer=i8._pool_infer, pattern=Pattern.REDUCE)(i8.max_pool2d)

@@ -646,16 +646,19 @@ def prelu(call: Call, args):
 
 
 SQUARED_DIFFERENCE_SHIFT = 7   # 255^2 << 14 still fits in int32
+# by the output dtype: int16 has no room to shift (TFLM's left_shift 0)
+SQUARED_DIFFERENCE_SHIFTS = {"int8": SQUARED_DIFFERENCE_SHIFT, "int16": 0}
 
 
-def squared_difference_params(s1: float, s2: float, s_out: float):
+def squared_difference_params(s1: float, s2: float, s_out: float,
+                              shift: int = SQUARED_DIFFERENCE_SHIFT):
     """((M1, e1), (M2, e2), (Mo, eo)): the inputs rescaled to a common scale
     as in ADD, the squared difference by twice_max^2 / (2^14 s_out)."""
     twice_max = 2.0 * max(s1, s2)
     q1 = qmath.quantize_multiplier_smaller_than_one(s1 / twice_max)
     q2 = qmath.quantize_multiplier_smaller_than_one(s2 / twice_max)
     qo = qmath.quantize_multiplier(
-        twice_max * twice_max / float(np.float32((1 << 2 * SQUARED_DIFFERENCE_SHIFT) * s_out)))
+        twice_max * twice_max / float(np.float32((1 << 2 * shift) * s_out)))
     return q1, q2, qo
 
 
@@ -665,13 +668,14 @@ def squared_difference(call: Call, args):
     s1, z1 = scale_zp(call.in_types[0], "input 0", node)
     s2, z2 = scale_zp(call.in_types[1], "input 1", node)
     so, zo = scale_zp(call.out_types[0], "the output", node)
-    (m1, e1), (m2, e2), (mo, eo) = squared_difference_params(s1, s2, so)
-    shift = 1 << SQUARED_DIFFERENCE_SHIFT
-    u1 = qmath.mbqm_smaller_than_one((args[0].astype(np.int64) - z1) * shift, m1, e1)
-    u2 = qmath.mbqm_smaller_than_one((args[1].astype(np.int64) - z2) * shift, m2, e2)
+    out_ty = call.out_types[0]
+    bits = SQUARED_DIFFERENCE_SHIFTS[out_ty.dtype]
+    (m1, e1), (m2, e2), (mo, eo) = squared_difference_params(s1, s2, so, bits)
+    u1 = qmath.mbqm_smaller_than_one((args[0].astype(np.int64) - z1) << bits, m1, e1)
+    u2 = qmath.mbqm_smaller_than_one((args[1].astype(np.int64) - z2) << bits, m2, e2)
     d = u1 - u2
-    y = qmath.clamp(qmath.mbqm(d * d, mo, eo) + zo, -128, 127)
-    return [np.broadcast_to(y, call.out_types[0].shape).astype("int8")]
+    y = qmath.clamp(qmath.mbqm(d * d, mo, eo) + zo, *INT_RANGE[out_ty.dtype])
+    return [np.broadcast_to(y, out_ty.shape).astype(out_ty.dtype)]
 
 
 # --------------------------------------------------------------- hard swish

@@ -82,7 +82,7 @@ def _topk(call: Call, args):
 
 # ---- NonMaxSuppression --------------------------------------------------------------------
 
-def nms_per_class(sig_or_call, boxes: TensorType, value) -> int:
+def nms_per_class(boxes: TensorType, value) -> int:
     """Rows each (batch, class) may select: min(max_output_boxes_per_class, boxes)."""
     if value is None:
         return 0        # absent: the spec's default of 0 selects nothing
@@ -104,7 +104,7 @@ def _infer_nms(sig: Sig):
     for i, what in ((3, "iou_threshold"), (4, "score_threshold")):
         if sig.has(i) and (sig.in_types[i].dtype != "float32" or sig.in_types[i].size != 1):
             raise sig.fail(f"{what} must be one float32, got {sig.in_types[i]}")
-    per_class = nms_per_class(sig, boxes, sig.const(2) if sig.has(2) else None)
+    per_class = nms_per_class(boxes, sig.const(2) if sig.has(2) else None)
     return [TensorType((boxes.shape[0] * scores.shape[1] * per_class, 3), "int64")]
 
 
@@ -158,7 +158,7 @@ def nms_select(boxes, scores, per_class: int, iou_threshold, score_threshold,
 @register("NonMaxSuppression", infer=_infer_nms)
 def _nms(call: Call, args):
     boxes, scores = args[0], args[1]
-    per_class = nms_per_class(call, call.in_types[0], args[2] if len(args) > 2 else None)
+    per_class = nms_per_class(call.in_types[0], args[2] if len(args) > 2 else None)
 
     def scalar(i):
         a = args[i] if len(args) > i else None

@@ -192,6 +192,12 @@ case("SQUARED_DIFFERENCE")(lambda: _model("SQUARED_DIFFERENCE", [X(S), X((4, 3),
 case("SQUARED_DIFFERENCE_scales")(lambda: _model(
     "SQUARED_DIFFERENCE", [X(S, scale=0.0003), X(S, scale=0.0002, name="x2")], [Y(S, scale=0.01)]))
 
+case("BATCH_MATMUL")(lambda: _model("BATCH_MATMUL", [X((2, 3, 40)), X((2, 40, 5), name="x2")],
+                                    [Y((2, 3, 5), scale=0.5)]))
+case("BATCH_MATMUL_broadcast_adj")(lambda: _model(
+    "BATCH_MATMUL", [X((2, 1, 4, 3)), X((3, 5, 4), scale=0.0007, name="x2")],
+    [Y((2, 3, 3, 5), scale=0.05)], "BatchMatMulOptions", AdjX=True, AdjY=True))
+
 case("QUANTIZE_from_float32")(lambda: _model("QUANTIZE", [X(S, "float32")], [Y(S, scale=0.0002)]))
 case("QUANTIZE_requantize")(lambda: _model("QUANTIZE", [X(S)], [Y(S, scale=0.0007)]))
 case("QUANTIZE_to_int8")(lambda: _model("QUANTIZE", [X(S)], [Y(S, "int8", 0.3)]))
@@ -398,8 +404,6 @@ NO_TFLM_INT16 = {
 NOT_YET_INT16 = {
     "RSQRT": _unary("RSQRT"),
     "GREATER": _compare("GREATER"),
-    "BATCH_MATMUL": lambda: _model("BATCH_MATMUL", [X((2, 3, 4)), X((2, 4, 5), name="x2")],
-                                   [Y((2, 3, 5), scale=0.05)]),
 }
 
 

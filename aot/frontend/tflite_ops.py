@@ -375,6 +375,9 @@ class TFLMOps:
         if not self._is_int(ins[0]):
             self.emit("MatMul", [a, b], outs)
             return
+        if self.ty(ins[0]).dtype == "int16":   # int64 sums (aot/ops/tflite_int16.py)
+            self.emit("tfl.batch_matmul_int16", [a, b], outs)
+            return
         # int8: the exact int32 sums of (a - zp_a)(b - zp_b), then TFLM's
         # requantization by s_a s_b / s_out (double)
         for t in (ins[0], ins[1], outs[0]):

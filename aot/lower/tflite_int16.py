@@ -48,7 +48,7 @@ class Requant16:
 
     def __init__(self, ctx: LowerCtx, mult, shift):
         self.acc_dtype = "int32" if ref.accumulates_in_int32(ctx) else "int64"
-        self.lo, self.hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
+        self.lo, self.hi = ctx.attrs.get("act_min", -32768), ctx.attrs.get("act_max", 32767)
         if self.acc_dtype == "int32":
             self.rq32 = i8.Requant.make(ctx, mult, shift)
             return
@@ -252,3 +252,32 @@ def abs_int16(ctx: LowerCtx, ins, idx, lanes):
     if rescale is not None:
         value = q.mbqm(value, *rescale)
     return i8.narrow(q.clamp(value, -32768, 32767), "int16")
+
+
+# -------------------------------------------------------------- batch matmul
+
+@kernel_rule("tfl.batch_matmul_int16")
+def batch_matmul_int16(ctx: LowerCtx, ins, emit):
+    """Per output element an int64 dot product along the shared dim, the
+    batch dims broadcast, then the int64 MBQM (a per-tensor Requant16)."""
+    a, b = ins[0], ins[1]
+    out_shape = ctx.out_types[0].shape
+    depth = a.shape[-1]
+    rank = len(out_shape)
+    rq = Requant16(ctx, *ref.batch_matmul_multiplier(ctx))
+    i64 = dt("int64")
+
+    def batch_index(shape, idx):
+        lead = idx[rank - len(shape):rank - 2]
+        return tuple(Const(0) if d == 1 else i for d, i in zip(shape[:-2], lead))
+
+    def at(idx):
+        b_ = q.Block(ctx)
+        acc = b_.let("acc", Const(0, i64))
+        row, col = idx[-2], idx[-1]
+        b_.add(i8.loop(ctx, "k", depth, lambda k: Assign(acc, Bin("+", acc, Cast(i64, Bin(
+            "*", i8.to_i32(a.load(batch_index(a.shape, idx) + (row, k))),
+            i8.to_i32(b.load(batch_index(b.shape, idx) + (k, col)))))))))
+        b_.add(emit(0, idx, rq.apply(b_, acc, Const(0))))
+        return b_.stmt()
+    return i8.nest(ctx, tuple(f"i{d}" for d in range(rank)), out_shape, at)

@@ -26,7 +26,7 @@ from aot.errors import ModelError, UnsupportedError, node_label
 from aot.ir.graph import TensorType
 from aot.ops import qmath
 from aot.ops import tflite_int8 as i8
-from aot.ops.registry import Call, Pattern, Sig, per_weight_row_macs, register
+from aot.ops.registry import Call, Pattern, Sig, inner_dim_macs, per_weight_row_macs, register
 
 INT16_OPS = {
     "tfl.conv2d": "tfl.conv2d_16x8",
@@ -438,3 +438,38 @@ def abs_int16(call: Call, args):
     if rescale is not None:
         value = qmath.mbqm(value, *rescale)
     return [qmath.clamp(value, -32768, 32767).astype(np.int16)]
+
+
+# -------------------------------------------------------------- batch matmul
+
+def _batch_matmul_infer(sig: Sig):
+    a, b = sig.in_types[0], sig.in_types[1]
+    if a.dtype != "int16" or b.dtype != "int16":
+        raise UnsupportedError(f"{node_label(sig.node)}: {a.dtype} x {b.dtype} inputs "
+                               "(this kernel takes int16)")
+    if len(a.shape) < 2 or len(b.shape) < 2 or a.shape[-1] != b.shape[-2]:
+        raise sig.fail(f"shapes {list(a.shape)} and {list(b.shape)} do not multiply")
+    try:
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        raise sig.fail(f"batch dims {list(a.shape[:-2])} and {list(b.shape[:-2])} do not "
+                       "broadcast") from None
+    return [TensorType(tuple(batch) + (a.shape[-2], b.shape[-1]), "int16")]
+
+
+def batch_matmul_multiplier(call_or_ctx) -> tuple[int, int]:
+    """(M, e) of s_a s_b / s_out (double), every zero point 0."""
+    node = call_or_ctx.node
+    s_a = symmetric_scale(call_or_ctx.in_types[0], "input 0", node)
+    s_b = symmetric_scale(call_or_ctx.in_types[1], "input 1", node)
+    s_out = symmetric_scale(call_or_ctx.out_types[0], "the output", node)
+    return qmath.quantize_multiplier(s_a * s_b / s_out)
+
+
+@register("tfl.batch_matmul_int16", infer=_batch_matmul_infer, pattern=Pattern.OPAQUE,
+          macs=inner_dim_macs(0))
+def batch_matmul_int16(call: Call, args):
+    """BatchMatMul<int16_t, int64_t>: exact int64 sums, the int64 MBQM, int16 clamp."""
+    acc = np.matmul(args[0].astype(np.int64), args[1].astype(np.int64))
+    y = qmath.mbqm_int64(acc, *batch_matmul_multiplier(call))
+    return [qmath.clamp(y, -32768, 32767).astype(np.int16)]

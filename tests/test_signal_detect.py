@@ -40,6 +40,9 @@ from aot.targets import get_board
 OPS = ("DFT", "STFT", "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix",
        "TopK", "NonMaxSuppression", "Compress", "NonZero", "Unique", "RoiAlign")
 ON_QEMU = ("STFT", "TopK", "NonMaxSuppression")
+# tests/test_sanitizers.py's flags (importing it needs the shared models)
+SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+            "-fno-omit-frame-pointer", "-g", "-O1", "-Wall", "-Wextra", "-Werror")
 
 
 @functools.lru_cache(maxsize=None)
@@ -377,7 +380,6 @@ def test_kernels_are_clean_under_sanitizers(tmp_path, monkeypatch):
     with ASan and UBSan (any report aborts) and -Wall -Wextra -Werror, on
     inputs that exercise them, matching ONNX Runtime / onnx.reference."""
     from onnx.reference import ReferenceEvaluator
-    from test_sanitizers import SANITIZE, WARNINGS
 
     from aot.api import package
     from aot.deploy import run_package
@@ -397,7 +399,7 @@ def test_kernels_are_clean_under_sanitizers(tmp_path, monkeypatch):
     for name, (model, feeds) in models.items():
         onnx.save(model, tmp_path / f"{name}.onnx")
         info = package(tmp_path / f"{name}.onnx", board="host", codegen="c",
-                       out_dir=tmp_path / name, extra_cflags=(*SANITIZE, *WARNINGS))
+                       out_dir=tmp_path / name, extra_cflags=SANITIZE)
         got = run_package(info.path, get_board("host"), list(feeds.values())).outputs
         if name == "roi":
             feeds["batch"] = np.array([0, 1, 1, 0, 1, 0], np.int64)  # the reference's form

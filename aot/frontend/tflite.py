@@ -878,6 +878,9 @@ class _Builder(VariableOps, TFLMOps):
     def _op_UNIDIRECTIONAL_SEQUENCE_LSTM(self, op, ins, outs):
         if len(ins) < 20:
             raise ModelError(f"{self.op_label}: expects 24 inputs, has {len(ins)}")
+        if self.ty(ins[0]).dtype == "int16":
+            raise UnsupportedError(f"{self.op_label}: int16 activations (tflite-micro's 16x8 "
+                                   "LSTM) are not supported yet")
         ins = list(ins) + [""] * (24 - len(ins))
         o = op.options
         act = _ACTIVATION.get(o.get("FusedActivationFunction", 0), "?")

@@ -255,6 +255,19 @@ case("PADV2")(lambda: _model("PADV2", [X(S), C([[0, 0], [1, 2], [0, 1], [0, 0]],
 case("RESIZE_NEAREST_NEIGHBOR")(lambda: _model(
     "RESIZE_NEAREST_NEIGHBOR", [X((1, 4, 5, 2)), C([7, 9], "int32")], [Z((1, 7, 9, 2))],
     "ResizeNearestNeighborOptions", HalfPixelCenters=True))
+
+
+@case("SHAPE_into_reshape")
+def _shape():
+    m = TFLiteBuilder()
+    x = m.tensor("x", S, I16, scale=[0.0011], zp=[0])
+    shape = m.tensor("shape", (4,), "int32")
+    y = m.tensor("y", S, I16, scale=[0.0011], zp=[0])
+    m.op("SHAPE", [x], [shape], "ShapeOptions", OutType=2)
+    m.op("RESHAPE", [x, shape], [y])
+    return m.build([x], [y])
+
+
 case("CAST_to_int32")(lambda: _model("CAST", [X(S)], [("y", S, "int32", None, {})]))
 case("CAST_to_float32")(lambda: _model("CAST", [X(S)], [("y", S, "float32", None, {})]))
 

@@ -519,3 +519,13 @@ def test_docs_int16_column_matches_the_tests():
             assert col in ("—", "— (not checked)") and not names & set(CASES), (op, col)
     assert set(CASES) <= named
     assert no_kernel == set(NO_TFLM_INT16) and not_yet == set(NOT_YET_INT16)
+
+
+def test_int16_requantization_beyond_tflms_int64_range_is_refused():
+    """A multiplier of 2**7 or more (here s_in s_w / s_out ~ 2**9): tflite-micro's
+    int64 MBQM DCHECKs it; aot refuses it in one line."""
+    data = _model("FULLY_CONNECTED", [X((3, 12), scale=0.5), _weights((5, 12)), _bias(5)],
+                  [Y((3, 5), scale=4e-6)], "FullyConnectedOptions")
+    with pytest.raises(UnsupportedError, match="2\\*\\*7") as e:
+        _ours(data, _inputs(data, 0))
+    assert "\n" not in str(e.value) and "'y'" in str(e.value)

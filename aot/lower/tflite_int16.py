@@ -34,10 +34,7 @@ kernel_rule("tfl.avg_pool2d_int16")(i8.avg_pool2d)
 def reduced_multipliers(mult, shift) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(M16, rounding term, total right shift) of the int64 MBQM per channel."""
     mult = np.asarray(mult, np.int64).reshape(-1)
-    total = 15 - np.asarray(shift, np.int64).reshape(-1)
-    if total.min() < 1:
-        raise ValueError(f"int64 requantization with left shift {15 - total.min()} "
-                         "(tflite-micro allows at most 7)")
+    total = 15 - np.asarray(shift, np.int64).reshape(-1)   # >= 8: check_int64_shift
     m16 = np.where(mult < 0x7FFF0000, (mult + (1 << 15)) >> 16, 0x7FFF)
     return m16.astype(np.int32), (np.int64(1) << (total - 1)), total.astype(np.int32)
 
@@ -52,10 +49,8 @@ class Requant16:
         if self.acc_dtype == "int32":
             self.rq32 = i8.Requant.make(ctx, mult, shift)
             return
-        try:
-            m16, rounding, total = reduced_multipliers(mult, shift)
-        except ValueError as e:
-            raise ctx.unsupported(str(e)) from None
+        ref.check_int64_shift(ctx.node, shift)
+        m16, rounding, total = reduced_multipliers(mult, shift)
         self.m16 = i8.table(ctx, "multiplier", m16)
         self.rounding = i8.table(ctx, "rounding", rounding)
         self.total = i8.table(ctx, "right_shift", total)

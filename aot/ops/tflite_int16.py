@@ -108,12 +108,22 @@ def accumulates_in_int32(call_or_ctx) -> bool:
     return bias is not None and bias.dtype == "int32"
 
 
+def check_int64_shift(node, shift) -> None:
+    """The int64 MBQM shifts right by 15 - e: TFLM allows e up to 7 (a
+    multiplier below 2**7); a larger one is refused, not computed."""
+    if np.max(shift) > 7:
+        raise UnsupportedError(f"{node_label(node)}: requantization multiplier of "
+                               f"2**{int(np.max(shift)) - 1} or more (tflite-micro's int64 "
+                               "MultiplyByQuantizedMultiplier takes below 2**7)")
+
+
 def requantize16(call: Call, acc: np.ndarray, mult, shift) -> np.ndarray:
     """The 16x8 epilogue: clamp(MBQM(acc, M, e)) into the activation range, by
     the int64 MBQM, or the int32 one on the wrapped sum (int32 bias)."""
     if accumulates_in_int32(call):
         y = qmath.mbqm(qmath.wrap_int32(acc), mult, shift)
     else:
+        check_int64_shift(call.node, shift)
         y = qmath.mbqm_int64(acc, mult, shift)
     return qmath.clamp(y, call.attrs["act_min"], call.attrs["act_max"]).astype(np.int16)
 
@@ -471,5 +481,7 @@ def batch_matmul_multiplier(call_or_ctx) -> tuple[int, int]:
 def batch_matmul_int16(call: Call, args):
     """BatchMatMul<int16_t, int64_t>: exact int64 sums, the int64 MBQM, int16 clamp."""
     acc = np.matmul(args[0].astype(np.int64), args[1].astype(np.int64))
-    y = qmath.mbqm_int64(acc, *batch_matmul_multiplier(call))
+    mult, shift = batch_matmul_multiplier(call)
+    check_int64_shift(call.node, shift)
+    y = qmath.mbqm_int64(acc, mult, shift)
     return [qmath.clamp(y, -32768, 32767).astype(np.int16)]

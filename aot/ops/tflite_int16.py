@@ -6,10 +6,14 @@ int64 MultiplyByQuantizedMultiplier (TFLITE_INT8.md §2, `qmath.mbqm_int64`:
 one rounding, a 16-bit multiplier), with no input or output offset. With an
 int32 bias tflite-micro runs the same template on int32: the sum wraps in
 int32 and the int32 MBQM (double rounding) requantizes it; without a bias,
-int64 (both checked against it: they differ in 5-14% of outputs). ADD,
-SUB and MUL on int16 are the int8 kernels' arithmetic (ADD's left shift is
-15 instead of 20: `ADD_LEFT_SHIFT`), registered under their own names so a
-graph says which kernel runs.
+int64 (both checked against it: they differ in 5-14% of outputs).
+BATCH_MATMUL sums in int64 too. MEAN and SUM scale by one multiplier
+s_in / (count s_out); SOFTMAX interpolates TFLM's exp and 1/(1+x) tables;
+LOGISTIC and TANH interpolate the sigmoid table of §11 after their own
+input scaling. ADD, SUB, MUL, SQUARED_DIFFERENCE, LEAKY_RELU and the pools
+are the int8 kernels' arithmetic on int16's range (ADD's left shift is 15
+instead of 20, SQUARED_DIFFERENCE's 0 instead of 7), registered under their
+own names so a graph says which kernel runs.
 
 TFLite quantizes int16 activations symmetrically: every int16 tensor these
 ops read or write has zero point 0 (tflite-micro refuses others).
@@ -73,9 +77,14 @@ def _int64_bias(sig: Sig) -> None:
                                "activations (tflite-micro's int16 depthwise reads int64)")
 
 
-def _with_checks(infer, *checks):
+def _infer16(infer, *checks):
+    """Type inference of an int16 op: its int16 inputs at zero point 0 (the
+    output's is checked where the kernel reads it), the op's own checks,
+    then `infer`."""
     def checked(sig: Sig):
-        _weights_int8(sig)
+        for k, ty in enumerate(sig.in_types):
+            if ty is not None and ty.dtype == "int16" and ty.quant is not None:
+                symmetric_scale(ty, f"input {k}", sig.node)
         for check in checks:
             check(sig)
         return infer(sig)
@@ -132,7 +141,7 @@ def _plus_bias(acc: np.ndarray, bias) -> np.ndarray:
     return acc if bias is None else acc + bias.astype(np.int64)
 
 
-@register("tfl.conv2d_16x8", infer=_with_checks(i8._conv_infer),
+@register("tfl.conv2d_16x8", infer=_infer16(i8._conv_infer, _weights_int8),
           pattern=Pattern.OUT_ELEMWISE_FUSABLE, macs=per_weight_row_macs(1))
 def conv2d_16x8(call: Call, args):
     x, w, bias = args[0], args[1], args[2] if len(args) > 2 else None
@@ -141,7 +150,7 @@ def conv2d_16x8(call: Call, args):
     return [requantize16(call, acc, *conv_multipliers(call, cout))]
 
 
-@register("tfl.depthwise_conv2d_16x8", infer=_with_checks(i8._dw_infer, _int64_bias),
+@register("tfl.depthwise_conv2d_16x8", infer=_infer16(i8._dw_infer, _weights_int8, _int64_bias),
           pattern=Pattern.OUT_ELEMWISE_FUSABLE, macs=i8._dw_macs)
 def depthwise_conv2d_16x8(call: Call, args):
     x, w, bias = args[0], args[1], args[2] if len(args) > 2 else None
@@ -158,7 +167,7 @@ def fc_weights(call_or_ctx, w: np.ndarray) -> np.ndarray:
     return w - int(wq.zero_point[0]) if len(wq.scale) == 1 else w
 
 
-@register("tfl.fully_connected_16x8", infer=_with_checks(i8._fc_infer),
+@register("tfl.fully_connected_16x8", infer=_infer16(i8._fc_infer, _weights_int8),
           pattern=Pattern.OUT_ELEMWISE_FUSABLE, macs=i8._fc_macs)
 def fully_connected_16x8(call: Call, args):
     x, w, bias = args[0], args[1], args[2] if len(args) > 2 else None
@@ -189,13 +198,14 @@ def _symmetric_binary(ref):
     return run
 
 
-register("tfl.add_int16", infer=i8._binary_infer, pattern=Pattern.BROADCAST)(
+register("tfl.add_int16", infer=_infer16(i8._binary_infer), pattern=Pattern.BROADCAST)(
     _symmetric_binary(i8.add))
-register("tfl.sub_int16", infer=i8._binary_infer, pattern=Pattern.BROADCAST)(
+register("tfl.sub_int16", infer=_infer16(i8._binary_infer), pattern=Pattern.BROADCAST)(
     _symmetric_binary(i8.sub))
-register("tfl.mul_int16", infer=i8._binary_infer, pattern=Pattern.BROADCAST)(
+register("tfl.mul_int16", infer=_infer16(i8._binary_infer), pattern=Pattern.BROADCAST)(
     _symmetric_binary(i8.mul))
-register("tfl.squared_difference_int16", infer=i8._binary_infer, pattern=Pattern.BROADCAST)(
+register("tfl.squared_difference_int16", infer=_infer16(i8._binary_infer),
+         pattern=Pattern.BROADCAST)(
     _symmetric_binary(i8.squared_difference))
 # The int8 pools read their dtype's range: TFLM's int16 pools are the same
 # templates (they do not requantize, so no zero point matters).
@@ -216,7 +226,7 @@ def mean_multiplier(call_or_ctx, count: int) -> tuple[int, int]:
     return qmath.quantize_multiplier(s_in / (count * s_out))
 
 
-@register("tfl.mean_int16", infer=i8._mean_infer, pattern=Pattern.REDUCE)
+@register("tfl.mean_int16", infer=_infer16(i8._mean_infer), pattern=Pattern.REDUCE)
 def mean_int16(call: Call, args):
     """clamp(MBQM(sum, s_in / (count s_out))) (checked against tflite-micro on
     one and two axes, with and without requantization)."""
@@ -311,7 +321,7 @@ def check_softmax_output(call_or_ctx) -> None:
                          "(tflite-micro requires 1/32768)")
 
 
-@register("tfl.softmax_int16", infer=_softmax_infer, pattern=Pattern.REDUCE)
+@register("tfl.softmax_int16", infer=_infer16(_softmax_infer), pattern=Pattern.REDUCE)
 def softmax_int16(call: Call, args):
     """SoftmaxInt16: exps from the table, their sum's reciprocal from the
     other, each exp scaled by it in Q0.15."""
@@ -377,14 +387,14 @@ def _unary_infer(sig: Sig):
     return [i8._out_type(sig, sig.in_types[0].shape)]
 
 
-@register("tfl.logistic_int16", infer=_unary_infer, pattern=Pattern.OPAQUE)
+@register("tfl.logistic_int16", infer=_infer16(_unary_infer), pattern=Pattern.OPAQUE)
 def logistic_int16(call: Call, args):
     """reference_integer_ops::Logistic on int16: the sigmoid table interpolated."""
     v = scale_activation_input(args[0], *activation_input_scaling(call))
     return [qmath.sigmoid16_scaled(v).astype(np.int16)]
 
 
-@register("tfl.tanh_int16", infer=_unary_infer, pattern=Pattern.OPAQUE)
+@register("tfl.tanh_int16", infer=_infer16(_unary_infer), pattern=Pattern.OPAQUE)
 def tanh_int16(call: Call, args):
     """reference_integer_ops::Tanh on int16: tanh(x) = 2 sigmoid(2x) - 1 from the table."""
     v = scale_activation_input(args[0], *activation_input_scaling(call))
@@ -412,17 +422,17 @@ def relu6_top(call_or_ctx) -> int:
 
 
 # LEAKY_RELU: the int8 kernel, which clamps to its output dtype's range
-register("tfl.leaky_relu_int16", infer=_unary_infer, pattern=Pattern.ELEMWISE)(
+register("tfl.leaky_relu_int16", infer=_infer16(_unary_infer), pattern=Pattern.ELEMWISE)(
     _symmetric_unary(i8.leaky_relu))
 
 
-@register("tfl.relu_int16", infer=_unary_infer, pattern=Pattern.ELEMWISE)
+@register("tfl.relu_int16", infer=_infer16(_unary_infer), pattern=Pattern.ELEMWISE)
 def relu_int16(call: Call, args):
     """ReluQuantized<int16_t>: clamp(MBQM(x, s_in/s_out), 0, 32767)."""
     return [qmath.clamp(qmath.mbqm(args[0], *relu_params(call)), 0, 32767).astype(np.int16)]
 
 
-@register("tfl.relu6_int16", infer=_unary_infer, pattern=Pattern.ELEMWISE)
+@register("tfl.relu6_int16", infer=_infer16(_unary_infer), pattern=Pattern.ELEMWISE)
 def relu6_int16(call: Call, args):
     """Relu6Quantized<int16_t>: the raw value clamped to [0, six]."""
     return [qmath.clamp(args[0], 0, relu6_top(call)).astype(np.int16)]
@@ -441,7 +451,7 @@ def abs_rescale(call_or_ctx) -> tuple[int, int] | None:
     return qmath.quantize_multiplier(s_in / s_out)
 
 
-@register("tfl.abs_int16", infer=_unary_infer, pattern=Pattern.ELEMWISE)
+@register("tfl.abs_int16", infer=_infer16(_unary_infer), pattern=Pattern.ELEMWISE)
 def abs_int16(call: Call, args):
     value = np.abs(args[0].astype(np.int64))
     rescale = abs_rescale(call)
@@ -476,7 +486,7 @@ def batch_matmul_multiplier(call_or_ctx) -> tuple[int, int]:
     return qmath.quantize_multiplier(s_a * s_b / s_out)
 
 
-@register("tfl.batch_matmul_int16", infer=_batch_matmul_infer, pattern=Pattern.OPAQUE,
+@register("tfl.batch_matmul_int16", infer=_infer16(_batch_matmul_infer), pattern=Pattern.OPAQUE,
           macs=inner_dim_macs(0))
 def batch_matmul_int16(call: Call, args):
     """BatchMatMul<int16_t, int64_t>: exact int64 sums, the int64 MBQM, int16 clamp."""

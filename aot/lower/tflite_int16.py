@@ -1,12 +1,17 @@
 """Compute rules for the int16-activation kernels (aot/ops/tflite_int16.py).
 
 The 16x8 convolutions run the int8 loop nest (conv_nest) with an int64
-accumulator row and the int64 bias; FC is a dot product per output in
-int64. Their epilogue is the int64 MultiplyByQuantizedMultiplier: the 31-bit
-multiplier reduced to 16 bits at compile time, then one rounding shift
-(`(acc * M16 + 2**(s-1)) >> s`, s = 15 - e), exactly `qmath.mbqm_int64`.
-int16 ADD, SUB and MUL are the int8 value rules, which read the output
-dtype (ADD's left shift 15).
+accumulator row and the int64 bias; FC and BATCH_MATMUL are a dot product
+per output in int64. Their epilogue is the int64
+MultiplyByQuantizedMultiplier: the 31-bit multiplier reduced to 16 bits at
+compile time, then one rounding shift (`(acc * M16 + 2**(s-1)) >> s`,
+s = 15 - e), exactly `qmath.mbqm_int64`; with an int32 bias, TFLM's int32
+accumulator and the int8 kernels' requantization instead (Requant16).
+SOFTMAX looks its two tables up per element (bases and slopes as PARAM
+arrays), LOGISTIC and TANH interpolate the LSTM's sigmoid table: scalar
+loops, as table loads do not vectorize. ADD, SUB, MUL, SQUARED_DIFFERENCE,
+LEAKY_RELU and the pools are the int8 rules, which read the output dtype.
+All loops are scalar: the int8 vector tiles take int8 inputs.
 """
 from __future__ import annotations
 
@@ -255,9 +260,9 @@ def abs_int16(ctx: LowerCtx, ins, idx, lanes):
 def batch_matmul_int16(ctx: LowerCtx, ins, emit):
     """Per output element an int64 dot product along the shared dim, the
     batch dims broadcast, then the int64 MBQM (a per-tensor Requant16)."""
-    a, b = ins[0], ins[1]
+    lhs, rhs = ins[0], ins[1]
     out_shape = ctx.out_types[0].shape
-    depth = a.shape[-1]
+    depth = lhs.shape[-1]
     rank = len(out_shape)
     rq = Requant16(ctx, *ref.batch_matmul_multiplier(ctx))
     i64 = dt("int64")
@@ -267,12 +272,12 @@ def batch_matmul_int16(ctx: LowerCtx, ins, emit):
         return tuple(Const(0) if d == 1 else i for d, i in zip(shape[:-2], lead))
 
     def at(idx):
-        b_ = q.Block(ctx)
-        acc = b_.let("acc", Const(0, i64))
+        b = q.Block(ctx)
+        acc = b.let("acc", Const(0, i64))
         row, col = idx[-2], idx[-1]
-        b_.add(i8.loop(ctx, "k", depth, lambda k: Assign(acc, Bin("+", acc, Cast(i64, Bin(
-            "*", i8.to_i32(a.load(batch_index(a.shape, idx) + (row, k))),
-            i8.to_i32(b.load(batch_index(b.shape, idx) + (k, col)))))))))
-        b_.add(emit(0, idx, rq.apply(b_, acc, Const(0))))
-        return b_.stmt()
+        b.add(i8.loop(ctx, "k", depth, lambda k: Assign(acc, Bin("+", acc, Cast(i64, Bin(
+            "*", i8.to_i32(lhs.load(batch_index(lhs.shape, idx) + (row, k))),
+            i8.to_i32(rhs.load(batch_index(rhs.shape, idx) + (k, col)))))))))
+        b.add(emit(0, idx, rq.apply(b, acc, Const(0))))
+        return b.stmt()
     return i8.nest(ctx, tuple(f"i{d}" for d in range(rank)), out_shape, at)

@@ -140,8 +140,8 @@ class _Lut:
         self.base = ctx.param(f"{name}_base", base.astype(np.int16))
         self.slope = ctx.param(f"{name}_slope", slope.astype(np.int16))
 
-    def __call__(self, b: q.Block, v: Expr) -> Var:
-        """v: an int32 already within int16's range."""
+    def __call__(self, b: q.Block, v: Var) -> Var:
+        """v: an int32 local already within int16's range (read twice)."""
         index = b.let("index", Bin("+", Bin(">>", v, Const(7)), Const(256)))
         delta = Bin(">>", Bin("+", Bin("*", i8.to_i32(Load(self.slope, index)),
                                        Bin("&", v, Const(0x7F))), Const(64)), Const(7))
@@ -177,9 +177,11 @@ def softmax_int16(ctx: LowerCtx, ins, emit):
         b.add(i8.loop(ctx, "i", depth, exp_of))
         clz, normalized = i8.count_leading_zeros(b, total)
         # (sum << (clz - 1)) rounded to Q1.15 (over [1, 2)), then x = sum - 1 centred
-        shifted = q.i32(Bin(">>", Bin("+", Bin(">>", normalized, Const(1, i64)),
-                                      Const(1 << 13, i64)), Const(14, i64)))
-        recip = recip_lut(b, q.clamp(q.offset(shifted, -(1 << 15) - (1 << 16)), -32768, 32767))
+        shifted = b.let("sum_q15", q.i32(Bin(">>", Bin("+", Bin(">>", normalized, Const(1, i64)),
+                                                       Const(1 << 13, i64)), Const(14, i64))))
+        centred = b.let("sum_minus_one", q.clamp(q.offset(shifted, -(1 << 15) - (1 << 16)),
+                                                 -32768, 32767))
+        recip = recip_lut(b, centred)
         right = b.let("right_shift", Bin("-", Const(31), clz))
         rounding = b.let("rounding", Bin("<<", Const(1, i64), q.i64(Bin("-", right, Const(1)))))
 

@@ -196,7 +196,7 @@ def _needs_constant(model, error: AotError, inputs: dict, frozen=()) -> str | No
                 if direct is not None and not nested:
                     return direct
                 # computed from graph inputs (an expanded function's shape
-                # arithmetic): the integer inputs it is computed from
+                # arithmetic): the shape arguments it is computed from
                 return _integer_sources(model, names, inputs, frozen)
     m = re.match(r"input '(.+?)': dimension \d+ is 0", msg)  # an empty shape argument
     if m and m.group(1) in inputs and inputs[m.group(1)].dtype.kind in "iu":
@@ -205,8 +205,9 @@ def _needs_constant(model, error: AotError, inputs: dict, frozen=()) -> str | No
 
 
 def _integer_sources(model, names: list[str], inputs: dict, frozen) -> str | None:
-    """The first integer graph input, not bound yet, that the named tensors
-    are computed from (through the top-level graph's nodes)."""
+    """The first integer or scalar graph input (a shape argument: Range's
+    limits may be floats), not bound yet, that the named tensors are
+    computed from (through the top-level graph's nodes)."""
     producer = {out: node for node in model.graph.node for out in node.output}
     seen, todo = set(), list(names)
     while todo:
@@ -215,7 +216,7 @@ def _integer_sources(model, names: list[str], inputs: dict, frozen) -> str | Non
             seen.add(name)
             todo += producer[name].input if name in producer else []
     return next((n for n in inputs if n in seen and n not in frozen
-                 and inputs[n].dtype.kind in "iu"), None)
+                 and (inputs[n].dtype.kind in "iu" or inputs[n].size == 1)), None)
 
 
 def _run(model, name: str, inputs: dict, outputs: dict) -> str | None:

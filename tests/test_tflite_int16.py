@@ -91,6 +91,14 @@ case("CONV_2D_dilated_no_bias")(lambda: _conv(1, 1, dilation=2, bias=None))
 case("CONV_2D_per_tensor_relu6")(lambda: _conv(0, 2, act=3, per_channel=False))
 # an int32 bias: tflite-micro sums in int32 and requantizes with the int32 MBQM
 case("CONV_2D_int32_bias")(lambda: _conv(0, 1, bias="int32"))
+# sums beyond int32 (bias ~2**37): the int64 accumulator (the others fit int32)
+case("CONV_2D_int64_sums")(lambda: _model(
+    "CONV_2D", [X((1, 5, 5, 3)), _weights((4, 3, 3, 3), 0), _bias(4, spread=1 << 37)],
+    [Y((1, 5, 5, 4), scale=40.0)], "Conv2DOptions", Padding=0, StrideH=1, StrideW=1))
+case("DEPTHWISE_CONV_2D_int64_sums")(lambda: _model(
+    "DEPTHWISE_CONV_2D", [X((1, 5, 5, 3)), _weights((1, 3, 3, 3), 3), _bias(3, spread=1 << 37)],
+    [Y((1, 5, 5, 3), scale=40.0)], "DepthwiseConv2DOptions", Padding=0, StrideH=1, StrideW=1,
+    DepthMultiplier=1))
 
 
 def _dwconv(multiplier, padding, stride, act=0, bias="int64"):

@@ -44,14 +44,25 @@ def reduced_multipliers(mult, shift) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return m16.astype(np.int32), (np.int64(1) << (total - 1)), total.astype(np.int32)
 
 
+def sums_fit_int32(weights: np.ndarray, bias: np.ndarray) -> bool:
+    """Whether every partial sum bias[c] + Σ w[c] x of int16 inputs stays in
+    int32: then an int32 accumulator holds TFLM's int64 sum exactly (the
+    int64 MBQM still scales it), and 32-bit MACs do the work."""
+    rows = np.abs(weights.reshape(weights.shape[0], -1)).sum(axis=1)
+    return bool(np.max(rows * 32768 + np.abs(bias)) <= ref_q.INT32_MAX)
+
+
 class Requant16:
     """The 16x8 epilogue of one kernel, per channel (or per tensor, folded):
-    the int64 MBQM, or with an int32 bias the int32 one on the int32 sum."""
+    the int64 MBQM, or with an int32 bias the int32 one on the wrapped sum.
+    exact32: the int64 sums provably fit int32 (sums_fit_int32), so the
+    accumulator is int32 and only the epilogue widens."""
 
-    def __init__(self, ctx: LowerCtx, mult, shift):
-        self.acc_dtype = "int32" if ref.accumulates_in_int32(ctx) else "int64"
+    def __init__(self, ctx: LowerCtx, mult, shift, exact32: bool = False):
+        self.wrapping32 = ref.accumulates_in_int32(ctx)
+        self.acc_dtype = "int32" if self.wrapping32 or exact32 else "int64"
         self.lo, self.hi = ctx.attrs.get("act_min", -32768), ctx.attrs.get("act_max", 32767)
-        if self.acc_dtype == "int32":
+        if self.wrapping32:
             self.rq32 = i8.Requant.make(ctx, mult, shift)
             return
         ref.check_int64_shift(ctx.node, shift)
@@ -68,24 +79,24 @@ class Requant16:
 
     def apply(self, b: q.Block, acc: Expr, channel: Expr) -> Expr:
         """The int16 output value of this channel's accumulator."""
-        if self.acc_dtype == "int32":
+        if self.wrapping32:
             y = self.rq32.apply(b, acc, channel)
         else:
             i64 = dt("int64")
-            scaled = b.let("scaled", Bin("+", Bin("*", acc, Cast(i64, self.m16(channel))),
+            scaled = b.let("scaled", Bin("+", Bin("*", q.i64(acc), Cast(i64, self.m16(channel))),
                                          self.rounding(channel)))
             y = q.i32(Bin(">>", scaled, Cast(i64, self.total(channel))))
         return Cast(dt("int16"), q.clamp(y, self.lo, self.hi))
 
 
 def _conv16(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: i8.ConvGeom):
-    rq = Requant16(ctx, *ref.conv_multipliers(ctx, g.cout))
+    bias = i8.bias_values(ctx, ins, 2, g.cout)
+    rq = Requant16(ctx, *ref.conv_multipliers(ctx, g.cout), sums_fit_int32(weights, bias))
 
     def finish(idx, acc):
         b = q.Block(ctx)
         b.add(emit(0, idx, rq.apply(b, acc, idx[3])))
         return b.stmt()
-    bias = i8.bias_values(ctx, ins, 2, g.cout)
     return i8.conv_nest(ctx, g, ins[0].load, 0, weights, bias, finish, acc_dtype=rq.acc_dtype)
 
 
@@ -112,17 +123,21 @@ def fully_connected_16x8(ctx: LowerCtx, ins, emit):
     x = ins[0]
     w = ref.fc_weights(ctx, i8.const_input(ctx, ins[1], "weight"))
     units, depth = w.shape
-    rq = Requant16(ctx, *ref.fc_multipliers(ctx))
-    start = i8.table(ctx, "bias", rq.bias(i8.bias_values(ctx, ins, 2, units)))
+    bias = i8.bias_values(ctx, ins, 2, units)
+    rq = Requant16(ctx, *ref.fc_multipliers(ctx), sums_fit_int32(w, bias))
+    start = i8.table(ctx, "bias", rq.bias(bias))
     weights = ctx.param("weights", i8.weight_dtype(w))
 
     def row(out_lead, x_at):
         def unit(o):
             b = q.Block(ctx)
             acc = b.let("acc", start(o))
-            b.add(i8.loop(ctx, "d", depth, lambda d: Assign(acc, Bin("+", acc, Cast(
-                dt(rq.acc_dtype), Bin("*", i8.to_i32(x_at(d)),
-                                      i8.to_i32(Load(weights, add(mul(o, Const(depth)), d)))))))))
+            def mac(d):
+                prod = Bin("*", i8.to_i32(x_at(d)),
+                           i8.to_i32(Load(weights, add(mul(o, Const(depth)), d))))
+                return Assign(acc, Bin("+", acc, q.i64(prod) if rq.acc_dtype == "int64"
+                                       else prod))
+            b.add(i8.loop(ctx, "d", depth, mac))
             b.add(emit(0, out_lead + (o,), rq.apply(b, acc, o)))
             return b.stmt()
         return i8.loop(ctx, "o", units, unit)

@@ -143,6 +143,8 @@ class TFLMOps:
         self.emit("LogSoftmax", ins[:1], outs, axis=-1)
 
     def _op_RSQRT(self, op, ins, outs):
+        if self._int16_unary(ins, outs, "tfl.rsqrt_int16"):
+            return
         if self._int8_unary(ins, outs, "tfl.rsqrt"):
             return
         self._float_only(ins)

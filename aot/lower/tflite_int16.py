@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from aot.ir.tir import Assign, Bin, Cast, Const, Expr, Load, Store, Unary, Var, add, dt, mul
+from aot.ir.tir import (Assign, Bin, Cast, Const, Expr, Load, Select, Store, Unary, Var, add,
+                        dt, mul)
 from aot.lower import qmath as q
 from aot.lower import tflite_int8 as i8
 from aot.lower.elementwise import broadcast_load
@@ -298,3 +299,29 @@ def batch_matmul_int16(ctx: LowerCtx, ins, emit):
         b.add(emit(0, idx, rq.apply(b, acc, Const(0))))
         return b.stmt()
     return i8.nest(ctx, tuple(f"i{d}" for d in range(rank)), out_shape, at)
+
+
+# -------------------------------------------------------------------- rsqrt
+
+@kernel_rule("tfl.rsqrt_int16")
+def rsqrt_int16(ctx: LowerCtx, ins, emit):
+    """Per element GetInvSqrtQuantizedMultiplierExp at run time (the
+    L2_NORMALIZATION kernel's Newton-Raphson), applied to 1 with 20 extra
+    bits, then the output rescale; x <= 0 gives 32767."""
+    x = ins[0]
+    m_out, e_out = ref.rsqrt_output_multiplier(ctx)
+    shape = ctx.out_types[0].shape
+    extra = ref.RSQRT_SHIFT
+
+    def at(idx):
+        b = q.Block(ctx)
+        v = b.let("x", i8.to_i32(x.load(idx)))
+        mult, exp = i8.inv_sqrt_block(b, v)
+        total = b.let("total_shift", Bin("+", exp, Const(extra)))
+        data = q.mbqm_block(b, Const(1), mult, left=Bin("max", total, Const(0)),
+                            right=Bin("max", Bin("-", Const(0), total), Const(0)), name="data")
+        y = q.clamp(q.mbqm_block(b, b.let("inverse_root", data), m_out, e_out - extra),
+                    -32768, 32767)
+        b.add(emit(0, idx, Cast(dt("int16"), Select(Bin(">", v, Const(0)), y, Const(32767)))))
+        return b.stmt()
+    return i8.nest(ctx, tuple(f"i{d}" for d in range(len(shape))), shape, at)

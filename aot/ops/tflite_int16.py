@@ -50,6 +50,7 @@ INT16_OPS = {
     "tfl.relu6": "tfl.relu6_int16",
     "tfl.abs": "tfl.abs_int16",
     "tfl.squared_difference": "tfl.squared_difference_int16",
+    "tfl.rsqrt": "tfl.rsqrt_int16",
 }
 i8.ACTIVATION_DTYPE.update({op: "int16" for op in INT16_OPS.values()})
 
@@ -495,3 +496,32 @@ def batch_matmul_int16(call: Call, args):
     check_int64_shift(call.node, shift)
     y = qmath.mbqm_int64(acc, mult, shift)
     return [qmath.clamp(y, -32768, 32767).astype(np.int16)]
+
+
+# -------------------------------------------------------------------- rsqrt
+
+RSQRT_SHIFT = 20   # RsqrtEvalQuantized's extra bits on 1/sqrt(x) ("kShift")
+
+
+def rsqrt_output_multiplier(call_or_ctx) -> tuple[int, int]:
+    """(M, e) of 1 / (sqrt(s_in) s_out), the scales as float32 (the int8 kernel's)."""
+    node = call_or_ctx.node
+    s_in = symmetric_scale(call_or_ctx.in_types[0], "the input", node)
+    s_out = symmetric_scale(call_or_ctx.out_types[0], "the output", node)
+    return qmath.quantize_multiplier(1.0 / (np.sqrt(float(np.float32(s_in)))
+                                            * float(np.float32(s_out))))
+
+
+@register("tfl.rsqrt_int16", infer=_infer16(_unary_infer), pattern=Pattern.OPAQUE)
+def rsqrt_int16(call: Call, args):
+    """RsqrtEvalQuantized<int16_t>: 1/sqrt(x) as GetInvSqrtQuantizedMultiplierExp's
+    multiplier applied to 1 with 20 extra bits, rescaled by 1/(sqrt(s_in) s_out).
+    TFLM fails the invoke on x < 0; aot gives 32767 there, as for x = 0."""
+    m_out, e_out = rsqrt_output_multiplier(call)
+    x = args[0].astype(np.int64)
+    out = np.full(x.shape, 32767, np.int64)
+    for v in np.unique(x[x > 0]):
+        m, e = i8.inv_sqrt_multiplier(int(v))
+        data = qmath.mbqm(1, m, e + RSQRT_SHIFT)
+        out[x == v] = qmath.clamp(qmath.mbqm(data, m_out, e_out - RSQRT_SHIFT), -32768, 32767)
+    return [out.astype(np.int16)]

@@ -548,3 +548,13 @@ def test_int16_requantization_beyond_tflms_int64_range_is_refused():
     with pytest.raises(UnsupportedError, match="2\\*\\*7") as e:
         _ours(data, _inputs(data, 0))
     assert "\n" not in str(e.value) and "'y'" in str(e.value)
+
+
+def test_int16_rsqrt_across_the_input_range_against_tflm():
+    """RSQRT over 0..599 and every 7th input beyond (its Newton-Raphson's
+    normalisation steps change with the input's magnitude)."""
+    values = np.concatenate([np.arange(600), np.arange(600, 32768, 7)])
+    values = np.pad(values, (0, -values.size % 512)).reshape(-1, 512)   # TFLM's arena: 512 a run
+    data = _model("RSQRT", [X((512,), scale=0.0007)], [Y((512,), scale=0.003)])
+    for row in values.astype(np.int16):
+        np.testing.assert_array_equal(_ours(data, [row])[0], _tflm(data, [row])[0])

@@ -558,3 +558,18 @@ def test_int16_rsqrt_across_the_input_range_against_tflm():
     data = _model("RSQRT", [X((512,), scale=0.0007)], [Y((512,), scale=0.003)])
     for row in values.astype(np.int16):
         np.testing.assert_array_equal(_ours(data, [row])[0], _tflm(data, [row])[0])
+
+
+@pytest.mark.parametrize("op, scale", [("LOGISTIC", 2.0 ** -12), ("LOGISTIC", 0.0011),
+                                       ("TANH", 2.0 ** -11), ("TANH", 0.00004)])
+def test_int16_logistic_tanh_every_input_against_tflm(op, scale):
+    """All 65,536 int16 inputs, in runs of 512 (tflite-micro's Python arena)."""
+    from tflite_micro.python.tflite_micro import runtime
+    data = _model(op, [X((512,), scale=scale)], [Y((512,), scale=1 / 32768)])
+    g = _graph(data)
+    interp = runtime.Interpreter.from_bytes(data)
+    for row in np.arange(-32768, 32768).astype(np.int16).reshape(-1, 512):
+        interp.set_input(row, 0)
+        interp.invoke()
+        ours = aot.interpret(g, {g.inputs[0]: row})[g.outputs[0]]
+        np.testing.assert_array_equal(ours, np.array(interp.get_output(0)))

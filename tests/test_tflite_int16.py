@@ -143,6 +143,9 @@ for _op, _s in (("ADD", 0.0023), ("SUB", 0.0023), ("MUL", 0.02)):
     case(f"{_op}_broadcast_relu")(lambda op=_op: _model(
         op, [X(S, scale=0.002), X((4, 3), scale=0.0031, name="x2")], [Y(S, scale=0.003)],
         f"{op.title()}Options", FusedActivationFunction=1))
+# power-of-two scales: LiteRT's int16 ADD would take its "pot" path; TFLM does not
+case("ADD_power_of_two_scales")(lambda: _model(
+    "ADD", [X(S, scale=2.0 ** -10), X(S, scale=2.0 ** -11, name="x2")], [Y(S, scale=2.0 ** -9)]))
 case("ADD_same_scales")(lambda: _model("ADD", [X(S), X(S, name="x2")], [Y(S, scale=0.0011)]))
 
 for _scale, _beta, _depth in ((0.0011, 1.0, 7), (0.0002, 1.0, 33), (0.02, 0.5, 5)):

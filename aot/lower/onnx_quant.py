@@ -304,10 +304,11 @@ def dynamic_quantize_linear(ctx: LowerCtx, ins, emit):
 
 # ------------------------------------------- com.microsoft QOperator ops
 # The arithmetic of aot/ops/onnx_quant.py (ONNX Runtime's MLAS x86 kernels):
-# float32 steps in the same order, rounding half to even, saturation. A C
-# compiler told -ffp-contract=fast (the targets' flags) may fuse a multiply
-# and an add, which can move a value sitting exactly on a rounding tie by
-# one step.
+# float32 steps in the same order, rounding half to even, saturation. The
+# targets build with -ffp-contract=fast, so each multiply-add is spelled out:
+# fmaf where the reference fuses (QLinearAdd, as MLAS's AVX2 kernel does),
+# a product that contraction cannot change where it rounds first
+# (rounded_product): the package computes the reference bit for bit.
 
 def _scalar_qparams(ctx: LowerCtx, ins, scale_at: int, zp_at: int) -> tuple[np.float32, int]:
     known = {i: _value(ctx, ins, i, "scale or zero point") for i in (scale_at, zp_at)}
@@ -323,14 +324,28 @@ def _as_f32(e: Expr) -> Expr:
     return Cast(dt("float32", dtype_of(e).lanes), e)
 
 
+def rounded_product(v: Expr, m, lanes: int) -> Expr:
+    """float32(v * m) rounded once, for a float32 v holding an integer below
+    2**16, in a form multiply-add contraction cannot change: m = hi + lo
+    with hi's top 8 significant bits, so v*hi is exact and fmaf(v, lo, v*hi)
+    rounds once by definition. (A plain v*m feeding an add would be fused
+    with the add into one rounding under -ffp-contract=fast.)"""
+    m = np.float32(m)
+    step = np.float32(2.0 ** (np.frexp(m)[1] - 8)) if m != 0 else np.float32(1)
+    hi = np.float32(np.trunc(m / step) * step)
+    return Call("fmaf", (v, _f32(m - hi, lanes), Bin("*", v, _f32(hi, lanes))),
+                dt("float32", lanes))
+
+
 @value_rule("QLinearAdd")
 def qlinear_add(ctx: LowerCtx, ins, idx, lanes):
     (sa, za), (sb, zb) = _scalar_qparams(ctx, ins, 1, 2), _scalar_qparams(ctx, ins, 4, 5)
     ra, rb, fixed = ref.add_params(sa, za, sb, zb, *_scalar_qparams(ctx, ins, 6, 7))
     a = _as_f32(broadcast_load(ins[0], idx, lanes))
     b = _as_f32(broadcast_load(ins[3], idx, lanes))
-    y = Bin("+", Bin("+", _f32(fixed, lanes), Bin("*", a, _f32(ra, lanes))),
-            Bin("*", b, _f32(rb, lanes)))
+    f32 = dt("float32", lanes)
+    y = Call("fmaf", (b, _f32(rb, lanes), Call("fmaf", (a, _f32(ra, lanes), _f32(fixed, lanes)),
+                                               f32)), f32)
     return _saturate(y, ctx.out_types[0].dtype)
 
 
@@ -340,7 +355,8 @@ def qlinear_mul(ctx: LowerCtx, ins, idx, lanes):
     sc, zc = _scalar_qparams(ctx, ins, 6, 7)
     a = q.offset(to_i32(broadcast_load(ins[0], idx, lanes)), -za)
     b = q.offset(to_i32(broadcast_load(ins[3], idx, lanes)), -zb)
-    y = Bin("+", Bin("*", _as_f32(Bin("*", a, b)), _f32(ref.mul_ratio(sa, sb, sc), lanes)),
+    # |(a - za)(b - zb)| <= 255 * 255 < 2**16
+    y = Bin("+", rounded_product(_as_f32(Bin("*", a, b)), ref.mul_ratio(sa, sb, sc), lanes),
             _f32(zc, lanes))
     return _saturate(y, ctx.out_types[0].dtype)
 

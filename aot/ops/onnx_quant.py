@@ -380,6 +380,23 @@ def saturate_rne(v: np.ndarray, dtype: str) -> np.ndarray:
     return np.rint(np.clip(f32(v), info.min, info.max)).astype(dtype)
 
 
+def fma_f32(a, b, c) -> np.ndarray:
+    """float32(a * b + c) rounded once, as fmaf does: the product of two
+    float32s is exact in float64; the sum is rounded to float64 'to odd'
+    (TwoSum's error decides the sticky bit), which leaves the one rounding
+    to float32 correct (53 >= 24 + 2 bits)."""
+    a, b, c = (np.asarray(v, np.float64) for v in (f32(a), f32(b), f32(c)))
+    p = a * b
+    s = p + c
+    t = s - p
+    err = (p - (s - t)) + (c - t)
+    with np.errstate(invalid="ignore"):
+        even = (s.view(np.int64) & 1) == 0
+        nudge = np.isfinite(s) & (err != 0) & even
+        s = np.where(nudge, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+    return f32(s)
+
+
 def add_params(sa, za, sb, zb, sc, zc) -> tuple[np.float32, np.float32, np.float32]:
     """MLAS's QLinearAdd constants: the ratios s_a/s_c, s_b/s_c and the part
     that does not depend on the inputs, zc - (ra*za + rb*zb), all float32."""
@@ -393,8 +410,9 @@ def _qlinear_add(call: Call, args):
     (sa, za), (sb, zb) = scalar_qparams(call, args, 1, 2), scalar_qparams(call, args, 4, 5)
     sc, zc = scalar_qparams(call, args, 6, 7)
     ra, rb, fixed = add_params(sa, za, sb, zb, sc, zc)
-    a, b = f32(args[0]), f32(args[3])
-    y = f32(f32(fixed + f32(a * ra)) + f32(b * rb))
+    # MLAS's AVX2 kernel (the one ONNX Runtime runs on an x86 with AVX2):
+    # two fused multiply-adds, each rounded once
+    y = fma_f32(args[3], rb, fma_f32(args[0], ra, fixed))
     return [saturate_rne(y, call.out_types[0].dtype)]
 
 

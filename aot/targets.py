@@ -15,12 +15,60 @@ from aot.errors import AotError
 from aot.resources import data_dir
 
 
+# Architectures named with a big-endian suffix (aarch64_be, armeb, thumbeb, mips...).
+_BIG_ENDIAN = ("_be", "eb", "mips", "mips64", "powerpc", "powerpc64", "s390x", "sparc", "sparcv9")
+
+# The ISA family of a triple's first part, by prefix (longest first).
+_ARCH_PREFIXES = (("x86_64", "x86_64"), ("i386", "x86"), ("i686", "x86"), ("aarch64", "aarch64"),
+                  ("arm64", "aarch64"), ("thumb", "thumb"), ("arm", "arm"),
+                  ("riscv64", "riscv64"), ("riscv32", "riscv32"))
+
+# What an x86-64 micro-architecture level promises (the psABI's levels), so a
+# target naming only `cpu = "x86-64-v3"` still has its AVX2.
+_X86_LEVELS = {
+    "x86-64-v2": ("sse3", "ssse3", "sse4.1", "sse4.2", "popcnt"),
+    "x86-64-v3": ("sse3", "ssse3", "sse4.1", "sse4.2", "popcnt", "avx", "avx2", "fma", "bmi2"),
+    "x86-64-v4": ("sse3", "ssse3", "sse4.1", "sse4.2", "popcnt", "avx", "avx2", "fma", "bmi2",
+                  "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"),
+}
+# What every core of an architecture has (x86-64's baseline; AArch64's Advanced SIMD).
+_ARCH_BASELINE = {"x86_64": ("sse", "sse2"), "aarch64": ("neon",)}
+# Vector registers by ISA family (architectural, not counting masks).
+_VECTOR_REGISTERS = {"x86_64": 16, "x86": 8, "aarch64": 32, "arm": 16, "riscv64": 32}
+
+
+def arch_of(triple: str) -> str:
+    """The ISA family of a target triple: x86_64, aarch64, arm, thumb, riscv64..."""
+    head = triple.split("-")[0]
+    return next((arch for prefix, arch in _ARCH_PREFIXES if head.startswith(prefix)), head)
+
+
+def isa_features_of(arch: str, cpu: str, features: str,
+                    declared: frozenset[str] = frozenset()) -> frozenset[str]:
+    """The LLVM feature string's `+x` (less its `-x`), what the cpu's x86-64
+    level and the architecture promise, and what the TOML declares."""
+    items = [f.strip() for f in features.split(",") if f.strip()]
+    on = {f[1:] for f in items if f.startswith("+")}
+    off = {f[1:] for f in items if f.startswith("-")}
+    implied = {*_X86_LEVELS.get(cpu, ()), *_ARCH_BASELINE.get(arch, ())}
+    return frozenset((on | implied | declared) - off)
+
+
+def _abi(arch: str, isa: frozenset[str]) -> str:
+    """RISC-V spells its float ABI as an ABI name: the C compiler's default is
+    lp64d / ilp32f when the D / F extension is there. Empty elsewhere."""
+    if arch not in ("riscv64", "riscv32"):
+        return ""
+    base = "lp64" if arch == "riscv64" else "ilp32"
+    return base + ("d" if "d" in isa else "f" if "f" in isa else "")
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
     triple: str
     cpu: str
-    features: str
+    features: str             # LLVM's feature string, handed to it as is
     vector_bits: int          # 0: no vector unit worth using
     float_abi: str
     cc: str
@@ -29,6 +77,35 @@ class Target:
     libc: str
     # The LLVM codegen's speed level (0-3); None: the C build's, from cflags.
     llvm_opt_level: int | None = None
+    # What the TOML states that the triple, cpu and features do not say
+    # (`isa_features`, `vector_registers`, `abi`): merged into the facts below.
+    declared_features: frozenset[str] = frozenset()
+    declared_registers: int | None = None
+    declared_abi: str = ""
+    # The facts every decision reads, derived once (and again by
+    # dataclasses.replace, which re-runs __post_init__).
+    arch: str = field(init=False)                       # x86_64, aarch64, arm, thumb, riscv64
+    isa_features: frozenset[str] = field(init=False)    # avx2, avx512bw, neon, dotprod, dsp...
+    vector_registers: int = field(init=False)           # 0 without a vector unit
+    little_endian: bool = field(init=False)
+    abi: str = field(init=False)                        # LLVM's ABI name (RISC-V), or ""
+
+    def __post_init__(self):
+        arch = arch_of(self.triple)
+        isa = isa_features_of(arch, self.cpu, self.features, frozenset(self.declared_features))
+        regs = self.declared_registers
+        if regs is None:
+            regs = 0 if self.vector_bits == 0 else \
+                32 if arch == "x86_64" and "avx512f" in isa else _VECTOR_REGISTERS.get(arch, 16)
+        facts = {"arch": arch, "isa_features": isa, "vector_registers": regs,
+                 "little_endian": not self.triple.split("-")[0].endswith(_BIG_ENDIAN),
+                 "abi": self.declared_abi or _abi(arch, isa)}
+        for key, value in facts.items():
+            object.__setattr__(self, key, value)
+
+    def has(self, *features: str) -> bool:
+        """Whether the target has every one of the ISA features."""
+        return all(f in self.isa_features for f in features)
 
     def lanes(self, bits: int) -> int:
         """Vector lanes for elements of `bits` bits (1 without a vector unit)."""
@@ -102,7 +179,10 @@ def targets() -> dict[str, Target]:
                                float_abi=t.get("float_abi", "hard"), cc=t["cc"],
                                cflags=_flags(t, "cflags"), ldflags=_flags(t, "ldflags"),
                                libc=t.get("libc", "glibc"),
-                               llvm_opt_level=t.get("llvm_opt_level"))
+                               llvm_opt_level=t.get("llvm_opt_level"),
+                               declared_features=frozenset(t.get("isa_features", ())),
+                               declared_registers=t.get("vector_registers"),
+                               declared_abi=t.get("abi", ""))
         except KeyError as e:
             raise AotError(f"target '{name}': missing {e}") from None
     return out

@@ -27,7 +27,6 @@ from aot.errors import AotError
 from aot.ir.tir import FLOAT32, INT32, Bin, Buffer, BufferKind, For, ForKind, Load, PrimFunc, \
     Store, Var, seq
 from aot.lower import lower_graph
-from aot.lower.schedule import registers
 from aot.packaging import read_metadata
 from aot.targets import get_board, get_target
 from conftest import MODELS
@@ -40,9 +39,9 @@ KWS = MODELS / "mlperf_kws_dscnn_int8.tflite"
 def test_avx512_target_has_16_lanes_and_32_registers():
     t = get_target("x86_64-linux-avx512")
     assert (t.vector_bits, t.lanes(32), t.lanes(8)) == (512, 16, 64)
-    assert registers(t) == 32
+    assert t.vector_registers == 32
     host = get_board("host").target
-    assert (host.lanes(32), registers(host)) == (8, 16)
+    assert (host.lanes(32), host.vector_registers) == (8, 16)
     assert get_board("host-avx512").target == t
 
 

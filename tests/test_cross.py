@@ -136,13 +136,13 @@ def test_target_lanes_and_variants():
 def test_schedules_follow_the_target():
     """A float conv tile is 4 lanes wide on NEON and 1 wide on rv64gc; the
     register budget is 32 NEON registers on AArch64, 16 (q0-q15) on ARMv7."""
-    from aot.lower.schedule import registers, tile
+    from aot.lower.schedule import tile
 
     assert tile(get_target("aarch64-linux"), "float32").lanes == 4
     assert tile(get_target("armv7-linux"), "float32").lanes == 4
     assert tile(get_target("riscv64-linux"), "float32").lanes == 1
-    assert registers(get_target("aarch64-linux")) == 32
-    assert registers(get_target("armv7-linux")) == 16
+    assert get_target("aarch64-linux").vector_registers == 32
+    assert get_target("armv7-linux").vector_registers == 16
 
 
 # ---------------------------------------------------------------- the CLI

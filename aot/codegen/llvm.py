@@ -469,24 +469,13 @@ def normalized_triple(triple: str) -> str:
     return f"{head}-{parts.Env}" if parts.Env and parts.Env != "unknown" else head
 
 
-def _abi_name(target: Target, triple: str) -> str:
-    """RISC-V spells its float ABI as an ABI name; the C compiler's default is
-    lp64d / ilp32f when the D / F extension is there."""
-    features = {f.strip("+") for f in target.features.split(",") if f.startswith("+")}
-    if triple.startswith("riscv64"):
-        return "lp64d" if "d" in features else "lp64f" if "f" in features else "lp64"
-    if triple.startswith("riscv32"):
-        return "ilp32d" if "d" in features else "ilp32f" if "f" in features else "ilp32"
-    return ""
-
-
 def target_machine(target: Target) -> llvm.TargetMachine:
     _llvm_ready()
     triple = normalized_triple(target.triple)
     tgt = llvm.Target.from_triple(triple)
     return tgt.create_target_machine(cpu=target.cpu, features=target.features, opt=3,
                                      reloc="pic", codemodel="default",
-                                     abiname=_abi_name(target, triple))
+                                     abiname=target.abi)
 
 
 def build_module(funcs: Sequence[PrimFunc], prefix: str, target: Target,
@@ -499,26 +488,19 @@ def build_module(funcs: Sequence[PrimFunc], prefix: str, target: Target,
     # Fuse a*b+c into FMAs exactly when the C build of this target may.
     contract = "-ffp-contract=fast" in target.cflags
     pmaddwd = _pmaddwd(target)
-    little = not target.triple.split("-")[0].endswith(_BIG_ENDIAN_SUFFIXES)
     for f in funcs:
-        _FuncBuilder(module, f, symbols[f.name], contract, pmaddwd, little).build()
+        _FuncBuilder(module, f, symbols[f.name], contract, pmaddwd, target.little_endian).build()
     return module
-
-
-# Architectures named with a big-endian suffix (aarch64_be, armeb, thumbeb, mips...).
-_BIG_ENDIAN_SUFFIXES = ("_be", "eb", "mips", "mips64", "powerpc", "powerpc64", "s390x",
-                        "sparc", "sparcv9")
 
 
 def _pmaddwd(target: Target) -> dict[int, str]:
     """The x86 pmaddwd intrinsics the target has, by result lanes."""
-    if not target.triple.startswith(("x86_64", "i386", "i686")):
+    if target.arch not in ("x86_64", "x86"):
         return {}
-    features = {f for f in target.features.split(",") if f.startswith("+")}
     found = {4: "llvm.x86.sse2.pmadd.wd"}
-    if "+avx2" in features or target.cpu in ("x86-64-v3", "x86-64-v4", "native"):
+    if target.has("avx2"):
         found[8] = "llvm.x86.avx2.pmadd.wd"
-    if "+avx512bw" in features or target.cpu == "x86-64-v4":
+    if target.has("avx512bw"):
         found[16] = "llvm.x86.avx512.pmaddw.d.512"
     return found
 

@@ -55,17 +55,6 @@ class Tile:
 PAD_COPY_MIN_BORDER = 0.3
 PAD_COPY_MAX_BYTES = 256 * 1024
 
-# Vector registers by ISA family (architectural, not counting masks).
-_REGISTERS = {"x86_64": 16, "aarch64": 32, "arm": 16, "riscv64": 32}
-
-
-def registers(target: Target) -> int:
-    arch = target.triple.split("-")[0]
-    if arch == "x86_64" and "+avx512f" in target.features.split(","):
-        return 32           # zmm0-31
-    return _REGISTERS.get(arch, 16)
-
-
 def tile(target: Target, dtype: str | DType, vectorize: bool = True,
          pixels: bool = False) -> Tile:
     """The tile for a kernel whose innermost output axis is unit-stride
@@ -75,7 +64,7 @@ def tile(target: Target, dtype: str | DType, vectorize: bool = True,
     that share each weight load (dense convolution), MR x NR accumulators.
     """
     lanes = target.lanes(dt(dtype).bits) if vectorize else 1
-    regs = registers(target)
+    regs = target.vector_registers
     if lanes == 1:
         return Tile(1, 4)
     if pixels:

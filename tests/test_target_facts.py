@@ -1,0 +1,76 @@
+"""Target facts (aot.targets.Target): typed fields derived once from each
+targets/*.toml, which every decision reads instead of parsing triples,
+feature strings or cpu names."""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+
+import pytest
+
+from aot.errors import AotError
+from aot.resources import data_dir
+from aot.targets import Target, get_target, targets
+
+# What each target's TOML says, spelled out once here.
+FACTS = {
+    "x86_64-linux": ("x86_64", 16, True, "", {"avx2", "fma", "sse2", "sse4.1"}, {"avx512f"}),
+    "x86_64-linux-avx512": ("x86_64", 32, True, "",
+                            {"avx2", "fma", "avx512f", "avx512bw", "sse4.1"}, set()),
+    "aarch64-linux": ("aarch64", 32, True, "", {"neon"}, {"dotprod", "avx2"}),
+    "aarch64-linux-a53": ("aarch64", 32, True, "", {"neon"}, {"dotprod"}),
+    "aarch64-linux-a76": ("aarch64", 32, True, "", {"neon", "dotprod"}, set()),
+    "armv7-linux": ("arm", 16, True, "", {"neon", "vfp4"}, {"dsp"}),
+    "armv7-linux-a53": ("arm", 16, True, "", {"neon"}, set()),
+    "cortex-m4": ("thumb", 0, True, "", {"dsp", "vfp4d16sp"}, {"neon", "mve"}),
+    "cortex-m7": ("thumb", 0, True, "", {"dsp"}, {"neon"}),
+    "cortex-m55": ("thumb", 0, True, "", {"dsp"}, {"mve", "mve.fp"}),
+    "riscv64-linux": ("riscv64", 0, True, "lp64d", {"m", "a", "f", "d", "c"}, {"v"}),
+}
+
+
+def test_every_target_is_described_here():
+    assert set(targets()) == set(FACTS)
+
+
+@pytest.mark.parametrize("name", sorted(FACTS))
+def test_facts_are_what_the_toml_says(name):
+    arch, regs, little, abi, has, lacks = FACTS[name]
+    t = get_target(name)
+    assert (t.arch, t.vector_registers, t.little_endian, t.abi) == (arch, regs, little, abi)
+    assert has <= t.isa_features, sorted(has - t.isa_features)
+    assert not lacks & t.isa_features, sorted(lacks & t.isa_features)
+    assert isinstance(t.isa_features, frozenset)
+    raw = tomllib.loads((data_dir("targets") / f"{name}.toml").read_text())
+    assert set(raw.get("isa_features", ())) <= t.isa_features
+
+
+def test_replace_derives_the_facts_again():
+    """dataclasses.replace re-runs the derivation: a changed triple or
+    feature string never leaves stale facts behind."""
+    host = get_target("x86_64-linux")
+    arm = dataclasses.replace(host, triple="aarch64_be-unknown-linux-gnu", cpu="generic",
+                              features="+neon", vector_bits=128)
+    assert (arm.arch, arm.little_endian, arm.vector_registers) == ("aarch64", False, 32)
+    assert "avx2" not in arm.isa_features
+    wide = dataclasses.replace(host, cpu="x86-64", features="+avx2,+avx512f,+avx512bw")
+    assert wide.has("avx512bw") and wide.vector_registers == 32
+    assert not dataclasses.replace(host, features="-avx2").has("avx2")
+    with pytest.raises(ValueError):
+        dataclasses.replace(host, arch="arm")      # a derived fact is not set by hand
+
+
+def test_declared_facts_are_validated(tmp_path):
+    from aot.config_schema import check_target
+    with pytest.raises(AotError, match="isa_features must be a list of strings"):
+        check_target(tmp_path / "t.toml", {"isa_features": "dsp"})
+    with pytest.raises(AotError, match="vector_registers must be a non-negative integer"):
+        check_target(tmp_path / "t.toml", {"vector_registers": -1})
+
+
+def test_declared_registers_and_abi_win():
+    t = Target("t", "riscv64-unknown-linux-gnu", "generic-rv64", "+m,+f", 0, "hard", "clang",
+               (), (), "glibc", declared_registers=8, declared_abi="lp64")
+    assert (t.vector_registers, t.abi, t.arch) == (8, "lp64", "riscv64")
+    assert Target("t", "riscv64-unknown-linux-gnu", "generic-rv64", "+m,+f", 0, "hard",
+                  "clang", (), (), "glibc").abi == "lp64f"

@@ -101,3 +101,50 @@ def test_deform_conv_against_onnx_reference_and_generated_code():
     np.testing.assert_allclose(interpret(g, inputs)["y0"], want, rtol=1e-4, atol=1e-4)
     for codegen in ("c", "llvm"):
         assert compare_with_interpreter({"deform": (g, inputs)}, codegen=codegen)["deform"] is None
+
+
+def _reference(op: str, arrays: list, attrs: dict, opset: int = 20):
+    names = [f"i{k}" for k in range(len(arrays))]
+    node = helper.make_node(op, names, ["Y"], **attrs)
+    graph = helper.make_graph([node], "r", [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+        for n, a in zip(names, arrays)], [helper.make_tensor_value_info("Y", 1, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return ReferenceEvaluator(model).run(None, dict(zip(names, arrays)))[0]
+
+
+def test_col2im_and_affine_grid_against_onnx_reference_and_generated_code():
+    """Col2Im with strides, dilations and pads at once, 2-D and 3-D; AffineGrid
+    on random maps, both align_corners (the node cases: one attribute each,
+    identity-like maps)."""
+    rng = np.random.default_rng(11)
+    cases = {}
+    for name, image, block, attrs in (
+            ("col2im-2d", [7, 6], [2, 3], {"strides": [2, 1], "dilations": [1, 2],
+                                          "pads": [1, 0, 2, 1]}),
+            ("col2im-3d", [4, 5, 3], [2, 2, 1], {"strides": [1, 2, 1], "pads": [0, 1, 0, 1, 0, 0]})):
+        r = len(image)
+        strides, dil = attrs.get("strides", [1] * r), attrs.get("dilations", [1] * r)
+        pads = attrs["pads"]
+        counts = [(image[i] + pads[i] + pads[i + r] - dil[i] * (block[i] - 1) - 1) // strides[i] + 1
+                  for i in range(r)]
+        x = rng.normal(size=(2, 3 * int(np.prod(block)), int(np.prod(counts)))).astype(np.float32)
+        consts = [np.array(image, np.int64), np.array(block, np.int64)]
+        want = _reference("Col2Im", [x, *consts], attrs, 18)
+        g = single_op_graph("Col2Im", [(x.shape, "float32"), *consts], attrs, opset=18,
+                            layout=False)
+        np.testing.assert_allclose(interpret(g, {"x0": x})["y0"], want, rtol=1e-5, atol=1e-5)
+        cases[name] = (g, {"x0": x})
+    for size, align in (([2, 3, 5, 4], 0), ([2, 3, 5, 4], 1), ([1, 2, 3, 4, 2], 0),
+                        ([1, 2, 3, 4, 2], 1)):
+        r = len(size) - 2
+        theta = rng.normal(size=(size[0], r, r + 1)).astype(np.float32)
+        sizes = np.array(size, np.int64)
+        want = _reference("AffineGrid", [theta, sizes], {"align_corners": align})
+        g = single_op_graph("AffineGrid", [(theta.shape, "float32"), sizes],
+                            {"align_corners": align}, opset=20, layout=False)
+        np.testing.assert_allclose(interpret(g, {"x0": theta})["y0"], want, rtol=1e-5, atol=1e-5)
+        cases[f"affine-{r}d-{align}"] = (g, {"x0": theta})
+    for codegen in ("c", "llvm"):
+        result = compare_with_interpreter(cases, codegen=codegen, rtol=1e-5, atol=1e-5)
+        assert not any(result.values()), result

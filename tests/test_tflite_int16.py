@@ -409,8 +409,26 @@ def _int16_of(name: str):
     return lambda: OPS_CASES[f"{name}-int8"][0](I16)
 
 
+def _svdf16(memory=4, batch=2, inputs=5, units=3):
+    """SVDF with an int16 input (int8 feature weights, int16 time weights and state)."""
+    rng = np.random.default_rng(0)
+    m = TFLiteBuilder()
+    x = m.tensor("x", (batch, inputs), I16, scale=[0.0005], zp=[0])
+    wf = m.const("weights_feature", rng.integers(-127, 128, (units, inputs)), "int8",
+                 scale=[0.01], zp=[0])
+    wt = m.const("weights_time", rng.integers(-3000, 3000, (units, memory)), I16,
+                 scale=[0.0005], zp=[0])
+    b = m.const("bias", rng.integers(-5000, 5000, units), "int32", scale=[3e-6], zp=[0])
+    state = m.tensor("state", (batch, units * memory), I16, scale=[0.004], zp=[0],
+                     variable=True)
+    y = m.tensor("y", (batch, units), I16, scale=[0.03], zp=[0])
+    m.op("SVDF", [x, wf, wt, b, state], [y], "SVDFOptions", Rank=1)
+    return m.build([x], [y])
+
+
 # tflite-micro has no int16 kernel: it refuses the model (Prepare or Invoke)
 NO_TFLM_INT16 = {
+    "SVDF": _svdf16,
     **{op: _unary(op) for op in ("HARD_SWISH", "ELU", "NEG", "EXP", "LOG", "SQRT", "SQUARE",
                                  "SIN", "COS", "FLOOR", "CEIL", "ROUND")},
     **{op: _binary(op) for op in ("ADD_N", "DIV", "FLOOR_DIV", "FLOOR_MOD")},

@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import onnx
 import pytest
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
@@ -35,15 +34,14 @@ def _graph(x, grid, mode, padding, align):
                            opset=20, layout=False)
 
 
-def _onnx_reference(x, grid, mode, padding, align):
-    node = helper.make_node("GridSample", ["X", "G"], ["Y"], mode=mode, padding_mode=padding,
-                            align_corners=align)
-    graph = helper.make_graph([node], "g", [
-        helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, x.shape),
-        helper.make_tensor_value_info("G", onnx.TensorProto.FLOAT, grid.shape)],
-        [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
-    return ReferenceEvaluator(model).run(None, {"X": x, "G": grid})[0]
+def _reference(op: str, arrays: list, attrs: dict, opset: int = 20):
+    names = [f"i{k}" for k in range(len(arrays))]
+    node = helper.make_node(op, names, ["Y"], **attrs)
+    graph = helper.make_graph([node], "r", [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+        for n, a in zip(names, arrays)], [helper.make_tensor_value_info("Y", 1, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return ReferenceEvaluator(model).run(None, dict(zip(names, arrays)))[0]
 
 
 @pytest.mark.parametrize("volumetric", [False, True])
@@ -52,7 +50,8 @@ def test_grid_sample_interpreter_against_onnx_reference(volumetric):
     for mode, padding, align in COMBOS:
         g = _graph(x, grid, mode, padding, align)
         got = interpret(g, {"x0": x, "x1": grid})["y0"]
-        want = _onnx_reference(x, grid, mode, padding, align)
+        want = _reference("GridSample", [x, grid],
+                          {"mode": mode, "padding_mode": padding, "align_corners": align})
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5,
                                    err_msg=f"{mode} {padding} align_corners={align}")
 
@@ -88,29 +87,13 @@ def _deform_case():
 
 def test_deform_conv_against_onnx_reference_and_generated_code():
     arrays, attrs = _deform_case()
-    names = ["X", "W", "offset", "B", "mask"]
-    node = helper.make_node("DeformConv", names, ["Y"], **attrs)
-    graph = helper.make_graph([node], "d", [
-        helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, a.shape)
-        for n, a in zip(names, arrays)], [helper.make_tensor_value_info("Y", 1, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
-    want = ReferenceEvaluator(model).run(None, dict(zip(names, arrays)))[0]
+    want = _reference("DeformConv", arrays, attrs, 22)
     g = single_op_graph("DeformConv", [(a.shape, "float32") for a in arrays], attrs, opset=22,
                         layout=False)
     inputs = {f"x{k}": a for k, a in enumerate(arrays)}
     np.testing.assert_allclose(interpret(g, inputs)["y0"], want, rtol=1e-4, atol=1e-4)
     for codegen in ("c", "llvm"):
         assert compare_with_interpreter({"deform": (g, inputs)}, codegen=codegen)["deform"] is None
-
-
-def _reference(op: str, arrays: list, attrs: dict, opset: int = 20):
-    names = [f"i{k}" for k in range(len(arrays))]
-    node = helper.make_node(op, names, ["Y"], **attrs)
-    graph = helper.make_graph([node], "r", [
-        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-        for n, a in zip(names, arrays)], [helper.make_tensor_value_info("Y", 1, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    return ReferenceEvaluator(model).run(None, dict(zip(names, arrays)))[0]
 
 
 def test_col2im_and_affine_grid_against_onnx_reference_and_generated_code():

@@ -10,6 +10,8 @@ from aot.ops.registry import Sig
 
 
 def _constant_input(ctx: LowerCtx, ins, i: int, what: str):
+    """The inputs' compile-time values (None where unknown); input i, when
+    present, must be one of them."""
     if i < len(ins) and ins[i] is not None and ins[i].value is None:
         raise ctx.unsupported(f"{ctx.node.op} with {what} computed at run time")
     return [r.value if r is not None else None for r in ins]
@@ -37,7 +39,7 @@ def _eye_like(ctx: LowerCtx, ins, idx, lanes):
         raise ctx.unsupported(f"a {lanes}-lane vector of EyeLike")
     d = dt(eye_dtype(ctx))
     on = _diagonal_test("==", idx[0], idx[1], int(ctx.attrs.get("k", 0)))
-    return cast(on, d) if d.scalar != "bool" else on
+    return cast(on, d)
 
 
 @value_rule("ReverseSequence")

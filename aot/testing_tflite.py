@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 TYPE_CODES = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6,
-              "int16": 7, "int8": 9}
+              "int16": 7, "int8": 9, "resource": 13}   # resource: a VAR_HANDLE's handle
 DENSE, SPARSE_CSR = 0, 1
 # Ops whose first version LiteRT registers is above 1.
 MIN_VERSIONS = {"BROADCAST_TO": 2}
@@ -218,8 +218,11 @@ class TFLiteBuilder:
         import tflite
         opt = None
         if options is not None:
+            # strings (VarHandleOptions' SharedName) go in before the table starts
+            values = {k: b.CreateString(v) if isinstance(v, (str, bytes)) else v
+                      for k, v in fields.items()}
             getattr(tflite, f"{options}Start")(b)
-            for k, v in fields.items():
+            for k, v in values.items():
                 getattr(tflite, f"{options}Add{k}")(b, v)
             opt = getattr(tflite, f"{options}End")(b)
         iv = _ints(b, tflite.OperatorStartInputsVector, ins)

@@ -47,6 +47,17 @@ An SSH board takes --host/--port/--user/--key/--known-hosts/--exec-prefix/
 --trust-new-host-key as `aot bench` does, over ~/.config/aot/boards.toml.
 Emulated boards (qemu-rpi4, qemu-aarch64) run the real code, but their
 times are the emulator's on this machine, and the report says so.
+
+    .venv/bin/python bench/compare.py --board qemu-aarch64 --count-instructions
+                                      [--cpu cortex-a72|cortex-a76] [--invocations N]
+
+counts instructions instead of timing, on the same emulated Arm core for
+both sides: aot's package built for rpi4 (Cortex-A72) or rpi5 (Cortex-A76),
+its median instructions per run from the harness under qemu-aarch64, and
+LiteRT with XNNPACK (one thread) run by an arm64 Python under the same
+qemu-aarch64 -cpu (aot/deploy/arm64_python.py: the sysroot, the counting
+method). Per model the counts, aot / XNNPACK, and the median ratios. ONNX
+Runtime is left out: its aarch64 wheel dies at import under qemu-user.
 """
 from __future__ import annotations
 
@@ -70,6 +81,7 @@ sys.path.insert(0, str(REPO))
 from aot.timing import (call_overhead_ms, interleave, pin_to_one_core, stats_of,  # noqa: E402
                        time_calls, time_package)
 from aot.errors import AotError  # noqa: E402
+from aot.deploy.arm64_python import INVOCATIONS  # noqa: E402
 
 SHARED = Path(os.environ.get("AOT_SHARED", REPO.parent / "shared"))
 MODELS = SHARED / "models"
@@ -83,6 +95,9 @@ PUBLISHED_TFLM_ARENA = {"mlperf_kws_dscnn": 24272, "mlperf_vww_mbv1": 103680,
 ANCHORS = ("onnxruntime", "litert xnnpack", "litert builtin")
 SHORT = {"onnxruntime": "ort", "litert xnnpack": "xnnpack", "litert builtin": "builtin"}
 WARMUP = 3                 # untimed invocations at the start of every batch
+# --count-instructions: the emulated core, and the board aot builds for it.
+EMULATED_CPUS = {"cortex-a72": "rpi4", "cortex-a76": "rpi5"}
+COUNTED_RUNS = 5           # aot's runs per package (after one warm-up); the counts agree
 
 
 @dataclass
@@ -464,7 +479,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=20, help="interleaved rounds (default: 20)")
     p.add_argument("--batch", type=int, default=25,
                    help="timed invocations per contender per round (default: 25)")
-    p.add_argument("--cpu", type=int, help="the core to pin to (default: the last one)")
+    p.add_argument("--cpu", help="the core to pin to (default: the last one); with "
+                   "--count-instructions the emulated core: "
+                   f"{' or '.join(EMULATED_CPUS)} (default: {next(iter(EMULATED_CPUS))})")
+    p.add_argument("--count-instructions", action="store_true",
+                   help="with --board qemu-aarch64: count instructions per inference, aot's "
+                   "and LiteRT XNNPACK's, on the same emulated core")
+    p.add_argument("--invocations", type=int, default=INVOCATIONS,
+                   help="with --count-instructions: the N of the anchor's runs with 1, 1+N "
+                   f"and 1+2N invocations (default: {INVOCATIONS})")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     from aot.cli import _ssh_args
     _ssh_args(p)
@@ -479,6 +502,9 @@ def main(argv: list[str] | None = None) -> int:
         err.print(msg, highlight=False)
 
     try:
+        args.cpu, emulated_cpu = split_cpu(args.cpu, args.count_instructions)
+        if args.count_instructions:
+            return count_main(console, args, emulated_cpu, log)
         board = pick_board(args)
         if args.rounds < 1 or args.batch < 1:
             raise AotError("--rounds and --batch must be >= 1")
@@ -626,6 +652,157 @@ def report_alone(console, args, board, codegens: list[str], cpu: int | None,
                       "load_average": os.getloadavg()[0]}, "versions": versions(),
              "rounds": args.rounds, "batch": args.batch, "warmup": WARMUP,
              "models": rows}, indent=2) + "\n")
+
+
+# ------------------------------------- instructions on the emulated Arm core
+
+def split_cpu(text: str | None, counting: bool) -> tuple[int | None, str | None]:
+    """--cpu: (the core of this machine to pin to, the emulated core). A name
+    only with --count-instructions, which needs no pinning (counts are exact)."""
+    if text is None:
+        return None, next(iter(EMULATED_CPUS)) if counting else None
+    if text.isdigit():
+        if counting:
+            raise AotError(f"--cpu {text}: with --count-instructions --cpu names the "
+                           f"emulated core ({', '.join(EMULATED_CPUS)})")
+        return int(text), None
+    if not counting:
+        raise AotError(f"--cpu {text}: a core number, or an emulated core with "
+                       "--count-instructions")
+    if text not in EMULATED_CPUS:
+        raise AotError(f"--cpu {text}: the emulated core is one of {', '.join(EMULATED_CPUS)}")
+    return None, text
+
+
+def count_main(console, args: argparse.Namespace, cpu: str, log) -> int:
+    from aot.targets import get_board
+
+    if args.board != "qemu-aarch64":
+        raise AotError("--count-instructions runs both sides under qemu-user: it needs "
+                       "--board qemu-aarch64")
+    if args.invocations < 1:
+        raise AotError("--invocations must be >= 1")
+    given = [f"--{a.replace('_', '-')}" for a in SSH_ARGS if getattr(args, a) not in (None, False)]
+    if given:
+        raise AotError(f"{', '.join(given)}: not with --count-instructions (qemu-user runs "
+                       "here)")
+    runner = get_board(args.board)
+    built_for = get_board(EMULATED_CPUS[cpu])
+    codegens = [args.codegen] if args.codegen else ["c", "llvm"]
+    t0 = time.perf_counter()
+    rows = run_counted(find_cases(parse_models(args.models)), built_for, runner, cpu,
+                       codegens, args.invocations, log)
+    log(f"  {len(rows)} models counted on the emulated {cpu} in "
+        f"{time.perf_counter() - t0:.0f} s")
+    report_counted(console, args, cpu, built_for, codegens, rows)
+    return 0
+
+
+def run_counted(cases: list[Case], built_for, runner, cpu: str, codegens: list[str],
+                invocations: int, log) -> list[dict]:
+    """Per model: aot's packages for `built_for`, checked and counted under
+    `runner` (qemu-aarch64 with the package's own core), and XNNPACK counted
+    under the same emulator and core."""
+    from aot.api import as_graph
+    from aot.deploy import run_package
+    from aot.deploy.arm64_python import build_sysroot, count_xnnpack
+    from aot.deploy.qemu_user import package_cpu
+    from aot.deploy.reference import compare, reference_outputs
+    from aot.packaging import read_metadata
+
+    root = build_sysroot()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="aot-compare-") as tmp:
+        for case in cases:
+            prepare(case, built_for, codegens, Path(tmp), log,
+                    lambda pkg, inputs: run_package(pkg, runner, inputs))
+            aot = {}
+            for cg, pkg in case.packages.items():
+                ran_on = package_cpu(read_metadata(pkg), runner) or runner.options["cpu"]
+                if ran_on != cpu:      # the emulated core comes from the package's target
+                    raise AotError(f"{pkg.name} ran on the emulated {ran_on}, not {cpu}")
+                counts = run_package(pkg, runner, case.inputs, 1, COUNTED_RUNS).instructions
+                aot[cg] = {"median_instructions": int(np.median(counts)),
+                           "instructions": counts}
+            t0 = time.perf_counter()
+            anchor = count_xnnpack(case.tflite, case.inputs, cpu, invocations, root)
+            log(f"  counted XNNPACK on {case.name} in {time.perf_counter() - t0:.1f} s")
+            graph = as_graph(case.tflite)
+            ref, want = reference_outputs(case.tflite, graph, case.inputs)
+            errs = [compare(n, g, w)["max_abs_err"]
+                    for n, g, w in zip(graph.outputs, anchor.outputs, want)]
+            rows.append({
+                "model": case.name, "aot": aot, "xnnpack": anchor.as_json(),
+                "xnnpack_max_abs_err_vs_reference": max((e or 0.0) for e in errs),
+                "reference": ref,
+                "aot_over_xnnpack": {cg: a["median_instructions"] / anchor.per_inference
+                                     for cg, a in aot.items()},
+                "check": case.check, "outputs_ok": case.outputs_ok})
+    return rows
+
+
+def median_ratios(rows: list[dict], codegens: list[str]) -> dict[str, dict[str, float]]:
+    """Per codegen, the median of aot / XNNPACK over all models, the int8
+    ones and the float ones (the goals differ: int8 <= 1.2, float <= 1.0)."""
+    groups = {"all": rows, "int8": [r for r in rows if r["model"].endswith("_int8")],
+              "f32": [r for r in rows if r["model"].endswith("_f32")]}
+    return {cg: {g: float(np.median([r["aot_over_xnnpack"][cg] for r in rs]))
+                 for g, rs in groups.items() if rs}
+            for cg in codegens}
+
+
+def count_table(rows: list[dict], codegens: list[str], cpu: str, built_for):
+    from rich.table import Table
+
+    table = Table(title=f"instructions per inference on the emulated {cpu} (qemu-aarch64): "
+                  f"aot built for {built_for.name}, LiteRT {SHORT['litert xnnpack']} one "
+                  "thread; below 1x aot executes fewer", title_justify="left")
+    table.add_column("model")
+    for cg in codegens:
+        table.add_column(f"aot {cg}", justify="right")
+    table.add_column("xnnpack", justify="right")
+    for cg in codegens:
+        table.add_column(f"{cg} / xnnpack", justify="right")
+    table.add_column("xnnpack spread", justify="right")
+    table.add_column("aot outputs", justify="right")
+    for row in rows:
+        table.add_row(row["model"].removeprefix("mlperf_"),
+                      *[f"{row['aot'][cg]['median_instructions']:,}" for cg in codegens],
+                      f"{row['xnnpack']['per_inference']:,}",
+                      *[f"{row['aot_over_xnnpack'][cg]:.2f}x" for cg in codegens],
+                      f"{row['xnnpack']['spread']:.2%}",
+                      "ok" if row["outputs_ok"] else "MISMATCH")
+    return table
+
+
+def report_counted(console, args, cpu: str, built_for, codegens: list[str],
+                   rows: list[dict]) -> None:
+    console.print(count_table(rows, codegens, cpu, built_for))
+    medians = median_ratios(rows, codegens)
+    for cg, m in medians.items():
+        console.print(f"median aot {cg} / xnnpack on {cpu}: "
+                      + ", ".join(f"{g} {v:.2f}x" for g, v in m.items()), highlight=False)
+    n = args.invocations
+    notes = [
+        f"aot: the harness's median instructions per run ({COUNTED_RUNS} runs after one "
+        f"warm-up) under qemu-aarch64 -cpu {cpu}, package built for board {built_for.name}; "
+        "outputs checked against the reference runtime",
+        f"xnnpack: ai-edge-litert's default delegate, num_threads=1, in an arm64 Python "
+        f"under the same qemu-aarch64 -cpu {cpu}; whole-process totals of runs with 1, "
+        f"1+{n} and 1+{2 * n} invocations after the same setup, per inference "
+        f"(T(1+{2 * n}) - T(1)) / {2 * n}; spread: how far the two halves' counts differ; "
+        "the 1-invocation run is repeated and must count the same",
+        "both include one call per inference: the harness's loop; for xnnpack the Python "
+        "loop and Interpreter.invoke's wrapper",
+        "onnxruntime: left out, its aarch64 wheel dies at import under qemu-user 7.2 "
+        "(segmentation fault)",
+    ]
+    print_notes(console, notes)
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"emulated_cpu": cpu, "board": built_for.name, "runner": "qemu-aarch64",
+             "invocations": n, "aot_runs": COUNTED_RUNS, "versions": versions(),
+             "median_aot_over_xnnpack": medians, "models": rows}, indent=2) + "\n")
 
 
 def versions() -> dict[str, str]:

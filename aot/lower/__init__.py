@@ -1,9 +1,12 @@
 """Lowering: the optimized, fused Graph -> one Kernel (PrimFunc) per node."""
 from __future__ import annotations
 
+from typing import Callable
+
 from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import Graph
 from aot.lower.driver import Arg, Kernel, lower_group
+from aot.lower.tir_passes import Dump
 from aot.targets import Target
 
 # Importing the rule modules fills the rule tables.
@@ -20,14 +23,16 @@ from aot.lower import detect, signal  # noqa: F401,E402
 rules.check_op_table()
 
 
-def lower_graph(graph: Graph, target: Target) -> list[Kernel]:
-    """Kernels in call order. The graph must have been through `fuse`."""
+def lower_graph(graph: Graph, target: Target,
+                dump: Callable[[int], Dump] | None = None) -> list[Kernel]:
+    """Kernels in call order. The graph must have been through `fuse`.
+    dump(step) (tir_passes.dump_to) sees kernel `step`'s TIR after each pass."""
     kernels = []
-    for node in graph.nodes:
+    for step, node in enumerate(graph.nodes):
         if node.op != "fused":
             raise UnsupportedError(f"{node_label(node)}: lowering needs a fused graph "
                                    "(run aot.optimize first)")
-        kernels.append(lower_group(graph, node, target))
+        kernels.append(lower_group(graph, node, target, dump(step) if dump else None))
     return kernels
 
 

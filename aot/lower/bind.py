@@ -11,13 +11,18 @@ nothing, except inside a Select's branches and the operands of `and` /
 `or`, which may be guarded (a load valid only where the condition holds):
 those stay where they are. A load counts as one node (its index is an
 address, not a step).
+
+bind_values is the pass (aot/lower/tir_passes.py): the locals it makes are
+named apart from every variable and buffer the function has.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
-from aot.ir.tir import (Bin, Broadcast, Call, Cast, Decl, DType, Expr, Select, Stmt, Store,
-                        Unary, Var, dtype_of, map_stmt, seq)
+from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Decl, DType, Expr, For, PrimFunc,
+                        Select, Stmt, Store, Unary, Var, dtype_of, map_stmt, seq, stmt_exprs,
+                        walk_expr, walk_stmt)
 
 # Calls nested deeper than this (helper calls, conversions, min/max: what
 # prints as a function call) get their innermost ones bound first.
@@ -117,3 +122,34 @@ def bind_long_values(stmt: Stmt, fresh: Callable[[str, DType], Var]) -> Stmt:
         lets, value = split_value(s.value, fresh)
         return seq(*lets, Store(s.buffer, s.index, value)) if lets else None
     return map_stmt(stmt, one)
+
+
+def _names_in(func: PrimFunc) -> set[str]:
+    """Every buffer and variable name func uses."""
+    names = {b.name for b in func.params}
+    for s in walk_stmt(func.body):
+        if isinstance(s, (For, Decl, Assign)):
+            names.add(s.var.name)
+        names.update(x.name for e in stmt_exprs(s) for x in walk_expr(e) if isinstance(x, Var))
+    return names
+
+
+def fresh_namer(func: PrimFunc) -> Callable[[str, DType], Var]:
+    """A maker of variables named apart from func's names and each other:
+    `base`, else `base1`, `base2`, ... (`base_1` when base ends in a digit)."""
+    taken = _names_in(func)
+
+    def fresh(base: str, dtype: DType) -> Var:
+        sep = "_" if base[-1:].isdigit() else ""
+        name, n = base, 0
+        while name in taken:
+            n += 1
+            name = f"{base}{sep}{n}"
+        taken.add(name)
+        return Var(name, dtype)
+    return fresh
+
+
+def bind_values(func: PrimFunc) -> PrimFunc:
+    """The pass: func with its long store values split into named steps."""
+    return replace(func, body=bind_long_values(func.body, fresh_namer(func)))

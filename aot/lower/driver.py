@@ -7,7 +7,7 @@ no kernel op gets a plain loop nest over each of its outputs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -16,11 +16,9 @@ from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import Graph, Node, TensorType
 from aot.ir.tir import (Broadcast, Buffer, BufferKind, Const, Expr, For, Load, PrimFunc, Stmt,
                         Store, dt, dtype_of, flat_index, seq, walk_stmt, walk_expr_loads)
-from aot.lower.bind import bind_long_values
 from aot.lower.bounds import ATTR as CHECKS
-from aot.lower.inplace import ATTR as IN_PLACE
-from aot.lower.inplace import in_place_pairs
 from aot.lower.rules import LowerCtx, Rule, RuleKind, TensorRef, ValueRule, rule_of
+from aot.lower.tir_passes import Dump, run_passes
 from aot.ops import op_def
 from aot.targets import Target
 
@@ -68,8 +66,10 @@ def _loop_nest(ctx: LowerCtx, shape: Sequence[int], body) -> Stmt:
     return stmt
 
 
-def lower_group(graph: Graph, node: Node, target: Target) -> Kernel:
-    """The PrimFunc for one `fused` node, with what each parameter binds to."""
+def lower_group(graph: Graph, node: Node, target: Target, dump: Dump | None = None) -> Kernel:
+    """The PrimFunc for one `fused` node, through the TIR pipeline
+    (aot/lower/tir_passes.py), with what each parameter binds to. `dump`
+    sees it as lowered and after each pass."""
     body: Graph = node.attrs["body"]
     shared: dict = {"params": {}, "scratch": {}, "_names": {}, "checks": [], "prechecks": {}}
 
@@ -125,15 +125,10 @@ def lower_group(graph: Graph, node: Node, target: Target) -> Kernel:
     # index checks run before the loops that use the indices (bounds.precheck)
     stmt = seq(*ctx.prechecks.values(), stmt)
     params, args = collect_params(stmt, bound, ctx)
-    func = PrimFunc(node.name, params, stmt, tuple(node.attrs.get("sources", (node.name,))))
-    # In-place reads are judged on the whole store values, before any part
-    # of them is computed into a local of its own.
-    pairs = in_place_pairs(func)
-    attrs = ((IN_PLACE, pairs),) if pairs else ()
-    if ctx.checks:
-        attrs += ((CHECKS, tuple(ctx.checks)),)
-    func = replace(func, body=bind_long_values(stmt, ctx.fresh), attrs=attrs)
-    return Kernel(func, args, node)
+    attrs = ((CHECKS, tuple(ctx.checks)),) if ctx.checks else ()
+    func = PrimFunc(node.name, params, stmt, tuple(node.attrs.get("sources", (node.name,))),
+                    attrs)
+    return Kernel(run_passes(func, target, dump), args, node)
 
 
 def _rule(n: Node) -> Rule:

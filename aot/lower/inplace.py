@@ -17,10 +17,14 @@ code allows it, from the TIR alone:
 Lowering writes every output element once (exact-size tiles and remainder
 blocks, disjoint border regions), so each input element is read before its
 place is overwritten. The pairs found go into the PrimFunc's attrs under
-"in_place"; the code generators then drop restrict / noalias from those two
+"in_place" (the mark_in_place pass, first in aot/lower/tir_passes.py: it
+judges the whole store values, before bind computes parts of them into
+locals); the code generators then drop restrict / noalias from those two
 parameters, since they may point at the same bytes.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 from aot.ir.tir import (Buffer, BufferKind, Load, PrimFunc, Store, dtype_of, walk_expr,
                         walk_expr_loads, walk_stmt)
@@ -62,6 +66,15 @@ def in_place_pairs(func: PrimFunc) -> tuple[tuple[str, str], ...]:
                 used.add(src.name)
                 break
     return tuple(pairs)
+
+
+def mark_in_place(func: PrimFunc) -> PrimFunc:
+    """The pass: func with its in-place pairs, if any, first in its attrs."""
+    pairs = in_place_pairs(func)
+    if not pairs:
+        return func
+    attrs = tuple((k, v) for k, v in func.attrs if k != ATTR)
+    return replace(func, attrs=((ATTR, pairs),) + attrs)
 
 
 def in_place(func: PrimFunc) -> tuple[tuple[str, str], ...]:

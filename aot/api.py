@@ -16,7 +16,8 @@ from aot.errors import AotError
 from aot.fsutil import refuse_existing
 from aot.ir.graph import Graph
 from aot.limits import board_flash
-from aot.packaging import PackageInfo, check_fits, default_name, model_source, package_graph
+from aot.packaging import (PackageInfo, check_fits, default_name, model_source, package_graph,
+                           write_tir_dump)
 from aot.targets import Board, get_board
 
 
@@ -39,7 +40,7 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
             io_in_arena: bool = False, force: bool = False,
             extra_cflags: Sequence[str] = (), profile: bool = False,
             checks: bool = False, input_shapes: Mapping | None = None,
-            bind: Mapping | None = None) -> PackageInfo:
+            bind: Mapping | None = None, dump_tir: str | Path | None = None) -> PackageInfo:
     """Compile a model into a package directory built for `board` (default:
     the CLI's, qemu-rpi4 unless $AOT_BOARD names another).
 
@@ -50,12 +51,16 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
     the per-kernel timing hooks in (docs/package.md "Profile"); checks=True
     builds the harness with guard bytes around every buffer ("Checks").
     input_shapes and bind (aot.load's): recorded in metadata.json's source.
+    dump_tir: a directory to write each kernel's TIR into, as lowered and
+    after each TIR pass (write_tir_dump); replaced with force, like out_dir.
     """
     import aot
     from aot.frontend.shapes import LoadOptions, options_json
 
     if out_dir is not None:
         refuse_existing(Path(out_dir), force)     # before loading and optimizing
+    if dump_tir is not None:
+        refuse_existing(Path(dump_tir), force)
     brd = get_board(board)
     opts = LoadOptions.of(input_shapes, bind)
     if opts and isinstance(model_or_graph, Graph):
@@ -70,8 +75,11 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
               {**model_source(model_or_graph), **options_json(opts)})
     with board_flash(brd.name, brd.flash_bytes):    # no folded table past the flash
         graph = as_graph(graph)
-        return package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,
+        info = package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,
                              extra_cflags, profile, checks, source)
+        if dump_tir is not None:
+            write_tir_dump(graph, brd, Path(dump_tir), force)
+    return info
 
 
 def package_to_temp(model_or_graph, board: str = "host", codegen: str = "c",

@@ -165,7 +165,8 @@ def cmd_package(args: argparse.Namespace) -> int:
 
     info = package(args.model, board=_board(args), codegen=args.codegen, name=args.name,
                    out_dir=args.output, io_in_arena=args.io_in_arena, force=args.force,
-                   profile=args.profile, checks=args.checks, **_load_kwargs(args))
+                   profile=args.profile, checks=args.checks, dump_tir=args.dump_tir,
+                   **_load_kwargs(args))
     if args.json:
         emit_json(info.summary())
     else:
@@ -562,6 +563,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checks", action="store_true",
                    help="the harness guards every buffer and checks it after each run "
                    "(-DAOT_CHECKS)")
+    p.add_argument("--dump-tir", metavar="DIR",
+                   help="write each kernel's TIR as lowered and after each TIR pass into DIR "
+                   "(replaced with --force)")
 
     p = add("run", "run a model or a package on a board", cmd_run)
     p.add_argument("model", metavar="MODEL_OR_PACKAGE")

@@ -336,6 +336,18 @@ def package_graph(graph: Graph, board: Board, out_dir: Path, codegen: str = "c",
                        result["seconds"], meta)
 
 
+def write_tir_dump(graph: Graph, board: Board, directory: Path, force: bool) -> None:
+    """aot package --dump-tir: every kernel's TIR as lowered and after each
+    TIR pass, `<step>_<kernel>/<nn>_<pass>.tir` (aot/lower/tir_passes.py),
+    the directory whole or not at all. The graph is lowered once more for
+    it: lowering is deterministic, so this is the TIR the package holds."""
+    from aot.lower import lower_graph
+    from aot.lower.tir_passes import dump_to
+
+    write_dir_atomically(directory, lambda tmp: lower_graph(graph, board.target, dump_to(tmp)),
+                         force)
+
+
 def model_source(path: str | Path) -> dict[str, str]:
     """metadata.json "source": the model file's name and sha256. Not its
     directory: the package's bytes would then depend on where the model sits

@@ -243,3 +243,22 @@ def test_dump_file_names_are_one_path_component(tmp_path):
     assert [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.tir")] == \
         ["007_a_b_c_d/00_lowered.tir"]
     assert all(p.parent == tmp_path for p in tmp_path.iterdir())
+
+
+def test_a_failed_package_leaves_no_dump(tmp_path, monkeypatch, capsys):
+    from onnx import TensorProto, helper
+
+    from aot.cli import main as cli_main
+    from aot.lower import rules
+
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [vi("x", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, [4])])
+    model = tmp_path / "relu.onnx"
+    model.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+                      .SerializeToString())
+    monkeypatch.delitem(rules.VALUE_RULES, "Relu")
+    code = cli_main(["package", str(model), "-o", str(tmp_path / "pkg"), "--board", "host",
+                     "--dump-tir", str(tmp_path / "tir")])
+    assert code == 2 and "Relu" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["relu.onnx"]

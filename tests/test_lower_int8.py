@@ -766,7 +766,7 @@ def test_int8_kernels_have_no_undefined_behaviour(tmp_path):
 
 # ------------------------------------------------------------------ vector tiles
 
-@pytest.mark.parametrize("codegen", ["c", "c-fallback", "llvm"])
+@pytest.mark.parametrize("codegen", ["c", "c-fallback", "llvm", "c-generic", "llvm-generic"])
 def test_pair_dot_matches_numpy(codegen):
     """aot_dot2 (pmaddwd on x86, the lane formula elsewhere) on random int16."""
     from aot.codegen.intrinsics import pair_dot
@@ -790,9 +790,7 @@ def test_pair_dot_matches_numpy(codegen):
         wv = rng.integers(-32767, 32768, m * 2 * n).astype(np.int16)
         wv[:4] = [32767, 32767, -32767, 1]
         cases.append((x, wv, n))
-    fallback = codegen == "c-fallback"
-    lib, symbols = compile_kernels(kernels, "c" if fallback else codegen,
-                                   target=_fallback_target() if fallback else None)
+    lib, symbols = _compiled(kernels, codegen)
     for k, (x, wv, n) in zip(kernels, cases):
         a, b = aligned(x), aligned(wv)
         out = aligned(np.zeros(m * n, np.int32))
@@ -805,6 +803,20 @@ def test_pair_dot_matches_numpy(codegen):
         np.testing.assert_array_equal(out, want, err_msg=f"{codegen} n={n}")
 
 
+def _compiled(kernels, codegen: str):
+    """The kernels built by `codegen`: c / llvm legalized for the host (its
+    x86 instructions), c-fallback the same C with the x86 macros undefined,
+    c-generic / llvm-generic not legalized (the generic lane formulas)."""
+    from aot.lower.legalize import legalize
+    backend, variant = (codegen.split("-") + [""])[:2]
+    target = _fallback_target() if variant == "fallback" else host_target()
+    if variant != "generic":
+        legal = [dataclasses.replace(k, func=legalize(k.func, target)) for k in kernels]
+        assert all(a.func is not k.func for a, k in zip(legal, kernels)), "nothing legalized"
+        kernels = legal
+    return compile_kernels(kernels, backend, target=target)
+
+
 def _fallback_target():
     """The host target with the x86 builtins' macros undefined: the C
     helpers' portable lane formula (what Arm builds compile)."""
@@ -813,7 +825,7 @@ def _fallback_target():
                                                          "-U__SSE4_1__", "-U__BYTE_ORDER__"]))
 
 
-@pytest.mark.parametrize("codegen", ["c", "c-fallback", "llvm"])
+@pytest.mark.parametrize("codegen", ["c", "c-fallback", "llvm", "c-generic", "llvm-generic"])
 def test_packed_pair_dot_matches_numpy(codegen):
     """aot_dot2p: the pair staged as one int32, (x0 & 0xFFFF) + 65536 * x1."""
     from aot.codegen.intrinsics import packed_pair_dot
@@ -831,9 +843,7 @@ def test_packed_pair_dot_matches_numpy(codegen):
     x[:3] = [[-1, -1], [-255, 255], [32767, -32767]]
     packed = ((x[:, 0] & 0xFFFF) + x[:, 1] * 65536).astype(np.int32)
     wv = rng.integers(-32767, 32768, m * 2 * n).astype(np.int16)
-    fallback = codegen == "c-fallback"
-    lib, symbols = compile_kernels([kernel], "c" if fallback else codegen,
-                                   target=_fallback_target() if fallback else None)
+    lib, symbols = _compiled([kernel], codegen)
     a, b, o = aligned(packed), aligned(wv), aligned(np.zeros(m * n, np.int32))
     fn = getattr(lib, symbols["dot2p"])
     fn.restype = None
@@ -843,13 +853,12 @@ def test_packed_pair_dot_matches_numpy(codegen):
     np.testing.assert_array_equal(o, want, err_msg=codegen)
 
 
-@pytest.mark.parametrize("codegen", ["c", "c-fallback", "llvm", "llvm-formula"])
-def test_pack_pairs_matches_numpy(codegen, monkeypatch):
+@pytest.mark.parametrize("codegen", ["c", "c-fallback", "llvm", "c-generic", "llvm-generic"])
+def test_pack_pairs_matches_numpy(codegen):
     """aot_pack2: int16 lanes 2k, 2k+1 -> (v[2k] & 0xFFFF) + 65536 v[2k+1],
     by the vector's bytes (little-endian) and by the lane formula (what a
-    big-endian target compiles: C without __BYTE_ORDER__, LLVM told the
-    target is big-endian)."""
-    import aot.targets
+    big-endian target compiles: C without __BYTE_ORDER__, and the call left
+    generic)."""
     from aot.codegen.intrinsics import pack_pairs
     rng = np.random.default_rng(6)
     m = 16
@@ -865,12 +874,7 @@ def test_pack_pairs_matches_numpy(codegen, monkeypatch):
         x = rng.integers(-32768, 32768, m * 2 * n).astype(np.int16)
         x[:6] = [-1, -1, -255, 255, -32768, 32767]
         cases.append((x, n))
-    target = _fallback_target() if codegen == "c-fallback" else None
-    if codegen == "llvm-formula":       # the host target, believed big-endian
-        monkeypatch.setattr(aot.targets, "_BIG_ENDIAN", ("x86_64",))
-        target = dataclasses.replace(host_target())
-        assert not target.little_endian
-    lib, symbols = compile_kernels(kernels, codegen.split("-")[0], target=target)
+    lib, symbols = _compiled(kernels, codegen)
     for k, (x, n) in zip(kernels, cases):
         a, o = aligned(x), aligned(np.zeros(m * n, np.int32))
         fn = getattr(lib, symbols[k.func.name])
@@ -882,7 +886,7 @@ def test_pack_pairs_matches_numpy(codegen, monkeypatch):
         np.testing.assert_array_equal(o, want, err_msg=f"{codegen} n={n}")
 
 
-@pytest.mark.parametrize("codegen", ["c", "c-fallback", "llvm"])
+@pytest.mark.parametrize("codegen", ["c", "c-fallback", "llvm", "c-generic", "llvm-generic"])
 def test_vector_fixed_point_helpers_match_numpy(codegen):
     """The whole-vector aot_rdhm (pmuldq on x86) and aot_rdbpot (int32
     lanes) on the int32 range's edges and random values, 4 and 8 lanes."""
@@ -909,9 +913,7 @@ def test_vector_fixed_point_helpers_match_numpy(codegen):
         ev = rng.integers(0, 32, m * n, dtype=np.int64)
         ev[:8] = [31, 31, 0, 1, 1, 0, 30, 31]
         cases.append((av, bv, ev, n))
-    fallback = codegen == "c-fallback"
-    lib, symbols = compile_kernels(kernels, "c" if fallback else codegen,
-                                   target=_fallback_target() if fallback else None)
+    lib, symbols = _compiled(kernels, codegen)
     for k, (av, bv, ev, n) in zip(kernels, cases):
         bufs = [aligned(v.astype(np.int32)) for v in (av, bv, ev)]
         outs = [aligned(np.zeros(m * n, np.int32)) for _ in range(2)]

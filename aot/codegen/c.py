@@ -25,7 +25,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from aot.codegen.check import check_func
-from aot.codegen.intrinsics import Helper, PairDot, PairPack, check_call, vector_helper
+from aot.codegen.intrinsics import (Helper, PairDot, PairPack, Pmuldq, check_call,
+                                    vector_helper)
 from aot.codegen.names import c_comment, c_identifier, kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import UnsupportedError
@@ -80,6 +81,17 @@ def _elem_bytes(scalar: str) -> int:
 # differently there (measured with gcc 12 against clang 14 on x86-64-v3).
 _GCC_X86 = ("#if defined(__GNUC__) && !defined(__clang__) && "
             "(defined(__x86_64__) || defined(__i386__))")
+
+
+# The x86 builtins GCC and Clang share for the target instructions the
+# legalization pass chooses (aot/lower/legalize.py), by result lanes, each
+# with the macro that says the compiler was given its ISA.
+_PMADDWD = {16: ("__AVX512BW__", "__builtin_ia32_pmaddwd512"),
+            8: ("__AVX2__", "__builtin_ia32_pmaddwd256"),
+            4: ("__SSE2__", "__builtin_ia32_pmaddwd128")}
+_PMULDQ = {16: ("__AVX512F__", "__builtin_ia32_pmuldq512"),
+           8: ("__AVX2__", "__builtin_ia32_pmuldq256"),
+           4: ("__SSE4_1__", "__builtin_ia32_pmuldq128")}
 
 
 def _narrow(d: DType) -> bool:
@@ -460,15 +472,16 @@ class _Printer:
     def _call(self, e: Call):
         fn = check_call(e.fn, e.args, e.dtype)
         if isinstance(fn, PairDot):
-            return self._call_text(self._pair_dot(e.dtype, fn.packed), list(e.args))
+            return self._call_text(self._pair_dot(e.dtype, fn), list(e.args))
         if isinstance(fn, PairPack):
-            return self._call_text(self._pair_pack(e.dtype), list(e.args))
-        if isinstance(fn, Helper) and e.dtype.lanes > 1:
-            whole = vector_helper(fn.name, e.dtype.lanes)
+            return self._call_text(self._pair_pack(e.dtype, fn.bytes), list(e.args))
+        if isinstance(fn, (Helper, Pmuldq)) and e.dtype.lanes > 1:
+            pmuldq = isinstance(fn, Pmuldq)
+            whole = vector_helper(fn.generic if pmuldq else fn.name, e.dtype.lanes)
             if whole is not None:
                 args = [a if dtype_of(a).lanes > 1 else Broadcast(a, e.dtype.lanes)
                         for a in e.args]
-                return self._call_text(self._vector_helper_fn(whole), args)
+                return self._call_text(self._vector_helper_fn(whole, pmuldq), args)
         name = self._helper_fn(fn) if isinstance(fn, Helper) else fn.c_name
         if e.dtype.lanes > 1:
             arg_types = [dtype_of(a) for a in e.args]
@@ -478,14 +491,14 @@ class _Printer:
                                 lambda a, n=name: f"{n}({', '.join(a)})")
         return self._call_text(name, list(e.args))
 
-    def _pair_dot(self, d: DType, packed: bool) -> str:
-        """aot_dot2 / aot_dot2p (intrinsics.PairDot): pmaddwd on x86 (the
-        builtin GCC and Clang share), the lane formula elsewhere."""
+    def _pair_dot(self, d: DType, fn: PairDot) -> str:
+        """aot_dot2 / aot_dot2p (intrinsics.PairDot): the lane formula, or
+        for x86_pmaddwd(_packed) pmaddwd (the builtin GCC and Clang share),
+        with the formula left for a compiler not given the ISA."""
+        packed = fn.packed
         rt, wt = self.mod.vector(d), self.mod.vector(DType("int16", 2 * d.lanes))
         name = f"aot_dot2{'p' if packed else ''}_{rt[4:]}"
-        builtin = {16: ("__AVX512BW__", "__builtin_ia32_pmaddwd512"),
-                   8: ("__AVX2__", "__builtin_ia32_pmaddwd256"),
-                   4: ("__SSE2__", "__builtin_ia32_pmaddwd128")}.get(d.lanes)
+        builtin = _PMADDWD.get(d.lanes) if fn.pmaddwd else None
         if packed:      # a vector of the int32 pair, seen as int16 lanes (little-endian x86)
             build = f"{rt} p32 = {{{', '.join(['p'] * d.lanes)}}};\n    {wt} x = ({wt})p32;"
             params = f"int32_t p, {wt} w"
@@ -503,18 +516,19 @@ class _Printer:
             f"        r[k] = x0 * w[2 * k] + x1 * w[2 * k + 1];\n    }}\n    return r;\n"
             + ("#endif\n" if builtin else "") + "}"))
 
-    def _pair_pack(self, d: DType) -> str:
-        """aot_pack2 (intrinsics.PairPack): the vector's bytes on a
-        little-endian target, the lane formula elsewhere."""
+    def _pair_pack(self, d: DType, as_bytes: bool) -> str:
+        """aot_pack2 (intrinsics.PairPack): the lane formula, or for
+        aot_pack2_bytes the vector's bytes (the formula left for a compiler
+        that does not say it is little-endian)."""
         rt, vt = self.mod.vector(d), self.mod.vector(DType("int16", 2 * d.lanes))
         name = f"aot_pack2_{rt[4:]}"
-        return self.mod.helper(name, lambda: (
-            f"static inline {rt} {name}({vt} v)\n{{\n"
-            "#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__\n"
-            f"    return ({rt})v;\n#else\n"
-            f"    {rt} r = {{0}};\n    for (int k = 0; k < {d.lanes}; ++k) {{\n"
-            f"        r[k] = (v[2 * k] & 65535) + v[2 * k + 1] * 65536;\n    }}\n"
-            "    return r;\n#endif\n}"))
+        formula = (f"    {rt} r = {{0}};\n    for (int k = 0; k < {d.lanes}; ++k) {{\n"
+                   f"        r[k] = (v[2 * k] & 65535) + v[2 * k + 1] * 65536;\n    }}\n"
+                   "    return r;\n")
+        if as_bytes:
+            formula = ("#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__\n"
+                       f"    return ({rt})v;\n#else\n{formula}#endif\n")
+        return self.mod.helper(name, lambda: f"static inline {rt} {name}({vt} v)\n{{\n{formula}}}")
 
     def _helper_fn(self, h: Helper) -> str:
         def make() -> str:
@@ -531,29 +545,34 @@ class _Printer:
             return "\n".join(lines)
         return self.mod.helper(h.name, make)
 
-    def _vector_helper_fn(self, h: Helper) -> str:
+    def _vector_helper_fn(self, h: Helper, pmuldq: bool = False) -> str:
         """A whole-vector helper (intrinsics.vector_helper), named for its
-        lanes; aot_rdhm multiplies with pmuldq where x86 has it (the even and
-        odd lanes' 64-bit products, their high halves put back in place),
-        which compilers do not form from the int64 formula."""
+        lanes; `pmuldq` (x86_pmuldq_rdhm): aot_rdhm multiplies with pmuldq
+        (the even and odd lanes' 64-bit products, their high halves put back
+        in place), which compilers do not form from the int64 formula."""
         d = h.dtype
         t = self.mod.vector(d)
         name = f"{h.name}_{t[4:]}"
-        fast = {16: ("__AVX512F__", "__builtin_ia32_pmuldq512"),
-                8: ("__AVX2__", "__builtin_ia32_pmuldq256"),
-                4: ("__SSE4_1__", "__builtin_ia32_pmuldq128")}.get(d.lanes)
+        fast = _PMULDQ.get(d.lanes) if pmuldq else None
 
         def make() -> str:
             names = {p: p.name for p in h.params}
             inner = _Printer(self.mod, names, name)
             params = ", ".join(f"{self.mod.vector(p.dtype)} {p.name}" for p in h.params)
             lines = [f"/* {c_comment(h.doc)} */", f"static inline {t} {name}({params})", "{"]
-            if h.name == "aot_rdhm" and fast and d.scalar == "int32":
+            if h.name == "aot_rdhm" and d.scalar == "int32":
                 # Both branches spell their constants out: a splat helper
                 # used by one branch only would be an unused function.
-                u = self.mod.vector(DType("uint64", d.lanes // 2))
                 wide = self.mod.vector(DType("int64", d.lanes))
                 splat = lambda v, n: "{" + ", ".join([v] * n) + "}"  # noqa: E731
+                formula = [
+                    f"    const {wide} round = {splat('INT64_C(1073741824)', d.lanes)};",
+                    f"    const {wide} shift = {splat('INT64_C(31)', d.lanes)};",
+                    f"    return __builtin_convertvector((__builtin_convertvector(a, {wide}) "
+                    f"* __builtin_convertvector(b, {wide}) + round) >> shift, {t});"]
+                if not fast:
+                    return "\n".join(lines + formula + ["}"])
+                u = self.mod.vector(DType("uint64", d.lanes // 2))
                 half = d.lanes // 2
                 return "\n".join(lines + [
                     f"#if defined({fast[0]})",
@@ -563,12 +582,7 @@ class _Printer:
                     f"    const {u} odd = ({u}){fast[1]}(({t})(({u})a >> 32), "
                     f"({t})(({u})b >> 32)) + round;",
                     f"    return ({t})(((even >> 31) & low) | ((odd << 1) & ~low));",
-                    "#else",
-                    f"    const {wide} round = {splat('INT64_C(1073741824)', d.lanes)};",
-                    f"    const {wide} shift = {splat('INT64_C(31)', d.lanes)};",
-                    f"    return __builtin_convertvector((__builtin_convertvector(a, {wide}) "
-                    f"* __builtin_convertvector(b, {wide}) + round) >> shift, {t});",
-                    "#endif", "}"])
+                    "#else", *formula, "#endif", "}"])
             for var, value in h.lets:
                 text = inner.expr(value)
                 names[var] = var.name

@@ -10,6 +10,11 @@ Two kinds:
   defined once here, in TIR, as a few named intermediate values and a
   result; the C backend prints that as a `static inline` function, the LLVM
   backend expands it in place. One definition, so the two cannot disagree.
+- **lane-crossing operations** (`aot_dot2`, `aot_dot2p`, `aot_pack2`) and
+  the **target instructions** the legalization pass (aot/lower/legalize.py)
+  makes of generic calls (`x86_pmaddwd`, `x86_pmaddwd_packed`,
+  `x86_pmuldq_rdhm`, `aot_pack2_bytes`): the backends print each as it is
+  named, choosing nothing.
 """
 from __future__ import annotations
 
@@ -201,15 +206,16 @@ class PairDot:
     2n lanes -> int32 vector of n lanes, r[k] = x0*w[2k] + x1*w[2k+1].
 
     The widening pairwise multiply-add of integer convolutions (two input
-    channels against interleaved weight pairs): x86's pmaddwd with the pair
-    broadcast, which the codegens use where the target has it (C: under
-    __AVX2__/__SSE2__; LLVM: when the target has the feature), else the
-    lane formula (NEON compilers turn it into widening multiply-adds).
-    Products and the sum are exact in int32 unless all four operands are
-    -32768 (pmaddwd wraps there; callers keep |x| and |w| smaller).
+    channels against interleaved weight pairs). Generic, it is the lane
+    formula (NEON compilers turn it into widening multiply-adds); on x86 the
+    legalization pass (aot/lower/legalize.py) makes it `x86_pmaddwd`,
+    pmaddwd with the pair broadcast. Products and the sum are exact in
+    int32 unless all four operands are -32768 (pmaddwd wraps there; callers
+    keep |x| and |w| smaller).
     """
     name: str = "aot_dot2"
     packed: bool = False     # aot_dot2p(p, w): the pair as one int32, (x0 & 0xFFFF) + 65536 x1
+    pmaddwd: bool = False    # the x86 instruction, chosen by the legalization pass
 
     def result(self, args: tuple[Expr, ...]) -> DType:
         return DType("int32", dtype_of(args[-1]).lanes // 2)
@@ -217,7 +223,9 @@ class PairDot:
 
 PAIR_DOT = PairDot()
 PACKED_PAIR_DOT = PairDot("aot_dot2p", True)
-_PAIR_DOTS = {d.name: d for d in (PAIR_DOT, PACKED_PAIR_DOT)}
+X86_PMADDWD = PairDot("x86_pmaddwd", pmaddwd=True)
+X86_PMADDWD_PACKED = PairDot("x86_pmaddwd_packed", True, pmaddwd=True)
+_PAIR_DOTS = {d.name: d for d in (PAIR_DOT, PACKED_PAIR_DOT, X86_PMADDWD, X86_PMADDWD_PACKED)}
 
 
 def pair_dot(x0: Expr, x1: Expr, w: Expr) -> Call:
@@ -237,16 +245,34 @@ def packed_pair_dot(pair: Expr, w: Expr) -> Call:
 class PairPack:
     """`aot_pack2(v)`: an int16 vector of 2n lanes -> the int32 vector of
     its n lane pairs, r[k] = (v[2k] & 0xFFFF) + 65536 v[2k+1]: the staged
-    pair format aot_dot2p reads, built a whole vector at a time. On a
-    little-endian target those are the vector's own bytes, so the codegens
-    reinterpret it (a C vector cast, an LLVM bitcast)."""
+    pair format aot_dot2p reads, built a whole vector at a time. Generic, it
+    is the lane formula; on a little-endian target the legalization pass
+    makes it `aot_pack2_bytes`: those are the vector's own bytes, which the
+    codegens reinterpret (a C vector cast, an LLVM bitcast)."""
     name: str = "aot_pack2"
+    bytes: bool = False      # the little-endian reinterpretation
 
     def result(self, args: tuple[Expr, ...]) -> DType:
         return DType("int32", dtype_of(args[0]).lanes // 2)
 
 
 PAIR_PACK = PairPack()
+PAIR_PACK_BYTES = PairPack("aot_pack2_bytes", bytes=True)
+_PAIR_PACKS = {p.name: p for p in (PAIR_PACK, PAIR_PACK_BYTES)}
+
+
+@dataclass(frozen=True)
+class Pmuldq:
+    """`x86_pmuldq_rdhm(a, b)`: the whole-vector aot_rdhm on int32 x n
+    (n = 4, 8, 16; a scalar operand is broadcast), computed with x86's
+    pmuldq on the even and odd lanes (the high halves of their 64-bit
+    products put back in place), which C compilers do not form from the
+    int64 formula. The legalization pass chooses it on x86."""
+    name: str = "x86_pmuldq_rdhm"
+    generic: str = "aot_rdhm"
+
+
+X86_PMULDQ_RDHM = Pmuldq()
 
 
 def pack_pairs(v: Expr) -> Call:
@@ -256,16 +282,26 @@ def pack_pairs(v: Expr) -> Call:
 
 def lane_crossing(fn: str) -> bool:
     """Calls whose vector operands need not have the result's lanes."""
-    return fn in _PAIR_DOTS or fn == PAIR_PACK.name
+    return fn in _PAIR_DOTS or fn in _PAIR_PACKS
 
 
-def _check_pair_pack(args: tuple[Expr, ...], dtype: DType) -> PairPack:
+def _check_pair_pack(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairPack:
+    p = _PAIR_PACKS[fn]
     kinds = [dtype_of(a) for a in args]
     if (len(args) != 1 or kinds[0].scalar != "int16" or kinds[0].lanes < 4
-            or kinds[0].lanes % 2 or dtype != PAIR_PACK.result(args)):
-        raise UnsupportedError(f"{PAIR_PACK.name} takes (int16 x 2n) -> int32 x n, got "
+            or kinds[0].lanes % 2 or dtype != p.result(args)):
+        raise UnsupportedError(f"{fn} takes (int16 x 2n) -> int32 x n, got "
                                f"({', '.join(map(str, kinds))}) -> {dtype}")
-    return PAIR_PACK
+    return p
+
+
+def _check_pmuldq(args: tuple[Expr, ...], dtype: DType) -> Pmuldq:
+    kinds = [dtype_of(a) for a in args]
+    if (len(args) != 2 or dtype.scalar != "int32" or dtype.lanes not in (4, 8, 16)
+            or any(k.scalar != "int32" or k.lanes not in (1, dtype.lanes) for k in kinds)):
+        raise UnsupportedError(f"{X86_PMULDQ_RDHM.name} takes int32 x n (n = 4, 8, 16) twice, "
+                               f"got ({', '.join(map(str, kinds))}) -> {dtype}")
+    return X86_PMULDQ_RDHM
 
 
 def _check_pair_dot(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairDot:
@@ -281,12 +317,14 @@ def _check_pair_dot(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairDot:
 
 
 def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
-               ) -> LibmFn | Helper | PairDot | PairPack:
+               ) -> LibmFn | Helper | PairDot | PairPack | Pmuldq:
     """What a Call means, or a clear error naming it."""
     if fn in _PAIR_DOTS:
         return _check_pair_dot(fn, args, dtype)
-    if fn == PAIR_PACK.name:
-        return _check_pair_pack(args, dtype)
+    if fn in _PAIR_PACKS:
+        return _check_pair_pack(fn, args, dtype)
+    if fn == X86_PMULDQ_RDHM.name:
+        return _check_pmuldq(args, dtype)
     h = HELPERS.get(fn)
     if h is not None:
         if len(args) != len(h.params):
@@ -307,6 +345,7 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
     return f
 
 
-__all__ = ["HELPERS", "Helper", "LibmFn", "PACKED_PAIR_DOT", "PAIR_DOT", "PAIR_PACK", "PairDot",
-           "PairPack", "check_call", "helper", "lane_crossing", "libm", "pack_pairs",
-           "packed_pair_dot", "pair_dot", "vector_helper"]
+__all__ = ["HELPERS", "Helper", "LibmFn", "PACKED_PAIR_DOT", "PAIR_DOT", "PAIR_PACK",
+           "PAIR_PACK_BYTES", "PairDot", "PairPack", "Pmuldq", "X86_PMADDWD",
+           "X86_PMADDWD_PACKED", "X86_PMULDQ_RDHM", "check_call", "helper", "lane_crossing",
+           "libm", "pack_pairs", "packed_pair_dot", "pair_dot", "vector_helper"]

@@ -27,7 +27,7 @@ from llvmlite import binding as llvm
 from llvmlite import ir
 
 from aot.codegen.check import check_func
-from aot.codegen.intrinsics import (Helper, LibmFn, PairDot, PairPack, check_call,
+from aot.codegen.intrinsics import (Helper, LibmFn, PairDot, PairPack, Pmuldq, check_call,
                                     vector_helper)
 from aot.codegen.names import kernel_symbols
 from aot.codegen.split import balanced_groups
@@ -89,11 +89,8 @@ def _const(value, d: DType) -> ir.Constant:
 
 
 class _FuncBuilder:
-    def __init__(self, module: ir.Module, func: PrimFunc, symbol: str, contract: bool = False,
-                 pmaddwd: dict[int, str] | None = None, little_endian: bool = True):
+    def __init__(self, module: ir.Module, func: PrimFunc, symbol: str, contract: bool = False):
         self.module = module
-        self.little_endian = little_endian
-        self.pmaddwd = pmaddwd or {}     # result lanes -> the target's pmaddwd intrinsic
         check_func(func)
         self.func = func
         self.float_flags = ["contract"] if contract else []
@@ -333,10 +330,14 @@ class _FuncBuilder:
         args = [self.value(a) for a in e.args]
         if isinstance(fn, PairDot):
             if fn.packed:
-                return self.packed_pair_dot(e.dtype.lanes, *args)
-            return self.pair_dot(e.dtype.lanes, *args)
+                return self.packed_pair_dot(e.dtype.lanes, fn.pmaddwd, *args)
+            return self.pair_dot(e.dtype.lanes, fn.pmaddwd, *args)
         if isinstance(fn, PairPack):
-            return self.pair_pack(e.dtype.lanes, args[0])
+            return self.pair_pack(e.dtype.lanes, fn.bytes, args[0])
+        if isinstance(fn, Pmuldq):
+            # LLVM's x86 instruction selection makes pmuldq of the int64
+            # formula by itself (C compilers do not): the generic expansion.
+            fn = check_call(fn.generic, e.args, e.dtype)
         if isinstance(fn, LibmFn) and fn.llvm:
             if e.dtype.lanes > 1:     # intrinsics take all-vector operands
                 args = [self.splat(v, e.dtype.lanes) if dtype_of(a).lanes == 1 else v
@@ -357,23 +358,22 @@ class _FuncBuilder:
             out = self.b.insert_element(out, self.scalar_call(fn, e, scalars), lane)
         return out
 
-    def packed_pair_dot(self, n: int, p, w):
-        """aot_dot2p: pmaddwd of the broadcast int32 seen as int16 pairs, or
-        aot_dot2 of its halves."""
+    def packed_pair_dot(self, n: int, pmaddwd: bool, p, w):
+        """aot_dot2p: aot_dot2 of its halves; x86_pmaddwd_packed: pmaddwd of
+        the broadcast int32 seen as int16 pairs."""
         i16, i32 = ir.IntType(16), ir.IntType(32)
-        name = self.pmaddwd.get(n)
-        if name:
-            return self.pmaddwd_call(name, self.b.bitcast(self.splat(p, n), w.type), w)
+        if pmaddwd:
+            return self.pmaddwd_call(n, self.b.bitcast(self.splat(p, n), w.type), w)
         x0 = self.b.trunc(p, i16)
         x1 = self.b.trunc(self.b.ashr(p, ir.Constant(i32, 16)), i16)
-        return self.pair_dot(n, x0, x1, w, generic=True)
+        return self.pair_dot(n, False, x0, x1, w)
 
-    def pair_pack(self, n: int, v):
-        """aot_pack2: the vector's bytes where the target is little-endian,
-        else sext / mask / shift of its even and odd lanes."""
+    def pair_pack(self, n: int, as_bytes: bool, v):
+        """aot_pack2_bytes: the vector's bytes (little-endian); aot_pack2:
+        sext / mask / shift of its even and odd lanes."""
         i32 = ir.IntType(32)
         vt = ir.VectorType(i32, n)
-        if self.little_endian:
+        if as_bytes:
             return self.b.bitcast(v, vt)
         undef = ir.Constant(v.type, ir.Undefined)
         even, odd = (self.b.sext(self.b.shuffle_vector(v, undef, ir.Constant(
@@ -381,7 +381,8 @@ class _FuncBuilder:
         low = self.b.and_(even, ir.Constant(vt, [0xFFFF] * n))
         return self.b.add(low, self.b.shl(odd, ir.Constant(vt, [16] * n)))
 
-    def pmaddwd_call(self, name: str, x, w):
+    def pmaddwd_call(self, n: int, x, w):
+        name = _PMADDWD[n]
         callee = self.module.globals.get(name)
         if callee is None:
             n = w.type.count // 2
@@ -389,18 +390,17 @@ class _FuncBuilder:
                 ir.VectorType(ir.IntType(32), n), [w.type, w.type]), name)
         return self.b.call(callee, [x, w])
 
-    def pair_dot(self, n: int, x0, x1, w, generic: bool = False):
-        """aot_dot2 (intrinsics.PairDot): the x86 pmaddwd intrinsic where the
-        target has it (LLVM does not form it from the lane formula when the
-        pair is a broadcast), else sext / mul / add of the even and odd lanes."""
+    def pair_dot(self, n: int, pmaddwd: bool, x0, x1, w):
+        """aot_dot2 (intrinsics.PairDot): sext / mul / add of the even and odd
+        lanes; x86_pmaddwd: the x86 intrinsic (LLVM does not form it from the
+        lane formula when the pair is a broadcast)."""
         i16, i32 = ir.IntType(16), ir.IntType(32)
-        name = None if generic else self.pmaddwd.get(n)
-        if name:
+        if pmaddwd:
             pair = self.b.insert_element(self.b.insert_element(
                 ir.Constant(ir.VectorType(i16, 2), ir.Undefined), x0, ir.Constant(i32, 0)),
                 x1, ir.Constant(i32, 1))
             x = self.b.bitcast(self.splat(self.b.bitcast(pair, i32), n), w.type)
-            return self.pmaddwd_call(name, x, w)
+            return self.pmaddwd_call(n, x, w)
         vt = ir.VectorType(i32, n)
         undef = ir.Constant(w.type, ir.Undefined)
         even, odd = (self.b.sext(self.b.shuffle_vector(w, undef, ir.Constant(
@@ -487,22 +487,15 @@ def build_module(funcs: Sequence[PrimFunc], prefix: str, target: Target,
     symbols = symbols or kernel_symbols(funcs, prefix)
     # Fuse a*b+c into FMAs exactly when the C build of this target may.
     contract = "-ffp-contract=fast" in target.cflags
-    pmaddwd = _pmaddwd(target)
     for f in funcs:
-        _FuncBuilder(module, f, symbols[f.name], contract, pmaddwd, target.little_endian).build()
+        _FuncBuilder(module, f, symbols[f.name], contract).build()
     return module
 
 
-def _pmaddwd(target: Target) -> dict[int, str]:
-    """The x86 pmaddwd intrinsics the target has, by result lanes."""
-    if target.arch not in ("x86_64", "x86"):
-        return {}
-    found = {4: "llvm.x86.sse2.pmadd.wd"}
-    if target.has("avx2"):
-        found[8] = "llvm.x86.avx2.pmadd.wd"
-    if target.has("avx512bw"):
-        found[16] = "llvm.x86.avx512.pmaddw.d.512"
-    return found
+# x86_pmaddwd's LLVM intrinsic by result lanes (aot/lower/legalize.py
+# chooses it only where the target has the ISA).
+_PMADDWD = {4: "llvm.x86.sse2.pmadd.wd", 8: "llvm.x86.avx2.pmadd.wd",
+            16: "llvm.x86.avx512.pmaddw.d.512"}
 
 
 _LOOP_MARKER = "aot.loop.self."

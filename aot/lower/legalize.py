@@ -1,0 +1,88 @@
+"""Intrinsic legalization (a TIR pass per target, as Halide's find_intrinsics):
+the generic calls the lowering writes become the target's instructions where
+it has them, so the code generators print every call one to one and choose
+nothing.
+
+    aot_dot2 / aot_dot2p   -> x86_pmaddwd / x86_pmaddwd_packed   x86: SSE2 (4 lanes),
+                                                                  AVX2 (8), AVX512BW (16)
+    aot_rdhm on int32 x n  -> x86_pmuldq_rdhm                     x86: SSE4.1 (4), AVX2 (8),
+                                                                  AVX512F (16)
+    aot_pack2              -> aot_pack2_bytes                     little-endian targets
+
+A call the target has no instruction for stays generic: its lane formula
+(NEON compilers make widening multiply-adds of aot_dot2's). The C printed
+for an x86 instruction still falls back to the formula under `#if` when the
+user's compiler is not given the ISA (docs/package.md, "In a firmware
+project"); which instruction is used is decided here, from the target's
+facts (aot.targets.Target), not by the backends.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from aot.codegen.intrinsics import (PACKED_PAIR_DOT, PAIR_DOT, PAIR_PACK, PAIR_PACK_BYTES,
+                                    X86_PMADDWD, X86_PMADDWD_PACKED, X86_PMULDQ_RDHM)
+from aot.ir.tir import Call, Expr, PrimFunc, map_stmt_exprs
+from aot.targets import Target
+
+_X86 = ("x86_64", "x86")
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """`generic` calls become `name` on targets of `archs` (empty: any) with
+    the ISA features `features[result lanes]` (no entry: not on that many
+    lanes), and only on little-endian targets if `little_endian`."""
+    generic: str
+    name: str
+    archs: tuple[str, ...] = ()
+    features: tuple[tuple[int, tuple[str, ...]], ...] | None = None
+    little_endian: bool = False
+    int32_only: bool = False
+
+    def fits(self, call: Call, target: Target) -> bool:
+        if self.archs and target.arch not in self.archs:
+            return False
+        if self.little_endian and not target.little_endian:
+            return False
+        if self.int32_only and call.dtype.scalar != "int32":
+            return False
+        if self.features is None:
+            return True
+        needed = dict(self.features).get(call.dtype.lanes)
+        return needed is not None and target.has(*needed)
+
+
+_PMADDWD = ((4, ("sse2",)), (8, ("avx2",)), (16, ("avx512bw",)))
+_PMULDQ = ((4, ("sse4.1",)), (8, ("avx2",)), (16, ("avx512f",)))
+
+# Every target instruction a generic call may become, first fit wins.
+INSTRUCTIONS: tuple[Instruction, ...] = (
+    Instruction(PAIR_DOT.name, X86_PMADDWD.name, _X86, _PMADDWD),
+    Instruction(PACKED_PAIR_DOT.name, X86_PMADDWD_PACKED.name, _X86, _PMADDWD),
+    Instruction(X86_PMULDQ_RDHM.generic, X86_PMULDQ_RDHM.name, _X86, _PMULDQ, int32_only=True),
+    Instruction(PAIR_PACK.name, PAIR_PACK_BYTES.name, little_endian=True),
+)
+_BY_GENERIC: dict[str, tuple[Instruction, ...]] = {}
+for _i in INSTRUCTIONS:
+    _BY_GENERIC[_i.generic] = (*_BY_GENERIC.get(_i.generic, ()), _i)
+
+
+def instruction_for(call: Call, target: Target) -> str | None:
+    """The target instruction `call` becomes, or None (it stays generic)."""
+    return next((i.name for i in _BY_GENERIC.get(call.fn, ()) if i.fits(call, target)), None)
+
+
+def legalize(func: PrimFunc, target: Target) -> PrimFunc:
+    """func with its generic calls made the target's instructions."""
+    changed = []
+
+    def one(e: Expr) -> Expr | None:
+        name = instruction_for(e, target) if isinstance(e, Call) else None
+        if name is None:
+            return None
+        changed.append(name)
+        return Call(name, e.args, e.dtype)
+    body = map_stmt_exprs(func.body, one)
+    # unchanged: the same object back, as the other passes do
+    return replace(func, body=body) if changed else func

@@ -777,6 +777,9 @@ def count_table(rows: list[dict], codegens: list[str], cpu: str, built_for):
 
 def report_counted(console, args, cpu: str, built_for, codegens: list[str],
                    rows: list[dict]) -> None:
+    from aot.deploy.arm64_python import find_sysroot
+
+    sysroot = json.loads((find_sysroot() / "sysroot.json").read_text())
     console.print(count_table(rows, codegens, cpu, built_for))
     medians = median_ratios(rows, codegens)
     for cg, m in medians.items():
@@ -790,8 +793,9 @@ def report_counted(console, args, cpu: str, built_for, codegens: list[str],
         f"xnnpack: ai-edge-litert's default delegate, num_threads=1, in an arm64 Python "
         f"under the same qemu-aarch64 -cpu {cpu}; whole-process totals of runs with 1, "
         f"1+{n} and 1+{2 * n} invocations after the same setup, per inference "
-        f"(T(1+{2 * n}) - T(1)) / {2 * n}; spread: how far the two halves' counts differ; "
+        f"(T(1+{2 * n}) - T(1+{n})) / {n}; spread: how far it is from (T(1+{n}) - T(1)) / {n}; "
         "the 1-invocation run is repeated and must count the same",
+        f"xnnpack's sysroot: {', '.join(sysroot['wheels'])}",
         "both include one call per inference: the harness's loop; for xnnpack the Python "
         "loop and Interpreter.invoke's wrapper",
         "onnxruntime: left out, its aarch64 wheel dies at import under qemu-user 7.2 "
@@ -802,6 +806,7 @@ def report_counted(console, args, cpu: str, built_for, codegens: list[str],
         Path(args.json).write_text(json.dumps(
             {"emulated_cpu": cpu, "board": built_for.name, "runner": "qemu-aarch64",
              "invocations": n, "aot_runs": COUNTED_RUNS, "versions": versions(),
+             "xnnpack_sysroot": sysroot,
              "median_aot_over_xnnpack": medians, "models": rows}, indent=2) + "\n")
 
 

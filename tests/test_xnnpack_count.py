@@ -30,8 +30,8 @@ def compare(*args: str) -> subprocess.CompletedProcess:
 def test_per_inference_from_the_three_run_lengths():
     totals = {0: [1000, 1000], 10: [1000 + 10 * 500 + 7], 20: [1000 + 20 * 500 + 10]}
     per, halves = per_inference(totals, 10)
-    assert per == 500
     assert halves == (501, 500)
+    assert per == 500              # the second half: the loop warmed up
     count = AnchorCount(per, halves, 10, totals, [])
     assert count.spread == pytest.approx(1 / 500)
 
@@ -75,8 +75,8 @@ def test_ad_counted_both_ways_on_the_emulated_a72(tmp_path):
         # ad is 5e4..5e5: the difference of totals must land there.
         assert 10_000 < x["per_inference"] < 1_000_000, x
         assert x["spread"] < 0.02, x
-        assert x["totals"]["8"][0] - x["totals"]["0"][0] == pytest.approx(
-            8 * x["per_inference"], abs=4)
+        assert x["totals"]["8"][0] - x["totals"]["4"][0] == pytest.approx(
+            4 * x["per_inference"], abs=2)
         assert m["aot_over_xnnpack"]["c"] == pytest.approx(
             m["aot"]["c"]["median_instructions"] / x["per_inference"])
         # XNNPACK ran the real model: its outputs near the reference's.
@@ -86,3 +86,5 @@ def test_ad_counted_both_ways_on_the_emulated_a72(tmp_path):
     assert out["median_aot_over_xnnpack"]["c"]["all"] == pytest.approx(sum(ratios) / 2)
     assert "instructions per inference on the emulated cortex-a72" in r.stdout
     assert "onnxruntime: left out" in r.stdout
+    assert "ai_edge_litert-1.4.0-cp311" in r.stdout
+    assert "ai_edge_litert-1.4.0-cp311" in out["xnnpack_sysroot"]["wheels"][0]

@@ -20,7 +20,10 @@ Python process. A run does the same setup (start Python, import LiteRT,
 build the interpreter with its default delegate, XNNPACK, on one thread,
 set the inputs), then 1 + k invocations; runs with k = 0, N and 2N give the
 instructions of N invocations twice, (T(1+N) - T(1)) / N and
-(T(1+2N) - T(1+N)) / N, and their spread. The count is the same on every
+(T(1+2N) - T(1+N)) / N, and their spread. The second is the count per
+inference: the first also carries the one-time cost of the loop's first
+passes (Python 3.11 specializes bytecode after it has run a few times;
+about 12,000 instructions on every model). The count is the same on every
 run only with the process made deterministic: PYTHONHASHSEED fixed,
 OpenBLAS (numpy's) on one thread instead of a pool of spinning ones, no
 address randomization (setarch -R), the same environment and argv lengths.
@@ -221,7 +224,7 @@ def total_of(log: Path) -> int:
 @dataclass(frozen=True)
 class AnchorCount:
     """LiteRT with XNNPACK on one emulated core: instructions per inference."""
-    per_inference: int           # (T(1+2N) - T(1)) / 2N
+    per_inference: int           # (T(1+2N) - T(1+N)) / N
     halves: tuple[int, int]      # (T(1+N) - T(1)) / N and (T(1+2N) - T(1+N)) / N
     invocations: int             # N
     totals: dict[int, list[int]] # k -> the totals of the runs with 1 + k invocations
@@ -240,14 +243,16 @@ class AnchorCount:
 
 def per_inference(totals: dict[int, list[int]], n: int) -> tuple[int, tuple[int, int]]:
     """From the totals of runs with 1, 1+N and 1+2N invocations: the count per
-    inference over all 2N, and over each half. The repeated 1-invocation runs
-    must agree exactly: a difference is noise that no division removes."""
+    inference (the second N, warmed up), and over each half. The repeated
+    1-invocation runs must agree exactly: a difference is noise that no
+    division removes."""
     base = totals[0]
     if len(set(base)) != 1:
         raise AotError(f"two identical runs counted {base[0]:,} and {base[1]:,} "
                        "instructions: the process is not deterministic")
     t0, t1, t2 = base[0], totals[n][0], totals[2 * n][0]
-    return round((t2 - t0) / (2 * n)), (round((t1 - t0) / n), round((t2 - t1) / n))
+    halves = (round((t1 - t0) / n), round((t2 - t1) / n))
+    return halves[1], halves
 
 
 def count_xnnpack(model: Path, inputs: Sequence[np.ndarray], cpu: str,

@@ -104,7 +104,11 @@ def test_printer_parenthesizes_only_what_needs_it():
              Bin("and", Bin("or", a, b), c): "(a || b) && c",
              Bin("<<", Bin("&", a, b), c): "(a & b) << c",
              Unary("neg", Bin("+", a, b)): "-(a + b)",
-             Unary("bitnot", a): "~a"}
+             Unary("bitnot", a): "~a",
+             Unary("neg", c32(-3)): "-(-3)",
+             Unary("neg", Unary("neg", a)): "-(-a)",
+             Bin("*", c32(-3), a): "-3 * a",
+             Bin("-", a, c32(-3)): "a - -3"}
     for e, text in cases.items():
         assert print_expr(e) == text
 

@@ -60,7 +60,8 @@ def _node(e: Expr, kids: list[tuple[str, int]]) -> tuple[str, int]:
     if isinstance(e, Var):
         return e.name, _ATOM
     if isinstance(e, Const):
-        return _const(e), _ATOM
+        text = _const(e)
+        return text, _UNARY if text.startswith("-") else _ATOM
     if isinstance(e, Bin):
         if e.op not in _PREC:                       # min, max
             return f"{e.op}({kids[0][0]}, {kids[1][0]})", _ATOM
@@ -70,7 +71,8 @@ def _node(e: Expr, kids: list[tuple[str, int]]) -> tuple[str, int]:
         return f"{left} {_INFIX.get(e.op, e.op)} {_paren(kids[1], p + 1)}", p
     if isinstance(e, Unary):
         if e.op in _PREFIX:
-            return _PREFIX[e.op] + _paren(kids[0], _UNARY), _UNARY
+            # only an atom goes bare: `-x`, `-(a + b)`, `-(-3)`
+            return _PREFIX[e.op] + _paren(kids[0], _ATOM), _UNARY
         return f"{e.op}({kids[0][0]})", _ATOM
     if isinstance(e, Cast):
         return f"{e.dtype}({kids[0][0]})", _ATOM

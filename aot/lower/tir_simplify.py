@@ -189,5 +189,4 @@ def simplify_body(body: Stmt) -> Stmt:
 
 def simplify(func: PrimFunc) -> PrimFunc:
     """The pass: func with every expression simplified."""
-    body = simplify_body(func.body)
-    return func if body == func.body else replace(func, body=body)
+    return replace(func, body=simplify_body(func.body))

@@ -230,7 +230,7 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
     from aot.deploy import check_runs_on
     from aot.frontend.shapes import LoadOptions, options_json
     from aot.packaging import model_source, read_metadata
-    from aot.validate import Tolerance, check_package_io, package_model
+    from aot.validate import Tolerance, check_package_io, dequantized_steps, package_model
     from aot import streaming
 
     tol = Tolerance(atol, rtol)
@@ -252,6 +252,7 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
             model_path = package_model(pkg, meta, source)
             opts = LoadOptions.from_json(meta.get("source"))
             graph = aot.load(model_path, options=opts)
+            steps = dequantized_steps(graph)
             if streaming.streams(model_path, graph):
                 raise AotError(f"{pkg}: a package of a streaming model keeps its state inside; "
                                "verifying it as built is not supported yet (verify the model "
@@ -270,6 +271,7 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
             brd, model_path = get_board(board), target
             opts = LoadOptions.of(input_shapes, bind)
             graph = aot.load(model_path, options=opts)
+            steps = dequantized_steps(graph)
             bound = {n: graph.constants[n] for n in opts.bind}   # the reference's feeds
             check_fits(graph, brd)
             name = default_name(graph, None, model_path)
@@ -290,7 +292,7 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
                                  source={**model_source(model_path), **options_json(opts)})
             pkg, summary = info.path, info.summary()
         results = _board_outputs(pkg, brd, samples)
-    reference, rows = _compare_outputs(model_path, graph, samples, results, tol, bound)
+    reference, rows = _compare_outputs(model_path, graph, samples, results, tol, bound, steps)
     return {"ok": all(r["ok"] for r in rows), "reference": reference, "inputs": origin,
             "samples": len(samples), "count": len(samples), "model": str(model_path),
             "board": brd.name, "outputs": rows, "package": summary}
@@ -338,8 +340,10 @@ def _board_outputs(pkg: Path, board: Board, samples: list[list[np.ndarray]]
 
 def _compare_outputs(model: Path, graph: Graph, samples: list[list[np.ndarray]],
                      results: list[list[np.ndarray]], tol,
-                     bound: Mapping[str, np.ndarray]) -> tuple[str, list[dict]]:
-    """(reference runtime, a metrics row per output) over all samples."""
+                     bound: Mapping[str, np.ndarray], steps: Mapping[str, float | None]
+                     ) -> tuple[str, list[dict]]:
+    """(reference runtime, a metrics row per output) over all samples;
+    `steps`: the quantization step of outputs the model dequantizes."""
     from aot import progress
     from aot.deploy.reference import reference_outputs
     from aot.validate import output_metrics
@@ -355,5 +359,5 @@ def _compare_outputs(model: Path, graph: Graph, samples: list[list[np.ndarray]],
             wants.append(want)
             step.advance()
     return reference, [output_metrics(name, [r[k] for r in results], [w[k] for w in wants],
-                                      graph.types[name], tol)
+                                      graph.types[name], tol, steps.get(name))
                        for k, name in enumerate(graph.outputs)]

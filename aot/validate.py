@@ -241,6 +241,30 @@ def max_lsb(got_q: np.ndarray, ref_q: np.ndarray) -> int:
     return int(np.max(np.abs(got_q.astype(np.int64) - ref_q.astype(np.int64))))
 
 
+def _steps(got: np.ndarray, ref: np.ndarray, step: float) -> int:
+    """The largest difference of two dequantized tensors, in steps of
+    `step` (each value a whole number of steps, up to float rounding)."""
+    if got.size == 0:
+        return 0
+    return int(np.rint(np.max(_abs_error(got, ref)) / step))
+
+
+def dequantized_steps(graph: Graph) -> dict[str, float]:
+    """The quantization step of each float output the model computes by
+    dequantizing (an ONNX DequantizeLinear with a constant per-tensor scale:
+    a QDQ model's outputs), read from the model as loaded (optimization
+    fuses the DequantizeLinear away)."""
+    steps = {}
+    for node in graph.nodes:
+        out = node.outputs[0] if node.outputs else ""
+        if node.op != "DequantizeLinear" or out not in graph.outputs or len(node.inputs) < 2:
+            continue
+        scale = graph.constants.get(node.inputs[1])
+        if scale is not None and scale.size == 1 and float(scale.reshape(-1)[0]) > 0:
+            steps[out] = float(scale.reshape(-1)[0])
+    return steps
+
+
 def _abs_error(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
     """|got - ref|, 0 where both are NaN (they agree)."""
     both_nan = np.isnan(got) & np.isnan(ref)
@@ -248,12 +272,15 @@ def _abs_error(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
 
 
 def output_metrics(name: str, got: Sequence[np.ndarray], want: Sequence[np.ndarray],
-                   ty: TensorType, tol: Tolerance = Tolerance()) -> dict:
+                   ty: TensorType, tol: Tolerance = Tolerance(),
+                   step: float | None = None) -> dict:
     """Every metric of one output over all samples (got[i] is sample i's
     output on the board, want[i] the reference's), as `aot verify --json`
     prints it. Values are compared as real numbers: a quantized output is
-    dequantized first, and max_lsb counts its steps. max_abs_err is the
-    largest error in the stored values (int8 codes for an int8 output)."""
+    dequantized first, and max_lsb counts its steps; so it does for a float
+    output the model dequantizes at `step` (a QDQ model's DequantizeLinear).
+    max_abs_err is the largest error in the stored values (int8 codes for an
+    int8 output)."""
     from aot.deploy.reference import compare
 
     row: dict = {"name": name}
@@ -278,7 +305,8 @@ def output_metrics(name: str, got: Sequence[np.ndarray], want: Sequence[np.ndarr
     row.update(max_abs=max_abs(real_g, real_w), rmse=rmse(real_g, real_w),
                l2r=l2r(real_g, real_w), cosine=cosine(real_g, real_w),
                top1_agreement=top1_agreement(real_g, real_w),
-               max_lsb=max_lsb(g, w) if quant else None,
+               max_lsb=(max_lsb(g, w) if quant else
+                        _steps(real_g, real_w, step) if step else None),
                max_abs_err=None if None in errs else max(errs),
                ok=all(c["ok"] for c in checks))
     return row

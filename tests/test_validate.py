@@ -89,6 +89,32 @@ def test_output_metrics_of_a_quantized_output():
     assert output_metrics("y", got, ref, ty, Tolerance(atol=1))["ok"] is False
 
 
+def test_a_dequantized_float_output_counts_its_steps():
+    """A QDQ model's float output (DequantizeLinear at scale 1/256): its
+    error in steps, read from the model as loaded; judged as a float."""
+    from onnx import numpy_helper
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])]
+    inits = [numpy_helper.from_array(np.float32(1 / 256), "s"),
+             numpy_helper.from_array(np.int8(0), "z")]
+    g = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], inits)
+    from aot.frontend.onnx import import_onnx
+    from aot.passes.infer import infer_types
+    from aot.validate import dequantized_steps
+    graph = infer_types(import_onnx(helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString(), "qdq"))
+    assert dequantized_steps(graph) == {"y": 1 / 256}
+    ty = TensorType((4,), "float32")
+    got = [np.array([0, 3, 1, 2], np.float32) / 256]
+    ref = [np.array([0, 1, 1, 2], np.float32) / 256]
+    row = output_metrics("y", got, ref, ty, step=1 / 256)
+    # the steps are reported; pass or fail is still the float rule's
+    assert row["max_lsb"] == 2 and row["max_abs"] == 2 / 256 and row["ok"] is False
+    assert output_metrics("y", got, ref, ty, Tolerance(atol=2 / 256), step=1 / 256)["ok"]
+    assert output_metrics("y", got, ref, ty)["max_lsb"] is None
+
+
 def test_output_metrics_of_a_float_output_and_its_tolerance():
     ty = TensorType((2,), "float32")
     got, ref = [np.array([1.0, 2.0], np.float32)], [np.array([1.00005, 2.0], np.float32)]

@@ -11,7 +11,8 @@ unzipped into its dist-packages. It is built into the cache
 a hash of this file) only when missing, whole or not at all.
 
 ai-edge-litert 1.4.0 is the newest release with a manylinux2014 (glibc 2.17)
-aarch64 wheel for Python 3.11; the 2.x wheels need glibc 2.27. ONNX
+aarch64 wheel for Python 3.11; the 2.x wheels (glibc 2.27) would load on
+Debian 12, but 2.3.0 dies in Interpreter.__init__ under qemu-user 7.2. ONNX
 Runtime's aarch64 wheel is left out: it dies at import under qemu-user 7.2
 ("qemu: uncaught target signal 11 (Segmentation fault)", onnxruntime 1.32.0).
 

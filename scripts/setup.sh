@@ -60,8 +60,11 @@ fi
 # The qemu-rpi4 VM image (kernel + initramfs + keys) in ~/.cache/aot (or
 # $AOT_CACHE_DIR): built only when its builder changed (its hash names it).
 .venv/bin/python -m aot.deploy.vm_image
-# The qemu-user boards' instruction counter (a QEMU plugin), likewise cached.
+# The emulated boards' instruction counter (a QEMU plugin), likewise cached.
 .venv/bin/python -m aot.deploy.insn_count
+# The arm64 Python with LiteRT/XNNPACK that bench/compare.py --count-instructions
+# (and its test) counts under qemu-aarch64, likewise cached.
+.venv/bin/python -m aot.deploy.arm64_python
 # Every program and file aot loads, found where aot's tools look for them.
 if ! .venv/bin/aot doctor --json >/dev/null; then
   echo "setup: something is still missing: see .venv/bin/aot doctor" >&2

@@ -32,7 +32,8 @@ _X86 = ("x86_64", "x86")
 class Instruction:
     """`generic` calls become `name` on targets of `archs` (empty: any) with
     the ISA features `features[result lanes]` (no entry: not on that many
-    lanes), and only on little-endian targets if `little_endian`."""
+    lanes), only on little-endian targets if `little_endian`, and only on
+    int32 results if `int32_only` (pmuldq's lanes are int32)."""
     generic: str
     name: str
     archs: tuple[str, ...] = ()

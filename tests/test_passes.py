@@ -773,7 +773,9 @@ def test_pipeline_on_random_graphs(data):
     after = optimize(g)
     assert all(n.op == "fused" for n in after.nodes)
     assert_same_behaviour(g, after, seeds=(0,), rtol=1e-4, atol=1e-5)
-    for _, run in PIPELINE[1:5]:
+    names = [name for name, _ in PIPELINE]
+    # each pass up to simplify, one after the other (layout and fusion change structure only)
+    for _, run in PIPELINE[1:names.index("simplify") + 1]:
         g2 = run(g)
         assert_same_behaviour(g, g2, seeds=(0,), rtol=1e-4, atol=1e-5)
         g = g2

@@ -16,5 +16,6 @@ from aot.ops import movement  # noqa: F401,E402
 from aot.ops import rows  # noqa: F401,E402
 from aot.ops import sampling  # noqa: F401,E402
 from aot.ops import detect, signal  # noqa: F401,E402
+from aot.ops import einsum  # noqa: F401,E402
 
 __all__ = ["OPS", "Call", "OpDef", "Pattern", "Sig", "node_macs", "op_def", "register"]

@@ -10,6 +10,7 @@ from typing import Callable
 
 from aot.ir.graph import Graph, print_graph
 from aot.passes.dce import dead_code
+from aot.passes.decompose import decompose
 from aot.passes.fanin import split_fan_in
 from aot.passes.fold import fold_constants
 from aot.passes.fuse import fuse
@@ -24,6 +25,7 @@ PIPELINE: tuple[tuple[str, Pass], ...] = (
     ("infer_types", infer_types),
     ("split_fan_in", split_fan_in),
     ("qdq", qdq),
+    ("decompose", decompose),
     ("fold_constants", fold_constants),
     ("simplify", simplify),
     ("to_channels_last", to_channels_last),

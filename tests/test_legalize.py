@@ -10,7 +10,8 @@ import pytest
 from aot.codegen.c import emit_c
 from aot.codegen.intrinsics import pack_pairs, packed_pair_dot, pair_dot
 from aot.codegen.llvm import emit_llvm_ir
-from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Call, Const, DType, For, Load, PrimFunc,
+from aot.codegen.intrinsics import GCC_X86_SPELLINGS
+from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Call, Cast, Const, DType, For, Load, PrimFunc,
                         Store, Var, seq, stmt_exprs, walk_expr, walk_stmt)
 from aot.lower.legalize import legalize
 from aot.targets import get_target
@@ -33,7 +34,10 @@ def _func(n: int) -> PrimFunc:
         Store(out, Const(3 * n), Call("aot_rdhm", (Load(a, Const(0), n), Load(a, Const(0), n)),
                                       DType("int32", n))),
         For(i, n, Store(out, Bin("+", i, Const(4 * n)),
-                        Call("aot_rdhm", (Load(a, i), Load(a, i)), INT32))))
+                        Call("aot_rdhm", (Load(a, i), Load(a, i)), INT32))),
+        # a vector conversion and min: spelled for GCC too on x86 targets
+        Store(out, Const(5 * n), Bin("min", Cast(DType("int32", n), Load(xs, Const(0), n)),
+                                     Load(a, Const(0), n))))
     return PrimFunc(f"all_{n}", (xs, ps, a, out), body)
 
 
@@ -66,6 +70,7 @@ def test_calls_become_the_targets_instructions(target, n, want):
     assert calls(func) == before                    # pure
     assert legalize(func, get_target(target)) == got    # deterministic
     assert legalize(got, get_target(target)) == got     # idempotent
+    assert dict(got.attrs).get(GCC_X86_SPELLINGS) is (True if "x86" in target else None)
 
 
 def test_big_endian_keeps_the_pack_formula_and_nothing_changes_the_same_object():
@@ -81,13 +86,17 @@ def test_c_prints_what_it_is_given():
     x86 instruction prints its builtin under #if with the formula beside it."""
     func = _func(8)
     generic = emit_c([func], "t").source
-    assert "__builtin_ia32" not in generic and "__BYTE_ORDER__" not in generic
+    for text in ("__builtin_ia32", "__BYTE_ORDER__", "__x86_64__"):
+        assert text not in generic, text
     x86 = emit_c([legalize(func, get_target("x86_64-linux"))], "t").source
     for text in ("#if defined(__AVX2__)", "__builtin_ia32_pmaddwd256", "__builtin_ia32_pmuldq256",
-                 "__ORDER_LITTLE_ENDIAN__", "r[k] = x0 * w[2 * k] + x1 * w[2 * k + 1];"):
+                 "__ORDER_LITTLE_ENDIAN__", "r[k] = x0 * w[2 * k] + x1 * w[2 * k + 1];",
+                 "!defined(__clang__) && (defined(__x86_64__)", "r[k] = a[k] < b[k] ? a[k] : b[k];",
+                 "aot_i32x8 r = {(int32_t)a[0], (int32_t)a[1]"):
         assert text in x86, text
     arm = emit_c([legalize(_func(4), get_target("aarch64-linux"))], "t").source
-    assert "__builtin_ia32" not in arm and "__ORDER_LITTLE_ENDIAN__" in arm
+    assert "__ORDER_LITTLE_ENDIAN__" in arm and "__builtin_convertvector(a, aot_i32x4)" in arm
+    assert "__builtin_ia32" not in arm and "__x86_64__" not in arm
 
 
 def test_llvm_prints_what_it_is_given():

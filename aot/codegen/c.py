@@ -25,8 +25,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from aot.codegen.check import check_func
-from aot.codegen.intrinsics import (Helper, PairDot, PairPack, Pmuldq, check_call,
-                                    vector_helper)
+from aot.codegen.intrinsics import (GCC_X86_SPELLINGS, Helper, PairDot, PairPack, Pmuldq,
+                                    check_call, vector_helper)
 from aot.codegen.names import c_comment, c_identifier, kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import UnsupportedError
@@ -149,6 +149,7 @@ class _Module:
     """What the functions printed so far need above them."""
     vectors: set = field(default_factory=set)         # DTypes with lanes > 1
     helpers: dict = field(default_factory=dict)       # name -> C text, dependency order
+    gcc_x86: bool = False     # GCC_X86_SPELLINGS: the function's target is x86
 
     def vector(self, d: DType) -> str:
         if d.lanes & (d.lanes - 1):
@@ -334,11 +335,12 @@ class _Printer:
         name = f"aot_{op}_{t[4:]}"
         blend = (f"    const {m} m = a {cmp} b;\n"
                  f"    return ({t})((({m})a & m) | (({m})b & ~m));\n")
-        if d.lanes * _elem_bytes(d.scalar) > 32:
+        if d.lanes * _elem_bytes(d.scalar) > 32 or not self.mod.gcc_x86:
             return self.mod.helper(name, lambda: (
                 f"static inline {t} {name}({t} a, {t} b)\n{{\n{blend}}}"))
-        # GCC makes the blend a compare and vpblendvb, the lanes one vpminsd
-        # (clamps in kws int8's epilogues: 4% of its time)
+        # GCC on x86 (GCC_X86_SPELLINGS) makes the blend a compare and
+        # vpblendvb, the lanes one vpminsd (clamps in kws int8's epilogues: 4%
+        # of its time)
         return self.mod.helper(name, lambda: (
             f"static inline {t} {name}({t} a, {t} b)\n{{\n"
             f"{_GCC_X86}\n    {t} r;\n"
@@ -434,7 +436,8 @@ class _Printer:
         return f"({C_TYPES[dst.scalar]}){self.wrap(e.a, UNARY)}", UNARY
 
     def _convert_helper(self, src: DType, dst: DType) -> str:
-        """__builtin_convertvector, spelled for GCC on x86 as it vectorizes best.
+        """__builtin_convertvector; on an x86 target (GCC_X86_SPELLINGS, set
+        by the legalization pass) spelled for GCC on x86 as it vectorizes best.
 
         GCC 12 on x86 converts vectors of 4 or 8 bytes lane by lane in
         general registers and widens 16 bytes in halves: kws int8 built with
@@ -443,6 +446,10 @@ class _Printer:
         a time (int32 -> int16 -> int8)."""
         ts, td = self.mod.vector(src), self.mod.vector(dst)
         name = f"aot_convert_{td[4:]}_{ts[4:]}"
+        if not self.mod.gcc_x86:
+            return self.mod.helper(name, lambda: (
+                f"static inline {td} {name}({ts} a)\n{{\n"
+                f"    return __builtin_convertvector(a, {td});\n}}"))
         if src.is_float or dst.is_float or src.bits <= 2 * dst.bits:
             lanes = ", ".join(f"({C_TYPES[dst.scalar]})a[{i}]" for i in range(dst.lanes))
             gcc = f"    {td} r = {{{lanes}}};\n    return r;"
@@ -802,7 +809,7 @@ def emit_c(funcs: Sequence[PrimFunc], prefix: str) -> CSource:
     symbols = kernel_symbols(funcs, prefix)
     printed = []
     for f in funcs:
-        mod = _Module()
+        mod = _Module(gcc_x86=bool(dict(f.attrs).get(GCC_X86_SPELLINGS)))
         printed.append(_Printed(_FuncPrinter(mod, f, symbols[f.name]).print(), mod))
     prototypes = tuple(_declaration(p.body) for p in printed)
     return CSource(_unit(printed), prototypes, symbols,

@@ -14,7 +14,8 @@ Two kinds:
   the **target instructions** the legalization pass (aot/lower/legalize.py)
   makes of generic calls (`x86_pmaddwd`, `x86_pmaddwd_packed`,
   `x86_pmuldq_rdhm`, `aot_pack2_bytes`): the backends print each as it is
-  named, choosing nothing.
+  named, choosing nothing (GCC_X86_SPELLINGS: the same for the C spelling
+  of vector conversions and min/max).
 """
 from __future__ import annotations
 
@@ -274,6 +275,13 @@ class Pmuldq:
 
 X86_PMULDQ_RDHM = Pmuldq()
 
+# A PrimFunc attribute the legalization pass sets on x86 targets: the C
+# printer may then spell vector conversions and min/max as GCC on x86
+# vectorizes best, under `#if` beside the portable spelling (which compiler
+# builds the C is not known when it is generated; docs/package.md, "gcc and
+# clang"). Elsewhere the portable spelling alone.
+GCC_X86_SPELLINGS = "c_gcc_x86_spellings"
+
 
 def pack_pairs(v: Expr) -> Call:
     """The aot_pack2 call (see PairPack)."""
@@ -345,7 +353,7 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
     return f
 
 
-__all__ = ["HELPERS", "Helper", "LibmFn", "PACKED_PAIR_DOT", "PAIR_DOT", "PAIR_PACK",
+__all__ = ["GCC_X86_SPELLINGS", "HELPERS", "Helper", "LibmFn", "PACKED_PAIR_DOT", "PAIR_DOT", "PAIR_PACK",
            "PAIR_PACK_BYTES", "PairDot", "PairPack", "Pmuldq", "X86_PMADDWD",
            "X86_PMADDWD_PACKED", "X86_PMULDQ_RDHM", "check_call", "helper", "lane_crossing",
            "libm", "pack_pairs", "packed_pair_dot", "pair_dot", "vector_helper"]

@@ -8,6 +8,10 @@ nothing.
     aot_rdhm on int32 x n  -> x86_pmuldq_rdhm                     x86: SSE4.1 (4), AVX2 (8),
                                                                   AVX512F (16)
     aot_pack2              -> aot_pack2_bytes                     little-endian targets
+    (the function)         -> attribute GCC_X86_SPELLINGS         x86: the C's vector
+                                                                  conversions and min/max
+                                                                  spelled for GCC beside
+                                                                  the portable spelling
 
 A call the target has no instruction for stays generic: its lane formula
 (NEON compilers make widening multiply-adds of aot_dot2's). The C printed
@@ -20,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from aot.codegen.intrinsics import (PACKED_PAIR_DOT, PAIR_DOT, PAIR_PACK, PAIR_PACK_BYTES,
-                                    X86_PMADDWD, X86_PMADDWD_PACKED, X86_PMULDQ_RDHM)
+from aot.codegen.intrinsics import (GCC_X86_SPELLINGS, PACKED_PAIR_DOT, PAIR_DOT, PAIR_PACK,
+                                    PAIR_PACK_BYTES, X86_PMADDWD, X86_PMADDWD_PACKED, X86_PMULDQ_RDHM)
 from aot.ir.tir import Call, Expr, PrimFunc, map_stmt_exprs
 from aot.targets import Target
 
@@ -85,5 +89,10 @@ def legalize(func: PrimFunc, target: Target) -> PrimFunc:
         changed.append(name)
         return Call(name, e.args, e.dtype)
     body = map_stmt_exprs(func.body, one)
+    attrs = func.attrs
+    if target.arch in _X86 and GCC_X86_SPELLINGS not in dict(attrs):
+        attrs += ((GCC_X86_SPELLINGS, True),)
     # unchanged: the same object back, as the other passes do
-    return replace(func, body=body) if changed else func
+    if not changed and attrs is func.attrs:
+        return func
+    return replace(func, body=body, attrs=attrs)

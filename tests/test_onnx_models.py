@@ -94,11 +94,36 @@ def test_light_models_exist():
 
 
 @pytest.mark.parametrize("path", LIGHT, ids=lambda p: p.name)
-def test_light_model_imports(path: Path):
+def test_light_model_imports(path: Path, tmp_path: Path):
     graph = aot.optimize(aot.load(path))
     assert graph.nodes and all(graph.types[o].size > 0 for o in graph.outputs)
     if path.name not in LIGHT_RUN:
         return
-    graph, feeds, got = _run(path, graph=graph)
+    path = _logits(path, tmp_path)
+    graph, feeds, got = _run(path)
     for g, r in zip(got, _ort(path, feeds)):
         np.testing.assert_allclose(g, r, rtol=RTOL, atol=ATOL)
+
+
+def _logits(path: Path, tmp_path: Path) -> Path:
+    """The model with its final Softmax's input as the output. The light
+    models' random weights give logits near 5e9, where float32's step (512)
+    alone decides the softmax: its output says only which logits round to
+    the maximum (ONNX Runtime 1.32: all 1,000, 0.001 each; aot: 256, 1/256
+    each), so the logits are what is compared."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = onnx.load(str(path))
+    producer = {o: n for n in model.graph.node for o in n.output}
+    node = producer.get(model.graph.output[0].name)
+    while node is not None and node.op_type in ("Reshape", "Flatten", "Identity"):
+        node = producer.get(node.input[0])
+    if node is None or node.op_type != "Softmax":
+        return path
+    del model.graph.output[:]
+    model.graph.output.append(helper.make_tensor_value_info(node.input[0], TensorProto.FLOAT,
+                                                            None))
+    out = tmp_path / path.name
+    onnx.save(model, str(out))
+    return out

@@ -4,7 +4,7 @@ preview domains), run through import -> infer -> optimize -> interpret.
 
 Not run, each counted in the summary by its reason (docs/ops.md, "ONNX
 conformance"):
-- cases with tensors of types no edge target has (float64, float16,
+- cases with tensors of types aot does not compute in (float64, float16,
   bfloat16, float8, int4, string, complex, sequences, optionals);
 - EXCLUDED cases: training-only ops, random ops, text and image decoding,
   optional values; cases with empty tensors (aot plans no zero-size
@@ -284,7 +284,7 @@ def run_case(case) -> str | None:
 FROZEN: list[str] = []  # cases run with shape-argument inputs bound at compile time
 
 
-TYPES = "tensor types no edge target has"
+TYPES = "tensor types aot does not compute in (float16 among them)"
 
 
 def left_out(op: str, case) -> str | None:
@@ -294,7 +294,7 @@ def left_out(op: str, case) -> str | None:
 
 
 def left_out_counts(classes) -> str:
-    """'343 tensor types no edge target has, 92 training-only, ...'."""
+    """'343 tensor types aot does not compute in (float16 among them), 92 training-only, ...'."""
     counts = collections.Counter(classes)
     return ", ".join(f"{n} {why}" for why, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 

@@ -81,13 +81,19 @@ def alignment(board: Board) -> int:
 # ------------------------------------------------------------------ metadata
 
 def _versions() -> dict[str, str]:
+    """The versions metadata.json records, read from the installed
+    distributions: importing onnx (protobuf's C++ runtime) for its version
+    cost a TFLite package a 30 ms import, and a Ctrl-C inside that import
+    could crash the process (SIGSEGV) instead of stopping it."""
+    from importlib import metadata
+
     import aot
     out = {"aot": aot.__version__, "numpy": np.__version__}
-    for mod in ("onnx", "llvmlite"):
+    for dist in ("onnx", "llvmlite"):
         try:
-            out[mod] = __import__(mod).__version__
-        except ImportError:
-            out[mod] = "not installed"
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
     return out
 
 

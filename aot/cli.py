@@ -573,7 +573,7 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(p)
     p.add_argument("--input", action="append", default=[], metavar="[NAME=]FILE.npy",
                    help="an input tensor (repeat; by name or in order)")
-    p.add_argument("--out", required=True, metavar="DIR", help="writes DIR/<i>.npy per output")
+    p.add_argument("--out", required=True, metavar="DIR", help="writes DIR/<output's C name>.npy per output")
     p.add_argument("--force", action="store_true", help="replace an existing --out DIR")
     p.add_argument("--stream", action="store_true",
                    help="a stateful model over a stream: each input file holds the steps "

@@ -62,9 +62,10 @@ def on_the_board(console: Console, model: Path) -> int:
     x = np.random.default_rng(1).standard_normal((1, 1, 49, 10)).astype(np.float32)
     np.save(OUT / "input.npy", x)
     console.print(f"[bold]5. aot run[/] on {BOARD} (harness and input uploaded over SFTP):")
-    aot("run", str(OUT / "pkg"), "--input", f"spectrogram={OUT / 'input.npy'}",
-        "--out", str(OUT / "run"), "--force")
-    ours = np.load(OUT / "run" / "0.npy")
+    ran = json.loads(aot("run", str(OUT / "pkg"), "--input", f"spectrogram={OUT / 'input.npy'}",
+                         "--out", str(OUT / "run"), "--force", "--json", capture=True))
+    ours = np.load(ran["outputs"][0]["file"])      # out/demo/run/probs.npy
+    console.print(f"   wrote {ran['outputs'][0]['file']}")
     ref = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(
         None, {"spectrogram": x})[0]
 

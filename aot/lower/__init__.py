@@ -11,12 +11,9 @@ from aot.targets import Target
 
 # Importing the rule modules fills the rule tables.
 from aot.lower import (  # noqa: F401
-    rules, nn, elementwise, injective, index, reduce, tflite_int8, lstm, onnx_quant, tflite_lut,
-    rnn, tflite_int16, attention)
-from aot.lower import movement  # noqa: F401,E402
-from aot.lower import rows  # noqa: F401,E402
-from aot.lower import sampling  # noqa: F401,E402
-from aot.lower import detect, signal  # noqa: F401,E402
+    rules, attention, detect, elementwise, index, injective, lstm, movement, nn, onnx_quant,
+    reduce, rnn, rows, sampling, signal, tflite_int8, tflite_int16, tflite_lut,
+)
 
 # Below every rule module's import: each op in the table must now have its
 # rule (or say why it needs none); an error names the op and what is missing.

@@ -13,8 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from aot.ir.tir import (Bin, Expr, Load, Select, Stmt, add, const, dt, flat_index, mul, seq,
-                        sub)
+from aot.ir.tir import Bin, Expr, Load, Select, add, const, dt, flat_index, mul, sub
 from aot.lower.bounds import position, precheck
 from aot.lower.elementwise import broadcast_load, const_like, scalar_load, select
 from aot.lower.reduce import loops

@@ -366,11 +366,11 @@ def _check_domain(node: Node, domain: str) -> None:
                                f"'{node.name}' (aot reads the default ONNX domain only)")
 
 
-def _check_op(op: str, node_name: str, domain: str) -> None:
+def _check_op(op: str, node_name: str, domain: str, opset: int) -> None:
     from aot.ops import OPS
     _check_domain(Node(op, node_name, (), ()), domain)
     if op not in OPS:
-        raise UnsupportedError(f"unsupported op '{op}' at node '{node_name}'")
+        raise UnsupportedError(f"unsupported op '{op}' at node '{node_name}' (ONNX opset {opset})")
 
 
 def _constant_value(node: Node) -> np.ndarray:
@@ -460,7 +460,7 @@ def _import_nodes(b: _Builder, proto_nodes, inputs: set[str]) -> None:
         control = pn.op_type in CONTROL_OPS and pn.domain in DEFAULT_DOMAINS
         # Refuse unknown ops before decoding attributes (they may carry graphs).
         if pn.op_type not in UPGRADES and pn.op_type != "Constant" and not control:
-            _check_op(pn.op_type, node_name, pn.domain)
+            _check_op(pn.op_type, node_name, pn.domain, b.opset)
         _check_names(pn, node_name)
         _check_attr_types(pn, node_name, b.opset)
         attrs = {a.name: _graph_attr(b, pn, node_name, a) if _is_graph(a) else
@@ -489,7 +489,7 @@ def _import_nodes(b: _Builder, proto_nodes, inputs: set[str]) -> None:
             if node.op == "Scan" and b.opset < 9:   # a batch axis and sequence_lens first
                 node = node.with_(attrs={**node.attrs, "batch_axis": True})
         else:
-            _check_op(node.op, node_name, pn.domain)
+            _check_op(node.op, node_name, pn.domain, b.opset)
         b.nodes.append(node)
     _drop_empty_optionals(b)
 

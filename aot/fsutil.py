@@ -19,7 +19,9 @@ from aot.errors import AotError
 
 # `.<target>.aot-<pid>-<mkdtemp suffix>`, plus `.old` (a complete old target
 # moved aside during a replace) or `.del` (one being deleted).
-_TEMP = re.compile(r"^\.(?P<target>.+)\.aot-(?P<pid>\d+)-[a-z0-9_]+(?P<kind>\.old|\.del)?$")
+# A writer's temp, the old directory it moved aside (.old), and either one
+# being deleted (.del; the old one: .old.del, a kill inside _remove(old)).
+_TEMP = re.compile(r"^\.(?P<target>.+)\.aot-(?P<pid>\d+)-[a-z0-9_]+(?P<kind>\.old|\.del|\.old\.del)?$")
 
 
 def _alive(pid: int) -> bool:

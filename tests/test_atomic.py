@@ -148,8 +148,10 @@ def test_temps_of_running_writers_stay(tmp_path):
         gone = tmp_path / f".c.aot-{dead.pid}-x3"
         moved = tmp_path / f".d.aot-{dead.pid}-x4.old"
         half = tmp_path / f".d.aot-{dead.pid}-x4.del"
+        # killed while deleting the old package after the new one went in
+        old_half = tmp_path / f".f.aot-{dead.pid}-x6.old.del"
         user = tmp_path / ".e.aot-notapid-x5"
-        for d in (mine, theirs, gone, moved, half, user):
+        for d in (mine, theirs, gone, moved, half, old_half, user):
             (d / "sub").mkdir(parents=True)
         (moved / "sub" / "f").write_text("old package")
         remove_stale_temps(tmp_path)

@@ -17,6 +17,7 @@ The plugin is built for this machine into aot's cache by `make setup`
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import os
 import subprocess
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Sequence
 
 from aot import tools
+from aot.deploy.host import RunResult, profiled_kernels
 from aot.errors import AotError
 from aot.resources import data_dir
 
@@ -121,6 +123,13 @@ def read_counts(log: Path, warmup: int, runs: int, kernels: int | None) -> Count
     except OSError as e:
         raise AotError(f"the instruction counter wrote no log ({e.strerror or e})") from None
     return split_marks(clock_marks(text), warmup, runs, kernels)
+
+
+def with_counts(result: RunResult, log: Path, meta: dict, warmup: int, runs: int) -> RunResult:
+    """A transport's result with the counts of the run that wrote `log`."""
+    counts = read_counts(log, warmup, runs, profiled_kernels(meta))
+    return dataclasses.replace(result, instructions=counts.runs,
+                               profile_instructions=counts.kernels)
 
 
 def split_marks(marks: Sequence[int], warmup: int, runs: int, kernels: int | None) -> Counts:

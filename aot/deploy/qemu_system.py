@@ -23,7 +23,6 @@ kernel. A Cortex-M4 or M7 needs at least one cycle per instruction.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import subprocess
@@ -34,8 +33,7 @@ from typing import Sequence
 import numpy as np
 
 from aot import tools
-from aot.deploy.host import (RunResult, failure, harness_args, parse_report, prepare_run,
-                             profiled_kernels)
+from aot.deploy.host import RunResult, failure, harness_args, parse_report, prepare_run
 from aot.errors import AotError
 from aot.targets import Board, option_number
 
@@ -94,6 +92,4 @@ def run_qemu_system(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmu
         if missing:
             raise AotError(f"the harness wrote no {', '.join(missing)} under qemu-system")
         result = parse_report(r.stdout, meta, [p.read_bytes() for p in out_paths])
-        counts = insn_count.read_counts(log, warmup, runs, profiled_kernels(meta))
-    return dataclasses.replace(result, instructions=counts.runs,
-                               profile_instructions=counts.kernels)
+        return insn_count.with_counts(result, log, meta, warmup, runs)

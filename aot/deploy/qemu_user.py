@@ -21,7 +21,6 @@ target's CPU as -cpu, so the emulator accepts what the code uses.
 """
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 from pathlib import Path
 from typing import Sequence
@@ -29,7 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from aot import tools
-from aot.deploy.host import RunResult, profiled_kernels, run_local
+from aot.deploy.host import RunResult, run_local
 from aot.errors import AotError
 from aot.targets import Board
 
@@ -69,6 +68,4 @@ def run_qemu_user(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup:
         log = Path(tmp) / "plugin.log"
         result = run_local(pkg, inputs, warmup, runs, where=" under qemu-user",
                            emulator=[*qemu, *insn_count.qemu_args(exe, log)])
-        counts = insn_count.read_counts(log, warmup, runs, profiled_kernels(meta))
-    return dataclasses.replace(result, instructions=counts.runs,
-                               profile_instructions=counts.kernels)
+        return insn_count.with_counts(result, log, meta, warmup, runs)

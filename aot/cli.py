@@ -307,6 +307,9 @@ def _print_verify(out: dict[str, Any]) -> None:
     for r in out["outputs"]:
         if "error" in r:
             console.print(f"{r['name']}: {r['error']}", markup=False)
+        elif r.get("step"):
+            console.print(f"{r['name']}: dequantized by the model in steps of {r['step']:.4g}, "
+                          "held to one step unless --atol is given", markup=False)
     runs = f"{n} samples, " if n > 1 else ""
     if "stream" in out:     # a stateful model: one stream, its state compared after each step
         s = out["stream"]

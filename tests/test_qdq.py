@@ -8,6 +8,8 @@ and in QOperator form; single-op models for the other ops.
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -117,6 +119,23 @@ def test_resnet8_qdq_matches_onnxruntime(resnet8_qdq, tmp_path):
         diffs.append(np.abs(want - ort_run(logits, f)[0].astype(np.int32)))
     diffs = np.concatenate(diffs)
     assert diffs.max() <= 3 and np.mean(diffs == 0) >= 0.8 and np.mean(diffs <= 1) >= 0.95
+
+
+def test_resnet8_qdq_verifies_against_onnxruntime(resnet8_qdq, capsys):
+    """`aot verify` of the QDQ ResNet-8 at its defaults (issue 14's
+    acceptance): its float output is DequantizeLinear(scale 1/255), held to
+    one step; the package's int8 kernels land within it on the default
+    input, with the output's step and max LSB in the JSON."""
+    from aot.cli import main
+    code = main(["verify", str(resnet8_qdq), "--board", "host", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    (row,) = out["outputs"]
+    assert out["reference"] == "onnxruntime" and row["step"] == pytest.approx(1 / 255)
+    assert row["max_lsb"] == 1 and row["top1_agreement"] == 1.0     # measured: 1 step
+    assert code == 0 and out["ok"], out
+    # the same input held to a tenth of a step (--atol replaces the default) fails
+    assert main(["verify", str(resnet8_qdq), "--board", "host", "--json",
+                 "--atol", str(0.1 / 255)]) == 1
 
 
 def _int8_output(path, out):

@@ -109,8 +109,13 @@ def test_a_dequantized_float_output_counts_its_steps():
     got = [np.array([0, 3, 1, 2], np.float32) / 256]
     ref = [np.array([0, 1, 1, 2], np.float32) / 256]
     row = output_metrics("y", got, ref, ty, step=1 / 256)
-    # the steps are reported; pass or fail is still the float rule's
+    # the steps are reported, and by default one step passes: two do not
     assert row["max_lsb"] == 2 and row["max_abs"] == 2 / 256 and row["ok"] is False
+    assert row["step"] == 1 / 256
+    one = [np.array([0, 2, 1, 2], np.float32) / 256]
+    assert output_metrics("y", one, ref, ty, step=1 / 256)["ok"] is True
+    assert output_metrics("y", one, ref, ty)["ok"] is False      # a plain float output
+    assert output_metrics("y", one, ref, ty, Tolerance(atol=0), step=1 / 256)["ok"] is False
     assert output_metrics("y", got, ref, ty, Tolerance(atol=2 / 256), step=1 / 256)["ok"]
     assert output_metrics("y", got, ref, ty)["max_lsb"] is None
 

@@ -138,7 +138,8 @@ def metadata(graph: Graph, kernels, mem: MemoryPlan, other: MemoryPlan, params: 
                    "cflags": list(t.cflags)},
         "inputs": [_tensor_json(graph, io["tensor"], io["member"], io["offset"])
                    for io in context["inputs"]],
-        "outputs": [_tensor_json(graph, io["tensor"], io["member"], io["offset"])
+        "outputs": [{**_tensor_json(graph, io["tensor"], io["member"], io["offset"]),
+                     **({"count_of": io["count_of"]} if io["count_of"] else {})}
                     for io in context["outputs"]],
         "arena_bytes": mem.arena_bytes, "arena_lower_bound_bytes": mem.lower_bound_bytes,
         "arena_align": mem.align, "io_in_arena": mem.io_in_arena,

@@ -302,6 +302,11 @@ def output_metrics(name: str, got: Sequence[np.ndarray], want: Sequence[np.ndarr
     if failed is not None or not checks:
         return {**row, **dict.fromkeys(METRICS), "max_abs_err": None, "ok": False,
                 "error": failed["error"] if failed else "no samples"}
+    if len({np.shape(x) for x in got}) > 1:
+        # a value-sized output's valid entries, as many as each sample has:
+        # the metrics are over all of them, as one sample
+        got = [np.concatenate([np.ravel(x) for x in got])]
+        want = [np.concatenate([np.ravel(y) for y in want])]
     g = np.stack([np.asarray(x) for x in got])
     w = np.stack([np.asarray(y).reshape(np.shape(x)) for x, y in zip(got, want)])
     w = w.astype(g.dtype, copy=False) if g.dtype.kind in "iub" else w

@@ -33,6 +33,7 @@ from aot.api import run
 from aot.errors import UnsupportedError
 from aot.frontend.onnx import import_onnx
 from aot.interp import interpret
+from aot.ops.detect import count_outputs, valid_entries
 from aot.passes.infer import infer_types
 from aot.passes.pipeline import optimize
 from aot.targets import get_board
@@ -66,16 +67,18 @@ def graph_of(model, name: str):
     return optimize(infer_types(import_onnx(model.SerializeToString(), name)))
 
 
-def check(case_name: str, op: str, got: dict, expected: dict) -> None:
+def check(case_name: str, got: dict, expected: dict, counts: dict) -> None:
+    """The outputs against the case's; a counted output (`counts`:
+    count_outputs of the graph) in its first `count` entries, which must be
+    all the case has, and the rest of its static bound -1 (the padding
+    docs/ops.md promises for NonMaxSuppression)."""
+    for count, (out, axis) in counts.items():
+        n = int(got[count][0])
+        padding = np.take(got[out], np.arange(n, got[out].shape[axis]), axis=axis)
+        assert np.all(padding == -1), (case_name, n, got[out])
+    got = valid_entries(counts, got)
     for out, want in expected.items():
-        want = np.asarray(want)
-        have = np.asarray(got[out])
-        if op == "NonMaxSuppression":
-            # the static bound: the selected rows, then -1 rows
-            assert have.shape[0] >= want.shape[0], (case_name, have.shape, want.shape)
-            assert np.all(have[want.shape[0]:] == -1), (case_name, have)
-            have = have[:want.shape[0]]
-        reason = _compare(out, have, want)
+        reason = _compare(out, np.asarray(got[out]), np.asarray(want))
         assert reason is None, f"{case_name}: {reason}"
 
 
@@ -93,7 +96,7 @@ def test_interpreter(name):
         graph, _ = bind_and_retry(case.model, ins, lambda m: graph_of(m, name))
         with np.errstate(all="ignore"):
             got = interpret(graph, {k: v for k, v in ins.items() if k in graph.inputs})
-        check(name, op_of(case), got, outs)
+        check(name, got, outs, count_outputs(graph))
 
 
 # ---- compiled on the host ------------------------------------------------------------------
@@ -110,7 +113,8 @@ def host_results(codegen: str) -> dict[str, dict]:
     with tempfile.TemporaryDirectory(prefix="aot-signal-") as tmp:
         lib, failed = pkg.build(Path(tmp), [r for rs in packaged.values() for r in rs], board)
         assert not failed, failed
-        return {name: [(pkg.run_isolated(lib, r), r.expected) for r in rs]
+        return {name: [(pkg.run_isolated(lib, r), r.expected, count_outputs(r.graph))
+                       for r in rs]
                 for name, rs in packaged.items()}
 
 
@@ -119,8 +123,8 @@ def test_compiled_on_host(codegen):
     results = host_results(codegen)
     assert len(results) == len(cases())
     for name, runs in results.items():
-        for got, expected in runs:
-            check(name, op_of(cases()[name]), got, expected)
+        for got, expected, counts in runs:
+            check(name, got, expected, counts)
 
 
 # ---- compiled on qemu-aarch64 ----------------------------------------------------------------
@@ -163,8 +167,9 @@ def test_stft_topk_nms_cases_on_qemu_aarch64():
     assert {b for b, _ in bound} >= {n for n in feeds if n.endswith(("_k", "_frame_step"))}
     got = run(graph, {k: v for k, v in feeds.items() if k in graph.inputs},
               board="qemu-aarch64")
-    for out, (op, want) in expected.items():
-        check(out, op, got, {out: want})
+    counts = count_outputs(graph)
+    assert len(counts) == sum(op == "NonMaxSuppression" for op, _ in expected.values())
+    check("merged", got, {out: want for out, (_, want) in expected.items()}, counts)
 
 
 # ---- the FFT (power-of-two lengths) against numpy -------------------------------------------
@@ -327,8 +332,36 @@ def test_detector_head_against_onnxruntime(tmp_path, seed):
     selected = got["selected"]
     count = want["selected"].shape[0]
     assert selected.shape == (60, 3) and 0 < count < 60
+    assert got["selected_count"].tolist() == [count]
     np.testing.assert_array_equal(selected[:count], want["selected"])
     assert np.all(selected[count:] == -1)
+
+
+def test_selection_count_in_the_package_and_in_verify(tmp_path):
+    """The selection's count is an output after the model's own: int32 [1],
+    named in the header (_COUNT_OF) and metadata.json (count_of); aot verify
+    compares the valid rows with ONNX Runtime, over samples whose counts
+    differ, and leaves the count out of its rows."""
+    import json
+
+    import aot
+    from aot.api import verify
+    from aot.testing import random_inputs
+    onnx.save(detector_head_model(), tmp_path / "head.onnx")
+    graph = aot.load(tmp_path / "head.onnx")
+    assert graph.outputs == ("top_scores", "top_boxes", "selected", "selected_count")
+    assert count_outputs(graph) == {"selected_count": ("selected", 0)}
+    counts = {int(interpret(graph, random_inputs(graph, seed))["selected_count"][0])
+              for seed in range(3)}
+    assert len(counts) > 1, counts
+    out = verify(tmp_path / "head.onnx", board="host", count=3, out_dir=tmp_path / "pkg")
+    assert out["ok"] and [r["name"] for r in out["outputs"]] == ["top_scores", "top_boxes",
+                                                                "selected"], out
+    meta = json.loads((tmp_path / "pkg" / "metadata.json").read_text())
+    assert meta["outputs"][3]["count_of"] == {"index": 2, "tensor": "selected", "axis": 0}
+    assert "count_of" not in meta["outputs"][2]
+    header = (tmp_path / "pkg" / "include" / "head.h").read_text()
+    assert "#define HEAD_OUTPUT_SELECTED_COUNT_COUNT_OF 2\n" in header
 
 
 # ---- RoiAlign ------------------------------------------------------------------------------

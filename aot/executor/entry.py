@@ -26,6 +26,7 @@ from aot.executor.params import SECTION, LinkedParams, c_initializer, describe
 from aot.ir.graph import Graph, TensorType
 from aot.ir.tir import BufferKind
 from aot.lower.driver import Kernel
+from aot.ops.detect import count_outputs
 from aot.resources import data_dir
 
 
@@ -76,8 +77,19 @@ def _io(graph: Graph, mem: MemoryPlan, direction: str, names: Sequence[str], NAM
             "shape": list(ty.shape), "shape_init": ", ".join(str(d) for d in ty.shape),
             "quant": _quant(ty), "comment": c_comment(f"{tensor}: {ty}"),
             "offset": place.offset if place is not None and place.kind == "arena" else None,
+            "count_of": None,
         })
     return out
+
+
+def _mark_counts(graph: Graph, outputs: list[dict]) -> None:
+    """Each count output (aot.ops.detect.with_counts) says which output it
+    counts: `count_of` {index, tensor, axis}, in the header and metadata.json."""
+    index = {io["tensor"]: io["index"] for io in outputs}
+    for count, (tensor, axis) in count_outputs(graph).items():
+        if count in index and tensor in index:
+            outputs[index[count]]["count_of"] = {"index": index[tensor], "tensor": tensor,
+                                                 "axis": axis}
 
 
 class _Places:
@@ -190,6 +202,7 @@ def build_context(graph: Graph, kernels: Sequence[Kernel], mem: MemoryPlan,
     NAME = name.upper()
     inputs = _io(graph, mem, "input", graph.inputs, NAME)
     outputs = _io(graph, mem, "output", graph.outputs, NAME)
+    _mark_counts(graph, outputs)
     states = _states(graph, names, params)
     places = _Places(graph, mem, inputs, outputs, states)
     before, after = _copies(graph, kernels, mem, inputs, outputs, states, places)

@@ -430,7 +430,8 @@ def import_onnx(data: bytes, name: str, dim_params: Mapping[str, int] | None = N
         raise ModelError(f"{name}: an output is listed twice ({', '.join(outputs)})")
     graph = Graph(name=g.name or name, inputs=tuple(inputs), outputs=outputs,
                   nodes=tuple(b.nodes), types=types, constants=b.constants)
-    return resolve_control_flow(bind_inputs(graph, opts))
+    from aot.ops.detect import with_counts     # value-sized model outputs get a count
+    return with_counts(resolve_control_flow(bind_inputs(graph, opts)))
 
 
 def _all_names(g) -> set[str]:

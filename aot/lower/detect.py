@@ -174,7 +174,8 @@ def _nms(ctx: LowerCtx, ins, emit):
     heap by score (scratch), popped best first; each kept unless a kept box
     suppresses it, until per_class are kept. O(boxes log boxes) for the
     order, O(candidates x kept) for the IoU tests. Kept rows are written at
-    a running count; the rows after the last are -1."""
+    a running count; the rows after the last are -1, and the count is
+    output 1 when the node has it (aot.ops.detect.with_counts)."""
     boxes, scores = ins[0], ins[1]
     iou = _scalar(ins[3] if len(ins) > 3 else None)
     threshold = _scalar(ins[4] if len(ins) > 4 else None)
@@ -183,9 +184,14 @@ def _nms(ctx: LowerCtx, ins, emit):
     batches, classes, n = scores.shape
     rows = ctx.out_types[0].shape[0]
     per_class = rows // (batches * classes) if rows else 0
+    counted = len(ctx.out_types) > 1
+
+    def count_out(count: Expr) -> list[Stmt]:
+        return [emit(1, (const(0),), cast(count, "int32"))] if counted else []
     if per_class == 0:
-        return loops(ctx, (rows, 3), (0, 1), lambda at: emit(0, (at[0], at[1]),
-                                                              const(-1, "int64")))
+        return seq(loops(ctx, (rows, 3), (0, 1), lambda at: emit(0, (at[0], at[1]),
+                                                                  const(-1, "int64"))),
+                   *count_out(const(0)))
     kept = ctx.scratch_buffer("kept", "int32", (per_class,))
     heap = ctx.scratch_buffer("heap", "int32", (n,))
     count = ctx.fresh("count")
@@ -230,7 +236,8 @@ def _nms(ctx: LowerCtx, ins, emit):
         return seq(fill, heapify, Decl(taken, const(0)), rounds)
     pad = loops(ctx, (rows, 3), (0, 1), lambda at: If(
         Bin(">=", at[0], count), emit(0, (at[0], at[1]), const(-1, "int64"))), "p")
-    return seq(Decl(count, const(0)), loops(ctx, (batches, classes), (0, 1), one_class), pad)
+    return seq(Decl(count, const(0)), loops(ctx, (batches, classes), (0, 1), one_class), pad,
+               *count_out(count))
 
 
 # ---- Compress -----------------------------------------------------------------------------

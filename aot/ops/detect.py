@@ -7,8 +7,9 @@ output gets one of two answers (docs/ops.md, "Signal and detection ops"):
 
 - NonMaxSuppression has a static upper bound: batches x classes x
   min(max_output_boxes_per_class, boxes) rows. The selected rows come first,
-  in ONNX's order; every row after them is (-1, -1, -1), so the count is the
-  number of rows before the first -1.
+  in ONNX's order; every row after them is (-1, -1, -1). When the selection
+  is a model output, the model gets a count output beside it
+  (`with_counts`): int32 [1], the number of valid rows.
 - Compress needs its condition, NonZero and Unique their input, known at
   compile time; otherwise they are refused naming the node. Then their
   sizes are known, NonZero and Unique fold to constants, and Compress is a
@@ -16,10 +17,12 @@ output gets one of two answers (docs/ops.md, "Signal and detection ops"):
 """
 from __future__ import annotations
 
+from typing import Mapping
+
 import numpy as np
 
-from aot.errors import UnsupportedError, node_label
-from aot.ir.graph import TensorType
+from aot.errors import AotError, UnsupportedError, node_label
+from aot.ir.graph import Graph, TensorType, claim_name
 from aot.ops.elementwise import arity
 from aot.ops.index import _check_values, _wrap
 from aot.ops.registry import Call, Pattern, Sig, register
@@ -105,7 +108,8 @@ def _infer_nms(sig: Sig):
         if sig.has(i) and (sig.in_types[i].dtype != "float32" or sig.in_types[i].size != 1):
             raise sig.fail(f"{what} must be one float32, got {sig.in_types[i]}")
     per_class = nms_per_class(boxes, sig.const(2) if sig.has(2) else None)
-    return [TensorType((boxes.shape[0] * scores.shape[1] * per_class, 3), "int64")]
+    selected = TensorType((boxes.shape[0] * scores.shape[1] * per_class, 3), "int64")
+    return [selected, COUNT_TYPE][:len(sig.node.outputs)]
 
 
 def _corners(box: np.ndarray, center: bool):
@@ -169,7 +173,66 @@ def _nms(call: Call, args):
     out = np.full(call.out_types[0].shape, -1, np.int64)
     if rows:
         out[:len(rows)] = rows
-    return [out]
+    return [out, np.array([len(rows)], np.int32)][:len(call.out_types)]
+
+
+# ---- count outputs ------------------------------------------------------------------------
+#
+# A value-sized output that is a model output gets its count as one more
+# output of its node and of the model: int32 [1], the number of valid
+# entries along the output's padded axis (TFLite's NonMaxSuppressionV4
+# gives its valid_outputs the same way). Ops with a count, and the axis of
+# their padded output 0:
+COUNTED = {"NonMaxSuppression": 0}
+COUNT_TYPE = TensorType((1,), "int32")
+
+
+def with_counts(graph: Graph) -> Graph:
+    """The graph with a count output beside each value-sized model output
+    (named <output>_count), appended to the model's outputs in node order.
+    A value-sized output the model only uses inside keeps its padding."""
+    taken = set(graph.tensor_names()) | set(graph.constants)
+    nodes, counts = [], []
+    for node in graph.nodes:
+        if node.op in COUNTED and len(node.outputs) == 1 and node.outputs[0] in graph.outputs:
+            count = claim_name(f"{node.outputs[0]}_count", taken)
+            node = node.with_(outputs=(*node.outputs, count))
+            counts.append(count)
+        nodes.append(node)
+    if not counts:
+        return graph
+    return graph.replace(nodes=tuple(nodes), outputs=(*graph.outputs, *counts))
+
+
+def _counted_nodes(graph: Graph):
+    for node in graph.nodes:
+        if "body" in node.attrs:
+            yield from _counted_nodes(node.attrs["body"])
+        elif node.op in COUNTED and len(node.outputs) == 2:
+            yield node
+
+
+def count_outputs(graph: Graph) -> dict[str, tuple[str, int]]:
+    """{count output: (the output it counts, its padded axis)} of a model,
+    optimized or not."""
+    return {n.outputs[1]: (n.outputs[0], COUNTED[n.op]) for n in _counted_nodes(graph)
+            if n.outputs[1] in graph.outputs}
+
+
+def valid_entries(counts: Mapping[str, tuple[str, int]],
+                  outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The outputs as a runtime that sizes them by value gives them: each
+    counted output cut to its first `count` entries, the counts left out."""
+    out = {k: v for k, v in outputs.items() if k not in counts}
+    for count, (name, axis) in counts.items():
+        if name in out and count in outputs:
+            n = int(np.asarray(outputs[count]).reshape(-1)[0])
+            a = np.asarray(out[name])
+            if not 0 <= n <= a.shape[axis]:
+                raise AotError(f"output '{count}' says {n} valid entries of the "
+                                       f"{a.shape[axis]} of output '{name}'")
+            out[name] = np.take(a, np.arange(n), axis=axis)
+    return out
 
 
 # ---- Compress -----------------------------------------------------------------------------

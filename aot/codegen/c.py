@@ -420,6 +420,8 @@ class _Printer:
 
     def _cast(self, e: Cast):
         src, dst = dtype_of(e.a), e.dtype
+        if e.bits and src.scalar != dst.scalar:
+            return self._bit_cast(src, dst, e.a)
         if dst.lanes > 1:
             if src == dst:
                 return self.p(e.a)
@@ -434,6 +436,19 @@ class _Printer:
         if src == dst:
             return self.p(e.a)
         return f"({C_TYPES[dst.scalar]}){self.wrap(e.a, UNARY)}", UNARY
+
+    def _bit_cast(self, src: DType, dst: DType, a: Expr):
+        """The bits of `a` read as dst: a vector cast (GCC's and Clang's vector
+        extension reinterprets between vectors of one size), a memcpy for a
+        scalar (strict-aliasing safe; compilers make it a register move)."""
+        if dst.lanes > 1:
+            return f"({self.mod.vector(dst)}){self.wrap(a, UNARY)}", UNARY
+        s, d = C_TYPES[src.scalar], C_TYPES[dst.scalar]
+        name = f"aot_bits_{src.scalar}_as_{dst.scalar}"
+        self.mod.helper(name, lambda: (
+            f"static inline {d} {name}({s} x)\n{{\n    {d} y;\n"
+            f"    memcpy(&y, &x, sizeof y);\n    return y;\n}}"))
+        return self._call_text(name, [a])
 
     def _convert_helper(self, src: DType, dst: DType) -> str:
         """__builtin_convertvector; on an x86 target (GCC_X86_SPELLINGS, set

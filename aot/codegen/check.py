@@ -100,8 +100,11 @@ class _Checker:
                 raise self.fail(f"unknown unary op '{e.op}'")
             self.expr(e.a)
         elif isinstance(e, Cast):
-            if self.expr(e.a).lanes != e.dtype.lanes:
+            src = self.expr(e.a)
+            if src.lanes != e.dtype.lanes:
                 raise self.fail(f"cast {dtype_of(e.a)} -> {e.dtype} changes the lane count")
+            if e.bits and src.bits != e.dtype.bits:
+                raise self.fail(f"bit cast {src} -> {e.dtype} changes the width")
         elif isinstance(e, Select):
             dc, da, db = self.expr(e.cond), self.expr(e.a), self.expr(e.b)
             if da != db or dc.lanes != da.lanes or dc.scalar != "bool":

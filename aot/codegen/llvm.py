@@ -298,6 +298,8 @@ class _FuncBuilder:
         raise self.error(f"unknown unary op '{e.op}'")
 
     def _cast(self, e: Cast):
+        if e.bits:
+            return self.b.bitcast(self.value(e.a), ir_type(e.dtype))
         return self.convert(self.value(e.a), dtype_of(e.a), e.dtype)
 
     def convert(self, v, src: DType, dst: DType):

@@ -122,8 +122,12 @@ class Unary:
 
 @dataclass(frozen=True)
 class Cast:
+    """C's conversion of `a` to `dtype`; with `bits`, the same bits read as
+    `dtype` instead (a float's IEEE bits as an integer of its width, or
+    back: ONNX BitCast), which C spells with memcpy and LLVM as bitcast."""
     dtype: DType
     a: "Expr"
+    bits: bool = False
 
 
 @dataclass(frozen=True)
@@ -332,7 +336,7 @@ def _with_children(e: Expr, kids: list[Expr]) -> Expr:
     if isinstance(e, Unary):
         return Unary(e.op, kids[0])
     if isinstance(e, Cast):
-        return Cast(e.dtype, kids[0])
+        return Cast(e.dtype, kids[0], e.bits)
     if isinstance(e, Select):
         return Select(kids[0], kids[1], kids[2])
     if isinstance(e, Call):

@@ -75,7 +75,7 @@ def _node(e: Expr, kids: list[tuple[str, int]]) -> tuple[str, int]:
             return _PREFIX[e.op] + _paren(kids[0], _ATOM), _UNARY
         return f"{e.op}({kids[0][0]})", _ATOM
     if isinstance(e, Cast):
-        return f"{e.dtype}({kids[0][0]})", _ATOM
+        return f"{'bits_as_' if e.bits else ''}{e.dtype}({kids[0][0]})", _ATOM
     if isinstance(e, Select):
         return f"select({kids[0][0]}, {kids[1][0]}, {kids[2][0]})", _ATOM
     if isinstance(e, Call):

@@ -42,7 +42,7 @@ def _rebuild(e: Expr, visit: Callable[[Expr], Expr]) -> Expr:
     if isinstance(e, Unary):
         return Unary(e.op, visit(e.a))
     if isinstance(e, Cast):
-        return Cast(e.dtype, visit(e.a))
+        return Cast(e.dtype, visit(e.a), e.bits)
     if isinstance(e, Call):
         return Call(e.fn, tuple(visit(a) for a in e.args), e.dtype)
     if isinstance(e, Broadcast):

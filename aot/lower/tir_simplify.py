@@ -121,7 +121,7 @@ def _fold_tautology(e: Expr) -> Expr | None:
 
 def _fold_cast(e: Expr) -> Expr | None:
     """A cast of a constant is a constant (`(uint32_t)0` reads, and warns, worse than `0u`)."""
-    if not (isinstance(e, Cast) and isinstance(e.a, Const) and e.dtype.lanes == 1):
+    if not (isinstance(e, Cast) and isinstance(e.a, Const) and e.dtype.lanes == 1) or e.bits:
         return None
     value, dst = e.a.value, e.dtype.scalar
     if dst == "bool":

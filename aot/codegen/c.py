@@ -24,6 +24,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from aot.codegen import arm_dsp
+from aot.codegen.arm_dsp import DspOp
 from aot.codegen.check import check_func
 from aot.codegen.intrinsics import (GCC_X86_SPELLINGS, Helper, PairDot, PairPack, Pmuldq,
                                     check_call, vector_helper)
@@ -493,6 +495,8 @@ class _Printer:
 
     def _call(self, e: Call):
         fn = check_call(e.fn, e.args, e.dtype)
+        if isinstance(fn, DspOp):
+            return self._call_text(arm_dsp.c_helper(self.mod, fn), list(e.args))
         if isinstance(fn, PairDot):
             return self._call_text(self._pair_dot(e.dtype, fn), list(e.args))
         if isinstance(fn, PairPack):

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from aot.codegen.arm_dsp import (ARM_SMLAD, ARM_SXTB16, ARM_SXTB16_ROR8, SMLAD, SXTB16,
+                                 SXTB16_ROR8)
 from aot.codegen.intrinsics import (GCC_X86_SPELLINGS, PACKED_PAIR_DOT, PAIR_DOT, PAIR_PACK,
                                     PAIR_PACK_BYTES, X86_PMADDWD, X86_PMADDWD_PACKED, X86_PMULDQ_RDHM)
 from aot.ir.tir import Call, Expr, PrimFunc, map_stmt_exprs
@@ -60,6 +62,8 @@ class Instruction:
 
 _PMADDWD = ((4, ("sse2",)), (8, ("avx2",)), (16, ("avx512bw",)))
 _PMULDQ = ((4, ("sse4.1",)), (8, ("avx2",)), (16, ("avx512f",)))
+_ARM = ("arm", "thumb")
+_DSP = ((1, ("dsp",)),)
 
 # Every target instruction a generic call may become, first fit wins.
 INSTRUCTIONS: tuple[Instruction, ...] = (
@@ -67,6 +71,10 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
     Instruction(PACKED_PAIR_DOT.name, X86_PMADDWD_PACKED.name, _X86, _PMADDWD),
     Instruction(X86_PMULDQ_RDHM.generic, X86_PMULDQ_RDHM.name, _X86, _PMULDQ, int32_only=True),
     Instruction(PAIR_PACK.name, PAIR_PACK_BYTES.name, little_endian=True),
+    # The Armv7E-M DSP extension (Cortex-M4/M7/M55): SXTB16 reads a little-endian word.
+    Instruction(SMLAD.name, ARM_SMLAD.name, _ARM, _DSP),
+    Instruction(SXTB16.name, ARM_SXTB16.name, _ARM, _DSP, little_endian=True),
+    Instruction(SXTB16_ROR8.name, ARM_SXTB16_ROR8.name, _ARM, _DSP, little_endian=True),
 )
 _BY_GENERIC: dict[str, tuple[Instruction, ...]] = {}
 for _i in INSTRUCTIONS:

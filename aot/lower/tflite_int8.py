@@ -37,6 +37,7 @@ from aot.codegen.intrinsics import pack_pairs, packed_pair_dot, pair_dot
 from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Decl, Expr, For, If, Load,
                         Select, Stmt, Store, Unary, Var, add, dt, dtype_of, flat_index, mul, seq,
                         sub)
+from aot.lower import int8_dsp
 from aot.lower import qmath as q
 from aot.lower.elementwise import broadcast_load, const_like
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
@@ -342,6 +343,8 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
         return b.stmt()
 
     bias = bias_values(ctx, ins, 2, g.cout)
+    if int8_dsp.fits_pointwise(ctx, x, g, weights):
+        return int8_dsp.pointwise(ctx, x, g, weights, bias, zp_in, finish)
     if _vectorizable(ctx, g):
         vrq = VecRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out))
 
@@ -516,6 +519,13 @@ def fully_connected(ctx: LowerCtx, ins, emit):
         return row_loops(ctx, x, out_ty.shape, depth, vector_fc(
             ctx, w, bias, emit, out_ty, zp_out, lo, hi, rq,
             VecRequant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out))))
+    if int8_dsp.fits_fc(ctx, x, w):
+        def finish(out_lead, o, acc):
+            b = q.Block(ctx)
+            y = q.clamp(q.offset(rq.apply(b, acc, o), zp_out), lo, hi)
+            b.add(emit(0, out_lead + (o,), Cast(dt(out_ty.dtype), y)))
+            return b.stmt()
+        return int8_dsp.fully_connected(ctx, x, w, bias, out_ty.shape, finish)
     start = table(ctx, "bias", bias.astype(np.int32))
     weights = ctx.param("weights", weight_dtype(w))
 

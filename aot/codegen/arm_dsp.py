@@ -1,0 +1,172 @@
+"""The Armv7E-M DSP extension's int8 multiply-accumulate, as TIR calls.
+
+Three operations on 32-bit words seen as pairs of int16 halves (the low
+half first):
+
+    aot_sxtb16(v)       int8 x 4 -> int32: bytes 0 and 2 of v, sign-extended
+                        into the low and high halves
+    aot_sxtb16_ror8(v)  int8 x 4 -> int32: bytes 1 and 3 the same way
+    aot_smlad(a, b, c)  int32 x 3 -> int32: c + lo(a) lo(b) + hi(a) hi(b),
+                        wrapping as the instruction does
+
+So two SMLADs of the SXTB16 and SXTB16-ROR8 halves of an input word and a
+weight word add the word's four products: an int8 dot product of four
+terms in six instructions (four with a word already split).
+
+Generic, each is its lane formula (any target computes it, which the host
+tests use). On Arm targets with the "dsp" ISA feature the legalization pass
+(aot/lower/legalize.py) makes them `arm_sxtb16`, `arm_sxtb16_ror8` and
+`arm_smlad`: in C the ACLE intrinsics `__sxtb16` and `__smlad` under
+`__ARM_FEATURE_DSP` (the formula otherwise: the user's compiler may not be
+told the core), in LLVM `llvm.arm.sxtb16` and `llvm.arm.smlad`. The ROR #8
+is SXTB16's rotated operand: in C one instruction of inline assembly (GCC
+12 neither folds a rotate into the intrinsic's operand nor has `__ror`),
+in LLVM a funnel shift its instruction selection folds.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from aot.errors import UnsupportedError
+from aot.ir.tir import INT32, Call, DType, Expr, dtype_of
+
+INT8X4 = DType("int8", 4)
+
+
+@dataclass(frozen=True)
+class DspOp:
+    """One of the operations above. `odd`: the SXTB16 of bytes 1 and 3;
+    `instruction`: the Arm instruction (legalized), else the formula."""
+    name: str
+    kind: str                  # "sxtb16" or "smlad"
+    odd: bool = False
+    instruction: bool = False
+
+    @property
+    def arity(self) -> int:
+        return 1 if self.kind == "sxtb16" else 3
+
+    @property
+    def operands(self) -> tuple[DType, ...]:
+        return (INT8X4,) if self.kind == "sxtb16" else (INT32,) * 3
+
+
+SXTB16 = DspOp("aot_sxtb16", "sxtb16")
+SXTB16_ROR8 = DspOp("aot_sxtb16_ror8", "sxtb16", odd=True)
+SMLAD = DspOp("aot_smlad", "smlad")
+ARM_SXTB16 = DspOp("arm_sxtb16", "sxtb16", instruction=True)
+ARM_SXTB16_ROR8 = DspOp("arm_sxtb16_ror8", "sxtb16", odd=True, instruction=True)
+ARM_SMLAD = DspOp("arm_smlad", "smlad", instruction=True)
+DSP_OPS: dict[str, DspOp] = {d.name: d for d in (SXTB16, SXTB16_ROR8, SMLAD, ARM_SXTB16,
+                                                  ARM_SXTB16_ROR8, ARM_SMLAD)}
+
+
+def generic_of(op: DspOp) -> DspOp:
+    """The formula an instruction stands for."""
+    return next(d for d in DSP_OPS.values()
+                if d.kind == op.kind and d.odd == op.odd and not d.instruction)
+
+
+def sxtb16(v: Expr, odd: bool = False) -> Call:
+    """aot_sxtb16 (odd: aot_sxtb16_ror8) of an int8 x 4 word."""
+    return Call((SXTB16_ROR8 if odd else SXTB16).name, (v,), INT32)
+
+
+def smlad(a: Expr, b: Expr, acc: Expr) -> Call:
+    """aot_smlad: acc plus the two products of a's and b's int16 halves."""
+    return Call(SMLAD.name, (a, b, acc), INT32)
+
+
+def check_dsp(fn: str, args: tuple[Expr, ...], dtype: DType) -> DspOp:
+    op = DSP_OPS[fn]
+    kinds = tuple(dtype_of(a) for a in args)
+    if kinds != op.operands or dtype != INT32:
+        want = ", ".join(map(str, op.operands))
+        raise UnsupportedError(f"{fn} takes ({want}) -> int32, got "
+                               f"({', '.join(map(str, kinds))}) -> {dtype}")
+    return op
+
+
+# ------------------------------------------------------------------------ C
+
+_ACLE = "aot_arm_acle"
+
+
+def c_helper(mod, op: DspOp) -> str:
+    """Define op's C function in the module (c.py's _Module) and name it."""
+    if op.instruction:
+        mod.helper(_ACLE, lambda: "#if defined(__ARM_FEATURE_DSP)\n#include <arm_acle.h>\n#endif")
+        generic = c_helper(mod, generic_of(op))
+    if op.kind == "smlad":
+        params = "int32_t a, int32_t b, int32_t acc"
+        if op.instruction:
+            body = _guarded("return __smlad(a, b, acc);", f"return {generic}(a, b, acc);")
+        else:
+            body = ("    /* the halves as the instruction reads them; the sum wraps as it does */\n"
+                    "    const int32_t a_lo = (int16_t)a;\n"
+                    "    const int32_t a_hi = (a - (a & 65535)) / 65536;\n"
+                    "    const int32_t b_lo = (int16_t)b;\n"
+                    "    const int32_t b_hi = (b - (b & 65535)) / 65536;\n"
+                    "    return (int32_t)((uint32_t)acc + (uint32_t)(a_lo * b_lo)"
+                    " + (uint32_t)(a_hi * b_hi));\n")
+        doc = "SMLAD: acc + lo(a) * lo(b) + hi(a) * hi(b), int16 halves, wrapping"
+        return mod.helper(op.name, lambda: f"/* {doc} */\nstatic inline int32_t {op.name}"
+                                           f"({params})\n{{\n{body}}}")
+    t = mod.vector(INT8X4)
+    lo, hi = (1, 3) if op.odd else (0, 2)
+    if op.instruction:
+        fast = "uint32_t w;\n    memcpy(&w, &v, sizeof w);\n    "
+        if op.odd:      # GCC 12 does not fold a rotate into SXTB16's operand (nor has __ror)
+            fast += ("uint32_t r;\n    __asm__(\"sxtb16 %0, %1, ror #8\" : \"=r\"(r) : \"r\"(w));\n"
+                     "    return (int32_t)r;")
+        else:
+            fast += "return (int32_t)__sxtb16(w);"
+        body = _guarded(fast, f"return {generic}(v);")
+    else:
+        body = f"    return (v[{lo}] & 65535) + v[{hi}] * 65536;\n"
+    doc = f"SXTB16{' ROR #8' if op.odd else ''}: bytes {lo} and {hi} of v as int16 halves"
+    return mod.helper(op.name, lambda: f"/* {doc} */\nstatic inline int32_t {op.name}({t} v)"
+                                       f"\n{{\n{body}}}")
+
+
+def _guarded(fast: str, fallback: str) -> str:
+    return (f"#if defined(__ARM_FEATURE_DSP)\n    {fast}\n#else\n    {fallback}\n#endif\n")
+
+
+# --------------------------------------------------------------------- LLVM
+
+def llvm_emit(b: ir.IRBuilder, module: ir.Module, op: DspOp, args: list) -> ir.Value:
+    """op on LLVM values: the Arm intrinsic, or the formula."""
+    i32 = ir.IntType(32)
+    if op.kind == "smlad":
+        if op.instruction:
+            return b.call(_declare(module, "llvm.arm.smlad", 3), args)
+        a, w, acc = args
+        sixteen = ir.Constant(i32, 16)
+        lo = [b.sext(b.trunc(x, ir.IntType(16)), i32) for x in (a, w)]
+        hi = [b.ashr(x, sixteen) for x in (a, w)]
+        return b.add(b.add(acc, b.mul(*lo)), b.mul(*hi))
+    v = args[0]
+    if op.instruction:
+        word = b.bitcast(v, i32)
+        if op.odd:
+            fshr = module.globals.get("llvm.fshr.i32") or ir.Function(
+                module, ir.FunctionType(i32, [i32] * 3), "llvm.fshr.i32")
+            word = b.call(fshr, [word, word, ir.Constant(i32, 8)])
+        return b.call(_declare(module, "llvm.arm.sxtb16", 1), [word])
+    lo, hi = (1, 3) if op.odd else (0, 2)
+    low = b.and_(b.sext(b.extract_element(v, ir.Constant(i32, lo)), i32), ir.Constant(i32, 0xFFFF))
+    high = b.shl(b.sext(b.extract_element(v, ir.Constant(i32, hi)), i32), ir.Constant(i32, 16))
+    return b.or_(low, high)
+
+
+def _declare(module: ir.Module, name: str, arity: int) -> ir.Function:
+    i32 = ir.IntType(32)
+    return module.globals.get(name) or ir.Function(module, ir.FunctionType(i32, [i32] * arity),
+                                                   name)
+
+
+__all__ = ["ARM_SMLAD", "ARM_SXTB16", "ARM_SXTB16_ROR8", "DSP_OPS", "DspOp", "SMLAD", "SXTB16",
+           "SXTB16_ROR8", "c_helper", "check_dsp", "generic_of", "llvm_emit", "smlad", "sxtb16"]

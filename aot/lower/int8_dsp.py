@@ -1,0 +1,179 @@
+"""int8 kernels for scalar cores with the Armv7E-M DSP extension
+(Cortex-M4, M7, M55 without Helium): the accumulator strategy of
+aot/lower/tflite_int8.py's scalar conv and fully connected rules there.
+
+Products of int8 words: an input word and a weight word of four int8 each
+are split into their even and odd bytes as int16 pairs (SXTB16, SXTB16 ROR
+#8) and multiplied and summed into an int32 accumulator two at a time
+(SMLAD): aot/codegen/arm_dsp.py. The kernels are matrix products of rows of
+`depth` int8 inputs (pixels, FC rows) against rows of int8 weights (output
+channels), in register tiles:
+
+- 1x1 convolutions (stride 1, no padding, one group): 2 pixels x 2 output
+  channels, each input and weight word read once per tile and split once
+  (four loads, eight SXTB16, eight SMLAD per 16 MACs). No im2col buffer: a
+  pixel's channels are already a contiguous row (NHWC).
+- fully connected: 1 row x 4 output channels.
+
+Both fold the input zero point into the bias (bias - zp * sum(w), exact;
+neither pads), so the inputs are read as they are. Depths not a multiple of
+four finish with plain multiply-adds; channels and rows left over by the
+tile run in narrower tiles. Requantization is the scalar rules' (Requant),
+straight from each accumulator's register.
+
+The operations are generic calls the legalization pass makes Arm
+instructions; on a target without the DSP extension these kernels are not
+chosen (the formulas would be slower than the plain loops).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from aot.codegen.arm_dsp import INT8X4, smlad, sxtb16
+from aot.ir.tir import Assign, Bin, Buffer, Const, Decl, Expr, Load, Stmt, Var, add, mul, seq
+from aot.lower.rules import LowerCtx, TensorRef
+
+# rows x output channels per register tile
+CONV_TILE = (2, 2)
+FC_TILE = (1, 4)
+
+
+def dsp_target(ctx: LowerCtx) -> bool:
+    """Whether the target is a scalar core with the DSP extension (SXTB16
+    reads little-endian words)."""
+    t = ctx.target
+    return t.has("dsp") and t.little_endian and t.lanes(32) == 1
+
+
+def _in_memory(x: TensorRef) -> bool:
+    return x.buffer is not None and x.value is None
+
+
+def _fits_int8(w: np.ndarray) -> bool:
+    return w.size > 0 and w.min() >= -128 and w.max() <= 127
+
+
+def fits_pointwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
+    """A 1x1 convolution the pixel-row product computes: one group, stride 1,
+    no padding, the input in memory, weights that are int8."""
+    return (dsp_target(ctx) and _in_memory(x) and g.groups == 1 and g.kh == g.kw == 1
+            and tuple(g.strides) == (1, 1) and (g.oh, g.ow) == (g.h, g.w)
+            and g.pad_top == g.pad_left == 0 and g.depth >= 4 and _fits_int8(weights))
+
+
+def fits_fc(ctx: LowerCtx, x: TensorRef, w: np.ndarray) -> bool:
+    return dsp_target(ctx) and _in_memory(x) and w.shape[1] >= 4 and _fits_int8(w)
+
+
+def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
+           finish: Callable[[Expr, Expr, Var], Stmt], tile: tuple[int, int]) -> Stmt:
+    """finish(row, channel, acc) for acc = bias[channel] + sum_d x[row, d] *
+    w[channel, d], every row and channel, in tiles of `tile` (rows, channels).
+
+    x: int8 rows of depth w.shape[1] at flat offset row * depth; w: integer
+    weights [channels, depth] within int8; bias: int32 [channels]."""
+    from aot.lower.tflite_int8 import loop, loop_step, table     # (that module dispatches here)
+    channels, depth = w.shape
+    nr, nk = tile
+    whole = depth - depth % 4
+    wbuf = ctx.param("weights", _interleave(w, nk).astype(np.int8))
+    start = table(ctx, "bias", bias.astype(np.int32))
+
+    def w_at(c0: Expr, width: int, k: int, d: int | Expr) -> Expr:
+        """Where weight (c0 + k, d) lies in the interleaved layout."""
+        if isinstance(d, int) and d >= whole:
+            return add(mul(c0, Const(depth)), Const(whole * width + k * (depth - whole) + d - whole))
+        return add(add(mul(c0, Const(depth)), mul(d, Const(width))), Const(4 * k))
+
+    def block(r0: Expr, nr: int, c0: Expr, nk: int) -> Stmt:
+        rs = [add(r0, Const(i)) for i in range(nr)]
+        cs = [add(c0, Const(k)) for k in range(nk)]
+        accs = [[ctx.fresh("acc") for _ in cs] for _ in rs]
+        parts: list[Stmt] = [Decl(a, start(c)) for row in accs for a, c in zip(row, cs)]
+
+        def step(d: Expr) -> Stmt:
+            body: list[Stmt] = []
+
+            def halves(name: str, word: Expr) -> tuple[Var, Var]:
+                v = ctx.fresh(name, INT8X4)
+                even, odd = ctx.fresh(name + "_even"), ctx.fresh(name + "_odd")
+                body.extend((Decl(v, word), Decl(even, sxtb16(v)), Decl(odd, sxtb16(v, odd=True))))
+                return even, odd
+            xs = [halves("x", Load(x, add(mul(r, Const(depth)), d), 4)) for r in rs]
+            ws = [halves("w", Load(wbuf, w_at(c0, nk, k, d), 4)) for k in range(nk)]
+            for xh, row in zip(xs, accs):
+                for wh, acc in zip(ws, row):
+                    body += [Assign(acc, smlad(xh[0], wh[0], acc)),
+                             Assign(acc, smlad(xh[1], wh[1], acc))]
+            return seq(*body)
+        parts.append(loop_step(ctx, "d", depth // 4, 0, 4, step))
+        for d in range(whole, depth):      # the depth's last 1-3 terms
+            for r, row in zip(rs, accs):
+                for k, acc in enumerate(row):
+                    parts.append(Assign(acc, Bin("+", acc, Bin(
+                        "*", _i32(Load(x, add(mul(r, Const(depth)), Const(d)))),
+                        _i32(Load(wbuf, w_at(c0, nk, k, d)))))))
+        parts += [finish(r, c, acc) for r, row in zip(rs, accs) for c, acc in zip(cs, row)]
+        return seq(*parts)
+
+    def over(count: int, step: int, body: Callable[[Expr, int], Stmt], name: str) -> Stmt:
+        """body(first, width) over [0, count): full tiles of `step`, then singles."""
+        full = count // step
+        parts = [loop_step(ctx, name, full, 0, step, lambda i: body(i, step))] if full else []
+        if count % step:
+            parts.append(loop(ctx, name, count % step,
+                              lambda i: body(add(i, Const(full * step)), 1)))
+        return seq(*parts)
+
+    return over(rows, nr, lambda r0, wr: over(
+        channels, nk, lambda c0, wk: block(r0, wr, c0, wk), "c"), "r")
+
+
+def pointwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
+              finish: Callable[[tuple, Expr], Stmt]) -> Stmt:
+    """A 1x1 convolution (fits_pointwise) as the product of its pixel rows;
+    finish((n, oy, ox, oc), acc) as conv_nest's."""
+    from aot.lower.tflite_int8 import unravel
+    w = weights.reshape(g.cout, g.depth)
+    pixels = (g.n, g.oh, g.ow)
+    return matmul(ctx, x.buffer, g.n * g.oh * g.ow, w, _folded(bias, zp, w),
+                  lambda r, c, acc: finish(unravel(r, pixels) + (c,), acc), CONV_TILE)
+
+
+def fully_connected(ctx: LowerCtx, x: TensorRef, w: np.ndarray, bias: np.ndarray,
+                    out_shape: tuple, finish: Callable[[tuple, Expr, Var], Stmt]) -> Stmt:
+    """tfl.fully_connected (fits_fc) with the zero point already folded into
+    `bias`: finish(out_lead, unit, acc) per output; x read as rows of the
+    weights' depth, as TFLite flattens it."""
+    from aot.lower.tflite_int8 import unravel
+    lead = tuple(out_shape[:-1])
+    rows = int(np.prod(lead, dtype=np.int64))
+    return matmul(ctx, x.buffer, rows, w, bias,
+                  lambda r, c, acc: finish(unravel(r, lead), c, acc), FC_TILE)
+
+
+def _folded(bias: np.ndarray, zp: int, w: np.ndarray) -> np.ndarray:
+    from aot.ops.qmath import wrap_int32
+    return wrap_int32(bias - zp * w.sum(axis=1)).astype(np.int32)
+
+
+def _interleave(w: np.ndarray, k: int) -> np.ndarray:
+    """The weights [channels, depth] as the tiles read them: per tile of k
+    channels, its words (4 depths) channel after channel for each word
+    position, then the depth's last depth % 4 values channel by channel;
+    the channels past the last whole tile as they are (tiles of one)."""
+    channels, depth = w.shape
+    whole = depth - depth % 4
+    full = channels - channels % k
+    tiles = w[:full].reshape(full // k, k, depth)
+    words = tiles[:, :, :whole].reshape(full // k, k, whole // 4, 4).transpose(0, 2, 1, 3)
+    body = np.concatenate([words.reshape(full // k, -1),
+                           tiles[:, :, whole:].reshape(full // k, -1)], axis=1)
+    return np.concatenate([body.reshape(-1), w[full:].reshape(-1)])
+
+
+def _i32(e: Expr) -> Expr:
+    from aot.lower.tflite_int8 import to_i32
+    return to_i32(e)

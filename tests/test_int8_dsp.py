@@ -1,0 +1,123 @@
+"""The DSP-extension int8 kernels (aot/lower/int8_dsp.py, aot/codegen/arm_dsp.py).
+
+- On the host, a scalar target given the "dsp" feature gets the DSP kernels
+  with the generic formulas of SXTB16 and SMLAD (legalization makes Arm
+  instructions only on Arm): 1x1 convolutions and fully connected layers
+  over tile remainders, odd depths and zero points, C and LLVM, bit for bit
+  against the interpreter.
+- The formulas against the instructions' definition on edge words.
+- On the Cortex-M4 the legalized calls are the ACLE intrinsics in C and the
+  llvm.arm intrinsics in LLVM; kws (all four 1x1 convolutions and its FC on
+  this path) bit-exact with tflite-micro through the LLVM kernels.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+
+import numpy as np
+import pytest
+
+from aot.codegen.arm_dsp import smlad, sxtb16
+from aot.ir.tir import (INT32, Assign, Bin, Buffer, BufferKind, Call, Const, Decl, DType, For,
+                        Load, PrimFunc, Store, Var, expr_children, seq, walk_stmt)
+from aot.lower import Kernel
+from aot.lower.legalize import legalize
+from aot.lower import lower_graph
+from aot.lower import testing
+from aot.lower.testing import compile_kernels, host_target
+import test_lower_int8
+from test_lower_int8 import check_graphs, conv_model, fc_model
+
+
+def dsp_host():
+    """The host as a scalar core with the DSP extension."""
+    return dataclasses.replace(host_target(), vector_bits=0,
+                               declared_features=frozenset({"dsp"}))
+
+
+def _graphs():
+    pointwise = dict(Padding=0, StrideH=1, StrideW=1)
+    return [
+        # 2x2 tiles with a pixel and a channel left over, depth 4k
+        conv_model("CONV_2D", [1, 3, 5, 8], [5, 1, 1, 8], [1, 3, 5, 5],
+                   dict(pointwise, FusedActivationFunction=1), zp_in=-128, seed=1),
+        # depth 4k + 3: the tail terms; two images
+        conv_model("CONV_2D", [2, 2, 3, 7], [4, 1, 1, 7], [2, 2, 3, 4], pointwise,
+                   per_channel=False, zp_in=77, seed=2),
+        conv_model("CONV_2D", [1, 4, 4, 16], [6, 1, 1, 16], [1, 4, 4, 6],
+                   dict(pointwise, FusedActivationFunction=3), bias=False, zp_in=0, seed=3),
+        fc_model(True, False, x_shape=(3, 2, 10), depth=30),        # rows across dims
+        fc_model(False, False, x_shape=(1, 40), zp_in=-128, act=0, units=7),
+        fc_model(True, True, x_shape=(2, 3, 20), units=9),
+    ]
+
+
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
+def test_dsp_kernels_bit_exact_on_a_dsp_host(codegen, tmp_path, monkeypatch):
+    monkeypatch.setattr(testing, "host_target", dsp_host)
+    monkeypatch.setattr(test_lower_int8, "host_target", dsp_host)      # run_llvm's
+    graphs = _graphs()
+    funcs = [k.func for g in graphs for k in lower_graph(g, dsp_host())]
+    calls = {c for f in funcs for c in _calls(f)}
+    assert {"aot_smlad", "aot_sxtb16", "aot_sxtb16_ror8"} <= calls, calls
+    check_graphs(graphs, codegen=codegen, tmp_path=tmp_path)
+
+
+def _calls(func: PrimFunc) -> set[str]:
+    found, todo = set(), []
+    for s in walk_stmt(func.body):
+        if isinstance(s, Store):
+            todo += [s.index, s.value]
+        elif isinstance(s, (Decl, Assign)):
+            todo.append(s.init if isinstance(s, Decl) else s.value)
+    while todo:
+        e = todo.pop()
+        if isinstance(e, Call):
+            found.add(e.fn)
+        todo += list(expr_children(e))
+    return found
+
+
+def _sxtb16_ref(word: int, odd: bool) -> int:
+    b = np.array([word], "<u4").view(np.int8)
+    lo, hi = (int(b[1]), int(b[3])) if odd else (int(b[0]), int(b[2]))
+    return int(np.array([(lo & 0xFFFF) | ((hi & 0xFFFF) << 16)], np.uint32).view(np.int32)[0])
+
+
+def _smlad_ref(a: int, b: int, acc: int) -> int:
+    ha = np.array([a], np.int32).view(np.int16)
+    hb = np.array([b], np.int32).view(np.int16)
+    total = acc + int(ha[0]) * int(hb[0]) + int(ha[1]) * int(hb[1])
+    return int(np.array([total & 0xFFFFFFFF], np.uint64).astype(np.uint32).view(np.int32)[0])
+
+
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
+def test_generic_formulas_are_the_instructions(codegen):
+    """The formulas on words at the edges: bytes -128/127, halves -32768,
+    sums that wrap int32 as SMLAD does."""
+    words = np.array([0, -1, 0x7F807F80, -0x7F807F81, 0x80000000 - (1 << 32), 0x7FFFFFFF,
+                      0x12345678, -0x12345678, 0x00FF00FF, 0x7F7F7F7F, 0x01800180], np.int64)
+    words = np.concatenate([words, np.random.default_rng(0).integers(-2**31, 2**31, 53)])
+    words = words.astype(np.int32)
+    n = len(words)
+    i32, i8 = INT32, DType("int8")
+    a, b, c = (Buffer(k, i32, (n,)) for k in "abc")
+    x = Buffer("x", i8, (4 * n,))
+    even, odd, mac = (Buffer(k, i32, (n,), BufferKind.OUTPUT) for k in ("even", "odd", "mac"))
+    i = Var("i")
+    word = Load(x, Bin("*", i, Const(4)), 4)
+    body = seq(Store(even, i, sxtb16(word)), Store(odd, i, sxtb16(word, odd=True)),
+               Store(mac, i, smlad(Load(a, i), Load(b, i), Load(c, i))))
+    func = legalize(PrimFunc("dsp_ops", (a, b, c, x, even, odd, mac), For(i, n, body)),
+                    dsp_host())
+    lib, symbols = compile_kernels([Kernel(func, (), None)], codegen, target=dsp_host())
+    rng = np.random.default_rng(1)
+    av, bv = rng.permutation(words), words[::-1].copy()
+    cv = np.concatenate([[2**31 - 1, -2**31], rng.integers(-2**31, 2**31, n - 2)]).astype(np.int32)
+    outs = [np.zeros(n, np.int32) for _ in range(3)]
+    args = [v.ctypes.data_as(ctypes.c_void_p) for v in (av, bv, cv, words.view(np.int8), *outs)]
+    getattr(lib, symbols["dsp_ops"])(*args)
+    assert outs[0].tolist() == [_sxtb16_ref(int(w) & 0xFFFFFFFF, False) for w in words]
+    assert outs[1].tolist() == [_sxtb16_ref(int(w) & 0xFFFFFFFF, True) for w in words]
+    assert outs[2].tolist() == [_smlad_ref(int(p), int(q), int(r)) for p, q, r in zip(av, bv, cv)]

@@ -199,6 +199,11 @@ class ForKind(enum.Enum):
     SERIAL = "serial"
     UNROLLED = "unrolled"
     VECTORIZED = "vectorized"   # the body uses `lanes`-wide accesses; printed as one step
+    # Trips split over the tasks of a thread pool: task k of n runs trips
+    # [k * trips / n, (k + 1) * trips / n). Set by aot/lower/parallel.py only
+    # where iterations write disjoint elements; the kernel then takes TASK
+    # and NTASKS as its last two arguments.
+    PARALLEL = "parallel"
 
 
 @dataclass(frozen=True)
@@ -276,6 +281,18 @@ class PrimFunc:
     body: Stmt
     sources: tuple[str, ...] = ()      # graph node names, for the C comment
     attrs: tuple[tuple[str, object], ...] = field(default=())
+
+
+# A split kernel's (ForKind.PARALLEL) last two arguments: which task of
+# how many runs it now. Statements outside the split loops are guarded by
+# an If on TASK, so exactly one task runs them.
+TASK = Var("task")
+NTASKS = Var("ntasks")
+
+
+def is_split(func: PrimFunc) -> bool:
+    """Whether the kernel runs as tasks of a thread pool (has a PARALLEL loop)."""
+    return any(isinstance(s, For) and s.kind is ForKind.PARALLEL for s in walk_stmt(func.body))
 
 
 def can_fail(func: PrimFunc) -> bool:

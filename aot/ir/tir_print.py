@@ -105,7 +105,7 @@ def print_expr(e: Expr) -> str:
 
 def _loop_head(s: For) -> str:
     kind = {ForKind.SERIAL: "range", ForKind.UNROLLED: "unrolled",
-            ForKind.VECTORIZED: "vectorized"}[s.kind]
+            ForKind.VECTORIZED: "vectorized", ForKind.PARALLEL: "parallel"}[s.kind]
     end = s.start + s.extent
     if s.step != 1:
         bounds = f"{s.start}, {end}, {s.step}"

@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from aot.codegen.arm_dsp import DSP_OPS, check_dsp
 from aot.errors import UnsupportedError
 from aot.ir.tir import (INT32, INT64, Bin, Broadcast, Call, Cast, Const, DType, Expr, Select,
                         Unary, Var, dtype_of)
@@ -289,9 +288,35 @@ def pack_pairs(v: Expr) -> Call:
     return Call(PAIR_PACK.name, (v,), DType("int32", dtype_of(v).lanes // 2))
 
 
+@dataclass(frozen=True)
+class Lane:
+    """`aot_lane(v, i)`: lane i (a constant) of vector v, a scalar. Broadcast
+    and multiplied into an accumulator it is Arm's multiply-add by element
+    (`fmla v.4s, v.4s, v.s[i]`, which both code generators' compilers form
+    from it): one vector load of four inputs feeds four multiply-adds."""
+    name: str = "aot_lane"
+
+
+LANE = Lane()
+
+
+def lane(v: Expr, i: int) -> Call:
+    """The aot_lane call (see Lane)."""
+    return Call(LANE.name, (v, Const(i)), dtype_of(v).with_lanes(1))
+
+
 def lane_crossing(fn: str) -> bool:
     """Calls whose vector operands need not have the result's lanes."""
-    return fn in DSP_OPS or fn in _PAIR_DOTS or fn in _PAIR_PACKS
+    return fn in _PAIR_DOTS or fn in _PAIR_PACKS or fn == LANE.name
+
+
+def _check_lane(args: tuple[Expr, ...], dtype: DType) -> Lane:
+    kinds = [dtype_of(a) for a in args]
+    if (len(args) != 2 or kinds[0].lanes < 2 or dtype != kinds[0].with_lanes(1)
+            or not isinstance(args[1], Const) or not 0 <= args[1].value < kinds[0].lanes):
+        raise UnsupportedError(f"{LANE.name} takes (T x n, a constant lane below n) -> T, got "
+                               f"({', '.join(map(str, kinds))}) -> {dtype}")
+    return LANE
 
 
 def _check_pair_pack(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairPack:
@@ -326,16 +351,16 @@ def _check_pair_dot(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairDot:
 
 
 def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
-               ) -> LibmFn | Helper | PairDot | PairPack | Pmuldq:
+               ) -> LibmFn | Helper | PairDot | PairPack | Pmuldq | Lane:
     """What a Call means, or a clear error naming it."""
-    if fn in DSP_OPS:          # the Armv7E-M DSP extension's (aot/codegen/arm_dsp.py)
-        return check_dsp(fn, args, dtype)
     if fn in _PAIR_DOTS:
         return _check_pair_dot(fn, args, dtype)
     if fn in _PAIR_PACKS:
         return _check_pair_pack(fn, args, dtype)
     if fn == X86_PMULDQ_RDHM.name:
         return _check_pmuldq(args, dtype)
+    if fn == LANE.name:
+        return _check_lane(args, dtype)
     h = HELPERS.get(fn)
     if h is not None:
         if len(args) != len(h.params):
@@ -356,7 +381,7 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
     return f
 
 
-__all__ = ["GCC_X86_SPELLINGS", "HELPERS", "Helper", "LibmFn", "PACKED_PAIR_DOT", "PAIR_DOT", "PAIR_PACK",
-           "PAIR_PACK_BYTES", "PairDot", "PairPack", "Pmuldq", "X86_PMADDWD",
-           "X86_PMADDWD_PACKED", "X86_PMULDQ_RDHM", "check_call", "helper", "lane_crossing",
+__all__ = ["GCC_X86_SPELLINGS", "HELPERS", "Helper", "LANE", "Lane", "LibmFn", "PACKED_PAIR_DOT",
+           "PAIR_DOT", "PAIR_PACK", "PAIR_PACK_BYTES", "PairDot", "PairPack", "Pmuldq", "X86_PMADDWD",
+           "X86_PMADDWD_PACKED", "X86_PMULDQ_RDHM", "check_call", "helper", "lane", "lane_crossing",
            "libm", "pack_pairs", "packed_pair_dot", "pair_dot", "vector_helper"]

@@ -26,10 +26,8 @@ import numpy as np
 from llvmlite import binding as llvm
 from llvmlite import ir
 
-from aot.codegen import arm_dsp
-from aot.codegen.arm_dsp import DspOp
 from aot.codegen.check import check_func
-from aot.codegen.intrinsics import (Helper, LibmFn, PairDot, PairPack, Pmuldq, check_call,
+from aot.codegen.intrinsics import (Helper, Lane, LibmFn, PairDot, PairPack, Pmuldq, check_call,
                                     vector_helper)
 from aot.codegen.names import kernel_symbols
 from aot.codegen.split import balanced_groups
@@ -332,14 +330,14 @@ class _FuncBuilder:
     def _call(self, e: Call):
         fn = check_call(e.fn, e.args, e.dtype)
         args = [self.value(a) for a in e.args]
-        if isinstance(fn, DspOp):
-            return arm_dsp.llvm_emit(self.b, self.module, fn, args)
         if isinstance(fn, PairDot):
             if fn.packed:
                 return self.packed_pair_dot(e.dtype.lanes, fn.pmaddwd, *args)
             return self.pair_dot(e.dtype.lanes, fn.pmaddwd, *args)
         if isinstance(fn, PairPack):
             return self.pair_pack(e.dtype.lanes, fn.bytes, args[0])
+        if isinstance(fn, Lane):
+            return self.b.extract_element(args[0], args[1])
         if isinstance(fn, Pmuldq):
             # LLVM's x86 instruction selection makes pmuldq of the int64
             # formula by itself (C compilers do not): the generic expansion.

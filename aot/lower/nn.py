@@ -33,6 +33,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from aot.codegen.intrinsics import lane
 from aot.ir.graph import TensorType
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Comment, Const, Decl, DType, Expr, For,
                         If, Load, Select, Stmt, Store, Var, add, dt, dtype_of, flat_index, mul,
@@ -145,6 +146,29 @@ def _rank1_update(ctx: LowerCtx, dtype: DType, accs: list[list[Var]], xvals: lis
     return seq(*stmts)
 
 
+def _lane_update(ctx: LowerCtx, dtype: DType, accs: list[list[Var]], xvecs: list[Expr],
+                 wvals: Callable[[int], list[Expr]], widths: Sequence[int]) -> Stmt:
+    """One rank-1 update per lane of the input vectors: xvecs[r] holds
+    pixel r's inputs of consecutive reduction steps, step l multiplies lane
+    l of each by the weights wvals(l) (Arm's multiply-add by element: one
+    load of four inputs feeds four steps)."""
+    xs = [ctx.fresh("xq", dtype_of(e)) for e in xvecs]
+    return seq(*(Decl(v, e) for v, e in zip(xs, xvecs)), *(
+        _rank1_update(ctx, dtype, accs, [lane(x, step) for x in xs], wvals(step), widths)
+        for step in range(dtype_of(xvecs[0]).lanes)))
+
+
+def _reduce(ctx: LowerCtx, name: str, count: int, t: Tile, step: Callable[[Expr], Stmt],
+            lane_step: Callable[[Expr], Stmt] | None = None) -> Stmt | None:
+    """step(k) for k < count, or with a by-lane tile lane_step(k) for every
+    t.k_lanes steps from k and step(k) for the last count % t.k_lanes."""
+    if lane_step is None or t.k_lanes == 1 or count < t.k_lanes:
+        return _loop(ctx, name, count, step)
+    full = count - count % t.k_lanes
+    return _seq(_loop(ctx, name, full // t.k_lanes, lane_step, step=t.k_lanes),
+                *(step(Const(k)) for k in range(full, count)))
+
+
 def position_blocks(ctx: LowerCtx, name: str, count: int, start: int, mr: int,
                     body: Callable[[list[Expr]], Stmt]) -> Stmt:
     """body(positions) over [start, start + count) in blocks of `mr`
@@ -159,7 +183,7 @@ def position_blocks(ctx: LowerCtx, name: str, count: int, start: int, mr: int,
 
 def fitting_parts(pixels: list, widths: Sequence[int], t: Tile) -> list[list]:
     """pixels cut into parts whose accumulators (len(widths) each) fit t."""
-    size = max(1, t.max_accs // len(widths))
+    size = t.fit(len(widths))
     return [pixels[i:i + size] for i in range(0, len(pixels), size)]
 
 
@@ -387,13 +411,21 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
             # input positions differ by the stride there.
             rows = [ipos[:last] + [_plus(ipos[last], r * step)] for r in range(len(pixels))]
 
-            def per_ic(ic):
+            def weights(ic):
+                return [Load(wp, flat_index((g, *tap, ic, add(c0, Const(off))), packed.shape), wd)
+                        for off, wd in zip(offs, widths)]
+
+            def inputs(ic, lanes=1):
                 ch = add(mul(g, Const(icg)), ic)
-                return _rank1_update(
-                    ctx, dtype, accs, [x.load(xin.index(n, row, ch)) for row in rows],
-                    [Load(wp, flat_index((g, *tap, ic, add(c0, Const(off))), packed.shape), wd)
-                     for off, wd in zip(offs, widths)], widths)
-            return _loop(ctx, "ic", icg, per_ic)
+                return [x.load(xin.index(n, row, ch), lanes) for row in rows]
+
+            def per_ic(ic):
+                return _rank1_update(ctx, dtype, accs, inputs(ic), weights(ic), widths)
+
+            def lanes_ic(ic):
+                return _lane_update(ctx, dtype, accs, inputs(ic, t.k_lanes),
+                                    lambda step: weights(_plus(ic, step)), widths)
+            return _reduce(ctx, "ic", icg, t, per_ic, lanes_ic)
 
         stores = [emit(0, out.index(n, pix, add(oc0, Const(off))), a)
                   for pix, row_accs in zip(pixels, accs) for a, off in zip(row_accs, offs)]
@@ -484,11 +516,11 @@ def _pointwise_conv(ctx, emit, x: TensorRef, bias, w: np.ndarray, xin: SpatialOp
         return acc if bias is None else Bin("+", acc, _bias_init(bias, dtype, j)(0, lanes))
     if out.spatial[-1] >= t.mr:
         batch = (xin.batch, *out.spatial[:-1])
-        a = _Operand(lambda bi, r, c, lanes: x.load((*bi, r, c)), False)
+        a = _Operand(lambda bi, r, c, lanes: x.load((*bi, r, c), lanes), True)
         return _dense(ctx, emit, a, w, batch, out.spatial[-1], ic, oc,
                       lambda bi, i, j: (*bi, i, j), finish)
     dims = (xin.batch, *out.spatial)
-    a = _Operand(lambda bi, r, c, lanes: Load(x.buffer, add(mul(r, Const(ic)), c), lanes), False)
+    a = _Operand(lambda bi, r, c, lanes: Load(x.buffer, add(mul(r, Const(ic)), c), lanes), True)
     return _dense(ctx, emit, a, w, (), int(np.prod(dims)), ic, oc,
                   lambda bi, i, j: (*unravel(i, dims), j), finish)
 
@@ -666,16 +698,23 @@ def _dense(ctx: LowerCtx, emit, a: _Operand, b: _Operand | np.ndarray, batch: Se
             accs.append(row)
             decls += d
 
+        def weights(kk):
+            return [b_load(bi, kk, c0, sum(widths), off, wd) for off, wd in zip(offs, widths)]
+
         def step(kk, into=accs):
             return _rank1_update(ctx, dtype, into, [a.load(bi, i, kk, 1) for i in rows],
-                                 [b_load(bi, kk, c0, sum(widths), off, wd)
-                                  for off, wd in zip(offs, widths)], widths)
+                                 weights(kk), widths)
+
+        def lane_step(kk):
+            return _lane_update(ctx, dtype, accs, [a.load(bi, i, kk, t.k_lanes) for i in rows],
+                                lambda l: weights(_plus(kk, l)), widths)
 
         stores = [emit(0, out_index(bi, i, _plus(c0, off)), finish(acc, bi, i, _plus(c0, off)))
                   for i, row in zip(rows, accs) for acc, off in zip(row, offs)]
         if _split_k(dtype, rows, widths, k, t):
             return _seq(*decls, *_split_k_loop(ctx, dtype, accs, widths, k, step), *stores)
-        return _seq(*decls, _loop(ctx, "k", k, step), *stores)
+        return _seq(*decls, _reduce(ctx, "k", k, t, step, lane_step if a.vector_cols else None),
+                    *stores)
 
     def batch_level(d: int, bi: tuple) -> Stmt:
         if d == len(batch):
@@ -755,7 +794,8 @@ def matmul(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
         return broadcast_index(bi, shape[:-2])
 
     def a_load(bi, r, c, lanes):
-        return a_ref.load((c,) if len(a_ref.shape) == 1 else batch_index(a_shape, bi) + (r, c))
+        return a_ref.load((c,) if len(a_ref.shape) == 1 else batch_index(a_shape, bi) + (r, c),
+                          lanes)
 
     def b_load(bi, r, c, lanes):
         if len(b_ref.shape) == 1:
@@ -767,7 +807,7 @@ def matmul(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
 
     b = b_ref.value if b_ref.value is not None and len(b_ref.shape) == 2 else \
         _Operand(b_load, len(b_ref.shape) > 1)
-    return _dense(ctx, emit, _Operand(a_load, False), b, batch, m, k, n, out_index,
+    return _dense(ctx, emit, _Operand(a_load, True), b, batch, m, k, n, out_index,
                   lambda acc, bi, i, j: acc)
 
 

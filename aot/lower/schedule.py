@@ -20,11 +20,23 @@ class Tile:
     vectors: int    # accumulators per output pixel along the channel axis
     mr: int = 1     # output pixels per tile (register blocking over pixels)
     max_accs: int = 12   # accumulators that fit in registers beside the operands
+    # Reduction steps whose inputs are loaded as one vector, each step using
+    # one lane (Arm's multiply-add by element); 1: a broadcast per input.
+    k_lanes: int = 1
+    registers: int = 0   # the vector registers a k_lanes tile is sized for
+
+    def fit(self, vectors: int) -> int:
+        """The most pixels of `vectors` accumulators each a tile can take.
+        By lane, every pixel also holds its input vector, and the weights
+        take `vectors` registers twice (the next step's loaded ahead)."""
+        if self.k_lanes > 1:
+            return max(1, (self.registers - 2 * vectors) // (vectors + 1))
+        return max(1, self.max_accs // vectors)
 
     @property
     def mr_max(self) -> int:
         """The most pixels a full-width tile can take."""
-        return max(self.mr, self.max_accs // self.vectors)
+        return max(self.mr, self.fit(self.vectors))
 
     def block(self, count: int) -> int:
         """Pixels per block for a row of `count`: between mr and mr_max,
@@ -55,6 +67,12 @@ class Tile:
 PAD_COPY_MIN_BORDER = 0.3
 PAD_COPY_MAX_BYTES = 256 * 1024
 
+# ISA families whose float multiply-add takes one operand from a lane of a
+# vector register (AArch64's `fmla v.4s, v.4s, v.s[i]`): a float dense tile
+# there loads its inputs four channels at a time (Tile.k_lanes). ARMv7 NEON
+# has only the unfused multiply-accumulate by scalar, x86 none.
+BY_ELEMENT_FMA = ("aarch64",)
+
 def tile(target: Target, dtype: str | DType, vectorize: bool = True,
          pixels: bool = False) -> Tile:
     """The tile for a kernel whose innermost output axis is unit-stride
@@ -67,6 +85,12 @@ def tile(target: Target, dtype: str | DType, vectorize: bool = True,
     regs = target.vector_registers
     if lanes == 1:
         return Tile(1, 4)
+    if pixels and dt(dtype).is_float and target.arch in BY_ELEMENT_FMA:
+        # 2 vectors of channels x up to (32 - 4) / 3 = 9 pixels on AArch64:
+        # 18 accumulators, 9 input vectors, 4 weight vectors. Each step of
+        # four input channels costs MR vector loads, 2 x 4 weight loads
+        # (paired: ldp) and 8 MR multiply-adds.
+        return Tile(lanes, 2, mr=4, k_lanes=lanes, registers=regs)
     if pixels:
         # MR x 2 accumulators + 2 weight vectors + a broadcast: MR = 4..6
         # uses 11..15 of 16 registers.

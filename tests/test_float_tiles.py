@@ -1,0 +1,110 @@
+"""The float register tiles chosen per target (aot/lower/schedule.py) and the
+by-lane reduction they use on AArch64 (aot/lower/nn.py: inputs loaded a
+vector of reduction steps at a time, each step multiplying one lane,
+`aot_lane`): the tile sizes against the register files, the TIR shape, and
+the kernels computed by the by-lane schedule checked against the reference
+interpreter through both code generators on this machine (the policy
+switched on for x86 here, so that the same lowering runs natively, on 4
+and 8 lanes)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import aot
+from aot.codegen.intrinsics import LANE
+from aot.ir.tir import Call, stmt_exprs, walk_expr, walk_expr_loads, walk_stmt
+from aot.lower import lower_graph, schedule
+from aot.lower import testing
+from aot.lower.testing import host_target
+from aot.targets import get_target
+from aot.testing import assert_close
+
+import test_lower_nn
+from test_lower_nn import ATOL, CONVS, DENSE, RTOL, _conv_consts, _rnd, onnx_graph, run_many
+
+
+def _calls(func, name: str) -> int:
+    return sum(1 for s in walk_stmt(func.body) for e in stmt_exprs(s) for x in walk_expr(e)
+               if isinstance(x, Call) and x.fn == name)
+
+
+def _conv_kernel(g, target):
+    """The conv's kernel (between the layout transposes of an NCHW graph)."""
+    return next(k.func for k in lower_graph(g, target) if k.func.name.startswith("conv"))
+
+
+def test_tiles_fit_the_register_files():
+    """AArch64 (32 registers): 2 vectors of channels x up to 9 pixels by
+    lane (18 accumulators, 9 input vectors, 4 weight vectors); ARMv7 and
+    x86 (16) keep the broadcast tile; integer and single-pixel tiles too."""
+    a64 = schedule.tile(get_target("aarch64-linux"), "float32", pixels=True)
+    assert (a64.lanes, a64.vectors, a64.k_lanes, a64.mr_max) == (4, 2, 4, 9)
+    for v in (1, 2, 3, 4):
+        pixels = a64.fit(v)
+        assert pixels * (v + 1) + 2 * v <= 32 < (pixels + 1) * (v + 1) + 2 * v
+    assert schedule.tile(get_target("aarch64-linux-a76"), "float32", pixels=True) == a64
+    for name in ("armv7-linux", "x86_64-linux"):
+        t = schedule.tile(get_target(name), "float32", pixels=True)
+        assert t.k_lanes == 1 and t.vectors == 2, name
+    assert schedule.tile(get_target("aarch64-linux"), "int32", pixels=True).k_lanes == 1
+    assert schedule.tile(get_target("aarch64-linux"), "float32").k_lanes == 1
+
+
+def test_aarch64_conv_reads_four_input_channels_per_load():
+    """ResNet-8's 3x3 conv (16 -> 16 channels) on AArch64: the input loads
+    of the hot loop are 4-lane vectors, each feeding 4 multiply-adds by lane;
+    on x86 no lane is taken."""
+    g = onnx_graph("Conv", (1, 16, 16, 16), _conv_consts((16, 16, 3, 3), 0),
+                   dict(pads=[1, 1, 1, 1]))
+    func = _conv_kernel(g, get_target("aarch64-linux"))
+    x_loads = [ld for s in walk_stmt(func.body) for ld in walk_expr_loads(s)
+               if ld.buffer.name == "in0"]
+    assert x_loads and all(ld.lanes == 4 for ld in x_loads)
+    assert _calls(func, LANE.name) == 4 * len(x_loads)
+    assert _calls(_conv_kernel(g, host_target()), LANE.name) == 0
+
+
+@pytest.fixture(params=[128, 256], ids=["4-lanes", "8-lanes"])
+def by_lane_here(request, monkeypatch):
+    """This machine as a target with the by-lane policy, 4 or 8 float lanes
+    (the target the kernels of test_lower_nn.run_many are built for)."""
+    target = dataclasses.replace(host_target(), vector_bits=request.param)
+    monkeypatch.setattr(schedule, "BY_ELEMENT_FMA", (*schedule.BY_ELEMENT_FMA, target.arch))
+    for module in (testing, test_lower_nn):
+        monkeypatch.setattr(module, "host_target", lambda: target)
+    return target
+
+
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
+def test_by_lane_kernels_match_the_interpreter(by_lane_here, codegen):
+    """Convolutions (padded, strided, grouped, 1x1 over rows and flattened,
+    fewer input channels than lanes, a remainder of them) and Gemm/MatMul
+    computed by the by-lane schedule."""
+    convs = CONVS + [((1, 11, 7, 9), (8, 11, 3, 3), dict(pads=[1, 1, 1, 1])),
+                     ((1, 32, 12, 12), (16, 32, 1, 1), {})]
+    graphs = [onnx_graph("Conv", x, _conv_consts(w, i), a) for i, (x, w, a) in enumerate(convs)]
+    graphs += [onnx_graph(op, x, {k: _rnd(*v, seed=i) for k, v in c.items()}, a)
+               for i, (op, x, c, a) in enumerate(DENSE)]
+    lanes = sum(_calls(k.func, LANE.name) for g in graphs for k in lower_graph(g, by_lane_here))
+    assert lanes > 0
+    cases = [(g, {"x": _rnd(*g.types["x"].shape, seed=i)}) for i, g in enumerate(graphs)]
+    for (g, ins), got in zip(cases, run_many(cases, codegen)):
+        want = aot.interpret(g, ins)
+        for name in g.outputs:
+            assert_close(f"{g.name}:{name}", got[name], want[name], RTOL, ATOL)
+
+
+def test_lane_intrinsic_is_checked():
+    from aot.codegen.intrinsics import check_call, lane
+    from aot.errors import UnsupportedError
+    from aot.ir.tir import Broadcast, Const, DType, Var
+
+    v = Var("v", DType("float32", 4))
+    assert check_call(LANE.name, lane(v, 3).args, DType("float32")) is LANE
+    with pytest.raises(UnsupportedError, match="aot_lane"):
+        check_call(LANE.name, (v, Const(4)), DType("float32"))
+    with pytest.raises(UnsupportedError, match="aot_lane"):
+        check_call(LANE.name, (Broadcast(Const(1.0, DType("float32")), 4), Var("i")),
+                   DType("float32"))

@@ -24,6 +24,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from aot.codegen import arm_dsp
+from aot.codegen.arm_dsp import DspOp
 from aot.codegen.check import check_func
 from aot.codegen.intrinsics import (GCC_X86_SPELLINGS, Helper, Lane, PairDot, PairPack, Pmuldq,
                                     check_call, vector_helper)
@@ -32,7 +34,7 @@ from aot.codegen.split import balanced_groups
 from aot.errors import UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, BufferKind, Call, Cast, Comment, Const, Decl,
                         DType, Expr, Fail, For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt,
-                        Store, Unary, Var, can_fail, dtype_of, stmt_exprs,
+                        Store, Unary, Var, NTASKS, TASK, can_fail, dtype_of, is_split, stmt_exprs,
                         walk_expr, walk_stmt)
 from aot.lower.inplace import aliased_params
 from aot.lower.tir_simplify import simplify_body
@@ -493,6 +495,8 @@ class _Printer:
 
     def _call(self, e: Call):
         fn = check_call(e.fn, e.args, e.dtype)
+        if isinstance(fn, DspOp):
+            return self._call_text(arm_dsp.c_helper(self.mod, fn), list(e.args))
         if isinstance(fn, PairDot):
             return self._call_text(self._pair_dot(e.dtype, fn), list(e.args))
         if isinstance(fn, PairPack):
@@ -631,6 +635,9 @@ def _signature(func: PrimFunc, symbol: str, names: dict, taken: set[str]) -> str
         const = "const " if b.kind in (BufferKind.INPUT, BufferKind.PARAM) else ""
         restrict = "" if b.name in shared else "restrict "
         params.append(f"{const}{C_TYPES[b.dtype.scalar]} *{restrict}{names[b]}")
+    if is_split(func):      # which task of how many runs now (tir.ForKind.PARALLEL)
+        names[TASK], names[NTASKS] = (c_identifier(v.name, taken) for v in (TASK, NTASKS))
+        params += [f"int32_t {names[TASK]}", f"int32_t {names[NTASKS]}"]
     # a kernel with run-time checks returns its status (tir.Fail)
     head = f"{'int32_t' if can_fail(func) else 'void'} {symbol}("
     one_line = head + ", ".join(params) + ")"
@@ -727,6 +734,12 @@ class _FuncPrinter:
             t = "intptr_t"
         end = c_int(s.start + s.extent, s.var.dtype.scalar)
         step = "++" + i if s.step == 1 else f"{i} += {s.step}"
+        if s.kind is ForKind.PARALLEL:
+            self.emit(depth, f"for ({t} {i} = {self._share(s, depth, 0)}; "
+                             f"{i} < {self._share(s, depth, 1)}; {step}) {{")
+            self.stmt(s.body, depth + 1)
+            self.emit(depth, "}")
+            return
         if s.kind is ForKind.UNROLLED:
             trips = max(1, -(-s.extent // s.step))
             self.lines.append(f"#pragma GCC unroll {trips}")
@@ -736,6 +749,21 @@ class _FuncPrinter:
                          f"{i} < {end}; {step}) {{")
         self.stmt(s.body, depth + 1)
         self.emit(depth, "}")
+
+
+    def _share(self, s: For, depth: int, end: int) -> str:
+        """Where this task's balanced share of the loop's trips starts (end
+        0) or ends (end 1), declared as a constant before the loop."""
+        trips = -(-s.extent // s.step)
+        i = self.names[s.var]
+        if end == 0:
+            self.emit(depth, f"/* this task's share of the {trips} trips of {i} */")
+        name = c_identifier(f"{i}_{'end' if end else 'first'}", self.taken)
+        task = self.names[TASK] if not end else f"({self.names[TASK]} + 1)"
+        self.emit(depth, f"const intptr_t {name} = (intptr_t){task} * {trips} / "
+                         f"{self.names[NTASKS]};")
+        scaled = name if s.step == 1 else f"{name} * {s.step}"
+        return scaled if s.start == 0 else f"{s.start} + {scaled}"
 
 
 WIDTH = 100

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from aot.codegen.arm_dsp import DSP_OPS, check_dsp
 from aot.errors import UnsupportedError
 from aot.ir.tir import (INT32, INT64, Bin, Broadcast, Call, Cast, Const, DType, Expr, Select,
                         Unary, Var, dtype_of)
@@ -307,7 +308,7 @@ def lane(v: Expr, i: int) -> Call:
 
 def lane_crossing(fn: str) -> bool:
     """Calls whose vector operands need not have the result's lanes."""
-    return fn in _PAIR_DOTS or fn in _PAIR_PACKS or fn == LANE.name
+    return fn in DSP_OPS or fn in _PAIR_DOTS or fn in _PAIR_PACKS or fn == LANE.name
 
 
 def _check_lane(args: tuple[Expr, ...], dtype: DType) -> Lane:
@@ -353,6 +354,8 @@ def _check_pair_dot(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairDot:
 def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
                ) -> LibmFn | Helper | PairDot | PairPack | Pmuldq | Lane:
     """What a Call means, or a clear error naming it."""
+    if fn in DSP_OPS:          # the Armv7E-M DSP extension's (aot/codegen/arm_dsp.py)
+        return check_dsp(fn, args, dtype)
     if fn in _PAIR_DOTS:
         return _check_pair_dot(fn, args, dtype)
     if fn in _PAIR_PACKS:

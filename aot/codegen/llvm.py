@@ -26,6 +26,8 @@ import numpy as np
 from llvmlite import binding as llvm
 from llvmlite import ir
 
+from aot.codegen import arm_dsp
+from aot.codegen.arm_dsp import DspOp
 from aot.codegen.check import check_func
 from aot.codegen.intrinsics import (Helper, Lane, LibmFn, PairDot, PairPack, Pmuldq, check_call,
                                     vector_helper)
@@ -330,6 +332,8 @@ class _FuncBuilder:
     def _call(self, e: Call):
         fn = check_call(e.fn, e.args, e.dtype)
         args = [self.value(a) for a in e.args]
+        if isinstance(fn, DspOp):
+            return arm_dsp.llvm_emit(self.b, self.module, fn, args)
         if isinstance(fn, PairDot):
             if fn.packed:
                 return self.packed_pair_dot(e.dtype.lanes, fn.pmaddwd, *args)

@@ -16,8 +16,8 @@ from aot.errors import AotError
 from aot.fsutil import refuse_existing
 from aot.ir.graph import Graph
 from aot.limits import board_flash
-from aot.packaging import (PackageInfo, check_fits, default_name, model_source, package_graph,
-                           write_tir_dump)
+from aot.packaging import (PackageInfo, check_fits, check_threads, default_name, model_source,
+                           package_graph, write_tir_dump)
 from aot.targets import Board, get_board
 
 
@@ -40,7 +40,8 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
             io_in_arena: bool = False, force: bool = False,
             extra_cflags: Sequence[str] = (), profile: bool = False,
             checks: bool = False, input_shapes: Mapping | None = None,
-            bind: Mapping | None = None, dump_tir: str | Path | None = None) -> PackageInfo:
+            bind: Mapping | None = None, dump_tir: str | Path | None = None,
+            threads: int = 1) -> PackageInfo:
     """Compile a model into a package directory built for `board` (default:
     the CLI's, qemu-rpi4 unless $AOT_BOARD names another).
 
@@ -53,6 +54,9 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
     input_shapes and bind (aot.load's): recorded in metadata.json's source.
     dump_tir: a directory to write each kernel's TIR into, as lowered and
     after each TIR pass (write_tir_dump); replaced with force, like out_dir.
+    threads > 1 (a Linux board): the heavy kernels run split over a pool of
+    that many threads (docs/package.md "Threads"), outputs bit for bit the
+    one-thread package's.
     """
     import aot
     from aot.frontend.shapes import LoadOptions, options_json
@@ -62,6 +66,7 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
     if dump_tir is not None:
         refuse_existing(Path(dump_tir), force)
     brd = get_board(board)
+    check_threads(brd, threads)      # before loading and optimizing
     opts = LoadOptions.of(input_shapes, bind)
     if opts and isinstance(model_or_graph, Graph):
         raise AotError("input_shapes and bind are for a model file; a Graph is loaded already")
@@ -76,7 +81,7 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
     with board_flash(brd.name, brd.flash_bytes):    # no folded table past the flash
         graph = as_graph(graph)
         info = package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,
-                             extra_cflags, profile, checks, source)
+                             extra_cflags, profile, checks, source, threads)
         if dump_tir is not None:
             write_tir_dump(graph, brd, Path(dump_tir), force)
     return info
@@ -93,18 +98,24 @@ def package_to_temp(model_or_graph, board: str = "host", codegen: str = "c",
 
 def package_dir(model_or_package: str | Path | Graph, board: Board, codegen: str,
                  stack: contextlib.ExitStack, profile: bool = False,
-                 input_shapes: Mapping | None = None, bind: Mapping | None = None) -> Path:
+                 input_shapes: Mapping | None = None, bind: Mapping | None = None,
+                 threads: int = 1) -> Path:
     """A package directory as it is, or the model packaged into a temporary
     directory that `stack` removes."""
     if not isinstance(model_or_package, Graph) and Path(model_or_package).is_dir():
-        _as_built(Path(model_or_package), input_shapes, bind)
+        _as_built(Path(model_or_package), input_shapes, bind, threads)
         return Path(model_or_package)
     tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-"))
     return package(model_or_package, board=board, codegen=codegen, out_dir=Path(tmp) / "pkg",
-                   profile=profile, input_shapes=input_shapes, bind=bind).path
+                   profile=profile, input_shapes=input_shapes, bind=bind,
+                   threads=threads).path
 
 
-def _as_built(pkg: Path, input_shapes: Mapping | None, bind: Mapping | None) -> None:
+def _as_built(pkg: Path, input_shapes: Mapping | None, bind: Mapping | None,
+              threads: int = 1) -> None:
+    if threads != 1:
+        raise AotError(f"{pkg} is a package directory, built with the threads its "
+                       "metadata.json records: --threads is for packaging a model")
     if input_shapes or bind:
         raise AotError(f"{pkg} is a package directory, built with the input shapes and bound "
                        "inputs its metadata.json records: --input-shape and --bind are for "
@@ -114,8 +125,8 @@ def _as_built(pkg: Path, input_shapes: Mapping | None, bind: Mapping | None) -> 
 def run(model_or_package: str | Path | Graph,
         inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
         board: str | Board | None = None, codegen: str = "c",
-        input_shapes: Mapping | None = None, bind: Mapping | None = None
-        ) -> dict[str, np.ndarray]:
+        input_shapes: Mapping | None = None, bind: Mapping | None = None,
+        threads: int = 1) -> dict[str, np.ndarray]:
     """What `aot run` does: run a package directory (or a model, packaged
     into a temporary directory) once on `board` (default: the CLI's).
     `inputs` is {input name: array} or a list in input order; the result
@@ -126,7 +137,7 @@ def run(model_or_package: str | Path | Graph,
     brd = get_board(board)
     with contextlib.ExitStack() as stack:
         pkg = package_dir(model_or_package, brd, codegen, stack, input_shapes=input_shapes,
-                           bind=bind)
+                           bind=bind, threads=threads)
         meta = read_metadata(pkg)
         check_runs_on(pkg, meta, brd)
         result = run_package(pkg, brd, inputs, warmup=0, runs=1)
@@ -145,7 +156,7 @@ INSTRUCTIONS_NOTE = ("; the instruction counts are exact: the board's own instru
 def bench(model_or_package: str | Path | Graph, board: str | Board | None = None,
           codegen: str = "c", warmup: int = 10, repeat: int = 100, profile: bool = False,
           plot: str | Path | None = None, input_shapes: Mapping | None = None,
-          bind: Mapping | None = None) -> dict:
+          bind: Mapping | None = None, threads: int = 1) -> dict:
     """What `aot bench` does: `warmup` untimed runs, then `repeat` timed
     ones on `board` (default: the CLI's) of a package directory or of a
     model packaged into a temporary directory. {median_ms, mean_ms, min_ms,
@@ -164,7 +175,7 @@ def bench(model_or_package: str | Path | Graph, board: str | Board | None = None
         check_plot_path(Path(plot))
     with contextlib.ExitStack() as stack:
         pkg = package_dir(model_or_package, brd, codegen, stack, profile=profile,
-                           input_shapes=input_shapes, bind=bind)
+                           input_shapes=input_shapes, bind=bind, threads=threads)
         meta = read_metadata(pkg)
         if profile and not meta.get("profile"):
             raise AotError(f"{pkg} was packaged without --profile (aot package --profile)")
@@ -173,7 +184,7 @@ def bench(model_or_package: str | Path | Graph, board: str | Board | None = None
     out = {"median_ms": stats.median_ms, "mean_ms": stats.mean_ms, "min_ms": stats.min_ms,
            "max_ms": stats.max_ms, "std_ms": stats.std_ms, "repeat": repeat, "warmup": warmup,
            "board": brd.name, "codegen": meta["codegen"], "model": meta["model"],
-           "emulated": brd.emulated}
+           "emulated": brd.emulated, "threads": meta.get("threads", 1)}
     if result.instructions is not None:
         out["median_instructions"] = int(np.median(result.instructions))
         out["instructions"] = result.instructions
@@ -194,7 +205,8 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
            out_dir: str | Path | None = None, checks: bool = False, count: int = 1,
            dataset: str | Path | None = None, atol: float | None = None,
            rtol: float | None = None, source: str | Path | None = None,
-           input_shapes: Mapping | None = None, bind: Mapping | None = None) -> dict:
+           input_shapes: Mapping | None = None, bind: Mapping | None = None,
+           threads: int = 1) -> dict:
     """What `aot verify` does: package `model` for `board` (default: the
     CLI's), run it there and compare with the reference runtime on the same
     inputs. The package is kept in out_dir if given, else built in a
@@ -248,7 +260,7 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
             pkg, meta = target, read_metadata(target)
             brd = get_board(board or meta.get("board"))
             check_runs_on(pkg, meta, brd)
-            _as_built(pkg, input_shapes, bind)
+            _as_built(pkg, input_shapes, bind, threads)
             model_path = package_model(pkg, meta, source)
             opts = LoadOptions.from_json(meta.get("source"))
             graph = aot.load(model_path, options=opts)
@@ -276,6 +288,9 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
             check_fits(graph, brd)
             name = default_name(graph, None, model_path)
             if streaming.streams(model_path, graph):    # outputs and state over a stream
+                if threads != 1:
+                    raise AotError("verify --threads: streaming models are not supported yet "
+                                   "(package with --threads and compare runs instead)")
                 origin, steps = streaming.stream_inputs(graph, dataset, count, seed)
                 where = Path(out_dir) if out_dir else Path(
                     stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-"))) / "pkg"
@@ -287,8 +302,9 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
             origin, samples = _verify_inputs(model_path, graph, dataset, count, seed)
             where = Path(out_dir) if out_dir else Path(
                 stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-"))) / "pkg"
+            check_threads(brd, threads)
             info = package_graph(graph, brd, where, codegen, name, extra_cflags=extra_cflags,
-                                 checks=checks,
+                                 checks=checks, threads=threads,
                                  source={**model_source(model_path), **options_json(opts)})
             pkg, summary = info.path, info.summary()
         results = _board_outputs(pkg, brd, samples)

@@ -88,6 +88,12 @@ def _package_args(p: argparse.ArgumentParser) -> None:
                    help="kernels as C source or an LLVM object (default: c)")
 
 
+def _threads_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="Linux boards: run the heavy kernels split over a pool of N threads, "
+                   "outputs bit for bit the one-thread package's (default: 1, no thread code)")
+
+
 def _model_args(p: argparse.ArgumentParser) -> None:
     """How a model file is loaded: input shapes and bound inputs
     (aot.frontend.shapes; a package records them in metadata.json)."""
@@ -166,7 +172,7 @@ def cmd_package(args: argparse.Namespace) -> int:
     info = package(args.model, board=_board(args), codegen=args.codegen, name=args.name,
                    out_dir=args.output, io_in_arena=args.io_in_arena, force=args.force,
                    profile=args.profile, checks=args.checks, dump_tir=args.dump_tir,
-                   **_load_kwargs(args))
+                   threads=args.threads, **_load_kwargs(args))
     if args.json:
         emit_json(info.summary())
     else:
@@ -211,9 +217,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     board = _board(args)
     refuse_existing(Path(args.out), args.force)     # before a long run, not after
     if args.stream:
+        if args.threads != 1:
+            raise AotError("run --stream --threads: not supported yet (package the model with "
+                           "--threads and run its package)")
         return _run_stream(args, board)
     with contextlib.ExitStack() as stack:
-        pkg = package_dir(args.model, board, args.codegen, stack, **_load_kwargs(args))
+        pkg = package_dir(args.model, board, args.codegen, stack, threads=args.threads,
+                          **_load_kwargs(args))
         meta = read_metadata(pkg)
         names = [i["name"] for i in meta["inputs"]]
         outputs = run(pkg, dict(zip(names, _read_inputs(args.input, names))), board=board)
@@ -271,7 +281,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     out = verify(args.model, board=_board(args), codegen=args.codegen, count=args.count,
                  checks=args.checks, dataset=args.dataset, atol=args.atol, rtol=args.rtol,
-                 source=args.source, **_load_kwargs(args))
+                 source=args.source, threads=args.threads, **_load_kwargs(args))
     if args.json:
         emit_json({k: out[k] for k in ("ok", "reference", "inputs", "samples", "count",
                                        "model", "board", "outputs", "stream") if k in out})
@@ -388,7 +398,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from aot.api import bench
 
     out = bench(args.model, board=_board(args), codegen=args.codegen, warmup=args.warmup,
-                repeat=args.repeat, profile=args.profile, plot=args.plot, **_load_kwargs(args))
+                repeat=args.repeat, profile=args.profile, plot=args.plot, threads=args.threads,
+                **_load_kwargs(args))
     if args.json:
         emit_json(out)
     else:
@@ -569,6 +580,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dump-tir", metavar="DIR",
                    help="write each kernel's TIR as lowered and after each TIR pass into DIR "
                    "(replaced with --force)")
+    _threads_arg(p)
 
     p = add("run", "run a model or a package on a board", cmd_run)
     p.add_argument("model", metavar="MODEL_OR_PACKAGE")
@@ -582,6 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a stateful model over a stream: each input file holds the steps "
                    "([steps, *shape]), the state is kept from step to step, each output file "
                    "gets [steps, *shape]")
+    _threads_arg(p)
     _ssh_args(p)
 
     p = add("verify", "package, run on the board and compare with the reference runtime",
@@ -606,6 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "the file its metadata.json names)")
     p.add_argument("--checks", action="store_true",
                    help="package with the harness's guard bytes (aot package --checks)")
+    _threads_arg(p)
     _ssh_args(p)
 
     p = add("inspect", "a package's footprint, from the ELF objects of its library", cmd_inspect)
@@ -622,6 +636,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", action="store_true",
                    help="time every kernel too (a model is packaged with --profile)")
     p.add_argument("--plot", metavar="FILE.png", help="with --profile: a bar chart per kernel")
+    _threads_arg(p)
     _ssh_args(p)
 
     p = add("analyze", "per kernel: MACs, weight and activation bytes, arena places and "

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -30,12 +30,14 @@ from aot.executor.params import SECTION, LinkedParams, link_params
 from aot.firmware import template_context
 from aot.fsutil import write_dir_atomically
 from aot.ir.graph import Graph
+from aot.ir.tir import is_split
 from aot.ops import node_macs
 from aot.resources import data_dir
 from aot.targets import Board
 
 CODEGENS = ("c", "llvm")
 RUNTIME_FILES = ("aot_runtime.h", "aot_platform.c")
+THREAD_FILES = ("aot_threads.h", "aot_threads.c")     # --threads N > 1 only
 # The layout of a package (its files, metadata.json, the C API): metadata.json
 # "package_format" and <NAME>_PACKAGE_FORMAT in the header. Raised when a
 # change would break a firmware build or a reader of an older package.
@@ -204,17 +206,33 @@ class Generated:
     prebuilt: list[str]            # objects archived as they are
 
 
+def check_threads(board: Board, threads: int) -> None:
+    """--threads N: a count, and N > 1 only where there are POSIX threads."""
+    if threads < 1:
+        raise AotError(f"--threads {threads}: give 1 or more")
+    if threads > 64:
+        raise AotError(f"--threads {threads}: the pool has at most 64 threads")
+    if threads > 1 and "linux" not in board.target.triple:
+        raise AotError(f"--threads {threads}: board '{board.name}' is bare metal "
+                       f"({board.target.triple}); thread pools need a Linux target")
+
+
 def generate(graph: Graph, board: Board, codegen: str, name: str,
-             io_in_arena: bool) -> Generated:
-    """Every file of the package but the compiled ones."""
+             io_in_arena: bool, threads: int = 1) -> Generated:
+    """Every file of the package but the compiled ones; threads > 1 splits
+    the heavy kernels over a pool of that many (aot/lower/parallel.py)."""
     from aot.codegen import c_declarations, emit_c
     from aot.lower import lower_graph
+    from aot.lower.parallel import split_kernel
 
     if codegen not in CODEGENS:
         raise AotError(f"unknown codegen '{codegen}' (known: {', '.join(CODEGENS)})")
+    check_threads(board, threads)
     check_fits(graph, board)
     target = board.target
     kernels = elide_views(graph, lower_graph(graph, target))
+    if threads > 1:
+        kernels = [replace(k, func=split_kernel(k.func, threads)) for k in kernels]
     align = alignment(board)
     mem = plan_kernels(graph, kernels, io_in_arena, align)
     other = plan_kernels(graph, kernels, not io_in_arena, align)
@@ -222,7 +240,7 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
     if ram > board.ram_bytes:
         raise AotError(f"the arena and state ({ram} bytes) do not fit the RAM of board "
                        f"'{board.name}' ({board.ram_bytes} bytes)")
-    names = Names(name)
+    names = Names(name, threads=threads)
     kernel_prefix = f"{name}_kernel"
     names.taken.add(kernel_prefix)
     inits = {v: a for v, a in graph.variables.items() if np.asarray(a).any()}
@@ -239,7 +257,8 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
             "package_format": PACKAGE_FORMAT, **template_context(target)}
     files: dict[str, bytes] = {}
     prebuilt: list[str] = []
-    c_sources = [f"src/{name}.c", f"src/{name}_params.c", "runtime_c/aot_platform.c"]
+    c_sources = [f"src/{name}.c", f"src/{name}_params.c", "runtime_c/aot_platform.c",
+                 *(["runtime_c/aot_threads.c"] if threads > 1 else [])]
     if codegen == "c":
         # several kernel files compile in parallel (emit_c splits large models)
         kernel_files = [_kernel_file("src", name, i, "c") for i in range(len(csrc.parts))]
@@ -259,7 +278,7 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
     if params.has_blob:
         files[f"src/{name}_params.bin"] = params.blob()
     runtime = data_dir("runtime_c")
-    for f in RUNTIME_FILES:
+    for f in RUNTIME_FILES + (THREAD_FILES if threads > 1 else ()):
         files[f"runtime_c/{f}"] = (runtime / f).read_bytes()
     files.update(firmware_files(board))
     return Generated(files, kernels, mem, other, params, context, c_sources + asm_sources,
@@ -274,7 +293,8 @@ def _kernel_file(folder: str, name: str, part: int, ext: str) -> str:
 
 def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
                io_in_arena: bool, extra_cflags: tuple[str, ...] = (), profile: bool = False,
-               checks: bool = False, source: dict | None = None) -> tuple[dict, float]:
+               checks: bool = False, source: dict | None = None,
+               threads: int = 1) -> tuple[dict, float]:
     """Write and build the whole package in `pkg`; (metadata, compile seconds).
 
     extra_cflags (tests, debugging: sanitizers, -O1 -g) are added to every
@@ -288,14 +308,14 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
     from aot.footprint import library_footprint
 
     with progress.step(f"compile {name} for {board.name} ({codegen})"):
-        gen = generate(graph, board, codegen, name, io_in_arena)
+        gen = generate(graph, board, codegen, name, io_in_arena, threads)
     for path, data in sorted(gen.files.items()):
         (pkg / path).parent.mkdir(parents=True, exist_ok=True)
         (pkg / path).write_bytes(data)
     start = time.perf_counter()
     with progress.step(f"build lib{name}.a and the harness ({board.target.cc})"):
         flags = (*extra_cflags, *(["-DAOT_PROFILE"] if profile else []),
-                 *(["-DAOT_CHECKS"] if checks else []))
+                 *(["-DAOT_CHECKS"] if checks else []), *(["-pthread"] if threads > 1 else []))
         library = toolchain.build_library(board.target, pkg, name, gen.sources, gen.prebuilt,
                                           flags)
         toolchain.build_harness(board.target, pkg, name, library, flags, board.firmware)
@@ -305,6 +325,10 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
     if extra_cflags:
         meta["extra_cflags"] = list(extra_cflags)
     meta["profile"], meta["checks"] = profile, checks
+    if threads > 1:      # a one-thread package's metadata stays as it was
+        meta["threads"] = threads
+        for row, k in zip(meta["kernels"], gen.kernels):
+            row["split"] = is_split(k.func)
     if source:
         meta["source"] = source
     (pkg / "metadata.json").write_text(json.dumps(meta, sort_keys=True, indent=2) + "\n")
@@ -327,7 +351,7 @@ def package_graph(graph: Graph, board: Board, out_dir: Path, codegen: str = "c",
                   name: str | None = None, io_in_arena: bool = False,
                   force: bool = False, extra_cflags: Sequence[str] = (),
                   profile: bool = False, checks: bool = False,
-                  source: dict | None = None) -> PackageInfo:
+                  source: dict | None = None, threads: int = 1) -> PackageInfo:
     """Package an optimized graph into `out_dir` (created atomically)."""
     name = default_name(graph, name)
     result: dict = {}
@@ -335,7 +359,7 @@ def package_graph(graph: Graph, board: Board, out_dir: Path, codegen: str = "c",
     def fill(tmp: Path) -> None:
         result["meta"], result["seconds"] = build_into(tmp, graph, board, codegen, name,
                                                        io_in_arena, tuple(extra_cflags),
-                                                       profile, checks, source)
+                                                       profile, checks, source, threads)
     write_dir_atomically(Path(out_dir), fill, force)
     meta = result["meta"]
     return PackageInfo(Path(out_dir), name, board.name, codegen, meta["arena_bytes"],

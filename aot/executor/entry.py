@@ -24,7 +24,7 @@ from aot.executor.checks import index_checks, kernel_checks
 from aot.executor.liveness import MemoryPlan
 from aot.executor.params import SECTION, LinkedParams, c_initializer, describe
 from aot.ir.graph import Graph, TensorType
-from aot.ir.tir import BufferKind
+from aot.ir.tir import BufferKind, is_split
 from aot.lower.driver import Kernel
 from aot.ops.detect import count_outputs
 from aot.resources import data_dir
@@ -35,11 +35,14 @@ class Names:
     """The C identifiers a package defines, kept unique together."""
     name: str
     taken: set[str] = field(default_factory=set)
+    threads: int = 1          # the pool's (aot package --threads); 1: no thread code
 
     def __post_init__(self):
         self.taken |= {f"{self.name}_{s}" for s in
                        ("run", "run_with_arena", "reset", "arena", "inputs", "outputs",
                         "state_ready", "failed_check", "index_error")}
+        if self.threads > 1:
+            self.taken |= {f"{self.name}_init", f"{self.name}_deinit", "run_args"}
 
 
 def c_type(dtype: str) -> str:
@@ -118,8 +121,17 @@ class _Places:
         return self.state[tensor]["symbol"]
 
 
+def _task_locals(args: Sequence[str], inputs_struct: str) -> list[str]:
+    """A task function's copies of the run's pointers its arguments name."""
+    text = " ".join(args)
+    wanted = [("(a + ", "uint8_t* const a = run->a;"),
+              ("inputs->", f"const struct {inputs_struct}_inputs* const inputs = run->inputs;"),
+              ("outputs->", f"struct {inputs_struct}_outputs* const outputs = run->outputs;")]
+    return [decl for use, decl in wanted if use in text] or ["(void)run;"]
+
+
 def _kernel_calls(kernels: Sequence[Kernel], places: _Places, params: LinkedParams,
-                  mem: MemoryPlan, symbols: dict[str, str]) -> list[dict]:
+                  mem: MemoryPlan, symbols: dict[str, str], names: Names) -> list[dict]:
     calls = []
     first_check = 0          # the package-wide number of the kernel's first index check
     for step, k in enumerate(kernels):
@@ -138,7 +150,11 @@ def _kernel_calls(kernels: Sequence[Kernel], places: _Places, params: LinkedPara
         ops = "+".join(n.op for n in k.node.attrs["body"].nodes) if "body" in k.node.attrs \
             else k.node.op
         checks = len(kernel_checks(k))
+        # a split kernel (aot/lower/parallel.py) is called through the pool
+        task_fn = c_identifier(f"task_step_{step}", names.taken) if is_split(k.func) else None
         calls.append({"step": step, "symbol": symbols[k.func.name], "args": args,
+                      "task_fn": task_fn,
+                      "task_locals": _task_locals(args, names.name) if task_fn else [],
                       "checks": checks, "first_check": first_check,
                       "wrap": len(", ".join(args)) > 72,
                       "comment": c_comment(f"{ops} from {sources}"),
@@ -206,7 +222,7 @@ def build_context(graph: Graph, kernels: Sequence[Kernel], mem: MemoryPlan,
     states = _states(graph, names, params)
     places = _Places(graph, mem, inputs, outputs, states)
     before, after = _copies(graph, kernels, mem, inputs, outputs, states, places)
-    calls = _kernel_calls(kernels, places, params, mem, symbols)
+    calls = _kernel_calls(kernels, places, params, mem, symbols, names)
     # Every place in the arena is spelled `a + offset`: without one, the
     # entry point says that it ignores `a` (-Wunused-parameter).
     uses_arena = any("(a + " in text for text in
@@ -217,7 +233,7 @@ def build_context(graph: Graph, kernels: Sequence[Kernel], mem: MemoryPlan,
                    "init": None if p.in_blob else c_initializer(p.array)}
                   for p in params.arrays]
     return {
-        **meta, "name": name, "NAME": NAME,
+        **meta, "name": name, "NAME": NAME, "threads": names.threads,
         "title": c_comment(name if graph.name in ("", name) else f"{name} (model {graph.name})"),
         "inputs": inputs, "outputs": outputs, "states": states, "has_state": bool(states),
         "state_bytes": sum(graph.types[s["tensor"]].nbytes for s in states),

@@ -7,7 +7,8 @@ beside the published cycle counts of other deployments.
 
 Each model is packaged for each board, run under qemu-system-arm and its
 instructions per inference counted exactly (aot bench's median_instructions:
-aot/deploy/insn_count.py). A real Cortex-M4/M7 needs at least one cycle per
+aot/deploy/insn_count.py); beside it the code of the model library (text and
+unwind tables of lib<name>.a, the harness and libc excluded). A real Cortex-M4/M7 needs at least one cycle per
 instruction (more for loads, multiplies that stall, taken branches, flash wait
 states), so a count is a lower bound on the cycles aot's code would take:
 when it is above a published cycle count, aot is behind that deployment for
@@ -34,6 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import aot  # noqa: E402
+from aot.footprint import library_footprint  # noqa: E402
 
 MODELS = {"kws": "mlperf_kws_dscnn_int8", "vww": "mlperf_vww_mbv1_int8",
           "ic": "mlperf_ic_resnet8_int8", "ad": "mlperf_ad_fcae_int8"}
@@ -48,9 +50,11 @@ def count(model: Path, board: str, codegen: str, work: Path) -> dict:
     aot.package(model, board=board, codegen=codegen, out_dir=pkg)
     out = aot.bench(pkg, board=board, warmup=0, repeat=1)
     meta = json.loads((pkg / "metadata.json").read_text())
+    fp = library_footprint(next((pkg / "lib").glob("lib*.a")))
     return {"model": model.stem, "board": board, "codegen": codegen,
             "instructions": out["median_instructions"],
-            "arena_bytes": meta.get("arena_bytes")}
+            "arena_bytes": meta.get("arena_bytes"),
+            "code_bytes": fp["text"] + fp["unwind"]}
 
 
 def main(argv=None) -> int:
@@ -69,11 +73,12 @@ def main(argv=None) -> int:
                                   args.codegen, Path(tmp)) | {"key": key})
     print("instructions per inference (exact, QEMU's count); cycles on a real core are at "
           "least this many")
-    head = ["model", "board", "M instructions", *(f"{name} M cycles" for name in PUBLISHED)]
+    head = ["model", "board", "M instructions", "kernel code B",
+            *(f"{name} M cycles" for name in PUBLISHED)]
     print(" | ".join(head))
     print("|".join("---" for _ in head))
     for r in rows:
-        cells = [r["model"], r["board"], f"{r['instructions'] / 1e6:.2f}"]
+        cells = [r["model"], r["board"], f"{r['instructions'] / 1e6:.2f}", f"{r['code_bytes']:,}"]
         for figures in PUBLISHED.values():
             pub = figures.get(r["key"])
             cells.append(f"{pub:.2f} (aot {r['instructions'] / 1e6 / pub:.2f}x)" if pub else "")

@@ -18,7 +18,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from aot.codegen.arm_dsp import smlad, sxtb16
+from aot.codegen.arm_dsp import smla_half, smlad, sxtb16
 from aot.ir.tir import (INT32, Assign, Bin, Buffer, BufferKind, Call, Const, Decl, DType, For,
                         Load, PrimFunc, Store, Var, expr_children, seq, walk_stmt)
 from aot.lower import Kernel
@@ -50,6 +50,16 @@ def _graphs():
         fc_model(True, False, x_shape=(3, 2, 10), depth=30),        # rows across dims
         fc_model(False, False, x_shape=(1, 40), zp_in=-128, act=0, units=7),
         fc_model(True, True, x_shape=(2, 3, 20), units=9),
+        # depthwise: SAME borders, a word and 2 channels left over, stride 2, dilation, batch
+        conv_model("DEPTHWISE_CONV_2D", [1, 7, 5, 8], [1, 3, 3, 8], [1, 7, 5, 8],
+                   dict(Padding=0, StrideH=1, StrideW=1, DepthMultiplier=1,
+                        FusedActivationFunction=1), zp_in=-128, seed=4),
+        conv_model("DEPTHWISE_CONV_2D", [2, 9, 8, 6], [1, 3, 3, 6], [2, 5, 4, 6],
+                   dict(Padding=0, StrideH=2, StrideW=2, DepthMultiplier=1), zp_in=5, seed=5),
+        conv_model("DEPTHWISE_CONV_2D", [1, 10, 7, 4], [1, 3, 2, 4], [1, 6, 6, 4],
+                   dict(Padding=1, StrideH=1, StrideW=1, DepthMultiplier=1, DilationHFactor=2),
+                   bias=False, zp_in=127, seed=6),
+        fc_model(True, False, x_shape=(1, 8), units=2),             # fewer units than a tile
     ]
 
 
@@ -60,7 +70,7 @@ def test_dsp_kernels_bit_exact_on_a_dsp_host(codegen, tmp_path, monkeypatch):
     graphs = _graphs()
     funcs = [k.func for g in graphs for k in lower_graph(g, dsp_host())]
     calls = {c for f in funcs for c in _calls(f)}
-    assert {"aot_smlad", "aot_sxtb16", "aot_sxtb16_ror8"} <= calls, calls
+    assert {"aot_smlad", "aot_smlabb", "aot_smlatt", "aot_sxtb16", "aot_sxtb16_ror8"} <= calls, calls
     check_graphs(graphs, codegen=codegen, tmp_path=tmp_path)
 
 
@@ -85,10 +95,10 @@ def _sxtb16_ref(word: int, odd: bool) -> int:
     return int(np.array([(lo & 0xFFFF) | ((hi & 0xFFFF) << 16)], np.uint32).view(np.int32)[0])
 
 
-def _smlad_ref(a: int, b: int, acc: int) -> int:
+def _smlad_ref(a: int, b: int, acc: int, terms=(True, True)) -> int:
     ha = np.array([a], np.int32).view(np.int16)
     hb = np.array([b], np.int32).view(np.int16)
-    total = acc + int(ha[0]) * int(hb[0]) + int(ha[1]) * int(hb[1])
+    total = acc + sum(int(ha[k]) * int(hb[k]) for k in (0, 1) if terms[k])
     return int(np.array([total & 0xFFFFFFFF], np.uint64).astype(np.uint32).view(np.int32)[0])
 
 
@@ -104,20 +114,26 @@ def test_generic_formulas_are_the_instructions(codegen):
     i32, i8 = INT32, DType("int8")
     a, b, c = (Buffer(k, i32, (n,)) for k in "abc")
     x = Buffer("x", i8, (4 * n,))
-    even, odd, mac = (Buffer(k, i32, (n,), BufferKind.OUTPUT) for k in ("even", "odd", "mac"))
+    even, odd, mac, bb, tt = (Buffer(k, i32, (n,), BufferKind.OUTPUT)
+                              for k in ("even", "odd", "mac", "bb", "tt"))
     i = Var("i")
     word = Load(x, Bin("*", i, Const(4)), 4)
     body = seq(Store(even, i, sxtb16(word)), Store(odd, i, sxtb16(word, odd=True)),
-               Store(mac, i, smlad(Load(a, i), Load(b, i), Load(c, i))))
-    func = legalize(PrimFunc("dsp_ops", (a, b, c, x, even, odd, mac), For(i, n, body)),
+               Store(mac, i, smlad(Load(a, i), Load(b, i), Load(c, i))),
+               Store(bb, i, smla_half(Load(a, i), Load(b, i), Load(c, i), high=False)),
+               Store(tt, i, smla_half(Load(a, i), Load(b, i), Load(c, i), high=True)))
+    func = legalize(PrimFunc("dsp_ops", (a, b, c, x, even, odd, mac, bb, tt), For(i, n, body)),
                     dsp_host())
     lib, symbols = compile_kernels([Kernel(func, (), None)], codegen, target=dsp_host())
     rng = np.random.default_rng(1)
     av, bv = rng.permutation(words), words[::-1].copy()
     cv = np.concatenate([[2**31 - 1, -2**31], rng.integers(-2**31, 2**31, n - 2)]).astype(np.int32)
-    outs = [np.zeros(n, np.int32) for _ in range(3)]
+    outs = [np.zeros(n, np.int32) for _ in range(5)]
     args = [v.ctypes.data_as(ctypes.c_void_p) for v in (av, bv, cv, words.view(np.int8), *outs)]
     getattr(lib, symbols["dsp_ops"])(*args)
     assert outs[0].tolist() == [_sxtb16_ref(int(w) & 0xFFFFFFFF, False) for w in words]
     assert outs[1].tolist() == [_sxtb16_ref(int(w) & 0xFFFFFFFF, True) for w in words]
-    assert outs[2].tolist() == [_smlad_ref(int(p), int(q), int(r)) for p, q, r in zip(av, bv, cv)]
+    triples = [(int(p), int(q), int(r)) for p, q, r in zip(av, bv, cv)]
+    assert outs[2].tolist() == [_smlad_ref(*t) for t in triples]
+    assert outs[3].tolist() == [_smlad_ref(*t, terms=(True, False)) for t in triples]
+    assert outs[4].tolist() == [_smlad_ref(*t, terms=(False, True)) for t in triples]

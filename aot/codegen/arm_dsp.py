@@ -1,13 +1,15 @@
 """The Armv7E-M DSP extension's int8 multiply-accumulate, as TIR calls.
 
-Three operations on 32-bit words seen as pairs of int16 halves (the low
-half first):
+Operations on 32-bit words seen as pairs of int16 halves (the low half
+first):
 
     aot_sxtb16(v)       int8 x 4 -> int32: bytes 0 and 2 of v, sign-extended
                         into the low and high halves
     aot_sxtb16_ror8(v)  int8 x 4 -> int32: bytes 1 and 3 the same way
     aot_smlad(a, b, c)  int32 x 3 -> int32: c + lo(a) lo(b) + hi(a) hi(b),
                         wrapping as the instruction does
+    aot_smlabb(a, b, c) c + lo(a) lo(b)  (SMLABB: depthwise keeps the
+    aot_smlatt(a, b, c) c + hi(a) hi(b)   channels of a word apart)
 
 So two SMLADs of the SXTB16 and SXTB16-ROR8 halves of an input word and a
 weight word add the word's four products: an int8 dot product of four
@@ -16,9 +18,10 @@ terms in six instructions (four with a word already split).
 Generic, each is its lane formula (any target computes it, which the host
 tests use). On Arm targets with the "dsp" ISA feature the legalization pass
 (aot/lower/legalize.py) makes them `arm_sxtb16`, `arm_sxtb16_ror8` and
-`arm_smlad`: in C the ACLE intrinsics `__sxtb16` and `__smlad` under
+`arm_smlad`, `arm_smlabb`, `arm_smlatt`: in C the ACLE intrinsics
+`__sxtb16`, `__smlad`, `__smlabb`, `__smlatt` under
 `__ARM_FEATURE_DSP` (the formula otherwise: the user's compiler may not be
-told the core), in LLVM `llvm.arm.sxtb16` and `llvm.arm.smlad`. The ROR #8
+told the core), in LLVM `llvm.arm.<instruction>`. The ROR #8
 is SXTB16's rotated operand: in C one instruction of inline assembly (GCC
 12 neither folds a rotate into the intrinsic's operand nor has `__ror`),
 in LLVM a funnel shift its instruction selection folds.
@@ -40,7 +43,7 @@ class DspOp:
     """One of the operations above. `odd`: the SXTB16 of bytes 1 and 3;
     `instruction`: the Arm instruction (legalized), else the formula."""
     name: str
-    kind: str                  # "sxtb16" or "smlad"
+    kind: str                  # "sxtb16" or a multiply-accumulate: "smlad", "smlabb", "smlatt"
     odd: bool = False
     instruction: bool = False
 
@@ -59,8 +62,15 @@ SMLAD = DspOp("aot_smlad", "smlad")
 ARM_SXTB16 = DspOp("arm_sxtb16", "sxtb16", instruction=True)
 ARM_SXTB16_ROR8 = DspOp("arm_sxtb16_ror8", "sxtb16", odd=True, instruction=True)
 ARM_SMLAD = DspOp("arm_smlad", "smlad", instruction=True)
-DSP_OPS: dict[str, DspOp] = {d.name: d for d in (SXTB16, SXTB16_ROR8, SMLAD, ARM_SXTB16,
-                                                  ARM_SXTB16_ROR8, ARM_SMLAD)}
+SMLABB = DspOp("aot_smlabb", "smlabb")
+SMLATT = DspOp("aot_smlatt", "smlatt")
+ARM_SMLABB = DspOp("arm_smlabb", "smlabb", instruction=True)
+ARM_SMLATT = DspOp("arm_smlatt", "smlatt", instruction=True)
+DSP_OPS: dict[str, DspOp] = {d.name: d for d in (SXTB16, SXTB16_ROR8, SMLAD, SMLABB, SMLATT,
+                                                  ARM_SXTB16, ARM_SXTB16_ROR8, ARM_SMLAD,
+                                                  ARM_SMLABB, ARM_SMLATT)}
+# the halves each multiply-accumulate multiplies: (low, high)
+_TERMS = {"smlad": (True, True), "smlabb": (True, False), "smlatt": (False, True)}
 
 
 def generic_of(op: DspOp) -> DspOp:
@@ -77,6 +87,12 @@ def sxtb16(v: Expr, odd: bool = False) -> Call:
 def smlad(a: Expr, b: Expr, acc: Expr) -> Call:
     """aot_smlad: acc plus the two products of a's and b's int16 halves."""
     return Call(SMLAD.name, (a, b, acc), INT32)
+
+
+def smla_half(a: Expr, b: Expr, acc: Expr, high: bool) -> Call:
+    """aot_smlabb (high: aot_smlatt): acc plus the product of a's and b's
+    low (high) halves."""
+    return Call((SMLATT if high else SMLABB).name, (a, b, acc), INT32)
 
 
 def check_dsp(fn: str, args: tuple[Expr, ...], dtype: DType) -> DspOp:
@@ -98,22 +114,9 @@ def c_helper(mod, op: DspOp) -> str:
     """Define op's C function in the module (c.py's _Module) and name it."""
     if op.instruction:
         mod.helper(_ACLE, lambda: "#if defined(__ARM_FEATURE_DSP)\n#include <arm_acle.h>\n#endif")
-        generic = c_helper(mod, generic_of(op))
-    if op.kind == "smlad":
-        params = "int32_t a, int32_t b, int32_t acc"
-        if op.instruction:
-            body = _guarded("return __smlad(a, b, acc);", f"return {generic}(a, b, acc);")
-        else:
-            body = ("    /* the halves as the instruction reads them; the sum wraps as it does */\n"
-                    "    const int32_t a_lo = (int16_t)a;\n"
-                    "    const int32_t a_hi = (a - (a & 65535)) / 65536;\n"
-                    "    const int32_t b_lo = (int16_t)b;\n"
-                    "    const int32_t b_hi = (b - (b & 65535)) / 65536;\n"
-                    "    return (int32_t)((uint32_t)acc + (uint32_t)(a_lo * b_lo)"
-                    " + (uint32_t)(a_hi * b_hi));\n")
-        doc = "SMLAD: acc + lo(a) * lo(b) + hi(a) * hi(b), int16 halves, wrapping"
-        return mod.helper(op.name, lambda: f"/* {doc} */\nstatic inline int32_t {op.name}"
-                                           f"({params})\n{{\n{body}}}")
+    generic = c_helper(mod, generic_of(op)) if op.instruction else ""
+    if op.kind in _TERMS:
+        return mod.helper(op.name, lambda: _c_mac(op, generic))
     t = mod.vector(INT8X4)
     lo, hi = (1, 3) if op.odd else (0, 2)
     if op.instruction:
@@ -131,6 +134,26 @@ def c_helper(mod, op: DspOp) -> str:
                                        f"\n{{\n{body}}}")
 
 
+def _c_mac(op: DspOp, generic: str) -> str:
+    low, high = _TERMS[op.kind]
+    if op.instruction:
+        body = _guarded(f"return __{op.kind}(a, b, acc);", f"return {generic}(a, b, acc);")
+    else:
+        lines = ["    /* the halves as the instruction reads them; the sum wraps as it does */"]
+        terms = ["(uint32_t)acc"]
+        if low:
+            lines += ["    const int32_t a_lo = (int16_t)a;", "    const int32_t b_lo = (int16_t)b;"]
+            terms.append("(uint32_t)(a_lo * b_lo)")
+        if high:
+            lines += ["    const int32_t a_hi = (a - (a & 65535)) / 65536;",
+                      "    const int32_t b_hi = (b - (b & 65535)) / 65536;"]
+            terms.append("(uint32_t)(a_hi * b_hi)")
+        body = "\n".join(lines) + f"\n    return (int32_t)({' + '.join(terms)});\n"
+    products = " + ".join(p for p, t in (("lo(a) * lo(b)", low), ("hi(a) * hi(b)", high)) if t)
+    return (f"/* {op.kind.upper()}: acc + {products}, int16 halves, wrapping */\n"
+            f"static inline int32_t {op.name}(int32_t a, int32_t b, int32_t acc)\n{{\n{body}}}")
+
+
 def _guarded(fast: str, fallback: str) -> str:
     return (f"#if defined(__ARM_FEATURE_DSP)\n    {fast}\n#else\n    {fallback}\n#endif\n")
 
@@ -140,14 +163,16 @@ def _guarded(fast: str, fallback: str) -> str:
 def llvm_emit(b: ir.IRBuilder, module: ir.Module, op: DspOp, args: list) -> ir.Value:
     """op on LLVM values: the Arm intrinsic, or the formula."""
     i32 = ir.IntType(32)
-    if op.kind == "smlad":
+    if op.kind in _TERMS:
         if op.instruction:
-            return b.call(_declare(module, "llvm.arm.smlad", 3), args)
-        a, w, acc = args
-        sixteen = ir.Constant(i32, 16)
-        lo = [b.sext(b.trunc(x, ir.IntType(16)), i32) for x in (a, w)]
-        hi = [b.ashr(x, sixteen) for x in (a, w)]
-        return b.add(b.add(acc, b.mul(*lo)), b.mul(*hi))
+            return b.call(_declare(module, f"llvm.arm.{op.kind}", 3), args)
+        a, w, total = args
+        low, high = _TERMS[op.kind]
+        if low:
+            total = b.add(total, b.mul(*(b.sext(b.trunc(x, ir.IntType(16)), i32) for x in (a, w))))
+        if high:
+            total = b.add(total, b.mul(*(b.ashr(x, ir.Constant(i32, 16)) for x in (a, w))))
+        return total
     v = args[0]
     if op.instruction:
         word = b.bitcast(v, i32)
@@ -168,5 +193,6 @@ def _declare(module: ir.Module, name: str, arity: int) -> ir.Function:
                                                    name)
 
 
-__all__ = ["ARM_SMLAD", "ARM_SXTB16", "ARM_SXTB16_ROR8", "DSP_OPS", "DspOp", "SMLAD", "SXTB16",
-           "SXTB16_ROR8", "c_helper", "check_dsp", "generic_of", "llvm_emit", "smlad", "sxtb16"]
+__all__ = ["ARM_SMLABB", "ARM_SMLAD", "ARM_SMLATT", "ARM_SXTB16", "ARM_SXTB16_ROR8", "DSP_OPS",
+           "DspOp", "SMLABB", "SMLAD", "SMLATT", "SXTB16", "SXTB16_ROR8", "c_helper", "check_dsp",
+           "generic_of", "llvm_emit", "smla_half", "smlad", "sxtb16"]

@@ -14,9 +14,14 @@ channels), in register tiles:
   (four loads, eight SXTB16, eight SMLAD per 16 MACs). No im2col buffer: a
   pixel's channels are already a contiguous row (NHWC).
 - fully connected: 1 row x 4 output channels.
+- depthwise (multiplier 1): 4 channels per word, the word's channels kept
+  apart by the single-product SMLABB / SMLATT (bytes 0 and 2, then 1 and 3),
+  one tap after another into 4 accumulators.
 
-Both fold the input zero point into the bias (bias - zp * sum(w), exact;
-neither pads), so the inputs are read as they are. Depths not a multiple of
+All fold the input zero point into the bias (bias - zp * sum(w), exact),
+so the inputs are read as they are; a depthwise tap outside the image
+reads a word of four zero points instead (its product then cancels in the
+bias), behind one test per kernel row and column on the border only. Depths not a multiple of
 four finish with plain multiply-adds; channels and rows left over by the
 tile run in narrower tiles. Requantization is the scalar rules' (Requant),
 straight from each accumulator's register.
@@ -31,8 +36,9 @@ from typing import Callable
 
 import numpy as np
 
-from aot.codegen.arm_dsp import INT8X4, smlad, sxtb16
-from aot.ir.tir import Assign, Bin, Buffer, Const, Decl, Expr, Load, Stmt, Var, add, mul, seq
+from aot.codegen.arm_dsp import INT8X4, smla_half, smlad, sxtb16
+from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr, If, Load, Stmt,
+                        Var, add, flat_index, mul, seq)
 from aot.lower.rules import LowerCtx, TensorRef
 
 # rows x output channels per register tile
@@ -154,6 +160,97 @@ def fully_connected(ctx: LowerCtx, x: TensorRef, w: np.ndarray, bias: np.ndarray
                   lambda r, c, acc: finish(unravel(r, lead), c, acc), FC_TILE)
 
 
+def fits_depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
+    """A depthwise convolution with multiplier 1 over at least a word of
+    channels, the input in memory, int8 weights."""
+    return (dsp_target(ctx) and _in_memory(x) and g.depth == 1 and g.per_group == 1
+            and g.groups >= 4 and _fits_int8(weights))
+
+
+def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
+              finish: Callable[[tuple, Expr], Stmt]) -> Stmt:
+    """A depthwise convolution (fits_depthwise): per output pixel, 4
+    channels at a time in registers over the taps; the channels past the
+    last word one at a time. weights [C, KH, KW, 1]; finish as conv_nest's."""
+    from aot.lower.tflite_int8 import _in_range, _window_pos, loop, plane_regions, table
+    channels = g.groups
+    wbuf = ctx.param("filter", np.transpose(weights[..., 0], (1, 2, 0)).astype(np.int8))
+    start = table(ctx, "bias", _folded(bias, zp, weights.reshape(channels, -1)))
+    i8 = DType("int8")
+
+    def taps(n, oy, ox, tests, tap: Callable[[Expr, Expr, Expr, Expr | None], Stmt]) -> Stmt:
+        """tap(ky, kx, input offset, in-image test or None) over the window."""
+        def row(ky):
+            iy = _window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
+            return loop(ctx, "kx", g.kw, lambda kx: col(ky, kx, iy))
+
+        def col(ky, kx, iy):
+            ix = _window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1])
+            conds = [c for c in (_in_range(iy, g.h, *tests[0]), _in_range(ix, g.w, *tests[1]))
+                     if c is not None]
+            cond = conds[0] if len(conds) == 1 else Bin("and", *conds) if conds else None
+            return tap(ky, kx, flat_index((n, iy, ix, Const(0)), x.shape), cond)
+        return loop(ctx, "ky", g.kh, row)
+
+    def quad(n, oy, ox, tests, c: Expr) -> Stmt:
+        accs = [ctx.fresh("acc") for _ in range(4)]
+        parts: list[Stmt] = [Decl(a, start(add(c, Const(k)))) for k, a in enumerate(accs)]
+
+        def tap(ky, kx, at, cond) -> Stmt:
+            v = ctx.fresh("x", INT8X4)
+            word = Load(x.buffer, add(at, c), 4)
+            read = ([Decl(v, word)] if cond is None else
+                    [Decl(v, Broadcast(Const(zp, i8), 4)), If(cond, Assign(v, word))])
+            wv = ctx.fresh("w", INT8X4)
+            body = [*read, Decl(wv, Load(wbuf, add(mul(add(mul(ky, Const(g.kw)), kx),
+                                                       Const(channels)), c), 4))]
+            halves = []
+            for name, src in (("x", v), ("w", wv)):
+                for odd in (False, True):
+                    h = ctx.fresh(f"{name}_{'odd' if odd else 'even'}")
+                    body.append(Decl(h, sxtb16(src, odd)))
+                    halves.append(h)
+            xe, xo, we, wo = halves
+            # channels c, c+2 from the even bytes, c+1, c+3 from the odd
+            for acc, (xh, wh, high) in zip(accs, ((xe, we, False), (xo, wo, False),
+                                                  (xe, we, True), (xo, wo, True))):
+                body.append(Assign(acc, smla_half(xh, wh, acc, high)))
+            return seq(*body)
+        parts.append(taps(n, oy, ox, tests, tap))
+        parts += [finish((n, oy, ox, add(c, Const(k))), a) for k, a in enumerate(accs)]
+        return seq(*parts)
+
+    def single(n, oy, ox, tests, c: Expr) -> Stmt:
+        acc = ctx.fresh("acc")
+
+        def tap(ky, kx, at, cond) -> Stmt:
+            v = ctx.fresh("xv")
+            value = _i32(Load(x.buffer, add(at, c)))
+            read = ([Decl(v, value)] if cond is None else
+                    [Decl(v, Const(zp)), If(cond, Assign(v, value))])
+            w = _i32(Load(wbuf, add(mul(add(mul(ky, Const(g.kw)), kx), Const(channels)), c)))
+            return seq(*read, Assign(acc, Bin("+", acc, Bin("*", v, w))))
+        return seq(Decl(acc, start(c)), taps(n, oy, ox, tests, tap),
+                   finish((n, oy, ox, c), acc))
+
+    def pixel(n, oy, ox, tests) -> Stmt:
+        whole = channels - channels % 4
+        parts = [loop_by(ctx, "c", whole // 4, 4, lambda c: quad(n, oy, ox, tests, c))]
+        if channels % 4:
+            parts.append(loop(ctx, "c", channels % 4,
+                              lambda c: single(n, oy, ox, tests, add(c, Const(whole)))))
+        return seq(*parts)
+
+    def image(n) -> Stmt:
+        return plane_regions(ctx, g, lambda oy, ox, rt, ct: pixel(n, oy, ox, (rt, ct)))
+    return loop(ctx, "n", g.n, image)
+
+
+def loop_by(ctx: LowerCtx, name: str, count: int, step: int, body: Callable[[Expr], Stmt]):
+    from aot.lower.tflite_int8 import loop_step
+    return loop_step(ctx, name, count, 0, step, body)
+
+
 def _folded(bias: np.ndarray, zp: int, w: np.ndarray) -> np.ndarray:
     from aot.ops.qmath import wrap_int32
     return wrap_int32(bias - zp * w.sum(axis=1)).astype(np.int32)
@@ -167,6 +264,8 @@ def _interleave(w: np.ndarray, k: int) -> np.ndarray:
     channels, depth = w.shape
     whole = depth - depth % 4
     full = channels - channels % k
+    if full == 0:
+        return w.reshape(-1)
     tiles = w[:full].reshape(full // k, k, depth)
     words = tiles[:, :, :whole].reshape(full // k, k, whole // 4, 4).transpose(0, 2, 1, 3)
     body = np.concatenate([words.reshape(full // k, -1),

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from aot.codegen.arm_dsp import (ARM_SMLAD, ARM_SXTB16, ARM_SXTB16_ROR8, SMLAD, SXTB16,
-                                 SXTB16_ROR8)
+from aot.codegen.arm_dsp import (ARM_SMLABB, ARM_SMLAD, ARM_SMLATT, ARM_SXTB16, ARM_SXTB16_ROR8,
+                                 SMLABB, SMLAD, SMLATT, SXTB16, SXTB16_ROR8)
 from aot.codegen.intrinsics import (GCC_X86_SPELLINGS, PACKED_PAIR_DOT, PAIR_DOT, PAIR_PACK,
                                     PAIR_PACK_BYTES, X86_PMADDWD, X86_PMADDWD_PACKED, X86_PMULDQ_RDHM)
 from aot.ir.tir import Call, Expr, PrimFunc, map_stmt_exprs
@@ -73,6 +73,8 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
     Instruction(PAIR_PACK.name, PAIR_PACK_BYTES.name, little_endian=True),
     # The Armv7E-M DSP extension (Cortex-M4/M7/M55): SXTB16 reads a little-endian word.
     Instruction(SMLAD.name, ARM_SMLAD.name, _ARM, _DSP),
+    Instruction(SMLABB.name, ARM_SMLABB.name, _ARM, _DSP),
+    Instruction(SMLATT.name, ARM_SMLATT.name, _ARM, _DSP),
     Instruction(SXTB16.name, ARM_SXTB16.name, _ARM, _DSP, little_endian=True),
     Instruction(SXTB16_ROR8.name, ARM_SXTB16_ROR8.name, _ARM, _DSP, little_endian=True),
 )

@@ -232,17 +232,25 @@ def window_nest(ctx: LowerCtx, g: ConvGeom, acc, init: Callable[[Expr, bool], Ex
                         lambda oc: finish((n, oy, ox, oc), Load(acc, oc), inside)))
 
     def image(n):
-        parts = []
-        for rows, row_test in g.regions(0):
-            # border rows test every column; interior rows split their columns too
-            cols_split = [((0, g.ow), g.needs_test(1))] if any(row_test) else g.regions(1)
-            for cols, col_test in cols_split:
-                parts.append(span_loop(ctx, "oy", rows, lambda oy, rt=row_test, cols=cols,
-                                       ct=col_test: span_loop(
-                    ctx, "ox", cols, lambda ox: pixel(n, oy, ox, rt, ct))))
-        body = seq(*parts)
+        body = plane_regions(ctx, g, lambda oy, ox, rt, ct: pixel(n, oy, ox, rt, ct))
         return seq(prologue(n), body) if prologue else body
     return loop(ctx, "n", g.n, image)
+
+
+def plane_regions(ctx: LowerCtx, g: ConvGeom,
+                  pixel: Callable[[Expr, Expr, tuple, tuple], Stmt]) -> Stmt:
+    """pixel(oy, ox, row_test, col_test) over an output plane, region by
+    region (window_nest): the tests say on which sides (low, high) a
+    window may leave the image along H and W."""
+    parts = []
+    for rows, row_test in g.regions(0):
+        # border rows test every column; interior rows split their columns too
+        cols_split = [((0, g.ow), g.needs_test(1))] if any(row_test) else g.regions(1)
+        for cols, col_test in cols_split:
+            parts.append(span_loop(ctx, "oy", rows, lambda oy, rt=row_test, cols=cols,
+                                   ct=col_test: span_loop(
+                ctx, "ox", cols, lambda ox: pixel(oy, ox, rt, ct))))
+    return seq(*parts)
 
 
 def conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable[[tuple], Expr], zp: int,
@@ -345,6 +353,8 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
     bias = bias_values(ctx, ins, 2, g.cout)
     if int8_dsp.fits_pointwise(ctx, x, g, weights):
         return int8_dsp.pointwise(ctx, x, g, weights, bias, zp_in, finish)
+    if int8_dsp.fits_depthwise(ctx, x, g, weights):
+        return int8_dsp.depthwise(ctx, x, g, weights, bias, zp_in, finish)
     if _vectorizable(ctx, g):
         vrq = VecRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out))
 

@@ -165,8 +165,43 @@ def _rdhm() -> Helper:
                   "floor((a*b + 2^30) / 2^31), for operands that are never both INT32_MIN")
 
 
+# float32 sigmoid(x) - 1/2 = x P(x^2) / Q(x^2) on |x| <= 18 (beyond it
+# sigmoid rounds to 0 or 1 within 2e-8): a rational fit of ours (least
+# squares with Sanathanan-Koerner reweighting; 1.3e-9 in float64, at most
+# 1.9e-7 from the exact value in float32, where 1 / (1 + expf(-x)) is within
+# 1.2e-7). Only + * / and a clamp, so it vectorizes: through expf, a libm call
+# per lane, a YOLO net's SiLU epilogues took 1.7 ns per element on AVX-512.
+# (ONNX Runtime's MLAS computes its logistic as a rational function too.)
+SIGMOID_CLAMP = 18.0
+SIGMOID_P = (0.25, 8.61842018e-03, 6.27157000e-05, 1.23859790e-07, 5.00028795e-11)
+SIGMOID_Q = (1.0, 1.17807010e-01, 1.73478158e-03, 6.58924197e-06, 6.35524474e-09,
+             7.29083303e-13)
+
+
+def _sigmoid(lanes: int) -> Helper:
+    d = DType("float32", lanes)
+
+    def k(v: float) -> Expr:
+        return _splat(v, d)
+
+    def horner(coeffs: tuple[float, ...], t: Expr) -> Expr:
+        r = k(coeffs[-1])
+        for c in coeffs[-2::-1]:
+            r = Bin("+", Bin("*", r, t), k(c))
+        return r
+    x, c, t = Var("x", d), Var("c", d), Var("t", d)
+    # max(lo, x), min(hi, .): the C and LLVM min/max pick their second
+    # operand when the first is NaN, so a NaN x stays NaN; +-inf give 1 and 0.
+    return Helper("aot_sigmoid", (x,), (
+        (c, Bin("min", k(SIGMOID_CLAMP), Bin("max", k(-SIGMOID_CLAMP), x))),
+        (t, Bin("*", c, c)),
+    ), Bin("+", k(0.5), Bin("/", Bin("*", c, horner(SIGMOID_P, t)), horner(SIGMOID_Q, t))),
+        "float32 1 / (1 + e^-x) as 1/2 + x P(x^2) / Q(x^2), x clamped to [-18, 18] "
+        "(within 1.9e-7)")
+
+
 HELPERS: dict[str, Helper] = {h.name: h for h in (_srdhm(), _rdbpot(), _satshl(), _mbqm(),
-                                                  _rdhm())}
+                                                  _rdhm(), _sigmoid(1))}
 
 
 def helper(fn: str) -> Helper | None:
@@ -181,6 +216,8 @@ def helper(fn: str) -> Helper | None:
 @lru_cache(maxsize=None)
 def vector_helper(fn: str, lanes: int) -> Helper | None:
     """The whole-vector form of helper `fn` on `lanes` lanes, or None."""
+    if fn == "aot_sigmoid":
+        return _sigmoid(lanes)
     i32, u32 = DType("int32", lanes), DType("uint32", lanes)
     if fn == "aot_rdhm":
         a, b = Var("a", i32), Var("b", i32)

@@ -146,7 +146,11 @@ def _is_inf(x, a):
 
 
 def _sigmoid(x):
-    return Bin("/", const_like(1, x), Bin("+", const_like(1, x), math_call("exp", Unary("neg", x))))
+    d = dtype_of(x)
+    if d.scalar == "float32":        # a rational function that vectorizes (codegen/intrinsics.py)
+        return Call("aot_sigmoid", (x,), d)
+    one = const_like(1, x)
+    return Bin("/", one, Bin("+", one, math_call("exp", Unary("neg", x))))
 
 
 def _softplus(x):

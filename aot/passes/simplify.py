@@ -349,6 +349,24 @@ def softmax_reshape_rule(node: Node, rw: Rewriter) -> Rewrite | None:
                             outputs=node.outputs)])
 
 
+def silu_rule(node: Node, rw: Rewriter) -> Rewrite | None:
+    """x * Sigmoid(x) (SiLU as torch.onnx writes it) is Swish(x): one
+    elementwise op, which fusion puts into the producer's epilogue (as two
+    readers of x, Sigmoid and Mul kept x in memory and ran as a kernel of
+    their own after every convolution of a YOLO net)."""
+    if node.op != "Mul" or len(node.inputs) != 2:
+        return None
+    for xi in (0, 1):
+        x, s = node.inputs[xi], node.inputs[1 - xi]
+        sig = rw.producer(s)
+        if (sig is not None and sig.op == "Sigmoid" and sig.inputs[0] == x
+                and rw.single_use(s) and rw.type(x) == rw.type(node.outputs[0])
+                and is_float(rw.type(x))):
+            return Rewrite([rw.node("Swish", [x], name=node.name, attrs={"alpha": 1.0},
+                                    outputs=node.outputs)])
+    return None
+
+
 def _axis_of(node: Node, rank: int) -> int:
     axis = int(node.attrs.get("axis", -1))
     return axis + rank if axis < 0 else axis
@@ -356,7 +374,7 @@ def _axis_of(node: Node, rank: int) -> int:
 
 RULES = (identity_rule, neutral_rule, qdq_rule, sub_div_rule, batchnorm_rule,
          affine_into_dense_rule, constant_chain_rule, softmax_reshape_rule, reshape_rule,
-         transpose_rule)
+         transpose_rule, silu_rule)
 
 
 def simplify(graph: Graph) -> Graph:

@@ -66,11 +66,35 @@ def test_aarch64_conv_reads_four_input_channels_per_load():
     assert _calls(_conv_kernel(g, host_target()), LANE.name) == 0
 
 
+# Depthwise: blocks of 4 pixels whose taps share input loads (stride 1 and
+# 2, dilated, 1-D, a channel remainder), and a 5x5 kernel (25 weight
+# vectors: more than the registers hold, 4 vectors per pixel as elsewhere).
+DEPTHWISE = [
+    ((1, 32, 24, 24), (32, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=32)),
+    ((1, 32, 13, 13), (32, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=32, strides=[2, 2])),
+    ((1, 16, 9, 11), (16, 1, 3, 3), dict(pads=[2, 2, 2, 2], group=16, dilations=[2, 2])),
+    ((1, 10, 14), (10, 1, 3), dict(pads=[1, 1], group=10)),
+    ((1, 8, 7, 12), (8, 1, 5, 5), dict(pads=[2, 2, 2, 2], group=8)),
+]
+
+
+def test_aarch64_depthwise_keeps_its_weights():
+    """A 3x3 depthwise tile on AArch64 is 1 vector x 4 pixels with the
+    channel tiles outermost; a 5x5 one and x86's stay 4 vectors x 1 pixel."""
+    a64 = get_target("aarch64-linux")
+    t = schedule.depthwise_tile(a64, "float32", 9)
+    assert (t.vectors, t.mr_max, t.weights_stay) == (1, 4, True)
+    assert not schedule.depthwise_tile(a64, "float32", 25).weights_stay
+    host = schedule.depthwise_tile(get_target("x86_64-linux"), "float32", 9)
+    assert (host.vectors, host.mr, host.weights_stay) == (4, 1, False)
+
+
 @pytest.fixture(params=[128, 256], ids=["4-lanes", "8-lanes"])
 def by_lane_here(request, monkeypatch):
-    """This machine as a target with the by-lane policy, 4 or 8 float lanes
-    (the target the kernels of test_lower_nn.run_many are built for)."""
-    target = dataclasses.replace(host_target(), vector_bits=request.param)
+    """This machine as a target with AArch64's policy (by-lane tiles, 32
+    registers), 4 or 8 float lanes (the target the kernels of
+    test_lower_nn.run_many are built for)."""
+    target = dataclasses.replace(host_target(), vector_bits=request.param, declared_registers=32)
     monkeypatch.setattr(schedule, "BY_ELEMENT_FMA", (*schedule.BY_ELEMENT_FMA, target.arch))
     for module in (testing, test_lower_nn):
         monkeypatch.setattr(module, "host_target", lambda: target)
@@ -80,10 +104,11 @@ def by_lane_here(request, monkeypatch):
 @pytest.mark.parametrize("codegen", ["c", "llvm"])
 def test_by_lane_kernels_match_the_interpreter(by_lane_here, codegen):
     """Convolutions (padded, strided, grouped, 1x1 over rows and flattened,
-    fewer input channels than lanes, a remainder of them) and Gemm/MatMul
-    computed by the by-lane schedule."""
+    fewer input channels than lanes, a remainder of them), depthwise ones
+    (pixel blocks, weights kept) and Gemm/MatMul computed by AArch64's
+    schedules."""
     convs = CONVS + [((1, 11, 7, 9), (8, 11, 3, 3), dict(pads=[1, 1, 1, 1])),
-                     ((1, 32, 12, 12), (16, 32, 1, 1), {})]
+                     ((1, 32, 12, 12), (16, 32, 1, 1), {})] + DEPTHWISE
     graphs = [onnx_graph("Conv", x, _conv_consts(w, i), a) for i, (x, w, a) in enumerate(convs)]
     graphs += [onnx_graph(op, x, {k: _rnd(*v, seed=i) for k, v in c.items()}, a)
                for i, (op, x, c, a) in enumerate(DENSE)]

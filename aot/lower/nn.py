@@ -40,7 +40,8 @@ from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Comment, Const, Decl, DT
                         seq, sub)
 from aot.lower.elementwise import broadcast_index, broadcast_load, const_like, math_call
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
-from aot.lower.schedule import PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORDER, Tile, tile
+from aot.lower.schedule import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORDER, Tile, depthwise_tile,
+                               tile)
 from aot.ops import nn as ref
 
 # More regions than this (combinations of border runs over the spatial axes)
@@ -128,6 +129,17 @@ def _accumulators(ctx: LowerCtx, dtype: DType, widths, init: Callable[[int, int]
     """One local per accumulator width, initialised by init(offset, width)."""
     accs = [ctx.fresh("acc", dtype.with_lanes(w)) for w in widths]
     decls = [Decl(a, init(off, w)) for a, off, w in zip(accs, _offsets(widths), widths)]
+    return accs, decls
+
+
+def _pixel_accumulators(ctx: LowerCtx, dtype: DType, pixels: int, widths,
+                        init: Callable[[int, int], Expr]):
+    """_accumulators for each of `pixels` pixels: (per-pixel lists, decls)."""
+    accs, decls = [], []
+    for _ in range(pixels):
+        row, d = _accumulators(ctx, dtype, widths, init)
+        accs.append(row)
+        decls += d
     return accs, decls
 
 
@@ -380,7 +392,7 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     if _pointwise(win) and xin.layout == "NHWC" and group == 1 and x.buffer is not None:
         return _pointwise_conv(ctx, emit, x, bias, packed.reshape(icg, ocg), xin, out, t)
     if icg == 1 and ocg == 1 and t.lanes > 1:
-        t = tile(ctx.target, dtype)
+        t = depthwise_tile(ctx.target, dtype, int(np.prod(kernel)))
         per_channel = np.ascontiguousarray(np.moveaxis(packed[..., 0, 0], 0, -1))  # [k...][C]
         return _depthwise(ctx, x, per_channel, bias, xin, out, win, t, emit)
     wp = _param(ctx, "w_packed", packed)
@@ -398,11 +410,8 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     def pixel_tile(n, pixels, runs, g, c0, widths) -> Stmt:
         oc0 = add(mul(g, Const(ocg)), c0)
         offs = _offsets(widths)
-        accs, decls = [], []
-        for _ in pixels:
-            a, d = _accumulators(ctx, dtype, widths, _bias_init(bias, dtype, oc0))
-            accs.append(a)
-            decls += d
+        accs, decls = _pixel_accumulators(ctx, dtype, len(pixels), widths,
+                                          _bias_init(bias, dtype, oc0))
         last = len(xin.spatial) - 1
         step = win.strides[last]
 
@@ -527,25 +536,63 @@ def _pointwise_conv(ctx, emit, x: TensorRef, bias, w: np.ndarray, xin: SpatialOp
 
 def _depthwise(ctx, x, packed, bias, xin, out, win, t, emit) -> Stmt:
     """One filter per channel, channel-last: the channel axis is the vector
-    axis of the input, the weights and the output alike."""
+    axis of the input, the weights and the output alike. A tile of several
+    neighbouring pixels loads each tap's weights once for all of them (and
+    at stride 1 the pixels' overlapping taps read the same inputs); with
+    t.weights_stay the channel tiles are the outer loop, so that a tile's
+    weights stay in registers over every pixel."""
     dtype = dt(ctx.out_types[0].dtype)
     wp = _param(ctx, "w_packed", packed)         # [k...][C]
+    last = len(xin.spatial) - 1
 
     def tile_body(n, pixels, runs, _, c0, widths) -> Stmt:
-        opos = pixels[0]
-        accs, decls = _accumulators(ctx, dtype, widths, _bias_init(bias, dtype, c0))
+        offs = _offsets(widths)
+        accs, decls = _pixel_accumulators(ctx, dtype, len(pixels), widths,
+                                          _bias_init(bias, dtype, c0))
+
+        def weights(tap) -> list[Expr]:
+            return [Load(wp, flat_index((*tap, add(c0, Const(off))), packed.shape), wd)
+                    for off, wd in zip(offs, widths)]
 
         def taps(ipos, tap):
-            return seq(*(Assign(a, _fma(
-                a, x.load(xin.index(n, ipos, add(c0, Const(off))), wd),
-                Load(wp, flat_index((*tap, add(c0, Const(off))), packed.shape), wd)))
-                for a, off, wd in zip(accs, _offsets(widths), widths)))
+            return seq(*(Assign(a, _fma(a, x.load(xin.index(n, ipos, add(c0, Const(off))), wd), w))
+                         for a, off, wd, w in zip(accs[0], offs, widths, weights(tap))))
 
-        stores = [emit(0, out.index(n, opos, add(c0, Const(off))), a)
-                  for a, off in zip(accs, _offsets(widths))]
-        return _seq(*decls, tap_nest(ctx, runs, opos, win, xin.spatial, taps), *stores)
+        def row_taps(ipos, tap):
+            """The last axis's taps of every pixel of the block, unrolled:
+            each input position the block reads is loaded once (at stride 1
+            neighbours share all but one), each tap's weights once."""
+            r = runs[last]
+            s, d, p = win.strides[last], win.dilations[last], win.pad_begin[last]
+            cols = sorted({px * s + k * d for px in range(len(pixels)) for k in range(r.lo, r.hi)})
+            xs = {col: [ctx.fresh("xv", dtype.with_lanes(wd)) for wd in widths] for col in cols}
+            first = _plus(mul(pixels[0][last], Const(s)), -p)
+            stmts: list[Stmt] = [
+                Decl(v, x.load(xin.index(n, ipos + [_plus(first, col)], add(c0, Const(off))), wd))
+                for col in cols for v, off, wd in zip(xs[col], offs, widths)]
+            for k in range(r.lo, r.hi):
+                wvars = [ctx.fresh("wv", dtype.with_lanes(wd)) for wd in widths]
+                stmts += [Decl(v, e) for v, e in zip(wvars, weights(tap + [Const(k)]))]
+                stmts += [Assign(a, _fma(a, xv, w))
+                          for px, row_accs in enumerate(accs)
+                          for a, xv, w in zip(row_accs, xs[px * s + k * d], wvars)]
+            return seq(*stmts)
 
-    return sliding_window(ctx, xin.batch, win, xin.spatial, t, 1, xin.channels, tile_body)
+        if len(pixels) == 1:
+            nest = tap_nest(ctx, runs, pixels[0], win, xin.spatial, taps)
+        else:       # a block of pixels is never guarded (region_nest)
+            nest = tap_nest(ctx, runs[:last], pixels[0], win, xin.spatial, row_taps)
+        stores = [emit(0, out.index(n, pix, add(c0, Const(off))), a)
+                  for pix, row_accs in zip(pixels, accs) for a, off in zip(row_accs, offs)]
+        return _seq(*decls, nest, *stores)
+
+    if not t.weights_stay:
+        return sliding_window(ctx, xin.batch, win, xin.spatial, t, 1, xin.channels, tile_body)
+    regions = window_regions(win, xin.spatial)
+    return _seq(_loop(ctx, "n", xin.batch, lambda n: _over_tiles(
+        ctx, xin.channels, t, lambda c0, widths: _seq(*(region_nest(
+            ctx, runs, lambda pixels, runs=runs: tile_body(n, pixels, runs, 0, c0, widths), t)
+            for runs in regions)))))
 
 
 # ------------------------------------------------------------------------- Pooling
@@ -691,12 +738,8 @@ def _dense(ctx: LowerCtx, emit, a: _Operand, b: _Operand | np.ndarray, batch: Se
 
     def row_tile(bi, rows, c0, widths) -> Stmt:
         offs = _offsets(widths)
-        accs, decls = [], []
-        for _ in rows:
-            row, d = _accumulators(ctx, dtype, widths,
-                                   lambda off, w: const_like(0, dtype.with_lanes(w)))
-            accs.append(row)
-            decls += d
+        accs, decls = _pixel_accumulators(ctx, dtype, len(rows), widths,
+                                          lambda off, w: const_like(0, dtype.with_lanes(w)))
 
         def weights(kk):
             return [b_load(bi, kk, c0, sum(widths), off, wd) for off, wd in zip(offs, widths)]

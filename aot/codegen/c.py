@@ -41,10 +41,11 @@ from aot.lower.tir_simplify import simplify_body
 
 C_TYPES = {"bool": "uint8_t", "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t",
            "uint16": "uint16_t", "int32": "int32_t", "uint32": "uint32_t", "int64": "int64_t",
-           "uint64": "uint64_t", "float32": "float", "float64": "double"}
+           "uint64": "uint64_t", "float32": "float", "float64": "double",
+           "float16": "uint16_t"}      # a half's bits: every C compiler and target has them
 _SHORT = {"bool": "b8", "int8": "i8", "uint8": "u8", "int16": "i16", "uint16": "u16",
           "int32": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64", "float32": "f32",
-          "float64": "f64"}
+          "float64": "f64", "float16": "f16"}
 _ELEM_BYTES = {"bool": 1, "float32": 4, "float64": 8}
 
 # C precedence, higher binds tighter. 16: primary/postfix, 15: unary and casts.
@@ -135,10 +136,17 @@ def c_int(value: int, scalar: str) -> str:
     return str(v)
 
 
+def c_half(value: float) -> str:
+    """A float16 value as the uint16_t bits the C code holds halves in."""
+    return f"0x{int(np.float16(value).view(np.uint16)):04x}u"
+
+
 def c_const(c: Const) -> str:
     s = c.dtype.scalar
     if s == "bool":
         return "1" if c.value else "0"
+    if s == "float16":
+        return c_half(c.value)
     if c.dtype.is_float:
         return c_float(c.value, s)
     return c_int(c.value, s)
@@ -200,6 +208,60 @@ def _lane_helper(mod: _Module, name: str, result: DType, args: Sequence[DType],
                 f"    for (int k = 0; k < {result.lanes}; ++k)\n"
                 f"        r[k] = {lane(elems)};\n    return r;\n}}")
     return mod.helper(name, make)
+
+
+# -------------------------------------------------------------------- float16
+
+# Halves are uint16_t bits converted by these two: integer arithmetic only,
+# so every compiler and target has them (no _Float16, no __fp16, no F16C).
+_HALF_TO_FLOAT = """\
+/* float16 bits -> float: exact (subnormals, infinities and NaN payloads kept) */
+static inline float aot_half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t em = h & 0x7fffu;          /* exponent and mantissa */
+    uint32_t bits;
+    float f;
+    if (em >= 0x7c00u) {                /* infinity, NaN: the top exponent */
+        bits = (em << 13) | 0x7f800000u;
+    } else if (em >= 0x0400u) {         /* normal: the exponent rebiased by 127 - 15 */
+        bits = (em << 13) + 0x38000000u;
+    } else {                            /* zero, subnormal: em * 2^-24 is exact */
+        f = (float)em * 5.9604644775390625e-8f;
+        memcpy(&bits, &f, sizeof bits);
+    }
+    bits |= sign;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}"""
+_FLOAT_TO_HALF = """\
+/* float -> float16 bits, rounded to nearest even; a NaN stays a (quiet) NaN */
+static inline uint16_t aot_float_to_half(float f)
+{
+    uint32_t x, ax, h;
+    memcpy(&x, &f, sizeof x);
+    ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) {             /* NaN: quiet, the payload's top bits kept */
+        h = 0x7e00u | ((ax >> 13) & 0x3ffu);
+    } else if (ax >= 0x477ff000u) {     /* 65520 and up round to infinity */
+        h = 0x7c00u;
+    } else if (ax >= 0x38800000u) {     /* a normal half: round at bit 13, then rebias */
+        h = (ax + 0xfffu + ((ax >> 13) & 1u) - 0x38000000u) >> 13;
+    } else {                            /* a subnormal half or zero: m * 2^-24, m rounded */
+        uint32_t shift = 126u - (ax >> 23);
+        uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+        uint32_t rest, half;
+        shift = shift < 25u ? shift : 25u;  /* below 2^-25 every value rounds to 0 */
+        h = m >> shift;
+        rest = m & ((1u << shift) - 1u);
+        half = 1u << (shift - 1u);
+        h += rest > half || (rest == half && (h & 1u));
+    }
+    return (uint16_t)(((x >> 16) & 0x8000u) | h);
+}"""
+# by the type converted to: (helper name, its text)
+_HALF_HELPERS = {"float32": ("aot_half_to_float", lambda: _HALF_TO_FLOAT),
+                 "float16": ("aot_float_to_half", lambda: _FLOAT_TO_HALF)}
 
 
 # ------------------------------------------------------------------ expressions
@@ -424,6 +486,8 @@ class _Printer:
         src, dst = dtype_of(e.a), e.dtype
         if e.bits and src.scalar != dst.scalar:
             return self._bit_cast(src, dst, e.a)
+        if "float16" in (src.scalar, dst.scalar):
+            return self._half_cast(src, dst, e.a)
         if dst.lanes > 1:
             if src == dst:
                 return self.p(e.a)
@@ -450,6 +514,18 @@ class _Printer:
         self.mod.helper(name, lambda: (
             f"static inline {d} {name}({s} x)\n{{\n    {d} y;\n"
             f"    memcpy(&y, &x, sizeof y);\n    return y;\n}}"))
+        return self._call_text(name, [a])
+
+    def _half_cast(self, src: DType, dst: DType, a: Expr):
+        """A float16 <-> float32 conversion (aot/lower/float16.py leaves no other)."""
+        if (src.scalar, dst.scalar) not in (("float16", "float32"), ("float32", "float16")):
+            raise self.error(f"conversion from {src} to {dst} (the float16 pass converts "
+                             "halves to and from float32 only)")
+        name = self.mod.helper(*_HALF_HELPERS[dst.scalar])
+        if dst.lanes > 1:
+            t = self.mod.vector(dst)
+            name = _lane_helper(self.mod, f"{name}_{t[4:]}", dst, [src],
+                                lambda x, n=name: f"{n}({x[0]})")
         return self._call_text(name, [a])
 
     def _convert_helper(self, src: DType, dst: DType) -> str:

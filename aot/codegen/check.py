@@ -99,7 +99,7 @@ class _Checker:
         elif isinstance(e, Unary):
             if e.op not in UNARY_OPS:
                 raise self.fail(f"unknown unary op '{e.op}'")
-            self.expr(e.a)
+            _no_half_arithmetic(self, e.op, self.expr(e.a))
         elif isinstance(e, Cast):
             src = self.expr(e.a)
             if src.lanes != e.dtype.lanes:
@@ -112,6 +112,7 @@ class _Checker:
                 raise self.fail(f"Select({dc}, {da}, {db}): needs a bool condition of the "
                                 "branches' lanes and branches of one type")
         elif isinstance(e, Call):
+            _no_half_arithmetic(self, e.fn, e.dtype)
             lanes = {self.expr(a).lanes for a in e.args} - {1}
             if lanes - {e.dtype.lanes} and not lane_crossing(e.fn):
                 raise self.fail(f"{e.fn}: vector operands of other lanes than {e.dtype}")
@@ -127,6 +128,7 @@ class _Checker:
         if e.op not in BIN_OPS:
             raise self.fail(f"unknown binary op '{e.op}'")
         da, db = self.expr(e.a), self.expr(e.b)
+        _no_half_arithmetic(self, e.op, da)
         if da.lanes != db.lanes or (da != db and e.op not in _SHIFTS):
             raise self.fail(f"operands of '{e.op}' have types {da} and {db}")
         if e.op in ("and", "or") and da.scalar != "bool":
@@ -135,6 +137,12 @@ class _Checker:
             raise self.fail(f"'{e.op}' on {da}, {db}")
         if e.op in _SHIFTS and da.lanes > 1 and da != db:
             raise self.fail(f"vector shift of {da} by {db}: give both sides one type")
+
+
+def _no_half_arithmetic(checker: _Checker, op: str, d: DType) -> None:
+    if d.scalar == "float16":
+        raise checker.fail(f"'{op}' on {d}: halves are only loaded, stored and converted "
+                           "(aot/lower/float16.py computes them in float32)")
 
 
 def check_func(func: PrimFunc) -> None:

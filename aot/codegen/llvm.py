@@ -80,6 +80,8 @@ def _suffix(d: DType) -> str:
 
 def _const(value, d: DType) -> ir.Constant:
     t = _scalar_type(d.scalar)
+    if d.scalar == "float16":           # a half's bits, in an i16 as C holds them
+        return ir.Constant(t, int(np.float16(value).view(np.uint16)))
     if d.is_float:
         v = float(value)
         if d.scalar == "float32":
@@ -308,6 +310,8 @@ class _FuncBuilder:
         """C's conversion from src to dst (same lanes)."""
         if src.scalar == dst.scalar:
             return v
+        if "float16" in (src.scalar, dst.scalar):
+            return self.half_convert(v, src, dst)
         to = ir_type(dst)
         if dst.scalar == "bool":
             zero = ir.Constant(v.type, None)
@@ -325,6 +329,18 @@ class _FuncBuilder:
         if dst.bits > src.bits or src.scalar == "bool":
             return (self.b.zext if unsigned_src else self.b.sext)(v, to)
         return v    # same width, other signedness: the same bits
+
+    def half_convert(self, v, src: DType, dst: DType):
+        """float16 bits (i16) <-> float32, the C backend's aot_half_to_float /
+        aot_float_to_half in branch-free integer arithmetic (lane-wise on
+        vectors): no fpext/fptrunc, which x86 without F16C and Cortex-M
+        without an FPU turn into runtime-library calls."""
+        if (src.scalar, dst.scalar) == ("float16", "float32"):
+            return _half_to_float(self.b, v, src.lanes)
+        if (src.scalar, dst.scalar) == ("float32", "float16"):
+            return _float_to_half(self.b, v, src.lanes)
+        raise self.error(f"conversion from {src} to {dst} (the float16 pass converts halves "
+                         "to and from float32 only)")
 
     def _select(self, e: Select):
         return self.b.select(self.value(e.cond), self.value(e.a), self.value(e.b))
@@ -444,6 +460,60 @@ class _FuncBuilder:
             t = ir_type(d)
             callee = ir.Function(self.module, ir.FunctionType(t, [t] * len(args)), full)
         return self.b.call(callee, args)
+
+
+def _k(value: int, lanes: int, bits: int = 32) -> ir.Constant:
+    """An integer constant, splatted to `lanes`."""
+    t = ir.IntType(bits)
+    return ir.Constant(t, value) if lanes == 1 else \
+        ir.Constant(ir.VectorType(t, lanes), [value] * lanes)
+
+
+def _half_to_float(b: ir.IRBuilder, h, lanes: int):
+    i32 = ir.IntType(32) if lanes == 1 else ir.VectorType(ir.IntType(32), lanes)
+    f32 = ir_type(DType("float32", lanes))
+    x = b.zext(h, i32)
+    sign = b.shl(b.and_(x, _k(0x8000, lanes)), _k(16, lanes))
+    em = b.and_(x, _k(0x7fff, lanes))
+    shifted = b.shl(em, _k(13, lanes))
+    special = b.or_(shifted, _k(0x7f800000, lanes))
+    normal = b.add(shifted, _k(0x38000000, lanes))
+    tiny = b.bitcast(b.fmul(b.uitofp(em, f32), b.bitcast(_k(0x33800000, lanes), f32)), i32)
+    bits = b.select(b.icmp_unsigned(">=", em, _k(0x7c00, lanes)), special,
+                    b.select(b.icmp_unsigned(">=", em, _k(0x0400, lanes)), normal, tiny))
+    return b.bitcast(b.or_(bits, sign), f32)
+
+
+def _float_to_half(b: ir.IRBuilder, f, lanes: int):
+    i32 = ir.IntType(32) if lanes == 1 else ir.VectorType(ir.IntType(32), lanes)
+    i16 = ir.IntType(16) if lanes == 1 else ir.VectorType(ir.IntType(16), lanes)
+    x = b.bitcast(f, i32)
+    ax = b.and_(x, _k(0x7fffffff, lanes))
+    nan = b.or_(_k(0x7e00, lanes), b.and_(b.lshr(ax, _k(13, lanes)), _k(0x3ff, lanes)))
+    odd = b.and_(b.lshr(ax, _k(13, lanes)), _k(1, lanes))
+    normal = b.lshr(b.sub(b.add(b.add(ax, _k(0xfff, lanes)), odd), _k(0x38000000, lanes)),
+                    _k(13, lanes))
+    # subnormal or zero: m * 2^-24, m = the 24-bit significand shifted right, rounded
+    # (every lane computes this form: exponents of normal halves clamped to
+    # keep the shifts below 32, which LLVM would make poison)
+    exp = b.lshr(ax, _k(23, lanes))
+    exp = b.select(b.icmp_unsigned("<", exp, _k(112, lanes)), exp, _k(112, lanes))
+    shift = b.sub(_k(126, lanes), exp)
+    shift = b.select(b.icmp_unsigned("<", shift, _k(25, lanes)), shift, _k(25, lanes))
+    m = b.or_(b.and_(ax, _k(0x7fffff, lanes)), _k(0x800000, lanes))
+    q = b.lshr(m, shift)
+    rest = b.and_(m, b.sub(b.shl(_k(1, lanes), shift), _k(1, lanes)))
+    half = b.shl(_k(1, lanes), b.sub(shift, _k(1, lanes)))
+    up = b.or_(b.icmp_unsigned(">", rest, half),
+               b.and_(b.icmp_unsigned("==", rest, half),
+                      b.icmp_unsigned("!=", b.and_(q, _k(1, lanes)), _k(0, lanes))))
+    tiny = b.add(q, b.zext(up, i32))
+    h = b.select(b.icmp_unsigned(">", ax, _k(0x7f800000, lanes)), nan,
+                 b.select(b.icmp_unsigned(">=", ax, _k(0x477ff000, lanes)), _k(0x7c00, lanes),
+                          b.select(b.icmp_unsigned(">=", ax, _k(0x38800000, lanes)), normal,
+                                   tiny)))
+    sign = b.and_(b.lshr(x, _k(16, lanes)), _k(0x8000, lanes))
+    return b.trunc(b.or_(h, sign), i16)
 
 
 def _unsigned(d: DType) -> bool:

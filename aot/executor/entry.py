@@ -78,7 +78,8 @@ def _io(graph: Graph, mem: MemoryPlan, direction: str, names: Sequence[str], NAM
             "macro": macro, "name_literal": c_string(tensor), "dtype": ty.dtype,
             "ctype": c_type(ty.dtype), "size": ty.size, "nbytes": ty.nbytes,
             "shape": list(ty.shape), "shape_init": ", ".join(str(d) for d in ty.shape),
-            "quant": _quant(ty), "comment": c_comment(f"{tensor}: {ty}"),
+            "quant": _quant(ty), "comment": c_comment(f"{tensor}: {ty}" + (
+                ", IEEE half-precision bits in uint16_t" if ty.dtype == "float16" else "")),
             "offset": place.offset if place is not None and place.kind == "arena" else None,
             "count_of": None,
         })

@@ -138,6 +138,8 @@ def link_params(graph: Graph, kernels: Sequence[Kernel], prefix: str, align: int
 def c_literals(array: np.ndarray) -> list[str]:
     """Exact C literals (floats read back bit for bit), one per element."""
     scalar = array.dtype.name
+    if scalar == "float16":             # uint16_t bits in C (aot/codegen/c.py)
+        return [f"0x{v:04x}u" for v in array.view(np.uint16).reshape(-1).tolist()]
     if array.dtype.kind == "f":
         return [c_float(v, scalar) for v in array.reshape(-1).tolist()]
     return [c_int(v, scalar) for v in array.reshape(-1).tolist()]

@@ -19,7 +19,7 @@ from typing import Callable, Union
 
 # Scalar element types TIR knows, by numpy name.
 SCALARS = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32",
-           "int64", "uint64", "float32", "float64")
+           "int64", "uint64", "float16", "float32", "float64")
 # bits per scalar, looked up (the codegens ask for it hundreds of thousands of times)
 _BITS = {s: 8 if s == "bool" else int("".join(c for c in s if c.isdigit())) for s in SCALARS}
 
@@ -43,6 +43,13 @@ class DType:
     @property
     def bits(self) -> int:
         return _BITS[self.scalar]
+
+    @property
+    def compute_bits(self) -> int:
+        """The width arithmetic on this type happens at: float16 is stored in
+        16 bits but computed in float32 (aot/lower/float16.py), so vector
+        widths are chosen for float32 lanes."""
+        return 32 if self.scalar == "float16" else self.bits
 
     def __str__(self) -> str:
         return self.scalar if self.lanes == 1 else f"{self.scalar}x{self.lanes}"

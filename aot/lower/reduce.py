@@ -87,7 +87,7 @@ def _reduce_lanes(ctx: LowerCtx, x: TensorRef, axes: Sequence[int]) -> int:
     """Vector lanes for a float reduction that keeps the last axis, else 1."""
     if not x.dtype.is_float or not x.shape or len(x.shape) - 1 in axes:
         return 1
-    lanes = ctx.target.lanes(x.dtype.bits)
+    lanes = ctx.target.lanes(x.dtype.compute_bits)
     return lanes if x.shape[-1] >= lanes else 1
 
 

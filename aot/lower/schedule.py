@@ -84,7 +84,7 @@ def tile(target: Target, dtype: str | DType, vectorize: bool = True,
     `pixels`: the kernel can also block over neighbouring output pixels
     that share each weight load (dense convolution), MR x NR accumulators.
     """
-    lanes = target.lanes(dt(dtype).bits) if vectorize else 1
+    lanes = target.lanes(dt(dtype).compute_bits) if vectorize else 1
     regs = target.vector_registers
     if lanes == 1:
         return Tile(1, 4)

@@ -15,6 +15,7 @@ from typing import Callable
 from aot.ir.tir import PrimFunc
 from aot.ir.tir_print import print_func
 from aot.lower.bind import bind_values
+from aot.lower.float16 import promote_float16
 from aot.lower.inplace import mark_in_place
 from aot.lower.legalize import legalize
 from aot.lower.tir_simplify import simplify
@@ -29,6 +30,8 @@ def _any_target(run: Callable[[PrimFunc], PrimFunc]) -> TirPass:
 
 
 PIPELINE: tuple[tuple[str, TirPass], ...] = (
+    # first: float16 only at memory, so every later pass sees float32 arithmetic
+    ("float16", _any_target(promote_float16)),
     # first: in-place reads are judged on the whole store values, before
     # bind computes parts of them into locals of their own
     ("in_place", _any_target(mark_in_place)),

@@ -183,9 +183,9 @@ def _infer_attention(sig: Sig):
     if n_out > 4:
         raise sig.fail(f"has at most 4 outputs, got {n_out}")
     q = sig.in_types[Q]
-    if q.dtype != "float32":
+    if q.dtype not in ("float32", "float16"):
         raise UnsupportedError(f"{node_label(sig.node)}: Attention on {q.dtype} is not "
-                               "supported (float32 is)")
+                               "supported (float32 and float16 are)")
     for i, what in ((K, "K"), (V, "V"), (PAST_KEY, "past_key"), (PAST_VALUE, "past_value")):
         if sig.has(i) and sig.in_types[i].dtype != q.dtype:
             raise sig.fail(f"{what} is {sig.in_types[i].dtype}, Q {q.dtype}")
@@ -345,9 +345,9 @@ def _infer_rotary(sig: Sig):
     if n not in (3, 4) or not all(sig.has(i) for i in (X, COS, SIN)):
         raise sig.fail(f"takes input, cos_cache, sin_cache and optional position_ids, got {n}")
     x = sig.in_types[X]
-    if x.dtype != "float32":
+    if x.dtype not in ("float32", "float16"):
         raise UnsupportedError(f"{node_label(sig.node)}: RotaryEmbedding on {x.dtype} is not "
-                               "supported (float32 is)")
+                               "supported (float32 and float16 are)")
     geo = rotary_geometry(sig.node, sig.in_types)
     cos, sin = sig.in_types[COS], sig.in_types[SIN]
     if cos != sin or cos.dtype != x.dtype:
@@ -398,18 +398,18 @@ def _rotary(call: Call, args):
 
 # ---- SwiGLU ------------------------------------------------------------------------------
 
-def _float32_only(sig: Sig, i: int, op: str) -> TensorType:
+def _float_only(sig: Sig, i: int, op: str) -> TensorType:
     t = sig.in_types[i]
-    if t.dtype != "float32":
+    if t.dtype not in ("float32", "float16"):
         raise UnsupportedError(f"{node_label(sig.node)}: {op} on {t.dtype} is not supported "
-                               "(float32 is)")
+                               "(float32 and float16 are)")
     return t
 
 
 def _infer_swiglu(sig: Sig):
     if len(sig.node.inputs) != 2 or not (sig.has(0) and sig.has(1)):
         raise sig.fail(f"takes 2 inputs, got {len(sig.node.inputs)}")
-    a, b = _float32_only(sig, 0, "SwiGLU"), _float32_only(sig, 1, "SwiGLU")
+    a, b = _float_only(sig, 0, "SwiGLU"), _float_only(sig, 1, "SwiGLU")
     if a.shape != b.shape:
         raise sig.fail(f"inputs must have one shape (no broadcasting), got {list(a.shape)} and "
                        f"{list(b.shape)}")
@@ -500,7 +500,7 @@ def _infer_causal_conv(sig: Sig):
     n = len(sig.node.inputs)
     if n not in (2, 3, 4) or not (sig.has(CONV_X) and sig.has(CONV_W)):
         raise sig.fail(f"takes input, weight and optional bias and past_state, got {n}")
-    x, w = _float32_only(sig, CONV_X, "CausalConvWithState"), sig.in_types[CONV_W]
+    x, w = _float_only(sig, CONV_X, "CausalConvWithState"), sig.in_types[CONV_W]
     if sig.attrs.get("activation", "none") not in CONV_ACTIVATIONS:
         raise sig.fail(f"activation '{sig.attrs['activation']}' is not none, silu or swish")
     if len(x.shape) != 3:
@@ -606,12 +606,14 @@ def _infer_linear_attention(sig: Sig):
         raise sig.fail(f"takes query, key, value and up to 3 optional inputs, got {n}")
     for i in range(n):
         if sig.has(i):
-            _float32_only(sig, i, "LinearAttention")
+            _float_only(sig, i, "LinearAttention")
     geo = linear_geometry(sig.node, sig.in_types)
-    state = TensorType(geo.state_shape, "float32")
+    # the state's type (S) is past_state's, else the query's
+    dtype = sig.in_types[LQ].dtype
+    state = TensorType(geo.state_shape, sig.in_types[LSTATE].dtype if sig.has(LSTATE) else dtype)
     if sig.has(LSTATE) and sig.in_types[LSTATE] != state:
         raise sig.fail(f"past_state must be {state}, got {sig.in_types[LSTATE]}")
-    return [TensorType((geo.batch, geo.time, geo.q_heads * geo.value), "float32"), state]
+    return [TensorType((geo.batch, geo.time, geo.q_heads * geo.value), dtype), state]
 
 
 @register("LinearAttention", infer=_infer_linear_attention, pattern=Pattern.OPAQUE)

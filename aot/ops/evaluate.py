@@ -6,6 +6,7 @@ so the ops need nothing from above them.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping, MutableMapping
 
 import numpy as np
@@ -23,7 +24,16 @@ def run_node(node: Node, types: Mapping[str, TensorType],
     out_types = tuple(types[o] for o in node.outputs)
     if not opdef.needs_values:
         args = [None] * len(args)
-    outs = list(opdef.ref(Call(node, in_types, out_types), args))
+    call = Call(node, in_types, out_types)
+    half = opdef.name not in HALF_AS_IS and any(
+        t is not None and t.dtype == "float16" for t in in_types + out_types)
+    if half:
+        call, args = _in_float32(call, args)
+    outs = list(opdef.ref(call, args))
+    if half:
+        with np.errstate(over="ignore"):     # beyond 65504 a half is infinite, as meant
+            outs = [np.asarray(a).astype(t.dtype) if t.dtype == "float16" else a
+                    for a, t in zip(outs, out_types)]
     if len(outs) < len(node.outputs):
         raise RuntimeError(f"{node_label(node)}: reference gave {len(outs)} outputs")
     result = []
@@ -35,6 +45,25 @@ def run_node(node: Node, types: Mapping[str, TensorType],
                 f"type inference said {ty}")
         result.append(arr)
     return result
+
+
+# float16 is computed as ONNX Runtime computes it on CPU: the operands
+# widened to float32, the op computed there (reductions accumulate in float32
+# or wider), the outputs rounded to the nearest half. These ops take halves
+# as they are: conversions (numpy rounds float64 to float16 once, not twice
+# through float32), bit reinterpretation, and the fused group, whose body's
+# nodes each round at their own outputs.
+HALF_AS_IS = frozenset(("Cast", "CastLike", "BitCast", "fused"))
+
+
+def _in_float32(call: Call, args: list) -> tuple[Call, list]:
+    """The call with its float16 types and arrays widened to float32 (exactly)."""
+    def widen(t: TensorType | None) -> TensorType | None:
+        return replace(t, dtype="float32") if t is not None and t.dtype == "float16" else t
+    args = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == np.float16 else a
+            for a in args]
+    return Call(call.node, tuple(map(widen, call.in_types)),
+                tuple(map(widen, call.out_types))), args
 
 
 def run_graph(graph: Graph, inputs: Mapping[str, np.ndarray],

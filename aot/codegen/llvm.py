@@ -35,8 +35,8 @@ from aot.codegen.names import kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import AotError, UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, DType, Expr,
-                        Fail, For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt, Store, Unary,
-                        Var, can_fail, dtype_of, walk_stmt)
+                        Fail, For, ForKind, If, Load, NTASKS, PrimFunc, Select, Seq, Stmt, Store,
+                        TASK, Unary, Var, can_fail, dtype_of, is_split, walk_stmt)
 from aot.lower.inplace import aliased_params
 from aot.targets import Target
 
@@ -100,8 +100,11 @@ class _FuncBuilder:
         self.float_flags = ["contract"] if contract else []
         # a kernel with run-time checks returns its status, as in C (tir.Fail)
         self.status = ir.IntType(32) if can_fail(func) else None
+        # a split kernel also takes (task, ntasks): tir.ForKind.PARALLEL
+        split = is_split(func)
         fnty = ir.FunctionType(self.status or ir.VoidType(),
-                               [ir.PointerType() for _ in func.params])
+                               [ir.PointerType() for _ in func.params]
+                               + [ir.IntType(32)] * (2 if split else 0))
         self.fn = ir.Function(module, fnty, name=symbol)
         self.fn.attributes.add("nounwind")
         self.buffers: dict[Buffer, ir.Value] = {}
@@ -117,6 +120,10 @@ class _FuncBuilder:
         self.b = ir.IRBuilder(body)
         self.slots: dict[Var, ir.Value] = {}     # Decl'd locals and loop variables
         self.values: dict[Var, ir.Value] = {}    # helper parameters and lets
+        if split:
+            task, ntasks = self.fn.args[len(func.params):]
+            task.name, ntasks.name = TASK.name, NTASKS.name
+            self.values[TASK], self.values[NTASKS] = task, ntasks
 
     def error(self, what: str) -> UnsupportedError:
         return UnsupportedError(f"LLVM codegen, function {self.func.name}: {what}")
@@ -166,10 +173,25 @@ class _FuncBuilder:
             value = self.b.zext(value, _mem_type(d))
         self.b.store(value, self.address(s.buffer, s.index), align=_elem_align(d.scalar))
 
+    def _share(self, s: For, end: int) -> ir.Value:
+        """The first (end 0) or past-the-end (end 1) value of the loop
+        variable in this task's balanced share of the trips, as in C."""
+        d = s.var.dtype
+        trips = -(-s.extent // s.step)
+        t = self.b.sext(self.values[TASK], ir.IntType(64))
+        if end:
+            t = self.b.add(t, ir.Constant(ir.IntType(64), 1))
+        k = self.b.sdiv(self.b.mul(t, ir.Constant(ir.IntType(64), trips)),
+                        self.b.sext(self.values[NTASKS], ir.IntType(64)))
+        k = self.b.trunc(k, ir_type(d)) if d.bits < 64 else k
+        return self.b.add(self.b.mul(k, _const(s.step, d)), _const(s.start, d))
+
     def loop(self, s: For):
         d = s.var.dtype
         slot = self.slot(s.var)
-        self.b.store(_const(s.start, d), slot)
+        parallel = s.kind is ForKind.PARALLEL
+        self.b.store(self._share(s, 0) if parallel else _const(s.start, d), slot)
+        end = self._share(s, 1) if parallel else _const(s.start + s.extent, d)
         head = self.fn.append_basic_block(f"{s.var.name}.head")
         body = self.fn.append_basic_block(f"{s.var.name}.body")
         done = self.fn.append_basic_block(f"{s.var.name}.done")
@@ -177,7 +199,7 @@ class _FuncBuilder:
         self.b.position_at_end(head)
         i = self.b.load(slot, typ=ir_type(d))
         cmp = self.b.icmp_unsigned if d.scalar.startswith("u") else self.b.icmp_signed
-        self.b.cbranch(cmp("<", i, _const(s.start + s.extent, d)), body, done)
+        self.b.cbranch(cmp("<", i, end), body, done)
         self.b.position_at_end(body)
         self.stmt(s.body)
         i = self.b.load(slot, typ=ir_type(d))

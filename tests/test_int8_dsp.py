@@ -18,14 +18,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from aot.codegen.arm_dsp import smla_half, smlad, sxtb16
+from aot.codegen.arm_dsp import smla_half, smlad, smmulr, sxtb16
 from aot.ir.tir import (INT32, Assign, Bin, Buffer, BufferKind, Call, Const, Decl, DType, For,
                         Load, PrimFunc, Store, Var, expr_children, seq, walk_stmt)
 from aot.lower import Kernel
 from aot.lower.legalize import legalize
-from aot.lower import lower_graph
+from aot.lower import int8_dsp, lower_graph
 from aot.lower import testing
 from aot.lower.testing import compile_kernels, host_target
+from aot.ops import qmath as ref_q
 import test_lower_int8
 from test_lower_int8 import check_graphs, conv_model, fc_model
 
@@ -63,15 +64,54 @@ def _graphs():
     ]
 
 
-@pytest.mark.parametrize("codegen", ["c", "llvm"])
-def test_dsp_kernels_bit_exact_on_a_dsp_host(codegen, tmp_path, monkeypatch):
+@pytest.mark.parametrize("codegen,requant32", [("c", True), ("llvm", True), ("c", False)])
+def test_dsp_kernels_bit_exact_on_a_dsp_host(codegen, requant32, tmp_path, monkeypatch):
+    """requant32 False: the bounds taken as unproven, the 64-bit requantization."""
     monkeypatch.setattr(testing, "host_target", dsp_host)
     monkeypatch.setattr(test_lower_int8, "host_target", dsp_host)      # run_llvm's
+    if not requant32:
+        monkeypatch.setattr(int8_dsp, "proven", lambda *a: False)
     graphs = _graphs()
     funcs = [k.func for g in graphs for k in lower_graph(g, dsp_host())]
     calls = {c for f in funcs for c in _calls(f)}
     assert {"aot_smlad", "aot_smlabb", "aot_smlatt", "aot_sxtb16", "aot_sxtb16_ror8"} <= calls, calls
+    assert ("aot_smmulr" in calls) == requant32, calls
     check_graphs(graphs, codegen=codegen, tmp_path=tmp_path)
+
+
+def _requant32(acc, mult, shift):
+    """Requant32's arithmetic on int64 numpy values (every step proven to fit int32)."""
+    left, right = max(shift, 0), max(-shift, 0)
+    h = (acc * (1 << (left + 1)) * mult + (1 << 31)) >> 32
+    return (h + (1 << (right - 1)) + (h >> 31)) >> right
+
+
+def test_requant32_equals_tflite_on_edge_cases():
+    """Where `proven` holds, Requant32's formula is TFLite's
+    MultiplyByQuantizedMultiplier on the bounds, around 0, at rounding ties
+    and at random; where it does not (a shift the bound overflows, no right
+    shift), it is refused."""
+    rng = np.random.default_rng(0)
+    cases = 0
+    for mult in (1 << 30, (1 << 30) + 1, 2**31 - 1, 1518500250, 1073741825 + 12345):
+        for shift in (-1, -2, -7, -13, -20, -31, 0, 1, 3):
+            for bound in (1, 127, 4095, 65535, 1 << 20, (1 << 28) - 1, 2**30 - 1):
+                if not int8_dsp.proven([mult], [shift], np.array([bound])):
+                    assert shift >= 0 or bound << (max(shift, 0) + 1) > 2**31 - 1
+                    continue
+                cases += 1
+                right = max(-shift, 0)
+                ties = [k * (1 << right) + (1 << (right - 1)) for k in (-3, -1, 0, 2)]
+                accs = np.array([bound, -bound, bound - 1, 1 - bound, 0, 1, -1,
+                                 *[t for t in ties if abs(t) <= bound],
+                                 *rng.integers(-bound, bound + 1, 40)], np.int64)
+                want = ref_q.mbqm(accs, mult, shift).astype(np.int64)
+                np.testing.assert_array_equal(_requant32(accs, mult, shift), want,
+                                              err_msg=f"M {mult} shift {shift} bound {bound}")
+    assert cases > 100
+    assert not int8_dsp.proven([1 << 30], [0], np.array([100]))          # no right shift
+    assert not int8_dsp.proven([1 << 30], [-1], np.array([1 << 30]))     # x 2 overflows
+    assert not int8_dsp.proven([1 << 30], [2], np.array([1 << 28]))      # x 2^3 overflows
 
 
 def _calls(func: PrimFunc) -> set[str]:
@@ -105,7 +145,7 @@ def _smlad_ref(a: int, b: int, acc: int, terms=(True, True)) -> int:
 @pytest.mark.parametrize("codegen", ["c", "llvm"])
 def test_generic_formulas_are_the_instructions(codegen):
     """The formulas on words at the edges: bytes -128/127, halves -32768,
-    sums that wrap int32 as SMLAD does."""
+    sums that wrap int32 as SMLAD does, SMMULR's rounding."""
     words = np.array([0, -1, 0x7F807F80, -0x7F807F81, 0x80000000 - (1 << 32), 0x7FFFFFFF,
                       0x12345678, -0x12345678, 0x00FF00FF, 0x7F7F7F7F, 0x01800180], np.int64)
     words = np.concatenate([words, np.random.default_rng(0).integers(-2**31, 2**31, 53)])
@@ -114,21 +154,23 @@ def test_generic_formulas_are_the_instructions(codegen):
     i32, i8 = INT32, DType("int8")
     a, b, c = (Buffer(k, i32, (n,)) for k in "abc")
     x = Buffer("x", i8, (4 * n,))
-    even, odd, mac, bb, tt = (Buffer(k, i32, (n,), BufferKind.OUTPUT)
-                              for k in ("even", "odd", "mac", "bb", "tt"))
+    even, odd, mac, bb, tt, mulr = (Buffer(k, i32, (n,), BufferKind.OUTPUT)
+                                    for k in ("even", "odd", "mac", "bb", "tt", "mulr"))
     i = Var("i")
     word = Load(x, Bin("*", i, Const(4)), 4)
     body = seq(Store(even, i, sxtb16(word)), Store(odd, i, sxtb16(word, odd=True)),
                Store(mac, i, smlad(Load(a, i), Load(b, i), Load(c, i))),
                Store(bb, i, smla_half(Load(a, i), Load(b, i), Load(c, i), high=False)),
-               Store(tt, i, smla_half(Load(a, i), Load(b, i), Load(c, i), high=True)))
-    func = legalize(PrimFunc("dsp_ops", (a, b, c, x, even, odd, mac, bb, tt), For(i, n, body)),
+               Store(tt, i, smla_half(Load(a, i), Load(b, i), Load(c, i), high=True)),
+               Store(mulr, i, smmulr(Load(a, i), Load(b, i))))
+    func = legalize(PrimFunc("dsp_ops", (a, b, c, x, even, odd, mac, bb, tt, mulr),
+                             For(i, n, body)),
                     dsp_host())
     lib, symbols = compile_kernels([Kernel(func, (), None)], codegen, target=dsp_host())
     rng = np.random.default_rng(1)
     av, bv = rng.permutation(words), words[::-1].copy()
     cv = np.concatenate([[2**31 - 1, -2**31], rng.integers(-2**31, 2**31, n - 2)]).astype(np.int32)
-    outs = [np.zeros(n, np.int32) for _ in range(5)]
+    outs = [np.zeros(n, np.int32) for _ in range(6)]
     args = [v.ctypes.data_as(ctypes.c_void_p) for v in (av, bv, cv, words.view(np.int8), *outs)]
     getattr(lib, symbols["dsp_ops"])(*args)
     assert outs[0].tolist() == [_sxtb16_ref(int(w) & 0xFFFFFFFF, False) for w in words]
@@ -137,3 +179,4 @@ def test_generic_formulas_are_the_instructions(codegen):
     assert outs[2].tolist() == [_smlad_ref(*t) for t in triples]
     assert outs[3].tolist() == [_smlad_ref(*t, terms=(True, False)) for t in triples]
     assert outs[4].tolist() == [_smlad_ref(*t, terms=(False, True)) for t in triples]
+    assert outs[5].tolist() == [(p * q + (1 << 31)) >> 32 for p, q, _ in triples]

@@ -10,6 +10,8 @@ first):
                         wrapping as the instruction does
     aot_smlabb(a, b, c) c + lo(a) lo(b)  (SMLABB: depthwise keeps the
     aot_smlatt(a, b, c) c + hi(a) hi(b)   channels of a word apart)
+    aot_smmulr(a, b)    int32 x 2 -> int32: (a b + 2^31) >> 32, the rounded
+                        high word of the product (SMMULR: requantization)
 
 So two SMLADs of the SXTB16 and SXTB16-ROR8 halves of an input word and a
 weight word add the word's four products: an int8 dot product of four
@@ -18,10 +20,12 @@ terms in six instructions (four with a word already split).
 Generic, each is its lane formula (any target computes it, which the host
 tests use). On Arm targets with the "dsp" ISA feature the legalization pass
 (aot/lower/legalize.py) makes them `arm_sxtb16`, `arm_sxtb16_ror8` and
-`arm_smlad`, `arm_smlabb`, `arm_smlatt`: in C the ACLE intrinsics
-`__sxtb16`, `__smlad`, `__smlabb`, `__smlatt` under
+`arm_smlad`, `arm_smlabb`, `arm_smlatt`, `arm_smmulr`: in C the ACLE
+intrinsics `__sxtb16`, `__smlad`, `__smlabb`, `__smlatt` under
 `__ARM_FEATURE_DSP` (the formula otherwise: the user's compiler may not be
-told the core), in LLVM `llvm.arm.<instruction>`. The ROR #8
+told the core), in LLVM `llvm.arm.<instruction>`. ACLE has no SMMULR: C writes it as one
+instruction of inline assembly, LLVM as the formula, which its Arm
+instruction selection makes SMMULR. The ROR #8
 is SXTB16's rotated operand: in C one instruction of inline assembly (GCC
 12 neither folds a rotate into the intrinsic's operand nor has `__ror`),
 in LLVM a funnel shift its instruction selection folds.
@@ -43,7 +47,7 @@ class DspOp:
     """One of the operations above. `odd`: the SXTB16 of bytes 1 and 3;
     `instruction`: the Arm instruction (legalized), else the formula."""
     name: str
-    kind: str                  # "sxtb16" or a multiply-accumulate: "smlad", "smlabb", "smlatt"
+    kind: str     # "sxtb16", "smmulr" or a multiply-accumulate: "smlad", "smlabb", "smlatt"
     odd: bool = False
     instruction: bool = False
 
@@ -53,7 +57,9 @@ class DspOp:
 
     @property
     def operands(self) -> tuple[DType, ...]:
-        return (INT8X4,) if self.kind == "sxtb16" else (INT32,) * 3
+        if self.kind == "sxtb16":
+            return (INT8X4,)
+        return (INT32,) * (2 if self.kind == "smmulr" else 3)
 
 
 SXTB16 = DspOp("aot_sxtb16", "sxtb16")
@@ -66,9 +72,11 @@ SMLABB = DspOp("aot_smlabb", "smlabb")
 SMLATT = DspOp("aot_smlatt", "smlatt")
 ARM_SMLABB = DspOp("arm_smlabb", "smlabb", instruction=True)
 ARM_SMLATT = DspOp("arm_smlatt", "smlatt", instruction=True)
+SMMULR = DspOp("aot_smmulr", "smmulr")
+ARM_SMMULR = DspOp("arm_smmulr", "smmulr", instruction=True)
 DSP_OPS: dict[str, DspOp] = {d.name: d for d in (SXTB16, SXTB16_ROR8, SMLAD, SMLABB, SMLATT,
-                                                  ARM_SXTB16, ARM_SXTB16_ROR8, ARM_SMLAD,
-                                                  ARM_SMLABB, ARM_SMLATT)}
+                                                  SMMULR, ARM_SXTB16, ARM_SXTB16_ROR8, ARM_SMLAD,
+                                                  ARM_SMLABB, ARM_SMLATT, ARM_SMMULR)}
 # the halves each multiply-accumulate multiplies: (low, high)
 _TERMS = {"smlad": (True, True), "smlabb": (True, False), "smlatt": (False, True)}
 
@@ -87,6 +95,11 @@ def sxtb16(v: Expr, odd: bool = False) -> Call:
 def smlad(a: Expr, b: Expr, acc: Expr) -> Call:
     """aot_smlad: acc plus the two products of a's and b's int16 halves."""
     return Call(SMLAD.name, (a, b, acc), INT32)
+
+
+def smmulr(a: Expr, b: Expr) -> Call:
+    """aot_smmulr: (a * b + 2^31) >> 32."""
+    return Call(SMMULR.name, (a, b), INT32)
 
 
 def smla_half(a: Expr, b: Expr, acc: Expr, high: bool) -> Call:
@@ -117,6 +130,13 @@ def c_helper(mod, op: DspOp) -> str:
     generic = c_helper(mod, generic_of(op)) if op.instruction else ""
     if op.kind in _TERMS:
         return mod.helper(op.name, lambda: _c_mac(op, generic))
+    if op.kind == "smmulr":
+        body = (_guarded('int32_t r;\n    __asm__("smmulr %0, %1, %2" : "=r"(r) : "r"(a), "r"(b));'
+                         "\n    return r;", f"return {generic}(a, b);") if op.instruction else
+                "    return (int32_t)(((int64_t)a * b + INT64_C(2147483648)) >> 32);\n")
+        return mod.helper(op.name, lambda: (
+            "/* SMMULR: (a * b + 2^31) >> 32, the rounded high word */\n"
+            f"static inline int32_t {op.name}(int32_t a, int32_t b)\n{{\n{body}}}"))
     t = mod.vector(INT8X4)
     lo, hi = (1, 3) if op.odd else (0, 2)
     if op.instruction:
@@ -163,6 +183,11 @@ def _guarded(fast: str, fallback: str) -> str:
 def llvm_emit(b: ir.IRBuilder, module: ir.Module, op: DspOp, args: list) -> ir.Value:
     """op on LLVM values: the Arm intrinsic, or the formula."""
     i32 = ir.IntType(32)
+    if op.kind == "smmulr":
+        i64 = ir.IntType(64)
+        a, w = (b.sext(v, i64) for v in args)
+        total = b.add(b.mul(a, w), ir.Constant(i64, 1 << 31))
+        return b.trunc(b.ashr(total, ir.Constant(i64, 32)), i32)
     if op.kind in _TERMS:
         if op.instruction:
             return b.call(_declare(module, f"llvm.arm.{op.kind}", 3), args)
@@ -194,5 +219,6 @@ def _declare(module: ir.Module, name: str, arity: int) -> ir.Function:
 
 
 __all__ = ["ARM_SMLABB", "ARM_SMLAD", "ARM_SMLATT", "ARM_SXTB16", "ARM_SXTB16_ROR8", "DSP_OPS",
-           "DspOp", "SMLABB", "SMLAD", "SMLATT", "SXTB16", "SXTB16_ROR8", "c_helper", "check_dsp",
-           "generic_of", "llvm_emit", "smla_half", "smlad", "sxtb16"]
+           "ARM_SMMULR", "DspOp", "SMLABB", "SMLAD", "SMLATT", "SMMULR", "SXTB16", "SXTB16_ROR8",
+           "c_helper", "check_dsp", "generic_of", "llvm_emit", "smla_half", "smlad", "smmulr",
+           "sxtb16"]

@@ -24,7 +24,9 @@ reads a word of four zero points instead (its product then cancels in the
 bias), behind one test per kernel row and column on the border only. Depths not a multiple of
 four finish with plain multiply-adds; channels and rows left over by the
 tile run in narrower tiles. Requantization is the scalar rules' (Requant),
-straight from each accumulator's register.
+straight from each accumulator's register, in 32-bit arithmetic
+(Requant32) where the accumulators' bounds, known from the weights and
+the bias, prove it equal to TFLite's; the scalar rules' Requant otherwise.
 
 The operations are generic calls the legalization pass makes Arm
 instructions; on a target without the DSP extension these kernels are not
@@ -32,11 +34,12 @@ chosen (the formulas would be slower than the plain loops).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from aot.codegen.arm_dsp import INT8X4, smla_half, smlad, sxtb16
+from aot.codegen.arm_dsp import INT8X4, smla_half, smlad, smmulr, sxtb16
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr, If, Load, Stmt,
                         Var, add, flat_index, mul, seq)
 from aot.lower.rules import LowerCtx, TensorRef
@@ -67,6 +70,16 @@ def fits_pointwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
     return (dsp_target(ctx) and _in_memory(x) and g.groups == 1 and g.kh == g.kw == 1
             and tuple(g.strides) == (1, 1) and (g.oh, g.ow) == (g.h, g.w)
             and g.pad_top == g.pad_left == 0 and g.depth >= 4 and _fits_int8(weights))
+
+
+def conv_kernel(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> Callable | None:
+    """The DSP kernel for this convolution (pointwise or depthwise, with
+    conv_nest's finish), or None: the scalar loops then."""
+    if fits_pointwise(ctx, x, g, weights):
+        return pointwise
+    if fits_depthwise(ctx, x, g, weights):
+        return depthwise
+    return None
 
 
 def fits_fc(ctx: LowerCtx, x: TensorRef, w: np.ndarray) -> bool:
@@ -244,6 +257,71 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
     def image(n) -> Stmt:
         return plane_regions(ctx, g, lambda oy, ox, rt, ct: pixel(n, oy, ox, (rt, ct)))
     return loop(ctx, "n", g.n, image)
+
+
+@dataclass(frozen=True)
+class Requant32:
+    """TFLite's MultiplyByQuantizedMultiplier, RDBPOT(SRDHM(x * 2^l, M), e),
+    in 32-bit arithmetic, for accumulators |x| <= B:
+
+        SRDHM(x * 2^l, M) = SMMULR(x * 2^(l+1), M)   if B * 2^(l+1) < 2^31
+        RDBPOT(h, e) = (h + 2^(e-1) - [h < 0]) >> e   if e >= 1 and
+                                                         B * 2^l + 2^(e-1) < 2^31
+
+    SMMULR is floor((a M + 2^31) / 2^32); with a = 2 x 2^l that is
+    floor((x 2^l M + 2^30) / 2^31), SRDHM's value (M is never INT32_MIN, so
+    SRDHM never saturates). RDBPOT rounds half away from zero; adding 2^(e-1)
+    and, for negative h, 2^(e-1) - 1 before the arithmetic shift does the
+    same. |h| <= B 2^l (M < 2^31), so neither sum overflows. Tables per
+    channel: 2^(l+1), M, 2^(e-1), e."""
+    scale: Callable[[Expr], Expr]
+    mult: Callable[[Expr], Expr]
+    half: Callable[[Expr], Expr]
+    right: Callable[[Expr], Expr]
+
+    @staticmethod
+    def make(ctx: LowerCtx, mults, shifts, bound: np.ndarray) -> "Requant32 | None":
+        """The 32-bit form for accumulators within `bound` (per channel), or
+        None when the bounds do not prove it exact for every channel."""
+        from aot.lower.tflite_int8 import table
+        if not proven(mults, shifts, bound):
+            return None
+        n = len(bound)
+        shifts = np.broadcast_to(np.asarray(shifts, np.int64).reshape(-1), (n,))
+        left, right = np.maximum(shifts, 0), np.maximum(-shifts, 0)
+        mults = np.broadcast_to(np.asarray(mults, np.int64).reshape(-1), (n,))
+        return Requant32(table(ctx, "left_scale", (1 << (left + 1)).astype(np.int32)),
+                         table(ctx, "multiplier", mults.astype(np.int32)),
+                         table(ctx, "round_half", (1 << (right - 1)).astype(np.int32)),
+                         table(ctx, "right_shift", right.astype(np.int32)))
+
+    def apply(self, b, acc: Expr, channel: Expr) -> Expr:
+        h = b.let("high", smmulr(Bin("*", acc, self.scale(channel)), self.mult(channel)))
+        return Bin(">>", Bin("+", Bin("+", h, self.half(channel)), Bin(">>", h, Const(31))),
+                   self.right(channel))
+
+
+def proven(mults, shifts, bound: np.ndarray) -> bool:
+    """Whether Requant32 equals MultiplyByQuantizedMultiplier on every
+    accumulator within `bound` (per channel; see Requant32)."""
+    n = len(bound)
+    shifts = np.broadcast_to(np.asarray(shifts, np.int64).reshape(-1), (n,))
+    mults = np.broadcast_to(np.asarray(mults, np.int64).reshape(-1), (n,))
+    left, right = np.maximum(shifts, 0), np.maximum(-shifts, 0)
+    bound = np.asarray(bound, object)        # Python integers: no overflow in the proof
+    limit = 2**31 - 1
+    return bool(np.all(mults > 0) and np.all(mults < 2**31) and np.all(right >= 1)
+                and np.all(right <= 31)
+                and all(int(B) << (int(lft) + 1) <= limit and
+                        (int(B) << int(lft)) + (1 << (int(r) - 1)) <= limit
+                        for B, lft, r in zip(bound, left, right)))
+
+
+def acc_bound(w: np.ndarray, bias: np.ndarray, zp: int) -> np.ndarray:
+    """max |accumulator| per channel of a kernel reading raw int8 inputs
+    against weights w [channels, terms] from the folded bias (bias - zp sum w)."""
+    w = np.asarray(w, np.int64)
+    return np.abs(np.asarray(bias, np.int64) - zp * w.sum(axis=1)) + 128 * np.abs(w).sum(axis=1)
 
 
 def loop_by(ctx: LowerCtx, name: str, count: int, step: int, body: Callable[[Expr], Stmt]):

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from aot.codegen.arm_dsp import (ARM_SMLABB, ARM_SMLAD, ARM_SMLATT, ARM_SXTB16, ARM_SXTB16_ROR8,
-                                 SMLABB, SMLAD, SMLATT, SXTB16, SXTB16_ROR8)
+from aot.codegen.arm_dsp import (ARM_SMLABB, ARM_SMLAD, ARM_SMLATT, ARM_SMMULR, ARM_SXTB16,
+                                 ARM_SXTB16_ROR8, SMLABB, SMLAD, SMLATT, SMMULR, SXTB16,
+                                 SXTB16_ROR8)
 from aot.codegen.intrinsics import (GCC_X86_SPELLINGS, PACKED_PAIR_DOT, PAIR_DOT, PAIR_PACK,
                                     PAIR_PACK_BYTES, X86_PMADDWD, X86_PMADDWD_PACKED, X86_PMULDQ_RDHM)
 from aot.ir.tir import Call, Expr, PrimFunc, map_stmt_exprs
@@ -75,6 +76,7 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
     Instruction(SMLAD.name, ARM_SMLAD.name, _ARM, _DSP),
     Instruction(SMLABB.name, ARM_SMLABB.name, _ARM, _DSP),
     Instruction(SMLATT.name, ARM_SMLATT.name, _ARM, _DSP),
+    Instruction(SMMULR.name, ARM_SMMULR.name, _ARM, _DSP),
     Instruction(SXTB16.name, ARM_SXTB16.name, _ARM, _DSP, little_endian=True),
     Instruction(SXTB16_ROR8.name, ARM_SXTB16_ROR8.name, _ARM, _DSP, little_endian=True),
 )

@@ -351,10 +351,13 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
         return b.stmt()
 
     bias = bias_values(ctx, ins, 2, g.cout)
-    if int8_dsp.fits_pointwise(ctx, x, g, weights):
-        return int8_dsp.pointwise(ctx, x, g, weights, bias, zp_in, finish)
-    if int8_dsp.fits_depthwise(ctx, x, g, weights):
-        return int8_dsp.depthwise(ctx, x, g, weights, bias, zp_in, finish)
+    dsp = int8_dsp.conv_kernel(ctx, x, g, weights)
+    if dsp is not None:
+        # finish reads rq: in 32-bit arithmetic where the accumulators' bounds prove it exact
+        rq = int8_dsp.Requant32.make(ctx, *ref.conv_multipliers(s_in, scales, s_out),
+                                     int8_dsp.acc_bound(weights.reshape(g.cout, -1), bias,
+                                                        zp_in)) or rq
+        return dsp(ctx, x, g, weights, bias, zp_in, finish)
     if _vectorizable(ctx, g):
         vrq = VecRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out))
 
@@ -530,9 +533,12 @@ def fully_connected(ctx: LowerCtx, ins, emit):
             ctx, w, bias, emit, out_ty, zp_out, lo, hi, rq,
             VecRequant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out))))
     if int8_dsp.fits_fc(ctx, x, w):
+        frq = int8_dsp.Requant32.make(ctx, *ref.fc_multipliers(s_in, wq, s_out),
+                                      int8_dsp.acc_bound(w, bias, 0)) or rq
+
         def finish(out_lead, o, acc):
             b = q.Block(ctx)
-            y = q.clamp(q.offset(rq.apply(b, acc, o), zp_out), lo, hi)
+            y = q.clamp(q.offset(frq.apply(b, acc, o), zp_out), lo, hi)
             b.add(emit(0, out_lead + (o,), Cast(dt(out_ty.dtype), y)))
             return b.stmt()
         return int8_dsp.fully_connected(ctx, x, w, bias, out_ty.shape, finish)

@@ -1,17 +1,19 @@
 """Signal and detection ops (aot/ops/signal.py, aot/ops/detect.py): every
 ONNX backend node case of DFT, STFT, the windows, MelWeightMatrix, TopK,
 NonMaxSuppression, Compress, NonZero, Unique and RoiAlign through the
-interpreter and
-through the compiled package on the host (codegen c and llvm); the STFT,
-TopK and NonMaxSuppression cases in one package on qemu-aarch64; an audio
-front end and a detector head as exporters write them, against ONNX
-Runtime; the refusals of value-sized outputs.
+interpreter and through the compiled package on the host (codegen c and
+llvm); the STFT, TopK, NonMaxSuppression and Attention cases in one package
+on qemu-aarch64 (issue 14's acceptance); an audio front end and a detector
+head as exporters write them, against ONNX Runtime; NonZero, Compress and
+Unique of run-time inputs against ONNX Runtime; the refusals of value-sized
+outputs other nodes read.
 
 Shape arguments the node tests feed as graph inputs (k, frame_step, sizes,
-max_output_boxes_per_class, a Compress condition, a NonZero or Unique
-input) are bound to the case's values, as tests/test_onnx_conformance.py
-does. NonMaxSuppression's output is its static upper bound: the expected
-rows first, then rows of -1 (docs/ops.md, "Signal and detection ops").
+max_output_boxes_per_class, a Unique input with an axis) are bound to the
+case's values, as tests/test_onnx_conformance.py does. A value-sized model
+output is a static bound and a count (docs/ops.md, "Signal and detection
+ops"): the expected entries first, then padding, and the count says how
+many.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ from onnx import TensorProto as T
 from onnx import helper
 
 import test_conformance_package as pkg
-from test_onnx_conformance import _compare, _needs_constant, bind_and_retry, data_sets, skip_reason
+from test_onnx_conformance import (_compare, _has_empty_tensor, _needs_constant, bind_and_retry,
+                                   data_sets, skip_reason)
 
 from aot.api import run
 from aot.errors import UnsupportedError
@@ -70,12 +73,13 @@ def graph_of(model, name: str):
 def check(case_name: str, got: dict, expected: dict, counts: dict) -> None:
     """The outputs against the case's; a counted output (`counts`:
     count_outputs of the graph) in its first `count` entries, which must be
-    all the case has, and the rest of its static bound -1 (the padding
-    docs/ops.md promises for NonMaxSuppression)."""
-    for count, (out, axis) in counts.items():
+    all the case has, and the rest of its static bound the padding value
+    (-1 in index outputs, 0 in the others: docs/ops.md)."""
+    for count, counted in counts.items():
         n = int(got[count][0])
-        padding = np.take(got[out], np.arange(n, got[out].shape[axis]), axis=axis)
-        assert np.all(padding == -1), (case_name, n, got[out])
+        for out, axis, fill in counted:
+            padding = np.take(got[out], np.arange(n, got[out].shape[axis]), axis=axis)
+            assert np.all(padding == fill), (case_name, out, n, got[out])
     got = valid_entries(counts, got)
     for out, want in expected.items():
         reason = _compare(out, np.asarray(got[out]), np.asarray(want))
@@ -129,15 +133,26 @@ def test_compiled_on_host(codegen):
 
 # ---- compiled on qemu-aarch64 ----------------------------------------------------------------
 
-def merged_model(names: list[str]):
+def attention_cases() -> dict[str, object]:
+    """{case name: case} of Attention (opset 23 and 24, with and without
+    masks, causal, GQA, a KV cache, softcap, windows), not the expanded
+    ones; without float16 cases, which are compared at float16's precision
+    elsewhere (this runner's tolerance is float32's)."""
+    from test_onnx_conformance import cases as every_case
+    return {c.name: c for op, c in every_case() if op == "Attention"
+            and "_expanded" not in c.name and not skip_reason(c)
+            and not _has_empty_tensor(c) and "fp16" not in c.name and "float16" not in c.name}
+
+
+def merged_model(names: list[str], table: dict | None = None):
     """One model running every named case side by side (names prefixed by
     the case's index), its shape arguments bound; and its inputs and
-    expected outputs."""
+    expected outputs. table: the cases by name (default: this file's)."""
     nodes, inputs, outputs, inits = [], [], [], []
     feeds, expected = {}, {}
     opset = 1
     for i, name in enumerate(names):
-        case = cases()[name]
+        case = (table or cases())[name]
         g = case.model.graph
         opset = max(opset, case.model.opset_import[0].version)
 
@@ -159,10 +174,12 @@ def merged_model(names: list[str]):
     return model, feeds, expected
 
 
-def test_stft_topk_nms_cases_on_qemu_aarch64():
-    names = sorted(n for n, c in cases().items() if op_of(c) in ON_QEMU)
-    assert len(names) == 19
-    model, feeds, expected = merged_model(names)
+def test_acceptance_cases_on_qemu_aarch64():
+    """Issue 14's acceptance: every backend node case of STFT, TopK,
+    NonMaxSuppression and Attention in one package on qemu-aarch64."""
+    table = {**{n: c for n, c in cases().items() if op_of(c) in ON_QEMU}, **attention_cases()}
+    assert len(table) >= 19 + 80
+    model, feeds, expected = merged_model(sorted(table), table)
     graph, bound = bind_and_retry(model, feeds, lambda m: graph_of(m, "merged"))
     assert {b for b, _ in bound} >= {n for n in feeds if n.endswith(("_k", "_frame_step"))}
     got = run(graph, {k: v for k, v in feeds.items() if k in graph.inputs},
@@ -350,7 +367,7 @@ def test_selection_count_in_the_package_and_in_verify(tmp_path):
     onnx.save(detector_head_model(), tmp_path / "head.onnx")
     graph = aot.load(tmp_path / "head.onnx")
     assert graph.outputs == ("top_scores", "top_boxes", "selected", "selected_count")
-    assert count_outputs(graph) == {"selected_count": ("selected", 0)}
+    assert count_outputs(graph) == {"selected_count": (("selected", 0, -1),)}
     counts = {int(interpret(graph, random_inputs(graph, seed))["selected_count"][0])
               for seed in range(3)}
     assert len(counts) > 1, counts
@@ -358,10 +375,70 @@ def test_selection_count_in_the_package_and_in_verify(tmp_path):
     assert out["ok"] and [r["name"] for r in out["outputs"]] == ["top_scores", "top_boxes",
                                                                 "selected"], out
     meta = json.loads((tmp_path / "pkg" / "metadata.json").read_text())
-    assert meta["outputs"][3]["count_of"] == {"index": 2, "tensor": "selected", "axis": 0}
+    assert meta["outputs"][3]["count_of"] == [{"index": 2, "tensor": "selected", "axis": 0,
+                                               "padding": -1}]
     assert "count_of" not in meta["outputs"][2]
     header = (tmp_path / "pkg" / "include" / "head.h").read_text()
-    assert "#define HEAD_OUTPUT_SELECTED_COUNT_COUNT_OF 2\n" in header
+    assert "#define HEAD_OUTPUT_SELECTED_COUNT_COUNT_OF {2}\n" in header
+
+
+def value_sized_model():
+    """NonZero, Compress and Unique of run-time inputs, each a model output:
+    their bounded forms, with counts."""
+    nodes = [helper.make_node("NonZero", ["f"], ["nz_f"]),
+             helper.make_node("NonZero", ["b"], ["nz_b"]),
+             helper.make_node("NonZero", ["zeros"], ["nz_none"]),
+             helper.make_node("Compress", ["m", "keep_cols"], ["cols"], axis=1),
+             helper.make_node("Compress", ["m", "keep_rows"], ["rows"], axis=-2),
+             helper.make_node("Compress", ["m", "keep_flat"], ["flat"]),
+             helper.make_node("Unique", ["ints"], ["u", "u_first", "u_inverse", "u_counts"]),
+             helper.make_node("Unique", ["m"], ["v", "v_first", "v_inverse", "v_counts"],
+                              sorted=0)]
+    ins = [("f", T.FLOAT, [3, 4, 5]), ("b", T.BOOL, [7]), ("zeros", T.INT32, [2, 3]),
+           ("m", T.FLOAT, [4, 6]), ("keep_cols", T.BOOL, [6]), ("keep_rows", T.BOOL, [3]),
+           ("keep_flat", T.BOOL, [24]), ("ints", T.INT64, [20])]
+    outs = ["nz_f", "nz_b", "nz_none", "cols", "rows", "flat", "u", "u_first", "u_inverse",
+            "u_counts", "v", "v_first", "v_inverse", "v_counts"]
+    graph = helper.make_graph(nodes, "value_sized",
+                              [helper.make_tensor_value_info(*i) for i in ins],
+                              [helper.make_tensor_value_info(
+                                  o, T.FLOAT if o in ("cols", "rows", "flat", "v") else
+                                  T.INT64, None) for o in outs])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def value_sized_feeds(seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    f = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    f[rng.random(f.shape) < 0.6] = 0
+    f.flat[:3] = (-0.0, np.nan, np.inf)
+    return {"f": f, "b": rng.random(7) < 0.5, "zeros": np.zeros((2, 3), np.int32),
+            "m": rng.integers(-3, 3, (4, 6)).astype(np.float32),
+            "keep_cols": rng.random(6) < 0.5, "keep_rows": rng.random(3) < 0.5,
+            "keep_flat": rng.random(24) < 0.3, "ints": rng.integers(-5, 5, 20, dtype=np.int64)}
+
+
+@pytest.mark.parametrize("codegen", ("c", "llvm"))
+def test_value_sized_outputs_of_run_time_inputs_against_onnxruntime(tmp_path, codegen):
+    """NonZero (float with -0.0, NaN and inf; bool; all zeros), Compress
+    (an axis, a negative one, a condition shorter than the axis, none) and
+    Unique (sorted and in order of appearance, with ties) on run-time
+    inputs: their valid entries are ONNX Runtime's, the padding -1 or 0, in
+    the interpreter and compiled, on two draws of inputs."""
+    model = value_sized_model()
+    onnx.save(model, tmp_path / "sized.onnx")
+    graph = graph_of(model, "value_sized")
+    counts = count_outputs(graph)
+    assert sorted(counts) == ["cols_count", "flat_count", "nz_b_count", "nz_f_count",
+                              "nz_none_count", "rows_count", "u_count", "v_count"]
+    assert graph.types["u"].shape == (20,) and graph.types["nz_f"].shape == (3, 60)
+    for seed in (0, 1):
+        feeds = value_sized_feeds(seed)
+        want = _onnxruntime(model, feeds)
+        check(f"interpreter {seed}", interpret(graph, feeds), want, counts)
+        got = run(tmp_path / "sized.onnx", feeds, board="host", codegen=codegen)
+        check(f"{codegen} {seed}", got, want, counts)
+        assert got["nz_none_count"].tolist() == [0]
 
 
 # ---- RoiAlign ------------------------------------------------------------------------------
@@ -409,7 +486,8 @@ def test_roi_align_against_the_onnx_reference(tmp_path):
 
 def test_kernels_are_clean_under_sanitizers(tmp_path, monkeypatch):
     """The heap and kept list of NonMaxSuppression, the FFT's scratch rows,
-    TopK, GatherElements on its indices and RoiAlign's clamped taps, built
+    TopK, GatherElements on its indices, RoiAlign's clamped taps and the
+    bounded NonZero, Compress and Unique (Unique's scratch flags), built
     with ASan and UBSan (any report aborts) and -Wall -Wextra -Werror, on
     inputs that exercise them, matching ONNX Runtime / onnx.reference."""
     from onnx.reference import ReferenceEvaluator
@@ -425,6 +503,7 @@ def test_kernels_are_clean_under_sanitizers(tmp_path, monkeypatch):
                  {"boxes": _boxes(rng, 200),
                   "scores": rng.uniform(0, 1, (1, 4, 200)).round(2).astype(np.float32)}),
         "mel": (log_mel_model(), {"audio": rng.standard_normal((1, 2048)).astype(np.float32)}),
+        "sized": (value_sized_model(), value_sized_feeds(2)),
         "roi": (roi_align_model(2, mode="max", spatial_scale=0.5),
                 {"x": rng.standard_normal((2, 3, 12, 16)).astype(np.float32), "rois": rois,
                  "batch": np.array([0, 1, 1, 0, -1, 0], np.int64)}),
@@ -434,6 +513,11 @@ def test_kernels_are_clean_under_sanitizers(tmp_path, monkeypatch):
         info = package(tmp_path / f"{name}.onnx", board="host", codegen="c",
                        out_dir=tmp_path / name, extra_cflags=SANITIZE)
         got = run_package(info.path, get_board("host"), list(feeds.values())).outputs
+        if name == "sized":     # the bounded forms: valid entries, padding, counts
+            names = [o["name"] for o in info.metadata["outputs"]]
+            check(name, dict(zip(names, got)), _onnxruntime(model, feeds),
+                  count_outputs(graph_of(model, "value_sized")))
+            continue
         if name == "roi":
             feeds["batch"] = np.array([0, 1, 1, 0, 1, 0], np.int64)  # the reference's form
             want = ReferenceEvaluator(model).run(None, feeds)
@@ -446,7 +530,7 @@ def test_kernels_are_clean_under_sanitizers(tmp_path, monkeypatch):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-3, err_msg=name)
 
 
-# ---- value-sized outputs of run-time values: refused, naming the node -------------------
+# ---- value-sized outputs of run-time values other nodes read: refused, naming the node ----
 
 @pytest.mark.parametrize("op, inputs, what", [
     ("NonZero", [("x", T.FLOAT, [4])], "input 0"),
@@ -454,9 +538,14 @@ def test_kernels_are_clean_under_sanitizers(tmp_path, monkeypatch):
     ("Compress", [("x", T.FLOAT, [4]), ("c", T.BOOL, [4])], "input 1"),
 ])
 def test_value_sized_outputs_of_run_time_values_are_refused(op, inputs, what):
+    """A value-sized output another node reads would read its padding: the
+    node is refused unless its size is known at compile time."""
     node = helper.make_node(op, [n for n, _, _ in inputs], ["y"], name="picky")
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(*i) for i in inputs],
-                              [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    after = helper.make_node("Neg", ["y"], ["z"])
+    graph = helper.make_graph([node, after], "g",
+                              [helper.make_tensor_value_info(*i) for i in inputs],
+                              [helper.make_tensor_value_info(n, T.FLOAT, None)
+                               for n in ("y", "z")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(UnsupportedError) as e:
         graph_of(model, "g")

@@ -87,13 +87,19 @@ def _io(graph: Graph, mem: MemoryPlan, direction: str, names: Sequence[str], NAM
 
 
 def _mark_counts(graph: Graph, outputs: list[dict]) -> None:
-    """Each count output (aot.ops.detect.with_counts) says which output it
-    counts: `count_of` {index, tensor, axis}, in the header and metadata.json."""
+    """Each count output (aot.ops.detect.with_counts) says which outputs it
+    counts: `count_of` [{index, tensor, axis, padding}], in metadata.json,
+    and in the header as `count_lines` and `count_init` (their indices)."""
     index = {io["tensor"]: io["index"] for io in outputs}
-    for count, (tensor, axis) in count_outputs(graph).items():
-        if count in index and tensor in index:
-            outputs[index[count]]["count_of"] = {"index": index[tensor], "tensor": tensor,
-                                                 "axis": axis}
+    for count, counted in count_outputs(graph).items():
+        rows = [{"index": index[t], "tensor": t, "axis": axis, "padding": fill}
+                for t, axis, fill in counted if t in index]
+        if count in index and rows:
+            io = outputs[index[count]]
+            io["count_of"] = rows
+            io["count_lines"] = [f"output {r['index']} ({c_comment(r['tensor'])}) along its "
+                                 f"axis {r['axis']}, padded with {r['padding']}" for r in rows]
+            io["count_init"] = ", ".join(str(r["index"]) for r in rows)
 
 
 class _Places:

@@ -1,6 +1,8 @@
 """Rules for the detection ops (aot/ops/detect.py): TopK, NonMaxSuppression
 and RoiAlign as kernel rules, Compress as a gather from a table of the kept
-positions, NonZero and Unique (inputs known at compile time) as tables.
+positions, NonZero and Unique (inputs known at compile time) as tables;
+the bounded forms of NonZero, Compress and Unique (run-time inputs: a
+static bound and a count) as kernels writing at a running count.
 
 TopK needs no sort and no scratch: each step scans its row for the best
 element strictly after the previous one in the op's total order (value,
@@ -22,7 +24,8 @@ from aot.lower.elementwise import cast, const_like
 from aot.lower.reduce import loops
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.lower.signal import compile_time_tables
-from aot.ops.detect import compress_positions, roi_attrs
+from aot.lower.nn import unravel
+from aot.ops.detect import bounded_compress_geometry, compress_positions, roi_attrs
 from aot.ops.registry import Sig
 
 
@@ -263,9 +266,123 @@ def _compress(ctx: LowerCtx, ins, idx, lanes):
     return x.load(at, lanes)
 
 
-# ---- NonZero and Unique: values known at compile time -------------------------------------
+# ---- bounded forms: a static bound and a count (aot.ops.detect.with_counts) --------------
 
-kernel_rule("NonZero", "Unique")(compile_time_tables)
+def _flat_load(x: TensorRef, flat: Expr) -> Expr:
+    """x at a position of its flattened form (its buffer's own index when
+    it has one)."""
+    if x.buffer is not None:
+        return Load(x.buffer, flat)
+    return x.load(unravel(flat, x.shape) if x.shape else ())
+
+
+def _padding(ctx: LowerCtx, emit, k: int, shape: tuple[int, ...], axis: int, count: Var,
+             fill: Expr) -> Stmt:
+    """Output k's entries at or past `count` along axis set to `fill`."""
+    return loops(ctx, shape, range(len(shape)), lambda at: If(
+        Bin(">=", at[axis], count), emit(k, _index(at, len(shape)), fill)), "p")
+
+
+def _count_out(emit, k: int, count: Var) -> Stmt:
+    return emit(k, (const(0),), cast(count, "int32"))
+
+
+def _nonzero_bounded(ctx: LowerCtx, ins, emit):
+    """The positions of the nonzero elements in row-major order, each
+    written at a running count; -1 after the last."""
+    x = ins[0]
+    rank = len(x.shape)
+    count = ctx.fresh("count")
+
+    def visit(at) -> Stmt:
+        coords = [at[a] for a in range(rank)] or [const(0)]
+        return If(cast(x.load(_index(at, rank)), "bool"), seq(
+            *(emit(0, (const(d), count), cast(c, "int64")) for d, c in enumerate(coords)),
+            Assign(count, Bin("+", count, const(1)))))
+    pad = _padding(ctx, emit, 0, ctx.out_types[0].shape, 1, count, const(-1, "int64"))
+    return seq(Decl(count, const(0)), loops(ctx, x.shape, range(rank), visit), pad,
+               _count_out(emit, 1, count))
+
+
+@kernel_rule("NonZero")
+def _nonzero(ctx: LowerCtx, ins, emit):
+    if len(ctx.out_types) > 1:
+        return _nonzero_bounded(ctx, ins, emit)
+    return compile_time_tables(ctx, ins, emit)
+
+
+@kernel_rule("BoundedCompress")
+def _bounded_compress(ctx: LowerCtx, ins, emit):
+    """Each position the condition keeps copies its slice to the next
+    place; zeros after the last."""
+    x, cond = ins
+    axis, bound = bounded_compress_geometry(ctx)
+    out = ctx.out_types[0].shape
+    count, p = ctx.fresh("count"), ctx.fresh("p")
+    if axis is None:
+        copy = emit(0, (count,), _flat_load(x, p))
+    else:
+        others = [a for a in range(len(out)) if a != axis]
+        copy = loops(ctx, out, others, lambda at: emit(
+            0, _index({**at, axis: count}, len(out)), x.load(_index({**at, axis: p}, len(out)))))
+    keep = If(cast(cond.load((p,)), "bool"),
+              seq(copy, Assign(count, Bin("+", count, const(1)))))
+    pad = _padding(ctx, emit, 0, out, axis or 0, count, const_like(0, x.load((const(0),) *
+                                                                              len(x.shape))))
+    return seq(Decl(count, const(0)), For(p, bound, keep), pad, _count_out(emit, 1, count))
+
+
+def _unique_bounded(ctx: LowerCtx, ins, emit):
+    """Unique of the flattened input, O(n^2) compares and no sort: an
+    element is a first occurrence unless an equal one comes before it; a
+    first occurrence's place is the number of first occurrences before it
+    in the output's order (smaller values when sorted, earlier positions
+    otherwise). Scratch: the first-occurrence flags and places (two int32
+    per element). Values compare with C's ==, so every NaN is its own
+    value (numpy's unique puts NaNs together)."""
+    x = ins[0]
+    n = x.type.size
+    sort = bool(ctx.attrs.get("sorted", 1))
+    first = ctx.scratch_buffer("first", "int32", (n,))
+    place = ctx.scratch_buffer("place", "int32", (n,))
+    count = ctx.fresh("count")
+    i, j = ctx.fresh("i"), ctx.fresh("j")
+    xi, xj = ctx.fresh("xi", x.dtype), ctx.fresh("xj", x.dtype)
+    is_first, rank, same = ctx.fresh("is_first"), ctx.fresh("rank"), ctx.fresh("same")
+    occurs = ctx.fresh("occurrence")
+
+    def over_j(body: Stmt) -> Stmt:
+        return For(j, n, seq(Decl(xj, _flat_load(x, j)), body))
+
+    def add_if(var: Var, cond: Expr) -> Stmt:
+        return Assign(var, Bin("+", var, cast(cond, "int32")))
+    flags = For(i, n, seq(
+        Decl(xi, _flat_load(x, i)), Decl(is_first, const(1)),
+        over_j(If(Bin("and", Bin("<", j, i), Bin("==", xj, xi)), Assign(is_first, const(0)))),
+        Store(first, i, is_first), Assign(count, Bin("+", count, is_first))))
+    before = Bin("<", xj, xi) if sort else Bin("<", j, i)
+    places = For(i, n, If(Bin("!=", Load(first, i), const(0)), seq(
+        Decl(xi, _flat_load(x, i)), Decl(rank, const(0)), Decl(same, const(0)),
+        over_j(seq(add_if(rank, Bin("and", Bin("!=", Load(first, j), const(0)), before)),
+                   add_if(same, Bin("==", xj, xi)))),
+        Store(place, i, rank), emit(0, (rank,), xi), emit(1, (rank,), cast(i, "int64")),
+        emit(3, (rank,), cast(same, "int64")))))
+    # each element's value is at the place of its first occurrence
+    inverse = For(i, n, seq(
+        Decl(xi, _flat_load(x, i)), Decl(occurs, const(-1)),
+        over_j(If(Bin("and", Bin("<", occurs, const(0)), Bin("==", xj, xi)), Assign(occurs, j))),
+        emit(2, (i,), cast(Load(place, Bin("max", occurs, const(0))), "int64"))))
+    zero = const_like(0, _flat_load(x, const(0)))
+    pads = [_padding(ctx, emit, k, (n,), 0, count, fill)
+            for k, fill in ((0, zero), (1, const(-1, "int64")), (3, const(0, "int64")))]
+    return seq(Decl(count, const(0)), flags, places, inverse, *pads, _count_out(emit, 4, count))
+
+
+@kernel_rule("Unique")
+def _unique(ctx: LowerCtx, ins, emit):
+    if len(ctx.out_types) > 4:
+        return _unique_bounded(ctx, ins, emit)
+    return compile_time_tables(ctx, ins, emit)
 
 
 # ---- RoiAlign -----------------------------------------------------------------------------

@@ -5,19 +5,24 @@ values: Compress, NonZero and Unique.
 A static package cannot size an output at run time, so each value-sized
 output gets one of two answers (docs/ops.md, "Signal and detection ops"):
 
-- NonMaxSuppression has a static upper bound: batches x classes x
-  min(max_output_boxes_per_class, boxes) rows. The selected rows come first,
-  in ONNX's order; every row after them is (-1, -1, -1). When the selection
-  is a model output, the model gets a count output beside it
-  (`with_counts`): int32 [1], the number of valid rows.
-- Compress needs its condition, NonZero and Unique their input, known at
-  compile time; otherwise they are refused naming the node. Then their
-  sizes are known, NonZero and Unique fold to constants, and Compress is a
-  gather with constant positions.
+- A static upper bound and a count, where the output is the model's and
+  no other node reads it (`with_counts`, at import): NonMaxSuppression
+  always (batches x classes x min(max_output_boxes_per_class, boxes) rows),
+  NonZero, Compress (as BoundedCompress) and Unique without axis on
+  run-time inputs (bound: the input's size, or the condition's positions).
+  The valid entries come first, in ONNX's order, the rest is padding (-1 in
+  index outputs, 0 in the others), and one more model output, int32 [1],
+  says how many are valid.
+- Exact sizes otherwise: the input deciding the size must be a
+  compile-time constant (else the node is refused by name); NonZero and
+  Unique fold to constants, and Compress is a gather with constant
+  positions. A NonMaxSuppression selection that other nodes read keeps its
+  bound and -1 rows, without a count.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from dataclasses import dataclass
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -36,7 +41,8 @@ def value_sized(sig: Sig, i: int, what: str) -> np.ndarray:
         raise UnsupportedError(
             f"{node_label(sig.node)}: input {i} must be a compile-time constant: the output "
             f"size depends on the values of {what}, and a static package sizes every output "
-            "at compile time")
+            "at compile time (a model output no other node reads gets a static bound and a "
+            "count instead)")
     return sig.values[i]
 
 
@@ -173,31 +179,78 @@ def _nms(call: Call, args):
     out = np.full(call.out_types[0].shape, -1, np.int64)
     if rows:
         out[:len(rows)] = rows
-    return [out, np.array([len(rows)], np.int32)][:len(call.out_types)]
+    return [out, _count(len(rows))][:len(call.out_types)]
 
 
 # ---- count outputs ------------------------------------------------------------------------
 #
-# A value-sized output that is a model output gets its count as one more
-# output of its node and of the model: int32 [1], the number of valid
-# entries along the output's padded axis (TFLite's NonMaxSuppressionV4
-# gives its valid_outputs the same way). Ops with a count, and the axis of
-# their padded output 0:
-COUNTED = {"NonMaxSuppression": 0}
+# A value-sized model output gets a static bound and a count: its node
+# takes its bounded form, one more output holding the count (int32 [1]:
+# the number of valid entries along the padded axis, as TFLite's
+# NonMaxSuppressionV4 gives its valid_outputs), appended to the model's
+# outputs. Entries past the count are padding: -1 in index outputs, 0 in
+# the others.
+
+@dataclass(frozen=True)
+class Counted:
+    """An op's bounded form: output `count` is the count, each output of
+    `padded(attrs, input rank)` ((output, axis, fill), ...) is padded along
+    its axis with `fill`. `sized_by`: the input whose values size the outputs (None:
+    always, as NonMaxSuppression's scores); `source`: the op the importer
+    turns into this one, when they differ."""
+    count: int
+    padded: Callable[[Mapping, int], tuple[tuple[int, int, int], ...]]
+    sized_by: int | None = None
+    source: str = ""
+
+
+def _compress_axis(attrs: Mapping, rank: int) -> int:
+    axis = attrs.get("axis")
+    return 0 if axis is None else int(axis) % max(rank, 1)
+
+
+COUNTED = {
+    "NonMaxSuppression": Counted(1, lambda a, r: ((0, 0, -1),)),
+    "NonZero": Counted(1, lambda a, r: ((0, 1, -1),), sized_by=0),
+    "BoundedCompress": Counted(1, lambda a, r: ((0, _compress_axis(a, r), 0),), sized_by=1,
+                               source="Compress"),
+    "Unique": Counted(4, lambda a, r: ((0, 0, 0), (1, 0, -1), (3, 0, 0)), sized_by=0),
+}
+BOUNDED = {c.source or op: op for op, c in COUNTED.items()}
 COUNT_TYPE = TensorType((1,), "int32")
 
 
+def bounded(node) -> bool:
+    """Whether the node is in its bounded form (has its count output)."""
+    spec = COUNTED.get(node.op)
+    return spec is not None and len(node.outputs) == spec.count + 1
+
+
 def with_counts(graph: Graph) -> Graph:
-    """The graph with a count output beside each value-sized model output
-    (named <output>_count), appended to the model's outputs in node order.
-    A value-sized output the model only uses inside keeps its padding."""
+    """The graph with each value-sized model output in its bounded form,
+    its count (<output>_count) appended to the model's outputs in node
+    order. Left as they are: outputs sized by compile-time constants (they
+    fold, exact), and value-sized outputs other nodes read (which would
+    read the padding): a run-time one is refused by type inference."""
     taken = set(graph.tensor_names()) | set(graph.constants)
+    readers = {t for n in graph.nodes for t in n.inputs}
     nodes, counts = [], []
     for node in graph.nodes:
-        if node.op in COUNTED and len(node.outputs) == 1 and node.outputs[0] in graph.outputs:
-            count = claim_name(f"{node.outputs[0]}_count", taken)
-            node = node.with_(outputs=(*node.outputs, count))
-            counts.append(count)
+        op = BOUNDED.get(node.op)
+        spec = COUNTED.get(op)
+        if spec is not None and len(node.outputs) <= spec.count:
+            outs = list(node.outputs) + [""] * (spec.count - len(node.outputs))
+            padded = [outs[k] for k, _, _ in spec.padded(node.attrs, 0) if outs[k]]
+            run_time = spec.sized_by is None or (
+                len(node.inputs) > spec.sized_by and node.inputs[spec.sized_by]
+                not in graph.constants)
+            if run_time and any(o in graph.outputs for o in padded) and (
+                    spec.sized_by is None or not readers & set(padded)):
+                outs = [o or claim_name(f"{node.name}_unused{k}", taken)
+                        for k, o in enumerate(outs)]
+                count = claim_name(f"{padded[0]}_count", taken)
+                node = node.with_(op=op, outputs=(*outs, count))
+                counts.append(count)
         nodes.append(node)
     if not counts:
         return graph
@@ -207,32 +260,53 @@ def with_counts(graph: Graph) -> Graph:
 def _counted_nodes(graph: Graph):
     for node in graph.nodes:
         if "body" in node.attrs:
-            yield from _counted_nodes(node.attrs["body"])
-        elif node.op in COUNTED and len(node.outputs) == 2:
-            yield node
+            yield from ((n, node.attrs["body"]) for n, _ in _counted_nodes(node.attrs["body"]))
+        elif bounded(node):
+            yield node, graph
 
 
-def count_outputs(graph: Graph) -> dict[str, tuple[str, int]]:
-    """{count output: (the output it counts, its padded axis)} of a model,
-    optimized or not."""
-    return {n.outputs[1]: (n.outputs[0], COUNTED[n.op]) for n in _counted_nodes(graph)
-            if n.outputs[1] in graph.outputs}
+def count_outputs(graph: Graph) -> dict[str, tuple[tuple[str, int, int], ...]]:
+    """{count output: ((an output it counts, its padded axis, the padding
+    value), ...)} of a model, optimized or not."""
+    out = {}
+    for node, where in _counted_nodes(graph):
+        spec = COUNTED[node.op]
+        count = node.outputs[spec.count]
+        if count in graph.outputs:
+            rank = len(where.types[node.inputs[0]].shape) if node.inputs[0] in where.types else 0
+            out[count] = tuple((node.outputs[k], axis, fill)
+                               for k, axis, fill in spec.padded(node.attrs, rank)
+                               if node.outputs[k] in graph.outputs)
+    return out
 
 
-def valid_entries(counts: Mapping[str, tuple[str, int]],
+def valid_entries(counts: Mapping[str, tuple[tuple[str, int, int], ...]],
                   outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The outputs as a runtime that sizes them by value gives them: each
     counted output cut to its first `count` entries, the counts left out."""
     out = {k: v for k, v in outputs.items() if k not in counts}
-    for count, (name, axis) in counts.items():
-        if name in out and count in outputs:
-            n = int(np.asarray(outputs[count]).reshape(-1)[0])
+    for count, counted in counts.items():
+        if count not in outputs:
+            continue
+        n = int(np.asarray(outputs[count]).reshape(-1)[0])
+        for name, axis, _ in counted:
             a = np.asarray(out[name])
             if not 0 <= n <= a.shape[axis]:
                 raise AotError(f"output '{count}' says {n} valid entries of the "
-                                       f"{a.shape[axis]} of output '{name}'")
+                               f"{a.shape[axis]} of output '{name}'")
             out[name] = np.take(a, np.arange(n), axis=axis)
     return out
+
+
+def _pad(exact: np.ndarray, ty: TensorType, axis: int, fill) -> np.ndarray:
+    """`exact` in the bounded output of type ty: its entries first along axis."""
+    out = np.full(ty.shape, fill, ty.dtype)
+    out[tuple(slice(0, d) for d in exact.shape)] = exact
+    return out
+
+
+def _count(n: int) -> np.ndarray:
+    return np.array([n], COUNT_TYPE.dtype)
 
 
 # ---- Compress -----------------------------------------------------------------------------
@@ -251,13 +325,15 @@ def compress_positions(sig: Sig) -> tuple[int | None, np.ndarray]:
     return axis, np.flatnonzero(cond[:dim])
 
 
+def _compress_shape(x: TensorType, axis: int | None, kept: int) -> tuple[int, ...]:
+    return (kept,) if axis is None else x.shape[:axis] + (kept,) + x.shape[axis + 1:]
+
+
 @arity(2, 2)
 def _infer_compress(sig: Sig):
     x = sig.in_types[0]
     axis, kept = compress_positions(sig)
-    if axis is None:
-        return [TensorType((kept.size,), x.dtype, x.quant)]
-    return [TensorType(x.shape[:axis] + (kept.size,) + x.shape[axis + 1:], x.dtype, x.quant)]
+    return [TensorType(_compress_shape(x, axis, kept.size), x.dtype, x.quant)]
 
 
 @register("Compress", infer=_infer_compress, pattern=Pattern.INJECTIVE)
@@ -267,10 +343,47 @@ def _compress(call: Call, args):
     return [np.take(x, kept, axis=0 if axis is None else axis)]
 
 
-# ---- NonZero and Unique: folded -----------------------------------------------------------
+def bounded_compress_geometry(sig_or_call) -> tuple[int | None, int]:
+    """(axis or None for the flattened input, the bound: the positions the
+    condition can select, min(its length, the axis))."""
+    x, cond = sig_or_call.in_types[0], sig_or_call.in_types[1]
+    axis = sig_or_call.attrs.get("axis")
+    axis = None if axis is None else int(axis) % max(len(x.shape), 1)
+    dim = x.size if axis is None else x.shape[axis]
+    return axis, min(dim, cond.size)
+
+
+@arity(2, 2)
+def _infer_bounded_compress(sig: Sig):
+    x, cond = sig.in_types[0], sig.in_types[1]
+    if len(cond.shape) != 1:
+        raise sig.fail(f"the condition must be 1-D, got {list(cond.shape)}")
+    if sig.attrs.get("axis") is not None:
+        _axis(sig, int(sig.attrs["axis"]), len(x.shape))
+    axis, bound = bounded_compress_geometry(sig)
+    return [TensorType(_compress_shape(x, axis, bound), x.dtype, x.quant), COUNT_TYPE]
+
+
+@register("BoundedCompress", infer=_infer_bounded_compress)
+def _bounded_compress(call: Call, args):
+    """Compress of a run-time condition (with_counts): the kept slices
+    first, zeros after them; positions past the input's axis are ignored."""
+    x, cond = args
+    axis, bound = bounded_compress_geometry(call)
+    kept = np.flatnonzero(np.asarray(cond).reshape(-1)[:bound])
+    exact = np.take(x.reshape(-1) if axis is None else x, kept, axis=axis or 0)
+    out = np.moveaxis(np.zeros(call.out_types[0].shape, x.dtype), axis or 0, 0)
+    out[:kept.size] = np.moveaxis(exact, axis or 0, 0)
+    return [np.moveaxis(out, 0, axis or 0), _count(kept.size)]
+
+
+# ---- NonZero and Unique: folded, or bounded -----------------------------------------------
 
 @arity(1, 1)
 def _infer_nonzero(sig: Sig):
+    if bounded(sig.node):
+        x = sig.in_types[0]
+        return [TensorType((max(len(x.shape), 1), x.size), "int64"), COUNT_TYPE]
     x = value_sized(sig, 0, "the input")
     return [TensorType((max(x.ndim, 1), int(np.count_nonzero(x))), "int64")]
 
@@ -278,8 +391,10 @@ def _infer_nonzero(sig: Sig):
 @register("NonZero", infer=_infer_nonzero)
 def _nonzero(call: Call, args):
     x = np.asarray(args[0])
-    return [np.array(np.nonzero(x.reshape(-1) if x.ndim == 0 else x), np.int64)
-            .reshape(call.out_types[0].shape)]
+    exact = np.array(np.nonzero(x.reshape(-1) if x.ndim == 0 else x), np.int64)
+    if not bounded(call.node):
+        return [exact.reshape(call.out_types[0].shape)]
+    return [_pad(exact, call.out_types[0], 1, -1), _count(exact.shape[1])]
 
 
 def unique(x: np.ndarray, axis: int | None, sort: bool):
@@ -300,11 +415,19 @@ def unique(x: np.ndarray, axis: int | None, sort: bool):
 
 @arity(1, 1)
 def _infer_unique(sig: Sig):
+    t = sig.in_types[0]
+    if bounded(sig.node):
+        if sig.attrs.get("axis") is not None:
+            raise UnsupportedError(
+                f"{node_label(sig.node)}: input 0 must be a compile-time constant for Unique "
+                "with an axis: unique slices of a run-time input are not supported yet "
+                "(without an axis they are: a static bound and a count)")
+        return [TensorType((t.size,), t.dtype, t.quant)] + [
+            TensorType((t.size,), "int64")] * 3 + [COUNT_TYPE]
     x = value_sized(sig, 0, "the input")
     axis = sig.attrs.get("axis")
     axis = None if axis is None else _axis(sig, int(axis), x.ndim)
     y, first, inverse, counts = unique(x, axis, bool(sig.attrs.get("sorted", 1)))
-    t = sig.in_types[0]
     types = [TensorType(y.shape, t.dtype, t.quant)] + [
         TensorType(a.shape, "int64") for a in (first, inverse, counts)]
     return types[:len(sig.node.outputs)]
@@ -315,7 +438,11 @@ def _unique(call: Call, args):
     axis = call.attrs.get("axis")
     axis = None if axis is None else int(axis) % args[0].ndim
     out = unique(args[0], axis, bool(call.attrs.get("sorted", 1)))
-    return list(out[:len(call.out_types)])
+    if not bounded(call.node):
+        return list(out[:len(call.out_types)])
+    y, first, inverse, counts = out
+    return [_pad(y, call.out_types[0], 0, 0), _pad(first, call.out_types[1], 0, -1), inverse,
+            _pad(counts, call.out_types[3], 0, 0), _count(y.size)]
 
 
 # ---- RoiAlign -----------------------------------------------------------------------------

@@ -200,8 +200,47 @@ def _sigmoid(lanes: int) -> Helper:
         "(within 1.9e-7)")
 
 
+def _exp(lanes: int) -> Helper:
+    """float32 e^x as 2^n e^r, n = round(x / ln 2), |r| <= ln 2 / 2: r's
+    Taylor polynomial to degree 7 (its truncation 2.2e-9 relative) times 2^n
+    as two powers of two built in the exponent bits (2^n alone would leave
+    float32 below n = -126 and above 127; the product rounds to the
+    subnormals, 0 or inf as e^x does). No selects and no float -> int
+    conversion: the integer n is read from the rounding sum's bits, so a NaN
+    x flows through as NaN (+-inf give inf and 0)."""
+    d, u32 = DType("float32", lanes), DType("uint32", lanes)
+
+    def k(v: float) -> Expr:
+        return _splat(v, d)
+    x, c, n, r, h = (Var(v, d) for v in ("x", "c", "n", "r", "h"))
+    poly = k(1 / 5040)
+    for f in (720, 120, 24, 6, 2, 1, 1):
+        poly = Bin("+", Bin("*", poly, r), k(1 / f))
+    # 1.5 * 2^23 added rounds to an integer m (|m| < 2^22), held in the low
+    # mantissa bits: bits(m + magic) = bits(magic) + m.
+    magic = k(12582912.0)
+
+    def power_of_two(m: Expr) -> Expr:
+        """2^m for an integer-valued m in [-126, 127]."""
+        biased = Bin("+", Cast(u32, Bin("+", m, magic), bits=True),
+                     _splat((127 - 0x4B400000) % 2**32, u32))
+        return Cast(d, Bin("<<", biased, _splat(23, u32)), bits=True)
+    return Helper("aot_exp", (x,), (
+        # max(lo, x), min(hi, .): a NaN x stays NaN (see _sigmoid); from -104
+        # down e^x rounds to 0, from 89 up to inf
+        (c, Bin("min", k(89.0), Bin("max", k(-104.0), x))),
+        (n, Bin("-", Bin("+", Bin("*", c, k(1.4426950408889634)), magic), magic)),
+        # ln 2 in two parts: n times the first is exact
+        (r, Bin("-", Bin("-", c, Bin("*", n, k(0.693145751953125))),
+                Bin("*", n, k(1.4286068203094173e-06)))),
+        (h, Bin("-", Bin("+", Bin("*", n, k(0.5)), magic), magic)),     # n = h + (n - h)
+    ), Bin("*", Bin("*", poly, power_of_two(h)), power_of_two(Bin("-", n, h))),
+        "float32 e^x as 2^round(x / ln 2) times a degree-7 polynomial (within a few ulp of "
+        "expf)")
+
+
 HELPERS: dict[str, Helper] = {h.name: h for h in (_srdhm(), _rdbpot(), _satshl(), _mbqm(),
-                                                  _rdhm(), _sigmoid(1))}
+                                                  _rdhm(), _sigmoid(1), _exp(1))}
 
 
 def helper(fn: str) -> Helper | None:
@@ -218,6 +257,8 @@ def vector_helper(fn: str, lanes: int) -> Helper | None:
     """The whole-vector form of helper `fn` on `lanes` lanes, or None."""
     if fn == "aot_sigmoid":
         return _sigmoid(lanes)
+    if fn == "aot_exp":
+        return _exp(lanes)
     i32, u32 = DType("int32", lanes), DType("uint32", lanes)
     if fn == "aot_rdhm":
         a, b = Var("a", i32), Var("b", i32)

@@ -16,8 +16,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from aot.ir.graph import TensorType
-from aot.ir.tir import (Assign, Bin, Const, Decl, DType, Expr, For, ForKind, Select, Stmt,
-                        Unary, Var, add, const, dt, dtype_of, mul, seq)
+from aot.ir.tir import (Assign, Bin, Call, Const, Decl, DType, Expr, For, ForKind, Select,
+                        Stmt, Unary, Var, add, const, dt, dtype_of, mul, seq)
 from aot.lower.elementwise import (broadcast_load, cast, const_like, float_to_int, int_abs,
                                   math_call, wrapping)
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
@@ -239,6 +239,15 @@ def _arg(ctx: LowerCtx, ins, emit):
 
 # ---- Softmax / LogSoftmax / Hardmax ----------------------------------------------------------
 
+def _exp(v: Expr) -> Expr:
+    """e^v: float32 through aot_exp, which vectorizes (codegen/intrinsics.py;
+    expf is a libm call per lane: the softmax of a YOLO head's DFL took 5 ns
+    per element)."""
+    if dtype_of(v).scalar == "float32":
+        return Call("aot_exp", (v,), dtype_of(v))
+    return math_call("exp", v)
+
+
 @kernel_rule("Softmax", "LogSoftmax", "Hardmax")
 def _softmax(ctx: LowerCtx, ins, emit):
     x = ins[0]
@@ -248,27 +257,32 @@ def _softmax(ctx: LowerCtx, ins, emit):
     axis = int(ctx.attrs.get("axis", -1)) % rank
     op = ctx.node.op
 
-    def row(at: Index) -> Stmt:
+    def row(at: Index, lanes: int = 1) -> Stmt:
         if op == "Hardmax":
             return _hardmax_row(ctx, x, at, axis, emit)
         # three passes, as the reference: the max, the sum of exp(x - max), the outputs
-        find_max, m = accumulate(ctx, x, at, (axis,), _first(x, at, (axis,)),
+        find_max, m = accumulate(ctx, x, at, (axis,), _first(x, at, (axis,), lanes),
                                  lambda acc, v: Bin("max", acc, v), "m")
         sum_exp, s = accumulate(ctx, x, at, (axis,), const_like(0, m),
-                                lambda acc, v: Bin("+", acc, math_call("exp", Bin("-", v, m))),
-                                "s")
+                                lambda acc, v: Bin("+", acc, _exp(Bin("-", v, m))), "s")
         if op == "Softmax":
             scale = ctx.fresh("r", m.dtype)
             prep = Decl(scale, Bin("/", const_like(1, s), s))
-            value = lambda v: Bin("*", math_call("exp", Bin("-", v, m)), scale)  # noqa: E731
+            value = lambda v: Bin("*", _exp(Bin("-", v, m)), scale)  # noqa: E731
         else:
             scale = ctx.fresh("log_s", m.dtype)
             prep = Decl(scale, math_call("log", s))
             value = lambda v: Bin("-", Bin("-", v, m), scale)  # noqa: E731
         out = loops(ctx, x.shape, (axis,),
                     lambda v: emit(0, full_index({**at, **v}, rank),
-                                   value(x.load(full_index({**at, **v}, rank)))), "k")
+                                   value(x.load(full_index({**at, **v}, rank), lanes))), "k")
         return seq(find_max, sum_exp, prep, out)
+    # Along another axis than the last, neighbours on the last axis are
+    # independent rows: a vector of them at a time (LogSoftmax's log stays a
+    # libm call per lane, so it stays scalar).
+    lanes = _reduce_lanes(ctx, x, (axis,)) if op == "Softmax" else 1
+    if lanes > 1:
+        return _vector_rows(ctx, x, (axis,), lanes, row)
     return per_row(ctx, x, (axis,), row)
 
 

@@ -27,6 +27,7 @@ from aot.lower import int8_dsp, lower_graph
 from aot.lower import testing
 from aot.lower.testing import compile_kernels, host_target
 from aot.ops import qmath as ref_q
+from conftest import MODELS
 import test_lower_int8
 from test_lower_int8 import check_graphs, conv_model, fc_model
 
@@ -180,3 +181,19 @@ def test_generic_formulas_are_the_instructions(codegen):
     assert outs[3].tolist() == [_smlad_ref(*t, terms=(True, False)) for t in triples]
     assert outs[4].tolist() == [_smlad_ref(*t, terms=(False, True)) for t in triples]
     assert outs[5].tolist() == [(p * q + (1 << 31)) >> 32 for p, q, _ in triples]
+
+
+def test_the_m4_gets_the_instructions_and_stays_bit_exact(tmp_path):
+    """kws int8 on mps2-an386 through the LLVM kernels (llvm.arm.smlad...)
+    and on mps3-an547 through the C kernels, against tflite-micro; the M4's
+    C calls the ACLE intrinsics."""
+    from aot.api import package, verify
+    kws = MODELS / "mlperf_kws_dscnn_int8.tflite"
+    for board, codegen in (("mps2-an386", "llvm"), ("mps3-an547", "c")):
+        out = verify(kws, board=board, codegen=codegen)
+        assert out["reference"] == "tflite-micro" and out["ok"], out
+        assert all(r["max_abs_err"] == 0 for r in out["outputs"]), out
+    package(kws, board="mps2-an386", out_dir=tmp_path / "kws")
+    source = "".join(p.read_text() for p in (tmp_path / "kws" / "src").glob("*_kernels.c"))
+    for name in ("__smlad(", "__sxtb16(", "__smlabb(", "__smlatt(", "smmulr %0"):
+        assert name in source, name

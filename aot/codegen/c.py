@@ -29,6 +29,7 @@ from aot.codegen.arm_dsp import DspOp
 from aot.codegen.check import check_func
 from aot.codegen.intrinsics import (GCC_X86_SPELLINGS, Helper, Lane, PairDot, PairPack, Pmuldq,
                                     check_call, vector_helper)
+from aot.codegen.intrinsics import QuadDot
 from aot.codegen.names import c_comment, c_identifier, kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import UnsupportedError
@@ -576,7 +577,9 @@ class _Printer:
         if isinstance(fn, PairDot):
             return self._call_text(self._pair_dot(e.dtype, fn), list(e.args))
         if isinstance(fn, PairPack):
-            return self._call_text(self._pair_pack(e.dtype, fn.bytes), list(e.args))
+            return self._call_text(self._pair_pack(e.dtype, fn), list(e.args))
+        if isinstance(fn, QuadDot):
+            return self._call_text(self._quad_dot(e.dtype, fn), list(e.args))
         if isinstance(fn, Lane):        # a vector subscript (GCC's and Clang's vector extension)
             return f"{self.wrap(e.args[0], PRIMARY)}[{self.expr(e.args[1])}]", PRIMARY
         if isinstance(fn, (Helper, Pmuldq)) and e.dtype.lanes > 1:
@@ -620,19 +623,54 @@ class _Printer:
             f"        r[k] = x0 * w[2 * k] + x1 * w[2 * k + 1];\n    }}\n    return r;\n"
             + ("#endif\n" if builtin else "") + "}"))
 
-    def _pair_pack(self, d: DType, as_bytes: bool) -> str:
-        """aot_pack2 (intrinsics.PairPack): the lane formula, or for
-        aot_pack2_bytes the vector's bytes (the formula left for a compiler
-        that does not say it is little-endian)."""
-        rt, vt = self.mod.vector(d), self.mod.vector(DType("int16", 2 * d.lanes))
-        name = f"aot_pack2_{rt[4:]}"
+    def _pair_pack(self, d: DType, fn: PairPack) -> str:
+        """aot_pack2 / aot_pack4 (intrinsics.PairPack): the lane formula, or
+        for aot_pack2_bytes / aot_pack4_bytes the vector's bytes (the formula
+        left for a compiler that does not say it is little-endian)."""
+        n = fn.group
+        rt, vt = self.mod.vector(d), self.mod.vector(DType(fn.source, n * d.lanes))
+        name = f"aot_pack{n}_{rt[4:]}"
+        mask, last = (65535, "v[2 * k + 1] * 65536") if n == 2 else (255, "v[4 * k + 3] * 16777216")
+        low = " + ".join(f"(v[{n} * k{f' + {j}' if j else ''}] & {mask})"
+                         + (f" * {1 << 8 * j}" if j else "") for j in range(n - 1))
         formula = (f"    {rt} r = {{0}};\n    for (int k = 0; k < {d.lanes}; ++k) {{\n"
-                   f"        r[k] = (v[2 * k] & 65535) + v[2 * k + 1] * 65536;\n    }}\n"
+                   f"        r[k] = {low} + {last};\n    }}\n"
                    "    return r;\n")
-        if as_bytes:
+        if fn.bytes:
             formula = ("#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__\n"
                        f"    return ({rt})v;\n#else\n{formula}#endif\n")
         return self.mod.helper(name, lambda: f"static inline {rt} {name}({vt} v)\n{{\n{formula}}}")
+
+    def _quad_dot(self, d: DType, fn: QuadDot) -> str:
+        """aot_dot4 / aot_dot4u (intrinsics.QuadDot): the lane formula, or
+        for arm_sdot / x86_vpdpbusd the instruction (ACLE's vdotq_s32, Intel's
+        _mm*_dpbusd_epi32), with the formula left for a compiler not given the
+        ISA. The quad is broadcast as an int32, so lane k's bytes are its
+        bytes in order on these little-endian targets."""
+        rt, wt = self.mod.vector(d), self.mod.vector(DType("int8", 4 * d.lanes))
+        name = f"{fn.name}_{rt[4:]}"
+        byte = "(int32_t)(u >> {s} & 255u)" if fn.unsigned else \
+            "(((int32_t)(u >> {s} & 255u) ^ 128) - 128)"
+        terms = " + ".join(f"{byte.format(s=8 * j)} * w[4 * k + {j}]" for j in range(4))
+        formula = (f"    const uint32_t u = (uint32_t)q;\n    {rt} r = acc;\n"
+                   f"    for (int k = 0; k < {d.lanes}; ++k) {{\n"
+                   f"        r[k] += {terms};\n    }}\n    return r;\n")
+        head, fast = "", None
+        if fn.instruction == "sdot":
+            head = "#if defined(__ARM_FEATURE_DOTPROD)\n#include <arm_neon.h>\n#endif\n"
+            fast = ("defined(__ARM_FEATURE_DOTPROD)",
+                    f"({rt})vdotq_s32((int32x4_t)acc, (int8x16_t)w, "
+                    "vreinterpretq_s8_s32(vdupq_n_s32(q)))")
+        elif fn.instruction == "vpdpbusd":
+            isa = "defined(__AVX512VNNI__)" + ("" if d.lanes == 16 else " && defined(__AVX512VL__)")
+            head = f"#if {isa}\n#include <immintrin.h>\n#endif\n"
+            width = {4: ("_mm", "__m128i"), 8: ("_mm256", "__m256i"), 16: ("_mm512", "__m512i")}
+            pre, reg = width[d.lanes]
+            fast = (isa, f"({rt}){pre}_dpbusd_epi32(({reg})acc, {pre}_set1_epi32(q), ({reg})w)")
+        body = formula if fast is None else (f"#if {fast[0]}\n    return {fast[1]};\n#else\n"
+                                             f"{formula}#endif\n")
+        return self.mod.helper(name, lambda: (
+            f"{head}static inline {rt} {name}({rt} acc, int32_t q, {wt} w)\n{{\n{body}}}"))
 
     def _helper_fn(self, h: Helper) -> str:
         def make() -> str:

@@ -10,10 +10,11 @@ Two kinds:
   defined once here, in TIR, as a few named intermediate values and a
   result; the C backend prints that as a `static inline` function, the LLVM
   backend expands it in place. One definition, so the two cannot disagree.
-- **lane-crossing operations** (`aot_dot2`, `aot_dot2p`, `aot_pack2`) and
-  the **target instructions** the legalization pass (aot/lower/legalize.py)
-  makes of generic calls (`x86_pmaddwd`, `x86_pmaddwd_packed`,
-  `x86_pmuldq_rdhm`, `aot_pack2_bytes`): the backends print each as it is
+- **lane-crossing operations** (`aot_dot2`, `aot_dot2p`, `aot_pack2`,
+  `aot_dot4`, `aot_dot4u`, `aot_pack4`) and the **target instructions** the
+  legalization pass (aot/lower/legalize.py) makes of generic calls
+  (`x86_pmaddwd`, `x86_pmaddwd_packed`, `x86_pmuldq_rdhm`, `aot_pack2_bytes`,
+  `aot_pack4_bytes`, `arm_sdot`, `x86_vpdpbusd`): the backends print each as it is
   named, choosing nothing (GCC_X86_SPELLINGS: the same for the C spelling
   of vector conversions and min/max).
 """
@@ -331,14 +332,59 @@ class PairPack:
     codegens reinterpret (a C vector cast, an LLVM bitcast)."""
     name: str = "aot_pack2"
     bytes: bool = False      # the little-endian reinterpretation
+    group: int = 2           # lanes per int32: int16 pairs (2) or int8 quads (4)
+
+    @property
+    def source(self) -> str:
+        return "int16" if self.group == 2 else "int8"
 
     def result(self, args: tuple[Expr, ...]) -> DType:
-        return DType("int32", dtype_of(args[0]).lanes // 2)
+        return DType("int32", dtype_of(args[0]).lanes // self.group)
 
 
 PAIR_PACK = PairPack()
 PAIR_PACK_BYTES = PairPack("aot_pack2_bytes", bytes=True)
-_PAIR_PACKS = {p.name: p for p in (PAIR_PACK, PAIR_PACK_BYTES)}
+# The same for int8 quads, the activations aot_dot4 reads: int8 x 4n ->
+# int32 x n, r[k] = sum over j of (v[4k + j] & 255) << 8j (v[4k + 3] signed).
+QUAD_PACK = PairPack("aot_pack4", group=4)
+QUAD_PACK_BYTES = PairPack("aot_pack4_bytes", bytes=True, group=4)
+_PAIR_PACKS = {p.name: p for p in (PAIR_PACK, PAIR_PACK_BYTES, QUAD_PACK, QUAD_PACK_BYTES)}
+
+
+@dataclass(frozen=True)
+class QuadDot:
+    """`aot_dot4(acc, q, w)`: an int32 vector acc of n lanes, an int32
+    scalar q holding four int8 activations (x_j = byte j of q, the low byte
+    first: (int8)(q >> 8j)) and an int8 vector w of 4n lanes -> acc[k] +
+    sum over j of x_j * w[4k + j].
+
+    The 4-way int8 dot product of integer convolutions (four input channels
+    against weights packed in groups of four per output channel, the quad
+    broadcast). `aot_dot4u` reads the bytes unsigned (x_j = (q >> 8j) & 255),
+    as x86's u8 x s8 instruction does. Generic, each is its lane formula; the
+    legalization pass (aot/lower/legalize.py) makes aot_dot4 `arm_sdot`
+    (ACLE vdotq_s32) on targets with the dotprod feature, and aot_dot4u
+    `x86_vpdpbusd` on AVX-512 VNNI. The sum of four products is exact in
+    int32; the accumulation wraps (callers stay far from 2^31).
+    """
+    name: str = "aot_dot4"
+    unsigned: bool = False   # activation bytes are uint8
+    instruction: str = ""    # "sdot" / "vpdpbusd": the target instruction
+
+    def result(self, args: tuple[Expr, ...]) -> DType:
+        return dtype_of(args[0])
+
+
+QUAD_DOT = QuadDot()
+QUAD_DOT_U = QuadDot("aot_dot4u", unsigned=True)
+ARM_SDOT = QuadDot("arm_sdot", instruction="sdot")
+X86_VPDPBUSD = QuadDot("x86_vpdpbusd", unsigned=True, instruction="vpdpbusd")
+_QUAD_DOTS = {d.name: d for d in (QUAD_DOT, QUAD_DOT_U, ARM_SDOT, X86_VPDPBUSD)}
+
+
+def quad_dot(acc: Expr, quad: Expr, w: Expr, unsigned: bool = False) -> Call:
+    """The aot_dot4 (aot_dot4u) call (see QuadDot)."""
+    return Call((QUAD_DOT_U if unsigned else QUAD_DOT).name, (acc, quad, w), dtype_of(acc))
 
 
 @dataclass(frozen=True)
@@ -367,6 +413,11 @@ def pack_pairs(v: Expr) -> Call:
     return Call(PAIR_PACK.name, (v,), DType("int32", dtype_of(v).lanes // 2))
 
 
+def pack_quads(v: Expr) -> Call:
+    """The aot_pack4 call: int8 x 4n -> the int32 quads aot_dot4 reads."""
+    return Call(QUAD_PACK.name, (v,), DType("int32", dtype_of(v).lanes // 4))
+
+
 @dataclass(frozen=True)
 class Lane:
     """`aot_lane(v, i)`: lane i (a constant) of vector v, a scalar. Broadcast
@@ -386,7 +437,8 @@ def lane(v: Expr, i: int) -> Call:
 
 def lane_crossing(fn: str) -> bool:
     """Calls whose vector operands need not have the result's lanes."""
-    return fn in DSP_OPS or fn in _PAIR_DOTS or fn in _PAIR_PACKS or fn == LANE.name
+    return (fn in DSP_OPS or fn in _PAIR_DOTS or fn in _PAIR_PACKS or fn in _QUAD_DOTS
+            or fn == LANE.name)
 
 
 def _check_lane(args: tuple[Expr, ...], dtype: DType) -> Lane:
@@ -401,11 +453,22 @@ def _check_lane(args: tuple[Expr, ...], dtype: DType) -> Lane:
 def _check_pair_pack(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairPack:
     p = _PAIR_PACKS[fn]
     kinds = [dtype_of(a) for a in args]
-    if (len(args) != 1 or kinds[0].scalar != "int16" or kinds[0].lanes < 4
-            or kinds[0].lanes % 2 or dtype != p.result(args)):
-        raise UnsupportedError(f"{fn} takes (int16 x 2n) -> int32 x n, got "
+    if (len(args) != 1 or kinds[0].scalar != p.source or kinds[0].lanes < 2 * p.group
+            or kinds[0].lanes % p.group or dtype != p.result(args)):
+        raise UnsupportedError(f"{fn} takes ({p.source} x {p.group}n) -> int32 x n, got "
                                f"({', '.join(map(str, kinds))}) -> {dtype}")
     return p
+
+
+def _check_quad_dot(fn: str, args: tuple[Expr, ...], dtype: DType) -> QuadDot:
+    d = _QUAD_DOTS[fn]
+    kinds = [dtype_of(a) for a in args]
+    if (len(args) != 3 or kinds[0].scalar != "int32" or kinds[0].lanes < 2
+            or kinds[1] != DType("int32") or kinds[2] != DType("int8", 4 * kinds[0].lanes)
+            or dtype != kinds[0]):
+        raise UnsupportedError(f"{fn} takes (int32 x n, int32, int8 x 4n) -> int32 x n, got "
+                               f"({', '.join(map(str, kinds))}) -> {dtype}")
+    return d
 
 
 def _check_pmuldq(args: tuple[Expr, ...], dtype: DType) -> Pmuldq:
@@ -430,12 +493,14 @@ def _check_pair_dot(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairDot:
 
 
 def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
-               ) -> LibmFn | Helper | PairDot | PairPack | Pmuldq | Lane:
+               ) -> LibmFn | Helper | PairDot | PairPack | Pmuldq | Lane | QuadDot:
     """What a Call means, or a clear error naming it."""
     if fn in DSP_OPS:          # the Armv7E-M DSP extension's (aot/codegen/arm_dsp.py)
         return check_dsp(fn, args, dtype)
     if fn in _PAIR_DOTS:
         return _check_pair_dot(fn, args, dtype)
+    if fn in _QUAD_DOTS:
+        return _check_quad_dot(fn, args, dtype)
     if fn in _PAIR_PACKS:
         return _check_pair_pack(fn, args, dtype)
     if fn == X86_PMULDQ_RDHM.name:
@@ -462,7 +527,9 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
     return f
 
 
-__all__ = ["GCC_X86_SPELLINGS", "HELPERS", "Helper", "LANE", "Lane", "LibmFn", "PACKED_PAIR_DOT",
-           "PAIR_DOT", "PAIR_PACK", "PAIR_PACK_BYTES", "PairDot", "PairPack", "Pmuldq", "X86_PMADDWD",
-           "X86_PMADDWD_PACKED", "X86_PMULDQ_RDHM", "check_call", "helper", "lane", "lane_crossing",
-           "libm", "pack_pairs", "packed_pair_dot", "pair_dot", "vector_helper"]
+__all__ = ["ARM_SDOT", "GCC_X86_SPELLINGS", "HELPERS", "Helper", "LANE", "Lane", "LibmFn",
+           "PACKED_PAIR_DOT", "PAIR_DOT", "PAIR_PACK", "PAIR_PACK_BYTES", "PairDot", "PairPack",
+           "Pmuldq", "QUAD_DOT", "QUAD_DOT_U", "QUAD_PACK", "QUAD_PACK_BYTES", "QuadDot",
+           "X86_PMADDWD", "X86_PMADDWD_PACKED", "X86_PMULDQ_RDHM", "X86_VPDPBUSD", "check_call",
+           "helper", "lane", "lane_crossing", "libm", "pack_pairs", "pack_quads",
+           "packed_pair_dot", "pair_dot", "quad_dot", "vector_helper"]

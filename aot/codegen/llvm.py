@@ -31,6 +31,7 @@ from aot.codegen.arm_dsp import DspOp
 from aot.codegen.check import check_func
 from aot.codegen.intrinsics import (Helper, Lane, LibmFn, PairDot, PairPack, Pmuldq, check_call,
                                     vector_helper)
+from aot.codegen.intrinsics import QuadDot
 from aot.codegen.names import kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import AotError, UnsupportedError
@@ -377,7 +378,11 @@ class _FuncBuilder:
                 return self.packed_pair_dot(e.dtype.lanes, fn.pmaddwd, *args)
             return self.pair_dot(e.dtype.lanes, fn.pmaddwd, *args)
         if isinstance(fn, PairPack):
+            if fn.group == 4:
+                return self.quad_pack(e.dtype.lanes, fn.bytes, args[0])
             return self.pair_pack(e.dtype.lanes, fn.bytes, args[0])
+        if isinstance(fn, QuadDot):
+            return self.quad_dot(e.dtype.lanes, fn, *args)
         if isinstance(fn, Lane):
             return self.b.extract_element(args[0], args[1])
         if isinstance(fn, Pmuldq):
@@ -426,6 +431,48 @@ class _FuncBuilder:
             vt, [2 * k + j for k in range(n)])), vt) for j in (0, 1))
         low = self.b.and_(even, ir.Constant(vt, [0xFFFF] * n))
         return self.b.add(low, self.b.shl(odd, ir.Constant(vt, [16] * n)))
+
+    def quad_pack(self, n: int, as_bytes: bool, v):
+        """aot_pack4_bytes: the vector's bytes (little-endian); aot_pack4:
+        lanes 4k + j zero-extended (the last sign-extended) and shifted by 8j."""
+        vt = ir.VectorType(ir.IntType(32), n)
+        if as_bytes:
+            return self.b.bitcast(v, vt)
+        undef = ir.Constant(v.type, ir.Undefined)
+        total = None
+        for j in range(4):
+            part = self.b.shuffle_vector(v, undef, ir.Constant(vt, [4 * k + j for k in range(n)]))
+            part = (self.b.sext if j == 3 else self.b.zext)(part, vt)
+            part = self.b.shl(part, ir.Constant(vt, [8 * j] * n)) if j else part
+            total = part if total is None else self.b.add(total, part)
+        return total
+
+    def quad_dot(self, n: int, fn: QuadDot, acc, q, w):
+        """arm_sdot / x86_vpdpbusd: the instruction's intrinsic on the quad
+        broadcast and seen as bytes; aot_dot4(u): extend, multiply and add
+        the four products of each lane (the quad's bytes taken by shifts)."""
+        i8, i32 = ir.IntType(8), ir.IntType(32)
+        if fn.instruction:
+            x = self.b.bitcast(self.splat(q, n), w.type)
+            name = _QUAD_DOT[fn.instruction].format(n=n, b=4 * n, bits=32 * n)
+            callee = self.module.globals.get(name) or ir.Function(
+                self.module, ir.FunctionType(acc.type, [acc.type, w.type, w.type]), name)
+            return self.b.call(callee, [acc, x, w])
+        vt = ir.VectorType(i32, 4 * n)
+        quad = ir.Constant(ir.VectorType(i32, 4), ir.Undefined)
+        for j in range(4):
+            byte = self.b.trunc(self.b.lshr(q, ir.Constant(i32, 8 * j)), i8)
+            quad = self.b.insert_element(quad, (self.b.zext if fn.unsigned else self.b.sext)(
+                byte, i32), ir.Constant(i32, j))
+        xs = self.b.shuffle_vector(quad, ir.Constant(quad.type, ir.Undefined),
+                                   ir.Constant(vt, [k % 4 for k in range(4 * n)]))
+        prod = self.b.mul(xs, self.b.sext(w, vt))
+        undef = ir.Constant(vt, ir.Undefined)
+        out = acc
+        for j in range(4):
+            out = self.b.add(out, self.b.shuffle_vector(prod, undef, ir.Constant(
+                ir.VectorType(i32, n), [4 * k + j for k in range(n)])))
+        return out
 
     def pmaddwd_call(self, n: int, x, w):
         name = _PMADDWD[n]
@@ -596,6 +643,10 @@ def build_module(funcs: Sequence[PrimFunc], prefix: str, target: Target,
 # chooses it only where the target has the ISA).
 _PMADDWD = {4: "llvm.x86.sse2.pmadd.wd", 8: "llvm.x86.avx2.pmadd.wd",
             16: "llvm.x86.avx512.pmaddw.d.512"}
+# The 4-way int8 dot products' intrinsics ({n}: result lanes), operands
+# (acc, activations, weights); vpdpbusd's activations are the unsigned ones.
+_QUAD_DOT = {"sdot": "llvm.aarch64.neon.sdot.v{n}i32.v{b}i8",
+             "vpdpbusd": "llvm.x86.avx512.vpdpbusd.{bits}"}
 
 
 _LOOP_MARKER = "aot.loop.self."

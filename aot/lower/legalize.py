@@ -7,14 +7,19 @@ nothing.
                                                                   AVX2 (8), AVX512BW (16)
     aot_rdhm on int32 x n  -> x86_pmuldq_rdhm                     x86: SSE4.1 (4), AVX2 (8),
                                                                   AVX512F (16)
-    aot_pack2              -> aot_pack2_bytes                     little-endian targets
+    aot_pack2 / aot_pack4  -> aot_pack2_bytes / aot_pack4_bytes   little-endian targets
+    aot_dot4               -> arm_sdot                            AArch64 with dotprod (4)
+    aot_dot4u              -> x86_vpdpbusd                        x86: AVX512-VNNI (16),
+                                                                  with AVX512VL (4, 8)
     (the function)         -> attribute GCC_X86_SPELLINGS         x86: the C's vector
                                                                   conversions and min/max
                                                                   spelled for GCC beside
                                                                   the portable spelling
 
 A call the target has no instruction for stays generic: its lane formula
-(NEON compilers make widening multiply-adds of aot_dot2's). The C printed
+(NEON compilers make widening multiply-adds of aot_dot2's). Which of
+aot_dot4 and aot_dot4u a kernel calls is the int8 accumulator strategy's
+choice (aot/lower/strategy.py), made from the same facts. The C printed
 for an x86 instruction still falls back to the formula under `#if` when the
 user's compiler is not given the ISA (docs/package.md, "In a firmware
 project"); which instruction is used is decided here, from the target's
@@ -29,6 +34,8 @@ from aot.codegen.arm_dsp import (ARM_SMLABB, ARM_SMLAD, ARM_SMLATT, ARM_SMMULR, 
                                  SXTB16_ROR8)
 from aot.codegen.intrinsics import (GCC_X86_SPELLINGS, PACKED_PAIR_DOT, PAIR_DOT, PAIR_PACK,
                                     PAIR_PACK_BYTES, X86_PMADDWD, X86_PMADDWD_PACKED, X86_PMULDQ_RDHM)
+from aot.codegen.intrinsics import (ARM_SDOT, QUAD_DOT, QUAD_DOT_U, QUAD_PACK, QUAD_PACK_BYTES,
+                                    X86_VPDPBUSD)
 from aot.ir.tir import Call, Expr, PrimFunc, map_stmt_exprs
 from aot.targets import Target
 
@@ -65,6 +72,9 @@ _PMADDWD = ((4, ("sse2",)), (8, ("avx2",)), (16, ("avx512bw",)))
 _PMULDQ = ((4, ("sse4.1",)), (8, ("avx2",)), (16, ("avx512f",)))
 _ARM = ("arm", "thumb")
 _DSP = ((1, ("dsp",)),)
+_SDOT = ((4, ("dotprod",)),)
+_VPDPBUSD = ((4, ("avx512vnni", "avx512vl")), (8, ("avx512vnni", "avx512vl")),
+             (16, ("avx512vnni",)))
 
 # Every target instruction a generic call may become, first fit wins.
 INSTRUCTIONS: tuple[Instruction, ...] = (
@@ -79,6 +89,10 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
     Instruction(SMMULR.name, ARM_SMMULR.name, _ARM, _DSP),
     Instruction(SXTB16.name, ARM_SXTB16.name, _ARM, _DSP, little_endian=True),
     Instruction(SXTB16_ROR8.name, ARM_SXTB16_ROR8.name, _ARM, _DSP, little_endian=True),
+    Instruction(QUAD_PACK.name, QUAD_PACK_BYTES.name, little_endian=True),
+    # Both read the quad's bytes as lanes of a broadcast register: little-endian.
+    Instruction(QUAD_DOT.name, ARM_SDOT.name, ("aarch64",), _SDOT, little_endian=True),
+    Instruction(QUAD_DOT_U.name, X86_VPDPBUSD.name, _X86, _VPDPBUSD, little_endian=True),
 )
 _BY_GENERIC: dict[str, tuple[Instruction, ...]] = {}
 for _i in INSTRUCTIONS:

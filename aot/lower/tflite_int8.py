@@ -33,14 +33,15 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.codegen.intrinsics import pack_pairs, packed_pair_dot, pair_dot
-from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Decl, Expr, For, If, Load,
-                        Select, Stmt, Store, Unary, Var, add, dt, dtype_of, flat_index, mul, seq,
-                        sub)
+from aot.codegen.intrinsics import pack_pairs, pack_quads, packed_pair_dot, pair_dot, quad_dot
+from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, Expr, For, If,
+                        Load, Select, Stmt, Store, Unary, Var, add, dt, dtype_of, flat_index, mul,
+                        seq, sub)
 from aot.lower import int8_dsp
 from aot.lower import qmath as q
 from aot.lower.elementwise import broadcast_load, const_like
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
+from aot.lower.strategy import PAIRS, Accumulator, int8_accumulator
 from aot.ops import qmath as ref_q
 from aot.ops import tflite_int8 as ref
 
@@ -531,7 +532,8 @@ def fully_connected(ctx: LowerCtx, ins, emit):
     if vector_lanes(ctx) > 1 and units >= 4:
         return row_loops(ctx, x, out_ty.shape, depth, vector_fc(
             ctx, w, bias, emit, out_ty, zp_out, lo, hi, rq,
-            VecRequant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out))))
+            VecRequant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out)),
+            x.buffer if x.value is None else None))
     if int8_dsp.fits_fc(ctx, x, w):
         frq = int8_dsp.Requant32.make(ctx, *ref.fc_multipliers(s_in, wq, s_out),
                                       int8_dsp.acc_bound(w, bias, 0)) or rq
@@ -891,7 +893,10 @@ def dequantize(ctx: LowerCtx, ins, idx, lanes):
 # channels go through the 16-bit multiply-add (aot_dot2 / aot_dot2p:
 # pmaddwd on x86) against weights packed in pairs; dense convolutions
 # first stage the input rows they read as int32 pairs (aot_pack2, a vector
-# at a time). Each accumulator is requantized straight from its register,
+# at a time). Targets with a 4-way int8 dot product (Arm sdot, x86 VNNI;
+# aot/lower/strategy.py) take four input channels per call instead
+# (aot_dot4), from input rows staged as int32 quads of the raw bytes.
+# Each accumulator is requantized straight from its register,
 # on int32 vectors (VecRequant) with per-channel constants precomputed so
 # that it is branch-free. Scalar targets keep the loops above.
 
@@ -1001,13 +1006,24 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
         t = _replace(t, vectors=1)
     tiles = _tile_widths(width, t)
     w5 = weights.reshape(g.groups, g.per_group, g.kh, g.kw, g.depth)
-    if depthwise:
+    acc_kind = int8_accumulator(ctx.target)
+    # Dense convs whose depth is a multiple of 4 take four input channels
+    # per aot_dot4 where the strategy says so: weights [KH, KW, D/4, C, 4],
+    # input rows staged as quads of raw bytes (see _quad_rows).
+    quads = (acc_kind.group == 4 and not depthwise and g.groups == 1 and g.depth % 4 == 0
+             and all(min(w) >= 4 for _, w in tiles) and _fits_int8(weights))
+    if quads:
+        packed4 = ctx.param("filter_quads", np.ascontiguousarray(
+            w5[0].reshape(g.per_group, g.kh, g.kw, g.depth // 4, 4)
+            .transpose(1, 2, 3, 0, 4)).astype(np.int8))
+        stage, rows, slot = _quad_rows(ctx, g, load_x, zp, acc_kind)
+    elif depthwise:
         packed = ctx.param("filter", weight_dtype(
             np.ascontiguousarray(weights[:, :, :, 0].transpose(1, 2, 0))))    # [KH, KW, C]
     else:
         packed = ctx.param("filter", weight_dtype(
             np.ascontiguousarray(w5.transpose(0, 2, 3, 4, 1))))              # [G, KH, KW, D, P]
-    pairs = not depthwise and g.depth >= 2
+    pairs = not quads and not depthwise and g.depth >= 2
     if pairs:   # [G, KH, KW, D/2, P, 2]: two input channels' weights side by side
         even = w5[..., :g.depth // 2 * 2].reshape(g.groups, g.per_group, g.kh, g.kw,
                                                   g.depth // 2, 2)
@@ -1019,14 +1035,15 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     # reads as int32 pairs (x[2i] - zp) + 65536 (x[2i+1] - zp), zero outside
     # the image (exactly the skipped taps): each pair is then one load and
     # broadcast (aot_dot2p), no tap tests bounds, and every row is blocked.
-    staged = (pairs and g.groups == 1 and g.depth % 2 == 0
-              and all(min(w) >= 4 for _, w in tiles))
-    if staged:
+    staged = quads or (pairs and g.groups == 1 and g.depth % 2 == 0
+                       and all(min(w) >= 4 for _, w in tiles))
+    if staged and not quads:
         stage, rows, slot = _pair_rows(ctx, g, load_x, zp)
     # Odd depths (the first layer's 1 or 3 channels) pair along a window
     # row instead: with unit column dilation its KW x D taps are one
     # contiguous run of the staged row, read as consecutive pairs.
-    flat = (not depthwise and g.groups == 1 and g.depth % 2 == 1 and g.dilations[1] == 1
+    flat = (not quads and not depthwise and g.groups == 1 and g.depth % 2 == 1
+            and g.dilations[1] == 1
             and all(min(w) >= 4 for _, w in tiles))
     if flat:
         k_run = g.kw * g.depth
@@ -1039,10 +1056,14 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
         staged = True
 
     def bias_at(folded: bool, oc: Expr, lanes: int) -> Expr:
-        if folded not in bias_tabs:
-            values = bias - zp * flat_w.sum(axis=1) if folded else bias
-            bias_tabs[folded] = ctx.param("bias", ref_q.wrap_int32(values).astype(np.int32))
-        return Load(bias_tabs[folded], oc, lanes)
+        """The bias less `fold` * sum(w) per channel: fold is the input zero
+        point in the unstaged interior, zp + the quads' byte offset in staged
+        quads (padding holds zp + offset there), else 0."""
+        fold = zp + acc_kind.offset if quads else zp if folded else 0
+        if fold not in bias_tabs:
+            values = bias - fold * flat_w.sum(axis=1)
+            bias_tabs[fold] = ctx.param("bias", ref_q.wrap_int32(values).astype(np.int32))
+        return Load(bias_tabs[fold], oc, lanes)
 
     def w_load(gi, ky, kx, ic, c, lanes):
         idx = (ky, kx, c) if depthwise else (gi, ky, kx, ic, c)
@@ -1079,9 +1100,26 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                         for a, v, wd in zip(row, ws, widths):
                             body.append(Assign(a, Bin("+", a, Bin("*", _splat(xs, wd), v))))
                 return seq(*body)
-            if not (pairs and min(widths) >= 4):
+            if not (quads or pairs and min(widths) >= 4):
                 return loop(ctx, "ic", 1 if depthwise else g.depth, step)
             wp = [ctx.fresh("wv", dt("int16", 2 * wd)) for wd in widths]
+
+            def quad_step(icq):
+                """Input channels 4 icq .. 4 icq + 3 at once (aot_dot4): one
+                int32 of the staged rows per pixel, broadcast."""
+                w4 = [ctx.fresh("wq", dt("int8", 4 * wd)) for wd in widths]
+                body = [Decl(v, Load(packed4, flat_index((ky, kx, icq, add(c0, Const(off)),
+                                                          Const(0)), packed4.shape), 4 * wd))
+                        for v, off, wd in zip(w4, offs, widths)]
+                for row, ix in zip(accs, ixs):
+                    xq = ctx.fresh("xq")
+                    body.append(Decl(xq, Load(rows, flat_index((slot(oy, ky), ix, icq),
+                                                               rows.shape))))
+                    body += [Assign(a, quad_dot(a, xq, v, acc_kind.unsigned))
+                             for a, v in zip(row, w4)]
+                return seq(*body)
+            if quads:
+                return loop(ctx, "icq", g.depth // 4, quad_step)
 
             def pair_step(icp):
                 """Input channels 2 icp and 2 icp + 1 at once (aot_dot2)."""
@@ -1223,24 +1261,25 @@ def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int):
     return stage, rows, pstep
 
 
-def _pair_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int):
-    """(stage(n, oy), the rows buffer [KH, W', D/2] int32, slot(oy, ky))
+def _staged_rows(ctx: LowerCtx, g: ConvGeom, name: str, words: int, fill: int,
+                 one: Callable, many: Callable, smallest: int):
+    """(stage(n, oy), the rows buffer [KH, W', words] int32, slot(oy, ky))
     for the staged dense conv: the slot of tap row ky holds input row oy *
-    stride - pad + ky * dilation from the left padding on, zeros where that
-    is outside the image. With stride and dilation 1 the rows form a ring
-    (slot (oy + ky) % KH), so each input row is staged once, not KH times;
-    output rows must then run in order."""
+    stride - pad + ky * dilation from the left padding on, `words` int32
+    per pixel (one(n, iy, ix, k): word k; many(n, iy, ix, k, count): words
+    k.. as a vector), `fill` where that is outside the image. With stride
+    and dilation 1 the rows form a ring (slot (oy + ky) % KH), so each input
+    row is staged once, not KH times; output rows must then run in order."""
     sh, sw = g.strides
     dh, dw = g.dilations
     width = max(g.w + g.pad_left, (g.ow - 1) * sw + (g.kw - 1) * dw + 1)
-    half = g.depth // 2
-    rows = ctx.scratch_buffer("pair_rows", "int32", (g.kh, width, half))
+    rows = ctx.scratch_buffer(name, "int32", (g.kh, width, words))
     lanes = vector_lanes(ctx)
 
-    def zero(start: Expr, count: int) -> Stmt | None:
+    def fill_run(start: Expr, count: int) -> Stmt | None:
         if count <= 0:
             return None
-        return loop(ctx, "z", count, lambda j: Store(rows, add(start, j), Const(0)))
+        return loop(ctx, "z", count, lambda j: Store(rows, add(start, j), Const(fill)))
 
     ring = sh == 1 and dh == 1 and g.kh > 1
 
@@ -1257,52 +1296,81 @@ def _pair_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int):
     def row_of(n, oy):
         def row(ky, at) -> Stmt:
             iy = _window_pos(oy, ky, sh, g.pad_top, dh)
-            base = mul(at, Const(width * half))
+            base = mul(at, Const(width * words))
 
-            def place(ix, cp):
-                return add(base, add(mul(add(ix, Const(g.pad_left)), Const(half)), cp))
-
-            def pair(ix, cp):
-                a, b = (q.offset(to_i32(load_x((n, iy, ix, add(mul(cp, Const(2)), Const(j))))),
-                                 -zp) for j in (0, 1))
-                value = Bin("+", Bin("&", a, Const(0xFFFF)), Bin("*", b, Const(65536)))
-                return Store(rows, place(ix, cp), value)
-
-            def pairs(ix, cp, lanes):
-                """`lanes` pairs at once: 2 lanes int8 widened to int16 (x - zp
-                lies in [-255, 255]), their bytes read as int32 pairs."""
-                i16 = dt("int16", 2 * lanes)
-                x8, x16 = ctx.fresh("x8", dt("int8", 2 * lanes)), ctx.fresh("x16", i16)
-                return seq(Decl(x8, load_x((n, iy, ix, Const(2 * cp)), 2 * lanes)),
-                           Decl(x16, Bin("+", Cast(i16, x8), Broadcast(Const(-zp, dt("int16")),
-                                                                       2 * lanes))),
-                           Store(rows, place(ix, Const(cp)), pack_pairs(x16)))
+            def place(ix, k):
+                return add(base, add(mul(add(ix, Const(g.pad_left)), Const(words)), k))
 
             def pixel(ix) -> Stmt:
                 if lanes == 1:
-                    return loop(ctx, "cp", half, lambda cp: pair(ix, cp))
-                runs, cp = [], 0
-                for width in _pair_widths(half, lanes):
-                    runs.append(pairs(ix, cp, width) if width > 1 else pair(ix, Const(cp)))
-                    cp += width
+                    return loop(ctx, "k", words, lambda k: Store(rows, place(ix, k),
+                                                                 one(n, iy, ix, k)))
+                runs, k = [], 0
+                for count in _pair_widths(words, lanes, smallest):
+                    value = many(n, iy, ix, k, count) if count > 1 else one(n, iy, ix, Const(k))
+                    runs.append(Store(rows, place(ix, Const(k)), value))
+                    k += count
                 return seq(*runs)
             inside = seq(*[st for st in (
-                zero(base, g.pad_left * half),
+                fill_run(base, g.pad_left * words),
                 loop(ctx, "ix", g.w, pixel),
-                zero(add(base, Const((g.pad_left + g.w) * half)),
-                     (width - g.pad_left - g.w) * half)) if st is not None])
+                fill_run(add(base, Const((g.pad_left + g.w) * words)),
+                         (width - g.pad_left - g.w) * words)) if st is not None])
             cond = Bin("and", Bin(">=", iy, Const(0)), Bin("<", iy, Const(g.h)))
-            return If(cond, inside, zero(base, width * half))
+            return If(cond, inside, fill_run(base, width * words))
         return row
     return stage, rows, slot
 
 
-def _pair_widths(count: int, lanes: int) -> list[int]:
+def _pair_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int):
+    """_staged_rows of int32 pairs (x[2i] - zp) + 65536 (x[2i+1] - zp),
+    zeros outside the image (exactly the skipped taps): [KH, W', D/2]."""
+    def one(n, iy, ix, cp):
+        a, b = (q.offset(to_i32(load_x((n, iy, ix, add(mul(cp, Const(2)), Const(j))))), -zp)
+                for j in (0, 1))
+        return Bin("+", Bin("&", a, Const(0xFFFF)), Bin("*", b, Const(65536)))
+
+    def many(n, iy, ix, cp, count):
+        """`count` pairs at once: 2 count lanes int8 widened to int16 (x - zp
+        lies in [-255, 255]), their bytes read as int32 pairs."""
+        i16 = dt("int16", 2 * count)
+        x16 = Bin("+", Cast(i16, load_x((n, iy, ix, Const(2 * cp)), 2 * count)),
+                  Broadcast(Const(-zp, dt("int16")), 2 * count))
+        return pack_pairs(x16)
+    return _staged_rows(ctx, g, "pair_rows", g.depth // 2, 0, one, many, 4)
+
+
+def _quad_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int, kind: Accumulator):
+    """_staged_rows for aot_dot4, [KH, W', D/4]: each int32 four channels'
+    bytes x + kind.offset (low channel first), and outside the image the
+    bytes of zp + offset: those taps then add (zp + offset) * w, which the
+    bias takes back with the in-image ones' (bias - (zp + offset) * sum(w)),
+    so the sum is exactly that of x - zp over the in-image taps."""
+    def one(n, iy, ix, cq):
+        return _quad_value([load_x((n, iy, ix, add(mul(cq, Const(4)), Const(j))))
+                            for j in range(4)], kind.offset)
+
+    def many(n, iy, ix, cq, count):
+        """`count` quads at once: 4 count bytes, their bits as int32s."""
+        v = load_x((n, iy, ix, Const(4 * cq)), 4 * count)
+        if kind.offset:
+            v = Bin("^", v, Broadcast(Const(-128, dt("int8")), 4 * count))
+        return pack_quads(v)
+    pad_byte = (zp + kind.offset) & 255
+    fill = int(ref_q.wrap_int32(np.int64(pad_byte * 0x01010101)))
+    return _staged_rows(ctx, g, "quad_rows", g.depth // 4, fill, one, many, 2)
+
+
+def _fits_int8(w: np.ndarray) -> bool:
+    return bool(w.size) and w.min() >= -128 and w.max() <= 127
+
+
+def _pair_widths(count: int, lanes: int, smallest: int = 4) -> list[int]:
     """A pixel's `count` pairs as vectors of `lanes`, then halving powers of
-    two down to 4 lanes, then single pairs (1)."""
+    two down to `smallest` lanes, then single pairs (1)."""
     out, width = [], lanes
     while count:
-        if width < 4:
+        if width < smallest:
             return out + [1] * count
         out += [width] * (count // width)
         count %= width
@@ -1320,33 +1388,54 @@ def loop_step(ctx: LowerCtx, name: str, count: int, start: int, step: int,
 
 
 def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_out: int,
-              lo: int, hi: int, rq: Requant, vrq: VecRequant):
-    """The body of one FC row in vector tiles: units across the lanes, two
-    depth steps per aot_dot2 (weights [D/2, U, 2]; an odd last step and
-    tiles narrower than 4 lanes use [D, U]), the input zero point already in
-    `bias`; then the requantization in int32 vectors (VecRequant)."""
+              lo: int, hi: int, rq: Requant, vrq: VecRequant, x_buffer=None):
+    """The body of one FC row in vector tiles: units across the lanes, the
+    input zero point already in `bias`, then the requantization in int32
+    vectors (VecRequant). Depth steps go `group` at a time (the accumulator
+    strategy's, aot/lower/strategy.py): two per aot_dot2 (weights [D/2, U,
+    2]), or four per aot_dot4 (weights [D/4, U, 4]) from the row staged as
+    int32 quads first (whole vectors at a time when it is in memory,
+    `x_buffer`); a last odd step or steps and tiles narrower than 4 lanes
+    take one input at a time (weights [D, U])."""
     from aot.lower.schedule import tile
     units, depth = w.shape
     t = tile(ctx.target, "int32")
     tiles = _tile_widths(units, t)
-    half = depth // 2
-    pairs = ctx.param("weight_pairs", weight_dtype(np.ascontiguousarray(
-        w[:, :half * 2].reshape(units, half, 2).transpose(1, 0, 2)))) if half else None
+    kind = int8_accumulator(ctx.target)
+    if kind.group == 4 and not (_fits_int8(w) and any(min(ws) >= 4 for _, ws in tiles)):
+        kind = PAIRS
+    group = kind.group
+    steps = depth // group
+    lead = steps * group           # the depth the grouped steps cover
+    grouped = ctx.param("weight_quads" if group == 4 else "weight_pairs", weight_dtype(
+        np.ascontiguousarray(w[:, :lead].reshape(units, steps, group).transpose(1, 0, 2)))) \
+        if steps else None
     singles = {}
 
     def single_w():
         if not singles:
             singles["w"] = ctx.param("weights", weight_dtype(np.ascontiguousarray(w.T)))
         return singles["w"]
-    bias_buf = ctx.param("bias", bias.astype(np.int32))
+    biases = {}
+
+    def bias_buf(offset: int) -> Buffer:
+        """The bias less offset * the grouped steps' weights (staged quads
+        hold x + offset)."""
+        if offset not in biases:
+            biases[offset] = ctx.param("bias", ref_q.wrap_int32(
+                bias - offset * w[:, :lead].sum(axis=1)).astype(np.int32))
+        return biases[offset]
+    bias_buf(kind.offset)
+    staged = ctx.scratch_buffer("quad_row", "int32", (steps,)) if group == 4 else None
 
     def body(out_lead, x_at) -> Stmt:
-        stmts = []
+        stmts = [] if staged is None else [_stage_quads(ctx, staged, x_at, x_buffer, kind.offset)]
 
         def tile_code(c0, widths) -> Stmt:
             offs = _offs(widths)
             accs = [ctx.fresh("acc", dt("int32", wd)) for wd in widths]
-            code = [Decl(a, Load(bias_buf, add(c0, Const(off)), wd))
+            use = steps and min(widths) >= 4
+            code = [Decl(a, Load(bias_buf(kind.offset if use else 0), add(c0, Const(off)), wd))
                     for a, off, wd in zip(accs, offs, widths)]
 
             def single(d):
@@ -1357,18 +1446,28 @@ def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_o
                         for a, off, wd in zip(accs, offs, widths)]
                 return seq(*out)
 
+            def w_group(s, off, wd):
+                return Load(grouped, flat_index((s, add(c0, Const(off)), Const(0)),
+                                                grouped.shape), group * wd)
+
+            def quad(s):
+                xq = ctx.fresh("xq")
+                return seq(Decl(xq, Load(staged, s)), *[
+                    Assign(a, quad_dot(a, xq, w_group(s, off, wd), kind.unsigned))
+                    for a, off, wd in zip(accs, offs, widths)])
+
             def pair(dp):
                 x0, x1 = ctx.fresh("xv", dt("int16")), ctx.fresh("xv", dt("int16"))
                 out = [Decl(x0, Cast(dt("int16"), x_at(mul(dp, Const(2))))),
                        Decl(x1, Cast(dt("int16"), x_at(add(mul(dp, Const(2)), Const(1)))))]
-                out += [Assign(a, Bin("+", a, pair_dot(x0, x1, Cast(dt("int16", 2 * wd), Load(
-                    pairs, flat_index((dp, add(c0, Const(off)), Const(0)), pairs.shape),
-                    2 * wd))))) for a, off, wd in zip(accs, offs, widths)]
+                out += [Assign(a, Bin("+", a, pair_dot(x0, x1, Cast(dt("int16", 2 * wd),
+                                                                     w_group(dp, off, wd)))))
+                        for a, off, wd in zip(accs, offs, widths)]
                 return seq(*out)
-            if half and min(widths) >= 4:
-                code.append(loop(ctx, "dp", half, pair))
-                if depth % 2:
-                    code.append(single(Const(depth - 1)))
+            if use:
+                code.append(loop(ctx, "cq" if group == 4 else "dp", steps,
+                                 quad if group == 4 else pair))
+                code += [single(Const(d)) for d in range(lead, depth)]
             else:
                 code.append(loop(ctx, "d", depth, single))
 
@@ -1389,6 +1488,42 @@ def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_o
 
         return seq(*stmts)
     return body
+
+
+def _stage_quads(ctx: LowerCtx, staged: Buffer, x_at: Callable, x_buffer, offset: int) -> Stmt:
+    """An FC row's first 4 len(staged) inputs as int32 quads of their bytes
+    + offset: whole vectors when the row is in memory (x_at reads x_buffer),
+    else four loads per quad."""
+    nq = staged.shape[0]
+    first = x_at(Const(0))
+    if not (isinstance(first, Load) and first.buffer is x_buffer):
+        return loop(ctx, "cq", nq, lambda cq: Store(staged, cq, _quad_value(
+            [x_at(add(mul(cq, Const(4)), Const(j))) for j in range(4)], offset)))
+    runs, cq = [], 0
+    for count in _pair_widths(nq, vector_lanes(ctx), smallest=2):
+        if count == 1:
+            value = _quad_value([x_at(Const(4 * cq + j)) for j in range(4)], offset)
+        else:
+            at = x_at(Const(4 * cq))
+            v = Load(at.buffer, at.index, 4 * count)
+            if offset:
+                v = Bin("^", v, Broadcast(Const(-128, dt("int8")), 4 * count))
+            value = pack_quads(v)
+        runs.append(Store(staged, Const(cq), value))
+        cq += count
+    return seq(*runs)
+
+
+def _quad_value(xs: Sequence[Expr], offset: int) -> Expr:
+    """The int32 whose bytes are xs[j] + offset (low byte first); the top
+    byte taken signed, so the sum cannot overflow."""
+    parts = []
+    for j, x in enumerate(xs):
+        v = Bin("&", add(to_i32(x), Const(offset)), Const(255))
+        if j == 3:
+            v = Bin("-", Bin("^", v, Const(128)), Const(128))
+        parts.append(mul(v, Const(1 << 8 * j)) if j else v)
+    return Bin("+", Bin("+", parts[0], parts[1]), Bin("+", parts[2], parts[3]))
 
 
 # ------------------------------------- leaky relu / prelu / squared difference

@@ -287,3 +287,13 @@ def test_compiled_matches_interpreter(codegen):
             assert got[name].dtype == w.dtype, op
             np.testing.assert_allclose(got[name].astype(np.float32), w.astype(np.float32),
                                        rtol=1e-3, atol=1e-3, err_msg=op)
+
+
+def test_verify_takes_halves_at_their_precision(fp16_models):
+    """aot verify on an fp16 model: float16 inputs to both runtimes, the
+    outputs compared within half-precision defaults (validate.HALF_ATOL)."""
+    import aot
+    r = aot.verify(fp16_models["fp16"], "host", count=4)
+    assert r["ok"] and r["reference"] == "onnxruntime", r
+    (row,) = r["outputs"]
+    assert 0 < row["max_abs"] <= 1e-3     # not bit-exact: rounded at other points

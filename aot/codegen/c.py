@@ -264,6 +264,60 @@ static inline uint16_t aot_float_to_half(float f)
 _HALF_HELPERS = {"float32": ("aot_half_to_float", lambda: _HALF_TO_FLOAT),
                  "float16": ("aot_float_to_half", lambda: _FLOAT_TO_HALF)}
 
+# The same conversions on vectors, branch-free in vector arithmetic (GCC's
+# and Clang's vector extension: a comparison gives all-ones lanes, selected
+# with & and |), so they compile to a few vector instructions per vector.
+_HALF_TO_FLOAT_VECTOR = """\
+/* float16 bits -> float, lane-wise: aot_half_to_float without branches */
+static inline {f} aot_half_to_float_{fs}({h} h)
+{{
+    {u} x = __builtin_convertvector(h, {u});
+    {u} em = x & 0x7fffu;
+    {u} shifted = em << 13;
+    {u} special = ({u})(em >= 0x7c00u);
+    {u} normal = ({u})(em >= 0x0400u);
+    {f} tiny = __builtin_convertvector(em, {f}) * 5.9604644775390625e-8f;
+    {u} bits = (special & (shifted | 0x7f800000u))
+        | (~special & normal & (shifted + 0x38000000u)) | (~normal & ({u})tiny);
+    return ({f})(bits | ((x & 0x8000u) << 16));
+}}"""
+_FLOAT_TO_HALF_VECTOR = """\
+/* float -> float16 bits, lane-wise: aot_float_to_half without branches */
+static inline {h} aot_float_to_half_{hs}({f} f)
+{{
+    {u} x = ({u})f;
+    {u} ax = x & 0x7fffffffu;
+    {u} nan = 0x7e00u | ((ax >> 13) & 0x3ffu);
+    {u} normal = (ax + 0xfffu + ((ax >> 13) & 1u) - 0x38000000u) >> 13;
+    /* subnormal or zero: the significand shifted right by 14..25, rounded
+       to nearest even (exponents of normal halves clamped: shifts stay < 32) */
+    {u} e = ax >> 23;
+    {u} low = ({u})(e < 112u);
+    {u} shift = 126u - ((low & e) | (~low & 112u));
+    {u} in_range = ({u})(shift < 25u);
+    {u} s1 = ((in_range & shift) | (~in_range & 25u)) - 1u;
+    {u} m = (ax & 0x7fffffu) | 0x800000u;
+    {u} r1 = m >> s1;
+    {u} q = r1 >> 1;
+    {u} sticky = ({u})(m != (r1 << s1)) & 1u;
+    {u} tiny = q + ((r1 & 1u) & (sticky | (q & 1u)));
+    {u} is_nan = ({u})(ax > 0x7f800000u);
+    {u} is_inf = ({u})(ax >= 0x477ff000u);
+    {u} is_normal = ({u})(ax >= 0x38800000u);
+    {u} h = (is_nan & nan) | (~is_nan & is_inf & 0x7c00u)
+        | (~is_inf & is_normal & normal) | (~is_normal & tiny);
+    return __builtin_convertvector(h | ((x >> 16) & 0x8000u), {h});
+}}"""
+
+
+def _half_vector_helper(mod: "_Module", dst: DType) -> str:
+    """The vector conversion to dst (float32 or float16 lanes), defined once."""
+    f, h, u = (mod.vector(DType(s, dst.lanes)) for s in ("float32", "float16", "uint32"))
+    to_float = dst.scalar == "float32"
+    name = f"aot_half_to_float_{f[4:]}" if to_float else f"aot_float_to_half_{h[4:]}"
+    text = _HALF_TO_FLOAT_VECTOR if to_float else _FLOAT_TO_HALF_VECTOR
+    return mod.helper(name, lambda: text.format(f=f, h=h, u=u, fs=f[4:], hs=h[4:]))
+
 
 # ------------------------------------------------------------------ expressions
 
@@ -522,12 +576,9 @@ class _Printer:
         if (src.scalar, dst.scalar) not in (("float16", "float32"), ("float32", "float16")):
             raise self.error(f"conversion from {src} to {dst} (the float16 pass converts "
                              "halves to and from float32 only)")
-        name = self.mod.helper(*_HALF_HELPERS[dst.scalar])
         if dst.lanes > 1:
-            t = self.mod.vector(dst)
-            name = _lane_helper(self.mod, f"{name}_{t[4:]}", dst, [src],
-                                lambda x, n=name: f"{n}({x[0]})")
-        return self._call_text(name, [a])
+            return self._call_text(_half_vector_helper(self.mod, dst), [a])
+        return self._call_text(self.mod.helper(*_HALF_HELPERS[dst.scalar]), [a])
 
     def _convert_helper(self, src: DType, dst: DType) -> str:
         """__builtin_convertvector; on an x86 target (GCC_X86_SPELLINGS, set

@@ -49,6 +49,14 @@ def _graphs():
                    per_channel=False, zp_in=77, seed=2),
         conv_model("CONV_2D", [1, 4, 4, 16], [6, 1, 1, 16], [1, 4, 4, 6],
                    dict(pointwise, FusedActivationFunction=3), bias=False, zp_in=0, seed=3),
+        # dense: SAME borders, odd spans, a channel left over; stride 2 and dilation; VALID
+        conv_model("CONV_2D", [1, 6, 7, 8], [5, 3, 3, 8], [1, 6, 7, 5],
+                   dict(Padding=0, StrideH=1, StrideW=1, FusedActivationFunction=1), zp_in=-3,
+                   seed=7),
+        conv_model("CONV_2D", [2, 9, 10, 4], [4, 3, 2, 4], [2, 5, 5, 4],
+                   dict(Padding=0, StrideH=2, StrideW=2, DilationHFactor=2), zp_in=100, seed=8),
+        conv_model("CONV_2D", [1, 5, 6, 12], [3, 2, 3, 12], [1, 4, 4, 3],
+                   dict(Padding=1, StrideH=1, StrideW=1), per_channel=False, zp_in=-128, seed=9),
         fc_model(True, False, x_shape=(3, 2, 10), depth=30),        # rows across dims
         fc_model(False, False, x_shape=(1, 40), zp_in=-128, act=0, units=7),
         fc_model(True, True, x_shape=(2, 3, 20), units=9),

@@ -13,6 +13,9 @@ channels), in register tiles:
   channels, each input and weight word read once per tile and split once
   (four loads, eight SXTB16, eight SMLAD per 16 MACs). No im2col buffer: a
   pixel's channels are already a contiguous row (NHWC).
+- other convolutions of one group over a multiple of 4 input channels:
+  2 neighbouring pixels x 2 output channels, the words of each tap read
+  where they lie (no im2col buffer either).
 - fully connected: 1 row x 4 output channels.
 - depthwise (multiplier 1): 4 channels per word, the word's channels kept
   apart by the single-product SMLABB / SMLATT (bytes 0 and 2, then 1 and 3),
@@ -79,6 +82,8 @@ def conv_kernel(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> Callable
         return pointwise
     if fits_depthwise(ctx, x, g, weights):
         return depthwise
+    if fits_dense(ctx, x, g, weights):
+        return dense
     return None
 
 
@@ -93,18 +98,12 @@ def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
 
     x: int8 rows of depth w.shape[1] at flat offset row * depth; w: integer
     weights [channels, depth] within int8; bias: int32 [channels]."""
-    from aot.lower.tflite_int8 import loop, loop_step, table     # (that module dispatches here)
+    from aot.lower.tflite_int8 import loop_step, table     # (that module dispatches here)
     channels, depth = w.shape
     nr, nk = tile
     whole = depth - depth % 4
     wbuf = ctx.param("weights", _interleave(w, nk).astype(np.int8))
     start = table(ctx, "bias", bias.astype(np.int32))
-
-    def w_at(c0: Expr, width: int, k: int, d: int | Expr) -> Expr:
-        """Where weight (c0 + k, d) lies in the interleaved layout."""
-        if isinstance(d, int) and d >= whole:
-            return add(mul(c0, Const(depth)), Const(whole * width + k * (depth - whole) + d - whole))
-        return add(add(mul(c0, Const(depth)), mul(d, Const(width))), Const(4 * k))
 
     def block(r0: Expr, nr: int, c0: Expr, nk: int) -> Stmt:
         rs = [add(r0, Const(i)) for i in range(nr)]
@@ -114,18 +113,10 @@ def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
 
         def step(d: Expr) -> Stmt:
             body: list[Stmt] = []
-
-            def halves(name: str, word: Expr) -> tuple[Var, Var]:
-                v = ctx.fresh(name, INT8X4)
-                even, odd = ctx.fresh(name + "_even"), ctx.fresh(name + "_odd")
-                body.extend((Decl(v, word), Decl(even, sxtb16(v)), Decl(odd, sxtb16(v, odd=True))))
-                return even, odd
-            xs = [halves("x", Load(x, add(mul(r, Const(depth)), d), 4)) for r in rs]
-            ws = [halves("w", Load(wbuf, w_at(c0, nk, k, d), 4)) for k in range(nk)]
-            for xh, row in zip(xs, accs):
-                for wh, acc in zip(ws, row):
-                    body += [Assign(acc, smlad(xh[0], wh[0], acc)),
-                             Assign(acc, smlad(xh[1], wh[1], acc))]
+            xs = [_halves(ctx, body, "x", Load(x, add(mul(r, Const(depth)), d), 4)) for r in rs]
+            ws = [_halves(ctx, body, "w", Load(wbuf, _at(c0, nk, k, d, depth), 4))
+                  for k in range(nk)]
+            _dot_words(body, xs, ws, accs)
             return seq(*body)
         parts.append(loop_step(ctx, "d", depth // 4, 0, 4, step))
         for d in range(whole, depth):      # the depth's last 1-3 terms
@@ -133,21 +124,33 @@ def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
                 for k, acc in enumerate(row):
                     parts.append(Assign(acc, Bin("+", acc, Bin(
                         "*", _i32(Load(x, add(mul(r, Const(depth)), Const(d)))),
-                        _i32(Load(wbuf, w_at(c0, nk, k, d)))))))
+                        _i32(Load(wbuf, _at(c0, nk, k, d, depth)))))))
         parts += [finish(r, c, acc) for r, row in zip(rs, accs) for c, acc in zip(cs, row)]
         return seq(*parts)
 
-    def over(count: int, step: int, body: Callable[[Expr, int], Stmt], name: str) -> Stmt:
-        """body(first, width) over [0, count): full tiles of `step`, then singles."""
-        full = count // step
-        parts = [loop_step(ctx, name, full, 0, step, lambda i: body(i, step))] if full else []
-        if count % step:
-            parts.append(loop(ctx, name, count % step,
-                              lambda i: body(add(i, Const(full * step)), 1)))
-        return seq(*parts)
+    return _tiles(ctx, "r", rows, nr, lambda r0, wr: _tiles(
+        ctx, "c", channels, nk, lambda c0, wk: block(r0, wr, c0, wk)))
 
-    return over(rows, nr, lambda r0, wr: over(
-        channels, nk, lambda c0, wk: block(r0, wr, c0, wk), "c"), "r")
+
+def _tiles(ctx: LowerCtx, name: str, count: int, step: int,
+           body: Callable[[Expr, int], Stmt]) -> Stmt:
+    """body(first, width) over [0, count): full tiles of `step`, then singles."""
+    from aot.lower.tflite_int8 import loop, loop_step
+    full = count // step
+    parts = [loop_step(ctx, name, full, 0, step, lambda i: body(i, step))] if full else []
+    if count % step:
+        parts.append(loop(ctx, name, count % step, lambda i: body(add(i, Const(full * step)), 1)))
+    return seq(*parts)
+
+
+def _at(c0: Expr, width: int, k: int, d: int | Expr, depth: int) -> Expr:
+    """Where weight (c0 + k, d) lies in _interleave's layout, c0 the first
+    channel of a tile of `width`; d a multiple of 4, or a constant in the
+    depth's tail."""
+    whole = depth - depth % 4
+    if isinstance(d, int) and d >= whole:
+        return add(mul(c0, Const(depth)), Const(whole * width + k * (depth - whole) + d - whole))
+    return add(add(mul(c0, Const(depth)), mul(d, Const(width))), Const(4 * k))
 
 
 def pointwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
@@ -173,6 +176,65 @@ def fully_connected(ctx: LowerCtx, x: TensorRef, w: np.ndarray, bias: np.ndarray
                   lambda r, c, acc: finish(unravel(r, lead), c, acc), FC_TILE)
 
 
+def fits_dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
+    """A convolution of one group over a multiple of 4 input channels (so no
+    word spans two taps), the input in memory, int8 weights."""
+    return (dsp_target(ctx) and _in_memory(x) and g.groups == 1 and g.depth % 4 == 0
+            and _fits_int8(weights))
+
+
+def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
+          finish: Callable[[tuple, Expr], Stmt]) -> Stmt:
+    """A convolution (fits_dense) without an im2col buffer: 2 neighbouring
+    output pixels of a row x 2 output channels per tile, over the taps and
+    each tap's words of input channels, read where they lie. weights
+    [C_out, KH, KW, D]; finish as conv_nest's."""
+    from aot.lower.tflite_int8 import _in_range, _window_pos, loop, loop_step, plane_regions, table
+    w = weights.reshape(g.cout, -1)         # (ky, kx, c) per channel
+    terms = w.shape[1]
+    nk = CONV_TILE[1]
+    wbuf = ctx.param("weights", _interleave(w, nk).astype(np.int8))
+    start = table(ctx, "bias", _folded(bias, zp, w))
+
+    def tile(n, oy, oxs: list, tests, c0: Expr, width: int) -> Stmt:
+        cs = [add(c0, Const(k)) for k in range(width)]
+        accs = [[ctx.fresh("acc") for _ in cs] for _ in oxs]
+        parts: list[Stmt] = [Decl(a, start(c)) for row in accs for a, c in zip(row, cs)]
+
+        def tap(ky, kx) -> Stmt:
+            iy = _window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
+            ixs = [_window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1]) for ox in oxs]
+            conds = [_both(_in_range(iy, g.h, *tests[0]), _in_range(ix, g.w, *tests[1]))
+                     for ix in ixs]
+
+            def word(c) -> Stmt:
+                body: list[Stmt] = []
+                xs = [_halves(ctx, body, "x", Load(x.buffer, flat_index((n, iy, ix, c), x.shape), 4),
+                              cond, zp) for ix, cond in zip(ixs, conds)]
+                d = add(mul(add(mul(ky, Const(g.kw)), kx), Const(g.depth)), c)
+                ws = [_halves(ctx, body, "w", Load(wbuf, _at(c0, width, k, d, terms), 4))
+                      for k in range(width)]
+                _dot_words(body, xs, ws, accs)
+                return seq(*body)
+            return loop_step(ctx, "c", g.depth // 4, 0, 4, word)
+        parts.append(loop(ctx, "ky", g.kh, lambda ky: loop(ctx, "kx", g.kw,
+                                                            lambda kx: tap(ky, kx))))
+        parts += [finish((n, oy, ox, c), acc) for ox, row in zip(oxs, accs)
+                  for c, acc in zip(cs, row)]
+        return seq(*parts)
+
+    def pixels(n, oy, oxs, rt, ct) -> Stmt:
+        return _tiles(ctx, "oc", g.cout, nk, lambda c0, wd: tile(n, oy, oxs, (rt, ct), c0, wd))
+
+    return loop(ctx, "n", g.n, lambda n: plane_regions(
+        ctx, g, lambda oy, ox, rt, ct: pixels(n, oy, [ox], rt, ct),
+        pair=lambda oy, ox, rt, ct: pixels(n, oy, [ox, add(ox, Const(1))], rt, ct)))
+
+
+def _both(a: Expr | None, b: Expr | None) -> Expr | None:
+    return a if b is None else b if a is None else Bin("and", a, b)
+
+
 def fits_depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
     """A depthwise convolution with multiplier 1 over at least a word of
     channels, the input in memory, int8 weights."""
@@ -185,11 +247,10 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
     """A depthwise convolution (fits_depthwise): per output pixel, 4
     channels at a time in registers over the taps; the channels past the
     last word one at a time. weights [C, KH, KW, 1]; finish as conv_nest's."""
-    from aot.lower.tflite_int8 import _in_range, _window_pos, loop, plane_regions, table
+    from aot.lower.tflite_int8 import _in_range, _window_pos, loop, loop_step, plane_regions, table
     channels = g.groups
     wbuf = ctx.param("filter", np.transpose(weights[..., 0], (1, 2, 0)).astype(np.int8))
     start = table(ctx, "bias", _folded(bias, zp, weights.reshape(channels, -1)))
-    i8 = DType("int8")
 
     def taps(n, oy, ox, tests, tap: Callable[[Expr, Expr, Expr, Expr | None], Stmt]) -> Stmt:
         """tap(ky, kx, input offset, in-image test or None) over the window."""
@@ -199,9 +260,7 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
 
         def col(ky, kx, iy):
             ix = _window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1])
-            conds = [c for c in (_in_range(iy, g.h, *tests[0]), _in_range(ix, g.w, *tests[1]))
-                     if c is not None]
-            cond = conds[0] if len(conds) == 1 else Bin("and", *conds) if conds else None
+            cond = _both(_in_range(iy, g.h, *tests[0]), _in_range(ix, g.w, *tests[1]))
             return tap(ky, kx, flat_index((n, iy, ix, Const(0)), x.shape), cond)
         return loop(ctx, "ky", g.kh, row)
 
@@ -210,20 +269,10 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
         parts: list[Stmt] = [Decl(a, start(add(c, Const(k)))) for k, a in enumerate(accs)]
 
         def tap(ky, kx, at, cond) -> Stmt:
-            v = ctx.fresh("x", INT8X4)
-            word = Load(x.buffer, add(at, c), 4)
-            read = ([Decl(v, word)] if cond is None else
-                    [Decl(v, Broadcast(Const(zp, i8), 4)), If(cond, Assign(v, word))])
-            wv = ctx.fresh("w", INT8X4)
-            body = [*read, Decl(wv, Load(wbuf, add(mul(add(mul(ky, Const(g.kw)), kx),
-                                                       Const(channels)), c), 4))]
-            halves = []
-            for name, src in (("x", v), ("w", wv)):
-                for odd in (False, True):
-                    h = ctx.fresh(f"{name}_{'odd' if odd else 'even'}")
-                    body.append(Decl(h, sxtb16(src, odd)))
-                    halves.append(h)
-            xe, xo, we, wo = halves
+            body: list[Stmt] = []
+            xe, xo = _halves(ctx, body, "x", Load(x.buffer, add(at, c), 4), cond, zp)
+            we, wo = _halves(ctx, body, "w", Load(wbuf, add(mul(add(mul(ky, Const(g.kw)), kx),
+                                                                Const(channels)), c), 4))
             # channels c, c+2 from the even bytes, c+1, c+3 from the odd
             for acc, (xh, wh, high) in zip(accs, ((xe, we, False), (xo, wo, False),
                                                   (xe, we, True), (xo, wo, True))):
@@ -248,7 +297,7 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
 
     def pixel(n, oy, ox, tests) -> Stmt:
         whole = channels - channels % 4
-        parts = [loop_by(ctx, "c", whole // 4, 4, lambda c: quad(n, oy, ox, tests, c))]
+        parts = [loop_step(ctx, "c", whole // 4, 0, 4, lambda c: quad(n, oy, ox, tests, c))]
         if channels % 4:
             parts.append(loop(ctx, "c", channels % 4,
                               lambda c: single(n, oy, ox, tests, add(c, Const(whole)))))
@@ -324,9 +373,25 @@ def acc_bound(w: np.ndarray, bias: np.ndarray, zp: int) -> np.ndarray:
     return np.abs(np.asarray(bias, np.int64) - zp * w.sum(axis=1)) + 128 * np.abs(w).sum(axis=1)
 
 
-def loop_by(ctx: LowerCtx, name: str, count: int, step: int, body: Callable[[Expr], Stmt]):
-    from aot.lower.tflite_int8 import loop_step
-    return loop_step(ctx, name, count, 0, step, body)
+def _halves(ctx: LowerCtx, body: list, name: str, word: Expr, cond: Expr | None = None,
+            fill: int = 0) -> tuple[Var, Var]:
+    """Append to body the word (`fill` in all four bytes where cond is
+    false: a tap outside the image) and its even and odd halves."""
+    v = ctx.fresh(name, INT8X4)
+    if cond is None:
+        body.append(Decl(v, word))
+    else:
+        body += [Decl(v, Broadcast(Const(fill, DType("int8")), 4)), If(cond, Assign(v, word))]
+    even, odd = ctx.fresh(name + "_even"), ctx.fresh(name + "_odd")
+    body += [Decl(even, sxtb16(v)), Decl(odd, sxtb16(v, odd=True))]
+    return even, odd
+
+
+def _dot_words(body: list, xs, ws, accs) -> None:
+    """accs[i][k] += the four products of input word i and weight word k."""
+    for xh, row in zip(xs, accs):
+        for wh, acc in zip(ws, row):
+            body += [Assign(acc, smlad(xh[0], wh[0], acc)), Assign(acc, smlad(xh[1], wh[1], acc))]
 
 
 def _folded(bias: np.ndarray, zp: int, w: np.ndarray) -> np.ndarray:

@@ -238,19 +238,28 @@ def window_nest(ctx: LowerCtx, g: ConvGeom, acc, init: Callable[[Expr, bool], Ex
     return loop(ctx, "n", g.n, image)
 
 
-def plane_regions(ctx: LowerCtx, g: ConvGeom,
-                  pixel: Callable[[Expr, Expr, tuple, tuple], Stmt]) -> Stmt:
+def plane_regions(ctx: LowerCtx, g: ConvGeom, pixel: Callable[[Expr, Expr, tuple, tuple], Stmt],
+                  pair: Callable[[Expr, Expr, tuple, tuple], Stmt] | None = None) -> Stmt:
     """pixel(oy, ox, row_test, col_test) over an output plane, region by
     region (window_nest): the tests say on which sides (low, high) a
-    window may leave the image along H and W."""
+    window may leave the image along H and W. With `pair`, pair(oy, ox, ...)
+    computes pixels ox and ox + 1 of a row, pixel the last of an odd span."""
+    def columns(oy, span, rt, ct) -> Stmt:
+        if pair is None or span[1] - span[0] < 2:
+            return span_loop(ctx, "ox", span, lambda ox: pixel(oy, ox, rt, ct))
+        count = (span[1] - span[0]) // 2
+        parts = [loop_step(ctx, "ox", count, span[0], 2, lambda ox: pair(oy, ox, rt, ct))]
+        if (span[1] - span[0]) % 2:
+            parts.append(pixel(oy, Const(span[1] - 1), rt, ct))
+        return seq(*parts)
+
     parts = []
     for rows, row_test in g.regions(0):
         # border rows test every column; interior rows split their columns too
         cols_split = [((0, g.ow), g.needs_test(1))] if any(row_test) else g.regions(1)
         for cols, col_test in cols_split:
             parts.append(span_loop(ctx, "oy", rows, lambda oy, rt=row_test, cols=cols,
-                                   ct=col_test: span_loop(
-                ctx, "ox", cols, lambda ox: pixel(oy, ox, rt, ct))))
+                                   ct=col_test: columns(oy, cols, rt, ct)))
     return seq(*parts)
 
 

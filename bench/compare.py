@@ -4,7 +4,7 @@ aot alone on another board (--board qemu-rpi4, qemu-aarch64, rpi4 --host ...).
 
     .venv/bin/python bench/compare.py [--models kws,vww,ic,ad] [--codegen c|llvm]
                                       [--board B [--host H ...]] [--rounds R]
-                                      [--batch K] [--json FILE]
+                                      [--batch K] [--threads N] [--json FILE]
 
 For each model (int8 and float .tflite in ../shared/models) the contenders
 are:
@@ -20,7 +20,10 @@ are:
 The Python anchors are timed with perf_counter_ns around the call alone;
 that includes one Python-to-C call, measured and printed.
 
-Everything is single-threaded and pinned to one core. The machine is shared
+Everything is single-threaded and pinned to one core, unless --threads N
+(N > 1): then aot's packages are built with --threads N, ONNX Runtime gets
+intra_op_num_threads=N and LiteRT num_threads=N, and nothing is pinned
+(the threads need the cores). The machine is shared
 and noisy (/work/shared/PERFORMANCE.md): contenders run in interleaved
 rounds (every contender runs a batch of K invocations, after a few warm-up
 ones, once per round; the order rotates), and each is reported by its median
@@ -121,13 +124,14 @@ def aot_contender(pkg: Path, board, inputs, batch: int) -> Callable[[], list[flo
     return lambda: time_package(pkg, board, inputs, WARMUP, batch)
 
 
-def onnxruntime_contender(path: Path, inputs, batch: int) -> Callable[[], list[float]]:
-    """One thread, sequential, input and outputs bound once: run() then does
-    nothing but the model."""
+def onnxruntime_contender(path: Path, inputs, batch: int, threads: int = 1
+                          ) -> Callable[[], list[float]]:
+    """`threads` threads in one operator at a time, sequential, input and
+    outputs bound once: run() then does nothing but the model."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
+    opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.log_severity_level = 3
@@ -151,13 +155,13 @@ def onnxruntime_contender(path: Path, inputs, batch: int) -> Callable[[], list[f
     return run
 
 
-def litert_contender(path: Path, inputs, batch: int, xnnpack: bool
+def litert_contender(path: Path, inputs, batch: int, xnnpack: bool, threads: int = 1
                      ) -> Callable[[], list[float]]:
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     resolver = (OpResolverType.AUTO if xnnpack
                 else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-    it = Interpreter(model_path=str(path), num_threads=1,
+    it = Interpreter(model_path=str(path), num_threads=threads,
                      experimental_op_resolver_type=resolver)
     it.allocate_tensors()
     for d, x in zip(it.get_input_details(), inputs):
@@ -165,13 +169,14 @@ def litert_contender(path: Path, inputs, batch: int, xnnpack: bool
     return lambda: time_calls(it.invoke, batch, WARMUP)
 
 
-def contenders(case: Case, board, batch: int) -> dict[str, Callable[[], list[float]]]:
+def contenders(case: Case, board, batch: int, threads: int = 1
+               ) -> dict[str, Callable[[], list[float]]]:
     out = {f"aot {cg}": aot_contender(pkg, board, case.inputs, batch)
            for cg, pkg in case.packages.items()}
     if case.onnx is not None:
-        out["onnxruntime"] = onnxruntime_contender(case.onnx, case.inputs, batch)
-    out["litert xnnpack"] = litert_contender(case.tflite, case.inputs, batch, True)
-    out["litert builtin"] = litert_contender(case.tflite, case.inputs, batch, False)
+        out["onnxruntime"] = onnxruntime_contender(case.onnx, case.inputs, batch, threads)
+    out["litert xnnpack"] = litert_contender(case.tflite, case.inputs, batch, True, threads)
+    out["litert builtin"] = litert_contender(case.tflite, case.inputs, batch, False, threads)
     return out
 
 
@@ -232,7 +237,7 @@ def find_cases(families: list[str]) -> list[Case]:
 
 
 def prepare(case: Case, board, codegens: list[str], workdir: Path, log,
-            run_on_board: Callable | None = None) -> None:
+            run_on_board: Callable | None = None, threads: int = 1) -> None:
     """Package the model per codegen, check the package's outputs against the
     reference runtime, measure tflite-micro's arena. `run_on_board(pkg,
     inputs)` runs a package (default: run_package, one run per call)."""
@@ -249,7 +254,8 @@ def prepare(case: Case, board, codegens: list[str], workdir: Path, log,
     checks, oks = [], []
     for cg in codegens:
         t0 = time.perf_counter()
-        info = package(graph, board=board.name, codegen=cg, out_dir=workdir / f"{case.name}.{cg}")
+        info = package(graph, board=board.name, codegen=cg, out_dir=workdir / f"{case.name}.{cg}",
+                       threads=threads)
         log(f"  packaged {case.name} ({cg}) in {time.perf_counter() - t0:.1f} s")
         case.packages[cg] = info.path
         case.meta = info.metadata      # the plan does not depend on the codegen
@@ -488,6 +494,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--invocations", type=int, default=INVOCATIONS,
                    help="with --count-instructions: the N of the anchor's runs with 1, 1+N "
                    f"and 1+2N invocations (default: {INVOCATIONS})")
+    p.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="on this machine: every contender on N threads, aot's packages built "
+                   "with --threads N, nothing pinned (default: 1, pinned to one core)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     from aot.cli import _ssh_args
     _ssh_args(p)
@@ -510,6 +519,9 @@ def main(argv: list[str] | None = None) -> int:
             raise AotError("--rounds and --batch must be >= 1")
         families = parse_models(args.models)
         codegens = [args.codegen] if args.codegen else ["c", "llvm"]
+        if board.transport != "local" and args.threads != 1:
+            raise AotError("--threads compares with ONNX Runtime and LiteRT: boards of this "
+                           "machine only (host, host-avx512)")
         if board.transport != "local":
             # qemu-user and bare-metal emulators run here and are pinned; an
             # SSH board (a VM's emulator has threads of its own) is not.
@@ -520,8 +532,11 @@ def main(argv: list[str] | None = None) -> int:
             log(f"  {len(rows)} models on {board.name} in {time.perf_counter() - t0:.0f} s")
             report_alone(console, args, board, codegens, cpu, rows)
             return 0
-        cpu = pin_to_one_core(args.cpu)
-        rows = run(find_cases(families), board, codegens, args.rounds, args.batch, log)
+        if args.threads < 1:
+            raise AotError("--threads must be >= 1")
+        cpu = pin_to_one_core(args.cpu) if args.threads == 1 else None
+        rows = run(find_cases(families), board, codegens, args.rounds, args.batch, log,
+                   args.threads)
     except AotError as e:
         print(f"compare.py: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -531,7 +546,11 @@ def main(argv: list[str] | None = None) -> int:
         console.print()
     console.print(summary_table(rows, codegens))
     notes = [
-        f"host: {cpu_name()}, pinned to CPU {cpu}, one thread everywhere; aot built for "
+        f"host: {cpu_name()}, "
+        + (f"pinned to CPU {cpu}, one thread everywhere" if args.threads == 1 else
+           f"{args.threads} threads everywhere (aot --threads {args.threads}, ONNX Runtime "
+           f"intra_op_num_threads, LiteRT num_threads), not pinned")
+        + "; aot built for "
         f"board {board.name} (target {board.target.name}); load average "
         f"{os.getloadavg()[0]:.1f} at the end",
         f"{args.rounds} interleaved rounds x {args.batch} timed invocations per contender "
@@ -551,18 +570,19 @@ def main(argv: list[str] | None = None) -> int:
                       "target": board.target.name,
                       "load_average": os.getloadavg()[0]}, "versions": versions(),
              "rounds": args.rounds, "batch": args.batch, "warmup": WARMUP,
+             "threads": args.threads,
              "python_call_overhead_ms": overhead, "models": rows}, indent=2) + "\n")
     return 0
 
 
-def run(cases: list[Case], board, codegens: list[str], rounds: int, batch: int, log
-        ) -> list[dict]:
+def run(cases: list[Case], board, codegens: list[str], rounds: int, batch: int, log,
+        threads: int = 1) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="aot-compare-") as tmp:
         for case in cases:
-            prepare(case, board, codegens, Path(tmp), log)
+            prepare(case, board, codegens, Path(tmp), log, threads=threads)
             t0 = time.perf_counter()
-            times = interleave(contenders(case, board, batch), rounds)
+            times = interleave(contenders(case, board, batch, threads), rounds)
             log(f"  timed {case.name} in {time.perf_counter() - t0:.1f} s")
             rows.append(summarize(case, times))
     return rows

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""aot --threads N against --threads 1 on this machine (issue 18).
+
+    .venv/bin/python bench/threads.py [--threads N] [--models vww,ic,ultraface]
+                                      [--codegen c|llvm] [--rounds R] [--batch K]
+                                      [--json FILE]
+
+Per model, two packages for the host board: the one-thread package (no
+thread code) and the one built with --threads N. Their outputs on the
+model's saved input must be identical, bit for bit. Then both are timed
+in interleaved rounds (each round: a batch of K runs of each, after a few
+warm-up runs, inside the package's harness on the ns clock; the order
+alternates), and each is reported by its median and 10th percentile over
+all rounds, with the speedup of the medians.
+
+Nothing is pinned: the threads need the cores. The machine is shared, so
+the load average before and after is printed too; a speedup measured under
+load says more about the load than about aot.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from aot.errors import AotError  # noqa: E402
+from aot.timing import interleave, stats_of, time_package  # noqa: E402
+
+MODELS = REPO.parent / "shared" / "models"
+CASES = {"vww": "mlperf_vww_mbv1_f32.tflite", "ic": "mlperf_ic_resnet8_f32.tflite",
+         "ultraface": "onnx_ultraface_rfb320.onnx"}
+WARMUP = 5
+
+
+def measure(name: str, threads: int, codegen: str, rounds: int, batch: int, workdir: Path,
+            log) -> dict:
+    from aot.api import package
+    from aot.deploy import run_package
+    from aot.packaging import read_metadata
+    from aot.targets import get_board
+
+    board = get_board("host")
+    model = MODELS / CASES[name]
+    inputs = [np.load(model.with_suffix(".input.npy"))]
+    pkgs = {}
+    for t in (1, threads):
+        pkgs[t] = package(model, board=board, codegen=codegen, threads=t,
+                          out_dir=workdir / f"{name}.{t}").path
+    outs = {t: [o.tobytes() for o in run_package(p, board, inputs).outputs]
+            for t, p in pkgs.items()}
+    identical = outs[1] == outs[threads]
+    meta = read_metadata(pkgs[threads])
+    split = sum(k.get("split", False) for k in meta["kernels"])
+    log(f"  {name}: {split} of {len(meta['kernels'])} kernels split, outputs "
+        f"{'identical' if identical else 'DIFFER'}")
+    times = interleave({t: (lambda p=p: time_package(p, board, inputs, WARMUP, batch))
+                        for t, p in pkgs.items()}, rounds)
+    stats = {t: stats_of(v) for t, v in times.items()}
+    return {"model": name, "file": CASES[name], "threads": threads,
+            "kernels": len(meta["kernels"]), "split_kernels": split,
+            "identical": identical,
+            "median_ms": {str(t): s.median_ms for t, s in stats.items()},
+            "p10_ms": {str(t): s.p10_ms for t, s in stats.items()},
+            "speedup": stats[1].median_ms / stats[threads].median_ms}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--threads", type=int, default=2, help="N (default: 2)")
+    p.add_argument("--models", default=",".join(CASES),
+                   help=f"comma-separated: {', '.join(CASES)} (default: all)")
+    p.add_argument("--codegen", choices=("c", "llvm"), default="c")
+    p.add_argument("--rounds", type=int, default=20, help="interleaved rounds (default: 20)")
+    p.add_argument("--batch", type=int, default=20,
+                   help="timed runs per package per round (default: 20)")
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    args = p.parse_args(argv)
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in names if m not in CASES]
+    if unknown or args.threads < 2:
+        p.error(f"unknown models {unknown}" if unknown else "--threads must be >= 2")
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    load_before = os.getloadavg()[0]
+    rows = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="aot-threads-") as tmp:
+            for name in names:
+                rows.append(measure(name, args.threads, args.codegen, args.rounds, args.batch,
+                                    Path(tmp), log))
+    except AotError as e:
+        print(f"threads.py: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    load_after = os.getloadavg()[0]
+    n = args.threads
+    print(f"{'model':<10} {'1 thread ms':>12} {f'{n} threads ms':>13} {'speedup':>8} "
+          f"{'p10 1':>8} {f'p10 {n}':>8}  split kernels  outputs")
+    for r in rows:
+        m, q = r["median_ms"], r["p10_ms"]
+        print(f"{r['model']:<10} {m['1']:>12.3f} {m[str(n)]:>13.3f} {r['speedup']:>7.2f}x "
+              f"{q['1']:>8.3f} {q[str(n)]:>8.3f}  {r['split_kernels']:>5} of {r['kernels']:<5}"
+              f"  {'identical' if r['identical'] else 'DIFFER'}")
+    print(f"{args.rounds} interleaved rounds x {args.batch} runs (after {WARMUP} warm-up) per "
+          f"package, {args.codegen} codegen, host board, {os.cpu_count()} CPUs; load average "
+          f"{load_before:.1f} before, {load_after:.1f} after")
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"threads": n, "codegen": args.codegen, "rounds": args.rounds, "batch": args.batch,
+             "load_average": [load_before, load_after], "models": rows}, indent=2) + "\n")
+    return 0 if all(r["identical"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

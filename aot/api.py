@@ -83,7 +83,7 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
         info = package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,
                              extra_cflags, profile, checks, source, threads)
         if dump_tir is not None:
-            write_tir_dump(graph, brd, Path(dump_tir), force)
+            write_tir_dump(graph, brd, Path(dump_tir), force, threads)
     return info
 
 

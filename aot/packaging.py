@@ -367,16 +367,22 @@ def package_graph(graph: Graph, board: Board, out_dir: Path, codegen: str = "c",
                        result["seconds"], meta)
 
 
-def write_tir_dump(graph: Graph, board: Board, directory: Path, force: bool) -> None:
+def write_tir_dump(graph: Graph, board: Board, directory: Path, force: bool,
+                   threads: int = 1) -> None:
     """aot package --dump-tir: every kernel's TIR as lowered and after each
     TIR pass, `<step>_<kernel>/<nn>_<pass>.tir` (aot/lower/tir_passes.py),
     the directory whole or not at all. The graph is lowered once more for
     it: lowering is deterministic, so this is the TIR the package holds."""
     from aot.lower import lower_graph
-    from aot.lower.tir_passes import dump_to
+    from aot.lower.parallel import split_kernel
+    from aot.lower.tir_passes import PIPELINE, dump_to
 
-    write_dir_atomically(directory, lambda tmp: lower_graph(graph, board.target, dump_to(tmp)),
-                         force)
+    def fill(tmp: Path) -> None:
+        kernels = lower_graph(graph, board.target, dump_to(tmp))
+        if threads > 1:       # the thread split, last (generate's)
+            for step, k in enumerate(kernels):
+                dump_to(tmp)(step)(len(PIPELINE) + 1, "split", split_kernel(k.func, threads))
+    write_dir_atomically(directory, fill, force)
 
 
 def model_source(path: str | Path) -> dict[str, str]:

@@ -104,11 +104,16 @@ def by_lane_here(request, monkeypatch):
 @pytest.mark.parametrize("codegen", ["c", "llvm"])
 def test_by_lane_kernels_match_the_interpreter(by_lane_here, codegen):
     """Convolutions (padded, strided, grouped, 1x1 over rows and flattened,
-    fewer input channels than lanes, a remainder of them), depthwise ones
+    fewer input channels than lanes, a remainder of them, a row of taps as
+    one reduction), depthwise ones
     (pixel blocks, weights kept) and Gemm/MatMul computed by AArch64's
     schedules."""
     convs = CONVS + [((1, 11, 7, 9), (8, 11, 3, 3), dict(pads=[1, 1, 1, 1])),
-                     ((1, 32, 12, 12), (16, 32, 1, 1), {})] + DEPTHWISE
+                     ((1, 32, 12, 12), (16, 32, 1, 1), {}),
+                     # a row's taps and channels as one reduction (icg a multiple of lanes)
+                     ((1, 16, 9, 10), (8, 16, 3, 3), dict(pads=[1, 0, 1, 2], strides=[2, 2])),
+                     ((1, 16, 20, 20), (12, 16, 3, 3), dict(pads=[1, 1, 1, 1])),
+                     ((1, 8, 12), (12, 8, 5), dict(pads=[2, 2]))] + DEPTHWISE
     graphs = [onnx_graph("Conv", x, _conv_consts(w, i), a) for i, (x, w, a) in enumerate(convs)]
     graphs += [onnx_graph(op, x, {k: _rnd(*v, seed=i) for k, v in c.items()}, a)
                for i, (op, x, c, a) in enumerate(DENSE)]

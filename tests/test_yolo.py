@@ -127,3 +127,35 @@ def test_softmax_across_rows_vectorized(codegen):
     assert np.array_equal(np.isnan(got), nan)
     np.testing.assert_allclose(got[~nan], want[~nan], rtol=2e-6, atol=0)
     assert got[1, 3, 5] == 0.0
+
+
+def test_concat_stored_part_by_part():
+    """A group ending in Concat stores each input through its own loop nest
+    (no per-element choice of the input), here with a nearest Resize inlined
+    into one part as the YOLO neck has it; the result is the interpreter's."""
+    from aot.interp import interpret
+    from aot.ir.tir import Select, walk_expr, walk_stmt, stmt_exprs
+    from aot.lower import lower_graph
+    from aot.lower.testing import host_target
+
+    nodes = [helper.make_node("Resize", ["a", "", "scales"], ["up"], mode="nearest",
+                              coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+             helper.make_node("Concat", ["up", "b", "c"], ["y"], axis=1)]
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    g = helper.make_graph(nodes, "neck", [
+        helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 24, 5, 5]),
+        helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 16, 10, 10]),
+        helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, 5, 10, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 45, 10, 10])], [scales])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    graph = optimize(import_onnx(model.SerializeToString(), "neck"))
+    (concat,) = [k for k in lower_graph(graph, host_target())
+                 if "Concat" in [n.op for n in k.node.attrs["body"].nodes]]
+    selects = [e for s in walk_stmt(concat.func.body) for x in stmt_exprs(s)
+               for e in walk_expr(x) if isinstance(e, Select)]
+    assert not selects
+    rng = np.random.default_rng(0)
+    inputs = {n: rng.standard_normal(graph.types[n].shape).astype(np.float32)
+              for n in graph.inputs}
+    np.testing.assert_array_equal(build_and_run(graph, inputs)["y"],
+                                  interpret(graph, inputs)["y"])

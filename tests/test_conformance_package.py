@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_onnx_conformance import (_compare, _needs_constant, bind_and_retry,
+from test_onnx_conformance import (_compare, _count_half, _needs_constant, bind_and_retry,
                                    cases, data_sets, left_out, rate_line)
 
 from aot.errors import AotError
@@ -371,7 +371,9 @@ def test_onnx_node_conformance_through_package(codegen, record_property):
                        len(out.passed), run, out.left)
              + f"; a seeded sample: {out.not_sampled} runnable cases not compiled; "
              f"bound at compile time: shape arguments in {len(BOUND_SHAPES)}, weights in "
-             f"{len(BOUND_WEIGHTS)}; {time.perf_counter() - start:.0f}s ({times})"]
+             f"{len(BOUND_WEIGHTS)}; float16: {_count_half(out.passed)} passed / "
+             f"{_count_half(out.passed + out.failed)} run; "
+             f"{time.perf_counter() - start:.0f}s ({times})"]
     lines += [f"  FAIL {name}: {reason.splitlines()[0][:200]}" for name, reason in out.failed]
     record_property("summary", "\n".join(lines))
     assert run > 300, f"only {run} cases ran"

@@ -162,7 +162,7 @@ def test_interpreter_matches_onnxruntime(fp16_models):
 
 
 @pytest.mark.parametrize("board, codegen", [("host", "c"), ("host", "llvm"),
-                                            ("qemu-aarch64", "c")])
+                                            ("qemu-aarch64", "c"), ("qemu-aarch64", "llvm")])
 def test_fp16_package_matches_onnxruntime(fp16_models, board, codegen, tmp_path):
     """Packaged and run on the board: halves in, halves out, 2-byte weights
     and activations (half the float32 model's arena and weights)."""

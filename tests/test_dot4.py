@@ -148,6 +148,11 @@ QUAD_CONVS = [   # depths a multiple of 4: the quads path (zero point in the pad
     ([1, 6, 6, 12], [8, 1, 1, 12], [1, 6, 6, 8], dict(Padding=1, StrideH=1, StrideW=1), 5),
     ([1, 5, 7, 20], [24, 3, 3, 20], [1, 5, 7, 24],
      dict(Padding=0, StrideH=1, StrideW=1, DilationHFactor=2, DilationWFactor=1), -3),
+    # first layers: odd depths go four elements of a window row at a time
+    ([1, 11, 9, 3], [16, 3, 3, 3], [1, 6, 5, 16],
+     dict(Padding=0, StrideH=2, StrideW=2, FusedActivationFunction=3), 9),
+    ([1, 12, 7, 1], [8, 4, 3, 1], [1, 6, 7, 8],
+     dict(Padding=0, StrideH=2, StrideW=1), -100),
 ]
 
 
@@ -183,7 +188,7 @@ def test_vnni_kernels_bit_exact(codegen):
     used = [{c for k in lower_graph(g, target) for c in _calls(k.func)} for g in graphs]
     # 12 channels tile as 8 + 4 scalars and 6 units as scalars: pmaddwd-style pairs there
     assert ["x86_vpdpbusd" in u for u in used] == [False, True, True, True, True, True, True,
-                                                   False]
+                                                   True, True, False]
 
 
 # ------------------------------------------------------------- whole models

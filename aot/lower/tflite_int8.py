@@ -1011,11 +1011,16 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     depthwise = g.depth == 1 and g.per_group == 1
     width = g.cout if depthwise else g.per_group
     groups = 1 if depthwise else g.groups
+    acc_kind = int8_accumulator(ctx.target)
+    if (acc_kind.group == 4 and not depthwise and g.groups == 1 and g.depth % 4 == 0
+            and ctx.target.vector_registers >= 32):
+        # A broadcast quad feeds four dot products (a weight vector each):
+        # 4 x MR accumulators, 4 weights and the broadcast within 32 registers.
+        t = _replace(t, vectors=4, max_accs=ctx.target.vector_registers - 8)
     if width <= t.lanes:
         t = _replace(t, vectors=1)
     tiles = _tile_widths(width, t)
     w5 = weights.reshape(g.groups, g.per_group, g.kh, g.kw, g.depth)
-    acc_kind = int8_accumulator(ctx.target)
     # Dense convs whose depth is a multiple of 4 take four input channels
     # per aot_dot4 where the strategy says so: weights [KH, KW, D/4, C, 4],
     # input rows staged as quads of raw bytes (see _quad_rows).
@@ -1051,24 +1056,28 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     # Odd depths (the first layer's 1 or 3 channels) pair along a window
     # row instead: with unit column dilation its KW x D taps are one
     # contiguous run of the staged row, read as consecutive pairs.
+    # With quads (aot_dot4) the run goes four at a time, as raw bytes.
     flat = (not quads and not depthwise and g.groups == 1 and g.depth % 2 == 1
             and g.dilations[1] == 1
             and all(min(w) >= 4 for _, w in tiles))
+    flat_kind = acc_kind if flat and acc_kind.group == 4 and _fits_int8(weights) else PAIRS
     if flat:
+        fg = flat_kind.group
         k_run = g.kw * g.depth
-        n_pairs = (k_run + 1) // 2
-        wf = np.zeros((g.per_group, g.kh, 2 * n_pairs), np.int64)
+        n_pairs = -(-k_run // fg)       # groups per window row, zero weights padding the last
+        wf = np.zeros((g.per_group, g.kh, fg * n_pairs), np.int64)
         wf[:, :, :k_run] = w5[0].reshape(g.per_group, g.kh, k_run)
-        packed_flat = ctx.param("filter_pairs", weight_dtype(np.ascontiguousarray(
-            wf.reshape(g.per_group, g.kh, n_pairs, 2).transpose(1, 2, 0, 3))))
-        stage, rows, pstep = _flat_rows(ctx, g, load_x, zp)
+        packed_flat = ctx.param("filter_pairs" if fg == 2 else "filter_quads", weight_dtype(
+            np.ascontiguousarray(wf.reshape(g.per_group, g.kh, n_pairs, fg).transpose(1, 2, 0, 3))))
+        stage, rows, pstep = _flat_rows(ctx, g, load_x, zp, flat_kind)
         staged = True
+    raw = quads or flat_kind.group == 4    # staged bytes x + offset, zp + offset outside
 
     def bias_at(folded: bool, oc: Expr, lanes: int) -> Expr:
         """The bias less `fold` * sum(w) per channel: fold is the input zero
         point in the unstaged interior, zp + the quads' byte offset in staged
         quads (padding holds zp + offset there), else 0."""
-        fold = zp + acc_kind.offset if quads else zp if folded else 0
+        fold = zp + acc_kind.offset if raw else zp if folded else 0
         if fold not in bias_tabs:
             values = bias - fold * flat_w.sum(axis=1)
             bias_tabs[fold] = ctx.param("bias", ref_q.wrap_int32(values).astype(np.int32))
@@ -1170,16 +1179,19 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
             return _guard(cond, tap(ky, kx, iy, ixs))
 
         def flat_step(ky, j):
-            wp = [ctx.fresh("wv", dt("int16", 2 * wd)) for wd in widths]
-            body = [Decl(v, Cast(dt("int16", 2 * wd), Load(packed_flat, flat_index(
-                (ky, j, add(c0, Const(off)), Const(0)), packed_flat.shape), 2 * wd)))
-                    for v, off, wd in zip(wp, offs, widths)]
+            fg = flat_kind.group
+            wp = [ctx.fresh("wv", dt("int16" if fg == 2 else "int8", fg * wd)) for wd in widths]
+            loads = [Load(packed_flat, flat_index((ky, j, add(c0, Const(off)), Const(0)),
+                                                  packed_flat.shape), fg * wd)
+                     for off, wd in zip(offs, widths)]
+            body = [Decl(v, w if fg == 4 else Cast(dtype_of(v), w)) for v, w in zip(wp, loads)]
             for row_, ox in zip(accs, oxs):
-                pv = ctx.fresh("xp")
+                pv = ctx.fresh("xp" if fg == 2 else "xq")
                 at = add(mul(ox, Const(g.strides[1] * g.depth // pstep)),
-                         mul(j, Const(2 // pstep)))
+                         mul(j, Const(fg // pstep)))
                 body.append(Decl(pv, Load(rows, add(mul(ky, Const(rows.shape[1])), at))))
-                body += [Assign(a, Bin("+", a, packed_pair_dot(pv, v))) for a, v in zip(row_, wp)]
+                body += [Assign(a, quad_dot(a, pv, v, flat_kind.unsigned) if fg == 4 else
+                                Bin("+", a, packed_pair_dot(pv, v))) for a, v in zip(row_, wp)]
             return seq(*body)
 
         stores = [_tile_epilogue(ctx, row_, widths, lambda b, k, acc, lanes, ox=ox: epilogue(
@@ -1228,46 +1240,53 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     return loop(ctx, "n", g.n, image)
 
 
-def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int):
-    """(stage(n, oy), rows [KH, Q] int32, pair step) for a dense conv paired
+def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
+               kind: Accumulator = PAIRS):
+    """(stage(n, oy), rows [KH, Q] int32, step) for a dense conv grouped
     along its window rows: row ky's elements e (input row oy * stride - pad
     + ky * dilation, flattened over columns and channels from the left
-    padding on, x - zp, zero outside the image) as pairs (e[p], e[p + 1])
-    for every p a window can start a pair at (every other p when the
-    column stride times the depth is even)."""
+    padding on) in groups of kind.group (e[p], e[p + 1], ..) for every p a
+    window can start a group at (every `step`-th p: the column stride
+    times the depth decides). Pairs hold x - zp (zero outside the image),
+    as aot_dot2p reads them; quads the bytes x + offset (zp + offset
+    outside), as aot_dot4 does (_quad_rows)."""
     sh, sw = g.strides
+    n = kind.group
     width = max(g.w + g.pad_left, (g.ow - 1) * sw + g.kw)
-    count = width * g.depth + 1            # a zero after the last pixel: the odd pair's end
-    pstep = 2 if (sw * g.depth) % 2 == 0 else 1
-    q_count = (count - 2) // pstep + 1
-    rows = ctx.scratch_buffer("pair_rows", "int32", (g.kh, q_count))
+    count = width * g.depth + n - 1        # padding after the last pixel: the last group's end
+    step = next(s for s in (n, 2, 1) if (sw * g.depth) % s == 0)
+    q_count = (count - n) // step + 1
+    rows = ctx.scratch_buffer("pair_rows" if n == 2 else "quad_rows", "int32", (g.kh, q_count))
     elems = ctx.scratch_buffer("row_elems", "int32", (count,))
     lead, image_end = g.pad_left * g.depth, (g.pad_left + g.w) * g.depth
+    outside, shift = (0, -zp) if n == 2 else (zp, 0)
 
-    def zero(start: int, end: int) -> Stmt | None:
+    def fill_run(start: int, end: int) -> Stmt | None:
         if end <= start:
             return None
-        return loop(ctx, "z", end - start, lambda j: Store(elems, add(j, Const(start)), Const(0)))
+        return loop(ctx, "z", end - start, lambda j: Store(elems, add(j, Const(start)),
+                                                             Const(outside)))
 
-    def stage(n, oy) -> Stmt:
+    def group(p) -> Expr:
+        if n == 4:
+            return _quad_value([Load(elems, add(p, Const(j))) for j in range(4)], kind.offset)
+        return Bin("+", Bin("&", Load(elems, p), Const(0xFFFF)),
+                   Bin("*", Load(elems, add(p, Const(1))), Const(65536)))
+
+    def stage(n_, oy) -> Stmt:
         def row(ky) -> Stmt:
             iy = _window_pos(oy, ky, sh, g.pad_top, g.dilations[0])
             copy = loop(ctx, "ix", g.w, lambda ix: loop(ctx, "c", g.depth, lambda c: Store(
                 elems, add(add(mul(ix, Const(g.depth)), c), Const(lead)),
-                q.offset(to_i32(load_x((n, iy, ix, c))), -zp))))
-            inside = seq(*[st for st in (zero(0, lead), copy, zero(image_end, count))
+                q.offset(to_i32(load_x((n_, iy, ix, c))), shift))))
+            inside = seq(*[st for st in (fill_run(0, lead), copy, fill_run(image_end, count))
                            if st is not None])
             cond = Bin("and", Bin(">=", iy, Const(0)), Bin("<", iy, Const(g.h)))
-            fill = If(cond, inside, zero(0, count))
-
-            def pair(qi):
-                p = mul(qi, Const(pstep))
-                value = Bin("+", Bin("&", Load(elems, p), Const(0xFFFF)),
-                            Bin("*", Load(elems, add(p, Const(1))), Const(65536)))
-                return Store(rows, add(mul(ky, Const(q_count)), qi), value)
-            return seq(fill, loop(ctx, "q", q_count, pair))
+            return seq(If(cond, inside, fill_run(0, count)), loop(
+                ctx, "q", q_count, lambda qi: Store(rows, add(mul(ky, Const(q_count)), qi),
+                                                    group(mul(qi, Const(step))))))
         return loop(ctx, "ky", g.kh, row)
-    return stage, rows, pstep
+    return stage, rows, step
 
 
 def _staged_rows(ctx: LowerCtx, g: ConvGeom, name: str, words: int, fill: int,

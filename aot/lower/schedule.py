@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aot.ir.tir import DType, dt
+from aot.lower.space import tunable
 from aot.targets import Target
 
 
@@ -76,6 +77,7 @@ PAD_COPY_MAX_BYTES = 256 * 1024
 # has only the unfused multiply-accumulate by scalar, x86 none.
 BY_ELEMENT_FMA = ("aarch64",)
 
+@tunable("tile")
 def tile(target: Target, dtype: str | DType, vectorize: bool = True,
          pixels: bool = False) -> Tile:
     """The tile for a kernel whose innermost output axis is unit-stride
@@ -103,6 +105,7 @@ def tile(target: Target, dtype: str | DType, vectorize: bool = True,
     return Tile(lanes, 4 if regs >= 16 else 2)
 
 
+@tunable("depthwise_tile")
 def depthwise_tile(target: Target, dtype: str | DType, taps: int) -> Tile:
     """The tile of a channel-last depthwise convolution with `taps` taps.
 

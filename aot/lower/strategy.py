@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from aot.codegen.intrinsics import quad_dot
 from aot.ir.tir import DType, Var
+from aot.lower.space import tunable
 from aot.targets import Target
 
 
@@ -40,6 +41,7 @@ QUADS = Accumulator("quads", 4)
 QUADS_U8 = Accumulator("quads_u8", 4, unsigned=True)
 
 
+@tunable("accumulator")
 def int8_accumulator(target: Target) -> Accumulator:
     """The strategy the int8 kernels use on `target` (the module docstring)."""
     from aot.lower.legalize import instruction_for

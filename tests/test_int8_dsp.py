@@ -57,6 +57,15 @@ def _graphs():
                    dict(Padding=0, StrideH=2, StrideW=2, DilationHFactor=2), zp_in=100, seed=8),
         conv_model("CONV_2D", [1, 5, 6, 12], [3, 2, 3, 12], [1, 4, 4, 3],
                    dict(Padding=1, StrideH=1, StrideW=1), per_channel=False, zp_in=-128, seed=9),
+        # window rows (few input channels): SAME with stride 2 (3/4 inside), a 5x4
+        # kernel on one channel, VALID without a border
+        conv_model("CONV_2D", [1, 16, 16, 3], [5, 3, 3, 3], [1, 8, 8, 5],
+                   dict(Padding=0, StrideH=2, StrideW=2, FusedActivationFunction=3), zp_in=-128,
+                   seed=10),
+        conv_model("CONV_2D", [1, 48, 31, 1], [4, 5, 4, 1], [1, 24, 16, 4],
+                   dict(Padding=0, StrideH=2, StrideW=2), zp_in=21, seed=11),
+        conv_model("CONV_2D", [2, 6, 7, 2], [3, 2, 3, 2], [2, 5, 5, 3],
+                   dict(Padding=1, StrideH=1, StrideW=1), per_channel=False, zp_in=9, seed=12),
         fc_model(True, False, x_shape=(3, 2, 10), depth=30),        # rows across dims
         fc_model(False, False, x_shape=(1, 40), zp_in=-128, act=0, units=7),
         fc_model(True, True, x_shape=(2, 3, 20), units=9),

@@ -22,8 +22,8 @@ from aot import streaming as S
 from aot.api import package
 from aot.deploy import run_package
 from aot.errors import AotError
-from aot.ir.tir import (Bin, Buffer, BufferKind, For, ForKind, Load, PrimFunc, Seq, Store, Var,
-                        const, dt, is_split, walk_stmt)
+from aot.ir.tir import (Bin, Buffer, BufferKind, Cast, For, ForKind, Load, PrimFunc, Seq, Store, Var,
+                        const, dt, is_split, phases, walk_stmt)
 from aot.packaging import read_metadata
 from aot.targets import get_board
 from conftest import MODELS
@@ -84,15 +84,32 @@ def test_a_loop_carried_dependence_is_not_split():
 
 
 def test_overlapping_statements_are_not_split():
-    # a fill, then a second pass over the same elements: two tasks would race
+    # a fill, then a second pass over the same elements: two phases, in order
     i2, j2 = Var("i2"), Var("j2")
     fill = For(I, 128, For(J, 256, Store(Y, _at(I, J), const(0.0, "float32"))))
     again = For(i2, 128, For(j2, 256, Store(Y, _at(i2, j2), Load(X, _at(i2, j2)))))
-    assert not is_split(parallel.split_kernel(_func(Seq((fill, again))), 2))
+    assert phases(parallel.split_kernel(_func(Seq((fill, again))), 2)) == 2
+    # an index the pass cannot box (a value read from memory) keeps the kernel whole
+    gather = For(I, 128, For(J, 256, Store(Y, _at(I, Cast(dt("int32"), Load(X, _at(I, J)))),
+                                           const(1.0, "float32"))))
+    assert not is_split(parallel.split_kernel(_func(gather), 2))
     # disjoint halves split, each over its own rows
     top = For(I, 64, For(J, 256, Store(Y, _at(I, J), Load(X, _at(I, J)))))
     bottom = replace(top, start=64)
     assert _parallel_loops(parallel.split_kernel(_func(Seq((top, bottom))), 2)) == ["i", "i"]
+
+
+def test_a_scratch_filled_then_read_splits_in_two_phases():
+    # pad = x, then y[i, j] = pad[i, j] + pad[127 - i, j]: the second nest reads
+    # rows the first wrote in other trips, so it waits for the whole first
+    pad = Buffer("pad", F32, (128, 256), BufferKind.SCRATCH)
+    i2, j2 = Var("i2"), Var("j2")
+    fill = For(I, 128, For(J, 256, Store(pad, _at(I, J), Load(X, _at(I, J)))))
+    mirror = _at(Bin("-", const(127), i2), j2)
+    use = For(i2, 128, For(j2, 256, Store(Y, _at(i2, j2), Bin(
+        "+", Load(pad, _at(i2, j2)), Load(pad, mirror)))))
+    f = parallel.split_kernel(PrimFunc("k", (X, Y, pad), Seq((fill, use))), 2)
+    assert phases(f) == 2 and _parallel_loops(f) == ["i", "i2"]
 
 
 # ------------------------------------------------------------------ packages

@@ -35,7 +35,8 @@ from aot.codegen.split import balanced_groups
 from aot.errors import UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, BufferKind, Call, Cast, Comment, Const, Decl,
                         DType, Expr, Fail, For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt,
-                        Store, Unary, Var, NTASKS, TASK, can_fail, dtype_of, is_split, stmt_exprs,
+                        Store, Unary, Var, NTASKS, PHASE, TASK, can_fail, dtype_of, is_split,
+                        phases, stmt_exprs,
                         walk_expr, walk_stmt)
 from aot.lower.inplace import aliased_params
 from aot.lower.tir_simplify import simplify_body
@@ -801,8 +802,10 @@ def _signature(func: PrimFunc, symbol: str, names: dict, taken: set[str]) -> str
         restrict = "" if b.name in shared else "restrict "
         params.append(f"{const}{C_TYPES[b.dtype.scalar]} *{restrict}{names[b]}")
     if is_split(func):      # which task of how many runs now (tir.ForKind.PARALLEL)
-        names[TASK], names[NTASKS] = (c_identifier(v.name, taken) for v in (TASK, NTASKS))
-        params += [f"int32_t {names[TASK]}", f"int32_t {names[NTASKS]}"]
+        split = (PHASE, TASK, NTASKS) if phases(func) > 1 else (TASK, NTASKS)
+        for v in split:
+            names[v] = c_identifier(v.name, taken)
+            params.append(f"int32_t {names[v]}")
     # a kernel with run-time checks returns its status (tir.Fail)
     head = f"{'int32_t' if can_fail(func) else 'void'} {symbol}("
     one_line = head + ", ".join(params) + ")"

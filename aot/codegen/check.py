@@ -10,8 +10,8 @@ from __future__ import annotations
 from aot.codegen.intrinsics import check_call, lane_crossing
 from aot.errors import UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Comment, Const, Decl, DType, Expr,
-                        Fail, For, If, Load, NTASKS, PrimFunc, Select, Seq, Stmt, Store, TASK,
-                        Unary, Var, dtype_of, is_split)
+                        Fail, For, If, Load, NTASKS, PHASE, PrimFunc, Select, Seq, Stmt, Store,
+                        TASK, Unary, Var, dtype_of, is_split)
 
 BIN_OPS = frozenset("+ - * / % min max << >> & | ^ < <= > >= == != and or".split())
 UNARY_OPS = frozenset(("neg", "not", "bitnot", "abs"))
@@ -23,7 +23,7 @@ class _Checker:
         self.func = func
         self.buffers = set(func.params)
         # a split kernel's task arguments (tir.ForKind.PARALLEL)
-        self.declared: set[Var] = {TASK, NTASKS} if is_split(func) else set()
+        self.declared: set[Var] = {TASK, NTASKS, PHASE} if is_split(func) else set()
 
     def fail(self, what: str) -> UnsupportedError:
         return UnsupportedError(f"code generation, function {self.func.name}: {what}")

@@ -37,7 +37,7 @@ from aot.codegen.split import balanced_groups
 from aot.errors import AotError, UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, DType, Expr,
                         Fail, For, ForKind, If, Load, NTASKS, PrimFunc, Select, Seq, Stmt, Store,
-                        TASK, Unary, Var, can_fail, dtype_of, is_split, walk_stmt)
+                        TASK, PHASE, Unary, Var, can_fail, dtype_of, is_split, phases, walk_stmt)
 from aot.lower.inplace import aliased_params
 from aot.targets import Target
 
@@ -102,10 +102,11 @@ class _FuncBuilder:
         # a kernel with run-time checks returns its status, as in C (tir.Fail)
         self.status = ir.IntType(32) if can_fail(func) else None
         # a split kernel also takes (task, ntasks): tir.ForKind.PARALLEL
-        split = is_split(func)
+        split = ((PHASE, TASK, NTASKS) if phases(func) > 1 else (TASK, NTASKS)) \
+            if is_split(func) else ()
         fnty = ir.FunctionType(self.status or ir.VoidType(),
                                [ir.PointerType() for _ in func.params]
-                               + [ir.IntType(32)] * (2 if split else 0))
+                               + [ir.IntType(32)] * len(split))
         self.fn = ir.Function(module, fnty, name=symbol)
         self.fn.attributes.add("nounwind")
         self.buffers: dict[Buffer, ir.Value] = {}
@@ -121,10 +122,9 @@ class _FuncBuilder:
         self.b = ir.IRBuilder(body)
         self.slots: dict[Var, ir.Value] = {}     # Decl'd locals and loop variables
         self.values: dict[Var, ir.Value] = {}    # helper parameters and lets
-        if split:
-            task, ntasks = self.fn.args[len(func.params):]
-            task.name, ntasks.name = TASK.name, NTASKS.name
-            self.values[TASK], self.values[NTASKS] = task, ntasks
+        for var, arg in zip(split, self.fn.args[len(func.params):]):
+            arg.name = var.name
+            self.values[var] = arg
 
     def error(self, what: str) -> UnsupportedError:
         return UnsupportedError(f"LLVM codegen, function {self.func.name}: {what}")

@@ -24,7 +24,7 @@ from aot.executor.checks import index_checks, kernel_checks
 from aot.executor.liveness import MemoryPlan
 from aot.executor.params import SECTION, LinkedParams, c_initializer, describe
 from aot.ir.graph import Graph, TensorType
-from aot.ir.tir import BufferKind, is_split
+from aot.ir.tir import BufferKind, is_split, phases
 from aot.lower.driver import Kernel
 from aot.ops.detect import count_outputs
 from aot.resources import data_dir
@@ -160,7 +160,7 @@ def _kernel_calls(kernels: Sequence[Kernel], places: _Places, params: LinkedPara
         # a split kernel (aot/lower/parallel.py) is called through the pool
         task_fn = c_identifier(f"task_step_{step}", names.taken) if is_split(k.func) else None
         calls.append({"step": step, "symbol": symbols[k.func.name], "args": args,
-                      "task_fn": task_fn,
+                      "task_fn": task_fn, "phases": phases(k.func),
                       "task_locals": _task_locals(args, names.name) if task_fn else [],
                       "checks": checks, "first_check": first_check,
                       "wrap": len(", ".join(args)) > 72,

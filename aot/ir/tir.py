@@ -295,11 +295,20 @@ class PrimFunc:
 # an If on TASK, so exactly one task runs them.
 TASK = Var("task")
 NTASKS = Var("ntasks")
+# A split kernel in phases (PrimFunc attrs "phases" > 1: a later part reads
+# what an earlier one wrote) takes PHASE before TASK: the pool runs phase 0
+# on every task, then phase 1, ...; the body is an If on PHASE per phase.
+PHASE = Var("phase")
 
 
 def is_split(func: PrimFunc) -> bool:
     """Whether the kernel runs as tasks of a thread pool (has a PARALLEL loop)."""
     return any(isinstance(s, For) and s.kind is ForKind.PARALLEL for s in walk_stmt(func.body))
+
+
+def phases(func: PrimFunc) -> int:
+    """How many pool jobs a split kernel takes, one after the other."""
+    return dict(func.attrs).get("phases", 1)
 
 
 def can_fail(func: PrimFunc) -> bool:

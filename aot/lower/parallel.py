@@ -14,7 +14,10 @@ proven, not assumed:
   more than the whole spread of every other term there, so two trips never
   touch the same element (and a trip reads only what it wrote itself);
 - the boxes of two different top-level statements touching such a buffer
-  never meet when one of them writes it.
+  never meet when one of them writes it; where they do (a scratch buffer
+  filled, then read: a convolution's zero padding), the later statement
+  starts a new phase, and the pool finishes one phase on every task before
+  it starts the next (PrimFunc attrs "phases", tir.PHASE).
 
 An iteration's own arithmetic is untouched (reductions stay inside one
 trip, in their order), so a split package computes the one-thread package's
@@ -27,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable
 
-from aot.ir.tir import (NTASKS, TASK, Assign, Bin, BufferKind, Cast, Const, Decl, Expr,
+from aot.ir.tir import (NTASKS, PHASE, TASK, Assign, Bin, BufferKind, Cast, Const, Decl, Expr,
                         For, ForKind, If, Load, PrimFunc, Seq, Stmt, Store, Var, can_fail, const,
                         dtype_of, seq, stmt_exprs, walk_expr, walk_stmt)
 from aot.lower.inplace import in_place
@@ -103,7 +106,9 @@ def _box(form: Affine, shape: tuple[int, ...], lanes: int, ranges: dict) -> tupl
     for var, c in form.items():
         if var is None:
             continue
-        if c <= 0 or var not in ranges:
+        if c == 0:
+            continue
+        if var not in ranges:
             return None
         d = next(k for k, s in enumerate(strides) if shape[k] > 1 and c % s == 0 or s == 1)
         coords[d][0][var] = coords[d][0].get(var, 0) + c // strides[d]
@@ -224,7 +229,7 @@ def _apart_in(loop: For, group: list[_Access], d: int) -> bool:
         return False
     lo = min(a.interval(d, skip=loop.var)[0] for a in group)
     hi = max(a.interval(d, skip=loop.var)[1] for a in group)
-    return hi - lo < coefs.pop() * loop.step
+    return hi - lo < abs(coefs.pop()) * loop.step
 
 
 # -------------------------------------------------------------------- the split
@@ -307,29 +312,26 @@ def _replace_loop(s: For, target: For) -> For:
     return replace(s, body=_replace_loop(s.body, target))
 
 
-def split_kernel(func: PrimFunc, threads: int) -> PrimFunc:
-    """func with its independent loop nests split over tasks (see the module
-    docstring), or func itself when it is small or cannot be split safely."""
-    if threads <= 1 or can_fail(func) or _work(func.body) < MIN_WORK:
-        return func
-    stmts = func.body.stmts if isinstance(func.body, Seq) else (func.body,)
-    units = _units(stmts)
-    split = [_split_nest(u[0], func, threads) if len(u) == 1 and isinstance(u[0], For)
-             else None for u in units]
-    if all(s is None for s in split):
-        return func
-    # statements of different units run in different tasks at once: their
-    # accesses to written buffers must not meet
-    boxes = [_accesses(seq(*u), func) for u in units]
-    if any(b is None for b in boxes):
-        return func
+def _phases(boxes: list) -> list[list[int]]:
+    """Consecutive units grouped into phases whose units may run at once:
+    a unit that touches what one of its phase writes (or whose accesses
+    cannot be boxed) starts the next phase. Phases run one after another."""
+    out: list[list[int]] = []
     for i, mine in enumerate(boxes):
-        for theirs in boxes[i + 1:]:
-            if any(a.buffer == b.buffer and (a.write or b.write) and not _disjoint(a, b)
-                   for a in mine for b in theirs):
-                return func
+        if out and mine is not None and all(
+                boxes[j] is not None and not any(
+                    a.buffer == b.buffer and (a.write or b.write) and not _disjoint(a, b)
+                    for a in mine for b in boxes[j]) for j in out[-1]):
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def _phase_body(units: list[tuple[Stmt, ...]], split: list[For | None]) -> Stmt:
+    """The split nests as they are; the other units whole, in the last task."""
     body: list[Stmt] = []
-    alone: list[Stmt] = []        # whole statements, run by the last task
+    alone: list[Stmt] = []
 
     def flush():
         if alone:
@@ -343,8 +345,27 @@ def split_kernel(func: PrimFunc, threads: int) -> PrimFunc:
             flush()
             body.append(s)
     flush()
-    return replace(func, body=seq(*body))
+    return seq(*body)
 
 
+def split_kernel(func: PrimFunc, threads: int) -> PrimFunc:
+    """func with its independent loop nests split over tasks (see the module
+    docstring), or func itself when it is small or cannot be split safely."""
+    if threads <= 1 or can_fail(func) or _work(func.body) < MIN_WORK:
+        return func
+    stmts = func.body.stmts if isinstance(func.body, Seq) else (func.body,)
+    units = _units(stmts)
+    boxes = [_accesses(seq(*u), func) for u in units]
+    split = [_split_nest(u[0], func, threads) if len(u) == 1 and isinstance(u[0], For)
+             and b is not None else None for u, b in zip(units, boxes)]
+    if all(s is None for s in split):
+        return func
+    groups = _phases(boxes)
+    bodies = [_phase_body([units[i] for i in g], [split[i] for i in g]) for g in groups]
+    if len(bodies) == 1:
+        return replace(func, body=bodies[0])
+    body = seq(*(If(Bin("==", PHASE, const(k)), b) for k, b in enumerate(bodies)))
+    attrs = tuple((k, v) for k, v in func.attrs if k != "phases")
+    return replace(func, body=body, attrs=attrs + (("phases", len(bodies)),))
 def split_kernels(funcs: Iterable[PrimFunc], threads: int) -> list[PrimFunc]:
     return [split_kernel(f, threads) for f in funcs]

@@ -9,8 +9,8 @@ Unique of run-time inputs against ONNX Runtime; the refusals of value-sized
 outputs other nodes read.
 
 Shape arguments the node tests feed as graph inputs (k, frame_step, sizes,
-max_output_boxes_per_class, a Unique input with an axis) are bound to the
-case's values, as tests/test_onnx_conformance.py does. A value-sized model
+max_output_boxes_per_class) are bound to the case's values, as
+tests/test_onnx_conformance.py does. A value-sized model
 output is a static bound and a count (docs/ops.md, "Signal and detection
 ops"): the expected entries first, then padding, and the count says how
 many.
@@ -393,16 +393,21 @@ def value_sized_model():
              helper.make_node("Compress", ["m", "keep_flat"], ["flat"]),
              helper.make_node("Unique", ["ints"], ["u", "u_first", "u_inverse", "u_counts"]),
              helper.make_node("Unique", ["m"], ["v", "v_first", "v_inverse", "v_counts"],
-                              sorted=0)]
+                              sorted=0),
+             helper.make_node("Unique", ["rows3"], ["r", "r_first", "r_inverse", "r_counts"],
+                              axis=0),
+             helper.make_node("Unique", ["cols3"], ["c", "c_first", "c_inverse", "c_counts"],
+                              axis=-1, sorted=0)]
     ins = [("f", T.FLOAT, [3, 4, 5]), ("b", T.BOOL, [7]), ("zeros", T.INT32, [2, 3]),
            ("m", T.FLOAT, [4, 6]), ("keep_cols", T.BOOL, [6]), ("keep_rows", T.BOOL, [3]),
-           ("keep_flat", T.BOOL, [24]), ("ints", T.INT64, [20])]
-    outs = ["nz_f", "nz_b", "nz_none", "cols", "rows", "flat", "u", "u_first", "u_inverse",
-            "u_counts", "v", "v_first", "v_inverse", "v_counts"]
+           ("keep_flat", T.BOOL, [24]), ("ints", T.INT64, [20]),
+           ("rows3", T.FLOAT, [7, 3]), ("cols3", T.FLOAT, [2, 2, 6])]
+    outs = ["nz_f", "nz_b", "nz_none", "cols", "rows", "flat"] + [
+        f"{u}{part}" for u in "uvrc" for part in ("", "_first", "_inverse", "_counts")]
     graph = helper.make_graph(nodes, "value_sized",
                               [helper.make_tensor_value_info(*i) for i in ins],
                               [helper.make_tensor_value_info(
-                                  o, T.FLOAT if o in ("cols", "rows", "flat", "v") else
+                                  o, T.FLOAT if o in ("cols", "rows", "flat", "v", "r", "c") else
                                   T.INT64, None) for o in outs])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -415,22 +420,28 @@ def value_sized_feeds(seed: int) -> dict:
     return {"f": f, "b": rng.random(7) < 0.5, "zeros": np.zeros((2, 3), np.int32),
             "m": rng.integers(-3, 3, (4, 6)).astype(np.float32),
             "keep_cols": rng.random(6) < 0.5, "keep_rows": rng.random(3) < 0.5,
-            "keep_flat": rng.random(24) < 0.3, "ints": rng.integers(-5, 5, 20, dtype=np.int64)}
+            "keep_flat": rng.random(24) < 0.3, "ints": rng.integers(-5, 5, 20, dtype=np.int64),
+            # rows and columns drawn from three, so that some repeat
+            "rows3": np.float32([[1, 0, 1], [0, 2, 1], [1, 0, -1]])[rng.integers(0, 3, 7)],
+            "cols3": np.float32([[[1, 0, 1], [0, 2, 1]], [[1, 0, 1], [0, 2, 2]]])[
+                ..., rng.integers(0, 3, 6)]}
 
 
 @pytest.mark.parametrize("codegen", ("c", "llvm"))
 def test_value_sized_outputs_of_run_time_inputs_against_onnxruntime(tmp_path, codegen):
     """NonZero (float with -0.0, NaN and inf; bool; all zeros), Compress
     (an axis, a negative one, a condition shorter than the axis, none) and
-    Unique (sorted and in order of appearance, with ties) on run-time
+    Unique (sorted and in order of appearance, with ties; of elements,
+    rows, and columns along a negative axis) on run-time
     inputs: their valid entries are ONNX Runtime's, the padding -1 or 0, in
     the interpreter and compiled, on two draws of inputs."""
     model = value_sized_model()
     onnx.save(model, tmp_path / "sized.onnx")
     graph = graph_of(model, "value_sized")
     counts = count_outputs(graph)
-    assert sorted(counts) == ["cols_count", "flat_count", "nz_b_count", "nz_f_count",
-                              "nz_none_count", "rows_count", "u_count", "v_count"]
+    assert sorted(counts) == ["c_count", "cols_count", "flat_count", "nz_b_count", "nz_f_count",
+                              "nz_none_count", "r_count", "rows_count", "u_count", "v_count"]
+    assert counts["c_count"] == (("c", 2, 0), ("c_first", 0, -1), ("c_counts", 0, 0))
     assert graph.types["u"].shape == (20,) and graph.types["nz_f"].shape == (3, 60)
     for seed in (0, 1):
         feeds = value_sized_feeds(seed)

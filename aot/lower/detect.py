@@ -333,48 +333,91 @@ def _bounded_compress(ctx: LowerCtx, ins, emit):
 
 
 def _unique_bounded(ctx: LowerCtx, ins, emit):
-    """Unique of the flattened input, O(n^2) compares and no sort: an
-    element is a first occurrence unless an equal one comes before it; a
-    first occurrence's place is the number of first occurrences before it
-    in the output's order (smaller values when sorted, earlier positions
-    otherwise). Scratch: the first-occurrence flags and places (two int32
-    per element). Values compare with C's ==, so every NaN is its own
-    value (numpy's unique puts NaNs together)."""
+    """Unique of the flattened input's elements, or of its slices along
+    `axis`; O(n^2) slice compares and no sort: a slice is a first
+    occurrence unless an equal one comes before it; a first occurrence's
+    place is the number of first occurrences before it in the output's
+    order (smaller slices, compared lexicographically, when sorted; earlier
+    positions otherwise). Scratch: the first-occurrence flags and places
+    (two int32 per slice). Values compare with C's ==, so every NaN is its
+    own value (numpy's unique puts NaNs together)."""
     x = ins[0]
-    n = x.type.size
+    axis = ctx.attrs.get("axis")
+    axis = None if axis is None else int(axis) % len(x.shape)
+    shape = (x.type.size,) if axis is None else x.shape
+    a = axis or 0
+    n, others = shape[a], [d for d in range(len(shape)) if d != a]
+    m = int(np.prod([shape[d] for d in others], dtype=np.int64))
+
+    def elem(s: Expr, k: Expr) -> Expr:
+        """Element k (row-major over the other axes) of slice s."""
+        if axis is None:
+            return _flat_load(x, s)
+        rest = unravel(k, [shape[d] for d in others]) if others else ()
+        at = dict(zip(others, rest))
+        return x.load(_index({**at, a: s}, len(shape)))
     sort = bool(ctx.attrs.get("sorted", 1))
     first = ctx.scratch_buffer("first", "int32", (n,))
     place = ctx.scratch_buffer("place", "int32", (n,))
     count = ctx.fresh("count")
-    i, j = ctx.fresh("i"), ctx.fresh("j")
+    i, j, k = ctx.fresh("i"), ctx.fresh("j"), ctx.fresh("k")
     xi, xj = ctx.fresh("xi", x.dtype), ctx.fresh("xj", x.dtype)
     is_first, rank, same = ctx.fresh("is_first"), ctx.fresh("rank"), ctx.fresh("same")
     occurs = ctx.fresh("occurrence")
+    equal, less = ctx.fresh("equal", "bool"), ctx.fresh("less", "bool")
 
-    def over_j(body: Stmt) -> Stmt:
-        return For(j, n, seq(Decl(xj, _flat_load(x, j)), body))
+    def hold_i() -> list[Stmt]:
+        return [Decl(xi, elem(i, const(0)))] if m == 1 else []
+
+    def compare(order: bool) -> tuple[list[Stmt], Expr, Expr | None]:
+        """Statements, whether slice j equals slice i and, with order,
+        whether it is smaller."""
+        if m == 1:
+            return [Decl(xj, elem(j, const(0)))], Bin("==", xj, xi), Bin("<", xj, xi)
+        a_k, b_k = ctx.fresh("a", x.dtype), ctx.fresh("b", x.dtype)
+        # the first element that differs decides the order
+        differ = [Assign(equal, const(False, "bool"))]
+        if order:
+            differ.insert(0, Assign(less, Bin("<", a_k, b_k)))
+        scan = For(k, m, seq(Decl(a_k, elem(j, k)), Decl(b_k, elem(i, k)), If(
+            Bin("and", equal, Bin("!=", a_k, b_k)), seq(*differ))))
+        decls = [Decl(equal, const(True, "bool"))]
+        if order:
+            decls.append(Decl(less, const(False, "bool")))
+        return [*decls, scan], equal, less if order else None
 
     def add_if(var: Var, cond: Expr) -> Stmt:
         return Assign(var, Bin("+", var, cast(cond, "int32")))
+    test, eq, _ = compare(False)
     flags = For(i, n, seq(
-        Decl(xi, _flat_load(x, i)), Decl(is_first, const(1)),
-        over_j(If(Bin("and", Bin("<", j, i), Bin("==", xj, xi)), Assign(is_first, const(0)))),
+        *hold_i(), Decl(is_first, const(1)),
+        For(j, n, If(Bin("<", j, i), seq(*test, If(eq, Assign(is_first, const(0)))))),
         Store(first, i, is_first), Assign(count, Bin("+", count, is_first))))
-    before = Bin("<", xj, xi) if sort else Bin("<", j, i)
+    test, eq, lt = compare(sort)
+    before = lt if sort else Bin("<", j, i)
+    if axis is None:
+        copy = emit(0, (rank,), xi)
+    else:
+        copy = loops(ctx, shape, others, lambda at: emit(
+            0, _index({**at, a: rank}, len(shape)), x.load(_index({**at, a: i}, len(shape)))),
+                     "c")
     places = For(i, n, If(Bin("!=", Load(first, i), const(0)), seq(
-        Decl(xi, _flat_load(x, i)), Decl(rank, const(0)), Decl(same, const(0)),
-        over_j(seq(add_if(rank, Bin("and", Bin("!=", Load(first, j), const(0)), before)),
-                   add_if(same, Bin("==", xj, xi)))),
-        Store(place, i, rank), emit(0, (rank,), xi), emit(1, (rank,), cast(i, "int64")),
+        *hold_i(), Decl(rank, const(0)), Decl(same, const(0)),
+        For(j, n, seq(*test, add_if(rank, Bin("and", Bin("!=", Load(first, j), const(0)),
+                                              before)),
+                      add_if(same, eq))),
+        Store(place, i, rank), copy, emit(1, (rank,), cast(i, "int64")),
         emit(3, (rank,), cast(same, "int64")))))
-    # each element's value is at the place of its first occurrence
+    # each slice's unique one is at the place of its first occurrence
+    test, eq, _ = compare(False)
     inverse = For(i, n, seq(
-        Decl(xi, _flat_load(x, i)), Decl(occurs, const(-1)),
-        over_j(If(Bin("and", Bin("<", occurs, const(0)), Bin("==", xj, xi)), Assign(occurs, j))),
+        *hold_i(), Decl(occurs, const(-1)),
+        For(j, n, If(Bin("<", occurs, const(0)), seq(*test, If(eq, Assign(occurs, j))))),
         emit(2, (i,), cast(Load(place, Bin("max", occurs, const(0))), "int64"))))
-    zero = const_like(0, _flat_load(x, const(0)))
-    pads = [_padding(ctx, emit, k, (n,), 0, count, fill)
-            for k, fill in ((0, zero), (1, const(-1, "int64")), (3, const(0, "int64")))]
+    zero = const_like(0, elem(const(0), const(0)))
+    pads = [_padding(ctx, emit, 0, ctx.out_types[0].shape, a, count, zero)]
+    pads += [_padding(ctx, emit, out, (n,), 0, count, fill)
+             for out, fill in ((1, const(-1, "int64")), (3, const(0, "int64")))]
     return seq(Decl(count, const(0)), flags, places, inverse, *pads, _count_out(emit, 4, count))
 
 

@@ -8,8 +8,9 @@ output gets one of two answers (docs/ops.md, "Signal and detection ops"):
 - A static upper bound and a count, where the output is the model's and
   no other node reads it (`with_counts`, at import): NonMaxSuppression
   always (batches x classes x min(max_output_boxes_per_class, boxes) rows),
-  NonZero, Compress (as BoundedCompress) and Unique without axis on
-  run-time inputs (bound: the input's size, or the condition's positions).
+  NonZero, Compress (as BoundedCompress) and Unique on run-time inputs
+  (bound: the input's size, its slices along Unique's axis, or the
+  condition's positions).
   The valid entries come first, in ONNX's order, the rest is padding (-1 in
   index outputs, 0 in the others), and one more model output, int32 [1],
   says how many are valid.
@@ -204,7 +205,8 @@ class Counted:
     source: str = ""
 
 
-def _compress_axis(attrs: Mapping, rank: int) -> int:
+def _axis_or_zero(attrs: Mapping, rank: int) -> int:
+    """The `axis` attribute in [0, rank); 0 without one (the flattened input)."""
     axis = attrs.get("axis")
     return 0 if axis is None else int(axis) % max(rank, 1)
 
@@ -212,9 +214,10 @@ def _compress_axis(attrs: Mapping, rank: int) -> int:
 COUNTED = {
     "NonMaxSuppression": Counted(1, lambda a, r: ((0, 0, -1),)),
     "NonZero": Counted(1, lambda a, r: ((0, 1, -1),), sized_by=0),
-    "BoundedCompress": Counted(1, lambda a, r: ((0, _compress_axis(a, r), 0),), sized_by=1,
+    "BoundedCompress": Counted(1, lambda a, r: ((0, _axis_or_zero(a, r), 0),), sized_by=1,
                                source="Compress"),
-    "Unique": Counted(4, lambda a, r: ((0, 0, 0), (1, 0, -1), (3, 0, 0)), sized_by=0),
+    "Unique": Counted(4, lambda a, r: ((0, _axis_or_zero(a, r), 0), (1, 0, -1), (3, 0, 0)),
+                      sized_by=0),
 }
 BOUNDED = {c.source or op: op for op, c in COUNTED.items()}
 COUNT_TYPE = TensorType((1,), "int32")
@@ -298,8 +301,9 @@ def valid_entries(counts: Mapping[str, tuple[tuple[str, int, int], ...]],
     return out
 
 
-def _pad(exact: np.ndarray, ty: TensorType, axis: int, fill) -> np.ndarray:
-    """`exact` in the bounded output of type ty: its entries first along axis."""
+def _pad(exact: np.ndarray, ty: TensorType, fill) -> np.ndarray:
+    """`exact` in the bounded output of type ty, whose shape it has but
+    along the padded axis: its entries first, then `fill`."""
     out = np.full(ty.shape, fill, ty.dtype)
     out[tuple(slice(0, d) for d in exact.shape)] = exact
     return out
@@ -394,7 +398,7 @@ def _nonzero(call: Call, args):
     exact = np.array(np.nonzero(x.reshape(-1) if x.ndim == 0 else x), np.int64)
     if not bounded(call.node):
         return [exact.reshape(call.out_types[0].shape)]
-    return [_pad(exact, call.out_types[0], 1, -1), _count(exact.shape[1])]
+    return [_pad(exact, call.out_types[0], -1), _count(exact.shape[1])]
 
 
 def unique(x: np.ndarray, axis: int | None, sort: bool):
@@ -416,14 +420,14 @@ def unique(x: np.ndarray, axis: int | None, sort: bool):
 @arity(1, 1)
 def _infer_unique(sig: Sig):
     t = sig.in_types[0]
-    if bounded(sig.node):
-        if sig.attrs.get("axis") is not None:
-            raise UnsupportedError(
-                f"{node_label(sig.node)}: input 0 must be a compile-time constant for Unique "
-                "with an axis: unique slices of a run-time input are not supported yet "
-                "(without an axis they are: a static bound and a count)")
-        return [TensorType((t.size,), t.dtype, t.quant)] + [
-            TensorType((t.size,), "int64")] * 3 + [COUNT_TYPE]
+    if bounded(sig.node):      # bound: every slice (element) unique
+        if sig.attrs.get("axis") is None:
+            return [TensorType((t.size,), t.dtype, t.quant)] + [
+                TensorType((t.size,), "int64")] * 3 + [COUNT_TYPE]
+        if not t.shape:
+            raise sig.fail("a scalar has no axis to take unique slices along")
+        n = t.shape[_axis(sig, int(sig.attrs["axis"]), len(t.shape))]
+        return [t] + [TensorType((n,), "int64")] * 3 + [COUNT_TYPE]
     x = value_sized(sig, 0, "the input")
     axis = sig.attrs.get("axis")
     axis = None if axis is None else _axis(sig, int(axis), x.ndim)
@@ -441,8 +445,8 @@ def _unique(call: Call, args):
     if not bounded(call.node):
         return list(out[:len(call.out_types)])
     y, first, inverse, counts = out
-    return [_pad(y, call.out_types[0], 0, 0), _pad(first, call.out_types[1], 0, -1), inverse,
-            _pad(counts, call.out_types[3], 0, 0), _count(y.size)]
+    return [_pad(y, call.out_types[0], 0), _pad(first, call.out_types[1], -1), inverse,
+            _pad(counts, call.out_types[3], 0), _count(first.size)]
 
 
 # ---- RoiAlign -----------------------------------------------------------------------------

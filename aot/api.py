@@ -41,7 +41,7 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
             extra_cflags: Sequence[str] = (), profile: bool = False,
             checks: bool = False, input_shapes: Mapping | None = None,
             bind: Mapping | None = None, dump_tir: str | Path | None = None,
-            threads: int = 1) -> PackageInfo:
+            threads: int = 1, tuning_records: str | Path | None = None) -> PackageInfo:
     """Compile a model into a package directory built for `board` (default:
     the CLI's, qemu-rpi4 unless $AOT_BOARD names another).
 
@@ -56,10 +56,12 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
     after each TIR pass (write_tir_dump); replaced with force, like out_dir.
     threads > 1 (a Linux board): the heavy kernels run split over a pool of
     that many threads (docs/package.md "Threads"), outputs bit for bit the
-    one-thread package's.
+    one-thread package's. tuning_records: an `aot tune` log whose fastest
+    schedule per workload the kernels take (aot.tune.applied_records).
     """
     import aot
     from aot.frontend.shapes import LoadOptions, options_json
+    from aot.tune import applied_records
 
     if out_dir is not None:
         refuse_existing(Path(out_dir), force)     # before loading and optimizing
@@ -78,7 +80,7 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
         out_dir = Path(name)
     source = (None if isinstance(model_or_graph, Graph) else
               {**model_source(model_or_graph), **options_json(opts)})
-    with board_flash(brd.name, brd.flash_bytes):    # no folded table past the flash
+    with board_flash(brd.name, brd.flash_bytes), applied_records(tuning_records, brd.target):
         graph = as_graph(graph)
         info = package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,
                              extra_cflags, profile, checks, source, threads)

@@ -86,6 +86,9 @@ def _package_args(p: argparse.ArgumentParser) -> None:
                    f"its board; else ${DEFAULT_BOARD_ENV}, else {DEFAULT_BOARD})")
     p.add_argument("--codegen", choices=("c", "llvm"), default="c",
                    help="kernels as C source or an LLVM object (default: c)")
+    p.add_argument("--tuning-records", metavar="LOG.jsonl",
+                   help="apply the fastest schedule per workload from an `aot tune` log "
+                   "(records of another target are skipped; docs/tuning.md)")
 
 
 def _threads_arg(p: argparse.ArgumentParser) -> None:
@@ -472,6 +475,46 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- tune ------------------------------------------------------------------------
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from aot.tune import tune
+
+    out = tune(args.model, _board(args), trials=args.trials, budget=args.budget,
+               log=args.output, resume=args.resume, codegen=args.codegen,
+               warmup=args.warmup, repeat=args.repeat, **_load_kwargs(args))
+    if args.json:
+        emit_json(out)
+        return 0
+    print(f"{out['log']}: {out['trials_run']} trials on {out['board']} in {out['seconds']} s, "
+          f"{out['records_written']} records; {out['improved']} of {out['tunable']} tunable "
+          f"workloads faster than the default schedule"
+          + (f" ({out['discarded']} batches discarded: outputs differed)"
+             if out["discarded"] else ""))
+    for key, best in out["best"].items():
+        if best["config"]:
+            print(f"  {key}  {best['desc']}: {best['ratio']:.3f} x default  "
+                  f"{json.dumps(best['config'], sort_keys=True)}")
+    return 0
+
+
+def _tuning_records(args: argparse.Namespace):
+    """The context a command with --tuning-records runs in: its builds apply
+    the log's best configs for the board's target."""
+    import contextlib
+
+    log = getattr(args, "tuning_records", None)
+    if log is None:
+        return contextlib.nullcontext()
+    from aot.tune import applied_records
+
+    model = getattr(args, "model", None)
+    if model and Path(model).is_dir():
+        raise AotError(f"{model} is a package directory, built with its schedules: "
+                       "--tuning-records is for packaging a model")
+    return applied_records(log, _board(args).target)
+
+
 # --- board -----------------------------------------------------------------------
 
 def cmd_board_trust(args: argparse.Namespace) -> int:
@@ -647,6 +690,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png",
                    help="draw the memory plan and the MACs per kernel into a PNG")
 
+    p = add("tune", "search kernel schedules on a board and log the fastest per workload "
+            "(apply them with --tuning-records; docs/tuning.md)", cmd_tune)
+    p.add_argument("model", help="an .onnx or .tflite file")
+    p.add_argument("--board", help=f"the board to measure on (default: ${DEFAULT_BOARD_ENV}, "
+                   f"else {DEFAULT_BOARD})")
+    p.add_argument("--codegen", choices=("c", "llvm"), default="c",
+                   help="kernels as C source or an LLVM object (default: c)")
+    _model_args(p)
+    p.add_argument("--trials", type=int, default=32, metavar="N",
+                   help="batches of candidates, one build and run each (default: 32)")
+    p.add_argument("--budget", type=float, metavar="SECONDS",
+                   help="start no batch after this many seconds")
+    p.add_argument("-o", "--output", metavar="LOG.jsonl",
+                   help="the tuning log (default: ./<model>.<board>.tune.jsonl)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an existing log: its configs are not measured again")
+    p.add_argument("--repeat", type=int, default=20, metavar="N",
+                   help="timed runs per package per round, 3 interleaved rounds (default: 20)")
+    p.add_argument("--warmup", type=int, default=5, metavar="W",
+                   help="untimed runs before each round (default: 5)")
+    _ssh_args(p)
+
     add("boards", "list the boards aot knows", cmd_boards)
     add("doctor", "check this machine: every program and file aot needs, found or missing, "
         "and the boards that work now (exit 0: all found, 1: something is missing; "
@@ -703,7 +768,8 @@ def main(argv: list[str] | None = None) -> int:
     from aot import progress
     progress.enable(not args.json)     # still off unless stderr is a terminal
     try:
-        return args.func(args)
+        with _tuning_records(args):
+            return args.func(args)
     except AotError as e:
         return fail(args.json, str(e).splitlines()[0] if str(e) else type(e).__name__,
                     EXIT_USER_ERROR)

@@ -1,0 +1,282 @@
+"""`aot tune`: schedule search measured on the board (TVM's AutoTVM loop).
+
+1. Lower the model once with the default policy, recording what each
+   workload's schedule sites answered (aot/lower/space.py): its space.
+2. Build the default package once (--profile: every kernel timed) and keep
+   a serve session on it; its outputs are the reference.
+3. Each trial is one batch: one candidate config per workload, all in ONE
+   package (kernels are timed one by one, so one build measures a candidate
+   of every workload), run on the board alternately with the default
+   package (interleaved rounds of `repeat` runs: both see the same noise),
+   median per kernel. A batch whose outputs differ from the default's
+   (int8: any bit; float: beyond 1e-4 relative) is discarded whole.
+4. A candidate faster than the default in its batch is appended to the log
+   with both times; each workload's default is logged first. The first half
+   of the trials draw at random, the rest the untried configs nearest the
+   best so far.
+"""
+from __future__ import annotations
+
+import contextlib
+import random
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from aot.errors import AotError
+from aot.lower.space import DEFAULT, Config, Schedules, applied, space_of
+from aot.tune import records as rec
+
+# A candidate must beat the default by this share in its own batch to be
+# logged: below it, two equal schedules differ by noise alone.
+MIN_GAIN = 0.01
+# ... and by this much time: a kernel of tens of ns moves by the clock's
+# resolution (the 60 ns FC of ResNet-8 read 60 or 70 ns under one schedule).
+MIN_GAIN_MS = 0.0002
+ROUNDS = 3
+
+
+@dataclass
+class _Workload:
+    key: str
+    desc: str
+    kernels: list[str]
+    space: list[Config]
+    tried: set = field(default_factory=set)
+    best: Config = DEFAULT
+    best_ratio: float = 1.0
+    default_ms: float | None = None
+
+    def untried(self) -> list[Config]:
+        return [c for c in self.space if c not in self.tried]
+
+
+def workloads_of(graph, target) -> list[_Workload]:
+    """The model's workloads in first-use order, with their spaces."""
+    from aot.lower import lower_graph
+
+    seen = Schedules(record=True)
+    with applied(seen):
+        lower_graph(graph, target)
+    return [_Workload(k, w.describe(), names, space_of(defaults, target))
+            for k, (w, defaults, names) in seen.seen.items()]
+
+
+def _flat(config: Config) -> dict:
+    out = {}
+    for site, value in config.sites:
+        if isinstance(value, str):
+            out[site] = value
+        else:
+            out.update({(site, k): v for k, v in value})
+    return out
+
+
+def _distance(a: Config, b: Config) -> float:
+    fa, fb = _flat(a), _flat(b)
+    return sum(0 if fa.get(k) == fb.get(k) else 1 for k in set(fa) | set(fb))
+
+
+def _draw(w: _Workload, trial: int, trials: int, rng: random.Random) -> Config | None:
+    left = w.untried()
+    if not left:
+        return None
+    if trial < trials // 2 or w.best == DEFAULT:
+        return rng.choice(left)
+    nearest = min(_distance(c, w.best) for c in left)
+    return rng.choice([c for c in left if _distance(c, w.best) == nearest])
+
+
+class _Runner:
+    """Runs packages on the board: a serve session per package on hosted
+    boards (one upload each over SSH), else one run_package call."""
+
+    def __init__(self, board, stack: contextlib.ExitStack):
+        self.board = board
+        self.device = None
+        if board.transport in ("local", "qemu-user", "ssh"):
+            from aot.deploy.device import connect
+            self.device = stack.enter_context(connect(board))
+
+    def run(self, pkg: Path, inputs, warmup: int, runs: int):
+        if self.device is not None:
+            return self.device.request(pkg, inputs, warmup, runs)
+        from aot.timing import bench_package
+        return bench_package(pkg, self.board, inputs, warmup, runs)
+
+
+def _kernel_ms(meta: dict, rows: Sequence[Sequence[int]]) -> dict[str, float]:
+    from aot.timing import profile_stats
+    return {k.name: k.median_ms for k in profile_stats(meta, rows)}
+
+
+def _same(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> bool:
+    for a, b in zip(outputs, reference):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if np.issubdtype(a.dtype, np.floating):
+            scale = float(np.max(np.abs(b))) if b.size else 0.0
+            if not np.allclose(a, b, rtol=1e-4, atol=1e-4 * max(scale, 1e-6), equal_nan=True):
+                return False
+        elif not np.array_equal(a, b):
+            return False
+    return True
+
+
+def tune(model, board, trials: int = 32, budget: float | None = None,
+         log: str | Path | None = None, resume: bool = False, codegen: str = "c",
+         warmup: int = 5, repeat: int = 20, seed: int = 0, input_shapes=None,
+         bind=None) -> dict[str, Any]:
+    """Search schedules for `model` on `board` (see the module doc) and
+    append the records to `log` (default: <model>.<board>.tune.jsonl).
+    `budget`: seconds after which no new batch starts. The summary:
+    {log, board, target, trials_run, workloads, tunable, improved,
+    records_written, discarded, failed, seconds, default_ms, tuned_ms}."""
+    import aot
+    from aot import progress
+    from aot.api import as_graph
+    from aot.frontend.shapes import LoadOptions
+    from aot.packaging import read_metadata
+    from aot.targets import get_board
+    from aot.timing import package_inputs
+
+    started = time.monotonic()
+    if trials < 1:
+        raise AotError(f"--trials {trials}: at least 1")
+    if budget is not None and budget <= 0:
+        raise AotError(f"--budget {budget}: a number of seconds > 0")
+    brd = get_board(board) if isinstance(board, str) else board
+    target = brd.target
+    log = Path(log) if log else Path(f"{Path(model).stem}.{brd.name}.tune.jsonl")
+    known: list[rec.Record] = []
+    if log.exists():
+        if not resume:
+            raise AotError(f"{log} exists: --resume continues it, or name another log with -o")
+        known = [r for r in rec.read(log)
+                 if r.target == target.name and r.version == rec.FORMAT_VERSION]
+    elif resume:
+        raise AotError(f"--resume: {log} does not exist")
+    graph = as_graph(model, LoadOptions.of(input_shapes, bind))
+    works = workloads_of(graph, target)
+    by_key = {w.key: w for w in works}
+    for r in known:
+        w = by_key.get(r.workload)
+        if w is None:
+            continue
+        w.tried.add(r.config)
+        ratio = r.ms / r.default_ms if r.default_ms else 1.0
+        if ratio < w.best_ratio:
+            w.best, w.best_ratio = r.config, ratio
+    for w in works:
+        w.tried.add(DEFAULT)
+    tunable = [w for w in works if len(w.space) > 1]
+    rng = random.Random(seed)
+    summary = {"log": str(log), "board": brd.name, "target": target.name,
+               "workloads": len(works), "tunable": len(tunable), "trials_run": 0,
+               "records_written": 0, "discarded": 0, "failed": 0}
+
+    def build(schedules: Schedules | None, out: Path) -> Path:
+        with applied(schedules):
+            return aot.api.package(graph, board=brd, codegen=codegen, out_dir=out,
+                                   profile=True).path
+
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-tune-")))
+        runner = _Runner(brd, stack)
+        with progress.step(f"build the default package for {brd.name}"):
+            base = build(None, tmp / "default")
+        meta = read_metadata(base)
+        inputs = package_inputs(meta)
+        reference = runner.run(base, inputs, warmup, 1).outputs
+        if not known:       # every workload's default record first
+            first = runner.run(base, inputs, warmup, repeat)
+            times = _kernel_ms(meta, first.profile_ns)
+            new = [_record(w.key, DEFAULT, sum(times[k] for k in w.kernels), None, brd, target)
+                   for w in works]
+            rec.append(log, new)
+            summary["records_written"] += len(new)
+        trial = 0
+        with progress.step(f"tune {len(tunable)} workloads on {brd.name}",
+                           total=trials) as bar:
+            for trial in range(trials):
+                if budget is not None and time.monotonic() - started > budget:
+                    break
+                picks = {w.key: c for w in tunable
+                         if (c := _draw(w, trial, trials, rng)) is not None}
+                if not picks:
+                    break
+                for w in tunable:
+                    if w.key in picks:
+                        w.tried.add(picks[w.key])
+                summary["trials_run"] += 1
+                try:
+                    pkg = build(Schedules(picks), tmp / f"trial{trial}")
+                except AotError:
+                    # a config the lowering refuses: none of this batch is kept
+                    summary["failed"] += 1
+                    bar.advance()
+                    continue
+                new = _measure(runner, base, pkg, meta, inputs, reference, warmup, repeat,
+                               picks, by_key, brd, target, summary)
+                rec.append(log, new)
+                summary["records_written"] += len(new)
+                with contextlib.suppress(OSError):
+                    _remove(pkg)
+                bar.update(_best_line(tunable, trial + 1, trials))
+                bar.advance()
+    summary["improved"] = sum(1 for w in tunable if w.best != DEFAULT)
+    summary["best"] = {w.key: {"desc": w.desc, "config": w.best.as_json(),
+                               "ratio": round(w.best_ratio, 4)} for w in tunable}
+    summary["seconds"] = round(time.monotonic() - started, 2)
+    return summary
+
+
+def _remove(pkg: Path) -> None:
+    import shutil
+    shutil.rmtree(pkg)
+
+
+def _record(key: str, config: Config, ms: float, default_ms: float | None, brd,
+            target) -> rec.Record:
+    import aot
+    return rec.Record(key, target.name, config, round(ms, 6), brd.name, aot.__version__,
+                      default_ms=None if default_ms is None else round(default_ms, 6))
+
+
+def _measure(runner, base: Path, pkg: Path, meta: dict, inputs, reference, warmup: int,
+             repeat: int, picks: dict, by_key: dict, brd, target, summary: dict):
+    """Time the candidate package alternately with the default one; the
+    records of the candidates that beat the default in this batch."""
+    base_rows, cand_rows, outputs = [], [], None
+    for _ in range(ROUNDS):
+        base_rows += runner.run(base, inputs, warmup, repeat).profile_ns
+        result = runner.run(pkg, inputs, warmup, repeat)
+        cand_rows += result.profile_ns
+        outputs = result.outputs
+    if not _same(outputs, reference):
+        summary["discarded"] += 1
+        return []
+    base_ms, cand_ms = _kernel_ms(meta, base_rows), _kernel_ms(meta, cand_rows)
+    out = []
+    for key, config in picks.items():
+        w = by_key[key]
+        before = sum(base_ms[k] for k in w.kernels)
+        after = sum(cand_ms[k] for k in w.kernels)
+        if before <= 0 or after >= min(before * (1 - MIN_GAIN), before - MIN_GAIN_MS):
+            continue
+        out.append(_record(key, config, after, before, brd, target))
+        if after / before < w.best_ratio:
+            w.best, w.best_ratio = config, after / before
+    return out
+
+
+def _best_line(tunable: list[_Workload], done: int, trials: int) -> str:
+    gains = [1 - w.best_ratio for w in tunable]
+    improved = sum(1 for g in gains if g > 0)
+    top = max(gains, default=0.0)
+    return (f"tune: trial {done}/{trials}, {improved}/{len(tunable)} workloads faster than "
+            f"default, best gain {top:.0%}")

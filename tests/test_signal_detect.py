@@ -382,6 +382,26 @@ def test_selection_count_in_the_package_and_in_verify(tmp_path):
     assert "#define HEAD_OUTPUT_SELECTED_COUNT_COUNT_OF {2}\n" in header
 
 
+def test_counted_outputs_compare_by_their_count():
+    """What aot verify and the runners compare of a counted output: its
+    first `count` rows; a reference with another number of rows fails, and
+    a count past the bound is an error."""
+    from aot.errors import AotError
+    from aot.ir.graph import TensorType
+    from aot.validate import output_metrics
+    counts = {"sel_count": (("sel", 0, -1),)}
+    got = {"sel": np.array([[0, 0, 1], [0, 0, 2], [-1, -1, -1]], np.int64),
+           "sel_count": np.array([2], np.int32)}
+    valid = valid_entries(counts, got)
+    assert list(valid) == ["sel"] and valid["sel"].tolist() == [[0, 0, 1], [0, 0, 2]]
+    ty = TensorType((3, 3), "int64")
+    assert output_metrics("sel", [valid["sel"]], [got["sel"][:2]], ty)["ok"]
+    row = output_metrics("sel", [valid["sel"]], [got["sel"]], ty)
+    assert not row["ok"] and "shape [2, 3] vs reference [3, 3]" in row["error"], row
+    with pytest.raises(AotError, match="says 4 valid entries of the 3 of output 'sel'"):
+        valid_entries(counts, {**got, "sel_count": np.array([4], np.int32)})
+
+
 def value_sized_model():
     """NonZero, Compress and Unique of run-time inputs, each a model output:
     their bounded forms, with counts."""

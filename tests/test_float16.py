@@ -307,3 +307,30 @@ def test_verify_takes_halves_at_their_precision(fp16_models):
     assert r["ok"] and r["reference"] == "onnxruntime", r
     (row,) = r["outputs"]
     assert 0 < row["max_abs"] <= 1e-3     # not bit-exact: rounded at other points
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_bitcast_keeps_a_halfs_bits(codegen):
+    """BitCast to and from float16, alone and fused with arithmetic: the 16
+    bits themselves (NaN payloads, -0.0, subnormals), never a widened value."""
+    halves = np.array([1.5, -0.0, np.inf, 65504, 6e-8, np.nan, 3.14, -2], np.float16)
+    bits = halves.view(np.int16).copy()
+    bits[5] = 0x7c01                          # a signalling NaN's payload
+    one = onnx.numpy_helper.from_array(np.ones(8, np.float16), "one")
+    g = helper.make_graph(
+        [helper.make_node("BitCast", ["x"], ["h"], to=T.FLOAT16),
+         helper.make_node("Add", ["h", "one"], ["s"]),
+         helper.make_node("BitCast", ["s"], ["y"], to=T.INT16),
+         helper.make_node("BitCast", ["x"], ["z"], to=T.FLOAT16)],
+        "bits", [helper.make_tensor_value_info("x", T.INT16, [8])],
+        [helper.make_tensor_value_info(n, t, [8]) for n, t in (("y", T.INT16),
+                                                               ("z", T.FLOAT16))], [one])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 26)])
+    from aot.frontend.onnx import import_onnx
+    from aot.passes.pipeline import optimize
+    graph = optimize(import_onnx(model.SerializeToString(), "bits"))
+    want = interpret(graph, {"x": bits})
+    assert np.array_equal(want["z"].view(np.int16), bits)
+    got = build_and_run(graph, {"x": bits}, codegen)
+    for name in ("y", "z"):
+        assert np.array_equal(got[name].view(np.int16), want[name].view(np.int16)), name

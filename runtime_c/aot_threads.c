@@ -27,21 +27,27 @@
 /* Tasks per thread in a job: finer than one share per thread, so that a
  * thread the OS runs late (a loaded machine) leaves its shares to the
  * others; each task's share is still whole vector tiles. */
-#define TASKS_PER_THREAD 4
+#define TASKS_PER_THREAD 2
+
+/* The two words every thread writes each job sit on cache lines of their
+ * own: sharing one with each other or with the job's read-mostly fields
+ * would move that line between cores once more per claim. */
+#define LINE 64
 
 static struct {
+    uint64_t state __attribute__((aligned(LINE)));  /* job number << 32 | next unclaimed task */
+    int done __attribute__((aligned(LINE)));        /* tasks of the current job finished */
+    aot_task_fn fn __attribute__((aligned(LINE)));
+    void* ctx;
+    int threads;               /* 0: not started; else the caller's thread + workers */
+    int busy;                  /* a caller holds the pool for a job */
+    int stop;                  /* the next job tells workers to exit */
     pthread_mutex_t lock;      /* guards sleeping and waking */
     pthread_cond_t wake;       /* workers: a new job (or stop) was published */
     pthread_cond_t finished;   /* the caller: the last task is done */
     pthread_t workers[AOT_MAX_THREADS - 1];
-    int threads;               /* 0: not started; else the caller's thread + workers */
-    uint64_t state;            /* job number << 32 | next unclaimed task */
-    int done;                  /* tasks of the current job finished */
-    int busy;                  /* a caller holds the pool for a job */
-    int stop;                  /* the next job tells workers to exit */
-    aot_task_fn fn;
-    void* ctx;
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER};
+} pool = {0, 0, NULL, NULL, 0, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+          PTHREAD_COND_INITIALIZER, {0}};
 
 /* start and stop, one at a time (a lazy start may race a first run) */
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;

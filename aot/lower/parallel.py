@@ -358,7 +358,10 @@ def split_kernel(func: PrimFunc, threads: int) -> PrimFunc:
     boxes = [_accesses(seq(*u), func) for u in units]
     split = [_split_nest(u[0], func, threads) if len(u) == 1 and isinstance(u[0], For)
              and b is not None else None for u, b in zip(units, boxes)]
-    if all(s is None for s in split):
+    # a kernel whose work is mostly in whole statements (a recurrence)
+    # would pay for the dispatches and gain nothing
+    shared = sum(_work(s) for s in split if s is not None)
+    if shared < MIN_WORK or 2 * shared < _work(func.body):
         return func
     groups = _phases(boxes)
     bodies = [_phase_body([units[i] for i in g], [split[i] for i in g]) for g in groups]

@@ -12,13 +12,17 @@ one algorithm parameterised by how its int32 accumulators take products).
 
 The default policy asks the legalization pass: quads where the target turns
 the generic 4-way call into an instruction at its vector width, else pairs
-(the lane formula of aot_dot4 is slower than pmaddwd-style pairs).
+(the lane formula of aot_dot4 is slower than pmaddwd-style pairs). A first
+layer's window rows (odd depth, staged element by element) stay in pairs
+where the pair multiply-add is an instruction too (pmaddwd): the scalar
+staging of quads costs more there than the dot products save (host-avx512,
+ic int8 40.1 us in pairs, 46.9 in quads; kws 16.7 against 16.0).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aot.codegen.intrinsics import quad_dot
+from aot.codegen.intrinsics import pair_dot, quad_dot
 from aot.ir.tir import DType, Var
 from aot.lower.space import tunable
 from aot.targets import Target
@@ -29,6 +33,12 @@ class Accumulator:
     name: str
     group: int               # input channels per multiply-add call
     unsigned: bool = False   # quads: activation bytes read as uint8
+    # Accumulator vectors per output pixel in dense tiles (None: the
+    # schedule's). Arm's 4-lane sdot: a broadcast quad feeds four, 16
+    # channels (qemu-aarch64 -cpu cortex-a76, ic int8 3.29 M -> 3.01 M
+    # instructions); AVX-512's two 16-lane ones measured better than four
+    # (ic int8 47.8 against 49.0 us).
+    vectors: int | None = None
 
     @property
     def offset(self) -> int:
@@ -37,7 +47,7 @@ class Accumulator:
 
 
 PAIRS = Accumulator("pairs", 2)
-QUADS = Accumulator("quads", 4)
+QUADS = Accumulator("quads", 4, vectors=4)
 QUADS_U8 = Accumulator("quads_u8", 4, unsigned=True)
 
 
@@ -54,3 +64,13 @@ def int8_accumulator(target: Target) -> Accumulator:
         if instruction_for(probe, target) is not None:
             return s
     return PAIRS
+
+
+def window_row_accumulator(target: Target) -> Accumulator:
+    """The strategy for a first layer's window rows (the module docstring)."""
+    from aot.lower.legalize import instruction_for
+    kind = int8_accumulator(target)
+    lanes = target.lanes(32)
+    probe = pair_dot(Var("x0", DType("int16")), Var("x1", DType("int16")),
+                     Var("w", DType("int16", 2 * lanes)))
+    return PAIRS if instruction_for(probe, target) is not None else kind

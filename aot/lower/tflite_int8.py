@@ -41,7 +41,7 @@ from aot.lower import int8_dsp
 from aot.lower import qmath as q
 from aot.lower.elementwise import broadcast_load, const_like
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
-from aot.lower.strategy import PAIRS, Accumulator, int8_accumulator
+from aot.lower.strategy import PAIRS, Accumulator, int8_accumulator, window_row_accumulator
 from aot.ops import qmath as ref_q
 from aot.ops import tflite_int8 as ref
 
@@ -1012,11 +1012,13 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     width = g.cout if depthwise else g.per_group
     groups = 1 if depthwise else g.groups
     acc_kind = int8_accumulator(ctx.target)
-    if (acc_kind.group == 4 and not depthwise and g.groups == 1 and g.depth % 4 == 0
+    if (acc_kind.vectors and not depthwise and g.groups == 1 and g.depth % 4 == 0
             and ctx.target.vector_registers >= 32):
-        # A broadcast quad feeds four dot products (a weight vector each):
-        # 4 x MR accumulators, 4 weights and the broadcast within 32 registers.
-        t = _replace(t, vectors=4, max_accs=ctx.target.vector_registers - 8)
+        # A broadcast quad feeds `vectors` dot products (a weight vector
+        # each): their accumulators for MR pixels, the weights and the
+        # broadcast within the registers.
+        t = _replace(t, vectors=acc_kind.vectors,
+                     max_accs=ctx.target.vector_registers - 2 * acc_kind.vectors)
     if width <= t.lanes:
         t = _replace(t, vectors=1)
     tiles = _tile_widths(width, t)
@@ -1060,7 +1062,8 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     flat = (not quads and not depthwise and g.groups == 1 and g.depth % 2 == 1
             and g.dilations[1] == 1
             and all(min(w) >= 4 for _, w in tiles))
-    flat_kind = acc_kind if flat and acc_kind.group == 4 and _fits_int8(weights) else PAIRS
+    row_kind = window_row_accumulator(ctx.target)
+    flat_kind = row_kind if flat and row_kind.group == 4 and _fits_int8(weights) else PAIRS
     if flat:
         fg = flat_kind.group
         k_run = g.kw * g.depth

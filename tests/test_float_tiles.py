@@ -1,5 +1,5 @@
 """The float register tiles chosen per target (aot/lower/schedule.py) and the
-by-lane reduction they use on AArch64 (aot/lower/nn.py: inputs loaded a
+by-lane reduction they use on Arm (aot/lower/nn.py: inputs loaded a
 vector of reduction steps at a time, each step multiplying one lane,
 `aot_lane`): the tile sizes against the register files, the TIR shape, and
 the kernels computed by the by-lane schedule checked against the reference
@@ -37,17 +37,20 @@ def _conv_kernel(g, target):
 
 def test_tiles_fit_the_register_files():
     """AArch64 (32 registers): 2 vectors of channels x up to 9 pixels by
-    lane (18 accumulators, 9 input vectors, 4 weight vectors); ARMv7 and
-    x86 (16) keep the broadcast tile; integer and single-pixel tiles too."""
+    lane (18 accumulators, 9 input vectors, 4 weight vectors); ARMv7 (16):
+    up to 4 pixels; x86 keeps its broadcast tile; integer and single-pixel
+    tiles too."""
     a64 = schedule.tile(get_target("aarch64-linux"), "float32", pixels=True)
+    v7 = schedule.tile(get_target("armv7-linux"), "float32", pixels=True)
     assert (a64.lanes, a64.vectors, a64.k_lanes, a64.mr_max) == (4, 2, 4, 9)
-    for v in (1, 2, 3, 4):
-        pixels = a64.fit(v)
-        assert pixels * (v + 1) + 2 * v <= 32 < (pixels + 1) * (v + 1) + 2 * v
+    assert (v7.lanes, v7.vectors, v7.k_lanes, v7.mr_max) == (4, 2, 4, 4)
+    for t, regs in ((a64, 32), (v7, 16)):
+        for v in (1, 2, 3, 4):
+            pixels = t.fit(v)
+            assert pixels * (v + 1) + 2 * v <= regs < (pixels + 1) * (v + 1) + 2 * v
     assert schedule.tile(get_target("aarch64-linux-a76"), "float32", pixels=True) == a64
-    for name in ("armv7-linux", "x86_64-linux"):
-        t = schedule.tile(get_target(name), "float32", pixels=True)
-        assert t.k_lanes == 1 and t.vectors == 2, name
+    t = schedule.tile(get_target("x86_64-linux"), "float32", pixels=True)
+    assert t.k_lanes == 1 and t.vectors == 2
     assert schedule.tile(get_target("aarch64-linux"), "int32", pixels=True).k_lanes == 1
     assert schedule.tile(get_target("aarch64-linux"), "float32").k_lanes == 1
 
@@ -67,24 +70,29 @@ def test_aarch64_conv_reads_four_input_channels_per_load():
 
 
 # Depthwise: blocks of 4 pixels whose taps share input loads (stride 1 and
-# 2, dilated, 1-D, a channel remainder), and a 5x5 kernel (25 weight
-# vectors: more than the registers hold, 4 vectors per pixel as elsewhere).
+# 2, dilated, 1-D, a channel remainder), a 5x5 kernel (blocks of 2) and a
+# 7x7 one (49 weight vectors: more than the registers hold, 4 vectors per
+# pixel as elsewhere).
 DEPTHWISE = [
     ((1, 32, 24, 24), (32, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=32)),
     ((1, 32, 13, 13), (32, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=32, strides=[2, 2])),
     ((1, 16, 9, 11), (16, 1, 3, 3), dict(pads=[2, 2, 2, 2], group=16, dilations=[2, 2])),
     ((1, 10, 14), (10, 1, 3), dict(pads=[1, 1], group=10)),
     ((1, 8, 7, 12), (8, 1, 5, 5), dict(pads=[2, 2, 2, 2], group=8)),
+    ((1, 8, 9, 9), (8, 1, 7, 7), dict(pads=[3, 3, 3, 3], group=8)),
 ]
 
 
-def test_aarch64_depthwise_keeps_its_weights():
-    """A 3x3 depthwise tile on AArch64 is 1 vector x 4 pixels with the
-    channel tiles outermost; a 5x5 one and x86's stay 4 vectors x 1 pixel."""
-    a64 = get_target("aarch64-linux")
-    t = schedule.depthwise_tile(a64, "float32", 9)
-    assert (t.vectors, t.mr_max, t.weights_stay) == (1, 4, True)
-    assert not schedule.depthwise_tile(a64, "float32", 25).weights_stay
+def test_arm_depthwise_keeps_its_weights():
+    """A 3x3 depthwise tile is 1 vector x 4 pixels on AArch64 (x 2 on
+    ARMv7) with the channel tiles outermost; 5x5 on AArch64: 2 pixels; a
+    7x7 one (ARMv7: a 5x5) and x86's stay 4 vectors x 1 pixel."""
+    a64, v7 = get_target("aarch64-linux"), get_target("armv7-linux")
+    for target, taps, mr in ((a64, 9, 4), (a64, 25, 2), (v7, 9, 2)):
+        t = schedule.depthwise_tile(target, "float32", taps)
+        assert (t.vectors, t.mr_max, t.weights_stay) == (1, mr, True), (target.name, taps)
+    assert not schedule.depthwise_tile(a64, "float32", 49).weights_stay
+    assert not schedule.depthwise_tile(v7, "float32", 25).weights_stay
     host = schedule.depthwise_tile(get_target("x86_64-linux"), "float32", 9)
     assert (host.vectors, host.mr, host.weights_stay) == (4, 1, False)
 
@@ -95,7 +103,7 @@ def by_lane_here(request, monkeypatch):
     registers), 4 or 8 float lanes (the target the kernels of
     test_lower_nn.run_many are built for)."""
     target = dataclasses.replace(host_target(), vector_bits=request.param, declared_registers=32)
-    monkeypatch.setattr(schedule, "BY_ELEMENT_FMA", (*schedule.BY_ELEMENT_FMA, target.arch))
+    monkeypatch.setattr(schedule, "BY_LANE", (*schedule.BY_LANE, target.arch))
     for module in (testing, test_lower_nn):
         monkeypatch.setattr(module, "host_target", lambda: target)
     return target

@@ -71,11 +71,12 @@ class Tile:
 PAD_COPY_MIN_BORDER = 0.3
 PAD_COPY_MAX_BYTES = 256 * 1024
 
-# ISA families whose float multiply-add takes one operand from a lane of a
-# vector register (AArch64's `fmla v.4s, v.4s, v.s[i]`): a float dense tile
-# there loads its inputs four channels at a time (Tile.k_lanes). ARMv7 NEON
-# has only the unfused multiply-accumulate by scalar, x86 none.
-BY_ELEMENT_FMA = ("aarch64",)
+# ISA families whose float vector multiply takes one operand from a lane of
+# a vector register (AArch64's `fmla v.4s, v.4s, v.s[i]`, ARMv7 NEON's
+# `vmul.f32 q, q, d[i]`): a float dense tile there loads its inputs four
+# channels at a time (Tile.k_lanes), and a depthwise one keeps its weights
+# in registers. x86 has no such operand (its tiles are as measured there).
+BY_LANE = ("aarch64", "arm")
 
 @tunable("tile")
 def tile(target: Target, dtype: str | DType, vectorize: bool = True,
@@ -90,11 +91,12 @@ def tile(target: Target, dtype: str | DType, vectorize: bool = True,
     regs = target.vector_registers
     if lanes == 1:
         return Tile(1, 4)
-    if pixels and dt(dtype).is_float and target.arch in BY_ELEMENT_FMA:
+    if pixels and dt(dtype).is_float and target.arch in BY_LANE:
         # 2 vectors of channels x up to (32 - 4) / 3 = 9 pixels on AArch64:
         # 18 accumulators, 9 input vectors, 4 weight vectors. Each step of
         # four input channels costs MR vector loads, 2 x 4 weight loads
-        # (paired: ldp) and 8 MR multiply-adds.
+        # (paired: ldp) and 8 MR multiply-adds. ARMv7 (16 registers): up to
+        # 4 pixels.
         return Tile(lanes, 2, mr=4, k_lanes=lanes, registers=regs)
     if pixels:
         # MR x 2 accumulators + 2 weight vectors + a broadcast: MR = 4..6
@@ -109,16 +111,18 @@ def tile(target: Target, dtype: str | DType, vectorize: bool = True,
 def depthwise_tile(target: Target, dtype: str | DType, taps: int) -> Tile:
     """The tile of a channel-last depthwise convolution with `taps` taps.
 
-    On AArch64 (32 registers) one vector of channels x 4 neighbouring pixels,
-    weights kept in registers across the pixels: a 3x3 kernel's 9 weight
-    vectors, 4 accumulators and the inputs fit. Per 4 pixels x 4 channels at
-    stride 1: 3 x 6 input loads (neighbours share taps), 36 multiply-adds,
-    no weight load (vww f32's 32-channel layers: 1.74 instructions per MAC
-    with 4 vectors of channels per pixel, where clang's unrolling spilled).
-    Elsewhere 4 vectors of channels per pixel (2 on small register files).
+    On Arm, one vector of channels x MR neighbouring pixels, the weights
+    kept in registers across the pixels: the taps' weight vectors, and per
+    pixel an accumulator and about two inputs, within the register file
+    (MR = 4 on AArch64, 2 on ARMv7 for a 3x3 kernel). Per 4 pixels x 4
+    channels at stride 1: 3 x 6 input loads (neighbours share taps), 36
+    multiply-adds, no weight load (vww f32's 32-channel layers on AArch64:
+    1.74 instructions per MAC with 4 vectors of channels per pixel, where
+    clang's unrolling spilled, 0.57 so). Elsewhere, and for kernels too big
+    to keep, 4 vectors of channels per pixel (2 on small register files).
     """
     t = tile(target, dtype)
-    if t.lanes > 1 and dt(dtype).is_float and target.arch in BY_ELEMENT_FMA \
-            and taps + 4 + 8 <= target.vector_registers:
-        return Tile(t.lanes, 1, mr=4, max_accs=4, weights_stay=True)
+    mr = min(4, (target.vector_registers - taps) // 3)
+    if t.lanes > 1 and dt(dtype).is_float and target.arch in BY_LANE and mr >= 2:
+        return Tile(t.lanes, 1, mr=mr, max_accs=mr, weights_stay=True)
     return t

@@ -87,7 +87,9 @@ def test_yolov8_structure():
 
 def test_yolov8_package_matches_onnxruntime(tmp_path):
     """The whole detector packaged for the host and run by its harness,
-    against ONNX Runtime (one input, float tolerance)."""
+    against ONNX Runtime (one input, float tolerance); with --checks, the
+    harness guards every arena buffer (the concats stored part by part, the
+    kernels written over their inputs)."""
     import onnxruntime as ort
 
     from aot.api import package
@@ -100,7 +102,7 @@ def test_yolov8_package_matches_onnxruntime(tmp_path):
     x = np.random.default_rng(0).uniform(0, 1, (1, 3, 64, 64)).astype(np.float32)
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
         None, {"images": x})[0]
-    info = package(path, board="host", out_dir=tmp_path / "pkg")
+    info = package(path, board="host", out_dir=tmp_path / "pkg", checks=True)
     (got,) = run_package(info.path, get_board("host"), [x]).outputs
     np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-3, atol=1e-3)
 

@@ -64,6 +64,10 @@ def _graphs():
                    seed=10),
         conv_model("CONV_2D", [1, 48, 31, 1], [4, 5, 4, 1], [1, 24, 16, 4],
                    dict(Padding=0, StrideH=2, StrideW=2), zp_in=21, seed=11),
+        # mostly border (a padded copy): kws's first layer's shape, two images
+        conv_model("CONV_2D", [2, 13, 6, 1], [4, 10, 4, 1], [2, 7, 3, 4],
+                   dict(Padding=0, StrideH=2, StrideW=2, FusedActivationFunction=1), zp_in=-7,
+                   seed=13),
         conv_model("CONV_2D", [2, 6, 7, 2], [3, 2, 3, 2], [2, 5, 5, 3],
                    dict(Padding=1, StrideH=1, StrideW=1), per_channel=False, zp_in=9, seed=12),
         fc_model(True, False, x_shape=(3, 2, 10), depth=30),        # rows across dims

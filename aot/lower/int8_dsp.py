@@ -1,35 +1,33 @@
 """int8 kernels for scalar cores with the Armv7E-M DSP extension
 (Cortex-M4, M7, M55 without Helium): the accumulator strategy of
-aot/lower/tflite_int8.py's scalar conv and fully connected rules there.
+aot/lower/tflite_int8.py's scalar convolution and fully connected rules.
 
-Products of int8 words: an input word and a weight word of four int8 each
-are split into their even and odd bytes as int16 pairs (SXTB16, SXTB16 ROR
-#8) and multiplied and summed into an int32 accumulator two at a time
-(SMLAD): aot/codegen/arm_dsp.py. The kernels are matrix products of rows of
-`depth` int8 inputs (pixels, FC rows) against rows of int8 weights (output
-channels), in register tiles:
+An input word and a weight word of four int8 each are split into their
+even and odd bytes as int16 pairs (SXTB16, SXTB16 ROR #8); SMLAD multiplies
+two pairs and adds both products to an int32 accumulator
+(aot/codegen/arm_dsp.py). Register tiles, none with an im2col buffer:
 
-- 1x1 convolutions (stride 1, no padding, one group): 2 pixels x 2 output
-  channels, each input and weight word read once per tile and split once
-  (four loads, eight SXTB16, eight SMLAD per 16 MACs). No im2col buffer: a
-  pixel's channels are already a contiguous row (NHWC).
+- 1x1 convolutions (stride 1, no padding, one group): a product of pixel
+  rows (a pixel's channels are contiguous in NHWC), 2 pixels x 2 output
+  channels: four loads, eight SXTB16 and eight SMLAD per 16 MACs.
 - other convolutions of one group over a multiple of 4 input channels:
-  2 neighbouring pixels x 2 output channels, the words of each tap read
-  where they lie (no im2col buffer either).
+  2 neighbouring pixels x 2 output channels over each tap's words, read
+  where they lie.
+- first layers (few input channels, mostly inside the image): each window
+  row (kernel width x channels, contiguous) a dot product in words.
+- depthwise (multiplier 1): 4 channels per word, kept apart by the
+  single-product SMLABB / SMLATT, into 4 accumulators over the taps.
 - fully connected: 1 row x 4 output channels.
-- depthwise (multiplier 1): 4 channels per word, the word's channels kept
-  apart by the single-product SMLABB / SMLATT (bytes 0 and 2, then 1 and 3),
-  one tap after another into 4 accumulators.
 
 All fold the input zero point into the bias (bias - zp * sum(w), exact),
-so the inputs are read as they are; a depthwise tap outside the image
-reads a word of four zero points instead (its product then cancels in the
-bias), behind one test per kernel row and column on the border only. Depths not a multiple of
-four finish with plain multiply-adds; channels and rows left over by the
-tile run in narrower tiles. Requantization is the scalar rules' (Requant),
-straight from each accumulator's register, in 32-bit arithmetic
-(Requant32) where the accumulators' bounds, known from the weights and
-the bias, prove it equal to TFLite's; the scalar rules' Requant otherwise.
+so the inputs are read as they are; a tap outside the image reads a word
+of four zero points instead (its products then cancel in the bias), behind
+tests on the border only. Depths not a multiple of four finish with plain
+multiply-adds; channels and pixels left over by a tile run in narrower
+tiles. Weights are interleaved per tile so its channels' words lie side by
+side. Each accumulator is requantized from its register, in 32-bit
+arithmetic (Requant32) where its bound, known from the weights and the
+bias, proves that equal to TFLite's, else by the scalar rules' Requant.
 
 The operations are generic calls the legalization pass makes Arm
 instructions; on a target without the DSP extension these kernels are not
@@ -44,7 +42,7 @@ import numpy as np
 
 from aot.codegen.arm_dsp import INT8X4, smla_half, smlad, smmulr, sxtb16
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr, If, Load, Stmt,
-                        Var, add, flat_index, mul, seq)
+                        Store, Var, add, flat_index, mul, seq)
 from aot.lower.rules import LowerCtx, TensorRef
 
 # rows x output channels per register tile
@@ -76,8 +74,9 @@ def fits_pointwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
 
 
 def conv_kernel(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> Callable | None:
-    """The DSP kernel for this convolution (pointwise or depthwise, with
-    conv_nest's finish), or None: the scalar loops then."""
+    """The DSP kernel for this convolution, called as
+    kernel(ctx, x, g, weights, bias, zp, finish) with conv_nest's finish,
+    or None: the scalar loops then."""
     if fits_pointwise(ctx, x, g, weights):
         return pointwise
     if fits_depthwise(ctx, x, g, weights):
@@ -121,17 +120,21 @@ def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
             _dot_words(body, xs, ws, accs)
             return seq(*body)
         parts.append(loop_step(ctx, "d", depth // 4, 0, 4, step))
-        for d in range(whole, depth):      # the depth's last 1-3 terms
-            for r, row in zip(rs, accs):
-                for k, acc in enumerate(row):
-                    parts.append(Assign(acc, Bin("+", acc, Bin(
-                        "*", _i32(Load(x, add(mul(r, Const(depth)), Const(d)))),
-                        _i32(Load(wbuf, _at(c0, nk, k, d, depth)))))))
+        parts += _tail(range(whole, depth), accs,
+                       lambda i, d: Load(x, add(mul(rs[i], Const(depth)), Const(d))),
+                       lambda k, d: Load(wbuf, _at(c0, nk, k, d, depth)))
         parts += [finish(r, c, acc) for r, row in zip(rs, accs) for c, acc in zip(cs, row)]
         return seq(*parts)
 
     return _tiles(ctx, "r", rows, nr, lambda r0, wr: _tiles(
         ctx, "c", channels, nk, lambda c0, wk: block(r0, wr, c0, wk)))
+
+
+def _tail(terms, accs, x_at: Callable[[int, int], Expr], w_at: Callable[[int, int], Expr]
+          ) -> list[Stmt]:
+    """accs[i][k] += x_at(i, d) * w_at(k, d) for the depth's last 1-3 terms d."""
+    return [Assign(acc, Bin("+", acc, Bin("*", _i32(x_at(i, d)), _i32(w_at(k, d)))))
+            for d in terms for i, row in enumerate(accs) for k, acc in enumerate(row)]
 
 
 def _tiles(ctx: LowerCtx, name: str, count: int, step: int,
@@ -236,14 +239,15 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
 
 def fits_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
     """A convolution of one group whose window rows (kernel width x input
-    channels, contiguous when the width is not dilated) hold a word or more,
-    with at least 3/4 of its outputs inside (window_rows computes the border
-    term by term: on kws's first layer, 41% inside, it took 39% more
-    instructions than the scalar loops)."""
-    (y0, y1), (x0, x1) = _interior(g, 0), _interior(g, 1)
-    inside = max(0, y1 - y0) * max(0, x1 - x0)
+    channels, contiguous when the width is not dilated) hold a word or more."""
     return (dsp_target(ctx) and _in_memory(x) and g.groups == 1 and g.dilations[1] == 1
-            and g.kw * g.depth >= 4 and 4 * inside >= 3 * g.oh * g.ow and _fits_int8(weights))
+            and g.kw * g.depth >= 4 and _fits_int8(weights))
+
+
+def _mostly_inside(g) -> bool:
+    """Whether 3/4 of the outputs or more have their windows in the image."""
+    (y0, y1), (x0, x1) = _interior(g, 0), _interior(g, 1)
+    return 4 * max(0, y1 - y0) * max(0, x1 - x0) >= 3 * g.oh * g.ow
 
 
 def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
@@ -251,9 +255,12 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
     """A convolution (fits_rows) over few input channels (a network's first
     layer): each window row is kw * D contiguous bytes of input against as
     many of weights, a dot product in words. Pixels whose windows lie in
-    the image go 2 neighbours x 2 output channels at a time; the border
-    pixels, one nest for all of them, term by term with a zero point for
-    each term outside the image."""
+    the image go 2 neighbours x 2 output channels at a time. When 3/4 of
+    the pixels or more do, the border pixels follow, one nest for all of
+    them, term by term with a zero point for each term outside the image;
+    otherwise (kws's first layer: 41% inside) each image is first copied
+    into a scratch buffer padded with zero points, inside which every
+    window lies (the arena plans it: 754 bytes on kws)."""
     from aot.lower.tflite_int8 import _in_range, _window_pos, loop, loop_step, span_loop, table
     span = g.kw * g.depth                    # a window row's terms
     w = weights.reshape(g.cout, g.kh, span)
@@ -262,68 +269,43 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
                                                 for ky in range(g.kh)]).astype(np.int8))
     start = table(ctx, "bias", _folded(bias, zp, weights.reshape(g.cout, -1)))
     whole = span - span % 4
-    plain = None      # the border's weights, [C_out, KH, KW, D] (made if there is a border)
 
     def w_at(ky: Expr, c0: Expr, width: int, k: int, d) -> Expr:
         return add(mul(ky, Const(g.cout * span)), _at(c0, width, k, d, span))
 
-    def tile(n, oy, oxs: list, c0: Expr, width: int) -> Stmt:
-        cs = [add(c0, Const(k)) for k in range(width)]
-        accs = [[ctx.fresh("acc") for _ in cs] for _ in oxs]
-        parts: list[Stmt] = [Decl(a, start(c)) for row in accs for a, c in zip(row, cs)]
+    def image(n: Expr, src: Buffer, shape: tuple, n_src: Expr, gi) -> Stmt:
+        """Output image n from image n_src of src (shape), geometry gi."""
+        def tile(oy, oxs: list, c0: Expr, width: int) -> Stmt:
+            cs = [add(c0, Const(k)) for k in range(width)]
+            accs = [[ctx.fresh("acc") for _ in cs] for _ in oxs]
+            parts: list[Stmt] = [Decl(a, start(c)) for row in accs for a, c in zip(row, cs)]
 
-        def row(ky) -> Stmt:
-            iy = _window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
-            firsts = [flat_index((n, iy, _window_pos(ox, Const(0), g.strides[1], g.pad_left, 1),
-                                  Const(0)), x.shape) for ox in oxs]
+            def row(ky) -> Stmt:
+                iy = _window_pos(oy, ky, gi.strides[0], gi.pad_top, gi.dilations[0])
+                firsts = [flat_index((n_src, iy, _window_pos(ox, Const(0), gi.strides[1],
+                                                             gi.pad_left, 1), Const(0)), shape)
+                          for ox in oxs]
 
-            def word(d) -> Stmt:
-                body: list[Stmt] = []
-                xs = [_halves(ctx, body, "x", Load(x.buffer, add(f, d), 4)) for f in firsts]
-                ws = [_halves(ctx, body, "w", Load(wbuf, w_at(ky, c0, width, k, d), 4))
-                      for k in range(width)]
-                _dot_words(body, xs, ws, accs)
-                return seq(*body)
-            body = [loop_step(ctx, "d", whole // 4, 0, 4, word)]
-            for d in range(whole, span):         # the row's last 1-3 terms
-                for f, accs_px in zip(firsts, accs):
-                    for k, acc in enumerate(accs_px):
-                        body.append(Assign(acc, Bin("+", acc, Bin(
-                            "*", _i32(Load(x.buffer, add(f, Const(d)))),
-                            _i32(Load(wbuf, w_at(ky, c0, width, k, d)))))))
-            return seq(*body)
-        parts.append(loop(ctx, "ky", g.kh, row))
-        parts += [finish((n, oy, ox, c), acc) for ox, row_ in zip(oxs, accs)
-                  for c, acc in zip(cs, row_)]
-        return seq(*parts)
+                def word(d) -> Stmt:
+                    body: list[Stmt] = []
+                    xs = [_halves(ctx, body, "x", Load(src, add(f, d), 4)) for f in firsts]
+                    ws = [_halves(ctx, body, "w", Load(wbuf, w_at(ky, c0, width, k, d), 4))
+                          for k in range(width)]
+                    _dot_words(body, xs, ws, accs)
+                    return seq(*body)
+                return seq(loop_step(ctx, "d", whole // 4, 0, 4, word),
+                           *_tail(range(whole, span), accs,
+                                  lambda i, d: Load(src, add(firsts[i], Const(d))),
+                                  lambda k, d: Load(wbuf, w_at(ky, c0, width, k, d))))
+            parts.append(loop(ctx, "ky", gi.kh, row))
+            parts += [finish((n, oy, ox, c), acc) for ox, row_ in zip(oxs, accs)
+                      for c, acc in zip(cs, row_)]
+            return seq(*parts)
 
-    def border_pixel(n, oy, ox) -> Stmt:
-        nonlocal plain
-        if plain is None:
-            plain = ctx.param("filter", weights.astype(np.int8))
-
-        def channel(c) -> Stmt:
-            acc = ctx.fresh("acc")
-
-            def term(ky, kx, ci) -> Stmt:
-                iy = _window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
-                ix = _window_pos(ox, kx, g.strides[1], g.pad_left, 1)
-                v = ctx.fresh("xv")
-                return seq(Decl(v, Const(zp)),
-                           If(_both(_in_range(iy, g.h, True, True), _in_range(ix, g.w, True, True)),
-                              Assign(v, _i32(Load(x.buffer, flat_index((n, iy, ix, ci), x.shape))))),
-                           Assign(acc, Bin("+", acc, Bin("*", v, _i32(Load(plain, flat_index(
-                               (c, ky, kx, ci), plain.shape)))))))
-            return seq(Decl(acc, start(c)), loop(ctx, "ky", g.kh, lambda ky: loop(
-                ctx, "kx", g.kw, lambda kx: loop(ctx, "ci", g.depth, lambda ci: term(ky, kx, ci)))),
-                finish((n, oy, ox, c), acc))
-        return loop(ctx, "oc", g.cout, channel)
-
-    (y0, y1), (x0, x1) = (_interior(g, 0), _interior(g, 1))
-
-    def image(n) -> Stmt:
         def pixels(oy, oxs):
-            return _tiles(ctx, "oc", g.cout, nk, lambda c0, wd: tile(n, oy, oxs, c0, wd))
+            return _tiles(ctx, "oc", gi.cout, nk, lambda c0, wd: tile(oy, oxs, c0, wd))
+
+        (y0, y1), (x0, x1) = _interior(gi, 0), _interior(gi, 1)
 
         def inner_row(oy) -> Stmt:
             pairs = (x1 - x0) // 2
@@ -333,12 +315,60 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
                 parts.append(pixels(oy, [Const(x1 - 1)]))
             return seq(*parts)
         inner = span_loop(ctx, "oy", (y0, y1), inner_row) if y1 > y0 and x1 > x0 else seq()
-        if (y0, y1, x0, x1) == (0, g.oh, 0, g.ow):
+        if (y0, y1, x0, x1) == (0, gi.oh, 0, gi.ow):
             return inner
-        border = loop(ctx, "oy", g.oh, lambda oy: loop(ctx, "ox", g.ow, lambda ox: If(
-            _outside(oy, ox, (y0, y1), (x0, x1)), border_pixel(n, oy, ox))))
+        plain = ctx.param("filter", weights.astype(np.int8))     # the border's, [C, KH, KW, D]
+
+        def border_pixel(oy, ox) -> Stmt:
+            def channel(c) -> Stmt:
+                acc = ctx.fresh("acc")
+
+                def term(ky, kx, ci) -> Stmt:
+                    iy = _window_pos(oy, ky, gi.strides[0], gi.pad_top, gi.dilations[0])
+                    ix = _window_pos(ox, kx, gi.strides[1], gi.pad_left, 1)
+                    v = ctx.fresh("xv")
+                    inside = _both(_in_range(iy, gi.h, True, True), _in_range(ix, gi.w, True, True))
+                    value = _i32(Load(src, flat_index((n_src, iy, ix, ci), shape)))
+                    wv = _i32(Load(plain, flat_index((c, ky, kx, ci), plain.shape)))
+                    return seq(Decl(v, Const(zp)), If(inside, Assign(v, value)),
+                               Assign(acc, Bin("+", acc, Bin("*", v, wv))))
+                taps = loop(ctx, "ky", gi.kh, lambda ky: loop(ctx, "kx", gi.kw, lambda kx: loop(
+                    ctx, "ci", gi.depth, lambda ci: term(ky, kx, ci))))
+                return seq(Decl(acc, start(c)), taps, finish((n, oy, ox, c), acc))
+            return loop(ctx, "oc", gi.cout, channel)
+        border = loop(ctx, "oy", gi.oh, lambda oy: loop(ctx, "ox", gi.ow, lambda ox: If(
+            _outside(oy, ox, (y0, y1), (x0, x1)), border_pixel(oy, ox))))
         return seq(inner, border)
-    return loop(ctx, "n", g.n, image)
+
+    if _mostly_inside(g):
+        return loop(ctx, "n", g.n, lambda n: image(n, x.buffer, tuple(x.shape), n, g))
+    pad, gp = _padded_geometry(ctx, g)
+    return loop(ctx, "n", g.n, lambda n: seq(
+        _pad_copy(ctx, x, g, n, pad, zp), image(n, pad, (1, *pad.shape), Const(0), gp)))
+
+
+def _padded_geometry(ctx: LowerCtx, g):
+    """A scratch image holding every window of g, and g's geometry on it
+    (one image, no padding)."""
+    from dataclasses import replace
+    hp = (g.oh - 1) * g.strides[0] + (g.kh - 1) * g.dilations[0] + 1
+    wp = (g.ow - 1) * g.strides[1] + (g.kw - 1) * g.dilations[1] + 1
+    buf = ctx.scratch_buffer("padded", "int8", (hp, wp, g.depth))
+    return buf, replace(g, n=1, h=hp, w=wp, pad_top=0, pad_left=0)
+
+
+def _pad_copy(ctx: LowerCtx, x: TensorRef, g, n: Expr, pad: Buffer, zp: int) -> Stmt:
+    """pad = image n of x where it lies, the zero point around it."""
+    from aot.lower.tflite_int8 import _in_range, loop
+
+    def one(py, px, c) -> Stmt:
+        iy, ix = add(py, Const(-g.pad_top)), add(px, Const(-g.pad_left))
+        at = flat_index((py, px, c), pad.shape)
+        return seq(Store(pad, at, Const(zp, DType("int8"))),
+                   If(_both(_in_range(iy, g.h, True, True), _in_range(ix, g.w, True, True)),
+                      Store(pad, at, Load(x.buffer, flat_index((n, iy, ix, c), x.shape)))))
+    return loop(ctx, "py", pad.shape[0], lambda py: loop(ctx, "px", pad.shape[1], lambda px: loop(
+        ctx, "c", g.depth, lambda c: one(py, px, c))))
 
 
 def _interior(g, axis: int) -> tuple[int, int]:

@@ -334,3 +334,26 @@ def test_bitcast_keeps_a_halfs_bits(codegen):
     got = build_and_run(graph, {"x": bits}, codegen)
     for name in ("y", "z"):
         assert np.array_equal(got[name].view(np.int16), want[name].view(np.int16)), name
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_clip_before_opset_11_on_halves(codegen):
+    """ReLU6 as older fp16 exports write it (opset 10: Clip's float
+    attributes, imported as float32 bounds), fused into its Conv."""
+    import aot
+    from aot.frontend.onnx import import_onnx
+    w = onnx.numpy_helper.from_array(
+        np.random.default_rng(2).standard_normal((4, 3, 1, 1)).astype(np.float16) * 3, "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"]),
+                           helper.make_node("Clip", ["c"], ["y"], min=0.1, max=6.0)], "relu6",
+                          [helper.make_tensor_value_info("x", T.FLOAT16, [1, 3, 4, 4])],
+                          [helper.make_tensor_value_info("y", T.FLOAT16, [1, 4, 4, 4])], [w])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 10)])
+    model.ir_version = 7
+    graph = aot.optimize(import_onnx(model.SerializeToString(), "relu6"))
+    assert ["Conv", "Clip"] in [[b.op for b in n.attrs["body"].nodes] for n in graph.nodes]
+    x = _input(np.float16).reshape(1, 3, 8, 8)[:, :, :4, :4].copy()
+    want = _ort(model, x)
+    got = build_and_run(graph, {"x": x}, codegen)["y"]
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-3)
+    assert got.min() == np.float16(0.1) and got.max() == np.float16(6.0)

@@ -335,7 +335,11 @@ def _infer_clip(sig: Sig):
         if sig.has(i):
             if sig.in_types[i].size != 1:
                 raise sig.fail(f"min/max must be scalars, got {list(sig.in_types[i].shape)}")
-            if sig.in_types[i].dtype != x.dtype:
+            # a float16 input also takes float32 bounds: Clip before opset 11
+            # had float attributes, imported as float32 scalars (max and min
+            # of halves with a float32 bound, rounded, are those of its half)
+            if sig.in_types[i].dtype != x.dtype and (x.dtype, sig.in_types[i].dtype) != (
+                    "float16", "float32"):
                 raise sig.fail(f"min/max dtype {sig.in_types[i].dtype} differs from input {x.dtype}")
     return [TensorType(x.shape, x.dtype, x.quant)]
 

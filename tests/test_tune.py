@@ -73,21 +73,39 @@ def test_configs_equal_to_the_defaults_change_no_byte(tiny, tmp_path):
     from aot.api import as_graph, package
     from aot.lower.space import Config, Schedules, applied, tile_knobs
     from aot.targets import get_board
-    from aot.tune.search import workloads_of  # noqa: F401 (record mode below)
     from aot.lower import lower_graph
 
+    def explicit_defaults(graph, target) -> dict:
+        seen = Schedules(record=True)
+        with applied(seen):
+            lower_graph(graph, target)
+        out = {k: Config.of({site: a if isinstance(a, str) else a.name
+                             if site == "accumulator" else tile_knobs(a)
+                             for site, a in defaults.items()})
+               for k, (_, defaults, _) in seen.seen.items()}
+        assert any(c.sites for c in out.values())
+        return out
+
     graph = as_graph(tiny)
-    seen = Schedules(record=True)
-    with applied(seen):
-        lower_graph(graph, get_board("host").target)
-    explicit = {k: Config.of({site: a.name if site == "accumulator" else tile_knobs(a)
-                              for site, a in defaults.items()})
-                for k, (_, defaults, _) in seen.seen.items()}
-    assert any(c.sites for c in explicit.values())
+    explicit = explicit_defaults(graph, get_board("host").target)
     plain = package(graph, board="host", out_dir=tmp_path / "plain").path
     with applied(Schedules(explicit)):
         same = package(graph, board="host", out_dir=tmp_path / "explicit").path
     assert digest(plain) == digest(same)
+
+    # int8 (tiles, accumulator, row staging), on host and a dot-product core:
+    # the same kernels, compared as TIR and weights
+    int8 = as_graph(RESNET8_INT8)
+    for board in ("host", "rpi5"):
+        target = get_board(board).target
+        explicit = explicit_defaults(int8, target)
+        assert any(c.get("int8_rows") for c in explicit.values())
+        plain = lower_graph(int8, target)
+        with applied(Schedules(explicit)):
+            same = lower_graph(int8, target)
+        assert [k.func for k in plain] == [k.func for k in same]
+        assert all(np.array_equal(a.array, b.array) for k, j in zip(plain, same)
+                   for a, b in zip(k.args, j.args) if a.array is not None)
 
 
 def test_spaces_fit_the_registers_and_keys_are_stable():
@@ -103,9 +121,11 @@ def test_spaces_fit_the_registers_and_keys_are_stable():
     assert not {w.key for w in works} & {w.key for w in workloads_of(graph, a72)}
     conv = next(w for w in works if w.desc.startswith("tfl.conv2d 1x32x32x16 16x3x3x16"))
     assert len(conv.space) > 20 and conv.space[0] == Config()
+    assert Config.of({"int8_rows": "direct"}) in conv.space
     for c in conv.space[1:]:
-        knobs = dict(c.get("tile/pixels"))
-        assert legal_tile("tile/pixels", knobs, host.vector_registers)
+        if c.get("tile/pixels"):
+            knobs = dict(c.get("tile/pixels"))
+            assert legal_tile("tile/pixels", knobs, host.vector_registers)
         assert Config.of(json.loads(json.dumps(c.as_json()))) == c
 
 
@@ -172,9 +192,11 @@ def test_a_log_with_a_better_tile_changes_the_package(tiny, tmp_path):
     assert kernels and digest(plain)[kernels[0]] != digest(tuned)[kernels[0]]
 
 
-def test_int8_records_stay_bit_exact(tmp_path):
+@pytest.mark.parametrize("rows", ["tiles", "direct"])
+def test_int8_records_stay_bit_exact(tmp_path, rows):
     """Every ResNet-8 conv in 1 vector x 3 pixel tiles, the FC in 3
-    vectors: the package still matches tflite-micro bit for bit."""
+    vectors (or every conv reading its rows directly, unstaged): the
+    package still matches tflite-micro bit for bit."""
     import aot
     from aot.targets import get_board
     from aot.tune.search import workloads_of
@@ -182,17 +204,18 @@ def test_int8_records_stay_bit_exact(tmp_path):
     host = get_board("host").target
     graph = aot.optimize(aot.load(RESNET8_INT8))
     log = tmp_path / "int8.jsonl"
-    rows = []
+    records = []
     for w in workloads_of(graph, host):
         for c in w.space[1:]:
-            knobs = c.get("tile/pixels") or c.get("tile")
-            if dict(knobs).get("vectors") in (1, 3) and dict(knobs).get("mr") in (1, 3):
-                rows.append({"workload": w.key, "target": host.name, "config": c.as_json(),
-                             "ms": 0.5, "default_ms": 1.0, "board": "host",
-                             "aot_version": aot.__version__})
+            knobs = dict(c.get("tile/pixels") or c.get("tile") or ())
+            if (knobs.get("vectors") in (1, 3) and knobs.get("mr") in (1, 3)
+                    if rows == "tiles" else c.get("int8_rows") == rows):
+                records.append({"workload": w.key, "target": host.name,
+                                "config": c.as_json(), "ms": 0.5, "default_ms": 1.0,
+                                "board": "host", "aot_version": aot.__version__})
                 break
-    assert len(rows) >= 9
-    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert len(records) >= 9
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
     code, out, err = cli("verify", str(RESNET8_INT8), "--board", "host", "--tuning-records",
                          str(log), "--json")
     assert code == 0, err

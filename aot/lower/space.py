@@ -31,7 +31,9 @@ from aot.errors import AotError
 
 # The Tile fields a config may set, per site (schedule.Tile).
 TILE_KNOBS = ("vectors", "mr", "max_accs")
-SITES = ("tile", "tile/pixels", "depthwise_tile", "accumulator")
+SITES = ("tile", "tile/pixels", "depthwise_tile", "accumulator", "int8_rows")
+# Sites whose answer is a name, and the names a config may give them.
+NAMED = {"accumulator": ("pairs", "quads", "quads_u8"), "int8_rows": ("staged", "flat", "direct")}
 
 
 @dataclass(frozen=True)
@@ -47,9 +49,10 @@ class Config:
             raise AotError(f"a schedule config is a JSON object, not {obj!r}")
         items = []
         for site, value in obj.items():
-            if site == "accumulator":
-                if value not in ("pairs", "quads", "quads_u8"):
-                    raise AotError(f"config: unknown accumulator strategy {value!r}")
+            if site in NAMED:
+                if value not in NAMED[site]:
+                    raise AotError(f"config: {site} is one of {', '.join(NAMED[site])}, "
+                                   f"not {value!r}")
                 items.append((site, value))
             elif site in SITES:
                 if not isinstance(value, Mapping) or set(value) - set(TILE_KNOBS) or not all(
@@ -204,6 +207,10 @@ def _override(site: str, answer, knobs):
     if site == "accumulator":
         from aot.lower import strategy
         return {s.name: s for s in (strategy.PAIRS, strategy.QUADS, strategy.QUADS_U8)}[knobs]
+    if site == "int8_rows":
+        # the rule asks once per mode it offers: a config other than that
+        # mode reads the rows directly
+        return knobs if knobs == answer else "direct"
     if answer.lanes == 1:       # scalar code: no register tile to choose
         return answer
     return replace(answer, **dict(knobs))
@@ -257,6 +264,9 @@ def space_of(defaults: Mapping[str, Any], target) -> list[Config]:
         if site == "accumulator":
             if default.name != "pairs":
                 configs.append(Config.of({"accumulator": "pairs"}))
+            continue
+        if site == "int8_rows":
+            configs.append(Config.of({"int8_rows": "direct"}))
             continue
         base = tile_knobs(default)
         for knobs in _tile_space(site, default, target.vector_registers):

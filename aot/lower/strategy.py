@@ -74,3 +74,13 @@ def window_row_accumulator(target: Target) -> Accumulator:
     probe = pair_dot(Var("x0", DType("int16")), Var("x1", DType("int16")),
                      Var("w", DType("int16", 2 * lanes)))
     return PAIRS if instruction_for(probe, target) is not None else kind
+
+
+@tunable("int8_rows")
+def int8_rows(default: str) -> str:
+    """How an int8 pair kernel reads its input rows: "staged" (even depths:
+    rows staged as int32 pairs), "flat" (odd depths: window rows staged as
+    one run) or "direct" (from the input, border taps tested). The default
+    policy's answer passes through; a schedule config may pick "direct"
+    (aot/lower/space.py), never staging where the rule did not offer it."""
+    return default

@@ -41,7 +41,8 @@ from aot.lower import int8_dsp
 from aot.lower import qmath as q
 from aot.lower.elementwise import broadcast_load, const_like
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
-from aot.lower.strategy import PAIRS, Accumulator, int8_accumulator, window_row_accumulator
+from aot.lower.strategy import (PAIRS, Accumulator, int8_accumulator, int8_rows,
+                                 window_row_accumulator)
 from aot.ops import qmath as ref_q
 from aot.ops import tflite_int8 as ref
 
@@ -1052,7 +1053,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     # the image (exactly the skipped taps): each pair is then one load and
     # broadcast (aot_dot2p), no tap tests bounds, and every row is blocked.
     staged = quads or (pairs and g.groups == 1 and g.depth % 2 == 0
-                       and all(min(w) >= 4 for _, w in tiles))
+                       and all(min(w) >= 4 for _, w in tiles) and int8_rows("staged") == "staged")
     if staged and not quads:
         stage, rows, slot = _pair_rows(ctx, g, load_x, zp)
     # Odd depths (the first layer's 1 or 3 channels) pair along a window
@@ -1061,7 +1062,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     # With quads (aot_dot4) the run goes four at a time, as raw bytes.
     flat = (not quads and not depthwise and g.groups == 1 and g.depth % 2 == 1
             and g.dilations[1] == 1
-            and all(min(w) >= 4 for _, w in tiles))
+            and all(min(w) >= 4 for _, w in tiles) and int8_rows("flat") == "flat")
     row_kind = window_row_accumulator(ctx.target)
     flat_kind = row_kind if flat and row_kind.group == 4 and _fits_int8(weights) else PAIRS
     if flat:

@@ -136,9 +136,8 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
     `budget`: seconds after which no new batch starts. The summary:
     {log, board, target, trials_run, workloads, tunable, improved,
     records_written, discarded, failed, seconds, default_ms, tuned_ms}."""
-    import aot
     from aot import progress
-    from aot.api import as_graph
+    from aot.api import as_graph, package
     from aot.frontend.shapes import LoadOptions
     from aot.packaging import read_metadata
     from aot.targets import get_board
@@ -181,8 +180,7 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
 
     def build(schedules: Schedules | None, out: Path) -> Path:
         with applied(schedules):
-            return aot.api.package(graph, board=brd, codegen=codegen, out_dir=out,
-                                   profile=True).path
+            return package(graph, board=brd, codegen=codegen, out_dir=out, profile=True).path
 
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-tune-")))

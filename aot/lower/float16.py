@@ -27,9 +27,9 @@ from dataclasses import replace
 import numpy as np
 
 from aot.codegen.intrinsics import libm
-from aot.ir.tir import (FLOAT32, Assign, Broadcast, Buffer, BufferKind, Call, Cast, Const, Decl, DType, Expr,
-                        If, Load, PrimFunc, Select, Stmt, Store, Var, dtype_of, map_expr, map_stmt,
-                        stmt_exprs, walk_expr, walk_stmt)
+from aot.ir.tir import (FLOAT32, Assign, Broadcast, Buffer, BufferKind, Call, Cast, Const, Decl,
+                        DType, Expr, If, Load, PrimFunc, Select, Stmt, Store, Var, dtype_of,
+                        map_expr, map_stmt, stmt_exprs, walk_expr, walk_stmt)
 
 HALF = "float16"
 

@@ -83,7 +83,8 @@ def _center_crop_pad(ctx: LowerCtx, ins, idx, lanes):
 def _bitcast(ctx: LowerCtx, ins, idx, lanes):
     x = ins[0].load(tuple(idx), lanes)
     to = dt(ctx.out_types[0].dtype, dtype_of(x).lanes)
-    # a half's bits stay: aot/lower/float16.py reads a reinterpreted half
-    # from memory as it is, not widened; same width (type inference checks it); both integers (or bool -> uint8):
-    # C's conversion keeps the bits too
+    # Same width (type inference checks it). A half's bits stay:
+    # aot/lower/float16.py reads a reinterpreted half from memory as it is,
+    # not widened. Both integers (or bool -> uint8): C's conversion keeps
+    # the bits too.
     return Cast(to, x, bits=dtype_of(x).is_float or to.is_float)

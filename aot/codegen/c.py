@@ -29,7 +29,7 @@ from aot.codegen.arm_dsp import DspOp
 from aot.codegen.check import check_func
 from aot.codegen.intrinsics import (GCC_X86_SPELLINGS, Helper, Lane, PairDot, PairPack, Pmuldq,
                                     check_call, vector_helper)
-from aot.codegen.intrinsics import QuadDot
+from aot.codegen.intrinsics import NeonFixedPoint, QuadDot
 from aot.codegen.names import c_comment, c_identifier, kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import UnsupportedError
@@ -632,6 +632,9 @@ class _Printer:
             return self._call_text(self._pair_pack(e.dtype, fn), list(e.args))
         if isinstance(fn, QuadDot):
             return self._call_text(self._quad_dot(e.dtype, fn), list(e.args))
+        if isinstance(fn, NeonFixedPoint):
+            args = [a if dtype_of(a).lanes > 1 else Broadcast(a, 4) for a in e.args]
+            return self._call_text(self._neon_fixed_point(fn), args)
         if isinstance(fn, Lane):        # a vector subscript (GCC's and Clang's vector extension)
             return f"{self.wrap(e.args[0], PRIMARY)}[{self.expr(e.args[1])}]", PRIMARY
         if isinstance(fn, (Helper, Pmuldq)) and e.dtype.lanes > 1:
@@ -723,6 +726,26 @@ class _Printer:
                                              f"{formula}#endif\n")
         return self.mod.helper(name, lambda: (
             f"{head}static inline {rt} {name}({rt} acc, int32_t q, {wt} w)\n{{\n{body}}}"))
+
+    def _neon_fixed_point(self, fn: NeonFixedPoint) -> str:
+        """arm_sqrdmulh / arm_rdbpot (intrinsics.NeonFixedPoint): the NEON
+        instructions, the generic whole-vector helper for a compiler without
+        NEON."""
+        t = self.mod.vector(DType("int32", 4))
+        generic = self._vector_helper_fn(vector_helper(fn.generic, 4))
+        name = f"{fn.name}_{t[4:]}"
+        if fn.generic == "aot_rdhm":
+            neon = f"    return ({t})vqrdmulhq_s32((int32x4_t)a, (int32x4_t)b);\n"
+        else:   # b: the exponent; -1 added to negative a where it is above 0
+            neon = ("    const int32x4_t x = (int32x4_t)a;\n"
+                    "    const int32x4_t shift = vnegq_s32((int32x4_t)b);\n"
+                    "    const int32x4_t fixup = vshrq_n_s32(vandq_s32(x, shift), 31);\n"
+                    f"    return ({t})vrshlq_s32(vqaddq_s32(x, fixup), shift);\n")
+        isa = "defined(__aarch64__) && defined(__ARM_NEON)"
+        return self.mod.helper(name, lambda: (
+            f"#if {isa}\n#include <arm_neon.h>\n#endif\n"
+            f"static inline {t} {name}({t} a, {t} b)\n{{\n#if {isa}\n{neon}#else\n"
+            f"    return {generic}(a, b);\n#endif\n}}"))
 
     def _helper_fn(self, h: Helper) -> str:
         def make() -> str:

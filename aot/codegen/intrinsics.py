@@ -400,6 +400,26 @@ class Pmuldq:
 
 X86_PMULDQ_RDHM = Pmuldq()
 
+
+@dataclass(frozen=True)
+class NeonFixedPoint:
+    """The whole-vector `generic` helper on int32 x 4 as AArch64 NEON computes
+    it, one or three instructions for the generic form's six to nine:
+    `arm_sqrdmulh` (aot_rdhm) is SQRDMULH, (2ab + 2^31) >> 32 = floor((ab +
+    2^30) / 2^31), saturating only where aot_rdhm's operands never are (both
+    INT32_MIN); `arm_rdbpot` (aot_rdbpot) is gemmlowp's NEON form of it: add
+    -1 to negative x when e > 0 (saturating), then SRSHL by -e (rounding half
+    up, so ties of negative values go away from zero as RDBPOT's do). The
+    legalization pass chooses them on AArch64; the C keeps the generic
+    formula for a compiler without NEON."""
+    name: str
+    generic: str
+
+
+ARM_SQRDMULH = NeonFixedPoint("arm_sqrdmulh", "aot_rdhm")
+ARM_RDBPOT = NeonFixedPoint("arm_rdbpot", "aot_rdbpot")
+_NEON_FIXED_POINT = {f.name: f for f in (ARM_SQRDMULH, ARM_RDBPOT)}
+
 # A PrimFunc attribute the legalization pass sets on x86 targets: the C
 # printer may then spell vector conversions and min/max as GCC on x86
 # vectorizes best, under `#if` beside the portable spelling (which compiler
@@ -480,6 +500,15 @@ def _check_pmuldq(args: tuple[Expr, ...], dtype: DType) -> Pmuldq:
     return X86_PMULDQ_RDHM
 
 
+def _check_neon_fixed_point(fn: str, args: tuple[Expr, ...], dtype: DType) -> NeonFixedPoint:
+    kinds = [dtype_of(a) for a in args]
+    if (len(args) != 2 or dtype != DType("int32", 4)
+            or any(k.scalar != "int32" or k.lanes not in (1, 4) for k in kinds)):
+        raise UnsupportedError(f"{fn} takes int32 x 4 twice, got "
+                               f"({', '.join(map(str, kinds))}) -> {dtype}")
+    return _NEON_FIXED_POINT[fn]
+
+
 def _check_pair_dot(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairDot:
     d = _PAIR_DOTS[fn]
     kinds = [dtype_of(a) for a in args]
@@ -493,7 +522,8 @@ def _check_pair_dot(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairDot:
 
 
 def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
-               ) -> LibmFn | Helper | PairDot | PairPack | Pmuldq | Lane | QuadDot:
+               ) -> (LibmFn | Helper | PairDot | PairPack | Pmuldq | Lane | QuadDot
+                     | NeonFixedPoint):
     """What a Call means, or a clear error naming it."""
     if fn in DSP_OPS:          # the Armv7E-M DSP extension's (aot/codegen/arm_dsp.py)
         return check_dsp(fn, args, dtype)
@@ -505,6 +535,8 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
         return _check_pair_pack(fn, args, dtype)
     if fn == X86_PMULDQ_RDHM.name:
         return _check_pmuldq(args, dtype)
+    if fn in _NEON_FIXED_POINT:
+        return _check_neon_fixed_point(fn, args, dtype)
     if fn == LANE.name:
         return _check_lane(args, dtype)
     h = HELPERS.get(fn)
@@ -527,9 +559,10 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
     return f
 
 
-__all__ = ["ARM_SDOT", "GCC_X86_SPELLINGS", "HELPERS", "Helper", "LANE", "Lane", "LibmFn",
-           "PACKED_PAIR_DOT", "PAIR_DOT", "PAIR_PACK", "PAIR_PACK_BYTES", "PairDot", "PairPack",
-           "Pmuldq", "QUAD_DOT", "QUAD_DOT_U", "QUAD_PACK", "QUAD_PACK_BYTES", "QuadDot",
-           "X86_PMADDWD", "X86_PMADDWD_PACKED", "X86_PMULDQ_RDHM", "X86_VPDPBUSD", "check_call",
-           "helper", "lane", "lane_crossing", "libm", "pack_pairs", "pack_quads",
-           "packed_pair_dot", "pair_dot", "quad_dot", "vector_helper"]
+__all__ = ["ARM_RDBPOT", "ARM_SDOT", "ARM_SQRDMULH", "GCC_X86_SPELLINGS", "HELPERS", "Helper",
+           "LANE", "Lane", "LibmFn", "NeonFixedPoint", "PACKED_PAIR_DOT", "PAIR_DOT", "PAIR_PACK",
+           "PAIR_PACK_BYTES", "PairDot", "PairPack", "Pmuldq", "QUAD_DOT", "QUAD_DOT_U",
+           "QUAD_PACK", "QUAD_PACK_BYTES", "QuadDot", "X86_PMADDWD", "X86_PMADDWD_PACKED",
+           "X86_PMULDQ_RDHM", "X86_VPDPBUSD", "check_call", "helper", "lane", "lane_crossing",
+           "libm", "pack_pairs", "pack_quads", "packed_pair_dot", "pair_dot", "quad_dot",
+           "vector_helper"]

@@ -31,7 +31,7 @@ from aot.codegen.arm_dsp import DspOp
 from aot.codegen.check import check_func
 from aot.codegen.intrinsics import (Helper, Lane, LibmFn, PairDot, PairPack, Pmuldq, check_call,
                                     vector_helper)
-from aot.codegen.intrinsics import QuadDot
+from aot.codegen.intrinsics import NeonFixedPoint, QuadDot
 from aot.codegen.names import kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import AotError, UnsupportedError
@@ -383,6 +383,9 @@ class _FuncBuilder:
             return self.pair_pack(e.dtype.lanes, fn.bytes, args[0])
         if isinstance(fn, QuadDot):
             return self.quad_dot(e.dtype.lanes, fn, *args)
+        if isinstance(fn, NeonFixedPoint):
+            return self.neon_fixed_point(fn, *(self.splat(v, 4) if dtype_of(a).lanes == 1 else v
+                                               for v, a in zip(args, e.args)))
         if isinstance(fn, Lane):
             return self.b.extract_element(args[0], args[1])
         if isinstance(fn, Pmuldq):
@@ -473,6 +476,19 @@ class _FuncBuilder:
             out = self.b.add(out, self.b.shuffle_vector(prod, undef, ir.Constant(
                 ir.VectorType(i32, n), [4 * k + j for k in range(n)])))
         return out
+
+    def neon_fixed_point(self, fn: NeonFixedPoint, a, b):
+        """arm_sqrdmulh: SQRDMULH; arm_rdbpot: -1 added (saturating) to
+        negative a where the exponent b is above 0, then SRSHL by -b."""
+        def call(name: str, *operands):
+            callee = self.module.globals.get(name) or ir.Function(
+                self.module, ir.FunctionType(a.type, [a.type] * len(operands)), name)
+            return self.b.call(callee, list(operands))
+        if fn.generic == "aot_rdhm":
+            return call("llvm.aarch64.neon.sqrdmulh.v4i32", a, b)
+        shift = self.b.neg(b)
+        fixup = self.b.ashr(self.b.and_(a, shift), ir.Constant(a.type, [31] * 4))
+        return call("llvm.aarch64.neon.srshl.v4i32", call("llvm.sadd.sat.v4i32", a, fixup), shift)
 
     def pmaddwd_call(self, n: int, x, w):
         name = _PMADDWD[n]

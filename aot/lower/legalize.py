@@ -11,6 +11,8 @@ nothing.
     aot_dot4               -> arm_sdot                            AArch64 with dotprod (4)
     aot_dot4u              -> x86_vpdpbusd                        x86: AVX512-VNNI (16),
                                                                   with AVX512VL (4, 8)
+    aot_rdhm on int32 x 4  -> arm_sqrdmulh                        AArch64 NEON
+    aot_rdbpot on int32 x 4 -> arm_rdbpot                         AArch64 NEON
     (the function)         -> attribute GCC_X86_SPELLINGS         x86: the C's vector
                                                                   conversions and min/max
                                                                   spelled for GCC beside
@@ -34,8 +36,8 @@ from aot.codegen.arm_dsp import (ARM_SMLABB, ARM_SMLAD, ARM_SMLATT, ARM_SMMULR, 
                                  SXTB16_ROR8)
 from aot.codegen.intrinsics import (GCC_X86_SPELLINGS, PACKED_PAIR_DOT, PAIR_DOT, PAIR_PACK,
                                     PAIR_PACK_BYTES, X86_PMADDWD, X86_PMADDWD_PACKED, X86_PMULDQ_RDHM)
-from aot.codegen.intrinsics import (ARM_SDOT, QUAD_DOT, QUAD_DOT_U, QUAD_PACK, QUAD_PACK_BYTES,
-                                    X86_VPDPBUSD)
+from aot.codegen.intrinsics import (ARM_RDBPOT, ARM_SDOT, ARM_SQRDMULH, QUAD_DOT, QUAD_DOT_U,
+                                    QUAD_PACK, QUAD_PACK_BYTES, X86_VPDPBUSD)
 from aot.ir.tir import Call, Expr, PrimFunc, map_stmt_exprs
 from aot.targets import Target
 
@@ -73,6 +75,7 @@ _PMULDQ = ((4, ("sse4.1",)), (8, ("avx2",)), (16, ("avx512f",)))
 _ARM = ("arm", "thumb")
 _DSP = ((1, ("dsp",)),)
 _SDOT = ((4, ("dotprod",)),)
+_NEON4 = ((4, ("neon",)),)
 _VPDPBUSD = ((4, ("avx512vnni", "avx512vl")), (8, ("avx512vnni", "avx512vl")),
              (16, ("avx512vnni",)))
 
@@ -93,6 +96,11 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
     # Both read the quad's bytes as lanes of a broadcast register: little-endian.
     Instruction(QUAD_DOT.name, ARM_SDOT.name, ("aarch64",), _SDOT, little_endian=True),
     Instruction(QUAD_DOT_U.name, X86_VPDPBUSD.name, _X86, _VPDPBUSD, little_endian=True),
+    # Lane-wise, but only tested little-endian (the C casts vectors to NEON types).
+    Instruction(ARM_SQRDMULH.generic, ARM_SQRDMULH.name, ("aarch64",), _NEON4,
+                little_endian=True, int32_only=True),
+    Instruction(ARM_RDBPOT.generic, ARM_RDBPOT.name, ("aarch64",), _NEON4,
+                little_endian=True, int32_only=True),
 )
 _BY_GENERIC: dict[str, tuple[Instruction, ...]] = {}
 for _i in INSTRUCTIONS:

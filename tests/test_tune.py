@@ -273,16 +273,18 @@ def test_tune_refuses_an_existing_log_without_resume(tiny, tmp_path):
 
 # ------------------------------------------------------------------ over SSH
 
-def test_tune_over_ssh(sshd, tiny, tmp_path, monkeypatch):  # noqa: F811 (fixture)
+def test_tune_over_ssh(sshd, tmp_path, monkeypatch):  # noqa: F811 (fixture)
     """rpi4 reached over the loopback sshd (the harness under qemu-aarch64):
-    one serve session per package, records for the rpi4 target."""
+    one serve session per package, records for the rpi4 target. The int8
+    autoencoder: its FC tiles and accumulators are tunable on AArch64."""
     remote = tmp_path / "remote"
     remote.mkdir()
     config = tmp_path / "boards.toml"
     config.write_text(f'[rpi4]\nremote_tmp = "{remote}"\nconnect_timeout_s = 3\n')
     monkeypatch.setenv("AOT_CONFIG", str(config))
     log = tmp_path / "ssh.jsonl"
-    code, out, err = cli("tune", str(tiny), "--board", "rpi4", *sshd.cli_args(),
+    code, out, err = cli("tune", str(MODELS / "mlperf_ad_fcae_int8.tflite"), "--board", "rpi4",
+                         *sshd.cli_args(),
                          "--exec-prefix", "qemu-aarch64", "--trials", "2", "--repeat", "3",
                          "-o", str(log), "--json")
     assert code == 0, err

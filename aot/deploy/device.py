@@ -223,6 +223,13 @@ class Device:
             session.abandon()
             raise
 
+    def release(self, pkg: str | Path) -> None:
+        """End the package's session, if it has one (its harness exits; the
+        connection stays): `aot tune` runs a package per batch."""
+        session = self._sessions.pop(Path(pkg).resolve(), None)
+        if session is not None:
+            session.close()
+
     def close(self) -> None:
         """End every session (the harnesses exit), then the connection."""
         try:

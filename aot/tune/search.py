@@ -102,6 +102,10 @@ class _Runner:
             from aot.deploy.device import connect
             self.device = stack.enter_context(connect(board))
 
+    def release(self, pkg: Path) -> None:
+        if self.device is not None:
+            self.device.release(pkg)
+
     def run(self, pkg: Path, inputs, warmup: int, runs: int):
         if self.device is not None:
             return self.device.request(pkg, inputs, warmup, runs)
@@ -218,8 +222,14 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
                     summary["failed"] += 1
                     bar.advance()
                     continue
-                new = _measure(runner, base, pkg, meta, inputs, reference, warmup, repeat,
-                               picks, by_key, brd, target, summary)
+                try:
+                    new = _measure(runner, base, pkg, meta, inputs, reference, warmup, repeat,
+                                   picks, by_key, brd, target, summary)
+                except AotError:        # the candidate's harness failed on the board
+                    summary["failed"] += 1
+                    new = []
+                finally:
+                    runner.release(pkg)
                 rec.append(log, new)
                 summary["records_written"] += len(new)
                 with contextlib.suppress(OSError):

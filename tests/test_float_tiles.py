@@ -38,8 +38,7 @@ def _conv_kernel(g, target):
 def test_tiles_fit_the_register_files():
     """AArch64 (32 registers): 2 vectors of channels x up to 9 pixels by
     lane (18 accumulators, 9 input vectors, 4 weight vectors); ARMv7 (16):
-    up to 4 pixels; x86 keeps its broadcast tile; integer and single-pixel
-    tiles too."""
+    up to 4 pixels; x86 keeps its broadcast tile, integer tiles too."""
     a64 = schedule.tile(get_target("aarch64-linux"), "float32", pixels=True)
     v7 = schedule.tile(get_target("armv7-linux"), "float32", pixels=True)
     assert (a64.lanes, a64.vectors, a64.k_lanes, a64.mr_max) == (4, 2, 4, 9)
@@ -52,7 +51,10 @@ def test_tiles_fit_the_register_files():
     t = schedule.tile(get_target("x86_64-linux"), "float32", pixels=True)
     assert t.k_lanes == 1 and t.vectors == 2
     assert schedule.tile(get_target("aarch64-linux"), "int32", pixels=True).k_lanes == 1
-    assert schedule.tile(get_target("aarch64-linux"), "float32").k_lanes == 1
+    # one row (a matrix-vector product): 4 vectors of outputs, inputs by lane
+    a64_target = get_target("aarch64-linux")
+    row = schedule.matvec_tile(a64_target, "float32", schedule.tile(a64_target, "float32"))
+    assert (row.vectors, row.mr, row.k_lanes) == (4, 1, 4)
 
 
 def test_aarch64_conv_reads_four_input_channels_per_load():

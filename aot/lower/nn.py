@@ -41,7 +41,7 @@ from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Comment, Const, Decl, DT
 from aot.lower.elementwise import broadcast_index, broadcast_load, const_like, math_call
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.lower.schedule import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORDER, Tile, depthwise_tile,
-                               tile)
+                               matvec_tile, tile)
 from aot.ops import nn as ref
 
 # More regions than this (combinations of border runs over the spatial axes)
@@ -763,6 +763,8 @@ def _dense(ctx: LowerCtx, emit, a: _Operand, b: _Operand | np.ndarray, batch: Se
     dtype = dt(ctx.out_types[0].dtype)
     const_b = isinstance(b, np.ndarray)
     t = tile(ctx.target, dtype, (const_b or b.vector_cols) and n > 1, pixels=m > 1)
+    if m == 1:
+        t = matvec_tile(ctx.target, dtype, t)
     if const_b:
         panels = _param(ctx, "b_panels", _panels(b.astype(dtype.scalar), tile_widths(n, t)))
 
@@ -794,10 +796,10 @@ def _dense(ctx: LowerCtx, emit, a: _Operand, b: _Operand | np.ndarray, batch: Se
 
         stores = [emit(0, out_index(bi, i, _plus(c0, off)), finish(acc, bi, i, _plus(c0, off)))
                   for i, row in zip(rows, accs) for acc, off in zip(row, offs)]
-        if _split_k(dtype, rows, widths, k, t):
+        by_lane = lane_step if a.vector_cols and t.k_lanes > 1 else None
+        if by_lane is None and _split_k(dtype, rows, widths, k, t):
             return _seq(*decls, *_split_k_loop(ctx, dtype, accs, widths, k, step), *stores)
-        return _seq(*decls, _reduce(ctx, "k", k, t, step, lane_step if a.vector_cols else None),
-                    *stores)
+        return _seq(*decls, _reduce(ctx, "k", k, t, step, by_lane), *stores)
 
     def batch_level(d: int, bi: tuple) -> Stmt:
         if d == len(batch):

@@ -50,6 +50,8 @@ CONV_TILE = (2, 2)
 FC_TILE = (1, 4)
 # depthwise windows of at most this many taps are unrolled in the interior
 UNROLL_TAPS = 9
+# a matrix product's word loop of at most this many words is unrolled whole
+UNROLL_WORDS = 4
 
 
 def dsp_target(ctx: LowerCtx) -> bool:
@@ -121,7 +123,7 @@ def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
                   for k in range(nk)]
             _dot_words(body, xs, ws, accs)
             return seq(*body)
-        parts.append(loop_step(ctx, "d", depth // 4, 0, 4, step))
+        parts.append(_word_loop(ctx, depth // 4, step))
         parts += _tail(range(whole, depth), accs,
                        lambda i, d: Load(x, add(mul(rs[i], Const(depth)), Const(d))),
                        lambda k, d: Load(wbuf, _at(c0, nk, k, d, depth)))
@@ -130,6 +132,13 @@ def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
 
     return _tiles(ctx, "r", rows, nr, lambda r0, wr: _tiles(
         ctx, "c", channels, nk, lambda c0, wk: block(r0, wr, c0, wk)))
+
+
+def _word_loop(ctx: LowerCtx, words: int, step: Callable[[Expr], Stmt]) -> Stmt:
+    """step(d) for d = 0, 4, ... (words times); a short loop unrolled whole."""
+    from aot.lower.tflite_int8 import loop_step
+    s = loop_step(ctx, "d", words, 0, 4, step)
+    return replace(s, kind=ForKind.UNROLLED) if isinstance(s, For) and words <= UNROLL_WORDS else s
 
 
 def _tail(terms, accs, x_at: Callable[[int, int], Expr], w_at: Callable[[int, int], Expr]

@@ -1075,13 +1075,14 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
             np.ascontiguousarray(wf.reshape(g.per_group, g.kh, n_pairs, fg).transpose(1, 2, 0, 3))))
         stage, rows, pstep = _flat_rows(ctx, g, load_x, zp, flat_kind)
         staged = True
-    raw = quads or flat_kind.group == 4    # staged bytes x + offset, zp + offset outside
+    # staged bytes x + offset, zp + offset outside the image (quads of either kind)
+    raw = acc_kind if quads else flat_kind if flat_kind.group == 4 else None
 
     def bias_at(folded: bool, oc: Expr, lanes: int) -> Expr:
         """The bias less `fold` * sum(w) per channel: fold is the input zero
         point in the unstaged interior, zp + the quads' byte offset in staged
         quads (padding holds zp + offset there), else 0."""
-        fold = zp + acc_kind.offset if raw else zp if folded else 0
+        fold = zp + raw.offset if raw else zp if folded else 0
         if fold not in bias_tabs:
             values = bias - fold * flat_w.sum(axis=1)
             bias_tabs[fold] = ctx.param("bias", ref_q.wrap_int32(values).astype(np.int32))

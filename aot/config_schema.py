@@ -33,6 +33,7 @@ SIZE = Kind("a non-negative integer", (int,), minimum=0)
 NUMBER = Kind("a number", (int, float))
 STRS = Kind("a list of strings", (list,), item=str)
 TABLE = Kind("a table", (dict,))
+TABLES = Kind("a list of tables", (list,), item=dict)
 
 TARGET = {
     "base": STR, "name": STR, "triple": STR, "cpu": STR, "features": STR,
@@ -45,7 +46,18 @@ TARGET = {
 BOARD = {
     "name": STR, "target": STR, "transport": STR, "description": STR, "emulated": BOOL,
     "flash_bytes": SIZE, "ram_bytes": SIZE, "options": TABLE, "firmware": TABLE,
+    "regions": TABLES,
 }
+
+# A board's memory regions ([[regions]]: its banks of RAM and flash), for
+# `aot package --pools` (aot/executor/pools.py). `cost` is the relative time
+# of an access (1: the fastest); `arena` and `weights` say what may go
+# there; `reserved` the bytes the harness's data, heap and stack take of it.
+REGION = {
+    "name": STR, "origin": SIZE, "size": SIZE, "kind": STR, "cost": NUMBER,
+    "arena": BOOL, "weights": BOOL, "reserved": SIZE,
+}
+REGION_KINDS = ("ram", "flash")
 
 FIRMWARE = {"cflags": STRS, "sources": STRS, "linker_script": STR, "ldflags": STRS}
 
@@ -132,6 +144,54 @@ def check_board(path: Path, data: Mapping[str, Any]) -> None:
         options = {k: v for table in OPTIONS.values() for k, v in table.items()}
     check_table(where, "options.", data.get("options", {}), options)
     check_table(where, "firmware.", data.get("firmware", {}), FIRMWARE)
+    for i, region in enumerate(data.get("regions", [])):
+        check_region(where, f"regions[{i}].", region)
+    names = [r.get("name") for r in data.get("regions", [])]
+    if len(set(names)) != len(names):
+        raise AotError(f"{where}: two regions share a name ({', '.join(map(str, names))})")
+
+
+@dataclass(frozen=True)
+class Region:
+    """One bank of a board's memory (see REGION)."""
+    name: str
+    origin: int
+    size: int
+    kind: str
+    cost: float
+    arena: bool
+    weights: bool
+    reserved: int = 0
+
+    @property
+    def free_bytes(self) -> int:
+        """What the model may take of it."""
+        return max(0, self.size - self.reserved)
+
+
+def check_region(where: str, prefix: str, table: Mapping[str, Any]) -> None:
+    """A [[regions]] entry: REGION's keys, every one but `reserved` given,
+    a known kind, a C identifier for a name (it names a section and macros),
+    arena only in RAM, a positive cost."""
+    check_table(where, prefix, table, REGION)
+    missing = sorted(set(REGION) - {"reserved"} - set(table))
+    if missing:
+        raise AotError(f"{where}: {prefix[:-1]} lacks {', '.join(missing)}")
+    name = table["name"]
+    if not name.isidentifier() or not name.isascii() or name != name.lower():
+        raise AotError(f"{where}: {prefix}name must be a lower-case C identifier, got {name!r}")
+    if table["kind"] not in REGION_KINDS:
+        raise AotError(f"{where}: {prefix}kind must be one of {', '.join(REGION_KINDS)}, "
+                       f"got {table['kind']!r}")
+    if table["arena"] and table["kind"] != "ram":
+        raise AotError(f"{where}: {prefix}arena: region '{name}' is {table['kind']}, not ram")
+    if table["cost"] <= 0:
+        raise AotError(f"{where}: {prefix}cost must be above 0, got {table['cost']}")
+
+
+def regions(tables: list[Mapping[str, Any]]) -> tuple[Region, ...]:
+    """Checked [[regions]] tables as Regions, in the file's order."""
+    return tuple(Region(**{k: v for k, v in t.items()}) for t in tables)
 
 
 def check_config(path: Path, data: Mapping[str, Any]) -> None:

@@ -129,6 +129,8 @@ class Board:
     # program for the board (start-up `sources`, `linker_script`, `ldflags`;
     # paths in the package, copied from aot's runtime_c/). Empty: hosted.
     firmware: Mapping[str, Any] = field(default_factory=dict)
+    # Its banks of RAM and flash ([[regions]]), for `aot package --pools`.
+    regions: tuple[config_schema.Region, ...] = ()
 
 
 # Extra directories of board descriptions (os.pathsep-separated), read after
@@ -208,7 +210,8 @@ def _boards(extra_dirs: tuple[str, ...]) -> dict[str, Board]:
                               flash_bytes=int(b["flash_bytes"]), ram_bytes=int(b["ram_bytes"]),
                               options=dict(b.get("options", {})),
                               emulated=bool(b.get("emulated", False)),
-                              firmware=dict(b.get("firmware", {})))
+                              firmware=dict(b.get("firmware", {})),
+                              regions=config_schema.regions(b.get("regions", [])))
         except KeyError as e:
             raise AotError(f"board '{name}': missing or unknown {e}") from None
     return out

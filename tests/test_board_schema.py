@@ -17,7 +17,7 @@ SSH_BOARD = ('name = "pi"\ntarget = "aarch64-linux"\ntransport = "ssh"\n'
 WRONG = {"a string": ("1", "an integer"), "a boolean": ('"false"', "a string"),
          "an integer": ('"22"', "a string"), "a non-negative integer": ("-1", "-1"),
          "a number": ("true", "a boolean"), "a list of strings": ('"-O2"', "a string"),
-         "a table": ("3", "an integer")}
+         "a table": ("3", "an integer"), "a list of tables": ('"bank"', "a string")}
 
 
 @pytest.fixture

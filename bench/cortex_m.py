@@ -8,9 +8,10 @@ beside the published cycle counts of other deployments.
 Each model is packaged for each board, run under qemu-system-arm and its
 instructions per inference counted exactly (aot bench's median_instructions:
 aot/deploy/insn_count.py); beside it the code of the model library (text and
-unwind tables of lib<name>.a, the harness and libc excluded). A real Cortex-M4/M7 needs at least one cycle per
-instruction (more for loads, multiplies that stall, taken branches, flash wait
-states), so a count is a lower bound on the cycles aot's code would take:
+unwind tables of lib<name>.a, the harness and libc excluded). A real
+Cortex-M4/M7 needs at least one cycle per instruction (more for loads,
+multiplies that stall, taken branches, flash wait states), so a count is a
+lower bound on the cycles aot's code would take:
 when it is above a published cycle count, aot is behind that deployment for
 sure; when below, it may or may not be ahead.
 

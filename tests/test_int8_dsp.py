@@ -96,7 +96,8 @@ def test_dsp_kernels_bit_exact_on_a_dsp_host(codegen, requant32, tmp_path, monke
     graphs = _graphs()
     funcs = [k.func for g in graphs for k in lower_graph(g, dsp_host())]
     calls = {c for f in funcs for c in _calls(f)}
-    assert {"aot_smlad", "aot_smlabb", "aot_smlatt", "aot_sxtb16", "aot_sxtb16_ror8"} <= calls, calls
+    want = {"aot_smlad", "aot_smlabb", "aot_smlatt", "aot_sxtb16", "aot_sxtb16_ror8"}
+    assert want <= calls, calls
     assert ("aot_smmulr" in calls) == requant32, calls
     check_graphs(graphs, codegen=codegen, tmp_path=tmp_path)
 

@@ -162,7 +162,8 @@ def _c_mac(op: DspOp, generic: str) -> str:
         lines = ["    /* the halves as the instruction reads them; the sum wraps as it does */"]
         terms = ["(uint32_t)acc"]
         if low:
-            lines += ["    const int32_t a_lo = (int16_t)a;", "    const int32_t b_lo = (int16_t)b;"]
+            lines += ["    const int32_t a_lo = (int16_t)a;",
+                      "    const int32_t b_lo = (int16_t)b;"]
             terms.append("(uint32_t)(a_lo * b_lo)")
         if high:
             lines += ["    const int32_t a_hi = (a - (a & 65535)) / 65536;",

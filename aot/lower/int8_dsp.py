@@ -103,7 +103,7 @@ def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
 
     x: int8 rows of depth w.shape[1] at flat offset row * depth; w: integer
     weights [channels, depth] within int8; bias: int32 [channels]."""
-    from aot.lower.tflite_int8 import loop_step, table     # (that module dispatches here)
+    from aot.lower.tflite_int8 import table     # (that module dispatches here)
     channels, depth = w.shape
     nr, nk = tile
     whole = depth - depth % 4
@@ -226,8 +226,8 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
 
             def word(c) -> Stmt:
                 body: list[Stmt] = []
-                xs = [_halves(ctx, body, "x", Load(x.buffer, flat_index((n, iy, ix, c), x.shape), 4),
-                              cond, zp) for ix, cond in zip(ixs, conds)]
+                xs = [_halves(ctx, body, "x", Load(x.buffer, flat_index((n, iy, ix, c), x.shape),
+                                                   4), cond, zp) for ix, cond in zip(ixs, conds)]
                 d = add(mul(add(mul(ky, Const(g.kw)), kx), Const(g.depth)), c)
                 ws = [_halves(ctx, body, "w", Load(wbuf, _at(c0, width, k, d, terms), 4))
                       for k in range(width)]

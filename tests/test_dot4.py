@@ -6,6 +6,7 @@ targets that choose them, and an rpi5 harness refusing a core without sdot.
 from __future__ import annotations
 
 import ctypes
+import re
 import subprocess
 from pathlib import Path
 
@@ -233,6 +234,9 @@ def test_rpi5_package_bit_exact_under_emulated_cortex_a76(codegen, model, tmp_pa
     kernels = "\n".join(p.read_text() for p in (pkg / "src").glob("*kernels*.c")) \
         if codegen == "c" else ""
     assert codegen == "llvm" or "arm_sdot_i32x4(" in kernels
+    if codegen == "c" and model != "mlperf_ad_fcae_int8":
+        # 16-channel-deep convs take each pixel's quads by lane (sdot by element)
+        assert re.search(r"arm_sdot_i32x4\(\w+, \w+\[3\], \w+\)", kernels), model
     out = verify(pkg, board="qemu-aarch64", source=path)
     assert out["reference"] == "tflite-micro", out
     assert out["ok"] and all(r["max_abs_err"] == 0.0 for r in out["outputs"]), out

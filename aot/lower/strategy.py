@@ -39,6 +39,10 @@ class Accumulator:
     # instructions); AVX-512's two 16-lane ones measured better than four
     # (ic int8 47.8 against 49.0 us).
     vectors: int | None = None
+    # Dense convs 16 channels deep load each pixel's four quads as one
+    # vector and take them by lane (sdot v.4s, v.16b, v.4b[j]: a quarter of
+    # the broadcast loads); x86 keeps vpdpbusd's broadcast from memory.
+    by_lane: bool = False
 
     @property
     def offset(self) -> int:
@@ -47,7 +51,7 @@ class Accumulator:
 
 
 PAIRS = Accumulator("pairs", 2)
-QUADS = Accumulator("quads", 4, vectors=4)
+QUADS = Accumulator("quads", 4, vectors=4, by_lane=True)
 QUADS_U8 = Accumulator("quads_u8", 4, unsigned=True)
 
 

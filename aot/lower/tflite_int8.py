@@ -33,6 +33,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from aot.codegen.intrinsics import lane as lane_of
 from aot.codegen.intrinsics import pack_pairs, pack_quads, packed_pair_dot, pair_dot, quad_dot
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, Expr, For, If,
                         Load, Select, Stmt, Store, Unary, Var, add, dt, dtype_of, flat_index, mul,
@@ -1013,13 +1014,17 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     width = g.cout if depthwise else g.per_group
     groups = 1 if depthwise else g.groups
     acc_kind = int8_accumulator(ctx.target)
-    if (acc_kind.vectors and not depthwise and g.groups == 1 and g.depth % 4 == 0
-            and ctx.target.vector_registers >= 32):
-        # A broadcast quad feeds `vectors` dot products (a weight vector
-        # each): their accumulators for MR pixels, the weights and the
-        # broadcast within the registers.
-        t = _replace(t, vectors=acc_kind.vectors,
-                     max_accs=ctx.target.vector_registers - 2 * acc_kind.vectors)
+    regs = ctx.target.vector_registers
+    # Sixteen-channel-deep convs read each pixel's four quads as one vector
+    # and take them by lane, where the strategy says so.
+    by_lane = acc_kind.by_lane and not depthwise and g.groups == 1 and g.depth % 16 == 0
+    if acc_kind.vectors and not depthwise and g.groups == 1 and g.depth % 4 == 0 and regs >= 32:
+        # A quad feeds `vectors` dot products (a weight vector each): their
+        # accumulators for MR pixels, the weights and the broadcast (or each
+        # pixel's quads) within the registers.
+        v = acc_kind.vectors
+        t = _replace(t, vectors=v, max_accs=(regs - v - 1) // (v + 1) * v if by_lane
+                     else regs - 2 * v)
     if width <= t.lanes:
         t = _replace(t, vectors=1)
     tiles = _tile_widths(width, t)
@@ -1127,13 +1132,16 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                 return loop(ctx, "ic", 1 if depthwise else g.depth, step)
             wp = [ctx.fresh("wv", dt("int16", 2 * wd)) for wd in widths]
 
+            def quad_weights(icq) -> tuple[list, list]:
+                w4 = [ctx.fresh("wq", dt("int8", 4 * wd)) for wd in widths]
+                return w4, [Decl(v, Load(packed4, flat_index(
+                    (ky, kx, icq, add(c0, Const(off)), Const(0)), packed4.shape), 4 * wd))
+                    for v, off, wd in zip(w4, offs, widths)]
+
             def quad_step(icq):
                 """Input channels 4 icq .. 4 icq + 3 at once (aot_dot4): one
                 int32 of the staged rows per pixel, broadcast."""
-                w4 = [ctx.fresh("wq", dt("int8", 4 * wd)) for wd in widths]
-                body = [Decl(v, Load(packed4, flat_index((ky, kx, icq, add(c0, Const(off)),
-                                                          Const(0)), packed4.shape), 4 * wd))
-                        for v, off, wd in zip(w4, offs, widths)]
+                w4, body = quad_weights(icq)
                 for row, ix in zip(accs, ixs):
                     xq = ctx.fresh("xq")
                     body.append(Decl(xq, Load(rows, flat_index((slot(oy, ky), ix, icq),
@@ -1141,6 +1149,25 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                     body += [Assign(a, quad_dot(a, xq, v, acc_kind.unsigned))
                              for a, v in zip(row, w4)]
                 return seq(*body)
+
+            def quad_block(icb):
+                """Quads 4 icb .. 4 icb + 3: one vector load of each pixel's
+                four, each quad a lane of it (Arm's sdot by element)."""
+                body, xvs = [], []
+                for ix in ixs:
+                    xv = ctx.fresh("xq", dt("int32", 4))
+                    body.append(Decl(xv, Load(rows, flat_index(
+                        (slot(oy, ky), ix, mul(icb, Const(4))), rows.shape), 4)))
+                    xvs.append(xv)
+                for j in range(4):
+                    w4, decls = quad_weights(add(mul(icb, Const(4)), Const(j)))
+                    body += decls
+                    for row, xv in zip(accs, xvs):
+                        body += [Assign(a, quad_dot(a, lane_of(xv, j), v, acc_kind.unsigned))
+                                 for a, v in zip(row, w4)]
+                return seq(*body)
+            if quads and by_lane:
+                return loop(ctx, "icb", g.depth // 16, quad_block)
             if quads:
                 return loop(ctx, "icq", g.depth // 4, quad_step)
 

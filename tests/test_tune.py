@@ -295,3 +295,29 @@ def test_tune_over_ssh(sshd, tmp_path, monkeypatch):  # noqa: F811 (fixture)
     assert records and all(r["board"] == "rpi4" and r["target"] == summary["target"]
                            for r in records)
     assert list(remote.iterdir()) == []
+
+
+def test_best_is_the_lowest_time_relative_to_the_default():
+    from aot.lower.space import Config
+    from aot.tune.records import Record, best
+
+    a = Config.of({"tile": {"vectors": 2}})
+    b = Config.of({"tile": {"vectors": 1}})
+
+    def r(w, config, ms, default_ms=None, target="t"):
+        return Record(w, target, config, ms, "host", "0.1.0", default_ms=default_ms)
+    records = [r("w1", Config(), 1.0), r("w1", a, 0.45, 0.5), r("w1", b, 0.5, 0.6),
+               r("w2", Config(), 1.0), r("w2", a, 1.0, 1.0),       # a tie: the default
+               r("w3", b, 0.1, 1.0, target="other")]
+    # b: 0.5 / 0.6 = 0.83 of its batch's default, a 0.90 (though a's ms is lower)
+    assert best(records, "t") == {"w1": b}
+    assert best(records[::-1], "t") == best(records, "t")
+
+
+def test_budget_stops_before_the_first_batch(tiny, tmp_path):
+    log = tmp_path / "log.jsonl"
+    code, out, err = cli("tune", str(tiny), "--board", "host", "--budget", "0.01",
+                         "-o", str(log), "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["trials_run"] == 0 and len(lines(log)) == summary["workloads"]

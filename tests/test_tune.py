@@ -321,3 +321,18 @@ def test_budget_stops_before_the_first_batch(tiny, tmp_path):
     assert code == 0, err
     summary = json.loads(out)
     assert summary["trials_run"] == 0 and len(lines(log)) == summary["workloads"]
+
+
+def test_emulated_boards_tune_on_counted_instructions(tmp_path):
+    """qemu-aarch64: every kernel's instructions counted exactly (aot's QEMU
+    plugin) are the cost, not the emulator's clock."""
+    log = tmp_path / "qa.jsonl"
+    code, out, err = cli("tune", str(RESNET8_INT8), "--board", "qemu-aarch64", "--trials", "2",
+                         "--repeat", "2", "-o", str(log), "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["trials_run"] == 2 and summary["failed"] == summary["discarded"] == 0
+    records = lines(log)
+    assert all(r["instructions"] > 0 for r in records)
+    for r in records[summary["workloads"]:]:
+        assert r["instructions"] < r["default_instructions"]

@@ -36,13 +36,18 @@ class Record:
     aot_version: str
     version: int = FORMAT_VERSION
     default_ms: float | None = None
+    # Where the board counts instructions (emulated boards): the workload's
+    # kernels' median instructions, and the default's in the same batch.
+    instructions: int | None = None
+    default_instructions: int | None = None
 
     def as_json(self) -> dict:
         out = {"workload": self.workload, "target": self.target,
                "config": self.config.as_json(), "ms": self.ms, "board": self.board,
                "aot_version": self.aot_version, "version": self.version}
-        if self.default_ms is not None:
-            out["default_ms"] = self.default_ms
+        for name in ("default_ms", "instructions", "default_instructions"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         return out
 
     def line(self) -> str:
@@ -70,9 +75,14 @@ def _record(obj, where: str) -> Record:
     except AotError as e:
         raise AotError(f"{where}: {e}") from None
     default_ms = obj.get("default_ms")
+    counts = [obj.get(f) for f in ("instructions", "default_instructions")]
+    for f, n in zip(("instructions", "default_instructions"), counts):
+        if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
+            raise AotError(f"{where}: {f} must be a count >= 0, not {n!r}")
     return Record(obj["workload"], obj["target"], config, float(ms), obj["board"],
                   obj["aot_version"], version,
-                  float(default_ms) if isinstance(default_ms, (int, float)) else None)
+                  float(default_ms) if isinstance(default_ms, (int, float)) else None,
+                  *counts)
 
 
 def read(path: str | Path) -> list[Record]:
@@ -113,17 +123,25 @@ def best(records: Iterable[Record], target: str) -> dict[str, Config]:
     defaults = {r.workload: r.ms for r in mine if r.config == DEFAULT}
 
     def rank(r: Record) -> tuple:
-        """Time relative to the default measured beside it (batches differ
+        """Cost relative to the default measured beside it (batches differ
         in noise, ratios less), then the default first on a tie, then the
         config's text: the same log always gives the same choice."""
-        base = r.default_ms or defaults.get(r.workload) or r.ms
-        return (r.ms / base if base > 0 else 1.0, r.config != DEFAULT, str(r.config))
+        return (relative(r, r.default_ms or defaults.get(r.workload) or r.ms),
+                r.config != DEFAULT, str(r.config))
 
     fastest: dict[str, Record] = {}
     for r in mine:
         if r.workload not in fastest or rank(r) < rank(fastest[r.workload]):
             fastest[r.workload] = r
     return {k: r.config for k, r in sorted(fastest.items()) if r.config != DEFAULT}
+
+
+def relative(r: Record, default_ms: float) -> float:
+    """The record's cost over its default's: instructions where both were
+    counted, else time (1.0 for a default's own record)."""
+    if r.instructions is not None and r.default_instructions:
+        return r.instructions / r.default_instructions
+    return r.ms / default_ms if default_ms > 0 else 1.0
 
 
 def schedules_for(path: str | Path, target: str, warn=None) -> Schedules:

@@ -92,13 +92,17 @@ def _draw(w: _Workload, trial: int, trials: int, rng: random.Random) -> Config |
 
 
 class _Runner:
-    """Runs packages on the board: a serve session per package on hosted
-    boards (one upload each over SSH), else one run_package call."""
+    """Runs packages on the board: a serve session per package on the host
+    and SSH boards (one upload each), else one run_package call: emulated
+    boards run that way so that aot's QEMU plugin counts every kernel's
+    instructions (`counts`), the cost there (an emulator's clock is no
+    board's)."""
 
     def __init__(self, board, stack: contextlib.ExitStack):
         self.board = board
         self.device = None
-        if board.transport in ("local", "qemu-user", "ssh"):
+        self.counts = board.transport in ("qemu-user", "qemu-system")
+        if board.transport in ("local", "ssh"):
             from aot.deploy.device import connect
             self.device = stack.enter_context(connect(board))
 
@@ -113,9 +117,16 @@ class _Runner:
         return bench_package(pkg, self.board, inputs, warmup, runs)
 
 
-def _kernel_ms(meta: dict, rows: Sequence[Sequence[int]]) -> dict[str, float]:
+def _kernel_costs(meta: dict, results: Sequence) -> tuple[dict, dict | None]:
+    """Per kernel name: the median ms over the results' profiled runs, and
+    the median instructions where the board counted them (else None)."""
     from aot.timing import profile_stats
-    return {k.name: k.median_ms for k in profile_stats(meta, rows)}
+    rows = [row for r in results for row in r.profile_ns]
+    counted = all(r.profile_instructions for r in results)
+    counts = [row for r in results for row in r.profile_instructions] if counted else None
+    stats = profile_stats(meta, rows, counts)
+    return ({k.name: k.median_ms for k in stats},
+            {k.name: k.median_instructions for k in stats} if counted else None)
 
 
 def _same(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> bool:
@@ -171,7 +182,7 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
         if w is None:
             continue
         w.tried.add(r.config)
-        ratio = r.ms / r.default_ms if r.default_ms else 1.0
+        ratio = rec.relative(r, r.default_ms or r.ms)
         if ratio < w.best_ratio:
             w.best, w.best_ratio = r.config, ratio
     for w in works:
@@ -195,9 +206,8 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
         inputs = package_inputs(meta)
         reference = runner.run(base, inputs, warmup, 1).outputs
         if not known:       # every workload's default record first
-            first = runner.run(base, inputs, warmup, repeat)
-            times = _kernel_ms(meta, first.profile_ns)
-            new = [_record(w.key, DEFAULT, sum(times[k] for k in w.kernels), None, brd, target)
+            times, counts = _kernel_costs(meta, [runner.run(base, inputs, warmup, repeat)])
+            new = [_record(w.key, DEFAULT, _sum(times, w), None, brd, target, _sum(counts, w))
                    for w in works]
             rec.append(log, new)
             summary["records_written"] += len(new)
@@ -248,37 +258,49 @@ def _remove(pkg: Path) -> None:
     shutil.rmtree(pkg)
 
 
-def _record(key: str, config: Config, ms: float, default_ms: float | None, brd,
-            target) -> rec.Record:
+def _sum(costs: dict | None, w: _Workload):
+    return None if costs is None else sum(costs[k] for k in w.kernels)
+
+
+def _record(key: str, config: Config, ms: float, default_ms: float | None, brd, target,
+            instructions: int | None = None,
+            default_instructions: int | None = None) -> rec.Record:
     import aot
     return rec.Record(key, target.name, config, round(ms, 6), brd.name, aot.__version__,
-                      default_ms=None if default_ms is None else round(default_ms, 6))
+                      default_ms=None if default_ms is None else round(default_ms, 6),
+                      instructions=instructions, default_instructions=default_instructions)
 
 
 def _measure(runner, base: Path, pkg: Path, meta: dict, inputs, reference, warmup: int,
              repeat: int, picks: dict, by_key: dict, brd, target, summary: dict):
     """Time the candidate package alternately with the default one; the
-    records of the candidates that beat the default in this batch."""
-    base_rows, cand_rows, outputs = [], [], None
-    for _ in range(ROUNDS):
-        base_rows += runner.run(base, inputs, warmup, repeat).profile_ns
-        result = runner.run(pkg, inputs, warmup, repeat)
-        cand_rows += result.profile_ns
-        outputs = result.outputs
-    if not _same(outputs, reference):
+    records of the candidates that beat the default in this batch (in
+    instructions where the board counts them: exact, one round)."""
+    base_runs, cand_runs = [], []
+    for _ in range(1 if runner.counts else ROUNDS):
+        base_runs.append(runner.run(base, inputs, warmup, repeat))
+        cand_runs.append(runner.run(pkg, inputs, warmup, repeat))
+    if not _same(cand_runs[-1].outputs, reference):
         summary["discarded"] += 1
         return []
-    base_ms, cand_ms = _kernel_ms(meta, base_rows), _kernel_ms(meta, cand_rows)
+    (base_ms, base_n), (cand_ms, cand_n) = (_kernel_costs(meta, base_runs),
+                                            _kernel_costs(meta, cand_runs))
     out = []
     for key, config in picks.items():
         w = by_key[key]
-        before = sum(base_ms[k] for k in w.kernels)
-        after = sum(cand_ms[k] for k in w.kernels)
-        if before <= 0 or after >= min(before * (1 - MIN_GAIN), before - MIN_GAIN_MS):
+        before, after = _sum(base_ms, w), _sum(cand_ms, w)
+        n_before, n_after = _sum(base_n, w), _sum(cand_n, w)
+        if n_before is not None and n_after is not None:
+            if not 0 < n_after < n_before:
+                continue
+            ratio = n_after / n_before
+        elif before <= 0 or after >= min(before * (1 - MIN_GAIN), before - MIN_GAIN_MS):
             continue
-        out.append(_record(key, config, after, before, brd, target))
-        if after / before < w.best_ratio:
-            w.best, w.best_ratio = config, after / before
+        else:
+            ratio = after / before
+        out.append(_record(key, config, after, before, brd, target, n_after, n_before))
+        if ratio < w.best_ratio:
+            w.best, w.best_ratio = config, ratio
     return out
 
 

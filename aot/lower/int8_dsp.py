@@ -206,7 +206,7 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
     output pixels of a row x 2 output channels per tile, over the taps and
     each tap's words of input channels, read where they lie. weights
     [C_out, KH, KW, D]; finish as conv_nest's."""
-    from aot.lower.tflite_int8 import _in_range, _window_pos, loop, loop_step, plane_regions, table
+    from aot.lower.tflite_int8 import in_range, window_pos, loop, loop_step, plane_regions, table
     w = weights.reshape(g.cout, -1)         # (ky, kx, c) per channel
     terms = w.shape[1]
     nk = CONV_TILE[1]
@@ -219,9 +219,9 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
         parts: list[Stmt] = [Decl(a, start(c)) for row in accs for a, c in zip(row, cs)]
 
         def tap(ky, kx) -> Stmt:
-            iy = _window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
-            ixs = [_window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1]) for ox in oxs]
-            conds = [_both(_in_range(iy, g.h, *tests[0]), _in_range(ix, g.w, *tests[1]))
+            iy = window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
+            ixs = [window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1]) for ox in oxs]
+            conds = [_both(in_range(iy, g.h, *tests[0]), in_range(ix, g.w, *tests[1]))
                      for ix in ixs]
 
             def word(c) -> Stmt:
@@ -272,7 +272,7 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
     otherwise (kws's first layer: 41% inside) each image is first copied
     into a scratch buffer padded with zero points, inside which every
     window lies (the arena plans it: 754 bytes on kws)."""
-    from aot.lower.tflite_int8 import _in_range, _window_pos, loop, loop_step, span_loop, table
+    from aot.lower.tflite_int8 import in_range, window_pos, loop, loop_step, span_loop, table
     span = g.kw * g.depth                    # a window row's terms
     w = weights.reshape(g.cout, g.kh, span)
     nk = CONV_TILE[1]
@@ -292,8 +292,8 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
             parts: list[Stmt] = [Decl(a, start(c)) for row in accs for a, c in zip(row, cs)]
 
             def row(ky) -> Stmt:
-                iy = _window_pos(oy, ky, gi.strides[0], gi.pad_top, gi.dilations[0])
-                firsts = [flat_index((n_src, iy, _window_pos(ox, Const(0), gi.strides[1],
+                iy = window_pos(oy, ky, gi.strides[0], gi.pad_top, gi.dilations[0])
+                firsts = [flat_index((n_src, iy, window_pos(ox, Const(0), gi.strides[1],
                                                              gi.pad_left, 1), Const(0)), shape)
                           for ox in oxs]
 
@@ -335,10 +335,10 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
                 acc = ctx.fresh("acc")
 
                 def term(ky, kx, ci) -> Stmt:
-                    iy = _window_pos(oy, ky, gi.strides[0], gi.pad_top, gi.dilations[0])
-                    ix = _window_pos(ox, kx, gi.strides[1], gi.pad_left, 1)
+                    iy = window_pos(oy, ky, gi.strides[0], gi.pad_top, gi.dilations[0])
+                    ix = window_pos(ox, kx, gi.strides[1], gi.pad_left, 1)
                     v = ctx.fresh("xv")
-                    inside = _both(_in_range(iy, gi.h, True, True), _in_range(ix, gi.w, True, True))
+                    inside = _both(in_range(iy, gi.h, True, True), in_range(ix, gi.w, True, True))
                     value = _i32(Load(src, flat_index((n_src, iy, ix, ci), shape)))
                     wv = _i32(Load(plain, flat_index((c, ky, kx, ci), plain.shape)))
                     return seq(Decl(v, Const(zp)), If(inside, Assign(v, value)),
@@ -369,13 +369,13 @@ def _padded_geometry(ctx: LowerCtx, g):
 
 def _pad_copy(ctx: LowerCtx, x: TensorRef, g, n: Expr, pad: Buffer, zp: int) -> Stmt:
     """pad = image n of x where it lies, the zero point around it."""
-    from aot.lower.tflite_int8 import _in_range, loop
+    from aot.lower.tflite_int8 import in_range, loop
 
     def one(py, px, c) -> Stmt:
         iy, ix = add(py, Const(-g.pad_top)), add(px, Const(-g.pad_left))
         at = flat_index((py, px, c), pad.shape)
         return seq(Store(pad, at, Const(zp, DType("int8"))),
-                   If(_both(_in_range(iy, g.h, True, True), _in_range(ix, g.w, True, True)),
+                   If(_both(in_range(iy, g.h, True, True), in_range(ix, g.w, True, True)),
                       Store(pad, at, Load(x.buffer, flat_index((n, iy, ix, c), x.shape)))))
     return loop(ctx, "py", pad.shape[0], lambda py: loop(ctx, "px", pad.shape[1], lambda px: loop(
         ctx, "c", g.depth, lambda c: one(py, px, c))))
@@ -413,7 +413,7 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
     """A depthwise convolution (fits_depthwise): per output pixel, 4
     channels at a time in registers over the taps; the channels past the
     last word one at a time. weights [C, KH, KW, 1]; finish as conv_nest's."""
-    from aot.lower.tflite_int8 import _in_range, _window_pos, loop, loop_step, plane_regions, table
+    from aot.lower.tflite_int8 import in_range, window_pos, loop, loop_step, plane_regions, table
     channels = g.groups
     wbuf = ctx.param("filter", np.transpose(weights[..., 0], (1, 2, 0)).astype(np.int8))
     start = table(ctx, "bias", _folded(bias, zp, weights.reshape(channels, -1)))
@@ -429,12 +429,12 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
         each = _unrolled(ctx) if unroll and inside else loop
 
         def row(ky):
-            iy = _window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
+            iy = window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
             return each(ctx, "kx", g.kw, lambda kx: col(ky, kx, iy))
 
         def col(ky, kx, iy):
-            ix = _window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1])
-            cond = _both(_in_range(iy, g.h, *tests[0]), _in_range(ix, g.w, *tests[1]))
+            ix = window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1])
+            cond = _both(in_range(iy, g.h, *tests[0]), in_range(ix, g.w, *tests[1]))
             return tap(ky, kx, flat_index((n, iy, ix, Const(0)), x.shape), cond)
         return each(ctx, "ky", g.kh, row)
 

@@ -190,7 +190,7 @@ class ConvGeom:
                 for a, b in spans if b > a]
 
 
-def _in_range(pos: Expr, size: int, low: bool, high: bool) -> Expr | None:
+def in_range(pos: Expr, size: int, low: bool, high: bool) -> Expr | None:
     conds = []
     if low:
         conds.append(Bin(">=", pos, Const(0)))
@@ -221,13 +221,13 @@ def window_nest(ctx: LowerCtx, g: ConvGeom, acc, init: Callable[[Expr, bool], Ex
         inside = not any(row_test) and not any(col_test)
 
         def row(ky):
-            iy = _window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
-            return _guard(_in_range(iy, g.h, *row_test),
+            iy = window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
+            return _guard(in_range(iy, g.h, *row_test),
                           loop(ctx, "kx", g.kw, lambda kx: col(ky, kx, iy)))
 
         def col(ky, kx, iy):
-            ix = _window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1])
-            return _guard(_in_range(ix, g.w, *col_test), taps(n, ky, kx, iy, ix, inside))
+            ix = window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1])
+            return _guard(in_range(ix, g.w, *col_test), taps(n, ky, kx, iy, ix, inside))
 
         return seq(loop(ctx, "oc", g.cout, lambda oc: Store(acc, oc, init(oc, inside))),
                    loop(ctx, "ky", g.kh, row),
@@ -320,7 +320,7 @@ def span_loop(ctx: LowerCtx, name: str, span: tuple[int, int],
     return For(var, end - start, body(var), start=start)
 
 
-def _window_pos(o: Expr, k: Expr, stride: int, pad: int, dilation: int) -> Expr:
+def window_pos(o: Expr, k: Expr, stride: int, pad: int, dilation: int) -> Expr:
     """o * stride - pad + k * dilation, folded."""
     return add(sub(mul(o, Const(stride)), Const(pad)), mul(k, Const(dilation)))
 
@@ -593,8 +593,8 @@ def _pool(ctx: LowerCtx, ins, emit, reduce_tap, start: int, final) -> Stmt:
     def count(oy, ox, inside) -> Expr:
         if inside:
             return Const(kh * kw)
-        y0 = _window_pos(oy, Const(0), g.strides[0], g.pad_top, 1)
-        x0 = _window_pos(ox, Const(0), g.strides[1], g.pad_left, 1)
+        y0 = window_pos(oy, Const(0), g.strides[0], g.pad_top, 1)
+        x0 = window_pos(ox, Const(0), g.strides[1], g.pad_left, 1)
         rows = Bin("-", Bin("min", add(y0, Const(kh)), Const(g.h)), Bin("max", y0, Const(0)))
         cols = Bin("-", Bin("min", add(x0, Const(kw)), Const(g.w)), Bin("max", x0, Const(0)))
         return Bin("*", rows, cols)
@@ -1200,14 +1200,14 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
             return seq(*stmts)
 
         def row(ky):
-            iy = _window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
-            return _guard(_in_range(iy, g.h, *row_test),
+            iy = window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
+            return _guard(in_range(iy, g.h, *row_test),
                           loop(ctx, "kx", g.kw, lambda kx: col(ky, kx, iy)))
 
         def col(ky, kx, iy):
             pad = 0 if staged else g.pad_left     # staged rows start at the left padding
-            ixs = [_window_pos(ox, kx, g.strides[1], pad, g.dilations[1]) for ox in oxs]
-            cond = _in_range(ixs[0], g.w, *col_test) if len(oxs) == 1 else None
+            ixs = [window_pos(ox, kx, g.strides[1], pad, g.dilations[1]) for ox in oxs]
+            cond = in_range(ixs[0], g.w, *col_test) if len(oxs) == 1 else None
             return _guard(cond, tap(ky, kx, iy, ixs))
 
         def flat_step(ky, j):
@@ -1307,7 +1307,7 @@ def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
 
     def stage(n_, oy) -> Stmt:
         def row(ky) -> Stmt:
-            iy = _window_pos(oy, ky, sh, g.pad_top, g.dilations[0])
+            iy = window_pos(oy, ky, sh, g.pad_top, g.dilations[0])
             copy = loop(ctx, "ix", g.w, lambda ix: loop(ctx, "c", g.depth, lambda c: Store(
                 elems, add(add(mul(ix, Const(g.depth)), c), Const(lead)),
                 q.offset(to_i32(load_x((n_, iy, ix, c))), shift))))
@@ -1355,7 +1355,7 @@ def _staged_rows(ctx: LowerCtx, g: ConvGeom, name: str, words: int, fill: int,
 
     def row_of(n, oy):
         def row(ky, at) -> Stmt:
-            iy = _window_pos(oy, ky, sh, g.pad_top, dh)
+            iy = window_pos(oy, ky, sh, g.pad_top, dh)
             base = mul(at, Const(width * words))
 
             def place(ix, k):

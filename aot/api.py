@@ -16,8 +16,8 @@ from aot.errors import AotError
 from aot.fsutil import refuse_existing
 from aot.ir.graph import Graph
 from aot.limits import board_flash
-from aot.packaging import (PackageInfo, check_fits, check_threads, default_name, model_source,
-                           package_graph, write_tir_dump)
+from aot.packaging import (PackageInfo, check_fits, check_pools, check_threads, default_name,
+                           model_source, package_graph, write_tir_dump)
 from aot.targets import Board, get_board
 
 
@@ -41,7 +41,8 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
             extra_cflags: Sequence[str] = (), profile: bool = False,
             checks: bool = False, input_shapes: Mapping | None = None,
             bind: Mapping | None = None, dump_tir: str | Path | None = None,
-            threads: int = 1, tuning_records: str | Path | None = None) -> PackageInfo:
+            threads: int = 1, tuning_records: str | Path | None = None,
+            pools: bool = False) -> PackageInfo:
     """Compile a model into a package directory built for `board` (default:
     the CLI's, qemu-rpi4 unless $AOT_BOARD names another).
 
@@ -58,6 +59,8 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
     that many threads (docs/package.md "Threads"), outputs bit for bit the
     one-thread package's. tuning_records: an `aot tune` log whose fastest
     schedule per workload the kernels take (aot.tune.applied_records).
+    pools=True splits the arena over the board's RAM banks, hottest tensors
+    in the fastest (docs/package.md "Memory pools").
     """
     import aot
     from aot.frontend.shapes import LoadOptions, options_json
@@ -69,6 +72,8 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
         refuse_existing(Path(dump_tir), force)
     brd = get_board(board)
     check_threads(brd, threads)      # before loading and optimizing
+    if pools:
+        check_pools(brd, io_in_arena, threads)
     opts = LoadOptions.of(input_shapes, bind)
     if opts and isinstance(model_or_graph, Graph):
         raise AotError("input_shapes and bind are for a model file; a Graph is loaded already")
@@ -83,7 +88,7 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
     with board_flash(brd.name, brd.flash_bytes), applied_records(tuning_records, brd.target):
         graph = as_graph(graph)
         info = package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,
-                             extra_cflags, profile, checks, source, threads)
+                             extra_cflags, profile, checks, source, threads, pools)
         if dump_tir is not None:
             write_tir_dump(graph, brd, Path(dump_tir), force, threads)
     return info

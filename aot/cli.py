@@ -175,7 +175,7 @@ def cmd_package(args: argparse.Namespace) -> int:
     info = package(args.model, board=_board(args), codegen=args.codegen, name=args.name,
                    out_dir=args.output, io_in_arena=args.io_in_arena, force=args.force,
                    profile=args.profile, checks=args.checks, dump_tir=args.dump_tir,
-                   threads=args.threads, **_load_kwargs(args))
+                   threads=args.threads, pools=args.pools, **_load_kwargs(args))
     if args.json:
         emit_json(info.summary())
     else:
@@ -614,6 +614,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="the C name of the model (default: from the file name)")
     p.add_argument("--io-in-arena", action="store_true",
                    help="place inputs and outputs inside the arena")
+    p.add_argument("--pools", action="store_true",
+                   help="split the arena over the board's RAM banks, the hottest tensors in "
+                   "the fastest (one pool per bank, <name>_run_with_pools)")
     p.add_argument("--force", action="store_true", help="replace an existing package directory")
     p.add_argument("--profile", action="store_true",
                    help="time every kernel call (-DAOT_PROFILE; aot bench --profile)")

@@ -126,9 +126,30 @@ def _plan_json(mem: MemoryPlan) -> dict[str, Any]:
             later = [t for t, r in mem.written_over.items() if r == rest]
             if later:       # outputs written over this tensor in place, in step order
                 row["then"] = later
+        if mem.pools is not None:        # --pools: "offset" is in the pools laid end to end
+            pool = mem.pools.pool_of(b.name)
+            row.update(pool=pool.name, pool_offset=pool.plan.offsets[b.name],
+                       heat=round(mem.pools.heat.get(b.name, 0.0), 3))
         rows.append(row)
     rows.sort(key=lambda r: (r["offset"], r["first"], r["kind"], r["name"]))
     return {"strategy": mem.plan.strategy, "align": mem.align, "buffers": rows}
+
+
+def _pools_json(mem: MemoryPlan, context: dict) -> dict[str, Any]:
+    """metadata.json "pools" (--pools only): the banks, what each holds, and
+    the one-arena plan of the same tensors to compare with."""
+    pp = mem.pools
+    rows = []
+    for pool, row in zip(pp.pools, context["pools"]):
+        r = pool.region
+        rows.append({"name": pool.name, "bytes": pool.bytes, "offset": row["base"],
+                     "lower_bound_bytes": pool.plan.lower_bound_bytes,
+                     "strategy": pool.plan.strategy, "section": row["section"],
+                     "region": {"origin": r.origin, "size": r.size, "free_bytes": r.free_bytes,
+                                "cost": r.cost},
+                     "buffers": sorted(b.name for b in pool.buffers)})
+    return {"pools": rows, "total_bytes": pp.total_bytes,
+            "single_arena_bytes": pp.single_arena_bytes, "weights_region": pp.weights_region}
 
 
 def metadata(graph: Graph, kernels, mem: MemoryPlan, other: MemoryPlan, params: LinkedParams,
@@ -156,6 +177,7 @@ def metadata(graph: Graph, kernels, mem: MemoryPlan, other: MemoryPlan, params: 
                    "bytes": graph.types[s["tensor"]].nbytes} for s in context["states"]],
         "state_bytes": context["state_bytes"],
         "plan": _plan_json(mem),
+        **({"memory_pools": _pools_json(mem, context)} if mem.pools is not None else {}),
         "kernels": [{"step": i, "name": k.func.name, "symbol": call["symbol"],
                      "ops": [n.op for n in k.node.attrs["body"].nodes]
                      if "body" in k.node.attrs else [k.node.op],
@@ -217,10 +239,23 @@ def check_threads(board: Board, threads: int) -> None:
                        f"({board.target.triple}); thread pools need a Linux target")
 
 
+def check_pools(board: Board, io_in_arena: bool, threads: int) -> None:
+    """--pools: a board with memory regions, neither --io-in-arena nor threads."""
+    if not board.regions:
+        raise AotError(f"--pools: board '{board.name}' lists no memory regions "
+                       "([[regions]] in its board file)")
+    if io_in_arena:
+        raise AotError("--pools with --io-in-arena is not supported yet: inputs and outputs "
+                       "stay the caller's buffers")
+    if threads > 1:
+        raise AotError("--pools with --threads is not supported yet")
+
+
 def generate(graph: Graph, board: Board, codegen: str, name: str,
-             io_in_arena: bool, threads: int = 1) -> Generated:
+             io_in_arena: bool, threads: int = 1, pools: bool = False) -> Generated:
     """Every file of the package but the compiled ones; threads > 1 splits
-    the heavy kernels over a pool of that many (aot/lower/parallel.py)."""
+    the heavy kernels over a pool of that many (aot/lower/parallel.py);
+    pools splits the arena over the board's RAM banks (aot/executor/pools.py)."""
     from aot.codegen import c_declarations, emit_c
     from aot.lower import lower_graph
     from aot.lower.parallel import split_kernel
@@ -228,19 +263,28 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
     if codegen not in CODEGENS:
         raise AotError(f"unknown codegen '{codegen}' (known: {', '.join(CODEGENS)})")
     check_threads(board, threads)
+    if pools:
+        check_pools(board, io_in_arena, threads)
     check_fits(graph, board)
     target = board.target
     kernels = elide_views(graph, lower_graph(graph, target))
     if threads > 1:
         kernels = [replace(k, func=split_kernel(k.func, threads)) for k in kernels]
     align = alignment(board)
-    mem = plan_kernels(graph, kernels, io_in_arena, align)
+    if pools:       # each pool fits its bank (pooled_memory_plan says so or raises)
+        from aot.executor.pools import pooled_memory_plan
+        weights = sum(int(a.nbytes) for a in graph.constants.values())
+        mem = pooled_memory_plan(graph, kernels, board.regions, board.name, align, weights)
+    else:
+        mem = plan_kernels(graph, kernels, io_in_arena, align)
     other = plan_kernels(graph, kernels, not io_in_arena, align)
     ram = mem.arena_bytes + sum(graph.types[v].nbytes for v in graph.variables)
-    if ram > board.ram_bytes:
+    if ram > board.ram_bytes and not pools:
         raise AotError(f"the arena and state ({ram} bytes) do not fit the RAM of board "
                        f"'{board.name}' ({board.ram_bytes} bytes)")
     names = Names(name, threads=threads)
+    if pools:
+        names.taken |= {f"{name}_pool_{r.name}" for r in board.regions}
     kernel_prefix = f"{name}_kernel"
     names.taken.add(kernel_prefix)
     inits = {v: a for v, a in graph.variables.items() if np.asarray(a).any()}
@@ -294,7 +338,7 @@ def _kernel_file(folder: str, name: str, part: int, ext: str) -> str:
 def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
                io_in_arena: bool, extra_cflags: tuple[str, ...] = (), profile: bool = False,
                checks: bool = False, source: dict | None = None,
-               threads: int = 1) -> tuple[dict, float]:
+               threads: int = 1, pools: bool = False) -> tuple[dict, float]:
     """Write and build the whole package in `pkg`; (metadata, compile seconds).
 
     extra_cflags (tests, debugging: sanitizers, -O1 -g) are added to every
@@ -308,7 +352,7 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
     from aot.footprint import library_footprint
 
     with progress.step(f"compile {name} for {board.name} ({codegen})"):
-        gen = generate(graph, board, codegen, name, io_in_arena, threads)
+        gen = generate(graph, board, codegen, name, io_in_arena, threads, pools)
     for path, data in sorted(gen.files.items()):
         (pkg / path).parent.mkdir(parents=True, exist_ok=True)
         (pkg / path).write_bytes(data)
@@ -351,7 +395,8 @@ def package_graph(graph: Graph, board: Board, out_dir: Path, codegen: str = "c",
                   name: str | None = None, io_in_arena: bool = False,
                   force: bool = False, extra_cflags: Sequence[str] = (),
                   profile: bool = False, checks: bool = False,
-                  source: dict | None = None, threads: int = 1) -> PackageInfo:
+                  source: dict | None = None, threads: int = 1,
+                  pools: bool = False) -> PackageInfo:
     """Package an optimized graph into `out_dir` (created atomically)."""
     name = default_name(graph, name)
     result: dict = {}
@@ -359,7 +404,8 @@ def package_graph(graph: Graph, board: Board, out_dir: Path, codegen: str = "c",
     def fill(tmp: Path) -> None:
         result["meta"], result["seconds"] = build_into(tmp, graph, board, codegen, name,
                                                        io_in_arena, tuple(extra_cflags),
-                                                       profile, checks, source, threads)
+                                                       profile, checks, source, threads,
+                                                       pools)
     write_dir_atomically(Path(out_dir), fill, force)
     meta = result["meta"]
     return PackageInfo(Path(out_dir), name, board.name, codegen, meta["arena_bytes"],

@@ -39,8 +39,8 @@ class Names:
 
     def __post_init__(self):
         self.taken |= {f"{self.name}_{s}" for s in
-                       ("run", "run_with_arena", "reset", "arena", "inputs", "outputs",
-                        "state_ready", "failed_check", "index_error")}
+                       ("run", "run_with_arena", "run_with_pools", "reset", "arena", "inputs",
+                        "outputs", "state_ready", "failed_check", "index_error")}
         if self.threads > 1:
             self.taken |= {f"{self.name}_init", f"{self.name}_deinit", "run_args"}
 
@@ -102,6 +102,26 @@ def _mark_counts(graph: Graph, outputs: list[dict]) -> None:
             io["count_init"] = ", ".join(str(r["index"]) for r in rows)
 
 
+def arena_base(pool: str) -> str:
+    """The entry point's pointer to the arena, or with --pools to a pool's
+    bytes (a local of <name>_run_with_pools: pool names are C identifiers)."""
+    return f"p_{pool}" if pool else "a"
+
+
+def _pools(mem: MemoryPlan, name: str, NAME: str) -> list[dict]:
+    """--pools: each pool's symbols and sizes for the templates (none without)."""
+    if mem.pools is None:
+        return []
+    from aot.executor.pools import pool_bases
+    bases = pool_bases(mem.pools.pools, mem.align)
+    return [{"name": p.name, "bytes": p.bytes, "base": bases[p.name],
+             "macro": f"{NAME}_POOL_{p.name.upper()}", "symbol": f"{name}_pool_{p.name}",
+             "param": f"pool_{p.name}", "local": arena_base(p.name),
+             "section": f".aot_arena_{p.name}", "region": p.region.name.upper(),
+             "origin": f"0x{p.region.origin:08x}", "cost": p.region.cost,
+             "buffers": len(p.buffers)} for p in mem.pools.pools]
+
+
 class _Places:
     """C expressions for where each tensor lives, for the entry point."""
 
@@ -120,7 +140,8 @@ class _Places:
         if place is None:
             raise UnsupportedError(f"tensor '{tensor}' has no place in the memory plan")
         if place.kind == "arena":
-            return f"({'const ' if const else ''}{ctype}*)(a + {place.offset})"
+            qualifier = "const " if const else ""
+            return f"({qualifier}{ctype}*)({arena_base(place.pool)} + {place.offset})"
         if place.kind == "input":
             return f"inputs->{self.input[tensor]['member']}"
         if place.kind == "output":
@@ -150,7 +171,9 @@ def _kernel_calls(kernels: Sequence[Kernel], places: _Places, params: LinkedPara
             elif arg.kind in ("const", "param"):
                 args.append(params.binding[(step, i)])
             elif arg.kind == "scratch":
-                args.append(f"({c_type(buf.dtype.scalar)}*)(a + {mem.scratch[(step, buf.name)]})")
+                pool = mem.scratch_pools.get((step, buf.name), "")
+                args.append(f"({c_type(buf.dtype.scalar)}*)({arena_base(pool)} + "
+                            f"{mem.scratch[(step, buf.name)]})")
             else:
                 raise ValueError(f"unknown kernel argument kind {arg.kind!r}")
         sources = ", ".join(k.func.sources or (k.node.name,))
@@ -249,6 +272,7 @@ def build_context(graph: Graph, kernels: Sequence[Kernel], mem: MemoryPlan,
                          for row in index_checks(graph, kernels)],
         "prologue": before, "epilogue": after,
         "arena_bytes": mem.arena_bytes, "align": mem.align, "io_in_arena": mem.io_in_arena,
+        "pools": _pools(mem, name, NAME),
         "params": param_rows, "c_params": [p for p in param_rows if not p["in_blob"]],
         "blob_params": [p for p in param_rows if p["in_blob"]],
         "params_bytes": params.total_bytes, "section": SECTION, "prototypes": prototypes,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from aot.executor.plan import Buffer, Plan, plan_memory
 from aot.ir.graph import Graph
@@ -31,9 +31,11 @@ from aot.lower.inplace import in_place
 @dataclass(frozen=True)
 class Place:
     """Where one graph tensor lives: kind "input" | "output" (the caller's
-    buffer), "state" (a variable's static buffer), "arena" (at `offset`)."""
+    buffer), "state" (a variable's static buffer), "arena" (at `offset`;
+    with memory pools, at `offset` in pool `pool`)."""
     kind: str
     offset: int = 0
+    pool: str = ""
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,10 @@ class MemoryPlan:
     io_in_arena: bool
     # tensor -> the tensor whose buffer it was written over (in place)
     written_over: dict[str, str] = dataclasses.field(default_factory=dict)
+    # --pools: the plan per bank (aot.executor.pools.PoolPlan), and the pool
+    # of each scratch buffer (its offset in `scratch` is the pool's)
+    pools: Any = None
+    scratch_pools: dict[tuple[int, str], str] = dataclasses.field(default_factory=dict)
 
     @property
     def arena_bytes(self) -> int:
@@ -169,10 +175,11 @@ def arena_buffers(graph: Graph, kernels: Sequence[Kernel], io_in_arena: bool,
     return buffers, over
 
 
-def plan_kernels(graph: Graph, kernels: Sequence[Kernel], io_in_arena: bool = False,
-                 align: int = 16) -> MemoryPlan:
-    buffers, over = arena_buffers(graph, kernels, io_in_arena, align)
-    plan = plan_memory(buffers, align)
+def places_of(graph: Graph, buffers: Sequence[Buffer], over: dict[str, str], io_in_arena: bool,
+              where: Callable[[str], Place]
+              ) -> tuple[dict[str, Place], dict[tuple[int, str], Place]]:
+    """Every tensor's place and every scratch buffer's, `where` giving a
+    planned buffer's (by its planner name)."""
     places: dict[str, Place] = {}
     for t in graph.variables:
         places[t] = Place("state")
@@ -184,9 +191,19 @@ def plan_kernels(graph: Graph, kernels: Sequence[Kernel], io_in_arena: bool = Fa
         kind, _, rest = b.name.partition(":")
         if kind == "s":
             step, name = rest.split(":", 1)
-            scratch[(int(step), name)] = plan.offsets[b.name]
+            scratch[(int(step), name)] = where(b.name)
         else:
-            places[rest] = Place("arena", plan.offsets[b.name])
+            places[rest] = where(b.name)
     for t, r in over.items():
         places[t] = places[r]
-    return MemoryPlan(places, scratch, tuple(buffers), plan, align, io_in_arena, over)
+    return places, scratch
+
+
+def plan_kernels(graph: Graph, kernels: Sequence[Kernel], io_in_arena: bool = False,
+                 align: int = 16) -> MemoryPlan:
+    buffers, over = arena_buffers(graph, kernels, io_in_arena, align)
+    plan = plan_memory(buffers, align)
+    places, scratch = places_of(graph, buffers, over, io_in_arena,
+                                lambda key: Place("arena", plan.offsets[key]))
+    return MemoryPlan(places, {k: p.offset for k, p in scratch.items()}, tuple(buffers), plan,
+                      align, io_in_arena, over)

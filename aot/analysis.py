@@ -161,13 +161,16 @@ def check_model(model) -> None:
 
 
 def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c",
-            code_size: bool | None = None, input_shapes=None, bind=None) -> dict[str, Any]:
+            code_size: bool | None = None, input_shapes=None, bind=None,
+            pools: bool = False) -> dict[str, Any]:
     """The `aot analyze` report of a model (path or Graph) as a dict.
 
     The model is lowered for `board` (a name or Board; None: the default
     board, as the CLI's). code_size (default: when a board is given) compiles
     the library for it and adds each kernel's code bytes. plot: a PNG of the
-    memory plan and of the MACs per kernel. input_shapes, bind: aot.load's."""
+    memory plan and of the MACs per kernel. input_shapes, bind: aot.load's.
+    pools: plan the arena over the board's RAM banks (aot package --pools);
+    the plot then draws each pool."""
     from aot import progress
     from aot.api import as_graph
     from aot.timing import check_plot_path
@@ -183,7 +186,7 @@ def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c
     graph = as_graph(model, LoadOptions.of(input_shapes, bind))
     name = default_name(graph, model_path=None if isinstance(model, Graph) else Path(model))
     with progress.step(f"lower and plan {name} for {brd.name}"):
-        gen = generate(graph, brd, codegen, name, io_in_arena=False)
+        gen = generate(graph, brd, codegen, name, io_in_arena=False, pools=pools)
     symbols = [k["symbol"] for k in gen.context["kernels"]]
     layers = [layer_of(graph, i, k, s, gen.mem)
               for i, (k, s) in enumerate(zip(gen.kernels, symbols))]
@@ -197,6 +200,8 @@ def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c
         "io_bytes": {"inputs": int(sum(graph.types[t].nbytes for t in graph.inputs)),
                      "outputs": int(sum(graph.types[t].nbytes for t in graph.outputs))},
     }
+    if gen.mem.pools is not None:
+        out["memory_pools"] = {p.name: p.bytes for p in gen.mem.pools.pools}
     if code_size is None:
         code_size = board is not None
     if code_size:
@@ -216,22 +221,26 @@ def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c
 # --------------------------------------------------------------------- plot
 
 def plot_analysis(report: dict[str, Any], mem, out: Path) -> None:
-    """Two charts over the kernel steps in one PNG: the memory plan (each
-    arena buffer a box over its live steps and its bytes, the arena size and
-    its lower bound as lines) and the MACs of each kernel."""
+    """Charts over the kernel steps in one PNG: the memory plan (each arena
+    buffer a box over its live steps and its bytes, the arena size and its
+    lower bound as lines; with pools, one chart per pool) and the MACs of
+    each kernel."""
     from aot.timing import check_plot_path, pyplot, save_png
 
     plt = pyplot()
     out = check_plot_path(out)
     layers = report["layers"]
     steps = len(layers)
-    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(max(9, 0.3 * steps + 4), 8),
-                                      gridspec_kw={"height_ratios": (3, 2)})
+    views = _plan_views(mem, report)
+    fig, axes = plt.subplots(len(views) + 1, 1, sharex=True,
+                             figsize=(max(9, 0.3 * steps + 4), 5 + 3 * len(views)),
+                             gridspec_kw={"height_ratios": (*(3,) * len(views), 2)})
     try:
         # buffers copied out after the kernels (state updates) live to step n
         last = max([steps - 1, *(b.last for b in mem.buffers)])
-        _draw_plan(top, mem, report, last)
-        _draw_macs(bottom, layers, last)
+        for ax, view in zip(axes, views):
+            _draw_plan(ax, view, last)
+        _draw_macs(axes[-1], layers, last)
         fig.suptitle(f"{report['model']} for {report['board']}\n{report['total_macs']:,} MACs, "
                      f"arena {report['arena_bytes']:,} B, weights {report['weights_bytes']:,} B",
                      fontsize=11)
@@ -241,29 +250,50 @@ def plot_analysis(report: dict[str, Any], mem, out: Path) -> None:
         plt.close(fig)
 
 
-def _draw_plan(ax, mem, report: dict[str, Any], last: int) -> None:
+@dataclass(frozen=True)
+class PlanView:
+    """One memory chart: the arena, or one pool of it."""
+    title: str
+    what: str             # "arena" or "pool <name>"
+    buffers: tuple
+    offsets: dict[str, int]
+    size: int
+    lower_bound: int
+
+
+def _plan_views(mem, report: dict[str, Any]) -> list[PlanView]:
+    if mem.pools is None:
+        return [PlanView("memory plan: each buffer over the steps it is live", "arena",
+                         mem.buffers, mem.plan.offsets, report["arena_bytes"],
+                         report["arena_lower_bound_bytes"])]
+    return [PlanView(f"pool {p.name} (bank at 0x{p.region.origin:08x}, relative access cost "
+                     f"{p.region.cost}): its buffers over the steps they are live",
+                     f"pool {p.name}", p.buffers, p.plan.offsets, p.bytes,
+                     p.plan.lower_bound_bytes) for p in mem.pools.pools]
+
+
+def _draw_plan(ax, view: PlanView, last: int) -> None:
     from matplotlib.patches import Patch, Rectangle
 
     colors = {"t": "tab:blue", "s": "tab:orange"}
-    unit, label = (1024, "KiB") if report["arena_bytes"] >= 4096 else (1, "bytes")
-    for b in mem.buffers:
+    unit, label = (1024, "KiB") if view.size >= 4096 else (1, "bytes")
+    for b in view.buffers:
         kind = b.name.split(":", 1)[0]
-        off = mem.plan.offsets[b.name]
+        off = view.offsets[b.name]
         ax.add_patch(Rectangle((b.first - 0.45, off / unit), b.last - b.first + 0.9,
                                b.size / unit, facecolor=colors[kind], edgecolor="black",
                                linewidth=0.5, alpha=0.6))
-    arena, bound = report["arena_bytes"] / unit, report["arena_lower_bound_bytes"] / unit
+    arena, bound = view.size / unit, view.lower_bound / unit
     ax.axhline(arena, color="tab:red", linewidth=1.2)
     ax.axhline(bound, color="tab:green", linewidth=1.2, linestyle="--")
     ax.set_xlim(-0.6, last + 0.6)
     ax.set_ylim(0, max(arena, bound, 1e-3) * 1.08)
-    ax.set_ylabel(f"arena offset ({label})")
-    ax.set_title("memory plan: each buffer over the steps it is live", fontsize=10)
+    ax.set_ylabel(f"{view.what} offset ({label})")
+    ax.set_title(view.title, fontsize=10)
     ax.legend(handles=[Patch(color=colors["t"], alpha=0.6, label="tensor"),
                        Patch(color=colors["s"], alpha=0.6, label="scratch"),
-                       _legend_line("tab:red", "-", f"arena {report['arena_bytes']:,} B"),
-                       _legend_line("tab:green", "--",
-                                f"lower bound {report['arena_lower_bound_bytes']:,} B")],
+                       _legend_line("tab:red", "-", f"{view.what} {view.size:,} B"),
+                       _legend_line("tab:green", "--", f"lower bound {view.lower_bound:,} B")],
               loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     ax.grid(axis="y", linewidth=0.3)
 
@@ -318,6 +348,8 @@ def print_report(report: dict[str, Any]) -> None:
              f"weights  {report['weights_bytes']:>12,} bytes (flash, section .rodata.aot)",
              f"arena    {report['arena_bytes']:>12,} bytes (RAM; lower bound "
              f"{report['arena_lower_bound_bytes']:,})"]
+    for pool, size in report.get("memory_pools", {}).items():
+        lines.append(f"  pool {pool:<10} {size:>9,} bytes")
     if report["state_bytes"]:
         lines.append(f"state    {report['state_bytes']:>12,} bytes (RAM)")
     if "memory" in report:

@@ -467,7 +467,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     check_model(args.model)     # before _board reads a directory's metadata
     # Without --board: lowered for the default board, not compiled (no code sizes).
     out = analyze(args.model, board=_board(args), plot=args.plot, codegen=args.codegen,
-                  code_size=bool(args.board), **_load_kwargs(args))
+                  code_size=bool(args.board), pools=args.pools, **_load_kwargs(args))
     if args.json:
         emit_json(out)
     else:
@@ -692,6 +692,9 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(p)
     p.add_argument("--plot", metavar="FILE.png",
                    help="draw the memory plan and the MACs per kernel into a PNG")
+    p.add_argument("--pools", action="store_true",
+                   help="plan the arena over the board's RAM banks (as aot package --pools); "
+                   "--plot draws each pool")
 
     p = add("tune", "search kernel schedules on a board and log the fastest per workload "
             "(apply them with --tuning-records; docs/tuning.md)", cmd_tune)

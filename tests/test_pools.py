@@ -249,3 +249,14 @@ def test_an_arena_too_big_for_the_dtcm_runs_split_over_two_banks(tmp_path):
     out = verify(tmp_path / "pkg", board="mps3-an547", source=model)
     assert out["ok"] and out["reference"] == "onnxruntime", out
     assert out["outputs"][0]["max_abs"] <= 1e-5, out
+
+
+def test_analyze_reports_and_plots_each_pool(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    model = wide_model(tmp_path / "pools.onnx")
+    plot = tmp_path / "pools.png"
+    assert cli_main(["analyze", str(model), "--board", "mps3-an547", "--pools", "--json",
+                     "--plot", str(plot)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["memory_pools"] == {"dtcm": 288, "sram": 819200}
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -397,6 +397,8 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     t = tile(ctx.target, dtype, out.vectorizable, pixels=True)
     if ocg <= t.lanes:          # one vector of channels: room for more pixels per tile
         t = replace(t, vectors=1)
+    if icg < t.k_lanes:         # a first layer's 3 channels: scalar inputs, a pixel more
+        t = replace(t, k_lanes=1)
     if _pointwise(win) and xin.layout == "NHWC" and group == 1 and x.buffer is not None:
         return _pointwise_conv(ctx, emit, x, bias, packed.reshape(icg, ocg), xin, out, t)
     if icg == 1 and ocg == 1 and t.lanes > 1:

@@ -31,10 +31,12 @@ class Tile:
 
     def fit(self, vectors: int) -> int:
         """The most pixels of `vectors` accumulators each a tile can take.
-        By lane, every pixel also holds its input vector, and the weights
-        take `vectors` registers twice (the next step's loaded ahead)."""
-        if self.k_lanes > 1:
-            return max(1, (self.registers - 2 * vectors) // (vectors + 1))
+        Sized by `registers`: every pixel also holds its input (a vector by
+        lane, else a scalar), and the weights take `vectors` registers,
+        twice by lane (the next step's loaded ahead)."""
+        if self.registers:
+            weights = 2 * vectors if self.k_lanes > 1 else vectors
+            return max(1, (self.registers - weights) // (vectors + 1))
         return max(1, self.max_accs // vectors)
 
     @property

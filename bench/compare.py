@@ -39,6 +39,16 @@ CPU has AVX-512 (the anchors' own kernels are picked by the CPU too), else
 host (AVX2); `--board host` forces the AVX2 code. `--json FILE` writes every
 number the tables show.
 
+    .venv/bin/python bench/compare.py --tuned [--trials N] [--tuning-dir DIR]
+
+tunes each model first (aot.tune, `--trials N`, default 32, on the same
+pinned core the timing uses) and times aot's tuned packages (built with the
+log as --tuning-records) beside the untuned ones and the anchors, in the
+same interleaved rounds; the summary gets both and the median of each over
+the models. The logs are kept in DIR (default ~/.cache/aot/compare-tuning),
+one per model file, board, aot version and trial count, and a rerun reuses
+them instead of tuning again.
+
 Any other board of aot's (`aot boards`) reports aot alone, since ONNX Runtime
 and LiteRT do not run there: per model and codegen the package built for
 the board, its outputs checked against the reference runtime on this
@@ -101,6 +111,8 @@ WARMUP = 3                 # untimed invocations at the start of every batch
 # --count-instructions: the emulated core, and the board aot builds for it.
 EMULATED_CPUS = {"cortex-a72": "rpi4", "cortex-a76": "rpi5"}
 COUNTED_RUNS = 5           # aot's runs per package (after one warm-up); the counts agree
+DEFAULT_TRIALS = 32        # --tuned: aot tune's trials per model
+TUNED = " tuned"           # suffix of the tuned packages' variant (aot c tuned)
 
 
 @dataclass
@@ -116,6 +128,8 @@ class Case:
     check: str = ""
     outputs_ok: bool = False
     tflm: dict = field(default_factory=dict)
+    records: Path | None = None        # --tuned: the aot tune log its tuned packages apply
+    tuning: dict = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------ contenders
@@ -252,22 +266,76 @@ def prepare(case: Case, board, codegens: list[str], workdir: Path, log,
     graph = as_graph(case.tflite)
     ref, want = reference_outputs(case.tflite, graph, case.inputs)
     checks, oks = [], []
-    for cg in codegens:
+    variants = [(cg, None) for cg in codegens]
+    if case.records is not None:
+        variants += [(cg + TUNED, case.records) for cg in codegens]
+    for variant, records in variants:
+        cg = variant.removesuffix(TUNED)
         t0 = time.perf_counter()
-        info = package(graph, board=board.name, codegen=cg, out_dir=workdir / f"{case.name}.{cg}",
-                       threads=threads)
-        log(f"  packaged {case.name} ({cg}) in {time.perf_counter() - t0:.1f} s")
-        case.packages[cg] = info.path
-        case.meta = info.metadata      # the plan does not depend on the codegen
+        info = package(graph, board=board.name, codegen=cg,
+                       out_dir=workdir / f"{case.name}.{variant.replace(' ', '-')}",
+                       threads=threads, tuning_records=records)
+        log(f"  packaged {case.name} ({variant}) in {time.perf_counter() - t0:.1f} s")
+        case.packages[variant] = info.path
+        if records is None:            # the plan depends on neither codegen nor schedule
+            case.meta = info.metadata
         got = run_on_board(info.path, case.inputs).outputs
         rows = [compare(n, g, w) for n, g, w in zip(graph.outputs, got, want)]
         ok = all(r["ok"] for r in rows)
         err = max((r["max_abs_err"] or 0.0) for r in rows)
         oks.append(ok)
-        checks.append(f"{cg}: {'ok' if ok else 'MISMATCH'} vs {ref} (max err {err:.2g})")
+        checks.append(f"{variant}: {'ok' if ok else 'MISMATCH'} vs {ref} (max err {err:.2g})")
     case.check = "; ".join(checks)
     case.outputs_ok = all(oks)
     case.tflm = tflm_arena(case)
+
+
+# ---------------------------------------------------------------------- tuning
+
+def default_tuning_dir() -> Path:
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "aot" / "compare-tuning"
+
+
+def tuning_log(case: Case, board, trials: int, directory: Path) -> Path:
+    """The log of `case` tuned on `board`: one per model file (by content),
+    board, aot version and trial count, so a rerun reuses it and a changed
+    model or aot is tuned again."""
+    import hashlib
+
+    import aot
+
+    digest = hashlib.sha256(case.tflite.read_bytes()).hexdigest()[:12]
+    return directory / (f"{case.name}.{digest}.{board.name}.aot-{aot.__version__}"
+                        f".t{trials}.jsonl")
+
+
+def tune_case(case: Case, board, trials: int, directory: Path, log) -> None:
+    """Tune the model on `board` unless its log is there; a run cut short
+    leaves no log (it is written under another name and renamed at the end)."""
+    from aot.tune import tune
+    from aot.tune.records import read
+
+    path = tuning_log(case, board, trials, directory)
+    if path.is_file():
+        log(f"  reusing {path}")
+        case.tuning = {"log": str(path), "reused": True, "trials": trials,
+                       "records": len(read(path))}
+    else:
+        directory.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        partial.unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        summary = tune(case.tflite, board, trials=trials, log=partial)
+        partial.rename(path)
+        log(f"  tuned {case.name} on {board.name}: {summary['improved']} of "
+            f"{summary['tunable']} tunable workloads faster, {trials} trials in "
+            f"{time.perf_counter() - t0:.0f} s")
+        case.tuning = {"log": str(path), "reused": False, "trials": trials,
+                       "records": summary["records_written"], "seconds": summary["seconds"],
+                       "workloads": summary["workloads"], "tunable": summary["tunable"],
+                       "improved": summary["improved"], "best": summary["best"]}
+    case.records = path
 
 
 # ---------------------------------------------------------------------- report
@@ -299,7 +367,7 @@ def case_facts(case: Case) -> dict:
             "tflm_arena_bytes": case.tflm["bytes"],
             "tflm_arena_head_bytes": case.tflm["head_bytes"],
             "tflm_arena_source": case.tflm["source"], "check": case.check,
-            "outputs_ok": case.outputs_ok}
+            "outputs_ok": case.outputs_ok, **({"tuning": case.tuning} if case.tuning else {})}
 
 
 def us(ms: float) -> str:
@@ -341,6 +409,17 @@ def model_table(row: dict):
             cells.append(f"{ratio['median']:.2f}x, {ratio['p10']:.2f}x" if ratio else "")
         table.add_row(*cells)
     return table
+
+
+def median_over_anchor(rows: list[dict], variants: list[str]) -> dict[str, dict[str, float]]:
+    """Per aot variant, the median of aot / best anchor (by median) over all
+    the models, the int8 ones and the float ones."""
+    groups = {"all": rows, "int8": [r for r in rows if r["model"].endswith("_int8")],
+              "f32": [r for r in rows if r["model"].endswith("_f32")]}
+    return {v: {g: float(np.median([r["aot_over_best_anchor"][f"aot {v}"]["median"]
+                                    for r in rs]))
+                for g, rs in groups.items() if rs}
+            for v in variants}
 
 
 def summary_table(rows: list[dict], codegens: list[str]):
@@ -462,6 +541,23 @@ def host_board(board=None):
     return board
 
 
+def tuned_options(args: argparse.Namespace, board) -> dict | None:
+    """--tuned, --trials, --tuning-dir checked: {"trials", "dir"} or None."""
+    if not args.tuned:
+        if args.tuning_dir is not None or args.trials is not None:
+            raise AotError("--trials and --tuning-dir go with --tuned")
+        return None
+    args.trials = DEFAULT_TRIALS if args.trials is None else args.trials
+    if board.transport != "local":
+        raise AotError("--tuned compares with ONNX Runtime and LiteRT: boards of this "
+                       "machine only (host, host-avx512); tune another board with aot tune")
+    if args.threads != 1:
+        raise AotError("--tuned: aot tune measures one thread; not with --threads")
+    if args.trials < 1:
+        raise AotError("--trials must be >= 1")
+    return {"trials": args.trials, "dir": args.tuning_dir or default_tuning_dir()}
+
+
 def parse_models(text: str | None) -> list[str]:
     if not text:
         return list(FAMILIES.values())
@@ -497,6 +593,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, metavar="N",
                    help="on this machine: every contender on N threads, aot's packages built "
                    "with --threads N, nothing pinned (default: 1, pinned to one core)")
+    p.add_argument("--tuned", action="store_true",
+                   help="on this machine: tune each model first (aot tune) and time the tuned "
+                   "packages beside the untuned ones")
+    p.add_argument("--trials", type=int, metavar="N",
+                   help="with --tuned: aot tune's trials per model (default: 32)")
+    p.add_argument("--tuning-dir", type=Path, metavar="DIR",
+                   help="with --tuned: where the tuning logs are kept and reused (default: "
+                   "~/.cache/aot/compare-tuning)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     from aot.cli import _ssh_args
     _ssh_args(p)
@@ -522,6 +626,7 @@ def main(argv: list[str] | None = None) -> int:
         if board.transport != "local" and args.threads != 1:
             raise AotError("--threads compares with ONNX Runtime and LiteRT: boards of this "
                            "machine only (host, host-avx512)")
+        tuned = tuned_options(args, board)
         if board.transport != "local":
             # qemu-user and bare-metal emulators run here and are pinned; an
             # SSH board (a VM's emulator has threads of its own) is not.
@@ -536,7 +641,7 @@ def main(argv: list[str] | None = None) -> int:
             raise AotError("--threads must be >= 1")
         cpu = pin_to_one_core(args.cpu) if args.threads == 1 else None
         rows = run(find_cases(families), board, codegens, args.rounds, args.batch, log,
-                   args.threads)
+                   args.threads, tuned)
     except AotError as e:
         print(f"compare.py: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -544,14 +649,20 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         console.print(model_table(row))
         console.print()
-    console.print(summary_table(rows, codegens))
+    variants = codegens + ([cg + TUNED for cg in codegens] if tuned else [])
+    console.print(summary_table(rows, variants))
+    medians = median_over_anchor(rows, variants)
+    for v, m in medians.items():
+        console.print(f"median aot {v} / best anchor: "
+                      + ", ".join(f"{g} {x:.2f}x" for g, x in m.items()), highlight=False)
     notes = [
         f"host: {cpu_name()}, "
         + (f"pinned to CPU {cpu}, one thread everywhere" if args.threads == 1 else
            f"{args.threads} threads everywhere (aot --threads {args.threads}, ONNX Runtime "
            f"intra_op_num_threads, LiteRT num_threads), not pinned")
         + "; aot built for "
-        f"board {board.name} (target {board.target.name}); load average "
+        f"board {board.name} (target {board.target.name}: {' '.join(board.target.cflags)}); "
+        f"load average "
         f"{os.getloadavg()[0]:.1f} at the end",
         f"{args.rounds} interleaved rounds x {args.batch} timed invocations per contender "
         f"(after {WARMUP} warm-up each round); a long invocation is preempted more often on "
@@ -561,25 +672,36 @@ def main(argv: list[str] | None = None) -> int:
         f"Python anchors: perf_counter_ns around invoke() / run_with_iobinding(); an empty "
         f"call timed the same way costs {overhead * 1e3:.2f} us",
         "onnxruntime: the float model's tf2onnx version; int8 models have no ONNX version",
+        *([f"tuned: each model's packages built with --tuning-records from aot tune "
+           f"--trials {tuned['trials']} on {board.name} (logs in {tuned['dir']})"]
+          if tuned else []),
         *MEMORY_NOTES,
     ]
     print_notes(console, notes)
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"host": {"cpu": cpu_name(), "pinned_cpu": cpu, "board": board.name,
-                      "target": board.target.name,
+                      "target": board.target.name, "cflags": list(board.target.cflags),
+                      "isa_features": sorted(board.target.isa_features),
                       "load_average": os.getloadavg()[0]}, "versions": versions(),
              "rounds": args.rounds, "batch": args.batch, "warmup": WARMUP,
              "threads": args.threads,
+             "tuned": ({"trials": tuned["trials"], "dir": str(tuned["dir"])} if tuned
+                       else None),
+             "median_aot_over_best_anchor": medians,
              "python_call_overhead_ms": overhead, "models": rows}, indent=2) + "\n")
     return 0
 
 
 def run(cases: list[Case], board, codegens: list[str], rounds: int, batch: int, log,
-        threads: int = 1) -> list[dict]:
+        threads: int = 1, tuned: dict | None = None) -> list[dict]:
+    """tuned: {"trials": N, "dir": DIR} to tune each model first and time
+    its tuned packages too."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="aot-compare-") as tmp:
         for case in cases:
+            if tuned:
+                tune_case(case, board, tuned["trials"], tuned["dir"], log)
             prepare(case, board, codegens, Path(tmp), log, threads=threads)
             t0 = time.perf_counter()
             times = interleave(contenders(case, board, batch, threads), rounds)

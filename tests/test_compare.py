@@ -95,3 +95,48 @@ def test_bad_boards_are_one_line_errors(tmp_path):
         compare("--models", "ad", "--board", "qemu-aarch64", "--host", "10.0.0.1"))
     assert "board 'rpi4' has no host" in one_line_error(
         compare("--models", "ad", "--board", "rpi4", env={"AOT_CONFIG": str(no_config)}))
+
+
+def test_tuned_times_tuned_packages_beside_untuned_and_reuses_the_log(tmp_path):
+    """--tuned: the model tuned first (2 trials), its tuned package timed in
+    the same rounds as the untuned one and the anchors, checked, its ratio and
+    the medians reported; a second run reuses the log instead of tuning."""
+    tuning = tmp_path / "tuning"
+    args = ["--models", "ad", "--board", "host", "--codegen", "c", "--rounds", "2",
+            "--batch", "3", "--tuned", "--trials", "2", "--tuning-dir", str(tuning)]
+    out_file = tmp_path / "out.json"
+    r = compare(*args, "--json", str(out_file))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(out_file.read_text())
+    assert out["tuned"] == {"trials": 2, "dir": str(tuning)}
+    assert out["host"]["board"] == "host" and "-march=x86-64-v3" in out["host"]["cflags"]
+    logs = sorted(tuning.glob("*.jsonl"))
+    assert [p.name.split(".")[0] for p in logs] == ["mlperf_ad_fcae_f32", "mlperf_ad_fcae_int8"]
+    assert all(".host.aot-" in p.name and p.name.endswith(".t2.jsonl") for p in logs)
+    assert not list(tuning.glob("*.partial"))
+    for m in out["models"]:
+        anchors = ["litert builtin", "litert xnnpack"] + (
+            ["onnxruntime"] if m["model"].endswith("_f32") else [])
+        assert sorted(m["contenders"]) == ["aot c", "aot c tuned", *anchors]
+        assert m["outputs_ok"] is True and "c tuned: ok vs " in m["check"], m["check"]
+        assert set(m["aot_over_best_anchor"]) == {"aot c", "aot c tuned"}
+        assert m["tuning"]["reused"] is False and m["tuning"]["trials"] == 2
+        assert m["tuning"]["records"] >= m["tuning"]["workloads"] > 0
+    ratios = {v: sorted(m["aot_over_best_anchor"][f"aot {v}"]["median"] for m in out["models"])
+              for v in ("c", "c tuned")}
+    for v, got in out["median_aot_over_best_anchor"].items():
+        assert got["all"] == sum(ratios[v]) / 2       # the median of two
+    assert "median aot c tuned / best anchor: all " in r.stdout
+    assert "aot tune --trials 2 on host" in r.stdout
+
+    again = compare(*args, "--rounds", "1", "--json", str(out_file))
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.count("reusing ") == 2 and "tuned mlperf" not in again.stderr
+    assert all(m["tuning"]["reused"] for m in json.loads(out_file.read_text())["models"])
+
+
+def test_tuned_options_are_checked():
+    r = compare("--trials", "4", "--models", "ad")
+    assert r.returncode == 2 and "--trials and --tuning-dir go with --tuned" in r.stderr
+    r = compare("--tuned", "--board", "qemu-aarch64", "--models", "ad")
+    assert r.returncode == 2 and "--tuned compares with ONNX Runtime" in r.stderr

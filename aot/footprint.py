@@ -51,7 +51,8 @@ def section_kind(section) -> str | None:
         return "weights"
     if section.name.startswith((".eh_frame", ".ARM.ex", ".gcc_except")):
         return "unwind"
-    if section["sh_type"] == "SHT_NOBITS":
+    # --pools' arenas: zeros the compiler stores (a named section), NOLOAD when linked
+    if section["sh_type"] == "SHT_NOBITS" or section.name.startswith(".aot_arena_"):
         return "bss"
     if flags & SH_FLAGS.SHF_EXECINSTR:
         return "text"

@@ -237,6 +237,8 @@ def test_an_arena_too_big_for_the_dtcm_runs_split_over_two_banks(tmp_path):
     assert min(rows[n]["heat"] for n in ("hot", "both")) > max(rows[n]["heat"]
                                                                for n in ("wide", "soft"))
     assert meta["memory_pools"]["single_arena_bytes"] > get_board("mps3-an547").ram_bytes
+    # the pools are RAM, not flash (aot inspect's footprint), however the object stores them
+    assert meta["footprint"]["data"] == 0 and meta["footprint"]["bss"] == meta["arena_bytes"]
     banks = {r.name: r for r in get_board("mps3-an547").regions}
     with open(tmp_path / "pkg" / "bench" / "bench", "rb") as f:
         symtab = ELFFile(f).get_section_by_name(".symtab")

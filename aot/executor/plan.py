@@ -34,7 +34,7 @@ class Plan:
     strategy: str
 
 
-def _round_up(n: int, align: int) -> int:
+def round_up(n: int, align: int) -> int:
     return (n + align - 1) // align * align
 
 
@@ -69,7 +69,7 @@ def first_fit(order: Sequence[Buffer], high: bool = False) -> dict[str, int]:
                 if high:
                     offset = (start - buf.size) // buf.align * buf.align
                 break
-            offset = max(offset, _round_up(end, buf.align))
+            offset = max(offset, round_up(end, buf.align))
         placed.append((offset, buf))
         offsets[buf.name] = offset
     return offsets
@@ -96,10 +96,10 @@ def plan_memory(buffers: Sequence[Buffer], align: int = 16) -> Plan:
     best: Plan | None = None
     for high, (strategy, key) in itertools.product((False, True), ORDERINGS.items()):
         offsets = first_fit(sorted(buffers, key=key), high)
-        size = _round_up(arena_size(buffers, offsets), align)
+        size = round_up(arena_size(buffers, offsets), align)
         if best is None or size < best.arena_bytes:
             best = Plan(offsets, size, bound, strategy + ("-high" if high else ""))
-        if size <= _round_up(bound, align):
+        if size <= round_up(bound, align):
             break
     assert best is not None or not buffers
     return best or Plan({}, 0, 0, "empty")

@@ -28,7 +28,7 @@ from aot.config_schema import Region
 from aot.errors import AotError
 from aot.executor.liveness import (MemoryPlan, Place, arena_buffers, places_of, scratch_key,
                                    tensor_key)
-from aot.executor.plan import Buffer, Plan, _round_up, lower_bound, plan_memory
+from aot.executor.plan import Buffer, Plan, lower_bound, plan_memory, round_up
 from aot.ir.graph import Graph
 from aot.ir.tir import BufferKind
 from aot.lower.driver import Kernel
@@ -166,7 +166,7 @@ def pool_bases(pools: Sequence[Pool], align: int) -> dict[str, int]:
     bases, end = {}, 0
     for pool in pools:
         bases[pool.name] = end
-        end = _round_up(end + pool.bytes, align)
+        end = round_up(end + pool.bytes, align)
     return bases
 
 
@@ -186,7 +186,7 @@ def pooled_memory_plan(graph: Graph, kernels: Sequence[Kernel], regions: Sequenc
     places, scratch = places_of(graph, buffers, over, False, where)
     carved = {b.name: bases[pools.pool_of(b.name).name] + where(b.name).offset for b in buffers}
     last = pools.pools[-1]
-    plan = Plan(carved, _round_up(bases[last.name] + last.bytes, align), lower_bound(buffers),
+    plan = Plan(carved, round_up(bases[last.name] + last.bytes, align), lower_bound(buffers),
                 "pools: " + ", ".join(f"{p.name} {p.plan.strategy}" for p in pools.pools))
     return MemoryPlan(places, {k: p.offset for k, p in scratch.items()}, tuple(buffers), plan,
                       align, False, over, pools, {k: p.pool for k, p in scratch.items()})

@@ -22,7 +22,7 @@ from aot.deploy.host import cpu_flags
 from aot.ir.tir import (Buffer, BufferKind, Call, Const, DType, Load, PrimFunc, Store, seq,
                         stmt_exprs, walk_expr, walk_stmt)
 from aot.lower.legalize import legalize
-from aot.lower.strategy import (PAIRS, QUADS, QUADS_U8, int8_accumulator,
+from aot.lower.strategy import (PAIRS, QUADS, QUADS_MULL, QUADS_U8, int8_accumulator,
                                 window_row_accumulator)
 from aot.lower import lower_graph
 from aot.lower.testing import build_and_run_many
@@ -65,7 +65,8 @@ def test_legalize_makes_sdot_and_vpdpbusd_where_the_target_has_them(target, n, w
 def test_the_default_strategy_follows_the_instructions():
     assert int8_accumulator(get_target("aarch64-linux-a76")) == QUADS
     assert int8_accumulator(get_target("x86_64-linux-avx512")) == QUADS_U8
-    for name in ("aarch64-linux", "x86_64-linux", "cortex-m55", "armv7-linux"):
+    assert int8_accumulator(get_target("aarch64-linux")) == QUADS_MULL    # A72: no dotprod
+    for name in ("x86_64-linux", "cortex-m55", "armv7-linux"):
         assert int8_accumulator(get_target(name)) == PAIRS, name
     # first layers' window rows: quads only where pairs have no instruction
     assert window_row_accumulator(get_target("aarch64-linux-a76")) == QUADS

@@ -699,7 +699,8 @@ class _Printer:
     def _quad_dot(self, d: DType, fn: QuadDot) -> str:
         """aot_dot4 / aot_dot4u (intrinsics.QuadDot): the lane formula, or
         for arm_sdot / x86_vpdpbusd the instruction (ACLE's vdotq_s32, Intel's
-        _mm*_dpbusd_epi32), with the formula left for a compiler not given the
+        _mm*_dpbusd_epi32), for arm_smull_dot4 NEON's widening multiplies
+        and pairwise adds, with the formula left for a compiler not given the
         ISA. The quad is broadcast as an int32, so lane k's bytes are its
         bytes in order on these little-endian targets."""
         rt, wt = self.mod.vector(d), self.mod.vector(DType("int8", 4 * d.lanes))
@@ -716,6 +717,16 @@ class _Printer:
             fast = ("defined(__ARM_FEATURE_DOTPROD)",
                     f"({rt})vdotq_s32((int32x4_t)acc, (int8x16_t)w, "
                     "vreinterpretq_s8_s32(vdupq_n_s32(q)))")
+        elif fn.instruction == "smull":
+            # int16 products of the quad's bytes and w's (SMULL, SMULL2), pairs
+            # added in int16 (ADDP: w has no -128, so no overflow), then pairs
+            # of those widened into the accumulator (SADALP)
+            isa = "defined(__aarch64__) && defined(__ARM_NEON)"
+            head = f"#if {isa}\n#include <arm_neon.h>\n#endif\n"
+            fast = (isa, f"({rt})vpadalq_s16((int32x4_t)acc, vpaddq_s16(\n"
+                    "        vmull_s8(vreinterpret_s8_s32(vdup_n_s32(q)),\n"
+                    "                 vget_low_s8((int8x16_t)w)),\n"
+                    "        vmull_high_s8(vreinterpretq_s8_s32(vdupq_n_s32(q)), (int8x16_t)w)))")
         elif fn.instruction == "vpdpbusd":
             isa = "defined(__AVX512VNNI__)" + ("" if d.lanes == 16 else " && defined(__AVX512VL__)")
             head = f"#if {isa}\n#include <immintrin.h>\n#endif\n"

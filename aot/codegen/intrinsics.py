@@ -366,10 +366,17 @@ class QuadDot:
     (ACLE vdotq_s32) on targets with the dotprod feature, and aot_dot4u
     `x86_vpdpbusd` on AVX-512 VNNI. The sum of four products is exact in
     int32; the accumulation wraps (callers stay far from 2^31).
+
+    `aot_dot4s` is aot_dot4 whose caller promises w has no -128 (TFLite's
+    int8 weights are [-127, 127]): every product is then within 128 x 127,
+    so two of them add up in int16, which `arm_smull_dot4` (NEON without
+    dotprod: SMULL, SMULL2, ADDP of the int16 products, SADALP into acc)
+    needs.
     """
     name: str = "aot_dot4"
     unsigned: bool = False   # activation bytes are uint8
-    instruction: str = ""    # "sdot" / "vpdpbusd": the target instruction
+    instruction: str = ""    # "sdot" / "vpdpbusd" / "smull": the target instruction
+    symmetric: bool = False  # w never holds -128 (aot_dot4s)
 
     def result(self, args: tuple[Expr, ...]) -> DType:
         return dtype_of(args[0])
@@ -379,12 +386,17 @@ QUAD_DOT = QuadDot()
 QUAD_DOT_U = QuadDot("aot_dot4u", unsigned=True)
 ARM_SDOT = QuadDot("arm_sdot", instruction="sdot")
 X86_VPDPBUSD = QuadDot("x86_vpdpbusd", unsigned=True, instruction="vpdpbusd")
-_QUAD_DOTS = {d.name: d for d in (QUAD_DOT, QUAD_DOT_U, ARM_SDOT, X86_VPDPBUSD)}
+QUAD_DOT_S = QuadDot("aot_dot4s", symmetric=True)
+ARM_SMULL_DOT4 = QuadDot("arm_smull_dot4", instruction="smull", symmetric=True)
+_QUAD_DOTS = {d.name: d for d in (QUAD_DOT, QUAD_DOT_U, ARM_SDOT, X86_VPDPBUSD, QUAD_DOT_S,
+                                  ARM_SMULL_DOT4)}
 
 
-def quad_dot(acc: Expr, quad: Expr, w: Expr, unsigned: bool = False) -> Call:
-    """The aot_dot4 (aot_dot4u) call (see QuadDot)."""
-    return Call((QUAD_DOT_U if unsigned else QUAD_DOT).name, (acc, quad, w), dtype_of(acc))
+def quad_dot(acc: Expr, quad: Expr, w: Expr, unsigned: bool = False,
+             symmetric: bool = False) -> Call:
+    """The aot_dot4 (aot_dot4u, aot_dot4s) call (see QuadDot)."""
+    fn = QUAD_DOT_U if unsigned else QUAD_DOT_S if symmetric else QUAD_DOT
+    return Call(fn.name, (acc, quad, w), dtype_of(acc))
 
 
 @dataclass(frozen=True)
@@ -559,10 +571,10 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
     return f
 
 
-__all__ = ["ARM_RDBPOT", "ARM_SDOT", "ARM_SQRDMULH", "GCC_X86_SPELLINGS", "HELPERS", "Helper",
-           "LANE", "Lane", "LibmFn", "NeonFixedPoint", "PACKED_PAIR_DOT", "PAIR_DOT", "PAIR_PACK",
-           "PAIR_PACK_BYTES", "PairDot", "PairPack", "Pmuldq", "QUAD_DOT", "QUAD_DOT_U",
-           "QUAD_PACK", "QUAD_PACK_BYTES", "QuadDot", "X86_PMADDWD", "X86_PMADDWD_PACKED",
-           "X86_PMULDQ_RDHM", "X86_VPDPBUSD", "check_call", "helper", "lane", "lane_crossing",
-           "libm", "pack_pairs", "pack_quads", "packed_pair_dot", "pair_dot", "quad_dot",
-           "vector_helper"]
+__all__ = ["ARM_RDBPOT", "ARM_SDOT", "ARM_SMULL_DOT4", "ARM_SQRDMULH", "GCC_X86_SPELLINGS",
+           "HELPERS", "Helper", "LANE", "Lane", "LibmFn", "NeonFixedPoint", "PACKED_PAIR_DOT",
+           "PAIR_DOT", "PAIR_PACK", "PAIR_PACK_BYTES", "PairDot", "PairPack", "Pmuldq", "QUAD_DOT",
+           "QUAD_DOT_S", "QUAD_DOT_U", "QUAD_PACK", "QUAD_PACK_BYTES", "QuadDot", "X86_PMADDWD",
+           "X86_PMADDWD_PACKED", "X86_PMULDQ_RDHM", "X86_VPDPBUSD", "check_call", "helper", "lane",
+           "lane_crossing", "libm", "pack_pairs", "pack_quads", "packed_pair_dot", "pair_dot",
+           "quad_dot", "vector_helper"]

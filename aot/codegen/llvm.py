@@ -455,6 +455,8 @@ class _FuncBuilder:
         broadcast and seen as bytes; aot_dot4(u): extend, multiply and add
         the four products of each lane (the quad's bytes taken by shifts)."""
         i8, i32 = ir.IntType(8), ir.IntType(32)
+        if fn.instruction == "smull":
+            return self.smull_dot4(acc, self.b.bitcast(self.splat(q, n), w.type), w)
         if fn.instruction:
             x = self.b.bitcast(self.splat(q, n), w.type)
             name = _QUAD_DOT[fn.instruction].format(n=n, b=4 * n, bits=32 * n)
@@ -476,6 +478,25 @@ class _FuncBuilder:
             out = self.b.add(out, self.b.shuffle_vector(prod, undef, ir.Constant(
                 ir.VectorType(i32, n), [4 * k + j for k in range(n)])))
         return out
+
+    def smull_dot4(self, acc, x, w):
+        """arm_smull_dot4 on the broadcast quad x: SMULL / SMULL2 of the
+        halves, ADDP of the int16 products, SADALP into acc."""
+        i32 = ir.IntType(32)
+        v8i16 = ir.VectorType(ir.IntType(16), 8)
+
+        def call(name: str, ret, *operands):
+            callee = self.module.globals.get(name) or ir.Function(
+                self.module, ir.FunctionType(ret, [o.type for o in operands]), name)
+            return self.b.call(callee, list(operands))
+
+        def half(v, h: int):
+            return self.b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), ir.Constant(
+                ir.VectorType(i32, 8), list(range(8 * h, 8 * h + 8))))
+        lo, hi = (call("llvm.aarch64.neon.smull.v8i16", v8i16, half(x, h), half(w, h))
+                  for h in (0, 1))
+        pairs = call("llvm.aarch64.neon.addp.v8i16", v8i16, lo, hi)
+        return self.b.add(acc, call("llvm.aarch64.neon.saddlp.v4i32.v8i16", acc.type, pairs))
 
     def neon_fixed_point(self, fn: NeonFixedPoint, a, b):
         """arm_sqrdmulh: SQRDMULH; arm_rdbpot: -1 added (saturating) to

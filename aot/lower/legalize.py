@@ -9,6 +9,7 @@ nothing.
                                                                   AVX512F (16)
     aot_pack2 / aot_pack4  -> aot_pack2_bytes / aot_pack4_bytes   little-endian targets
     aot_dot4               -> arm_sdot                            AArch64 with dotprod (4)
+    aot_dot4s              -> arm_sdot, else arm_smull_dot4       AArch64 (4): dotprod, else NEON
     aot_dot4u              -> x86_vpdpbusd                        x86: AVX512-VNNI (16),
                                                                   with AVX512VL (4, 8)
     aot_rdhm on int32 x 4  -> arm_sqrdmulh                        AArch64 NEON
@@ -36,8 +37,9 @@ from aot.codegen.arm_dsp import (ARM_SMLABB, ARM_SMLAD, ARM_SMLATT, ARM_SMMULR, 
                                  SXTB16_ROR8)
 from aot.codegen.intrinsics import (GCC_X86_SPELLINGS, PACKED_PAIR_DOT, PAIR_DOT, PAIR_PACK,
                                     PAIR_PACK_BYTES, X86_PMADDWD, X86_PMADDWD_PACKED, X86_PMULDQ_RDHM)
-from aot.codegen.intrinsics import (ARM_RDBPOT, ARM_SDOT, ARM_SQRDMULH, QUAD_DOT, QUAD_DOT_U,
-                                    QUAD_PACK, QUAD_PACK_BYTES, X86_VPDPBUSD)
+from aot.codegen.intrinsics import (ARM_RDBPOT, ARM_SDOT, ARM_SMULL_DOT4, ARM_SQRDMULH, QUAD_DOT,
+                                    QUAD_DOT_S, QUAD_DOT_U, QUAD_PACK, QUAD_PACK_BYTES,
+                                    X86_VPDPBUSD)
 from aot.ir.tir import Call, Expr, PrimFunc, map_stmt_exprs
 from aot.targets import Target
 
@@ -95,6 +97,9 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
     Instruction(QUAD_PACK.name, QUAD_PACK_BYTES.name, little_endian=True),
     # Both read the quad's bytes as lanes of a broadcast register: little-endian.
     Instruction(QUAD_DOT.name, ARM_SDOT.name, ("aarch64",), _SDOT, little_endian=True),
+    Instruction(QUAD_DOT_S.name, ARM_SDOT.name, ("aarch64",), _SDOT, little_endian=True),
+    # Without dotprod: SMULL, SMULL2, ADDP, SADALP (the weights have no -128).
+    Instruction(QUAD_DOT_S.name, ARM_SMULL_DOT4.name, ("aarch64",), _NEON4, little_endian=True),
     Instruction(QUAD_DOT_U.name, X86_VPDPBUSD.name, _X86, _VPDPBUSD, little_endian=True),
     # Lane-wise, but only tested little-endian (the C casts vectors to NEON types).
     Instruction(ARM_SQRDMULH.generic, ARM_SQRDMULH.name, ("aarch64",), _NEON4,

@@ -9,6 +9,11 @@ one algorithm parameterised by how its int32 accumulators take products).
 - `quads_u8`: the same with the activation bytes unsigned (aot_dot4u:
   x86's vpdpbusd is u8 x s8): x ^ 0x80 = x + 128 is staged, so the bias
   also takes -128 * sum(w).
+- `quads_mull`: quads for NEON without dotprod (Cortex-A72, A53): aot_dot4s,
+  four int8 products a lane by SMULL / SMULL2, ADDP, SADALP (4 instructions
+  per 16 products, against 1 for sdot and 8+ for the pairs' lane formula),
+  whose int16 pair sums need weights without -128 (TFLite's are [-127,
+  127]); a kernel whose weights hold -128 falls back to pairs.
 
 The default policy asks the legalization pass: quads where the target turns
 the generic 4-way call into an instruction at its vector width, else pairs
@@ -23,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aot.codegen.intrinsics import pair_dot, quad_dot
-from aot.ir.tir import DType, Var
+from aot.ir.tir import Call, DType, Expr, Var
 from aot.lower.space import tunable
 from aot.targets import Target
 
@@ -43,6 +48,16 @@ class Accumulator:
     # vector and take them by lane (sdot v.4s, v.16b, v.4b[j]: a quarter of
     # the broadcast loads); x86 keeps vpdpbusd's broadcast from memory.
     by_lane: bool = False
+    symmetric: bool = False  # aot_dot4s: the weights must avoid -128
+
+    def fits(self, weights) -> bool:
+        """Whether weights (integers) suit this strategy's multiply-adds."""
+        low = -127 if self.symmetric else -128
+        return bool(weights.size) and weights.min() >= low and weights.max() <= 127
+
+    def dot(self, acc: Expr, quad: Expr, w: Expr) -> Call:
+        """The 4-way dot-product call of this (quad) strategy."""
+        return quad_dot(acc, quad, w, self.unsigned, self.symmetric)
 
     @property
     def offset(self) -> int:
@@ -53,6 +68,7 @@ class Accumulator:
 PAIRS = Accumulator("pairs", 2)
 QUADS = Accumulator("quads", 4, vectors=4, by_lane=True)
 QUADS_U8 = Accumulator("quads_u8", 4, unsigned=True)
+QUADS_MULL = Accumulator("quads_mull", 4, vectors=4, by_lane=True, symmetric=True)
 
 
 @tunable("accumulator")
@@ -62,9 +78,9 @@ def int8_accumulator(target: Target) -> Accumulator:
     lanes = target.lanes(32)
     if lanes < 4:
         return PAIRS
-    for s in (QUADS, QUADS_U8):
-        probe = quad_dot(Var("acc", DType("int32", lanes)), Var("q", DType("int32")),
-                         Var("w", DType("int8", 4 * lanes)), s.unsigned)
+    for s in (QUADS, QUADS_U8, QUADS_MULL):
+        probe = s.dot(Var("acc", DType("int32", lanes)), Var("q", DType("int32")),
+                      Var("w", DType("int8", 4 * lanes)))
         if instruction_for(probe, target) is not None:
             return s
     return PAIRS

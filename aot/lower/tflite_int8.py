@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from aot.codegen.intrinsics import lane as lane_of
-from aot.codegen.intrinsics import pack_pairs, pack_quads, packed_pair_dot, pair_dot, quad_dot
+from aot.codegen.intrinsics import pack_pairs, pack_quads, packed_pair_dot, pair_dot
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, Expr, For, If,
                         Load, Select, Stmt, Store, Unary, Var, add, dt, dtype_of, flat_index, mul,
                         seq, sub)
@@ -1033,7 +1033,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     # per aot_dot4 where the strategy says so: weights [KH, KW, D/4, C, 4],
     # input rows staged as quads of raw bytes (see _quad_rows).
     quads = (acc_kind.group == 4 and not depthwise and g.groups == 1 and g.depth % 4 == 0
-             and all(min(w) >= 4 for _, w in tiles) and _fits_int8(weights))
+             and all(min(w) >= 4 for _, w in tiles) and acc_kind.fits(weights))
     if quads:
         packed4 = ctx.param("filter_quads", np.ascontiguousarray(
             w5[0].reshape(g.per_group, g.kh, g.kw, g.depth // 4, 4)
@@ -1069,7 +1069,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
             and g.dilations[1] == 1
             and all(min(w) >= 4 for _, w in tiles) and int8_rows("flat") == "flat")
     row_kind = window_row_accumulator(ctx.target)
-    flat_kind = row_kind if flat and row_kind.group == 4 and _fits_int8(weights) else PAIRS
+    flat_kind = row_kind if flat and row_kind.group == 4 and row_kind.fits(weights) else PAIRS
     if flat:
         fg = flat_kind.group
         k_run = g.kw * g.depth
@@ -1146,7 +1146,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                     xq = ctx.fresh("xq")
                     body.append(Decl(xq, Load(rows, flat_index((slot(oy, ky), ix, icq),
                                                                rows.shape))))
-                    body += [Assign(a, quad_dot(a, xq, v, acc_kind.unsigned))
+                    body += [Assign(a, acc_kind.dot(a, xq, v))
                              for a, v in zip(row, w4)]
                 return seq(*body)
 
@@ -1163,7 +1163,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                     w4, decls = quad_weights(add(mul(icb, Const(4)), Const(j)))
                     body += decls
                     for row, xv in zip(accs, xvs):
-                        body += [Assign(a, quad_dot(a, lane_of(xv, j), v, acc_kind.unsigned))
+                        body += [Assign(a, acc_kind.dot(a, lane_of(xv, j), v))
                                  for a, v in zip(row, w4)]
                 return seq(*body)
             if quads and by_lane:
@@ -1222,7 +1222,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                 at = add(mul(ox, Const(g.strides[1] * g.depth // pstep)),
                          mul(j, Const(fg // pstep)))
                 body.append(Decl(pv, Load(rows, add(mul(ky, Const(rows.shape[1])), at))))
-                body += [Assign(a, quad_dot(a, pv, v, flat_kind.unsigned) if fg == 4 else
+                body += [Assign(a, flat_kind.dot(a, pv, v) if fg == 4 else
                                 Bin("+", a, packed_pair_dot(pv, v))) for a, v in zip(row_, wp)]
             return seq(*body)
 
@@ -1421,10 +1421,6 @@ def _quad_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int, kind: Accu
     return _staged_rows(ctx, g, "quad_rows", g.depth // 4, fill, one, many, 2)
 
 
-def _fits_int8(w: np.ndarray) -> bool:
-    return bool(w.size) and w.min() >= -128 and w.max() <= 127
-
-
 def _pair_widths(count: int, lanes: int, smallest: int = 4) -> list[int]:
     """A pixel's `count` pairs as vectors of `lanes`, then halving powers of
     two down to `smallest` lanes, then single pairs (1)."""
@@ -1462,7 +1458,7 @@ def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_o
     t = tile(ctx.target, "int32")
     tiles = _tile_widths(units, t)
     kind = int8_accumulator(ctx.target)
-    if kind.group == 4 and not (_fits_int8(w) and any(min(ws) >= 4 for _, ws in tiles)):
+    if kind.group == 4 and not (kind.fits(w) and any(min(ws) >= 4 for _, ws in tiles)):
         kind = PAIRS
     group = kind.group
     steps = depth // group
@@ -1513,7 +1509,7 @@ def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_o
             def quad(s):
                 xq = ctx.fresh("xq")
                 return seq(Decl(xq, Load(staged, s)), *[
-                    Assign(a, quad_dot(a, xq, w_group(s, off, wd), kind.unsigned))
+                    Assign(a, kind.dot(a, xq, w_group(s, off, wd)))
                     for a, off, wd in zip(accs, offs, widths)])
 
             def pair(dp):

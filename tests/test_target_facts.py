@@ -24,7 +24,7 @@ FACTS = {
     "armv7-linux-a53": ("arm", 16, True, "", {"neon"}, set()),
     "cortex-m4": ("thumb", 0, True, "", {"dsp", "vfp4d16sp"}, {"neon", "mve"}),
     "cortex-m7": ("thumb", 0, True, "", {"dsp"}, {"neon"}),
-    "cortex-m55": ("thumb", 0, True, "", {"dsp"}, {"mve", "mve.fp"}),
+    "cortex-m55": ("thumb", 0, True, "", {"dsp", "mve"}, {"mve.fp"}),
     "riscv64-linux": ("riscv64", 0, True, "lp64d", {"m", "a", "f", "d", "c"}, {"v"}),
 }
 

@@ -109,11 +109,16 @@ def smla_half(a: Expr, b: Expr, acc: Expr, high: bool) -> Call:
 
 
 def check_dsp(fn: str, args: tuple[Expr, ...], dtype: DType) -> DspOp:
-    op = DSP_OPS[fn]
+    return check_operands(DSP_OPS[fn], args, dtype)
+
+
+def check_operands(op, args: tuple[Expr, ...], dtype: DType):
+    """op (its name, its operands' types, an int32 result) if the call's
+    arguments and result are those, else a clear error naming it."""
     kinds = tuple(dtype_of(a) for a in args)
     if kinds != op.operands or dtype != INT32:
         want = ", ".join(map(str, op.operands))
-        raise UnsupportedError(f"{fn} takes ({want}) -> int32, got "
+        raise UnsupportedError(f"{op.name} takes ({want}) -> int32, got "
                                f"({', '.join(map(str, kinds))}) -> {dtype}")
     return op
 
@@ -221,5 +226,5 @@ def _declare(module: ir.Module, name: str, arity: int) -> ir.Function:
 
 __all__ = ["ARM_SMLABB", "ARM_SMLAD", "ARM_SMLATT", "ARM_SXTB16", "ARM_SXTB16_ROR8", "DSP_OPS",
            "ARM_SMMULR", "DspOp", "SMLABB", "SMLAD", "SMLATT", "SMMULR", "SXTB16", "SXTB16_ROR8",
-           "c_helper", "check_dsp", "generic_of", "llvm_emit", "smla_half", "smlad", "smmulr",
-           "sxtb16"]
+           "c_helper", "check_dsp", "check_operands", "generic_of", "llvm_emit", "smla_half",
+           "smlad", "smmulr", "sxtb16"]

@@ -24,12 +24,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.codegen import arm_dsp
+from aot.codegen import arm_dsp, arm_mve
 from aot.codegen.arm_dsp import DspOp
+from aot.codegen.arm_mve import MveOp
 from aot.codegen.check import check_func
 from aot.codegen.intrinsics import (GCC_X86_SPELLINGS, Helper, Lane, PairDot, PairPack, Pmuldq,
                                     check_call, vector_helper)
-from aot.codegen.intrinsics import NeonFixedPoint, QuadDot
+from aot.codegen.intrinsics import NeonFixedPoint, QuadDot, WideningMla
 from aot.codegen.names import c_comment, c_identifier, kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import UnsupportedError
@@ -626,12 +627,16 @@ class _Printer:
         fn = check_call(e.fn, e.args, e.dtype)
         if isinstance(fn, DspOp):
             return self._call_text(arm_dsp.c_helper(self.mod, fn), list(e.args))
+        if isinstance(fn, MveOp):
+            return self._call_text(arm_mve.c_helper(self.mod, fn), list(e.args))
         if isinstance(fn, PairDot):
             return self._call_text(self._pair_dot(e.dtype, fn), list(e.args))
         if isinstance(fn, PairPack):
             return self._call_text(self._pair_pack(e.dtype, fn), list(e.args))
         if isinstance(fn, QuadDot):
             return self._call_text(self._quad_dot(e.dtype, fn), list(e.args))
+        if isinstance(fn, WideningMla):
+            return self._call_text(self._widening_mla(e.dtype, fn), list(e.args))
         if isinstance(fn, NeonFixedPoint):
             args = [a if dtype_of(a).lanes > 1 else Broadcast(a, 4) for a in e.args]
             return self._call_text(self._neon_fixed_point(fn), args)
@@ -737,6 +742,26 @@ class _Printer:
                                              f"{formula}#endif\n")
         return self.mod.helper(name, lambda: (
             f"{head}static inline {rt} {name}({rt} acc, int32_t q, {wt} w)\n{{\n{body}}}"))
+
+    def _widening_mla(self, d: DType, fn: WideningMla) -> str:
+        """aot_mlal_lo / aot_mlal_hi (intrinsics.WideningMla): the lane
+        formula, or for arm_smlal_lo / _hi NEON's SMLAL / SMLAL2 with the
+        formula left for a compiler without NEON."""
+        rt, ht = self.mod.vector(d), self.mod.vector(DType("int16", 2 * d.lanes))
+        name = f"{fn.name}_{rt[4:]}"
+        at = f"k + {d.lanes}" if fn.high else "k"
+        formula = (f"    {rt} r = acc;\n    for (int k = 0; k < {d.lanes}; ++k) {{\n"
+                   f"        r[k] += (int32_t)x[{at}] * w[{at}];\n    }}\n    return r;\n")
+        head = ""
+        if fn.instruction:
+            isa = "defined(__aarch64__) && defined(__ARM_NEON)"
+            head = f"#if {isa}\n#include <arm_neon.h>\n#endif\n"
+            neon = ("vmlal_high_s16((int32x4_t)acc, (int16x8_t)x, (int16x8_t)w)" if fn.high else
+                    "vmlal_s16((int32x4_t)acc, vget_low_s16((int16x8_t)x), "
+                    "vget_low_s16((int16x8_t)w))")
+            formula = f"#if {isa}\n    return ({rt}){neon};\n#else\n{formula}#endif\n"
+        return self.mod.helper(name, lambda: (
+            f"{head}static inline {rt} {name}({rt} acc, {ht} x, {ht} w)\n{{\n{formula}}}"))
 
     def _neon_fixed_point(self, fn: NeonFixedPoint) -> str:
         """arm_sqrdmulh / arm_rdbpot (intrinsics.NeonFixedPoint): the NEON

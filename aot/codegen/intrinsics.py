@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from aot.codegen.arm_dsp import DSP_OPS, check_dsp
+from aot.codegen.arm_mve import MVE_OPS, check_mve
 from aot.errors import UnsupportedError
 from aot.ir.tir import (INT32, INT64, Bin, Broadcast, Call, Cast, Const, DType, Expr, Select,
                         Unary, Var, dtype_of)
@@ -400,6 +401,36 @@ def quad_dot(acc: Expr, quad: Expr, w: Expr, unsigned: bool = False,
 
 
 @dataclass(frozen=True)
+class WideningMla:
+    """`aot_mlal_lo(acc, x, w)` / `aot_mlal_hi`: an int32 vector acc of n
+    lanes, int16 vectors x and w of 2n -> acc[k] + x[k + h] * w[k + h], h = 0
+    (lo) or n (hi): the widening multiply-accumulate of one half of two
+    int16 vectors (8 int8 channels widened once feed two accumulators).
+    Generic, the lane formula; on AArch64 the legalization pass makes them
+    `arm_smlal_lo` / `arm_smlal_hi` (SMLAL / SMLAL2, ACLE vmlal_s16 /
+    vmlal_high_s16). Exact: the products are within int32 and the sum wraps
+    as the accumulation does."""
+    name: str
+    high: bool = False
+    instruction: bool = False
+
+    def result(self, args: tuple[Expr, ...]) -> DType:
+        return dtype_of(args[0])
+
+
+MLAL_LO = WideningMla("aot_mlal_lo")
+MLAL_HI = WideningMla("aot_mlal_hi", high=True)
+ARM_SMLAL_LO = WideningMla("arm_smlal_lo", instruction=True)
+ARM_SMLAL_HI = WideningMla("arm_smlal_hi", high=True, instruction=True)
+_WIDENING_MLAS = {m.name: m for m in (MLAL_LO, MLAL_HI, ARM_SMLAL_LO, ARM_SMLAL_HI)}
+
+
+def widening_mla(acc: Expr, x: Expr, w: Expr, high: bool) -> Call:
+    """The aot_mlal_lo / aot_mlal_hi call (see WideningMla)."""
+    return Call((MLAL_HI if high else MLAL_LO).name, (acc, x, w), dtype_of(acc))
+
+
+@dataclass(frozen=True)
 class Pmuldq:
     """`x86_pmuldq_rdhm(a, b)`: the whole-vector aot_rdhm on int32 x n
     (n = 4, 8, 16; a scalar operand is broadcast), computed with x86's
@@ -469,8 +500,8 @@ def lane(v: Expr, i: int) -> Call:
 
 def lane_crossing(fn: str) -> bool:
     """Calls whose vector operands need not have the result's lanes."""
-    return (fn in DSP_OPS or fn in _PAIR_DOTS or fn in _PAIR_PACKS or fn in _QUAD_DOTS
-            or fn == LANE.name)
+    return (fn in DSP_OPS or fn in MVE_OPS or fn in _PAIR_DOTS or fn in _PAIR_PACKS
+            or fn in _QUAD_DOTS or fn in _WIDENING_MLAS or fn == LANE.name)
 
 
 def _check_lane(args: tuple[Expr, ...], dtype: DType) -> Lane:
@@ -501,6 +532,15 @@ def _check_quad_dot(fn: str, args: tuple[Expr, ...], dtype: DType) -> QuadDot:
         raise UnsupportedError(f"{fn} takes (int32 x n, int32, int8 x 4n) -> int32 x n, got "
                                f"({', '.join(map(str, kinds))}) -> {dtype}")
     return d
+
+
+def _check_widening_mla(fn: str, args: tuple[Expr, ...], dtype: DType) -> WideningMla:
+    kinds = [dtype_of(a) for a in args]
+    if (len(args) != 3 or kinds[0].scalar != "int32" or kinds[0].lanes < 2
+            or kinds[1:] != [DType("int16", 2 * kinds[0].lanes)] * 2 or dtype != kinds[0]):
+        raise UnsupportedError(f"{fn} takes (int32 x n, int16 x 2n, int16 x 2n) -> int32 x n, "
+                               f"got ({', '.join(map(str, kinds))}) -> {dtype}")
+    return _WIDENING_MLAS[fn]
 
 
 def _check_pmuldq(args: tuple[Expr, ...], dtype: DType) -> Pmuldq:
@@ -535,14 +575,18 @@ def _check_pair_dot(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairDot:
 
 def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
                ) -> (LibmFn | Helper | PairDot | PairPack | Pmuldq | Lane | QuadDot
-                     | NeonFixedPoint):
+                     | NeonFixedPoint | WideningMla):
     """What a Call means, or a clear error naming it."""
     if fn in DSP_OPS:          # the Armv7E-M DSP extension's (aot/codegen/arm_dsp.py)
         return check_dsp(fn, args, dtype)
+    if fn in MVE_OPS:          # Helium's (aot/codegen/arm_mve.py)
+        return check_mve(fn, args, dtype)
     if fn in _PAIR_DOTS:
         return _check_pair_dot(fn, args, dtype)
     if fn in _QUAD_DOTS:
         return _check_quad_dot(fn, args, dtype)
+    if fn in _WIDENING_MLAS:
+        return _check_widening_mla(fn, args, dtype)
     if fn in _PAIR_PACKS:
         return _check_pair_pack(fn, args, dtype)
     if fn == X86_PMULDQ_RDHM.name:
@@ -571,10 +615,11 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
     return f
 
 
-__all__ = ["ARM_RDBPOT", "ARM_SDOT", "ARM_SMULL_DOT4", "ARM_SQRDMULH", "GCC_X86_SPELLINGS",
-           "HELPERS", "Helper", "LANE", "Lane", "LibmFn", "NeonFixedPoint", "PACKED_PAIR_DOT",
-           "PAIR_DOT", "PAIR_PACK", "PAIR_PACK_BYTES", "PairDot", "PairPack", "Pmuldq", "QUAD_DOT",
-           "QUAD_DOT_S", "QUAD_DOT_U", "QUAD_PACK", "QUAD_PACK_BYTES", "QuadDot", "X86_PMADDWD",
+__all__ = ["ARM_RDBPOT", "ARM_SDOT", "ARM_SMLAL_HI", "ARM_SMLAL_LO", "ARM_SMULL_DOT4",
+           "ARM_SQRDMULH", "GCC_X86_SPELLINGS", "HELPERS", "Helper", "LANE", "Lane", "LibmFn",
+           "MLAL_HI", "MLAL_LO", "NeonFixedPoint", "PACKED_PAIR_DOT", "PAIR_DOT", "PAIR_PACK",
+           "PAIR_PACK_BYTES", "PairDot", "PairPack", "Pmuldq", "QUAD_DOT", "QUAD_DOT_S",
+           "QUAD_DOT_U", "QUAD_PACK", "QUAD_PACK_BYTES", "QuadDot", "WideningMla", "X86_PMADDWD",
            "X86_PMADDWD_PACKED", "X86_PMULDQ_RDHM", "X86_VPDPBUSD", "check_call", "helper", "lane",
            "lane_crossing", "libm", "pack_pairs", "pack_quads", "packed_pair_dot", "pair_dot",
-           "quad_dot", "vector_helper"]
+           "quad_dot", "vector_helper", "widening_mla"]

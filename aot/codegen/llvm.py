@@ -26,12 +26,13 @@ import numpy as np
 from llvmlite import binding as llvm
 from llvmlite import ir
 
-from aot.codegen import arm_dsp
+from aot.codegen import arm_dsp, arm_mve
 from aot.codegen.arm_dsp import DspOp
+from aot.codegen.arm_mve import MveOp
 from aot.codegen.check import check_func
 from aot.codegen.intrinsics import (Helper, Lane, LibmFn, PairDot, PairPack, Pmuldq, check_call,
                                     vector_helper)
-from aot.codegen.intrinsics import NeonFixedPoint, QuadDot
+from aot.codegen.intrinsics import NeonFixedPoint, QuadDot, WideningMla
 from aot.codegen.names import kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import AotError, UnsupportedError
@@ -373,6 +374,8 @@ class _FuncBuilder:
         args = [self.value(a) for a in e.args]
         if isinstance(fn, DspOp):
             return arm_dsp.llvm_emit(self.b, self.module, fn, args)
+        if isinstance(fn, MveOp):
+            return arm_mve.llvm_emit(self.b, self.module, fn, args)
         if isinstance(fn, PairDot):
             if fn.packed:
                 return self.packed_pair_dot(e.dtype.lanes, fn.pmaddwd, *args)
@@ -383,6 +386,8 @@ class _FuncBuilder:
             return self.pair_pack(e.dtype.lanes, fn.bytes, args[0])
         if isinstance(fn, QuadDot):
             return self.quad_dot(e.dtype.lanes, fn, *args)
+        if isinstance(fn, WideningMla):
+            return self.widening_mla(fn, *args)
         if isinstance(fn, NeonFixedPoint):
             return self.neon_fixed_point(fn, *(self.splat(v, 4) if dtype_of(a).lanes == 1 else v
                                                for v, a in zip(args, e.args)))
@@ -478,6 +483,19 @@ class _FuncBuilder:
             out = self.b.add(out, self.b.shuffle_vector(prod, undef, ir.Constant(
                 ir.VectorType(i32, n), [4 * k + j for k in range(n)])))
         return out
+
+    def widening_mla(self, fn: WideningMla, acc, x, w):
+        """aot_mlal_lo / _hi and arm_smlal_lo / _hi alike: the half's lanes
+        extended, multiplied and added (AArch64's instruction selection
+        makes SMLAL / SMLAL2 of it)."""
+        n = acc.type.count
+        at = ir.Constant(ir.VectorType(ir.IntType(32), n),
+                         list(range(n, 2 * n) if fn.high else range(n)))
+
+        def half(v):
+            return self.b.sext(self.b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), at),
+                               acc.type)
+        return self.b.add(acc, self.b.mul(half(x), half(w)))
 
     def smull_dot4(self, acc, x, w):
         """arm_smull_dot4 on the broadcast quad x: SMULL / SMULL2 of the

@@ -81,6 +81,10 @@ def conv_kernel(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> Callable
     """The DSP kernel for this convolution, called as
     kernel(ctx, x, g, weights, bias, zp, finish) with conv_nest's finish,
     or None: the scalar loops then."""
+    from aot.lower import int8_mve     # (Helium's kernels build on these)
+    mve = int8_mve.conv_kernel(ctx, x, g, weights)
+    if mve is not None:
+        return mve
     if fits_pointwise(ctx, x, g, weights):
         return pointwise
     if fits_depthwise(ctx, x, g, weights):
@@ -97,17 +101,21 @@ def fits_fc(ctx: LowerCtx, x: TensorRef, w: np.ndarray) -> bool:
 
 
 def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
-           finish: Callable[[Expr, Expr, Var], Stmt], tile: tuple[int, int]) -> Stmt:
+           finish: Callable[[Expr, Expr, Var], Stmt], tile: tuple[int, int],
+           words: "Words | None" = None) -> Stmt:
     """finish(row, channel, acc) for acc = bias[channel] + sum_d x[row, d] *
-    w[channel, d], every row and channel, in tiles of `tile` (rows, channels).
+    w[channel, d], every row and channel, in tiles of `tile` (rows, channels),
+    the depth read in `words` (default PAIRS: SMLAD's).
 
     x: int8 rows of depth w.shape[1] at flat offset row * depth; w: integer
     weights [channels, depth] within int8; bias: int32 [channels]."""
     from aot.lower.tflite_int8 import table     # (that module dispatches here)
+    words = words or PAIRS
+    n = words.lanes
     channels, depth = w.shape
     nr, nk = tile
-    whole = depth - depth % 4
-    wbuf = ctx.param("weights", _interleave(w, nk).astype(np.int8))
+    whole = depth - depth % n
+    wbuf = ctx.param("weights", _interleave(w, nk, n).astype(np.int8))
     start = table(ctx, "bias", bias.astype(np.int32))
 
     def block(r0: Expr, nr: int, c0: Expr, nk: int) -> Stmt:
@@ -118,15 +126,16 @@ def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
 
         def step(d: Expr) -> Stmt:
             body: list[Stmt] = []
-            xs = [_halves(ctx, body, "x", Load(x, add(mul(r, Const(depth)), d), 4)) for r in rs]
-            ws = [_halves(ctx, body, "w", Load(wbuf, _at(c0, nk, k, d, depth), 4))
+            xs = [words.read(ctx, body, "x", Load(x, add(mul(r, Const(depth)), d), n))
+                  for r in rs]
+            ws = [words.read(ctx, body, "w", Load(wbuf, _at(c0, nk, k, d, depth, n), n))
                   for k in range(nk)]
-            _dot_words(body, xs, ws, accs)
+            words.dot(body, xs, ws, accs)
             return seq(*body)
-        parts.append(_word_loop(ctx, depth // 4, step))
+        parts.append(_word_loop(ctx, depth // n, step, n))
         parts += _tail(range(whole, depth), accs,
                        lambda i, d: Load(x, add(mul(rs[i], Const(depth)), Const(d))),
-                       lambda k, d: Load(wbuf, _at(c0, nk, k, d, depth)))
+                       lambda k, d: Load(wbuf, _at(c0, nk, k, d, depth, n)))
         parts += [finish(r, c, acc) for r, row in zip(rs, accs) for c, acc in zip(cs, row)]
         return seq(*parts)
 
@@ -134,10 +143,11 @@ def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
         ctx, "c", channels, nk, lambda c0, wk: block(r0, wr, c0, wk)))
 
 
-def _word_loop(ctx: LowerCtx, words: int, step: Callable[[Expr], Stmt]) -> Stmt:
-    """step(d) for d = 0, 4, ... (words times); a short loop unrolled whole."""
+def _word_loop(ctx: LowerCtx, words: int, step: Callable[[Expr], Stmt], lanes: int = 4
+               ) -> Stmt:
+    """step(d) for d = 0, lanes, ... (words times); a short loop unrolled whole."""
     from aot.lower.tflite_int8 import loop_step
-    s = loop_step(ctx, "d", words, 0, 4, step)
+    s = loop_step(ctx, "d", words, 0, lanes, step)
     return replace(s, kind=ForKind.UNROLLED) if isinstance(s, For) and words <= UNROLL_WORDS else s
 
 
@@ -159,26 +169,27 @@ def _tiles(ctx: LowerCtx, name: str, count: int, step: int,
     return seq(*parts)
 
 
-def _at(c0: Expr, width: int, k: int, d: int | Expr, depth: int) -> Expr:
+def _at(c0: Expr, width: int, k: int, d: int | Expr, depth: int, word: int = 4) -> Expr:
     """Where weight (c0 + k, d) lies in _interleave's layout, c0 the first
-    channel of a tile of `width`; d a multiple of 4, or any constant."""
-    whole = depth - depth % 4
-    if isinstance(d, int) and d >= whole:
+    channel of a tile of `width`; d a multiple of `word`, or any constant."""
+    if not isinstance(d, int):
+        return add(add(mul(c0, Const(depth)), mul(d, Const(width))), Const(word * k))
+    whole = depth - depth % word
+    if d >= whole:
         return add(mul(c0, Const(depth)), Const(whole * width + k * (depth - whole) + d - whole))
-    if isinstance(d, int):
-        return add(mul(c0, Const(depth)), Const((d - d % 4) * width + 4 * k + d % 4))
-    return add(add(mul(c0, Const(depth)), mul(d, Const(width))), Const(4 * k))
+    return add(mul(c0, Const(depth)), Const((d - d % word) * width + word * k + d % word))
 
 
 def pointwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
-              finish: Callable[[tuple, Expr], Stmt]) -> Stmt:
+              finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None,
+              tile: tuple[int, int] = CONV_TILE) -> Stmt:
     """A 1x1 convolution (fits_pointwise) as the product of its pixel rows;
     finish((n, oy, ox, oc), acc) as conv_nest's."""
     from aot.lower.tflite_int8 import unravel
     w = weights.reshape(g.cout, g.depth)
     pixels = (g.n, g.oh, g.ow)
     return matmul(ctx, x.buffer, g.n * g.oh * g.ow, w, _folded(bias, zp, w),
-                  lambda r, c, acc: finish(unravel(r, pixels) + (c,), acc), CONV_TILE)
+                  lambda r, c, acc: finish(unravel(r, pixels) + (c,), acc), tile, words)
 
 
 def fully_connected(ctx: LowerCtx, x: TensorRef, w: np.ndarray, bias: np.ndarray,
@@ -186,11 +197,14 @@ def fully_connected(ctx: LowerCtx, x: TensorRef, w: np.ndarray, bias: np.ndarray
     """tfl.fully_connected (fits_fc) with the zero point already folded into
     `bias`: finish(out_lead, unit, acc) per output; x read as rows of the
     weights' depth, as TFLite flattens it."""
+    from aot.lower import int8_mve     # (Helium's vectors where the depth has them)
     from aot.lower.tflite_int8 import unravel
+    words, tile = ((int8_mve.VECTORS, int8_mve.TILE) if int8_mve.fits_fc(ctx, x, w)
+                   else (PAIRS, FC_TILE))
     lead = tuple(out_shape[:-1])
     rows = int(np.prod(lead, dtype=np.int64))
     return matmul(ctx, x.buffer, rows, w, bias,
-                  lambda r, c, acc: finish(unravel(r, lead), c, acc), FC_TILE)
+                  lambda r, c, acc: finish(unravel(r, lead), c, acc), tile, words)
 
 
 def fits_dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
@@ -201,16 +215,20 @@ def fits_dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
 
 
 def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
-          finish: Callable[[tuple, Expr], Stmt]) -> Stmt:
-    """A convolution (fits_dense) without an im2col buffer: 2 neighbouring
-    output pixels of a row x 2 output channels per tile, over the taps and
-    each tap's words of input channels, read where they lie. weights
-    [C_out, KH, KW, D]; finish as conv_nest's."""
+          finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None,
+          tile: tuple[int, int] = CONV_TILE) -> Stmt:
+    """A convolution (fits_dense; the depth a multiple of the words' lanes)
+    without an im2col buffer: 2 neighbouring output pixels of a row x
+    tile[1] output channels per tile, over the taps and each tap's words of
+    input channels, read where they lie. weights [C_out, KH, KW, D]; finish
+    as conv_nest's."""
     from aot.lower.tflite_int8 import in_range, window_pos, loop, loop_step, plane_regions, table
+    words = words or PAIRS
+    lanes = words.lanes
     w = weights.reshape(g.cout, -1)         # (ky, kx, c) per channel
     terms = w.shape[1]
-    nk = CONV_TILE[1]
-    wbuf = ctx.param("weights", _interleave(w, nk).astype(np.int8))
+    nk = tile[1]
+    wbuf = ctx.param("weights", _interleave(w, nk, lanes).astype(np.int8))
     start = table(ctx, "bias", _folded(bias, zp, w))
 
     def tile(n, oy, oxs: list, tests, c0: Expr, width: int) -> Stmt:
@@ -226,14 +244,15 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
 
             def word(c) -> Stmt:
                 body: list[Stmt] = []
-                xs = [_halves(ctx, body, "x", Load(x.buffer, flat_index((n, iy, ix, c), x.shape),
-                                                   4), cond, zp) for ix, cond in zip(ixs, conds)]
+                xs = [words.read(ctx, body, "x", Load(x.buffer, flat_index((n, iy, ix, c),
+                                                                          x.shape), lanes),
+                                 cond, zp) for ix, cond in zip(ixs, conds)]
                 d = add(mul(add(mul(ky, Const(g.kw)), kx), Const(g.depth)), c)
-                ws = [_halves(ctx, body, "w", Load(wbuf, _at(c0, width, k, d, terms), 4))
-                      for k in range(width)]
-                _dot_words(body, xs, ws, accs)
+                ws = [words.read(ctx, body, "w", Load(wbuf, _at(c0, width, k, d, terms, lanes),
+                                                      lanes)) for k in range(width)]
+                words.dot(body, xs, ws, accs)
                 return seq(*body)
-            return loop_step(ctx, "c", g.depth // 4, 0, 4, word)
+            return loop_step(ctx, "c", g.depth // lanes, 0, lanes, word)
         parts.append(loop(ctx, "ky", g.kh, lambda ky: loop(ctx, "kx", g.kw,
                                                             lambda kx: tap(ky, kx))))
         parts += [finish((n, oy, ox, c), acc) for ox, row in zip(oxs, accs)
@@ -578,23 +597,39 @@ def _dot_words(body: list, xs, ws, accs) -> None:
             body += [Assign(acc, smlad(xh[0], wh[0], acc)), Assign(acc, smlad(xh[1], wh[1], acc))]
 
 
+@dataclass(frozen=True)
+class Words:
+    """How a kernel reads its depth and multiplies it: `lanes` int8 at a
+    time, read(ctx, body, name, load, cond=None, fill=0) appends the
+    reading of `load` (`fill` in every lane where cond is false) to body and
+    gives the operand; dot(body, xs, ws, accs) adds to accs[i][k] the
+    products of input operand i and weight operand k."""
+    lanes: int
+    read: Callable
+    dot: Callable
+
+
+# SMLAD's: a word of 4 split into its even and odd int16 pairs
+PAIRS = Words(4, _halves, _dot_words)
+
+
 def _folded(bias: np.ndarray, zp: int, w: np.ndarray) -> np.ndarray:
     from aot.ops.qmath import wrap_int32
     return wrap_int32(bias - zp * w.sum(axis=1)).astype(np.int32)
 
 
-def _interleave(w: np.ndarray, k: int) -> np.ndarray:
+def _interleave(w: np.ndarray, k: int, word: int = 4) -> np.ndarray:
     """The weights [channels, depth] as the tiles read them: per tile of k
-    channels, its words (4 depths) channel after channel for each word
-    position, then the depth's last depth % 4 values channel by channel;
+    channels, its words (`word` depths) channel after channel for each word
+    position, then the depth's last depth % word values channel by channel;
     the channels past the last whole tile as they are (tiles of one)."""
     channels, depth = w.shape
-    whole = depth - depth % 4
+    whole = depth - depth % word
     full = channels - channels % k
     if full == 0:
         return w.reshape(-1)
     tiles = w[:full].reshape(full // k, k, depth)
-    words = tiles[:, :, :whole].reshape(full // k, k, whole // 4, 4).transpose(0, 2, 1, 3)
+    words = tiles[:, :, :whole].reshape(full // k, k, whole // word, word).transpose(0, 2, 1, 3)
     body = np.concatenate([words.reshape(full // k, -1),
                            tiles[:, :, whole:].reshape(full // k, -1)], axis=1)
     return np.concatenate([body.reshape(-1), w[full:].reshape(-1)])

@@ -10,10 +10,12 @@ nothing.
     aot_pack2 / aot_pack4  -> aot_pack2_bytes / aot_pack4_bytes   little-endian targets
     aot_dot4               -> arm_sdot                            AArch64 with dotprod (4)
     aot_dot4s              -> arm_sdot, else arm_smull_dot4       AArch64 (4): dotprod, else NEON
+    aot_mlal_lo / _hi      -> arm_smlal_lo / _hi                  AArch64 NEON (4)
     aot_dot4u              -> x86_vpdpbusd                        x86: AVX512-VNNI (16),
                                                                   with AVX512VL (4, 8)
     aot_rdhm on int32 x 4  -> arm_sqrdmulh                        AArch64 NEON
     aot_rdbpot on int32 x 4 -> arm_rdbpot                         AArch64 NEON
+    aot_dot16              -> arm_vmladava                        Arm with MVE (Helium)
     (the function)         -> attribute GCC_X86_SPELLINGS         x86: the C's vector
                                                                   conversions and min/max
                                                                   spelled for GCC beside
@@ -35,11 +37,13 @@ from dataclasses import dataclass, replace
 from aot.codegen.arm_dsp import (ARM_SMLABB, ARM_SMLAD, ARM_SMLATT, ARM_SMMULR, ARM_SXTB16,
                                  ARM_SXTB16_ROR8, SMLABB, SMLAD, SMLATT, SMMULR, SXTB16,
                                  SXTB16_ROR8)
+from aot.codegen.arm_mve import ARM_VMLADAVA, DOT16
 from aot.codegen.intrinsics import (GCC_X86_SPELLINGS, PACKED_PAIR_DOT, PAIR_DOT, PAIR_PACK,
                                     PAIR_PACK_BYTES, X86_PMADDWD, X86_PMADDWD_PACKED, X86_PMULDQ_RDHM)
 from aot.codegen.intrinsics import (ARM_RDBPOT, ARM_SDOT, ARM_SMULL_DOT4, ARM_SQRDMULH, QUAD_DOT,
                                     QUAD_DOT_S, QUAD_DOT_U, QUAD_PACK, QUAD_PACK_BYTES,
                                     X86_VPDPBUSD)
+from aot.codegen.intrinsics import ARM_SMLAL_HI, ARM_SMLAL_LO, MLAL_HI, MLAL_LO
 from aot.ir.tir import Call, Expr, PrimFunc, map_stmt_exprs
 from aot.targets import Target
 
@@ -94,11 +98,15 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
     Instruction(SMMULR.name, ARM_SMMULR.name, _ARM, _DSP),
     Instruction(SXTB16.name, ARM_SXTB16.name, _ARM, _DSP, little_endian=True),
     Instruction(SXTB16_ROR8.name, ARM_SXTB16_ROR8.name, _ARM, _DSP, little_endian=True),
+    # Helium (Cortex-M55): one VMLADAVA.S8 per 16 int8 products into a scalar.
+    Instruction(DOT16.name, ARM_VMLADAVA.name, _ARM, ((1, ("mve",)),)),
     Instruction(QUAD_PACK.name, QUAD_PACK_BYTES.name, little_endian=True),
     # Both read the quad's bytes as lanes of a broadcast register: little-endian.
     Instruction(QUAD_DOT.name, ARM_SDOT.name, ("aarch64",), _SDOT, little_endian=True),
     Instruction(QUAD_DOT_S.name, ARM_SDOT.name, ("aarch64",), _SDOT, little_endian=True),
     # Without dotprod: SMULL, SMULL2, ADDP, SADALP (the weights have no -128).
+    Instruction(MLAL_LO.name, ARM_SMLAL_LO.name, ("aarch64",), _NEON4, little_endian=True),
+    Instruction(MLAL_HI.name, ARM_SMLAL_HI.name, ("aarch64",), _NEON4, little_endian=True),
     Instruction(QUAD_DOT_S.name, ARM_SMULL_DOT4.name, ("aarch64",), _NEON4, little_endian=True),
     Instruction(QUAD_DOT_U.name, X86_VPDPBUSD.name, _X86, _VPDPBUSD, little_endian=True),
     # Lane-wise, but only tested little-endian (the C casts vectors to NEON types).

@@ -1,8 +1,10 @@
-/* aot thread pool (see aot_threads.h): one 64-bit word holds the current
- * job's number (high half) and the next task nobody has claimed (low half).
- * The caller and the workers claim tasks from it with a compare-and-swap, so
- * a worker the OS has not scheduled yet costs nothing: the caller runs the
- * tasks it has not claimed. A mutex with two condition variables serves
+/* aot thread pool (see aot_threads.h). Each job (one split kernel, or one
+ * phase of it) has TASKS_PER_THREAD tasks per thread; thread k owns tasks
+ * k, k + n, ... Every thread runs the tasks it owns; a task nobody has
+ * started after a while is run by whoever finds it (a worker the OS does
+ * not run loses its task to the caller instead of stalling the run). A task
+ * is claimed by a compare-and-swap of its slot from the previous job's
+ * number to this one's. A mutex with two condition variables serves
  * whoever stops spinning and sleeps.
  *
  * Memory order: the caller writes the job (fn, ctx), then publishes its
@@ -19,24 +21,29 @@
 #include "aot_threads.h"
 
 /* Pause-loop iterations a waiting thread spins before it sleeps (about a
- * hundred microseconds): longer than the gap a small one-thread kernel
- * leaves between two split ones, short enough not to steal a busy
- * machine's cores for long. */
-#define SPINS 4000
+ * millisecond on this x86, 50 ns a pause): longer than the gaps between a
+ * run's split kernels and between runs (a worker woken from its sleep came
+ * too late for the job on a loaded machine), short enough that an idle
+ * process sleeps. */
+#define SPINS 20000
+/* How long the caller leaves the workers' tasks to them (pause-loop
+ * iterations) before it runs those nobody has started. */
+#define STEAL_SPINS 20000
 
-/* Tasks per thread in a job: finer than one share per thread, so that a
- * thread the OS runs late (a loaded machine) leaves its shares to the
- * others; each task's share is still whole vector tiles. */
-#define TASKS_PER_THREAD 2
+/* Tasks per thread in a job: one balanced share each (finer shares
+ * measured no better: each claim moves a cache line between cores). */
+#define TASKS_PER_THREAD 1
+#define MAX_TASKS (AOT_MAX_THREADS * TASKS_PER_THREAD)
 
-/* The two words every thread writes each job sit on cache lines of their
- * own: sharing one with each other or with the job's read-mostly fields
- * would move that line between cores once more per claim. */
+/* The words threads write each job sit on cache lines of their own:
+ * sharing one with the job's read-mostly fields would move that line
+ * between cores once more per claim. */
 #define LINE 64
 
 static struct {
-    uint64_t state __attribute__((aligned(LINE)));  /* job number << 32 | next unclaimed task */
+    uint32_t job __attribute__((aligned(LINE)));    /* bumped once per job (or stop) */
     int done __attribute__((aligned(LINE)));        /* tasks of the current job finished */
+    uint32_t claimed[MAX_TASKS] __attribute__((aligned(LINE)));  /* per task: the job that ran it last */
     aot_task_fn fn __attribute__((aligned(LINE)));
     void* ctx;
     int threads;               /* 0: not started; else the caller's thread + workers */
@@ -46,7 +53,7 @@ static struct {
     pthread_cond_t wake;       /* workers: a new job (or stop) was published */
     pthread_cond_t finished;   /* the caller: the last task is done */
     pthread_t workers[AOT_MAX_THREADS - 1];
-} pool = {0, 0, NULL, NULL, 0, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+} pool = {0, 0, {0}, NULL, NULL, 0, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
           PTHREAD_COND_INITIALIZER, {0}};
 
 /* start and stop, one at a time (a lazy start may race a first run) */
@@ -60,76 +67,88 @@ static void cpu_relax(void) {
 #endif
 }
 
-static uint32_t job_of(uint64_t state) {
-    return (uint32_t)(state >> 32);
-}
-
 /* Until a job other than `seen` is published: its number. */
 static uint32_t wait_for_job(uint32_t seen) {
     uint32_t job;
     int i;
     for (i = 0; i < SPINS; i++) {
-        job = job_of(__atomic_load_n(&pool.state, __ATOMIC_ACQUIRE));
+        job = __atomic_load_n(&pool.job, __ATOMIC_ACQUIRE);
         if (job != seen) {
             return job;
         }
         cpu_relax();
     }
     pthread_mutex_lock(&pool.lock);
-    while ((job = job_of(__atomic_load_n(&pool.state, __ATOMIC_ACQUIRE))) == seen) {
+    while ((job = __atomic_load_n(&pool.job, __ATOMIC_ACQUIRE)) == seen) {
         pthread_cond_wait(&pool.wake, &pool.lock);
     }
     pthread_mutex_unlock(&pool.lock);
     return job;
 }
 
-/* Claim and run tasks of job `job` until none is left unclaimed. */
-static void run_tasks(uint32_t job, int tasks) {
-    uint64_t state = __atomic_load_n(&pool.state, __ATOMIC_ACQUIRE);
-    while (job_of(state) == job && (uint32_t)state < (uint32_t)tasks) {
-        if (!__atomic_compare_exchange_n(&pool.state, &state, state + 1, 1, __ATOMIC_ACQ_REL,
-                                         __ATOMIC_ACQUIRE)) {
-            continue;         /* `state` now holds the current value */
-        }
-        pool.fn(pool.ctx, (int32_t)(uint32_t)state, (int32_t)tasks);
-        if (__atomic_add_fetch(&pool.done, 1, __ATOMIC_ACQ_REL) == tasks) {
-            pthread_mutex_lock(&pool.lock);
-            pthread_cond_signal(&pool.finished);
-            pthread_mutex_unlock(&pool.lock);
-        }
-        state = __atomic_load_n(&pool.state, __ATOMIC_ACQUIRE);
+/* Run task t of job `job` unless another thread has claimed it: 1 if run. */
+static int try_task(int t, uint32_t job, int tasks) {
+    uint32_t before = job - 1;
+    if (!__atomic_compare_exchange_n(&pool.claimed[t], &before, job, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_RELAXED)) {
+        return 0;
+    }
+    pool.fn(pool.ctx, (int32_t)t, (int32_t)tasks);
+    if (__atomic_add_fetch(&pool.done, 1, __ATOMIC_ACQ_REL) == tasks) {
+        pthread_mutex_lock(&pool.lock);
+        pthread_cond_signal(&pool.finished);
+        pthread_mutex_unlock(&pool.lock);
+    }
+    return 1;
+}
+
+/* Thread `self`'s own tasks of job `job`. */
+static void run_own(uint32_t job, int self, int threads) {
+    int t;
+    for (t = self; t < threads * TASKS_PER_THREAD; t += threads) {
+        try_task(t, job, threads * TASKS_PER_THREAD);
     }
 }
 
+/* The tasks of job `job` other threads have not started: how many. */
+static int run_rest(uint32_t job, int self, int threads) {
+    int t, ran = 0;
+    for (t = 0; t < threads * TASKS_PER_THREAD; t++) {
+        if (t % threads != self) {
+            ran += try_task(t, job, threads * TASKS_PER_THREAD);
+        }
+    }
+    return ran;
+}
+
 static void* worker(void* arg) {
+    const int self = (int)(intptr_t)arg;
     uint32_t seen = 0;        /* start_locked publishes job 0 before any worker runs */
-    (void)arg;
     for (;;) {
         seen = wait_for_job(seen);
         if (__atomic_load_n(&pool.stop, __ATOMIC_ACQUIRE)) {
             return NULL;
         }
-        run_tasks(seen, pool.threads * TASKS_PER_THREAD);
+        run_own(seen, self, pool.threads);
+        run_rest(seen, self, pool.threads);
     }
 }
 
-/* Publish job `job` with no task claimed, under the lock, so that a worker
- * about to sleep sees it. */
-static void publish(uint32_t job) {
+/* Publish the next job, under the lock, so that a worker about to sleep
+ * sees it; its number. */
+static uint32_t publish(void) {
+    uint32_t job;
     pthread_mutex_lock(&pool.lock);
-    __atomic_store_n(&pool.state, (uint64_t)job << 32, __ATOMIC_RELEASE);
+    job = __atomic_add_fetch(&pool.job, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
-}
-
-static uint32_t next_job(void) {
-    return job_of(__atomic_load_n(&pool.state, __ATOMIC_ACQUIRE)) + 1;
+    return job;
 }
 
 static void join_workers(int count) {
     int i;
     __atomic_store_n(&pool.stop, 1, __ATOMIC_RELEASE);
-    publish(next_job());
+    publish();
     for (i = 0; i < count; i++) {
         pthread_join(pool.workers[i], NULL);
     }
@@ -153,9 +172,12 @@ static int start_locked(int threads) {
     }
     stop_locked();
     pool.threads = threads;     /* workers read it; published by pthread_create */
-    __atomic_store_n(&pool.state, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&pool.job, 0, __ATOMIC_RELEASE);
+    for (i = 0; i < MAX_TASKS; i++) {
+        __atomic_store_n(&pool.claimed[i], 0, __ATOMIC_RELAXED);
+    }
     for (i = 0; i + 1 < threads; i++) {
-        if (pthread_create(&pool.workers[i], NULL, worker, NULL) != 0) {
+        if (pthread_create(&pool.workers[i], NULL, worker, (void*)(intptr_t)(i + 1)) != 0) {
             join_workers(i);
             __atomic_store_n(&pool.threads, 0, __ATOMIC_RELEASE);
             return AOT_ERR_THREADS;
@@ -207,12 +229,20 @@ void aot_pool_run(aot_task_fn fn, void* ctx) {
         fn(ctx, 0, 1);
         return;
     }
-    job = next_job();
     pool.fn = fn;
     pool.ctx = ctx;
     __atomic_store_n(&pool.done, 0, __ATOMIC_RELAXED);
-    publish(job);
-    run_tasks(job, tasks);
+    job = publish();
+    run_own(job, 0, threads);
+    /* The workers' tasks are theirs while they may still be on their way:
+     * taking them at once (or after a short wait) left a worker almost
+     * nothing on a loaded machine, at no gain. Past STEAL_SPINS the caller
+     * runs what nobody has started, so a worker the OS does not run costs
+     * a kernel a millisecond at most. */
+    for (i = 0; i < STEAL_SPINS && __atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) != tasks; i++) {
+        cpu_relax();
+    }
+    run_rest(job, 0, threads);
     for (i = 0; i < SPINS && __atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) != tasks; i++) {
         cpu_relax();
     }

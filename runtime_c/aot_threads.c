@@ -16,6 +16,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <pthread.h>
+#include <sched.h>
 
 #include "aot_runtime.h"
 #include "aot_threads.h"
@@ -59,7 +60,16 @@ static struct {
 /* start and stop, one at a time (a lazy start may race a first run) */
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void cpu_relax(void) {
+/* One step of a spin-wait (the i-th): a pause instruction, and every 64th
+ * step the CPU given up to another runnable thread. The thread waited for
+ * may be queued on this very CPU (a loaded machine): pure spinning kept it
+ * from running until the spinner's time slice ended, a millisecond or more
+ * per kernel. */
+static void spin(int i) {
+    if (i % 64 == 63) {
+        sched_yield();
+        return;
+    }
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #elif defined(__aarch64__) || (defined(__arm__) && defined(__ARM_ARCH) && __ARM_ARCH >= 7)
@@ -76,7 +86,7 @@ static uint32_t wait_for_job(uint32_t seen) {
         if (job != seen) {
             return job;
         }
-        cpu_relax();
+        spin(i);
     }
     pthread_mutex_lock(&pool.lock);
     while ((job = __atomic_load_n(&pool.job, __ATOMIC_ACQUIRE)) == seen) {
@@ -240,11 +250,11 @@ void aot_pool_run(aot_task_fn fn, void* ctx) {
      * runs what nobody has started, so a worker the OS does not run costs
      * a kernel a millisecond at most. */
     for (i = 0; i < STEAL_SPINS && __atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) != tasks; i++) {
-        cpu_relax();
+        spin(i);
     }
     run_rest(job, 0, threads);
     for (i = 0; i < SPINS && __atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) != tasks; i++) {
-        cpu_relax();
+        spin(i);
     }
     if (__atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) != tasks) {
         pthread_mutex_lock(&pool.lock);

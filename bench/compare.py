@@ -42,12 +42,13 @@ number the tables show.
     .venv/bin/python bench/compare.py --tuned [--trials N] [--tuning-dir DIR]
 
 tunes each model first (aot.tune, `--trials N`, default 32, on the same
-pinned core the timing uses) and times aot's tuned packages (built with the
-log as --tuning-records) beside the untuned ones and the anchors, in the
-same interleaved rounds; the summary gets both and the median of each over
-the models. The logs are kept in DIR (default ~/.cache/aot/compare-tuning),
-one per model file, board, aot version and trial count, and a rerun reuses
-them instead of tuning again.
+pinned core the timing uses; once per codegen, as a schedule the C
+compiler likes best need not suit LLVM) and times aot's tuned packages
+(built with the log as --tuning-records) beside the untuned ones and the
+anchors, in the same interleaved rounds; the summary gets both and the
+median of each over the models. The logs are kept in DIR (default
+~/.cache/aot/compare-tuning), one per model file, board, codegen, aot
+version and trial count, and a rerun reuses them instead of tuning again.
 
 Any other board of aot's (`aot boards`) reports aot alone, since ONNX Runtime
 and LiteRT do not run there: per model and codegen the package built for
@@ -128,8 +129,8 @@ class Case:
     check: str = ""
     outputs_ok: bool = False
     tflm: dict = field(default_factory=dict)
-    records: Path | None = None        # --tuned: the aot tune log its tuned packages apply
-    tuning: dict = field(default_factory=dict)
+    records: dict[str, Path] = field(default_factory=dict)  # --tuned: codegen -> aot tune log
+    tuning: dict = field(default_factory=dict)             # codegen -> what the tuning did
 
 
 # ------------------------------------------------------------------ contenders
@@ -267,8 +268,7 @@ def prepare(case: Case, board, codegens: list[str], workdir: Path, log,
     ref, want = reference_outputs(case.tflite, graph, case.inputs)
     checks, oks = [], []
     variants = [(cg, None) for cg in codegens]
-    if case.records is not None:
-        variants += [(cg + TUNED, case.records) for cg in codegens]
+    variants += [(cg + TUNED, case.records[cg]) for cg in codegens if cg in case.records]
     for variant, records in variants:
         cg = variant.removesuffix(TUNED)
         t0 = time.perf_counter()
@@ -297,45 +297,45 @@ def default_tuning_dir() -> Path:
     return Path(cache) / "aot" / "compare-tuning"
 
 
-def tuning_log(case: Case, board, trials: int, directory: Path) -> Path:
+def tuning_log(case: Case, board, codegen: str, trials: int, directory: Path) -> Path:
     """The log of `case` tuned on `board`: one per model file (by content),
-    board, aot version and trial count, so a rerun reuses it and a changed
-    model or aot is tuned again."""
+    board, codegen, aot version and trial count, so a rerun reuses it and a
+    changed model or aot is tuned again."""
     import hashlib
 
     import aot
 
     digest = hashlib.sha256(case.tflite.read_bytes()).hexdigest()[:12]
-    return directory / (f"{case.name}.{digest}.{board.name}.aot-{aot.__version__}"
+    return directory / (f"{case.name}.{digest}.{board.name}.{codegen}.aot-{aot.__version__}"
                         f".t{trials}.jsonl")
 
 
-def tune_case(case: Case, board, trials: int, directory: Path, log) -> None:
+def tune_case(case: Case, board, codegen: str, trials: int, directory: Path, log) -> None:
     """Tune the model on `board` unless its log is there; a run cut short
     leaves no log (it is written under another name and renamed at the end)."""
     from aot.tune import tune
     from aot.tune.records import read
 
-    path = tuning_log(case, board, trials, directory)
+    path = tuning_log(case, board, codegen, trials, directory)
     if path.is_file():
         log(f"  reusing {path}")
-        case.tuning = {"log": str(path), "reused": True, "trials": trials,
+        case.tuning[codegen] = {"log": str(path), "reused": True, "trials": trials,
                        "records": len(read(path))}
     else:
         directory.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(".partial")
         partial.unlink(missing_ok=True)
         t0 = time.perf_counter()
-        summary = tune(case.tflite, board, trials=trials, log=partial)
+        summary = tune(case.tflite, board, trials=trials, log=partial, codegen=codegen)
         partial.rename(path)
-        log(f"  tuned {case.name} on {board.name}: {summary['improved']} of "
+        log(f"  tuned {case.name} ({codegen}) on {board.name}: {summary['improved']} of "
             f"{summary['tunable']} tunable workloads faster, {trials} trials in "
             f"{time.perf_counter() - t0:.0f} s")
-        case.tuning = {"log": str(path), "reused": False, "trials": trials,
+        case.tuning[codegen] = {"log": str(path), "reused": False, "trials": trials,
                        "records": summary["records_written"], "seconds": summary["seconds"],
                        "workloads": summary["workloads"], "tunable": summary["tunable"],
                        "improved": summary["improved"], "best": summary["best"]}
-    case.records = path
+    case.records[codegen] = path
 
 
 # ---------------------------------------------------------------------- report
@@ -609,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console()
     if not console.is_terminal:       # a log or a pipe: wide enough for the summary
-        console = Console(width=150)
+        console = Console(width=190 if args.tuned else 150)
     err = Console(stderr=True)
     def log(msg: str) -> None:
         err.print(msg, highlight=False)
@@ -673,7 +673,8 @@ def main(argv: list[str] | None = None) -> int:
         f"call timed the same way costs {overhead * 1e3:.2f} us",
         "onnxruntime: the float model's tf2onnx version; int8 models have no ONNX version",
         *([f"tuned: each model's packages built with --tuning-records from aot tune "
-           f"--trials {tuned['trials']} on {board.name} (logs in {tuned['dir']})"]
+           f"--trials {tuned['trials']} --codegen <the same> on {board.name} (logs in "
+           f"{tuned['dir']})"]
           if tuned else []),
         *MEMORY_NOTES,
     ]
@@ -701,7 +702,8 @@ def run(cases: list[Case], board, codegens: list[str], rounds: int, batch: int, 
     with tempfile.TemporaryDirectory(prefix="aot-compare-") as tmp:
         for case in cases:
             if tuned:
-                tune_case(case, board, tuned["trials"], tuned["dir"], log)
+                for cg in codegens:
+                    tune_case(case, board, cg, tuned["trials"], tuned["dir"], log)
             prepare(case, board, codegens, Path(tmp), log, threads=threads)
             t0 = time.perf_counter()
             times = interleave(contenders(case, board, batch, threads), rounds)

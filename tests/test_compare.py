@@ -112,7 +112,7 @@ def test_tuned_times_tuned_packages_beside_untuned_and_reuses_the_log(tmp_path):
     assert out["host"]["board"] == "host" and "-march=x86-64-v3" in out["host"]["cflags"]
     logs = sorted(tuning.glob("*.jsonl"))
     assert [p.name.split(".")[0] for p in logs] == ["mlperf_ad_fcae_f32", "mlperf_ad_fcae_int8"]
-    assert all(".host.aot-" in p.name and p.name.endswith(".t2.jsonl") for p in logs)
+    assert all(".host.c.aot-" in p.name and p.name.endswith(".t2.jsonl") for p in logs)
     assert not list(tuning.glob("*.partial"))
     for m in out["models"]:
         anchors = ["litert builtin", "litert xnnpack"] + (
@@ -120,19 +120,20 @@ def test_tuned_times_tuned_packages_beside_untuned_and_reuses_the_log(tmp_path):
         assert sorted(m["contenders"]) == ["aot c", "aot c tuned", *anchors]
         assert m["outputs_ok"] is True and "c tuned: ok vs " in m["check"], m["check"]
         assert set(m["aot_over_best_anchor"]) == {"aot c", "aot c tuned"}
-        assert m["tuning"]["reused"] is False and m["tuning"]["trials"] == 2
-        assert m["tuning"]["records"] >= m["tuning"]["workloads"] > 0
+        assert list(m["tuning"]) == ["c"]            # tuned with the codegen it is timed in
+        assert m["tuning"]["c"]["reused"] is False and m["tuning"]["c"]["trials"] == 2
+        assert m["tuning"]["c"]["records"] >= m["tuning"]["c"]["workloads"] > 0
     ratios = {v: sorted(m["aot_over_best_anchor"][f"aot {v}"]["median"] for m in out["models"])
               for v in ("c", "c tuned")}
     for v, got in out["median_aot_over_best_anchor"].items():
         assert got["all"] == sum(ratios[v]) / 2       # the median of two
     assert "median aot c tuned / best anchor: all " in r.stdout
-    assert "aot tune --trials 2 on host" in r.stdout
+    assert "aot tune --trials 2 --codegen <the same> on host" in r.stdout
 
     again = compare(*args, "--rounds", "1", "--json", str(out_file))
     assert again.returncode == 0, again.stderr
     assert again.stderr.count("reusing ") == 2 and "tuned mlperf" not in again.stderr
-    assert all(m["tuning"]["reused"] for m in json.loads(out_file.read_text())["models"])
+    assert all(m["tuning"]["c"]["reused"] for m in json.loads(out_file.read_text())["models"])
 
 
 def test_tuned_options_are_checked():

@@ -6,9 +6,11 @@
   over tile remainders, borders and zero points, C and LLVM, bit for bit
   against the interpreter; depths that are not 16k keep the DSP kernels.
 - The formula against the instruction's definition on edge vectors.
-- On the Cortex-M55 the legalized call is vmladavaq_s8 in C and VMLADAVA in
-  LLVM's assembly; kws bit-exact with tflite-micro on mps3-an547 through
-  both, in fewer instructions than on the M4.
+- Depthwise convolutions over 16 channels in int32 x 4 vectors (aot_widen4),
+  the rest in the DSP quads and singles, on the same host.
+- On the Cortex-M55 the legalized calls are vmladavaq_s8 and vldrbq_s32 in
+  C and VMLADAVA in LLVM's assembly; kws bit-exact with tflite-micro on
+  mps3-an547 through both, in fewer instructions than on the M4.
 """
 from __future__ import annotations
 
@@ -19,9 +21,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from aot.codegen.arm_mve import INT8X16, dot16
-from aot.ir.tir import INT32, Buffer, BufferKind, Const, DType, For, Load, PrimFunc, Store, Var, \
-    mul
+from aot.codegen.arm_mve import INT8X16, dot16, widen4
+from aot.ir.tir import (INT32, Buffer, BufferKind, Const, DType, For, Load, PrimFunc, Store, Var,
+                        mul, seq)
 from aot.lower import Kernel, lower_graph
 from aot.lower import testing
 from aot.lower.legalize import legalize
@@ -60,6 +62,16 @@ def _graphs():
         conv_model("CONV_2D", [1, 3, 3, 8], [5, 1, 1, 8], [1, 3, 3, 5], pointwise, seed=3),
         fc_model(True, False, x_shape=(3, 2, 48), units=7),        # rows across dims
         fc_model(False, False, x_shape=(1, 64), zp_in=-128, act=0, units=2),
+        # depthwise: 16 channels in vectors, then a quad and 2 singles; SAME
+        # borders (zero-point vectors), stride 2 and dilation, a batch
+        conv_model("DEPTHWISE_CONV_2D", [1, 7, 5, 26], [1, 3, 3, 26], [1, 7, 5, 26],
+                   dict(Padding=0, StrideH=1, StrideW=1, DepthMultiplier=1,
+                        FusedActivationFunction=1), zp_in=-128, seed=4),
+        conv_model("DEPTHWISE_CONV_2D", [2, 9, 8, 32], [1, 3, 3, 32], [2, 5, 4, 32],
+                   dict(Padding=0, StrideH=2, StrideW=2, DepthMultiplier=1), zp_in=5, seed=5),
+        conv_model("DEPTHWISE_CONV_2D", [1, 10, 7, 16], [1, 3, 2, 16], [1, 6, 6, 16],
+                   dict(Padding=1, StrideH=1, StrideW=1, DepthMultiplier=1, DilationHFactor=2),
+                   bias=False, zp_in=127, seed=6),
     ]
 
 
@@ -69,8 +81,10 @@ def test_mve_kernels_bit_exact_on_an_mve_host(codegen, tmp_path, monkeypatch):
     monkeypatch.setattr(test_lower_int8, "host_target", mve_host)      # run_llvm's
     graphs = _graphs()
     calls = [set().union(*(_calls(k.func) for k in lower_graph(g, mve_host()))) for g in graphs]
-    assert all("aot_dot16" in c for c in calls[:5] + calls[6:]), calls
+    assert all("aot_dot16" in c for c in calls[:5] + calls[6:8]), calls
     assert "aot_dot16" not in calls[5] and "aot_smlad" in calls[5], calls[5]
+    assert all("aot_widen4" in c for c in calls[8:]), calls
+    assert {"aot_smlabb", "aot_widen4"} <= calls[8], calls[8]
     check_graphs(graphs, codegen=codegen, tmp_path=tmp_path)
 
 
@@ -102,14 +116,16 @@ def test_dot16_formula_is_the_instruction(codegen):
     assert got.tolist() == want.astype(np.uint32).view(np.int32).tolist()
 
 
-def test_legalize_makes_vmladava_only_with_mve():
+def test_legalize_makes_vmladava_and_vldrb_only_with_mve():
     x = Buffer("x", DType("int8"), (16,))
     out = Buffer("out", INT32, (1,), BufferKind.OUTPUT)
-    func = PrimFunc("f", (x, out), Store(out, Const(0), dot16(Const(0), Load(x, Const(0), 16),
-                                                               Load(x, Const(0), 16))))
-    assert _calls(legalize(func, get_target("cortex-m55"))) == {"arm_vmladava"}
+    wide = Buffer("wide", INT32, (4,), BufferKind.OUTPUT)
+    func = PrimFunc("f", (x, out, wide), seq(
+        Store(out, Const(0), dot16(Const(0), Load(x, Const(0), 16), Load(x, Const(0), 16))),
+        Store(wide, Const(0), widen4(Load(x, Const(4), 4)))))
+    assert _calls(legalize(func, get_target("cortex-m55"))) == {"arm_vmladava", "arm_vldrb_s32"}
     for name in ("cortex-m4", "aarch64-linux"):
-        assert _calls(legalize(func, get_target(name))) == {"aot_dot16"}, name
+        assert _calls(legalize(func, get_target(name))) == {"aot_dot16", "aot_widen4"}, name
     assert dot16(Const(0), Load(x, Const(0), 16), Load(x, Const(0), 16)).dtype == INT32
     assert INT8X16.lanes == 16
 
@@ -130,7 +146,7 @@ def test_the_m55_runs_vmladava_bit_exact_and_beats_the_m4(tmp_path):
         package(kws, board=board, codegen=codegen, out_dir=pkg)
         counts[board, codegen] = bench(pkg, board=board, warmup=0, repeat=1)["median_instructions"]
     source = "".join(p.read_text() for p in (tmp_path / "mps3-an547-c" / "src").glob("*.c"))
-    assert "vmladavaq_s8(" in source
+    assert "vmladavaq_s8(" in source and "vldrbq_s32(" in source
     lib = next((tmp_path / "mps3-an547-llvm" / "lib").glob("lib*.a"))
     # binutils 2.40's objdump decodes VMLADAVA as a coprocessor instruction;
     # llvm-objdump prints it as its alias VMLAVA

@@ -112,13 +112,13 @@ def check_dsp(fn: str, args: tuple[Expr, ...], dtype: DType) -> DspOp:
     return check_operands(DSP_OPS[fn], args, dtype)
 
 
-def check_operands(op, args: tuple[Expr, ...], dtype: DType):
-    """op (its name, its operands' types, an int32 result) if the call's
-    arguments and result are those, else a clear error naming it."""
+def check_operands(op, args: tuple[Expr, ...], dtype: DType, result: DType = INT32):
+    """op (its name, its operands' types) if the call's arguments are those
+    and its result `result`, else a clear error naming it."""
     kinds = tuple(dtype_of(a) for a in args)
-    if kinds != op.operands or dtype != INT32:
+    if kinds != op.operands or dtype != result:
         want = ", ".join(map(str, op.operands))
-        raise UnsupportedError(f"{op.name} takes ({want}) -> int32, got "
+        raise UnsupportedError(f"{op.name} takes ({want}) -> {result}, got "
                                f"({', '.join(map(str, kinds))}) -> {dtype}")
     return op
 

@@ -628,7 +628,7 @@ class _Printer:
         if isinstance(fn, DspOp):
             return self._call_text(arm_dsp.c_helper(self.mod, fn), list(e.args))
         if isinstance(fn, MveOp):
-            return self._call_text(arm_mve.c_helper(self.mod, fn), list(e.args))
+            return arm_mve.c_call(self, fn, e.args), PRIMARY
         if isinstance(fn, PairDot):
             return self._call_text(self._pair_dot(e.dtype, fn), list(e.args))
         if isinstance(fn, PairPack):

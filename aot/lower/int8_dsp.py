@@ -430,12 +430,19 @@ def fits_depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
 def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
               finish: Callable[[tuple, Expr], Stmt]) -> Stmt:
     """A depthwise convolution (fits_depthwise): per output pixel, 4
-    channels at a time in registers over the taps; the channels past the
-    last word one at a time. weights [C, KH, KW, 1]; finish as conv_nest's."""
-    from aot.lower.tflite_int8 import in_range, window_pos, loop, loop_step, plane_regions, table
+    channels at a time in registers over the taps (with Helium first 16 at
+    a time: int8_mve.depthwise_group); the channels past the last word one
+    at a time. weights [C, KH, KW, 1]; finish as conv_nest's."""
+    from aot.lower import int8_mve
+    from aot.lower.tflite_int8 import (_lazy_table, in_range, loop, loop_step, plane_regions,
+                                       window_pos)
     channels = g.groups
     wbuf = ctx.param("filter", np.transpose(weights[..., 0], (1, 2, 0)).astype(np.int8))
-    start = table(ctx, "bias", _folded(bias, zp, weights.reshape(channels, -1)))
+    folded = _folded(bias, zp, weights.reshape(channels, -1))
+    # made only if a remainder reads it
+    start = _lazy_table(ctx, "bias", folded)
+    lanes = int8_mve.LANES if int8_mve.mve_target(ctx) and channels >= int8_mve.LANES else 0
+    group = int8_mve.depthwise_group(ctx, x, wbuf, folded, zp, g.kw, finish) if lanes else None
 
     # In the interior a small window's taps are unrolled (immediate load
     # offsets, no loop counters: a kws 3x3 depthwise layer 511 k -> 484 k
@@ -489,8 +496,13 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
                    finish((n, oy, ox, c), acc))
 
     def pixel(n, oy, ox, tests) -> Stmt:
+        wide = channels - channels % lanes if lanes else 0
         whole = channels - channels % 4
-        parts = [loop_step(ctx, "c", whole // 4, 0, 4, lambda c: quad(n, oy, ox, tests, c))]
+        parts = [loop_step(ctx, "c", wide // lanes, 0, lanes,
+                           lambda c: group(n, oy, ox, tests, c, taps))] if wide else []
+        if whole > wide:
+            parts.append(loop_step(ctx, "c", (whole - wide) // 4, wide, 4,
+                                   lambda c: quad(n, oy, ox, tests, c)))
         if channels % 4:
             parts.append(loop(ctx, "c", channels % 4,
                               lambda c: single(n, oy, ox, tests, add(c, Const(whole)))))

@@ -16,10 +16,10 @@ import pytest
 import aot
 from aot.api import verify
 from aot.codegen.c import emit_c
-from aot.codegen.intrinsics import quad_dot
+from aot.codegen.intrinsics import quad_dot, widening_mla
 from aot.codegen.llvm import emit_llvm_ir, emit_object
 from aot.ir.tir import (Buffer, BufferKind, Call, Const, DType, For, Load, PrimFunc, Store, Var,
-                        mul, stmt_exprs, walk_expr, walk_stmt)
+                        add, mul, seq, stmt_exprs, walk_expr, walk_stmt)
 from aot.lower import lower_graph
 from aot.lower.legalize import legalize
 from aot.lower.strategy import QUADS_MULL, int8_accumulator, window_row_accumulator
@@ -52,42 +52,50 @@ def _func() -> PrimFunc:
     return PrimFunc("dot4s", (acc, q, w, out), For(i, N, body))
 
 
-MAIN = r"""
-#include <stdint.h>
-#include <stdio.h>
-%(prototype)s
-static int32_t acc[4 * %(n)d], q[%(n)d], out[4 * %(n)d];
-static int8_t w[16 * %(n)d];
-int main(void) {
-    if (fread(acc, 4, 4 * %(n)d, stdin) != 4 * %(n)d || fread(q, 4, %(n)d, stdin) != %(n)d
-            || fread(w, 1, 16 * %(n)d, stdin) != 16 * %(n)d) {
-        return 2;
-    }
-    %(fn)s(acc, q, w, out);
-    return fwrite(out, 4, 4 * %(n)d, stdout) == 4 * %(n)d ? 0 : 3;
-}
-"""
+_C_TYPES = {"int8": "int8_t", "int16": "int16_t", "int32": "int32_t"}
+
+
+def _run_qemu(func: PrimFunc, codegen: str, tmp_path, stdin: bytes) -> bytes:
+    """func's kernel (C or LLVM) in a static AArch64 program reading its
+    input buffers from stdin and writing its output, under qemu-aarch64."""
+    src = emit_c([func], "t")
+    decls, reads = [], []
+    for b in func.params:
+        n, ct = b.shape[0], _C_TYPES[b.dtype.scalar]
+        decls.append(f"static {ct} {b.name}[{n}];")
+        if b.kind != BufferKind.OUTPUT:
+            reads.append(f"fread({b.name}, sizeof({ct}), {n}, stdin) != {n}")
+    out = func.params[-1]
+    main = "\n".join([
+        "#include <stdint.h>", "#include <stdio.h>", src.prototypes[0], *decls,
+        "int main(void) {", f"    if ({' || '.join(reads)}) return 2;",
+        f"    {src.symbols[func.name]}({', '.join(b.name for b in func.params)});",
+        f"    return fwrite({out.name}, sizeof({out.name}[0]), {out.shape[0]}, stdout)"
+        f" == {out.shape[0]} ? 0 : 3;", "}", ""])
+    (tmp_path / "main.c").write_text(main)
+    if codegen == "c":
+        kernel = tmp_path / "k.c"
+        kernel.write_text(src.source)
+    else:
+        kernel = tmp_path / "k.o"
+        kernel.write_bytes(emit_object([func], "t", TARGET))
+    exe = tmp_path / "t"
+    subprocess.run([TARGET.cc, *TARGET.cflags, *TARGET.ldflags, "-static", "-o", str(exe),
+                    str(tmp_path / "main.c"), str(kernel)], check=True)
+    return subprocess.run(["qemu-aarch64", str(exe)], input=stdin, capture_output=True,
+                          check=True, timeout=60).stdout
 
 
 @pytest.mark.parametrize("codegen", ["c", "llvm"])
 def test_smull_dot4_matches_numpy_at_the_int16_edges(codegen, tmp_path):
     func = legalize(_func(), TARGET)
     assert _calls(func) == {"arm_smull_dot4"}
-    src = emit_c([func], "t")
     if codegen == "c":
-        assert "vpadalq_s16(" in src.source and "vmull_high_s8(" in src.source
-        kernel = tmp_path / "k.c"
-        kernel.write_text(src.source)
+        c = emit_c([func], "t").source
+        assert "vpadalq_s16(" in c and "vmull_high_s8(" in c
     else:
         ir = emit_llvm_ir([func], "t", TARGET)
         assert "llvm.aarch64.neon.smull.v8i16" in ir and "llvm.aarch64.neon.addp.v8i16" in ir
-        kernel = tmp_path / "k.o"
-        kernel.write_bytes(emit_object([func], "t", TARGET))
-    (tmp_path / "main.c").write_text(MAIN % {"n": N, "fn": src.symbols[func.name],
-                                             "prototype": src.prototypes[0]})
-    exe = tmp_path / "t"
-    subprocess.run([TARGET.cc, *TARGET.cflags, *TARGET.ldflags, "-static", "-o", str(exe),
-                    str(tmp_path / "main.c"), str(kernel)], check=True)
     rng = np.random.default_rng(0)
     acc = rng.integers(-2**24, 2**24, 4 * N).astype(np.int32)
     x = rng.integers(-128, 128, (N, 4)).astype(np.int8)
@@ -95,13 +103,45 @@ def test_smull_dot4_matches_numpy_at_the_int16_edges(codegen, tmp_path):
     # the extremes every int16 pair sum must hold: -128 x -127 and -128 x 127, all four alike
     x[:64], w[:32], w[32:64] = -128, -127, 127
     x[64:96], w[64:96] = 127, 127
-    run = subprocess.run(["qemu-aarch64", str(exe)],
-                         input=acc.tobytes() + x.tobytes() + w.tobytes(),
-                         capture_output=True, check=True, timeout=60)
-    got = np.frombuffer(run.stdout, np.int32)
+    got = np.frombuffer(_run_qemu(func, codegen, tmp_path,
+                                  acc.tobytes() + x.tobytes() + w.tobytes()), np.int32)
     want = acc.astype(np.int64) + np.einsum("nkj,nj->nk", w.reshape(N, 4, 4).astype(np.int64),
                                             x.astype(np.int64)).reshape(-1)
     np.testing.assert_array_equal(got, want)
+
+
+def _mlal_func() -> PrimFunc:
+    """out[8i..] = aot_mlal_lo(acc[4i..], x[8i..], w[8i..]), then _hi's 4 lanes."""
+    acc = Buffer("acc", DType("int32"), (4 * N,))
+    x = Buffer("x", DType("int16"), (8 * N,))
+    w = Buffer("w", DType("int16"), (8 * N,))
+    out = Buffer("out", DType("int32"), (8 * N,), BufferKind.OUTPUT)
+    i = Var("i", DType("int32"))
+    a, xv, wv = Load(acc, mul(i, Const(4)), 4), Load(x, mul(i, Const(8)), 8), \
+        Load(w, mul(i, Const(8)), 8)
+    body = seq(Store(out, mul(i, Const(8)), widening_mla(a, xv, wv, False)),
+               Store(out, add(mul(i, Const(8)), Const(4)), widening_mla(a, xv, wv, True)))
+    return PrimFunc("mlal", (acc, x, w, out), For(i, N, body))
+
+
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
+@pytest.mark.parametrize("legalized", [False, True], ids=["formula", "smlal"])
+def test_widening_mla_matches_numpy(codegen, legalized, tmp_path):
+    func = _mlal_func()
+    if legalized:
+        func = legalize(func, TARGET)
+        assert _calls(func) == {"arm_smlal_lo", "arm_smlal_hi"}
+        assert codegen == "llvm" or "vmlal_high_s16(" in emit_c([func], "t").source
+    rng = np.random.default_rng(1)
+    acc = rng.integers(-2**30, 2**30, 4 * N).astype(np.int32)
+    x = rng.integers(-2**15, 2**15, 8 * N).astype(np.int16)
+    w = rng.integers(-2**15, 2**15, 8 * N).astype(np.int16)
+    x[:8], w[:8] = -2**15, -2**15
+    got = np.frombuffer(_run_qemu(func, codegen, tmp_path,
+                                  acc.tobytes() + x.tobytes() + w.tobytes()), np.int32)
+    prod = x.astype(np.int64).reshape(N, 2, 4) * w.astype(np.int64).reshape(N, 2, 4)
+    want = (acc.astype(np.int64).reshape(N, 1, 4) + prod).reshape(-1)
+    np.testing.assert_array_equal(got, ((want + 2**31) % 2**32 - 2**31).astype(np.int32))
 
 
 def test_strategy_on_arm_cores_without_dotprod():
@@ -143,6 +183,8 @@ def test_rpi4_package_bit_exact_under_emulated_cortex_a72(codegen, model, tmp_pa
         assert "arm_smull_dot4_i32x4(" in kernels, model
         if model != "mlperf_ad_fcae_int8":   # 16-deep convs take the quads by lane
             assert re.search(r"arm_smull_dot4_i32x4\(\w+, \w+\[3\], \w+\)", kernels), model
+        if model in ("mlperf_kws_dscnn_int8", "mlperf_vww_mbv1_int8"):   # depthwise: SMLAL2
+            assert "arm_smlal_hi_i32x4(" in kernels, model
     out = verify(pkg, board="qemu-aarch64", source=path)
     assert out["reference"] == "tflite-micro", out
     assert out["ok"] and all(r["max_abs_err"] == 0.0 for r in out["outputs"]), out

@@ -49,6 +49,9 @@ class Accumulator:
     # the broadcast loads); x86 keeps vpdpbusd's broadcast from memory.
     by_lane: bool = False
     symmetric: bool = False  # aot_dot4s: the weights must avoid -128
+    # Depthwise convs take 8 channels per int16 vector, widened once, into
+    # two int32 accumulators (aot_mlal_lo / _hi: NEON's SMLAL / SMLAL2).
+    mlal_depthwise: bool = False
 
     def fits(self, weights) -> bool:
         """Whether weights (integers) suit this strategy's multiply-adds."""
@@ -68,7 +71,8 @@ class Accumulator:
 PAIRS = Accumulator("pairs", 2)
 QUADS = Accumulator("quads", 4, vectors=4, by_lane=True)
 QUADS_U8 = Accumulator("quads_u8", 4, unsigned=True)
-QUADS_MULL = Accumulator("quads_mull", 4, vectors=4, by_lane=True, symmetric=True)
+QUADS_MULL = Accumulator("quads_mull", 4, vectors=4, by_lane=True, symmetric=True,
+                         mlal_depthwise=True)
 
 
 @tunable("accumulator")

@@ -34,7 +34,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from aot.codegen.intrinsics import lane as lane_of
-from aot.codegen.intrinsics import pack_pairs, pack_quads, packed_pair_dot, pair_dot
+from aot.codegen.intrinsics import pack_pairs, pack_quads, packed_pair_dot, pair_dot, widening_mla
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, Expr, For, If,
                         Load, Select, Stmt, Store, Unary, Var, add, dt, dtype_of, flat_index, mul,
                         seq, sub)
@@ -1028,6 +1028,10 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     if width <= t.lanes:
         t = _replace(t, vectors=1)
     tiles = _tile_widths(width, t)
+    # Depthwise where the strategy says so: 8 channels per int16 vector, two
+    # accumulators each (whole tiles of 4-lane vectors in pairs).
+    mlal = (depthwise and acc_kind.mlal_depthwise and t.lanes == 4
+            and all(len(ws) % 2 == 0 and set(ws) == {4} for _, ws in tiles))
     w5 = weights.reshape(g.groups, g.per_group, g.kh, g.kw, g.depth)
     # Dense convs whose depth is a multiple of 4 take four input channels
     # per aot_dot4 where the strategy says so: weights [KH, KW, D/4, C, 4],
@@ -1040,8 +1044,9 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
             .transpose(1, 2, 3, 0, 4)).astype(np.int8))
         stage, rows, slot = _quad_rows(ctx, g, load_x, zp, acc_kind)
     elif depthwise:
-        packed = ctx.param("filter", weight_dtype(
-            np.ascontiguousarray(weights[:, :, :, 0].transpose(1, 2, 0))))    # [KH, KW, C]
+        dw = weight_dtype(np.ascontiguousarray(weights[:, :, :, 0].transpose(1, 2, 0)))
+        # [KH, KW, C], widened at compile time where aot_mlal takes int16 vectors
+        packed = ctx.param("filter", dw.astype(np.int16) if mlal else dw)
     else:
         packed = ctx.param("filter", weight_dtype(
             np.ascontiguousarray(w5.transpose(0, 2, 3, 4, 1))))              # [G, KH, KW, D, P]
@@ -1111,6 +1116,8 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
             ws = [ctx.fresh("wv", dt("int32", wd)) for wd in widths]
 
             def step(ic):
+                if mlal:
+                    return mlal_step()
                 body = [Decl(v, w_load(gi, ky, kx, ic, add(c0, Const(off)), wd))
                         for v, off, wd in zip(ws, offs, widths)]
                 for row, ix in zip(accs, ixs):
@@ -1127,6 +1134,22 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                                                       0 if inside else -zp)))
                         for a, v, wd in zip(row, ws, widths):
                             body.append(Assign(a, Bin("+", a, Bin("*", _splat(xs, wd), v))))
+                return seq(*body)
+
+            def mlal_step():
+                """Depthwise, 8 channels per int16 vector: each pixel's
+                widened once, into two accumulators (aot_mlal_lo / _hi)."""
+                wh = [ctx.fresh("wh", dt("int16", 2 * wd)) for wd in widths[::2]]
+                body = [Decl(v, Load(packed, flat_index((ky, kx, add(c0, Const(off))),
+                                                        packed.shape), 2 * wd))
+                        for v, off, wd in zip(wh, offs[::2], widths[::2])]
+                for row, ix in zip(accs, ixs):
+                    for k, (v, off, wd) in enumerate(zip(wh, offs[::2], widths[::2])):
+                        xh = ctx.fresh("xh", dt("int16", 2 * wd))
+                        xe = Cast(dtype_of(xh), load_x((n, iy, ix, add(c0, Const(off))), 2 * wd))
+                        body.append(Decl(xh, xe if inside else q.offset(xe, -zp)))
+                        body += [Assign(row[2 * k + h], widening_mla(row[2 * k + h], xh, v, h == 1))
+                                 for h in (0, 1)]
                 return seq(*body)
             if not (quads or pairs and min(widths) >= 4):
                 return loop(ctx, "ic", 1 if depthwise else g.depth, step)

@@ -10,7 +10,8 @@
   the rest in the DSP quads and singles, on the same host.
 - On the Cortex-M55 the legalized calls are vmladavaq_s8 and vldrbq_s32 in
   C and VMLADAVA in LLVM's assembly; kws bit-exact with tflite-micro on
-  mps3-an547 through both, in fewer instructions than on the M4.
+  mps3-an547 through both, in fewer instructions than on the M4; every
+  shared int8 model bit-exact there (C; ic and vww through LLVM too).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from aot.api import bench, package, verify
 from aot.codegen.arm_mve import INT8X16, dot16, widen4
 from aot.ir.tir import (INT32, Buffer, BufferKind, Const, DType, For, Load, PrimFunc, Store, Var,
                         mul, seq)
@@ -29,7 +31,7 @@ from aot.lower import testing
 from aot.lower.legalize import legalize
 from aot.lower.testing import compile_kernels, host_target
 from aot.targets import get_target
-from conftest import MODELS
+from conftest import MODELS, shared_models
 import test_lower_int8
 from test_int8_dsp import _calls
 from test_lower_int8 import check_graphs, conv_model, fc_model
@@ -134,7 +136,6 @@ def test_the_m55_runs_vmladava_bit_exact_and_beats_the_m4(tmp_path):
     """kws int8 on mps3-an547 against tflite-micro through the C and the LLVM
     kernels; the C calls vmladavaq_s8, LLVM's object has VMLADAVA; fewer
     instructions per inference than the M4 (exact QEMU counts)."""
-    from aot.api import bench, package, verify
     kws = MODELS / "mlperf_kws_dscnn_int8.tflite"
     for codegen in ("c", "llvm"):
         out = verify(kws, board="mps3-an547", codegen=codegen)
@@ -156,3 +157,15 @@ def test_the_m55_runs_vmladava_bit_exact_and_beats_the_m4(tmp_path):
     # kws: 6.56 M on the M4, 3.74 M on the M55 when this was written
     assert counts["mps3-an547", "c"] < 0.7 * counts["mps2-an386", "c"], counts
     assert counts["mps3-an547", "llvm"] < 0.7 * counts["mps2-an386", "c"], counts
+
+
+INT8 = [p for p in shared_models("*.tflite") if "_int8" in p.stem]
+LLVM_TOO = ("mlperf_ic_resnet8_int8", "mlperf_vww_mbv1_int8")
+
+
+@pytest.mark.parametrize("model", INT8, ids=[p.stem for p in INT8])
+def test_shared_int8_models_are_bit_exact_on_the_m55(model):
+    for codegen in ("c", "llvm") if model.stem in LLVM_TOO else ("c",):
+        out = verify(model, board="mps3-an547", codegen=codegen)
+        assert out["reference"] == "tflite-micro" and out["ok"], (codegen, out)
+        assert all(r["max_abs_err"] == 0 for r in out["outputs"]), (codegen, out)

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 import aot
-from aot.codegen.intrinsics import LANE
-from aot.ir.tir import Call, stmt_exprs, walk_expr, walk_expr_loads, walk_stmt
+from aot.codegen.intrinsics import LANE, check_call, lane
+from aot.errors import UnsupportedError
+from aot.ir.graph import Graph, Node, type_of
+from aot.ir.tir import (Broadcast, Call, Const, DType, Var, stmt_exprs, walk_expr, walk_expr_loads,
+                        walk_stmt)
 from aot.lower import lower_graph, schedule
 from aot.lower import testing
 from aot.lower.testing import host_target
@@ -137,10 +141,6 @@ def test_by_lane_kernels_match_the_interpreter(by_lane_here, codegen):
 
 
 def test_lane_intrinsic_is_checked():
-    from aot.codegen.intrinsics import check_call, lane
-    from aot.errors import UnsupportedError
-    from aot.ir.tir import Broadcast, Const, DType, Var
-
     v = Var("v", DType("float32", 4))
     assert check_call(LANE.name, lane(v, 3).args, DType("float32")) is LANE
     with pytest.raises(UnsupportedError, match="aot_lane"):
@@ -148,3 +148,17 @@ def test_lane_intrinsic_is_checked():
     with pytest.raises(UnsupportedError, match="aot_lane"):
         check_call(LANE.name, (Broadcast(Const(1.0, DType("float32")), 4), Var("i")),
                    DType("float32"))
+
+
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
+def test_by_lane_matmul_of_two_activations(by_lane_here, codegen):
+    """Both operands computed at run time: A's rows read by lane, B's rows
+    loaded per step (no panels), k = 11: a remainder after the lanes."""
+    types = {"x": type_of(np.zeros((2, 9, 11), np.float32)),
+             "z": type_of(np.zeros((2, 11, 12), np.float32))}
+    node = Node("MatMul", "m", ("x", "z"), ("y",), {})
+    g = aot.optimize(Graph("g", ("x", "z"), ("y",), (node,), types, {}))
+    assert sum(_calls(k.func, LANE.name) for k in lower_graph(g, by_lane_here)) > 0
+    ins = {"x": _rnd(2, 9, 11), "z": _rnd(2, 11, 12, seed=1)}
+    assert_close("y", run_many([(g, ins)], codegen)[0]["y"], aot.interpret(g, ins)["y"],
+                 RTOL, ATOL)

@@ -16,7 +16,7 @@ import pytest
 import aot
 from aot.api import verify
 from aot.codegen.c import emit_c
-from aot.codegen.intrinsics import quad_dot, widening_mla
+from aot.codegen.intrinsics import paired_quad_dot, pairwise_add, quad_dot, widening_mla
 from aot.codegen.llvm import emit_llvm_ir, emit_object
 from aot.ir.tir import (Buffer, BufferKind, Call, Const, DType, For, Load, PrimFunc, Store, Var,
                         add, mul, seq, stmt_exprs, walk_expr, walk_stmt)
@@ -144,6 +144,46 @@ def test_widening_mla_matches_numpy(codegen, legalized, tmp_path):
     np.testing.assert_array_equal(got, ((want + 2**31) % 2**32 - 2**31).astype(np.int32))
 
 
+def _dot4p_func() -> PrimFunc:
+    """out[4i..] = aot_addp(aot_dot4p_lo(acc, ..), aot_dot4p_hi(acc, ..)) for
+    quads q[2i], q[2i + 1] and weights w[32i..], w[32i + 16..]."""
+    acc = Buffer("acc", DType("int32"), (4 * N,))
+    q = Buffer("q", DType("int32"), (2 * N,))
+    w = Buffer("w", DType("int8"), (32 * N,))
+    out = Buffer("out", DType("int32"), (4 * N,), BufferKind.OUTPUT)
+    i = Var("i", DType("int32"))
+    a = Load(acc, mul(i, Const(4)), 4)
+    qs = [Load(q, add(mul(i, Const(2)), Const(s))) for s in (0, 1)]
+    ws = [Load(w, add(mul(i, Const(32)), Const(16 * s)), 16) for s in (0, 1)]
+    halves = [paired_quad_dot(a, *qs, *ws, high) for high in (False, True)]
+    return PrimFunc("dot4p", (acc, q, w, out), For(i, N, Store(out, mul(i, Const(4)),
+                                                                pairwise_add(*halves))))
+
+
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
+@pytest.mark.parametrize("legalized", [False, True], ids=["formula", "smlal"])
+def test_paired_quad_dot_matches_numpy(codegen, legalized, tmp_path):
+    """Two quads' products in SMULL + SMLAL's int16 lanes (weights in
+    [-127, 127]), half sums by SADALP, ADDP of the halves: acc twice plus
+    the two 4-way dot products."""
+    func = _dot4p_func()
+    if legalized:
+        func = legalize(func, TARGET)
+        assert _calls(func) == {"arm_dot4p_lo", "arm_dot4p_hi", "arm_addp"}
+        assert codegen == "llvm" or "vmlal_high_s8(" in emit_c([func], "t").source
+    rng = np.random.default_rng(2)
+    acc = rng.integers(-2**24, 2**24, 4 * N).astype(np.int32)
+    x = rng.integers(-128, 128, (N, 2, 4)).astype(np.int8)
+    w = rng.integers(-127, 128, (N, 2, 4, 4)).astype(np.int8)
+    x[:64], w[:32], w[32:64] = -128, -127, 127
+    got = np.frombuffer(_run_qemu(func, codegen, tmp_path,
+                                  acc.tobytes() + x.tobytes() + w.tobytes()), np.int32)
+    dots = np.einsum("nsuj,nsj->nu", w.astype(np.int64), x.astype(np.int64)).reshape(-1)
+    # each half holds acc's lanes in pairs: ADDP adds acc's pairs into both halves
+    a = acc.astype(np.int64).reshape(N, 2, 2).sum(axis=2)
+    np.testing.assert_array_equal(got, (np.concatenate([a, a], axis=1).reshape(-1) + dots))
+
+
 def test_strategy_on_arm_cores_without_dotprod():
     assert int8_accumulator(TARGET) == QUADS_MULL
     assert window_row_accumulator(TARGET) == QUADS_MULL
@@ -180,8 +220,9 @@ def test_rpi4_package_bit_exact_under_emulated_cortex_a72(codegen, model, tmp_pa
     aot.package(path, board="rpi4", codegen=codegen, out_dir=pkg)
     if codegen == "c":
         kernels = "\n".join(p.read_text() for p in (pkg / "src").glob("*kernels*.c"))
-        assert "arm_smull_dot4_i32x4(" in kernels, model
-        if model != "mlperf_ad_fcae_int8":   # 16-deep convs take the quads by lane
+        if model == "mlperf_ad_fcae_int8":   # FC layers: quads in pairs, SMLAL
+            assert "arm_dot4p_hi_i32x4(" in kernels and "arm_addp_i32x4(" in kernels
+        else:   # 16-deep convs take the quads by lane
             assert re.search(r"arm_smull_dot4_i32x4\(\w+, \w+\[3\], \w+\)", kernels), model
         if model in ("mlperf_kws_dscnn_int8", "mlperf_vww_mbv1_int8"):   # depthwise: SMLAL2
             assert "arm_smlal_hi_i32x4(" in kernels, model

@@ -30,7 +30,8 @@ from aot.codegen.arm_mve import MveOp
 from aot.codegen.check import check_func
 from aot.codegen.intrinsics import (GCC_X86_SPELLINGS, Helper, Lane, PairDot, PairPack, Pmuldq,
                                     check_call, vector_helper)
-from aot.codegen.intrinsics import NeonFixedPoint, QuadDot, WideningMla
+from aot.codegen.intrinsics import (NeonFixedPoint, PairedQuadDot, PairwiseAdd, QuadDot,
+                                    WideningMla)
 from aot.codegen.names import c_comment, c_identifier, kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import UnsupportedError
@@ -637,6 +638,10 @@ class _Printer:
             return self._call_text(self._quad_dot(e.dtype, fn), list(e.args))
         if isinstance(fn, WideningMla):
             return self._call_text(self._widening_mla(e.dtype, fn), list(e.args))
+        if isinstance(fn, PairedQuadDot):
+            return self._call_text(self._paired_quad_dot(fn), list(e.args))
+        if isinstance(fn, PairwiseAdd):
+            return self._call_text(self._pairwise_add(fn), list(e.args))
         if isinstance(fn, NeonFixedPoint):
             args = [a if dtype_of(a).lanes > 1 else Broadcast(a, 4) for a in e.args]
             return self._call_text(self._neon_fixed_point(fn), args)
@@ -762,6 +767,53 @@ class _Printer:
             formula = f"#if {isa}\n    return ({rt}){neon};\n#else\n{formula}#endif\n"
         return self.mod.helper(name, lambda: (
             f"{head}static inline {rt} {name}({rt} acc, {ht} x, {ht} w)\n{{\n{formula}}}"))
+
+    def _neon_helper(self, name: str, params: str, formula: str, neon: str | None) -> str:
+        """A helper returning `neon` (an AArch64 NEON expression) under #if,
+        else computing `formula`'s statements; `formula` alone if neon is None."""
+        head = ""
+        if neon is not None:
+            isa = "defined(__aarch64__) && defined(__ARM_NEON)"
+            head = f"#if {isa}\n#include <arm_neon.h>\n#endif\n"
+            formula = f"#if {isa}\n    return {neon};\n#else\n{formula}#endif\n"
+        rt = self.mod.vector(DType("int32", 4))
+        return self.mod.helper(name, lambda: (
+            f"{head}static inline {rt} {name}({params})\n{{\n{formula}}}"))
+
+    def _paired_quad_dot(self, fn: PairedQuadDot) -> str:
+        """aot_dot4p_lo / _hi (intrinsics.PairedQuadDot): the lane formula,
+        or for arm_dot4p_lo / _hi SMULL, SMLAL and SADALP (their 2 forms on
+        the high halves)."""
+        rt, wt = self.mod.vector(DType("int32", 4)), self.mod.vector(DType("int8", 16))
+        byte = "(((int32_t)({u} >> 8 * ({j}) & 255u) ^ 128) - 128)"
+        terms = " + ".join(f"{byte.format(u=f'u{s}', j=j)} * w{s}[c + {j}]"
+                           for s in (0, 1) for j in ("j", "j + 1"))
+        formula = ("    const uint32_t u0 = (uint32_t)q0, u1 = (uint32_t)q1;\n"
+                   f"    {rt} r = acc;\n    for (int k = 0; k < 4; ++k) {{\n"
+                   "        const int j = 2 * (k % 2), c = 4 * (k / 2"
+                   f"{' + 2' if fn.high else ''});\n"
+                   f"        r[k] += {terms};\n    }}\n    return r;\n")
+        neon = None
+        if fn.instruction:
+            if fn.high:
+                x = "vreinterpretq_s8_s32(vdupq_n_s32(q{s}))"
+                mul = (f"vmlal_high_s8(vmull_high_s8({x.format(s=0)}, (int8x16_t)w0),\n"
+                       f"        {x.format(s=1)}, (int8x16_t)w1)")
+            else:
+                x = "vreinterpret_s8_s32(vdup_n_s32(q{s}))"
+                mul = (f"vmlal_s8(vmull_s8({x.format(s=0)}, vget_low_s8((int8x16_t)w0)),\n"
+                       f"        {x.format(s=1)}, vget_low_s8((int8x16_t)w1))")
+            neon = f"({rt})vpadalq_s16((int32x4_t)acc, {mul})"
+        return self._neon_helper(f"{fn.name}_{rt[4:]}", f"{rt} acc, int32_t q0, int32_t q1, "
+                                 f"{wt} w0, {wt} w1", formula, neon)
+
+    def _pairwise_add(self, fn: PairwiseAdd) -> str:
+        """aot_addp / arm_addp (intrinsics.PairwiseAdd)."""
+        rt = self.mod.vector(DType("int32", 4))
+        formula = (f"    {rt} r = {{a[0] + a[1], a[2] + a[3], b[0] + b[1], b[2] + b[3]}};\n"
+                   "    return r;\n")
+        neon = f"({rt})vpaddq_s32((int32x4_t)a, (int32x4_t)b)" if fn.instruction else None
+        return self._neon_helper(f"{fn.name}_{rt[4:]}", f"{rt} a, {rt} b", formula, neon)
 
     def _neon_fixed_point(self, fn: NeonFixedPoint) -> str:
         """arm_sqrdmulh / arm_rdbpot (intrinsics.NeonFixedPoint): the NEON

@@ -431,6 +431,58 @@ def widening_mla(acc: Expr, x: Expr, w: Expr, high: bool) -> Call:
 
 
 @dataclass(frozen=True)
+class PairedQuadDot:
+    """`aot_dot4p_lo(acc, q0, q1, w0, w1)` / `aot_dot4p_hi`: two quads' dot
+    products (QuadDot's q and w, for consecutive input quads) into an int32
+    x 4 accumulator of half sums: lane k takes, over both quads s, the
+    products of bytes j = 2 (k % 2) and j + 1 of q_s with output channel
+    u = k // 2 (lo) or 2 + k // 2 (hi) of w_s. `aot_addp` of the lo and hi
+    accumulators then gives the 4 channels' sums. On AArch64 without
+    dotprod, `arm_dot4p_lo` / `_hi`: SMULL, SMLAL (two products a lane in
+    int16: w must have no -128), SADALP: 6 instructions per 32 products
+    against arm_smull_dot4's 8."""
+    name: str
+    high: bool = False
+    instruction: bool = False
+
+    def result(self, args: tuple[Expr, ...]) -> DType:
+        return dtype_of(args[0])
+
+
+DOT4P_LO = PairedQuadDot("aot_dot4p_lo")
+DOT4P_HI = PairedQuadDot("aot_dot4p_hi", high=True)
+ARM_DOT4P_LO = PairedQuadDot("arm_dot4p_lo", instruction=True)
+ARM_DOT4P_HI = PairedQuadDot("arm_dot4p_hi", high=True, instruction=True)
+_PAIRED_QUAD_DOTS = {d.name: d for d in (DOT4P_LO, DOT4P_HI, ARM_DOT4P_LO, ARM_DOT4P_HI)}
+
+
+@dataclass(frozen=True)
+class PairwiseAdd:
+    """`aot_addp(a, b)`: int32 x 4 twice -> (a0 + a1, a2 + a3, b0 + b1,
+    b2 + b3), wrapping; `arm_addp` is AArch64's ADDP (vpaddq_s32)."""
+    name: str
+    instruction: bool = False
+
+    def result(self, args: tuple[Expr, ...]) -> DType:
+        return dtype_of(args[0])
+
+
+ADDP = PairwiseAdd("aot_addp")
+ARM_ADDP = PairwiseAdd("arm_addp", instruction=True)
+_PAIRWISE_ADDS = {a.name: a for a in (ADDP, ARM_ADDP)}
+
+
+def paired_quad_dot(acc: Expr, q0: Expr, q1: Expr, w0: Expr, w1: Expr, high: bool) -> Call:
+    """The aot_dot4p_lo / _hi call (see PairedQuadDot)."""
+    return Call((DOT4P_HI if high else DOT4P_LO).name, (acc, q0, q1, w0, w1), dtype_of(acc))
+
+
+def pairwise_add(a: Expr, b: Expr) -> Call:
+    """The aot_addp call (see PairwiseAdd)."""
+    return Call(ADDP.name, (a, b), dtype_of(a))
+
+
+@dataclass(frozen=True)
 class Pmuldq:
     """`x86_pmuldq_rdhm(a, b)`: the whole-vector aot_rdhm on int32 x n
     (n = 4, 8, 16; a scalar operand is broadcast), computed with x86's
@@ -501,7 +553,8 @@ def lane(v: Expr, i: int) -> Call:
 def lane_crossing(fn: str) -> bool:
     """Calls whose vector operands need not have the result's lanes."""
     return (fn in DSP_OPS or fn in MVE_OPS or fn in _PAIR_DOTS or fn in _PAIR_PACKS
-            or fn in _QUAD_DOTS or fn in _WIDENING_MLAS or fn == LANE.name)
+            or fn in _QUAD_DOTS or fn in _WIDENING_MLAS or fn in _PAIRED_QUAD_DOTS
+            or fn == LANE.name)
 
 
 def _check_lane(args: tuple[Expr, ...], dtype: DType) -> Lane:
@@ -543,6 +596,23 @@ def _check_widening_mla(fn: str, args: tuple[Expr, ...], dtype: DType) -> Wideni
     return _WIDENING_MLAS[fn]
 
 
+def _check_paired_quad_dot(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairedQuadDot:
+    kinds = [dtype_of(a) for a in args]
+    i32x4, i8x16 = DType("int32", 4), DType("int8", 16)
+    if kinds != [i32x4, DType("int32"), DType("int32"), i8x16, i8x16] or dtype != i32x4:
+        raise UnsupportedError(f"{fn} takes (int32 x 4, int32, int32, int8 x 16, int8 x 16) -> "
+                               f"int32 x 4, got ({', '.join(map(str, kinds))}) -> {dtype}")
+    return _PAIRED_QUAD_DOTS[fn]
+
+
+def _check_pairwise_add(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairwiseAdd:
+    kinds = [dtype_of(a) for a in args]
+    if kinds != [DType("int32", 4)] * 2 or dtype != DType("int32", 4):
+        raise UnsupportedError(f"{fn} takes int32 x 4 twice, got "
+                               f"({', '.join(map(str, kinds))}) -> {dtype}")
+    return _PAIRWISE_ADDS[fn]
+
+
 def _check_pmuldq(args: tuple[Expr, ...], dtype: DType) -> Pmuldq:
     kinds = [dtype_of(a) for a in args]
     if (len(args) != 2 or dtype.scalar != "int32" or dtype.lanes not in (4, 8, 16)
@@ -575,7 +645,7 @@ def _check_pair_dot(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairDot:
 
 def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
                ) -> (LibmFn | Helper | PairDot | PairPack | Pmuldq | Lane | QuadDot
-                     | NeonFixedPoint | WideningMla):
+                     | NeonFixedPoint | WideningMla | PairedQuadDot | PairwiseAdd):
     """What a Call means, or a clear error naming it."""
     if fn in DSP_OPS:          # the Armv7E-M DSP extension's (aot/codegen/arm_dsp.py)
         return check_dsp(fn, args, dtype)
@@ -587,6 +657,10 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
         return _check_quad_dot(fn, args, dtype)
     if fn in _WIDENING_MLAS:
         return _check_widening_mla(fn, args, dtype)
+    if fn in _PAIRED_QUAD_DOTS:
+        return _check_paired_quad_dot(fn, args, dtype)
+    if fn in _PAIRWISE_ADDS:
+        return _check_pairwise_add(fn, args, dtype)
     if fn in _PAIR_PACKS:
         return _check_pair_pack(fn, args, dtype)
     if fn == X86_PMULDQ_RDHM.name:
@@ -615,11 +689,13 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
     return f
 
 
-__all__ = ["ARM_RDBPOT", "ARM_SDOT", "ARM_SMLAL_HI", "ARM_SMLAL_LO", "ARM_SMULL_DOT4",
-           "ARM_SQRDMULH", "GCC_X86_SPELLINGS", "HELPERS", "Helper", "LANE", "Lane", "LibmFn",
+__all__ = ["ADDP", "ARM_ADDP", "ARM_DOT4P_HI", "ARM_DOT4P_LO", "ARM_RDBPOT", "ARM_SDOT",
+           "ARM_SMLAL_HI", "ARM_SMLAL_LO", "ARM_SMULL_DOT4", "ARM_SQRDMULH", "DOT4P_HI",
+           "DOT4P_LO", "GCC_X86_SPELLINGS", "HELPERS", "Helper", "LANE", "Lane", "LibmFn",
            "MLAL_HI", "MLAL_LO", "NeonFixedPoint", "PACKED_PAIR_DOT", "PAIR_DOT", "PAIR_PACK",
-           "PAIR_PACK_BYTES", "PairDot", "PairPack", "Pmuldq", "QUAD_DOT", "QUAD_DOT_S",
-           "QUAD_DOT_U", "QUAD_PACK", "QUAD_PACK_BYTES", "QuadDot", "WideningMla", "X86_PMADDWD",
-           "X86_PMADDWD_PACKED", "X86_PMULDQ_RDHM", "X86_VPDPBUSD", "check_call", "helper", "lane",
-           "lane_crossing", "libm", "pack_pairs", "pack_quads", "packed_pair_dot", "pair_dot",
-           "quad_dot", "vector_helper", "widening_mla"]
+           "PAIR_PACK_BYTES", "PairDot", "PairPack", "PairedQuadDot", "PairwiseAdd", "Pmuldq",
+           "QUAD_DOT", "QUAD_DOT_S", "QUAD_DOT_U", "QUAD_PACK", "QUAD_PACK_BYTES", "QuadDot",
+           "WideningMla", "X86_PMADDWD", "X86_PMADDWD_PACKED", "X86_PMULDQ_RDHM", "X86_VPDPBUSD",
+           "check_call", "helper", "lane", "lane_crossing", "libm", "pack_pairs", "pack_quads",
+           "packed_pair_dot", "pair_dot", "paired_quad_dot", "pairwise_add", "quad_dot",
+           "vector_helper", "widening_mla"]

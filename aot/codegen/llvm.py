@@ -32,7 +32,8 @@ from aot.codegen.arm_mve import MveOp
 from aot.codegen.check import check_func
 from aot.codegen.intrinsics import (Helper, Lane, LibmFn, PairDot, PairPack, Pmuldq, check_call,
                                     vector_helper)
-from aot.codegen.intrinsics import NeonFixedPoint, QuadDot, WideningMla
+from aot.codegen.intrinsics import (NeonFixedPoint, PairedQuadDot, PairwiseAdd, QuadDot,
+                                    WideningMla)
 from aot.codegen.names import kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import AotError, UnsupportedError
@@ -388,6 +389,10 @@ class _FuncBuilder:
             return self.quad_dot(e.dtype.lanes, fn, *args)
         if isinstance(fn, WideningMla):
             return self.widening_mla(fn, *args)
+        if isinstance(fn, PairedQuadDot):
+            return self.paired_quad_dot(fn, *args)
+        if isinstance(fn, PairwiseAdd):
+            return self.pairwise_add(*args)
         if isinstance(fn, NeonFixedPoint):
             return self.neon_fixed_point(fn, *(self.splat(v, 4) if dtype_of(a).lanes == 1 else v
                                                for v, a in zip(args, e.args)))
@@ -496,6 +501,39 @@ class _FuncBuilder:
             return self.b.sext(self.b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), at),
                                acc.type)
         return self.b.add(acc, self.b.mul(half(x), half(w)))
+
+    def _shuffle(self, v, lanes: list[int]):
+        return self.b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), ir.Constant(
+            ir.VectorType(ir.IntType(32), len(lanes)), lanes))
+
+    def paired_quad_dot(self, fn: PairedQuadDot, acc, q0, q1, w0, w1):
+        """arm_dot4p_lo / _hi: SMULL of the half, SMLAL of the other quad's,
+        SADALP; aot_dot4p_lo / _hi: the same sums in int32."""
+        i32 = ir.IntType(32)
+        half = list(range(8, 16) if fn.high else range(8))
+        xs = [self._shuffle(self.b.bitcast(self.splat(q, 4), w0.type), half) for q in (q0, q1)]
+        ws = [self._shuffle(w, half) for w in (w0, w1)]
+        if fn.instruction:
+            v8i16 = ir.VectorType(ir.IntType(16), 8)
+            smull = self.module.globals.get("llvm.aarch64.neon.smull.v8i16") or ir.Function(
+                self.module, ir.FunctionType(v8i16, [xs[0].type] * 2),
+                "llvm.aarch64.neon.smull.v8i16")
+            saddlp = self.module.globals.get("llvm.aarch64.neon.saddlp.v4i32.v8i16") or \
+                ir.Function(self.module, ir.FunctionType(acc.type, [v8i16]),
+                            "llvm.aarch64.neon.saddlp.v4i32.v8i16")
+            pairs = self.b.add(*(self.b.call(smull, [x, w]) for x, w in zip(xs, ws)))
+            return self.b.add(acc, self.b.call(saddlp, [pairs]))
+        v8i32 = ir.VectorType(i32, 8)
+        prod = self.b.add(*(self.b.mul(self.b.sext(x, v8i32), self.b.sext(w, v8i32))
+                            for x, w in zip(xs, ws)))
+        return self.b.add(acc, self.b.add(self._shuffle(prod, [0, 2, 4, 6]),
+                                          self._shuffle(prod, [1, 3, 5, 7])))
+
+    def pairwise_add(self, a, b):
+        """aot_addp / arm_addp: lanes 0, 2 of a and b plus lanes 1, 3 (ADDP)."""
+        both = self.b.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), 8),
+                                                       list(range(8))))
+        return self.b.add(self._shuffle(both, [0, 2, 4, 6]), self._shuffle(both, [1, 3, 5, 7]))
 
     def smull_dot4(self, acc, x, w):
         """arm_smull_dot4 on the broadcast quad x: SMULL / SMULL2 of the

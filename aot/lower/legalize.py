@@ -11,6 +11,8 @@ nothing.
     aot_dot4               -> arm_sdot                            AArch64 with dotprod (4)
     aot_dot4s              -> arm_sdot, else arm_smull_dot4       AArch64 (4): dotprod, else NEON
     aot_mlal_lo / _hi      -> arm_smlal_lo / _hi                  AArch64 NEON (4)
+    aot_dot4p_lo / _hi     -> arm_dot4p_lo / _hi                  AArch64 NEON (4)
+    aot_addp               -> arm_addp                            AArch64 NEON (4)
     aot_dot4u              -> x86_vpdpbusd                        x86: AVX512-VNNI (16),
                                                                   with AVX512VL (4, 8)
     aot_rdhm on int32 x 4  -> arm_sqrdmulh                        AArch64 NEON
@@ -45,6 +47,7 @@ from aot.codegen.intrinsics import (ARM_RDBPOT, ARM_SDOT, ARM_SMULL_DOT4, ARM_SQ
                                     QUAD_DOT_S, QUAD_DOT_U, QUAD_PACK, QUAD_PACK_BYTES,
                                     X86_VPDPBUSD)
 from aot.codegen.intrinsics import ARM_SMLAL_HI, ARM_SMLAL_LO, MLAL_HI, MLAL_LO
+from aot.codegen.intrinsics import ADDP, ARM_ADDP, ARM_DOT4P_HI, ARM_DOT4P_LO, DOT4P_HI, DOT4P_LO
 from aot.ir.tir import Call, Expr, PrimFunc, map_stmt_exprs
 from aot.targets import Target
 
@@ -109,6 +112,9 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
     # Without dotprod: SMULL, SMULL2, ADDP, SADALP (the weights have no -128).
     Instruction(MLAL_LO.name, ARM_SMLAL_LO.name, ("aarch64",), _NEON4, little_endian=True),
     Instruction(MLAL_HI.name, ARM_SMLAL_HI.name, ("aarch64",), _NEON4, little_endian=True),
+    Instruction(DOT4P_LO.name, ARM_DOT4P_LO.name, ("aarch64",), _NEON4, little_endian=True),
+    Instruction(DOT4P_HI.name, ARM_DOT4P_HI.name, ("aarch64",), _NEON4, little_endian=True),
+    Instruction(ADDP.name, ARM_ADDP.name, ("aarch64",), _NEON4),
     Instruction(QUAD_DOT_S.name, ARM_SMULL_DOT4.name, ("aarch64",), _NEON4, little_endian=True),
     Instruction(QUAD_DOT_U.name, X86_VPDPBUSD.name, _X86, _VPDPBUSD, little_endian=True),
     # Lane-wise, but only tested little-endian (the C casts vectors to NEON types).

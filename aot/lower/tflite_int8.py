@@ -35,6 +35,7 @@ import numpy as np
 
 from aot.codegen.intrinsics import lane as lane_of
 from aot.codegen.intrinsics import pack_pairs, pack_quads, packed_pair_dot, pair_dot, widening_mla
+from aot.codegen.intrinsics import paired_quad_dot, pairwise_add
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, Expr, For, If,
                         Load, Select, Stmt, Store, Unary, Var, add, dt, dtype_of, flat_index, mul,
                         seq, sub)
@@ -1543,7 +1544,30 @@ def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_o
                                                                      w_group(dp, off, wd)))))
                         for a, off, wd in zip(accs, offs, widths)]
                 return seq(*out)
-            if use:
+            def paired_quads() -> list[Stmt]:
+                """Quads two at a time, each lane of the int16 products
+                holding two (aot_dot4p_lo / _hi: SMULL, SMLAL, SADALP; the
+                weights have no -128) into half sums, ADDP'd into acc."""
+                halves = [[ctx.fresh("half", dt("int32", 4)) for _ in "lh"] for _ in accs]
+                decls = [Decl(h, Broadcast(Const(0), 4)) for hs in halves for h in hs]
+
+                def two(sp):
+                    at = [mul(sp, Const(2)), add(mul(sp, Const(2)), Const(1))]
+                    xq = [ctx.fresh("xq") for _ in at]
+                    body = [Decl(v, Load(staged, s)) for v, s in zip(xq, at)]
+                    for hs, off, wd in zip(halves, offs, widths):
+                        wq = [ctx.fresh("wq", dt("int8", 16)) for _ in at]
+                        body += [Decl(v, w_group(s, off, wd)) for v, s in zip(wq, at)]
+                        body += [Assign(h, paired_quad_dot(h, *xq, *wq, high))
+                                 for h, high in zip(hs, (False, True))]
+                    return seq(*body)
+                tail = [quad(Const(steps - 1))] if steps % 2 else []
+                return [*decls, loop(ctx, "cp", steps // 2, two), *tail,
+                        *[Assign(a, Bin("+", a, pairwise_add(*hs))) for a, hs in zip(accs, halves)]]
+            if use and kind.symmetric and steps >= 2 and set(widths) == {4}:
+                code += paired_quads()
+                code += [single(Const(d)) for d in range(lead, depth)]
+            elif use:
                 code.append(loop(ctx, "cq" if group == 4 else "dp", steps,
                                  quad if group == 4 else pair))
                 code += [single(Const(d)) for d in range(lead, depth)]

@@ -53,10 +53,13 @@ MAX_REGIONS = 36
 # its address (`orr` of the disjoint index bits, then a shift), 350 -> 292
 # instructions per 8 x 8 tile.
 UNROLL_LANE_STEPS = 4
-# So is an outer loop of at most this many depthwise channel tiles (its
-# channel offset a constant in every address): vww f32's 8-channel
-# depthwise conv on the A72, C, 107,230 -> 84,893 instructions (4
-# tiles gained nothing more).
+# So is a loop of at most this many channel tiles of a tile sized by the
+# register file (Arm's), its channel offset then a constant in every
+# address. On the A72, C: vww f32's 8-channel depthwise conv 107,230 ->
+# 84,893 instructions (4 tiles gained nothing more); ResNet-8 f32, whose
+# 16-channel convolutions are 2 tiles, 4,404,231 -> 4,184,262 (LLVM
+# 4,180,631 -> 4,155,690). Not the dense kernels' tiles: vww's 1x1 convs
+# lost as much with LLVM as they gained with C.
 UNROLL_CHANNEL_TILES = 2
 
 
@@ -330,7 +333,8 @@ def sliding_window(ctx: LowerCtx, batch: int, win: ref.Window, spatial: Sequence
     def region(n, runs) -> Stmt:
         return region_nest(ctx, runs, lambda pixels: _loop(
             ctx, "g", groups, lambda g: _over_tiles(
-                ctx, channels, t, lambda c0, widths: tile_body(n, pixels, runs, g, c0, widths))),
+                ctx, channels, t, lambda c0, widths: tile_body(n, pixels, runs, g, c0, widths),
+                unroll=UNROLL_CHANNEL_TILES if t.registers else 0)),
             t)
     regions = window_regions(win, spatial, keys)
     return _seq(_loop(ctx, "n", batch, lambda n: _seq(*(region(n, runs) for runs in regions))))

@@ -60,7 +60,7 @@ def _graphs():
                    dict(Padding=0, StrideH=2, StrideW=2, DilationHFactor=2), zp_in=100, seed=8),
         conv_model("CONV_2D", [1, 5, 6, 16], [9, 2, 3, 16], [1, 4, 4, 9],
                    dict(Padding=1, StrideH=1, StrideW=1), per_channel=False, zp_in=-128, seed=9),
-        # depth 8: the DSP kernels
+        # depth 8 over 5 channels: the DSP kernels
         conv_model("CONV_2D", [1, 3, 3, 8], [5, 1, 1, 8], [1, 3, 3, 5], pointwise, seed=3),
         fc_model(True, False, x_shape=(3, 2, 48), units=7),        # rows across dims
         fc_model(False, False, x_shape=(1, 64), zp_in=-128, act=0, units=2),
@@ -74,6 +74,17 @@ def _graphs():
         conv_model("DEPTHWISE_CONV_2D", [1, 10, 7, 16], [1, 3, 2, 16], [1, 6, 6, 16],
                    dict(Padding=1, StrideH=1, StrideW=1, DepthMultiplier=1, DilationHFactor=2),
                    bias=False, zp_in=127, seed=6),
+        # output channels along the vectors (depth not 16k): 16 + 4 channels,
+        # SAME with stride 2 (3/4 inside: tested terms), a first layer mostly
+        # border (a padded copy), a 1x1 over 8 channels
+        conv_model("CONV_2D", [1, 9, 8, 3], [20, 3, 3, 3], [1, 5, 4, 20],
+                   dict(Padding=0, StrideH=2, StrideW=2, FusedActivationFunction=3), zp_in=-128,
+                   seed=10),
+        conv_model("CONV_2D", [2, 13, 6, 1], [16, 10, 4, 1], [2, 7, 3, 16],
+                   dict(Padding=0, StrideH=2, StrideW=2, FusedActivationFunction=1), zp_in=-7,
+                   seed=13),
+        conv_model("CONV_2D", [1, 3, 5, 8], [8, 1, 1, 8], [1, 3, 5, 8], pointwise, zp_in=9,
+                   seed=14),
     ]
 
 
@@ -85,7 +96,7 @@ def test_mve_kernels_bit_exact_on_an_mve_host(codegen, tmp_path, monkeypatch):
     calls = [set().union(*(_calls(k.func) for k in lower_graph(g, mve_host()))) for g in graphs]
     assert all("aot_dot16" in c for c in calls[:5] + calls[6:8]), calls
     assert "aot_dot16" not in calls[5] and "aot_smlad" in calls[5], calls[5]
-    assert all("aot_widen4" in c for c in calls[8:]), calls
+    assert all("aot_widen4" in c and "aot_smlad" not in c for c in calls[8:]), calls
     assert {"aot_smlabb", "aot_widen4"} <= calls[8], calls[8]
     check_graphs(graphs, codegen=codegen, tmp_path=tmp_path)
 

@@ -16,6 +16,10 @@ kernels' do. Register tiles, no im2col buffer:
   channels over each tap's 16-channel vectors, read where they lie; a tap
   outside the image reads a vector of zero points (its products cancel in
   the folded bias, as in aot/lower/int8_dsp.py).
+- other convolutions of one group whose depth is not 16k (first layers,
+  vww's 1x1 over 8 channels) over 4k output channels: the output channels
+  along the vectors, 16 per pixel in four int32 x 4 accumulators; per
+  term one input byte times four weight vectors (VLDRB.S32, VMUL, VADD).
 - depthwise (multiplier 1): 16 channels per pixel in four int32 x 4
   accumulators; per tap each 4 channels of input and weights read widened
   to int32 lanes (VLDRB.S32, aot_widen4), multiplied and added (VMUL,
@@ -39,7 +43,7 @@ import numpy as np
 from aot.codegen.arm_mve import INT32X4, INT8X16, dot16, widen4
 from aot.codegen.intrinsics import lane
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr, If, Load, Stmt,
-                        Var, add, mul, seq)
+                        Var, add, flat_index, mul, seq)
 from aot.lower import int8_dsp
 from aot.lower.rules import LowerCtx, TensorRef
 
@@ -77,14 +81,84 @@ VECTORS = int8_dsp.Words(LANES, _vector, _dot_vectors)
 def conv_kernel(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> Callable | None:
     """The MVE kernel for this convolution (called as int8_dsp's kernels are),
     or None: the DSP kernels then."""
-    if not mve_target(ctx) or g.depth % LANES:
+    if not mve_target(ctx):
         return None
-    if int8_dsp.fits_pointwise(ctx, x, g, weights):
+    if g.depth % LANES == 0 and int8_dsp.fits_pointwise(ctx, x, g, weights):
         return partial(int8_dsp.pointwise, words=VECTORS, tile=TILE)
-    if int8_dsp.fits_dense(ctx, x, g, weights):
+    if g.depth % LANES == 0 and int8_dsp.fits_dense(ctx, x, g, weights):
         return partial(int8_dsp.dense, words=VECTORS, tile=(2, TILE[1]))
+    if fits_outer(ctx, x, g, weights):
+        return outer
     return None
 
+
+def fits_outer(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
+    """A convolution of one group over 4k output channels whose depth the
+    dot products do not take (not 16k), the input in memory, int8 weights."""
+    return (mve_target(ctx) and int8_dsp._in_memory(x) and g.groups == 1 and g.depth % LANES != 0
+            and g.cout % 4 == 0 and int8_dsp._fits_int8(weights))
+
+
+def outer(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
+          finish: Callable[[tuple, Expr], Stmt]) -> Stmt:
+    """A convolution (fits_outer) with the output channels along the
+    vectors: per output pixel 16 channels (4 where fewer are left) in int32
+    x 4 accumulators, each term (ky, kx, ci) one input value times the
+    term's weights of those channels, widened (the weights interleaved per
+    tile, term after term: the unrolled terms' loads take immediate offsets). A
+    term outside the image reads the zero point (cancelled by the folded
+    bias); when fewer than 3/4 of the windows lie inside (kws's first
+    layer), each image is first copied into int8_dsp's scratch padded with
+    zero points, so no term is tested. weights [C_out, KH, KW, D]; finish
+    as conv_nest's."""
+    from aot.lower.tflite_int8 import in_range, loop, plane_regions, to_i32, window_pos
+    terms = g.kh * g.kw * g.depth
+    w = weights.reshape(g.cout, terms)
+    full = g.cout - g.cout % LANES
+    wt = ctx.param("filter", np.concatenate([int8_dsp._interleave(w[:full], LANES, 1),
+                                             int8_dsp._interleave(w[full:], 4, 1)]).astype(np.int8))
+    vbias = ctx.param("bias", int8_dsp._folded(bias, zp, weights.reshape(g.cout, -1)))
+    unroll = g.kw * g.depth <= LANES       # a window row's terms, unrolled in the interior
+
+    def image(n: Expr, src: Buffer, shape: tuple, n_src: Expr, gi) -> Stmt:
+        def tile(oy, ox, tests, c0: Expr, vectors: int) -> Stmt:
+            accs = [ctx.fresh("acc", INT32X4) for _ in range(vectors)]
+            parts: list[Stmt] = [Decl(a, Load(vbias, add(c0, Const(4 * j)), 4))
+                                 for j, a in enumerate(accs)]
+            inside = not any(tests[0]) and not any(tests[1])
+            each = int8_dsp._unrolled(ctx) if unroll and inside else loop
+
+            def term(ky, kx, ci) -> Stmt:
+                iy = window_pos(oy, ky, gi.strides[0], gi.pad_top, gi.dilations[0])
+                ix = window_pos(ox, kx, gi.strides[1], gi.pad_left, gi.dilations[1])
+                cond = int8_dsp._both(in_range(iy, gi.h, *tests[0]),
+                                      in_range(ix, gi.w, *tests[1]))
+                v = ctx.fresh("xv")
+                value = to_i32(Load(src, flat_index((n_src, iy, ix, ci), shape)))
+                body: list[Stmt] = ([Decl(v, value)] if cond is None else
+                                    [Decl(v, Const(zp)), If(cond, Assign(v, value))])
+                t = add(mul(add(mul(ky, Const(gi.kw)), kx), Const(gi.depth)), ci)
+                w_at = add(mul(c0, Const(terms)), mul(t, Const(4 * vectors)))
+                body += [Assign(a, Bin("+", a, Bin("*", widen4(Load(wt, add(w_at, Const(4 * j)),
+                                                                    4)), Broadcast(v, 4))))
+                         for j, a in enumerate(accs)]
+                return seq(*body)
+            parts.append(loop(ctx, "ky", gi.kh, lambda ky: each(ctx, "kx", gi.kw, lambda kx: each(
+                ctx, "ci", gi.depth, lambda ci: term(ky, kx, ci)))))
+            parts += [finish((n, oy, ox, add(c0, Const(4 * j + k))), lane(a, k))
+                      for j, a in enumerate(accs) for k in range(4)]
+            return seq(*parts)
+
+        def pixel(oy, ox, rt, ct) -> Stmt:
+            return int8_dsp._tiles(ctx, "oc", gi.cout // 4, LANES // 4, lambda q, width: tile(
+                oy, ox, (rt, ct), mul(q, Const(4)), width))
+        return plane_regions(ctx, gi, pixel)
+
+    if int8_dsp._mostly_inside(g):
+        return loop(ctx, "n", g.n, lambda n: image(n, x.buffer, tuple(x.shape), n, g))
+    pad, gp = int8_dsp._padded_geometry(ctx, g)
+    return loop(ctx, "n", g.n, lambda n: seq(
+        int8_dsp._pad_copy(ctx, x, g, n, pad, zp), image(n, pad, (1, *pad.shape), Const(0), gp)))
 
 def fits_fc(ctx: LowerCtx, x: TensorRef, w: np.ndarray) -> bool:
     return mve_target(ctx) and int8_dsp.fits_fc(ctx, x, w) and w.shape[1] % LANES == 0

@@ -12,6 +12,8 @@
   C and VMLADAVA in LLVM's assembly; kws bit-exact with tflite-micro on
   mps3-an547 through both, in fewer instructions than on the M4; every
   shared int8 model bit-exact there (C; ic and vww through LLVM too).
+- The vector requantization's fixed point legalized for MVE (VQRDMULH;
+  VQADD, VRSHL) run on mps3-an547 against TFLite's rules, C and LLVM.
 """
 from __future__ import annotations
 
@@ -180,3 +182,65 @@ def test_shared_int8_models_are_bit_exact_on_the_m55(model):
         out = verify(model, board="mps3-an547", codegen=codegen)
         assert out["reference"] == "tflite-micro" and out["ok"], (codegen, out)
         assert all(r["max_abs_err"] == 0 for r in out["outputs"]), (codegen, out)
+
+
+M55_MAIN = r"""
+#include <stdint.h>
+#include <stdio.h>
+%(prototype)s
+%(data)s
+static int32_t out[2 * %(n)d];
+int main(void) {
+    int bad = 0;
+    %(fn)s(a, m, e, out);
+    for (int i = 0; i < 2 * %(n)d; ++i) {
+        if (out[i] != want[i] && bad++ == 0) {
+            printf("%%d: %%ld, want %%ld\n", i, (long)out[i], (long)want[i]);
+        }
+    }
+    return bad > 100 ? 100 : bad;
+}
+"""
+
+
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
+def test_mve_fixed_point_matches_the_reference_on_the_m55(codegen, tmp_path):
+    """aot_rdhm / aot_rdbpot on int32 x 4 legalized for the M55 (VQRDMULH;
+    VQADD of the fixup, VRSHL) run on mps3-an547 against aot.ops.qmath's
+    reference (TFLite's rules): the edges (INT32_MIN, INT32_MAX, 0, +-1),
+    every exponent 0..31, ties of both signs (test_neon_requant's inputs)."""
+    from pathlib import Path
+
+    from aot.codegen.c import emit_c
+    from aot.codegen.llvm import emit_object
+    from aot.ops import qmath as ref
+    from test_neon_requant import N, _func, _inputs
+    target = get_target("cortex-m55")
+    func = legalize(_func(), target)
+    assert {"mve_vqrdmulh", "mve_rdbpot"} <= _calls(func)
+    src = emit_c([func], "t")
+    a, m, e = _inputs(np.random.default_rng(0))
+    want = np.concatenate([ref.srdhm(a.astype(np.int64), m.astype(np.int64)),
+                           ref.rdbpot(a.astype(np.int64), e.astype(np.int64))])
+    data = "\n".join(f"static const int32_t {name}[] = {{{', '.join(map(str, v.tolist()))}}};"
+                     for name, v in (("a", a), ("m", m), ("e", e), ("want", want)))
+    (tmp_path / "main.c").write_text(M55_MAIN % {"n": N, "fn": src.symbols[func.name],
+                                                 "prototype": src.prototypes[0], "data": data})
+    if codegen == "c":
+        kernel = tmp_path / "k.c"
+        kernel.write_text(src.source)
+        assert "vqrdmulhq_s32" in src.source and "vrshlq_s32" in src.source
+    else:
+        kernel = tmp_path / "k.o"
+        kernel.write_bytes(emit_object([func], "t", target))
+    runtime = Path(__file__).resolve().parent.parent / "runtime_c" / "cortex_m"
+    exe = tmp_path / "t.elf"
+    subprocess.run([target.cc, *target.cflags, "-T", str(runtime / "mps3_an547.ld"),
+                    "-I", str(runtime.parent), "-nostartfiles", "--specs=rdimon.specs",
+                    "-o", str(exe),
+                    str(runtime / "startup.c"), str(tmp_path / "main.c"), str(kernel)],
+                   check=True)
+    run = subprocess.run(["qemu-system-arm", "-M", "mps3-an547", "-nographic", "-monitor", "none",
+                          "-serial", "null", "-semihosting-config", "enable=on,target=native",
+                          "-kernel", str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, (run.returncode, run.stdout[-500:], run.stderr[-500:])

@@ -816,9 +816,10 @@ class _Printer:
         return self._neon_helper(f"{fn.name}_{rt[4:]}", f"{rt} a, {rt} b", formula, neon)
 
     def _neon_fixed_point(self, fn: NeonFixedPoint) -> str:
-        """arm_sqrdmulh / arm_rdbpot (intrinsics.NeonFixedPoint): the NEON
-        instructions, the generic whole-vector helper for a compiler without
-        NEON."""
+        """arm_sqrdmulh / arm_rdbpot and mve_vqrdmulh / mve_rdbpot
+        (intrinsics.NeonFixedPoint): the NEON or Helium instructions (ACLE
+        names them alike), the generic whole-vector helper for a compiler
+        without them."""
         t = self.mod.vector(DType("int32", 4))
         generic = self._vector_helper_fn(vector_helper(fn.generic, 4))
         name = f"{fn.name}_{t[4:]}"
@@ -829,9 +830,10 @@ class _Printer:
                     "    const int32x4_t shift = vnegq_s32((int32x4_t)b);\n"
                     "    const int32x4_t fixup = vshrq_n_s32(vandq_s32(x, shift), 31);\n"
                     f"    return ({t})vrshlq_s32(vqaddq_s32(x, fixup), shift);\n")
-        isa = "defined(__aarch64__) && defined(__ARM_NEON)"
+        isa, header = (("defined(__ARM_FEATURE_MVE)", "arm_mve.h") if fn.isa == "mve" else
+                       ("defined(__aarch64__) && defined(__ARM_NEON)", "arm_neon.h"))
         return self.mod.helper(name, lambda: (
-            f"#if {isa}\n#include <arm_neon.h>\n#endif\n"
+            f"#if {isa}\n#include <{header}>\n#endif\n"
             f"static inline {t} {name}({t} a, {t} b)\n{{\n#if {isa}\n{neon}#else\n"
             f"    return {generic}(a, b);\n#endif\n}}"))
 

@@ -506,14 +506,19 @@ class NeonFixedPoint:
     -1 to negative x when e > 0 (saturating), then SRSHL by -e (rounding half
     up, so ties of negative values go away from zero as RDBPOT's do). The
     legalization pass chooses them on AArch64; the C keeps the generic
-    formula for a compiler without NEON."""
+    formula for a compiler without NEON. `isa` "mve": the same instructions
+    of Helium (VQRDMULH, VQADD, VRSHL; ACLE spells them alike in
+    <arm_mve.h>), on Arm targets with MVE."""
     name: str
     generic: str
+    isa: str = "neon"
 
 
 ARM_SQRDMULH = NeonFixedPoint("arm_sqrdmulh", "aot_rdhm")
 ARM_RDBPOT = NeonFixedPoint("arm_rdbpot", "aot_rdbpot")
-_NEON_FIXED_POINT = {f.name: f for f in (ARM_SQRDMULH, ARM_RDBPOT)}
+MVE_VQRDMULH = NeonFixedPoint("mve_vqrdmulh", "aot_rdhm", isa="mve")
+MVE_RDBPOT = NeonFixedPoint("mve_rdbpot", "aot_rdbpot", isa="mve")
+_NEON_FIXED_POINT = {f.name: f for f in (ARM_SQRDMULH, ARM_RDBPOT, MVE_VQRDMULH, MVE_RDBPOT)}
 
 # A PrimFunc attribute the legalization pass sets on x86 targets: the C
 # printer may then spell vector conversions and min/max as GCC on x86
@@ -692,6 +697,7 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
 __all__ = ["ADDP", "ARM_ADDP", "ARM_DOT4P_HI", "ARM_DOT4P_LO", "ARM_RDBPOT", "ARM_SDOT",
            "ARM_SMLAL_HI", "ARM_SMLAL_LO", "ARM_SMULL_DOT4", "ARM_SQRDMULH", "DOT4P_HI",
            "DOT4P_LO", "GCC_X86_SPELLINGS", "HELPERS", "Helper", "LANE", "Lane", "LibmFn",
+           "MVE_RDBPOT", "MVE_VQRDMULH",
            "MLAL_HI", "MLAL_LO", "NeonFixedPoint", "PACKED_PAIR_DOT", "PAIR_DOT", "PAIR_PACK",
            "PAIR_PACK_BYTES", "PairDot", "PairPack", "PairedQuadDot", "PairwiseAdd", "Pmuldq",
            "QUAD_DOT", "QUAD_DOT_S", "QUAD_DOT_U", "QUAD_PACK", "QUAD_PACK_BYTES", "QuadDot",

@@ -561,11 +561,22 @@ class _FuncBuilder:
             callee = self.module.globals.get(name) or ir.Function(
                 self.module, ir.FunctionType(a.type, [a.type] * len(operands)), name)
             return self.b.call(callee, list(operands))
+        mve = fn.isa == "mve"
         if fn.generic == "aot_rdhm":
-            return call("llvm.aarch64.neon.sqrdmulh.v4i32", a, b)
+            name = "llvm.arm.mve.vqrdmulh.v4i32" if mve else "llvm.aarch64.neon.sqrdmulh.v4i32"
+            return call(name, a, b)
         shift = self.b.neg(b)
         fixup = self.b.ashr(self.b.and_(a, shift), ir.Constant(a.type, [31] * 4))
-        return call("llvm.aarch64.neon.srshl.v4i32", call("llvm.sadd.sat.v4i32", a, fixup), shift)
+        fixed = call("llvm.sadd.sat.v4i32", a, fixup)
+        if not mve:
+            return call("llvm.aarch64.neon.srshl.v4i32", fixed, shift)
+        # VRSHL: llvm.arm.mve.vshl.vector (value, shifts, saturate 0, round 1, unsigned 0)
+        i32 = ir.IntType(32)
+        name = "llvm.arm.mve.vshl.vector.v4i32.v4i32"
+        callee = self.module.globals.get(name) or ir.Function(
+            self.module, ir.FunctionType(a.type, [a.type, a.type, i32, i32, i32]), name)
+        return self.b.call(callee, [fixed, shift, ir.Constant(i32, 0), ir.Constant(i32, 1),
+                                    ir.Constant(i32, 0)])
 
     def pmaddwd_call(self, n: int, x, w):
         name = _PMADDWD[n]

@@ -26,12 +26,14 @@ kernels' do. Register tiles, no im2col buffer:
   VADD): 3 instructions per 4 MACs where SMLABB/SMLATT take about 10. The
   channels left over take int8_dsp's quads and singles.
 
-Only depths that are a multiple of 16 take these kernels (no tail
-predication: the layers of the shared models have 16k channels or fewer
-than 16); the others keep the DSP kernels, which the M55 also has. The
-weights are interleaved per tile in 16-byte words (int8_dsp._interleave),
-the zero point folded into the bias, and requantization is int8_dsp's
-(Requant32 where the bounds prove it exact).
+Only depths that are a multiple of 16 take the dot products (no tail
+predication). The weights are interleaved per tile (int8_dsp._interleave),
+the zero point folded into the bias. Scalar accumulators are requantized
+as the DSP kernels' (Requant32 where the bounds prove it exact); the
+int32 x 4 accumulators of the other two kernels go to conv_nest's finish
+whole, 4 channels at once, which requantizes them as vectors (VecRequant:
+VQRDMULH, then VQADD and VRSHL, tests/test_int8_mve.py proves them on the
+M55 against TFLite's rules) and stores them narrowed.
 """
 from __future__ import annotations
 
@@ -41,7 +43,6 @@ from typing import Callable
 import numpy as np
 
 from aot.codegen.arm_mve import INT32X4, INT8X16, dot16, widen4
-from aot.codegen.intrinsics import lane
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr, If, Load, Stmt,
                         Var, add, flat_index, mul, seq)
 from aot.lower import int8_dsp
@@ -110,7 +111,8 @@ def outer(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
     bias); when fewer than 3/4 of the windows lie inside (kws's first
     layer), each image is first copied into int8_dsp's scratch padded with
     zero points, so no term is tested. weights [C_out, KH, KW, D]; finish
-    as conv_nest's."""
+    as conv_nest's, called with int32 x 4 accumulators (idx[3]: the first
+    of their 4 channels)."""
     from aot.lower.tflite_int8 import in_range, loop, plane_regions, to_i32, window_pos
     terms = g.kh * g.kw * g.depth
     w = weights.reshape(g.cout, terms)
@@ -145,8 +147,7 @@ def outer(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
                 return seq(*body)
             parts.append(loop(ctx, "ky", gi.kh, lambda ky: each(ctx, "kx", gi.kw, lambda kx: each(
                 ctx, "ci", gi.depth, lambda ci: term(ky, kx, ci)))))
-            parts += [finish((n, oy, ox, add(c0, Const(4 * j + k))), lane(a, k))
-                      for j, a in enumerate(accs) for k in range(4)]
+            parts += [finish((n, oy, ox, add(c0, Const(4 * j))), a) for j, a in enumerate(accs)]
             return seq(*parts)
 
         def pixel(oy, ox, rt, ct) -> Stmt:
@@ -169,7 +170,9 @@ def depthwise_group(ctx: LowerCtx, x: TensorRef, wbuf: Buffer, bias: np.ndarray,
     """group(n, oy, ox, tests, c, taps): channels c..c+15 of an output pixel
     of int8_dsp.depthwise (whose filter `wbuf` is [KH, KW, C] and whose
     taps(n, oy, ox, tests, tap) calls tap(ky, kx, input offset, in-image
-    test or None) over the window); bias: the folded int32 bias."""
+    test or None) over the window); bias: the folded int32 bias; finish
+    called with int32 x 4 accumulators (idx[3]: the first of their 4
+    channels)."""
     channels = len(bias)
     vbias = ctx.param("bias", bias.astype(np.int32))
 
@@ -193,7 +196,6 @@ def depthwise_group(ctx: LowerCtx, x: TensorRef, wbuf: Buffer, bias: np.ndarray,
                 body.append(Assign(acc, Bin("+", acc, Bin("*", v, w))))
             return seq(*body)
         parts.append(taps(n, oy, ox, tests, tap))
-        parts += [finish((n, oy, ox, add(c, Const(4 * j + k))), lane(acc, k))
-                  for j, acc in enumerate(accs) for k in range(4)]
+        parts += [finish((n, oy, ox, add(c, Const(4 * j))), acc) for j, acc in enumerate(accs)]
         return seq(*parts)
     return group

@@ -19,6 +19,7 @@ nothing.
     aot_rdbpot on int32 x 4 -> arm_rdbpot                         AArch64 NEON
     aot_dot16              -> arm_vmladava                        Arm with MVE (Helium)
     aot_widen4             -> arm_vldrb_s32                       Arm with MVE (4)
+    aot_rdhm / aot_rdbpot  -> mve_vqrdmulh / mve_rdbpot           Arm with MVE (4)
     (the function)         -> attribute GCC_X86_SPELLINGS         x86: the C's vector
                                                                   conversions and min/max
                                                                   spelled for GCC beside
@@ -43,6 +44,7 @@ from aot.codegen.arm_dsp import (ARM_SMLABB, ARM_SMLAD, ARM_SMLATT, ARM_SMMULR, 
 from aot.codegen.arm_mve import ARM_VLDRB_S32, ARM_VMLADAVA, DOT16, WIDEN4
 from aot.codegen.intrinsics import (GCC_X86_SPELLINGS, PACKED_PAIR_DOT, PAIR_DOT, PAIR_PACK,
                                     PAIR_PACK_BYTES, X86_PMADDWD, X86_PMADDWD_PACKED, X86_PMULDQ_RDHM)
+from aot.codegen.intrinsics import MVE_RDBPOT, MVE_VQRDMULH
 from aot.codegen.intrinsics import (ARM_RDBPOT, ARM_SDOT, ARM_SMULL_DOT4, ARM_SQRDMULH, QUAD_DOT,
                                     QUAD_DOT_S, QUAD_DOT_U, QUAD_PACK, QUAD_PACK_BYTES,
                                     X86_VPDPBUSD)
@@ -105,6 +107,10 @@ INSTRUCTIONS: tuple[Instruction, ...] = (
     # Helium (Cortex-M55): one VMLADAVA.S8 per 16 int8 products into a scalar.
     Instruction(DOT16.name, ARM_VMLADAVA.name, _ARM, ((1, ("mve",)),)),
     Instruction(WIDEN4.name, ARM_VLDRB_S32.name, _ARM, ((4, ("mve",)),)),
+    Instruction(MVE_VQRDMULH.generic, MVE_VQRDMULH.name, _ARM, ((4, ("mve",)),),
+                little_endian=True, int32_only=True),
+    Instruction(MVE_RDBPOT.generic, MVE_RDBPOT.name, _ARM, ((4, ("mve",)),),
+                little_endian=True, int32_only=True),
     Instruction(QUAD_PACK.name, QUAD_PACK_BYTES.name, little_endian=True),
     # Both read the quad's bytes as lanes of a broadcast register: little-endian.
     Instruction(QUAD_DOT.name, ARM_SDOT.name, ("aarch64",), _SDOT, little_endian=True),

@@ -357,10 +357,18 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
     lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
     out_dtype = ctx.out_types[0].dtype
 
+    vrq: list = []      # made for the first vector of accumulators (Helium's kernels)
+
     def finish(idx, acc):
         b = q.Block(ctx)
-        y = q.clamp(q.offset(rq.apply(b, acc, idx[3]), zp_out), lo, hi)
-        b.add(emit(0, idx, Cast(dt(out_dtype), y)))
+        lanes = dtype_of(acc).lanes
+        if lanes > 1:
+            if not vrq:
+                vrq.append(VecRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out)))
+            y = q.clamp(q.offset(vrq[0].apply(b, acc, idx[3]), zp_out), lo, hi)
+        else:
+            y = q.clamp(q.offset(rq.apply(b, acc, idx[3]), zp_out), lo, hi)
+        b.add(emit(0, idx, Cast(dt(out_dtype, lanes), y)))
         return b.stmt()
 
     bias = bias_values(ctx, ins, 2, g.cout)

@@ -4,6 +4,9 @@
                            acc + the sum of the 16 products a[i] * b[i],
                            wrapping as the instruction does
     aot_widen4(v)          int8 x 4 -> int32 x 4: each lane sign-extended
+    aot_lanes4(a, b, c, d) int32 x 4 of four int32 (two VMOV Q[2], Q[0]):
+                           a tile's 4 scalar accumulators as one vector for
+                           the vector requantization
 
 aot_dot16 is sixteen int8 multiply-accumulates into one scalar register:
 the inner step of a convolution or fully connected layer whose input
@@ -38,14 +41,16 @@ INT32X4 = DType("int32", 4)
 
 @dataclass(frozen=True)
 class MveOp:
-    """One of the operations above (`kind` "dot16" or "widen4"), or with
-    `instruction` its Arm instruction (legalized)."""
+    """One of the operations above (`kind` "dot16", "widen4" or "lanes4"),
+    or with `instruction` its Arm instruction (legalized)."""
     name: str
     kind: str
     instruction: bool = False
 
     @property
     def operands(self) -> tuple[DType, ...]:
+        if self.kind == "lanes4":
+            return (INT32,) * 4
         return (INT32, INT8X16, INT8X16) if self.kind == "dot16" else (INT8X4,)
 
     @property
@@ -57,7 +62,9 @@ DOT16 = MveOp("aot_dot16", "dot16")
 ARM_VMLADAVA = MveOp("arm_vmladava", "dot16", instruction=True)
 WIDEN4 = MveOp("aot_widen4", "widen4")
 ARM_VLDRB_S32 = MveOp("arm_vldrb_s32", "widen4", instruction=True)
-MVE_OPS: dict[str, MveOp] = {o.name: o for o in (DOT16, ARM_VMLADAVA, WIDEN4, ARM_VLDRB_S32)}
+LANES4 = MveOp("aot_lanes4", "lanes4")
+MVE_OPS: dict[str, MveOp] = {o.name: o for o in (DOT16, ARM_VMLADAVA, WIDEN4, ARM_VLDRB_S32,
+                                                 LANES4)}
 
 
 def dot16(acc: Expr, a: Expr, b: Expr) -> Call:
@@ -68,6 +75,11 @@ def dot16(acc: Expr, a: Expr, b: Expr) -> Call:
 def widen4(v: Expr) -> Call:
     """aot_widen4: an int8 x 4 vector's lanes as int32 x 4."""
     return Call(WIDEN4.name, (v,), INT32X4)
+
+
+def lanes4(*values: Expr) -> Call:
+    """aot_lanes4: four int32 as the lanes of an int32 x 4."""
+    return Call(LANES4.name, tuple(values), INT32X4)
 
 
 def check_mve(fn: str, args: tuple[Expr, ...], dtype: DType) -> MveOp:
@@ -104,6 +116,11 @@ def _c_widen_at(mod, generic: str) -> str:
 
 def c_helper(mod, op: MveOp) -> str:
     """Define op's C function in the module (c.py's _Module) and name it."""
+    if op.kind == "lanes4":
+        t = mod.vector(INT32X4)
+        return mod.helper(op.name, lambda: (
+            f"static inline {t} {op.name}(int32_t a, int32_t b, int32_t c, int32_t d)\n{{\n"
+            f"    {t} v = {{a, b, c, d}};\n    return v;\n}}"))
     if op.kind == "widen4":
         # the formula; the instruction on a value that is not a load is that too
         t, v = mod.vector(INT32X4), mod.vector(INT8X4)
@@ -136,6 +153,11 @@ def llvm_emit(b: ir.IRBuilder, module: ir.Module, op: MveOp, args: list) -> ir.V
     computes in widened 32-bit lanes (it folds the sign extensions into the
     loads before it could match VMLADAVA.S8)."""
     i32 = ir.IntType(32)
+    if op.kind == "lanes4":
+        v = ir.Constant(ir.VectorType(i32, 4), ir.Undefined)
+        for k, a in enumerate(args):
+            v = b.insert_element(v, a, ir.Constant(i32, k))
+        return v
     if op.kind == "widen4":
         return b.sext(args[0], ir.VectorType(i32, 4))
     acc, x, w = args
@@ -155,4 +177,5 @@ def llvm_emit(b: ir.IRBuilder, module: ir.Module, op: MveOp, args: list) -> ir.V
 
 
 __all__ = ["ARM_VLDRB_S32", "ARM_VMLADAVA", "DOT16", "INT32X4", "INT8X16", "INT8X4", "MVE_OPS",
-           "MveOp", "WIDEN4", "c_call", "c_helper", "check_mve", "dot16", "llvm_emit", "widen4"]
+           "MveOp", "LANES4", "WIDEN4", "c_call", "c_helper", "check_mve", "dot16", "lanes4",
+           "llvm_emit", "widen4"]

@@ -102,15 +102,32 @@ def fits_fc(ctx: LowerCtx, x: TensorRef, w: np.ndarray) -> bool:
 
 def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
            finish: Callable[[Expr, Expr, Var], Stmt], tile: tuple[int, int],
-           words: "Words | None" = None) -> Stmt:
+           words: "Words | None" = None, gather: bool = False) -> Stmt:
     """finish(row, channel, acc) for acc = bias[channel] + sum_d x[row, d] *
     w[channel, d], every row and channel, in tiles of `tile` (rows, channels),
-    the depth read in `words` (default PAIRS: SMLAD's).
+    the depth read in `words` (default PAIRS: SMLAD's). gather: a tile's 4
+    channels go to finish(row, first channel, accs) as one int32 x 4
+    (conv_nest's finish requantizes it as a vector)."""
+    return _matmul(ctx, x, rows, w, bias, finish, tile, words or PAIRS, gather)
+
+
+def _gathered(finish, at: tuple, cs: list, accs: list) -> list[Stmt]:
+    """finish(at + (channel,), acc) for a row's accumulators, or one
+    finish(at + (first channel,), int32 x 4) when they are 4."""
+    from aot.codegen.arm_mve import lanes4
+    if len(accs) == 4:
+        return [finish(at + (cs[0],), lanes4(*accs))]
+    return [finish(at + (c,), acc) for c, acc in zip(cs, accs)]
+
+
+def _matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
+            finish: Callable[[Expr, Expr, Var], Stmt], tile: tuple[int, int], words: "Words",
+            gather: bool) -> Stmt:
+    """matmul's nest.
 
     x: int8 rows of depth w.shape[1] at flat offset row * depth; w: integer
     weights [channels, depth] within int8; bias: int32 [channels]."""
     from aot.lower.tflite_int8 import table     # (that module dispatches here)
-    words = words or PAIRS
     n = words.lanes
     channels, depth = w.shape
     nr, nk = tile
@@ -136,7 +153,11 @@ def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
         parts += _tail(range(whole, depth), accs,
                        lambda i, d: Load(x, add(mul(rs[i], Const(depth)), Const(d))),
                        lambda k, d: Load(wbuf, _at(c0, nk, k, d, depth, n)))
-        parts += [finish(r, c, acc) for r, row in zip(rs, accs) for c, acc in zip(cs, row)]
+        if gather:
+            parts += [s for r, row in zip(rs, accs)
+                      for s in _gathered(lambda at, acc: finish(*at, acc), (r,), cs, row)]
+        else:
+            parts += [finish(r, c, acc) for r, row in zip(rs, accs) for c, acc in zip(cs, row)]
         return seq(*parts)
 
     return _tiles(ctx, "r", rows, nr, lambda r0, wr: _tiles(
@@ -182,14 +203,15 @@ def _at(c0: Expr, width: int, k: int, d: int | Expr, depth: int, word: int = 4) 
 
 def pointwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
               finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None,
-              tile: tuple[int, int] = CONV_TILE) -> Stmt:
+              tile: tuple[int, int] = CONV_TILE, gather: bool = False) -> Stmt:
     """A 1x1 convolution (fits_pointwise) as the product of its pixel rows;
-    finish((n, oy, ox, oc), acc) as conv_nest's."""
+    finish((n, oy, ox, oc), acc) as conv_nest's (gather: as matmul's)."""
     from aot.lower.tflite_int8 import unravel
     w = weights.reshape(g.cout, g.depth)
     pixels = (g.n, g.oh, g.ow)
     return matmul(ctx, x.buffer, g.n * g.oh * g.ow, w, _folded(bias, zp, w),
-                  lambda r, c, acc: finish(unravel(r, pixels) + (c,), acc), tile, words)
+                  lambda r, c, acc: finish(unravel(r, pixels) + (c,), acc), tile, words,
+                  gather)
 
 
 def fully_connected(ctx: LowerCtx, x: TensorRef, w: np.ndarray, bias: np.ndarray,
@@ -216,12 +238,12 @@ def fits_dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
 
 def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
           finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None,
-          tile: tuple[int, int] = CONV_TILE) -> Stmt:
+          tile: tuple[int, int] = CONV_TILE, gather: bool = False) -> Stmt:
     """A convolution (fits_dense; the depth a multiple of the words' lanes)
     without an im2col buffer: 2 neighbouring output pixels of a row x
     tile[1] output channels per tile, over the taps and each tap's words of
     input channels, read where they lie. weights [C_out, KH, KW, D]; finish
-    as conv_nest's."""
+    as conv_nest's (gather: a tile's 4 channels as one int32 x 4, as matmul's)."""
     from aot.lower.tflite_int8 import in_range, window_pos, loop, loop_step, plane_regions, table
     words = words or PAIRS
     lanes = words.lanes
@@ -255,8 +277,12 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
             return loop_step(ctx, "c", g.depth // lanes, 0, lanes, word)
         parts.append(loop(ctx, "ky", g.kh, lambda ky: loop(ctx, "kx", g.kw,
                                                             lambda kx: tap(ky, kx))))
-        parts += [finish((n, oy, ox, c), acc) for ox, row in zip(oxs, accs)
-                  for c, acc in zip(cs, row)]
+        if gather:
+            parts += [s for ox, row in zip(oxs, accs)
+                      for s in _gathered(finish, (n, oy, ox), cs, row)]
+        else:
+            parts += [finish((n, oy, ox, c), acc) for ox, row in zip(oxs, accs)
+                      for c, acc in zip(cs, row)]
         return seq(*parts)
 
     def pixels(n, oy, oxs, rt, ct) -> Stmt:

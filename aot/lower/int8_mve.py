@@ -85,9 +85,9 @@ def conv_kernel(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> Callable
     if not mve_target(ctx):
         return None
     if g.depth % LANES == 0 and int8_dsp.fits_pointwise(ctx, x, g, weights):
-        return partial(int8_dsp.pointwise, words=VECTORS, tile=TILE)
+        return partial(int8_dsp.pointwise, words=VECTORS, tile=TILE, gather=True)
     if g.depth % LANES == 0 and int8_dsp.fits_dense(ctx, x, g, weights):
-        return partial(int8_dsp.dense, words=VECTORS, tile=(2, TILE[1]))
+        return partial(int8_dsp.dense, words=VECTORS, tile=(2, TILE[1]), gather=True)
     if fits_outer(ctx, x, g, weights):
         return outer
     return None

@@ -97,6 +97,9 @@ def test_mve_kernels_bit_exact_on_an_mve_host(codegen, tmp_path, monkeypatch):
     graphs = _graphs()
     calls = [set().union(*(_calls(k.func) for k in lower_graph(g, mve_host()))) for g in graphs]
     assert all("aot_dot16" in c for c in calls[:5] + calls[6:8]), calls
+    # a 1x1 and a dense tile's 4 channels requantized as one vector; FC's one by one
+    assert "aot_lanes4" in calls[0] and "aot_lanes4" in calls[2], calls
+    assert "aot_lanes4" not in calls[6], calls[6]
     assert "aot_dot16" not in calls[5] and "aot_smlad" in calls[5], calls[5]
     assert all("aot_widen4" in c and "aot_smlad" not in c for c in calls[8:]), calls
     assert {"aot_smlabb", "aot_widen4"} <= calls[8], calls[8]

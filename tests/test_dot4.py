@@ -23,7 +23,7 @@ from aot.ir.tir import (Buffer, BufferKind, Call, Const, DType, Load, PrimFunc, 
                         stmt_exprs, walk_expr, walk_stmt)
 from aot.lower.legalize import legalize
 from aot.lower.strategy import (PAIRS, QUADS, QUADS_MULL, QUADS_U8, int8_accumulator,
-                                window_row_accumulator)
+                                mlal_depthwise, window_row_accumulator)
 from aot.lower import lower_graph
 from aot.lower.testing import build_and_run_many
 from aot.targets import get_target
@@ -71,6 +71,11 @@ def test_the_default_strategy_follows_the_instructions():
     # first layers' window rows: quads only where pairs have no instruction
     assert window_row_accumulator(get_target("aarch64-linux-a76")) == QUADS
     assert window_row_accumulator(get_target("x86_64-linux-avx512")) == PAIRS
+    # depthwise takes SMLAL / SMLAL2 wherever NEON has them, dotprod or not
+    assert mlal_depthwise(get_target("aarch64-linux-a76"))
+    assert mlal_depthwise(get_target("aarch64-linux"))
+    for name in ("x86_64-linux-avx512", "x86_64-linux", "cortex-m55", "armv7-linux"):
+        assert not mlal_depthwise(get_target(name)), name
 
 
 def _expected(n: int, acc, q, w) -> np.ndarray:
@@ -225,7 +230,7 @@ INT8 = ["mlperf_ic_resnet8_int8", "mlperf_kws_dscnn_int8", "mlperf_vww_mbv1_int8
 
 
 @pytest.mark.parametrize("codegen, model", [("c", m) for m in INT8]
-                         + [("llvm", "mlperf_ic_resnet8_int8")])
+                         + [("llvm", "mlperf_ic_resnet8_int8"), ("llvm", "mlperf_vww_mbv1_int8")])
 def test_rpi5_package_bit_exact_under_emulated_cortex_a76(codegen, model, tmp_path):
     """An rpi5 package (sdot) runs under qemu-aarch64 -cpu cortex-a76 and
     matches tflite-micro bit for bit."""
@@ -238,6 +243,8 @@ def test_rpi5_package_bit_exact_under_emulated_cortex_a76(codegen, model, tmp_pa
     if codegen == "c" and model != "mlperf_ad_fcae_int8":
         # 16-channel-deep convs take each pixel's quads by lane (sdot by element)
         assert re.search(r"arm_sdot_i32x4\(\w+, \w+\[3\], \w+\)", kernels), model
+    if codegen == "c" and model in ("mlperf_kws_dscnn_int8", "mlperf_vww_mbv1_int8"):
+        assert "arm_smlal_hi_i32x4(" in kernels, model      # depthwise: SMLAL2
     out = verify(pkg, board="qemu-aarch64", source=path)
     assert out["reference"] == "tflite-micro", out
     assert out["ok"] and all(r["max_abs_err"] == 0.0 for r in out["outputs"]), out

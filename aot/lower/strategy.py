@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aot.codegen.intrinsics import pair_dot, quad_dot
+from aot.codegen.intrinsics import pair_dot, quad_dot, widening_mla
 from aot.ir.tir import Call, DType, Expr, Var
 from aot.lower.space import tunable
 from aot.targets import Target
@@ -49,9 +49,6 @@ class Accumulator:
     # the broadcast loads); x86 keeps vpdpbusd's broadcast from memory.
     by_lane: bool = False
     symmetric: bool = False  # aot_dot4s: the weights must avoid -128
-    # Depthwise convs take 8 channels per int16 vector, widened once, into
-    # two int32 accumulators (aot_mlal_lo / _hi: NEON's SMLAL / SMLAL2).
-    mlal_depthwise: bool = False
 
     def fits(self, weights) -> bool:
         """Whether weights (integers) suit this strategy's multiply-adds."""
@@ -71,8 +68,7 @@ class Accumulator:
 PAIRS = Accumulator("pairs", 2)
 QUADS = Accumulator("quads", 4, vectors=4, by_lane=True)
 QUADS_U8 = Accumulator("quads_u8", 4, unsigned=True)
-QUADS_MULL = Accumulator("quads_mull", 4, vectors=4, by_lane=True, symmetric=True,
-                         mlal_depthwise=True)
+QUADS_MULL = Accumulator("quads_mull", 4, vectors=4, by_lane=True, symmetric=True)
 
 
 @tunable("accumulator")
@@ -88,6 +84,22 @@ def int8_accumulator(target: Target) -> Accumulator:
         if instruction_for(probe, target) is not None:
             return s
     return PAIRS
+
+
+def mlal_depthwise(target: Target) -> bool:
+    """Whether depthwise convs take 8 channels per int16 vector, widened
+    once, into two int32 accumulators (aot_mlal_lo / _hi): where the target
+    makes them an instruction (NEON's SMLAL / SMLAL2), whichever strategy
+    the dense convs use, since no dot product serves a depthwise conv
+    (qemu-aarch64 -cpu cortex-a76, vww int8: quads' sdot target left
+    depthwise in int32 lanes before)."""
+    from aot.lower.legalize import instruction_for
+    lanes = target.lanes(32)
+    if lanes < 4:
+        return False
+    probe = widening_mla(Var("acc", DType("int32", lanes)), Var("x", DType("int16", 2 * lanes)),
+                         Var("w", DType("int16", 2 * lanes)), False)
+    return instruction_for(probe, target) is not None
 
 
 def window_row_accumulator(target: Target) -> Accumulator:

@@ -44,7 +44,7 @@ from aot.lower import qmath as q
 from aot.lower.elementwise import broadcast_load, const_like
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.lower.strategy import (PAIRS, Accumulator, int8_accumulator, int8_rows,
-                                 window_row_accumulator)
+                                 mlal_depthwise, window_row_accumulator)
 from aot.ops import qmath as ref_q
 from aot.ops import tflite_int8 as ref
 
@@ -1037,9 +1037,10 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     if width <= t.lanes:
         t = _replace(t, vectors=1)
     tiles = _tile_widths(width, t)
-    # Depthwise where the strategy says so: 8 channels per int16 vector, two
-    # accumulators each (whole tiles of 4-lane vectors in pairs).
-    mlal = (depthwise and acc_kind.mlal_depthwise and t.lanes == 4
+    # Depthwise where the target has the widening multiply-add: 8 channels
+    # per int16 vector, two accumulators each (whole tiles of 4-lane vectors
+    # in pairs).
+    mlal = (depthwise and mlal_depthwise(ctx.target) and t.lanes == 4
             and all(len(ws) % 2 == 0 and set(ws) == {4} for _, ws in tiles))
     w5 = weights.reshape(g.groups, g.per_group, g.kh, g.kw, g.depth)
     # Dense convs whose depth is a multiple of 4 take four input channels

@@ -31,7 +31,10 @@ OPS = ("Attention", "RotaryEmbedding", "SwiGLU", "TensorScatter", "CausalConvWit
        "LinearAttention")
 # Cases aot refuses, with the reason it gives: kept in the runs, so a fix shows.
 REFUSED = {"test_causal_conv_with_state_kernel_size_one":
-           "present_state': dimension 0 in shape [2, 4, 0]"}     # aot has no empty tensors
+           "present_state': dimension 0 in shape [2, 4, 0]",     # aot has no empty tensors
+           # ONNX's float16 reference rounds every intermediate to half; aot (as
+           # ONNX Runtime) computes in float32 and rounds once: a half ulp at 0.5-1
+           "test_attention_4d_causal_fp16": "elements differ (max abs diff 0.000488)"}
 
 
 def _cases(op: str) -> list:

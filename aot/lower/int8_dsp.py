@@ -61,20 +61,20 @@ def dsp_target(ctx: LowerCtx) -> bool:
     return t.has("dsp") and t.little_endian and t.lanes(32) == 1
 
 
-def _in_memory(x: TensorRef) -> bool:
+def in_memory(x: TensorRef) -> bool:
     return x.buffer is not None and x.value is None
 
 
-def _fits_int8(w: np.ndarray) -> bool:
+def fits_int8(w: np.ndarray) -> bool:
     return w.size > 0 and w.min() >= -128 and w.max() <= 127
 
 
 def fits_pointwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
     """A 1x1 convolution the pixel-row product computes: one group, stride 1,
     no padding, the input in memory, weights that are int8."""
-    return (dsp_target(ctx) and _in_memory(x) and g.groups == 1 and g.kh == g.kw == 1
+    return (dsp_target(ctx) and in_memory(x) and g.groups == 1 and g.kh == g.kw == 1
             and tuple(g.strides) == (1, 1) and (g.oh, g.ow) == (g.h, g.w)
-            and g.pad_top == g.pad_left == 0 and g.depth >= 4 and _fits_int8(weights))
+            and g.pad_top == g.pad_left == 0 and g.depth >= 4 and fits_int8(weights))
 
 
 def conv_kernel(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> Callable | None:
@@ -97,7 +97,7 @@ def conv_kernel(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> Callable
 
 
 def fits_fc(ctx: LowerCtx, x: TensorRef, w: np.ndarray) -> bool:
-    return dsp_target(ctx) and _in_memory(x) and w.shape[1] >= 4 and _fits_int8(w)
+    return dsp_target(ctx) and in_memory(x) and w.shape[1] >= 4 and fits_int8(w)
 
 
 def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
@@ -132,7 +132,7 @@ def _matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray
     channels, depth = w.shape
     nr, nk = tile
     whole = depth - depth % n
-    wbuf = ctx.param("weights", _interleave(w, nk, n).astype(np.int8))
+    wbuf = ctx.param("weights", interleave(w, nk, n).astype(np.int8))
     start = table(ctx, "bias", bias.astype(np.int32))
 
     def block(r0: Expr, nr: int, c0: Expr, nk: int) -> Stmt:
@@ -160,7 +160,7 @@ def _matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray
             parts += [finish(r, c, acc) for r, row in zip(rs, accs) for c, acc in zip(cs, row)]
         return seq(*parts)
 
-    return _tiles(ctx, "r", rows, nr, lambda r0, wr: _tiles(
+    return tiled(ctx, "r", rows, nr, lambda r0, wr: tiled(
         ctx, "c", channels, nk, lambda c0, wk: block(r0, wr, c0, wk)))
 
 
@@ -179,7 +179,7 @@ def _tail(terms, accs, x_at: Callable[[int, int], Expr], w_at: Callable[[int, in
             for d in terms for i, row in enumerate(accs) for k, acc in enumerate(row)]
 
 
-def _tiles(ctx: LowerCtx, name: str, count: int, step: int,
+def tiled(ctx: LowerCtx, name: str, count: int, step: int,
            body: Callable[[Expr, int], Stmt]) -> Stmt:
     """body(first, width) over [0, count): full tiles of `step`, then singles."""
     from aot.lower.tflite_int8 import loop, loop_step
@@ -191,7 +191,7 @@ def _tiles(ctx: LowerCtx, name: str, count: int, step: int,
 
 
 def _at(c0: Expr, width: int, k: int, d: int | Expr, depth: int, word: int = 4) -> Expr:
-    """Where weight (c0 + k, d) lies in _interleave's layout, c0 the first
+    """Where weight (c0 + k, d) lies in interleave's layout, c0 the first
     channel of a tile of `width`; d a multiple of `word`, or any constant."""
     if not isinstance(d, int):
         return add(add(mul(c0, Const(depth)), mul(d, Const(width))), Const(word * k))
@@ -209,7 +209,7 @@ def pointwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
     from aot.lower.tflite_int8 import unravel
     w = weights.reshape(g.cout, g.depth)
     pixels = (g.n, g.oh, g.ow)
-    return matmul(ctx, x.buffer, g.n * g.oh * g.ow, w, _folded(bias, zp, w),
+    return matmul(ctx, x.buffer, g.n * g.oh * g.ow, w, folded_bias(bias, zp, w),
                   lambda r, c, acc: finish(unravel(r, pixels) + (c,), acc), tile, words,
                   gather)
 
@@ -232,8 +232,8 @@ def fully_connected(ctx: LowerCtx, x: TensorRef, w: np.ndarray, bias: np.ndarray
 def fits_dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
     """A convolution of one group over a multiple of 4 input channels (so no
     word spans two taps), the input in memory, int8 weights."""
-    return (dsp_target(ctx) and _in_memory(x) and g.groups == 1 and g.depth % 4 == 0
-            and _fits_int8(weights))
+    return (dsp_target(ctx) and in_memory(x) and g.groups == 1 and g.depth % 4 == 0
+            and fits_int8(weights))
 
 
 def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
@@ -250,8 +250,8 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
     w = weights.reshape(g.cout, -1)         # (ky, kx, c) per channel
     terms = w.shape[1]
     nk = tile[1]
-    wbuf = ctx.param("weights", _interleave(w, nk, lanes).astype(np.int8))
-    start = table(ctx, "bias", _folded(bias, zp, w))
+    wbuf = ctx.param("weights", interleave(w, nk, lanes).astype(np.int8))
+    start = table(ctx, "bias", folded_bias(bias, zp, w))
 
     def tile(n, oy, oxs: list, tests, c0: Expr, width: int) -> Stmt:
         cs = [add(c0, Const(k)) for k in range(width)]
@@ -261,7 +261,7 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
         def tap(ky, kx) -> Stmt:
             iy = window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
             ixs = [window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1]) for ox in oxs]
-            conds = [_both(in_range(iy, g.h, *tests[0]), in_range(ix, g.w, *tests[1]))
+            conds = [both(in_range(iy, g.h, *tests[0]), in_range(ix, g.w, *tests[1]))
                      for ix in ixs]
 
             def word(c) -> Stmt:
@@ -286,7 +286,7 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
         return seq(*parts)
 
     def pixels(n, oy, oxs, rt, ct) -> Stmt:
-        return _tiles(ctx, "oc", g.cout, nk, lambda c0, wd: tile(n, oy, oxs, (rt, ct), c0, wd))
+        return tiled(ctx, "oc", g.cout, nk, lambda c0, wd: tile(n, oy, oxs, (rt, ct), c0, wd))
 
     return loop(ctx, "n", g.n, lambda n: plane_regions(
         ctx, g, lambda oy, ox, rt, ct: pixels(n, oy, [ox], rt, ct),
@@ -296,11 +296,11 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
 def fits_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
     """A convolution of one group whose window rows (kernel width x input
     channels, contiguous when the width is not dilated) hold a word or more."""
-    return (dsp_target(ctx) and _in_memory(x) and g.groups == 1 and g.dilations[1] == 1
-            and g.kw * g.depth >= 4 and _fits_int8(weights))
+    return (dsp_target(ctx) and in_memory(x) and g.groups == 1 and g.dilations[1] == 1
+            and g.kw * g.depth >= 4 and fits_int8(weights))
 
 
-def _mostly_inside(g) -> bool:
+def mostly_inside(g) -> bool:
     """Whether 3/4 of the outputs or more have their windows in the image."""
     (y0, y1), (x0, x1) = _interior(g, 0), _interior(g, 1)
     return 4 * max(0, y1 - y0) * max(0, x1 - x0) >= 3 * g.oh * g.ow
@@ -321,9 +321,9 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
     span = g.kw * g.depth                    # a window row's terms
     w = weights.reshape(g.cout, g.kh, span)
     nk = CONV_TILE[1]
-    wbuf = ctx.param("weights", np.concatenate([_interleave(w[:, ky], nk)
+    wbuf = ctx.param("weights", np.concatenate([interleave(w[:, ky], nk)
                                                 for ky in range(g.kh)]).astype(np.int8))
-    start = table(ctx, "bias", _folded(bias, zp, weights.reshape(g.cout, -1)))
+    start = table(ctx, "bias", folded_bias(bias, zp, weights.reshape(g.cout, -1)))
     whole = span - span % 4
 
     def w_at(ky: Expr, c0: Expr, width: int, k: int, d) -> Expr:
@@ -359,7 +359,7 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
             return seq(*parts)
 
         def pixels(oy, oxs):
-            return _tiles(ctx, "oc", gi.cout, nk, lambda c0, wd: tile(oy, oxs, c0, wd))
+            return tiled(ctx, "oc", gi.cout, nk, lambda c0, wd: tile(oy, oxs, c0, wd))
 
         (y0, y1), (x0, x1) = _interior(gi, 0), _interior(gi, 1)
 
@@ -383,7 +383,7 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
                     iy = window_pos(oy, ky, gi.strides[0], gi.pad_top, gi.dilations[0])
                     ix = window_pos(ox, kx, gi.strides[1], gi.pad_left, 1)
                     v = ctx.fresh("xv")
-                    inside = _both(in_range(iy, gi.h, True, True), in_range(ix, gi.w, True, True))
+                    inside = both(in_range(iy, gi.h, True, True), in_range(ix, gi.w, True, True))
                     value = _i32(Load(src, flat_index((n_src, iy, ix, ci), shape)))
                     wv = _i32(Load(plain, flat_index((c, ky, kx, ci), plain.shape)))
                     return seq(Decl(v, Const(zp)), If(inside, Assign(v, value)),
@@ -396,14 +396,14 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
             _outside(oy, ox, (y0, y1), (x0, x1)), border_pixel(oy, ox))))
         return seq(inner, border)
 
-    if _mostly_inside(g):
+    if mostly_inside(g):
         return loop(ctx, "n", g.n, lambda n: image(n, x.buffer, tuple(x.shape), n, g))
-    pad, gp = _padded_geometry(ctx, g)
+    pad, gp = padded_geometry(ctx, g)
     return loop(ctx, "n", g.n, lambda n: seq(
-        _pad_copy(ctx, x, g, n, pad, zp), image(n, pad, (1, *pad.shape), Const(0), gp)))
+        pad_copy(ctx, x, g, n, pad, zp), image(n, pad, (1, *pad.shape), Const(0), gp)))
 
 
-def _padded_geometry(ctx: LowerCtx, g):
+def padded_geometry(ctx: LowerCtx, g):
     """A scratch image holding every window of g, and g's geometry on it
     (one image, no padding)."""
     hp = (g.oh - 1) * g.strides[0] + (g.kh - 1) * g.dilations[0] + 1
@@ -412,7 +412,7 @@ def _padded_geometry(ctx: LowerCtx, g):
     return buf, replace(g, n=1, h=hp, w=wp, pad_top=0, pad_left=0)
 
 
-def _pad_copy(ctx: LowerCtx, x: TensorRef, g, n: Expr, pad: Buffer, zp: int) -> Stmt:
+def pad_copy(ctx: LowerCtx, x: TensorRef, g, n: Expr, pad: Buffer, zp: int) -> Stmt:
     """pad = image n of x where it lies, the zero point around it."""
     from aot.lower.tflite_int8 import in_range, loop
 
@@ -420,7 +420,7 @@ def _pad_copy(ctx: LowerCtx, x: TensorRef, g, n: Expr, pad: Buffer, zp: int) -> 
         iy, ix = add(py, Const(-g.pad_top)), add(px, Const(-g.pad_left))
         at = flat_index((py, px, c), pad.shape)
         return seq(Store(pad, at, Const(zp, DType("int8"))),
-                   If(_both(in_range(iy, g.h, True, True), in_range(ix, g.w, True, True)),
+                   If(both(in_range(iy, g.h, True, True), in_range(ix, g.w, True, True)),
                       Store(pad, at, Load(x.buffer, flat_index((n, iy, ix, c), x.shape)))))
     return loop(ctx, "py", pad.shape[0], lambda py: loop(ctx, "px", pad.shape[1], lambda px: loop(
         ctx, "c", g.depth, lambda c: one(py, px, c))))
@@ -442,15 +442,15 @@ def _outside(oy: Expr, ox: Expr, ys: tuple[int, int], xs: tuple[int, int]) -> Ex
     return out
 
 
-def _both(a: Expr | None, b: Expr | None) -> Expr | None:
+def both(a: Expr | None, b: Expr | None) -> Expr | None:
     return a if b is None else b if a is None else Bin("and", a, b)
 
 
 def fits_depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
     """A depthwise convolution with multiplier 1 over at least a word of
     channels, the input in memory, int8 weights."""
-    return (dsp_target(ctx) and _in_memory(x) and g.depth == 1 and g.per_group == 1
-            and g.groups >= 4 and _fits_int8(weights))
+    return (dsp_target(ctx) and in_memory(x) and g.depth == 1 and g.per_group == 1
+            and g.groups >= 4 and fits_int8(weights))
 
 
 def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
@@ -460,13 +460,13 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
     a time: int8_mve.depthwise_group); the channels past the last word one
     at a time. weights [C, KH, KW, 1]; finish as conv_nest's."""
     from aot.lower import int8_mve
-    from aot.lower.tflite_int8 import (_lazy_table, in_range, loop, loop_step, plane_regions,
+    from aot.lower.tflite_int8 import (lazy_table, in_range, loop, loop_step, plane_regions,
                                        window_pos)
     channels = g.groups
     wbuf = ctx.param("filter", np.transpose(weights[..., 0], (1, 2, 0)).astype(np.int8))
-    folded = _folded(bias, zp, weights.reshape(channels, -1))
+    folded = folded_bias(bias, zp, weights.reshape(channels, -1))
     # made only if a remainder reads it
-    start = _lazy_table(ctx, "bias", folded)
+    start = lazy_table(ctx, "bias", folded)
     lanes = int8_mve.LANES if int8_mve.mve_target(ctx) and channels >= int8_mve.LANES else 0
     group = int8_mve.depthwise_group(ctx, x, wbuf, folded, zp, g.kw, finish) if lanes else None
 
@@ -478,7 +478,7 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
     def taps(n, oy, ox, tests, tap: Callable[[Expr, Expr, Expr, Expr | None], Stmt]) -> Stmt:
         """tap(ky, kx, input offset, in-image test or None) over the window."""
         inside = not any(tests[0]) and not any(tests[1])
-        each = _unrolled(ctx) if unroll and inside else loop
+        each = unrolled_loop(ctx) if unroll and inside else loop
 
         def row(ky):
             iy = window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
@@ -486,7 +486,7 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
 
         def col(ky, kx, iy):
             ix = window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1])
-            cond = _both(in_range(iy, g.h, *tests[0]), in_range(ix, g.w, *tests[1]))
+            cond = both(in_range(iy, g.h, *tests[0]), in_range(ix, g.w, *tests[1]))
             return tap(ky, kx, flat_index((n, iy, ix, Const(0)), x.shape), cond)
         return each(ctx, "ky", g.kh, row)
 
@@ -604,7 +604,7 @@ def acc_bound(w: np.ndarray, bias: np.ndarray, zp: int) -> np.ndarray:
     return np.abs(np.asarray(bias, np.int64) - zp * w.sum(axis=1)) + 128 * np.abs(w).sum(axis=1)
 
 
-def _unrolled(ctx: LowerCtx):
+def unrolled_loop(ctx: LowerCtx):
     """loop(), its For marked to be unrolled."""
     from aot.lower.tflite_int8 import loop
 
@@ -651,12 +651,12 @@ class Words:
 PAIRS = Words(4, _halves, _dot_words)
 
 
-def _folded(bias: np.ndarray, zp: int, w: np.ndarray) -> np.ndarray:
+def folded_bias(bias: np.ndarray, zp: int, w: np.ndarray) -> np.ndarray:
     from aot.ops.qmath import wrap_int32
     return wrap_int32(bias - zp * w.sum(axis=1)).astype(np.int32)
 
 
-def _interleave(w: np.ndarray, k: int, word: int = 4) -> np.ndarray:
+def interleave(w: np.ndarray, k: int, word: int = 4) -> np.ndarray:
     """The weights [channels, depth] as the tiles read them: per tile of k
     channels, its words (`word` depths) channel after channel for each word
     position, then the depth's last depth % word values channel by channel;

@@ -27,7 +27,7 @@ kernels' do. Register tiles, no im2col buffer:
   channels left over take int8_dsp's quads and singles.
 
 Only depths that are a multiple of 16 take the dot products (no tail
-predication). The weights are interleaved per tile (int8_dsp._interleave),
+predication). The weights are interleaved per tile (int8_dsp.interleave),
 the zero point folded into the bias. Scalar accumulators are requantized
 as the DSP kernels' (Requant32 where the bounds prove it exact); the
 int32 x 4 accumulators of the other two kernels go to conv_nest's finish
@@ -96,8 +96,8 @@ def conv_kernel(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> Callable
 def fits_outer(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
     """A convolution of one group over 4k output channels whose depth the
     dot products do not take (not 16k), the input in memory, int8 weights."""
-    return (mve_target(ctx) and int8_dsp._in_memory(x) and g.groups == 1 and g.depth % LANES != 0
-            and g.cout % 4 == 0 and int8_dsp._fits_int8(weights))
+    return (mve_target(ctx) and int8_dsp.in_memory(x) and g.groups == 1 and g.depth % LANES != 0
+            and g.cout % 4 == 0 and int8_dsp.fits_int8(weights))
 
 
 def outer(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
@@ -117,9 +117,9 @@ def outer(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
     terms = g.kh * g.kw * g.depth
     w = weights.reshape(g.cout, terms)
     full = g.cout - g.cout % LANES
-    wt = ctx.param("filter", np.concatenate([int8_dsp._interleave(w[:full], LANES, 1),
-                                             int8_dsp._interleave(w[full:], 4, 1)]).astype(np.int8))
-    vbias = ctx.param("bias", int8_dsp._folded(bias, zp, weights.reshape(g.cout, -1)))
+    wt = ctx.param("filter", np.concatenate([int8_dsp.interleave(w[:full], LANES, 1),
+                                             int8_dsp.interleave(w[full:], 4, 1)]).astype(np.int8))
+    vbias = ctx.param("bias", int8_dsp.folded_bias(bias, zp, weights.reshape(g.cout, -1)))
     unroll = g.kw * g.depth <= LANES       # a window row's terms, unrolled in the interior
 
     def image(n: Expr, src: Buffer, shape: tuple, n_src: Expr, gi) -> Stmt:
@@ -128,12 +128,12 @@ def outer(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
             parts: list[Stmt] = [Decl(a, Load(vbias, add(c0, Const(4 * j)), 4))
                                  for j, a in enumerate(accs)]
             inside = not any(tests[0]) and not any(tests[1])
-            each = int8_dsp._unrolled(ctx) if unroll and inside else loop
+            each = int8_dsp.unrolled_loop(ctx) if unroll and inside else loop
 
             def term(ky, kx, ci) -> Stmt:
                 iy = window_pos(oy, ky, gi.strides[0], gi.pad_top, gi.dilations[0])
                 ix = window_pos(ox, kx, gi.strides[1], gi.pad_left, gi.dilations[1])
-                cond = int8_dsp._both(in_range(iy, gi.h, *tests[0]),
+                cond = int8_dsp.both(in_range(iy, gi.h, *tests[0]),
                                       in_range(ix, gi.w, *tests[1]))
                 v = ctx.fresh("xv")
                 value = to_i32(Load(src, flat_index((n_src, iy, ix, ci), shape)))
@@ -151,15 +151,15 @@ def outer(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
             return seq(*parts)
 
         def pixel(oy, ox, rt, ct) -> Stmt:
-            return int8_dsp._tiles(ctx, "oc", gi.cout // 4, LANES // 4, lambda q, width: tile(
+            return int8_dsp.tiled(ctx, "oc", gi.cout // 4, LANES // 4, lambda q, width: tile(
                 oy, ox, (rt, ct), mul(q, Const(4)), width))
         return plane_regions(ctx, gi, pixel)
 
-    if int8_dsp._mostly_inside(g):
+    if int8_dsp.mostly_inside(g):
         return loop(ctx, "n", g.n, lambda n: image(n, x.buffer, tuple(x.shape), n, g))
-    pad, gp = int8_dsp._padded_geometry(ctx, g)
+    pad, gp = int8_dsp.padded_geometry(ctx, g)
     return loop(ctx, "n", g.n, lambda n: seq(
-        int8_dsp._pad_copy(ctx, x, g, n, pad, zp), image(n, pad, (1, *pad.shape), Const(0), gp)))
+        int8_dsp.pad_copy(ctx, x, g, n, pad, zp), image(n, pad, (1, *pad.shape), Const(0), gp)))
 
 def fits_fc(ctx: LowerCtx, x: TensorRef, w: np.ndarray) -> bool:
     return mve_target(ctx) and int8_dsp.fits_fc(ctx, x, w) and w.shape[1] % LANES == 0

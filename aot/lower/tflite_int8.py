@@ -101,7 +101,7 @@ def table(ctx: LowerCtx, name: str, values: np.ndarray) -> Callable[[Expr], Expr
     return lambda index: Load(buf, index)
 
 
-def _lazy_table(ctx: LowerCtx, name: str, values: np.ndarray) -> Callable[[Expr], Expr]:
+def lazy_table(ctx: LowerCtx, name: str, values: np.ndarray) -> Callable[[Expr], Expr]:
     """table(), its PARAM made only when first read (vector kernels read the
     scalar tables only for remainder channels, if any)."""
     made: list = []
@@ -124,9 +124,9 @@ class Requant:
     def make(ctx: LowerCtx, mults, shifts) -> "Requant":
         mults = np.asarray(mults, np.int64).reshape(-1).astype(np.int32)
         shifts = np.asarray(shifts, np.int64).reshape(-1)
-        return Requant(_lazy_table(ctx, "multiplier", mults),
-                       _lazy_table(ctx, "left_shift", np.maximum(shifts, 0).astype(np.int32)),
-                       _lazy_table(ctx, "right_shift", np.maximum(-shifts, 0).astype(np.int32)))
+        return Requant(lazy_table(ctx, "multiplier", mults),
+                       lazy_table(ctx, "left_shift", np.maximum(shifts, 0).astype(np.int32)),
+                       lazy_table(ctx, "right_shift", np.maximum(-shifts, 0).astype(np.int32)))
 
     def apply(self, b: q.Block, acc: Expr, channel: Expr) -> Expr:
         return q.mbqm_block(b, acc, self.mult(channel), left=self.left(channel),
@@ -1093,7 +1093,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
         wf[:, :, :k_run] = w5[0].reshape(g.per_group, g.kh, k_run)
         packed_flat = ctx.param("filter_pairs" if fg == 2 else "filter_quads", weight_dtype(
             np.ascontiguousarray(wf.reshape(g.per_group, g.kh, n_pairs, fg).transpose(1, 2, 0, 3))))
-        stage, rows, pstep = _flat_rows(ctx, g, load_x, zp, flat_kind)
+        stage, rows, pstep, slot = _flat_rows(ctx, g, load_x, zp, flat_kind)
         staged = True
     # staged bytes x + offset, zp + offset outside the image (quads of either kind)
     raw = acc_kind if quads else flat_kind if flat_kind.group == 4 else None
@@ -1254,7 +1254,8 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                 pv = ctx.fresh("xp" if fg == 2 else "xq")
                 at = add(mul(ox, Const(g.strides[1] * g.depth // pstep)),
                          mul(j, Const(fg // pstep)))
-                body.append(Decl(pv, Load(rows, add(mul(ky, Const(rows.shape[1])), at))))
+                body.append(Decl(pv, Load(rows, add(mul(slot(oy, ky), Const(rows.shape[1])),
+                                                    at))))
                 body += [Assign(a, flat_kind.dot(a, pv, v) if fg == 4 else
                                 Bin("+", a, packed_pair_dot(pv, v))) for a, v in zip(row_, wp)]
             return seq(*body)
@@ -1307,14 +1308,17 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
 
 def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                kind: Accumulator = PAIRS):
-    """(stage(n, oy), rows [KH, Q] int32, step) for a dense conv grouped
-    along its window rows: row ky's elements e (input row oy * stride - pad
-    + ky * dilation, flattened over columns and channels from the left
-    padding on) in groups of kind.group (e[p], e[p + 1], ..) for every p a
+    """(stage(n, oy), rows [KH, Q] int32, step, slot(oy, ky)) for a dense
+    conv grouped along its window rows: row ky's elements e (input row oy *
+    stride - pad + ky * dilation, flattened over columns and channels from
+    the left padding on) in groups of kind.group (e[p], e[p + 1], ..) for every p a
     window can start a group at (every `step`-th p: the column stride
     times the depth decides). Pairs hold x - zp (zero outside the image),
     as aot_dot2p reads them; quads the bytes x + offset (zp + offset
-    outside), as aot_dot4 does (_quad_rows)."""
+    outside), as aot_dot4 does (_quad_rows). With row stride and dilation 1
+    the rows form a ring as in _staged_rows (tap row ky of output row oy in
+    slot (oy + ky) % KH): each input row is staged once, not KH times (the
+    byte-wise staging was a quarter of ic's first conv on the Cortex-A72)."""
     sh, sw = g.strides
     n = kind.group
     width = max(g.w + g.pad_left, (g.ow - 1) * sw + g.kw)
@@ -1338,8 +1342,10 @@ def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
         return Bin("+", Bin("&", Load(elems, p), Const(0xFFFF)),
                    Bin("*", Load(elems, add(p, Const(1))), Const(65536)))
 
+    ring = sh == 1 and g.dilations[0] == 1 and g.kh > 1
+
     def stage(n_, oy) -> Stmt:
-        def row(ky) -> Stmt:
+        def row(ky, at) -> Stmt:
             iy = window_pos(oy, ky, sh, g.pad_top, g.dilations[0])
             copy = loop(ctx, "ix", g.w, lambda ix: loop(ctx, "c", g.depth, lambda c: Store(
                 elems, add(add(mul(ix, Const(g.depth)), c), Const(lead)),
@@ -1348,10 +1354,16 @@ def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                            if st is not None])
             cond = Bin("and", Bin(">=", iy, Const(0)), Bin("<", iy, Const(g.h)))
             return seq(If(cond, inside, fill_run(0, count)), loop(
-                ctx, "q", q_count, lambda qi: Store(rows, add(mul(ky, Const(q_count)), qi),
+                ctx, "q", q_count, lambda qi: Store(rows, add(mul(at, Const(q_count)), qi),
                                                     group(mul(qi, Const(step))))))
-        return loop(ctx, "ky", g.kh, row)
-    return stage, rows, step
+        if ring:    # one new input row per output row after the first
+            return If(Bin("==", oy, Const(0)), loop(ctx, "ky", g.kh, lambda ky: row(ky, ky)),
+                      row(Const(g.kh - 1), slot(add(oy, Const(g.kh - 1)), Const(0))))
+        return loop(ctx, "ky", g.kh, lambda ky: row(ky, ky))
+
+    def slot(oy, ky) -> Expr:
+        return Bin("%", add(oy, ky), Const(g.kh)) if ring else ky
+    return stage, rows, step, slot
 
 
 def _staged_rows(ctx: LowerCtx, g: ConvGeom, name: str, words: int, fill: int,

@@ -19,7 +19,7 @@ from aot.codegen.c import emit_c
 from aot.codegen.intrinsics import pack_quads, quad_dot
 from aot.codegen.llvm import emit_llvm_ir, emit_object
 from aot.deploy.host import cpu_flags
-from aot.ir.tir import (Buffer, BufferKind, Call, Const, DType, Load, PrimFunc, Store, seq,
+from aot.ir.tir import (Bin, Buffer, BufferKind, Call, Const, DType, Load, PrimFunc, Store, seq,
                         stmt_exprs, walk_expr, walk_stmt)
 from aot.lower.legalize import legalize
 from aot.lower.strategy import (PAIRS, QUADS, QUADS_MULL, QUADS_U8, int8_accumulator,
@@ -221,6 +221,34 @@ def test_window_rows_in_quads_bit_exact(monkeypatch):
             np.testing.assert_array_equal(got[name], want[name])
     for g in graphs:
         assert "x86_vpdpbusd" in {c for k in lower_graph(g, target) for c in _calls(k.func)}
+
+
+RING_FIRST_LAYERS = [   # odd depths, row stride 1: window rows staged in a ring
+    ([1, 9, 8, 3], [16, 3, 3, 3], [1, 9, 8, 16],
+     dict(Padding=0, StrideH=1, StrideW=1, FusedActivationFunction=1), -128),
+    ([2, 8, 9, 1], [8, 5, 3, 1], [2, 4, 7, 8], dict(Padding=1, StrideH=1, StrideW=1), 7),
+]
+
+
+@pytest.mark.parametrize("kind", [PAIRS, QUADS], ids=lambda k: k.name)
+def test_first_layer_rows_in_a_ring_bit_exact(kind, monkeypatch):
+    """Row stride 1: each input row staged once, into slot (oy + ky) % KH,
+    in pairs or in quads (here their lane formula), padding rows included."""
+    import aot.lower.tflite_int8 as lowering
+    monkeypatch.setattr(lowering, "window_row_accumulator", lambda target: kind)
+    target = get_target("x86_64-linux")
+    graphs = [conv_model("CONV_2D", xs, ws, os_, opts, zp_in=zp, seed=k)
+              for k, (xs, ws, os_, opts, zp) in enumerate(RING_FIRST_LAYERS)]
+    rng = np.random.default_rng(5)
+    cases = [(g, _random_inputs(g, rng)) for g in graphs for _ in range(2)]
+    for (g, feeds), got in zip(cases, build_and_run_many(cases, "c", target)):
+        want = aot.interpret(g, feeds)
+        for name in g.outputs:
+            np.testing.assert_array_equal(got[name], want[name])
+    for g in graphs:
+        funcs = [k.func for k in lower_graph(g, target)]
+        assert any(isinstance(e, Bin) and e.op == "%" for f in funcs for s in walk_stmt(f.body)
+                   for x in stmt_exprs(s) for e in walk_expr(x))
 
 
 # ------------------------------------------------------------- whole models

@@ -1311,14 +1311,15 @@ def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     """(stage(n, oy), rows [KH, Q] int32, step, slot(oy, ky)) for a dense
     conv grouped along its window rows: row ky's elements e (input row oy *
     stride - pad + ky * dilation, flattened over columns and channels from
-    the left padding on) in groups of kind.group (e[p], e[p + 1], ..) for every p a
-    window can start a group at (every `step`-th p: the column stride
-    times the depth decides). Pairs hold x - zp (zero outside the image),
-    as aot_dot2p reads them; quads the bytes x + offset (zp + offset
-    outside), as aot_dot4 does (_quad_rows). With row stride and dilation 1
-    the rows form a ring as in _staged_rows (tap row ky of output row oy in
-    slot (oy + ky) % KH): each input row is staged once, not KH times (the
-    byte-wise staging was a quarter of ic's first conv on the Cortex-A72)."""
+    the left padding on) in groups of kind.group (e[p], e[p + 1], ..) for
+    every p a window can start a group at (every `step`-th p: the column
+    stride times the depth decides). Pairs hold x - zp (zero outside the
+    image), as aot_dot2p reads them; quads the bytes x + offset (zp +
+    offset outside), as aot_dot4 does (_quad_rows). With row stride and
+    dilation 1 the rows form a ring as in _staged_rows (tap row ky of output
+    row oy in slot (oy + ky) % KH): each input row is staged once, not KH
+    times (the byte-wise staging was a quarter of ic's first conv on the
+    Cortex-A72)."""
     sh, sw = g.strides
     n = kind.group
     width = max(g.w + g.pad_left, (g.ow - 1) * sw + g.kw)

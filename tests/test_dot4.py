@@ -203,6 +203,17 @@ def test_vnni_kernels_bit_exact(codegen):
                                                    True, True, False]
 
 
+def _assert_bit_exact(graphs, target, seed: int, runs: int):
+    """Each graph's C kernels for target on `runs` random inputs equal the
+    interpreter's outputs."""
+    rng = np.random.default_rng(seed)
+    cases = [(g, _random_inputs(g, rng)) for g in graphs for _ in range(runs)]
+    for (g, feeds), got in zip(cases, build_and_run_many(cases, "c", target)):
+        want = aot.interpret(g, feeds)
+        for name in g.outputs:
+            np.testing.assert_array_equal(got[name], want[name])
+
+
 @pytest.mark.skipif(not VNNI, reason=NO_VNNI)
 def test_window_rows_in_quads_bit_exact(monkeypatch):
     """First layers' window rows in quads, as on the A76, here with VNNI's
@@ -213,12 +224,7 @@ def test_window_rows_in_quads_bit_exact(monkeypatch):
     graphs = [conv_model("CONV_2D", xs, ws, os_, opts, zp_in=zp, seed=k)
               for k, (xs, ws, os_, opts, zp) in enumerate(QUAD_CONVS) if xs[3] % 2]
     assert len(graphs) == 2
-    rng = np.random.default_rng(3)
-    cases = [(g, _random_inputs(g, rng)) for g in graphs for _ in range(3)]
-    for (g, feeds), got in zip(cases, build_and_run_many(cases, "c", target)):
-        want = aot.interpret(g, feeds)
-        for name in g.outputs:
-            np.testing.assert_array_equal(got[name], want[name])
+    _assert_bit_exact(graphs, target, seed=3, runs=3)
     for g in graphs:
         assert "x86_vpdpbusd" in {c for k in lower_graph(g, target) for c in _calls(k.func)}
 
@@ -239,12 +245,7 @@ def test_first_layer_rows_in_a_ring_bit_exact(kind, monkeypatch):
     target = get_target("x86_64-linux")
     graphs = [conv_model("CONV_2D", xs, ws, os_, opts, zp_in=zp, seed=k)
               for k, (xs, ws, os_, opts, zp) in enumerate(RING_FIRST_LAYERS)]
-    rng = np.random.default_rng(5)
-    cases = [(g, _random_inputs(g, rng)) for g in graphs for _ in range(2)]
-    for (g, feeds), got in zip(cases, build_and_run_many(cases, "c", target)):
-        want = aot.interpret(g, feeds)
-        for name in g.outputs:
-            np.testing.assert_array_equal(got[name], want[name])
+    _assert_bit_exact(graphs, target, seed=5, runs=2)
     for g in graphs:
         funcs = [k.func for k in lower_graph(g, target)]
         assert any(isinstance(e, Bin) and e.op == "%" for f in funcs for s in walk_stmt(f.body)

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from aot.codegen.arm_dsp import smla_half, smlad, smmulr, sxtb16
-from aot.ir.tir import (INT32, Assign, Bin, Buffer, BufferKind, Call, Const, Decl, DType, For,
-                        Load, PrimFunc, Store, Var, expr_children, seq, walk_stmt)
+from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Const, DType, For, Load, PrimFunc, Store,
+                        Var, seq)
 from aot.lower import Kernel
 from aot.lower.legalize import legalize
 from aot.lower import int8_dsp, lower_graph
@@ -29,6 +29,7 @@ from aot.lower.testing import compile_kernels, host_target
 from aot.ops import qmath as ref_q
 from conftest import MODELS
 import test_lower_int8
+from test_legalize import call_names
 from test_lower_int8 import check_graphs, conv_model, fc_model
 
 
@@ -95,7 +96,7 @@ def test_dsp_kernels_bit_exact_on_a_dsp_host(codegen, requant32, tmp_path, monke
         monkeypatch.setattr(int8_dsp, "proven", lambda *a: False)
     graphs = _graphs()
     funcs = [k.func for g in graphs for k in lower_graph(g, dsp_host())]
-    calls = {c for f in funcs for c in _calls(f)}
+    calls = {c for f in funcs for c in call_names(f)}
     want = {"aot_smlad", "aot_smlabb", "aot_smlatt", "aot_sxtb16", "aot_sxtb16_ror8"}
     assert want <= calls, calls
     assert ("aot_smmulr" in calls) == requant32, calls
@@ -135,21 +136,6 @@ def test_requant32_equals_tflite_on_edge_cases():
     assert not int8_dsp.proven([1 << 30], [0], np.array([100]))          # no right shift
     assert not int8_dsp.proven([1 << 30], [-1], np.array([1 << 30]))     # x 2 overflows
     assert not int8_dsp.proven([1 << 30], [2], np.array([1 << 28]))      # x 2^3 overflows
-
-
-def _calls(func: PrimFunc) -> set[str]:
-    found, todo = set(), []
-    for s in walk_stmt(func.body):
-        if isinstance(s, Store):
-            todo += [s.index, s.value]
-        elif isinstance(s, (Decl, Assign)):
-            todo.append(s.init if isinstance(s, Decl) else s.value)
-    while todo:
-        e = todo.pop()
-        if isinstance(e, Call):
-            found.add(e.fn)
-        todo += list(expr_children(e))
-    return found
 
 
 def _sxtb16_ref(word: int, odd: bool) -> int:

@@ -35,7 +35,7 @@ from aot.lower.testing import compile_kernels, host_target
 from aot.targets import get_target
 from conftest import MODELS, shared_models
 import test_lower_int8
-from test_int8_dsp import _calls
+from test_legalize import call_names
 from test_lower_int8 import check_graphs, conv_model, fc_model
 
 
@@ -95,7 +95,7 @@ def test_mve_kernels_bit_exact_on_an_mve_host(codegen, tmp_path, monkeypatch):
     monkeypatch.setattr(testing, "host_target", mve_host)
     monkeypatch.setattr(test_lower_int8, "host_target", mve_host)      # run_llvm's
     graphs = _graphs()
-    calls = [set().union(*(_calls(k.func) for k in lower_graph(g, mve_host()))) for g in graphs]
+    calls = [set().union(*(call_names(k.func) for k in lower_graph(g, mve_host()))) for g in graphs]
     assert all("aot_dot16" in c for c in calls[:5] + calls[6:8]), calls
     # a 1x1 and a dense tile's 4 channels requantized as one vector; FC's one by one
     assert "aot_lanes4" in calls[0] and "aot_lanes4" in calls[2], calls
@@ -141,9 +141,9 @@ def test_legalize_makes_vmladava_and_vldrb_only_with_mve():
     func = PrimFunc("f", (x, out, wide), seq(
         Store(out, Const(0), dot16(Const(0), Load(x, Const(0), 16), Load(x, Const(0), 16))),
         Store(wide, Const(0), widen4(Load(x, Const(4), 4)))))
-    assert _calls(legalize(func, get_target("cortex-m55"))) == {"arm_vmladava", "arm_vldrb_s32"}
+    assert call_names(legalize(func, get_target("cortex-m55"))) == {"arm_vmladava", "arm_vldrb_s32"}
     for name in ("cortex-m4", "aarch64-linux"):
-        assert _calls(legalize(func, get_target(name))) == {"aot_dot16", "aot_widen4"}, name
+        assert call_names(legalize(func, get_target(name))) == {"aot_dot16", "aot_widen4"}, name
     assert dot16(Const(0), Load(x, Const(0), 16), Load(x, Const(0), 16)).dtype == INT32
     assert INT8X16.lanes == 16
 
@@ -220,7 +220,7 @@ def test_mve_fixed_point_matches_the_reference_on_the_m55(codegen, tmp_path):
     from test_neon_requant import N, _func, _inputs
     target = get_target("cortex-m55")
     func = legalize(_func(), target)
-    assert {"mve_vqrdmulh", "mve_rdbpot"} <= _calls(func)
+    assert {"mve_vqrdmulh", "mve_rdbpot"} <= call_names(func)
     src = emit_c([func], "t")
     a, m, e = _inputs(np.random.default_rng(0))
     want = np.concatenate([ref.srdhm(a.astype(np.int64), m.astype(np.int64)),

@@ -18,13 +18,14 @@ from aot.api import verify
 from aot.codegen.c import emit_c
 from aot.codegen.intrinsics import paired_quad_dot, pairwise_add, quad_dot, widening_mla
 from aot.codegen.llvm import emit_llvm_ir, emit_object
-from aot.ir.tir import (Buffer, BufferKind, Call, Const, DType, For, Load, PrimFunc, Store, Var,
-                        add, mul, seq, stmt_exprs, walk_expr, walk_stmt)
+from aot.ir.tir import (Buffer, BufferKind, Const, DType, For, Load, PrimFunc, Store, Var, add, mul,
+                        seq)
 from aot.lower import lower_graph
 from aot.lower.legalize import legalize
 from aot.lower.strategy import QUADS_MULL, int8_accumulator, window_row_accumulator
 from aot.targets import get_target
 from conftest import MODELS
+from test_legalize import call_names
 from test_lower_int8 import conv_model
 
 TARGET = get_target("aarch64-linux")
@@ -32,11 +33,6 @@ N = 512         # dot products of 4 lanes each
 
 pytestmark = pytest.mark.skipif(shutil.which("qemu-aarch64") is None,
                                 reason="qemu-aarch64 is not installed")
-
-
-def _calls(func: PrimFunc) -> set[str]:
-    return {x.fn for s in walk_stmt(func.body) for e in stmt_exprs(s) for x in walk_expr(e)
-            if isinstance(x, Call)}
 
 
 def _func() -> PrimFunc:
@@ -55,7 +51,7 @@ def _func() -> PrimFunc:
 _C_TYPES = {"int8": "int8_t", "int16": "int16_t", "int32": "int32_t"}
 
 
-def _run_qemu(func: PrimFunc, codegen: str, tmp_path, stdin: bytes) -> bytes:
+def run_qemu(func: PrimFunc, codegen: str, tmp_path, stdin: bytes) -> bytes:
     """func's kernel (C or LLVM) in a static AArch64 program reading its
     input buffers from stdin and writing its output, under qemu-aarch64."""
     src = emit_c([func], "t")
@@ -89,7 +85,7 @@ def _run_qemu(func: PrimFunc, codegen: str, tmp_path, stdin: bytes) -> bytes:
 @pytest.mark.parametrize("codegen", ["c", "llvm"])
 def test_smull_dot4_matches_numpy_at_the_int16_edges(codegen, tmp_path):
     func = legalize(_func(), TARGET)
-    assert _calls(func) == {"arm_smull_dot4"}
+    assert call_names(func) == {"arm_smull_dot4"}
     if codegen == "c":
         c = emit_c([func], "t").source
         assert "vpadalq_s16(" in c and "vmull_high_s8(" in c
@@ -103,7 +99,7 @@ def test_smull_dot4_matches_numpy_at_the_int16_edges(codegen, tmp_path):
     # the extremes every int16 pair sum must hold: -128 x -127 and -128 x 127, all four alike
     x[:64], w[:32], w[32:64] = -128, -127, 127
     x[64:96], w[64:96] = 127, 127
-    got = np.frombuffer(_run_qemu(func, codegen, tmp_path,
+    got = np.frombuffer(run_qemu(func, codegen, tmp_path,
                                   acc.tobytes() + x.tobytes() + w.tobytes()), np.int32)
     want = acc.astype(np.int64) + np.einsum("nkj,nj->nk", w.reshape(N, 4, 4).astype(np.int64),
                                             x.astype(np.int64)).reshape(-1)
@@ -130,14 +126,14 @@ def test_widening_mla_matches_numpy(codegen, legalized, tmp_path):
     func = _mlal_func()
     if legalized:
         func = legalize(func, TARGET)
-        assert _calls(func) == {"arm_smlal_lo", "arm_smlal_hi"}
+        assert call_names(func) == {"arm_smlal_lo", "arm_smlal_hi"}
         assert codegen == "llvm" or "vmlal_high_s16(" in emit_c([func], "t").source
     rng = np.random.default_rng(1)
     acc = rng.integers(-2**30, 2**30, 4 * N).astype(np.int32)
     x = rng.integers(-2**15, 2**15, 8 * N).astype(np.int16)
     w = rng.integers(-2**15, 2**15, 8 * N).astype(np.int16)
     x[:8], w[:8] = -2**15, -2**15
-    got = np.frombuffer(_run_qemu(func, codegen, tmp_path,
+    got = np.frombuffer(run_qemu(func, codegen, tmp_path,
                                   acc.tobytes() + x.tobytes() + w.tobytes()), np.int32)
     prod = x.astype(np.int64).reshape(N, 2, 4) * w.astype(np.int64).reshape(N, 2, 4)
     want = (acc.astype(np.int64).reshape(N, 1, 4) + prod).reshape(-1)
@@ -169,14 +165,14 @@ def test_paired_quad_dot_matches_numpy(codegen, legalized, tmp_path):
     func = _dot4p_func()
     if legalized:
         func = legalize(func, TARGET)
-        assert _calls(func) == {"arm_dot4p_lo", "arm_dot4p_hi", "arm_addp"}
+        assert call_names(func) == {"arm_dot4p_lo", "arm_dot4p_hi", "arm_addp"}
         assert codegen == "llvm" or "vmlal_high_s8(" in emit_c([func], "t").source
     rng = np.random.default_rng(2)
     acc = rng.integers(-2**24, 2**24, 4 * N).astype(np.int32)
     x = rng.integers(-128, 128, (N, 2, 4)).astype(np.int8)
     w = rng.integers(-127, 128, (N, 2, 4, 4)).astype(np.int8)
     x[:64], w[:32], w[32:64] = -128, -127, 127
-    got = np.frombuffer(_run_qemu(func, codegen, tmp_path,
+    got = np.frombuffer(run_qemu(func, codegen, tmp_path,
                                   acc.tobytes() + x.tobytes() + w.tobytes()), np.int32)
     dots = np.einsum("nsuj,nsj->nu", w.astype(np.int64), x.astype(np.int64)).reshape(-1)
     # each half holds acc's lanes in pairs: ADDP adds acc's pairs into both halves
@@ -201,7 +197,7 @@ def test_weights_holding_minus_128_fall_back_to_pairs():
         w = g.constants[name].copy()
         w.flat[0] = floor
         g = g.replace(constants={**g.constants, name: w})
-        used.append({c for k in lower_graph(g, TARGET) for c in _calls(k.func)})
+        used.append({c for k in lower_graph(g, TARGET) for c in call_names(k.func)})
     assert "arm_smull_dot4" in used[0] and "aot_dot2p" not in used[0]
     assert "arm_smull_dot4" not in used[1] and "aot_dot2p" in used[1]
 

@@ -46,6 +46,12 @@ def calls(func: PrimFunc) -> list[tuple[str, int]]:
             for e in walk_expr(x) if isinstance(e, Call)]
 
 
+def call_names(func: PrimFunc) -> set[str]:
+    """The functions func's expressions call (the kernel tests' check of
+    which instructions a lowering chose)."""
+    return {name for name, _ in calls(func)}
+
+
 GENERIC = ["aot_dot2", "aot_dot2p", "aot_pack2", "aot_rdhm", "aot_rdhm"]
 
 

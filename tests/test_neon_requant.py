@@ -5,18 +5,17 @@ qemu-aarch64 from both code generators against aot.ops.qmath's reference
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
-from aot.codegen.c import emit_c
-from aot.codegen.llvm import emit_object
 from aot.ir.tir import (Bin, Buffer, BufferKind, Call, Const, DType, For, Load, PrimFunc, Store,
-                        Var, seq, stmt_exprs, walk_expr, walk_stmt)
+                        Var, seq)
 from aot.lower.legalize import legalize
 from aot.ops import qmath as ref
 from aot.targets import get_target
+from test_int8_neon import run_qemu
+from test_legalize import call_names
 
 TARGET = get_target("aarch64-linux")
 N = 4096
@@ -37,11 +36,6 @@ def _func() -> PrimFunc:
                                                 I4))), step=4))
 
 
-def _calls(func: PrimFunc) -> set[str]:
-    return {x.fn for s in walk_stmt(func.body) for e in stmt_exprs(s) for x in walk_expr(e)
-            if isinstance(x, Call)}
-
-
 def _inputs(rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     edges = np.array([0, 1, -1, 2**31 - 1, -2**31, -2**31 + 1, 2**30, -2**30, 3, -3],
                      np.int64)
@@ -59,41 +53,12 @@ def _inputs(rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return a.astype(np.int32), m.astype(np.int32), e.astype(np.int32)
 
 
-MAIN = r"""
-#include <stdint.h>
-#include <stdio.h>
-%(prototype)s
-static int32_t a[%(n)d], m[%(n)d], e[%(n)d], out[2 * %(n)d];
-int main(void) {
-    if (fread(a, 4, %(n)d, stdin) != %(n)d || fread(m, 4, %(n)d, stdin) != %(n)d
-            || fread(e, 4, %(n)d, stdin) != %(n)d) {
-        return 2;
-    }
-    %(fn)s(a, m, e, out);
-    return fwrite(out, 4, 2 * %(n)d, stdout) == 2 * %(n)d ? 0 : 3;
-}
-"""
-
-
 @pytest.mark.parametrize("codegen", ["c", "llvm"])
 def test_neon_fixed_point_matches_the_reference(codegen, tmp_path):
     func = legalize(_func(), TARGET)
-    assert {"arm_sqrdmulh", "arm_rdbpot"} <= _calls(func)
-    src = emit_c([func], "t")
-    (tmp_path / "main.c").write_text(MAIN % {"n": N, "fn": src.symbols[func.name],
-                                             "prototype": src.prototypes[0]})
-    if codegen == "c":
-        kernel = tmp_path / "k.c"
-        kernel.write_text(src.source)
-    else:
-        kernel = tmp_path / "k.o"
-        kernel.write_bytes(emit_object([func], "t", TARGET))
-    exe = tmp_path / "t"
-    subprocess.run([TARGET.cc, *TARGET.cflags, *TARGET.ldflags, "-static", "-o", str(exe),
-                    str(tmp_path / "main.c"), str(kernel)], check=True)
+    assert {"arm_sqrdmulh", "arm_rdbpot"} <= call_names(func)
     a, m, e = _inputs(np.random.default_rng(0))
-    run = subprocess.run(["qemu-aarch64", str(exe)], input=a.tobytes() + m.tobytes() + e.tobytes(),
-                         capture_output=True, check=True, timeout=60)
-    got = np.frombuffer(run.stdout, np.int32)
+    out = run_qemu(func, codegen, tmp_path, a.tobytes() + m.tobytes() + e.tobytes())
+    got = np.frombuffer(out, np.int32)
     np.testing.assert_array_equal(got[:N], ref.srdhm(a.astype(np.int64), m.astype(np.int64)))
     np.testing.assert_array_equal(got[N:], ref.rdbpot(a.astype(np.int64), e.astype(np.int64)))

@@ -578,13 +578,13 @@ def _pointwise_conv(ctx, emit, x: TensorRef, bias, w: np.ndarray, xin: SpatialOp
         return acc if bias is None else Bin("+", acc, _bias_init(bias, dtype, j)(0, lanes))
     if out.spatial[-1] >= t.mr:
         batch = (xin.batch, *out.spatial[:-1])
-        a = _Operand(lambda bi, r, c, lanes: x.load((*bi, r, c), lanes), True)
-        return _dense(ctx, emit, a, w, batch, out.spatial[-1], ic, oc,
-                      lambda bi, i, j: (*bi, i, j), finish)
+        a = Operand(lambda bi, r, c, lanes: x.load((*bi, r, c), lanes), True)
+        return dense(ctx, emit, a, w, batch, out.spatial[-1], ic, oc,
+                     lambda bi, i, j: (*bi, i, j), finish)
     dims = (xin.batch, *out.spatial)
-    a = _Operand(lambda bi, r, c, lanes: Load(x.buffer, add(mul(r, Const(ic)), c), lanes), True)
-    return _dense(ctx, emit, a, w, (), int(np.prod(dims)), ic, oc,
-                  lambda bi, i, j: (*unravel(i, dims), j), finish)
+    a = Operand(lambda bi, r, c, lanes: Load(x.buffer, add(mul(r, Const(ic)), c), lanes), True)
+    return dense(ctx, emit, a, w, (), int(np.prod(dims)), ic, oc,
+                 lambda bi, i, j: (*unravel(i, dims), j), finish)
 
 
 def _depthwise(ctx, x, packed, bias, xin, out, win, t, emit) -> Stmt:
@@ -748,7 +748,7 @@ def pool(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
 # -------------------------------------------------------------------- Gemm, MatMul
 
 @dataclass(frozen=True)
-class _Operand:
+class Operand:
     """How the dense inner loop reads one operand: load(batch, row, col, lanes)."""
     load: Callable[[tuple, Expr, Expr, int], Expr]
     vector_cols: bool          # consecutive columns are consecutive in memory
@@ -767,9 +767,9 @@ def _panels(b: np.ndarray, n_tiles: list[tuple[int, tuple[int, ...]]]) -> np.nda
     return np.concatenate(parts)
 
 
-def _dense(ctx: LowerCtx, emit, a: _Operand, b: _Operand | np.ndarray, batch: Sequence[int],
-           m: int, k: int, n: int, out_index: Callable[[tuple, Expr, Expr], tuple],
-           finish: Callable[[Expr, tuple, Expr, Expr], Expr]) -> Stmt:
+def dense(ctx: LowerCtx, emit, a: Operand, b: Operand | np.ndarray, batch: Sequence[int],
+          m: int, k: int, n: int, out_index: Callable[[tuple, Expr, Expr], tuple],
+          finish: Callable[[Expr, tuple, Expr, Expr], Expr]) -> Stmt:
     """Y[batch, i, j] = finish(sum_k A[batch, i, k] * B[batch, k, j]) in
     tiles of MR rows x NR columns, the columns in vectors when B's rows are
     unit-stride. A constant B (a [K][N] array) is packed into column panels."""
@@ -844,11 +844,11 @@ def _split_k_loop(ctx: LowerCtx, dtype: DType, accs: list[list[Var]], widths: Se
     return [*decls, pairs, last, *merge]
 
 
-def _matrix(ref_: TensorRef, trans: bool) -> _Operand:
+def _matrix(ref_: TensorRef, trans: bool) -> Operand:
     """A 2-D operand read as [row][col] (transposed if `trans`)."""
     if trans:
-        return _Operand(lambda bi, r, c, lanes: ref_.load((c, r), lanes), False)
-    return _Operand(lambda bi, r, c, lanes: ref_.load((r, c), lanes), True)
+        return Operand(lambda bi, r, c, lanes: ref_.load((c, r), lanes), False)
+    return Operand(lambda bi, r, c, lanes: ref_.load((r, c), lanes), True)
 
 
 @kernel_rule("Gemm")
@@ -876,8 +876,8 @@ def gemm(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
             acc = Bin("+", acc, c if beta == 1.0 else Bin("*", c, const_like(beta, c)))
         return acc
 
-    return _dense(ctx, emit, a, b, (), m, k, n,
-                  lambda bi, i, j: (i, j), finish)
+    return dense(ctx, emit, a, b, (), m, k, n,
+                 lambda bi, i, j: (i, j), finish)
 
 
 @kernel_rule("MatMul")
@@ -904,9 +904,9 @@ def matmul(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
         return bi + ((i,) if len(a_ref.shape) > 1 else ()) + ((j,) if len(b_ref.shape) > 1 else ())
 
     b = b_ref.value if b_ref.value is not None and len(b_ref.shape) == 2 else \
-        _Operand(b_load, len(b_ref.shape) > 1)
-    return _dense(ctx, emit, _Operand(a_load, True), b, batch, m, k, n, out_index,
-                  lambda acc, bi, i, j: acc)
+        Operand(b_load, len(b_ref.shape) > 1)
+    return dense(ctx, emit, Operand(a_load, True), b, batch, m, k, n, out_index,
+                 lambda acc, bi, i, j: acc)
 
 
 # ------------------------------------------------------------ BatchNormalization

@@ -39,9 +39,11 @@ from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Comment, Const, Decl, DT
                         ForKind, If, Load, Select, Stmt, Store, Var, add, dt, dtype_of, flat_index,
                         mul, seq, sub)
 from aot.lower.elementwise import broadcast_index, broadcast_load, const_like, math_call
+from aot.lower import winograd
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.lower.schedule import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORDER, Tile, depthwise_tile,
                                matvec_tile, tile)
+from aot.lower.strategy import conv_algorithm
 from aot.ops import nn as ref
 
 # More regions than this (combinations of border runs over the spatial axes)
@@ -405,6 +407,9 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     kernel = packed.shape[1:-2]
     win = ref.resolve_window(ctx, xin.spatial, kernel)
     icg, ocg = packed.shape[-2], packed.shape[-1]
+    if winograd.applies(xin, win, group, dtype, icg, ocg) and \
+            conv_algorithm(ctx.target) == "winograd":
+        return winograd.conv(ctx, emit, x, packed[0], bias, xin, out, win)
     t = tile(ctx.target, dtype, out.vectorizable, pixels=True)
     if ocg <= t.lanes:          # one vector of channels: room for more pixels per tile
         t = replace(t, vectors=1)

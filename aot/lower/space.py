@@ -31,9 +31,10 @@ from aot.errors import AotError
 
 # The Tile fields a config may set, per site (schedule.Tile).
 TILE_KNOBS = ("vectors", "mr", "max_accs")
-SITES = ("tile", "tile/pixels", "depthwise_tile", "accumulator", "int8_rows")
+SITES = ("tile", "tile/pixels", "depthwise_tile", "accumulator", "int8_rows", "conv_algorithm")
 # Sites whose answer is a name, and the names a config may give them.
-NAMED = {"accumulator": ("pairs", "quads", "quads_u8"), "int8_rows": ("staged", "flat", "direct")}
+NAMED = {"accumulator": ("pairs", "quads", "quads_u8"), "int8_rows": ("staged", "flat", "direct"),
+         "conv_algorithm": ("direct", "winograd")}
 
 
 @dataclass(frozen=True)
@@ -211,6 +212,8 @@ def _override(site: str, answer, knobs):
         # the rule asks once per mode it offers: a config other than that
         # mode reads the rows directly
         return knobs if knobs == answer else "direct"
+    if site == "conv_algorithm":
+        return knobs
     if answer.lanes == 1:       # scalar code: no register tile to choose
         return answer
     return replace(answer, **dict(knobs))
@@ -267,6 +270,10 @@ def space_of(defaults: Mapping[str, Any], target) -> list[Config]:
             continue
         if site == "int8_rows":
             configs.append(Config.of({"int8_rows": "direct"}))
+            continue
+        if site == "conv_algorithm":     # the other algorithm
+            other = [a for a in NAMED[site] if a != default]
+            configs += [Config.of({site: a}) for a in other]
             continue
         base = tile_knobs(default)
         for knobs in _tile_space(site, default, target.vector_registers):

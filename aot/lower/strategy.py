@@ -120,3 +120,15 @@ def int8_rows(default: str) -> str:
     policy's answer passes through; a schedule config may pick "direct"
     (aot/lower/space.py), never staging where the rule did not offer it."""
     return default
+
+
+@tunable("conv_algorithm")
+def conv_algorithm(target: Target) -> str:
+    """How a float convolution that aot/lower/winograd.py accepts is
+    computed: "winograd" (F(2x2, 3x3)) where it was measured faster, x86
+    with AVX2 or AVX-512 (ResNet-8 f32's four 3x3 stride-1 convs, pinned,
+    C: host-avx512 20.1 / 20.2 / 19.2 / 17.8 us -> 11.0 / 11.1 / 9.2 /
+    9.7; host 34.5 / 34.6 / 39.8 / 40.3 -> 20.8 / 21.1 / 19.3 / 18.9),
+    else "direct" (the register-tiled sliding window: Arm and Cortex-M,
+    not measured, keep it). `aot tune` may pick either (aot/lower/space.py)."""
+    return "winograd" if target.arch == "x86_64" and target.has("fma") else "direct"

@@ -43,6 +43,7 @@ import numpy as np
 from aot.codegen.arm_dsp import INT8X4, smla_half, smlad, smmulr, sxtb16
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr, For, ForKind, If,
                         Load, Stmt, Store, Var, add, flat_index, mul, seq)
+from aot.lower.int8_common import lazy_table, loop, loop_step, table, to_i32, unravel
 from aot.lower.rules import LowerCtx, TensorRef
 
 # rows x output channels per register tile
@@ -127,7 +128,6 @@ def _matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray
 
     x: int8 rows of depth w.shape[1] at flat offset row * depth; w: integer
     weights [channels, depth] within int8; bias: int32 [channels]."""
-    from aot.lower.tflite_int8 import table     # (that module dispatches here)
     n = words.lanes
     channels, depth = w.shape
     nr, nk = tile
@@ -167,7 +167,6 @@ def _matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray
 def _word_loop(ctx: LowerCtx, words: int, step: Callable[[Expr], Stmt], lanes: int = 4
                ) -> Stmt:
     """step(d) for d = 0, lanes, ... (words times); a short loop unrolled whole."""
-    from aot.lower.tflite_int8 import loop_step
     s = loop_step(ctx, "d", words, 0, lanes, step)
     return replace(s, kind=ForKind.UNROLLED) if isinstance(s, For) and words <= UNROLL_WORDS else s
 
@@ -182,7 +181,6 @@ def _tail(terms, accs, x_at: Callable[[int, int], Expr], w_at: Callable[[int, in
 def tiled(ctx: LowerCtx, name: str, count: int, step: int,
            body: Callable[[Expr, int], Stmt]) -> Stmt:
     """body(first, width) over [0, count): full tiles of `step`, then singles."""
-    from aot.lower.tflite_int8 import loop, loop_step
     full = count // step
     parts = [loop_step(ctx, name, full, 0, step, lambda i: body(i, step))] if full else []
     if count % step:
@@ -206,7 +204,6 @@ def pointwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
               tile: tuple[int, int] = CONV_TILE, gather: bool = False) -> Stmt:
     """A 1x1 convolution (fits_pointwise) as the product of its pixel rows;
     finish((n, oy, ox, oc), acc) as conv_nest's (gather: as matmul's)."""
-    from aot.lower.tflite_int8 import unravel
     w = weights.reshape(g.cout, g.depth)
     pixels = (g.n, g.oh, g.ow)
     return matmul(ctx, x.buffer, g.n * g.oh * g.ow, w, folded_bias(bias, zp, w),
@@ -220,7 +217,6 @@ def fully_connected(ctx: LowerCtx, x: TensorRef, w: np.ndarray, bias: np.ndarray
     `bias`: finish(out_lead, unit, acc) per output; x read as rows of the
     weights' depth, as TFLite flattens it."""
     from aot.lower import int8_mve     # (Helium's vectors where the depth has them)
-    from aot.lower.tflite_int8 import unravel
     words, tile = ((int8_mve.VECTORS, int8_mve.TILE) if int8_mve.fits_fc(ctx, x, w)
                    else (PAIRS, FC_TILE))
     lead = tuple(out_shape[:-1])
@@ -244,7 +240,7 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
     tile[1] output channels per tile, over the taps and each tap's words of
     input channels, read where they lie. weights [C_out, KH, KW, D]; finish
     as conv_nest's (gather: a tile's 4 channels as one int32 x 4, as matmul's)."""
-    from aot.lower.tflite_int8 import in_range, window_pos, loop, loop_step, plane_regions, table
+    from aot.lower.tflite_int8 import in_range, window_pos, plane_regions
     words = words or PAIRS
     lanes = words.lanes
     w = weights.reshape(g.cout, -1)         # (ky, kx, c) per channel
@@ -317,7 +313,7 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
     otherwise (kws's first layer: 41% inside) each image is first copied
     into a scratch buffer padded with zero points, inside which every
     window lies (the arena plans it: 754 bytes on kws)."""
-    from aot.lower.tflite_int8 import in_range, window_pos, loop, loop_step, span_loop, table
+    from aot.lower.tflite_int8 import in_range, window_pos, span_loop
     span = g.kw * g.depth                    # a window row's terms
     w = weights.reshape(g.cout, g.kh, span)
     nk = CONV_TILE[1]
@@ -414,7 +410,7 @@ def padded_geometry(ctx: LowerCtx, g):
 
 def pad_copy(ctx: LowerCtx, x: TensorRef, g, n: Expr, pad: Buffer, zp: int) -> Stmt:
     """pad = image n of x where it lies, the zero point around it."""
-    from aot.lower.tflite_int8 import in_range, loop
+    from aot.lower.tflite_int8 import in_range
 
     def one(py, px, c) -> Stmt:
         iy, ix = add(py, Const(-g.pad_top)), add(px, Const(-g.pad_left))
@@ -460,8 +456,7 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
     a time: int8_mve.depthwise_group); the channels past the last word one
     at a time. weights [C, KH, KW, 1]; finish as conv_nest's."""
     from aot.lower import int8_mve
-    from aot.lower.tflite_int8 import (lazy_table, in_range, loop, loop_step, plane_regions,
-                                       window_pos)
+    from aot.lower.tflite_int8 import in_range, plane_regions, window_pos
     channels = g.groups
     wbuf = ctx.param("filter", np.transpose(weights[..., 0], (1, 2, 0)).astype(np.int8))
     folded = folded_bias(bias, zp, weights.reshape(channels, -1))
@@ -563,7 +558,6 @@ class Requant32:
     def make(ctx: LowerCtx, mults, shifts, bound: np.ndarray) -> "Requant32 | None":
         """The 32-bit form for accumulators within `bound` (per channel), or
         None when the bounds do not prove it exact for every channel."""
-        from aot.lower.tflite_int8 import table
         if not proven(mults, shifts, bound):
             return None
         n = len(bound)
@@ -606,7 +600,6 @@ def acc_bound(w: np.ndarray, bias: np.ndarray, zp: int) -> np.ndarray:
 
 def unrolled_loop(ctx: LowerCtx):
     """loop(), its For marked to be unrolled."""
-    from aot.lower.tflite_int8 import loop
 
     def each(ctx_: LowerCtx, name: str, extent: int, body: Callable[[Expr], Stmt]) -> Stmt:
         s = loop(ctx_, name, extent, body)
@@ -674,5 +667,4 @@ def interleave(w: np.ndarray, k: int, word: int = 4) -> np.ndarray:
 
 
 def _i32(e: Expr) -> Expr:
-    from aot.lower.tflite_int8 import to_i32
     return to_i32(e)

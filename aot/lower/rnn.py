@@ -19,8 +19,8 @@ from aot.ir.tir import (Bin, Const, Decl, Expr, Load, Select, Stmt, Store, Unary
                         seq)
 from aot.lower import qmath as q
 from aot.lower.elementwise import UNARY_ANY, UNARY_FLOAT, const_like, math_call
+from aot.lower.int8_common import loop, loop_step
 from aot.lower.rules import LowerCtx, kernel_rule
-from aot.lower.tflite_int8 import loop, loop_step
 from aot.ops import rnn as ref
 
 F32 = dt("float32")

@@ -22,6 +22,8 @@ from aot.ir.tir import (Assign, Bin, Cast, Const, Expr, Load, Select, Store, Una
 from aot.lower import qmath as q
 from aot.lower import tflite_int8 as i8
 from aot.lower.elementwise import broadcast_load
+from aot.lower.int8_common import (CallView, Requant, const_input, loop, narrow, nest, table,
+                                   to_i32, weight_dtype)
 from aot.lower.lstm import sigmoid16_scaled, tanh16_scaled
 from aot.lower.rules import LowerCtx, kernel_rule, value_rule
 from aot.ops import qmath as ref_q
@@ -64,13 +66,13 @@ class Requant16:
         self.acc_dtype = "int32" if self.wrapping32 or exact32 else "int64"
         self.lo, self.hi = ctx.attrs.get("act_min", -32768), ctx.attrs.get("act_max", 32767)
         if self.wrapping32:
-            self.rq32 = i8.Requant.make(ctx, mult, shift)
+            self.rq32 = Requant.make(ctx, mult, shift)
             return
         ref.check_int64_shift(ctx.node, shift)
         m16, rounding, total = reduced_multipliers(mult, shift)
-        self.m16 = i8.table(ctx, "multiplier", m16)
-        self.rounding = i8.table(ctx, "rounding", rounding)
-        self.total = i8.table(ctx, "right_shift", total)
+        self.m16 = table(ctx, "multiplier", m16)
+        self.rounding = table(ctx, "rounding", rounding)
+        self.total = table(ctx, "right_shift", total)
 
     def bias(self, values: np.ndarray) -> np.ndarray:
         """The bias as the accumulator starts from it."""
@@ -103,7 +105,7 @@ def _conv16(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: i8.ConvGeom):
 
 @kernel_rule("tfl.conv2d_16x8")
 def conv2d_16x8(ctx: LowerCtx, ins, emit):
-    x, w = ins[0], i8.const_input(ctx, ins[1], "filter")
+    x, w = ins[0], const_input(ctx, ins[1], "filter")
     depth = w.shape[3]
     g = i8.conv_geom(ctx, x.shape, ctx.out_types[0].shape, w.shape[1:3], x.shape[3] // depth,
                      depth)
@@ -112,7 +114,7 @@ def conv2d_16x8(ctx: LowerCtx, ins, emit):
 
 @kernel_rule("tfl.depthwise_conv2d_16x8")
 def depthwise_conv2d_16x8(ctx: LowerCtx, ins, emit):
-    x, w = ins[0], i8.const_input(ctx, ins[1], "filter")
+    x, w = ins[0], const_input(ctx, ins[1], "filter")
     # [1, KH, KW, C*M] -> [C*M, KH, KW, 1]: a grouped conv, one input channel per group
     weights = np.transpose(w[0], (2, 0, 1))[..., None].astype(np.int64)
     g = i8.conv_geom(ctx, x.shape, ctx.out_types[0].shape, w.shape[1:3], x.shape[3], 1)
@@ -122,26 +124,26 @@ def depthwise_conv2d_16x8(ctx: LowerCtx, ins, emit):
 @kernel_rule("tfl.fully_connected_16x8")
 def fully_connected_16x8(ctx: LowerCtx, ins, emit):
     x = ins[0]
-    w = ref.fc_weights(ctx, i8.const_input(ctx, ins[1], "weight"))
+    w = ref.fc_weights(ctx, const_input(ctx, ins[1], "weight"))
     units, depth = w.shape
     bias = i8.bias_values(ctx, ins, 2, units)
     rq = Requant16(ctx, *ref.fc_multipliers(ctx), sums_fit_int32(w, bias))
-    start = i8.table(ctx, "bias", rq.bias(bias))
-    weights = ctx.param("weights", i8.weight_dtype(w))
+    start = table(ctx, "bias", rq.bias(bias))
+    weights = ctx.param("weights", weight_dtype(w))
 
     def row(out_lead, x_at):
         def unit(o):
             b = q.Block(ctx)
             acc = b.let("acc", start(o))
             def mac(d):
-                prod = Bin("*", i8.to_i32(x_at(d)),
-                           i8.to_i32(Load(weights, add(mul(o, Const(depth)), d))))
+                prod = Bin("*", to_i32(x_at(d)),
+                           to_i32(Load(weights, add(mul(o, Const(depth)), d))))
                 return Assign(acc, Bin("+", acc, q.i64(prod) if rq.acc_dtype == "int64"
                                        else prod))
-            b.add(i8.loop(ctx, "d", depth, mac))
+            b.add(loop(ctx, "d", depth, mac))
             b.add(emit(0, out_lead + (o,), rq.apply(b, acc, o)))
             return b.stmt()
-        return i8.loop(ctx, "o", units, unit)
+        return loop(ctx, "o", units, unit)
     return i8.row_loops(ctx, x, ctx.out_types[0].shape, depth, row)
 
 
@@ -159,11 +161,11 @@ class _Lut:
     def __call__(self, b: q.Block, v: Var) -> Var:
         """v: an int32 local already within int16's range (read twice)."""
         index = b.let("index", Bin("+", Bin(">>", v, Const(7)), Const(256)))
-        delta = Bin(">>", Bin("+", Bin("*", i8.to_i32(Load(self.slope, index)),
+        delta = Bin(">>", Bin("+", Bin("*", to_i32(Load(self.slope, index)),
                                        Bin("&", v, Const(0x7F))), Const(64)), Const(7))
         # the sum wraps to int16 as TFLM's does (no table here comes near)
-        return b.let("looked_up", i8.to_i32(Cast(dt("int16"), Bin(
-            "+", i8.to_i32(Load(self.base, index)), delta))))
+        return b.let("looked_up", to_i32(Cast(dt("int16"), Bin(
+            "+", to_i32(Load(self.base, index)), delta))))
 
 
 @kernel_rule("tfl.softmax_int16")
@@ -184,13 +186,13 @@ def softmax_int16(ctx: LowerCtx, ins, emit):
 
         def exp_of(i):
             eb = q.Block(ctx)
-            diff = eb.let("diff", Bin("-", i8.to_i32(x.load(lead + (i,))), mx))
+            diff = eb.let("diff", Bin("-", to_i32(x.load(lead + (i,))), mx))
             scaled = eb.let("scaled", q.clamp(q.offset(q.mbqm(diff, mult, shift), 32767),
                                               -32768, 32767))
             e = exp_lut(eb, scaled)
             eb.add(Store(exps, i, e), Assign(total, Bin("+", total, e)))
             return eb.stmt()
-        b.add(i8.loop(ctx, "i", depth, exp_of))
+        b.add(loop(ctx, "i", depth, exp_of))
         clz, normalized = i8.count_leading_zeros(b, total)
         # (sum << (clz - 1)) rounded to Q1.15 (over [1, 2)), then x = sum - 1 centred
         shifted = b.let("sum_q15", q.i32(Bin(">>", Bin("+", Bin(">>", normalized, Const(1, i64)),
@@ -205,10 +207,10 @@ def softmax_int16(ctx: LowerCtx, ins, emit):
             prod = Bin("+", Bin("*", q.i64(Load(exps, i)), q.i64(recip)), rounding)
             y = q.i32(Bin(">>", prod, q.i64(right)))
             return emit(0, lead + (i,), Cast(dt("int16"), q.clamp(y, 0, 32767)))
-        b.add(i8.loop(ctx, "i", depth, output))
+        b.add(loop(ctx, "i", depth, output))
         return b.stmt()
     shape = x.shape
-    return i8.nest(ctx, tuple(f"r{k}" for k in range(len(shape) - 1)), shape[:-1], row)
+    return nest(ctx, tuple(f"r{k}" for k in range(len(shape) - 1)), shape[:-1], row)
 
 
 # --------------------------------------------------------------------- mean
@@ -216,7 +218,7 @@ def softmax_int16(ctx: LowerCtx, ins, emit):
 @kernel_rule("tfl.mean_int16")
 def mean_int16(ctx: LowerCtx, ins, emit):
     x = ins[0]
-    axes = ref8.mean_axes(i8.CallView(ctx), i8.const_input(ctx, ins[1], "axes"))
+    axes = ref8.mean_axes(CallView(ctx), const_input(ctx, ins[1], "axes"))
     mult, shift = ref.mean_multiplier(ctx, int(np.prod([x.shape[d] for d in axes])))
 
     def finish(b, out_idx, acc):
@@ -240,36 +242,36 @@ def logistic_tanh_int16(ctx: LowerCtx, ins, emit):
 
     def at(idx):
         b = q.Block(ctx)
-        v = b.let("v", Bin("*", i8.to_i32(x.load(idx)), Const(mult)))
+        v = b.let("v", Bin("*", to_i32(x.load(idx)), Const(mult)))
         if shift:
             b.add(Assign(v, Bin(">>", Bin("+", v, Const(1 << (shift - 1))), Const(shift))))
         b.add(emit(0, idx, Cast(dt("int16"), interpolate(b, table, v))))
         return b.stmt()
-    return i8.nest(ctx, tuple(f"i{d}" for d in range(len(shape))), shape, at)
+    return nest(ctx, tuple(f"i{d}" for d in range(len(shape))), shape, at)
 
 
 # -------------------------------------------------------------- relu / relu6
 
 @value_rule("tfl.relu_int16")
 def relu_int16(ctx: LowerCtx, ins, idx, lanes):
-    x = i8.to_i32(broadcast_load(ins[0], idx, lanes))
-    return i8.narrow(q.clamp(q.mbqm(x, *ref.relu_params(ctx)), 0, 32767), "int16")
+    x = to_i32(broadcast_load(ins[0], idx, lanes))
+    return narrow(q.clamp(q.mbqm(x, *ref.relu_params(ctx)), 0, 32767), "int16")
 
 
 @value_rule("tfl.relu6_int16")
 def relu6_int16(ctx: LowerCtx, ins, idx, lanes):
-    x = i8.to_i32(broadcast_load(ins[0], idx, lanes))
-    return i8.narrow(q.clamp(x, 0, ref.relu6_top(ctx)), "int16")
+    x = to_i32(broadcast_load(ins[0], idx, lanes))
+    return narrow(q.clamp(x, 0, ref.relu6_top(ctx)), "int16")
 
 
 @value_rule("tfl.abs_int16")
 def abs_int16(ctx: LowerCtx, ins, idx, lanes):
-    x = i8.to_i32(broadcast_load(ins[0], idx, lanes))
+    x = to_i32(broadcast_load(ins[0], idx, lanes))
     value = Bin("max", x, Unary("neg", x))   # int16 inputs: no INT32_MIN to negate
     rescale = ref.abs_rescale(ctx)
     if rescale is not None:
         value = q.mbqm(value, *rescale)
-    return i8.narrow(q.clamp(value, -32768, 32767), "int16")
+    return narrow(q.clamp(value, -32768, 32767), "int16")
 
 
 # -------------------------------------------------------------- batch matmul
@@ -293,12 +295,12 @@ def batch_matmul_int16(ctx: LowerCtx, ins, emit):
         b = q.Block(ctx)
         acc = b.let("acc", Const(0, i64))
         row, col = idx[-2], idx[-1]
-        b.add(i8.loop(ctx, "k", depth, lambda k: Assign(acc, Bin("+", acc, Cast(i64, Bin(
-            "*", i8.to_i32(lhs.load(batch_index(lhs.shape, idx) + (row, k))),
-            i8.to_i32(rhs.load(batch_index(rhs.shape, idx) + (k, col)))))))))
+        b.add(loop(ctx, "k", depth, lambda k: Assign(acc, Bin("+", acc, Cast(i64, Bin(
+            "*", to_i32(lhs.load(batch_index(lhs.shape, idx) + (row, k))),
+            to_i32(rhs.load(batch_index(rhs.shape, idx) + (k, col)))))))))
         b.add(emit(0, idx, rq.apply(b, acc, Const(0))))
         return b.stmt()
-    return i8.nest(ctx, tuple(f"i{d}" for d in range(rank)), out_shape, at)
+    return nest(ctx, tuple(f"i{d}" for d in range(rank)), out_shape, at)
 
 
 # -------------------------------------------------------------------- rsqrt
@@ -315,7 +317,7 @@ def rsqrt_int16(ctx: LowerCtx, ins, emit):
 
     def at(idx):
         b = q.Block(ctx)
-        v = b.let("x", i8.to_i32(x.load(idx)))
+        v = b.let("x", to_i32(x.load(idx)))
         mult, exp = i8.inv_sqrt_block(b, v)
         total = b.let("total_shift", Bin("+", exp, Const(extra)))
         data = q.mbqm_block(b, Const(1), mult, left=Bin("max", total, Const(0)),
@@ -324,4 +326,4 @@ def rsqrt_int16(ctx: LowerCtx, ins, emit):
                     -32768, 32767)
         b.add(emit(0, idx, Cast(dt("int16"), Select(Bin(">", v, Const(0)), y, Const(32767)))))
         return b.stmt()
-    return i8.nest(ctx, tuple(f"i{d}" for d in range(len(shape))), shape, at)
+    return nest(ctx, tuple(f"i{d}" for d in range(len(shape))), shape, at)

@@ -42,110 +42,14 @@ from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl,
 from aot.lower import int8_dsp
 from aot.lower import qmath as q
 from aot.lower.elementwise import broadcast_load, const_like
+from aot.lower.int8_common import (CallView, Requant, const_input, loop, loop_step, narrow, nest,
+                                   round_half_away_to_int, scale_zp, table, to_i32, unravel,
+                                   weight_dtype)
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.lower.strategy import (PAIRS, Accumulator, int8_accumulator, int8_rows,
                                  mlal_depthwise, window_row_accumulator)
 from aot.ops import qmath as ref_q
 from aot.ops import tflite_int8 as ref
-
-# --------------------------------------------------------------------- helpers
-
-
-def _sz(ctx: LowerCtx, ty, what: str) -> tuple[float, int]:
-    return ref.scale_zp(ty, what, ctx.node)
-
-
-def loop(ctx: LowerCtx, name: str, extent: int, body: Callable[[Expr], Stmt]) -> Stmt:
-    """for name < extent: body(name); a loop of one iteration is just its body."""
-    if extent == 1:
-        return body(Const(0))
-    var = ctx.fresh(name)
-    return For(var, int(extent), body(var))
-
-
-def nest(ctx: LowerCtx, names: Sequence[str], extents: Sequence[int],
-         body: Callable[[tuple], Stmt]) -> Stmt:
-    """Nested loops, outermost first."""
-    if not names:
-        return body(())
-    return loop(ctx, names[0], extents[0],
-                lambda v: nest(ctx, names[1:], extents[1:], lambda rest: body((v,) + rest)))
-
-
-def unravel(flat: Expr, shape: Sequence[int]) -> tuple[Expr, ...]:
-    """The multi-index of a row-major offset (for reshaping views)."""
-    idx = []
-    for k, d in enumerate(shape):
-        stride = int(np.prod(shape[k + 1:], dtype=np.int64))
-        i = Bin("/", flat, Const(stride)) if stride > 1 else flat
-        idx.append(Bin("%", i, Const(d)) if k > 0 else i)
-    return tuple(Const(0) if d == 1 else i for i, d in zip(idx, shape))
-
-
-def to_i32(e: Expr) -> Expr:
-    return q.i32(e, dtype_of(e).lanes)
-
-
-def narrow(e: Expr, dtype: str) -> Expr:
-    return Cast(dt(dtype, dtype_of(e).lanes), e)
-
-
-def table(ctx: LowerCtx, name: str, values: np.ndarray) -> Callable[[Expr], Expr]:
-    """index -> values[index]: a PARAM table, or one constant when all entries
-    are equal (per-tensor quantization folds away)."""
-    values = np.asarray(values).reshape(-1)
-    if values.size and np.all(values == values[0]):
-        c = Const(values[0].item(), dt(values.dtype.name))
-        return lambda index: c
-    buf = ctx.param(name, values)
-    return lambda index: Load(buf, index)
-
-
-def lazy_table(ctx: LowerCtx, name: str, values: np.ndarray) -> Callable[[Expr], Expr]:
-    """table(), its PARAM made only when first read (vector kernels read the
-    scalar tables only for remainder channels, if any)."""
-    made: list = []
-
-    def at(index: Expr) -> Expr:
-        if not made:
-            made.append(table(ctx, name, values))
-        return made[0](index)
-    return at
-
-
-@dataclass
-class Requant:
-    """Per-channel (or per-tensor) MultiplyByQuantizedMultiplier: index -> M, shifts."""
-    mult: Callable[[Expr], Expr]
-    left: Callable[[Expr], Expr]
-    right: Callable[[Expr], Expr]
-
-    @staticmethod
-    def make(ctx: LowerCtx, mults, shifts) -> "Requant":
-        mults = np.asarray(mults, np.int64).reshape(-1).astype(np.int32)
-        shifts = np.asarray(shifts, np.int64).reshape(-1)
-        return Requant(lazy_table(ctx, "multiplier", mults),
-                       lazy_table(ctx, "left_shift", np.maximum(shifts, 0).astype(np.int32)),
-                       lazy_table(ctx, "right_shift", np.maximum(-shifts, 0).astype(np.int32)))
-
-    def apply(self, b: q.Block, acc: Expr, channel: Expr) -> Expr:
-        return q.mbqm_block(b, acc, self.mult(channel), left=self.left(channel),
-                            right=self.right(channel))
-
-
-def const_input(ctx: LowerCtx, ref_: TensorRef | None, what: str) -> np.ndarray | None:
-    if ref_ is None:
-        return None
-    if ref_.value is None:
-        raise ctx.unsupported(f"a non-constant {what}")
-    return ref_.value
-
-
-def weight_dtype(w: np.ndarray) -> np.ndarray:
-    """Weights as int8 when they fit (after zero-point centring), else int16."""
-    if w.min() >= -128 and w.max() <= 127:
-        return w.astype(np.int8)
-    return w.astype(np.int16)
 
 
 # ------------------------------------------------------------- conv loop nest
@@ -350,8 +254,8 @@ def bias_values(ctx: LowerCtx, ins, k: int, cout: int) -> np.ndarray:
 def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stmt:
     """tfl.conv2d / tfl.depthwise_conv2d with int8 activations (§4, §5)."""
     x = ins[0]
-    s_in, zp_in = _sz(ctx, x.type, "the input")
-    s_out, zp_out = _sz(ctx, ctx.out_types[0], "the output")
+    s_in, zp_in = scale_zp(ctx, x.type, "the input")
+    s_out, zp_out = scale_zp(ctx, ctx.out_types[0], "the output")
     scales = ref.channel_scales(ins[1].type, g.cout, ctx.node)
     rq = Requant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out))
     lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
@@ -540,8 +444,8 @@ def fully_connected(ctx: LowerCtx, ins, emit):
     w = const_input(ctx, ins[1], "weight").astype(np.int64)
     out_ty = ctx.out_types[0]
     units, depth = w.shape
-    s_in, zp_in = _sz(ctx, x.type, "the input")
-    s_out, zp_out = _sz(ctx, out_ty, "the output")
+    s_in, zp_in = scale_zp(ctx, x.type, "the input")
+    s_out, zp_out = scale_zp(ctx, out_ty, "the output")
     wq = ins[1].type.quant
     if len(wq.scale) == 1:   # per-tensor kernels subtract the filter zero point
         w = w - int(wq.zero_point[0])
@@ -618,14 +522,6 @@ def _pool(ctx: LowerCtx, ins, emit, reduce_tap, start: int, final) -> Stmt:
     return window_nest(ctx, g, acc, lambda ch, inside: Const(start), taps, finish)
 
 
-class CallView:
-    """What aot/ops' shared checks read from a Call, taken from a LowerCtx."""
-
-    def __init__(self, ctx: LowerCtx):
-        self.node, self.in_types, self.out_types = ctx.node, ctx.in_types, ctx.out_types
-        self.attrs = ctx.attrs
-
-
 @kernel_rule("tfl.avg_pool2d")
 def avg_pool2d(ctx: LowerCtx, ins, emit):
     return _pool(ctx, ins, emit, lambda acc, v: Bin("+", acc, v), 0, q.div_round_away)
@@ -668,8 +564,8 @@ def reduce_per_output(ctx: LowerCtx, x: TensorRef, axes, keep: bool, zp: int,
 def mean(ctx: LowerCtx, ins, emit):
     x = ins[0]
     axes = ref.mean_axes(CallView(ctx), const_input(ctx, ins[1], "axes"))
-    s_in, zp_in = _sz(ctx, x.type, "the input")
-    s_out, zp_out = _sz(ctx, ctx.out_types[0], "the output")
+    s_in, zp_in = scale_zp(ctx, x.type, "the input")
+    s_out, zp_out = scale_zp(ctx, ctx.out_types[0], "the output")
     mult, shift = ref_q.quantize_multiplier(s_in / s_out)
     count = ref.mean_count(ctx.attrs, [x.shape[d] for d in axes])
 
@@ -739,8 +635,8 @@ def row_max(ctx: LowerCtx, b: q.Block, x: TensorRef, lead: tuple, depth: int,
 @kernel_rule("tfl.softmax")
 def softmax(ctx: LowerCtx, ins, emit):
     x = ins[0]
-    s_in, _ = _sz(ctx, x.type, "the input")
-    s_out, zp_out = _sz(ctx, ctx.out_types[0], "the output")
+    s_in, _ = scale_zp(ctx, x.type, "the input")
+    s_out, zp_out = scale_zp(ctx, ctx.out_types[0], "the output")
     if zp_out != -128 or s_out != 1.0 / 256:
         raise ctx.unsupported(f"int8 softmax with output scale {s_out}, zero point {zp_out}")
     mult, left, diff_min = ref.softmax_params(float(ctx.attrs.get("beta", 1.0)), s_in)
@@ -793,9 +689,9 @@ def _int8_operands(ctx: LowerCtx, ins, idx, lanes) -> tuple[Expr, Expr]:
 
 
 def _add_sub(ctx: LowerCtx, ins, idx, lanes, sign: int) -> Expr:
-    s1, z1 = _sz(ctx, ctx.in_types[0], "input 0")
-    s2, z2 = _sz(ctx, ctx.in_types[1], "input 1")
-    so, zo = _sz(ctx, ctx.out_types[0], "the output")
+    s1, z1 = scale_zp(ctx, ctx.in_types[0], "input 0")
+    s2, z2 = scale_zp(ctx, ctx.in_types[1], "input 1")
+    so, zo = scale_zp(ctx, ctx.out_types[0], "the output")
     out_dtype = ctx.out_types[0].dtype
     shift = ref.ADD_LEFT_SHIFT[out_dtype]
     (m1, e1), (m2, e2), (mo, eo) = ref.add_params(s1, s2, so, shift)
@@ -826,9 +722,9 @@ def sub_rule(ctx: LowerCtx, ins, idx, lanes):
 
 @value_rule("tfl.mul")
 def mul_rule(ctx: LowerCtx, ins, idx, lanes):
-    s1, z1 = _sz(ctx, ctx.in_types[0], "input 0")
-    s2, z2 = _sz(ctx, ctx.in_types[1], "input 1")
-    so, zo = _sz(ctx, ctx.out_types[0], "the output")
+    s1, z1 = scale_zp(ctx, ctx.in_types[0], "input 0")
+    s2, z2 = scale_zp(ctx, ctx.in_types[1], "input 1")
+    so, zo = scale_zp(ctx, ctx.out_types[0], "the output")
     m, e = ref_q.quantize_multiplier(s1 * s2 / so)
     a, b = _int8_operands(ctx, ins, idx, lanes)
     prod = Bin("*", q.offset(a, -z1), q.offset(b, -z2))
@@ -839,22 +735,11 @@ def mul_rule(ctx: LowerCtx, ins, idx, lanes):
 
 # -------------------------------------------------------- quantize / dequantize
 
-def round_half_away_to_int(v: Expr) -> Expr:
-    """std::round to int32: C's roundf/round, exactly the reference's rounding.
-
-    Clamped into int32's range first, since converting an out-of-range float
-    to an integer is undefined in C; callers clamp to int8 afterwards anyway.
-    """
-    d = dtype_of(v)
-    r = Call("roundf" if d.scalar == "float32" else "round", (v,), d)
-    r = Bin("max", Bin("min", r, const_like(2147483520.0, v)), const_like(-2147483648.0, v))
-    return Cast(dt("int32", d.lanes), r)
-
 
 @value_rule("tfl.quantize")
 def quantize(ctx: LowerCtx, ins, idx, lanes):
     out_ty = ctx.out_types[0]
-    s_out, zp_out = _sz(ctx, out_ty, "the output")
+    s_out, zp_out = scale_zp(ctx, out_ty, "the output")
     lo, hi = ref.INT_RANGE[out_ty.dtype]
     x = broadcast_load(ins[0], idx, lanes)
     d = dtype_of(x)
@@ -866,7 +751,7 @@ def quantize(ctx: LowerCtx, ins, idx, lanes):
         v = Bin("min", Bin("max", v, const_like(-2.0 ** 30, v)), const_like(2.0 ** 30, v))
         y = q.offset(round_half_away_to_int(v), zp_out)
     else:
-        s_in, zp_in = _sz(ctx, ins[0].type, "the input")
+        s_in, zp_in = scale_zp(ctx, ins[0].type, "the input")
         m, e = ref_q.quantize_multiplier(s_in / s_out)
         xi = to_i32(x)
         y = q.offset(q.mbqm(q.offset(xi, -zp_in), m, e), zp_out)
@@ -1480,15 +1365,6 @@ def _pair_widths(count: int, lanes: int, smallest: int = 4) -> list[int]:
     return out
 
 
-def loop_step(ctx: LowerCtx, name: str, count: int, start: int, step: int,
-              body: Callable[[Expr], Stmt]) -> Stmt:
-    """for name = start, start + step, ... (count times): body(name)."""
-    if count == 1:
-        return body(Const(start))
-    var = ctx.fresh(name)
-    return For(var, count * step, body(var), start=start, step=step)
-
-
 def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_out: int,
               lo: int, hi: int, rq: Requant, vrq: VecRequant, x_buffer=None):
     """The body of one FC row in vector tiles: units across the lanes, the
@@ -1655,8 +1531,8 @@ def _quad_value(xs: Sequence[Expr], offset: int) -> Expr:
 
 @value_rule("tfl.leaky_relu")
 def leaky_relu_rule(ctx: LowerCtx, ins, idx, lanes):
-    s_in, zp_in = _sz(ctx, ctx.in_types[0], "the input")
-    s_out, zp_out = _sz(ctx, ctx.out_types[0], "the output")
+    s_in, zp_in = scale_zp(ctx, ctx.in_types[0], "the input")
+    s_out, zp_out = scale_zp(ctx, ctx.out_types[0], "the output")
     (m1, e1), (m2, e2) = ref.leaky_relu_params(s_in, float(ctx.attrs["alpha"]), s_out)
     x = q.offset(to_i32(broadcast_load(ins[0], idx, lanes)), -zp_in)
     y = Select(Bin(">=", x, const_like(0, x)), q.mbqm(x, m1, e1), q.mbqm(x, m2, e2))
@@ -1666,9 +1542,9 @@ def leaky_relu_rule(ctx: LowerCtx, ins, idx, lanes):
 
 @value_rule("tfl.prelu")
 def prelu_rule(ctx: LowerCtx, ins, idx, lanes):
-    s_in, zp_in = _sz(ctx, ctx.in_types[0], "the input")
-    s_a, zp_a = _sz(ctx, ctx.in_types[1], "alpha")
-    s_out, zp_out = _sz(ctx, ctx.out_types[0], "the output")
+    s_in, zp_in = scale_zp(ctx, ctx.in_types[0], "the input")
+    s_a, zp_a = scale_zp(ctx, ctx.in_types[1], "alpha")
+    s_out, zp_out = scale_zp(ctx, ctx.out_types[0], "the output")
     (m1, e1), (m2, e2) = ref.prelu_params(s_in, s_a, s_out)
     x, a = _int8_operands(ctx, ins, idx, lanes)
     x, a = q.offset(x, -zp_in), q.offset(a, -zp_a)
@@ -1679,9 +1555,9 @@ def prelu_rule(ctx: LowerCtx, ins, idx, lanes):
 
 @value_rule("tfl.squared_difference")
 def squared_difference_rule(ctx: LowerCtx, ins, idx, lanes):
-    s1, z1 = _sz(ctx, ctx.in_types[0], "input 0")
-    s2, z2 = _sz(ctx, ctx.in_types[1], "input 1")
-    so, zo = _sz(ctx, ctx.out_types[0], "the output")
+    s1, z1 = scale_zp(ctx, ctx.in_types[0], "input 0")
+    s2, z2 = scale_zp(ctx, ctx.in_types[1], "input 1")
+    so, zo = scale_zp(ctx, ctx.out_types[0], "the output")
     out_dtype = ctx.out_types[0].dtype
     bits = ref.SQUARED_DIFFERENCE_SHIFTS[out_dtype]
     (m1, e1), (m2, e2), (mo, eo) = ref.squared_difference_params(s1, s2, so, bits)
@@ -1750,8 +1626,8 @@ def compare_rule(ctx: LowerCtx, ins, idx, lanes):
 
 @value_rule("tfl.add_n")
 def add_n_rule(ctx: LowerCtx, ins, idx, lanes):
-    s_in, zp_in = _sz(ctx, ctx.in_types[0], "input 0")
-    s_out, zp_out = _sz(ctx, ctx.out_types[0], "the output")
+    s_in, zp_in = scale_zp(ctx, ctx.in_types[0], "input 0")
+    s_out, zp_out = scale_zp(ctx, ctx.out_types[0], "the output")
     (mi, ei), (mo, eo) = ref.add_n_params(s_in, s_out, ctx.node)
     shift = 1 << ref.ADD_N_SHIFT
 
@@ -1795,7 +1671,7 @@ def inv_sqrt_block(b: q.Block, value: Expr) -> tuple[Var, Var]:
 @kernel_rule("tfl.l2_normalization")
 def l2_normalization(ctx: LowerCtx, ins, emit):
     x = ins[0]
-    _, zp = _sz(ctx, x.type, "the input")
+    _, zp = scale_zp(ctx, x.type, "the input")
     shape = x.shape
     depth = shape[-1]
     if depth * 255 * 255 >= 1 << 31:
@@ -1829,8 +1705,8 @@ def l2_normalization(ctx: LowerCtx, ins, emit):
 @kernel_rule("tfl.cumsum")
 def cumsum(ctx: LowerCtx, ins, emit):
     x = ins[0]
-    s_in, zp_in = _sz(ctx, x.type, "the input")
-    s_out, zp_out = _sz(ctx, ctx.out_types[0], "the output")
+    s_in, zp_in = scale_zp(ctx, x.type, "the input")
+    s_out, zp_out = scale_zp(ctx, ctx.out_types[0], "the output")
     (mi, ei), (mo, eo) = ref.add_n_params(s_in, s_out, ctx.node)
     a = ctx.attrs
     axis, shape = a["axis"], x.shape
@@ -1876,9 +1752,9 @@ def _leading_sign_bits(b: q.Block, a: Expr) -> Var:
 
 @kernel_rule("tfl.div")
 def div(ctx: LowerCtx, ins, emit):
-    s1, z1 = _sz(ctx, ctx.in_types[0], "input 0")
-    s2, z2 = _sz(ctx, ctx.in_types[1], "input 1")
-    so, zo = _sz(ctx, ctx.out_types[0], "the output")
+    s1, z1 = scale_zp(ctx, ctx.in_types[0], "input 0")
+    s2, z2 = scale_zp(ctx, ctx.in_types[1], "input 1")
+    so, zo = scale_zp(ctx, ctx.out_types[0], "the output")
     m, e = ref.div_multiplier(s1, s2, so, ctx.node)
     inv, over_unit = ref.reciprocal_table()
     inv_t = ctx.param("reciprocal", inv.astype(np.int32))
@@ -1956,7 +1832,7 @@ def log_x_ge_1_block(b: q.Block, z: Expr) -> Var:
 @kernel_rule("tfl.log_softmax")
 def log_softmax(ctx: LowerCtx, ins, emit):
     x = ins[0]
-    s_in, _ = _sz(ctx, x.type, "the input")
+    s_in, _ = scale_zp(ctx, x.type, "the input")
     mult, left, diff_min, rdiv, rshift = ref.log_softmax_params(s_in)
     shape = x.shape
     depth = shape[-1]

@@ -1,0 +1,148 @@
+"""The small builders every integer (TFLite-semantics) rule module shares.
+
+Loops and loop nests, int32 widening and narrowing casts, compile-time
+tables (a PARAM buffer, or one constant when every entry agrees), the
+per-channel requantization multipliers as tables, and the constant inputs
+the rules read (filters, biases, axes). The convolutions
+(aot/lower/tflite_int8.py) and every other int8 / int16 rule module
+(int8_elementwise, int8_pool, int8_rows, tflite_int16, onnx_quant, lstm,
+int8_dsp) build on these, so they live apart from any one of them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from aot.ir.tir import Bin, Call, Cast, Const, Expr, For, Load, Stmt, dt, dtype_of
+from aot.lower import qmath as q
+from aot.lower.elementwise import const_like
+from aot.lower.rules import LowerCtx, TensorRef
+from aot.ops import tflite_int8 as ref
+
+
+def scale_zp(ctx: LowerCtx, ty, what: str) -> tuple[float, int]:
+    return ref.scale_zp(ty, what, ctx.node)
+
+
+def loop(ctx: LowerCtx, name: str, extent: int, body: Callable[[Expr], Stmt]) -> Stmt:
+    """for name < extent: body(name); a loop of one iteration is just its body."""
+    if extent == 1:
+        return body(Const(0))
+    var = ctx.fresh(name)
+    return For(var, int(extent), body(var))
+
+
+def nest(ctx: LowerCtx, names: Sequence[str], extents: Sequence[int],
+         body: Callable[[tuple], Stmt]) -> Stmt:
+    """Nested loops, outermost first."""
+    if not names:
+        return body(())
+    return loop(ctx, names[0], extents[0],
+                lambda v: nest(ctx, names[1:], extents[1:], lambda rest: body((v,) + rest)))
+
+
+def loop_step(ctx: LowerCtx, name: str, count: int, start: int, step: int,
+              body: Callable[[Expr], Stmt]) -> Stmt:
+    """for name = start, start + step, ... (count times): body(name)."""
+    if count == 1:
+        return body(Const(start))
+    var = ctx.fresh(name)
+    return For(var, count * step, body(var), start=start, step=step)
+
+
+def unravel(flat: Expr, shape: Sequence[int]) -> tuple[Expr, ...]:
+    """The multi-index of a row-major offset (for reshaping views)."""
+    idx = []
+    for k, d in enumerate(shape):
+        stride = int(np.prod(shape[k + 1:], dtype=np.int64))
+        i = Bin("/", flat, Const(stride)) if stride > 1 else flat
+        idx.append(Bin("%", i, Const(d)) if k > 0 else i)
+    return tuple(Const(0) if d == 1 else i for i, d in zip(idx, shape))
+
+
+def to_i32(e: Expr) -> Expr:
+    return q.i32(e, dtype_of(e).lanes)
+
+
+def narrow(e: Expr, dtype: str) -> Expr:
+    return Cast(dt(dtype, dtype_of(e).lanes), e)
+
+
+def table(ctx: LowerCtx, name: str, values: np.ndarray) -> Callable[[Expr], Expr]:
+    """index -> values[index]: a PARAM table, or one constant when all entries
+    are equal (per-tensor quantization folds away)."""
+    values = np.asarray(values).reshape(-1)
+    if values.size and np.all(values == values[0]):
+        c = Const(values[0].item(), dt(values.dtype.name))
+        return lambda index: c
+    buf = ctx.param(name, values)
+    return lambda index: Load(buf, index)
+
+
+def lazy_table(ctx: LowerCtx, name: str, values: np.ndarray) -> Callable[[Expr], Expr]:
+    """table(), its PARAM made only when first read (vector kernels read the
+    scalar tables only for remainder channels, if any)."""
+    made: list = []
+
+    def at(index: Expr) -> Expr:
+        if not made:
+            made.append(table(ctx, name, values))
+        return made[0](index)
+    return at
+
+
+@dataclass
+class Requant:
+    """Per-channel (or per-tensor) MultiplyByQuantizedMultiplier: index -> M, shifts."""
+    mult: Callable[[Expr], Expr]
+    left: Callable[[Expr], Expr]
+    right: Callable[[Expr], Expr]
+
+    @staticmethod
+    def make(ctx: LowerCtx, mults, shifts) -> "Requant":
+        mults = np.asarray(mults, np.int64).reshape(-1).astype(np.int32)
+        shifts = np.asarray(shifts, np.int64).reshape(-1)
+        return Requant(lazy_table(ctx, "multiplier", mults),
+                       lazy_table(ctx, "left_shift", np.maximum(shifts, 0).astype(np.int32)),
+                       lazy_table(ctx, "right_shift", np.maximum(-shifts, 0).astype(np.int32)))
+
+    def apply(self, b: q.Block, acc: Expr, channel: Expr) -> Expr:
+        return q.mbqm_block(b, acc, self.mult(channel), left=self.left(channel),
+                            right=self.right(channel))
+
+
+def const_input(ctx: LowerCtx, ref_: TensorRef | None, what: str) -> np.ndarray | None:
+    if ref_ is None:
+        return None
+    if ref_.value is None:
+        raise ctx.unsupported(f"a non-constant {what}")
+    return ref_.value
+
+
+def weight_dtype(w: np.ndarray) -> np.ndarray:
+    """Weights as int8 when they fit (after zero-point centring), else int16."""
+    if w.min() >= -128 and w.max() <= 127:
+        return w.astype(np.int8)
+    return w.astype(np.int16)
+
+
+class CallView:
+    """What aot/ops' shared checks read from a Call, taken from a LowerCtx."""
+
+    def __init__(self, ctx: LowerCtx):
+        self.node, self.in_types, self.out_types = ctx.node, ctx.in_types, ctx.out_types
+        self.attrs = ctx.attrs
+
+
+def round_half_away_to_int(v: Expr) -> Expr:
+    """std::round to int32: C's roundf/round, exactly the reference's rounding.
+
+    Clamped into int32's range first, since converting an out-of-range float
+    to an integer is undefined in C; callers clamp to int8 afterwards anyway.
+    """
+    d = dtype_of(v)
+    r = Call("roundf" if d.scalar == "float32" else "round", (v,), d)
+    r = Bin("max", Bin("min", r, const_like(2147483520.0, v)), const_like(-2147483648.0, v))
+    return Cast(dt("int32", d.lanes), r)

@@ -24,6 +24,8 @@ from aot.lower import tflite_int8 as i8
 from aot.lower.elementwise import broadcast_load
 from aot.lower.int8_common import (CallView, Requant, const_input, loop, narrow, nest, table,
                                    to_i32, weight_dtype)
+from aot.lower.int8_math import count_leading_zeros, inv_sqrt_block
+from aot.lower.int8_rowwise import row_max
 from aot.lower.lstm import sigmoid16_scaled, tanh16_scaled
 from aot.lower.rules import LowerCtx, kernel_rule, value_rule
 from aot.ops import qmath as ref_q
@@ -181,7 +183,7 @@ def softmax_int16(ctx: LowerCtx, ins, emit):
 
     def row(lead):
         b = q.Block(ctx)
-        mx = i8.row_max(ctx, b, x, lead, depth, lowest=-32768)
+        mx = row_max(ctx, b, x, lead, depth, lowest=-32768)
         total = b.let("sum", Const(0))
 
         def exp_of(i):
@@ -193,7 +195,7 @@ def softmax_int16(ctx: LowerCtx, ins, emit):
             eb.add(Store(exps, i, e), Assign(total, Bin("+", total, e)))
             return eb.stmt()
         b.add(loop(ctx, "i", depth, exp_of))
-        clz, normalized = i8.count_leading_zeros(b, total)
+        clz, normalized = count_leading_zeros(b, total)
         # (sum << (clz - 1)) rounded to Q1.15 (over [1, 2)), then x = sum - 1 centred
         shifted = b.let("sum_q15", q.i32(Bin(">>", Bin("+", Bin(">>", normalized, Const(1, i64)),
                                                        Const(1 << 13, i64)), Const(14, i64))))
@@ -318,7 +320,7 @@ def rsqrt_int16(ctx: LowerCtx, ins, emit):
     def at(idx):
         b = q.Block(ctx)
         v = b.let("x", to_i32(x.load(idx)))
-        mult, exp = i8.inv_sqrt_block(b, v)
+        mult, exp = inv_sqrt_block(b, v)
         total = b.let("total_shift", Bin("+", exp, Const(extra)))
         data = q.mbqm_block(b, Const(1), mult, left=Bin("max", total, Const(0)),
                             right=Bin("max", Bin("-", Const(0), total), Const(0)), name="data")

@@ -39,12 +39,13 @@ from aot.codegen.intrinsics import paired_quad_dot, pairwise_add
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, Expr, For, If,
                         Load, Select, Stmt, Store, Unary, Var, add, dt, dtype_of, flat_index, mul,
                         seq, sub)
-from aot.lower import fixed32, int8_dsp
+from aot.lower import int8_dsp
 from aot.lower import qmath as q
 from aot.lower.elementwise import broadcast_load, const_like
 from aot.lower.int8_common import (CallView, Requant, const_input, loop, loop_step, narrow, nest,
                                    round_half_away_to_int, scale_zp, table, to_i32, unravel,
                                    weight_dtype)
+from aot.lower.int8_math import count_leading_zeros
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.lower.strategy import (PAIRS, Accumulator, int8_accumulator, int8_rows,
                                  mlal_depthwise, window_row_accumulator)
@@ -284,15 +285,12 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
                                                         zp_in)) or rq
         return dsp(ctx, x, g, weights, bias, zp_in, finish)
     if _vectorizable(ctx, g):
-        bound = (int8_dsp.acc_bound(weights.reshape(g.cout, -1), bias, zp_in)
-                 if fixed32.shift_add_rounding(ctx.target) else None)
-        vrq = VecRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out), bound, zp_out,
-                              floor_ok=lo >= zp_out)
+        vrq = VecRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out))
 
         def epilogue(b, idx, acc, lanes):
             if lanes == 1:
                 return finish(idx, acc)
-            y = q.clamp(vrq.requantize(b, acc, idx[3], zp_out), lo, hi)
+            y = q.clamp(q.offset(vrq.apply(b, acc, idx[3]), zp_out), lo, hi)
             return emit(0, idx, Cast(dt(out_dtype, lanes), y))
         return vector_conv_nest(ctx, g, x.load, zp_in, weights, bias, epilogue)
     return conv_nest(ctx, g, x.load, zp_in, weights, bias, finish)
@@ -580,110 +578,6 @@ def mean(ctx: LowerCtx, ins, emit):
                              finish)
 
 
-# ------------------------------------------------------------------ softmax
-
-def exp_on_negative_values(b: q.Block, a: Expr) -> Var:
-    """gemmlowp's exp for a <= 0 in Q5.26, result in Q0.31 (§9 EXP), as locals."""
-    r = b.let("frac", Bin("-", Bin("&", a, Const((1 << 24) - 1)), Const(1 << 24)))
-    # exp on [-1/4, 0): Taylor expansion around -1/8 (operands stay far from INT32_MIN)
-    x = b.let("x", Bin("+", q.satshl(r, 5), Const(1 << 28)))
-    x2 = b.let("x2", q.srdhm(x, x, saturate=False))
-    x3 = b.let("x3", q.srdhm(x2, x, saturate=False))
-    x4 = b.let("x4", q.srdhm(x2, x2, saturate=False))
-    v = b.let("poly", q.rdbpot(Bin("+", q.srdhm(Bin("+", q.rdbpot(x4, 2), x3), 715827883), x2),
-                               1))
-    y = b.let("e", Bin("+", Const(1895147668), q.srdhm(Bin("+", x, v), 1895147668)))
-    rem = b.let("rem", Bin("-", r, a))
-    for bit, c in ref.EXP_BARREL:   # the integer part, one factor per bit
-        on = Bin("!=", Bin("&", Bin(">>", rem, Const(bit)), Const(1)), Const(0))
-        b.add(Assign(y, Select(on, q.srdhm(y, c), y)))
-    b.add(Assign(y, Select(Bin("==", a, Const(0)), Const(ref_q.INT32_MAX), y)))
-    return y
-
-
-def one_over_one_plus_x(b: q.Block, t: Expr) -> Var:
-    """1/(1+x) for x in [0, 1) in Q0.31 (§9 RECIP): Newton-Raphson from 48/17 - 32/17 x."""
-    h = b.let("half", q.i32(Bin(">>", Bin("+", q.i64(t), Const(1 << 31, dt("int64"))),
-                                Const(1, dt("int64")))))
-    x = b.let("recip", Bin("+", Const(1515870810), q.srdhm(h, -1010580540)))
-    for _ in range(3):
-        err = Bin("-", Const(1 << 29), q.srdhm(h, x, saturate=False))
-        step = b.let("step", q.srdhm(x, err, saturate=False))
-        b.add(Assign(x, Bin("+", x, q.satshl(step, 2))))
-    return b.let("inverse", q.satshl(x, 1))
-
-
-def count_leading_zeros(b: q.Block, total: Expr) -> tuple[Var, Var]:
-    """(clz32(total), total << clz as int64 in [2**31, 2**32)) for total > 0."""
-    i64 = dt("int64")
-    v = b.let("normalized", q.i64(total))
-    c = b.let("leading_zeros", Const(0))
-    for s in (16, 8, 4, 2, 1):
-        small = b.let("small", Bin("<", v, Const(1 << (32 - s), i64)))
-        b.add(Assign(c, Bin("+", c, Select(small, Const(s), Const(0)))),
-              Assign(v, Select(small, Bin("*", v, Const(1 << s, i64)), v)))
-    return c, v
-
-
-def row_max(ctx: LowerCtx, b: q.Block, x: TensorRef, lead: tuple, depth: int,
-            lowest: int = -128) -> Var:
-    """The largest value of x[lead + (i,)] over the last axis, as int32, from
-    `lowest` (softmax and log-softmax both start from it)."""
-    mx = b.let("max", Const(lowest))
-    b.add(loop(ctx, "i", depth, lambda i: Assign(mx, Bin("max", mx, to_i32(
-        x.load(lead + (i,)))))))
-    return mx
-
-
-@kernel_rule("tfl.softmax")
-def softmax(ctx: LowerCtx, ins, emit):
-    x = ins[0]
-    s_in, _ = scale_zp(ctx, x.type, "the input")
-    s_out, zp_out = scale_zp(ctx, ctx.out_types[0], "the output")
-    if zp_out != -128 or s_out != 1.0 / 256:
-        raise ctx.unsupported(f"int8 softmax with output scale {s_out}, zero point {zp_out}")
-    mult, left, diff_min = ref.softmax_params(float(ctx.attrs.get("beta", 1.0)), s_in)
-    if left > 30:
-        raise ctx.unsupported(f"softmax input scaling with left shift {left}")
-    shape = x.shape
-    depth = shape[-1]
-
-    def exp_of(b: q.Block, lead, i, mx) -> tuple[Expr, Var]:
-        """(active, exp(x_i - max)) for element i of the row."""
-        d = b.let("diff", Bin("-", to_i32(x.load(lead + (i,))), mx))
-        active = Bin(">=", d, Const(diff_min))
-        # in Q5.26; inactive entries (far below the max) are masked out later
-        z = b.let("z", q.srdhm(Select(active, Bin("*", d, Const(1 << left)), Const(0)), mult))
-        return active, exp_on_negative_values(b, z)
-
-    def row(lead):
-        b = q.Block(ctx)
-        mx = row_max(ctx, b, x, lead, depth)
-        total = b.let("sum", Const(0))
-
-        def accumulate(i):
-            eb = q.Block(ctx)
-            active, e = exp_of(eb, lead, i, mx)
-            eb.add(Assign(total, Bin("+", total, Select(active, q.rdbpot(e, 12), Const(0)))))
-            return eb.stmt()
-        b.add(loop(ctx, "i", depth, accumulate))
-        clz, normalized = count_leading_zeros(b, total)
-        t = q.i32(Bin("-", normalized, Const(1 << 31, dt("int64"))))
-        inverse = one_over_one_plus_x(b, t)
-        shift = b.let("out_shift", Bin("-", Const(35), clz))   # (12 - clz) + 23
-
-        def output(i):
-            ob = q.Block(ctx)
-            active, e = exp_of(ob, lead, i, mx)
-            y = Bin("-", q.rdbpot(q.srdhm(inverse, e, saturate=False), shift), Const(128))
-            y = Select(active, q.clamp(y, -128, 127), Const(-128))
-            ob.add(emit(0, lead + (i,), Cast(dt("int8"), y)))
-            return ob.stmt()
-        b.add(loop(ctx, "i", depth, output))
-        return b.stmt()
-    return nest(ctx, tuple(f"r{k}" for k in range(len(shape) - 1)), shape[:-1], row)
-
-
 # ------------------------------------------------------- add / sub / mul (values)
 
 def _int8_operands(ctx: LowerCtx, ins, idx, lanes) -> tuple[Expr, Expr]:
@@ -699,13 +593,6 @@ def _add_sub(ctx: LowerCtx, ins, idx, lanes, sign: int) -> Expr:
     shift = ref.ADD_LEFT_SHIFT[out_dtype]
     (m1, e1), (m2, e2), (mo, eo) = ref.add_params(s1, s2, so, shift)
     a, b = _int8_operands(ctx, ins, idx, lanes)
-    lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
-    if lanes > 1 and fixed32.shift_add_rounding(ctx.target):
-        ranges = [(int(np.iinfo(t.dtype).min), int(np.iinfo(t.dtype).max)) for t in ctx.in_types]
-        fast = fixed32.add_sub(a, b, ranges, ((z1, m1, e1), (z2, m2, e2)), (mo, eo, zo), shift,
-                               sign, lo, hi)
-        if fast is not None:
-            return narrow(fast, out_dtype)
 
     def scaled(v, z, m, e):   # (v - z) * 2**shift, then rescaled to the common scale
         if m == 1 << 30 and e == 0:
@@ -717,7 +604,7 @@ def _add_sub(ctx: LowerCtx, ins, idx, lanes, sign: int) -> Expr:
     u1, u2 = scaled(a, z1, m1, e1), scaled(b, z2, m2, e2)
     total = Bin("+" if sign > 0 else "-", u1, u2)
     y = q.offset(q.rdbpot(q.srdhm(total, mo), -eo), zo)
-    return narrow(q.clamp(y, lo, hi), out_dtype)
+    return narrow(q.clamp(y, ctx.attrs["act_min"], ctx.attrs["act_max"]), out_dtype)
 
 
 @value_rule("tfl.add")
@@ -846,61 +733,31 @@ class VecRequant:
     aot_rdbpot, all in int32 lanes (AVX2 has no 64-bit arithmetic shift or
     multiply). Per-channel values come from tables, constants when all
     channels agree.
-
-    With `bound` (max |accumulator| per channel; x86, fixed32.
-    shift_add_rounding) `requantize` rounds by shifts and adds instead:
-    (h + 2^(r-1) + zp 2^r + (h >> 31)) >> r, the output zero point folded
-    into the nudge, the sign term left out under an activation floor at or
-    above the zero point (as fixed32.rounding_shift), wherever every
-    channel shifts right and the bound keeps the sums within int32.
     """
     mult: Callable
     left: Callable | None
     right: Callable
-    nudge: Callable | None = None
-    floor_ok: bool = False
 
     @staticmethod
-    def make(ctx: LowerCtx, mults, shifts, bound=None, zp: int = 0,
-             floor_ok: bool = False) -> "VecRequant":
+    def make(ctx: LowerCtx, mults, shifts) -> "VecRequant":
         mults = np.asarray(mults, np.int64).reshape(-1)
         shifts = np.asarray(shifts, np.int64).reshape(-1)
         left = np.maximum(shifts, 0)
         right = np.maximum(-shifts, 0)
         if right.max(initial=0) > 31 or left.max(initial=0) > 31:
             raise ValueError("requantization shift above 31")
-        nudge = None
-        if bound is not None and right.size and right.min() >= 1:
-            n = len(bound)
-            nudges = [(1 << (int(e) - 1)) + (zp << int(e)) for e in np.broadcast_to(right, (n,))]
-            highs = [int(bd) << int(lf) for bd, lf in zip(bound, np.broadcast_to(left, (n,)))]
-            if all(h + abs(u) + 1 < 1 << 31 for h, u in zip(highs, nudges)):
-                nudge = _vec_table(ctx, "rounding_nudge", np.asarray(nudges, np.int64), "int32")
         return VecRequant(
             _vec_table(ctx, "multiplier", mults, "int32"),
             _vec_table(ctx, "left_scale", np.left_shift(1, left), "uint32") if left.any() else None,
-            _vec_table(ctx, "right_shift", right, "int32"), nudge, floor_ok)
-
-    def requantize(self, b: q.Block, acc: Expr, c: Expr, zp: int) -> Expr:
-        """apply(acc) + zp."""
-        if self.nudge is None:
-            return q.offset(self.apply(b, acc, c), zp)
-        lanes = dtype_of(acc).lanes
-        h = self._high(b, acc, c)
-        total = Bin("+", h, self.nudge(c, lanes))
-        if not self.floor_ok:
-            total = Bin("+", total, Bin(">>", h, const_like(31, h)))
-        return Bin(">>", total, self.right(c, lanes))
+            _vec_table(ctx, "right_shift", right, "int32"))
 
     def apply(self, b: q.Block, acc: Expr, c: Expr) -> Expr:
-        return q.rdbpot(self._high(b, acc, c), self.right(c, dtype_of(acc).lanes))
-
-    def _high(self, b: q.Block, acc: Expr, c: Expr) -> Var:
         lanes = dtype_of(acc).lanes
         x = acc
         if self.left is not None:
             x = Cast(dt("int32", lanes), Bin("*", Cast(dt("uint32", lanes), x), self.left(c, lanes)))
-        return b.let("high", q.srdhm(x, self.mult(c, lanes), saturate=False))
+        h = b.let("high", q.srdhm(x, self.mult(c, lanes), saturate=False))
+        return q.rdbpot(h, self.right(c, lanes))
 
 
 def _tile_epilogue(ctx: LowerCtx, accs, widths,
@@ -1681,102 +1538,6 @@ def add_n_rule(ctx: LowerCtx, ins, idx, lanes):
     return narrow(q.clamp(y, -128, 127), "int8")
 
 
-# -------------------------------------------------------- l2 normalization
-
-def inv_sqrt_block(b: q.Block, value: Expr) -> tuple[Var, Var]:
-    """(multiplier, exponent) of 1/sqrt(value) for 0 <= value < 2^31, the
-    TIR of ref.inv_sqrt_multiplier (GetInvSqrtQuantizedMultiplierExp)."""
-    big = Bin(">=", value, Const(1 << 29))
-    v = b.let("isqrt_in", Select(big, Bin(">>", value, Const(2)), Bin("max", value, Const(2))))
-    shift = b.let("isqrt_shift", Select(big, Const(12), Const(11)))
-    clz, _ = count_leading_zeros(b, v)
-    pairs = b.let("pairs", Bin("-", Bin(">>", Bin("-", clz, Const(1)), Const(1)), Const(1)))
-    b.add(Assign(shift, Bin("-", shift, pairs)),
-          Assign(v, q.shift_left_wrapping(v, Bin("*", pairs, Const(2)))))
-    half_in = b.let("half_input", q.rdbpot(Bin(">>", v, Const(1)), 1))
-    x = b.let("x", Const(1 << 28))
-    for _ in range(5):
-        x3 = b.let("x3", q.satshl(q.srdhm(q.srdhm(x, x), x), 6))
-        step = b.let("step", Bin("-", q.srdhm(x, (1 << 28) + (1 << 27)), q.srdhm(half_in, x3)))
-        b.add(Assign(x, q.satshl(step, 3)))
-    m = b.let("isqrt_mult", q.srdhm(x, 1518500250))
-    b.add(Assign(m, q.shift_left_wrapping(m, Bin("max", Bin("-", Const(0), shift), Const(0)))))
-    small = Bin("<=", value, Const(1))
-    mult = b.let("inv_sqrt", Select(small, Const(ref_q.INT32_MAX), m))
-    exp = b.let("inv_sqrt_exp", Select(small, Const(0),
-                                       Bin("-", Const(0), Bin("max", shift, Const(0)))))
-    return mult, exp
-
-
-@kernel_rule("tfl.l2_normalization")
-def l2_normalization(ctx: LowerCtx, ins, emit):
-    x = ins[0]
-    _, zp = scale_zp(ctx, x.type, "the input")
-    shape = x.shape
-    depth = shape[-1]
-    if depth * 255 * 255 >= 1 << 31:
-        raise ctx.unsupported(f"int8 L2 normalization over {depth} values (its int32 sum of "
-                              "squares would overflow)")
-
-    def row(lead):
-        b = q.Block(ctx)
-        acc = b.let("sum_of_squares", Const(0))
-
-        def square(i):
-            d = q.offset(to_i32(x.load(lead + (i,))), -zp)
-            return Assign(acc, Bin("+", acc, Bin("*", d, d)))
-        b.add(loop(ctx, "i", depth, square))
-        mult, exp = inv_sqrt_block(b, acc)
-        total = b.let("out_shift", Bin("+", exp, Const(7)))
-        left = b.let("left", Bin("max", total, Const(0)))
-        right = b.let("right", Bin("max", Bin("-", Const(0), total), Const(0)))
-
-        def output(i):
-            d = q.offset(to_i32(x.load(lead + (i,))), -zp)
-            y = q.clamp(q.mbqm(d, mult, left=left, right=right), -128, 127)
-            return emit(0, lead + (i,), Cast(dt("int8"), y))
-        b.add(loop(ctx, "i", depth, output))
-        return b.stmt()
-    return nest(ctx, tuple(f"r{k}" for k in range(len(shape) - 1)), shape[:-1], row)
-
-
-# ------------------------------------------------------------------ cumsum
-
-@kernel_rule("tfl.cumsum")
-def cumsum(ctx: LowerCtx, ins, emit):
-    x = ins[0]
-    s_in, zp_in = scale_zp(ctx, x.type, "the input")
-    s_out, zp_out = scale_zp(ctx, ctx.out_types[0], "the output")
-    (mi, ei), (mo, eo) = ref.add_n_params(s_in, s_out, ctx.node)
-    a = ctx.attrs
-    axis, shape = a["axis"], x.shape
-    n = shape[axis]
-    others = [d for d in range(len(shape)) if d != axis]
-
-    def scaled(v):
-        return q.rdbpot(q.srdhm(Bin("*", v, Const(1 << ref.ADD_N_SHIFT)), mi), -ei)
-
-    def line(outer):
-        b = q.Block(ctx)
-        acc = b.let("running", scaled(Const(-zp_in)))
-
-        def step(i):
-            pos = Bin("-", Const(n - 1), i) if a["reverse"] else i
-            full = list(outer)
-            full.insert(axis, pos)
-            full = tuple(full)
-            sb = q.Block(ctx)
-            add = Assign(acc, Bin("+", acc, scaled(q.offset(to_i32(x.load(full)), -zp_in))))
-            y = q.clamp(q.offset(q.rdbpot(q.srdhm(acc, mo), -eo), zp_out), -128, 127)
-            out = emit(0, full, Cast(dt("int8"), y))
-            sb.add(*((out, add) if a["exclusive"] else (add, out)))
-            return sb.stmt()
-        b.add(loop(ctx, "i", n, step))
-        return b.stmt()
-    return nest(ctx, tuple(f"o{k}" for k in range(len(others))), [shape[d] for d in others],
-                line)
-
-
 # --------------------------------------------------------------------- div
 
 def _leading_sign_bits(b: q.Block, a: Expr) -> Var:
@@ -1820,92 +1581,3 @@ def div(ctx: LowerCtx, ins, emit):
         b.add(emit(0, idx, Cast(dt("int8"), y)))
         return b.stmt()
     return nest(ctx, tuple(f"i{k}" for k in range(len(shape))), shape, at)
-
-
-# ------------------------------------------------------------- log softmax
-
-def _sat_shl_runtime(b: q.Block, x: Expr, e: Expr) -> Var:
-    """SaturatingRoundingMultiplyByPOTParam for x >= 0 and 0 <= e < 32: the
-    exact product clamped to int32."""
-    wide = q.i64(x)
-    product = Bin("*", wide, Bin("<<", Const(1, dt("int64")), q.i64(e)))
-    return b.let("saturated", q.i32(Bin("min", product, Const(ref_q.INT32_MAX, dt("int64")))))
-
-
-def log_x_ge_1_block(b: q.Block, z: Expr) -> Var:
-    """ref.log_x_ge_1 (Q12 in, Q5 out) for z > 0, as locals."""
-    quarter = 536870912 >> 6
-    ha, _ = count_leading_zeros(b, z)
-    r_a_tmp = q.shift_left_wrapping(z, Bin("-", ha, Const(1)))   # exactly its headroom
-    r_a = b.let("r_a", q.satshl(b.let("r_a_tmp", q.srdhm(r_a_tmp, ref.SQRT_HALF)), 1))
-    za_adj = b.let("za_adj", Bin("+", Bin("*", Bin("-", Const(12), ha), Const(1 << 25)),
-                                 Const(quarter)))
-    zb = b.let("zb", q.srdhm(z, ref.SQRT_HALF))
-    clz_b, _ = count_leading_zeros(b, zb)
-    hb = b.let("hb", Bin("-", clz_b, Const(1)))
-    r_b = _sat_shl_runtime(b, z, hb)
-    zb_adj = b.let("zb_adj", Bin("-", Bin("*", Bin("-", Const(12), hb), Const(1 << 25)),
-                                 Const(quarter)))
-    r = b.let("r", Bin("min", r_a, r_b))
-    adj = b.let("adj", Bin("max", za_adj, zb_adj))
-    s = b.let("half_sum", Bin("+", q.i64(r), Const(ref.SQRT_SQRT_HALF, dt("int64"))))
-    one64 = Const(1, dt("int64"))
-    p = b.let("p", q.i32(Select(Bin(">=", s, Const(0, dt("int64"))),
-                                Bin(">>", Bin("+", s, one64), one64),
-                                Bin("-", Const(0, dt("int64")),
-                                    Bin(">>", Bin("+", Bin("-", Const(0, dt("int64")), s),
-                                                  one64), one64)))))
-    q0 = b.let("q", Bin("-", r, Const(ref.SQRT_SQRT_HALF)))
-    qq = b.let("q2", Bin("+", q0, q0))
-    cs = b.let("common_sq", q.srdhm(qq, qq))
-    num = b.let("num", Bin("+", q.srdhm(qq, r),
-                           q.srdhm(b.let("q_cs", q.srdhm(qq, cs)), ref.LOG_ALPHA_N)))
-    inner = b.let("inner", Bin("+", Bin("+", Const(ref.LOG_ALPHA_I), qq),
-                               q.srdhm(cs, ref.LOG_ALPHA_D)))
-    den = b.let("den", Bin("+", q.srdhm(p, inner), q.srdhm(qq, ref.LOG_ALPHA_F)))
-    recip = one_over_one_plus_x(b, den)
-    total = b.let("log_total", Bin("+", q.srdhm(adj, ref.LOG_2),
-                                   q.srdhm(b.let("num_scaled", q.rdbpot(num, 6)), recip)))
-    return b.let("log_sum", q.satshl(total, 1))
-
-
-@kernel_rule("tfl.log_softmax")
-def log_softmax(ctx: LowerCtx, ins, emit):
-    x = ins[0]
-    s_in, _ = scale_zp(ctx, x.type, "the input")
-    mult, left, diff_min, rdiv, rshift = ref.log_softmax_params(s_in)
-    shape = x.shape
-    depth = shape[-1]
-
-    def scaled_diff(b: q.Block, lead, i, mx) -> tuple[Var, Var]:
-        d = b.let("diff", Bin("-", to_i32(x.load(lead + (i,))), mx))
-        return d, b.let("q5", q.mbqm(d, mult, left))
-
-    def row(lead):
-        b = q.Block(ctx)
-        mx = row_max(ctx, b, x, lead, depth)
-        total = b.let("sum", Const(0))
-
-        def accumulate(i):
-            eb = q.Block(ctx)
-            d, q5 = scaled_diff(eb, lead, i, mx)
-            e = exp_on_negative_values(eb, q5)
-            eb.add(Assign(total, Bin("+", total, Select(Bin(">=", d, Const(diff_min)),
-                                                        q.rdbpot(e, 12), Const(0)))))
-            return eb.stmt()
-        b.add(loop(ctx, "i", depth, accumulate))
-        lg = log_x_ge_1_block(b, total)
-        shifted = Bin("-", Bin("-", lg, Const(ref_q.INT32_MAX)), Const(1))   # lg + INT32_MIN
-        adjusted = b.let("adjusted_diff_min", Bin("max", Const(diff_min - 1),
-                                                   q.mbqm(shifted, rdiv, rshift)))
-
-        def output(i):
-            ob = q.Block(ctx)
-            d, q5 = scaled_diff(ob, lead, i, mx)
-            y = q.clamp(q.offset(q.rdbpot(Bin("-", q5, lg), 22), 127), -128, 127)
-            y = Select(Bin(">", d, adjusted), y, Const(-128))
-            ob.add(emit(0, lead + (i,), Cast(dt("int8"), y)))
-            return ob.stmt()
-        b.add(loop(ctx, "i", depth, output))
-        return b.stmt()
-    return nest(ctx, tuple(f"r{k}" for k in range(len(shape) - 1)), shape[:-1], row)

@@ -11,14 +11,18 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import aot
+from aot.api import package
+from aot.deploy import run_package
 from aot.frontend.onnx import import_onnx
 from aot.ir.tir import BufferKind
 from aot.lower import lower_graph
 from aot.lower import winograd
 from aot.lower.space import Config, Schedules, applied, space_of
 from aot.lower.testing import build_and_run_many, host_target
+from aot.packaging import read_metadata
 from aot.passes.infer import infer_types
-from aot.targets import get_target
+from aot.targets import get_board, get_target
+from conftest import MODELS as SHARED
 
 RTOL = ATOL = 1e-4
 
@@ -152,3 +156,19 @@ def test_narrow_and_strided_convs_stay_direct():
             [numpy_helper.from_array(_rnd(rng, 16, cin, 3, 3), "w")])
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
         assert _winograd_kernels(_graph(m), host_target()) == 0
+
+
+def test_split_over_threads_is_bit_identical(tmp_path):
+    """The shares of block rows have their own workspaces: the split pass
+    proves them disjoint, and ResNet-8's Winograd kernels split over two
+    threads compute the one-thread package's outputs bit for bit."""
+    model = SHARED / "mlperf_ic_resnet8_f32.tflite"
+    x = [np.load(model.with_suffix(".input.npy"))]
+    outs = []
+    for threads in (1, 2):
+        info = package(model, board="host", threads=threads, out_dir=tmp_path / f"t{threads}")
+        kernels = read_metadata(info.path)["kernels"]
+        outs.append([o.tobytes() for o in run_package(info.path, get_board("host"), x).outputs])
+    split = {k["name"] for k in kernels if k["split"]}
+    assert {"conv_relu_1", "conv_add_relu_2", "conv_4", "conv_7"} <= split, split
+    assert outs[0] == outs[1]

@@ -39,7 +39,7 @@ from aot.codegen.intrinsics import paired_quad_dot, pairwise_add
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, Expr, For, If,
                         Load, Select, Stmt, Store, Unary, Var, add, dt, dtype_of, flat_index, mul,
                         seq, sub)
-from aot.lower import int8_dsp
+from aot.lower import fixed32, int8_dsp
 from aot.lower import qmath as q
 from aot.lower.elementwise import broadcast_load, const_like
 from aot.lower.int8_common import (CallView, Requant, const_input, loop, loop_step, narrow, nest,
@@ -285,12 +285,15 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
                                                         zp_in)) or rq
         return dsp(ctx, x, g, weights, bias, zp_in, finish)
     if _vectorizable(ctx, g):
-        vrq = VecRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out))
+        bound = (int8_dsp.acc_bound(weights.reshape(g.cout, -1), bias, zp_in)
+                 if fixed32.shift_add_rounding(ctx.target) else None)
+        vrq = VecRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out), bound, zp_out,
+                              floor_ok=lo >= zp_out)
 
         def epilogue(b, idx, acc, lanes):
             if lanes == 1:
                 return finish(idx, acc)
-            y = q.clamp(q.offset(vrq.apply(b, acc, idx[3]), zp_out), lo, hi)
+            y = q.clamp(vrq.requantize(b, acc, idx[3], zp_out), lo, hi)
             return emit(0, idx, Cast(dt(out_dtype, lanes), y))
         return vector_conv_nest(ctx, g, x.load, zp_in, weights, bias, epilogue)
     return conv_nest(ctx, g, x.load, zp_in, weights, bias, finish)
@@ -593,6 +596,13 @@ def _add_sub(ctx: LowerCtx, ins, idx, lanes, sign: int) -> Expr:
     shift = ref.ADD_LEFT_SHIFT[out_dtype]
     (m1, e1), (m2, e2), (mo, eo) = ref.add_params(s1, s2, so, shift)
     a, b = _int8_operands(ctx, ins, idx, lanes)
+    lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
+    if lanes > 1 and fixed32.shift_add_rounding(ctx.target):
+        ranges = [(int(np.iinfo(t.dtype).min), int(np.iinfo(t.dtype).max)) for t in ctx.in_types]
+        fast = fixed32.add_sub(a, b, ranges, ((z1, m1, e1), (z2, m2, e2)), (mo, eo, zo), shift,
+                               sign, lo, hi)
+        if fast is not None:
+            return narrow(fast, out_dtype)
 
     def scaled(v, z, m, e):   # (v - z) * 2**shift, then rescaled to the common scale
         if m == 1 << 30 and e == 0:
@@ -604,7 +614,7 @@ def _add_sub(ctx: LowerCtx, ins, idx, lanes, sign: int) -> Expr:
     u1, u2 = scaled(a, z1, m1, e1), scaled(b, z2, m2, e2)
     total = Bin("+" if sign > 0 else "-", u1, u2)
     y = q.offset(q.rdbpot(q.srdhm(total, mo), -eo), zo)
-    return narrow(q.clamp(y, ctx.attrs["act_min"], ctx.attrs["act_max"]), out_dtype)
+    return narrow(q.clamp(y, lo, hi), out_dtype)
 
 
 @value_rule("tfl.add")
@@ -733,31 +743,61 @@ class VecRequant:
     aot_rdbpot, all in int32 lanes (AVX2 has no 64-bit arithmetic shift or
     multiply). Per-channel values come from tables, constants when all
     channels agree.
+
+    With `bound` (max |accumulator| per channel; x86, fixed32.
+    shift_add_rounding) `requantize` rounds by shifts and adds instead:
+    (h + 2^(r-1) + zp 2^r + (h >> 31)) >> r, the output zero point folded
+    into the nudge, the sign term left out under an activation floor at or
+    above the zero point (as fixed32.rounding_shift), wherever every
+    channel shifts right and the bound keeps the sums within int32.
     """
     mult: Callable
     left: Callable | None
     right: Callable
+    nudge: Callable | None = None
+    floor_ok: bool = False
 
     @staticmethod
-    def make(ctx: LowerCtx, mults, shifts) -> "VecRequant":
+    def make(ctx: LowerCtx, mults, shifts, bound=None, zp: int = 0,
+             floor_ok: bool = False) -> "VecRequant":
         mults = np.asarray(mults, np.int64).reshape(-1)
         shifts = np.asarray(shifts, np.int64).reshape(-1)
         left = np.maximum(shifts, 0)
         right = np.maximum(-shifts, 0)
         if right.max(initial=0) > 31 or left.max(initial=0) > 31:
             raise ValueError("requantization shift above 31")
+        nudge = None
+        if bound is not None and right.size and right.min() >= 1:
+            n = len(bound)
+            nudges = [(1 << (int(e) - 1)) + (zp << int(e)) for e in np.broadcast_to(right, (n,))]
+            highs = [int(bd) << int(lf) for bd, lf in zip(bound, np.broadcast_to(left, (n,)))]
+            if all(h + abs(u) + 1 < 1 << 31 for h, u in zip(highs, nudges)):
+                nudge = _vec_table(ctx, "rounding_nudge", np.asarray(nudges, np.int64), "int32")
         return VecRequant(
             _vec_table(ctx, "multiplier", mults, "int32"),
             _vec_table(ctx, "left_scale", np.left_shift(1, left), "uint32") if left.any() else None,
-            _vec_table(ctx, "right_shift", right, "int32"))
+            _vec_table(ctx, "right_shift", right, "int32"), nudge, floor_ok)
+
+    def requantize(self, b: q.Block, acc: Expr, c: Expr, zp: int) -> Expr:
+        """apply(acc) + zp."""
+        if self.nudge is None:
+            return q.offset(self.apply(b, acc, c), zp)
+        lanes = dtype_of(acc).lanes
+        h = self._high(b, acc, c)
+        total = Bin("+", h, self.nudge(c, lanes))
+        if not self.floor_ok:
+            total = Bin("+", total, Bin(">>", h, const_like(31, h)))
+        return Bin(">>", total, self.right(c, lanes))
 
     def apply(self, b: q.Block, acc: Expr, c: Expr) -> Expr:
+        return q.rdbpot(self._high(b, acc, c), self.right(c, dtype_of(acc).lanes))
+
+    def _high(self, b: q.Block, acc: Expr, c: Expr) -> Var:
         lanes = dtype_of(acc).lanes
         x = acc
         if self.left is not None:
             x = Cast(dt("int32", lanes), Bin("*", Cast(dt("uint32", lanes), x), self.left(c, lanes)))
-        h = b.let("high", q.srdhm(x, self.mult(c, lanes), saturate=False))
-        return q.rdbpot(h, self.right(c, lanes))
+        return b.let("high", q.srdhm(x, self.mult(c, lanes), saturate=False))
 
 
 def _tile_epilogue(ctx: LowerCtx, accs, widths,

@@ -399,9 +399,8 @@ class _FuncBuilder:
         if isinstance(fn, Lane):
             return self.b.extract_element(args[0], args[1])
         if isinstance(fn, Pmuldq):
-            # LLVM's x86 instruction selection makes pmuldq of the int64
-            # formula by itself (C compilers do not): the generic expansion.
-            fn = check_call(fn.generic, e.args, e.dtype)
+            return self.pmuldq_rdhm(*(self.splat(v, e.dtype.lanes) if dtype_of(a).lanes == 1
+                                      else v for v, a in zip(args, e.args)))
         if isinstance(fn, LibmFn) and fn.llvm:
             if e.dtype.lanes > 1:     # intrinsics take all-vector operands
                 args = [self.splat(v, e.dtype.lanes) if dtype_of(a).lanes == 1 else v
@@ -577,6 +576,26 @@ class _FuncBuilder:
             self.module, ir.FunctionType(a.type, [a.type, a.type, i32, i32, i32]), name)
         return self.b.call(callee, [fixed, shift, ir.Constant(i32, 0), ir.Constant(i32, 1),
                                     ir.Constant(i32, 0)])
+
+    def pmuldq_rdhm(self, a, b):
+        """x86_pmuldq_rdhm as the C prints it: the even and odd lanes' 64-bit
+        products (sign-extended low halves: pmuldq), rounded, their high
+        halves merged back in place. From the int64 formula LLVM widens all
+        lanes and narrows them again (vpmovzxdq, vpmovqd, vinserti64x4:
+        host-avx512 ic int8 conv2d_add_5 3.35 us against the C's 2.0)."""
+        n = a.type.count // 2
+        wide = ir.VectorType(ir.IntType(64), n)
+        x, y = self.b.bitcast(a, wide), self.b.bitcast(b, wide)
+        k32, rnd = _k(32, n, 64), _k(1 << 30, n, 64)
+
+        def product(u, v):
+            return self.b.add(self.b.mul(u, v), rnd)
+        even = product(self.b.ashr(self.b.shl(x, k32), k32), self.b.ashr(self.b.shl(y, k32), k32))
+        odd = product(self.b.ashr(x, k32), self.b.ashr(y, k32))
+        low = _k(0xFFFFFFFF, n, 64)
+        merged = self.b.or_(self.b.and_(self.b.lshr(even, _k(31, n, 64)), low),
+                            self.b.and_(self.b.shl(odd, _k(1, n, 64)), self.b.not_(low)))
+        return self.b.bitcast(merged, a.type)
 
     def pmaddwd_call(self, n: int, x, w):
         name = _PMADDWD[n]

@@ -24,6 +24,8 @@ from aot.lower import tflite_int8 as i8
 from aot.lower.elementwise import broadcast_load
 from aot.lower.int8_common import (CallView, Requant, const_input, loop, narrow, nest, table,
                                    to_i32, weight_dtype)
+from aot.lower.int8_elementwise import (add_rule, leaky_relu_rule, mul_rule,
+                                        squared_difference_rule, sub_rule)
 from aot.lower.int8_math import count_leading_zeros, inv_sqrt_block
 from aot.lower.int8_rowwise import row_max
 from aot.lower.lstm import sigmoid16_scaled, tanh16_scaled
@@ -32,11 +34,11 @@ from aot.ops import qmath as ref_q
 from aot.ops import tflite_int8 as ref8
 from aot.ops import tflite_int16 as ref
 
-value_rule("tfl.add_int16")(i8.add_rule)
-value_rule("tfl.sub_int16")(i8.sub_rule)
-value_rule("tfl.mul_int16")(i8.mul_rule)
-value_rule("tfl.leaky_relu_int16")(i8.leaky_relu_rule)
-value_rule("tfl.squared_difference_int16")(i8.squared_difference_rule)
+value_rule("tfl.add_int16")(add_rule)
+value_rule("tfl.sub_int16")(sub_rule)
+value_rule("tfl.mul_int16")(mul_rule)
+value_rule("tfl.leaky_relu_int16")(leaky_relu_rule)
+value_rule("tfl.squared_difference_int16")(squared_difference_rule)
 kernel_rule("tfl.max_pool2d_int16")(i8.max_pool2d)
 kernel_rule("tfl.avg_pool2d_int16")(i8.avg_pool2d)
 

@@ -27,6 +27,7 @@ from aot.lower.int8_common import (CallView, Requant, const_input, loop, narrow,
 from aot.lower.int8_elementwise import (add_rule, leaky_relu_rule, mul_rule,
                                         squared_difference_rule, sub_rule)
 from aot.lower.int8_math import count_leading_zeros, inv_sqrt_block
+from aot.lower.int8_pool import avg_pool2d, max_pool2d, reduce_per_output
 from aot.lower.int8_rowwise import row_max
 from aot.lower.lstm import sigmoid16_scaled, tanh16_scaled
 from aot.lower.rules import LowerCtx, kernel_rule, value_rule
@@ -39,8 +40,8 @@ value_rule("tfl.sub_int16")(sub_rule)
 value_rule("tfl.mul_int16")(mul_rule)
 value_rule("tfl.leaky_relu_int16")(leaky_relu_rule)
 value_rule("tfl.squared_difference_int16")(squared_difference_rule)
-kernel_rule("tfl.max_pool2d_int16")(i8.max_pool2d)
-kernel_rule("tfl.avg_pool2d_int16")(i8.avg_pool2d)
+kernel_rule("tfl.max_pool2d_int16")(max_pool2d)
+kernel_rule("tfl.avg_pool2d_int16")(avg_pool2d)
 
 
 def reduced_multipliers(mult, shift) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -228,7 +229,7 @@ def mean_int16(ctx: LowerCtx, ins, emit):
     def finish(b, out_idx, acc):
         y = q.clamp(q.mbqm_block(b, acc, mult, shift), -32768, 32767)
         b.add(emit(0, out_idx, Cast(dt("int16"), y)))
-    return i8.reduce_per_output(ctx, x, axes, bool(ctx.attrs.get("keep_dims", False)), 0,
+    return reduce_per_output(ctx, x, axes, bool(ctx.attrs.get("keep_dims", False)), 0,
                                 finish)
 
 

@@ -3,15 +3,22 @@
 
     .venv/bin/python bench/threads.py [--threads N] [--models vww,ic,ultraface]
                                       [--codegen c|llvm] [--rounds R] [--batch K]
-                                      [--json FILE]
+                                      [--warm-ms MS] [--json FILE]
 
 Per model, two packages for the host board: the one-thread package (no
 thread code) and the one built with --threads N. Their outputs on the
 model's saved input must be identical, bit for bit. Then both are timed
-in interleaved rounds (each round: a batch of K runs of each, after a few
-warm-up runs, inside the package's harness on the ns clock; the order
-alternates), and each is reported by its median and 10th percentile over
-all rounds, with the speedup of the medians.
+in interleaved rounds (each round: one harness process per package that
+first runs the model for about MS milliseconds untimed, then times a
+batch of K runs on the ns clock; the order alternates), and each is
+reported by its median and 10th percentile over all rounds, with the
+speedup of the medians.
+
+What this measures is the steady state, as a deployed model that runs many
+inferences in one process sees it: the warm-up (200 ms by default, as many
+runs as the one-thread package takes in that time) keeps a process's start
+out of the timings: the new worker thread's first moves between CPUs, the
+idle CPU waking up. `--warm-ms 0` measures a cold process's first K runs.
 
 Nothing is pinned: the threads need the cores. The machine is shared, so
 the load average before and after is printed too; a speedup measured under
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -32,16 +40,25 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from aot.errors import AotError  # noqa: E402
-from aot.timing import interleave, stats_of, time_package  # noqa: E402
+from aot.timing import MAX_RUNS, interleave, stats_of, time_package  # noqa: E402
 
 MODELS = REPO.parent / "shared" / "models"
 CASES = {"vww": "mlperf_vww_mbv1_f32.tflite", "ic": "mlperf_ic_resnet8_f32.tflite",
          "ultraface": "onnx_ultraface_rfb320.onnx"}
-WARMUP = 5
+WARM_MS = 200.0
 
 
-def measure(name: str, threads: int, codegen: str, rounds: int, batch: int, workdir: Path,
-            log) -> dict:
+def warm_runs(pkg: Path, board, inputs, warm_ms: float) -> int:
+    """How many runs of the package take about warm_ms (its median over a
+    few runs in a short process)."""
+    if warm_ms <= 0:
+        return 0
+    once = float(np.median(time_package(pkg, board, inputs, 1, 5)))
+    return min(MAX_RUNS, max(1, math.ceil(warm_ms / once)))
+
+
+def measure(name: str, threads: int, codegen: str, rounds: int, batch: int, warm_ms: float,
+            workdir: Path, log) -> dict:
     from aot.api import package
     from aot.deploy import run_package
     from aot.packaging import read_metadata
@@ -61,12 +78,14 @@ def measure(name: str, threads: int, codegen: str, rounds: int, batch: int, work
     split = sum(k.get("split", False) for k in meta["kernels"])
     log(f"  {name}: {split} of {len(meta['kernels'])} kernels split, outputs "
         f"{'identical' if identical else 'DIFFER'}")
-    times = interleave({t: (lambda p=p: time_package(p, board, inputs, WARMUP, batch))
+    # the same warm-up time for both: the one-thread package's runs
+    warmup = warm_runs(pkgs[1], board, inputs, warm_ms)
+    times = interleave({t: (lambda p=p: time_package(p, board, inputs, warmup, batch))
                         for t, p in pkgs.items()}, rounds)
     stats = {t: stats_of(v) for t, v in times.items()}
     return {"model": name, "file": CASES[name], "threads": threads,
             "kernels": len(meta["kernels"]), "split_kernels": split,
-            "identical": identical,
+            "identical": identical, "warmup_runs": warmup,
             "median_ms": {str(t): s.median_ms for t, s in stats.items()},
             "p10_ms": {str(t): s.p10_ms for t, s in stats.items()},
             "speedup": stats[1].median_ms / stats[threads].median_ms}
@@ -81,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=20, help="interleaved rounds (default: 20)")
     p.add_argument("--batch", type=int, default=20,
                    help="timed runs per package per round (default: 20)")
+    p.add_argument("--warm-ms", type=float, default=WARM_MS,
+                   help=f"untimed runs first in each process, for about this long (default: "
+                        f"{WARM_MS:g} ms; 0: none)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = p.parse_args(argv)
     names = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -97,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="aot-threads-") as tmp:
             for name in names:
                 rows.append(measure(name, args.threads, args.codegen, args.rounds, args.batch,
-                                    Path(tmp), log))
+                                    args.warm_ms, Path(tmp), log))
     except AotError as e:
         print(f"threads.py: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -110,12 +132,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['model']:<10} {m['1']:>12.3f} {m[str(n)]:>13.3f} {r['speedup']:>7.2f}x "
               f"{q['1']:>8.3f} {q[str(n)]:>8.3f}  {r['split_kernels']:>5} of {r['kernels']:<5}"
               f"  {'identical' if r['identical'] else 'DIFFER'}")
-    print(f"{args.rounds} interleaved rounds x {args.batch} runs (after {WARMUP} warm-up) per "
-          f"package, {args.codegen} codegen, host board, {os.cpu_count()} CPUs; load average "
-          f"{load_before:.1f} before, {load_after:.1f} after")
+    warm = ", ".join(f"{r['model']} {r['warmup_runs']}" for r in rows)
+    print(f"{args.rounds} interleaved rounds x {args.batch} timed runs per package, each round "
+          f"a fresh process warmed up for ~{args.warm_ms:g} ms first (steady state; warm-up "
+          f"runs: {warm}), {args.codegen} codegen, host board, {os.cpu_count()} CPUs; load "
+          f"average {load_before:.1f} before, {load_after:.1f} after")
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"threads": n, "codegen": args.codegen, "rounds": args.rounds, "batch": args.batch,
+             "warm_ms": args.warm_ms,
              "load_average": [load_before, load_after], "models": rows}, indent=2) + "\n")
     return 0 if all(r["identical"] for r in rows) else 1
 

@@ -1,166 +1,279 @@
-/* aot thread pool (see aot_threads.h). Each job (one split kernel, or one
- * phase of it) has TASKS_PER_THREAD tasks per thread; thread k owns tasks
- * k, k + n, ... Every thread runs the tasks it owns; a task nobody has
- * started after a while is run by whoever finds it (a worker the OS does
- * not run loses its task to the caller instead of stalling the run). A task
- * is claimed by a compare-and-swap of its slot from the previous job's
- * number to this one's. A mutex with two condition variables serves
- * whoever stops spinning and sleeps.
+/* aot thread pool (see aot_threads.h). A job (one split kernel, or one
+ * phase of it) has one task per thread: the caller runs task 0, worker k
+ * task k. Between two cores of this kind of machine every cache line that
+ * moves costs a few hundred nanoseconds, so a job moves as few as it can:
  *
- * Memory order: the caller writes the job (fn, ctx), then publishes its
- * number with release; a claim is an acquire compare-and-swap, so the
- * claimer sees the job. A task's writes (its share of the kernel's outputs)
- * come before its release increment of `done`; the caller's acquire read
- * of `done` == tasks comes before the next kernel reads them. GCC/Clang
- * __atomic builtins: the package compiles as C99. */
+ * - the caller writes the job (its number, fn, ctx) on one line of its own;
+ *   a worker spinning on it sees the job in one transfer;
+ * - worker k claims task k on its own `claim` line (a compare-and-swap of
+ *   the previous job's number to this one's; nobody else touches that line
+ *   in the common case) and reports it finished on its own `done` line,
+ *   which the caller reads: one transfer back;
+ * - a worker the OS does not run must not stall the run: when the caller
+ *   has finished its own task and a worker has not started its task within
+ *   a grace period, the caller claims that task itself (the same compare-
+ *   and-swap: exactly one of the two runs it);
+ * - mutex and condition variables only when somebody sleeps: a worker
+ *   spins about a millisecond before it sleeps, and the caller waits that
+ *   long for a worker that started a task before sleeping itself. The
+ *   sleeper announces itself (a counter or flag), then checks again what it
+ *   waits for, the waker publishes, then checks for sleepers: sequentially
+ *   consistent operations (and fences) on both sides, so one of the two
+ *   always sees the other and no wake-up is lost.
+ *
+ * Memory order: the caller writes fn and ctx, then publishes the job number
+ * with release; a worker's acquire load of it sees them. A task's writes
+ * (its share of the kernel's outputs) come before its release store of
+ * `done`; the caller's acquire load of `done` comes before the next kernel
+ * reads them. A task the caller claimed is its own: nothing to wait for.
+ * GCC/Clang __atomic builtins: the package compiles as C99. */
+#if defined(__linux__)
+#define _GNU_SOURCE /* sched_getcpu, pthread_{get,set}affinity_np */
+#else
 #define _POSIX_C_SOURCE 200809L
+#endif
 
 #include <pthread.h>
 #include <sched.h>
+#include <time.h>
 
 #include "aot_runtime.h"
 #include "aot_threads.h"
 
-/* Pause-loop iterations a waiting thread spins before it sleeps (about a
- * millisecond on this x86, 50 ns a pause): longer than the gaps between a
- * run's split kernels and between runs (a worker woken from its sleep came
- * too late for the job on a loaded machine), short enough that an idle
- * process sleeps. */
-#define SPINS 20000
-/* How long the caller leaves the workers' tasks to them (pause-loop
- * iterations) before it runs those nobody has started. */
-#define STEAL_SPINS 20000
+/* How long a worker spins for the next job before it sleeps, and the
+ * caller for a started task before it sleeps (ns): longer than the gaps
+ * between a run's kernels and between back-to-back runs, short enough that
+ * an idle process sleeps. */
+#define SPIN_NS 1000000
+/* How long, once its own task is done, the caller leaves a task nobody has
+ * started to its worker (ns): a running worker starts within a microsecond
+ * of the job; one that is not running by then would cost the kernel more
+ * than the caller running that task itself. */
+#define GRACE_NS 3000
+/* Spinning this long (ns), a waiting thread gives up its CPU between
+ * checks (sched_yield): the thread it waits for may be queued on its own
+ * CPU on a loaded machine. */
+#define YIELD_NS 50000
+/* A worker that finds itself on the caller's CPU moves off it at most this
+ * often (ns); see move_off. */
+#define MOVE_NS 50000000
 
-/* Tasks per thread in a job: one balanced share each (finer shares
- * measured no better: each claim moves a cache line between cores). */
-#define TASKS_PER_THREAD 1
-#define MAX_TASKS (AOT_MAX_THREADS * TASKS_PER_THREAD)
-
-/* The words threads write each job sit on cache lines of their own:
- * sharing one with the job's read-mostly fields would move that line
- * between cores once more per claim. */
 #define LINE 64
 
+struct worker {
+    uint32_t claim __attribute__((aligned(LINE))); /* the last job whose task k is taken */
+    uint32_t done __attribute__((aligned(LINE)));  /* the last job whose task k the worker finished */
+    int caller_sleeps;                             /* the caller waits on `finished` for it */
+    pthread_t thread __attribute__((aligned(LINE)));
+};
+
 static struct {
-    uint32_t job __attribute__((aligned(LINE)));    /* bumped once per job (or stop) */
-    int done __attribute__((aligned(LINE)));        /* tasks of the current job finished */
-    uint32_t claimed[MAX_TASKS] __attribute__((aligned(LINE)));  /* per task: the job that ran it last */
-    aot_task_fn fn __attribute__((aligned(LINE)));
+    /* the job: written by the caller only, read by every worker */
+    uint32_t job __attribute__((aligned(LINE)));
+    int cpu;                        /* the caller's CPU when it published (-1: unknown) */
+    aot_task_fn fn;
     void* ctx;
-    int threads;               /* 0: not started; else the caller's thread + workers */
-    int busy;                  /* a caller holds the pool for a job */
-    int stop;                  /* the next job tells workers to exit */
-    pthread_mutex_t lock;      /* guards sleeping and waking */
-    pthread_cond_t wake;       /* workers: a new job (or stop) was published */
-    pthread_cond_t finished;   /* the caller: the last task is done */
-    pthread_t workers[AOT_MAX_THREADS - 1];
-} pool = {0, 0, {0}, NULL, NULL, 0, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-          PTHREAD_COND_INITIALIZER, {0}};
+    int threads;                    /* 0: not started; else the caller's thread + workers */
+    int stop;                       /* the next job tells workers to exit */
+    int busy __attribute__((aligned(LINE)));  /* a caller holds the pool for a run of jobs */
+    int sleepers __attribute__((aligned(LINE)));  /* workers asleep (or about to be) on `wake` */
+    pthread_mutex_t lock;           /* guards sleeping and waking */
+    pthread_cond_t wake;            /* workers: a new job (or stop) was published */
+    pthread_cond_t finished;        /* the caller: a worker finished its task */
+    struct worker workers[AOT_MAX_THREADS];  /* [k] for worker k (1 .. threads - 1) */
+} pool = {0, -1, NULL, NULL, 0, 0, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+          PTHREAD_COND_INITIALIZER, {{0, 0, 0, 0}}};
 
 /* start and stop, one at a time (a lazy start may race a first run) */
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* One step of a spin-wait (the i-th): a pause instruction, and every 64th
- * step the CPU given up to another runnable thread. The thread waited for
- * may be queued on this very CPU (a loaded machine): pure spinning kept it
- * from running until the spinner's time slice ended, a millisecond or more
- * per kernel. */
-static void spin(int i) {
-    if (i % 64 == 63) {
-        sched_yield();
-        return;
-    }
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static int current_cpu(void) {
+#if defined(__linux__)
+    return sched_getcpu();
+#else
+    return -1;
+#endif
+}
+
+/* One step of a spin-wait that began at `start` (ns, 0: not read yet):
+ * a pause instruction; past YIELD_NS the CPU given up to another runnable
+ * thread. Returns the time spent waiting, checked every 16th step. */
+static int64_t spin(int i, int64_t* start) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #elif defined(__aarch64__) || (defined(__arm__) && defined(__ARM_ARCH) && __ARM_ARCH >= 7)
     __asm__ __volatile__("yield");
+#endif
+    if (i % 16 != 15) {
+        return 0;
+    }
+    if (*start == 0) {
+        *start = now_ns();
+        return 0;
+    }
+    {
+        const int64_t waited = now_ns() - *start;
+        if (waited > YIELD_NS) {
+            sched_yield();
+        }
+        return waited;
+    }
+}
+
+/* A worker on the caller's CPU gets that CPU only when the caller waits,
+ * and the OS may leave the pair there a long time (a new thread starts on
+ * its creator's CPU, a woken one is pulled to its waker's): the split
+ * kernels then run slower than on one thread. The worker leaves that CPU by
+ * excluding it from its affinity for a moment and restoring the mask: where
+ * it goes (and later goes) stays the OS's choice; nothing is pinned. */
+static void move_off(int cpu, int64_t* last) {
+#if defined(__linux__)
+    cpu_set_t allowed, others;
+    const int64_t t = now_ns();
+    if (cpu < 0 || cpu >= CPU_SETSIZE || t - *last < MOVE_NS) {
+        return;
+    }
+    *last = t;
+    if (pthread_getaffinity_np(pthread_self(), sizeof allowed, &allowed) != 0 ||
+        !CPU_ISSET(cpu, &allowed) || CPU_COUNT(&allowed) < 2) {
+        return;
+    }
+    others = allowed;
+    CPU_CLR(cpu, &others);
+    if (pthread_setaffinity_np(pthread_self(), sizeof others, &others) == 0) {
+        pthread_setaffinity_np(pthread_self(), sizeof allowed, &allowed);
+    }
+#else
+    (void)cpu;
+    (void)last;
 #endif
 }
 
 /* Until a job other than `seen` is published: its number. */
 static uint32_t wait_for_job(uint32_t seen) {
     uint32_t job;
+    int64_t start = 0;
     int i;
-    for (i = 0; i < SPINS; i++) {
+    for (i = 0;; i++) {
         job = __atomic_load_n(&pool.job, __ATOMIC_ACQUIRE);
         if (job != seen) {
             return job;
         }
-        spin(i);
+        if (spin(i, &start) > SPIN_NS) {
+            break;
+        }
     }
-    pthread_mutex_lock(&pool.lock);
-    while ((job = __atomic_load_n(&pool.job, __ATOMIC_ACQUIRE)) == seen) {
-        pthread_cond_wait(&pool.wake, &pool.lock);
+    __atomic_add_fetch(&pool.sleepers, 1, __ATOMIC_SEQ_CST);
+    if ((job = __atomic_load_n(&pool.job, __ATOMIC_SEQ_CST)) == seen) {
+        pthread_mutex_lock(&pool.lock);
+        while ((job = __atomic_load_n(&pool.job, __ATOMIC_ACQUIRE)) == seen) {
+            pthread_cond_wait(&pool.wake, &pool.lock);
+        }
+        pthread_mutex_unlock(&pool.lock);
     }
-    pthread_mutex_unlock(&pool.lock);
+    __atomic_sub_fetch(&pool.sleepers, 1, __ATOMIC_RELAXED);
     return job;
 }
 
-/* Run task t of job `job` unless another thread has claimed it: 1 if run. */
-static int try_task(int t, uint32_t job, int tasks) {
+/* Take task k of job `job` (its worker's or, stealing, the caller's):
+ * 1 if this thread is the one to run it. */
+static int claim(struct worker* w, uint32_t job) {
     uint32_t before = job - 1;
-    if (!__atomic_compare_exchange_n(&pool.claimed[t], &before, job, 0, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_RELAXED)) {
-        return 0;
-    }
-    pool.fn(pool.ctx, (int32_t)t, (int32_t)tasks);
-    if (__atomic_add_fetch(&pool.done, 1, __ATOMIC_ACQ_REL) == tasks) {
-        pthread_mutex_lock(&pool.lock);
-        pthread_cond_signal(&pool.finished);
-        pthread_mutex_unlock(&pool.lock);
-    }
-    return 1;
-}
-
-/* Thread `self`'s own tasks of job `job`. */
-static void run_own(uint32_t job, int self, int threads) {
-    int t;
-    for (t = self; t < threads * TASKS_PER_THREAD; t += threads) {
-        try_task(t, job, threads * TASKS_PER_THREAD);
-    }
-}
-
-/* The tasks of job `job` other threads have not started: how many. */
-static int run_rest(uint32_t job, int self, int threads) {
-    int t, ran = 0;
-    for (t = 0; t < threads * TASKS_PER_THREAD; t++) {
-        if (t % threads != self) {
-            ran += try_task(t, job, threads * TASKS_PER_THREAD);
-        }
-    }
-    return ran;
+    return __atomic_compare_exchange_n(&w->claim, &before, job, 0, __ATOMIC_ACQUIRE,
+                                       __ATOMIC_RELAXED);
 }
 
 static void* worker(void* arg) {
     const int self = (int)(intptr_t)arg;
+    struct worker* const w = &pool.workers[self];
     uint32_t seen = 0;        /* start_locked publishes job 0 before any worker runs */
+    int64_t moved = -MOVE_NS;
     for (;;) {
         seen = wait_for_job(seen);
         if (__atomic_load_n(&pool.stop, __ATOMIC_ACQUIRE)) {
             return NULL;
         }
-        run_own(seen, self, pool.threads);
-        run_rest(seen, self, pool.threads);
+        if (current_cpu() == __atomic_load_n(&pool.cpu, __ATOMIC_RELAXED)) {
+            move_off(current_cpu(), &moved);
+        }
+        if (!claim(w, seen)) {
+            continue;          /* the caller ran it: this worker came too late */
+        }
+        pool.fn(pool.ctx, (int32_t)self, (int32_t)__atomic_load_n(&pool.threads, __ATOMIC_RELAXED));
+        __atomic_store_n(&w->done, seen, __ATOMIC_RELEASE);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&w->caller_sleeps, __ATOMIC_RELAXED)) {
+            pthread_mutex_lock(&pool.lock);
+            pthread_cond_signal(&pool.finished);
+            pthread_mutex_unlock(&pool.lock);
+        }
     }
 }
 
-/* Publish the next job, under the lock, so that a worker about to sleep
- * sees it; its number. */
+/* Publish the next job: its number. */
 static uint32_t publish(void) {
-    uint32_t job;
-    pthread_mutex_lock(&pool.lock);
-    job = __atomic_add_fetch(&pool.job, 1, __ATOMIC_RELEASE);
-    pthread_cond_broadcast(&pool.wake);
-    pthread_mutex_unlock(&pool.lock);
+    const uint32_t job = pool.job + 1;    /* only the job's publisher writes it */
+    __atomic_store_n(&pool.cpu, current_cpu(), __ATOMIC_RELAXED);
+    __atomic_store_n(&pool.job, job, __ATOMIC_RELEASE);
     return job;
+}
+
+/* Wake the workers that went to sleep before job `job` was published. */
+static void wake_sleepers(void) {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&pool.sleepers, __ATOMIC_RELAXED) > 0) {
+        pthread_mutex_lock(&pool.lock);
+        pthread_cond_broadcast(&pool.wake);
+        pthread_mutex_unlock(&pool.lock);
+    }
+}
+
+/* Until worker w's task of job `job` is done: by the worker, or by the
+ * caller when the worker has not started it within the grace period. */
+static void finish(struct worker* w, int k, uint32_t job, int tasks) {
+    int64_t start = 0;
+    int stolen = 0;
+    int i;
+    for (i = 0; __atomic_load_n(&w->done, __ATOMIC_ACQUIRE) != job; i++) {
+        const int64_t waited = spin(i, &start);
+        if (!stolen && waited > GRACE_NS) {
+            stolen = 1;       /* one try: from here the task is taken, by someone */
+            if (claim(w, job)) {
+                pool.fn(pool.ctx, (int32_t)k, (int32_t)tasks);
+                return;
+            }
+        }
+        if (waited > SPIN_NS) {
+            break;
+        }
+    }
+    if (__atomic_load_n(&w->done, __ATOMIC_ACQUIRE) == job) {
+        return;
+    }
+    __atomic_store_n(&w->caller_sleeps, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&w->done, __ATOMIC_SEQ_CST) != job) {
+        pthread_mutex_lock(&pool.lock);
+        while (__atomic_load_n(&w->done, __ATOMIC_ACQUIRE) != job) {
+            pthread_cond_wait(&pool.finished, &pool.lock);
+        }
+        pthread_mutex_unlock(&pool.lock);
+    }
+    __atomic_store_n(&w->caller_sleeps, 0, __ATOMIC_RELAXED);
 }
 
 static void join_workers(int count) {
     int i;
     __atomic_store_n(&pool.stop, 1, __ATOMIC_RELEASE);
     publish();
-    for (i = 0; i < count; i++) {
-        pthread_join(pool.workers[i], NULL);
+    wake_sleepers();
+    for (i = 1; i <= count; i++) {
+        pthread_join(pool.workers[i].thread, NULL);
     }
     __atomic_store_n(&pool.stop, 0, __ATOMIC_RELEASE);
 }
@@ -183,12 +296,11 @@ static int start_locked(int threads) {
     stop_locked();
     pool.threads = threads;     /* workers read it; published by pthread_create */
     __atomic_store_n(&pool.job, 0, __ATOMIC_RELEASE);
-    for (i = 0; i < MAX_TASKS; i++) {
-        __atomic_store_n(&pool.claimed[i], 0, __ATOMIC_RELAXED);
-    }
-    for (i = 0; i + 1 < threads; i++) {
-        if (pthread_create(&pool.workers[i], NULL, worker, (void*)(intptr_t)(i + 1)) != 0) {
-            join_workers(i);
+    for (i = 1; i < threads; i++) {
+        __atomic_store_n(&pool.workers[i].claim, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&pool.workers[i].done, 0, __ATOMIC_RELAXED);
+        if (pthread_create(&pool.workers[i].thread, NULL, worker, (void*)(intptr_t)i) != 0) {
+            join_workers(i - 1);
             __atomic_store_n(&pool.threads, 0, __ATOMIC_RELEASE);
             return AOT_ERR_THREADS;
         }
@@ -230,10 +342,9 @@ int aot_pool_threads(void) {
 
 void aot_pool_run(aot_task_fn fn, void* ctx) {
     const int threads = __atomic_load_n(&pool.threads, __ATOMIC_ACQUIRE);
-    const int tasks = threads * TASKS_PER_THREAD;
     uint32_t job;
     int free = 0;
-    int i;
+    int k;
     if (threads <= 1 || !__atomic_compare_exchange_n(&pool.busy, &free, 1, 0, __ATOMIC_ACQUIRE,
                                                      __ATOMIC_RELAXED)) {
         fn(ctx, 0, 1);
@@ -241,27 +352,12 @@ void aot_pool_run(aot_task_fn fn, void* ctx) {
     }
     pool.fn = fn;
     pool.ctx = ctx;
-    __atomic_store_n(&pool.done, 0, __ATOMIC_RELAXED);
     job = publish();
-    run_own(job, 0, threads);
-    /* The workers' tasks are theirs while they may still be on their way:
-     * taking them at once (or after a short wait) left a worker almost
-     * nothing on a loaded machine, at no gain. Past STEAL_SPINS the caller
-     * runs what nobody has started, so a worker the OS does not run costs
-     * a kernel a millisecond at most. */
-    for (i = 0; i < STEAL_SPINS && __atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) != tasks; i++) {
-        spin(i);
-    }
-    run_rest(job, 0, threads);
-    for (i = 0; i < SPINS && __atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) != tasks; i++) {
-        spin(i);
-    }
-    if (__atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) != tasks) {
-        pthread_mutex_lock(&pool.lock);
-        while (__atomic_load_n(&pool.done, __ATOMIC_ACQUIRE) != tasks) {
-            pthread_cond_wait(&pool.finished, &pool.lock);
-        }
-        pthread_mutex_unlock(&pool.lock);
+    fn(ctx, 0, threads);
+    /* after its own task: the fence there costs nothing by then */
+    wake_sleepers();
+    for (k = 1; k < threads; k++) {
+        finish(&pool.workers[k], k, job, threads);
     }
     __atomic_store_n(&pool.busy, 0, __ATOMIC_RELEASE);
 }

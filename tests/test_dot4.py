@@ -68,9 +68,11 @@ def test_the_default_strategy_follows_the_instructions():
     assert int8_accumulator(get_target("aarch64-linux")) == QUADS_MULL    # A72: no dotprod
     for name in ("x86_64-linux", "cortex-m55", "armv7-linux"):
         assert int8_accumulator(get_target(name)) == PAIRS, name
-    # first layers' window rows: quads only where pairs have no instruction
+    # first layers' window rows: quads where pairs have no instruction, and with
+    # VNNI (read from rows of bytes); pairs on AVX2
     assert window_row_accumulator(get_target("aarch64-linux-a76")) == QUADS
-    assert window_row_accumulator(get_target("x86_64-linux-avx512")) == PAIRS
+    assert window_row_accumulator(get_target("x86_64-linux-avx512")) == QUADS_U8
+    assert window_row_accumulator(get_target("x86_64-linux")) == PAIRS
     # depthwise takes SMLAL / SMLAL2 wherever NEON has them, dotprod or not
     assert mlal_depthwise(get_target("aarch64-linux-a76"))
     assert mlal_depthwise(get_target("aarch64-linux"))
@@ -197,9 +199,9 @@ def test_vnni_kernels_bit_exact(codegen):
             else:
                 np.testing.assert_array_equal(got[name], want[name], err_msg=f"case {k}")
     used = [{c for k in lower_graph(g, target) for c in _calls(k.func)} for g in graphs]
-    # 12 channels tile as 8 + 4 scalars and 6 units as scalars, and first layers' window
-    # rows stay in pairs on x86: pmaddwd there
-    assert ["x86_vpdpbusd" in u for u in used] == [False, True, True, True, False, False, True,
+    # 12 channels tile as 8 + 4 scalars and 6 units as scalars; first layers' window
+    # rows (odd depths) read their quads from rows of bytes
+    assert ["x86_vpdpbusd" in u for u in used] == [False, True, True, True, True, True, True,
                                                    True, True, False]
 
 
@@ -250,6 +252,22 @@ def test_first_layer_rows_in_a_ring_bit_exact(kind, monkeypatch):
         funcs = [k.func for k in lower_graph(g, target)]
         assert any(isinstance(e, Bin) and e.op == "%" for f in funcs for s in walk_stmt(f.body)
                    for x in stmt_exprs(s) for e in walk_expr(x))
+
+
+@pytest.mark.skipif(not VNNI, reason=NO_VNNI)
+def test_first_layer_byte_rows_bit_exact():
+    """x86 with VNNI: window rows staged as bytes (whole vectors, then the
+    row's tail in narrower ones and single bytes) and read as quads at any
+    byte: row stride 1 (a ring) and 2, depths 1 and 3, padding filled with a
+    zero point that is not -128."""
+    target = get_target("x86_64-linux-avx512")
+    firsts = RING_FIRST_LAYERS + [c for c in QUAD_CONVS if c[0][3] % 2]
+    graphs = [conv_model("CONV_2D", xs, ws, os_, opts, zp_in=zp, seed=k)
+              for k, (xs, ws, os_, opts, zp) in enumerate(firsts)]
+    _assert_bit_exact(graphs, target, seed=6, runs=3)
+    for g in graphs:
+        funcs = [k.func for k in lower_graph(g, target)]
+        assert any(p.name == "row_bytes" for f in funcs for p in f.params)
 
 
 # ------------------------------------------------------------- whole models

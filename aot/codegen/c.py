@@ -693,6 +693,8 @@ class _Printer:
         for aot_pack2_bytes / aot_pack4_bytes the vector's bytes (the formula
         left for a compiler that does not say it is little-endian)."""
         n = fn.group
+        if d.lanes == 1:
+            return self._quad_pack_one(fn)
         rt, vt = self.mod.vector(d), self.mod.vector(DType(fn.source, n * d.lanes))
         name = f"aot_pack{n}_{rt[4:]}"
         mask, last = (65535, "v[2 * k + 1] * 65536") if n == 2 else (255, "v[4 * k + 3] * 16777216")
@@ -705,6 +707,20 @@ class _Printer:
             formula = ("#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__\n"
                        f"    return ({rt})v;\n#else\n{formula}#endif\n")
         return self.mod.helper(name, lambda: f"static inline {rt} {name}({vt} v)\n{{\n{formula}}}")
+
+    def _quad_pack_one(self, fn: PairPack) -> str:
+        """aot_pack4 of one quad (int8 x 4 -> int32): its bytes through
+        memcpy on a little-endian compiler, else the formula."""
+        vt = self.mod.vector(DType("int8", 4))
+        name = "aot_pack4_bytes_i32" if fn.bytes else "aot_pack4_i32"
+        formula = ("    return (v[0] & 255) + (v[1] & 255) * 256 + (v[2] & 255) * 65536"
+                   " + v[3] * 16777216;\n")
+        if fn.bytes:
+            formula = ("#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__\n"
+                       "    int32_t r;\n    memcpy(&r, &v, sizeof r);\n    return r;\n"
+                       f"#else\n{formula}#endif\n")
+        return self.mod.helper(name, lambda: f"static inline int32_t {name}({vt} v)\n{{\n"
+                               f"{formula}}}")
 
     def _quad_dot(self, d: DType, fn: QuadDot) -> str:
         """aot_dot4 / aot_dot4u (intrinsics.QuadDot): the lane formula, or

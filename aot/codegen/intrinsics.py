@@ -346,7 +346,8 @@ class PairPack:
 PAIR_PACK = PairPack()
 PAIR_PACK_BYTES = PairPack("aot_pack2_bytes", bytes=True)
 # The same for int8 quads, the activations aot_dot4 reads: int8 x 4n ->
-# int32 x n, r[k] = sum over j of (v[4k + j] & 255) << 8j (v[4k + 3] signed).
+# int32 x n, r[k] = sum over j of (v[4k + j] & 255) << 8j (v[4k + 3] signed);
+# n = 1 too (one quad read from a row of bytes: a scalar int32).
 QUAD_PACK = PairPack("aot_pack4", group=4)
 QUAD_PACK_BYTES = PairPack("aot_pack4_bytes", bytes=True, group=4)
 _PAIR_PACKS = {p.name: p for p in (PAIR_PACK, PAIR_PACK_BYTES, QUAD_PACK, QUAD_PACK_BYTES)}
@@ -574,7 +575,8 @@ def _check_lane(args: tuple[Expr, ...], dtype: DType) -> Lane:
 def _check_pair_pack(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairPack:
     p = _PAIR_PACKS[fn]
     kinds = [dtype_of(a) for a in args]
-    if (len(args) != 1 or kinds[0].scalar != p.source or kinds[0].lanes < 2 * p.group
+    smallest = p.group if p.group == 4 else 2 * p.group
+    if (len(args) != 1 or kinds[0].scalar != p.source or kinds[0].lanes < smallest
             or kinds[0].lanes % p.group or dtype != p.result(args)):
         raise UnsupportedError(f"{fn} takes ({p.source} x {p.group}n) -> int32 x n, got "
                                f"({', '.join(map(str, kinds))}) -> {dtype}")

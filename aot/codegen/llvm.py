@@ -448,8 +448,8 @@ class _FuncBuilder:
         """aot_pack4_bytes: the vector's bytes (little-endian); aot_pack4:
         lanes 4k + j zero-extended (the last sign-extended) and shifted by 8j."""
         vt = ir.VectorType(ir.IntType(32), n)
-        if as_bytes:
-            return self.b.bitcast(v, vt)
+        if as_bytes:    # n = 1: one quad read from a byte row, a scalar
+            return self.b.bitcast(v, ir.IntType(32) if n == 1 else vt)
         undef = ir.Constant(v.type, ir.Undefined)
         total = None
         for j in range(4):
@@ -457,7 +457,7 @@ class _FuncBuilder:
             part = (self.b.sext if j == 3 else self.b.zext)(part, vt)
             part = self.b.shl(part, ir.Constant(vt, [8 * j] * n)) if j else part
             total = part if total is None else self.b.add(total, part)
-        return total
+        return self.b.extract_element(total, ir.Constant(ir.IntType(32), 0)) if n == 1 else total
 
     def quad_dot(self, n: int, fn: QuadDot, acc, q, w):
         """arm_sdot / x86_vpdpbusd: the instruction's intrinsic on the quad

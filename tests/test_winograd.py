@@ -14,7 +14,6 @@ import aot
 from aot.api import package
 from aot.deploy import run_package
 from aot.frontend.onnx import import_onnx
-from aot.ir.tir import BufferKind
 from aot.lower import lower_graph
 from aot.lower import winograd
 from aot.lower.space import Config, Schedules, applied, space_of
@@ -55,10 +54,12 @@ def test_block_runs():
     the outputs they store: 7 outputs padded (1, 1) -> a top block (row 0
     of its patch is padding), two interior ones, a bottom block with one
     output whose patch reads rows [0, 2) of the image only."""
-    runs = winograd.block_runs(7, 7, 1)
-    assert [(r.start, r.count, r.lo, r.hi, r.outputs) for r in runs] == [
-        (0, 1, 1, 4, 2), (1, 2, 0, 4, 2), (3, 1, 0, 2, 1)]
-    assert sum(r.count for r in winograd.block_runs(32, 32, 1)) == 16
+    def runs(*args):
+        return [(r.start, r.count, r.lo, r.hi, r.outputs) for r in winograd.block_runs(*args)]
+    assert runs(7, 7, 1, 2) == [(0, 1, 1, 4, 2), (1, 2, 0, 4, 2), (3, 1, 0, 2, 1)]
+    # 4x4 blocks: patches of 6 rows, the second block's last 2 beyond the image
+    assert runs(7, 7, 1, 4) == [(0, 1, 1, 6, 4), (1, 1, 0, 4, 3)]
+    assert sum(r.count for r in winograd.block_runs(32, 32, 1, 2)) == 16
 
 
 # ------------------------------------------------------------ compiled models
@@ -101,20 +102,33 @@ def _graph(model):
     return aot.optimize(infer_types(import_onnx(model.SerializeToString(), name="wg")))
 
 
-def _winograd_kernels(graph, target) -> int:
-    return sum(any(b.kind is BufferKind.SCRATCH and b.name.startswith("wg_in")
-                   for b in k.func.params) for k in lower_graph(graph, target))
+def _blocks(graph, target) -> list[int]:
+    """The block size of each Winograd kernel the graph lowers to."""
+    return [round(np.sqrt(b.shape[0])) - 2 for k in lower_graph(graph, target)
+            for b in k.func.params if b.name.startswith("w_winograd")]
 
 
+def _forcing(graph, target, algorithm: str) -> Schedules:
+    """Schedules that make every workload of the graph take `algorithm`."""
+    recorder = Schedules(record=True)
+    with applied(recorder):
+        lower_graph(graph, target)
+    return Schedules({k: Config.of({"conv_algorithm": algorithm}) for k in recorder.seen})
+
+
+@pytest.mark.parametrize("algorithm", sorted(winograd.ALGORITHMS))
 @pytest.mark.parametrize("codegen", ["c", "llvm"])
-def test_against_onnxruntime(codegen):
+def test_against_onnxruntime(codegen, algorithm):
     models = [_model(x, mid, p1, p2, seed) for seed, (x, mid, p1, p2) in enumerate(MODELS)]
     graphs = [_graph(m) for m in models]
-    for g in graphs:
-        assert _winograd_kernels(g, host_target()) == 2, g.name
     inputs = [{"x": np.random.default_rng(i).standard_normal(x).astype(np.float32)}
               for i, (x, *_) in enumerate(MODELS)]
-    got = build_and_run_many(list(zip(graphs, inputs)), codegen)
+    m = winograd.ALGORITHMS[algorithm]
+    got = []
+    for g, ins in zip(graphs, inputs):
+        with applied(_forcing(g, host_target(), algorithm)):
+            assert _blocks(g, host_target()) == [m, m], g.name
+            got += build_and_run_many([(g, ins)], codegen)
     for model, ins, out in zip(models, inputs, got):
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         want = sess.run(None, ins)[0]
@@ -122,26 +136,30 @@ def test_against_onnxruntime(codegen):
 
 
 def test_schedule_choice():
-    """Winograd by default on x86 (measured faster there), the direct conv
-    on Arm and Cortex-M; a tuning config picks either, and the space of a
-    Winograd-shaped workload offers the other algorithm."""
-    graph = _graph(_model(*MODELS[0][:2], MODELS[0][2], MODELS[0][3], 0))
-    assert _winograd_kernels(graph, get_target("x86_64-linux-avx512")) == 2
+    """Winograd by default on x86 (measured faster there: 4x4 blocks on
+    maps 16+ wide, else 2x2), the direct conv on Arm and Cortex-M; a tuning
+    config picks any, and the space of a Winograd-shaped workload offers
+    the other algorithms."""
+    narrow = _graph(_model(*MODELS[0][:2], MODELS[0][2], MODELS[0][3], 0))
+    wide = _graph(_model((1, 16, 4, 16), 16, [1, 1, 1, 1], [1, 1, 1, 1], 0))
+    avx512 = get_target("x86_64-linux-avx512")
+    assert _blocks(narrow, avx512) == [2, 2] and _blocks(wide, avx512) == [4, 4]
+    assert _blocks(narrow, host_target()) == [2, 2]
     arm = get_target("aarch64-linux")
-    assert _winograd_kernels(graph, arm) == 0
-    assert _winograd_kernels(graph, get_target("cortex-m4")) == 0
+    assert _blocks(wide, arm) == [] and _blocks(wide, get_target("cortex-m4")) == []
 
-    for target, default, other, count in ((arm, "direct", "winograd", 2),
-                                          (host_target(), "winograd", "direct", 0)):
+    for target, default in ((arm, "direct"), (host_target(), "winograd_2x2")):
         recorder = Schedules(record=True)
         with applied(recorder):
-            lower_graph(graph, target)
+            lower_graph(narrow, target)
         for _, defaults, _ in recorder.seen.values():
             assert defaults["conv_algorithm"] == default
-            assert Config.of({"conv_algorithm": other}) in space_of(defaults, target)
-        configs = {k: Config.of({"conv_algorithm": other}) for k in recorder.seen}
-        with applied(Schedules(configs)):
-            assert _winograd_kernels(graph, target) == count
+            space = space_of(defaults, target)
+            assert all(Config.of({"conv_algorithm": a}) in space
+                       for a in winograd.ALGORITHMS.keys() | {"direct"} if a != default)
+    for algorithm, blocks in (("direct", []), ("winograd_4x4", [4, 4])):
+        with applied(_forcing(narrow, arm, algorithm)):
+            assert _blocks(narrow, arm) == blocks
 
 
 def test_narrow_and_strided_convs_stay_direct():
@@ -155,7 +173,7 @@ def test_narrow_and_strided_convs_stay_direct():
             [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
             [numpy_helper.from_array(_rnd(rng, 16, cin, 3, 3), "w")])
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-        assert _winograd_kernels(_graph(m), host_target()) == 0
+        assert _blocks(_graph(m), host_target()) == []
 
 
 def test_split_over_threads_is_bit_identical(tmp_path):

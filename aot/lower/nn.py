@@ -407,9 +407,10 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     kernel = packed.shape[1:-2]
     win = ref.resolve_window(ctx, xin.spatial, kernel)
     icg, ocg = packed.shape[-2], packed.shape[-1]
-    if winograd.applies(xin, win, group, dtype, icg, ocg) and \
-            conv_algorithm(ctx.target) == "winograd":
-        return winograd.conv(ctx, emit, x, packed[0], bias, xin, out, win)
+    if winograd.applies(xin, win, group, dtype, icg, ocg):
+        algorithm = conv_algorithm(ctx.target, out.spatial[-1])
+        if algorithm != "direct":
+            return winograd.conv(ctx, emit, x, packed[0], bias, xin, out, win, algorithm)
     t = tile(ctx.target, dtype, out.vectorizable, pixels=True)
     if ocg <= t.lanes:          # one vector of channels: room for more pixels per tile
         t = replace(t, vectors=1)

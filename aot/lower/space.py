@@ -34,7 +34,7 @@ TILE_KNOBS = ("vectors", "mr", "max_accs")
 SITES = ("tile", "tile/pixels", "depthwise_tile", "accumulator", "int8_rows", "conv_algorithm")
 # Sites whose answer is a name, and the names a config may give them.
 NAMED = {"accumulator": ("pairs", "quads", "quads_u8"), "int8_rows": ("staged", "flat", "direct"),
-         "conv_algorithm": ("direct", "winograd")}
+         "conv_algorithm": ("direct", "winograd_2x2", "winograd_4x4")}
 
 
 @dataclass(frozen=True)
@@ -271,7 +271,7 @@ def space_of(defaults: Mapping[str, Any], target) -> list[Config]:
         if site == "int8_rows":
             configs.append(Config.of({"int8_rows": "direct"}))
             continue
-        if site == "conv_algorithm":     # the other algorithm
+        if site == "conv_algorithm":     # the other algorithms
             other = [a for a in NAMED[site] if a != default]
             configs += [Config.of({site: a}) for a in other]
             continue

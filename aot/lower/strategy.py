@@ -129,12 +129,18 @@ def int8_rows(default: str) -> str:
 
 
 @tunable("conv_algorithm")
-def conv_algorithm(target: Target) -> str:
-    """How a float convolution that aot/lower/winograd.py accepts is
-    computed: "winograd" (F(2x2, 3x3)) where it was measured faster, x86
-    with AVX2 or AVX-512 (ResNet-8 f32's four 3x3 stride-1 convs, pinned,
-    C: host-avx512 20.1 / 20.2 / 19.2 / 17.8 us -> 11.0 / 11.1 / 9.2 /
-    9.7; host 34.5 / 34.6 / 39.8 / 40.3 -> 20.8 / 21.1 / 19.3 / 18.9),
-    else "direct" (the register-tiled sliding window: Arm and Cortex-M,
-    not measured, keep it). `aot tune` may pick either (aot/lower/space.py)."""
-    return "winograd" if target.arch == "x86_64" and target.has("fma") else "direct"
+def conv_algorithm(target: Target, width: int) -> str:
+    """How a float convolution that aot/lower/winograd.py accepts, its
+    output `width` pixels wide, is computed: by Winograd where that was
+    measured faster, x86 with AVX2 or AVX-512, in 4x4 blocks on maps at
+    least 16 wide (a row of 4+ blocks), else in 2x2 (on 8-wide maps 4x4
+    was no faster). ResNet-8 f32's four 3x3 stride-1 convs, 32, 32, 16 and
+    8 wide, pinned, C, us: host-avx512 direct 20.1 / 20.2 / 19.2 / 17.8,
+    2x2 11.7 / 11.9 / 9.6 / 10.2, 4x4 8.5 / 8.3 / 7.0 / 10.2; host direct
+    34.5 / 34.6 / 39.8 / 40.3, 2x2 21.2 / 21.4 / 18.8 / 19.1, 4x4 15.4 /
+    16.6 / 12.6 / 19.4. Elsewhere "direct" (the register-tiled sliding
+    window: Arm and Cortex-M, not measured, keep it). `aot tune` may pick
+    any of the three (aot/lower/space.py)."""
+    if target.arch != "x86_64" or not target.has("fma"):
+        return "direct"
+    return "winograd_4x4" if width >= 16 else "winograd_2x2"

@@ -12,7 +12,8 @@ Summed over input channels, the element-wise products become, for each of
 the (m + 2)^2 "frequencies", a matrix product [blocks x IC] x [IC x OC].
 
 The kernel, channel-last only, one row of blocks at a time (so that its two
-workspaces stay in the L1 cache and in a small part of the arena):
+workspaces stay in the L1 cache and in a small part of the arena; the rows
+in SLOTS shares, each with its own workspaces, for the thread split):
 
 1. input transform: each block's patch (taps outside the image are known
    zeros at compile time: the blocks of a row are split into runs whose
@@ -26,10 +27,10 @@ workspaces stay in the L1 cache and in a small part of the arena):
    overhangs the output stores only its outputs inside.
 
 The results differ from the direct convolution's by rounding (the
-transforms' sums, and U rounded to float32): F(2x2, 3x3)'s matrices hold
-0, +-1 and +-1/2 only. Whether a convolution takes this path is a schedule
-choice (strategy.conv_algorithm: the default policy per target, `aot tune`
-may change it).
+transforms' sums, and U rounded to float32; ALGORITHMS says how much).
+Whether a convolution takes this path, and in which block size, is a
+schedule choice (strategy.conv_algorithm: the default policy per target,
+`aot tune` may change it).
 """
 from __future__ import annotations
 
@@ -83,9 +84,13 @@ MATRICES = {
 # through them in turn (ResNet-8: 32 KB more arena).
 SLOTS = 2
 
-# The block size the kernel uses: F(2x2, 3x3), whose transforms are adds
-# and subtracts only and whose error is a few float32 roundings.
-BLOCK = 2
+# The schedule's names for the block sizes (strategy.conv_algorithm).
+# F(2x2, 3x3)'s transforms are adds and subtracts only (and halves in U);
+# F(4x4, 3x3) takes 2.25 multiplies per output instead of 4, for larger
+# transforms (coefficients up to 8) and about ten times the rounding error
+# (3x3 convs of 16-64 channels, ReLU'd normal inputs: max error against
+# float64 2-4e-6 of the largest output, F(2x2) 1.4-4e-7, direct 4-6e-7).
+ALGORITHMS = {"winograd_2x2": 2, "winograd_4x4": 4}
 
 # At least this many input and output channels: where it was measured
 # (ResNet-8's 16-, 32- and 64-channel convs); a first layer's 3 channels
@@ -93,7 +98,7 @@ BLOCK = 2
 MIN_CHANNELS = 16
 
 
-def transform_weights(w: np.ndarray, m: int = BLOCK) -> np.ndarray:
+def transform_weights(w: np.ndarray, m: int) -> np.ndarray:
     """U = G g G^T for every channel pair: w [3][3][IC][OC] (float) ->
     [(m + 2)^2][IC][OC] in w's type, computed in float64."""
     _, g, _ = MATRICES[m]
@@ -102,7 +107,7 @@ def transform_weights(w: np.ndarray, m: int = BLOCK) -> np.ndarray:
     return np.ascontiguousarray(u.reshape(alpha * alpha, *w.shape[2:]).astype(w.dtype))
 
 
-def reference(x: np.ndarray, w: np.ndarray, m: int = BLOCK) -> np.ndarray:
+def reference(x: np.ndarray, w: np.ndarray, m: int) -> np.ndarray:
     """The algorithm in numpy, for the tests: x [H][W][IC] already zero
     padded, w [3][3][IC][OC] -> the valid correlation [H - 2][W - 2][OC]
     (float64), block by block."""
@@ -146,7 +151,7 @@ class BlockRun:
     outputs: int
 
 
-def block_runs(n_out: int, n_in: int, pad: int, m: int = BLOCK) -> list[BlockRun]:
+def block_runs(n_out: int, n_in: int, pad: int, m: int) -> list[BlockRun]:
     """The runs of one spatial axis: block b's patch starts at input
     position b * m - pad and its outputs at b * m."""
     alpha = m + 2
@@ -235,9 +240,10 @@ def _transform(ctx: LowerCtx, mat: np.ndarray, d: list[list[Expr | None]], dtype
 # ------------------------------------------------------------------ the kernel
 
 def conv(ctx: LowerCtx, emit, x: TensorRef, weights: np.ndarray, bias: TensorRef | None,
-         xin: nn.SpatialOp, out: nn.SpatialOp, win: ref.Window) -> Stmt:
-    """The convolution `applies` accepted; weights [3][3][IC][OC]."""
-    m = BLOCK
+         xin: nn.SpatialOp, out: nn.SpatialOp, win: ref.Window, algorithm: str) -> Stmt:
+    """The convolution `applies` accepted, weights [3][3][IC][OC], in
+    blocks of ALGORITHMS[algorithm] outputs square."""
+    m = ALGORITHMS[algorithm]
     at, _, bt = MATRICES[m]
     alpha = m + 2
     freqs = alpha * alpha

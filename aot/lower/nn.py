@@ -35,12 +35,13 @@ import numpy as np
 
 from aot.codegen.intrinsics import lane
 from aot.ir.graph import TensorType
-from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Comment, Const, Decl, DType, Expr, For,
-                        ForKind, If, Load, Select, Stmt, Store, Var, add, dt, dtype_of, flat_index,
-                        mul, seq, sub)
-from aot.lower.elementwise import broadcast_index, broadcast_load, const_like, math_call
+from aot.ir.tir import (Assign, Bin, Buffer, Comment, Const, Decl, DType, Expr, ForKind, If, Load,
+                        Stmt, Store, Var, add, dt, dtype_of, flat_index, mul, seq)
+from aot.lower.builders import (accumulators, float_only, fma, loop, offsets, plus, seq_of,
+                                shared_param, splat)
+from aot.lower.elementwise import broadcast_index, broadcast_load, const_like
 from aot.lower import winograd
-from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
+from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORDER, Tile, depthwise_tile,
                                matvec_tile, tile)
 from aot.lower.strategy import conv_algorithm
@@ -65,47 +66,7 @@ UNROLL_LANE_STEPS = 4
 UNROLL_CHANNEL_TILES = 2
 
 
-# ----------------------------------------------------------------- small helpers
-
-def _loop(ctx: LowerCtx, name: str, trips: int, body: Callable[[Expr], Stmt | None],
-          start: int = 0, step: int = 1, kind: ForKind = ForKind.SERIAL) -> Stmt | None:
-    """for name = start, start + step, ... (`trips` times): body(name); a
-    single iteration is the body itself."""
-    if trips <= 0:
-        return None
-    if trips == 1:
-        return body(Const(start))
-    v = ctx.fresh(name)
-    inner = body(v)
-    return None if inner is None else For(v, trips * step, inner, kind, start=start, step=step)
-
-
-def _plus(e: Expr, c: int) -> Expr:
-    """e + c, printed as `e - 1` rather than `e + -1`."""
-    return add(e, Const(c)) if c >= 0 else sub(e, Const(-c))
-
-
-def _seq(*stmts: Stmt | None) -> Stmt:
-    kept = [s for s in stmts if s is not None]
-    return seq(*kept) if kept else Comment("nothing to do")
-
-
-def _splat(e: Expr, lanes: int) -> Expr:
-    return e if lanes == 1 or dtype_of(e).lanes == lanes else Broadcast(e, lanes)
-
-
-def _fma(acc: Expr, a: Expr, b: Expr) -> Expr:
-    return Bin("+", acc, Bin("*", a, b))
-
-
-def _param(ctx: LowerCtx, base: str, array: np.ndarray) -> Buffer:
-    """ctx.param, reusing an identical array this kernel already has (value
-    rules are evaluated once per load site)."""
-    for buf, have in ctx.params.values():
-        if (buf.name.startswith(base) and have.dtype == array.dtype
-                and have.shape == array.shape and np.array_equal(have, array)):
-            return buf
-    return ctx.param(base, array)
+# ---------------------------------------------------------------- register tiles
 
 
 def tile_widths(total: int, t: Tile) -> list[tuple[int, tuple[int, ...]]]:
@@ -133,29 +94,18 @@ def _over_tiles(ctx: LowerCtx, total: int, t: Tile,
     for count, widths in tile_widths(total, t):
         width = sum(widths)
         kind = ForKind.UNROLLED if count <= unroll else ForKind.SERIAL
-        stmts.append(_loop(ctx, "c", count, lambda c0, w=widths: body(c0, w),
+        stmts.append(loop(ctx, "c", count, lambda c0, w=widths: body(c0, w),
                            start=base, step=width, kind=kind))
         base += count * width
-    return _seq(*stmts)
-
-
-def _offsets(widths: Sequence[int]) -> list[int]:
-    return [sum(widths[:j]) for j in range(len(widths))]
-
-
-def _accumulators(ctx: LowerCtx, dtype: DType, widths, init: Callable[[int, int], Expr]):
-    """One local per accumulator width, initialised by init(offset, width)."""
-    accs = [ctx.fresh("acc", dtype.with_lanes(w)) for w in widths]
-    decls = [Decl(a, init(off, w)) for a, off, w in zip(accs, _offsets(widths), widths)]
-    return accs, decls
+    return seq_of(*stmts)
 
 
 def _pixel_accumulators(ctx: LowerCtx, dtype: DType, pixels: int, widths,
                         init: Callable[[int, int], Expr]):
-    """_accumulators for each of `pixels` pixels: (per-pixel lists, decls)."""
+    """accumulators for each of `pixels` pixels: (per-pixel lists, decls)."""
     accs, decls = [], []
     for _ in range(pixels):
-        row, d = _accumulators(ctx, dtype, widths, init)
+        row, d = accumulators(ctx, dtype, widths, init)
         accs.append(row)
         decls += d
     return accs, decls
@@ -171,7 +121,7 @@ def _rank1_update(ctx: LowerCtx, dtype: DType, accs: list[list[Var]], xvals: lis
         wvars = [ctx.fresh("wv", dtype.with_lanes(wd)) for wd in widths]
         stmts += [Decl(v, e) for v, e in zip(wvars, wvals)]
         wvals = wvars
-    stmts += [Assign(a, _fma(a, _splat(xv, wd), wv))
+    stmts += [Assign(a, fma(a, splat(xv, wd), wv))
               for xv, row in zip(xs, accs) for a, wv, wd in zip(row, wvals, widths)]
     return seq(*stmts)
 
@@ -193,11 +143,11 @@ def _reduce(ctx: LowerCtx, name: str, count: int, t: Tile, step: Callable[[Expr]
     """step(k) for k < count, or with a by-lane tile lane_step(k) for every
     t.k_lanes steps from k and step(k) for the last count % t.k_lanes."""
     if lane_step is None or t.k_lanes == 1 or count < t.k_lanes:
-        return _loop(ctx, name, count, step)
+        return loop(ctx, name, count, step)
     full = count - count % t.k_lanes
     trips = full // t.k_lanes
     kind = ForKind.UNROLLED if trips <= UNROLL_LANE_STEPS else ForKind.SERIAL
-    return _seq(_loop(ctx, name, trips, lane_step, step=t.k_lanes, kind=kind),
+    return seq_of(loop(ctx, name, trips, lane_step, step=t.k_lanes, kind=kind),
                 *(step(Const(k)) for k in range(full, count)))
 
 
@@ -208,7 +158,7 @@ def position_blocks(ctx: LowerCtx, name: str, count: int, start: int, mr: int,
     mr = max(1, mr)
     full, rest = divmod(count, mr)
     tail = start + full * mr
-    return _seq(_loop(ctx, name, full, lambda v: body([_plus(v, j) for j in range(mr)]),
+    return seq_of(loop(ctx, name, full, lambda v: body([plus(v, j) for j in range(mr)]),
                       start=start, step=mr),
                 body([Const(tail + j) for j in range(rest)]) if rest else None)
 
@@ -217,11 +167,6 @@ def fitting_parts(pixels: list, widths: Sequence[int], t: Tile) -> list[list]:
     """pixels cut into parts whose accumulators (len(widths) each) fit t."""
     size = t.fit(len(widths))
     return [pixels[i:i + size] for i in range(0, len(pixels), size)]
-
-
-def _float_only(ctx: LowerCtx, dtype: DType) -> None:
-    if not dtype.is_float:
-        raise ctx.unsupported(f"{ctx.node.op} on {dtype.scalar}")
 
 
 # ------------------------------------------------------- windows split into regions
@@ -298,14 +243,14 @@ def region_nest(ctx: LowerCtx, runs: Sequence[Run], body: Callable[[list[list[Ex
     def level(a: int, pos: list[Expr]) -> Stmt | None:
         r = runs[a]
         if a < len(runs) - 1:
-            return _loop(ctx, f"o{a}", r.count, lambda v: level(a + 1, pos + [v]), start=r.start)
+            return loop(ctx, f"o{a}", r.count, lambda v: level(a + 1, pos + [v]), start=r.start)
         block = 1 if r.guarded else t.block(r.count)     # a guard tests one position
         return position_blocks(ctx, f"o{a}", r.count, r.start, block,
                                lambda os: body([pos + [o] for o in os]))
     note = Comment(f"outputs {_spans((r.start, r.start + r.count) for r in runs)}: "
                    f"taps {_spans((r.lo, r.hi) for r in runs)}"
                    + (" (guarded)" if any(r.guarded for r in runs) else ""))
-    return _seq(note, level(0, []))
+    return seq_of(note, level(0, []))
 
 
 def tap_nest(ctx: LowerCtx, runs: Sequence[Run], opos: Sequence[Expr], win: ref.Window,
@@ -317,13 +262,13 @@ def tap_nest(ctx: LowerCtx, runs: Sequence[Run], opos: Sequence[Expr], win: ref.
         r, s, d, p = runs[a], win.strides[a], win.dilations[a], win.pad_begin[a]
 
         def at(tap: Expr) -> Stmt | None:
-            pos = _plus(add(mul(opos[a], Const(s)), mul(tap, Const(d))), -p)
+            pos = plus(add(mul(opos[a], Const(s)), mul(tap, Const(d))), -p)
             inner = level(a + 1, ipos + [pos], taps + [tap])
             if inner is None or not r.guarded:
                 return inner
             inside = Bin("and", Bin(">=", pos, Const(0)), Bin("<", pos, Const(spatial[a])))
             return If(inside, inner)
-        return _loop(ctx, f"k{a}", r.hi - r.lo, at, start=r.lo)
+        return loop(ctx, f"k{a}", r.hi - r.lo, at, start=r.lo)
     return level(0, [], [])
 
 
@@ -333,13 +278,13 @@ def sliding_window(ctx: LowerCtx, batch: int, win: ref.Window, spatial: Sequence
     region, block of t.mr output pixels, group and channel tile,
     tile_body(n, pixels, runs, group, first channel, widths)."""
     def region(n, runs) -> Stmt:
-        return region_nest(ctx, runs, lambda pixels: _loop(
+        return region_nest(ctx, runs, lambda pixels: loop(
             ctx, "g", groups, lambda g: _over_tiles(
                 ctx, channels, t, lambda c0, widths: tile_body(n, pixels, runs, g, c0, widths),
                 unroll=UNROLL_CHANNEL_TILES if t.registers else 0)),
             t)
     regions = window_regions(win, spatial, keys)
-    return _seq(_loop(ctx, "n", batch, lambda n: _seq(*(region(n, runs) for runs in regions))))
+    return seq_of(loop(ctx, "n", batch, lambda n: seq_of(*(region(n, runs) for runs in regions))))
 
 
 # ------------------------------------------------------------------------ geometry
@@ -370,7 +315,7 @@ def _bias_init(bias: TensorRef | None, dtype: DType, c0: Expr):
     def init(off: int, w: int) -> Expr:
         if bias is None:
             return const_like(0, dtype.with_lanes(w))
-        return _splat(bias.load((add(c0, Const(off)),), w), w)
+        return splat(bias.load((add(c0, Const(off)),), w), w)
     return init
 
 
@@ -392,7 +337,7 @@ def _conv_operands(ctx: LowerCtx, ins: Sequence[TensorRef]):
     output dtype, and the input and output seen as spatial operands."""
     x, w = ins[0], ins[1]
     dtype = dt(ctx.out_types[0].dtype)
-    _float_only(ctx, dtype)
+    float_only(ctx, dtype)
     if w.value is None:
         raise ctx.unsupported(f"{ctx.node.op} with a weight computed at run time")
     return (x, w.value.astype(dtype.scalar), ins[2] if len(ins) > 2 else None, dtype,
@@ -422,7 +367,7 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
         t = depthwise_tile(ctx.target, dtype, int(np.prod(kernel)))
         per_channel = np.ascontiguousarray(np.moveaxis(packed[..., 0, 0], 0, -1))  # [k...][C]
         return _depthwise(ctx, x, per_channel, bias, xin, out, win, t, emit)
-    wp = _param(ctx, "w_packed", packed)
+    wp = shared_param(ctx, "w_packed", packed)
     copy = None
     if xin.layout == "NHWC" and _copy_padded(xin, win, dtype):
         copy, x, xin = _padded_input(ctx, x, xin, win, t.lanes)
@@ -435,12 +380,12 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     def tile_body(n, pixels, runs, g, c0, widths) -> Stmt:
         """A tile of len(pixels) output positions x sum(widths) channels
         (a tile with more accumulators than registers is done in parts)."""
-        return _seq(*(pixel_tile(n, part, runs, g, c0, widths)
+        return seq_of(*(pixel_tile(n, part, runs, g, c0, widths)
                       for part in fitting_parts(pixels, widths, t)))
 
     def pixel_tile(n, pixels, runs, g, c0, widths) -> Stmt:
         oc0 = add(mul(g, Const(ocg)), c0)
-        offs = _offsets(widths)
+        offs = offsets(widths)
         accs, decls = _pixel_accumulators(ctx, dtype, len(pixels), widths,
                                           _bias_init(bias, dtype, oc0))
         last = len(xin.spatial) - 1
@@ -449,7 +394,7 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
         def taps(ipos, tap):
             # The block's pixels are neighbours along the last axis: their
             # input positions differ by the stride there.
-            rows = [ipos[:last] + [_plus(ipos[last], r * step)] for r in range(len(pixels))]
+            rows = [ipos[:last] + [plus(ipos[last], r * step)] for r in range(len(pixels))]
 
             def weights(ic):
                 return [Load(wp, flat_index((g, *tap, ic, add(c0, Const(off))), packed.shape), wd)
@@ -464,7 +409,7 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
 
             def lanes_ic(ic):
                 return _lane_update(ctx, dtype, accs, inputs(ic, t.k_lanes),
-                                    lambda step: weights(_plus(ic, step)), widths)
+                                    lambda step: weights(plus(ic, step)), widths)
             return _reduce(ctx, "ic", icg, t, per_ic, lanes_ic)
 
         def row_taps(ipos, tap):
@@ -473,13 +418,13 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
             consecutive in an input row and in the packed weights, so the
             by-lane steps run across taps (fewer, longer loops)."""
             r = runs[last]
-            starts = [flat_index(xin.index(n, ipos + [_plus(mul(pix[last], Const(step)),
+            starts = [flat_index(xin.index(n, ipos + [plus(mul(pix[last], Const(step)),
                                                               r.lo - win.pad_begin[last])],
                                            Const(0)), tuple(x.shape)) for pix in pixels]
             row0 = flat_index((g, *tap, Const(r.lo), Const(0), c0), packed.shape)
 
             def weights(j):
-                return [Load(wp, add(row0, _plus(mul(j, Const(ocg)), off)), wd)
+                return [Load(wp, add(row0, plus(mul(j, Const(ocg)), off)), wd)
                         for off, wd in zip(offs, widths)]
 
             def inputs(j, lanes=1):
@@ -489,7 +434,7 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
                 ctx, "j", (r.hi - r.lo) * icg, t,
                 lambda j: _rank1_update(ctx, dtype, accs, inputs(j), weights(j), widths),
                 lambda j: _lane_update(ctx, dtype, accs, inputs(j, t.k_lanes),
-                                       lambda l: weights(_plus(j, l)), widths))
+                                       lambda l: weights(plus(j, l)), widths))
 
         if merge_rows and not runs[last].guarded:
             nest = tap_nest(ctx, runs[:last], pixels[0], win, xin.spatial, row_taps)
@@ -497,9 +442,9 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
             nest = tap_nest(ctx, runs, pixels[0], win, xin.spatial, taps)
         stores = [emit(0, out.index(n, pix, add(oc0, Const(off))), a)
                   for pix, row_accs in zip(pixels, accs) for a, off in zip(row_accs, offs)]
-        return _seq(*decls, nest, *stores)
+        return seq_of(*decls, nest, *stores)
 
-    return _seq(copy, sliding_window(ctx, xin.batch, win, xin.spatial, t, group, ocg, tile_body))
+    return seq_of(copy, sliding_window(ctx, xin.batch, win, xin.spatial, t, group, ocg, tile_body))
 
 
 def _copy_padded(xin: SpatialOp, win: ref.Window, dtype: DType) -> bool:
@@ -533,17 +478,17 @@ def _padded_input(ctx: LowerCtx, x: TensorRef, xin: SpatialOp, win: ref.Window, 
 
         def level(a: int, pos: list[Expr]) -> Stmt | None:
             if a == len(segs):
-                src = [_plus(p, -segs[i][0]) for i, p in enumerate(pos)]
-                return _over_tiles(ctx, xin.channels, t, lambda c0, widths: _seq(*(Store(
-                    buf, flat_index(padded.index(n, pos, _plus(c0, off)), shape),
-                    x.load(xin.index(n, src, _plus(c0, off)), wd) if image
+                src = [plus(p, -segs[i][0]) for i, p in enumerate(pos)]
+                return _over_tiles(ctx, xin.channels, t, lambda c0, widths: seq_of(*(Store(
+                    buf, flat_index(padded.index(n, pos, plus(c0, off)), shape),
+                    x.load(xin.index(n, src, plus(c0, off)), wd) if image
                     else const_like(0, dtype.with_lanes(wd)))
-                    for off, wd in zip(_offsets(widths), widths))))
+                    for off, wd in zip(offsets(widths), widths))))
             start, count, _ = segs[a]
-            return _loop(ctx, f"p{a}", count, lambda v: level(a + 1, pos + [v]), start=start)
+            return loop(ctx, f"p{a}", count, lambda v: level(a + 1, pos + [v]), start=start)
         return level(0, [])
 
-    copy = _loop(ctx, "n", xin.batch, lambda n: _seq(Comment(
+    copy = loop(ctx, "n", xin.batch, lambda n: seq_of(Comment(
         "the input inside its zero padding: no tap below tests bounds"), *(
         region(n, segs) for segs in itertools.product(*segments)
         if all(count for _, count, _ in segs))))
@@ -601,11 +546,11 @@ def _depthwise(ctx, x, packed, bias, xin, out, win, t, emit) -> Stmt:
     t.weights_stay the channel tiles are the outer loop, so that a tile's
     weights stay in registers over every pixel."""
     dtype = dt(ctx.out_types[0].dtype)
-    wp = _param(ctx, "w_packed", packed)         # [k...][C]
+    wp = shared_param(ctx, "w_packed", packed)         # [k...][C]
     last = len(xin.spatial) - 1
 
     def tile_body(n, pixels, runs, _, c0, widths) -> Stmt:
-        offs = _offsets(widths)
+        offs = offsets(widths)
         accs, decls = _pixel_accumulators(ctx, dtype, len(pixels), widths,
                                           _bias_init(bias, dtype, c0))
 
@@ -614,7 +559,7 @@ def _depthwise(ctx, x, packed, bias, xin, out, win, t, emit) -> Stmt:
                     for off, wd in zip(offs, widths)]
 
         def taps(ipos, tap):
-            return seq(*(Assign(a, _fma(a, x.load(xin.index(n, ipos, add(c0, Const(off))), wd), w))
+            return seq(*(Assign(a, fma(a, x.load(xin.index(n, ipos, add(c0, Const(off))), wd), w))
                          for a, off, wd, w in zip(accs[0], offs, widths, weights(tap))))
 
         def row_taps(ipos, tap):
@@ -625,14 +570,14 @@ def _depthwise(ctx, x, packed, bias, xin, out, win, t, emit) -> Stmt:
             s, d, p = win.strides[last], win.dilations[last], win.pad_begin[last]
             cols = sorted({px * s + k * d for px in range(len(pixels)) for k in range(r.lo, r.hi)})
             xs = {col: [ctx.fresh("xv", dtype.with_lanes(wd)) for wd in widths] for col in cols}
-            first = _plus(mul(pixels[0][last], Const(s)), -p)
+            first = plus(mul(pixels[0][last], Const(s)), -p)
             stmts: list[Stmt] = [
-                Decl(v, x.load(xin.index(n, ipos + [_plus(first, col)], add(c0, Const(off))), wd))
+                Decl(v, x.load(xin.index(n, ipos + [plus(first, col)], add(c0, Const(off))), wd))
                 for col in cols for v, off, wd in zip(xs[col], offs, widths)]
             for k in range(r.lo, r.hi):
                 wvars = [ctx.fresh("wv", dtype.with_lanes(wd)) for wd in widths]
                 stmts += [Decl(v, e) for v, e in zip(wvars, weights(tap + [Const(k)]))]
-                stmts += [Assign(a, _fma(a, xv, w))
+                stmts += [Assign(a, fma(a, xv, w))
                           for px, row_accs in enumerate(accs)
                           for a, xv, w in zip(row_accs, xs[px * s + k * d], wvars)]
             return seq(*stmts)
@@ -643,112 +588,15 @@ def _depthwise(ctx, x, packed, bias, xin, out, win, t, emit) -> Stmt:
             nest = tap_nest(ctx, runs[:last], pixels[0], win, xin.spatial, row_taps)
         stores = [emit(0, out.index(n, pix, add(c0, Const(off))), a)
                   for pix, row_accs in zip(pixels, accs) for a, off in zip(row_accs, offs)]
-        return _seq(*decls, nest, *stores)
+        return seq_of(*decls, nest, *stores)
 
     if not t.weights_stay:
         return sliding_window(ctx, xin.batch, win, xin.spatial, t, 1, xin.channels, tile_body)
     regions = window_regions(win, xin.spatial)
-    return _seq(_loop(ctx, "n", xin.batch, lambda n: _over_tiles(
-        ctx, xin.channels, t, lambda c0, widths: _seq(*(region_nest(
+    return seq_of(loop(ctx, "n", xin.batch, lambda n: _over_tiles(
+        ctx, xin.channels, t, lambda c0, widths: seq_of(*(region_nest(
             ctx, runs, lambda pixels, runs=runs: tile_body(n, pixels, runs, 0, c0, widths), t)
             for runs in regions)), unroll=UNROLL_CHANNEL_TILES)))
-
-
-# ------------------------------------------------------------------------- Pooling
-
-def _pool_window(ctx: LowerCtx, xin: SpatialOp) -> ref.Window:
-    kernel = tuple(int(k) for k in ctx.attrs["kernel_shape"])
-    return ref.resolve_window(ctx, xin.spatial, kernel, bool(ctx.attrs.get("ceil_mode", 0)))
-
-
-def _tap_counts(win: ref.Window, spatial: Sequence[int], a: int, include_pad: bool) -> np.ndarray:
-    """Per output position along axis a: how many of its window's taps an
-    average divides by (inside the input, or inside the explicitly padded
-    input with count_include_pad; never the ceil_mode overhang)."""
-    lo, hi = (-win.pad_begin[a], spatial[a] + win.pad_end[a]) if include_pad else (0, spatial[a])
-    pos = (np.arange(win.out[a])[:, None] * win.strides[a] - win.pad_begin[a]
-           + np.arange(win.kernel[a])[None, :] * win.dilations[a])
-    return ((pos >= lo) & (pos < hi)).sum(axis=1)
-
-
-@dataclass(frozen=True)
-class _PoolMath:
-    init: Callable[[DType], Expr]                 # accumulator start value
-    step: Callable[[Expr, Expr], Expr]            # acc, tap -> acc
-    vector: bool = True                           # may run lane-wise
-
-
-def _lp_math(p: float) -> _PoolMath:
-    def step(acc, v):
-        av = Select(Bin("<", v, const_like(0, v)), Bin("-", const_like(0, v), v), v)
-        return Bin("+", acc, Bin("*", av, av) if p == 2 else
-                   av if p == 1 else math_call("pow", av, const_like(p, av)))
-    return _PoolMath(lambda d: const_like(0, d), step, vector=p in (1, 2))
-
-
-def _pool_init_max(d: DType) -> Expr:
-    low = float("-inf") if d.is_float else int(np.iinfo(d.scalar).min)
-    return const_like(low, d)
-
-
-@kernel_rule("MaxPool", "AveragePool", "LpPool")
-def pool(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
-    op = ctx.node.op
-    x = ins[0]
-    dtype = dt(ctx.out_types[0].dtype)
-    if op == "MaxPool" and len(ctx.node.outputs) > 1 and ctx.node.outputs[1]:
-        raise ctx.unsupported("the MaxPool Indices output")
-    if op != "MaxPool":
-        _float_only(ctx, dtype)
-    xin = spatial_op(ctx, x.shape)
-    win = _pool_window(ctx, xin)
-    p = float(ctx.attrs.get("p", 2))
-    maths = {"MaxPool": _PoolMath(_pool_init_max, lambda a, v: Bin("max", a, v)),
-             "AveragePool": _PoolMath(lambda d: const_like(0, d), lambda a, v: Bin("+", a, v)),
-             "LpPool": _lp_math(p)}[op]
-    include_pad = op == "AveragePool" and bool(ctx.attrs.get("count_include_pad", 0))
-    # A window with no taps at all (padding wider than the kernel) averages
-    # to 0, as the reference does (0 / max(count, 1)).
-    counts = [np.maximum(_tap_counts(win, xin.spatial, a, include_pad), 1)
-              for a in range(len(xin.spatial))]
-    t = tile(ctx.target, dtype, xin.vectorizable and maths.vector)
-
-    def divisor(runs, opos) -> Expr:
-        """The window's tap count, a product over the axes of a constant
-        per run (runs are split where the count changes) or, in a guarded
-        run, a table entry."""
-        total: Expr = Const(1.0, dt(dtype.scalar))
-        for a, r in enumerate(runs):
-            total = mul(total, Load(_param(ctx, "pool_count", counts[a].astype(dtype.scalar)),
-                                    opos[a]) if r.guarded else Const(float(r.key), dt(dtype.scalar)))
-        return total
-
-    def finish(acc: Expr, runs, opos) -> Expr:
-        lanes = dtype_of(acc).lanes
-        if op == "AveragePool":
-            return Bin("/", acc, _splat(divisor(runs, opos), lanes))
-        if op == "LpPool" and p == 2:
-            return math_call("sqrt", acc)
-        if op == "LpPool" and p != 1:
-            return math_call("pow", acc, const_like(1.0 / p, acc))
-        return acc
-
-    def tile_body(n, pixels, runs, _, c0, widths) -> Stmt:
-        opos = pixels[0]
-        accs, decls = _accumulators(ctx, dtype, widths, lambda off, w: maths.init(
-            dtype.with_lanes(w)))
-
-        def taps(ipos, tap):
-            return seq(*(Assign(a, maths.step(a, x.load(xin.index(n, ipos, add(c0, Const(off))),
-                                                         wd)))
-                         for a, off, wd in zip(accs, _offsets(widths), widths)))
-
-        stores = [emit(0, xin.index(n, opos, add(c0, Const(off))), finish(a, runs, opos))
-                  for a, off in zip(accs, _offsets(widths))]
-        return _seq(*decls, tap_nest(ctx, runs, opos, win, xin.spatial, taps), *stores)
-
-    return sliding_window(ctx, xin.batch, win, xin.spatial, t, 1, xin.channels, tile_body,
-                          keys=[lambda o, c=c: int(c[o]) for c in counts])
 
 
 # -------------------------------------------------------------------- Gemm, MatMul
@@ -785,20 +633,20 @@ def dense(ctx: LowerCtx, emit, a: Operand, b: Operand | np.ndarray, batch: Seque
     if m == 1:
         t = matvec_tile(ctx.target, dtype, t)
     if const_b:
-        panels = _param(ctx, "b_panels", _panels(b.astype(dtype.scalar), tile_widths(n, t)))
+        panels = shared_param(ctx, "b_panels", _panels(b.astype(dtype.scalar), tile_widths(n, t)))
 
     def b_load(bi, kk, c0, width, off, lanes) -> Expr:
         if const_b:
-            return Load(panels, _plus(add(mul(c0, Const(k)), mul(kk, Const(width))), off), lanes)
-        return b.load(bi, kk, _plus(c0, off), lanes)
+            return Load(panels, plus(add(mul(c0, Const(k)), mul(kk, Const(width))), off), lanes)
+        return b.load(bi, kk, plus(c0, off), lanes)
 
     def tile_body(bi, rows, c0, widths) -> Stmt:
         """A tile of len(rows) rows x sum(widths) columns (in parts when it
         has more accumulators than registers)."""
-        return _seq(*(row_tile(bi, part, c0, widths) for part in fitting_parts(rows, widths, t)))
+        return seq_of(*(row_tile(bi, part, c0, widths) for part in fitting_parts(rows, widths, t)))
 
     def row_tile(bi, rows, c0, widths) -> Stmt:
-        offs = _offsets(widths)
+        offs = offsets(widths)
         accs, decls = _pixel_accumulators(ctx, dtype, len(rows), widths,
                                           lambda off, w: const_like(0, dtype.with_lanes(w)))
 
@@ -811,22 +659,22 @@ def dense(ctx: LowerCtx, emit, a: Operand, b: Operand | np.ndarray, batch: Seque
 
         def lane_step(kk):
             return _lane_update(ctx, dtype, accs, [a.load(bi, i, kk, t.k_lanes) for i in rows],
-                                lambda l: weights(_plus(kk, l)), widths)
+                                lambda l: weights(plus(kk, l)), widths)
 
-        stores = [emit(0, out_index(bi, i, _plus(c0, off)), finish(acc, bi, i, _plus(c0, off)))
+        stores = [emit(0, out_index(bi, i, plus(c0, off)), finish(acc, bi, i, plus(c0, off)))
                   for i, row in zip(rows, accs) for acc, off in zip(row, offs)]
         by_lane = lane_step if a.vector_cols and t.k_lanes > 1 else None
         if by_lane is None and _split_k(dtype, rows, widths, k, t):
-            return _seq(*decls, *_split_k_loop(ctx, dtype, accs, widths, k, step), *stores)
-        return _seq(*decls, _reduce(ctx, "k", k, t, step, by_lane), *stores)
+            return seq_of(*decls, *_split_k_loop(ctx, dtype, accs, widths, k, step), *stores)
+        return seq_of(*decls, _reduce(ctx, "k", k, t, step, by_lane), *stores)
 
     def batch_level(d: int, bi: tuple) -> Stmt:
         if d == len(batch):
             return position_blocks(ctx, "i", m, 0, t.block(m), lambda rows: _over_tiles(
                 ctx, n, t, lambda c0, widths: tile_body(bi, rows, c0, widths)))
-        return _loop(ctx, f"b{d}", batch[d], lambda v: batch_level(d + 1, bi + (v,)))
+        return loop(ctx, f"b{d}", batch[d], lambda v: batch_level(d + 1, bi + (v,)))
 
-    return _seq(batch_level(0, ()))
+    return seq_of(batch_level(0, ()))
 
 
 def _split_k(dtype: DType, rows: list, widths: Sequence[int], k: int, t: Tile) -> bool:
@@ -841,9 +689,9 @@ def _split_k_loop(ctx: LowerCtx, dtype: DType, accs: list[list[Var]], widths: Se
                   k: int, step: Callable) -> list[Stmt | None]:
     """The k loop over pairs, the odd k into a second set of accumulators
     added to the first at the end (an odd k's last step alone)."""
-    odd, decls = _accumulators(ctx, dtype, widths,
+    odd, decls = accumulators(ctx, dtype, widths,
                                lambda off, w: const_like(0, dtype.with_lanes(w)))
-    pairs = _loop(ctx, "k", k // 2, lambda kk: _seq(step(kk), step(_plus(kk, 1), [odd])),
+    pairs = loop(ctx, "k", k // 2, lambda kk: seq_of(step(kk), step(plus(kk, 1), [odd])),
                   step=2)
     last = step(Const(k - 1)) if k % 2 else None
     merge = [Assign(a, Bin("+", a, b)) for a, b in zip(accs[0], odd)]
@@ -915,151 +763,15 @@ def matmul(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
                  lambda acc, bi, i, j: acc)
 
 
-# ------------------------------------------------------------ BatchNormalization
-
-def _channel_axis(ctx: LowerCtx, rank: int) -> int:
-    return rank - 1 if ref.layout_of(ctx) == "NHWC" else 1
-
-
-def _per_channel(ref_: Expr | TensorRef, c: Expr, lanes: int, along: bool) -> Expr:
-    """A per-channel vector's value at channel c: `lanes` consecutive channels
-    when the vector axis is the channel axis (`along`), else one splatted."""
-    if isinstance(ref_, Buffer):
-        return Load(ref_, c, lanes) if along else _splat(Load(ref_, c), lanes)
-    return ref_.load((c,), lanes) if along else _splat(ref_.load((c,)), lanes)
-
-
-@value_rule("BatchNormalization")
-def batchnorm(ctx: LowerCtx, ins: Sequence[TensorRef], idx: tuple, lanes: int) -> Expr:
-    """(x - mean) * scale / sqrt(var + eps) + B, the factor folded at compile
-    time when scale and var are constants (as the reference computes it)."""
-    if int(ctx.attrs.get("training_mode", 0)):
-        raise ctx.unsupported("BatchNormalization in training mode")
-    x, scale, bias, mean, var = ins[:5]
-    d = dt(x.type.dtype)
-    _float_only(ctx, d)
-    axis = _channel_axis(ctx, len(x.shape))
-    along = axis == len(x.shape) - 1
-    c = idx[axis]
-    eps = float(ctx.attrs.get("epsilon", 1e-5))
-    if scale.value is not None and var.value is not None:
-        f = (scale.value / np.sqrt(var.value.astype(np.float32) + np.float32(eps)))
-        factor = _per_channel(_param(ctx, "bn_factor", f.astype(d.scalar)), c, lanes, along)
-    else:
-        v = _per_channel(var, c, lanes, along)
-        factor = Bin("/", _per_channel(scale, c, lanes, along),
-                     math_call("sqrt", Bin("+", v, const_like(eps, v))))
-    centered = Bin("-", x.load(idx, lanes), _per_channel(mean, c, lanes, along))
-    return Bin("+", Bin("*", centered, factor), _per_channel(bias, c, lanes, along))
-
-
-# ------------------------------------------------------------------------ Resize
-
-def _resize_axes(ctx: LowerCtx, x: TensorRef, ins) -> list[tuple[int, np.ndarray, np.ndarray,
-                                                                   np.ndarray | None]]:
-    """Per resized axis: (axis, tap indices [out, n], tap weights [out, n],
-    outside-the-crop mask [out] or None), computed by the reference's own
-    coordinate and tap functions so that the kernel agrees with it."""
-    def const(i):
-        if i >= len(ins) or ins[i] is None:
-            return None
-        if ins[i].value is None:
-            raise ctx.unsupported(f"Resize input {i} computed at run time")
-        return ins[i].value
-    call = ctx                  # what the reference helpers read: attrs and node
-    values = [None, const(1), const(2), const(3)]
-    plan = ref.resize_plan(call, x.shape, ref.resize_optional(call, 2, values),
-                            ref.resize_optional(call, 3, values))
-    roi = ref.resize_optional(call, 1, values)
-    rank = len(x.shape)
-    ctm = ctx.attrs.get("coordinate_transformation_mode", "half_pixel")
-    if roi is not None:
-        full = np.array([0.0] * rank + [1.0] * rank)
-        for i, a in enumerate(plan.axes):
-            full[a], full[rank + a] = roi[i], roi[len(plan.axes) + i]
-        roi = full
-    axes = []
-    for a in plan.axes:
-        axis_roi = None if roi is None else (roi[a], roi[rank + a])
-        if plan.out[a] == x.shape[a] and plan.scales[a] == 1.0 and (
-                ctm != "tf_crop_and_resize" or axis_roi == (0.0, 1.0)):
-            continue
-        coords, outside = ref.source_coords(ctm, plan.out[a], x.shape[a], plan.scales[a],
-                                            axis_roi)
-        idx, w = ref.resize_taps(call, coords, x.shape[a], plan.scales[a])
-        axes.append((a, idx, w, outside if outside is not None and outside.any() else None))
-    return axes
-
-
-@value_rule("Resize")
-def resize(ctx: LowerCtx, ins: Sequence[TensorRef], idx: tuple, lanes: int) -> Expr:
-    """A gather of the nearest source element, or a weighted sum of the
-    interpolation taps (separable: one weight per axis and tap), from
-    compile-time tables of tap indices and weights per output position."""
-    x = ins[0]
-    mode = ctx.attrs.get("mode", "nearest")
-    d = dt(x.type.dtype)
-    if mode != "nearest":
-        _float_only(ctx, d)
-    axes = _resize_axes(ctx, x, ins)
-    if lanes > 1 and any(a == len(x.shape) - 1 for a, *_ in axes):
-        raise ctx.unsupported("vectorized Resize along its resized last axis")
-    if mode == "nearest":
-        at = list(idx)
-        for a, taps, w, _ in axes:
-            pick = taps[np.arange(len(taps)), np.argmax(w, axis=1)].astype(np.int32)
-            at[a] = Load(_param(ctx, "resize_index", pick), idx[a])
-        value = x.load(tuple(at), lanes)
-    else:
-        value = _interpolate(ctx, x, axes, idx, lanes, d)
-    for a, _, _, outside in axes:
-        if outside is not None:
-            mask = _param(ctx, "resize_outside", outside.astype(np.uint8))
-            fill = const_like(float(ctx.attrs.get("extrapolation_value", 0.0)), value)
-            value = Select(_splat(Bin("!=", Load(mask, idx[a]), Const(0, dt("uint8"))), lanes),
-                           fill, value)
-    return value
-
-
-# Interpolation terms per output element, at most: one per combination of
-# the axes' taps (cubic over 3 axes: 64), summed in one expression; linear
-# over a rank-10 tensor made 1,024 and a RecursionError, rank 20 a million.
-MAX_RESIZE_TERMS = 64
-
-
-def _interpolate(ctx, x: TensorRef, axes, idx, lanes: int, d: DType) -> Expr:
-    keeps = [np.flatnonzero(np.any(w != 0, axis=0)) for _, _, w, _ in axes]
-    terms = int(np.prod([len(k) for k in keeps], dtype=np.float64))
-    if terms > MAX_RESIZE_TERMS:
-        raise ctx.unsupported(f"interpolating over {len(axes)} axes at once ({terms} taps per "
-                              f"output element, more than {MAX_RESIZE_TERMS})")
-    tables = []
-    for (a, taps, w, _), keep in zip(axes, keeps):    # taps that always weigh 0 go
-        n = taps.shape[1]
-        tables.append((a, n, keep, _param(ctx, "resize_index", taps.astype(np.int32)),
-                       _param(ctx, "resize_weight", w.astype(d.scalar))))
-    total = None
-    for combo in itertools.product(*(keep for _, _, keep, _, _ in tables)):
-        at = list(idx)
-        weight = None
-        for (a, n, _, itab, wtab), t in zip(tables, combo):
-            pos = add(mul(idx[a], Const(n)), Const(int(t)))
-            at[a] = Load(itab, pos)
-            weight = Load(wtab, pos) if weight is None else Bin("*", weight, Load(wtab, pos))
-        term = Bin("*", x.load(tuple(at), lanes), _splat(weight, lanes))
-        total = term if total is None else Bin("+", total, term)
-    return total if total is not None else x.load(idx, lanes)
-
-
 # ------------------------------------------------------------------ ConvTranspose
 
 def _fill_zero(ctx: LowerCtx, buf: Buffer, lanes: int) -> Stmt:
     """buf[:] = 0, `lanes` elements a store, then the exact remainder."""
-    body = _loop(ctx, "z", buf.size // lanes, lambda v: Store(
+    body = loop(ctx, "z", buf.size // lanes, lambda v: Store(
         buf, mul(v, Const(lanes)), const_like(0, buf.dtype.with_lanes(lanes))))
     tail = [Store(buf, Const(i), const_like(0, buf.dtype))
             for i in range(buf.size - buf.size % lanes, buf.size)]
-    return _seq(body, *tail)
+    return seq_of(body, *tail)
 
 
 @kernel_rule("ConvTranspose")
@@ -1076,7 +788,7 @@ def conv_transpose(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     icg, ocg, nk = xin.channels // group, wv.shape[1], len(kernel)
     packed = wv.reshape((group, icg, ocg) + tuple(kernel)).transpose(
         (0,) + tuple(range(3, 3 + nk)) + (1, 2))
-    wp = _param(ctx, "w_packed", np.ascontiguousarray(packed))
+    wp = shared_param(ctx, "w_packed", np.ascontiguousarray(packed))
     full = [s * (i - 1) + (k - 1) * d + 1 for s, i, k, d in zip(strides, xin.spatial, kernel, dil)]
     lo = [min(0, b) for b in begin]
     size = tuple(max(f, b + o) - l for f, b, o, l in zip(full, begin, osp, lo))
@@ -1090,37 +802,37 @@ def conv_transpose(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
                 for i, k, s, d, l in zip(ipos, tap, strides, dil, lo)]
         oc0 = add(mul(g, Const(ocg)), c0)
         at = [flat_index(ws.index(n, fpos, add(oc0, Const(off))), acc_shape)
-              for off in _offsets(widths)]
-        accs, decls = _accumulators(ctx, dtype, widths,
-                                    lambda off, wd: Load(work, at[_offsets(widths).index(off)], wd))
+              for off in offsets(widths)]
+        accs, decls = accumulators(ctx, dtype, widths,
+                                    lambda off, wd: Load(work, at[offsets(widths).index(off)], wd))
 
         def per_ic(ic):
             return _rank1_update(
                 ctx, dtype, [accs], [x.load(xin.index(n, ipos, add(mul(g, Const(icg)), ic)))],
                 [Load(wp, flat_index((g, *tap, ic, add(c0, Const(off))), packed.shape), wd)
-                 for off, wd in zip(_offsets(widths), widths)], widths)
-        return _seq(*decls, _loop(ctx, "ic", icg, per_ic),
+                 for off, wd in zip(offsets(widths), widths)], widths)
+        return seq_of(*decls, loop(ctx, "ic", icg, per_ic),
                     *(Store(work, i, a) for i, a in zip(at, accs)))
 
     def over(names, extents, body):
         def level(a, vs):
             if a == len(extents):
                 return body(vs)
-            return _loop(ctx, f"{names}{a}", extents[a], lambda v: level(a + 1, vs + [v]))
+            return loop(ctx, f"{names}{a}", extents[a], lambda v: level(a + 1, vs + [v]))
         return level(0, [])
 
     def crop(n, opos, c0, widths) -> Stmt:
         src = [add(o, Const(b - l)) for o, b, l in zip(opos, begin, lo)]
         init = _bias_init(bias, dtype, c0)
-        return _seq(*(emit(0, out.index(n, opos, add(c0, Const(off))), Bin(
+        return seq_of(*(emit(0, out.index(n, opos, add(c0, Const(off))), Bin(
             "+", Load(work, flat_index(ws.index(n, src, add(c0, Const(off))), acc_shape), wd),
-            init(off, wd))) for off, wd in zip(_offsets(widths), widths)))
+            init(off, wd))) for off, wd in zip(offsets(widths), widths)))
 
     def batch(n) -> Stmt:
-        return _seq(
-            over("i", xin.spatial, lambda ipos: _loop(ctx, "g", group, lambda g: over(
+        return seq_of(
+            over("i", xin.spatial, lambda ipos: loop(ctx, "g", group, lambda g: over(
                 "k", kernel, lambda tap: _over_tiles(ctx, ocg, t, lambda c0, widths: scatter(
                     n, ipos, g, tap, c0, widths))))),
             over("o", osp, lambda opos: _over_tiles(ctx, out.channels, t, lambda c0, widths:
                                                     crop(n, opos, c0, widths))))
-    return _seq(_fill_zero(ctx, work, t.lanes), _loop(ctx, "n", xin.batch, batch))
+    return seq_of(_fill_zero(ctx, work, t.lanes), loop(ctx, "n", xin.batch, batch))

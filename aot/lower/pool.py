@@ -1,0 +1,120 @@
+"""Compute rule for the float (and integer max) pools of aot/ops/nn.py:
+MaxPool, AveragePool, LpPool.
+
+They run the convolutions' window machinery (aot/lower/nn.py): the output
+split into regions whose in-image taps are constant ranges, register tiles
+of channels, the channel axis innermost. An average divides by its
+window's tap count, a constant per run of output positions (runs are split
+where the count changes) or a table entry in a guarded run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from aot.ir.tir import (Assign, Bin, Const, DType, Expr, Load, Select, Stmt, add, dt, dtype_of,
+                        mul, seq)
+from aot.lower.builders import accumulators, float_only, offsets, seq_of, shared_param, splat
+from aot.lower.elementwise import const_like, math_call
+from aot.lower.nn import SpatialOp, sliding_window, spatial_op, tap_nest
+from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
+from aot.lower.schedule import tile
+from aot.ops import nn as ref
+
+
+def _pool_window(ctx: LowerCtx, xin: SpatialOp) -> ref.Window:
+    kernel = tuple(int(k) for k in ctx.attrs["kernel_shape"])
+    return ref.resolve_window(ctx, xin.spatial, kernel, bool(ctx.attrs.get("ceil_mode", 0)))
+
+
+def _tap_counts(win: ref.Window, spatial: Sequence[int], a: int, include_pad: bool) -> np.ndarray:
+    """Per output position along axis a: how many of its window's taps an
+    average divides by (inside the input, or inside the explicitly padded
+    input with count_include_pad; never the ceil_mode overhang)."""
+    lo, hi = (-win.pad_begin[a], spatial[a] + win.pad_end[a]) if include_pad else (0, spatial[a])
+    pos = (np.arange(win.out[a])[:, None] * win.strides[a] - win.pad_begin[a]
+           + np.arange(win.kernel[a])[None, :] * win.dilations[a])
+    return ((pos >= lo) & (pos < hi)).sum(axis=1)
+
+
+@dataclass(frozen=True)
+class _PoolMath:
+    init: Callable[[DType], Expr]                 # accumulator start value
+    step: Callable[[Expr, Expr], Expr]            # acc, tap -> acc
+    vector: bool = True                           # may run lane-wise
+
+
+def _lp_math(p: float) -> _PoolMath:
+    def step(acc, v):
+        av = Select(Bin("<", v, const_like(0, v)), Bin("-", const_like(0, v), v), v)
+        return Bin("+", acc, Bin("*", av, av) if p == 2 else
+                   av if p == 1 else math_call("pow", av, const_like(p, av)))
+    return _PoolMath(lambda d: const_like(0, d), step, vector=p in (1, 2))
+
+
+def _pool_init_max(d: DType) -> Expr:
+    low = float("-inf") if d.is_float else int(np.iinfo(d.scalar).min)
+    return const_like(low, d)
+
+
+@kernel_rule("MaxPool", "AveragePool", "LpPool")
+def pool(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
+    op = ctx.node.op
+    x = ins[0]
+    dtype = dt(ctx.out_types[0].dtype)
+    if op == "MaxPool" and len(ctx.node.outputs) > 1 and ctx.node.outputs[1]:
+        raise ctx.unsupported("the MaxPool Indices output")
+    if op != "MaxPool":
+        float_only(ctx, dtype)
+    xin = spatial_op(ctx, x.shape)
+    win = _pool_window(ctx, xin)
+    p = float(ctx.attrs.get("p", 2))
+    maths = {"MaxPool": _PoolMath(_pool_init_max, lambda a, v: Bin("max", a, v)),
+             "AveragePool": _PoolMath(lambda d: const_like(0, d), lambda a, v: Bin("+", a, v)),
+             "LpPool": _lp_math(p)}[op]
+    include_pad = op == "AveragePool" and bool(ctx.attrs.get("count_include_pad", 0))
+    # A window with no taps at all (padding wider than the kernel) averages
+    # to 0, as the reference does (0 / max(count, 1)).
+    counts = [np.maximum(_tap_counts(win, xin.spatial, a, include_pad), 1)
+              for a in range(len(xin.spatial))]
+    t = tile(ctx.target, dtype, xin.vectorizable and maths.vector)
+
+    def divisor(runs, opos) -> Expr:
+        """The window's tap count, a product over the axes of a constant
+        per run (runs are split where the count changes) or, in a guarded
+        run, a table entry."""
+        total: Expr = Const(1.0, dt(dtype.scalar))
+        for a, r in enumerate(runs):
+            total = mul(total, Load(shared_param(ctx, "pool_count",
+                                                 counts[a].astype(dtype.scalar)), opos[a])
+                        if r.guarded else Const(float(r.key), dt(dtype.scalar)))
+        return total
+
+    def finish(acc: Expr, runs, opos) -> Expr:
+        lanes = dtype_of(acc).lanes
+        if op == "AveragePool":
+            return Bin("/", acc, splat(divisor(runs, opos), lanes))
+        if op == "LpPool" and p == 2:
+            return math_call("sqrt", acc)
+        if op == "LpPool" and p != 1:
+            return math_call("pow", acc, const_like(1.0 / p, acc))
+        return acc
+
+    def tile_body(n, pixels, runs, _, c0, widths) -> Stmt:
+        opos = pixels[0]
+        accs, decls = accumulators(ctx, dtype, widths, lambda off, w: maths.init(
+            dtype.with_lanes(w)))
+
+        def taps(ipos, tap):
+            return seq(*(Assign(a, maths.step(a, x.load(xin.index(n, ipos, add(c0, Const(off))),
+                                                         wd)))
+                         for a, off, wd in zip(accs, offsets(widths), widths)))
+
+        stores = [emit(0, xin.index(n, opos, add(c0, Const(off))), finish(a, runs, opos))
+                  for a, off in zip(accs, offsets(widths))]
+        return seq_of(*decls, tap_nest(ctx, runs, opos, win, xin.spatial, taps), *stores)
+
+    return sliding_window(ctx, xin.batch, win, xin.spatial, t, 1, xin.channels, tile_body,
+                          keys=[lambda o, c=c: int(c[o]) for c in counts])

@@ -1,6 +1,9 @@
-"""Compute rules for the float neural-network ops (aot/ops/nn.py): the heavy
-kernels (Conv, ConvTranspose, pooling, Gemm, MatMul) and the per-channel
-value rules (BatchNormalization, Resize).
+"""Compute rules for the float convolutions and dense products of
+aot/ops/nn.py (Conv, ConvTranspose, Gemm, MatMul), and the register tiles,
+window regions and geometry they are built from (pooling, aot/lower/pool.py,
+runs on the same windows; Winograd, aot/lower/winograd.py, on the same
+dense tiles). BatchNormalization and Resize are in batchnorm.py and
+resize.py, the small statement builders in builders.py.
 
 How the kernels are shaped (see /work/shared/PERFORMANCE.md; the numbers
 are in aot/lower/schedule.py):

@@ -1,4 +1,5 @@
-"""Compute rules for the TFLite-semantics integer ops (`tfl.*`).
+"""Compute rules for the TFLite-semantics integer convolutions and fully
+connected layer (`tfl.conv2d`, `tfl.depthwise_conv2d`, `tfl.fully_connected`).
 
 Bit-exact with aot/ops/tflite_int8.py (itself bit-exact with tflite-micro,
 TFLITE_INT8.md). Accumulators are int32; requantization uses the
@@ -14,17 +15,18 @@ Loop structure:
   where out-of-image taps are skipped by one test per kernel row/column,
   and the interior, with no tests and the input zero point folded into the
   bias (bias - zp * sum(w), exact in integers).
-- pools: the same window nest, the channels innermost; average pooling
-  counts only the in-image taps (a constant in the interior).
 - fully connected: a dot product per output, the zero point folded into
   the bias (FC never pads).
-- softmax: three passes over each row (max; sum of exps; outputs, the exp
-  recomputed as TFLM does), each step of gemmlowp's fixed-point exp and
-  reciprocal a named local.
 
 On targets with vectors, conv, depthwise and FC run in vector tiles
-instead (the "vector kernels" section below); the value rules (add, sub,
-mul, requantize) are lane-generic, so fused epilogues vectorize with them.
+instead (the "vector kernels" section below); the value rules fused into
+them as epilogues are lane-generic, so they vectorize with them.
+
+The other integer rules are in modules named for them: int8_elementwise.py
+(the value rules, DIV), int8_pool.py (pools and MEAN, on this module's
+window nest), int8_rowwise.py (softmax, log-softmax, L2 normalization,
+cumsum), int8_math.py (gemmlowp's fixed-point functions); int8_common.py
+holds the helpers they all share.
 """
 from __future__ import annotations
 

@@ -57,6 +57,12 @@
 /* A worker that finds itself on the caller's CPU moves off it at most this
  * often (ns); see move_off. */
 #define MOVE_NS 50000000
+/* Whether splitting pays is judged over windows of this many jobs; a
+ * window that did not pay sends the kernels to the caller alone for
+ * SERIAL_NS, twice that after another such window, up to SERIAL_MAX_NS. */
+#define WINDOW 64
+#define SERIAL_NS 10000000
+#define SERIAL_MAX_NS 160000000
 
 #define LINE 64
 
@@ -84,6 +90,24 @@ static struct {
 } pool = {0, -1, NULL, NULL, 0, 0, 0, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
           PTHREAD_COND_INITIALIZER, {{0, 0, 0, 0}}};
 
+/* The caller's account of whether splitting pays, kept by whoever holds
+ * the pool (busy). On a loaded machine a worker may share its CPU with
+ * another process: the caller then waits for a task the OS stopped halfway
+ * (a time slice, milliseconds) or runs it itself late, and a split kernel
+ * takes longer than on one thread. Over each window of jobs the caller
+ * weighs the time it spent on its own tasks against the time it spent
+ * waiting for or running the workers' tasks; when the waste is the larger,
+ * split kernels run whole on the caller (aot_pool_run's fallback) for a
+ * while, the idle workers go to sleep, and the next try starts with one
+ * window unjudged (workers waking). */
+static struct {
+    uint64_t own, waste;         /* ticks over the window */
+    int jobs;
+    int settling;                /* this window follows a pause: not judged */
+    int64_t paused_until;        /* ns: kernels run whole until then (0: not paused) */
+    int64_t pause;               /* ns: the next pause's length */
+} health = {0, 0, 0, 1, 0, SERIAL_NS};
+
 /* start and stop, one at a time (a lazy start may race a first run) */
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -91,6 +115,15 @@ static int64_t now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* A cheap tick counter for the health account (only ratios of it count). */
+static uint64_t ticks(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    return __builtin_ia32_rdtsc();
+#else
+    return (uint64_t)now_ns();
+#endif
 }
 
 static int current_cpu(void) {
@@ -234,6 +267,42 @@ static void wake_sleepers(void) {
     }
 }
 
+/* Whether the kernels run whole now: the pool is paused after a window
+ * whose waste outweighed the caller's own work. */
+static int paused(void) {
+    if (health.paused_until == 0) {
+        return 0;
+    }
+    if (now_ns() < health.paused_until) {
+        return 1;
+    }
+    health.paused_until = 0;
+    health.settling = 1;
+    health.own = health.waste = 0;
+    health.jobs = 0;
+    return 0;
+}
+
+/* One job's account: `own` ticks on the caller's task, `waste` waiting for
+ * or running the workers'. */
+static void account(uint64_t own, uint64_t waste) {
+    health.own += own;
+    health.waste += waste;
+    if (++health.jobs < WINDOW) {
+        return;
+    }
+    if (health.settling) {
+        health.settling = 0;
+    } else if (health.waste > health.own) {
+        health.paused_until = now_ns() + health.pause;
+        health.pause = health.pause * 2 > SERIAL_MAX_NS ? SERIAL_MAX_NS : health.pause * 2;
+    } else {
+        health.pause = SERIAL_NS;
+    }
+    health.own = health.waste = 0;
+    health.jobs = 0;
+}
+
 /* Until worker w's task of job `job` is done: by the worker, or by the
  * caller when the worker has not started it within the grace period. */
 static void finish(struct worker* w, int k, uint32_t job, int tasks) {
@@ -294,6 +363,11 @@ static int start_locked(int threads) {
         return AOT_OK;
     }
     stop_locked();
+    health.own = health.waste = 0;
+    health.jobs = 0;
+    health.settling = 1;        /* the new workers' first jobs are not judged */
+    health.paused_until = 0;
+    health.pause = SERIAL_NS;
     pool.threads = threads;     /* workers read it; published by pthread_create */
     __atomic_store_n(&pool.job, 0, __ATOMIC_RELEASE);
     for (i = 1; i < threads; i++) {
@@ -342,6 +416,7 @@ int aot_pool_threads(void) {
 
 void aot_pool_run(aot_task_fn fn, void* ctx) {
     const int threads = __atomic_load_n(&pool.threads, __ATOMIC_ACQUIRE);
+    uint64_t t0, t1;
     uint32_t job;
     int free = 0;
     int k;
@@ -350,14 +425,22 @@ void aot_pool_run(aot_task_fn fn, void* ctx) {
         fn(ctx, 0, 1);
         return;
     }
+    if (paused()) {
+        fn(ctx, 0, 1);
+        __atomic_store_n(&pool.busy, 0, __ATOMIC_RELEASE);
+        return;
+    }
     pool.fn = fn;
     pool.ctx = ctx;
+    t0 = ticks();
     job = publish();
     fn(ctx, 0, threads);
+    t1 = ticks();
     /* after its own task: the fence there costs nothing by then */
     wake_sleepers();
     for (k = 1; k < threads; k++) {
         finish(&pool.workers[k], k, job, threads);
     }
+    account(t1 - t0, ticks() - t1);
     __atomic_store_n(&pool.busy, 0, __ATOMIC_RELEASE);
 }

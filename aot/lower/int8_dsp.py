@@ -44,6 +44,7 @@ from aot.codegen.arm_dsp import INT8X4, smla_half, smlad, smmulr, sxtb16
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr, For, ForKind, If,
                         Load, Stmt, Store, Var, add, flat_index, mul, seq)
 from aot.lower.int8_common import lazy_table, loop, loop_step, table, to_i32, unravel
+from aot.lower.int8_window import in_range, plane_regions, span_loop, window_pos
 from aot.lower.rules import LowerCtx, TensorRef
 
 # rows x output channels per register tile
@@ -240,7 +241,6 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
     tile[1] output channels per tile, over the taps and each tap's words of
     input channels, read where they lie. weights [C_out, KH, KW, D]; finish
     as conv_nest's (gather: a tile's 4 channels as one int32 x 4, as matmul's)."""
-    from aot.lower.tflite_int8 import in_range, window_pos, plane_regions
     words = words or PAIRS
     lanes = words.lanes
     w = weights.reshape(g.cout, -1)         # (ky, kx, c) per channel
@@ -313,7 +313,6 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
     otherwise (kws's first layer: 41% inside) each image is first copied
     into a scratch buffer padded with zero points, inside which every
     window lies (the arena plans it: 754 bytes on kws)."""
-    from aot.lower.tflite_int8 import in_range, window_pos, span_loop
     span = g.kw * g.depth                    # a window row's terms
     w = weights.reshape(g.cout, g.kh, span)
     nk = CONV_TILE[1]
@@ -410,7 +409,6 @@ def padded_geometry(ctx: LowerCtx, g):
 
 def pad_copy(ctx: LowerCtx, x: TensorRef, g, n: Expr, pad: Buffer, zp: int) -> Stmt:
     """pad = image n of x where it lies, the zero point around it."""
-    from aot.lower.tflite_int8 import in_range
 
     def one(py, px, c) -> Stmt:
         iy, ix = add(py, Const(-g.pad_top)), add(px, Const(-g.pad_left))
@@ -456,7 +454,6 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
     a time: int8_mve.depthwise_group); the channels past the last word one
     at a time. weights [C, KH, KW, 1]; finish as conv_nest's."""
     from aot.lower import int8_mve
-    from aot.lower.tflite_int8 import in_range, plane_regions, window_pos
     channels = g.groups
     wbuf = ctx.param("filter", np.transpose(weights[..., 0], (1, 2, 0)).astype(np.int8))
     folded = folded_bias(bias, zp, weights.reshape(channels, -1))

@@ -47,6 +47,7 @@ from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr
                         Var, add, flat_index, mul, seq)
 from aot.lower import int8_dsp
 from aot.lower.int8_common import loop, to_i32
+from aot.lower.int8_window import in_range, plane_regions, window_pos
 from aot.lower.rules import LowerCtx, TensorRef
 
 LANES = 16
@@ -114,7 +115,6 @@ def outer(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
     zero points, so no term is tested. weights [C_out, KH, KW, D]; finish
     as conv_nest's, called with int32 x 4 accumulators (idx[3]: the first
     of their 4 channels)."""
-    from aot.lower.tflite_int8 import in_range, plane_regions, window_pos
     terms = g.kh * g.kw * g.depth
     w = weights.reshape(g.cout, terms)
     full = g.cout - g.cout % LANES

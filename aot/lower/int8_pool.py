@@ -1,7 +1,7 @@
 """Integer (TFLite-semantics) pooling and MEAN.
 
 AVERAGE_POOL_2D and MAX_POOL_2D run the convolutions' window nest
-(aot/lower/tflite_int8.py: window_nest over the border regions and the
+(aot/lower/int8_window.py: window_nest over the border regions and the
 interior) with the channels innermost; the average counts only the
 in-image taps (a constant in the interior). MEAN sums each output's
 reduced axes, then rescales and divides, rounding as TFLM does.
@@ -13,8 +13,8 @@ from typing import Callable
 from aot.ir.tir import Assign, Bin, Cast, Const, Expr, Load, Stmt, Store, Var, add, dt
 from aot.lower import qmath as q
 from aot.lower.int8_common import CallView, const_input, loop, nest, scale_zp, to_i32
+from aot.lower.int8_window import conv_geom, window_nest, window_pos
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
-from aot.lower.tflite_int8 import conv_geom, window_nest, window_pos
 from aot.ops import qmath as ref_q
 from aot.ops import tflite_int8 as ref
 

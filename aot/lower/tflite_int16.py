@@ -28,6 +28,7 @@ from aot.lower.int8_elementwise import (add_rule, leaky_relu_rule, mul_rule,
                                         squared_difference_rule, sub_rule)
 from aot.lower.int8_math import count_leading_zeros, inv_sqrt_block
 from aot.lower.int8_pool import avg_pool2d, max_pool2d, reduce_per_output
+from aot.lower.int8_window import ConvGeom, conv_geom
 from aot.lower.int8_rowwise import row_max
 from aot.lower.lstm import sigmoid16_scaled, tanh16_scaled
 from aot.lower.rules import LowerCtx, kernel_rule, value_rule
@@ -97,7 +98,7 @@ class Requant16:
         return Cast(dt("int16"), q.clamp(y, self.lo, self.hi))
 
 
-def _conv16(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: i8.ConvGeom):
+def _conv16(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom):
     bias = i8.bias_values(ctx, ins, 2, g.cout)
     rq = Requant16(ctx, *ref.conv_multipliers(ctx, g.cout), sums_fit_int32(weights, bias))
 
@@ -112,7 +113,7 @@ def _conv16(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: i8.ConvGeom):
 def conv2d_16x8(ctx: LowerCtx, ins, emit):
     x, w = ins[0], const_input(ctx, ins[1], "filter")
     depth = w.shape[3]
-    g = i8.conv_geom(ctx, x.shape, ctx.out_types[0].shape, w.shape[1:3], x.shape[3] // depth,
+    g = conv_geom(ctx, x.shape, ctx.out_types[0].shape, w.shape[1:3], x.shape[3] // depth,
                      depth)
     return _conv16(ctx, ins, emit, w.astype(np.int64), g)
 
@@ -122,7 +123,7 @@ def depthwise_conv2d_16x8(ctx: LowerCtx, ins, emit):
     x, w = ins[0], const_input(ctx, ins[1], "filter")
     # [1, KH, KW, C*M] -> [C*M, KH, KW, 1]: a grouped conv, one input channel per group
     weights = np.transpose(w[0], (2, 0, 1))[..., None].astype(np.int64)
-    g = i8.conv_geom(ctx, x.shape, ctx.out_types[0].shape, w.shape[1:3], x.shape[3], 1)
+    g = conv_geom(ctx, x.shape, ctx.out_types[0].shape, w.shape[1:3], x.shape[3], 1)
     return _conv16(ctx, ins, emit, weights, g)
 
 

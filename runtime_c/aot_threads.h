@@ -45,7 +45,8 @@ int aot_pool_threads(void);
 
 /* Run fn(ctx, task, n) for every task of the pool at once and return when
  * all are done. If another thread is using the pool at this moment (two
- * runs of packages on their own arenas), or the pool has one thread, the
+ * runs of packages on their own arenas), the pool has one thread, or it is
+ * paused (splitting lately cost more than it saved: a loaded machine), the
  * caller runs the whole kernel alone as fn(ctx, 0, 1): same outputs. */
 void aot_pool_run(aot_task_fn fn, void* ctx);
 

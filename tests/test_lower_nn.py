@@ -23,7 +23,7 @@ from aot.errors import UnsupportedError
 from aot.frontend.onnx import import_onnx
 from aot.ir.graph import Graph, Node, type_of
 from aot.lower import lower_graph
-from aot.lower.nn import axis_runs, window_regions
+from aot.lower.windows import axis_runs, window_regions
 from aot.lower.testing import build_and_run_many, host_target, run_kernels
 from aot.ops.nn import Window
 from aot.passes.fold import fold_constants

@@ -36,10 +36,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.codegen.intrinsics import lane
 from aot.ir.graph import TensorType
-from aot.ir.tir import (Assign, Bin, Buffer, Comment, Const, Decl, DType, Expr, ForKind, If, Load,
-                        Stmt, Store, Var, add, dt, dtype_of, flat_index, mul, seq)
+from aot.ir.tir import (Assign, Bin, Buffer, Comment, Const, Decl, DType, Expr, Load, Stmt, Store,
+                        Var, add, dt, dtype_of, flat_index, mul, seq)
 from aot.lower.builders import (accumulators, float_only, fma, loop, offsets, plus, seq_of,
                                 shared_param, splat)
 from aot.lower.elementwise import broadcast_index, broadcast_load, const_like
@@ -48,271 +47,15 @@ from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORDER, Tile, depthwise_tile,
                                matvec_tile, tile)
 from aot.lower.strategy import conv_algorithm
+from aot.lower.tiles import (UNROLL_CHANNEL_TILES, fitting_parts, lane_update, over_tiles,
+                             pixel_accumulators, position_blocks, rank1_update, reduce_steps,
+                             tile_widths)
+from aot.lower.windows import (SpatialOp, axis_runs, region_nest, sliding_window, spatial_op,
+                               tap_nest, window_regions)
 from aot.ops import nn as ref
 
-# More regions than this (combinations of border runs over the spatial axes)
-# and the axes with the most runs switch to guarded taps instead.
-MAX_REGIONS = 36
 
-# A by-lane reduction of at most this many steps is unrolled: clang 14 kept
-# vww f32's 8-channel 1x1 conv's 2 steps a loop whose every load computed
-# its address (`orr` of the disjoint index bits, then a shift), 350 -> 292
-# instructions per 8 x 8 tile.
-UNROLL_LANE_STEPS = 4
-# So is a loop of at most this many channel tiles of a tile sized by the
-# register file (Arm's), its channel offset then a constant in every
-# address. On the A72, C: vww f32's 8-channel depthwise conv 107,230 ->
-# 84,893 instructions (4 tiles gained nothing more); ResNet-8 f32, whose
-# 16-channel convolutions are 2 tiles, 4,404,231 -> 4,184,262 (LLVM
-# 4,180,631 -> 4,155,690). Not the dense kernels' tiles: vww's 1x1 convs
-# lost as much with LLVM as they gained with C.
-UNROLL_CHANNEL_TILES = 2
-
-
-# ---------------------------------------------------------------- register tiles
-
-
-def tile_widths(total: int, t: Tile) -> list[tuple[int, tuple[int, ...]]]:
-    """(repeat count, accumulator widths) blocks covering `total` channels:
-    full tiles, then one exact-size remainder tile of whole vectors, a
-    narrower vector and scalars."""
-    main, rest = divmod(total, t.nr)
-    widths: list[int] = []
-    if t.lanes > 1:
-        widths += [t.lanes] * (rest // t.lanes)
-        rest %= t.lanes
-    if t.narrow > 1 and rest >= t.narrow:
-        widths.append(t.narrow)
-        rest -= t.narrow
-    widths += [1] * rest
-    out = [(main, (t.lanes,) * t.vectors)] if main else []
-    return out + ([(1, tuple(widths))] if widths else [])
-
-
-def _over_tiles(ctx: LowerCtx, total: int, t: Tile,
-                body: Callable[[Expr, tuple[int, ...]], Stmt], unroll: int = 0) -> Stmt:
-    """body(first channel, accumulator widths) for every channel tile (a
-    loop of at most `unroll` tiles unrolled)."""
-    stmts, base = [], 0
-    for count, widths in tile_widths(total, t):
-        width = sum(widths)
-        kind = ForKind.UNROLLED if count <= unroll else ForKind.SERIAL
-        stmts.append(loop(ctx, "c", count, lambda c0, w=widths: body(c0, w),
-                           start=base, step=width, kind=kind))
-        base += count * width
-    return seq_of(*stmts)
-
-
-def _pixel_accumulators(ctx: LowerCtx, dtype: DType, pixels: int, widths,
-                        init: Callable[[int, int], Expr]):
-    """accumulators for each of `pixels` pixels: (per-pixel lists, decls)."""
-    accs, decls = [], []
-    for _ in range(pixels):
-        row, d = accumulators(ctx, dtype, widths, init)
-        accs.append(row)
-        decls += d
-    return accs, decls
-
-
-def _rank1_update(ctx: LowerCtx, dtype: DType, accs: list[list[Var]], xvals: list[Expr],
-                  wvals: list[Expr], widths: Sequence[int]) -> Stmt:
-    """accs[r][j] += xvals[r] * wvals[j]: one step of an MR x NR tile, each
-    input value and (for MR > 1) each weight vector loaded once."""
-    xs = [ctx.fresh("xv", dtype) for _ in xvals]
-    stmts: list[Stmt] = [Decl(v, e) for v, e in zip(xs, xvals)]
-    if len(xvals) > 1:
-        wvars = [ctx.fresh("wv", dtype.with_lanes(wd)) for wd in widths]
-        stmts += [Decl(v, e) for v, e in zip(wvars, wvals)]
-        wvals = wvars
-    stmts += [Assign(a, fma(a, splat(xv, wd), wv))
-              for xv, row in zip(xs, accs) for a, wv, wd in zip(row, wvals, widths)]
-    return seq(*stmts)
-
-
-def _lane_update(ctx: LowerCtx, dtype: DType, accs: list[list[Var]], xvecs: list[Expr],
-                 wvals: Callable[[int], list[Expr]], widths: Sequence[int]) -> Stmt:
-    """One rank-1 update per lane of the input vectors: xvecs[r] holds
-    pixel r's inputs of consecutive reduction steps, step l multiplies lane
-    l of each by the weights wvals(l) (Arm's multiply-add by element: one
-    load of four inputs feeds four steps)."""
-    xs = [ctx.fresh("xq", dtype_of(e)) for e in xvecs]
-    return seq(*(Decl(v, e) for v, e in zip(xs, xvecs)), *(
-        _rank1_update(ctx, dtype, accs, [lane(x, step) for x in xs], wvals(step), widths)
-        for step in range(dtype_of(xvecs[0]).lanes)))
-
-
-def _reduce(ctx: LowerCtx, name: str, count: int, t: Tile, step: Callable[[Expr], Stmt],
-            lane_step: Callable[[Expr], Stmt] | None = None) -> Stmt | None:
-    """step(k) for k < count, or with a by-lane tile lane_step(k) for every
-    t.k_lanes steps from k and step(k) for the last count % t.k_lanes."""
-    if lane_step is None or t.k_lanes == 1 or count < t.k_lanes:
-        return loop(ctx, name, count, step)
-    full = count - count % t.k_lanes
-    trips = full // t.k_lanes
-    kind = ForKind.UNROLLED if trips <= UNROLL_LANE_STEPS else ForKind.SERIAL
-    return seq_of(loop(ctx, name, trips, lane_step, step=t.k_lanes, kind=kind),
-                *(step(Const(k)) for k in range(full, count)))
-
-
-def position_blocks(ctx: LowerCtx, name: str, count: int, start: int, mr: int,
-                    body: Callable[[list[Expr]], Stmt]) -> Stmt:
-    """body(positions) over [start, start + count) in blocks of `mr`
-    neighbouring positions, then one exact-size remainder block."""
-    mr = max(1, mr)
-    full, rest = divmod(count, mr)
-    tail = start + full * mr
-    return seq_of(loop(ctx, name, full, lambda v: body([plus(v, j) for j in range(mr)]),
-                      start=start, step=mr),
-                body([Const(tail + j) for j in range(rest)]) if rest else None)
-
-
-def fitting_parts(pixels: list, widths: Sequence[int], t: Tile) -> list[list]:
-    """pixels cut into parts whose accumulators (len(widths) each) fit t."""
-    size = t.fit(len(widths))
-    return [pixels[i:i + size] for i in range(0, len(pixels), size)]
-
-
-# ------------------------------------------------------- windows split into regions
-
-@dataclass(frozen=True)
-class Run:
-    """Consecutive output positions along one axis whose in-image taps are
-    the same range [lo, hi) (and whose `key`, e.g. a pool's divisor, agrees).
-    A guarded run visits every tap and tests each one."""
-    start: int
-    count: int
-    lo: int
-    hi: int
-    key: int = 0
-    guarded: bool = False
-
-
-def axis_runs(n_out: int, n_in: int, k: int, stride: int, dil: int, pad: int,
-              key: Callable[[int], int] = lambda o: 0) -> list[Run]:
-    """The runs of one spatial axis: output o's window starts at input
-    position o * stride - pad; its tap t reads position + t * dil."""
-    runs: list[Run] = []
-    for o in range(n_out):
-        p0 = o * stride - pad                      # position of tap 0
-        lo = 0 if p0 >= 0 else min(k, (-p0 + dil - 1) // dil)
-        hi = 0 if n_in <= p0 else min(k, (n_in - p0 + dil - 1) // dil)
-        hi = max(lo, hi)
-        if runs and (runs[-1].lo, runs[-1].hi, runs[-1].key) == (lo, hi, key(o)):
-            runs[-1] = replace(runs[-1], count=runs[-1].count + 1)
-        else:
-            runs.append(Run(o, 1, lo, hi, key(o)))
-    return runs
-
-
-def _guard_borders(runs: list[Run], k: int) -> list[Run]:
-    """Merge the runs with partial tap ranges into guarded runs."""
-    out: list[Run] = []
-    for r in runs:
-        full = r.lo == 0 and r.hi == k
-        if not full and out and out[-1].guarded:
-            out[-1] = replace(out[-1], count=out[-1].count + r.count)
-        elif full:
-            out.append(r)
-        else:
-            out.append(Run(r.start, r.count, 0, k, 0, True))
-    return out
-
-
-def window_regions(win: ref.Window, spatial: Sequence[int], keys=None) -> list[tuple[Run, ...]]:
-    """Every combination of per-axis runs: the regions of the output."""
-    per_axis = [axis_runs(o, n, k, s, d, p, keys[a] if keys else (lambda o: 0))
-                for a, (o, n, k, s, d, p) in enumerate(zip(win.out, spatial, win.kernel,
-                                                           win.strides, win.dilations,
-                                                           win.pad_begin))]
-    while int(np.prod([len(r) for r in per_axis])) > MAX_REGIONS:
-        a = max(range(len(per_axis)), key=lambda i: len(per_axis[i]))
-        merged = _guard_borders(per_axis[a], win.kernel[a])
-        if len(merged) == len(per_axis[a]):
-            break
-        per_axis[a] = merged
-    return list(itertools.product(*per_axis))
-
-
-def _spans(pairs) -> str:
-    return " x ".join(f"[{a}, {b})" for a, b in pairs)
-
-
-def region_nest(ctx: LowerCtx, runs: Sequence[Run], body: Callable[[list[list[Expr]]], Stmt],
-                t: Tile) -> Stmt:
-    """Loops over the output positions of one region. body(pixels) gets
-    blocks of neighbouring positions along the last axis (t.block(row
-    length) of them, then an exact-size remainder block), each a list of
-    per-axis positions."""
-    def level(a: int, pos: list[Expr]) -> Stmt | None:
-        r = runs[a]
-        if a < len(runs) - 1:
-            return loop(ctx, f"o{a}", r.count, lambda v: level(a + 1, pos + [v]), start=r.start)
-        block = 1 if r.guarded else t.block(r.count)     # a guard tests one position
-        return position_blocks(ctx, f"o{a}", r.count, r.start, block,
-                               lambda os: body([pos + [o] for o in os]))
-    note = Comment(f"outputs {_spans((r.start, r.start + r.count) for r in runs)}: "
-                   f"taps {_spans((r.lo, r.hi) for r in runs)}"
-                   + (" (guarded)" if any(r.guarded for r in runs) else ""))
-    return seq_of(note, level(0, []))
-
-
-def tap_nest(ctx: LowerCtx, runs: Sequence[Run], opos: Sequence[Expr], win: ref.Window,
-             spatial: Sequence[int], body: Callable[[list[Expr], list[Expr]], Stmt]) -> Stmt | None:
-    """Loops over the in-image taps of a window; body(input positions, taps)."""
-    def level(a: int, ipos: list[Expr], taps: list[Expr]) -> Stmt | None:
-        if a == len(runs):
-            return body(ipos, taps)
-        r, s, d, p = runs[a], win.strides[a], win.dilations[a], win.pad_begin[a]
-
-        def at(tap: Expr) -> Stmt | None:
-            pos = plus(add(mul(opos[a], Const(s)), mul(tap, Const(d))), -p)
-            inner = level(a + 1, ipos + [pos], taps + [tap])
-            if inner is None or not r.guarded:
-                return inner
-            inside = Bin("and", Bin(">=", pos, Const(0)), Bin("<", pos, Const(spatial[a])))
-            return If(inside, inner)
-        return loop(ctx, f"k{a}", r.hi - r.lo, at, start=r.lo)
-    return level(0, [], [])
-
-
-def sliding_window(ctx: LowerCtx, batch: int, win: ref.Window, spatial: Sequence[int], t: Tile,
-                   groups: int, channels: int, tile_body, keys=None) -> Stmt:
-    """The loop nest shared by convolution and pooling: for every image,
-    region, block of t.mr output pixels, group and channel tile,
-    tile_body(n, pixels, runs, group, first channel, widths)."""
-    def region(n, runs) -> Stmt:
-        return region_nest(ctx, runs, lambda pixels: loop(
-            ctx, "g", groups, lambda g: _over_tiles(
-                ctx, channels, t, lambda c0, widths: tile_body(n, pixels, runs, g, c0, widths),
-                unroll=UNROLL_CHANNEL_TILES if t.registers else 0)),
-            t)
-    regions = window_regions(win, spatial, keys)
-    return seq_of(loop(ctx, "n", batch, lambda n: seq_of(*(region(n, runs) for runs in regions))))
-
-
-# ------------------------------------------------------------------------ geometry
-
-@dataclass(frozen=True)
-class SpatialOp:
-    """A conv/pool operand seen channel-last or channel-first."""
-    layout: str
-    batch: int
-    channels: int
-    spatial: tuple[int, ...]
-
-    def index(self, n: Expr, pos: Sequence[Expr], c: Expr) -> tuple[Expr, ...]:
-        return (n, *pos, c) if self.layout == "NHWC" else (n, c, *pos)
-
-    @property
-    def vectorizable(self) -> bool:
-        return self.layout == "NHWC"
-
-
-def spatial_op(ctx: LowerCtx, shape: Sequence[int]) -> SpatialOp:
-    layout = ref.layout_of(ctx)
-    ns = ref.nchw_shape(tuple(shape), layout)
-    return SpatialOp(layout, ns[0], ns[1], tuple(ns[2:]))
-
+# ---------------------------------------------------------------------------- Conv
 
 def _bias_init(bias: TensorRef | None, dtype: DType, c0: Expr):
     def init(off: int, w: int) -> Expr:
@@ -321,8 +64,6 @@ def _bias_init(bias: TensorRef | None, dtype: DType, c0: Expr):
         return splat(bias.load((add(c0, Const(off)),), w), w)
     return init
 
-
-# ---------------------------------------------------------------------------- Conv
 
 def _pack_conv_weight(w: np.ndarray, layout: str, group: int) -> np.ndarray:
     """Weight -> [group][k...][in-channel][out-channel] (the inner loop's order)."""
@@ -389,7 +130,7 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     def pixel_tile(n, pixels, runs, g, c0, widths) -> Stmt:
         oc0 = add(mul(g, Const(ocg)), c0)
         offs = offsets(widths)
-        accs, decls = _pixel_accumulators(ctx, dtype, len(pixels), widths,
+        accs, decls = pixel_accumulators(ctx, dtype, len(pixels), widths,
                                           _bias_init(bias, dtype, oc0))
         last = len(xin.spatial) - 1
         step = win.strides[last]
@@ -408,12 +149,12 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
                 return [x.load(xin.index(n, row, ch), lanes) for row in rows]
 
             def per_ic(ic):
-                return _rank1_update(ctx, dtype, accs, inputs(ic), weights(ic), widths)
+                return rank1_update(ctx, dtype, accs, inputs(ic), weights(ic), widths)
 
             def lanes_ic(ic):
-                return _lane_update(ctx, dtype, accs, inputs(ic, t.k_lanes),
+                return lane_update(ctx, dtype, accs, inputs(ic, t.k_lanes),
                                     lambda step: weights(plus(ic, step)), widths)
-            return _reduce(ctx, "ic", icg, t, per_ic, lanes_ic)
+            return reduce_steps(ctx, "ic", icg, t, per_ic, lanes_ic)
 
         def row_taps(ipos, tap):
             """The last axis's taps and the input channels as one reduction
@@ -433,10 +174,10 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
             def inputs(j, lanes=1):
                 return [Load(x.buffer, add(start, j), lanes) for start in starts]
 
-            return _reduce(
+            return reduce_steps(
                 ctx, "j", (r.hi - r.lo) * icg, t,
-                lambda j: _rank1_update(ctx, dtype, accs, inputs(j), weights(j), widths),
-                lambda j: _lane_update(ctx, dtype, accs, inputs(j, t.k_lanes),
+                lambda j: rank1_update(ctx, dtype, accs, inputs(j), weights(j), widths),
+                lambda j: lane_update(ctx, dtype, accs, inputs(j, t.k_lanes),
                                        lambda l: weights(plus(j, l)), widths))
 
         if merge_rows and not runs[last].guarded:
@@ -482,7 +223,7 @@ def _padded_input(ctx: LowerCtx, x: TensorRef, xin: SpatialOp, win: ref.Window, 
         def level(a: int, pos: list[Expr]) -> Stmt | None:
             if a == len(segs):
                 src = [plus(p, -segs[i][0]) for i, p in enumerate(pos)]
-                return _over_tiles(ctx, xin.channels, t, lambda c0, widths: seq_of(*(Store(
+                return over_tiles(ctx, xin.channels, t, lambda c0, widths: seq_of(*(Store(
                     buf, flat_index(padded.index(n, pos, plus(c0, off)), shape),
                     x.load(xin.index(n, src, plus(c0, off)), wd) if image
                     else const_like(0, dtype.with_lanes(wd)))
@@ -554,7 +295,7 @@ def _depthwise(ctx, x, packed, bias, xin, out, win, t, emit) -> Stmt:
 
     def tile_body(n, pixels, runs, _, c0, widths) -> Stmt:
         offs = offsets(widths)
-        accs, decls = _pixel_accumulators(ctx, dtype, len(pixels), widths,
+        accs, decls = pixel_accumulators(ctx, dtype, len(pixels), widths,
                                           _bias_init(bias, dtype, c0))
 
         def weights(tap) -> list[Expr]:
@@ -596,7 +337,7 @@ def _depthwise(ctx, x, packed, bias, xin, out, win, t, emit) -> Stmt:
     if not t.weights_stay:
         return sliding_window(ctx, xin.batch, win, xin.spatial, t, 1, xin.channels, tile_body)
     regions = window_regions(win, xin.spatial)
-    return seq_of(loop(ctx, "n", xin.batch, lambda n: _over_tiles(
+    return seq_of(loop(ctx, "n", xin.batch, lambda n: over_tiles(
         ctx, xin.channels, t, lambda c0, widths: seq_of(*(region_nest(
             ctx, runs, lambda pixels, runs=runs: tile_body(n, pixels, runs, 0, c0, widths), t)
             for runs in regions)), unroll=UNROLL_CHANNEL_TILES)))
@@ -650,18 +391,18 @@ def dense(ctx: LowerCtx, emit, a: Operand, b: Operand | np.ndarray, batch: Seque
 
     def row_tile(bi, rows, c0, widths) -> Stmt:
         offs = offsets(widths)
-        accs, decls = _pixel_accumulators(ctx, dtype, len(rows), widths,
+        accs, decls = pixel_accumulators(ctx, dtype, len(rows), widths,
                                           lambda off, w: const_like(0, dtype.with_lanes(w)))
 
         def weights(kk):
             return [b_load(bi, kk, c0, sum(widths), off, wd) for off, wd in zip(offs, widths)]
 
         def step(kk, into=accs):
-            return _rank1_update(ctx, dtype, into, [a.load(bi, i, kk, 1) for i in rows],
+            return rank1_update(ctx, dtype, into, [a.load(bi, i, kk, 1) for i in rows],
                                  weights(kk), widths)
 
         def lane_step(kk):
-            return _lane_update(ctx, dtype, accs, [a.load(bi, i, kk, t.k_lanes) for i in rows],
+            return lane_update(ctx, dtype, accs, [a.load(bi, i, kk, t.k_lanes) for i in rows],
                                 lambda l: weights(plus(kk, l)), widths)
 
         stores = [emit(0, out_index(bi, i, plus(c0, off)), finish(acc, bi, i, plus(c0, off)))
@@ -669,11 +410,11 @@ def dense(ctx: LowerCtx, emit, a: Operand, b: Operand | np.ndarray, batch: Seque
         by_lane = lane_step if a.vector_cols and t.k_lanes > 1 else None
         if by_lane is None and _split_k(dtype, rows, widths, k, t):
             return seq_of(*decls, *_split_k_loop(ctx, dtype, accs, widths, k, step), *stores)
-        return seq_of(*decls, _reduce(ctx, "k", k, t, step, by_lane), *stores)
+        return seq_of(*decls, reduce_steps(ctx, "k", k, t, step, by_lane), *stores)
 
     def batch_level(d: int, bi: tuple) -> Stmt:
         if d == len(batch):
-            return position_blocks(ctx, "i", m, 0, t.block(m), lambda rows: _over_tiles(
+            return position_blocks(ctx, "i", m, 0, t.block(m), lambda rows: over_tiles(
                 ctx, n, t, lambda c0, widths: tile_body(bi, rows, c0, widths)))
         return loop(ctx, f"b{d}", batch[d], lambda v: batch_level(d + 1, bi + (v,)))
 
@@ -810,7 +551,7 @@ def conv_transpose(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
                                     lambda off, wd: Load(work, at[offsets(widths).index(off)], wd))
 
         def per_ic(ic):
-            return _rank1_update(
+            return rank1_update(
                 ctx, dtype, [accs], [x.load(xin.index(n, ipos, add(mul(g, Const(icg)), ic)))],
                 [Load(wp, flat_index((g, *tap, ic, add(c0, Const(off))), packed.shape), wd)
                  for off, wd in zip(offsets(widths), widths)], widths)
@@ -834,8 +575,8 @@ def conv_transpose(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     def batch(n) -> Stmt:
         return seq_of(
             over("i", xin.spatial, lambda ipos: loop(ctx, "g", group, lambda g: over(
-                "k", kernel, lambda tap: _over_tiles(ctx, ocg, t, lambda c0, widths: scatter(
+                "k", kernel, lambda tap: over_tiles(ctx, ocg, t, lambda c0, widths: scatter(
                     n, ipos, g, tap, c0, widths))))),
-            over("o", osp, lambda opos: _over_tiles(ctx, out.channels, t, lambda c0, widths:
+            over("o", osp, lambda opos: over_tiles(ctx, out.channels, t, lambda c0, widths:
                                                     crop(n, opos, c0, widths))))
     return seq_of(_fill_zero(ctx, work, t.lanes), loop(ctx, "n", xin.batch, batch))

@@ -1,11 +1,11 @@
 """Compute rule for the float (and integer max) pools of aot/ops/nn.py:
 MaxPool, AveragePool, LpPool.
 
-They run the convolutions' window machinery (aot/lower/nn.py): the output
-split into regions whose in-image taps are constant ranges, register tiles
-of channels, the channel axis innermost. An average divides by its
-window's tap count, a constant per run of output positions (runs are split
-where the count changes) or a table entry in a guarded run.
+They run the convolutions' window machinery (aot/lower/windows.py): the
+output split into regions whose in-image taps are constant ranges, register
+tiles of channels (tiles.py), the channel axis innermost. An average
+divides by its window's tap count, a constant per run of output positions
+(runs are split where the count changes) or a table entry in a guarded run.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from aot.ir.tir import (Assign, Bin, Const, DType, Expr, Load, Select, Stmt, add
                         mul, seq)
 from aot.lower.builders import accumulators, float_only, offsets, seq_of, shared_param, splat
 from aot.lower.elementwise import const_like, math_call
-from aot.lower.nn import SpatialOp, sliding_window, spatial_op, tap_nest
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule import tile
+from aot.lower.windows import SpatialOp, sliding_window, spatial_op, tap_nest
 from aot.ops import nn as ref
 
 

@@ -468,7 +468,7 @@ def _tile_epilogue(ctx: LowerCtx, accs, widths,
 
 
 def _tile_widths(total: int, t) -> list[tuple[int, tuple[int, ...]]]:
-    from aot.lower.nn import tile_widths
+    from aot.lower.tiles import tile_widths
     return tile_widths(total, t)
 
 
@@ -492,7 +492,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     """
     from dataclasses import replace as _replace
 
-    from aot.lower.nn import position_blocks, fitting_parts
+    from aot.lower.tiles import position_blocks, fitting_parts
     from aot.lower.schedule import tile
     t = tile(ctx.target, "int32", pixels=True)
     depthwise = g.depth == 1 and g.per_group == 1

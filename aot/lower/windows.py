@@ -1,0 +1,167 @@
+"""Sliding windows of the float convolutions and pools, split into regions.
+
+Each spatial axis is split into runs of output positions whose in-image
+taps are the same range, and every combination of runs (a region: the
+interior, the edges, the corners) gets its own loop nest with constant tap
+bounds; only when that would make too many regions does an axis fall back
+to guarded taps. SpatialOp is an operand seen channel-last or
+channel-first. The convolutions (aot/lower/nn.py) and the pools
+(aot/lower/pool.py) both walk their outputs through these.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+import numpy as np
+
+from aot.ir.tir import Bin, Comment, Const, Expr, If, Stmt, add, mul
+from aot.lower.builders import loop, plus, seq_of
+from aot.lower.rules import LowerCtx
+from aot.lower.schedule import Tile
+from aot.lower.tiles import UNROLL_CHANNEL_TILES, over_tiles, position_blocks
+from aot.ops import nn as ref
+
+
+# More regions than this (combinations of border runs over the spatial axes)
+# and the axes with the most runs switch to guarded taps instead.
+MAX_REGIONS = 36
+
+
+@dataclass(frozen=True)
+class Run:
+    """Consecutive output positions along one axis whose in-image taps are
+    the same range [lo, hi) (and whose `key`, e.g. a pool's divisor, agrees).
+    A guarded run visits every tap and tests each one."""
+    start: int
+    count: int
+    lo: int
+    hi: int
+    key: int = 0
+    guarded: bool = False
+
+
+def axis_runs(n_out: int, n_in: int, k: int, stride: int, dil: int, pad: int,
+              key: Callable[[int], int] = lambda o: 0) -> list[Run]:
+    """The runs of one spatial axis: output o's window starts at input
+    position o * stride - pad; its tap t reads position + t * dil."""
+    runs: list[Run] = []
+    for o in range(n_out):
+        p0 = o * stride - pad                      # position of tap 0
+        lo = 0 if p0 >= 0 else min(k, (-p0 + dil - 1) // dil)
+        hi = 0 if n_in <= p0 else min(k, (n_in - p0 + dil - 1) // dil)
+        hi = max(lo, hi)
+        if runs and (runs[-1].lo, runs[-1].hi, runs[-1].key) == (lo, hi, key(o)):
+            runs[-1] = replace(runs[-1], count=runs[-1].count + 1)
+        else:
+            runs.append(Run(o, 1, lo, hi, key(o)))
+    return runs
+
+
+def _guard_borders(runs: list[Run], k: int) -> list[Run]:
+    """Merge the runs with partial tap ranges into guarded runs."""
+    out: list[Run] = []
+    for r in runs:
+        full = r.lo == 0 and r.hi == k
+        if not full and out and out[-1].guarded:
+            out[-1] = replace(out[-1], count=out[-1].count + r.count)
+        elif full:
+            out.append(r)
+        else:
+            out.append(Run(r.start, r.count, 0, k, 0, True))
+    return out
+
+
+def window_regions(win: ref.Window, spatial: Sequence[int], keys=None) -> list[tuple[Run, ...]]:
+    """Every combination of per-axis runs: the regions of the output."""
+    per_axis = [axis_runs(o, n, k, s, d, p, keys[a] if keys else (lambda o: 0))
+                for a, (o, n, k, s, d, p) in enumerate(zip(win.out, spatial, win.kernel,
+                                                           win.strides, win.dilations,
+                                                           win.pad_begin))]
+    while int(np.prod([len(r) for r in per_axis])) > MAX_REGIONS:
+        a = max(range(len(per_axis)), key=lambda i: len(per_axis[i]))
+        merged = _guard_borders(per_axis[a], win.kernel[a])
+        if len(merged) == len(per_axis[a]):
+            break
+        per_axis[a] = merged
+    return list(itertools.product(*per_axis))
+
+
+def _spans(pairs) -> str:
+    return " x ".join(f"[{a}, {b})" for a, b in pairs)
+
+
+def region_nest(ctx: LowerCtx, runs: Sequence[Run], body: Callable[[list[list[Expr]]], Stmt],
+                t: Tile) -> Stmt:
+    """Loops over the output positions of one region. body(pixels) gets
+    blocks of neighbouring positions along the last axis (t.block(row
+    length) of them, then an exact-size remainder block), each a list of
+    per-axis positions."""
+    def level(a: int, pos: list[Expr]) -> Stmt | None:
+        r = runs[a]
+        if a < len(runs) - 1:
+            return loop(ctx, f"o{a}", r.count, lambda v: level(a + 1, pos + [v]), start=r.start)
+        block = 1 if r.guarded else t.block(r.count)     # a guard tests one position
+        return position_blocks(ctx, f"o{a}", r.count, r.start, block,
+                               lambda os: body([pos + [o] for o in os]))
+    note = Comment(f"outputs {_spans((r.start, r.start + r.count) for r in runs)}: "
+                   f"taps {_spans((r.lo, r.hi) for r in runs)}"
+                   + (" (guarded)" if any(r.guarded for r in runs) else ""))
+    return seq_of(note, level(0, []))
+
+
+def tap_nest(ctx: LowerCtx, runs: Sequence[Run], opos: Sequence[Expr], win: ref.Window,
+             spatial: Sequence[int], body: Callable[[list[Expr], list[Expr]], Stmt]) -> Stmt | None:
+    """Loops over the in-image taps of a window; body(input positions, taps)."""
+    def level(a: int, ipos: list[Expr], taps: list[Expr]) -> Stmt | None:
+        if a == len(runs):
+            return body(ipos, taps)
+        r, s, d, p = runs[a], win.strides[a], win.dilations[a], win.pad_begin[a]
+
+        def at(tap: Expr) -> Stmt | None:
+            pos = plus(add(mul(opos[a], Const(s)), mul(tap, Const(d))), -p)
+            inner = level(a + 1, ipos + [pos], taps + [tap])
+            if inner is None or not r.guarded:
+                return inner
+            inside = Bin("and", Bin(">=", pos, Const(0)), Bin("<", pos, Const(spatial[a])))
+            return If(inside, inner)
+        return loop(ctx, f"k{a}", r.hi - r.lo, at, start=r.lo)
+    return level(0, [], [])
+
+
+def sliding_window(ctx: LowerCtx, batch: int, win: ref.Window, spatial: Sequence[int], t: Tile,
+                   groups: int, channels: int, tile_body, keys=None) -> Stmt:
+    """The loop nest shared by convolution and pooling: for every image,
+    region, block of t.mr output pixels, group and channel tile,
+    tile_body(n, pixels, runs, group, first channel, widths)."""
+    def region(n, runs) -> Stmt:
+        return region_nest(ctx, runs, lambda pixels: loop(
+            ctx, "g", groups, lambda g: over_tiles(
+                ctx, channels, t, lambda c0, widths: tile_body(n, pixels, runs, g, c0, widths),
+                unroll=UNROLL_CHANNEL_TILES if t.registers else 0)),
+            t)
+    regions = window_regions(win, spatial, keys)
+    return seq_of(loop(ctx, "n", batch, lambda n: seq_of(*(region(n, runs) for runs in regions))))
+
+
+@dataclass(frozen=True)
+class SpatialOp:
+    """A conv/pool operand seen channel-last or channel-first."""
+    layout: str
+    batch: int
+    channels: int
+    spatial: tuple[int, ...]
+
+    def index(self, n: Expr, pos: Sequence[Expr], c: Expr) -> tuple[Expr, ...]:
+        return (n, *pos, c) if self.layout == "NHWC" else (n, c, *pos)
+
+    @property
+    def vectorizable(self) -> bool:
+        return self.layout == "NHWC"
+
+
+def spatial_op(ctx: LowerCtx, shape: Sequence[int]) -> SpatialOp:
+    layout = ref.layout_of(ctx)
+    ns = ref.nchw_shape(tuple(shape), layout)
+    return SpatialOp(layout, ns[0], ns[1], tuple(ns[2:]))

@@ -22,8 +22,8 @@ from aot import streaming as S
 from aot.api import package
 from aot.deploy import run_package
 from aot.errors import AotError
-from aot.ir.tir import (Bin, Buffer, BufferKind, Cast, For, ForKind, Load, PrimFunc, Seq, Store, Var,
-                        const, dt, is_split, phases, walk_stmt)
+from aot.ir.tir import (Bin, Buffer, BufferKind, Cast, Comment, For, ForKind, If, Load, PrimFunc, Seq,
+                        Store, Var, const, dt, is_split, phases, walk_stmt)
 from aot.packaging import read_metadata
 from aot.targets import get_board
 from conftest import MODELS
@@ -97,6 +97,14 @@ def test_overlapping_statements_are_not_split():
     top = For(I, 64, For(J, 256, Store(Y, _at(I, J), Load(X, _at(I, J)))))
     bottom = replace(top, start=64)
     assert _parallel_loops(parallel.split_kernel(_func(Seq((top, bottom))), 2)) == ["i", "i"]
+
+
+def test_a_note_stays_out_of_the_last_tasks_code():
+    # a comment (an empty border strip's) is no work for any task: no If around it
+    note = Comment("outputs [0, 128) x [0, 256): no border")
+    body = For(I, 128, For(J, 256, Store(Y, _at(I, J), Load(X, _at(I, J)))))
+    f = parallel.split_kernel(_func(Seq((note, body))), 2)
+    assert f.body.stmts[0] == note and not any(isinstance(s, If) for s in walk_stmt(f.body))
 
 
 def test_a_scratch_filled_then_read_splits_in_two_phases():

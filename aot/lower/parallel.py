@@ -30,9 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable
 
-from aot.ir.tir import (NTASKS, PHASE, TASK, Assign, Bin, BufferKind, Cast, Const, Decl, Expr,
-                        For, ForKind, If, Load, PrimFunc, Seq, Stmt, Store, Var, can_fail, const,
-                        dtype_of, seq, stmt_exprs, walk_expr, walk_stmt)
+from aot.ir.tir import (NTASKS, PHASE, TASK, Assign, Bin, BufferKind, Cast, Comment, Const, Decl,
+                        Expr, For, ForKind, If, Load, PrimFunc, Seq, Stmt, Store, Var, can_fail,
+                        const, dtype_of, seq, stmt_exprs, walk_expr, walk_stmt)
 from aot.lower.inplace import in_place
 
 # Below this many lane-operations (stores and assignments, times their trips
@@ -339,7 +339,10 @@ def _phase_body(units: list[tuple[Stmt, ...]], split: list[For | None]) -> Stmt:
             body.append(If(last, seq(*alone)))
             alone.clear()
     for u, s in zip(units, split):
-        if s is None:
+        if s is None and all(isinstance(x, Comment) for x in u):
+            flush()             # a note (an empty border): no task runs it
+            body.extend(u)
+        elif s is None:
             alone.extend(u)
         else:
             flush()

@@ -1,8 +1,8 @@
 """Compute rules for the float convolutions and dense products of
-aot/ops/nn.py (Conv, ConvTranspose, Gemm, MatMul), and the register tiles,
-window regions and geometry they are built from (pooling, aot/lower/pool.py,
-runs on the same windows; Winograd, aot/lower/winograd.py, on the same
-dense tiles). BatchNormalization and Resize are in batchnorm.py and
+aot/ops/nn.py: Conv, ConvTranspose, Gemm, MatMul. They are built from the
+register tiles of aot/lower/tiles.py and the window regions of windows.py
+(pooling, pool.py, runs on the same windows; Winograd, winograd.py, on the
+same dense tiles). BatchNormalization and Resize are in batchnorm.py and
 resize.py, the small statement builders in builders.py.
 
 How the kernels are shaped (see /work/shared/PERFORMANCE.md; the numbers

@@ -23,10 +23,11 @@ instead (the "vector kernels" section below); the value rules fused into
 them as epilogues are lane-generic, so they vectorize with them.
 
 The other integer rules are in modules named for them: int8_elementwise.py
-(the value rules, DIV), int8_pool.py (pools and MEAN, on this module's
-window nest), int8_rowwise.py (softmax, log-softmax, L2 normalization,
-cumsum), int8_math.py (gemmlowp's fixed-point functions); int8_common.py
-holds the helpers they all share.
+(the value rules, DIV), int8_pool.py (pools and MEAN), int8_rowwise.py
+(softmax, log-softmax, L2 normalization, cumsum), int8_math.py (gemmlowp's
+fixed-point functions); the window geometry and nest the convolutions and
+pools share is int8_window.py, and int8_common.py holds the helpers every
+one of them uses.
 """
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ convolutions and dense products, pooling, BatchNormalization, Resize).
 A loop of one trip is its body and a loop of none is nothing (None), so
 callers compose without special cases; seq_of drops the Nones. PARAM arrays
 a kernel already holds are reused (value rules run once per load site).
-Accumulators are named locals of the tile's vector widths.
+Accumulators are named locals of the tile's vector widths. unravel (a
+flat position's multi-index) serves the index and detector rules too.
 """
 from __future__ import annotations
 
@@ -72,3 +73,15 @@ def accumulators(ctx: LowerCtx, dtype: DType, widths, init: Callable[[int, int],
 def float_only(ctx: LowerCtx, dtype: DType) -> None:
     if not dtype.is_float:
         raise ctx.unsupported(f"{ctx.node.op} on {dtype.scalar}")
+
+
+def unravel(i: Expr, dims: Sequence[int]) -> tuple[Expr, ...]:
+    """The multi-index of flat position i in a row-major array of `dims`."""
+    if isinstance(i, Const):
+        return tuple(Const(int(v)) for v in np.unravel_index(i.value, dims))
+    out, stride, total = [], 1, int(np.prod(dims))
+    for d in reversed(dims):
+        q = i if stride == 1 else Bin("/", i, Const(stride))
+        out.append(Const(0) if d == 1 else q if stride * d == total else Bin("%", q, Const(d)))
+        stride *= d
+    return tuple(reversed(out))

@@ -24,7 +24,7 @@ from aot.lower.elementwise import cast, const_like
 from aot.lower.reduce import loops
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.lower.signal import compile_time_tables
-from aot.lower.nn import unravel
+from aot.lower.builders import unravel
 from aot.ops.detect import bounded_compress_geometry, compress_positions, roi_attrs
 from aot.ops.registry import Sig
 

@@ -22,7 +22,7 @@ from aot.ir.tir import (Bin, Cast, Const, Decl, Expr, Load, Select, Stmt, Store,
 from aot.lower.bounds import IndexCheck, any_of, fail_if, outside, position, precheck
 from aot.lower.elementwise import cast, const_like
 from aot.lower.injective import vector_ok
-from aot.lower.nn import unravel
+from aot.lower.builders import unravel
 from aot.lower.reduce import loops
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.ops.index import reduction

@@ -40,7 +40,7 @@ from aot.ir.graph import TensorType
 from aot.ir.tir import (Assign, Bin, Buffer, Comment, Const, Decl, DType, Expr, Load, Stmt, Store,
                         Var, add, dt, dtype_of, flat_index, mul, seq)
 from aot.lower.builders import (accumulators, float_only, fma, loop, offsets, plus, seq_of,
-                                shared_param, splat)
+                                shared_param, splat, unravel)
 from aot.lower.elementwise import broadcast_index, broadcast_load, const_like
 from aot.lower import winograd
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
@@ -244,18 +244,6 @@ def _padded_input(ctx: LowerCtx, x: TensorRef, xin: SpatialOp, win: ref.Window, 
 def _pointwise(win: ref.Window) -> bool:
     return (all(k == 1 for k in win.kernel) and all(v == 1 for v in win.strides)
             and not any(win.pad_begin) and not any(win.pad_end))
-
-
-def unravel(i: Expr, dims: Sequence[int]) -> tuple[Expr, ...]:
-    """The multi-index of flat position i in a row-major array of `dims`."""
-    if isinstance(i, Const):
-        return tuple(Const(int(v)) for v in np.unravel_index(i.value, dims))
-    out, stride, total = [], 1, int(np.prod(dims))
-    for d in reversed(dims):
-        q = i if stride == 1 else Bin("/", i, Const(stride))
-        out.append(Const(0) if d == 1 else q if stride * d == total else Bin("%", q, Const(d)))
-        stride *= d
-    return tuple(reversed(out))
 
 
 def _pointwise_conv(ctx, emit, x: TensorRef, bias, w: np.ndarray, xin: SpatialOp,

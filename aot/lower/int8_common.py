@@ -5,7 +5,7 @@ tables (a PARAM buffer, or one constant when every entry agrees), the
 per-channel requantization multipliers as tables, and the constant inputs
 the rules read (filters, biases, axes). The convolutions
 (aot/lower/tflite_int8.py) and every other int8 / int16 rule module
-(int8_elementwise, int8_pool, int8_rows, tflite_int16, onnx_quant, lstm,
+(int8_elementwise, int8_pool, int8_rowwise, tflite_int16, onnx_quant, lstm,
 int8_dsp) build on these, so they live apart from any one of them.
 """
 from __future__ import annotations

@@ -39,12 +39,15 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.ir.tir import (Bin, Buffer, Comment, Const, Decl, DType, Expr, For, If, Load, Stmt, Store,
+from aot.ir.tir import (Bin, Buffer, Comment, Const, Decl, DType, Expr, If, Load, Stmt, Store,
                         Unary, add, dt, flat_index, mul, seq)
 from aot.lower import nn
+from aot.lower.builders import loop, offsets, plus
 from aot.lower.elementwise import const_like
 from aot.lower.rules import LowerCtx, TensorRef
 from aot.lower.schedule import Tile
+from aot.lower.tiles import over_tiles
+from aot.lower.windows import SpatialOp
 from aot.ops import nn as ref
 
 # F(m x m, 3 x 3): (A^T, G, B^T) by output block size m, the interpolation
@@ -128,7 +131,7 @@ def reference(x: np.ndarray, w: np.ndarray, m: int) -> np.ndarray:
     return y[:h, :wd]
 
 
-def applies(xin: nn.SpatialOp, win: ref.Window, group: int, dtype: DType, icg: int,
+def applies(xin: SpatialOp, win: ref.Window, group: int, dtype: DType, icg: int,
             ocg: int) -> bool:
     """Whether a convolution fits this kernel: 2-D, channel-last, one
     group, a 3x3 window at stride and dilation 1, float32, and enough
@@ -167,29 +170,12 @@ def block_runs(n_out: int, n_in: int, pad: int, m: int) -> list[BlockRun]:
     return runs
 
 
-def _loop(ctx: LowerCtx, name: str, trips: int, body: Callable[[Expr], Stmt],
-          start: int = 0) -> Stmt:
-    """for name in [start, start + trips): body(name); one trip is the body."""
-    if trips == 1:
-        return body(Const(start))
-    v = ctx.fresh(name)
-    return For(v, trips, body(v), start=start)
-
-
 def _channel_chunks(ctx: LowerCtx, total: int, lanes: int,
                     body: Callable[[Expr, int], Stmt]) -> Stmt:
     """body(first channel, width) over `total` channels in vectors of
     `lanes`, then the exact-size remainder (narrower vectors, scalars)."""
-    stmts, base = [], 0
-    for count, widths in nn.tile_widths(total, Tile(lanes, 1)):
-        for w in widths:
-            if count == 1:
-                stmts.append(body(Const(base), w))
-            else:
-                v = ctx.fresh("c")
-                stmts.append(For(v, count * w, body(v, w), start=base, step=w))
-            base += count * w
-    return seq(*stmts)
+    return over_tiles(ctx, total, Tile(lanes, 1), lambda c0, widths: seq(*(
+        body(plus(c0, off), w) for off, w in zip(offsets(widths), widths))))
 
 
 def combine(coeffs: Sequence[float], values: Sequence[Expr | None], dtype: DType) -> Expr | None:
@@ -240,7 +226,7 @@ def _transform(ctx: LowerCtx, mat: np.ndarray, d: list[list[Expr | None]], dtype
 # ------------------------------------------------------------------ the kernel
 
 def conv(ctx: LowerCtx, emit, x: TensorRef, weights: np.ndarray, bias: TensorRef | None,
-         xin: nn.SpatialOp, out: nn.SpatialOp, win: ref.Window, algorithm: str) -> Stmt:
+         xin: SpatialOp, out: SpatialOp, win: ref.Window, algorithm: str) -> Stmt:
     """The convolution `applies` accepted, weights [3][3][IC][OC], in
     blocks of ALGORITHMS[algorithm] outputs square."""
     m = ALGORITHMS[algorithm]
@@ -259,11 +245,15 @@ def conv(ctx: LowerCtx, emit, x: TensorRef, weights: np.ndarray, bias: TensorRef
     v_buf = ctx.scratch_buffer("wg_in", dtype, (slots, freqs, blocks, ic))
     m_buf = ctx.scratch_buffer("wg_prod", dtype, (slots, freqs, blocks, oc))
 
+    def pos(block: Expr, offset: int) -> Expr:
+        """Position `offset` of a block's patch or outputs along its axis."""
+        return plus(mul(block, Const(m)), offset)
+
     def input_block(n, slot, by, ry: BlockRun, bx, rx: BlockRun) -> Stmt:
         def chunk(c0, w) -> Stmt:
             vt = dtype.with_lanes(w)
-            d = [[x.load(xin.index(n, [_at(by, m, r - win.pad_begin[0]),
-                                       _at(bx, m, s - win.pad_begin[1])], c0), w)
+            d = [[x.load(xin.index(n, [pos(by, r - win.pad_begin[0]),
+                                       pos(bx, s - win.pad_begin[1])], c0), w)
                   if ry.lo <= r < ry.hi and rx.lo <= s < rx.hi else None
                   for s in range(alpha)] for r in range(alpha)]
             decls, v = _transform(ctx, bt, d, vt, alpha, alpha, "t")
@@ -283,7 +273,7 @@ def conv(ctx: LowerCtx, emit, x: TensorRef, weights: np.ndarray, bias: TensorRef
             decls, y = _transform(ctx, at, prods, vt, ry.outputs, rx.outputs, "s")
             b = None if bias is None else bias.load((c0,), w)
             return seq(*loads, *decls, *(
-                emit(0, out.index(n, [_at(by, m, i), _at(bx, m, j)], c0),
+                emit(0, out.index(n, [pos(by, i), pos(bx, j)], c0),
                      y[i][j] if b is None else Bin("+", y[i][j], b))
                 for i in range(ry.outputs) for j in range(rx.outputs)))
         return _channel_chunks(ctx, oc, lanes, chunk)
@@ -292,7 +282,7 @@ def conv(ctx: LowerCtx, emit, x: TensorRef, weights: np.ndarray, bias: TensorRef
         """body for every block of row `by`, in the code of its y run (the
         runs differ in the patch rows read and the output rows stored)."""
         def of_run(ry: BlockRun) -> Stmt:
-            return seq(*(_loop(ctx, "bx", rx.count, lambda bx, rx=rx: body(n, slot, by, ry, bx, rx),
+            return seq(*(loop(ctx, "bx", rx.count, lambda bx, rx=rx: body(n, slot, by, ry, bx, rx),
                                rx.start) for rx in xruns))
         return _select_run(by, yruns, of_run)
 
@@ -317,8 +307,8 @@ def conv(ctx: LowerCtx, emit, x: TensorRef, weights: np.ndarray, bias: TensorRef
     note = Comment(f"Winograd F({m}x{m}, 3x3): {rows} x {blocks} blocks in {slots} shares of "
                    f"rows, each with its workspace; per row {freqs} products of "
                    f"[{blocks} x {ic}] x [{ic} x {oc}]")
-    return seq(note, _loop(ctx, "n", xin.batch, lambda n: _loop(
-        ctx, "slot", slots, lambda slot: _loop(ctx, "r", share, lambda r: row(n, slot, r)))))
+    return seq(note, loop(ctx, "n", xin.batch, lambda n: loop(
+        ctx, "slot", slots, lambda slot: loop(ctx, "r", share, lambda r: row(n, slot, r)))))
 
 
 def _select_run(by: Expr, runs: list[BlockRun], body: Callable[[BlockRun], Stmt]) -> Stmt:
@@ -327,9 +317,3 @@ def _select_run(by: Expr, runs: list[BlockRun], body: Callable[[BlockRun], Stmt]
     for run in reversed(runs[:-1]):
         stmt = If(Bin("<", by, Const(run.start + run.count)), body(run), stmt)
     return stmt
-
-
-def _at(block: Expr, m: int, offset: int) -> Expr:
-    """block * m + offset, printed as `... - 1` for a negative offset."""
-    base = mul(block, Const(m))
-    return add(base, Const(offset)) if offset >= 0 else Bin("-", base, Const(-offset))

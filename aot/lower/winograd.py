@@ -17,7 +17,8 @@ in SLOTS shares, each with its own workspaces, for the thread split):
 
 1. input transform: each block's patch (taps outside the image are known
    zeros at compile time: the blocks of a row are split into runs whose
-   in-image patch rows and columns agree, as the direct conv's regions are)
+   in-image patch columns agree, as the direct conv's regions are, and
+   each row of blocks takes the code of its run of rows, a test per row)
    -> V[frequency][block][input channel];
 2. one matrix product per frequency, the dense kernels' register tiles
    (nn.dense): V[f] x U[f] -> M[f][block][output channel], U = G g G^T
@@ -84,7 +85,7 @@ MATRICES = {
 # Workspaces: the rows of blocks are dealt out in this many contiguous
 # shares, each with its own pair of workspaces, so that the thread pool
 # (aot/lower/parallel.py) can run the shares at once; one thread goes
-# through them in turn (ResNet-8: 32 KB more arena).
+# through them in turn (ResNet-8 f32: 36 KB more arena than one share).
 SLOTS = 2
 
 # The schedule's names for the block sizes (strategy.conv_algorithm).

@@ -44,7 +44,7 @@ from aot.codegen.arm_dsp import INT8X4, smla_half, smlad, smmulr, sxtb16
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr, For, ForKind, If,
                         Load, Stmt, Store, Var, add, flat_index, mul, seq)
 from aot.lower.int8_common import lazy_table, loop, loop_step, table, to_i32, unravel
-from aot.lower.int8_window import in_range, plane_regions, span_loop, window_pos
+from aot.lower.windows import in_range, plane_regions, span_loop, window_pos
 from aot.lower.rules import LowerCtx, TensorRef
 
 # rows x output channels per register tile

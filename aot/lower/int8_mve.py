@@ -47,7 +47,7 @@ from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr
                         Var, add, flat_index, mul, seq)
 from aot.lower import int8_dsp
 from aot.lower.int8_common import loop, to_i32
-from aot.lower.int8_window import in_range, plane_regions, window_pos
+from aot.lower.windows import in_range, plane_regions, window_pos
 from aot.lower.rules import LowerCtx, TensorRef
 
 LANES = 16

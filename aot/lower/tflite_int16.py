@@ -28,10 +28,10 @@ from aot.lower.int8_elementwise import (add_rule, leaky_relu_rule, mul_rule,
                                         squared_difference_rule, sub_rule)
 from aot.lower.int8_math import count_leading_zeros, inv_sqrt_block
 from aot.lower.int8_pool import avg_pool2d, max_pool2d, reduce_per_output
-from aot.lower.int8_window import ConvGeom, conv_geom
 from aot.lower.int8_rowwise import row_max
 from aot.lower.lstm import sigmoid16_scaled, tanh16_scaled
 from aot.lower.rules import LowerCtx, kernel_rule, value_rule
+from aot.lower.windows import ConvGeom, conv_geom
 from aot.ops import qmath as ref_q
 from aot.ops import tflite_int8 as ref8
 from aot.ops import tflite_int16 as ref

@@ -25,9 +25,10 @@ them as epilogues are lane-generic, so they vectorize with them.
 The other integer rules are in modules named for them: int8_elementwise.py
 (the value rules, DIV), int8_pool.py (pools and MEAN), int8_rowwise.py
 (softmax, log-softmax, L2 normalization, cumsum), int8_math.py (gemmlowp's
-fixed-point functions); the window geometry and nest the convolutions and
-pools share is int8_window.py, and int8_common.py holds the helpers every
-one of them uses.
+fixed-point functions); the window geometry (ConvGeom, its border and
+interior spans) is aot/lower/windows.py, the one the float kernels use,
+the scalar window nest the convolutions and pools share int8_window.py,
+and int8_common.py holds the helpers every one of them uses.
 """
 from __future__ import annotations
 
@@ -47,11 +48,12 @@ from aot.lower.elementwise import const_like
 from aot.lower.int8_common import (Requant, const_input, loop, loop_step, nest,
                                    round_half_away_to_int, scale_zp, table, to_i32, unravel,
                                    weight_dtype)
-from aot.lower.int8_window import (ConvGeom, conv_geom, guarded, in_range, span_loop, window_nest,
-                                   window_pos)
+from aot.lower.int8_window import window_nest
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.strategy import (PAIRS, Accumulator, int8_accumulator, int8_rows,
                                  mlal_depthwise, window_row_accumulator)
+from aot.lower.windows import (ConvGeom, conv_geom, guarded, in_range, plane_spans, span_loop,
+                               window_pos)
 from aot.ops import qmath as ref_q
 from aot.ops import tflite_int8 as ref
 
@@ -770,15 +772,13 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                 lambda oxs: block(n, oy, oxs, (False, False), (False, False)))))
             return seq(prologue(n), body) if prologue else body
         parts = []
-        for rows_, row_test in g.regions(0):
-            cols_split = [((0, g.ow), g.needs_test(1))] if any(row_test) else g.regions(1)
-            for cols, col_test in cols_split:
-                tested = any(row_test) or any(col_test)
-                mr = 1 if tested else t.block(cols[1] - cols[0])
-                parts.append(span_loop(ctx, "oy", rows_, lambda oy, rt=row_test, cols=cols,
-                                       ct=col_test, mr=mr: position_blocks(
-                    ctx, "ox", cols[1] - cols[0], cols[0], mr,
-                    lambda oxs: block(n, oy, oxs, rt, ct))))
+        for (rows_, row_test), (cols, col_test) in plane_spans(g):
+            tested = any(row_test) or any(col_test)
+            mr = 1 if tested else t.block(cols[1] - cols[0])
+            parts.append(span_loop(ctx, "oy", rows_, lambda oy, rt=row_test, cols=cols,
+                                   ct=col_test, mr=mr: position_blocks(
+                ctx, "ox", cols[1] - cols[0], cols[0], mr,
+                lambda oxs: block(n, oy, oxs, rt, ct))))
         body = seq(*parts)
         return seq(prologue(n), body) if prologue else body
     return loop(ctx, "n", g.n, image)

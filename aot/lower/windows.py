@@ -1,12 +1,22 @@
-"""Sliding windows of the float convolutions and pools, split into regions.
+"""The one sliding-window geometry of every convolution and pool, float
+and integer, and the regions it splits an output into.
 
 Each spatial axis is split into runs of output positions whose in-image
-taps are the same range, and every combination of runs (a region: the
-interior, the edges, the corners) gets its own loop nest with constant tap
-bounds; only when that would make too many regions does an axis fall back
-to guarded taps. SpatialOp is an operand seen channel-last or
-channel-first. The convolutions (aot/lower/nn.py) and the pools
-(aot/lower/pool.py) both walk their outputs through these.
+taps are the same range (axis_runs). The float kernels give every
+combination of runs (a region: the interior, the edges, the corners) its
+own loop nest with constant tap bounds; only when that would make too many
+regions does an axis fall back to guarded taps (window_regions,
+region_nest, tap_nest, sliding_window). The integer kernels group the same
+runs into three spans per axis, the low border, the interior and the high
+border, and test a border's taps only on the sides its windows leave the
+image (ConvGeom.regions, plane_spans, plane_regions). SpatialOp is an
+operand seen channel-last or channel-first; ConvGeom an NHWC 2-D window
+with its channel groups.
+
+The float convolutions (aot/lower/nn.py), the pools (pool.py,
+int8_pool.py), the integer convolutions (tflite_int8.py, and the Cortex-M
+kernels of int8_dsp.py and int8_mve.py) all walk their outputs through
+these.
 """
 from __future__ import annotations
 
@@ -16,7 +26,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.ir.tir import Bin, Comment, Const, Expr, If, Stmt, add, mul
+from aot.ir.tir import Bin, Comment, Const, Expr, If, Stmt, add, mul, seq, sub
 from aot.lower.builders import loop, plus, seq_of
 from aot.lower.rules import LowerCtx
 from aot.lower.schedule import Tile
@@ -165,3 +175,130 @@ def spatial_op(ctx: LowerCtx, shape: Sequence[int]) -> SpatialOp:
     layout = ref.layout_of(ctx)
     ns = ref.nchw_shape(tuple(shape), layout)
     return SpatialOp(layout, ns[0], ns[1], tuple(ns[2:]))
+
+
+# ------------------------------------------------- the integer kernels' spans
+
+Span = tuple[tuple[int, int], tuple[bool, bool]]
+
+
+def border_spans(runs: Sequence[Run], k: int) -> list[Span]:
+    """An axis's runs grouped into its low border (windows starting before
+    the image), interior (every tap inside) and high border (the rest), as
+    [((start, end), (test_low, test_high))] without empty spans: the tests
+    say on which sides a span's windows can leave the image."""
+    def side(r: Run) -> int:
+        return 0 if r.lo > 0 else 1 if r.hi == k else 2
+    spans = []
+    for _, group in itertools.groupby(runs, side):
+        group = list(group)
+        first, last = group[0], group[-1]
+        spans.append(((first.start, last.start + last.count), (first.lo > 0, last.hi < k)))
+    return spans
+
+
+@dataclass(frozen=True)
+class ConvGeom:
+    """An NHWC 2-D window: input n x h x w, output oh x ow, a kh x kw kernel
+    over `groups` groups of `depth` input and `per_group` output channels."""
+    n: int
+    h: int
+    w: int
+    oh: int
+    ow: int
+    kh: int
+    kw: int
+    groups: int
+    depth: int          # input channels per group
+    per_group: int      # output channels per group
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pad_top: int
+    pad_left: int
+
+    @property
+    def cout(self) -> int:
+        return self.groups * self.per_group
+
+    def runs(self, axis: int) -> list[Run]:
+        """axis_runs along H (0) or W (1)."""
+        size, out, k = (self.h, self.oh, self.kh) if axis == 0 else (self.w, self.ow, self.kw)
+        pad = self.pad_top if axis == 0 else self.pad_left
+        return axis_runs(out, size, k, self.strides[axis], self.dilations[axis], pad)
+
+    def needs_test(self, axis: int) -> tuple[bool, bool]:
+        """Whether the window can fall off the (low, high) side along H (0) or W (1)."""
+        runs, k = self.runs(axis), (self.kh, self.kw)[axis]
+        return runs[0].lo > 0, runs[-1].hi < k
+
+    def regions(self, axis: int) -> list[Span]:
+        """border_spans along H (0) or W (1)."""
+        return border_spans(self.runs(axis), (self.kh, self.kw)[axis])
+
+
+def conv_geom(ctx: LowerCtx, x_shape, out_shape, kernel, groups: int, depth: int) -> ConvGeom:
+    """The geometry of a TFLite-style NHWC conv or pool (pads [top, left, ...])."""
+    a = ctx.attrs
+    pads = a.get("pads", (0, 0, 0, 0))
+    return ConvGeom(n=x_shape[0], h=x_shape[1], w=x_shape[2], oh=out_shape[1], ow=out_shape[2],
+                    kh=kernel[0], kw=kernel[1], groups=groups, depth=depth,
+                    per_group=out_shape[3] // groups, strides=tuple(a.get("strides", (1, 1))),
+                    dilations=tuple(a.get("dilations", (1, 1))), pad_top=pads[0],
+                    pad_left=pads[1])
+
+
+def plane_spans(g: ConvGeom) -> list[tuple[Span, Span]]:
+    """The regions of an output plane as (row span, column span): border
+    rows test every column; interior rows split their columns too."""
+    parts = []
+    for rows in g.regions(0):
+        cols_split = [((0, g.ow), g.needs_test(1))] if any(rows[1]) else g.regions(1)
+        parts += [(rows, cols) for cols in cols_split]
+    return parts
+
+
+def plane_regions(ctx: LowerCtx, g: ConvGeom, pixel: Callable[[Expr, Expr, tuple, tuple], Stmt],
+                  pair: Callable[[Expr, Expr, tuple, tuple], Stmt] | None = None) -> Stmt:
+    """pixel(oy, ox, row_test, col_test) over an output plane, region by
+    region (plane_spans): the tests say on which sides (low, high) a
+    window may leave the image along H and W. With `pair`, pair(oy, ox, ...)
+    computes pixels ox and ox + 1 of a row, pixel the last of an odd span."""
+    def columns(oy, span, rt, ct) -> Stmt:
+        if pair is None or span[1] - span[0] < 2:
+            return span_loop(ctx, "ox", span, lambda ox: pixel(oy, ox, rt, ct))
+        count = (span[1] - span[0]) // 2
+        parts = [loop(ctx, "ox", count, lambda ox: pair(oy, ox, rt, ct), start=span[0], step=2)]
+        if (span[1] - span[0]) % 2:
+            parts.append(pixel(oy, Const(span[1] - 1), rt, ct))
+        return seq(*parts)
+
+    return seq(*(span_loop(ctx, "oy", rows, lambda oy, rt=row_test, cols=cols, ct=col_test:
+                           columns(oy, cols, rt, ct))
+                 for (rows, row_test), (cols, col_test) in plane_spans(g)))
+
+
+def span_loop(ctx: LowerCtx, name: str, span: tuple[int, int],
+              body: Callable[[Expr], Stmt]) -> Stmt | None:
+    """for name in [start, end): body(name)."""
+    return loop(ctx, name, span[1] - span[0], body, start=span[0])
+
+
+def window_pos(o: Expr, k: Expr, stride: int, pad: int, dilation: int) -> Expr:
+    """o * stride - pad + k * dilation, folded."""
+    return add(sub(mul(o, Const(stride)), Const(pad)), mul(k, Const(dilation)))
+
+
+def in_range(pos: Expr, size: int, low: bool, high: bool) -> Expr | None:
+    """The test that pos is inside [0, size) on the sides asked (None: no test)."""
+    conds = []
+    if low:
+        conds.append(Bin(">=", pos, Const(0)))
+    if high:
+        conds.append(Bin("<", pos, Const(size)))
+    if not conds:
+        return None
+    return conds[0] if len(conds) == 1 else Bin("and", conds[0], conds[1])
+
+
+def guarded(cond: Expr | None, body: Stmt) -> Stmt:
+    return body if cond is None else If(cond, body)

@@ -267,7 +267,7 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
         check_pools(board, io_in_arena, threads)
     check_fits(graph, board)
     target = board.target
-    kernels = elide_views(graph, lower_graph(graph, target))
+    kernels = elide_views(graph, lower_graph(graph, target, threads=threads))
     if threads > 1:
         kernels = [replace(k, func=split_kernel(k.func, threads)) for k in kernels]
     align = alignment(board)
@@ -424,7 +424,7 @@ def write_tir_dump(graph: Graph, board: Board, directory: Path, force: bool,
     from aot.lower.tir_passes import PIPELINE, dump_to
 
     def fill(tmp: Path) -> None:
-        kernels = lower_graph(graph, board.target, dump_to(tmp))
+        kernels = lower_graph(graph, board.target, dump_to(tmp), threads)
         if threads > 1:       # the thread split, last (generate's)
             for step, k in enumerate(kernels):
                 dump_to(tmp)(step)(len(PIPELINE) + 1, "split", split_kernel(k.func, threads))

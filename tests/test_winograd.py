@@ -177,16 +177,20 @@ def test_narrow_and_strided_convs_stay_direct():
 
 
 def test_split_over_threads_is_bit_identical(tmp_path):
-    """The shares of block rows have their own workspaces: the split pass
-    proves them disjoint, and ResNet-8's Winograd kernels split over two
-    threads compute the one-thread package's outputs bit for bit."""
+    """The shares of block rows have their own workspaces, one share per
+    thread: the split pass proves them disjoint, ResNet-8's Winograd kernels
+    split over two threads compute the one-thread package's outputs bit for
+    bit, and the one-thread package keeps one share (a smaller arena)."""
     model = SHARED / "mlperf_ic_resnet8_f32.tflite"
     x = [np.load(model.with_suffix(".input.npy"))]
-    outs = []
+    outs, arenas = [], []
     for threads in (1, 2):
         info = package(model, board="host", threads=threads, out_dir=tmp_path / f"t{threads}")
-        kernels = read_metadata(info.path)["kernels"]
+        meta = read_metadata(info.path)
+        kernels = meta["kernels"]
+        arenas.append(meta["arena_bytes"])
         outs.append([o.tobytes() for o in run_package(info.path, get_board("host"), x).outputs])
     split = {k["name"] for k in kernels if k["split"]}
     assert {"conv_relu_1", "conv_add_relu_2", "conv_4", "conv_7"} <= split, split
     assert outs[0] == outs[1]
+    assert arenas[0] < arenas[1], arenas

@@ -22,15 +22,16 @@ rules.check_op_table()
 
 
 def lower_graph(graph: Graph, target: Target,
-                dump: Callable[[int], Dump] | None = None) -> list[Kernel]:
+                dump: Callable[[int], Dump] | None = None, threads: int = 1) -> list[Kernel]:
     """Kernels in call order. The graph must have been through `fuse`.
-    dump(step) (tir_passes.dump_to) sees kernel `step`'s TIR after each pass."""
+    dump(step) (tir_passes.dump_to) sees kernel `step`'s TIR after each pass;
+    `threads` is the pool the package is built for (--threads)."""
     kernels = []
     for step, node in enumerate(graph.nodes):
         if node.op != "fused":
             raise UnsupportedError(f"{node_label(node)}: lowering needs a fused graph "
                                    "(run aot.optimize first)")
-        kernels.append(lower_group(graph, node, target, dump(step) if dump else None))
+        kernels.append(lower_group(graph, node, target, dump(step) if dump else None, threads))
     return kernels
 
 

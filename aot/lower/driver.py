@@ -68,17 +68,19 @@ def _loop_nest(ctx: LowerCtx, shape: Sequence[int], body) -> Stmt:
     return stmt
 
 
-def lower_group(graph: Graph, node: Node, target: Target, dump: Dump | None = None) -> Kernel:
+def lower_group(graph: Graph, node: Node, target: Target, dump: Dump | None = None,
+                threads: int = 1) -> Kernel:
     """The PrimFunc for one `fused` node, through the TIR pipeline
     (aot/lower/tir_passes.py), with what each parameter binds to. `dump`
-    sees it as lowered and after each pass."""
+    sees it as lowered and after each pass; `threads` is the pool the
+    package is built for (LowerCtx.threads)."""
     body: Graph = node.attrs["body"]
     shared: dict = {"params": {}, "scratch": {}, "_names": {}, "checks": [], "prechecks": {}}
 
     def ctx_for(n: Node, output: int = 0) -> LowerCtx:
         return LowerCtx(n, tuple(body.types.get(i) if i else None for i in n.inputs),
                         tuple(body.types[o] for o in n.outputs), target, output=output,
-                        **shared)
+                        threads=threads, **shared)
 
     refs: dict[str, TensorRef] = {}
     bound: dict[str, Arg] = {}

@@ -82,6 +82,10 @@ class LowerCtx:
     # Which output a value rule computes: ops with several outputs (Split,
     # Dropout and its mask) are computed one output at a time.
     output: int = 0
+    # The thread pool the package is built for (--threads): a kernel whose
+    # split needs a scratch share per task (Winograd's workspaces) lays out
+    # that many, and one thread gets one.
+    threads: int = 1
 
     @property
     def attrs(self) -> Mapping[str, Any]:

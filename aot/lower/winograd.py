@@ -13,7 +13,8 @@ the (m + 2)^2 "frequencies", a matrix product [blocks x IC] x [IC x OC].
 
 The kernel, channel-last only, one row of blocks at a time (so that its two
 workspaces stay in the L1 cache and in a small part of the arena; the rows
-in SLOTS shares, each with its own workspaces, for the thread split):
+in one share per thread of the package's pool, each with its own
+workspaces, for the thread split):
 
 1. input transform: each block's patch (taps outside the image are known
    zeros at compile time: the blocks of a row are split into runs whose
@@ -82,11 +83,11 @@ MATRICES = {
                   [0, 4, 0, -5, 0, 1]], np.float64)),
 }
 
-# Workspaces: the rows of blocks are dealt out in this many contiguous
-# shares, each with its own pair of workspaces, so that the thread pool
-# (aot/lower/parallel.py) can run the shares at once; one thread goes
-# through them in turn (ResNet-8 f32: 36 KB more arena than one share).
-SLOTS = 2
+# Workspaces: the rows of blocks are dealt out in one contiguous share per
+# thread of the package's pool (LowerCtx.threads), each with its own pair of
+# workspaces, so that the thread split (aot/lower/parallel.py) runs the
+# shares at once (ResNet-8 f32 at --threads 2: 36 KB more arena than one
+# share); a one-thread package has one share.
 
 # The schedule's names for the block sizes (strategy.conv_algorithm).
 # F(2x2, 3x3)'s transforms are adds and subtracts only (and halves in U);
@@ -240,7 +241,7 @@ def conv(ctx: LowerCtx, emit, x: TensorRef, weights: np.ndarray, bias: TensorRef
     yruns = block_runs(win.out[0], xin.spatial[0], win.pad_begin[0], m)
     xruns = block_runs(win.out[1], xin.spatial[1], win.pad_begin[1], m)
     rows, blocks = sum(r.count for r in yruns), sum(r.count for r in xruns)
-    slots = min(SLOTS, rows)
+    slots = max(1, min(ctx.threads, rows))
     share = -(-rows // slots)
     u = ctx.param("w_winograd", transform_weights(weights, m))          # [f][IC][OC]
     v_buf = ctx.scratch_buffer("wg_in", dtype, (slots, freqs, blocks, ic))

@@ -99,6 +99,16 @@ def test_overlapping_statements_are_not_split():
     assert _parallel_loops(parallel.split_kernel(_func(Seq((top, bottom))), 2)) == ["i", "i"]
 
 
+def test_rows_are_split_rather_than_column_halves():
+    # j (2 halves of each row) balances perfectly, i (127 rows) nearly: the
+    # rows win, so each task writes one band of rows (the next kernel's task
+    # reads what its own core wrote)
+    K = Var("k")
+    col = Bin("+", Bin("*", J, const(128)), K)
+    body = For(J, 2, For(I, 127, For(K, 128, Store(Y, _at(I, col), Load(X, _at(I, col))))))
+    assert _parallel_loops(parallel.split_kernel(_func(body), 2)) == ["i"]
+
+
 def test_a_note_stays_out_of_the_last_tasks_code():
     # a comment (an empty border strip's) is no work for any task: no If around it
     note = Comment("outputs [0, 128) x [0, 256): no border")

@@ -48,7 +48,7 @@ from aot.lower.schedule import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORDER, Tile, d
                                matvec_tile, tile)
 from aot.lower.strategy import conv_algorithm
 from aot.lower.tiles import (UNROLL_CHANNEL_TILES, fitting_parts, lane_update, over_tiles,
-                             pixel_accumulators, position_blocks, rank1_update, reduce_steps,
+                             position_blocks, rank1_update, reduce_steps, register_tile,
                              tile_widths)
 from aot.lower.windows import (SpatialOp, axis_runs, region_nest, sliding_window, spatial_op,
                                tap_nest, window_regions)
@@ -130,8 +130,8 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     def pixel_tile(n, pixels, runs, g, c0, widths) -> Stmt:
         oc0 = add(mul(g, Const(ocg)), c0)
         offs = offsets(widths)
-        accs, decls = pixel_accumulators(ctx, dtype, len(pixels), widths,
-                                          _bias_init(bias, dtype, oc0))
+        rt = register_tile(ctx, dtype, pixels, widths, _bias_init(bias, dtype, oc0))
+        accs = rt.accs
         last = len(xin.spatial) - 1
         step = win.strides[last]
 
@@ -184,9 +184,8 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
             nest = tap_nest(ctx, runs[:last], pixels[0], win, xin.spatial, row_taps)
         else:
             nest = tap_nest(ctx, runs, pixels[0], win, xin.spatial, taps)
-        stores = [emit(0, out.index(n, pix, add(oc0, Const(off))), a)
-                  for pix, row_accs in zip(pixels, accs) for a, off in zip(row_accs, offs)]
-        return seq_of(*decls, nest, *stores)
+        return rt.code(nest, lambda pix, off, a, _: emit(0, out.index(n, pix, add(oc0, Const(off))),
+                                                       a))
 
     return seq_of(copy, sliding_window(ctx, xin.batch, win, xin.spatial, t, group, ocg, tile_body))
 
@@ -283,8 +282,8 @@ def _depthwise(ctx, x, packed, bias, xin, out, win, t, emit) -> Stmt:
 
     def tile_body(n, pixels, runs, _, c0, widths) -> Stmt:
         offs = offsets(widths)
-        accs, decls = pixel_accumulators(ctx, dtype, len(pixels), widths,
-                                          _bias_init(bias, dtype, c0))
+        rt = register_tile(ctx, dtype, pixels, widths, _bias_init(bias, dtype, c0))
+        accs = rt.accs
 
         def weights(tap) -> list[Expr]:
             return [Load(wp, flat_index((*tap, add(c0, Const(off))), packed.shape), wd)
@@ -318,9 +317,8 @@ def _depthwise(ctx, x, packed, bias, xin, out, win, t, emit) -> Stmt:
             nest = tap_nest(ctx, runs, pixels[0], win, xin.spatial, taps)
         else:       # a block of pixels is never guarded (region_nest)
             nest = tap_nest(ctx, runs[:last], pixels[0], win, xin.spatial, row_taps)
-        stores = [emit(0, out.index(n, pix, add(c0, Const(off))), a)
-                  for pix, row_accs in zip(pixels, accs) for a, off in zip(row_accs, offs)]
-        return seq_of(*decls, nest, *stores)
+        return rt.code(nest, lambda pix, off, a, _: emit(0, out.index(n, pix, add(c0, Const(off))),
+                                                       a))
 
     if not t.weights_stay:
         return sliding_window(ctx, xin.batch, win, xin.spatial, t, 1, xin.channels, tile_body)
@@ -379,8 +377,9 @@ def dense(ctx: LowerCtx, emit, a: Operand, b: Operand | np.ndarray, batch: Seque
 
     def row_tile(bi, rows, c0, widths) -> Stmt:
         offs = offsets(widths)
-        accs, decls = pixel_accumulators(ctx, dtype, len(rows), widths,
-                                          lambda off, w: const_like(0, dtype.with_lanes(w)))
+        rt = register_tile(ctx, dtype, rows, widths,
+                           lambda off, w: const_like(0, dtype.with_lanes(w)))
+        accs = rt.accs
 
         def weights(kk):
             return [b_load(bi, kk, c0, sum(widths), off, wd) for off, wd in zip(offs, widths)]
@@ -393,12 +392,12 @@ def dense(ctx: LowerCtx, emit, a: Operand, b: Operand | np.ndarray, batch: Seque
             return lane_update(ctx, dtype, accs, [a.load(bi, i, kk, t.k_lanes) for i in rows],
                                 lambda l: weights(plus(kk, l)), widths)
 
-        stores = [emit(0, out_index(bi, i, plus(c0, off)), finish(acc, bi, i, plus(c0, off)))
-                  for i, row in zip(rows, accs) for acc, off in zip(row, offs)]
+        def store(i, off, acc, _) -> Stmt:
+            return emit(0, out_index(bi, i, plus(c0, off)), finish(acc, bi, i, plus(c0, off)))
         by_lane = lane_step if a.vector_cols and t.k_lanes > 1 else None
         if by_lane is None and _split_k(dtype, rows, widths, k, t):
-            return seq_of(*decls, *_split_k_loop(ctx, dtype, accs, widths, k, step), *stores)
-        return seq_of(*decls, reduce_steps(ctx, "k", k, t, step, by_lane), *stores)
+            return rt.code(seq_of(*_split_k_loop(ctx, dtype, accs, widths, k, step)), store)
+        return rt.code(reduce_steps(ctx, "k", k, t, step, by_lane), store)
 
     def batch_level(d: int, bi: tuple) -> Stmt:
         if d == len(batch):

@@ -32,7 +32,7 @@ and int8_common.py holds the helpers every one of them uses.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -44,14 +44,17 @@ from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl,
                         Select, Stmt, Store, Unary, Var, add, dt, dtype_of, flat_index, mul, seq)
 from aot.lower import fixed32, int8_dsp
 from aot.lower import qmath as q
+from aot.lower.builders import offsets, splat
 from aot.lower.elementwise import const_like
 from aot.lower.int8_common import (Requant, const_input, loop, loop_step, nest,
                                    round_half_away_to_int, scale_zp, table, to_i32, unravel,
                                    weight_dtype)
 from aot.lower.int8_window import window_nest
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
+from aot.lower.schedule import tile
 from aot.lower.strategy import (PAIRS, Accumulator, int8_accumulator, int8_rows,
                                  mlal_depthwise, window_row_accumulator)
+from aot.lower.tiles import fitting_parts, position_blocks, register_tile, tile_widths
 from aot.lower.windows import (ConvGeom, conv_geom, guarded, in_range, plane_spans, span_loop,
                                window_pos)
 from aot.ops import qmath as ref_q
@@ -375,10 +378,6 @@ def vector_lanes(ctx: LowerCtx) -> int:
     return ctx.target.lanes(32)
 
 
-def _splat(e: Expr, lanes: int) -> Expr:
-    return e if lanes == 1 or dtype_of(e).lanes == lanes else Broadcast(e, lanes)
-
-
 def _vec_table(ctx: LowerCtx, name: str, values: np.ndarray, dtype: str):
     """(index, lanes) -> values[index:index+lanes] of `dtype`: a splatted
     constant when all entries agree (an immediate operand), else vector
@@ -457,26 +456,16 @@ class VecRequant:
         return b.let("high", q.srdhm(x, self.mult(c, lanes), saturate=False))
 
 
-def _tile_epilogue(ctx: LowerCtx, accs, widths,
-                   body: Callable[[q.Block, int, Expr, int], Stmt]) -> Stmt:
-    """body(block, offset in the tile, sums, lanes) for each of a tile's
-    accumulators, straight from its register: every accumulator is at most
-    one vector wide, so no sums go through memory."""
-    parts = []
-    for a, off, wd in zip(accs, _offs(widths), widths):
+def block_store(ctx: LowerCtx, body: Callable[[q.Block, Expr, int, Expr, int], Stmt]) -> Callable:
+    """A RegisterTile store running body(block, pixel, offset in the tile,
+    sums, lanes) in a block of its own: the requantization's locals, from
+    the accumulator's register (every accumulator is at most one vector
+    wide, so no sums go through memory)."""
+    def store(pixel, off: int, acc: Expr, lanes: int) -> Stmt:
         b = q.Block(ctx)
-        b.add(body(b, off, a, wd))
-        parts.append(b.stmt())
-    return seq(*parts)
-
-
-def _tile_widths(total: int, t) -> list[tuple[int, tuple[int, ...]]]:
-    from aot.lower.tiles import tile_widths
-    return tile_widths(total, t)
-
-
-def _offs(widths) -> list[int]:
-    return [sum(widths[:j]) for j in range(len(widths))]
+        b.add(body(b, pixel, off, acc, lanes))
+        return b.stmt()
+    return store
 
 
 def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
@@ -493,10 +482,6 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     result of `lanes` channels from c (one accumulator: a vector, a
     narrower one or a scalar).
     """
-    from dataclasses import replace as _replace
-
-    from aot.lower.tiles import position_blocks, fitting_parts
-    from aot.lower.schedule import tile
     t = tile(ctx.target, "int32", pixels=True)
     depthwise = g.depth == 1 and g.per_group == 1
     width = g.cout if depthwise else g.per_group
@@ -511,11 +496,11 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
         # accumulators for MR pixels, the weights and the broadcast (or each
         # pixel's quads) within the registers.
         v = acc_kind.vectors
-        t = _replace(t, vectors=v, max_accs=(regs - v - 1) // (v + 1) * v if by_lane
+        t = replace(t, vectors=v, max_accs=(regs - v - 1) // (v + 1) * v if by_lane
                      else regs - 2 * v)
     if width <= t.lanes:
-        t = _replace(t, vectors=1)
-    tiles = _tile_widths(width, t)
+        t = replace(t, vectors=1)
+    tiles = tile_widths(width, t)
     # Depthwise where the target has the widening multiply-add: 8 channels
     # per int16 vector, two accumulators each (whole tiles of 4-lane vectors
     # in pairs).
@@ -594,11 +579,11 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     def tile_code(n, oy, oxs, row_test, col_test, gi, c0, widths) -> Stmt:
         inside = not any(row_test) and not any(col_test)
         oc0 = c0 if depthwise else add(mul(gi, Const(g.per_group)), c0)
-        offs = _offs(widths)
-        accs = [[ctx.fresh("acc", dt("int32", wd)) for wd in widths] for _ in oxs]
+        offs = offsets(widths)
         # staged rows hold x - zp already: the plain bias
-        decls = [Decl(a, bias_at(inside and not staged, add(oc0, Const(off)), wd))
-                 for row in accs for a, off, wd in zip(row, offs, widths)]
+        rt = register_tile(ctx, dt("int32"), oxs, widths, lambda off, wd: bias_at(
+            inside and not staged, add(oc0, Const(off)), wd))
+        accs = rt.accs
 
         def tap(ky, kx, iy, ixs):
             stmts = []
@@ -622,7 +607,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                         body.append(Decl(xs, q.offset(to_i32(load_x((n, iy, ix, ch))),
                                                       0 if inside else -zp)))
                         for a, v, wd in zip(row, ws, widths):
-                            body.append(Assign(a, Bin("+", a, Bin("*", _splat(xs, wd), v))))
+                            body.append(Assign(a, Bin("+", a, Bin("*", splat(xs, wd), v))))
                 return seq(*body)
 
             def mlal_step():
@@ -740,15 +725,13 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                                 Bin("+", a, packed_pair_dot(pv, v))) for a, v in zip(row_, wp)]
             return seq(*body)
 
-        stores = [_tile_epilogue(ctx, row_, widths, lambda b, k, acc, lanes, ox=ox: epilogue(
-            b, (n, oy, ox, add(oc0, Const(k))), acc, lanes))
-                  for row_, ox in zip(accs, oxs)]
         if flat:
             taps = loop(ctx, "ky", g.kh, lambda ky: loop(ctx, "kp", n_pairs,
                                                        lambda j: flat_step(ky, j)))
         else:
             taps = loop(ctx, "ky", g.kh, row)
-        return seq(*decls, taps, *stores)
+        return rt.code(taps, block_store(ctx, lambda b, ox, k, acc, lanes: epilogue(
+            b, (n, oy, ox, add(oc0, Const(k))), acc, lanes)))
 
     def block(n, oy, oxs, row_test, col_test) -> Stmt:
         """A block of neighbouring output pixels of one row: every channel
@@ -1008,10 +991,9 @@ def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_o
     int32 quads first (whole vectors at a time when it is in memory,
     `x_buffer`); a last odd step or steps and tiles narrower than 4 lanes
     take one input at a time (weights [D, U])."""
-    from aot.lower.schedule import tile
     units, depth = w.shape
     t = tile(ctx.target, "int32")
-    tiles = _tile_widths(units, t)
+    tiles = tile_widths(units, t)
     kind = int8_accumulator(ctx.target)
     if kind.group == 4 and not (kind.fits(w) and any(min(ws) >= 4 for _, ws in tiles)):
         kind = PAIRS
@@ -1043,16 +1025,17 @@ def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_o
         stmts = [] if staged is None else [_stage_quads(ctx, staged, x_at, x_buffer, kind.offset)]
 
         def tile_code(c0, widths) -> Stmt:
-            offs = _offs(widths)
-            accs = [ctx.fresh("acc", dt("int32", wd)) for wd in widths]
+            offs = offsets(widths)
             use = steps and min(widths) >= 4
-            code = [Decl(a, Load(bias_buf(kind.offset if use else 0), add(c0, Const(off)), wd))
-                    for a, off, wd in zip(accs, offs, widths)]
+            rt = register_tile(ctx, dt("int32"), [out_lead], widths, lambda off, wd: Load(
+                bias_buf(kind.offset if use else 0), add(c0, Const(off)), wd))
+            (accs,) = rt.accs
+            code = []
 
             def single(d):
                 xv = ctx.fresh("xv")
                 out = [Decl(xv, to_i32(x_at(d)))]
-                out += [Assign(a, Bin("+", a, Bin("*", _splat(xv, wd), Cast(dt("int32", wd), Load(
+                out += [Assign(a, Bin("+", a, Bin("*", splat(xv, wd), Cast(dt("int32", wd), Load(
                     single_w(), add(mul(d, Const(units)), add(c0, Const(off))), wd)))))
                         for a, off, wd in zip(accs, offs, widths)]
                 return seq(*out)
@@ -1105,13 +1088,12 @@ def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_o
             else:
                 code.append(loop(ctx, "d", depth, single))
 
-            def requant(b, k, acc, lanes):
+            def requant(b, lead, k, acc, lanes):
                 c = add(c0, Const(k))
                 r = rq.apply(b, acc, c) if lanes == 1 else vrq.apply(b, acc, c)
                 y = q.clamp(q.offset(r, zp_out), lo, hi)
-                return emit(0, out_lead + (c,), Cast(dt(out_ty.dtype, lanes), y))
-            code.append(_tile_epilogue(ctx, accs, widths, requant))
-            return seq(*code)
+                return emit(0, lead + (c,), Cast(dt(out_ty.dtype, lanes), y))
+            return rt.code(seq(*code), block_store(ctx, requant))
 
         base = 0
         for count, widths in tiles:

@@ -1,19 +1,25 @@
-"""Register tiles of the float kernels: the channels cut into tiles of
-whole vectors (then a half vector, then scalars) and the pixels into
-blocks, accumulators as named locals updated by rank-1 (or, with a by-lane
-tile, lane-by-lane) multiply-adds over a reduction loop.
+"""Register tiles of the convolutions and dense products, float and
+integer: the channels cut into tiles of whole vectors (then a half vector,
+then scalars) and the pixels into blocks; a tile (RegisterTile) declares
+its accumulators as named locals, runs the reduction its accumulator
+strategy writes (float: rank-1 or, with a by-lane tile, lane-by-lane
+multiply-adds; int8: the pair / quad dot products of aot/lower/strategy.py)
+and stores each accumulator straight from its register through the
+kernel's epilogue.
 
-The convolutions and dense products (aot/lower/nn.py), Winograd's
-per-frequency products and pooling build their loops from these; the
+The float convolutions and dense products (aot/lower/nn.py), Winograd's
+per-frequency products, pooling and the int8 vector convolutions and fully
+connected layers (tflite_int8.py) build their loops from these; the
 numbers that size a tile are in aot/lower/schedule.py.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from aot.codegen.intrinsics import lane
 from aot.ir.tir import Assign, Const, Decl, DType, Expr, ForKind, Stmt, Var, dtype_of, seq
-from aot.lower.builders import accumulators, fma, loop, plus, seq_of, splat
+from aot.lower.builders import accumulators, fma, loop, offsets, plus, seq_of, splat
 from aot.lower.rules import LowerCtx
 from aot.lower.schedule import Tile
 
@@ -66,15 +72,35 @@ def over_tiles(ctx: LowerCtx, total: int, t: Tile,
     return seq_of(*stmts)
 
 
-def pixel_accumulators(ctx: LowerCtx, dtype: DType, pixels: int, widths,
-                        init: Callable[[int, int], Expr]):
-    """accumulators for each of `pixels` pixels: (per-pixel lists, decls)."""
+@dataclass(frozen=True)
+class RegisterTile:
+    """One register tile: accs[p][j], the accumulator of pixel p (or row)
+    and channel width widths[j], declared and initialised by `decls`."""
+    pixels: tuple
+    widths: tuple[int, ...]
+    accs: tuple[tuple[Var, ...], ...]
+    decls: tuple[Stmt, ...]
+
+    def code(self, reduction: Stmt | None,
+             store: Callable[[Expr, int, Var, int], Stmt]) -> Stmt:
+        """The tile: the declarations, the reduction (the accumulator
+        strategy's steps), then store(pixel, channel offset, acc, width)
+        for every accumulator, from its register (the epilogue)."""
+        return seq_of(*self.decls, reduction, *(
+            store(pixel, off, a, wd) for pixel, row in zip(self.pixels, self.accs)
+            for a, off, wd in zip(row, offsets(self.widths), self.widths)))
+
+
+def register_tile(ctx: LowerCtx, dtype: DType, pixels: Sequence, widths: Sequence[int],
+                  init: Callable[[int, int], Expr]) -> RegisterTile:
+    """A tile of len(pixels) pixels x `widths` channels, each accumulator
+    initialised by init(channel offset, width)."""
     accs, decls = [], []
-    for _ in range(pixels):
+    for _ in pixels:
         row, d = accumulators(ctx, dtype, widths, init)
-        accs.append(row)
+        accs.append(tuple(row))
         decls += d
-    return accs, decls
+    return RegisterTile(tuple(pixels), tuple(widths), tuple(accs), tuple(decls))
 
 
 def rank1_update(ctx: LowerCtx, dtype: DType, accs: list[list[Var]], xvals: list[Expr],

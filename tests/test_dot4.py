@@ -220,7 +220,7 @@ def _assert_bit_exact(graphs, target, seed: int, runs: int):
 def test_window_rows_in_quads_bit_exact(monkeypatch):
     """First layers' window rows in quads, as on the A76, here with VNNI's
     unsigned bytes (x86 keeps them in pairs by default)."""
-    import aot.lower.tflite_int8 as lowering
+    import aot.lower.conv_schedule as lowering      # the module whose policy asks
     monkeypatch.setattr(lowering, "window_row_accumulator", int8_accumulator)
     target = get_target("x86_64-linux-avx512")
     graphs = [conv_model("CONV_2D", xs, ws, os_, opts, zp_in=zp, seed=k)
@@ -242,7 +242,7 @@ RING_FIRST_LAYERS = [   # odd depths, row stride 1: window rows staged in a ring
 def test_first_layer_rows_in_a_ring_bit_exact(kind, monkeypatch):
     """Row stride 1: each input row staged once, into slot (oy + ky) % KH,
     in pairs or in quads (here their lane formula), padding rows included."""
-    import aot.lower.tflite_int8 as lowering
+    import aot.lower.conv_schedule as lowering      # the module whose policy asks
     monkeypatch.setattr(lowering, "window_row_accumulator", lambda target: kind)
     target = get_target("x86_64-linux")
     graphs = [conv_model("CONV_2D", xs, ws, os_, opts, zp_in=zp, seed=k)

@@ -45,6 +45,7 @@ from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl,
 from aot.lower import fixed32, int8_dsp
 from aot.lower import qmath as q
 from aot.lower.builders import offsets, splat
+from aot.lower.conv_schedule import int8_conv_schedule
 from aot.lower.elementwise import const_like
 from aot.lower.int8_common import (Requant, const_input, loop, loop_step, nest,
                                    round_half_away_to_int, scale_zp, table, to_i32, unravel,
@@ -52,8 +53,7 @@ from aot.lower.int8_common import (Requant, const_input, loop, loop_step, nest,
 from aot.lower.int8_window import window_nest
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule import tile
-from aot.lower.strategy import (PAIRS, Accumulator, int8_accumulator, int8_rows,
-                                 mlal_depthwise, window_row_accumulator)
+from aot.lower.strategy import PAIRS, Accumulator, int8_accumulator
 from aot.lower.tiles import fitting_parts, position_blocks, register_tile, tile_widths
 from aot.lower.windows import (ConvGeom, conv_geom, guarded, in_range, plane_spans, span_loop,
                                window_pos)
@@ -480,39 +480,16 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     loads input and weights as channel vectors alike (weights [KH, KW, C]).
     epilogue(block, (n, oy, ox, c), acc, lanes) stores the requantized
     result of `lanes` channels from c (one accumulator: a vector, a
-    narrower one or a scalar).
+    narrower one or a scalar). The tile, the accumulator strategy and how
+    the input rows are read are the schedule's (aot/lower/conv_schedule.py).
     """
-    t = tile(ctx.target, "int32", pixels=True)
-    depthwise = g.depth == 1 and g.per_group == 1
-    width = g.cout if depthwise else g.per_group
+    sched = int8_conv_schedule(ctx.target, g, weights)
+    t, tiles, depthwise, mlal, quads, pairs = (sched.tile, sched.tiles, sched.depthwise,
+                                              sched.mlal, sched.quads, sched.pairs)
+    acc_kind, flat_kind, raw = sched.accumulator, sched.flat_accumulator, sched.raw
     groups = 1 if depthwise else g.groups
-    acc_kind = int8_accumulator(ctx.target)
-    regs = ctx.target.vector_registers
-    # Sixteen-channel-deep convs read each pixel's four quads as one vector
-    # and take them by lane, where the strategy says so.
-    by_lane = acc_kind.by_lane and not depthwise and g.groups == 1 and g.depth % 16 == 0
-    if acc_kind.vectors and not depthwise and g.groups == 1 and g.depth % 4 == 0 and regs >= 32:
-        # A quad feeds `vectors` dot products (a weight vector each): their
-        # accumulators for MR pixels, the weights and the broadcast (or each
-        # pixel's quads) within the registers.
-        v = acc_kind.vectors
-        t = replace(t, vectors=v, max_accs=(regs - v - 1) // (v + 1) * v if by_lane
-                     else regs - 2 * v)
-    if width <= t.lanes:
-        t = replace(t, vectors=1)
-    tiles = tile_widths(width, t)
-    # Depthwise where the target has the widening multiply-add: 8 channels
-    # per int16 vector, two accumulators each (whole tiles of 4-lane vectors
-    # in pairs).
-    mlal = (depthwise and mlal_depthwise(ctx.target) and t.lanes == 4
-            and all(len(ws) % 2 == 0 and set(ws) == {4} for _, ws in tiles))
     w5 = weights.reshape(g.groups, g.per_group, g.kh, g.kw, g.depth)
-    # Dense convs whose depth is a multiple of 4 take four input channels
-    # per aot_dot4 where the strategy says so: weights [KH, KW, D/4, C, 4],
-    # input rows staged as quads of raw bytes (see _quad_rows).
-    quads = (acc_kind.group == 4 and not depthwise and g.groups == 1 and g.depth % 4 == 0
-             and all(min(w) >= 4 for _, w in tiles) and acc_kind.fits(weights))
-    if quads:
+    if quads:   # weights [KH, KW, D/4, C, 4], input rows staged as quads (see _quad_rows)
         packed4 = ctx.param("filter_quads", np.ascontiguousarray(
             w5[0].reshape(g.per_group, g.kh, g.kw, g.depth // 4, 4)
             .transpose(1, 2, 3, 0, 4)).astype(np.int8))
@@ -524,7 +501,6 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     else:
         packed = ctx.param("filter", weight_dtype(
             np.ascontiguousarray(w5.transpose(0, 2, 3, 4, 1))))              # [G, KH, KW, D, P]
-    pairs = not quads and not depthwise and g.depth >= 2
     if pairs:   # [G, KH, KW, D/2, P, 2]: two input channels' weights side by side
         even = w5[..., :g.depth // 2 * 2].reshape(g.groups, g.per_group, g.kh, g.kw,
                                                   g.depth // 2, 2)
@@ -532,23 +508,17 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
             np.ascontiguousarray(even.transpose(0, 2, 3, 4, 1, 5))))
     flat_w = weights.reshape(g.cout, -1)
     bias_tabs = {}
-    # Dense convs with an even depth stage the KH input rows an output row
-    # reads as int32 pairs (x[2i] - zp) + 65536 (x[2i+1] - zp), zero outside
-    # the image (exactly the skipped taps): each pair is then one load and
-    # broadcast (aot_dot2p), no tap tests bounds, and every row is blocked.
-    staged = quads or (pairs and g.groups == 1 and g.depth % 2 == 0
-                       and all(min(w) >= 4 for _, w in tiles) and int8_rows("staged") == "staged")
-    if staged and not quads:
+    staged = sched.rows != "direct"
+    flat = sched.rows == "flat"
+    # Staged pairs are the int32s (x[2i] - zp) + 65536 (x[2i+1] - zp), zero
+    # outside the image (exactly the skipped taps): each pair is then one
+    # load and broadcast (aot_dot2p), no tap tests bounds, and every row is
+    # blocked.
+    if staged and not quads and not flat:
         stage, rows, slot = _pair_rows(ctx, g, load_x, zp)
-    # Odd depths (the first layer's 1 or 3 channels) pair along a window
-    # row instead: with unit column dilation its KW x D taps are one
-    # contiguous run of the staged row, read as consecutive pairs.
-    # With quads (aot_dot4) the run goes four at a time, as raw bytes.
-    flat = (not quads and not depthwise and g.groups == 1 and g.depth % 2 == 1
-            and g.dilations[1] == 1
-            and all(min(w) >= 4 for _, w in tiles) and int8_rows("flat") == "flat")
-    row_kind = window_row_accumulator(ctx.target)
-    flat_kind = row_kind if flat and row_kind.group == 4 and row_kind.fits(weights) else PAIRS
+    # Flat rows: a window row's KW x D taps, one contiguous run of the
+    # staged row, read as consecutive pairs (quads: four at a time, as raw
+    # bytes).
     if flat:
         fg = flat_kind.group
         k_run = g.kw * g.depth
@@ -558,9 +528,6 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
         packed_flat = ctx.param("filter_pairs" if fg == 2 else "filter_quads", weight_dtype(
             np.ascontiguousarray(wf.reshape(g.per_group, g.kh, n_pairs, fg).transpose(1, 2, 0, 3))))
         stage, rows, pstep, slot = _flat_rows(ctx, g, load_x, zp, flat_kind)
-        staged = True
-    # staged bytes x + offset, zp + offset outside the image (quads of either kind)
-    raw = acc_kind if quads else flat_kind if flat_kind.group == 4 else None
 
     def bias_at(folded: bool, oc: Expr, lanes: int) -> Expr:
         """The bias less `fold` * sum(w) per channel: fold is the input zero
@@ -663,7 +630,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                         body += [Assign(a, acc_kind.dot(a, lane_of(xv, j), v))
                                  for a, v in zip(row, w4)]
                 return seq(*body)
-            if quads and by_lane:
+            if quads and sched.by_lane:
                 return loop(ctx, "icb", g.depth // 16, quad_block)
             if quads:
                 return loop(ctx, "icq", g.depth // 4, quad_step)

@@ -17,8 +17,8 @@ speedup of the medians.
 What this measures is the steady state, as a deployed model that runs many
 inferences in one process sees it: the warm-up (200 ms by default, as many
 runs as the one-thread package takes in that time) keeps a process's start
-out of the timings: the new worker thread's first moves between CPUs, the
-idle CPU waking up. `--warm-ms 0` measures a cold process's first K runs.
+out of the timings (the worker's first jobs, the pool's first window of
+jobs, caches). `--warm-ms 0` times a cold process's first K runs.
 
 Nothing is pinned: the threads need the cores. The machine is shared, so
 the load average before and after is printed too; a speedup measured under
@@ -133,10 +133,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{q['1']:>8.3f} {q[str(n)]:>8.3f}  {r['split_kernels']:>5} of {r['kernels']:<5}"
               f"  {'identical' if r['identical'] else 'DIFFER'}")
     warm = ", ".join(f"{r['model']} {r['warmup_runs']}" for r in rows)
+    start = (f"warmed up for ~{args.warm_ms:g} ms first (steady state; warm-up runs: {warm})"
+             if args.warm_ms > 0 else "timed from its first run (a cold process)")
     print(f"{args.rounds} interleaved rounds x {args.batch} timed runs per package, each round "
-          f"a fresh process warmed up for ~{args.warm_ms:g} ms first (steady state; warm-up "
-          f"runs: {warm}), {args.codegen} codegen, host board, {os.cpu_count()} CPUs; load "
-          f"average {load_before:.1f} before, {load_after:.1f} after")
+          f"a fresh process {start}, {args.codegen} codegen, host board, {os.cpu_count()} CPUs; "
+          f"load average {load_before:.1f} before, {load_after:.1f} after")
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"threads": n, "codegen": args.codegen, "rounds": args.rounds, "batch": args.batch,

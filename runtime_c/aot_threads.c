@@ -57,10 +57,14 @@
 /* A worker that finds itself on the caller's CPU moves off it at most this
  * often (ns); see move_off. */
 #define MOVE_NS 50000000
-/* Whether splitting pays is judged over windows of this many jobs; a
- * window that did not pay sends the kernels to the caller alone for
- * SERIAL_NS, twice that after another such window, up to SERIAL_MAX_NS. */
+/* Whether splitting pays is judged over windows of at least WINDOW jobs
+ * and WINDOW_NS: long enough that a worker descheduled once for a few
+ * milliseconds (another process's time slice) does not condemn it, while a
+ * worker that shares its CPU all along does. A window that did not pay
+ * sends the kernels to the caller alone for SERIAL_NS, twice that after
+ * another such window, up to SERIAL_MAX_NS. */
 #define WINDOW 64
+#define WINDOW_NS 10000000
 #define SERIAL_NS 10000000
 #define SERIAL_MAX_NS 160000000
 
@@ -103,10 +107,11 @@ static struct {
 static struct {
     uint64_t own, waste;         /* ticks over the window */
     int jobs;
+    int64_t since;               /* ns: the window's start (0: its first WINDOW jobs are all) */
     int settling;                /* this window follows a pause: not judged */
     int64_t paused_until;        /* ns: kernels run whole until then (0: not paused) */
     int64_t pause;               /* ns: the next pause's length */
-} health = {0, 0, 0, 1, 0, SERIAL_NS};
+} health = {0, 0, 0, 0, 1, 0, SERIAL_NS};
 
 /* start and stop, one at a time (a lazy start may race a first run) */
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -280,15 +285,21 @@ static int paused(void) {
     health.settling = 1;
     health.own = health.waste = 0;
     health.jobs = 0;
+    health.since = 0;
     return 0;
 }
 
 /* One job's account: `own` ticks on the caller's task, `waste` waiting for
  * or running the workers'. */
 static void account(uint64_t own, uint64_t waste) {
+    int64_t t;
     health.own += own;
     health.waste += waste;
-    if (++health.jobs < WINDOW) {
+    if (++health.jobs % WINDOW != 0) {
+        return;
+    }
+    t = now_ns();
+    if (t - health.since < WINDOW_NS) {
         return;
     }
     if (health.settling) {
@@ -301,6 +312,7 @@ static void account(uint64_t own, uint64_t waste) {
     }
     health.own = health.waste = 0;
     health.jobs = 0;
+    health.since = t;
 }
 
 /* Until worker w's task of job `job` is done: by the worker, or by the
@@ -365,6 +377,7 @@ static int start_locked(int threads) {
     stop_locked();
     health.own = health.waste = 0;
     health.jobs = 0;
+    health.since = 0;
     health.settling = 1;        /* the new workers' first jobs are not judged */
     health.paused_until = 0;
     health.pause = SERIAL_NS;

@@ -22,7 +22,10 @@ jobs, caches). `--warm-ms 0` times a cold process's first K runs.
 
 Nothing is pinned: the threads need the cores. The machine is shared, so
 the load average before and after is printed too; a speedup measured under
-load says more about the load than about aot.
+load says more about the load than about aot. So is a cache line's round
+trip between two CPUs (a pinned ping-pong, before and after): every job
+costs a few of those, and on a VM it changes with where the host runs the
+vCPUs.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -46,6 +50,73 @@ MODELS = REPO.parent / "shared" / "models"
 CASES = {"vww": "mlperf_vww_mbv1_f32.tflite", "ic": "mlperf_ic_resnet8_f32.tflite",
          "ultraface": "onnx_ultraface_rfb320.onnx"}
 WARM_MS = 200.0
+
+# Two threads on two CPUs pass one cache line back and forth: the cost of
+# the transfers a split kernel's job makes (and of activations written on
+# one core and read on the other). On this VM it changes with where the
+# host runs the vCPUs (about 55 ns to 520 ns), and the speedups with it.
+PING_PONG = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static int ping __attribute__((aligned(64))), pong __attribute__((aligned(64)));
+static void* echo(void* arg) {
+    int i, v;
+    (void)arg;
+    for (i = 1;; i++) {
+        while ((v = __atomic_load_n(&ping, __ATOMIC_ACQUIRE)) != i) {
+            if (v < 0) return NULL;
+        }
+        __atomic_store_n(&pong, i, __ATOMIC_RELEASE);
+    }
+}
+int main(int argc, char** argv) {
+    enum { TRIPS = 100000 };
+    cpu_set_t a, b;
+    pthread_attr_t attr;
+    pthread_t t;
+    struct timespec t0, t1;
+    int i;
+    (void)argc;
+    CPU_ZERO(&a); CPU_SET(atoi(argv[1]), &a);
+    CPU_ZERO(&b); CPU_SET(atoi(argv[2]), &b);
+    sched_setaffinity(0, sizeof a, &a);
+    pthread_attr_init(&attr);
+    pthread_attr_setaffinity_np(&attr, sizeof b, &b);
+    if (pthread_create(&t, &attr, echo, NULL) != 0) return 1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (i = 1; i <= TRIPS; i++) {
+        __atomic_store_n(&ping, i, __ATOMIC_RELEASE);
+        while (__atomic_load_n(&pong, __ATOMIC_ACQUIRE) != i) {
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    __atomic_store_n(&ping, -1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    printf("%.0f\n", ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / TRIPS);
+    return 0;
+}
+"""
+
+
+def round_trip_ns(workdir: Path) -> str:
+    """A cache line's round trip between the first two CPUs (ns), or why not."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return "n/a (one CPU)"
+    src, exe = workdir / "ping_pong.c", workdir / "ping_pong"
+    src.write_text(PING_PONG)
+    try:
+        subprocess.run(["clang", "-O2", "-pthread", str(src), "-o", str(exe)], check=True,
+                       capture_output=True)
+        out = subprocess.run([str(exe), str(cpus[0]), str(cpus[1])], check=True,
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"n/a ({type(e).__name__})"
+    return f"{out.stdout.strip()} ns"
 
 
 def warm_runs(pkg: Path, board, inputs, warm_ms: float) -> int:
@@ -117,9 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     try:
         with tempfile.TemporaryDirectory(prefix="aot-threads-") as tmp:
+            trips = [round_trip_ns(Path(tmp))]
             for name in names:
                 rows.append(measure(name, args.threads, args.codegen, args.rounds, args.batch,
                                     args.warm_ms, Path(tmp), log))
+            trips.append(round_trip_ns(Path(tmp)))
     except AotError as e:
         print(f"threads.py: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -137,12 +210,14 @@ def main(argv: list[str] | None = None) -> int:
              if args.warm_ms > 0 else "timed from its first run (a cold process)")
     print(f"{args.rounds} interleaved rounds x {args.batch} timed runs per package, each round "
           f"a fresh process {start}, {args.codegen} codegen, host board, {os.cpu_count()} CPUs; "
-          f"load average {load_before:.1f} before, {load_after:.1f} after")
+          f"load average {load_before:.1f} before, {load_after:.1f} after; a cache line's "
+          f"round trip between two CPUs {trips[0]} before, {trips[1]} after")
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"threads": n, "codegen": args.codegen, "rounds": args.rounds, "batch": args.batch,
              "warm_ms": args.warm_ms,
-             "load_average": [load_before, load_after], "models": rows}, indent=2) + "\n")
+             "load_average": [load_before, load_after], "round_trip": trips,
+             "models": rows}, indent=2) + "\n")
     return 0 if all(r["identical"] for r in rows) else 1
 
 

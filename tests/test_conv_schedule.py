@@ -1,5 +1,5 @@
-"""The int8 vector convolution's schedule object (aot/lower/conv_schedule.py):
-the default policy's answers per target, pinned."""
+"""The convolutions' schedule objects (aot/lower/conv_schedule.py): the
+default policy's answers per target, pinned."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,9 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from aot.lower.conv_schedule import int8_conv_schedule
+from aot.ir.tir import dt
+from aot.lower.conv_schedule import FloatConvSchedule, float_conv_schedule, int8_conv_schedule
 from aot.lower.strategy import PAIRS, QUADS
-from aot.lower.windows import ConvGeom
+from aot.lower.windows import ConvGeom, SpatialOp
+from aot.ops.nn import Window
 from aot.targets import get_board
 
 
@@ -64,3 +66,32 @@ def test_schedule_is_frozen_and_sizes_the_tile_for_quads():
     narrow = int8_conv_schedule(get_board("rpi5").target, geom(16, per_group=4),
                                 weights(geom(16, per_group=4)))
     assert narrow.tile.vectors == 1 and narrow.flat_accumulator == PAIRS
+
+
+def float_schedule(board, x, out, k, group, icg, ocg, pad=1, in_memory=True, winograd=False):
+    win = Window((k, k), (1, 1), (1, 1), (pad, pad), (pad, pad), out.spatial)
+    return float_conv_schedule(get_board(board).target, dt("float32"), x, out, win, group,
+                               icg, ocg, in_memory, winograd)
+
+
+def test_float_policy_picks_the_algorithm_then_its_tile():
+    big = SpatialOp("NHWC", 1, 16, (32, 32))
+    small = SpatialOp("NHWC", 1, 16, (5, 5))
+    # x86 with FMA: Winograd in 4x4 blocks on a 32-wide map; no tile asked
+    assert float_schedule("host-avx512", big, big, 3, 1, 16, 16, winograd=True) == \
+        FloatConvSchedule("winograd_4x4")
+    # AArch64: the direct window, its taps and channels merged by lane
+    s = float_schedule("rpi5", big, big, 3, 1, 16, 16, winograd=True)
+    assert (s.algorithm, s.tile.k_lanes, s.merge_rows, s.copy_padded) == ("direct", 4, True, False)
+    # a 5x5 map is mostly border: copied into a padded workspace first
+    assert float_schedule("host", small, small, 3, 1, 16, 16).copy_padded
+    # an input not in memory merges its window rows once copied into one
+    s = float_schedule("rpi5", small, small, 3, 1, 16, 16, in_memory=False)
+    assert s.copy_padded and s.merge_rows
+    assert not float_schedule("rpi5", big, big, 3, 1, 16, 16, in_memory=False).merge_rows
+    assert float_schedule("rpi5", big, big, 1, 1, 16, 16, pad=0).algorithm == "pointwise"
+    dw = SpatialOp("NHWC", 1, 32, (8, 8))
+    s = float_schedule("rpi5", dw, dw, 3, 32, 1, 1)
+    assert s.algorithm == "depthwise" and s.tile.weights_stay
+    # no vectors (Cortex-M4): a depthwise conv is the direct window's
+    assert float_schedule("mps2-an386", dw, dw, 3, 32, 1, 1).algorithm == "direct"

@@ -1,11 +1,12 @@
-"""The schedule of an int8 vector convolution as one frozen object.
+"""The schedule of a convolution as one frozen object, float or int8.
 
-Every choice the kernel's schedule sites make (aot/lower/schedule.py's
-register tile, aot/lower/strategy.py's accumulator strategy and input
-rows) is answered once, by int8_conv_schedule's default policy (or the
-config `aot tune` puts in force, aot/lower/space.py), and the kernel
-(tflite_int8.vector_conv_nest) only reads the answers: the algorithm
-apart from its schedule.
+Every choice a convolution's schedule sites make (aot/lower/schedule.py's
+register tiles, aot/lower/strategy.py's algorithm, accumulator strategy
+and input rows) is answered once, by the default policy here
+(float_conv_schedule, int8_conv_schedule) or by the config `aot tune` puts
+in force (aot/lower/space.py), and the kernels (nn.conv,
+tflite_int8.vector_conv_nest) only read the answers: the algorithm apart
+from its schedule.
 """
 from __future__ import annotations
 
@@ -13,12 +14,78 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from aot.lower.schedule import Tile, tile
-from aot.lower.strategy import (PAIRS, Accumulator, int8_accumulator, int8_rows, mlal_depthwise,
-                                window_row_accumulator)
+from aot.ir.tir import DType
+from aot.lower.schedule import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORDER, Tile, depthwise_tile,
+                               tile)
+from aot.lower.strategy import (PAIRS, Accumulator, conv_algorithm, int8_accumulator, int8_rows,
+                                mlal_depthwise, window_row_accumulator)
 from aot.lower.tiles import tile_widths
-from aot.lower.windows import ConvGeom
+from aot.lower.windows import ConvGeom, SpatialOp, axis_runs
+from aot.ops import nn as ref
 from aot.targets import Target
+
+
+@dataclass(frozen=True)
+class FloatConvSchedule:
+    """How one float convolution runs. `algorithm`: "winograd_2x2" or
+    "winograd_4x4" (aot/lower/winograd.py, no tile here), "pointwise" (a
+    matrix product over the pixels, nn.dense), "depthwise" (channel
+    vectors, `tile` from the depthwise_tile site) or "direct" (the
+    register-tiled sliding window). Direct only: `copy_padded`, the input
+    first copied into a zero-padded workspace; `merge_rows`, a window row's
+    taps and input channels as one by-lane reduction."""
+    algorithm: str
+    tile: Tile | None = None
+    copy_padded: bool = False
+    merge_rows: bool = False
+
+
+def float_conv_schedule(target: Target, dtype: DType, xin: SpatialOp, out: SpatialOp,
+                        win: ref.Window, group: int, icg: int, ocg: int, in_memory: bool,
+                        winograd_fits: bool) -> FloatConvSchedule:
+    """The default policy for a convolution of `group` groups of icg -> ocg
+    channels (`in_memory`: its input is a buffer; `winograd_fits`:
+    winograd.applies), each site asked only where its answer matters."""
+    if winograd_fits:
+        algorithm = conv_algorithm(target, out.spatial[-1])
+        if algorithm != "direct":
+            return FloatConvSchedule(algorithm)
+    t = tile(target, dtype, out.vectorizable, pixels=True)
+    if ocg <= t.lanes:          # one vector of channels: room for more pixels per tile
+        t = replace(t, vectors=1)
+    if icg < t.k_lanes:         # a first layer's 3 channels: scalar inputs, a pixel more
+        t = replace(t, k_lanes=1)
+    channel_last = xin.layout == "NHWC"
+    if pointwise(win) and channel_last and group == 1 and in_memory:
+        return FloatConvSchedule("pointwise", t)
+    if icg == 1 and ocg == 1 and t.lanes > 1:
+        return FloatConvSchedule("depthwise", depthwise_tile(target, dtype,
+                                                             int(np.prod(win.kernel))))
+    copy = channel_last and copy_padded(xin, win, dtype)
+    # (not for a first layer's 3 channels: its steps straddling taps cost
+    # more than they save, vww f32's first conv 220,643 -> 281,540)
+    merge_rows = (t.k_lanes > 1 and icg % t.k_lanes == 0 and group == 1 and channel_last
+                  and (in_memory or copy) and win.dilations[-1] == 1)
+    return FloatConvSchedule("direct", t, copy, merge_rows)
+
+
+def pointwise(win: ref.Window) -> bool:
+    """A 1x1 window at stride 1 without padding."""
+    return (all(k == 1 for k in win.kernel) and all(v == 1 for v in win.strides)
+            and not any(win.pad_begin) and not any(win.pad_end))
+
+
+def copy_padded(xin: SpatialOp, win: ref.Window, dtype: DType) -> bool:
+    """Whether a direct convolution copies its input into a padded
+    workspace: a map that is mostly border, small enough to copy."""
+    padded = [s + b + e for s, b, e in zip(xin.spatial, win.pad_begin, win.pad_end)]
+    nbytes = xin.batch * xin.channels * dtype.bits // 8 * int(np.prod(padded))
+    interior = 1
+    for o, n, k, s, d, p in zip(win.out, xin.spatial, win.kernel, win.strides, win.dilations,
+                                win.pad_begin):
+        interior *= sum(r.count for r in axis_runs(o, n, k, s, d, p) if r.hi - r.lo == k)
+    border = 1 - interior / int(np.prod(win.out))
+    return border >= PAD_COPY_MIN_BORDER and nbytes <= PAD_COPY_MAX_BYTES
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ same dense tiles). BatchNormalization and Resize are in batchnorm.py and
 resize.py, the small statement builders in builders.py.
 
 How the kernels are shaped (see /work/shared/PERFORMANCE.md; the numbers
-are in aot/lower/schedule.py):
+are in aot/lower/schedule.py, a convolution's choices among them in one
+frozen schedule, aot/lower/conv_schedule.py):
 
 - The output channel axis is innermost and unit-stride (NHWC). Outputs are
   computed in register tiles of MR neighbouring pixels x NR channels: NR is
@@ -41,17 +42,16 @@ from aot.ir.tir import (Assign, Bin, Buffer, Comment, Const, Decl, DType, Expr, 
                         Var, add, dt, dtype_of, flat_index, mul, seq)
 from aot.lower.builders import (accumulators, float_only, fma, loop, offsets, plus, seq_of,
                                 shared_param, splat, unravel)
+from aot.lower.conv_schedule import float_conv_schedule
 from aot.lower.elementwise import broadcast_index, broadcast_load, const_like
 from aot.lower import winograd
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
-from aot.lower.schedule import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORDER, Tile, depthwise_tile,
-                               matvec_tile, tile)
-from aot.lower.strategy import conv_algorithm
+from aot.lower.schedule import Tile, matvec_tile, tile
 from aot.lower.tiles import (UNROLL_CHANNEL_TILES, fitting_parts, lane_update, over_tiles,
                              position_blocks, rank1_update, reduce_steps, register_tile,
                              tile_widths)
-from aot.lower.windows import (SpatialOp, axis_runs, region_nest, sliding_window, spatial_op,
-                               tap_nest, window_regions)
+from aot.lower.windows import (SpatialOp, region_nest, sliding_window, spatial_op, tap_nest,
+                               window_regions)
 from aot.ops import nn as ref
 
 
@@ -96,30 +96,23 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     kernel = packed.shape[1:-2]
     win = ref.resolve_window(ctx, xin.spatial, kernel)
     icg, ocg = packed.shape[-2], packed.shape[-1]
-    if winograd.applies(xin, win, group, dtype, icg, ocg):
-        algorithm = conv_algorithm(ctx.target, out.spatial[-1])
-        if algorithm != "direct":
-            return winograd.conv(ctx, emit, x, packed[0], bias, xin, out, win, algorithm)
-    t = tile(ctx.target, dtype, out.vectorizable, pixels=True)
-    if ocg <= t.lanes:          # one vector of channels: room for more pixels per tile
-        t = replace(t, vectors=1)
-    if icg < t.k_lanes:         # a first layer's 3 channels: scalar inputs, a pixel more
-        t = replace(t, k_lanes=1)
-    if _pointwise(win) and xin.layout == "NHWC" and group == 1 and x.buffer is not None:
+    sched = float_conv_schedule(ctx.target, dtype, xin, out, win, group, icg, ocg,
+                                x.buffer is not None,
+                                winograd.applies(xin, win, group, dtype, icg, ocg))
+    t = sched.tile
+    if sched.algorithm.startswith("winograd"):
+        return winograd.conv(ctx, emit, x, packed[0], bias, xin, out, win, sched.algorithm)
+    if sched.algorithm == "pointwise":
         return _pointwise_conv(ctx, emit, x, bias, packed.reshape(icg, ocg), xin, out, t)
-    if icg == 1 and ocg == 1 and t.lanes > 1:
-        t = depthwise_tile(ctx.target, dtype, int(np.prod(kernel)))
+    if sched.algorithm == "depthwise":
         per_channel = np.ascontiguousarray(np.moveaxis(packed[..., 0, 0], 0, -1))  # [k...][C]
         return _depthwise(ctx, x, per_channel, bias, xin, out, win, t, emit)
     wp = shared_param(ctx, "w_packed", packed)
     copy = None
-    if xin.layout == "NHWC" and _copy_padded(xin, win, dtype):
+    if sched.copy_padded:
         copy, x, xin = _padded_input(ctx, x, xin, win, t.lanes)
         win = replace(win, pad_begin=(0,) * len(kernel), pad_end=(0,) * len(kernel))
-    # (not for a first layer's 3 channels: its steps straddling taps cost
-    # more than they save, vww f32's first conv 220,643 -> 281,540)
-    merge_rows = (t.k_lanes > 1 and icg % t.k_lanes == 0 and group == 1 and xin.layout == "NHWC"
-                  and x.buffer is not None and win.dilations[-1] == 1)
+    merge_rows = sched.merge_rows
 
     def tile_body(n, pixels, runs, g, c0, widths) -> Stmt:
         """A tile of len(pixels) output positions x sum(widths) channels
@@ -190,18 +183,6 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     return seq_of(copy, sliding_window(ctx, xin.batch, win, xin.spatial, t, group, ocg, tile_body))
 
 
-def _copy_padded(xin: SpatialOp, win: ref.Window, dtype: DType) -> bool:
-    """Whether the schedule copies the input into a padded workspace."""
-    padded = [s + b + e for s, b, e in zip(xin.spatial, win.pad_begin, win.pad_end)]
-    nbytes = xin.batch * xin.channels * dtype.bits // 8 * int(np.prod(padded))
-    interior = 1
-    for o, n, k, s, d, p in zip(win.out, xin.spatial, win.kernel, win.strides, win.dilations,
-                                win.pad_begin):
-        interior *= sum(r.count for r in axis_runs(o, n, k, s, d, p) if r.hi - r.lo == k)
-    border = 1 - interior / int(np.prod(win.out))
-    return border >= PAD_COPY_MIN_BORDER and nbytes <= PAD_COPY_MAX_BYTES
-
-
 def _padded_input(ctx: LowerCtx, x: TensorRef, xin: SpatialOp, win: ref.Window, lanes: int):
     """x (channel-last) copied into a workspace with the window's zero
     padding around it: (the copy, the workspace as the new input, its shape).
@@ -238,11 +219,6 @@ def _padded_input(ctx: LowerCtx, x: TensorRef, xin: SpatialOp, win: ref.Window, 
     ref_ = TensorRef(buf.name, TensorType(shape, dtype.scalar),
                      lambda idx, lanes=1: Load(buf, flat_index(tuple(idx), shape), lanes), buf)
     return copy, ref_, padded
-
-
-def _pointwise(win: ref.Window) -> bool:
-    return (all(k == 1 for k in win.kernel) and all(v == 1 for v in win.strides)
-            and not any(win.pad_begin) and not any(win.pad_end))
 
 
 def _pointwise_conv(ctx, emit, x: TensorRef, bias, w: np.ndarray, xin: SpatialOp,

@@ -32,7 +32,7 @@ and int8_common.py holds the helpers every one of them uses.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np

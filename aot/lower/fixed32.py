@@ -57,10 +57,11 @@ def rounding_shift(h: Expr, e: int, bound: int, offset: int = 0,
 
 
 def small_rescale_terms(mult: int, shift: int, right: int, low: int, high: int):
-    """(Mh, Ml, B, k, s): RDBPOT(SRDHM(d * 2^shift, mult), right) equals
-        d * Mh + ((d * Ml + B + (d >> 31) * 2^k) >> s)
-    for every integer d in [low, high], every term within int32; None when
-    the bounds do not allow it.
+    """(Mh, Ml, B, E, s): RDBPOT(SRDHM(d * 2^shift, mult), right) equals
+        d * Mh + ((d * Ml + B + (d >> 31) * E) >> s)
+    for every integer d in [low, high], every term within int32 (E = 2^k,
+    0 when right is 0: no sign to round away from); None when the bounds
+    do not allow it.
 
     SRDHM(d 2^shift, M) = floor((d M + 2^(k-1)) / 2^k) with k = 31 - shift,
     and rounding that by 2^right half away from zero adds 2^(right-1) - [d <

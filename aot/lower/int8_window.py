@@ -12,7 +12,7 @@ from typing import Callable
 from aot.ir.tir import Expr, Load, Stmt, Store, seq
 from aot.lower.int8_common import loop
 from aot.lower.rules import LowerCtx
-from aot.lower.windows import ConvGeom, guarded, in_range, plane_regions, window_pos
+from aot.lower.windows import ConvGeom, plane_regions, window_taps
 
 
 def window_nest(ctx: LowerCtx, g: ConvGeom, acc, init: Callable[[Expr, bool], Expr],
@@ -33,18 +33,9 @@ def window_nest(ctx: LowerCtx, g: ConvGeom, acc, init: Callable[[Expr, bool], Ex
     """
     def pixel(n, oy, ox, row_test, col_test) -> Stmt:
         inside = not any(row_test) and not any(col_test)
-
-        def row(ky):
-            iy = window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
-            return guarded(in_range(iy, g.h, *row_test),
-                          loop(ctx, "kx", g.kw, lambda kx: col(ky, kx, iy)))
-
-        def col(ky, kx, iy):
-            ix = window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1])
-            return guarded(in_range(ix, g.w, *col_test), taps(n, ky, kx, iy, ix, inside))
-
         return seq(loop(ctx, "oc", g.cout, lambda oc: Store(acc, oc, init(oc, inside))),
-                   loop(ctx, "ky", g.kh, row),
+                   window_taps(ctx, g, oy, [ox], row_test, col_test, lambda ky, kx, iy, ixs:
+                               taps(n, ky, kx, iy, ixs[0], inside)),
                    loop(ctx, "oc", g.cout,
                         lambda oc: finish((n, oy, ox, oc), Load(acc, oc), inside)))
 

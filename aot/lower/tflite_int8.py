@@ -55,8 +55,8 @@ from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule import tile
 from aot.lower.strategy import PAIRS, Accumulator, int8_accumulator
 from aot.lower.tiles import fitting_parts, position_blocks, register_tile, tile_widths
-from aot.lower.windows import (ConvGeom, conv_geom, guarded, in_range, plane_spans, span_loop,
-                               window_pos)
+from aot.lower.windows import (ConvGeom, conv_geom, plane_spans, span_loop, window_pos,
+                               window_taps)
 from aot.ops import qmath as ref_q
 from aot.ops import tflite_int8 as ref
 
@@ -663,17 +663,6 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                 stmts.append(step(Const(g.depth - 1)))
             return seq(*stmts)
 
-        def row(ky):
-            iy = window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
-            return guarded(in_range(iy, g.h, *row_test),
-                          loop(ctx, "kx", g.kw, lambda kx: col(ky, kx, iy)))
-
-        def col(ky, kx, iy):
-            pad = 0 if staged else g.pad_left     # staged rows start at the left padding
-            ixs = [window_pos(ox, kx, g.strides[1], pad, g.dilations[1]) for ox in oxs]
-            cond = in_range(ixs[0], g.w, *col_test) if len(oxs) == 1 else None
-            return guarded(cond, tap(ky, kx, iy, ixs))
-
         def flat_step(ky, j):
             fg = flat_kind.group
             wp = [ctx.fresh("wv", dt("int16" if fg == 2 else "int8", fg * wd)) for wd in widths]
@@ -696,7 +685,9 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
             taps = loop(ctx, "ky", g.kh, lambda ky: loop(ctx, "kp", n_pairs,
                                                        lambda j: flat_step(ky, j)))
         else:
-            taps = loop(ctx, "ky", g.kh, row)
+            # staged rows start at the left padding
+            taps = window_taps(ctx, g, oy, oxs, row_test, col_test, tap,
+                               0 if staged else g.pad_left)
         return rt.code(taps, block_store(ctx, lambda b, ox, k, acc, lanes: epilogue(
             b, (n, oy, ox, add(oc0, Const(k))), acc, lanes)))
 

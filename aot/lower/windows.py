@@ -302,3 +302,26 @@ def in_range(pos: Expr, size: int, low: bool, high: bool) -> Expr | None:
 
 def guarded(cond: Expr | None, body: Stmt) -> Stmt:
     return body if cond is None else If(cond, body)
+
+
+def window_taps(ctx: LowerCtx, g: ConvGeom, oy: Expr, oxs: Sequence[Expr], row_test: tuple,
+                col_test: tuple, body: Callable[[Expr, Expr, Expr, list[Expr]], Stmt],
+                pad_left: int | None = None) -> Stmt:
+    """body(ky, kx, iy, ixs) for every tap of the windows of output pixels
+    oxs of row oy: iy is the tap's input row, ixs each pixel's input column
+    counted from `pad_left` (the geometry's, unless the rows were staged
+    from their left padding on). Kernel rows are tested on the sides
+    row_test says, kernel columns on col_test's for a single pixel (a block
+    of several never lies in a tested region)."""
+    pad = g.pad_left if pad_left is None else pad_left
+
+    def row(ky) -> Stmt:
+        iy = window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
+        return guarded(in_range(iy, g.h, *row_test),
+                       loop(ctx, "kx", g.kw, lambda kx: col(ky, kx, iy)))
+
+    def col(ky, kx, iy) -> Stmt:
+        ixs = [window_pos(ox, kx, g.strides[1], pad, g.dilations[1]) for ox in oxs]
+        cond = in_range(ixs[0], g.w, *col_test) if len(oxs) == 1 else None
+        return guarded(cond, body(ky, kx, iy, ixs))
+    return loop(ctx, "ky", g.kh, row)

@@ -1,5 +1,6 @@
 """The convolutions' schedule objects (aot/lower/conv_schedule.py): the
-default policy's answers per target, pinned."""
+default policy's answers per target, pinned; and the accumulator
+strategies' weight layout (aot/lower/strategy.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -95,3 +96,13 @@ def test_float_policy_picks_the_algorithm_then_its_tile():
     assert s.algorithm == "depthwise" and s.tile.weights_stay
     # no vectors (Cortex-M4): a depthwise conv is the direct window's
     assert float_schedule("mps2-an386", dw, dw, 3, 32, 1, 1).algorithm == "direct"
+
+
+def test_interleave_puts_each_steps_inputs_side_by_side():
+    """[..., C, D] -> [..., D / group, C, group]: step s of output channel c
+    holds input channels group * s .. group * s + group - 1."""
+    w = np.arange(2 * 3 * 8).reshape(2, 3, 8)
+    q = QUADS.interleave(w)
+    assert q.shape == (2, 2, 3, 4) and q.flags.c_contiguous
+    assert q[1, 1, 2].tolist() == w[1, 2, 4:8].tolist()
+    assert PAIRS.interleave(w)[0, 3, 1].tolist() == w[0, 1, 6:8].tolist()

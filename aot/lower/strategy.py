@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from aot.codegen.intrinsics import pair_dot, quad_dot, widening_mla
 from aot.ir.tir import Call, DType, Expr, Var
 from aot.lower.space import tunable
@@ -62,6 +64,14 @@ class Accumulator:
     def dot(self, acc: Expr, quad: Expr, w: Expr) -> Call:
         """The 4-way dot-product call of this (quad) strategy."""
         return quad_dot(acc, quad, w, self.unsigned, self.symmetric)
+
+    def interleave(self, w: np.ndarray) -> np.ndarray:
+        """Weights [..., C, D] (D a multiple of `group`) as [..., D / group,
+        C, group]: each step's `group` input channels side by side for
+        every output channel, in the order its multiply-adds read them."""
+        *lead, c, d = w.shape
+        steps = w.reshape(*lead, c, d // self.group, self.group)
+        return np.ascontiguousarray(np.swapaxes(steps, -3, -2))
 
     @property
     def offset(self) -> int:

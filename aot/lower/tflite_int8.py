@@ -490,9 +490,8 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     groups = 1 if depthwise else g.groups
     w5 = weights.reshape(g.groups, g.per_group, g.kh, g.kw, g.depth)
     if quads:   # weights [KH, KW, D/4, C, 4], input rows staged as quads (see _quad_rows)
-        packed4 = ctx.param("filter_quads", np.ascontiguousarray(
-            w5[0].reshape(g.per_group, g.kh, g.kw, g.depth // 4, 4)
-            .transpose(1, 2, 3, 0, 4)).astype(np.int8))
+        packed4 = ctx.param("filter_quads",
+                            acc_kind.interleave(np.moveaxis(w5[0], 0, -2)).astype(np.int8))
         stage, rows, slot = _quad_rows(ctx, g, load_x, zp, acc_kind)
     elif depthwise:
         dw = weight_dtype(np.ascontiguousarray(weights[:, :, :, 0].transpose(1, 2, 0)))
@@ -502,10 +501,8 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
         packed = ctx.param("filter", weight_dtype(
             np.ascontiguousarray(w5.transpose(0, 2, 3, 4, 1))))              # [G, KH, KW, D, P]
     if pairs:   # [G, KH, KW, D/2, P, 2]: two input channels' weights side by side
-        even = w5[..., :g.depth // 2 * 2].reshape(g.groups, g.per_group, g.kh, g.kw,
-                                                  g.depth // 2, 2)
         packed2 = ctx.param("filter_pairs", weight_dtype(
-            np.ascontiguousarray(even.transpose(0, 2, 3, 4, 1, 5))))
+            PAIRS.interleave(np.moveaxis(w5[..., :g.depth // 2 * 2], 1, -2))))
     flat_w = weights.reshape(g.cout, -1)
     bias_tabs = {}
     staged = sched.rows != "direct"
@@ -526,7 +523,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
         wf = np.zeros((g.per_group, g.kh, fg * n_pairs), np.int64)
         wf[:, :, :k_run] = w5[0].reshape(g.per_group, g.kh, k_run)
         packed_flat = ctx.param("filter_pairs" if fg == 2 else "filter_quads", weight_dtype(
-            np.ascontiguousarray(wf.reshape(g.per_group, g.kh, n_pairs, fg).transpose(1, 2, 0, 3))))
+            flat_kind.interleave(np.moveaxis(wf, 0, -2))))                # [KH, groups, P, fg]
         stage, rows, pstep, slot = _flat_rows(ctx, g, load_x, zp, flat_kind)
 
     def bias_at(folded: bool, oc: Expr, lanes: int) -> Expr:
@@ -958,9 +955,8 @@ def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_o
     group = kind.group
     steps = depth // group
     lead = steps * group           # the depth the grouped steps cover
-    grouped = ctx.param("weight_quads" if group == 4 else "weight_pairs", weight_dtype(
-        np.ascontiguousarray(w[:, :lead].reshape(units, steps, group).transpose(1, 0, 2)))) \
-        if steps else None
+    grouped = ctx.param("weight_quads" if group == 4 else "weight_pairs",
+                        weight_dtype(kind.interleave(w[:, :lead]))) if steps else None
     singles = {}
 
     def single_w():

@@ -54,7 +54,8 @@ from aot.lower.int8_window import window_nest
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule import tile
 from aot.lower.strategy import PAIRS, Accumulator, int8_accumulator
-from aot.lower.tiles import fitting_parts, position_blocks, register_tile, tile_widths
+from aot.lower.tiles import (fitting_parts, over_tiles, position_blocks, register_tile,
+                             tile_widths)
 from aot.lower.windows import (ConvGeom, conv_geom, plane_spans, span_loop, window_pos,
                                window_taps)
 from aot.ops import qmath as ref_q
@@ -1049,13 +1050,7 @@ def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_o
                 return emit(0, lead + (c,), Cast(dt(out_ty.dtype, lanes), y))
             return rt.code(seq(*code), block_store(ctx, requant))
 
-        base = 0
-        for count, widths in tiles:
-            wsum = sum(widths)
-            stmts.append(loop_step(ctx, "c", count, base, wsum,
-                                   lambda c0, ws=widths: tile_code(c0, ws)))
-            base += count * wsum
-
+        stmts.append(over_tiles(ctx, units, t, tile_code))
         return seq(*stmts)
     return body
 

@@ -9,9 +9,9 @@ regions does an axis fall back to guarded taps (window_regions,
 region_nest, tap_nest, sliding_window). The integer kernels group the same
 runs into three spans per axis, the low border, the interior and the high
 border, and test a border's taps only on the sides its windows leave the
-image (ConvGeom.regions, plane_spans, plane_regions). SpatialOp is an
-operand seen channel-last or channel-first; ConvGeom an NHWC 2-D window
-with its channel groups.
+image (ConvGeom.regions, plane_spans, plane_regions, window_taps).
+SpatialOp is an operand seen channel-last or channel-first; ConvGeom an
+NHWC 2-D window with its channel groups.
 
 The float convolutions (aot/lower/nn.py), the pools (pool.py,
 int8_pool.py), the integer convolutions (tflite_int8.py, and the Cortex-M

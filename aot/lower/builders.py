@@ -1,5 +1,6 @@
-"""Small statement builders the float kernels share (aot/lower/nn.py's
-convolutions and dense products, pooling, BatchNormalization, Resize).
+"""Small statement builders the kernels share: the float ones (aot/lower/nn.py's
+convolutions and dense products, pooling, BatchNormalization, Resize) and,
+for loops and loop nests, the integer rule modules too.
 
 A loop of one trip is its body and a loop of none is nothing (None), so
 callers compose without special cases; seq_of drops the Nones. PARAM arrays
@@ -28,7 +29,16 @@ def loop(ctx: LowerCtx, name: str, trips: int, body: Callable[[Expr], Stmt | Non
         return body(Const(start))
     v = ctx.fresh(name)
     inner = body(v)
-    return None if inner is None else For(v, trips * step, inner, kind, start=start, step=step)
+    return None if inner is None else For(v, int(trips) * step, inner, kind, start=start, step=step)
+
+
+def nest(ctx: LowerCtx, names: Sequence[str], extents: Sequence[int],
+         body: Callable[[tuple], Stmt]) -> Stmt:
+    """Nested loops, outermost first: body(indices)."""
+    if not names:
+        return body(())
+    return loop(ctx, names[0], extents[0],
+                lambda v: nest(ctx, names[1:], extents[1:], lambda rest: body((v,) + rest)))
 
 
 def plus(e: Expr, c: int) -> Expr:

@@ -1,12 +1,13 @@
 """The small builders every integer (TFLite-semantics) rule module shares.
 
-Loops and loop nests, int32 widening and narrowing casts, compile-time
-tables (a PARAM buffer, or one constant when every entry agrees), the
-per-channel requantization multipliers as tables, and the constant inputs
-the rules read (filters, biases, axes). The convolutions
-(aot/lower/tflite_int8.py) and every other int8 / int16 rule module
-(int8_elementwise, int8_pool, int8_rowwise, tflite_int16, onnx_quant, lstm,
-int8_dsp) build on these, so they live apart from any one of them.
+Int32 widening and narrowing casts, compile-time tables (a PARAM buffer,
+or one constant when every entry agrees), the per-channel requantization
+multipliers as tables, and the constant inputs the rules read (filters,
+biases, axes). The convolutions (aot/lower/tflite_int8.py) and every other
+int8 / int16 rule module (int8_elementwise, int8_pool, int8_rowwise,
+tflite_int16, onnx_quant, lstm, int8_dsp) build on these, so they live apart
+from any one of them. Their loops and loop nests are aot/lower/builders.py's,
+the float kernels' too.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.ir.tir import Bin, Call, Cast, Const, Expr, For, Load, Stmt, dt, dtype_of
+from aot.ir.tir import Bin, Call, Cast, Const, Expr, Load, dt, dtype_of
 from aot.lower import qmath as q
 from aot.lower.elementwise import const_like
 from aot.lower.rules import LowerCtx, TensorRef
@@ -24,32 +25,6 @@ from aot.ops import tflite_int8 as ref
 
 def scale_zp(ctx: LowerCtx, ty, what: str) -> tuple[float, int]:
     return ref.scale_zp(ty, what, ctx.node)
-
-
-def loop(ctx: LowerCtx, name: str, extent: int, body: Callable[[Expr], Stmt]) -> Stmt:
-    """for name < extent: body(name); a loop of one iteration is just its body."""
-    if extent == 1:
-        return body(Const(0))
-    var = ctx.fresh(name)
-    return For(var, int(extent), body(var))
-
-
-def nest(ctx: LowerCtx, names: Sequence[str], extents: Sequence[int],
-         body: Callable[[tuple], Stmt]) -> Stmt:
-    """Nested loops, outermost first."""
-    if not names:
-        return body(())
-    return loop(ctx, names[0], extents[0],
-                lambda v: nest(ctx, names[1:], extents[1:], lambda rest: body((v,) + rest)))
-
-
-def loop_step(ctx: LowerCtx, name: str, count: int, start: int, step: int,
-              body: Callable[[Expr], Stmt]) -> Stmt:
-    """for name = start, start + step, ... (count times): body(name)."""
-    if count == 1:
-        return body(Const(start))
-    var = ctx.fresh(name)
-    return For(var, count * step, body(var), start=start, step=step)
 
 
 def unravel(flat: Expr, shape: Sequence[int]) -> tuple[Expr, ...]:

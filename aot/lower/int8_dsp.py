@@ -43,7 +43,8 @@ import numpy as np
 from aot.codegen.arm_dsp import INT8X4, smla_half, smlad, smmulr, sxtb16
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr, For, ForKind, If,
                         Load, Stmt, Store, Var, add, flat_index, mul, seq)
-from aot.lower.int8_common import lazy_table, loop, loop_step, table, to_i32, unravel
+from aot.lower.builders import loop
+from aot.lower.int8_common import lazy_table, table, to_i32, unravel
 from aot.lower.windows import in_range, plane_regions, span_loop, window_pos
 from aot.lower.rules import LowerCtx, TensorRef
 
@@ -168,7 +169,7 @@ def _matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray
 def _word_loop(ctx: LowerCtx, words: int, step: Callable[[Expr], Stmt], lanes: int = 4
                ) -> Stmt:
     """step(d) for d = 0, lanes, ... (words times); a short loop unrolled whole."""
-    s = loop_step(ctx, "d", words, 0, lanes, step)
+    s = loop(ctx, "d", words, step, step=lanes)
     return replace(s, kind=ForKind.UNROLLED) if isinstance(s, For) and words <= UNROLL_WORDS else s
 
 
@@ -183,7 +184,7 @@ def tiled(ctx: LowerCtx, name: str, count: int, step: int,
            body: Callable[[Expr, int], Stmt]) -> Stmt:
     """body(first, width) over [0, count): full tiles of `step`, then singles."""
     full = count // step
-    parts = [loop_step(ctx, name, full, 0, step, lambda i: body(i, step))] if full else []
+    parts = [loop(ctx, name, full, lambda i: body(i, step), step=step)] if full else []
     if count % step:
         parts.append(loop(ctx, name, count % step, lambda i: body(add(i, Const(full * step)), 1)))
     return seq(*parts)
@@ -270,7 +271,7 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
                                                       lanes)) for k in range(width)]
                 words.dot(body, xs, ws, accs)
                 return seq(*body)
-            return loop_step(ctx, "c", g.depth // lanes, 0, lanes, word)
+            return loop(ctx, "c", g.depth // lanes, word, step=lanes)
         parts.append(loop(ctx, "ky", g.kh, lambda ky: loop(ctx, "kx", g.kw,
                                                             lambda kx: tap(ky, kx))))
         if gather:
@@ -344,7 +345,7 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
                           for k in range(width)]
                     _dot_words(body, xs, ws, accs)
                     return seq(*body)
-                return seq(loop_step(ctx, "d", whole // 4, 0, 4, word),
+                return seq(loop(ctx, "d", whole // 4, word, step=4),
                            *_tail(range(whole, span), accs,
                                   lambda i, d: Load(src, add(firsts[i], Const(d))),
                                   lambda k, d: Load(wbuf, w_at(ky, c0, width, k, d))))
@@ -360,8 +361,8 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
 
         def inner_row(oy) -> Stmt:
             pairs = (x1 - x0) // 2
-            parts = [loop_step(ctx, "ox", pairs, x0, 2,
-                               lambda ox: pixels(oy, [ox, add(ox, Const(1))]))] if pairs else []
+            parts = [loop(ctx, "ox", pairs, lambda ox: pixels(oy, [ox, add(ox, Const(1))]),
+                          start=x0, step=2)] if pairs else []
             if (x1 - x0) % 2:
                 parts.append(pixels(oy, [Const(x1 - 1)]))
             return seq(*parts)
@@ -516,11 +517,11 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
     def pixel(n, oy, ox, tests) -> Stmt:
         wide = channels - channels % lanes if lanes else 0
         whole = channels - channels % 4
-        parts = [loop_step(ctx, "c", wide // lanes, 0, lanes,
-                           lambda c: group(n, oy, ox, tests, c, taps))] if wide else []
+        parts = [loop(ctx, "c", wide // lanes, lambda c: group(n, oy, ox, tests, c, taps),
+                      step=lanes)] if wide else []
         if whole > wide:
-            parts.append(loop_step(ctx, "c", (whole - wide) // 4, wide, 4,
-                                   lambda c: quad(n, oy, ox, tests, c)))
+            parts.append(loop(ctx, "c", (whole - wide) // 4, lambda c: quad(n, oy, ox, tests, c),
+                              start=wide, step=4))
         if channels % 4:
             parts.append(loop(ctx, "c", channels % 4,
                               lambda c: single(n, oy, ox, tests, add(c, Const(whole)))))

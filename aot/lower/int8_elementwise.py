@@ -17,8 +17,9 @@ import numpy as np
 from aot.ir.tir import Assign, Bin, Broadcast, Cast, Const, Expr, Load, Select, Var, dt, dtype_of
 from aot.lower import fixed32
 from aot.lower import qmath as q
+from aot.lower.builders import nest
 from aot.lower.elementwise import broadcast_load, const_like
-from aot.lower.int8_common import narrow, nest, round_half_away_to_int, scale_zp, table, to_i32
+from aot.lower.int8_common import narrow, round_half_away_to_int, scale_zp, table, to_i32
 from aot.lower.int8_math import count_leading_zeros
 from aot.lower.rules import LowerCtx, kernel_rule, value_rule
 from aot.ops import qmath as ref_q

@@ -46,7 +46,8 @@ from aot.codegen.arm_mve import INT32X4, INT8X16, dot16, widen4
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr, If, Load, Stmt,
                         Var, add, flat_index, mul, seq)
 from aot.lower import int8_dsp
-from aot.lower.int8_common import loop, to_i32
+from aot.lower.builders import loop
+from aot.lower.int8_common import to_i32
 from aot.lower.windows import in_range, plane_regions, window_pos
 from aot.lower.rules import LowerCtx, TensorRef
 

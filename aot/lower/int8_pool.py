@@ -12,7 +12,8 @@ from typing import Callable
 
 from aot.ir.tir import Assign, Bin, Cast, Const, Expr, Load, Stmt, Store, Var, add, dt
 from aot.lower import qmath as q
-from aot.lower.int8_common import CallView, const_input, loop, nest, scale_zp, to_i32
+from aot.lower.builders import loop, nest
+from aot.lower.int8_common import CallView, const_input, scale_zp, to_i32
 from aot.lower.int8_window import window_nest
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.windows import conv_geom, window_pos

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from aot.ir.tir import Assign, Bin, Cast, Const, Expr, Select, Var, dt
 from aot.lower import qmath as q
-from aot.lower.int8_common import loop, nest, scale_zp, to_i32
+from aot.lower.builders import loop, nest
+from aot.lower.int8_common import scale_zp, to_i32
 from aot.lower.int8_math import (count_leading_zeros, exp_on_negative_values, inv_sqrt_block,
                                  log_x_ge_1_block, one_over_one_plus_x)
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from aot.ir.tir import Expr, Load, Stmt, Store, seq
-from aot.lower.int8_common import loop
+from aot.lower.builders import loop
 from aot.lower.rules import LowerCtx
 from aot.lower.windows import ConvGeom, plane_regions, window_taps
 

@@ -21,7 +21,8 @@ import numpy as np
 from aot.ir.tir import (Assign, Bin, Call, Cast, Const, Expr, Load, Select, Stmt, Store, Unary,
                         Var, dt, flat_index, seq)
 from aot.lower import qmath as q
-from aot.lower.int8_common import weight_dtype, loop, nest, to_i32
+from aot.lower.builders import loop, nest
+from aot.lower.int8_common import weight_dtype, to_i32
 from aot.lower.rules import LowerCtx, kernel_rule
 from aot.ops import lstm as ref
 from aot.ops import qmath as ref_q

@@ -17,8 +17,9 @@ from aot.ir.graph import TensorType
 from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Expr, If, Load, Select, Stmt,
                         add, dt, dtype_of, mul, seq, sub)
 from aot.lower import qmath as q
+from aot.lower.builders import loop, nest
 from aot.lower.elementwise import broadcast_index, broadcast_load, const_like
-from aot.lower.int8_common import CallView, loop, nest, table, to_i32
+from aot.lower.int8_common import CallView, table, to_i32
 from aot.lower.rules import VALUE_RULES, LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.lower.tflite_int8 import conv_nest, vector_conv_nest, vector_lanes
 from aot.lower.windows import ConvGeom

@@ -18,8 +18,8 @@ from __future__ import annotations
 from aot.ir.tir import (Bin, Const, Decl, Expr, Load, Select, Stmt, Store, Unary, dt, flat_index,
                         seq)
 from aot.lower import qmath as q
+from aot.lower.builders import loop
 from aot.lower.elementwise import UNARY_ANY, UNARY_FLOAT, const_like, math_call
-from aot.lower.int8_common import loop, loop_step
 from aot.lower.rules import LowerCtx, kernel_rule
 from aot.ops import rnn as ref
 
@@ -129,7 +129,7 @@ class _Kernel:
         main = n // UNROLL
         body = []
         if main:
-            body.append(loop_step(self.ctx, "k", main, 0, UNROLL, lambda k: block(k, UNROLL)))
+            body.append(loop(self.ctx, "k", main, lambda k: block(k, UNROLL), step=UNROLL))
         if n % UNROLL:
             body.append(block(Const(main * UNROLL), n % UNROLL))
         return seq(*body)

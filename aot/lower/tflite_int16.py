@@ -21,9 +21,9 @@ from aot.ir.tir import (Assign, Bin, Cast, Const, Expr, Load, Select, Store, Una
                         dt, mul)
 from aot.lower import qmath as q
 from aot.lower import tflite_int8 as i8
+from aot.lower.builders import loop, nest
 from aot.lower.elementwise import broadcast_load
-from aot.lower.int8_common import (CallView, Requant, const_input, loop, narrow, nest, table,
-                                   to_i32, weight_dtype)
+from aot.lower.int8_common import CallView, Requant, const_input, narrow, table, to_i32, weight_dtype
 from aot.lower.int8_elementwise import (add_rule, leaky_relu_rule, mul_rule,
                                         squared_difference_rule, sub_rule)
 from aot.lower.int8_math import count_leading_zeros, inv_sqrt_block

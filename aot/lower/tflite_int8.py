@@ -44,12 +44,11 @@ from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl,
                         Select, Stmt, Store, Unary, Var, add, dt, dtype_of, flat_index, mul, seq)
 from aot.lower import fixed32, int8_dsp
 from aot.lower import qmath as q
-from aot.lower.builders import offsets, splat
+from aot.lower.builders import loop, nest, offsets, splat
 from aot.lower.conv_schedule import int8_conv_schedule
 from aot.lower.elementwise import const_like
-from aot.lower.int8_common import (Requant, const_input, loop, loop_step, nest,
-                                   round_half_away_to_int, scale_zp, table, to_i32, unravel,
-                                   weight_dtype)
+from aot.lower.int8_common import (Requant, const_input, round_half_away_to_int, scale_zp, table,
+                                   to_i32, unravel, weight_dtype)
 from aot.lower.int8_window import window_nest
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule import tile
@@ -697,9 +696,8 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
             for count, widths in tiles:
                 wsum = sum(widths)
                 for part in fitting_parts(list(oxs), widths, t):
-                    stmts.append(loop_step(ctx, "c", count, base, wsum, lambda c0, w=widths,
-                                           s=part: tile_code(n, oy, s, row_test, col_test, gi,
-                                                             c0, w)))
+                    stmts.append(loop(ctx, "c", count, lambda c0, w=widths, s=part: tile_code(
+                        n, oy, s, row_test, col_test, gi, c0, w), start=base, step=wsum))
                 base += count * wsum
             return seq(*stmts)
         return loop(ctx, "g", groups, channel_tiles)

@@ -6,7 +6,8 @@ which the code generators do not emit.
 from __future__ import annotations
 
 from aot.ir.tir import Bin, Cast, Const, Load, dt
-from aot.lower.int8_common import nest, to_i32
+from aot.lower.builders import nest
+from aot.lower.int8_common import to_i32
 from aot.lower.rules import LowerCtx, kernel_rule
 from aot.ops.tflite_int8 import INT8_TABLES
 from aot.ops.tflite_lut import table_for

@@ -38,10 +38,11 @@ from typing import Callable, Sequence
 import numpy as np
 
 from aot.ir.graph import TensorType
-from aot.ir.tir import (Assign, Bin, Buffer, Comment, Const, Decl, DType, Expr, Load, Stmt, Store,
-                        Var, add, dt, dtype_of, flat_index, mul, seq)
-from aot.lower.builders import (accumulators, float_only, fma, loop, offsets, plus, seq_of,
+from aot.ir.tir import (Assign, Bin, Buffer, Comment, Const, DType, Expr, Load, Stmt, Store, Var,
+                        add, dt, dtype_of, flat_index, mul)
+from aot.lower.builders import (accumulators, float_only, loop, offsets, plus, seq_of,
                                 shared_param, splat, unravel)
+from aot.lower.conv import FloatConv, FloatTileAt, depthwise_taps, float_taps
 from aot.lower.conv_schedule import float_conv_schedule
 from aot.lower.elementwise import broadcast_index, broadcast_load, const_like
 from aot.lower import winograd
@@ -50,7 +51,7 @@ from aot.lower.schedule import Tile, matvec_tile, tile
 from aot.lower.tiles import (UNROLL_CHANNEL_TILES, fitting_parts, lane_update, over_tiles,
                              position_blocks, rank1_update, reduce_steps, register_tile,
                              tile_widths)
-from aot.lower.windows import (SpatialOp, region_nest, sliding_window, spatial_op, tap_nest,
+from aot.lower.windows import (SpatialOp, region_nest, sliding_window, spatial_op,
                                window_regions)
 from aot.ops import nn as ref
 
@@ -113,6 +114,7 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
         copy, x, xin = _padded_input(ctx, x, xin, win, t.lanes)
         win = replace(win, pad_begin=(0,) * len(kernel), pad_end=(0,) * len(kernel))
     merge_rows = sched.merge_rows
+    fc = FloatConv(x, xin, win, wp, packed.shape, icg, ocg, t, dtype)
 
     def tile_body(n, pixels, runs, g, c0, widths) -> Stmt:
         """A tile of len(pixels) output positions x sum(widths) channels
@@ -122,63 +124,10 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
 
     def pixel_tile(n, pixels, runs, g, c0, widths) -> Stmt:
         oc0 = add(mul(g, Const(ocg)), c0)
-        offs = offsets(widths)
         rt = register_tile(ctx, dtype, pixels, widths, _bias_init(bias, dtype, oc0))
-        accs = rt.accs
-        last = len(xin.spatial) - 1
-        step = win.strides[last]
-
-        def taps(ipos, tap):
-            # The block's pixels are neighbours along the last axis: their
-            # input positions differ by the stride there.
-            rows = [ipos[:last] + [plus(ipos[last], r * step)] for r in range(len(pixels))]
-
-            def weights(ic):
-                return [Load(wp, flat_index((g, *tap, ic, add(c0, Const(off))), packed.shape), wd)
-                        for off, wd in zip(offs, widths)]
-
-            def inputs(ic, lanes=1):
-                ch = add(mul(g, Const(icg)), ic)
-                return [x.load(xin.index(n, row, ch), lanes) for row in rows]
-
-            def per_ic(ic):
-                return rank1_update(ctx, dtype, accs, inputs(ic), weights(ic), widths)
-
-            def lanes_ic(ic):
-                return lane_update(ctx, dtype, accs, inputs(ic, t.k_lanes),
-                                    lambda step: weights(plus(ic, step)), widths)
-            return reduce_steps(ctx, "ic", icg, t, per_ic, lanes_ic)
-
-        def row_taps(ipos, tap):
-            """The last axis's taps and the input channels as one reduction
-            of (hi - lo) x icg steps: with one group at dilation 1 they are
-            consecutive in an input row and in the packed weights, so the
-            by-lane steps run across taps (fewer, longer loops)."""
-            r = runs[last]
-            starts = [flat_index(xin.index(n, ipos + [plus(mul(pix[last], Const(step)),
-                                                              r.lo - win.pad_begin[last])],
-                                           Const(0)), tuple(x.shape)) for pix in pixels]
-            row0 = flat_index((g, *tap, Const(r.lo), Const(0), c0), packed.shape)
-
-            def weights(j):
-                return [Load(wp, add(row0, plus(mul(j, Const(ocg)), off)), wd)
-                        for off, wd in zip(offs, widths)]
-
-            def inputs(j, lanes=1):
-                return [Load(x.buffer, add(start, j), lanes) for start in starts]
-
-            return reduce_steps(
-                ctx, "j", (r.hi - r.lo) * icg, t,
-                lambda j: rank1_update(ctx, dtype, accs, inputs(j), weights(j), widths),
-                lambda j: lane_update(ctx, dtype, accs, inputs(j, t.k_lanes),
-                                       lambda l: weights(plus(j, l)), widths))
-
-        if merge_rows and not runs[last].guarded:
-            nest = tap_nest(ctx, runs[:last], pixels[0], win, xin.spatial, row_taps)
-        else:
-            nest = tap_nest(ctx, runs, pixels[0], win, xin.spatial, taps)
-        return rt.code(nest, lambda pix, off, a, _: emit(0, out.index(n, pix, add(oc0, Const(off))),
-                                                       a))
+        at = FloatTileAt(n, pixels, runs, g, c0, tuple(widths), rt.accs)
+        return rt.code(float_taps(ctx, fc, at, merge_rows),
+                       lambda pix, off, a, _: emit(0, out.index(n, pix, add(oc0, Const(off))), a))
 
     return seq_of(copy, sliding_window(ctx, xin.batch, win, xin.spatial, t, group, ocg, tile_body))
 
@@ -254,47 +203,13 @@ def _depthwise(ctx, x, packed, bias, xin, out, win, t, emit) -> Stmt:
     weights stay in registers over every pixel."""
     dtype = dt(ctx.out_types[0].dtype)
     wp = shared_param(ctx, "w_packed", packed)         # [k...][C]
-    last = len(xin.spatial) - 1
+    fc = FloatConv(x, xin, win, wp, packed.shape, 1, 1, t, dtype)
 
     def tile_body(n, pixels, runs, _, c0, widths) -> Stmt:
-        offs = offsets(widths)
         rt = register_tile(ctx, dtype, pixels, widths, _bias_init(bias, dtype, c0))
-        accs = rt.accs
-
-        def weights(tap) -> list[Expr]:
-            return [Load(wp, flat_index((*tap, add(c0, Const(off))), packed.shape), wd)
-                    for off, wd in zip(offs, widths)]
-
-        def taps(ipos, tap):
-            return seq(*(Assign(a, fma(a, x.load(xin.index(n, ipos, add(c0, Const(off))), wd), w))
-                         for a, off, wd, w in zip(accs[0], offs, widths, weights(tap))))
-
-        def row_taps(ipos, tap):
-            """The last axis's taps of every pixel of the block, unrolled:
-            each input position the block reads is loaded once (at stride 1
-            neighbours share all but one), each tap's weights once."""
-            r = runs[last]
-            s, d, p = win.strides[last], win.dilations[last], win.pad_begin[last]
-            cols = sorted({px * s + k * d for px in range(len(pixels)) for k in range(r.lo, r.hi)})
-            xs = {col: [ctx.fresh("xv", dtype.with_lanes(wd)) for wd in widths] for col in cols}
-            first = plus(mul(pixels[0][last], Const(s)), -p)
-            stmts: list[Stmt] = [
-                Decl(v, x.load(xin.index(n, ipos + [plus(first, col)], add(c0, Const(off))), wd))
-                for col in cols for v, off, wd in zip(xs[col], offs, widths)]
-            for k in range(r.lo, r.hi):
-                wvars = [ctx.fresh("wv", dtype.with_lanes(wd)) for wd in widths]
-                stmts += [Decl(v, e) for v, e in zip(wvars, weights(tap + [Const(k)]))]
-                stmts += [Assign(a, fma(a, xv, w))
-                          for px, row_accs in enumerate(accs)
-                          for a, xv, w in zip(row_accs, xs[px * s + k * d], wvars)]
-            return seq(*stmts)
-
-        if len(pixels) == 1:
-            nest = tap_nest(ctx, runs, pixels[0], win, xin.spatial, taps)
-        else:       # a block of pixels is never guarded (region_nest)
-            nest = tap_nest(ctx, runs[:last], pixels[0], win, xin.spatial, row_taps)
-        return rt.code(nest, lambda pix, off, a, _: emit(0, out.index(n, pix, add(c0, Const(off))),
-                                                       a))
+        at = FloatTileAt(n, pixels, runs, Const(0), c0, tuple(widths), rt.accs)
+        return rt.code(depthwise_taps(ctx, fc, at),
+                       lambda pix, off, a, _: emit(0, out.index(n, pix, add(c0, Const(off))), a))
 
     if not t.weights_stay:
         return sliding_window(ctx, xin.batch, win, xin.spatial, t, 1, xin.channels, tile_body)

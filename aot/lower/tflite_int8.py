@@ -37,15 +37,15 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.codegen.intrinsics import lane as lane_of
-from aot.codegen.intrinsics import pack_pairs, pack_quads, packed_pair_dot, pair_dot, widening_mla
+from aot.codegen.intrinsics import pack_pairs, pack_quads, pair_dot
 from aot.codegen.intrinsics import paired_quad_dot, pairwise_add
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, Expr, If, Load,
                         Select, Stmt, Store, Unary, Var, add, dt, dtype_of, flat_index, mul, seq)
 from aot.lower import fixed32, int8_dsp
 from aot.lower import qmath as q
 from aot.lower.builders import loop, nest, offsets, splat
-from aot.lower.conv_schedule import int8_conv_schedule
+from aot.lower.conv import Int8Conv, StagedRows, TileAt, int8_flat_step, int8_tap
+from aot.lower.conv_schedule import Int8ConvSchedule, int8_conv_schedule
 from aot.lower.elementwise import const_like
 from aot.lower.int8_common import (Requant, const_input, round_half_away_to_int, scale_zp, table,
                                    to_i32, unravel, weight_dtype)
@@ -481,50 +481,44 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     epilogue(block, (n, oy, ox, c), acc, lanes) stores the requantized
     result of `lanes` channels from c (one accumulator: a vector, a
     narrower one or a scalar). The tile, the accumulator strategy and how
-    the input rows are read are the schedule's (aot/lower/conv_schedule.py).
+    the input rows are read are the schedule's (aot/lower/conv_schedule.py),
+    each tap's steps the strategy's (aot/lower/conv.py): this nest packs
+    the weights, stages the rows and walks the regions, pixel blocks and
+    channel tiles.
     """
     sched = int8_conv_schedule(ctx.target, g, weights)
-    t, tiles, depthwise, mlal, quads, pairs = (sched.tile, sched.tiles, sched.depthwise,
-                                              sched.mlal, sched.quads, sched.pairs)
-    acc_kind, flat_kind, raw = sched.accumulator, sched.flat_accumulator, sched.raw
+    t, tiles, depthwise, quads = sched.tile, sched.tiles, sched.depthwise, sched.quads
+    flat_kind, raw = sched.flat_accumulator, sched.raw
     groups = 1 if depthwise else g.groups
     w5 = weights.reshape(g.groups, g.per_group, g.kh, g.kw, g.depth)
+    packed = packed2 = packed4 = packed_flat = None
     if quads:   # weights [KH, KW, D/4, C, 4], input rows staged as quads (see _quad_rows)
-        packed4 = ctx.param("filter_quads",
-                            acc_kind.interleave(np.moveaxis(w5[0], 0, -2)).astype(np.int8))
-        stage, rows, slot = _quad_rows(ctx, g, load_x, zp, acc_kind)
+        packed4 = ctx.param("filter_quads", sched.accumulator.interleave(
+            np.moveaxis(w5[0], 0, -2)).astype(np.int8))
     elif depthwise:
         dw = weight_dtype(np.ascontiguousarray(weights[:, :, :, 0].transpose(1, 2, 0)))
         # [KH, KW, C], widened at compile time where aot_mlal takes int16 vectors
-        packed = ctx.param("filter", dw.astype(np.int16) if mlal else dw)
+        packed = ctx.param("filter", dw.astype(np.int16) if sched.mlal else dw)
     else:
         packed = ctx.param("filter", weight_dtype(
             np.ascontiguousarray(w5.transpose(0, 2, 3, 4, 1))))              # [G, KH, KW, D, P]
-    if pairs:   # [G, KH, KW, D/2, P, 2]: two input channels' weights side by side
+    if sched.pairs:   # [G, KH, KW, D/2, P, 2]: two input channels' weights side by side
         packed2 = ctx.param("filter_pairs", weight_dtype(
             PAIRS.interleave(np.moveaxis(w5[..., :g.depth // 2 * 2], 1, -2))))
     flat_w = weights.reshape(g.cout, -1)
     bias_tabs = {}
     staged = sched.rows != "direct"
     flat = sched.rows == "flat"
-    # Staged pairs are the int32s (x[2i] - zp) + 65536 (x[2i+1] - zp), zero
-    # outside the image (exactly the skipped taps): each pair is then one
-    # load and broadcast (aot_dot2p), no tap tests bounds, and every row is
-    # blocked.
-    if staged and not quads and not flat:
-        stage, rows, slot = _pair_rows(ctx, g, load_x, zp)
-    # Flat rows: a window row's KW x D taps, one contiguous run of the
-    # staged row, read as consecutive pairs (quads: four at a time, as raw
-    # bytes).
-    if flat:
+    if flat:    # [KH, groups, P, fg]: a window row's KW x D taps in groups
         fg = flat_kind.group
         k_run = g.kw * g.depth
         n_pairs = -(-k_run // fg)       # groups per window row, zero weights padding the last
         wf = np.zeros((g.per_group, g.kh, fg * n_pairs), np.int64)
         wf[:, :, :k_run] = w5[0].reshape(g.per_group, g.kh, k_run)
         packed_flat = ctx.param("filter_pairs" if fg == 2 else "filter_quads", weight_dtype(
-            flat_kind.interleave(np.moveaxis(wf, 0, -2))))                # [KH, groups, P, fg]
-        stage, rows, pstep, slot = _flat_rows(ctx, g, load_x, zp, flat_kind)
+            flat_kind.interleave(np.moveaxis(wf, 0, -2))))
+    cv = Int8Conv(g, load_x, zp, sched, packed, packed2, packed4, packed_flat,
+                  stage_rows(ctx, g, load_x, zp, sched))
 
     def bias_at(folded: bool, oc: Expr, lanes: int) -> Expr:
         """The bias less `fold` * sum(w) per channel: fold is the input zero
@@ -536,154 +530,20 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
             bias_tabs[fold] = ctx.param("bias", ref_q.wrap_int32(values).astype(np.int32))
         return Load(bias_tabs[fold], oc, lanes)
 
-    def w_load(gi, ky, kx, ic, c, lanes):
-        idx = (ky, kx, c) if depthwise else (gi, ky, kx, ic, c)
-        return Cast(dt("int32", lanes), Load(packed, flat_index(idx, packed.shape), lanes))
-
     def tile_code(n, oy, oxs, row_test, col_test, gi, c0, widths) -> Stmt:
         inside = not any(row_test) and not any(col_test)
         oc0 = c0 if depthwise else add(mul(gi, Const(g.per_group)), c0)
-        offs = offsets(widths)
         # staged rows hold x - zp already: the plain bias
         rt = register_tile(ctx, dt("int32"), oxs, widths, lambda off, wd: bias_at(
             inside and not staged, add(oc0, Const(off)), wd))
-        accs = rt.accs
-
-        def tap(ky, kx, iy, ixs):
-            stmts = []
-            ws = [ctx.fresh("wv", dt("int32", wd)) for wd in widths]
-
-            def step(ic):
-                if mlal:
-                    return mlal_step()
-                body = [Decl(v, w_load(gi, ky, kx, ic, add(c0, Const(off)), wd))
-                        for v, off, wd in zip(ws, offs, widths)]
-                for row, ix in zip(accs, ixs):
-                    if depthwise:
-                        for a, off, wd in zip(row, offs, widths):
-                            xv = Cast(dt("int32", wd), load_x((n, iy, ix, add(c0, Const(off))),
-                                                              wd))
-                            xv = xv if inside else q.offset(xv, -zp)
-                            body.append(Assign(a, Bin("+", a, Bin("*", xv, ws[offs.index(off)]))))
-                    else:
-                        xs = ctx.fresh("xv")
-                        ch = add(mul(gi, Const(g.depth)), ic)
-                        body.append(Decl(xs, q.offset(to_i32(load_x((n, iy, ix, ch))),
-                                                      0 if inside else -zp)))
-                        for a, v, wd in zip(row, ws, widths):
-                            body.append(Assign(a, Bin("+", a, Bin("*", splat(xs, wd), v))))
-                return seq(*body)
-
-            def mlal_step():
-                """Depthwise, 8 channels per int16 vector: each pixel's
-                widened once, into two accumulators (aot_mlal_lo / _hi)."""
-                wh = [ctx.fresh("wh", dt("int16", 2 * wd)) for wd in widths[::2]]
-                body = [Decl(v, Load(packed, flat_index((ky, kx, add(c0, Const(off))),
-                                                        packed.shape), 2 * wd))
-                        for v, off, wd in zip(wh, offs[::2], widths[::2])]
-                for row, ix in zip(accs, ixs):
-                    for k, (v, off, wd) in enumerate(zip(wh, offs[::2], widths[::2])):
-                        xh = ctx.fresh("xh", dt("int16", 2 * wd))
-                        xe = Cast(dtype_of(xh), load_x((n, iy, ix, add(c0, Const(off))), 2 * wd))
-                        body.append(Decl(xh, xe if inside else q.offset(xe, -zp)))
-                        body += [Assign(row[2 * k + h], widening_mla(row[2 * k + h], xh, v, h == 1))
-                                 for h in (0, 1)]
-                return seq(*body)
-            if not (quads or pairs and min(widths) >= 4):
-                return loop(ctx, "ic", 1 if depthwise else g.depth, step)
-            wp = [ctx.fresh("wv", dt("int16", 2 * wd)) for wd in widths]
-
-            def quad_weights(icq) -> tuple[list, list]:
-                w4 = [ctx.fresh("wq", dt("int8", 4 * wd)) for wd in widths]
-                return w4, [Decl(v, Load(packed4, flat_index(
-                    (ky, kx, icq, add(c0, Const(off)), Const(0)), packed4.shape), 4 * wd))
-                    for v, off, wd in zip(w4, offs, widths)]
-
-            def quad_step(icq):
-                """Input channels 4 icq .. 4 icq + 3 at once (aot_dot4): one
-                int32 of the staged rows per pixel, broadcast."""
-                w4, body = quad_weights(icq)
-                for row, ix in zip(accs, ixs):
-                    xq = ctx.fresh("xq")
-                    body.append(Decl(xq, Load(rows, flat_index((slot(oy, ky), ix, icq),
-                                                               rows.shape))))
-                    body += [Assign(a, acc_kind.dot(a, xq, v))
-                             for a, v in zip(row, w4)]
-                return seq(*body)
-
-            def quad_block(icb):
-                """Quads 4 icb .. 4 icb + 3: one vector load of each pixel's
-                four, each quad a lane of it (Arm's sdot by element)."""
-                body, xvs = [], []
-                for ix in ixs:
-                    xv = ctx.fresh("xq", dt("int32", 4))
-                    body.append(Decl(xv, Load(rows, flat_index(
-                        (slot(oy, ky), ix, mul(icb, Const(4))), rows.shape), 4)))
-                    xvs.append(xv)
-                for j in range(4):
-                    w4, decls = quad_weights(add(mul(icb, Const(4)), Const(j)))
-                    body += decls
-                    for row, xv in zip(accs, xvs):
-                        body += [Assign(a, acc_kind.dot(a, lane_of(xv, j), v))
-                                 for a, v in zip(row, w4)]
-                return seq(*body)
-            if quads and sched.by_lane:
-                return loop(ctx, "icb", g.depth // 16, quad_block)
-            if quads:
-                return loop(ctx, "icq", g.depth // 4, quad_step)
-
-            def pair_step(icp):
-                """Input channels 2 icp and 2 icp + 1 at once (aot_dot2)."""
-                body = [Decl(v, Cast(dt("int16", 2 * wd), Load(packed2, flat_index(
-                    (gi, ky, kx, icp, add(c0, Const(off)), Const(0)), packed2.shape), 2 * wd)))
-                        for v, off, wd in zip(wp, offs, widths)]
-                for row, ix in zip(accs, ixs):
-                    if staged:      # the pair is one int32 of the staged rows
-                        pv = ctx.fresh("xp")
-                        body.append(Decl(pv, Load(rows, flat_index((slot(oy, ky), ix, icp),
-                                                                   rows.shape))))
-                        body += [Assign(a, Bin("+", a, packed_pair_dot(pv, v)))
-                                 for a, v in zip(row, wp)]
-                        continue
-                    xs = []
-                    for j in range(2):
-                        ch = add(mul(gi, Const(g.depth)), add(mul(icp, Const(2)), Const(j)))
-                        v = ctx.fresh("xv", dt("int16"))
-                        body.append(Decl(v, q.offset(Cast(dt("int16"), load_x((n, iy, ix, ch))),
-                                                     0 if inside else -zp)))
-                        xs.append(v)
-                    body += [Assign(a, Bin("+", a, pair_dot(xs[0], xs[1], v)))
-                             for a, v in zip(row, wp)]
-                return seq(*body)
-            stmts.append(loop(ctx, "icp", g.depth // 2, pair_step))
-            if g.depth % 2:
-                stmts.append(step(Const(g.depth - 1)))
-            return seq(*stmts)
-
-        def flat_step(ky, j):
-            fg = flat_kind.group
-            wp = [ctx.fresh("wv", dt("int16" if fg == 2 else "int8", fg * wd)) for wd in widths]
-            loads = [Load(packed_flat, flat_index((ky, j, add(c0, Const(off)), Const(0)),
-                                                  packed_flat.shape), fg * wd)
-                     for off, wd in zip(offs, widths)]
-            body = [Decl(v, w if fg == 4 else Cast(dtype_of(v), w)) for v, w in zip(wp, loads)]
-            for row_, ox in zip(accs, oxs):
-                pv = ctx.fresh("xp" if fg == 2 else "xq")
-                at = add(mul(ox, Const(g.strides[1] * g.depth // pstep)),
-                         mul(j, Const(fg // pstep)))
-                group = add(mul(slot(oy, ky), Const(rows.shape[1])), at)
-                body.append(Decl(pv, pack_quads(Load(rows, group, 4))
-                                 if rows.dtype.scalar == "int8" else Load(rows, group)))
-                body += [Assign(a, flat_kind.dot(a, pv, v) if fg == 4 else
-                                Bin("+", a, packed_pair_dot(pv, v))) for a, v in zip(row_, wp)]
-            return seq(*body)
-
+        at = TileAt(n, oy, tuple(oxs), gi, c0, tuple(widths), rt.accs, inside)
         if flat:
-            taps = loop(ctx, "ky", g.kh, lambda ky: loop(ctx, "kp", n_pairs,
-                                                       lambda j: flat_step(ky, j)))
+            taps = loop(ctx, "ky", g.kh, lambda ky: loop(
+                ctx, "kp", n_pairs, lambda j: int8_flat_step(ctx, cv, at, ky, j)))
         else:
             # staged rows start at the left padding
-            taps = window_taps(ctx, g, oy, oxs, row_test, col_test, tap,
+            taps = window_taps(ctx, g, oy, oxs, row_test, col_test,
+                               lambda ky, kx, iy, ixs: int8_tap(ctx, cv, at, ky, kx, iy, ixs),
                                0 if staged else g.pad_left)
         return rt.code(taps, block_store(ctx, lambda b, ox, k, acc, lanes: epilogue(
             b, (n, oy, ox, add(oc0, Const(k))), acc, lanes)))
@@ -704,7 +564,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
 
     def image(n):
         if staged:
-            body = loop(ctx, "oy", g.oh, lambda oy: seq(stage(n, oy), position_blocks(
+            body = loop(ctx, "oy", g.oh, lambda oy: seq(cv.rows.stage(n, oy), position_blocks(
                 ctx, "ox", g.ow, 0, t.block(g.ow),
                 lambda oxs: block(n, oy, oxs, (False, False), (False, False)))))
             return seq(prologue(n), body) if prologue else body
@@ -721,10 +581,26 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     return loop(ctx, "n", g.n, image)
 
 
+def stage_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
+               sched: Int8ConvSchedule) -> StagedRows | None:
+    """The input rows the schedule stages (None: the taps read the input):
+    staged pairs, the int32s (x[2i] - zp) + 65536 (x[2i+1] - zp), zero
+    outside the image (exactly the skipped taps), so each pair is one load
+    and broadcast (aot_dot2p), no tap tests bounds and every row is
+    blocked; staged quads, the raw bytes (_quad_rows); flat rows, a window
+    row's KW x D taps as one contiguous run read as consecutive pairs or
+    quads (_flat_rows)."""
+    if sched.rows == "flat":
+        return _flat_rows(ctx, g, load_x, zp, sched.flat_accumulator)
+    if sched.quads:
+        return _quad_rows(ctx, g, load_x, zp, sched.accumulator)
+    return _pair_rows(ctx, g, load_x, zp) if sched.rows == "staged" else None
+
+
 def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
                kind: Accumulator = PAIRS):
-    """(stage(n, oy), rows [KH, Q] int32, step, slot(oy, ky)) for a dense
-    conv grouped along its window rows: row ky's elements e (input row oy *
+    """The StagedRows (rows [KH, Q] int32, a group every `step` elements)
+    of a dense conv grouped along its window rows: row ky's elements e (input row oy *
     stride - pad + ky * dilation, flattened over columns and channels from
     the left padding on) in groups of kind.group (e[p], e[p + 1], ..) for
     every p a window can start a group at (every `step`-th p: the column
@@ -790,7 +666,7 @@ def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
 
     def slot(oy, ky) -> Expr:
         return Bin("%", add(oy, ky), Const(g.kh)) if ring else ky
-    return stage, rows, step, slot
+    return StagedRows(stage, rows, slot, step)
 
 
 def _byte_row(ctx: LowerCtx, rows: Buffer, base: Expr, load_x: Callable, at: tuple,
@@ -824,8 +700,8 @@ def _byte_row(ctx: LowerCtx, rows: Buffer, base: Expr, load_x: Callable, at: tup
 
 def _staged_rows(ctx: LowerCtx, g: ConvGeom, name: str, words: int, fill: int,
                  one: Callable, many: Callable, smallest: int):
-    """(stage(n, oy), the rows buffer [KH, W', words] int32, slot(oy, ky))
-    for the staged dense conv: the slot of tap row ky holds input row oy *
+    """The StagedRows (the rows buffer [KH, W', words] int32) of the
+    staged dense conv: the slot of tap row ky holds input row oy *
     stride - pad + ky * dilation from the left padding on, `words` int32
     per pixel (one(n, iy, ix, k): word k; many(n, iy, ix, k, count): words
     k.. as a vector), `fill` where that is outside the image. With stride
@@ -880,7 +756,7 @@ def _staged_rows(ctx: LowerCtx, g: ConvGeom, name: str, words: int, fill: int,
             cond = Bin("and", Bin(">=", iy, Const(0)), Bin("<", iy, Const(g.h)))
             return If(cond, inside, fill_run(base, width * words))
         return row
-    return stage, rows, slot
+    return StagedRows(stage, rows, slot)
 
 
 def _pair_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int):

@@ -1,0 +1,115 @@
+"""The convolutions' reduction steps (aot/lower/conv.py): at one window tap
+each accumulator strategy the schedule picks writes its own multiply-adds,
+one per accumulator and input-channel group; the float tile's merged rows
+run one reduction across a window row's taps and channels."""
+from __future__ import annotations
+
+import numpy as np
+
+from aot.ir.graph import Node, TensorType
+from aot.ir.tir import (Assign, Call, Const, For, Load, Var, dt, flat_index, stmt_exprs, walk_expr,
+                        walk_stmt)
+from aot.lower.conv import (FloatConv, FloatTileAt, Int8Conv, StagedRows, TileAt, float_taps,
+                            int8_tap)
+from aot.lower.conv_schedule import int8_conv_schedule
+from aot.lower.rules import LowerCtx, TensorRef
+from aot.lower.schedule import Tile
+from aot.lower.tiles import register_tile
+from aot.lower.windows import ConvGeom, Run, SpatialOp
+from aot.ops.nn import Window
+from aot.targets import get_board
+
+
+def make_ctx(board: str) -> LowerCtx:
+    return LowerCtx(Node("Conv", "conv", ("x",), ("y",)), (TensorType((1, 8, 8, 16), "int8"),),
+                    (TensorType((1, 8, 8, 16), "int8"),), get_board(board).target)
+
+
+def geom(depth: int, groups: int = 1, per_group: int = 16) -> ConvGeom:
+    return ConvGeom(n=1, h=8, w=8, oh=8, ow=8, kh=3, kw=3, groups=groups, depth=depth,
+                    per_group=per_group, strides=(1, 1), dilations=(1, 1), pad_top=1, pad_left=1)
+
+
+def call_names(stmt) -> list[str]:
+    return [e.fn for s in walk_stmt(stmt) for top in stmt_exprs(s) for e in walk_expr(top)
+            if isinstance(e, Call)]
+
+
+def tap(board: str, g: ConvGeom, staged: bool, pixels: int = 2):
+    """One tap's steps for a tile of `pixels` pixels x the first channel
+    tile: (statement, schedule, tile widths)."""
+    ctx = make_ctx(board)
+    w = np.ones((g.cout, g.kh, g.kw, g.depth), np.int64)
+    s = int8_conv_schedule(ctx.target, g, w)
+    widths = s.tiles[0][1]
+    i8 = np.zeros(1, np.int8)
+    rows = None
+    if staged:
+        buf = ctx.scratch_buffer("rows", "int32", (g.kh, g.w + 2, g.depth // s.accumulator.group))
+        rows = StagedRows(lambda n, oy: None, buf, lambda oy, ky: ky)
+    cv = Int8Conv(g, lambda idx, lanes=1: Var("x", dt("int8", lanes)), 0, s,
+                  ctx.param("filter", np.resize(i8, (g.groups, 3, 3, g.depth, g.per_group))),
+                  ctx.param("filter_pairs", np.resize(i8, (1, 3, 3, max(1, g.depth // 2),
+                                                           g.per_group, 2))),
+                  ctx.param("filter_quads", np.resize(i8, (3, 3, max(1, g.depth // 4),
+                                                           g.per_group, 4))), None, rows)
+    oxs = [Const(p) for p in range(pixels)]
+    rt = register_tile(ctx, dt("int32"), oxs, widths, lambda off, wd: Const(0, dt("int32", wd)))
+    at = TileAt(Const(0), Const(1), tuple(oxs), Const(0), Const(0), tuple(widths), rt.accs, True)
+    return int8_tap(ctx, cv, at, Const(1), Const(1), Const(1), oxs), s, widths
+
+
+def test_quads_by_lane_one_dot_per_quad_and_accumulator():
+    g = geom(16)
+    stmt, s, widths = tap("rpi5", g, staged=True)
+    assert (s.accumulator.name, s.by_lane) == ("quads", True)
+    probe = s.accumulator.dot(Var("a", dt("int32", 4)), Var("q"), Var("w", dt("int8", 16))).fn
+    assert call_names(stmt).count(probe) == g.depth // 4 * len(widths) * 2
+
+
+def test_pairs_from_the_input_one_pair_dot_per_pair_and_accumulator():
+    g = geom(16)
+    stmt, s, widths = tap("host", g, staged=False)
+    assert s.accumulator.name == "pairs" and s.pairs
+    loops = [x for x in walk_stmt(stmt) if isinstance(x, For)]
+    assert [x.extent for x in loops] == [g.depth // 2]
+    names = call_names(loops[0].body)
+    assert len(names) == len(widths) * 2 and len(set(names)) == 1
+
+
+def test_depthwise_by_mlal_two_accumulators_per_int16_vector():
+    g = geom(1, groups=16, per_group=1)
+    stmt, s, widths = tap("rpi5", g, staged=False, pixels=1)
+    assert s.depthwise and s.mlal
+    names = call_names(stmt)
+    assert len(names) == len(widths) and len(set(names)) == 2       # lo and hi halves
+
+
+def float_tile(merge_rows: bool):
+    ctx = make_ctx("rpi5")
+    f32 = dt("float32")
+    xin = SpatialOp("NHWC", 1, 16, (8, 8))
+    x_buf = ctx.scratch_buffer("x", "float32", (1, 8, 8, 16))
+    x = TensorRef("x", TensorType((1, 8, 8, 16), "float32"),
+                  lambda idx, lanes=1: Load(x_buf, flat_index(tuple(idx), (1, 8, 8, 16)), lanes),
+                  x_buf)
+    win = Window((3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (8, 8))
+    shape = (1, 3, 3, 16, 8)
+    t = Tile(lanes=4, vectors=2, mr=2, k_lanes=4)
+    fc = FloatConv(x, xin, win, ctx.param("w", np.zeros(shape, np.float32)), shape, 16, 8, t, f32)
+    pixels = [[Const(3), Const(3)], [Const(3), Const(4)]]
+    rt = register_tile(ctx, f32, pixels, (4, 4), lambda off, wd: Const(0.0, f32.with_lanes(wd)))
+    runs = (Run(1, 6, 0, 3), Run(1, 6, 0, 3))
+    at = FloatTileAt(Const(0), pixels, runs, Const(0), Const(0), (4, 4), rt.accs)
+    return float_taps(ctx, fc, at, merge_rows)
+
+
+def test_float_merged_rows_one_reduction_across_taps_and_channels():
+    per_tap = [(x.var.name.rstrip("0123456789"), x.extent)
+               for x in walk_stmt(float_tile(False)) if isinstance(x, For)]
+    merged = [(x.var.name.rstrip("0123456789"), x.extent)
+              for x in walk_stmt(float_tile(True)) if isinstance(x, For)]
+    assert ("ic", 16) in per_tap and ("k", 3) in per_tap
+    assert ("j", 3 * 16) in merged and all(name != "ic" for name, _ in merged)
+    fmas = [s for s in walk_stmt(float_tile(True)) if isinstance(s, Assign)]
+    assert len(fmas) == 4 * 2 * 2       # 4 lanes x 2 pixels x 2 vectors per by-lane step

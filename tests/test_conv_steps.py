@@ -1,20 +1,21 @@
 """The convolutions' reduction steps (aot/lower/conv.py): at one window tap
 each accumulator strategy the schedule picks writes its own multiply-adds,
 one per accumulator and input-channel group; the float tile's merged rows
-run one reduction across a window row's taps and channels."""
+run one reduction across a window row's taps and channels; the channel
+tiles and pixel parts (tiles.tile_parts) in either order."""
 from __future__ import annotations
 
 import numpy as np
 
 from aot.ir.graph import Node, TensorType
-from aot.ir.tir import (Assign, Call, Const, For, Load, Var, dt, flat_index, stmt_exprs, walk_expr,
-                        walk_stmt)
+from aot.ir.tir import (Assign, Call, Comment, Const, For, Load, Var, dt, flat_index, stmt_exprs,
+                        walk_expr, walk_stmt)
 from aot.lower.conv import (FloatConv, FloatTileAt, Int8Conv, StagedRows, TileAt, float_taps,
                             int8_tap)
 from aot.lower.conv_schedule import int8_conv_schedule
 from aot.lower.rules import LowerCtx, TensorRef
 from aot.lower.schedule import Tile
-from aot.lower.tiles import register_tile
+from aot.lower.tiles import register_tile, tile_parts, tile_widths
 from aot.lower.windows import ConvGeom, Run, SpatialOp
 from aot.ops.nn import Window
 from aot.targets import get_board
@@ -113,3 +114,23 @@ def test_float_merged_rows_one_reduction_across_taps_and_channels():
     assert ("j", 3 * 16) in merged and all(name != "ic" for name, _ in merged)
     fmas = [s for s in walk_stmt(float_tile(True)) if isinstance(s, Assign)]
     assert len(fmas) == 4 * 2 * 2       # 4 lanes x 2 pixels x 2 vectors per by-lane step
+
+
+def test_tile_parts_inside_or_outside_the_channel_loop():
+    """The same tiles and parts either way: the float kernels' parts inside
+    each loop over the channel tiles, the int8 convolution's a loop each."""
+    ctx = make_ctx("host")
+    t = Tile(lanes=4, vectors=2, max_accs=4)        # 2 pixels of 2 vectors, 4 of 1
+    tiles = tile_widths(20, t)
+    assert tiles == [(2, (4, 4)), (1, (4,))]
+
+    def body(c0, widths, part):
+        return Comment(f"{widths} {len(part)}")
+    seen = {}
+    for outside in (False, True):
+        stmt = tile_parts(ctx, tiles, t, list(range(5)), body, parts_outside=outside)
+        loops = [s for s in stmt.stmts if isinstance(s, For)]
+        assert [s.extent for s in loops] == [16] * (3 if outside else 1)
+        seen[outside] = sorted(s.text for s in walk_stmt(stmt) if isinstance(s, Comment))
+    assert seen[False] == seen[True] == sorted(
+        ["(4, 4) 2", "(4, 4) 2", "(4, 4) 1", "(4,) 4", "(4,) 1"])

@@ -23,8 +23,11 @@ int8 (Int8Conv, TileAt; aot/lower/strategy.py's strategies), per tap
   lane of each pixel's four quads where the schedule says `by_lane`;
 - flat rows: a first layer's window row as one run of pairs or quads.
 
-The caller is tflite_int8.vector_conv_nest. Each kernel still walks its
-own regions, pixel blocks and channel tiles (windows.py, tiles.py).
+The caller is tflite_int8.vector_conv_nest. Both kernels walk their
+channel tiles and pixel parts through tiles.tile_parts (the float
+convolution's parts inside each channel tile's loop, the int8 one's a loop
+each); their regions and pixel blocks are still their own (the float's
+windows.sliding_window over runs, the int8's plane_spans or staged rows).
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 aot/ops/nn.py: Conv, ConvTranspose, Gemm, MatMul. They are built from the
 register tiles of aot/lower/tiles.py and the window regions of windows.py
 (pooling, pool.py, runs on the same windows; Winograd, winograd.py, on the
-same dense tiles). BatchNormalization and Resize are in batchnorm.py and
+same dense tiles); a convolution tile's reduction over its taps is
+conv.py's, the int8 convolution's beside it. BatchNormalization and Resize are in batchnorm.py and
 resize.py, the small statement builders in builders.py.
 
 How the kernels are shaped (see /work/shared/PERFORMANCE.md; the numbers
@@ -48,9 +49,8 @@ from aot.lower.elementwise import broadcast_index, broadcast_load, const_like
 from aot.lower import winograd
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule import Tile, matvec_tile, tile
-from aot.lower.tiles import (UNROLL_CHANNEL_TILES, fitting_parts, lane_update, over_tiles,
-                             position_blocks, rank1_update, reduce_steps, register_tile,
-                             tile_widths)
+from aot.lower.tiles import (UNROLL_CHANNEL_TILES, lane_update, over_tiles, position_blocks,
+                             rank1_update, reduce_steps, register_tile, tile_parts, tile_widths)
 from aot.lower.windows import (SpatialOp, region_nest, sliding_window, spatial_op,
                                window_regions)
 from aot.ops import nn as ref
@@ -116,20 +116,18 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     merge_rows = sched.merge_rows
     fc = FloatConv(x, xin, win, wp, packed.shape, icg, ocg, t, dtype)
 
-    def tile_body(n, pixels, runs, g, c0, widths) -> Stmt:
-        """A tile of len(pixels) output positions x sum(widths) channels
-        (a tile with more accumulators than registers is done in parts)."""
-        return seq_of(*(pixel_tile(n, part, runs, g, c0, widths)
-                      for part in fitting_parts(pixels, widths, t)))
-
     def pixel_tile(n, pixels, runs, g, c0, widths) -> Stmt:
+        """A tile of len(pixels) output positions x sum(widths) channels
+        (sliding_window's parts: a block with more accumulators than
+        registers is done in parts)."""
         oc0 = add(mul(g, Const(ocg)), c0)
         rt = register_tile(ctx, dtype, pixels, widths, _bias_init(bias, dtype, oc0))
         at = FloatTileAt(n, pixels, runs, g, c0, tuple(widths), rt.accs)
         return rt.code(float_taps(ctx, fc, at, merge_rows),
                        lambda pix, off, a, _: emit(0, out.index(n, pix, add(oc0, Const(off))), a))
 
-    return seq_of(copy, sliding_window(ctx, xin.batch, win, xin.spatial, t, group, ocg, tile_body))
+    return seq_of(copy, sliding_window(ctx, xin.batch, win, xin.spatial, t, group, ocg,
+                                       pixel_tile, parts=True))
 
 
 def _padded_input(ctx: LowerCtx, x: TensorRef, xin: SpatialOp, win: ref.Window, lanes: int):
@@ -261,12 +259,9 @@ def dense(ctx: LowerCtx, emit, a: Operand, b: Operand | np.ndarray, batch: Seque
             return Load(panels, plus(add(mul(c0, Const(k)), mul(kk, Const(width))), off), lanes)
         return b.load(bi, kk, plus(c0, off), lanes)
 
-    def tile_body(bi, rows, c0, widths) -> Stmt:
-        """A tile of len(rows) rows x sum(widths) columns (in parts when it
-        has more accumulators than registers)."""
-        return seq_of(*(row_tile(bi, part, c0, widths) for part in fitting_parts(rows, widths, t)))
-
     def row_tile(bi, rows, c0, widths) -> Stmt:
+        """A tile of len(rows) rows x sum(widths) columns (tile_parts: a
+        block with more accumulators than registers is done in parts)."""
         offs = offsets(widths)
         rt = register_tile(ctx, dtype, rows, widths,
                            lambda off, w: const_like(0, dtype.with_lanes(w)))
@@ -292,8 +287,9 @@ def dense(ctx: LowerCtx, emit, a: Operand, b: Operand | np.ndarray, batch: Seque
 
     def batch_level(d: int, bi: tuple) -> Stmt:
         if d == len(batch):
-            return position_blocks(ctx, "i", m, 0, t.block(m), lambda rows: over_tiles(
-                ctx, n, t, lambda c0, widths: tile_body(bi, rows, c0, widths)))
+            return position_blocks(ctx, "i", m, 0, t.block(m), lambda rows: tile_parts(
+                ctx, tile_widths(n, t), t, rows, lambda c0, widths, part: row_tile(
+                    bi, part, c0, widths)))
         return loop(ctx, f"b{d}", batch[d], lambda v: batch_level(d + 1, bi + (v,)))
 
     return seq_of(batch_level(0, ()))

@@ -19,8 +19,9 @@ Loop structure:
   the bias (FC never pads).
 
 On targets with vectors, conv, depthwise and FC run in vector tiles
-instead (the "vector kernels" section below); the value rules fused into
-them as epilogues are lane-generic, so they vectorize with them.
+instead (the "vector kernels" section below; the conv's reduction at each
+tap, per accumulator strategy, is aot/lower/conv.py's); the value rules
+fused into them as epilogues are lane-generic, so they vectorize with them.
 
 The other integer rules are in modules named for them: int8_elementwise.py
 (the value rules, DIV), int8_pool.py (pools and MEAN), int8_rowwise.py
@@ -53,7 +54,7 @@ from aot.lower.int8_window import window_nest
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule import tile
 from aot.lower.strategy import PAIRS, Accumulator, int8_accumulator
-from aot.lower.tiles import (fitting_parts, over_tiles, position_blocks, register_tile,
+from aot.lower.tiles import (over_tiles, position_blocks, register_tile, tile_parts,
                              tile_widths)
 from aot.lower.windows import (ConvGeom, conv_geom, plane_spans, span_loop, window_pos,
                                window_taps)
@@ -551,16 +552,9 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     def block(n, oy, oxs, row_test, col_test) -> Stmt:
         """A block of neighbouring output pixels of one row: every channel
         tile (pixels split so the accumulators fit), each with its epilogue."""
-        def channel_tiles(gi) -> Stmt:
-            stmts, base = [], 0
-            for count, widths in tiles:
-                wsum = sum(widths)
-                for part in fitting_parts(list(oxs), widths, t):
-                    stmts.append(loop(ctx, "c", count, lambda c0, w=widths, s=part: tile_code(
-                        n, oy, s, row_test, col_test, gi, c0, w), start=base, step=wsum))
-                base += count * wsum
-            return seq(*stmts)
-        return loop(ctx, "g", groups, channel_tiles)
+        return loop(ctx, "g", groups, lambda gi: tile_parts(
+            ctx, tiles, t, oxs, lambda c0, widths, part: tile_code(
+                n, oy, part, row_test, col_test, gi, c0, widths), parts_outside=True))
 
     def image(n):
         if staged:

@@ -62,12 +62,31 @@ def over_tiles(ctx: LowerCtx, total: int, t: Tile,
                 body: Callable[[Expr, tuple[int, ...]], Stmt], unroll: int = 0) -> Stmt:
     """body(first channel, accumulator widths) for every channel tile (a
     loop of at most `unroll` tiles unrolled)."""
+    return tile_parts(ctx, tile_widths(total, t), t, [None],
+                      lambda c0, widths, _: body(c0, widths), unroll)
+
+
+def tile_parts(ctx: LowerCtx, tiles: Sequence[tuple[int, tuple[int, ...]]], t: Tile,
+               pixels: Sequence, body: Callable[[Expr, tuple[int, ...], list], Stmt],
+               unroll: int = 0, parts_outside: bool = False) -> Stmt:
+    """body(first channel, accumulator widths, part) for every channel tile
+    of `tiles` (tile_widths' blocks; a loop of at most `unroll` tiles
+    unrolled) and every part of `pixels` whose accumulators fit t
+    (fitting_parts): the parts inside each loop over the tiles (the float
+    kernels), or with `parts_outside` each part a loop of its own (the int8
+    convolution)."""
     stmts, base = [], 0
-    for count, widths in tile_widths(total, t):
+    for count, widths in tiles:
         width = sum(widths)
         kind = ForKind.UNROLLED if count <= unroll else ForKind.SERIAL
-        stmts.append(loop(ctx, "c", count, lambda c0, w=widths: body(c0, w),
-                           start=base, step=width, kind=kind))
+        parts = fitting_parts(list(pixels), widths, t)
+        if parts_outside:
+            stmts += [loop(ctx, "c", count, lambda c0, w=widths, s=part: body(c0, w, s),
+                           start=base, step=width, kind=kind) for part in parts]
+        else:
+            stmts.append(loop(ctx, "c", count, lambda c0, w=widths, ps=parts: body(c0, w, ps[0])
+                              if len(ps) == 1 else seq_of(*(body(c0, w, s) for s in ps)),
+                              start=base, step=width, kind=kind))
         base += count * width
     return seq_of(*stmts)
 

@@ -30,7 +30,8 @@ from aot.ir.tir import Bin, Comment, Const, Expr, If, Stmt, add, mul, seq, sub
 from aot.lower.builders import loop, plus, seq_of
 from aot.lower.rules import LowerCtx
 from aot.lower.schedule import Tile
-from aot.lower.tiles import UNROLL_CHANNEL_TILES, over_tiles, position_blocks
+from aot.lower.tiles import (UNROLL_CHANNEL_TILES, over_tiles, position_blocks, tile_parts,
+                             tile_widths)
 from aot.ops import nn as ref
 
 
@@ -141,16 +142,24 @@ def tap_nest(ctx: LowerCtx, runs: Sequence[Run], opos: Sequence[Expr], win: ref.
 
 
 def sliding_window(ctx: LowerCtx, batch: int, win: ref.Window, spatial: Sequence[int], t: Tile,
-                   groups: int, channels: int, tile_body, keys=None) -> Stmt:
+                   groups: int, channels: int, tile_body, keys=None, parts: bool = False) -> Stmt:
     """The loop nest shared by convolution and pooling: for every image,
     region, block of t.mr output pixels, group and channel tile,
-    tile_body(n, pixels, runs, group, first channel, widths)."""
+    tile_body(n, pixels, runs, group, first channel, widths); with `parts`,
+    for every part of the block whose accumulators fit the registers
+    (tiles.tile_parts)."""
+    unroll = UNROLL_CHANNEL_TILES if t.registers else 0
+
+    def channel_tiles(n, pixels, runs, g) -> Stmt:
+        if parts:
+            return tile_parts(ctx, tile_widths(channels, t), t, pixels, lambda c0, widths, part:
+                              tile_body(n, part, runs, g, c0, widths), unroll)
+        return over_tiles(ctx, channels, t,
+                          lambda c0, widths: tile_body(n, pixels, runs, g, c0, widths), unroll)
+
     def region(n, runs) -> Stmt:
         return region_nest(ctx, runs, lambda pixels: loop(
-            ctx, "g", groups, lambda g: over_tiles(
-                ctx, channels, t, lambda c0, widths: tile_body(n, pixels, runs, g, c0, widths),
-                unroll=UNROLL_CHANNEL_TILES if t.registers else 0)),
-            t)
+            ctx, "g", groups, lambda g: channel_tiles(n, pixels, runs, g)), t)
     regions = window_regions(win, spatial, keys)
     return seq_of(loop(ctx, "n", batch, lambda n: seq_of(*(region(n, runs) for runs in regions))))
 

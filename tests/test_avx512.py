@@ -162,11 +162,15 @@ def minmax_helpers(source: str) -> dict[str, str]:
     return dict(found)
 
 
-def test_avx512_int8_c_uses_512_bit_pmaddwd_and_no_minmax_lane_loop():
+def test_avx512_int8_c_uses_512_bit_vpdpbusd_and_no_minmax_lane_loop():
+    """kws int8 on host-avx512: every conv, the first layer's window rows
+    included, multiplies by 512-bit VNNI dot products (quads_u8), none by
+    the 16-bit pairs (pmaddwd) the AVX2 board uses."""
     target = get_board("host-avx512").target
     graph = as_graph(KWS)
     source = "\n".join(emit_c([k.func for k in lower_graph(graph, target)], "m").parts)
-    assert "__builtin_ia32_pmaddwd512" in source
+    assert "_mm512_dpbusd_epi32" in source
+    assert "pmaddwd" not in source
     helpers = minmax_helpers(source)
     assert any(name.endswith("x16") for name in helpers), sorted(helpers)
     for name, body in helpers.items():

@@ -13,7 +13,7 @@ import pytest
 LOWER = Path(__file__).resolve().parent.parent / "aot" / "lower"
 CONVOLUTIONS = {"nn", "tflite_int8", "winograd"}
 # Shared parts under the convolutions, and the rules that moved out of them.
-BELOW = ["builders", "tiles", "windows", "conv_schedule", "conv", "pool", "batchnorm", "resize",
+BELOW = ["builders", "tiles", "windows", "conv_schedule", "conv", "dense", "pool", "batchnorm", "resize",
          "int8_common", "int8_math", "int8_window", "int8_elementwise", "int8_pool",
          "int8_rowwise", "int8_dsp", "int8_mve", "index", "detect"]
 
@@ -52,3 +52,9 @@ def test_lower_imports_sees_every_form():
 @pytest.mark.parametrize("module", BELOW)
 def test_module_below_the_convolutions_never_imports_them(module):
     assert not reach(module) & CONVOLUTIONS, sorted(reach(module) & CONVOLUTIONS)
+
+
+def test_winograd_reaches_the_dense_product_without_the_float_convolution():
+    """nn.conv picks Winograd and Winograd's products are dense.py's: nn
+    imports winograd, never the other way round."""
+    assert "dense" in reach("winograd") and "nn" not in reach("winograd")

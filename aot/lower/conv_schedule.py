@@ -29,7 +29,7 @@ from aot.targets import Target
 class FloatConvSchedule:
     """How one float convolution runs. `algorithm`: "winograd_2x2" or
     "winograd_4x4" (aot/lower/winograd.py, no tile here), "pointwise" (a
-    matrix product over the pixels, nn.dense), "depthwise" (channel
+    matrix product over the pixels, dense.dense), "depthwise" (channel
     vectors, `tile` from the depthwise_tile site) or "direct" (the
     register-tiled sliding window). Direct only: `copy_padded`, the input
     first copied into a zero-padded workspace; `merge_rows`, a window row's

@@ -22,7 +22,7 @@ workspaces, for the thread split):
    each row of blocks takes the code of its run of rows, a test per row)
    -> V[frequency][block][input channel];
 2. one matrix product per frequency, the dense kernels' register tiles
-   (nn.dense): V[f] x U[f] -> M[f][block][output channel], U = G g G^T
+   (dense.py): V[f] x U[f] -> M[f][block][output channel], U = G g G^T
    computed at compile time (const data);
 3. output transform of M plus the bias, through the group's fused epilogue
    (activation, residual add) like the direct conv's stores; a block that
@@ -43,7 +43,7 @@ import numpy as np
 
 from aot.ir.tir import (Bin, Buffer, Comment, Const, Decl, DType, Expr, If, Load, Stmt, Store,
                         Unary, add, dt, flat_index, mul, seq)
-from aot.lower import nn
+from aot.lower.dense import Operand, dense
 from aot.lower.builders import loop, offsets, plus
 from aot.lower.elementwise import const_like
 from aot.lower.rules import LowerCtx, TensorRef
@@ -289,11 +289,11 @@ def conv(ctx: LowerCtx, emit, x: TensorRef, weights: np.ndarray, bias: TensorRef
         return _select_run(by, yruns, of_run)
 
     def products(slot) -> Stmt:
-        def operand(buf: Buffer) -> nn.Operand:
+        def operand(buf: Buffer) -> Operand:
             lead = (slot,) if len(buf.shape) == 4 else ()
-            return nn.Operand(lambda bi, r, c, w: Load(
+            return Operand(lambda bi, r, c, w: Load(
                 buf, flat_index((*lead, bi[0], r, c), buf.shape), w), True)
-        return nn.dense(ctx, lambda k, idx, value: Store(
+        return dense(ctx, lambda k, idx, value: Store(
             m_buf, flat_index((slot, *idx), m_buf.shape), value),
             operand(v_buf), operand(u), (freqs,), blocks, ic, oc,
             lambda bi, i, j: (bi[0], i, j), lambda acc, bi, i, j: acc)

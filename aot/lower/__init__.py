@@ -12,8 +12,8 @@ from aot.targets import Target
 # Importing the rule modules fills the rule tables.
 from aot.lower import (  # noqa: F401
     rules, attention, batchnorm, detect, elementwise, index, injective, int8_elementwise,
-    int8_pool, int8_rowwise, lstm, movement, nn, onnx_quant, pool, reduce, resize, rnn, rows,
-    sampling, signal, tflite_int8, tflite_int16, tflite_lut,
+    int8_fc, int8_pool, int8_rowwise, lstm, movement, nn, onnx_quant, pool, reduce, resize, rnn,
+    rows, sampling, signal, tflite_int8, tflite_int16, tflite_lut,
 )
 
 # Below every rule module's import: each op in the table must now have its

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.ir.tir import Bin, Call, Cast, Const, Expr, Load, dt, dtype_of
+from aot.ir.tir import Bin, Call, Cast, Const, Expr, Load, Stmt, Var, add, dt, dtype_of, mul
 from aot.lower import qmath as q
 from aot.lower.elementwise import const_like
 from aot.lower.rules import LowerCtx, TensorRef
@@ -121,3 +121,130 @@ def round_half_away_to_int(v: Expr) -> Expr:
     r = Call("roundf" if d.scalar == "float32" else "round", (v,), d)
     r = Bin("max", Bin("min", r, const_like(2147483520.0, v)), const_like(-2147483648.0, v))
     return Cast(dt("int32", d.lanes), r)
+
+
+def bias_values(ctx: LowerCtx, ins, k: int, cout: int) -> np.ndarray:
+    b = const_input(ctx, ins[k] if len(ins) > k else None, "bias")
+    return np.zeros(cout, np.int64) if b is None else b.astype(np.int64).reshape(-1)
+
+
+# ------------------------------------------------------------ vector tiles
+
+def vector_lanes(ctx: LowerCtx) -> int:
+    """int32 lanes of the target's vectors (1: scalar code)."""
+    return ctx.target.lanes(32)
+
+
+def vec_table(ctx: LowerCtx, name: str, values: np.ndarray, dtype: str):
+    """(index, lanes) -> values[index:index+lanes] of `dtype`: a splatted
+    constant when all entries agree (an immediate operand), else vector
+    loads from a PARAM table."""
+    values = np.asarray(values).reshape(-1)
+    if values.size and np.all(values == values[0]):
+        return lambda index, lanes: const_like(values[0].item(), dt(dtype, lanes))
+    buf = ctx.param(name, values.astype(dtype))
+    return lambda index, lanes: Load(buf, index, lanes)
+
+
+@dataclass
+class VecRequant:
+    """MultiplyByQuantizedMultiplier on int32 lanes, bit-exact with q.mbqm.
+
+    x << left (wrapping: an unsigned multiply), SRDHM by M (M comes from
+    quantize_multiplier, never INT32_MIN, so no saturation test), then
+    RDBPOT by the right shift: the codegens' whole-vector aot_rdhm and
+    aot_rdbpot, all in int32 lanes (AVX2 has no 64-bit arithmetic shift or
+    multiply). Per-channel values come from tables, constants when all
+    channels agree.
+
+    With `bound` (max |accumulator| per channel; x86, fixed32.
+    shift_add_rounding) `requantize` rounds by shifts and adds instead:
+    (h + 2^(r-1) + zp 2^r + (h >> 31)) >> r, the output zero point folded
+    into the nudge, the sign term left out under an activation floor at or
+    above the zero point (as fixed32.rounding_shift), wherever every
+    channel shifts right and the bound keeps the sums within int32.
+    """
+    mult: Callable
+    left: Callable | None
+    right: Callable
+    nudge: Callable | None = None
+    floor_ok: bool = False
+
+    @staticmethod
+    def make(ctx: LowerCtx, mults, shifts, bound=None, zp: int = 0,
+             floor_ok: bool = False) -> "VecRequant":
+        mults = np.asarray(mults, np.int64).reshape(-1)
+        shifts = np.asarray(shifts, np.int64).reshape(-1)
+        left = np.maximum(shifts, 0)
+        right = np.maximum(-shifts, 0)
+        if right.max(initial=0) > 31 or left.max(initial=0) > 31:
+            raise ValueError("requantization shift above 31")
+        nudge = None
+        if bound is not None and right.size and right.min() >= 1:
+            n = len(bound)
+            nudges = [(1 << (int(e) - 1)) + (zp << int(e)) for e in np.broadcast_to(right, (n,))]
+            highs = [int(bd) << int(lf) for bd, lf in zip(bound, np.broadcast_to(left, (n,)))]
+            if all(h + abs(u) + 1 < 1 << 31 for h, u in zip(highs, nudges)):
+                nudge = vec_table(ctx, "rounding_nudge", np.asarray(nudges, np.int64), "int32")
+        return VecRequant(
+            vec_table(ctx, "multiplier", mults, "int32"),
+            vec_table(ctx, "left_scale", np.left_shift(1, left), "uint32") if left.any() else None,
+            vec_table(ctx, "right_shift", right, "int32"), nudge, floor_ok)
+
+    def requantize(self, b: q.Block, acc: Expr, c: Expr, zp: int) -> Expr:
+        """apply(acc) + zp."""
+        if self.nudge is None:
+            return q.offset(self.apply(b, acc, c), zp)
+        lanes = dtype_of(acc).lanes
+        h = self._high(b, acc, c)
+        total = Bin("+", h, self.nudge(c, lanes))
+        if not self.floor_ok:
+            total = Bin("+", total, Bin(">>", h, const_like(31, h)))
+        return Bin(">>", total, self.right(c, lanes))
+
+    def apply(self, b: q.Block, acc: Expr, c: Expr) -> Expr:
+        return q.rdbpot(self._high(b, acc, c), self.right(c, dtype_of(acc).lanes))
+
+    def _high(self, b: q.Block, acc: Expr, c: Expr) -> Var:
+        lanes = dtype_of(acc).lanes
+        x = acc
+        if self.left is not None:
+            x = Cast(dt("int32", lanes), Bin("*", Cast(dt("uint32", lanes), x), self.left(c, lanes)))
+        return b.let("high", q.srdhm(x, self.mult(c, lanes), saturate=False))
+
+
+def block_store(ctx: LowerCtx, body: Callable[[q.Block, Expr, int, Expr, int], Stmt]) -> Callable:
+    """A RegisterTile store running body(block, pixel, offset in the tile,
+    sums, lanes) in a block of its own: the requantization's locals, from
+    the accumulator's register (every accumulator is at most one vector
+    wide, so no sums go through memory)."""
+    def store(pixel, off: int, acc: Expr, lanes: int) -> Stmt:
+        b = q.Block(ctx)
+        b.add(body(b, pixel, off, acc, lanes))
+        return b.stmt()
+    return store
+
+
+def pair_widths(count: int, lanes: int, smallest: int = 4) -> list[int]:
+    """A pixel's `count` pairs as vectors of `lanes`, then halving powers of
+    two down to `smallest` lanes, then single pairs (1)."""
+    out, width = [], lanes
+    while count:
+        if width < smallest:
+            return out + [1] * count
+        out += [width] * (count // width)
+        count %= width
+        width //= 2
+    return out
+
+
+def quad_value(xs: Sequence[Expr], offset: int) -> Expr:
+    """The int32 whose bytes are xs[j] + offset (low byte first); the top
+    byte taken signed, so the sum cannot overflow."""
+    parts = []
+    for j, x in enumerate(xs):
+        v = Bin("&", add(to_i32(x), Const(offset)), Const(255))
+        if j == 3:
+            v = Bin("-", Bin("^", v, Const(128)), Const(128))
+        parts.append(mul(v, Const(1 << 8 * j)) if j else v)
+    return Bin("+", Bin("+", parts[0], parts[1]), Bin("+", parts[2], parts[3]))

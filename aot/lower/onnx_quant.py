@@ -21,7 +21,8 @@ from aot.lower.builders import loop, nest
 from aot.lower.elementwise import broadcast_index, broadcast_load, const_like
 from aot.lower.int8_common import CallView, table, to_i32
 from aot.lower.rules import VALUE_RULES, LowerCtx, TensorRef, kernel_rule, value_rule
-from aot.lower.tflite_int8 import conv_nest, vector_conv_nest, vector_lanes
+from aot.lower.int8_common import vector_lanes
+from aot.lower.tflite_int8 import conv_nest, vector_conv_nest
 from aot.lower.windows import ConvGeom
 from aot.ops import onnx_quant as ref
 from aot.ops.nn import Window, window_counts, resolve_window

@@ -23,9 +23,11 @@ from aot.lower import qmath as q
 from aot.lower import tflite_int8 as i8
 from aot.lower.builders import loop, nest
 from aot.lower.elementwise import broadcast_load
-from aot.lower.int8_common import CallView, Requant, const_input, narrow, table, to_i32, weight_dtype
+from aot.lower.int8_common import (CallView, Requant, bias_values, const_input, narrow, table,
+                                   to_i32, weight_dtype)
 from aot.lower.int8_elementwise import (add_rule, leaky_relu_rule, mul_rule,
                                         squared_difference_rule, sub_rule)
+from aot.lower.int8_fc import row_loops
 from aot.lower.int8_math import count_leading_zeros, inv_sqrt_block
 from aot.lower.int8_pool import avg_pool2d, max_pool2d, reduce_per_output
 from aot.lower.int8_rowwise import row_max
@@ -99,7 +101,7 @@ class Requant16:
 
 
 def _conv16(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom):
-    bias = i8.bias_values(ctx, ins, 2, g.cout)
+    bias = bias_values(ctx, ins, 2, g.cout)
     rq = Requant16(ctx, *ref.conv_multipliers(ctx, g.cout), sums_fit_int32(weights, bias))
 
     def finish(idx, acc):
@@ -132,7 +134,7 @@ def fully_connected_16x8(ctx: LowerCtx, ins, emit):
     x = ins[0]
     w = ref.fc_weights(ctx, const_input(ctx, ins[1], "weight"))
     units, depth = w.shape
-    bias = i8.bias_values(ctx, ins, 2, units)
+    bias = bias_values(ctx, ins, 2, units)
     rq = Requant16(ctx, *ref.fc_multipliers(ctx), sums_fit_int32(w, bias))
     start = table(ctx, "bias", rq.bias(bias))
     weights = ctx.param("weights", weight_dtype(w))
@@ -150,7 +152,7 @@ def fully_connected_16x8(ctx: LowerCtx, ins, emit):
             b.add(emit(0, out_lead + (o,), rq.apply(b, acc, o)))
             return b.stmt()
         return loop(ctx, "o", units, unit)
-    return i8.row_loops(ctx, x, ctx.out_types[0].shape, depth, row)
+    return row_loops(ctx, x, ctx.out_types[0].shape, depth, row)
 
 
 # ------------------------------------------------------------------ softmax

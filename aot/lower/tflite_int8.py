@@ -1,5 +1,6 @@
-"""Compute rules for the TFLite-semantics integer convolutions and fully
-connected layer (`tfl.conv2d`, `tfl.depthwise_conv2d`, `tfl.fully_connected`).
+"""Compute rules for the TFLite-semantics integer convolutions
+(`tfl.conv2d`, `tfl.depthwise_conv2d`); the fully connected layer is
+int8_fc.py's.
 
 Bit-exact with aot/ops/tflite_int8.py (itself bit-exact with tflite-micro,
 TFLITE_INT8.md). Accumulators are int32; requantization uses the
@@ -15,10 +16,8 @@ Loop structure:
   where out-of-image taps are skipped by one test per kernel row/column,
   and the interior, with no tests and the input zero point folded into the
   bias (bias - zp * sum(w), exact in integers).
-- fully connected: a dot product per output, the zero point folded into
-  the bias (FC never pads).
 
-On targets with vectors, conv, depthwise and FC run in vector tiles
+On targets with vectors, conv and depthwise run in vector tiles
 instead (the "vector kernels" section below; the conv's reduction at each
 tap, per accumulator strategy, is aot/lower/conv.py's); the value rules
 fused into them as epilogues are lane-generic, so they vectorize with them.
@@ -33,29 +32,26 @@ and int8_common.py holds the helpers every one of them uses.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
-from aot.codegen.intrinsics import pack_pairs, pack_quads, pair_dot
-from aot.codegen.intrinsics import paired_quad_dot, pairwise_add
+from aot.codegen.intrinsics import pack_pairs, pack_quads
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, Expr, If, Load,
                         Select, Stmt, Store, Unary, Var, add, dt, dtype_of, flat_index, mul, seq)
 from aot.lower import fixed32, int8_dsp
 from aot.lower import qmath as q
-from aot.lower.builders import loop, nest, offsets, splat
+from aot.lower.builders import loop, nest
 from aot.lower.conv import Int8Conv, StagedRows, TileAt, int8_flat_step, int8_tap
 from aot.lower.conv_schedule import Int8ConvSchedule, int8_conv_schedule
 from aot.lower.elementwise import const_like
-from aot.lower.int8_common import (Requant, const_input, round_half_away_to_int, scale_zp, table,
-                                   to_i32, unravel, weight_dtype)
+from aot.lower.int8_common import (Requant, VecRequant, bias_values, block_store, const_input,
+                                   pair_widths, quad_value, round_half_away_to_int, scale_zp,
+                                   table, to_i32, vec_table, vector_lanes, weight_dtype)
 from aot.lower.int8_window import window_nest
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
-from aot.lower.schedule import tile
-from aot.lower.strategy import PAIRS, Accumulator, int8_accumulator
-from aot.lower.tiles import (over_tiles, position_blocks, register_tile, tile_parts,
-                             tile_widths)
+from aot.lower.strategy import PAIRS, Accumulator
+from aot.lower.tiles import position_blocks, register_tile, tile_parts
 from aot.lower.windows import (ConvGeom, conv_geom, plane_spans, span_loop, window_pos,
                                window_taps)
 from aot.ops import qmath as ref_q
@@ -111,11 +107,6 @@ def conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable[[tuple], Expr], zp: i
 
 
 # ------------------------------------------------------------- conv rules
-
-
-def bias_values(ctx: LowerCtx, ins, k: int, cout: int) -> np.ndarray:
-    b = const_input(ctx, ins[k] if len(ins) > k else None, "bias")
-    return np.zeros(cout, np.int64) if b is None else b.astype(np.int64).reshape(-1)
 
 
 def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stmt:
@@ -215,7 +206,7 @@ def hybrid_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> S
         return Load(qx, flat_index(i, qx.shape), lanes)
 
     if _vectorizable(ctx, g):
-        bias_vec = None if bias is None else _vec_table(ctx, "bias", bias, "float32")
+        bias_vec = None if bias is None else vec_table(ctx, "bias", bias, "float32")
 
         def epilogue(b, idx, acc, lanes):
             if lanes == 1:
@@ -287,76 +278,6 @@ def depthwise_conv2d(ctx: LowerCtx, ins, emit):
     return int8_conv(ctx, ins, emit, weights, g)
 
 
-# ------------------------------------------------------------ fully connected
-
-def row_loops(ctx: LowerCtx, x: TensorRef, out_shape, depth: int,
-              body: Callable[[tuple, Callable[[Expr], Expr]], Stmt]) -> Stmt:
-    """Loops over the output's leading dims; body(out_lead, x_at) where x_at(d)
-    is element d of that row of x, read as x.shape[:-1] rows of `depth` (TFLite
-    FC flattens its input to rows of the weight depth)."""
-    lead = tuple(out_shape[:-1])
-    x_shape = tuple(x.shape)
-
-    def at(out_lead):
-        row = flat_index(out_lead, lead)
-        if x_shape[-1] == depth:
-            x_lead = out_lead if x_shape[:-1] == lead else unravel(row, x_shape[:-1])
-            return body(out_lead, lambda d: x.load(x_lead + (d,)))
-        def offset(d):
-            return add(mul(row, Const(depth)), d)
-        if x.buffer is not None and x.value is None:    # in memory: the offset itself
-            return body(out_lead, lambda d: Load(x.buffer, offset(d)))
-        return body(out_lead, lambda d: x.load(unravel(offset(d), x_shape)))
-    return nest(ctx, tuple(f"r{k}" for k in range(len(lead))), lead, at)
-
-
-@kernel_rule("tfl.fully_connected")
-def fully_connected(ctx: LowerCtx, ins, emit):
-    x = ins[0]
-    w = const_input(ctx, ins[1], "weight").astype(np.int64)
-    out_ty = ctx.out_types[0]
-    units, depth = w.shape
-    s_in, zp_in = scale_zp(ctx, x.type, "the input")
-    s_out, zp_out = scale_zp(ctx, out_ty, "the output")
-    wq = ins[1].type.quant
-    if len(wq.scale) == 1:   # per-tensor kernels subtract the filter zero point
-        w = w - int(wq.zero_point[0])
-    rq = Requant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out))
-    # FC has no padding: fold the input zero point into the bias
-    bias = ref_q.wrap_int32(bias_values(ctx, ins, 2, units) - zp_in * w.sum(axis=1))
-    lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
-    if vector_lanes(ctx) > 1 and units >= 4:
-        return row_loops(ctx, x, out_ty.shape, depth, vector_fc(
-            ctx, w, bias, emit, out_ty, zp_out, lo, hi, rq,
-            VecRequant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out)),
-            x.buffer if x.value is None else None))
-    if int8_dsp.fits_fc(ctx, x, w):
-        frq = int8_dsp.Requant32.make(ctx, *ref.fc_multipliers(s_in, wq, s_out),
-                                      int8_dsp.acc_bound(w, bias, 0)) or rq
-
-        def finish(out_lead, o, acc):
-            b = q.Block(ctx)
-            y = q.clamp(q.offset(frq.apply(b, acc, o), zp_out), lo, hi)
-            b.add(emit(0, out_lead + (o,), Cast(dt(out_ty.dtype), y)))
-            return b.stmt()
-        return int8_dsp.fully_connected(ctx, x, w, bias, out_ty.shape, finish)
-    start = table(ctx, "bias", bias.astype(np.int32))
-    weights = ctx.param("weights", weight_dtype(w))
-
-    def row(out_lead, x_at):
-        def unit(o):
-            b = q.Block(ctx)
-            acc = b.let("acc", start(o))
-            b.add(loop(ctx, "d", depth, lambda d: Assign(acc, Bin("+", acc, Bin(
-                "*", to_i32(x_at(d)),
-                to_i32(Load(weights, add(mul(o, Const(depth)), d))))))))
-            y = q.clamp(q.offset(rq.apply(b, acc, o), zp_out), lo, hi)
-            b.add(emit(0, out_lead + (o,), Cast(dt(out_ty.dtype), y)))
-            return b.stmt()
-        return loop(ctx, "o", units, unit)
-    return row_loops(ctx, x, out_ty.shape, depth, row)
-
-
 # ------------------------------------------------------------ vector kernels
 # On targets with a vector unit the convolutions and FC accumulate in
 # explicit int32 vector tiles (PERFORMANCE.md lessons 3-5, 8): output
@@ -372,101 +293,6 @@ def fully_connected(ctx: LowerCtx, ins, emit):
 # Each accumulator is requantized straight from its register,
 # on int32 vectors (VecRequant) with per-channel constants precomputed so
 # that it is branch-free. Scalar targets keep the loops above.
-
-
-def vector_lanes(ctx: LowerCtx) -> int:
-    """int32 lanes of the target's vectors (1: scalar code)."""
-    return ctx.target.lanes(32)
-
-
-def _vec_table(ctx: LowerCtx, name: str, values: np.ndarray, dtype: str):
-    """(index, lanes) -> values[index:index+lanes] of `dtype`: a splatted
-    constant when all entries agree (an immediate operand), else vector
-    loads from a PARAM table."""
-    values = np.asarray(values).reshape(-1)
-    if values.size and np.all(values == values[0]):
-        return lambda index, lanes: const_like(values[0].item(), dt(dtype, lanes))
-    buf = ctx.param(name, values.astype(dtype))
-    return lambda index, lanes: Load(buf, index, lanes)
-
-
-@dataclass
-class VecRequant:
-    """MultiplyByQuantizedMultiplier on int32 lanes, bit-exact with q.mbqm.
-
-    x << left (wrapping: an unsigned multiply), SRDHM by M (M comes from
-    quantize_multiplier, never INT32_MIN, so no saturation test), then
-    RDBPOT by the right shift: the codegens' whole-vector aot_rdhm and
-    aot_rdbpot, all in int32 lanes (AVX2 has no 64-bit arithmetic shift or
-    multiply). Per-channel values come from tables, constants when all
-    channels agree.
-
-    With `bound` (max |accumulator| per channel; x86, fixed32.
-    shift_add_rounding) `requantize` rounds by shifts and adds instead:
-    (h + 2^(r-1) + zp 2^r + (h >> 31)) >> r, the output zero point folded
-    into the nudge, the sign term left out under an activation floor at or
-    above the zero point (as fixed32.rounding_shift), wherever every
-    channel shifts right and the bound keeps the sums within int32.
-    """
-    mult: Callable
-    left: Callable | None
-    right: Callable
-    nudge: Callable | None = None
-    floor_ok: bool = False
-
-    @staticmethod
-    def make(ctx: LowerCtx, mults, shifts, bound=None, zp: int = 0,
-             floor_ok: bool = False) -> "VecRequant":
-        mults = np.asarray(mults, np.int64).reshape(-1)
-        shifts = np.asarray(shifts, np.int64).reshape(-1)
-        left = np.maximum(shifts, 0)
-        right = np.maximum(-shifts, 0)
-        if right.max(initial=0) > 31 or left.max(initial=0) > 31:
-            raise ValueError("requantization shift above 31")
-        nudge = None
-        if bound is not None and right.size and right.min() >= 1:
-            n = len(bound)
-            nudges = [(1 << (int(e) - 1)) + (zp << int(e)) for e in np.broadcast_to(right, (n,))]
-            highs = [int(bd) << int(lf) for bd, lf in zip(bound, np.broadcast_to(left, (n,)))]
-            if all(h + abs(u) + 1 < 1 << 31 for h, u in zip(highs, nudges)):
-                nudge = _vec_table(ctx, "rounding_nudge", np.asarray(nudges, np.int64), "int32")
-        return VecRequant(
-            _vec_table(ctx, "multiplier", mults, "int32"),
-            _vec_table(ctx, "left_scale", np.left_shift(1, left), "uint32") if left.any() else None,
-            _vec_table(ctx, "right_shift", right, "int32"), nudge, floor_ok)
-
-    def requantize(self, b: q.Block, acc: Expr, c: Expr, zp: int) -> Expr:
-        """apply(acc) + zp."""
-        if self.nudge is None:
-            return q.offset(self.apply(b, acc, c), zp)
-        lanes = dtype_of(acc).lanes
-        h = self._high(b, acc, c)
-        total = Bin("+", h, self.nudge(c, lanes))
-        if not self.floor_ok:
-            total = Bin("+", total, Bin(">>", h, const_like(31, h)))
-        return Bin(">>", total, self.right(c, lanes))
-
-    def apply(self, b: q.Block, acc: Expr, c: Expr) -> Expr:
-        return q.rdbpot(self._high(b, acc, c), self.right(c, dtype_of(acc).lanes))
-
-    def _high(self, b: q.Block, acc: Expr, c: Expr) -> Var:
-        lanes = dtype_of(acc).lanes
-        x = acc
-        if self.left is not None:
-            x = Cast(dt("int32", lanes), Bin("*", Cast(dt("uint32", lanes), x), self.left(c, lanes)))
-        return b.let("high", q.srdhm(x, self.mult(c, lanes), saturate=False))
-
-
-def block_store(ctx: LowerCtx, body: Callable[[q.Block, Expr, int, Expr, int], Stmt]) -> Callable:
-    """A RegisterTile store running body(block, pixel, offset in the tile,
-    sums, lanes) in a block of its own: the requantization's locals, from
-    the accumulator's register (every accumulator is at most one vector
-    wide, so no sums go through memory)."""
-    def store(pixel, off: int, acc: Expr, lanes: int) -> Stmt:
-        b = q.Block(ctx)
-        b.add(body(b, pixel, off, acc, lanes))
-        return b.stmt()
-    return store
 
 
 def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
@@ -632,7 +458,7 @@ def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
 
     def group(p) -> Expr:
         if n == 4:
-            return _quad_value([Load(elems, add(p, Const(j))) for j in range(4)], kind.offset)
+            return quad_value([Load(elems, add(p, Const(j))) for j in range(4)], kind.offset)
         return Bin("+", Bin("&", Load(elems, p), Const(0xFFFF)),
                    Bin("*", Load(elems, add(p, Const(1))), Const(65536)))
 
@@ -679,7 +505,7 @@ def _byte_row(ctx: LowerCtx, rows: Buffer, base: Expr, load_x: Callable, at: tup
         return loop(ctx, "z", end - start, lambda j: Store(rows, add(base, add(j, Const(start))),
                                                              Const(byte, i8)))
     runs, k = [], 0
-    for wd in _pair_widths(g.w * g.depth, 4 * vector_lanes(ctx)):
+    for wd in pair_widths(g.w * g.depth, 4 * vector_lanes(ctx)):
         v = load_x(at + (Const(k // g.depth), Const(k % g.depth)), wd)
         if offset:
             v = Bin("^", v, const_like(-128, v))   # + 128, wrapped: x ^ 0x80
@@ -737,7 +563,7 @@ def _staged_rows(ctx: LowerCtx, g: ConvGeom, name: str, words: int, fill: int,
                     return loop(ctx, "k", words, lambda k: Store(rows, place(ix, k),
                                                                  one(n, iy, ix, k)))
                 runs, k = [], 0
-                for count in _pair_widths(words, lanes, smallest):
+                for count in pair_widths(words, lanes, smallest):
                     value = many(n, iy, ix, k, count) if count > 1 else one(n, iy, ix, Const(k))
                     runs.append(Store(rows, place(ix, Const(k)), value))
                     k += count
@@ -778,7 +604,7 @@ def _quad_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int, kind: Accu
     bias takes back with the in-image ones' (bias - (zp + offset) * sum(w)),
     so the sum is exactly that of x - zp over the in-image taps."""
     def one(n, iy, ix, cq):
-        return _quad_value([load_x((n, iy, ix, add(mul(cq, Const(4)), Const(j))))
+        return quad_value([load_x((n, iy, ix, add(mul(cq, Const(4)), Const(j))))
                             for j in range(4)], kind.offset)
 
     def many(n, iy, ix, cq, count):
@@ -791,169 +617,3 @@ def _quad_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int, kind: Accu
     fill = int(ref_q.wrap_int32(np.int64(pad_byte * 0x01010101)))
     return _staged_rows(ctx, g, "quad_rows", g.depth // 4, fill, one, many, 2)
 
-
-def _pair_widths(count: int, lanes: int, smallest: int = 4) -> list[int]:
-    """A pixel's `count` pairs as vectors of `lanes`, then halving powers of
-    two down to `smallest` lanes, then single pairs (1)."""
-    out, width = [], lanes
-    while count:
-        if width < smallest:
-            return out + [1] * count
-        out += [width] * (count // width)
-        count %= width
-        width //= 2
-    return out
-
-
-def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_out: int,
-              lo: int, hi: int, rq: Requant, vrq: VecRequant, x_buffer=None):
-    """The body of one FC row in vector tiles: units across the lanes, the
-    input zero point already in `bias`, then the requantization in int32
-    vectors (VecRequant). Depth steps go `group` at a time (the accumulator
-    strategy's, aot/lower/strategy.py): two per aot_dot2 (weights [D/2, U,
-    2]), or four per aot_dot4 (weights [D/4, U, 4]) from the row staged as
-    int32 quads first (whole vectors at a time when it is in memory,
-    `x_buffer`); a last odd step or steps and tiles narrower than 4 lanes
-    take one input at a time (weights [D, U])."""
-    units, depth = w.shape
-    t = tile(ctx.target, "int32")
-    tiles = tile_widths(units, t)
-    kind = int8_accumulator(ctx.target)
-    if kind.group == 4 and not (kind.fits(w) and any(min(ws) >= 4 for _, ws in tiles)):
-        kind = PAIRS
-    group = kind.group
-    steps = depth // group
-    lead = steps * group           # the depth the grouped steps cover
-    grouped = ctx.param("weight_quads" if group == 4 else "weight_pairs",
-                        weight_dtype(kind.interleave(w[:, :lead]))) if steps else None
-    singles = {}
-
-    def single_w():
-        if not singles:
-            singles["w"] = ctx.param("weights", weight_dtype(np.ascontiguousarray(w.T)))
-        return singles["w"]
-    biases = {}
-
-    def bias_buf(offset: int) -> Buffer:
-        """The bias less offset * the grouped steps' weights (staged quads
-        hold x + offset)."""
-        if offset not in biases:
-            biases[offset] = ctx.param("bias", ref_q.wrap_int32(
-                bias - offset * w[:, :lead].sum(axis=1)).astype(np.int32))
-        return biases[offset]
-    bias_buf(kind.offset)
-    staged = ctx.scratch_buffer("quad_row", "int32", (steps,)) if group == 4 else None
-
-    def body(out_lead, x_at) -> Stmt:
-        stmts = [] if staged is None else [_stage_quads(ctx, staged, x_at, x_buffer, kind.offset)]
-
-        def tile_code(c0, widths) -> Stmt:
-            offs = offsets(widths)
-            use = steps and min(widths) >= 4
-            rt = register_tile(ctx, dt("int32"), [out_lead], widths, lambda off, wd: Load(
-                bias_buf(kind.offset if use else 0), add(c0, Const(off)), wd))
-            (accs,) = rt.accs
-            code = []
-
-            def single(d):
-                xv = ctx.fresh("xv")
-                out = [Decl(xv, to_i32(x_at(d)))]
-                out += [Assign(a, Bin("+", a, Bin("*", splat(xv, wd), Cast(dt("int32", wd), Load(
-                    single_w(), add(mul(d, Const(units)), add(c0, Const(off))), wd)))))
-                        for a, off, wd in zip(accs, offs, widths)]
-                return seq(*out)
-
-            def w_group(s, off, wd):
-                return Load(grouped, flat_index((s, add(c0, Const(off)), Const(0)),
-                                                grouped.shape), group * wd)
-
-            def quad(s):
-                xq = ctx.fresh("xq")
-                return seq(Decl(xq, Load(staged, s)), *[
-                    Assign(a, kind.dot(a, xq, w_group(s, off, wd)))
-                    for a, off, wd in zip(accs, offs, widths)])
-
-            def pair(dp):
-                x0, x1 = ctx.fresh("xv", dt("int16")), ctx.fresh("xv", dt("int16"))
-                out = [Decl(x0, Cast(dt("int16"), x_at(mul(dp, Const(2))))),
-                       Decl(x1, Cast(dt("int16"), x_at(add(mul(dp, Const(2)), Const(1)))))]
-                out += [Assign(a, Bin("+", a, pair_dot(x0, x1, Cast(dt("int16", 2 * wd),
-                                                                     w_group(dp, off, wd)))))
-                        for a, off, wd in zip(accs, offs, widths)]
-                return seq(*out)
-            def paired_quads() -> list[Stmt]:
-                """Quads two at a time, each lane of the int16 products
-                holding two (aot_dot4p_lo / _hi: SMULL, SMLAL, SADALP; the
-                weights have no -128) into half sums, ADDP'd into acc."""
-                halves = [[ctx.fresh("half", dt("int32", 4)) for _ in "lh"] for _ in accs]
-                decls = [Decl(h, Broadcast(Const(0), 4)) for hs in halves for h in hs]
-
-                def two(sp):
-                    at = [mul(sp, Const(2)), add(mul(sp, Const(2)), Const(1))]
-                    xq = [ctx.fresh("xq") for _ in at]
-                    body = [Decl(v, Load(staged, s)) for v, s in zip(xq, at)]
-                    for hs, off, wd in zip(halves, offs, widths):
-                        wq = [ctx.fresh("wq", dt("int8", 16)) for _ in at]
-                        body += [Decl(v, w_group(s, off, wd)) for v, s in zip(wq, at)]
-                        body += [Assign(h, paired_quad_dot(h, *xq, *wq, high))
-                                 for h, high in zip(hs, (False, True))]
-                    return seq(*body)
-                tail = [quad(Const(steps - 1))] if steps % 2 else []
-                return [*decls, loop(ctx, "cp", steps // 2, two), *tail,
-                        *[Assign(a, Bin("+", a, pairwise_add(*hs))) for a, hs in zip(accs, halves)]]
-            if use and kind.symmetric and steps >= 2 and set(widths) == {4}:
-                code += paired_quads()
-                code += [single(Const(d)) for d in range(lead, depth)]
-            elif use:
-                code.append(loop(ctx, "cq" if group == 4 else "dp", steps,
-                                 quad if group == 4 else pair))
-                code += [single(Const(d)) for d in range(lead, depth)]
-            else:
-                code.append(loop(ctx, "d", depth, single))
-
-            def requant(b, lead, k, acc, lanes):
-                c = add(c0, Const(k))
-                r = rq.apply(b, acc, c) if lanes == 1 else vrq.apply(b, acc, c)
-                y = q.clamp(q.offset(r, zp_out), lo, hi)
-                return emit(0, lead + (c,), Cast(dt(out_ty.dtype, lanes), y))
-            return rt.code(seq(*code), block_store(ctx, requant))
-
-        stmts.append(over_tiles(ctx, units, t, tile_code))
-        return seq(*stmts)
-    return body
-
-
-def _stage_quads(ctx: LowerCtx, staged: Buffer, x_at: Callable, x_buffer, offset: int) -> Stmt:
-    """An FC row's first 4 len(staged) inputs as int32 quads of their bytes
-    + offset: whole vectors when the row is in memory (x_at reads x_buffer),
-    else four loads per quad."""
-    nq = staged.shape[0]
-    first = x_at(Const(0))
-    if not (isinstance(first, Load) and first.buffer is x_buffer):
-        return loop(ctx, "cq", nq, lambda cq: Store(staged, cq, _quad_value(
-            [x_at(add(mul(cq, Const(4)), Const(j))) for j in range(4)], offset)))
-    runs, cq = [], 0
-    for count in _pair_widths(nq, vector_lanes(ctx), smallest=2):
-        if count == 1:
-            value = _quad_value([x_at(Const(4 * cq + j)) for j in range(4)], offset)
-        else:
-            at = x_at(Const(4 * cq))
-            v = Load(at.buffer, at.index, 4 * count)
-            if offset:
-                v = Bin("^", v, Broadcast(Const(-128, dt("int8")), 4 * count))
-            value = pack_quads(v)
-        runs.append(Store(staged, Const(cq), value))
-        cq += count
-    return seq(*runs)
-
-
-def _quad_value(xs: Sequence[Expr], offset: int) -> Expr:
-    """The int32 whose bytes are xs[j] + offset (low byte first); the top
-    byte taken signed, so the sum cannot overflow."""
-    parts = []
-    for j, x in enumerate(xs):
-        v = Bin("&", add(to_i32(x), Const(offset)), Const(255))
-        if j == 3:
-            v = Bin("-", Bin("^", v, Const(128)), Const(128))
-        parts.append(mul(v, Const(1 << 8 * j)) if j else v)
-    return Bin("+", Bin("+", parts[0], parts[1]), Bin("+", parts[2], parts[3]))

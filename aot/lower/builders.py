@@ -41,6 +41,13 @@ def nest(ctx: LowerCtx, names: Sequence[str], extents: Sequence[int],
                 lambda v: nest(ctx, names[1:], extents[1:], lambda rest: body((v,) + rest)))
 
 
+def rows(ctx: LowerCtx, shape: Sequence[int], row: Callable[[tuple], Stmt]) -> Stmt:
+    """row(index) for every index of shape[:-1] (loops r0, r1, ...): the
+    rows of a kernel that works along its last axis."""
+    lead = tuple(shape[:-1])
+    return nest(ctx, tuple(f"r{k}" for k in range(len(lead))), lead, row)
+
+
 def plus(e: Expr, c: int) -> Expr:
     """e + c, printed as `e - 1` rather than `e + -1`."""
     return add(e, Const(c)) if c >= 0 else sub(e, Const(-c))

@@ -1,37 +1,40 @@
 """The TFLite-semantics integer fully connected layer (`tfl.fully_connected`),
 bit-exact with aot/ops/tflite_int8.py (TFLITE_INT8.md §6): a dot product
 per output, the input zero point folded into the bias (FC never pads), then
-the requantization. Vector targets run it in vector tiles (vector_fc),
-Cortex-M with the DSP extension in int8_dsp's, scalar ones one unit at a
-time. tflite_int16.py's 16x8 FC walks its rows with row_loops too.
+the requantization. Vector targets run it as the dense product
+(aot/lower/dense.py) with the int8 strategy Int8Product, Cortex-M with the
+DSP extension in int8_dsp's tiles, scalar ones one unit at a time.
+tflite_int16.py's 16x8 FC walks its rows with row_loops too.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
 
 from aot.codegen.intrinsics import pack_quads, pair_dot, paired_quad_dot, pairwise_add
-from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Cast, Const, Decl, Expr, Load, Stmt,
-                        Store, add, dt, flat_index, mul, seq)
+from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Cast, Const, Decl, DType, Expr, Load,
+                        Stmt, Store, add, dt, flat_index, mul, seq)
 from aot.lower import int8_dsp
 from aot.lower import qmath as q
-from aot.lower.builders import loop, nest, offsets, splat
+from aot.lower.builders import loop, offsets, rows, splat
+from aot.lower.dense import product
 from aot.lower.int8_common import (Requant, VecRequant, bias_values, block_store, const_input,
                                    pair_widths, quad_value, scale_zp, table, to_i32, unravel,
                                    vector_lanes, weight_dtype)
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
-from aot.lower.schedule import tile
-from aot.lower.strategy import PAIRS, int8_accumulator
-from aot.lower.tiles import over_tiles, register_tile, tile_widths
+from aot.lower.schedule import Tile, tile
+from aot.lower.strategy import PAIRS, Accumulator, int8_accumulator
+from aot.lower.tiles import tile_widths
 from aot.ops import qmath as ref_q
 from aot.ops import tflite_int8 as ref
 
-def row_loops(ctx: LowerCtx, x: TensorRef, out_shape, depth: int,
-              body: Callable[[tuple, Callable[[Expr], Expr]], Stmt]) -> Stmt:
-    """Loops over the output's leading dims; body(out_lead, x_at) where x_at(d)
-    is element d of that row of x, read as x.shape[:-1] rows of `depth` (TFLite
-    FC flattens its input to rows of the weight depth)."""
+def row_reader(x: TensorRef, out_shape, depth: int) -> Callable[[tuple], Callable[[Expr], Expr]]:
+    """x_at(out_lead)(d): element d of the row of x that output row
+    out_lead (an index of the output's leading dims) reads, x read as
+    x.shape[:-1] rows of `depth` (TFLite FC flattens its input to rows of
+    the weight depth)."""
     lead = tuple(out_shape[:-1])
     x_shape = tuple(x.shape)
 
@@ -39,13 +42,22 @@ def row_loops(ctx: LowerCtx, x: TensorRef, out_shape, depth: int,
         row = flat_index(out_lead, lead)
         if x_shape[-1] == depth:
             x_lead = out_lead if x_shape[:-1] == lead else unravel(row, x_shape[:-1])
-            return body(out_lead, lambda d: x.load(x_lead + (d,)))
+            return lambda d: x.load(x_lead + (d,))
+
         def offset(d):
             return add(mul(row, Const(depth)), d)
         if x.buffer is not None and x.value is None:    # in memory: the offset itself
-            return body(out_lead, lambda d: Load(x.buffer, offset(d)))
-        return body(out_lead, lambda d: x.load(unravel(offset(d), x_shape)))
-    return nest(ctx, tuple(f"r{k}" for k in range(len(lead))), lead, at)
+            return lambda d: Load(x.buffer, offset(d))
+        return lambda d: x.load(unravel(offset(d), x_shape))
+    return at
+
+
+def row_loops(ctx: LowerCtx, x: TensorRef, out_shape, depth: int,
+              body: Callable[[tuple, Callable[[Expr], Expr]], Stmt]) -> Stmt:
+    """Loops over the output's leading dims; body(out_lead, x_at) with
+    x_at = row_reader's for that row."""
+    reader = row_reader(x, out_shape, depth)
+    return rows(ctx, out_shape, lambda out_lead: body(out_lead, reader(out_lead)))
 
 
 @kernel_rule("tfl.fully_connected")
@@ -64,10 +76,15 @@ def fully_connected(ctx: LowerCtx, ins, emit):
     bias = ref_q.wrap_int32(bias_values(ctx, ins, 2, units) - zp_in * w.sum(axis=1))
     lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
     if vector_lanes(ctx) > 1 and units >= 4:
-        return row_loops(ctx, x, out_ty.shape, depth, vector_fc(
-            ctx, w, bias, emit, out_ty, zp_out, lo, hi, rq,
-            VecRequant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out)),
-            x.buffer if x.value is None else None))
+        vrq = VecRequant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out))
+
+        def requant(b: q.Block, bi: tuple, c: Expr, acc: Expr, lanes: int) -> Stmt:
+            r = rq.apply(b, acc, c) if lanes == 1 else vrq.apply(b, acc, c)
+            y = q.clamp(q.offset(r, zp_out), lo, hi)
+            return emit(0, bi + (c,), Cast(dt(out_ty.dtype, lanes), y))
+        fc = Int8Product.make(ctx, w, bias, row_reader(x, out_ty.shape, depth),
+                              x.buffer if x.value is None else None, requant)
+        return product(ctx, fc, tuple(out_ty.shape[:-1]), 1, units)
     if int8_dsp.fits_fc(ctx, x, w):
         frq = int8_dsp.Requant32.make(ctx, *ref.fc_multipliers(s_in, wq, s_out),
                                       int8_dsp.acc_bound(w, bias, 0)) or rq
@@ -95,122 +112,147 @@ def fully_connected(ctx: LowerCtx, ins, emit):
     return row_loops(ctx, x, out_ty.shape, depth, row)
 
 
-def vector_fc(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, emit, out_ty, zp_out: int,
-              lo: int, hi: int, rq: Requant, vrq: VecRequant, x_buffer=None):
-    """The body of one FC row in vector tiles: units across the lanes, the
-    input zero point already in `bias`, then the requantization in int32
-    vectors (VecRequant). Depth steps go `group` at a time (the accumulator
-    strategy's, aot/lower/strategy.py): two per aot_dot2 (weights [D/2, U,
-    2]), or four per aot_dot4 (weights [D/4, U, 4]) from the row staged as
-    int32 quads first (whole vectors at a time when it is in memory,
-    `x_buffer`); a last odd step or steps and tiles narrower than 4 lanes
-    take one input at a time (weights [D, U])."""
-    units, depth = w.shape
-    t = tile(ctx.target, "int32")
-    tiles = tile_widths(units, t)
-    kind = int8_accumulator(ctx.target)
-    if kind.group == 4 and not (kind.fits(w) and any(min(ws) >= 4 for _, ws in tiles)):
-        kind = PAIRS
-    group = kind.group
-    steps = depth // group
-    lead = steps * group           # the depth the grouped steps cover
-    grouped = ctx.param("weight_quads" if group == 4 else "weight_pairs",
-                        weight_dtype(kind.interleave(w[:, :lead]))) if steps else None
-    singles = {}
+@dataclass(frozen=True)
+class Int8Product:
+    """The int8 strategy of the dense product (dense.product), one FC row
+    (m = 1) per batch index: units across the lanes, int32 accumulators
+    from the bias (the input zero point already in it), then the
+    requantization in int32 vectors. Depth steps go kind.group at a time
+    (aot/lower/strategy.py): two per aot_dot2 (weights [D/2, U, 2]), or
+    four per aot_dot4 (weights [D/4, U, 4]) from the row staged as int32
+    quads first (the prologue; whole vectors at a time when it is in
+    memory, `x_buffer`); a last odd step or steps and tiles narrower than 4
+    lanes take one input at a time (weights [D, U])."""
+    ctx: LowerCtx
+    dtype: DType
+    tile: Tile
+    w: np.ndarray
+    kind: Accumulator
+    grouped: Buffer | None
+    staged: Buffer | None
+    x_at: Callable[[tuple], Callable[[Expr], Expr]]
+    x_buffer: Buffer | None
+    requant: Callable[[q.Block, tuple, Expr, Expr, int], Stmt]
+    params: dict = field(default_factory=dict)     # made on first use: weights, biases
 
-    def single_w():
-        if not singles:
-            singles["w"] = ctx.param("weights", weight_dtype(np.ascontiguousarray(w.T)))
-        return singles["w"]
-    biases = {}
+    @staticmethod
+    def make(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, x_at, x_buffer,
+             requant) -> "Int8Product":
+        t = tile(ctx.target, "int32")
+        kind = int8_accumulator(ctx.target)
+        if kind.group == 4 and not (kind.fits(w) and any(min(ws) >= 4
+                                                         for _, ws in tile_widths(len(w), t))):
+            kind = PAIRS
+        steps = w.shape[1] // kind.group
+        lead = steps * kind.group
+        grouped = ctx.param("weight_quads" if kind.group == 4 else "weight_pairs",
+                            weight_dtype(kind.interleave(w[:, :lead]))) if steps else None
+        fc = Int8Product(ctx, dt("int32"), t, w, kind, grouped, None, x_at, x_buffer, requant)
+        fc.params["bias"] = bias
+        fc.bias(kind.offset)
+        if kind.group == 4:
+            return replace(fc, staged=ctx.scratch_buffer("quad_row", "int32", (steps,)))
+        return fc
 
-    def bias_buf(offset: int) -> Buffer:
+    @property
+    def steps(self) -> int:
+        return self.w.shape[1] // self.kind.group
+
+    def bias(self, offset: int) -> Buffer:
         """The bias less offset * the grouped steps' weights (staged quads
         hold x + offset)."""
-        if offset not in biases:
-            biases[offset] = ctx.param("bias", ref_q.wrap_int32(
-                bias - offset * w[:, :lead].sum(axis=1)).astype(np.int32))
-        return biases[offset]
-    bias_buf(kind.offset)
-    staged = ctx.scratch_buffer("quad_row", "int32", (steps,)) if group == 4 else None
+        if offset not in self.params:
+            lead = self.steps * self.kind.group
+            self.params[offset] = self.ctx.param("bias", ref_q.wrap_int32(
+                self.params["bias"] - offset * self.w[:, :lead].sum(axis=1)).astype(np.int32))
+        return self.params[offset]
 
-    def body(out_lead, x_at) -> Stmt:
-        stmts = [] if staged is None else [_stage_quads(ctx, staged, x_at, x_buffer, kind.offset)]
+    def singles(self) -> Buffer:
+        if "singles" not in self.params:
+            self.params["singles"] = self.ctx.param(
+                "weights", weight_dtype(np.ascontiguousarray(self.w.T)))
+        return self.params["singles"]
 
-        def tile_code(c0, widths) -> Stmt:
-            offs = offsets(widths)
-            use = steps and min(widths) >= 4
-            rt = register_tile(ctx, dt("int32"), [out_lead], widths, lambda off, wd: Load(
-                bias_buf(kind.offset if use else 0), add(c0, Const(off)), wd))
-            (accs,) = rt.accs
-            code = []
+    def _grouped(self, widths) -> bool:
+        return bool(self.steps) and min(widths) >= 4
 
-            def single(d):
-                xv = ctx.fresh("xv")
-                out = [Decl(xv, to_i32(x_at(d)))]
-                out += [Assign(a, Bin("+", a, Bin("*", splat(xv, wd), Cast(dt("int32", wd), Load(
-                    single_w(), add(mul(d, Const(units)), add(c0, Const(off))), wd)))))
-                        for a, off, wd in zip(accs, offs, widths)]
-                return seq(*out)
+    def prologue(self, bi: tuple) -> Stmt | None:
+        if self.staged is None:
+            return None
+        return _stage_quads(self.ctx, self.staged, self.x_at(bi), self.x_buffer,
+                            self.kind.offset)
 
-            def w_group(s, off, wd):
-                return Load(grouped, flat_index((s, add(c0, Const(off)), Const(0)),
-                                                grouped.shape), group * wd)
+    def init(self, bi: tuple, c0: Expr, widths, off: int, width: int) -> Expr:
+        offset = self.kind.offset if self._grouped(widths) else 0
+        return Load(self.bias(offset), add(c0, Const(off)), width)
 
-            def quad(s):
-                xq = ctx.fresh("xq")
-                return seq(Decl(xq, Load(staged, s)), *[
-                    Assign(a, kind.dot(a, xq, w_group(s, off, wd)))
-                    for a, off, wd in zip(accs, offs, widths)])
+    def reduce(self, bi, rows, c0, widths, accs) -> Stmt:
+        ctx, kind, x_at = self.ctx, self.kind, self.x_at(bi)
+        units, depth = self.w.shape
+        steps, group, staged = self.steps, kind.group, self.staged
+        lead = steps * group
+        offs = offsets(widths)
+        (row_accs,) = accs
 
-            def pair(dp):
-                x0, x1 = ctx.fresh("xv", dt("int16")), ctx.fresh("xv", dt("int16"))
-                out = [Decl(x0, Cast(dt("int16"), x_at(mul(dp, Const(2))))),
-                       Decl(x1, Cast(dt("int16"), x_at(add(mul(dp, Const(2)), Const(1)))))]
-                out += [Assign(a, Bin("+", a, pair_dot(x0, x1, Cast(dt("int16", 2 * wd),
-                                                                     w_group(dp, off, wd)))))
-                        for a, off, wd in zip(accs, offs, widths)]
-                return seq(*out)
-            def paired_quads() -> list[Stmt]:
-                """Quads two at a time, each lane of the int16 products
-                holding two (aot_dot4p_lo / _hi: SMULL, SMLAL, SADALP; the
-                weights have no -128) into half sums, ADDP'd into acc."""
-                halves = [[ctx.fresh("half", dt("int32", 4)) for _ in "lh"] for _ in accs]
-                decls = [Decl(h, Broadcast(Const(0), 4)) for hs in halves for h in hs]
+        def single(d):
+            xv = ctx.fresh("xv")
+            out = [Decl(xv, to_i32(x_at(d)))]
+            out += [Assign(a, Bin("+", a, Bin("*", splat(xv, wd), Cast(dt("int32", wd), Load(
+                self.singles(), add(mul(d, Const(units)), add(c0, Const(off))), wd)))))
+                    for a, off, wd in zip(row_accs, offs, widths)]
+            return seq(*out)
 
-                def two(sp):
-                    at = [mul(sp, Const(2)), add(mul(sp, Const(2)), Const(1))]
-                    xq = [ctx.fresh("xq") for _ in at]
-                    body = [Decl(v, Load(staged, s)) for v, s in zip(xq, at)]
-                    for hs, off, wd in zip(halves, offs, widths):
-                        wq = [ctx.fresh("wq", dt("int8", 16)) for _ in at]
-                        body += [Decl(v, w_group(s, off, wd)) for v, s in zip(wq, at)]
-                        body += [Assign(h, paired_quad_dot(h, *xq, *wq, high))
-                                 for h, high in zip(hs, (False, True))]
-                    return seq(*body)
-                tail = [quad(Const(steps - 1))] if steps % 2 else []
-                return [*decls, loop(ctx, "cp", steps // 2, two), *tail,
-                        *[Assign(a, Bin("+", a, pairwise_add(*hs))) for a, hs in zip(accs, halves)]]
-            if use and kind.symmetric and steps >= 2 and set(widths) == {4}:
-                code += paired_quads()
-                code += [single(Const(d)) for d in range(lead, depth)]
-            elif use:
-                code.append(loop(ctx, "cq" if group == 4 else "dp", steps,
-                                 quad if group == 4 else pair))
-                code += [single(Const(d)) for d in range(lead, depth)]
-            else:
-                code.append(loop(ctx, "d", depth, single))
+        def w_group(s, off, wd):
+            return Load(self.grouped, flat_index((s, add(c0, Const(off)), Const(0)),
+                                                 self.grouped.shape), group * wd)
 
-            def requant(b, lead, k, acc, lanes):
-                c = add(c0, Const(k))
-                r = rq.apply(b, acc, c) if lanes == 1 else vrq.apply(b, acc, c)
-                y = q.clamp(q.offset(r, zp_out), lo, hi)
-                return emit(0, lead + (c,), Cast(dt(out_ty.dtype, lanes), y))
-            return rt.code(seq(*code), block_store(ctx, requant))
+        def quad(s):
+            xq = ctx.fresh("xq")
+            return seq(Decl(xq, Load(staged, s)), *[
+                Assign(a, kind.dot(a, xq, w_group(s, off, wd)))
+                for a, off, wd in zip(row_accs, offs, widths)])
 
-        stmts.append(over_tiles(ctx, units, t, tile_code))
-        return seq(*stmts)
-    return body
+        def pair(dp):
+            x0, x1 = ctx.fresh("xv", dt("int16")), ctx.fresh("xv", dt("int16"))
+            out = [Decl(x0, Cast(dt("int16"), x_at(mul(dp, Const(2))))),
+                   Decl(x1, Cast(dt("int16"), x_at(add(mul(dp, Const(2)), Const(1)))))]
+            out += [Assign(a, Bin("+", a, pair_dot(x0, x1, Cast(dt("int16", 2 * wd),
+                                                                 w_group(dp, off, wd)))))
+                    for a, off, wd in zip(row_accs, offs, widths)]
+            return seq(*out)
+
+        def paired_quads() -> list[Stmt]:
+            """Quads two at a time, each lane of the int16 products
+            holding two (aot_dot4p_lo / _hi: SMULL, SMLAL, SADALP; the
+            weights have no -128) into half sums, ADDP'd into acc."""
+            halves = [[ctx.fresh("half", dt("int32", 4)) for _ in "lh"] for _ in row_accs]
+            decls = [Decl(h, Broadcast(Const(0), 4)) for hs in halves for h in hs]
+
+            def two(sp):
+                at = [mul(sp, Const(2)), add(mul(sp, Const(2)), Const(1))]
+                xq = [ctx.fresh("xq") for _ in at]
+                body = [Decl(v, Load(staged, s)) for v, s in zip(xq, at)]
+                for hs, off, wd in zip(halves, offs, widths):
+                    wq = [ctx.fresh("wq", dt("int8", 16)) for _ in at]
+                    body += [Decl(v, w_group(s, off, wd)) for v, s in zip(wq, at)]
+                    body += [Assign(h, paired_quad_dot(h, *xq, *wq, high))
+                             for h, high in zip(hs, (False, True))]
+                return seq(*body)
+            tail = [quad(Const(steps - 1))] if steps % 2 else []
+            return [*decls, loop(ctx, "cp", steps // 2, two), *tail,
+                    *[Assign(a, Bin("+", a, pairwise_add(*hs))) for a, hs in zip(row_accs, halves)]]
+        if self._grouped(widths) and kind.symmetric and steps >= 2 and set(widths) == {4}:
+            code = paired_quads() + [single(Const(d)) for d in range(lead, depth)]
+        elif self._grouped(widths):
+            code = [loop(ctx, "cq" if group == 4 else "dp", steps, quad if group == 4 else pair)]
+            code += [single(Const(d)) for d in range(lead, depth)]
+        else:
+            code = [loop(ctx, "d", depth, single)]
+        return seq(*code)
+
+    def store(self, bi, row, c0, off, acc, width) -> Stmt:
+        return block_store(self.ctx, lambda b, _, k, a, lanes: self.requant(
+            b, bi, add(c0, Const(k)), a, lanes))(row, off, acc, width)
 
 
 def _stage_quads(ctx: LowerCtx, staged: Buffer, x_at: Callable, x_buffer, offset: int) -> Stmt:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from aot.ir.tir import Assign, Bin, Cast, Const, Expr, Select, Var, dt
 from aot.lower import qmath as q
-from aot.lower.builders import loop, nest
+from aot.lower.builders import loop, nest, rows
 from aot.lower.int8_common import scale_zp, to_i32
 from aot.lower.int8_math import (count_leading_zeros, exp_on_negative_values, inv_sqrt_block,
                                  log_x_ge_1_block, one_over_one_plus_x)
@@ -75,7 +75,7 @@ def softmax(ctx: LowerCtx, ins, emit):
             return ob.stmt()
         b.add(loop(ctx, "i", depth, output))
         return b.stmt()
-    return nest(ctx, tuple(f"r{k}" for k in range(len(shape) - 1)), shape[:-1], row)
+    return rows(ctx, shape, row)
 
 
 @kernel_rule("tfl.l2_normalization")
@@ -107,7 +107,7 @@ def l2_normalization(ctx: LowerCtx, ins, emit):
             return emit(0, lead + (i,), Cast(dt("int8"), y))
         b.add(loop(ctx, "i", depth, output))
         return b.stmt()
-    return nest(ctx, tuple(f"r{k}" for k in range(len(shape) - 1)), shape[:-1], row)
+    return rows(ctx, shape, row)
 
 
 @kernel_rule("tfl.cumsum")
@@ -184,4 +184,4 @@ def log_softmax(ctx: LowerCtx, ins, emit):
             return ob.stmt()
         b.add(loop(ctx, "i", depth, output))
         return b.stmt()
-    return nest(ctx, tuple(f"r{k}" for k in range(len(shape) - 1)), shape[:-1], row)
+    return rows(ctx, shape, row)

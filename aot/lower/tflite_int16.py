@@ -21,7 +21,7 @@ from aot.ir.tir import (Assign, Bin, Cast, Const, Expr, Load, Select, Store, Una
                         dt, mul)
 from aot.lower import qmath as q
 from aot.lower import tflite_int8 as i8
-from aot.lower.builders import loop, nest
+from aot.lower.builders import loop, nest, rows
 from aot.lower.elementwise import broadcast_load
 from aot.lower.int8_common import (CallView, Requant, bias_values, const_input, narrow, table,
                                    to_i32, weight_dtype)
@@ -218,7 +218,7 @@ def softmax_int16(ctx: LowerCtx, ins, emit):
         b.add(loop(ctx, "i", depth, output))
         return b.stmt()
     shape = x.shape
-    return nest(ctx, tuple(f"r{k}" for k in range(len(shape) - 1)), shape[:-1], row)
+    return rows(ctx, shape, row)
 
 
 # --------------------------------------------------------------------- mean

@@ -2,8 +2,11 @@
 each accumulator strategy the schedule picks writes its own multiply-adds,
 one per accumulator and input-channel group; the float tile's merged rows
 run one reduction across a window row's taps and channels; the channel
-tiles and pixel parts (tiles.tile_parts) in either order."""
+tiles and pixel parts (tiles.tile_parts) in either order; the one walk
+(conv_walk.walk) of the float and int8 kernels' regions."""
 from __future__ import annotations
+
+import ast
 
 import numpy as np
 
@@ -13,10 +16,11 @@ from aot.ir.tir import (Assign, Call, Comment, Const, For, Load, Var, dt, flat_i
 from aot.lower.conv import (FloatConv, FloatTileAt, Int8Conv, StagedRows, TileAt, float_taps,
                             int8_tap)
 from aot.lower.conv_schedule import int8_conv_schedule
+from aot.lower.conv_walk import Walk, walk
 from aot.lower.rules import LowerCtx, TensorRef
 from aot.lower.schedule import Tile
 from aot.lower.tiles import register_tile, tile_parts, tile_widths
-from aot.lower.windows import ConvGeom, Run, SpatialOp
+from aot.lower.windows import ConvGeom, Run, SpatialOp, border_regions, window_regions
 from aot.ops.nn import Window
 from aot.targets import get_board
 
@@ -134,3 +138,64 @@ def test_tile_parts_inside_or_outside_the_channel_loop():
         seen[outside] = sorted(s.text for s in walk_stmt(stmt) if isinstance(s, Comment))
     assert seen[False] == seen[True] == sorted(
         ["(4, 4) 2", "(4, 4) 2", "(4, 4) 1", "(4,) 4", "(4,) 1"])
+
+
+# ------------------------------------------------------------------ the one walk
+
+def walked(w: Walk, regions, row=None, channels: int = 12):
+    """The walk over one image of 8 x 8 pixels in tiles of two vectors,
+    each tile body a comment naming its pixels (a constant position by its
+    value) and channels."""
+    ctx = make_ctx("host")
+    t = Tile(lanes=4, vectors=2, mr=4, max_accs=8)
+
+    def show(e) -> str:
+        return str(e.value) if isinstance(e, Const) else "v"
+
+    def body(n, pixels, region, g, c0, widths):
+        return Comment(f"tile {[[show(p) for p in px] for px in pixels]} {widths}")
+    return walk(ctx, w, 1, regions, t, 1, tile_widths(channels, t), body, row=row)
+
+
+def loops(stmt) -> list[tuple[str, int, int]]:
+    return [(x.var.name.rstrip("0123456789"), x.start, x.extent)
+            for x in walk_stmt(stmt) if isinstance(x, For)]
+
+
+def test_walk_int8_regions_rows_then_blocks_a_tested_region_pixel_by_pixel():
+    """The int8 walk over the border regions: per region a row loop, the
+    row hook, then pixel blocks (one pixel where any side is tested), the
+    parts of a block a loop of channel tiles each; no region comments."""
+    g = geom(16)
+    w = int8_conv_schedule(get_board("host").target, g, np.ones((16, 3, 3, 16), np.int64)).walk
+    stmt = walked(w, border_regions(g), row=lambda n, pos: Comment("row"))
+    texts = [s.text for s in walk_stmt(stmt) if isinstance(s, Comment)]
+    assert texts.count("row") == len(border_regions(g)) == 5
+    assert not any(text.startswith("outputs") for text in texts)
+    tiles = [ast.literal_eval(t[5:t.index("]]") + 2]) for t in texts if t.startswith("tile")]
+    # a tested region a pixel at a time, even where only its rows are
+    # tested (rows 0 and 7 are constants); the interior's one block of 6
+    # pixels cut into parts of 4 and 2 (t.fit) for each channel tile
+    edges = [px for px in tiles if px[0][0] in ("0", "7")]
+    assert len(edges) == 2 * 2 and all(len(px) == 1 for px in edges)
+    assert sorted(len(px) for px in tiles if len(px) > 1) == [2, 2, 4, 4]
+    assert loops(stmt)[0] == ("ox", 0, 8)           # row 0: one row, no loop
+
+
+def test_walk_float_notes_and_blocks_along_tested_outer_axes():
+    """The float walk names its loops o0, o1, notes each region, and takes
+    blocks of pixels wherever the last axis is untested; with the channel
+    tiles outermost the tile loop encloses every region."""
+    win = Window((3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (8, 8))
+    regions = [(Run(0, 8, 0, 3, tests=(True, True)), Run(0, 8, 0, 3))]
+    stmt = walked(Walk(("o0", "o1"), parts=True), regions)
+    assert [s.text for s in walk_stmt(stmt) if isinstance(s, Comment)][0] == \
+        "outputs [0, 8) x [0, 8): taps [0, 3) x [0, 3) (guarded)"
+    # rows tested on both sides, columns exact: o1 still in blocks of 4
+    assert [(x.var.name[:2], x.extent, x.step) for x in walk_stmt(stmt)
+            if isinstance(x, For)] == [("o0", 8, 1), ("o1", 8, 4)]
+    outside = walked(Walk(("o0", "o1"), tiles_outside=True), window_regions(win, (8, 8)),
+                     channels=24)
+    assert isinstance(outside, For) and outside.var.name.startswith("c")
+    assert sum(isinstance(s, Comment) and s.text.startswith("outputs")
+               for s in walk_stmt(outside.body)) == 9

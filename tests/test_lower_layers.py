@@ -13,7 +13,7 @@ import pytest
 LOWER = Path(__file__).resolve().parent.parent / "aot" / "lower"
 CONVOLUTIONS = {"nn", "tflite_int8", "winograd"}
 # Shared parts under the convolutions, and the rules that moved out of them.
-BELOW = ["builders", "tiles", "windows", "conv_schedule", "conv", "dense", "pool", "batchnorm", "resize",
+BELOW = ["builders", "tiles", "windows", "conv_walk", "conv_schedule", "conv", "dense", "pool", "batchnorm", "resize",
          "int8_common", "int8_fc", "int8_math", "int8_window", "int8_elementwise", "int8_pool",
          "int8_rowwise", "int8_dsp", "int8_mve", "index", "detect"]
 

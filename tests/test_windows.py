@@ -7,7 +7,9 @@ import itertools
 
 import pytest
 
-from aot.lower.windows import ConvGeom, axis_runs, border_spans, plane_spans
+from aot.lower.windows import (ConvGeom, Run, axis_runs, border_regions, border_spans,
+                               whole_region, window_regions)
+from aot.ops.nn import Window
 
 # (input size, kernel, stride, dilation, pad): every case's output size is
 # (size + pad + extra - extent) // stride + 1 for some end padding `extra`.
@@ -34,33 +36,48 @@ def test_border_spans_test_exactly_the_sides_their_windows_leave(size, k, s, d, 
     for out in outputs(size, k, s, d, pad):
         spans = border_spans(axis_runs(out, size, k, s, d, pad), k)
         # the spans cover the outputs in order, at most one of each kind
-        assert [p for (a, b), _ in spans for p in range(a, b)] == list(range(out))
+        assert [p for r in spans for p in range(r.start, r.end)] == list(range(out))
         assert len(spans) <= 3
-        for (a, b), (low, high) in spans:
-            sides = [leaves(o, size, k, s, d, pad) for o in range(a, b)]
+        for r in spans:
+            assert (r.lo, r.hi) == (0, k)       # a span visits every tap
+            low, high = r.tests
+            sides = [leaves(o, size, k, s, d, pad) for o in range(r.start, r.end)]
             assert low == any(lo for lo, _ in sides) and high == any(hi for _, hi in sides)
             # a span is all low border, all interior or all high border
             assert len({(lo, hi) == (False, False) for lo, hi in sides}) == 1
             assert len({lo for lo, _ in sides}) == 1
 
 
-def test_conv_geom_regions_and_plane_spans():
+def test_conv_geom_spans_and_border_regions():
     """A 3x3 stride-1 pad-1 conv on 6x5: one border row / column each side,
-    the border rows spanning every column, the interior rows split."""
+    the border rows spanning every column, the interior rows split; every
+    region a pair of Runs over all taps, tested on the sides they leave."""
     g = ConvGeom(n=1, h=6, w=5, oh=6, ow=5, kh=3, kw=3, groups=1, depth=4, per_group=8,
                  strides=(1, 1), dilations=(1, 1), pad_top=1, pad_left=1)
-    assert g.regions(0) == [((0, 1), (True, False)), ((1, 5), (False, False)),
-                            ((5, 6), (False, True))]
-    assert g.regions(1) == [((0, 1), (True, False)), ((1, 4), (False, False)),
-                            ((4, 5), (False, True))]
-    assert g.needs_test(0) == (True, True)
-    assert plane_spans(g) == [
-        (((0, 1), (True, False)), ((0, 5), (True, True))),
-        (((1, 5), (False, False)), ((0, 1), (True, False))),
-        (((1, 5), (False, False)), ((1, 4), (False, False))),
-        (((1, 5), (False, False)), ((4, 5), (False, True))),
-        (((5, 6), (False, True)), ((0, 5), (True, True)))]
+    low, none, high, both = (True, False), (False, False), (False, True), (True, True)
+    assert g.spans(0) == [Run(0, 1, 0, 3, tests=low), Run(1, 4, 0, 3), Run(5, 1, 0, 3, tests=high)]
+    assert g.spans(1) == [Run(0, 1, 0, 3, tests=low), Run(1, 3, 0, 3), Run(4, 1, 0, 3, tests=high)]
+    assert g.needs_test(0) == both
+    spans = [((r.start, r.end), r.tests, (c.start, c.end), c.tests) for r, c in border_regions(g)]
+    assert spans == [((0, 1), low, (0, 5), both), ((1, 5), none, (0, 1), low),
+                     ((1, 5), none, (1, 4), none), ((1, 5), none, (4, 5), high),
+                     ((5, 6), high, (0, 5), both)]
     valid = ConvGeom(n=1, h=6, w=5, oh=4, ow=3, kh=3, kw=3, groups=1, depth=4, per_group=8,
                      strides=(1, 1), dilations=(1, 1), pad_top=0, pad_left=0)
-    assert valid.needs_test(1) == (False, False)
-    assert plane_spans(valid) == [(((0, 4), (False, False)), ((0, 3), (False, False)))]
+    assert valid.needs_test(1) == none
+    assert border_regions(valid) == [whole_region(valid)] == [(Run(0, 4, 0, 3), Run(0, 3, 0, 3))]
+
+
+def test_float_regions_are_exact_runs_or_tested_on_both_sides():
+    """The float policy's regions: exact runs (in-image taps [lo, hi), no
+    test) while they are few, else the borders merged into runs of every
+    tap tested on both sides; either way every output once."""
+    few = window_regions(Window((3, 3), (1, 1), (1, 1), (1, 1), (1, 1), (6, 5)), (6, 5))
+    assert len(few) == 9 and not any(r.guarded for region in few for r in region)
+    assert few[0] == (Run(0, 1, 1, 3), Run(0, 1, 1, 3))
+    many = window_regions(Window((9, 9), (1, 1), (1, 1), (4, 4), (4, 4), (12, 12)), (12, 12))
+    tested = [r for region in many for r in region if r.guarded]
+    assert tested and all(r.tests == (True, True) and (r.lo, r.hi) == (0, 9) for r in tested)
+    covered = sorted((y, x) for rows, cols in many for y in range(rows.start, rows.end)
+                     for x in range(cols.start, cols.end))
+    assert covered == [(y, x) for y in range(12) for x in range(12)]

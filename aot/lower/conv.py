@@ -24,10 +24,9 @@ int8 (Int8Conv, TileAt; aot/lower/strategy.py's strategies), per tap
 - flat rows: a first layer's window row as one run of pairs or quads.
 
 The caller is tflite_int8.vector_conv_nest. Both kernels walk their
-channel tiles and pixel parts through tiles.tile_parts (the float
-convolution's parts inside each channel tile's loop, the int8 one's a loop
-each); their regions and pixel blocks are still their own (the float's
-windows.sliding_window over runs, the int8's plane_spans or staged rows).
+output through conv_walk.walk (images, regions, pixel blocks, groups,
+channel tiles and pixel parts), the float over window_regions' exact runs,
+the int8 over border_regions or, with staged rows, one whole region.
 """
 from __future__ import annotations
 
@@ -350,7 +349,7 @@ def depthwise_taps(ctx: LowerCtx, fc: FloatConv, at: FloatTileAt) -> Stmt | None
     if len(at.pixels) == 1:
         return tap_nest(ctx, at.runs, at.pixels[0], fc.win, fc.xin.spatial,
                         lambda ipos, tap: _depthwise_tap(ctx, fc, at, ipos, tap))
-    # a block of pixels is never guarded (region_nest)
+    # a block of pixels is never tested along the last axis (conv_walk)
     return tap_nest(ctx, at.runs[:last], at.pixels[0], fc.win, fc.xin.spatial,
                     lambda ipos, tap: _depthwise_row(ctx, fc, at, ipos, tap))
 

@@ -6,7 +6,10 @@ and input rows) is answered once, by the default policy here
 (float_conv_schedule, int8_conv_schedule) or by the config `aot tune` puts
 in force (aot/lower/space.py), and the kernels (nn.conv,
 tflite_int8.vector_conv_nest) only read the answers: the algorithm apart
-from its schedule.
+from its schedule. Among them is how the kernel walks its output, a
+conv_walk.Walk (loop names, region comments, blocks in tested regions,
+pixel parts inside or outside the channel tiles, unrolling, channel tiles
+outermost), set to each kernel's measured choice.
 """
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ from aot.lower.schedule import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORDER, Tile, d
                                tile)
 from aot.lower.strategy import (PAIRS, Accumulator, conv_algorithm, int8_accumulator, int8_rows,
                                 mlal_depthwise, window_row_accumulator)
-from aot.lower.tiles import tile_widths
+from aot.lower.conv_walk import Walk, float_axes
+from aot.lower.tiles import UNROLL_CHANNEL_TILES, tile_widths
 from aot.lower.windows import ConvGeom, SpatialOp, axis_runs
 from aot.ops import nn as ref
 from aot.targets import Target
@@ -33,11 +37,14 @@ class FloatConvSchedule:
     vectors, `tile` from the depthwise_tile site) or "direct" (the
     register-tiled sliding window). Direct only: `copy_padded`, the input
     first copied into a zero-padded workspace; `merge_rows`, a window row's
-    taps and input channels as one by-lane reduction."""
+    taps and input channels as one by-lane reduction. Direct and depthwise:
+    `walk`, how conv_walk.walk visits the output (the float policy's
+    regions, window_regions)."""
     algorithm: str
     tile: Tile | None = None
     copy_padded: bool = False
     merge_rows: bool = False
+    walk: Walk | None = None
 
 
 def float_conv_schedule(target: Target, dtype: DType, xin: SpatialOp, out: SpatialOp,
@@ -58,15 +65,21 @@ def float_conv_schedule(target: Target, dtype: DType, xin: SpatialOp, out: Spati
     channel_last = xin.layout == "NHWC"
     if pointwise(win) and channel_last and group == 1 and in_memory:
         return FloatConvSchedule("pointwise", t)
+    axes = float_axes(len(win.kernel))
     if icg == 1 and ocg == 1 and t.lanes > 1:
-        return FloatConvSchedule("depthwise", depthwise_tile(target, dtype,
-                                                             int(np.prod(win.kernel))))
+        dw = depthwise_tile(target, dtype, int(np.prod(win.kernel)))
+        # weights_stay: the channel tiles outermost, a tile's weights held
+        # in registers over every pixel
+        return FloatConvSchedule("depthwise", dw, walk=Walk(
+            axes, unroll=UNROLL_CHANNEL_TILES if dw.registers or dw.weights_stay else 0,
+            tiles_outside=dw.weights_stay))
     copy = channel_last and copy_padded(xin, win, dtype)
     # (not for a first layer's 3 channels: its steps straddling taps cost
     # more than they save, vww f32's first conv 220,643 -> 281,540)
     merge_rows = (t.k_lanes > 1 and icg % t.k_lanes == 0 and group == 1 and channel_last
                   and (in_memory or copy) and win.dilations[-1] == 1)
-    return FloatConvSchedule("direct", t, copy, merge_rows)
+    return FloatConvSchedule("direct", t, copy, merge_rows, Walk(
+        axes, parts=True, unroll=UNROLL_CHANNEL_TILES if t.registers else 0))
 
 
 def pointwise(win: ref.Window) -> bool:
@@ -100,7 +113,10 @@ class Int8ConvSchedule:
     `rows` is how the input is read: "staged" (the KH rows an output row
     reads, as pairs or quads), "flat" (a first layer's window rows as one
     run, in groups of `flat_accumulator`) or "direct" (from the input,
-    border taps tested)."""
+    border taps tested). `walk`: how conv_walk.walk visits the output (the
+    integer policy's regions, border_regions, or with staged rows
+    whole_region): oy / ox loops, no region comments, tested regions a
+    pixel at a time, each pixel part a loop of channel tiles of its own."""
     tile: Tile
     tiles: tuple[tuple[int, tuple[int, ...]], ...]
     depthwise: bool
@@ -111,6 +127,8 @@ class Int8ConvSchedule:
     pairs: bool
     rows: str
     flat_accumulator: Accumulator
+    walk: Walk = Walk(("oy", "ox"), notes=False, blocks_in_tested_rows=False, parts=True,
+                      parts_outside=True)
 
     @property
     def raw(self) -> Accumulator | None:

@@ -45,7 +45,7 @@ from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr
                         Load, Stmt, Store, Var, add, flat_index, mul, seq)
 from aot.lower.builders import loop
 from aot.lower.int8_common import lazy_table, table, to_i32, unravel
-from aot.lower.windows import in_range, plane_regions, span_loop, window_pos
+from aot.lower.windows import in_range, plane_regions, window_pos
 from aot.lower.rules import LowerCtx, TensorRef
 
 # rows x output channels per register tile
@@ -366,7 +366,7 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
             if (x1 - x0) % 2:
                 parts.append(pixels(oy, [Const(x1 - 1)]))
             return seq(*parts)
-        inner = span_loop(ctx, "oy", (y0, y1), inner_row) if y1 > y0 and x1 > x0 else seq()
+        inner = loop(ctx, "oy", y1 - y0, inner_row, start=y0) if y1 > y0 and x1 > x0 else seq()
         if (y0, y1, x0, x1) == (0, gi.oh, 0, gi.ow):
             return inner
         plain = ctx.param("filter", weights.astype(np.int8))     # the border's, [C, KH, KW, D]
@@ -423,7 +423,7 @@ def pad_copy(ctx: LowerCtx, x: TensorRef, g, n: Expr, pad: Buffer, zp: int) -> S
 
 def _interior(g, axis: int) -> tuple[int, int]:
     """The outputs along an axis whose windows lie in the image: [first, end)."""
-    spans = [s for s, tests in g.regions(axis) if not any(tests)]
+    spans = [(r.start, r.end) for r in g.spans(axis) if not r.guarded]
     return spans[0] if spans else (0, 0)
 
 

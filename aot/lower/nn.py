@@ -1,8 +1,9 @@
 """Compute rules for the float convolutions and dense products of
 aot/ops/nn.py: Conv, ConvTranspose, Gemm, MatMul. They are built from the
-register tiles of aot/lower/tiles.py and the window regions of windows.py
-(pooling, pool.py, runs on the same windows; Winograd, winograd.py, on the
-same dense tiles); a convolution tile's reduction over its taps is
+register tiles of aot/lower/tiles.py; a direct or depthwise convolution
+walks its output through conv_walk.walk over windows.py's regions (as
+pooling, pool.py, and the int8 convolution do; Winograd, winograd.py, runs
+on the same dense tiles), and a tile's reduction over its taps is
 conv.py's, the int8 convolution's beside it. BatchNormalization and Resize are in batchnorm.py and
 resize.py, the small statement builders in builders.py.
 
@@ -45,14 +46,14 @@ from aot.lower.builders import (accumulators, float_only, loop, offsets, plus, s
                                 shared_param, splat, unravel)
 from aot.lower.conv import FloatConv, FloatTileAt, depthwise_taps, float_taps
 from aot.lower.conv_schedule import float_conv_schedule
+from aot.lower.conv_walk import walk
 from aot.lower.dense import Operand, dense
 from aot.lower.elementwise import broadcast_index, broadcast_load, const_like
 from aot.lower import winograd
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule import Tile, tile
-from aot.lower.tiles import UNROLL_CHANNEL_TILES, over_tiles, rank1_update, register_tile
-from aot.lower.windows import (SpatialOp, region_nest, sliding_window, spatial_op,
-                               window_regions)
+from aot.lower.tiles import over_tiles, rank1_update, register_tile, tile_widths
+from aot.lower.windows import SpatialOp, spatial_op, window_regions
 from aot.ops import nn as ref
 
 
@@ -107,7 +108,7 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
         return _pointwise_conv(ctx, emit, x, bias, packed.reshape(icg, ocg), xin, out, t)
     if sched.algorithm == "depthwise":
         per_channel = np.ascontiguousarray(np.moveaxis(packed[..., 0, 0], 0, -1))  # [k...][C]
-        return _depthwise(ctx, x, per_channel, bias, xin, out, win, t, emit)
+        return _depthwise(ctx, x, per_channel, bias, xin, out, win, sched, emit)
     wp = shared_param(ctx, "w_packed", packed)
     copy = None
     if sched.copy_padded:
@@ -118,16 +119,16 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
 
     def pixel_tile(n, pixels, runs, g, c0, widths) -> Stmt:
         """A tile of len(pixels) output positions x sum(widths) channels
-        (sliding_window's parts: a block with more accumulators than
-        registers is done in parts)."""
+        (the walk's parts: a block with more accumulators than registers
+        is done in parts)."""
         oc0 = add(mul(g, Const(ocg)), c0)
         rt = register_tile(ctx, dtype, pixels, widths, _bias_init(bias, dtype, oc0))
         at = FloatTileAt(n, pixels, runs, g, c0, tuple(widths), rt.accs)
         return rt.code(float_taps(ctx, fc, at, merge_rows),
                        lambda pix, off, a, _: emit(0, out.index(n, pix, add(oc0, Const(off))), a))
 
-    return seq_of(copy, sliding_window(ctx, xin.batch, win, xin.spatial, t, group, ocg,
-                                       pixel_tile, parts=True))
+    return seq_of(copy, walk(ctx, sched.walk, xin.batch, window_regions(win, xin.spatial), t,
+                             group, tile_widths(ocg, t), pixel_tile))
 
 
 def _padded_input(ctx: LowerCtx, x: TensorRef, xin: SpatialOp, win: ref.Window, lanes: int):
@@ -192,14 +193,14 @@ def _pointwise_conv(ctx, emit, x: TensorRef, bias, w: np.ndarray, xin: SpatialOp
                  lambda bi, i, j: (*unravel(i, dims), j), finish)
 
 
-def _depthwise(ctx, x, packed, bias, xin, out, win, t, emit) -> Stmt:
+def _depthwise(ctx, x, packed, bias, xin, out, win, sched, emit) -> Stmt:
     """One filter per channel, channel-last: the channel axis is the vector
     axis of the input, the weights and the output alike. A tile of several
     neighbouring pixels loads each tap's weights once for all of them (and
     at stride 1 the pixels' overlapping taps read the same inputs); with
-    t.weights_stay the channel tiles are the outer loop, so that a tile's
-    weights stay in registers over every pixel."""
-    dtype = dt(ctx.out_types[0].dtype)
+    t.weights_stay the channel tiles are the outer loop (the schedule's
+    walk), so that a tile's weights stay in registers over every pixel."""
+    dtype, t = dt(ctx.out_types[0].dtype), sched.tile
     wp = shared_param(ctx, "w_packed", packed)         # [k...][C]
     fc = FloatConv(x, xin, win, wp, packed.shape, 1, 1, t, dtype)
 
@@ -209,13 +210,8 @@ def _depthwise(ctx, x, packed, bias, xin, out, win, t, emit) -> Stmt:
         return rt.code(depthwise_taps(ctx, fc, at),
                        lambda pix, off, a, _: emit(0, out.index(n, pix, add(c0, Const(off))), a))
 
-    if not t.weights_stay:
-        return sliding_window(ctx, xin.batch, win, xin.spatial, t, 1, xin.channels, tile_body)
-    regions = window_regions(win, xin.spatial)
-    return seq_of(loop(ctx, "n", xin.batch, lambda n: over_tiles(
-        ctx, xin.channels, t, lambda c0, widths: seq_of(*(region_nest(
-            ctx, runs, lambda pixels, runs=runs: tile_body(n, pixels, runs, 0, c0, widths), t)
-            for runs in regions)), unroll=UNROLL_CHANNEL_TILES)))
+    return walk(ctx, sched.walk, xin.batch, window_regions(win, xin.spatial), t, 1,
+                tile_widths(xin.channels, t), tile_body)
 
 
 # -------------------------------------------------------------------- Gemm, MatMul

@@ -1,9 +1,9 @@
 """Compute rule for the float (and integer max) pools of aot/ops/nn.py:
 MaxPool, AveragePool, LpPool.
 
-They run the convolutions' window machinery (aot/lower/windows.py): the
-output split into regions whose in-image taps are constant ranges, register
-tiles of channels (tiles.py), the channel axis innermost. An average
+They run the convolutions' walk (aot/lower/conv_walk.py) over the float
+policy's regions (windows.window_regions: in-image taps constant ranges),
+register tiles of channels (tiles.py), the channel axis innermost. An average
 divides by its window's tap count, a constant per run of output positions
 (runs are split where the count changes) or a table entry in a guarded run.
 """
@@ -20,7 +20,9 @@ from aot.lower.builders import accumulators, float_only, offsets, seq_of, shared
 from aot.lower.elementwise import const_like, math_call
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule import tile
-from aot.lower.windows import SpatialOp, sliding_window, spatial_op, tap_nest
+from aot.lower.conv_walk import Walk, float_axes, walk
+from aot.lower.tiles import UNROLL_CHANNEL_TILES, tile_widths
+from aot.lower.windows import SpatialOp, spatial_op, tap_nest, window_regions
 from aot.ops import nn as ref
 
 
@@ -116,5 +118,7 @@ def pool(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
                   for a, off in zip(accs, offsets(widths))]
         return seq_of(*decls, tap_nest(ctx, runs, opos, win, xin.spatial, taps), *stores)
 
-    return sliding_window(ctx, xin.batch, win, xin.spatial, t, 1, xin.channels, tile_body,
-                          keys=[lambda o, c=c: int(c[o]) for c in counts])
+    regions = window_regions(win, xin.spatial, [lambda o, c=c: int(c[o]) for c in counts])
+    return walk(ctx, Walk(float_axes(len(xin.spatial)),
+                          unroll=UNROLL_CHANNEL_TILES if t.registers else 0),
+                xin.batch, regions, t, 1, tile_widths(xin.channels, t), tile_body)

@@ -26,7 +26,8 @@ The other integer rules are in modules named for them: int8_elementwise.py
 (the value rules, DIV), int8_pool.py (pools and MEAN), int8_rowwise.py
 (softmax, log-softmax, L2 normalization, cumsum), int8_math.py (gemmlowp's
 fixed-point functions); the window geometry (ConvGeom, its border and
-interior spans) is aot/lower/windows.py, the one the float kernels use,
+interior spans as Runs) is aot/lower/windows.py, the one the float kernels
+use, the walk of the vector convolution's output conv_walk.py, the float's,
 the scalar window nest the convolutions and pools share int8_window.py,
 and int8_common.py holds the helpers every one of them uses.
 """
@@ -44,6 +45,7 @@ from aot.lower import qmath as q
 from aot.lower.builders import loop, nest
 from aot.lower.conv import Int8Conv, StagedRows, TileAt, int8_flat_step, int8_tap
 from aot.lower.conv_schedule import Int8ConvSchedule, int8_conv_schedule
+from aot.lower.conv_walk import walk
 from aot.lower.elementwise import const_like
 from aot.lower.int8_common import (Requant, VecRequant, bias_values, block_store, const_input,
                                    pair_widths, quad_value, round_half_away_to_int, scale_zp,
@@ -51,8 +53,8 @@ from aot.lower.int8_common import (Requant, VecRequant, bias_values, block_store
 from aot.lower.int8_window import window_nest
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.strategy import PAIRS, Accumulator
-from aot.lower.tiles import position_blocks, register_tile, tile_parts
-from aot.lower.windows import (ConvGeom, conv_geom, plane_spans, span_loop, window_pos,
+from aot.lower.tiles import register_tile
+from aot.lower.windows import (ConvGeom, border_regions, conv_geom, whole_region, window_pos,
                                window_taps)
 from aot.ops import qmath as ref_q
 from aot.ops import tflite_int8 as ref
@@ -309,9 +311,10 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     result of `lanes` channels from c (one accumulator: a vector, a
     narrower one or a scalar). The tile, the accumulator strategy and how
     the input rows are read are the schedule's (aot/lower/conv_schedule.py),
-    each tap's steps the strategy's (aot/lower/conv.py): this nest packs
-    the weights, stages the rows and walks the regions, pixel blocks and
-    channel tiles.
+    each tap's steps the strategy's (aot/lower/conv.py), the regions,
+    pixel blocks and channel tiles the one walk's (conv_walk.walk, as the
+    schedule's Walk says): this nest packs the weights, stages the rows and
+    writes the tile.
     """
     sched = int8_conv_schedule(ctx.target, g, weights)
     t, tiles, depthwise, quads = sched.tile, sched.tiles, sched.depthwise, sched.quads
@@ -375,30 +378,15 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
         return rt.code(taps, block_store(ctx, lambda b, ox, k, acc, lanes: epilogue(
             b, (n, oy, ox, add(oc0, Const(k))), acc, lanes)))
 
-    def block(n, oy, oxs, row_test, col_test) -> Stmt:
-        """A block of neighbouring output pixels of one row: every channel
-        tile (pixels split so the accumulators fit), each with its epilogue."""
-        return loop(ctx, "g", groups, lambda gi: tile_parts(
-            ctx, tiles, t, oxs, lambda c0, widths, part: tile_code(
-                n, oy, part, row_test, col_test, gi, c0, widths), parts_outside=True))
+    def tile_body(n, pixels, region, gi, c0, widths) -> Stmt:
+        rows, cols = region
+        return tile_code(n, pixels[0][0], [ox for _, ox in pixels], rows.tests, cols.tests, gi,
+                         c0, widths)
 
-    def image(n):
-        if staged:
-            body = loop(ctx, "oy", g.oh, lambda oy: seq(cv.rows.stage(n, oy), position_blocks(
-                ctx, "ox", g.ow, 0, t.block(g.ow),
-                lambda oxs: block(n, oy, oxs, (False, False), (False, False)))))
-            return seq(prologue(n), body) if prologue else body
-        parts = []
-        for (rows_, row_test), (cols, col_test) in plane_spans(g):
-            tested = any(row_test) or any(col_test)
-            mr = 1 if tested else t.block(cols[1] - cols[0])
-            parts.append(span_loop(ctx, "oy", rows_, lambda oy, rt=row_test, cols=cols,
-                                   ct=col_test, mr=mr: position_blocks(
-                ctx, "ox", cols[1] - cols[0], cols[0], mr,
-                lambda oxs: block(n, oy, oxs, rt, ct))))
-        body = seq(*parts)
-        return seq(prologue(n), body) if prologue else body
-    return loop(ctx, "n", g.n, image)
+    # staged rows hold the padding: one untested region
+    return walk(ctx, sched.walk, g.n, [whole_region(g)] if staged else border_regions(g), t,
+                groups, tiles, tile_body, prologue,
+                lambda n, pos: cv.rows.stage(n, pos[0]) if staged else None)
 
 
 def stage_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,

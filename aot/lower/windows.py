@@ -2,16 +2,20 @@
 and integer, and the regions it splits an output into.
 
 Each spatial axis is split into runs of output positions whose in-image
-taps are the same range (axis_runs). The float kernels give every
-combination of runs (a region: the interior, the edges, the corners) its
-own loop nest with constant tap bounds; only when that would make too many
-regions does an axis fall back to guarded taps (window_regions,
-region_nest, tap_nest, sliding_window). The integer kernels group the same
-runs into three spans per axis, the low border, the interior and the high
-border, and test a border's taps only on the sides its windows leave the
-image (ConvGeom.regions, plane_spans, plane_regions, window_taps).
-SpatialOp is an operand seen channel-last or channel-first; ConvGeom an
-NHWC 2-D window with its channel groups.
+taps are the same range (axis_runs). A region is a tuple of one Run per
+axis, and a Run's `tests` say on which sides its taps are tested against
+the image. Two policies make regions: the float kernels' (window_regions)
+give every combination of exact runs (the interior, the edges, the
+corners) its own loop nest with constant tap bounds, and only when that
+would make too many regions merge an axis's borders into runs tested on
+both sides; the integer kernels' (border_regions) group the runs into
+three spans per axis, the low border, the interior and the high border,
+each over every tap, tested only on the sides its windows leave the image
+(whole_region: the plane untested, for rows staged with their padding).
+tap_nest walks a region's taps; conv_walk.py (the float and int8
+convolutions and the float pools) and plane_regions (the scalar and
+Cortex-M integer kernels) its output positions. SpatialOp is an operand seen channel-last or channel-first;
+ConvGeom an NHWC 2-D window with its channel groups.
 
 The float convolutions (aot/lower/nn.py), the pools (pool.py,
 int8_pool.py), the integer convolutions (tflite_int8.py, and the Cortex-M
@@ -26,12 +30,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.ir.tir import Bin, Comment, Const, Expr, If, Stmt, add, mul, seq, sub
-from aot.lower.builders import loop, plus, seq_of
+from aot.ir.tir import Bin, Const, Expr, If, Stmt, add, mul, seq, sub
+from aot.lower.builders import loop, plus
 from aot.lower.rules import LowerCtx
-from aot.lower.schedule import Tile
-from aot.lower.tiles import (UNROLL_CHANNEL_TILES, over_tiles, position_blocks, tile_parts,
-                             tile_widths)
 from aot.ops import nn as ref
 
 
@@ -42,15 +43,30 @@ MAX_REGIONS = 36
 
 @dataclass(frozen=True)
 class Run:
-    """Consecutive output positions along one axis whose in-image taps are
-    the same range [lo, hi) (and whose `key`, e.g. a pool's divisor, agrees).
-    A guarded run visits every tap and tests each one."""
+    """Consecutive output positions along one axis whose taps [lo, hi) are
+    visited (and whose `key`, e.g. a pool's divisor, agrees). `tests` say on
+    which sides (low, high) a tap's input position is tested against the
+    image: an exact run (every tap in [lo, hi) inside) tests neither."""
     start: int
     count: int
     lo: int
     hi: int
     key: int = 0
-    guarded: bool = False
+    tests: tuple[bool, bool] = (False, False)
+
+    @property
+    def end(self) -> int:
+        return self.start + self.count
+
+    @property
+    def guarded(self) -> bool:
+        """Whether some tap is tested: its positions are then visited one at
+        a time (a test is per position)."""
+        return any(self.tests)
+
+
+# A region of the output: one Run per spatial axis.
+Region = tuple[Run, ...]
 
 
 def axis_runs(n_out: int, n_in: int, k: int, stride: int, dil: int, pad: int,
@@ -80,12 +96,15 @@ def _guard_borders(runs: list[Run], k: int) -> list[Run]:
         elif full:
             out.append(r)
         else:
-            out.append(Run(r.start, r.count, 0, k, 0, True))
+            out.append(Run(r.start, r.count, 0, k, 0, (True, True)))
     return out
 
 
-def window_regions(win: ref.Window, spatial: Sequence[int], keys=None) -> list[tuple[Run, ...]]:
-    """Every combination of per-axis runs: the regions of the output."""
+def window_regions(win: ref.Window, spatial: Sequence[int], keys=None) -> list[Region]:
+    """The float kernels' regions: every combination of per-axis runs, each
+    exact (constant tap bounds, no test) unless that would make more than
+    MAX_REGIONS, when the axes with the most runs merge their borders into
+    runs of every tap tested on both sides."""
     per_axis = [axis_runs(o, n, k, s, d, p, keys[a] if keys else (lambda o: 0))
                 for a, (o, n, k, s, d, p) in enumerate(zip(win.out, spatial, win.kernel,
                                                            win.strides, win.dilations,
@@ -99,29 +118,6 @@ def window_regions(win: ref.Window, spatial: Sequence[int], keys=None) -> list[t
     return list(itertools.product(*per_axis))
 
 
-def _spans(pairs) -> str:
-    return " x ".join(f"[{a}, {b})" for a, b in pairs)
-
-
-def region_nest(ctx: LowerCtx, runs: Sequence[Run], body: Callable[[list[list[Expr]]], Stmt],
-                t: Tile) -> Stmt:
-    """Loops over the output positions of one region. body(pixels) gets
-    blocks of neighbouring positions along the last axis (t.block(row
-    length) of them, then an exact-size remainder block), each a list of
-    per-axis positions."""
-    def level(a: int, pos: list[Expr]) -> Stmt | None:
-        r = runs[a]
-        if a < len(runs) - 1:
-            return loop(ctx, f"o{a}", r.count, lambda v: level(a + 1, pos + [v]), start=r.start)
-        block = 1 if r.guarded else t.block(r.count)     # a guard tests one position
-        return position_blocks(ctx, f"o{a}", r.count, r.start, block,
-                               lambda os: body([pos + [o] for o in os]))
-    note = Comment(f"outputs {_spans((r.start, r.start + r.count) for r in runs)}: "
-                   f"taps {_spans((r.lo, r.hi) for r in runs)}"
-                   + (" (guarded)" if any(r.guarded for r in runs) else ""))
-    return seq_of(note, level(0, []))
-
-
 def tap_nest(ctx: LowerCtx, runs: Sequence[Run], opos: Sequence[Expr], win: ref.Window,
              spatial: Sequence[int], body: Callable[[list[Expr], list[Expr]], Stmt]) -> Stmt | None:
     """Loops over the in-image taps of a window; body(input positions, taps)."""
@@ -133,35 +129,9 @@ def tap_nest(ctx: LowerCtx, runs: Sequence[Run], opos: Sequence[Expr], win: ref.
         def at(tap: Expr) -> Stmt | None:
             pos = plus(add(mul(opos[a], Const(s)), mul(tap, Const(d))), -p)
             inner = level(a + 1, ipos + [pos], taps + [tap])
-            if inner is None or not r.guarded:
-                return inner
-            inside = Bin("and", Bin(">=", pos, Const(0)), Bin("<", pos, Const(spatial[a])))
-            return If(inside, inner)
+            return inner if inner is None else guarded(in_range(pos, spatial[a], *r.tests), inner)
         return loop(ctx, f"k{a}", r.hi - r.lo, at, start=r.lo)
     return level(0, [], [])
-
-
-def sliding_window(ctx: LowerCtx, batch: int, win: ref.Window, spatial: Sequence[int], t: Tile,
-                   groups: int, channels: int, tile_body, keys=None, parts: bool = False) -> Stmt:
-    """The loop nest shared by convolution and pooling: for every image,
-    region, block of t.mr output pixels, group and channel tile,
-    tile_body(n, pixels, runs, group, first channel, widths); with `parts`,
-    for every part of the block whose accumulators fit the registers
-    (tiles.tile_parts)."""
-    unroll = UNROLL_CHANNEL_TILES if t.registers else 0
-
-    def channel_tiles(n, pixels, runs, g) -> Stmt:
-        if parts:
-            return tile_parts(ctx, tile_widths(channels, t), t, pixels, lambda c0, widths, part:
-                              tile_body(n, part, runs, g, c0, widths), unroll)
-        return over_tiles(ctx, channels, t,
-                          lambda c0, widths: tile_body(n, pixels, runs, g, c0, widths), unroll)
-
-    def region(n, runs) -> Stmt:
-        return region_nest(ctx, runs, lambda pixels: loop(
-            ctx, "g", groups, lambda g: channel_tiles(n, pixels, runs, g)), t)
-    regions = window_regions(win, spatial, keys)
-    return seq_of(loop(ctx, "n", batch, lambda n: seq_of(*(region(n, runs) for runs in regions))))
 
 
 @dataclass(frozen=True)
@@ -186,23 +156,21 @@ def spatial_op(ctx: LowerCtx, shape: Sequence[int]) -> SpatialOp:
     return SpatialOp(layout, ns[0], ns[1], tuple(ns[2:]))
 
 
-# ------------------------------------------------- the integer kernels' spans
+# ------------------------------------------------- the integer kernels' regions
 
-Span = tuple[tuple[int, int], tuple[bool, bool]]
-
-
-def border_spans(runs: Sequence[Run], k: int) -> list[Span]:
+def border_spans(runs: Sequence[Run], k: int) -> list[Run]:
     """An axis's runs grouped into its low border (windows starting before
-    the image), interior (every tap inside) and high border (the rest), as
-    [((start, end), (test_low, test_high))] without empty spans: the tests
-    say on which sides a span's windows can leave the image."""
+    the image), interior (every tap inside) and high border (the rest),
+    without empty spans: each a Run over every tap [0, k) whose tests say
+    on which sides its windows can leave the image."""
     def side(r: Run) -> int:
         return 0 if r.lo > 0 else 1 if r.hi == k else 2
     spans = []
     for _, group in itertools.groupby(runs, side):
         group = list(group)
         first, last = group[0], group[-1]
-        spans.append(((first.start, last.start + last.count), (first.lo > 0, last.hi < k)))
+        spans.append(Run(first.start, last.end - first.start, 0, k,
+                         tests=(first.lo > 0, last.hi < k)))
     return spans
 
 
@@ -240,7 +208,7 @@ class ConvGeom:
         runs, k = self.runs(axis), (self.kh, self.kw)[axis]
         return runs[0].lo > 0, runs[-1].hi < k
 
-    def regions(self, axis: int) -> list[Span]:
+    def spans(self, axis: int) -> list[Run]:
         """border_spans along H (0) or W (1)."""
         return border_spans(self.runs(axis), (self.kh, self.kw)[axis])
 
@@ -256,40 +224,47 @@ def conv_geom(ctx: LowerCtx, x_shape, out_shape, kernel, groups: int, depth: int
                     pad_left=pads[1])
 
 
-def plane_spans(g: ConvGeom) -> list[tuple[Span, Span]]:
-    """The regions of an output plane as (row span, column span): border
-    rows test every column; interior rows split their columns too."""
-    parts = []
-    for rows in g.regions(0):
-        cols_split = [((0, g.ow), g.needs_test(1))] if any(rows[1]) else g.regions(1)
-        parts += [(rows, cols) for cols in cols_split]
-    return parts
+def border_regions(g: ConvGeom) -> list[Region]:
+    """The integer kernels' regions of an output plane, (rows, columns):
+    border rows span every column, testing the sides any window leaves;
+    interior rows split their columns into border_spans."""
+    regions = []
+    for rows in g.spans(0):
+        whole = Run(0, g.ow, 0, g.kw, tests=g.needs_test(1))
+        regions += [(rows, cols) for cols in ([whole] if rows.guarded else g.spans(1))]
+    return regions
+
+
+def whole_region(g: ConvGeom) -> Region:
+    """The output plane as one region of every tap, untested (rows staged
+    with their padding)."""
+    return Run(0, g.oh, 0, g.kh), Run(0, g.ow, 0, g.kw)
 
 
 def plane_regions(ctx: LowerCtx, g: ConvGeom, pixel: Callable[[Expr, Expr, tuple, tuple], Stmt],
                   pair: Callable[[Expr, Expr, tuple, tuple], Stmt] | None = None) -> Stmt:
     """pixel(oy, ox, row_test, col_test) over an output plane, region by
-    region (plane_spans): the tests say on which sides (low, high) a
+    region (border_regions): the tests say on which sides (low, high) a
     window may leave the image along H and W. With `pair`, pair(oy, ox, ...)
     computes pixels ox and ox + 1 of a row, pixel the last of an odd span."""
-    def columns(oy, span, rt, ct) -> Stmt:
-        if pair is None or span[1] - span[0] < 2:
-            return span_loop(ctx, "ox", span, lambda ox: pixel(oy, ox, rt, ct))
-        count = (span[1] - span[0]) // 2
-        parts = [loop(ctx, "ox", count, lambda ox: pair(oy, ox, rt, ct), start=span[0], step=2)]
-        if (span[1] - span[0]) % 2:
-            parts.append(pixel(oy, Const(span[1] - 1), rt, ct))
+    def columns(oy, cols: Run, rt) -> Stmt:
+        ct = cols.tests
+        if pair is None or cols.count < 2:
+            return run_loop(ctx, "ox", cols, lambda ox: pixel(oy, ox, rt, ct))
+        parts = [loop(ctx, "ox", cols.count // 2, lambda ox: pair(oy, ox, rt, ct),
+                      start=cols.start, step=2)]
+        if cols.count % 2:
+            parts.append(pixel(oy, Const(cols.end - 1), rt, ct))
         return seq(*parts)
 
-    return seq(*(span_loop(ctx, "oy", rows, lambda oy, rt=row_test, cols=cols, ct=col_test:
-                           columns(oy, cols, rt, ct))
-                 for (rows, row_test), (cols, col_test) in plane_spans(g)))
+    return seq(*(run_loop(ctx, "oy", rows, lambda oy, rows=rows, cols=cols:
+                          columns(oy, cols, rows.tests))
+                 for rows, cols in border_regions(g)))
 
 
-def span_loop(ctx: LowerCtx, name: str, span: tuple[int, int],
-              body: Callable[[Expr], Stmt]) -> Stmt | None:
-    """for name in [start, end): body(name)."""
-    return loop(ctx, name, span[1] - span[0], body, start=span[0])
+def run_loop(ctx: LowerCtx, name: str, run: Run, body: Callable[[Expr], Stmt]) -> Stmt | None:
+    """for name over the run's output positions: body(name)."""
+    return loop(ctx, name, run.count, body, start=run.start)
 
 
 def window_pos(o: Expr, k: Expr, stride: int, pad: int, dilation: int) -> Expr:

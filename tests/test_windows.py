@@ -1,15 +1,20 @@
 """The one window geometry (aot/lower/windows.py): the integer kernels'
 border and interior spans are the float kernels' runs grouped, and they say
-exactly which windows leave the image, on which side."""
+exactly which windows leave the image, on which side; both policies' regions
+are Runs, and one tap nest tests the sides they say."""
 from __future__ import annotations
 
 import itertools
 
 import pytest
 
-from aot.lower.windows import (ConvGeom, Run, axis_runs, border_regions, border_spans,
+from aot.ir.graph import Node, TensorType
+from aot.ir.tir import Comment, Const, For, If, Var, walk_stmt
+from aot.lower.rules import LowerCtx
+from aot.lower.windows import (ConvGeom, Run, axis_runs, border_regions, border_spans, tap_nest,
                                whole_region, window_regions)
 from aot.ops.nn import Window
+from aot.targets import get_board
 
 # (input size, kernel, stride, dilation, pad): every case's output size is
 # (size + pad + extra - extent) // stride + 1 for some end padding `extra`.
@@ -81,3 +86,28 @@ def test_float_regions_are_exact_runs_or_tested_on_both_sides():
     covered = sorted((y, x) for rows, cols in many for y in range(rows.start, rows.end)
                      for x in range(cols.start, cols.end))
     assert covered == [(y, x) for y in range(12) for x in range(12)]
+
+
+def test_tap_nest_tests_only_the_sides_its_runs_say():
+    """One tap nest for float and int8: a run over every tap tested low
+    along H and high along W tests exactly those (ky's row, kx's column);
+    an exact run's taps are its [lo, hi), untested."""
+    ctx = LowerCtx(Node("Conv", "conv", ("x",), ("y",)), (TensorType((1, 6, 5, 4), "int8"),),
+                   (TensorType((1, 6, 5, 8), "int8"),), get_board("host").target)
+    g = ConvGeom(n=1, h=6, w=5, oh=6, ow=5, kh=3, kw=3, groups=1, depth=4, per_group=8,
+                 strides=(1, 1), dilations=(1, 1), pad_top=1, pad_left=1)
+    oy, ox = Var("oy"), Var("ox")
+
+    def nest(region, **kw):
+        return tap_nest(ctx, region, (oy, ox), g.window(), (g.h, g.w),
+                        lambda ipos, taps: Comment("tap"), **kw)
+    tested = nest((Run(0, 1, 0, 3, tests=(True, False)), Run(4, 1, 0, 3, tests=(False, True))),
+                  names=("ky", "kx"), from_origin=True)
+    conds = [s.cond for s in walk_stmt(tested) if isinstance(s, If)]
+    assert [c.op for c in conds] == [">=", "<"] and conds[1].b == Const(g.w)
+    loops = [(s.var.name, s.start, s.extent) for s in walk_stmt(tested) if isinstance(s, For)]
+    assert loops == [("ky", 0, 3), ("kx", 0, 3)]
+    exact = nest((Run(0, 1, 1, 3), Run(1, 3, 0, 3)))
+    assert not any(isinstance(s, If) for s in walk_stmt(exact))
+    assert [(s.var.name[:2], s.start, s.extent) for s in walk_stmt(exact)
+            if isinstance(s, For)] == [("k0", 1, 2), ("k1", 0, 3)]

@@ -286,8 +286,9 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
         return tiled(ctx, "oc", g.cout, nk, lambda c0, wd: tile(n, oy, oxs, (rt, ct), c0, wd))
 
     return loop(ctx, "n", g.n, lambda n: plane_regions(
-        ctx, g, lambda oy, ox, rt, ct: pixels(n, oy, [ox], rt, ct),
-        pair=lambda oy, ox, rt, ct: pixels(n, oy, [ox, add(ox, Const(1))], rt, ct)))
+        ctx, g, lambda oy, ox, rows, cols: pixels(n, oy, [ox], rows.tests, cols.tests),
+        pair=lambda oy, ox, rows, cols: pixels(n, oy, [ox, add(ox, Const(1))], rows.tests,
+                                               cols.tests)))
 
 
 def fits_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
@@ -528,7 +529,8 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
         return seq(*parts)
 
     def image(n) -> Stmt:
-        return plane_regions(ctx, g, lambda oy, ox, rt, ct: pixel(n, oy, ox, (rt, ct)))
+        return plane_regions(ctx, g, lambda oy, ox, rows, cols: pixel(n, oy, ox, (rows.tests,
+                                                                               cols.tests)))
     return loop(ctx, "n", g.n, image)
 
 

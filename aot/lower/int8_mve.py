@@ -155,7 +155,8 @@ def outer(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
         def pixel(oy, ox, rt, ct) -> Stmt:
             return int8_dsp.tiled(ctx, "oc", gi.cout // 4, LANES // 4, lambda q, width: tile(
                 oy, ox, (rt, ct), mul(q, Const(4)), width))
-        return plane_regions(ctx, gi, pixel)
+        return plane_regions(ctx, gi, lambda oy, ox, rows, cols: pixel(oy, ox, rows.tests,
+                                                                        cols.tests))
 
     if int8_dsp.mostly_inside(g):
         return loop(ctx, "n", g.n, lambda n: image(n, x.buffer, tuple(x.shape), n, g))

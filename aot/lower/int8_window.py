@@ -1,7 +1,7 @@
 """The integer kernels' scalar window nest: per output pixel, an int32
 accumulator row over the output channels, filled tap by tap and finished
 channel by channel, region by region of the one window geometry
-(aot/lower/windows.py: ConvGeom, plane_regions). The scalar convolutions
+(aot/lower/windows.py: ConvGeom, plane_regions, tap_nest). The scalar convolutions
 (aot/lower/tflite_int8.py, tflite_int16.py) and the integer pools
 (int8_pool.py) run on it.
 """
@@ -12,7 +12,7 @@ from typing import Callable
 from aot.ir.tir import Expr, Load, Stmt, Store, seq
 from aot.lower.builders import loop
 from aot.lower.rules import LowerCtx
-from aot.lower.windows import ConvGeom, plane_regions, window_taps
+from aot.lower.windows import ConvGeom, plane_regions, tap_nest
 
 
 def window_nest(ctx: LowerCtx, g: ConvGeom, acc, init: Callable[[Expr, bool], Expr],
@@ -31,15 +31,17 @@ def window_nest(ctx: LowerCtx, g: ConvGeom, acc, init: Callable[[Expr, bool], Ex
     the border rows and columns, which test each kernel row and column
     only on the sides where their windows can leave the image.
     """
-    def pixel(n, oy, ox, row_test, col_test) -> Stmt:
-        inside = not any(row_test) and not any(col_test)
+    win = g.window()
+
+    def pixel(n, oy, ox, rows, cols) -> Stmt:
+        inside = not rows.guarded and not cols.guarded
         return seq(loop(ctx, "oc", g.cout, lambda oc: Store(acc, oc, init(oc, inside))),
-                   window_taps(ctx, g, oy, [ox], row_test, col_test, lambda ky, kx, iy, ixs:
-                               taps(n, ky, kx, iy, ixs[0], inside)),
+                   tap_nest(ctx, (rows, cols), (oy, ox), win, (g.h, g.w), lambda ipos, tap:
+                            taps(n, *tap, *ipos, inside), ("ky", "kx"), from_origin=True),
                    loop(ctx, "oc", g.cout,
                         lambda oc: finish((n, oy, ox, oc), Load(acc, oc), inside)))
 
     def image(n):
-        body = plane_regions(ctx, g, lambda oy, ox, rt, ct: pixel(n, oy, ox, rt, ct))
+        body = plane_regions(ctx, g, lambda oy, ox, rows, cols: pixel(n, oy, ox, rows, cols))
         return seq(prologue(n), body) if prologue else body
     return loop(ctx, "n", g.n, image)

@@ -54,8 +54,8 @@ from aot.lower.int8_window import window_nest
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.strategy import PAIRS, Accumulator
 from aot.lower.tiles import register_tile
-from aot.lower.windows import (ConvGeom, border_regions, conv_geom, whole_region, window_pos,
-                               window_taps)
+from aot.lower.windows import (ConvGeom, border_regions, conv_geom, tap_nest, whole_region,
+                               window_pos)
 from aot.ops import qmath as ref_q
 from aot.ops import tflite_int8 as ref
 
@@ -360,8 +360,11 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
             bias_tabs[fold] = ctx.param("bias", ref_q.wrap_int32(values).astype(np.int32))
         return Load(bias_tabs[fold], oc, lanes)
 
-    def tile_code(n, oy, oxs, row_test, col_test, gi, c0, widths) -> Stmt:
-        inside = not any(row_test) and not any(col_test)
+    # staged rows start at the left padding
+    win = g.window(0 if staged else None)
+
+    def tile_code(n, oy, oxs, region, gi, c0, widths) -> Stmt:
+        inside = not any(r.guarded for r in region)
         oc0 = c0 if depthwise else add(mul(gi, Const(g.per_group)), c0)
         # staged rows hold x - zp already: the plain bias
         rt = register_tile(ctx, dt("int32"), oxs, widths, lambda off, wd: bias_at(
@@ -371,17 +374,16 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
             taps = loop(ctx, "ky", g.kh, lambda ky: loop(
                 ctx, "kp", n_pairs, lambda j: int8_flat_step(ctx, cv, at, ky, j)))
         else:
-            # staged rows start at the left padding
-            taps = window_taps(ctx, g, oy, oxs, row_test, col_test,
-                               lambda ky, kx, iy, ixs: int8_tap(ctx, cv, at, ky, kx, iy, ixs),
-                               0 if staged else g.pad_left)
+            # each pixel's input column from the tap's (the first pixel's: ipos[1])
+            taps = tap_nest(ctx, region, (oy, oxs[0]), win, (g.h, g.w), lambda ipos, tap: int8_tap(
+                ctx, cv, at, *tap, ipos[0], [window_pos(ox, tap[1], win.strides[1],
+                                                        win.pad_begin[1], win.dilations[1])
+                                             for ox in oxs]), ("ky", "kx"), from_origin=True)
         return rt.code(taps, block_store(ctx, lambda b, ox, k, acc, lanes: epilogue(
             b, (n, oy, ox, add(oc0, Const(k))), acc, lanes)))
 
     def tile_body(n, pixels, region, gi, c0, widths) -> Stmt:
-        rows, cols = region
-        return tile_code(n, pixels[0][0], [ox for _, ox in pixels], rows.tests, cols.tests, gi,
-                         c0, widths)
+        return tile_code(n, pixels[0][0], [ox for _, ox in pixels], region, gi, c0, widths)
 
     # staged rows hold the padding: one untested region
     return walk(ctx, sched.walk, g.n, [whole_region(g)] if staged else border_regions(g), t,

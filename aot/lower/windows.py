@@ -12,9 +12,10 @@ both sides; the integer kernels' (border_regions) group the runs into
 three spans per axis, the low border, the interior and the high border,
 each over every tap, tested only on the sides its windows leave the image
 (whole_region: the plane untested, for rows staged with their padding).
-tap_nest walks a region's taps; conv_walk.py (the float and int8
-convolutions and the float pools) and plane_regions (the scalar and
-Cortex-M integer kernels) its output positions. SpatialOp is an operand seen channel-last or channel-first;
+tap_nest walks a region's taps, float and integer (ConvGeom.window);
+conv_walk.py (the float and int8 vector convolutions, the float pools) and
+plane_regions (the scalar and Cortex-M integer kernels) its output
+positions. SpatialOp is an operand seen channel-last or channel-first;
 ConvGeom an NHWC 2-D window with its channel groups.
 
 The float convolutions (aot/lower/nn.py), the pools (pool.py,
@@ -119,18 +120,26 @@ def window_regions(win: ref.Window, spatial: Sequence[int], keys=None) -> list[R
 
 
 def tap_nest(ctx: LowerCtx, runs: Sequence[Run], opos: Sequence[Expr], win: ref.Window,
-             spatial: Sequence[int], body: Callable[[list[Expr], list[Expr]], Stmt]) -> Stmt | None:
-    """Loops over the in-image taps of a window; body(input positions, taps)."""
+             spatial: Sequence[int], body: Callable[[list[Expr], list[Expr]], Stmt],
+             names: Sequence[str] | None = None, from_origin: bool = False) -> Stmt | None:
+    """Loops (named `names`, else k0, k1, ...) over the taps [lo, hi) of
+    each run of a region for the window of output position opos, each tap's
+    input position tested on the sides the run says; body(input positions,
+    taps). A position is o * stride + tap * dilation - pad, or with
+    `from_origin` the window's origin plus the tap's offset (window_pos):
+    the same value, in the form each kernel's object code was measured
+    with (clang schedules the two differently)."""
     def level(a: int, ipos: list[Expr], taps: list[Expr]) -> Stmt | None:
         if a == len(runs):
             return body(ipos, taps)
         r, s, d, p = runs[a], win.strides[a], win.dilations[a], win.pad_begin[a]
 
         def at(tap: Expr) -> Stmt | None:
-            pos = plus(add(mul(opos[a], Const(s)), mul(tap, Const(d))), -p)
+            pos = (window_pos(opos[a], tap, s, p, d) if from_origin
+                   else plus(add(mul(opos[a], Const(s)), mul(tap, Const(d))), -p))
             inner = level(a + 1, ipos + [pos], taps + [tap])
             return inner if inner is None else guarded(in_range(pos, spatial[a], *r.tests), inner)
-        return loop(ctx, f"k{a}", r.hi - r.lo, at, start=r.lo)
+        return loop(ctx, names[a] if names else f"k{a}", r.hi - r.lo, at, start=r.lo)
     return level(0, [], [])
 
 
@@ -197,6 +206,15 @@ class ConvGeom:
     def cout(self) -> int:
         return self.groups * self.per_group
 
+    def window(self, pad_left: int | None = None) -> ref.Window:
+        """The window over (H, W), for tap_nest: columns counted from
+        `pad_left` (rows staged from their left padding on: 0)."""
+        pads = (self.pad_top, self.pad_left if pad_left is None else pad_left)
+        kernel, out, size = (self.kh, self.kw), (self.oh, self.ow), (self.h, self.w)
+        ends = tuple(max(0, (o - 1) * s + (k - 1) * d + 1 - n - p) for o, s, k, d, n, p in
+                     zip(out, self.strides, kernel, self.dilations, size, pads))
+        return ref.Window(kernel, self.strides, self.dilations, pads, ends, out)
+
     def runs(self, axis: int) -> list[Run]:
         """axis_runs along H (0) or W (1)."""
         size, out, k = (self.h, self.oh, self.kh) if axis == 0 else (self.w, self.ow, self.kw)
@@ -241,24 +259,23 @@ def whole_region(g: ConvGeom) -> Region:
     return Run(0, g.oh, 0, g.kh), Run(0, g.ow, 0, g.kw)
 
 
-def plane_regions(ctx: LowerCtx, g: ConvGeom, pixel: Callable[[Expr, Expr, tuple, tuple], Stmt],
-                  pair: Callable[[Expr, Expr, tuple, tuple], Stmt] | None = None) -> Stmt:
-    """pixel(oy, ox, row_test, col_test) over an output plane, region by
-    region (border_regions): the tests say on which sides (low, high) a
+def plane_regions(ctx: LowerCtx, g: ConvGeom, pixel: Callable[[Expr, Expr, Run, Run], Stmt],
+                  pair: Callable[[Expr, Expr, Run, Run], Stmt] | None = None) -> Stmt:
+    """pixel(oy, ox, rows, cols) over an output plane, region by region
+    (border_regions): the runs' tests say on which sides (low, high) a
     window may leave the image along H and W. With `pair`, pair(oy, ox, ...)
     computes pixels ox and ox + 1 of a row, pixel the last of an odd span."""
-    def columns(oy, cols: Run, rt) -> Stmt:
-        ct = cols.tests
+    def columns(oy, rows: Run, cols: Run) -> Stmt:
         if pair is None or cols.count < 2:
-            return run_loop(ctx, "ox", cols, lambda ox: pixel(oy, ox, rt, ct))
-        parts = [loop(ctx, "ox", cols.count // 2, lambda ox: pair(oy, ox, rt, ct),
+            return run_loop(ctx, "ox", cols, lambda ox: pixel(oy, ox, rows, cols))
+        parts = [loop(ctx, "ox", cols.count // 2, lambda ox: pair(oy, ox, rows, cols),
                       start=cols.start, step=2)]
         if cols.count % 2:
-            parts.append(pixel(oy, Const(cols.end - 1), rt, ct))
+            parts.append(pixel(oy, Const(cols.end - 1), rows, cols))
         return seq(*parts)
 
     return seq(*(run_loop(ctx, "oy", rows, lambda oy, rows=rows, cols=cols:
-                          columns(oy, cols, rows.tests))
+                          columns(oy, rows, cols))
                  for rows, cols in border_regions(g)))
 
 
@@ -286,26 +303,3 @@ def in_range(pos: Expr, size: int, low: bool, high: bool) -> Expr | None:
 
 def guarded(cond: Expr | None, body: Stmt) -> Stmt:
     return body if cond is None else If(cond, body)
-
-
-def window_taps(ctx: LowerCtx, g: ConvGeom, oy: Expr, oxs: Sequence[Expr], row_test: tuple,
-                col_test: tuple, body: Callable[[Expr, Expr, Expr, list[Expr]], Stmt],
-                pad_left: int | None = None) -> Stmt:
-    """body(ky, kx, iy, ixs) for every tap of the windows of output pixels
-    oxs of row oy: iy is the tap's input row, ixs each pixel's input column
-    counted from `pad_left` (the geometry's, unless the rows were staged
-    from their left padding on). Kernel rows are tested on the sides
-    row_test says, kernel columns on col_test's for a single pixel (a block
-    of several never lies in a tested region)."""
-    pad = g.pad_left if pad_left is None else pad_left
-
-    def row(ky) -> Stmt:
-        iy = window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
-        return guarded(in_range(iy, g.h, *row_test),
-                       loop(ctx, "kx", g.kw, lambda kx: col(ky, kx, iy)))
-
-    def col(ky, kx, iy) -> Stmt:
-        ixs = [window_pos(ox, kx, g.strides[1], pad, g.dilations[1]) for ox in oxs]
-        cond = in_range(ixs[0], g.w, *col_test) if len(oxs) == 1 else None
-        return guarded(cond, body(ky, kx, iy, ixs))
-    return loop(ctx, "ky", g.kh, row)

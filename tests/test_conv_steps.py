@@ -3,18 +3,21 @@ each accumulator strategy the schedule picks writes its own multiply-adds,
 one per accumulator and input-channel group; the float tile's merged rows
 run one reduction across a window row's taps and channels; the channel
 tiles and pixel parts (tiles.tile_parts) in either order; the one walk
-(conv_walk.walk) of the float and int8 kernels' regions."""
+(conv_walk.walk) of the float and int8 kernels' regions; the one tile
+(conv.conv_tile) over either strategy."""
 from __future__ import annotations
 
 import ast
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from aot.ir.graph import Node, TensorType
-from aot.ir.tir import (Assign, Call, Comment, Const, For, Load, Var, dt, flat_index, stmt_exprs,
-                        walk_expr, walk_stmt)
-from aot.lower.conv import (FloatConv, FloatTileAt, Int8Conv, StagedRows, TileAt, float_taps,
-                            int8_tap)
+from aot.ir.tir import (Assign, Call, Comment, Const, DType, For, Load, Var, dt, flat_index,
+                        stmt_exprs, walk_expr, walk_stmt)
+from aot.lower.conv import (FloatConv, FloatFma, Int8Conv, Int8Dot, StagedRows, TileAt,
+                            TileStrategy, conv_tile, float_taps, int8_tap)
 from aot.lower.conv_schedule import int8_conv_schedule
 from aot.lower.conv_walk import Walk, walk
 from aot.lower.rules import LowerCtx, TensorRef
@@ -60,7 +63,9 @@ def tap(board: str, g: ConvGeom, staged: bool, pixels: int = 2):
                                                            g.per_group, 4))), None, rows)
     oxs = [Const(p) for p in range(pixels)]
     rt = register_tile(ctx, dt("int32"), oxs, widths, lambda off, wd: Const(0, dt("int32", wd)))
-    at = TileAt(Const(0), Const(1), tuple(oxs), Const(0), Const(0), tuple(widths), rt.accs, True)
+    region = (Run(1, 1, 0, 3), Run(0, pixels, 0, 3))
+    at = TileAt(Const(0), tuple([Const(1), ox] for ox in oxs), region, Const(0), Const(0),
+                tuple(widths), rt.accs, True)
     return int8_tap(ctx, cv, at, Const(1), Const(1), Const(1), oxs), s, widths
 
 
@@ -105,7 +110,7 @@ def float_tile(merge_rows: bool):
     pixels = [[Const(3), Const(3)], [Const(3), Const(4)]]
     rt = register_tile(ctx, f32, pixels, (4, 4), lambda off, wd: Const(0.0, f32.with_lanes(wd)))
     runs = (Run(1, 6, 0, 3), Run(1, 6, 0, 3))
-    at = FloatTileAt(Const(0), pixels, runs, Const(0), Const(0), (4, 4), rt.accs)
+    at = TileAt(Const(0), pixels, runs, Const(0), Const(0), (4, 4), rt.accs)
     return float_taps(ctx, fc, at, merge_rows)
 
 
@@ -199,3 +204,44 @@ def test_walk_float_notes_and_blocks_along_tested_outer_axes():
     assert isinstance(outside, For) and outside.var.name.startswith("c")
     assert sum(isinstance(s, Comment) and s.text.startswith("outputs")
                for s in walk_stmt(outside.body)) == 9
+
+
+# ------------------------------------------------------------------ the one tile
+
+@dataclass(frozen=True)
+class Probe:
+    """A tile strategy writing what conv_tile asks of it as comments."""
+    dtype: DType = dt("int32", 1)
+
+    def inside(self, region):
+        return not any(r.guarded for r in region)
+
+    def init(self, at, off, width):
+        assert at.accs == ()                     # not declared yet
+        return Const(100 * at.inside + off, dt("int32", width))
+
+    def reduce(self, ctx, at):
+        return Comment(f"reduce {len(at.accs)}x{len(at.accs[0])}")
+
+    def store(self, ctx, at, pixel, off, acc, width):
+        return Comment(f"store {pixel[-1].value} {off} {acc.name} {width}")
+
+
+def test_conv_tile_declares_reduces_then_stores_every_accumulator():
+    ctx = make_ctx("host")
+    region = (Run(1, 1, 0, 3), Run(0, 2, 0, 3))
+    stmt = conv_tile(ctx, Probe(), Const(0), [[Const(1), Const(0)], [Const(1), Const(1)]],
+                     region, Const(0), Const(0), (4, 1))
+    kinds = [type(s).__name__ if not isinstance(s, Comment) else s.text.split()[0]
+             for s in stmt.stmts]
+    assert kinds == ["Decl"] * 4 + ["reduce"] + ["store"] * 4
+    assert stmt.stmts[4].text == "reduce 2x2"
+    assert [d.init for d in stmt.stmts[:4]] == [Const(100, dt("int32", 4)), Const(104),
+                                                 Const(100, dt("int32", 4)), Const(104)]
+    assert [s.text.split()[1:3] for s in stmt.stmts[5:]] == [["0", "0"], ["0", "4"],
+                                                             ["1", "0"], ["1", "4"]]
+    # the float and int8 strategies speak the same protocol
+    protocol = [m for m in vars(TileStrategy) if not m.startswith("_")]
+    assert sorted(protocol) == ["init", "inside", "reduce", "store"]
+    for strategy in (FloatFma, Int8Dot):
+        assert hasattr(strategy, "dtype") and all(callable(getattr(strategy, m)) for m in protocol)

@@ -1,16 +1,17 @@
-"""A convolution's reduction over its windows' taps, float and int8: what
-a register tile (tiles.RegisterTile) runs between its accumulators'
-declarations and their stores through the epilogue, one step per
-accumulator strategy, as the kernel's schedule (aot/lower/conv_schedule.py)
-chose it.
+"""A convolution's register tile, written once (conv_tile: the
+accumulators declared and initialised, the reduction over the windows'
+taps, each accumulator stored from its register through the epilogue)
+over a strategy with one small protocol (TileStrategy: inside, init,
+reduce, store) and one TileAt, float or int8; the strategies' steps, as the
+kernel's schedule (aot/lower/conv_schedule.py) chose them.
 
-Float (FloatConv, FloatTileAt): FMA rank-1 updates, or by lane of the
+Float (FloatConv, FloatFma): FMA rank-1 updates, or by lane of the
 input vectors (tiles.rank1_update / lane_update), per tap and input
 channel or, with merged rows, across a window row's taps and channels
 (float_taps); depthwise, channel vectors of input and weights alike
-(depthwise_taps). The caller is nn.conv.
+(depthwise_taps). The callers are nn.conv and nn._depthwise.
 
-int8 (Int8Conv, TileAt; aot/lower/strategy.py's strategies), per tap
+int8 (Int8Conv, Int8Dot; aot/lower/strategy.py's strategies), per tap
 (int8_tap) or window-row group (int8_flat_step):
 
 - lanes: int32 products, a broadcast input against channel vectors of
@@ -25,13 +26,15 @@ int8 (Int8Conv, TileAt; aot/lower/strategy.py's strategies), per tap
 
 The caller is tflite_int8.vector_conv_nest. Both kernels walk their
 output through conv_walk.walk (images, regions, pixel blocks, groups,
-channel tiles and pixel parts), the float over window_regions' exact runs,
-the int8 over border_regions or, with staged rows, one whole region.
+channel tiles and pixel parts) with conv_tile as the tile body, the float
+over window_regions' exact runs, the int8 over border_regions or, with
+staged rows, one whole region; both walk a tile's taps through
+windows.tap_nest.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Callable, Protocol, Sequence
 
 from aot.codegen.intrinsics import lane as lane_of
 from aot.codegen.intrinsics import pack_quads, packed_pair_dot, pair_dot, widening_mla
@@ -40,11 +43,13 @@ from aot.ir.tir import (Assign, Bin, Buffer, Cast, Const, Decl, DType, Expr, Loa
 from aot.lower import qmath as q
 from aot.lower.builders import fma, loop, offsets, plus, splat
 from aot.lower.conv_schedule import Int8ConvSchedule
-from aot.lower.int8_common import to_i32
+from aot.lower.elementwise import const_like
+from aot.lower.int8_common import block_store, to_i32
 from aot.lower.rules import LowerCtx, TensorRef
 from aot.lower.schedule import Tile
-from aot.lower.tiles import lane_update, rank1_update, reduce_steps
-from aot.lower.windows import ConvGeom, Run, SpatialOp, tap_nest
+from aot.lower.tiles import lane_update, rank1_update, reduce_steps, register_tile
+from aot.lower.windows import (ConvGeom, Region, SpatialOp, all_inside, tap_nest,
+                               window_pos)
 from aot.ops import nn as ref
 
 
@@ -79,17 +84,57 @@ class Int8Conv:
 
 @dataclass(frozen=True)
 class TileAt:
-    """A register tile of an output row's pixels: accs[p][j] for pixel
-    oxs[p] and widths[j] channels from c0 of group gi; `inside`: every tap
-    of its windows in the image (the input zero point then in the bias)."""
+    """A register tile, float or int8: accs[p][j] for output position
+    pixels[p] (a block of neighbours along the last axis, each a list of
+    per-axis positions) and widths[j] channels from c0 of group g, in
+    `region`; `inside`: every tap of its windows in the image (int8: the
+    input zero point then in the bias)."""
     n: Expr
-    oy: Expr
-    oxs: Sequence[Expr]
-    gi: Expr
+    pixels: Sequence[list[Expr]]
+    region: Region
+    g: Expr
     c0: Expr
     widths: tuple[int, ...]
-    accs: tuple[tuple[Var, ...], ...]
-    inside: bool
+    accs: tuple[tuple[Var, ...], ...] = ()
+    inside: bool = False
+
+    @property
+    def oy(self) -> Expr:
+        """The output row of a 2-D tile."""
+        return self.pixels[0][0]
+
+    @property
+    def oxs(self) -> tuple[Expr, ...]:
+        """The pixels' positions along the last axis (a 2-D tile's columns)."""
+        return tuple(p[-1] for p in self.pixels)
+
+
+class TileStrategy(Protocol):
+    """What a register tile does with its accumulators (conv_tile): their
+    type, whether a region's windows lie in the image, each one's initial
+    value, the reduction over the windows' taps, and each one's store
+    through the kernel's epilogue."""
+    dtype: DType
+
+    def inside(self, region: Region) -> bool: ...
+
+    def init(self, at: TileAt, off: int, width: int) -> Expr: ...
+
+    def reduce(self, ctx: LowerCtx, at: TileAt) -> Stmt | None: ...
+
+    def store(self, ctx: LowerCtx, at: TileAt, pixel: list[Expr], off: int, acc: Var,
+              width: int) -> Stmt: ...
+
+
+def conv_tile(ctx: LowerCtx, s: TileStrategy, n: Expr, pixels: Sequence[list[Expr]],
+              region: Region, g: Expr, c0: Expr, widths: Sequence[int]) -> Stmt:
+    """The one register tile of the convolutions (conv_walk.walk's tile
+    body): the accumulators declared and initialised, the strategy's
+    reduction, then every accumulator stored from its register."""
+    at = TileAt(n, tuple(pixels), region, g, c0, tuple(widths), inside=s.inside(region))
+    rt = register_tile(ctx, s.dtype, pixels, widths, lambda off, wd: s.init(at, off, wd))
+    at = replace(at, accs=rt.accs)
+    return rt.code(s.reduce(ctx, at), lambda pix, off, a, wd: s.store(ctx, at, pix, off, a, wd))
 
 
 def int8_tap(ctx: LowerCtx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs) -> Stmt:
@@ -119,7 +164,7 @@ def _lane_step(ctx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs, ws, ic) -> Stmt:
     g, offs = cv.g, offsets(at.widths)
     if cv.sched.mlal:
         return _mlal_step(ctx, cv, at, ky, kx, iy, ixs)
-    body = [Decl(v, _weight(cv, at.gi, ky, kx, ic, add(at.c0, Const(off)), wd))
+    body = [Decl(v, _weight(cv, at.g, ky, kx, ic, add(at.c0, Const(off)), wd))
             for v, off, wd in zip(ws, offs, at.widths)]
     for row, ix in zip(at.accs, ixs):
         if cv.sched.depthwise:
@@ -129,7 +174,7 @@ def _lane_step(ctx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs, ws, ic) -> Stmt:
                 body.append(Assign(a, Bin("+", a, Bin("*", xv, ws[offs.index(off)]))))
         else:
             xs = ctx.fresh("xv")
-            ch = add(mul(at.gi, Const(g.depth)), ic)
+            ch = add(mul(at.g, Const(g.depth)), ic)
             body.append(Decl(xs, q.offset(to_i32(cv.load_x((at.n, iy, ix, ch))),
                                           0 if at.inside else -cv.zp)))
             for a, v, wd in zip(row, ws, at.widths):
@@ -203,7 +248,7 @@ def _pair_step(ctx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs, wp, icp) -> Stmt:
     """Input channels 2 icp and 2 icp + 1 at once (aot_dot2)."""
     g, r = cv.g, cv.rows
     body = [Decl(v, Cast(dt("int16", 2 * wd), Load(cv.pairs, flat_index(
-        (at.gi, ky, kx, icp, add(at.c0, Const(off)), Const(0)), cv.pairs.shape), 2 * wd)))
+        (at.g, ky, kx, icp, add(at.c0, Const(off)), Const(0)), cv.pairs.shape), 2 * wd)))
             for v, off, wd in zip(wp, offsets(at.widths), at.widths)]
     for row, ix in zip(at.accs, ixs):
         if r is not None:       # the pair is one int32 of the staged rows
@@ -214,7 +259,7 @@ def _pair_step(ctx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs, wp, icp) -> Stmt:
             continue
         xs = []
         for j in range(2):
-            ch = add(mul(at.gi, Const(g.depth)), add(mul(icp, Const(2)), Const(j)))
+            ch = add(mul(at.g, Const(g.depth)), add(mul(icp, Const(2)), Const(j)))
             v = ctx.fresh("xv", dt("int16"))
             body.append(Decl(v, q.offset(Cast(dt("int16"), cv.load_x((at.n, iy, ix, ch))),
                                          0 if at.inside else -cv.zp)))
@@ -245,6 +290,48 @@ def int8_flat_step(ctx: LowerCtx, cv: Int8Conv, at: TileAt, ky, j) -> Stmt:
     return seq(*body)
 
 
+@dataclass(frozen=True)
+class Int8Dot:
+    """The int8 tile strategy: the schedule's accumulator strategy per tap
+    (int8_tap) or window-row group (int8_flat_step); each accumulator starts
+    at bias(folded, channel, lanes), the bias less the input zero point
+    times the weights' sum where the tile is inside and its rows are not
+    staged, and is requantized through epilogue(block, (n, oy, ox, c),
+    acc, lanes)."""
+    cv: Int8Conv
+    bias: Callable[[bool, Expr, int], Expr]
+    epilogue: Callable
+    dtype: DType = dt("int32")
+
+    def channel(self, at: TileAt, off: int) -> Expr:
+        return add(add(mul(at.g, Const(self.cv.g.per_group)), at.c0), Const(off))
+
+    def inside(self, region: Region) -> bool:
+        return all_inside(region, (self.cv.g.kh, self.cv.g.kw))
+
+    def init(self, at: TileAt, off: int, width: int) -> Expr:
+        # staged rows hold x - zp already (or the quads' offset bytes): no fold
+        return self.bias(at.inside and self.cv.rows is None, self.channel(at, off), width)
+
+    def reduce(self, ctx: LowerCtx, at: TileAt) -> Stmt | None:
+        g, cv = self.cv.g, self.cv
+        if cv.sched.rows == "flat":
+            return loop(ctx, "ky", g.kh, lambda ky: loop(
+                ctx, "kp", cv.flat.shape[1], lambda j: int8_flat_step(ctx, cv, at, ky, j)))
+        # staged rows start at the left padding; each pixel's input column
+        # from the tap's (the first pixel's is ipos[1])
+        win = g.window(None if cv.rows is None else 0)
+        return tap_nest(ctx, at.region, at.pixels[0], win, (g.h, g.w), lambda ipos, tap: int8_tap(
+            ctx, cv, at, *tap, ipos[0], [window_pos(ox, tap[1], win.strides[1], win.pad_begin[1],
+                                                    win.dilations[1]) for ox in at.oxs]),
+            ("ky", "kx"), from_origin=True)
+
+    def store(self, ctx: LowerCtx, at: TileAt, pixel: list[Expr], off: int, acc: Var,
+              width: int) -> Stmt:
+        return block_store(ctx, lambda b, pix, k, a, wd: self.epilogue(
+            b, (at.n, at.oy, pix[-1], self.channel(at, k)), a, wd))(pixel, off, acc, width)
+
+
 # ---------------------------------------------------------------- float steps
 
 @dataclass(frozen=True)
@@ -263,33 +350,65 @@ class FloatConv:
     dtype: DType
 
 
+def bias_init(bias: TensorRef | None, dtype: DType, c0: Expr) -> Callable[[int, int], Expr]:
+    """init(offset, width): the bias of channels c0 + offset.. as a vector
+    of `width` (zero without a bias)."""
+    def init(off: int, w: int) -> Expr:
+        if bias is None:
+            return const_like(0, dtype.with_lanes(w))
+        return splat(bias.load((add(c0, Const(off)),), w), w)
+    return init
+
+
 @dataclass(frozen=True)
-class FloatTileAt:
-    """A register tile: accs[p][j] for output position pixels[p] (a block
-    of neighbours along the last axis) and widths[j] channels from c0 of
-    group g, in the region of `runs`."""
-    n: Expr
-    pixels: Sequence[list[Expr]]
-    runs: Sequence[Run]
-    g: Expr
-    c0: Expr
-    widths: tuple[int, ...]
-    accs: tuple[tuple[Var, ...], ...]
+class FloatFma:
+    """The float tile strategy: FMA rank-1 or by-lane updates per tap
+    (float_taps; with `merge_rows` across a window row), or depthwise
+    channel vectors (depthwise_taps); each accumulator starts at the bias
+    and is stored through emit(0, out index, acc)."""
+    fc: FloatConv
+    bias: TensorRef | None
+    out: SpatialOp
+    emit: Callable
+    depthwise: bool = False
+    merge_rows: bool = False
+
+    @property
+    def dtype(self) -> DType:
+        return self.fc.dtype
+
+    def channel(self, at: TileAt, off: int) -> Expr:
+        return add(add(mul(at.g, Const(self.fc.ocg)), at.c0), Const(off))
+
+    def inside(self, region: Region) -> bool:
+        return all_inside(region, self.fc.win.kernel)
+
+    def init(self, at: TileAt, off: int, width: int) -> Expr:
+        return bias_init(self.bias, self.dtype, self.channel(at, 0))(off, width)
+
+    def reduce(self, ctx: LowerCtx, at: TileAt) -> Stmt | None:
+        if self.depthwise:
+            return depthwise_taps(ctx, self.fc, at)
+        return float_taps(ctx, self.fc, at, self.merge_rows)
+
+    def store(self, ctx: LowerCtx, at: TileAt, pixel: list[Expr], off: int, acc: Var,
+              width: int) -> Stmt:
+        return self.emit(0, self.out.index(at.n, pixel, self.channel(at, off)), acc)
 
 
-def float_taps(ctx: LowerCtx, fc: FloatConv, at: FloatTileAt, merge_rows: bool) -> Stmt | None:
+def float_taps(ctx: LowerCtx, fc: FloatConv, at: TileAt, merge_rows: bool) -> Stmt | None:
     """The tile's reduction over its windows' in-image taps and input
     channels: rank-1 (or by-lane) updates per tap, or with `merge_rows`
     (an unguarded last axis) a window row's taps and channels as one."""
     last = len(fc.xin.spatial) - 1
-    if merge_rows and not at.runs[last].guarded:
-        return tap_nest(ctx, at.runs[:last], at.pixels[0], fc.win, fc.xin.spatial,
+    if merge_rows and not at.region[last].guarded:
+        return tap_nest(ctx, at.region[:last], at.pixels[0], fc.win, fc.xin.spatial,
                         lambda ipos, tap: _row_steps(ctx, fc, at, ipos, tap))
-    return tap_nest(ctx, at.runs, at.pixels[0], fc.win, fc.xin.spatial,
+    return tap_nest(ctx, at.region, at.pixels[0], fc.win, fc.xin.spatial,
                     lambda ipos, tap: _tap_steps(ctx, fc, at, ipos, tap))
 
 
-def _tap_steps(ctx, fc: FloatConv, at: FloatTileAt, ipos, tap) -> Stmt | None:
+def _tap_steps(ctx, fc: FloatConv, at: TileAt, ipos, tap) -> Stmt | None:
     t, offs = fc.tile, offsets(at.widths)
     last = len(fc.xin.spatial) - 1
     step = fc.win.strides[last]
@@ -314,7 +433,7 @@ def _tap_steps(ctx, fc: FloatConv, at: FloatTileAt, ipos, tap) -> Stmt | None:
     return reduce_steps(ctx, "ic", fc.icg, t, per_ic, lanes_ic)
 
 
-def _row_steps(ctx, fc: FloatConv, at: FloatTileAt, ipos, tap) -> Stmt | None:
+def _row_steps(ctx, fc: FloatConv, at: TileAt, ipos, tap) -> Stmt | None:
     """The last axis's taps and the input channels as one reduction of
     (hi - lo) x icg steps: with one group at dilation 1 they are
     consecutive in an input row and in the packed weights, so the by-lane
@@ -322,7 +441,7 @@ def _row_steps(ctx, fc: FloatConv, at: FloatTileAt, ipos, tap) -> Stmt | None:
     t, offs, x, xin = fc.tile, offsets(at.widths), fc.x, fc.xin
     last = len(xin.spatial) - 1
     step = fc.win.strides[last]
-    r = at.runs[last]
+    r = at.region[last]
     starts = [flat_index(xin.index(at.n, ipos + [plus(mul(pix[last], Const(step)),
                                                       r.lo - fc.win.pad_begin[last])],
                                    Const(0)), tuple(x.shape)) for pix in at.pixels]
@@ -342,37 +461,37 @@ def _row_steps(ctx, fc: FloatConv, at: FloatTileAt, ipos, tap) -> Stmt | None:
                               lambda l: weights(plus(j, l)), at.widths))
 
 
-def depthwise_taps(ctx: LowerCtx, fc: FloatConv, at: FloatTileAt) -> Stmt | None:
+def depthwise_taps(ctx: LowerCtx, fc: FloatConv, at: TileAt) -> Stmt | None:
     """A depthwise tile's reduction: input and weights as channel vectors
     alike; a block of pixels takes its last axis's taps unrolled."""
     last = len(fc.xin.spatial) - 1
     if len(at.pixels) == 1:
-        return tap_nest(ctx, at.runs, at.pixels[0], fc.win, fc.xin.spatial,
+        return tap_nest(ctx, at.region, at.pixels[0], fc.win, fc.xin.spatial,
                         lambda ipos, tap: _depthwise_tap(ctx, fc, at, ipos, tap))
     # a block of pixels is never tested along the last axis (conv_walk)
-    return tap_nest(ctx, at.runs[:last], at.pixels[0], fc.win, fc.xin.spatial,
+    return tap_nest(ctx, at.region[:last], at.pixels[0], fc.win, fc.xin.spatial,
                     lambda ipos, tap: _depthwise_row(ctx, fc, at, ipos, tap))
 
 
-def _depthwise_weights(fc: FloatConv, at: FloatTileAt, tap) -> list[Expr]:
+def _depthwise_weights(fc: FloatConv, at: TileAt, tap) -> list[Expr]:
     return [Load(fc.wp, flat_index((*tap, add(at.c0, Const(off))), fc.shape), wd)
             for off, wd in zip(offsets(at.widths), at.widths)]
 
 
-def _depthwise_tap(ctx, fc: FloatConv, at: FloatTileAt, ipos, tap) -> Stmt:
+def _depthwise_tap(ctx, fc: FloatConv, at: TileAt, ipos, tap) -> Stmt:
     return seq(*(Assign(a, fma(a, fc.x.load(fc.xin.index(at.n, ipos, add(at.c0, Const(off))), wd),
                                w))
                  for a, off, wd, w in zip(at.accs[0], offsets(at.widths), at.widths,
                                           _depthwise_weights(fc, at, tap))))
 
 
-def _depthwise_row(ctx, fc: FloatConv, at: FloatTileAt, ipos, tap) -> Stmt:
+def _depthwise_row(ctx, fc: FloatConv, at: TileAt, ipos, tap) -> Stmt:
     """The last axis's taps of every pixel of the block, unrolled: each
     input position the block reads is loaded once (at stride 1 neighbours
     share all but one), each tap's weights once."""
     win, widths, offs = fc.win, at.widths, offsets(at.widths)
     last = len(fc.xin.spatial) - 1
-    r = at.runs[last]
+    r = at.region[last]
     s, d, p = win.strides[last], win.dilations[last], win.pad_begin[last]
     cols = sorted({px * s + k * d for px in range(len(at.pixels)) for k in range(r.lo, r.hi)})
     xs = {col: [ctx.fresh("xv", fc.dtype.with_lanes(wd)) for wd in widths] for col in cols}

@@ -35,16 +35,17 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
+from functools import partial
 from typing import Sequence
 
 import numpy as np
 
 from aot.ir.graph import TensorType
-from aot.ir.tir import (Bin, Buffer, Comment, Const, DType, Expr, Load, Stmt, Store, add, dt,
-                        dtype_of, flat_index, mul)
+from aot.ir.tir import (Bin, Buffer, Comment, Const, Expr, Load, Stmt, Store, add, dt, dtype_of,
+                        flat_index, mul)
 from aot.lower.builders import (accumulators, float_only, loop, offsets, plus, seq_of,
-                                shared_param, splat, unravel)
-from aot.lower.conv import FloatConv, FloatTileAt, depthwise_taps, float_taps
+                                shared_param, unravel)
+from aot.lower.conv import FloatConv, FloatFma, bias_init, conv_tile
 from aot.lower.conv_schedule import float_conv_schedule
 from aot.lower.conv_walk import walk
 from aot.lower.dense import Operand, dense
@@ -52,20 +53,12 @@ from aot.lower.elementwise import broadcast_index, broadcast_load, const_like
 from aot.lower import winograd
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule import Tile, tile
-from aot.lower.tiles import over_tiles, rank1_update, register_tile, tile_widths
+from aot.lower.tiles import over_tiles, rank1_update, tile_widths
 from aot.lower.windows import SpatialOp, spatial_op, window_regions
 from aot.ops import nn as ref
 
 
 # ---------------------------------------------------------------------------- Conv
-
-def _bias_init(bias: TensorRef | None, dtype: DType, c0: Expr):
-    def init(off: int, w: int) -> Expr:
-        if bias is None:
-            return const_like(0, dtype.with_lanes(w))
-        return splat(bias.load((add(c0, Const(off)),), w), w)
-    return init
-
 
 def _pack_conv_weight(w: np.ndarray, layout: str, group: int) -> np.ndarray:
     """Weight -> [group][k...][in-channel][out-channel] (the inner loop's order)."""
@@ -114,21 +107,10 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     if sched.copy_padded:
         copy, x, xin = _padded_input(ctx, x, xin, win, t.lanes)
         win = replace(win, pad_begin=(0,) * len(kernel), pad_end=(0,) * len(kernel))
-    merge_rows = sched.merge_rows
     fc = FloatConv(x, xin, win, wp, packed.shape, icg, ocg, t, dtype)
-
-    def pixel_tile(n, pixels, runs, g, c0, widths) -> Stmt:
-        """A tile of len(pixels) output positions x sum(widths) channels
-        (the walk's parts: a block with more accumulators than registers
-        is done in parts)."""
-        oc0 = add(mul(g, Const(ocg)), c0)
-        rt = register_tile(ctx, dtype, pixels, widths, _bias_init(bias, dtype, oc0))
-        at = FloatTileAt(n, pixels, runs, g, c0, tuple(widths), rt.accs)
-        return rt.code(float_taps(ctx, fc, at, merge_rows),
-                       lambda pix, off, a, _: emit(0, out.index(n, pix, add(oc0, Const(off))), a))
-
+    fma_ = FloatFma(fc, bias, out, emit, merge_rows=sched.merge_rows)
     return seq_of(copy, walk(ctx, sched.walk, xin.batch, window_regions(win, xin.spatial), t,
-                             group, tile_widths(ocg, t), pixel_tile))
+                             group, tile_widths(ocg, t), partial(conv_tile, ctx, fma_)))
 
 
 def _padded_input(ctx: LowerCtx, x: TensorRef, xin: SpatialOp, win: ref.Window, lanes: int):
@@ -181,7 +163,7 @@ def _pointwise_conv(ctx, emit, x: TensorRef, bias, w: np.ndarray, xin: SpatialOp
 
     def finish(acc, bi, i, j):
         lanes = dtype_of(acc).lanes
-        return acc if bias is None else Bin("+", acc, _bias_init(bias, dtype, j)(0, lanes))
+        return acc if bias is None else Bin("+", acc, bias_init(bias, dtype, j)(0, lanes))
     if out.spatial[-1] >= t.mr:
         batch = (xin.batch, *out.spatial[:-1])
         a = Operand(lambda bi, r, c, lanes: x.load((*bi, r, c), lanes), True)
@@ -203,15 +185,9 @@ def _depthwise(ctx, x, packed, bias, xin, out, win, sched, emit) -> Stmt:
     dtype, t = dt(ctx.out_types[0].dtype), sched.tile
     wp = shared_param(ctx, "w_packed", packed)         # [k...][C]
     fc = FloatConv(x, xin, win, wp, packed.shape, 1, 1, t, dtype)
-
-    def tile_body(n, pixels, runs, _, c0, widths) -> Stmt:
-        rt = register_tile(ctx, dtype, pixels, widths, _bias_init(bias, dtype, c0))
-        at = FloatTileAt(n, pixels, runs, Const(0), c0, tuple(widths), rt.accs)
-        return rt.code(depthwise_taps(ctx, fc, at),
-                       lambda pix, off, a, _: emit(0, out.index(n, pix, add(c0, Const(off))), a))
-
     return walk(ctx, sched.walk, xin.batch, window_regions(win, xin.spatial), t, 1,
-                tile_widths(xin.channels, t), tile_body)
+                tile_widths(xin.channels, t),
+                partial(conv_tile, ctx, FloatFma(fc, bias, out, emit, depthwise=True)))
 
 
 # -------------------------------------------------------------------- Gemm, MatMul
@@ -341,7 +317,7 @@ def conv_transpose(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
 
     def crop(n, opos, c0, widths) -> Stmt:
         src = [add(o, Const(b - l)) for o, b, l in zip(opos, begin, lo)]
-        init = _bias_init(bias, dtype, c0)
+        init = bias_init(bias, dtype, c0)
         return seq_of(*(emit(0, out.index(n, opos, add(c0, Const(off))), Bin(
             "+", Load(work, flat_index(ws.index(n, src, add(c0, Const(off))), acc_shape), wd),
             init(off, wd))) for off, wd in zip(offsets(widths), widths)))

@@ -33,6 +33,7 @@ and int8_common.py holds the helpers every one of them uses.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -43,19 +44,17 @@ from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl,
 from aot.lower import fixed32, int8_dsp
 from aot.lower import qmath as q
 from aot.lower.builders import loop, nest
-from aot.lower.conv import Int8Conv, StagedRows, TileAt, int8_flat_step, int8_tap
+from aot.lower.conv import Int8Conv, Int8Dot, StagedRows, conv_tile
 from aot.lower.conv_schedule import Int8ConvSchedule, int8_conv_schedule
 from aot.lower.conv_walk import walk
 from aot.lower.elementwise import const_like
-from aot.lower.int8_common import (Requant, VecRequant, bias_values, block_store, const_input,
-                                   pair_widths, quad_value, round_half_away_to_int, scale_zp,
-                                   table, to_i32, vec_table, vector_lanes, weight_dtype)
+from aot.lower.int8_common import (Requant, VecRequant, bias_values, const_input, pair_widths,
+                                   quad_value, round_half_away_to_int, scale_zp, table, to_i32,
+                                   vec_table, vector_lanes, weight_dtype)
 from aot.lower.int8_window import window_nest
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.strategy import PAIRS, Accumulator
-from aot.lower.tiles import register_tile
-from aot.lower.windows import (ConvGeom, border_regions, conv_geom, tap_nest, whole_region,
-                               window_pos)
+from aot.lower.windows import ConvGeom, border_regions, conv_geom, whole_region, window_pos
 from aot.ops import qmath as ref_q
 from aot.ops import tflite_int8 as ref
 
@@ -360,34 +359,9 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
             bias_tabs[fold] = ctx.param("bias", ref_q.wrap_int32(values).astype(np.int32))
         return Load(bias_tabs[fold], oc, lanes)
 
-    # staged rows start at the left padding
-    win = g.window(0 if staged else None)
-
-    def tile_code(n, oy, oxs, region, gi, c0, widths) -> Stmt:
-        inside = not any(r.guarded for r in region)
-        oc0 = c0 if depthwise else add(mul(gi, Const(g.per_group)), c0)
-        # staged rows hold x - zp already: the plain bias
-        rt = register_tile(ctx, dt("int32"), oxs, widths, lambda off, wd: bias_at(
-            inside and not staged, add(oc0, Const(off)), wd))
-        at = TileAt(n, oy, tuple(oxs), gi, c0, tuple(widths), rt.accs, inside)
-        if flat:
-            taps = loop(ctx, "ky", g.kh, lambda ky: loop(
-                ctx, "kp", n_pairs, lambda j: int8_flat_step(ctx, cv, at, ky, j)))
-        else:
-            # each pixel's input column from the tap's (the first pixel's: ipos[1])
-            taps = tap_nest(ctx, region, (oy, oxs[0]), win, (g.h, g.w), lambda ipos, tap: int8_tap(
-                ctx, cv, at, *tap, ipos[0], [window_pos(ox, tap[1], win.strides[1],
-                                                        win.pad_begin[1], win.dilations[1])
-                                             for ox in oxs]), ("ky", "kx"), from_origin=True)
-        return rt.code(taps, block_store(ctx, lambda b, ox, k, acc, lanes: epilogue(
-            b, (n, oy, ox, add(oc0, Const(k))), acc, lanes)))
-
-    def tile_body(n, pixels, region, gi, c0, widths) -> Stmt:
-        return tile_code(n, pixels[0][0], [ox for _, ox in pixels], region, gi, c0, widths)
-
     # staged rows hold the padding: one untested region
     return walk(ctx, sched.walk, g.n, [whole_region(g)] if staged else border_regions(g), t,
-                groups, tiles, tile_body, prologue,
+                groups, tiles, partial(conv_tile, ctx, Int8Dot(cv, bias_at, epilogue)), prologue,
                 lambda n, pos: cv.rows.stage(n, pos[0]) if staged else None)
 
 

@@ -70,6 +70,12 @@ class Run:
 Region = tuple[Run, ...]
 
 
+def all_inside(region: Region, kernel: Sequence[int]) -> bool:
+    """Whether every window of a region lies in the image: each run over
+    every tap of its axis, untested."""
+    return all(not r.guarded and (r.lo, r.hi) == (0, k) for r, k in zip(region, kernel))
+
+
 def axis_runs(n_out: int, n_in: int, k: int, stride: int, dil: int, pad: int,
               key: Callable[[int], int] = lambda o: 0) -> list[Run]:
     """The runs of one spatial axis: output o's window starts at input

@@ -49,6 +49,12 @@ def test_default_policy_per_target(board, dense16, first3, depthwise):
     assert answers(board, geom(16)) == dense16
     assert answers(board, geom(3)) == first3
     assert answers(board, geom(1, groups=32, per_group=1)) == depthwise
+    # staged (or flat) rows hold their padding: one untested region, else
+    # the border regions; oy / ox loops, each pixel part a loop of its own
+    walks = [int8_conv_schedule(get_board(board).target, g, weights(g)).walk
+             for g in (geom(16), geom(1, groups=32, per_group=1))]
+    assert [w.regions for w in walks] == ["whole", "border"]
+    assert all(w.axes == ("oy", "ox") and w.parts_outside and not w.notes for w in walks)
 
 
 def test_quads_need_weights_their_products_take():
@@ -94,6 +100,11 @@ def test_float_policy_picks_the_algorithm_then_its_tile():
     dw = SpatialOp("NHWC", 1, 32, (8, 8))
     s = float_schedule("rpi5", dw, dw, 3, 32, 1, 1)
     assert s.algorithm == "depthwise" and s.tile.weights_stay
+    # its walk keeps a channel tile's weights in registers over every pixel
+    assert s.walk.tiles_outside and s.walk.regions == "exact" and not s.walk.parts
+    direct = float_schedule("rpi5", big, big, 3, 1, 16, 16).walk
+    assert (direct.axes, direct.parts, direct.parts_outside, direct.notes) == (
+        ("o0", "o1"), True, False, True)
     # no vectors (Cortex-M4): a depthwise conv is the direct window's
     assert float_schedule("mps2-an386", dw, dw, 3, 32, 1, 1).algorithm == "direct"
 

@@ -11,8 +11,8 @@ import pytest
 from aot.ir.graph import Node, TensorType
 from aot.ir.tir import Comment, Const, For, If, Var, walk_stmt
 from aot.lower.rules import LowerCtx
-from aot.lower.windows import (ConvGeom, Run, axis_runs, border_regions, border_spans, tap_nest,
-                               whole_region, window_regions)
+from aot.lower.windows import (ConvGeom, Run, axis_runs, border_regions, border_spans, regions,
+                               tap_nest, window_regions)
 from aot.ops.nn import Window
 from aot.targets import get_board
 
@@ -70,7 +70,11 @@ def test_conv_geom_spans_and_border_regions():
     valid = ConvGeom(n=1, h=6, w=5, oh=4, ow=3, kh=3, kw=3, groups=1, depth=4, per_group=8,
                      strides=(1, 1), dilations=(1, 1), pad_top=0, pad_left=0)
     assert valid.needs_test(1) == none
-    assert border_regions(valid) == [whole_region(valid)] == [(Run(0, 4, 0, 3), Run(0, 3, 0, 3))]
+    whole = regions("whole", valid.window(), (valid.h, valid.w))
+    assert border_regions(valid) == whole == [(Run(0, 4, 0, 3), Run(0, 3, 0, 3))]
+    # the policies by name: the float one's exact runs where the int8 one's test
+    assert regions("exact", g.window(), (g.h, g.w)) == window_regions(g.window(), (g.h, g.w))
+    assert len(regions("exact", g.window(), (g.h, g.w))) == 9
 
 
 def test_float_regions_are_exact_runs_or_tested_on_both_sides():

@@ -114,9 +114,9 @@ class Int8ConvSchedule:
     reads, as pairs or quads), "flat" (a first layer's window rows as one
     run, in groups of `flat_accumulator`) or "direct" (from the input,
     border taps tested). `walk`: how conv_walk.walk visits the output (the
-    integer policy's regions, border_regions, or with staged rows
-    whole_region): oy / ox loops, no region comments, tested regions a
-    pixel at a time, each pixel part a loop of channel tiles of its own."""
+    integer policy's "border" regions, or with staged rows one "whole"):
+    oy / ox loops, no region comments, tested regions a pixel at a time,
+    each pixel part a loop of channel tiles of its own."""
     tile: Tile
     tiles: tuple[tuple[int, tuple[int, ...]], ...]
     depthwise: bool
@@ -127,8 +127,7 @@ class Int8ConvSchedule:
     pairs: bool
     rows: str
     flat_accumulator: Accumulator
-    walk: Walk = Walk(("oy", "ox"), notes=False, blocks_in_tested_rows=False, parts=True,
-                      parts_outside=True)
+    walk: Walk
 
     @property
     def raw(self) -> Accumulator | None:
@@ -183,5 +182,8 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray) -> Int8
     row_kind = window_row_accumulator(target)
     flat_kind = row_kind if flat and row_kind.group == 4 and row_kind.fits(weights) else PAIRS
     rows = "flat" if flat else "staged" if staged else "direct"
+    # staged rows hold their padding: one untested region
+    walk = Walk(("oy", "ox"), "border" if rows == "direct" else "whole", notes=False,
+                blocks_in_tested_rows=False, parts=True, parts_outside=True)
     return Int8ConvSchedule(t, tiles, depthwise, kind, by_lane, mlal, quads, pairs, rows,
-                            flat_kind)
+                            flat_kind, walk)

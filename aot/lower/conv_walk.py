@@ -2,7 +2,8 @@
 every image, region (windows.py: a Run per spatial axis), pixel block along
 the last axis, channel group and channel tile, a tile body. What the
 kernels differ in is a frozen Walk their schedule (conv_schedule.py) or
-rule sets: the loops' names, whether each region's loop nest opens with a
+rule sets: the loops' names, the region policy, whether each region's loop
+nest opens with a
 comment, where blocks of several pixels may run, the pixel parts inside or
 outside the channel tiles' loops, how many channel tiles unroll, and the
 channel tiles outermost (weights staying in registers over every pixel).
@@ -31,7 +32,9 @@ TileBody = Callable[[Expr, list, Region, Expr, Expr, tuple[int, ...]], Stmt]
 class Walk:
     """How one kernel walks its output (see the module docstring).
 
-    `axes`: the output axes' loop names, outermost first. `notes`: a comment
+    `axes`: the output axes' loop names, outermost first. `regions`: the
+    policy cutting the output into regions (windows.regions: "exact",
+    "border" or "whole"). `notes`: a comment
     naming each region's outputs and taps. `blocks_in_tested_rows`: a region
     tested only along outer axes still takes blocks of pixels (only a tested
     last axis takes them one at a time: a test is per position); without it
@@ -41,6 +44,7 @@ class Walk:
     a loop of at most this many channel tiles is unrolled. `tiles_outside`:
     the channel tiles are the outermost loop of an image (one group)."""
     axes: tuple[str, ...]
+    regions: str = "exact"
     notes: bool = True
     blocks_in_tested_rows: bool = True
     parts: bool = False

@@ -54,7 +54,7 @@ from aot.lower import winograd
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule import Tile, tile
 from aot.lower.tiles import over_tiles, rank1_update, tile_widths
-from aot.lower.windows import SpatialOp, spatial_op, window_regions
+from aot.lower.windows import SpatialOp, regions, spatial_op
 from aot.ops import nn as ref
 
 
@@ -109,7 +109,7 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
         win = replace(win, pad_begin=(0,) * len(kernel), pad_end=(0,) * len(kernel))
     fc = FloatConv(x, xin, win, wp, packed.shape, icg, ocg, t, dtype)
     fma_ = FloatFma(fc, bias, out, emit, merge_rows=sched.merge_rows)
-    return seq_of(copy, walk(ctx, sched.walk, xin.batch, window_regions(win, xin.spatial), t,
+    return seq_of(copy, walk(ctx, sched.walk, xin.batch, regions(sched.walk.regions, win, xin.spatial), t,
                              group, tile_widths(ocg, t), partial(conv_tile, ctx, fma_)))
 
 
@@ -185,7 +185,7 @@ def _depthwise(ctx, x, packed, bias, xin, out, win, sched, emit) -> Stmt:
     dtype, t = dt(ctx.out_types[0].dtype), sched.tile
     wp = shared_param(ctx, "w_packed", packed)         # [k...][C]
     fc = FloatConv(x, xin, win, wp, packed.shape, 1, 1, t, dtype)
-    return walk(ctx, sched.walk, xin.batch, window_regions(win, xin.spatial), t, 1,
+    return walk(ctx, sched.walk, xin.batch, regions(sched.walk.regions, win, xin.spatial), t, 1,
                 tile_widths(xin.channels, t),
                 partial(conv_tile, ctx, FloatFma(fc, bias, out, emit, depthwise=True)))
 

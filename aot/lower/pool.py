@@ -22,7 +22,7 @@ from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule import tile
 from aot.lower.conv_walk import Walk, float_axes, walk
 from aot.lower.tiles import UNROLL_CHANNEL_TILES, tile_widths
-from aot.lower.windows import SpatialOp, spatial_op, tap_nest, window_regions
+from aot.lower.windows import SpatialOp, regions, spatial_op, tap_nest
 from aot.ops import nn as ref
 
 
@@ -118,7 +118,7 @@ def pool(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
                   for a, off in zip(accs, offsets(widths))]
         return seq_of(*decls, tap_nest(ctx, runs, opos, win, xin.spatial, taps), *stores)
 
-    regions = window_regions(win, xin.spatial, [lambda o, c=c: int(c[o]) for c in counts])
-    return walk(ctx, Walk(float_axes(len(xin.spatial)),
-                          unroll=UNROLL_CHANNEL_TILES if t.registers else 0),
-                xin.batch, regions, t, 1, tile_widths(xin.channels, t), tile_body)
+    w = Walk(float_axes(len(xin.spatial)), unroll=UNROLL_CHANNEL_TILES if t.registers else 0)
+    return walk(ctx, w, xin.batch, regions(w.regions, win, xin.spatial,
+                                           [lambda o, c=c: int(c[o]) for c in counts]),
+                t, 1, tile_widths(xin.channels, t), tile_body)

@@ -54,7 +54,7 @@ from aot.lower.int8_common import (Requant, VecRequant, bias_values, const_input
 from aot.lower.int8_window import window_nest
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.strategy import PAIRS, Accumulator
-from aot.lower.windows import ConvGeom, border_regions, conv_geom, whole_region, window_pos
+from aot.lower.windows import ConvGeom, conv_geom, regions, window_pos
 from aot.ops import qmath as ref_q
 from aot.ops import tflite_int8 as ref
 
@@ -359,8 +359,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
             bias_tabs[fold] = ctx.param("bias", ref_q.wrap_int32(values).astype(np.int32))
         return Load(bias_tabs[fold], oc, lanes)
 
-    # staged rows hold the padding: one untested region
-    return walk(ctx, sched.walk, g.n, [whole_region(g)] if staged else border_regions(g), t,
+    return walk(ctx, sched.walk, g.n, regions(sched.walk.regions, g.window(), (g.h, g.w)), t,
                 groups, tiles, partial(conv_tile, ctx, Int8Dot(cv, bias_at, epilogue)), prologue,
                 lambda n, pos: cv.rows.stage(n, pos[0]) if staged else None)
 

@@ -11,7 +11,8 @@ would make too many regions merge an axis's borders into runs tested on
 both sides; the integer kernels' (border_regions) group the runs into
 three spans per axis, the low border, the interior and the high border,
 each over every tap, tested only on the sides its windows leave the image
-(whole_region: the plane untested, for rows staged with their padding).
+("whole": the plane untested, for rows staged with their padding;
+regions() picks by a kernel's policy).
 tap_nest walks a region's taps, float and integer (ConvGeom.window);
 conv_walk.py (the float and int8 vector convolutions, the float pools) and
 plane_regions (the scalar and Cortex-M integer kernels) its output
@@ -248,21 +249,34 @@ def conv_geom(ctx: LowerCtx, x_shape, out_shape, kernel, groups: int, depth: int
                     pad_left=pads[1])
 
 
-def border_regions(g: ConvGeom) -> list[Region]:
-    """The integer kernels' regions of an output plane, (rows, columns):
-    border rows span every column, testing the sides any window leaves;
-    interior rows split their columns into border_spans."""
-    regions = []
-    for rows in g.spans(0):
-        whole = Run(0, g.ow, 0, g.kw, tests=g.needs_test(1))
-        regions += [(rows, cols) for cols in ([whole] if rows.guarded else g.spans(1))]
-    return regions
-
-
-def whole_region(g: ConvGeom) -> Region:
-    """The output plane as one region of every tap, untested (rows staged
+def regions(policy: str, win: ref.Window, spatial: Sequence[int], keys=None) -> list[Region]:
+    """The regions of a window's output by a kernel's policy: "exact" (the
+    float kernels', window_regions), "border" (the integer kernels':
+    every axis in border_spans, the last one unsplit, spanning every
+    position and tested on the sides any window leaves, where an outer axis
+    is tested) or "whole" (one region of every tap, untested: rows staged
     with their padding)."""
-    return Run(0, g.oh, 0, g.kh), Run(0, g.ow, 0, g.kw)
+    if policy == "exact":
+        return window_regions(win, spatial, keys)
+    if policy == "whole":
+        return [tuple(Run(0, o, 0, k) for o, k in zip(win.out, win.kernel))]
+    if policy != "border":
+        raise ValueError(f"no region policy {policy!r}")
+    runs = [axis_runs(o, n, k, s, d, p) for o, n, k, s, d, p in zip(
+        win.out, spatial, win.kernel, win.strides, win.dilations, win.pad_begin)]
+    spans = [border_spans(r, k) for r, k in zip(runs, win.kernel)]
+    last, k = runs[-1], win.kernel[-1]
+    whole = Run(0, win.out[-1], 0, k, tests=(last[0].lo > 0, last[-1].hi < k))
+    out = []
+    for outer in itertools.product(*spans[:-1]):
+        tested = any(r.guarded for r in outer)
+        out += [(*outer, cols) for cols in ([whole] if tested else spans[-1])]
+    return out
+
+
+def border_regions(g: ConvGeom) -> list[Region]:
+    """The integer kernels' regions of an output plane, (rows, columns)."""
+    return regions("border", g.window(), (g.h, g.w))
 
 
 def plane_regions(ctx: LowerCtx, g: ConvGeom, pixel: Callable[[Expr, Expr, Run, Run], Stmt],

@@ -2,27 +2,30 @@
 MaxPool, AveragePool, LpPool.
 
 They run the convolutions' walk (aot/lower/conv_walk.py) over the float
-policy's regions (windows.window_regions: in-image taps constant ranges),
-register tiles of channels (tiles.py), the channel axis innermost. An average
+policy's regions (windows.window_regions: in-image taps constant ranges)
+and their register tile (conv.conv_tile, a strategy of the pool's own:
+channel vectors of one pixel), the channel axis innermost. An average
 divides by its window's tap count, a constant per run of output positions
 (runs are split where the count changes) or a table entry in a guarded run.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.ir.tir import (Assign, Bin, Const, DType, Expr, Load, Select, Stmt, add, dt, dtype_of,
-                        mul, seq)
-from aot.lower.builders import accumulators, float_only, offsets, seq_of, shared_param, splat
+from aot.ir.tir import (Assign, Bin, Const, DType, Expr, Load, Select, Stmt, Var, add, dt,
+                        dtype_of, mul, seq)
+from aot.lower.builders import float_only, offsets, shared_param, splat
+from aot.lower.conv import TileAt, conv_tile
 from aot.lower.elementwise import const_like, math_call
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule import tile
 from aot.lower.conv_walk import Walk, float_axes, walk
 from aot.lower.tiles import UNROLL_CHANNEL_TILES, tile_widths
-from aot.lower.windows import SpatialOp, regions, spatial_op, tap_nest
+from aot.lower.windows import Region, SpatialOp, all_inside, regions, spatial_op, tap_nest
 from aot.ops import nn as ref
 
 
@@ -104,21 +107,41 @@ def pool(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
             return math_call("pow", acc, const_like(1.0 / p, acc))
         return acc
 
-    def tile_body(n, pixels, runs, _, c0, widths) -> Stmt:
-        opos = pixels[0]
-        accs, decls = accumulators(ctx, dtype, widths, lambda off, w: maths.init(
-            dtype.with_lanes(w)))
-
-        def taps(ipos, tap):
-            return seq(*(Assign(a, maths.step(a, x.load(xin.index(n, ipos, add(c0, Const(off))),
-                                                         wd)))
-                         for a, off, wd in zip(accs, offsets(widths), widths)))
-
-        stores = [emit(0, xin.index(n, opos, add(c0, Const(off))), finish(a, runs, opos))
-                  for a, off in zip(accs, offsets(widths))]
-        return seq_of(*decls, tap_nest(ctx, runs, opos, win, xin.spatial, taps), *stores)
-
     w = Walk(float_axes(len(xin.spatial)), unroll=UNROLL_CHANNEL_TILES if t.registers else 0)
+    strategy = _PoolTile(dtype, maths, x, xin, win, emit, finish)
     return walk(ctx, w, xin.batch, regions(w.regions, win, xin.spatial,
                                            [lambda o, c=c: int(c[o]) for c in counts]),
-                t, 1, tile_widths(xin.channels, t), tile_body)
+                t, 1, tile_widths(xin.channels, t), partial(conv_tile, ctx, strategy))
+
+
+@dataclass(frozen=True)
+class _PoolTile:
+    """A pool's tile strategy (conv.conv_tile), one pixel of channel
+    vectors (a pool's Tile blocks no pixels): each accumulator from the
+    pool's start value, every in-image tap folded in by its step, stored
+    through finish(acc, region, pixel)."""
+    dtype: DType
+    maths: _PoolMath
+    x: TensorRef
+    xin: SpatialOp
+    win: ref.Window
+    emit: Callable
+    finish: Callable
+
+    def inside(self, region: Region) -> bool:
+        return all_inside(region, self.win.kernel)
+
+    def init(self, at: TileAt, off: int, width: int) -> Expr:
+        return self.maths.init(self.dtype.with_lanes(width))
+
+    def reduce(self, ctx: LowerCtx, at: TileAt) -> Stmt | None:
+        def taps(ipos, tap):
+            return seq(*(Assign(a, self.maths.step(a, self.x.load(
+                self.xin.index(at.n, ipos, add(at.c0, Const(off))), wd)))
+                for a, off, wd in zip(at.accs[0], offsets(at.widths), at.widths)))
+        return tap_nest(ctx, at.region, at.pixels[0], self.win, self.xin.spatial, taps)
+
+    def store(self, ctx: LowerCtx, at: TileAt, pixel: list[Expr], off: int, acc: Var,
+              width: int) -> Stmt:
+        return self.emit(0, self.xin.index(at.n, pixel, add(at.c0, Const(off))),
+                         self.finish(acc, at.region, pixel))

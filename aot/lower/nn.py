@@ -108,9 +108,10 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
         copy, x, xin = _padded_input(ctx, x, xin, win, t.lanes)
         win = replace(win, pad_begin=(0,) * len(kernel), pad_end=(0,) * len(kernel))
     fc = FloatConv(x, xin, win, wp, packed.shape, icg, ocg, t, dtype)
-    fma_ = FloatFma(fc, bias, out, emit, merge_rows=sched.merge_rows)
-    return seq_of(copy, walk(ctx, sched.walk, xin.batch, regions(sched.walk.regions, win, xin.spatial), t,
-                             group, tile_widths(ocg, t), partial(conv_tile, ctx, fma_)))
+    strategy = FloatFma(fc, bias, out, emit, merge_rows=sched.merge_rows)
+    return seq_of(copy, walk(ctx, sched.walk, xin.batch,
+                             regions(sched.walk.regions, win, xin.spatial), t, group,
+                             tile_widths(ocg, t), partial(conv_tile, ctx, strategy)))
 
 
 def _padded_input(ctx: LowerCtx, x: TensorRef, xin: SpatialOp, win: ref.Window, lanes: int):

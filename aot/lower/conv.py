@@ -48,8 +48,7 @@ from aot.lower.int8_common import block_store, to_i32
 from aot.lower.rules import LowerCtx, TensorRef
 from aot.lower.schedule import Tile
 from aot.lower.tiles import lane_update, rank1_update, reduce_steps, register_tile
-from aot.lower.windows import (ConvGeom, Region, SpatialOp, all_inside, tap_nest,
-                               window_pos)
+from aot.lower.windows import ConvGeom, Region, SpatialOp, all_inside, neighbours, tap_nest
 from aot.ops import nn as ref
 
 
@@ -318,12 +317,11 @@ class Int8Dot:
         if cv.sched.rows == "flat":
             return loop(ctx, "ky", g.kh, lambda ky: loop(
                 ctx, "kp", cv.flat.shape[1], lambda j: int8_flat_step(ctx, cv, at, ky, j)))
-        # staged rows start at the left padding; each pixel's input column
-        # from the tap's (the first pixel's is ipos[1])
+        # staged rows start at the left padding; the block's pixels are
+        # neighbours: their input columns a stride apart from the tap's
         win = g.window(None if cv.rows is None else 0)
         return tap_nest(ctx, at.region, at.pixels[0], win, (g.h, g.w), lambda ipos, tap: int8_tap(
-            ctx, cv, at, *tap, ipos[0], [window_pos(ox, tap[1], win.strides[1], win.pad_begin[1],
-                                                    win.dilations[1]) for ox in at.oxs]),
+            ctx, cv, at, *tap, ipos[0], neighbours(ipos[1], len(at.pixels), g.strides[1])),
             ("ky", "kx"), from_origin=True)
 
     def store(self, ctx: LowerCtx, at: TileAt, pixel: list[Expr], off: int, acc: Var,
@@ -412,9 +410,8 @@ def _tap_steps(ctx, fc: FloatConv, at: TileAt, ipos, tap) -> Stmt | None:
     t, offs = fc.tile, offsets(at.widths)
     last = len(fc.xin.spatial) - 1
     step = fc.win.strides[last]
-    # The block's pixels are neighbours along the last axis: their input
-    # positions differ by the stride there.
-    rows = [ipos[:last] + [plus(ipos[last], r * step)] for r in range(len(at.pixels))]
+    # the block's pixels are neighbours along the last axis
+    rows = [ipos[:last] + [pos] for pos in neighbours(ipos[last], len(at.pixels), step)]
 
     def weights(ic):
         return [Load(fc.wp, flat_index((at.g, *tap, ic, add(at.c0, Const(off))), fc.shape), wd)

@@ -150,6 +150,12 @@ def tap_nest(ctx: LowerCtx, runs: Sequence[Run], opos: Sequence[Expr], win: ref.
     return level(0, [], [])
 
 
+def neighbours(pos: Expr, count: int, stride: int) -> list[Expr]:
+    """A tap's input positions for `count` neighbouring outputs along an
+    axis, the first's at pos: a stride apart."""
+    return [plus(pos, r * stride) for r in range(count)]
+
+
 @dataclass(frozen=True)
 class SpatialOp:
     """A conv/pool operand seen channel-last or channel-first."""

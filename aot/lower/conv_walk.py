@@ -65,7 +65,12 @@ def walk(ctx: LowerCtx, w: Walk, batch: int, regions: Sequence[Region], t: Tile,
     """The kernel's loops: image n [prologue(n)] -> region -> outer axes
     [row(n, outer positions)] -> pixel blocks of t.block(run length) along
     the last axis -> group -> channel tiles (`tiles`: tiles.tile_widths'
-    blocks) x pixel parts -> body."""
+    blocks) x pixel parts -> body. With w.tiles_outside the channel tiles
+    come first in each image, then the regions and their whole pixel
+    blocks: one group, no row hook (the float depthwise conv)."""
+    if w.tiles_outside and (groups != 1 or row is not None):
+        raise ValueError("a walk with the channel tiles outermost takes one group, no row hook")
+
     def channel_tiles(n, pixels, region, g) -> Stmt:
         if w.parts:
             return tile_parts(ctx, tiles, t, pixels, lambda c0, widths, part: body(
@@ -92,8 +97,8 @@ def _spans(pairs) -> str:
 
 
 def region_loops(ctx: LowerCtx, w: Walk, region: Region, t: Tile,
-                body: Callable[[list[list[Expr]]], Stmt],
-                row: Callable[[list[Expr]], Stmt | None] = lambda pos: None) -> Stmt:
+                 body: Callable[[list[list[Expr]]], Stmt],
+                 row: Callable[[list[Expr]], Stmt | None] = lambda pos: None) -> Stmt:
     """Loops over the output positions of one region: the outer axes, then
     row(outer positions) and body(pixels) for blocks of neighbouring
     positions along the last axis (t.block(run length) of them, then an

@@ -29,6 +29,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BOARDS = ("host", "host-avx512", "rpi4", "mps2-an386")
+# Between a package's C files (each defines its own helpers): compiled apart.
+PART = "\n/* @@ next source file @@ */\n"
 
 # Runs in a child process per source tree: that tree's aot emits the C.
 EMIT = r'''
@@ -42,6 +44,7 @@ import aot
 from aot.codegen import emit_c
 from aot.lower import lower_graph
 from aot.targets import get_board
+PART = "\n/* @@ next source file @@ */\n"
 
 def graphs():
     for m in sorted(glob.glob(sys.argv[6] + "/*.tflite") + glob.glob(sys.argv[6] + "/*.onnx")):
@@ -101,7 +104,7 @@ for name, make in graphs():
         for th in threads:
             key = f"{board}.{name}.t{th}"
             try:
-                src = "\n".join(emit_c([k.func for k in lower_graph(g, target, threads=th)],
+                src = PART.join(emit_c([k.func for k in lower_graph(g, target, threads=th)],
                                        "m").parts)
             except Exception as e:
                 made[key] = f"error: {type(e).__name__}: {str(e)[:100]}"
@@ -126,10 +129,9 @@ def emit(tree: Path, out: Path, boards: list[str], threads: list[int], zoo: bool
 def base_tree(rev: str) -> Path:
     sha = subprocess.run(["git", "rev-parse", rev], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout.strip()
-    tree = Path(tempfile.gettempdir()) / f"aot-same-code-{sha[:12]}"
-    if not tree.exists():
-        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(tree), sha], cwd=ROOT,
-                       check=True)
+    tree = Path(tempfile.mkdtemp(prefix=f"aot-same-code-{sha[:12]}-"))
+    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(tree), sha], cwd=ROOT,
+                   check=True)
     return tree
 
 
@@ -137,11 +139,15 @@ def functions(c_file: Path, board: str) -> dict[str, list[str]]:
     """Each function's instructions (mnemonic and operands, no addresses)."""
     from aot.targets import get_board
     target = get_board(board).target
-    obj = c_file.with_suffix(".o")
-    subprocess.run([target.cc, *target.cflags, "-std=c99", "-w", "-c", str(c_file), "-o",
-                    str(obj)], check=True)
-    text = subprocess.run(["llvm-objdump", "-d", "--no-show-raw-insn", str(obj)],
-                          capture_output=True, text=True, check=True).stdout
+    text = ""
+    for i, part in enumerate(c_file.read_text().split(PART)):
+        src = c_file.with_suffix(f".{i}.c")
+        src.write_text(part)
+        obj = src.with_suffix(".o")
+        subprocess.run([target.cc, *target.cflags, "-std=c99", "-w", "-c", str(src), "-o",
+                        str(obj)], check=True)
+        text += subprocess.run(["llvm-objdump", "-d", "--no-show-raw-insn", str(obj)],
+                               capture_output=True, text=True, check=True).stdout
     funcs: dict[str, list[str]] = {}
     current = None
     for line in text.splitlines():
@@ -151,7 +157,7 @@ def functions(c_file: Path, board: str) -> dict[str, list[str]]:
         elif current is not None and re.match(r"^\s+[0-9a-f]+:\s", line):
             insn = line.split(":", 1)[1].strip()
             # branch targets name addresses, which move when code before them does
-            current.append(re.sub(r"\b[0-9a-f]{3,}\b <", "<", insn))
+            current.append(re.sub(r"\b(0x)?[0-9a-f]{3,}\b <", "<", insn))
     return funcs
 
 
@@ -166,7 +172,11 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory(prefix="aot-same-code-") as tmp:
         a_dir, b_dir = Path(tmp) / "base", Path(tmp) / "work"
-        a = emit(base_tree(args.base), a_dir, boards, threads, not args.no_zoo)
+        tree = base_tree(args.base)
+        try:
+            a = emit(tree, a_dir, boards, threads, not args.no_zoo)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT)
         b = emit(ROOT, b_dir, boards, threads, not args.no_zoo)
         same_c = same_obj = 0
         changed = []

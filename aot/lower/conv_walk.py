@@ -20,7 +20,7 @@ from aot.lower.builders import loop, seq_of
 from aot.lower.rules import LowerCtx
 from aot.lower.schedule import Tile
 from aot.lower.tiles import position_blocks, tile_parts
-from aot.lower.windows import Region
+from aot.lower.windows import ConvGeom, Region, regions
 
 # tile_body(image, pixels, region, group, first channel, accumulator widths):
 # pixels are the block's (or its part's) output positions, one list of
@@ -42,7 +42,9 @@ class Walk:
     the registers (tiles.tile_parts), each part inside the channel tiles'
     loop or, with `parts_outside`, a loop of tiles of its own. `unroll`:
     a loop of at most this many channel tiles is unrolled. `tiles_outside`:
-    the channel tiles are the outermost loop of an image (one group)."""
+    the channel tiles are the outermost loop of an image (one group).
+    `blocks_tested`: blocks of pixels even along a tested last axis (the
+    kernel's block body tests each of its pixels: int8_dsp's pairs)."""
     axes: tuple[str, ...]
     regions: str = "exact"
     notes: bool = True
@@ -51,6 +53,7 @@ class Walk:
     parts_outside: bool = False
     unroll: int = 0
     tiles_outside: bool = False
+    blocks_tested: bool = False
 
 
 def float_axes(rank: int) -> tuple[str, ...]:
@@ -92,6 +95,29 @@ def walk(ctx: LowerCtx, w: Walk, batch: int, regions: Sequence[Region], t: Tile,
     return seq_of(loop(ctx, "n", batch, image))
 
 
+# The integer scalar and Cortex-M kernels' walk of an NHWC output plane:
+# border regions, no notes; PAIRS takes blocks of two columns, tested ones too.
+PLANE = Walk(("oy", "ox"), regions="border", notes=False)
+PAIRS = Walk(("oy", "ox"), regions="border", notes=False, blocks_tested=True)
+
+# pixels(image, oy, columns, region): one output pixel, or with pairs two
+# neighbouring ones (ox, ox + 1) of row oy.
+PlaneBody = Callable[[Expr, Expr, list[Expr], Region], Stmt]
+
+
+def plane_walk(ctx: LowerCtx, g: ConvGeom, pixels: PlaneBody, pairs: bool = False,
+               prologue: Callable[[Expr], Stmt] | None = None) -> Stmt:
+    """walk over the output plane of g for the kernels whose accumulator row
+    lives in a scratch buffer or is tiled by the kernel itself: one group,
+    one channel tile (the whole row), pixels one at a time, or with `pairs`
+    in blocks of two columns and the odd last column alone."""
+    w = PAIRS if pairs else PLANE
+    t = Tile(1, 1, mr=2 if pairs else 1, max_accs=2)
+    return walk(ctx, w, g.n, regions(w.regions, g.window(), (g.h, g.w)), t, 1, [(1, (1,))],
+                lambda n, block, region, _g, _c0, _w: pixels(
+                    n, block[0][0], [p[1] for p in block], region), prologue)
+
+
 def _spans(pairs) -> str:
     return " x ".join(f"[{a}, {b})" for a, b in pairs)
 
@@ -104,8 +130,8 @@ def region_loops(ctx: LowerCtx, w: Walk, region: Region, t: Tile,
     positions along the last axis (t.block(run length) of them, then an
     exact-size remainder block), each pixel a list of per-axis positions."""
     last = len(region) - 1
-    tested = region[last].guarded or (not w.blocks_in_tested_rows
-                                      and any(r.guarded for r in region))
+    tested = not w.blocks_tested and (region[last].guarded or (
+        not w.blocks_in_tested_rows and any(r.guarded for r in region)))
 
     def level(a: int, pos: list[Expr]) -> Stmt | None:
         r = region[a]

@@ -28,6 +28,9 @@ tiles. Weights are interleaved per tile so its channels' words lie side by
 side. Each accumulator is requantized from its register, in 32-bit
 arithmetic (Requant32) where its bound, known from the weights and the
 bias, proves that equal to TFLite's, else by the scalar rules' Requant.
+The convolutions walk their output planes through the one walk
+(conv_walk.plane_walk: border regions; the 2-pixel tile's pairs are its
+blocks of two columns, the odd last column alone).
 
 The operations are generic calls the legalization pass makes Arm
 instructions; on a target without the DSP extension these kernels are not
@@ -44,8 +47,9 @@ from aot.codegen.arm_dsp import INT8X4, smla_half, smlad, smmulr, sxtb16
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr, For, ForKind, If,
                         Load, Stmt, Store, Var, add, flat_index, mul, seq)
 from aot.lower.builders import loop
+from aot.lower.conv_walk import plane_walk
 from aot.lower.int8_common import lazy_table, table, to_i32, unravel
-from aot.lower.windows import in_range, plane_regions, window_pos
+from aot.lower.windows import in_range, window_pos
 from aot.lower.rules import LowerCtx, TensorRef
 
 # rows x output channels per register tile
@@ -282,13 +286,11 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
                       for c, acc in zip(cs, row)]
         return seq(*parts)
 
-    def pixels(n, oy, oxs, rt, ct) -> Stmt:
-        return tiled(ctx, "oc", g.cout, nk, lambda c0, wd: tile(n, oy, oxs, (rt, ct), c0, wd))
+    def pixels(n, oy, oxs, region) -> Stmt:
+        tests = tuple(r.tests for r in region)
+        return tiled(ctx, "oc", g.cout, nk, lambda c0, wd: tile(n, oy, oxs, tests, c0, wd))
 
-    return loop(ctx, "n", g.n, lambda n: plane_regions(
-        ctx, g, lambda oy, ox, rows, cols: pixels(n, oy, [ox], rows.tests, cols.tests),
-        pair=lambda oy, ox, rows, cols: pixels(n, oy, [ox, add(ox, Const(1))], rows.tests,
-                                               cols.tests)))
+    return plane_walk(ctx, g, pixels, pairs=True)
 
 
 def fits_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
@@ -528,10 +530,8 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
                               lambda c: single(n, oy, ox, tests, add(c, Const(whole)))))
         return seq(*parts)
 
-    def image(n) -> Stmt:
-        return plane_regions(ctx, g, lambda oy, ox, rows, cols: pixel(n, oy, ox, (rows.tests,
-                                                                               cols.tests)))
-    return loop(ctx, "n", g.n, image)
+    return plane_walk(ctx, g, lambda n, oy, oxs, region: pixel(
+        n, oy, oxs[0], tuple(r.tests for r in region)))
 
 
 @dataclass(frozen=True)

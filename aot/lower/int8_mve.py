@@ -37,6 +37,7 @@ M55 against TFLite's rules) and stores them narrowed.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from typing import Callable
 
@@ -47,8 +48,9 @@ from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr
                         Var, add, flat_index, mul, seq)
 from aot.lower import int8_dsp
 from aot.lower.builders import loop
+from aot.lower.conv_walk import plane_walk
 from aot.lower.int8_common import to_i32
-from aot.lower.windows import in_range, plane_regions, window_pos
+from aot.lower.windows import in_range, window_pos
 from aot.lower.rules import LowerCtx, TensorRef
 
 LANES = 16
@@ -124,8 +126,10 @@ def outer(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
     vbias = ctx.param("bias", int8_dsp.folded_bias(bias, zp, weights.reshape(g.cout, -1)))
     unroll = g.kw * g.depth <= LANES       # a window row's terms, unrolled in the interior
 
-    def image(n: Expr, src: Buffer, shape: tuple, n_src: Expr, gi) -> Stmt:
-        def tile(oy, ox, tests, c0: Expr, vectors: int) -> Stmt:
+    def pixels(src: Buffer, shape: tuple, padded: bool, gi):
+        """A pixel of the output from src (image n, or its one padded copy)."""
+        def tile(n, oy, ox, tests, c0: Expr, vectors: int) -> Stmt:
+            n_src = Const(0) if padded else n
             accs = [ctx.fresh("acc", INT32X4) for _ in range(vectors)]
             parts: list[Stmt] = [Decl(a, Load(vbias, add(c0, Const(4 * j)), 4))
                                  for j, a in enumerate(accs)]
@@ -152,17 +156,19 @@ def outer(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
             parts += [finish((n, oy, ox, add(c0, Const(4 * j))), a) for j, a in enumerate(accs)]
             return seq(*parts)
 
-        def pixel(oy, ox, rt, ct) -> Stmt:
+        def pixel(n, oy, oxs, region) -> Stmt:
+            tests = tuple(r.tests for r in region)
             return int8_dsp.tiled(ctx, "oc", gi.cout // 4, LANES // 4, lambda q, width: tile(
-                oy, ox, (rt, ct), mul(q, Const(4)), width))
-        return plane_regions(ctx, gi, lambda oy, ox, rows, cols: pixel(oy, ox, rows.tests,
-                                                                        cols.tests))
+                n, oy, oxs[0], tests, mul(q, Const(4)), width))
+        return pixel
 
     if int8_dsp.mostly_inside(g):
-        return loop(ctx, "n", g.n, lambda n: image(n, x.buffer, tuple(x.shape), n, g))
+        return plane_walk(ctx, g, pixels(x.buffer, tuple(x.shape), False, g))
     pad, gp = int8_dsp.padded_geometry(ctx, g)
-    return loop(ctx, "n", g.n, lambda n: seq(
-        int8_dsp.pad_copy(ctx, x, g, n, pad, zp), image(n, pad, (1, *pad.shape), Const(0), gp)))
+    # every image copied in turn into the one padded scratch image
+    return plane_walk(ctx, replace(gp, n=g.n), pixels(pad, (1, *pad.shape), True, gp),
+                      prologue=lambda n: int8_dsp.pad_copy(ctx, x, g, n, pad, zp))
+
 
 def fits_fc(ctx: LowerCtx, x: TensorRef, w: np.ndarray) -> bool:
     return mve_target(ctx) and int8_dsp.fits_fc(ctx, x, w) and w.shape[1] % LANES == 0

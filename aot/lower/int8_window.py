@@ -1,7 +1,9 @@
 """The integer kernels' scalar window nest: per output pixel, an int32
 accumulator row over the output channels, filled tap by tap and finished
 channel by channel, region by region of the one window geometry
-(aot/lower/windows.py: ConvGeom, plane_regions, tap_nest). The scalar convolutions
+(aot/lower/windows.py: ConvGeom, tap_nest), its output walked by the one
+walk (conv_walk.plane_walk: border regions, the accumulator row one channel
+tile). The scalar convolutions
 (aot/lower/tflite_int8.py, tflite_int16.py) and the integer pools
 (int8_pool.py) run on it.
 """
@@ -11,8 +13,9 @@ from typing import Callable
 
 from aot.ir.tir import Expr, Load, Stmt, Store, seq
 from aot.lower.builders import loop
+from aot.lower.conv_walk import plane_walk
 from aot.lower.rules import LowerCtx
-from aot.lower.windows import ConvGeom, plane_regions, tap_nest
+from aot.lower.windows import ConvGeom, tap_nest
 
 
 def window_nest(ctx: LowerCtx, g: ConvGeom, acc, init: Callable[[Expr, bool], Expr],
@@ -33,15 +36,12 @@ def window_nest(ctx: LowerCtx, g: ConvGeom, acc, init: Callable[[Expr, bool], Ex
     """
     win = g.window()
 
-    def pixel(n, oy, ox, rows, cols) -> Stmt:
+    def pixel(n, oy, oxs, region) -> Stmt:
+        (ox,), (rows, cols) = oxs, region
         inside = not rows.guarded and not cols.guarded
         return seq(loop(ctx, "oc", g.cout, lambda oc: Store(acc, oc, init(oc, inside))),
                    tap_nest(ctx, (rows, cols), (oy, ox), win, (g.h, g.w), lambda ipos, tap:
                             taps(n, *tap, *ipos, inside), ("ky", "kx"), from_origin=True),
                    loop(ctx, "oc", g.cout,
                         lambda oc: finish((n, oy, ox, oc), Load(acc, oc), inside)))
-
-    def image(n):
-        body = plane_regions(ctx, g, lambda oy, ox, rows, cols: pixel(n, oy, ox, rows, cols))
-        return seq(prologue(n), body) if prologue else body
-    return loop(ctx, "n", g.n, image)
+    return plane_walk(ctx, g, pixel, prologue=prologue)

@@ -14,10 +14,10 @@ each over every tap, tested only on the sides its windows leave the image
 ("whole": the plane untested, for rows staged with their padding;
 regions() picks by a kernel's policy).
 tap_nest walks a region's taps, float and integer (ConvGeom.window);
-conv_walk.py (the float and int8 vector convolutions, the float pools) and
-plane_regions (the scalar and Cortex-M integer kernels) its output
-positions. SpatialOp is an operand seen channel-last or channel-first;
-ConvGeom an NHWC 2-D window with its channel groups.
+conv_walk.py walks every kernel's output positions (the scalar and
+Cortex-M integer kernels through conv_walk.plane_walk). SpatialOp is an
+operand seen channel-last or channel-first; ConvGeom an NHWC 2-D window
+with its channel groups.
 
 The float convolutions (aot/lower/nn.py), the pools (pool.py,
 int8_pool.py), the integer convolutions (tflite_int8.py, and the Cortex-M
@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.ir.tir import Bin, Const, Expr, If, Stmt, add, mul, seq, sub
+from aot.ir.tir import Bin, Const, Expr, If, Stmt, add, mul, sub
 from aot.lower.builders import loop, plus
 from aot.lower.rules import LowerCtx
 from aot.ops import nn as ref
@@ -283,31 +283,6 @@ def regions(policy: str, win: ref.Window, spatial: Sequence[int], keys=None) -> 
 def border_regions(g: ConvGeom) -> list[Region]:
     """The integer kernels' regions of an output plane, (rows, columns)."""
     return regions("border", g.window(), (g.h, g.w))
-
-
-def plane_regions(ctx: LowerCtx, g: ConvGeom, pixel: Callable[[Expr, Expr, Run, Run], Stmt],
-                  pair: Callable[[Expr, Expr, Run, Run], Stmt] | None = None) -> Stmt:
-    """pixel(oy, ox, rows, cols) over an output plane, region by region
-    (border_regions): the runs' tests say on which sides (low, high) a
-    window may leave the image along H and W. With `pair`, pair(oy, ox, ...)
-    computes pixels ox and ox + 1 of a row, pixel the last of an odd span."""
-    def columns(oy, rows: Run, cols: Run) -> Stmt:
-        if pair is None or cols.count < 2:
-            return run_loop(ctx, "ox", cols, lambda ox: pixel(oy, ox, rows, cols))
-        parts = [loop(ctx, "ox", cols.count // 2, lambda ox: pair(oy, ox, rows, cols),
-                      start=cols.start, step=2)]
-        if cols.count % 2:
-            parts.append(pixel(oy, Const(cols.end - 1), rows, cols))
-        return seq(*parts)
-
-    return seq(*(run_loop(ctx, "oy", rows, lambda oy, rows=rows, cols=cols:
-                          columns(oy, rows, cols))
-                 for rows, cols in border_regions(g)))
-
-
-def run_loop(ctx: LowerCtx, name: str, run: Run, body: Callable[[Expr], Stmt]) -> Stmt | None:
-    """for name over the run's output positions: body(name)."""
-    return loop(ctx, name, run.count, body, start=run.start)
 
 
 def window_pos(o: Expr, k: Expr, stride: int, pad: int, dilation: int) -> Expr:

@@ -1,9 +1,11 @@
 """Only conv_walk walks a convolution's or pool's output (issue 16): the
 scalar int8 window nest and the Cortex-M kernels walk their output planes
 through conv_walk.plane_walk, the one walk (conv_walk.walk) over the border
-regions, int8_dsp's pixel pairs as blocks of two columns."""
+regions, int8_dsp's pixel pairs as blocks of two columns; the float conv's
+padded copy is the walk's per-image prologue."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from aot.ir.graph import Node, TensorType
@@ -11,6 +13,7 @@ from aot.ir.tir import Comment, Const, For, Var, walk_stmt
 from aot.lower import conv_walk, lower_graph
 from aot.lower.conv_walk import PAIRS, PLANE, plane_walk
 from aot.lower.rules import LowerCtx
+from aot.lower.testing import compare_with_interpreter, single_op_graph
 from aot.lower.windows import ConvGeom
 from aot.targets import get_board
 from test_lower_int8 import conv_model, pool_model
@@ -85,3 +88,23 @@ def test_plane_walk_without_pairs_a_pixel_at_a_time():
     assert all("'v+1'" not in t for t in texts) and len(texts) == 5
     assert [(name, start, extent) for name, start, extent, step in loops if name == "ox"] == [
         ("ox", 0, 7), ("ox", 1, 5), ("ox", 0, 7)]
+
+
+def test_float_conv_copies_each_image_into_its_padding_as_the_walks_prologue():
+    """A small map (mostly border) is copied into a zero-padded workspace
+    image by image, at the head of the walk's image loop; the results
+    match the interpreter for both images."""
+    rng = np.random.default_rng(0)
+    graph = single_op_graph("Conv", [((2, 8, 5, 5), "float32"),
+                                     rng.standard_normal((16, 8, 3, 3)).astype(np.float32)],
+                            dict(pads=[1, 1, 1, 1]))
+    target = get_board("host").target
+    (conv,) = [k.func for k in lower_graph(graph, target) if "conv" in k.func.name.lower()]
+    images = [s for s in walk_stmt(conv.body)
+              if isinstance(s, For) and s.var.name.rstrip("0123456789") == "n"]
+    # one loop over the images: the copy, then the walk's regions
+    assert len(images) == 1 and isinstance(images[0].body.stmts[0], Comment)
+    assert "zero padding" in images[0].body.stmts[0].text
+    assert any(isinstance(s, For) for s in images[0].body.stmts[1:])
+    x = rng.standard_normal((2, 8, 5, 5)).astype(np.float32)
+    assert compare_with_interpreter({"conv": (graph, {"x0": x})}, target=target) == {"conv": None}

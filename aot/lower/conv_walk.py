@@ -7,8 +7,15 @@ nest opens with a
 comment, where blocks of several pixels may run, the pixel parts inside or
 outside the channel tiles' loops, how many channel tiles unroll, and the
 channel tiles outermost (weights staying in registers over every pixel).
-Code, not choices, comes in as hooks: a prologue per image, a statement per
-output row before its pixels (the int8 rows staged), the tile body.
+Code, not choices, comes in as hooks: a prologue per image (the float
+conv's padded copy, the hybrid conv's quantized image, the Helium conv's
+padded image), a statement per output row before its pixels (the int8 rows
+staged), the tile body. The convolutions and pools walk their outputs
+here: the float and int8 vector kernels through walk, the scalar int8
+window nest (int8_window.py) and the Cortex-M kernels (int8_dsp.py,
+int8_mve.py) through plane_walk; only int8_dsp.window_rows (first layers:
+its interior rectangle, then every pixel outside it) and the products
+(pointwise convs, Winograd) keep loops of their own.
 """
 from __future__ import annotations
 
@@ -82,6 +89,8 @@ def walk(ctx: LowerCtx, w: Walk, batch: int, regions: Sequence[Region], t: Tile,
             n, pixels, region, g, c0, widths), w.unroll)
 
     def image(n) -> Stmt:
+        # built first, so that its names number before the pixels' (as read)
+        first = prologue(n) if prologue else None
         if w.tiles_outside:
             main = tile_parts(ctx, tiles, t, [None], lambda c0, widths, _: seq_of(*(
                 region_loops(ctx, w, region, t, lambda pixels, region=region: body(
@@ -91,7 +100,7 @@ def walk(ctx: LowerCtx, w: Walk, batch: int, regions: Sequence[Region], t: Tile,
             main = seq_of(*(region_loops(ctx, w, region, t, lambda pixels, region=region: loop(
                 ctx, "g", groups, lambda g: channel_tiles(n, pixels, region, g)),
                 lambda pos: row(n, pos) if row else None) for region in regions))
-        return seq(prologue(n), main) if prologue else main
+        return seq(first, main) if first else main
     return seq_of(loop(ctx, "n", batch, image))
 
 

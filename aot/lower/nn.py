@@ -109,14 +109,14 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
         win = replace(win, pad_begin=(0,) * len(kernel), pad_end=(0,) * len(kernel))
     fc = FloatConv(x, xin, win, wp, packed.shape, icg, ocg, t, dtype)
     strategy = FloatFma(fc, bias, out, emit, merge_rows=sched.merge_rows)
-    return seq_of(copy, walk(ctx, sched.walk, xin.batch,
-                             regions(sched.walk.regions, win, xin.spatial), t, group,
-                             tile_widths(ocg, t), partial(conv_tile, ctx, strategy)))
+    return walk(ctx, sched.walk, xin.batch, regions(sched.walk.regions, win, xin.spatial), t,
+                group, tile_widths(ocg, t), partial(conv_tile, ctx, strategy), prologue=copy)
 
 
 def _padded_input(ctx: LowerCtx, x: TensorRef, xin: SpatialOp, win: ref.Window, lanes: int):
     """x (channel-last) copied into a workspace with the window's zero
-    padding around it: (the copy, the workspace as the new input, its shape).
+    padding around it: (the copy of image n, a walk's prologue(n); the
+    workspace as the new input; its shape).
     Each padded axis is three segments (begin pad, image, end pad); a
     region of image segments only is copied, any other region zeroed."""
     dtype = dt(x.type.dtype)
@@ -143,10 +143,10 @@ def _padded_input(ctx: LowerCtx, x: TensorRef, xin: SpatialOp, win: ref.Window, 
             return loop(ctx, f"p{a}", count, lambda v: level(a + 1, pos + [v]), start=start)
         return level(0, [])
 
-    copy = loop(ctx, "n", xin.batch, lambda n: seq_of(Comment(
-        "the input inside its zero padding: no tap below tests bounds"), *(
-        region(n, segs) for segs in itertools.product(*segments)
-        if all(count for _, count, _ in segs))))
+    def copy(n) -> Stmt:
+        return seq_of(Comment("the input inside its zero padding: no tap below tests bounds"),
+                      *(region(n, segs) for segs in itertools.product(*segments)
+                        if all(count for _, count, _ in segs)))
     ref_ = TensorRef(buf.name, TensorType(shape, dtype.scalar),
                      lambda idx, lanes=1: Load(buf, flat_index(tuple(idx), shape), lanes), buf)
     return copy, ref_, padded

@@ -8,21 +8,21 @@ comment, where blocks of several pixels may run, the pixel parts inside or
 outside the channel tiles' loops, how many channel tiles unroll, and the
 channel tiles outermost (weights staying in registers over every pixel).
 Code, not choices, comes in as hooks: a prologue per image (the float
-conv's padded copy, the hybrid conv's quantized image, the Helium conv's
+conv's padded copy, the hybrid conv's quantized image, the Cortex-M convs'
 padded image), a statement per output row before its pixels (the int8 rows
-staged), the tile body. The convolutions and pools walk their outputs
+staged), the tile body, an epilogue per image. The convolutions and pools walk their outputs
 here: the float and int8 vector kernels through walk, the scalar int8
 window nest (int8_window.py) and the Cortex-M kernels (int8_dsp.py,
-int8_mve.py) through plane_walk; only int8_dsp.window_rows (first layers:
-its interior rectangle, then every pixel outside it) and the products
-(pointwise convs, Winograd) keep loops of their own.
+int8_mve.py) through plane_walk (int8_dsp.window_rows its interior, its
+border pixels one tested nest of their own, the walk's epilogue); the
+products (pointwise convs, Winograd) keep loops of their own.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from aot.ir.tir import Comment, Const, Expr, Stmt, seq
+from aot.ir.tir import Comment, Const, Expr, Stmt
 from aot.lower.builders import loop, seq_of
 from aot.lower.rules import LowerCtx
 from aot.lower.schedule import Tile
@@ -71,11 +71,13 @@ def float_axes(rank: int) -> tuple[str, ...]:
 def walk(ctx: LowerCtx, w: Walk, batch: int, regions: Sequence[Region], t: Tile, groups: int,
          tiles: Sequence[tuple[int, tuple[int, ...]]], body: TileBody,
          prologue: Callable[[Expr], Stmt] | None = None,
-         row: Callable[[Expr, list[Expr]], Stmt | None] | None = None) -> Stmt:
+         row: Callable[[Expr, list[Expr]], Stmt | None] | None = None,
+         epilogue: Callable[[Expr], Stmt] | None = None) -> Stmt:
     """The kernel's loops: image n [prologue(n)] -> region -> outer axes
     [row(n, outer positions)] -> pixel blocks of t.block(run length) along
     the last axis -> group -> channel tiles (`tiles`: tiles.tile_widths'
-    blocks) x pixel parts -> body. With w.tiles_outside the channel tiles
+    blocks) x pixel parts -> body; then [epilogue(n)] after the image's
+    regions. With w.tiles_outside the channel tiles
     come first in each image, then the regions and their whole pixel
     blocks: one group, no row hook (the float depthwise conv)."""
     if w.tiles_outside and (groups != 1 or row is not None):
@@ -100,7 +102,7 @@ def walk(ctx: LowerCtx, w: Walk, batch: int, regions: Sequence[Region], t: Tile,
             main = seq_of(*(region_loops(ctx, w, region, t, lambda pixels, region=region: loop(
                 ctx, "g", groups, lambda g: channel_tiles(n, pixels, region, g)),
                 lambda pos: row(n, pos) if row else None) for region in regions))
-        return seq(first, main) if first else main
+        return seq_of(first, main, epilogue(n) if epilogue else None)
     return seq_of(loop(ctx, "n", batch, image))
 
 
@@ -115,16 +117,22 @@ PlaneBody = Callable[[Expr, Expr, list[Expr], Region], Stmt]
 
 
 def plane_walk(ctx: LowerCtx, g: ConvGeom, pixels: PlaneBody, pairs: bool = False,
-               prologue: Callable[[Expr], Stmt] | None = None) -> Stmt:
+               prologue: Callable[[Expr], Stmt] | None = None,
+               only: Sequence[Region] | None = None,
+               epilogue: Callable[[Expr], Stmt] | None = None) -> Stmt:
     """walk over the output plane of g for the kernels whose accumulator row
     lives in a scratch buffer or is tiled by the kernel itself: one group,
     one channel tile (the whole row), pixels one at a time, or with `pairs`
-    in blocks of two columns and the odd last column alone."""
+    in blocks of two columns and the odd last column alone. `only`: the
+    regions walked instead of g's border regions (int8_dsp.window_rows: its
+    interior), then epilogue(n) per image (there: its border pixels)."""
     w = PAIRS if pairs else PLANE
     t = Tile(1, 1, mr=2 if pairs else 1, max_accs=2)
-    return walk(ctx, w, g.n, regions(w.regions, g.window(), (g.h, g.w)), t, 1, [(1, (1,))],
+    cut = regions(w.regions, g.window(), (g.h, g.w)) if only is None else only
+    return walk(ctx, w, g.n, cut, t, 1, [(1, (1,))],
                 lambda n, block, region, _g, _c0, _w: pixels(
-                    n, block[0][0], [p[1] for p in block], region), prologue)
+                    n, block[0][0], [p[1] for p in block], region), prologue,
+                epilogue=epilogue)
 
 
 def _spans(pairs) -> str:

@@ -49,7 +49,7 @@ from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr
 from aot.lower.builders import loop
 from aot.lower.conv_walk import plane_walk
 from aot.lower.int8_common import lazy_table, table, to_i32, unravel
-from aot.lower.windows import in_range, window_pos
+from aot.lower.windows import Run, in_range, window_pos
 from aot.lower.rules import LowerCtx, TensorRef
 
 # rows x output channels per register tile
@@ -328,9 +328,11 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
     def w_at(ky: Expr, c0: Expr, width: int, k: int, d) -> Expr:
         return add(mul(ky, Const(g.cout * span)), _at(c0, width, k, d, span))
 
-    def image(n: Expr, src: Buffer, shape: tuple, n_src: Expr, gi) -> Stmt:
-        """Output image n from image n_src of src (shape), geometry gi."""
-        def tile(oy, oxs: list, c0: Expr, width: int) -> Stmt:
+    def image(src: Buffer, shape: tuple, padded: bool, gi, prologue=None) -> Stmt:
+        """The output, each image n from src (shape): image n, or with
+        `padded` its one copy there (geometry gi)."""
+        def tile(n, oy, oxs: list, c0: Expr, width: int) -> Stmt:
+            n_src = Const(0) if padded else n
             cs = [add(c0, Const(k)) for k in range(width)]
             accs = [[ctx.fresh("acc") for _ in cs] for _ in oxs]
             parts: list[Stmt] = [Decl(a, start(c)) for row in accs for a, c in zip(row, cs)]
@@ -357,24 +359,19 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
                       for c, acc in zip(cs, row_)]
             return seq(*parts)
 
-        def pixels(oy, oxs):
-            return tiled(ctx, "oc", gi.cout, nk, lambda c0, wd: tile(oy, oxs, c0, wd))
+        def pixels(n, oy, oxs, region):
+            return tiled(ctx, "oc", gi.cout, nk, lambda c0, wd: tile(n, oy, oxs, c0, wd))
 
         (y0, y1), (x0, x1) = _interior(gi, 0), _interior(gi, 1)
-
-        def inner_row(oy) -> Stmt:
-            pairs = (x1 - x0) // 2
-            parts = [loop(ctx, "ox", pairs, lambda ox: pixels(oy, [ox, add(ox, Const(1))]),
-                          start=x0, step=2)] if pairs else []
-            if (x1 - x0) % 2:
-                parts.append(pixels(oy, [Const(x1 - 1)]))
-            return seq(*parts)
-        inner = loop(ctx, "oy", y1 - y0, inner_row, start=y0) if y1 > y0 and x1 > x0 else seq()
+        # the interior in pairs of pixels, untested
+        inner = [(Run(y0, y1 - y0, 0, gi.kh), Run(x0, x1 - x0, 0, gi.kw))] \
+            if y1 > y0 and x1 > x0 else []
         if (y0, y1, x0, x1) == (0, gi.oh, 0, gi.ow):
-            return inner
-        plain = ctx.param("filter", weights.astype(np.int8))     # the border's, [C, KH, KW, D]
+            return plane_walk(ctx, gi, pixels, pairs=True, prologue=prologue, only=inner)
 
-        def border_pixel(oy, ox) -> Stmt:
+        def border_pixel(n, oy, ox, plain: Buffer) -> Stmt:
+            n_src = Const(0) if padded else n
+
             def channel(c) -> Stmt:
                 acc = ctx.fresh("acc")
 
@@ -391,15 +388,21 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
                     ctx, "ci", gi.depth, lambda ci: term(ky, kx, ci))))
                 return seq(Decl(acc, start(c)), taps, finish((n, oy, ox, c), acc))
             return loop(ctx, "oc", gi.cout, channel)
-        border = loop(ctx, "oy", gi.oh, lambda oy: loop(ctx, "ox", gi.ow, lambda ox: If(
-            _outside(oy, ox, (y0, y1), (x0, x1)), border_pixel(oy, ox))))
-        return seq(inner, border)
+
+        def border(n) -> Stmt:
+            """Every pixel outside the interior, each term tested: one nest."""
+            plain = ctx.param("filter", weights.astype(np.int8))     # [C, KH, KW, D]
+            return loop(ctx, "oy", gi.oh, lambda oy: loop(ctx, "ox", gi.ow, lambda ox: If(
+                _outside(oy, ox, (y0, y1), (x0, x1)), border_pixel(n, oy, ox, plain))))
+        return plane_walk(ctx, gi, pixels, pairs=True, prologue=prologue, only=inner,
+                          epilogue=border)
 
     if mostly_inside(g):
-        return loop(ctx, "n", g.n, lambda n: image(n, x.buffer, tuple(x.shape), n, g))
+        return image(x.buffer, tuple(x.shape), False, g)
     pad, gp = padded_geometry(ctx, g)
-    return loop(ctx, "n", g.n, lambda n: seq(
-        pad_copy(ctx, x, g, n, pad, zp), image(n, pad, (1, *pad.shape), Const(0), gp)))
+    # every image copied in turn into the one padded scratch image
+    return image(pad, (1, *pad.shape), True, replace(gp, n=g.n),
+                 lambda n: pad_copy(ctx, x, g, n, pad, zp))
 
 
 def padded_geometry(ctx: LowerCtx, g):

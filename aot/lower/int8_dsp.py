@@ -47,10 +47,11 @@ from aot.codegen.arm_dsp import INT8X4, smla_half, smlad, smmulr, sxtb16
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr, For, ForKind, If,
                         Load, Stmt, Store, Var, add, flat_index, mul, seq)
 from aot.lower.builders import loop
-from aot.lower.conv_walk import plane_walk
+from aot.lower.conv_walk import PLANE, plane_walk, region_loops
 from aot.lower.int8_common import lazy_table, table, to_i32, unravel
 from aot.lower.windows import Run, in_range, window_pos
 from aot.lower.rules import LowerCtx, TensorRef
+from aot.lower.schedule import Tile
 
 # rows x output channels per register tile
 CONV_TILE = (2, 2)
@@ -390,10 +391,13 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
             return loop(ctx, "oc", gi.cout, channel)
 
         def border(n) -> Stmt:
-            """Every pixel outside the interior, each term tested: one nest."""
+            """Every pixel outside the interior, each term tested: one nest
+            over the whole plane, a test per pixel."""
             plain = ctx.param("filter", weights.astype(np.int8))     # [C, KH, KW, D]
-            return loop(ctx, "oy", gi.oh, lambda oy: loop(ctx, "ox", gi.ow, lambda ox: If(
-                _outside(oy, ox, (y0, y1), (x0, x1)), border_pixel(n, oy, ox, plain))))
+            plane = (Run(0, gi.oh, 0, gi.kh, tests=(True, True)),
+                     Run(0, gi.ow, 0, gi.kw, tests=(True, True)))
+            return region_loops(ctx, PLANE, plane, Tile(1, 1), lambda pixels: If(
+                _outside(*pixels[0], (y0, y1), (x0, x1)), border_pixel(n, *pixels[0], plain)))
         return plane_walk(ctx, gi, pixels, pairs=True, prologue=prologue, only=inner,
                           epilogue=border)
 

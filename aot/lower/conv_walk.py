@@ -13,9 +13,10 @@ padded image), a statement per output row before its pixels (the int8 rows
 staged), the tile body, an epilogue per image. The convolutions and pools walk their outputs
 here: the float and int8 vector kernels through walk, the scalar int8
 window nest (int8_window.py) and the Cortex-M kernels (int8_dsp.py,
-int8_mve.py) through plane_walk (int8_dsp.window_rows its interior, its
-border pixels one tested nest of their own, the walk's epilogue); the
-products (pointwise convs, Winograd) keep loops of their own.
+int8_mve.py) through plane_walk (int8_dsp.window_rows its interior; its
+border pixels, the walk's epilogue, one nest of region_loops over the
+whole plane, each pixel tested); the products (pointwise convs, Winograd)
+keep loops of their own.
 """
 from __future__ import annotations
 

@@ -1,22 +1,21 @@
-"""The one walk of a convolution's or pool's output, float and int8: for
-every image, region (windows.py: a Run per spatial axis), pixel block along
-the last axis, channel group and channel tile, a tile body. What the
-kernels differ in is a frozen Walk their schedule (conv_schedule.py) or
-rule sets: the loops' names, the region policy, whether each region's loop
-nest opens with a
-comment, where blocks of several pixels may run, the pixel parts inside or
-outside the channel tiles' loops, how many channel tiles unroll, and the
-channel tiles outermost (weights staying in registers over every pixel).
-Code, not choices, comes in as hooks: a prologue per image (the float
-conv's padded copy, the hybrid conv's quantized image, the Cortex-M convs'
-padded image), a statement per output row before its pixels (the int8 rows
-staged), the tile body, an epilogue per image. The convolutions and pools walk their outputs
-here: the float and int8 vector kernels through walk, the scalar int8
-window nest (int8_window.py) and the Cortex-M kernels (int8_dsp.py,
-int8_mve.py) through plane_walk (int8_dsp.window_rows its interior; its
-border pixels, the walk's epilogue, one nest of region_loops over the
-whole plane, each pixel tested); the products (pointwise convs, Winograd)
-keep loops of their own.
+"""The one walk of a convolution's or pool's output, float and int8: for every
+image, region (windows.py: a Run per spatial axis), pixel block along the
+last axis, channel group and channel tile, a tile body. What the kernels
+differ in is a frozen Walk their schedule (conv_schedule.py) or rule sets:
+the loops' names, the region policy, whether each region's loop nest opens
+with a comment, where blocks of several pixels may run, the pixel parts
+inside or outside the channel tiles' loops, how many channel tiles unroll,
+and the channel tiles outermost (weights staying in registers over every
+pixel). Code, not choices, comes in as hooks: a prologue per image (the
+float conv's padded copy, the hybrid conv's quantized image, the Cortex-M
+convs' padded image), a statement per output row before its pixels (the int8
+rows staged), the tile body, an epilogue per image. The convolutions and
+pools walk their outputs here: the float and int8 vector kernels through
+walk, the scalar int8 window nest (int8_window.py) and the Cortex-M kernels
+(int8_dsp.py, int8_mve.py) through plane_walk (int8_dsp.window_rows its
+interior; its border pixels, the walk's epilogue, one nest of region_loops
+over the whole plane, each pixel tested); the products (pointwise convs,
+Winograd) keep loops of their own.
 """
 from __future__ import annotations
 
@@ -42,17 +41,18 @@ class Walk:
 
     `axes`: the output axes' loop names, outermost first. `regions`: the
     policy cutting the output into regions (windows.regions: "exact",
-    "border" or "whole"). `notes`: a comment
-    naming each region's outputs and taps. `blocks_in_tested_rows`: a region
-    tested only along outer axes still takes blocks of pixels (only a tested
-    last axis takes them one at a time: a test is per position); without it
-    any test does. `parts`: a block is cut into parts whose accumulators fit
-    the registers (tiles.tile_parts), each part inside the channel tiles'
-    loop or, with `parts_outside`, a loop of tiles of its own. `unroll`:
-    a loop of at most this many channel tiles is unrolled. `tiles_outside`:
-    the channel tiles are the outermost loop of an image (one group).
-    `blocks_tested`: blocks of pixels even along a tested last axis (the
-    kernel's block body tests each of its pixels: int8_dsp's pairs)."""
+    "border" or "whole"). `notes`: a comment naming each region's
+    outputs and taps. `blocks_in_tested_rows`: a region tested only
+    along outer axes still takes blocks of pixels (only a tested last
+    axis takes them one at a time: a test is per position); without it
+    any test does. `parts`: a block is cut into parts whose accumulators
+    fit the registers (tiles.tile_parts), each part inside the channel
+    tiles' loop or, with `parts_outside`, a loop of tiles of its own.
+    `unroll`: a loop of at most this many channel tiles is unrolled.
+    `tiles_outside`: the channel tiles are the outermost loop of an
+    image (one group). `blocks_tested`: blocks of pixels even along a
+    tested last axis (the kernel's block body tests each of its pixels:
+    int8_dsp's pairs)."""
     axes: tuple[str, ...]
     regions: str = "exact"
     notes: bool = True

@@ -44,7 +44,7 @@ from aot.lower import qmath as q
 from aot.lower.builders import fma, loop, offsets, plus, splat
 from aot.lower.conv_schedule import Int8ConvSchedule
 from aot.lower.elementwise import const_like
-from aot.lower.int8_common import block_store, to_i32
+from aot.lower.int8_common import in_block, to_i32
 from aot.lower.rules import LowerCtx, TensorRef
 from aot.lower.schedule import Tile
 from aot.lower.tiles import lane_update, rank1_update, reduce_steps, register_tile
@@ -326,8 +326,8 @@ class Int8Dot:
 
     def store(self, ctx: LowerCtx, at: TileAt, pixel: list[Expr], off: int, acc: Var,
               width: int) -> Stmt:
-        return block_store(ctx, lambda b, pix, k, a, wd: self.epilogue(
-            b, (at.n, at.oy, pix[-1], self.channel(at, k)), a, wd))(pixel, off, acc, width)
+        return in_block(ctx, lambda b: self.epilogue(
+            b, (at.n, at.oy, pixel[-1], self.channel(at, off)), acc, width))
 
 
 # ---------------------------------------------------------------- float steps

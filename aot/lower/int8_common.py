@@ -213,16 +213,13 @@ class VecRequant:
         return b.let("high", q.srdhm(x, self.mult(c, lanes), saturate=False))
 
 
-def block_store(ctx: LowerCtx, body: Callable[[q.Block, Expr, int, Expr, int], Stmt]) -> Callable:
-    """A RegisterTile store running body(block, pixel, offset in the tile,
-    sums, lanes) in a block of its own: the requantization's locals, from
-    the accumulator's register (every accumulator is at most one vector
-    wide, so no sums go through memory)."""
-    def store(pixel, off: int, acc: Expr, lanes: int) -> Stmt:
-        b = q.Block(ctx)
-        b.add(body(b, pixel, off, acc, lanes))
-        return b.stmt()
-    return store
+def in_block(ctx: LowerCtx, body: Callable[[q.Block], Stmt]) -> Stmt:
+    """body(block) in a block of its own: a register tile's store, the
+    requantization's locals made from the accumulator's register (every
+    accumulator is at most one vector wide, so no sums go through memory)."""
+    b = q.Block(ctx)
+    b.add(body(b))
+    return b.stmt()
 
 
 def pair_widths(count: int, lanes: int, smallest: int = 4) -> list[int]:

@@ -20,7 +20,7 @@ from aot.lower import int8_dsp
 from aot.lower import qmath as q
 from aot.lower.builders import loop, offsets, rows, splat
 from aot.lower.dense import product
-from aot.lower.int8_common import (Requant, VecRequant, bias_values, block_store, const_input,
+from aot.lower.int8_common import (Requant, VecRequant, bias_values, const_input, in_block,
                                    pair_widths, quad_value, scale_zp, table, to_i32, unravel,
                                    vector_lanes, weight_dtype)
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
@@ -133,6 +133,7 @@ class Int8Product:
     x_at: Callable[[tuple], Callable[[Expr], Expr]]
     x_buffer: Buffer | None
     requant: Callable[[q.Block, tuple, Expr, Expr, int], Stmt]
+    base_bias: np.ndarray          # the input zero point folded in already
     params: dict = field(default_factory=dict)     # made on first use: weights, biases
 
     @staticmethod
@@ -147,8 +148,8 @@ class Int8Product:
         lead = steps * kind.group
         grouped = ctx.param("weight_quads" if kind.group == 4 else "weight_pairs",
                             weight_dtype(kind.interleave(w[:, :lead]))) if steps else None
-        fc = Int8Product(ctx, dt("int32"), t, w, kind, grouped, None, x_at, x_buffer, requant)
-        fc.params["bias"] = bias
+        fc = Int8Product(ctx, dt("int32"), t, w, kind, grouped, None, x_at, x_buffer, requant,
+                         bias)
         fc.bias(kind.offset)
         if kind.group == 4:
             return replace(fc, staged=ctx.scratch_buffer("quad_row", "int32", (steps,)))
@@ -164,7 +165,7 @@ class Int8Product:
         if offset not in self.params:
             lead = self.steps * self.kind.group
             self.params[offset] = self.ctx.param("bias", ref_q.wrap_int32(
-                self.params["bias"] - offset * self.w[:, :lead].sum(axis=1)).astype(np.int32))
+                self.base_bias - offset * self.w[:, :lead].sum(axis=1)).astype(np.int32))
         return self.params[offset]
 
     def singles(self) -> Buffer:
@@ -251,8 +252,7 @@ class Int8Product:
         return seq(*code)
 
     def store(self, bi, row, c0, off, acc, width) -> Stmt:
-        return block_store(self.ctx, lambda b, _, k, a, lanes: self.requant(
-            b, bi, add(c0, Const(k)), a, lanes))(row, off, acc, width)
+        return in_block(self.ctx, lambda b: self.requant(b, bi, add(c0, Const(off)), acc, width))
 
 
 def _stage_quads(ctx: LowerCtx, staged: Buffer, x_at: Callable, x_buffer, offset: int) -> Stmt:

@@ -62,14 +62,13 @@ def test_conv_geom_spans_and_border_regions():
     low, none, high, both = (True, False), (False, False), (False, True), (True, True)
     assert g.spans(0) == [Run(0, 1, 0, 3, tests=low), Run(1, 4, 0, 3), Run(5, 1, 0, 3, tests=high)]
     assert g.spans(1) == [Run(0, 1, 0, 3, tests=low), Run(1, 3, 0, 3), Run(4, 1, 0, 3, tests=high)]
-    assert g.needs_test(0) == both
     spans = [((r.start, r.end), r.tests, (c.start, c.end), c.tests) for r, c in border_regions(g)]
     assert spans == [((0, 1), low, (0, 5), both), ((1, 5), none, (0, 1), low),
                      ((1, 5), none, (1, 4), none), ((1, 5), none, (4, 5), high),
                      ((5, 6), high, (0, 5), both)]
     valid = ConvGeom(n=1, h=6, w=5, oh=4, ow=3, kh=3, kw=3, groups=1, depth=4, per_group=8,
                      strides=(1, 1), dilations=(1, 1), pad_top=0, pad_left=0)
-    assert valid.needs_test(1) == none
+    assert all(r.tests == c.tests == none for r, c in border_regions(valid))
     whole = regions("whole", valid.window(), (valid.h, valid.w))
     assert border_regions(valid) == whole == [(Run(0, 4, 0, 3), Run(0, 3, 0, 3))]
     # the policies by name: the float one's exact runs where the int8 one's test

@@ -78,9 +78,9 @@ def walk(ctx: LowerCtx, w: Walk, batch: int, regions: Sequence[Region], t: Tile,
     [row(n, outer positions)] -> pixel blocks of t.block(run length) along
     the last axis -> group -> channel tiles (`tiles`: tiles.tile_widths'
     blocks) x pixel parts -> body; then [epilogue(n)] after the image's
-    regions. With w.tiles_outside the channel tiles
-    come first in each image, then the regions and their whole pixel
-    blocks: one group, no row hook (the float depthwise conv)."""
+    regions. With w.tiles_outside the channel tiles come first in each
+    image, then the regions and their whole pixel blocks: one group, no row
+    hook (the float depthwise conv)."""
     if w.tiles_outside and (groups != 1 or row is not None):
         raise ValueError("a walk with the channel tiles outermost takes one group, no row hook")
 

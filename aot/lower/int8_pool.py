@@ -2,8 +2,8 @@
 
 AVERAGE_POOL_2D and MAX_POOL_2D run the convolutions' window nest
 (aot/lower/int8_window.py: window_nest, on conv_walk's walk over the
-border regions and the interior) with the channels innermost; the average counts only the
-in-image taps (a constant in the interior). MEAN sums each output's
+border regions and the interior) with the channels innermost; the average
+counts only the in-image taps (a constant in the interior). MEAN sums each output's
 reduced axes, then rescales and divides, rounding as TFLM does.
 """
 from __future__ import annotations

@@ -4,8 +4,9 @@ register tiles of aot/lower/tiles.py; a direct or depthwise convolution
 walks its output through conv_walk.walk over windows.py's regions (as
 pooling, pool.py, and the int8 convolution do; Winograd, winograd.py, runs
 on the same dense tiles), and a tile's reduction over its taps is
-conv.py's, the int8 convolution's beside it. BatchNormalization and Resize are in batchnorm.py and
-resize.py, the small statement builders in builders.py.
+conv.py's, the int8 convolution's beside it. BatchNormalization and
+Resize are in batchnorm.py and resize.py, the small statement builders in
+builders.py.
 
 How the kernels are shaped (see /work/shared/PERFORMANCE.md; the numbers
 are in aot/lower/schedule.py, a convolution's choices among them in one

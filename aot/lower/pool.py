@@ -20,10 +20,10 @@ from aot.ir.tir import (Assign, Bin, Const, DType, Expr, Load, Select, Stmt, Var
                         dtype_of, mul, seq)
 from aot.lower.builders import float_only, offsets, shared_param, splat
 from aot.lower.conv import TileAt, conv_tile
+from aot.lower.conv_walk import Walk, float_axes, walk
 from aot.lower.elementwise import const_like, math_call
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule import tile
-from aot.lower.conv_walk import Walk, float_axes, walk
 from aot.lower.tiles import UNROLL_CHANNEL_TILES, tile_widths
 from aot.lower.windows import Region, SpatialOp, all_inside, regions, spatial_op, tap_nest
 from aot.ops import nn as ref

@@ -234,11 +234,6 @@ class ConvGeom:
         pad = self.pad_top if axis == 0 else self.pad_left
         return axis_runs(out, size, k, self.strides[axis], self.dilations[axis], pad)
 
-    def needs_test(self, axis: int) -> tuple[bool, bool]:
-        """Whether the window can fall off the (low, high) side along H (0) or W (1)."""
-        runs, k = self.runs(axis), (self.kh, self.kw)[axis]
-        return runs[0].lo > 0, runs[-1].hi < k
-
     def spans(self, axis: int) -> list[Run]:
         """border_spans along H (0) or W (1)."""
         return border_spans(self.runs(axis), (self.kh, self.kw)[axis])

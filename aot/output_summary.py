@@ -22,8 +22,7 @@ def summarize(name: str, array: np.ndarray) -> dict[str, Any]:
     a = np.asarray(array)
     out: dict[str, Any] = {"name": name, "shape": list(a.shape), "dtype": a.dtype.name}
     if a.size:
-        wide = a.astype(np.float64)
-        out.update(min=a.min().item(), max=a.max().item(), mean=float(wide.mean()))
+        out.update(min=a.min().item(), max=a.max().item(), mean=float(a.mean(dtype=np.float64)))
     if _is_score_row(a.shape):
         row = a.reshape(-1)
         out["top5"] = [{"index": int(i), "score": row[i].item()}

@@ -218,7 +218,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from aot.packaging import read_metadata
 
     board = _board(args)
-    refuse_existing(Path(args.out), args.force)     # before a long run, not after
+    if args.out is not None:
+        refuse_existing(Path(args.out), args.force)     # before a long run, not after
+    elif args.force:
+        raise AotError("--force replaces an existing --out DIR: without --out nothing is written")
     if args.stream:
         if args.threads != 1:
             raise AotError("run --stream --threads: not supported yet (package the model with "
@@ -230,6 +233,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         meta = read_metadata(pkg)
         names = [i["name"] for i in meta["inputs"]]
         outputs = run(pkg, dict(zip(names, _read_inputs(args.input, names))), board=board)
+    if args.out is None:
+        return _show_outputs(args, [(o["name"], outputs[o["name"]]) for o in meta["outputs"]])
     # Files are named after the outputs' C names: unique, and safe as file
     # names whatever the model calls its tensors.
     outs = [{"name": spec["name"], "file": str(Path(args.out) / f"{spec['c_name']}.npy"),
@@ -255,6 +260,9 @@ def _run_stream(args: argparse.Namespace, board) -> int:
     graph_inputs = _stream_input_names(args)
     outputs, rows = run_stream(args.model, dict(zip(graph_inputs, _read_inputs(
         args.input, graph_inputs))), board, args.codegen, **_load_kwargs(args))
+    if args.out is None:
+        return _show_outputs(args, [(r["name"], outputs[r["name"]]) for r in rows],
+                             steps=int(outputs[rows[0]["name"]].shape[0]) if rows else 0)
     outs = [{"name": r["name"], "file": str(Path(args.out) / f"{r['c_name']}.npy"),
              "shape": list(outputs[r["name"]].shape), "dtype": r["dtype"]} for r in rows]
 
@@ -268,6 +276,21 @@ def _run_stream(args: argparse.Namespace, board) -> int:
     else:
         for o in outs:
             print(f"{o['file']}: {o['name']} {o['dtype']}{o['shape']}")
+    return 0
+
+
+def _show_outputs(args: argparse.Namespace, outputs: list[tuple[str, np.ndarray]],
+                  **extra: Any) -> int:
+    """aot run without --out: each output's shape, dtype and a summary of
+    its values on stdout (--json: the same as one object), no file written."""
+    from aot.output_summary import summarize, summary_lines
+
+    summaries = [summarize(name, array) for name, array in outputs]
+    if args.json:
+        emit_json({"ok": True, **extra, "outputs": summaries})
+    else:
+        for s in summaries:
+            print(*summary_lines(s), sep="\n")
     return 0
 
 
@@ -634,7 +657,8 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(p)
     p.add_argument("--input", action="append", default=[], metavar="[NAME=]FILE.npy",
                    help="an input tensor (repeat; by name or in order)")
-    p.add_argument("--out", required=True, metavar="DIR", help="writes DIR/<output's C name>.npy per output")
+    p.add_argument("--out", metavar="DIR", help="writes DIR/<output's C name>.npy per output "
+                   "(default: print each output's shape, dtype, min/max/mean and top 5)")
     p.add_argument("--force", action="store_true", help="replace an existing --out DIR")
     p.add_argument("--stream", action="store_true",
                    help="a stateful model over a stream: each input file holds the steps "

@@ -175,7 +175,8 @@ def pyplot():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise AotError("--plot needs matplotlib (pip install matplotlib)") from None
+        raise AotError("--plot needs matplotlib, aot's plot extra: pip install 'aot[plot]'"
+                       ) from None
     return plt
 
 

@@ -158,6 +158,68 @@ def test_run_names_output_files_after_the_outputs(tmp_path):
     assert got.shape == want.shape
 
 
+KWS = MODELS / "mlperf_kws_dscnn_int8.tflite"        # one output: 12 int8 class scores
+
+
+@pytest.fixture(scope="module")
+def kws_run(tmp_path_factory):
+    """The kws package, and its output as `aot run --out` writes it."""
+    tmp = tmp_path_factory.mktemp("kws")
+    r = aot("package", str(KWS), "--board", "host", "-o", str(tmp / "pkg"))
+    assert r.returncode == 0, r.stderr
+    r = aot("run", str(tmp / "pkg"), "--board", "host", "--input",
+            str(KWS.with_suffix(".input.npy")), "--out", str(tmp / "out"))
+    assert r.returncode == 0, r.stderr
+    (written,) = (tmp / "out").iterdir()
+    return tmp / "pkg", np.load(written)
+
+
+def test_run_without_out_prints_each_output(kws_run, tmp_path):
+    pkg, want = kws_run
+    r = aot("run", str(pkg), "--board", "host", "--input", str(KWS.with_suffix(".input.npy")),
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert not any(tmp_path.iterdir()), "without --out nothing is written"
+    head, top = r.stdout.splitlines()
+    assert head == (f"Identity: int8[1, 12]  min {want.min()}  max {want.max()}  "
+                    f"mean {want.astype(np.float64).mean():.6g}")
+    best = sorted(range(12), key=lambda i: (-int(want[0, i]), i))[:5]
+    assert top == "  top-5: " + ", ".join(f"{i} ({want[0, i]})" for i in best)
+
+
+def test_run_without_out_json(kws_run, tmp_path):
+    pkg, want = kws_run
+    r = aot("run", str(pkg), "--board", "host", "--input", str(KWS.with_suffix(".input.npy")),
+            "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (out,) = json.loads(r.stdout)["outputs"]
+    assert (out["name"], out["shape"], out["dtype"]) == ("Identity", [1, 12], "int8")
+    assert (out["min"], out["max"]) == (int(want.min()), int(want.max()))
+    assert out["mean"] == pytest.approx(want.astype(np.float64).mean())
+    scores = [t["score"] for t in out["top5"]]
+    assert scores == sorted(want.reshape(-1).tolist(), reverse=True)[:5]
+    assert [want[0, t["index"]] for t in out["top5"]] == scores
+
+
+def test_run_force_without_out_is_refused(kws_run):
+    assert_one_line_error(aot("run", str(kws_run[0]), "--board", "host", "--force"),
+                          "--force replaces an existing --out DIR")
+
+
+def test_output_summary_of_scores_and_other_shapes():
+    from aot.output_summary import summarize, summary_lines
+
+    s = summarize("p", np.array([0.1, 0.5, 0.5, -1.0, 0.25, 0.0, 0.3], np.float32))
+    assert [t["index"] for t in s["top5"]] == [1, 2, 6, 4, 0]      # ties by index
+    assert (s["min"], s["max"], s["dtype"]) == (-1.0, 0.5, "float32")
+    assert summary_lines(s)[1] == "  top-5: 1 (0.5), 2 (0.5), 6 (0.3), 4 (0.25), 0 (0.1)"
+    assert [t["index"] for t in summarize("p", np.array([[3, 9]], np.int8))["top5"]] == [1, 0]
+    for not_scores in (np.zeros((2, 10)), np.zeros((1, 1)), np.zeros((1, 4, 2)), np.zeros(())):
+        assert "top5" not in summarize("x", not_scores)
+    empty = summarize("e", np.zeros((0, 3), np.uint8))
+    assert "min" not in empty and summary_lines(empty) == ["e: uint8[0, 3]  (no values)"]
+
+
 def test_the_default_c_name_is_the_model_files(tmp_path):
     # Exporters give many models one graph name (this one's is CNTKGraph).
     model = MODELS / "onnx_mnist8.onnx"

@@ -293,7 +293,7 @@ def test_a_missing_reference_runtime_is_named(tmp_path, monkeypatch, capsys, rel
     code, out, err = run_cli(["verify", str(relu), "--board", "host", "--json"], capsys)
     assert code == 2 and err.count("\n") == 1
     assert "the reference runtime onnxruntime is not installed" in err
-    assert "pip install onnxruntime" in err and "make setup" in err
+    assert "pip install 'aot[verify]' (or onnxruntime)" in err and "make setup" in err
     rep = doctor.report({})
     assert not next(c for c in rep.checks if c.name == "onnxruntime").found
 

@@ -120,7 +120,7 @@ def test_bench_profile_errors(pkgs, tmp_path, capsys, monkeypatch):
     with pytest.raises(AotError, match=r"the harness reported no per-kernel times"):
         profile_stats(meta_of(pkgs["plain"]), None)
     monkeypatch.setitem(sys.modules, "matplotlib", None)      # as if not installed
-    with pytest.raises(AotError, match=r"--plot needs matplotlib"):
+    with pytest.raises(AotError, match=r"--plot needs matplotlib.*pip install 'aot\[plot\]'"):
         plot_profile([], "t", tmp_path / "b.png")
     assert not (tmp_path / "b.png").exists()
 

@@ -265,6 +265,7 @@ def test_cli_verify_streams_outputs_and_state():
 
 
 def test_cli_run_stream(tmp_path):
+    import json
     path = STREAMING / "mww_hey_mycroft.tflite"
     graph = aot.load(path)
     steps = S.feature_stream(graph, 55, SEEDS["mww_hey_mycroft"])
@@ -276,6 +277,12 @@ def test_cli_run_stream(tmp_path):
     want = np.stack([w[0] for w in S.tflm_stream(path, graph, steps)])
     assert got.shape == (55, 1, 1) and np.count_nonzero(want) > 30
     np.testing.assert_array_equal(got, want.reshape(got.shape))
+    # Without --out: the steps and a summary of each output, no file.
+    r = _aot("run", path, "--board", "host", "--stream", "--input", tmp_path / "x.npy", "--json")
+    assert r.returncode == 0, r.stderr
+    shown = json.loads(r.stdout)
+    assert shown["steps"] == 55 and shown["outputs"][0]["shape"] == [55, 1, 1]
+    assert (shown["outputs"][0]["min"], shown["outputs"][0]["max"]) == (got.min(), got.max())
 
 
 def test_cli_stream_refusals(tmp_path):

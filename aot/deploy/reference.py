@@ -21,15 +21,15 @@ from aot.ir.graph import Graph
 
 
 def runtime_module(module: str, pip: str) -> ModuleType:
-    """A reference runtime's module; an AotError naming its pip package when
-    it is not installed (aot's test extras: `make setup` puts them in .venv)."""
+    """A reference runtime's module; an AotError naming its pip package and
+    aot's verify extra, which brings them all, when it is not installed."""
     try:
         return importlib.import_module(module)
     except ImportError as e:
         detail = (str(e).splitlines() or [type(e).__name__])[0]
         raise AotError(f"the reference runtime {pip} is not installed ({detail}): pip install "
-                       f"{pip}, or run `make setup` (`aot doctor` lists what is missing)"
-                       ) from None
+                       f"'aot[verify]' (or {pip}), or run `make setup` in a checkout "
+                       "(`aot doctor` lists what is missing)") from None
 
 
 def onnxruntime(path: Path, graph: Graph, inputs: Sequence[np.ndarray],

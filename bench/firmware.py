@@ -9,8 +9,8 @@ For each model (kws: mlperf_kws_dscnn_int8, ic: mlperf_ic_resnet8_f32, from
 two firmware projects the way a user would, once per C compiler (--cc):
 
 - cmake: `add_subdirectory(pkg)`, `target_link_libraries(fw PRIVATE <name>)`,
-  no build type and no flags of its own (the case the issue measured at
-  138x slower before the package carried its flags);
+  no build type and no flags of its own (the case that ran 138x slower
+  before the package carried its flags);
 - make: the package's Makefile (`make -C pkg CC=...`, no CFLAGS), the
   program linked against build/lib<name>.a -lm, again without flags.
 
@@ -146,7 +146,7 @@ def run_checked(cmd: list[str], cwd: Path) -> str:
 
 
 def build_cmake(pkg: Path, work: Path, cc: str) -> Path:
-    """add_subdirectory, no build type, no flags: what the issue measured."""
+    """add_subdirectory, no build type, no flags: what a user writes first."""
     name = json.loads((pkg / "metadata.json").read_text())["name"]
     (work / "CMakeLists.txt").write_text(
         "cmake_minimum_required(VERSION 3.13)\nproject(firmware C)\n"
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
              f"(after {WARMUP} warm-up each round); load average {os.getloadavg()[0]:.1f}"]
     for n in notes:
         console.print(f"- {n}", highlight=False)
-    # The acceptance compares like with like: the compiler aot built its harness with.
+    # The verdict compares like with like: the compiler aot built its harness with.
     same = [r["ratio"] for res in results for r in res["rows"]
             if r["contender"].endswith(f" {res['cc']}")]
     worst = max(same, default=1.0)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""aot --threads N against --threads 1 on this machine (issue 18).
+"""aot --threads N against --threads 1 on this machine.
 
     .venv/bin/python bench/threads.py [--threads N] [--models vww,ic,ultraface]
                                       [--codegen c|llvm] [--rounds R] [--batch K]

@@ -1,7 +1,7 @@
 """Compile-time budgets and wide fan-in: a model either packages or is one
 line, exit 2; never a MemoryError or a RecursionError (exit 3).
 
-The bombs are the models of issue 15: a few hundred bytes of ONNX whose
+The bombs are small hostile models: a few hundred bytes of ONNX whose
 Range, ConstantOfShape or Tile would make hundreds of megabytes to billions
 of elements at compile time, packaged by the real CLI under a 1 GiB address
 space (RLIMIT_AS) for the host and a 4 MB Cortex-M board.

@@ -60,7 +60,7 @@ CODEGENS = ("c", "llvm")
 EXTRA_CFLAGS = ("-O1", "-fPIC", "-Wall", "-Wextra", "-Werror")
 GARBAGE = 0xA5          # fills the arena and the outputs before a run
 RUN_TIMEOUT_S = 20
-MIN_PASS_RATE = 0.85    # issue 14: compiled, of the sampled runnable cases
+MIN_PASS_RATE = 0.85    # the floor for compiled cases, of the sampled runnable ones
 # The sample: about SAMPLE_SIZE of the runnable cases. Measured on the 2
 # shared cores from a cold object cache: 631 cases 100 s at a load of 1
 # (C build 0.1 s a case, LLVM 0.04 s), 616 cases 177 s at a load of 4.

@@ -1,6 +1,6 @@
 """The dense product is written once (aot/lower/dense.py: product) for
 every accumulator strategy: the float Gemm / MatMul / pointwise conv and the
-int8 fully connected layer both run its loop nest (issue 16)."""
+int8 fully connected layer both run its loop nest."""
 from __future__ import annotations
 
 import numpy as np

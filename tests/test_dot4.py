@@ -272,7 +272,7 @@ def test_first_layer_byte_rows_bit_exact():
 
 # ------------------------------------------------------------- whole models
 
-# every shared int8 model (issue 19: all bit-exact with tflite-micro on the Pis' cores)
+# every shared int8 model: each must stay bit-exact with tflite-micro on the Pis' cores
 INT8 = sorted(p.stem for p in MODELS.glob("*int8*.tflite"))
 
 

@@ -202,7 +202,7 @@ def test_weights_holding_minus_128_fall_back_to_pairs():
     assert "arm_smull_dot4" not in used[1] and "aot_dot2p" in used[1]
 
 
-# every shared int8 model (issue 19: all bit-exact with tflite-micro on the Pis' cores)
+# every shared int8 model: each must stay bit-exact with tflite-micro on the Pis' cores
 INT8 = sorted(p.stem for p in MODELS.glob("*int8*.tflite"))
 
 

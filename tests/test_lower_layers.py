@@ -1,4 +1,4 @@
-"""The lowering's floors (issue 16): the modules the convolutions build on
+"""The lowering's floors: the modules the convolutions build on
 and the rule modules beside them never reach back into the convolution
 modules (aot/lower/nn.py, tflite_int8.py, winograd.py), not even through a
 function-level import, so no import circle runs through a convolution."""

@@ -1,4 +1,4 @@
-"""Only conv_walk walks a convolution's or pool's output (issue 16): the
+"""Only conv_walk walks a convolution's or pool's output: the
 scalar int8 window nest and the Cortex-M kernels walk their output planes
 through conv_walk.plane_walk, the one walk (conv_walk.walk) over the border
 regions, int8_dsp's pixel pairs as blocks of two columns; the float conv's

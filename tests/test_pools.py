@@ -1,7 +1,7 @@
 """Memory pools (`aot package --pools`, aot/executor/pools.py): the arena
 split over a board's RAM banks, the hottest tensors in the fastest.
 
-The acceptance model's arena (two 400 KB activations live together) does not
+The wide model's arena (two 400 KB activations live together) does not
 fit the 384 KiB of mps3-an547's DTCM that the harness leaves free: with pools
 the big tensors spill to the code SRAM and the small hot ones stay in the
 DTCM, the package runs under QEMU and matches onnxruntime, and the ELF puts
@@ -219,7 +219,7 @@ def test_run_with_pools_on_the_callers_banks(tmp_path, monkeypatch):
     np.testing.assert_allclose(got, want[0], rtol=1e-5, atol=1e-5)
 
 
-# ------------------------------------------------- acceptance: mps3-an547 under QEMU
+# ------------------------------------------------- a too-big arena on mps3-an547 under QEMU
 
 def test_an_arena_too_big_for_the_dtcm_runs_split_over_two_banks(tmp_path):
     model = wide_model(tmp_path / "pools.onnx")

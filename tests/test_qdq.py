@@ -122,8 +122,8 @@ def test_resnet8_qdq_matches_onnxruntime(resnet8_qdq, tmp_path):
 
 
 def test_resnet8_qdq_verifies_against_onnxruntime(resnet8_qdq, capsys):
-    """`aot verify` of the QDQ ResNet-8 at its defaults (issue 14's
-    acceptance): its float output is DequantizeLinear(scale 1/255), held to
+    """`aot verify` of the QDQ ResNet-8 at its defaults, as a user
+    runs it: its float output is DequantizeLinear(scale 1/255), held to
     one step; the package's int8 kernels land within it on the default
     input, with the output's step and max LSB in the JSON."""
     from aot.cli import main

@@ -1,4 +1,4 @@
-"""--input-shape and --bind (aot.frontend.shapes): the acceptance verifies on
+"""--input-shape and --bind (aot.frontend.shapes): symbolic models verified on
 host against ONNX Runtime, every error case, metadata recorded and honoured
 by `aot run PKG` / `aot verify PKG`, the Python keywords."""
 from __future__ import annotations
@@ -35,7 +35,7 @@ def models(tmp_path_factory):
     return {"conv": symbolic_conv(d / "conv.onnx"), "vad": vad_if(d / "vad.onnx")}
 
 
-# ---- acceptance: verify against ONNX Runtime on host ------------------------------------
+# ---- symbolic models verified against ONNX Runtime on host -----------------------------
 
 def test_verify_symbolic_batch_and_spatial_dims(models):
     r = aot_cli("verify", str(models["conv"]), "--board", "host", "--input-shape",

@@ -3,7 +3,7 @@ ONNX backend node case of DFT, STFT, the windows, MelWeightMatrix, TopK,
 NonMaxSuppression, Compress, NonZero, Unique and RoiAlign through the
 interpreter and through the compiled package on the host (codegen c and
 llvm); the STFT, TopK, NonMaxSuppression and Attention cases in one package
-on qemu-aarch64 (issue 14's acceptance); an audio front end and a detector
+on qemu-aarch64 (an Arm build of them all); an audio front end and a detector
 head as exporters write them, against ONNX Runtime; NonZero, Compress and
 Unique of run-time inputs against ONNX Runtime; the refusals of value-sized
 outputs other nodes read.
@@ -175,8 +175,8 @@ def merged_model(names: list[str], table: dict | None = None):
 
 
 def test_acceptance_cases_on_qemu_aarch64():
-    """Issue 14's acceptance: every backend node case of STFT, TopK,
-    NonMaxSuppression and Attention in one package on qemu-aarch64."""
+    """Every backend node case of STFT, TopK, NonMaxSuppression and
+    Attention in one package on qemu-aarch64."""
     table = {**{n: c for n, c in cases().items() if op_of(c) in ON_QEMU}, **attention_cases()}
     assert len(table) >= 19 + 80
     model, feeds, expected = merged_model(sorted(table), table)

@@ -91,7 +91,7 @@ def test_sparse_float16_conv_weight_against_litert(tmp_path):
 
 
 def test_sparse_weight_without_densify_op_imports():
-    # the issue's model: a sparse float16 weight read as if dense ("buffer has
+    # a model seen in the wild: a sparse float16 weight read as if dense ("buffer has
     # 154 bytes, ... needs 512")
     rng = np.random.default_rng(3)
     w = _sparse_weight(rng, (16, 16), 0.8)

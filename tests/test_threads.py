@@ -1,4 +1,4 @@
-"""aot package --threads N: kernels split over a thread pool (issue 18).
+"""aot package --threads N: kernels split over a thread pool.
 
 The split pass (aot/lower/parallel.py) only splits what it proves
 independent; a split package's outputs are the one-thread package's bit for

@@ -1,4 +1,4 @@
-"""aot tune and --tuning-records (issue 16 item 2; docs/tuning.md)."""
+"""aot tune and --tuning-records (docs/tuning.md)."""
 from __future__ import annotations
 
 import contextlib

@@ -1,4 +1,4 @@
-"""Schedules apart from the lowering rules: workloads, configs, spaces (issue 16).
+"""Schedules apart from the lowering rules: workloads, configs, spaces.
 
 A kernel rule asks the schedule module for its choices (`schedule.tile`,
 `schedule.depthwise_tile`, `strategy.int8_accumulator`); each of those is a

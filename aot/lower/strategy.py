@@ -1,4 +1,4 @@
-"""Accumulator strategies of the int8 convolution and dense kernels (issue 16:
+"""Accumulator strategies of the int8 convolution and dense kernels:
 one algorithm parameterised by how its int32 accumulators take products).
 
 - `pairs`: two input channels per 16-bit multiply-add (aot_dot2 / aot_dot2p,

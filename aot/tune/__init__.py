@@ -1,4 +1,4 @@
-"""Schedule tuning (issue 16): `aot tune` searches schedule configs on the
+"""Schedule tuning: `aot tune` searches schedule configs on the
 board (search.py) and logs them (records.py); `--tuning-records LOG`
 applies the best per workload at build time (`applied_records`)."""
 from __future__ import annotations

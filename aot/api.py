@@ -18,6 +18,7 @@ from aot.ir.graph import Graph
 from aot.limits import board_flash
 from aot.packaging import (PackageInfo, check_fits, check_pools, check_threads, default_name,
                            model_source, package_graph, write_tir_dump)
+from aot.passes.float_io import float_edges
 from aot.targets import Board, get_board
 
 
@@ -42,7 +43,7 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
             checks: bool = False, input_shapes: Mapping | None = None,
             bind: Mapping | None = None, dump_tir: str | Path | None = None,
             threads: int = 1, tuning_records: str | Path | None = None,
-            pools: bool = False) -> PackageInfo:
+            pools: bool = False, float_io: bool = False) -> PackageInfo:
     """Compile a model into a package directory built for `board` (default:
     the CLI's, qemu-rpi4 unless $AOT_BOARD names another).
 
@@ -60,7 +61,10 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
     one-thread package's. tuning_records: an `aot tune` log whose fastest
     schedule per workload the kernels take (aot.tune.applied_records).
     pools=True splits the arena over the board's RAM banks, hottest tensors
-    in the fastest (docs/package.md "Memory pools").
+    in the fastest (docs/package.md "Memory pools"). float_io=True: the
+    model's quantized inputs and outputs are float32 in the package, quantized
+    and dequantized by the run as TFLite does (docs/package.md "Float I/O");
+    a model without any is packaged as it is (metadata.json has no float_io).
     """
     import aot
     from aot.frontend.shapes import LoadOptions, options_json
@@ -85,10 +89,11 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
         out_dir = Path(name)
     source = (None if isinstance(model_or_graph, Graph) else
               {**model_source(model_or_graph), **options_json(opts)})
+    wrapped, graph = float_edges(graph, float_io)
     with board_flash(brd.name, brd.flash_bytes), applied_records(tuning_records, brd.target):
         graph = as_graph(graph)
         info = package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,
-                             extra_cflags, profile, checks, source, threads, pools)
+                             extra_cflags, profile, checks, source, threads, pools, wrapped)
         if dump_tir is not None:
             write_tir_dump(graph, brd, Path(dump_tir), force, threads)
     return info

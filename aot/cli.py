@@ -175,7 +175,11 @@ def cmd_package(args: argparse.Namespace) -> int:
     info = package(args.model, board=_board(args), codegen=args.codegen, name=args.name,
                    out_dir=args.output, io_in_arena=args.io_in_arena, force=args.force,
                    profile=args.profile, checks=args.checks, dump_tir=args.dump_tir,
-                   threads=args.threads, pools=args.pools, **_load_kwargs(args))
+                   threads=args.threads, pools=args.pools, float_io=args.float_io,
+                   **_load_kwargs(args))
+    if args.float_io and not info.metadata.get("float_io"):
+        print("note: --float-io: the model has no quantized input or output; packaged as it "
+              "is", file=sys.stderr)
     if args.json:
         emit_json(info.summary())
     else:
@@ -649,6 +653,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dump-tir", metavar="DIR",
                    help="write each kernel's TIR as lowered and after each TIR pass into DIR "
                    "(replaced with --force)")
+    p.add_argument("--float-io", action="store_true",
+                   help="float32 in place of the model's quantized inputs and outputs, "
+                   "quantized and dequantized by the run as TFLite does")
     _threads_arg(p)
 
     p = add("run", "run a model or a package on a board", cmd_run)

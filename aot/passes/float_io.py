@@ -12,6 +12,8 @@ renamed `<name>_quantized`.
 """
 from __future__ import annotations
 
+from typing import Mapping
+
 from aot.errors import AotError, UnsupportedError
 from aot.ir.graph import Graph, Node, TensorType, claim_name
 
@@ -19,15 +21,21 @@ from aot.ir.graph import Graph, Node, TensorType, claim_name
 QUANTIZED = ("int8", "uint8", "int16")
 
 
+def quantizable(ty: TensorType) -> bool:
+    """Whether float data stands for a tensor of type `ty`, quantized on the
+    way in: int8, uint8 or int16 with one scale and zero point."""
+    return ty.dtype in QUANTIZED and ty.quant is not None and len(ty.quant.scale) == 1
+
+
 def quantized_io(graph: Graph) -> dict[str, TensorType]:
-    """{name: type} of the inputs and outputs --float-io wraps: those stored
-    as int8, uint8 or int16 with a per-tensor scale and zero point."""
+    """{name: type} of the inputs and outputs --float-io wraps: the
+    quantizable ones."""
     out = {}
     for name in (*graph.inputs, *graph.outputs):
         ty = graph.types[name]
         if ty.dtype not in QUANTIZED or ty.quant is None:
             continue
-        if ty.quant.per_channel and len(ty.quant.scale) > 1:
+        if not quantizable(ty):
             raise UnsupportedError(f"--float-io: '{name}' is quantized per channel (axis "
                                    f"{ty.quant.axis}); only per-tensor quantized inputs and "
                                    "outputs are supported yet")
@@ -59,7 +67,7 @@ def with_float_io(graph: Graph) -> Graph:
         inner = claim_name(f"{name}_quantized", taken)
         nodes = [_renamed(n, name, inner) for n in nodes]
         updates = {v: inner if t == name else t for v, t in updates.items()}
-        types[inner], types[name] = ty, TensorType(ty.shape, "float32")
+        types[inner], types[name] = ty, io_type(graph, name, wrapped)
         if name in graph.inputs:
             first.append(Node("tfl.quantize", claim_name(f"{name}_quantize", taken), (name,),
                               (inner,), {"dtype": ty.dtype}))
@@ -78,3 +86,10 @@ def float_edges(graph: Graph, on: bool) -> tuple[dict[str, TensorType], Graph]:
         raise AotError("--float-io adds nodes at the model's edges: give the model, or its "
                        "graph before aot.optimize")
     return quantized_io(graph), with_float_io(graph)
+
+
+def io_type(graph: Graph, name: str, float_io: Mapping[str, TensorType]) -> TensorType:
+    """An input's or output's type in the package: float32 if `float_io`
+    (quantized_io's) wraps it, else the graph's."""
+    ty = graph.types[name]
+    return TensorType(ty.shape, "float32") if name in float_io else ty

@@ -141,6 +141,8 @@ def test_float_data_for_a_quantized_input_is_quantized_and_said_so(packages, tmp
                  str(tmp_path / "out")]) == 0
     assert f"note: {note}" in capsys.readouterr().err
     assert np.array_equal(np.load(tmp_path / "out" / "Identity.npy"), want)
+    assert main(["run", str(plain.path), "--input", str(tmp_path / "x.npy"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == [note]
 
     np.savez(tmp_path / "ds.npz", input_1=np.stack(float_inputs()[:2]))
     code = main(["verify", str(plain.path), "--model", str(KWS), "--dataset",

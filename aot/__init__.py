@@ -20,9 +20,9 @@ _COMMANDS = {name: "aot.api" for name in ("package", "run", "verify", "bench")}
 _LAZY = {"connect": "aot.deploy.device", "AotError": "aot.errors", "load": "aot.frontend",
          "interpret": "aot.interp", "Graph": "aot.ir.graph", "print_graph": "aot.ir.graph",
          "optimize": "aot.passes.pipeline", "analyze": "aot.analysis",
-         "run_stream": "aot.streaming", **_COMMANDS}
+         "run_stream": "aot.streaming", "QuantizedInput": "aot.deploy.host", **_COMMANDS}
 
-__all__ = ["AotError", "Graph", "analyze", "bench", "connect", "interpret", "load", "optimize",
+__all__ = ["AotError", "Graph", "QuantizedInput", "analyze", "bench", "connect", "interpret", "load", "optimize",
            "package", "print_graph", "run", "run_stream", "verify", "__version__"]
 
 

@@ -14,10 +14,11 @@ import numpy as np
 
 from aot.errors import AotError
 from aot.fsutil import refuse_existing
-from aot.ir.graph import Graph
+from aot.ir.graph import Graph, TensorType
 from aot.limits import board_flash
 from aot.packaging import (PackageInfo, check_fits, check_pools, check_threads, default_name,
                            model_source, package_graph, write_tir_dump)
+from aot.passes.float_io import float_edges, io_type
 from aot.targets import Board, get_board
 
 
@@ -42,7 +43,7 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
             checks: bool = False, input_shapes: Mapping | None = None,
             bind: Mapping | None = None, dump_tir: str | Path | None = None,
             threads: int = 1, tuning_records: str | Path | None = None,
-            pools: bool = False) -> PackageInfo:
+            pools: bool = False, float_io: bool = False) -> PackageInfo:
     """Compile a model into a package directory built for `board` (default:
     the CLI's, qemu-rpi4 unless $AOT_BOARD names another).
 
@@ -60,7 +61,10 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
     one-thread package's. tuning_records: an `aot tune` log whose fastest
     schedule per workload the kernels take (aot.tune.applied_records).
     pools=True splits the arena over the board's RAM banks, hottest tensors
-    in the fastest (docs/package.md "Memory pools").
+    in the fastest (docs/package.md "Memory pools"). float_io=True: the
+    model's quantized inputs and outputs are float32 in the package, quantized
+    and dequantized by the run as TFLite does (docs/package.md "Float I/O");
+    a model without any is packaged as it is (metadata.json has no float_io).
     """
     import aot
     from aot.frontend.shapes import LoadOptions, options_json
@@ -85,10 +89,11 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
         out_dir = Path(name)
     source = (None if isinstance(model_or_graph, Graph) else
               {**model_source(model_or_graph), **options_json(opts)})
+    wrapped, graph = float_edges(graph, float_io)
     with board_flash(brd.name, brd.flash_bytes), applied_records(tuning_records, brd.target):
         graph = as_graph(graph)
         info = package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,
-                             extra_cflags, profile, checks, source, threads, pools)
+                             extra_cflags, profile, checks, source, threads, pools, wrapped)
         if dump_tir is not None:
             write_tir_dump(graph, brd, Path(dump_tir), force, threads)
     return info
@@ -137,8 +142,11 @@ def run(model_or_package: str | Path | Graph,
     """What `aot run` does: run a package directory (or a model, packaged
     into a temporary directory) once on `board` (default: the CLI's).
     `inputs` is {input name: array} or a list in input order; the result
-    is {output name: array}."""
+    is {output name: array}. Float data for a quantized input (a package
+    without --float-io) is quantized with the package's scale and zero point
+    as TFLite does, and a QuantizedInput warning says so."""
     from aot.deploy import check_runs_on, run_package
+    from aot.deploy.host import warn_notes
     from aot.packaging import read_metadata
 
     brd = get_board(board)
@@ -148,6 +156,7 @@ def run(model_or_package: str | Path | Graph,
         meta = read_metadata(pkg)
         check_runs_on(pkg, meta, brd)
         result = run_package(pkg, brd, inputs, warmup=0, runs=1)
+    warn_notes(result.notes)
     return dict(zip((o["name"] for o in meta["outputs"]), result.outputs))
 
 
@@ -213,7 +222,7 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
            dataset: str | Path | None = None, atol: float | None = None,
            rtol: float | None = None, source: str | Path | None = None,
            input_shapes: Mapping | None = None, bind: Mapping | None = None,
-           threads: int = 1) -> dict:
+           threads: int = 1, float_io: bool = False) -> dict:
     """What `aot verify` does: package `model` for `board` (default: the
     CLI's), run it there and compare with the reference runtime on the same
     inputs. The package is kept in out_dir if given, else built in a
@@ -244,12 +253,21 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
     stream instead (aot.streaming.verify_stream): the dataset's samples in
     order, else max(count, 50) feature-like steps (inputs "stream"), a row
     per output and per state tensor, and `stream`: {steps, state,
-    nonzero_output_steps, first_mismatch}."""
+    nonzero_output_steps, first_mismatch}.
+
+    float_io packages the model as aot.package(float_io=True) does; such a
+    package (or a package directory built so) is compared with the
+    float-wrapped reference: its float inputs quantized as TFLite does, the
+    model run, its outputs dequantized ("float_io": true). Its inputs are
+    the real values of the saved or random ones, or the dataset's. Float
+    data of a dataset for a package without float I/O is quantized with the
+    model's scale and zero point: "notes" say so."""
     import aot
     from aot.deploy import check_runs_on
     from aot.frontend.shapes import LoadOptions, options_json
     from aot.packaging import model_source, read_metadata
-    from aot.validate import Tolerance, check_package_io, dequantized_steps, package_model
+    from aot.validate import (Tolerance, check_package_io, dequantized_steps, float_samples,
+                              package_model, quantize_samples)
     from aot import streaming
 
     tol = Tolerance(atol, rtol)
@@ -277,7 +295,8 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
                                "verifying it as built is not supported yet (verify the model "
                                "file: its state is compared step by step)")
             bound = {n: graph.constants[n] for n in opts.bind}   # the reference's feeds
-            check_package_io(graph, meta, model_path, pkg)
+            wrapped, packaged = float_edges(graph, bool(meta.get("float_io")))
+            check_package_io(packaged, meta, model_path, pkg)
             origin, samples = _verify_inputs(model_path, graph, dataset, count, seed)
             summary = {"package": str(pkg), **{k: meta[k] for k in (
                 "arena_bytes", "arena_lower_bound_bytes", "params_bytes")}}
@@ -295,6 +314,8 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
             check_fits(graph, brd)
             name = default_name(graph, None, model_path)
             if streaming.streams(model_path, graph):    # outputs and state over a stream
+                if float_io:
+                    raise AotError("verify --float-io: streaming models are not supported yet")
                 if threads != 1:
                     raise AotError("verify --threads: streaming models are not supported yet "
                                    "(package with --threads and compare runs instead)")
@@ -305,20 +326,27 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
                     model_path, graph, brd, name, where, codegen, steps, origin, tol,
                     extra_cflags=extra_cflags, checks=checks,
                     source={**model_source(model_path), **options_json(opts)})
+            wrapped, packaged = float_edges(graph, float_io)
             graph = as_graph(graph)
             origin, samples = _verify_inputs(model_path, graph, dataset, count, seed)
             where = Path(out_dir) if out_dir else Path(
                 stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-"))) / "pkg"
             check_threads(brd, threads)
-            info = package_graph(graph, brd, where, codegen, name, extra_cflags=extra_cflags,
-                                 checks=checks, threads=threads,
+            info = package_graph(as_graph(packaged) if wrapped else graph, brd, where, codegen,
+                                 name, extra_cflags=extra_cflags, checks=checks,
+                                 threads=threads, float_io=wrapped,
                                  source={**model_source(model_path), **options_json(opts)})
             pkg, summary = info.path, info.summary()
-        results = _board_outputs(pkg, brd, samples)
-    reference, rows = _compare_outputs(model_path, graph, samples, results, tol, bound, steps)
+        # the board's inputs; the reference's: those quantized (a float-io package's float-wrap)
+        samples = float_samples(samples, graph, wrapped)
+        fed, notes = quantize_samples(samples, graph)
+        results = _board_outputs(pkg, brd, samples if wrapped else fed)
+    reference, rows = _compare_outputs(model_path, graph, fed, results, tol, bound, steps,
+                                       wrapped)
     return {"ok": all(r["ok"] for r in rows), "reference": reference, "inputs": origin,
             "samples": len(samples), "count": len(samples), "model": str(model_path),
-            "board": brd.name, "outputs": rows, "package": summary}
+            "board": brd.name, "outputs": rows, "package": summary,
+            **({"float_io": True} if wrapped else {"notes": notes} if notes else {})}
 
 
 def _verify_inputs(model: Path, graph: Graph, dataset: str | Path | None, count: int,
@@ -363,16 +391,18 @@ def _board_outputs(pkg: Path, board: Board, samples: list[list[np.ndarray]]
 
 def _compare_outputs(model: Path, graph: Graph, samples: list[list[np.ndarray]],
                      results: list[list[np.ndarray]], tol,
-                     bound: Mapping[str, np.ndarray], steps: Mapping[str, float | None]
-                     ) -> tuple[str, list[dict]]:
+                     bound: Mapping[str, np.ndarray], steps: Mapping[str, float | None],
+                     float_io: Mapping[str, TensorType]) -> tuple[str, list[dict]]:
     """(reference runtime, a metrics row per output) over all samples;
-    `steps`: the quantization step of outputs the model dequantizes. A
-    value-sized output is compared in its valid entries (its count output's
-    number, which must be the reference's size; the count is no row)."""
+    `steps`: the quantization step of outputs the model dequantizes;
+    `float_io`: the outputs a --float-io package dequantizes, which the
+    reference's are too. A value-sized output is compared in its valid
+    entries (its count output's number, which must be the reference's size;
+    the count is no row)."""
     from aot import progress
     from aot.deploy.reference import reference_outputs
     from aot.ops.detect import count_outputs, valid_entries
-    from aot.validate import output_metrics
+    from aot.validate import dequantize_outputs, output_metrics
 
     counts = count_outputs(graph)
     results = [list(valid_entries(counts, dict(zip(graph.outputs, r))).values())
@@ -383,11 +413,12 @@ def _compare_outputs(model: Path, graph: Graph, samples: list[list[np.ndarray]],
                        total=len(samples)) as step:
         for inputs, got in zip(samples, results):
             reference, want = reference_outputs(model, graph, inputs, bound)
+            want = dequantize_outputs(want, graph, float_io)
             if len(want) != len(got):
                 raise AotError(f"the reference gives {len(want)} outputs, the package "
                                f"{len(got)}")
             wants.append(want)
             step.advance()
     return reference, [output_metrics(name, [r[k] for r in results], [w[k] for w in wants],
-                                      graph.types[name], tol, steps.get(name))
+                                      io_type(graph, name, float_io), tol, steps.get(name))
                        for k, name in enumerate(names)]

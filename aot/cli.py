@@ -175,7 +175,11 @@ def cmd_package(args: argparse.Namespace) -> int:
     info = package(args.model, board=_board(args), codegen=args.codegen, name=args.name,
                    out_dir=args.output, io_in_arena=args.io_in_arena, force=args.force,
                    profile=args.profile, checks=args.checks, dump_tir=args.dump_tir,
-                   threads=args.threads, pools=args.pools, **_load_kwargs(args))
+                   threads=args.threads, pools=args.pools, float_io=args.float_io,
+                   **_load_kwargs(args))
+    if args.float_io and not info.metadata.get("float_io"):
+        print("note: --float-io: the model has no quantized input or output; packaged as it "
+              "is", file=sys.stderr)
     if args.json:
         emit_json(info.summary())
     else:
@@ -211,10 +215,27 @@ def _read_inputs(specs: list[str], names: list[str]) -> list[np.ndarray]:
     return [by_name[n] for n in names]
 
 
+def _run_noting(pkg: Path, inputs: dict, board) -> tuple[dict, list[str]]:
+    """(outputs, notes): aot.run's outputs and the QuantizedInput warnings it
+    gave (float data quantized), which aot run prints as notes."""
+    import warnings
+
+    from aot.api import run
+    from aot.deploy.host import QuantizedInput
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", QuantizedInput)
+        outputs = run(pkg, inputs, board=board)
+    for w in caught:        # any other warning, as it would have shown
+        if not issubclass(w.category, QuantizedInput):
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return outputs, [str(w.message) for w in caught if issubclass(w.category, QuantizedInput)]
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import contextlib
 
-    from aot.api import package_dir, run
+    from aot.api import package_dir
     from aot.packaging import read_metadata
 
     board = _board(args)
@@ -232,9 +253,15 @@ def cmd_run(args: argparse.Namespace) -> int:
                           **_load_kwargs(args))
         meta = read_metadata(pkg)
         names = [i["name"] for i in meta["inputs"]]
-        outputs = run(pkg, dict(zip(names, _read_inputs(args.input, names))), board=board)
+        outputs, notes = _run_noting(pkg, dict(zip(names, _read_inputs(args.input, names))),
+                                     board)
+    extra = {"notes": notes} if notes else {}
+    if not args.json:
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
     if args.out is None:
-        return _show_outputs(args, [(o["name"], outputs[o["name"]]) for o in meta["outputs"]])
+        return _show_outputs(args, [(o["name"], outputs[o["name"]]) for o in meta["outputs"]],
+                             **extra)
     # Files are named after the outputs' C names: unique, and safe as file
     # names whatever the model calls its tensors.
     outs = [{"name": spec["name"], "file": str(Path(args.out) / f"{spec['c_name']}.npy"),
@@ -245,7 +272,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             np.save(tmp / Path(o["file"]).name, outputs[o["name"]])
     write_dir_atomically(Path(args.out), fill, args.force)
     if args.json:
-        emit_json({"ok": True, "outputs": outs})
+        emit_json({"ok": True, "outputs": outs, **extra})
     else:
         for o in outs:
             print(f"{o['file']}: {o['name']} {o['dtype']}{o['shape']}")
@@ -307,10 +334,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     out = verify(args.model, board=_board(args), codegen=args.codegen, count=args.count,
                  checks=args.checks, dataset=args.dataset, atol=args.atol, rtol=args.rtol,
-                 source=args.source, threads=args.threads, **_load_kwargs(args))
+                 source=args.source, threads=args.threads, float_io=args.float_io,
+                 **_load_kwargs(args))
     if args.json:
         emit_json({k: out[k] for k in ("ok", "reference", "inputs", "samples", "count",
-                                       "model", "board", "outputs", "stream") if k in out})
+                                       "model", "board", "outputs", "stream", "float_io",
+                                       "notes") if k in out})
     else:
         _print_verify(out)
     return 0 if out["ok"] else 1
@@ -346,7 +375,11 @@ def _print_verify(out: dict[str, Any]) -> None:
         elif r.get("step"):
             console.print(f"{r['name']}: dequantized by the model in steps of {r['step']:.4g}, "
                           "held to one step unless --atol is given", markup=False)
+    for note in out.get("notes", ()):
+        console.print(f"note: {note}", markup=False)
     runs = f"{n} samples, " if n > 1 else ""
+    if out.get("float_io"):     # the reference's own int8 I/O, wrapped as the package is
+        runs = "float I/O: inputs quantized and outputs dequantized as TFLite does; " + runs
     if "stream" in out:     # a stateful model: one stream, its state compared after each step
         s = out["stream"]
         runs = (f"a stream of {s['steps']} steps, outputs and {len(s['state'])} state tensors; "
@@ -649,6 +682,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dump-tir", metavar="DIR",
                    help="write each kernel's TIR as lowered and after each TIR pass into DIR "
                    "(replaced with --force)")
+    p.add_argument("--float-io", action="store_true",
+                   help="float32 in place of the model's quantized inputs and outputs, "
+                   "quantized and dequantized by the run as TFLite does")
     _threads_arg(p)
 
     p = add("run", "run a model or a package on a board", cmd_run)
@@ -689,6 +725,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "the file its metadata.json names)")
     p.add_argument("--checks", action="store_true",
                    help="package with the harness's guard bytes (aot package --checks)")
+    p.add_argument("--float-io", action="store_true",
+                   help="package with float inputs and outputs (aot package --float-io)")
     _threads_arg(p)
     _ssh_args(p)
 

@@ -19,7 +19,7 @@ import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from aot.executor.liveness import MemoryPlan, elide_views, plan_kernels
 from aot.executor.params import SECTION, LinkedParams, link_params
 from aot.firmware import template_context
 from aot.fsutil import write_dir_atomically
-from aot.ir.graph import Graph
+from aot.ir.graph import Graph, TensorType
 from aot.ir.tir import is_split
 from aot.ops import node_macs
 from aot.resources import data_dir
@@ -99,16 +99,18 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _tensor_json(graph: Graph, name: str, c_name: str, offset) -> dict[str, Any]:
-    ty = graph.types[name]
-    out: dict[str, Any] = {"name": name, "c_name": c_name, "shape": list(ty.shape),
-                           "dtype": ty.dtype, "bytes": ty.nbytes}
+def _tensor_json(graph: Graph, io: dict) -> dict[str, Any]:
+    """An input's or output's row (io: its build_context row); a --float-io
+    one names the model's quantized type of it as "float_io"."""
+    ty = graph.types[io["tensor"]]
+    out: dict[str, Any] = {"name": io["tensor"], "c_name": io["member"],
+                           "shape": list(ty.shape), "dtype": ty.dtype, "bytes": ty.nbytes}
     if ty.quant is not None:
-        out["quant"] = {"scale": [float(s) for s in ty.quant.scale],
-                        "zero_point": [int(z) for z in ty.quant.zero_point],
-                        "axis": ty.quant.axis}
-    if offset is not None:
-        out["arena_offset"] = offset
+        out["quant"] = ty.quant.as_json()
+    if io["float_io"]:
+        out["float_io"] = io["float_io"]
+    if io["offset"] is not None:
+        out["arena_offset"] = io["offset"]
     return out
 
 
@@ -159,11 +161,11 @@ def metadata(graph: Graph, kernels, mem: MemoryPlan, other: MemoryPlan, params: 
         "name": context["name"], "model": graph.name, "board": board.name, "codegen": codegen,
         "target": {"name": t.name, "triple": t.triple, "cpu": t.cpu, "features": t.features,
                    "cflags": list(t.cflags)},
-        "inputs": [_tensor_json(graph, io["tensor"], io["member"], io["offset"])
-                   for io in context["inputs"]],
-        "outputs": [{**_tensor_json(graph, io["tensor"], io["member"], io["offset"]),
+        "inputs": [_tensor_json(graph, io) for io in context["inputs"]],
+        "outputs": [{**_tensor_json(graph, io),
                      **({"count_of": io["count_of"]} if io["count_of"] else {})}
                     for io in context["outputs"]],
+        **({"float_io": True} if context["float_io"] else {}),
         "arena_bytes": mem.arena_bytes, "arena_lower_bound_bytes": mem.lower_bound_bytes,
         "arena_align": mem.align, "io_in_arena": mem.io_in_arena,
         "arena_bytes_io_outside": (other if mem.io_in_arena else mem).arena_bytes,
@@ -252,10 +254,13 @@ def check_pools(board: Board, io_in_arena: bool, threads: int) -> None:
 
 
 def generate(graph: Graph, board: Board, codegen: str, name: str,
-             io_in_arena: bool, threads: int = 1, pools: bool = False) -> Generated:
+             io_in_arena: bool, threads: int = 1, pools: bool = False,
+             float_io: Mapping[str, TensorType] | None = None) -> Generated:
     """Every file of the package but the compiled ones; threads > 1 splits
     the heavy kernels over a pool of that many (aot/lower/parallel.py);
-    pools splits the arena over the board's RAM banks (aot/executor/pools.py)."""
+    pools splits the arena over the board's RAM banks (aot/executor/pools.py);
+    float_io: the model's quantized types of the float32 inputs and outputs
+    of a graph through aot.passes.float_io.with_float_io."""
     from aot.codegen import c_declarations, emit_c
     from aot.lower import lower_graph
     from aot.lower.parallel import split_kernel
@@ -317,7 +322,7 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
     context = build_context(graph, kernels, mem, params, names, csrc.symbols,
                             "\n".join(csrc.prototypes),
                             {**meta, "c_sources": c_sources, "asm_sources": asm_sources,
-                             "prebuilt_objects": prebuilt})
+                             "prebuilt_objects": prebuilt}, float_io)
     files.update({path: text.encode() for path, text in render(context).items()})
     if params.has_blob:
         files[f"src/{name}_params.bin"] = params.blob()
@@ -338,7 +343,8 @@ def _kernel_file(folder: str, name: str, part: int, ext: str) -> str:
 def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
                io_in_arena: bool, extra_cflags: tuple[str, ...] = (), profile: bool = False,
                checks: bool = False, source: dict | None = None,
-               threads: int = 1, pools: bool = False) -> tuple[dict, float]:
+               threads: int = 1, pools: bool = False,
+               float_io: Mapping[str, TensorType] | None = None) -> tuple[dict, float]:
     """Write and build the whole package in `pkg`; (metadata, compile seconds).
 
     extra_cflags (tests, debugging: sanitizers, -O1 -g) are added to every
@@ -352,7 +358,7 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
     from aot.footprint import library_footprint
 
     with progress.step(f"compile {name} for {board.name} ({codegen})"):
-        gen = generate(graph, board, codegen, name, io_in_arena, threads, pools)
+        gen = generate(graph, board, codegen, name, io_in_arena, threads, pools, float_io)
     for path, data in sorted(gen.files.items()):
         (pkg / path).parent.mkdir(parents=True, exist_ok=True)
         (pkg / path).write_bytes(data)
@@ -396,8 +402,10 @@ def package_graph(graph: Graph, board: Board, out_dir: Path, codegen: str = "c",
                   force: bool = False, extra_cflags: Sequence[str] = (),
                   profile: bool = False, checks: bool = False,
                   source: dict | None = None, threads: int = 1,
-                  pools: bool = False) -> PackageInfo:
-    """Package an optimized graph into `out_dir` (created atomically)."""
+                  pools: bool = False, float_io: Mapping[str, TensorType] | None = None
+                  ) -> PackageInfo:
+    """Package an optimized graph into `out_dir` (created atomically);
+    float_io as generate's."""
     name = default_name(graph, name)
     result: dict = {}
 
@@ -405,7 +413,7 @@ def package_graph(graph: Graph, board: Board, out_dir: Path, codegen: str = "c",
         result["meta"], result["seconds"] = build_into(tmp, graph, board, codegen, name,
                                                        io_in_arena, tuple(extra_cflags),
                                                        profile, checks, source, threads,
-                                                       pools)
+                                                       pools, float_io)
     write_dir_atomically(Path(out_dir), fill, force)
     meta = result["meta"]
     return PackageInfo(Path(out_dir), name, board.name, codegen, meta["arena_bytes"],

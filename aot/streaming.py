@@ -218,11 +218,12 @@ def streams(path: Path, graph: Graph) -> bool:
 
 
 def stream_inputs(graph: Graph, dataset, count: int, seed: int) -> tuple[str, list]:
-    """(origin, steps): a dataset's samples in order, else max(count, MIN_STEPS)
+    """(origin, steps): a dataset's samples in order (float data for a
+    quantized input quantized as TFLite does), else max(count, MIN_STEPS)
     feature-like steps."""
     if dataset is not None:
-        from aot.validate import load_dataset
-        return "dataset", load_dataset(dataset, graph)
+        from aot.validate import load_dataset, quantize_samples
+        return "dataset", quantize_samples(load_dataset(dataset, graph), graph)[0]
     return "stream", feature_stream(graph, max(count, MIN_STEPS), seed)
 
 

@@ -64,16 +64,11 @@ def check_counts(warmup: int, repeat: int) -> None:
 def package_inputs(meta: dict, seed: int = 0) -> list[np.ndarray]:
     """Deterministic random inputs of the package's shapes and dtypes
     (the kernels' speed does not depend on the values)."""
-    from aot.ir.graph import Quant, TensorType
+    from aot.deploy.host import spec_type
     from aot.testing import random_array
 
     rng = np.random.default_rng(seed)
-    out = []
-    for spec in meta["inputs"]:
-        q = spec.get("quant")
-        quant = Quant(tuple(q["scale"]), tuple(q["zero_point"]), q["axis"]) if q else None
-        out.append(random_array(TensorType(tuple(spec["shape"]), spec["dtype"], quant), rng))
-    return out
+    return [random_array(spec_type(spec), rng) for spec in meta["inputs"]]
 
 
 def bench_package(pkg: Path, board, inputs: Sequence[np.ndarray], warmup: int,

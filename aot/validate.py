@@ -14,12 +14,13 @@ from __future__ import annotations
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from aot.errors import AotError
 from aot.ir.graph import Graph, Quant, TensorType
+from aot.passes.float_io import quantizable
 
 SUFFIXES = (".npz", ".npy")
 
@@ -109,17 +110,58 @@ def _one_sample(where: Path, name: str, ty: TensorType, array: np.ndarray) -> np
 
 def _cast(where: Path, name: str, ty: TensorType, array: np.ndarray) -> np.ndarray:
     """The exact dtype, except float64 data for a float32 input (numpy's
-    default float): that cast is what any float32 runtime would do to it."""
+    default float): that cast is what any float32 runtime would do to it;
+    and float data for a per-tensor quantized input, kept as float32 for
+    quantize_samples."""
     if array.dtype.name == ty.dtype:
         return array
-    if array.dtype == np.float64 and ty.dtype == "float32":
+    if array.dtype.kind == "f" and (ty.dtype == "float32" or quantizable(ty)):
         return array.astype(np.float32)
-    hint = ""
-    if ty.quant is not None and array.dtype.kind == "f" and not ty.quant.per_channel:
-        hint = (f" (quantize it first: q = round(x / {ty.quant.scale[0]:.9g}) + "
-                f"{ty.quant.zero_point[0]})")
-    raise AotError(f"dataset {where}: input '{name}' is {ty.dtype}, got {array.dtype.name}"
-                   + hint)
+    raise AotError(f"dataset {where}: input '{name}' is {ty.dtype}, got {array.dtype.name}")
+
+
+def quantize_float(name: str, array, ty: TensorType) -> tuple[np.ndarray, str | None]:
+    """(array, note): float data for a quantizable input quantized with its
+    scale and zero point as TFLite's QUANTIZE does, and a note saying so;
+    anything else as it is, with no note."""
+    from aot.ops.tflite_int8 import quantize_array
+
+    array = np.asarray(array)
+    if array.dtype.kind != "f" or not quantizable(ty):
+        return array, None
+    scale, zero_point = float(ty.quant.scale[0]), int(ty.quant.zero_point[0])
+    return (quantize_array(array, scale, zero_point, ty.dtype),
+            f"{name}: {array.dtype.name} quantized to {ty.dtype} with scale={scale:.9g}, "
+            f"zero_point={zero_point}")
+
+
+def quantize_samples(samples: Sequence[Sequence[np.ndarray]], graph: Graph
+                     ) -> tuple[list[list[np.ndarray]], list[str]]:
+    """(samples, notes): each sample's float data for the graph's quantizable
+    inputs quantized (quantize_float), and one note per input so fed."""
+    notes: dict[str, None] = {}
+    out = []
+    for sample in samples:
+        row = []
+        for name, array in zip(graph.inputs, sample):
+            array, note = quantize_float(name, array, graph.types[name])
+            row.append(array)
+            if note:
+                notes[note] = None
+        out.append(row)
+    return out, list(notes)
+
+
+def float_samples(samples: Sequence[Sequence[np.ndarray]], graph: Graph,
+                  float_io: Mapping[str, TensorType]) -> list[list[np.ndarray]]:
+    """The samples a --float-io package takes: the integer data of each
+    input in `float_io` dequantized to its real values (float32, as TFLite's
+    DEQUANTIZE gives them)."""
+    from aot.ops.tflite_int8 import dequantize_array
+
+    return [[dequantize_array(x, float_io[n].quant) if n in float_io and
+             np.asarray(x).dtype.kind in "iu" else x for n, x in zip(graph.inputs, sample)]
+            for sample in samples]
 
 
 def _directory_samples(folder: Path, graph: Graph) -> list[list[np.ndarray]]:
@@ -137,6 +179,16 @@ def _directory_samples(folder: Path, graph: Graph) -> list[list[np.ndarray]]:
         samples.append([_one_sample(f, n, graph.types[n], _pick(f, arrays, graph, n))
                         for n in graph.inputs])
     return samples
+
+
+def dequantize_outputs(outputs: Sequence[np.ndarray], graph: Graph,
+                       float_io: Mapping[str, TensorType]) -> list[np.ndarray]:
+    """The model's outputs with each one in `float_io` dequantized as
+    TFLite's DEQUANTIZE does: what a --float-io package gives."""
+    from aot.ops.tflite_int8 import dequantize_array
+
+    return [dequantize_array(np.asarray(y), float_io[n].quant) if n in float_io else y
+            for n, y in zip(graph.outputs, outputs)]
 
 
 # -------------------------------------------------------------------- metrics

@@ -8,12 +8,13 @@ and reads what it needs (emulator, CPU, machine, host) from board.options.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.deploy.host import RunResult, check_cpu, run_local
+from aot.deploy.host import RunResult, check_cpu, quantize_floats, run_local
 from aot.deploy.qemu_user import run_qemu_user
 from aot.deploy.qemu_system import run_qemu_system
 from aot.errors import AotError
@@ -56,12 +57,18 @@ def check_runs_on(pkg: Path, meta: dict, board: Board) -> None:
 
 def run_package(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int = 0,
                 runs: int = 1) -> RunResult:
+    """Run the package's harness on the board; float data for a quantized
+    input is quantized first, the result's notes say so (quantize_floats)."""
     try:
         transport = TRANSPORTS[board.transport]
     except KeyError:
         raise AotError(f"board '{board.name}': transport '{board.transport}' is not supported "
                        "yet") from None
-    return transport(Path(pkg), board, inputs, warmup, runs)
+    from aot.packaging import read_metadata
+
+    inputs, notes = quantize_floats(read_metadata(pkg), inputs)
+    result = transport(Path(pkg), board, inputs, warmup, runs)
+    return replace(result, notes=tuple(notes)) if notes else result
 
 
 __all__ = ["RunResult", "run_package", "TRANSPORTS", "check_runs_on"]

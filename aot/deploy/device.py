@@ -19,12 +19,13 @@ import signal
 import subprocess
 import tempfile
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Mapping, Sequence
 
 import numpy as np
 
-from aot.deploy.host import RunResult
+from aot.deploy.host import RunResult, quantize_floats, warn_notes
 from aot.deploy.serve import ServeClient
 from aot.errors import AotError
 from aot.targets import Board, get_board
@@ -198,21 +199,26 @@ class Device:
         """Run the package once on the board: {output name: array}. `inputs`
         is {input name: array} (ONNX Runtime's habit) or a list in the
         package's input order; a wrong name or shape is an AotError that
-        lists the package's inputs."""
+        lists the package's inputs. Float data for a quantized input is
+        quantized (a QuantizedInput warning says so)."""
         result = self.request(pkg, inputs)
+        warn_notes(result.notes)
         session = self._sessions[Path(pkg).resolve()]
         return dict(zip((o["name"] for o in session.meta["outputs"]), result.outputs))
 
     def request(self, pkg: str | Path, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
                 warmup: int = 0, runs: int = 1) -> RunResult:
         """`warmup` untimed runs, then `runs` timed ones: the outputs of the
-        last, each run's time (and a --profile package's kernel times)."""
+        last, each run's time (and a --profile package's kernel times); float
+        data for a quantized input is quantized, the result's notes say so."""
         key = Path(pkg).resolve()
         session = self._sessions.get(key)
         if session is None:
             session = self._sessions[key] = self._start(key)
+        inputs, notes = quantize_floats(session.meta, inputs)
         try:
-            return session.request(inputs, warmup, runs)
+            result = session.request(inputs, warmup, runs)
+            return replace(result, notes=tuple(notes)) if notes else result
         except AotError:
             if not session.client.alive:    # a crash or protocol error ends the session
                 del self._sessions[key]

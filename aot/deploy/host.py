@@ -12,6 +12,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from aot.errors import AotError
+from aot.ir.graph import Quant, TensorType
 from aot.targets import Board
 
 TIMEOUT_S = 600
@@ -37,6 +38,8 @@ class RunResult:
     # profiled run, where the transport counts them (qemu-user); else None.
     instructions: list[int] | None = None
     profile_instructions: list[list[int]] | None = None
+    # What was done to the inputs on the way (quantize_floats), one line each.
+    notes: tuple[str, ...] = ()
 
     @property
     def times_us(self) -> list[float]:
@@ -63,6 +66,42 @@ def ordered_inputs(meta: dict, inputs: Mapping[str, np.ndarray] | Sequence[np.nd
                 else f"no array for input {', '.join(map(repr, missing))}")
         raise AotError(f"{what}: the package takes {expected_inputs(meta)}")
     return [inputs[n] for n in names]
+
+
+class QuantizedInput(UserWarning):
+    """Float data was quantized for a quantized input (quantize_floats):
+    aot.run and Device.run say so with this warning."""
+
+
+def spec_type(spec: dict) -> TensorType:
+    """The type of an input or output row of metadata.json."""
+    q = spec.get("quant")
+    quant = Quant(tuple(q["scale"]), tuple(q["zero_point"]), q["axis"]) if q else None
+    return TensorType(tuple(spec["shape"]), spec["dtype"], quant)
+
+
+def quantize_floats(meta: dict, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]
+                    ) -> tuple[list, list[str]]:
+    """(inputs in the package's order, notes): float data for a quantized
+    input of a package (one without --float-io) quantized with the
+    package's scale and zero point as TFLite's QUANTIZE does, and a note per
+    input so fed (aot.validate.quantize_float)."""
+    from aot.validate import quantize_float
+
+    out, notes = ordered_inputs(meta, inputs), []
+    for i, (spec, array) in enumerate(zip(meta["inputs"], list(out))):
+        out[i], note = quantize_float(spec["name"], array, spec_type(spec))
+        notes += [note] if note else []
+    return out, notes
+
+
+def warn_notes(notes: Sequence[str]) -> None:
+    """Each note as a QuantizedInput warning, pointing at the caller's caller
+    (the user's aot.run or dev.run)."""
+    import warnings
+
+    for note in notes:
+        warnings.warn(note, QuantizedInput, stacklevel=3)
 
 
 def check_inputs(meta: dict, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import jinja2
 import numpy as np
@@ -63,8 +63,11 @@ def _quant(ty: TensorType) -> dict | None:
             "zero_point": ", ".join(str(int(z)) for z in q.zero_point)}
 
 
-def _io(graph: Graph, mem: MemoryPlan, direction: str, names: Sequence[str], NAME: str
-        ) -> list[dict]:
+def _io(graph: Graph, mem: MemoryPlan, direction: str, names: Sequence[str], NAME: str,
+        float_io: Mapping[str, TensorType]) -> list[dict]:
+    """The templates' rows of the inputs or outputs; `float_io`: the model's
+    quantized type of each tensor the package takes or gives as float32
+    (aot/passes/float_io.py), whose scale and zero point the header states."""
     members: set[str] = set()
     macros: set[str] = set()
     out = []
@@ -73,13 +76,16 @@ def _io(graph: Graph, mem: MemoryPlan, direction: str, names: Sequence[str], NAM
         member = c_identifier(tensor, members)
         macro = f"{NAME}_{direction.upper()}_" + c_identifier(member.upper(), macros)
         place = mem.places.get(tensor)
+        stored = float_io.get(tensor)
         out.append({
             "direction": direction, "index": i, "tensor": tensor, "member": member,
             "macro": macro, "name_literal": c_string(tensor), "dtype": ty.dtype,
             "ctype": c_type(ty.dtype), "size": ty.size, "nbytes": ty.nbytes,
             "shape": list(ty.shape), "shape_init": ", ".join(str(d) for d in ty.shape),
-            "quant": _quant(ty), "comment": c_comment(f"{tensor}: {ty}" + (
+            "quant": _quant(stored or ty), "comment": c_comment(f"{tensor}: {ty}" + (
                 ", IEEE half-precision bits in uint16_t" if ty.dtype == "float16" else "")),
+            "float_io": ({"dtype": stored.dtype, "quant": stored.quant.as_json()}
+                         if stored else None),
             "offset": place.offset if place is not None and place.kind == "arena" else None,
             "count_of": None,
         })
@@ -243,11 +249,12 @@ def _states(graph: Graph, names: Names, params: LinkedParams) -> list[dict]:
 
 def build_context(graph: Graph, kernels: Sequence[Kernel], mem: MemoryPlan,
                   params: LinkedParams, names: Names, symbols: dict[str, str], prototypes: str,
-                  meta: dict[str, Any]) -> dict[str, Any]:
+                  meta: dict[str, Any], float_io: Mapping[str, TensorType] | None = None
+                  ) -> dict[str, Any]:
     name = names.name
     NAME = name.upper()
-    inputs = _io(graph, mem, "input", graph.inputs, NAME)
-    outputs = _io(graph, mem, "output", graph.outputs, NAME)
+    inputs = _io(graph, mem, "input", graph.inputs, NAME, float_io or {})
+    outputs = _io(graph, mem, "output", graph.outputs, NAME, float_io or {})
     _mark_counts(graph, outputs)
     states = _states(graph, names, params)
     places = _Places(graph, mem, inputs, outputs, states)
@@ -264,6 +271,7 @@ def build_context(graph: Graph, kernels: Sequence[Kernel], mem: MemoryPlan,
                   for p in params.arrays]
     return {
         **meta, "name": name, "NAME": NAME, "threads": names.threads,
+        "float_io": bool(float_io),
         "title": c_comment(name if graph.name in ("", name) else f"{name} (model {graph.name})"),
         "inputs": inputs, "outputs": outputs, "states": states, "has_state": bool(states),
         "state_bytes": sum(graph.types[s["tensor"]].nbytes for s in states),

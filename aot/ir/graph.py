@@ -36,6 +36,11 @@ class Quant:
     def per_channel(self) -> bool:
         return self.axis is not None
 
+    def as_json(self) -> dict[str, Any]:
+        """As metadata.json writes it: {scale: [...], zero_point: [...], axis}."""
+        return {"scale": [float(s) for s in self.scale],
+                "zero_point": [int(z) for z in self.zero_point], "axis": self.axis}
+
     def __str__(self) -> str:
         if self.axis is None:
             return f"q(s={self.scale[0]:.6g}, zp={self.zero_point[0]})"

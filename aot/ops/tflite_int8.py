@@ -561,13 +561,20 @@ def quantize(call: Call, args):
     lo, hi = INT_RANGE[out_ty.dtype]
     x = args[0]
     if x.dtype.kind == "f":
-        q = qmath.round_half_away_array(x.astype(np.float32) / np.float32(s_out))
-        y = np.clip(q.astype(np.int64) + zp_out, lo, hi)
-    else:
-        s_in, zp_in = scale_zp(call.in_types[0], "the input", node)
-        m, e = qmath.quantize_multiplier(s_in / s_out)
-        y = qmath.clamp(qmath.mbqm(x.astype(np.int64) - zp_in, m, e) + zp_out, lo, hi)
+        return [quantize_array(x, s_out, zp_out, out_ty.dtype)]
+    s_in, zp_in = scale_zp(call.in_types[0], "the input", node)
+    m, e = qmath.quantize_multiplier(s_in / s_out)
+    y = qmath.clamp(qmath.mbqm(x.astype(np.int64) - zp_in, m, e) + zp_out, lo, hi)
     return [y.astype(out_ty.dtype)]
+
+
+def quantize_array(x: np.ndarray, scale: float, zero_point: int, dtype: str) -> np.ndarray:
+    """TFLite's float QUANTIZE (AffineQuantize): round half away from zero
+    of float32(x) / float32(scale), plus the zero point, clamped to dtype."""
+    lo, hi = INT_RANGE[dtype]
+    q = qmath.round_half_away_array(np.asarray(x).astype(np.float32) / np.float32(scale))
+    q = np.clip(q, -2.0 ** 31, 2.0 ** 31)      # an int64 holds it (the clamp saturates anyway)
+    return np.clip(q.astype(np.int64) + int(zero_point), lo, hi).astype(dtype)
 
 
 def _dequantize_infer(sig: Sig):

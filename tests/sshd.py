@@ -1,6 +1,6 @@
 """A real OpenSSH sshd on 127.0.0.1 for tests of boards reached over SSH.
 
-    from sshd import sshd, Sshd      # a module-scoped pytest fixture, or:
+    from sshd import sshd, Sshd      # a module-scoped pytest fixture (jump_sshd: a second), or:
     with running_sshd(tmp_dir) as server:
         server.host, server.port, server.user, server.key, server.known_hosts
 
@@ -47,6 +47,12 @@ class Sshd:
 
     def known_hosts_line(self, public_key: str | None = None) -> str:
         return f"[{self.host}]:{self.port} {public_key or self.host_key_pub}\n"
+
+    def ssh_config(self, alias: str, *extra: str) -> str:
+        """A ~/.ssh/config block that names this server `alias`."""
+        return "\n".join([f"Host {alias}", f"  HostName {self.host}", f"  Port {self.port}",
+                          f"  User {self.user}", f"  IdentityFile {self.key}",
+                          *(f"  {line}" for line in extra), ""])
 
 
 def free_port() -> int:
@@ -113,4 +119,11 @@ def running_sshd(d: Path) -> Iterator[Sshd]:
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory) -> Iterator[Sshd]:
     with running_sshd(tmp_path_factory.mktemp("sshd")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def jump_sshd(tmp_path_factory) -> Iterator[Sshd]:
+    """Another server, with keys of its own: a jump host on the way to sshd."""
+    with running_sshd(tmp_path_factory.mktemp("jump_sshd")) as server:
         yield server

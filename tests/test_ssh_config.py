@@ -114,22 +114,28 @@ def test_proxy_jump_through_a_second_sshd(sshd, jump_sshd, pkg, remote_tmp, tmp_
 
 
 def test_the_jump_hosts_key_is_checked_too(sshd, jump_sshd, pkg, tmp_path):
+    """Each hop's key is checked in known_hosts, and trusted as the error says."""
     cfg = write(tmp_path / "config", jump_sshd.ssh_config("jumpbox") +
                 sshd.ssh_config("myboard", "ProxyJump jumpbox"))
     known = tmp_path / "known_hosts"
-    known.write_text(sshd.known_hosts_line())           # the board's key, not the jump host's
     args = ["--host", "myboard", "--ssh-config", cfg, "--known-hosts", str(known)]
-    r = aot(sshd, "bench", str(pkg), *BOARD, *args, "--repeat", "1")
-    line = one_line_error(r)
-    assert f"jump host jumpbox (127.0.0.1:{jump_sshd.port}) on the way to board 'rpi4': " \
-           "unknown host key ssh-ed25519" in line, line
-    trust = f"aot board trust rpi4 --host jumpbox --port {jump_sshd.port}"
-    assert trust in line, line
-    r = aot(sshd, *trust.split()[1:], "--ssh-config", cfg, "--known-hosts", str(known))
+    for hop, alias, port in ((f"jump host jumpbox (127.0.0.1:{jump_sshd.port}) on the way "
+                              "to board 'rpi4'", "jumpbox", jump_sshd.port),
+                             (f"board 'rpi4' at myboard (127.0.0.1:{sshd.port})", "myboard",
+                              sshd.port)):
+        r = aot(sshd, "bench", str(pkg), *BOARD, *args, "--repeat", "1")
+        line = one_line_error(r)
+        assert f"{hop}: unknown host key ssh-ed25519" in line, line
+        trust = f"aot board trust rpi4 --host {alias} --port {port}"
+        assert trust in line, line
+        r = aot(sshd, *trust.split()[1:], "--ssh-config", cfg, "--known-hosts", str(known))
+        assert r.returncode == 0, r.stderr
+    assert known.read_text() == jump_sshd.known_hosts_line() + sshd.known_hosts_line()
+    r = aot(sshd, "bench", str(pkg), *BOARD, *args, "--exec-prefix", "qemu-aarch64",
+            "--repeat", "1")
     assert r.returncode == 0, r.stderr
-    assert known.read_text() == sshd.known_hosts_line() + jump_sshd.known_hosts_line()
     # The board's key changed: refused, and named as the board's, not the jump host's.
-    known.write_text(sshd.known_hosts_line(jump_sshd.host_key_pub) + jump_sshd.known_hosts_line())
+    known.write_text(jump_sshd.known_hosts_line() + sshd.known_hosts_line(jump_sshd.host_key_pub))
     r = aot(sshd, "bench", str(pkg), *BOARD, *args, "--repeat", "1")
     line = one_line_error(r)
     assert f"board 'rpi4' at myboard (127.0.0.1:{sshd.port}): host key mismatch" in line, line
@@ -284,3 +290,20 @@ def test_proxy_jump_chains(tmp_path):
     with pytest.raises(AotError, match="ProxyJump 'a:port': 'a:port' is not "
                                        r"\[user@\]host\[:port\]"):
         params(host="bad", ssh_config=cfg)
+
+
+def test_a_failing_proxy_command_says_why_once(tmp_path, capfd):
+    """Its stderr's last line, in the one error line: not once per attempt."""
+    from aot.deploy.ssh import connect
+    from aot.errors import AotError
+
+    cfg = write(tmp_path / "config", "Host myboard\n  HostName 10.9.9.9\n"
+                "  ProxyCommand sh -c 'echo no route to %h >&2; exit 7'\n")
+    p = params(host="myboard", ssh_config=cfg, known_hosts=str(tmp_path / "known_hosts"),
+               connect_timeout_s=1)
+    with pytest.raises(AotError) as e:
+        connect(p)
+    assert str(e.value).endswith("(through ProxyCommand \"sh -c 'echo no route to 10.9.9.9 >&2; "
+                                 "exit 7'\"): the ProxyCommand exited with status 7: no route "
+                                 "to 10.9.9.9 (tried for 1 s)"), str(e.value)
+    assert "no route" not in capfd.readouterr().err

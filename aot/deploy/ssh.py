@@ -3,7 +3,9 @@
 
 The board's [options] table (merged with ~/.config/aot/boards.toml and the
 command line's --host, --port, ... : aot.targets.get_board, with_options),
-read and checked by aot.deploy.ssh_config.ssh_params:
+read and checked by aot.deploy.ssh_config.ssh_params, with what the user's
+~/.ssh/config says of the host (aliases, ProxyJump, ProxyCommand: below
+these options, above the board's defaults):
 
     host = "192.168.1.42"          # required (no default: it is your Pi's)
     port = 22
@@ -15,6 +17,7 @@ read and checked by aot.deploy.ssh_config.ssh_params:
     command_timeout_s = 600        # each command, upload and download
     trust_new_host_key = false
     remote_tmp = "/tmp"            # where the per-run work dirs go
+    ssh_config = "~/.ssh/config"   # or $AOT_SSH_CONFIG; "none": read none
     vm = "<name>"                  # a VM aot boots itself (aot.deploy.vm)
 
 One run: connect (retrying only the connect: nothing has run yet), make a
@@ -61,7 +64,7 @@ from aot import progress
 from aot.deploy import known_hosts, vm
 from aot.deploy.host import RunResult, failure, harness_args, parse_report, prepare_run
 from aot.deploy.ssh_config import DEFAULT_KNOWN_HOSTS, SshParams, ssh_params, where
-from aot.deploy.ssh_proxy import close_route, open_route
+from aot.deploy.ssh_proxy import ProxyCommand, close_route, open_route
 from aot.errors import AotError
 from aot.targets import Board
 
@@ -189,6 +192,8 @@ def _connect(params: SshParams, via: paramiko.SSHClient | None, authenticate: bo
             reason = _not_reachable_yet(e, params)
             if reason is None:
                 raise
+            if isinstance(sock, ProxyCommand):
+                reason = sock.failure() or reason
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             through = (f" (through ProxyCommand {params.proxy_command!r})"
@@ -607,10 +612,8 @@ class SshSession:
             return
         if not self._alive():
             self._close()
-            self._client, _ = connect(
-                replace(self.params, connect_timeout_s=min(self.params.connect_timeout_s,
-                                                           CLEANUP_CONNECT_S)),
-                auth_timeout_s=CLEANUP_CONNECT_S)
+            self._client, _ = connect(_connect_within(self.params, CLEANUP_CONNECT_S),
+                                      auth_timeout_s=CLEANUP_CONNECT_S)
         failed = None
         for pid in pids:
             try:
@@ -698,6 +701,12 @@ class _Watchdog:
 
     def __exit__(self, *exc) -> None:
         self._timer.cancel()
+
+
+def _connect_within(params: SshParams, seconds: float) -> SshParams:
+    """params whose connect, and each jump host's, takes at most `seconds`."""
+    return replace(params, connect_timeout_s=min(params.connect_timeout_s, seconds),
+                   via=params.via and _connect_within(params.via, seconds))
 
 
 def _reason(e: BaseException) -> str:

@@ -9,6 +9,7 @@ import select
 import signal
 import socket
 import subprocess
+import tempfile
 
 import paramiko
 
@@ -17,6 +18,8 @@ from aot.errors import AotError
 
 # How long a ProxyCommand has to end after SIGTERM before it is killed.
 PROXY_STOP_S = 1.0
+# Of a ProxyCommand's stderr, the end (its error comes last).
+STDERR_TAIL = 4096
 
 
 def open_route(params: SshParams, via: paramiko.SSHClient | None,
@@ -49,40 +52,63 @@ def close_route(transport: paramiko.Transport) -> None:
 
 class ProxyCommand(paramiko.ProxyCommand):
     """paramiko's ProxyCommand run as OpenSSH runs it: by the shell (a pipe
-    or a redirection works), its stderr the user's. Unlike paramiko's, its
-    end reads as a socket's end (paramiko's would wait on it until a
-    timeout), and close() stops all of it, a pipeline too (its own process
-    group), and reaps it."""
+    or a redirection works). Unlike paramiko's, its end reads as a socket's
+    end (paramiko's would wait on it until a timeout), close() stops all of
+    it, a pipeline too (its own process group), and reaps it, and its
+    stderr is kept for failure(): the connect retries, and would print it
+    once per attempt."""
 
     def __init__(self, command: str) -> None:
         # Not paramiko's __init__: it splits the command and runs no shell.
         self.cmd = ["/bin/sh", "-c", "exec " + command]
+        self.stderr = tempfile.TemporaryFile()
         self.process = subprocess.Popen(self.cmd, stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, bufsize=0,
+                                        stdout=subprocess.PIPE, stderr=self.stderr, bufsize=0,
                                         start_new_session=True)
         self.timeout = None
+        self.ended = False      # its stdout ended
+
+    def failure(self) -> str | None:
+        """Once closed: why the command ended by itself (None: it was stopped)."""
+        if self.process.returncode in (None, -signal.SIGTERM, -signal.SIGKILL):
+            return None
+        self.stderr.seek(max(self.stderr.seek(0, os.SEEK_END) - STDERR_TAIL, 0))
+        lines = self.stderr.read().decode("utf-8", "replace").strip().splitlines()
+        return (f"the ProxyCommand exited with status {self.process.returncode}"
+                + (f": {lines[-1]}" if lines else ""))
 
     def recv(self, size: int) -> bytes:
         ready, _, _ = select.select([self.process.stdout], [], [], self.timeout)
         if not ready:
             raise socket.timeout()
         try:
-            return os.read(self.process.stdout.fileno(), size)
+            data = os.read(self.process.stdout.fileno(), size)
         except OSError as e:
             raise paramiko.ProxyCommandFailure(" ".join(self.cmd), e.strerror) from None
+        self.ended = self.ended or not data
+        return data
 
     def close(self) -> None:
-        if self.process.returncode is not None:
-            return
         for pipe in (self.process.stdin, self.process.stdout):
             with contextlib.suppress(OSError):
                 pipe.close()
+        if self.process.returncode is not None:
+            return
+        # A command whose output ended is exiting (coreutils close stdout
+        # before they exit): its own status says why, a SIGTERM would not.
+        if self.ended and self._exits_within(PROXY_STOP_S):
+            return
         self._signal(signal.SIGTERM)
-        try:
-            self.process.wait(PROXY_STOP_S)
-        except subprocess.TimeoutExpired:
+        if not self._exits_within(PROXY_STOP_S):
             self._signal(signal.SIGKILL)
             self.process.wait()
+
+    def _exits_within(self, seconds: float) -> bool:
+        try:
+            self.process.wait(seconds)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
 
     def _signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -68,8 +68,8 @@ def keygen(path: Path) -> str:
     return " ".join(path.with_suffix(".pub").read_text().split()[:2])
 
 
-def _config(d: Path, port: int) -> str:
-    return "\n".join([
+def _config(d: Path, port: int, extra: tuple[str, ...]) -> str:
+    return "\n".join([*extra,
         f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {d / 'host_key'}",
         f"PidFile {d / 'sshd.pid'}", f"AuthorizedKeysFile {d / 'authorized_keys'}",
         "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no",
@@ -89,14 +89,15 @@ def _wait_listening(port: int, proc: subprocess.Popen, log: Path) -> None:
 
 
 @contextlib.contextmanager
-def running_sshd(d: Path) -> Iterator[Sshd]:
+def running_sshd(d: Path, extra: tuple[str, ...] = ()) -> Iterator[Sshd]:
+    """`extra`: sshd_config lines, before aot's."""
     d.mkdir(parents=True, exist_ok=True)
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
     host_pub = keygen(d / "host_key")
     client_pub = keygen(d / "client_key")
     (d / "authorized_keys").write_text(client_pub + "\n")
     port = free_port()
-    (d / "sshd_config").write_text(_config(d, port))
+    (d / "sshd_config").write_text(_config(d, port, extra))
     log = d / "sshd.log"
     with open(log, "wb") as log_file:
         proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")],

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sshd import Sshd, free_port, jump_sshd, sshd  # noqa: F401 (fixtures)
+from sshd import Sshd, free_port, jump_sshd, running_sshd, sshd  # noqa: F401 (fixtures)
 from test_ssh import (BOARD, MODEL, _children, aot, config, nothing_left_behind,  # noqa: F401
                       one_line_error, pkg, remote_tmp)
 
@@ -45,8 +45,8 @@ def run_model(server: Sshd, pkg: Path, out: Path, *args: str):
 
 
 def sessions(server: Sshd, present: bool) -> bool:
-    """Whether the server serves a connection (a child process) or not, within 3 s."""
-    deadline = time.monotonic() + 3
+    """Whether the server serves a connection (a child process) or not, within 5 s."""
+    deadline = time.monotonic() + 5
     while bool(_children(server.pid)) != present and time.monotonic() < deadline:
         time.sleep(0.05)
     return bool(_children(server.pid)) == present
@@ -104,7 +104,6 @@ def test_proxy_jump_through_a_second_sshd(sshd, jump_sshd, pkg, remote_tmp, tmp_
     p = params(host="myboard", ssh_config=cfg, known_hosts=known)
     assert (p.via.host, p.via.port, p.via.key, p.via.identity_files, p.via.jump) == \
         ("127.0.0.1", jump_sshd.port, None, (jump_sshd.key,), True)
-    assert sessions(jump_sshd, False)
     with SshSession(p) as s:
         assert s.run(["echo", "through"])[1] == b"through\n"
         assert jump_sshd.port in peer_ports() and sshd.port not in peer_ports()
@@ -173,6 +172,26 @@ def test_a_board_the_jump_host_cannot_reach(sshd, jump_sshd, tmp_path):
                             f"host jumpbox (127.0.0.1:{jump_sshd.port}) on the way to board "
                             "'rpi4' cannot connect to it (Connect failed) (tried for 1 s)")
     assert sessions(jump_sshd, False), "the connection to the jump host stayed open"
+
+
+def test_a_jump_host_that_does_not_forward_is_final(sshd, tmp_path):
+    from aot.deploy.ssh import connect
+    from aot.errors import AotError
+
+    with running_sshd(tmp_path / "closed_jump", ("AllowTcpForwarding no",)) as jump:
+        cfg = write(tmp_path / "config", jump.ssh_config("jumpbox") +
+                    sshd.ssh_config("myboard", "ProxyJump jumpbox"))
+        known = write(tmp_path / "known_hosts", sshd.known_hosts_line() + jump.known_hosts_line())
+        p = params(host="myboard", ssh_config=cfg, known_hosts=known, connect_timeout_s=5)
+        t0 = time.monotonic()
+        with pytest.raises(AotError) as e:
+            connect(p)
+        assert time.monotonic() - t0 < 2          # not tried again until connect_timeout_s
+        assert str(e.value) == (
+            f"cannot reach board 'rpi4' at myboard (127.0.0.1:{sshd.port}): jump host jumpbox "
+            f"(127.0.0.1:{jump.port}) on the way to board 'rpi4' refuses to forward a "
+            "connection to it (Administratively prohibited: its sshd's AllowTcpForwarding or "
+            "PermitOpen)")
 
 
 def test_proxy_command(sshd, jump_sshd, remote_tmp, tmp_path):

@@ -258,6 +258,10 @@ def _not_reachable_yet(e: BaseException, params: SshParams) -> str | None:
         raise AotError(f"{w}: authentication failed for {params.user}@{params.host}:"
                        f"{params.port} with {_keys(params)} (check --user and --key)") from None
     if isinstance(e, paramiko.ChannelException):
+        if e.code == paramiko.common.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED:
+            raise AotError(f"cannot reach {w}: {where(params.via)} refuses to forward a "
+                           f"connection to it ({e.text}: its sshd's AllowTcpForwarding or "
+                           "PermitOpen)") from None
         return f"{where(params.via)} cannot connect to it ({e.text})"
     if isinstance(e, socket.gaierror):
         raise AotError(f"cannot reach {w}: unknown host name {params.host!r}") from None

@@ -126,6 +126,10 @@ def _ssh_args(p: argparse.ArgumentParser, running: bool = True) -> None:
     g.add_argument("--known-hosts", metavar="FILE",
                    help="the known_hosts file its host key is checked against "
                    "(default: ~/.ssh/known_hosts)")
+    g.add_argument("--ssh-config", metavar="FILE",
+                   help="the OpenSSH client config its host name is looked up in (Host "
+                   "aliases, ProxyJump, ...; default: $AOT_SSH_CONFIG, else ~/.ssh/config; "
+                   "none: read none)")
     if not running:
         return
     g.add_argument("--user", help="the user to log in as (default: the board's, e.g. pi)")
@@ -165,6 +169,7 @@ def _board(args: argparse.Namespace):
                         port=getattr(args, "port", None), user=getattr(args, "user", None),
                         key=getattr(args, "key", None),
                         known_hosts=getattr(args, "known_hosts", None),
+                        ssh_config=getattr(args, "ssh_config", None),
                         exec_prefix=getattr(args, "exec_prefix", None),
                         trust_new_host_key=getattr(args, "trust_new_host_key", False) or None)
 

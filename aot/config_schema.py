@@ -65,7 +65,7 @@ FIRMWARE = {"cflags": STRS, "sources": STRS, "linker_script": STR, "ldflags": ST
 SSH_OPTIONS = {
     "host": STR, "port": INT, "user": STR, "key": STR, "known_hosts": STR,
     "exec_prefix": STR, "connect_timeout_s": NUMBER, "command_timeout_s": NUMBER,
-    "trust_new_host_key": BOOL, "remote_tmp": STR,
+    "trust_new_host_key": BOOL, "remote_tmp": STR, "ssh_config": STR,
 }
 # ... and what a VM board adds (aot/deploy/vm.py).
 VM_OPTIONS = {

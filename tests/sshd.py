@@ -1,6 +1,6 @@
 """A real OpenSSH sshd on 127.0.0.1 for tests of boards reached over SSH.
 
-    from sshd import sshd, Sshd      # a module-scoped pytest fixture, or:
+    from sshd import sshd, Sshd      # a module-scoped pytest fixture (jump_sshd: a second), or:
     with running_sshd(tmp_dir) as server:
         server.host, server.port, server.user, server.key, server.known_hosts
 
@@ -48,6 +48,12 @@ class Sshd:
     def known_hosts_line(self, public_key: str | None = None) -> str:
         return f"[{self.host}]:{self.port} {public_key or self.host_key_pub}\n"
 
+    def ssh_config(self, alias: str, *extra: str) -> str:
+        """A ~/.ssh/config block that names this server `alias`."""
+        return "\n".join([f"Host {alias}", f"  HostName {self.host}", f"  Port {self.port}",
+                          f"  User {self.user}", f"  IdentityFile {self.key}",
+                          *(f"  {line}" for line in extra), ""])
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -62,8 +68,8 @@ def keygen(path: Path) -> str:
     return " ".join(path.with_suffix(".pub").read_text().split()[:2])
 
 
-def _config(d: Path, port: int) -> str:
-    return "\n".join([
+def _config(d: Path, port: int, extra: tuple[str, ...]) -> str:
+    return "\n".join([*extra,
         f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {d / 'host_key'}",
         f"PidFile {d / 'sshd.pid'}", f"AuthorizedKeysFile {d / 'authorized_keys'}",
         "PasswordAuthentication no", "KbdInteractiveAuthentication no", "UsePAM no",
@@ -83,14 +89,15 @@ def _wait_listening(port: int, proc: subprocess.Popen, log: Path) -> None:
 
 
 @contextlib.contextmanager
-def running_sshd(d: Path) -> Iterator[Sshd]:
+def running_sshd(d: Path, extra: tuple[str, ...] = ()) -> Iterator[Sshd]:
+    """`extra`: sshd_config lines, before aot's."""
     d.mkdir(parents=True, exist_ok=True)
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
     host_pub = keygen(d / "host_key")
     client_pub = keygen(d / "client_key")
     (d / "authorized_keys").write_text(client_pub + "\n")
     port = free_port()
-    (d / "sshd_config").write_text(_config(d, port))
+    (d / "sshd_config").write_text(_config(d, port, extra))
     log = d / "sshd.log"
     with open(log, "wb") as log_file:
         proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")],
@@ -113,4 +120,11 @@ def running_sshd(d: Path) -> Iterator[Sshd]:
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory) -> Iterator[Sshd]:
     with running_sshd(tmp_path_factory.mktemp("sshd")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def jump_sshd(tmp_path_factory) -> Iterator[Sshd]:
+    """Another server, with keys of its own: a jump host on the way to sshd."""
+    with running_sshd(tmp_path_factory.mktemp("jump_sshd")) as server:
         yield server

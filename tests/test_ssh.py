@@ -38,12 +38,14 @@ def remote_tmp(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module", autouse=True)
 def config(tmp_path_factory, remote_tmp):
-    """$AOT_CONFIG: rpi4's work dirs in remote_tmp, a short connect timeout."""
+    """$AOT_CONFIG: rpi4's work dirs in remote_tmp, a short connect timeout;
+    no OpenSSH config (the user's ~/.ssh/config may say anything)."""
     path = tmp_path_factory.mktemp("config") / "boards.toml"
     path.write_text(f'[rpi4]\nremote_tmp = "{remote_tmp}"\n'
                     f"connect_timeout_s = {CONNECT_TIMEOUT_S}\n")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("AOT_CONFIG", str(path))
+        mp.setenv("AOT_SSH_CONFIG", "none")
         yield path
 
 

@@ -3,7 +3,9 @@
 
 The board's [options] table (merged with ~/.config/aot/boards.toml and the
 command line's --host, --port, ... : aot.targets.get_board, with_options),
-read and checked by aot.deploy.ssh_config.ssh_params:
+read and checked by aot.deploy.ssh_config.ssh_params, with what the user's
+~/.ssh/config says of the host (aliases, ProxyJump, ProxyCommand: below
+these options, above the board's defaults):
 
     host = "192.168.1.42"          # required (no default: it is your Pi's)
     port = 22
@@ -15,6 +17,7 @@ read and checked by aot.deploy.ssh_config.ssh_params:
     command_timeout_s = 600        # each command, upload and download
     trust_new_host_key = false
     remote_tmp = "/tmp"            # where the per-run work dirs go
+    ssh_config = "~/.ssh/config"   # or $AOT_SSH_CONFIG; "none": read none
     vm = "<name>"                  # a VM aot boots itself (aot.deploy.vm)
 
 One run: connect (retrying only the connect: nothing has run yet), make a
@@ -61,6 +64,7 @@ from aot import progress
 from aot.deploy import known_hosts, vm
 from aot.deploy.host import RunResult, failure, harness_args, parse_report, prepare_run
 from aot.deploy.ssh_config import DEFAULT_KNOWN_HOSTS, SshParams, ssh_params, where
+from aot.deploy.ssh_proxy import ProxyCommand, close_route, open_route
 from aot.errors import AotError
 from aot.targets import Board
 
@@ -115,6 +119,19 @@ class _NoAuth:
         return []
 
 
+class _Client(paramiko.SSHClient):
+    """An SSHClient that closes, with its own, the connection it goes
+    through (a jump host's)."""
+    via: paramiko.SSHClient | None = None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self.via is not None:
+                self.via.close()
+
+
 def connect(params: SshParams, authenticate: bool = True, capture_unknown: bool = False,
             auth_timeout_s: float | None = None
             ) -> tuple[paramiko.SSHClient, known_hosts.HostKeyPolicy]:
@@ -123,23 +140,43 @@ def connect(params: SshParams, authenticate: bool = True, capture_unknown: bool 
     policy when capture_unknown). A board that does not answer, or drops
     the connection before the SSH handshake ends (a VM booting), is tried
     again with backoff until connect_timeout_s; anything decided after the
-    board answered (host key, authentication) is final."""
+    board answered (host key, authentication) is final. A jump host is
+    connected first (its host key checked, and logged in), with a
+    connect_timeout_s of its own."""
     if params.key:
         _check_key(params)
+    via = connect(params.via, auth_timeout_s=auth_timeout_s)[0] if params.via else None
+    try:
+        client, policy = _connect(params, via, authenticate, capture_unknown, auth_timeout_s)
+    except BaseException:
+        if via is not None:
+            via.close()
+        raise
+    client.via = via
+    return client, policy
+
+
+def _connect(params: SshParams, via: paramiko.SSHClient | None, authenticate: bool,
+             capture_unknown: bool, auth_timeout_s: float | None
+             ) -> tuple[_Client, known_hosts.HostKeyPolicy]:
     deadline = time.monotonic() + params.connect_timeout_s
     delay = 0.1
     while True:
-        client = paramiko.SSHClient()
+        client = _Client()
         revoked = known_hosts.load(client, params.known_hosts)
         policy = known_hosts.HostKeyPolicy(params.known_hosts, params.trust_new_host_key,
                                            revoked, capture_unknown)
         client.set_missing_host_key_policy(policy)
         remaining = max(deadline - time.monotonic(), 0.05)
+        sock = None
         try:
+            sock = open_route(params, via, remaining)
+            # With a sock, paramiko still checks the host key under this name.
             client.connect(params.host, params.port, username=params.user,
-                           key_filename=params.key, look_for_keys=params.key is None,
+                           key_filename=params.key or list(params.identity_files) or None,
+                           look_for_keys=params.key is None and not params.identity_files,
                            allow_agent=params.key is None, timeout=remaining,
-                           banner_timeout=remaining,
+                           banner_timeout=remaining, sock=sock,
                            auth_timeout=auth_timeout_s or max(AUTH_TIMEOUT_S,
                                                               params.connect_timeout_s),
                            auth_strategy=None if authenticate else _NoAuth())
@@ -149,12 +186,19 @@ def connect(params: SshParams, authenticate: bool = True, capture_unknown: bool 
             return client, policy
         except BaseException as e:
             client.close()
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.close()
             reason = _not_reachable_yet(e, params)
             if reason is None:
                 raise
+            if isinstance(sock, ProxyCommand):
+                reason = sock.failure() or reason
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise AotError(f"cannot reach {where(params)}: {reason} "
+            through = (f" (through ProxyCommand {params.proxy_command!r})"
+                       if params.proxy_command else "")
+            raise AotError(f"cannot reach {where(params)}{through}: {reason} "
                            f"(tried for {params.connect_timeout_s:g} s)")
         time.sleep(min(delay, remaining))
         delay = min(delay * 2, 1.0)
@@ -199,8 +243,10 @@ def _not_reachable_yet(e: BaseException, params: SshParams) -> str | None:
         raise AotError(f"{w}: the board presents host key {known_hosts.describe(e.key)}, "
                        f"which {params.known_hosts} marks @revoked: refused") from None
     if isinstance(e, known_hosts.UnknownHostKey):
-        raise AotError(known_hosts.unknown_message(w, params.board, params.host, params.port,
-                                                   params.known_hosts, e.key)) from None
+        # The name the user gave: `aot board trust` looks it up in ~/.ssh/config too.
+        raise AotError(known_hosts.unknown_message(
+            w, params.board, params.alias or params.host, params.port, params.known_hosts,
+            e.key)) from None
     if isinstance(e, paramiko.BadHostKeyException):
         raise AotError(known_hosts.mismatch_message(w, params.host, params.port,
                                                     params.known_hosts, e.key,
@@ -209,9 +255,14 @@ def _not_reachable_yet(e: BaseException, params: SshParams) -> str | None:
         raise AotError(_encrypted(params)) from None
     if isinstance(e, paramiko.AuthenticationException) or \
             "No authentication methods available" in str(e):
-        how = f"key file {params.key}" if params.key else "the ssh agent and default keys"
         raise AotError(f"{w}: authentication failed for {params.user}@{params.host}:"
-                       f"{params.port} with {how} (check --user and --key)") from None
+                       f"{params.port} with {_keys(params)} (check --user and --key)") from None
+    if isinstance(e, paramiko.ChannelException):
+        if e.code == paramiko.common.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED:
+            raise AotError(f"cannot reach {w}: {where(params.via)} refuses to forward a "
+                           f"connection to it ({e.text}: its sshd's AllowTcpForwarding or "
+                           "PermitOpen)") from None
+        return f"{where(params.via)} cannot connect to it ({e.text})"
     if isinstance(e, socket.gaierror):
         raise AotError(f"cannot reach {w}: unknown host name {params.host!r}") from None
     if isinstance(e, EOFError) or str(e) == "No existing session":
@@ -221,6 +272,15 @@ def _not_reachable_yet(e: BaseException, params: SshParams) -> str | None:
     if isinstance(e, OSError):
         return _socket_reason(e)
     return None
+
+
+def _keys(params: SshParams) -> str:
+    """The keys a login tries, as a message names them."""
+    if params.key:
+        return f"key file {params.key}"
+    if params.identity_files:
+        return f"IdentityFile {', '.join(params.identity_files)} and the ssh agent"
+    return "the ssh agent and default keys"
 
 
 def _socket_reason(e: OSError) -> str:
@@ -556,10 +616,8 @@ class SshSession:
             return
         if not self._alive():
             self._close()
-            self._client, _ = connect(
-                replace(self.params, connect_timeout_s=min(self.params.connect_timeout_s,
-                                                           CLEANUP_CONNECT_S)),
-                auth_timeout_s=CLEANUP_CONNECT_S)
+            self._client, _ = connect(_connect_within(self.params, CLEANUP_CONNECT_S),
+                                      auth_timeout_s=CLEANUP_CONNECT_S)
         failed = None
         for pid in pids:
             try:
@@ -614,7 +672,7 @@ class SshSession:
     def _close_transport(self) -> None:
         transport = self._client.get_transport() if self._client else None
         if transport is not None:
-            transport.close()
+            close_route(transport)
 
 
 # The pid line every command starts with.
@@ -639,7 +697,7 @@ class _Watchdog:
     def _fire(self) -> None:
         self._fired.set()
         if self._transport is not None:
-            self._transport.close()
+            close_route(self._transport)
 
     def __enter__(self) -> _Watchdog:
         self._timer.start()
@@ -647,6 +705,12 @@ class _Watchdog:
 
     def __exit__(self, *exc) -> None:
         self._timer.cancel()
+
+
+def _connect_within(params: SshParams, seconds: float) -> SshParams:
+    """params whose connect, and each jump host's, takes at most `seconds`."""
+    return replace(params, connect_timeout_s=min(params.connect_timeout_s, seconds),
+                   via=params.via and _connect_within(params.via, seconds))
 
 
 def _reason(e: BaseException) -> str:

@@ -129,3 +129,18 @@ def write_dir_atomically(target: Path, fill: Callable[[Path], None], force: bool
     except KeyboardInterrupt:    # the new one is in place: finish tidying, then stop
         _remove(old)
         raise
+
+
+def write_file_atomically(target: Path, data: bytes) -> None:
+    """`data` as the file `target`, whole or not at all: written to a hidden
+    temp beside it (mkstemp: a name no other writer has) and renamed over it."""
+    target = Path(target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.aot-", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())      # mkstemp makes it 0600: as open() would
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

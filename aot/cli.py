@@ -467,7 +467,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     out = bench(args.model, board=_board(args), codegen=args.codegen, warmup=args.warmup,
                 repeat=args.repeat, profile=args.profile, plot=args.plot, threads=args.threads,
-                **_load_kwargs(args))
+                trace=args.trace, **_load_kwargs(args))
     if args.json:
         emit_json(out)
     else:
@@ -757,6 +757,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", action="store_true",
                    help="time every kernel too (a model is packaged with --profile)")
     p.add_argument("--plot", metavar="FILE.png", help="with --profile: a bar chart per kernel")
+    p.add_argument("--trace", metavar="FILE.json",
+                   help="with --profile: every profiled run's kernel calls as a trace for "
+                   "Perfetto or chrome://tracing (trace-event JSON)")
     _threads_arg(p)
     _ssh_args(p)
 

@@ -144,3 +144,18 @@ def write_file_atomically(target: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def check_output_file(path: str | Path, option: str, suffix: str | None = None,
+                      kind: str = "") -> Path:
+    """The file an option names, checked before the work it is written after:
+    not a directory, in a directory that exists, named `suffix` if given
+    (`kind` says so when it is not: "the chart is a PNG file")."""
+    path = Path(path)
+    if suffix is not None and path.suffix.lower() != suffix:
+        raise AotError(f"{option} {path}: {kind} (name it {suffix})")
+    if path.is_dir():
+        raise AotError(f"{option} {path}: is a directory, not a file name")
+    if not path.parent.is_dir():
+        raise AotError(f"{option} {path}: directory {path.parent} does not exist")
+    return path

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from aot.errors import AotError
 
 
 @dataclass(frozen=True)
@@ -54,12 +53,9 @@ def is_html(path: Path) -> bool:
 def check_report_path(path: str | Path) -> Path:
     """--report's file, checked before any work: its directory exists and it
     is not a directory."""
-    path = Path(path)
-    if path.is_dir():
-        raise AotError(f"--report {path}: is a directory (give a file name, .md or .html)")
-    if not path.parent.is_dir():
-        raise AotError(f"--report {path}: directory {path.parent} does not exist")
-    return path
+    from aot.fsutil import check_output_file
+
+    return check_output_file(path, "--report")
 
 
 def write_report(path: Path, doc: Document) -> None:

@@ -155,11 +155,9 @@ def profile_stats(meta: dict, profile_ns: Sequence[Sequence[int]] | None,
 def check_plot_path(out: Path) -> Path:
     """--plot's file: a .png in an existing directory, and matplotlib to draw
     it (checked before any run: a missing extra is not found after the work)."""
-    out = Path(out)
-    if out.suffix.lower() != ".png":
-        raise AotError(f"--plot {out}: the chart is a PNG file (name it .png)")
-    if not out.parent.is_dir():
-        raise AotError(f"--plot {out}: directory {out.parent} does not exist")
+    from aot.fsutil import check_output_file
+
+    out = check_output_file(out, "--plot", ".png", "the chart is a PNG file")
     pyplot()
     return out
 

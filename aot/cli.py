@@ -449,6 +449,17 @@ def cmd_boards(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ops(args: argparse.Namespace) -> int:
+    from aot.op_support import print_supported, supported
+
+    out = supported(args.format)
+    if args.json:
+        emit_json(out)
+    else:
+        print_supported(out)
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from aot.doctor import print_report, report
 
@@ -801,6 +812,10 @@ def build_parser() -> argparse.ArgumentParser:
     _ssh_args(p)
 
     add("boards", "list the boards aot knows", cmd_boards)
+    p = add("ops", "list the ops aot supports, from its op table: pattern, lowering, dtypes; "
+            "with --format, the op types that importer reads", cmd_ops)
+    p.add_argument("--format", choices=("onnx", "tflite"),
+                   help="the ops of one model format's importer")
     add("doctor", "check this machine: every program and file aot needs, found or missing, "
         "and the boards that work now (exit 0: all found, 1: something is missing; "
         "`make setup` installs it). Programs are looked up on $AOT_TOOL_PATH instead of "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -74,6 +75,16 @@ def chart_link(report: Path, png: Path) -> str:
 
 def _md_cell(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def md_code(text: str) -> str:
+    """`text` as a Markdown code span that survives any model's names: a
+    fence longer than its backtick runs, `|` escaped for table cells."""
+    text = text.replace("|", "\\|").replace("\n", " ")
+    runs = [len(r) for r in re.findall("`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if text[:1] == "`" or text[-1:] == "`" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _md_table(t: Table) -> list[str]:

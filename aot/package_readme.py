@@ -1,4 +1,4 @@
-"""The package's README.md: what a firmware engineer needs first, from the
+"""The package's README.md: what a firmware project needs first, from the
 package's metadata (templates/README.md.j2). The entry points are read from
 the package's own header, so the README shows the declarations the header
 makes, whatever options shaped them (pools, threads)."""

@@ -162,7 +162,7 @@ def check_model(model) -> None:
 
 def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c",
             code_size: bool | None = None, input_shapes=None, bind=None,
-            pools: bool = False) -> dict[str, Any]:
+            pools: bool = False, report: str | Path | None = None) -> dict[str, Any]:
     """The `aot analyze` report of a model (path or Graph) as a dict.
 
     The model is lowered for `board` (a name or Board; None: the default
@@ -170,16 +170,20 @@ def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c
     the library for it and adds each kernel's code bytes. plot: a PNG of the
     memory plan and of the MACs per kernel. input_shapes, bind: aot.load's.
     pools: plan the arena over the board's RAM banks (aot package --pools);
-    the plot then draws each pool."""
+    the plot then draws each pool. report: a Markdown file, or HTML when
+    its name ends in .html (aot/report.py)."""
     from aot import progress
     from aot.api import as_graph
-    from aot.timing import check_plot_path
     from aot.footprint import memory_summary
+    from aot.report import check_report_path
+    from aot.timing import check_plot_path
     from aot.packaging import default_name, generate
     from aot.targets import get_board
 
     if plot is not None:
         plot = check_plot_path(Path(plot))      # before the work
+    if report is not None:
+        report = check_report_path(report)
     check_model(model)
     brd = get_board(board)
     from aot.frontend.shapes import LoadOptions
@@ -215,20 +219,47 @@ def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c
     out["layers"] = [layer.as_json() for layer in layers]
     if plot is not None:
         plot_analysis(out, gen.mem, Path(plot))
+    if report is not None:
+        write_analysis_report(out, gen.mem, report, plot)
     return out
+
+
+def write_analysis_report(out: dict[str, Any], mem, path: Path, plot: Path | None) -> None:
+    """The report file: HTML embeds the charts (when matplotlib is there to
+    draw them), Markdown links the --plot PNG."""
+    from aot.report import Chart, analysis_document, chart_link, is_html, write_report
+
+    caption = "memory plan and MACs per kernel"
+    chart = None
+    if is_html(path):
+        try:
+            chart = Chart(analysis_png(out, mem), None, caption)
+        except AotError:       # no matplotlib: the report without its chart
+            chart = None
+    elif plot is not None:
+        chart = Chart(None, chart_link(path, plot), caption)
+    write_report(path, analysis_document(out, chart))
 
 
 # --------------------------------------------------------------------- plot
 
 def plot_analysis(report: dict[str, Any], mem, out: Path) -> None:
+    """The charts of `analysis_png` as a PNG file at `out`."""
+    from aot.fsutil import write_file_atomically
+    from aot.timing import check_plot_path
+
+    out = check_plot_path(out)
+    write_file_atomically(out, analysis_png(report, mem))
+
+
+def analysis_png(report: dict[str, Any], mem) -> bytes:
     """Charts over the kernel steps in one PNG: the memory plan (each arena
     buffer a box over its live steps and its bytes, the arena size and its
     lower bound as lines; with pools, one chart per pool) and the MACs of
     each kernel."""
-    from aot.timing import check_plot_path, pyplot, save_png
+    from aot.timing import png_bytes, pyplot
 
     plt = pyplot()
-    out = check_plot_path(out)
     layers = report["layers"]
     steps = len(layers)
     views = _plan_views(mem, report)
@@ -245,7 +276,7 @@ def plot_analysis(report: dict[str, Any], mem, out: Path) -> None:
                      f"arena {report['arena_bytes']:,} B, weights {report['weights_bytes']:,} B",
                      fontsize=11)
         fig.tight_layout()
-        save_png(fig, out)
+        return png_bytes(fig)
     finally:
         plt.close(fig)
 
@@ -319,7 +350,7 @@ def _draw_macs(ax, layers: list[dict[str, Any]], last: int) -> None:
 
 # ----------------------------------------------------------------- terminal
 
-def _out_offsets(tensors: list[dict[str, Any]]) -> str:
+def out_offsets(tensors: list[dict[str, Any]]) -> str:
     """Where a kernel writes: its outputs' arena offsets, else their place."""
     return ", ".join(str(t["offset"]) if t["place"] == "arena" else t["place"]
                      for t in tensors if t["access"] == "write")
@@ -327,20 +358,24 @@ def _out_offsets(tensors: list[dict[str, Any]]) -> str:
 
 def print_report(report: dict[str, Any]) -> None:
     """The report as a rich table, one row per kernel, then the totals."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     code = bool(report["layers"]) and "code_bytes" in report["layers"][0]
     table = Table(title=f"{report['model']} for {report['board']} ({report['codegen']})",
                   caption="bytes; weights: constants read; in/out: activations read/written; "
-                  "out @: arena offset of the outputs")
-    for col in ("step", "kernel", "MACs", "weights", "in", "out", "out @",
-                *(("code",) if code else ())):
-        table.add_column(col, justify="left" if col == "kernel" else "right")
+                  "out @: arena offset of the outputs", box=box.SIMPLE_HEAD,
+                  collapse_padding=True, pad_edge=False)
+    # A long kernel name folds over lines, never cut; the numbers stay whole.
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("kernel", overflow="fold", min_width=len("kernel"))
+    for col in ("MACs", "weights", "in", "out", "out @", *(("code",) if code else ())):
+        table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     for layer in report["layers"]:
         table.add_row(str(layer["step"]), layer["name"], f"{layer['macs']:,}",
                       f"{layer['weights_bytes']:,}", f"{layer['activations_read_bytes']:,}",
-                      f"{layer['activations_written_bytes']:,}", _out_offsets(layer["tensors"]),
+                      f"{layer['activations_written_bytes']:,}", out_offsets(layer["tensors"]),
                       *((f"{layer['code_bytes']:,}",) if code else ()))
     console = Console()
     console.print(table)

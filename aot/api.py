@@ -172,16 +172,19 @@ INSTRUCTIONS_NOTE = ("; the instruction counts are exact: the board's own instru
 def bench(model_or_package: str | Path | Graph, board: str | Board | None = None,
           codegen: str = "c", warmup: int = 10, repeat: int = 100, profile: bool = False,
           plot: str | Path | None = None, input_shapes: Mapping | None = None,
-          bind: Mapping | None = None, threads: int = 1) -> dict:
+          bind: Mapping | None = None, threads: int = 1,
+          trace: str | Path | None = None) -> dict:
     """What `aot bench` does: `warmup` untimed runs, then `repeat` timed
     ones on `board` (default: the CLI's) of a package directory or of a
     model packaged into a temporary directory. {median_ms, mean_ms, min_ms,
     max_ms, std_ms, repeat, warmup, board, codegen, model, emulated[, note]};
     profile=True adds "profile", per kernel {step, name, median_ms, share,
-    ...}, and `plot` draws it as a bar chart (a PNG)."""
+    ...}, `plot` draws it as a bar chart (a PNG) and `trace` writes each
+    profiled run's kernel calls as a Perfetto trace (aot/trace.py)."""
     from aot.timing import (bench_package, check_counts, check_plot_path, package_inputs,
                            plot_profile, profile_stats, stats_of)
     from aot.packaging import read_metadata
+    from aot.trace import check_trace_path, write_trace
 
     brd = get_board(board)
     check_counts(warmup, repeat)
@@ -189,6 +192,10 @@ def bench(model_or_package: str | Path | Graph, board: str | Board | None = None
         raise AotError("--plot draws the per-kernel profile: add --profile")
     if plot:
         check_plot_path(Path(plot))
+    if trace and not profile:
+        raise AotError("--trace exports the per-kernel profile: add --profile")
+    if trace:
+        check_trace_path(trace)
     with contextlib.ExitStack() as stack:
         pkg = package_dir(model_or_package, brd, codegen, stack, profile=profile,
                            input_shapes=input_shapes, bind=bind, threads=threads)
@@ -213,6 +220,8 @@ def bench(model_or_package: str | Path | Graph, board: str | Board | None = None
         out["profile"] = [k.as_json() for k in kernels]
         if plot:
             plot_profile(kernels, f"{meta['model']} on {brd.name}: median per kernel", Path(plot))
+        if trace:
+            write_trace(Path(trace), meta, brd.name, result.times_ns, result.profile_ns)
     return out
 
 

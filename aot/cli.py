@@ -336,11 +336,15 @@ def _stream_input_names(args: argparse.Namespace) -> list[str]:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from aot.api import verify
+    from aot.report import check_report_path, verify_document, write_report
 
+    report = check_report_path(args.report) if args.report else None    # before the run
     out = verify(args.model, board=_board(args), codegen=args.codegen, count=args.count,
                  checks=args.checks, dataset=args.dataset, atol=args.atol, rtol=args.rtol,
                  source=args.source, threads=args.threads, float_io=args.float_io,
                  **_load_kwargs(args))
+    if report is not None:
+        write_report(report, verify_document(out))
     if args.json:
         emit_json({k: out[k] for k in ("ok", "reference", "inputs", "samples", "count",
                                        "model", "board", "outputs", "stream", "float_io",
@@ -445,6 +449,17 @@ def cmd_boards(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ops(args: argparse.Namespace) -> int:
+    from aot.op_support import print_supported, supported
+
+    out = supported(args.format)
+    if args.json:
+        emit_json(out)
+    else:
+        print_supported(out)
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from aot.doctor import print_report, report
 
@@ -463,7 +478,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     out = bench(args.model, board=_board(args), codegen=args.codegen, warmup=args.warmup,
                 repeat=args.repeat, profile=args.profile, plot=args.plot, threads=args.threads,
-                **_load_kwargs(args))
+                trace=args.trace, **_load_kwargs(args))
     if args.json:
         emit_json(out)
     else:
@@ -528,7 +543,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     check_model(args.model)     # before _board reads a directory's metadata
     # Without --board: lowered for the default board, not compiled (no code sizes).
     out = analyze(args.model, board=_board(args), plot=args.plot, codegen=args.codegen,
-                  code_size=bool(args.board), pools=args.pools, **_load_kwargs(args))
+                  code_size=bool(args.board), pools=args.pools, report=args.report,
+                  **_load_kwargs(args))
     if args.json:
         emit_json(out)
     else:
@@ -732,6 +748,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="package with the harness's guard bytes (aot package --checks)")
     p.add_argument("--float-io", action="store_true",
                    help="package with float inputs and outputs (aot package --float-io)")
+    p.add_argument("--report", metavar="FILE.md|FILE.html",
+                   help="write the result per output (errors, tolerance, match) as a "
+                   "Markdown report, HTML when FILE ends in .html")
     _threads_arg(p)
     _ssh_args(p)
 
@@ -749,6 +768,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", action="store_true",
                    help="time every kernel too (a model is packaged with --profile)")
     p.add_argument("--plot", metavar="FILE.png", help="with --profile: a bar chart per kernel")
+    p.add_argument("--trace", metavar="FILE.json",
+                   help="with --profile: every profiled run's kernel calls as a trace for "
+                   "Perfetto or chrome://tracing (trace-event JSON)")
     _threads_arg(p)
     _ssh_args(p)
 
@@ -762,6 +784,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pools", action="store_true",
                    help="plan the arena over the board's RAM banks (as aot package --pools); "
                    "--plot draws each pool")
+    p.add_argument("--report", metavar="FILE.md|FILE.html",
+                   help="write the analysis (model, board, memory, kernels, pools) as a "
+                   "Markdown report linking the --plot PNG, or HTML with the charts embedded "
+                   "when FILE ends in .html")
 
     p = add("tune", "search kernel schedules on a board and log the fastest per workload "
             "(apply them with --tuning-records; docs/tuning.md)", cmd_tune)
@@ -786,6 +812,10 @@ def build_parser() -> argparse.ArgumentParser:
     _ssh_args(p)
 
     add("boards", "list the boards aot knows", cmd_boards)
+    p = add("ops", "list the ops aot supports, from its op table: pattern, lowering, dtypes; "
+            "with --format, the op types that importer reads", cmd_ops)
+    p.add_argument("--format", choices=("onnx", "tflite"),
+                   help="the ops of one model format's importer")
     add("doctor", "check this machine: every program and file aot needs, found or missing, "
         "and the boards that work now (exit 0: all found, 1: something is missing; "
         "`make setup` installs it). Programs are looked up on $AOT_TOOL_PATH instead of "

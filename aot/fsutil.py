@@ -129,3 +129,33 @@ def write_dir_atomically(target: Path, fill: Callable[[Path], None], force: bool
     except KeyboardInterrupt:    # the new one is in place: finish tidying, then stop
         _remove(old)
         raise
+
+
+def write_file_atomically(target: Path, data: bytes) -> None:
+    """`data` as the file `target`, whole or not at all: written to a hidden
+    temp beside it (mkstemp: a name no other writer has) and renamed over it."""
+    target = Path(target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.aot-", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())      # mkstemp makes it 0600: as open() would
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def check_output_file(path: str | Path, option: str, suffix: str | None = None,
+                      kind: str = "") -> Path:
+    """The file an option names, checked before the work it is written after:
+    not a directory, in a directory that exists, named `suffix` if given
+    (`kind` says so when it is not: "the chart is a PNG file")."""
+    path = Path(path)
+    if suffix is not None and path.suffix.lower() != suffix:
+        raise AotError(f"{option} {path}: {kind} (name it {suffix})")
+    if path.is_dir():
+        raise AotError(f"{option} {path}: is a directory, not a file name")
+    if not path.parent.is_dir():
+        raise AotError(f"{option} {path}: directory {path.parent} does not exist")
+    return path

@@ -356,6 +356,7 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
     """
     from aot import progress, toolchain
     from aot.footprint import library_footprint
+    from aot.package_readme import render_readme
 
     with progress.step(f"compile {name} for {board.name} ({codegen})"):
         gen = generate(graph, board, codegen, name, io_in_arena, threads, pools, float_io)
@@ -382,6 +383,8 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
     if source:
         meta["source"] = source
     (pkg / "metadata.json").write_text(json.dumps(meta, sort_keys=True, indent=2) + "\n")
+    header = gen.files[f"include/{name}.h"].decode()
+    (pkg / "README.md").write_text(render_readme(meta, header))
     return meta, seconds
 
 

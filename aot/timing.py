@@ -153,12 +153,12 @@ def profile_stats(meta: dict, profile_ns: Sequence[Sequence[int]] | None,
 
 
 def check_plot_path(out: Path) -> Path:
-    """--plot's file: a .png in an existing directory (checked before any run)."""
-    out = Path(out)
-    if out.suffix.lower() != ".png":
-        raise AotError(f"--plot {out}: the chart is a PNG file (name it .png)")
-    if not out.parent.is_dir():
-        raise AotError(f"--plot {out}: directory {out.parent} does not exist")
+    """--plot's file: a .png in an existing directory, and matplotlib to draw
+    it (checked before any run: a missing extra is not found after the work)."""
+    from aot.fsutil import check_output_file
+
+    out = check_output_file(out, "--plot", ".png", "the chart is a PNG file")
+    pyplot()
     return out
 
 
@@ -170,21 +170,24 @@ def pyplot():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise AotError("--plot needs matplotlib, aot's plot extra: pip install 'aot[plot]'"
-                       ) from None
+        raise AotError("--plot needs matplotlib: pip install 'aot[plot]'") from None
     return plt
 
 
+def png_bytes(fig) -> bytes:
+    """`fig` as PNG bytes. No Software tag: the bytes do not name the version."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    return buf.getvalue()
+
+
 def save_png(fig, out: Path) -> None:
-    """`fig` as a PNG at `out`, written to a temporary file and renamed:
-    never half a file. No Software tag: the bytes do not name the version."""
-    tmp = out.parent / f".{out.name}.{os.getpid()}.tmp"
-    try:
-        fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None})
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """`fig` as a PNG at `out`, never half a file."""
+    from aot.fsutil import write_file_atomically
+
+    write_file_atomically(out, png_bytes(fig))
 
 
 def plot_profile(stats: Sequence[KernelStat], title: str, out: Path) -> None:

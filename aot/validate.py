@@ -338,7 +338,8 @@ def output_metrics(name: str, got: Sequence[np.ndarray], want: Sequence[np.ndarr
     dequantized first, and max_lsb counts its steps; so it does for a float
     output the model dequantizes at `step` (a QDQ model's DequantizeLinear),
     which by default passes within one step (an explicit atol replaces that);
-    a float16 output by default within HALF_ATOL and HALF_RTOL:
+    a float16 output by default within HALF_ATOL and HALF_RTOL (the rule
+    applied is the row's "tolerance": atol, rtol, or bit_exact):
     the reference's own arithmetic moves such outputs by whole steps (ONNX
     Runtime runs part of a QDQ graph in float, docs/deploy.md). max_abs_err
     is the largest error in the stored values (int8 codes for an int8
@@ -354,6 +355,8 @@ def output_metrics(name: str, got: Sequence[np.ndarray], want: Sequence[np.ndarr
         row["step"] = step
         if tol.atol is None:
             atol = max(atol, step * (1 + 1e-6))    # the product's float rounding
+    exact = np.dtype(ty.dtype).kind in "iub" and tol.exact_integers
+    row["tolerance"] = {"atol": atol, "rtol": rtol, "bit_exact": bool(exact)}
     checks = []
     for g, w in zip(got, want):
         g, w = np.asarray(g), np.asarray(w)

@@ -1,16 +1,18 @@
 """`aot analyze`: MACs from the op table against an independent count read
 straight from the model files, arena places against the package's plan,
 code sizes from the compiled library, the JSON, the plot and the errors;
-MACs per kernel in `aot bench --profile`."""
+MACs per kernel in `aot bench --profile`; the table at 80 columns and the
+--report files."""
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
 
 import aot
-from aot.analysis import analyze
+from aot.analysis import analyze, print_report
 from aot.api import package
 from aot.cli import main
 from conftest import MODELS
@@ -177,3 +179,105 @@ def test_bench_profile_reports_macs_per_kernel(kws, capsys):
             assert r["macs_per_us"] == pytest.approx(r["macs"] / (r["median_ms"] * 1000))
         else:
             assert r["macs_per_us"] in (0, None)
+
+
+def test_table_never_cuts_a_long_kernel_name(kws, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    report, _ = kws
+    name = "fused_conv2d_relu_" + "x" * 90 + "_end"
+    layers = [{**report["layers"][0], "name": name}, *report["layers"][1:]]
+    print_report({**report, "layers": layers})
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    # the kernel column's pieces of the first row, read down until the next row
+    start = next(i for i, line in enumerate(lines) if " 0 " in line and "fused_" in line)
+    col = lines[start].index("fused_")
+    pieces = []
+    for line in lines[start:]:
+        piece = line[col:].split(" ", 1)[0]
+        if not piece or (pieces and line[:col].strip()):
+            break
+        pieces.append(piece)
+    assert "".join(pieces) == name
+    assert f"{layers[0]['macs']:,}" in lines[start]          # the numbers whole
+
+
+def test_plot_without_matplotlib_fails_before_any_work(tmp_path, capsys, monkeypatch):
+    import aot.packaging
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)      # as if not installed
+    monkeypatch.setattr(aot.packaging, "generate", lambda *a, **k: pytest.fail("worked"))
+    assert main(["analyze", str(KWS), "--plot", str(tmp_path / "k.png")]) == 2
+    assert capsys.readouterr().err.strip() == \
+        "aot: error: --plot needs matplotlib: pip install 'aot[plot]'"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_markdown_report_with_the_plot_beside_it(tmp_path, capsys):
+    md, png = tmp_path / "kws.md", tmp_path / "plots" / "kws.png"
+    png.parent.mkdir()
+    assert main(["analyze", str(KWS), "--json", "--report", str(md), "--plot", str(png)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    text = md.read_text()
+    assert text.startswith(f"# {out['model']} for host\n")
+    for section in ("## Model", "## Memory", "## Kernels"):
+        assert section in text
+    assert "## Pools" not in text         # no --pools
+    assert f"| arena (RAM) | {out['arena_bytes']:,} |" in text
+    assert f"| weights (flash) | {out['weights_bytes']:,} |" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and " | tfl." in line]
+    assert [row.split(" | ")[1] for row in rows] == [la["name"] for la in out["layers"]]
+    assert [row.split(" | ")[3] for row in rows] == [f"{la['macs']:,}" for la in out["layers"]]
+    assert "![memory plan and MACs per kernel](<plots/kws.png>)" in text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kws.md", "plots"]
+    # the same analysis, the same bytes
+    again = tmp_path / "again.md"
+    assert main(["analyze", str(KWS), "--report", str(again), "--plot", str(png)]) == 0
+    assert again.read_bytes() == md.read_bytes()
+
+
+def test_html_report_embeds_the_charts_and_lists_pools(tmp_path, capsys):
+    import base64
+    import re
+
+    page = tmp_path / "kws.html"
+    assert main(["analyze", str(KWS), "--board", "mps3-an547", "--pools", "--json",
+                 "--report", str(page)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    text = page.read_text()
+    assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>")
+    for layer in out["layers"]:
+        assert f"<td>{layer['name']}</td>" in text
+        assert f'<td class="n">{layer["code_bytes"]:,}</td>' in text
+    assert "<h2>Pools</h2>" in text
+    for pool, size in out["memory_pools"].items():
+        assert f'<tr><td>{pool}</td><td class="n">{size:,}</td></tr>' in text
+    assert f'<td class="n">{out["memory"]["code_bytes"]:,}</td>' in text
+    (data,) = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', text)
+    assert base64.b64decode(data)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["kws.html"]       # no PNG, no temp
+
+
+def test_html_report_without_matplotlib_has_no_chart(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    page = tmp_path / "kws.html"
+    analyze(KWS, board="host", code_size=False, report=page)
+    text = page.read_text()
+    assert "<h2>Kernels</h2>" in text and "<img" not in text
+
+
+def test_report_errors_leave_nothing(tmp_path, capsys, monkeypatch):
+    for argv, needle in ((["--report", str(tmp_path / "no" / "r.md")], "does not exist"),
+                         (["--report", str(tmp_path)], "is a directory")):
+        assert main(["analyze", str(KWS), *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == []
+    import os
+
+    def fail(*args):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "replace", fail)      # the last step of the write fails
+    with pytest.raises(OSError):
+        analyze(KWS, board="host", code_size=False, report=tmp_path / "r.md")
+    assert list(tmp_path.iterdir()) == []

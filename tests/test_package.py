@@ -4,6 +4,7 @@ cleanly; the output directory appears whole or not at all."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -177,6 +178,9 @@ def test_hostile_names_make_valid_c(tmp_path):
     assert [t["name"] for t in meta["inputs"]] == [a, b]
     assert [t["name"] for t in meta["outputs"]] == [d, e]
     compile_api_and_sources(info.path, info.name)
+    readme = (info.path / "README.md").read_text()      # its tables keep their columns
+    rows = [line for line in readme.splitlines() if line.startswith(("| input", "| output"))]
+    assert len(rows) == 4 and all(len(re.split(r"(?<!\\)\|", r)) == 9 for r in rows), rows
 
 
 # ------------------------------------------------------------------ the C API
@@ -457,3 +461,47 @@ def test_state_starts_from_its_nonzero_initial_value(tmp_path):
     np.testing.assert_array_equal(run_pkg(info, {"x": x})["y"], np.maximum(x + init, 0))
     assert info.metadata["state"] == [{"name": "s", "c_name": "acc_state_s", "update": "s_new",
                                        "bytes": 16}]
+
+
+# ------------------------------------------------------------------ README.md
+
+def readme_blocks(text: str) -> list[str]:
+    """The C code blocks of a README."""
+    import re
+    return re.findall(r"```c\n(.*?)```", text, re.S)
+
+
+def test_readme_describes_the_package_and_its_example_compiles(tmp_path):
+    info = package(MODELS / "mlperf_kws_dscnn_int8.tflite", board="host", threads=2,
+                   out_dir=tmp_path / "pkg")
+    meta, name = info.metadata, info.name
+    text = (info.path / "README.md").read_text()
+    assert f"| arena (RAM, the working memory of a run; aligned to {meta['arena_align']}) | " \
+        f"{meta['arena_bytes']:,} |" in text
+    assert f"| weights (flash, section `.rodata.aot`) | {meta['params_bytes']:,} |" in text
+    assert "| input 0 | `input_1` | `input_1` | int8 | 1x49x10x1 | 490 | scale 0.584702909, " \
+        "zero point 83 |" in text
+    assert "| output 0 | `Identity` | `Identity` | int8 | 1x12 | 12 | scale 0.00390625, " \
+        "zero point -128 |" in text
+    decls, example = readme_blocks(text)
+    header = (info.path / "include" / f"{name}.h").read_text()
+    for fn in ("run", "run_with_arena", "init", "deinit", "reset", "failed_check"):
+        assert f" {name}_{fn}(" in decls and f" {name}_{fn}(" in header, fn
+    assert len(decls.strip().splitlines()) == 6
+    assert "-pthread" in text
+    for build_file in ("CMakeLists.txt", "Makefile", f"{name}_sections.ld",
+                       f"lib/lib{name}.a"):
+        assert f"`{build_file}`" in text and (info.path / build_file).is_file(), build_file
+    (tmp_path / "use.c").write_text(example)
+    r = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-c",
+                        f"-I{info.path}/include", f"-I{info.path}/runtime_c",
+                        str(tmp_path / "use.c"), "-o", str(tmp_path / "use.o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    # a name with Markdown's table and code characters stays in its cell
+    from aot.package_readme import render_readme
+    odd = {**meta, "inputs": [{**meta["inputs"][0], "name": "a|b`c\nd"}]}
+    (row,) = [line for line in render_readme(odd, header).splitlines()
+              if line.startswith("| input 0")]
+    assert row.startswith("| input 0 | ``a\\|b`c d`` | `input_1` |")
+    assert len(re.split(r"(?<!\\)\|", row)) == 9

@@ -132,3 +132,57 @@ def test_bench_plot_path_is_checked_before_running(pkgs, tmp_path, capsys):
     assert main(["bench", str(pkgs["profile"]), "--profile", "--plot",
                  str(tmp_path / "k.svg")]) == 2
     assert "the chart is a PNG file" in capsys.readouterr().err
+
+
+def test_bench_trace_is_a_perfetto_trace_of_every_kernel_call(pkgs, tmp_path, capsys):
+    trace = tmp_path / "kws.json"
+    assert main(["bench", str(pkgs["profile"]), "--repeat", "6", "--warmup", "1", "--profile",
+                 "--trace", str(trace), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    doc = json.loads(trace.read_text())
+    events = doc["traceEvents"]
+    for e in events:
+        assert {"name", "ph", "ts", "dur", "pid", "tid", "args"} <= set(e)
+        assert e["ph"] == "X" and e["dur"] >= 0 and e["ts"] >= 0
+    assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
+    names = [k["name"] for k in meta_of(pkgs["profile"])["kernels"]]
+    runs = [e for e in events if e["cat"] == "run"]
+    calls = [e for e in events if e["cat"] == "kernel"]
+    assert len(runs) == 6 and [e["name"] for e in calls] == names * 6
+    assert [e["args"]["step"] for e in calls] == list(range(len(names))) * 6
+    for run in runs:         # each run's kernels inside it, at most its time together
+        inside = [e for e in calls if e["args"]["run"] == run["args"]["run"]]
+        assert sum(e["dur"] for e in inside) <= run["dur"] + 1e-9
+        assert all(run["ts"] <= e["ts"] and e["ts"] + e["dur"] <= run["ts"] + run["dur"] + 1e-6
+                   for e in inside)
+    assert sum(e["dur"] for e in calls) <= sum(e["dur"] for e in runs)
+    # the medians the table prints are the trace's
+    for k, row in enumerate(out["profile"]):
+        durs = [e["dur"] for e in calls if e["args"]["step"] == k]
+        assert row["median_ms"] * 1000 == pytest.approx(float(np.median(durs)))
+    assert doc["otherData"]["board"] == "host"
+    assert [p.name for p in tmp_path.iterdir()] == ["kws.json"]     # no temp file left
+
+
+def test_bench_trace_errors_before_running(pkgs, tmp_path, capsys):
+    for argv, needle in ((["--trace", str(tmp_path / "t.json")],
+                          "--trace exports the per-kernel profile: add --profile"),
+                         (["--profile", "--trace", str(tmp_path / "t.txt")],
+                          "the trace is a JSON file"),
+                         (["--profile", "--trace", str(tmp_path / "no" / "t.json")],
+                          "does not exist")):
+        assert main(["bench", str(pkgs["profile"]), "--repeat", "2", *argv]) == 2, argv
+        assert needle in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_plot_without_matplotlib_fails_before_running(pkgs, tmp_path, capsys,
+                                                            monkeypatch):
+    import aot.timing
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)      # as if not installed
+    monkeypatch.setattr(aot.timing, "bench_package", lambda *a, **k: pytest.fail("ran"))
+    assert main(["bench", str(pkgs["profile"]), "--profile", "--plot",
+                 str(tmp_path / "k.png")]) == 2
+    assert capsys.readouterr().err.strip() == \
+        "aot: error: --plot needs matplotlib: pip install 'aot[plot]'"

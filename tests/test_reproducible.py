@@ -75,7 +75,7 @@ def test_package_bytes_do_not_depend_on_the_environment(two_runs, build):
     one, two = pkgs[0][build], pkgs[1][build]
     a, b = files(one), files(two)
     assert a.keys() == b.keys()
-    assert {"metadata.json", "bench/bench"} <= a.keys()
+    assert {"metadata.json", "README.md", "bench/bench"} <= a.keys()
     assert any(k.startswith("lib/") and k.endswith(".a") for k in a)
     assert [k for k in a if a[k] != b[k]] == []
     # Permissions follow the umask (0o022 vs 0o077), executables stay executable.

@@ -234,7 +234,8 @@ def test_int8_model_on_a_dataset_through_one_session(tmp_path, capsys, monkeypat
     assert out["reference"] == "tflite-micro" and len(started) == 1
     (row,) = out["outputs"]
     assert row == {"name": "Identity", "max_abs": 0.0, "rmse": 0.0, "l2r": 0.0, "cosine": 1.0,
-                   "top1_agreement": 1.0, "max_lsb": 0, "max_abs_err": 0.0, "ok": True}
+                   "top1_agreement": 1.0, "max_lsb": 0, "max_abs_err": 0.0, "ok": True,
+                   "tolerance": {"atol": 1e-4, "rtol": 1e-4, "bit_exact": True}}
 
     import aot.deploy.serve as serve
     request = serve.ServeClient.request
@@ -354,3 +355,36 @@ def test_a_bare_metal_board_runs_each_sample(tmp_path, monkeypatch):
     out = verify(HELLO, board="mps2-an386", dataset=tmp_path / "ds.npz")
     assert out["ok"] and out["samples"] == 3 and seen == [0.5, 1.5, 3.0], out
     assert out["outputs"][0]["max_abs"] < 1e-5
+
+
+# ------------------------------------------------------------------- reports
+
+def test_verify_report_per_output(tmp_path, capsys, monkeypatch):
+    import aot.api
+    from aot.report import render_html, verify_document
+
+    report = tmp_path / "hello.md"
+    code, out, _ = run(capsys, "verify", HELLO, "--board", "host", "--count", "3",
+                       "--report", report)
+    assert code == 0 and out["ok"], out
+    text = report.read_text()
+    assert text.startswith("# Verification of tflm_hello_world_f32.tflite on host\n")
+    assert f"OK: tflm_hello_world_f32.tflite on host against {out['reference']}, 3 sample(s)" \
+        in text
+    (row,) = out["outputs"]
+    atol, rtol = row["tolerance"]["atol"], row["tolerance"]["rtol"]
+    assert not row["tolerance"]["bit_exact"]
+    assert (f"| {row['name']} | {row['max_abs']:.3g} | {row['rmse']:.3g} | "
+            f"{row['cosine']:.6f} |") in text
+    assert f"| |err| <= {atol:.3g} + {rtol:.3g} |ref| | yes |".replace("|err|", "\\|err\\|") \
+        .replace("|ref|", "\\|ref\\|") in text
+    page = render_html(verify_document({**out, "ok": False,
+                                        "outputs": [{**row, "ok": False}]}))
+    assert "MISMATCH" in page and "<td>NO</td>" in page
+
+    # the report's directory is checked before anything is packaged
+    monkeypatch.setattr(aot.api, "package_graph", lambda *a, **k: pytest.fail("packaged"))
+    code, out, err = run(capsys, "verify", HELLO, "--board", "host", "--report",
+                         tmp_path / "no" / "r.md")
+    assert code == 2 and "does not exist" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hello.md"]

@@ -288,7 +288,7 @@ def build_context(graph: Graph, kernels: Sequence[Kernel], mem: MemoryPlan,
 
 
 @functools.lru_cache(maxsize=None)
-def _environment() -> jinja2.Environment:
+def template_environment() -> jinja2.Environment:
     """One environment per process: it keeps the compiled templates (compiling
     them dominates packaging a small model)."""
     return jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
@@ -312,7 +312,7 @@ FILES = {
 
 def render(context: dict[str, Any]) -> dict[str, str]:
     """{path in the package: text} for every generated file."""
-    env = _environment()
+    env = template_environment()
     out = {}
     for template, path in FILES.items():
         if template == "params.S.j2" and not context["blob_params"]:

@@ -257,6 +257,13 @@ def import_tflite(data: bytes, name: str, hybrid: str = "dynamic") -> Graph:
     return _Builder(model, name, hybrid).build()
 
 
+def converted_builtins() -> list[str]:
+    """The builtin operators the importer converts: its `_op_<BUILTIN>`
+    methods (aot ops --format tflite)."""
+    return sorted(attr[len("_op_"):] for attr in dir(_Builder)
+                  if attr.startswith("_op_") and callable(getattr(_Builder, attr)))
+
+
 # ------------------------------------------------------------------ building
 
 def _unique_names(tensors: list[_Tensor]) -> list[str]:

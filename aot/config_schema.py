@@ -39,6 +39,8 @@ TARGET = {
     "base": STR, "name": STR, "triple": STR, "cpu": STR, "features": STR,
     "vector_bits": SIZE, "float_abi": STR, "cc": STR, "cflags": STRS, "ldflags": STRS,
     "libc": STR, "llvm_opt_level": INT,
+    # The C library and GCC installation clang builds with (aot/gcc_pin.py).
+    "sysroot": STR, "gcc_install_dir": STR,
     # Facts the triple, cpu and features do not say (aot.targets.Target).
     "isa_features": STRS, "vector_registers": SIZE, "abi": STR,
 }

@@ -11,6 +11,11 @@ sanitizer runtimes, the reference runtimes of `aot verify` and what the
 tests run. tests/test_doctor.py proves every file found here comes from a
 Debian package in the Depends closure of what scripts/setup.sh installs.
 
+A file the build cannot find may still be installed, in a GCC installation
+the build does not use: the target names another (aot/gcc_pin.py), or,
+with none named, clang picks another toolchain's. `make setup` cannot fix
+that, and the doctor says so: where the file is, and why it is not used.
+
 Programs are looked up as aot runs them (aot/tools.py): $AOT_TOOL_PATH, when
 set, replaces $PATH, so an empty directory there shows a machine without them.
 """
@@ -21,13 +26,16 @@ import os
 import platform
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
-from aot import tools
+from aot import gcc_pin, tools
 from aot.targets import Board, Target
 
 FIX = "make setup"
+# What fixes a file installed where the target's build does not look.
+FIX_PIN = ("name the GCC installation and C library to use in the target's "
+           "gcc_install_dir and sysroot (targets/README.md)")
 
 # Debian packages scripts/setup.sh installs, by the program or file they bring
 # (or bring through their dependencies): named in missing-tool messages.
@@ -55,6 +63,10 @@ _ARCH_PACKAGES = {
 # semihosting (rdimon) is what the Cortex-M boards' harness runs on.
 LIBC_FILES = {"glibc": ("crt1.o", "libc.a", "libm.a"),
               "newlib": ("libc.a", "libm.a", "librdimon.a", "rdimon.specs", "rdimon-crt0.o")}
+# What the link takes from the GCC installation: a static glibc link its
+# start and end files too.
+GCC_FILES = {"glibc": ("crtbeginT.o", "crtend.o", "libgcc.a", "libgcc_eh.a"),
+             "newlib": ("libgcc.a",)}
 # clang's runtimes for -fsanitize=address,undefined (aot.api.package's extra_cflags).
 SANITIZER_RUNTIMES = ("asan", "asan_static", "ubsan_standalone")
 # `aot verify`'s reference runtimes: (module, pip package, what needs it).
@@ -82,15 +94,24 @@ class Check:
     path: str | None              # where it was found (None: missing)
     needed_by: tuple[str, ...]    # boards, commands, "tests"
     package: str = ""             # the Debian (or pip) package that brings it
+    # Not found, but installed here, where the build does not look, and why.
+    installed_at: str = ""
+    not_used_because: str = ""
 
     @property
     def found(self) -> bool:
         return self.path is not None
 
+    @property
+    def fix(self) -> str:
+        return FIX_PIN if self.installed_at else FIX
+
     def as_json(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "group": self.group, "path": self.path,
                 "found": self.found, "needed_by": list(self.needed_by),
-                "package": self.package}
+                "package": self.package, "installed_at": self.installed_at or None,
+                "not_used_because": self.not_used_because or None,
+                **({} if self.found else {"fix": self.fix})}
 
 
 @dataclass(frozen=True)
@@ -114,10 +135,15 @@ class Report:
     def ok(self) -> bool:
         return all(c.found for c in self.checks)
 
+    @property
+    def fixes(self) -> tuple[str, ...]:
+        """What makes the missing things found, FIX first when it helps at all."""
+        return tuple(sorted({c.fix for c in self.checks if not c.found}, key=lambda f: f != FIX))
+
     def as_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "checks": [c.as_json() for c in self.checks],
                 "boards": [b.as_json() for b in self.boards], "fix": FIX,
-                "tool_path": os.environ.get(tools.TOOL_PATH_ENV)}
+                "fixes": list(self.fixes), "tool_path": os.environ.get(tools.TOOL_PATH_ENV)}
 
 
 # --- files a compiler finds itself ----------------------------------------------
@@ -174,16 +200,50 @@ def _target_needs(target: Target, users: tuple[str, ...]) -> tuple[list[Check], 
         files = [(_Ask(cc, flags, "-print-prog-name", "ld"), "compilers", tools_pkg)]
     files += [(_Ask(cc, flags, "-print-file-name", f), "C libraries", libc_pkg)
               for f in LIBC_FILES.get(target.libc, ())]
-    files.append((_Ask(cc, flags, "-print-file-name", "libgcc.a"), "C libraries", tools_pkg))
-    return checks, [(ask, group, pkg, users) for ask, group, pkg in files]
+    files += [(_Ask(cc, flags, "-print-file-name", f), "C libraries", tools_pkg)
+              for f in GCC_FILES.get(target.libc, ())]
+    return checks, [(ask, group, pkg, users, target) for ask, group, pkg in files]
 
 
 def _sanitizer_needs(host: Board) -> list[tuple]:
     cc = tools.which(host.target.cc)
     flags = (*host.target.cflags, *host.target.ldflags)
     return [(_Ask(cc, flags, "-print-file-name", f"libclang_rt.{rt}-{platform.machine()}.a"),
-             "sanitizers", "libclang-rt-14-dev", ("sanitizers",))
+             "sanitizers", "libclang-rt-14-dev", ("sanitizers",), None)
             for rt in SANITIZER_RUNTIMES]
+
+
+# --- files installed where the build does not look ----------------------------------
+
+def _not_used(target: Target, cc: str, name: str) -> tuple[str, str]:
+    """Where a file a clang target's link did not find is installed after
+    all (in a GCC installation clang sees without the target's pin), and
+    why the build does not use it; ("", "") when it is nowhere."""
+    pin = target.gcc_pin
+    seen = gcc_pin.installations(cc, pin.unpinned((*target.cflags, *target.ldflags)))
+    used = pin.gcc_install_dir or seen.selected
+    for other in seen.candidates:
+        path = gcc_pin.file_in(other, name)
+        if other == used or path is None:
+            continue
+        if not pin:
+            return path, f"clang picks the GCC installation {used}, which has no {name}"
+        named = [(what, where) for what, where in (("GCC installation", pin.gcc_install_dir),
+                                                   ("C library", pin.sysroot)) if where]
+        absent = [(what, where) for what, where in named if not os.path.isdir(where)]
+        return path, (f"target {target.name} names the "
+                      f"{' and '.join(f'{what} {where}' for what, where in absent or named)}"
+                      f"{', not installed' if absent else ''}")
+    return "", ""
+
+
+def _file_check(ask: _Ask, group: str, pkg: str, users: tuple[str, ...],
+                target: Target | None, path: str | None) -> Check:
+    name = ask.name if ask.option == "-print-file-name" else os.path.basename(path or ask.name)
+    elsewhere = ("", "")
+    if path is None and target is not None and ask.cc and ask.option == "-print-file-name":
+        elsewhere = _not_used(target, ask.cc, ask.name)
+    return Check(name, "file", group, path, users, pkg, *elsewhere)
 
 
 # --- boards' emulators and the VM -------------------------------------------------
@@ -256,9 +316,8 @@ def _merged(checks: Iterable[Check]) -> tuple[Check, ...]:
         key = (c.kind, c.name, c.path, c.package)
         if key in rows:
             old = rows[key]
-            c = Check(c.name, c.kind, c.group, c.path,
-                      (*old.needed_by, *(u for u in c.needed_by if u not in old.needed_by)),
-                      c.package)
+            c = replace(c, needed_by=(*old.needed_by,
+                                      *(u for u in c.needed_by if u not in old.needed_by)))
         rows[key] = c
     return tuple(rows.values())
 
@@ -301,9 +360,7 @@ def report(boards: Mapping[str, Board] | None = None) -> Report:
     if host is not None:
         files += _sanitizer_needs(host)
     answers = _answers(ask for ask, *_ in files)
-    checks += [Check(ask.name if ask.option == "-print-file-name" else
-                     os.path.basename(answers[ask] or ask.name), "file", group, answers[ask],
-                     users, pkg) for ask, group, pkg, users in files]
+    checks += [_file_check(*row, answers[row[0]]) for row in files]
     for b in boards.values():
         checks += _transport_needs(b)
     checks += [*_python_needs(), *_test_needs()]
@@ -333,8 +390,7 @@ def print_report(rep: Report) -> None:
     for users, rows in _by_user(rep.checks).items():
         table.add_row(f"[bold]{', '.join(users)}[/bold]", "", "")
         for c in rows:
-            table.add_row(f"  {c.name}", "yes" if c.found else "[red]no[/red]",
-                          c.path or f"[red]missing[/red] ({c.package or FIX})")
+            table.add_row(f"  {c.name}", "yes" if c.found else "[red]no[/red]", _where(c))
         table.add_section()
     console.print(table)
     boards = Table(title="boards")
@@ -349,6 +405,21 @@ def print_report(rep: Report) -> None:
                       f"{os.environ[tools.TOOL_PATH_ENV]}, not $PATH")
     if rep.ok:
         console.print("everything aot needs is here")
-    else:
-        console.print(f"[bold]{sum(not c.found for c in rep.checks)} of {len(rep.checks)} "
-                      f"missing[/bold]: [bold]{FIX}[/bold] installs them")
+    for fix in rep.fixes:
+        rows = [c for c in rep.checks if not c.found and c.fix == fix]
+        if fix == FIX:
+            console.print(f"[bold]{len(rows)} of {len(rep.checks)} missing[/bold]: "
+                          f"[bold]{FIX}[/bold] installs them")
+        else:
+            console.print(f"[bold]{len(rows)} installed but not used[/bold] "
+                          f"({', '.join(dict.fromkeys(c.name for c in rows))}): {FIX} cannot "
+                          f"change that; {fix}")
+
+
+def _where(c: Check) -> str:
+    if c.found:
+        return c.path
+    if c.installed_at:
+        return (f"[red]not used[/red]: installed at {c.installed_at}, "
+                f"but {c.not_used_because}")
+    return f"[red]missing[/red] ({c.package or FIX})"

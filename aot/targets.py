@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from aot import config_schema
 from aot.errors import AotError
+from aot.gcc_pin import GccPin, check as check_pin
 from aot.resources import data_dir
 
 
@@ -82,6 +83,9 @@ class Target:
     declared_features: frozenset[str] = frozenset()
     declared_registers: int | None = None
     declared_abi: str = ""
+    # The GCC installation and C library clang builds with (in cflags and
+    # ldflags already; kept for `aot doctor`): aot/gcc_pin.py.
+    gcc_pin: GccPin = GccPin("", "")
     # The facts every decision reads, derived once (and again by
     # dataclasses.replace, which re-runs __post_init__).
     arch: str = field(init=False)                       # x86_64, aarch64, arm, thumb, riscv64
@@ -110,6 +114,12 @@ class Target:
     def lanes(self, bits: int) -> int:
         """Vector lanes for elements of `bits` bits (1 without a vector unit)."""
         return max(1, self.vector_bits // bits)
+
+    def pinned(self, pin: GccPin) -> Target:
+        """The target building with `pin`'s GCC installation and C library
+        (in place of its current pin's)."""
+        return replace(self, cflags=(*self.gcc_pin.unpinned(self.cflags), *pin.cflags),
+                       ldflags=(*self.gcc_pin.unpinned(self.ldflags), *pin.ldflags), gcc_pin=pin)
 
 
 @dataclass(frozen=True)
@@ -172,22 +182,25 @@ def _flags(t: dict, key: str) -> tuple[str, ...]:
 @lru_cache(maxsize=None)
 def targets() -> dict[str, Target]:
     raw = _read("targets")
-    out = {}
-    for name in raw:
-        t = _resolved(name, raw)
-        try:
-            out[name] = Target(name=t["name"], triple=t["triple"], cpu=t["cpu"],
-                               features=t.get("features", ""), vector_bits=int(t["vector_bits"]),
-                               float_abi=t.get("float_abi", "hard"), cc=t["cc"],
-                               cflags=_flags(t, "cflags"), ldflags=_flags(t, "ldflags"),
-                               libc=t.get("libc", "glibc"),
-                               llvm_opt_level=t.get("llvm_opt_level"),
-                               declared_features=frozenset(t.get("isa_features", ())),
-                               declared_registers=t.get("vector_registers"),
-                               declared_abi=t.get("abi", ""))
-        except KeyError as e:
-            raise AotError(f"target '{name}': missing {e}") from None
-    return out
+    return {name: _target(name, _resolved(name, raw)) for name in raw}
+
+
+def _target(name: str, t: dict) -> Target:
+    pin = GccPin(t.get("sysroot", ""), t.get("gcc_install_dir", ""))
+    try:
+        cflags, ldflags = _flags(t, "cflags"), _flags(t, "ldflags")
+        check_pin(name, t["cc"], pin, (*cflags, *ldflags))
+        target = Target(name=t["name"], triple=t["triple"], cpu=t["cpu"],
+                        features=t.get("features", ""), vector_bits=int(t["vector_bits"]),
+                        float_abi=t.get("float_abi", "hard"), cc=t["cc"],
+                        cflags=cflags, ldflags=ldflags, libc=t.get("libc", "glibc"),
+                        llvm_opt_level=t.get("llvm_opt_level"),
+                        declared_features=frozenset(t.get("isa_features", ())),
+                        declared_registers=t.get("vector_registers"),
+                        declared_abi=t.get("abi", ""))
+    except KeyError as e:
+        raise AotError(f"target '{name}': missing {e}") from None
+    return target.pinned(pin)
 
 
 def boards() -> dict[str, Board]:

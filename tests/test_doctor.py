@@ -9,6 +9,7 @@ tools with $AOT_TOOL_PATH (aot/tools.py), or a file with a real flag
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -19,9 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aot import cli, doctor, tools
+from aot import cli, doctor, gcc_pin, tools
 from aot.errors import AotError
 from conftest import MODELS, REPO
+from decoy_gcc import clang_in, debian_installation, junk_installation
 
 APT_DEPENDS = ("apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests",
                "--no-conflicts", "--no-breaks", "--no-replaces", "--no-enhances")
@@ -311,3 +313,69 @@ def test_int8_tflite_needs_tflite_micro_not_a_silent_litert(monkeypatch):
         monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(AotError, match="reference runtime tflite-micro is not installed"):
         reference_outputs(path, graph, inputs)
+
+
+# --- installed, but not where the target's build looks ------------------------------
+
+def riscv64_board(target):
+    from aot.targets import get_board
+
+    board = get_board("qemu-riscv64")
+    return {board.name: dataclasses.replace(board, target=target)}
+
+
+def not_found(rep) -> dict[str, doctor.Check]:
+    return {c.name: c for c in rep.checks if not c.found}
+
+
+def test_a_gcc_the_target_does_not_name_is_not_for_make_setup(capsys):
+    from aot.targets import get_target
+
+    real = get_target("riscv64-linux").gcc_pin
+    other = gcc_pin.GccPin(real.sysroot, real.gcc_install_dir.replace("/12", "/11"))
+    rep = doctor.report(riscv64_board(get_target("riscv64-linux").pinned(other)))
+    missing = not_found(rep)
+    assert set(missing) == {"crtbeginT.o", "crtend.o", "libgcc.a", "libgcc_eh.a"}
+    for name, c in missing.items():
+        assert c.installed_at == f"{real.gcc_install_dir}/{name}"
+        assert c.not_used_because == (f"target riscv64-linux names the GCC installation "
+                                      f"{other.gcc_install_dir}, not installed")
+        assert c.fix == doctor.FIX_PIN and c.as_json()["fix"] == doctor.FIX_PIN
+    assert rep.fixes == (doctor.FIX_PIN,)
+    doctor.print_report(rep)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "4 installed but not used" in out and "make setup cannot change that" in out
+    assert "installs them" not in out
+
+
+def test_a_bare_metal_gcc_clang_picks_is_named(tmp_path):
+    """Debian's riscv64 cross GCC and glibc, and gcc-riscv64-unknown-elf
+    (12.2.0, newer than "12", without crt1.o): clang's own pick is the
+    bare-metal one. Pinned, the same clang finds everything."""
+    from aot.targets import get_target
+
+    clang = clang_in(tmp_path)
+    debian_installation(tmp_path, "riscv64-linux-gnu")
+    elf = junk_installation(tmp_path, "riscv64-unknown-elf", "12.2.0", libc=("libc.a", "libm.a"))
+    pinned = dataclasses.replace(get_target("riscv64-linux"), cc=str(clang))
+    unpinned = pinned.pinned(gcc_pin.GccPin("", ""))
+    assert gcc_pin.installations(str(clang), unpinned.cflags).selected == str(elf)
+
+    crt1 = not_found(doctor.report(riscv64_board(unpinned)))["crt1.o"]
+    assert crt1.installed_at == str(tmp_path / "riscv64-linux-gnu" / "lib" / "crt1.o")
+    assert crt1.not_used_because == f"clang picks the GCC installation {elf}, which has no crt1.o"
+    assert crt1.fix == doctor.FIX_PIN
+
+    assert not not_found(doctor.report(riscv64_board(pinned)))
+
+
+def test_a_file_nowhere_is_for_make_setup():
+    from aot.targets import get_target
+
+    rv = get_target("riscv64-linux").pinned(gcc_pin.GccPin("", ""))
+    mips = dataclasses.replace(rv, cflags=tuple(
+        "--target=mips64el-linux-gnuabi64" if f.startswith("--target=") else f
+        for f in rv.cflags if not f.startswith("-m")))
+    rep = doctor.report(riscv64_board(mips))
+    crt1 = not_found(rep)["crt1.o"]
+    assert crt1.installed_at == "" and crt1.fix == doctor.FIX and rep.fixes == (doctor.FIX,)

@@ -22,6 +22,8 @@ import pytest
 
 import aot
 from aot.api import package
+from aot.firmware import build_flags
+from aot.targets import get_target
 from aot.testing import random_inputs, run_twice
 
 from conftest import MODELS
@@ -145,8 +147,10 @@ def test_firmware_with_cmake(tmp_path, model):
     stdout = run_checked([str(fw / "build" / "firmware")], fw)
     check_output(stdout, first, second, len(info.metadata["kernels"]), profile=False)
     # A Debug firmware at -O0 still compiles the package with the target's
-    # flags, last on the line (the last -O wins), and only the package.
-    target_flags = info.metadata["target"]["cflags"]
+    # flags, last on the line (the last -O wins), and only the package;
+    # the driver's (clang's installation) stay with the target's clang.
+    flags = build_flags(get_target(info.metadata["target"]["name"]))
+    target_flags = [*flags.arch, *flags.optimize]
     for cmd in json.loads((fw / "build" / "compile_commands.json").read_text()):
         args = cmd["command"].split()
         last_o = [a for a in args if a.startswith("-O")][-1]

@@ -17,13 +17,20 @@ __version__ = "0.1.0"
 
 # What the CLI's commands do, with its defaults: aot.package, aot.run, ...
 _COMMANDS = {name: "aot.api" for name in ("package", "run", "verify", "bench")}
-_LAZY = {"connect": "aot.deploy.device", "AotError": "aot.errors", "load": "aot.frontend",
+_ERRORS = ("AotError", "ModelError", "UnsupportedError", "ShapeError", "BudgetError",
+           "NotImplementedYet", "InputError", "BoardUnreachableError", "MissingToolError",
+           "MismatchError")
+_RESULTS = ("AnalyzeResult", "BenchResult", "VerifyResult", "OutputCheck", "StreamCheck")
+_LAZY = {"connect": "aot.deploy.device", "load": "aot.frontend",
          "interpret": "aot.interp", "Graph": "aot.ir.graph", "print_graph": "aot.ir.graph",
          "optimize": "aot.passes.pipeline", "analyze": "aot.analysis",
-         "run_stream": "aot.streaming", "QuantizedInput": "aot.deploy.host", **_COMMANDS}
+         "run_stream": "aot.streaming", "PackageInfo": "aot.package_info",
+         "TensorInfo": "aot.package_info", "QuantizedInput": "aot.deploy.host", **_COMMANDS,
+         **dict.fromkeys(_ERRORS, "aot.errors"), **dict.fromkeys(_RESULTS, "aot.results")}
 
-__all__ = ["AotError", "Graph", "QuantizedInput", "analyze", "bench", "connect", "interpret", "load", "optimize",
-           "package", "print_graph", "run", "run_stream", "verify", "__version__"]
+__all__ = ["Graph", "PackageInfo", "QuantizedInput", "TensorInfo", "analyze", "bench", "connect", "interpret",
+           "load", "optimize", "package", "print_graph", "run", "run_stream", "verify",
+           *_ERRORS, *_RESULTS, "__version__"]
 
 
 def __getattr__(name: str):

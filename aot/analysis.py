@@ -18,11 +18,15 @@ import io
 import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aot.errors import AotError
+from aot.errors import AotError, InputError
+from aot.frontend.source import as_model, file_path, is_package_dir
 from aot.ir.graph import Graph
 from aot.ir.tir import BufferKind
+
+if TYPE_CHECKING:       # aot.results reads this module's Layer
+    from aot.results import AnalyzeResult
 
 
 @dataclass(frozen=True)
@@ -154,16 +158,19 @@ def _compile(gen, board, name: str) -> tuple[dict[str, int], dict]:
 # ------------------------------------------------------------------- report
 
 def check_model(model) -> None:
-    """A model file or Graph: a package directory has lost what analyze reads."""
-    if not isinstance(model, Graph) and Path(model).is_dir():
-        raise AotError(f"{model}: aot analyze takes a model file (.onnx, .tflite), not a "
-                       "package directory")
+    """A model (aot.package's) or Graph: a package directory has lost what
+    analyze reads."""
+    if is_package_dir(as_model(model, graphs=True)):
+        raise InputError(f"{model}: aot analyze takes a model file (.onnx, .tflite), not a "
+                         "package directory")
 
 
 def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c",
             code_size: bool | None = None, input_shapes=None, bind=None,
-            pools: bool = False, report: str | Path | None = None) -> dict[str, Any]:
-    """The `aot analyze` report of a model (path or Graph) as a dict.
+            pools: bool = False, report: str | Path | None = None) -> AnalyzeResult:
+    """The `aot analyze` report of a model (as aot.package takes it: a path,
+    an onnx.ModelProto, model bytes or a Graph): an AnalyzeResult
+    (aot/results.py).
 
     The model is lowered for `board` (a name or Board; None: the default
     board, as the CLI's). code_size (default: when a board is given) compiles
@@ -178,17 +185,19 @@ def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c
     from aot.report import check_report_path
     from aot.timing import check_plot_path
     from aot.packaging import default_name, generate
+    from aot.results import AnalyzeResult
     from aot.targets import get_board
 
     if plot is not None:
         plot = check_plot_path(Path(plot))      # before the work
     if report is not None:
         report = check_report_path(report)
+    model = as_model(model, graphs=True)
     check_model(model)
     brd = get_board(board)
     from aot.frontend.shapes import LoadOptions
     graph = as_graph(model, LoadOptions.of(input_shapes, bind))
-    name = default_name(graph, model_path=None if isinstance(model, Graph) else Path(model))
+    name = default_name(graph, model_path=file_path(model))
     with progress.step(f"lower and plan {name} for {brd.name}"):
         gen = generate(graph, brd, codegen, name, io_in_arena=False, pools=pools)
     symbols = [k["symbol"] for k in gen.context["kernels"]]
@@ -221,7 +230,7 @@ def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c
         plot_analysis(out, gen.mem, Path(plot))
     if report is not None:
         write_analysis_report(out, gen.mem, report, plot)
-    return out
+    return AnalyzeResult.from_json(out)
 
 
 def write_analysis_report(out: dict[str, Any], mem, path: Path, plot: Path | None) -> None:

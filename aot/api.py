@@ -12,13 +12,15 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from aot.errors import AotError
+from aot.errors import AotError, InputError, MismatchError, NotImplementedYet
+from aot.frontend.source import ModelBytes, as_file, as_model, file_path, is_package_dir
 from aot.fsutil import refuse_existing
 from aot.ir.graph import Graph, TensorType
 from aot.limits import board_flash
 from aot.packaging import (PackageInfo, check_fits, check_pools, check_threads, default_name,
                            model_source, package_graph, write_tir_dump)
 from aot.passes.float_io import float_edges, io_type
+from aot.results import BenchResult, VerifyResult
 from aot.targets import Board, get_board
 
 
@@ -28,14 +30,14 @@ def as_graph(model_or_graph: str | Path | Graph, options=None) -> Graph:
     import aot
 
     if options and isinstance(model_or_graph, Graph):
-        raise AotError("input_shapes and bind are for a model file; a Graph is loaded already")
+        raise InputError("input_shapes and bind are for a model file; a Graph is loaded already")
     graph = (model_or_graph if isinstance(model_or_graph, Graph)
              else aot.load(model_or_graph, options=options))
     fused = all(n.op == "fused" for n in graph.nodes)
     return graph if fused and graph.nodes else aot.optimize(graph)
 
 
-def package(model_or_graph: str | Path | Graph, board: str | Board | None = None,
+def package(model_or_graph: str | Path | ModelBytes | Graph, board: str | Board | None = None,
             codegen: str = "c",
             name: str | None = None, out_dir: str | Path | None = None,
             io_in_arena: bool = False, force: bool = False,
@@ -45,7 +47,9 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
             threads: int = 1, tuning_records: str | Path | None = None,
             pools: bool = False, float_io: bool = False) -> PackageInfo:
     """Compile a model into a package directory built for `board` (default:
-    the CLI's, qemu-rpi4 unless $AOT_BOARD names another).
+    the CLI's, qemu-rpi4 unless $AOT_BOARD names another). The model: a
+    path, an onnx.ModelProto, the bytes of an ONNX or TFLite model (recorded
+    in metadata.json as "<memory>" with their sha256), or a Graph.
 
     out_dir defaults to ./<name>; with out_dir=None and no name, the model's.
     extra_cflags are added to every compile and to the harness link, e.g.
@@ -70,6 +74,7 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
     from aot.frontend.shapes import LoadOptions, options_json
     from aot.tune import applied_records
 
+    model_or_graph = as_model(model_or_graph, graphs=True)
     if out_dir is not None:
         refuse_existing(Path(out_dir), force)     # before loading and optimizing
     if dump_tir is not None:
@@ -80,11 +85,11 @@ def package(model_or_graph: str | Path | Graph, board: str | Board | None = None
         check_pools(brd, io_in_arena, threads)
     opts = LoadOptions.of(input_shapes, bind)
     if opts and isinstance(model_or_graph, Graph):
-        raise AotError("input_shapes and bind are for a model file; a Graph is loaded already")
+        raise InputError("input_shapes and bind are for a model file; a Graph is loaded already")
     graph = (model_or_graph if isinstance(model_or_graph, Graph)
              else aot.load(model_or_graph, options=opts))
     check_fits(graph, brd)      # weights too big for the flash: say so before optimizing
-    name = default_name(graph, name, None if model_or_graph is graph else Path(model_or_graph))
+    name = default_name(graph, name, file_path(model_or_graph))
     if out_dir is None:
         out_dir = Path(name)
     source = (None if isinstance(model_or_graph, Graph) else
@@ -114,9 +119,10 @@ def package_dir(model_or_package: str | Path | Graph, board: Board, codegen: str
                  threads: int = 1) -> Path:
     """A package directory as it is, or the model packaged into a temporary
     directory that `stack` removes."""
-    if not isinstance(model_or_package, Graph) and Path(model_or_package).is_dir():
-        _as_built(Path(model_or_package), input_shapes, bind, threads)
-        return Path(model_or_package)
+    model_or_package = as_model(model_or_package, graphs=True)
+    if is_package_dir(model_or_package):
+        _as_built(model_or_package, input_shapes, bind, threads)
+        return model_or_package
     tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-"))
     return package(model_or_package, board=board, codegen=codegen, out_dir=Path(tmp) / "pkg",
                    profile=profile, input_shapes=input_shapes, bind=bind,
@@ -126,15 +132,15 @@ def package_dir(model_or_package: str | Path | Graph, board: Board, codegen: str
 def _as_built(pkg: Path, input_shapes: Mapping | None, bind: Mapping | None,
               threads: int = 1) -> None:
     if threads != 1:
-        raise AotError(f"{pkg} is a package directory, built with the threads its "
-                       "metadata.json records: --threads is for packaging a model")
+        raise InputError(f"{pkg} is a package directory, built with the threads its "
+                         "metadata.json records: --threads is for packaging a model")
     if input_shapes or bind:
-        raise AotError(f"{pkg} is a package directory, built with the input shapes and bound "
-                       "inputs its metadata.json records: --input-shape and --bind are for "
-                       "packaging a model")
+        raise InputError(f"{pkg} is a package directory, built with the input shapes and bound "
+                         "inputs its metadata.json records: --input-shape and --bind are for "
+                         "packaging a model")
 
 
-def run(model_or_package: str | Path | Graph,
+def run(model_or_package: str | Path | ModelBytes | Graph,
         inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray],
         board: str | Board | None = None, codegen: str = "c",
         input_shapes: Mapping | None = None, bind: Mapping | None = None,
@@ -169,18 +175,18 @@ INSTRUCTIONS_NOTE = ("; the instruction counts are exact: the board's own instru
                      "run (a proxy for its time, not a time)")
 
 
-def bench(model_or_package: str | Path | Graph, board: str | Board | None = None,
+def bench(model_or_package: str | Path | ModelBytes | Graph, board: str | Board | None = None,
           codegen: str = "c", warmup: int = 10, repeat: int = 100, profile: bool = False,
           plot: str | Path | None = None, input_shapes: Mapping | None = None,
           bind: Mapping | None = None, threads: int = 1,
-          trace: str | Path | None = None) -> dict:
+          trace: str | Path | None = None) -> BenchResult:
     """What `aot bench` does: `warmup` untimed runs, then `repeat` timed
     ones on `board` (default: the CLI's) of a package directory or of a
-    model packaged into a temporary directory. {median_ms, mean_ms, min_ms,
-    max_ms, std_ms, repeat, warmup, board, codegen, model, emulated[, note]};
-    profile=True adds "profile", per kernel {step, name, median_ms, share,
-    ...}, `plot` draws it as a bar chart (a PNG) and `trace` writes each
-    profiled run's kernel calls as a Perfetto trace (aot/trace.py)."""
+    model (as aot.package takes it) packaged into a temporary directory.
+    A BenchResult (aot/results.py): the times' statistics in ms, with
+    profile=True the median per kernel; `plot` draws those as a bar chart
+    (a PNG) and `trace` writes each profiled run's kernel calls as a
+    Perfetto trace (aot/trace.py)."""
     from aot.timing import (bench_package, check_counts, check_plot_path, package_inputs,
                            plot_profile, profile_stats, stats_of)
     from aot.packaging import read_metadata
@@ -189,11 +195,11 @@ def bench(model_or_package: str | Path | Graph, board: str | Board | None = None
     brd = get_board(board)
     check_counts(warmup, repeat)
     if plot and not profile:
-        raise AotError("--plot draws the per-kernel profile: add --profile")
+        raise InputError("--plot draws the per-kernel profile: add --profile")
     if plot:
         check_plot_path(Path(plot))
     if trace and not profile:
-        raise AotError("--trace exports the per-kernel profile: add --profile")
+        raise InputError("--trace exports the per-kernel profile: add --profile")
     if trace:
         check_trace_path(trace)
     with contextlib.ExitStack() as stack:
@@ -201,7 +207,7 @@ def bench(model_or_package: str | Path | Graph, board: str | Board | None = None
                            input_shapes=input_shapes, bind=bind, threads=threads)
         meta = read_metadata(pkg)
         if profile and not meta.get("profile"):
-            raise AotError(f"{pkg} was packaged without --profile (aot package --profile)")
+            raise InputError(f"{pkg} was packaged without --profile (aot package --profile)")
         result = bench_package(pkg, brd, package_inputs(meta), warmup, repeat)
     stats = stats_of([t / 1e6 for t in result.times_ns])     # ms, as time_package
     out = {"median_ms": stats.median_ms, "mean_ms": stats.mean_ms, "min_ms": stats.min_ms,
@@ -222,23 +228,24 @@ def bench(model_or_package: str | Path | Graph, board: str | Board | None = None
             plot_profile(kernels, f"{meta['model']} on {brd.name}: median per kernel", Path(plot))
         if trace:
             write_trace(Path(trace), meta, brd.name, result.times_ns, result.profile_ns)
-    return out
+    return BenchResult.from_json(out)
 
 
-def verify(model: str | Path, board: str | Board | None = None, codegen: str = "c",
+def verify(model: str | Path | ModelBytes, board: str | Board | None = None, codegen: str = "c",
            extra_cflags: Sequence[str] = (), seed: int = 0,
            out_dir: str | Path | None = None, checks: bool = False, count: int = 1,
            dataset: str | Path | None = None, atol: float | None = None,
            rtol: float | None = None, source: str | Path | None = None,
            input_shapes: Mapping | None = None, bind: Mapping | None = None,
-           threads: int = 1, float_io: bool = False) -> dict:
+           threads: int = 1, float_io: bool = False) -> VerifyResult:
     """What `aot verify` does: package `model` for `board` (default: the
     CLI's), run it there and compare with the reference runtime on the same
     inputs. The package is kept in out_dir if given, else built in a
     temporary directory and removed; checks=True packages with the harness's
     guard bytes (a violation fails).
 
-    `model` may also be a package directory: it runs as built, on its own
+    `model` is what aot.package takes but a Graph (the reference runtime
+    needs the model itself), or a package directory: it runs as built, on its own
     board unless `board` says otherwise, against the model its metadata
     names (`source` overrides the path; a model whose sha256 is not the
     recorded one is refused).
@@ -251,26 +258,24 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
     are the ones its metadata records); the reference runtime is fed the
     bound inputs too.
 
-    {ok, reference, inputs (dataset|saved|random), samples, count (the same),
-    model, board, outputs: [{name, max_abs, rmse, l2r, cosine,
-    top1_agreement, max_lsb, max_abs_err, ok[, error]}], package: its
-    summary}: aot.validate.output_metrics per output over all samples, ok
-    under Tolerance(atol, rtol) (floats within 1e-4, integers bit-exact by
-    default).
+    A VerifyResult (aot/results.py): aot.validate.output_metrics per output
+    over all samples, ok under Tolerance(atol, rtol) (floats within 1e-4,
+    integers bit-exact by default); result.check() raises MismatchError
+    unless ok.
 
     A streaming TFLite model (resource variables) is compared over one
     stream instead (aot.streaming.verify_stream): the dataset's samples in
     order, else max(count, 50) feature-like steps (inputs "stream"), a row
-    per output and per state tensor, and `stream`: {steps, state,
-    nonzero_output_steps, first_mismatch}.
+    per output and per state tensor, and `stream` (a StreamCheck).
 
     float_io packages the model as aot.package(float_io=True) does; such a
     package (or a package directory built so) is compared with the
     float-wrapped reference: its float inputs quantized as TFLite does, the
-    model run, its outputs dequantized ("float_io": true). Its inputs are
-    the real values of the saved or random ones, or the dataset's. Float
-    data of a dataset for a package without float I/O is quantized with the
-    model's scale and zero point: "notes" say so."""
+    model run, its outputs dequantized (float_io=True in the result). Its
+    inputs are the real values of the saved or random ones, or the
+    dataset's. Float data of a dataset for a package without float I/O is
+    quantized with the model's scale and zero point: the result's notes say
+    so."""
     import aot
     from aot.deploy import check_runs_on
     from aot.frontend.shapes import LoadOptions, options_json
@@ -281,16 +286,16 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
 
     tol = Tolerance(atol, rtol)
     if count < 1:
-        raise AotError(f"--count must be >= 1, got {count}")
+        raise InputError(f"--count must be >= 1, got {count}")
     if dataset is not None and count != 1:
-        raise AotError("--count and --dataset exclude each other (the dataset's samples are "
-                       "the inputs)")
-    target = Path(model)
+        raise InputError("--count and --dataset exclude each other (the dataset's samples are "
+                         "the inputs)")
+    target = as_model(model)
     with contextlib.ExitStack() as stack:
-        if target.is_dir():
+        if is_package_dir(target):
             if out_dir is not None or checks:
-                raise AotError(f"{target} is a package directory, verified as it was built: "
-                               "out_dir and checks are for packaging a model")
+                raise InputError(f"{target} is a package directory, verified as it was built: "
+                                 "out_dir and checks are for packaging a model")
             pkg, meta = target, read_metadata(target)
             brd = get_board(board or meta.get("board"))
             check_runs_on(pkg, meta, brd)
@@ -311,30 +316,33 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
                 "arena_bytes", "arena_lower_bound_bytes", "params_bytes")}}
         else:
             if source is not None:
-                raise AotError(f"--model names the model of a package directory; {target} is "
-                               "a model file")
+                raise InputError(f"--model names the model of a package directory; {target} is "
+                                 "a model file")
             if out_dir is not None:
                 refuse_existing(Path(out_dir), False)     # before loading and optimizing
-            brd, model_path = get_board(board), target
+            # the reference runtimes read files: a model in memory is written to one
+            brd, model_path = get_board(board), as_file(target, stack)
             opts = LoadOptions.of(input_shapes, bind)
-            graph = aot.load(model_path, options=opts)
+            graph = aot.load(target, options=opts)
             steps = dequantized_steps(graph)
             bound = {n: graph.constants[n] for n in opts.bind}   # the reference's feeds
             check_fits(graph, brd)
-            name = default_name(graph, None, model_path)
+            name = default_name(graph, None, file_path(target))
             if streaming.streams(model_path, graph):    # outputs and state over a stream
                 if float_io:
                     raise AotError("verify --float-io: streaming models are not supported yet")
                 if threads != 1:
-                    raise AotError("verify --threads: streaming models are not supported yet "
-                                   "(package with --threads and compare runs instead)")
+                    raise NotImplementedYet("verify --threads: streaming models are not "
+                                            "supported yet (package with --threads and compare "
+                                            "runs instead)")
                 origin, steps = streaming.stream_inputs(graph, dataset, count, seed)
                 where = Path(out_dir) if out_dir else Path(
                     stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-"))) / "pkg"
-                return streaming.verify_stream(
+                return VerifyResult.from_json({**streaming.verify_stream(
                     model_path, graph, brd, name, where, codegen, steps, origin, tol,
                     extra_cflags=extra_cflags, checks=checks,
-                    source={**model_source(model_path), **options_json(opts)})
+                    source={**model_source(target), **options_json(opts)}),
+                    "model": str(target)})
             wrapped, packaged = float_edges(graph, float_io)
             graph = as_graph(graph)
             origin, samples = _verify_inputs(model_path, graph, dataset, count, seed)
@@ -344,18 +352,21 @@ def verify(model: str | Path, board: str | Board | None = None, codegen: str = "
             info = package_graph(as_graph(packaged) if wrapped else graph, brd, where, codegen,
                                  name, extra_cflags=extra_cflags, checks=checks,
                                  threads=threads, float_io=wrapped,
-                                 source={**model_source(model_path), **options_json(opts)})
+                                 source={**model_source(target), **options_json(opts)})
             pkg, summary = info.path, info.summary()
         # the board's inputs; the reference's: those quantized (a float-io package's float-wrap)
         samples = float_samples(samples, graph, wrapped)
         fed, notes = quantize_samples(samples, graph)
         results = _board_outputs(pkg, brd, samples if wrapped else fed)
-    reference, rows = _compare_outputs(model_path, graph, fed, results, tol, bound, steps,
-                                       wrapped)
-    return {"ok": all(r["ok"] for r in rows), "reference": reference, "inputs": origin,
-            "samples": len(samples), "count": len(samples), "model": str(model_path),
-            "board": brd.name, "outputs": rows, "package": summary,
-            **({"float_io": True} if wrapped else {"notes": notes} if notes else {})}
+        # inside: a model in memory is a file of `stack` for the reference runtime
+        reference, rows = _compare_outputs(model_path, graph, fed, results, tol, bound, steps,
+                                           wrapped)
+    shown = target if isinstance(target, ModelBytes) else model_path
+    return VerifyResult.from_json({
+        "ok": all(r["ok"] for r in rows), "reference": reference, "inputs": origin,
+        "samples": len(samples), "count": len(samples), "model": str(shown),
+        "board": brd.name, "outputs": rows, "package": summary,
+        **({"float_io": True} if wrapped else {"notes": notes} if notes else {})})
 
 
 def _verify_inputs(model: Path, graph: Graph, dataset: str | Path | None, count: int,
@@ -424,8 +435,8 @@ def _compare_outputs(model: Path, graph: Graph, samples: list[list[np.ndarray]],
             reference, want = reference_outputs(model, graph, inputs, bound)
             want = dequantize_outputs(want, graph, float_io)
             if len(want) != len(got):
-                raise AotError(f"the reference gives {len(want)} outputs, the package "
-                               f"{len(got)}")
+                raise MismatchError(f"the reference gives {len(want)} outputs, the package "
+                                    f"{len(got)}")
             wants.append(want)
             step.advance()
     return reference, [output_metrics(name, [r[k] for r in results], [w[k] for w in wants],

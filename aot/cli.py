@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from aot.errors import EXIT_INTERRUPTED, AotError
+from aot.errors import EXIT_INTERRUPTED, AotError, InputError
 from aot.fsutil import refuse_existing, write_dir_atomically
 from aot.targets import DEFAULT_BOARD, DEFAULT_BOARD_ENV
 
@@ -203,8 +203,8 @@ def _read_inputs(specs: list[str], names: list[str]) -> list[np.ndarray]:
     for spec in specs:
         name, eq, file = spec.rpartition("=")
         if eq and name not in names:
-            raise AotError(f"--input {spec}: the model has no input '{name}' "
-                           f"(inputs: {', '.join(names)})")
+            raise InputError(f"--input {spec}: the model has no input '{name}' "
+                             f"(inputs: {', '.join(names)})")
         array = read_npy(file, f"--input {spec}")    # the header checked before any allocation
         if eq:
             by_name[name] = array
@@ -212,11 +212,11 @@ def _read_inputs(specs: list[str], names: list[str]) -> list[np.ndarray]:
             positional.append(array)
     free = [n for n in names if n not in by_name]
     if len(positional) > len(free):
-        raise AotError(f"{len(specs)} inputs given, the model takes {len(names)}")
+        raise InputError(f"{len(specs)} inputs given, the model takes {len(names)}")
     by_name.update(zip(free, positional))
     missing = [n for n in names if n not in by_name]
     if missing:
-        raise AotError(f"no --input for {', '.join(missing)}")
+        raise InputError(f"no --input for {', '.join(missing)}")
     return [by_name[n] for n in names]
 
 
@@ -247,7 +247,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.out is not None:
         refuse_existing(Path(args.out), args.force)     # before a long run, not after
     elif args.force:
-        raise AotError("--force replaces an existing --out DIR: without --out nothing is written")
+        raise InputError("--force replaces an existing --out DIR: without --out nothing is written")
     if args.stream:
         if args.threads != 1:
             raise AotError("run --stream --threads: not supported yet (package the model with "
@@ -346,9 +346,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if report is not None:
         write_report(report, verify_document(out))
     if args.json:
-        emit_json({k: out[k] for k in ("ok", "reference", "inputs", "samples", "count",
-                                       "model", "board", "outputs", "stream", "float_io",
-                                       "notes") if k in out})
+        emit_json(out.to_json())
     else:
         _print_verify(out)
     return 0 if out["ok"] else 1
@@ -480,7 +478,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 repeat=args.repeat, profile=args.profile, plot=args.plot, threads=args.threads,
                 trace=args.trace, **_load_kwargs(args))
     if args.json:
-        emit_json(out)
+        emit_json(out.to_json())
     else:
         _print_bench(out)
         if "profile" in out:
@@ -546,7 +544,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                   code_size=bool(args.board), pools=args.pools, report=args.report,
                   **_load_kwargs(args))
     if args.json:
-        emit_json(out)
+        emit_json(out.to_json())
     else:
         print_report(out)
     return 0

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from aot.errors import AotError
+from aot.errors import AotError, InputError
 
 # `.<target>.aot-<pid>-<mkdtemp suffix>`, plus `.old` (a complete old target
 # moved aside during a replace) or `.del` (one being deleted).
@@ -88,7 +88,7 @@ def refuse_existing(target: Path, force: bool) -> None:
     """An AotError if `target` exists and may not be replaced; callers check
     early, before slow work, and write_dir_atomically checks again."""
     if os.path.lexists(target) and not force:
-        raise AotError(f"{target} already exists (use --force to replace it)")
+        raise InputError(f"{target} already exists (use --force to replace it)")
 
 
 def write_dir_atomically(target: Path, fill: Callable[[Path], None], force: bool,
@@ -153,9 +153,9 @@ def check_output_file(path: str | Path, option: str, suffix: str | None = None,
     (`kind` says so when it is not: "the chart is a PNG file")."""
     path = Path(path)
     if suffix is not None and path.suffix.lower() != suffix:
-        raise AotError(f"{option} {path}: {kind} (name it {suffix})")
+        raise InputError(f"{option} {path}: {kind} (name it {suffix})")
     if path.is_dir():
-        raise AotError(f"{option} {path}: is a directory, not a file name")
+        raise InputError(f"{option} {path}: is a directory, not a file name")
     if not path.parent.is_dir():
-        raise AotError(f"{option} {path}: directory {path.parent} does not exist")
+        raise InputError(f"{option} {path}: directory {path.parent} does not exist")
     return path

@@ -17,7 +17,7 @@ from typing import BinaryIO
 import numpy as np
 from numpy.lib import format as npy_format
 
-from aot.errors import AotError
+from aot.errors import AotError, InputError
 from aot.limits import MAX_RANK, max_elements
 
 # The header is a Python dict literal; numpy's own default bound.
@@ -40,13 +40,13 @@ def read_header(f: BinaryIO, what: str) -> tuple[tuple[int, ...], bool, np.dtype
         # hostile header reaches what they call: tokenize's TokenError,
         # literal_eval's SyntaxError and RecursionError, dtype's TypeError
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise AotError(f"{what}: cannot read it as an .npy file ({reason[:200]})") from None
+        raise InputError(f"{what}: cannot read it as an .npy file ({reason[:200]})") from None
     if dtype.hasobject:
-        raise AotError(f"{what}: holds Python objects (dtype {dtype}), not numbers")
+        raise InputError(f"{what}: holds Python objects (dtype {dtype}), not numbers")
     if not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise AotError(f"{what}: the header's shape {shape!r} is not a shape")
+        raise InputError(f"{what}: the header's shape {shape!r} is not a shape")
     if len(shape) > MAX_RANK:
-        raise AotError(f"{what}: rank {len(shape)} exceeds the limit of {MAX_RANK} dimensions")
+        raise InputError(f"{what}: rank {len(shape)} exceeds the limit of {MAX_RANK} dimensions")
     return tuple(shape), bool(fortran), dtype
 
 
@@ -62,14 +62,14 @@ def read_npy(path: str | Path, what: str | None = None,
             shape, fortran, dtype = read_header(f, what)
             count = math.prod(shape)
             if count > limit:
-                raise AotError(f"{what}: the header claims {count} elements (shape "
-                               f"{list(shape)}), more than the limit of {limit} "
-                               "(AOT_MAX_TENSOR_ELEMENTS)")
+                raise InputError(f"{what}: the header claims {count} elements (shape "
+                                 f"{list(shape)}), more than the limit of {limit} "
+                                 "(AOT_MAX_TENSOR_ELEMENTS)")
             held = os.fstat(f.fileno()).st_size - f.tell()
             if count * dtype.itemsize != held:
-                raise AotError(f"{what}: the header claims {dtype}{list(shape)} "
-                               f"({count * dtype.itemsize} bytes), the file holds {held}")
+                raise InputError(f"{what}: the header claims {dtype}{list(shape)} "
+                                 f"({count * dtype.itemsize} bytes), the file holds {held}")
             data = np.fromfile(f, dtype=dtype, count=count)
     except OSError as e:
-        raise AotError(f"{what}: cannot read {path} ({e.strerror or e})") from None
+        raise InputError(f"{what}: cannot read {path} ({e.strerror or e})") from None
     return data.reshape(shape, order="F" if fortran else "C")

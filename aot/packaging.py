@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from aot.errors import AotError
+from aot.errors import AotError, BudgetError, InputError, NotImplementedYet
 from aot.executor.entry import Names, build_context, render
 from aot.executor.liveness import MemoryPlan, elide_views, plan_kernels
 from aot.executor.params import SECTION, LinkedParams, link_params
@@ -32,6 +32,7 @@ from aot.fsutil import write_dir_atomically
 from aot.ir.graph import Graph, TensorType
 from aot.ir.tir import is_split
 from aot.ops import node_macs
+from aot.package_info import PackageInfo
 from aot.resources import data_dir
 from aot.targets import Board
 
@@ -44,35 +45,12 @@ THREAD_FILES = ("aot_threads.h", "aot_threads.c")     # --threads N > 1 only
 PACKAGE_FORMAT = 1
 
 
-@dataclass(frozen=True)
-class PackageInfo:
-    path: Path
-    name: str
-    board: str
-    codegen: str
-    arena_bytes: int
-    arena_lower_bound_bytes: int
-    params_bytes: int
-    compile_seconds: float
-    metadata: dict
-
-    def __fspath__(self) -> str:
-        """A PackageInfo stands for its directory: dev.run(aot.package(...), x)."""
-        return str(self.path)
-
-    def summary(self) -> dict[str, Any]:
-        return {"package": str(self.path), "arena_bytes": self.arena_bytes,
-                "arena_lower_bound_bytes": self.arena_lower_bound_bytes,
-                "params_bytes": self.params_bytes,
-                "compile_seconds": round(self.compile_seconds, 3)}
-
-
 def check_fits(graph: Graph, board: Board) -> None:
     """Refuse weights the board cannot store, before any work."""
     weights = sum(int(a.nbytes) for a in graph.constants.values())
     if weights > board.flash_bytes:
-        raise AotError(f"the model's weights ({weights} bytes) do not fit the flash of board "
-                       f"'{board.name}' ({board.flash_bytes} bytes)")
+        raise BudgetError(f"the model's weights ({weights} bytes) do not fit the flash of board "
+                          f"'{board.name}' ({board.flash_bytes} bytes)")
 
 
 def alignment(board: Board) -> int:
@@ -233,24 +211,24 @@ class Generated:
 def check_threads(board: Board, threads: int) -> None:
     """--threads N: a count, and N > 1 only where there are POSIX threads."""
     if threads < 1:
-        raise AotError(f"--threads {threads}: give 1 or more")
+        raise InputError(f"--threads {threads}: give 1 or more")
     if threads > 64:
-        raise AotError(f"--threads {threads}: the pool has at most 64 threads")
+        raise InputError(f"--threads {threads}: the pool has at most 64 threads")
     if threads > 1 and "linux" not in board.target.triple:
-        raise AotError(f"--threads {threads}: board '{board.name}' is bare metal "
-                       f"({board.target.triple}); thread pools need a Linux target")
+        raise InputError(f"--threads {threads}: board '{board.name}' is bare metal "
+                         f"({board.target.triple}); thread pools need a Linux target")
 
 
 def check_pools(board: Board, io_in_arena: bool, threads: int) -> None:
     """--pools: a board with memory regions, neither --io-in-arena nor threads."""
     if not board.regions:
-        raise AotError(f"--pools: board '{board.name}' lists no memory regions "
-                       "([[regions]] in its board file)")
+        raise InputError(f"--pools: board '{board.name}' lists no memory regions "
+                         "([[regions]] in its board file)")
     if io_in_arena:
-        raise AotError("--pools with --io-in-arena is not supported yet: inputs and outputs "
-                       "stay the caller's buffers")
+        raise NotImplementedYet("--pools with --io-in-arena is not supported yet: inputs and "
+                                "outputs stay the caller's buffers")
     if threads > 1:
-        raise AotError("--pools with --threads is not supported yet")
+        raise NotImplementedYet("--pools with --threads is not supported yet")
 
 
 def generate(graph: Graph, board: Board, codegen: str, name: str,
@@ -266,7 +244,7 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
     from aot.lower.parallel import split_kernel
 
     if codegen not in CODEGENS:
-        raise AotError(f"unknown codegen '{codegen}' (known: {', '.join(CODEGENS)})")
+        raise InputError(f"unknown codegen '{codegen}' (known: {', '.join(CODEGENS)})")
     check_threads(board, threads)
     if pools:
         check_pools(board, io_in_arena, threads)
@@ -285,8 +263,8 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
     other = plan_kernels(graph, kernels, not io_in_arena, align)
     ram = mem.arena_bytes + sum(graph.types[v].nbytes for v in graph.variables)
     if ram > board.ram_bytes and not pools:
-        raise AotError(f"the arena and state ({ram} bytes) do not fit the RAM of board "
-                       f"'{board.name}' ({board.ram_bytes} bytes)")
+        raise BudgetError(f"the arena and state ({ram} bytes) do not fit the RAM of board "
+                          f"'{board.name}' ({board.ram_bytes} bytes)")
     names = Names(name, threads=threads)
     if pools:
         names.taken |= {f"{name}_pool_{r.name}" for r in board.regions}
@@ -295,8 +273,8 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
     inits = {v: a for v, a in graph.variables.items() if np.asarray(a).any()}
     params = link_params(graph, kernels, name, align, names.taken, extra=inits)
     if params.total_bytes > board.flash_bytes:
-        raise AotError(f"the packed weights ({params.total_bytes} bytes) do not fit the flash "
-                       f"of board '{board.name}' ({board.flash_bytes} bytes)")
+        raise BudgetError(f"the packed weights ({params.total_bytes} bytes) do not fit the flash "
+                          f"of board '{board.name}' ({board.flash_bytes} bytes)")
     funcs = [k.func for k in kernels]
     # LLVM builds the kernels itself: only the C prototypes are needed then
     csrc = (emit_c if codegen == "c" else c_declarations)(funcs, kernel_prefix)
@@ -442,12 +420,18 @@ def write_tir_dump(graph: Graph, board: Board, directory: Path, force: bool,
     write_dir_atomically(directory, fill, force)
 
 
-def model_source(path: str | Path) -> dict[str, str]:
-    """metadata.json "source": the model file's name and sha256. Not its
-    directory: the package's bytes would then depend on where the model sits
-    (a home directory in every package); `aot verify PACKAGE` looks for the
-    file in the working directory and beside the package (aot/validate.py)."""
+def model_source(path) -> dict[str, str]:
+    """metadata.json "source": the model file's name and sha256 (a model in
+    memory: "<memory>", aot.frontend.source). Not its directory: the
+    package's bytes would then depend on where the model sits (a home
+    directory in every package); `aot verify PACKAGE` looks for the file in
+    the working directory and beside the package (aot/validate.py)."""
     import hashlib
+
+    from aot.frontend.source import ModelBytes
+
+    if isinstance(path, ModelBytes):
+        return path.source()
 
     path = Path(path)
     digest = hashlib.sha256()

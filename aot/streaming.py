@@ -274,8 +274,10 @@ def _run_stream(model, inputs, board, codegen: str, **load_kwargs
     from aot.packaging import package_graph
     from aot.targets import get_board
 
-    path = Path(model)
-    if path.is_dir():
+    from aot.frontend.source import as_model, is_package_dir
+
+    path = as_model(model)
+    if is_package_dir(path):
         raise AotError(f"{path} is a package directory: a stream runs from the model file "
                        "(packaged step by step, the state carried between steps); a package "
                        "directory is not supported yet")

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.errors import AotError
+from aot.errors import AotError, InputError, MissingToolError
 
 MAX_RUNS = 100000           # what the harness accepts (templates/bench_main.c.j2)
 
@@ -54,9 +54,9 @@ def stats_of(times_ms: Sequence[float]) -> Stats:
 def check_counts(warmup: int, repeat: int) -> None:
     """The harness's limits, as a user error rather than a harness failure."""
     if warmup < 0:
-        raise AotError(f"--warmup must be >= 0, got {warmup}")
+        raise InputError(f"--warmup must be >= 0, got {warmup}")
     if not 1 <= repeat <= MAX_RUNS:
-        raise AotError(f"--repeat must be between 1 and {MAX_RUNS}, got {repeat}")
+        raise InputError(f"--repeat must be between 1 and {MAX_RUNS}, got {repeat}")
 
 
 # ----------------------------------------------------------------- packages
@@ -170,7 +170,7 @@ def pyplot():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise AotError("--plot needs matplotlib: pip install 'aot[plot]'") from None
+        raise MissingToolError("--plot needs matplotlib: pip install 'aot[plot]'") from None
     return plt
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from aot import tools
-from aot.errors import AotError
+from aot.errors import AotError, MissingToolError
 from aot.targets import Target
 
 # Flags every package source is compiled with, after the target's own.
@@ -69,14 +69,16 @@ def run_tool(cmd: Sequence[str], cwd: Path, what: str) -> str:
         r = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True,
                            timeout=TIMEOUT_S)
     except FileNotFoundError:
-        raise AotError(tools.not_installed(what, cmd[0])) from None
+        raise MissingToolError(tools.not_installed(what, cmd[0])) from None
     except subprocess.TimeoutExpired:
         raise AotError(f"{what}: '{cmd[0]}' timed out after {TIMEOUT_S} s") from None
     if r.returncode == -signal.SIGINT:     # Ctrl-C reached the tool too: an interrupt,
         raise KeyboardInterrupt            # not a failure of the tool
     if r.returncode != 0:
-        raise AotError(tools.explain_failure(what, r.stderr)
-                       or f"{what} failed: {_first_error(r.stderr)}")
+        missing = tools.explain_failure(what, r.stderr)     # a file of the toolchain
+        if missing:
+            raise MissingToolError(missing)
+        raise AotError(f"{what} failed: {_first_error(r.stderr)}")
     return r.stderr
 
 

@@ -7,7 +7,7 @@ with the environment as it is, so clang still finds its own linker and
 runtimes. An empty AOT_TOOL_PATH directory shows what aot does on a machine
 without its tools (`aot doctor`, the tests).
 
-A missing program or file is an AotError naming it, its Debian package when
+A missing program or file is a MissingToolError naming it, its Debian package when
 aot knows it, and the fix: `make setup` installs everything (scripts/setup.sh),
 `aot doctor` lists what is missing.
 """
@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from aot.errors import AotError
+from aot.errors import MissingToolError
 
 TOOL_PATH_ENV = "AOT_TOOL_PATH"
 FIX = "run `make setup` (`aot doctor` lists what is missing)"
@@ -44,10 +44,11 @@ def not_installed(what: str, name: str) -> str:
 
 
 def require(name: str, what: str) -> str:
-    """The program's path; an AotError saying how to install it when it is missing."""
+    """The program's path; a MissingToolError saying how to install it when
+    it is missing."""
     found = which(name)
     if found is None:
-        raise AotError(not_installed(what, name))
+        raise MissingToolError(not_installed(what, name))
     return found
 
 

@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from aot.errors import AotError
+from aot.errors import InputError, MismatchError
 from aot.ir.graph import Graph, Quant, TensorType
 from aot.passes.float_io import quantizable
 
@@ -39,10 +39,10 @@ def load_dataset(path: str | Path, graph: Graph) -> list[list[np.ndarray]]:
     if path.is_dir():
         return _directory_samples(path, graph)
     if not path.is_file():
-        raise AotError(f"dataset {path}: no such file or directory")
+        raise InputError(f"dataset {path}: no such file or directory")
     if path.suffix.lower() != ".npz":
-        raise AotError(f"dataset {path}: not an .npz file (a dataset is an .npz with one "
-                       "array per input, or a directory of .npz/.npy files, one per sample)")
+        raise InputError(f"dataset {path}: not an .npz file (a dataset is an .npz with one "
+                         "array per input, or a directory of .npz/.npy files, one per sample)")
     arrays = _read(path)
     stacks = [_as_samples(path, name, graph.types[name], _pick(path, arrays, graph, name))
               for name in graph.inputs]
@@ -50,10 +50,10 @@ def load_dataset(path: str | Path, graph: Graph) -> list[list[np.ndarray]]:
     if counts and any(c != counts[0] for c in counts):
         first, other = graph.inputs[0], next(n for n, c in zip(graph.inputs, counts)
                                              if c != counts[0])
-        raise AotError(f"dataset {path}: input '{first}' has {counts[0]} samples, input "
-                       f"'{other}' has {counts[graph.inputs.index(other)]}")
+        raise InputError(f"dataset {path}: input '{first}' has {counts[0]} samples, input "
+                         f"'{other}' has {counts[graph.inputs.index(other)]}")
     if not counts or counts[0] == 0:
-        raise AotError(f"dataset {path}: no samples (the leading sample axis is empty)")
+        raise InputError(f"dataset {path}: no samples (the leading sample axis is empty)")
     return [[s[i] for s in stacks] for i in range(counts[0])]
 
 
@@ -67,7 +67,7 @@ def _read(path: Path) -> dict[str, np.ndarray]:
             return {k: loaded[k] for k in loaded.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise AotError(f"dataset {path}: cannot read it ({reason})") from None
+        raise InputError(f"dataset {path}: cannot read it ({reason})") from None
 
 
 def _pick(where: Path, arrays: dict[str, np.ndarray], graph: Graph, name: str) -> np.ndarray:
@@ -76,7 +76,7 @@ def _pick(where: Path, arrays: dict[str, np.ndarray], graph: Graph, name: str) -
     if len(graph.inputs) == 1 and "arr_0" in arrays:
         return arrays["arr_0"]
     held = ", ".join(repr(k) for k in sorted(arrays)) or "no arrays"
-    raise AotError(f"dataset {where}: no array for input '{name}' (it holds {held})")
+    raise InputError(f"dataset {where}: no array for input '{name}' (it holds {held})")
 
 
 def _as_samples(where: Path, name: str, ty: TensorType, array: np.ndarray) -> np.ndarray:
@@ -90,8 +90,8 @@ def _as_samples(where: Path, name: str, ty: TensorType, array: np.ndarray) -> np
         stacked = array.reshape(array.shape[0], *shape)
     else:
         alt = f" or [N, {', '.join(map(str, shape[1:]))}]" if shape[:1] == (1,) else ""
-        raise AotError(f"dataset {where}: input '{name}' needs an array of shape "
-                       f"[N, {', '.join(map(str, shape))}]{alt}, got {list(array.shape)}")
+        raise InputError(f"dataset {where}: input '{name}' needs an array of shape "
+                         f"[N, {', '.join(map(str, shape))}]{alt}, got {list(array.shape)}")
     return _cast(where, name, ty, stacked)
 
 
@@ -103,8 +103,8 @@ def _one_sample(where: Path, name: str, ty: TensorType, array: np.ndarray) -> np
         if shape[:1] == (1,) and array.shape == shape[1:]:
             array = array.reshape(shape)
         else:
-            raise AotError(f"dataset {where}: input '{name}' has shape {list(shape)}, got "
-                           f"{list(array.shape)}")
+            raise InputError(f"dataset {where}: input '{name}' has shape {list(shape)}, got "
+                             f"{list(array.shape)}")
     return _cast(where, name, ty, array)
 
 
@@ -117,7 +117,7 @@ def _cast(where: Path, name: str, ty: TensorType, array: np.ndarray) -> np.ndarr
         return array
     if array.dtype.kind == "f" and (ty.dtype == "float32" or quantizable(ty)):
         return array.astype(np.float32)
-    raise AotError(f"dataset {where}: input '{name}' is {ty.dtype}, got {array.dtype.name}")
+    raise InputError(f"dataset {where}: input '{name}' is {ty.dtype}, got {array.dtype.name}")
 
 
 def quantize_float(name: str, array, ty: TensorType) -> tuple[np.ndarray, str | None]:
@@ -168,13 +168,13 @@ def _directory_samples(folder: Path, graph: Graph) -> list[list[np.ndarray]]:
     files = sorted(p for p in folder.iterdir()
                    if p.suffix.lower() in SUFFIXES and p.is_file())
     if not files:
-        raise AotError(f"dataset {folder}: no .npz or .npy files (one per sample)")
+        raise InputError(f"dataset {folder}: no .npz or .npy files (one per sample)")
     samples = []
     for f in files:
         if f.suffix.lower() == ".npy" and len(graph.inputs) != 1:
-            raise AotError(f"dataset {f}: an .npy holds one array, the model takes "
-                           f"{len(graph.inputs)} inputs ({', '.join(graph.inputs)}): use one "
-                           ".npz per sample")
+            raise InputError(f"dataset {f}: an .npy holds one array, the model takes "
+                             f"{len(graph.inputs)} inputs ({', '.join(graph.inputs)}): use one "
+                             ".npz per sample")
         arrays = _read(f)
         samples.append([_one_sample(f, n, graph.types[n], _pick(f, arrays, graph, n))
                         for n in graph.inputs])
@@ -218,7 +218,7 @@ class Tolerance:
     def __post_init__(self):
         for name, v in (("atol", self.atol), ("rtol", self.rtol)):
             if v is not None and not (np.isfinite(v) and v >= 0):
-                raise AotError(f"--{name} must be a finite number >= 0, got {v}")
+                raise InputError(f"--{name} must be a finite number >= 0, got {v}")
 
     @property
     def exact_integers(self) -> bool:
@@ -404,21 +404,21 @@ def package_model(pkg: Path, meta: dict, model: str | Path | None = None) -> Pat
     if model is None:
         name = Path(str(recorded.get("file", ""))).name
         if not name:
-            raise AotError(f"{pkg} does not record the model it was built from (packaged "
-                           "from a Graph, or by an older aot): give it with --model FILE")
+            raise InputError(f"{pkg} does not record the model it was built from (packaged "
+                             "from a Graph, or by an older aot): give it with --model FILE")
         model = next((c for c in (Path(name), Path(pkg).parent / name) if c.is_file()), None)
         if model is None:
-            raise AotError(f"{pkg} was built from {name} (sha256 {sha}), which is neither in "
-                           "the working directory nor beside the package: give it with "
-                           "--model FILE")
+            raise InputError(f"{pkg} was built from {name} (sha256 {sha}), which is neither in "
+                             "the working directory nor beside the package: give it with "
+                             "--model FILE")
     model = Path(model)
     if not model.is_file():
-        raise AotError(f"--model {model}: no such file")
+        raise InputError(f"--model {model}: no such file")
     if sha:
         have = model_source(model)["sha256"]
         if have != sha:
-            raise AotError(f"{pkg} was built from a model with sha256 {sha}; {model} has "
-                           f"{have}")
+            raise MismatchError(f"{pkg} was built from a model with sha256 {sha}; {model} has "
+                                f"{have}")
     return model
 
 
@@ -433,5 +433,5 @@ def check_package_io(graph: Graph, meta: dict, model: Path, pkg: Path) -> None:
         ours = [(n, list(graph.types[n].shape), graph.types[n].dtype)
                 for n in getattr(graph, kind)]
         if theirs != ours:
-            raise AotError(f"{model} is not the model of {pkg}: the package's {kind} are "
-                           f"{listing(theirs)}, the model's {listing(ours)}")
+            raise MismatchError(f"{model} is not the model of {pkg}: the package's {kind} are "
+                                f"{listing(theirs)}, the model's {listing(ours)}")

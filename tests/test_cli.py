@@ -228,3 +228,19 @@ def test_the_default_c_name_is_the_model_files(tmp_path):
     assert json.loads(r.stdout)["package"] == "onnx_mnist8"
     assert json.loads((tmp_path / "onnx_mnist8" / "metadata.json").read_text())["name"] == \
         "onnx_mnist8"
+
+
+@pytest.mark.parametrize("family", ["InputError", "BoardUnreachableError", "MissingToolError",
+                                    "MismatchError", "ModelError", "UnsupportedError",
+                                    "BudgetError", "NotImplementedYet"])
+def test_every_error_family_exits_2_with_one_line(family, monkeypatch, capsys):
+    import aot.api
+    from aot import errors
+    from aot.cli import main
+
+    def fail(*args, **kwargs):
+        raise getattr(errors, family)(f"a {family}\nand a second line")
+
+    monkeypatch.setattr(aot.api, "package", fail)
+    assert main(["package", "model.onnx", "--board", "host"]) == 2
+    assert capsys.readouterr().err == f"aot: error: a {family}\n"

@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from aot.errors import AotError
+from aot.errors import AotError, InputError
 from aot.ir.graph import Quant, TensorType
 from aot.targets import Board
 
@@ -64,7 +64,7 @@ def ordered_inputs(meta: dict, inputs: Mapping[str, np.ndarray] | Sequence[np.nd
     if unknown or missing:
         what = (f"no input named {', '.join(map(repr, unknown))}" if unknown
                 else f"no array for input {', '.join(map(repr, missing))}")
-        raise AotError(f"{what}: the package takes {expected_inputs(meta)}")
+        raise InputError(f"{what}: the package takes {expected_inputs(meta)}")
     return [inputs[n] for n in names]
 
 
@@ -111,14 +111,14 @@ def check_inputs(meta: dict, inputs: Mapping[str, np.ndarray] | Sequence[np.ndar
     specs = meta["inputs"]
     inputs = ordered_inputs(meta, inputs)
     if len(inputs) != len(specs):
-        raise AotError(f"the package takes {len(specs)} inputs, got {len(inputs)}: "
-                       f"{expected_inputs(meta)}")
+        raise InputError(f"the package takes {len(specs)} inputs, got {len(inputs)}: "
+                         f"{expected_inputs(meta)}")
     out = []
     for spec, array in zip(specs, inputs):
         array = np.asarray(array)
         if list(array.shape) != spec["shape"] or array.dtype.name != spec["dtype"]:
-            raise AotError(f"input '{spec['name']}' must be {spec['dtype']}{spec['shape']}, "
-                           f"got {array.dtype.name}{list(array.shape)}")
+            raise InputError(f"input '{spec['name']}' must be {spec['dtype']}{spec['shape']}, "
+                             f"got {array.dtype.name}{list(array.shape)}")
         out.append(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")))
     return out
 

@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from aot.errors import AotError
+from aot.errors import AotError, MissingToolError
 from aot.ir.graph import Graph
 
 
@@ -27,9 +27,9 @@ def runtime_module(module: str, pip: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as e:
         detail = (str(e).splitlines() or [type(e).__name__])[0]
-        raise AotError(f"the reference runtime {pip} is not installed ({detail}): pip install "
-                       f"'aot[verify]' (or {pip}), or run `make setup` in a checkout "
-                       "(`aot doctor` lists what is missing)") from None
+        raise MissingToolError(f"the reference runtime {pip} is not installed ({detail}): pip "
+                               f"install 'aot[verify]' (or {pip}), or run `make setup` in a "
+                               "checkout (`aot doctor` lists what is missing)") from None
 
 
 def onnxruntime(path: Path, graph: Graph, inputs: Sequence[np.ndarray],

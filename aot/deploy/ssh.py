@@ -65,7 +65,7 @@ from aot.deploy import known_hosts, vm
 from aot.deploy.host import RunResult, failure, harness_args, parse_report, prepare_run
 from aot.deploy.ssh_config import DEFAULT_KNOWN_HOSTS, SshParams, ssh_params, where
 from aot.deploy.ssh_proxy import ProxyCommand, close_route, open_route
-from aot.errors import AotError
+from aot.errors import AotError, BoardUnreachableError, InputError
 from aot.targets import Board
 
 __all__ = ["DEFAULT_KNOWN_HOSTS", "SshParams", "SshSession", "RemoteProcess", "connect",
@@ -198,8 +198,8 @@ def _connect(params: SshParams, via: paramiko.SSHClient | None, authenticate: bo
         if remaining <= 0:
             through = (f" (through ProxyCommand {params.proxy_command!r})"
                        if params.proxy_command else "")
-            raise AotError(f"cannot reach {where(params)}{through}: {reason} "
-                           f"(tried for {params.connect_timeout_s:g} s)")
+            raise BoardUnreachableError(f"cannot reach {where(params)}{through}: {reason} "
+                                        f"(tried for {params.connect_timeout_s:g} s)")
         time.sleep(min(delay, remaining))
         delay = min(delay * 2, 1.0)
 
@@ -214,20 +214,20 @@ def _check_key(params: SshParams) -> None:
     handshake: connect would retry it until connect_timeout_s."""
     path = params.key.removesuffix("-cert.pub")    # a certificate: its key beside it
     if not Path(path).is_file():
-        raise AotError(f"{where(params)}: key file {params.key} does not exist")
+        raise InputError(f"{where(params)}: key file {params.key} does not exist")
     for kind in KEY_TYPES:
         try:
             kind.from_private_key_file(path)
             return
         except paramiko.PasswordRequiredException:
-            raise AotError(_encrypted(params)) from None
+            raise InputError(_encrypted(params)) from None
         except OSError as e:
-            raise AotError(f"{where(params)}: cannot read key file {path}: "
-                           f"{e.strerror or e}") from None
+            raise InputError(f"{where(params)}: cannot read key file {path}: "
+                             f"{e.strerror or e}") from None
         except (paramiko.SSHException, ValueError):
             continue
-    raise AotError(f"{where(params)}: key file {params.key} is not a private key "
-                   "(RSA, ECDSA or Ed25519, PEM or OpenSSH format)")
+    raise InputError(f"{where(params)}: key file {params.key} is not a private key "
+                     "(RSA, ECDSA or Ed25519, PEM or OpenSSH format)")
 
 
 def _encrypted(params: SshParams) -> str:
@@ -240,31 +240,34 @@ def _not_reachable_yet(e: BaseException, params: SshParams) -> str | None:
     final answers; None for anything else (re-raised as is)."""
     w = where(params)
     if isinstance(e, known_hosts.RevokedHostKey):
-        raise AotError(f"{w}: the board presents host key {known_hosts.describe(e.key)}, "
-                       f"which {params.known_hosts} marks @revoked: refused") from None
+        raise BoardUnreachableError(f"{w}: the board presents host key "
+                                    f"{known_hosts.describe(e.key)}, which {params.known_hosts} "
+                                    "marks @revoked: refused") from None
     if isinstance(e, known_hosts.UnknownHostKey):
         # The name the user gave: `aot board trust` looks it up in ~/.ssh/config too.
-        raise AotError(known_hosts.unknown_message(
+        raise BoardUnreachableError(known_hosts.unknown_message(
             w, params.board, params.alias or params.host, params.port, params.known_hosts,
             e.key)) from None
     if isinstance(e, paramiko.BadHostKeyException):
-        raise AotError(known_hosts.mismatch_message(w, params.host, params.port,
-                                                    params.known_hosts, e.key,
-                                                    e.expected_key)) from None
+        raise BoardUnreachableError(known_hosts.mismatch_message(w, params.host, params.port,
+                                                                 params.known_hosts, e.key,
+                                                                 e.expected_key)) from None
     if isinstance(e, paramiko.PasswordRequiredException):
-        raise AotError(_encrypted(params)) from None
+        raise InputError(_encrypted(params)) from None
     if isinstance(e, paramiko.AuthenticationException) or \
             "No authentication methods available" in str(e):
-        raise AotError(f"{w}: authentication failed for {params.user}@{params.host}:"
-                       f"{params.port} with {_keys(params)} (check --user and --key)") from None
+        raise BoardUnreachableError(f"{w}: authentication failed for {params.user}@"
+                                    f"{params.host}:{params.port} with {_keys(params)} (check "
+                                    "--user and --key)") from None
     if isinstance(e, paramiko.ChannelException):
         if e.code == paramiko.common.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED:
-            raise AotError(f"cannot reach {w}: {where(params.via)} refuses to forward a "
-                           f"connection to it ({e.text}: its sshd's AllowTcpForwarding or "
-                           "PermitOpen)") from None
+            raise BoardUnreachableError(f"cannot reach {w}: {where(params.via)} refuses to "
+                                        f"forward a connection to it ({e.text}: its sshd's "
+                                        "AllowTcpForwarding or PermitOpen)") from None
         return f"{where(params.via)} cannot connect to it ({e.text})"
     if isinstance(e, socket.gaierror):
-        raise AotError(f"cannot reach {w}: unknown host name {params.host!r}") from None
+        raise BoardUnreachableError(f"cannot reach {w}: unknown host name "
+                                    f"{params.host!r}") from None
     if isinstance(e, EOFError) or str(e) == "No existing session":
         return "the connection closed during the SSH handshake"
     if isinstance(e, paramiko.SSHException):
@@ -314,8 +317,8 @@ def check_fingerprint(text: str) -> str:
     """A fingerprint as the user may give it, in paramiko's spelling."""
     fp = text.strip().rstrip("=")
     if not FINGERPRINT.fullmatch(fp):
-        raise AotError(f"--fingerprint {text!r} is not a SHA256 fingerprint "
-                       "(SHA256: and 43 base64 characters, as ssh-keygen -lf prints it)")
+        raise InputError(f"--fingerprint {text!r} is not a SHA256 fingerprint "
+                         "(SHA256: and 43 base64 characters, as ssh-keygen -lf prints it)")
     return fp
 
 
@@ -331,9 +334,10 @@ def trust_host_key(params: SshParams, fingerprint: str | None = None,
     if show is not None:
         show(key, known)
     if pinned is not None and key.fingerprint != pinned:
-        raise AotError(f"{where(params)}: the board presents host key {known_hosts.describe(key)}, "
-                       f"not the expected {pinned}: refused, nothing written to "
-                       f"{params.known_hosts}")
+        raise BoardUnreachableError(f"{where(params)}: the board presents host key "
+                                    f"{known_hosts.describe(key)}, "
+                                    f"not the expected {pinned}: refused, nothing written to "
+                                    f"{params.known_hosts}")
     if not known:
         try:
             known_hosts.add_known_host(params.known_hosts,
@@ -509,7 +513,7 @@ class SshSession:
                  max_output: int = OUTPUT_CAP) -> tuple[int, bytes, bytes]:
         out, err = bytearray(), bytearray()
         if not self._alive():
-            raise AotError(f"{where(self.params)}: lost the connection")
+            raise BoardUnreachableError(f"{where(self.params)}: lost the connection")
         watchdog = _Watchdog(self._client.get_transport(), timeout + GRACE_S)
         chan = None
         try:
@@ -534,13 +538,15 @@ class SshSession:
             if chan is not None:
                 chan.close()
             self._lost(out, killable)
-            raise AotError(self._stalled(timeout) if watchdog.fired else
-                           f"{where(self.params)}: lost the connection ({_reason(e)})") from None
+            raise BoardUnreachableError(
+                self._stalled(timeout) if watchdog.fired else
+                f"{where(self.params)}: lost the connection ({_reason(e)})") from None
         chan.close()
         if status == -1 and (watchdog.fired or not self._alive()):
             self._lost(out, killable)
-            raise AotError(self._stalled(timeout) if watchdog.fired else
-                           f"{where(self.params)}: lost the connection while a command ran")
+            raise BoardUnreachableError(
+                self._stalled(timeout) if watchdog.fired else
+                f"{where(self.params)}: lost the connection while a command ran")
         _, _, rest = bytes(out).partition(b"\n")   # the first line: the pid
         return status, rest, bytes(err)
 
@@ -649,10 +655,11 @@ class SshSession:
         except (paramiko.SSHException, OSError, EOFError) as e:
             if isinstance(e, socket.timeout) or watchdog.fired:
                 self._close_transport()     # stalled: the cleanup starts afresh
-                raise AotError(self._stalled(timeout, what)) from None
-            raise AotError(f"{where(self.params)}: cannot {what}: {_reason(e)}") from None
+                raise BoardUnreachableError(self._stalled(timeout, what)) from None
+            raise BoardUnreachableError(f"{where(self.params)}: cannot {what}: "
+                                        f"{_reason(e)}") from None
         if watchdog.fired:
-            raise AotError(self._stalled(timeout, what))
+            raise BoardUnreachableError(self._stalled(timeout, what))
 
     @contextlib.contextmanager
     def _transfer(self, what: str) -> Iterator[paramiko.SFTPClient]:

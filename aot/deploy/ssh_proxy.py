@@ -14,7 +14,7 @@ import tempfile
 import paramiko
 
 from aot.deploy.ssh_config import SshParams, where
-from aot.errors import AotError
+from aot.errors import BoardUnreachableError
 
 # How long a ProxyCommand has to end after SIGTERM before it is killed.
 PROXY_STOP_S = 1.0
@@ -29,15 +29,15 @@ def open_route(params: SshParams, via: paramiko.SSHClient | None,
     if via is not None:
         transport = via.get_transport()
         if transport is None or not transport.is_active():
-            raise AotError(f"{where(params.via)}: lost the connection")
+            raise BoardUnreachableError(f"{where(params.via)}: lost the connection")
         return transport.open_channel("direct-tcpip", (params.host, params.port),
                                       ("127.0.0.1", 0), timeout=timeout)
     if params.proxy_command:
         try:
             return ProxyCommand(params.proxy_command)
         except OSError as e:
-            raise AotError(f"{where(params)}: cannot start ProxyCommand "
-                           f"{params.proxy_command!r}: {e.strerror or e}") from None
+            raise BoardUnreachableError(f"{where(params)}: cannot start ProxyCommand "
+                                        f"{params.proxy_command!r}: {e.strerror or e}") from None
     return None
 
 

@@ -52,7 +52,7 @@ from aot import progress, tools
 from aot.deploy.private_files import private_dir, write_private
 from aot.deploy.ssh_config import SshParams, ssh_params as board_ssh_params
 from aot.deploy.vm_image import IMAGE_NAME, Image, cache_root, find_image
-from aot.errors import AotError
+from aot.errors import AotError, BoardUnreachableError, MissingToolError
 from aot.targets import Board, option_number, option_str, with_options
 
 DEFAULT_BOOT_TIMEOUT_S = 120.0
@@ -157,8 +157,8 @@ def emulator(board: Board, cfg: VmConfig) -> str:
     # fails (or not) when it starts.
     dirs = tools.qemu_data_dirs(qemu)
     if dirs and not any((d / NIC_ROM).is_file() for d in dirs):
-        raise AotError(tools.not_installed(f"board '{board.name}': {cfg.qemu}'s NIC ROM",
-                                           NIC_ROM))
+        raise MissingToolError(tools.not_installed(f"board '{board.name}': {cfg.qemu}'s NIC ROM",
+                                                   NIC_ROM))
     return qemu
 
 
@@ -209,8 +209,8 @@ def forwarded_port(qmp: socket.socket, timeout_s: float) -> int | None:
     finally:
         f.close()
     if m is None:
-        raise AotError(f"the {IMAGE_NAME} VM's qemu shows no SSH port forward "
-                       f"(info usernet: {reply!r:.200})")
+        raise BoardUnreachableError(f"the {IMAGE_NAME} VM's qemu shows no SSH port forward "
+                                    f"(info usernet: {reply!r:.200})")
     return int(m[1])
 
 
@@ -257,8 +257,8 @@ def _ssh_ready(vm: Vm, timeout: float) -> bool:
                        banner_timeout=timeout, auth_timeout=timeout)
         return True
     except paramiko.BadHostKeyException as e:
-        raise AotError(f"the {IMAGE_NAME} VM presents a host key other than its image's "
-                       f"({e})") from None
+        raise BoardUnreachableError(f"the {IMAGE_NAME} VM presents a host key other than its "
+                                    f"image's ({e})") from None
     except (OSError, EOFError, paramiko.SSHException):
         return False
     finally:
@@ -281,10 +281,10 @@ def _wait_ssh(vm: Vm, proc: subprocess.Popen, timeout_s: float, deadline: float)
     probe_s = 0.5
     while True:
         if proc.poll() is not None:
-            raise AotError(_stopped(proc, vm.dir))
+            raise BoardUnreachableError(_stopped(proc, vm.dir))
         left = deadline - time.monotonic()
         if left <= 0:
-            raise AotError(_no_answer(timeout_s, vm.dir))
+            raise BoardUnreachableError(_no_answer(timeout_s, vm.dir))
         if _ssh_ready(vm, min(probe_s, max(left, 0.1))):
             return
         probe_s = min(probe_s + 0.25, 5.0)
@@ -334,8 +334,8 @@ def boot(board: Board, state: Path, private: bool) -> tuple[Vm, subprocess.Popen
             if port is None:        # qemu closed its QMP socket: it is stopping
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=5)
-                raise AotError(_stopped(proc, state) if proc.poll() is not None else
-                               _no_answer(cfg.boot_timeout_s, state))
+                raise BoardUnreachableError(_stopped(proc, state) if proc.poll() is not None else
+                                            _no_answer(cfg.boot_timeout_s, state))
             write_private(state / "known_hosts",
                           f"[127.0.0.1]:{port} {image.host_key()}\n".encode())
             vm = Vm(board.name, proc.pid, port, state)

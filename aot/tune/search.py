@@ -154,6 +154,8 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
     from aot import progress
     from aot.api import as_graph, package
     from aot.frontend.shapes import LoadOptions
+    from aot.frontend.source import as_model
+    from aot.ir.graph import Graph
     from aot.packaging import read_metadata
     from aot.targets import get_board
     from aot.timing import package_inputs
@@ -165,7 +167,9 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
         raise AotError(f"--budget {budget}: a number of seconds > 0")
     brd = get_board(board) if isinstance(board, str) else board
     target = brd.target
-    log = Path(log) if log else Path(f"{Path(model).stem}.{brd.name}.tune.jsonl")
+    model = as_model(model, graphs=True)
+    stem = model.name if isinstance(model, Graph) else model.stem
+    log = Path(log) if log else Path(f"{stem}.{brd.name}.tune.jsonl")
     known: list[rec.Record] = []
     if log.exists():
         if not resume:

@@ -24,6 +24,19 @@ def shared_models(pattern: str = "*") -> list[Path]:
     return found
 
 
+def cpu_lacks(board: str) -> str:
+    """Why this CPU cannot run `board`'s code, "" when it can: the flags of its
+    options.cpu_flags that /proc/cpuinfo lacks, the check `aot doctor`
+    reports. No emulator here runs AVX-512 (QEMU 7.2's TCG stops at AVX2),
+    so a test running host-avx512 code skips with this reason elsewhere."""
+    from aot.deploy.host import cpu_flags
+    from aot.targets import get_board
+
+    wanted = get_board(board).options.get("cpu_flags", ())
+    missing = sorted(set(wanted) - cpu_flags())
+    return f"this CPU lacks {', '.join(missing)} (board {board} needs them)" if missing else ""
+
+
 @pytest.fixture(scope="session")
 def models_dir() -> Path:
     assert MODELS.is_dir(), f"{MODELS} is missing: the shared models must sit beside the repo"

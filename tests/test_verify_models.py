@@ -8,8 +8,11 @@ Shared models (../shared/models) go through both code generators: integer
 models must match tflite-micro bit for bit; float ones LiteRT or ONNX
 Runtime within rtol = atol = 1e-4; the hybrid mlperf_kws_dscnn_f32 (float
 I/O, int8 weights) LiteRT. The derived ONNX models (other converters of the
-same networks) run through both too, on a deterministic random input
-against ONNX Runtime.
+same networks: what they test is the frontend and the passes on another
+converter's graph) run through the C code generator, on a deterministic
+random input against ONNX Runtime; LLVM emits from the same TIR and goes
+through every shared model, ONNX ones with their NCHW kernels included
+(through LLVM too, the derived models took 90 s here instead of 38 s).
 
 aot.api.verify is the code `aot verify` runs, called in-process: one
 package per model and code generator.
@@ -67,10 +70,9 @@ def test_shared_model_verifies(path: Path, codegen: str):
     check(verify(path, board="host", codegen=codegen), path, "saved")
 
 
-@pytest.mark.parametrize("codegen", ["c", "llvm"])
 @pytest.mark.parametrize("path", DERIVED, ids=lambda p: p.name)
-def test_derived_model_verifies(path: Path, codegen: str):
-    check(verify(path, board="host", codegen=codegen), path, "random")
+def test_derived_model_verifies(path: Path):
+    check(verify(path, board="host", codegen="c"), path, "random")
 
 
 @pytest.mark.parametrize("codegen", ["c", "llvm"])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,12 +17,54 @@ MODELS = SHARED / "models"
 os.environ["AOT_BOARD"] = "host"
 
 
+# The fast tier (make test-fast, pytest -m fast): the pure-Python layers,
+# tests that start no compiler, emulator, board or aot process. These
+# modules make it; inside it a test that starts a process fails, naming the
+# command, so the list cannot drift into the slow tier unseen.
+FAST_MODULES = frozenset({
+    "test_board_schema", "test_conv_schedule", "test_conv_steps", "test_dense_product",
+    "test_layers", "test_legalize", "test_lower_layers", "test_onnx_conformance",
+    "test_onnx_import", "test_onnx_models", "test_ops_nn", "test_passes", "test_plan",
+    "test_qmath", "test_target_facts", "test_tflite", "test_windows"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.stem in FAST_MODULES:
+            item.add_marker(pytest.mark.fast)
+
+
+def _no_process(self, args, *rest, **kwargs):
+    command = args if isinstance(args, (str, bytes)) else " ".join(map(str, args))
+    raise RuntimeError(f"the fast tier starts no process, this test ran: {command[:200]} "
+                       "(drop its module from conftest.FAST_MODULES)")
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_starts_no_process(request, monkeypatch):
+    if request.config.getoption("markexpr", "") == "fast":
+        monkeypatch.setattr(subprocess.Popen, "_execute_child", _no_process)
+
+
 def shared_models(pattern: str = "*") -> list[Path]:
     """Models in ../shared/models (not derived/), sorted by name."""
     found = sorted(p for p in MODELS.glob(pattern) if p.suffix in (".onnx", ".tflite"))
     if not found:
         raise RuntimeError(f"no models match {pattern} in {MODELS}: is ../shared there?")
     return found
+
+
+def cpu_lacks(board: str) -> str:
+    """Why this CPU cannot run `board`'s code, "" when it can: the flags of its
+    options.cpu_flags that /proc/cpuinfo lacks, the check `aot doctor`
+    reports. No emulator here runs AVX-512 (QEMU 7.2's TCG stops at AVX2),
+    so a test running host-avx512 code skips with this reason elsewhere."""
+    from aot.deploy.host import cpu_flags
+    from aot.targets import get_board
+
+    wanted = get_board(board).options.get("cpu_flags", ())
+    missing = sorted(set(wanted) - cpu_flags())
+    return f"this CPU lacks {', '.join(missing)} (board {board} needs them)" if missing else ""
 
 
 @pytest.fixture(scope="session")

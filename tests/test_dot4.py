@@ -18,7 +18,6 @@ from aot.api import verify
 from aot.codegen.c import emit_c
 from aot.codegen.intrinsics import pack_quads, quad_dot
 from aot.codegen.llvm import emit_llvm_ir, emit_object
-from aot.deploy.host import cpu_flags
 from aot.ir.tir import (Bin, Buffer, BufferKind, Call, Const, DType, Load, PrimFunc, Store, seq,
                         stmt_exprs, walk_expr, walk_stmt)
 from aot.lower.legalize import legalize
@@ -27,11 +26,11 @@ from aot.lower.strategy import (PAIRS, QUADS, QUADS_MULL, QUADS_U8, int8_accumul
 from aot.lower import lower_graph
 from aot.lower.testing import build_and_run_many
 from aot.targets import get_target
-from conftest import MODELS
+from conftest import MODELS, cpu_lacks
 from test_lower_int8 import _random_inputs, conv_model, fc_model
 
-VNNI = "avx512_vnni" in cpu_flags() and "avx512bw" in cpu_flags()
-NO_VNNI = "this CPU lacks AVX-512 VNNI (avx512_vnni in /proc/cpuinfo)"
+NO_VNNI = cpu_lacks("host-avx512")
+VNNI = not NO_VNNI
 
 
 def _func(n: int) -> PrimFunc:

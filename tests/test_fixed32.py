@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 
 import aot
-from aot.deploy.host import cpu_flags
 from aot.lower import lower_graph
 from aot.lower.fixed32 import shift_add_rounding, small_rescale_terms
 from aot.lower.testing import build_and_run_many, compare_with_interpreter, vectorized_kernel
 from aot.ops import qmath as ref
 from aot.targets import get_target
+from conftest import cpu_lacks
 from test_legalize import call_names
 from test_lower_int8 import _tflite_graph
 from test_tflite import TinyModel
 
-AVX512 = {"avx512f", "avx512bw", "avx512_vnni"} <= set(cpu_flags())
+NO_AVX512 = cpu_lacks("host-avx512")
 
 
 def _rescale(d, mult, shift, right):
@@ -75,8 +75,8 @@ BINARY = [("ADD", 0, 0.031, -5, 0.077, 12, 0.05, 2),
 def test_add_sub_bit_exact_on_every_pair_of_int8_values(target, lanes):
     """All 65,536 (a, b) pairs, per scale choice, in int32 vectors as a
     fused epilogue computes them, in one compile."""
-    if lanes == 16 and not AVX512:
-        pytest.skip("this CPU lacks AVX-512")
+    if lanes == 16 and NO_AVX512:
+        pytest.skip(NO_AVX512)
     n = 1 << 16
     values = np.arange(n)
     feeds = {"a": (values % 256 - 128).astype(np.int8).reshape(1, n),
@@ -116,7 +116,7 @@ def _residual(act: int, seed: int):
     return _tflite_graph(m.build([x, skip], [out]))
 
 
-@pytest.mark.skipif(not AVX512, reason="this CPU lacks AVX-512")
+@pytest.mark.skipif(bool(NO_AVX512), reason=NO_AVX512)
 @pytest.mark.parametrize("codegen", ["c", "llvm"])
 def test_residual_add_fused_into_a_conv_bit_exact(codegen):
     target = get_target("x86_64-linux-avx512")

@@ -8,8 +8,11 @@ Shared models (../shared/models) go through both code generators: integer
 models must match tflite-micro bit for bit; float ones LiteRT or ONNX
 Runtime within rtol = atol = 1e-4; the hybrid mlperf_kws_dscnn_f32 (float
 I/O, int8 weights) LiteRT. The derived ONNX models (other converters of the
-same networks) run through both too, on a deterministic random input
-against ONNX Runtime.
+same networks: what they test is the frontend and the passes on another
+converter's graph) run through the C code generator, on a deterministic
+random input against ONNX Runtime; LLVM emits from the same TIR and goes
+through every shared model, ONNX ones with their NCHW kernels included
+(through LLVM too, the derived models took 90 s here instead of 38 s).
 
 aot.api.verify is the code `aot verify` runs, called in-process: one
 package per model and code generator.
@@ -21,10 +24,8 @@ from pathlib import Path
 import pytest
 
 from aot.api import verify
-from aot.deploy.host import cpu_flags
 from aot.packaging import read_metadata
-from aot.targets import boards
-from conftest import MODELS, shared_models
+from conftest import MODELS, cpu_lacks, shared_models
 
 SHARED = shared_models()
 DERIVED = sorted((MODELS / "derived").glob("*.onnx"))
@@ -55,11 +56,6 @@ def check(out: dict, path: Path, inputs: str) -> None:
     assert out["ok"] is True, out
 
 
-def missing_cpu_flags(board: str) -> list[str]:
-    """The board's cpu_flags this CPU lacks (its code would die of SIGILL here)."""
-    return sorted(set(boards()[board].options.get("cpu_flags", ())) - cpu_flags())
-
-
 def test_every_model_kind_is_here():
     """The expected references all occur (a renamed model would drop a kind)."""
     kinds = {expected_reference(p) for p in SHARED}
@@ -74,18 +70,16 @@ def test_shared_model_verifies(path: Path, codegen: str):
     check(verify(path, board="host", codegen=codegen), path, "saved")
 
 
-@pytest.mark.parametrize("codegen", ["c", "llvm"])
 @pytest.mark.parametrize("path", DERIVED, ids=lambda p: p.name)
-def test_derived_model_verifies(path: Path, codegen: str):
-    check(verify(path, board="host", codegen=codegen), path, "random")
+def test_derived_model_verifies(path: Path):
+    check(verify(path, board="host", codegen="c"), path, "random")
 
 
 @pytest.mark.parametrize("codegen", ["c", "llvm"])
 @pytest.mark.parametrize("path", SHARED, ids=lambda p: p.name)
 def test_shared_model_verifies_on_avx512(path: Path, codegen: str, tmp_path):
-    missing = missing_cpu_flags("host-avx512")
-    if missing:
-        pytest.skip(f"this CPU lacks {', '.join(missing)} (board host-avx512 needs them)")
+    if cpu_lacks("host-avx512"):
+        pytest.skip(cpu_lacks("host-avx512"))
     out = verify(path, board="host-avx512", codegen=codegen, out_dir=tmp_path / "pkg")
     check(out, path, "saved")
     # The package really is 512-bit code (not the host target's, by a fallback).

@@ -75,8 +75,19 @@ class Job:
                 "--models", str(models), *flags]
 
 
-def run_job(job: Job, tree: Path, out: Path, args: list[str], shared: Path) -> dict:
-    r = subprocess.run([sys.executable, str(EMIT), str(tree), str(out), *args],
+def snapshot(tmp: Path) -> Path:
+    """The replay scripts copied once: editing them while a run goes on
+    leaves its later replays as its first."""
+    tool = tmp / "tool"
+    tool.mkdir()
+    for script in (EMIT, TABLES):
+        shutil.copyfile(script, tool / script.name)
+    return tool / EMIT.name
+
+
+def run_job(emit: Path, job: Job, tree: Path, out: Path, args: list[str],
+            shared: Path) -> dict:
+    r = subprocess.run([sys.executable, str(emit), str(tree), str(out), *args],
                        capture_output=True, text=True, cwd=tree,
                        env={**os.environ, "AOT_SHARED": str(shared)})
     if r.returncode:
@@ -118,8 +129,9 @@ def environment(boards: tuple[str, ...], models: Path) -> list[str]:
     return out
 
 
-def cache_dir(cache: Path, sha: str, job: Job, args: list[str], models: Path) -> Path:
-    text = json.dumps([sha, args, EMIT.read_text(), TABLES.read_text(),
+def cache_dir(cache: Path, sha: str, job: Job, args: list[str], models: Path,
+              emit: Path) -> Path:
+    text = json.dumps([sha, args, emit.read_text(), emit.with_name(TABLES.name).read_text(),
                        environment(job.boards, models)])
     return cache / f"{sha[:12]}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
@@ -127,12 +139,12 @@ def cache_dir(cache: Path, sha: str, job: Job, args: list[str], models: Path) ->
 def replay(opts, jobs: list[Job], shared: Path, tmp: Path) -> dict[str, dict]:
     """{side: {key: (status, file)}} for both trees, the base's from
     --cache where it has them."""
-    sha, models = base_sha(opts.base), shared / "models"
+    sha, models, emit = base_sha(opts.base), shared / "models", snapshot(tmp)
     runs, results, base = [], {"base": {}, "work": {}}, None
     for i, job in enumerate(jobs):
         args = job.args(opts, models)
         if job.side == "base" and opts.cache:
-            out = cache_dir(opts.cache, sha, job, args, models)
+            out = cache_dir(opts.cache, sha, job, args, models, emit)
             if (out / "status.json").is_file():
                 results["base"].update({k: (s, out / k) for k, s in
                                         json.loads((out / "status.json").read_text()).items()})
@@ -147,7 +159,8 @@ def replay(opts, jobs: list[Job], shared: Path, tmp: Path) -> dict[str, dict]:
             job, out, args = run
             fresh = out.with_name(out.name + ".part") if opts.cache and job.side == "base" else out
             shutil.rmtree(fresh, ignore_errors=True)
-            status = run_job(job, base if job.side == "base" else ROOT, fresh, args, shared)
+            status = run_job(emit, job, base if job.side == "base" else ROOT, fresh, args,
+                             shared)
             if fresh != out:        # into the cache whole or not at all
                 (fresh / "status.json").write_text(json.dumps(status))
                 fresh.rename(out)
@@ -287,6 +300,8 @@ def main() -> int:
     jobs = [Job(side, chunk, opts.tables and i == 0)
             for side in ("base", "work") for i, chunk in enumerate(chunks)]
     shared = Path(os.environ.get("AOT_SHARED", ROOT.parent / "shared")).resolve()
+    if not any((shared / "models").glob("*.tflite")):
+        sys.exit(f"same_code: no models in {shared}/models: set AOT_SHARED to the shared folder")
     if opts.cache:
         opts.cache = opts.cache.resolve()
         opts.cache.mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,7 @@ WHERE: dict[str, tuple[str, ...]] = {
     # api.package, not aot.package: after the move `aot.package` is also a folder
     "package": ("aot.api:package",),
     "get_board": ("aot.targets:get_board",),
+    "check_threads": ("aot.package.build:check_threads", "aot.packaging:check_threads"),
     "lower_graph": ("aot.lower:lower_graph",),
     "emit_c": ("aot.codegen:emit_c", "aot.codegen.c:emit_c"),
     "emit_llvm_ir": ("aot.codegen.llvm:emit_llvm_ir", "aot.codegen:emit_llvm_ir"),
@@ -174,8 +175,16 @@ class Results:
 
 def kernels(res: Results, cases, boards, threads, llvm: bool) -> None:
     """Each case's kernels as C (prefix "m") and, with llvm, as LLVM IR
-    before optimization, per board and thread count."""
+    before optimization, per board and thread count a package may have
+    (bare-metal boards have no thread pools)."""
     lower_graph, emit_c, get_board = need("lower_graph"), need("emit_c"), need("get_board")
+    refused = {}
+    for board in boards:
+        for th in threads:
+            try:
+                need("check_threads")(get_board(board), th)
+            except Exception as e:
+                refused[board, th] = e
     for name, make in cases:
         try:
             graph = make()
@@ -186,6 +195,9 @@ def kernels(res: Results, cases, boards, threads, llvm: bool) -> None:
             target = get_board(board).target
             for th in threads:
                 key = f"{board}/t{th}/{name}"
+                if (board, th) in refused:
+                    res.fail(f"c/{key}.c", refused[board, th])
+                    continue
                 try:
                     funcs = [k.func for k in lower_graph(graph, target, threads=th)]
                     res.put(f"c/{key}.c", PART.join(emit_c(funcs, "m").parts))

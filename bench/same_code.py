@@ -1,147 +1,186 @@
 #!/usr/bin/env python3
-"""Does a change to the lowering change the generated code? Compares the
-kernels' C that a base revision and the working tree emit, for the shared
-models and a zoo of convolutions, pools and fully connected layers (float
-and int8, every padding, stride, dilation, grouping and odd depth the
-kernels branch on), on each board and thread count; where the C text
-differs, compiles both with the board's compiler and flags and compares the
-disassembly function by function.
+"""Does a change to aot change what it generates? Replays a base revision
+and the working tree on the shared models and a zoo of convolutions, pools
+and fully connected layers (float and int8, every padding, stride, dilation,
+grouping and odd depth the kernels branch on), on each board and thread
+count, and compares what they emit.
 
-    bench/same_code.py BASE_REV [--boards host,rpi4] [--threads 1,2] [--no-zoo]
+    bench/same_code.py BASE_REV [--boards host,rpi4|all] [--threads 1,2] [--no-zoo]
+        [--llvm] [--package] [--tables] [--strict] [--jobs N] [--cache DIR]
 
-Identical C, or identical object code, proves a refactor costs nothing on
-that board; otherwise it prints each changed function's static instruction
-count before -> after, and the change needs the dynamic counts of
-bench/compare.py --count-instructions and timings. Exit status 1 when any
-object code differs.
+Always: the kernels' C. --llvm: also the LLVM IR the llvm codegen builds
+from the same kernels (with --package, also the llvm packages, objects
+included). --package: every file aot.package writes for each model, board
+and thread count, byte for byte (metadata.json without "versions"); the
+models' kernels are then compared there. --tables: the op table with its
+rules, the legalization table in order, both pass pipelines and the tuning
+sites, functions named without their module (bench/same_code_tables.py).
+
+Where only the kernels' C differs, the default compiles both with the
+board's compiler and flags and compares the disassembly function by
+function: identical object code proves a refactor costs nothing on that
+board, else it prints each changed function's static instruction count
+before -> after (back it with bench/compare.py --count-instructions and
+timings). --strict, implied by --llvm, --package and --tables (the proof
+that moving modules changes nothing), counts identical text only and prints
+a diff of what changed. Exit status 1 when anything changed.
+
+The replay runs bench/same_code_emit.py in a process per source tree and
+chunk of work, --jobs of them at once (a chunk per board when N > 1).
+--cache DIR keeps the base revision's results there, so comparing further
+changes against the same base replays only the working tree.
 """
 from __future__ import annotations
 
 import argparse
+import difflib
 import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+EMIT = Path(__file__).resolve().parent / "same_code_emit.py"
+TABLES = EMIT.with_name("same_code_tables.py")
 BOARDS = ("host", "host-avx512", "rpi4", "mps2-an386")
-# Between a package's C files (each defines its own helpers): compiled apart.
-PART = "\n/* @@ next source file @@ */\n"
-
-# Runs in a child process per source tree: that tree's aot emits the C.
-EMIT = r'''
-import json, sys, glob
-from pathlib import Path
-root, out, boards, threads, zoo = sys.argv[1], Path(sys.argv[2]), sys.argv[3].split(","), \
-    [int(t) for t in sys.argv[4].split(",")], sys.argv[5] == "1"
-sys.path[:0] = [root, root + "/tests"]
-import numpy as np
-import aot
-from aot.codegen import emit_c
-from aot.lower import lower_graph
-from aot.targets import get_board
-PART = "\n/* @@ next source file @@ */\n"
-
-def graphs():
-    for m in sorted(glob.glob(sys.argv[6] + "/*.tflite") + glob.glob(sys.argv[6] + "/*.onnx")):
-        yield Path(m).name, lambda m=m: aot.optimize(aot.load(m))
-    if not zoo:
-        return
-    from aot.lower.testing import single_op_graph
-    rng = np.random.default_rng(0)
-    def conv(x, w, **attrs):
-        return lambda: single_op_graph("Conv", [(x, "float32"), rng.standard_normal(w).astype(
-            np.float32), rng.standard_normal(w[0]).astype(np.float32)], attrs)
-    def pool(op, x, **attrs):
-        return lambda: single_op_graph(op, [(x, "float32")], attrs)
-    float_zoo = {
-        "conv3x3_same": conv([1, 8, 9, 11], [16, 8, 3, 3], pads=[1, 1, 1, 1]),
-        "conv3x3_s2_asym": conv([1, 3, 17, 15], [8, 3, 3, 3], pads=[0, 1, 1, 0], strides=[2, 2]),
-        "conv_dil2": conv([1, 6, 12, 12], [12, 6, 3, 3], pads=[2, 2, 2, 2], dilations=[2, 2]),
-        "conv_grouped": conv([1, 8, 10, 10], [8, 4, 3, 3], pads=[1, 1, 1, 1], group=2),
-        "depthwise5x5": conv([1, 24, 13, 13], [24, 1, 5, 5], pads=[2, 2, 2, 2], group=24),
-        "depthwise_s2": conv([1, 20, 14, 9], [20, 1, 3, 3], pads=[1, 1, 1, 1], strides=[2, 2],
-                             group=20),
-        "pointwise": conv([1, 16, 7, 7], [40, 16, 1, 1]),
-        "conv1d": conv([1, 8, 30], [12, 8, 5], pads=[2, 2]),
-        "conv3d": conv([1, 4, 6, 7, 8], [8, 4, 3, 3, 3], pads=[1, 1, 1, 1, 1, 1]),
-        "conv_big_kernel": conv([1, 2, 20, 20], [4, 2, 9, 9], pads=[4, 4, 4, 4]),
-        "maxpool": pool("MaxPool", [1, 16, 11, 11], kernel_shape=[3, 3], strides=[2, 2],
-                        pads=[1, 1, 1, 1]),
-        "avgpool": pool("AveragePool", [1, 12, 9, 9], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-    }
-    for name, make in float_zoo.items():
-        yield "f32_" + name, make
-    from test_lower_int8 import CONVS, DEPTHWISE, conv_model, fc_model
-    from test_dot4 import QUAD_CONVS, RING_FIRST_LAYERS
-    for k, (xs, ws, os_, opts, pc) in enumerate(CONVS):
-        yield f"i8_conv{k}", lambda a=(xs, ws, os_, opts, pc): conv_model(
-            "CONV_2D", *a[:4], per_channel=a[4], seed=k)
-    for k, (xs, ws, os_, opts, pc) in enumerate(DEPTHWISE):
-        yield f"i8_depthwise{k}", lambda a=(xs, ws, os_, opts, pc): conv_model(
-            "DEPTHWISE_CONV_2D", *a[:4], per_channel=a[4], seed=k)
-    for k, (xs, ws, os_, opts, zp) in enumerate(QUAD_CONVS + RING_FIRST_LAYERS):
-        yield f"i8_quads{k}", lambda a=(xs, ws, os_, opts, zp): conv_model(
-            "CONV_2D", *a[:4], zp_in=a[4], seed=k)
-    yield "i8_fc0", lambda: fc_model(True, False, x_shape=(3, 36), units=24, zp_in=-128)
-    yield "i8_fc1", lambda: fc_model(False, True, x_shape=(2, 2, 19), units=16, zp_in=100)
-    yield "i8_fc2", lambda: fc_model(True, False, x_shape=(1, 64), units=6, zp_in=0)
-
-out.mkdir(parents=True, exist_ok=True)
-made = {}
-for name, make in graphs():
-    try:
-        g = make()
-    except Exception as e:
-        made[name] = "cannot build: " + str(e)[:100]
-        continue
-    for board in boards:
-        target = get_board(board).target
-        for th in threads:
-            key = f"{board}.{name}.t{th}"
-            try:
-                src = PART.join(emit_c([k.func for k in lower_graph(g, target, threads=th)],
-                                       "m").parts)
-            except Exception as e:
-                made[key] = f"error: {type(e).__name__}: {str(e)[:100]}"
-                continue
-            (out / f"{key}.c").write_text(src)
-            made[key] = "ok"
-print(json.dumps(made))
-'''
+# --boards all: the boards a move of modules is proven on
+ALL_BOARDS = ("host", "host-avx512", "rpi4", "rpi5", "mps2-an386", "mps3-an547", "qemu-armv7",
+              "qemu-riscv64")
+PART = "\n/* @@ next source file @@ */\n"     # same_code_emit.PART
+DIFF_LINES = 40         # of each changed text file's diff
+DIFFS_SHOWN = 12        # changed files whose diff is printed; the rest are named
 
 
-def emit(tree: Path, out: Path, boards: list[str], threads: list[int], zoo: bool) -> dict:
-    shared = Path(os.environ.get("AOT_SHARED", ROOT.parent / "shared"))
-    r = subprocess.run([sys.executable, "-c", EMIT, str(tree), str(out), ",".join(boards),
-                        ",".join(map(str, threads)), "1" if zoo else "0", str(shared / "models")],
+@dataclass(frozen=True)
+class Job:
+    """One child process: what one tree emits for some boards."""
+    side: str                       # "base" or "work"
+    boards: tuple[str, ...]
+    tables: bool
+
+    def args(self, opts: argparse.Namespace, models: Path) -> list[str]:
+        flags = [f for f, on in (("--zoo", not opts.no_zoo), ("--llvm", opts.llvm),
+                                 ("--package", opts.package), ("--tables", self.tables)) if on]
+        return ["--boards", ",".join(self.boards), "--threads", opts.threads,
+                "--models", str(models), *flags]
+
+
+def snapshot(tmp: Path) -> Path:
+    """The replay scripts copied once: editing them while a run goes on
+    leaves its later replays as its first."""
+    tool = tmp / "tool"
+    tool.mkdir()
+    for script in (EMIT, TABLES):
+        shutil.copyfile(script, tool / script.name)
+    return tool / EMIT.name
+
+
+def run_job(emit: Path, job: Job, tree: Path, out: Path, args: list[str],
+            shared: Path) -> dict:
+    r = subprocess.run([sys.executable, str(emit), str(tree), str(out), *args],
                        capture_output=True, text=True, cwd=tree,
                        env={**os.environ, "AOT_SHARED": str(shared)})
     if r.returncode:
-        sys.exit(f"emitting the C of {tree} failed:\n{r.stderr[-3000:]}")
+        sys.exit(f"replaying {tree} ({job.side}, {','.join(job.boards)}) failed:\n"
+                 f"{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def base_tree(rev: str) -> Path:
-    sha = subprocess.run(["git", "rev-parse", rev], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout.strip()
+def base_sha(rev: str) -> str:
+    r = subprocess.run(["git", "rev-parse", "--verify", rev + "^{commit}"], cwd=ROOT,
+                       capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"same_code: {rev!r} is not a revision of {ROOT}")
+    return r.stdout.strip()
+
+
+def base_tree(sha: str) -> Path:
     tree = Path(tempfile.mkdtemp(prefix=f"aot-same-code-{sha[:12]}-"))
     subprocess.run(["git", "worktree", "add", "-q", "--detach", str(tree), sha], cwd=ROOT,
                    check=True)
     return tree
 
 
-def functions(c_file: Path, board: str) -> dict[str, list[str]]:
+def environment(boards: tuple[str, ...], models: Path) -> list[str]:
+    """What a base result depends on besides the revision: the tools, the
+    Python packages, the models."""
+    from aot.targets import get_board
+    out = [sys.version]
+    for dist in ("numpy", "onnx", "llvmlite"):
+        try:
+            out.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            out.append(f"{dist} absent")
+    for cc in sorted({get_board(b).target.cc for b in boards}):
+        r = subprocess.run([cc, "--version"], capture_output=True, text=True)
+        out.append(r.stdout.split("\n", 1)[0])
+    out += [f"{p.name} {p.stat().st_size} {p.stat().st_mtime_ns}"
+            for p in sorted(models.iterdir()) if p.is_file()]
+    return out
+
+
+def cache_dir(cache: Path, sha: str, job: Job, args: list[str], models: Path,
+              emit: Path) -> Path:
+    text = json.dumps([sha, args, emit.read_text(), emit.with_name(TABLES.name).read_text(),
+                       environment(job.boards, models)])
+    return cache / f"{sha[:12]}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def replay(opts, jobs: list[Job], shared: Path, tmp: Path) -> dict[str, dict]:
+    """{side: {key: (status, file)}} for both trees, the base's from
+    --cache where it has them."""
+    sha, models, emit = base_sha(opts.base), shared / "models", snapshot(tmp)
+    runs, results, base = [], {"base": {}, "work": {}}, None
+    for i, job in enumerate(jobs):
+        args = job.args(opts, models)
+        if job.side == "base" and opts.cache:
+            out = cache_dir(opts.cache, sha, job, args, models, emit)
+            if (out / "status.json").is_file():
+                results["base"].update({k: (s, out / k) for k, s in
+                                        json.loads((out / "status.json").read_text()).items()})
+                continue
+        else:
+            out = tmp / f"{job.side}{i}"
+        runs.append((job, out, args))
+    if any(job.side == "base" for job, _, _ in runs):
+        base = base_tree(sha)
+    try:
+        def one(run):
+            job, out, args = run
+            fresh = out.with_name(out.name + ".part") if opts.cache and job.side == "base" else out
+            shutil.rmtree(fresh, ignore_errors=True)
+            status = run_job(emit, job, base if job.side == "base" else ROOT, fresh, args,
+                             shared)
+            if fresh != out:        # into the cache whole or not at all
+                (fresh / "status.json").write_text(json.dumps(status))
+                fresh.rename(out)
+            return job.side, {k: (s, out / k) for k, s in status.items()}
+        with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
+            for side, status in pool.map(one, runs):
+                results[side].update(status)
+    finally:
+        if base is not None:
+            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT)
+    return results
+
+
+def functions(c_file: Path, board: str, scratch: Path) -> dict[str, list[str]]:
     """Each function's instructions (mnemonic and operands, no addresses)."""
     from aot.targets import get_board
     target = get_board(board).target
     text = ""
     for i, part in enumerate(c_file.read_text().split(PART)):
-        src = c_file.with_suffix(f".{i}.c")
+        src = scratch / f"part{i}.c"
         src.write_text(part)
         obj = src.with_suffix(".o")
         subprocess.run([target.cc, *target.cflags, "-std=c99", "-w", "-c", str(src), "-o",
@@ -161,50 +200,119 @@ def functions(c_file: Path, board: str) -> dict[str, list[str]]:
     return funcs
 
 
+def same_object_code(key: str, fa: Path, fb: Path, scratch: Path) -> bool:
+    """Compiles both C files; prints each function whose code changed."""
+    board = key.split("/")[1]
+    (scratch / "a").mkdir(exist_ok=True)
+    (scratch / "b").mkdir(exist_ok=True)
+    da, db = functions(fa, board, scratch / "a"), functions(fb, board, scratch / "b")
+    for fn in sorted(set(da) | set(db)):
+        if da.get(fn) != db.get(fn):
+            print(f"{key} {fn}: {len(da.get(fn, []))} -> {len(db.get(fn, []))} "
+                  "instructions (static)")
+    return da == db
+
+
+def show_diff(key: str, a: bytes, b: bytes, whole: bool) -> None:
+    try:
+        ta, tb = a.decode().splitlines(), b.decode().splitlines()
+    except UnicodeDecodeError:
+        print(f"{key}: binary, {len(a)} -> {len(b)} bytes, differs")
+        return
+    lines = list(difflib.unified_diff(ta, tb, f"base/{key}", f"work/{key}", lineterm=""))
+    shown = lines if whole else lines[:DIFF_LINES]
+    print("\n".join(shown))
+    if len(shown) < len(lines):
+        print(f"... ({len(lines) - len(shown)} more diff lines)")
+
+
+def compare(results: dict[str, dict], strict: bool, scratch: Path) -> int:
+    """Prints what changed and a count per kind of result; the number changed."""
+    a, b = results["base"], results["work"]
+    counts: Counter = Counter()
+    changed = []
+    for key in sorted(set(a) | set(b)):
+        kind = key.split("/")[0]
+        (sa, fa), (sb, fb) = a.get(key, ("absent", None)), b.get(key, ("absent", None))
+        if sa != sb:
+            print(f"{key}: base {sa!r}, now {sb!r}")
+        elif sa != "ok":
+            counts[kind, "failing alike"] += 1
+            continue
+        elif fa.read_bytes() == fb.read_bytes():
+            counts[kind, "identical"] += 1
+            continue
+        elif kind == "c" and not strict and same_object_code(key, fa, fb, scratch):
+            counts[kind, "identical object code"] += 1
+            continue
+        elif len(changed) < DIFFS_SHOWN or kind == "tables":
+            show_diff(key, fa.read_bytes(), fb.read_bytes(), kind == "tables")
+        else:
+            print(f"{key}: differs")
+        counts[kind, "changed"] += 1
+        changed.append(key)
+    for kind in sorted({k for k, _ in counts}):
+        print(f"{kind}: " + ", ".join(f"{counts[kind, v]} {v}" for v in (
+            "identical", "identical object code", "failing alike", "changed")
+            if counts[kind, v] or v in ("identical", "changed")))
+    digest = hashlib.sha1("".join(changed).encode()).hexdigest()[:8]
+    print(f"{len(changed)} changed ({digest})" if changed else
+          "identical" + ("" if strict else " (C or object code)"))
+    return len(changed)
+
+
+def board_list(text: str) -> tuple[str, ...]:
+    from aot.errors import AotError
+    from aot.targets import get_board
+    boards = ALL_BOARDS if text == "all" else tuple(b for b in text.split(",") if b)
+    for b in boards:
+        try:
+            get_board(b)
+        except AotError as e:
+            sys.exit(f"same_code: --boards: {e}")
+    return boards
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("base", help="the revision to compare with (e.g. HEAD, a5a75e8)")
-    ap.add_argument("--boards", default=",".join(BOARDS))
+    ap.add_argument("--boards", default=",".join(BOARDS),
+                    help=f"comma-separated, or all ({','.join(ALL_BOARDS)})")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--no-zoo", action="store_true", help="the shared models only")
-    args = ap.parse_args()
-    boards, threads = args.boards.split(","), [int(t) for t in args.threads.split(",")]
+    ap.add_argument("--llvm", action="store_true", help="also the llvm codegen's output")
+    ap.add_argument("--package", action="store_true", help="every file of every package")
+    ap.add_argument("--tables", action="store_true", help="the op, legalization, pass and "
+                    "tuning tables")
+    ap.add_argument("--strict", action="store_true", help="identical text only counts (implied "
+                    "by --llvm, --package, --tables)")
+    ap.add_argument("--jobs", type=int, default=1, help="replays at once (a board each)")
+    ap.add_argument("--cache", type=Path, help="keep and reuse the base revision's results here")
+    opts = ap.parse_args()
     sys.path.insert(0, str(ROOT))
+    boards = board_list(opts.boards)
+    if not re.fullmatch(r"[1-9][0-9]*(,[1-9][0-9]*)*", opts.threads):
+        sys.exit(f"same_code: --threads takes counts like 1,2, not {opts.threads!r}")
+    if opts.jobs < 1:
+        sys.exit(f"same_code: --jobs {opts.jobs}: give 1 or more")
+    strict = opts.strict or opts.llvm or opts.package or opts.tables
+    chunks = [boards] if opts.jobs == 1 else [(b,) for b in boards]
+    jobs = [Job(side, chunk, opts.tables and i == 0)
+            for side in ("base", "work") for i, chunk in enumerate(chunks)]
+    shared = Path(os.environ.get("AOT_SHARED", ROOT.parent / "shared")).resolve()
+    if not any((shared / "models").glob("*.tflite")):
+        sys.exit(f"same_code: no models in {shared}/models: set AOT_SHARED to the shared folder")
+    if opts.cache:
+        opts.cache = opts.cache.resolve()
+        opts.cache.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="aot-same-code-") as tmp:
-        a_dir, b_dir = Path(tmp) / "base", Path(tmp) / "work"
-        tree = base_tree(args.base)
-        try:
-            a = emit(tree, a_dir, boards, threads, not args.no_zoo)
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT)
-        b = emit(ROOT, b_dir, boards, threads, not args.no_zoo)
-        same_c = same_obj = 0
-        changed = []
-        for key in sorted(set(a) | set(b)):
-            if a.get(key) != b.get(key):
-                print(f"{key}: base {a.get(key)!r}, now {b.get(key)!r}")
-                changed.append(key)
-                continue
-            if a[key] != "ok":
-                continue
-            fa, fb = a_dir / f"{key}.c", b_dir / f"{key}.c"
-            if fa.read_bytes() == fb.read_bytes():
-                same_c += 1
-                continue
-            board = key.split(".")[0]
-            da, db = functions(fa, board), functions(fb, board)
-            if da == db:
-                same_obj += 1
-                continue
-            changed.append(key)
-            for fn in sorted(set(da) | set(db)):
-                if da.get(fn) != db.get(fn):
-                    print(f"{key} {fn}: {len(da.get(fn, []))} -> {len(db.get(fn, []))} "
-                          "instructions (static)")
-        digest = hashlib.sha1("".join(changed).encode()).hexdigest()[:8]
-        print(f"{same_c} identical C, {same_obj} identical object code, {len(changed)} changed"
-              + (f" ({digest})" if changed else ""))
-        return 1 if changed else 0
+        results = replay(opts, jobs, shared, Path(tmp))
+        scratch = Path(tmp) / "objdump"
+        scratch.mkdir()
+        changed = compare(results, strict, scratch)
+    print(f"({time.monotonic() - start:.0f} s)")
+    return 1 if changed else 0
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ flags themselves, split by what a firmware may do with them:
   the link fails or, worse, passes floats in the wrong registers.
 - `optimize`: code generation that stays inside the package (-O2,
   -ffp-contract=fast, -ffunction-sections, ...): always the package's own.
-- `driver`: clang's choice of target (--target, --gcc-toolchain). A firmware
+- `driver`: clang's choice of target and of its GCC installation and C
+  library (--target, --sysroot, --gcc-toolchain, -B, -L). A firmware
   toolchain chooses its target itself (a CMake toolchain file, a cross gcc):
   only the Makefile's default compiler (the target's own, clang) gets them.
 """
@@ -24,7 +25,8 @@ from typing import Any
 
 from aot.targets import Target
 
-_DRIVER_PREFIXES = ("--target", "-target", "--gcc-toolchain", "--sysroot")
+_DRIVER_PREFIXES = ("--target", "-target", "--gcc-toolchain", "--sysroot", "-B", "-L",
+                    "-Wno-unused-command-line-argument")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ empty on the build machine itself) and gets:
   nothing from the build machine's /usr/include or /usr/lib;
 - `--gcc-toolchain=G`: clang searches for GCC installations only under G,
   which holds none, so its search finds nothing to prefer;
-- `-B G` and `-L G` (link): crtbegin.o, crtend.o and libgcc from G.
+- `-B G` and `-L G`: crtbegin.o, crtend.o and libgcc from G for links, in
+  the same flags as the compile (a compile-only command ignores them).
 
 The link uses the same files as clang's own choice did before any other
 toolchain was installed (`clang -###` lists them).
@@ -43,14 +44,20 @@ class GccPin:
 
     @property
     def cflags(self) -> tuple[str, ...]:
+        """The whole pin, for compiles and links alike: many callers compile
+        and link in one command with the target's cflags (shared objects in
+        tests, the instruction counter's plugin), so the files a link takes
+        (-B: crtbegin.o, crtend.o; -L: libgcc) are named here too, and the
+        one warning a compile-only command gives about -L is not asked for."""
         if not self:
             return ()
         return (*((f"--sysroot={self.sysroot}",) if self.sysroot else ()),
-                f"--gcc-toolchain={self.gcc_install_dir}")
+                f"--gcc-toolchain={self.gcc_install_dir}", f"-B{self.gcc_install_dir}",
+                f"-L{self.gcc_install_dir}", "-Wno-unused-command-line-argument")
 
     @property
     def ldflags(self) -> tuple[str, ...]:
-        return (f"-B{self.gcc_install_dir}", f"-L{self.gcc_install_dir}") if self else ()
+        return ()
 
     def unpinned(self, flags: tuple[str, ...]) -> tuple[str, ...]:
         """`flags` without the pin's own: what clang chooses by itself."""

@@ -191,7 +191,7 @@ def test_package_names_become_c_names_inside_the_output(tmp_path, monkeypatch, n
     assert (work / c_name / "include" / f"{c_name}.h").is_file()
     assert os.listdir(tmp_path) == ["a"] and os.listdir(work) == [c_name]
     fixed = {"aot_platform.c", "aot_runtime.h", "main.c", "bench", "metadata.json",
-             "Makefile", "CMakeLists.txt"}
+             "Makefile", "CMakeLists.txt", "README.md"}
     files = [p.name for p in (work / c_name).rglob("*") if p.is_file()]
     assert all(f in fixed or f.startswith((c_name, f"lib{c_name}.")) for f in files), files
 

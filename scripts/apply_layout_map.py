@@ -156,6 +156,8 @@ def rewrite_from_import(match: re.Match, moves: dict[str, str]) -> str:
     imported from their new package, the rest from X's new name."""
     module, names = match["module"], match["names"]
     inner = names.strip()[1:-1] if names.strip().startswith("(") else names
+    comments = re.findall(r"#[^\n]*", inner)
+    inner = re.sub(r"#[^\n]*", "", inner)
     items = [n.strip() for n in inner.replace("\n", " ").split(",") if n.strip()]
     moved = [i for i in items if f"{module}.{i.split()[0]}" in moves]
     if not moved:
@@ -177,7 +179,7 @@ def rewrite_from_import(match: re.Match, moves: dict[str, str]) -> str:
             body = ",\n".join(f"{indent}    {g}" for g in got)
             text = f"{indent}from {source} import (\n{body},\n{indent})"
         lines.append(text)
-    lines[0] += match["tail"]
+    lines[0] += match["tail"] or "".join(f"  {c}" for c in comments[:1])
     return "\n".join(lines)
 
 

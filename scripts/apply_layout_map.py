@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Applies scripts/layout_map.tsv to a tree laid out the old way: moves each
 module with `git mv`, gives every new package an __init__.py, and rewrites
-every mention of a moved module in aot/, tests/, bench/, scripts/, docs/ and
-README.md:
+every mention of a moved module in aot/, tests/, bench/, scripts/, docs/,
+README.md and the comments of targets/ and boards/:
 
 - `from aot.X import a, b` where X itself moved, and where `a` is a module
   that moved (`from aot.lower import space` becomes
@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-REWRITTEN = ("aot", "tests", "bench", "scripts", "docs", "README.md")
+REWRITTEN = ("aot", "tests", "bench", "scripts", "docs", "README.md", "targets", "boards")
 # Written against the new layout and the old one alike: left as they are.
 LAYOUT_AWARE = ("bench/same_code_emit.py", "scripts/apply_layout_map.py")
 SUFFIXES = (".py", ".md", ".toml", ".txt", ".cfg", ".sh")
@@ -193,7 +193,7 @@ def old_path_module(path: str) -> str:
 def rewrite_path(match: re.Match, moves: dict[str, str], packages: set[str]) -> str:
     """`aot/lower/conv.py` (or `lower/conv.py`, short for it) at its new place."""
     prefix, body = match[1] or "", match[2]
-    module = old_path_module(body if prefix else f"aot/{body}")
+    module = old_path_module(f"aot/{body}")
     if module not in moves or (not prefix and not body.count("/")):
         return match.group(0)
     new = module_file(moves[module], packages).as_posix()

@@ -124,7 +124,7 @@ def function_sizes(library: Path) -> dict[str, int]:
     from elftools.elf.elffile import ELFFile
     from elftools.elf.sections import SymbolTableSection
 
-    from aot.footprint import ar_members
+    from aot.packaging.footprint import ar_members
 
     sizes: dict[str, int] = {}
     for _, body in ar_members(library.read_bytes()):
@@ -141,8 +141,9 @@ def function_sizes(library: Path) -> dict[str, int]:
 def _compile(gen, board, name: str) -> tuple[dict[str, int], dict]:
     """Build the package's library for the board in a temporary directory:
     (function sizes, library_footprint)."""
-    from aot import progress, toolchain
-    from aot.footprint import library_footprint
+    from aot.support import progress
+    from aot.packaging import toolchain
+    from aot.packaging.footprint import library_footprint
 
     with tempfile.TemporaryDirectory(prefix="aot-analyze-") as tmp:
         pkg = Path(tmp)
@@ -178,13 +179,13 @@ def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c
     memory plan and of the MACs per kernel. input_shapes, bind: aot.load's.
     pools: plan the arena over the board's RAM banks (aot package --pools);
     the plot then draws each pool. report: a Markdown file, or HTML when
-    its name ends in .html (aot/report.py)."""
-    from aot import progress
+    its name ends in .html (aot/support/report.py)."""
+    from aot.support import progress
     from aot.api import as_graph
-    from aot.footprint import memory_summary
-    from aot.report import check_report_path
-    from aot.timing import check_plot_path
-    from aot.packaging import default_name, generate
+    from aot.packaging.footprint import memory_summary
+    from aot.support.report import check_report_path
+    from aot.check.timing import check_plot_path
+    from aot.packaging.build import default_name, generate
     from aot.results import AnalyzeResult
     from aot.targets import get_board
 
@@ -236,7 +237,7 @@ def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c
 def write_analysis_report(out: dict[str, Any], mem, path: Path, plot: Path | None) -> None:
     """The report file: HTML embeds the charts (when matplotlib is there to
     draw them), Markdown links the --plot PNG."""
-    from aot.report import Chart, analysis_document, chart_link, is_html, write_report
+    from aot.support.report import Chart, analysis_document, chart_link, is_html, write_report
 
     caption = "memory plan and MACs per kernel"
     chart = None
@@ -254,8 +255,8 @@ def write_analysis_report(out: dict[str, Any], mem, path: Path, plot: Path | Non
 
 def plot_analysis(report: dict[str, Any], mem, out: Path) -> None:
     """The charts of `analysis_png` as a PNG file at `out`."""
-    from aot.fsutil import write_file_atomically
-    from aot.timing import check_plot_path
+    from aot.support.fsutil import write_file_atomically
+    from aot.check.timing import check_plot_path
 
     out = check_plot_path(out)
     write_file_atomically(out, analysis_png(report, mem))
@@ -266,7 +267,7 @@ def analysis_png(report: dict[str, Any], mem) -> bytes:
     buffer a box over its live steps and its bytes, the arena size and its
     lower bound as lines; with pools, one chart per pool) and the MACs of
     each kernel."""
-    from aot.timing import png_bytes, pyplot
+    from aot.check.timing import png_bytes, pyplot
 
     plt = pyplot()
     layers = report["layers"]

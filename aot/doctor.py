@@ -12,11 +12,11 @@ tests run. tests/test_doctor.py proves every file found here comes from a
 Debian package in the Depends closure of what scripts/setup.sh installs.
 
 A file the build cannot find may still be installed, in a GCC installation
-the build does not use: the target names another (aot/gcc_pin.py), or,
+the build does not use: the target names another (aot/support/gcc_pin.py), or,
 with none named, clang picks another toolchain's. `make setup` cannot fix
 that, and the doctor says so: where the file is, and why it is not used.
 
-Programs are looked up as aot runs them (aot/tools.py): $AOT_TOOL_PATH, when
+Programs are looked up as aot runs them (aot/support/tools.py): $AOT_TOOL_PATH, when
 set, replaces $PATH, so an empty directory there shows a machine without them.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
-from aot import gcc_pin, tools
+from aot.support import gcc_pin, tools
 from aot.targets import Board, Target
 
 FIX = "make setup"

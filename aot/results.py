@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from aot.analysis import Layer, TensorUse
 from aot.errors import MismatchError
-from aot.timing import KernelStat
+from aot.check.timing import KernelStat
 
 
 def _row(cls, row: Mapping[str, Any], derived: tuple[str, ...] = (), **parsed):
@@ -60,7 +60,7 @@ class _Report:
 @dataclass(frozen=True)
 class OutputCheck:
     """One output (or, for a streaming model, state tensor) over all samples,
-    aot.validate.output_metrics. Errors are in real values (a quantized
+    aot.check.validate.output_metrics. Errors are in real values (a quantized
     output dequantized); max_lsb in its quantization steps (None for a float
     output); max_abs_err in the stored values (int8 codes for int8). The
     metrics are None when the comparison failed, and `error` says why; `step`
@@ -236,7 +236,7 @@ class AnalyzeResult(_Report):
     and the most any plan could save down to; state_bytes: a stateful
     model's variables; io_bytes: {inputs, outputs}, the caller's buffers.
     memory_pools: {pool: bytes} with pools=True, else None.
-    kernels_code_bytes and memory (aot.footprint.memory_summary of the
+    kernels_code_bytes and memory (aot.packaging.footprint.memory_summary of the
     library) when compiled for code sizes, else None. layers: a Layer per
     kernel, in execution order (aot/analysis.py)."""
     model: str

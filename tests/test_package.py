@@ -499,7 +499,7 @@ def test_readme_describes_the_package_and_its_example_compiles(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     # a name with Markdown's table and code characters stays in its cell
-    from aot.package_readme import render_readme
+    from aot.packaging.readme import render_readme
     odd = {**meta, "inputs": [{**meta["inputs"][0], "name": "a|b`c\nd"}]}
     (row,) = [line for line in render_readme(odd, header).splitlines()
               if line.startswith("| input 0")]

@@ -388,7 +388,7 @@ def test_counted_outputs_compare_by_their_count():
     a count past the bound is an error."""
     from aot.errors import AotError
     from aot.ir.graph import TensorType
-    from aot.validate import output_metrics
+    from aot.check.validate import output_metrics
     counts = {"sel_count": (("sel", 0, -1),)}
     got = {"sel": np.array([[0, 0, 1], [0, 0, 2], [-1, -1, -1]], np.int64),
            "sel_count": np.array([2], np.int32)}

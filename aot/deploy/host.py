@@ -85,8 +85,8 @@ def quantize_floats(meta: dict, inputs: Mapping[str, np.ndarray] | Sequence[np.n
     """(inputs in the package's order, notes): float data for a quantized
     input of a package (one without --float-io) quantized with the
     package's scale and zero point as TFLite's QUANTIZE does, and a note per
-    input so fed (aot.validate.quantize_float)."""
-    from aot.validate import quantize_float
+    input so fed (aot.check.validate.quantize_float)."""
+    from aot.check.validate import quantize_float
 
     out, notes = ordered_inputs(meta, inputs), []
     for i, (spec, array) in enumerate(zip(meta["inputs"], list(out))):
@@ -296,7 +296,7 @@ def check_cpu(board: Board) -> None:
 def prepare_run(pkg: Path, inputs: Sequence[np.ndarray]) -> tuple[dict, list[np.ndarray], Path]:
     """What every transport starts from: the package's metadata, the inputs
     checked against it, and the harness binary."""
-    from aot.packaging import read_metadata
+    from aot.packaging.build import read_metadata
 
     meta = read_metadata(pkg)
     inputs = check_inputs(meta, inputs)

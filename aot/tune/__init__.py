@@ -7,7 +7,7 @@ import contextlib
 from pathlib import Path
 from typing import Iterator
 
-from aot.lower.space import applied
+from aot.lower.schedule.space import applied
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from aot.errors import AotError
-from aot.lower.space import DEFAULT, Config, Schedules
+from aot.lower.schedule.space import DEFAULT, Config, Schedules
 
 FORMAT_VERSION = 1
 FIELDS = ("workload", "target", "config", "ms", "board", "aot_version")

@@ -17,24 +17,11 @@ from aot.frontend.source import ModelBytes, as_file, as_model, file_path, is_pac
 from aot.support.fsutil import refuse_existing
 from aot.ir.graph import Graph, TensorType
 from aot.limits import board_flash
-from aot.packaging.build import (PackageInfo, check_fits, check_pools, check_threads, default_name,
-                           model_source, package_graph, write_tir_dump)
+from aot.packaging.build import (PackageInfo, as_graph, check_fits, check_pools, check_threads,
+                                 default_name, model_source, package_graph, write_tir_dump)
 from aot.passes.float_io import float_edges, io_type
 from aot.results import BenchResult, VerifyResult
 from aot.targets import Board, get_board
-
-
-def as_graph(model_or_graph: str | Path | Graph, options=None) -> Graph:
-    """An optimized graph from a model path or an (un)optimized Graph;
-    options (a LoadOptions): input shapes and bound inputs of a model path."""
-    import aot
-
-    if options and isinstance(model_or_graph, Graph):
-        raise InputError("input_shapes and bind are for a model file; a Graph is loaded already")
-    graph = (model_or_graph if isinstance(model_or_graph, Graph)
-             else aot.load(model_or_graph, options=options))
-    fused = all(n.op == "fused" for n in graph.nodes)
-    return graph if fused and graph.nodes else aot.optimize(graph)
 
 
 def package(model_or_graph: str | Path | ModelBytes | Graph, board: str | Board | None = None,
@@ -72,7 +59,7 @@ def package(model_or_graph: str | Path | ModelBytes | Graph, board: str | Board 
     """
     import aot
     from aot.frontend.shapes import LoadOptions, options_json
-    from aot.tune import applied_records
+    from aot.tune.records import applied_records
 
     model_or_graph = as_model(model_or_graph, graphs=True)
     if out_dir is not None:
@@ -188,7 +175,7 @@ def bench(model_or_package: str | Path | ModelBytes | Graph, board: str | Board 
     (a PNG) and `trace` writes each profiled run's kernel calls as a
     Perfetto trace (aot/check/trace.py)."""
     from aot.check.timing import (bench_package, check_counts, check_plot_path, package_inputs,
-                           plot_profile, profile_stats, stats_of)
+                                  plot_profile, profile_stats, stats_of)
     from aot.packaging.build import read_metadata
     from aot.check.trace import check_trace_path, write_trace
 
@@ -281,7 +268,7 @@ def verify(model: str | Path | ModelBytes, board: str | Board | None = None, cod
     from aot.frontend.shapes import LoadOptions, options_json
     from aot.packaging.build import model_source, read_metadata
     from aot.check.validate import (Tolerance, check_package_io, dequantized_steps, float_samples,
-                              package_model, quantize_samples)
+                                    package_model, quantize_samples)
     from aot.check import streaming
 
     tol = Tolerance(atol, rtol)
@@ -373,7 +360,7 @@ def _verify_inputs(model: Path, graph: Graph, dataset: str | Path | None, count:
                    seed: int) -> tuple[str, list[list[np.ndarray]]]:
     """(origin, samples): the dataset's, `count` random ones, or the saved one."""
     from aot.check.reference import saved_or_random_inputs
-    from aot.testing import random_inputs
+    from aot.check.inputs import random_inputs
     from aot.check.validate import load_dataset
 
     if dataset is not None:

@@ -581,7 +581,7 @@ def _tuning_records(args: argparse.Namespace):
     log = getattr(args, "tuning_records", None)
     if log is None:
         return contextlib.nullcontext()
-    from aot.tune import applied_records
+    from aot.tune.records import applied_records
 
     model = getattr(args, "model", None)
     if model and Path(model).is_dir():

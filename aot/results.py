@@ -9,12 +9,50 @@ read the JSON form (rows are dicts there too).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
-from aot.analysis import Layer, TensorUse
 from aot.errors import MismatchError
 from aot.check.timing import KernelStat
+
+
+@dataclass(frozen=True)
+class TensorUse:
+    """One buffer a kernel touches. place: "arena" (at offset, live from step
+    first to last, both inclusive), "input" / "output" (the caller's buffer),
+    "state" (a variable's static buffer); access: "read", "write" or
+    "scratch" (the kernel's own workspace in the arena)."""
+    name: str
+    access: str
+    place: str
+    size: int
+    offset: int | None = None
+    first: int | None = None
+    last: int | None = None
+
+
+@dataclass(frozen=True)
+class Layer:
+    step: int
+    name: str
+    symbol: str
+    ops: tuple[str, ...]
+    macs: int
+    weights_bytes: int              # constants it reads, each once
+    activations_read_bytes: int
+    activations_written_bytes: int
+    tensors: tuple[TensorUse, ...]
+    code_bytes: int | None = None   # its function in the compiled library
+
+    def as_json(self) -> dict[str, Any]:
+        out = {"step": self.step, "name": self.name, "symbol": self.symbol,
+               "ops": list(self.ops), "macs": self.macs, "weights_bytes": self.weights_bytes,
+               "activations_read_bytes": self.activations_read_bytes,
+               "activations_written_bytes": self.activations_written_bytes,
+               "tensors": [asdict(t) for t in self.tensors]}
+        if self.code_bytes is not None:
+            out["code_bytes"] = self.code_bytes
+        return out
 
 
 def _row(cls, row: Mapping[str, Any], derived: tuple[str, ...] = (), **parsed):

@@ -17,7 +17,7 @@ from aot.ir.graph import Node, TensorType
 from aot.ir.tir import (Assign, Call, Comment, Const, DType, For, Load, Var, dt, flat_index,
                         stmt_exprs, walk_expr, walk_stmt)
 from aot.lower.kernels.conv_tile import (FloatConv, FloatFma, Int8Conv, Int8Dot, StagedRows, TileAt,
-                            TileStrategy, conv_tile, float_taps, int8_tap)
+                                         TileStrategy, conv_tile, float_taps, int8_tap)
 from aot.lower.schedule.conv import int8_conv_schedule
 from aot.lower.kernels.conv_walk import Walk, walk
 from aot.lower.rules import LowerCtx, TensorRef

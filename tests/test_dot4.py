@@ -22,7 +22,7 @@ from aot.ir.tir import (Bin, Buffer, BufferKind, Call, Const, DType, Load, PrimF
                         stmt_exprs, walk_expr, walk_stmt)
 from aot.lower.tir_passes.legalize import legalize
 from aot.lower.schedule.strategy import (PAIRS, QUADS, QUADS_MULL, QUADS_U8, int8_accumulator,
-                                mlal_depthwise, window_row_accumulator)
+                                         mlal_depthwise, window_row_accumulator)
 from aot.lower import lower_graph
 from aot.testing.kernels import build_and_run_many
 from aot.targets import get_target

@@ -24,7 +24,8 @@ import aot
 from aot.api import package
 from aot.packaging.firmware import build_flags
 from aot.targets import get_target
-from aot.testing import random_inputs, run_twice
+from aot.check.inputs import random_inputs
+from aot.testing import run_twice
 
 from conftest import MODELS
 

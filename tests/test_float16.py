@@ -19,7 +19,7 @@ from aot.ir.tir import (Buffer, BufferKind, Cast, Decl, DType, For, ForKind, Loa
 from aot.lower import lower_graph
 from aot.lower.driver import Arg, Kernel
 from aot.testing.kernels import (build_and_run, compile_kernels, host_target, run_kernels,
-                               single_op_graph)
+                                 single_op_graph)
 from aot.lower.tir_passes import run_passes
 
 CODEGENS = ("c", "llvm")

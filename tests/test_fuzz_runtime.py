@@ -16,7 +16,7 @@ import pytest
 
 from aot.errors import AotError
 from aot.testing.fuzz.runtime import (CaseResult, MODES, fuzz_model, hostile_inputs, judge,
-                              random_model, replay_inputs)
+                                      random_model, replay_inputs)
 
 MODELS = 36
 CASES = 6

@@ -11,8 +11,8 @@ from aot.codegen.c import emit_c
 from aot.isa.calls import pack_pairs, packed_pair_dot, pair_dot
 from aot.codegen.llvm import emit_llvm_ir
 from aot.isa.calls import GCC_X86_SPELLINGS
-from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Call, Cast, Const, DType, For, Load, PrimFunc,
-                        Store, Var, seq, stmt_exprs, walk_expr, walk_stmt)
+from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Call, Cast, Const, DType, For, Load,
+                        PrimFunc, Store, Var, seq, stmt_exprs, walk_expr, walk_stmt)
 from aot.lower.tir_passes.legalize import legalize
 from aot.targets import get_target
 

@@ -11,7 +11,7 @@ import pytest
 
 from aot.errors import UnsupportedError
 from aot.testing.kernels import compare_with_interpreter, single_op_graph, vectorized_kernel
-from aot.testing import random_inputs
+from aot.check.inputs import random_inputs
 
 F, I8, I64 = "float32", "int8", "int64"
 

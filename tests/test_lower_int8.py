@@ -33,7 +33,7 @@ from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Const, Decl, DType, For,
 from aot.lower import Arg, Kernel
 from aot.lower.arith import qmath as q
 from aot.testing.kernels import (aligned, build_and_run_many, compile_kernels, host_target,
-                               run_kernels)
+                                 run_kernels)
 from aot.ops.quant import qmath as ref
 from aot.passes.infer import infer_types
 from conftest import MODELS, shared_models

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from aot.testing.kernels import compare_with_interpreter, single_op_graph
-from aot.testing import random_inputs
+from aot.check.inputs import random_inputs
 
 F, I8, I32 = "float32", "int8", "int32"
 

@@ -23,7 +23,7 @@ from aot.lower.rules import KERNEL_RULES, VALUE_RULES, check_op_table, kernel_ru
 from aot.testing.kernels import compare_with_interpreter, single_op_graph
 from aot.ops import OPS, Pattern, register
 from aot.ops.registry import RuleKind, lowering_problems
-from aot.testing import random_inputs
+from aot.check.inputs import random_inputs
 
 F = "float32"
 AOT = Path(__file__).resolve().parent.parent / "aot"

@@ -22,7 +22,8 @@ from aot.executor.plan import Buffer, Plan, check_plan
 from aot.frontend.onnx import import_onnx
 from aot.passes.infer import infer_types
 from aot.targets import get_board
-from aot.testing import assert_close, random_inputs, run_twice
+from aot.check.inputs import random_inputs
+from aot.testing import assert_close, run_twice
 
 from conftest import MODELS
 

@@ -363,7 +363,7 @@ def test_selection_count_in_the_package_and_in_verify(tmp_path):
 
     import aot
     from aot.api import verify
-    from aot.testing import random_inputs
+    from aot.check.inputs import random_inputs
     onnx.save(detector_head_model(), tmp_path / "head.onnx")
     graph = aot.load(tmp_path / "head.onnx")
     assert graph.outputs == ("top_scores", "top_boxes", "selected", "selected_count")

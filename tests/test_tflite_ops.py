@@ -313,7 +313,7 @@ def test_int8_div_against_tflm(s1, z1, s2, z2, so, zo):
     the quotient to 0 there); the generated code equal to the interpreter."""
     from aot.testing.kernels import compare_with_interpreter
     from aot.ops.quant.tflite_int8 import (count_leading_sign_bits, div_multiplier,
-                                     reciprocal_table)
+                                           reciprocal_table)
     data = _model("DIV", [X((256,), "int8", s1, z1), X((256,), "int8", s2, z2, "b")],
                   [Y((256,), "int8", so, zo)], "DivOptions")
     g = _ours_graph(data)

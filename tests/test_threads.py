@@ -22,8 +22,8 @@ from aot.check import streaming as S
 from aot.api import package
 from aot.deploy import run_package
 from aot.errors import AotError
-from aot.ir.tir import (Bin, Buffer, BufferKind, Cast, Comment, For, ForKind, If, Load, PrimFunc, Seq,
-                        Store, Var, const, dt, is_split, phases, walk_stmt)
+from aot.ir.tir import (Bin, Buffer, BufferKind, Cast, Comment, For, ForKind, If, Load, PrimFunc,
+                        Seq, Store, Var, const, dt, is_split, phases, walk_stmt)
 from aot.packaging.build import read_metadata
 from aot.targets import get_board
 from conftest import MODELS

@@ -18,7 +18,7 @@ from aot.cli import main
 from aot.errors import AotError
 from aot.ir.graph import Quant, TensorType
 from aot.check.validate import (Tolerance, cosine, dequantize, l2r, load_dataset, max_abs, max_lsb,
-                          output_metrics, rmse, top1_agreement)
+                                output_metrics, rmse, top1_agreement)
 
 from conftest import MODELS
 

@@ -294,7 +294,7 @@ def test_serve_mode_answers_100_requests_checked_against_the_reference(env, tmp_
     import aot as aot_api
     from aot.api import package
     from aot.check.reference import tflite_micro
-    from aot.testing import random_inputs
+    from aot.check.inputs import random_inputs
 
     import tempfile
 

@@ -11,8 +11,8 @@ import pytest
 from aot.ir.graph import Node, TensorType
 from aot.ir.tir import Comment, Const, For, If, Var, walk_stmt
 from aot.lower.rules import LowerCtx
-from aot.lower.kernels.windows import (ConvGeom, Run, axis_runs, border_regions, border_spans, regions,
-                               tap_nest, window_regions)
+from aot.lower.kernels.windows import (ConvGeom, Run, axis_runs, border_regions, border_spans,
+                                       regions, tap_nest, window_regions)
 from aot.ops.nn import Window
 from aot.targets import get_board
 

@@ -115,7 +115,7 @@ def saved_or_random_inputs(path: Path, graph: Graph, seed: int = 0
                            ) -> tuple[str, list[np.ndarray]]:
     """The inputs saved beside the model (<stem>.input.npy, <stem>.input.1.npy, ...)
     when they match the graph, else deterministic random ones."""
-    from aot.testing import random_inputs
+    from aot.check.inputs import random_inputs
 
     base = Path(path).with_suffix("")
     files = [base.with_name(base.name + (".input.npy" if i == 0 else f".input.{i}.npy"))

@@ -232,7 +232,7 @@ def verify_stream(path: Path, graph: Graph, board, name: str, where: Path, codeg
     """`aot verify` of a streaming model: its step package on the board and
     tflite-micro over the same stream, each output and each state tensor
     after every step (the result has one row per output, then per state)."""
-    from aot.api import as_graph
+    from aot.packaging.build import as_graph
     from aot.packaging.build import package_graph
     from aot.check.validate import output_metrics
 
@@ -270,7 +270,7 @@ def _run_stream(model, inputs, board, codegen: str, **load_kwargs
     import tempfile
 
     import aot
-    from aot.api import as_graph
+    from aot.packaging.build import as_graph
     from aot.packaging.build import package_graph
     from aot.targets import get_board
 

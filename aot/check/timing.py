@@ -65,7 +65,7 @@ def package_inputs(meta: dict, seed: int = 0) -> list[np.ndarray]:
     """Deterministic random inputs of the package's shapes and dtypes
     (the kernels' speed does not depend on the values)."""
     from aot.deploy.host import spec_type
-    from aot.testing import random_array
+    from aot.check.inputs import random_array
 
     rng = np.random.default_rng(seed)
     return [random_array(spec_type(spec), rng) for spec in meta["inputs"]]

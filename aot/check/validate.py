@@ -20,6 +20,7 @@ import numpy as np
 
 from aot.errors import InputError, MismatchError
 from aot.ir.graph import Graph, Quant, TensorType
+from aot.deploy.host import quantize_float
 from aot.passes.float_io import quantizable
 
 SUFFIXES = (".npz", ".npy")
@@ -118,21 +119,6 @@ def _cast(where: Path, name: str, ty: TensorType, array: np.ndarray) -> np.ndarr
     if array.dtype.kind == "f" and (ty.dtype == "float32" or quantizable(ty)):
         return array.astype(np.float32)
     raise InputError(f"dataset {where}: input '{name}' is {ty.dtype}, got {array.dtype.name}")
-
-
-def quantize_float(name: str, array, ty: TensorType) -> tuple[np.ndarray, str | None]:
-    """(array, note): float data for a quantizable input quantized with its
-    scale and zero point as TFLite's QUANTIZE does, and a note saying so;
-    anything else as it is, with no note."""
-    from aot.ops.quant.tflite_int8 import quantize_array
-
-    array = np.asarray(array)
-    if array.dtype.kind != "f" or not quantizable(ty):
-        return array, None
-    scale, zero_point = float(ty.quant.scale[0]), int(ty.quant.zero_point[0])
-    return (quantize_array(array, scale, zero_point, ty.dtype),
-            f"{name}: {array.dtype.name} quantized to {ty.dtype} with scale={scale:.9g}, "
-            f"zero_point={zero_point}")
 
 
 def quantize_samples(samples: Sequence[Sequence[np.ndarray]], graph: Graph
@@ -387,7 +373,6 @@ def output_metrics(name: str, got: Sequence[np.ndarray], want: Sequence[np.ndarr
                max_abs_err=None if None in errs else max(errs),
                ok=all(c["ok"] for c in checks))
     return row
-
 
 
 # ------------------------------------------------- a package's own model

@@ -29,9 +29,9 @@ from aot.isa.arm_dsp import DspOp
 from aot.isa.arm_mve import MveOp
 from aot.codegen.check import check_func
 from aot.isa.calls import (GCC_X86_SPELLINGS, Helper, Lane, PairDot, PairPack, Pmuldq,
-                                    check_call, vector_helper)
+                           check_call, vector_helper)
 from aot.isa.calls import (NeonFixedPoint, PairedQuadDot, PairwiseAdd, QuadDot,
-                                    WideningMla)
+                           WideningMla)
 from aot.codegen.names import c_comment, c_identifier, kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import UnsupportedError

@@ -31,9 +31,9 @@ from aot.isa.arm_dsp import DspOp
 from aot.isa.arm_mve import MveOp
 from aot.codegen.check import check_func
 from aot.isa.calls import (Helper, Lane, LibmFn, PairDot, PairPack, Pmuldq, check_call,
-                                    vector_helper)
+                           vector_helper)
 from aot.isa.calls import (NeonFixedPoint, PairedQuadDot, PairwiseAdd, QuadDot,
-                                    WideningMla)
+                           WideningMla)
 from aot.codegen.names import kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import AotError, UnsupportedError

@@ -379,6 +379,20 @@ def default_name(graph: Graph, name: str | None = None, model_path: Path | None 
     return c_identifier(stem or graph.name or "model", set()).lower()
 
 
+def as_graph(model_or_graph: str | Path | Graph, options=None) -> Graph:
+    """An optimized graph from a model path or an (un)optimized Graph;
+    options (a LoadOptions): input shapes and bound inputs of a model path."""
+    from aot.frontend import load
+    from aot.passes.pipeline import optimize
+
+    if options and isinstance(model_or_graph, Graph):
+        raise InputError("input_shapes and bind are for a model file; a Graph is loaded already")
+    graph = (model_or_graph if isinstance(model_or_graph, Graph)
+             else load(model_or_graph, options=options))
+    fused = all(n.op == "fused" for n in graph.nodes)
+    return graph if fused and graph.nodes else optimize(graph)
+
+
 def package_graph(graph: Graph, board: Board, out_dir: Path, codegen: str = "c",
                   name: str | None = None, io_in_arena: bool = False,
                   force: bool = False, extra_cflags: Sequence[str] = (),

@@ -77,6 +77,12 @@ def _md_cell(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
+def out_offsets(tensors: list[dict[str, Any]]) -> str:
+    """Where a kernel writes: its outputs' arena offsets, else their place."""
+    return ", ".join(str(t["offset"]) if t["place"] == "arena" else t["place"]
+                     for t in tensors if t["access"] == "write")
+
+
 def md_code(text: str) -> str:
     """`text` as a Markdown code span that survives any model's names: a
     fence longer than its backtick runs, `|` escaped for table cells."""
@@ -149,7 +155,6 @@ def _n(x: int | None) -> str:
 
 
 def _kernels_table(layers: Sequence[dict[str, Any]]) -> Table:
-    from aot.analysis import out_offsets
 
     code = bool(layers) and "code_bytes" in layers[0]
     headers = ("step", "kernel", "ops", "MACs", "weights", "in", "out", "out @",

@@ -24,6 +24,27 @@ from aot.errors import MissingToolError
 TOOL_PATH_ENV = "AOT_TOOL_PATH"
 FIX = "run `make setup` (`aot doctor` lists what is missing)"
 
+# Debian packages scripts/setup.sh installs, by the program or file they bring
+# (or bring through their dependencies): named in missing-tool messages.
+_PACKAGES = {
+    "clang": "clang", "ld.lld": "lld", "ar": "binutils-multiarch",
+    "arm-none-eabi-gcc": "gcc-arm-none-eabi",
+    "qemu-aarch64": "qemu-user", "qemu-arm": "qemu-user", "qemu-riscv64": "qemu-user",
+    "qemu-system-arm": "qemu-system-arm", "qemu-system-aarch64": "qemu-system-arm",
+    "efi-virtio.rom": "ipxe-qemu", "gcc": "gcc", "sshd": "openssh-server",
+    "ssh-keygen": "openssh-client",
+}
+_PACKAGE_PREFIXES = (("libclang_rt.", "libclang-rt-14-dev"),
+                     ("librdimon", "libnewlib-arm-none-eabi"),
+                     ("rdimon", "libnewlib-arm-none-eabi"))
+
+
+def debian_package(name: str) -> str | None:
+    """The package of scripts/setup.sh that brings a program or file, when known."""
+    if name in _PACKAGES:
+        return _PACKAGES[name]
+    return next((pkg for prefix, pkg in _PACKAGE_PREFIXES if name.startswith(prefix)), None)
+
 
 def search_path() -> str:
     return os.environ.get(TOOL_PATH_ENV) or os.environ.get("PATH", os.defpath)
@@ -36,8 +57,6 @@ def which(name: str) -> str | None:
 
 def not_installed(what: str, name: str) -> str:
     """The one-line message for a program or file that is not there."""
-    from aot.doctor import debian_package
-
     package = debian_package(name)
     return (f"{what}: '{name}' is not installed"
             f"{f' (Debian package {package})' if package else ''}: {FIX}")
@@ -117,7 +136,6 @@ def explain_failure(what: str, stderr: str) -> str | None:
     name = missing_file(stderr)
     if name is None:
         return None
-    from aot.doctor import debian_package
 
     base = os.path.basename(name)
     package = debian_package(base)

@@ -4,9 +4,9 @@ Not product: this package holds what the tests, bench/ and scripts/ build
 with (tflite_builder, yolo, kernels, the fuzzers of fuzz/); it may import
 anything, and nothing in the product imports it.
 
-`random_inputs` draws deterministic inputs of the right shapes and dtypes;
-`assert_same_behaviour` runs two graphs on them with the reference
-interpreter and compares every output (exactly for integer outputs).
+`assert_same_behaviour` runs two graphs on random inputs (aot/check/inputs.py)
+with the reference interpreter and compares every output (exactly for
+integer outputs).
 """
 from __future__ import annotations
 
@@ -14,31 +14,9 @@ from typing import Iterable
 
 import numpy as np
 
+from aot.check.inputs import random_inputs
 from aot.interp import interpret
-from aot.ir.graph import Graph, TensorType
-
-
-def random_array(ty: TensorType, rng: np.random.Generator) -> np.ndarray:
-    """One random tensor of type ty.
-
-    Quantized integer tensors cover their whole range (that is what real
-    int8 inputs do); plain integers stay small (they are often indices or
-    counts); floats are uniform in [-1, 1).
-    """
-    dt = np.dtype(ty.dtype)
-    if dt == np.bool_:
-        return rng.integers(0, 2, ty.shape).astype(bool)
-    if dt.kind in "iu":
-        info = np.iinfo(dt)
-        lo, hi = (info.min, info.max) if ty.quant is not None or dt.itemsize == 1 \
-            else (0, 3)
-        return rng.integers(lo, hi, ty.shape, endpoint=True, dtype=dt)
-    return rng.uniform(-1.0, 1.0, ty.shape).astype(dt)
-
-
-def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return {name: random_array(graph.types[name], rng) for name in graph.inputs}
+from aot.ir.graph import Graph
 
 
 def run_twice(graph: Graph, inputs: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:

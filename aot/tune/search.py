@@ -152,7 +152,8 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
     {log, board, target, trials_run, workloads, tunable, improved,
     records_written, discarded, failed, seconds, default_ms, tuned_ms}."""
     from aot.support import progress
-    from aot.api import as_graph, package
+    from aot.api import package
+    from aot.packaging.build import as_graph
     from aot.frontend.shapes import LoadOptions
     from aot.frontend.source import as_model
     from aot.ir.graph import Graph

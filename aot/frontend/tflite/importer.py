@@ -28,19 +28,13 @@ import numpy as np
 from aot.errors import AotError, ModelError, ShapeError, UnsupportedError
 from aot.frontend.tflite import ops as tflite_ops
 from aot.frontend.tflite.ops import TFLMOps
+from aot.frontend.tflite.schema import DTYPE_NAMES, DTYPES
 from aot.frontend.tflite.sparse import SparseSpec, decode_sparsity, densify
 from aot.frontend.tflite.vars import RESOURCE, VariableOps
 from aot.ir.graph import Graph, Node, Quant, TensorType
 from aot.limits import check_shape
 from aot.ops.quant import qmath
 from aot.ops.quant.tflite_int16 import INT16_OPS
-
-# TFLite TensorType enum -> numpy dtype name (None: not representable here).
-_DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 5: None,
-           6: "bool", 7: "int16", 8: None, 9: "int8", 10: "float64", 11: None,
-           12: "uint64", 13: None, 14: None, 15: "uint32", 16: "uint16", 17: None}
-_DTYPE_NAMES = {5: "STRING", 8: "COMPLEX64", 11: "COMPLEX128", 13: "RESOURCE",
-                14: "VARIANT", 17: "INT4"}
 
 _PADDING = {0: "SAME", 1: "VALID"}
 _ACTIVATION = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH",
@@ -309,10 +303,10 @@ class _Builder(VariableOps, TFLMOps):
         name = self.names[i]
         if t.type_code == RESOURCE:  # a variable's handle: VAR_HANDLE gives it meaning
             return
-        dtype = _DTYPES.get(t.type_code)
+        dtype = DTYPES.get(t.type_code)
         if dtype is None:
             raise UnsupportedError(f"tensor '{name}': TFLite type "
-                                   f"{_DTYPE_NAMES.get(t.type_code, t.type_code)} is not supported")
+                                   f"{DTYPE_NAMES.get(t.type_code, t.type_code)} is not supported")
         shape = check_shape(t.shape, f"tensor '{name}'")
         # Only constants may carry scale 0 (tflite's converter gives unused
         # biases one); a computed tensor at scale 0 has no real values.

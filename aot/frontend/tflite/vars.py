@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from aot.errors import ModelError, ShapeError, UnsupportedError
+from aot.frontend.tflite.schema import DTYPES
 from aot.ir.graph import TensorType
 
 RESOURCE = 13  # TFLite TensorType RESOURCE: a variable's handle, no data of its own
@@ -82,11 +83,10 @@ class VariableOps:
         return values
 
     def _sub_constant(self, sub, i: int, where: str) -> tuple[TensorType, np.ndarray]:
-        from aot.frontend.tflite.importer import _DTYPES
         if not 0 <= i < len(sub.tensors):
             raise ModelError(f"{where}: tensor index {i} out of range")
         t = sub.tensors[i]
-        dtype = _DTYPES.get(t.type_code)
+        dtype = DTYPES.get(t.type_code)
         raw = self.m.buffers[t.buffer] if 0 < t.buffer < len(self.m.buffers) else b""
         if dtype is None or not raw:
             raise UnsupportedError(f"{where}: the assigned value '{t.name}' is not a constant "

@@ -20,7 +20,7 @@ from aot.lower.rules.elementwise import const_like
 from aot.lower.rules import LowerCtx
 from aot.lower.schedule.tile_sizes import Tile, matvec_tile, tile
 from aot.lower.kernels.tiles import (lane_update, position_blocks, rank1_update, reduce_steps,
-                             register_tile, tile_parts, tile_widths)
+                                     register_tile, tile_parts, tile_widths)
 
 
 @dataclass(frozen=True)

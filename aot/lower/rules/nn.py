@@ -45,7 +45,7 @@ from aot.ir.graph import TensorType
 from aot.ir.tir import (Bin, Buffer, Comment, Const, Expr, Load, Stmt, Store, add, dt, dtype_of,
                         flat_index, mul)
 from aot.lower.arith.loops import (accumulators, float_only, loop, offsets, plus, seq_of,
-                                shared_param, unravel)
+                                   shared_param, unravel)
 from aot.lower.kernels.conv_tile import FloatConv, FloatFma, bias_init, conv_tile
 from aot.lower.schedule.conv import float_conv_schedule
 from aot.lower.kernels.conv_walk import walk

@@ -19,7 +19,7 @@ from aot.ir.graph import TensorType
 from aot.ir.tir import (Assign, Bin, Call, Const, Decl, DType, Expr, For, ForKind, Select,
                         Stmt, Unary, Var, add, const, dt, dtype_of, mul, seq)
 from aot.lower.rules.elementwise import (broadcast_load, cast, const_like, float_to_int, int_abs,
-                                  math_call, wrapping)
+                                         math_call, wrapping)
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.ops.reduce import reduce_axes
 from aot.ops.registry import Sig

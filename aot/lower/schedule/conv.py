@@ -18,10 +18,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from aot.ir.tir import DType
-from aot.lower.schedule.tile_sizes import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORDER, Tile, depthwise_tile,
-                               tile)
-from aot.lower.schedule.strategy import (PAIRS, Accumulator, conv_algorithm, int8_accumulator, int8_rows,
-                                mlal_depthwise, window_row_accumulator)
+from aot.lower.schedule.tile_sizes import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORDER, Tile,
+                                           depthwise_tile, tile)
+from aot.lower.schedule.strategy import (PAIRS, Accumulator, conv_algorithm, int8_accumulator,
+                                         int8_rows, mlal_depthwise, window_row_accumulator)
 from aot.lower.kernels.conv_walk import Walk, float_axes
 from aot.lower.kernels.tiles import UNROLL_CHANNEL_TILES, tile_widths
 from aot.lower.kernels.windows import ConvGeom, SpatialOp, axis_runs

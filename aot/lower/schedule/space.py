@@ -204,10 +204,21 @@ def tunable(site: str) -> Callable:
     return wrap
 
 
+# The objects a site's NAMED choices stand for, registered by the module
+# that defines them (strategy.py's accumulators), which sits above this one.
+CHOICES: dict[str, dict[str, Any]] = {}
+
+
+def choices(site: str, named: Mapping[str, Any]) -> None:
+    """Registers what each of `site`'s NAMED choices stands for."""
+    if tuple(named) != NAMED[site]:
+        raise ValueError(f"{site}: choices {tuple(named)} are not NAMED's {NAMED[site]}")
+    CHOICES[site] = dict(named)
+
+
 def _override(site: str, answer, knobs):
-    if site == "accumulator":
-        from aot.lower.schedule import strategy
-        return {s.name: s for s in (strategy.PAIRS, strategy.QUADS, strategy.QUADS_U8)}[knobs]
+    if site in CHOICES:
+        return CHOICES[site][knobs]
     if site == "int8_rows":
         # the rule asks once per mode it offers: a config other than that
         # mode reads the rows directly

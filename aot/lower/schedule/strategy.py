@@ -35,7 +35,7 @@ import numpy as np
 
 from aot.isa.calls import pair_dot, quad_dot, widening_mla
 from aot.ir.tir import Call, DType, Expr, Var
-from aot.lower.schedule.space import tunable
+from aot.lower.schedule.space import choices, tunable
 from aot.targets import Target
 
 
@@ -83,6 +83,7 @@ PAIRS = Accumulator("pairs", 2)
 QUADS = Accumulator("quads", 4, vectors=4, by_lane=True)
 QUADS_U8 = Accumulator("quads_u8", 4, unsigned=True)
 QUADS_MULL = Accumulator("quads_mull", 4, vectors=4, by_lane=True, symmetric=True)
+choices("accumulator", {s.name: s for s in (PAIRS, QUADS, QUADS_U8)})
 
 
 @tunable("accumulator")

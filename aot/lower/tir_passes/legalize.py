@@ -39,15 +39,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from aot.isa.arm_dsp import (ARM_SMLABB, ARM_SMLAD, ARM_SMLATT, ARM_SMMULR, ARM_SXTB16,
-                                 ARM_SXTB16_ROR8, SMLABB, SMLAD, SMLATT, SMMULR, SXTB16,
-                                 SXTB16_ROR8)
+                             ARM_SXTB16_ROR8, SMLABB, SMLAD, SMLATT, SMMULR, SXTB16,
+                             SXTB16_ROR8)
 from aot.isa.arm_mve import ARM_VLDRB_S32, ARM_VMLADAVA, DOT16, WIDEN4
 from aot.isa.calls import (GCC_X86_SPELLINGS, PACKED_PAIR_DOT, PAIR_DOT, PAIR_PACK,
-                                    PAIR_PACK_BYTES, X86_PMADDWD, X86_PMADDWD_PACKED, X86_PMULDQ_RDHM)
+                           PAIR_PACK_BYTES, X86_PMADDWD, X86_PMADDWD_PACKED, X86_PMULDQ_RDHM)
 from aot.isa.calls import MVE_RDBPOT, MVE_VQRDMULH
 from aot.isa.calls import (ARM_RDBPOT, ARM_SDOT, ARM_SMULL_DOT4, ARM_SQRDMULH, QUAD_DOT,
-                                    QUAD_DOT_S, QUAD_DOT_U, QUAD_PACK, QUAD_PACK_BYTES,
-                                    X86_VPDPBUSD)
+                           QUAD_DOT_S, QUAD_DOT_U, QUAD_PACK, QUAD_PACK_BYTES,
+                           X86_VPDPBUSD)
 from aot.isa.calls import ARM_SMLAL_HI, ARM_SMLAL_LO, MLAL_HI, MLAL_LO
 from aot.isa.calls import ADDP, ARM_ADDP, ARM_DOT4P_HI, ARM_DOT4P_LO, DOT4P_HI, DOT4P_LO
 from aot.ir.tir import Call, Expr, PrimFunc, map_stmt_exprs

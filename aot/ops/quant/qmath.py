@@ -261,3 +261,32 @@ def tanh16_scaled(v) -> np.ndarray:
     t = SIGMOID_TABLE_UINT16
     r = np.where(j >= 255, 65535 << 8, t[jj] * 256 + f * (t[jj + 1] - t[jj]))
     return np.where(v >= 0, (r - (1 << 23) + 128) >> 8, ((1 << 23) - r + 127) >> 8)
+
+
+# gemmlowp's exp, shared by the softmax and the lookup tables of
+# aot/ops/quant/tflite_int8.py and tflite_lut.py
+def exp_poly(u: np.ndarray) -> np.ndarray:
+    """exp on [-1/4, 0) in Q0.31 (gemmlowp's Taylor expansion around -1/8)."""
+    x = u + (1 << 28)
+    x2 = srdhm(x, x)
+    x3 = srdhm(x2, x)
+    x4 = srdhm(x2, x2)
+    v = rdbpot(srdhm(rdbpot(x4, 2) + x3, 715827883) + x2, 1)
+    return 1895147668 + srdhm(1895147668, x + v)
+
+
+_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308),
+           (2, 39332535), (3, 720401), (4, 242))
+
+
+def exp_on_negative_values(a: np.ndarray, int_bits: int) -> np.ndarray:
+    """gemmlowp exp_on_negative_values for a <= 0 in Q(int_bits).(31-int_bits), result Q0.31."""
+    frac = 31 - int_bits
+    quarter = 1 << (frac - 2)
+    r = (a & (quarter - 1)) - quarter
+    y = exp_poly(satshl(r, int_bits))
+    rem = r - a
+    for e, c in _BARREL:
+        if int_bits > e:
+            y = np.where((rem >> (frac + e)) & 1, srdhm(y, c), y)
+    return np.where(a == 0, INT32_MAX, y)

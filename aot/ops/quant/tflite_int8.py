@@ -466,20 +466,10 @@ EXP_BARREL = ((24, 1672461947), (25, 1302514674), (26, 790015084), (27, 29063030
               (28, 39332535), (29, 720401), (30, 242))
 
 
-def _exp_poly(u: np.ndarray) -> np.ndarray:
-    """exp on [-1/4, 0) in Q0.31 (gemmlowp's Taylor expansion around -1/8)."""
-    x = u + (1 << 28)
-    x2 = qmath.srdhm(x, x)
-    x3 = qmath.srdhm(x2, x)
-    x4 = qmath.srdhm(x2, x2)
-    v = qmath.rdbpot(qmath.srdhm(qmath.rdbpot(x4, 2) + x3, 715827883) + x2, 1)
-    return 1895147668 + qmath.srdhm(1895147668, x + v)
-
-
 def exp_on_negative_values(a: np.ndarray) -> np.ndarray:
     """exp(a) for a <= 0 in Q5.26, result in Q0.31 (§9 EXP)."""
     r = (a & ((1 << 24) - 1)) - (1 << 24)
-    y = _exp_poly(qmath.satshl(r, 5))
+    y = qmath.exp_poly(qmath.satshl(r, 5))
     rem = r - a
     for bit, c in EXP_BARREL:
         y = np.where((rem >> bit) & 1, qmath.srdhm(y, c), y)
@@ -884,7 +874,6 @@ def one_minus_x_over_one_plus_x(t: np.ndarray) -> np.ndarray:
 def _tanh_lut(node, in_ty, out_ty) -> np.ndarray:
     """reference_integer_ops::Tanh: the input rescaled to Q4.27 (the radius
     beyond which it saturates), gemmlowp's tanh in Q0.31, then Q0.7."""
-    from aot.ops.quant.tflite_lut import exp_on_negative_values
     s_in, zi = scale_zp(in_ty, "the input", node)
     q, shift = np.frexp(float(np.float32(s_in)) * float(1 << 27))
     mult = int(qmath.round_half_away(q * (1 << 31)))
@@ -892,7 +881,7 @@ def _tanh_lut(node, in_ty, out_ty) -> np.ndarray:
     x = _int8_inputs(zi)
     a = qmath.mbqm(x, mult, int(shift))
     neg = a < 0
-    t = one_minus_x_over_one_plus_x(exp_on_negative_values(np.where(neg, a, -a), 5))
+    t = one_minus_x_over_one_plus_x(qmath.exp_on_negative_values(np.where(neg, a, -a), 5))
     r = np.where(a == 0, 0, np.where(neg, -t, t))
     y = np.clip(qmath.rdbpot(r, 24), -128, 127)
     y = np.where(x <= -radius, -128, np.where(x >= radius, 127, y))
@@ -1219,7 +1208,6 @@ def _log_softmax_infer(sig: Sig):
 def log_softmax(call: Call, args):
     """LogSoftmaxQuantized (int8, output scale 16/256, zero point 127): the
     row's exps summed in Q12, their log in Q5, each diff minus it in Q4.3."""
-    from aot.ops.quant.tflite_lut import exp_on_negative_values
     s_in, _ = scale_zp(call.in_types[0], "the input", call.node)
     mult, left, diff_min, rdiv, rshift = log_softmax_params(s_in)
     x = args[0].astype(np.int64)
@@ -1228,7 +1216,7 @@ def log_softmax(call: Call, args):
     for r, row in enumerate(rows):
         diff = row - row.max()
         q5 = qmath.mbqm(diff, mult, left)
-        exps = qmath.rdbpot(exp_on_negative_values(q5, 5), 12)
+        exps = qmath.rdbpot(qmath.exp_on_negative_values(q5, 5), 12)
         lg = log_x_ge_1(int(np.where(diff >= diff_min, exps, 0).sum()))
         adjusted = max(diff_min - 1, int(qmath.mbqm(np.int64(lg - (1 << 31)), rdiv, rshift)))
         y = np.clip(qmath.rdbpot(q5 - lg, 22) + 127, -128, 127)

@@ -14,27 +14,10 @@ from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import TensorType
 from aot.ops.quant import qmath
 from aot.ops.registry import Call, Pattern, Sig, register
-from aot.ops.quant.tflite_int8 import INT8_TABLES, _exp_poly, scale_zp, one_over_one_plus_x
+from aot.ops.quant.tflite_int8 import INT8_TABLES, scale_zp, one_over_one_plus_x
 
 _INPUT_INT_BITS = 4  # TFLM's logistic rescales its input to Q4.27
 # gemmlowp's barrel shifter: exp(-2**e) in Q0.31 for e = -2 .. 4
-_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308),
-           (2, 39332535), (3, 720401), (4, 242))
-
-
-def exp_on_negative_values(a: np.ndarray, int_bits: int) -> np.ndarray:
-    """gemmlowp exp_on_negative_values for a <= 0 in Q(int_bits).(31-int_bits), result Q0.31."""
-    frac = 31 - int_bits
-    quarter = 1 << (frac - 2)
-    r = (a & (quarter - 1)) - quarter
-    y = _exp_poly(qmath.satshl(r, int_bits))
-    rem = r - a
-    for e, c in _BARREL:
-        if int_bits > e:
-            y = np.where((rem >> (frac + e)) & 1, qmath.srdhm(y, c), y)
-    return np.where(a == 0, qmath.INT32_MAX, y)
-
-
 def logistic_table(s_in: float, zp_in: int) -> np.ndarray:
     """TFLM's int8 logistic (reference_integer_ops::Logistic) for every int8 input."""
     real = s_in * float(1 << (31 - _INPUT_INT_BITS))
@@ -46,7 +29,7 @@ def logistic_table(s_in: float, zp_in: int) -> np.ndarray:
     a = qmath.mbqm(x, mult, int(shift))
     pos = a > 0
     mag = np.where(pos, a, -a)
-    r_pos = one_over_one_plus_x(exp_on_negative_values(-mag, _INPUT_INT_BITS))
+    r_pos = one_over_one_plus_x(qmath.exp_on_negative_values(-mag, _INPUT_INT_BITS))
     r = np.where(a == 0, 1 << 30, np.where(pos, r_pos, qmath.INT32_MAX - r_pos))
     y = np.clip(qmath.rdbpot(r, 31 - 8) - 128, -128, 127)
     y = np.where(x <= -radius, -128, np.where(x >= radius, 127, y))

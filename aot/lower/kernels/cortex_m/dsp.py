@@ -223,7 +223,7 @@ def fully_connected(ctx: LowerCtx, x: TensorRef, w: np.ndarray, bias: np.ndarray
     """tfl.fully_connected (fits_fc) with the zero point already folded into
     `bias`: finish(out_lead, unit, acc) per output; x read as rows of the
     weights' depth, as TFLite flattens it."""
-    from aot.lower.kernels.cortex_m import mve as int8_mve     # (Helium's vectors where the depth has them)
+    from aot.lower.kernels.cortex_m import (mve as int8_mve)     # (Helium's vectors where the depth has them)
     words, tile = ((int8_mve.VECTORS, int8_mve.TILE) if int8_mve.fits_fc(ctx, x, w)
                    else (PAIRS, FC_TILE))
     lead = tuple(out_shape[:-1])

@@ -26,7 +26,7 @@ from aot.lower.rules.elementwise import broadcast_load
 from aot.lower.arith.quant import (CallView, Requant, bias_values, const_input, narrow, table,
                                    to_i32, weight_dtype)
 from aot.lower.rules.quant.tflite_elementwise import (add_rule, leaky_relu_rule, mul_rule,
-                                        squared_difference_rule, sub_rule)
+                                                      squared_difference_rule, sub_rule)
 from aot.lower.rules.quant.tflite_fc import row_loops
 from aot.lower.arith.gemmlowp import count_leading_zeros, inv_sqrt_block
 from aot.lower.rules.quant.tflite_pool import avg_pool2d, max_pool2d, reduce_per_output

@@ -13,7 +13,7 @@ from aot.lower.arith import qmath as q
 from aot.lower.arith.loops import loop, nest, rows
 from aot.lower.arith.quant import scale_zp, to_i32
 from aot.lower.arith.gemmlowp import (count_leading_zeros, exp_on_negative_values, inv_sqrt_block,
-                                 log_x_ge_1_block, one_over_one_plus_x)
+                                      log_x_ge_1_block, one_over_one_plus_x)
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.ops.quant import qmath as ref_q
 from aot.ops.quant import tflite_int8 as ref

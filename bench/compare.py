@@ -93,7 +93,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from aot.check.timing import (call_overhead_ms, interleave, pin_to_one_core, stats_of,  # noqa: E402
-                       time_calls, time_package)
+                              time_calls, time_package)
 from aot.errors import AotError  # noqa: E402
 from aot.deploy.arm64_python import INVOCATIONS  # noqa: E402
 

@@ -24,8 +24,8 @@ _RESULTS = ("AnalyzeResult", "BenchResult", "VerifyResult", "OutputCheck", "Stre
 _LAZY = {"connect": "aot.deploy.device", "load": "aot.frontend",
          "interpret": "aot.interp", "Graph": "aot.ir.graph", "print_graph": "aot.ir.graph",
          "optimize": "aot.passes.pipeline", "analyze": "aot.analysis",
-         "run_stream": "aot.streaming", "PackageInfo": "aot.package_info",
-         "TensorInfo": "aot.package_info", "QuantizedInput": "aot.deploy.host", **_COMMANDS,
+         "run_stream": "aot.check.streaming", "PackageInfo": "aot.packaging.info",
+         "TensorInfo": "aot.packaging.info", "QuantizedInput": "aot.deploy.host", **_COMMANDS,
          **dict.fromkeys(_ERRORS, "aot.errors"), **dict.fromkeys(_RESULTS, "aot.results")}
 
 __all__ = ["Graph", "PackageInfo", "QuantizedInput", "TensorInfo", "analyze", "bench", "connect", "interpret",

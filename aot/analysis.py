@@ -16,57 +16,16 @@ from __future__ import annotations
 
 import io
 import tempfile
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aot.errors import AotError, InputError
 from aot.frontend.source import as_model, file_path, is_package_dir
 from aot.ir.graph import Graph
 from aot.ir.tir import BufferKind
-
-if TYPE_CHECKING:       # aot.results reads this module's Layer
-    from aot.results import AnalyzeResult
-
-
-@dataclass(frozen=True)
-class TensorUse:
-    """One buffer a kernel touches. place: "arena" (at offset, live from step
-    first to last, both inclusive), "input" / "output" (the caller's buffer),
-    "state" (a variable's static buffer); access: "read", "write" or
-    "scratch" (the kernel's own workspace in the arena)."""
-    name: str
-    access: str
-    place: str
-    size: int
-    offset: int | None = None
-    first: int | None = None
-    last: int | None = None
-
-
-@dataclass(frozen=True)
-class Layer:
-    step: int
-    name: str
-    symbol: str
-    ops: tuple[str, ...]
-    macs: int
-    weights_bytes: int              # constants it reads, each once
-    activations_read_bytes: int
-    activations_written_bytes: int
-    tensors: tuple[TensorUse, ...]
-    code_bytes: int | None = None   # its function in the compiled library
-
-    def as_json(self) -> dict[str, Any]:
-        out = {"step": self.step, "name": self.name, "symbol": self.symbol,
-               "ops": list(self.ops), "macs": self.macs, "weights_bytes": self.weights_bytes,
-               "activations_read_bytes": self.activations_read_bytes,
-               "activations_written_bytes": self.activations_written_bytes,
-               "tensors": [asdict(t) for t in self.tensors]}
-        if self.code_bytes is not None:
-            out["code_bytes"] = self.code_bytes
-        return out
-
+from aot.results import AnalyzeResult, Layer, TensorUse
+from aot.support.report import out_offsets
 
 # ------------------------------------------------------------------ layers
 
@@ -124,7 +83,7 @@ def function_sizes(library: Path) -> dict[str, int]:
     from elftools.elf.elffile import ELFFile
     from elftools.elf.sections import SymbolTableSection
 
-    from aot.footprint import ar_members
+    from aot.packaging.footprint import ar_members
 
     sizes: dict[str, int] = {}
     for _, body in ar_members(library.read_bytes()):
@@ -141,8 +100,9 @@ def function_sizes(library: Path) -> dict[str, int]:
 def _compile(gen, board, name: str) -> tuple[dict[str, int], dict]:
     """Build the package's library for the board in a temporary directory:
     (function sizes, library_footprint)."""
-    from aot import progress, toolchain
-    from aot.footprint import library_footprint
+    from aot.support import progress
+    from aot.packaging import toolchain
+    from aot.packaging.footprint import library_footprint
 
     with tempfile.TemporaryDirectory(prefix="aot-analyze-") as tmp:
         pkg = Path(tmp)
@@ -178,14 +138,13 @@ def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c
     memory plan and of the MACs per kernel. input_shapes, bind: aot.load's.
     pools: plan the arena over the board's RAM banks (aot package --pools);
     the plot then draws each pool. report: a Markdown file, or HTML when
-    its name ends in .html (aot/report.py)."""
-    from aot import progress
-    from aot.api import as_graph
-    from aot.footprint import memory_summary
-    from aot.report import check_report_path
-    from aot.timing import check_plot_path
-    from aot.packaging import default_name, generate
-    from aot.results import AnalyzeResult
+    its name ends in .html (aot/support/report.py)."""
+    from aot.support import progress
+    from aot.packaging.build import as_graph
+    from aot.packaging.footprint import memory_summary
+    from aot.support.report import check_report_path
+    from aot.check.timing import check_plot_path
+    from aot.packaging.build import default_name, generate
     from aot.targets import get_board
 
     if plot is not None:
@@ -236,7 +195,7 @@ def analyze(model, board=None, plot: str | Path | None = None, codegen: str = "c
 def write_analysis_report(out: dict[str, Any], mem, path: Path, plot: Path | None) -> None:
     """The report file: HTML embeds the charts (when matplotlib is there to
     draw them), Markdown links the --plot PNG."""
-    from aot.report import Chart, analysis_document, chart_link, is_html, write_report
+    from aot.support.report import Chart, analysis_document, chart_link, is_html, write_report
 
     caption = "memory plan and MACs per kernel"
     chart = None
@@ -254,8 +213,8 @@ def write_analysis_report(out: dict[str, Any], mem, path: Path, plot: Path | Non
 
 def plot_analysis(report: dict[str, Any], mem, out: Path) -> None:
     """The charts of `analysis_png` as a PNG file at `out`."""
-    from aot.fsutil import write_file_atomically
-    from aot.timing import check_plot_path
+    from aot.support.fsutil import write_file_atomically
+    from aot.check.timing import check_plot_path
 
     out = check_plot_path(out)
     write_file_atomically(out, analysis_png(report, mem))
@@ -266,7 +225,7 @@ def analysis_png(report: dict[str, Any], mem) -> bytes:
     buffer a box over its live steps and its bytes, the arena size and its
     lower bound as lines; with pools, one chart per pool) and the MACs of
     each kernel."""
-    from aot.timing import png_bytes, pyplot
+    from aot.check.timing import png_bytes, pyplot
 
     plt = pyplot()
     layers = report["layers"]
@@ -358,12 +317,6 @@ def _draw_macs(ax, layers: list[dict[str, Any]], last: int) -> None:
 
 
 # ----------------------------------------------------------------- terminal
-
-def out_offsets(tensors: list[dict[str, Any]]) -> str:
-    """Where a kernel writes: its outputs' arena offsets, else their place."""
-    return ", ".join(str(t["offset"]) if t["place"] == "arena" else t["place"]
-                     for t in tensors if t["access"] == "write")
-
 
 def print_report(report: dict[str, Any]) -> None:
     """The report as a rich table, one row per kernel, then the totals."""

@@ -14,27 +14,14 @@ import numpy as np
 
 from aot.errors import AotError, InputError, MismatchError, NotImplementedYet
 from aot.frontend.source import ModelBytes, as_file, as_model, file_path, is_package_dir
-from aot.fsutil import refuse_existing
+from aot.support.fsutil import refuse_existing
 from aot.ir.graph import Graph, TensorType
 from aot.limits import board_flash
-from aot.packaging import (PackageInfo, check_fits, check_pools, check_threads, default_name,
-                           model_source, package_graph, write_tir_dump)
+from aot.packaging.build import (PackageInfo, as_graph, check_fits, check_pools, check_threads,
+                                 default_name, model_source, package_graph, write_tir_dump)
 from aot.passes.float_io import float_edges, io_type
 from aot.results import BenchResult, VerifyResult
 from aot.targets import Board, get_board
-
-
-def as_graph(model_or_graph: str | Path | Graph, options=None) -> Graph:
-    """An optimized graph from a model path or an (un)optimized Graph;
-    options (a LoadOptions): input shapes and bound inputs of a model path."""
-    import aot
-
-    if options and isinstance(model_or_graph, Graph):
-        raise InputError("input_shapes and bind are for a model file; a Graph is loaded already")
-    graph = (model_or_graph if isinstance(model_or_graph, Graph)
-             else aot.load(model_or_graph, options=options))
-    fused = all(n.op == "fused" for n in graph.nodes)
-    return graph if fused and graph.nodes else aot.optimize(graph)
 
 
 def package(model_or_graph: str | Path | ModelBytes | Graph, board: str | Board | None = None,
@@ -72,7 +59,7 @@ def package(model_or_graph: str | Path | ModelBytes | Graph, board: str | Board 
     """
     import aot
     from aot.frontend.shapes import LoadOptions, options_json
-    from aot.tune import applied_records
+    from aot.tune.records import applied_records
 
     model_or_graph = as_model(model_or_graph, graphs=True)
     if out_dir is not None:
@@ -153,7 +140,7 @@ def run(model_or_package: str | Path | ModelBytes | Graph,
     as TFLite does, and a QuantizedInput warning says so."""
     from aot.deploy import check_runs_on, run_package
     from aot.deploy.host import warn_notes
-    from aot.packaging import read_metadata
+    from aot.packaging.build import read_metadata
 
     brd = get_board(board)
     with contextlib.ExitStack() as stack:
@@ -186,11 +173,11 @@ def bench(model_or_package: str | Path | ModelBytes | Graph, board: str | Board 
     A BenchResult (aot/results.py): the times' statistics in ms, with
     profile=True the median per kernel; `plot` draws those as a bar chart
     (a PNG) and `trace` writes each profiled run's kernel calls as a
-    Perfetto trace (aot/trace.py)."""
-    from aot.timing import (bench_package, check_counts, check_plot_path, package_inputs,
-                           plot_profile, profile_stats, stats_of)
-    from aot.packaging import read_metadata
-    from aot.trace import check_trace_path, write_trace
+    Perfetto trace (aot/check/trace.py)."""
+    from aot.check.timing import (bench_package, check_counts, check_plot_path, package_inputs,
+                                  plot_profile, profile_stats, stats_of)
+    from aot.packaging.build import read_metadata
+    from aot.check.trace import check_trace_path, write_trace
 
     brd = get_board(board)
     check_counts(warmup, repeat)
@@ -251,20 +238,20 @@ def verify(model: str | Path | ModelBytes, board: str | Board | None = None, cod
     recorded one is refused).
 
     The inputs: the samples of `dataset` (an .npz or a directory,
-    aot.validate.load_dataset), else `count` random inputs (seeds seed,
+    aot.check.validate.load_dataset), else `count` random inputs (seeds seed,
     seed+1, ...), else the saved input beside the model. Many samples go
     through one serve session (aot.connect); a bare-metal board runs one
     per sample. input_shapes and bind load the model (a package directory's
     are the ones its metadata records); the reference runtime is fed the
     bound inputs too.
 
-    A VerifyResult (aot/results.py): aot.validate.output_metrics per output
+    A VerifyResult (aot/results.py): aot.check.validate.output_metrics per output
     over all samples, ok under Tolerance(atol, rtol) (floats within 1e-4,
     integers bit-exact by default); result.check() raises MismatchError
     unless ok.
 
     A streaming TFLite model (resource variables) is compared over one
-    stream instead (aot.streaming.verify_stream): the dataset's samples in
+    stream instead (aot.check.streaming.verify_stream): the dataset's samples in
     order, else max(count, 50) feature-like steps (inputs "stream"), a row
     per output and per state tensor, and `stream` (a StreamCheck).
 
@@ -279,10 +266,10 @@ def verify(model: str | Path | ModelBytes, board: str | Board | None = None, cod
     import aot
     from aot.deploy import check_runs_on
     from aot.frontend.shapes import LoadOptions, options_json
-    from aot.packaging import model_source, read_metadata
-    from aot.validate import (Tolerance, check_package_io, dequantized_steps, float_samples,
-                              package_model, quantize_samples)
-    from aot import streaming
+    from aot.packaging.build import model_source, read_metadata
+    from aot.check.validate import (Tolerance, check_package_io, dequantized_steps, float_samples,
+                                    package_model, quantize_samples)
+    from aot.check import streaming
 
     tol = Tolerance(atol, rtol)
     if count < 1:
@@ -372,9 +359,9 @@ def verify(model: str | Path | ModelBytes, board: str | Board | None = None, cod
 def _verify_inputs(model: Path, graph: Graph, dataset: str | Path | None, count: int,
                    seed: int) -> tuple[str, list[list[np.ndarray]]]:
     """(origin, samples): the dataset's, `count` random ones, or the saved one."""
-    from aot.deploy.reference import saved_or_random_inputs
-    from aot.testing import random_inputs
-    from aot.validate import load_dataset
+    from aot.check.reference import saved_or_random_inputs
+    from aot.check.inputs import random_inputs
+    from aot.check.validate import load_dataset
 
     if dataset is not None:
         return "dataset", load_dataset(dataset, graph)
@@ -391,7 +378,7 @@ def _board_outputs(pkg: Path, board: Board, samples: list[list[np.ndarray]]
     samples; one run each on a bare-metal board (no stdin to serve on) and
     for a single sample (no session to start)."""
     import aot
-    from aot import progress
+    from aot.support import progress
     from aot.deploy import run_package
 
     out: list[list[np.ndarray]] = []
@@ -419,10 +406,10 @@ def _compare_outputs(model: Path, graph: Graph, samples: list[list[np.ndarray]],
     reference's are too. A value-sized output is compared in its valid
     entries (its count output's number, which must be the reference's size;
     the count is no row)."""
-    from aot import progress
-    from aot.deploy.reference import reference_outputs
+    from aot.support import progress
+    from aot.check.reference import reference_outputs
     from aot.ops.detect import count_outputs, valid_entries
-    from aot.validate import dequantize_outputs, output_metrics
+    from aot.check.validate import dequantize_outputs, output_metrics
 
     counts = count_outputs(graph)
     results = [list(valid_entries(counts, dict(zip(graph.outputs, r))).values())

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from aot.errors import EXIT_INTERRUPTED, AotError, InputError
-from aot.fsutil import refuse_existing, write_dir_atomically
+from aot.support.fsutil import refuse_existing, write_dir_atomically
 from aot.targets import DEFAULT_BOARD, DEFAULT_BOARD_ENV
 
 EXIT_USER_ERROR = 2
@@ -149,7 +149,7 @@ def _board_name(args: argparse.Namespace) -> str:
         return args.board
     model = getattr(args, "model", None)
     if model and Path(model).is_dir():
-        from aot.packaging import read_metadata
+        from aot.packaging.build import read_metadata
 
         board = read_metadata(Path(model)).get("board")
         if board:
@@ -196,7 +196,7 @@ def cmd_package(args: argparse.Namespace) -> int:
 
 def _read_inputs(specs: list[str], names: list[str]) -> list[np.ndarray]:
     """--input [NAME=]FILE.npy, by name or in order."""
-    from aot.npyfile import read_npy
+    from aot.support.npyfile import read_npy
 
     by_name: dict[str, np.ndarray] = {}
     positional = []
@@ -241,7 +241,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import contextlib
 
     from aot.api import package_dir
-    from aot.packaging import read_metadata
+    from aot.packaging.build import read_metadata
 
     board = _board(args)
     if args.out is not None:
@@ -287,7 +287,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_stream(args: argparse.Namespace, board) -> int:
     """aot run --stream: each input file holds the steps ([steps, *shape]),
     each output file gets them likewise."""
-    from aot.streaming import _run_stream as run_stream
+    from aot.check.streaming import _run_stream as run_stream
 
     graph_inputs = _stream_input_names(args)
     outputs, rows = run_stream(args.model, dict(zip(graph_inputs, _read_inputs(
@@ -315,7 +315,7 @@ def _show_outputs(args: argparse.Namespace, outputs: list[tuple[str, np.ndarray]
                   **extra: Any) -> int:
     """aot run without --out: each output's shape, dtype and a summary of
     its values on stdout (--json: the same as one object), no file written."""
-    from aot.output_summary import summarize, summary_lines
+    from aot.check.output_summary import summarize, summary_lines
 
     summaries = [summarize(name, array) for name, array in outputs]
     if args.json:
@@ -336,7 +336,7 @@ def _stream_input_names(args: argparse.Namespace) -> list[str]:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from aot.api import verify
-    from aot.report import check_report_path, verify_document, write_report
+    from aot.support.report import check_report_path, verify_document, write_report
 
     report = check_report_path(args.report) if args.report else None    # before the run
     out = verify(args.model, board=_board(args), codegen=args.codegen, count=args.count,
@@ -396,8 +396,8 @@ def _print_verify(out: dict[str, Any]) -> None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from aot.footprint import library_footprint, memory_summary
-    from aot.packaging import read_metadata
+    from aot.packaging.footprint import library_footprint, memory_summary
+    from aot.packaging.build import read_metadata
 
     pkg = Path(args.package)
     meta = read_metadata(pkg)
@@ -448,7 +448,7 @@ def cmd_boards(args: argparse.Namespace) -> int:
 
 
 def cmd_ops(args: argparse.Namespace) -> int:
-    from aot.op_support import print_supported, supported
+    from aot.check.op_support import print_supported, supported
 
     out = supported(args.format)
     if args.json:
@@ -581,7 +581,7 @@ def _tuning_records(args: argparse.Namespace):
     log = getattr(args, "tuning_records", None)
     if log is None:
         return contextlib.nullcontext()
-    from aot.tune import applied_records
+    from aot.tune.records import applied_records
 
     model = getattr(args, "model", None)
     if model and Path(model).is_dir():
@@ -866,7 +866,7 @@ def _closed_stdout() -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from aot import progress
+    from aot.support import progress
     progress.enable(not args.json)     # still off unless stderr is a terminal
     try:
         with _tuning_records(args):

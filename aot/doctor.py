@@ -12,11 +12,11 @@ tests run. tests/test_doctor.py proves every file found here comes from a
 Debian package in the Depends closure of what scripts/setup.sh installs.
 
 A file the build cannot find may still be installed, in a GCC installation
-the build does not use: the target names another (aot/gcc_pin.py), or,
+the build does not use: the target names another (aot/support/gcc_pin.py), or,
 with none named, clang picks another toolchain's. `make setup` cannot fix
 that, and the doctor says so: where the file is, and why it is not used.
 
-Programs are looked up as aot runs them (aot/tools.py): $AOT_TOOL_PATH, when
+Programs are looked up as aot runs them (aot/support/tools.py): $AOT_TOOL_PATH, when
 set, replaces $PATH, so an empty directory there shows a machine without them.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
-from aot import gcc_pin, tools
+from aot.support import gcc_pin, tools
 from aot.targets import Board, Target
 
 FIX = "make setup"
@@ -37,19 +37,6 @@ FIX = "make setup"
 FIX_PIN = ("name the GCC installation and C library to use in the target's "
            "gcc_install_dir and sysroot (targets/README.md)")
 
-# Debian packages scripts/setup.sh installs, by the program or file they bring
-# (or bring through their dependencies): named in missing-tool messages.
-_PACKAGES = {
-    "clang": "clang", "ld.lld": "lld", "ar": "binutils-multiarch",
-    "arm-none-eabi-gcc": "gcc-arm-none-eabi",
-    "qemu-aarch64": "qemu-user", "qemu-arm": "qemu-user", "qemu-riscv64": "qemu-user",
-    "qemu-system-arm": "qemu-system-arm", "qemu-system-aarch64": "qemu-system-arm",
-    "efi-virtio.rom": "ipxe-qemu", "gcc": "gcc", "sshd": "openssh-server",
-    "ssh-keygen": "openssh-client",
-}
-_PACKAGE_PREFIXES = (("libclang_rt.", "libclang-rt-14-dev"),
-                     ("librdimon", "libnewlib-arm-none-eabi"),
-                     ("rdimon", "libnewlib-arm-none-eabi"))
 # By the architecture of a target's triple: the Debian package of its
 # compiler driver's tools (linker, libgcc) and that of its C library.
 _ARCH_PACKAGES = {
@@ -76,13 +63,6 @@ REFERENCE_RUNTIMES = (("onnxruntime", "onnxruntime", "aot verify (.onnx)"),
 # What the tests run beyond aot's own needs (a real sshd, gcc's warnings).
 SSHD = "/usr/sbin/sshd"
 TESTS = "tests"
-
-
-def debian_package(name: str) -> str | None:
-    """The package of scripts/setup.sh that brings a program or file, when known."""
-    if name in _PACKAGES:
-        return _PACKAGES[name]
-    return next((pkg for prefix, pkg in _PACKAGE_PREFIXES if name.startswith(prefix)), None)
 
 
 @dataclass(frozen=True)
@@ -190,8 +170,10 @@ def _target_needs(target: Target, users: tuple[str, ...]) -> tuple[list[Check], 
     cc = tools.which(target.cc)
     ar = getattr(target, "ar", "") or "ar"
     tools_pkg, libc_pkg = _arch_packages(target)
-    checks = [Check(target.cc, "tool", "compilers", cc, users, debian_package(target.cc) or ""),
-              Check(ar, "tool", "compilers", tools.which(ar), users, debian_package(ar) or "")]
+    checks = [Check(target.cc, "tool", "compilers", cc, users,
+                    tools.debian_package(target.cc) or ""),
+              Check(ar, "tool", "compilers", tools.which(ar), users,
+                    tools.debian_package(ar) or "")]
     flags = (*target.cflags, *target.ldflags)
     if "-fuse-ld=lld" in target.ldflags:
         checks.append(Check("ld.lld", "tool", "compilers", tools.which("ld.lld"), users, "lld"))
@@ -256,11 +238,11 @@ def _transport_needs(board: Board) -> list[Check]:
         return []
     users = (board.name,)
     found = tools.which(qemu) if qemu else None
-    checks = [Check(qemu, "tool", "emulators", found, users, debian_package(qemu) or "")]
+    checks = [Check(qemu, "tool", "emulators", found, users, tools.debian_package(qemu) or "")]
     if board.options.get("vm"):
         rom = tools.qemu_data_file(found, vm.NIC_ROM) if found else None
         checks += [Check(vm.NIC_ROM, "file", "emulators", str(rom) if rom else None, users,
-                         debian_package(vm.NIC_ROM) or ""),
+                         tools.debian_package(vm.NIC_ROM) or ""),
                    _image_check(users)]
     if board.transport in ("qemu-user", "qemu-system"):
         checks += _insn_count_checks(users)
@@ -274,7 +256,7 @@ def _insn_count_checks(users: tuple[str, ...]) -> list[Check]:
 
     cc = insn_count.COMPILER
     plugin = insn_count.plugin_path()
-    return [Check(cc, "tool", "emulators", tools.which(cc), users, debian_package(cc) or ""),
+    return [Check(cc, "tool", "emulators", tools.which(cc), users, tools.debian_package(cc) or ""),
             Check("insn_count plugin", "image", "emulators",
                   str(plugin) if plugin.is_file() else None, users, "")]
 

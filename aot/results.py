@@ -9,12 +9,50 @@ read the JSON form (rows are dicts there too).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
-from aot.analysis import Layer, TensorUse
 from aot.errors import MismatchError
-from aot.timing import KernelStat
+from aot.check.timing import KernelStat
+
+
+@dataclass(frozen=True)
+class TensorUse:
+    """One buffer a kernel touches. place: "arena" (at offset, live from step
+    first to last, both inclusive), "input" / "output" (the caller's buffer),
+    "state" (a variable's static buffer); access: "read", "write" or
+    "scratch" (the kernel's own workspace in the arena)."""
+    name: str
+    access: str
+    place: str
+    size: int
+    offset: int | None = None
+    first: int | None = None
+    last: int | None = None
+
+
+@dataclass(frozen=True)
+class Layer:
+    step: int
+    name: str
+    symbol: str
+    ops: tuple[str, ...]
+    macs: int
+    weights_bytes: int              # constants it reads, each once
+    activations_read_bytes: int
+    activations_written_bytes: int
+    tensors: tuple[TensorUse, ...]
+    code_bytes: int | None = None   # its function in the compiled library
+
+    def as_json(self) -> dict[str, Any]:
+        out = {"step": self.step, "name": self.name, "symbol": self.symbol,
+               "ops": list(self.ops), "macs": self.macs, "weights_bytes": self.weights_bytes,
+               "activations_read_bytes": self.activations_read_bytes,
+               "activations_written_bytes": self.activations_written_bytes,
+               "tensors": [asdict(t) for t in self.tensors]}
+        if self.code_bytes is not None:
+            out["code_bytes"] = self.code_bytes
+        return out
 
 
 def _row(cls, row: Mapping[str, Any], derived: tuple[str, ...] = (), **parsed):
@@ -60,7 +98,7 @@ class _Report:
 @dataclass(frozen=True)
 class OutputCheck:
     """One output (or, for a streaming model, state tensor) over all samples,
-    aot.validate.output_metrics. Errors are in real values (a quantized
+    aot.check.validate.output_metrics. Errors are in real values (a quantized
     output dequantized); max_lsb in its quantization steps (None for a float
     output); max_abs_err in the stored values (int8 codes for int8). The
     metrics are None when the comparison failed, and `error` says why; `step`
@@ -236,7 +274,7 @@ class AnalyzeResult(_Report):
     and the most any plan could save down to; state_bytes: a stateful
     model's variables; io_bytes: {inputs, outputs}, the caller's buffers.
     memory_pools: {pool: bytes} with pools=True, else None.
-    kernels_code_bytes and memory (aot.footprint.memory_summary of the
+    kernels_code_bytes and memory (aot.packaging.footprint.memory_summary of the
     library) when compiled for code sizes, else None. layers: a Layer per
     kernel, in execution order (aot/analysis.py)."""
     model: str

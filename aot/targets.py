@@ -10,10 +10,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
-from aot import config_schema
+from aot.support import config_schema
 from aot.errors import AotError
-from aot.gcc_pin import GccPin, check as check_pin
-from aot.resources import data_dir
+from aot.support.gcc_pin import GccPin, check as check_pin
+from aot.support.resources import data_dir
 
 
 # Architectures named with a big-endian suffix (aarch64_be, armeb, thumbeb, mips...).
@@ -84,7 +84,7 @@ class Target:
     declared_registers: int | None = None
     declared_abi: str = ""
     # The GCC installation and C library clang builds with (in cflags and
-    # ldflags already; kept for `aot doctor`): aot/gcc_pin.py.
+    # ldflags already; kept for `aot doctor`): aot/support/gcc_pin.py.
     gcc_pin: GccPin = GccPin("", "")
     # The facts every decision reads, derived once (and again by
     # dataclasses.replace, which re-runs __post_init__).

@@ -92,8 +92,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from aot.timing import (call_overhead_ms, interleave, pin_to_one_core, stats_of,  # noqa: E402
-                       time_calls, time_package)
+from aot.check.timing import (call_overhead_ms, interleave, pin_to_one_core, stats_of,  # noqa: E402
+                              time_calls, time_package)
 from aot.errors import AotError  # noqa: E402
 from aot.deploy.arm64_python import INVOCATIONS  # noqa: E402
 
@@ -258,7 +258,7 @@ def prepare(case: Case, board, codegens: list[str], workdir: Path, log,
     inputs)` runs a package (default: run_package, one run per call)."""
     from aot.api import as_graph, package
     from aot.deploy import run_package
-    from aot.deploy.reference import compare, reference_outputs
+    from aot.check.reference import compare, reference_outputs
 
     if run_on_board is None:
         def run_on_board(pkg, inputs):
@@ -851,8 +851,8 @@ def run_counted(cases: list[Case], built_for, runner, cpu: str, codegens: list[s
     from aot.deploy import run_package
     from aot.deploy.arm64_python import build_sysroot, count_xnnpack
     from aot.deploy.qemu_user import package_cpu
-    from aot.deploy.reference import compare, reference_outputs
-    from aot.packaging import read_metadata
+    from aot.check.reference import compare, reference_outputs
+    from aot.packaging.build import read_metadata
 
     root = build_sysroot()
     rows = []

@@ -69,18 +69,18 @@ def child(model: str, board: str, codegen: str, out: str) -> None:
     import aot.codegen
     import aot.codegen.llvm
     import aot.lower
-    import aot.packaging
-    import aot.toolchain
+    import aot.packaging.build
+    import aot.packaging.toolchain
     table = {"import": time.perf_counter() - start}
     wraps = [("load", aot, "load"), ("load", aot, "optimize"), ("lower", aot.lower, "lower_graph"),
-             ("lower", aot.packaging, "elide_views"), ("plan", aot.packaging, "plan_kernels"),
-             ("params", aot.packaging, "link_params"), ("codegen", aot.codegen, "emit_c"),
+             ("lower", aot.packaging.build, "elide_views"), ("plan", aot.packaging.build, "plan_kernels"),
+             ("params", aot.packaging.build, "link_params"), ("codegen", aot.codegen, "emit_c"),
              ("codegen", aot.codegen, "c_declarations"),
              ("codegen", aot.codegen.llvm, "emit_objects"),
-             ("codegen", aot.codegen.llvm, "emit_object"), ("render", aot.packaging, "render"),
-             ("compile", aot.toolchain, "compile_sources"),
-             ("archive", aot.toolchain, "archive"),
-             ("harness", aot.toolchain, "build_harness")]
+             ("codegen", aot.codegen.llvm, "emit_object"), ("render", aot.packaging.build, "render"),
+             ("compile", aot.packaging.toolchain, "compile_sources"),
+             ("archive", aot.packaging.toolchain, "archive"),
+             ("harness", aot.packaging.toolchain, "build_harness")]
     for phase, module, attr in wraps:
         _timed(table, phase, module, attr)
     body = time.perf_counter()

@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import aot  # noqa: E402
-from aot.footprint import library_footprint  # noqa: E402
+from aot.packaging.footprint import library_footprint  # noqa: E402
 
 MODELS = {"kws": "mlperf_kws_dscnn_int8", "vww": "mlperf_vww_mbv1_int8",
           "ic": "mlperf_ic_resnet8_int8", "ad": "mlperf_ad_fcae_int8"}

@@ -16,7 +16,7 @@ two firmware projects the way a user would, once per C compiler (--cc):
 
 Each firmware is a small C main (fw_main.c below) that times every run with
 clock_gettime. Every contender times K runs per round after a warm-up, in
-interleaved rounds, pinned to one core (aot.timing.interleave), and is
+interleaved rounds, pinned to one core (aot.check.timing.interleave), and is
 reported by its median over all runs and the ratio of that median to
 `aot bench`'s on the same package (the package's own harness, built by aot
 with the target's compiler, clang). Exit 0 when every firmware built with
@@ -42,7 +42,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from aot.timing import interleave, package_inputs, pin_to_one_core, stats_of  # noqa: E402
+from aot.check.timing import interleave, package_inputs, pin_to_one_core, stats_of  # noqa: E402
 from aot.errors import AotError  # noqa: E402
 from compare import cpu_name  # noqa: E402
 
@@ -204,7 +204,7 @@ def measure(model: str, work: Path, compilers: list[str], rounds: int, batch: in
             log: Callable[[str], None]) -> dict:
     import aot
     from aot.api import package
-    from aot.timing import time_package
+    from aot.check.timing import time_package
     from aot.deploy import run_package
     from aot.targets import get_board
 

@@ -9,7 +9,7 @@ with int64 ids) with wide and with narrow rows, GatherElements, GatherND
 and ScatterND. Each is packaged twice for the board:
 
 - checked: as aot builds it, every index checked before use
-  (aot/lower/bounds.py);
+  (aot/lower/arith/bounds.py);
 - unchecked: the same lowering with the checks left out of the TIR (this
   script swaps bounds' precheck and fail_if for no-ops while it
   packages; aot itself has no switch that turns the checks off).
@@ -33,7 +33,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from aot.timing import interleave, pin_to_one_core, stats_of, time_package  # noqa: E402
+from aot.check.timing import interleave, pin_to_one_core, stats_of, time_package  # noqa: E402
 
 WARMUP = 20
 
@@ -80,8 +80,8 @@ def workloads(rng: np.random.Generator) -> dict[str, tuple]:
 def checks_left_out():
     """Package without the index checks: bounds' helpers as no-ops where the
     rules call them."""
-    import aot.lower.index as index
-    import aot.lower.injective as injective
+    import aot.lower.rules.index as index
+    import aot.lower.rules.tensor as injective
     from aot.ir.tir import Comment
 
     saved = (injective.precheck, index.precheck, index.fail_if)

@@ -35,10 +35,10 @@ from typing import Any, Callable, Iterator
 WHERE: dict[str, tuple[str, ...]] = {
     "load": ("aot:load",),
     "optimize": ("aot:optimize",),
-    # api.package, not aot.package: after the move `aot.package` is also a folder
+    # api.package: aot.package without the lazy lookup of aot/__init__.py
     "package": ("aot.api:package",),
     "get_board": ("aot.targets:get_board",),
-    "check_threads": ("aot.package.build:check_threads", "aot.packaging:check_threads"),
+    "check_threads": ("aot.packaging.build:check_threads", "aot.packaging:check_threads"),
     "lower_graph": ("aot.lower:lower_graph",),
     "emit_c": ("aot.codegen:emit_c", "aot.codegen.c:emit_c"),
     "emit_llvm_ir": ("aot.codegen.llvm:emit_llvm_ir", "aot.codegen:emit_llvm_ir"),

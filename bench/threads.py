@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from aot.errors import AotError  # noqa: E402
-from aot.timing import MAX_RUNS, interleave, stats_of, time_package  # noqa: E402
+from aot.check.timing import MAX_RUNS, interleave, stats_of, time_package  # noqa: E402
 
 MODELS = REPO.parent / "shared" / "models"
 CASES = {"vww": "mlperf_vww_mbv1_f32.tflite", "ic": "mlperf_ic_resnet8_f32.tflite",
@@ -132,7 +132,7 @@ def measure(name: str, threads: int, codegen: str, rounds: int, batch: int, warm
             workdir: Path, log) -> dict:
     from aot.api import package
     from aot.deploy import run_package
-    from aot.packaging import read_metadata
+    from aot.packaging.build import read_metadata
     from aot.targets import get_board
 
     board = get_board("host")

@@ -4,7 +4,7 @@
     .venv/bin/python bench/yolo.py [--size 320] [--codegen c|llvm] [--board B]
                                    [--rounds R] [--batch K] [--profile] [--json FILE]
 
-The model is generated (aot/testing_yolo.py: the structure torch.onnx
+The model is generated (aot/testing/yolo.py: the structure torch.onnx
 writes for ultralytics' yolov8n, random weights from a fixed seed), written
 to a temporary directory, packaged per codegen for a board of this machine
 (host-avx512 where the CPU has AVX-512, else host: bench/compare.py's
@@ -39,13 +39,13 @@ sys.path.insert(0, str(REPO / "bench"))
 from compare import (WARMUP, aot_contender, cpu_name, host_board,  # noqa: E402
                      onnxruntime_contender, versions)
 from aot.errors import AotError  # noqa: E402
-from aot.timing import interleave, pin_to_one_core, stats_of  # noqa: E402
+from aot.check.timing import interleave, pin_to_one_core, stats_of  # noqa: E402
 
 RTOL = ATOL = 1e-3
 
 
 def build_model(size: int, workdir: Path) -> Path:
-    from aot.testing_yolo import yolov8
+    from aot.testing.yolo import yolov8
 
     path = workdir / f"yolov8n_{size}.onnx"
     path.write_bytes(yolov8(size).SerializeToString())
@@ -63,7 +63,7 @@ def package_and_check(model: Path, board, codegens: list[str], inputs, workdir: 
     ONNX Runtime: {codegen: (ok, max abs error)}."""
     from aot.api import as_graph, package
     from aot.deploy import run_package
-    from aot.deploy.reference import compare, reference_outputs
+    from aot.check.reference import compare, reference_outputs
 
     graph = as_graph(model)
     _, want = reference_outputs(model, graph, inputs)
@@ -85,8 +85,8 @@ def profile_by_kind(pkg: Path, board, inputs, runs: int = 30) -> list[tuple[str,
     """(kind, summed median ms, kernels) per kind of kernel, largest first:
     the kind is the kernel's name without its step number (conv_swish_3 ->
     conv_swish)."""
-    from aot.timing import bench_package, profile_stats
-    from aot.packaging import read_metadata
+    from aot.check.timing import bench_package, profile_stats
+    from aot.packaging.build import read_metadata
 
     result = bench_package(pkg, board, inputs, WARMUP, runs)
     kinds: dict[str, list[float]] = collections.defaultdict(list)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The long fuzz run: hostile variants of the shared models through `aot package`,
-and hostile harnesses, reports, .npy inputs and board files (aot/fuzz_io.py).
+and hostile harnesses, reports, .npy inputs and board files (aot/testing/fuzz/io.py).
 
     .venv/bin/python scripts/fuzz.py --cases 3000 --io-cases 2000 --jobs 2 --out build/fuzz
 
@@ -42,9 +42,9 @@ def worker(args: argparse.Namespace) -> int:
     """Read `MODEL SEED` lines, answer one JSON line per case on the original stdout."""
     import resource
 
-    from aot.fuzz import mutate, run_case
+    from aot.testing.fuzz.models import mutate, run_case
 
-    from aot.fuzz_io import run_io_case
+    from aot.testing.fuzz.io import run_io_case
     from aot.limits import DEFAULT_MAX_ELEMENTS
 
     limit = args.memory_mb << 20
@@ -101,7 +101,7 @@ def spawn(args: argparse.Namespace, root: Path, k: int) -> Worker:
 # ------------------------------------------------------------------ the driver
 
 def cases(args: argparse.Namespace) -> list[tuple[str, int]]:
-    from aot.fuzz_io import KINDS
+    from aot.testing.fuzz.io import KINDS
 
     if args.only:
         return [(spec.rpartition(":")[0], int(spec.rpartition(":")[2])) for spec in args.only]
@@ -120,7 +120,7 @@ def cases(args: argparse.Namespace) -> list[tuple[str, int]]:
 
 
 def save_reproducer(out: Path, model: str, seed: int, result: dict) -> Path:
-    from aot.fuzz import mutate
+    from aot.testing.fuzz.models import mutate
 
     if model.startswith("io:"):
         note = out / "failures" / f"{model[3:]}_seed{seed}.txt"
@@ -254,7 +254,7 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--time-limit", type=float, default=60.0, help="seconds per case")
     p.add_argument("--io-cases", type=int, default=0,
-                   help="cases of each fuzzer of aot/fuzz_io.py (--io)")
+                   help="cases of each fuzzer of aot/testing/fuzz/io.py (--io)")
     p.add_argument("--io", default="all", help="which of them: all, or serve,report,npy,toml")
     p.add_argument("--memory-mb", type=int, default=1024, help="RLIMIT_AS per worker")
     p.add_argument("--max-elements", type=int, default=0,

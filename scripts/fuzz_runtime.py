@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The long runtime fuzz run: small random models packaged under ASan and
-UBSan and run on hostile inputs (aot/fuzz_runtime.py).
+UBSan and run on hostile inputs (aot/testing/fuzz/runtime.py).
 
     .venv/bin/python scripts/fuzz_runtime.py --models 400 --cases 16 --jobs 2
 
-Model i is aot.fuzz_runtime.random_model(--seed-start + i), packaged once
+Model i is aot.testing.fuzz.runtime.random_model(--seed-start + i), packaged once
 and run on --cases input sets (plain, hostile values, out-of-range indices,
 both, in turn): models x cases runs. The run is deterministic; a model can
 be replayed alone (--only SEED). Each model runs in a worker process; the
@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 
 def one_model(job: tuple[int, int, str]) -> dict:
-    from aot.fuzz_runtime import fuzz_model
+    from aot.testing.fuzz.runtime import fuzz_model
 
     seed, cases, root = job
     work = Path(tempfile.mkdtemp(prefix=f"m{seed}-", dir=root))
@@ -46,7 +46,7 @@ def one_model(job: tuple[int, int, str]) -> dict:
 def save_reproducer(out: Path, seed: int, case: int, result: list) -> None:
     import numpy as np
 
-    from aot.fuzz_runtime import random_model, replay_inputs
+    from aot.testing.fuzz.runtime import random_model, replay_inputs
 
     model = random_model(seed)
     failures = out / "failures"

@@ -46,7 +46,7 @@ class Prepared:
 def prepare(path: Path, seed: int = 0) -> Prepared:
     import aot
     from aot.api import as_graph
-    from aot.deploy.reference import reference_outputs, saved_or_random_inputs
+    from aot.check.reference import reference_outputs, saved_or_random_inputs
 
     graph = as_graph(aot.load(path))
     origin, inputs = saved_or_random_inputs(path, graph, seed)
@@ -60,8 +60,8 @@ def verify_prepared(p: Prepared, board: str, codegen: str,
     `inspect(package_dir)` runs before the package is removed."""
     from aot.api import package
     from aot.deploy import run_package
-    from aot.deploy.reference import compare
-    from aot.packaging import check_fits
+    from aot.check.reference import compare
+    from aot.packaging.build import check_fits
     from aot.targets import get_board
 
     brd = get_board(board)

@@ -203,10 +203,10 @@ def test_table_never_cuts_a_long_kernel_name(kws, capsys, monkeypatch):
 
 
 def test_plot_without_matplotlib_fails_before_any_work(tmp_path, capsys, monkeypatch):
-    import aot.packaging
+    import aot.packaging.build
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)      # as if not installed
-    monkeypatch.setattr(aot.packaging, "generate", lambda *a, **k: pytest.fail("worked"))
+    monkeypatch.setattr(aot.packaging.build, "generate", lambda *a, **k: pytest.fail("worked"))
     assert main(["analyze", str(KWS), "--plot", str(tmp_path / "k.png")]) == 2
     assert capsys.readouterr().err.strip() == \
         "aot: error: --plot needs matplotlib: pip install 'aot[plot]'"

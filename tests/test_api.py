@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import aot
-from aot.deploy.reference import tflite_micro
+from aot.check.reference import tflite_micro
 from aot.errors import AotError
 from aot.targets import DEFAULT_BOARD, DEFAULT_BOARD_ENV, get_board
 
@@ -179,7 +179,7 @@ def test_package_info_is_short_and_lists_inputs_and_outputs(kws_pkg):
 
 
 def test_package_info_of_a_float_model_and_of_many_inputs():
-    from aot.package_info import PackageInfo
+    from aot.packaging.info import PackageInfo
 
     rows = [{"name": f"in{i}", "shape": [2, i + 1], "dtype": "float32"} for i in range(6)]
     info = PackageInfo(Path("p"), "m", "host", "llvm", 64, 64, 0, 0.0,

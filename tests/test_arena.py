@@ -14,7 +14,7 @@ its every step but the compiler); it is computed here without compiling.
 from __future__ import annotations
 
 import aot
-from aot.packaging import generate
+from aot.packaging.build import generate
 from aot.targets import get_board
 from conftest import MODELS
 

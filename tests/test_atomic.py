@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from aot.errors import AotError
-from aot.fsutil import remove_stale_temps, write_dir_atomically
+from aot.support.fsutil import remove_stale_temps, write_dir_atomically
 from conftest import MODELS
 
 MODEL = MODELS / "mlperf_ad_fcae_int8.tflite"

@@ -1,4 +1,4 @@
-"""The transformer ops (aot/ops/attention.py, aot/lower/attention.py):
+"""The transformer ops (aot/ops/attention.py, aot/lower/rules/attention.py):
 every ONNX backend node case of theirs through the interpreter and through
 the compiled package on the host (both code generators), Attention cases
 with and without masks on qemu-aarch64, and a small PyTorch-exporter-shaped
@@ -275,7 +275,7 @@ def test_rotary_refusals():
 
 def test_rotary_position_out_of_range_is_refused_at_run_time(tmp_path):
     """position_ids index the caches: out of range, the package returns an
-    index error instead of reading past them (aot/lower/bounds.py)."""
+    index error instead of reading past them (aot/lower/arith/bounds.py)."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 2, 3, 8)).astype(np.float32)
     cache = rng.standard_normal((4, 4)).astype(np.float32)

@@ -89,7 +89,7 @@ def test_bench_missing_model_is_one_line_error(tmp_path):
 # ------------------------------------------------------------------ helpers
 
 def test_stats_of_known_values():
-    from aot.timing import stats_of
+    from aot.check.timing import stats_of
 
     s = stats_of([4.0, 1.0, 3.0, 2.0, 10.0])
     assert (s.n, s.median_ms, s.min_ms, s.max_ms, s.mean_ms) == (5, 3.0, 1.0, 10.0, 4.0)
@@ -100,7 +100,7 @@ def test_stats_of_known_values():
 
 
 def test_interleave_rotates_and_collects():
-    from aot.timing import interleave
+    from aot.check.timing import interleave
 
     order = []
 
@@ -117,7 +117,7 @@ def test_interleave_rotates_and_collects():
 
 
 def test_time_calls_counts_and_is_positive():
-    from aot.timing import time_calls
+    from aot.check.timing import time_calls
 
     calls = []
     times = time_calls(lambda: calls.append(1), repeat=5, warmup=2)
@@ -126,8 +126,8 @@ def test_time_calls_counts_and_is_positive():
 
 
 def test_package_inputs_match_the_metadata(pkg):
-    from aot.timing import package_inputs
-    from aot.packaging import read_metadata
+    from aot.check.timing import package_inputs
+    from aot.packaging.build import read_metadata
 
     meta = read_metadata(pkg)
     ins = package_inputs(meta)
@@ -139,9 +139,9 @@ def test_harness_times_in_nanoseconds(pkg):
     """A ~10 us model must not be timed in whole microseconds (ad_fcae's
     ratios jumped 10% per tick); the serve reply and the JSON line agree."""
     import aot
-    from aot.timing import package_inputs
+    from aot.check.timing import package_inputs
     from aot.deploy import run_package
-    from aot.packaging import read_metadata
+    from aot.packaging.build import read_metadata
     from aot.targets import get_board
 
     board = get_board("host")

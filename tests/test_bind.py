@@ -1,4 +1,4 @@
-"""aot/lower/bind.py: long store values split into named steps.
+"""aot/lower/tir_passes/bind.py: long store values split into named steps.
 
 The split must not change what is computed (substituting the locals back
 gives the original value), must leave guarded parts (a Select's branches,
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from aot.ir.tir import (Bin, Broadcast, Buffer, Call, Cast, Const, Decl, Load, Select, Store,
                         Var, dt, substitute, walk_expr)
-from aot.lower.bind import DEPTH, _depth, bind_long_values, split_value
+from aot.lower.tir_passes.bind import DEPTH, _depth, bind_long_values, split_value
 
 I32 = dt("int32", 8)
 X = Buffer("x", dt("int8"), (64,))

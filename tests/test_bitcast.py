@@ -85,7 +85,7 @@ def test_bit_patterns_survive(tmp_path):
 def test_vector_bit_casts(codegen, lanes):
     """The value rule's vector form (a vector cast in C, a vector bitcast in
     LLVM), against the interpreter: int32 bits exact, NaNs where it has them."""
-    from aot.lower.testing import compare_with_interpreter, single_op_graph
+    from aot.testing.kernels import compare_with_interpreter, single_op_graph
     rng = np.random.default_rng(1)
     bits = rng.integers(-2**31, 2**31, (3, 16), dtype=np.int64).astype(np.int32)
     bits[0, :4] = np.array([0x7FC00001, 0x7FA00000, -0x80000000, 1], np.int64).astype(np.int32)

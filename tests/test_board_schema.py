@@ -1,12 +1,12 @@
 """Board, target and config files are checked against a schema with types
-(aot/config_schema.py): a value of the wrong type, or an unknown key, is one
+(aot/support/config_schema.py): a value of the wrong type, or an unknown key, is one
 line naming the file and the key. `bool("false")` is True: unchecked, a
 string would have turned trust-on-first-use on."""
 from __future__ import annotations
 
 import pytest
 
-from aot import config_schema
+from aot.support import config_schema
 from aot.errors import AotError
 from aot.targets import boards, get_board, targets, with_options
 

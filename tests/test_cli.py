@@ -207,7 +207,7 @@ def test_run_force_without_out_is_refused(kws_run):
 
 
 def test_output_summary_of_scores_and_other_shapes():
-    from aot.output_summary import summarize, summary_lines
+    from aot.check.output_summary import summarize, summary_lines
 
     s = summarize("p", np.array([0.1, 0.5, 0.5, -1.0, 0.25, 0.0, 0.3], np.float32))
     assert [t["index"] for t in s["top5"]] == [1, 2, 6, 4, 0]      # ties by index

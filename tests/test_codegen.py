@@ -737,7 +737,7 @@ LIGHT_MODELS = ["tflm_hello_world_f32", "tflm_hello_world_int8", "tflm_micro_spe
 def test_model_llvm_object_matches_c_and_interpreter(model, models_dir, tmp_path):
     import aot
     from aot.lower import lower_graph
-    from aot.lower.testing import compile_kernels, run_kernels
+    from aot.testing.kernels import compile_kernels, run_kernels
 
     path = next(models_dir.glob(f"{model}.*[et]"))
     graph = aot.optimize(aot.load(path))

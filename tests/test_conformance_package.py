@@ -4,7 +4,7 @@ The cases, what is left out and the shape-argument binding are those of
 test_onnx_conformance (the interpreter run), over a seeded sample of the
 runnable cases (`sample`: a fixed share of each op's cases, at least one, so
 every op is compiled: 392 of the 1,381). Each sampled
-case is packaged by `aot.packaging.generate` (entry point, planned arena, linked
+case is packaged by `aot.packaging.build.generate` (entry point, planned arena, linked
 params, kernels, runtime) under a unique name, for each codegen; all the
 packages' sources are compiled into one shared library (their symbols are
 prefixed by the package name, so they link together), and each case runs
@@ -47,13 +47,13 @@ from test_onnx_conformance import (_compare, _count_half, _needs_constant, bind_
 from aot.errors import AotError
 from aot.frontend.onnx import import_onnx
 from aot.ir.graph import Graph
-from aot.lower.testing import aligned
+from aot.testing.kernels import aligned
 from aot.ops.detect import count_outputs, valid_entries
-from aot.packaging import Generated, generate
+from aot.packaging.build import Generated, generate
 from aot.passes.infer import infer_types
 from aot.passes.pipeline import optimize
 from aot.targets import get_board
-from aot.toolchain import PACKAGE_CFLAGS, toolchain_for
+from aot.packaging.toolchain import PACKAGE_CFLAGS, toolchain_for
 
 CODEGENS = ("c", "llvm")
 # The target's flags at -O1 (a test build), as a shared library, warnings as errors.
@@ -126,7 +126,7 @@ def package_case(case, tag: str, codegen: str, board) -> list[Run]:
 
 # ---- one build of every package -----------------------------------------------------------
 
-# Objects cached by what they are compiled from (as aot.lower.testing caches
+# Objects cached by what they are compiled from (as aot.testing.kernels caches
 # its libraries): the LLVM packages' entry points and params are the C
 # packages' byte for byte, and a re-run rebuilds only what changed.
 _CACHE = Path(tempfile.gettempdir()) / f"aot-conformance-objects-{os.getuid()}"

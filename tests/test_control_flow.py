@@ -199,10 +199,10 @@ def test_onnx_node_cases(name):
 
 
 def test_mutated_control_flow_is_refused_in_one_line(tmp_path):
-    """aot.fuzz's ONNX mutators over the control-flow models: every mutant loads
+    """aot.testing.fuzz.models's ONNX mutators over the control-flow models: every mutant loads
     and optimizes, or is refused with an AotError; nothing else escapes."""
     from aot.errors import AotError
-    from aot.fuzz import Skip, mutate
+    from aot.testing.fuzz.models import Skip, mutate
 
     sources = [vad_if(tmp_path / "vad.onnx"), torchscript_loop(tmp_path / "loop.onnx"),
                scan_cumsum(tmp_path / "scan.onnx", True)]

@@ -1,6 +1,6 @@
-"""The convolutions' schedule objects (aot/lower/conv_schedule.py): the
+"""The convolutions' schedule objects (aot/lower/schedule/conv.py): the
 default policy's answers per target, pinned; and the accumulator
-strategies' weight layout (aot/lower/strategy.py)."""
+strategies' weight layout (aot/lower/schedule/strategy.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from aot.ir.tir import dt
-from aot.lower.conv_schedule import FloatConvSchedule, float_conv_schedule, int8_conv_schedule
-from aot.lower.strategy import PAIRS, QUADS
-from aot.lower.windows import ConvGeom, SpatialOp
+from aot.lower.schedule.conv import FloatConvSchedule, float_conv_schedule, int8_conv_schedule
+from aot.lower.schedule.strategy import PAIRS, QUADS
+from aot.lower.kernels.windows import ConvGeom, SpatialOp
 from aot.ops.nn import Window
 from aot.targets import get_board
 

@@ -1,4 +1,4 @@
-"""The convolutions' reduction steps (aot/lower/conv.py): at one window tap
+"""The convolutions' reduction steps (aot/lower/kernels/conv_tile.py): at one window tap
 each accumulator strategy the schedule picks writes its own multiply-adds,
 one per accumulator and input-channel group; the float tile's merged rows
 run one reduction across a window row's taps and channels; the channel
@@ -16,14 +16,14 @@ import numpy as np
 from aot.ir.graph import Node, TensorType
 from aot.ir.tir import (Assign, Call, Comment, Const, DType, For, Load, Var, dt, flat_index,
                         stmt_exprs, walk_expr, walk_stmt)
-from aot.lower.conv import (FloatConv, FloatFma, Int8Conv, Int8Dot, StagedRows, TileAt,
-                            TileStrategy, conv_tile, float_taps, int8_tap)
-from aot.lower.conv_schedule import int8_conv_schedule
-from aot.lower.conv_walk import Walk, walk
+from aot.lower.kernels.conv_tile import (FloatConv, FloatFma, Int8Conv, Int8Dot, StagedRows, TileAt,
+                                         TileStrategy, conv_tile, float_taps, int8_tap)
+from aot.lower.schedule.conv import int8_conv_schedule
+from aot.lower.kernels.conv_walk import Walk, walk
 from aot.lower.rules import LowerCtx, TensorRef
-from aot.lower.schedule import Tile
-from aot.lower.tiles import register_tile, tile_parts, tile_widths
-from aot.lower.windows import ConvGeom, Run, SpatialOp, border_regions, window_regions
+from aot.lower.schedule.tile_sizes import Tile
+from aot.lower.kernels.tiles import register_tile, tile_parts, tile_widths
+from aot.lower.kernels.windows import ConvGeom, Run, SpatialOp, border_regions, window_regions
 from aot.ops.nn import Window
 from aot.targets import get_board
 

@@ -67,7 +67,7 @@ def test_another_core_and_a_float_model(board, model, reference):
 
 
 def test_cortex_m_schedules_are_scalar():
-    from aot.lower.schedule import tile
+    from aot.lower.schedule.tile_sizes import tile
     target = get_board(BOARD).target
     assert target.vector_bits == 0 and target.lanes(8) == target.lanes(32) == 1
     assert tile(target, "int8").lanes == tile(target, "float32", pixels=True).lanes == 1

@@ -22,7 +22,7 @@ That is 54 packages, about half the matrix. Per model the graph is loaded
 and optimized once, its input read once and the reference runtime run once
 (scripts/verify_matrix.prepare); each cell then does what aot.api.verify
 does after that point. Integer outputs must match tflite-micro bit for bit,
-float ones the reference within rtol = atol = 1e-4 (aot.deploy.reference).
+float ones the reference within rtol = atol = 1e-4 (aot.check.reference).
 """
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ def test_target_lanes_and_variants():
 def test_schedules_follow_the_target():
     """A float conv tile is 4 lanes wide on NEON and 1 wide on rv64gc; the
     register budget is 32 NEON registers on AArch64, 16 (q0-q15) on ARMv7."""
-    from aot.lower.schedule import tile
+    from aot.lower.schedule.tile_sizes import tile
 
     assert tile(get_target("aarch64-linux"), "float32").lanes == 4
     assert tile(get_target("armv7-linux"), "float32").lanes == 4

@@ -1,4 +1,4 @@
-"""The dense product is written once (aot/lower/dense.py: product) for
+"""The dense product is written once (aot/lower/kernels/dense.py: product) for
 every accumulator strategy: the float Gemm / MatMul / pointwise conv and the
 int8 fully connected layer both run its loop nest."""
 from __future__ import annotations
@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aot.lower import dense, int8_fc, lower_graph
-from aot.lower.testing import single_op_graph
+from aot.lower.kernels import dense
+from aot.lower.rules.quant import tflite_fc as int8_fc
+from aot.lower import lower_graph
+from aot.testing.kernels import single_op_graph
 from aot.targets import get_board
 from test_lower_int8 import fc_model
 

@@ -4,7 +4,7 @@ missing program or file is one line naming it and the fix.
 
 The closure test reads the package list from scripts/setup.sh itself and
 asks apt and dpkg (the setup has run `apt-get update`); the others hide the
-tools with $AOT_TOOL_PATH (aot/tools.py), or a file with a real flag
+tools with $AOT_TOOL_PATH (aot/support/tools.py), or a file with a real flag
 (-resource-dir), and check what aot then says.
 """
 from __future__ import annotations
@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aot import cli, doctor, gcc_pin, tools
+from aot import cli, doctor
+from aot.support import gcc_pin, tools
 from aot.errors import AotError
 from conftest import MODELS, REPO
 from decoy_gcc import clang_in, debian_installation, junk_installation
@@ -302,7 +303,7 @@ def test_a_missing_reference_runtime_is_named(tmp_path, monkeypatch, capsys, rel
 
 def test_int8_tflite_needs_tflite_micro_not_a_silent_litert(monkeypatch):
     import aot
-    from aot.deploy.reference import reference_outputs, saved_or_random_inputs
+    from aot.check.reference import reference_outputs, saved_or_random_inputs
 
     path = MODELS / "mlperf_ad_fcae_int8.tflite"
     graph = aot.load(path)

@@ -1,4 +1,4 @@
-"""The int8 4-way dot-product accumulator strategy (aot/lower/strategy.py):
+"""The int8 4-way dot-product accumulator strategy (aot/lower/schedule/strategy.py):
 aot_dot4 / aot_dot4u / aot_pack4, their lane formulas and instructions
 (Arm sdot, x86 vpdpbusd), the int8 kernels built on them bit-exact on the
 targets that choose them, and an rpi5 harness refusing a core without sdot.
@@ -16,15 +16,15 @@ import pytest
 import aot
 from aot.api import verify
 from aot.codegen.c import emit_c
-from aot.codegen.intrinsics import pack_quads, quad_dot
+from aot.isa.calls import pack_quads, quad_dot
 from aot.codegen.llvm import emit_llvm_ir, emit_object
 from aot.ir.tir import (Bin, Buffer, BufferKind, Call, Const, DType, Load, PrimFunc, Store, seq,
                         stmt_exprs, walk_expr, walk_stmt)
-from aot.lower.legalize import legalize
-from aot.lower.strategy import (PAIRS, QUADS, QUADS_MULL, QUADS_U8, int8_accumulator,
-                                mlal_depthwise, window_row_accumulator)
+from aot.lower.tir_passes.legalize import legalize
+from aot.lower.schedule.strategy import (PAIRS, QUADS, QUADS_MULL, QUADS_U8, int8_accumulator,
+                                         mlal_depthwise, window_row_accumulator)
 from aot.lower import lower_graph
-from aot.lower.testing import build_and_run_many
+from aot.testing.kernels import build_and_run_many
 from aot.targets import get_target
 from conftest import MODELS, cpu_lacks
 from test_lower_int8 import _random_inputs, conv_model, fc_model
@@ -219,7 +219,7 @@ def _assert_bit_exact(graphs, target, seed: int, runs: int):
 def test_window_rows_in_quads_bit_exact(monkeypatch):
     """First layers' window rows in quads, as on the A76, here with VNNI's
     unsigned bytes (x86 keeps them in pairs by default)."""
-    import aot.lower.conv_schedule as lowering      # the module whose policy asks
+    import aot.lower.schedule.conv as lowering      # the module whose policy asks
     monkeypatch.setattr(lowering, "window_row_accumulator", int8_accumulator)
     target = get_target("x86_64-linux-avx512")
     graphs = [conv_model("CONV_2D", xs, ws, os_, opts, zp_in=zp, seed=k)
@@ -241,7 +241,7 @@ RING_FIRST_LAYERS = [   # odd depths, row stride 1: window rows staged in a ring
 def test_first_layer_rows_in_a_ring_bit_exact(kind, monkeypatch):
     """Row stride 1: each input row staged once, into slot (oy + ky) % KH,
     in pairs or in quads (here their lane formula), padding rows included."""
-    import aot.lower.conv_schedule as lowering      # the module whose policy asks
+    import aot.lower.schedule.conv as lowering      # the module whose policy asks
     monkeypatch.setattr(lowering, "window_row_accumulator", lambda target: kind)
     target = get_target("x86_64-linux")
     graphs = [conv_model("CONV_2D", xs, ws, os_, opts, zp_in=zp, seed=k)

@@ -22,9 +22,10 @@ import pytest
 
 import aot
 from aot.api import package
-from aot.firmware import build_flags
+from aot.packaging.firmware import build_flags
 from aot.targets import get_target
-from aot.testing import random_inputs, run_twice
+from aot.check.inputs import random_inputs
+from aot.testing import run_twice
 
 from conftest import MODELS
 
@@ -438,7 +439,7 @@ def test_a_package_of_a_newer_format_is_refused(tmp_path, model):
     """metadata.json "package_format" (and <NAME>_PACKAGE_FORMAT) name the
     layout; aot refuses to run a package laid out by a newer aot."""
     from aot.errors import AotError
-    from aot.packaging import PACKAGE_FORMAT, read_metadata
+    from aot.packaging.build import PACKAGE_FORMAT, read_metadata
 
     info = model[0]
     header = (info.path / "include" / f"{info.name}.h").read_text()

@@ -1,6 +1,6 @@
-"""x86's 32-bit fixed point (aot/lower/fixed32.py): the ADD operand rescale
+"""x86's 32-bit fixed point (aot/lower/arith/fixed32.py): the ADD operand rescale
 as two 32-bit multiplies and the rounding shift as adds, against TFLite's
-arithmetic (aot.ops.qmath) on every input they can see, and the kernels
+arithmetic (aot.ops.quant.qmath) on every input they can see, and the kernels
 using them (conv requantization, ADD / SUB, a residual add fused into a
 conv) bit-exact with the interpreter on x86 targets; Arm keeps qmath's forms.
 """
@@ -11,9 +11,9 @@ import pytest
 
 import aot
 from aot.lower import lower_graph
-from aot.lower.fixed32 import shift_add_rounding, small_rescale_terms
-from aot.lower.testing import build_and_run_many, compare_with_interpreter, vectorized_kernel
-from aot.ops import qmath as ref
+from aot.lower.arith.fixed32 import shift_add_rounding, small_rescale_terms
+from aot.testing.kernels import build_and_run_many, compare_with_interpreter, vectorized_kernel
+from aot.ops.quant import qmath as ref
 from aot.targets import get_target
 from conftest import cpu_lacks
 from test_legalize import call_names

@@ -1,6 +1,6 @@
 """float16 tensors: imported, interpreted (ONNX Runtime's CPU arithmetic:
 float32 compute, rounded at each op's output) and compiled (halves stored
-as 16 bits, computed in float32: aot/lower/float16.py; the conversions the C
+as 16 bits, computed in float32: aot/lower/tir_passes/float16.py; the conversions the C
 and LLVM backends print)."""
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from aot.ir.tir import (Buffer, BufferKind, Cast, Decl, DType, For, ForKind, Loa
                         Var, dtype_of, stmt_exprs, walk_expr, walk_stmt)
 from aot.lower import lower_graph
 from aot.lower.driver import Arg, Kernel
-from aot.lower.testing import (build_and_run, compile_kernels, host_target, run_kernels,
-                               single_op_graph)
+from aot.testing.kernels import (build_and_run, compile_kernels, host_target, run_kernels,
+                                 single_op_graph)
 from aot.lower.tir_passes import run_passes
 
 CODEGENS = ("c", "llvm")

@@ -14,7 +14,7 @@ import pytest
 import aot
 from aot.api import package, run
 from aot.cli import main
-from aot.deploy.reference import litert, tflite_micro
+from aot.check.reference import litert, tflite_micro
 from aot.passes.float_io import with_float_io
 
 from conftest import MODELS

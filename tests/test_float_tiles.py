@@ -1,5 +1,5 @@
-"""The float register tiles chosen per target (aot/lower/schedule.py) and the
-by-lane reduction they use on Arm (aot/lower/nn.py: inputs loaded a
+"""The float register tiles chosen per target (aot/lower/schedule/tile_sizes.py) and the
+by-lane reduction they use on Arm (aot/lower/rules/nn.py: inputs loaded a
 vector of reduction steps at a time, each step multiplying one lane,
 `aot_lane`): the tile sizes against the register files, the TIR shape, and
 the kernels computed by the by-lane schedule checked against the reference
@@ -14,14 +14,15 @@ import numpy as np
 import pytest
 
 import aot
-from aot.codegen.intrinsics import LANE, check_call, lane
+from aot.isa.calls import LANE, check_call, lane
 from aot.errors import UnsupportedError
 from aot.ir.graph import Graph, Node, type_of
 from aot.ir.tir import (Broadcast, Call, Const, DType, Var, stmt_exprs, walk_expr, walk_expr_loads,
                         walk_stmt)
-from aot.lower import lower_graph, schedule
-from aot.lower import testing
-from aot.lower.testing import host_target
+from aot.lower import lower_graph
+from aot.lower.schedule import tile_sizes as schedule
+from aot.testing import kernels as testing
+from aot.testing.kernels import host_target
 from aot.targets import get_target
 from aot.testing import assert_close
 

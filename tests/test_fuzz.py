@@ -1,7 +1,7 @@
 """Hostile model files: `aot package` packages them whole or refuses them with
 one line (exit 2); never a traceback, a crash, a hang or a memory blow-up.
 
-300 deterministic cases (aot.fuzz.mutate) over the small shared models, in
+300 deterministic cases (aot.testing.fuzz.models.mutate) over the small shared models, in
 chunks that pytest-xdist spreads. Most run in-process through aot.cli.main
 under an alarm, with the element limit lowered to keep them quick; every
 tenth runs as a real `python -m aot package` subprocess at the default
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aot.fuzz import Outcome, judge, mutate, run_case
+from aot.testing.fuzz.models import Outcome, judge, mutate, run_case
 from conftest import MODELS
 
 SMALL = ("tflm_hello_world_int8.tflite", "onnx_mnist8.onnx", "tflm_hello_world_f32.tflite",

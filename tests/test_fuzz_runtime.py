@@ -1,4 +1,4 @@
-"""Generated code under hostile inputs (aot/fuzz_runtime.py): small random
+"""Generated code under hostile inputs (aot/testing/fuzz/runtime.py): small random
 models packaged with ASan and UBSan, run on out-of-range indices, NaN,
 infinities and extreme values. No sanitizer report, no crash; an index out
 of range stops the run with AOT_ERR_INDEX exactly where the reference
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from aot.errors import AotError
-from aot.fuzz_runtime import (CaseResult, MODES, fuzz_model, hostile_inputs, judge,
-                              random_model, replay_inputs)
+from aot.testing.fuzz.runtime import (CaseResult, MODES, fuzz_model, hostile_inputs, judge,
+                                      random_model, replay_inputs)
 
 MODELS = 36
 CASES = 6
@@ -104,7 +104,7 @@ def test_judge_catches_what_it_must(tmp_path):
 def test_fuzzer_sees_an_unchecked_gather(tmp_path, monkeypatch):
     """With the index check taken out of Gather's TIR, the fuzzer reports
     the reads outside the table (ASan) or the garbage (missed index error)."""
-    import aot.lower.injective as injective
+    import aot.lower.rules.tensor as injective
 
     monkeypatch.setattr(injective, "precheck", lambda *a, **k: None)
     seed = next(s for s in range(0, 400, 4) if random_model(s).detail.startswith("Gather of")

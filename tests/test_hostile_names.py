@@ -23,7 +23,8 @@ import aot
 from aot.api import package
 from aot.deploy import run_package
 from aot.targets import get_board
-from aot.testing import assert_close, random_inputs
+from aot.check.inputs import random_inputs
+from aot.testing import assert_close
 from conftest import MODELS
 from test_package import compile_api_and_sources
 from test_sanitizers import WARNINGS, sources

@@ -1,5 +1,5 @@
 """Addresses computed from tensor values are checked at run time
-(aot/lower/bounds.py, docs/package.md "Index checks").
+(aot/lower/arith/bounds.py, docs/package.md "Index checks").
 
 Models are built with onnx.helper the way exporters write them: PyTorch's
 embedding (Gather on axis 0 of a weight initializer with int64 ids), a
@@ -207,7 +207,7 @@ def test_sanitized_packages_are_clean_on_hostile_indices(packages, op, codegen, 
 def test_sanitizers_see_an_unchecked_gather(tmp_path, monkeypatch, asan_env):
     """The test above can fail: the same Gather with its check taken out of
     the TIR reads outside the table, and ASan stops the harness."""
-    import aot.lower.injective as injective
+    import aot.lower.rules.tensor as injective
 
     monkeypatch.setattr(injective, "precheck", lambda *a, **k: None)
     m, _, feeds = build("Gather")

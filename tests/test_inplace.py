@@ -1,6 +1,6 @@
 """In-place execution: a kernel's output written over an input that dies there.
 
-aot/lower/inplace.py decides from a kernel's TIR whether its code allows it
+aot/lower/tir_passes/inplace.py decides from a kernel's TIR whether its code allows it
 (every read of the input is the element about to be stored); the planner
 (aot/executor/liveness.py) whether the input dies at that kernel. Checked
 here: the analysis on small hand-written kernels, the plan on small ONNX
@@ -21,7 +21,7 @@ from aot.api import package
 from aot.deploy import run_package
 from aot.ir.tir import (Bin, Buffer, BufferKind, Const, For, Load, PrimFunc, Store, Var, dt,
                         seq)
-from aot.lower.inplace import in_place_pairs
+from aot.lower.tir_passes.inplace import in_place_pairs
 from aot.targets import get_board
 from conftest import MODELS
 

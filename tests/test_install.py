@@ -19,7 +19,7 @@ from pathlib import Path
 from conftest import MODELS
 
 from aot.deploy.vm_image import cache_root
-from aot.resources import DATA_DIRS
+from aot.support.resources import DATA_DIRS
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = MODELS / "mlperf_kws_dscnn_int8.tflite"
@@ -28,7 +28,7 @@ SOURCES = ("pyproject.toml", "aot", *DATA_DIRS)
 # Imports every module the installed aot has, as pkgutil finds them, and
 # says where aot and its data directories were found.
 IMPORT_ALL = """
-import importlib, json, pkgutil, aot, aot.resources as r
+import importlib, json, pkgutil, aot, aot.support.resources as r
 def fail(name):
     raise ImportError(f"walking {name} failed")
 names = sorted(m.name for m in pkgutil.walk_packages(aot.__path__, "aot.", onerror=fail))

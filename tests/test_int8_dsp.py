@@ -1,4 +1,4 @@
-"""The DSP-extension int8 kernels (aot/lower/int8_dsp.py, aot/codegen/arm_dsp.py).
+"""The DSP-extension int8 kernels (aot/lower/kernels/cortex_m/dsp.py, aot/isa/arm_dsp.py).
 
 - On the host, a scalar target given the "dsp" feature gets the DSP kernels
   with the generic formulas of SXTB16 and SMLAD (legalization makes Arm
@@ -18,15 +18,16 @@ import dataclasses
 import numpy as np
 import pytest
 
-from aot.codegen.arm_dsp import smla_half, smlad, smmulr, sxtb16
+from aot.isa.arm_dsp import smla_half, smlad, smmulr, sxtb16
 from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Const, DType, For, Load, PrimFunc, Store,
                         Var, seq)
 from aot.lower import Kernel
-from aot.lower.legalize import legalize
-from aot.lower import int8_dsp, lower_graph
-from aot.lower import testing
-from aot.lower.testing import compile_kernels, host_target
-from aot.ops import qmath as ref_q
+from aot.lower.tir_passes.legalize import legalize
+from aot.lower.kernels.cortex_m import dsp as int8_dsp
+from aot.lower import lower_graph
+from aot.testing import kernels as testing
+from aot.testing.kernels import compile_kernels, host_target
+from aot.ops.quant import qmath as ref_q
 from conftest import MODELS
 import test_lower_int8
 from test_legalize import call_names

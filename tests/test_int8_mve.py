@@ -1,4 +1,4 @@
-"""The Helium (MVE) int8 kernels (aot/lower/int8_mve.py, aot/codegen/arm_mve.py).
+"""The Helium (MVE) int8 kernels (aot/lower/kernels/cortex_m/mve.py, aot/isa/arm_mve.py).
 
 - On the host, a scalar target given "dsp" and "mve" gets the MVE kernels
   with aot_dot16's generic formula (legalization makes VMLADAVA only on
@@ -25,13 +25,13 @@ import numpy as np
 import pytest
 
 from aot.api import bench, package, verify
-from aot.codegen.arm_mve import INT8X16, dot16, widen4
+from aot.isa.arm_mve import INT8X16, dot16, widen4
 from aot.ir.tir import (INT32, Buffer, BufferKind, Const, DType, For, Load, PrimFunc, Store, Var,
                         mul, seq)
 from aot.lower import Kernel, lower_graph
-from aot.lower import testing
-from aot.lower.legalize import legalize
-from aot.lower.testing import compile_kernels, host_target
+from aot.testing import kernels as testing
+from aot.lower.tir_passes.legalize import legalize
+from aot.testing.kernels import compile_kernels, host_target
 from aot.targets import get_target
 from conftest import MODELS, shared_models
 import test_lower_int8
@@ -209,14 +209,14 @@ int main(void) {
 @pytest.mark.parametrize("codegen", ["c", "llvm"])
 def test_mve_fixed_point_matches_the_reference_on_the_m55(codegen, tmp_path):
     """aot_rdhm / aot_rdbpot on int32 x 4 legalized for the M55 (VQRDMULH;
-    VQADD of the fixup, VRSHL) run on mps3-an547 against aot.ops.qmath's
+    VQADD of the fixup, VRSHL) run on mps3-an547 against aot.ops.quant.qmath's
     reference (TFLite's rules): the edges (INT32_MIN, INT32_MAX, 0, +-1),
     every exponent 0..31, ties of both signs (test_neon_requant's inputs)."""
     from pathlib import Path
 
     from aot.codegen.c import emit_c
     from aot.codegen.llvm import emit_object
-    from aot.ops import qmath as ref
+    from aot.ops.quant import qmath as ref
     from test_neon_requant import N, _func, _inputs
     target = get_target("cortex-m55")
     func = legalize(_func(), target)

@@ -1,5 +1,5 @@
 """int8 on NEON without dotprod (Cortex-A72 / A53, rpi4): the `quads_mull`
-accumulator strategy (aot/lower/strategy.py), aot_dot4s legalized to
+accumulator strategy (aot/lower/schedule/strategy.py), aot_dot4s legalized to
 arm_smull_dot4 (SMULL, SMULL2, ADDP, SADALP) checked under qemu-aarch64
 against numpy at the int16 edges, the fallback to pairs for weights holding
 -128, and rpi4 packages bit-exact with tflite-micro.
@@ -16,13 +16,13 @@ import pytest
 import aot
 from aot.api import verify
 from aot.codegen.c import emit_c
-from aot.codegen.intrinsics import paired_quad_dot, pairwise_add, quad_dot, widening_mla
+from aot.isa.calls import paired_quad_dot, pairwise_add, quad_dot, widening_mla
 from aot.codegen.llvm import emit_llvm_ir, emit_object
 from aot.ir.tir import (Buffer, BufferKind, Const, DType, For, Load, PrimFunc, Store, Var, add, mul,
                         seq)
 from aot.lower import lower_graph
-from aot.lower.legalize import legalize
-from aot.lower.strategy import QUADS_MULL, int8_accumulator, window_row_accumulator
+from aot.lower.tir_passes.legalize import legalize
+from aot.lower.schedule.strategy import QUADS_MULL, int8_accumulator, window_row_accumulator
 from aot.targets import get_target
 from conftest import MODELS
 from test_legalize import call_names

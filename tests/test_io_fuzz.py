@@ -1,6 +1,6 @@
 """What aot reads from outside a model, fuzzed and pinned: the serve
 protocol (2,000 seeded cases of a fake harness), the harness's JSON report
-and output files, .npy inputs and board/config TOML (aot/fuzz_io.py). Each
+and output files, .npy inputs and board/config TOML (aot/testing/fuzz/io.py). Each
 case ends in a result consistent with the request or an AotError; never
 another exception, a hang or an answer with more runs than were asked for.
 scripts/fuzz.py --io runs the same fuzzers longer.
@@ -21,7 +21,7 @@ import pytest
 
 import aot
 from aot.errors import AotError
-from aot.fuzz_io import fake_meta, run_io_case, serve_case, transcript
+from aot.testing.fuzz.io import fake_meta, run_io_case, serve_case, transcript
 from conftest import MODELS
 
 CASES = {"serve": 2000, "report": 2000, "npy": 2000, "toml": 600}
@@ -192,7 +192,7 @@ def test_an_npy_header_claiming_2_40_elements_is_one_line(pkg, tmp_path):
 
 
 def test_npy_files_read_as_numpy_saves_them(tmp_path):
-    from aot.npyfile import read_npy
+    from aot.support.npyfile import read_npy
     for array in (np.arange(12, dtype=np.int16).reshape(3, 4),
                   np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3)),
                   np.float64(2.5), np.zeros((0, 3), np.int8)):

@@ -1,4 +1,4 @@
-"""Intrinsic legalization (aot/lower/legalize.py): generic calls become the
+"""Intrinsic legalization (aot/lower/tir_passes/legalize.py): generic calls become the
 target's instructions by its facts, and the backends print what they are
 given, choosing nothing."""
 from __future__ import annotations
@@ -8,12 +8,12 @@ import dataclasses
 import pytest
 
 from aot.codegen.c import emit_c
-from aot.codegen.intrinsics import pack_pairs, packed_pair_dot, pair_dot
+from aot.isa.calls import pack_pairs, packed_pair_dot, pair_dot
 from aot.codegen.llvm import emit_llvm_ir
-from aot.codegen.intrinsics import GCC_X86_SPELLINGS
-from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Call, Cast, Const, DType, For, Load, PrimFunc,
-                        Store, Var, seq, stmt_exprs, walk_expr, walk_stmt)
-from aot.lower.legalize import legalize
+from aot.isa.calls import GCC_X86_SPELLINGS
+from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Call, Cast, Const, DType, For, Load,
+                        PrimFunc, Store, Var, seq, stmt_exprs, walk_expr, walk_stmt)
+from aot.lower.tir_passes.legalize import legalize
 from aot.targets import get_target
 
 I16 = DType("int16")

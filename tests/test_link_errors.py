@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aot.errors import AotError
-from aot.toolchain import run_tool
+from aot.packaging.toolchain import run_tool
 
 TOO_BIG = "const char big[4096] = {1};\nint main(void) { return big[3]; }\n"
 ONE_KIB_FLASH = """MEMORY { FLASH (rx) : ORIGIN = 0, LENGTH = 1K

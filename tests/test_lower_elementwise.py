@@ -1,4 +1,4 @@
-"""Elementwise value rules (aot/lower/elementwise.py): each op as a one-node
+"""Elementwise value rules (aot/lower/rules/elementwise.py): each op as a one-node
 graph, compiled (C and LLVM backends) and run, against the numpy reference
 interpreter. Scalar loops for every case; the vector form (4 and 8 lanes)
 for the cases whose last axis allows it. All cases of a run share one
@@ -11,8 +11,8 @@ import functools
 import numpy as np
 import pytest
 
-from aot.lower.testing import compare_with_interpreter, single_op_graph
-from aot.testing import random_inputs
+from aot.testing.kernels import compare_with_interpreter, single_op_graph
+from aot.check.inputs import random_inputs
 
 F, I8, I32, I64, U8, B = "float32", "int8", "int32", "int64", "uint8", "bool"
 
@@ -154,7 +154,7 @@ def _vectorizable(graph, lanes: int) -> bool:
     """One output whose last axis the lanes divide, and no vector in the
     kernel wider than the host's registers (as a schedule would choose)."""
     from aot.ir.tir import dtype_of, stmt_exprs, walk_expr, walk_stmt
-    from aot.lower.testing import host_target, vectorized_kernel
+    from aot.testing.kernels import host_target, vectorized_kernel
     shape = graph.types[graph.outputs[0]].shape
     if len(graph.outputs) != 1 or not shape or shape[-1] % lanes:
         return False
@@ -182,7 +182,7 @@ def test_vector_broadcast_splats_scalar_loads():
     """An input constant along the last axis is one scalar load splatted, not a
     vector load reading past it."""
     from aot.ir.tir import Broadcast, Load, walk_expr
-    from aot.lower.testing import vectorized_kernel
+    from aot.testing.kernels import vectorized_kernel
     g = single_op_graph("Add", [((3, 8), F), ((3, 1), F)])
     store = vectorized_kernel(g, 4).func.body.body.body
     splats = [e for e in walk_expr(store.value) if isinstance(e, Broadcast)]
@@ -192,7 +192,7 @@ def test_vector_broadcast_splats_scalar_loads():
 
 # ---- ONNX node conformance through the code generator -------------------------------------
 
-RULE_MODULES = ("aot.lower.elementwise", "aot.lower.injective", "aot.lower.reduce")
+RULE_MODULES = ("aot.lower.rules.elementwise", "aot.lower.rules.tensor", "aot.lower.rules.reduce")
 
 
 def _rule_module(op: str) -> str | None:
@@ -230,7 +230,7 @@ def _conformance():
 
     from aot.errors import AotError
     from aot.lower import lower_graph
-    from aot.lower.testing import compile_kernels, host_target, run_kernels
+    from aot.testing.kernels import compile_kernels, host_target, run_kernels
     import dataclasses
 
     failed, prepared, front_end = [], {}, []

@@ -1,4 +1,4 @@
-"""Data-movement value rules (aot/lower/injective.py) and Split: one-node
+"""Data-movement value rules (aot/lower/rules/tensor.py) and Split: one-node
 graphs compiled (C and LLVM) and run, against the reference interpreter; vector
 forms where the op keeps the last axis contiguous, and a clear refusal
 where it does not."""
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from aot.errors import UnsupportedError
-from aot.lower.testing import compare_with_interpreter, single_op_graph, vectorized_kernel
-from aot.testing import random_inputs
+from aot.testing.kernels import compare_with_interpreter, single_op_graph, vectorized_kernel
+from aot.check.inputs import random_inputs
 
 F, I8, I64 = "float32", "int8", "int64"
 
@@ -140,7 +140,7 @@ def test_reshape_of_a_buffer_is_one_load():
     no division or modulo in the index."""
     from aot.ir.tir import Bin, walk_expr
     from aot.lower import lower_graph
-    from aot.lower.testing import host_target
+    from aot.testing.kernels import host_target
     (k,) = lower_graph(_graphs()["Reshape-regroup"][0], host_target())
     store = k.func.body.body.body.body
     assert not any(isinstance(e, Bin) and e.op in "/%" for e in walk_expr(store.index))
@@ -150,7 +150,7 @@ def test_reshape_of_a_buffer_is_one_load():
 def test_reshape_index_blocks():
     """Inlined reshapes split or merge only the axes that change."""
     from aot.ir.tir import Bin, Var, walk_expr
-    from aot.lower.injective import reshape_index
+    from aot.lower.rules.tensor import reshape_index
     idx = tuple(Var(f"i{d}") for d in range(4))
     at = reshape_index(idx, (2, 3, 4, 8), (6, 4, 8))
     assert at[1:] == (idx[2], idx[3])
@@ -164,7 +164,7 @@ def test_compile_time_values_as_model_outputs(tmp_path):
     from onnx import TensorProto, helper
 
     import aot
-    from aot.lower.testing import build_and_run
+    from aot.testing.kernels import build_and_run
 
     fill = helper.make_tensor("v", TensorProto.FLOAT, [1], [2.5])
     nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape", start=1),

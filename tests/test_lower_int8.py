@@ -1,6 +1,6 @@
 """Generated code for the integer ops vs the reference interpreter, bit for bit.
 
-- The fixed-point TIR builders (aot/lower/qmath.py) against aot/ops/qmath.py
+- The fixed-point TIR builders (aot/lower/arith/qmath.py) against aot/ops/quant/qmath.py
   on random int32 values and edge cases (INT32_MIN/MAX, rounding ties).
 - Single-op TFLite models (built with test_tflite's TinyModel) over a spread
   of geometries, zero points, per-channel scales, activation clamps and
@@ -26,15 +26,15 @@ from onnx import helper, numpy_helper
 
 import aot
 from aot.frontend.onnx import import_onnx
-from aot.frontend.tflite import import_tflite
+from aot.frontend.tflite.importer import import_tflite
 from aot.ir.graph import Graph
 from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Const, Decl, DType, For, Load, PrimFunc,
                         Store, Var, seq)
 from aot.lower import Arg, Kernel
-from aot.lower import qmath as q
-from aot.lower.testing import (aligned, build_and_run_many, compile_kernels, host_target,
-                               run_kernels)
-from aot.ops import qmath as ref
+from aot.lower.arith import qmath as q
+from aot.testing.kernels import (aligned, build_and_run_many, compile_kernels, host_target,
+                                 run_kernels)
+from aot.ops.quant import qmath as ref
 from aot.passes.infer import infer_types
 from conftest import MODELS, shared_models
 from test_tflite import TinyModel
@@ -769,7 +769,7 @@ def test_int8_kernels_have_no_undefined_behaviour(tmp_path):
 @pytest.mark.parametrize("codegen", ["c", "c-fallback", "llvm", "c-generic", "llvm-generic"])
 def test_pair_dot_matches_numpy(codegen):
     """aot_dot2 (pmaddwd on x86, the lane formula elsewhere) on random int16."""
-    from aot.codegen.intrinsics import pair_dot
+    from aot.isa.calls import pair_dot
     T16 = DType("int16")
     rng = np.random.default_rng(3)
     m = 64
@@ -807,7 +807,7 @@ def _compiled(kernels, codegen: str):
     """The kernels built by `codegen`: c / llvm legalized for the host (its
     x86 instructions), c-fallback the same C with the x86 macros undefined,
     c-generic / llvm-generic not legalized (the generic lane formulas)."""
-    from aot.lower.legalize import legalize
+    from aot.lower.tir_passes.legalize import legalize
     backend, variant = (codegen.split("-") + [""])[:2]
     target = _fallback_target() if variant == "fallback" else host_target()
     if variant != "generic":
@@ -828,7 +828,7 @@ def _fallback_target():
 @pytest.mark.parametrize("codegen", ["c", "c-fallback", "llvm", "c-generic", "llvm-generic"])
 def test_packed_pair_dot_matches_numpy(codegen):
     """aot_dot2p: the pair staged as one int32, (x0 & 0xFFFF) + 65536 * x1."""
-    from aot.codegen.intrinsics import packed_pair_dot
+    from aot.isa.calls import packed_pair_dot
     rng = np.random.default_rng(4)
     m, n = 64, 8
     T16 = DType("int16")
@@ -859,7 +859,7 @@ def test_pack_pairs_matches_numpy(codegen):
     by the vector's bytes (little-endian) and by the lane formula (what a
     big-endian target compiles: C without __BYTE_ORDER__, and the call left
     generic)."""
-    from aot.codegen.intrinsics import pack_pairs
+    from aot.isa.calls import pack_pairs
     rng = np.random.default_rng(6)
     m = 16
     T16 = DType("int16")

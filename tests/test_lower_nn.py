@@ -1,4 +1,4 @@
-"""The float neural-network kernels (aot/lower/nn.py) compiled and run
+"""The float neural-network kernels (aot/lower/rules/nn.py) compiled and run
 against the reference interpreter, through the C and the LLVM backends:
 single-op graphs over a spread of geometries (each group compiled as one
 library), the NCHW forms, narrower and scalar targets, the region
@@ -23,8 +23,8 @@ from aot.errors import UnsupportedError
 from aot.frontend.onnx import import_onnx
 from aot.ir.graph import Graph, Node, type_of
 from aot.lower import lower_graph
-from aot.lower.windows import axis_runs, window_regions
-from aot.lower.testing import build_and_run_many, host_target, run_kernels
+from aot.lower.kernels.windows import axis_runs, window_regions
+from aot.testing.kernels import build_and_run_many, host_target, run_kernels
 from aot.ops.nn import Window
 from aot.passes.fold import fold_constants
 from aot.passes.fuse import fuse

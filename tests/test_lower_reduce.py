@@ -1,4 +1,4 @@
-"""Reduction kernel rules (aot/lower/reduce.py): Reduce*, ArgMax/ArgMin,
+"""Reduction kernel rules (aot/lower/rules/reduce.py): Reduce*, ArgMax/ArgMin,
 Softmax/LogSoftmax/Hardmax, global pools, LayerNormalization,
 InstanceNormalization, LRN; one-node graphs compiled (C and LLVM) and run, against
 the reference interpreter, plus fused (vector) epilogues."""
@@ -9,8 +9,8 @@ import functools
 import numpy as np
 import pytest
 
-from aot.lower.testing import compare_with_interpreter, single_op_graph
-from aot.testing import random_inputs
+from aot.testing.kernels import compare_with_interpreter, single_op_graph
+from aot.check.inputs import random_inputs
 
 F, I8, I32 = "float32", "int8", "int32"
 
@@ -163,7 +163,7 @@ def test_vector_reduction_with_epilogue():
 
     from aot.ir.tir import ForKind, walk_stmt
     from aot.lower import lower_graph
-    from aot.lower.testing import host_target
+    from aot.testing.kernels import host_target
     g = _model_graph([helper.make_node("GlobalAveragePool", ["x"], ["p"]),
                       helper.make_node("Sigmoid", ["p"], ["y"])], [("x", [1, 24, 3, 3])], ["y"])
     kernels = lower_graph(g, host_target())

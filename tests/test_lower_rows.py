@@ -1,4 +1,4 @@
-"""CumSum/CumProd, LpNormalization and Det (aot/ops/rows.py, aot/lower/rows.py)
+"""CumSum/CumProd, LpNormalization and Det (aot/ops/rows.py, aot/lower/rules/rows.py)
 compiled and run against the interpreter, on what the ONNX node cases miss:
 float32 running sums in every direction (the node cases are float64), int8
 products that wrap, a zero row, and determinants that need row swaps or are
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aot.lower.testing import compare_with_interpreter, single_op_graph
+from aot.testing.kernels import compare_with_interpreter, single_op_graph
 from aot.ops.rows import _det
 
 F = "float32"

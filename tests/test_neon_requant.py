@@ -1,6 +1,6 @@
 """aot_rdhm / aot_rdbpot on int32 x 4 legalized for AArch64 NEON (arm_sqrdmulh,
-arm_rdbpot: aot/codegen/intrinsics.py NeonFixedPoint), run under
-qemu-aarch64 from both code generators against aot.ops.qmath's reference
+arm_rdbpot: aot/isa/calls.py NeonFixedPoint), run under
+qemu-aarch64 from both code generators against aot.ops.quant.qmath's reference
 (the TFLite rules): edge values, every exponent 0..31, ties of both signs."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from aot.ir.tir import (Bin, Buffer, BufferKind, Call, Const, DType, For, Load, PrimFunc, Store,
                         Var, seq)
-from aot.lower.legalize import legalize
-from aot.ops import qmath as ref
+from aot.lower.tir_passes.legalize import legalize
+from aot.ops.quant import qmath as ref
 from aot.targets import get_target
 from test_int8_neon import run_qemu
 from test_legalize import call_names

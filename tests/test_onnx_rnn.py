@@ -1,4 +1,4 @@
-"""ONNX LSTM, GRU and RNN (aot/ops/rnn.py, aot/lower/rnn.py).
+"""ONNX LSTM, GRU and RNN (aot/ops/rnn.py, aot/lower/rules/rnn.py).
 
 * The onnx package's backend node cases of the three ops, in the
   interpreter and packaged on the host with both code generators.
@@ -39,7 +39,7 @@ from aot.errors import AotError
 from aot.frontend.onnx import import_onnx
 from aot.interp import interpret
 from aot.ops import node_macs
-from aot.packaging import generate
+from aot.packaging.build import generate
 from aot.passes.infer import infer_types
 from aot.passes.pipeline import optimize
 from aot.targets import get_board

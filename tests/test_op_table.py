@@ -20,10 +20,10 @@ import aot.lower  # noqa: F401 - fills the rules (and checks the table)
 from aot.errors import AotError, UnsupportedError
 from aot.ir.graph import TensorType
 from aot.lower.rules import KERNEL_RULES, VALUE_RULES, check_op_table, kernel_rule, value_rule
-from aot.lower.testing import compare_with_interpreter, single_op_graph
+from aot.testing.kernels import compare_with_interpreter, single_op_graph
 from aot.ops import OPS, Pattern, register
 from aot.ops.registry import RuleKind, lowering_problems
-from aot.testing import random_inputs
+from aot.check.inputs import random_inputs
 
 F = "float32"
 AOT = Path(__file__).resolve().parent.parent / "aot"
@@ -83,7 +83,7 @@ def test_two_rules_and_rules_for_unknown_ops_are_refused(scratch_op):
     with pytest.raises(RuntimeError, match=f"'{scratch_op}', which no module"):
         value_rule(scratch_op)(lambda ctx, ins, idx, lanes: None)
     with pytest.raises(RuntimeError, match="op 'Relu' has two compute rules: "
-                                           "aot.lower.elementwise"):
+                                           "aot.lower.rules.elementwise"):
         kernel_rule("Relu")(lambda ctx, ins, emit: None)
     assert OPS["Relu"].rule.kind is RuleKind.VALUE
 
@@ -96,7 +96,7 @@ def test_the_rule_views_read_and_write_the_table(monkeypatch):
     assert OPS["Relu"].rule is None
     g = single_op_graph("Relu", [((4,), F)])
     from aot.lower import lower_graph
-    from aot.lower.testing import host_target
+    from aot.testing.kernels import host_target
     with pytest.raises(UnsupportedError, match="no rule for op 'Relu' yet"):
         lower_graph(g, host_target())
 
@@ -122,7 +122,7 @@ def test_lower_reaches_no_private_name():
     """What the lowering shares with the references (parsed attributes,
     quantization parameters, windows) and with other rule modules is public:
     no `ref._name` reaches into aot/ops, no `_name` imports across modules."""
-    bad = [f"{p.name}:{r}" for p in sorted((AOT / "lower").glob("*.py"))
+    bad = [f"{p.relative_to(AOT)}:{r}" for p in sorted((AOT / "lower").rglob("*.py"))
            for r in _private_reaches(p)]
     assert not bad, bad
 
@@ -175,7 +175,7 @@ def test_rules_match_the_interpreter(codegen):
 
 def test_split_and_dropout_are_one_loop_nest_per_output():
     from aot.lower import lower_graph
-    from aot.lower.testing import host_target
+    from aot.testing.kernels import host_target
     g, _ = _graphs()["Split-3"]
     (kernel,) = lower_graph(g, host_target())
     assert [p.name for p in kernel.func.params] == ["in0", "out0", "out1", "out2"]
@@ -185,8 +185,8 @@ def test_max_unpool_checks_its_indices_at_run_time():
     """An index outside the output stops the kernel (AOT_ERR_INDEX), as the
     reference refuses it; here the compiled kernel is asked to."""
     from aot.lower import lower_graph
-    from aot.lower.bounds import ATTR
-    from aot.lower.testing import host_target
+    from aot.lower.arith.bounds import ATTR
+    from aot.testing.kernels import host_target
     g, _ = _graphs()["MaxUnpool-runtime-indices"]
     (kernel,) = lower_graph(g, host_target())
     (check,) = dict(kernel.func.attrs)[ATTR]

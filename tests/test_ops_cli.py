@@ -12,7 +12,7 @@ from aot.cli import main
 from aot.codegen.c import C_TYPES
 from aot.errors import ShapeError
 from aot.frontend.onnx import MICROSOFT_OPS
-from aot.frontend.tflite import _Builder, converted_builtins
+from aot.frontend.tflite.importer import _Builder, converted_builtins
 from aot.ops import OPS
 from aot.ops.registry import OpDef, Pattern
 

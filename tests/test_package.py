@@ -22,7 +22,8 @@ from aot.executor.plan import Buffer, Plan, check_plan
 from aot.frontend.onnx import import_onnx
 from aot.passes.infer import infer_types
 from aot.targets import get_board
-from aot.testing import assert_close, random_inputs, run_twice
+from aot.check.inputs import random_inputs
+from aot.testing import assert_close, run_twice
 
 from conftest import MODELS
 
@@ -499,7 +500,7 @@ def test_readme_describes_the_package_and_its_example_compiles(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     # a name with Markdown's table and code characters stays in its cell
-    from aot.package_readme import render_readme
+    from aot.packaging.readme import render_readme
     odd = {**meta, "inputs": [{**meta["inputs"][0], "name": "a|b`c\nd"}]}
     (row,) = [line for line in render_readme(odd, header).splitlines()
               if line.startswith("| input 0")]

@@ -17,7 +17,8 @@ from aot.passes.infer import infer_types
 from aot.passes.layout import to_channels_last
 from aot.passes.pipeline import PIPELINE, optimize
 from aot.passes.simplify import simplify
-from aot.testing import assert_same_behaviour, random_inputs
+from aot.check.inputs import random_inputs
+from aot.testing import assert_same_behaviour
 
 from conftest import MODELS, shared_models
 

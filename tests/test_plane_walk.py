@@ -10,11 +10,12 @@ import pytest
 
 from aot.ir.graph import Node, TensorType
 from aot.ir.tir import Comment, Const, For, Var, walk_stmt
-from aot.lower import conv_walk, lower_graph
-from aot.lower.conv_walk import PAIRS, PLANE, plane_walk
+from aot.lower.kernels import conv_walk
+from aot.lower import lower_graph
+from aot.lower.kernels.conv_walk import PAIRS, PLANE, plane_walk
 from aot.lower.rules import LowerCtx
-from aot.lower.testing import compare_with_interpreter, single_op_graph
-from aot.lower.windows import ConvGeom
+from aot.testing.kernels import compare_with_interpreter, single_op_graph
+from aot.lower.kernels.windows import ConvGeom
 from aot.targets import get_board
 from test_lower_int8 import conv_model, pool_model
 

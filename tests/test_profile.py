@@ -14,7 +14,7 @@ import pytest
 
 import aot
 from aot.api import package
-from aot.timing import package_inputs, plot_profile, profile_stats
+from aot.check.timing import package_inputs, plot_profile, profile_stats
 from aot.cli import main
 from aot.deploy import run_package
 from aot.errors import AotError
@@ -178,10 +178,10 @@ def test_bench_trace_errors_before_running(pkgs, tmp_path, capsys):
 
 def test_bench_plot_without_matplotlib_fails_before_running(pkgs, tmp_path, capsys,
                                                             monkeypatch):
-    import aot.timing
+    import aot.check.timing
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)      # as if not installed
-    monkeypatch.setattr(aot.timing, "bench_package", lambda *a, **k: pytest.fail("ran"))
+    monkeypatch.setattr(aot.check.timing, "bench_package", lambda *a, **k: pytest.fail("ran"))
     assert main(["bench", str(pkgs["profile"]), "--profile", "--plot",
                  str(tmp_path / "k.png")]) == 2
     assert capsys.readouterr().err.strip() == \

@@ -351,7 +351,7 @@ def test_qlinear_binary_package_is_the_interpreter_bit_for_bit(op, tmp_path):
     two fused multiply-adds of MLAS's AVX2 kernel (ONNX Runtime's on this
     host) differ from a rounded product then an add: the test fails if the
     reference or the package rounds the products."""
-    from aot.ops import onnx_quant as ref
+    from aot.ops.quant import onnx_quant as ref
     path = _qlinear_binary_model(tmp_path / "binary.onnx", op, _TIE_QPARAMS)
     codes = np.arange(-128, 128, dtype=np.int8)
     feeds = {"a": codes.reshape(256, 1), "b": codes.reshape(1, 256)}

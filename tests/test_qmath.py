@@ -1,4 +1,4 @@
-"""Fixed-point primitives (aot/ops/qmath.py) against worked values, exact
+"""Fixed-point primitives (aot/ops/quant/qmath.py) against worked values, exact
 rational references (Python big ints) and the properties TFLITE_INT8.md states."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from aot.ops import qmath
-from aot.ops import tflite_int8 as t8
+from aot.ops.quant import qmath
+from aot.ops.quant import tflite_int8 as t8
 
 I32 = (-(1 << 31), (1 << 31) - 1)
 
@@ -196,7 +196,7 @@ def test_add_params_give_the_larger_input_half():
 
 def test_round_half_away_is_std_round_at_the_edges():
     """floor(|x| + 0.5) is not std::round: the addition itself rounds."""
-    from aot.ops.qmath import round_half_away, round_half_away_array
+    from aot.ops.quant.qmath import round_half_away, round_half_away_array
 
     x = np.array([0.49999997, 0.5, -0.5, 1.5, -2.5, 2.4999998, 8388609.0, -8388611.0, -0.0],
                  np.float32)

@@ -33,8 +33,8 @@ def where():
 
 def test_a_name_falls_back_to_todays_module(where, monkeypatch):
     monkeypatch.setitem(where, "x", ("aot.no_such_folder.kernels:single_op_graph",
-                                     "aot.lower.testing:single_op_graph"))
-    from aot.lower.testing import single_op_graph
+                                     "aot.testing.kernels:single_op_graph"))
+    from aot.testing.kernels import single_op_graph
     assert emit.need("x") is single_op_graph
 
 

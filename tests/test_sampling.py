@@ -13,7 +13,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 from aot.interp import interpret
-from aot.lower.testing import compare_with_interpreter, single_op_graph
+from aot.testing.kernels import compare_with_interpreter, single_op_graph
 
 COMBOS = list(itertools.product(("nearest", "linear", "cubic"), ("zeros", "border", "reflection"),
                                 (0, 1)))

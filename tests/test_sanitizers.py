@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aot import toolchain
+from aot.packaging import toolchain
 from aot.api import package, verify
 from aot.deploy import run_package
 from aot.errors import AotError
-from aot.packaging import read_metadata
+from aot.packaging.build import read_metadata
 from aot.targets import get_board
 from conftest import MODELS, shared_models
 

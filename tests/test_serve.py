@@ -19,9 +19,9 @@ from aot.api import package
 from aot.deploy import run_package
 from aot.deploy.serve import REQUEST, ServeClient
 from aot.errors import AotError
-from aot.packaging import read_metadata
+from aot.packaging.build import read_metadata
 from aot.targets import get_board
-from aot.testing import random_inputs
+from aot.check.inputs import random_inputs
 from conftest import MODELS
 from sshd import sshd  # noqa: F401 (the fixture)
 

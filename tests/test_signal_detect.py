@@ -363,7 +363,7 @@ def test_selection_count_in_the_package_and_in_verify(tmp_path):
 
     import aot
     from aot.api import verify
-    from aot.testing import random_inputs
+    from aot.check.inputs import random_inputs
     onnx.save(detector_head_model(), tmp_path / "head.onnx")
     graph = aot.load(tmp_path / "head.onnx")
     assert graph.outputs == ("top_scores", "top_boxes", "selected", "selected_count")
@@ -388,7 +388,7 @@ def test_counted_outputs_compare_by_their_count():
     a count past the bound is an error."""
     from aot.errors import AotError
     from aot.ir.graph import TensorType
-    from aot.validate import output_metrics
+    from aot.check.validate import output_metrics
     counts = {"sel_count": (("sel", 0, -1),)}
     got = {"sel": np.array([[0, 0, 1], [0, 0, 2], [-1, -1, -1]], np.int64),
            "sel_count": np.array([2], np.int32)}

@@ -12,7 +12,8 @@ from aot.codegen import c as c_codegen
 from aot.codegen import llvm as llvm_codegen
 from aot.deploy import run_package
 from aot.targets import get_board
-from aot.testing import assert_close, random_inputs
+from aot.check.inputs import random_inputs
+from aot.testing import assert_close
 
 from conftest import MODELS
 

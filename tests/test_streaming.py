@@ -2,7 +2,7 @@
 CALL_ONCE and their state, against tflite-micro over streams of 60 steps.
 
 Each step's outputs and the whole state after it must be bit-exact: aot's step
-package (the state as inputs and outputs, aot/streaming.py) on host and on
+package (the state as inputs and outputs, aot/check/streaming.py) on host and on
 mps2-an386, against tflite-micro running a copy of the model that also outputs
 its state. The package's own state buffers are driven from C over a stream,
 reset, and driven again."""
@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 import aot
-from aot import streaming as S
+from aot.check import streaming as S
 from aot.targets import get_board
 
 from conftest import MODELS
 
 STREAMING = MODELS / "streaming"
-# Seeds of aot.streaming.feature_stream whose streams lift each model's output
+# Seeds of aot.check.streaming.feature_stream whose streams lift each model's output
 # above 0 on 37, 38, 43 and 31 of the 60 steps (checked below).
 SEEDS = {"mww_alexa": 18, "mww_hey_jarvis": 51, "mww_hey_mycroft": 48, "mww_okay_nabu": 3}
 STEPS = 60
@@ -197,7 +197,7 @@ def _check(tmp_path, data: bytes, inputs) -> None:
 
 @pytest.mark.parametrize("scale, zp", [(0.10196, -128), (0.0625, 0), (1.5, 20), (0.004, -7)])
 def test_int8_logistic_every_input(tmp_path, scale, zp):
-    from aot.testing_tflite import TFLiteBuilder
+    from aot.testing.tflite_builder import TFLiteBuilder
     m = TFLiteBuilder()
     x = m.tensor("x", [1, 256], "int8", scale=scale, zp=zp)
     y = m.tensor("y", [1, 256], "int8", scale=1 / 256, zp=-128)
@@ -211,7 +211,7 @@ def test_int8_logistic_every_input(tmp_path, scale, zp):
     ([0, 2, 0], [1, 3, 6], [1, 1, 1], {"ShrinkAxisMask": 2}),
 ])
 def test_strided_slice_int8(tmp_path, begin, end, strides, masks):
-    from aot.testing_tflite import TFLiteBuilder
+    from aot.testing.tflite_builder import TFLiteBuilder
     src = np.arange(-60, 60, 4, dtype=np.int8).reshape(1, 5, 6)
     want = _numpy_strided_slice(src, begin, end, strides, masks)
     m = TFLiteBuilder()
@@ -235,7 +235,7 @@ def _numpy_strided_slice(x, begin, end, strides, masks):
 
 
 def test_split_v_int8(tmp_path):
-    from aot.testing_tflite import TFLiteBuilder
+    from aot.testing.tflite_builder import TFLiteBuilder
     src = np.arange(-64, 64, dtype=np.int8).reshape(1, 4, 32)
     m = TFLiteBuilder()
     x = m.tensor("x", src.shape, "int8", scale=0.25, zp=-1)

@@ -9,7 +9,7 @@ import tomllib
 import pytest
 
 from aot.errors import AotError
-from aot.resources import data_dir
+from aot.support.resources import data_dir
 from aot.targets import Target, get_target, targets
 
 # What each target's TOML says, spelled out once here.
@@ -61,7 +61,7 @@ def test_replace_derives_the_facts_again():
 
 
 def test_declared_facts_are_validated(tmp_path):
-    from aot.config_schema import check_target
+    from aot.support.config_schema import check_target
     with pytest.raises(AotError, match="isa_features must be a list of strings"):
         check_target(tmp_path / "t.toml", {"isa_features": "dsp"})
     with pytest.raises(AotError, match="vector_registers must be a non-negative integer"):

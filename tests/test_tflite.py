@@ -28,7 +28,7 @@ import tflite
 
 import aot
 from aot.errors import AotError, ModelError, ShapeError, UnsupportedError
-from aot.frontend.tflite import import_tflite
+from aot.frontend.tflite.importer import import_tflite
 from conftest import MODELS, shared_models
 
 TFLITE_MODELS = shared_models("*.tflite")

@@ -1,6 +1,6 @@
 """int16 activations (TFLite's 16x8 quantization: int16 activations at zero
 point 0, int8 weights, int64 bias) on single-op models built by
-aot.testing_tflite: bit-exact with tflite-micro through the interpreter, the
+aot.testing.tflite_builder: bit-exact with tflite-micro through the interpreter, the
 generated code bit-exact with the interpreter on the same inputs; the ops
 tflite-micro has no int16 kernel for, and those aot does not support yet,
 refused in one line."""
@@ -13,8 +13,8 @@ import pytest
 
 import aot
 from aot.errors import ModelError, UnsupportedError
-from aot.frontend.tflite import import_tflite
-from aot.testing_tflite import TFLiteBuilder
+from aot.frontend.tflite.importer import import_tflite
+from aot.testing.tflite_builder import TFLiteBuilder
 from test_tflite_ops import CASES as OPS_CASES
 from test_tflite_ops import _model, _ours, _tflm_outputs as _tflm
 from test_tflite_ops import _ours_graph as _graph
@@ -323,7 +323,7 @@ def test_int16_op_bit_exact_with_tflm(name):
 def test_int16_generated_code_matches_the_interpreter():
     """Every case compiled once; bit-exact with aot.interpret on the inputs the
     test above checks against tflite-micro."""
-    from aot.lower.testing import compare_with_interpreter
+    from aot.testing.kernels import compare_with_interpreter
     cases = {}
     for name in sorted(CASES):
         g = _graph(model(name))
@@ -640,7 +640,7 @@ def _while16(limit: int = 3) -> bytes:
 def test_int16_if_and_while_against_tflm():
     """IF with a run-time condition, both branches taken, and a counted WHILE
     (unrolled), int16 bit-exact with tflite-micro; their generated code too."""
-    from aot.lower.testing import compare_with_interpreter
+    from aot.testing.kernels import compare_with_interpreter
     rng = np.random.default_rng(5)
     cases = {}
     for taken in (True, False):
@@ -683,7 +683,7 @@ def _accumulator16() -> bytes:
 def test_int16_state_over_a_stream_against_tflm(tmp_path):
     """An int16 variable carried over 12 runs, saturating: packaged on host,
     bit-exact with tflite-micro."""
-    from aot import streaming
+    from aot.check import streaming
     from aot.targets import get_board
     path = tmp_path / "acc16.tflite"
     path.write_bytes(_accumulator16())

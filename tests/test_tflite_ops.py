@@ -1,5 +1,5 @@
 """TFLite ops of the TFLite Micro op set, float16 and sparse weights, on
-single-op models built by aot.testing_tflite: int8 bit-exact with
+single-op models built by aot.testing.tflite_builder: int8 bit-exact with
 tflite-micro (TFLite's reference kernels), float32 against LiteRT."""
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 import aot
-from aot.deploy.reference import litert
+from aot.check.reference import litert
 from aot.errors import ModelError, UnsupportedError
-from aot.frontend.tflite import import_tflite
-from aot.frontend.tflite_sparse import SparseLevel, SparseSpec, densify
-from aot.testing_tflite import DENSE, SPARSE_CSR, TFLiteBuilder, sparsify
+from aot.frontend.tflite.importer import import_tflite
+from aot.frontend.tflite.sparse import SparseLevel, SparseSpec, densify
+from aot.testing.tflite_builder import DENSE, SPARSE_CSR, TFLiteBuilder, sparsify
 
 
 def _ours(data: bytes, xs):
@@ -292,7 +292,7 @@ def test_int8_l2_normalization_long_rows_generated_code():
     """Sums of squares past 2^29 take the inverse square root's first scaling
     step (tflite-micro's Python arena cannot hold such rows: the generated
     code against the interpreter, which is bit-exact with it on short rows)."""
-    from aot.lower.testing import compare_with_interpreter
+    from aot.testing.kernels import compare_with_interpreter
     data = _model("L2_NORMALIZATION", [X((3, 8300), "int8", 0.05, -128)],
                   [Y((3, 8300), "int8", 1 / 128, 0)], "L2NormOptions")
     x = np.full((3, 8300), 127, np.int8)
@@ -311,9 +311,9 @@ def test_int8_div_against_tflm(s1, z1, s2, z2, so, zo):
     tflite-micro where its arithmetic is defined (it shifts a dividend of 0 or
     ±1 by 32 bits or more over a large divisor: undefined in C; aot rounds
     the quotient to 0 there); the generated code equal to the interpreter."""
-    from aot.lower.testing import compare_with_interpreter
-    from aot.ops.tflite_int8 import (count_leading_sign_bits, div_multiplier,
-                                     reciprocal_table)
+    from aot.testing.kernels import compare_with_interpreter
+    from aot.ops.quant.tflite_int8 import (count_leading_sign_bits, div_multiplier,
+                                           reciprocal_table)
     data = _model("DIV", [X((256,), "int8", s1, z1), X((256,), "int8", s2, z2, "b")],
                   [Y((256,), "int8", so, zo)], "DivOptions")
     g = _ours_graph(data)
@@ -782,7 +782,7 @@ def test_op_against_reference_runtime(name, tmp_path):
 def test_generated_code_matches_the_interpreter(lanes):
     """Every case's kernels, compiled once, bit-exact (int8) or within 1e-5
     (float) with aot.interpret; lanes 4: the single value op vectorized."""
-    from aot.lower.testing import compare_with_interpreter
+    from aot.testing.kernels import compare_with_interpreter
     cases = {}
     for name, (fn, dtype) in sorted(CASES.items()):
         g = _ours_graph(fn(dtype))
@@ -868,7 +868,7 @@ def test_tflm_op_table_matches_the_importer():
     import re
     from pathlib import Path
 
-    from aot.frontend.tflite import _Builder
+    from aot.frontend.tflite.importer import _Builder
     table = _docs_table()
     assert set(table) == _tflm_builtins()
     tests_dir = Path(__file__).parent
@@ -1012,7 +1012,7 @@ def test_int8_svdf_state_over_invocations_against_tflm(memory, rank):
 
 
 def test_int8_svdf_generated_code():
-    from aot.lower.testing import compare_with_interpreter
+    from aot.testing.kernels import compare_with_interpreter
     cases = {}
     for memory, rank, bias in ((4, 1, True), (10, 2, False)):
         g = _ours_graph(_int8_svdf_model(memory, rank, bias))
@@ -1061,7 +1061,7 @@ def test_if_run_time_condition_against_reference(dtype, tmp_path):
             np.testing.assert_array_equal(ours, want)
         else:
             np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-5)
-    from aot.lower.testing import compare_with_interpreter
+    from aot.testing.kernels import compare_with_interpreter
     assert compare_with_interpreter({"if": (g, dict(zip(g.inputs, xs)))}) == {"if": None}
 
 
@@ -1123,7 +1123,7 @@ def test_while_with_a_counter_is_unrolled(dtype, tmp_path):
         np.testing.assert_array_equal(ours, _tflm_outputs(data, [x])[0])
     else:
         np.testing.assert_allclose(ours, _litert(tmp_path, data, [x])[0], rtol=1e-5, atol=1e-5)
-    from aot.lower.testing import compare_with_interpreter
+    from aot.testing.kernels import compare_with_interpreter
     opt = _ours_graph(data)
     assert compare_with_interpreter({"while": (opt, {opt.inputs[0]: x})}) == {"while": None}
 

@@ -1,6 +1,6 @@
 """aot package --threads N: kernels split over a thread pool.
 
-The split pass (aot/lower/parallel.py) only splits what it proves
+The split pass (aot/lower/tir_passes/parallel.py) only splits what it proves
 independent; a split package's outputs are the one-thread package's bit for
 bit (C and LLVM, any thread count, a stateful stream too); the pool is
 clean under ThreadSanitizer over 1,000 runs and under concurrent runs on
@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 
 import aot
-import aot.lower.parallel as parallel
-from aot import streaming as S
+import aot.lower.tir_passes.parallel as parallel
+from aot.check import streaming as S
 from aot.api import package
 from aot.deploy import run_package
 from aot.errors import AotError
-from aot.ir.tir import (Bin, Buffer, BufferKind, Cast, Comment, For, ForKind, If, Load, PrimFunc, Seq,
-                        Store, Var, const, dt, is_split, phases, walk_stmt)
-from aot.packaging import read_metadata
+from aot.ir.tir import (Bin, Buffer, BufferKind, Cast, Comment, For, ForKind, If, Load, PrimFunc,
+                        Seq, Store, Var, const, dt, is_split, phases, walk_stmt)
+from aot.packaging.build import read_metadata
 from aot.targets import get_board
 from conftest import MODELS
 

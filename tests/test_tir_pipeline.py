@@ -1,5 +1,5 @@
 """The TIR printer (aot/ir/tir_print.py), the TIR pipeline
-(aot/lower/tir_passes.py) and `aot package --dump-tir`.
+(aot/lower/tir_passes/__init__.py) and `aot package --dump-tir`.
 
 The printer is checked against golden text on hand-built PrimFuncs; each
 pass like the graph's (tests/test_passes.py::check): it leaves its input
@@ -19,8 +19,8 @@ from aot.ir.tir import (BOOL, FLOAT32, INT32, Assign, Bin, Broadcast, Buffer, Bu
                         Select, Store, Unary, Var, seq, walk_stmt)
 from aot.ir.tir_print import print_expr, print_func
 from aot.lower import lower_graph
-from aot.lower.bind import LIMIT, bind_values, fresh_namer
-from aot.lower.inplace import ATTR as IN_PLACE
+from aot.lower.tir_passes.bind import LIMIT, bind_values, fresh_namer
+from aot.lower.tir_passes.inplace import ATTR as IN_PLACE
 from aot.lower.tir_passes import PIPELINE, dump_to, run_passes
 from aot.targets import get_board
 

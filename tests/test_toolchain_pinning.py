@@ -1,5 +1,5 @@
 """Other toolchains on the machine change nothing: each Linux target names
-its GCC installation and C library (aot/gcc_pin.py), so a GCC installation
+its GCC installation and C library (aot/support/gcc_pin.py), so a GCC installation
 clang would otherwise prefer is not used.
 
 The decoys are junk installations of version 99 beside a link to clang
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aot import gcc_pin
+from aot.support import gcc_pin
 from aot.api import package, verify
 from aot.errors import AotError
 from aot.targets import get_board, targets

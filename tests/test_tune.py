@@ -71,7 +71,7 @@ def test_configs_equal_to_the_defaults_change_no_byte(tiny, tmp_path):
     """The default policy as explicit configs (what each site answered)
     packages the same bytes as no Schedules at all."""
     from aot.api import as_graph, package
-    from aot.lower.space import Config, Schedules, applied, tile_knobs
+    from aot.lower.schedule.space import Config, Schedules, applied, tile_knobs
     from aot.targets import get_board
     from aot.lower import lower_graph
 
@@ -110,7 +110,7 @@ def test_configs_equal_to_the_defaults_change_no_byte(tiny, tmp_path):
 
 def test_spaces_fit_the_registers_and_keys_are_stable():
     import aot
-    from aot.lower.space import Config, legal_tile
+    from aot.lower.schedule.space import Config, legal_tile
     from aot.targets import get_board
     from aot.tune.search import workloads_of
 
@@ -298,7 +298,7 @@ def test_tune_over_ssh(sshd, tmp_path, monkeypatch):  # noqa: F811 (fixture)
 
 
 def test_best_is_the_lowest_time_relative_to_the_default():
-    from aot.lower.space import Config
+    from aot.lower.schedule.space import Config
     from aot.tune.records import Record, best
 
     a = Config.of({"tile": {"vectors": 2}})

@@ -17,8 +17,8 @@ import aot
 from aot.cli import main
 from aot.errors import AotError
 from aot.ir.graph import Quant, TensorType
-from aot.validate import (Tolerance, cosine, dequantize, l2r, load_dataset, max_abs, max_lsb,
-                          output_metrics, rmse, top1_agreement)
+from aot.check.validate import (Tolerance, cosine, dequantize, l2r, load_dataset, max_abs, max_lsb,
+                                output_metrics, rmse, top1_agreement)
 
 from conftest import MODELS
 
@@ -101,7 +101,7 @@ def test_a_dequantized_float_output_counts_its_steps():
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], inits)
     from aot.frontend.onnx import import_onnx
     from aot.passes.infer import infer_types
-    from aot.validate import dequantized_steps
+    from aot.check.validate import dequantized_steps
     graph = infer_types(import_onnx(helper.make_model(
         g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString(), "qdq"))
     assert dequantized_steps(graph) == {"y": 1 / 256}
@@ -361,7 +361,7 @@ def test_a_bare_metal_board_runs_each_sample(tmp_path, monkeypatch):
 
 def test_verify_report_per_output(tmp_path, capsys, monkeypatch):
     import aot.api
-    from aot.report import render_html, verify_document
+    from aot.support.report import render_html, verify_document
 
     report = tmp_path / "hello.md"
     code, out, _ = run(capsys, "verify", HELLO, "--board", "host", "--count", "3",

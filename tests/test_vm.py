@@ -193,7 +193,7 @@ def qemu_pids(marker: str) -> list[int]:
 
 def _reference(x: np.ndarray) -> np.ndarray:
     import aot as aot_api
-    from aot.deploy.reference import tflite_micro
+    from aot.check.reference import tflite_micro
 
     [out] = tflite_micro(MODEL, aot_api.load(MODEL), [x])
     return out
@@ -293,8 +293,8 @@ def test_serve_mode_answers_100_requests_checked_against_the_reference(env, tmp_
                                                                        monkeypatch):
     import aot as aot_api
     from aot.api import package
-    from aot.deploy.reference import tflite_micro
-    from aot.testing import random_inputs
+    from aot.check.reference import tflite_micro
+    from aot.check.inputs import random_inputs
 
     import tempfile
 

@@ -1,4 +1,4 @@
-"""The one window geometry (aot/lower/windows.py): the integer kernels'
+"""The one window geometry (aot/lower/kernels/windows.py): the integer kernels'
 border and interior spans are the float kernels' runs grouped, and they say
 exactly which windows leave the image, on which side; both policies' regions
 are Runs, and one tap nest tests the sides they say."""
@@ -11,8 +11,8 @@ import pytest
 from aot.ir.graph import Node, TensorType
 from aot.ir.tir import Comment, Const, For, If, Var, walk_stmt
 from aot.lower.rules import LowerCtx
-from aot.lower.windows import (ConvGeom, Run, axis_runs, border_regions, border_spans, regions,
-                               tap_nest, window_regions)
+from aot.lower.kernels.windows import (ConvGeom, Run, axis_runs, border_regions, border_spans,
+                                       regions, tap_nest, window_regions)
 from aot.ops.nn import Window
 from aot.targets import get_board
 

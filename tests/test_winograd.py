@@ -1,4 +1,4 @@
-"""Winograd convolution (aot/lower/winograd.py): the transforms against a
+"""Winograd convolution (aot/lower/kernels/winograd.py): the transforms against a
 direct convolution in numpy, the compiled kernel (odd sizes, padding,
 bias, ReLU and a residual add fused) against ONNX Runtime through the C
 and LLVM backends, and the schedule choice (default policy per target, a
@@ -15,10 +15,10 @@ from aot.api import package
 from aot.deploy import run_package
 from aot.frontend.onnx import import_onnx
 from aot.lower import lower_graph
-from aot.lower import winograd
-from aot.lower.space import Config, Schedules, applied, space_of
-from aot.lower.testing import build_and_run_many, host_target
-from aot.packaging import read_metadata
+from aot.lower.kernels import winograd
+from aot.lower.schedule.space import Config, Schedules, applied, space_of
+from aot.testing.kernels import build_and_run_many, host_target
+from aot.packaging.build import read_metadata
 from aot.passes.infer import infer_types
 from aot.targets import get_board, get_target
 from conftest import MODELS as SHARED

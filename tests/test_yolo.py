@@ -1,7 +1,7 @@
-"""The YOLOv8-style detector (aot/testing_yolo.py) and what makes it fast:
+"""The YOLOv8-style detector (aot/testing/yolo.py) and what makes it fast:
 SiLU (Sigmoid * Mul as torch.onnx writes it) rewritten to one Swish that
 fuses into the convolution's epilogue, and the vectorized float32 sigmoid
-(aot_sigmoid, aot/codegen/intrinsics.py)."""
+(aot_sigmoid, aot/isa/calls.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,9 +10,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from aot.frontend.onnx import import_onnx
-from aot.lower.testing import build_and_run, single_op_graph
+from aot.testing.kernels import build_and_run, single_op_graph
 from aot.passes.pipeline import optimize
-from aot.testing_yolo import yolov8
+from aot.testing.yolo import yolov8
 
 
 def _conv_silu_model(c: int = 16) -> onnx.ModelProto:
@@ -138,7 +138,7 @@ def test_concat_stored_part_by_part():
     from aot.interp import interpret
     from aot.ir.tir import Select, walk_expr, walk_stmt, stmt_exprs
     from aot.lower import lower_graph
-    from aot.lower.testing import host_target
+    from aot.testing.kernels import host_target
 
     nodes = [helper.make_node("Resize", ["a", "", "scales"], ["up"], mode="nearest",
                               coordinate_transformation_mode="asymmetric", nearest_mode="floor"),

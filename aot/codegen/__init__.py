@@ -6,7 +6,7 @@ parameter in order (const for inputs and params); `symbol_names` gives them.
 Calls may name libm functions or the runtime helpers of intrinsics.py.
 """
 from aot.codegen.c import CSource, c_declarations, c_type, emit_c
-from aot.codegen.intrinsics import HELPERS
+from aot.isa.calls import HELPERS
 from aot.codegen.llvm import emit_llvm_ir, emit_object, normalized_triple
 from aot.codegen.names import c_comment, c_identifier, c_string, symbol_names
 

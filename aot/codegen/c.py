@@ -5,7 +5,7 @@ TIR as given. What it owns is spelling: types, exactly round-tripping
 constants, the fewest parentheses that are still unambiguous (and quiet under
 -Wall -Wextra), and small `static inline` helpers for what C has no operator
 for (min/max, vector loads via memcpy, per-lane vector compare/select/math,
-the fixed-point runtime helpers of aot/codegen/intrinsics.py).
+the fixed-point runtime helpers of aot/isa/calls.py).
 
 Vectors use the GCC/Clang vector extension (`vector_size`); a bool vector is
 a vector of uint8_t lanes holding 0 or 1.
@@ -24,14 +24,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.codegen import arm_dsp, arm_mve
-from aot.codegen.arm_dsp import DspOp
-from aot.codegen.arm_mve import MveOp
+from aot.isa import arm_dsp, arm_mve
+from aot.isa.arm_dsp import DspOp
+from aot.isa.arm_mve import MveOp
 from aot.codegen.check import check_func
-from aot.codegen.intrinsics import (GCC_X86_SPELLINGS, Helper, Lane, PairDot, PairPack, Pmuldq,
-                                    check_call, vector_helper)
-from aot.codegen.intrinsics import (NeonFixedPoint, PairedQuadDot, PairwiseAdd, QuadDot,
-                                    WideningMla)
+from aot.isa.calls import (GCC_X86_SPELLINGS, Helper, Lane, PairDot, PairPack, Pmuldq,
+                           check_call, vector_helper)
+from aot.isa.calls import (NeonFixedPoint, PairedQuadDot, PairwiseAdd, QuadDot,
+                           WideningMla)
 from aot.codegen.names import c_comment, c_identifier, kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import UnsupportedError
@@ -40,8 +40,8 @@ from aot.ir.tir import (Assign, Bin, Broadcast, BufferKind, Call, Cast, Comment,
                         Store, Unary, Var, NTASKS, PHASE, TASK, can_fail, dtype_of, is_split,
                         phases, stmt_exprs,
                         walk_expr, walk_stmt)
-from aot.lower.inplace import aliased_params
-from aot.lower.tir_simplify import simplify_body
+from aot.lower.tir_passes.inplace import aliased_params
+from aot.lower.tir_passes.simplify import simplify_body
 
 C_TYPES = {"bool": "uint8_t", "int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t",
            "uint16": "uint16_t", "int32": "int32_t", "uint32": "uint32_t", "int64": "int64_t",
@@ -91,7 +91,7 @@ _GCC_X86 = ("#if defined(__GNUC__) && !defined(__clang__) && "
 
 
 # The x86 builtins GCC and Clang share for the target instructions the
-# legalization pass chooses (aot/lower/legalize.py), by result lanes, each
+# legalization pass chooses (aot/lower/tir_passes/legalize.py), by result lanes, each
 # with the macro that says the compiler was given its ISA.
 _PMADDWD = {16: ("__AVX512BW__", "__builtin_ia32_pmaddwd512"),
             8: ("__AVX2__", "__builtin_ia32_pmaddwd256"),
@@ -575,7 +575,7 @@ class _Printer:
         return self._call_text(name, [a])
 
     def _half_cast(self, src: DType, dst: DType, a: Expr):
-        """A float16 <-> float32 conversion (aot/lower/float16.py leaves no other)."""
+        """A float16 <-> float32 conversion (aot/lower/tir_passes/float16.py leaves no other)."""
         if (src.scalar, dst.scalar) not in (("float16", "float32"), ("float32", "float16")):
             raise self.error(f"conversion from {src} to {dst} (the float16 pass converts "
                              "halves to and from float32 only)")

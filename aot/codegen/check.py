@@ -7,7 +7,7 @@ function and the offending node instead.
 """
 from __future__ import annotations
 
-from aot.codegen.intrinsics import check_call, lane_crossing
+from aot.isa.calls import check_call, lane_crossing
 from aot.errors import UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Comment, Const, Decl, DType, Expr,
                         Fail, For, If, Load, NTASKS, PHASE, PrimFunc, Select, Seq, Stmt, Store,
@@ -142,7 +142,7 @@ class _Checker:
 def _no_half_arithmetic(checker: _Checker, op: str, d: DType) -> None:
     if d.scalar == "float16":
         raise checker.fail(f"'{op}' on {d}: halves are only loaded, stored and converted "
-                           "(aot/lower/float16.py computes them in float32)")
+                           "(aot/lower/tir_passes/float16.py computes them in float32)")
 
 
 def check_func(func: PrimFunc) -> None:

@@ -26,21 +26,21 @@ import numpy as np
 from llvmlite import binding as llvm
 from llvmlite import ir
 
-from aot.codegen import arm_dsp, arm_mve
-from aot.codegen.arm_dsp import DspOp
-from aot.codegen.arm_mve import MveOp
+from aot.isa import arm_dsp, arm_mve
+from aot.isa.arm_dsp import DspOp
+from aot.isa.arm_mve import MveOp
 from aot.codegen.check import check_func
-from aot.codegen.intrinsics import (Helper, Lane, LibmFn, PairDot, PairPack, Pmuldq, check_call,
-                                    vector_helper)
-from aot.codegen.intrinsics import (NeonFixedPoint, PairedQuadDot, PairwiseAdd, QuadDot,
-                                    WideningMla)
+from aot.isa.calls import (Helper, Lane, LibmFn, PairDot, PairPack, Pmuldq, check_call,
+                           vector_helper)
+from aot.isa.calls import (NeonFixedPoint, PairedQuadDot, PairwiseAdd, QuadDot,
+                           WideningMla)
 from aot.codegen.names import kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import AotError, UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, DType, Expr,
                         Fail, For, ForKind, If, Load, NTASKS, PrimFunc, Select, Seq, Stmt, Store,
                         TASK, PHASE, Unary, Var, can_fail, dtype_of, is_split, phases, walk_stmt)
-from aot.lower.inplace import aliased_params
+from aot.lower.tir_passes.inplace import aliased_params
 from aot.targets import Target
 
 _FLOAT_OPS = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv", "%": "frem"}
@@ -762,7 +762,7 @@ def build_module(funcs: Sequence[PrimFunc], prefix: str, target: Target,
     return module
 
 
-# x86_pmaddwd's LLVM intrinsic by result lanes (aot/lower/legalize.py
+# x86_pmaddwd's LLVM intrinsic by result lanes (aot/lower/tir_passes/legalize.py
 # chooses it only where the target has the ISA).
 _PMADDWD = {4: "llvm.x86.sse2.pmadd.wd", 8: "llvm.x86.avx2.pmadd.wd",
             16: "llvm.x86.avx512.pmaddw.d.512"}

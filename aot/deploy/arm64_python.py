@@ -54,10 +54,10 @@ from typing import Sequence
 
 import numpy as np
 
-from aot import tools
+from aot.support import tools
 from aot.deploy.vm_image import cache_root, download, needed
 from aot.errors import AotError
-from aot.fsutil import write_dir_atomically
+from aot.support.fsutil import write_dir_atomically
 
 NAME = "arm64-python"
 PYTHON = "python3.11"

@@ -248,7 +248,7 @@ class Device:
     # ------------------------------------------------------------- starting
 
     def _start(self, pkg: Path) -> _Session:
-        from aot.packaging import read_metadata
+        from aot.packaging.build import read_metadata
 
         meta = read_metadata(pkg)
         if meta.get("board") != self.board.name:
@@ -269,7 +269,7 @@ class Device:
         return _Session(_LocalProcess([*prefix, str(exe), "--serve"]), meta)
 
     def _start_remote(self, exe: Path) -> _RemoteProcess:
-        from aot import progress
+        from aot.support import progress
         from aot.deploy.ssh import SshSession, reach
 
         if self._ssh is None:

@@ -80,13 +80,28 @@ def spec_type(spec: dict) -> TensorType:
     return TensorType(tuple(spec["shape"]), spec["dtype"], quant)
 
 
+def quantize_float(name: str, array, ty: TensorType) -> tuple[np.ndarray, str | None]:
+    """(array, note): float data for a quantizable input quantized with its
+    scale and zero point as TFLite's QUANTIZE does, and a note saying so;
+    anything else as it is, with no note."""
+    from aot.ops.quant.tflite_int8 import quantize_array
+    from aot.passes.float_io import quantizable
+
+    array = np.asarray(array)
+    if array.dtype.kind != "f" or not quantizable(ty):
+        return array, None
+    scale, zero_point = float(ty.quant.scale[0]), int(ty.quant.zero_point[0])
+    return (quantize_array(array, scale, zero_point, ty.dtype),
+            f"{name}: {array.dtype.name} quantized to {ty.dtype} with scale={scale:.9g}, "
+            f"zero_point={zero_point}")
+
+
 def quantize_floats(meta: dict, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]
                     ) -> tuple[list, list[str]]:
     """(inputs in the package's order, notes): float data for a quantized
     input of a package (one without --float-io) quantized with the
     package's scale and zero point as TFLite's QUANTIZE does, and a note per
-    input so fed (aot.validate.quantize_float)."""
-    from aot.validate import quantize_float
+    input so fed (quantize_float)."""
 
     out, notes = ordered_inputs(meta, inputs), []
     for i, (spec, array) in enumerate(zip(meta["inputs"], list(out))):
@@ -296,7 +311,7 @@ def check_cpu(board: Board) -> None:
 def prepare_run(pkg: Path, inputs: Sequence[np.ndarray]) -> tuple[dict, list[np.ndarray], Path]:
     """What every transport starts from: the package's metadata, the inputs
     checked against it, and the harness binary."""
-    from aot.packaging import read_metadata
+    from aot.packaging.build import read_metadata
 
     meta = read_metadata(pkg)
     inputs = check_inputs(meta, inputs)

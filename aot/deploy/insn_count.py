@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from aot import tools
+from aot.support import tools
 from aot.deploy.host import RunResult, profiled_kernels
 from aot.errors import AotError
-from aot.resources import data_dir
+from aot.support.resources import data_dir
 
 # The harness's clock: every run and every profiled kernel reads it twice.
 MARK_SYMBOL = "aot_platform_timer_ns"

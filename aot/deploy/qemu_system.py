@@ -32,7 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
-from aot import tools
+from aot.support import tools
 from aot.deploy.host import RunResult, failure, harness_args, parse_report, prepare_run
 from aot.errors import AotError
 from aot.targets import Board, option_number

@@ -27,7 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
-from aot import tools
+from aot.support import tools
 from aot.deploy.host import RunResult, run_local
 from aot.errors import AotError
 from aot.targets import Board
@@ -59,7 +59,7 @@ def package_cpu(meta: dict, board: Board) -> str | None:
 def run_qemu_user(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
                   runs: int) -> RunResult:
     from aot.deploy import insn_count      # not at import: `python -m` runs it
-    from aot.packaging import read_metadata
+    from aot.packaging.build import read_metadata
 
     meta = read_metadata(pkg)
     qemu = qemu_command(board, package_cpu(meta, board))

@@ -60,7 +60,7 @@ from typing import IO, Callable, Iterator, Sequence
 import numpy as np
 import paramiko
 
-from aot import progress
+from aot.support import progress
 from aot.deploy import known_hosts, vm
 from aot.deploy.host import RunResult, failure, harness_args, parse_report, prepare_run
 from aot.deploy.ssh_config import DEFAULT_KNOWN_HOSTS, SshParams, ssh_params, where

@@ -5,7 +5,7 @@ Both the SSH transport (aot/deploy/ssh.py) and the VM boards
 (aot/deploy/vm.py, which aim these options at the VM they boot) read them
 here, so neither imports the other for it; nothing here loads paramiko
 until an OpenSSH config is read (never for a VM board).
-The keys and their types: aot/config_schema.py SSH_OPTIONS; the table of
+The keys and their types: aot/support/config_schema.py SSH_OPTIONS; the table of
 defaults and the order of precedence: docs/deploy.md.
 
 Precedence, as OpenSSH has it for its command line: an option the user gave

@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
-from aot import progress, tools
+from aot.support import progress, tools
 from aot.deploy.private_files import private_dir, write_private
 from aot.deploy.ssh_config import SshParams, ssh_params as board_ssh_params
 from aot.deploy.vm_image import IMAGE_NAME, Image, cache_root, find_image

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from aot.deploy.private_files import private_dir, write_private
 from aot.errors import AotError
-from aot.fsutil import write_dir_atomically
+from aot.support.fsutil import write_dir_atomically
 
 IMAGE_NAME = "qemu-rpi4"
 CACHE_ENV = "AOT_CACHE_DIR"

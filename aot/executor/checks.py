@@ -1,6 +1,6 @@
 """The package's run-time index checks, numbered across its kernels.
 
-Each kernel lists its checks in PrimFunc.attrs (aot/lower/bounds.py); a
+Each kernel lists its checks in PrimFunc.attrs (aot/lower/arith/bounds.py); a
 failing one returns its number within the kernel, and the entry point adds
 the kernel's base to get the number `<name>_failed_check()` reports. Here
 each check gets that number, the model inputs its indices come from, and the
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from aot.ir.graph import Graph
-from aot.lower.bounds import ATTR, IndexCheck
+from aot.lower.arith.bounds import ATTR, IndexCheck
 from aot.lower.driver import Kernel
 
 

@@ -27,7 +27,7 @@ from aot.ir.graph import Graph, TensorType
 from aot.ir.tir import BufferKind, is_split, phases
 from aot.lower.driver import Kernel
 from aot.ops.detect import count_outputs
-from aot.resources import data_dir
+from aot.support.resources import data_dir
 
 
 @dataclass
@@ -186,7 +186,7 @@ def _kernel_calls(kernels: Sequence[Kernel], places: _Places, params: LinkedPara
         ops = "+".join(n.op for n in k.node.attrs["body"].nodes) if "body" in k.node.attrs \
             else k.node.op
         checks = len(kernel_checks(k))
-        # a split kernel (aot/lower/parallel.py) is called through the pool
+        # a split kernel (aot/lower/tir_passes/parallel.py) is called through the pool
         task_fn = c_identifier(f"task_step_{step}", names.taken) if is_split(k.func) else None
         calls.append({"step": step, "symbol": symbols[k.func.name], "args": args,
                       "task_fn": task_fn, "phases": phases(k.func),

@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 from aot.executor.plan import Buffer, Plan, plan_memory
 from aot.ir.graph import Graph
 from aot.lower.driver import Kernel
-from aot.lower.inplace import in_place
+from aot.lower.tir_passes.inplace import in_place
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def _live_ranges(graph: Graph, kernels: Sequence[Kernel]) -> dict[str, list[int]
 def _written_over(graph: Graph, kernels: Sequence[Kernel],
                   ranges: dict[str, list[int]]) -> dict[str, str]:
     """Tensor -> the tensor whose bytes it takes: a kernel's output written
-    over an input (aot/lower/inplace.py says the code allows it) that dies
+    over an input (aot/lower/tir_passes/inplace.py says the code allows it) that dies
     at that kernel, both intermediate tensors, the input passed to the
     kernel only once. Chains resolve to the first tensor."""
     fixed = (set(graph.inputs) | set(graph.outputs) | set(graph.variables)

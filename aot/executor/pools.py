@@ -1,6 +1,6 @@
 """Memory pools: the arena split over a board's RAM banks (`aot package --pools`).
 
-A board lists its banks ([[regions]] in boards/*.toml, aot.config_schema.Region):
+A board lists its banks ([[regions]] in boards/*.toml, aot.support.config_schema.Region):
 size, relative access cost, and whether an arena may go there. The buffers the
 single arena would hold (aot.executor.liveness.arena_buffers) are ranked by
 heat, the bytes the kernels move through a buffer per byte of it, and given to
@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from aot.config_schema import Region
+from aot.support.config_schema import Region
 from aot.errors import AotError
 from aot.executor.liveness import (MemoryPlan, Place, arena_buffers, places_of, scratch_key,
                                    tensor_key)

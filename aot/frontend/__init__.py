@@ -35,7 +35,7 @@ def load(model, input_shapes: Mapping[str, Any] | None = None,
             raise ModelError(f"model bytes without TFLite's identifier (TFL3 at offset 4) are "
                              f"read as ONNX: {e}") from None
     else:
-        from aot.frontend.tflite import import_tflite
+        from aot.frontend.tflite.importer import import_tflite
         graph = import_tflite(data, name=name)
         opts.check_names(graph.inputs)
         check_static(graph, opts)

@@ -35,7 +35,7 @@ from aot.limits import check_shape
 MIN_OPSET = 7
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # The com.microsoft ops ONNX Runtime's quantizer writes in QOperator form
-# that aot implements (aot/ops/onnx_quant.py, ONNX Runtime's arithmetic).
+# that aot implements (aot/ops/quant/onnx_quant.py, ONNX Runtime's arithmetic).
 MICROSOFT_OPS = ("QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearAveragePool",
                  "QLinearGlobalAveragePool", "QLinearSigmoid", "QLinearLeakyRelu",
                  "QLinearSoftmax", "QGemm")

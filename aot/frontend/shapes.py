@@ -118,7 +118,7 @@ def _bind_value(name: str, value: Any) -> Any:
     if isinstance(value, np.generic):
         value = np.asarray(value)
     if isinstance(value, str) and value.lower().endswith(".npy"):
-        from aot.npyfile import read_npy
+        from aot.support.npyfile import read_npy
         return read_npy(value, f"--bind {name}={value}")
     if isinstance(value, (str, np.ndarray)):
         return value

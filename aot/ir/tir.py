@@ -47,7 +47,7 @@ class DType:
     @property
     def compute_bits(self) -> int:
         """The width arithmetic on this type happens at: float16 is stored in
-        16 bits but computed in float32 (aot/lower/float16.py), so vector
+        16 bits but computed in float32 (aot/lower/tir_passes/float16.py), so vector
         widths are chosen for float32 lanes."""
         return 32 if self.scalar == "float16" else self.bits
 
@@ -207,7 +207,7 @@ class ForKind(enum.Enum):
     UNROLLED = "unrolled"
     VECTORIZED = "vectorized"   # the body uses `lanes`-wide accesses; printed as one step
     # Trips split over the tasks of a thread pool: task k of n runs trips
-    # [k * trips / n, (k + 1) * trips / n). Set by aot/lower/parallel.py only
+    # [k * trips / n, (k + 1) * trips / n). Set by aot/lower/tir_passes/parallel.py only
     # where iterations write disjoint elements; the kernel then takes TASK
     # and NTASKS as its last two arguments.
     PARALLEL = "parallel"

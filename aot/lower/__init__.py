@@ -9,12 +9,17 @@ from aot.lower.driver import Arg, Kernel, lower_group
 from aot.lower.tir_passes import Dump
 from aot.targets import Target
 
-# Importing the rule modules fills the rule tables.
-from aot.lower import (  # noqa: F401
-    rules, attention, batchnorm, detect, elementwise, index, injective, int8_elementwise,
-    int8_fc, int8_pool, int8_rowwise, lstm, movement, nn, onnx_quant, pool, reduce, resize, rnn,
-    rows, sampling, signal, tflite_int8, tflite_int16, tflite_lut,
+# Importing the rule modules fills the rule tables, in this order (rules
+# register in import order).
+from aot.lower import rules  # noqa: F401
+from aot.lower.rules import attention, batchnorm, detect, elementwise, index, tensor  # noqa: F401
+from aot.lower.rules.quant import (  # noqa: F401
+    tflite_elementwise, tflite_fc, tflite_pool, tflite_rowwise,
 )
+from aot.lower.rules import lstm, movement, nn  # noqa: F401
+from aot.lower.rules.quant import onnx_quant  # noqa: F401
+from aot.lower.rules import pool, reduce, resize, rnn, rows, sampling, signal  # noqa: F401
+from aot.lower.rules.quant import tflite_int8, tflite_int16, tflite_lut  # noqa: F401
 
 # Below every rule module's import: each op in the table must now have its
 # rule (or say why it needs none); an error names the op and what is missing.

@@ -17,9 +17,9 @@ from aot.ir.graph import Graph, Node, TensorType
 from aot.ir.tir import (Broadcast, Buffer, BufferKind, Const, Expr, For, Load, PrimFunc, Stmt,
                         Store, add, const, dt, dtype_of, flat_index, seq, walk_stmt,
                         walk_expr_loads)
-from aot.lower.bounds import ATTR as CHECKS
+from aot.lower.arith.bounds import ATTR as CHECKS
 from aot.lower.rules import LowerCtx, Rule, RuleKind, TensorRef, ValueRule, rule_of
-from aot.lower.space import group_scope
+from aot.lower.schedule.space import group_scope
 from aot.lower.tir_passes import Dump, run_passes
 from aot.ops import op_def
 from aot.targets import Target
@@ -71,7 +71,7 @@ def _loop_nest(ctx: LowerCtx, shape: Sequence[int], body) -> Stmt:
 def lower_group(graph: Graph, node: Node, target: Target, dump: Dump | None = None,
                 threads: int = 1) -> Kernel:
     """The PrimFunc for one `fused` node, through the TIR pipeline
-    (aot/lower/tir_passes.py), with what each parameter binds to. `dump`
+    (aot/lower/tir_passes/__init__.py), with what each parameter binds to. `dump`
     sees it as lowered and after each pass; `threads` is the pool the
     package is built for (LowerCtx.threads)."""
     body: Graph = node.attrs["body"]

@@ -8,9 +8,23 @@ See docs/ops.md for the conventions.
 from aot.ops.registry import OPS, Call, OpDef, Pattern, Sig, node_macs, op_def, register
 
 # Each family module registers its ops on import.
-from aot.ops import (  # noqa: F401,E402
-    attention, detect, einsum, elementwise, fused, index, lstm, movement, nn, onnx_quant, reduce,
-    rnn, rows, sampling, signal, tensor, tflite_int8, tflite_int16, tflite_lut,
-)
+from aot.ops import (
+    attention,
+    detect,
+    einsum,
+    elementwise,
+    fused,
+    index,
+    lstm,
+    movement,
+    nn,
+    reduce,
+    rnn,
+    rows,
+    sampling,
+    signal,
+    tensor,
+)  # noqa: F401,E402
+from aot.ops.quant import onnx_quant, tflite_int8, tflite_int16, tflite_lut
 
 __all__ = ["OPS", "Call", "OpDef", "Pattern", "Sig", "node_macs", "op_def", "register"]

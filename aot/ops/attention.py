@@ -8,7 +8,7 @@ split into heads, grouped-query heads, the key/value cache) and its masks
 (boolean or additive `attn_mask` broadcast from the right and padded to the
 cache length, `is_causal` aligned to the cache's end, the sliding window,
 `nonpad_kv_seqlen`) are worked out once, in `Geometry` and `Options`, which
-the reference below and the kernel rule (aot/lower/attention.py) share.
+the reference below and the kernel rule (aot/lower/rules/attention.py) share.
 
 Semantics are the ONNX specification's, with its reference's conventions
 where the text is silent: a query row whose keys are all masked by the

@@ -400,7 +400,7 @@ def _cast_like(call: Call, args):
 def cast_array(x: np.ndarray, dtype: str) -> np.ndarray:
     """ONNX Cast. Float -> int, undefined in ONNX out of the target's range,
     is defined for every value as the generated code computes it
-    (aot.lower.elementwise.float_to_int): truncated toward zero into int64,
+    (aot.lower.rules.elementwise.float_to_int): truncated toward zero into int64,
     then wrapped to the target; NaN, infinities and values int64 cannot
     hold give 0."""
     with np.errstate(all="ignore"):

@@ -4,7 +4,7 @@ ScatterElements, ScatterND, and OneHot (which compares instead).
 Indices keep their ONNX meaning: -s <= i < s along an axis of size s, a
 negative one counting from the end. Out of range, the reference refuses
 (as ONNX Runtime does), type inference refuses constant indices, and the
-generated code returns AOT_ERR_INDEX (aot/lower/bounds.py). OneHot is the
+generated code returns AOT_ERR_INDEX (aot/lower/arith/bounds.py). OneHot is the
 exception the spec makes: an index outside [-depth, depth) gives a row of
 off values, so no index is ever refused there.
 

@@ -17,8 +17,8 @@ import numpy as np
 
 from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import Quant, TensorType
-from aot.ops import qmath
-from aot.ops.tflite_int8 import fc_multipliers, scale_zp
+from aot.ops.quant import qmath
+from aot.ops.quant.tflite_int8 import fc_multipliers, scale_zp
 from aot.ops.registry import Call, Pattern, Sig, register
 
 X, W_INPUT, R_INPUT, BIAS_INPUT, H_STATE, C_STATE = 0, 1, 5, 12, 18, 19

@@ -1,6 +1,6 @@
 """Data movement with ONNX semantics where each output element is one input
 element or a constant: Trilu, EyeLike, ReverseSequence, CenterCropPad and
-BitCast. (Their value rules: aot/lower/movement.py.)
+BitCast. (Their value rules: aot/lower/rules/movement.py.)
 """
 from __future__ import annotations
 

@@ -79,7 +79,7 @@ MacsFn = Callable[[Call], int]
 
 
 class RuleKind(enum.Enum):
-    """How an op becomes TIR (aot/lower/rules.py describes both kinds)."""
+    """How an op becomes TIR (aot/lower/rules/__init__.py describes both kinds)."""
     VALUE = "value rule"      # one output element as an expression: inlined into its group
     KERNEL = "kernel rule"    # a whole loop nest: the group's one anchor
 
@@ -92,7 +92,7 @@ VALUE_PATTERNS = (Pattern.ELEMWISE, Pattern.BROADCAST, Pattern.INJECTIVE)
 @dataclass(frozen=True)
 class Rule:
     kind: RuleKind
-    fn: Callable[..., Any]    # typed in aot/lower/rules.py (ValueRule, KernelRule)
+    fn: Callable[..., Any]    # typed in aot/lower/rules/__init__.py (ValueRule, KernelRule)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ and a reverse direction starts at the row's last valid step, as ONNX
 Runtime does.
 
 The attributes are parsed once, by `rnn_spec`, into an `RnnSpec` that the
-reference below and the lowering (aot/lower/rnn.py) share.
+reference below and the lowering (aot/lower/rules/rnn.py) share.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Ops computed along one axis (or one matrix) at a time, with ONNX
 semantics: the running CumSum and CumProd, LpNormalization, Det. (Their
-kernel rules: aot/lower/rows.py.)
+kernel rules: aot/lower/rules/rows.py.)
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Sampling ops with ONNX semantics: GridSample (nearest, linear and cubic
 interpolation at normalized grid positions, zeros/border/reflection
 padding, 2-D and 3-D), AffineGrid (the grid of an affine map) and Col2Im
-(columns summed back into an image). Their kernel rules: aot/lower/sampling.py.
+(columns summed back into an image). Their kernel rules: aot/lower/rules/sampling.py.
 
 GridSample's coordinate arithmetic is written once as a function of an
 arithmetic namespace (`Numpy` here, TIR expressions in the lowering), so the

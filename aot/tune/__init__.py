@@ -3,23 +3,7 @@ board (search.py) and logs them (records.py); `--tuning-records LOG`
 applies the best per workload at build time (`applied_records`)."""
 from __future__ import annotations
 
-import contextlib
-from pathlib import Path
-from typing import Iterator
-
-from aot.lower.space import applied
-
-
-@contextlib.contextmanager
-def applied_records(path: str | Path | None, target) -> Iterator[None]:
-    """Builds for `target` inside apply the log's best config per workload
-    (None: the default policy, as without this context)."""
-    if path is None:
-        yield
-        return
-    from aot.tune.records import schedules_for
-    with applied(schedules_for(path, target.name)):
-        yield
+from aot.tune.records import applied_records
 
 
 def tune(*args, **kwargs):

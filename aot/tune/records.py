@@ -12,15 +12,16 @@ that beat it; `best` picks the fastest per workload, ties to the default.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 from aot.errors import AotError
-from aot.lower.space import DEFAULT, Config, Schedules
+from aot.lower.schedule.space import DEFAULT, Config, Schedules, applied
 
 FORMAT_VERSION = 1
 FIELDS = ("workload", "target", "config", "ms", "board", "aot_version")
@@ -163,3 +164,14 @@ def schedules_for(path: str | Path, target: str, warn=None) -> Schedules:
 
 def configs_json(configs: Mapping[str, Config]) -> dict:
     return {k: c.as_json() for k, c in sorted(configs.items())}
+
+
+@contextlib.contextmanager
+def applied_records(path: str | Path | None, target) -> Iterator[None]:
+    """Builds for `target` inside apply the log's best config per workload
+    (None: the default policy, as without this context)."""
+    if path is None:
+        yield
+        return
+    with applied(schedules_for(path, target.name)):
+        yield

@@ -1,7 +1,7 @@
 """`aot tune`: schedule search measured on the board (TVM's AutoTVM loop).
 
 1. Lower the model once with the default policy, recording what each
-   workload's schedule sites answered (aot/lower/space.py): its space.
+   workload's schedule sites answered (aot/lower/schedule/space.py): its space.
 2. Build the default package once (--profile: every kernel timed) and keep
    a serve session on it; its outputs are the reference.
 3. Each trial is one batch: one candidate config per workload, all in ONE
@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from aot.errors import AotError
-from aot.lower.space import DEFAULT, Config, Schedules, applied, space_of
+from aot.lower.schedule.space import DEFAULT, Config, Schedules, applied, space_of
 from aot.tune import records as rec
 
 # A candidate must beat the default by this share in its own batch to be
@@ -113,14 +113,14 @@ class _Runner:
     def run(self, pkg: Path, inputs, warmup: int, runs: int):
         if self.device is not None:
             return self.device.request(pkg, inputs, warmup, runs)
-        from aot.timing import bench_package
+        from aot.check.timing import bench_package
         return bench_package(pkg, self.board, inputs, warmup, runs)
 
 
 def _kernel_costs(meta: dict, results: Sequence) -> tuple[dict, dict | None]:
     """Per kernel name: the median ms over the results' profiled runs, and
     the median instructions where the board counted them (else None)."""
-    from aot.timing import profile_stats
+    from aot.check.timing import profile_stats
     rows = [row for r in results for row in r.profile_ns]
     counted = all(r.profile_instructions for r in results)
     counts = [row for r in results for row in r.profile_instructions] if counted else None
@@ -151,14 +151,15 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
     `budget`: seconds after which no new batch starts. The summary:
     {log, board, target, trials_run, workloads, tunable, improved,
     records_written, discarded, failed, seconds, default_ms, tuned_ms}."""
-    from aot import progress
-    from aot.api import as_graph, package
+    from aot.support import progress
+    from aot.api import package
+    from aot.packaging.build import as_graph
     from aot.frontend.shapes import LoadOptions
     from aot.frontend.source import as_model
     from aot.ir.graph import Graph
-    from aot.packaging import read_metadata
+    from aot.packaging.build import read_metadata
     from aot.targets import get_board
-    from aot.timing import package_inputs
+    from aot.check.timing import package_inputs
 
     started = time.monotonic()
     if trials < 1:

@@ -1,0 +1,151 @@
+"""Reference runtimes for `aot verify`, by model kind (DESIGN.md "Semantics
+to match exactly"):
+
+- .onnx: ONNX Runtime.
+- int8 .tflite (integer inputs or outputs): tflite-micro's interpreter, i.e.
+  TFLite's reference kernels; models TFLM refuses (hybrid ones, ops it
+  lacks) fall back to LiteRT.
+- float .tflite: LiteRT with its builtin kernels (no XNNPACK delegate).
+"""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from aot.errors import AotError, MissingToolError
+from aot.ir.graph import Graph
+
+
+def runtime_module(module: str, pip: str) -> ModuleType:
+    """A reference runtime's module; an AotError naming its pip package and
+    aot's verify extra, which brings them all, when it is not installed."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        detail = (str(e).splitlines() or [type(e).__name__])[0]
+        raise MissingToolError(f"the reference runtime {pip} is not installed ({detail}): pip "
+                               f"install 'aot[verify]' (or {pip}), or run `make setup` in a "
+                               "checkout (`aot doctor` lists what is missing)") from None
+
+
+def onnxruntime(path: Path, graph: Graph, inputs: Sequence[np.ndarray],
+                bound: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
+    ort = runtime_module("onnxruntime", "onnxruntime")
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    # Inputs bound at compile time (aot.load's bind) are still the model's
+    # inputs for ONNX Runtime: they are fed their bound values.
+    bound = dict(bound or {})
+    names = [i.name for i in sess.get_inputs() if i.name not in bound]
+    feeds = dict(zip(graph.inputs, inputs))
+    # np.asarray: a dataset's scalar input is a numpy scalar, which ORT refuses
+    return sess.run(None, {**{n: np.asarray(feeds.get(n, x)) for n, x in zip(names, inputs)},
+                           **bound})
+
+
+def tflite_micro(path: Path, graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    runtime = runtime_module("tflite_micro.python.tflite_micro.runtime", "tflite-micro")
+
+    interp = runtime.Interpreter.from_file(str(path))
+    for i, x in enumerate(inputs):
+        interp.set_input(x, i)
+    interp.invoke()
+    return [np.array(interp.get_output(k)) for k in range(len(graph.outputs))]
+
+
+def litert(path: Path, graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    interpreter = runtime_module("ai_edge_litert.interpreter", "ai-edge-litert")
+    Interpreter, OpResolverType = interpreter.Interpreter, interpreter.OpResolverType
+
+    it = Interpreter(model_path=str(path), num_threads=1,
+                     experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), inputs):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return [np.array(it.get_tensor(d["index"])) for d in it.get_output_details()]
+
+
+def _integer_io(graph: Graph) -> bool:
+    return any(np.dtype(graph.types[t].dtype).kind in "iu"
+               for t in (*graph.inputs, *graph.outputs))
+
+
+def _with_bound(path: Path, graph: Graph, inputs: Sequence[np.ndarray],
+                bound: Mapping[str, np.ndarray] | None) -> list[np.ndarray]:
+    """A .tflite model's inputs in its own order, bound ones included (its
+    runtimes take inputs by index)."""
+    if not bound:
+        return list(inputs)
+    from aot.frontend.tflite.importer import import_tflite
+
+    values = {**bound, **dict(zip(graph.inputs, inputs))}
+    return [values[n] for n in import_tflite(path.read_bytes(), name=path.stem).inputs]
+
+
+def reference_outputs(path: Path, graph: Graph, inputs: Sequence[np.ndarray],
+                      bound: Mapping[str, np.ndarray] | None = None
+                      ) -> tuple[str, list[np.ndarray]]:
+    """(reference name, outputs) for the model file at `path`; `bound`: the
+    values of the inputs bound at compile time (not in graph.inputs)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".onnx":
+        return "onnxruntime", onnxruntime(path, graph, inputs, bound)
+    if suffix != ".tflite":
+        raise AotError(f"{path}: no reference runtime for '{suffix}' models")
+    inputs = _with_bound(path, graph, inputs, bound)
+    if _integer_io(graph):
+        try:
+            return "tflite-micro", tflite_micro(path, graph, inputs)
+        except AotError:      # not installed: LiteRT is no substitute for TFLM's kernels
+            raise
+        except Exception:     # TFLM refuses the model (hybrid, missing op): LiteRT decides
+            pass
+    return "litert", litert(path, graph, inputs)
+
+
+def saved_or_random_inputs(path: Path, graph: Graph, seed: int = 0
+                           ) -> tuple[str, list[np.ndarray]]:
+    """The inputs saved beside the model (<stem>.input.npy, <stem>.input.1.npy, ...)
+    when they match the graph, else deterministic random ones."""
+    from aot.check.inputs import random_inputs
+
+    base = Path(path).with_suffix("")
+    files = [base.with_name(base.name + (".input.npy" if i == 0 else f".input.{i}.npy"))
+             for i in range(len(graph.inputs))]
+    if files and all(f.is_file() for f in files):
+        arrays = [np.load(f) for f in files]
+        if all(list(a.shape) == list(graph.types[n].shape) and a.dtype.name ==
+               graph.types[n].dtype for a, n in zip(arrays, graph.inputs)):
+            return "saved", arrays
+    ins = random_inputs(graph, seed)
+    return "random", [ins[n] for n in graph.inputs]
+
+
+def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float = 1e-4,
+            atol: float = 1e-4) -> dict:
+    """{name, max_abs_err, ok}: integers bit-exact, floats within rtol/atol."""
+    want = np.asarray(want)
+    if got.shape != want.shape:
+        if got.size != want.size:
+            return {"name": name, "max_abs_err": None, "ok": False,
+                    "error": f"shape {list(got.shape)} vs reference {list(want.shape)}"}
+        want = want.reshape(got.shape)
+    if got.size == 0:
+        return {"name": name, "max_abs_err": 0.0, "ok": True}
+    g64, w64 = got.astype(np.float64), want.astype(np.float64)
+    both_nan = np.isnan(g64) & np.isnan(w64)
+    err = np.where(both_nan, 0.0, np.abs(g64 - w64))
+    if np.dtype(got.dtype).kind in "iub":
+        ok = bool(np.array_equal(got, want.astype(got.dtype)))
+    else:
+        ok = bool(np.all(both_nan | (err <= atol + rtol * np.abs(w64))))
+    max_err = float(np.nanmax(err)) if err.size else 0.0
+    return {"name": name, "max_abs_err": max_err if np.isfinite(max_err) else None, "ok": ok}

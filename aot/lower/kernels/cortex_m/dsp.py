@@ -1,0 +1,677 @@
+"""int8 kernels for scalar cores with the Armv7E-M DSP extension
+(Cortex-M4, M7, M55 without Helium): the accumulator strategy of
+aot/lower/rules/quant/tflite_int8.py's scalar convolution and fully connected rules.
+
+An input word and a weight word of four int8 each are split into their
+even and odd bytes as int16 pairs (SXTB16, SXTB16 ROR #8); SMLAD multiplies
+two pairs and adds both products to an int32 accumulator
+(aot/isa/arm_dsp.py). Register tiles, none with an im2col buffer:
+
+- 1x1 convolutions (stride 1, no padding, one group): a product of pixel
+  rows (a pixel's channels are contiguous in NHWC), 2 pixels x 2 output
+  channels: four loads, eight SXTB16 and eight SMLAD per 16 MACs.
+- other convolutions of one group over a multiple of 4 input channels:
+  2 neighbouring pixels x 2 output channels over each tap's words, read
+  where they lie.
+- first layers (few input channels, mostly inside the image): each window
+  row (kernel width x channels, contiguous) a dot product in words.
+- depthwise (multiplier 1): 4 channels per word, kept apart by the
+  single-product SMLABB / SMLATT, into 4 accumulators over the taps.
+- fully connected: 1 row x 4 output channels.
+
+All fold the input zero point into the bias (bias - zp * sum(w), exact),
+so the inputs are read as they are; a tap outside the image reads a word
+of four zero points instead (its products then cancel in the bias), behind
+tests on the border only. Depths not a multiple of four finish with plain
+multiply-adds; channels and pixels left over by a tile run in narrower
+tiles. Weights are interleaved per tile so its channels' words lie side by
+side. Each accumulator is requantized from its register, in 32-bit
+arithmetic (Requant32) where its bound, known from the weights and the
+bias, proves that equal to TFLite's, else by the scalar rules' Requant.
+The convolutions walk their output planes through the one walk
+(conv_walk.plane_walk: border regions; the 2-pixel tile's pairs are its
+blocks of two columns, the odd last column alone).
+
+The operations are generic calls the legalization pass makes Arm
+instructions; on a target without the DSP extension these kernels are not
+chosen (the formulas would be slower than the plain loops).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import numpy as np
+
+from aot.isa.arm_dsp import INT8X4, smla_half, smlad, smmulr, sxtb16
+from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr, For, ForKind, If,
+                        Load, Stmt, Store, Var, add, flat_index, mul, seq)
+from aot.lower.arith.loops import loop
+from aot.lower.kernels.conv_walk import PLANE, plane_walk, region_loops
+from aot.lower.arith.quant import lazy_table, table, to_i32, unravel
+from aot.lower.kernels.windows import Run, in_range, window_pos
+from aot.lower.rules import LowerCtx, TensorRef
+from aot.lower.schedule.tile_sizes import Tile
+
+# rows x output channels per register tile
+CONV_TILE = (2, 2)
+FC_TILE = (1, 4)
+# depthwise windows of at most this many taps are unrolled in the interior
+UNROLL_TAPS = 9
+# a matrix product's word loop of at most this many words is unrolled whole
+UNROLL_WORDS = 4
+
+
+def dsp_target(ctx: LowerCtx) -> bool:
+    """Whether the target is a scalar core with the DSP extension (SXTB16
+    reads little-endian words)."""
+    t = ctx.target
+    return t.has("dsp") and t.little_endian and t.lanes(32) == 1
+
+
+def in_memory(x: TensorRef) -> bool:
+    return x.buffer is not None and x.value is None
+
+
+def fits_int8(w: np.ndarray) -> bool:
+    return w.size > 0 and w.min() >= -128 and w.max() <= 127
+
+
+def fits_pointwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
+    """A 1x1 convolution the pixel-row product computes: one group, stride 1,
+    no padding, the input in memory, weights that are int8."""
+    return (dsp_target(ctx) and in_memory(x) and g.groups == 1 and g.kh == g.kw == 1
+            and tuple(g.strides) == (1, 1) and (g.oh, g.ow) == (g.h, g.w)
+            and g.pad_top == g.pad_left == 0 and g.depth >= 4 and fits_int8(weights))
+
+
+def conv_kernel(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> Callable | None:
+    """The DSP kernel for this convolution, called as
+    kernel(ctx, x, g, weights, bias, zp, finish) with conv_nest's finish,
+    or None: the scalar loops then."""
+    from aot.lower.kernels.cortex_m import mve as int8_mve     # (Helium's kernels build on these)
+    mve = int8_mve.conv_kernel(ctx, x, g, weights)
+    if mve is not None:
+        return mve
+    if fits_pointwise(ctx, x, g, weights):
+        return pointwise
+    if fits_depthwise(ctx, x, g, weights):
+        return depthwise
+    if fits_dense(ctx, x, g, weights):
+        return dense
+    if fits_rows(ctx, x, g, weights):
+        return window_rows
+    return None
+
+
+def fits_fc(ctx: LowerCtx, x: TensorRef, w: np.ndarray) -> bool:
+    return dsp_target(ctx) and in_memory(x) and w.shape[1] >= 4 and fits_int8(w)
+
+
+def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
+           finish: Callable[[Expr, Expr, Var], Stmt], tile: tuple[int, int],
+           words: "Words | None" = None, gather: bool = False) -> Stmt:
+    """finish(row, channel, acc) for acc = bias[channel] + sum_d x[row, d] *
+    w[channel, d], every row and channel, in tiles of `tile` (rows, channels),
+    the depth read in `words` (default PAIRS: SMLAD's). gather: a tile's 4
+    channels go to finish(row, first channel, accs) as one int32 x 4
+    (conv_nest's finish requantizes it as a vector)."""
+    return _matmul(ctx, x, rows, w, bias, finish, tile, words or PAIRS, gather)
+
+
+def _gathered(finish, at: tuple, cs: list, accs: list) -> list[Stmt]:
+    """finish(at + (channel,), acc) for a row's accumulators, or one
+    finish(at + (first channel,), int32 x 4) when they are 4."""
+    from aot.isa.arm_mve import lanes4
+    if len(accs) == 4:
+        return [finish(at + (cs[0],), lanes4(*accs))]
+    return [finish(at + (c,), acc) for c, acc in zip(cs, accs)]
+
+
+def _matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
+            finish: Callable[[Expr, Expr, Var], Stmt], tile: tuple[int, int], words: "Words",
+            gather: bool) -> Stmt:
+    """matmul's nest.
+
+    x: int8 rows of depth w.shape[1] at flat offset row * depth; w: integer
+    weights [channels, depth] within int8; bias: int32 [channels]."""
+    n = words.lanes
+    channels, depth = w.shape
+    nr, nk = tile
+    whole = depth - depth % n
+    wbuf = ctx.param("weights", interleave(w, nk, n).astype(np.int8))
+    start = table(ctx, "bias", bias.astype(np.int32))
+
+    def block(r0: Expr, nr: int, c0: Expr, nk: int) -> Stmt:
+        rs = [add(r0, Const(i)) for i in range(nr)]
+        cs = [add(c0, Const(k)) for k in range(nk)]
+        accs = [[ctx.fresh("acc") for _ in cs] for _ in rs]
+        parts: list[Stmt] = [Decl(a, start(c)) for row in accs for a, c in zip(row, cs)]
+
+        def step(d: Expr) -> Stmt:
+            body: list[Stmt] = []
+            xs = [words.read(ctx, body, "x", Load(x, add(mul(r, Const(depth)), d), n))
+                  for r in rs]
+            ws = [words.read(ctx, body, "w", Load(wbuf, _at(c0, nk, k, d, depth, n), n))
+                  for k in range(nk)]
+            words.dot(body, xs, ws, accs)
+            return seq(*body)
+        parts.append(_word_loop(ctx, depth // n, step, n))
+        parts += _tail(range(whole, depth), accs,
+                       lambda i, d: Load(x, add(mul(rs[i], Const(depth)), Const(d))),
+                       lambda k, d: Load(wbuf, _at(c0, nk, k, d, depth, n)))
+        if gather:
+            parts += [s for r, row in zip(rs, accs)
+                      for s in _gathered(lambda at, acc: finish(*at, acc), (r,), cs, row)]
+        else:
+            parts += [finish(r, c, acc) for r, row in zip(rs, accs) for c, acc in zip(cs, row)]
+        return seq(*parts)
+
+    return tiled(ctx, "r", rows, nr, lambda r0, wr: tiled(
+        ctx, "c", channels, nk, lambda c0, wk: block(r0, wr, c0, wk)))
+
+
+def _word_loop(ctx: LowerCtx, words: int, step: Callable[[Expr], Stmt], lanes: int = 4
+               ) -> Stmt:
+    """step(d) for d = 0, lanes, ... (words times); a short loop unrolled whole."""
+    s = loop(ctx, "d", words, step, step=lanes)
+    return replace(s, kind=ForKind.UNROLLED) if isinstance(s, For) and words <= UNROLL_WORDS else s
+
+
+def _tail(terms, accs, x_at: Callable[[int, int], Expr], w_at: Callable[[int, int], Expr]
+          ) -> list[Stmt]:
+    """accs[i][k] += x_at(i, d) * w_at(k, d) for the depth's last 1-3 terms d."""
+    return [Assign(acc, Bin("+", acc, Bin("*", _i32(x_at(i, d)), _i32(w_at(k, d)))))
+            for d in terms for i, row in enumerate(accs) for k, acc in enumerate(row)]
+
+
+def tiled(ctx: LowerCtx, name: str, count: int, step: int,
+           body: Callable[[Expr, int], Stmt]) -> Stmt:
+    """body(first, width) over [0, count): full tiles of `step`, then singles."""
+    full = count // step
+    parts = [loop(ctx, name, full, lambda i: body(i, step), step=step)] if full else []
+    if count % step:
+        parts.append(loop(ctx, name, count % step, lambda i: body(add(i, Const(full * step)), 1)))
+    return seq(*parts)
+
+
+def _at(c0: Expr, width: int, k: int, d: int | Expr, depth: int, word: int = 4) -> Expr:
+    """Where weight (c0 + k, d) lies in interleave's layout, c0 the first
+    channel of a tile of `width`; d a multiple of `word`, or any constant."""
+    if not isinstance(d, int):
+        return add(add(mul(c0, Const(depth)), mul(d, Const(width))), Const(word * k))
+    whole = depth - depth % word
+    if d >= whole:
+        return add(mul(c0, Const(depth)), Const(whole * width + k * (depth - whole) + d - whole))
+    return add(mul(c0, Const(depth)), Const((d - d % word) * width + word * k + d % word))
+
+
+def pointwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
+              finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None,
+              tile: tuple[int, int] = CONV_TILE, gather: bool = False) -> Stmt:
+    """A 1x1 convolution (fits_pointwise) as the product of its pixel rows;
+    finish((n, oy, ox, oc), acc) as conv_nest's (gather: as matmul's)."""
+    w = weights.reshape(g.cout, g.depth)
+    pixels = (g.n, g.oh, g.ow)
+    return matmul(ctx, x.buffer, g.n * g.oh * g.ow, w, folded_bias(bias, zp, w),
+                  lambda r, c, acc: finish(unravel(r, pixels) + (c,), acc), tile, words,
+                  gather)
+
+
+def fully_connected(ctx: LowerCtx, x: TensorRef, w: np.ndarray, bias: np.ndarray,
+                    out_shape: tuple, finish: Callable[[tuple, Expr, Var], Stmt]) -> Stmt:
+    """tfl.fully_connected (fits_fc) with the zero point already folded into
+    `bias`: finish(out_lead, unit, acc) per output; x read as rows of the
+    weights' depth, as TFLite flattens it."""
+    from aot.lower.kernels.cortex_m import (mve as int8_mve)     # (Helium's vectors where the depth has them)
+    words, tile = ((int8_mve.VECTORS, int8_mve.TILE) if int8_mve.fits_fc(ctx, x, w)
+                   else (PAIRS, FC_TILE))
+    lead = tuple(out_shape[:-1])
+    rows = int(np.prod(lead, dtype=np.int64))
+    return matmul(ctx, x.buffer, rows, w, bias,
+                  lambda r, c, acc: finish(unravel(r, lead), c, acc), tile, words)
+
+
+def fits_dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
+    """A convolution of one group over a multiple of 4 input channels (so no
+    word spans two taps), the input in memory, int8 weights."""
+    return (dsp_target(ctx) and in_memory(x) and g.groups == 1 and g.depth % 4 == 0
+            and fits_int8(weights))
+
+
+def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
+          finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None,
+          tile: tuple[int, int] = CONV_TILE, gather: bool = False) -> Stmt:
+    """A convolution (fits_dense; the depth a multiple of the words' lanes)
+    without an im2col buffer: 2 neighbouring output pixels of a row x
+    tile[1] output channels per tile, over the taps and each tap's words of
+    input channels, read where they lie. weights [C_out, KH, KW, D]; finish
+    as conv_nest's (gather: a tile's 4 channels as one int32 x 4, as matmul's)."""
+    words = words or PAIRS
+    lanes = words.lanes
+    w = weights.reshape(g.cout, -1)         # (ky, kx, c) per channel
+    terms = w.shape[1]
+    nk = tile[1]
+    wbuf = ctx.param("weights", interleave(w, nk, lanes).astype(np.int8))
+    start = table(ctx, "bias", folded_bias(bias, zp, w))
+
+    def tile(n, oy, oxs: list, tests, c0: Expr, width: int) -> Stmt:
+        cs = [add(c0, Const(k)) for k in range(width)]
+        accs = [[ctx.fresh("acc") for _ in cs] for _ in oxs]
+        parts: list[Stmt] = [Decl(a, start(c)) for row in accs for a, c in zip(row, cs)]
+
+        def tap(ky, kx) -> Stmt:
+            iy = window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
+            ixs = [window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1]) for ox in oxs]
+            conds = [both(in_range(iy, g.h, *tests[0]), in_range(ix, g.w, *tests[1]))
+                     for ix in ixs]
+
+            def word(c) -> Stmt:
+                body: list[Stmt] = []
+                xs = [words.read(ctx, body, "x", Load(x.buffer, flat_index((n, iy, ix, c),
+                                                                          x.shape), lanes),
+                                 cond, zp) for ix, cond in zip(ixs, conds)]
+                d = add(mul(add(mul(ky, Const(g.kw)), kx), Const(g.depth)), c)
+                ws = [words.read(ctx, body, "w", Load(wbuf, _at(c0, width, k, d, terms, lanes),
+                                                      lanes)) for k in range(width)]
+                words.dot(body, xs, ws, accs)
+                return seq(*body)
+            return loop(ctx, "c", g.depth // lanes, word, step=lanes)
+        parts.append(loop(ctx, "ky", g.kh, lambda ky: loop(ctx, "kx", g.kw,
+                                                            lambda kx: tap(ky, kx))))
+        if gather:
+            parts += [s for ox, row in zip(oxs, accs)
+                      for s in _gathered(finish, (n, oy, ox), cs, row)]
+        else:
+            parts += [finish((n, oy, ox, c), acc) for ox, row in zip(oxs, accs)
+                      for c, acc in zip(cs, row)]
+        return seq(*parts)
+
+    def pixels(n, oy, oxs, region) -> Stmt:
+        tests = tuple(r.tests for r in region)
+        return tiled(ctx, "oc", g.cout, nk, lambda c0, wd: tile(n, oy, oxs, tests, c0, wd))
+
+    return plane_walk(ctx, g, pixels, pairs=True)
+
+
+def fits_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
+    """A convolution of one group whose window rows (kernel width x input
+    channels, contiguous when the width is not dilated) hold a word or more."""
+    return (dsp_target(ctx) and in_memory(x) and g.groups == 1 and g.dilations[1] == 1
+            and g.kw * g.depth >= 4 and fits_int8(weights))
+
+
+def mostly_inside(g) -> bool:
+    """Whether 3/4 of the outputs or more have their windows in the image."""
+    (y0, y1), (x0, x1) = _interior(g, 0), _interior(g, 1)
+    return 4 * max(0, y1 - y0) * max(0, x1 - x0) >= 3 * g.oh * g.ow
+
+
+def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
+                finish: Callable[[tuple, Expr], Stmt]) -> Stmt:
+    """A convolution (fits_rows) over few input channels (a network's first
+    layer): each window row is kw * D contiguous bytes of input against as
+    many of weights, a dot product in words. Pixels whose windows lie in
+    the image go 2 neighbours x 2 output channels at a time. When 3/4 of
+    the pixels or more do, the border pixels follow, one nest for all of
+    them, term by term with a zero point for each term outside the image;
+    otherwise (kws's first layer: 41% inside) each image is first copied
+    into a scratch buffer padded with zero points, inside which every
+    window lies (the arena plans it: 754 bytes on kws)."""
+    span = g.kw * g.depth                    # a window row's terms
+    w = weights.reshape(g.cout, g.kh, span)
+    nk = CONV_TILE[1]
+    wbuf = ctx.param("weights", np.concatenate([interleave(w[:, ky], nk)
+                                                for ky in range(g.kh)]).astype(np.int8))
+    start = table(ctx, "bias", folded_bias(bias, zp, weights.reshape(g.cout, -1)))
+    whole = span - span % 4
+
+    def w_at(ky: Expr, c0: Expr, width: int, k: int, d) -> Expr:
+        return add(mul(ky, Const(g.cout * span)), _at(c0, width, k, d, span))
+
+    def image(src: Buffer, shape: tuple, padded: bool, gi, prologue=None) -> Stmt:
+        """The output, each image n from src (shape): image n, or with
+        `padded` its one copy there (geometry gi)."""
+        def tile(n, oy, oxs: list, c0: Expr, width: int) -> Stmt:
+            n_src = Const(0) if padded else n
+            cs = [add(c0, Const(k)) for k in range(width)]
+            accs = [[ctx.fresh("acc") for _ in cs] for _ in oxs]
+            parts: list[Stmt] = [Decl(a, start(c)) for row in accs for a, c in zip(row, cs)]
+
+            def row(ky) -> Stmt:
+                iy = window_pos(oy, ky, gi.strides[0], gi.pad_top, gi.dilations[0])
+                firsts = [flat_index((n_src, iy, window_pos(ox, Const(0), gi.strides[1],
+                                                             gi.pad_left, 1), Const(0)), shape)
+                          for ox in oxs]
+
+                def word(d) -> Stmt:
+                    body: list[Stmt] = []
+                    xs = [_halves(ctx, body, "x", Load(src, add(f, d), 4)) for f in firsts]
+                    ws = [_halves(ctx, body, "w", Load(wbuf, w_at(ky, c0, width, k, d), 4))
+                          for k in range(width)]
+                    _dot_words(body, xs, ws, accs)
+                    return seq(*body)
+                return seq(loop(ctx, "d", whole // 4, word, step=4),
+                           *_tail(range(whole, span), accs,
+                                  lambda i, d: Load(src, add(firsts[i], Const(d))),
+                                  lambda k, d: Load(wbuf, w_at(ky, c0, width, k, d))))
+            parts.append(loop(ctx, "ky", gi.kh, row))
+            parts += [finish((n, oy, ox, c), acc) for ox, row_ in zip(oxs, accs)
+                      for c, acc in zip(cs, row_)]
+            return seq(*parts)
+
+        def pixels(n, oy, oxs, region):
+            return tiled(ctx, "oc", gi.cout, nk, lambda c0, wd: tile(n, oy, oxs, c0, wd))
+
+        (y0, y1), (x0, x1) = _interior(gi, 0), _interior(gi, 1)
+        # the interior in pairs of pixels, untested
+        inner = [(Run(y0, y1 - y0, 0, gi.kh), Run(x0, x1 - x0, 0, gi.kw))] \
+            if y1 > y0 and x1 > x0 else []
+        if (y0, y1, x0, x1) == (0, gi.oh, 0, gi.ow):
+            return plane_walk(ctx, gi, pixels, pairs=True, prologue=prologue, only=inner)
+
+        def border_pixel(n, oy, ox, plain: Buffer) -> Stmt:
+            n_src = Const(0) if padded else n
+
+            def channel(c) -> Stmt:
+                acc = ctx.fresh("acc")
+
+                def term(ky, kx, ci) -> Stmt:
+                    iy = window_pos(oy, ky, gi.strides[0], gi.pad_top, gi.dilations[0])
+                    ix = window_pos(ox, kx, gi.strides[1], gi.pad_left, 1)
+                    v = ctx.fresh("xv")
+                    inside = both(in_range(iy, gi.h, True, True), in_range(ix, gi.w, True, True))
+                    value = _i32(Load(src, flat_index((n_src, iy, ix, ci), shape)))
+                    wv = _i32(Load(plain, flat_index((c, ky, kx, ci), plain.shape)))
+                    return seq(Decl(v, Const(zp)), If(inside, Assign(v, value)),
+                               Assign(acc, Bin("+", acc, Bin("*", v, wv))))
+                taps = loop(ctx, "ky", gi.kh, lambda ky: loop(ctx, "kx", gi.kw, lambda kx: loop(
+                    ctx, "ci", gi.depth, lambda ci: term(ky, kx, ci))))
+                return seq(Decl(acc, start(c)), taps, finish((n, oy, ox, c), acc))
+            return loop(ctx, "oc", gi.cout, channel)
+
+        def border(n) -> Stmt:
+            """Every pixel outside the interior, each term tested: one nest
+            over the whole plane, a test per pixel."""
+            plain = ctx.param("filter", weights.astype(np.int8))     # [C, KH, KW, D]
+            plane = (Run(0, gi.oh, 0, gi.kh, tests=(True, True)),
+                     Run(0, gi.ow, 0, gi.kw, tests=(True, True)))
+            return region_loops(ctx, PLANE, plane, Tile(1, 1), lambda pixels: If(
+                _outside(*pixels[0], (y0, y1), (x0, x1)), border_pixel(n, *pixels[0], plain)))
+        return plane_walk(ctx, gi, pixels, pairs=True, prologue=prologue, only=inner,
+                          epilogue=border)
+
+    if mostly_inside(g):
+        return image(x.buffer, tuple(x.shape), False, g)
+    pad, gp = padded_geometry(ctx, g)
+    # every image copied in turn into the one padded scratch image
+    return image(pad, (1, *pad.shape), True, replace(gp, n=g.n),
+                 lambda n: pad_copy(ctx, x, g, n, pad, zp))
+
+
+def padded_geometry(ctx: LowerCtx, g):
+    """A scratch image holding every window of g, and g's geometry on it
+    (one image, no padding)."""
+    hp = (g.oh - 1) * g.strides[0] + (g.kh - 1) * g.dilations[0] + 1
+    wp = (g.ow - 1) * g.strides[1] + (g.kw - 1) * g.dilations[1] + 1
+    buf = ctx.scratch_buffer("padded", "int8", (hp, wp, g.depth))
+    return buf, replace(g, n=1, h=hp, w=wp, pad_top=0, pad_left=0)
+
+
+def pad_copy(ctx: LowerCtx, x: TensorRef, g, n: Expr, pad: Buffer, zp: int) -> Stmt:
+    """pad = image n of x where it lies, the zero point around it."""
+
+    def one(py, px, c) -> Stmt:
+        iy, ix = add(py, Const(-g.pad_top)), add(px, Const(-g.pad_left))
+        at = flat_index((py, px, c), pad.shape)
+        return seq(Store(pad, at, Const(zp, DType("int8"))),
+                   If(both(in_range(iy, g.h, True, True), in_range(ix, g.w, True, True)),
+                      Store(pad, at, Load(x.buffer, flat_index((n, iy, ix, c), x.shape)))))
+    return loop(ctx, "py", pad.shape[0], lambda py: loop(ctx, "px", pad.shape[1], lambda px: loop(
+        ctx, "c", g.depth, lambda c: one(py, px, c))))
+
+
+def _interior(g, axis: int) -> tuple[int, int]:
+    """The outputs along an axis whose windows lie in the image: [first, end)."""
+    spans = [(r.start, r.end) for r in g.spans(axis) if not r.guarded]
+    return spans[0] if spans else (0, 0)
+
+
+def _outside(oy: Expr, ox: Expr, ys: tuple[int, int], xs: tuple[int, int]) -> Expr:
+    """Whether pixel (oy, ox) lies outside the interior rectangle."""
+    tests = [Bin("<", oy, Const(ys[0])), Bin(">=", oy, Const(ys[1])),
+             Bin("<", ox, Const(xs[0])), Bin(">=", ox, Const(xs[1]))]
+    out = tests[0]
+    for t in tests[1:]:
+        out = Bin("or", out, t)
+    return out
+
+
+def both(a: Expr | None, b: Expr | None) -> Expr | None:
+    return a if b is None else b if a is None else Bin("and", a, b)
+
+
+def fits_depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
+    """A depthwise convolution with multiplier 1 over at least a word of
+    channels, the input in memory, int8 weights."""
+    return (dsp_target(ctx) and in_memory(x) and g.depth == 1 and g.per_group == 1
+            and g.groups >= 4 and fits_int8(weights))
+
+
+def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
+              finish: Callable[[tuple, Expr], Stmt]) -> Stmt:
+    """A depthwise convolution (fits_depthwise): per output pixel, 4
+    channels at a time in registers over the taps (with Helium first 16 at
+    a time: int8_mve.depthwise_group); the channels past the last word one
+    at a time. weights [C, KH, KW, 1]; finish as conv_nest's."""
+    from aot.lower.kernels.cortex_m import mve as int8_mve
+    channels = g.groups
+    wbuf = ctx.param("filter", np.transpose(weights[..., 0], (1, 2, 0)).astype(np.int8))
+    folded = folded_bias(bias, zp, weights.reshape(channels, -1))
+    # made only if a remainder reads it
+    start = lazy_table(ctx, "bias", folded)
+    lanes = int8_mve.LANES if int8_mve.mve_target(ctx) and channels >= int8_mve.LANES else 0
+    group = int8_mve.depthwise_group(ctx, x, wbuf, folded, zp, g.kw, finish) if lanes else None
+
+    # In the interior a small window's taps are unrolled (immediate load
+    # offsets, no loop counters: a kws 3x3 depthwise layer 511 k -> 484 k
+    # instructions); the border's copies keep their loops, for code size.
+    unroll = g.kh * g.kw <= UNROLL_TAPS
+
+    def taps(n, oy, ox, tests, tap: Callable[[Expr, Expr, Expr, Expr | None], Stmt]) -> Stmt:
+        """tap(ky, kx, input offset, in-image test or None) over the window."""
+        inside = not any(tests[0]) and not any(tests[1])
+        each = unrolled_loop(ctx) if unroll and inside else loop
+
+        def row(ky):
+            iy = window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
+            return each(ctx, "kx", g.kw, lambda kx: col(ky, kx, iy))
+
+        def col(ky, kx, iy):
+            ix = window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1])
+            cond = both(in_range(iy, g.h, *tests[0]), in_range(ix, g.w, *tests[1]))
+            return tap(ky, kx, flat_index((n, iy, ix, Const(0)), x.shape), cond)
+        return each(ctx, "ky", g.kh, row)
+
+    def quad(n, oy, ox, tests, c: Expr) -> Stmt:
+        accs = [ctx.fresh("acc") for _ in range(4)]
+        parts: list[Stmt] = [Decl(a, start(add(c, Const(k)))) for k, a in enumerate(accs)]
+
+        def tap(ky, kx, at, cond) -> Stmt:
+            body: list[Stmt] = []
+            xe, xo = _halves(ctx, body, "x", Load(x.buffer, add(at, c), 4), cond, zp)
+            we, wo = _halves(ctx, body, "w", Load(wbuf, add(mul(add(mul(ky, Const(g.kw)), kx),
+                                                                Const(channels)), c), 4))
+            # channels c, c+2 from the even bytes, c+1, c+3 from the odd
+            for acc, (xh, wh, high) in zip(accs, ((xe, we, False), (xo, wo, False),
+                                                  (xe, we, True), (xo, wo, True))):
+                body.append(Assign(acc, smla_half(xh, wh, acc, high)))
+            return seq(*body)
+        parts.append(taps(n, oy, ox, tests, tap))
+        parts += [finish((n, oy, ox, add(c, Const(k))), a) for k, a in enumerate(accs)]
+        return seq(*parts)
+
+    def single(n, oy, ox, tests, c: Expr) -> Stmt:
+        acc = ctx.fresh("acc")
+
+        def tap(ky, kx, at, cond) -> Stmt:
+            v = ctx.fresh("xv")
+            value = _i32(Load(x.buffer, add(at, c)))
+            read = ([Decl(v, value)] if cond is None else
+                    [Decl(v, Const(zp)), If(cond, Assign(v, value))])
+            w = _i32(Load(wbuf, add(mul(add(mul(ky, Const(g.kw)), kx), Const(channels)), c)))
+            return seq(*read, Assign(acc, Bin("+", acc, Bin("*", v, w))))
+        return seq(Decl(acc, start(c)), taps(n, oy, ox, tests, tap),
+                   finish((n, oy, ox, c), acc))
+
+    def pixel(n, oy, ox, tests) -> Stmt:
+        wide = channels - channels % lanes if lanes else 0
+        whole = channels - channels % 4
+        parts = [loop(ctx, "c", wide // lanes, lambda c: group(n, oy, ox, tests, c, taps),
+                      step=lanes)] if wide else []
+        if whole > wide:
+            parts.append(loop(ctx, "c", (whole - wide) // 4, lambda c: quad(n, oy, ox, tests, c),
+                              start=wide, step=4))
+        if channels % 4:
+            parts.append(loop(ctx, "c", channels % 4,
+                              lambda c: single(n, oy, ox, tests, add(c, Const(whole)))))
+        return seq(*parts)
+
+    return plane_walk(ctx, g, lambda n, oy, oxs, region: pixel(
+        n, oy, oxs[0], tuple(r.tests for r in region)))
+
+
+@dataclass(frozen=True)
+class Requant32:
+    """TFLite's MultiplyByQuantizedMultiplier, RDBPOT(SRDHM(x * 2^l, M), e),
+    in 32-bit arithmetic, for accumulators |x| <= B:
+
+        SRDHM(x * 2^l, M) = SMMULR(x * 2^(l+1), M)   if B * 2^(l+1) < 2^31
+        RDBPOT(h, e) = (h + 2^(e-1) - [h < 0]) >> e   if e >= 1 and
+                                                         B * 2^l + 2^(e-1) < 2^31
+
+    SMMULR is floor((a M + 2^31) / 2^32); with a = 2 x 2^l that is
+    floor((x 2^l M + 2^30) / 2^31), SRDHM's value (M is never INT32_MIN, so
+    SRDHM never saturates). RDBPOT rounds half away from zero; adding 2^(e-1)
+    and, for negative h, 2^(e-1) - 1 before the arithmetic shift does the
+    same. |h| <= B 2^l (M < 2^31), so neither sum overflows. Tables per
+    channel: 2^(l+1), M, 2^(e-1), e."""
+    scale: Callable[[Expr], Expr]
+    mult: Callable[[Expr], Expr]
+    half: Callable[[Expr], Expr]
+    right: Callable[[Expr], Expr]
+
+    @staticmethod
+    def make(ctx: LowerCtx, mults, shifts, bound: np.ndarray) -> "Requant32 | None":
+        """The 32-bit form for accumulators within `bound` (per channel), or
+        None when the bounds do not prove it exact for every channel."""
+        if not proven(mults, shifts, bound):
+            return None
+        n = len(bound)
+        shifts = np.broadcast_to(np.asarray(shifts, np.int64).reshape(-1), (n,))
+        left, right = np.maximum(shifts, 0), np.maximum(-shifts, 0)
+        mults = np.broadcast_to(np.asarray(mults, np.int64).reshape(-1), (n,))
+        return Requant32(table(ctx, "left_scale", (1 << (left + 1)).astype(np.int32)),
+                         table(ctx, "multiplier", mults.astype(np.int32)),
+                         table(ctx, "round_half", (1 << (right - 1)).astype(np.int32)),
+                         table(ctx, "right_shift", right.astype(np.int32)))
+
+    def apply(self, b, acc: Expr, channel: Expr) -> Expr:
+        h = b.let("high", smmulr(Bin("*", acc, self.scale(channel)), self.mult(channel)))
+        return Bin(">>", Bin("+", Bin("+", h, self.half(channel)), Bin(">>", h, Const(31))),
+                   self.right(channel))
+
+
+def proven(mults, shifts, bound: np.ndarray) -> bool:
+    """Whether Requant32 equals MultiplyByQuantizedMultiplier on every
+    accumulator within `bound` (per channel; see Requant32)."""
+    n = len(bound)
+    shifts = np.broadcast_to(np.asarray(shifts, np.int64).reshape(-1), (n,))
+    mults = np.broadcast_to(np.asarray(mults, np.int64).reshape(-1), (n,))
+    left, right = np.maximum(shifts, 0), np.maximum(-shifts, 0)
+    bound = np.asarray(bound, object)        # Python integers: no overflow in the proof
+    limit = 2**31 - 1
+    return bool(np.all(mults > 0) and np.all(mults < 2**31) and np.all(right >= 1)
+                and np.all(right <= 31)
+                and all(int(B) << (int(lft) + 1) <= limit and
+                        (int(B) << int(lft)) + (1 << (int(r) - 1)) <= limit
+                        for B, lft, r in zip(bound, left, right)))
+
+
+def acc_bound(w: np.ndarray, bias: np.ndarray, zp: int) -> np.ndarray:
+    """max |accumulator| per channel of a kernel reading raw int8 inputs
+    against weights w [channels, terms] from the folded bias (bias - zp sum w)."""
+    w = np.asarray(w, np.int64)
+    return np.abs(np.asarray(bias, np.int64) - zp * w.sum(axis=1)) + 128 * np.abs(w).sum(axis=1)
+
+
+def unrolled_loop(ctx: LowerCtx):
+    """loop(), its For marked to be unrolled."""
+
+    def each(ctx_: LowerCtx, name: str, extent: int, body: Callable[[Expr], Stmt]) -> Stmt:
+        s = loop(ctx_, name, extent, body)
+        return replace(s, kind=ForKind.UNROLLED) if isinstance(s, For) else s
+    return each
+
+
+def _halves(ctx: LowerCtx, body: list, name: str, word: Expr, cond: Expr | None = None,
+            fill: int = 0) -> tuple[Var, Var]:
+    """Append to body the word (`fill` in all four bytes where cond is
+    false: a tap outside the image) and its even and odd halves."""
+    v = ctx.fresh(name, INT8X4)
+    if cond is None:
+        body.append(Decl(v, word))
+    else:
+        body += [Decl(v, Broadcast(Const(fill, DType("int8")), 4)), If(cond, Assign(v, word))]
+    even, odd = ctx.fresh(name + "_even"), ctx.fresh(name + "_odd")
+    body += [Decl(even, sxtb16(v)), Decl(odd, sxtb16(v, odd=True))]
+    return even, odd
+
+
+def _dot_words(body: list, xs, ws, accs) -> None:
+    """accs[i][k] += the four products of input word i and weight word k."""
+    for xh, row in zip(xs, accs):
+        for wh, acc in zip(ws, row):
+            body += [Assign(acc, smlad(xh[0], wh[0], acc)), Assign(acc, smlad(xh[1], wh[1], acc))]
+
+
+@dataclass(frozen=True)
+class Words:
+    """How a kernel reads its depth and multiplies it: `lanes` int8 at a
+    time, read(ctx, body, name, load, cond=None, fill=0) appends the
+    reading of `load` (`fill` in every lane where cond is false) to body and
+    gives the operand; dot(body, xs, ws, accs) adds to accs[i][k] the
+    products of input operand i and weight operand k."""
+    lanes: int
+    read: Callable
+    dot: Callable
+
+
+# SMLAD's: a word of 4 split into its even and odd int16 pairs
+PAIRS = Words(4, _halves, _dot_words)
+
+
+def folded_bias(bias: np.ndarray, zp: int, w: np.ndarray) -> np.ndarray:
+    from aot.ops.quant.qmath import wrap_int32
+    return wrap_int32(bias - zp * w.sum(axis=1)).astype(np.int32)
+
+
+def interleave(w: np.ndarray, k: int, word: int = 4) -> np.ndarray:
+    """The weights [channels, depth] as the tiles read them: per tile of k
+    channels, its words (`word` depths) channel after channel for each word
+    position, then the depth's last depth % word values channel by channel;
+    the channels past the last whole tile as they are (tiles of one)."""
+    channels, depth = w.shape
+    whole = depth - depth % word
+    full = channels - channels % k
+    if full == 0:
+        return w.reshape(-1)
+    tiles = w[:full].reshape(full // k, k, depth)
+    words = tiles[:, :, :whole].reshape(full // k, k, whole // word, word).transpose(0, 2, 1, 3)
+    body = np.concatenate([words.reshape(full // k, -1),
+                           tiles[:, :, whole:].reshape(full // k, -1)], axis=1)
+    return np.concatenate([body.reshape(-1), w[full:].reshape(-1)])
+
+
+def _i32(e: Expr) -> Expr:
+    return to_i32(e)

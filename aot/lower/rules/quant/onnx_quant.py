@@ -1,0 +1,529 @@
+"""Compute rules for ONNX's quantized ops (semantics: aot/ops/quant/onnx_quant.py).
+
+ONNX rounds half to even (rint) where TFLite rounds half away from zero,
+and QLinear* requantize in floating point as ONNX Runtime does:
+float32(acc) * float32(x_s * w_s / y_s) in float32, rounded, plus the zero
+point, saturated. Scales and zero
+points are inputs in ONNX; the code generator needs them as constants.
+
+QLinearConv reuses the integer convolution loop nest of the tfl.* rules
+(aot/lower/tflite_int8.conv_nest), in either layout; only 2-D is supported.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from aot.ir.graph import TensorType
+from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Expr, If, Load, Select, Stmt,
+                        add, dt, dtype_of, mul, seq, sub)
+from aot.lower.arith import qmath as q
+from aot.lower.arith.loops import loop, nest
+from aot.lower.rules.elementwise import broadcast_index, broadcast_load, const_like
+from aot.lower.arith.quant import CallView, table, to_i32
+from aot.lower.rules import VALUE_RULES, LowerCtx, TensorRef, kernel_rule, value_rule
+from aot.lower.arith.quant import vector_lanes
+from aot.lower.rules.quant.tflite_int8 import conv_nest, vector_conv_nest
+from aot.lower.kernels.windows import ConvGeom
+from aot.ops.quant import onnx_quant as ref
+from aot.ops.nn import Window, window_counts, resolve_window
+
+
+def _value(ctx: LowerCtx, ins, i: int, what: str) -> np.ndarray | None:
+    r = ins[i] if i < len(ins) else None
+    if r is None:
+        return None
+    if r.value is None:
+        raise ctx.unsupported(f"a non-constant {what}")
+    return np.asarray(r.value)
+
+
+def _qparam(ctx: LowerCtx, name: str, values: np.ndarray, shape, idx, lanes: int) -> Expr:
+    """A scale or zero point at output index idx: per tensor, or per axis."""
+    values = np.asarray(values)
+    scalar = dt(values.dtype.name, lanes)
+    if values.size == 1 and values.ndim <= 1:
+        return const_like(values.reshape(()).item(), scalar)
+    if int(ctx.attrs.get("block_size", 0)):
+        raise ctx.unsupported("blocked quantization (block_size)")
+    axis = int(ctx.attrs.get("axis", 1)) % len(shape)
+    if np.all(values == values.reshape(-1)[0]):
+        return const_like(values.reshape(-1)[0].item(), scalar)
+    table = ctx.param(name, values.reshape(-1))
+    if axis == len(shape) - 1:
+        return Load(table, idx[-1], lanes)
+    v = Load(table, idx[axis])
+    return v if lanes == 1 else Broadcast(v, lanes)
+
+
+def _rint(v: Expr) -> Expr:
+    """Round half to even, in v's float type."""
+    d = dtype_of(v)
+    return Call("rintf" if d.scalar == "float32" else "rint", (v,), d)
+
+
+def _saturate(v: Expr, dtype: str) -> Expr:
+    """rint then clamp to dtype, from a float (clamped first: the bounds are
+    integers, so clamp and rint commute, and the conversion stays in range)."""
+    info = np.iinfo(dtype)
+    clamped = Bin("min", Bin("max", v, const_like(float(info.min), v)),
+                  const_like(float(info.max), v))
+    return Cast(dt(dtype, dtype_of(v).lanes), _rint(clamped))
+
+
+@value_rule("QuantizeLinear")
+def quantize_linear(ctx: LowerCtx, ins, idx, lanes):
+    x = broadcast_load(ins[0], idx, lanes)
+    if dtype_of(x).scalar != "float32":
+        raise ctx.unsupported(f"QuantizeLinear of {dtype_of(x).scalar}")
+    shape = ins[0].shape
+    scale = _qparam(ctx, "scale", _value(ctx, ins, 1, "y_scale").astype(np.float32), shape,
+                    idx, lanes)
+    v = Bin("/", x, scale)                                  # float32, as the reference
+    zp = _value(ctx, ins, 2, "y_zero_point")
+    out = ctx.out_types[0].dtype
+    info = np.iinfo(out)
+    # rint in float32, then integers: clamp to int32's range before converting
+    r = _rint(Bin("min", Bin("max", v, const_like(-2.0 ** 30, v)), const_like(2.0 ** 30, v)))
+    y = Cast(dt("int32", lanes), r)
+    if zp is not None:
+        y = Bin("+", y, _qparam(ctx, "zero_point", zp.astype(np.int32), shape, idx, lanes))
+    return Cast(dt(out, lanes), q.clamp(y, int(info.min), int(info.max)))
+
+
+@value_rule("DequantizeLinear")
+def dequantize_linear(ctx: LowerCtx, ins, idx, lanes):
+    x = broadcast_load(ins[0], idx, lanes)
+    out = ctx.out_types[0].dtype
+    if out != "float32":
+        raise ctx.unsupported(f"DequantizeLinear to {out}")
+    shape = ins[0].shape
+    f32 = dt("float32", lanes)
+    d = Cast(f32, x)
+    zp = _value(ctx, ins, 2, "x_zero_point")
+    if zp is not None:
+        d = Bin("-", d, _qparam(ctx, "zero_point", zp.astype(np.float32), shape, idx, lanes))
+    scale = _value(ctx, ins, 1, "x_scale").astype(np.float32)
+    return Bin("*", d, _qparam(ctx, "scale", scale, shape, idx, lanes))
+
+
+# ----------------------------------------------------------- requantization
+
+def _float_multipliers(x_s, w_s, y_s) -> np.ndarray:
+    """float32(x_s * w_s / y_s), per channel, computed as the reference does."""
+    return np.atleast_1d((np.asarray(x_s) * np.asarray(w_s) / np.asarray(y_s))
+                         .astype(np.float32)).reshape(-1)
+
+
+def _requantizer(ctx: LowerCtx, ins, scales: tuple[int, int, int], zp_at: int,
+                 mult: np.ndarray | None = None):
+    """(acc, channel, lanes=1) -> saturate(rint(float(acc) * M[c]) + zp) with
+    M = float32(s_in * s_w / s_out) from the scale inputs (or `mult`), the
+    output zero point from input zp_at, the output's dtype; with lanes > 1,
+    acc holds the channels from `channel` on."""
+    names = ("input scale", "weight scale", "output scale")
+    if mult is None:
+        mult = _float_multipliers(*(_value(ctx, ins, i, what).astype(np.float32)
+                                    for i, what in zip(scales, names)))
+    mult = np.asarray(mult, np.float32).reshape(-1)
+    m_buf = None if np.all(mult == mult[0]) else ctx.param("multiplier", mult)
+    zp = _value(ctx, ins, zp_at, "output zero point")
+    zp = 0 if zp is None else int(np.asarray(zp).reshape(-1)[0])
+    dtype = ctx.out_types[0].dtype
+    info = np.iinfo(dtype)
+
+    def requantize(acc: Expr, channel: Expr, lanes: int = 1) -> Expr:
+        f32 = dt("float32", lanes)
+        m = const_like(float(mult[0]), f32) if m_buf is None else Load(m_buf, channel, lanes)
+        scaled = _rint(Bin("*", Cast(f32, acc), m))
+        # clamped in float first: a huge product stays in int32's range
+        scaled = Bin("min", Bin("max", scaled, const_like(-2.0 ** 30, f32)),
+                     const_like(2.0 ** 30, f32))
+        y = q.offset(Cast(dt("int32", lanes), scaled), zp)
+        return Cast(dt(dtype, lanes), q.clamp(y, int(info.min), int(info.max)))
+    return requantize
+
+
+def _zero_point(v: np.ndarray | None) -> int:
+    if v is None:
+        return 0
+    v = np.asarray(v).reshape(-1)
+    if v.size != 1:
+        raise ValueError("per-channel zero point")
+    return int(v[0])
+
+
+# --------------------------------------------------------- integer convolution
+
+def _int_conv(ctx: LowerCtx, x, w: np.ndarray, x_zp, w_zp, bias, emit, value) -> Stmt:
+    """The exact integer convolution of zero-point-centred operands (2-D, either
+    layout), through the shared int8 window nests (in vector tiles when
+    channels-last); value(acc, channel, lanes) is what is stored for each
+    accumulator of `lanes` channels."""
+    if len(x.shape) != 4:
+        raise ctx.unsupported(f"{ctx.node.op} on a {len(x.shape) - 2}-D input")
+    nhwc = ctx.attrs.get("layout", "NCHW") == "NHWC"
+    w = w.astype(np.int64)
+    if not nhwc:
+        w = np.transpose(w, (0, 2, 3, 1))               # OIHW -> OHWI
+    if x_zp is not None and x_zp.size != 1:
+        raise ctx.unsupported("a per-channel input zero point")
+    if w_zp is not None:
+        w = w - np.asarray(w_zp, np.int64).reshape(-1, 1, 1, 1)
+    cout, kh, kw, depth = w.shape
+    xs = x.shape if nhwc else (x.shape[0], x.shape[2], x.shape[3], x.shape[1])
+    win = resolve_window(CallView(ctx), xs[1:3], (kh, kw))
+    groups = xs[3] // depth
+    g = ConvGeom(n=xs[0], h=xs[1], w=xs[2], oh=win.out[0], ow=win.out[1], kh=kh, kw=kw,
+                 groups=groups, depth=depth, per_group=cout // groups,
+                 strides=tuple(win.strides), dilations=tuple(win.dilations),
+                 pad_top=win.pad_begin[0], pad_left=win.pad_begin[1])
+    init = np.zeros(cout, np.int64) if bias is None else bias.astype(np.int64).reshape(-1)
+
+    def nchw(i):
+        return i if nhwc else (i[0], i[3], i[1], i[2])
+
+    vector = vector_lanes(ctx) > 1 and ((depth == 1 and g.per_group == 1) or g.per_group >= 4)
+    if nhwc and vector and x.type.dtype == "int8":
+        # channels innermost: the int8 kernels' vector tiles (tfl.conv2d's);
+        # uint8 activations keep the scalar nest
+        def epilogue(b, idx, acc, lanes):
+            return emit(0, idx, value(acc, idx[3], lanes))
+        return vector_conv_nest(ctx, g, x.load, _zero_point(x_zp), w, init, epilogue)
+    return conv_nest(ctx, g, lambda i: x.load(nchw(i)), _zero_point(x_zp), w, init,
+                     lambda idx, acc: emit(0, nchw(idx), value(acc, idx[3])))
+
+
+@kernel_rule("QLinearConv")
+def qlinear_conv(ctx: LowerCtx, ins, emit):
+    return _int_conv(ctx, ins[0], _value(ctx, ins, 3, "weight"),
+                     _value(ctx, ins, 2, "x_zero_point"), _value(ctx, ins, 5, "w_zero_point"),
+                     _value(ctx, ins, 8, "bias"), emit, _requantizer(ctx, ins, (1, 4, 6), 7))
+
+
+@kernel_rule("ConvInteger")
+def conv_integer(ctx: LowerCtx, ins, emit):
+    return _int_conv(ctx, ins[0], _value(ctx, ins, 1, "weight"),
+                     _value(ctx, ins, 2, "x_zero_point"), _value(ctx, ins, 3, "w_zero_point"),
+                     None, emit, lambda acc, c, lanes=1: acc)
+
+
+# ------------------------------------------------------------ integer matmul
+
+def _int_matmul(ctx: LowerCtx, a, b, a_zp, b_zp, emit, value) -> Stmt:
+    """Σ_k (a - a_zp)(b - b_zp) exactly, per output element (numpy matmul
+    broadcasting over batch dims); value(acc, column) is what is stored.
+    A constant 2-D B is centred and transposed to [N, K] (unit stride), and a
+    per-tensor A zero point folded into a per-column start value."""
+    if len(a.shape) < 2 or len(b.shape) < 2:
+        raise ctx.unsupported(f"{ctx.node.op} with a 1-D operand")
+    out_shape = ctx.out_types[0].shape
+    m_dim, (k_dim, n_dim) = a.shape[-2], b.shape[-2:]
+    a_off = _row_table(ctx, a_zp, m_dim)
+    bz = np.zeros(n_dim, np.int64) if b_zp is None else \
+        np.broadcast_to(np.asarray(b_zp, np.int64).reshape(-1), (n_dim,))
+    folded = b.value is not None and len(b.shape) == 2 and isinstance(a_off, int)
+    if folded:
+        bc = b.value.astype(np.int64) - bz
+        packed = ctx.param("b", bc.T.astype(np.int16 if np.abs(bc).max() > 127 else np.int8))
+        start = table(ctx, "column_start", (-a_off * bc.sum(axis=0)).astype(np.int32))
+    else:
+        b_off = table(ctx, "b_zero_point", bz.astype(np.int32))
+
+    def at(idx):
+        batch, m, n = idx[:-2], idx[-2], idx[-1]
+        blk = q.Block(ctx)
+        a_at = broadcast_index(batch, a.shape[:-2])
+        if folded:
+            acc = blk.let("acc", start(n))
+
+            def term(k):
+                return Bin("*", to_i32(a.load(a_at + (m, k))),
+                           to_i32(Load(packed, add(mul(n, Const(k_dim)), k))))
+        else:
+            acc = blk.let("acc", Const(0))
+            b_at = broadcast_index(batch, b.shape[:-2])
+            row_off = Const(a_off) if isinstance(a_off, int) else a_off(m)
+
+            def term(k):
+                return Bin("*", Bin("-", to_i32(a.load(a_at + (m, k))), row_off),
+                           Bin("-", to_i32(b.load(b_at + (k, n))), b_off(n)))
+        blk.add(loop(ctx, "k", k_dim, lambda k: Assign(acc, Bin("+", acc, term(k)))))
+        blk.add(emit(0, idx, value(acc, n)))
+        return blk.stmt()
+    return nest(ctx, tuple(f"i{d}" for d in range(len(out_shape))), out_shape, at)
+
+
+def _row_table(ctx: LowerCtx, zp, rows: int):
+    """A's zero point: an int (per tensor) or index -> entry (one per row)."""
+    if zp is None:
+        return 0
+    zp = np.asarray(zp, np.int64).reshape(-1)
+    if zp.size == 1 or np.all(zp == zp[0]):
+        return int(zp[0])
+    if zp.size != rows:
+        raise ctx.unsupported(f"an A zero point of {zp.size} entries for {rows} rows")
+    return table(ctx, "a_zero_point", zp.astype(np.int32))
+
+
+@kernel_rule("QLinearMatMul")
+def qlinear_matmul(ctx: LowerCtx, ins, emit):
+    a_zp = _value(ctx, ins, 2, "a_zero_point")
+    if a_zp is not None and a_zp.size != 1:
+        raise ctx.unsupported("a per-row zero point of A")
+    return _int_matmul(ctx, ins[0], ins[3], a_zp, _value(ctx, ins, 5, "b_zero_point"), emit,
+                       _requantizer(ctx, ins, (1, 4, 6), 7))
+
+
+@kernel_rule("MatMulInteger")
+def matmul_integer(ctx: LowerCtx, ins, emit):
+    return _int_matmul(ctx, ins[0], ins[1], _value(ctx, ins, 2, "a_zero_point"),
+                       _value(ctx, ins, 3, "b_zero_point"), emit, lambda acc, n: acc)
+
+
+# ------------------------------------------------------- DynamicQuantizeLinear
+
+@kernel_rule("DynamicQuantizeLinear")
+def dynamic_quantize_linear(ctx: LowerCtx, ins, emit):
+    """uint8 quantization with the range of this very input (always containing
+    0): a pass for min/max, the scale and zero point, then the quantization."""
+    x = ins[0]
+    shape = x.shape
+    f32 = dt("float32")
+    zero, one = Const(0.0, f32), Const(1.0, f32)
+    names = tuple(f"i{d}" for d in range(len(shape)))
+    b = q.Block(ctx)
+    lo, hi = b.let("lo", zero), b.let("hi", zero)
+    b.add(nest(ctx, names, shape, lambda i: seq(Assign(lo, Bin("min", lo, x.load(i))),
+                                                  Assign(hi, Bin("max", hi, x.load(i))))))
+    scale = b.let("scale", Select(Bin("==", hi, lo), one,
+                                  Bin("/", Bin("-", hi, lo), Const(255.0, f32))))
+    zp = b.let("zero_point", _saturate(Bin("-", zero, Bin("/", lo, scale)), "uint8"))
+    zpf = Cast(f32, zp)
+    b.add(nest(ctx, names, shape, lambda i: emit(0, i, _saturate(
+        Bin("+", _rint(Bin("/", x.load(i), scale)), zpf), "uint8"))))
+    b.add(emit(1, (), scale), emit(2, (), zp))
+    return b.stmt()
+
+
+# ------------------------------------------- com.microsoft QOperator ops
+# The arithmetic of aot/ops/quant/onnx_quant.py (ONNX Runtime's MLAS x86 kernels):
+# float32 steps in the same order, rounding half to even, saturation. The
+# targets build with -ffp-contract=fast, so each multiply-add is spelled out:
+# fmaf where the reference fuses (QLinearAdd, as MLAS's AVX2 kernel does),
+# a product that contraction cannot change where it rounds first
+# (rounded_product): the package computes the reference bit for bit.
+
+def _scalar_qparams(ctx: LowerCtx, ins, scale_at: int, zp_at: int) -> tuple[np.float32, int]:
+    known = {i: _value(ctx, ins, i, "scale or zero point") for i in (scale_at, zp_at)}
+    args = [known.get(i) for i in range(max(known) + 1)]
+    return ref.scalar_qparams(CallView(ctx), args, scale_at, zp_at)
+
+
+def _f32(value, lanes: int) -> Expr:
+    return const_like(float(value), dt("float32", lanes))
+
+
+def _as_f32(e: Expr) -> Expr:
+    return Cast(dt("float32", dtype_of(e).lanes), e)
+
+
+def rounded_product(v: Expr, m, lanes: int) -> Expr:
+    """float32(v * m) rounded once, for a float32 v holding an integer below
+    2**16, in a form multiply-add contraction cannot change: m = hi + lo
+    with hi's top 8 significant bits, so v*hi is exact and fmaf(v, lo, v*hi)
+    rounds once by definition. (A plain v*m feeding an add would be fused
+    with the add into one rounding under -ffp-contract=fast.)"""
+    m = np.float32(m)
+    step = np.float32(2.0 ** (np.frexp(m)[1] - 8)) if m != 0 else np.float32(1)
+    hi = np.float32(np.trunc(m / step) * step)
+    return Call("fmaf", (v, _f32(m - hi, lanes), Bin("*", v, _f32(hi, lanes))),
+                dt("float32", lanes))
+
+
+@value_rule("QLinearAdd")
+def qlinear_add(ctx: LowerCtx, ins, idx, lanes):
+    (sa, za), (sb, zb) = _scalar_qparams(ctx, ins, 1, 2), _scalar_qparams(ctx, ins, 4, 5)
+    ra, rb, fixed = ref.add_params(sa, za, sb, zb, *_scalar_qparams(ctx, ins, 6, 7))
+    a = _as_f32(broadcast_load(ins[0], idx, lanes))
+    b = _as_f32(broadcast_load(ins[3], idx, lanes))
+    f32 = dt("float32", lanes)
+    y = Call("fmaf", (b, _f32(rb, lanes), Call("fmaf", (a, _f32(ra, lanes), _f32(fixed, lanes)),
+                                               f32)), f32)
+    return _saturate(y, ctx.out_types[0].dtype)
+
+
+@value_rule("QLinearMul")
+def qlinear_mul(ctx: LowerCtx, ins, idx, lanes):
+    (sa, za), (sb, zb) = _scalar_qparams(ctx, ins, 1, 2), _scalar_qparams(ctx, ins, 4, 5)
+    sc, zc = _scalar_qparams(ctx, ins, 6, 7)
+    a = q.offset(to_i32(broadcast_load(ins[0], idx, lanes)), -za)
+    b = q.offset(to_i32(broadcast_load(ins[3], idx, lanes)), -zb)
+    # |(a - za)(b - zb)| <= 255 * 255 < 2**16
+    y = Bin("+", rounded_product(_as_f32(Bin("*", a, b)), ref.mul_ratio(sa, sb, sc), lanes),
+            _f32(zc, lanes))
+    return _saturate(y, ctx.out_types[0].dtype)
+
+
+@kernel_rule("QLinearSigmoid", "QLinearLeakyRelu")
+def qlinear_lookup(ctx: LowerCtx, ins, emit):
+    """One table load per element, in a scalar loop (a vector of table loads
+    would be a gather, which the code generators do not emit)."""
+    x = ins[0]
+    dtype = x.type.dtype
+    values = ref.lookup_table(ctx.node, dtype, *_scalar_qparams(ctx, ins, 1, 2),
+                              *_scalar_qparams(ctx, ins, 3, 4))
+    lut = ctx.param("lut", values)
+    low = int(np.iinfo(dtype).min)
+    shape = ctx.out_types[0].shape
+    return nest(ctx, tuple(f"i{d}" for d in range(len(shape))), shape, lambda i: emit(
+        0, i, Load(lut, q.offset(to_i32(x.load(i)), -low))))
+
+
+@value_rule("QLinearConcat")
+def qlinear_concat(ctx: LowerCtx, ins, idx, lanes):
+    """Concat of the inputs, each through its requantization table unless
+    its parameters are the output's (then a copy, as ONNX Runtime does)."""
+    sy, zy = _scalar_qparams(ctx, ins, 0, 1)
+    parts = []
+    for i in range(2, len(ins), 3):
+        x = ins[i]
+        values = ref.requantize_table(x.type.dtype, *_scalar_qparams(ctx, ins, i + 1, i + 2),
+                                      sy, zy)
+        if values is None:
+            parts.append(x)
+            continue
+        if lanes > 1:
+            raise ctx.unsupported("a vectorized requantizing QLinearConcat")
+        lut, low = ctx.param("requantize", values), int(np.iinfo(x.type.dtype).min)
+        parts.append(TensorRef(x.name, x.type, lambda at, n=1, x=x, lut=lut, low=low: Load(
+            lut, q.offset(to_i32(x.load(at, n)), -low))))
+    return VALUE_RULES["Concat"](ctx, parts, idx, lanes)
+
+
+def _pool_geometry(ctx: LowerCtx, x) -> tuple[bool, tuple[int, ...], "Window"]:
+    layout = ref.pool_layout(ctx)
+    nhwc = layout == "NHWC"
+    spatial = tuple(x.shape[1:-1] if nhwc else x.shape[2:])
+    if ctx.node.op == "QLinearGlobalAveragePool":
+        kernel = spatial
+        win = Window(kernel, (1,) * len(spatial), (1,) * len(spatial), (0,) * len(spatial),
+                     (0,) * len(spatial), (1,) * len(spatial))
+    else:
+        kernel = tuple(int(k) for k in ctx.attrs["kernel_shape"])
+        win = resolve_window(CallView(ctx), spatial, kernel, bool(ctx.attrs.get("ceil_mode", 0)))
+    return nhwc, spatial, win
+
+
+@kernel_rule("QLinearAveragePool", "QLinearGlobalAveragePool")
+def qlinear_avg_pool(ctx: LowerCtx, ins, emit):
+    """Per output element: the exact int32 sum of (x - zx) over the window's
+    in-image taps, then ONNX Runtime's float32 average and quantization
+    (ref.pool_output); the divisor counts the taps as the reference does."""
+    x = ins[0]
+    sx, zx = _scalar_qparams(ctx, ins, 1, 2)
+    sy, zy = _scalar_qparams(ctx, ins, 3, 4)
+    nhwc, spatial, win = _pool_geometry(ctx, x)
+    include_pad = bool(ctx.attrs.get("count_include_pad", 0))
+    counts = np.maximum(window_counts(win, spatial, include_pad), 1).astype(np.float32)
+    count_at = table(ctx, "count", counts)
+    shape = ctx.out_types[0].shape
+    nsp = len(spatial)
+    dtype = ctx.out_types[0].dtype
+    f32 = dt("float32")
+
+    def out(idx):
+        opos = idx[1:-1] if nhwc else idx[2:]
+        b = q.Block(ctx)
+        acc = b.let("acc", Const(0))
+
+        def tap(a: int, ipos: list) -> Stmt:
+            if a == nsp:
+                at = (idx[0], *ipos, idx[-1]) if nhwc else (idx[0], idx[1], *ipos)
+                return Assign(acc, Bin("+", acc, q.offset(to_i32(x.load(at)), -zx)))
+            def step(k):
+                pos = add(sub(mul(opos[a], Const(win.strides[a])), Const(win.pad_begin[a])),
+                          mul(k, Const(win.dilations[a])))
+                body = tap(a + 1, ipos + [pos])
+                needs_test = win.pad_begin[a] or win.pad_end[a] or win.extra_end(spatial)[a]
+                if not needs_test:
+                    return body
+                inside = Bin("and", Bin(">=", pos, Const(0)), Bin("<", pos, Const(spatial[a])))
+                return If(inside, body)
+            return loop(ctx, f"k{a}", win.kernel[a], step)
+
+        b.add(tap(0, []))
+        flat = Const(0)
+        for a in range(nsp):
+            flat = add(mul(flat, Const(win.out[a])), opos[a])
+        avg = Bin("/", Bin("*", Cast(f32, acc), Const(float(sx), f32)), count_at(flat))
+        y = Bin("+", Bin("/", avg, Const(float(sy), f32)), Const(float(zy), f32))
+        b.add(emit(0, idx, _saturate(y, dtype)))
+        return b.stmt()
+    return nest(ctx, tuple(f"i{d}" for d in range(len(shape))), shape, out)
+
+
+@kernel_rule("QLinearSoftmax")
+def qlinear_softmax(ctx: LowerCtx, ins, emit):
+    """ONNX Runtime's table softmax (ref._qlinear_softmax) row by row: the
+    row's max, the float32 sum of table[x - max + 255] in order, then each
+    element's share scaled by floor(1 / y_scale), rounded, offset, capped
+    at 255 and stored into the 8-bit type (wrapping, as ONNX Runtime's
+    store does)."""
+    x = ins[0]
+    sx, _ = _scalar_qparams(ctx, ins, 1, 2)
+    sy, zy = _scalar_qparams(ctx, ins, 3, 4)
+    shape = x.shape
+    depth = shape[-1]
+    exp = ctx.param("exp", ref.softmax_exp_table(sx, depth))
+    f32 = dt("float32")
+
+    def row(lead):
+        b = q.Block(ctx)
+        top = b.let("row_max", Const(int(np.iinfo(x.type.dtype).min)))
+        b.add(loop(ctx, "k", depth, lambda k: Assign(top, Bin("max", top, to_i32(
+            x.load(lead + (k,)))))))
+
+        def e(k):
+            return Load(exp, add(sub(to_i32(x.load(lead + (k,))), top), Const(255)))
+        total = b.let("sum", Const(0.0, f32))
+        b.add(loop(ctx, "k", depth, lambda k: Assign(total, Bin("+", total, e(k)))))
+        scale = Const(float(ref.softmax_y_scale(sy)), f32)
+
+        def out(k):
+            share = Cast(dt("int32"), _rint(Bin("/", Bin("*", e(k), scale), total)))
+            y = Bin("min", q.offset(share, zy), Const(255))
+            return emit(0, lead + (k,), Cast(dt(x.type.dtype), y))
+        b.add(loop(ctx, "k", depth, out))
+        return b.stmt()
+    return nest(ctx, tuple(f"i{d}" for d in range(len(shape) - 1)), shape[:-1], row)
+
+
+@kernel_rule("QGemm")
+def qgemm(ctx: LowerCtx, ins, emit):
+    """The integer product of QLinearMatMul (B constant when transposed),
+    plus the int32 C per column, then ONNX Runtime's requantization, or
+    float32(acc) * scale when there is no output zero point."""
+    if ctx.attrs.get("transA", 0):
+        raise ctx.unsupported("QGemm with transA")
+    b = ins[3]
+    if ctx.attrs.get("transB", 0):
+        w = _value(ctx, ins, 3, "transposed B")
+        b = TensorRef(b.name, TensorType(w.shape[::-1], b.type.dtype), b.load, value=w.T)
+    y_s = _value(ctx, ins, 7, "y_scale")
+    mult = ref.qgemm_multipliers(ctx.attrs.get("alpha", 1.0), _value(ctx, ins, 1, "a_scale"),
+                                 _value(ctx, ins, 4, "b_scale"), y_s)
+    c = _value(ctx, ins, 6, "C")
+    c_at = None if c is None else table(ctx, "c", np.broadcast_to(
+        c.astype(np.int32).reshape(-1), (ctx.out_types[0].shape[1],)))
+    if len(ins) > 8 and ins[8] is not None:
+        requantize = _requantizer(ctx, ins, (1, 4, 7), 8, mult)
+    else:
+        m_at = table(ctx, "scale", mult)
+
+        def requantize(acc, n):
+            return Bin("*", Cast(dt("float32"), acc), m_at(n))
+
+    def value(acc, n):
+        return requantize(acc if c_at is None else Bin("+", acc, c_at(n)), n)
+    return _int_matmul(ctx, ins[0], b, _value(ctx, ins, 2, "a_zero_point"),
+                       _value(ctx, ins, 5, "b_zero_point"), emit, value)

@@ -1,0 +1,279 @@
+"""The TFLite-semantics integer fully connected layer (`tfl.fully_connected`),
+bit-exact with aot/ops/quant/tflite_int8.py (TFLITE_INT8.md §6): a dot product
+per output, the input zero point folded into the bias (FC never pads), then
+the requantization. Vector targets run it as the dense product
+(aot/lower/kernels/dense.py) with the int8 strategy Int8Product, Cortex-M with the
+DSP extension in int8_dsp's tiles, scalar ones one unit at a time.
+tflite_int16.py's 16x8 FC walks its rows with row_loops too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+
+from aot.isa.calls import pack_quads, pair_dot, paired_quad_dot, pairwise_add
+from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Cast, Const, Decl, DType, Expr, Load,
+                        Stmt, Store, add, dt, flat_index, mul, seq)
+from aot.lower.kernels.cortex_m import dsp as int8_dsp
+from aot.lower.arith import qmath as q
+from aot.lower.arith.loops import loop, offsets, rows, splat
+from aot.lower.kernels.dense import product
+from aot.lower.arith.quant import (Requant, VecRequant, bias_values, const_input, in_block,
+                                   pair_widths, quad_value, scale_zp, table, to_i32, unravel,
+                                   vector_lanes, weight_dtype)
+from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
+from aot.lower.schedule.tile_sizes import Tile, tile
+from aot.lower.schedule.strategy import PAIRS, Accumulator, int8_accumulator
+from aot.lower.kernels.tiles import tile_widths
+from aot.ops.quant import qmath as ref_q
+from aot.ops.quant import tflite_int8 as ref
+
+def row_reader(x: TensorRef, out_shape, depth: int) -> Callable[[tuple], Callable[[Expr], Expr]]:
+    """x_at(out_lead)(d): element d of the row of x that output row
+    out_lead (an index of the output's leading dims) reads, x read as
+    x.shape[:-1] rows of `depth` (TFLite FC flattens its input to rows of
+    the weight depth)."""
+    lead = tuple(out_shape[:-1])
+    x_shape = tuple(x.shape)
+
+    def at(out_lead):
+        row = flat_index(out_lead, lead)
+        if x_shape[-1] == depth:
+            x_lead = out_lead if x_shape[:-1] == lead else unravel(row, x_shape[:-1])
+            return lambda d: x.load(x_lead + (d,))
+
+        def offset(d):
+            return add(mul(row, Const(depth)), d)
+        if x.buffer is not None and x.value is None:    # in memory: the offset itself
+            return lambda d: Load(x.buffer, offset(d))
+        return lambda d: x.load(unravel(offset(d), x_shape))
+    return at
+
+
+def row_loops(ctx: LowerCtx, x: TensorRef, out_shape, depth: int,
+              body: Callable[[tuple, Callable[[Expr], Expr]], Stmt]) -> Stmt:
+    """Loops over the output's leading dims; body(out_lead, x_at) with
+    x_at = row_reader's for that row."""
+    reader = row_reader(x, out_shape, depth)
+    return rows(ctx, out_shape, lambda out_lead: body(out_lead, reader(out_lead)))
+
+
+@kernel_rule("tfl.fully_connected")
+def fully_connected(ctx: LowerCtx, ins, emit):
+    x = ins[0]
+    w = const_input(ctx, ins[1], "weight").astype(np.int64)
+    out_ty = ctx.out_types[0]
+    units, depth = w.shape
+    s_in, zp_in = scale_zp(ctx, x.type, "the input")
+    s_out, zp_out = scale_zp(ctx, out_ty, "the output")
+    wq = ins[1].type.quant
+    if len(wq.scale) == 1:   # per-tensor kernels subtract the filter zero point
+        w = w - int(wq.zero_point[0])
+    rq = Requant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out))
+    # FC has no padding: fold the input zero point into the bias
+    bias = ref_q.wrap_int32(bias_values(ctx, ins, 2, units) - zp_in * w.sum(axis=1))
+    lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
+    if vector_lanes(ctx) > 1 and units >= 4:
+        vrq = VecRequant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out))
+
+        def requant(b: q.Block, bi: tuple, c: Expr, acc: Expr, lanes: int) -> Stmt:
+            r = rq.apply(b, acc, c) if lanes == 1 else vrq.apply(b, acc, c)
+            y = q.clamp(q.offset(r, zp_out), lo, hi)
+            return emit(0, bi + (c,), Cast(dt(out_ty.dtype, lanes), y))
+        fc = Int8Product.make(ctx, w, bias, row_reader(x, out_ty.shape, depth),
+                              x.buffer if x.value is None else None, requant)
+        return product(ctx, fc, tuple(out_ty.shape[:-1]), 1, units)
+    if int8_dsp.fits_fc(ctx, x, w):
+        frq = int8_dsp.Requant32.make(ctx, *ref.fc_multipliers(s_in, wq, s_out),
+                                      int8_dsp.acc_bound(w, bias, 0)) or rq
+
+        def finish(out_lead, o, acc):
+            b = q.Block(ctx)
+            y = q.clamp(q.offset(frq.apply(b, acc, o), zp_out), lo, hi)
+            b.add(emit(0, out_lead + (o,), Cast(dt(out_ty.dtype), y)))
+            return b.stmt()
+        return int8_dsp.fully_connected(ctx, x, w, bias, out_ty.shape, finish)
+    start = table(ctx, "bias", bias.astype(np.int32))
+    weights = ctx.param("weights", weight_dtype(w))
+
+    def row(out_lead, x_at):
+        def unit(o):
+            b = q.Block(ctx)
+            acc = b.let("acc", start(o))
+            b.add(loop(ctx, "d", depth, lambda d: Assign(acc, Bin("+", acc, Bin(
+                "*", to_i32(x_at(d)),
+                to_i32(Load(weights, add(mul(o, Const(depth)), d))))))))
+            y = q.clamp(q.offset(rq.apply(b, acc, o), zp_out), lo, hi)
+            b.add(emit(0, out_lead + (o,), Cast(dt(out_ty.dtype), y)))
+            return b.stmt()
+        return loop(ctx, "o", units, unit)
+    return row_loops(ctx, x, out_ty.shape, depth, row)
+
+
+@dataclass(frozen=True)
+class Int8Product:
+    """The int8 strategy of the dense product (dense.product), one FC row
+    (m = 1) per batch index: units across the lanes, int32 accumulators
+    from the bias (the input zero point already in it), then the
+    requantization in int32 vectors. Depth steps go kind.group at a time
+    (aot/lower/schedule/strategy.py): two per aot_dot2 (weights [D/2, U, 2]), or
+    four per aot_dot4 (weights [D/4, U, 4]) from the row staged as int32
+    quads first (the prologue; whole vectors at a time when it is in
+    memory, `x_buffer`); a last odd step or steps and tiles narrower than 4
+    lanes take one input at a time (weights [D, U])."""
+    ctx: LowerCtx
+    dtype: DType
+    tile: Tile
+    w: np.ndarray
+    kind: Accumulator
+    grouped: Buffer | None
+    staged: Buffer | None
+    x_at: Callable[[tuple], Callable[[Expr], Expr]]
+    x_buffer: Buffer | None
+    requant: Callable[[q.Block, tuple, Expr, Expr, int], Stmt]
+    base_bias: np.ndarray          # the input zero point folded in already
+    params: dict = field(default_factory=dict)     # made on first use: weights, biases
+
+    @staticmethod
+    def make(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, x_at, x_buffer,
+             requant) -> "Int8Product":
+        t = tile(ctx.target, "int32")
+        kind = int8_accumulator(ctx.target)
+        if kind.group == 4 and not (kind.fits(w) and any(min(ws) >= 4
+                                                         for _, ws in tile_widths(len(w), t))):
+            kind = PAIRS
+        steps = w.shape[1] // kind.group
+        lead = steps * kind.group
+        grouped = ctx.param("weight_quads" if kind.group == 4 else "weight_pairs",
+                            weight_dtype(kind.interleave(w[:, :lead]))) if steps else None
+        fc = Int8Product(ctx, dt("int32"), t, w, kind, grouped, None, x_at, x_buffer, requant,
+                         bias)
+        fc.bias(kind.offset)
+        if kind.group == 4:
+            return replace(fc, staged=ctx.scratch_buffer("quad_row", "int32", (steps,)))
+        return fc
+
+    @property
+    def steps(self) -> int:
+        return self.w.shape[1] // self.kind.group
+
+    def bias(self, offset: int) -> Buffer:
+        """The bias less offset * the grouped steps' weights (staged quads
+        hold x + offset)."""
+        if offset not in self.params:
+            lead = self.steps * self.kind.group
+            self.params[offset] = self.ctx.param("bias", ref_q.wrap_int32(
+                self.base_bias - offset * self.w[:, :lead].sum(axis=1)).astype(np.int32))
+        return self.params[offset]
+
+    def singles(self) -> Buffer:
+        if "singles" not in self.params:
+            self.params["singles"] = self.ctx.param(
+                "weights", weight_dtype(np.ascontiguousarray(self.w.T)))
+        return self.params["singles"]
+
+    def _grouped(self, widths) -> bool:
+        return bool(self.steps) and min(widths) >= 4
+
+    def prologue(self, bi: tuple) -> Stmt | None:
+        if self.staged is None:
+            return None
+        return _stage_quads(self.ctx, self.staged, self.x_at(bi), self.x_buffer,
+                            self.kind.offset)
+
+    def init(self, bi: tuple, c0: Expr, widths, off: int, width: int) -> Expr:
+        offset = self.kind.offset if self._grouped(widths) else 0
+        return Load(self.bias(offset), add(c0, Const(off)), width)
+
+    def reduce(self, bi, rows, c0, widths, accs) -> Stmt:
+        ctx, kind, x_at = self.ctx, self.kind, self.x_at(bi)
+        units, depth = self.w.shape
+        steps, group, staged = self.steps, kind.group, self.staged
+        lead = steps * group
+        offs = offsets(widths)
+        (row_accs,) = accs
+
+        def single(d):
+            xv = ctx.fresh("xv")
+            out = [Decl(xv, to_i32(x_at(d)))]
+            out += [Assign(a, Bin("+", a, Bin("*", splat(xv, wd), Cast(dt("int32", wd), Load(
+                self.singles(), add(mul(d, Const(units)), add(c0, Const(off))), wd)))))
+                    for a, off, wd in zip(row_accs, offs, widths)]
+            return seq(*out)
+
+        def w_group(s, off, wd):
+            return Load(self.grouped, flat_index((s, add(c0, Const(off)), Const(0)),
+                                                 self.grouped.shape), group * wd)
+
+        def quad(s):
+            xq = ctx.fresh("xq")
+            return seq(Decl(xq, Load(staged, s)), *[
+                Assign(a, kind.dot(a, xq, w_group(s, off, wd)))
+                for a, off, wd in zip(row_accs, offs, widths)])
+
+        def pair(dp):
+            x0, x1 = ctx.fresh("xv", dt("int16")), ctx.fresh("xv", dt("int16"))
+            out = [Decl(x0, Cast(dt("int16"), x_at(mul(dp, Const(2))))),
+                   Decl(x1, Cast(dt("int16"), x_at(add(mul(dp, Const(2)), Const(1)))))]
+            out += [Assign(a, Bin("+", a, pair_dot(x0, x1, Cast(dt("int16", 2 * wd),
+                                                                 w_group(dp, off, wd)))))
+                    for a, off, wd in zip(row_accs, offs, widths)]
+            return seq(*out)
+
+        def paired_quads() -> list[Stmt]:
+            """Quads two at a time, each lane of the int16 products
+            holding two (aot_dot4p_lo / _hi: SMULL, SMLAL, SADALP; the
+            weights have no -128) into half sums, ADDP'd into acc."""
+            halves = [[ctx.fresh("half", dt("int32", 4)) for _ in "lh"] for _ in row_accs]
+            decls = [Decl(h, Broadcast(Const(0), 4)) for hs in halves for h in hs]
+
+            def two(sp):
+                at = [mul(sp, Const(2)), add(mul(sp, Const(2)), Const(1))]
+                xq = [ctx.fresh("xq") for _ in at]
+                body = [Decl(v, Load(staged, s)) for v, s in zip(xq, at)]
+                for hs, off, wd in zip(halves, offs, widths):
+                    wq = [ctx.fresh("wq", dt("int8", 16)) for _ in at]
+                    body += [Decl(v, w_group(s, off, wd)) for v, s in zip(wq, at)]
+                    body += [Assign(h, paired_quad_dot(h, *xq, *wq, high))
+                             for h, high in zip(hs, (False, True))]
+                return seq(*body)
+            tail = [quad(Const(steps - 1))] if steps % 2 else []
+            return [*decls, loop(ctx, "cp", steps // 2, two), *tail,
+                    *[Assign(a, Bin("+", a, pairwise_add(*hs))) for a, hs in zip(row_accs, halves)]]
+        if self._grouped(widths) and kind.symmetric and steps >= 2 and set(widths) == {4}:
+            code = paired_quads() + [single(Const(d)) for d in range(lead, depth)]
+        elif self._grouped(widths):
+            code = [loop(ctx, "cq" if group == 4 else "dp", steps, quad if group == 4 else pair)]
+            code += [single(Const(d)) for d in range(lead, depth)]
+        else:
+            code = [loop(ctx, "d", depth, single)]
+        return seq(*code)
+
+    def store(self, bi, row, c0, off, acc, width) -> Stmt:
+        return in_block(self.ctx, lambda b: self.requant(b, bi, add(c0, Const(off)), acc, width))
+
+
+def _stage_quads(ctx: LowerCtx, staged: Buffer, x_at: Callable, x_buffer, offset: int) -> Stmt:
+    """An FC row's first 4 len(staged) inputs as int32 quads of their bytes
+    + offset: whole vectors when the row is in memory (x_at reads x_buffer),
+    else four loads per quad."""
+    nq = staged.shape[0]
+    first = x_at(Const(0))
+    if not (isinstance(first, Load) and first.buffer is x_buffer):
+        return loop(ctx, "cq", nq, lambda cq: Store(staged, cq, quad_value(
+            [x_at(add(mul(cq, Const(4)), Const(j))) for j in range(4)], offset)))
+    runs, cq = [], 0
+    for count in pair_widths(nq, vector_lanes(ctx), smallest=2):
+        if count == 1:
+            value = quad_value([x_at(Const(4 * cq + j)) for j in range(4)], offset)
+        else:
+            at = x_at(Const(4 * cq))
+            v = Load(at.buffer, at.index, 4 * count)
+            if offset:
+                v = Bin("^", v, Broadcast(Const(-128, dt("int8")), 4 * count))
+            value = pack_quads(v)
+        runs.append(Store(staged, Const(cq), value))
+        cq += count
+    return seq(*runs)

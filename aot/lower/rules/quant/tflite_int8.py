@@ -1,0 +1,583 @@
+"""Compute rules for the TFLite-semantics integer convolutions
+(`tfl.conv2d`, `tfl.depthwise_conv2d`); the fully connected layer is
+int8_fc.py's.
+
+Bit-exact with aot/ops/quant/tflite_int8.py (itself bit-exact with tflite-micro,
+TFLITE_INT8.md). Accumulators are int32; requantization uses the
+fixed-point builders of aot/lower/arith/qmath.py with multipliers computed at
+compile time by aot/ops (the same functions the reference uses).
+
+Loop structure:
+- conv / depthwise: per output pixel, an int32 accumulator row over the
+  output channels (scratch), filled tap by tap with the output channel
+  innermost (weights repacked [KH, KW, D, C_out], unit stride), then
+  requantized channel by channel. Depthwise is the grouped case with one
+  input channel per group. The output plane is split into border regions,
+  where out-of-image taps are skipped by one test per kernel row/column,
+  and the interior, with no tests and the input zero point folded into the
+  bias (bias - zp * sum(w), exact in integers).
+
+On targets with vectors, conv and depthwise run in vector tiles
+instead (the "vector kernels" section below; the conv's reduction at each
+tap, per accumulator strategy, is aot/lower/kernels/conv_tile.py's); the value rules
+fused into them as epilogues are lane-generic, so they vectorize with them.
+
+The other integer rules are in modules named for them: int8_elementwise.py
+(the value rules, DIV), int8_pool.py (pools and MEAN), int8_rowwise.py
+(softmax, log-softmax, L2 normalization, cumsum), int8_math.py (gemmlowp's
+fixed-point functions); the window geometry (ConvGeom, its border and
+interior spans as Runs) is aot/lower/kernels/windows.py, the one the float kernels
+use, the walk of the vector convolution's output conv_walk.py, the float's,
+the scalar window nest the convolutions and pools share int8_window.py,
+and int8_common.py holds the helpers every one of them uses.
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable
+
+import numpy as np
+
+from aot.isa.calls import pack_pairs, pack_quads
+from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, Expr, If, Load,
+                        Select, Stmt, Store, Unary, Var, add, dt, dtype_of, flat_index, mul, seq)
+from aot.lower.arith import fixed32
+from aot.lower.kernels.cortex_m import dsp as int8_dsp
+from aot.lower.arith import qmath as q
+from aot.lower.arith.loops import loop, nest
+from aot.lower.kernels.conv_tile import Int8Conv, Int8Dot, StagedRows, conv_tile
+from aot.lower.schedule.conv import Int8ConvSchedule, int8_conv_schedule
+from aot.lower.kernels.conv_walk import walk
+from aot.lower.rules.elementwise import const_like
+from aot.lower.arith.quant import (Requant, VecRequant, bias_values, const_input, pair_widths,
+                                   quad_value, round_half_away_to_int, scale_zp, table, to_i32,
+                                   vec_table, vector_lanes, weight_dtype)
+from aot.lower.kernels.int8_window import window_nest
+from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
+from aot.lower.schedule.strategy import PAIRS, Accumulator
+from aot.lower.kernels.windows import ConvGeom, conv_geom, regions, window_pos
+from aot.ops.quant import qmath as ref_q
+from aot.ops.quant import tflite_int8 as ref
+
+
+# ------------------------------------------------------------- conv loop nest
+
+
+def conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable[[tuple], Expr], zp: int,
+              weights: np.ndarray, bias: np.ndarray,
+              finish: Callable[[tuple, Expr], Stmt],
+              prologue: Callable[[Expr], Stmt] | None = None, acc_dtype: str = "int32") -> Stmt:
+    """The integer convolution bias[oc] + Σ w * (x - zp) over the in-image taps.
+
+    weights: [C_out, KH, KW, D] integers, already zero-point centred; bias:
+    [C_out] integers. finish((n, oy, ox, oc), acc) returns the store of the
+    requantized result. In the interior (see window_nest) the input zero
+    point is folded into the bias (bias - zp * Σw, exact); the border taps
+    subtract it. acc_dtype "int64": the 16x8 kernels' int64 accumulator and bias.
+    """
+    packed = ctx.param("filter", weight_dtype(np.transpose(weights, (1, 2, 3, 0))))
+    acc = ctx.scratch_buffer("acc", acc_dtype, (g.cout,))
+    wide = acc_dtype == "int64"
+    inits = {}
+
+    def init(oc, folded: bool) -> Expr:
+        if folded not in inits:
+            values = bias - zp * weights.reshape(g.cout, -1).sum(axis=1) if folded else bias
+            values = values.astype(np.int64) if wide else ref_q.wrap_int32(values).astype(np.int32)
+            inits[folded] = table(ctx, "bias", values)
+        return inits[folded](oc)
+
+    def taps(n, ky, kx, iy, ix, inside: bool) -> Stmt:
+        def group(gi):
+            def chan(ic):
+                xv = ctx.fresh("xv")
+                value = q.offset(to_i32(load_x((n, iy, ix, add(mul(gi, Const(g.depth)), ic)))),
+                                 0 if inside else -zp)
+
+                def mac(ol):
+                    oc = add(mul(gi, Const(g.per_group)), ol)
+                    wv = to_i32(Load(packed, flat_index((ky, kx, ic, oc), packed.shape)))
+                    prod = Bin("*", xv, wv)   # int16 x int8 fits int32
+                    return Store(acc, oc, Bin("+", Load(acc, oc),
+                                              Cast(dt("int64"), prod) if wide else prod))
+                return seq(Decl(xv, value), loop(ctx, "ol", g.per_group, mac))
+            return loop(ctx, "ic", g.depth, chan)
+        return loop(ctx, "g", g.groups, group)
+
+    return window_nest(ctx, g, acc, init, taps, lambda idx, a, inside: finish(idx, a),
+                       prologue)
+
+
+# ------------------------------------------------------------- conv rules
+
+
+def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stmt:
+    """tfl.conv2d / tfl.depthwise_conv2d with int8 activations (§4, §5)."""
+    x = ins[0]
+    s_in, zp_in = scale_zp(ctx, x.type, "the input")
+    s_out, zp_out = scale_zp(ctx, ctx.out_types[0], "the output")
+    scales = ref.channel_scales(ins[1].type, g.cout, ctx.node)
+    rq = Requant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out))
+    lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
+    out_dtype = ctx.out_types[0].dtype
+
+    vrq: list = []      # made for the first vector of accumulators (Helium's kernels)
+
+    def finish(idx, acc):
+        b = q.Block(ctx)
+        lanes = dtype_of(acc).lanes
+        if lanes > 1:
+            if not vrq:
+                vrq.append(VecRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out)))
+            y = q.clamp(q.offset(vrq[0].apply(b, acc, idx[3]), zp_out), lo, hi)
+        else:
+            y = q.clamp(q.offset(rq.apply(b, acc, idx[3]), zp_out), lo, hi)
+        b.add(emit(0, idx, Cast(dt(out_dtype, lanes), y)))
+        return b.stmt()
+
+    bias = bias_values(ctx, ins, 2, g.cout)
+    dsp = int8_dsp.conv_kernel(ctx, x, g, weights)
+    if dsp is not None:
+        # finish reads rq: in 32-bit arithmetic where the accumulators' bounds prove it exact
+        rq = int8_dsp.Requant32.make(ctx, *ref.conv_multipliers(s_in, scales, s_out),
+                                     int8_dsp.acc_bound(weights.reshape(g.cout, -1), bias,
+                                                        zp_in)) or rq
+        return dsp(ctx, x, g, weights, bias, zp_in, finish)
+    if _vectorizable(ctx, g):
+        bound = (int8_dsp.acc_bound(weights.reshape(g.cout, -1), bias, zp_in)
+                 if fixed32.shift_add_rounding(ctx.target) else None)
+        vrq = VecRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out), bound, zp_out,
+                              floor_ok=lo >= zp_out)
+
+        def epilogue(b, idx, acc, lanes):
+            if lanes == 1:
+                return finish(idx, acc)
+            y = Cast(dt(out_dtype, lanes), q.clamp(vrq.requantize(b, acc, idx[3], zp_out), lo, hi))
+            if vrq.nudge is not None:   # a fused ADD's 32-bit rescale reads it three times
+                y = b.let("out", y)
+            return emit(0, idx, y)
+        return vector_conv_nest(ctx, g, x.load, zp_in, weights, bias, epilogue)
+    return conv_nest(ctx, g, x.load, zp_in, weights, bias, finish)
+
+
+def _vectorizable(ctx: LowerCtx, g: ConvGeom) -> bool:
+    """Whether the conv gets vector tiles: a vector unit, and channels to
+    fill its lanes (depthwise with multiplier 1, or four or more output
+    channels per group)."""
+    return vector_lanes(ctx) > 1 and ((g.depth == 1 and g.per_group == 1) or g.per_group >= 4)
+
+
+def hybrid_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stmt:
+    """Float input, int8 weights (LiteRT's dynamic-range kernel): each image
+    is quantized symmetrically on the fly, then an integer convolution is
+    scaled back to float (aot/ops/quant/tflite_int8.py: _hybrid_conv2d)."""
+    x = ins[0]
+    w_scale = float(np.float32(ins[1].type.quant.scale[0]))
+    bias = const_input(ctx, ins[2] if len(ins) > 2 else None, "bias")
+    qx = ctx.scratch_buffer("quantized_input", "int8", tuple(x.shape))
+    pixels = tuple(x.shape[1:])
+    f32 = dt("float32")
+    scale = ctx.fresh("scale", f32)
+
+    def prologue(n) -> Stmt:
+        b = q.Block(ctx)
+        peak = _peak(ctx, b, x, n, pixels)
+        inv = b.let("inv", Bin("/", Const(127.0, f32),
+                               Select(Bin("==", peak, Const(0.0, f32)), Const(1.0, f32), peak)))
+
+        def quantize(i):
+            v = ctx.fresh("v", f32)
+            return seq(Decl(v, Bin("*", x.load((n,) + i), inv)),
+                       Store(qx, flat_index((n,) + i, qx.shape),
+                             Cast(dt("int8"), q.clamp(round_half_away_to_int(v), -127, 127))))
+        b.add(nest(ctx, ("h", "w", "c"), pixels, quantize))
+        per_image = Select(Bin("==", peak, Const(0.0, f32)), Const(1.0, f32),
+                           Bin("/", peak, Const(127.0, f32)))
+        b.add(Decl(scale, Bin("*", per_image, Const(w_scale, f32))))
+        return b.stmt()
+
+    float_bias = None if bias is None else table(ctx, "bias", bias.astype(np.float32))
+
+    def finish(idx, acc):
+        y = Bin("*", Cast(f32, acc), scale)
+        if float_bias is not None:
+            y = Bin("+", y, float_bias(idx[3]))
+        return emit(0, idx, y)
+
+    def load_q(i, lanes=1):
+        return Load(qx, flat_index(i, qx.shape), lanes)
+
+    if _vectorizable(ctx, g):
+        bias_vec = None if bias is None else vec_table(ctx, "bias", bias, "float32")
+
+        def epilogue(b, idx, acc, lanes):
+            if lanes == 1:
+                return finish(idx, acc)
+            y = Bin("*", Cast(dt("float32", lanes), acc), Broadcast(scale, lanes))
+            if bias_vec is not None:
+                y = Bin("+", y, bias_vec(idx[3], lanes))
+            return emit(0, idx, y)
+        return vector_conv_nest(ctx, g, load_q, 0, weights, np.zeros(g.cout, np.int64),
+                                epilogue, prologue)
+    return conv_nest(ctx, g, load_q, 0, weights, np.zeros(g.cout, np.int64), finish, prologue)
+
+
+def _peak(ctx: LowerCtx, b: q.Block, x: TensorRef, n: Expr, pixels: tuple) -> Var:
+    """max |x| over image n (h, w, c). With vectors: K accumulators along the
+    channels, then their lanes through a small scratch row. One scalar chain
+    of maxes, each waiting for the last, took half of a kws layer's time;
+    max is exact in any order, so the result is the same."""
+    f32 = dt("float32")
+    lanes = vector_lanes(ctx)
+    if lanes == 1 or len(pixels) != 3 or pixels[-1] % lanes:
+        peak = b.let("peak", Const(0.0, f32))
+        b.add(nest(ctx, ("h", "w", "c"), pixels, lambda i: Assign(
+            peak, Bin("max", peak, _fabs(x.load((n,) + i))))))
+        return peak
+    vecs = pixels[-1] // lanes
+    k = next(d for d in (4, 2, 1) if vecs % d == 0)
+    accs = [b.let("peaks", Broadcast(Const(0.0, f32), lanes)) for _ in range(k)]
+
+    def body(i):
+        h, w, cv = i
+        stmts = []
+        for j, acc in enumerate(accs):
+            v = x.load((n, h, w, add(mul(cv, Const(k * lanes)), Const(j * lanes))), lanes)
+            stmts.append(Assign(acc, Bin("max", acc, Bin("max", v, Unary("neg", v)))))
+        return seq(*stmts)
+    b.add(nest(ctx, ("h", "w", "cv"), (*pixels[:-1], vecs // k), body))
+    total = accs[0]
+    for acc in accs[1:]:
+        total = Bin("max", total, acc)
+    row = ctx.scratch_buffer("peak_lanes", "float32", (lanes,))
+    b.add(Store(row, Const(0), total))
+    peak = b.let("peak", Load(row, Const(0)))
+    for lane in range(1, lanes):
+        b.add(Assign(peak, Bin("max", peak, Load(row, Const(lane)))))
+    return peak
+
+
+def _fabs(v: Expr) -> Expr:
+    return Call("fabsf", (v,), dtype_of(v))
+
+
+@kernel_rule("tfl.conv2d")
+def conv2d(ctx: LowerCtx, ins, emit):
+    x, w = ins[0], const_input(ctx, ins[1], "filter")
+    depth = w.shape[3]
+    g = conv_geom(ctx, x.shape, ctx.out_types[0].shape, w.shape[1:3], x.shape[3] // depth, depth)
+    if x.type.dtype == "float32":
+        return hybrid_conv(ctx, ins, emit, w.astype(np.int64), g)
+    return int8_conv(ctx, ins, emit, w.astype(np.int64), g)
+
+
+@kernel_rule("tfl.depthwise_conv2d")
+def depthwise_conv2d(ctx: LowerCtx, ins, emit):
+    x, w = ins[0], const_input(ctx, ins[1], "filter")
+    # [1, KH, KW, C*M] -> [C*M, KH, KW, 1]: a grouped conv, one input channel per group
+    weights = np.transpose(w[0], (2, 0, 1))[..., None].astype(np.int64)
+    g = conv_geom(ctx, x.shape, ctx.out_types[0].shape, w.shape[1:3], x.shape[3], 1)
+    return int8_conv(ctx, ins, emit, weights, g)
+
+
+# ------------------------------------------------------------ vector kernels
+# On targets with a vector unit the convolutions and FC accumulate in
+# explicit int32 vector tiles (PERFORMANCE.md lessons 3-5, 8): output
+# channels across the lanes (weights repacked so a tile's channels are
+# unit-stride), several neighbouring output pixels sharing each weight
+# load in the interior, accumulators Decl'd as locals. Pairs of input
+# channels go through the 16-bit multiply-add (aot_dot2 / aot_dot2p:
+# pmaddwd on x86) against weights packed in pairs; dense convolutions
+# first stage the input rows they read as int32 pairs (aot_pack2, a vector
+# at a time). Targets with a 4-way int8 dot product (Arm sdot, x86 VNNI;
+# aot/lower/schedule/strategy.py) take four input channels per call instead
+# (aot_dot4), from input rows staged as int32 quads of the raw bytes.
+# Each accumulator is requantized straight from its register,
+# on int32 vectors (VecRequant) with per-channel constants precomputed so
+# that it is branch-free. Scalar targets keep the loops above.
+
+
+def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
+                     weights: np.ndarray, bias: np.ndarray,
+                     epilogue: Callable[[q.Block, tuple, Expr, int], Stmt],
+                     prologue: Callable[[Expr], Stmt] | None = None) -> Stmt:
+    """conv_nest in vector tiles (see the section comment).
+
+    Dense and grouped convolutions broadcast one input value against
+    vectors of output channels of its group (weights [G, KH, KW, D,
+    C_out/G]); depthwise with multiplier 1 (one input channel per group)
+    loads input and weights as channel vectors alike (weights [KH, KW, C]).
+    epilogue(block, (n, oy, ox, c), acc, lanes) stores the requantized
+    result of `lanes` channels from c (one accumulator: a vector, a
+    narrower one or a scalar). The tile, the accumulator strategy and how
+    the input rows are read are the schedule's (aot/lower/schedule/conv.py),
+    each tap's steps the strategy's (aot/lower/kernels/conv_tile.py), the regions,
+    pixel blocks and channel tiles the one walk's (conv_walk.walk, as the
+    schedule's Walk says): this nest packs the weights, stages the rows and
+    writes the tile.
+    """
+    sched = int8_conv_schedule(ctx.target, g, weights)
+    t, tiles, depthwise, quads = sched.tile, sched.tiles, sched.depthwise, sched.quads
+    flat_kind, raw = sched.flat_accumulator, sched.raw
+    groups = 1 if depthwise else g.groups
+    w5 = weights.reshape(g.groups, g.per_group, g.kh, g.kw, g.depth)
+    packed = packed2 = packed4 = packed_flat = None
+    if quads:   # weights [KH, KW, D/4, C, 4], input rows staged as quads (see _quad_rows)
+        packed4 = ctx.param("filter_quads", sched.accumulator.interleave(
+            np.moveaxis(w5[0], 0, -2)).astype(np.int8))
+    elif depthwise:
+        dw = weight_dtype(np.ascontiguousarray(weights[:, :, :, 0].transpose(1, 2, 0)))
+        # [KH, KW, C], widened at compile time where aot_mlal takes int16 vectors
+        packed = ctx.param("filter", dw.astype(np.int16) if sched.mlal else dw)
+    else:
+        packed = ctx.param("filter", weight_dtype(
+            np.ascontiguousarray(w5.transpose(0, 2, 3, 4, 1))))              # [G, KH, KW, D, P]
+    if sched.pairs:   # [G, KH, KW, D/2, P, 2]: two input channels' weights side by side
+        packed2 = ctx.param("filter_pairs", weight_dtype(
+            PAIRS.interleave(np.moveaxis(w5[..., :g.depth // 2 * 2], 1, -2))))
+    flat_w = weights.reshape(g.cout, -1)
+    bias_tabs = {}
+    staged = sched.rows != "direct"
+    flat = sched.rows == "flat"
+    if flat:    # [KH, groups, P, fg]: a window row's KW x D taps in groups
+        fg = flat_kind.group
+        k_run = g.kw * g.depth
+        n_pairs = -(-k_run // fg)       # groups per window row, zero weights padding the last
+        wf = np.zeros((g.per_group, g.kh, fg * n_pairs), np.int64)
+        wf[:, :, :k_run] = w5[0].reshape(g.per_group, g.kh, k_run)
+        packed_flat = ctx.param("filter_pairs" if fg == 2 else "filter_quads", weight_dtype(
+            flat_kind.interleave(np.moveaxis(wf, 0, -2))))
+    cv = Int8Conv(g, load_x, zp, sched, packed, packed2, packed4, packed_flat,
+                  stage_rows(ctx, g, load_x, zp, sched))
+
+    def bias_at(folded: bool, oc: Expr, lanes: int) -> Expr:
+        """The bias less `fold` * sum(w) per channel: fold is the input zero
+        point in the unstaged interior, zp + the quads' byte offset in staged
+        quads (padding holds zp + offset there), else 0."""
+        fold = zp + raw.offset if raw else zp if folded else 0
+        if fold not in bias_tabs:
+            values = bias - fold * flat_w.sum(axis=1)
+            bias_tabs[fold] = ctx.param("bias", ref_q.wrap_int32(values).astype(np.int32))
+        return Load(bias_tabs[fold], oc, lanes)
+
+    return walk(ctx, sched.walk, g.n, regions(sched.walk.regions, g.window(), (g.h, g.w)), t,
+                groups, tiles, partial(conv_tile, ctx, Int8Dot(cv, bias_at, epilogue)), prologue,
+                lambda n, pos: cv.rows.stage(n, pos[0]) if staged else None)
+
+
+def stage_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
+               sched: Int8ConvSchedule) -> StagedRows | None:
+    """The input rows the schedule stages (None: the taps read the input):
+    staged pairs, the int32s (x[2i] - zp) + 65536 (x[2i+1] - zp), zero
+    outside the image (exactly the skipped taps), so each pair is one load
+    and broadcast (aot_dot2p), no tap tests bounds and every row is
+    blocked; staged quads, the raw bytes (_quad_rows); flat rows, a window
+    row's KW x D taps as one contiguous run read as consecutive pairs or
+    quads (_flat_rows)."""
+    if sched.rows == "flat":
+        return _flat_rows(ctx, g, load_x, zp, sched.flat_accumulator)
+    if sched.quads:
+        return _quad_rows(ctx, g, load_x, zp, sched.accumulator)
+    return _pair_rows(ctx, g, load_x, zp) if sched.rows == "staged" else None
+
+
+def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
+               kind: Accumulator = PAIRS):
+    """The StagedRows (rows [KH, Q] int32, a group every `step` elements)
+    of a dense conv grouped along its window rows: row ky's elements e (input row oy *
+    stride - pad + ky * dilation, flattened over columns and channels from
+    the left padding on) in groups of kind.group (e[p], e[p + 1], ..) for
+    every p a window can start a group at (every `step`-th p: the column
+    stride times the depth decides). Pairs hold x - zp (zero outside the
+    image), as aot_dot2p reads them; quads the bytes x + offset (zp +
+    offset outside), as aot_dot4 does (_quad_rows). With row stride and
+    dilation 1 the rows form a ring as in _staged_rows (tap row ky of output
+    row oy in slot (oy + ky) % KH): each input row is staged once, not KH
+    times (the byte-wise staging was a quarter of ic's first conv on the
+    Cortex-A72).
+
+    VNNI's unsigned quads (x86) skip the int32 groups: the rows are the
+    bytes themselves, [KH, count] int8, and a group is the 4 bytes at p,
+    which vpdpbusd broadcasts from memory at any address (step 1; the
+    kernel reads them through aot_pack4). Host-avx512, ic's first conv: 2.97 us in pairs, 4.86 in
+    int32 quads staged lane by lane, 1.88 in byte rows."""
+    sh, sw = g.strides
+    n = kind.group
+    width = max(g.w + g.pad_left, (g.ow - 1) * sw + g.kw)
+    count = width * g.depth + n - 1        # padding after the last pixel: the last group's end
+    byte_rows = n == 4 and kind.unsigned
+    step = 1 if byte_rows else next(s for s in (n, 2, 1) if (sw * g.depth) % s == 0)
+    q_count = count if byte_rows else (count - n) // step + 1
+    rows = ctx.scratch_buffer("row_bytes" if byte_rows else "pair_rows" if n == 2 else "quad_rows",
+                              "int8" if byte_rows else "int32", (g.kh, q_count))
+    elems = None if byte_rows else ctx.scratch_buffer("row_elems", "int32", (count,))
+    lead, image_end = g.pad_left * g.depth, (g.pad_left + g.w) * g.depth
+    outside, shift = (0, -zp) if n == 2 else (zp, 0)
+
+    def fill_run(start: int, end: int) -> Stmt | None:
+        if end <= start:
+            return None
+        return loop(ctx, "z", end - start, lambda j: Store(elems, add(j, Const(start)),
+                                                             Const(outside)))
+
+    def group(p) -> Expr:
+        if n == 4:
+            return quad_value([Load(elems, add(p, Const(j))) for j in range(4)], kind.offset)
+        return Bin("+", Bin("&", Load(elems, p), Const(0xFFFF)),
+                   Bin("*", Load(elems, add(p, Const(1))), Const(65536)))
+
+    ring = sh == 1 and g.dilations[0] == 1 and g.kh > 1
+
+    def stage(n_, oy) -> Stmt:
+        def row(ky, at) -> Stmt:
+            iy = window_pos(oy, ky, sh, g.pad_top, g.dilations[0])
+            if byte_rows:
+                return _byte_row(ctx, rows, mul(at, Const(count)), load_x, (n_, iy), g, lead,
+                                 zp + kind.offset, kind.offset)
+            copy = loop(ctx, "ix", g.w, lambda ix: loop(ctx, "c", g.depth, lambda c: Store(
+                elems, add(add(mul(ix, Const(g.depth)), c), Const(lead)),
+                q.offset(to_i32(load_x((n_, iy, ix, c))), shift))))
+            inside = seq(*[st for st in (fill_run(0, lead), copy, fill_run(image_end, count))
+                           if st is not None])
+            cond = Bin("and", Bin(">=", iy, Const(0)), Bin("<", iy, Const(g.h)))
+            return seq(If(cond, inside, fill_run(0, count)), loop(
+                ctx, "q", q_count, lambda qi: Store(rows, add(mul(at, Const(q_count)), qi),
+                                                    group(mul(qi, Const(step))))))
+        if ring:    # one new input row per output row after the first
+            return If(Bin("==", oy, Const(0)), loop(ctx, "ky", g.kh, lambda ky: row(ky, ky)),
+                      row(Const(g.kh - 1), slot(add(oy, Const(g.kh - 1)), Const(0))))
+        return loop(ctx, "ky", g.kh, lambda ky: row(ky, ky))
+
+    def slot(oy, ky) -> Expr:
+        return Bin("%", add(oy, ky), Const(g.kh)) if ring else ky
+    return StagedRows(stage, rows, slot, step)
+
+
+def _byte_row(ctx: LowerCtx, rows: Buffer, base: Expr, load_x: Callable, at: tuple,
+              g: ConvGeom, lead: int, fill: int, offset: int) -> Stmt:
+    """Input row `at` (n, iy) into rows[base:] as bytes x + offset (the
+    image row is one contiguous run in NHWC: whole vectors, the widest the
+    target has), `fill` (wrapped to a byte) in the padding and outside the
+    image."""
+    i8 = dt("int8")
+    count = rows.shape[1]
+    byte = ((fill + 128) & 255) - 128
+
+    def fill_run(start: int, end: int) -> Stmt | None:
+        if end <= start:
+            return None
+        return loop(ctx, "z", end - start, lambda j: Store(rows, add(base, add(j, Const(start))),
+                                                             Const(byte, i8)))
+    runs, k = [], 0
+    for wd in pair_widths(g.w * g.depth, 4 * vector_lanes(ctx)):
+        v = load_x(at + (Const(k // g.depth), Const(k % g.depth)), wd)
+        if offset:
+            v = Bin("^", v, const_like(-128, v))   # + 128, wrapped: x ^ 0x80
+        runs.append(Store(rows, add(base, Const(lead + k)), v))
+        k += wd
+    end = lead + g.w * g.depth
+    inside = seq(*[st for st in (fill_run(0, lead), *runs, fill_run(end, count)) if st is not None])
+    iy = at[1]
+    cond = Bin("and", Bin(">=", iy, Const(0)), Bin("<", iy, Const(g.h)))
+    return If(cond, inside, fill_run(0, count))
+
+
+def _staged_rows(ctx: LowerCtx, g: ConvGeom, name: str, words: int, fill: int,
+                 one: Callable, many: Callable, smallest: int):
+    """The StagedRows (the rows buffer [KH, W', words] int32) of the
+    staged dense conv: the slot of tap row ky holds input row oy *
+    stride - pad + ky * dilation from the left padding on, `words` int32
+    per pixel (one(n, iy, ix, k): word k; many(n, iy, ix, k, count): words
+    k.. as a vector), `fill` where that is outside the image. With stride
+    and dilation 1 the rows form a ring (slot (oy + ky) % KH), so each input
+    row is staged once, not KH times; output rows must then run in order."""
+    sh, sw = g.strides
+    dh, dw = g.dilations
+    width = max(g.w + g.pad_left, (g.ow - 1) * sw + (g.kw - 1) * dw + 1)
+    rows = ctx.scratch_buffer(name, "int32", (g.kh, width, words))
+    lanes = vector_lanes(ctx)
+
+    def fill_run(start: Expr, count: int) -> Stmt | None:
+        if count <= 0:
+            return None
+        return loop(ctx, "z", count, lambda j: Store(rows, add(start, j), Const(fill)))
+
+    ring = sh == 1 and dh == 1 and g.kh > 1
+
+    def stage(n, oy) -> Stmt:
+        row = row_of(n, oy)
+        if ring:    # rows oy + ky live in slot (oy + ky) % KH: one new row per output row
+            return If(Bin("==", oy, Const(0)), loop(ctx, "ky", g.kh, lambda ky: row(ky, ky)),
+                      row(Const(g.kh - 1), Bin("%", add(oy, Const(g.kh - 1)), Const(g.kh))))
+        return loop(ctx, "ky", g.kh, lambda ky: row(ky, ky))
+
+    def slot(oy, ky) -> Expr:
+        return Bin("%", add(oy, ky), Const(g.kh)) if ring else ky
+
+    def row_of(n, oy):
+        def row(ky, at) -> Stmt:
+            iy = window_pos(oy, ky, sh, g.pad_top, dh)
+            base = mul(at, Const(width * words))
+
+            def place(ix, k):
+                return add(base, add(mul(add(ix, Const(g.pad_left)), Const(words)), k))
+
+            def pixel(ix) -> Stmt:
+                if lanes == 1:
+                    return loop(ctx, "k", words, lambda k: Store(rows, place(ix, k),
+                                                                 one(n, iy, ix, k)))
+                runs, k = [], 0
+                for count in pair_widths(words, lanes, smallest):
+                    value = many(n, iy, ix, k, count) if count > 1 else one(n, iy, ix, Const(k))
+                    runs.append(Store(rows, place(ix, Const(k)), value))
+                    k += count
+                return seq(*runs)
+            inside = seq(*[st for st in (
+                fill_run(base, g.pad_left * words),
+                loop(ctx, "ix", g.w, pixel),
+                fill_run(add(base, Const((g.pad_left + g.w) * words)),
+                         (width - g.pad_left - g.w) * words)) if st is not None])
+            cond = Bin("and", Bin(">=", iy, Const(0)), Bin("<", iy, Const(g.h)))
+            return If(cond, inside, fill_run(base, width * words))
+        return row
+    return StagedRows(stage, rows, slot)
+
+
+def _pair_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int):
+    """_staged_rows of int32 pairs (x[2i] - zp) + 65536 (x[2i+1] - zp),
+    zeros outside the image (exactly the skipped taps): [KH, W', D/2]."""
+    def one(n, iy, ix, cp):
+        a, b = (q.offset(to_i32(load_x((n, iy, ix, add(mul(cp, Const(2)), Const(j))))), -zp)
+                for j in (0, 1))
+        return Bin("+", Bin("&", a, Const(0xFFFF)), Bin("*", b, Const(65536)))
+
+    def many(n, iy, ix, cp, count):
+        """`count` pairs at once: 2 count lanes int8 widened to int16 (x - zp
+        lies in [-255, 255]), their bytes read as int32 pairs."""
+        i16 = dt("int16", 2 * count)
+        x16 = Bin("+", Cast(i16, load_x((n, iy, ix, Const(2 * cp)), 2 * count)),
+                  Broadcast(Const(-zp, dt("int16")), 2 * count))
+        return pack_pairs(x16)
+    return _staged_rows(ctx, g, "pair_rows", g.depth // 2, 0, one, many, 4)
+
+
+def _quad_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int, kind: Accumulator):
+    """_staged_rows for aot_dot4, [KH, W', D/4]: each int32 four channels'
+    bytes x + kind.offset (low channel first), and outside the image the
+    bytes of zp + offset: those taps then add (zp + offset) * w, which the
+    bias takes back with the in-image ones' (bias - (zp + offset) * sum(w)),
+    so the sum is exactly that of x - zp over the in-image taps."""
+    def one(n, iy, ix, cq):
+        return quad_value([load_x((n, iy, ix, add(mul(cq, Const(4)), Const(j))))
+                            for j in range(4)], kind.offset)
+
+    def many(n, iy, ix, cq, count):
+        """`count` quads at once: 4 count bytes, their bits as int32s."""
+        v = load_x((n, iy, ix, Const(4 * cq)), 4 * count)
+        if kind.offset:
+            v = Bin("^", v, Broadcast(Const(-128, dt("int8")), 4 * count))
+        return pack_quads(v)
+    pad_byte = (zp + kind.offset) & 255
+    fill = int(ref_q.wrap_int32(np.int64(pad_byte * 0x01010101)))
+    return _staged_rows(ctx, g, "quad_rows", g.depth // 4, fill, one, many, 2)
+

@@ -1,0 +1,2 @@
+"""How a kernel is scheduled: the tuning space (sites, configs), tile sizes,
+the accumulation strategy, the float conv schedule."""

@@ -1,0 +1,189 @@
+"""The schedule of a convolution as one frozen object, float or int8.
+
+Every choice a convolution's schedule sites make (aot/lower/schedule/tile_sizes.py's
+register tiles, aot/lower/schedule/strategy.py's algorithm, accumulator strategy
+and input rows) is answered once, by the default policy here
+(float_conv_schedule, int8_conv_schedule) or by the config `aot tune` puts
+in force (aot/lower/schedule/space.py), and the kernels (nn.conv,
+tflite_int8.vector_conv_nest) only read the answers: the algorithm apart
+from its schedule. Among them is how the kernel walks its output, a
+conv_walk.Walk (loop names, region comments, blocks in tested regions,
+pixel parts inside or outside the channel tiles, unrolling, channel tiles
+outermost), set to each kernel's measured choice.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from aot.ir.tir import DType
+from aot.lower.schedule.tile_sizes import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORDER, Tile,
+                                           depthwise_tile, tile)
+from aot.lower.schedule.strategy import (PAIRS, Accumulator, conv_algorithm, int8_accumulator,
+                                         int8_rows, mlal_depthwise, window_row_accumulator)
+from aot.lower.kernels.conv_walk import Walk, float_axes
+from aot.lower.kernels.tiles import UNROLL_CHANNEL_TILES, tile_widths
+from aot.lower.kernels.windows import ConvGeom, SpatialOp, axis_runs
+from aot.ops import nn as ref
+from aot.targets import Target
+
+
+@dataclass(frozen=True)
+class FloatConvSchedule:
+    """How one float convolution runs. `algorithm`: "winograd_2x2" or
+    "winograd_4x4" (aot/lower/kernels/winograd.py, no tile here), "pointwise" (a
+    matrix product over the pixels, dense.dense), "depthwise" (channel
+    vectors, `tile` from the depthwise_tile site) or "direct" (the
+    register-tiled sliding window). Direct only: `copy_padded`, the input
+    first copied into a zero-padded workspace; `merge_rows`, a window row's
+    taps and input channels as one by-lane reduction. Direct and depthwise:
+    `walk`, how conv_walk.walk visits the output (the float policy's
+    regions, window_regions)."""
+    algorithm: str
+    tile: Tile | None = None
+    copy_padded: bool = False
+    merge_rows: bool = False
+    walk: Walk | None = None
+
+
+def float_conv_schedule(target: Target, dtype: DType, xin: SpatialOp, out: SpatialOp,
+                        win: ref.Window, group: int, icg: int, ocg: int, in_memory: bool,
+                        winograd_fits: bool) -> FloatConvSchedule:
+    """The default policy for a convolution of `group` groups of icg -> ocg
+    channels (`in_memory`: its input is a buffer; `winograd_fits`:
+    winograd.applies), each site asked only where its answer matters."""
+    if winograd_fits:
+        algorithm = conv_algorithm(target, out.spatial[-1])
+        if algorithm != "direct":
+            return FloatConvSchedule(algorithm)
+    t = tile(target, dtype, out.vectorizable, pixels=True)
+    if ocg <= t.lanes:          # one vector of channels: room for more pixels per tile
+        t = replace(t, vectors=1)
+    if icg < t.k_lanes:         # a first layer's 3 channels: scalar inputs, a pixel more
+        t = replace(t, k_lanes=1)
+    channel_last = xin.layout == "NHWC"
+    if pointwise(win) and channel_last and group == 1 and in_memory:
+        return FloatConvSchedule("pointwise", t)
+    axes = float_axes(len(win.kernel))
+    if icg == 1 and ocg == 1 and t.lanes > 1:
+        dw = depthwise_tile(target, dtype, int(np.prod(win.kernel)))
+        # weights_stay: the channel tiles outermost, a tile's weights held
+        # in registers over every pixel
+        return FloatConvSchedule("depthwise", dw, walk=Walk(
+            axes, unroll=UNROLL_CHANNEL_TILES if dw.registers or dw.weights_stay else 0,
+            tiles_outside=dw.weights_stay))
+    copy = channel_last and copy_padded(xin, win, dtype)
+    # (not for a first layer's 3 channels: its steps straddling taps cost
+    # more than they save, vww f32's first conv 220,643 -> 281,540)
+    merge_rows = (t.k_lanes > 1 and icg % t.k_lanes == 0 and group == 1 and channel_last
+                  and (in_memory or copy) and win.dilations[-1] == 1)
+    return FloatConvSchedule("direct", t, copy, merge_rows, Walk(
+        axes, parts=True, unroll=UNROLL_CHANNEL_TILES if t.registers else 0))
+
+
+def pointwise(win: ref.Window) -> bool:
+    """A 1x1 window at stride 1 without padding."""
+    return (all(k == 1 for k in win.kernel) and all(v == 1 for v in win.strides)
+            and not any(win.pad_begin) and not any(win.pad_end))
+
+
+def copy_padded(xin: SpatialOp, win: ref.Window, dtype: DType) -> bool:
+    """Whether a direct convolution copies its input into a padded
+    workspace: a map that is mostly border, small enough to copy."""
+    padded = [s + b + e for s, b, e in zip(xin.spatial, win.pad_begin, win.pad_end)]
+    nbytes = xin.batch * xin.channels * dtype.bits // 8 * int(np.prod(padded))
+    interior = 1
+    for o, n, k, s, d, p in zip(win.out, xin.spatial, win.kernel, win.strides, win.dilations,
+                                win.pad_begin):
+        interior *= sum(r.count for r in axis_runs(o, n, k, s, d, p) if r.hi - r.lo == k)
+    border = 1 - interior / int(np.prod(win.out))
+    return border >= PAD_COPY_MIN_BORDER and nbytes <= PAD_COPY_MAX_BYTES
+
+
+@dataclass(frozen=True)
+class Int8ConvSchedule:
+    """How one int8 convolution runs in vector tiles.
+
+    `tiles` are the channel tiles of `tile` over the channels a group
+    writes. The dense product takes `accumulator`'s groups of input
+    channels: quads (four per aot_dot4, by lane of each pixel's four
+    quads with `by_lane`) or pairs (two per aot_dot2); depthwise takes
+    channel vectors, widened to int16 pairs of vectors with `mlal`.
+    `rows` is how the input is read: "staged" (the KH rows an output row
+    reads, as pairs or quads), "flat" (a first layer's window rows as one
+    run, in groups of `flat_accumulator`) or "direct" (from the input,
+    border taps tested). `walk`: how conv_walk.walk visits the output (the
+    integer policy's "border" regions, or with staged rows one "whole"):
+    oy / ox loops, no region comments, tested regions a pixel at a time,
+    each pixel part a loop of channel tiles of its own."""
+    tile: Tile
+    tiles: tuple[tuple[int, tuple[int, ...]], ...]
+    depthwise: bool
+    accumulator: Accumulator
+    by_lane: bool
+    mlal: bool
+    quads: bool
+    pairs: bool
+    rows: str
+    flat_accumulator: Accumulator
+    walk: Walk
+
+    @property
+    def raw(self) -> Accumulator | None:
+        """The quad strategy whose staged bytes are x + its offset (zp +
+        offset outside the image), if the rows hold quads."""
+        if self.quads:
+            return self.accumulator
+        return self.flat_accumulator if self.flat_accumulator.group == 4 else None
+
+
+def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray) -> Int8ConvSchedule:
+    """The default policy (each site consulted in the order the kernel
+    always asked, only where its answer matters)."""
+    t = tile(target, "int32", pixels=True)
+    depthwise = g.depth == 1 and g.per_group == 1
+    dense = not depthwise and g.groups == 1
+    width = g.cout if depthwise else g.per_group
+    kind = int8_accumulator(target)
+    regs = target.vector_registers
+    # Sixteen-channel-deep convs read each pixel's four quads as one vector
+    # and take them by lane, where the strategy says so.
+    by_lane = kind.by_lane and dense and g.depth % 16 == 0
+    if kind.vectors and dense and g.depth % 4 == 0 and regs >= 32:
+        # A quad feeds `vectors` dot products (a weight vector each): their
+        # accumulators for MR pixels, the weights and the broadcast (or each
+        # pixel's quads) within the registers.
+        v = kind.vectors
+        t = replace(t, vectors=v, max_accs=(regs - v - 1) // (v + 1) * v if by_lane
+                    else regs - 2 * v)
+    if width <= t.lanes:
+        t = replace(t, vectors=1)
+    tiles = tuple(tile_widths(width, t))
+    wide = all(min(w) >= 4 for _, w in tiles)       # every tile of whole 4+-lane vectors
+    # Depthwise where the target has the widening multiply-add: 8 channels
+    # per int16 vector, two accumulators each (whole tiles of 4-lane vectors
+    # in pairs).
+    mlal = (depthwise and mlal_depthwise(target) and t.lanes == 4
+            and all(len(ws) % 2 == 0 and set(ws) == {4} for _, ws in tiles))
+    # Dense convs whose depth is a multiple of 4 take four input channels
+    # per aot_dot4 where the strategy says so.
+    quads = kind.group == 4 and dense and g.depth % 4 == 0 and wide and kind.fits(weights)
+    pairs = not quads and not depthwise and g.depth >= 2
+    # Dense convs with an even depth stage the KH input rows an output row
+    # reads (quads always do).
+    staged = quads or (pairs and g.groups == 1 and g.depth % 2 == 0 and wide
+                       and int8_rows("staged") == "staged")
+    # Odd depths (the first layer's 1 or 3 channels) group along a window
+    # row instead: with unit column dilation its KW x D taps are one
+    # contiguous run of the staged row.
+    flat = (not quads and dense and g.depth % 2 == 1 and g.dilations[1] == 1 and wide
+            and int8_rows("flat") == "flat")
+    row_kind = window_row_accumulator(target)
+    flat_kind = row_kind if flat and row_kind.group == 4 and row_kind.fits(weights) else PAIRS
+    rows = "flat" if flat else "staged" if staged else "direct"
+    # staged rows hold their padding: one untested region
+    walk = Walk(("oy", "ox"), "border" if rows == "direct" else "whole", notes=False,
+                blocks_in_tested_rows=False, parts=True, parts_outside=True)
+    return Int8ConvSchedule(t, tiles, depthwise, kind, by_lane, mlal, quads, pairs, rows,
+                            flat_kind, walk)

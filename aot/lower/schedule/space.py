@@ -1,0 +1,293 @@
+"""Schedules apart from the lowering rules: workloads, configs, spaces.
+
+A kernel rule asks the schedule module for its choices (`schedule.tile`,
+`schedule.depthwise_tile`, `strategy.int8_accumulator`); each of those is a
+*site*, marked `@tunable(site)`. Without a `Schedules` in force a site
+returns its default policy's answer untouched, so a package built without
+tuning records is byte-identical to one built before this module existed.
+
+With a `Schedules` in force (`applied(...)`, a context variable), the
+driver names the fused group's main op as a `Workload` and looks its
+`Config` up; the config's knobs then replace fields of what each site
+returns (TVM's `apply_history_best`). The same context in `record` mode
+collects what every site answered by default, per workload: the starting
+point of its schedule space (`space_of`).
+
+A config is a frozen mapping site -> knobs, JSON-serialisable:
+`{"tile/pixels": {"vectors": 2, "mr": 4, "max_accs": 12},
+"accumulator": "pairs"}`; the empty config is the default policy.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import hashlib
+import json
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable, Iterator, Mapping
+
+from aot.errors import AotError
+
+# The Tile fields a config may set, per site (schedule.Tile).
+TILE_KNOBS = ("vectors", "mr", "max_accs")
+SITES = ("tile", "tile/pixels", "depthwise_tile", "accumulator", "int8_rows", "conv_algorithm")
+# Sites whose answer is a name, and the names a config may give them.
+NAMED = {"accumulator": ("pairs", "quads", "quads_u8"), "int8_rows": ("staged", "flat", "direct"),
+         "conv_algorithm": ("direct", "winograd_2x2", "winograd_4x4")}
+
+
+@dataclass(frozen=True)
+class Config:
+    """Knobs per site: ((site, ((knob, value), ...) or a strategy name), ...),
+    sorted, so equal configs are equal objects and print the same JSON."""
+    sites: tuple[tuple[str, Any], ...] = ()
+
+    @staticmethod
+    def of(obj: Mapping[str, Any]) -> "Config":
+        """From its JSON form, refusing what no site reads."""
+        if not isinstance(obj, Mapping):
+            raise AotError(f"a schedule config is a JSON object, not {obj!r}")
+        items = []
+        for site, value in obj.items():
+            if site in NAMED:
+                if value not in NAMED[site]:
+                    raise AotError(f"config: {site} is one of {', '.join(NAMED[site])}, "
+                                   f"not {value!r}")
+                items.append((site, value))
+            elif site in SITES:
+                if not isinstance(value, Mapping) or set(value) - set(TILE_KNOBS) or not all(
+                        isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                        for v in value.values()):
+                    raise AotError(f"config: {site} takes positive integers of "
+                                   f"{', '.join(TILE_KNOBS)}, not {value!r}")
+                items.append((site, tuple(sorted(value.items()))))
+            else:
+                raise AotError(f"config: unknown schedule site {site!r} "
+                               f"(known: {', '.join(SITES)})")
+        return Config(tuple(sorted(items)))
+
+    def as_json(self) -> dict[str, Any]:
+        return {site: v if isinstance(v, str) else dict(v) for site, v in self.sites}
+
+    def get(self, site: str):
+        return dict(self.sites).get(site)
+
+    def __str__(self) -> str:
+        return json.dumps(self.as_json(), sort_keys=True, separators=(",", ":")) \
+            if self.sites else "default"
+
+
+DEFAULT = Config()
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A fused group's main op as the schedule sees it: op, operand types,
+    the attributes that shape its loops, the epilogue's ops and the target.
+    Two kernels with equal workloads take the same config."""
+    op: str
+    inputs: tuple[tuple, ...]       # (shape, dtype, quantization kind) per operand
+    outputs: tuple[tuple, ...]
+    attrs: tuple[tuple[str, Any], ...]
+    epilogue: tuple[str, ...]
+    target: str
+
+    @property
+    def key(self) -> str:
+        """`<op>-<16 hex digits>`: stable across runs and machines."""
+        text = json.dumps([self.op, self.inputs, self.outputs, self.attrs, self.epilogue,
+                           self.target], sort_keys=True, default=str)
+        return f"{self.op}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+    def describe(self) -> str:
+        shapes = " ".join("x".join(map(str, s)) or "scalar" for s, _, _ in self.inputs[:2])
+        return f"{self.op} {shapes} {self.inputs[0][1] if self.inputs else ''}".strip()
+
+
+def _quant_kind(ty) -> str:
+    q = getattr(ty, "quant", None)
+    if q is None:
+        return ""
+    return "per-channel" if len(q.scale) > 1 else "per-tensor"
+
+
+def _simple(value) -> bool:
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return True
+    return isinstance(value, (tuple, list)) and len(value) <= 16 and all(map(_simple, value))
+
+
+def workload_of(body, anchor, target) -> Workload:
+    """The Workload of the group whose loop-nest op is `anchor` (a node of
+    the group's `body` graph)."""
+    def sig(name):
+        ty = body.types.get(name) if name else None
+        return (tuple(ty.shape), ty.dtype, _quant_kind(ty)) if ty is not None else ((), "", "")
+    attrs = tuple(sorted((k, v) for k, v in anchor.attrs.items() if _simple(v)))
+    return Workload(anchor.op, tuple(sig(i) for i in anchor.inputs),
+                    tuple(sig(o) for o in anchor.outputs), attrs,
+                    tuple(n.op for n in body.nodes if n is not anchor), target.name)
+
+
+@dataclass
+class Schedules:
+    """What the lowering applies: a config per workload key. With
+    `record`, also what each site answered by default, per workload
+    (`seen`: key -> (Workload, {site: default}, [kernel names]))."""
+    configs: Mapping[str, Config] = field(default_factory=dict)
+    record: bool = False
+    seen: dict[str, tuple] = field(default_factory=dict)
+
+
+@dataclass
+class _Scope:
+    config: Config
+    defaults: dict | None     # the recorder of this workload's site defaults
+
+
+_SCHEDULES: contextvars.ContextVar[Schedules | None] = contextvars.ContextVar(
+    "aot_schedules", default=None)
+_SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar(
+    "aot_schedule_scope", default=None)
+
+
+@contextlib.contextmanager
+def applied(schedules: Schedules | None) -> Iterator[Schedules | None]:
+    """Lower with `schedules` in force (None: the default policy)."""
+    token = _SCHEDULES.set(schedules)
+    try:
+        yield schedules
+    finally:
+        _SCHEDULES.reset(token)
+
+
+@contextlib.contextmanager
+def group_scope(body, anchor, node_name: str, target) -> Iterator[None]:
+    """While one group's loop-nest op is lowered: its config in force."""
+    schedules = _SCHEDULES.get()
+    if schedules is None:
+        yield
+        return
+    w = workload_of(body, anchor, target)
+    defaults = None
+    if schedules.record:
+        entry = schedules.seen.setdefault(w.key, (w, {}, []))
+        entry[2].append(node_name)
+        defaults = entry[1]
+    token = _SCOPE.set(_Scope(schedules.configs.get(w.key, DEFAULT), defaults))
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
+def tunable(site: str) -> Callable:
+    """Mark a schedule function as a site: its answer passes through the
+    config in force (unchanged without one). `tile`'s site is "tile" or,
+    called with pixels=True, "tile/pixels"."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def choose(*args, **kwargs):
+            answer = fn(*args, **kwargs)
+            scope = _SCOPE.get()
+            if scope is None:
+                return answer
+            name = f"{site}/pixels" if site == "tile" and kwargs.get("pixels") else site
+            if scope.defaults is not None:
+                scope.defaults.setdefault(name, answer)
+            knobs = scope.config.get(name)
+            if knobs is None:
+                return answer
+            return _override(name, answer, knobs)
+        return choose
+    return wrap
+
+
+# The objects a site's NAMED choices stand for, registered by the module
+# that defines them (strategy.py's accumulators), which sits above this one.
+CHOICES: dict[str, dict[str, Any]] = {}
+
+
+def choices(site: str, named: Mapping[str, Any]) -> None:
+    """Registers what each of `site`'s NAMED choices stands for."""
+    if tuple(named) != NAMED[site]:
+        raise ValueError(f"{site}: choices {tuple(named)} are not NAMED's {NAMED[site]}")
+    CHOICES[site] = dict(named)
+
+
+def _override(site: str, answer, knobs):
+    if site in CHOICES:
+        return CHOICES[site][knobs]
+    if site == "int8_rows":
+        # the rule asks once per mode it offers: a config other than that
+        # mode reads the rows directly
+        return knobs if knobs == answer else "direct"
+    if site == "conv_algorithm":
+        return knobs
+    if answer.lanes == 1:       # scalar code: no register tile to choose
+        return answer
+    return replace(answer, **dict(knobs))
+
+
+# ---------------------------------------------------------------- spaces
+
+def tile_knobs(tile) -> dict[str, int]:
+    return {f.name: getattr(tile, f.name) for f in fields(tile) if f.name in TILE_KNOBS}
+
+
+def legal_tile(site: str, knobs: Mapping[str, int], registers: int) -> bool:
+    """Whether a tile's operands fit the vector register file: MR x V
+    accumulators, V weight vectors and a broadcast input (schedule.py's
+    budget), at least one pixel."""
+    v, mr, accs = knobs["vectors"], knobs["mr"], knobs["max_accs"]
+    if site != "tile/pixels":
+        return v <= max(1, registers - 1) // 2
+    return mr * v <= accs and accs + v + 1 <= registers
+
+
+def _tile_space(site: str, default, registers: int) -> list[dict]:
+    if default.lanes == 1 or default.k_lanes > 1 or default.weights_stay:
+        return []       # scalar, by-lane (AArch64) and weight-resident tiles: not tuned yet
+    out = []
+    if site != "tile/pixels":
+        for v in (1, 2, 3, 4, 6, 8):
+            knobs = {**tile_knobs(default), "vectors": v}
+            if legal_tile(site, knobs, registers):
+                out.append(knobs)
+        return out
+    for v in (1, 2, 3, 4):
+        for pixels in range(1, registers):
+            accs = v * pixels
+            for mr in sorted({1, 2, pixels // 2 or 1, pixels}):
+                knobs = {"vectors": v, "mr": mr, "max_accs": accs}
+                if legal_tile(site, knobs, registers):
+                    out.append(knobs)
+    return out
+
+
+def space_of(defaults: Mapping[str, Any], target) -> list[Config]:
+    """The legal configs of a workload whose sites answered `defaults`,
+    the default first. Each config changes one site (the sites a rule
+    consults are independent choices of different loops)."""
+    configs = [DEFAULT]
+    if "depthwise_tile" in defaults:
+        # the depthwise tile replaces the tiles the conv rule asked for first
+        defaults = {k: v for k, v in defaults.items() if not k.startswith("tile")}
+    for site, default in sorted(defaults.items()):
+        if site == "accumulator":
+            if default.name != "pairs":
+                configs.append(Config.of({"accumulator": "pairs"}))
+            continue
+        if site == "int8_rows":
+            configs.append(Config.of({"int8_rows": "direct"}))
+            continue
+        if site == "conv_algorithm":     # the other algorithms
+            other = [a for a in NAMED[site] if a != default]
+            configs += [Config.of({site: a}) for a in other]
+            continue
+        base = tile_knobs(default)
+        for knobs in _tile_space(site, default, target.vector_registers):
+            if knobs != base:
+                configs.append(Config.of({site: knobs}))
+    return list(dict.fromkeys(configs))

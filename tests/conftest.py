@@ -3,14 +3,20 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
 # The shared models sit beside the repo (../shared/models); never copy them in.
 SHARED = Path(os.environ.get("AOT_SHARED", REPO.parent / "shared"))
 MODELS = SHARED / "models"
+# Test modules import helpers from one another by module name, and pytest
+# imports test files by path (--import-mode=importlib: same-named files in
+# different folders stay apart): every folder of tests/ is on sys.path.
+sys.path[:0] = [str(TESTS), *sorted({str(p.parent) for p in TESTS.glob("*/**/*.py")})]
 # aot's default board (no --board) is the emulated Pi 4, which boots a VM:
 # the suite's commands without --board run on this machine instead ($AOT_BOARD
 # names the default); the qemu-rpi4 tests name their board.
@@ -19,18 +25,22 @@ os.environ["AOT_BOARD"] = "host"
 
 # The fast tier (make test-fast, pytest -m fast): the pure-Python layers,
 # tests that start no compiler, emulator, board or aot process. These
-# modules make it; inside it a test that starts a process fails, naming the
-# command, so the list cannot drift into the slow tier unseen.
+# modules (paths under tests/) make it; inside it a test that starts a
+# process fails, naming the command, so the list cannot drift into the slow
+# tier unseen.
 FAST_MODULES = frozenset({
-    "test_board_schema", "test_conv_schedule", "test_conv_steps", "test_dense_product",
-    "test_layers", "test_legalize", "test_lower_layers", "test_onnx_conformance",
-    "test_onnx_import", "test_onnx_models", "test_ops_nn", "test_passes", "test_plan",
-    "test_qmath", "test_target_facts", "test_tflite", "test_windows"})
+    "executor/test_plan.py", "foundations/test_config_schema.py",
+    "foundations/test_target_facts.py", "frontend/test_onnx.py", "frontend/tflite/test_tflite.py",
+    "lower/kernels/test_conv_tile.py", "lower/kernels/test_dense.py",
+    "lower/kernels/test_windows.py", "lower/schedule/test_conv.py", "lower/test_lower_layers.py",
+    "lower/tir_passes/test_legalize.py", "models/test_onnx_conformance.py",
+    "models/test_onnx_models.py", "ops/quant/test_qmath.py", "ops/test_nn.py",
+    "passes/test_passes.py", "repo/test_layers.py"})
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.stem in FAST_MODULES:
+        if item.path.relative_to(TESTS).as_posix() in FAST_MODULES:
             item.add_marker(pytest.mark.fast)
 
 

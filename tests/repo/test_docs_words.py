@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TREES = ("aot", "tests", "docs", "bench", "scripts", "templates", "runtime_c", "targets",
          "boards", "README.md")
 SKIP_DIRS = {"__pycache__", ".pytest_cache"}

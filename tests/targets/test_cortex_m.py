@@ -144,7 +144,7 @@ def test_the_harness_exit_code_and_a_timeout_are_clear_errors(kws, tmp_path):
 def small_board(tmp_path: Path, monkeypatch, flash: int, ram: int) -> str:
     boards = tmp_path / "boards"
     boards.mkdir(exist_ok=True)
-    text = (Path(__file__).parent.parent / "boards" / f"{BOARD}.toml").read_text()
+    text = (Path(__file__).resolve().parents[2] / "boards" / f"{BOARD}.toml").read_text()
     text = text.replace(f'name = "{BOARD}"', 'name = "tiny-m4"')
     text = text.replace("flash_bytes = 4194304", f"flash_bytes = {flash}")
     text = text.replace("ram_bytes = 4194304", f"ram_bytes = {ram}")

@@ -27,7 +27,7 @@ from aot.testing import assert_close, random_inputs, run_twice
 from conftest import MODELS
 
 HOST = get_board("host")
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def onnx_model(path: Path, nodes, inputs, outputs, inits=(), name="g") -> Path:

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import MODELS
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def aot(*args: str, cwd=None) -> subprocess.CompletedProcess:
@@ -124,7 +124,7 @@ def test_malformed_node_is_one_line_error(tmp_path):
 def test_docs_list_every_board_aot_boards_lists():
     from aot.targets import boards
 
-    docs = (Path(__file__).resolve().parent.parent / "docs" / "targets.md").read_text()
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "targets.md").read_text()
     listing = docs.split("$ aot boards\n", 1)[1].split("```", 1)[0].splitlines()
     assert sorted(line.split()[0] for line in listing[1:]) == sorted(boards())
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RUNTIME = REPO / "runtime_c"
 TSAN = ("-fsanitize=thread", "-g", "-O1")
 

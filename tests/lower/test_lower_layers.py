@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-LOWER = Path(__file__).resolve().parent.parent / "aot" / "lower"
+LOWER = Path(__file__).resolve().parents[2] / "aot" / "lower"
 CONVOLUTIONS = {"nn", "tflite_int8", "winograd"}
 # Shared parts under the convolutions, and the rules that moved out of them.
 BELOW = ["builders", "tiles", "windows", "conv_walk", "conv_schedule", "conv", "dense", "pool", "batchnorm", "resize",

@@ -236,7 +236,7 @@ def test_mve_fixed_point_matches_the_reference_on_the_m55(codegen, tmp_path):
     else:
         kernel = tmp_path / "k.o"
         kernel.write_bytes(emit_object([func], "t", target))
-    runtime = Path(__file__).resolve().parent.parent / "runtime_c" / "cortex_m"
+    runtime = Path(__file__).resolve().parents[2] / "runtime_c" / "cortex_m"
     exe = tmp_path / "t.elf"
     subprocess.run([target.cc, *target.cflags, "-T", str(runtime / "mps3_an547.ld"),
                     "-I", str(runtime.parent), "-nostartfiles", "--specs=rdimon.specs",

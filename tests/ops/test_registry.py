@@ -26,7 +26,7 @@ from aot.ops.registry import RuleKind, lowering_problems
 from aot.testing import random_inputs
 
 F = "float32"
-AOT = Path(__file__).resolve().parent.parent / "aot"
+AOT = Path(__file__).resolve().parents[2] / "aot"
 
 
 def test_every_op_has_one_rule_of_the_kind_its_pattern_needs():

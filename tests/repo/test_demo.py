@@ -11,7 +11,7 @@ from pathlib import Path
 
 from aot.deploy import vm_image
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_make_demo_runs_end_to_end(tmp_path):

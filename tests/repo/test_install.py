@@ -21,7 +21,7 @@ from conftest import MODELS
 from aot.deploy.vm_image import cache_root
 from aot.resources import DATA_DIRS
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODEL = MODELS / "mlperf_kws_dscnn_int8.tflite"
 # What `pip install .` reads from the checkout: the package and its data.
 SOURCES = ("pyproject.toml", "aot", *DATA_DIRS)

@@ -1,4 +1,5 @@
-"""Shared test fixtures: where the real models live."""
+"""Markers by cost, the fast tier's guard, the models_dir fixture and the
+summaries tests record; what test modules share is in tests/support."""
 from __future__ import annotations
 
 import os
@@ -9,14 +10,14 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parent
-# The shared models sit beside the repo (../shared/models); never copy them in.
-SHARED = Path(os.environ.get("AOT_SHARED", REPO.parent / "shared"))
-MODELS = SHARED / "models"
-# Test modules import helpers from one another by module name, and pytest
-# imports test files by path (--import-mode=importlib: same-named files in
-# different folders stay apart): every folder of tests/ is on sys.path.
-sys.path[:0] = [str(TESTS), *sorted({str(p.parent) for p in TESTS.glob("*/**/*.py")})]
+# Test modules import what they share from the tests/support package
+# (support/__init__.py); pytest imports the test files themselves by path
+# (--import-mode=importlib), so same-named files in different folders stay
+# apart. Asserts in support's helpers are rewritten like the tests' own.
+sys.path.insert(0, str(TESTS))
+pytest.register_assert_rewrite("support")
+from support import MODELS  # noqa: E402 (needs tests/ on sys.path)
+
 # aot's default board (no --board) is the emulated Pi 4, which boots a VM:
 # the suite's commands without --board run on this machine instead ($AOT_BOARD
 # names the default); the qemu-rpi4 tests name their board.
@@ -54,27 +55,6 @@ def _no_process(self, args, *rest, **kwargs):
 def _fast_tier_starts_no_process(request, monkeypatch):
     if request.config.getoption("markexpr", "") == "fast":
         monkeypatch.setattr(subprocess.Popen, "_execute_child", _no_process)
-
-
-def shared_models(pattern: str = "*") -> list[Path]:
-    """Models in ../shared/models (not derived/), sorted by name."""
-    found = sorted(p for p in MODELS.glob(pattern) if p.suffix in (".onnx", ".tflite"))
-    if not found:
-        raise RuntimeError(f"no models match {pattern} in {MODELS}: is ../shared there?")
-    return found
-
-
-def cpu_lacks(board: str) -> str:
-    """Why this CPU cannot run `board`'s code, "" when it can: the flags of its
-    options.cpu_flags that /proc/cpuinfo lacks, the check `aot doctor`
-    reports. No emulator here runs AVX-512 (QEMU 7.2's TCG stops at AVX2),
-    so a test running host-avx512 code skips with this reason elsewhere."""
-    from aot.deploy.host import cpu_flags
-    from aot.targets import get_board
-
-    wanted = get_board(board).options.get("cpu_flags", ())
-    missing = sorted(set(wanted) - cpu_flags())
-    return f"this CPU lacks {', '.join(missing)} (board {board} needs them)" if missing else ""
 
 
 @pytest.fixture(scope="session")

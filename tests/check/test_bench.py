@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import MODELS, REPO
+from support import MODELS, REPO
 
 # ~10 us a run: the harness's ns clock resolves it.
 MODEL = MODELS / "mlperf_ad_fcae_int8.tflite"

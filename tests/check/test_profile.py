@@ -19,7 +19,7 @@ from aot.cli import main
 from aot.deploy import run_package
 from aot.errors import AotError
 from aot.targets import get_board
-from conftest import MODELS
+from support import MODELS
 
 HOST = get_board("host")
 MODEL = MODELS / "mlperf_kws_dscnn_int8.tflite"

@@ -18,7 +18,7 @@ import aot
 from aot import streaming as S
 from aot.targets import get_board
 
-from conftest import MODELS
+from support import MODELS
 
 STREAMING = MODELS / "streaming"
 # Seeds of aot.streaming.feature_stream whose streams lift each model's output

@@ -20,7 +20,7 @@ from aot.ir.graph import Quant, TensorType
 from aot.validate import (Tolerance, cosine, dequantize, l2r, load_dataset, max_abs, max_lsb,
                           output_metrics, rmse, top1_agreement)
 
-from conftest import MODELS
+from support import MODELS
 
 KWS = MODELS / "mlperf_kws_dscnn_int8.tflite"       # int8 in and out: tflite-micro
 AD = MODELS / "mlperf_ad_fcae_f32.tflite"            # float, 640 wide: LiteRT

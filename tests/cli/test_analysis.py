@@ -15,7 +15,7 @@ import aot
 from aot.analysis import analyze, print_report
 from aot.api import package
 from aot.cli import main
-from conftest import MODELS
+from support import MODELS
 
 KWS = MODELS / "mlperf_kws_dscnn_int8.tflite"
 # Conv, depthwise and fully connected MACs of the MLPerf Tiny models

@@ -20,7 +20,7 @@ from aot.deploy.reference import tflite_micro
 from aot.errors import AotError
 from aot.targets import DEFAULT_BOARD, DEFAULT_BOARD_ENV, get_board
 
-from conftest import MODELS
+from support import MODELS
 
 KWS = MODELS / "mlperf_kws_dscnn_int8.tflite"
 TOP_LEVEL = ("package", "run", "verify", "bench", "analyze")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import MODELS
+from support import MODELS
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -22,8 +22,8 @@ import pytest
 
 from aot import cli, doctor, gcc_pin, tools
 from aot.errors import AotError
-from conftest import MODELS, REPO
-from decoy_gcc import clang_in, debian_installation, junk_installation
+from support import MODELS, REPO
+from support.decoy_gcc import clang_in, debian_installation, junk_installation
 
 APT_DEPENDS = ("apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests",
                "--no-conflicts", "--no-breaks", "--no-replaces", "--no-enhances")

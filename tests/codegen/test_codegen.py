@@ -654,7 +654,7 @@ def test_vector_minmax_built_for_avx512(tmp_path):
     the target's -O2 -march=x86-64-v4, LLVM for the target): 16 lanes are
     one native vector there, and clang -O2 is where a lane loop stayed scalar."""
     from aot.targets import get_board
-    from conftest import cpu_lacks
+    from support import cpu_lacks
 
     if cpu_lacks("host-avx512"):
         pytest.skip(cpu_lacks("host-avx512"))

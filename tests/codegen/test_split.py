@@ -14,7 +14,7 @@ from aot.deploy import run_package
 from aot.targets import get_board
 from aot.testing import assert_close, random_inputs
 
-from conftest import MODELS
+from support import MODELS
 
 HOST = get_board("host")
 MODEL = MODELS / "tflm_hello_world_int8.tflite"      # small, several kernels

@@ -15,7 +15,7 @@ from aot.cli import main
 from aot.deploy import insn_count
 from aot.errors import AotError
 
-from conftest import MODELS
+from support import MODELS
 
 
 def _relu_chain(path: Path, n: int) -> Path:

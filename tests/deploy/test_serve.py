@@ -22,8 +22,8 @@ from aot.errors import AotError
 from aot.packaging import read_metadata
 from aot.targets import get_board
 from aot.testing import random_inputs
-from conftest import MODELS
-from sshd import sshd  # noqa: F401 (the fixture)
+from support import MODELS
+from support.sshd import sshd  # noqa: F401 (the fixture)
 
 HOST = get_board("host")
 MODEL = MODELS / "tflm_hello_world_f32.tflite"       # tiny: requests cost the protocol only

@@ -8,7 +8,6 @@ test can check that nothing is left behind, after failures too.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import signal
@@ -23,73 +22,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import MODELS
-from sshd import Sshd, free_port, keygen, sshd  # noqa: F401 (sshd: the fixture)
-
-MODEL = MODELS / "mlperf_ad_fcae_int8.tflite"
-BOARD = ["--board", "rpi4"]
-CONNECT_TIMEOUT_S = 3
-
-
-@pytest.fixture(scope="module")
-def remote_tmp(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("remote_tmp")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def config(tmp_path_factory, remote_tmp):
-    """$AOT_CONFIG: rpi4's work dirs in remote_tmp, a short connect timeout;
-    no OpenSSH config (the user's ~/.ssh/config may say anything)."""
-    path = tmp_path_factory.mktemp("config") / "boards.toml"
-    path.write_text(f'[rpi4]\nremote_tmp = "{remote_tmp}"\n'
-                    f"connect_timeout_s = {CONNECT_TIMEOUT_S}\n")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AOT_CONFIG", str(path))
-        mp.setenv("AOT_SSH_CONFIG", "none")
-        yield path
-
-
-@pytest.fixture(autouse=True)
-def nothing_left_behind(remote_tmp):
-    yield
-    assert list(remote_tmp.iterdir()) == [], "a remote work dir was left behind"
-
-
-@pytest.fixture(scope="module")
-def pkg(tmp_path_factory) -> Path:
-    from aot.api import package
-
-    return package(MODEL, board="rpi4", out_dir=tmp_path_factory.mktemp("ssh") / "pkg").path
-
-
-def secrets(server: Sshd) -> list[str]:
-    """The private key's base64 lines: they must never reach the terminal."""
-    lines = Path(server.key).read_text().splitlines()
-    return [line for line in lines if line and not line.startswith("-----")]
-
-
-def aot(server: Sshd, *args: str) -> subprocess.CompletedProcess:
-    """`aot ARGS` in this process (aot.cli.main), its output captured."""
-    from aot.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
-    r = subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
-    for secret in secrets(server):
-        assert secret not in r.stdout and secret not in r.stderr
-    return r
+from support.sshd import Sshd, free_port, keygen, sshd  # noqa: F401 (sshd: the fixture)
+from support.ssh_board import (BOARD, CONNECT_TIMEOUT_S, MODEL, _children, aot,  # noqa: F401
+                               config, nothing_left_behind, one_line_error, pkg, remote_tmp)
 
 
 def ssh_args(server: Sshd, known_hosts: str | None = None) -> list[str]:
     return [*BOARD, *server.cli_args(known_hosts), "--exec-prefix", "qemu-aarch64"]
-
-
-def one_line_error(r: subprocess.CompletedProcess) -> str:
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("aot: error: "), r.stderr
-    return lines[0]
 
 
 # --- through the command line ---------------------------------------------------------
@@ -461,24 +400,6 @@ def test_an_unreadable_known_hosts_file_is_a_one_line_error(tmp_path):
 
 # The board option command_timeout_s of the stall tests: small, so they are fast.
 STALL_TIMEOUT_S = 3
-
-
-def _children(pid: int) -> list[int]:
-    """All processes below `pid` (the sshd serving a connection, its
-    privilege-separated child, the SFTP server)."""
-    parents = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            with contextlib.suppress(OSError, IndexError):
-                stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-                parents[int(proc.name)] = int(stat[1])
-    below, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        kids = [c for c, pp in parents.items() if pp == p]
-        below += kids
-        todo += kids
-    return below
 
 
 def _stop_sessions_on_open(monkeypatch, server: Sshd, mode: str) -> list[int]:

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sshd import Sshd, free_port, jump_sshd, running_sshd, sshd  # noqa: F401 (fixtures)
-from test_ssh import (BOARD, MODEL, _children, aot, config, nothing_left_behind,  # noqa: F401
-                      one_line_error, pkg, remote_tmp)
+from support.sshd import Sshd, free_port, jump_sshd, running_sshd, sshd  # noqa: F401 (fixtures)
+from support.ssh_board import (BOARD, MODEL, _children, aot, config,  # noqa: F401 (fixtures)
+                               nothing_left_behind, one_line_error, pkg, remote_tmp)
 
 
 def write(path: Path, text: str) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import MODELS
+from support import MODELS
 
 from aot.deploy import vm, vm_image
 from aot.errors import AotError

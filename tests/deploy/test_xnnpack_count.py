@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 from aot.deploy.arm64_python import AnchorCount, check_no_bytecode, per_inference
 from aot.errors import AotError
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import aot
 from aot.packaging import generate
 from aot.targets import get_board
-from conftest import MODELS
+from support import MODELS
 
 TFLM_ARENA = {
     "mlperf_kws_dscnn_int8": 24_272,

@@ -13,7 +13,7 @@ from onnx import helper as h
 import aot
 from aot.cli import main
 from aot.frontend.onnx_control import MAX_UNROLL
-from control_models import init, save, scan_cumsum, torchscript_loop, vad_if, vi
+from support.control_models import init, save, scan_cumsum, torchscript_loop, vad_if, vi
 
 RNG = np.random.default_rng(3)
 
@@ -192,7 +192,7 @@ def test_scan8_batch_rows_and_sequence_lens(tmp_path, capsys):
 @pytest.mark.parametrize("name", ["test_if", "test_loop11", "test_scan_sum", "test_scan9_sum",
                                   "test_scan9_multi_state", "test_scan9_scalar"])
 def test_onnx_node_cases(name):
-    from test_onnx_conformance import cases, run_case
+    from support.conformance import cases, run_case
 
     case = next(c for _, c in cases() if c.name == name)
     assert run_case(case) is None

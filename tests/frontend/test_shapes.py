@@ -14,8 +14,8 @@ import pytest
 import aot
 from aot.cli import main
 from aot.errors import AotError
-from conftest import MODELS
-from control_models import symbolic_conv, vad_if
+from support import MODELS
+from support.control_models import symbolic_conv, vad_if
 
 
 def aot_cli(*args: str, cwd=None) -> subprocess.CompletedProcess:

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from aot.fuzz import Outcome, judge, mutate, run_case
-from conftest import MODELS
+from support import MODELS
 
 SMALL = ("tflm_hello_world_int8.tflite", "onnx_mnist8.onnx", "tflm_hello_world_f32.tflite",
          "onnx_mlir_mnist.onnx", "mlperf_ad_fcae_int8.tflite", "tflm_micro_speech_int8.tflite",

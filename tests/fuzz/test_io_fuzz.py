@@ -22,7 +22,7 @@ import pytest
 import aot
 from aot.errors import AotError
 from aot.fuzz_io import fake_meta, run_io_case, serve_case, transcript
-from conftest import MODELS
+from support import MODELS
 
 CASES = {"serve": 2000, "report": 2000, "npy": 2000, "toml": 600}
 CHUNKS = {"serve": 4, "report": 1, "npy": 1, "toml": 2}

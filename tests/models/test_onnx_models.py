@@ -17,7 +17,7 @@ import onnxruntime as ort
 import pytest
 
 import aot
-from conftest import MODELS, shared_models
+from support import MODELS, shared_models
 
 RTOL = ATOL = 1e-4
 

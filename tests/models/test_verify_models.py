@@ -25,7 +25,7 @@ import pytest
 
 from aot.api import verify
 from aot.packaging import read_metadata
-from conftest import MODELS, cpu_lacks, shared_models
+from support import MODELS, cpu_lacks, shared_models
 
 SHARED = shared_models()
 DERIVED = sorted((MODELS / "derived").glob("*.onnx"))

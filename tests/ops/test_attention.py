@@ -20,8 +20,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import test_conformance_package as package_runs
-from test_onnx_conformance import _compare, cases, data_sets, run_case, skip_reason
+import support.conformance_package as package_runs
+from support.conformance import _compare, cases, data_sets, run_case, skip_reason
 
 import aot
 from aot.errors import AotError, ShapeError, UnsupportedError

@@ -16,8 +16,8 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper
 
-import test_conformance_package as pkg
-from test_onnx_conformance import _compare, skip_reason
+import support.conformance_package as pkg
+from support.conformance import _compare, skip_reason
 
 from aot.api import run
 from aot.targets import get_board

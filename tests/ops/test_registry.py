@@ -211,8 +211,8 @@ READS_DIFFERENTLY = {
 def test_backend_node_cases_through_the_package():
     """Each runnable node case of the ops above packaged, built and run on
     the host like test_conformance_package does for its sample."""
-    from test_conformance_package import build, package_case, run_isolated
-    from test_onnx_conformance import _compare, cases, left_out
+    from support.conformance_package import build, package_case, run_isolated
+    from support.conformance import _compare, cases, left_out
 
     from aot.interp import interpret
     from aot.targets import get_board

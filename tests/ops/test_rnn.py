@@ -31,8 +31,8 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper
 from onnx import numpy_helper as nh
-from test_conformance_package import Run, build, package_case, run_isolated
-from test_onnx_conformance import _compare, cases, run_case
+from support.conformance_package import Run, build, package_case, run_isolated
+from support.conformance import _compare, cases, run_case
 
 import aot
 from aot.errors import AotError

@@ -28,9 +28,9 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper
 
-import test_conformance_package as pkg
-from test_onnx_conformance import (_compare, _has_empty_tensor, _needs_constant, bind_and_retry,
-                                   data_sets, skip_reason)
+import support.conformance_package as pkg
+from support.conformance import (_compare, _has_empty_tensor, _needs_constant, bind_and_retry,
+                                 data_sets, skip_reason)
 
 from aot.api import run
 from aot.errors import UnsupportedError
@@ -138,7 +138,7 @@ def attention_cases() -> dict[str, object]:
     masks, causal, GQA, a KV cache, softcap, windows), not the expanded
     ones; without float16 cases, which are compared at float16's precision
     elsewhere (this runner's tolerance is float32's)."""
-    from test_onnx_conformance import cases as every_case
+    from support.conformance import cases as every_case
     return {c.name: c for op, c in every_case() if op == "Attention"
             and "_expanded" not in c.name and not skip_reason(c)
             and not _has_empty_tensor(c) and "fp16" not in c.name and "float16" not in c.name}

@@ -17,7 +17,7 @@ from aot.cli import main
 from aot.deploy.reference import litert, tflite_micro
 from aot.passes.float_io import with_float_io
 
-from conftest import MODELS
+from support import MODELS
 
 KWS = MODELS / "mlperf_kws_dscnn_int8.tflite"
 HELLO = MODELS / "tflm_hello_world_f32.tflite"

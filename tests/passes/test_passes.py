@@ -19,7 +19,7 @@ from aot.passes.pipeline import PIPELINE, optimize
 from aot.passes.simplify import simplify
 from aot.testing import assert_same_behaviour, random_inputs
 
-from conftest import MODELS, shared_models
+from support import MODELS, shared_models
 
 F32 = "float32"
 RNG = np.random.default_rng(1234)

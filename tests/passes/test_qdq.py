@@ -18,7 +18,7 @@ from onnx import TensorProto as T, helper, numpy_helper
 
 import aot
 from aot.errors import UnsupportedError
-from conftest import MODELS
+from support import MODELS
 
 RESNET8 = MODELS / "derived" / "mlperf_ic_resnet8_f32.tf2onnx.b1.onnx"
 RESNET8_INT8 = MODELS / "mlperf_ic_resnet8_int8.tflite"

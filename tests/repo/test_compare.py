@@ -13,8 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO
-from sshd import sshd  # noqa: F401 (the fixture)
+from support import REPO
+from support.sshd import sshd  # noqa: F401 (the fixture)
 
 COMPARE = REPO / "bench" / "compare.py"
 

@@ -16,7 +16,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from conftest import MODELS
+from support import MODELS
 
 from aot.deploy.vm_image import cache_root
 from aot.resources import DATA_DIRS

@@ -29,7 +29,7 @@ from aot.ir.tir import FLOAT32, INT32, Bin, Buffer, BufferKind, For, ForKind, Lo
 from aot.lower import lower_graph
 from aot.packaging import read_metadata
 from aot.targets import get_board, get_target
-from conftest import MODELS
+from support import MODELS
 
 MISSING = "aot_no_such_flag"        # no CPU reports it
 SMALL = MODELS / "tflm_hello_world_int8.tflite"

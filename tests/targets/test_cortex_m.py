@@ -26,7 +26,7 @@ from aot.deploy import run_package
 from aot.deploy.qemu_system import qemu_command
 from aot.errors import AotError
 from aot.targets import get_board
-from conftest import MODELS, shared_models
+from support import MODELS, shared_models
 
 BOARD = "mps2-an386"
 INT8 = [p for p in shared_models("*.tflite") if "_int8" in p.stem]

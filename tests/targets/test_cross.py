@@ -39,7 +39,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from aot.targets import get_board, get_target
-from conftest import MODELS, REPO, shared_models
+from support import MODELS, REPO, shared_models
 
 SHARED = shared_models()
 FULL = ("qemu-aarch64", "c"), ("qemu-armv7", "llvm")

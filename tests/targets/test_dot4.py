@@ -26,8 +26,8 @@ from aot.lower.strategy import (PAIRS, QUADS, QUADS_MULL, QUADS_U8, int8_accumul
 from aot.lower import lower_graph
 from aot.lower.testing import build_and_run_many
 from aot.targets import get_target
-from conftest import MODELS, cpu_lacks
-from test_lower_int8 import _random_inputs, conv_model, fc_model
+from support import MODELS, cpu_lacks
+from support.zoo import QUAD_CONVS, RING_FIRST_LAYERS, _random_inputs, conv_model, fc_model
 
 NO_VNNI = cpu_lacks("host-avx512")
 VNNI = not NO_VNNI
@@ -152,22 +152,6 @@ def test_sdot_is_printed_as_the_acle_intrinsic_and_the_llvm_one():
 
 # ------------------------------------------------------------------ kernels
 
-QUAD_CONVS = [   # depths a multiple of 4: the quads path (zero point in the padding)
-    ([1, 7, 6, 8], [12, 3, 3, 8], [1, 7, 6, 12],
-     dict(Padding=0, StrideH=1, StrideW=1, FusedActivationFunction=1), -128),
-    ([2, 9, 8, 4], [16, 3, 2, 4], [2, 5, 4, 16],
-     dict(Padding=0, StrideH=2, StrideW=2, DilationHFactor=1, DilationWFactor=2), 127),
-    ([1, 6, 6, 12], [8, 1, 1, 12], [1, 6, 6, 8], dict(Padding=1, StrideH=1, StrideW=1), 5),
-    ([1, 5, 7, 20], [24, 3, 3, 20], [1, 5, 7, 24],
-     dict(Padding=0, StrideH=1, StrideW=1, DilationHFactor=2, DilationWFactor=1), -3),
-    # first layers: odd depths go four elements of a window row at a time
-    ([1, 11, 9, 3], [16, 3, 3, 3], [1, 6, 5, 16],
-     dict(Padding=0, StrideH=2, StrideW=2, FusedActivationFunction=3), 9),
-    ([1, 12, 7, 1], [8, 4, 3, 1], [1, 6, 7, 8],
-     dict(Padding=0, StrideH=2, StrideW=1), -100),
-]
-
-
 def _kernel_graphs():
     graphs = [conv_model("CONV_2D", xs, ws, os_, opts, zp_in=zp, seed=k)
               for k, (xs, ws, os_, opts, zp) in enumerate(QUAD_CONVS)]
@@ -228,13 +212,6 @@ def test_window_rows_in_quads_bit_exact(monkeypatch):
     _assert_bit_exact(graphs, target, seed=3, runs=3)
     for g in graphs:
         assert "x86_vpdpbusd" in {c for k in lower_graph(g, target) for c in _calls(k.func)}
-
-
-RING_FIRST_LAYERS = [   # odd depths, row stride 1: window rows staged in a ring
-    ([1, 9, 8, 3], [16, 3, 3, 3], [1, 9, 8, 16],
-     dict(Padding=0, StrideH=1, StrideW=1, FusedActivationFunction=1), -128),
-    ([2, 8, 9, 1], [8, 5, 3, 1], [2, 4, 7, 8], dict(Padding=1, StrideH=1, StrideW=1), 7),
-]
 
 
 @pytest.mark.parametrize("kind", [PAIRS, QUADS], ids=lambda k: k.name)

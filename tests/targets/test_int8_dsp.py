@@ -27,10 +27,9 @@ from aot.lower import int8_dsp, lower_graph
 from aot.lower import testing
 from aot.lower.testing import compile_kernels, host_target
 from aot.ops import qmath as ref_q
-from conftest import MODELS
-import test_lower_int8
-from test_legalize import call_names
-from test_lower_int8 import check_graphs, conv_model, fc_model
+from support import MODELS, zoo
+from support.kernels import call_names
+from support.zoo import check_graphs, conv_model, fc_model
 
 
 def dsp_host():
@@ -91,7 +90,7 @@ def _graphs():
 def test_dsp_kernels_bit_exact_on_a_dsp_host(codegen, requant32, tmp_path, monkeypatch):
     """requant32 False: the bounds taken as unproven, the 64-bit requantization."""
     monkeypatch.setattr(testing, "host_target", dsp_host)
-    monkeypatch.setattr(test_lower_int8, "host_target", dsp_host)      # run_llvm's
+    monkeypatch.setattr(zoo, "host_target", dsp_host)      # run_llvm's
     if not requant32:
         monkeypatch.setattr(int8_dsp, "proven", lambda *a: False)
     graphs = _graphs()

@@ -33,10 +33,9 @@ from aot.lower import testing
 from aot.lower.legalize import legalize
 from aot.lower.testing import compile_kernels, host_target
 from aot.targets import get_target
-from conftest import MODELS, shared_models
-import test_lower_int8
-from test_legalize import call_names
-from test_lower_int8 import check_graphs, conv_model, fc_model
+from support import MODELS, shared_models, zoo
+from support.kernels import call_names
+from support.zoo import check_graphs, conv_model, fc_model
 
 
 def mve_host():
@@ -93,7 +92,7 @@ def _graphs():
 @pytest.mark.parametrize("codegen", ["c", "llvm"])
 def test_mve_kernels_bit_exact_on_an_mve_host(codegen, tmp_path, monkeypatch):
     monkeypatch.setattr(testing, "host_target", mve_host)
-    monkeypatch.setattr(test_lower_int8, "host_target", mve_host)      # run_llvm's
+    monkeypatch.setattr(zoo, "host_target", mve_host)      # run_llvm's
     graphs = _graphs()
     calls = [set().union(*(call_names(k.func) for k in lower_graph(g, mve_host()))) for g in graphs]
     assert all("aot_dot16" in c for c in calls[:5] + calls[6:8]), calls
@@ -217,7 +216,7 @@ def test_mve_fixed_point_matches_the_reference_on_the_m55(codegen, tmp_path):
     from aot.codegen.c import emit_c
     from aot.codegen.llvm import emit_object
     from aot.ops import qmath as ref
-    from test_neon_requant import N, _func, _inputs
+    from support.kernels import N, _func, _inputs
     target = get_target("cortex-m55")
     func = legalize(_func(), target)
     assert {"mve_vqrdmulh", "mve_rdbpot"} <= call_names(func)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -17,18 +16,16 @@ import aot
 from aot.api import verify
 from aot.codegen.c import emit_c
 from aot.codegen.intrinsics import paired_quad_dot, pairwise_add, quad_dot, widening_mla
-from aot.codegen.llvm import emit_llvm_ir, emit_object
+from aot.codegen.llvm import emit_llvm_ir
 from aot.ir.tir import (Buffer, BufferKind, Const, DType, For, Load, PrimFunc, Store, Var, add, mul,
                         seq)
 from aot.lower import lower_graph
 from aot.lower.legalize import legalize
 from aot.lower.strategy import QUADS_MULL, int8_accumulator, window_row_accumulator
-from aot.targets import get_target
-from conftest import MODELS
-from test_legalize import call_names
-from test_lower_int8 import conv_model
+from support import MODELS
+from support.kernels import TARGET, call_names, run_qemu
+from support.zoo import conv_model
 
-TARGET = get_target("aarch64-linux")
 N = 512         # dot products of 4 lanes each
 
 pytestmark = pytest.mark.skipif(shutil.which("qemu-aarch64") is None,
@@ -46,40 +43,6 @@ def _func() -> PrimFunc:
     body = Store(out, at, quad_dot(Load(acc, at, 4), Load(q, i), Load(w, mul(i, Const(16)), 16),
                                    symmetric=True))
     return PrimFunc("dot4s", (acc, q, w, out), For(i, N, body))
-
-
-_C_TYPES = {"int8": "int8_t", "int16": "int16_t", "int32": "int32_t"}
-
-
-def run_qemu(func: PrimFunc, codegen: str, tmp_path, stdin: bytes) -> bytes:
-    """func's kernel (C or LLVM) in a static AArch64 program reading its
-    input buffers from stdin and writing its output, under qemu-aarch64."""
-    src = emit_c([func], "t")
-    decls, reads = [], []
-    for b in func.params:
-        n, ct = b.shape[0], _C_TYPES[b.dtype.scalar]
-        decls.append(f"static {ct} {b.name}[{n}];")
-        if b.kind != BufferKind.OUTPUT:
-            reads.append(f"fread({b.name}, sizeof({ct}), {n}, stdin) != {n}")
-    out = func.params[-1]
-    main = "\n".join([
-        "#include <stdint.h>", "#include <stdio.h>", src.prototypes[0], *decls,
-        "int main(void) {", f"    if ({' || '.join(reads)}) return 2;",
-        f"    {src.symbols[func.name]}({', '.join(b.name for b in func.params)});",
-        f"    return fwrite({out.name}, sizeof({out.name}[0]), {out.shape[0]}, stdout)"
-        f" == {out.shape[0]} ? 0 : 3;", "}", ""])
-    (tmp_path / "main.c").write_text(main)
-    if codegen == "c":
-        kernel = tmp_path / "k.c"
-        kernel.write_text(src.source)
-    else:
-        kernel = tmp_path / "k.o"
-        kernel.write_bytes(emit_object([func], "t", TARGET))
-    exe = tmp_path / "t"
-    subprocess.run([TARGET.cc, *TARGET.cflags, *TARGET.ldflags, "-static", "-o", str(exe),
-                    str(tmp_path / "main.c"), str(kernel)], check=True)
-    return subprocess.run(["qemu-aarch64", str(exe)], input=stdin, capture_output=True,
-                          check=True, timeout=60).stdout
 
 
 @pytest.mark.parametrize("codegen", ["c", "llvm"])

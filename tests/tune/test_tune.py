@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import MODELS
-from sshd import sshd  # noqa: F401 (the fixture)
+from support import MODELS
+from support.sshd import sshd  # noqa: F401 (the fixture)
 
 RESNET8_INT8 = MODELS / "mlperf_ic_resnet8_int8.tflite"
 

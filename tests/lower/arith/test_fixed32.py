@@ -15,10 +15,10 @@ from aot.lower.fixed32 import shift_add_rounding, small_rescale_terms
 from aot.lower.testing import build_and_run_many, compare_with_interpreter, vectorized_kernel
 from aot.ops import qmath as ref
 from aot.targets import get_target
-from conftest import cpu_lacks
-from test_legalize import call_names
-from test_lower_int8 import _tflite_graph
-from test_tflite import TinyModel
+from support import cpu_lacks
+from support.kernels import call_names
+from support.zoo import _tflite_graph
+from support.tflite_models import TinyModel
 
 NO_AVX512 = cpu_lacks("host-avx512")
 

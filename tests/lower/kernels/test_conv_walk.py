@@ -16,7 +16,7 @@ from aot.lower.rules import LowerCtx
 from aot.lower.testing import compare_with_interpreter, single_op_graph
 from aot.lower.windows import ConvGeom
 from aot.targets import get_board
-from test_lower_int8 import conv_model, pool_model
+from support.zoo import conv_model, pool_model
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 from aot.lower import dense, int8_fc, lower_graph
 from aot.lower.testing import single_op_graph
 from aot.targets import get_board
-from test_lower_int8 import fc_model
+from support.zoo import fc_model
 
 
 @pytest.fixture

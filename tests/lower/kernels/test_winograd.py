@@ -21,7 +21,7 @@ from aot.lower.testing import build_and_run_many, host_target
 from aot.packaging import read_metadata
 from aot.passes.infer import infer_types
 from aot.targets import get_board, get_target
-from conftest import MODELS as SHARED
+from support import MODELS as SHARED
 
 RTOL = ATOL = 1e-4
 

@@ -204,7 +204,7 @@ def _rule_module(op: str) -> str | None:
 def _prepare(case):
     """[(graph, inputs, expected)] per data set, shape-argument inputs bound
     at compile time as the interpreter conformance test does; or an error."""
-    from test_onnx_conformance import bind_and_retry, data_sets
+    from support.conformance import bind_and_retry, data_sets
 
     from aot.frontend.onnx import import_onnx
     from aot.passes.infer import infer_types
@@ -226,7 +226,7 @@ def _conformance():
     whose rules live in elementwise/injective/reduce, all compiled at once."""
     import warnings
 
-    from test_onnx_conformance import _compare, cases, skip_reason
+    from support.conformance import _compare, cases, skip_reason
 
     from aot.errors import AotError
     from aot.lower import lower_graph

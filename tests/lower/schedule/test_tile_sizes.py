@@ -25,8 +25,8 @@ from aot.lower.testing import host_target
 from aot.targets import get_target
 from aot.testing import assert_close
 
-import test_lower_nn
-from test_lower_nn import ATOL, CONVS, DENSE, RTOL, _conv_consts, _rnd, onnx_graph, run_many
+from support import float_kernels
+from support.float_kernels import ATOL, CONVS, DENSE, RTOL, _conv_consts, _rnd, onnx_graph, run_many
 
 
 def _calls(func, name: str) -> int:
@@ -107,10 +107,10 @@ def test_arm_depthwise_keeps_its_weights():
 def by_lane_here(request, monkeypatch):
     """This machine as a target with AArch64's policy (by-lane tiles, 32
     registers), 4 or 8 float lanes (the target the kernels of
-    test_lower_nn.run_many are built for)."""
+    float_kernels.run_many are built for)."""
     target = dataclasses.replace(host_target(), vector_bits=request.param, declared_registers=32)
     monkeypatch.setattr(schedule, "BY_LANE", (*schedule.BY_LANE, target.arch))
-    for module in (testing, test_lower_nn):
+    for module in (testing, float_kernels):
         monkeypatch.setattr(module, "host_target", lambda: target)
     return target
 

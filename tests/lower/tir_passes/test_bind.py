@@ -83,7 +83,7 @@ def test_a_fused_residual_block_reads_as_steps(tmp_path):
     750 characters; now no statement line is much past the 100 of the
     printer's wrap."""
     from aot.api import package
-    from conftest import MODELS
+    from support import MODELS
 
     info = package(MODELS / "mlperf_ic_resnet8_int8.tflite", board="host",
                    out_dir=tmp_path / "ic")

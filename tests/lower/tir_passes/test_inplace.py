@@ -23,7 +23,7 @@ from aot.ir.tir import (Bin, Buffer, BufferKind, Const, For, Load, PrimFunc, Sto
                         seq)
 from aot.lower.inplace import in_place_pairs
 from aot.targets import get_board
-from conftest import MODELS
+from support import MODELS
 
 F32 = dt("float32")
 OUT = BufferKind.OUTPUT

@@ -11,10 +11,11 @@ from aot.codegen.c import emit_c
 from aot.codegen.intrinsics import pack_pairs, packed_pair_dot, pair_dot
 from aot.codegen.llvm import emit_llvm_ir
 from aot.codegen.intrinsics import GCC_X86_SPELLINGS
-from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Call, Cast, Const, DType, For, Load, PrimFunc,
-                        Store, Var, seq, stmt_exprs, walk_expr, walk_stmt)
+from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Call, Cast, Const, DType, For, Load,
+                        PrimFunc, Store, Var, seq)
 from aot.lower.legalize import legalize
 from aot.targets import get_target
+from support.kernels import calls
 
 I16 = DType("int16")
 
@@ -39,17 +40,6 @@ def _func(n: int) -> PrimFunc:
         Store(out, Const(5 * n), Bin("min", Cast(DType("int32", n), Load(xs, Const(0), n)),
                                      Load(a, Const(0), n))))
     return PrimFunc(f"all_{n}", (xs, ps, a, out), body)
-
-
-def calls(func: PrimFunc) -> list[tuple[str, int]]:
-    return [(e.fn, e.dtype.lanes) for s in walk_stmt(func.body) for x in stmt_exprs(s)
-            for e in walk_expr(x) if isinstance(e, Call)]
-
-
-def call_names(func: PrimFunc) -> set[str]:
-    """The functions func's expressions call (the kernel tests' check of
-    which instructions a lowering chose)."""
-    return {name for name, _ in calls(func)}
 
 
 GENERIC = ["aot_dot2", "aot_dot2p", "aot_pack2", "aot_rdhm", "aot_rdhm"]

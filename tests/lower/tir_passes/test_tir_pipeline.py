@@ -24,7 +24,7 @@ from aot.lower.inplace import ATTR as IN_PLACE
 from aot.lower.tir_passes import PIPELINE, dump_to, run_passes
 from aot.targets import get_board
 
-from conftest import MODELS
+from support import MODELS
 
 TARGET = get_board("host").target
 I8, U8, F64 = DType("int8"), DType("uint8"), DType("float64")

@@ -15,9 +15,9 @@ import aot
 from aot.errors import ModelError, UnsupportedError
 from aot.frontend.tflite import import_tflite
 from aot.testing_tflite import TFLiteBuilder
-from test_tflite_ops import CASES as OPS_CASES
-from test_tflite_ops import _model, _ours, _tflm_outputs as _tflm
-from test_tflite_ops import _ours_graph as _graph
+from support.tflite_op_cases import CASES as OPS_CASES
+from support.tflite_op_cases import _model, _ours, _tflm_outputs as _tflm
+from support.tflite_op_cases import _ours_graph as _graph
 
 I16 = "int16"
 

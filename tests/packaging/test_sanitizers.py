@@ -25,12 +25,12 @@ from aot.deploy import run_package
 from aot.errors import AotError
 from aot.packaging import read_metadata
 from aot.targets import get_board
-from conftest import MODELS, shared_models
+from support import MODELS, shared_models
+from support.c_sources import WARNINGS, sources
 
 HOST = get_board("host")
 SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all",
             "-fno-omit-frame-pointer", "-g", "-O1")
-WARNINGS = ("-Wall", "-Wextra", "-Werror")
 ISA = tuple(f for f in HOST.target.cflags if f.startswith("-m"))
 
 
@@ -40,11 +40,6 @@ def asan_env(monkeypatch):
     # not errors here. Reports go to stderr, which the run failure quotes.
     monkeypatch.setenv("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=0")
     monkeypatch.setenv("UBSAN_OPTIONS", "print_stacktrace=1")
-
-
-def sources(pkg: Path) -> list[Path]:
-    return [*sorted((pkg / "src").glob("*.c")), pkg / "runtime_c" / "aot_platform.c",
-            pkg / "bench" / "main.c"]
 
 
 def gcc_warnings(pkg: Path, src: Path, extra=()) -> str:

@@ -1,6 +1,6 @@
 """A real OpenSSH sshd on 127.0.0.1 for tests of boards reached over SSH.
 
-    from sshd import sshd, Sshd      # a module-scoped pytest fixture (jump_sshd: a second), or:
+    from support.sshd import sshd, Sshd      # a module-scoped pytest fixture (jump_sshd: a second), or:
     with running_sshd(tmp_dir) as server:
         server.host, server.port, server.user, server.key, server.known_hosts
 

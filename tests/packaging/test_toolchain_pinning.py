@@ -21,7 +21,7 @@ from aot import gcc_pin
 from aot.api import package, verify
 from aot.errors import AotError
 from aot.targets import get_board, targets
-from decoy_gcc import clang_in, junk_installation
+from support.decoy_gcc import clang_in, junk_installation
 
 # One board per Linux target family (the variants share their base's pin).
 BOARDS = ("host", "qemu-aarch64", "qemu-armv7", "qemu-riscv64")

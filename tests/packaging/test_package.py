@@ -24,7 +24,8 @@ from aot.passes.infer import infer_types
 from aot.targets import get_board
 from aot.testing import assert_close, random_inputs, run_twice
 
-from conftest import MODELS
+from support import MODELS
+from support.c_sources import compile_api_and_sources
 
 HOST = get_board("host")
 REPO = Path(__file__).resolve().parents[2]
@@ -184,24 +185,6 @@ def test_hostile_names_make_valid_c(tmp_path):
 
 
 # ------------------------------------------------------------------ the C API
-
-def compile_api_and_sources(pkg: Path, name: str) -> None:
-    """The header alone, and every package source, under gcc and clang with
-    -std=c99 -Wall -Wextra -Werror and the target's ISA flags (the kernels'
-    vector types are the target's)."""
-    isa = [f for f in HOST.target.cflags if f.startswith("-m")]
-    (pkg.parent / "use.c").write_text(f'#include "{name}.h"\nint main(void) {{ return 0; }}\n')
-    sources = [str(pkg.parent / "use.c"), *map(str, sorted((pkg / "src").glob("*.c"))),
-               str(pkg / "bench" / "main.c"), str(pkg / "runtime_c" / "aot_platform.c")]
-    for cc in ("gcc", "clang"):
-        for src in sources:
-            for extra in ([], ["-DAOT_PROFILE"]):
-                r = subprocess.run([cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-O1",
-                                    *isa, *extra, f"-I{pkg}/include", f"-I{pkg}/runtime_c",
-                                    f"-I{pkg}/src", "-c", src, "-o", str(pkg.parent / "x.o")],
-                                   capture_output=True, text=True)
-                assert r.returncode == 0, f"{cc} {src} {extra}:\n{r.stderr}"
-
 
 GOLDEN_INPUT = """\
 /* input 0: x: float32[2x8] */

@@ -26,7 +26,7 @@ from aot.ir.tir import (Bin, Buffer, BufferKind, Cast, Comment, For, ForKind, If
                         Store, Var, const, dt, is_split, phases, walk_stmt)
 from aot.packaging import read_metadata
 from aot.targets import get_board
-from conftest import MODELS
+from support import MODELS
 
 HOST = get_board("host")
 VWW = MODELS / "mlperf_vww_mbv1_f32.tflite"

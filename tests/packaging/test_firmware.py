@@ -26,7 +26,7 @@ from aot.firmware import build_flags
 from aot.targets import get_target
 from aot.testing import random_inputs, run_twice
 
-from conftest import MODELS
+from support import MODELS
 
 MODEL = MODELS / "tflm_mnist_lstm_int8.tflite"
 

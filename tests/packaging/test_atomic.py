@@ -20,7 +20,7 @@ import pytest
 
 from aot.errors import AotError
 from aot.fsutil import remove_stale_temps, write_dir_atomically
-from conftest import MODELS
+from support import MODELS
 
 MODEL = MODELS / "mlperf_ad_fcae_int8.tflite"
 SEED = 7

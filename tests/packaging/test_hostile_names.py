@@ -24,10 +24,9 @@ from aot.api import package
 from aot.deploy import run_package
 from aot.targets import get_board
 from aot.testing import assert_close, random_inputs
-from conftest import MODELS
-from test_package import compile_api_and_sources
-from test_sanitizers import WARNINGS, sources
-from test_tflite import TinyModel
+from support import MODELS
+from support.c_sources import WARNINGS, compile_api_and_sources, sources
+from support.tflite_models import TinyModel
 
 HOST = get_board("host")
 PAYLOAD = "AOT_PWNED"          # a macro the names try to define

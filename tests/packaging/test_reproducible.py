@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MODELS
+from support import MODELS
 
 BUILDS = [("tflm_hello_world_int8.tflite", "host", "c"),
           ("mlperf_ad_fcae_int8.tflite", "host", "llvm"),

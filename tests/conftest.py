@@ -24,11 +24,16 @@ from support import MODELS  # noqa: E402 (needs tests/ on sys.path)
 os.environ["AOT_BOARD"] = "host"
 
 
-# The fast tier (make test-fast, pytest -m fast): the pure-Python layers,
-# tests that start no compiler, emulator, board or aot process. These
-# modules (paths under tests/) make it; inside it a test that starts a
-# process fails, naming the command, so the list cannot drift into the slow
-# tier unseen.
+# Markers by cost, from each test module's path under tests/ (pytest -m):
+# - fast: the pure-Python layers, tests that start no compiler, emulator,
+#   board or aot process (make test-fast). Inside the fast tier a test that
+#   starts a process fails, naming the command, so the list cannot drift
+#   into the slow tier unseen.
+# - build: every other module: its tests start the toolchain, an aot
+#   process or another tool.
+# - board: the modules with a test that runs on an emulator or over SSH:
+#   every module of targets/, deploy/ and models/ outside the fast tier, and
+#   BOARD_MODULES elsewhere. -m "not board" keeps to this machine.
 FAST_MODULES = frozenset({
     "executor/test_plan.py", "foundations/test_config_schema.py",
     "foundations/test_target_facts.py", "frontend/test_onnx.py", "frontend/tflite/test_tflite.py",
@@ -37,12 +42,36 @@ FAST_MODULES = frozenset({
     "lower/tir_passes/test_legalize.py", "models/test_onnx_conformance.py",
     "models/test_onnx_models.py", "ops/quant/test_qmath.py", "ops/test_nn.py",
     "passes/test_passes.py", "repo/test_layers.py"})
+BOARD_FOLDERS = ("targets", "deploy", "models")
+BOARD_MODULES = frozenset({
+    "check/test_streaming.py", "check/test_validate.py", "codegen/test_codegen.py",
+    "executor/test_pools.py", "frontend/tflite/test_tflite_ops.py",
+    "lower/tir_passes/test_float16.py", "ops/quant/test_tflite_int16.py", "ops/test_attention.py",
+    "ops/test_rnn.py", "ops/test_signal_detect.py", "packaging/test_firmware.py",
+    "packaging/test_threads.py", "passes/test_float_io.py", "repo/test_compare.py",
+    "repo/test_demo.py", "tune/test_tune.py"})
+
+
+def markers(module: str) -> tuple[str, ...]:
+    """The cost markers of the test module at `module` (a path under tests/)."""
+    if module in FAST_MODULES:
+        return ("fast",)
+    if module.split("/")[0] in BOARD_FOLDERS or module in BOARD_MODULES:
+        return ("build", "board")
+    return ("build",)
+
+
+def pytest_configure(config):
+    stale = sorted(m for m in FAST_MODULES | BOARD_MODULES if not (TESTS / m).is_file())
+    if stale:
+        raise pytest.UsageError(f"tests/conftest.py names test modules that do not exist: "
+                                f"{', '.join(stale)}")
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.relative_to(TESTS).as_posix() in FAST_MODULES:
-            item.add_marker(pytest.mark.fast)
+        for name in markers(item.path.relative_to(TESTS).as_posix()):
+            item.add_marker(name)
 
 
 def _no_process(self, args, *rest, **kwargs):

@@ -29,10 +29,10 @@ from typing import Any, Callable, Iterator
 
 # Where each name the replay uses lives, "module:attribute", the layout of
 # ../shared/LAYOUT.md first and today's after (the zoo: tests/support/zoo.py,
-# before it tests/test_lower_int8.py and test_dot4.py): a pure move of modules then
-# replays against the base and the moved tree alike. A name found nowhere is
-# an error naming every place tried. Keep every import of aot below to
-# `need(name)` and this table.
+# before it the test modules test_lower_int8 and test_dot4): a pure move of
+# modules then replays against the base and the moved tree alike. A name
+# found nowhere is an error naming every place tried. Keep every import of
+# aot below to `need(name)` and this table.
 WHERE: dict[str, tuple[str, ...]] = {
     "load": ("aot:load",),
     "optimize": ("aot:optimize",),

@@ -1,4 +1,4 @@
-"""Boards reached over SSH, against a real OpenSSH sshd on 127.0.0.1 (tests/sshd.py).
+"""Boards reached over SSH, against a real OpenSSH sshd on 127.0.0.1 (tests/support/sshd.py).
 
 The "board" is this machine: the aarch64 harness runs under
 `--exec-prefix qemu-aarch64`, and its work dirs go into a directory the

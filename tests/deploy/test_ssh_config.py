@@ -1,5 +1,5 @@
 """Boards reached as the user's ~/.ssh/config says: Host aliases, ProxyJump,
-ProxyCommand, against real OpenSSH sshds on 127.0.0.1 (tests/sshd.py).
+ProxyCommand, against real OpenSSH sshds on 127.0.0.1 (tests/support/sshd.py).
 
 The OpenSSH config of each test is a file of its own, named with
 --ssh-config, the board option ssh_config or $AOT_SSH_CONFIG; the work

@@ -1,6 +1,6 @@
 """--checks packages: the harness guards the arena and every input and
 output with guard bytes and checks them (and that the inputs are unchanged)
-after each run. A clean package runs clean (tests/test_sanitizers.py runs
+after each run. A clean package runs clean (tests/packaging/test_sanitizers.py runs
 every shared model so); here, negative controls: the entry point corrupted
 so that one kernel writes past the arena's end, before its start, past an
 output's end, or into an input, rebuilt with the package's own Makefile;

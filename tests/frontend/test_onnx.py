@@ -350,7 +350,7 @@ def test_resize_opset10_mixed_nearest_is_unsupported():
 
 
 def test_control_flow_with_a_runtime_trip_count_is_refused_by_node():
-    # If/Loop/Scan import (tests/test_control_flow.py); what cannot be lowered names the node
+    # If/Loop/Scan import (tests/frontend/test_onnx_control.py); what cannot be lowered names the node
     body = h.make_graph([h.make_node("Identity", ["c_in"], ["c_out"])], "b",
                         [vi("i", [], T.INT64), vi("c_in", [], T.BOOL)], [vi("c_out", [], T.BOOL)])
     m = model([h.make_node("Loop", ["n", ""], [], name="loop", body=body)],

@@ -4,8 +4,8 @@ the compiled package on the host (both code generators), Attention cases
 with and without masks on qemu-aarch64, and a small PyTorch-exporter-shaped
 transformer block against ONNX Runtime.
 
-The node cases run as tests/test_onnx_conformance.py and
-tests/test_conformance_package.py run them (same binding of inputs that
+The node cases run as tests/models/test_onnx_conformance.py and
+tests/models/test_conformance_package.py run them (same binding of inputs that
 must be constants, same comparison), only restricted to these ops, so a
 regression here names the case.
 """

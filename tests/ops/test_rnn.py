@@ -14,7 +14,7 @@
   host, and one each on qemu-aarch64 (cross-compiled) and mps2-an386
   (Cortex-M4, bare metal).
 
-The packaged cases are built like tests/test_conformance_package.py builds
+The packaged cases are built like tests/models/test_conformance_package.py builds
 its cases: every package into one shared library, each run in a fork.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ outputs other nodes read.
 
 Shape arguments the node tests feed as graph inputs (k, frame_step, sizes,
 max_output_boxes_per_class) are bound to the case's values, as
-tests/test_onnx_conformance.py does. A value-sized model
+tests/models/test_onnx_conformance.py does. A value-sized model
 output is a static bound and a count (docs/ops.md, "Signal and detection
 ops"): the expected entries first, then padding, and the count says how
 many.
@@ -44,7 +44,7 @@ from aot.targets import get_board
 OPS = ("DFT", "STFT", "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix",
        "TopK", "NonMaxSuppression", "Compress", "NonZero", "Unique", "RoiAlign")
 ON_QEMU = ("STFT", "TopK", "NonMaxSuppression")
-# tests/test_sanitizers.py's flags (importing it needs the shared models)
+# tests/packaging/test_sanitizers.py's flags (importing it needs the shared models)
 SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all",
             "-fno-omit-frame-pointer", "-g", "-O1", "-Wall", "-Wextra", "-Werror")
 

@@ -3,7 +3,7 @@ every file (sources, lib/*.a and the objects inside, bench/bench,
 metadata.json) whatever the environment of the run: working directory,
 output path and its length, TMPDIR, PYTHONHASHSEED, umask, TZ, LC_ALL,
 SOURCE_DATE_EPOCH. Both codegens, the host and a cross board.
-(tests/test_package.py checks two runs in one process.)"""
+(tests/packaging/test_package.py checks two runs in one process.)"""
 from __future__ import annotations
 
 import os

@@ -3,7 +3,7 @@ its GCC installation and C library (aot/gcc_pin.py), so a GCC installation
 clang would otherwise prefer is not used.
 
 The decoys are junk installations of version 99 beside a link to clang
-(tests/decoy_gcc.py), for each target's GCC triple and for the bare-metal
+(tests/support/decoy_gcc.py), for each target's GCC triple and for the bare-metal
 GCCs (riscv64-unknown-elf: what made riscv64 links fail). Left to itself,
 clang picks them and the build fails; pinned, the package is verified on
 its board and is byte for byte the one the machine's clang builds.

@@ -2,8 +2,8 @@
 outputs checked, its timings from the harness on the board.
 
 qemu-aarch64 (qemu-user) needs no VM; the SSH path runs against a real sshd
-on 127.0.0.1 (tests/sshd.py) as board rpi4, the harness under qemu-aarch64
-there (--exec-prefix), as tests/test_ssh.py does.
+on 127.0.0.1 (tests/support/sshd.py) as board rpi4, the harness under qemu-aarch64
+there (--exec-prefix), as tests/deploy/test_ssh.py does.
 """
 from __future__ import annotations
 

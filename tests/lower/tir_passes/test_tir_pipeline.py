@@ -2,7 +2,7 @@
 (aot/lower/tir_passes.py) and `aot package --dump-tir`.
 
 The printer is checked against golden text on hand-built PrimFuncs; each
-pass like the graph's (tests/test_passes.py::check): it leaves its input
+pass like the graph's (tests/passes/test_passes.py::check): it leaves its input
 as it was and gives the same output twice; the pipeline on real kernels."""
 from __future__ import annotations
 

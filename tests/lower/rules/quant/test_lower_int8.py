@@ -6,7 +6,7 @@
   of geometries, zero points, per-channel scales, activation clamps and
   broadcast shapes; single-op ONNX models for the QLinear ops.
 - Every int8 model in ../shared/models end to end on its saved input
-  (aot.interpret is bit-exact with tflite-micro there, tests/test_tflite.py).
+  (aot.interpret is bit-exact with tflite-micro there, tests/frontend/tflite/test_tflite.py).
 
 Cases are batched so each test compiles once (build_and_run_many).
 """

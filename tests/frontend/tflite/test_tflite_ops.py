@@ -340,7 +340,7 @@ def test_tflm_op_table_matches_the_importer():
     table = _docs_table()
     assert set(table) == _tflm_builtins()
     # the table names test files, which live in tests/'s folders
-    by_name = {t.name: t for t in Path(__file__).resolve().parents[3].rglob("test_*.py")}
+    by_name = {t.name: t for t in Path(__file__).resolve().parents[2].rglob("test_*.py")}
     for op, (float_col, int8_col, tested) in table.items():
         names = re.findall(r"`([^`]+)`", tested)
         files = [n for n in names if n.endswith(".py")]

@@ -8,7 +8,7 @@ the compiler itself, -print-file-name, so the paths are the ones the link
 uses), the emulators of the boards, the ROM qemu-rpi4's NIC loads (where
 that qemu looks for it: `qemu -L help`), the qemu-rpi4 image, clang's
 sanitizer runtimes, the reference runtimes of `aot verify` and what the
-tests run. tests/test_doctor.py proves every file found here comes from a
+tests run. tests/cli/test_doctor.py proves every file found here comes from a
 Debian package in the Depends closure of what scripts/setup.sh installs.
 
 A file the build cannot find may still be installed, in a GCC installation

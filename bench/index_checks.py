@@ -15,7 +15,7 @@ and ScatterND. Each is packaged twice for the board:
   packages; aot itself has no switch that turns the checks off).
 
 Constant indices need no comparison: they are checked while packaging and
-the kernel has no check (tests/test_index_checks.py). Both packages are timed
+the kernel has no check (tests/lower/arith/test_bounds.py). Both packages are timed
 by their own harness in interleaved rounds, pinned to one core; the table
 gives the median per-run time of each and checked / unchecked (1.00: free).
 """

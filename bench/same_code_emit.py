@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 # Where each name the replay uses lives, "module:attribute", the layout of
-# ../shared/LAYOUT.md first and today's after: a pure move of modules then
-# replays against the base and the moved tree alike. A name found nowhere is
-# an error naming every place tried. Keep every import of aot below to
-# `need(name)` and this table.
+# ../shared/LAYOUT.md first and today's after (the zoo: tests/support/zoo.py,
+# before it the test modules test_lower_int8 and test_dot4): a pure move of
+# modules then replays against the base and the moved tree alike. A name
+# found nowhere is an error naming every place tried. Keep every import of
+# aot below to `need(name)` and this table.
 WHERE: dict[str, tuple[str, ...]] = {
     "load": ("aot:load",),
     "optimize": ("aot:optimize",),
@@ -44,12 +45,18 @@ WHERE: dict[str, tuple[str, ...]] = {
     "emit_llvm_ir": ("aot.codegen.llvm:emit_llvm_ir", "aot.codegen:emit_llvm_ir"),
     "single_op_graph": ("aot.testing.kernels:single_op_graph",
                         "aot.lower.testing:single_op_graph"),
-    "CONVS": ("aot.testing.zoo:CONVS", "test_lower_int8:CONVS"),
-    "DEPTHWISE": ("aot.testing.zoo:DEPTHWISE", "test_lower_int8:DEPTHWISE"),
-    "conv_model": ("aot.testing.zoo:conv_model", "test_lower_int8:conv_model"),
-    "fc_model": ("aot.testing.zoo:fc_model", "test_lower_int8:fc_model"),
-    "QUAD_CONVS": ("aot.testing.zoo:QUAD_CONVS", "test_dot4:QUAD_CONVS"),
-    "RING_FIRST_LAYERS": ("aot.testing.zoo:RING_FIRST_LAYERS", "test_dot4:RING_FIRST_LAYERS"),
+    "CONVS": ("aot.testing.zoo:CONVS", "support.zoo:CONVS",
+               "test_lower_int8:CONVS"),
+    "DEPTHWISE": ("aot.testing.zoo:DEPTHWISE", "support.zoo:DEPTHWISE",
+                   "test_lower_int8:DEPTHWISE"),
+    "conv_model": ("aot.testing.zoo:conv_model", "support.zoo:conv_model",
+                    "test_lower_int8:conv_model"),
+    "fc_model": ("aot.testing.zoo:fc_model", "support.zoo:fc_model",
+                  "test_lower_int8:fc_model"),
+    "QUAD_CONVS": ("aot.testing.zoo:QUAD_CONVS", "support.zoo:QUAD_CONVS",
+                    "test_dot4:QUAD_CONVS"),
+    "RING_FIRST_LAYERS": ("aot.testing.zoo:RING_FIRST_LAYERS", "support.zoo:RING_FIRST_LAYERS",
+                           "test_dot4:RING_FIRST_LAYERS"),
     # the tables (bench/same_code_tables.py)
     "OPS": ("aot.ops.registry:OPS",),
     "INSTRUCTIONS": ("aot.lower.tir_passes.legalize:INSTRUCTIONS",

@@ -37,7 +37,7 @@ PATH = re.compile(r"(?<![\w/.-])(aot/)?((?:[a-z_]\w*/)*[a-z_]\w*)\.py\b")
 FROM_IMPORT = re.compile(r"^(?P<indent>[ \t]*)from (?P<module>aot(?:\.\w+)*) import "
                          r"(?P<names>\([^)]*\)|[^\n#]*?)(?P<tail>[ \t]*(?:#[^\n]*)?)$",
                          re.MULTILINE)
-# What each new package holds and what it may import (tests/test_layers.py
+# What each new package holds and what it may import (tests/repo/test_layers.py
 # holds the floors).
 PACKAGE_DOCS = {
     "aot.support": "This machine and plain files: external tools and the Debian packages that "
@@ -75,7 +75,7 @@ PACKAGE_DOCS = {
     "aot.testing.fuzz": "Fuzzers: random models (models.py), the packages' I/O (io.py) and the "
                         "runtime (runtime.py). Not product: nothing in the product imports it.",
 }
-FLOOR_NOTE = "Same floor as its parent package (tests/test_layers.py)."
+FLOOR_NOTE = "Same floor as its parent package (tests/repo/test_layers.py)."
 
 
 def read_map(path: Path) -> dict[str, str]:

@@ -1,37 +1,77 @@
-"""Shared test fixtures: where the real models live."""
+"""Markers by cost, the fast tier's guard, the models_dir fixture and the
+summaries tests record; what test modules share is in tests/support."""
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-# The shared models sit beside the repo (../shared/models); never copy them in.
-SHARED = Path(os.environ.get("AOT_SHARED", REPO.parent / "shared"))
-MODELS = SHARED / "models"
+TESTS = Path(__file__).resolve().parent
+# Test modules import what they share from the tests/support package
+# (support/__init__.py); pytest imports the test files themselves by path
+# (--import-mode=importlib), so same-named files in different folders stay
+# apart. Asserts in support's helpers are rewritten like the tests' own.
+sys.path.insert(0, str(TESTS))
+pytest.register_assert_rewrite("support")
+from support import MODELS  # noqa: E402 (needs tests/ on sys.path)
+
 # aot's default board (no --board) is the emulated Pi 4, which boots a VM:
 # the suite's commands without --board run on this machine instead ($AOT_BOARD
 # names the default); the qemu-rpi4 tests name their board.
 os.environ["AOT_BOARD"] = "host"
 
 
-# The fast tier (make test-fast, pytest -m fast): the pure-Python layers,
-# tests that start no compiler, emulator, board or aot process. These
-# modules make it; inside it a test that starts a process fails, naming the
-# command, so the list cannot drift into the slow tier unseen.
+# Markers by cost, from each test module's path under tests/ (pytest -m):
+# - fast: the pure-Python layers, tests that start no compiler, emulator,
+#   board or aot process (make test-fast). Inside the fast tier a test that
+#   starts a process fails, naming the command, so the list cannot drift
+#   into the slow tier unseen.
+# - build: every other module: its tests start the toolchain, an aot
+#   process or another tool.
+# - board: the modules with a test that runs on an emulator or over SSH:
+#   every module of targets/, deploy/ and models/ outside the fast tier, and
+#   BOARD_MODULES elsewhere. -m "not board" keeps to this machine.
 FAST_MODULES = frozenset({
-    "test_board_schema", "test_conv_schedule", "test_conv_steps", "test_dense_product",
-    "test_layers", "test_legalize", "test_lower_layers", "test_onnx_conformance",
-    "test_onnx_import", "test_onnx_models", "test_ops_nn", "test_passes", "test_plan",
-    "test_qmath", "test_target_facts", "test_tflite", "test_windows"})
+    "executor/test_plan.py", "foundations/test_config_schema.py",
+    "foundations/test_target_facts.py", "frontend/test_onnx.py", "frontend/tflite/test_tflite.py",
+    "lower/kernels/test_conv_tile.py", "lower/kernels/test_dense.py",
+    "lower/kernels/test_windows.py", "lower/schedule/test_conv.py", "lower/test_lower_layers.py",
+    "lower/tir_passes/test_legalize.py", "models/test_onnx_conformance.py",
+    "models/test_onnx_models.py", "ops/quant/test_qmath.py", "ops/test_nn.py",
+    "passes/test_passes.py", "repo/test_layers.py"})
+BOARD_FOLDERS = ("targets", "deploy", "models")
+BOARD_MODULES = frozenset({
+    "check/test_streaming.py", "check/test_validate.py", "codegen/test_codegen.py",
+    "executor/test_pools.py", "frontend/tflite/test_tflite_ops.py",
+    "lower/tir_passes/test_float16.py", "ops/quant/test_tflite_int16.py", "ops/test_attention.py",
+    "ops/test_rnn.py", "ops/test_signal_detect.py", "packaging/test_firmware.py",
+    "packaging/test_threads.py", "passes/test_float_io.py", "repo/test_compare.py",
+    "repo/test_demo.py", "tune/test_tune.py"})
+
+
+def markers(module: str) -> tuple[str, ...]:
+    """The cost markers of the test module at `module` (a path under tests/)."""
+    if module in FAST_MODULES:
+        return ("fast",)
+    if module.split("/")[0] in BOARD_FOLDERS or module in BOARD_MODULES:
+        return ("build", "board")
+    return ("build",)
+
+
+def pytest_configure(config):
+    stale = sorted(m for m in FAST_MODULES | BOARD_MODULES if not (TESTS / m).is_file())
+    if stale:
+        raise pytest.UsageError(f"tests/conftest.py names test modules that do not exist: "
+                                f"{', '.join(stale)}")
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.stem in FAST_MODULES:
-            item.add_marker(pytest.mark.fast)
+        for name in markers(item.path.relative_to(TESTS).as_posix()):
+            item.add_marker(name)
 
 
 def _no_process(self, args, *rest, **kwargs):
@@ -44,27 +84,6 @@ def _no_process(self, args, *rest, **kwargs):
 def _fast_tier_starts_no_process(request, monkeypatch):
     if request.config.getoption("markexpr", "") == "fast":
         monkeypatch.setattr(subprocess.Popen, "_execute_child", _no_process)
-
-
-def shared_models(pattern: str = "*") -> list[Path]:
-    """Models in ../shared/models (not derived/), sorted by name."""
-    found = sorted(p for p in MODELS.glob(pattern) if p.suffix in (".onnx", ".tflite"))
-    if not found:
-        raise RuntimeError(f"no models match {pattern} in {MODELS}: is ../shared there?")
-    return found
-
-
-def cpu_lacks(board: str) -> str:
-    """Why this CPU cannot run `board`'s code, "" when it can: the flags of its
-    options.cpu_flags that /proc/cpuinfo lacks, the check `aot doctor`
-    reports. No emulator here runs AVX-512 (QEMU 7.2's TCG stops at AVX2),
-    so a test running host-avx512 code skips with this reason elsewhere."""
-    from aot.deploy.host import cpu_flags
-    from aot.targets import get_board
-
-    wanted = get_board(board).options.get("cpu_flags", ())
-    missing = sorted(set(wanted) - cpu_flags())
-    return f"this CPU lacks {', '.join(missing)} (board {board} needs them)" if missing else ""
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ values its ASSIGN_VARIABLEs store (`tflm_with_state_outputs`), so after each
 step both give the outputs and the whole state, compared bit for bit.
 
 The package's own state buffers (kept from run to run, restored by
-`<name>_reset()`) run the same kernels; tests/test_streaming.py drives a real
+`<name>_reset()`) run the same kernels; tests/check/test_streaming.py drives a real
 package through a stream from C and compares it with this.
 """
 from __future__ import annotations

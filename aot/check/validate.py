@@ -187,7 +187,7 @@ DEFAULT_RTOL = 1e-4
 # float16 outputs: one half step at 1.0 absolute, two relative. A half has
 # 11 significant bits, and aot and ONNX Runtime round a float16 chain at
 # different points (a fused kernel once, at its output): an fp16 classifier's
-# softmax differs by up to 4.9e-4 (tests/test_float16.py).
+# softmax differs by up to 4.9e-4 (tests/lower/tir_passes/test_float16.py).
 HALF_ATOL = 2.0 ** -10
 HALF_RTOL = 2.0 ** -9
 

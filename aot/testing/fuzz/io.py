@@ -21,7 +21,7 @@ alarm, an accepted answer that contradicts the request) is a failure.
 - toml: board files and the user's config file with values of every type
   (aot.targets and the transports that read the options).
 
-Used by tests/test_io_fuzz.py and scripts/fuzz.py.
+Used by tests/fuzz/test_io_fuzz.py and scripts/fuzz.py.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ this process, under a wall-clock alarm and a cap on AOT_MAX_TENSOR_ELEMENTS,
 and judges the outcome: exit 0 with the package whole, or exit 2 with one
 line `aot: error: ...`. Anything else (another exit code, a traceback, an
 'internal error', a timeout, a partial output) is a failure.
-Used by tests/test_fuzz.py and scripts/fuzz.py.
+Used by tests/fuzz/test_fuzz.py and scripts/fuzz.py.
 """
 from __future__ import annotations
 

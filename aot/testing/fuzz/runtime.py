@@ -27,7 +27,7 @@ interpreter on the same optimized graph:
 - outputs must match: exactly for integers and moved data, within 1e-4
   for float arithmetic where the reference is finite.
 
-Used by tests/test_fuzz_runtime.py (a fast seeded subset) and
+Used by tests/fuzz/test_fuzz_runtime.py (a fast seeded subset) and
 scripts/fuzz_runtime.py (the long run).
 """
 from __future__ import annotations

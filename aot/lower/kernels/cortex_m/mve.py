@@ -32,7 +32,7 @@ the zero point folded into the bias. Scalar accumulators are requantized
 as the DSP kernels' (Requant32 where the bounds prove it exact); the
 int32 x 4 accumulators of the other two kernels go to conv_nest's finish
 whole, 4 channels at once, which requantizes them as vectors (VecRequant:
-VQRDMULH, then VQADD and VRSHL, tests/test_int8_mve.py proves them on the
+VQRDMULH, then VQADD and VRSHL, tests/targets/test_int8_mve.py proves them on the
 M55 against TFLite's rules) and stores them narrowed. The outer-product
 convolution walks its output plane through the one walk
 (conv_walk.plane_walk), the padded image copy its per-image prologue.

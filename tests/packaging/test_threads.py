@@ -1,0 +1,285 @@
+"""aot package --threads N: kernels split over a thread pool.
+
+The split pass (aot/lower/tir_passes/parallel.py) only splits what it proves
+independent; a split package's outputs are the one-thread package's bit for
+bit (C and LLVM, any thread count, a stateful stream too); the pool is
+clean under ThreadSanitizer over 1,000 runs and under concurrent runs on
+separate arenas with init/deinit in between; a one-thread package holds no
+thread code; bare-metal boards refuse --threads.
+"""
+from __future__ import annotations
+
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import aot
+import aot.lower.tir_passes.parallel as parallel
+from aot.check import streaming as S
+from aot.api import package
+from aot.deploy import run_package
+from aot.errors import AotError
+from aot.ir.tir import (Bin, Buffer, BufferKind, Cast, Comment, For, ForKind, If, Load, PrimFunc,
+                        Seq, Store, Var, const, dt, is_split, phases, walk_stmt)
+from aot.packaging.build import read_metadata
+from aot.targets import get_board
+from support import MODELS
+
+HOST = get_board("host")
+VWW = MODELS / "mlperf_vww_mbv1_f32.tflite"
+STREAMING = MODELS / "streaming" / "mww_hey_jarvis.tflite"
+
+
+def _inputs(model: Path) -> list[np.ndarray]:
+    return [np.load(model.with_suffix(".input.npy"))]
+
+
+def _outputs(pkg: Path, inputs, board=HOST) -> list[bytes]:
+    return [o.tobytes() for o in run_package(pkg, board, inputs).outputs]
+
+
+# ------------------------------------------------------------------ the split pass
+
+F32 = dt("float32")
+X = Buffer("x", F32, (128, 256), BufferKind.INPUT)
+Y = Buffer("y", F32, (128, 256), BufferKind.OUTPUT)
+I, J = Var("i"), Var("j")
+
+
+def _func(body) -> PrimFunc:
+    return PrimFunc("k", (X, Y), body)
+
+
+def _at(i, j):
+    return Bin("+", Bin("*", i, const(256)), j)
+
+
+def _parallel_loops(f: PrimFunc) -> list[str]:
+    return [s.var.name for s in walk_stmt(f.body) if isinstance(s, For)
+            and s.kind is ForKind.PARALLEL]
+
+
+def test_rows_of_an_elementwise_kernel_split():
+    square = Bin("*", Load(X, _at(I, J)), Load(X, _at(I, J)))
+    body = For(I, 128, For(J, 256, Store(Y, _at(I, J), square)))
+    assert _parallel_loops(parallel.split_kernel(_func(body), 2)) == ["i"]
+    # small kernels stay whole: a dispatch costs more than they do
+    small = For(I, 2, For(J, 256, Store(Y, _at(I, J), Load(X, _at(I, J)))))
+    assert not is_split(parallel.split_kernel(_func(small), 2))
+    assert parallel.split_kernel(_func(body), 1) == _func(body)
+
+
+def test_a_loop_carried_dependence_is_not_split():
+    # y[i, j] = y[i - 1, j] + x[i, j]: a trip reads what the previous one wrote
+    step = Store(Y, _at(Bin("+", I, const(1)), J),
+                 Bin("+", Load(Y, _at(I, J)), Load(X, _at(I, J))))
+    # the columns are independent, the rows are not
+    assert _parallel_loops(parallel.split_kernel(_func(For(I, 127, For(J, 256, step))), 2)) \
+        == ["j"]
+    assert _parallel_loops(parallel.split_kernel(_func(For(J, 256, For(I, 127, step))), 2)) \
+        == ["j"]
+
+
+def test_overlapping_statements_are_not_split():
+    # a fill, then a second pass over the same elements: two phases, in order
+    i2, j2 = Var("i2"), Var("j2")
+    fill = For(I, 128, For(J, 256, Store(Y, _at(I, J), const(0.0, "float32"))))
+    again = For(i2, 128, For(j2, 256, Store(Y, _at(i2, j2), Load(X, _at(i2, j2)))))
+    assert phases(parallel.split_kernel(_func(Seq((fill, again))), 2)) == 2
+    # an index the pass cannot box (a value read from memory) keeps the kernel whole
+    gather = For(I, 128, For(J, 256, Store(Y, _at(I, Cast(dt("int32"), Load(X, _at(I, J)))),
+                                           const(1.0, "float32"))))
+    assert not is_split(parallel.split_kernel(_func(gather), 2))
+    # disjoint halves split, each over its own rows
+    top = For(I, 64, For(J, 256, Store(Y, _at(I, J), Load(X, _at(I, J)))))
+    bottom = replace(top, start=64)
+    assert _parallel_loops(parallel.split_kernel(_func(Seq((top, bottom))), 2)) == ["i", "i"]
+
+
+def test_rows_are_split_rather_than_column_halves():
+    # j (2 halves of each row) balances perfectly, i (127 rows) nearly: the
+    # rows win, so each task writes one band of rows (the next kernel's task
+    # reads what its own core wrote)
+    K = Var("k")
+    col = Bin("+", Bin("*", J, const(128)), K)
+    body = For(J, 2, For(I, 127, For(K, 128, Store(Y, _at(I, col), Load(X, _at(I, col))))))
+    assert _parallel_loops(parallel.split_kernel(_func(body), 2)) == ["i"]
+
+
+def test_a_note_stays_out_of_the_last_tasks_code():
+    # a comment (an empty border strip's) is no work for any task: no If around it
+    note = Comment("outputs [0, 128) x [0, 256): no border")
+    body = For(I, 128, For(J, 256, Store(Y, _at(I, J), Load(X, _at(I, J)))))
+    f = parallel.split_kernel(_func(Seq((note, body))), 2)
+    assert f.body.stmts[0] == note and not any(isinstance(s, If) for s in walk_stmt(f.body))
+
+
+def test_a_scratch_filled_then_read_splits_in_two_phases():
+    # pad = x, then y[i, j] = pad[i, j] + pad[127 - i, j]: the second nest reads
+    # rows the first wrote in other trips, so it waits for the whole first
+    pad = Buffer("pad", F32, (128, 256), BufferKind.SCRATCH)
+    i2, j2 = Var("i2"), Var("j2")
+    fill = For(I, 128, For(J, 256, Store(pad, _at(I, J), Load(X, _at(I, J)))))
+    mirror = _at(Bin("-", const(127), i2), j2)
+    use = For(i2, 128, For(j2, 256, Store(Y, _at(i2, j2), Bin(
+        "+", Load(pad, _at(i2, j2)), Load(pad, mirror)))))
+    f = parallel.split_kernel(PrimFunc("k", (X, Y, pad), Seq((fill, use))), 2)
+    assert phases(f) == 2 and _parallel_loops(f) == ["i", "i2"]
+
+
+# ------------------------------------------------------------------ packages
+
+@pytest.fixture(scope="module")
+def vww_one(tmp_path_factory):
+    return package(VWW, board="host", out_dir=tmp_path_factory.mktemp("one") / "pkg")
+
+
+@pytest.mark.parametrize("codegen,threads", [("c", 3), ("llvm", 2)])
+def test_split_package_outputs_are_bit_identical(vww_one, codegen, threads, tmp_path):
+    info = package(VWW, board="host", codegen=codegen, threads=threads,
+                   out_dir=tmp_path / "pkg")
+    meta = read_metadata(info.path)
+    assert meta["threads"] == threads
+    split = [k["split"] for k in meta["kernels"]]
+    assert sum(split) >= 20 and not split[-1]          # the convolutions; not the softmax
+    assert (info.path / "runtime_c" / "aot_threads.c").is_file()
+    x = _inputs(VWW)
+    assert _outputs(info.path, x) == _outputs(vww_one.path, x)
+
+
+def test_emulated_arm_boards_compute_the_same(tmp_path):
+    """qemu-user (two host threads) at 2 threads, and the qemu-rpi4 VM given
+    4 cores (-smp 4) at 4: the one-thread aarch64 package's outputs."""
+    user = get_board("qemu-aarch64")
+    vm = get_board("qemu-rpi4")
+    vm4 = replace(vm, name="qemu-rpi4-smp4", options={**vm.options, "smp": 4})
+    assert user.target == vm.target
+    x = _inputs(VWW)
+    want = _outputs(package(VWW, board=user, out_dir=tmp_path / "one").path, x, user)
+    two = package(VWW, board=user, threads=2, out_dir=tmp_path / "two")
+    assert _outputs(two.path, x, user) == want
+    four = package(VWW, board=vm4, threads=4, out_dir=tmp_path / "four")
+    assert _outputs(four.path, x, vm4) == want
+
+
+def test_one_thread_package_has_no_thread_code(vww_one):
+    meta = read_metadata(vww_one.path)
+    assert "threads" not in meta and all("split" not in k for k in meta["kernels"])
+    assert not (vww_one.path / "runtime_c" / "aot_threads.c").exists()
+    for path in vww_one.path.rglob("*"):
+        if path.suffix in (".c", ".h", ".txt", ".json") or path.name == "Makefile":
+            text = path.read_bytes()
+            assert b"pthread" not in text and b"aot_pool" not in text, path
+
+
+def test_bare_metal_boards_refuse_threads(tmp_path):
+    with pytest.raises(AotError, match="bare metal.*Linux target"):
+        package(VWW, board="mps2-an386", threads=2, out_dir=tmp_path / "pkg")
+    with pytest.raises(AotError, match="give 1 or more"):
+        package(VWW, board="host", threads=0, out_dir=tmp_path / "pkg")
+
+
+def test_stateful_stream_is_the_same_with_threads(monkeypatch, tmp_path):
+    # the wake-word model's kernels are small: split every one the pass can
+    monkeypatch.setattr(parallel, "MIN_WORK", 0)
+    graph = aot.load(STREAMING)
+    steps = S.feature_stream(graph, 30, seed=51)
+    streams = []
+    for threads in (1, 2):
+        info = package(S.step_graph(graph), board="host", threads=threads,
+                       out_dir=tmp_path / f"t{threads}")
+        if threads > 1:
+            assert sum(k["split"] for k in read_metadata(info.path)["kernels"]) >= 3
+        streams.append(S.board_stream(info.path, HOST, graph, steps))
+    assert [[o.tobytes() for o in step] for step in streams[0]] == \
+        [[o.tobytes() for o in step] for step in streams[1]]
+
+
+# ------------------------------------------------------------- ThreadSanitizer
+
+TSAN = ("-fsanitize=thread", "-g", "-O1")
+
+# Two threads run the model on their own arenas at once, and the pool is
+# restarted with other sizes in between: every run's output must be the
+# one-thread package's.
+DRIVER = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "NAME.h"
+
+static float input[IN_SIZE];
+static float expected[OUT_SIZE];
+static uint8_t arenas[2][UPPER_ARENA_SIZE] __attribute__((aligned(UPPER_ARENA_ALIGN)));
+
+static void* runs(void* arg) {
+    const int which = (int)(intptr_t)arg;
+    float out[OUT_SIZE];
+    struct NAME_inputs in = {input};
+    struct NAME_outputs o = {out};
+    int i;
+    for (i = 0; i < 50; i++) {
+        if (NAME_run_with_arena(&in, &o, arenas[which]) != AOT_OK ||
+            memcmp(out, expected, sizeof out) != 0) {
+            fprintf(stderr, "run %d of thread %d differs\n", i, which);
+            exit(3);
+        }
+    }
+    return NULL;
+}
+
+int main(int argc, char** argv) {
+    FILE* f = fopen(argv[1], "rb");
+    int n, k;
+    (void)argc;
+    if (!f || fread(input, 1, sizeof input, f) != sizeof input) return 2;
+    fclose(f);
+    f = fopen(argv[2], "rb");
+    if (!f || fread(expected, 1, sizeof expected, f) != sizeof expected) return 2;
+    fclose(f);
+    for (n = 1; n <= 3; n++) {
+        pthread_t t[2];
+        if (NAME_init(n) != AOT_OK) return 4;
+        for (k = 0; k < 2; k++) pthread_create(&t[k], NULL, runs, (void*)(intptr_t)k);
+        for (k = 0; k < 2; k++) pthread_join(t[k], NULL);
+        NAME_deinit();
+    }
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def vww_tsan(tmp_path_factory):
+    return package(VWW, board="host", threads=2, extra_cflags=TSAN,
+                   out_dir=tmp_path_factory.mktemp("tsan") / "pkg")
+
+
+def test_thousand_runs_under_thread_sanitizer(vww_tsan, vww_one, monkeypatch):
+    monkeypatch.setenv("TSAN_OPTIONS", "halt_on_error=1:exitcode=66")
+    x = _inputs(VWW)
+    result = run_package(vww_tsan.path, HOST, x, warmup=0, runs=1000)
+    assert len(result.times_ns) == 1000
+    assert [o.tobytes() for o in result.outputs] == _outputs(vww_one.path, x)
+
+
+def test_concurrent_runs_and_restarts_under_thread_sanitizer(vww_tsan, vww_one, tmp_path):
+    pkg, name = vww_tsan.path, vww_tsan.name
+    x, want = _inputs(VWW)[0], _outputs(vww_one.path, _inputs(VWW))[0]
+    (tmp_path / "driver.c").write_text(
+        DRIVER.replace("UPPER", name.upper()).replace("NAME", name)
+        .replace("IN_SIZE", str(x.size)).replace("OUT_SIZE", str(len(want) // 4)))
+    exe = tmp_path / "driver"
+    subprocess.run(["clang", *HOST.target.cflags, *TSAN, "-pthread", f"-I{pkg}/include",
+                    f"-I{pkg}/runtime_c", str(tmp_path / "driver.c"),
+                    str(pkg / "lib" / f"lib{name}.a"), "-lm", "-o", str(exe)], check=True)
+    (tmp_path / "in.bin").write_bytes(x.tobytes())
+    (tmp_path / "want.bin").write_bytes(want)
+    r = subprocess.run([str(exe), str(tmp_path / "in.bin"), str(tmp_path / "want.bin")],
+                       capture_output=True, text=True, timeout=300,
+                       env={"TSAN_OPTIONS": "halt_on_error=1:exitcode=66"})
+    assert r.returncode == 0 and "ThreadSanitizer" not in r.stderr, r.stderr[-3000:]

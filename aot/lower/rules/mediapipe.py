@@ -20,9 +20,9 @@ from aot.lower.arith.loops import float_only
 from aot.lower.rules.elementwise import const_like, math_call
 from aot.lower.rules.nn import conv_transpose
 from aot.lower.rules.reduce import loops
-from aot.lower.rules.sampling import V
+from aot.lower.rules.sampling import V, all_of
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
-from aot.ops.mediapipe import (ACTIVATION_RANGES, INDEX_BIAS, bilinear_rows, crop_matrix,
+from aot.ops.mediapipe import (ACTIVATION_RANGES, INDEX_BIAS, crop_matrix,
                                pool_geometry, transpose_conv_geometry, unpool_geometry)
 
 
@@ -67,7 +67,7 @@ def _pool_argmax(ctx: LowerCtx, ins, emit):
             for kx in range(kw):
                 iy = Bin("+", Bin("*", oy, const(sh)), const(ky - pt))
                 ix = Bin("+", Bin("*", ox, const(sw)), const(kx - pl))
-                inside = _all([Bin(">=", iy, const(0)), Bin("<", iy, const(h)),
+                inside = all_of([Bin(">=", iy, const(0)), Bin("<", iy, const(h)),
                                Bin(">=", ix, const(0)), Bin("<", ix, const(w))])
                 v = x.load((n, iy, ix, c), 1)
                 taps.append(If(inside, If(Bin(">", v, best), seq(
@@ -82,13 +82,6 @@ def _pool_argmax(ctx: LowerCtx, ins, emit):
                    Decl(where, const(0)), *taps,
                    emit(0, (n, oy, ox, c), value), emit(1, (n, oy, ox, c), index))
     return loops(ctx, ctx.out_types[0].shape, range(4), pixel)
-
-
-def _all(tests: list[Expr]) -> Expr:
-    out = tests[0]
-    for t in tests[1:]:
-        out = Bin("and", out, t)
-    return out
 
 
 # ---- MaxUnpooling2D --------------------------------------------------------------------------
@@ -109,7 +102,7 @@ def _unpool(ctx: LowerCtx, ins, emit):
         n, iy, ix, c = (at[a] for a in range(4))
         k = ctx.fresh("k")
         oy, ox = ctx.fresh("oy"), ctx.fresh("ox")
-        inside = _all([Bin(">=", k, const(0)), Bin(">=", oy, const(0)), Bin("<", oy, const(oh)),
+        inside = all_of([Bin(">=", k, const(0)), Bin(">=", oy, const(0)), Bin("<", oy, const(oh)),
                        Bin(">=", ox, const(0)), Bin("<", ox, const(ow))])
         # clamped first: a far-off float has no int32 value, and any index that
         # large lands outside the output anyway
@@ -159,7 +152,7 @@ def _bilinear(ctx: LowerCtx, ins, emit):
         tx, ty, x0, y0 = (ctx.fresh(s, f) for s in ("tx", "ty", "x0", "y0"))
         ix, iy = ctx.fresh("ix"), ctx.fresh("iy")
         c = ctx.fresh("c")
-        inside = _all([Bin(">=", tx, const_like(0, tx)), Bin("<=", tx, const_like(w - 1, tx)),
+        inside = all_of([Bin(">=", tx, const_like(0, tx)), Bin("<=", tx, const_like(w - 1, tx)),
                        Bin(">=", ty, const_like(0, ty)), Bin("<=", ty, const_like(h - 1, ty))])
 
         def read(dy: int, dx: int) -> Expr:
@@ -168,7 +161,7 @@ def _bilinear(ctx: LowerCtx, ins, emit):
             safe = (Bin("min", yy, const(h - 1)), Bin("min", xx, const(w - 1)))
             v = x.load((const(0), *safe, c), 1)
             ok = [Bin("<", t, const(n)) for t, n, d in ((yy, h, dy), (xx, w, dx)) if d]
-            return v if not ok else Select(_all(ok), v, const_like(0, v))
+            return v if not ok else Select(all_of(ok), v, const_like(0, v))
         right, lower = V(Bin("-", tx, x0)), V(Bin("-", ty, y0))
         upper_row = (1 - right) * V(read(0, 0)) + right * V(read(0, 1))
         lower_row = (1 - right) * V(read(1, 0)) + right * V(read(1, 1))
@@ -207,26 +200,11 @@ def _landmarks(ctx: LowerCtx, ins, emit):
 
 class _Tir:
     """crop_matrix's arithmetic on V (TIR expressions with operators)."""
-
-    @staticmethod
-    def atan2(a: V, b: V) -> V:
-        return V(math_call("atan2", a.e, b.e))
-
-    @staticmethod
-    def cos(a: V) -> V:
-        return V(math_call("cos", a.e))
-
-    @staticmethod
-    def sin(a: V) -> V:
-        return V(math_call("sin", a.e))
-
-    @staticmethod
-    def max(a: V, b: V) -> V:
-        return V(Bin("max", a.e, b.e))
-
-    @staticmethod
-    def min(a: V, b: V) -> V:
-        return V(Bin("min", a.e, b.e))
+    atan2 = staticmethod(lambda a, b: V(math_call("atan2", a.e, b.e)))
+    cos = staticmethod(lambda a: V(math_call("cos", a.e)))
+    sin = staticmethod(lambda a: V(math_call("sin", a.e)))
+    max = staticmethod(lambda a, b: V(Bin("max", a.e, b.e)))
+    min = staticmethod(lambda a, b: V(Bin("min", a.e, b.e)))
 
 
 @kernel_rule("mediapipe.Landmarks2TransformMatrix")

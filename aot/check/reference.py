@@ -6,6 +6,10 @@ to match exactly"):
   TFLite's reference kernels; models TFLM refuses (hybrid ones, ops it
   lacks) fall back to LiteRT.
 - float .tflite: LiteRT with its builtin kernels (no XNNPACK delegate).
+- .tflite with MediaPipe's custom ops (aot/ops/mediapipe.py): LiteRT with
+  its default delegates when XNNPACK is what runs them there
+  ("litert+xnnpack"); with a transform no runtime here executes, aot's
+  numpy reference of MediaPipe's kernels ("numpy-reference (...)").
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import numpy as np
 
 from aot.errors import AotError, MissingToolError
 from aot.ir.graph import Graph
+from aot.ops.mediapipe import NO_RUNTIME_OPS, XNNPACK_OPS
 
 
 def runtime_module(module: str, pip: str) -> ModuleType:
@@ -59,17 +64,28 @@ def tflite_micro(path: Path, graph: Graph, inputs: Sequence[np.ndarray]) -> list
     return [np.array(interp.get_output(k)) for k in range(len(graph.outputs))]
 
 
-def litert(path: Path, graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+def litert(path: Path, graph: Graph, inputs: Sequence[np.ndarray],
+           delegates: bool = False) -> list[np.ndarray]:
+    """LiteRT's outputs; delegates=True keeps its default delegates (XNNPACK)."""
     interpreter = runtime_module("ai_edge_litert.interpreter", "ai-edge-litert")
     Interpreter, OpResolverType = interpreter.Interpreter, interpreter.OpResolverType
 
-    it = Interpreter(model_path=str(path), num_threads=1,
-                     experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    resolver = (OpResolverType.BUILTIN if delegates
+                else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    it = Interpreter(model_path=str(path), num_threads=1, experimental_op_resolver_type=resolver)
     it.allocate_tensors()
     for d, x in zip(it.get_input_details(), inputs):
         it.set_tensor(d["index"], x)
     it.invoke()
     return [np.array(it.get_tensor(d["index"])) for d in it.get_output_details()]
+
+
+def _ops(graph: Graph) -> set[str]:
+    """The ops of `graph`, those inside fused groups included."""
+    out = set()
+    for n in graph.nodes:
+        out |= _ops(n.attrs["body"]) if n.op == "fused" else {n.op}
+    return out
 
 
 def _integer_io(graph: Graph) -> bool:
@@ -100,7 +116,17 @@ def reference_outputs(path: Path, graph: Graph, inputs: Sequence[np.ndarray],
         return "onnxruntime", onnxruntime(path, graph, inputs, bound)
     if suffix != ".tflite":
         raise AotError(f"{path}: no reference runtime for '{suffix}' models")
+    ops = _ops(graph)
+    unrun = sorted(op.split(".", 1)[1] for op in ops & set(NO_RUNTIME_OPS))
+    if unrun:
+        from aot.interp import interpret
+
+        out = interpret(graph, dict(zip(graph.inputs, inputs)))
+        return (f"numpy-reference (of MediaPipe's kernels: no runtime here runs "
+                f"{', '.join(unrun)})", [out[o] for o in graph.outputs])
     inputs = _with_bound(path, graph, inputs, bound)
+    if ops & set(XNNPACK_OPS):
+        return "litert+xnnpack", litert(path, graph, inputs, delegates=True)
     if _integer_io(graph):
         try:
             return "tflite-micro", tflite_micro(path, graph, inputs)

@@ -16,6 +16,7 @@ from aot.ops import (
     fused,
     index,
     lstm,
+    mediapipe,
     movement,
     nn,
     reduce,

@@ -9,6 +9,9 @@ tflite-micro (the int8 oracle) and LiteRT (the float oracle) load them.
     y = m.tensor("y", [1, 4], "int8", scale=0.1, zp=0)
     m.op("LEAKY_RELU", [x], [y], "LeakyReluOptions", Alpha=0.2)
     data = m.build([x], [y])
+
+A custom operator (`custom`) is named by its custom code and version and
+carries its options as raw bytes (a flexbuffer, or a C struct's bytes).
 """
 from __future__ import annotations
 
@@ -22,6 +25,13 @@ TYPE_CODES = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "b
 DENSE, SPARSE_CSR = 0, 1
 # Ops whose first version LiteRT registers is above 1.
 MIN_VERSIONS = {"BROADCAST_TO": 2}
+
+
+@dataclass(frozen=True)
+class CustomCode:
+    """The operator code of a CUSTOM op: its name and version."""
+    name: str
+    version: int = 1
 
 
 @dataclass(frozen=True)
@@ -89,7 +99,7 @@ class TFLiteBuilder:
         self.tensors: list[dict[str, Any]] = []
         self.buffers: list[bytes] = [b""]
         self.ops: list[tuple] = []
-        self.codes: list[str] = []
+        self.codes: list[str | CustomCode] = []
         self.extra: list[tuple] = []   # further subgraphs: (builder, inputs, outputs)
 
     def tensor(self, name: str, shape, dtype: str = "int8", scale=None, zp=None, data=None,
@@ -114,9 +124,19 @@ class TFLiteBuilder:
            options: str | None = None, **fields) -> None:
         """One operator; `options` names its builtin options table
         ("LeakyReluOptions"), `fields` its fields (Alpha=0.2)."""
+        self._add(code, inputs, outputs, options, fields, b"")
+
+    def custom(self, name: str, inputs: Sequence[int], outputs: Sequence[int],
+               options: bytes = b"", version: int = 1) -> None:
+        """One CUSTOM operator `name` of `version`, its custom options the raw
+        bytes `options`, as exporters write them."""
+        self._add(CustomCode(name, version), inputs, outputs, None, {}, bytes(options))
+
+    def _add(self, code, inputs, outputs, options, fields, custom: bytes) -> None:
         if code not in self.codes:
             self.codes.append(code)
-        self.ops.append((self.codes.index(code), tuple(inputs), tuple(outputs), options, fields))
+        self.ops.append((self.codes.index(code), tuple(inputs), tuple(outputs), options, fields,
+                         custom))
 
     def subgraph(self, sub: "TFLiteBuilder", inputs: Sequence[int],
                  outputs: Sequence[int]) -> int:
@@ -160,14 +180,7 @@ class TFLiteBuilder:
         b = flatbuffers.Builder(1024)
         subgraphs = [self._subgraph(b, self, inputs, outputs)]
         subgraphs += [self._subgraph(b, sub, i, o) for sub, i, o in self.extra]
-        codes = []
-        for c in self.codes:
-            value = getattr(tflite.BuiltinOperator, c)
-            tflite.OperatorCodeStart(b)
-            tflite.OperatorCodeAddDeprecatedBuiltinCode(b, min(value, 127))
-            tflite.OperatorCodeAddBuiltinCode(b, value)
-            tflite.OperatorCodeAddVersion(b, MIN_VERSIONS.get(c, 1))
-            codes.append(tflite.OperatorCodeEnd(b))
+        codes = [_operator_code(b, c) for c in self.codes]
         bufs = []
         for raw in self.buffers:
             data = b.CreateNumpyVector(np.frombuffer(raw, np.uint8)) if raw else None
@@ -214,7 +227,7 @@ class TFLiteBuilder:
         return tflite.TensorEnd(b)
 
     @staticmethod
-    def _operator(b, code_index: int, ins, outs, options, fields) -> int:
+    def _operator(b, code_index: int, ins, outs, options, fields, custom: bytes) -> int:
         import tflite
         opt = None
         if options is not None:
@@ -227,6 +240,7 @@ class TFLiteBuilder:
             opt = getattr(tflite, f"{options}End")(b)
         iv = _ints(b, tflite.OperatorStartInputsVector, ins)
         ov = _ints(b, tflite.OperatorStartOutputsVector, outs)
+        cv = b.CreateNumpyVector(np.frombuffer(custom, np.uint8)) if custom else None
         tflite.OperatorStart(b)
         tflite.OperatorAddOpcodeIndex(b, code_index)
         tflite.OperatorAddInputs(b, iv)
@@ -234,7 +248,25 @@ class TFLiteBuilder:
         if opt is not None:
             tflite.OperatorAddBuiltinOptionsType(b, getattr(tflite.BuiltinOptions, options))
             tflite.OperatorAddBuiltinOptions(b, opt)
+        if cv is not None:
+            tflite.OperatorAddCustomOptions(b, cv)   # format FLEXBUFFERS (0), the default
         return tflite.OperatorEnd(b)
+
+
+def _operator_code(b, code: str | CustomCode) -> int:
+    import tflite
+    name = b.CreateString(code.name) if isinstance(code, CustomCode) else None
+    value = tflite.BuiltinOperator.CUSTOM if name is not None else getattr(
+        tflite.BuiltinOperator, code)
+    tflite.OperatorCodeStart(b)
+    tflite.OperatorCodeAddDeprecatedBuiltinCode(b, min(value, 127))
+    tflite.OperatorCodeAddBuiltinCode(b, value)
+    if name is not None:
+        tflite.OperatorCodeAddCustomCode(b, name)
+        tflite.OperatorCodeAddVersion(b, code.version)
+    else:
+        tflite.OperatorCodeAddVersion(b, MIN_VERSIONS.get(code, 1))
+    return tflite.OperatorCodeEnd(b)
 
 
 def _ints(b, start, values) -> int:

@@ -27,6 +27,7 @@ import numpy as np
 
 from aot.errors import AotError, ModelError, ShapeError, UnsupportedError
 from aot.frontend.tflite import ops as tflite_ops
+from aot.frontend.tflite.mediapipe import MediaPipeOps
 from aot.frontend.tflite.ops import TFLMOps
 from aot.frontend.tflite.schema import DTYPE_NAMES, DTYPES
 from aot.frontend.tflite.sparse import SparseSpec, decode_sparsity, densify
@@ -99,6 +100,8 @@ class _Op:
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     options: dict[str, Any] = field(default_factory=dict)
+    custom: bytes = b""      # a CUSTOM operator's options, raw
+    version: int = 1         # its operator code's version
 
 
 @dataclass
@@ -193,7 +196,7 @@ def _decode(data: bytes) -> _Model:
         if name == "CUSTOM":
             custom = oc.CustomCode()
             name = f"CUSTOM:{custom.decode('utf-8', 'replace') if custom else '?'}"
-        opcodes.append(name)
+        opcodes.append((name, int(oc.Version())))
     if model.SubgraphsLength() < 1:
         raise ModelError("TFLite model has no subgraph")
     buffers = [_decode_buffer(model.Buffers(i), data)
@@ -205,7 +208,8 @@ def _decode(data: bytes) -> _Model:
     return main
 
 
-def _decode_subgraph(sg, data: bytes, opcodes: list[str], buffers: list[bytes]) -> _Model:
+def _decode_subgraph(sg, data: bytes, opcodes: list[tuple[str, int]],
+                     buffers: list[bytes]) -> _Model:
     tensors = [_decode_tensor(sg.Tensors(i))
                for i in range(_count(sg.TensorsLength(), data, "tensor"))]
     ops = []
@@ -215,10 +219,11 @@ def _decode_subgraph(sg, data: bytes, opcodes: list[str], buffers: list[bytes]) 
         if not 0 <= idx < len(opcodes):
             raise ModelError(f"corrupt TFLite file: operator {i} uses opcode index {idx} "
                              f"of {len(opcodes)}")
-        code = opcodes[idx]
+        code, version = opcodes[idx]
+        custom = op.CustomOptionsAsNumpy().tobytes() if op.CustomOptionsLength() else b""
         ops.append(_Op(code, _ints(op.InputsAsNumpy, op.InputsLength()),
                        _ints(op.OutputsAsNumpy, op.OutputsLength()),
-                       _decode_options(op, code)))
+                       _decode_options(op, code), custom, version))
     return _Model(tensors, buffers, ops,
                   _ints(sg.InputsAsNumpy, sg.InputsLength()),
                   _ints(sg.OutputsAsNumpy, sg.OutputsLength()))
@@ -272,7 +277,7 @@ def _unique_names(tensors: list[_Tensor]) -> list[str]:
     return out
 
 
-class _Builder(VariableOps, TFLMOps):
+class _Builder(VariableOps, TFLMOps, MediaPipeOps):
     def __init__(self, model: _Model, name: str, hybrid: str = "dynamic"):
         self.m = model
         self.name = name
@@ -450,7 +455,9 @@ class _Builder(VariableOps, TFLMOps):
     def _convert(self, k: int, op: _Op) -> None:
         self.cur = self._node_name(k, op)
         self.code = op.code
-        handler = getattr(self, f"_op_{op.code}", None)
+        custom = op.code.startswith("CUSTOM:")
+        handler = (self.custom_converter(op.code[len("CUSTOM:"):], op.version) if custom
+                   else getattr(self, f"_op_{op.code}", None))
         if handler is None:
             raise UnsupportedError(f"unsupported op '{op.code}' at node '{self.cur}'")
         ins = [self.tensor(i) for i in op.inputs]

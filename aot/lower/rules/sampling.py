@@ -142,7 +142,7 @@ def _grid_sample(ctx: LowerCtx, ins, emit):
             value = x.load((n, c, *(i.e for i, _, _ in combo)), 1)
             ok = [t.e for _, _, t in combo if t is not None]
             if ok:
-                value = Select(ok[0] if len(ok) == 1 else _all(ok), value, const_like(0, value))
+                value = Select(ok[0] if len(ok) == 1 else all_of(ok), value, const_like(0, value))
             for _, w, _ in combo:
                 if w is not None:
                     value = Bin("*", w.e, value)
@@ -151,7 +151,8 @@ def _grid_sample(ctx: LowerCtx, ins, emit):
     return loops(ctx, ctx.out_types[0].shape, [0, *range(2, 2 + r)], point)
 
 
-def _all(tests: list[Expr]) -> Expr:
+def all_of(tests: list[Expr]) -> Expr:
+    """The tests and-ed."""
     out = tests[0]
     for t in tests[1:]:
         out = Bin("and", out, t)
@@ -205,7 +206,7 @@ def _col2im(ctx: LowerCtx, ins, emit):
             p = [sub(add(y[i], const(geo["pads"][i])), mul(k[i], const(geo["dilations"][i])))
                  for i in range(r)]
             pos = [Bin("/", p[i], const(geo["strides"][i])) for i in range(r)]
-            valid = _all([Bin(">=", p[i], const(0)) for i in range(r)]
+            valid = all_of([Bin(">=", p[i], const(0)) for i in range(r)]
                          + [Bin("==", Bin("%", p[i], const(geo["strides"][i])), const(0))
                             for i in range(r) if geo["strides"][i] > 1]
                          + [Bin("<", pos[i], const(counts[i])) for i in range(r)])

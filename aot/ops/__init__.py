@@ -16,6 +16,7 @@ from aot.ops import (
     fused,
     index,
     lstm,
+    ml,
     movement,
     nn,
     reduce,

@@ -139,6 +139,15 @@ def single_score(scores: np.ndarray, how: str) -> np.ndarray:
     return probit(scores) if how == "PROBIT" else np.asarray(scores, F32)
 
 
+def two_columns(s: np.ndarray, how: str, negate: bool) -> np.ndarray:
+    """One score as two columns, as ONNX Runtime adds the second class:
+    (logistic(-s), logistic(s)) under LOGISTIC, else (-s, s) when `negate`
+    (an SVM's decision value under NONE) or (1 - s, s)."""
+    if how == "LOGISTIC":
+        return np.stack([logistic(-s), logistic(s)], 1)
+    return np.stack([-s if negate else F32(1) - s, s], 1).astype(F32)
+
+
 def first_argmax(scores: np.ndarray) -> np.ndarray:
     """The first position of the largest score per row (a strict > scan)."""
     return np.argmax(scores, axis=-1)
@@ -191,7 +200,7 @@ def _linear_classifier(call: Call, args):
         s = scores[:, 0]
         pos, neg = (labels[1], labels[0]) if labels.size == 2 else (1, 0)
         label = np.where(s > 0, pos, neg).astype(np.int64)
-        out = np.stack([F32(1) - s, s], 1) if columns == 2 else single_score(scores, how)
+        out = two_columns(s, how, False) if columns == 2 else single_score(scores, how)
         return [label, out.astype(F32)]
     return [labels[first_argmax(scores)], post_transform(scores, how)]
 
@@ -398,9 +407,7 @@ def _svm_classifier(call: Call, args):
         return [label, post_transform(probs, how)]
     if c > 2:
         return [label, post_transform(scores, how)]
-    s = scores[:, 0]
-    first = -s if how == "NONE" else F32(1) - s
-    return [label, np.stack([first, s], 1).astype(F32)]
+    return [label, two_columns(scores[:, 0], how, how == "NONE")]
 
 
 def _binary_linear_label(best: np.ndarray, coef: np.ndarray, labels: np.ndarray,
@@ -520,8 +527,7 @@ def _infer_binarizer(sig: Sig):
     return [x]
 
 
-# ONNX Runtime's default threshold is 1.0 (the ONNX spec says 0.0; converters write it)
-BINARIZER_DEFAULT = 1.0
+BINARIZER_DEFAULT = 0.0
 
 
 @ml_op("Binarizer", arity(1, 1)(_infer_binarizer), Pattern.ELEMWISE)

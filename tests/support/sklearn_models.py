@@ -64,10 +64,14 @@ MODELS: dict[str, tuple[Callable, int, bool]] = {
 
 def build(name: str, folder: Path, batch: int = 1) -> Path:
     """The model `name` as an .onnx file in `folder` (built once per folder),
-    with a static batch of `batch` rows."""
+    with a static batch of `batch` rows, and beside it the input `aot verify`
+    takes (<stem>.input.npy): rows from the training distribution, which
+    land near the decision boundaries as uniform noise would not."""
     path = Path(folder) / f"{name}_b{batch}.onnx"
     if path.is_file():
         return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path.with_name(f"{path.stem}.input.npy"), sample_inputs(batch))
     from skl2onnx import to_onnx
     from skl2onnx.common.data_types import FloatTensorType
 
@@ -79,7 +83,6 @@ def build(name: str, folder: Path, batch: int = 1) -> Path:
         options = None if zipmap else {id(model): {"zipmap": False}}
         onx = to_onnx(model, initial_types=[("X", FloatTensorType([batch, FEATURES]))],
                       options=options, target_opset={"": 17, "ai.onnx.ml": 3})
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_bytes(onx.SerializeToString())
     tmp.replace(path)

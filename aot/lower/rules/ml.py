@@ -123,6 +123,13 @@ def transformed(ctx: LowerCtx, how: str, row: Buffer, count: int,
                For(j2, count, put(j2, Bin("/", Load(row, j2), total))))
 
 
+def two_columns(how: str, v: Expr, negate: bool, put: Callable[[Expr, Expr], Stmt]) -> Stmt:
+    """One score as two columns (aot.ops.ml.two_columns)."""
+    if how == "LOGISTIC":
+        return seq(put(const(0), logistic(Unary("neg", v))), put(const(1), logistic(v)))
+    return seq(put(const(0), Unary("neg", v) if negate else Bin("-", _f(1), v)), put(const(1), v))
+
+
 def single(how: str, v: Expr) -> Expr:
     """A row of one score: ONNX Runtime applies PROBIT only."""
     return probit(v) if how == "PROBIT" else v
@@ -157,9 +164,9 @@ def _linear_classifier(ctx: LowerCtx, ins, emit):
             v = Load(row, const(0))
             pos, neg = (labels[1], labels[0]) if labels.size == 2 else (1, 0)
             label = Select(Bin(">", v, _f(0)), const(int(pos), "int64"), const(int(neg), "int64"))
-            out = (emit(1, (n, const(0)), Bin("-", _f(1), v)), emit(1, (n, const(1)), v)) \
-                if columns == 2 else (emit(1, (n, const(0)), single(how, v)),)
-            return seq(compute, emit(0, (n,), label), *out)
+            out = two_columns(how, v, False, lambda j, e: emit(1, (n, j), e)) \
+                if columns == 2 else emit(1, (n, const(0)), single(how, v))
+            return seq(compute, emit(0, (n,), label), out)
         find, _, pos = _argmax(ctx, c, lambda j: Load(row, j))
         lab = table(ctx, "labels", labels)
         return seq(compute, find, emit(0, (n,), lab(pos)),
@@ -342,9 +349,7 @@ def _svm_classifier(ctx: LowerCtx, ins, emit):
                        multiclass_probability(ctx, c, r, p), transformed(ctx, how, p, c, put))
         if c > 2:
             return seq(head, transformed(ctx, how, pairs, npairs, put))
-        v = Load(pairs, const(0))
-        first = Unary("neg", v) if how == "NONE" else Bin("-", _f(1), v)
-        return seq(head, put(const(0), first), put(const(1), v))
+        return seq(head, two_columns(how, Load(pairs, const(0)), how == "NONE", put))
     return _rows(ctx, x, one)
 
 

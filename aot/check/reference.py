@@ -50,8 +50,34 @@ def onnxruntime(path: Path, graph: Graph, inputs: Sequence[np.ndarray],
     names = [i.name for i in sess.get_inputs() if i.name not in bound]
     feeds = dict(zip(graph.inputs, inputs))
     # np.asarray: a dataset's scalar input is a numpy scalar, which ORT refuses
-    return sess.run(None, {**{n: np.asarray(feeds.get(n, x)) for n, x in zip(names, inputs)},
+    outs = sess.run(None, {**{n: np.asarray(feeds.get(n, x)) for n, x in zip(names, inputs)},
                            **bound})
+    zipmaps = _zipmap_labels(path) if any(isinstance(o, list) for o in outs) else {}
+    return [zipped_tensor(zipmaps, name, out) for name, out in zip(graph.outputs, outs)]
+
+
+def _zipmap_labels(path: Path) -> dict[str, list[int]]:
+    """{output: class labels} of the model's ZipMap nodes."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return {n.output[0]: list(onnx.helper.get_attribute_value(a))
+            for n in model.graph.node if n.op_type == "ZipMap"
+            for a in n.attribute if a.name == "classlabels_int64s"}
+
+
+def zipped_tensor(zipmaps: Mapping[str, Sequence[int]], name: str, out) -> np.ndarray:
+    """ONNX Runtime's output `name` as aot computes it: a ZipMap's sequence of
+    {label: probability} maps becomes the [N, labels] tensor it zips, the
+    columns in the node's label order (aot/ops/ml.py)."""
+    if not isinstance(out, list):
+        return out
+    if name not in zipmaps:
+        raise AotError(f"onnxruntime gives output '{name}' as a sequence, which aot does not "
+                       "compare (it reads sequences of maps made by ZipMap only)")
+    labels = zipmaps[name]
+    return np.array([[row[k] for k in labels] for row in out], np.float32).reshape(
+        len(out), len(labels))
 
 
 def tflite_micro(path: Path, graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -10,8 +10,11 @@ Opsets: the default domain ("" / "ai.onnx"), opset 7 up to the installed
 onnx package's latest. Ops are normalized to their opset-21 form; for the ops
 aot supports, later opsets only added element types (bfloat16, float8, int4,
 float4, int2) that aot refuses per tensor anyway, so their nodes mean the
-same. Opset imports of other domains are fine as long as no node uses them
-(exporters list them by habit); a node of another domain is refused.
+same. A node of the ONNX-ML domain ("ai.onnx.ml") is read when the op table
+has its op in that domain (OpDef.domain; a model of ONNX-ML nodes alone may
+import no default-domain opset). Opset imports of other domains are fine as
+long as no node uses them (exporters list them by habit); a node of another
+domain, or of a domain its op is not in, is refused.
 
 Static shapes only: an input with a symbolic, unknown, zero or negative
 dimension takes its shape from `input_shapes` (--input-shape), a bound
@@ -34,6 +37,7 @@ from aot.limits import check_shape
 
 MIN_OPSET = 7
 DEFAULT_DOMAINS = ("", "ai.onnx")
+ML_DOMAIN = "ai.onnx.ml"
 # The com.microsoft ops ONNX Runtime's quantizer writes in QOperator form
 # that aot implements (aot/ops/quant/onnx_quant.py, ONNX Runtime's arithmetic).
 MICROSOFT_OPS = ("QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearAveragePool",
@@ -345,9 +349,11 @@ def _parse(data: bytes, name: str):
 
 def _opset(model, name: str) -> int:
     versions = [o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS]
+    latest = _onnx().defs.onnx_opset_version()
+    if not versions and any(o.domain == ML_DOMAIN for o in model.opset_import):
+        return latest     # ONNX-ML nodes only: a default-domain node is read as the latest's
     if not versions:
         raise ModelError(f"{name}: the model imports no default-domain ONNX opset")
-    latest = _onnx().defs.onnx_opset_version()
     opset = int(versions[0])
     if not MIN_OPSET <= opset <= latest:
         raise UnsupportedError(f"{name}: ONNX opset {opset} is not supported "
@@ -361,9 +367,19 @@ def _check_domain(node: Node, domain: str) -> None:
     if domain == "com.microsoft":
         raise UnsupportedError(f"unsupported op '{node.op}' of domain 'com.microsoft' at node "
                                f"'{node.name}' (aot reads {', '.join(MICROSOFT_OPS)} of it)")
-    if domain not in DEFAULT_DOMAINS:
+    from aot.ops import OPS
+    opdef = OPS.get(node.op)
+    if domain == ML_DOMAIN and (opdef is None or opdef.domain != ML_DOMAIN):
+        ml = sorted(k for k, d in OPS.items() if d.domain == ML_DOMAIN)
         raise UnsupportedError(f"unsupported op '{node.op}' of domain '{domain}' at node "
-                               f"'{node.name}' (aot reads the default ONNX domain only)")
+                               f"'{node.name}' (aot reads {', '.join(ml)} of it)")
+    if domain not in DEFAULT_DOMAINS + (ML_DOMAIN,):
+        raise UnsupportedError(f"unsupported op '{node.op}' of domain '{domain}' at node "
+                               f"'{node.name}' (aot reads the default ONNX domain, "
+                               f"{ML_DOMAIN} and com.microsoft's quantized ops)")
+    if domain in DEFAULT_DOMAINS and opdef is not None and opdef.domain == ML_DOMAIN:
+        raise UnsupportedError(f"unsupported op '{node.op}' of the default domain at node "
+                               f"'{node.name}' ({node.op} is an op of {ML_DOMAIN})")
 
 
 def _check_op(op: str, node_name: str, domain: str, opset: int) -> None:
@@ -422,6 +438,7 @@ def import_onnx(data: bytes, name: str, dim_params: Mapping[str, int] | None = N
 
     _import_nodes(b, g.node, set(types))
     _check_single_writer(inputs, b)
+    _check_map_readers(b.nodes)
     types.update({k: type_of(v) for k, v in b.constants.items()})
     for k, v in b.constants.items():
         _dtype_ok(v, k)
@@ -532,6 +549,19 @@ def _check_control(node: Node) -> None:
         raise ModelError(f"If node '{node.name}': takes one input, the condition")
     if node.op == "Loop" and not all(node.inputs[2:]):
         raise ModelError(f"Loop node '{node.name}': a loop-carried input is absent ('')")
+
+
+def _check_map_readers(nodes) -> None:
+    """ZipMap's sequence of maps stands as the probability tensor it zips,
+    which is what the model hands out when the maps are its output; a node
+    that reads the maps needs them, and aot has no maps."""
+    maps = {n.outputs[0]: n.name for n in nodes if n.op == "ZipMap"}
+    for n in nodes:
+        for t in n.inputs:
+            if t in maps:
+                raise UnsupportedError(f"{n.op} node '{n.name}': reads the sequence of maps of "
+                                       f"ZipMap node '{maps[t]}' (aot has no maps: ZipMap's "
+                                       "output is supported as a model output only)")
 
 
 def _check_names(pn, node_name: str) -> None:

@@ -16,7 +16,7 @@ from aot.lower.rules import attention, batchnorm, detect, elementwise, index, te
 from aot.lower.rules.quant import (  # noqa: F401
     tflite_elementwise, tflite_fc, tflite_pool, tflite_rowwise,
 )
-from aot.lower.rules import lstm, movement, nn  # noqa: F401
+from aot.lower.rules import lstm, ml, movement, nn  # noqa: F401
 from aot.lower.rules.quant import onnx_quant  # noqa: F401
 from aot.lower.rules import pool, reduce, resize, rnn, rows, sampling, signal  # noqa: F401
 from aot.lower.rules import mediapipe  # noqa: F401

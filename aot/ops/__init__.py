@@ -17,6 +17,7 @@ from aot.ops import (
     index,
     lstm,
     mediapipe,
+    ml,
     movement,
     nn,
     reduce,

@@ -109,6 +109,9 @@ class OpDef:
     # Why the op never reaches code generation (a pass always rewrites it
     # away, or it is the fusion group itself); empty for ops that do.
     never_lowered: str = ""
+    # The ONNX domain a model's node names the op in ("" for the default
+    # domain): the importer reads a node only in its op's domain.
+    domain: str = ""
 
 
 OPS: dict[str, OpDef] = {}
@@ -116,13 +119,13 @@ OPS: dict[str, OpDef] = {}
 
 def register(name: str, *, infer: InferFn, pattern: Pattern = Pattern.OPAQUE,
              needs_values: bool = True, macs: MacsFn | None = None,
-             never_lowered: str = "") -> Callable[[RefFn], RefFn]:
+             never_lowered: str = "", domain: str = "") -> Callable[[RefFn], RefFn]:
     """Decorator on a reference implementation: adds the op to OPS."""
     def wrap(ref: RefFn) -> RefFn:
         if name in OPS:
             raise RuntimeError(f"op {name} registered twice")
         OPS[name] = OpDef(name, infer, ref, pattern, needs_values, macs,
-                          never_lowered=never_lowered)
+                          never_lowered=never_lowered, domain=domain)
         return ref
     return wrap
 

@@ -258,6 +258,46 @@ def test_other_domain_is_unsupported():
         import_onnx(m.SerializeToString(), "m")
 
 
+ML = "ai.onnx.ml"
+
+
+def _ml_model(nodes, outputs=("y",), default_opset: bool = True):
+    opsets = [h.make_opsetid(ML, 3)] + ([h.make_opsetid("", 17)] if default_opset else [])
+    g = h.make_graph(nodes, "g", [vi("x", [2, 3])], [vi(o, None) for o in outputs])
+    return h.make_model(g, opset_imports=opsets)
+
+
+def test_an_onnx_ml_model_needs_no_default_domain_opset():
+    scaler = h.make_node("Scaler", ["x"], ["y"], domain=ML, offset=[1.0], scale=[2.0])
+    g = import_onnx(_ml_model([scaler], default_opset=False).SerializeToString(), "m")
+    assert [n.op for n in g.nodes] == ["Scaler"]
+
+
+@pytest.mark.parametrize("op,domain,match", [
+    ("DictVectorizer", ML, r"unsupported op 'DictVectorizer' of domain 'ai.onnx.ml' at node "
+                           r"'n1' \(aot reads .*LinearClassifier"),
+    ("Relu", ML, r"unsupported op 'Relu' of domain 'ai.onnx.ml' at node 'n1'"),
+    ("Scaler", "", r"unsupported op 'Scaler' of the default domain at node 'n1' \(Scaler is an "
+                   r"op of ai.onnx.ml\)"),
+    ("Scaler", "ai.onnx.preview", r"unsupported op 'Scaler' of domain 'ai.onnx.preview' at "
+                                  r"node 'n1'"),
+])
+def test_an_op_outside_its_domain_is_refused_in_one_line(op, domain, match):
+    node = h.make_node(op, ["x"], ["y"], name="n1", domain=domain)
+    with pytest.raises(UnsupportedError, match=match) as e:
+        import_onnx(_ml_model([node]).SerializeToString(), "m")
+    assert "\n" not in str(e.value)
+
+
+def test_zipmap_maps_read_by_a_node_are_refused_naming_it():
+    nodes = [h.make_node("ZipMap", ["x"], ["maps"], name="zip", domain=ML,
+                         classlabels_int64s=[0, 1, 2]),
+             h.make_node("Identity", ["maps"], ["y"], name="reader")]
+    with pytest.raises(UnsupportedError, match="Identity node 'reader': reads the sequence of "
+                                               "maps of ZipMap node 'zip'"):
+        import_onnx(_ml_model(nodes).SerializeToString(), "m")
+
+
 def test_unsupported_opset():
     m = simple()
     m.opset_import[0].version = 6

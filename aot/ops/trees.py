@@ -144,10 +144,15 @@ def _choice(node: Node, name: str, allowed, default: str) -> str:
     return v
 
 
-def _threshold_type(*arrays) -> np.dtype:
-    """ONNX Runtime's ThresholdType: float64 when a tensor attribute is."""
-    return np.dtype(np.float64 if any(a is not None and a.dtype == np.float64 for a in arrays)
-                    else np.float32)
+def _threshold_type(node: Node, x_dtype: str, *arrays) -> np.dtype:
+    """ONNX Runtime's ThresholdType: float64 for a float64 input, else
+    float32, which float64 *_as_tensor attributes cannot be read as."""
+    if x_dtype == "float64":
+        return np.dtype(np.float64)
+    if any(a is not None and a.dtype == np.float64 for a in arrays):
+        raise UnsupportedError(f"{node_label(node)}: float64 *_as_tensor attributes need a "
+                               f"float64 input (as in ONNX Runtime), the input is {x_dtype}")
+    return np.dtype(np.float32)
 
 
 @dataclass
@@ -191,7 +196,8 @@ class _Build:
             weight_value=np.asarray([w for _, w in votes], dtype), **kw)
 
 
-def _v3_forest(node: Node, prefix: str, n_targets: int, classes: Classes | None) -> Forest:
+def _v3_forest(node: Node, x_dtype: str, prefix: str, n_targets: int,
+               classes: Classes | None) -> Forest:
     """TreeEnsembleClassifier / Regressor: nodes by (tree id, node id)."""
     a = node.attrs
     modes = a.get("nodes_modes")
@@ -208,7 +214,7 @@ def _v3_forest(node: Node, prefix: str, n_targets: int, classes: Classes | None)
     values = _floats(node, "nodes_values")
     weights = _floats(node, f"{prefix}_weights")
     base = _floats(node, "base_values")
-    dtype = _threshold_type(values, weights, base)
+    dtype = _threshold_type(node, x_dtype, values, weights, base)
     if values is None or len(values) != n:
         raise _fail(node, f"'nodes_values' must give one threshold per node ({n})")
     w_trees, w_nodes = _ints(node, f"{prefix}_treeids"), _ints(node, f"{prefix}_nodeids")
@@ -269,14 +275,14 @@ def _v3_forest(node: Node, prefix: str, n_targets: int, classes: Classes | None)
                     base_values=base, classes=classes)
 
 
-def _v5_forest(node: Node) -> Forest:
+def _v5_forest(node: Node, x_dtype: str) -> Forest:
     """TreeEnsemble (opset 5): node and leaf arrays, trees by their roots."""
     a = node.attrs
     splits = _floats(node, "nodes_splits")
     leaf_w = _floats(node, "leaf_weights")
     if splits is None or leaf_w is None:
         raise _fail(node, "needs the attributes 'nodes_splits' and 'leaf_weights'")
-    dtype = _threshold_type(splits, leaf_w)
+    dtype = _threshold_type(node, x_dtype, splits, leaf_w)
     n = len(splits)
     modes = _ints(node, "nodes_modes", n)
     if modes.min(initial=0) < 0 or modes.max(initial=0) >= len(V5_MODES):
@@ -358,16 +364,17 @@ def _members(node: Node, modes: np.ndarray, dtype) -> dict[int, tuple]:
     return dict(zip(index, sets))
 
 
-def forest_of(node: Node) -> Forest:
-    """The Forest of a tree-ensemble node (a ModelError or UnsupportedError
-    naming the node when its attributes do not make one)."""
+def forest_of(node: Node, x_dtype: str) -> Forest:
+    """The Forest of a tree-ensemble node reading an input of `x_dtype` (a
+    ModelError or UnsupportedError naming the node when its attributes do
+    not make one)."""
     if node.op == "TreeEnsemble":
-        return _v5_forest(node)
+        return _v5_forest(node, x_dtype)
     if node.op == "TreeEnsembleRegressor":
         n = int(node.attrs.get("n_targets", 1))
         if n < 1:
             raise _fail(node, f"n_targets {n} must be at least 1")
-        return _v3_forest(node, "target", n, None)
+        return _v3_forest(node, x_dtype, "target", n, None)
     if node.attrs.get("classlabels_strings"):
         raise UnsupportedError(f"{node_label(node)}: string class labels are not supported "
                                "(aot has no string tensors; export int64 labels)")
@@ -379,7 +386,7 @@ def forest_of(node: Node) -> Forest:
     weights = _floats(node, "class_weights", np.zeros(0, np.float32))
     classes = Classes(labels, len(labels) == 2 and len(set(ids.tolist())) == 1,
                       bool(np.all(weights >= 0)))
-    forest = _v3_forest(node, "class", len(labels), classes)
+    forest = _v3_forest(node, x_dtype, "class", len(labels), classes)
     if classes.binary and forest.transform == "PROBIT":
         raise UnsupportedError(f"{node_label(node)}: PROBIT on a two-class classifier with "
                                "votes for one class (ONNX Runtime leaves its second score unset)")
@@ -575,7 +582,7 @@ def _check_features(sig: Sig, forest: Forest, features: int) -> None:
 
 def _infer(sig: Sig):
     rows, features = _rows(sig)
-    forest = forest_of(sig.node)
+    forest = forest_of(sig.node, sig.in_types[0].dtype)
     _check_features(sig, forest, features)
     n = (rows,) if len(sig.in_types[0].shape) == 2 else (1,)
     if sig.node.op == "TreeEnsembleClassifier":
@@ -585,7 +592,7 @@ def _infer(sig: Sig):
 
 
 def _ref(call: Call, args):
-    forest = forest_of(call.node)
+    forest = forest_of(call.node, call.in_types[0].dtype)
     scores, labels = evaluate(forest, np.asarray(args[0]))
     outs = [scores.astype(call.out_types[-1].dtype)]
     return [labels, *outs] if labels is not None else outs

@@ -28,9 +28,12 @@ def _data(seed: int = 0, rows: int = 240) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _convert(model, x: np.ndarray, **kw) -> bytes:
+    """One row per call, as a device scores its sensor readings."""
     from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import FloatTensorType
     options = {id(model): {"zipmap": False}} if hasattr(model, "predict_proba") else None
-    return to_onnx(model, x[:1], options=options, **kw).SerializeToString()
+    return to_onnx(model, initial_types=[("X", FloatTensorType([1, x.shape[1]]))],
+                   options=options, **kw).SerializeToString()
 
 
 def random_forest() -> bytes:

@@ -355,7 +355,7 @@ def _one_score(forest: Forest, s: Var, win: Expr, put) -> Stmt:
 
 @kernel_rule(*TREE_OPS)
 def _tree_ensemble(ctx: LowerCtx, ins, emit):
-    forest = forest_of(ctx.node)
+    forest = forest_of(ctx.node, ctx.in_types[0].dtype)
     sched = tree_schedule(ctx.target, forest)
     x: TensorRef = ins[0]
     rows = 1 if len(x.shape) == 1 else x.shape[0]

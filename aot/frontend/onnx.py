@@ -37,6 +37,8 @@ from aot.limits import check_shape
 
 MIN_OPSET = 7
 DEFAULT_DOMAINS = ("", "ai.onnx")
+# scikit-learn's exporters write trees, linear models and preprocessors here;
+# its op names collide with no default-domain op, so the op table holds both.
 ML_DOMAIN = "ai.onnx.ml"
 # The com.microsoft ops ONNX Runtime's quantizer writes in QOperator form
 # that aot implements (aot/ops/quant/onnx_quant.py, ONNX Runtime's arithmetic).
@@ -386,7 +388,8 @@ def _check_op(op: str, node_name: str, domain: str, opset: int) -> None:
     from aot.ops import OPS
     _check_domain(Node(op, node_name, (), ()), domain)
     if op not in OPS:
-        raise UnsupportedError(f"unsupported op '{op}' at node '{node_name}' (ONNX opset {opset})")
+        where = f"domain '{domain}'" if domain not in DEFAULT_DOMAINS else f"ONNX opset {opset}"
+        raise UnsupportedError(f"unsupported op '{op}' at node '{node_name}' ({where})")
 
 
 def _constant_value(node: Node) -> np.ndarray:

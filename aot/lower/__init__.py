@@ -18,7 +18,7 @@ from aot.lower.rules.quant import (  # noqa: F401
 )
 from aot.lower.rules import lstm, ml, movement, nn  # noqa: F401
 from aot.lower.rules.quant import onnx_quant  # noqa: F401
-from aot.lower.rules import pool, reduce, resize, rnn, rows, sampling, signal  # noqa: F401
+from aot.lower.rules import pool, reduce, resize, rnn, rows, sampling, signal, trees  # noqa: F401
 from aot.lower.rules import mediapipe  # noqa: F401
 from aot.lower.rules.quant import tflite_int8, tflite_int16, tflite_lut  # noqa: F401
 

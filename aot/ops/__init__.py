@@ -26,6 +26,7 @@ from aot.ops import (
     sampling,
     signal,
     tensor,
+    trees,
 )  # noqa: F401,E402
 from aot.ops.quant import onnx_quant, tflite_int8, tflite_int16, tflite_lut
 

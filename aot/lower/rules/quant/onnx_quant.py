@@ -530,9 +530,12 @@ def _pool_geometry(ctx: LowerCtx, x) -> tuple[bool, tuple[int, ...], "Window"]:
 
 @kernel_rule("QLinearAveragePool", "QLinearGlobalAveragePool")
 def qlinear_avg_pool(ctx: LowerCtx, ins, emit):
-    """Per output element: the exact int32 sum of (x - zx) over the window's
-    in-image taps, then ONNX Runtime's float32 average and quantization
-    (ref.pool_output); the divisor counts the taps as the reference does."""
+    """Per output element, over the window's in-image taps: the float32 sum
+    of the dequantized codes in row-major order (ref._qlinear_avgpool),
+    or for a whole-image window the exact int32 sum of (x - zx) as ONNX
+    Runtime's global pool takes it (ref.pool_output); then the float32
+    average and quantization. The divisor counts the taps as the reference
+    does."""
     x = ins[0]
     sx, zx = _scalar_qparams(ctx, ins, 1, 2)
     sy, zy = _scalar_qparams(ctx, ins, 3, 4)
@@ -544,16 +547,21 @@ def qlinear_avg_pool(ctx: LowerCtx, ins, emit):
     nsp = len(spatial)
     dtype = ctx.out_types[0].dtype
     f32 = dt("float32")
+    exact = ctx.node.op == "QLinearGlobalAveragePool" or ref.pool_is_global(ctx, spatial)
+
+    def term(v: Expr) -> Expr:
+        v = q.offset(to_i32(v), -zx)
+        return v if exact else rounded_product(Cast(f32, v), sx, 1)
 
     def out(idx):
         opos = idx[1:-1] if nhwc else idx[2:]
         b = q.Block(ctx)
-        acc = b.let("acc", Const(0))
+        acc = b.let("acc", Const(0) if exact else Const(0.0, f32))
 
         def tap(a: int, ipos: list) -> Stmt:
             if a == nsp:
                 at = (idx[0], *ipos, idx[-1]) if nhwc else (idx[0], idx[1], *ipos)
-                return Assign(acc, Bin("+", acc, q.offset(to_i32(x.load(at)), -zx)))
+                return Assign(acc, Bin("+", acc, term(x.load(at))))
             def step(k):
                 pos = add(sub(mul(opos[a], Const(win.strides[a])), Const(win.pad_begin[a])),
                           mul(k, Const(win.dilations[a])))
@@ -569,7 +577,8 @@ def qlinear_avg_pool(ctx: LowerCtx, ins, emit):
         flat = Const(0)
         for a in range(nsp):
             flat = add(mul(flat, Const(win.out[a])), opos[a])
-        avg = Bin("/", Bin("*", Cast(f32, acc), Const(float(sx), f32)), count_at(flat))
+        total = Bin("*", Cast(f32, acc), Const(float(sx), f32)) if exact else acc
+        avg = Bin("/", total, count_at(flat))
         y = Bin("+", Bin("/", avg, Const(float(sy), f32)), Const(float(zy), f32))
         b.add(emit(0, idx, _saturate(y, dtype)))
         return b.stmt()

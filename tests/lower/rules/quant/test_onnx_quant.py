@@ -2,7 +2,8 @@
 against the interpreter bit for bit: QLinearConv with uint8 activations and
 int8 per-channel weights (ONNX Runtime's U8S8) and the reverse, ConvInteger
 and MatMulInteger reading DynamicQuantizeLinear's run-time zero point, and
-QLinearAveragePool over 1-D and 3-D windows. (The interpreter's arithmetic
+QLinearAveragePool over 1-D and 3-D windows (its float32 sums of
+dequantized taps, and a whole-image window's exact integer sum). (The interpreter's arithmetic
 against ONNX Runtime: tests/ops/quant/test_onnx_quant.py.)"""
 from __future__ import annotations
 
@@ -90,6 +91,8 @@ GRAPHS = [
     lambda: qlinear_avg_pool([1, 3, 11], {"kernel_shape": [3], "strides": [2], "pads": [1, 1]}),
     lambda: qlinear_avg_pool([1, 2, 5, 6, 7], {"kernel_shape": [2, 3, 2], "pads": [1, 1, 0, 0, 1, 1],
                                                "count_include_pad": 1}, dtype="int8"),
+    lambda: qlinear_avg_pool([2, 3, 5, 6, 7], {"kernel_shape": [2, 3, 2]}, seed=1),
+    lambda: qlinear_avg_pool([1, 3, 4, 5], {"kernel_shape": [4, 5]}, seed=2),   # whole image
 ]
 
 

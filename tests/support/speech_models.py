@@ -200,3 +200,16 @@ def quantize_static_model(model: onnx.ModelProto, dst: Path, samples: int = 4,
                     per_channel=True, activation_type=getattr(QuantType, activations),
                     weight_type=getattr(QuantType, weights))
     return dst
+
+
+def u8s8_inexact() -> str:
+    """Why ONNX Runtime's U8S8 sums are not exact on this CPU, "" when they
+    are: on x86 without AVX-VNNI or AVX512-VNNI its kernels use vpmaddubsw,
+    which saturates each pair of uint8 x int8 products at int16."""
+    import platform
+    from aot.deploy.host import cpu_flags
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return ""
+    if {"avx512_vnni", "avx_vnni"} & cpu_flags():
+        return ""
+    return "this x86 CPU lacks VNNI: ONNX Runtime's U8S8 kernels saturate at int16 here"

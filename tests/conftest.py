@@ -35,13 +35,14 @@ os.environ["AOT_BOARD"] = "host"
 #   every module of targets/, deploy/ and models/ outside the fast tier, and
 #   BOARD_MODULES elsewhere. -m "not board" keeps to this machine.
 FAST_MODULES = frozenset({
+    "ops/quant/test_onnx_quant.py",
     "executor/test_plan.py", "foundations/test_config_schema.py",
     "foundations/test_target_facts.py", "frontend/test_onnx.py", "frontend/tflite/test_tflite.py",
     "lower/kernels/test_conv_tile.py", "lower/kernels/test_dense.py",
     "lower/kernels/test_windows.py", "lower/schedule/test_conv.py", "lower/test_lower_layers.py",
     "lower/tir_passes/test_legalize.py", "models/test_onnx_conformance.py",
-    "models/test_onnx_models.py", "ops/quant/test_onnx_quant.py", "ops/quant/test_qmath.py",
-    "ops/test_nn.py", "passes/test_passes.py", "repo/test_layers.py"})
+    "models/test_onnx_models.py", "ops/quant/test_qmath.py", "ops/test_nn.py",
+    "passes/test_passes.py", "repo/test_layers.py"})
 BOARD_FOLDERS = ("targets", "deploy", "models")
 BOARD_MODULES = frozenset({
     "check/test_streaming.py", "check/test_validate.py", "codegen/test_codegen.py",

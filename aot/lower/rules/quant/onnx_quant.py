@@ -3,11 +3,14 @@
 ONNX rounds half to even (rint) where TFLite rounds half away from zero,
 and QLinear* requantize in floating point as ONNX Runtime does:
 float32(acc) * float32(x_s * w_s / y_s) in float32, rounded, plus the zero
-point, saturated. Scales and zero
-points are inputs in ONNX; the code generator needs them as constants.
+point, saturated. Scales and zero points are inputs in ONNX; the code
+generator needs them as constants, but for the input zero point of
+ConvInteger and MatMulInteger, which quantize_dynamic computes at run time
+(DynamicQuantizeLinear).
 
-QLinearConv reuses the integer convolution loop nest of the tfl.* rules
-(aot/lower/tflite_int8.conv_nest), in either layout; only 2-D is supported.
+QLinearConv and ConvInteger reuse the integer convolution loop nest of the
+tfl.* rules (aot/lower/rules/quant/tflite_int8.conv_nest), in either layout;
+1-D and 3-D inputs run as 2-D planes (_plane).
 """
 from __future__ import annotations
 

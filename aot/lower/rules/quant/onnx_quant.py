@@ -186,6 +186,7 @@ def _plane(ctx: LowerCtx, x, w: np.ndarray, zp: Expr, centre: bool) -> _Plane:
     w = w if nhwc else np.moveaxis(w, 1, -1)             # O, I, ... -> O, ..., I
     spatial = tuple(x.shape[1:-1] if nhwc else x.shape[2:])
     win = resolve_window(CallView(ctx), spatial, tuple(w.shape[1:-1]))
+
     def read(v: Expr) -> Expr:
         return Bin("-", to_i32(v), zp) if centre else to_i32(v)
     if rank == 5:

@@ -35,7 +35,7 @@ from typing import Callable
 
 import numpy as np
 
-from aot.ir.graph import Graph, Node
+from aot.ir.graph import Graph, Node, TensorType
 from aot.passes.dce import dead_code
 from aot.passes.rewrite import Rewrite, Rewriter, rewrite
 
@@ -347,8 +347,11 @@ def _mover(op: Node, q: Node, out: tuple[str, str], rw: Rewriter) -> Rewrite | N
     dtype = rw.type(q.outputs[0]).dtype
     if x is None or rw.type(x[0]).dtype != dtype or not _same_params(rw, x[1:], out, dtype):
         return None
+    # typed as the float op's output: a shape input computed in the graph
+    # (Shape -> Gather -> Concat) is a value only infer_types knows
+    ty = rw.type(op.outputs[0])
     new = rw.node(op.op, [x[0], *op.inputs[1:]], name=op.name, attrs=op.attrs,
-                  outputs=[q.outputs[0]])
+                  outputs=[q.outputs[0]], types=[TensorType(ty.shape, dtype)])
     return Rewrite([new])
 
 

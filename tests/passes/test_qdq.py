@@ -369,3 +369,38 @@ def test_qlinear_binary_package_is_the_interpreter_bit_for_bit(op, tmp_path):
         got = dev.run(pkg, feeds)["y"]
     assert np.array_equal(got, want)
     assert np.array_equal(want, ort_run(path, feeds)[0])
+
+
+def _volume_model(path):
+    """A PyTorch-style Conv3d block: Conv3d -> Relu -> AvgPool3d -> Conv3d
+    (per-output-channel weights once quantized)."""
+    rng = np.random.default_rng(1)
+
+    def init(name, a):
+        return numpy_helper.from_array(np.asarray(a, np.float32), name)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r"]),
+             helper.make_node("AveragePool", ["r"], ["p"], kernel_shape=[2, 3, 2],
+                              strides=[1, 2, 2], pads=[0, 1, 0, 0, 1, 0]),
+             helper.make_node("Conv", ["p", "w2", "b2"], ["y"], strides=[1, 2, 1])]
+    inits = [init("w1", rng.normal(0, .3, (6, 2, 3, 3, 3))), init("b1", rng.normal(0, .1, 6)),
+             init("w2", rng.normal(0, .3, (4, 6, 2, 2, 2))), init("b2", rng.normal(0, .1, 4))]
+    g = helper.make_graph(nodes, "volume", [helper.make_tensor_value_info("x", T.FLOAT,
+                                                                          [1, 2, 5, 8, 7])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_qdq_3d_conv_and_pool_equal_onnxruntime(tmp_path):
+    """quantize_static's U8S8 QDQ around Conv3d and AvgPool3d: QLinearConv
+    and QLinearAveragePool over 3-D inputs (ONNX Runtime fuses the same
+    groups), the package's codes equal to ONNX Runtime's on 4 inputs."""
+    model = quantize(_volume_model(tmp_path / "volume.onnx"), tmp_path / "volume_qdq.onnx",
+                     "QDQ", activations="QUInt8")
+    ops = int_ops(aot.optimize(aot.load(model)))
+    assert {"QLinearConv", "QLinearAveragePool"} <= ops and not ops & {"Conv", "AveragePool"}
+    out = _int8_output(model, tmp_path / "codes.onnx")
+    rng = np.random.default_rng(5)
+    feeds = [{"x": rng.random((1, 2, 5, 8, 7), dtype=np.float32)} for _ in range(4)]
+    assert _package_against_ort(out, tmp_path, feeds) == 0

@@ -538,12 +538,27 @@ def pool_output(s: np.ndarray, count: np.ndarray, sx, sy, zy, dtype: str) -> np.
     """From the exact sums of (x - zx) over each window: ORT's average in
     float32 (x_scale * sum / count) quantized as its quantize_value does,
     nearbyint(y / y_scale + y_zero_point), saturated."""
-    avg = f32(f32(f32(s) * f32(sx)) / f32(count))
+    return quantize_average(f32(f32(f32(s) * f32(sx)) / f32(count)), sy, zy, dtype)
+
+
+def quantize_average(avg: np.ndarray, sy, zy, dtype: str) -> np.ndarray:
+    """ORT's quantize_value: nearbyint(y / y_scale + y_zero_point), saturated."""
     return saturate_rne(f32(f32(avg / f32(sy)) + f32(zy)), dtype)
+
+
+def pool_is_global(call_or_ctx, spatial) -> bool:
+    """ONNX Runtime runs a QLinearAveragePool whose window is the whole
+    unpadded image as QLinearGlobalAveragePool (exact integer sums)."""
+    kernel = tuple(int(k) for k in call_or_ctx.attrs["kernel_shape"])
+    return kernel == tuple(spatial) and not any(call_or_ctx.attrs.get("pads", ()))
 
 
 @register("QLinearAveragePool", infer=_qpool_infer, pattern=Pattern.REDUCE)
 def _qlinear_avgpool(call: Call, args):
+    """ONNX Runtime's QLinearPool tasks: each code dequantized in float32,
+    x_scale * (x - zx), the window's in-image taps summed in float32 in
+    row-major order, divided by the count, quantized (pool_output's last
+    step). A whole-image window: its global pool's exact integer sum."""
     from aot.ops.nn import _pool_setup, _windows, window_counts, _kernel_axes
     x = args[0]
     sx, zx = scalar_qparams(call, args, 1, 2)
@@ -551,9 +566,18 @@ def _qlinear_avgpool(call: Call, args):
     view = Call(call.node.with_(attrs=dict(call.attrs, layout=pool_layout(call))),
                 call.in_types, call.out_types)
     layout, xn, win = _pool_setup(view, x.astype(np.int64) - zx)
-    s = _windows(xn, win, 0).sum(axis=_kernel_axes(len(win.kernel)))
-    cnt = window_counts(win, xn.shape[2:], bool(call.attrs.get("count_include_pad", 0)))
-    y = pool_output(s, np.maximum(cnt, 1), sx, sy, zy, x.dtype.name)
+    cnt = np.maximum(window_counts(win, xn.shape[2:],
+                                   bool(call.attrs.get("count_include_pad", 0))), 1)
+    if pool_is_global(call, xn.shape[2:]):
+        s = _windows(xn, win, 0).sum(axis=_kernel_axes(len(win.kernel)))
+        return [_from_nchw(pool_output(s, cnt, sx, sy, zy, x.dtype.name), layout)]
+    # a padded tap adds 0.0, which leaves a float32 sum as it is
+    taps = _windows(f32(f32(sx) * f32(xn)), win, 0)
+    taps = taps.reshape(taps.shape[:2 + len(win.kernel)] + (-1,))
+    total = np.zeros(taps.shape[:-1], np.float32)
+    for k in range(taps.shape[-1]):
+        total = f32(total + taps[..., k])
+    y = quantize_average(f32(total / f32(cnt)), sy, zy, x.dtype.name)
     return [_from_nchw(y, layout)]
 
 

@@ -3,13 +3,19 @@
 ONNX rounds half to even (rint) where TFLite rounds half away from zero,
 and QLinear* requantize in floating point as ONNX Runtime does:
 float32(acc) * float32(x_s * w_s / y_s) in float32, rounded, plus the zero
-point, saturated. Scales and zero
-points are inputs in ONNX; the code generator needs them as constants.
+point, saturated. Scales and zero points are inputs in ONNX; the code
+generator needs them as constants, but for the input zero point of
+ConvInteger and MatMulInteger, which quantize_dynamic computes at run time
+(DynamicQuantizeLinear).
 
-QLinearConv reuses the integer convolution loop nest of the tfl.* rules
-(aot/lower/tflite_int8.conv_nest), in either layout; only 2-D is supported.
+QLinearConv and ConvInteger reuse the integer convolution loop nest of the
+tfl.* rules (aot/lower/rules/quant/tflite_int8.conv_nest), in either layout;
+1-D and 3-D inputs run as 2-D planes (_plane).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -154,43 +160,144 @@ def _zero_point(v: np.ndarray | None) -> int:
 
 # --------------------------------------------------------- integer convolution
 
-def _int_conv(ctx: LowerCtx, x, w: np.ndarray, x_zp, w_zp, bias, emit, value) -> Stmt:
-    """The exact integer convolution of zero-point-centred operands (2-D, either
-    layout), through the shared int8 window nests (in vector tiles when
-    channels-last); value(acc, channel, lanes) is what is stored for each
-    accumulator of `lanes` channels."""
-    if len(x.shape) != 4:
-        raise ctx.unsupported(f"{ctx.node.op} on a {len(x.shape) - 2}-D input")
+@dataclass(frozen=True)
+class _Plane:
+    """A 1-D, 2-D or 3-D convolution as the 2-D one conv_nest computes:
+    `geom` over NHWC pixels (n, y, x, c), `weights` [C_out, KH, KW, D'];
+    load(pixel) reads the real input there as int32, out(pixel) is the real
+    output index of an output pixel."""
+    geom: ConvGeom
+    weights: np.ndarray
+    load: Callable[[tuple], Expr]
+    out: Callable[[tuple], tuple]
+
+
+def _index(nhwc: bool, n: Expr, c: Expr, pos: tuple) -> tuple:
+    return (n, *pos, c) if nhwc else (n, c, *pos)
+
+
+def _plane(ctx: LowerCtx, x, w: np.ndarray, zp: Expr, centre: bool) -> _Plane:
+    """1-D as 2-D of unit height; 3-D through _depth_folded. centre: load
+    reads x - zp (a zero point known at run time), else x."""
+    rank = len(x.shape)
+    if rank not in (3, 4, 5):
+        raise ctx.unsupported(f"{ctx.node.op} on a {rank - 2}-D input")
     nhwc = ctx.attrs.get("layout", "NCHW") == "NHWC"
+    w = w if nhwc else np.moveaxis(w, 1, -1)             # O, I, ... -> O, ..., I
+    spatial = tuple(x.shape[1:-1] if nhwc else x.shape[2:])
+    win = resolve_window(CallView(ctx), spatial, tuple(w.shape[1:-1]))
+
+    def read(v: Expr) -> Expr:
+        return Bin("-", to_i32(v), zp) if centre else to_i32(v)
+    if rank == 5:
+        return _depth_folded(x, w, read, Const(0) if centre else zp, nhwc, spatial, win)
+    unit = rank == 3
+    h, ww = (1, spatial[0]) if unit else spatial
+    cin = x.shape[-1] if nhwc else x.shape[1]
+    geom = _geom(x.shape[0], (h, ww), win, cin // w.shape[-1], w.shape[0], w.shape[-1])
+
+    def pos(iy, ix):
+        return (ix,) if unit else (iy, ix)
+    return _Plane(geom, w[:, None] if unit else w,
+                  lambda i: read(x.load(_index(nhwc, i[0], i[3], pos(i[1], i[2])))),
+                  lambda i: _index(nhwc, i[0], i[3], pos(i[1], i[2])))
+
+
+def _geom(n: int, size: tuple[int, int], win: Window, groups: int, cout: int,
+          depth: int) -> ConvGeom:
+    """The 2-D geometry of the last two axes of `win` (a 1-D window: unit height)."""
+    def two(t, unit):
+        return tuple(t[-2:]) if len(t) > 1 else (unit, t[-1])
+    kh, kw = two(win.kernel, 1)
+    return ConvGeom(n=n, h=size[0], w=size[1], oh=two(win.out, 1)[0], ow=two(win.out, 1)[1],
+                    kh=kh, kw=kw, groups=groups, depth=depth,
+                    per_group=cout // groups, strides=two(win.strides, 1),
+                    dilations=two(win.dilations, 1), pad_top=two(win.pad_begin, 0)[0],
+                    pad_left=two(win.pad_begin, 0)[1])
+
+
+def _depth_folded(x, w: np.ndarray, read: Callable[[Expr], Expr], gap: Expr, nhwc: bool,
+                  spatial, win: Window) -> _Plane:
+    """A 3-D convolution as a 2-D one: each (batch, output depth) a batch
+    entry of the plane, the KD kernel depths extra input channels of each
+    group (plane channel g * KD * I + kd * I + i). A tap in the depth
+    padding reads `gap`: what a zero-point code reads as, adding nothing."""
+    cout, kd, kh, kw, depth = w.shape
+    od, step, dil, pad, size = (win.out[0], win.strides[0], win.dilations[0], win.pad_begin[0],
+                                spatial[0])
+    cin = x.shape[-1] if nhwc else x.shape[1]
+    geom = _geom(x.shape[0] * od, spatial[1:], win, cin // depth, cout, kd * depth)
+    folded = np.moveaxis(w, 1, 3).reshape(cout, kh, kw, kd * depth)
+
+    def load(i):
+        n, iy, ix, c = i
+        g, r = Bin("/", c, Const(kd * depth)), Bin("%", c, Const(kd * depth))
+        channel = add(mul(g, Const(depth)), Bin("%", r, Const(depth)))
+        at = add(sub(mul(Bin("%", n, Const(od)), Const(step)), Const(pad)),
+                 mul(Bin("/", r, Const(depth)), Const(dil)))
+        inside = Bin("and", Bin(">=", at, Const(0)), Bin("<", at, Const(size)))
+        # read in range either way: a select may evaluate both sides
+        safe = Bin("min", Bin("max", at, Const(0)), Const(size - 1))
+        v = read(x.load(_index(nhwc, Bin("/", n, Const(od)), channel, (safe, iy, ix))))
+        return Select(inside, v, gap)
+
+    def out(i):
+        n, oy, ox, c = i
+        return _index(nhwc, Bin("/", n, Const(od)), c, (Bin("%", n, Const(od)), oy, ox))
+    return _Plane(geom, folded, load, out)
+
+
+def _int_conv(ctx: LowerCtx, x, w: np.ndarray, x_zp, w_zp, bias, emit, value) -> Stmt:
+    """The exact integer convolution of zero-point-centred operands (1-D to
+    3-D, either layout), through the shared int8 window nests (in vector
+    tiles when 2-D channels-last); value(acc, channel, lanes) is what is
+    stored for each accumulator of `lanes` channels. x_zp is a constant, a
+    TensorRef (DynamicQuantizeLinear's, known at run time) or None."""
     w = w.astype(np.int64)
-    if not nhwc:
-        w = np.transpose(w, (0, 2, 3, 1))               # OIHW -> OHWI
-    if x_zp is not None and x_zp.size != 1:
-        raise ctx.unsupported("a per-channel input zero point")
     if w_zp is not None:
-        w = w - np.asarray(w_zp, np.int64).reshape(-1, 1, 1, 1)
-    cout, kh, kw, depth = w.shape
-    xs = x.shape if nhwc else (x.shape[0], x.shape[2], x.shape[3], x.shape[1])
-    win = resolve_window(CallView(ctx), xs[1:3], (kh, kw))
-    groups = xs[3] // depth
-    g = ConvGeom(n=xs[0], h=xs[1], w=xs[2], oh=win.out[0], ow=win.out[1], kh=kh, kw=kw,
-                 groups=groups, depth=depth, per_group=cout // groups,
-                 strides=tuple(win.strides), dilations=tuple(win.dilations),
-                 pad_top=win.pad_begin[0], pad_left=win.pad_begin[1])
-    init = np.zeros(cout, np.int64) if bias is None else bias.astype(np.int64).reshape(-1)
-
-    def nchw(i):
-        return i if nhwc else (i[0], i[3], i[1], i[2])
-
-    vector = vector_lanes(ctx) > 1 and ((depth == 1 and g.per_group == 1) or g.per_group >= 4)
-    if nhwc and vector and x.type.dtype == "int8":
+        w = w - np.asarray(w_zp, np.int64).reshape((-1,) + (1,) * (w.ndim - 1))
+    b = q.Block(ctx)
+    if isinstance(x_zp, TensorRef):
+        # subtracted from each value read; conv_nest then folds a zero point 0
+        zp_var = b.let("x_zero_point", _run_time_scalar(ctx, x_zp, "x_zero_point"))
+        plane, zp = _plane(ctx, x, w, zp_var, centre=True), 0
+    else:
+        if x_zp is not None and x_zp.size != 1:
+            raise ctx.unsupported("a per-channel input zero point")
+        zp = _zero_point(x_zp)
+        plane = _plane(ctx, x, w, Const(zp), centre=False)
+    g = plane.geom
+    init = np.zeros(g.cout, np.int64) if bias is None else bias.astype(np.int64).reshape(-1)
+    nhwc = ctx.attrs.get("layout", "NCHW") == "NHWC"
+    vector = vector_lanes(ctx) > 1 and ((g.depth == 1 and g.per_group == 1) or g.per_group >= 4)
+    if nhwc and len(x.shape) == 4 and vector and x.type.dtype == "int8" and \
+            not isinstance(x_zp, TensorRef):
         # channels innermost: the int8 kernels' vector tiles (tfl.conv2d's);
         # uint8 activations keep the scalar nest
-        def epilogue(b, idx, acc, lanes):
+        def epilogue(blk, idx, acc, lanes):
             return emit(0, idx, value(acc, idx[3], lanes))
-        return vector_conv_nest(ctx, g, x.load, _zero_point(x_zp), w, init, epilogue)
-    return conv_nest(ctx, g, lambda i: x.load(nchw(i)), _zero_point(x_zp), w, init,
-                     lambda idx, acc: emit(0, nchw(idx), value(acc, idx[3])))
+        b.add(vector_conv_nest(ctx, g, x.load, zp, plane.weights, init, epilogue))
+    else:
+        b.add(conv_nest(ctx, g, plane.load, zp, plane.weights, init,
+                        lambda idx, acc: emit(0, plane.out(idx), value(acc, idx[3]))))
+    return b.stmt()
+
+
+def _run_time_scalar(ctx: LowerCtx, ref_: TensorRef, what: str) -> Expr:
+    """A one-element tensor computed at run time (DynamicQuantizeLinear's
+    zero point), as int32."""
+    if ref_.type.size != 1:
+        raise ctx.unsupported(f"a non-constant {what} of {ref_.type.size} entries")
+    return to_i32(ref_.load((Const(0),) * len(ref_.shape)))
+
+
+def _zero_point_input(ctx: LowerCtx, ins, i: int):
+    """A zero point input: its constant value, the TensorRef of a run-time
+    scalar, or None when absent."""
+    r = ins[i] if i < len(ins) else None
+    if r is None:
+        return None
+    return r if r.value is None else np.asarray(r.value)
 
 
 @kernel_rule("QLinearConv")
@@ -203,7 +310,7 @@ def qlinear_conv(ctx: LowerCtx, ins, emit):
 @kernel_rule("ConvInteger")
 def conv_integer(ctx: LowerCtx, ins, emit):
     return _int_conv(ctx, ins[0], _value(ctx, ins, 1, "weight"),
-                     _value(ctx, ins, 2, "x_zero_point"), _value(ctx, ins, 3, "w_zero_point"),
+                     _zero_point_input(ctx, ins, 2), _value(ctx, ins, 3, "w_zero_point"),
                      None, emit, lambda acc, c, lanes=1: acc)
 
 
@@ -213,19 +320,28 @@ def _int_matmul(ctx: LowerCtx, a, b, a_zp, b_zp, emit, value) -> Stmt:
     """Σ_k (a - a_zp)(b - b_zp) exactly, per output element (numpy matmul
     broadcasting over batch dims); value(acc, column) is what is stored.
     A constant 2-D B is centred and transposed to [N, K] (unit stride), and a
-    per-tensor A zero point folded into a per-column start value."""
+    per-tensor A zero point folded into a per-column start value. a_zp may
+    be a TensorRef: DynamicQuantizeLinear's, known at run time."""
     if len(a.shape) < 2 or len(b.shape) < 2:
         raise ctx.unsupported(f"{ctx.node.op} with a 1-D operand")
     out_shape = ctx.out_types[0].shape
     m_dim, (k_dim, n_dim) = a.shape[-2], b.shape[-2:]
-    a_off = _row_table(ctx, a_zp, m_dim)
+    outer = q.Block(ctx)
+    if isinstance(a_zp, TensorRef):
+        a_off = outer.let("a_zero_point", _run_time_scalar(ctx, a_zp, "a_zero_point"))
+    else:
+        a_off = _row_table(ctx, a_zp, m_dim)
     bz = np.zeros(n_dim, np.int64) if b_zp is None else \
         np.broadcast_to(np.asarray(b_zp, np.int64).reshape(-1), (n_dim,))
-    folded = b.value is not None and len(b.shape) == 2 and isinstance(a_off, int)
+    folded = b.value is not None and len(b.shape) == 2 and not callable(a_off)
     if folded:
         bc = b.value.astype(np.int64) - bz
         packed = ctx.param("b", bc.T.astype(np.int16 if np.abs(bc).max() > 127 else np.int8))
-        start = table(ctx, "column_start", (-a_off * bc.sum(axis=0)).astype(np.int32))
+        if isinstance(a_off, int):
+            start = table(ctx, "column_start", (-a_off * bc.sum(axis=0)).astype(np.int32))
+        else:
+            sums = table(ctx, "column_sum", bc.sum(axis=0).astype(np.int32))
+            start = (lambda n: Bin("*", Bin("-", Const(0), a_off), sums(n)))
     else:
         b_off = table(ctx, "b_zero_point", bz.astype(np.int32))
 
@@ -242,7 +358,8 @@ def _int_matmul(ctx: LowerCtx, a, b, a_zp, b_zp, emit, value) -> Stmt:
         else:
             acc = blk.let("acc", Const(0))
             b_at = broadcast_index(batch, b.shape[:-2])
-            row_off = Const(a_off) if isinstance(a_off, int) else a_off(m)
+            row_off = Const(a_off) if isinstance(a_off, int) else \
+                a_off(m) if callable(a_off) else a_off
 
             def term(k):
                 return Bin("*", Bin("-", to_i32(a.load(a_at + (m, k))), row_off),
@@ -250,7 +367,8 @@ def _int_matmul(ctx: LowerCtx, a, b, a_zp, b_zp, emit, value) -> Stmt:
         blk.add(loop(ctx, "k", k_dim, lambda k: Assign(acc, Bin("+", acc, term(k)))))
         blk.add(emit(0, idx, value(acc, n)))
         return blk.stmt()
-    return nest(ctx, tuple(f"i{d}" for d in range(len(out_shape))), out_shape, at)
+    outer.add(nest(ctx, tuple(f"i{d}" for d in range(len(out_shape))), out_shape, at))
+    return outer.stmt()
 
 
 def _row_table(ctx: LowerCtx, zp, rows: int):
@@ -276,7 +394,7 @@ def qlinear_matmul(ctx: LowerCtx, ins, emit):
 
 @kernel_rule("MatMulInteger")
 def matmul_integer(ctx: LowerCtx, ins, emit):
-    return _int_matmul(ctx, ins[0], ins[1], _value(ctx, ins, 2, "a_zero_point"),
+    return _int_matmul(ctx, ins[0], ins[1], _zero_point_input(ctx, ins, 2),
                        _value(ctx, ins, 3, "b_zero_point"), emit, lambda acc, n: acc)
 
 
@@ -416,9 +534,12 @@ def _pool_geometry(ctx: LowerCtx, x) -> tuple[bool, tuple[int, ...], "Window"]:
 
 @kernel_rule("QLinearAveragePool", "QLinearGlobalAveragePool")
 def qlinear_avg_pool(ctx: LowerCtx, ins, emit):
-    """Per output element: the exact int32 sum of (x - zx) over the window's
-    in-image taps, then ONNX Runtime's float32 average and quantization
-    (ref.pool_output); the divisor counts the taps as the reference does."""
+    """Per output element, over the window's in-image taps: the float32 sum
+    of the dequantized codes in row-major order (ref._qlinear_avgpool),
+    or for a whole-image window the exact int32 sum of (x - zx) as ONNX
+    Runtime's global pool takes it (ref.pool_output); then the float32
+    average and quantization. The divisor counts the taps as the reference
+    does."""
     x = ins[0]
     sx, zx = _scalar_qparams(ctx, ins, 1, 2)
     sy, zy = _scalar_qparams(ctx, ins, 3, 4)
@@ -430,16 +551,21 @@ def qlinear_avg_pool(ctx: LowerCtx, ins, emit):
     nsp = len(spatial)
     dtype = ctx.out_types[0].dtype
     f32 = dt("float32")
+    exact = ctx.node.op == "QLinearGlobalAveragePool" or ref.pool_is_global(ctx, spatial)
+
+    def term(v: Expr) -> Expr:
+        v = q.offset(to_i32(v), -zx)
+        return v if exact else rounded_product(Cast(f32, v), sx, 1)
 
     def out(idx):
         opos = idx[1:-1] if nhwc else idx[2:]
         b = q.Block(ctx)
-        acc = b.let("acc", Const(0))
+        acc = b.let("acc", Const(0) if exact else Const(0.0, f32))
 
         def tap(a: int, ipos: list) -> Stmt:
             if a == nsp:
                 at = (idx[0], *ipos, idx[-1]) if nhwc else (idx[0], idx[1], *ipos)
-                return Assign(acc, Bin("+", acc, q.offset(to_i32(x.load(at)), -zx)))
+                return Assign(acc, Bin("+", acc, term(x.load(at))))
             def step(k):
                 pos = add(sub(mul(opos[a], Const(win.strides[a])), Const(win.pad_begin[a])),
                           mul(k, Const(win.dilations[a])))
@@ -455,7 +581,8 @@ def qlinear_avg_pool(ctx: LowerCtx, ins, emit):
         flat = Const(0)
         for a in range(nsp):
             flat = add(mul(flat, Const(win.out[a])), opos[a])
-        avg = Bin("/", Bin("*", Cast(f32, acc), Const(float(sx), f32)), count_at(flat))
+        total = Bin("*", Cast(f32, acc), Const(float(sx), f32)) if exact else acc
+        avg = Bin("/", total, count_at(flat))
         y = Bin("+", Bin("/", avg, Const(float(sy), f32)), Const(float(zy), f32))
         b.add(emit(0, idx, _saturate(y, dtype)))
         return b.stmt()

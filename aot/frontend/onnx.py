@@ -14,7 +14,9 @@ same. A node of the ONNX-ML domain ("ai.onnx.ml") is read when the op table
 has its op in that domain (OpDef.domain; a model of ONNX-ML nodes alone may
 import no default-domain opset). Opset imports of other domains are fine as
 long as no node uses them (exporters list them by habit); a node of another
-domain, or of a domain its op is not in, is refused.
+domain, or of a domain its op is not in, is refused. Model-local functions
+(PyTorch's dynamo exporter writes them) are inlined first
+(aot.frontend.onnx_functions).
 
 Static shapes only: an input with a symbolic, unknown, zero or negative
 dimension takes its shape from `input_shapes` (--input-shape), a bound
@@ -31,6 +33,7 @@ import numpy as np
 
 from aot.errors import ModelError, ShapeError, UnsupportedError
 from aot.frontend.onnx_control import CONTROL_OPS, Body, resolve_control_flow
+from aot.frontend.onnx_functions import inline_functions
 from aot.frontend.shapes import LoadOptions, bind_inputs, input_dims
 from aot.ir.graph import DTYPES, Graph, Node, TensorType, claim_name, type_of
 from aot.limits import check_shape
@@ -414,7 +417,7 @@ def import_onnx(data: bytes, name: str, dim_params: Mapping[str, int] | None = N
     {"batch_size": 1}); opts: input shapes and bound inputs by input name.
     Without them, a symbolic dimension is a ShapeError.
     """
-    model = _parse(data, name)
+    model = inline_functions(_parse(data, name), name)
     opset = _opset(model, name)
     g = model.graph
     graph_names = [g.name, *(v.name for v in (*g.input, *g.output, *g.initializer))]

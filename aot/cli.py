@@ -736,8 +736,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="N random inputs through one serve session (default: 1, the saved "
                    "input if there is one)")
     p.add_argument("--atol", type=float, metavar="A",
-                   help="pass when |error| <= A + R * |reference| (default 1e-4; integer "
-                   "outputs: bit-exact unless --atol or --rtol is given)")
+                   help="pass when |error| <= A * max(1, max|reference|) + R * |reference| "
+                   "and ||error|| <= R * ||reference|| + A * sqrt(size) (default 1e-4; "
+                   "integer outputs: bit-exact unless --atol or --rtol is given, then A "
+                   "unscaled)")
     p.add_argument("--rtol", type=float, metavar="R", help="see --atol (default 1e-4)")
     p.add_argument("--model", dest="source", metavar="FILE",
                    help="for a package directory: the model it was built from (default: "

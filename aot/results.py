@@ -103,7 +103,7 @@ class OutputCheck:
     output); max_abs_err in the stored values (int8 codes for int8). The
     metrics are None when the comparison failed, and `error` says why; `step`
     is the quantization step of an output the model dequantizes; `tolerance`
-    the rule it was held to ({atol, rtol, bit_exact})."""
+    the rule it was held to ({atol, rtol, bit_exact, scaled})."""
     name: str
     ok: bool
     max_abs: float | None

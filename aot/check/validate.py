@@ -194,10 +194,11 @@ HALF_RTOL = 2.0 ** -9
 
 @dataclass(frozen=True)
 class Tolerance:
-    """When an output passes. Floats: |got - ref| <= atol + rtol * |ref|
-    elementwise. Integer outputs are bit-exact unless atol or rtol is given;
-    then the same rule applies to their stored values (atol=1: one
-    quantization step)."""
+    """When an output passes. Floats: |got - ref| <= atol * max(1, max|ref|)
+    + rtol * |ref| elementwise, and ||got - ref|| <= rtol * ||ref|| + atol *
+    sqrt(size) (aot.check.reference.compare says why). Integer outputs are
+    bit-exact unless atol or rtol is given; then the same rule applies to
+    their stored values, atol unscaled (atol=1: one quantization step)."""
     atol: float | None = None
     rtol: float | None = None
 
@@ -341,14 +342,19 @@ def output_metrics(name: str, got: Sequence[np.ndarray], want: Sequence[np.ndarr
         row["step"] = step
         if tol.atol is None:
             atol = max(atol, step * (1 + 1e-6))    # the product's float rounding
-    exact = np.dtype(ty.dtype).kind in "iub" and tol.exact_integers
-    row["tolerance"] = {"atol": atol, "rtol": rtol, "bit_exact": bool(exact)}
+    integer = np.dtype(ty.dtype).kind in "iub"
+    exact = integer and tol.exact_integers
+    # atol in quantization steps (stored integers, a dequantized output's
+    # step) is the same at every magnitude; a float output's grows with it
+    scaled = not integer and not step
+    row["tolerance"] = {"atol": atol, "rtol": rtol, "bit_exact": bool(exact),
+                        "scaled": scaled}
     checks = []
     for g, w in zip(got, want):
         g, w = np.asarray(g), np.asarray(w)
         if g.dtype.kind in "iub" and not tol.exact_integers:
             g, w = g.astype(np.float64), w.astype(np.float64)
-        checks.append(compare(name, g, w, rtol=rtol, atol=atol))
+        checks.append(compare(name, g, w, rtol=rtol, atol=atol, scaled=scaled))
     failed = next((c for c in checks if "error" in c), None)
     if failed is not None or not checks:
         return {**row, **dict.fromkeys(METRICS), "max_abs_err": None, "ok": False,

@@ -36,7 +36,7 @@ def load(model, input_shapes: Mapping[str, Any] | None = None,
                              f"read as ONNX: {e}") from None
     else:
         from aot.frontend.tflite.importer import import_tflite
-        graph = import_tflite(data, name=name)
+        graph = import_tflite(data, name=name, input_shapes=opts.input_shapes)
         opts.check_names(graph.inputs)
         check_static(graph, opts)
         graph = bind_inputs(graph, opts)

@@ -10,11 +10,14 @@ Opsets: the default domain ("" / "ai.onnx"), opset 7 up to the installed
 onnx package's latest. Ops are normalized to their opset-21 form; for the ops
 aot supports, later opsets only added element types (bfloat16, float8, int4,
 float4, int2) that aot refuses per tensor anyway, so their nodes mean the
-same. A node of the ONNX-ML domain ("ai.onnx.ml") is read when the op table
-has its op in that domain (OpDef.domain; a model of ONNX-ML nodes alone may
-import no default-domain opset). Opset imports of other domains are fine as
-long as no node uses them (exporters list them by habit); a node of another
-domain, or of a domain its op is not in, is refused.
+same, but for opset 23's DequantizeLinear output_dtype and QuantizeLinear
+precision, which aot/ops/quant/onnx_quant.py reads. A node of the ONNX-ML
+domain ("ai.onnx.ml") is read when the op table has its op in that domain
+(OpDef.domain; a model of ONNX-ML nodes alone may import no default-domain
+opset). Opset imports of other domains are fine as long as no node uses them
+(exporters list them by habit); a node of another domain, or of a domain its
+op is not in, is refused. Model-local functions (PyTorch's dynamo exporter
+writes them) are inlined first (aot.frontend.onnx_functions).
 
 Static shapes only: an input with a symbolic, unknown, zero or negative
 dimension takes its shape from `input_shapes` (--input-shape), a bound
@@ -31,6 +34,7 @@ import numpy as np
 
 from aot.errors import ModelError, ShapeError, UnsupportedError
 from aot.frontend.onnx_control import CONTROL_OPS, Body, resolve_control_flow
+from aot.frontend.onnx_functions import inline_functions
 from aot.frontend.shapes import LoadOptions, bind_inputs, input_dims
 from aot.ir.graph import DTYPES, Graph, Node, TensorType, claim_name, type_of
 from aot.limits import check_shape
@@ -282,6 +286,26 @@ def _softmax_v1(b: _Builder, n: Node) -> Node:
     return Node("Reshape", b.fresh(f"{n.name}__unflatten"), (soft, shape), (y,), {})
 
 
+def _groupnorm_v18(b: _Builder, n: Node) -> Node:
+    """GroupNormalization 18-20 scale and bias hold one value per group (21:
+    one per channel): the input reshaped to [N, groups, -1], normalized by
+    InstanceNormalization with them, and reshaped back."""
+    groups = int(n.attrs.get("num_groups", 0))
+    if groups < 1 or len(n.inputs) < 3:
+        raise ModelError(f"GroupNormalization node '{n.name}': needs num_groups >= 1 and the "
+                         f"scale and bias inputs (got num_groups {groups}, "
+                         f"{len(n.inputs)} inputs)")
+    x, y = n.inputs[0], n.outputs[0]
+    grouped, normed, shape = (b.fresh(f"{n.name}__{s}") for s in ("grouped", "normed", "shape"))
+    b.nodes.append(Node("Reshape", b.fresh(f"{n.name}__group"),
+                        (x, b.const(n.name, "groups", np.array([0, groups, -1], np.int64))),
+                        (grouped,), {}))
+    b.nodes.append(Node("InstanceNormalization", n.name, (grouped, *n.inputs[1:3]), (normed,),
+                        {"epsilon": n.attrs.get("epsilon", 1e-5)}))
+    b.nodes.append(Node("Shape", b.fresh(f"{n.name}__shape_of"), (x,), (shape,), {}))
+    return Node("Reshape", b.fresh(f"{n.name}__ungroup"), (normed, shape), (y,), {})
+
+
 def _batchnorm(b: _Builder, n: Node) -> Node:
     if n.attrs.get("spatial", 1) != 1:
         raise UnsupportedError(f"BatchNormalization node '{n.name}': spatial=0 "
@@ -323,6 +347,7 @@ UPGRADES: dict[str, Upgrade] = {
     "LogSoftmax": _below(13, _softmax_v1),
     "Hardmax": _below(13, _softmax_v1),
     "BatchNormalization": _batchnorm,
+    "GroupNormalization": _below(21, _groupnorm_v18),
     "Dropout": _chain(_drop("is_test", "ratio", "seed"), _below(10, _dropout_v7)),
     "Gemm": _drop("broadcast"),
     "Cast": _drop("saturate"),
@@ -414,7 +439,7 @@ def import_onnx(data: bytes, name: str, dim_params: Mapping[str, int] | None = N
     {"batch_size": 1}); opts: input shapes and bound inputs by input name.
     Without them, a symbolic dimension is a ShapeError.
     """
-    model = _parse(data, name)
+    model = inline_functions(_parse(data, name), name)
     opset = _opset(model, name)
     g = model.graph
     graph_names = [g.name, *(v.name for v in (*g.input, *g.output, *g.initializer))]

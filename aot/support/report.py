@@ -215,7 +215,8 @@ def _tolerance(t: dict[str, Any] | None) -> str:
         return "-"
     if t["bit_exact"]:
         return "bit-exact"
-    return f"|err| <= {t['atol']:.3g} + {t['rtol']:.3g} |ref|"
+    scale = " max(1, max|ref|)" if t.get("scaled") else ""
+    return f"|err| <= {t['atol']:.3g}{scale} + {t['rtol']:.3g} |ref|"
 
 
 def verify_document(out: dict[str, Any]) -> Document:

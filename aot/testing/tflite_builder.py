@@ -103,8 +103,10 @@ class TFLiteBuilder:
         self.extra: list[tuple] = []   # further subgraphs: (builder, inputs, outputs)
 
     def tensor(self, name: str, shape, dtype: str = "int8", scale=None, zp=None, data=None,
-               qdim: int = 0, variable: bool = False, sparsity: Sparsity | None = None) -> int:
-        """A tensor; `data` makes it a constant (for a sparse one, its values)."""
+               qdim: int = 0, variable: bool = False, sparsity: Sparsity | None = None,
+               signature=None) -> int:
+        """A tensor; `data` makes it a constant (for a sparse one, its values);
+        `signature` its shape_signature (-1: a dimension left open)."""
         buf = 0
         if data is not None:
             self.buffers.append(np.ascontiguousarray(data, dtype=dtype).tobytes())
@@ -113,7 +115,7 @@ class TFLiteBuilder:
             zp = np.zeros(np.size(scale), np.int64)
         self.tensors.append(dict(name=name, shape=tuple(int(d) for d in shape), dtype=dtype,
                                  scale=scale, zp=zp, qdim=qdim, buffer=buf, variable=variable,
-                                 sparsity=sparsity))
+                                 sparsity=sparsity, signature=signature))
         return len(self.tensors) - 1
 
     def const(self, name: str, value, dtype: str | None = None, **quant) -> int:
@@ -214,8 +216,12 @@ class TFLiteBuilder:
             tflite.QuantizationParametersAddQuantizedDimension(b, t["qdim"])
             quant = tflite.QuantizationParametersEnd(b)
         sparsity = _sparsity(b, t["sparsity"]) if t["sparsity"] is not None else None
+        signature = (None if t["signature"] is None else
+                     _ints(b, tflite.TensorStartShapeSignatureVector, t["signature"]))
         tflite.TensorStart(b)
         tflite.TensorAddShape(b, shape)
+        if signature is not None:
+            tflite.TensorAddShapeSignature(b, signature)
         tflite.TensorAddType(b, TYPE_CODES[t["dtype"]])
         tflite.TensorAddBuffer(b, t["buffer"])
         tflite.TensorAddName(b, name)

@@ -235,7 +235,8 @@ def test_int8_model_on_a_dataset_through_one_session(tmp_path, capsys, monkeypat
     (row,) = out["outputs"]
     assert row == {"name": "Identity", "max_abs": 0.0, "rmse": 0.0, "l2r": 0.0, "cosine": 1.0,
                    "top1_agreement": 1.0, "max_lsb": 0, "max_abs_err": 0.0, "ok": True,
-                   "tolerance": {"atol": 1e-4, "rtol": 1e-4, "bit_exact": True}}
+                   "tolerance": {"atol": 1e-4, "rtol": 1e-4, "bit_exact": True,
+                                 "scaled": False}}
 
     import aot.deploy.serve as serve
     request = serve.ServeClient.request
@@ -376,8 +377,9 @@ def test_verify_report_per_output(tmp_path, capsys, monkeypatch):
     assert not row["tolerance"]["bit_exact"]
     assert (f"| {row['name']} | {row['max_abs']:.3g} | {row['rmse']:.3g} | "
             f"{row['cosine']:.6f} |") in text
-    assert f"| |err| <= {atol:.3g} + {rtol:.3g} |ref| | yes |".replace("|err|", "\\|err\\|") \
-        .replace("|ref|", "\\|ref\\|") in text
+    assert row["tolerance"]["scaled"]
+    assert f"| |err| <= {atol:.3g} max(1, max|ref|) + {rtol:.3g} |ref| | yes |" \
+        .replace("|err|", "\\|err\\|").replace("|ref|", "\\|ref\\|") in text
     page = render_html(verify_document({**out, "ok": False,
                                         "outputs": [{**row, "ok": False}]}))
     assert "MISMATCH" in page and "<td>NO</td>" in page

@@ -481,6 +481,70 @@ def test_op_matches_ort(case):
     check_against_ort(m, feeds, rtol=1e-5, atol=1e-5)
 
 
+# ---- opsets 21-23 ---------------------------------------------------------------------
+
+RNG = np.random.default_rng(7)
+XG = RNG.standard_normal((2, 6, 3, 3)).astype(np.float32)
+X8 = RNG.standard_normal((2, 8)).astype(np.float32)
+GN_SCALE, GN_BIAS = RNG.standard_normal(6).astype(np.float32), RNG.standard_normal(6).astype(np.float32)
+OPSET_CASES = {
+    # 21: blocked dequantization (block_size), QuantizeLinear's output_dtype
+    "DequantizeLinear_blocked_21": (21, [
+        N("DequantizeLinear", ["wq", "ws"], ["w"], axis=0, block_size=4),
+        N("MatMul", ["x", "w"], ["y"])], {"x": X8}, {
+        "wq": RNG.integers(-127, 127, (8, 4)).astype(np.int8),
+        "ws": RNG.uniform(0.01, 0.02, (2, 4)).astype(np.float32)}),
+    "QuantizeLinear_output_dtype_21": (21, [
+        N("QuantizeLinear", ["x", "s"], ["y"], output_dtype=T.INT16)], {"x": XF},
+        {"s": np.float32(0.001)}),
+    # 21: scale and bias per channel
+    "GroupNormalization_21": (21, [
+        N("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=3, epsilon=1e-3)],
+        {"x": XG}, {"s": GN_SCALE, "b": GN_BIAS}),
+    # 18: per group, as opset-18 exporters wrote it
+    "GroupNormalization_18": (18, [
+        N("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=3, epsilon=1e-3)],
+        {"x": XG}, {"s": GN_SCALE[:3], "b": GN_BIAS[:3]}),
+    # 22: new element types only
+    "Conv_Elu_AveragePool_22": (22, [
+        N("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), N("Elu", ["c"], ["e"], alpha=0.5),
+        N("AveragePool", ["e"], ["y"], kernel_shape=[2, 2], strides=[1, 1])], {"x": XG},
+        {"w": RNG.standard_normal((4, 6, 3, 3)).astype(np.float32)}),
+    # 23: DequantizeLinear's output_dtype, QuantizeLinear's precision
+    "DequantizeLinear_output_dtype_23": (23, [
+        N("DequantizeLinear", ["q", "s"], ["y"], output_dtype=T.FLOAT16)],
+        {"q": RNG.integers(-128, 127, (2, 8)).astype(np.int8)}, {"s": np.float32(0.05)}),
+    "QuantizeLinear_precision_23": (23, [
+        N("QuantizeLinear", ["x", "s", "z"], ["y"], precision=T.FLOAT)], {"x": XF},
+        {"s": np.float32(0.01), "z": np.int8(3)}),
+    "Reshape_Transpose_Pad_23": (23, [
+        N("Reshape", ["x", "shape"], ["r"]), N("Transpose", ["r"], ["t"], perm=[1, 0]),
+        N("Pad", ["t", "pads"], ["y"], mode="reflect")], {"x": X8},
+        {"shape": np.array([4, 4], np.int64), "pads": np.array([1, 1, 1, 1], np.int64)}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OPSET_CASES))
+def test_opset_21_to_23_forms_match_ort(case):
+    opset, nodes, feeds, inits = OPSET_CASES[case]
+    inputs = [h.make_tensor_value_info(k, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+              for k, v in feeds.items()]
+    m = model(nodes, inputs, [onnx.ValueInfoProto(name="y")], opset=opset,
+              inits=list(inits.items()))
+    m.ir_version = 10
+    check_against_ort(m, feeds, rtol=1e-5, atol=1e-5)
+
+
+def test_quantize_linear_in_another_precision_is_refused():
+    """precision (opset 23) asks for a float16 division of float32 values."""
+    m = model([N("QuantizeLinear", ["x", "s", "z"], ["y"], precision=T.FLOAT16, name="q")],
+              [vi("x", [2, 3])], [vi("y", None, T.INT8)], opset=23,
+              inits=[("s", np.float32(0.01)), ("z", np.int8(3))])
+    with pytest.raises(UnsupportedError, match=r"QuantizeLinear node 'q': dividing float32 by a "
+                       r"float32 y_scale in float16 \(aot divides in float32\)"):
+        load(m)
+
+
 def test_dropout_opset7_mask_has_input_type():
     m = model([h.make_node("Dropout", ["x"], ["y", "mask"], ratio=0.2)], [vi("x", X.shape)],
               [vi("y", None), vi("mask", None)], opset=7)

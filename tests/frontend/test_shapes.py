@@ -190,9 +190,15 @@ def test_tflite_shapes_are_static(tmp_path, capsys):
     same = "x".join(map(str, shape))
     code, _, err = in_process(capsys, "graph", str(model), "--input-shape", f"{name}={same}")
     assert code == 0, err
+    # the converter left the batch open (shape_signature -1): written at 1, kept at 1
     other = "x".join(map(str, (2, *shape[1:])))
     code, _, err = in_process(capsys, "graph", str(model), "--input-shape", f"{name}={other}")
-    assert code == 2 and f"dimension 0 of input '{name}' is 1 in the model, not 2" in err
+    assert code == 2 and (f"--input-shape {name}: dimension 0 is open (-1) in the model's "
+                          "signature and its tensors are written at 1") in err
+    other = "x".join(map(str, (1, shape[1] + 1, *shape[2:])))
+    code, _, err = in_process(capsys, "graph", str(model), "--input-shape", f"{name}={other}")
+    assert code == 2 and (f"dimension 1 of input '{name}' is {shape[1]} in the model, "
+                          f"not {shape[1] + 1}") in err
 
 
 def test_real_model_with_its_batch_made_symbolic(tmp_path):

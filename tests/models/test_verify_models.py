@@ -6,7 +6,7 @@ CPU without its cpu_flags.
 
 Shared models (../shared/models) go through both code generators: integer
 models must match tflite-micro bit for bit; float ones LiteRT or ONNX
-Runtime within rtol = atol = 1e-4; the hybrid mlperf_kws_dscnn_f32 (float
+Runtime within verify's float rule (docs/deploy.md); the hybrid mlperf_kws_dscnn_f32 (float
 I/O, int8 weights) LiteRT. The derived ONNX models (other converters of the
 same networks: what they test is the frontend and the passes on another
 converter's graph) run through the C code generator, on a deterministic

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -92,6 +92,7 @@ class _Tensor:
     quant: tuple[np.ndarray, np.ndarray, int] | None
     is_variable: bool
     sparsity: SparseSpec | None = None
+    signature: tuple[int, ...] = ()     # shape_signature: -1 where a dimension is open
 
 
 @dataclass
@@ -173,8 +174,10 @@ def _decode_tensor(t) -> _Tensor:
     raw = t.Name()
     name = raw.decode("utf-8", "replace") if raw else ""
     shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+    signature = (tuple(int(d) for d in t.ShapeSignatureAsNumpy())
+                 if t.ShapeSignatureLength() else ())
     return _Tensor(name, shape, int(t.Type()), int(t.Buffer()), _decode_quant(t),
-                   bool(t.IsVariable()), decode_sparsity(t))
+                   bool(t.IsVariable()), decode_sparsity(t), signature)
 
 
 def _decode(data: bytes) -> _Model:
@@ -232,8 +235,14 @@ def _decode_subgraph(sg, data: bytes, opcodes: list[tuple[str, int]],
 HYBRID_MODES = ("dequantize", "dynamic")
 
 
-def import_tflite(data: bytes, name: str, hybrid: str = "dynamic") -> Graph:
+def import_tflite(data: bytes, name: str, hybrid: str = "dynamic",
+                  input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
     """Import a .tflite model (its first subgraph).
+
+    A dimension the converter left open (-1 in an input's shape_signature, a
+    batch of any size) is imported at the size its tensors are written with,
+    1 for a batch; `input_shapes` (--input-shape) may restate that size, and
+    another one is refused: every tensor of the model is written at it.
 
     hybrid: what a float CONV_2D with int8 weights (a dynamic-range model)
     becomes. "dynamic" (default): LiteRT's hybrid kernel, which quantizes the
@@ -253,7 +262,26 @@ def import_tflite(data: bytes, name: str, hybrid: str = "dynamic") -> Graph:
     except Exception as e:  # noqa: BLE001 - any failure of the bindings means a corrupt file
         raise ModelError(f"corrupt or truncated TFLite file ({type(e).__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else 'unreadable'})") from None
-    return _Builder(model, name, hybrid).build()
+    graph = _Builder(model, name, hybrid).build()
+    _check_open_dims(model, graph, input_shapes or {})
+    return graph
+
+
+def _check_open_dims(model: _Model, graph: Graph,
+                     input_shapes: Mapping[str, Sequence[int]]) -> None:
+    """--input-shape may not resize a dimension the signature leaves open."""
+    names = _unique_names(model.tensors)
+    tensors = {names[i]: model.tensors[i] for i in model.inputs}
+    for name, given in input_shapes.items():
+        t = tensors.get(name)
+        if t is None or len(t.signature) != len(t.shape) or len(given) != len(t.shape):
+            continue        # not an input, or a rank check_static reports
+        for i, (d, g, sig) in enumerate(zip(t.shape, given, t.signature)):
+            if sig < 0 and d != g:
+                raise UnsupportedError(
+                    f"--input-shape {name}: dimension {i} is open (-1) in the model's "
+                    f"signature and its tensors are written at {d}; aot packages a TFLite model "
+                    f"at that size, not {g} (run the package once per sample)")
 
 
 def converted_builtins() -> list[str]:

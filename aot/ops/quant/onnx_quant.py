@@ -24,6 +24,8 @@ from aot.ops.registry import Call, Pattern, Sig, inner_dim_macs, per_weight_row_
 QTYPES = ("int8", "uint8", "int16", "uint16")
 # TensorProto data type numbers, for the output_dtype attribute.
 _TENSORPROTO = {2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32"}
+# ... and for DequantizeLinear's output_dtype and QuantizeLinear's precision (opset 23)
+_FLOAT_TENSORPROTO = {1: "float32", 10: "float16", 11: "float64"}
 
 
 def _unsupported(s, msg: str):
@@ -39,6 +41,16 @@ def _dtype_attr(s, name: str) -> str | None:
     if int(v) not in _TENSORPROTO:
         raise _unsupported(s, f"{name}={v} (supported: int8, uint8, int16, uint16)")
     return _TENSORPROTO[int(v)]
+
+
+def _float_attr(s, name: str) -> str | None:
+    """A float element type named by attribute `name` (a TensorProto number)."""
+    v = s.attrs.get(name)
+    if v in (None, 0, ""):
+        return None
+    if int(v) not in _FLOAT_TENSORPROTO:
+        raise _unsupported(s, f"{name}={v} (supported: float32, float16, float64)")
+    return _FLOAT_TENSORPROTO[int(v)]
 
 
 # --------------------------------------------------------------------------
@@ -96,6 +108,15 @@ def _quantize_infer(sig: Sig):
     x = sig.in_types[0]
     if x.dtype not in FLOATS + ("int32",):
         raise _unsupported(sig, f"input dtype {x.dtype}")
+    # opset 23: the division runs in `precision`, by default y_scale's type;
+    # aot divides a float x in the wider of x's and y_scale's types
+    scale_dtype = sig.in_types[1].dtype
+    divides_in = (np.result_type(x.dtype, scale_dtype).name if x.dtype in FLOATS
+                  else scale_dtype)
+    precision = _float_attr(sig, "precision") or scale_dtype
+    if precision != divides_in:
+        raise _unsupported(sig, f"dividing {x.dtype} by a {scale_dtype} y_scale in "
+                           f"{precision} (aot divides in {divides_in})")
     want = _dtype_attr(sig, "output_dtype")
     if sig.has(2):
         zdt = sig.in_types[2].dtype
@@ -141,7 +162,7 @@ def _dequantize_infer(sig: Sig):
             raise sig.fail(f"x_zero_point dtype {sig.in_types[2].dtype} differs from "
                            f"the input's {x.dtype}")
         _check_qparam(sig, 2, x.shape, "x_zero_point")
-    out = _dtype_attr(sig, "output_dtype") or scale.dtype
+    out = _float_attr(sig, "output_dtype") or scale.dtype     # opset 23: any float type
     return [TensorType(x.shape, out)]
 
 

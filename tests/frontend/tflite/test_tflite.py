@@ -607,3 +607,46 @@ def test_lstm_op_against_tflm_with_state(time_major, int8):
             np.testing.assert_array_equal(ours, ref, err_msg=f"invocation {k}")
         else:
             np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5, err_msg=f"invocation {k}")
+
+
+# ------------------------------------------------------------ an open batch
+
+def open_batch_model() -> bytes:
+    """x[-1, 8] -> FULLY_CONNECTED -> RELU -> y[-1, 4], the way the TFLite
+    converter writes a Keras model with an unknown batch: each tensor's shape
+    at batch 1, its shape_signature at -1."""
+    from aot.testing.tflite_builder import TFLiteBuilder
+
+    rng = np.random.default_rng(3)
+    m = TFLiteBuilder()
+    x = m.tensor("serving_default_x:0", [1, 8], "float32", signature=[-1, 8])
+    w = m.const("dense/MatMul", rng.standard_normal((4, 8)).astype(np.float32))
+    b = m.const("dense/BiasAdd", rng.standard_normal(4).astype(np.float32))
+    y = m.tensor("StatefulPartitionedCall:0", [1, 4], "float32", signature=[-1, 4])
+    m.op("FULLY_CONNECTED", [x, w, b], [y], "FullyConnectedOptions", FusedActivationFunction=1)
+    return m.build([x], [y])
+
+
+def test_an_open_batch_is_imported_at_one_and_matches_litert(tmp_path):
+    from aot.check.reference import litert
+
+    path = tmp_path / "open_batch.tflite"
+    path.write_bytes(open_batch_model())
+    graph = aot.load(path)
+    assert graph.types[graph.inputs[0]].shape == (1, 8)
+    x = np.random.default_rng(4).standard_normal((1, 8)).astype(np.float32)
+    got = aot.interpret(aot.optimize(graph), {graph.inputs[0]: x})[graph.outputs[0]]
+    (want,) = litert(path, graph, [x])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert aot.load(path, input_shapes={"serving_default_x:0": "1x8"}).types == graph.types
+
+
+def test_another_size_for_an_open_batch_is_refused(tmp_path):
+    path = tmp_path / "open_batch.tflite"
+    path.write_bytes(open_batch_model())
+    with pytest.raises(UnsupportedError) as e:
+        aot.load(path, input_shapes={"serving_default_x:0": "4x8"})
+    assert str(e.value) == (
+        "--input-shape serving_default_x:0: dimension 0 is open (-1) in the model's signature "
+        "and its tensors are written at 1; aot packages a TFLite model at that size, not 4 "
+        "(run the package once per sample)")

@@ -8,9 +8,10 @@ import dataclasses
 import pytest
 
 from aot.codegen.c import emit_c
-from aot.isa.calls import pack_pairs, packed_pair_dot, pair_dot
+from aot.isa.calls import pack_pairs
+from aot.isa.dots import packed_pair_dot, pair_dot
 from aot.codegen.llvm import emit_llvm_ir
-from aot.isa.calls import GCC_X86_SPELLINGS
+from aot.isa.x86 import GCC_X86_SPELLINGS
 from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Call, Cast, Const, DType, For, Load,
                         PrimFunc, Store, Var, seq)
 from aot.lower.tir_passes.legalize import legalize

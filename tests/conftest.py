@@ -40,6 +40,7 @@ FAST_MODULES = frozenset({
     "check/test_reference.py", "foundations/test_target_facts.py", "frontend/test_onnx.py",
     "frontend/test_onnx_functions.py", "frontend/tflite/test_tflite.py",
     "lower/kernels/test_conv_tile.py", "lower/kernels/test_dense.py",
+    "isa/test_dots.py", "isa/test_instruction.py", "isa/test_neon.py", "isa/test_x86.py",
     "lower/kernels/test_windows.py", "lower/schedule/test_conv.py", "lower/test_lower_layers.py",
     "lower/tir_passes/test_legalize.py", "models/test_onnx_conformance.py",
     "models/test_onnx_models.py", "ops/quant/test_qmath.py", "ops/test_ml.py", "ops/test_nn.py",

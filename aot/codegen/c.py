@@ -24,14 +24,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.isa import arm_dsp, arm_mve
+from aot.isa import arm_dsp, arm_mve, neon, x86
 from aot.isa.arm_dsp import DspOp
 from aot.isa.arm_mve import MveOp
 from aot.codegen.check import check_func
-from aot.isa.calls import (GCC_X86_SPELLINGS, Helper, Lane, PairDot, PairPack, Pmuldq,
-                           check_call, vector_helper)
-from aot.isa.calls import (NeonFixedPoint, PairedQuadDot, PairwiseAdd, QuadDot,
-                           WideningMla)
+from aot.isa.calls import Helper, Lane, PairPack, check_call, vector_helper
+from aot.isa.dots import PairDot, QuadDot
+from aot.isa.neon import NeonFixedPoint, PairedQuadDot, PairwiseAdd, WideningMla
+from aot.isa.x86 import Pmuldq
 from aot.codegen.names import c_comment, c_identifier, kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import UnsupportedError
@@ -82,23 +82,6 @@ def c_type(d: DType) -> str:
 
 def _elem_bytes(scalar: str) -> int:
     return _ELEM_BYTES.get(scalar) or int("".join(c for c in scalar if c.isdigit())) // 8
-
-
-# GCC on x86 vectorizes some vector-extension code poorly: helpers spell it
-# differently there (measured with gcc 12 against clang 14 on x86-64-v3).
-_GCC_X86 = ("#if defined(__GNUC__) && !defined(__clang__) && "
-            "(defined(__x86_64__) || defined(__i386__))")
-
-
-# The x86 builtins GCC and Clang share for the target instructions the
-# legalization pass chooses (aot/lower/tir_passes/legalize.py), by result lanes, each
-# with the macro that says the compiler was given its ISA.
-_PMADDWD = {16: ("__AVX512BW__", "__builtin_ia32_pmaddwd512"),
-            8: ("__AVX2__", "__builtin_ia32_pmaddwd256"),
-            4: ("__SSE2__", "__builtin_ia32_pmaddwd128")}
-_PMULDQ = {16: ("__AVX512F__", "__builtin_ia32_pmuldq512"),
-           8: ("__AVX2__", "__builtin_ia32_pmuldq256"),
-           4: ("__SSE4_1__", "__builtin_ia32_pmuldq128")}
 
 
 def _narrow(d: DType) -> bool:
@@ -460,15 +443,9 @@ class _Printer:
         if d.lanes * _elem_bytes(d.scalar) > 32 or not self.mod.gcc_x86:
             return self.mod.helper(name, lambda: (
                 f"static inline {t} {name}({t} a, {t} b)\n{{\n{blend}}}"))
-        # GCC on x86 (GCC_X86_SPELLINGS) makes the blend a compare and
-        # vpblendvb, the lanes one vpminsd (clamps in kws int8's epilogues: 4%
-        # of its time)
+        body = x86.c_gcc_minmax(t, d.lanes, cmp, blend)
         return self.mod.helper(name, lambda: (
-            f"static inline {t} {name}({t} a, {t} b)\n{{\n"
-            f"{_GCC_X86}\n    {t} r;\n"
-            f"    for (int k = 0; k < {d.lanes}; ++k) {{\n"
-            f"        r[k] = a[k] {cmp} b[k] ? a[k] : b[k];\n    }}\n    return r;\n"
-            f"#else\n{blend}#endif\n}}"))
+            f"static inline {t} {name}({t} a, {t} b)\n{{\n{body}}}"))
 
     def _vector_bin(self, e: Bin, d: DType):
         native = e.op in ("+", "-", "*", "/") or (
@@ -585,34 +562,18 @@ class _Printer:
 
     def _convert_helper(self, src: DType, dst: DType) -> str:
         """__builtin_convertvector; on an x86 target (GCC_X86_SPELLINGS, set
-        by the legalization pass) spelled for GCC on x86 as it vectorizes best.
-
-        GCC 12 on x86 converts vectors of 4 or 8 bytes lane by lane in
-        general registers and widens 16 bytes in halves: kws int8 built with
-        gcc ran 3.7x slower than with clang. From a lane-by-lane initializer
-        it widens in one instruction; it narrows integers well one halving at
-        a time (int32 -> int16 -> int8)."""
+        by the legalization pass) spelled for GCC on x86 as it vectorizes
+        best (x86.c_gcc_convert)."""
         ts, td = self.mod.vector(src), self.mod.vector(dst)
         name = f"aot_convert_{td[4:]}_{ts[4:]}"
         if not self.mod.gcc_x86:
             return self.mod.helper(name, lambda: (
                 f"static inline {td} {name}({ts} a)\n{{\n"
                 f"    return __builtin_convertvector(a, {td});\n}}"))
-        if src.is_float or dst.is_float or src.bits <= 2 * dst.bits:
-            lanes = ", ".join(f"({C_TYPES[dst.scalar]})a[{i}]" for i in range(dst.lanes))
-            gcc = f"    {td} r = {{{lanes}}};\n    return r;"
-        else:
-            # each step wraps, keeping the low bits: the lanes one conversion gives
-            gcc, bits = "a", src.bits // 2
-            while bits > dst.bits:
-                half = self.mod.vector(DType(f"int{bits}", src.lanes))
-                gcc = f"__builtin_convertvector({gcc}, {half})"
-                bits //= 2
-            gcc = f"    return __builtin_convertvector({gcc}, {td});"
+        body = x86.c_gcc_convert(self.mod, src, dst, C_TYPES[dst.scalar])
         return self.mod.helper(name, lambda: (
             "/* __builtin_convertvector, spelled for GCC on x86 as it vectorizes best */\n"
-            f"static inline {td} {name}({ts} a)\n{{\n"
-            f"{_GCC_X86}\n{gcc}\n#else\n    return __builtin_convertvector(a, {td});\n#endif\n}}"))
+            f"static inline {td} {name}({ts} a)\n{{\n{body}}}"))
 
     def _select(self, e: Select):
         dc, da = dtype_of(e.cond), dtype_of(e.a)
@@ -637,14 +598,15 @@ class _Printer:
         if isinstance(fn, QuadDot):
             return self._call_text(self._quad_dot(e.dtype, fn), list(e.args))
         if isinstance(fn, WideningMla):
-            return self._call_text(self._widening_mla(e.dtype, fn), list(e.args))
+            return self._call_text(neon.c_widening_mla(self.mod, e.dtype, fn), list(e.args))
         if isinstance(fn, PairedQuadDot):
-            return self._call_text(self._paired_quad_dot(fn), list(e.args))
+            return self._call_text(neon.c_paired_quad_dot(self.mod, fn), list(e.args))
         if isinstance(fn, PairwiseAdd):
-            return self._call_text(self._pairwise_add(fn), list(e.args))
+            return self._call_text(neon.c_pairwise_add(self.mod, fn), list(e.args))
         if isinstance(fn, NeonFixedPoint):
             args = [a if dtype_of(a).lanes > 1 else Broadcast(a, 4) for a in e.args]
-            return self._call_text(self._neon_fixed_point(fn), args)
+            generic = self._vector_helper_fn(vector_helper(fn.generic, 4))
+            return self._call_text(neon.c_fixed_point(self.mod, fn, generic), args)
         if isinstance(fn, Lane):        # a vector subscript (GCC's and Clang's vector extension)
             return f"{self.wrap(e.args[0], PRIMARY)}[{self.expr(e.args[1])}]", PRIMARY
         if isinstance(fn, (Helper, Pmuldq)) and e.dtype.lanes > 1:
@@ -664,29 +626,25 @@ class _Printer:
         return self._call_text(name, list(e.args))
 
     def _pair_dot(self, d: DType, fn: PairDot) -> str:
-        """aot_dot2 / aot_dot2p (intrinsics.PairDot): the lane formula, or
-        for x86_pmaddwd(_packed) pmaddwd (the builtin GCC and Clang share),
-        with the formula left for a compiler not given the ISA."""
+        """aot_dot2 / aot_dot2p (dots.PairDot): the lane formula, or for
+        x86_pmaddwd(_packed) pmaddwd (x86.c_pmaddwd) with the formula left
+        for a compiler not given the ISA."""
         packed = fn.packed
         rt, wt = self.mod.vector(d), self.mod.vector(DType("int16", 2 * d.lanes))
         name = f"aot_dot2{'p' if packed else ''}_{rt[4:]}"
-        builtin = _PMADDWD.get(d.lanes) if fn.pmaddwd else None
-        if packed:      # a vector of the int32 pair, seen as int16 lanes (little-endian x86)
-            build = f"{rt} p32 = {{{', '.join(['p'] * d.lanes)}}};\n    {wt} x = ({wt})p32;"
+        fast = x86.c_pmaddwd(d.lanes, rt, wt, packed) if fn.pmaddwd else ""
+        if packed:
             params = f"int32_t p, {wt} w"
             halves = ("    const int16_t x0 = (int16_t)p;\n"
                       "    const int32_t x1 = (p - (p & 65535)) / 65536;\n")
         else:
-            build = f"{wt} x = {{{', '.join(['x0, x1'] * d.lanes)}}};"
             params = f"int16_t x0, int16_t x1, {wt} w"
             halves = ""
-        fast = (f"#if defined({builtin[0]})\n    {build}\n"
-                f"    return ({rt}){builtin[1]}(x, w);\n#else\n") if builtin else ""
         return self.mod.helper(name, lambda: (
             f"static inline {rt} {name}({params})\n{{\n{fast}{halves}"
             f"    {rt} r = {{0}};\n    for (int k = 0; k < {d.lanes}; ++k) {{\n"
             f"        r[k] = x0 * w[2 * k] + x1 * w[2 * k + 1];\n    }}\n    return r;\n"
-            + ("#endif\n" if builtin else "") + "}"))
+            + ("#endif\n" if fast else "") + "}"))
 
     def _pair_pack(self, d: DType, fn: PairPack) -> str:
         """aot_pack2 / aot_pack4 (intrinsics.PairPack): the lane formula, or
@@ -723,12 +681,10 @@ class _Printer:
                                f"{formula}}}")
 
     def _quad_dot(self, d: DType, fn: QuadDot) -> str:
-        """aot_dot4 / aot_dot4u (intrinsics.QuadDot): the lane formula, or
-        for arm_sdot / x86_vpdpbusd the instruction (ACLE's vdotq_s32, Intel's
-        _mm*_dpbusd_epi32), for arm_smull_dot4 NEON's widening multiplies
-        and pairwise adds, with the formula left for a compiler not given the
-        ISA. The quad is broadcast as an int32, so lane k's bytes are its
-        bytes in order on these little-endian targets."""
+        """aot_dot4 / aot_dot4u / aot_dot4s (dots.QuadDot): the lane
+        formula, or for arm_sdot, arm_smull_dot4 and x86_vpdpbusd the
+        instruction (neon.c_quad_dot, x86.c_vpdpbusd) with the formula left
+        for a compiler not given the ISA."""
         rt, wt = self.mod.vector(d), self.mod.vector(DType("int8", 4 * d.lanes))
         name = f"{fn.name}_{rt[4:]}"
         byte = "(int32_t)(u >> {s} & 255u)" if fn.unsigned else \
@@ -737,121 +693,13 @@ class _Printer:
         formula = (f"    const uint32_t u = (uint32_t)q;\n    {rt} r = acc;\n"
                    f"    for (int k = 0; k < {d.lanes}; ++k) {{\n"
                    f"        r[k] += {terms};\n    }}\n    return r;\n")
-        head, fast = "", None
-        if fn.instruction == "sdot":
-            head = "#if defined(__ARM_FEATURE_DOTPROD)\n#include <arm_neon.h>\n#endif\n"
-            fast = ("defined(__ARM_FEATURE_DOTPROD)",
-                    f"({rt})vdotq_s32((int32x4_t)acc, (int8x16_t)w, "
-                    "vreinterpretq_s8_s32(vdupq_n_s32(q)))")
-        elif fn.instruction == "smull":
-            # int16 products of the quad's bytes and w's (SMULL, SMULL2), pairs
-            # added in int16 (ADDP: w has no -128, so no overflow), then pairs
-            # of those widened into the accumulator (SADALP)
-            isa = "defined(__aarch64__) && defined(__ARM_NEON)"
-            head = f"#if {isa}\n#include <arm_neon.h>\n#endif\n"
-            fast = (isa, f"({rt})vpadalq_s16((int32x4_t)acc, vpaddq_s16(\n"
-                    "        vmull_s8(vreinterpret_s8_s32(vdup_n_s32(q)),\n"
-                    "                 vget_low_s8((int8x16_t)w)),\n"
-                    "        vmull_high_s8(vreinterpretq_s8_s32(vdupq_n_s32(q)), (int8x16_t)w)))")
-        elif fn.instruction == "vpdpbusd":
-            isa = "defined(__AVX512VNNI__)" + ("" if d.lanes == 16 else " && defined(__AVX512VL__)")
-            head = f"#if {isa}\n#include <immintrin.h>\n#endif\n"
-            width = {4: ("_mm", "__m128i"), 8: ("_mm256", "__m256i"), 16: ("_mm512", "__m512i")}
-            pre, reg = width[d.lanes]
-            fast = (isa, f"({rt}){pre}_dpbusd_epi32(({reg})acc, {pre}_set1_epi32(q), ({reg})w)")
-        body = formula if fast is None else (f"#if {fast[0]}\n    return {fast[1]};\n#else\n"
-                                             f"{formula}#endif\n")
+        head, body = "", formula
+        if fn.instruction:
+            head, isa, fast = (x86.c_vpdpbusd(d.lanes, rt) if fn.instruction == "vpdpbusd"
+                               else neon.c_quad_dot(fn, rt))
+            body = f"#if {isa}\n    return {fast};\n#else\n{formula}#endif\n"
         return self.mod.helper(name, lambda: (
             f"{head}static inline {rt} {name}({rt} acc, int32_t q, {wt} w)\n{{\n{body}}}"))
-
-    def _widening_mla(self, d: DType, fn: WideningMla) -> str:
-        """aot_mlal_lo / aot_mlal_hi (intrinsics.WideningMla): the lane
-        formula, or for arm_smlal_lo / _hi NEON's SMLAL / SMLAL2 with the
-        formula left for a compiler without NEON."""
-        rt, ht = self.mod.vector(d), self.mod.vector(DType("int16", 2 * d.lanes))
-        name = f"{fn.name}_{rt[4:]}"
-        at = f"k + {d.lanes}" if fn.high else "k"
-        formula = (f"    {rt} r = acc;\n    for (int k = 0; k < {d.lanes}; ++k) {{\n"
-                   f"        r[k] += (int32_t)x[{at}] * w[{at}];\n    }}\n    return r;\n")
-        head = ""
-        if fn.instruction:
-            isa = "defined(__aarch64__) && defined(__ARM_NEON)"
-            head = f"#if {isa}\n#include <arm_neon.h>\n#endif\n"
-            neon = ("vmlal_high_s16((int32x4_t)acc, (int16x8_t)x, (int16x8_t)w)" if fn.high else
-                    "vmlal_s16((int32x4_t)acc, vget_low_s16((int16x8_t)x), "
-                    "vget_low_s16((int16x8_t)w))")
-            formula = f"#if {isa}\n    return ({rt}){neon};\n#else\n{formula}#endif\n"
-        return self.mod.helper(name, lambda: (
-            f"{head}static inline {rt} {name}({rt} acc, {ht} x, {ht} w)\n{{\n{formula}}}"))
-
-    def _neon_helper(self, name: str, params: str, formula: str, neon: str | None) -> str:
-        """A helper returning `neon` (an AArch64 NEON expression) under #if,
-        else computing `formula`'s statements; `formula` alone if neon is None."""
-        head = ""
-        if neon is not None:
-            isa = "defined(__aarch64__) && defined(__ARM_NEON)"
-            head = f"#if {isa}\n#include <arm_neon.h>\n#endif\n"
-            formula = f"#if {isa}\n    return {neon};\n#else\n{formula}#endif\n"
-        rt = self.mod.vector(DType("int32", 4))
-        return self.mod.helper(name, lambda: (
-            f"{head}static inline {rt} {name}({params})\n{{\n{formula}}}"))
-
-    def _paired_quad_dot(self, fn: PairedQuadDot) -> str:
-        """aot_dot4p_lo / _hi (intrinsics.PairedQuadDot): the lane formula,
-        or for arm_dot4p_lo / _hi SMULL, SMLAL and SADALP (their 2 forms on
-        the high halves)."""
-        rt, wt = self.mod.vector(DType("int32", 4)), self.mod.vector(DType("int8", 16))
-        byte = "(((int32_t)({u} >> 8 * ({j}) & 255u) ^ 128) - 128)"
-        terms = " + ".join(f"{byte.format(u=f'u{s}', j=j)} * w{s}[c + {j}]"
-                           for s in (0, 1) for j in ("j", "j + 1"))
-        formula = ("    const uint32_t u0 = (uint32_t)q0, u1 = (uint32_t)q1;\n"
-                   f"    {rt} r = acc;\n    for (int k = 0; k < 4; ++k) {{\n"
-                   "        const int j = 2 * (k % 2), c = 4 * (k / 2"
-                   f"{' + 2' if fn.high else ''});\n"
-                   f"        r[k] += {terms};\n    }}\n    return r;\n")
-        neon = None
-        if fn.instruction:
-            if fn.high:
-                x = "vreinterpretq_s8_s32(vdupq_n_s32(q{s}))"
-                mul = (f"vmlal_high_s8(vmull_high_s8({x.format(s=0)}, (int8x16_t)w0),\n"
-                       f"        {x.format(s=1)}, (int8x16_t)w1)")
-            else:
-                x = "vreinterpret_s8_s32(vdup_n_s32(q{s}))"
-                mul = (f"vmlal_s8(vmull_s8({x.format(s=0)}, vget_low_s8((int8x16_t)w0)),\n"
-                       f"        {x.format(s=1)}, vget_low_s8((int8x16_t)w1))")
-            neon = f"({rt})vpadalq_s16((int32x4_t)acc, {mul})"
-        return self._neon_helper(f"{fn.name}_{rt[4:]}", f"{rt} acc, int32_t q0, int32_t q1, "
-                                 f"{wt} w0, {wt} w1", formula, neon)
-
-    def _pairwise_add(self, fn: PairwiseAdd) -> str:
-        """aot_addp / arm_addp (intrinsics.PairwiseAdd)."""
-        rt = self.mod.vector(DType("int32", 4))
-        formula = (f"    {rt} r = {{a[0] + a[1], a[2] + a[3], b[0] + b[1], b[2] + b[3]}};\n"
-                   "    return r;\n")
-        neon = f"({rt})vpaddq_s32((int32x4_t)a, (int32x4_t)b)" if fn.instruction else None
-        return self._neon_helper(f"{fn.name}_{rt[4:]}", f"{rt} a, {rt} b", formula, neon)
-
-    def _neon_fixed_point(self, fn: NeonFixedPoint) -> str:
-        """arm_sqrdmulh / arm_rdbpot and mve_vqrdmulh / mve_rdbpot
-        (intrinsics.NeonFixedPoint): the NEON or Helium instructions (ACLE
-        names them alike), the generic whole-vector helper for a compiler
-        without them."""
-        t = self.mod.vector(DType("int32", 4))
-        generic = self._vector_helper_fn(vector_helper(fn.generic, 4))
-        name = f"{fn.name}_{t[4:]}"
-        if fn.generic == "aot_rdhm":
-            neon = f"    return ({t})vqrdmulhq_s32((int32x4_t)a, (int32x4_t)b);\n"
-        else:   # b: the exponent; -1 added to negative a where it is above 0
-            neon = ("    const int32x4_t x = (int32x4_t)a;\n"
-                    "    const int32x4_t shift = vnegq_s32((int32x4_t)b);\n"
-                    "    const int32x4_t fixup = vshrq_n_s32(vandq_s32(x, shift), 31);\n"
-                    f"    return ({t})vrshlq_s32(vqaddq_s32(x, fixup), shift);\n")
-        isa, header = (("defined(__ARM_FEATURE_MVE)", "arm_mve.h") if fn.isa == "mve" else
-                       ("defined(__aarch64__) && defined(__ARM_NEON)", "arm_neon.h"))
-        return self.mod.helper(name, lambda: (
-            f"#if {isa}\n#include <{header}>\n#endif\n"
-            f"static inline {t} {name}({t} a, {t} b)\n{{\n#if {isa}\n{neon}#else\n"
-            f"    return {generic}(a, b);\n#endif\n}}"))
 
     def _helper_fn(self, h: Helper) -> str:
         def make() -> str:
@@ -869,14 +717,14 @@ class _Printer:
         return self.mod.helper(h.name, make)
 
     def _vector_helper_fn(self, h: Helper, pmuldq: bool = False) -> str:
-        """A whole-vector helper (intrinsics.vector_helper), named for its
+        """A whole-vector helper (calls.vector_helper), named for its
         lanes; `pmuldq` (x86_pmuldq_rdhm): aot_rdhm multiplies with pmuldq
-        (the even and odd lanes' 64-bit products, their high halves put back
-        in place), which compilers do not form from the int64 formula."""
+        (x86.c_pmuldq_rdhm), which compilers do not form from the int64
+        formula."""
         d = h.dtype
         t = self.mod.vector(d)
         name = f"{h.name}_{t[4:]}"
-        fast = _PMULDQ.get(d.lanes) if pmuldq else None
+        fast = pmuldq and d.lanes in x86.C_PMULDQ
 
         def make() -> str:
             names = {p: p.name for p in h.params}
@@ -895,17 +743,8 @@ class _Printer:
                     f"* __builtin_convertvector(b, {wide}) + round) >> shift, {t});"]
                 if not fast:
                     return "\n".join(lines + formula + ["}"])
-                u = self.mod.vector(DType("uint64", d.lanes // 2))
-                half = d.lanes // 2
-                return "\n".join(lines + [
-                    f"#if defined({fast[0]})",
-                    f"    const {u} round = {splat('UINT64_C(1073741824)', half)};",
-                    f"    const {u} low = {splat('UINT64_C(0xFFFFFFFF)', half)};",
-                    f"    const {u} even = ({u}){fast[1]}(a, b) + round;",
-                    f"    const {u} odd = ({u}){fast[1]}(({t})(({u})a >> 32), "
-                    f"({t})(({u})b >> 32)) + round;",
-                    f"    return ({t})(((even >> 31) & low) | ((odd << 1) & ~low));",
-                    "#else", *formula, "#endif", "}"])
+                return "\n".join(lines + x86.c_pmuldq_rdhm(self.mod, d.lanes, t, formula)
+                                  + ["}"])
             for var, value in h.lets:
                 text = inner.expr(value)
                 names[var] = var.name
@@ -1151,7 +990,7 @@ def emit_c(funcs: Sequence[PrimFunc], prefix: str) -> CSource:
     symbols = kernel_symbols(funcs, prefix)
     printed = []
     for f in funcs:
-        mod = _Module(gcc_x86=bool(dict(f.attrs).get(GCC_X86_SPELLINGS)))
+        mod = _Module(gcc_x86=bool(dict(f.attrs).get(x86.GCC_X86_SPELLINGS)))
         printed.append(_Printed(_FuncPrinter(mod, f, symbols[f.name]).print(), mod))
     prototypes = tuple(_declaration(p.body) for p in printed)
     return CSource(_unit(printed), prototypes, symbols,

@@ -26,14 +26,14 @@ import numpy as np
 from llvmlite import binding as llvm
 from llvmlite import ir
 
-from aot.isa import arm_dsp, arm_mve
+from aot.isa import arm_dsp, arm_mve, neon, x86
 from aot.isa.arm_dsp import DspOp
 from aot.isa.arm_mve import MveOp
 from aot.codegen.check import check_func
-from aot.isa.calls import (Helper, Lane, LibmFn, PairDot, PairPack, Pmuldq, check_call,
-                           vector_helper)
-from aot.isa.calls import (NeonFixedPoint, PairedQuadDot, PairwiseAdd, QuadDot,
-                           WideningMla)
+from aot.isa.calls import Helper, Lane, LibmFn, PairPack, check_call, vector_helper
+from aot.isa.dots import PairDot, QuadDot
+from aot.isa.neon import NeonFixedPoint
+from aot.isa.x86 import Pmuldq
 from aot.codegen.names import kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import AotError, UnsupportedError
@@ -378,29 +378,28 @@ class _FuncBuilder:
         if isinstance(fn, MveOp):
             return arm_mve.llvm_emit(self.b, self.module, fn, args)
         if isinstance(fn, PairDot):
+            if fn.pmaddwd:
+                return x86.llvm_pmaddwd(self, fn, e.dtype.lanes, args)
             if fn.packed:
-                return self.packed_pair_dot(e.dtype.lanes, fn.pmaddwd, *args)
-            return self.pair_dot(e.dtype.lanes, fn.pmaddwd, *args)
+                return self.packed_pair_dot(e.dtype.lanes, *args)
+            return self.pair_dot(e.dtype.lanes, *args)
         if isinstance(fn, PairPack):
             if fn.group == 4:
                 return self.quad_pack(e.dtype.lanes, fn.bytes, args[0])
             return self.pair_pack(e.dtype.lanes, fn.bytes, args[0])
         if isinstance(fn, QuadDot):
             return self.quad_dot(e.dtype.lanes, fn, *args)
-        if isinstance(fn, WideningMla):
-            return self.widening_mla(fn, *args)
-        if isinstance(fn, PairedQuadDot):
-            return self.paired_quad_dot(fn, *args)
-        if isinstance(fn, PairwiseAdd):
-            return self.pairwise_add(*args)
-        if isinstance(fn, NeonFixedPoint):
-            return self.neon_fixed_point(fn, *(self.splat(v, 4) if dtype_of(a).lanes == 1 else v
-                                               for v, a in zip(args, e.args)))
+        if e.fn in neon.NEON_OPS:
+            if isinstance(fn, NeonFixedPoint):
+                args = [self.splat(v, 4) if dtype_of(a).lanes == 1 else v
+                        for v, a in zip(args, e.args)]
+            return neon.llvm_emit(self, fn, args)
         if isinstance(fn, Lane):
             return self.b.extract_element(args[0], args[1])
         if isinstance(fn, Pmuldq):
-            return self.pmuldq_rdhm(*(self.splat(v, e.dtype.lanes) if dtype_of(a).lanes == 1
-                                      else v for v, a in zip(args, e.args)))
+            return x86.llvm_pmuldq_rdhm(self.b, *(self.splat(v, e.dtype.lanes)
+                                                  if dtype_of(a).lanes == 1 else v
+                                                  for v, a in zip(args, e.args)))
         if isinstance(fn, LibmFn) and fn.llvm:
             if e.dtype.lanes > 1:     # intrinsics take all-vector operands
                 args = [self.splat(v, e.dtype.lanes) if dtype_of(a).lanes == 1 else v
@@ -421,15 +420,12 @@ class _FuncBuilder:
             out = self.b.insert_element(out, self.scalar_call(fn, e, scalars), lane)
         return out
 
-    def packed_pair_dot(self, n: int, pmaddwd: bool, p, w):
-        """aot_dot2p: aot_dot2 of its halves; x86_pmaddwd_packed: pmaddwd of
-        the broadcast int32 seen as int16 pairs."""
+    def packed_pair_dot(self, n: int, p, w):
+        """aot_dot2p: aot_dot2 of its halves."""
         i16, i32 = ir.IntType(16), ir.IntType(32)
-        if pmaddwd:
-            return self.pmaddwd_call(n, self.b.bitcast(self.splat(p, n), w.type), w)
         x0 = self.b.trunc(p, i16)
         x1 = self.b.trunc(self.b.ashr(p, ir.Constant(i32, 16)), i16)
-        return self.pair_dot(n, False, x0, x1, w)
+        return self.pair_dot(n, x0, x1, w)
 
     def pair_pack(self, n: int, as_bytes: bool, v):
         """aot_pack2_bytes: the vector's bytes (little-endian); aot_pack2:
@@ -460,18 +456,14 @@ class _FuncBuilder:
         return self.b.extract_element(total, ir.Constant(ir.IntType(32), 0)) if n == 1 else total
 
     def quad_dot(self, n: int, fn: QuadDot, acc, q, w):
-        """arm_sdot / x86_vpdpbusd: the instruction's intrinsic on the quad
-        broadcast and seen as bytes; aot_dot4(u): extend, multiply and add
-        the four products of each lane (the quad's bytes taken by shifts)."""
+        """arm_sdot / arm_smull_dot4 / x86_vpdpbusd: the instruction
+        (_QUAD_DOT) on the quad broadcast and seen as bytes; aot_dot4(u/s):
+        extend, multiply and add the four products of each lane (the quad's
+        bytes taken by shifts)."""
         i8, i32 = ir.IntType(8), ir.IntType(32)
-        if fn.instruction == "smull":
-            return self.smull_dot4(acc, self.b.bitcast(self.splat(q, n), w.type), w)
         if fn.instruction:
             x = self.b.bitcast(self.splat(q, n), w.type)
-            name = _QUAD_DOT[fn.instruction].format(n=n, b=4 * n, bits=32 * n)
-            callee = self.module.globals.get(name) or ir.Function(
-                self.module, ir.FunctionType(acc.type, [acc.type, w.type, w.type]), name)
-            return self.b.call(callee, [acc, x, w])
+            return _QUAD_DOT[fn.instruction](self.b, self.module, acc, x, w)
         vt = ir.VectorType(i32, 4 * n)
         quad = ir.Constant(ir.VectorType(i32, 4), ir.Undefined)
         for j in range(4):
@@ -488,135 +480,10 @@ class _FuncBuilder:
                 ir.VectorType(i32, n), [4 * k + j for k in range(n)])))
         return out
 
-    def widening_mla(self, fn: WideningMla, acc, x, w):
-        """aot_mlal_lo / _hi and arm_smlal_lo / _hi alike: the half's lanes
-        extended, multiplied and added (AArch64's instruction selection
-        makes SMLAL / SMLAL2 of it)."""
-        n = acc.type.count
-        at = ir.Constant(ir.VectorType(ir.IntType(32), n),
-                         list(range(n, 2 * n) if fn.high else range(n)))
-
-        def half(v):
-            return self.b.sext(self.b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), at),
-                               acc.type)
-        return self.b.add(acc, self.b.mul(half(x), half(w)))
-
-    def _shuffle(self, v, lanes: list[int]):
-        return self.b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), ir.Constant(
-            ir.VectorType(ir.IntType(32), len(lanes)), lanes))
-
-    def paired_quad_dot(self, fn: PairedQuadDot, acc, q0, q1, w0, w1):
-        """arm_dot4p_lo / _hi: SMULL of the half, SMLAL of the other quad's,
-        SADALP; aot_dot4p_lo / _hi: the same sums in int32."""
+    def pair_dot(self, n: int, x0, x1, w):
+        """aot_dot2 (dots.PairDot): sext / mul / add of the even and odd
+        lanes (x86_pmaddwd is x86.llvm_pmaddwd)."""
         i32 = ir.IntType(32)
-        half = list(range(8, 16) if fn.high else range(8))
-        xs = [self._shuffle(self.b.bitcast(self.splat(q, 4), w0.type), half) for q in (q0, q1)]
-        ws = [self._shuffle(w, half) for w in (w0, w1)]
-        if fn.instruction:
-            v8i16 = ir.VectorType(ir.IntType(16), 8)
-            smull = self.module.globals.get("llvm.aarch64.neon.smull.v8i16") or ir.Function(
-                self.module, ir.FunctionType(v8i16, [xs[0].type] * 2),
-                "llvm.aarch64.neon.smull.v8i16")
-            saddlp = self.module.globals.get("llvm.aarch64.neon.saddlp.v4i32.v8i16") or \
-                ir.Function(self.module, ir.FunctionType(acc.type, [v8i16]),
-                            "llvm.aarch64.neon.saddlp.v4i32.v8i16")
-            pairs = self.b.add(*(self.b.call(smull, [x, w]) for x, w in zip(xs, ws)))
-            return self.b.add(acc, self.b.call(saddlp, [pairs]))
-        v8i32 = ir.VectorType(i32, 8)
-        prod = self.b.add(*(self.b.mul(self.b.sext(x, v8i32), self.b.sext(w, v8i32))
-                            for x, w in zip(xs, ws)))
-        return self.b.add(acc, self.b.add(self._shuffle(prod, [0, 2, 4, 6]),
-                                          self._shuffle(prod, [1, 3, 5, 7])))
-
-    def pairwise_add(self, a, b):
-        """aot_addp / arm_addp: lanes 0, 2 of a and b plus lanes 1, 3 (ADDP)."""
-        both = self.b.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), 8),
-                                                       list(range(8))))
-        return self.b.add(self._shuffle(both, [0, 2, 4, 6]), self._shuffle(both, [1, 3, 5, 7]))
-
-    def smull_dot4(self, acc, x, w):
-        """arm_smull_dot4 on the broadcast quad x: SMULL / SMULL2 of the
-        halves, ADDP of the int16 products, SADALP into acc."""
-        i32 = ir.IntType(32)
-        v8i16 = ir.VectorType(ir.IntType(16), 8)
-
-        def call(name: str, ret, *operands):
-            callee = self.module.globals.get(name) or ir.Function(
-                self.module, ir.FunctionType(ret, [o.type for o in operands]), name)
-            return self.b.call(callee, list(operands))
-
-        def half(v, h: int):
-            return self.b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), ir.Constant(
-                ir.VectorType(i32, 8), list(range(8 * h, 8 * h + 8))))
-        lo, hi = (call("llvm.aarch64.neon.smull.v8i16", v8i16, half(x, h), half(w, h))
-                  for h in (0, 1))
-        pairs = call("llvm.aarch64.neon.addp.v8i16", v8i16, lo, hi)
-        return self.b.add(acc, call("llvm.aarch64.neon.saddlp.v4i32.v8i16", acc.type, pairs))
-
-    def neon_fixed_point(self, fn: NeonFixedPoint, a, b):
-        """arm_sqrdmulh: SQRDMULH; arm_rdbpot: -1 added (saturating) to
-        negative a where the exponent b is above 0, then SRSHL by -b."""
-        def call(name: str, *operands):
-            callee = self.module.globals.get(name) or ir.Function(
-                self.module, ir.FunctionType(a.type, [a.type] * len(operands)), name)
-            return self.b.call(callee, list(operands))
-        mve = fn.isa == "mve"
-        if fn.generic == "aot_rdhm":
-            name = "llvm.arm.mve.vqrdmulh.v4i32" if mve else "llvm.aarch64.neon.sqrdmulh.v4i32"
-            return call(name, a, b)
-        shift = self.b.neg(b)
-        fixup = self.b.ashr(self.b.and_(a, shift), ir.Constant(a.type, [31] * 4))
-        fixed = call("llvm.sadd.sat.v4i32", a, fixup)
-        if not mve:
-            return call("llvm.aarch64.neon.srshl.v4i32", fixed, shift)
-        # VRSHL: llvm.arm.mve.vshl.vector (value, shifts, saturate 0, round 1, unsigned 0)
-        i32 = ir.IntType(32)
-        name = "llvm.arm.mve.vshl.vector.v4i32.v4i32"
-        callee = self.module.globals.get(name) or ir.Function(
-            self.module, ir.FunctionType(a.type, [a.type, a.type, i32, i32, i32]), name)
-        return self.b.call(callee, [fixed, shift, ir.Constant(i32, 0), ir.Constant(i32, 1),
-                                    ir.Constant(i32, 0)])
-
-    def pmuldq_rdhm(self, a, b):
-        """x86_pmuldq_rdhm as the C prints it: the even and odd lanes' 64-bit
-        products (sign-extended low halves: pmuldq), rounded, their high
-        halves merged back in place. From the int64 formula LLVM widens all
-        lanes and narrows them again (vpmovzxdq, vpmovqd, vinserti64x4:
-        host-avx512 ic int8 conv2d_add_5 3.35 us against the C's 2.0)."""
-        n = a.type.count // 2
-        wide = ir.VectorType(ir.IntType(64), n)
-        x, y = self.b.bitcast(a, wide), self.b.bitcast(b, wide)
-        k32, rnd = _k(32, n, 64), _k(1 << 30, n, 64)
-
-        def product(u, v):
-            return self.b.add(self.b.mul(u, v), rnd)
-        even = product(self.b.ashr(self.b.shl(x, k32), k32), self.b.ashr(self.b.shl(y, k32), k32))
-        odd = product(self.b.ashr(x, k32), self.b.ashr(y, k32))
-        low = _k(0xFFFFFFFF, n, 64)
-        merged = self.b.or_(self.b.and_(self.b.lshr(even, _k(31, n, 64)), low),
-                            self.b.and_(self.b.shl(odd, _k(1, n, 64)), self.b.not_(low)))
-        return self.b.bitcast(merged, a.type)
-
-    def pmaddwd_call(self, n: int, x, w):
-        name = _PMADDWD[n]
-        callee = self.module.globals.get(name)
-        if callee is None:
-            n = w.type.count // 2
-            callee = ir.Function(self.module, ir.FunctionType(
-                ir.VectorType(ir.IntType(32), n), [w.type, w.type]), name)
-        return self.b.call(callee, [x, w])
-
-    def pair_dot(self, n: int, pmaddwd: bool, x0, x1, w):
-        """aot_dot2 (intrinsics.PairDot): sext / mul / add of the even and odd
-        lanes; x86_pmaddwd: the x86 intrinsic (LLVM does not form it from the
-        lane formula when the pair is a broadcast)."""
-        i16, i32 = ir.IntType(16), ir.IntType(32)
-        if pmaddwd:
-            pair = self.b.insert_element(self.b.insert_element(
-                ir.Constant(ir.VectorType(i16, 2), ir.Undefined), x0, ir.Constant(i32, 0)),
-                x1, ir.Constant(i32, 1))
-            x = self.b.bitcast(self.splat(self.b.bitcast(pair, i32), n), w.type)
-            return self.pmaddwd_call(n, x, w)
         vt = ir.VectorType(i32, n)
         undef = ir.Constant(w.type, ir.Undefined)
         even, odd = (self.b.sext(self.b.shuffle_vector(w, undef, ir.Constant(
@@ -762,14 +629,10 @@ def build_module(funcs: Sequence[PrimFunc], prefix: str, target: Target,
     return module
 
 
-# x86_pmaddwd's LLVM intrinsic by result lanes (aot/lower/tir_passes/legalize.py
-# chooses it only where the target has the ISA).
-_PMADDWD = {4: "llvm.x86.sse2.pmadd.wd", 8: "llvm.x86.avx2.pmadd.wd",
-            16: "llvm.x86.avx512.pmaddw.d.512"}
-# The 4-way int8 dot products' intrinsics ({n}: result lanes), operands
-# (acc, activations, weights); vpdpbusd's activations are the unsigned ones.
-_QUAD_DOT = {"sdot": "llvm.aarch64.neon.sdot.v{n}i32.v{b}i8",
-             "vpdpbusd": "llvm.x86.avx512.vpdpbusd.{bits}"}
+# The 4-way int8 dot products' instructions (QuadDot.instruction), each
+# given (builder, module, acc, the broadcast quad as bytes, weights).
+_QUAD_DOT = {"sdot": neon.llvm_sdot, "smull": neon.llvm_smull_dot4,
+             "vpdpbusd": x86.llvm_vpdpbusd}
 
 
 _LOOP_MARKER = "aot.loop.self."

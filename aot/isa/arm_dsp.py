@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from aot.errors import UnsupportedError
+from aot.isa.instruction import Instruction
 from aot.ir.tir import INT32, Call, DType, Expr, dtype_of
 
 INT8X4 = DType("int8", 4)
@@ -121,6 +122,22 @@ def check_operands(op, args: tuple[Expr, ...], dtype: DType, result: DType = INT
         raise UnsupportedError(f"{op.name} takes ({want}) -> {result}, got "
                                f"({', '.join(map(str, kinds))}) -> {dtype}")
     return op
+
+
+# ------------------------------------------------------------ legalization
+
+ARCHS = ("arm", "thumb")
+_DSP = ((1, ("dsp",)),)
+
+# The Armv7E-M DSP extension (Cortex-M4/M7/M55): SXTB16 reads a little-endian word.
+ROWS: tuple[Instruction, ...] = (
+    Instruction(SMLAD.name, ARM_SMLAD.name, ARCHS, _DSP),
+    Instruction(SMLABB.name, ARM_SMLABB.name, ARCHS, _DSP),
+    Instruction(SMLATT.name, ARM_SMLATT.name, ARCHS, _DSP),
+    Instruction(SMMULR.name, ARM_SMMULR.name, ARCHS, _DSP),
+    Instruction(SXTB16.name, ARM_SXTB16.name, ARCHS, _DSP, little_endian=True),
+    Instruction(SXTB16_ROR8.name, ARM_SXTB16_ROR8.name, ARCHS, _DSP, little_endian=True),
+)
 
 
 # ------------------------------------------------------------------------ C
@@ -224,7 +241,7 @@ def _declare(module: ir.Module, name: str, arity: int) -> ir.Function:
                                                    name)
 
 
-__all__ = ["ARM_SMLABB", "ARM_SMLAD", "ARM_SMLATT", "ARM_SXTB16", "ARM_SXTB16_ROR8", "DSP_OPS",
-           "ARM_SMMULR", "DspOp", "SMLABB", "SMLAD", "SMLATT", "SMMULR", "SXTB16", "SXTB16_ROR8",
-           "c_helper", "check_dsp", "check_operands", "generic_of", "llvm_emit", "smla_half",
-           "smlad", "smmulr", "sxtb16"]
+__all__ = ["ARCHS", "ARM_SMLABB", "ARM_SMLAD", "ARM_SMLATT", "ARM_SMMULR", "ARM_SXTB16",
+           "ARM_SXTB16_ROR8", "DSP_OPS", "DspOp", "ROWS", "SMLABB", "SMLAD", "SMLATT", "SMMULR",
+           "SXTB16", "SXTB16_ROR8", "c_helper", "check_dsp", "check_operands", "generic_of",
+           "llvm_emit", "smla_half", "smlad", "smmulr", "sxtb16"]

@@ -31,7 +31,9 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from aot.isa.arm_dsp import check_operands
+from aot.isa.arm_dsp import ARCHS, check_operands
+from aot.isa.instruction import Instruction
+from aot.isa.neon import MVE_RDBPOT, MVE_VQRDMULH
 from aot.ir.tir import INT32, Call, DType, Expr, Load
 
 INT8X16 = DType("int8", 16)
@@ -85,6 +87,20 @@ def lanes4(*values: Expr) -> Call:
 def check_mve(fn: str, args: tuple[Expr, ...], dtype: DType) -> MveOp:
     op = MVE_OPS[fn]
     return check_operands(op, args, dtype, op.result)
+
+
+_MVE1, _MVE4 = ((1, ("mve",)),), ((4, ("mve",)),)
+
+# Helium (Cortex-M55): one VMLADAVA.S8 per 16 int8 products into a scalar;
+# its fixed-point instructions are NEON's (neon.py).
+ROWS: tuple[Instruction, ...] = (
+    Instruction(DOT16.name, ARM_VMLADAVA.name, ARCHS, _MVE1),
+    Instruction(WIDEN4.name, ARM_VLDRB_S32.name, ARCHS, _MVE4),
+    Instruction(MVE_VQRDMULH.generic, MVE_VQRDMULH.name, ARCHS, _MVE4,
+                little_endian=True, int32_only=True),
+    Instruction(MVE_RDBPOT.generic, MVE_RDBPOT.name, ARCHS, _MVE4,
+                little_endian=True, int32_only=True),
+)
 
 
 def _include(mod) -> None:
@@ -176,6 +192,6 @@ def llvm_emit(b: ir.IRBuilder, module: ir.Module, op: MveOp, args: list) -> ir.V
     return b.add(acc, b.call(reduce, [products]))
 
 
-__all__ = ["ARM_VLDRB_S32", "ARM_VMLADAVA", "DOT16", "INT32X4", "INT8X16", "INT8X4", "MVE_OPS",
-           "MveOp", "LANES4", "WIDEN4", "c_call", "c_helper", "check_mve", "dot16", "lanes4",
-           "llvm_emit", "widen4"]
+__all__ = ["ARM_VLDRB_S32", "ARM_VMLADAVA", "DOT16", "INT32X4", "INT8X16", "INT8X4", "LANES4",
+           "MVE_OPS", "MveOp", "ROWS", "WIDEN4", "c_call", "c_helper", "check_mve", "dot16",
+           "lanes4", "llvm_emit", "widen4"]

@@ -10,13 +10,13 @@ Two kinds:
   defined once here, in TIR, as a few named intermediate values and a
   result; the C backend prints that as a `static inline` function, the LLVM
   backend expands it in place. One definition, so the two cannot disagree.
-- **lane-crossing operations** (`aot_dot2`, `aot_dot2p`, `aot_pack2`,
-  `aot_dot4`, `aot_dot4u`, `aot_pack4`) and the **target instructions** the
-  legalization pass (aot/lower/tir_passes/legalize.py) makes of generic calls
-  (`x86_pmaddwd`, `x86_pmaddwd_packed`, `x86_pmuldq_rdhm`, `aot_pack2_bytes`,
-  `aot_pack4_bytes`, `arm_sdot`, `x86_vpdpbusd`): the backends print each as it is
-  named, choosing nothing (GCC_X86_SPELLINGS: the same for the C spelling
-  of vector conversions and min/max).
+- **lane-crossing operations**: the byte packs and lane reads here
+  (`aot_pack2`, `aot_pack4`, `aot_lane`), the dot products of dots.py, and
+  each instruction family's calls (arm_dsp.py, arm_mve.py, neon.py, x86.py)
+  with the target instructions the legalization pass
+  (aot/lower/tir_passes/legalize.py) makes of generic calls (`aot_pack2_bytes`
+  and `aot_pack4_bytes` here, on every little-endian target): the backends
+  print each as it is named, choosing nothing.
 """
 from __future__ import annotations
 
@@ -25,6 +25,13 @@ from functools import lru_cache
 
 from aot.isa.arm_dsp import DSP_OPS, check_dsp
 from aot.isa.arm_mve import MVE_OPS, check_mve
+from aot.isa.dots import (PACKED_PAIR_DOT, PAIR_DOT, QUAD_DOT, QUAD_DOT_S, QUAD_DOT_U, PairDot,
+                          QuadDot, check_pair_dot, check_quad_dot)
+from aot.isa.instruction import Instruction
+from aot.isa.neon import ARM_SDOT, ARM_SMULL_DOT4, NEON_OPS, PAIRED_QUAD_DOTS, WIDENING_MLAS
+from aot.isa.neon import NeonFixedPoint, PairedQuadDot, PairwiseAdd, WideningMla, check_neon
+from aot.isa.x86 import X86_PMADDWD, X86_PMADDWD_PACKED, X86_PMULDQ_RDHM, X86_VPDPBUSD
+from aot.isa.x86 import Pmuldq, check_pmuldq
 from aot.errors import UnsupportedError
 from aot.ir.tir import (INT32, INT64, Bin, Broadcast, Call, Cast, Const, DType, Expr, Select,
                         Unary, Var, dtype_of)
@@ -283,47 +290,6 @@ def vector_helper(fn: str, lanes: int) -> Helper | None:
 # ------------------------------------------------------------- lane-crossing ops
 
 @dataclass(frozen=True)
-class PairDot:
-    """`aot_dot2(x0, x1, w)`: int16 scalars x0, x1 and an int16 vector w of
-    2n lanes -> int32 vector of n lanes, r[k] = x0*w[2k] + x1*w[2k+1].
-
-    The widening pairwise multiply-add of integer convolutions (two input
-    channels against interleaved weight pairs). Generic, it is the lane
-    formula (NEON compilers turn it into widening multiply-adds); on x86 the
-    legalization pass (aot/lower/tir_passes/legalize.py) makes it `x86_pmaddwd`,
-    pmaddwd with the pair broadcast. Products and the sum are exact in
-    int32 unless all four operands are -32768 (pmaddwd wraps there; callers
-    keep |x| and |w| smaller).
-    """
-    name: str = "aot_dot2"
-    packed: bool = False     # aot_dot2p(p, w): the pair as one int32, (x0 & 0xFFFF) + 65536 x1
-    pmaddwd: bool = False    # the x86 instruction, chosen by the legalization pass
-
-    def result(self, args: tuple[Expr, ...]) -> DType:
-        return DType("int32", dtype_of(args[-1]).lanes // 2)
-
-
-PAIR_DOT = PairDot()
-PACKED_PAIR_DOT = PairDot("aot_dot2p", True)
-X86_PMADDWD = PairDot("x86_pmaddwd", pmaddwd=True)
-X86_PMADDWD_PACKED = PairDot("x86_pmaddwd_packed", True, pmaddwd=True)
-_PAIR_DOTS = {d.name: d for d in (PAIR_DOT, PACKED_PAIR_DOT, X86_PMADDWD, X86_PMADDWD_PACKED)}
-
-
-def pair_dot(x0: Expr, x1: Expr, w: Expr) -> Call:
-    """The aot_dot2 call (see PairDot)."""
-    return Call(PAIR_DOT.name, (x0, x1, w), DType("int32", dtype_of(w).lanes // 2))
-
-
-def packed_pair_dot(pair: Expr, w: Expr) -> Call:
-    """aot_dot2p: aot_dot2 of the int16 halves of an int32 pair = (x0 &
-    0xFFFF) + 65536 * x1 (x0 the low half, sign-extended; x1 = pair >> 16,
-    arithmetic): one load and one broadcast
-    of a pair staged in memory as int32 (on x86, pmaddwd of the broadcast)."""
-    return Call(PACKED_PAIR_DOT.name, (pair, w), DType("int32", dtype_of(w).lanes // 2))
-
-
-@dataclass(frozen=True)
 class PairPack:
     """`aot_pack2(v)`: an int16 vector of 2n lanes -> the int32 vector of
     its n lane pairs, r[k] = (v[2k] & 0xFFFF) + 65536 v[2k+1]: the staged
@@ -352,181 +318,12 @@ QUAD_PACK = PairPack("aot_pack4", group=4)
 QUAD_PACK_BYTES = PairPack("aot_pack4_bytes", bytes=True, group=4)
 _PAIR_PACKS = {p.name: p for p in (PAIR_PACK, PAIR_PACK_BYTES, QUAD_PACK, QUAD_PACK_BYTES)}
 
-
-@dataclass(frozen=True)
-class QuadDot:
-    """`aot_dot4(acc, q, w)`: an int32 vector acc of n lanes, an int32
-    scalar q holding four int8 activations (x_j = byte j of q, the low byte
-    first: (int8)(q >> 8j)) and an int8 vector w of 4n lanes -> acc[k] +
-    sum over j of x_j * w[4k + j].
-
-    The 4-way int8 dot product of integer convolutions (four input channels
-    against weights packed in groups of four per output channel, the quad
-    broadcast). `aot_dot4u` reads the bytes unsigned (x_j = (q >> 8j) & 255),
-    as x86's u8 x s8 instruction does. Generic, each is its lane formula; the
-    legalization pass (aot/lower/tir_passes/legalize.py) makes aot_dot4 `arm_sdot`
-    (ACLE vdotq_s32) on targets with the dotprod feature, and aot_dot4u
-    `x86_vpdpbusd` on AVX-512 VNNI. The sum of four products is exact in
-    int32; the accumulation wraps (callers stay far from 2^31).
-
-    `aot_dot4s` is aot_dot4 whose caller promises w has no -128 (TFLite's
-    int8 weights are [-127, 127]): every product is then within 128 x 127,
-    so two of them add up in int16, which `arm_smull_dot4` (NEON without
-    dotprod: SMULL, SMULL2, ADDP of the int16 products, SADALP into acc)
-    needs.
-    """
-    name: str = "aot_dot4"
-    unsigned: bool = False   # activation bytes are uint8
-    instruction: str = ""    # "sdot" / "vpdpbusd" / "smull": the target instruction
-    symmetric: bool = False  # w never holds -128 (aot_dot4s)
-
-    def result(self, args: tuple[Expr, ...]) -> DType:
-        return dtype_of(args[0])
-
-
-QUAD_DOT = QuadDot()
-QUAD_DOT_U = QuadDot("aot_dot4u", unsigned=True)
-ARM_SDOT = QuadDot("arm_sdot", instruction="sdot")
-X86_VPDPBUSD = QuadDot("x86_vpdpbusd", unsigned=True, instruction="vpdpbusd")
-QUAD_DOT_S = QuadDot("aot_dot4s", symmetric=True)
-ARM_SMULL_DOT4 = QuadDot("arm_smull_dot4", instruction="smull", symmetric=True)
+# The packs are the vector's own bytes on every little-endian target.
+PAIR_PACK_ROWS = (Instruction(PAIR_PACK.name, PAIR_PACK_BYTES.name, little_endian=True),)
+QUAD_PACK_ROWS = (Instruction(QUAD_PACK.name, QUAD_PACK_BYTES.name, little_endian=True),)
+_PAIR_DOTS = {d.name: d for d in (PAIR_DOT, PACKED_PAIR_DOT, X86_PMADDWD, X86_PMADDWD_PACKED)}
 _QUAD_DOTS = {d.name: d for d in (QUAD_DOT, QUAD_DOT_U, ARM_SDOT, X86_VPDPBUSD, QUAD_DOT_S,
                                   ARM_SMULL_DOT4)}
-
-
-def quad_dot(acc: Expr, quad: Expr, w: Expr, unsigned: bool = False,
-             symmetric: bool = False) -> Call:
-    """The aot_dot4 (aot_dot4u, aot_dot4s) call (see QuadDot)."""
-    fn = QUAD_DOT_U if unsigned else QUAD_DOT_S if symmetric else QUAD_DOT
-    return Call(fn.name, (acc, quad, w), dtype_of(acc))
-
-
-@dataclass(frozen=True)
-class WideningMla:
-    """`aot_mlal_lo(acc, x, w)` / `aot_mlal_hi`: an int32 vector acc of n
-    lanes, int16 vectors x and w of 2n -> acc[k] + x[k + h] * w[k + h], h = 0
-    (lo) or n (hi): the widening multiply-accumulate of one half of two
-    int16 vectors (8 int8 channels widened once feed two accumulators).
-    Generic, the lane formula; on AArch64 the legalization pass makes them
-    `arm_smlal_lo` / `arm_smlal_hi` (SMLAL / SMLAL2, ACLE vmlal_s16 /
-    vmlal_high_s16). Exact: the products are within int32 and the sum wraps
-    as the accumulation does."""
-    name: str
-    high: bool = False
-    instruction: bool = False
-
-    def result(self, args: tuple[Expr, ...]) -> DType:
-        return dtype_of(args[0])
-
-
-MLAL_LO = WideningMla("aot_mlal_lo")
-MLAL_HI = WideningMla("aot_mlal_hi", high=True)
-ARM_SMLAL_LO = WideningMla("arm_smlal_lo", instruction=True)
-ARM_SMLAL_HI = WideningMla("arm_smlal_hi", high=True, instruction=True)
-_WIDENING_MLAS = {m.name: m for m in (MLAL_LO, MLAL_HI, ARM_SMLAL_LO, ARM_SMLAL_HI)}
-
-
-def widening_mla(acc: Expr, x: Expr, w: Expr, high: bool) -> Call:
-    """The aot_mlal_lo / aot_mlal_hi call (see WideningMla)."""
-    return Call((MLAL_HI if high else MLAL_LO).name, (acc, x, w), dtype_of(acc))
-
-
-@dataclass(frozen=True)
-class PairedQuadDot:
-    """`aot_dot4p_lo(acc, q0, q1, w0, w1)` / `aot_dot4p_hi`: two quads' dot
-    products (QuadDot's q and w, for consecutive input quads) into an int32
-    x 4 accumulator of half sums: lane k takes, over both quads s, the
-    products of bytes j = 2 (k % 2) and j + 1 of q_s with output channel
-    u = k // 2 (lo) or 2 + k // 2 (hi) of w_s. `aot_addp` of the lo and hi
-    accumulators then gives the 4 channels' sums. On AArch64 without
-    dotprod, `arm_dot4p_lo` / `_hi`: SMULL, SMLAL (two products a lane in
-    int16: w must have no -128), SADALP: 6 instructions per 32 products
-    against arm_smull_dot4's 8."""
-    name: str
-    high: bool = False
-    instruction: bool = False
-
-    def result(self, args: tuple[Expr, ...]) -> DType:
-        return dtype_of(args[0])
-
-
-DOT4P_LO = PairedQuadDot("aot_dot4p_lo")
-DOT4P_HI = PairedQuadDot("aot_dot4p_hi", high=True)
-ARM_DOT4P_LO = PairedQuadDot("arm_dot4p_lo", instruction=True)
-ARM_DOT4P_HI = PairedQuadDot("arm_dot4p_hi", high=True, instruction=True)
-_PAIRED_QUAD_DOTS = {d.name: d for d in (DOT4P_LO, DOT4P_HI, ARM_DOT4P_LO, ARM_DOT4P_HI)}
-
-
-@dataclass(frozen=True)
-class PairwiseAdd:
-    """`aot_addp(a, b)`: int32 x 4 twice -> (a0 + a1, a2 + a3, b0 + b1,
-    b2 + b3), wrapping; `arm_addp` is AArch64's ADDP (vpaddq_s32)."""
-    name: str
-    instruction: bool = False
-
-    def result(self, args: tuple[Expr, ...]) -> DType:
-        return dtype_of(args[0])
-
-
-ADDP = PairwiseAdd("aot_addp")
-ARM_ADDP = PairwiseAdd("arm_addp", instruction=True)
-_PAIRWISE_ADDS = {a.name: a for a in (ADDP, ARM_ADDP)}
-
-
-def paired_quad_dot(acc: Expr, q0: Expr, q1: Expr, w0: Expr, w1: Expr, high: bool) -> Call:
-    """The aot_dot4p_lo / _hi call (see PairedQuadDot)."""
-    return Call((DOT4P_HI if high else DOT4P_LO).name, (acc, q0, q1, w0, w1), dtype_of(acc))
-
-
-def pairwise_add(a: Expr, b: Expr) -> Call:
-    """The aot_addp call (see PairwiseAdd)."""
-    return Call(ADDP.name, (a, b), dtype_of(a))
-
-
-@dataclass(frozen=True)
-class Pmuldq:
-    """`x86_pmuldq_rdhm(a, b)`: the whole-vector aot_rdhm on int32 x n
-    (n = 4, 8, 16; a scalar operand is broadcast), computed with x86's
-    pmuldq on the even and odd lanes (the high halves of their 64-bit
-    products put back in place), which C compilers do not form from the
-    int64 formula. The legalization pass chooses it on x86."""
-    name: str = "x86_pmuldq_rdhm"
-    generic: str = "aot_rdhm"
-
-
-X86_PMULDQ_RDHM = Pmuldq()
-
-
-@dataclass(frozen=True)
-class NeonFixedPoint:
-    """The whole-vector `generic` helper on int32 x 4 as AArch64 NEON computes
-    it, one or three instructions for the generic form's six to nine:
-    `arm_sqrdmulh` (aot_rdhm) is SQRDMULH, (2ab + 2^31) >> 32 = floor((ab +
-    2^30) / 2^31), saturating only where aot_rdhm's operands never are (both
-    INT32_MIN); `arm_rdbpot` (aot_rdbpot) is gemmlowp's NEON form of it: add
-    -1 to negative x when e > 0 (saturating), then SRSHL by -e (rounding half
-    up, so ties of negative values go away from zero as RDBPOT's do). The
-    legalization pass chooses them on AArch64; the C keeps the generic
-    formula for a compiler without NEON. `isa` "mve": the same instructions
-    of Helium (VQRDMULH, VQADD, VRSHL; ACLE spells them alike in
-    <arm_mve.h>), on Arm targets with MVE."""
-    name: str
-    generic: str
-    isa: str = "neon"
-
-
-ARM_SQRDMULH = NeonFixedPoint("arm_sqrdmulh", "aot_rdhm")
-ARM_RDBPOT = NeonFixedPoint("arm_rdbpot", "aot_rdbpot")
-MVE_VQRDMULH = NeonFixedPoint("mve_vqrdmulh", "aot_rdhm", isa="mve")
-MVE_RDBPOT = NeonFixedPoint("mve_rdbpot", "aot_rdbpot", isa="mve")
-_NEON_FIXED_POINT = {f.name: f for f in (ARM_SQRDMULH, ARM_RDBPOT, MVE_VQRDMULH, MVE_RDBPOT)}
-
-# A PrimFunc attribute the legalization pass sets on x86 targets: the C
-# printer may then spell vector conversions and min/max as GCC on x86
-# vectorizes best, under `#if` beside the portable spelling (which compiler
-# builds the C is not known when it is generated; docs/package.md, "gcc and
-# clang"). Elsewhere the portable spelling alone.
-GCC_X86_SPELLINGS = "c_gcc_x86_spellings"
 
 
 def pack_pairs(v: Expr) -> Call:
@@ -559,7 +356,7 @@ def lane(v: Expr, i: int) -> Call:
 def lane_crossing(fn: str) -> bool:
     """Calls whose vector operands need not have the result's lanes."""
     return (fn in DSP_OPS or fn in MVE_OPS or fn in _PAIR_DOTS or fn in _PAIR_PACKS
-            or fn in _QUAD_DOTS or fn in _WIDENING_MLAS or fn in _PAIRED_QUAD_DOTS
+            or fn in _QUAD_DOTS or fn in WIDENING_MLAS or fn in PAIRED_QUAD_DOTS
             or fn == LANE.name)
 
 
@@ -583,73 +380,6 @@ def _check_pair_pack(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairPack:
     return p
 
 
-def _check_quad_dot(fn: str, args: tuple[Expr, ...], dtype: DType) -> QuadDot:
-    d = _QUAD_DOTS[fn]
-    kinds = [dtype_of(a) for a in args]
-    if (len(args) != 3 or kinds[0].scalar != "int32" or kinds[0].lanes < 2
-            or kinds[1] != DType("int32") or kinds[2] != DType("int8", 4 * kinds[0].lanes)
-            or dtype != kinds[0]):
-        raise UnsupportedError(f"{fn} takes (int32 x n, int32, int8 x 4n) -> int32 x n, got "
-                               f"({', '.join(map(str, kinds))}) -> {dtype}")
-    return d
-
-
-def _check_widening_mla(fn: str, args: tuple[Expr, ...], dtype: DType) -> WideningMla:
-    kinds = [dtype_of(a) for a in args]
-    if (len(args) != 3 or kinds[0].scalar != "int32" or kinds[0].lanes < 2
-            or kinds[1:] != [DType("int16", 2 * kinds[0].lanes)] * 2 or dtype != kinds[0]):
-        raise UnsupportedError(f"{fn} takes (int32 x n, int16 x 2n, int16 x 2n) -> int32 x n, "
-                               f"got ({', '.join(map(str, kinds))}) -> {dtype}")
-    return _WIDENING_MLAS[fn]
-
-
-def _check_paired_quad_dot(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairedQuadDot:
-    kinds = [dtype_of(a) for a in args]
-    i32x4, i8x16 = DType("int32", 4), DType("int8", 16)
-    if kinds != [i32x4, DType("int32"), DType("int32"), i8x16, i8x16] or dtype != i32x4:
-        raise UnsupportedError(f"{fn} takes (int32 x 4, int32, int32, int8 x 16, int8 x 16) -> "
-                               f"int32 x 4, got ({', '.join(map(str, kinds))}) -> {dtype}")
-    return _PAIRED_QUAD_DOTS[fn]
-
-
-def _check_pairwise_add(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairwiseAdd:
-    kinds = [dtype_of(a) for a in args]
-    if kinds != [DType("int32", 4)] * 2 or dtype != DType("int32", 4):
-        raise UnsupportedError(f"{fn} takes int32 x 4 twice, got "
-                               f"({', '.join(map(str, kinds))}) -> {dtype}")
-    return _PAIRWISE_ADDS[fn]
-
-
-def _check_pmuldq(args: tuple[Expr, ...], dtype: DType) -> Pmuldq:
-    kinds = [dtype_of(a) for a in args]
-    if (len(args) != 2 or dtype.scalar != "int32" or dtype.lanes not in (4, 8, 16)
-            or any(k.scalar != "int32" or k.lanes not in (1, dtype.lanes) for k in kinds)):
-        raise UnsupportedError(f"{X86_PMULDQ_RDHM.name} takes int32 x n (n = 4, 8, 16) twice, "
-                               f"got ({', '.join(map(str, kinds))}) -> {dtype}")
-    return X86_PMULDQ_RDHM
-
-
-def _check_neon_fixed_point(fn: str, args: tuple[Expr, ...], dtype: DType) -> NeonFixedPoint:
-    kinds = [dtype_of(a) for a in args]
-    if (len(args) != 2 or dtype != DType("int32", 4)
-            or any(k.scalar != "int32" or k.lanes not in (1, 4) for k in kinds)):
-        raise UnsupportedError(f"{fn} takes int32 x 4 twice, got "
-                               f"({', '.join(map(str, kinds))}) -> {dtype}")
-    return _NEON_FIXED_POINT[fn]
-
-
-def _check_pair_dot(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairDot:
-    d = _PAIR_DOTS[fn]
-    kinds = [dtype_of(a) for a in args]
-    scalars = [DType("int32")] if d.packed else [DType("int16")] * 2
-    if (len(args) != len(scalars) + 1 or kinds[:-1] != scalars or kinds[-1].scalar != "int16"
-            or kinds[-1].lanes < 4 or kinds[-1].lanes % 2 or dtype != d.result(args)):
-        want = ", ".join(map(str, scalars))
-        raise UnsupportedError(f"{fn} takes ({want}, int16 x 2n) -> int32 x n, got "
-                               f"({', '.join(map(str, kinds))}) -> {dtype}")
-    return d
-
-
 def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
                ) -> (LibmFn | Helper | PairDot | PairPack | Pmuldq | Lane | QuadDot
                      | NeonFixedPoint | WideningMla | PairedQuadDot | PairwiseAdd):
@@ -659,21 +389,15 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
     if fn in MVE_OPS:          # Helium's (aot/isa/arm_mve.py)
         return check_mve(fn, args, dtype)
     if fn in _PAIR_DOTS:
-        return _check_pair_dot(fn, args, dtype)
+        return check_pair_dot(_PAIR_DOTS[fn], args, dtype)
     if fn in _QUAD_DOTS:
-        return _check_quad_dot(fn, args, dtype)
-    if fn in _WIDENING_MLAS:
-        return _check_widening_mla(fn, args, dtype)
-    if fn in _PAIRED_QUAD_DOTS:
-        return _check_paired_quad_dot(fn, args, dtype)
-    if fn in _PAIRWISE_ADDS:
-        return _check_pairwise_add(fn, args, dtype)
+        return check_quad_dot(_QUAD_DOTS[fn], args, dtype)
+    if fn in NEON_OPS:         # NEON's (aot/isa/neon.py)
+        return check_neon(fn, args, dtype)
     if fn in _PAIR_PACKS:
         return _check_pair_pack(fn, args, dtype)
     if fn == X86_PMULDQ_RDHM.name:
-        return _check_pmuldq(args, dtype)
-    if fn in _NEON_FIXED_POINT:
-        return _check_neon_fixed_point(fn, args, dtype)
+        return check_pmuldq(args, dtype)
     if fn == LANE.name:
         return _check_lane(args, dtype)
     h = HELPERS.get(fn)
@@ -696,14 +420,7 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
     return f
 
 
-__all__ = ["ADDP", "ARM_ADDP", "ARM_DOT4P_HI", "ARM_DOT4P_LO", "ARM_RDBPOT", "ARM_SDOT",
-           "ARM_SMLAL_HI", "ARM_SMLAL_LO", "ARM_SMULL_DOT4", "ARM_SQRDMULH", "DOT4P_HI",
-           "DOT4P_LO", "GCC_X86_SPELLINGS", "HELPERS", "Helper", "LANE", "Lane", "LibmFn",
-           "MVE_RDBPOT", "MVE_VQRDMULH",
-           "MLAL_HI", "MLAL_LO", "NeonFixedPoint", "PACKED_PAIR_DOT", "PAIR_DOT", "PAIR_PACK",
-           "PAIR_PACK_BYTES", "PairDot", "PairPack", "PairedQuadDot", "PairwiseAdd", "Pmuldq",
-           "QUAD_DOT", "QUAD_DOT_S", "QUAD_DOT_U", "QUAD_PACK", "QUAD_PACK_BYTES", "QuadDot",
-           "WideningMla", "X86_PMADDWD", "X86_PMADDWD_PACKED", "X86_PMULDQ_RDHM", "X86_VPDPBUSD",
+__all__ = ["HELPERS", "Helper", "LANE", "Lane", "LibmFn", "PAIR_PACK", "PAIR_PACK_BYTES",
+           "PAIR_PACK_ROWS", "PairPack", "QUAD_PACK", "QUAD_PACK_BYTES", "QUAD_PACK_ROWS",
            "check_call", "helper", "lane", "lane_crossing", "libm", "pack_pairs", "pack_quads",
-           "packed_pair_dot", "pair_dot", "paired_quad_dot", "pairwise_add", "quad_dot",
-           "vector_helper", "widening_mla"]
+           "vector_helper"]

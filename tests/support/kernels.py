@@ -1,5 +1,6 @@
 """Single kernels checked below the package: the calls a lowered kernel makes
-(which instructions a lowering chose), one kernel run as a static AArch64
+(which instructions a lowering chose), a kernel of one call (an instruction
+family's, legalized and spelled), one kernel run as a static AArch64
 program under qemu-aarch64, and the NEON fixed-point kernel (aot_rdhm,
 aot_rdbpot on 4 lanes) with the inputs that reach its edges."""
 from __future__ import annotations
@@ -9,9 +10,10 @@ import subprocess
 import numpy as np
 
 from aot.codegen.c import emit_c
-from aot.codegen.llvm import emit_object
+from aot.codegen.llvm import emit_llvm_ir, emit_object
 from aot.ir.tir import (Bin, Buffer, BufferKind, Call, Const, DType, For, Load, PrimFunc, Store,
                         Var, seq, stmt_exprs, walk_expr, walk_stmt)
+from aot.lower.tir_passes.legalize import legalize
 from aot.targets import get_target
 
 
@@ -19,6 +21,24 @@ from aot.targets import get_target
 def calls(func: PrimFunc) -> list[tuple[str, int]]:
     return [(e.fn, e.dtype.lanes) for s in walk_stmt(func.body) for x in stmt_exprs(s)
             for e in walk_expr(x) if isinstance(e, Call)]
+
+
+def call_kernel(fn: str, operands: tuple[DType, ...], result: DType) -> PrimFunc:
+    """A kernel storing one call of fn, each operand loaded from a buffer of
+    its own (an instruction family's call as lowering would write it)."""
+    ins = tuple(Buffer(f"in{k}", d.with_lanes(1), (d.lanes,)) for k, d in enumerate(operands))
+    out = Buffer("out", result.with_lanes(1), (result.lanes,), BufferKind.OUTPUT)
+    args = tuple(Load(b, Const(0), d.lanes) for b, d in zip(ins, operands))
+    return PrimFunc(fn, (*ins, out), Store(out, Const(0), Call(fn, args, result)))
+
+
+def spelled(func: PrimFunc, target_name: str, legalized: bool = True
+            ) -> tuple[set[str], str, str]:
+    """The calls func makes, legalized for the target (as they are if not
+    `legalized`), and the C and LLVM IR the code generators make of it."""
+    target = get_target(target_name)
+    got = legalize(func, target) if legalized else func
+    return call_names(got), emit_c([got], "t").source, emit_llvm_ir([got], "t", target)
 
 
 def call_names(func: PrimFunc) -> set[str]:

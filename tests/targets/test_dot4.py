@@ -16,7 +16,8 @@ import pytest
 import aot
 from aot.api import verify
 from aot.codegen.c import emit_c
-from aot.isa.calls import pack_quads, quad_dot
+from aot.isa.calls import pack_quads
+from aot.isa.dots import quad_dot
 from aot.codegen.llvm import emit_llvm_ir, emit_object
 from aot.ir.tir import (Bin, Buffer, BufferKind, Call, Const, DType, Load, PrimFunc, Store, seq,
                         stmt_exprs, walk_expr, walk_stmt)

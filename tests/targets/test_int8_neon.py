@@ -15,7 +15,8 @@ import pytest
 import aot
 from aot.api import verify
 from aot.codegen.c import emit_c
-from aot.isa.calls import paired_quad_dot, pairwise_add, quad_dot, widening_mla
+from aot.isa.dots import quad_dot
+from aot.isa.neon import paired_quad_dot, pairwise_add, widening_mla
 from aot.codegen.llvm import emit_llvm_ir
 from aot.ir.tir import (Buffer, BufferKind, Const, DType, For, Load, PrimFunc, Store, Var, add, mul,
                         seq)

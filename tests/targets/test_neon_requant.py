@@ -1,5 +1,5 @@
 """aot_rdhm / aot_rdbpot on int32 x 4 legalized for AArch64 NEON (arm_sqrdmulh,
-arm_rdbpot: aot/isa/calls.py NeonFixedPoint), run under
+arm_rdbpot: aot/isa/neon.py NeonFixedPoint), run under
 qemu-aarch64 from both code generators against aot.ops.quant.qmath's reference
 (the TFLite rules): edge values, every exponent 0..31, ties of both signs."""
 from __future__ import annotations

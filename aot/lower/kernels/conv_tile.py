@@ -37,7 +37,9 @@ from dataclasses import dataclass, replace
 from typing import Callable, Protocol, Sequence
 
 from aot.isa.calls import lane as lane_of
-from aot.isa.calls import pack_quads, packed_pair_dot, pair_dot, widening_mla
+from aot.isa.calls import pack_quads
+from aot.isa.dots import packed_pair_dot, pair_dot
+from aot.isa.neon import widening_mla
 from aot.ir.tir import (Assign, Bin, Buffer, Cast, Const, Decl, DType, Expr, Load, Stmt, Var, add,
                         dt, dtype_of, flat_index, mul, seq)
 from aot.lower.arith import qmath as q

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aot.isa.calls import pair_dot, quad_dot, widening_mla
+from aot.isa.dots import pair_dot, quad_dot
+from aot.isa.neon import widening_mla
 from aot.ir.tir import Call, DType, Expr, Var
 from aot.lower.schedule.space import choices, tunable
 from aot.targets import Target

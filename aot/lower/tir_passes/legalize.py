@@ -36,98 +36,22 @@ facts (aot.targets.Target), not by the backends.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from aot.isa.arm_dsp import (ARM_SMLABB, ARM_SMLAD, ARM_SMLATT, ARM_SMMULR, ARM_SXTB16,
-                             ARM_SXTB16_ROR8, SMLABB, SMLAD, SMLATT, SMMULR, SXTB16,
-                             SXTB16_ROR8)
-from aot.isa.arm_mve import ARM_VLDRB_S32, ARM_VMLADAVA, DOT16, WIDEN4
-from aot.isa.calls import (GCC_X86_SPELLINGS, PACKED_PAIR_DOT, PAIR_DOT, PAIR_PACK,
-                           PAIR_PACK_BYTES, X86_PMADDWD, X86_PMADDWD_PACKED, X86_PMULDQ_RDHM)
-from aot.isa.calls import MVE_RDBPOT, MVE_VQRDMULH
-from aot.isa.calls import (ARM_RDBPOT, ARM_SDOT, ARM_SMULL_DOT4, ARM_SQRDMULH, QUAD_DOT,
-                           QUAD_DOT_S, QUAD_DOT_U, QUAD_PACK, QUAD_PACK_BYTES,
-                           X86_VPDPBUSD)
-from aot.isa.calls import ARM_SMLAL_HI, ARM_SMLAL_LO, MLAL_HI, MLAL_LO
-from aot.isa.calls import ADDP, ARM_ADDP, ARM_DOT4P_HI, ARM_DOT4P_LO, DOT4P_HI, DOT4P_LO
+from aot.isa import arm_dsp, arm_mve, neon, x86
+from aot.isa.calls import PAIR_PACK_ROWS, QUAD_PACK_ROWS
+from aot.isa.instruction import Instruction
 from aot.ir.tir import Call, Expr, PrimFunc, map_stmt_exprs
 from aot.targets import Target
 
-_X86 = ("x86_64", "x86")
-
-
-@dataclass(frozen=True)
-class Instruction:
-    """`generic` calls become `name` on targets of `archs` (empty: any) with
-    the ISA features `features[result lanes]` (no entry: not on that many
-    lanes), only on little-endian targets if `little_endian`, and only on
-    int32 results if `int32_only` (pmuldq's lanes are int32)."""
-    generic: str
-    name: str
-    archs: tuple[str, ...] = ()
-    features: tuple[tuple[int, tuple[str, ...]], ...] | None = None
-    little_endian: bool = False
-    int32_only: bool = False
-
-    def fits(self, call: Call, target: Target) -> bool:
-        if self.archs and target.arch not in self.archs:
-            return False
-        if self.little_endian and not target.little_endian:
-            return False
-        if self.int32_only and call.dtype.scalar != "int32":
-            return False
-        if self.features is None:
-            return True
-        needed = dict(self.features).get(call.dtype.lanes)
-        return needed is not None and target.has(*needed)
-
-
-_PMADDWD = ((4, ("sse2",)), (8, ("avx2",)), (16, ("avx512bw",)))
-_PMULDQ = ((4, ("sse4.1",)), (8, ("avx2",)), (16, ("avx512f",)))
-_ARM = ("arm", "thumb")
-_DSP = ((1, ("dsp",)),)
-_SDOT = ((4, ("dotprod",)),)
-_NEON4 = ((4, ("neon",)),)
-_VPDPBUSD = ((4, ("avx512vnni", "avx512vl")), (8, ("avx512vnni", "avx512vl")),
-             (16, ("avx512vnni",)))
-
-# Every target instruction a generic call may become, first fit wins.
+# Every target instruction a generic call may become, first fit wins: the
+# instruction families' rows (aot/isa/<family>.py). Only the order of one
+# generic call's rows decides anything (NEON's aot_dot4s: SDOT before
+# SMULL); the groups interleave as the table always has, which
+# bench/same_code.py --tables compares row by row.
 INSTRUCTIONS: tuple[Instruction, ...] = (
-    Instruction(PAIR_DOT.name, X86_PMADDWD.name, _X86, _PMADDWD),
-    Instruction(PACKED_PAIR_DOT.name, X86_PMADDWD_PACKED.name, _X86, _PMADDWD),
-    Instruction(X86_PMULDQ_RDHM.generic, X86_PMULDQ_RDHM.name, _X86, _PMULDQ, int32_only=True),
-    Instruction(PAIR_PACK.name, PAIR_PACK_BYTES.name, little_endian=True),
-    # The Armv7E-M DSP extension (Cortex-M4/M7/M55): SXTB16 reads a little-endian word.
-    Instruction(SMLAD.name, ARM_SMLAD.name, _ARM, _DSP),
-    Instruction(SMLABB.name, ARM_SMLABB.name, _ARM, _DSP),
-    Instruction(SMLATT.name, ARM_SMLATT.name, _ARM, _DSP),
-    Instruction(SMMULR.name, ARM_SMMULR.name, _ARM, _DSP),
-    Instruction(SXTB16.name, ARM_SXTB16.name, _ARM, _DSP, little_endian=True),
-    Instruction(SXTB16_ROR8.name, ARM_SXTB16_ROR8.name, _ARM, _DSP, little_endian=True),
-    # Helium (Cortex-M55): one VMLADAVA.S8 per 16 int8 products into a scalar.
-    Instruction(DOT16.name, ARM_VMLADAVA.name, _ARM, ((1, ("mve",)),)),
-    Instruction(WIDEN4.name, ARM_VLDRB_S32.name, _ARM, ((4, ("mve",)),)),
-    Instruction(MVE_VQRDMULH.generic, MVE_VQRDMULH.name, _ARM, ((4, ("mve",)),),
-                little_endian=True, int32_only=True),
-    Instruction(MVE_RDBPOT.generic, MVE_RDBPOT.name, _ARM, ((4, ("mve",)),),
-                little_endian=True, int32_only=True),
-    Instruction(QUAD_PACK.name, QUAD_PACK_BYTES.name, little_endian=True),
-    # Both read the quad's bytes as lanes of a broadcast register: little-endian.
-    Instruction(QUAD_DOT.name, ARM_SDOT.name, ("aarch64",), _SDOT, little_endian=True),
-    Instruction(QUAD_DOT_S.name, ARM_SDOT.name, ("aarch64",), _SDOT, little_endian=True),
-    # Without dotprod: SMULL, SMULL2, ADDP, SADALP (the weights have no -128).
-    Instruction(MLAL_LO.name, ARM_SMLAL_LO.name, ("aarch64",), _NEON4, little_endian=True),
-    Instruction(MLAL_HI.name, ARM_SMLAL_HI.name, ("aarch64",), _NEON4, little_endian=True),
-    Instruction(DOT4P_LO.name, ARM_DOT4P_LO.name, ("aarch64",), _NEON4, little_endian=True),
-    Instruction(DOT4P_HI.name, ARM_DOT4P_HI.name, ("aarch64",), _NEON4, little_endian=True),
-    Instruction(ADDP.name, ARM_ADDP.name, ("aarch64",), _NEON4),
-    Instruction(QUAD_DOT_S.name, ARM_SMULL_DOT4.name, ("aarch64",), _NEON4, little_endian=True),
-    Instruction(QUAD_DOT_U.name, X86_VPDPBUSD.name, _X86, _VPDPBUSD, little_endian=True),
-    # Lane-wise, but only tested little-endian (the C casts vectors to NEON types).
-    Instruction(ARM_SQRDMULH.generic, ARM_SQRDMULH.name, ("aarch64",), _NEON4,
-                little_endian=True, int32_only=True),
-    Instruction(ARM_RDBPOT.generic, ARM_RDBPOT.name, ("aarch64",), _NEON4,
-                little_endian=True, int32_only=True),
+    *x86.SIMD_ROWS, *PAIR_PACK_ROWS, *arm_dsp.ROWS, *arm_mve.ROWS, *QUAD_PACK_ROWS,
+    *neon.DOT_ROWS, *x86.VNNI_ROWS, *neon.FIXED_POINT_ROWS,
 )
 _BY_GENERIC: dict[str, tuple[Instruction, ...]] = {}
 for _i in INSTRUCTIONS:
@@ -151,8 +75,8 @@ def legalize(func: PrimFunc, target: Target) -> PrimFunc:
         return Call(name, e.args, e.dtype)
     body = map_stmt_exprs(func.body, one)
     attrs = func.attrs
-    if target.arch in _X86 and GCC_X86_SPELLINGS not in dict(attrs):
-        attrs += ((GCC_X86_SPELLINGS, True),)
+    if target.arch in x86.ARCHS and x86.GCC_X86_SPELLINGS not in dict(attrs):
+        attrs += ((x86.GCC_X86_SPELLINGS, True),)
     # unchanged: the same object back, as the other passes do
     if not changed and attrs is func.attrs:
         return func

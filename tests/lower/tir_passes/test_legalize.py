@@ -8,12 +8,13 @@ import dataclasses
 import pytest
 
 from aot.codegen.c import emit_c
-from aot.isa.calls import pack_pairs, packed_pair_dot, pair_dot
+from aot.isa.calls import pack_pairs
+from aot.isa.dots import packed_pair_dot, pair_dot
 from aot.codegen.llvm import emit_llvm_ir
-from aot.isa.calls import GCC_X86_SPELLINGS
+from aot.isa.x86 import GCC_X86_SPELLINGS
 from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Call, Cast, Const, DType, For, Load,
                         PrimFunc, Store, Var, seq)
-from aot.lower.tir_passes.legalize import legalize
+from aot.lower.tir_passes.legalize import INSTRUCTIONS, legalize
 from aot.targets import get_target
 from support.kernels import calls
 
@@ -113,3 +114,12 @@ def test_llvm_prints_what_it_is_given():
 def test_the_tir_pipeline_runs_it_last():
     from aot.lower.tir_passes import PIPELINE
     assert PIPELINE[-1] == ("legalize", legalize)
+
+
+def test_the_table_is_the_families_rows_each_in_its_order():
+    from aot.isa import arm_dsp, arm_mve, neon, x86
+    from aot.isa.calls import PAIR_PACK_ROWS, QUAD_PACK_ROWS
+    families = (x86.ROWS, neon.ROWS, arm_dsp.ROWS, arm_mve.ROWS, PAIR_PACK_ROWS + QUAD_PACK_ROWS)
+    assert sorted(map(repr, INSTRUCTIONS)) == sorted(repr(r) for f in families for r in f)
+    for rows in families:
+        assert [r for r in INSTRUCTIONS if r in rows] == list(rows)

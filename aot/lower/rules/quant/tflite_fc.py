@@ -13,7 +13,9 @@ from typing import Callable
 
 import numpy as np
 
-from aot.isa.calls import pack_quads, pair_dot, paired_quad_dot, pairwise_add
+from aot.isa.calls import pack_quads
+from aot.isa.dots import pair_dot
+from aot.isa.neon import paired_quad_dot, pairwise_add
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Cast, Const, Decl, DType, Expr, Load,
                         Stmt, Store, add, dt, flat_index, mul, seq)
 from aot.lower.kernels.cortex_m import dsp as int8_dsp

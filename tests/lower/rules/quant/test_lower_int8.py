@@ -625,7 +625,7 @@ def test_int8_kernels_have_no_undefined_behaviour(tmp_path):
 @pytest.mark.parametrize("codegen", ["c", "c-fallback", "llvm", "c-generic", "llvm-generic"])
 def test_pair_dot_matches_numpy(codegen):
     """aot_dot2 (pmaddwd on x86, the lane formula elsewhere) on random int16."""
-    from aot.isa.calls import pair_dot
+    from aot.isa.dots import pair_dot
     T16 = DType("int16")
     rng = np.random.default_rng(3)
     m = 64
@@ -684,7 +684,7 @@ def _fallback_target():
 @pytest.mark.parametrize("codegen", ["c", "c-fallback", "llvm", "c-generic", "llvm-generic"])
 def test_packed_pair_dot_matches_numpy(codegen):
     """aot_dot2p: the pair staged as one int32, (x0 & 0xFFFF) + 65536 * x1."""
-    from aot.isa.calls import packed_pair_dot
+    from aot.isa.dots import packed_pair_dot
     rng = np.random.default_rng(4)
     m, n = 64, 8
     T16 = DType("int16")

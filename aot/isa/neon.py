@@ -1,0 +1,447 @@
+"""AArch64 NEON's integer instructions (with the dotprod extension's SDOT),
+as TIR calls, with their C and LLVM spellings and legalization rows.
+
+    arm_sdot(acc, q, w)         aot_dot4 / aot_dot4s (dots.QuadDot) as SDOT:
+                                AArch64 with dotprod (4 lanes)
+    arm_smull_dot4(acc, q, w)   aot_dot4s without dotprod: SMULL, SMULL2,
+                                ADDP, SADALP (the weights have no -128)
+    arm_smlal_lo / _hi          aot_mlal_lo / _hi (WideningMla): SMLAL / SMLAL2
+    arm_dot4p_lo / _hi          aot_dot4p_lo / _hi (PairedQuadDot): SMULL,
+                                SMLAL, SADALP
+    arm_addp                    aot_addp (PairwiseAdd): ADDP
+    arm_sqrdmulh, arm_rdbpot    aot_rdhm / aot_rdbpot on int32 x 4
+                                (NeonFixedPoint): SQRDMULH; SQADD and SRSHL
+
+aot_mlal, aot_dot4p and aot_addp are the NEON kernels' own calls: generic,
+each is its lane formula (any target computes it; the host tests use it).
+Helium has the fixed-point instructions too, which ACLE spells alike:
+`mve_vqrdmulh` and `mve_rdbpot` are defined here with NEON's and legalized
+by arm_mve.py's rows.
+
+In C each instruction is its ACLE intrinsic from <arm_neon.h> under `#if`
+on the compiler being given the ISA (`__aarch64__ && __ARM_NEON`,
+`__ARM_FEATURE_DOTPROD`), the formula otherwise; in LLVM the
+`llvm.aarch64.neon.*` intrinsic, or the formula where AArch64's instruction
+selection makes the instruction of it (SMLAL).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from aot.errors import UnsupportedError
+from aot.isa.dots import QUAD_DOT, QUAD_DOT_S, QuadDot
+from aot.isa.instruction import Instruction
+from aot.ir.tir import Call, DType, Expr, dtype_of
+
+ARM_SDOT = QuadDot("arm_sdot", instruction="sdot")
+ARM_SMULL_DOT4 = QuadDot("arm_smull_dot4", instruction="smull", symmetric=True)
+
+
+@dataclass(frozen=True)
+class WideningMla:
+    """`aot_mlal_lo(acc, x, w)` / `aot_mlal_hi`: an int32 vector acc of n
+    lanes, int16 vectors x and w of 2n -> acc[k] + x[k + h] * w[k + h], h = 0
+    (lo) or n (hi): the widening multiply-accumulate of one half of two
+    int16 vectors (8 int8 channels widened once feed two accumulators).
+    Generic, the lane formula; on AArch64 the legalization pass makes them
+    `arm_smlal_lo` / `arm_smlal_hi` (SMLAL / SMLAL2, ACLE vmlal_s16 /
+    vmlal_high_s16). Exact: the products are within int32 and the sum wraps
+    as the accumulation does."""
+    name: str
+    high: bool = False
+    instruction: bool = False
+
+    def result(self, args: tuple[Expr, ...]) -> DType:
+        return dtype_of(args[0])
+
+
+MLAL_LO = WideningMla("aot_mlal_lo")
+MLAL_HI = WideningMla("aot_mlal_hi", high=True)
+ARM_SMLAL_LO = WideningMla("arm_smlal_lo", instruction=True)
+ARM_SMLAL_HI = WideningMla("arm_smlal_hi", high=True, instruction=True)
+WIDENING_MLAS = {m.name: m for m in (MLAL_LO, MLAL_HI, ARM_SMLAL_LO, ARM_SMLAL_HI)}
+
+
+def widening_mla(acc: Expr, x: Expr, w: Expr, high: bool) -> Call:
+    """The aot_mlal_lo / aot_mlal_hi call (see WideningMla)."""
+    return Call((MLAL_HI if high else MLAL_LO).name, (acc, x, w), dtype_of(acc))
+
+
+@dataclass(frozen=True)
+class PairedQuadDot:
+    """`aot_dot4p_lo(acc, q0, q1, w0, w1)` / `aot_dot4p_hi`: two quads' dot
+    products (QuadDot's q and w, for consecutive input quads) into an int32
+    x 4 accumulator of half sums: lane k takes, over both quads s, the
+    products of bytes j = 2 (k % 2) and j + 1 of q_s with output channel
+    u = k // 2 (lo) or 2 + k // 2 (hi) of w_s. `aot_addp` of the lo and hi
+    accumulators then gives the 4 channels' sums. On AArch64 without
+    dotprod, `arm_dot4p_lo` / `_hi`: SMULL, SMLAL (two products a lane in
+    int16: w must have no -128), SADALP: 6 instructions per 32 products
+    against arm_smull_dot4's 8."""
+    name: str
+    high: bool = False
+    instruction: bool = False
+
+    def result(self, args: tuple[Expr, ...]) -> DType:
+        return dtype_of(args[0])
+
+
+DOT4P_LO = PairedQuadDot("aot_dot4p_lo")
+DOT4P_HI = PairedQuadDot("aot_dot4p_hi", high=True)
+ARM_DOT4P_LO = PairedQuadDot("arm_dot4p_lo", instruction=True)
+ARM_DOT4P_HI = PairedQuadDot("arm_dot4p_hi", high=True, instruction=True)
+PAIRED_QUAD_DOTS = {d.name: d for d in (DOT4P_LO, DOT4P_HI, ARM_DOT4P_LO, ARM_DOT4P_HI)}
+
+
+@dataclass(frozen=True)
+class PairwiseAdd:
+    """`aot_addp(a, b)`: int32 x 4 twice -> (a0 + a1, a2 + a3, b0 + b1,
+    b2 + b3), wrapping; `arm_addp` is AArch64's ADDP (vpaddq_s32)."""
+    name: str
+    instruction: bool = False
+
+    def result(self, args: tuple[Expr, ...]) -> DType:
+        return dtype_of(args[0])
+
+
+ADDP = PairwiseAdd("aot_addp")
+ARM_ADDP = PairwiseAdd("arm_addp", instruction=True)
+PAIRWISE_ADDS = {a.name: a for a in (ADDP, ARM_ADDP)}
+
+
+def paired_quad_dot(acc: Expr, q0: Expr, q1: Expr, w0: Expr, w1: Expr, high: bool) -> Call:
+    """The aot_dot4p_lo / _hi call (see PairedQuadDot)."""
+    return Call((DOT4P_HI if high else DOT4P_LO).name, (acc, q0, q1, w0, w1), dtype_of(acc))
+
+
+def pairwise_add(a: Expr, b: Expr) -> Call:
+    """The aot_addp call (see PairwiseAdd)."""
+    return Call(ADDP.name, (a, b), dtype_of(a))
+
+
+@dataclass(frozen=True)
+class NeonFixedPoint:
+    """The whole-vector `generic` helper on int32 x 4 as AArch64 NEON computes
+    it, one or three instructions for the generic form's six to nine:
+    `arm_sqrdmulh` (aot_rdhm) is SQRDMULH, (2ab + 2^31) >> 32 = floor((ab +
+    2^30) / 2^31), saturating only where aot_rdhm's operands never are (both
+    INT32_MIN); `arm_rdbpot` (aot_rdbpot) is gemmlowp's NEON form of it: add
+    -1 to negative x when e > 0 (saturating), then SRSHL by -e (rounding half
+    up, so ties of negative values go away from zero as RDBPOT's do). The
+    legalization pass chooses them on AArch64; the C keeps the generic
+    formula for a compiler without NEON. `isa` "mve": the same instructions
+    of Helium (VQRDMULH, VQADD, VRSHL; ACLE spells them alike in
+    <arm_mve.h>), on Arm targets with MVE."""
+    name: str
+    generic: str
+    isa: str = "neon"
+
+
+ARM_SQRDMULH = NeonFixedPoint("arm_sqrdmulh", "aot_rdhm")
+ARM_RDBPOT = NeonFixedPoint("arm_rdbpot", "aot_rdbpot")
+MVE_VQRDMULH = NeonFixedPoint("mve_vqrdmulh", "aot_rdhm", isa="mve")
+MVE_RDBPOT = NeonFixedPoint("mve_rdbpot", "aot_rdbpot", isa="mve")
+FIXED_POINT = {f.name: f for f in (ARM_SQRDMULH, ARM_RDBPOT, MVE_VQRDMULH, MVE_RDBPOT)}
+# the calls check_neon knows (the QuadDot instructions are checked with aot_dot4's)
+NEON_OPS = {**WIDENING_MLAS, **PAIRED_QUAD_DOTS, **PAIRWISE_ADDS, **FIXED_POINT}
+
+
+def check_neon(fn: str, args: tuple[Expr, ...], dtype: DType):
+    """The op `fn` names (of NEON_OPS) if the call's operands are its own,
+    else a clear error naming it."""
+    kinds = [dtype_of(a) for a in args]
+    i32x4 = DType("int32", 4)
+    if fn in WIDENING_MLAS:
+        if (len(args) != 3 or kinds[0].scalar != "int32" or kinds[0].lanes < 2
+                or kinds[1:] != [DType("int16", 2 * kinds[0].lanes)] * 2 or dtype != kinds[0]):
+            want = "(int32 x n, int16 x 2n, int16 x 2n) -> int32 x n"
+            raise _mismatch(fn, want, kinds, dtype)
+    elif fn in PAIRED_QUAD_DOTS:
+        i8x16 = DType("int8", 16)
+        if kinds != [i32x4, DType("int32"), DType("int32"), i8x16, i8x16] or dtype != i32x4:
+            raise _mismatch(fn, "(int32 x 4, int32, int32, int8 x 16, int8 x 16) -> int32 x 4",
+                            kinds, dtype)
+    elif fn in PAIRWISE_ADDS:
+        if kinds != [i32x4] * 2 or dtype != i32x4:
+            raise _mismatch(fn, "int32 x 4 twice", kinds, dtype)
+    elif (len(args) != 2 or dtype != i32x4
+            or any(k.scalar != "int32" or k.lanes not in (1, 4) for k in kinds)):
+        raise _mismatch(fn, "int32 x 4 twice", kinds, dtype)
+    return NEON_OPS[fn]
+
+
+def _mismatch(fn: str, want: str, kinds: list[DType], dtype: DType) -> UnsupportedError:
+    return UnsupportedError(f"{fn} takes {want}, got ({', '.join(map(str, kinds))}) -> {dtype}")
+
+
+# ------------------------------------------------------------ legalization
+
+_SDOT = ((4, ("dotprod",)),)
+_NEON4 = ((4, ("neon",)),)
+_AARCH64 = ("aarch64",)
+
+# Both read the quad's bytes as lanes of a broadcast register: little-endian.
+DOT_ROWS: tuple[Instruction, ...] = (
+    Instruction(QUAD_DOT.name, ARM_SDOT.name, _AARCH64, _SDOT, little_endian=True),
+    Instruction(QUAD_DOT_S.name, ARM_SDOT.name, _AARCH64, _SDOT, little_endian=True),
+    # Without dotprod: SMULL, SMULL2, ADDP, SADALP (the weights have no -128).
+    Instruction(MLAL_LO.name, ARM_SMLAL_LO.name, _AARCH64, _NEON4, little_endian=True),
+    Instruction(MLAL_HI.name, ARM_SMLAL_HI.name, _AARCH64, _NEON4, little_endian=True),
+    Instruction(DOT4P_LO.name, ARM_DOT4P_LO.name, _AARCH64, _NEON4, little_endian=True),
+    Instruction(DOT4P_HI.name, ARM_DOT4P_HI.name, _AARCH64, _NEON4, little_endian=True),
+    Instruction(ADDP.name, ARM_ADDP.name, _AARCH64, _NEON4),
+    Instruction(QUAD_DOT_S.name, ARM_SMULL_DOT4.name, _AARCH64, _NEON4, little_endian=True),
+)
+# Lane-wise, but only tested little-endian (the C casts vectors to NEON types).
+FIXED_POINT_ROWS: tuple[Instruction, ...] = (
+    Instruction(ARM_SQRDMULH.generic, ARM_SQRDMULH.name, _AARCH64, _NEON4,
+                little_endian=True, int32_only=True),
+    Instruction(ARM_RDBPOT.generic, ARM_RDBPOT.name, _AARCH64, _NEON4,
+                little_endian=True, int32_only=True),
+)
+ROWS = DOT_ROWS + FIXED_POINT_ROWS
+
+
+# ------------------------------------------------------------------------ C
+
+_ISA = "defined(__aarch64__) && defined(__ARM_NEON)"
+_INCLUDE = f"#if {_ISA}\n#include <arm_neon.h>\n#endif\n"
+
+
+def c_quad_dot(op: QuadDot, rt: str) -> tuple[str, str, str]:
+    """(what goes above the helper, the `#if` condition, the expression) of
+    arm_sdot (ACLE's vdotq_s32) or arm_smull_dot4 on an int32 x 4 of C
+    type rt. The quad is broadcast as an int32, so lane k's bytes are its
+    bytes in order on these little-endian targets."""
+    if op.instruction == "sdot":
+        return ("#if defined(__ARM_FEATURE_DOTPROD)\n#include <arm_neon.h>\n#endif\n",
+                "defined(__ARM_FEATURE_DOTPROD)",
+                f"({rt})vdotq_s32((int32x4_t)acc, (int8x16_t)w, "
+                "vreinterpretq_s8_s32(vdupq_n_s32(q)))")
+    # int16 products of the quad's bytes and w's (SMULL, SMULL2), pairs
+    # added in int16 (ADDP: w has no -128, so no overflow), then pairs
+    # of those widened into the accumulator (SADALP)
+    return (_INCLUDE, _ISA, f"({rt})vpadalq_s16((int32x4_t)acc, vpaddq_s16(\n"
+            "        vmull_s8(vreinterpret_s8_s32(vdup_n_s32(q)),\n"
+            "                 vget_low_s8((int8x16_t)w)),\n"
+            "        vmull_high_s8(vreinterpretq_s8_s32(vdupq_n_s32(q)), (int8x16_t)w)))")
+
+
+def c_widening_mla(mod, d: DType, op: WideningMla) -> str:
+    """Define aot_mlal_lo / _hi (the lane formula) or arm_smlal_lo / _hi
+    (SMLAL / SMLAL2, the formula left for a compiler without NEON) on d in
+    the module (c.py's _Module) and name it."""
+    rt, ht = mod.vector(d), mod.vector(DType("int16", 2 * d.lanes))
+    name = f"{op.name}_{rt[4:]}"
+    at = f"k + {d.lanes}" if op.high else "k"
+    formula = (f"    {rt} r = acc;\n    for (int k = 0; k < {d.lanes}; ++k) {{\n"
+               f"        r[k] += (int32_t)x[{at}] * w[{at}];\n    }}\n    return r;\n")
+    head = ""
+    if op.instruction:
+        head = _INCLUDE
+        neon = ("vmlal_high_s16((int32x4_t)acc, (int16x8_t)x, (int16x8_t)w)" if op.high else
+                "vmlal_s16((int32x4_t)acc, vget_low_s16((int16x8_t)x), "
+                "vget_low_s16((int16x8_t)w))")
+        formula = f"#if {_ISA}\n    return ({rt}){neon};\n#else\n{formula}#endif\n"
+    return mod.helper(name, lambda: (
+        f"{head}static inline {rt} {name}({rt} acc, {ht} x, {ht} w)\n{{\n{formula}}}"))
+
+
+def _c_helper(mod, name: str, params: str, formula: str, neon: str | None) -> str:
+    """A helper returning `neon` (an AArch64 NEON expression) under #if,
+    else computing `formula`'s statements; `formula` alone if neon is None."""
+    head = ""
+    if neon is not None:
+        head = _INCLUDE
+        formula = f"#if {_ISA}\n    return {neon};\n#else\n{formula}#endif\n"
+    rt = mod.vector(DType("int32", 4))
+    return mod.helper(name, lambda: (
+        f"{head}static inline {rt} {name}({params})\n{{\n{formula}}}"))
+
+
+def c_paired_quad_dot(mod, op: PairedQuadDot) -> str:
+    """Define aot_dot4p_lo / _hi (the lane formula) or arm_dot4p_lo / _hi
+    (SMULL, SMLAL and SADALP, their 2 forms on the high halves) and name it."""
+    rt, wt = mod.vector(DType("int32", 4)), mod.vector(DType("int8", 16))
+    byte = "(((int32_t)({u} >> 8 * ({j}) & 255u) ^ 128) - 128)"
+    terms = " + ".join(f"{byte.format(u=f'u{s}', j=j)} * w{s}[c + {j}]"
+                       for s in (0, 1) for j in ("j", "j + 1"))
+    formula = ("    const uint32_t u0 = (uint32_t)q0, u1 = (uint32_t)q1;\n"
+               f"    {rt} r = acc;\n    for (int k = 0; k < 4; ++k) {{\n"
+               "        const int j = 2 * (k % 2), c = 4 * (k / 2"
+               f"{' + 2' if op.high else ''});\n"
+               f"        r[k] += {terms};\n    }}\n    return r;\n")
+    neon = None
+    if op.instruction:
+        if op.high:
+            x = "vreinterpretq_s8_s32(vdupq_n_s32(q{s}))"
+            mul = (f"vmlal_high_s8(vmull_high_s8({x.format(s=0)}, (int8x16_t)w0),\n"
+                   f"        {x.format(s=1)}, (int8x16_t)w1)")
+        else:
+            x = "vreinterpret_s8_s32(vdup_n_s32(q{s}))"
+            mul = (f"vmlal_s8(vmull_s8({x.format(s=0)}, vget_low_s8((int8x16_t)w0)),\n"
+                   f"        {x.format(s=1)}, vget_low_s8((int8x16_t)w1))")
+        neon = f"({rt})vpadalq_s16((int32x4_t)acc, {mul})"
+    return _c_helper(mod, f"{op.name}_{rt[4:]}", f"{rt} acc, int32_t q0, int32_t q1, "
+                     f"{wt} w0, {wt} w1", formula, neon)
+
+
+def c_pairwise_add(mod, op: PairwiseAdd) -> str:
+    """Define aot_addp (the formula) or arm_addp (ADDP) and name it."""
+    rt = mod.vector(DType("int32", 4))
+    formula = (f"    {rt} r = {{a[0] + a[1], a[2] + a[3], b[0] + b[1], b[2] + b[3]}};\n"
+               "    return r;\n")
+    neon = f"({rt})vpaddq_s32((int32x4_t)a, (int32x4_t)b)" if op.instruction else None
+    return _c_helper(mod, f"{op.name}_{rt[4:]}", f"{rt} a, {rt} b", formula, neon)
+
+
+def c_fixed_point(mod, op: NeonFixedPoint, generic: str) -> str:
+    """Define arm_sqrdmulh / arm_rdbpot or mve_vqrdmulh / mve_rdbpot: the
+    NEON or Helium instructions (ACLE names them alike), `generic` (the
+    whole-vector helper's C name, already defined) for a compiler without
+    them."""
+    t = mod.vector(DType("int32", 4))
+    name = f"{op.name}_{t[4:]}"
+    if op.generic == "aot_rdhm":
+        neon = f"    return ({t})vqrdmulhq_s32((int32x4_t)a, (int32x4_t)b);\n"
+    else:   # b: the exponent; -1 added to negative a where it is above 0
+        neon = ("    const int32x4_t x = (int32x4_t)a;\n"
+                "    const int32x4_t shift = vnegq_s32((int32x4_t)b);\n"
+                "    const int32x4_t fixup = vshrq_n_s32(vandq_s32(x, shift), 31);\n"
+                f"    return ({t})vrshlq_s32(vqaddq_s32(x, fixup), shift);\n")
+    isa, header = (("defined(__ARM_FEATURE_MVE)", "arm_mve.h") if op.isa == "mve" else
+                   (_ISA, "arm_neon.h"))
+    return mod.helper(name, lambda: (
+        f"#if {isa}\n#include <{header}>\n#endif\n"
+        f"static inline {t} {name}({t} a, {t} b)\n{{\n#if {isa}\n{neon}#else\n"
+        f"    return {generic}(a, b);\n#endif\n}}"))
+
+
+# --------------------------------------------------------------------- LLVM
+
+def llvm_sdot(b: ir.IRBuilder, module: ir.Module, acc, x, w) -> ir.Value:
+    """arm_sdot of the broadcast quad x (seen as bytes) and the weights w."""
+    n = acc.type.count
+    name = f"llvm.aarch64.neon.sdot.v{n}i32.v{4 * n}i8"
+    callee = module.globals.get(name) or ir.Function(
+        module, ir.FunctionType(acc.type, [acc.type, w.type, w.type]), name)
+    return b.call(callee, [acc, x, w])
+
+
+def llvm_smull_dot4(b: ir.IRBuilder, module: ir.Module, acc, x, w) -> ir.Value:
+    """arm_smull_dot4 on the broadcast quad x: SMULL / SMULL2 of the
+    halves, ADDP of the int16 products, SADALP into acc."""
+    i32 = ir.IntType(32)
+    v8i16 = ir.VectorType(ir.IntType(16), 8)
+
+    def half(v, h: int):
+        return b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), ir.Constant(
+            ir.VectorType(i32, 8), list(range(8 * h, 8 * h + 8))))
+    lo, hi = (_call(b, module, "llvm.aarch64.neon.smull.v8i16", v8i16, half(x, h), half(w, h))
+              for h in (0, 1))
+    pairs = _call(b, module, "llvm.aarch64.neon.addp.v8i16", v8i16, lo, hi)
+    return b.add(acc, _call(b, module, "llvm.aarch64.neon.saddlp.v4i32.v8i16", acc.type, pairs))
+
+
+def _call(b: ir.IRBuilder, module: ir.Module, name: str, ret, *operands) -> ir.Value:
+    callee = module.globals.get(name) or ir.Function(
+        module, ir.FunctionType(ret, [o.type for o in operands]), name)
+    return b.call(callee, list(operands))
+
+
+def llvm_emit(fb, op, args: list) -> ir.Value:
+    """A call of op (WideningMla, PairedQuadDot, PairwiseAdd or
+    NeonFixedPoint, its int32 operands already broadcast to 4 lanes) on
+    LLVM values (fb: llvm.py's function builder, its IRBuilder `b`,
+    `module` and `splat`)."""
+    if isinstance(op, WideningMla):
+        return _widening_mla(fb.b, op, *args)
+    if isinstance(op, PairedQuadDot):
+        return _paired_quad_dot(fb, op, *args)
+    if isinstance(op, PairwiseAdd):
+        return _pairwise_add(fb.b, *args)
+    return _fixed_point(fb.b, fb.module, op, *args)
+
+
+def _widening_mla(b: ir.IRBuilder, op: WideningMla, acc, x, w):
+    """aot_mlal_lo / _hi and arm_smlal_lo / _hi alike: the half's lanes
+    extended, multiplied and added (AArch64's instruction selection
+    makes SMLAL / SMLAL2 of it)."""
+    n = acc.type.count
+    at = ir.Constant(ir.VectorType(ir.IntType(32), n),
+                     list(range(n, 2 * n) if op.high else range(n)))
+
+    def half(v):
+        return b.sext(b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), at), acc.type)
+    return b.add(acc, b.mul(half(x), half(w)))
+
+
+def _shuffle(b: ir.IRBuilder, v, lanes: list[int]):
+    return b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), ir.Constant(
+        ir.VectorType(ir.IntType(32), len(lanes)), lanes))
+
+
+def _paired_quad_dot(fb, op: PairedQuadDot, acc, q0, q1, w0, w1):
+    """arm_dot4p_lo / _hi: SMULL of the half, SMLAL of the other quad's,
+    SADALP; aot_dot4p_lo / _hi: the same sums in int32."""
+    b, module = fb.b, fb.module
+    i32 = ir.IntType(32)
+    half = list(range(8, 16) if op.high else range(8))
+    xs = [_shuffle(b, b.bitcast(fb.splat(q, 4), w0.type), half) for q in (q0, q1)]
+    ws = [_shuffle(b, w, half) for w in (w0, w1)]
+    if op.instruction:
+        v8i16 = ir.VectorType(ir.IntType(16), 8)
+        smull = module.globals.get("llvm.aarch64.neon.smull.v8i16") or ir.Function(
+            module, ir.FunctionType(v8i16, [xs[0].type] * 2), "llvm.aarch64.neon.smull.v8i16")
+        saddlp = module.globals.get("llvm.aarch64.neon.saddlp.v4i32.v8i16") or \
+            ir.Function(module, ir.FunctionType(acc.type, [v8i16]),
+                        "llvm.aarch64.neon.saddlp.v4i32.v8i16")
+        pairs = b.add(*(b.call(smull, [x, w]) for x, w in zip(xs, ws)))
+        return b.add(acc, b.call(saddlp, [pairs]))
+    v8i32 = ir.VectorType(i32, 8)
+    prod = b.add(*(b.mul(b.sext(x, v8i32), b.sext(w, v8i32)) for x, w in zip(xs, ws)))
+    return b.add(acc, b.add(_shuffle(b, prod, [0, 2, 4, 6]), _shuffle(b, prod, [1, 3, 5, 7])))
+
+
+def _pairwise_add(b: ir.IRBuilder, x, y):
+    """aot_addp / arm_addp: lanes 0, 2 of x and y plus lanes 1, 3 (ADDP)."""
+    both = b.shuffle_vector(x, y, ir.Constant(ir.VectorType(ir.IntType(32), 8), list(range(8))))
+    return b.add(_shuffle(b, both, [0, 2, 4, 6]), _shuffle(b, both, [1, 3, 5, 7]))
+
+
+def _fixed_point(b: ir.IRBuilder, module: ir.Module, op: NeonFixedPoint, x, e):
+    """arm_sqrdmulh: SQRDMULH; arm_rdbpot: -1 added (saturating) to
+    negative x where the exponent e is above 0, then SRSHL by -e; the mve_
+    forms Helium's VQRDMULH, VQADD and VRSHL."""
+    def call(name: str, *operands):
+        callee = module.globals.get(name) or ir.Function(
+            module, ir.FunctionType(x.type, [x.type] * len(operands)), name)
+        return b.call(callee, list(operands))
+    mve = op.isa == "mve"
+    if op.generic == "aot_rdhm":
+        name = "llvm.arm.mve.vqrdmulh.v4i32" if mve else "llvm.aarch64.neon.sqrdmulh.v4i32"
+        return call(name, x, e)
+    shift = b.neg(e)
+    fixup = b.ashr(b.and_(x, shift), ir.Constant(x.type, [31] * 4))
+    fixed = call("llvm.sadd.sat.v4i32", x, fixup)
+    if not mve:
+        return call("llvm.aarch64.neon.srshl.v4i32", fixed, shift)
+    # VRSHL: llvm.arm.mve.vshl.vector (value, shifts, saturate 0, round 1, unsigned 0)
+    i32 = ir.IntType(32)
+    name = "llvm.arm.mve.vshl.vector.v4i32.v4i32"
+    callee = module.globals.get(name) or ir.Function(
+        module, ir.FunctionType(x.type, [x.type, x.type, i32, i32, i32]), name)
+    return b.call(callee, [fixed, shift, ir.Constant(i32, 0), ir.Constant(i32, 1),
+                           ir.Constant(i32, 0)])
+
+
+__all__ = ["ADDP", "ARM_ADDP", "ARM_DOT4P_HI", "ARM_DOT4P_LO", "ARM_RDBPOT", "ARM_SDOT",
+           "ARM_SMLAL_HI", "ARM_SMLAL_LO", "ARM_SMULL_DOT4", "ARM_SQRDMULH", "DOT4P_HI",
+           "DOT4P_LO", "DOT_ROWS", "FIXED_POINT", "FIXED_POINT_ROWS", "MLAL_HI", "MLAL_LO",
+           "MVE_RDBPOT", "MVE_VQRDMULH", "NEON_OPS", "NeonFixedPoint", "PAIRED_QUAD_DOTS",
+           "PAIRWISE_ADDS", "PairedQuadDot", "PairwiseAdd", "ROWS", "WIDENING_MLAS",
+           "WideningMla", "c_fixed_point", "c_pairwise_add", "c_paired_quad_dot", "c_quad_dot",
+           "c_widening_mla", "check_neon", "llvm_emit", "llvm_sdot", "llvm_smull_dot4",
+           "paired_quad_dot", "pairwise_add", "widening_mla"]

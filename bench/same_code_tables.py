@@ -1,6 +1,6 @@
 """aot's tables as text, for bench/same_code.py --tables: the op table with
-its rules, the instruction legalization table in order, both pass pipelines
-and the tuning sites. A function appears by its qualified name without its
+its rules, the layout facts of every op, the instruction legalization table
+in order, both pass pipelines and the tuning sites. A function appears by its qualified name without its
 module, so a table whose entries only moved between modules prints the same.
 
 Runs inside bench/same_code_emit.py, in the tree being replayed; `need`
@@ -42,6 +42,38 @@ def op_table(need: Callable) -> list[str]:
     return lines
 
 
+def layout_facts(need: Callable) -> list[str]:
+    """What the layout pass may do with each op: the op's `layout` in the
+    op table, or in a tree from before the facts moved there, what
+    aot/passes/layout.py's name lists said, read the way its rules read
+    them."""
+    ops = need("OPS")
+    read = _listed_layout(need) if not hasattr(next(iter(ops.values())), "layout") else \
+        (lambda name, d: (d.layout.channels_first, d.layout.weighted, d.layout.sink.value,
+                          d.layout.axis))
+    return [f"{name}: channels_first {cf}, weighted {w}, sink {sink}, axis {axis}"
+            for name, d in sorted(ops.items()) for cf, w, sink, axis in [read(name, d)]]
+
+
+def _listed_layout(need: Callable) -> Callable:
+    lists = {n: need(n) for n in ("SPATIAL", "WEIGHTED", "NOT_BROADCAST", "PER_AXIS",
+                                  "AXIS_OPS", "REDUCES")}
+    by_name = {"Concat": ("concat", 0), "Split": ("axis", 0), "Resize": ("resize", 0),
+               "Pad": ("pad", 0), "Slice": ("slice", 0),
+               **{n: ("axis", -1) for n in lists["AXIS_OPS"]},
+               **{n: ("reduce", 0) for n in lists["REDUCES"]}}
+
+    def read(name, d):
+        elementwise = d.pattern.name in ("ELEMWISE", "BROADCAST") and \
+            not name.startswith("tfl.") and name not in lists["NOT_BROADCAST"]
+        if elementwise:
+            sink = ("per axis", 1) if name in lists["PER_AXIS"] else ("broadcast", 0)
+        else:
+            sink = by_name.get(name, ("stay", 0))
+        return (name in lists["SPATIAL"], name in lists["WEIGHTED"], *sink)
+    return read
+
+
 def legalization(need: Callable) -> list[str]:
     """In order: the first instruction that fits a call wins."""
     return [repr(i) for i in need("INSTRUCTIONS")]
@@ -71,6 +103,6 @@ def tuning_sites(need: Callable) -> list[str]:
 
 def tables(need: Callable) -> dict[str, list[str]]:
     need("lower_graph")     # imports every rule module: the op table is complete
-    return {"ops": op_table(need), "legalize": legalization(need),
+    return {"ops": op_table(need), "layout": layout_facts(need), "legalize": legalization(need),
             "graph_passes": pipeline(need("GRAPH_PIPELINE")),
             "tir_passes": pipeline(need("TIR_PIPELINE")), "tuning_sites": tuning_sites(need)}

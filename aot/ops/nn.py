@@ -17,7 +17,13 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from aot.errors import ShapeError, UnsupportedError, node_label
 from aot.ir.graph import TensorType
-from aot.ops.registry import Call, Pattern, Sig, inner_dim_macs, per_weight_row_macs, register
+from aot.ops.registry import (Call, Layout, Pattern, Sig, Sink, inner_dim_macs,
+                              per_weight_row_macs, register)
+
+# Ops with the `layout` attribute: the layout pass makes them channels last.
+CHANNELS_FIRST = Layout(channels_first=True)
+# Softmax-like ops work along `axis` (default: the last), which moves with a Transpose.
+ROW_AXIS = Layout(sink=Sink.AXIS, axis=-1)
 
 FLOATS = ("float32", "float64", "float16")
 
@@ -252,7 +258,7 @@ def conv_nchw(x: np.ndarray, w: np.ndarray, bias, win: Window, group: int) -> np
 
 
 @register("Conv", infer=_conv_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE,
-          macs=per_weight_row_macs(1))
+          macs=per_weight_row_macs(1), layout=Layout(channels_first=True, weighted=True))
 def _conv(call: Call, args):
     x, w, b = (list(args) + [None])[:3]
     layout = layout_of(call)
@@ -332,7 +338,7 @@ def _convt_macs(call: Call) -> int:
 
 
 @register("ConvTranspose", infer=_convt_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE,
-          macs=_convt_macs)
+          macs=_convt_macs, layout=Layout(channels_first=True, weighted=True))
 def _conv_transpose(call: Call, args):
     x, w, b = (list(args) + [None])[:3]
     layout = layout_of(call)
@@ -439,7 +445,8 @@ def _maxpool_indices(call: Call, v: np.ndarray, win: Window, shape) -> np.ndarra
     return (nc * int(np.prod(spatial)) + pos).astype(np.int64)
 
 
-@register("MaxPool", infer=_maxpool_infer, pattern=Pattern.REDUCE)
+@register("MaxPool", infer=_maxpool_infer, pattern=Pattern.REDUCE,
+          layout=CHANNELS_FIRST)
 def _maxpool(call: Call, args):
     x = args[0]
     layout, xn, win = _pool_setup(call, x)
@@ -500,7 +507,8 @@ def window_counts(win: Window, spatial, include_pad: bool) -> np.ndarray:
     return total
 
 
-@register("AveragePool", infer=_pool_infer, pattern=Pattern.REDUCE)
+@register("AveragePool", infer=_pool_infer, pattern=Pattern.REDUCE,
+          layout=CHANNELS_FIRST)
 def _avgpool(call: Call, args):
     x = args[0]
     layout, xn, win = _pool_setup(call, x)
@@ -511,7 +519,8 @@ def _avgpool(call: Call, args):
     return [_from_nchw(y, layout)]
 
 
-@register("LpPool", infer=_pool_infer, pattern=Pattern.REDUCE)
+@register("LpPool", infer=_pool_infer, pattern=Pattern.REDUCE,
+          layout=CHANNELS_FIRST)
 def _lppool(call: Call, args):
     x = args[0]
     p = float(call.attrs.get("p", 2))
@@ -538,20 +547,23 @@ def _spatial_axes(x: np.ndarray, layout: str) -> tuple[int, ...]:
     return tuple(range(1, x.ndim - 1)) if layout == "NHWC" else tuple(range(2, x.ndim))
 
 
-@register("GlobalAveragePool", infer=_global_infer, pattern=Pattern.REDUCE)
+@register("GlobalAveragePool", infer=_global_infer, pattern=Pattern.REDUCE,
+          layout=CHANNELS_FIRST)
 def _gap(call: Call, args):
     x = args[0]
     axes = _spatial_axes(x, layout_of(call))
     return [x.mean(axis=axes, keepdims=True, dtype=np.float64).astype(x.dtype)]
 
 
-@register("GlobalMaxPool", infer=_global_infer, pattern=Pattern.REDUCE)
+@register("GlobalMaxPool", infer=_global_infer, pattern=Pattern.REDUCE,
+          layout=CHANNELS_FIRST)
 def _gmp(call: Call, args):
     x = args[0]
     return [x.max(axis=_spatial_axes(x, layout_of(call)), keepdims=True)]
 
 
-@register("GlobalLpPool", infer=_global_infer, pattern=Pattern.REDUCE)
+@register("GlobalLpPool", infer=_global_infer, pattern=Pattern.REDUCE,
+          layout=CHANNELS_FIRST)
 def _glp(call: Call, args):
     x = args[0]
     p = float(call.attrs.get("p", 2))
@@ -594,7 +606,9 @@ def _channel_shape(x: np.ndarray, layout: str) -> tuple[int, ...]:
     return (1, -1) + (1,) * (x.ndim - 2)
 
 
-@register("BatchNormalization", infer=_bn_infer, pattern=Pattern.BROADCAST)
+# Its scale, bias, mean and variance are per channel, not broadcast operands.
+@register("BatchNormalization", infer=_bn_infer, pattern=Pattern.BROADCAST,
+          layout=Layout(channels_first=True, sink=Sink.STAY))
 def _batchnorm(call: Call, args):
     x, scale, bias, mean, var = args[:5]
     eps = float(call.attrs.get("epsilon", 1e-5))
@@ -629,7 +643,8 @@ def _instnorm_infer(sig: Sig):
     return [TensorType(x.shape, x.dtype)]
 
 
-@register("InstanceNormalization", infer=_instnorm_infer, pattern=Pattern.OPAQUE)
+@register("InstanceNormalization", infer=_instnorm_infer, pattern=Pattern.OPAQUE,
+          layout=CHANNELS_FIRST)
 def _instnorm(call: Call, args):
     x, scale, bias = args[:3]
     layout = layout_of(call)
@@ -752,7 +767,8 @@ def _lrn_infer(sig: Sig):
     return [TensorType(x.shape, x.dtype)]
 
 
-@register("LRN", infer=_lrn_infer, pattern=Pattern.OPAQUE)
+@register("LRN", infer=_lrn_infer, pattern=Pattern.OPAQUE,
+          layout=CHANNELS_FIRST)
 def _lrn(call: Call, args):
     x = args[0]
     layout = layout_of(call)
@@ -868,19 +884,19 @@ def _softmax_parts(call: Call, x: np.ndarray):
     return z, np.exp(z).sum(axis=axis, keepdims=True), axis
 
 
-@register("Softmax", infer=_softmax_infer, pattern=Pattern.REDUCE)
+@register("Softmax", infer=_softmax_infer, pattern=Pattern.REDUCE, layout=ROW_AXIS)
 def _softmax(call: Call, args):
     z, s, _ = _softmax_parts(call, args[0])
     return [(np.exp(z) / s).astype(args[0].dtype)]
 
 
-@register("LogSoftmax", infer=_softmax_infer, pattern=Pattern.REDUCE)
+@register("LogSoftmax", infer=_softmax_infer, pattern=Pattern.REDUCE, layout=ROW_AXIS)
 def _log_softmax(call: Call, args):
     z, s, _ = _softmax_parts(call, args[0])
     return [(z - np.log(s)).astype(args[0].dtype)]
 
 
-@register("Hardmax", infer=_softmax_infer, pattern=Pattern.REDUCE)
+@register("Hardmax", infer=_softmax_infer, pattern=Pattern.REDUCE, layout=ROW_AXIS)
 def _hardmax(call: Call, args):
     x = args[0]
     axis = int(call.attrs.get("axis", -1)) % max(x.ndim, 1)
@@ -920,7 +936,8 @@ def _d2s_infer(sig: Sig):
     return [TensorType(_from_nchw_shape(out, layout), x.dtype, x.quant)]
 
 
-@register("DepthToSpace", infer=_d2s_infer, pattern=Pattern.INJECTIVE)
+@register("DepthToSpace", infer=_d2s_infer, pattern=Pattern.INJECTIVE,
+          layout=CHANNELS_FIRST)
 def _depth_to_space(call: Call, args):
     layout = layout_of(call)
     x = _to_nchw(args[0], layout)
@@ -934,7 +951,8 @@ def _depth_to_space(call: Call, args):
     return [_from_nchw(y.reshape(n, oc, h * bs, w * bs), layout)]
 
 
-@register("SpaceToDepth", infer=_d2s_infer, pattern=Pattern.INJECTIVE)
+@register("SpaceToDepth", infer=_d2s_infer, pattern=Pattern.INJECTIVE,
+          layout=CHANNELS_FIRST)
 def _space_to_depth(call: Call, args):
     layout = layout_of(call)
     x = _to_nchw(args[0], layout)
@@ -1143,7 +1161,8 @@ def _resize_axis(call: Call, data: np.ndarray, axis: int, n_out: int, scale: flo
     return y
 
 
-@register("Resize", infer=_resize_infer, pattern=Pattern.INJECTIVE)
+@register("Resize", infer=_resize_infer, pattern=Pattern.INJECTIVE,
+          layout=Layout(sink=Sink.RESIZE))
 def _resize(call: Call, args):
     x = args[0]
     args = list(args) + [None] * (4 - len(args))

@@ -12,7 +12,7 @@ import numpy as np
 from aot.errors import UnsupportedError, node_label
 from aot.ops.elementwise import arity
 from aot.ir.graph import Quant, TensorType
-from aot.ops.registry import Call, Pattern, Sig, register
+from aot.ops.registry import Call, Layout, Pattern, Sig, Sink, register
 
 
 def _ints(a) -> list[int]:
@@ -191,7 +191,8 @@ def _infer_concat(sig: Sig):
     return [TensorType(tuple(shape), first.dtype, quant)]
 
 
-@register("Concat", infer=arity(1)(_infer_concat), pattern=Pattern.INJECTIVE)
+@register("Concat", infer=arity(1)(_infer_concat), pattern=Pattern.INJECTIVE,
+          layout=Layout(sink=Sink.CONCAT))
 def _concat(call: Call, args):
     parts = [a for a in args if a is not None]
     return [np.concatenate(parts, axis=call.attrs.get("axis", 0))]
@@ -231,7 +232,8 @@ def _infer_split(sig: Sig):
     return outs
 
 
-@register("Split", infer=arity(1, 2)(_infer_split), pattern=Pattern.INJECTIVE)
+@register("Split", infer=arity(1, 2)(_infer_split), pattern=Pattern.INJECTIVE,
+          layout=Layout(sink=Sink.AXIS))
 def _split(call: Call, args):
     x = args[0]
     axis = call.attrs.get("axis", 0) % x.ndim
@@ -273,7 +275,8 @@ def _infer_slice(sig: Sig):
     return [_moved(sig, shape, pick=(lambda v: v[index[x.quant.axis]]) if on_axis else None)]
 
 
-@register("Slice", infer=arity(3, 5)(_infer_slice), pattern=Pattern.INJECTIVE)
+@register("Slice", infer=arity(3, 5)(_infer_slice), pattern=Pattern.INJECTIVE,
+          layout=Layout(sink=Sink.SLICE))
 def _slice(call: Call, args):
     sig = Sig(call.node, call.in_types, tuple(args))
     return [np.require(args[0][slice_params(sig)], requirements="C")]
@@ -328,7 +331,8 @@ def _infer_expand(sig: Sig):
     return [_moved(sig, _broadcast(sig, sig.in_types[0].shape, _ints(sig.const(1))))]
 
 
-@register("Expand", infer=_infer_expand, pattern=Pattern.BROADCAST)
+# Its shape input is no broadcast operand: a Transpose stays before it.
+@register("Expand", infer=_infer_expand, pattern=Pattern.BROADCAST, layout=Layout(sink=Sink.STAY))
 def _expand(call: Call, args):
     return [np.require(np.broadcast_to(args[0], call.out_types[0].shape), requirements="C")]
 
@@ -383,7 +387,7 @@ def _no_channel_pads(sig: Sig, widths):
     return None
 
 
-@register("Pad", infer=_infer_pad, pattern=Pattern.INJECTIVE)
+@register("Pad", infer=_infer_pad, pattern=Pattern.INJECTIVE, layout=Layout(sink=Sink.PAD))
 def _pad(call: Call, args):
     x = args[0]
     if x.ndim == 0:

@@ -18,7 +18,11 @@ from aot.ops.nn import (
     FLOATS, _from_nchw, layout_of, _to_nchw, conv_nchw,
     conv_output_shape, matmul_shape, resolve_window,
 )
-from aot.ops.registry import Call, Pattern, Sig, inner_dim_macs, per_weight_row_macs, register
+from aot.ops.registry import (Call, Layout, Pattern, Sig, Sink, inner_dim_macs,
+                              per_weight_row_macs, register)
+
+# Scale and zero point along `axis` (default 1), which moves with a Transpose.
+PER_AXIS = Layout(sink=Sink.PER_AXIS, axis=1)
 
 # Integer types QuantizeLinear may produce (int4 and float8 are not supported).
 QTYPES = ("int8", "uint8", "int16", "uint16")
@@ -134,7 +138,7 @@ def _quantize_infer(sig: Sig):
     return [TensorType(x.shape, out)]
 
 
-@register("QuantizeLinear", infer=_quantize_infer, pattern=Pattern.BROADCAST)
+@register("QuantizeLinear", infer=_quantize_infer, pattern=Pattern.BROADCAST, layout=PER_AXIS)
 def _quantize(call: Call, args):
     x, scale = args[0], args[1]
     zp = args[2] if len(args) > 2 else None
@@ -166,7 +170,8 @@ def _dequantize_infer(sig: Sig):
     return [TensorType(x.shape, out)]
 
 
-@register("DequantizeLinear", infer=_dequantize_infer, pattern=Pattern.BROADCAST)
+@register("DequantizeLinear", infer=_dequantize_infer, pattern=Pattern.BROADCAST,
+          layout=PER_AXIS)
 def _dequantize(call: Call, args):
     x, scale = args[0], args[1]
     zp = args[2] if len(args) > 2 else None

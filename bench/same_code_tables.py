@@ -1,23 +1,26 @@
 """aot's tables as text, for bench/same_code.py --tables: the op table with
 its rules, the layout facts of every op, the instruction legalization table
 in order, both pass pipelines and the tuning sites. A function appears by its qualified name without its
-module, so a table whose entries only moved between modules prints the same.
+module and without the underscore that marks a name private, so a table
+whose entries only moved between modules or became public prints the same.
 
 Runs inside bench/same_code_emit.py, in the tree being replayed; `need`
 finds a name in that tree's layout (same_code_emit.WHERE).
 """
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any, Callable
 
 
 def name_of(fn: Any, seen: frozenset = frozenset()) -> str:
     """`fn`'s qualified name, and those of the functions its closure holds
-    (a pipeline's lambda around the pass it runs), never its module."""
+    (a pipeline's lambda around the pass it runs), never its module, and
+    each part without a leading private underscore."""
     if fn is None:
         return "-"
-    name = getattr(fn, "__qualname__", type(fn).__qualname__)
+    name = re.sub(r"(^|\.)_(?!_)", r"\1", getattr(fn, "__qualname__", type(fn).__qualname__))
     if id(fn) in seen:      # a recursive closure holds itself
         return name
     inner = [c.cell_contents for c in getattr(fn, "__closure__", None) or ()

@@ -1,8 +1,9 @@
 """aot's tables as text, for bench/same_code.py --tables: the op table with
 its rules, the layout facts of every op, the instruction legalization table
-in order, both pass pipelines and the tuning sites. A function appears by its qualified name without its
-module and without the underscore that marks a name private, so a table
-whose entries only moved between modules or became public prints the same.
+in order, both pass pipelines and the tuning sites. A function appears by
+its qualified name without its module and without the underscore that
+marks a name private, so a table whose entries only moved between modules
+or became public prints the same.
 
 Runs inside bench/same_code_emit.py, in the tree being replayed; `need`
 finds a name in that tree's layout (same_code_emit.WHERE).

@@ -241,7 +241,7 @@ def conv_nchw(x: np.ndarray, w: np.ndarray, bias, win: Window, group: int) -> np
     o = w.shape[0]
     cg, og = c // group, o // group
     nsp = x.ndim - 2
-    cols = window_view(x, win, 0.0)                      # [N, C, *out, *k]
+    cols = window_view(x, win, 0.0)                   # [N, C, *out, *k]
     cols = cols.reshape((n, group, cg) + cols.shape[2:])
     # -> [N, g, *out, cg, *k], flattened to [N, g, P, cg*K]
     order = (0, 1) + tuple(range(3, 3 + nsp)) + (2,) + tuple(range(3 + nsp, 3 + 2 * nsp))

@@ -287,10 +287,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_stream(args: argparse.Namespace, board) -> int:
     """aot run --stream: each input file holds the steps ([steps, *shape]),
     each output file gets them likewise."""
-    from aot.check.streaming import _run_stream as run_stream
+    from aot.check.streaming import run_stream_with_rows
 
     graph_inputs = _stream_input_names(args)
-    outputs, rows = run_stream(args.model, dict(zip(graph_inputs, _read_inputs(
+    outputs, rows = run_stream_with_rows(args.model, dict(zip(graph_inputs, _read_inputs(
         args.input, graph_inputs))), board, args.codegen, **_load_kwargs(args))
     if args.out is None:
         return _show_outputs(args, [(r["name"], outputs[r["name"]]) for r in rows],

@@ -59,6 +59,9 @@ WHERE: dict[str, tuple[str, ...]] = {
                            "test_dot4:RING_FIRST_LAYERS"),
     # the tables (bench/same_code_tables.py)
     "OPS": ("aot.ops.registry:OPS",),
+    # the layout facts before they were the op table's
+    **{name: (f"aot.passes.layout:{name}",) for name in (
+        "SPATIAL", "WEIGHTED", "NOT_BROADCAST", "PER_AXIS", "AXIS_OPS", "REDUCES")},
     "INSTRUCTIONS": ("aot.lower.tir_passes.legalize:INSTRUCTIONS",
                      "aot.lower.legalize:INSTRUCTIONS"),
     "GRAPH_PIPELINE": ("aot.passes.pipeline:PIPELINE",),

@@ -1,23 +1,27 @@
 """aot's tables as text, for bench/same_code.py --tables: the op table with
-its rules, the instruction legalization table in order, both pass pipelines
-and the tuning sites. A function appears by its qualified name without its
-module, so a table whose entries only moved between modules prints the same.
+its rules, the layout facts of every op, the instruction legalization table
+in order, both pass pipelines and the tuning sites. A function appears by
+its qualified name without its module and without the underscore that
+marks a name private, so a table whose entries only moved between modules
+or became public prints the same.
 
 Runs inside bench/same_code_emit.py, in the tree being replayed; `need`
 finds a name in that tree's layout (same_code_emit.WHERE).
 """
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any, Callable
 
 
 def name_of(fn: Any, seen: frozenset = frozenset()) -> str:
     """`fn`'s qualified name, and those of the functions its closure holds
-    (a pipeline's lambda around the pass it runs), never its module."""
+    (a pipeline's lambda around the pass it runs), never its module, and
+    each part without a leading private underscore."""
     if fn is None:
         return "-"
-    name = getattr(fn, "__qualname__", type(fn).__qualname__)
+    name = re.sub(r"(^|\.)_(?!_)", r"\1", getattr(fn, "__qualname__", type(fn).__qualname__))
     if id(fn) in seen:      # a recursive closure holds itself
         return name
     inner = [c.cell_contents for c in getattr(fn, "__closure__", None) or ()
@@ -40,6 +44,38 @@ def op_table(need: Callable) -> list[str]:
                      f"never_lowered {d.never_lowered!r}, needs_values {d.needs_values}, "
                      f"infer {name_of(d.infer)}, ref {name_of(d.ref)}, macs {name_of(d.macs)}")
     return lines
+
+
+def layout_facts(need: Callable) -> list[str]:
+    """What the layout pass may do with each op: the op's `layout` in the
+    op table, or in a tree from before the facts moved there, what
+    aot/passes/layout.py's name lists said, read the way its rules read
+    them."""
+    ops = need("OPS")
+    read = _listed_layout(need) if not hasattr(next(iter(ops.values())), "layout") else \
+        (lambda name, d: (d.layout.channels_first, d.layout.weighted, d.layout.sink.value,
+                          d.layout.axis))
+    return [f"{name}: channels_first {cf}, weighted {w}, sink {sink}, axis {axis}"
+            for name, d in sorted(ops.items()) for cf, w, sink, axis in [read(name, d)]]
+
+
+def _listed_layout(need: Callable) -> Callable:
+    lists = {n: need(n) for n in ("SPATIAL", "WEIGHTED", "NOT_BROADCAST", "PER_AXIS",
+                                  "AXIS_OPS", "REDUCES")}
+    by_name = {"Concat": ("concat", 0), "Split": ("axis", 0), "Resize": ("resize", 0),
+               "Pad": ("pad", 0), "Slice": ("slice", 0),
+               **{n: ("axis", -1) for n in lists["AXIS_OPS"]},
+               **{n: ("reduce", 0) for n in lists["REDUCES"]}}
+
+    def read(name, d):
+        elementwise = d.pattern.name in ("ELEMWISE", "BROADCAST") and \
+            not name.startswith("tfl.") and name not in lists["NOT_BROADCAST"]
+        if elementwise:
+            sink = ("per axis", 1) if name in lists["PER_AXIS"] else ("broadcast", 0)
+        else:
+            sink = by_name.get(name, ("stay", 0))
+        return (name in lists["SPATIAL"], name in lists["WEIGHTED"], *sink)
+    return read
 
 
 def legalization(need: Callable) -> list[str]:
@@ -71,6 +107,6 @@ def tuning_sites(need: Callable) -> list[str]:
 
 def tables(need: Callable) -> dict[str, list[str]]:
     need("lower_graph")     # imports every rule module: the op table is complete
-    return {"ops": op_table(need), "legalize": legalization(need),
+    return {"ops": op_table(need), "layout": layout_facts(need), "legalize": legalization(need),
             "graph_passes": pipeline(need("GRAPH_PIPELINE")),
             "tir_passes": pipeline(need("TIR_PIPELINE")), "tuning_sites": tuning_sites(need)}

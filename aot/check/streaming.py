@@ -63,10 +63,10 @@ def tflm_with_state_outputs(path: Path, graph: Graph) -> bytes:
     """The .tflite model with the value of each state update appended to
     subgraph 0's outputs, in state_names order."""
     from aot.check.reference import runtime_module
-    from aot.frontend.tflite.importer import _decode, _unique_names
+    from aot.frontend.tflite.schema import decode, unique_names
 
     data = Path(path).read_bytes()
-    names = _unique_names(_decode(data).tensors)
+    names = unique_names(decode(data).tensors)
     index = {n: i for i, n in enumerate(names)}
     extra = []
     for v in state_names(graph):
@@ -212,8 +212,8 @@ def streams(path: Path, graph: Graph) -> bool:
     variables; an LSTM's state updates are internal to the kernel)."""
     if Path(path).suffix.lower() != ".tflite" or not graph.variables:
         return False
-    from aot.frontend.tflite.importer import _decode, _unique_names
-    names = set(_unique_names(_decode(Path(path).read_bytes()).tensors))
+    from aot.frontend.tflite.schema import decode, unique_names
+    names = set(unique_names(decode(Path(path).read_bytes()).tensors))
     return all(graph.updates.get(v) in names for v in graph.variables)
 
 
@@ -261,12 +261,13 @@ def run_stream(model: str | Path, inputs, board=None, codegen: str = "c",
     `inputs`: {input name: array} or a list in input order, each with a
     leading step axis ([steps, *input shape]); the result is {output name:
     array [steps, *output shape]}."""
-    return _run_stream(model, inputs, board, codegen, **load_kwargs)[0]
+    return run_stream_with_rows(model, inputs, board, codegen, **load_kwargs)[0]
 
 
-def _run_stream(model, inputs, board, codegen: str, **load_kwargs
-                ) -> tuple[dict[str, np.ndarray], list[dict]]:
-    """(outputs, the step package's metadata rows of the model's outputs)."""
+def run_stream_with_rows(model, inputs, board, codegen: str, **load_kwargs
+                         ) -> tuple[dict[str, np.ndarray], list[dict]]:
+    """run_stream's outputs, and the step package's metadata rows of the
+    model's outputs (`aot run --stream` names its files by them)."""
     import tempfile
 
     import aot

@@ -144,7 +144,10 @@ def _deadline(process, seconds: float, what: str):
         timer.cancel()
 
 
-class _Session:
+class Session:
+    """One package's harness in serve mode: requests and answers over its
+    pipes, each within a deadline (the I/O fuzzer drives one directly)."""
+
     def __init__(self, process, meta: dict):
         self.process = process
         self.meta = meta
@@ -183,7 +186,7 @@ class Device:
             raise AotError(f"board '{board.name}': serve mode does not support transport "
                            f"'{board.transport}'")
         self.board = board
-        self._sessions: dict[Path, _Session] = {}
+        self._sessions: dict[Path, Session] = {}
         self._stack = contextlib.ExitStack()
         self._ssh = None
         self._uploads = 0
@@ -247,7 +250,7 @@ class Device:
 
     # ------------------------------------------------------------- starting
 
-    def _start(self, pkg: Path) -> _Session:
+    def _start(self, pkg: Path) -> Session:
         from aot.packaging.build import read_metadata
 
         meta = read_metadata(pkg)
@@ -258,7 +261,7 @@ class Device:
         if not exe.is_file():
             raise AotError(f"{pkg}: the harness bench/bench is missing (package for this board)")
         if self.board.transport == "ssh":
-            return _Session(self._start_remote(exe), meta)
+            return Session(self._start_remote(exe), meta)
         prefix: list[str] = []
         if self.board.transport == "local":
             from aot.deploy.host import check_cpu
@@ -266,7 +269,7 @@ class Device:
         if self.board.transport == "qemu-user":
             from aot.deploy.qemu_user import qemu_command
             prefix = qemu_command(self.board)
-        return _Session(_LocalProcess([*prefix, str(exe), "--serve"]), meta)
+        return Session(_LocalProcess([*prefix, str(exe), "--serve"]), meta)
 
     def _start_remote(self, exe: Path) -> _RemoteProcess:
         from aot.support import progress

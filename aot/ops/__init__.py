@@ -5,7 +5,8 @@ upgrades older forms), plus a `layout` attribute on spatial ops for
 channels-last. Ops with TFLite's integer semantics are named `tfl.*`.
 See docs/ops.md for the conventions.
 """
-from aot.ops.registry import OPS, Call, OpDef, Pattern, Sig, node_macs, op_def, register
+from aot.ops.registry import (OPS, Call, Layout, OpDef, Pattern, Sig, Sink, node_macs, op_def,
+                              register)
 
 # Each family module registers its ops on import.
 from aot.ops import (
@@ -30,4 +31,5 @@ from aot.ops import (
 )  # noqa: F401,E402
 from aot.ops.quant import onnx_quant, tflite_int8, tflite_int16, tflite_lut
 
-__all__ = ["OPS", "Call", "OpDef", "Pattern", "Sig", "node_macs", "op_def", "register"]
+__all__ = ["OPS", "Call", "Layout", "OpDef", "Pattern", "Sig", "Sink", "node_macs", "op_def",
+           "register"]

@@ -29,11 +29,11 @@ import numpy as np
 
 from aot.errors import AotError, UnsupportedError, node_label
 from aot.ir.graph import Graph, TensorType, claim_name
+from aot.ops.attrs import normalize_axis
 from aot.ops.elementwise import arity
-from aot.ops.index import _check_values, _wrap
+from aot.ops.index import check_indices, wrapped_indices
 from aot.ops.registry import Call, Pattern, Sig, register
 from aot.ops.signal import scalar_int
-from aot.ops.tensor import _axis
 
 
 def value_sized(sig: Sig, i: int, what: str) -> np.ndarray:
@@ -60,7 +60,7 @@ def _infer_topk(sig: Sig):
         raise sig.fail("the input must have rank >= 1")
     if x.dtype == "bool":
         raise sig.fail("the input must be numeric, got bool")
-    axis = _axis(sig, int(sig.attrs.get("axis", -1)), len(x.shape))
+    axis = normalize_axis(sig, int(sig.attrs.get("axis", -1)), len(x.shape))
     k = topk_k(sig)
     if not 0 <= k <= x.shape[axis]:
         raise sig.fail(f"k {k} is out of range for an axis of {x.shape[axis]}")
@@ -322,7 +322,7 @@ def compress_positions(sig: Sig) -> tuple[int | None, np.ndarray]:
     if len(sig.in_types[1].shape) != 1:
         raise sig.fail(f"the condition must be 1-D, got {list(sig.in_types[1].shape)}")
     axis = sig.attrs.get("axis")
-    axis = None if axis is None else _axis(sig, int(axis), len(x.shape))
+    axis = None if axis is None else normalize_axis(sig, int(axis), len(x.shape))
     dim = x.size if axis is None else x.shape[axis]
     if np.any(cond[dim:]):
         raise sig.fail(f"the condition selects beyond the {dim} positions of the input")
@@ -363,7 +363,7 @@ def _infer_bounded_compress(sig: Sig):
     if len(cond.shape) != 1:
         raise sig.fail(f"the condition must be 1-D, got {list(cond.shape)}")
     if sig.attrs.get("axis") is not None:
-        _axis(sig, int(sig.attrs["axis"]), len(x.shape))
+        normalize_axis(sig, int(sig.attrs["axis"]), len(x.shape))
     axis, bound = bounded_compress_geometry(sig)
     return [TensorType(_compress_shape(x, axis, bound), x.dtype, x.quant), COUNT_TYPE]
 
@@ -426,11 +426,11 @@ def _infer_unique(sig: Sig):
                 TensorType((t.size,), "int64")] * 3 + [COUNT_TYPE]
         if not t.shape:
             raise sig.fail("a scalar has no axis to take unique slices along")
-        n = t.shape[_axis(sig, int(sig.attrs["axis"]), len(t.shape))]
+        n = t.shape[normalize_axis(sig, int(sig.attrs["axis"]), len(t.shape))]
         return [t] + [TensorType((n,), "int64")] * 3 + [COUNT_TYPE]
     x = value_sized(sig, 0, "the input")
     axis = sig.attrs.get("axis")
-    axis = None if axis is None else _axis(sig, int(axis), x.ndim)
+    axis = None if axis is None else normalize_axis(sig, int(axis), x.ndim)
     y, first, inverse, counts = unique(x, axis, bool(sig.attrs.get("sorted", 1)))
     types = [TensorType(y.shape, t.dtype, t.quant)] + [
         TensorType(a.shape, "int64") for a in (first, inverse, counts)]
@@ -484,7 +484,7 @@ def _infer_roi_align(sig: Sig):
     out_h, out_w, ratio, _, _, _ = roi_attrs(sig)
     if out_h < 1 or out_w < 1 or ratio < 0:
         raise sig.fail(f"output {out_h}x{out_w} and sampling_ratio {ratio} must be positive")
-    _check_values(sig, 2, (x.shape[0],))
+    check_indices(sig, 2, (x.shape[0],))
     return [TensorType((rois.shape[0], x.shape[1], out_h, out_w), "float32")]
 
 
@@ -534,7 +534,7 @@ def roi_align_one(x: np.ndarray, roi, out_h: int, out_w: int, ratio: int, scale:
 def _roi_align(call: Call, args):
     x, rois, batch = args
     out_h, out_w, ratio, scale, mode, half_pixel = roi_attrs(call)
-    batch = _wrap(call, batch, x.shape[0])
+    batch = wrapped_indices(call, batch, x.shape[0])
     out = np.zeros(call.out_types[0].shape, np.float64)
     for r in range(rois.shape[0]):
         out[r] = roi_align_one(x[batch[r]].astype(np.float64), rois[r], out_h, out_w, ratio,

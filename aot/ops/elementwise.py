@@ -16,7 +16,7 @@ import numpy as np
 
 from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import TensorType
-from aot.ops.registry import Call, Pattern, Sig, register
+from aot.ops.registry import Call, Layout, Pattern, Sig, Sink, register
 
 FLOATS = ("float32", "float64", "float16")
 _erf_obj = np.frompyfunc(math.erf, 1, 1)  # exact, ~0.1 s per million elements
@@ -432,7 +432,9 @@ def _infer_dropout(sig: Sig):
     return [TensorType(x.shape, x.dtype, x.quant), TensorType(x.shape, "bool")]
 
 
-@register("Dropout", infer=arity(1, 3)(_infer_dropout), pattern=Pattern.ELEMWISE)
+# Its ratio and training_mode inputs are no broadcast operands.
+@register("Dropout", infer=arity(1, 3)(_infer_dropout), pattern=Pattern.ELEMWISE,
+          layout=Layout(sink=Sink.STAY))
 def _dropout(call: Call, args):
     # Inference: identity; the mask (if asked for) keeps everything.
     return [args[0], np.ones(args[0].shape, dtype=bool)]

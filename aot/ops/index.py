@@ -38,7 +38,7 @@ def _axis(sig: Sig, rank: int, default: int = 0, extra: int = 0) -> int:
     return axis % (rank + extra)
 
 
-def _check_values(sig: Sig, i: int, dims, components: bool = False) -> None:
+def check_indices(sig: Sig, i: int, dims, components: bool = False) -> None:
     """Constant indices: refused at compile time when out of range."""
     v = sig.values[i] if i < len(sig.values) else None
     if v is None or not v.size:
@@ -60,7 +60,7 @@ def _fail(call: Call, msg: str):
     return Sig(call.node, call.in_types, ()).fail(msg)
 
 
-def _wrap(call: Call, v: np.ndarray, dim: int) -> np.ndarray:
+def wrapped_indices(call: Call, v: np.ndarray, dim: int) -> np.ndarray:
     """Indices checked and made non-negative, as int64."""
     v = np.asarray(v, np.int64)
     if v.size and (v.min() < -dim or v.max() >= dim):
@@ -114,7 +114,7 @@ def _infer_gather_elements(sig: Sig):
         raise sig.fail("data must have rank >= 1")
     axis = _axis(sig, len(data.shape))
     _elementwise_fits(sig, data, idx, axis)
-    _check_values(sig, 1, (data.shape[axis],))
+    check_indices(sig, 1, (data.shape[axis],))
     return [TensorType(idx.shape, data.dtype, _per_tensor_quant(sig, data))]
 
 
@@ -122,7 +122,7 @@ def _infer_gather_elements(sig: Sig):
 def _gather_elements(call: Call, args):
     data, idx = args
     axis = int(call.attrs.get("axis", 0)) % data.ndim
-    idx = _wrap(call, idx, data.shape[axis])
+    idx = wrapped_indices(call, idx, data.shape[axis])
     rest = [np.arange(n).reshape([-1 if k == a else 1 for k in range(data.ndim)])
             for a, n in enumerate(idx.shape)]
     rest[axis] = idx
@@ -152,7 +152,7 @@ def _nd_parts(sig: Sig):
 @arity(2, 2)
 def _infer_gather_nd(sig: Sig):
     data, idx, b, k = _nd_parts(sig)
-    _check_values(sig, 1, data.shape[b:b + k], components=True)
+    check_indices(sig, 1, data.shape[b:b + k], components=True)
     shape = tuple(idx.shape[:-1]) + tuple(data.shape[b + k:])
     return [TensorType(shape, data.dtype, _per_tensor_quant(sig, data))]
 
@@ -161,7 +161,7 @@ def _infer_gather_nd(sig: Sig):
 def _gather_nd(call: Call, args):
     data, idx = args
     b, k = int(call.attrs.get("batch_dims", 0)), idx.shape[-1]
-    pos = [_wrap(call, idx[..., j], d) for j, d in enumerate(data.shape[b:b + k])]
+    pos = [wrapped_indices(call, idx[..., j], d) for j, d in enumerate(data.shape[b:b + k])]
     batch = [np.arange(n).reshape([-1 if a == m else 1 for a in range(idx.ndim - 1)])
              for m, n in enumerate(idx.shape[:b])]
     return [np.require(data[tuple(batch + pos)], requirements="C")]
@@ -184,7 +184,7 @@ def _infer_scatter_elements(sig: Sig):
         raise sig.fail(f"updates {list(upd.shape)} must have the shape of the indices "
                        f"{list(idx.shape)}")
     _same_data_type(sig, 0, 2, "updates")
-    _check_values(sig, 1, (data.shape[axis],))
+    check_indices(sig, 1, (data.shape[axis],))
     return [TensorType(data.shape, data.dtype, data.quant)]
 
 
@@ -200,7 +200,7 @@ def _scatter(call: Call, out: np.ndarray, targets, updates: np.ndarray) -> np.nd
 def _scatter_elements(call: Call, args):
     data, idx, upd = args
     axis = int(call.attrs.get("axis", 0)) % data.ndim
-    pos = _wrap(call, idx, data.shape[axis])
+    pos = wrapped_indices(call, idx, data.shape[axis])
     targets = []
     for p in np.ndindex(*idx.shape):
         at = list(p)
@@ -221,7 +221,7 @@ def _infer_scatter_nd(sig: Sig):
     if tuple(upd.shape) != want:
         raise sig.fail(f"updates {list(upd.shape)} must be {list(want)}")
     _same_data_type(sig, 0, 2, "updates")
-    _check_values(sig, 1, data.shape[:k], components=True)
+    check_indices(sig, 1, data.shape[:k], components=True)
     return [TensorType(data.shape, data.dtype, data.quant)]
 
 
@@ -229,7 +229,8 @@ def _infer_scatter_nd(sig: Sig):
 def _scatter_nd(call: Call, args):
     data, idx, upd = args
     k = idx.shape[-1]
-    pos = np.stack([_wrap(call, idx[..., j], d) for j, d in enumerate(data.shape[:k])], -1)
+    pos = np.stack([wrapped_indices(call, idx[..., j], d)
+                    for j, d in enumerate(data.shape[:k])], -1)
     rows = pos.reshape(-1, k)
     with np.errstate(all="ignore"):
         return [_scatter(call, data.copy(), [tuple(int(v) for v in r) for r in rows],

@@ -8,9 +8,9 @@ import numpy as np
 
 from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import TensorType
+from aot.ops.attrs import ints, normalize_axes
 from aot.ops.elementwise import ONNX_DTYPES, arity
 from aot.ops.registry import Call, Pattern, Sig, register
-from aot.ops.tensor import _axes, _ints
 
 
 # ---- Trilu ------------------------------------------------------------------------------
@@ -83,7 +83,7 @@ def _infer_reverse_sequence(sig: Sig):
         raise sig.fail(f"sequence_lens must be int64 [{x.shape[batch]}], got {lens}")
     values = sig.values[1] if len(sig.values) > 1 else None
     if values is not None and not np.all((values >= 0) & (values <= x.shape[time])):
-        raise sig.fail(f"sequence_lens {_ints(values)} must lie in [0, {x.shape[time]}]")
+        raise sig.fail(f"sequence_lens {ints(values)} must lie in [0, {x.shape[time]}]")
     return [TensorType(x.shape, x.dtype, x.quant)]
 
 
@@ -110,8 +110,8 @@ def crop_offsets(sig: Sig) -> tuple[tuple[int, ...], tuple[int, ...]]:
     odd element of either goes to the end."""
     x = sig.in_types[0]
     rank = len(x.shape)
-    target = _ints(sig.const(1))
-    axes = _axes(sig, sig.attrs.get("axes", range(rank)), rank)
+    target = ints(sig.const(1))
+    axes = normalize_axes(sig, sig.attrs.get("axes", range(rank)), rank)
     if len(target) != len(axes) or any(d <= 0 for d in target):
         raise sig.fail(f"shape {target} must give a positive size for each of the axes {axes}")
     shape, offset = list(x.shape), [0] * rank

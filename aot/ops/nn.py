@@ -17,7 +17,13 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from aot.errors import ShapeError, UnsupportedError, node_label
 from aot.ir.graph import TensorType
-from aot.ops.registry import Call, Pattern, Sig, inner_dim_macs, per_weight_row_macs, register
+from aot.ops.registry import (Call, Layout, Pattern, Sig, Sink, inner_dim_macs,
+                              per_weight_row_macs, register)
+
+# Ops with the `layout` attribute: the layout pass makes them channels last.
+CHANNELS_FIRST = Layout(channels_first=True)
+# Softmax-like ops work along `axis` (default: the last), which moves with a Transpose.
+ROW_AXIS = Layout(sink=Sink.AXIS, axis=-1)
 
 FLOATS = ("float32", "float64", "float16")
 
@@ -86,13 +92,13 @@ def _from_nchw_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _to_nchw(x: np.ndarray, layout: str) -> np.ndarray:
+def to_nchw(x: np.ndarray, layout: str) -> np.ndarray:
     if layout == "NHWC":
         return np.moveaxis(x, -1, 1)
     return x
 
 
-def _from_nchw(x: np.ndarray, layout: str) -> np.ndarray:
+def from_nchw(x: np.ndarray, layout: str) -> np.ndarray:
     if layout == "NHWC":
         return np.ascontiguousarray(np.moveaxis(x, 1, -1))
     return x
@@ -170,7 +176,7 @@ def resolve_window(sig_or_call, spatial: tuple[int, ...], kernel: tuple[int, ...
     return Window(kernel, strides, dilations, tuple(begin), tuple(end), tuple(out))
 
 
-def _windows(x: np.ndarray, win: Window, fill: float) -> np.ndarray:
+def window_view(x: np.ndarray, win: Window, fill: float) -> np.ndarray:
     """View [N, C, *out, *kernel] of the (padded) NCHW input's windows."""
     n = len(win.kernel)
     spatial = x.shape[2:]
@@ -235,7 +241,7 @@ def conv_nchw(x: np.ndarray, w: np.ndarray, bias, win: Window, group: int) -> np
     o = w.shape[0]
     cg, og = c // group, o // group
     nsp = x.ndim - 2
-    cols = _windows(x, win, 0.0)                      # [N, C, *out, *k]
+    cols = window_view(x, win, 0.0)                   # [N, C, *out, *k]
     cols = cols.reshape((n, group, cg) + cols.shape[2:])
     # -> [N, g, *out, cg, *k], flattened to [N, g, P, cg*K]
     order = (0, 1) + tuple(range(3, 3 + nsp)) + (2,) + tuple(range(3 + nsp, 3 + 2 * nsp))
@@ -252,16 +258,16 @@ def conv_nchw(x: np.ndarray, w: np.ndarray, bias, win: Window, group: int) -> np
 
 
 @register("Conv", infer=_conv_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE,
-          macs=per_weight_row_macs(1))
+          macs=per_weight_row_macs(1), layout=Layout(channels_first=True, weighted=True))
 def _conv(call: Call, args):
     x, w, b = (list(args) + [None])[:3]
     layout = layout_of(call)
     if layout == "NHWC":
         w = np.moveaxis(w, -1, 1)
-    xn = _to_nchw(x, layout)
+    xn = to_nchw(x, layout)
     win = resolve_window(call, tuple(xn.shape[2:]), tuple(w.shape[2:]))
     y = conv_nchw(xn, w, b, win, int(call.attrs.get("group", 1)))
-    return [_from_nchw(y.astype(x.dtype, copy=False), layout)]
+    return [from_nchw(y.astype(x.dtype, copy=False), layout)]
 
 
 # --------------------------------------------------------------------------
@@ -332,13 +338,13 @@ def _convt_macs(call: Call) -> int:
 
 
 @register("ConvTranspose", infer=_convt_infer, pattern=Pattern.OUT_ELEMWISE_FUSABLE,
-          macs=_convt_macs)
+          macs=_convt_macs, layout=Layout(channels_first=True, weighted=True))
 def _conv_transpose(call: Call, args):
     x, w, b = (list(args) + [None])[:3]
     layout = layout_of(call)
     if layout == "NHWC":
         w = np.moveaxis(w, -1, 1)
-    xn = _to_nchw(x, layout)
+    xn = to_nchw(x, layout)
     kernel, strides, dil, begin, end, out = convt_geometry(call, xn.shape, w.shape)
     group = int(call.attrs.get("group", 1))
     n, c = xn.shape[:2]
@@ -366,14 +372,14 @@ def _conv_transpose(call: Call, args):
                                              for b_, o, l_ in zip(begin, out, lo))]
     if b is not None:
         y = y + b.reshape((1, -1) + (1,) * nsp)
-    return [_from_nchw(y.astype(x.dtype, copy=False), layout)]
+    return [from_nchw(y.astype(x.dtype, copy=False), layout)]
 
 
 # --------------------------------------------------------------------------
 # Pooling
 
 
-def _pool_infer_common(sig: Sig):
+def pool_infer_common(sig: Sig):
     x = sig.in_types[0]
     if x.dtype not in FLOATS and not (sig.node.op == "MaxPool" and x.dtype in ("int8", "uint8")):
         raise _unsupported(sig, f"input dtype {x.dtype}")
@@ -394,12 +400,12 @@ def _pool_infer_common(sig: Sig):
 
 
 def _pool_infer(sig: Sig):
-    x, _, _, out = _pool_infer_common(sig)
+    x, _, _, out = pool_infer_common(sig)
     return [TensorType(out, x.dtype)]
 
 
 def _maxpool_infer(sig: Sig):
-    x, layout, _, out = _pool_infer_common(sig)
+    x, layout, _, out = pool_infer_common(sig)
     so = int(sig.attrs.get("storage_order", 0))
     if so not in (0, 1):
         raise sig.fail(f"storage_order {so} must be 0 or 1")
@@ -408,15 +414,15 @@ def _maxpool_infer(sig: Sig):
     return [TensorType(out, x.dtype, sig.in_types[0].quant), TensorType(out, "int64")]
 
 
-def _pool_setup(call: Call, x: np.ndarray):
+def pool_setup(call: Call, x: np.ndarray):
     layout = layout_of(call)
-    xn = _to_nchw(x, layout)
+    xn = to_nchw(x, layout)
     kernel = tuple(int(k) for k in call.attrs["kernel_shape"])
     win = resolve_window(call, tuple(xn.shape[2:]), kernel, bool(call.attrs.get("ceil_mode", 0)))
     return layout, xn, win
 
 
-def _kernel_axes(nsp: int) -> tuple[int, ...]:
+def kernel_axes(nsp: int) -> tuple[int, ...]:
     return tuple(range(2 + nsp, 2 + 2 * nsp))
 
 
@@ -439,14 +445,15 @@ def _maxpool_indices(call: Call, v: np.ndarray, win: Window, shape) -> np.ndarra
     return (nc * int(np.prod(spatial)) + pos).astype(np.int64)
 
 
-@register("MaxPool", infer=_maxpool_infer, pattern=Pattern.REDUCE)
+@register("MaxPool", infer=_maxpool_infer, pattern=Pattern.REDUCE,
+          layout=CHANNELS_FIRST)
 def _maxpool(call: Call, args):
     x = args[0]
-    layout, xn, win = _pool_setup(call, x)
+    layout, xn, win = pool_setup(call, x)
     fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-    v = _windows(xn, win, fill)
-    y = v.max(axis=_kernel_axes(len(win.kernel)))
-    outs = [_from_nchw(y, layout)]
+    v = window_view(xn, win, fill)
+    y = v.max(axis=kernel_axes(len(win.kernel)))
+    outs = [from_nchw(y, layout)]
     if len(call.node.outputs) > 1:
         outs.append(_maxpool_indices(call, v, win, xn.shape))
     return outs
@@ -500,28 +507,30 @@ def window_counts(win: Window, spatial, include_pad: bool) -> np.ndarray:
     return total
 
 
-@register("AveragePool", infer=_pool_infer, pattern=Pattern.REDUCE)
+@register("AveragePool", infer=_pool_infer, pattern=Pattern.REDUCE,
+          layout=CHANNELS_FIRST)
 def _avgpool(call: Call, args):
     x = args[0]
-    layout, xn, win = _pool_setup(call, x)
-    v = _windows(xn, win, 0.0)
-    s = v.sum(axis=_kernel_axes(len(win.kernel)), dtype=np.float64)
+    layout, xn, win = pool_setup(call, x)
+    v = window_view(xn, win, 0.0)
+    s = v.sum(axis=kernel_axes(len(win.kernel)), dtype=np.float64)
     cnt = window_counts(win, xn.shape[2:], bool(call.attrs.get("count_include_pad", 0)))
     y = (s / np.maximum(cnt, 1)).astype(x.dtype)
-    return [_from_nchw(y, layout)]
+    return [from_nchw(y, layout)]
 
 
-@register("LpPool", infer=_pool_infer, pattern=Pattern.REDUCE)
+@register("LpPool", infer=_pool_infer, pattern=Pattern.REDUCE,
+          layout=CHANNELS_FIRST)
 def _lppool(call: Call, args):
     x = args[0]
     p = float(call.attrs.get("p", 2))
-    layout, xn, win = _pool_setup(call, x)
-    v = _windows(np.abs(xn).astype(np.float64), win, 0.0)
-    y = np.power(np.power(v, p).sum(axis=_kernel_axes(len(win.kernel))), 1.0 / p)
-    return [_from_nchw(y.astype(x.dtype), layout)]
+    layout, xn, win = pool_setup(call, x)
+    v = window_view(np.abs(xn).astype(np.float64), win, 0.0)
+    y = np.power(np.power(v, p).sum(axis=kernel_axes(len(win.kernel))), 1.0 / p)
+    return [from_nchw(y.astype(x.dtype), layout)]
 
 
-def _global_infer(sig: Sig):
+def global_infer(sig: Sig):
     x = sig.in_types[0]
     ints = ("int8", "uint8") if sig.node.op == "GlobalMaxPool" else ()
     if x.dtype not in FLOATS + ints:
@@ -538,20 +547,23 @@ def _spatial_axes(x: np.ndarray, layout: str) -> tuple[int, ...]:
     return tuple(range(1, x.ndim - 1)) if layout == "NHWC" else tuple(range(2, x.ndim))
 
 
-@register("GlobalAveragePool", infer=_global_infer, pattern=Pattern.REDUCE)
+@register("GlobalAveragePool", infer=global_infer, pattern=Pattern.REDUCE,
+          layout=CHANNELS_FIRST)
 def _gap(call: Call, args):
     x = args[0]
     axes = _spatial_axes(x, layout_of(call))
     return [x.mean(axis=axes, keepdims=True, dtype=np.float64).astype(x.dtype)]
 
 
-@register("GlobalMaxPool", infer=_global_infer, pattern=Pattern.REDUCE)
+@register("GlobalMaxPool", infer=global_infer, pattern=Pattern.REDUCE,
+          layout=CHANNELS_FIRST)
 def _gmp(call: Call, args):
     x = args[0]
     return [x.max(axis=_spatial_axes(x, layout_of(call)), keepdims=True)]
 
 
-@register("GlobalLpPool", infer=_global_infer, pattern=Pattern.REDUCE)
+@register("GlobalLpPool", infer=global_infer, pattern=Pattern.REDUCE,
+          layout=CHANNELS_FIRST)
 def _glp(call: Call, args):
     x = args[0]
     p = float(call.attrs.get("p", 2))
@@ -594,7 +606,9 @@ def _channel_shape(x: np.ndarray, layout: str) -> tuple[int, ...]:
     return (1, -1) + (1,) * (x.ndim - 2)
 
 
-@register("BatchNormalization", infer=_bn_infer, pattern=Pattern.BROADCAST)
+# Its scale, bias, mean and variance are per channel, not broadcast operands.
+@register("BatchNormalization", infer=_bn_infer, pattern=Pattern.BROADCAST,
+          layout=Layout(channels_first=True, sink=Sink.STAY))
 def _batchnorm(call: Call, args):
     x, scale, bias, mean, var = args[:5]
     eps = float(call.attrs.get("epsilon", 1e-5))
@@ -629,7 +643,8 @@ def _instnorm_infer(sig: Sig):
     return [TensorType(x.shape, x.dtype)]
 
 
-@register("InstanceNormalization", infer=_instnorm_infer, pattern=Pattern.OPAQUE)
+@register("InstanceNormalization", infer=_instnorm_infer, pattern=Pattern.OPAQUE,
+          layout=CHANNELS_FIRST)
 def _instnorm(call: Call, args):
     x, scale, bias = args[:3]
     layout = layout_of(call)
@@ -752,7 +767,8 @@ def _lrn_infer(sig: Sig):
     return [TensorType(x.shape, x.dtype)]
 
 
-@register("LRN", infer=_lrn_infer, pattern=Pattern.OPAQUE)
+@register("LRN", infer=_lrn_infer, pattern=Pattern.OPAQUE,
+          layout=CHANNELS_FIRST)
 def _lrn(call: Call, args):
     x = args[0]
     layout = layout_of(call)
@@ -760,7 +776,7 @@ def _lrn(call: Call, args):
     alpha = float(call.attrs.get("alpha", 1e-4))
     beta = float(call.attrs.get("beta", 0.75))
     bias = float(call.attrs.get("bias", 1.0))
-    xn = _to_nchw(x, layout).astype(np.float64)
+    xn = to_nchw(x, layout).astype(np.float64)
     lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
     sq = np.pad(xn * xn, [(0, 0), (lo, hi)] + [(0, 0)] * (xn.ndim - 2))
     # Windowed channel sums from a cumulative sum (no loop over channels).
@@ -768,7 +784,7 @@ def _lrn(call: Call, args):
     c = xn.shape[1]
     ssum = cs[:, size:size + c] - cs[:, :c]
     y = xn / np.power(bias + alpha / size * ssum, beta)
-    return [_from_nchw(y.astype(x.dtype), layout)]
+    return [from_nchw(y.astype(x.dtype), layout)]
 
 
 # --------------------------------------------------------------------------
@@ -868,19 +884,19 @@ def _softmax_parts(call: Call, x: np.ndarray):
     return z, np.exp(z).sum(axis=axis, keepdims=True), axis
 
 
-@register("Softmax", infer=_softmax_infer, pattern=Pattern.REDUCE)
+@register("Softmax", infer=_softmax_infer, pattern=Pattern.REDUCE, layout=ROW_AXIS)
 def _softmax(call: Call, args):
     z, s, _ = _softmax_parts(call, args[0])
     return [(np.exp(z) / s).astype(args[0].dtype)]
 
 
-@register("LogSoftmax", infer=_softmax_infer, pattern=Pattern.REDUCE)
+@register("LogSoftmax", infer=_softmax_infer, pattern=Pattern.REDUCE, layout=ROW_AXIS)
 def _log_softmax(call: Call, args):
     z, s, _ = _softmax_parts(call, args[0])
     return [(z - np.log(s)).astype(args[0].dtype)]
 
 
-@register("Hardmax", infer=_softmax_infer, pattern=Pattern.REDUCE)
+@register("Hardmax", infer=_softmax_infer, pattern=Pattern.REDUCE, layout=ROW_AXIS)
 def _hardmax(call: Call, args):
     x = args[0]
     axis = int(call.attrs.get("axis", -1)) % max(x.ndim, 1)
@@ -920,10 +936,11 @@ def _d2s_infer(sig: Sig):
     return [TensorType(_from_nchw_shape(out, layout), x.dtype, x.quant)]
 
 
-@register("DepthToSpace", infer=_d2s_infer, pattern=Pattern.INJECTIVE)
+@register("DepthToSpace", infer=_d2s_infer, pattern=Pattern.INJECTIVE,
+          layout=CHANNELS_FIRST)
 def _depth_to_space(call: Call, args):
     layout = layout_of(call)
-    x = _to_nchw(args[0], layout)
+    x = to_nchw(args[0], layout)
     bs = int(call.attrs["blocksize"])
     n, c, h, w = x.shape
     oc = c // (bs * bs)
@@ -931,13 +948,14 @@ def _depth_to_space(call: Call, args):
         y = x.reshape(n, bs, bs, oc, h, w).transpose(0, 3, 4, 1, 5, 2)
     else:
         y = x.reshape(n, oc, bs, bs, h, w).transpose(0, 1, 4, 2, 5, 3)
-    return [_from_nchw(y.reshape(n, oc, h * bs, w * bs), layout)]
+    return [from_nchw(y.reshape(n, oc, h * bs, w * bs), layout)]
 
 
-@register("SpaceToDepth", infer=_d2s_infer, pattern=Pattern.INJECTIVE)
+@register("SpaceToDepth", infer=_d2s_infer, pattern=Pattern.INJECTIVE,
+          layout=CHANNELS_FIRST)
 def _space_to_depth(call: Call, args):
     layout = layout_of(call)
-    x = _to_nchw(args[0], layout)
+    x = to_nchw(args[0], layout)
     bs = int(call.attrs["blocksize"])
     n, c, h, w = x.shape
     y = x.reshape(n, c, h // bs, bs, w // bs, bs)
@@ -945,7 +963,7 @@ def _space_to_depth(call: Call, args):
         y = y.transpose(0, 3, 5, 1, 2, 4)
     else:
         y = y.transpose(0, 1, 3, 5, 2, 4)
-    return [_from_nchw(y.reshape(n, c * bs * bs, h // bs, w // bs), layout)]
+    return [from_nchw(y.reshape(n, c * bs * bs, h // bs, w // bs), layout)]
 
 
 # --------------------------------------------------------------------------
@@ -1143,7 +1161,8 @@ def _resize_axis(call: Call, data: np.ndarray, axis: int, n_out: int, scale: flo
     return y
 
 
-@register("Resize", infer=_resize_infer, pattern=Pattern.INJECTIVE)
+@register("Resize", infer=_resize_infer, pattern=Pattern.INJECTIVE,
+          layout=Layout(sink=Sink.RESIZE))
 def _resize(call: Call, args):
     x = args[0]
     args = list(args) + [None] * (4 - len(args))

@@ -9,7 +9,7 @@ import numpy as np
 
 from aot.ir.graph import TensorType
 from aot.ops.elementwise import arity, cast_array
-from aot.ops.registry import Call, Pattern, Sig, register
+from aot.ops.registry import Call, Layout, Pattern, Sig, Sink, register
 
 
 def reduce_axes(sig: Sig) -> tuple[int, ...] | None:
@@ -108,7 +108,8 @@ def _make_reduce(fn, real: bool):
 
 for _name, _fn in REDUCERS.items():
     register(_name, infer=arity(1, 2)(_infer_reduce),
-             pattern=Pattern.REDUCE)(_make_reduce(_fn, _name in REAL_VALUED))
+             pattern=Pattern.REDUCE, layout=Layout(sink=Sink.REDUCE))(
+        _make_reduce(_fn, _name in REAL_VALUED))
 
 
 def _infer_arg(sig: Sig):

@@ -5,7 +5,8 @@ everything the compiler needs to know about an op: type inference, a numpy
 reference implementation (which makes every Graph executable), its fusion
 pattern and its lowering: the TIR compute rule, which aot/lower attaches to
 the op's entry (`attach_rule`; this floor imports nothing above it), or the
-reason the op never reaches code generation (`never_lowered=`).
+reason the op never reaches code generation (`never_lowered=`), and its
+layout facts (`Layout`: what aot/passes/layout.py may do with it).
 Importing aot.lower checks that every entry has exactly one of the two and
 that the rule's kind fits the pattern (`lowering_problems`).
 """
@@ -95,6 +96,36 @@ class Rule:
     fn: Callable[..., Any]    # typed in aot/lower/rules/__init__.py (ValueRule, KernelRule)
 
 
+class Sink(enum.Enum):
+    """How the layout pass (aot/passes/layout.py) moves a Transpose of an
+    op's input past the op, towards the outputs (TVM's FRelaxInferLayout,
+    as data): each value is one way of rewriting the op's axes."""
+    STAY = "stay"               # the Transpose stays before the op
+    BROADCAST = "broadcast"     # every input transposed alike, a permuted constant or a scalar
+    PER_AXIS = "per axis"       # input 0; a per-axis `axis` (scale, zero point) moves
+    AXIS = "axis"               # input 0; the `axis` attribute moves (Softmax, Split)
+    CONCAT = "concat"           # every input transposed alike; the `axis` attribute moves
+    REDUCE = "reduce"           # the axes input moves; without keepdims so does the output order
+    RESIZE = "resize"           # the `axes` attribute moves
+    PAD = "pad"                 # the pads input (or the axes input) moves
+    SLICE = "slice"             # the axes input moves
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the layout pass needs to know of an op. `register` resolves
+    sink=None from the pattern: elementwise ops take their operands
+    broadcast (BROADCAST), except TFLite's (`tfl.*`), which arrive
+    channels last with their quantization fixed per tensor (STAY), as do
+    all other ops."""
+    # Takes the `layout` attribute ("NCHW" / "NHWC", docs/ops.md): the
+    # pass rewrites it channels last between two Transposes.
+    channels_first: bool = False
+    weighted: bool = False      # channels_first with a weight (input 1) whose axis 1 moves last too
+    sink: Sink | None = None
+    axis: int = 0               # the default of the `axis` attribute AXIS, CONCAT, PER_AXIS move
+
+
 @dataclass(frozen=True)
 class OpDef:
     name: str
@@ -112,6 +143,7 @@ class OpDef:
     # The ONNX domain a model's node names the op in ("" for the default
     # domain): the importer reads a node only in its op's domain.
     domain: str = ""
+    layout: Layout = Layout(sink=Sink.STAY)
 
 
 OPS: dict[str, OpDef] = {}
@@ -119,15 +151,25 @@ OPS: dict[str, OpDef] = {}
 
 def register(name: str, *, infer: InferFn, pattern: Pattern = Pattern.OPAQUE,
              needs_values: bool = True, macs: MacsFn | None = None,
-             never_lowered: str = "", domain: str = "") -> Callable[[RefFn], RefFn]:
+             never_lowered: str = "", domain: str = "",
+             layout: Layout = Layout()) -> Callable[[RefFn], RefFn]:
     """Decorator on a reference implementation: adds the op to OPS."""
     def wrap(ref: RefFn) -> RefFn:
         if name in OPS:
             raise RuntimeError(f"op {name} registered twice")
         OPS[name] = OpDef(name, infer, ref, pattern, needs_values, macs,
-                          never_lowered=never_lowered, domain=domain)
+                          never_lowered=never_lowered, domain=domain,
+                          layout=_resolved(layout, name, pattern))
         return ref
     return wrap
+
+
+def _resolved(layout: Layout, name: str, pattern: Pattern) -> Layout:
+    """`layout` with its sink named (Layout says what None stands for)."""
+    if layout.sink is not None:
+        return layout
+    broadcast = pattern in (Pattern.ELEMWISE, Pattern.BROADCAST) and not name.startswith("tfl.")
+    return replace(layout, sink=Sink.BROADCAST if broadcast else Sink.STAY)
 
 
 def attach_rule(name: str, rule: Rule | None) -> None:

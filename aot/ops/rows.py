@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from aot.ir.graph import TensorType
+from aot.ops.attrs import normalize_axis
 from aot.ops.elementwise import FLOATS, arity
 from aot.ops.registry import Call, Pattern, Sig, register
-from aot.ops.tensor import _axis
 
 
 # ---- CumSum / CumProd ---------------------------------------------------------------------
@@ -20,7 +20,7 @@ def scan_axis(sig: Sig) -> int:
     axis = np.asarray(sig.const(1))
     if axis.size != 1:
         raise sig.fail(f"axis must be a scalar, got {axis.shape}")
-    return _axis(sig, int(axis.reshape(())), rank)
+    return normalize_axis(sig, int(axis.reshape(())), rank)
 
 
 def _infer_scan(sig: Sig):
@@ -68,7 +68,7 @@ def _infer_lp_normalization(sig: Sig):
     if x.dtype not in FLOATS or not x.shape:
         raise sig.fail(f"needs a float tensor of rank 1 or more, got {x}")
     axis = int(sig.attrs.get("axis", -1))
-    _axis(sig, axis, len(x.shape))
+    normalize_axis(sig, axis, len(x.shape))
     if lp_params(sig, len(x.shape))[1] not in (1, 2):
         raise sig.fail(f"p must be 1 or 2, got {sig.attrs.get('p')}")
     return [TensorType(x.shape, x.dtype)]

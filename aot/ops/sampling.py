@@ -16,9 +16,9 @@ import numpy as np
 
 from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import TensorType
+from aot.ops.attrs import ints
 from aot.ops.elementwise import FLOATS, arity
 from aot.ops.registry import Call, Pattern, Sig, register
-from aot.ops.tensor import _ints
 
 CUBIC_ALPHA = -0.75
 GRID_MODES = {"nearest": "nearest", "linear": "linear", "bilinear": "linear",
@@ -175,7 +175,7 @@ def _grid_sample(call: Call, args):
 
 def affine_size(sig: Sig) -> list[int]:
     """The output size [N, C, D1..Dr] (input 1, known at compile time)."""
-    size = _ints(sig.const(1))
+    size = ints(sig.const(1))
     theta = sig.in_types[0]
     r = len(size) - 2
     if r not in (2, 3) or theta.shape != (size[0], r, r + 1) or min(size) <= 0:
@@ -217,7 +217,7 @@ def col2im_geometry(sig: Sig) -> dict[str, Any]:
     """image and block shapes, strides, dilations, pads (begins then ends)
     and the number of blocks along each axis."""
     x = sig.in_types[0]
-    image, block = _ints(sig.const(1)), _ints(sig.const(2))
+    image, block = ints(sig.const(1)), ints(sig.const(2))
     r = len(image)
     a = sig.attrs
     strides = list(a.get("strides", [1] * r))

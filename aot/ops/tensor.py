@@ -10,26 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from aot.errors import UnsupportedError, node_label
+from aot.ops.attrs import ints, normalize_axes, normalize_axis
 from aot.ops.elementwise import arity
 from aot.ir.graph import Quant, TensorType
-from aot.ops.registry import Call, Pattern, Sig, register
-
-
-def _ints(a) -> list[int]:
-    return [int(v) for v in np.asarray(a).reshape(-1)]
-
-
-def _axis(sig: Sig, axis: int, rank: int, what: str = "axis") -> int:
-    if not -rank <= axis < rank:
-        raise sig.fail(f"{what} {axis} is out of range for rank {rank}")
-    return axis % rank
-
-
-def _axes(sig: Sig, axes, rank: int) -> list[int]:
-    out = [_axis(sig, a, rank) for a in axes]
-    if len(set(out)) != len(out):
-        raise sig.fail(f"repeated axes {list(axes)}")
-    return out
+from aot.ops.registry import Call, Layout, Pattern, Sig, Sink, register
 
 
 def _moved(sig: Sig, shape, axis_map=None, pick=None) -> TensorType:
@@ -71,7 +55,7 @@ def _reshape_axis(in_shape, out_shape):
 
 def _infer_reshape(sig: Sig):
     x = sig.in_types[0]
-    spec = _ints(sig.const(1))
+    spec = ints(sig.const(1))
     allowzero = sig.attrs.get("allowzero", 0)
     out = []
     for i, d in enumerate(spec):
@@ -119,7 +103,7 @@ def _flatten(call: Call, args):
 def _infer_squeeze(sig: Sig):
     x = sig.in_types[0]
     if sig.has(1):
-        axes = _axes(sig, _ints(sig.const(1)), len(x.shape))
+        axes = normalize_axes(sig, ints(sig.const(1)), len(x.shape))
         bad = [a for a in axes if x.shape[a] != 1]
         if bad:
             raise sig.fail(f"cannot squeeze axis {bad[0]} of shape {list(x.shape)} (not 1)")
@@ -131,9 +115,9 @@ def _infer_squeeze(sig: Sig):
 
 def _infer_unsqueeze(sig: Sig):
     x = sig.in_types[0]
-    raw = _ints(sig.const(1))
+    raw = ints(sig.const(1))
     rank = len(x.shape) + len(raw)
-    axes = _axes(sig, raw, rank)
+    axes = normalize_axes(sig, raw, rank)
     dims = iter(x.shape)
     kept = [i for i in range(rank) if i not in axes]
     return [_moved(sig, [1 if i in axes else next(dims) for i in range(rank)],
@@ -165,13 +149,13 @@ def _transpose(call: Call, args):
 
 # ---- Concat / Split ---------------------------------------------------------------
 
-def _infer_concat(sig: Sig):
+def infer_concat(sig: Sig):
     types = [t for t in sig.in_types if t is not None]
     first = types[0]
     rank = len(first.shape)
     if rank == 0:
         raise sig.fail("cannot concatenate scalars")
-    axis = _axis(sig, sig.attrs.get("axis", 0), rank)
+    axis = normalize_axis(sig, sig.attrs.get("axis", 0), rank)
     for t in types:
         if t.dtype != first.dtype or len(t.shape) != rank:
             raise sig.fail(f"inputs {first} and {t} cannot be concatenated")
@@ -191,7 +175,8 @@ def _infer_concat(sig: Sig):
     return [TensorType(tuple(shape), first.dtype, quant)]
 
 
-@register("Concat", infer=arity(1)(_infer_concat), pattern=Pattern.INJECTIVE)
+@register("Concat", infer=arity(1)(infer_concat), pattern=Pattern.INJECTIVE,
+          layout=Layout(sink=Sink.CONCAT))
 def _concat(call: Call, args):
     parts = [a for a in args if a is not None]
     return [np.concatenate(parts, axis=call.attrs.get("axis", 0))]
@@ -199,10 +184,10 @@ def _concat(call: Call, args):
 
 def _split_sizes(sig: Sig) -> tuple[int, list[int]]:
     x = sig.in_types[0]
-    axis = _axis(sig, sig.attrs.get("axis", 0), len(x.shape))
+    axis = normalize_axis(sig, sig.attrs.get("axis", 0), len(x.shape))
     dim = x.shape[axis]
     if sig.has(1):
-        sizes = _ints(sig.const(1))
+        sizes = ints(sig.const(1))
         if sum(sizes) != dim or len(sizes) != len(sig.node.outputs) or min(sizes) < 0:
             raise sig.fail(f"split {sizes} does not divide dimension {dim} "
                            f"into {len(sig.node.outputs)} outputs")
@@ -231,7 +216,8 @@ def _infer_split(sig: Sig):
     return outs
 
 
-@register("Split", infer=arity(1, 2)(_infer_split), pattern=Pattern.INJECTIVE)
+@register("Split", infer=arity(1, 2)(_infer_split), pattern=Pattern.INJECTIVE,
+          layout=Layout(sink=Sink.AXIS))
 def _split(call: Call, args):
     x = args[0]
     axis = call.attrs.get("axis", 0) % x.ndim
@@ -245,13 +231,13 @@ def slice_params(sig: Sig) -> tuple[slice, ...]:
     """ONNX Slice's starts/ends/axes/steps as numpy slices, clamped per the spec."""
     x = sig.in_types[0]
     rank = len(x.shape)
-    starts, ends = _ints(sig.const(1)), _ints(sig.const(2))
-    axes = _ints(sig.const(3)) if sig.has(3) else list(range(len(starts)))
-    steps = _ints(sig.const(4)) if sig.has(4) else [1] * len(starts)
+    starts, ends = ints(sig.const(1)), ints(sig.const(2))
+    axes = ints(sig.const(3)) if sig.has(3) else list(range(len(starts)))
+    steps = ints(sig.const(4)) if sig.has(4) else [1] * len(starts)
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise sig.fail("starts, ends, axes and steps differ in length")
     index = [slice(None)] * rank
-    for start, end, axis, step in zip(starts, ends, _axes(sig, axes, rank), steps):
+    for start, end, axis, step in zip(starts, ends, normalize_axes(sig, axes, rank), steps):
         dim = x.shape[axis]
         if step == 0:
             raise sig.fail("slice step 0")
@@ -273,7 +259,8 @@ def _infer_slice(sig: Sig):
     return [_moved(sig, shape, pick=(lambda v: v[index[x.quant.axis]]) if on_axis else None)]
 
 
-@register("Slice", infer=arity(3, 5)(_infer_slice), pattern=Pattern.INJECTIVE)
+@register("Slice", infer=arity(3, 5)(_infer_slice), pattern=Pattern.INJECTIVE,
+          layout=Layout(sink=Sink.SLICE))
 def _slice(call: Call, args):
     sig = Sig(call.node, call.in_types, tuple(args))
     return [np.require(args[0][slice_params(sig)], requirements="C")]
@@ -283,7 +270,7 @@ def _infer_gather(sig: Sig):
     x, idx = sig.in_types[0], sig.in_types[1]
     if idx.dtype not in ("int32", "int64"):
         raise sig.fail(f"indices must be int32 or int64, got {idx.dtype}")
-    axis = _axis(sig, sig.attrs.get("axis", 0), len(x.shape))
+    axis = normalize_axis(sig, sig.attrs.get("axis", 0), len(x.shape))
     if sig.values[1] is not None:
         v = sig.values[1]
         if v.size and (v.min() < -x.shape[axis] or v.max() >= x.shape[axis]):
@@ -294,7 +281,7 @@ def _infer_gather(sig: Sig):
     qa = x.quant.axis
     if qa != axis:
         return [_moved(sig, shape, lambda a: a if a < axis else a - 1 + len(idx.shape))]
-    picked = _ints(sig.const(1))  # channels gathered: their scales go along
+    picked = ints(sig.const(1))  # channels gathered: their scales go along
     return [_moved(sig, shape, lambda a: a if len(idx.shape) == 1 else None,
                    lambda v: v[picked])]
 
@@ -325,17 +312,18 @@ def _broadcast(sig: Sig, a, b):
 
 @arity(2, 2)
 def _infer_expand(sig: Sig):
-    return [_moved(sig, _broadcast(sig, sig.in_types[0].shape, _ints(sig.const(1))))]
+    return [_moved(sig, _broadcast(sig, sig.in_types[0].shape, ints(sig.const(1))))]
 
 
-@register("Expand", infer=_infer_expand, pattern=Pattern.BROADCAST)
+# Its shape input is no broadcast operand: a Transpose stays before it.
+@register("Expand", infer=_infer_expand, pattern=Pattern.BROADCAST, layout=Layout(sink=Sink.STAY))
 def _expand(call: Call, args):
     return [np.require(np.broadcast_to(args[0], call.out_types[0].shape), requirements="C")]
 
 
 def _infer_tile(sig: Sig):
     x = sig.in_types[0]
-    reps = _ints(sig.const(1))
+    reps = ints(sig.const(1))
     if len(reps) != len(x.shape) or min(reps, default=1) < 0:
         raise sig.fail(f"repeats {reps} do not match rank {len(x.shape)}")
     return [_moved(sig, [d * r for d, r in zip(x.shape, reps)])]
@@ -343,7 +331,7 @@ def _infer_tile(sig: Sig):
 
 @register("Tile", infer=arity(2, 2)(_infer_tile), pattern=Pattern.INJECTIVE)
 def _tile(call: Call, args):
-    return [np.tile(args[0], _ints(args[1]))]
+    return [np.tile(args[0], ints(args[1]))]
 
 
 PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
@@ -352,8 +340,8 @@ PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap
 def pad_widths(sig: Sig) -> list[tuple[int, int]]:
     x = sig.in_types[0]
     rank = len(x.shape)
-    pads = _ints(sig.const(1))
-    axes = _axes(sig, _ints(sig.const(3)), rank) if sig.has(3) else list(range(rank))
+    pads = ints(sig.const(1))
+    axes = normalize_axes(sig, ints(sig.const(3)), rank) if sig.has(3) else list(range(rank))
     if len(pads) != 2 * len(axes):
         raise sig.fail(f"pads {pads} should have 2 x {len(axes)} entries")
     widths = [(0, 0)] * rank
@@ -383,7 +371,7 @@ def _no_channel_pads(sig: Sig, widths):
     return None
 
 
-@register("Pad", infer=_infer_pad, pattern=Pattern.INJECTIVE)
+@register("Pad", infer=_infer_pad, pattern=Pattern.INJECTIVE, layout=Layout(sink=Sink.PAD))
 def _pad(call: Call, args):
     x = args[0]
     if x.ndim == 0:
@@ -430,7 +418,7 @@ def fill_value(attrs) -> np.ndarray:
 
 
 def _infer_constant_of_shape(sig: Sig):
-    shape = _ints(sig.const(0))
+    shape = ints(sig.const(0))
     return [TensorType(tuple(shape), fill_value(sig.attrs).dtype.name)]
 
 

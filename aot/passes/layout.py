@@ -10,6 +10,9 @@ Reshape into a dense layer disappears by permuting the dense weight rows.
 What remains sits where the layout really changes, typically at the model's
 boundary (inputs and outputs keep their external layout), and a Transpose
 that only moves unit dimensions becomes a (free) Reshape.
+
+What the pass may do with each op is the op's `layout` in the op table
+(aot/ops/registry.py: Layout, Sink), set where the op is registered.
 """
 from __future__ import annotations
 
@@ -17,22 +20,18 @@ import numpy as np
 
 from aot.errors import AotError
 from aot.ir.graph import Graph, Node
-from aot.ops import OPS, Pattern
+from aot.ops import OPS, Layout, Sink
 from aot.passes.fold import fold_rule
 from aot.passes.rewrite import Rewrite, Rewriter, invert, perm_of, rewrite
 from aot.passes.simplify import make_reshape, reshape_rule, transpose_rule
 
-# Ops that take the `layout` attribute (docs/ops.md) and that we convert.
-SPATIAL = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool",
-           "GlobalMaxPool", "GlobalLpPool", "BatchNormalization", "InstanceNormalization",
-           "LRN", "DepthToSpace", "SpaceToDepth")
-WEIGHTED = ("Conv", "ConvTranspose")   # their weight's axis 1 moves last too
-# Elementwise by pattern, but with inputs that are not broadcast operands.
-NOT_BROADCAST = ("Expand", "Dropout", "BatchNormalization", "fused")
-PER_AXIS = ("QuantizeLinear", "DequantizeLinear")  # scale/zero point along `axis`
-AXIS_OPS = ("Softmax", "LogSoftmax", "Hardmax")
-REDUCES = ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
-           "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare")
+# What an op the table does not know permits: nothing.
+UNKNOWN = Layout(sink=Sink.STAY)
+
+
+def facts(node: Node) -> Layout:
+    opdef = OPS.get(node.op)
+    return UNKNOWN if opdef is None else opdef.layout
 
 
 def _to_last(rank: int) -> tuple[int, ...]:
@@ -46,7 +45,8 @@ def _transpose(rw: Rewriter, x: str, perm, name: str, output: str | None = None)
 
 # ---- NCHW op -> Transpose, NHWC op, Transpose ---------------------------------------
 def channels_last_rule(node: Node, rw: Rewriter) -> Rewrite | None:
-    if node.op not in SPATIAL or node.attrs.get("layout", "NCHW") != "NCHW":
+    layout = facts(node)
+    if not layout.channels_first or node.attrs.get("layout", "NCHW") != "NCHW":
         return None
     rank = len(rw.type(node.inputs[0]).shape)
     if rank < 3 or any(o and (rw.consumers(o) or rw.pinned(o)) for o in node.outputs[1:]):
@@ -54,7 +54,7 @@ def channels_last_rule(node: Node, rw: Rewriter) -> Rewrite | None:
     to_last = _to_last(rank)
     before = _transpose(rw, node.inputs[0], to_last, f"{node.name}_to_nhwc")
     ins, extra = [before.outputs[0]] + list(node.inputs[1:]), []
-    if node.op in WEIGHTED:
+    if layout.weighted:
         w = rw.const(ins[1])
         if w is not None:
             ins[1] = rw.constant(f"{ins[1]}_nhwc", np.transpose(w, to_last))
@@ -110,16 +110,15 @@ def _permuted_const(rw: Rewriter, name: str, perm, rank: int) -> str | None:
 
 
 def sink_elementwise_rule(node: Node, rw: Rewriter) -> Rewrite | None:
-    opdef = OPS.get(node.op)
-    if (opdef is None or opdef.pattern not in (Pattern.ELEMWISE, Pattern.BROADCAST)
-            or node.op.startswith("tfl.") or node.op in NOT_BROADCAST or len(node.outputs) != 1):
+    layout = facts(node)
+    if layout.sink not in (Sink.BROADCAST, Sink.PER_AXIS) or len(node.outputs) != 1:
         return None
     perm = _common_perm(rw, node.inputs)
     rank = len(rw.type(node.outputs[0]).shape)
     if perm is None or len(perm) != rank:
         return None
-    if node.op in PER_AXIS:
-        return _sink_per_axis(node, rw, perm)
+    if layout.sink is Sink.PER_AXIS:
+        return _sink_per_axis(node, rw, perm, layout.axis)
     inputs = []
     for name in node.inputs:
         t = _transposed(rw, name)
@@ -137,7 +136,7 @@ def sink_elementwise_rule(node: Node, rw: Rewriter) -> Rewrite | None:
     return _sink(rw, node, inputs, perm)
 
 
-def _sink_per_axis(node: Node, rw: Rewriter, perm) -> Rewrite | None:
+def _sink_per_axis(node: Node, rw: Rewriter, perm, default_axis: int) -> Rewrite | None:
     """Quantize/Dequantize: the parameters stay, a per-axis `axis` moves."""
     t = _transposed(rw, node.inputs[0])
     if t is None or int(node.attrs.get("block_size", 0)) or \
@@ -145,7 +144,7 @@ def _sink_per_axis(node: Node, rw: Rewriter, perm) -> Rewrite | None:
         return None
     attrs = dict(node.attrs)
     if any(i and rw.type(i).size > 1 for i in node.inputs[1:]):
-        attrs["axis"] = perm[_axis(int(node.attrs.get("axis", 1)), len(perm))]
+        attrs["axis"] = perm[_axis(int(node.attrs.get("axis", default_axis)), len(perm))]
     return _sink(rw, node, [t[0]] + list(node.inputs[1:]), perm, attrs)
 
 
@@ -154,12 +153,13 @@ def _axis(a: int, rank: int) -> int:
 
 
 def sink_axis_rule(node: Node, rw: Rewriter) -> Rewrite | None:
-    """Concat, Softmax-like ops, reductions, Pad and Slice: remap the axes."""
-    if node.op == "Concat":
+    """Concat, Softmax-like ops, reductions, Resize, Pad and Slice: remap the axes."""
+    layout = facts(node)
+    if layout.sink is Sink.CONCAT:
         perm = _common_perm(rw, node.inputs)
         if perm is None or not all(_transposed(rw, n) for n in node.inputs):
             return None
-        axis = perm[_axis(int(node.attrs.get("axis", 0)), len(perm))]
+        axis = perm[_axis(int(node.attrs.get("axis", layout.axis)), len(perm))]
         return _sink(rw, node, [_transposed(rw, n)[0] for n in node.inputs], perm,
                      dict(node.attrs, axis=axis))
     t = _transposed(rw, node.inputs[0]) if node.inputs else None
@@ -167,22 +167,20 @@ def sink_axis_rule(node: Node, rw: Rewriter) -> Rewrite | None:
         return None
     x, perm = t
     rank = len(perm)
-    if node.op in AXIS_OPS or node.op == "Split":
-        default = 0 if node.op == "Split" else -1
-        axis = perm[_axis(int(node.attrs.get("axis", default)), rank)]
-        if node.op == "Split":
-            return _sink(rw, node, [x] + list(node.inputs[1:]), perm, dict(node.attrs, axis=axis))
-        return _sink(rw, node, [x], perm, dict(node.attrs, axis=axis))
-    if node.op in REDUCES:
+    if layout.sink is Sink.AXIS:
+        axis = perm[_axis(int(node.attrs.get("axis", layout.axis)), rank)]
+        return _sink(rw, node, [x] + list(node.inputs[1:]), perm, dict(node.attrs, axis=axis))
+    if layout.sink is Sink.REDUCE:
         return _sink_reduce(node, rw, x, perm)
-    if node.op == "Resize":
+    if layout.sink is Sink.RESIZE:
         # Resize works axis by axis: its scales/sizes/roi apply to `axes`
         # (all axes by default), so naming the untransposed axes is enough.
         axes = node.attrs.get("axes")
         axes = range(rank) if axes is None else axes
         moved = tuple(perm[_axis(int(a), rank)] for a in axes)
         return _sink(rw, node, [x] + list(node.inputs[1:]), perm, dict(node.attrs, axes=moved))
-    if node.op == "Pad" and (len(node.inputs) < 4 or not node.inputs[3]):
+    pad = layout.sink is Sink.PAD
+    if pad and (len(node.inputs) < 4 or not node.inputs[3]):
         pads = rw.const(node.inputs[1])
         if pads is None or pads.size != 2 * rank:
             return None
@@ -191,13 +189,13 @@ def sink_axis_rule(node: Node, rw: Rewriter) -> Rewrite | None:
             new[perm[i]], new[rank + perm[i]] = pads[i], pads[rank + i]
         c = rw.constant(f"{node.inputs[1]}_t", new)
         return _sink(rw, node, [x, c] + list(node.inputs[2:]), perm)
-    if node.op in ("Slice", "Pad"):
+    if pad or layout.sink is Sink.SLICE:
         k = 3  # the axes input of both
         starts = rw.const(node.inputs[1])
         if starts is None:
             return None
         axes = rw.const(node.inputs[k]) if len(node.inputs) > k and node.inputs[k] else \
-            np.arange(starts.size if node.op == "Slice" else rank, dtype=np.int64)
+            np.arange(rank if pad else starts.size, dtype=np.int64)
         if axes is None:
             return None
         moved = np.array([perm[_axis(int(a), rank)] for a in axes.reshape(-1)], dtype=axes.dtype)

@@ -21,7 +21,7 @@ from aot.errors import AotError, UnsupportedError
 from aot.ir.graph import TensorType
 from aot.lower.rules import KERNEL_RULES, VALUE_RULES, check_op_table, kernel_rule, value_rule
 from aot.testing.kernels import compare_with_interpreter, single_op_graph
-from aot.ops import OPS, Pattern, register
+from aot.ops import OPS, Layout, Pattern, Sink, register
 from aot.ops.registry import RuleKind, lowering_problems
 from aot.check.inputs import random_inputs
 
@@ -77,6 +77,32 @@ def test_never_lowered_ops_say_why_and_have_no_rule(scratch_op):
     (line,) = [s for s in lowering_problems() if scratch_op in s]
     assert "never_lowered" in line
     assert OPS["fused"].never_lowered and OPS["fused"].rule is None
+
+
+@pytest.mark.parametrize("name, pattern, layout, sink", [
+    ("TestOnlyOp", Pattern.BROADCAST, Layout(), Sink.BROADCAST),
+    ("TestOnlyOp", Pattern.ELEMWISE, Layout(sink=Sink.STAY), Sink.STAY),
+    ("TestOnlyOp", Pattern.INJECTIVE, Layout(), Sink.STAY),
+    ("tfl.test_only_op", Pattern.ELEMWISE, Layout(), Sink.STAY),
+    ("TestOnlyOp", Pattern.REDUCE, Layout(sink=Sink.AXIS, axis=-1), Sink.AXIS),
+])
+def test_layout_facts_default_by_pattern(name, pattern, layout, sink):
+    try:
+        _register(name, pattern, layout=layout)
+        assert OPS[name].layout.sink is sink
+        assert OPS[name].layout.axis == layout.axis
+    finally:
+        OPS.pop(name, None)
+
+
+def test_the_layout_facts_are_the_ops():
+    channels_first = {n for n, d in OPS.items() if d.layout.channels_first}
+    assert {"Conv", "MaxPool", "GlobalAveragePool", "BatchNormalization"} <= channels_first
+    assert {n for n, d in OPS.items() if d.layout.weighted} == {"Conv", "ConvTranspose"}
+    assert all(d.layout.sink is not None for d in OPS.values())
+    assert OPS["BatchNormalization"].layout.sink is Sink.STAY     # per-channel operands
+    assert OPS["Add"].layout.sink is Sink.BROADCAST
+    assert OPS["tfl.add"].layout.sink is Sink.STAY
 
 
 def test_two_rules_and_rules_for_unknown_ops_are_refused(scratch_op):

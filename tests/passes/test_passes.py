@@ -416,6 +416,33 @@ def test_concat_residual_and_pool_between_convs():
     assert sm.attrs["axis"] == 3
 
 
+@pytest.fixture
+def softmax_like():
+    """register(name, layout): a copy of Softmax under a new name, gone
+    from the op table afterwards."""
+    from aot.ops import OPS, register
+    made = []
+
+    def make(name, layout):
+        sm = OPS["Softmax"]
+        register(name, infer=sm.infer, pattern=sm.pattern, layout=layout)(sm.ref)
+        made.append(name)
+    yield make
+    for name in made:
+        OPS.pop(name)
+
+
+@pytest.mark.parametrize("sinks", [True, False])
+def test_a_new_op_moves_transposes_as_its_layout_says(softmax_like, sinks):
+    from aot.ops import Layout, Sink
+    softmax_like("TestOnlyRows", Layout(sink=Sink.AXIS, axis=-1) if sinks else Layout())
+    g = two_convs([("TestOnlyRows", ["c1"], ["m"], {"axis": 1})])
+    after = check(g, to_channels_last)
+    assert (transposes_between_convs(after) == 0) == sinks
+    if sinks:
+        assert next(n for n in after.nodes if n.op == "TestOnlyRows").attrs["axis"] == 3
+
+
 def test_dense_weights_permuted_instead_of_transpose():
     g = build({"x": (1, 3, 6, 6)},
               [conv_nchw(), ("Relu", ["y"], ["r"]),

@@ -44,34 +44,6 @@ CIRCLES: dict[frozenset[str], str] = {
 }
 # `from aot.x import _name` across modules, with why.
 PRIVATE: dict[tuple[str, str], str] = {
-    ("aot.check.streaming", "_decode"): "reads a TFLite file's tensors as the importer does; "
-        "the decoding stage of frontend/tflite/importer.py is to become public in schema.py",
-    ("aot.check.streaming", "_unique_names"): "the same as _decode",
-    ("aot.cli", "_run_stream"): "`aot stream` runs what aot.run_stream wraps, with the "
-        "CLI's progress",
-    ("aot.ops.quant.onnx_quant", "_global_infer"): "QLinear pools infer as the float pools "
-        "of ops/nn.py; a rename changes the op table that bench/same_code.py --tables compares",
-    ("aot.ops.quant.onnx_quant", "_kernel_axes"): "the same as _global_infer",
-    ("aot.ops.quant.onnx_quant", "_pool_infer_common"): "the same as _global_infer",
-    ("aot.ops.quant.onnx_quant", "_pool_setup"): "the same as _global_infer",
-    ("aot.ops.quant.onnx_quant", "_windows"): "the same as _global_infer",
-    ("aot.ops.quant.onnx_quant", "_infer_concat"): "QLinearConcat infers as Concat "
-        "(ops/tensor.py); the same as _global_infer",
-    ("aot.testing.fuzz.io", "_Session"): "the I/O fuzzer drives a device session below "
-        "the public connect()",
-    ("aot.ops.detect", "_axis"): "ops/tensor.py's attribute parsers (_axis, _axes, _ints) "
-        "are shared by the float families; they are to become public in ops/attrs.py",
-    ("aot.ops.rows", "_axis"): "the same as aot.ops.detect's _axis",
-    ("aot.ops.movement", "_axes"): "the same as aot.ops.detect's _axis",
-    ("aot.ops.movement", "_ints"): "the same as aot.ops.detect's _axis",
-    ("aot.ops.sampling", "_ints"): "the same as aot.ops.detect's _axis",
-    ("aot.ops.detect", "_check_values"): "the gather checks of ops/index.py, shared with "
-        "the detection ops' index inputs",
-    ("aot.ops.detect", "_wrap"): "the same as _check_values",
-    ("aot.ops.quant.onnx_quant", "_from_nchw"): "the same as _global_infer",
-    ("aot.ops.quant.onnx_quant", "_to_nchw"): "the same as _global_infer",
-    ("aot.testing.fuzz.io", "_alarm"): "not product: the fuzzers share their time limits",
-    ("aot.testing.fuzz.io", "_env"): "not product: the fuzzers share their environment",
 }
 
 

@@ -23,7 +23,7 @@ from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Const, DType, For, Load,
                         Var, seq)
 from aot.lower import Kernel
 from aot.lower.tir_passes.legalize import legalize
-from aot.lower.kernels.cortex_m import dsp as int8_dsp
+from aot.lower.arith import requant
 from aot.lower import lower_graph
 from aot.testing import kernels as testing
 from aot.testing.kernels import compile_kernels, host_target
@@ -93,7 +93,7 @@ def test_dsp_kernels_bit_exact_on_a_dsp_host(codegen, requant32, tmp_path, monke
     monkeypatch.setattr(testing, "host_target", dsp_host)
     monkeypatch.setattr(zoo, "host_target", dsp_host)      # run_llvm's
     if not requant32:
-        monkeypatch.setattr(int8_dsp, "proven", lambda *a: False)
+        monkeypatch.setattr(requant, "proven", lambda *a: False)
     graphs = _graphs()
     funcs = [k.func for g in graphs for k in lower_graph(g, dsp_host())]
     calls = {c for f in funcs for c in call_names(f)}
@@ -104,14 +104,14 @@ def test_dsp_kernels_bit_exact_on_a_dsp_host(codegen, requant32, tmp_path, monke
 
 
 def _requant32(acc, mult, shift):
-    """Requant32's arithmetic on int64 numpy values (every step proven to fit int32)."""
+    """TfliteRequant32's arithmetic on int64 numpy values (every step proven to fit int32)."""
     left, right = max(shift, 0), max(-shift, 0)
     h = (acc * (1 << (left + 1)) * mult + (1 << 31)) >> 32
     return (h + (1 << (right - 1)) + (h >> 31)) >> right
 
 
 def test_requant32_equals_tflite_on_edge_cases():
-    """Where `proven` holds, Requant32's formula is TFLite's
+    """Where `proven` holds, TfliteRequant32's formula is TFLite's
     MultiplyByQuantizedMultiplier on the bounds, around 0, at rounding ties
     and at random; where it does not (a shift the bound overflows, no right
     shift), it is refused."""
@@ -120,7 +120,7 @@ def test_requant32_equals_tflite_on_edge_cases():
     for mult in (1 << 30, (1 << 30) + 1, 2**31 - 1, 1518500250, 1073741825 + 12345):
         for shift in (-1, -2, -7, -13, -20, -31, 0, 1, 3):
             for bound in (1, 127, 4095, 65535, 1 << 20, (1 << 28) - 1, 2**30 - 1):
-                if not int8_dsp.proven([mult], [shift], np.array([bound])):
+                if not requant.proven([mult], [shift], np.array([bound])):
                     assert shift >= 0 or bound << (max(shift, 0) + 1) > 2**31 - 1
                     continue
                 cases += 1
@@ -133,9 +133,9 @@ def test_requant32_equals_tflite_on_edge_cases():
                 np.testing.assert_array_equal(_requant32(accs, mult, shift), want,
                                               err_msg=f"M {mult} shift {shift} bound {bound}")
     assert cases > 100
-    assert not int8_dsp.proven([1 << 30], [0], np.array([100]))          # no right shift
-    assert not int8_dsp.proven([1 << 30], [-1], np.array([1 << 30]))     # x 2 overflows
-    assert not int8_dsp.proven([1 << 30], [2], np.array([1 << 28]))      # x 2^3 overflows
+    assert not requant.proven([1 << 30], [0], np.array([100]))          # no right shift
+    assert not requant.proven([1 << 30], [-1], np.array([1 << 30]))     # x 2 overflows
+    assert not requant.proven([1 << 30], [2], np.array([1 << 28]))      # x 2^3 overflows
 
 
 def _sxtb16_ref(word: int, odd: bool) -> int:

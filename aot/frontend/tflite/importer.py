@@ -1,7 +1,7 @@
 """TFLite importer: a .tflite flatbuffer in, a Graph out.
 
-Two stages. `_decode` reads the flatbuffer into plain Python values; the
-bindings read lazily and a corrupt file makes them fail with arbitrary
+Two stages. `decode` (schema.py) reads the flatbuffer into plain Python
+values; the bindings read lazily and a corrupt file makes them fail with arbitrary
 exceptions (IndexError, struct.error, ...), so all reading happens there,
 under one handler that turns any failure into a ModelError. `_Builder` then
 maps the decoded operators onto ops:
@@ -19,18 +19,16 @@ control flow is unsupported.
 """
 from __future__ import annotations
 
-import struct
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from aot.errors import AotError, ModelError, ShapeError, UnsupportedError
-from aot.frontend.tflite import ops as tflite_ops
 from aot.frontend.tflite.mediapipe import MediaPipeOps
 from aot.frontend.tflite.ops import TFLMOps
-from aot.frontend.tflite.schema import DTYPE_NAMES, DTYPES
-from aot.frontend.tflite.sparse import SparseSpec, decode_sparsity, densify
+from aot.frontend.tflite.schema import (DTYPE_NAMES, DTYPES, Model, Op, Tensor, decode,
+                                        unique_names)
+from aot.frontend.tflite.sparse import SparseSpec, densify
 from aot.frontend.tflite.vars import RESOURCE, VariableOps
 from aot.ir.graph import Graph, Node, Quant, TensorType
 from aot.limits import check_shape
@@ -40,197 +38,6 @@ from aot.ops.quant.tflite_int16 import INT16_OPS
 _PADDING = {0: "SAME", 1: "VALID"}
 _ACTIVATION = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH",
                5: "SIGN_BIT", 6: "SIGMOID"}
-
-# Builtin options we read: op -> (options class, fields).
-_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "CONV_2D": ("Conv2DOptions", ("Padding", "StrideW", "StrideH", "FusedActivationFunction",
-                                  "DilationWFactor", "DilationHFactor")),
-    "DEPTHWISE_CONV_2D": ("DepthwiseConv2DOptions",
-                          ("Padding", "StrideW", "StrideH", "DepthMultiplier",
-                           "FusedActivationFunction", "DilationWFactor", "DilationHFactor")),
-    "FULLY_CONNECTED": ("FullyConnectedOptions",
-                        ("FusedActivationFunction", "WeightsFormat", "KeepNumDims")),
-    "AVERAGE_POOL_2D": ("Pool2DOptions", ("Padding", "StrideW", "StrideH", "FilterWidth",
-                                          "FilterHeight", "FusedActivationFunction")),
-    "MAX_POOL_2D": ("Pool2DOptions", ("Padding", "StrideW", "StrideH", "FilterWidth",
-                                      "FilterHeight", "FusedActivationFunction")),
-    "SOFTMAX": ("SoftmaxOptions", ("Beta",)),
-    "ADD": ("AddOptions", ("FusedActivationFunction",)),
-    "SUB": ("SubOptions", ("FusedActivationFunction",)),
-    "MUL": ("MulOptions", ("FusedActivationFunction",)),
-    "CONCATENATION": ("ConcatenationOptions", ("Axis", "FusedActivationFunction")),
-    "MEAN": ("ReducerOptions", ("KeepDims",)),
-    "UNIDIRECTIONAL_SEQUENCE_LSTM": ("UnidirectionalSequenceLSTMOptions",
-                                     ("FusedActivationFunction", "CellClip", "ProjClip",
-                                      "TimeMajor", "AsymmetricQuantizeInputs")),
-    "STRIDED_SLICE": ("StridedSliceOptions", ("BeginMask", "EndMask", "EllipsisMask",
-                                              "NewAxisMask", "ShrinkAxisMask", "Offset")),
-    "CALL_ONCE": ("CallOnceOptions", ("InitSubgraphIndex",)),
-    "VAR_HANDLE": ("VarHandleOptions", ("Container", "SharedName")),
-}
-# Flatbuffer defaults, used when an operator carries no options table.
-_DEFAULTS = {"Padding": 0, "StrideW": 1, "StrideH": 1, "FusedActivationFunction": 0,
-             "DilationWFactor": 1, "DilationHFactor": 1, "DepthMultiplier": 1,
-             "WeightsFormat": 0, "KeepNumDims": False, "FilterWidth": 1, "FilterHeight": 1,
-             "Beta": 1.0, "Axis": 0, "KeepDims": False, "CellClip": 0.0, "ProjClip": 0.0,
-             "TimeMajor": False, "AsymmetricQuantizeInputs": False,
-             "BeginMask": 0, "EndMask": 0, "EllipsisMask": 0, "NewAxisMask": 0,
-             "ShrinkAxisMask": 0, "Offset": False, "InitSubgraphIndex": 0,
-             "Container": b"", "SharedName": b""}
-_OPTIONS.update(tflite_ops.OPTIONS)
-_DEFAULTS.update(tflite_ops.DEFAULTS)
-
-
-# ------------------------------------------------------------------ decoding
-
-@dataclass
-class _Tensor:
-    name: str
-    shape: tuple[int, ...]
-    type_code: int
-    buffer: int
-    quant: tuple[np.ndarray, np.ndarray, int] | None
-    is_variable: bool
-    sparsity: SparseSpec | None = None
-    signature: tuple[int, ...] = ()     # shape_signature: -1 where a dimension is open
-
-
-@dataclass
-class _Op:
-    code: str
-    inputs: tuple[int, ...]
-    outputs: tuple[int, ...]
-    options: dict[str, Any] = field(default_factory=dict)
-    custom: bytes = b""      # a CUSTOM operator's options, raw
-    version: int = 1         # its operator code's version
-
-
-@dataclass
-class _Model:
-    tensors: list[_Tensor]
-    buffers: list[bytes]
-    ops: list[_Op]
-    inputs: tuple[int, ...]
-    outputs: tuple[int, ...]
-    others: tuple["_Model", ...] = ()  # subgraphs 1.. (CALL_ONCE initializers), same buffers
-
-
-def _builtin_names() -> dict[int, str]:
-    import tflite
-    return {v: k for k, v in vars(tflite.BuiltinOperator).items()
-            if not k.startswith("_") and isinstance(v, int)}
-
-
-def _count(n: int, data: bytes, what: str) -> int:
-    # A corrupt length would make us loop for ever; each entry takes >= 4 bytes.
-    if n < 0 or n * 4 > len(data):
-        raise ModelError(f"corrupt TFLite file: {what} count {n} exceeds the file size")
-    return n
-
-
-def _ints(getter_numpy, length: int) -> tuple[int, ...]:
-    return tuple(int(v) for v in getter_numpy()) if length else ()
-
-
-def _decode_quant(t) -> tuple[np.ndarray, np.ndarray, int] | None:
-    q = t.Quantization()
-    if q is None or q.ScaleLength() == 0:
-        return None
-    scales = np.array(q.ScaleAsNumpy(), dtype=np.float32)
-    zps = (np.array(q.ZeroPointAsNumpy(), dtype=np.int64) if q.ZeroPointLength()
-           else np.zeros(scales.size, dtype=np.int64))
-    return scales, zps, int(q.QuantizedDimension())
-
-
-def _decode_buffer(b, data: bytes) -> bytes:
-    if b is None:
-        return b""
-    offset, size = int(b.Offset()), int(b.Size())
-    if offset > 1:  # data stored after the flatbuffer (models over 2 GB)
-        if offset + size > len(data):
-            raise ModelError(f"corrupt TFLite file: a buffer at offset {offset} "
-                             f"(+{size} bytes) lies outside the {len(data)}-byte file")
-        return bytes(data[offset:offset + size])
-    if b.DataLength() == 0:
-        return b""
-    return b.DataAsNumpy().tobytes()
-
-
-def _decode_options(op, code: str) -> dict[str, Any]:
-    import tflite
-    spec = _OPTIONS.get(code)
-    if spec is None:
-        return {}
-    cls_name, fields = spec
-    table = op.BuiltinOptions()
-    if table is None:
-        return {f: _DEFAULTS[f] for f in fields}
-    opts = getattr(tflite, cls_name)()
-    opts.Init(table.Bytes, table.Pos)
-    return {f: getattr(opts, f)() for f in fields}
-
-
-def _decode_tensor(t) -> _Tensor:
-    raw = t.Name()
-    name = raw.decode("utf-8", "replace") if raw else ""
-    shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
-    signature = (tuple(int(d) for d in t.ShapeSignatureAsNumpy())
-                 if t.ShapeSignatureLength() else ())
-    return _Tensor(name, shape, int(t.Type()), int(t.Buffer()), _decode_quant(t),
-                   bool(t.IsVariable()), decode_sparsity(t), signature)
-
-
-def _decode(data: bytes) -> _Model:
-    import tflite
-    if len(data) < 8:
-        raise ModelError(f"not a TFLite model: the file has only {len(data)} bytes")
-    if data[4:8] != b"TFL3":
-        raise ModelError("not a TFLite model: missing the 'TFL3' file identifier")
-    root = struct.unpack_from("<I", data, 0)[0]
-    if root + 4 > len(data):
-        raise ModelError("corrupt TFLite file: root table offset is past the end of the file")
-    model = tflite.Model.GetRootAsModel(data, 0)
-    names = _builtin_names()
-    opcodes = []
-    for i in range(_count(model.OperatorCodesLength(), data, "operator code")):
-        oc = model.OperatorCodes(i)
-        code = max(int(oc.BuiltinCode()), int(oc.DeprecatedBuiltinCode()))
-        name = names.get(code, f"BUILTIN_{code}")
-        if name == "CUSTOM":
-            custom = oc.CustomCode()
-            name = f"CUSTOM:{custom.decode('utf-8', 'replace') if custom else '?'}"
-        opcodes.append((name, int(oc.Version())))
-    if model.SubgraphsLength() < 1:
-        raise ModelError("TFLite model has no subgraph")
-    buffers = [_decode_buffer(model.Buffers(i), data)
-               for i in range(_count(model.BuffersLength(), data, "buffer"))]
-    subgraphs = [_decode_subgraph(model.Subgraphs(k), data, opcodes, buffers)
-                 for k in range(_count(model.SubgraphsLength(), data, "subgraph"))]
-    main = subgraphs[0]
-    main.others = tuple(subgraphs[1:])
-    return main
-
-
-def _decode_subgraph(sg, data: bytes, opcodes: list[tuple[str, int]],
-                     buffers: list[bytes]) -> _Model:
-    tensors = [_decode_tensor(sg.Tensors(i))
-               for i in range(_count(sg.TensorsLength(), data, "tensor"))]
-    ops = []
-    for i in range(_count(sg.OperatorsLength(), data, "operator")):
-        op = sg.Operators(i)
-        idx = int(op.OpcodeIndex())
-        if not 0 <= idx < len(opcodes):
-            raise ModelError(f"corrupt TFLite file: operator {i} uses opcode index {idx} "
-                             f"of {len(opcodes)}")
-        code, version = opcodes[idx]
-        custom = op.CustomOptionsAsNumpy().tobytes() if op.CustomOptionsLength() else b""
-        ops.append(_Op(code, _ints(op.InputsAsNumpy, op.InputsLength()),
-                       _ints(op.OutputsAsNumpy, op.OutputsLength()),
-                       _decode_options(op, code), custom, version))
-    return _Model(tensors, buffers, ops,
-                  _ints(sg.InputsAsNumpy, sg.InputsLength()),
-                  _ints(sg.OutputsAsNumpy, sg.OutputsLength()))
-
 
 HYBRID_MODES = ("dequantize", "dynamic")
 
@@ -256,7 +63,7 @@ def import_tflite(data: bytes, name: str, hybrid: str = "dynamic",
         raise UnsupportedError(f"hybrid mode {hybrid!r} (expected one of {HYBRID_MODES})")
     data = bytes(data)
     try:
-        model = _decode(data)
+        model = decode(data)
     except AotError:
         raise
     except Exception as e:  # noqa: BLE001 - any failure of the bindings means a corrupt file
@@ -267,10 +74,10 @@ def import_tflite(data: bytes, name: str, hybrid: str = "dynamic",
     return graph
 
 
-def _check_open_dims(model: _Model, graph: Graph,
+def _check_open_dims(model: Model, graph: Graph,
                      input_shapes: Mapping[str, Sequence[int]]) -> None:
     """--input-shape may not resize a dimension the signature leaves open."""
-    names = _unique_names(model.tensors)
+    names = unique_names(model.tensors)
     tensors = {names[i]: model.tensors[i] for i in model.inputs}
     for name, given in input_shapes.items():
         t = tensors.get(name)
@@ -293,24 +100,12 @@ def converted_builtins() -> list[str]:
 
 # ------------------------------------------------------------------ building
 
-def _unique_names(tensors: list[_Tensor]) -> list[str]:
-    seen: set[str] = set()
-    out = []
-    for i, t in enumerate(tensors):
-        name = t.name or f"tensor_{i}"
-        if name in seen:
-            name = f"{name}_{i}"
-        seen.add(name)
-        out.append(name)
-    return out
-
-
 class _Builder(VariableOps, TFLMOps, MediaPipeOps):
-    def __init__(self, model: _Model, name: str, hybrid: str = "dynamic"):
+    def __init__(self, model: Model, name: str, hybrid: str = "dynamic"):
         self.m = model
         self.name = name
         self.hybrid = hybrid
-        self.names = _unique_names(model.tensors)
+        self.names = unique_names(model.tensors)
         self.types: dict[str, TensorType] = {}
         self.constants: dict[str, np.ndarray] = {}
         self.variables: dict[str, np.ndarray] = {}
@@ -358,7 +153,7 @@ class _Builder(VariableOps, TFLMOps, MediaPipeOps):
             self.constants[name] = self._array(raw, dtype, shape, name)
 
     @staticmethod
-    def _quant(t: _Tensor, name: str, shape, dtype: str, constant: bool) -> Quant | None:
+    def _quant(t: Tensor, name: str, shape, dtype: str, constant: bool) -> Quant | None:
         if t.quant is None:
             return None
         scales, zps, qdim = t.quant
@@ -472,7 +267,7 @@ class _Builder(VariableOps, TFLMOps, MediaPipeOps):
                      outputs, tuple(self.nodes), self.types, self.constants,
                      self.variables, self.updates)
 
-    def _node_name(self, k: int, op: _Op) -> str:
+    def _node_name(self, k: int, op: Op) -> str:
         base = self.names[op.outputs[0]] if op.outputs and 0 <= op.outputs[0] < len(self.names) \
             else f"op_{k}"
         if base in self.node_names:
@@ -480,7 +275,7 @@ class _Builder(VariableOps, TFLMOps, MediaPipeOps):
         self.node_names.add(base)
         return base
 
-    def _convert(self, k: int, op: _Op) -> None:
+    def _convert(self, k: int, op: Op) -> None:
         self.cur = self._node_name(k, op)
         self.code = op.code
         custom = op.code.startswith("CUSTOM:")

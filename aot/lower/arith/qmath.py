@@ -8,7 +8,8 @@ be Python ints (compile-time, folded) or int32 expressions (per-channel
 tables loaded from a PARAM buffer).
 
 The compile-time multipliers come from aot.ops.quant.qmath (quantize_multiplier
-and friends): this module only builds the arithmetic.
+and friends): this module only builds the arithmetic. MBQM, the
+requantization these compose, is aot/lower/arith/requant.py's.
 
 An operand a formula reads more than once (RDBPOT's x, SATSHL's x, the
 saturation test of SRDHM) is inlined only when it is a variable or a
@@ -163,19 +164,6 @@ def shift_left_wrapping(x: Expr, left: Operand) -> Expr:
     return i32(Bin("*", wide, Bin("<<", _c(1, wide), i64(left, lanes))), lanes)
 
 
-def mbqm(x: Expr, mult: Operand, shift: Operand | None = None, *,
-         left: Operand | None = None, right: Operand | None = None) -> Expr:
-    """MultiplyByQuantizedMultiplier (double rounding): RDBPOT(SRDHM(x << l, M), r).
-
-    Either `shift` (TFLite's signed exponent, a Python int) or the split
-    `left`/`right` shifts (per-channel int32 expressions or ints).
-    """
-    if shift is not None:
-        left, right = max(shift, 0), max(-shift, 0)
-    # M comes from quantize_multiplier: never INT32_MIN, so SRDHM cannot saturate
-    return rdbpot(srdhm(shift_left_wrapping(x, left), mult, saturate=False), right)
-
-
 def offset(x: Expr, c: int) -> Expr:
     """x + c, printed as `x - 128` rather than `x + -128` (or `x - -128`)."""
     if c == 0:
@@ -221,15 +209,5 @@ class Block:
         return seq(*self.stmts)
 
 
-def mbqm_block(b: Block, x: Expr, mult: Operand, shift: Operand | None = None, *,
-               left: Operand | None = None, right: Operand | None = None,
-               name: str = "scaled") -> Expr:
-    """mbqm with the SRDHM result in a local (rdbpot reads it twice or more)."""
-    if shift is not None:
-        left, right = max(shift, 0), max(-shift, 0)
-    high = b.let(name, srdhm(shift_left_wrapping(x, left), mult, saturate=False))
-    return rdbpot(high, right)
-
-
-__all__ = ["Block", "clamp", "div_round_away", "i32", "i64", "mbqm", "mbqm_block", "offset",
-           "rdbpot", "satshl", "shift_left_wrapping", "srdhm"]
+__all__ = ["Block", "clamp", "div_round_away", "i32", "i64", "offset", "rdbpot", "satshl",
+           "shift_left_wrapping", "srdhm"]

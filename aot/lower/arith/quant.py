@@ -1,9 +1,10 @@
 """The small builders every integer (TFLite-semantics) rule module shares.
 
 Int32 widening and narrowing casts, compile-time tables (a PARAM buffer,
-or one constant when every entry agrees), the per-channel requantization
-multipliers as tables, and the constant inputs the rules read (filters,
-biases, axes). The convolutions (aot/lower/rules/quant/tflite_int8.py) and every other
+or one constant when every entry agrees), the two roundings of a float to
+an integer, and the constant inputs the rules read (filters, biases,
+axes); the requantizers built on them are aot/lower/arith/requant.py's.
+The convolutions (aot/lower/rules/quant/tflite_int8.py) and every other
 int8 / int16 rule module (int8_elementwise, int8_pool, int8_rowwise,
 tflite_int16, onnx_quant, lstm, int8_dsp) build on these, so they live apart
 from any one of them. Their loops and loop nests are aot/lower/arith/loops.py's,
@@ -11,12 +12,11 @@ the float kernels' too.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.ir.tir import Bin, Call, Cast, Const, Expr, Load, Stmt, Var, add, dt, dtype_of, mul
+from aot.ir.tir import Bin, Call, Cast, Const, Expr, Load, Stmt, add, dt, dtype_of, mul
 from aot.lower.arith import qmath as q
 from aot.lower.rules.elementwise import const_like
 from aot.lower.rules import LowerCtx, TensorRef
@@ -68,26 +68,6 @@ def lazy_table(ctx: LowerCtx, name: str, values: np.ndarray) -> Callable[[Expr],
     return at
 
 
-@dataclass
-class Requant:
-    """Per-channel (or per-tensor) MultiplyByQuantizedMultiplier: index -> M, shifts."""
-    mult: Callable[[Expr], Expr]
-    left: Callable[[Expr], Expr]
-    right: Callable[[Expr], Expr]
-
-    @staticmethod
-    def make(ctx: LowerCtx, mults, shifts) -> "Requant":
-        mults = np.asarray(mults, np.int64).reshape(-1).astype(np.int32)
-        shifts = np.asarray(shifts, np.int64).reshape(-1)
-        return Requant(lazy_table(ctx, "multiplier", mults),
-                       lazy_table(ctx, "left_shift", np.maximum(shifts, 0).astype(np.int32)),
-                       lazy_table(ctx, "right_shift", np.maximum(-shifts, 0).astype(np.int32)))
-
-    def apply(self, b: q.Block, acc: Expr, channel: Expr) -> Expr:
-        return q.mbqm_block(b, acc, self.mult(channel), left=self.left(channel),
-                            right=self.right(channel))
-
-
 def const_input(ctx: LowerCtx, ref_: TensorRef | None, what: str) -> np.ndarray | None:
     if ref_ is None:
         return None
@@ -109,6 +89,12 @@ class CallView:
     def __init__(self, ctx: LowerCtx):
         self.node, self.in_types, self.out_types = ctx.node, ctx.in_types, ctx.out_types
         self.attrs = ctx.attrs
+
+
+def round_half_even(v: Expr) -> Expr:
+    """Round half to even, in v's float type."""
+    d = dtype_of(v)
+    return Call("rintf" if d.scalar == "float32" else "rint", (v,), d)
 
 
 def round_half_away_to_int(v: Expr) -> Expr:
@@ -144,73 +130,6 @@ def vec_table(ctx: LowerCtx, name: str, values: np.ndarray, dtype: str):
         return lambda index, lanes: const_like(values[0].item(), dt(dtype, lanes))
     buf = ctx.param(name, values.astype(dtype))
     return lambda index, lanes: Load(buf, index, lanes)
-
-
-@dataclass
-class VecRequant:
-    """MultiplyByQuantizedMultiplier on int32 lanes, bit-exact with q.mbqm.
-
-    x << left (wrapping: an unsigned multiply), SRDHM by M (M comes from
-    quantize_multiplier, never INT32_MIN, so no saturation test), then
-    RDBPOT by the right shift: the codegens' whole-vector aot_rdhm and
-    aot_rdbpot, all in int32 lanes (AVX2 has no 64-bit arithmetic shift or
-    multiply). Per-channel values come from tables, constants when all
-    channels agree.
-
-    With `bound` (max |accumulator| per channel; x86, fixed32.
-    shift_add_rounding) `requantize` rounds by shifts and adds instead:
-    (h + 2^(r-1) + zp 2^r + (h >> 31)) >> r, the output zero point folded
-    into the nudge, the sign term left out under an activation floor at or
-    above the zero point (as fixed32.rounding_shift), wherever every
-    channel shifts right and the bound keeps the sums within int32.
-    """
-    mult: Callable
-    left: Callable | None
-    right: Callable
-    nudge: Callable | None = None
-    floor_ok: bool = False
-
-    @staticmethod
-    def make(ctx: LowerCtx, mults, shifts, bound=None, zp: int = 0,
-             floor_ok: bool = False) -> "VecRequant":
-        mults = np.asarray(mults, np.int64).reshape(-1)
-        shifts = np.asarray(shifts, np.int64).reshape(-1)
-        left = np.maximum(shifts, 0)
-        right = np.maximum(-shifts, 0)
-        if right.max(initial=0) > 31 or left.max(initial=0) > 31:
-            raise ValueError("requantization shift above 31")
-        nudge = None
-        if bound is not None and right.size and right.min() >= 1:
-            n = len(bound)
-            nudges = [(1 << (int(e) - 1)) + (zp << int(e)) for e in np.broadcast_to(right, (n,))]
-            highs = [int(bd) << int(lf) for bd, lf in zip(bound, np.broadcast_to(left, (n,)))]
-            if all(h + abs(u) + 1 < 1 << 31 for h, u in zip(highs, nudges)):
-                nudge = vec_table(ctx, "rounding_nudge", np.asarray(nudges, np.int64), "int32")
-        return VecRequant(
-            vec_table(ctx, "multiplier", mults, "int32"),
-            vec_table(ctx, "left_scale", np.left_shift(1, left), "uint32") if left.any() else None,
-            vec_table(ctx, "right_shift", right, "int32"), nudge, floor_ok)
-
-    def requantize(self, b: q.Block, acc: Expr, c: Expr, zp: int) -> Expr:
-        """apply(acc) + zp."""
-        if self.nudge is None:
-            return q.offset(self.apply(b, acc, c), zp)
-        lanes = dtype_of(acc).lanes
-        h = self._high(b, acc, c)
-        total = Bin("+", h, self.nudge(c, lanes))
-        if not self.floor_ok:
-            total = Bin("+", total, Bin(">>", h, const_like(31, h)))
-        return Bin(">>", total, self.right(c, lanes))
-
-    def apply(self, b: q.Block, acc: Expr, c: Expr) -> Expr:
-        return q.rdbpot(self._high(b, acc, c), self.right(c, dtype_of(acc).lanes))
-
-    def _high(self, b: q.Block, acc: Expr, c: Expr) -> Var:
-        lanes = dtype_of(acc).lanes
-        x = acc
-        if self.left is not None:
-            x = Cast(dt("int32", lanes), Bin("*", Cast(dt("uint32", lanes), x), self.left(c, lanes)))
-        return b.let("high", q.srdhm(x, self.mult(c, lanes), saturate=False))
 
 
 def in_block(ctx: LowerCtx, body: Callable[[q.Block], Stmt]) -> Stmt:

@@ -21,6 +21,7 @@ import numpy as np
 from aot.ir.tir import (Assign, Bin, Call, Cast, Const, Expr, Load, Select, Stmt, Store, Unary,
                         Var, dt, flat_index, seq)
 from aot.lower.arith import qmath as q
+from aot.lower.arith.requant import mbqm_block
 from aot.lower.arith.loops import loop, nest
 from aot.lower.arith.quant import weight_dtype, to_i32
 from aot.lower.rules import LowerCtx, kernel_rule
@@ -188,8 +189,8 @@ def _lstm_int8(ctx: LowerCtx, ins, emit) -> Stmt:
         b = q.Block(ctx)
         ax, ah = _gate_sums(ctx, b, s, x, h_s, p, (bi, t, u), Load(p["bx"], u),
                             Load(p["bh"], u), to_i32)
-        gx = q.clamp(q.mbqm_block(b, ax, *map(int, p["mx"]), name="scaled_x"), -32768, 32767)
-        gh = q.clamp(q.mbqm_block(b, ah, *map(int, p["mh"]), name="scaled_h"), -32768, 32767)
+        gx = q.clamp(mbqm_block(b, ax, *map(int, p["mx"]), name="scaled_x"), -32768, 32767)
+        gh = q.clamp(mbqm_block(b, ah, *map(int, p["mh"]), name="scaled_h"), -32768, 32767)
         z = b.let("z", q.clamp(Bin("+", gx, gh), -32768, 32767))
         if g == CELL and act == "TANH":
             y = tanh16(b, table, z, -12)
@@ -205,17 +206,17 @@ def _lstm_int8(ctx: LowerCtx, ins, emit) -> Stmt:
             return to_i32(Load(gate_s, flat_index((Const(g), u), gate_s.shape)))
         at = flat_index((bi, u), c_s.shape)
         c = b.let("c", to_i32(Load(c_s, at)))
-        forget = q.clamp(q.mbqm_block(b, Bin("*", gate(FORGET), c), 1 << 30, -14,
+        forget = q.clamp(mbqm_block(b, Bin("*", gate(FORGET), c), 1 << 30, -14,
                                       name="forget"), -32768, 32767)
         b.add(Assign(c, forget))
-        update = q.clamp(q.mbqm_block(b, Bin("*", gate(INPUT), gate(CELL)), m_ig, e_ig,
+        update = q.clamp(mbqm_block(b, Bin("*", gate(INPUT), gate(CELL)), m_ig, e_ig,
                                       name="update"), -32768, 32767)
         b.add(Assign(c, q.clamp(Bin("+", c, update), -32768, 32767)))
         if clip_q > 0:
             b.add(Assign(c, q.clamp(c, -clip_q, clip_q)))
         b.add(Store(c_s, at, Cast(dt("int16"), c)))
         th = tanh16(b, table, c, cell_pot)
-        hv = q.offset(q.mbqm_block(b, Bin("*", th, gate(OUTPUT)), m_h, e_h, name="hidden"), zp_h)
+        hv = q.offset(mbqm_block(b, Bin("*", th, gate(OUTPUT)), m_h, e_h, name="hidden"), zp_h)
         h = b.let("h", Cast(dt("int8"), q.clamp(hv, -128, 127)))
         b.add(Store(h_s, at, h), emit(0, s.seq_index(bi, t, u), h))
         return b.stmt()

@@ -14,11 +14,15 @@ import numpy as np
 
 from aot.errors import UnsupportedError, node_label
 from aot.ir.graph import TensorType
-from aot.ops.nn import (
-    FLOATS, _from_nchw, layout_of, _to_nchw, conv_nchw,
-    conv_output_shape, matmul_shape, resolve_window,
-)
-from aot.ops.registry import Call, Pattern, Sig, inner_dim_macs, per_weight_row_macs, register
+from aot.ops.nn import (FLOATS, conv_nchw, conv_output_shape, from_nchw, global_infer,
+                        kernel_axes, layout_of, matmul_shape, pool_infer_common, pool_setup,
+                        resolve_window, to_nchw, window_counts, window_view)
+from aot.ops.registry import (Call, Layout, Pattern, Sig, Sink, inner_dim_macs,
+                              per_weight_row_macs, register)
+from aot.ops.tensor import infer_concat
+
+# Scale and zero point along `axis` (default 1), which moves with a Transpose.
+PER_AXIS = Layout(sink=Sink.PER_AXIS, axis=1)
 
 # Integer types QuantizeLinear may produce (int4 and float8 are not supported).
 QTYPES = ("int8", "uint8", "int16", "uint16")
@@ -134,7 +138,7 @@ def _quantize_infer(sig: Sig):
     return [TensorType(x.shape, out)]
 
 
-@register("QuantizeLinear", infer=_quantize_infer, pattern=Pattern.BROADCAST)
+@register("QuantizeLinear", infer=_quantize_infer, pattern=Pattern.BROADCAST, layout=PER_AXIS)
 def _quantize(call: Call, args):
     x, scale = args[0], args[1]
     zp = args[2] if len(args) > 2 else None
@@ -166,7 +170,8 @@ def _dequantize_infer(sig: Sig):
     return [TensorType(x.shape, out)]
 
 
-@register("DequantizeLinear", infer=_dequantize_infer, pattern=Pattern.BROADCAST)
+@register("DequantizeLinear", infer=_dequantize_infer, pattern=Pattern.BROADCAST,
+          layout=PER_AXIS)
 def _dequantize(call: Call, args):
     x, scale = args[0], args[1]
     zp = args[2] if len(args) > 2 else None
@@ -298,7 +303,7 @@ def _int_conv(call: Call, x: np.ndarray, w: np.ndarray, bias=None) -> np.ndarray
     layout = layout_of(call)
     if layout == "NHWC":
         w = np.moveaxis(w, -1, 1)
-    xn = _to_nchw(x, layout).astype(np.float64)
+    xn = to_nchw(x, layout).astype(np.float64)
     win = resolve_window(call, tuple(xn.shape[2:]), tuple(w.shape[2:]))
     y = conv_nchw(xn, w.astype(np.float64), None, win, int(call.attrs.get("group", 1)))
     y = np.rint(y).astype(np.int64)
@@ -325,7 +330,7 @@ def _qlinear_conv(call: Call, args):
     mult = (x_s * _per_channel(w_s, acc.ndim) / y_s).astype(np.float32)
     layout = layout_of(call)
     y = _requantize(acc, mult, y_zp, call.out_types[0].dtype)
-    return [_from_nchw(y, layout)]
+    return [from_nchw(y, layout)]
 
 
 def _conv_integer_infer(sig: Sig):
@@ -342,7 +347,7 @@ def _conv_integer(call: Call, args):
     if w_zp is not None:
         wz = np.asarray(w_zp).astype(np.int32)
         wc = wc - (wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.size > 1 else wz.reshape(()))
-    return [_from_nchw(_int_conv(call, _centered(x, x_zp), wc), layout_of(call))]
+    return [from_nchw(_int_conv(call, _centered(x, x_zp), wc), layout_of(call))]
 
 
 # --------------------------------------------------------------------------
@@ -505,9 +510,8 @@ def _qconcat_infer(sig: Sig):
     xs = [_qtype(sig, i, f"input {i}") for i in range(2, len(sig.in_types), 3)]
     _check_scalar(sig, 0, "Y's scale")
     _check_scalar(sig, 1, "Y's zero point")
-    from aot.ops.tensor import _infer_concat
     view = Sig(sig.node, tuple(xs), ())
-    return [TensorType(_infer_concat(view)[0].shape, xs[0].dtype)]
+    return [TensorType(infer_concat(view)[0].shape, xs[0].dtype)]
 
 
 def requantize_table(dtype: str, sx, zx, sy, zy) -> np.ndarray | None:
@@ -538,13 +542,12 @@ def _qpool_infer(sig: Sig):
     x = _qtype(sig, 0, "X")
     _check_scalar(sig, 3, "Y's scale")
     _check_scalar(sig, 4, "Y's zero point")
-    from aot.ops.nn import _pool_infer_common, _global_infer
     view = Sig(sig.node.with_(attrs=dict(sig.attrs, layout=pool_layout(sig))),
                (TensorType(x.shape, "float32"),), ())
     if sig.node.op == "QLinearGlobalAveragePool":
-        out = _global_infer(view)[0].shape
+        out = global_infer(view)[0].shape
     else:
-        out = _pool_infer_common(view)[3]
+        out = pool_infer_common(view)[3]
     return [TensorType(out, x.dtype)]
 
 
@@ -580,26 +583,25 @@ def _qlinear_avgpool(call: Call, args):
     x_scale * (x - zx), the window's in-image taps summed in float32 in
     row-major order, divided by the count, quantized (pool_output's last
     step). A whole-image window: its global pool's exact integer sum."""
-    from aot.ops.nn import _pool_setup, _windows, window_counts, _kernel_axes
     x = args[0]
     sx, zx = scalar_qparams(call, args, 1, 2)
     sy, zy = scalar_qparams(call, args, 3, 4)
     view = Call(call.node.with_(attrs=dict(call.attrs, layout=pool_layout(call))),
                 call.in_types, call.out_types)
-    layout, xn, win = _pool_setup(view, x.astype(np.int64) - zx)
+    layout, xn, win = pool_setup(view, x.astype(np.int64) - zx)
     cnt = np.maximum(window_counts(win, xn.shape[2:],
                                    bool(call.attrs.get("count_include_pad", 0))), 1)
     if pool_is_global(call, xn.shape[2:]):
-        s = _windows(xn, win, 0).sum(axis=_kernel_axes(len(win.kernel)))
-        return [_from_nchw(pool_output(s, cnt, sx, sy, zy, x.dtype.name), layout)]
+        s = window_view(xn, win, 0).sum(axis=kernel_axes(len(win.kernel)))
+        return [from_nchw(pool_output(s, cnt, sx, sy, zy, x.dtype.name), layout)]
     # a padded tap adds 0.0, which leaves a float32 sum as it is
-    taps = _windows(f32(f32(sx) * f32(xn)), win, 0)
+    taps = window_view(f32(f32(sx) * f32(xn)), win, 0)
     taps = taps.reshape(taps.shape[:2 + len(win.kernel)] + (-1,))
     total = np.zeros(taps.shape[:-1], np.float32)
     for k in range(taps.shape[-1]):
         total = f32(total + taps[..., k])
     y = quantize_average(f32(total / f32(cnt)), sy, zy, x.dtype.name)
-    return [_from_nchw(y, layout)]
+    return [from_nchw(y, layout)]
 
 
 @register("QLinearGlobalAveragePool", infer=_qpool_infer, pattern=Pattern.REDUCE)

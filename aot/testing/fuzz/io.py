@@ -41,7 +41,7 @@ from typing import Callable
 import numpy as np
 
 from aot.errors import AotError
-from aot.testing.fuzz.models import HOSTILE_U32, CaseTimeout, Outcome, _alarm, _env
+from aot.testing.fuzz.models import HOSTILE_U32, CaseTimeout, Outcome, alarm_after, env_set
 
 HOSTILE_U64 = (0, 1, 2, (1 << 32) - 1, 1 << 32, (1 << 63) - 1, 1 << 63, (1 << 64) - 1, 1 << 40)
 DTYPES = ("float32", "int8", "uint8", "int16", "int32")
@@ -56,7 +56,7 @@ def judged(case: Callable[[], str | None], time_limit: float = 10.0) -> Outcome:
     wrong with the result it got; an AotError is a refusal."""
     tracemalloc.start()
     try:
-        with _alarm(time_limit):
+        with alarm_after(time_limit):
             wrong = case()
     except CaseTimeout:
         return Outcome("failed", "hang", f"no result within {time_limit:g} s")
@@ -284,7 +284,7 @@ STALL_DEADLINE_S = 0.1
 
 def serve_case(seed: int, time_limit: float = 10.0) -> tuple[Outcome, str]:
     """(outcome, what the case did) of fuzz case `seed` of the serve client."""
-    from aot.deploy.device import _Session
+    from aot.deploy.device import Session
     from aot.deploy.serve import ServeClient
 
     rng = random.Random(f"serve:{seed}")
@@ -304,7 +304,7 @@ def serve_case(seed: int, time_limit: float = 10.0) -> tuple[Outcome, str]:
         try:
             # without a stall, the case's alarm (a hang) must ring before any deadline
             with _deadlines(STALL_DEADLINE_S if stall is not None else 2 * time_limit):
-                session = _Session(harness, meta)
+                session = Session(harness, meta)
                 try:
                     return _check_result(session.request(inputs, warmup, runs), meta, runs)
                 finally:
@@ -595,8 +595,8 @@ def toml_case(seed: int, workdir: Path, time_limit: float = 10.0) -> tuple[Outco
 
     def case() -> str | None:
         try:
-            with _env(targets.BOARDS_ENV, str(boards_dir)), \
-                    _env(targets.CONFIG_ENV, str(config_file)):
+            with env_set(targets.BOARDS_ENV, str(boards_dir)), \
+                    env_set(targets.CONFIG_ENV, str(config_file)):
                 _consume(targets.get_board(name))
         finally:
             targets._boards.cache_clear()

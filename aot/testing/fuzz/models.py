@@ -750,7 +750,8 @@ class CaseTimeout(BaseException):
 
 
 @contextlib.contextmanager
-def _alarm(seconds: float):
+def alarm_after(seconds: float):
+    """CaseTimeout raised in the block once `seconds` have passed."""
     def ring(signum, frame):
         raise CaseTimeout()
     old = signal.signal(signal.SIGALRM, ring)
@@ -763,7 +764,8 @@ def _alarm(seconds: float):
 
 
 @contextlib.contextmanager
-def _env(name: str, value: str):
+def env_set(name: str, value: str):
+    """The environment variable `name` set to `value` within the block."""
     old = os.environ.get(name)
     os.environ[name] = value
     try:
@@ -801,9 +803,9 @@ def run_case(model: Path, out_dir: Path, time_limit: float = 30.0,
     out_dir = Path(out_dir)
     stderr, classes = io.StringIO(), []
     try:
-        with _env("AOT_MAX_TENSOR_ELEMENTS", str(max_elements)), \
+        with env_set("AOT_MAX_TENSOR_ELEMENTS", str(max_elements)), \
                 _error_class_recorder(classes), contextlib.redirect_stderr(stderr), \
-                contextlib.redirect_stdout(io.StringIO()), _alarm(time_limit):
+                contextlib.redirect_stdout(io.StringIO()), alarm_after(time_limit):
             code = cli.main(["package", str(model), "-o", str(out_dir)])
     except CaseTimeout:
         return Outcome("failed", "timeout", f"no result within {time_limit:g} s")

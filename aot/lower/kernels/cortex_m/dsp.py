@@ -26,8 +26,9 @@ tests on the border only. Depths not a multiple of four finish with plain
 multiply-adds; channels and pixels left over by a tile run in narrower
 tiles. Weights are interleaved per tile so its channels' words lie side by
 side. Each accumulator is requantized from its register, in 32-bit
-arithmetic (Requant32) where its bound, known from the weights and the
-bias, proves that equal to TFLite's, else by the scalar rules' Requant.
+arithmetic (aot/lower/arith/requant.py's TfliteRequant32) where its bound,
+known from the weights and the bias (acc_bound), proves that equal to
+TFLite's, else by the scalar rules' TfliteRequant.
 The convolutions walk their output planes through the one walk
 (conv_walk.plane_walk: border regions; the 2-pixel tile's pairs are its
 blocks of two columns, the odd last column alone).
@@ -43,7 +44,7 @@ from typing import Callable
 
 import numpy as np
 
-from aot.isa.arm_dsp import INT8X4, smla_half, smlad, smmulr, sxtb16
+from aot.isa.arm_dsp import INT8X4, smla_half, smlad, sxtb16
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr, For, ForKind, If,
                         Load, Stmt, Store, Var, add, flat_index, mul, seq)
 from aot.lower.arith.loops import loop
@@ -539,63 +540,6 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
 
     return plane_walk(ctx, g, lambda n, oy, oxs, region: pixel(
         n, oy, oxs[0], tuple(r.tests for r in region)))
-
-
-@dataclass(frozen=True)
-class Requant32:
-    """TFLite's MultiplyByQuantizedMultiplier, RDBPOT(SRDHM(x * 2^l, M), e),
-    in 32-bit arithmetic, for accumulators |x| <= B:
-
-        SRDHM(x * 2^l, M) = SMMULR(x * 2^(l+1), M)   if B * 2^(l+1) < 2^31
-        RDBPOT(h, e) = (h + 2^(e-1) - [h < 0]) >> e   if e >= 1 and
-                                                         B * 2^l + 2^(e-1) < 2^31
-
-    SMMULR is floor((a M + 2^31) / 2^32); with a = 2 x 2^l that is
-    floor((x 2^l M + 2^30) / 2^31), SRDHM's value (M is never INT32_MIN, so
-    SRDHM never saturates). RDBPOT rounds half away from zero; adding 2^(e-1)
-    and, for negative h, 2^(e-1) - 1 before the arithmetic shift does the
-    same. |h| <= B 2^l (M < 2^31), so neither sum overflows. Tables per
-    channel: 2^(l+1), M, 2^(e-1), e."""
-    scale: Callable[[Expr], Expr]
-    mult: Callable[[Expr], Expr]
-    half: Callable[[Expr], Expr]
-    right: Callable[[Expr], Expr]
-
-    @staticmethod
-    def make(ctx: LowerCtx, mults, shifts, bound: np.ndarray) -> "Requant32 | None":
-        """The 32-bit form for accumulators within `bound` (per channel), or
-        None when the bounds do not prove it exact for every channel."""
-        if not proven(mults, shifts, bound):
-            return None
-        n = len(bound)
-        shifts = np.broadcast_to(np.asarray(shifts, np.int64).reshape(-1), (n,))
-        left, right = np.maximum(shifts, 0), np.maximum(-shifts, 0)
-        mults = np.broadcast_to(np.asarray(mults, np.int64).reshape(-1), (n,))
-        return Requant32(table(ctx, "left_scale", (1 << (left + 1)).astype(np.int32)),
-                         table(ctx, "multiplier", mults.astype(np.int32)),
-                         table(ctx, "round_half", (1 << (right - 1)).astype(np.int32)),
-                         table(ctx, "right_shift", right.astype(np.int32)))
-
-    def apply(self, b, acc: Expr, channel: Expr) -> Expr:
-        h = b.let("high", smmulr(Bin("*", acc, self.scale(channel)), self.mult(channel)))
-        return Bin(">>", Bin("+", Bin("+", h, self.half(channel)), Bin(">>", h, Const(31))),
-                   self.right(channel))
-
-
-def proven(mults, shifts, bound: np.ndarray) -> bool:
-    """Whether Requant32 equals MultiplyByQuantizedMultiplier on every
-    accumulator within `bound` (per channel; see Requant32)."""
-    n = len(bound)
-    shifts = np.broadcast_to(np.asarray(shifts, np.int64).reshape(-1), (n,))
-    mults = np.broadcast_to(np.asarray(mults, np.int64).reshape(-1), (n,))
-    left, right = np.maximum(shifts, 0), np.maximum(-shifts, 0)
-    bound = np.asarray(bound, object)        # Python integers: no overflow in the proof
-    limit = 2**31 - 1
-    return bool(np.all(mults > 0) and np.all(mults < 2**31) and np.all(right >= 1)
-                and np.all(right <= 31)
-                and all(int(B) << (int(lft) + 1) <= limit and
-                        (int(B) << int(lft)) + (1 << (int(r) - 1)) <= limit
-                        for B, lft, r in zip(bound, left, right)))
 
 
 def acc_bound(w: np.ndarray, bias: np.ndarray, zp: int) -> np.ndarray:

@@ -29,11 +29,12 @@ kernels' do. Register tiles, no im2col buffer:
 Only depths that are a multiple of 16 take the dot products (no tail
 predication). The weights are interleaved per tile (int8_dsp.interleave),
 the zero point folded into the bias. Scalar accumulators are requantized
-as the DSP kernels' (Requant32 where the bounds prove it exact); the
-int32 x 4 accumulators of the other two kernels go to conv_nest's finish
-whole, 4 channels at once, which requantizes them as vectors (VecRequant:
-VQRDMULH, then VQADD and VRSHL, tests/targets/test_int8_mve.py proves them on the
-M55 against TFLite's rules) and stores them narrowed. The outer-product
+as the DSP kernels' (TfliteRequant32 where the bounds prove it exact);
+the int32 x 4 accumulators of the other two kernels go to conv_nest's
+finish whole, 4 channels at once, which requantizes them as vectors
+(TfliteVecRequant: VQRDMULH, then VQADD and VRSHL,
+tests/targets/test_int8_mve.py proves them on the M55 against TFLite's
+rules) and stores them narrowed. The outer-product
 convolution walks its output plane through the one walk
 (conv_walk.plane_walk), the padded image copy its per-image prologue.
 """

@@ -25,7 +25,8 @@ from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Expr, If, Loa
 from aot.lower.arith import qmath as q
 from aot.lower.arith.loops import loop, nest
 from aot.lower.rules.elementwise import broadcast_index, broadcast_load, const_like
-from aot.lower.arith.quant import CallView, table, to_i32
+from aot.lower.arith.quant import CallView, round_half_even, table, to_i32
+from aot.lower.arith.requant import onnx_multipliers, onnx_requantizer
 from aot.lower.rules import VALUE_RULES, LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.lower.arith.quant import vector_lanes
 from aot.lower.rules.quant.tflite_int8 import conv_nest, vector_conv_nest
@@ -61,19 +62,13 @@ def _qparam(ctx: LowerCtx, name: str, values: np.ndarray, shape, idx, lanes: int
     return v if lanes == 1 else Broadcast(v, lanes)
 
 
-def _rint(v: Expr) -> Expr:
-    """Round half to even, in v's float type."""
-    d = dtype_of(v)
-    return Call("rintf" if d.scalar == "float32" else "rint", (v,), d)
-
-
 def _saturate(v: Expr, dtype: str) -> Expr:
     """rint then clamp to dtype, from a float (clamped first: the bounds are
     integers, so clamp and rint commute, and the conversion stays in range)."""
     info = np.iinfo(dtype)
     clamped = Bin("min", Bin("max", v, const_like(float(info.min), v)),
                   const_like(float(info.max), v))
-    return Cast(dt(dtype, dtype_of(v).lanes), _rint(clamped))
+    return Cast(dt(dtype, dtype_of(v).lanes), round_half_even(clamped))
 
 
 @value_rule("QuantizeLinear")
@@ -89,7 +84,8 @@ def quantize_linear(ctx: LowerCtx, ins, idx, lanes):
     out = ctx.out_types[0].dtype
     info = np.iinfo(out)
     # rint in float32, then integers: clamp to int32's range before converting
-    r = _rint(Bin("min", Bin("max", v, const_like(-2.0 ** 30, v)), const_like(2.0 ** 30, v)))
+    r = round_half_even(Bin("min", Bin("max", v, const_like(-2.0 ** 30, v)),
+                            const_like(2.0 ** 30, v)))
     y = Cast(dt("int32", lanes), r)
     if zp is not None:
         y = Bin("+", y, _qparam(ctx, "zero_point", zp.astype(np.int32), shape, idx, lanes))
@@ -114,39 +110,16 @@ def dequantize_linear(ctx: LowerCtx, ins, idx, lanes):
 
 # ----------------------------------------------------------- requantization
 
-def _float_multipliers(x_s, w_s, y_s) -> np.ndarray:
-    """float32(x_s * w_s / y_s), per channel, computed as the reference does."""
-    return np.atleast_1d((np.asarray(x_s) * np.asarray(w_s) / np.asarray(y_s))
-                         .astype(np.float32)).reshape(-1)
-
-
 def _requantizer(ctx: LowerCtx, ins, scales: tuple[int, int, int], zp_at: int,
                  mult: np.ndarray | None = None):
-    """(acc, channel, lanes=1) -> saturate(rint(float(acc) * M[c]) + zp) with
-    M = float32(s_in * s_w / s_out) from the scale inputs (or `mult`), the
-    output zero point from input zp_at, the output's dtype; with lanes > 1,
-    acc holds the channels from `channel` on."""
+    """onnx_requantizer with M = float32(s_in * s_w / s_out) from the scale
+    inputs at `scales` (or `mult`) and the output zero point from input zp_at."""
     names = ("input scale", "weight scale", "output scale")
     if mult is None:
-        mult = _float_multipliers(*(_value(ctx, ins, i, what).astype(np.float32)
-                                    for i, what in zip(scales, names)))
-    mult = np.asarray(mult, np.float32).reshape(-1)
-    m_buf = None if np.all(mult == mult[0]) else ctx.param("multiplier", mult)
+        mult = onnx_multipliers(*(_value(ctx, ins, i, what).astype(np.float32)
+                                  for i, what in zip(scales, names)))
     zp = _value(ctx, ins, zp_at, "output zero point")
-    zp = 0 if zp is None else int(np.asarray(zp).reshape(-1)[0])
-    dtype = ctx.out_types[0].dtype
-    info = np.iinfo(dtype)
-
-    def requantize(acc: Expr, channel: Expr, lanes: int = 1) -> Expr:
-        f32 = dt("float32", lanes)
-        m = const_like(float(mult[0]), f32) if m_buf is None else Load(m_buf, channel, lanes)
-        scaled = _rint(Bin("*", Cast(f32, acc), m))
-        # clamped in float first: a huge product stays in int32's range
-        scaled = Bin("min", Bin("max", scaled, const_like(-2.0 ** 30, f32)),
-                     const_like(2.0 ** 30, f32))
-        y = q.offset(Cast(dt("int32", lanes), scaled), zp)
-        return Cast(dt(dtype, lanes), q.clamp(y, int(info.min), int(info.max)))
-    return requantize
+    return onnx_requantizer(ctx, mult, 0 if zp is None else int(np.asarray(zp).reshape(-1)[0]))
 
 
 def _zero_point(v: np.ndarray | None) -> int:
@@ -418,7 +391,7 @@ def dynamic_quantize_linear(ctx: LowerCtx, ins, emit):
     zp = b.let("zero_point", _saturate(Bin("-", zero, Bin("/", lo, scale)), "uint8"))
     zpf = Cast(f32, zp)
     b.add(nest(ctx, names, shape, lambda i: emit(0, i, _saturate(
-        Bin("+", _rint(Bin("/", x.load(i), scale)), zpf), "uint8"))))
+        Bin("+", round_half_even(Bin("/", x.load(i), scale)), zpf), "uint8"))))
     b.add(emit(1, (), scale), emit(2, (), zp))
     return b.stmt()
 
@@ -617,7 +590,7 @@ def qlinear_softmax(ctx: LowerCtx, ins, emit):
         scale = Const(float(ref.softmax_y_scale(sy)), f32)
 
         def out(k):
-            share = Cast(dt("int32"), _rint(Bin("/", Bin("*", e(k), scale), total)))
+            share = Cast(dt("int32"), round_half_even(Bin("/", Bin("*", e(k), scale), total)))
             y = Bin("min", q.offset(share, zy), Const(255))
             return emit(0, lead + (k,), Cast(dt(x.type.dtype), y))
         b.add(loop(ctx, "k", depth, out))

@@ -17,6 +17,7 @@ import numpy as np
 from aot.ir.tir import Assign, Bin, Broadcast, Cast, Const, Expr, Load, Select, Var, dt, dtype_of
 from aot.lower.arith import fixed32
 from aot.lower.arith import qmath as q
+from aot.lower.arith.requant import mbqm
 from aot.lower.arith.loops import nest
 from aot.lower.rules.elementwise import broadcast_load, const_like
 from aot.lower.arith.quant import narrow, round_half_away_to_int, scale_zp, table, to_i32
@@ -78,7 +79,7 @@ def mul_rule(ctx: LowerCtx, ins, idx, lanes):
     m, e = ref_q.quantize_multiplier(s1 * s2 / so)
     a, b = _int8_operands(ctx, ins, idx, lanes)
     prod = Bin("*", q.offset(a, -z1), q.offset(b, -z2))
-    y = q.offset(q.mbqm(prod, m, e), zo)
+    y = q.offset(mbqm(prod, m, e), zo)
     return narrow(q.clamp(y, ctx.attrs["act_min"], ctx.attrs["act_max"]),
                   ctx.out_types[0].dtype)
 
@@ -101,7 +102,7 @@ def quantize(ctx: LowerCtx, ins, idx, lanes):
         s_in, zp_in = scale_zp(ctx, ins[0].type, "the input")
         m, e = ref_q.quantize_multiplier(s_in / s_out)
         xi = to_i32(x)
-        y = q.offset(q.mbqm(q.offset(xi, -zp_in), m, e), zp_out)
+        y = q.offset(mbqm(q.offset(xi, -zp_in), m, e), zp_out)
     return narrow(q.clamp(y, lo, hi), out_ty.dtype)
 
 
@@ -142,7 +143,7 @@ def leaky_relu_rule(ctx: LowerCtx, ins, idx, lanes):
     s_out, zp_out = scale_zp(ctx, ctx.out_types[0], "the output")
     (m1, e1), (m2, e2) = ref.leaky_relu_params(s_in, float(ctx.attrs["alpha"]), s_out)
     x = q.offset(to_i32(broadcast_load(ins[0], idx, lanes)), -zp_in)
-    y = Select(Bin(">=", x, const_like(0, x)), q.mbqm(x, m1, e1), q.mbqm(x, m2, e2))
+    y = Select(Bin(">=", x, const_like(0, x)), mbqm(x, m1, e1), mbqm(x, m2, e2))
     out_dtype = ctx.out_types[0].dtype
     return narrow(q.clamp(q.offset(y, zp_out), *ref.INT_RANGE[out_dtype]), out_dtype)
 
@@ -155,8 +156,8 @@ def prelu_rule(ctx: LowerCtx, ins, idx, lanes):
     (m1, e1), (m2, e2) = ref.prelu_params(s_in, s_a, s_out)
     x, a = _int8_operands(ctx, ins, idx, lanes)
     x, a = q.offset(x, -zp_in), q.offset(a, -zp_a)
-    y = Select(Bin(">=", x, const_like(0, x)), q.mbqm(x, m1, e1),
-               q.mbqm(Bin("*", x, a), m2, e2))
+    y = Select(Bin(">=", x, const_like(0, x)), mbqm(x, m1, e1),
+               mbqm(Bin("*", x, a), m2, e2))
     return narrow(q.clamp(q.offset(y, zp_out), -128, 127), "int8")
 
 
@@ -174,7 +175,7 @@ def squared_difference_rule(ctx: LowerCtx, ins, idx, lanes):
         shifted = Bin("*", q.offset(v, -z), const_like(1 << bits, v))
         return q.rdbpot(q.srdhm(shifted, m), -e)
     d = Bin("-", scaled(a, z1, m1, e1), scaled(b, z2, m2, e2))
-    y = q.offset(q.mbqm(Bin("*", d, d), mo, eo), zo)
+    y = q.offset(mbqm(Bin("*", d, d), mo, eo), zo)
     return narrow(q.clamp(y, *ref.INT_RANGE[out_dtype]), out_dtype)
 
 

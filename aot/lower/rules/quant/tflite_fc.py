@@ -22,9 +22,9 @@ from aot.lower.kernels.cortex_m import dsp as int8_dsp
 from aot.lower.arith import qmath as q
 from aot.lower.arith.loops import loop, offsets, rows, splat
 from aot.lower.kernels.dense import product
-from aot.lower.arith.quant import (Requant, VecRequant, bias_values, const_input, in_block,
-                                   pair_widths, quad_value, scale_zp, table, to_i32, unravel,
-                                   vector_lanes, weight_dtype)
+from aot.lower.arith.quant import (bias_values, const_input, in_block, pair_widths, quad_value,
+                                   scale_zp, table, to_i32, unravel, vector_lanes, weight_dtype)
+from aot.lower.arith.requant import TfliteRequant, TfliteRequant32, TfliteVecRequant
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule.tile_sizes import Tile, tile
 from aot.lower.schedule.strategy import PAIRS, Accumulator, int8_accumulator
@@ -73,12 +73,12 @@ def fully_connected(ctx: LowerCtx, ins, emit):
     wq = ins[1].type.quant
     if len(wq.scale) == 1:   # per-tensor kernels subtract the filter zero point
         w = w - int(wq.zero_point[0])
-    rq = Requant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out))
+    rq = TfliteRequant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out))
     # FC has no padding: fold the input zero point into the bias
     bias = ref_q.wrap_int32(bias_values(ctx, ins, 2, units) - zp_in * w.sum(axis=1))
     lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
     if vector_lanes(ctx) > 1 and units >= 4:
-        vrq = VecRequant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out))
+        vrq = TfliteVecRequant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out))
 
         def requant(b: q.Block, bi: tuple, c: Expr, acc: Expr, lanes: int) -> Stmt:
             r = rq.apply(b, acc, c) if lanes == 1 else vrq.apply(b, acc, c)
@@ -88,8 +88,8 @@ def fully_connected(ctx: LowerCtx, ins, emit):
                               x.buffer if x.value is None else None, requant)
         return product(ctx, fc, tuple(out_ty.shape[:-1]), 1, units)
     if int8_dsp.fits_fc(ctx, x, w):
-        frq = int8_dsp.Requant32.make(ctx, *ref.fc_multipliers(s_in, wq, s_out),
-                                      int8_dsp.acc_bound(w, bias, 0)) or rq
+        frq = TfliteRequant32.make(ctx, *ref.fc_multipliers(s_in, wq, s_out),
+                                   int8_dsp.acc_bound(w, bias, 0)) or rq
 
         def finish(out_lead, o, acc):
             b = q.Block(ctx)

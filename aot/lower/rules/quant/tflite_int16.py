@@ -6,7 +6,8 @@ per output in int64. Their epilogue is the int64
 MultiplyByQuantizedMultiplier: the 31-bit multiplier reduced to 16 bits at
 compile time, then one rounding shift (`(acc * M16 + 2**(s-1)) >> s`,
 s = 15 - e), exactly `qmath.mbqm_int64`; with an int32 bias, TFLM's int32
-accumulator and the int8 kernels' requantization instead (Requant16).
+accumulator and the int8 kernels' requantization instead (both
+aot/lower/arith/requant.py's TfliteInt16Requant).
 SOFTMAX looks its two tables up per element (bases and slopes as PARAM
 arrays), LOGISTIC and TANH interpolate the LSTM's sigmoid table: scalar
 loops, as table loads do not vectorize. ADD, SUB, MUL, SQUARED_DIFFERENCE,
@@ -17,14 +18,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from aot.ir.tir import (Assign, Bin, Cast, Const, Expr, Load, Select, Store, Unary, Var, add,
+from aot.ir.tir import (Assign, Bin, Cast, Const, Load, Select, Store, Unary, Var, add,
                         dt, mul)
 from aot.lower.arith import qmath as q
 from aot.lower.rules.quant import tflite_int8 as i8
 from aot.lower.arith.loops import loop, nest, rows
 from aot.lower.rules.elementwise import broadcast_load
-from aot.lower.arith.quant import (CallView, Requant, bias_values, const_input, narrow, table,
-                                   to_i32, weight_dtype)
+from aot.lower.arith.quant import (CallView, bias_values, const_input, narrow, table, to_i32,
+                                   weight_dtype)
+from aot.lower.arith.requant import TfliteInt16Requant, mbqm, mbqm_block
 from aot.lower.rules.quant.tflite_elementwise import (add_rule, leaky_relu_rule, mul_rule,
                                                       squared_difference_rule, sub_rule)
 from aot.lower.rules.quant.tflite_fc import row_loops
@@ -47,14 +49,6 @@ kernel_rule("tfl.max_pool2d_int16")(max_pool2d)
 kernel_rule("tfl.avg_pool2d_int16")(avg_pool2d)
 
 
-def reduced_multipliers(mult, shift) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(M16, rounding term, total right shift) of the int64 MBQM per channel."""
-    mult = np.asarray(mult, np.int64).reshape(-1)
-    total = 15 - np.asarray(shift, np.int64).reshape(-1)   # >= 8: check_int64_shift
-    m16 = np.where(mult < 0x7FFF0000, (mult + (1 << 15)) >> 16, 0x7FFF)
-    return m16.astype(np.int32), (np.int64(1) << (total - 1)), total.astype(np.int32)
-
-
 def sums_fit_int32(weights: np.ndarray, bias: np.ndarray) -> bool:
     """Whether every partial sum bias[c] + Σ w[c] x of int16 inputs stays in
     int32: then an int32 accumulator holds TFLM's int64 sum exactly (the
@@ -63,46 +57,10 @@ def sums_fit_int32(weights: np.ndarray, bias: np.ndarray) -> bool:
     return bool(np.max(rows * 32768 + np.abs(bias)) <= ref_q.INT32_MAX)
 
 
-class Requant16:
-    """The 16x8 epilogue of one kernel, per channel (or per tensor, folded):
-    the int64 MBQM, or with an int32 bias the int32 one on the wrapped sum.
-    exact32: the int64 sums provably fit int32 (sums_fit_int32), so the
-    accumulator is int32 and only the epilogue widens."""
-
-    def __init__(self, ctx: LowerCtx, mult, shift, exact32: bool = False):
-        self.wrapping32 = ref.accumulates_in_int32(ctx)
-        self.acc_dtype = "int32" if self.wrapping32 or exact32 else "int64"
-        self.lo, self.hi = ctx.attrs.get("act_min", -32768), ctx.attrs.get("act_max", 32767)
-        if self.wrapping32:
-            self.rq32 = Requant.make(ctx, mult, shift)
-            return
-        ref.check_int64_shift(ctx.node, shift)
-        m16, rounding, total = reduced_multipliers(mult, shift)
-        self.m16 = table(ctx, "multiplier", m16)
-        self.rounding = table(ctx, "rounding", rounding)
-        self.total = table(ctx, "right_shift", total)
-
-    def bias(self, values: np.ndarray) -> np.ndarray:
-        """The bias as the accumulator starts from it."""
-        if self.acc_dtype == "int32":
-            return ref_q.wrap_int32(values).astype(np.int32)
-        return values.astype(np.int64)
-
-    def apply(self, b: q.Block, acc: Expr, channel: Expr) -> Expr:
-        """The int16 output value of this channel's accumulator."""
-        if self.wrapping32:
-            y = self.rq32.apply(b, acc, channel)
-        else:
-            i64 = dt("int64")
-            scaled = b.let("scaled", Bin("+", Bin("*", q.i64(acc), Cast(i64, self.m16(channel))),
-                                         self.rounding(channel)))
-            y = q.i32(Bin(">>", scaled, Cast(i64, self.total(channel))))
-        return Cast(dt("int16"), q.clamp(y, self.lo, self.hi))
-
-
 def _conv16(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom):
     bias = bias_values(ctx, ins, 2, g.cout)
-    rq = Requant16(ctx, *ref.conv_multipliers(ctx, g.cout), sums_fit_int32(weights, bias))
+    rq = TfliteInt16Requant(ctx, *ref.conv_multipliers(ctx, g.cout),
+                            sums_fit_int32(weights, bias))
 
     def finish(idx, acc):
         b = q.Block(ctx)
@@ -135,7 +93,7 @@ def fully_connected_16x8(ctx: LowerCtx, ins, emit):
     w = ref.fc_weights(ctx, const_input(ctx, ins[1], "weight"))
     units, depth = w.shape
     bias = bias_values(ctx, ins, 2, units)
-    rq = Requant16(ctx, *ref.fc_multipliers(ctx), sums_fit_int32(w, bias))
+    rq = TfliteInt16Requant(ctx, *ref.fc_multipliers(ctx), sums_fit_int32(w, bias))
     start = table(ctx, "bias", rq.bias(bias))
     weights = ctx.param("weights", weight_dtype(w))
 
@@ -195,7 +153,7 @@ def softmax_int16(ctx: LowerCtx, ins, emit):
         def exp_of(i):
             eb = q.Block(ctx)
             diff = eb.let("diff", Bin("-", to_i32(x.load(lead + (i,))), mx))
-            scaled = eb.let("scaled", q.clamp(q.offset(q.mbqm(diff, mult, shift), 32767),
+            scaled = eb.let("scaled", q.clamp(q.offset(mbqm(diff, mult, shift), 32767),
                                               -32768, 32767))
             e = exp_lut(eb, scaled)
             eb.add(Store(exps, i, e), Assign(total, Bin("+", total, e)))
@@ -230,7 +188,7 @@ def mean_int16(ctx: LowerCtx, ins, emit):
     mult, shift = ref.mean_multiplier(ctx, int(np.prod([x.shape[d] for d in axes])))
 
     def finish(b, out_idx, acc):
-        y = q.clamp(q.mbqm_block(b, acc, mult, shift), -32768, 32767)
+        y = q.clamp(mbqm_block(b, acc, mult, shift), -32768, 32767)
         b.add(emit(0, out_idx, Cast(dt("int16"), y)))
     return reduce_per_output(ctx, x, axes, bool(ctx.attrs.get("keep_dims", False)), 0,
                                 finish)
@@ -263,7 +221,7 @@ def logistic_tanh_int16(ctx: LowerCtx, ins, emit):
 @value_rule("tfl.relu_int16")
 def relu_int16(ctx: LowerCtx, ins, idx, lanes):
     x = to_i32(broadcast_load(ins[0], idx, lanes))
-    return narrow(q.clamp(q.mbqm(x, *ref.relu_params(ctx)), 0, 32767), "int16")
+    return narrow(q.clamp(mbqm(x, *ref.relu_params(ctx)), 0, 32767), "int16")
 
 
 @value_rule("tfl.relu6_int16")
@@ -278,7 +236,7 @@ def abs_int16(ctx: LowerCtx, ins, idx, lanes):
     value = Bin("max", x, Unary("neg", x))   # int16 inputs: no INT32_MIN to negate
     rescale = ref.abs_rescale(ctx)
     if rescale is not None:
-        value = q.mbqm(value, *rescale)
+        value = mbqm(value, *rescale)
     return narrow(q.clamp(value, -32768, 32767), "int16")
 
 
@@ -287,12 +245,12 @@ def abs_int16(ctx: LowerCtx, ins, idx, lanes):
 @kernel_rule("tfl.batch_matmul_int16")
 def batch_matmul_int16(ctx: LowerCtx, ins, emit):
     """Per output element an int64 dot product along the shared dim, the
-    batch dims broadcast, then the int64 MBQM (a per-tensor Requant16)."""
+    batch dims broadcast, then the int64 MBQM (a per-tensor TfliteInt16Requant)."""
     lhs, rhs = ins[0], ins[1]
     out_shape = ctx.out_types[0].shape
     depth = lhs.shape[-1]
     rank = len(out_shape)
-    rq = Requant16(ctx, *ref.batch_matmul_multiplier(ctx))
+    rq = TfliteInt16Requant(ctx, *ref.batch_matmul_multiplier(ctx))
     i64 = dt("int64")
 
     def batch_index(shape, idx):
@@ -328,9 +286,9 @@ def rsqrt_int16(ctx: LowerCtx, ins, emit):
         v = b.let("x", to_i32(x.load(idx)))
         mult, exp = inv_sqrt_block(b, v)
         total = b.let("total_shift", Bin("+", exp, Const(extra)))
-        data = q.mbqm_block(b, Const(1), mult, left=Bin("max", total, Const(0)),
+        data = mbqm_block(b, Const(1), mult, left=Bin("max", total, Const(0)),
                             right=Bin("max", Bin("-", Const(0), total), Const(0)), name="data")
-        y = q.clamp(q.mbqm_block(b, b.let("inverse_root", data), m_out, e_out - extra),
+        y = q.clamp(mbqm_block(b, b.let("inverse_root", data), m_out, e_out - extra),
                     -32768, 32767)
         b.add(emit(0, idx, Cast(dt("int16"), Select(Bin(">", v, Const(0)), y, Const(32767)))))
         return b.stmt()

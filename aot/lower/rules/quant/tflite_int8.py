@@ -49,9 +49,10 @@ from aot.lower.kernels.conv_tile import Int8Conv, Int8Dot, StagedRows, conv_tile
 from aot.lower.schedule.conv import Int8ConvSchedule, int8_conv_schedule
 from aot.lower.kernels.conv_walk import walk
 from aot.lower.rules.elementwise import const_like
-from aot.lower.arith.quant import (Requant, VecRequant, bias_values, const_input, pair_widths,
-                                   quad_value, round_half_away_to_int, scale_zp, table, to_i32,
-                                   vec_table, vector_lanes, weight_dtype)
+from aot.lower.arith.quant import (bias_values, const_input, pair_widths, quad_value,
+                                   round_half_away_to_int, scale_zp, table, to_i32, vec_table,
+                                   vector_lanes, weight_dtype)
+from aot.lower.arith.requant import TfliteRequant, TfliteRequant32, TfliteVecRequant
 from aot.lower.kernels.int8_window import window_nest
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule.strategy import PAIRS, Accumulator
@@ -117,7 +118,7 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
     s_in, zp_in = scale_zp(ctx, x.type, "the input")
     s_out, zp_out = scale_zp(ctx, ctx.out_types[0], "the output")
     scales = ref.channel_scales(ins[1].type, g.cout, ctx.node)
-    rq = Requant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out))
+    rq = TfliteRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out))
     lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
     out_dtype = ctx.out_types[0].dtype
 
@@ -128,7 +129,8 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
         lanes = dtype_of(acc).lanes
         if lanes > 1:
             if not vrq:
-                vrq.append(VecRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out)))
+                vrq.append(TfliteVecRequant.make(ctx, *ref.conv_multipliers(s_in, scales,
+                                                                            s_out)))
             y = q.clamp(q.offset(vrq[0].apply(b, acc, idx[3]), zp_out), lo, hi)
         else:
             y = q.clamp(q.offset(rq.apply(b, acc, idx[3]), zp_out), lo, hi)
@@ -139,15 +141,15 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
     dsp = int8_dsp.conv_kernel(ctx, x, g, weights)
     if dsp is not None:
         # finish reads rq: in 32-bit arithmetic where the accumulators' bounds prove it exact
-        rq = int8_dsp.Requant32.make(ctx, *ref.conv_multipliers(s_in, scales, s_out),
-                                     int8_dsp.acc_bound(weights.reshape(g.cout, -1), bias,
-                                                        zp_in)) or rq
+        rq = TfliteRequant32.make(ctx, *ref.conv_multipliers(s_in, scales, s_out),
+                                  int8_dsp.acc_bound(weights.reshape(g.cout, -1), bias,
+                                                     zp_in)) or rq
         return dsp(ctx, x, g, weights, bias, zp_in, finish)
     if _vectorizable(ctx, g):
         bound = (int8_dsp.acc_bound(weights.reshape(g.cout, -1), bias, zp_in)
                  if fixed32.shift_add_rounding(ctx.target) else None)
-        vrq = VecRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out), bound, zp_out,
-                              floor_ok=lo >= zp_out)
+        vrq = TfliteVecRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out), bound,
+                                    zp_out, floor_ok=lo >= zp_out)
 
         def epilogue(b, idx, acc, lanes):
             if lanes == 1:
@@ -293,7 +295,7 @@ def depthwise_conv2d(ctx: LowerCtx, ins, emit):
 # aot/lower/schedule/strategy.py) take four input channels per call instead
 # (aot_dot4), from input rows staged as int32 quads of the raw bytes.
 # Each accumulator is requantized straight from its register,
-# on int32 vectors (VecRequant) with per-channel constants precomputed so
+# on int32 vectors (TfliteVecRequant) with per-channel constants precomputed so
 # that it is branch-free. Scalar targets keep the loops above.
 
 

@@ -12,6 +12,7 @@ from typing import Callable
 
 from aot.ir.tir import Assign, Bin, Cast, Const, Expr, Load, Stmt, Store, Var, add, dt
 from aot.lower.arith import qmath as q
+from aot.lower.arith.requant import mbqm_block
 from aot.lower.arith.loops import loop, nest
 from aot.lower.arith.quant import CallView, const_input, scale_zp, to_i32
 from aot.lower.kernels.int8_window import window_nest
@@ -102,7 +103,7 @@ def mean(ctx: LowerCtx, ins, emit):
     count = ref.mean_count(ctx.attrs, [x.shape[d] for d in axes])
 
     def finish(b, out_idx, acc):
-        scaled = b.let("rescaled", q.mbqm_block(b, acc, mult, shift))
+        scaled = b.let("rescaled", mbqm_block(b, acc, mult, shift))
         y = q.clamp(q.offset(q.div_round_away(scaled, count), zp_out), -128, 127)
         b.add(emit(0, out_idx, Cast(dt("int8"), y)))
     return reduce_per_output(ctx, x, axes, bool(ctx.attrs.get("keep_dims", False)), zp_in,

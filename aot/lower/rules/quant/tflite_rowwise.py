@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from aot.ir.tir import Assign, Bin, Cast, Const, Expr, Select, Var, dt
 from aot.lower.arith import qmath as q
+from aot.lower.arith.requant import mbqm
 from aot.lower.arith.loops import loop, nest, rows
 from aot.lower.arith.quant import scale_zp, to_i32
 from aot.lower.arith.gemmlowp import (count_leading_zeros, exp_on_negative_values, inv_sqrt_block,
@@ -103,7 +104,7 @@ def l2_normalization(ctx: LowerCtx, ins, emit):
 
         def output(i):
             d = q.offset(to_i32(x.load(lead + (i,))), -zp)
-            y = q.clamp(q.mbqm(d, mult, left=left, right=right), -128, 127)
+            y = q.clamp(mbqm(d, mult, left=left, right=right), -128, 127)
             return emit(0, lead + (i,), Cast(dt("int8"), y))
         b.add(loop(ctx, "i", depth, output))
         return b.stmt()
@@ -155,7 +156,7 @@ def log_softmax(ctx: LowerCtx, ins, emit):
 
     def scaled_diff(b: q.Block, lead, i, mx) -> tuple[Var, Var]:
         d = b.let("diff", Bin("-", to_i32(x.load(lead + (i,))), mx))
-        return d, b.let("q5", q.mbqm(d, mult, left))
+        return d, b.let("q5", mbqm(d, mult, left))
 
     def row(lead):
         b = q.Block(ctx)
@@ -173,7 +174,7 @@ def log_softmax(ctx: LowerCtx, ins, emit):
         lg = log_x_ge_1_block(b, total)
         shifted = Bin("-", Bin("-", lg, Const(ref_q.INT32_MAX)), Const(1))   # lg + INT32_MIN
         adjusted = b.let("adjusted_diff_min", Bin("max", Const(diff_min - 1),
-                                                   q.mbqm(shifted, rdiv, rshift)))
+                                                   mbqm(shifted, rdiv, rshift)))
 
         def output(i):
             ob = q.Block(ctx)

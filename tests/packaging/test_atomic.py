@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -61,6 +62,28 @@ def kill_at(argv: list[str], delay: float, sig: int) -> subprocess.CompletedProc
     return subprocess.CompletedProcess(argv, p.returncode, out, err)
 
 
+def kill_while_writing(argv: list[str], temp: Path, sig: int
+                       ) -> tuple[subprocess.CompletedProcess, bool]:
+    """Run argv and send sig the moment a temp named `temp*` is seen, with
+    the process group stopped (SIGSTOP) so the signal lands while that temp
+    is still being filled, however fast or loaded the machine is. Also
+    returns whether it did (the write can finish between two looks)."""
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    def writing() -> bool:
+        return any(c.name.startswith(temp.name) for c in temp.parent.iterdir())
+    while p.poll() is None and not writing():
+        time.sleep(0.001)
+    midway = False
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGSTOP)
+        midway = writing()
+        os.killpg(p.pid, sig)
+        os.killpg(p.pid, signal.SIGCONT)
+    out, err = p.communicate(timeout=120)
+    return subprocess.CompletedProcess(argv, p.returncode, out, err), midway
+
+
 def differing(got: dict | None, want: dict) -> list[str]:
     if got is None:
         return ["(absent)"]
@@ -87,20 +110,31 @@ def test_killed_package_leaves_old_or_nothing(tmp_path):
     for sig in (signal.SIGKILL, signal.SIGINT):
         for replace in (False, True):
             for k in range(DELAYS_PER_CASE):       # stratified over the run
-                cases.append((sig, replace, 0.05 + span * (k + rng.random()) / DELAYS_PER_CASE))
-    for i, (sig, replace, delay) in enumerate(cases):
+                cases.append((sig, replace, 0.05 + span * (k + rng.random()) / DELAYS_PER_CASE,
+                              False))
+            cases.append((sig, replace, 0.0, True))   # while the package is written
+    for i, (sig, replace, delay, midway) in enumerate(cases):
         target = work / f"pkg{i}"
-        if replace:
-            (work / f"pkg{i}").mkdir()
-            for rel, data in old.items():
-                (target / rel).parent.mkdir(parents=True, exist_ok=True)
-                (target / rel).write_bytes(data)
-        r = kill_at(package_argv(target, "c", replace), delay, sig)
+        for _ in range(5 if midway else 1):     # until the signal lands midway
+            for leftover in [target, *work.glob(f".pkg{i}.aot-*")]:   # of a try that missed
+                shutil.rmtree(leftover, ignore_errors=True)
+            if replace:
+                for rel, data in old.items():
+                    (target / rel).parent.mkdir(parents=True, exist_ok=True)
+                    (target / rel).write_bytes(data)
+            if not midway:
+                r = kill_at(package_argv(target, "c", replace), delay, sig)
+                break
+            r, landed = kill_while_writing(package_argv(target, "c", replace),
+                                           work / f".pkg{i}.aot-", sig)
+            if landed:
+                break
+        midway = midway and landed
         got = tree(target)
         what = (f"case {i}: {sig.name} at {delay:.2f} s, replace={replace}, rc={r.returncode}, "
                 f"files unlike the new package: {differing(got, new)}")
         stale = [h for h in hidden(work) if h.startswith(f".pkg{i}.")]
-        outcomes.append((sig.name, replace, round(delay, 2), r.returncode, len(stale),
+        outcomes.append((sig.name, replace, midway, round(delay, 2), r.returncode, len(stale),
                          "none" if got is None else "old" if got == old else "new" if got == new
                          else "PARTIAL"))
         if r.returncode == 0 or "built in" in r.stdout:    # done before the signal (or
@@ -123,10 +157,12 @@ def test_killed_package_leaves_old_or_nothing(tmp_path):
                 assert got in ((old, new) if replace else (None, new)), what
             killed.append((target, replace))
     print(*outcomes, sep="\n")
-    # The kills landed during the runs: both signals stopped runs midway
-    # (loosely: the machine's load changes how far a run gets in a delay).
-    assert sum(o[3] == 130 for o in outcomes) >= 2, outcomes
-    assert sum(o[3] == -9 and o[4] > 0 for o in outcomes) >= 2, outcomes
+    # The kills sent while the package was being written stopped it midway:
+    # Ctrl-C exits 130, SIGKILL leaves its temp behind.
+    midway = [o for o in outcomes if o[2]]
+    assert {o[0] for o in midway} == {"SIGKILL", "SIGINT"}, outcomes
+    assert all(o[4] == 130 for o in midway if o[0] == "SIGINT"), midway
+    assert all(o[4] == -9 and o[5] > 0 for o in midway if o[0] == "SIGKILL"), midway
     # The next aot run writing into work/ removes the dead writers' temps and
     # puts back an old package a kill left aside.
     r = aot("graph", MODEL, "--dump-ir", work / "ir")
@@ -224,6 +260,33 @@ def test_existing_outputs_need_force(tmp_path, command):
     assert out2.read_text() == "a file"
 
 
+# `aot` as its console script starts it, telling the test on a pipe when the
+# interpreter is up and aot's entry point is about to run: a Ctrl-C before
+# that is the interpreter's own start-up, which no program handles.
+ENTRY = ("import os, sys, aot.errors; os.write({fd}, b'.'); os.close({fd}); "
+         "from aot.__main__ import run; sys.exit(run())")
+
+
+def started_then_sigint(argv: list[str], delay: float) -> subprocess.CompletedProcess:
+    """Run `aot ARGS` and send SIGINT to its group `delay` s after aot's
+    entry point starts, however long the interpreter took to come up."""
+    r, w = os.pipe()
+    p = subprocess.Popen([sys.executable, "-c", ENTRY.format(fd=w), *argv],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True, pass_fds=(w,))
+    os.close(w)
+    try:
+        os.read(r, 1)
+    finally:
+        os.close(r)
+    try:
+        p.wait(timeout=delay)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    return subprocess.CompletedProcess(argv, p.returncode, out, err)
+
+
 def test_an_early_ctrl_c_exits_130_not_by_sigint(tmp_path):
     """Ctrl-C while `aot package` is still importing its dependencies: one
     line and exit 130. CPython ends a process by SIGINT at exit (returncode
@@ -231,8 +294,8 @@ def test_an_early_ctrl_c_exits_130_not_by_sigint(tmp_path):
     import, even one aot caught; about 1 early Ctrl-C in 15 did so."""
     codes = []
     for i in range(15):
-        r = kill_at(package_argv(tmp_path / f"pkg{i}", "c", False), 0.10 + 0.01 * i,
-                    signal.SIGINT)
+        argv = ["package", MODEL, "--codegen", "c", "-o", tmp_path / f"pkg{i}"]
+        r = started_then_sigint([str(a) for a in argv], 0.005 + 0.01 * i)
         if r.returncode == 0:
             continue                   # finished before the signal
         codes.append(r.returncode)

@@ -3,7 +3,7 @@
 Int32 widening and narrowing casts, compile-time tables (a PARAM buffer,
 or one constant when every entry agrees), the per-channel requantization
 multipliers as tables, and the constant inputs the rules read (filters,
-biases, axes). The convolutions (aot/lower/rules/quant/tflite_int8.py) and every other
+biases, axes). The convolutions (aot/lower/rules/quant/tflite_conv.py) and every other
 int8 / int16 rule module (int8_elementwise, int8_pool, int8_rowwise,
 tflite_int16, onnx_quant, lstm, int8_dsp) build on these, so they live apart
 from any one of them. Their loops and loop nests are aot/lower/arith/loops.py's,

@@ -5,7 +5,7 @@ register tiles, aot/lower/schedule/strategy.py's algorithm, accumulator strategy
 and input rows) is answered once, by the default policy here
 (float_conv_schedule, int8_conv_schedule) or by the config `aot tune` puts
 in force (aot/lower/schedule/space.py), and the kernels (nn.conv,
-tflite_int8.vector_conv_nest) only read the answers: the algorithm apart
+int8_conv.vector_conv_nest) only read the answers: the algorithm apart
 from its schedule. Among them is how the kernel walks its output, a
 conv_walk.Walk (loop names, region comments, blocks in tested regions,
 pixel parts inside or outside the channel tiles, unrolling, channel tiles

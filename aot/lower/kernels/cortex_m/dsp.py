@@ -1,6 +1,7 @@
 """int8 kernels for scalar cores with the Armv7E-M DSP extension
 (Cortex-M4, M7, M55 without Helium): the accumulator strategy of
-aot/lower/rules/quant/tflite_int8.py's scalar convolution and fully connected rules.
+the scalar convolution and fully connected rules
+(aot/lower/rules/quant/tflite_conv.py, tflite_fc.py).
 
 An input word and a weight word of four int8 each are split into their
 even and odd bytes as int16 pairs (SXTB16, SXTB16 ROR #8); SMLAD multiplies

@@ -9,7 +9,7 @@ ConvInteger and MatMulInteger, which quantize_dynamic computes at run time
 (DynamicQuantizeLinear).
 
 QLinearConv and ConvInteger reuse the integer convolution loop nest of the
-tfl.* rules (aot/lower/rules/quant/tflite_int8.conv_nest), in either layout;
+tfl.* rules (aot/lower/kernels/int8_conv.py: conv_nest), in either layout;
 1-D and 3-D inputs run as 2-D planes (_plane).
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from aot.lower.rules.elementwise import broadcast_index, broadcast_load, const_l
 from aot.lower.arith.quant import CallView, table, to_i32
 from aot.lower.rules import VALUE_RULES, LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.lower.arith.quant import vector_lanes
-from aot.lower.rules.quant.tflite_int8 import conv_nest, vector_conv_nest
+from aot.lower.kernels.int8_conv import conv_nest, vector_conv_nest
 from aot.lower.kernels.windows import ConvGeom
 from aot.ops.quant import onnx_quant as ref
 from aot.ops.nn import Window, window_counts, resolve_window

@@ -43,7 +43,7 @@ from aot.ir.tir import (Bin, Broadcast, Buffer, Cast, Const, Decl, Expr, If, Loa
 from aot.lower.arith import qmath as q
 from aot.lower.arith.loops import loop
 from aot.lower.kernels.conv_tile import Int8Conv, Int8Dot, StagedRows, conv_tile
-from aot.lower.schedule.conv import Int8ConvSchedule, int8_conv_schedule
+from aot.lower.schedule.conv import Int8ConvSchedule
 from aot.lower.kernels.conv_walk import walk
 from aot.lower.rules.elementwise import const_like
 from aot.lower.arith.quant import (pair_widths, quad_value, table, to_i32, vector_lanes,
@@ -120,8 +120,8 @@ def conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable[[tuple], Expr], zp: i
 # that it is branch-free. Scalar targets keep the loops above.
 
 
-def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
-                     weights: np.ndarray, bias: np.ndarray,
+def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, sched: Int8ConvSchedule, load_x: Callable,
+                     zp: int, weights: np.ndarray, bias: np.ndarray,
                      epilogue: Callable[[q.Block, tuple, Expr, int], Stmt],
                      prologue: Callable[[Expr], Stmt] | None = None) -> Stmt:
     """conv_nest in vector tiles (see the section comment).
@@ -133,13 +133,13 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     epilogue(block, (n, oy, ox, c), acc, lanes) stores the requantized
     result of `lanes` channels from c (one accumulator: a vector, a
     narrower one or a scalar). The tile, the accumulator strategy and how
-    the input rows are read are the schedule's (aot/lower/schedule/conv.py),
+    the input rows are read are `sched`'s (int8_conv_schedule's answer
+    "vector", aot/lower/schedule/conv.py),
     each tap's steps the strategy's (aot/lower/kernels/conv_tile.py), the regions,
     pixel blocks and channel tiles the one walk's (conv_walk.walk, as the
     schedule's Walk says): this nest packs the weights, stages the rows and
     writes the tile.
     """
-    sched = int8_conv_schedule(ctx.target, g, weights)
     t, tiles, depthwise, quads = sched.tile, sched.tiles, sched.depthwise, sched.quads
     flat_kind, raw = sched.flat_accumulator, sched.raw
     groups = 1 if depthwise else g.groups

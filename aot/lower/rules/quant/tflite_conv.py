@@ -3,9 +3,11 @@
 hybrid, float ones); the fully connected layer is tflite_fc.py's.
 
 Bit-exact with aot/ops/quant/tflite_int8.py (TFLITE_INT8.md). The rule
-requantizes; the loop nest is a Cortex-M kernel (aot/lower/kernels/cortex_m/),
-vector tiles (aot/lower/kernels/int8_conv.py: vector_conv_nest) or the
-scalar loops (int8_conv.conv_nest).
+requantizes; the schedule (aot/lower/schedule/conv.py: int8_conv_schedule)
+picks the loop nest by its `algorithm`: a Cortex-M kernel
+(aot/lower/kernels/cortex_m/, by its name in CONV), vector tiles
+(aot/lower/kernels/int8_conv.py: vector_conv_nest) or the scalar loops
+(int8_conv.conv_nest).
 
 The other integer rules are in modules named for them: tflite_elementwise.py
 (the value rules, DIV), tflite_pool.py (pools and MEAN), tflite_rowwise.py
@@ -24,10 +26,11 @@ from aot.lower.arith.loops import nest
 from aot.lower.arith.quant import (Requant, VecRequant, bias_values, const_input,
                                    round_half_away_to_int, scale_zp, table, vec_table,
                                    vector_lanes)
-from aot.lower.kernels.cortex_m import dsp as int8_dsp
+from aot.lower.kernels.cortex_m import CONV, dsp as int8_dsp
 from aot.lower.kernels.int8_conv import conv_nest, vector_conv_nest
 from aot.lower.kernels.windows import ConvGeom, conv_geom
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
+from aot.lower.schedule.conv import int8_conv_schedule
 from aot.ops.quant import tflite_int8 as ref
 
 
@@ -56,14 +59,14 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
         return b.stmt()
 
     bias = bias_values(ctx, ins, 2, g.cout)
-    dsp = int8_dsp.conv_kernel(ctx, x, g, weights)
-    if dsp is not None:
+    sched = int8_conv_schedule(ctx.target, g, weights, x.in_memory)
+    if sched.algorithm in CONV:
         # finish reads rq: in 32-bit arithmetic where the accumulators' bounds prove it exact
         rq = int8_dsp.Requant32.make(ctx, *ref.conv_multipliers(s_in, scales, s_out),
                                      int8_dsp.acc_bound(weights.reshape(g.cout, -1), bias,
                                                         zp_in)) or rq
-        return dsp(ctx, x, g, weights, bias, zp_in, finish)
-    if _vectorizable(ctx, g):
+        return CONV[sched.algorithm](ctx, x, g, weights, bias, zp_in, finish)
+    if sched.algorithm == "vector":
         bound = (int8_dsp.acc_bound(weights.reshape(g.cout, -1), bias, zp_in)
                  if fixed32.shift_add_rounding(ctx.target) else None)
         vrq = VecRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out), bound, zp_out,
@@ -76,15 +79,8 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
             if vrq.nudge is not None:   # a fused ADD's 32-bit rescale reads it three times
                 y = b.let("out", y)
             return emit(0, idx, y)
-        return vector_conv_nest(ctx, g, x.load, zp_in, weights, bias, epilogue)
+        return vector_conv_nest(ctx, g, sched, x.load, zp_in, weights, bias, epilogue)
     return conv_nest(ctx, g, x.load, zp_in, weights, bias, finish)
-
-
-def _vectorizable(ctx: LowerCtx, g: ConvGeom) -> bool:
-    """Whether the conv gets vector tiles: a vector unit, and channels to
-    fill its lanes (depthwise with multiplier 1, or four or more output
-    channels per group)."""
-    return vector_lanes(ctx) > 1 and ((g.depth == 1 and g.per_group == 1) or g.per_group >= 4)
 
 
 def hybrid_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stmt:
@@ -127,7 +123,9 @@ def hybrid_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> S
     def load_q(i, lanes=1):
         return Load(qx, flat_index(i, qx.shape), lanes)
 
-    if _vectorizable(ctx, g):
+    # the quantized image is read through load_q: vector tiles or the scalar loops
+    sched = int8_conv_schedule(ctx.target, g, weights)
+    if sched.algorithm == "vector":
         bias_vec = None if bias is None else vec_table(ctx, "bias", bias, "float32")
 
         def epilogue(b, idx, acc, lanes):
@@ -137,7 +135,7 @@ def hybrid_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> S
             if bias_vec is not None:
                 y = Bin("+", y, bias_vec(idx[3], lanes))
             return emit(0, idx, y)
-        return vector_conv_nest(ctx, g, load_q, 0, weights, np.zeros(g.cout, np.int64),
+        return vector_conv_nest(ctx, g, sched, load_q, 0, weights, np.zeros(g.cout, np.int64),
                                 epilogue, prologue)
     return conv_nest(ctx, g, load_q, 0, weights, np.zeros(g.cout, np.int64), finish, prologue)
 

@@ -33,6 +33,9 @@ from typing import Any, Callable, Iterator
 # modules then replays against the base and the moved tree alike. A name
 # found nowhere is an error naming every place tried. Keep every import of
 # aot below to `need(name)` and this table.
+# Names only a tree from before a follow-up has (read when a base lacks
+# what replaced them).
+BASE_ONLY = ("SPATIAL", "WEIGHTED", "NOT_BROADCAST", "PER_AXIS", "AXIS_OPS", "REDUCES")
 WHERE: dict[str, tuple[str, ...]] = {
     "load": ("aot:load",),
     "optimize": ("aot:optimize",),
@@ -60,8 +63,7 @@ WHERE: dict[str, tuple[str, ...]] = {
     # the tables (bench/same_code_tables.py)
     "OPS": ("aot.ops.registry:OPS",),
     # the layout facts before they were the op table's
-    **{name: (f"aot.passes.layout:{name}",) for name in (
-        "SPATIAL", "WEIGHTED", "NOT_BROADCAST", "PER_AXIS", "AXIS_OPS", "REDUCES")},
+    **{name: (f"aot.passes.layout:{name}",) for name in BASE_ONLY},
     "INSTRUCTIONS": ("aot.lower.tir_passes.legalize:INSTRUCTIONS",
                      "aot.lower.legalize:INSTRUCTIONS"),
     "GRAPH_PIPELINE": ("aot.passes.pipeline:PIPELINE",),

@@ -20,7 +20,7 @@ from aot.lower.rules import lstm, ml, movement, nn  # noqa: F401
 from aot.lower.rules.quant import onnx_quant  # noqa: F401
 from aot.lower.rules import pool, reduce, resize, rnn, rows, sampling, signal, trees  # noqa: F401
 from aot.lower.rules import mediapipe  # noqa: F401
-from aot.lower.rules.quant import tflite_int8, tflite_int16, tflite_lut  # noqa: F401
+from aot.lower.rules.quant import tflite_conv, tflite_int16, tflite_lut  # noqa: F401
 
 # Below every rule module's import: each op in the table must now have its
 # rule (or say why it needs none); an error names the op and what is missing.

@@ -1,6 +1,7 @@
 """The lowering's floors: the modules the convolutions build on
 and the rule modules beside them never reach back into the convolution
-modules (aot/lower/rules/nn.py, tflite_int8.py, winograd.py), not even through a
+modules (aot/lower/rules/nn.py, rules/quant/tflite_conv.py,
+kernels/int8_conv.py, kernels/winograd.py), not even through a
 function-level import, so no import circle runs through a convolution."""
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from pathlib import Path
 import pytest
 
 LOWER = Path(__file__).resolve().parents[2] / "aot" / "lower"
-CONVOLUTIONS = {"rules.nn", "rules.quant.tflite_int8", "kernels.winograd"}
+CONVOLUTIONS = {"rules.nn", "rules.quant.tflite_conv", "kernels.int8_conv", "kernels.winograd"}
 # Shared parts under the convolutions, and the rules that moved out of them.
 BELOW = ["arith.loops", "kernels.tiles", "kernels.windows", "kernels.conv_walk", "schedule.conv",
          "kernels.conv_tile", "kernels.dense", "rules.pool", "rules.batchnorm", "rules.resize",
          "arith.quant", "rules.quant.tflite_fc", "arith.gemmlowp", "kernels.int8_window",
          "rules.quant.tflite_elementwise", "rules.quant.tflite_pool", "rules.quant.tflite_rowwise",
-         "kernels.cortex_m.dsp", "kernels.cortex_m.mve", "rules.index", "rules.detect"]
+         "kernels.cortex_m", "kernels.cortex_m.dsp", "kernels.cortex_m.mve", "rules.index",
+         "rules.detect"]
 
 
 def lower_imports(source: str) -> set[str]:
@@ -54,9 +56,9 @@ def reach(module: str) -> frozenset[str]:
 def test_lower_imports_sees_every_form():
     src = ("from aot.lower.arith import qmath as q\nfrom aot.lower.rules import nn\n"
            "import aot.lower.kernels.tiles\n"
-           "def f():\n    from aot.lower.rules.quant.tflite_int8 import conv_nest\n")
+           "def f():\n    from aot.lower.kernels.int8_conv import conv_nest\n")
     assert lower_imports(src) == {"arith", "arith.qmath", "rules", "rules.nn", "kernels.tiles",
-                                  "rules.quant.tflite_int8"}
+                                  "kernels.int8_conv"}
 
 
 @pytest.mark.parametrize("module", BELOW)

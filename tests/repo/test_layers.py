@@ -37,10 +37,6 @@ UPWARD: dict[tuple[str, str], str] = {
 }
 # Import circles not broken yet (each a set of modules), with why.
 CIRCLES: dict[frozenset[str], str] = {
-    frozenset({"aot.lower.kernels.cortex_m.dsp", "aot.lower.kernels.cortex_m.mve"}):
-        "the DSP kernels hand their rows to the MVE kernels when the board has Helium; "
-        "breaking it means passing the MVE variants in through dsp.py's Words, a change of "
-        "code to prove with bench/same_code.py on its own",
 }
 # `from aot.x import _name` across modules, with why.
 PRIVATE: dict[tuple[str, str], str] = {

@@ -4,7 +4,7 @@ Int32 widening and narrowing casts, compile-time tables (a PARAM buffer,
 or one constant when every entry agrees), the two roundings of a float to
 an integer, and the constant inputs the rules read (filters, biases,
 axes); the requantizers built on them are aot/lower/arith/requant.py's.
-The convolutions (aot/lower/rules/quant/tflite_int8.py) and every other
+The convolutions (aot/lower/rules/quant/tflite_conv.py) and every other
 int8 / int16 rule module (int8_elementwise, int8_pool, int8_rowwise,
 tflite_int16, onnx_quant, lstm, int8_dsp) build on these, so they live apart
 from any one of them. Their loops and loop nests are aot/lower/arith/loops.py's,

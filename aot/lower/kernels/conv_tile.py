@@ -24,7 +24,7 @@ int8 (Int8Conv, Int8Dot; aot/lower/schedule/strategy.py's strategies), per tap
   lane of each pixel's four quads where the schedule says `by_lane`;
 - flat rows: a first layer's window row as one run of pairs or quads.
 
-The caller is tflite_int8.vector_conv_nest. Both kernels walk their
+The caller is int8_conv.vector_conv_nest. Both kernels walk their
 output through conv_walk.walk (images, regions, pixel blocks, groups,
 channel tiles and pixel parts) with conv_tile as the tile body, the float
 over window_regions' exact runs, the int8 over border_regions or, with

@@ -3,8 +3,9 @@ accumulator row over the output channels, filled tap by tap and finished
 channel by channel, region by region of the one window geometry
 (aot/lower/kernels/windows.py: ConvGeom, tap_nest), its output walked by the one
 walk (conv_walk.plane_walk: border regions, the accumulator row one channel
-tile). The scalar convolutions (aot/lower/rules/quant/tflite_int8.py, tflite_int16.py)
-and the integer pools (int8_pool.py) run on it.
+tile). The scalar convolutions (aot/lower/kernels/int8_conv.py: conv_nest, for
+tflite_conv.py, tflite_int16.py and onnx_quant.py) and the integer pools
+(tflite_pool.py) run on it.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ kernel's epilogue.
 
 The float convolutions and dense products (aot/lower/rules/nn.py), Winograd's
 per-frequency products, pooling and the int8 vector convolutions and fully
-connected layers (tflite_int8.py) build their loops from these; the
+connected layers (int8_conv.py, tflite_fc.py) build their loops from these; the
 numbers that size a tile are in aot/lower/schedule/tile_sizes.py.
 """
 from __future__ import annotations

@@ -20,8 +20,8 @@ operand seen channel-last or channel-first; ConvGeom an NHWC 2-D window
 with its channel groups.
 
 The float convolutions (aot/lower/rules/nn.py), the pools (pool.py,
-int8_pool.py), the integer convolutions (tflite_int8.py, and the Cortex-M
-kernels of int8_dsp.py and int8_mve.py) all walk their outputs through
+int8_pool.py), the integer convolutions (int8_conv.py, and the Cortex-M
+kernels of cortex_m/dsp.py and cortex_m/mve.py) all walk their outputs through
 these.
 """
 from __future__ import annotations

@@ -59,6 +59,12 @@ class TensorRef:
         return self.type.shape
 
     @property
+    def in_memory(self) -> bool:
+        """Whether the tensor is a buffer of its own (neither an inlined
+        producer nor a constant): kernels may read it where it lies."""
+        return self.buffer is not None and self.value is None
+
+    @property
     def dtype(self) -> DType:
         return dt(self.type.dtype)
 

@@ -3,10 +3,13 @@
 Every choice a convolution's schedule sites make (aot/lower/schedule/tile_sizes.py's
 register tiles, aot/lower/schedule/strategy.py's algorithm, accumulator strategy
 and input rows) is answered once, by the default policy here
-(float_conv_schedule, int8_conv_schedule) or by the config `aot tune` puts
-in force (aot/lower/schedule/space.py), and the kernels (nn.conv,
-tflite_int8.vector_conv_nest) only read the answers: the algorithm apart
-from its schedule. Among them is how the kernel walks its output, a
+(float_conv_schedule, int8_conv_schedule; int8_fc_schedule for the int8
+fully connected layer) or by the config `aot tune` puts in force
+(aot/lower/schedule/space.py), and the kernels (nn.conv,
+int8_conv.vector_conv_nest) only read the answers: the algorithm apart
+from its schedule. Each schedule's `algorithm` names the kernel, the int8
+ones among Cortex-M's (aot/lower/kernels/cortex_m/), vector tiles and the
+scalar loops, so no rule tests the target. Among them is how the kernel walks its output, a
 conv_walk.Walk (loop names, region comments, blocks in tested regions,
 pixel parts inside or outside the channel tiles, unrolling, channel tiles
 outermost), set to each kernel's measured choice.
@@ -23,6 +26,7 @@ from aot.lower.schedule.tile_sizes import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORD
 from aot.lower.schedule.strategy import (PAIRS, Accumulator, conv_algorithm, int8_accumulator,
                                          int8_rows, mlal_depthwise, window_row_accumulator)
 from aot.lower.kernels.conv_walk import Walk, float_axes
+from aot.lower.kernels.cortex_m import dsp, mve
 from aot.lower.kernels.tiles import UNROLL_CHANNEL_TILES, tile_widths
 from aot.lower.kernels.windows import ConvGeom, SpatialOp, axis_runs
 from aot.ops import nn as ref
@@ -103,7 +107,16 @@ def copy_padded(xin: SpatialOp, win: ref.Window, dtype: DType) -> bool:
 
 @dataclass(frozen=True)
 class Int8ConvSchedule:
-    """How one int8 convolution runs in vector tiles.
+    """How one int8 convolution or fully connected layer runs.
+
+    `algorithm` names its kernel: "vector" (vector tiles:
+    aot/lower/kernels/int8_conv.py's vector_conv_nest, tflite_fc.py's
+    Int8Product), "scalar" (the plain loops: int8_conv.conv_nest, one FC unit
+    at a time), or a Cortex-M kernel of aot/lower/kernels/cortex_m/ by its
+    name in that package's CONV or FC table ("dsp_dense", "mve_fc", ...).
+    The other fields are the vector kernels' (None, False or empty for the
+    rest); a fully connected layer's vector schedule sets only `tile` and
+    `accumulator`.
 
     `tiles` are the channel tiles of `tile` over the channels a group
     writes. The dense product takes `accumulator`'s groups of input
@@ -117,17 +130,18 @@ class Int8ConvSchedule:
     integer policy's "border" regions, or with staged rows one "whole"):
     oy / ox loops, no region comments, tested regions a pixel at a time,
     each pixel part a loop of channel tiles of its own."""
-    tile: Tile
-    tiles: tuple[tuple[int, tuple[int, ...]], ...]
-    depthwise: bool
-    accumulator: Accumulator
-    by_lane: bool
-    mlal: bool
-    quads: bool
-    pairs: bool
-    rows: str
-    flat_accumulator: Accumulator
-    walk: Walk
+    algorithm: str
+    tile: Tile | None = None
+    tiles: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    depthwise: bool = False
+    accumulator: Accumulator | None = None
+    by_lane: bool = False
+    mlal: bool = False
+    quads: bool = False
+    pairs: bool = False
+    rows: str = "direct"
+    flat_accumulator: Accumulator | None = None
+    walk: Walk | None = None
 
     @property
     def raw(self) -> Accumulator | None:
@@ -135,12 +149,25 @@ class Int8ConvSchedule:
         offset outside the image), if the rows hold quads."""
         if self.quads:
             return self.accumulator
-        return self.flat_accumulator if self.flat_accumulator.group == 4 else None
+        flat = self.flat_accumulator
+        return flat if flat is not None and flat.group == 4 else None
 
 
-def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray) -> Int8ConvSchedule:
-    """The default policy (each site consulted in the order the kernel
-    always asked, only where its answer matters)."""
+def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
+                       in_memory: bool = False) -> Int8ConvSchedule:
+    """The default policy. `in_memory`: the input is a buffer the Cortex-M
+    kernels read where it lies (tfl.conv2d's int8 input; the hybrid conv's
+    quantized image and the ONNX convolutions go through their loads, so
+    they take the vector or scalar loops only). A Cortex-M kernel where one
+    fits, else vector tiles where the vectors fill (depthwise with
+    multiplier 1, or four or more output channels per group), else the
+    scalar loops; the vector sites are consulted only for vector tiles, in
+    the order the kernel always asked them."""
+    kernel = cortex_m_conv(target, g, weights) if in_memory else None
+    if kernel is not None:
+        return Int8ConvSchedule(kernel)
+    if target.lanes(32) == 1 or not ((g.depth == 1 and g.per_group == 1) or g.per_group >= 4):
+        return Int8ConvSchedule("scalar")
     t = tile(target, "int32", pixels=True)
     depthwise = g.depth == 1 and g.per_group == 1
     dense = not depthwise and g.groups == 1
@@ -185,5 +212,51 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray) -> Int8
     # staged rows hold their padding: one untested region
     walk = Walk(("oy", "ox"), "border" if rows == "direct" else "whole", notes=False,
                 blocks_in_tested_rows=False, parts=True, parts_outside=True)
-    return Int8ConvSchedule(t, tiles, depthwise, kind, by_lane, mlal, quads, pairs, rows,
-                            flat_kind, walk)
+    return Int8ConvSchedule("vector", t, tiles, depthwise, kind, by_lane, mlal, quads, pairs,
+                            rows, flat_kind, walk)
+
+
+def cortex_m_conv(target: Target, g: ConvGeom, weights: np.ndarray) -> str | None:
+    """The Cortex-M kernel (its name in aot/lower/kernels/cortex_m/'s CONV)
+    of a convolution whose input is in memory, or None where none fits:
+    Helium's 16-lane dot products and outer products first, then the DSP
+    extension's (depthwise with Helium: 16 channels at a time first)."""
+    if mve.mve_target(target):
+        if g.depth % mve.LANES == 0 and dsp.fits_pointwise(target, g, weights):
+            return "mve_pointwise"
+        if g.depth % mve.LANES == 0 and dsp.fits_dense(target, g, weights):
+            return "mve_dense"
+        if mve.fits_outer(target, g, weights):
+            return "mve_outer"
+    if dsp.fits_pointwise(target, g, weights):
+        return "dsp_pointwise"
+    if dsp.fits_depthwise(target, g, weights):
+        return "mve_depthwise" if mve.mve_target(target) and g.groups >= mve.LANES \
+            else "dsp_depthwise"
+    if dsp.fits_dense(target, g, weights):
+        return "dsp_dense"
+    if dsp.fits_rows(target, g, weights):
+        return "dsp_rows"
+    return None
+
+
+def int8_fc_schedule(target: Target, w: np.ndarray, in_memory: bool) -> Int8ConvSchedule:
+    """The default policy of an int8 fully connected layer (weights w
+    [units, depth], the weight zero point subtracted; `in_memory`: its
+    input is a buffer): vector tiles of `tile` in `accumulator`'s groups
+    (pairs where no 4+-lane tile or no weight suits the quads) where the
+    target has vectors and there are 4 units or more, else the Cortex-M
+    matrix product in Helium's vectors (depths of 16k) or the DSP
+    extension's words, else the scalar loop."""
+    if target.lanes(32) > 1 and len(w) >= 4:
+        t = tile(target, "int32")
+        kind = int8_accumulator(target)
+        if kind.group == 4 and not (kind.fits(w) and any(min(ws) >= 4
+                                                         for _, ws in tile_widths(len(w), t))):
+            kind = PAIRS
+        return Int8ConvSchedule("vector", t, accumulator=kind)
+    if in_memory and mve.fits_fc(target, w):
+        return Int8ConvSchedule("mve_fc")
+    if in_memory and dsp.fits_fc(target, w):
+        return Int8ConvSchedule("dsp_fc")
+    return Int8ConvSchedule("scalar")

@@ -1,5 +1,6 @@
 """The convolutions' schedule objects (aot/lower/schedule/conv.py): the
-default policy's answers per target, pinned; and the accumulator
+default policy's answers per target, pinned, the int8 kernel each int8
+convolution and fully connected layer gets among them; and the accumulator
 strategies' weight layout (aot/lower/schedule/strategy.py)."""
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import numpy as np
 import pytest
 
 from aot.ir.tir import dt
-from aot.lower.schedule.conv import FloatConvSchedule, float_conv_schedule, int8_conv_schedule
+from aot.lower.kernels import cortex_m
+from aot.lower.schedule.conv import (FloatConvSchedule, float_conv_schedule, int8_conv_schedule,
+                                     int8_fc_schedule)
 from aot.lower.schedule.strategy import PAIRS, QUADS
 from aot.lower.kernels.windows import ConvGeom, SpatialOp
 from aot.ops.nn import Window
@@ -73,6 +76,79 @@ def test_schedule_is_frozen_and_sizes_the_tile_for_quads():
     narrow = int8_conv_schedule(get_board("rpi5").target, geom(16, per_group=4),
                                 weights(geom(16, per_group=4)))
     assert narrow.tile.vectors == 1 and narrow.flat_accumulator == PAIRS
+
+
+def pointwise_geom(depth: int) -> ConvGeom:
+    return dataclasses.replace(geom(depth), kh=1, kw=1, pad_top=0, pad_left=0)
+
+
+@pytest.mark.parametrize("board,algorithms", [
+    # Helium: 16-deep convs by VMLADAVA, a first layer's 3 channels by outer
+    # products, depthwise 16 channels at a time (fewer: the DSP's quads)
+    ("mps3-an547", ("mve_pointwise", "mve_dense", "mve_outer", "mve_depthwise",
+                    "dsp_depthwise")),
+    # the DSP extension: SMLAD tiles, a first layer's window rows as words
+    ("mps2-an386", ("dsp_pointwise", "dsp_dense", "dsp_rows", "dsp_depthwise",
+                    "dsp_depthwise")),
+    ("host", ("vector",) * 5),
+])
+def test_int8_conv_algorithm_per_target(board, algorithms):
+    target = get_board(board).target
+    gs = (pointwise_geom(16), geom(16), geom(3), geom(1, groups=32, per_group=1),
+          geom(1, groups=8, per_group=1))
+    got = tuple(int8_conv_schedule(target, g, weights(g), in_memory=True).algorithm for g in gs)
+    assert got == algorithms
+    # a Cortex-M kernel is the schedule's answer only: no vector field is set
+    assert all(int8_conv_schedule(target, g, weights(g), in_memory=True).tile is None
+               for g in gs if board != "host")
+
+
+def test_int8_conv_falls_back_to_the_scalar_loops():
+    m4, host = get_board("mps2-an386").target, get_board("host").target
+    g = geom(16)
+    # an input read through its loads (an inlined producer, the hybrid's
+    # quantized image), or weights outside int8: no Cortex-M kernel
+    assert int8_conv_schedule(m4, g, weights(g)).algorithm == "scalar"
+    assert int8_conv_schedule(m4, g, weights(g, 200), in_memory=True).algorithm == "scalar"
+    # two output channels per group do not fill a vector
+    narrow = geom(16, groups=2, per_group=2)
+    assert int8_conv_schedule(host, narrow, weights(narrow)).algorithm == "scalar"
+
+
+def test_every_cortex_m_name_the_policy_gives_is_a_kernel():
+    conv = {int8_conv_schedule(get_board(b).target, g, weights(g), in_memory=True).algorithm
+            for b in ("mps2-an386", "mps3-an547")
+            for g in (pointwise_geom(16), geom(16), geom(3), geom(1, groups=32, per_group=1))}
+    assert conv == set(cortex_m.CONV)
+    fc = {int8_fc_schedule(get_board(b).target, np.ones((8, d), np.int64), True).algorithm
+          for b in ("mps2-an386", "mps3-an547") for d in (16, 8)}
+    assert fc == set(cortex_m.FC)
+
+
+@pytest.mark.parametrize("board,depth,in_memory,algorithm", [
+    ("mps3-an547", 32, True, "mve_fc"),     # 16k deep: Helium's vectors
+    ("mps3-an547", 8, True, "dsp_fc"),
+    ("mps2-an386", 32, True, "dsp_fc"),
+    ("mps2-an386", 32, False, "scalar"),    # an input not in memory
+    ("mps2-an386", 3, True, "scalar"),      # less than a word deep
+    ("host", 32, False, "vector"),
+])
+def test_int8_fc_algorithm_per_target(board, depth, in_memory, algorithm):
+    s = int8_fc_schedule(get_board(board).target, np.ones((8, depth), np.int64), in_memory)
+    assert s.algorithm == algorithm
+    assert (s.accumulator is not None) == (algorithm == "vector")
+
+
+def test_int8_fc_quads_need_a_four_lane_tile_and_weights_that_fit():
+    """rpi5's sdot quads, else pairs: two units fill no 4-lane tile (then
+    the scalar loop), a -128 weight is fine for sdot, not for Cortex-A72's
+    SMULL quads."""
+    rpi5, rpi4 = get_board("rpi5").target, get_board("rpi4").target
+    w = np.ones((16, 32), np.int64)
+    assert int8_fc_schedule(rpi5, w, True).accumulator == QUADS
+    assert int8_fc_schedule(rpi5, w[:2], True).algorithm == "scalar"
+    assert int8_fc_schedule(rpi4, w, True).accumulator.name == "quads_mull"
+    assert int8_fc_schedule(rpi4, w - 129, True).accumulator == PAIRS
 
 
 def float_schedule(board, x, out, k, group, icg, ocg, pad=1, in_memory=True, winograd=False):

@@ -1,2 +1,29 @@
 """Cortex-M int8 kernels: dsp.py (the DSP extension's SMLAD family, CMSIS-NN's
-layout) and mve.py (Helium)."""
+layout) and mve.py (Helium), and the tables that name them. The schedule
+(aot/lower/schedule/conv.py: int8_conv_schedule, int8_fc_schedule) answers
+with a name, the rule calls what it names here. Helium's variants of the
+DSP nests are those nests given mve.VECTORS, wired here, so dsp.py never
+imports mve.py."""
+from __future__ import annotations
+
+from functools import partial
+
+from aot.lower.kernels.cortex_m import dsp, mve
+
+# The convolution kernels, each called as kernel(ctx, x, g, weights, bias,
+# zp, finish) with int8_conv.conv_nest's finish.
+CONV = {
+    "mve_pointwise": partial(dsp.pointwise, words=mve.VECTORS, tile=mve.TILE, gather=True),
+    "mve_dense": partial(dsp.dense, words=mve.VECTORS, tile=(2, mve.TILE[1]), gather=True),
+    "mve_outer": mve.outer,
+    "mve_depthwise": partial(dsp.depthwise, words=mve.VECTORS),
+    "dsp_pointwise": dsp.pointwise,
+    "dsp_depthwise": dsp.depthwise,
+    "dsp_dense": dsp.dense,
+    "dsp_rows": dsp.window_rows,
+}
+# The fully connected kernels, called as dsp.fully_connected is.
+FC = {
+    "mve_fc": partial(dsp.fully_connected, words=mve.VECTORS, tile=mve.TILE),
+    "dsp_fc": dsp.fully_connected,
+}

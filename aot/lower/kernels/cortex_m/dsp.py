@@ -1,6 +1,10 @@
 """int8 kernels for scalar cores with the Armv7E-M DSP extension
 (Cortex-M4, M7, M55 without Helium): the accumulator strategy of
-aot/lower/rules/quant/tflite_int8.py's scalar convolution and fully connected rules.
+the scalar convolution and fully connected rules
+(aot/lower/rules/quant/tflite_conv.py, tflite_fc.py). The schedule picks one
+by its name in this package's CONV and FC tables (int8_conv_schedule,
+int8_fc_schedule in aot/lower/schedule/conv.py), each where its fits_*
+holds; Helium's kernels (mve.py) are these nests given its 16-lane Words.
 
 An input word and a weight word of four int8 each are split into their
 even and odd bytes as int16 pairs (SXTB16, SXTB16 ROR #8); SMLAD multiplies
@@ -35,7 +39,8 @@ blocks of two columns, the odd last column alone).
 
 The operations are generic calls the legalization pass makes Arm
 instructions; on a target without the DSP extension these kernels are not
-chosen (the formulas would be slower than the plain loops).
+chosen (the formulas would be slower than the plain loops). The schedule
+offers them only inputs in memory (rules.TensorRef.in_memory).
 """
 from __future__ import annotations
 
@@ -53,6 +58,7 @@ from aot.lower.arith.quant import lazy_table, table, to_i32, unravel
 from aot.lower.kernels.windows import Run, in_range, window_pos
 from aot.lower.rules import LowerCtx, TensorRef
 from aot.lower.schedule.tile_sizes import Tile
+from aot.targets import Target
 
 # rows x output channels per register tile
 CONV_TILE = (2, 2)
@@ -63,50 +69,26 @@ UNROLL_TAPS = 9
 UNROLL_WORDS = 4
 
 
-def dsp_target(ctx: LowerCtx) -> bool:
+def dsp_target(t: Target) -> bool:
     """Whether the target is a scalar core with the DSP extension (SXTB16
     reads little-endian words)."""
-    t = ctx.target
     return t.has("dsp") and t.little_endian and t.lanes(32) == 1
-
-
-def in_memory(x: TensorRef) -> bool:
-    return x.buffer is not None and x.value is None
 
 
 def fits_int8(w: np.ndarray) -> bool:
     return w.size > 0 and w.min() >= -128 and w.max() <= 127
 
 
-def fits_pointwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
+def fits_pointwise(target: Target, g, weights: np.ndarray) -> bool:
     """A 1x1 convolution the pixel-row product computes: one group, stride 1,
-    no padding, the input in memory, weights that are int8."""
-    return (dsp_target(ctx) and in_memory(x) and g.groups == 1 and g.kh == g.kw == 1
+    no padding, weights that are int8."""
+    return (dsp_target(target) and g.groups == 1 and g.kh == g.kw == 1
             and tuple(g.strides) == (1, 1) and (g.oh, g.ow) == (g.h, g.w)
             and g.pad_top == g.pad_left == 0 and g.depth >= 4 and fits_int8(weights))
 
 
-def conv_kernel(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> Callable | None:
-    """The DSP kernel for this convolution, called as
-    kernel(ctx, x, g, weights, bias, zp, finish) with conv_nest's finish,
-    or None: the scalar loops then."""
-    from aot.lower.kernels.cortex_m import mve as int8_mve     # (Helium's kernels build on these)
-    mve = int8_mve.conv_kernel(ctx, x, g, weights)
-    if mve is not None:
-        return mve
-    if fits_pointwise(ctx, x, g, weights):
-        return pointwise
-    if fits_depthwise(ctx, x, g, weights):
-        return depthwise
-    if fits_dense(ctx, x, g, weights):
-        return dense
-    if fits_rows(ctx, x, g, weights):
-        return window_rows
-    return None
-
-
-def fits_fc(ctx: LowerCtx, x: TensorRef, w: np.ndarray) -> bool:
-    return dsp_target(ctx) and in_memory(x) and w.shape[1] >= 4 and fits_int8(w)
+def fits_fc(target: Target, w: np.ndarray) -> bool:
+    return dsp_target(target) and w.shape[1] >= 4 and fits_int8(w)
 
 
 def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
@@ -220,23 +202,22 @@ def pointwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
 
 
 def fully_connected(ctx: LowerCtx, x: TensorRef, w: np.ndarray, bias: np.ndarray,
-                    out_shape: tuple, finish: Callable[[tuple, Expr, Var], Stmt]) -> Stmt:
+                    out_shape: tuple, finish: Callable[[tuple, Expr, Var], Stmt],
+                    words: "Words | None" = None, tile: tuple[int, int] = FC_TILE) -> Stmt:
     """tfl.fully_connected (fits_fc) with the zero point already folded into
     `bias`: finish(out_lead, unit, acc) per output; x read as rows of the
-    weights' depth, as TFLite flattens it."""
-    from aot.lower.kernels.cortex_m import (mve as int8_mve)     # (Helium's vectors where the depth has them)
-    words, tile = ((int8_mve.VECTORS, int8_mve.TILE) if int8_mve.fits_fc(ctx, x, w)
-                   else (PAIRS, FC_TILE))
+    weights' depth, as TFLite flattens it, in `words` (matmul's) and tiles
+    of `tile`."""
     lead = tuple(out_shape[:-1])
     rows = int(np.prod(lead, dtype=np.int64))
     return matmul(ctx, x.buffer, rows, w, bias,
                   lambda r, c, acc: finish(unravel(r, lead), c, acc), tile, words)
 
 
-def fits_dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
+def fits_dense(target: Target, g, weights: np.ndarray) -> bool:
     """A convolution of one group over a multiple of 4 input channels (so no
-    word spans two taps), the input in memory, int8 weights."""
-    return (dsp_target(ctx) and in_memory(x) and g.groups == 1 and g.depth % 4 == 0
+    word spans two taps), int8 weights."""
+    return (dsp_target(target) and g.groups == 1 and g.depth % 4 == 0
             and fits_int8(weights))
 
 
@@ -295,10 +276,10 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
     return plane_walk(ctx, g, pixels, pairs=True)
 
 
-def fits_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
+def fits_rows(target: Target, g, weights: np.ndarray) -> bool:
     """A convolution of one group whose window rows (kernel width x input
     channels, contiguous when the width is not dilated) hold a word or more."""
-    return (dsp_target(ctx) and in_memory(x) and g.groups == 1 and g.dilations[1] == 1
+    return (dsp_target(target) and g.groups == 1 and g.dilations[1] == 1
             and g.kw * g.depth >= 4 and fits_int8(weights))
 
 
@@ -452,27 +433,27 @@ def both(a: Expr | None, b: Expr | None) -> Expr | None:
     return a if b is None else b if a is None else Bin("and", a, b)
 
 
-def fits_depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
+def fits_depthwise(target: Target, g, weights: np.ndarray) -> bool:
     """A depthwise convolution with multiplier 1 over at least a word of
-    channels, the input in memory, int8 weights."""
-    return (dsp_target(ctx) and in_memory(x) and g.depth == 1 and g.per_group == 1
+    channels, int8 weights."""
+    return (dsp_target(target) and g.depth == 1 and g.per_group == 1
             and g.groups >= 4 and fits_int8(weights))
 
 
 def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
-              finish: Callable[[tuple, Expr], Stmt]) -> Stmt:
+              finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None) -> Stmt:
     """A depthwise convolution (fits_depthwise): per output pixel, 4
-    channels at a time in registers over the taps (with Helium first 16 at
-    a time: int8_mve.depthwise_group); the channels past the last word one
-    at a time. weights [C, KH, KW, 1]; finish as conv_nest's."""
-    from aot.lower.kernels.cortex_m import mve as int8_mve
+    channels at a time in registers over the taps (given wider `words`
+    with a depthwise group, Helium's, first words.lanes at a time: its
+    mve.depthwise_group); the channels past the last word one at a time.
+    weights [C, KH, KW, 1]; finish as conv_nest's."""
     channels = g.groups
     wbuf = ctx.param("filter", np.transpose(weights[..., 0], (1, 2, 0)).astype(np.int8))
     folded = folded_bias(bias, zp, weights.reshape(channels, -1))
     # made only if a remainder reads it
     start = lazy_table(ctx, "bias", folded)
-    lanes = int8_mve.LANES if int8_mve.mve_target(ctx) and channels >= int8_mve.LANES else 0
-    group = int8_mve.depthwise_group(ctx, x, wbuf, folded, zp, g.kw, finish) if lanes else None
+    lanes = words.lanes if words is not None and words.depthwise is not None else 0
+    group = words.depthwise(ctx, x, wbuf, folded, zp, g.kw, finish) if lanes else None
 
     # In the interior a small window's taps are unrolled (immediate load
     # offsets, no loop counters: a kws 3x3 depthwise layer 511 k -> 484 k
@@ -585,10 +566,13 @@ class Words:
     time, read(ctx, body, name, load, cond=None, fill=0) appends the
     reading of `load` (`fill` in every lane where cond is false) to body and
     gives the operand; dot(body, xs, ws, accs) adds to accs[i][k] the
-    products of input operand i and weight operand k."""
+    products of input operand i and weight operand k. depthwise(ctx, x,
+    wbuf, bias, zp, kw, finish), where the words have one: the group of
+    `lanes` channels depthwise runs first (mve.depthwise_group's form)."""
     lanes: int
     read: Callable
     dot: Callable
+    depthwise: Callable | None = None
 
 
 # SMLAD's: a word of 4 split into its even and odd int16 pairs

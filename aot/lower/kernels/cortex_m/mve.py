@@ -41,7 +41,6 @@ convolution walks its output plane through the one walk
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -55,15 +54,16 @@ from aot.lower.kernels.conv_walk import plane_walk
 from aot.lower.arith.quant import to_i32
 from aot.lower.kernels.windows import in_range, window_pos
 from aot.lower.rules import LowerCtx, TensorRef
+from aot.targets import Target
 
 LANES = 16
 # rows (pixels) x output channels per register tile of a matrix product
 TILE = (1, 4)
 
 
-def mve_target(ctx: LowerCtx) -> bool:
+def mve_target(target: Target) -> bool:
     """Whether the target is a scalar core with Helium beside the DSP extension."""
-    return int8_dsp.dsp_target(ctx) and ctx.target.has("mve")
+    return int8_dsp.dsp_target(target) and target.has("mve")
 
 
 def _vector(ctx: LowerCtx, body: list, name: str, load: Expr, cond: Expr | None = None,
@@ -84,27 +84,10 @@ def _dot_vectors(body: list, xs: list, ws: list, accs) -> None:
              for wv, acc in zip(ws, row)]
 
 
-VECTORS = int8_dsp.Words(LANES, _vector, _dot_vectors)
-
-
-def conv_kernel(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> Callable | None:
-    """The MVE kernel for this convolution (called as int8_dsp's kernels are),
-    or None: the DSP kernels then."""
-    if not mve_target(ctx):
-        return None
-    if g.depth % LANES == 0 and int8_dsp.fits_pointwise(ctx, x, g, weights):
-        return partial(int8_dsp.pointwise, words=VECTORS, tile=TILE, gather=True)
-    if g.depth % LANES == 0 and int8_dsp.fits_dense(ctx, x, g, weights):
-        return partial(int8_dsp.dense, words=VECTORS, tile=(2, TILE[1]), gather=True)
-    if fits_outer(ctx, x, g, weights):
-        return outer
-    return None
-
-
-def fits_outer(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray) -> bool:
+def fits_outer(target: Target, g, weights: np.ndarray) -> bool:
     """A convolution of one group over 4k output channels whose depth the
-    dot products do not take (not 16k), the input in memory, int8 weights."""
-    return (mve_target(ctx) and int8_dsp.in_memory(x) and g.groups == 1 and g.depth % LANES != 0
+    dot products do not take (not 16k), int8 weights."""
+    return (mve_target(target) and g.groups == 1 and g.depth % LANES != 0
             and g.cout % 4 == 0 and int8_dsp.fits_int8(weights))
 
 
@@ -173,8 +156,8 @@ def outer(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
                       prologue=lambda n: int8_dsp.pad_copy(ctx, x, g, n, pad, zp))
 
 
-def fits_fc(ctx: LowerCtx, x: TensorRef, w: np.ndarray) -> bool:
-    return mve_target(ctx) and int8_dsp.fits_fc(ctx, x, w) and w.shape[1] % LANES == 0
+def fits_fc(target: Target, w: np.ndarray) -> bool:
+    return mve_target(target) and int8_dsp.fits_fc(target, w) and w.shape[1] % LANES == 0
 
 
 def depthwise_group(ctx: LowerCtx, x: TensorRef, wbuf: Buffer, bias: np.ndarray, zp: int,
@@ -211,3 +194,8 @@ def depthwise_group(ctx: LowerCtx, x: TensorRef, wbuf: Buffer, bias: np.ndarray,
         parts += [finish((n, oy, ox, add(c, Const(4 * j))), acc) for j, acc in enumerate(accs)]
         return seq(*parts)
     return group
+
+
+# Helium's words: the DSP kernels' nests (int8_dsp.matmul, dense, depthwise)
+# run in these where the schedule names an mve_ kernel
+VECTORS = int8_dsp.Words(LANES, _vector, _dot_vectors, depthwise_group)

@@ -9,7 +9,7 @@ ConvInteger and MatMulInteger, which quantize_dynamic computes at run time
 (DynamicQuantizeLinear).
 
 QLinearConv and ConvInteger reuse the integer convolution loop nest of the
-tfl.* rules (aot/lower/rules/quant/tflite_int8.conv_nest), in either layout;
+tfl.* rules (aot/lower/kernels/int8_conv.py: conv_nest), in either layout;
 1-D and 3-D inputs run as 2-D planes (_plane).
 """
 from __future__ import annotations
@@ -28,9 +28,9 @@ from aot.lower.rules.elementwise import broadcast_index, broadcast_load, const_l
 from aot.lower.arith.quant import CallView, round_half_even, table, to_i32
 from aot.lower.arith.requant import onnx_multipliers, onnx_requantizer
 from aot.lower.rules import VALUE_RULES, LowerCtx, TensorRef, kernel_rule, value_rule
-from aot.lower.arith.quant import vector_lanes
-from aot.lower.rules.quant.tflite_int8 import conv_nest, vector_conv_nest
+from aot.lower.kernels.int8_conv import conv_nest, vector_conv_nest
 from aot.lower.kernels.windows import ConvGeom
+from aot.lower.schedule.conv import int8_conv_schedule
 from aot.ops.quant import onnx_quant as ref
 from aot.ops.nn import Window, window_counts, resolve_window
 
@@ -242,14 +242,16 @@ def _int_conv(ctx: LowerCtx, x, w: np.ndarray, x_zp, w_zp, bias, emit, value) ->
     g = plane.geom
     init = np.zeros(g.cout, np.int64) if bias is None else bias.astype(np.int64).reshape(-1)
     nhwc = ctx.attrs.get("layout", "NCHW") == "NHWC"
-    vector = vector_lanes(ctx) > 1 and ((g.depth == 1 and g.per_group == 1) or g.per_group >= 4)
-    if nhwc and len(x.shape) == 4 and vector and x.type.dtype == "int8" and \
-            not isinstance(x_zp, TensorRef):
-        # channels innermost: the int8 kernels' vector tiles (tfl.conv2d's);
-        # uint8 activations keep the scalar nest
+    # 2-D, channels innermost, a constant zero point: the int8 kernels'
+    # vector tiles where the schedule gives them (tfl.conv2d's); uint8
+    # activations keep the scalar nest
+    tiled = nhwc and len(x.shape) == 4 and x.type.dtype == "int8" and \
+        not isinstance(x_zp, TensorRef)
+    sched = int8_conv_schedule(ctx.target, g, plane.weights) if tiled else None
+    if sched is not None and sched.algorithm == "vector":
         def epilogue(blk, idx, acc, lanes):
             return emit(0, idx, value(acc, idx[3], lanes))
-        b.add(vector_conv_nest(ctx, g, x.load, zp, plane.weights, init, epilogue))
+        b.add(vector_conv_nest(ctx, g, sched, x.load, zp, plane.weights, init, epilogue))
     else:
         b.add(conv_nest(ctx, g, plane.load, zp, plane.weights, init,
                         lambda idx, acc: emit(0, plane.out(idx), value(acc, idx[3]))))

@@ -1,9 +1,11 @@
 """The TFLite-semantics integer fully connected layer (`tfl.fully_connected`),
 bit-exact with aot/ops/quant/tflite_int8.py (TFLITE_INT8.md §6): a dot product
 per output, the input zero point folded into the bias (FC never pads), then
-the requantization. Vector targets run it as the dense product
-(aot/lower/kernels/dense.py) with the int8 strategy Int8Product, Cortex-M with the
-DSP extension in int8_dsp's tiles, scalar ones one unit at a time.
+the requantization. The schedule (aot/lower/schedule/conv.py:
+int8_fc_schedule) picks the kernel: on vector targets the dense product
+(aot/lower/kernels/dense.py) with the int8 strategy Int8Product, on Cortex-M
+the matrix product of aot/lower/kernels/cortex_m/ (its FC table: the DSP
+extension's words or Helium's vectors), else one unit at a time.
 tflite_int16.py's 16x8 FC walks its rows with row_loops too.
 """
 from __future__ import annotations
@@ -18,7 +20,7 @@ from aot.isa.dots import pair_dot
 from aot.isa.neon import paired_quad_dot, pairwise_add
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Cast, Const, Decl, DType, Expr, Load,
                         Stmt, Store, add, dt, flat_index, mul, seq)
-from aot.lower.kernels.cortex_m import dsp as int8_dsp
+from aot.lower.kernels.cortex_m import FC, dsp as int8_dsp
 from aot.lower.arith import qmath as q
 from aot.lower.arith.loops import loop, offsets, rows, splat
 from aot.lower.kernels.dense import product
@@ -26,9 +28,9 @@ from aot.lower.arith.quant import (bias_values, const_input, in_block, pair_widt
                                    scale_zp, table, to_i32, unravel, vector_lanes, weight_dtype)
 from aot.lower.arith.requant import TfliteRequant, TfliteRequant32, TfliteVecRequant
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
-from aot.lower.schedule.tile_sizes import Tile, tile
-from aot.lower.schedule.strategy import PAIRS, Accumulator, int8_accumulator
-from aot.lower.kernels.tiles import tile_widths
+from aot.lower.schedule.conv import Int8ConvSchedule, int8_fc_schedule
+from aot.lower.schedule.tile_sizes import Tile
+from aot.lower.schedule.strategy import Accumulator
 from aot.ops.quant import qmath as ref_q
 from aot.ops.quant import tflite_int8 as ref
 
@@ -48,7 +50,7 @@ def row_reader(x: TensorRef, out_shape, depth: int) -> Callable[[tuple], Callabl
 
         def offset(d):
             return add(mul(row, Const(depth)), d)
-        if x.buffer is not None and x.value is None:    # in memory: the offset itself
+        if x.in_memory:    # the offset itself
             return lambda d: Load(x.buffer, offset(d))
         return lambda d: x.load(unravel(offset(d), x_shape))
     return at
@@ -77,17 +79,18 @@ def fully_connected(ctx: LowerCtx, ins, emit):
     # FC has no padding: fold the input zero point into the bias
     bias = ref_q.wrap_int32(bias_values(ctx, ins, 2, units) - zp_in * w.sum(axis=1))
     lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
-    if vector_lanes(ctx) > 1 and units >= 4:
+    sched = int8_fc_schedule(ctx.target, w, x.in_memory)
+    if sched.algorithm == "vector":
         vrq = TfliteVecRequant.make(ctx, *ref.fc_multipliers(s_in, wq, s_out))
 
         def requant(b: q.Block, bi: tuple, c: Expr, acc: Expr, lanes: int) -> Stmt:
             r = rq.apply(b, acc, c) if lanes == 1 else vrq.apply(b, acc, c)
             y = q.clamp(q.offset(r, zp_out), lo, hi)
             return emit(0, bi + (c,), Cast(dt(out_ty.dtype, lanes), y))
-        fc = Int8Product.make(ctx, w, bias, row_reader(x, out_ty.shape, depth),
+        fc = Int8Product.make(ctx, sched, w, bias, row_reader(x, out_ty.shape, depth),
                               x.buffer if x.value is None else None, requant)
         return product(ctx, fc, tuple(out_ty.shape[:-1]), 1, units)
-    if int8_dsp.fits_fc(ctx, x, w):
+    if sched.algorithm in FC:
         frq = TfliteRequant32.make(ctx, *ref.fc_multipliers(s_in, wq, s_out),
                                    int8_dsp.acc_bound(w, bias, 0)) or rq
 
@@ -96,7 +99,7 @@ def fully_connected(ctx: LowerCtx, ins, emit):
             y = q.clamp(q.offset(frq.apply(b, acc, o), zp_out), lo, hi)
             b.add(emit(0, out_lead + (o,), Cast(dt(out_ty.dtype), y)))
             return b.stmt()
-        return int8_dsp.fully_connected(ctx, x, w, bias, out_ty.shape, finish)
+        return FC[sched.algorithm](ctx, x, w, bias, out_ty.shape, finish)
     start = table(ctx, "bias", bias.astype(np.int32))
     weights = ctx.param("weights", weight_dtype(w))
 
@@ -139,13 +142,11 @@ class Int8Product:
     params: dict = field(default_factory=dict)     # made on first use: weights, biases
 
     @staticmethod
-    def make(ctx: LowerCtx, w: np.ndarray, bias: np.ndarray, x_at, x_buffer,
-             requant) -> "Int8Product":
-        t = tile(ctx.target, "int32")
-        kind = int8_accumulator(ctx.target)
-        if kind.group == 4 and not (kind.fits(w) and any(min(ws) >= 4
-                                                         for _, ws in tile_widths(len(w), t))):
-            kind = PAIRS
+    def make(ctx: LowerCtx, sched: Int8ConvSchedule, w: np.ndarray, bias: np.ndarray, x_at,
+             x_buffer, requant) -> "Int8Product":
+        """The product of int8_fc_schedule's vector tiles (its tile and
+        accumulator strategy)."""
+        t, kind = sched.tile, sched.accumulator
         steps = w.shape[1] // kind.group
         lead = steps * kind.group
         grouped = ctx.param("weight_quads" if kind.group == 4 else "weight_pairs",

@@ -21,7 +21,7 @@ import numpy as np
 from aot.ir.tir import (Assign, Bin, Cast, Const, Load, Select, Store, Unary, Var, add,
                         dt, mul)
 from aot.lower.arith import qmath as q
-from aot.lower.rules.quant import tflite_int8 as i8
+from aot.lower.kernels import int8_conv as i8
 from aot.lower.arith.loops import loop, nest, rows
 from aot.lower.rules.elementwise import broadcast_load
 from aot.lower.arith.quant import (CallView, bias_values, const_input, narrow, table, to_i32,

@@ -1,6 +1,9 @@
-"""Compute rules for the TFLite-semantics integer convolutions
-(`tfl.conv2d`, `tfl.depthwise_conv2d`); the fully connected layer is
-int8_fc.py's.
+"""The target-neutral loop nests of the integer convolutions: the scalar
+window nest (conv_nest) and the vector tiles (vector_conv_nest) with the
+input rows they stage. Their rules are aot/lower/rules/quant/tflite_conv.py
+(`tfl.conv2d`, `tfl.depthwise_conv2d`), tflite_int16.py (conv_nest with
+int64 accumulators) and onnx_quant.py (QLinearConv, ConvInteger); the
+Cortex-M kernels are aot/lower/kernels/cortex_m/'s.
 
 Bit-exact with aot/ops/quant/tflite_int8.py (itself bit-exact with tflite-micro,
 TFLITE_INT8.md). Accumulators are int32; requantization uses the
@@ -22,14 +25,10 @@ instead (the "vector kernels" section below; the conv's reduction at each
 tap, per accumulator strategy, is aot/lower/kernels/conv_tile.py's); the value rules
 fused into them as epilogues are lane-generic, so they vectorize with them.
 
-The other integer rules are in modules named for them: int8_elementwise.py
-(the value rules, DIV), int8_pool.py (pools and MEAN), int8_rowwise.py
-(softmax, log-softmax, L2 normalization, cumsum), int8_math.py (gemmlowp's
-fixed-point functions); the window geometry (ConvGeom, its border and
-interior spans as Runs) is aot/lower/kernels/windows.py, the one the float kernels
-use, the walk of the vector convolution's output conv_walk.py, the float's,
-the scalar window nest the convolutions and pools share int8_window.py,
-and int8_common.py holds the helpers every one of them uses.
+The window geometry (ConvGeom, its border and interior spans as Runs) is
+aot/lower/kernels/windows.py, the one the float kernels use, the walk of
+the vector convolution's output conv_walk.py, the float's, and the scalar
+window nest the convolutions and pools share int8_window.py.
 """
 from __future__ import annotations
 
@@ -39,26 +38,21 @@ from typing import Callable
 import numpy as np
 
 from aot.isa.calls import pack_pairs, pack_quads
-from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Call, Cast, Const, Decl, Expr, If, Load,
-                        Select, Stmt, Store, Unary, Var, add, dt, dtype_of, flat_index, mul, seq)
-from aot.lower.arith import fixed32
-from aot.lower.kernels.cortex_m import dsp as int8_dsp
+from aot.ir.tir import (Bin, Broadcast, Buffer, Cast, Const, Decl, Expr, If, Load, Stmt, Store,
+                        add, dt, flat_index, mul, seq)
 from aot.lower.arith import qmath as q
-from aot.lower.arith.loops import loop, nest
+from aot.lower.arith.loops import loop
 from aot.lower.kernels.conv_tile import Int8Conv, Int8Dot, StagedRows, conv_tile
-from aot.lower.schedule.conv import Int8ConvSchedule, int8_conv_schedule
+from aot.lower.schedule.conv import Int8ConvSchedule
 from aot.lower.kernels.conv_walk import walk
 from aot.lower.rules.elementwise import const_like
-from aot.lower.arith.quant import (bias_values, const_input, pair_widths, quad_value,
-                                   round_half_away_to_int, scale_zp, table, to_i32, vec_table,
-                                   vector_lanes, weight_dtype)
-from aot.lower.arith.requant import TfliteRequant, TfliteRequant32, TfliteVecRequant
+from aot.lower.arith.quant import (pair_widths, quad_value, table, to_i32, vector_lanes,
+                                   weight_dtype)
 from aot.lower.kernels.int8_window import window_nest
-from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
+from aot.lower.rules import LowerCtx
 from aot.lower.schedule.strategy import PAIRS, Accumulator
-from aot.lower.kernels.windows import ConvGeom, conv_geom, regions, window_pos
+from aot.lower.kernels.windows import ConvGeom, regions, window_pos
 from aot.ops.quant import qmath as ref_q
-from aot.ops.quant import tflite_int8 as ref
 
 
 # ------------------------------------------------------------- conv loop nest
@@ -109,179 +103,6 @@ def conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable[[tuple], Expr], zp: i
                        prologue)
 
 
-# ------------------------------------------------------------- conv rules
-
-
-def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stmt:
-    """tfl.conv2d / tfl.depthwise_conv2d with int8 activations (§4, §5)."""
-    x = ins[0]
-    s_in, zp_in = scale_zp(ctx, x.type, "the input")
-    s_out, zp_out = scale_zp(ctx, ctx.out_types[0], "the output")
-    scales = ref.channel_scales(ins[1].type, g.cout, ctx.node)
-    rq = TfliteRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out))
-    lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
-    out_dtype = ctx.out_types[0].dtype
-
-    vrq: list = []      # made for the first vector of accumulators (Helium's kernels)
-
-    def finish(idx, acc):
-        b = q.Block(ctx)
-        lanes = dtype_of(acc).lanes
-        if lanes > 1:
-            if not vrq:
-                vrq.append(TfliteVecRequant.make(ctx, *ref.conv_multipliers(s_in, scales,
-                                                                            s_out)))
-            y = q.clamp(q.offset(vrq[0].apply(b, acc, idx[3]), zp_out), lo, hi)
-        else:
-            y = q.clamp(q.offset(rq.apply(b, acc, idx[3]), zp_out), lo, hi)
-        b.add(emit(0, idx, Cast(dt(out_dtype, lanes), y)))
-        return b.stmt()
-
-    bias = bias_values(ctx, ins, 2, g.cout)
-    dsp = int8_dsp.conv_kernel(ctx, x, g, weights)
-    if dsp is not None:
-        # finish reads rq: in 32-bit arithmetic where the accumulators' bounds prove it exact
-        rq = TfliteRequant32.make(ctx, *ref.conv_multipliers(s_in, scales, s_out),
-                                  int8_dsp.acc_bound(weights.reshape(g.cout, -1), bias,
-                                                     zp_in)) or rq
-        return dsp(ctx, x, g, weights, bias, zp_in, finish)
-    if _vectorizable(ctx, g):
-        bound = (int8_dsp.acc_bound(weights.reshape(g.cout, -1), bias, zp_in)
-                 if fixed32.shift_add_rounding(ctx.target) else None)
-        vrq = TfliteVecRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out), bound,
-                                    zp_out, floor_ok=lo >= zp_out)
-
-        def epilogue(b, idx, acc, lanes):
-            if lanes == 1:
-                return finish(idx, acc)
-            y = Cast(dt(out_dtype, lanes), q.clamp(vrq.requantize(b, acc, idx[3], zp_out), lo, hi))
-            if vrq.nudge is not None:   # a fused ADD's 32-bit rescale reads it three times
-                y = b.let("out", y)
-            return emit(0, idx, y)
-        return vector_conv_nest(ctx, g, x.load, zp_in, weights, bias, epilogue)
-    return conv_nest(ctx, g, x.load, zp_in, weights, bias, finish)
-
-
-def _vectorizable(ctx: LowerCtx, g: ConvGeom) -> bool:
-    """Whether the conv gets vector tiles: a vector unit, and channels to
-    fill its lanes (depthwise with multiplier 1, or four or more output
-    channels per group)."""
-    return vector_lanes(ctx) > 1 and ((g.depth == 1 and g.per_group == 1) or g.per_group >= 4)
-
-
-def hybrid_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stmt:
-    """Float input, int8 weights (LiteRT's dynamic-range kernel): each image
-    is quantized symmetrically on the fly, then an integer convolution is
-    scaled back to float (aot/ops/quant/tflite_int8.py: _hybrid_conv2d)."""
-    x = ins[0]
-    w_scale = float(np.float32(ins[1].type.quant.scale[0]))
-    bias = const_input(ctx, ins[2] if len(ins) > 2 else None, "bias")
-    qx = ctx.scratch_buffer("quantized_input", "int8", tuple(x.shape))
-    pixels = tuple(x.shape[1:])
-    f32 = dt("float32")
-    scale = ctx.fresh("scale", f32)
-
-    def prologue(n) -> Stmt:
-        b = q.Block(ctx)
-        peak = _peak(ctx, b, x, n, pixels)
-        inv = b.let("inv", Bin("/", Const(127.0, f32),
-                               Select(Bin("==", peak, Const(0.0, f32)), Const(1.0, f32), peak)))
-
-        def quantize(i):
-            v = ctx.fresh("v", f32)
-            return seq(Decl(v, Bin("*", x.load((n,) + i), inv)),
-                       Store(qx, flat_index((n,) + i, qx.shape),
-                             Cast(dt("int8"), q.clamp(round_half_away_to_int(v), -127, 127))))
-        b.add(nest(ctx, ("h", "w", "c"), pixels, quantize))
-        per_image = Select(Bin("==", peak, Const(0.0, f32)), Const(1.0, f32),
-                           Bin("/", peak, Const(127.0, f32)))
-        b.add(Decl(scale, Bin("*", per_image, Const(w_scale, f32))))
-        return b.stmt()
-
-    float_bias = None if bias is None else table(ctx, "bias", bias.astype(np.float32))
-
-    def finish(idx, acc):
-        y = Bin("*", Cast(f32, acc), scale)
-        if float_bias is not None:
-            y = Bin("+", y, float_bias(idx[3]))
-        return emit(0, idx, y)
-
-    def load_q(i, lanes=1):
-        return Load(qx, flat_index(i, qx.shape), lanes)
-
-    if _vectorizable(ctx, g):
-        bias_vec = None if bias is None else vec_table(ctx, "bias", bias, "float32")
-
-        def epilogue(b, idx, acc, lanes):
-            if lanes == 1:
-                return finish(idx, acc)
-            y = Bin("*", Cast(dt("float32", lanes), acc), Broadcast(scale, lanes))
-            if bias_vec is not None:
-                y = Bin("+", y, bias_vec(idx[3], lanes))
-            return emit(0, idx, y)
-        return vector_conv_nest(ctx, g, load_q, 0, weights, np.zeros(g.cout, np.int64),
-                                epilogue, prologue)
-    return conv_nest(ctx, g, load_q, 0, weights, np.zeros(g.cout, np.int64), finish, prologue)
-
-
-def _peak(ctx: LowerCtx, b: q.Block, x: TensorRef, n: Expr, pixels: tuple) -> Var:
-    """max |x| over image n (h, w, c). With vectors: K accumulators along the
-    channels, then their lanes through a small scratch row. One scalar chain
-    of maxes, each waiting for the last, took half of a kws layer's time;
-    max is exact in any order, so the result is the same."""
-    f32 = dt("float32")
-    lanes = vector_lanes(ctx)
-    if lanes == 1 or len(pixels) != 3 or pixels[-1] % lanes:
-        peak = b.let("peak", Const(0.0, f32))
-        b.add(nest(ctx, ("h", "w", "c"), pixels, lambda i: Assign(
-            peak, Bin("max", peak, _fabs(x.load((n,) + i))))))
-        return peak
-    vecs = pixels[-1] // lanes
-    k = next(d for d in (4, 2, 1) if vecs % d == 0)
-    accs = [b.let("peaks", Broadcast(Const(0.0, f32), lanes)) for _ in range(k)]
-
-    def body(i):
-        h, w, cv = i
-        stmts = []
-        for j, acc in enumerate(accs):
-            v = x.load((n, h, w, add(mul(cv, Const(k * lanes)), Const(j * lanes))), lanes)
-            stmts.append(Assign(acc, Bin("max", acc, Bin("max", v, Unary("neg", v)))))
-        return seq(*stmts)
-    b.add(nest(ctx, ("h", "w", "cv"), (*pixels[:-1], vecs // k), body))
-    total = accs[0]
-    for acc in accs[1:]:
-        total = Bin("max", total, acc)
-    row = ctx.scratch_buffer("peak_lanes", "float32", (lanes,))
-    b.add(Store(row, Const(0), total))
-    peak = b.let("peak", Load(row, Const(0)))
-    for lane in range(1, lanes):
-        b.add(Assign(peak, Bin("max", peak, Load(row, Const(lane)))))
-    return peak
-
-
-def _fabs(v: Expr) -> Expr:
-    return Call("fabsf", (v,), dtype_of(v))
-
-
-@kernel_rule("tfl.conv2d")
-def conv2d(ctx: LowerCtx, ins, emit):
-    x, w = ins[0], const_input(ctx, ins[1], "filter")
-    depth = w.shape[3]
-    g = conv_geom(ctx, x.shape, ctx.out_types[0].shape, w.shape[1:3], x.shape[3] // depth, depth)
-    if x.type.dtype == "float32":
-        return hybrid_conv(ctx, ins, emit, w.astype(np.int64), g)
-    return int8_conv(ctx, ins, emit, w.astype(np.int64), g)
-
-
-@kernel_rule("tfl.depthwise_conv2d")
-def depthwise_conv2d(ctx: LowerCtx, ins, emit):
-    x, w = ins[0], const_input(ctx, ins[1], "filter")
-    # [1, KH, KW, C*M] -> [C*M, KH, KW, 1]: a grouped conv, one input channel per group
-    weights = np.transpose(w[0], (2, 0, 1))[..., None].astype(np.int64)
-    g = conv_geom(ctx, x.shape, ctx.out_types[0].shape, w.shape[1:3], x.shape[3], 1)
-    return int8_conv(ctx, ins, emit, weights, g)
-
-
 # ------------------------------------------------------------ vector kernels
 # On targets with a vector unit the convolutions and FC accumulate in
 # explicit int32 vector tiles (PERFORMANCE.md lessons 3-5, 8): output
@@ -299,8 +120,8 @@ def depthwise_conv2d(ctx: LowerCtx, ins, emit):
 # that it is branch-free. Scalar targets keep the loops above.
 
 
-def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
-                     weights: np.ndarray, bias: np.ndarray,
+def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, sched: Int8ConvSchedule, load_x: Callable,
+                     zp: int, weights: np.ndarray, bias: np.ndarray,
                      epilogue: Callable[[q.Block, tuple, Expr, int], Stmt],
                      prologue: Callable[[Expr], Stmt] | None = None) -> Stmt:
     """conv_nest in vector tiles (see the section comment).
@@ -312,13 +133,13 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     epilogue(block, (n, oy, ox, c), acc, lanes) stores the requantized
     result of `lanes` channels from c (one accumulator: a vector, a
     narrower one or a scalar). The tile, the accumulator strategy and how
-    the input rows are read are the schedule's (aot/lower/schedule/conv.py),
+    the input rows are read are `sched`'s (int8_conv_schedule's answer
+    "vector", aot/lower/schedule/conv.py),
     each tap's steps the strategy's (aot/lower/kernels/conv_tile.py), the regions,
     pixel blocks and channel tiles the one walk's (conv_walk.walk, as the
     schedule's Walk says): this nest packs the weights, stages the rows and
     writes the tile.
     """
-    sched = int8_conv_schedule(ctx.target, g, weights)
     t, tiles, depthwise, quads = sched.tile, sched.tiles, sched.depthwise, sched.quads
     flat_kind, raw = sched.flat_accumulator, sched.raw
     groups = 1 if depthwise else g.groups

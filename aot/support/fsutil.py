@@ -8,6 +8,7 @@ running, and puts back an old directory a killed replace had moved aside.
 """
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shutil
@@ -110,9 +111,14 @@ def write_dir_atomically(target: Path, fill: Callable[[Path], None], force: bool
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(target.parent)
     refuse_existing(target, force)     # an old one just put back
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.aot-{os.getpid()}-", dir=target.parent))
-    old = tmp.with_name(tmp.name + ".old")
+    # Made inside the try: a Ctrl-C just after mkdtemp must not leave it.
+    # The cleanup finds it by this process's prefix, whether or not the
+    # name was returned yet.
+    prefix = f".{target.name}.aot-{os.getpid()}-"
+    old = None
     try:
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
+        old = tmp.with_name(tmp.name + ".old")
         fill(tmp)
         if not private:
             tmp.chmod(0o777 & ~_umask())     # mkdtemp makes it private: as mkdir would
@@ -120,9 +126,11 @@ def write_dir_atomically(target: Path, fill: Callable[[Path], None], force: bool
             target.rename(old)
         tmp.rename(target)
     except BaseException:
-        if os.path.lexists(old) and not os.path.lexists(target):
+        if old is not None and os.path.lexists(old) and not os.path.lexists(target):
             old.rename(target)           # roll the replace back
-        _remove(tmp)
+        for temp in target.parent.glob(glob.escape(prefix) + "*"):
+            if not temp.name.endswith(".old"):
+                _remove(temp)
         raise
     try:
         _remove(old)

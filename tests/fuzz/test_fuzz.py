@@ -1,7 +1,7 @@
 """Hostile model files: `aot package` packages them whole or refuses them with
 one line (exit 2); never a traceback, a crash, a hang or a memory blow-up.
 
-180 deterministic cases (aot.testing.fuzz.models.mutate) over the small shared models, in
+120 deterministic cases (aot.testing.fuzz.models.mutate) over the small shared models, in
 chunks that pytest-xdist spreads. Most run in-process through aot.cli.main
 under an alarm, with the element limit lowered to keep them quick; every
 tenth runs as a real `python -m aot package` subprocess at the default
@@ -29,7 +29,7 @@ from support import MODELS
 SMALL = ("tflm_hello_world_int8.tflite", "onnx_mnist8.onnx", "tflm_hello_world_f32.tflite",
          "onnx_mlir_mnist.onnx", "mlperf_ad_fcae_int8.tflite", "tflm_micro_speech_int8.tflite",
          "tflm_mnist_lstm_int8.tflite", "mlperf_kws_dscnn_int8.tflite")
-CASES = 180
+CASES = 120
 CHUNKS = 6
 SUBPROCESS_EVERY = 10
 MAX_ELEMENTS = 1 << 20      # AOT_MAX_TENSOR_ELEMENTS for the in-process cases

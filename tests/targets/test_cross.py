@@ -41,7 +41,9 @@ from elftools.elf.elffile import ELFFile
 from aot.targets import get_board, get_target
 from support import MODELS, REPO, shared_models
 
-SHARED = shared_models()
+# ultraface's float convolutions are resnet8-f32's on larger images (host
+# verifies it with both code generators, and under sanitizers).
+SHARED = [p for p in shared_models() if p.name != "onnx_ultraface_rfb320.onnx"]
 FULL = ("qemu-aarch64", "c"), ("qemu-armv7", "llvm")
 ROTATING = (("qemu-aarch64", "llvm"), ("qemu-armv7", "c"), ("qemu-riscv64", "c"),
             ("qemu-riscv64", "llvm"))

@@ -314,8 +314,15 @@ def _model_case(name: str):
     return g, ins, aot.interpret(g, ins)
 
 
-@pytest.mark.parametrize("codegen", CODEGENS)
-@pytest.mark.parametrize("name", FLOAT_MODELS)
+# The larger models' LLVM kernels are checked against their reference
+# runtime by tests/models/test_verify_models.py.
+LLVM_TOO = {"onnx_mnist8.onnx", "onnx_mlir_mnist.onnx", "mlperf_ad_fcae_f32.tflite",
+            "mlperf_kws_dscnn_f32.tflite", "tflm_hello_world_f32.tflite",
+            "tflm_mnist_lstm_f32.tflite"}
+
+
+@pytest.mark.parametrize("name,codegen", [*((n, "c") for n in FLOAT_MODELS),
+                                          *((n, "llvm") for n in FLOAT_MODELS if n in LLVM_TOO)])
 def test_float_model(name, codegen, record_property):
     g, ins, want = _model_case(name)
     (got,) = run_many([(g, ins)], codegen)

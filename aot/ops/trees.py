@@ -28,6 +28,7 @@ import numpy as np
 
 from aot.errors import ModelError, UnsupportedError, node_label
 from aot.ir.graph import Node, TensorType
+from aot.ops.ml import ML_DOMAIN
 from aot.ops.registry import Call, Sig, register
 
 # Comparisons by mode name; BRANCH_MEMBER is unrolled into BRANCH_EQ.
@@ -599,5 +600,5 @@ def _ref(call: Call, args):
 
 
 for _op in TREE_OPS:
-    register(_op, infer=_infer, domain="ai.onnx.ml")(_ref)
+    register(_op, infer=_infer, domain=ML_DOMAIN)(_ref)
 

@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper
+from onnx import helper
 import pytest
 
 from support import MODELS
+from support.control_models import save, vi
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -149,13 +149,10 @@ def test_an_unknown_board_suggests_the_closest_name():
 
 def two_output_model(path: Path) -> Path:
     """x -> Relu -> "scores", x -> Neg -> "boxes": a detector's two outputs."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])
-    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 8])
-            for n in ("scores", "boxes")]
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["scores"]),
-                               helper.make_node("Neg", ["x"], ["boxes"])], "detector", [x], outs)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
+                               helper.make_node("Neg", ["x"], ["boxes"])], "detector",
+                              [vi("x", [1, 8])], [vi("scores", [1, 8]), vi("boxes", [1, 8])])
+    return save(graph, path)
 
 
 def test_run_names_output_files_after_the_outputs(tmp_path):

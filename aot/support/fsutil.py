@@ -134,21 +134,21 @@ def _lock_path(target: Path) -> Path:
 def _no_sigint() -> Iterator[None]:
     """SIGINT held back while a lock file is made or removed: a Ctrl-C there
     must leave neither an open lock nor a lock file; it lands just after."""
-    main = threading.current_thread() is threading.main_thread()
-    if main:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    if threading.current_thread() is not threading.main_thread():
+        yield          # Python runs its handler in the main thread only
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        if main:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _locked(path: Path) -> int | None:
     """An open fd of `path` (created if absent) holding its exclusive lock,
-    or None when another process holds it. A lock
-    taken on a file its holder removed meanwhile is let go and taken again
-    on the new file: only the file at `path` counts."""
+    or None when another process holds it. A lock taken on a file its holder
+    removed meanwhile is let go and taken again on the new file: only the
+    file at `path` counts."""
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
@@ -208,28 +208,29 @@ def _lock(target: Path, blocking: bool) -> Iterator[None]:
     """Hold the lock on `target` for the block; an InputError at once when
     another process holds it, unless blocking (then wait, Ctrl-C still
     heard)."""
-    lock = _lock_path(target)
-    while True:
-        with _no_sigint():
-            fd = _locked(lock)
-            if fd is not None:
-                os.ftruncate(fd, 0)
-                os.write(fd, f"{os.getpid()}\n".encode())
-        if fd is not None or not blocking:
-            break
-        time.sleep(0.05)
-    if fd is None:
-        raise InputError(f"{target} is being written by another aot run ({_holder(lock)}): "
-                         "wait for it to finish, or write to another directory")
-    key = os.path.abspath(target)
-    _claimed().add(key)
+    lock, key, fd = _lock_path(target), os.path.abspath(target), None
     try:
+        while True:
+            with _no_sigint():     # fd is set before a Ctrl-C can land: the finally frees it
+                fd = _locked(lock)
+                if fd is not None:
+                    os.ftruncate(fd, 0)
+                    os.write(fd, f"{os.getpid()}\n".encode())
+            if fd is not None or not blocking:
+                break
+            time.sleep(0.05)
+        if fd is None:
+            raise InputError(f"{target} is being written by another aot run "
+                             f"({_holder(lock)}): wait for it to finish, or write to another "
+                             "directory")
+        _claimed().add(key)
         yield
     finally:
         _claimed().discard(key)
-        with _no_sigint():
-            lock.unlink(missing_ok=True)     # before the lock goes: no one takes a dead file
-            os.close(fd)
+        if fd is not None:
+            with _no_sigint():
+                lock.unlink(missing_ok=True)     # before the lock goes: no one takes a dead file
+                os.close(fd)
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ import numpy as np
 
 from aot.errors import AotError, InputError, MismatchError, NotImplementedYet
 from aot.frontend.source import ModelBytes, as_file, as_model, file_path, is_package_dir
-from aot.support.fsutil import refuse_existing
+from aot.support.fsutil import claim_output
 from aot.ir.graph import Graph, TensorType
 from aot.limits import board_flash
 from aot.packaging.build import (PackageInfo, as_graph, check_fits, check_pools, check_threads,
@@ -62,33 +62,32 @@ def package(model_or_graph: str | Path | ModelBytes | Graph, board: str | Board 
     from aot.tune.records import applied_records
 
     model_or_graph = as_model(model_or_graph, graphs=True)
-    if out_dir is not None:
-        refuse_existing(Path(out_dir), force)     # before loading and optimizing
-    if dump_tir is not None:
-        refuse_existing(Path(dump_tir), force)
-    brd = get_board(board)
-    check_threads(brd, threads)      # before loading and optimizing
-    if pools:
-        check_pools(brd, io_in_arena, threads)
-    opts = LoadOptions.of(input_shapes, bind)
-    if opts and isinstance(model_or_graph, Graph):
-        raise InputError("input_shapes and bind are for a model file; a Graph is loaded already")
-    graph = (model_or_graph if isinstance(model_or_graph, Graph)
-             else aot.load(model_or_graph, options=opts))
-    check_fits(graph, brd)      # weights too big for the flash: say so before optimizing
-    name = default_name(graph, name, file_path(model_or_graph))
-    if out_dir is None:
-        out_dir = Path(name)
-    source = (None if isinstance(model_or_graph, Graph) else
-              {**model_source(model_or_graph), **options_json(opts)})
-    wrapped, graph = float_edges(graph, float_io)
-    with board_flash(brd.name, brd.flash_bytes), applied_records(tuning_records, brd.target):
-        graph = as_graph(graph)
-        info = package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,
-                             extra_cflags, profile, checks, source, threads, pools, wrapped)
-        if dump_tir is not None:
-            write_tir_dump(graph, brd, Path(dump_tir), force, threads)
-    return info
+    # claimed before loading and optimizing: a second writer is refused now
+    with claim_output(out_dir, force), claim_output(dump_tir, force):
+        brd = get_board(board)
+        check_threads(brd, threads)      # before loading and optimizing
+        if pools:
+            check_pools(brd, io_in_arena, threads)
+        opts = LoadOptions.of(input_shapes, bind)
+        if opts and isinstance(model_or_graph, Graph):
+            raise InputError("input_shapes and bind are for a model file; a Graph is loaded "
+                             "already")
+        graph = (model_or_graph if isinstance(model_or_graph, Graph)
+                 else aot.load(model_or_graph, options=opts))
+        check_fits(graph, brd)      # weights too big for the flash: say so before optimizing
+        name = default_name(graph, name, file_path(model_or_graph))
+        if out_dir is None:
+            out_dir = Path(name)
+        source = (None if isinstance(model_or_graph, Graph) else
+                  {**model_source(model_or_graph), **options_json(opts)})
+        wrapped, graph = float_edges(graph, float_io)
+        with board_flash(brd.name, brd.flash_bytes), applied_records(tuning_records, brd.target):
+            graph = as_graph(graph)
+            info = package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,
+                                 extra_cflags, profile, checks, source, threads, pools, wrapped)
+            if dump_tir is not None:
+                write_tir_dump(graph, brd, Path(dump_tir), force, threads)
+        return info
 
 
 def package_to_temp(model_or_graph, board: str = "host", codegen: str = "c",
@@ -305,8 +304,8 @@ def verify(model: str | Path | ModelBytes, board: str | Board | None = None, cod
             if source is not None:
                 raise InputError(f"--model names the model of a package directory; {target} is "
                                  "a model file")
-            if out_dir is not None:
-                refuse_existing(Path(out_dir), False)     # before loading and optimizing
+            # claimed before loading and optimizing: a second writer is refused now
+            stack.enter_context(claim_output(out_dir, False))
             # the reference runtimes read files: a model in memory is written to one
             brd, model_path = get_board(board), as_file(target, stack)
             opts = LoadOptions.of(input_shapes, bind)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from aot.errors import EXIT_INTERRUPTED, AotError, InputError
-from aot.support.fsutil import refuse_existing, write_dir_atomically
+from aot.support.fsutil import claim_output, write_dir_atomically
 from aot.targets import DEFAULT_BOARD, DEFAULT_BOARD_ENV
 
 EXIT_USER_ERROR = 2
@@ -238,21 +238,22 @@ def _run_noting(pkg: Path, inputs: dict, board) -> tuple[dict, list[str]]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.out is None and args.force:
+        raise InputError("--force replaces an existing --out DIR: without --out nothing is written")
+    board = _board(args)
+    if args.stream and args.threads != 1:
+        raise AotError("run --stream --threads: not supported yet (package the model with "
+                       "--threads and run its package)")
+    with claim_output(args.out, args.force):       # before a long run, not after
+        return (_run_stream if args.stream else _run_once)(args, board)
+
+
+def _run_once(args: argparse.Namespace, board) -> int:
     import contextlib
 
     from aot.api import package_dir
     from aot.packaging.build import read_metadata
 
-    board = _board(args)
-    if args.out is not None:
-        refuse_existing(Path(args.out), args.force)     # before a long run, not after
-    elif args.force:
-        raise InputError("--force replaces an existing --out DIR: without --out nothing is written")
-    if args.stream:
-        if args.threads != 1:
-            raise AotError("run --stream --threads: not supported yet (package the model with "
-                           "--threads and run its package)")
-        return _run_stream(args, board)
     with contextlib.ExitStack() as stack:
         pkg = package_dir(args.model, board, args.codegen, stack, threads=args.threads,
                           **_load_kwargs(args))
@@ -267,21 +268,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.out is None:
         return _show_outputs(args, [(o["name"], outputs[o["name"]]) for o in meta["outputs"]],
                              **extra)
-    # Files are named after the outputs' C names: unique, and safe as file
-    # names whatever the model calls its tensors.
-    outs = [{"name": spec["name"], "file": str(Path(args.out) / f"{spec['c_name']}.npy"),
-             "shape": spec["shape"], "dtype": spec["dtype"]} for spec in meta["outputs"]]
-
-    def fill(tmp: Path) -> None:
-        for o in outs:
-            np.save(tmp / Path(o["file"]).name, outputs[o["name"]])
-    write_dir_atomically(Path(args.out), fill, args.force)
+    outs = _write_outputs(args, meta["outputs"], outputs)
     if args.json:
         emit_json({"ok": True, "outputs": outs, **extra})
-    else:
-        for o in outs:
-            print(f"{o['file']}: {o['name']} {o['dtype']}{o['shape']}")
     return 0
+
+
+def _write_outputs(args: argparse.Namespace, specs: list[dict], outputs: dict) -> list[dict]:
+    """--out DIR: DIR/<C name>.npy per output, written whole; the rows say
+    the file each went to, as written (a C name is a file name; one from an
+    edited metadata.json that is not keeps only its last part)."""
+    out = Path(args.out)
+    rows = [{"name": s["name"], "file": str(out / Path(f"{s['c_name']}.npy").name),
+             "shape": s["shape"], "dtype": s["dtype"]} for s in specs]
+    files = [Path(r["file"]).name for r in rows]
+    twice = sorted({f for f in files if files.count(f) > 1})
+    if twice:
+        raise InputError(f"--out {out}: two outputs would both be written to {twice[0]} "
+                         "(their C names in metadata.json collide)")
+
+    def fill(tmp: Path) -> None:
+        for r, file in zip(rows, files):
+            np.save(tmp / file, outputs[r["name"]])
+    write_dir_atomically(out, fill, args.force)
+    if not args.json:
+        for r in rows:
+            print(f"{r['file']}: {r['name']} {r['dtype']}{r['shape']}")
+    return rows
 
 
 def _run_stream(args: argparse.Namespace, board) -> int:
@@ -295,19 +308,11 @@ def _run_stream(args: argparse.Namespace, board) -> int:
     if args.out is None:
         return _show_outputs(args, [(r["name"], outputs[r["name"]]) for r in rows],
                              steps=int(outputs[rows[0]["name"]].shape[0]) if rows else 0)
-    outs = [{"name": r["name"], "file": str(Path(args.out) / f"{r['c_name']}.npy"),
-             "shape": list(outputs[r["name"]].shape), "dtype": r["dtype"]} for r in rows]
-
-    def fill(tmp: Path) -> None:
-        for o in outs:
-            np.save(tmp / Path(o["file"]).name, outputs[o["name"]])
-    write_dir_atomically(Path(args.out), fill, args.force)
+    outs = _write_outputs(args, [{**r, "shape": list(outputs[r["name"]].shape)} for r in rows],
+                          outputs)
     if args.json:
         emit_json({"ok": True, "steps": int(outs[0]["shape"][0]) if outs else 0,
                    "outputs": outs})
-    else:
-        for o in outs:
-            print(f"{o['file']}: {o['name']} {o['dtype']}{o['shape']}")
     return 0
 
 

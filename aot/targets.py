@@ -78,6 +78,9 @@ class Target:
     libc: str
     # The LLVM codegen's speed level (0-3); None: the C build's, from cflags.
     llvm_opt_level: int | None = None
+    # The code and static data a program may have: what the code model's
+    # instructions address (0: no limit but the board's memories, bare metal).
+    static_data_bytes: int = 0
     # What the TOML states that the triple, cpu and features do not say
     # (`isa_features`, `vector_registers`, `abi`): merged into the facts below.
     declared_features: frozenset[str] = frozenset()
@@ -195,6 +198,7 @@ def _target(name: str, t: dict) -> Target:
                         float_abi=t.get("float_abi", "hard"), cc=t["cc"],
                         cflags=cflags, ldflags=ldflags, libc=t.get("libc", "glibc"),
                         llvm_opt_level=t.get("llvm_opt_level"),
+                        static_data_bytes=int(t.get("static_data_bytes", 0)),
                         declared_features=frozenset(t.get("isa_features", ())),
                         declared_registers=t.get("vector_registers"),
                         declared_abi=t.get("abi", ""))

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from aot.errors import AotError, BudgetError, InputError, NotImplementedYet
+from aot.errors import AotError, InputError, NotImplementedYet
 from aot.executor.entry import Names, build_context, render
 from aot.executor.liveness import MemoryPlan, elide_views, plan_kernels
 from aot.executor.params import SECTION, LinkedParams, link_params
@@ -33,6 +33,7 @@ from aot.ir.graph import Graph, TensorType
 from aot.ir.tir import is_split
 from aot.ops import node_macs
 from aot.packaging.info import PackageInfo
+from aot.packaging.memory_budget import check_static_data, static_data
 from aot.support.resources import data_dir
 from aot.targets import Board
 
@@ -46,11 +47,10 @@ PACKAGE_FORMAT = 1
 
 
 def check_fits(graph: Graph, board: Board) -> None:
-    """Refuse weights the board cannot store, before any work."""
-    weights = sum(int(a.nbytes) for a in graph.constants.values())
-    if weights > board.flash_bytes:
-        raise BudgetError(f"the model's weights ({weights} bytes) do not fit the flash of board "
-                          f"'{board.name}' ({board.flash_bytes} bytes)")
+    """Refuse, before any work, weights the board cannot store and inputs
+    and outputs no program for it can hold (memory_budget: the arena is
+    not planned yet, so this is what no plan can make fit)."""
+    check_static_data(board, static_data(graph))
 
 
 def alignment(board: Board) -> int:
@@ -233,12 +233,14 @@ def check_pools(board: Board, io_in_arena: bool, threads: int) -> None:
 
 def generate(graph: Graph, board: Board, codegen: str, name: str,
              io_in_arena: bool, threads: int = 1, pools: bool = False,
-             float_io: Mapping[str, TensorType] | None = None) -> Generated:
+             float_io: Mapping[str, TensorType] | None = None,
+             checks: bool = False) -> Generated:
     """Every file of the package but the compiled ones; threads > 1 splits
     the heavy kernels over a pool of that many (aot/lower/tir_passes/parallel.py);
     pools splits the arena over the board's RAM banks (aot/executor/pools.py);
     float_io: the model's quantized types of the float32 inputs and outputs
-    of a graph through aot.passes.float_io.with_float_io."""
+    of a graph through aot.passes.float_io.with_float_io; checks: the
+    harness is built with --checks (its own arena and input copies)."""
     from aot.codegen import c_declarations, emit_c
     from aot.lower import lower_graph
     from aot.lower.tir_passes.parallel import split_kernel
@@ -261,10 +263,9 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
     else:
         mem = plan_kernels(graph, kernels, io_in_arena, align)
     other = plan_kernels(graph, kernels, not io_in_arena, align)
-    ram = mem.arena_bytes + sum(graph.types[v].nbytes for v in graph.variables)
-    if ram > board.ram_bytes and not pools:
-        raise BudgetError(f"the arena and state ({ram} bytes) do not fit the RAM of board "
-                          f"'{board.name}' ({board.ram_bytes} bytes)")
+    # the RAM first: linking the params packs every weight
+    check_static_data(board, static_data(graph, arena=mem.arena_bytes, checks=checks),
+                      io_in_arena, pools)
     names = Names(name, threads=threads)
     if pools:
         names.taken |= {f"{name}_pool_{r.name}" for r in board.regions}
@@ -272,9 +273,8 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
     names.taken.add(kernel_prefix)
     inits = {v: a for v, a in graph.variables.items() if np.asarray(a).any()}
     params = link_params(graph, kernels, name, align, names.taken, extra=inits)
-    if params.total_bytes > board.flash_bytes:
-        raise BudgetError(f"the packed weights ({params.total_bytes} bytes) do not fit the flash "
-                          f"of board '{board.name}' ({board.flash_bytes} bytes)")
+    check_static_data(board, static_data(graph, params.total_bytes, mem.arena_bytes, checks),
+                      io_in_arena, pools)
     funcs = [k.func for k in kernels]
     # LLVM builds the kernels itself: only the C prototypes are needed then
     csrc = (emit_c if codegen == "c" else c_declarations)(funcs, kernel_prefix)
@@ -338,7 +338,8 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
     from aot.packaging.readme import render_readme
 
     with progress.step(f"compile {name} for {board.name} ({codegen})"):
-        gen = generate(graph, board, codegen, name, io_in_arena, threads, pools, float_io)
+        gen = generate(graph, board, codegen, name, io_in_arena, threads, pools, float_io,
+                       checks)
     for path, data in sorted(gen.files.items()):
         (pkg / path).parent.mkdir(parents=True, exist_ok=True)
         (pkg / path).write_bytes(data)

@@ -48,7 +48,10 @@ def toolchain_for(target: Target) -> Toolchain:
 _DRIVER_SUMMARY = re.compile(r"collect2: error: ld returned|error: linker command failed")
 # What a reason looks like, most telling first: a linker message has no
 # "error" in it ("region `FLASH' overflowed by 96 bytes").
-_REASONS = ("overflowed by", "error", "undefined reference", "cannot find", "will not fit")
+# Static data past the code model's reach: relocations "truncated to fit"
+# (GNU ld) or "out of range" (lld), reported in whatever code refers to it.
+_REASONS = ("overflowed by", "truncated to fit", "out of range", "error",
+            "undefined reference", "cannot find", "will not fit")
 # A linker's full path (/usr/lib/gcc/arm-none-eabi/12.2.1/../../../arm-none-eabi/bin/ld:).
 _LINKER_PATH = re.compile(r"^\S*/(ld(\.\w+)?|collect2):")
 

@@ -39,6 +39,8 @@ TARGET = {
     "base": STR, "name": STR, "triple": STR, "cpu": STR, "features": STR,
     "vector_bits": SIZE, "float_abi": STR, "cc": STR, "cflags": STRS, "ldflags": STRS,
     "libc": STR, "llvm_opt_level": INT,
+    # What the code model addresses: the program's code and static data (aot.targets.Target).
+    "static_data_bytes": SIZE,
     # The C library and GCC installation clang builds with (aot/support/gcc_pin.py).
     "sysroot": STR, "gcc_install_dir": STR,
     # Facts the triple, cpu and features do not say (aot.targets.Target).

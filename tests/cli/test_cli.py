@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -215,6 +217,45 @@ def test_run_without_out_json(kws_run, tmp_path):
 def test_run_force_without_out_is_refused(kws_run):
     assert_one_line_error(aot("run", str(kws_run[0]), "--board", "host", "--force"),
                           "--force replaces an existing --out DIR")
+
+
+@pytest.mark.parametrize("out", [".", ".."])
+def test_run_out_the_working_directory_is_refused(kws_run, out, tmp_path, monkeypatch, capsys):
+    """--out DIR is replaced whole: with --force, the working directory (or
+    one holding it) would lose the user's files; refused before the run."""
+    from aot.cli import main
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "mine.txt").write_text("keep")
+    monkeypatch.chdir(work)
+    assert main(["run", str(kws_run[0]), "--board", "host", "--input",
+                 str(KWS.with_suffix(".input.npy")), "--out", out, "--force"]) == 2
+    which = "the current directory" if out == "." else "a parent of the current directory"
+    assert capsys.readouterr().err.splitlines() == [
+        f"aot: error: {out} is {which}: aot writes an output directory whole and replaces it, "
+        f"so name a new directory (e.g. {Path(out) / 'out'})"]
+    assert os.listdir(tmp_path) == ["work"] and os.listdir(work) == ["mine.txt"]
+
+
+def test_run_json_reports_the_files_it_wrote(kws_run, tmp_path, capsys):
+    """An output's C name from an edited metadata.json that is not a file
+    name is written as its last part inside --out; the report says so."""
+    from aot.cli import main
+
+    pkg = tmp_path / "deep" / "er" / "pkg"
+    shutil.copytree(kws_run[0], pkg)
+    meta = json.loads((pkg / "metadata.json").read_text())
+    meta["outputs"][0]["c_name"] = "../../escaped"
+    (pkg / "metadata.json").write_text(json.dumps(meta))
+    out = tmp_path / "deep" / "er" / "out"
+    assert main(["run", str(pkg), "--board", "host", "--input",
+                 str(KWS.with_suffix(".input.npy")), "--out", str(out), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["outputs"]
+    assert row["file"] == str(out / "escaped.npy")
+    np.testing.assert_array_equal(np.load(row["file"]), kws_run[1])
+    assert sorted(os.listdir(tmp_path / "deep" / "er")) == ["out", "pkg"]
+    assert os.listdir(tmp_path) == ["deep"] and os.listdir(tmp_path / "deep") == ["er"]
 
 
 def test_output_summary_of_scores_and_other_shapes():

@@ -4,7 +4,8 @@ SIGINT as Ctrl-C sends it) leaves the target absent or the old complete
 package, never a partial one; Ctrl-C exits 130 with one line and leaves no
 temp; the temps a SIGKILL leaves are removed (and an old package moved aside
 is put back) by the next aot run writing into the same directory. Outputs
-are never replaced without --force."""
+are never replaced without --force: not by a second run writing the same new
+directory, nor over a directory that appeared while the package was built."""
 from __future__ import annotations
 
 import os
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aot.errors import AotError
+from aot.errors import AotError, InputError
 from aot.support.fsutil import remove_stale_temps, write_dir_atomically
 from support import MODELS
 
@@ -258,6 +259,45 @@ def test_existing_outputs_need_force(tmp_path, command):
     r = aot(*[str(out2) if a == out else a for a in argv])
     assert r.returncode == 2 and "already exists" in r.stderr
     assert out2.read_text() == "a file"
+
+
+def test_two_runs_into_one_new_directory_one_wins(tmp_path):
+    """The first run claims the directory at its start: a second run started
+    while the first is writing (stopped there, so the order is certain) is
+    refused at once, and the first run's package is the one in place."""
+    target, model = tmp_path / "pkg", MODELS / "tflm_hello_world_int8.tflite"
+    first = subprocess.Popen(aot_argv("package", model, "-o", target), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    def writing() -> bool:      # its temp: its claim is held by then
+        return any(h.startswith(".pkg.aot-") for h in hidden(tmp_path))
+    while first.poll() is None and not writing():
+        time.sleep(0.001)
+    assert first.poll() is None, "the first run ended before it was seen writing"
+    os.killpg(first.pid, signal.SIGSTOP)
+    try:
+        second = aot("package", model, "-o", target)
+    finally:
+        os.killpg(first.pid, signal.SIGCONT)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert second.returncode == 2 and second.stderr.splitlines() == [
+        f"aot: error: {target} is being written by another aot run (pid {first.pid}): wait "
+        "for it to finish, or write to another directory"], second.stderr
+    assert (target / "metadata.json").is_file() and hidden(tmp_path) == []
+
+
+def test_a_directory_that_appears_meanwhile_is_not_replaced(tmp_path):
+    """Made by something other than aot while the output was being filled:
+    the rename into place refuses it (a plain rename would replace an empty
+    directory silently), and leaves no temp."""
+    target = tmp_path / "out"
+
+    def fill(tmp: Path) -> None:
+        (tmp / "f").write_text("new")
+        target.mkdir()
+    with pytest.raises(InputError, match=r"out appeared while aot was writing it \(use --force"):
+        write_dir_atomically(target, fill, force=False)
+    assert os.listdir(tmp_path) == ["out"] and os.listdir(target) == []
 
 
 # `aot` as its console script starts it, telling the test on a pipe when the

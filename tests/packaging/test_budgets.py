@@ -175,6 +175,77 @@ def test_memory_exhaustion_is_exit_2(tmp_path, monkeypatch, capsys):
                    "process's memory limit is lower than this model needs)"]
 
 
+# ---- static data and board memories, refused before compiling -------------------------------
+
+def _elementwise(n: int, ops=("Relu",)) -> bytes:
+    """x [1, n] float through a chain of element-wise ops, as an exporter
+    writes a pre-processing block: static output shapes, opset 17."""
+    from onnx import TensorProto, helper
+    names = ["x", *(f"t{i}" for i in range(len(ops) - 1)), "y"]
+    graph = helper.make_graph(
+        [_node(op, [a], [b]) for op, a, b in zip(ops, names, names[1:])], "pre",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]
+                             ).SerializeToString()
+
+
+@pytest.fixture
+def never_compiled(monkeypatch):
+    """Fails a test whose package (codegen c) gets as far as emitting or
+    compiling code."""
+    def compiled(*args, **kwargs):
+        raise AssertionError("code emitted: the limit was not checked first")
+    for where in ("aot.codegen.emit_c", "aot.packaging.toolchain.build_library"):
+        monkeypatch.setattr(where, compiled)
+
+
+def test_an_input_of_the_element_limit_is_refused_on_host_by_name(tmp_path, capsys,
+                                                                   never_compiled):
+    """2^28 float32 in and out: 2 GiB of harness buffers, all x86-64's small
+    code model addresses (the link would fail in a libc function)."""
+    from aot import cli
+
+    (tmp_path / "big.onnx").write_bytes(_elementwise(1 << 28))
+    assert cli.main(["package", str(tmp_path / "big.onnx"), "--board", "host",
+                     "-o", str(tmp_path / "pkg")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "aot: error: the program's static data of 2.0 GiB (harness inputs 1.0 GiB, harness "
+        "outputs 1.0 GiB) does not fit the 2.0 GiB of code and static data that the code model "
+        "of target 'x86_64-linux' addresses (board 'host'); give the model smaller inputs "
+        "(--input-shape for a symbolic dimension)"]
+    assert os.listdir(tmp_path) == ["big.onnx"]
+
+
+def test_an_arena_past_the_code_model_names_the_options_that_grow_it(tmp_path, never_compiled):
+    """Planned, before any kernel is emitted: --io-in-arena and --checks each
+    add a copy, and the error says so."""
+    (tmp_path / "mid.onnx").write_bytes(_elementwise(1 << 27, ("Relu", "Neg")))
+    with pytest.raises(BudgetError) as e:
+        aot.package(tmp_path / "mid.onnx", board="host", out_dir=tmp_path / "pkg",
+                    io_in_arena=True, checks=True)
+    assert str(e.value) == (
+        "the program's static data of 3.5 GiB (arena 1.0 GiB, harness inputs 512.0 MiB, "
+        "harness outputs 512.0 MiB, --checks arena and input copies 1.5 GiB) does not fit the "
+        "2.0 GiB of code and static data that the code model of target 'x86_64-linux' "
+        "addresses (board 'host'); package without --io-in-arena (it copies the inputs and "
+        "outputs into the arena); package without --checks; give the model smaller inputs "
+        "(--input-shape for a symbolic dimension)")
+
+
+def test_harness_buffers_past_a_cortex_m_ram_are_refused_before_linking(tmp_path,
+                                                                        never_compiled):
+    """The harness is the firmware: its input and output buffers share the
+    board's RAM with the arena (the link would say "region `RAM' overflowed")."""
+    (tmp_path / "m.onnx").write_bytes(_elementwise(600_000))
+    with pytest.raises(BudgetError) as e:
+        aot.package(tmp_path / "m.onnx", board="mps2-an386", out_dir=tmp_path / "pkg")
+    assert str(e.value) == (
+        "the arena, state and harness buffers (harness inputs 2.3 MiB, harness outputs 2.3 MiB: "
+        "4800000 bytes) do not fit the RAM of board 'mps2-an386' (4194304 bytes); give the "
+        "model smaller inputs (--input-shape for a symbolic dimension)")
+
+
 # ---- wide fan-in ---------------------------------------------------------------------------
 
 def _wide(op: str, n: int, dtype="float32", **attrs) -> bytes:

@@ -32,3 +32,13 @@ def test_an_undefined_symbol_is_named(tmp_path, cc):
     with pytest.raises(AotError, match=r"^linking main failed: .*undefined reference to "
                        r"`expf_missing'$"):
         run_tool([cc, "main.c", "-o", "main"], tmp_path, "linking main")
+
+
+def test_static_data_past_the_code_model_is_named(tmp_path):
+    """What aot package refuses before compiling (memory_budget), the linker
+    says for the rest: the relocation that does not reach, not the libc
+    function it happens to be in."""
+    (tmp_path / "big.c").write_text("static char big[2200000000];\n"
+                                    "int main(int c, char** v) { big[c] = 1; return big[1]; }\n")
+    with pytest.raises(AotError, match=r"^linking big failed: .*relocation truncated to fit: "):
+        run_tool(["clang", "-O2", "big.c", "-static", "-o", "big"], tmp_path, "linking big")

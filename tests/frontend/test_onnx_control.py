@@ -238,3 +238,24 @@ def test_unrolled_node_limit(tmp_path, capsys):
     line = refused(capsys, save(g, tmp_path / "long.onnx", opset=13))
     assert f"Loop node 'long': unrolling {trips} iterations of 11 nodes is above the limit " \
            f"of {MAX_INLINED_NODES} nodes" in line
+
+
+def test_nested_loops_share_one_node_budget(tmp_path, capsys):
+    """Each Loop within the unroll limits, the copies together past the budget
+    of the model: refused at the budget, not after 10 x 1,000 copies."""
+    inner = h.make_graph([h.make_node("Add", ["x_in", "one"], ["x_out"]),
+                          h.make_node("Identity", ["c_in"], ["c_out"])], "inner",
+                         [vi("j", [], T.INT64), vi("c_in", [], T.BOOL), vi("x_in", [2])],
+                         [vi("c_out", [], T.BOOL), vi("x_out", [2])],
+                         [init("one", np.float32(1))])
+    outer = h.make_graph([h.make_node("Loop", ["m", "", "h_in"], ["h_out"], body=inner,
+                                      name="inner"),
+                          h.make_node("Identity", ["cond_in"], ["cond_out"])], "outer",
+                         [vi("i", [], T.INT64), vi("cond_in", [], T.BOOL), vi("h_in", [2])],
+                         [vi("cond_out", [], T.BOOL), vi("h_out", [2])],
+                         [init("m", np.int64(1000))])
+    g = h.make_graph([h.make_node("Loop", ["n", "", "h0"], ["h"], body=outer, name="outer")],
+                     "m", [vi("h0", [2])], [vi("h", [2])], [init("n", np.int64(10))])
+    line = refused(capsys, save(g, tmp_path / "nested.onnx", opset=13))
+    assert f"Loop node 'outer/4/inner': inlining the model's control flow adds more than " \
+           f"{MAX_INLINED_NODES} nodes" in line

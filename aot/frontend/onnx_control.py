@@ -8,8 +8,10 @@
   give the same static types.
 - Loop with a compile-time trip count and an exit condition known at
   compile time after every iteration is unrolled; so is Scan (its trip
-  count is the scan axis' static length). At most MAX_UNROLL iterations and
-  MAX_UNROLLED_NODES nodes per loop.
+  count is the scan axis' static length). At most MAX_UNROLL iterations per
+  loop, and MAX_INLINED_NODES nodes copied from branches and bodies in the
+  whole model, nested ones included (aot/limits.py; TFLite's IF and WHILE
+  share the limits).
 
 A branch or body is inlined with every tensor it defines renamed to a fresh
 name; names it does not define are the enclosing scopes' (outer-scope
@@ -26,15 +28,11 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from aot.errors import ShapeError, UnsupportedError
+from aot.errors import ShapeError, UnsupportedError, node_label
 from aot.ir.graph import Graph, Node, claim_name, type_of
+from aot.limits import MAX_INLINED_NODES, MAX_UNROLL, NodeBudget
 
 CONTROL_OPS = ("If", "Loop", "Scan")
-MAX_UNROLL = 1024           # iterations of one Loop or Scan
-# Nodes one unrolled Loop or Scan may add: every node becomes code (1,024
-# iterations of an 8-node body, 8,193 nodes: import 0.3 s, optimize 0.7 s,
-# package 5 s for host on 2 cores, 2,047 kernels).
-MAX_UNROLLED_NODES = 8192
 
 # Steps of the walk that are not nodes of the result (they continue an If or a Loop).
 _SELECT, _NEXT = "__if_select", "__loop_next"
@@ -109,6 +107,7 @@ class _Resolver:
         # id(body) -> (body, its constants' names); the body is held so that its
         # id is never reused by another (renamed nested bodies come and go)
         self.hoisted: dict[int, tuple[Body, dict[str, str]]] = {}
+        self.budget = NodeBudget()
 
     def const(self, base: str, value) -> str:
         name = self.namer.fresh(base)
@@ -117,8 +116,10 @@ class _Resolver:
         self.types[name] = type_of(arr)
         return name
 
-    def copy(self, body: Body, args: Mapping[str, str], prefix: str) -> _Copy:
-        """The body's nodes with fresh names; its inputs are `args`' tensors."""
+    def copy(self, site: Node, body: Body, args: Mapping[str, str], prefix: str) -> _Copy:
+        """The body's nodes with fresh names; its inputs are `args`' tensors.
+        Every copy, nested ones included, counts against the model's budget."""
+        self.budget.spend(len(body.nodes), lambda: node_label(site))
         ren = dict(args)
         if id(body) not in self.hoisted:      # a constant is shared by every copy
             self.hoisted[id(body)] = (body, {k: self.const(f"{prefix}{k}", v)
@@ -176,10 +177,10 @@ class _Resolver:
         cond = self.known(node.inputs[0])
         if cond is not None:
             taken = then if _truth(node, cond) else other
-            c = self.copy(taken, {}, f"{node.name}/")
+            c = self.copy(node, taken, {}, f"{node.name}/")
             return c.nodes + _identities(node, c.outputs, node.outputs)
-        a = self.copy(then, {}, f"{node.name}/then/")
-        b = self.copy(other, {}, f"{node.name}/else/")
+        a = self.copy(node, then, {}, f"{node.name}/then/")
+        b = self.copy(node, other, {}, f"{node.name}/else/")
         select = Node(_SELECT, node.name, node.inputs, node.outputs,
                       {"then": a.outputs, "else": b.outputs})
         return a.nodes + b.nodes + [select]
@@ -261,7 +262,7 @@ class _Resolver:
         cond_in = a["cond"] or self.const(f"{node.name}/true", np.array(True))
         args = dict(zip(body.inputs, (self.const(f"{node.name}/iter{i}", np.array(i, np.int64)),
                                       cond_in, *a["carried"])))
-        c = self.copy(body, args, f"{node.name}/{i}/")
+        c = self.copy(node, body, args, f"{node.name}/{i}/")
         n_carried = len(a["carried"])
         after = step.with_(attrs={**a, "i": i + 1, "cond": c.outputs[0],
                                   "carried": c.outputs[1:1 + n_carried],
@@ -330,7 +331,8 @@ class _Resolver:
                 nodes.append(Node("Gather", f"{node.name}/{i}/slice{j}", (x, idx), (s,),
                                   {"axis": a}))
                 slices.append(s)
-            c = self.copy(body, dict(zip(body.inputs, (*state, *slices))), f"{node.name}/{i}/")
+            c = self.copy(node, body, dict(zip(body.inputs, (*state, *slices))),
+                          f"{node.name}/{i}/")
             nodes += c.nodes
             state, outs = c.outputs[:n_state], c.outputs[n_state:]
             scans.append(outs)
@@ -427,10 +429,10 @@ def _directions(node: Node, attr: str, count: int) -> tuple[int, ...]:
 
 def _check_unrolled(node: Node, body: Body, trip: int, done: int) -> None:
     """`done` iterations of `trip` unrolled (or about to be) stay within the node limit."""
-    if done * len(body.nodes) > MAX_UNROLLED_NODES:
+    if done * len(body.nodes) > MAX_INLINED_NODES:
         raise UnsupportedError(f"{node.op} node '{node.name}': unrolling {trip} iterations of "
                                f"{len(body.nodes)} nodes is above the limit of "
-                               f"{MAX_UNROLLED_NODES} nodes")
+                               f"{MAX_INLINED_NODES} nodes")
 
 
 def _truth(node: Node, value: np.ndarray) -> bool:

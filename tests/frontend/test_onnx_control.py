@@ -12,7 +12,7 @@ from onnx import helper as h
 
 import aot
 from aot.cli import main
-from aot.frontend.onnx_control import MAX_UNROLL
+from aot.limits import MAX_INLINED_NODES, MAX_UNROLL
 from support.control_models import init, save, scan_cumsum, torchscript_loop, vad_if, vi
 
 RNG = np.random.default_rng(3)
@@ -226,17 +226,36 @@ def test_mutated_control_flow_is_refused_in_one_line(tmp_path):
 
 
 def test_unrolled_node_limit(tmp_path, capsys):
-    from aot.frontend.onnx_control import MAX_UNROLLED_NODES
-
     adds = [h.make_node("Add", [f"h{k}" if k else "h_in", "one"],
                         [f"h{k + 1}" if k < 9 else "h_out"]) for k in range(10)]
     body = h.make_graph([*adds, h.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
                         [vi("i", [], T.INT64), vi("cond_in", [], T.BOOL), vi("h_in", [2])],
                         [vi("cond_out", [], T.BOOL), vi("h_out", [2])],
                         [init("one", np.float32(1))])
-    trips = MAX_UNROLLED_NODES // 11 + 1
+    trips = MAX_INLINED_NODES // 11 + 1
     g = h.make_graph([h.make_node("Loop", ["n", "", "h0"], ["h"], body=body, name="long")],
                      "m", [vi("h0", [2])], [vi("h", [2])], [init("n", np.int64(trips))])
     line = refused(capsys, save(g, tmp_path / "long.onnx", opset=13))
     assert f"Loop node 'long': unrolling {trips} iterations of 11 nodes is above the limit " \
-           f"of {MAX_UNROLLED_NODES} nodes" in line
+           f"of {MAX_INLINED_NODES} nodes" in line
+
+
+def test_nested_loops_share_one_node_budget(tmp_path, capsys):
+    """Each Loop within the unroll limits, the copies together past the budget
+    of the model: refused at the budget, not after 10 x 1,000 copies."""
+    inner = h.make_graph([h.make_node("Add", ["x_in", "one"], ["x_out"]),
+                          h.make_node("Identity", ["c_in"], ["c_out"])], "inner",
+                         [vi("j", [], T.INT64), vi("c_in", [], T.BOOL), vi("x_in", [2])],
+                         [vi("c_out", [], T.BOOL), vi("x_out", [2])],
+                         [init("one", np.float32(1))])
+    outer = h.make_graph([h.make_node("Loop", ["m", "", "h_in"], ["h_out"], body=inner,
+                                      name="inner"),
+                          h.make_node("Identity", ["cond_in"], ["cond_out"])], "outer",
+                         [vi("i", [], T.INT64), vi("cond_in", [], T.BOOL), vi("h_in", [2])],
+                         [vi("cond_out", [], T.BOOL), vi("h_out", [2])],
+                         [init("m", np.int64(1000))])
+    g = h.make_graph([h.make_node("Loop", ["n", "", "h0"], ["h"], body=outer, name="outer")],
+                     "m", [vi("h0", [2])], [vi("h", [2])], [init("n", np.int64(10))])
+    line = refused(capsys, save(g, tmp_path / "nested.onnx", opset=13))
+    assert f"Loop node 'outer/4/inner': inlining the model's control flow adds more than " \
+           f"{MAX_INLINED_NODES} nodes" in line

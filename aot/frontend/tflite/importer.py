@@ -13,17 +13,19 @@ maps the decoded operators onto ops:
 - data movement (RESHAPE, CONCATENATION, PAD, ...) -> ONNX ops, which pass
   quantization through.
 
-The first subgraph is the model. The others are read only as CALL_ONCE
-initializers of resource variables (aot/frontend/tflite/vars.py); other
-control flow is unsupported.
+The first subgraph is the model. The others are IF branches and WHILE
+conditions and bodies, inlined where they are called
+(aot/frontend/tflite/control.py), and CALL_ONCE initializers of resource
+variables (aot/frontend/tflite/vars.py).
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
 from aot.errors import AotError, ModelError, ShapeError, UnsupportedError
+from aot.frontend.tflite.control import ControlFlowOps, Evaluator, Inlining, Work, walk
 from aot.frontend.tflite.mediapipe import MediaPipeOps
 from aot.frontend.tflite.ops import TFLMOps
 from aot.frontend.tflite.schema import (DTYPE_NAMES, DTYPES, Model, Op, Tensor, decode,
@@ -100,7 +102,7 @@ def converted_builtins() -> list[str]:
 
 # ------------------------------------------------------------------ building
 
-class _Builder(VariableOps, TFLMOps, MediaPipeOps):
+class _Builder(VariableOps, ControlFlowOps, TFLMOps, MediaPipeOps):
     def __init__(self, model: Model, name: str, hybrid: str = "dynamic"):
         self.m = model
         self.name = name
@@ -114,6 +116,8 @@ class _Builder(VariableOps, TFLMOps, MediaPipeOps):
         self.node_names: set[str] = set()
         self.cur = ""   # the current operator's node name, for errors and derived names
         self.code = ""  # and its builtin op name
+        self.inlining = Inlining()      # a subgraph's builder shares its caller's
+        self.evaluator = Evaluator(self.nodes, self.types, self.constants)
 
     # -- tensors
 
@@ -232,6 +236,7 @@ class _Builder(VariableOps, TFLMOps, MediaPipeOps):
 
     def emit(self, op: str, inputs, outputs, suffix: str = "", **attrs) -> None:
         name = self.cur + (f"/{suffix}" if suffix else "")
+        self.inlining.spend()
         self.nodes.append(Node(op, name, tuple(inputs), tuple(outputs), attrs))
 
     @property
@@ -255,8 +260,7 @@ class _Builder(VariableOps, TFLMOps, MediaPipeOps):
                 raise ModelError(f"corrupt TFLite file: a subgraph {what} is listed twice "
                                  f"({', '.join(names)})")
         self.available = set(inputs) | set(self.constants) | set(self.variables)
-        for k, op in enumerate(m.ops):
-            self._convert(k, op)
+        walk(self._convert_ops(m.ops))
         for o in outputs:
             if o in self.constants:
                 raise UnsupportedError(f"model output '{o}' is a constant")
@@ -275,7 +279,15 @@ class _Builder(VariableOps, TFLMOps, MediaPipeOps):
         self.node_names.add(base)
         return base
 
-    def _convert(self, k: int, op: Op) -> None:
+    def _convert_ops(self, ops: Sequence[Op]) -> Work:
+        """Converts `ops` in order; an IF or WHILE converter is a generator,
+        handed to `walk` (control.py), which runs it before the next op."""
+        for k, op in enumerate(ops):
+            work = self._convert(k, op)
+            if work is not None:
+                yield work
+
+    def _convert(self, k: int, op: Op) -> Iterator | None:
         self.cur = self._node_name(k, op)
         self.code = op.code
         custom = op.code.startswith("CUSTOM:")
@@ -297,8 +309,8 @@ class _Builder(VariableOps, TFLMOps, MediaPipeOps):
             if o in self.available:
                 raise ModelError(f"{self.op_label}: writes tensor '{o}', which is an input, "
                                  "a constant or already written")
-        handler(op, ins, outs)
         self.available.update(outs)
+        return handler(op, ins, outs)
 
     def _need(self, ins, n: int) -> None:
         if len(ins) < n or any(not ins[i] for i in range(n)):

@@ -92,7 +92,8 @@ class Model:
     ops: list[Op]
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
-    others: tuple["Model", ...] = ()  # subgraphs 1.. (CALL_ONCE initializers), same buffers
+    others: tuple["Model", ...] = ()  # subgraphs 1.. (branches, bodies, initializers), same buffers
+    name: str = ""                    # the subgraph's own name, for errors
 
 
 def _builtin_names() -> dict[int, str]:
@@ -207,9 +208,11 @@ def _decode_subgraph(sg, data: bytes, opcodes: list[tuple[str, int]],
         ops.append(Op(code, _ints(op.InputsAsNumpy, op.InputsLength()),
                        _ints(op.OutputsAsNumpy, op.OutputsLength()),
                        _decode_options(op, code), custom, version))
+    raw = sg.Name()
     return Model(tensors, buffers, ops,
                   _ints(sg.InputsAsNumpy, sg.InputsLength()),
-                  _ints(sg.OutputsAsNumpy, sg.OutputsLength()))
+                  _ints(sg.OutputsAsNumpy, sg.OutputsLength()),
+                  name=raw.decode("utf-8", "replace") if raw else "")
 
 
 def unique_names(tensors: list[Tensor]) -> list[str]:

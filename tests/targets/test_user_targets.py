@@ -199,7 +199,8 @@ def test_generic_c99_builds_with_gcc_and_clang_and_verifies(board, target):
 
 def test_generic_c99_package_is_portable_c(tmp_path, capsys):
     """No vector extension, builtin, intrinsic or assembly in the package's
-    sources; each compiles as ISO C99 with -pedantic-errors; and it verifies."""
+    sources; each compiles as ISO C99 with -pedantic-errors; it verifies; and
+    another compiler rebuilds it through its Makefile."""
     pkg = tmp_path / "kws"
     assert cli_main(["package", str(KWS), "--board", "qemu-aarch64", "--target",
                      "generic-c99", "-o", str(pkg)]) == 0, capsys.readouterr().err
@@ -218,6 +219,15 @@ def test_generic_c99_package_is_portable_c(tmp_path, capsys):
         assert r.returncode == 0, (src.name, r.stderr)
     out = verify(pkg, source=KWS)       # built by aarch64-linux-gnu-gcc, run under qemu-user
     assert out["ok"] and all(r["max_abs_err"] == 0 for r in out["outputs"]), out
+    # the package's Makefile rebuilds it for a core aot has no target for: a
+    # Cortex-M0 (armv6-m, no DSP, no FPU), flags the user's own
+    r = subprocess.run(["make", "-s", "CC=arm-none-eabi-gcc", "AR=arm-none-eabi-ar",
+                        "CFLAGS=-mcpu=cortex-m0 -mthumb -mfloat-abi=soft"],
+                       cwd=pkg, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    kinds = subprocess.run(["arm-none-eabi-objdump", "-f", *map(str, (pkg / "build").rglob("*.o"))],
+                           capture_output=True, text=True, check=True).stdout
+    assert kinds.count("architecture: armv6s-m") == len(list((pkg / "build").rglob("*.o"))) > 2
 
 
 # --- a user's variant, packaged and run on its board ------------------------------------

@@ -179,9 +179,14 @@ def _board(args: argparse.Namespace):
     from aot.targets import get_board, get_target, on_board, target_file, with_options
 
     board = get_board(_board_name(args))
+    chosen = getattr(args, "target", None) or getattr(args, "target_file", None)
+    model = getattr(args, "model", None)
+    if chosen and model and Path(model).is_dir():
+        raise AotError(f"{model} is a package directory, built for its target: --target and "
+                       "--target-file are for packaging a model")
     if getattr(args, "target", None):
         board = on_board(board, get_target(args.target))
-    elif getattr(args, "target_file", None):
+    elif chosen:
         board = on_board(board, target_file(args.target_file))
     return with_options(board, host=getattr(args, "host", None),
                         port=getattr(args, "port", None), user=getattr(args, "user", None),

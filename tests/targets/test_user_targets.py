@@ -150,6 +150,10 @@ def test_a_target_of_another_architecture_is_refused_by_the_cli(tmp_path, capsys
     assert not (tmp_path / "pkg").exists()
     code = cli_main(["package", str(AD), "--target-file", str(tmp_path / "none.toml")])
     assert code == 2 and "none.toml: no such file" in capsys.readouterr().err
+    (tmp_path / "pkg").mkdir()      # a package is run as built
+    (tmp_path / "pkg" / "metadata.json").write_text('{"board": "host"}')
+    code = cli_main(["run", str(tmp_path / "pkg"), "--target", "generic-c99"])
+    assert code == 2 and "built for its target" in capsys.readouterr().err
 
 
 # --- portable C ---------------------------------------------------------------------

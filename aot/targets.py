@@ -184,6 +184,9 @@ BUILT_IN = "aot"
 # Keys a target has, itself or through its base (a portable target takes
 # triple and cpu from the board it is built for).
 _REQUIRED = ("triple", "cpu", "vector_bits", "cc")
+# What a portable target never says: the board's target does (portable_on).
+_NOT_PORTABLE = ("triple", "cpu", "features", "isa_features", "vector_registers", "abi",
+                 "sysroot", "gcc_install_dir", "static_data_bytes", "llvm_opt_level")
 
 
 @dataclass(frozen=True)
@@ -263,12 +266,12 @@ def _built(name: str, described: Mapping[str, Described]) -> Target:
     t = _resolved(name, described)
     portable = bool(t.get("portable", False))
     if portable:        # the board gives triple and cpu (portable_on)
-        t = {"triple": "", "cpu": "generic", **t}
-        given = sorted(k for k in ("features", "isa_features", "vector_registers")
-                       if t.get(k))
+        given = sorted(k for k in _NOT_PORTABLE if k in t)
         if t.get("vector_bits", 0) or given:
-            raise AotError(f"{path}: target '{name}' is portable: no vector unit or ISA "
-                           f"features (vector_bits 0, no {', '.join(given) or 'features'})")
+            raise AotError(f"{path}: target '{name}' is portable: vector_bits must be 0 and "
+                           f"{', '.join(given) or 'ISA keys'} not given (its board's triple "
+                           "and ABI are taken)")
+        t = {"triple": "", "cpu": "generic", **t}
     missing = [k for k in _REQUIRED if k not in t]
     if missing:
         raise AotError(f"{path}: target '{name}' lacks {', '.join(missing)} "

@@ -83,6 +83,8 @@ BAD = {
     "aot's name": ('name = "cortex-m4"\nbase = "cortex-m7"\n',
                    ["'cortex-m4' is one of aot's own"]),
     "vector portable": ('name = "x"\nbase = "generic-c99"\nvector_bits = 128\n', ["is portable"]),
+    "triple portable": ('name = "x"\nbase = "generic-c99"\ntriple = "xtensa-none-elf"\n',
+                        ["is portable", "triple not given"]),
     "not toml": ('name = "x"\nbase = "cortex-m4"\nthis is not toml\n',
                  ["not a valid description"]),
 }

@@ -84,11 +84,24 @@ def cmd_graph(args: argparse.Namespace) -> int:
 def _package_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--board", help="the board to build for (default: for a package directory, "
                    f"its board; else ${DEFAULT_BOARD_ENV}, else {DEFAULT_BOARD})")
+    _target_args(p)
     p.add_argument("--codegen", choices=("c", "llvm"), default="c",
                    help="kernels as C source or an LLVM object (default: c)")
     p.add_argument("--tuning-records", metavar="LOG.jsonl",
                    help="apply the fastest schedule per workload from an `aot tune` log "
                    "(records of another target are skipped; docs/tuning.md)")
+
+
+def _target_args(p: argparse.ArgumentParser) -> None:
+    """A target in place of the board's own (aot.targets.on_board)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--target", metavar="NAME",
+                   help="build with this target instead of the board's: a variant of its "
+                   "core, or generic-c99 / generic-c99-clang (portable C); `aot targets` "
+                   "lists them")
+    g.add_argument("--target-file", metavar="FILE.toml",
+                   help="build with the target this file describes (base = \"cortex-m4\" "
+                   "starts from one of aot's; docs/targets.md)")
 
 
 def _threads_arg(p: argparse.ArgumentParser) -> None:
@@ -163,9 +176,19 @@ def _board(args: argparse.Namespace):
     """The board of --board, with the user's config file and the command
     line's SSH options merged into its options: every command resolves its
     board here."""
-    from aot.targets import get_board, with_options
+    from aot.targets import get_board, get_target, on_board, target_file, with_options
 
-    return with_options(get_board(_board_name(args)), host=getattr(args, "host", None),
+    board = get_board(_board_name(args))
+    chosen = getattr(args, "target", None) or getattr(args, "target_file", None)
+    model = getattr(args, "model", None)
+    if chosen and model and Path(model).is_dir():
+        raise AotError(f"{model} is a package directory, built for its target: --target and "
+                       "--target-file are for packaging a model")
+    if getattr(args, "target", None):
+        board = on_board(board, get_target(args.target))
+    elif chosen:
+        board = on_board(board, target_file(args.target_file))
+    return with_options(board, host=getattr(args, "host", None),
                         port=getattr(args, "port", None), user=getattr(args, "user", None),
                         key=getattr(args, "key", None),
                         known_hosts=getattr(args, "known_hosts", None),
@@ -449,6 +472,23 @@ def cmd_boards(args: argparse.Namespace) -> int:
         for r in rows:
             print(f"{r['name']:<16} {r['target']:<20} {r['cpu']:<14} {r['transport']:<12} "
                   f"{r['description']}")
+    return 0
+
+
+def cmd_targets(args: argparse.Namespace) -> int:
+    from aot.targets import target_origins, targets
+
+    origins = target_origins()
+    rows = [{"name": t.name, "triple": t.triple, "cpu": t.cpu, "vector_bits": t.vector_bits,
+             "cc": t.cc, "portable": t.portable, "base": origins[name].raw.get("base"),
+             "source": origins[name].origin} for name, t in sorted(targets().items())]
+    if args.json:
+        emit_json({"targets": rows})
+    else:
+        print(f"{'TARGET':<20} {'TRIPLE':<36} {'CPU':<13} {'VECTOR':>6}  {'CC':<18} FROM")
+        for r in rows:
+            print(f"{r['name']:<20} {r['triple'] or '(from the board)':<36} {r['cpu']:<13} "
+                  f"{r['vector_bits']:>6}  {r['cc']:<18} {r['source']}")
     return 0
 
 
@@ -817,6 +857,8 @@ def build_parser() -> argparse.ArgumentParser:
     _ssh_args(p)
 
     add("boards", "list the boards aot knows", cmd_boards)
+    add("targets", "list the targets aot knows: its own and $AOT_TARGETS_DIR's, with the "
+        "file each comes from", cmd_targets)
     p = add("ops", "list the ops aot supports, from its op table: pattern, lowering, dtypes; "
             "with --format, the op types that importer reads", cmd_ops)
     p.add_argument("--format", choices=("onnx", "tflite"),

@@ -1,5 +1,6 @@
 """Targets (an ISA and how to compile for it) and boards (a target plus how
-to reach it), read from targets/*.toml and boards/*.toml."""
+to reach it), read from targets/*.toml and boards/*.toml, and from the
+user's own folders ($AOT_TARGETS_DIR, $AOT_BOARDS_DIR) or a --target-file."""
 from __future__ import annotations
 
 import difflib
@@ -89,6 +90,9 @@ class Target:
     # The GCC installation and C library clang builds with (in cflags and
     # ldflags already; kept for `aot doctor`): aot/support/gcc_pin.py.
     gcc_pin: GccPin = GccPin("", "")
+    # Portable C for any compiler (generic-c99): no ISA features, no vector
+    # unit; on a board it takes the board's triple and ABI (portable_on).
+    portable: bool = False
     # The facts every decision reads, derived once (and again by
     # dataclasses.replace, which re-runs __post_init__).
     arch: str = field(init=False)                       # x86_64, aarch64, arm, thumb, riscv64
@@ -99,8 +103,9 @@ class Target:
 
     def __post_init__(self):
         arch = arch_of(self.triple)
-        isa = isa_features_of(arch, self.cpu, self.features, frozenset(self.declared_features))
-        regs = self.declared_registers
+        isa = frozenset() if self.portable else \
+            isa_features_of(arch, self.cpu, self.features, frozenset(self.declared_features))
+        regs = 0 if self.portable else self.declared_registers
         if regs is None:
             regs = 0 if self.vector_bits == 0 else \
                 32 if arch == "x86_64" and "avx512f" in isa else _VECTOR_REGISTERS.get(arch, 16)
@@ -152,29 +157,101 @@ BOARDS_ENV = "AOT_BOARDS_DIR"
 
 
 def _read(kind: str, extra_dirs: tuple[str, ...] = ()) -> dict[str, dict]:
-    check = config_schema.check_board if kind == "boards" else config_schema.check_target
     out = {}
     for d in (data_dir(kind), *map(Path, extra_dirs)):
         for p in sorted(d.glob("*.toml")):
-            try:
-                out[p.stem] = tomllib.loads(p.read_text())
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-                raise AotError(f"{p}: not a valid description ({e})") from None
-            check(p, out[p.stem])
+            out[p.stem] = _load(p, config_schema.check_board)
     return out
 
 
-def _resolved(name: str, raw: dict[str, dict], seen: tuple[str, ...] = ()) -> dict:
+def _load(p: Path, check) -> dict:
+    """A description file, parsed and its keys checked against the schema."""
+    try:
+        data = tomllib.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise AotError(f"{p}: not a valid description ({e})") from None
+    check(p, data)
+    return data
+
+
+# Extra directories of target descriptions (os.pathsep-separated), read after
+# aot's own targets/: a user's cores, variants of aot's (`base = "cortex-m4"`).
+# A user target may not take the name of one of aot's: a board naming
+# `cortex-m4` always gets aot's Cortex-M4.
+TARGETS_ENV = "AOT_TARGETS_DIR"
+# Where a target of aot's own comes from, as `aot targets` says it.
+BUILT_IN = "aot"
+# Keys a target has, itself or through its base (a portable target takes
+# triple and cpu from the board it is built for).
+_REQUIRED = ("triple", "cpu", "vector_bits", "cc")
+# What a portable target never says: the board's target does (portable_on).
+_NOT_PORTABLE = ("triple", "cpu", "features", "isa_features", "vector_registers", "abi",
+                 "sysroot", "gcc_install_dir", "static_data_bytes", "llvm_opt_level")
+
+
+@dataclass(frozen=True)
+class Described:
+    """A target file as written: where it is, whether aot ships it, its keys."""
+    path: Path
+    built_in: bool
+    raw: Mapping[str, Any]
+
+    @property
+    def origin(self) -> str:
+        return BUILT_IN if self.built_in else str(self.path)
+
+
+def _env_dirs(env: str) -> tuple[str, ...]:
+    return tuple(d for d in os.environ.get(env, "").split(os.pathsep) if d)
+
+
+def _described(extra_dirs: tuple[str, ...]) -> dict[str, Described]:
+    """Every target file by its name: aot's, then each extra directory's."""
+    out: dict[str, Described] = {}
+    for d in extra_dirs:
+        if not Path(d).is_dir():
+            raise AotError(f"${TARGETS_ENV} names {d}, which is not a directory")
+    for d, built_in in ((data_dir("targets"), True), *((Path(d), False) for d in extra_dirs)):
+        for p in sorted(d.glob("*.toml")):
+            _add(out, Described(p, built_in, _load(p, config_schema.check_target)))
+    return out
+
+
+def _add(out: dict[str, Described], desc: Described) -> None:
+    """`desc` under its name; a second file of the same name is refused
+    (a user's file never replaces one of aot's: see TARGETS_ENV)."""
+    name = desc.raw.get("name")
+    if name is None:
+        raise AotError(f"{desc.path}: missing name")
+    prev = out.get(name)
+    if prev is not None and prev.path.resolve() != desc.path.resolve():
+        if prev.built_in:
+            raise AotError(f"{desc.path}: target '{name}' is one of aot's own; give yours "
+                           f"another name (base = \"{name}\" starts from aot's)")
+        raise AotError(f"{desc.path}: target '{name}' is also described in {prev.path}")
+    out[name] = desc
+
+
+def _resolved(name: str, described: Mapping[str, Described],
+              chain: tuple[str, ...] = ()) -> dict:
     """A target description with its `base` filled in: a variant file names
-    its base target and restates only what differs (usually `cpu`)."""
-    t = raw[name]
+    its base target and restates only what differs (usually `cpu`); each key
+    it gives replaces the base's, `base` itself excepted."""
+    desc = described[name]
+    t = desc.raw
     if "base" not in t:
-        return t
+        return dict(t)
     base = t["base"]
-    if base in seen or base not in raw:
-        raise AotError(f"target '{name}': base '{base}' is "
-                       f"{'circular' if base in seen else 'unknown'}")
-    return {**_resolved(base, raw, (*seen, name)), **{k: v for k, v in t.items() if k != "base"}}
+    if base in (*chain, name):
+        cycle = " -> ".join((*chain, name, base)[(*chain, name).index(base):])
+        raise AotError(f"{desc.path}: target '{name}': base cycle {cycle}")
+    if base not in described:
+        close = difflib.get_close_matches(base, described, n=1, cutoff=0.6)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise AotError(f"{desc.path}: target '{name}': unknown base '{base}' "
+                       f"({hint}known: {', '.join(sorted(described))})")
+    return {**_resolved(base, described, (*chain, name)),
+            **{k: v for k, v in t.items() if k != "base"}}
 
 
 def _flags(t: dict, key: str) -> tuple[str, ...]:
@@ -182,13 +259,27 @@ def _flags(t: dict, key: str) -> tuple[str, ...]:
     return tuple(f.replace("{cpu}", t["cpu"]) for f in t.get(key, ()))
 
 
-@lru_cache(maxsize=None)
-def targets() -> dict[str, Target]:
-    raw = _read("targets")
-    return {name: _target(name, _resolved(name, raw)) for name in raw}
+def _built(name: str, described: Mapping[str, Described]) -> Target:
+    """The Target a description (and its bases) make, its keys checked:
+    each one missing is named with the file."""
+    path = described[name].path
+    t = _resolved(name, described)
+    portable = bool(t.get("portable", False))
+    if portable:        # the board gives triple and cpu (portable_on)
+        given = sorted(k for k in _NOT_PORTABLE if k in t)
+        if t.get("vector_bits", 0) or given:
+            raise AotError(f"{path}: target '{name}' is portable: vector_bits must be 0 and "
+                           f"{', '.join(given) or 'ISA keys'} not given (its board's triple "
+                           "and ABI are taken)")
+        t = {"triple": "", "cpu": "generic", **t}
+    missing = [k for k in _REQUIRED if k not in t]
+    if missing:
+        raise AotError(f"{path}: target '{name}' lacks {', '.join(missing)} "
+                       "(give it, or a base that has it)")
+    return _target(name, t, portable)
 
 
-def _target(name: str, t: dict) -> Target:
+def _target(name: str, t: dict, portable: bool = False) -> Target:
     pin = GccPin(t.get("sysroot", ""), t.get("gcc_install_dir", ""))
     try:
         cflags, ldflags = _flags(t, "cflags"), _flags(t, "ldflags")
@@ -201,21 +292,107 @@ def _target(name: str, t: dict) -> Target:
                         static_data_bytes=int(t.get("static_data_bytes", 0)),
                         declared_features=frozenset(t.get("isa_features", ())),
                         declared_registers=t.get("vector_registers"),
-                        declared_abi=t.get("abi", ""))
+                        declared_abi=t.get("abi", ""), portable=portable)
     except KeyError as e:
         raise AotError(f"target '{name}': missing {e}") from None
     return target.pinned(pin)
 
 
+@lru_cache(maxsize=None)
+def _catalog(extra_dirs: tuple[str, ...]) -> tuple[dict[str, Target], dict[str, Described]]:
+    described = _described(extra_dirs)
+    return {name: _built(name, described) for name in described}, described
+
+
+def targets() -> dict[str, Target]:
+    """aot's targets, then those in $AOT_TARGETS_DIR."""
+    return _catalog(_env_dirs(TARGETS_ENV))[0]
+
+
+def target_origins() -> dict[str, Described]:
+    """Each target's file, for `aot targets`: aot's own or the user's."""
+    return _catalog(_env_dirs(TARGETS_ENV))[1]
+
+
+def target_file(path: str | os.PathLike) -> Target:
+    """A target described in one file (`--target-file`), checked as aot's
+    own are; its `base` may be any known target (aot's or
+    $AOT_TARGETS_DIR's), its name none of them."""
+    p = Path(path)
+    if not p.is_file():
+        raise AotError(f"--target-file {p}: no such file")
+    described = dict(target_origins())
+    desc = Described(p, False, _load(p, config_schema.check_target))
+    _add(described, desc)
+    return _built(desc.raw["name"], described)
+
+
+# What of a Linux board's clang flags a portable target keeps: the choice of
+# target and of its ABI (float ABI, RISC-V's ABI name), never of an ISA
+# (-mcpu, -march, -mfpu pick instructions; their defaults for the triple
+# are the distribution's baseline).
+_ABI_FLAGS = ("--target=", "-mfloat-abi=", "-mabi=")
+
+
+def portable_on(target: Target, host: Target) -> Target:
+    """A portable target built for a board whose own target is `host`: the
+    host's triple, ABI, C library and code-model limit; `cc = "gcc"` is the
+    host's GCC (the cross GCC of its triple), `cc = "clang"` the host's clang
+    with only its ABI flags and its pinned installation; any other compiler
+    is taken as it is, with the target's own flags."""
+    if host.libc != "glibc":
+        raise AotError(f"target '{target.name}' is portable C for the Linux boards; "
+                       f"target '{host.name}' is bare metal ({host.libc}): build the package "
+                       f"for a Linux board and rebuild its library with your compiler "
+                       f"(docs/targets.md, \"generic-c99\")")
+    cc, cflags, ldflags, pin = target.cc, target.cflags, target.ldflags, GccPin("", "")
+    if cc == "gcc":
+        cc = _gcc_of(host)
+    elif cc == "clang":
+        cc, pin = host.cc, host.gcc_pin
+        cflags = (*(f for f in pin.unpinned(host.cflags) if f.startswith(_ABI_FLAGS)), *cflags)
+        ldflags = (*pin.unpinned(host.ldflags), *ldflags)
+    built = replace(target, triple=host.triple, cpu=host.cpu, features="",
+                    float_abi=host.float_abi, libc=host.libc, declared_abi=host.abi,
+                    static_data_bytes=host.static_data_bytes, cc=cc, cflags=cflags,
+                    ldflags=ldflags, gcc_pin=GccPin("", ""))
+    return built.pinned(pin) if pin else built
+
+
+def _gcc_of(host: Target) -> str:
+    """The GCC that builds for the host target's triple: its own cc when that
+    is a GCC, else the GCC of the installation its clang is pinned to
+    (/usr/lib/gcc-cross/aarch64-linux-gnu/12: aarch64-linux-gnu-gcc)."""
+    if host.cc.endswith("gcc"):
+        return host.cc
+    if not host.gcc_pin:
+        raise AotError(f"target '{host.name}' names no GCC installation (gcc_install_dir): "
+                       "give a portable target's cc as the compiler's command")
+    return f"{Path(host.gcc_pin.gcc_install_dir).parent.name}-gcc"
+
+
+def on_board(board: Board, target: Target) -> Board:
+    """The board building with `target` in place of its own (`--target`,
+    `--target-file`): a target of the board's architecture, or a portable
+    one (portable_on)."""
+    if target.portable:
+        return replace(board, target=portable_on(target, board.target))
+    if target.arch != board.target.arch:
+        raise AotError(f"target '{target.name}' is for {target.arch or target.triple} "
+                       f"({target.triple}); board '{board.name}' runs {board.target.arch} "
+                       f"(target '{board.target.name}')")
+    return replace(board, target=target)
+
+
 def boards() -> dict[str, Board]:
-    """aot's boards, then those in $AOT_BOARDS_DIR (which may replace them)."""
-    extra = os.environ.get(BOARDS_ENV, "")
-    return _boards(tuple(d for d in extra.split(os.pathsep) if d))
+    """aot's boards, then those in $AOT_BOARDS_DIR (which may replace them),
+    their targets aot's or $AOT_TARGETS_DIR's."""
+    return _boards(_env_dirs(BOARDS_ENV), _env_dirs(TARGETS_ENV))
 
 
 @lru_cache(maxsize=None)
-def _boards(extra_dirs: tuple[str, ...]) -> dict[str, Board]:
-    known = targets()
+def _boards(extra_dirs: tuple[str, ...], target_dirs: tuple[str, ...] = ()) -> dict[str, Board]:
+    known = _catalog(target_dirs)[0]
     out = {}
     for name, b in _read("boards", extra_dirs).items():
         if b.get("target") not in known:

@@ -3,7 +3,7 @@
 both code generators, sharing what does not depend on the board:
 
     scripts/verify_matrix.py [--boards qemu-aarch64,...] [--codegens c,llvm]
-                             [--models GLOB] [--jobs N] [--json FILE]
+                             [--models GLOB] [--jobs N] [--json FILE] [--target NAME]
 
 Per model the graph is loaded and optimized once, the input read once and
 the reference runtime run once; then one package per (board, codegen) is
@@ -11,7 +11,10 @@ built (lowered for that board's target, compiled by clang for it) and run on
 the board through its transport. Each check is what aot.api.verify does
 (same steps, same comparison: integers bit-exact, floats within rtol = atol
 = 1e-4). Prints a model x (board, codegen) table of max |error| and the
-time spent per board; exit 1 when any check fails.
+time spent per board; exit 1 when any check fails. --target builds every
+board's packages with that target in place of the board's own (as `aot
+verify --target`): `--target generic-c99 --codegens c` checks portable C
+built by each board's GCC, `generic-c99-clang` by its clang.
 """
 from __future__ import annotations
 
@@ -55,20 +58,24 @@ def prepare(path: Path, seed: int = 0) -> Prepared:
 
 
 def verify_prepared(p: Prepared, board: str, codegen: str,
-                    inspect: Callable[[Path], None] | None = None) -> dict:
+                    inspect: Callable[[Path], None] | None = None,
+                    target: str | None = None) -> dict:
     """One cell: package for (board, codegen), run there, compare.
-    `inspect(package_dir)` runs before the package is removed."""
+    `inspect(package_dir)` runs before the package is removed; `target`
+    replaces the board's own (aot.targets.on_board)."""
     from aot.api import package
     from aot.deploy import run_package
     from aot.check.reference import compare
     from aot.packaging.build import check_fits
-    from aot.targets import get_board
+    from aot.targets import get_board, get_target, on_board
 
     brd = get_board(board)
+    if target:
+        brd = on_board(brd, get_target(target))
     check_fits(p.graph, brd)
     with tempfile.TemporaryDirectory(prefix="aot-matrix-") as tmp:
         t0 = time.perf_counter()
-        info = package(p.graph, board=board, codegen=codegen, out_dir=Path(tmp) / "pkg")
+        info = package(p.graph, board=brd, codegen=codegen, out_dir=Path(tmp) / "pkg")
         t1 = time.perf_counter()
         got = run_package(info.path, brd, p.inputs, warmup=0, runs=1).outputs
         t2 = time.perf_counter()
@@ -87,8 +94,8 @@ def verify_prepared(p: Prepared, board: str, codegen: str,
             "package_s": round(t1 - t0, 3), "run_s": round(t2 - t1, 3)}
 
 
-def _model_cells(job: tuple[str, tuple[str, ...], tuple[str, ...]]) -> list[dict]:
-    path, boards, codegens = job
+def _model_cells(job: tuple[str, tuple[str, ...], tuple[str, ...], str | None]) -> list[dict]:
+    path, boards, codegens, target = job
     t0 = time.perf_counter()
     p = prepare(Path(path))
     prep_s = time.perf_counter() - t0
@@ -96,7 +103,7 @@ def _model_cells(job: tuple[str, tuple[str, ...], tuple[str, ...]]) -> list[dict
     for board in boards:
         for codegen in codegens:
             try:
-                cell = verify_prepared(p, board, codegen)
+                cell = verify_prepared(p, board, codegen, target=target)
             except Exception as e:      # one broken cell must not hide the others
                 cell = {"model": p.path.name, "board": board, "codegen": codegen, "ok": False,
                         "max_abs_err": None, "error": f"{type(e).__name__}: {e}",
@@ -145,13 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="*", help="a glob in ../shared/models (default: all)")
     ap.add_argument("--jobs", type=int, default=2, help="models verified at once (default 2)")
     ap.add_argument("--json", metavar="FILE", help="also write every cell as JSON")
+    ap.add_argument("--target", metavar="NAME",
+                    help="build with this target in place of each board's (e.g. generic-c99)")
     args = ap.parse_args(argv)
     boards, codegens = tuple(args.boards.split(",")), tuple(args.codegens.split(","))
     models = sorted(p for p in MODELS.glob(args.models) if p.suffix in (".onnx", ".tflite"))
     if not models:
         print(f"no models match {args.models} in {MODELS}", file=sys.stderr)
         return 2
-    jobs = [(str(m), boards, codegens) for m in models]
+    jobs = [(str(m), boards, codegens, args.target) for m in models]
     start = time.perf_counter()
     cells: list[dict] = []
     with multiprocessing.get_context("fork").Pool(args.jobs) as pool:

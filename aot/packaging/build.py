@@ -250,6 +250,9 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
     check_threads(board, threads)
     if pools:
         check_pools(board, io_in_arena, threads)
+    if codegen == "llvm" and board.target.portable:
+        raise InputError(f"target '{board.target.name}' is portable C for any compiler: "
+                         "codegen llvm emits one ISA's objects (use --codegen c)")
     check_fits(graph, board)
     target = board.target
     kernels = elide_views(graph, lower_graph(graph, target, threads=threads))

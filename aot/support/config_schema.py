@@ -1,5 +1,6 @@
-"""The keys of aot's TOML files and their types: targets/*.toml,
-boards/*.toml (and $AOT_BOARDS_DIR's) and the user's boards.toml.
+"""The keys of aot's TOML files and their types: targets/*.toml (and
+$AOT_TARGETS_DIR's, a --target-file), boards/*.toml (and $AOT_BOARDS_DIR's)
+and the user's boards.toml.
 
 A value of the wrong type is refused with the file and the key named
 (`boards.toml: rpi4.trust_new_host_key must be a boolean, got a string`):
@@ -45,6 +46,8 @@ TARGET = {
     "sysroot": STR, "gcc_install_dir": STR,
     # Facts the triple, cpu and features do not say (aot.targets.Target).
     "isa_features": STRS, "vector_registers": SIZE, "abi": STR,
+    # Portable C for any compiler: the board gives triple and ABI (aot.targets.portable_on).
+    "portable": BOOL,
 }
 
 BOARD = {

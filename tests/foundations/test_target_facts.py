@@ -26,6 +26,9 @@ FACTS = {
     "cortex-m7": ("thumb", 0, True, "", {"dsp"}, {"neon"}),
     "cortex-m55": ("thumb", 0, True, "", {"dsp", "mve"}, {"mve.fp"}),
     "riscv64-linux": ("riscv64", 0, True, "lp64d", {"m", "a", "f", "d", "c"}, {"v"}),
+    # portable C: the board gives the triple (aot.targets.portable_on)
+    "generic-c99": ("", 0, True, "", set(), {"neon", "sse2", "dsp"}),
+    "generic-c99-clang": ("", 0, True, "", set(), {"neon", "sse2", "dsp"}),
 }
 
 

@@ -12,11 +12,16 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from aot.api import package, verify
+from aot.isa.dots import packed_pair_dot
+from aot.ir.tir import Buffer, BufferKind, Const, DType, For, Load, PrimFunc, Store, Var, add, mul
+from aot.lower.tir_passes.legalize import legalize
 from aot.targets import get_board
 from support import MODELS
+from support.kernels import call_names, run_qemu
 
 BOARDS = ("qemu-riscv64-rvv", "qemu-riscv64-rvv256")
 
@@ -32,6 +37,44 @@ def test_the_boards_share_the_target_and_differ_in_vlen():
     cpus = [get_board(b).options["cpu"] for b in BOARDS]
     assert ["vlen=128" in cpus[0], "vlen=256" in cpus[1]] == [True, True]
     assert get_board("bpi-f3").target == t
+
+
+N = 512         # pair dot products of 4 lanes each
+
+
+def _pairs_func() -> PrimFunc:
+    """out[4i..] = acc[4i..] + aot_dot2p(p[i], w[8i..]), N times."""
+    acc = Buffer("acc", DType("int32"), (4 * N,))
+    p = Buffer("p", DType("int32"), (N,))
+    w = Buffer("w", DType("int16"), (8 * N,))
+    out = Buffer("out", DType("int32"), (4 * N,), BufferKind.OUTPUT)
+    i = Var("i", DType("int32"))
+    at = mul(i, Const(4))
+    body = Store(out, at, add(Load(acc, at, 4), packed_pair_dot(Load(p, i), Load(w, mul(i, Const(8)), 8))))
+    return PrimFunc("dot2p", (acc, p, w, out), For(i, N, body))
+
+
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
+def test_pair_dot_matches_numpy_at_the_int16_edges(codegen, tmp_path):
+    board = get_board(BOARDS[0])
+    func = legalize(_pairs_func(), board.target)
+    assert call_names(func) == {"rvv_dot2p"}
+    rng = np.random.default_rng(0)
+    acc = rng.integers(-2**28, 2**28, 4 * N).astype(np.int32)
+    x = rng.integers(-32767, 32768, (N, 2)).astype(np.int16)
+    w = rng.integers(-32767, 32768, (N, 4, 2)).astype(np.int16)
+    x[:64], w[:32], w[32:64] = -32767, -32767, 32767       # the largest products, both signs
+    x[64:96, 0], x[96:128, 1] = 0, -1                      # a zero low half; -1, the high half's sign
+    pairs = (x[:, 0].astype(np.int64) & 0xFFFF) + 65536 * x[:, 1].astype(np.int64)
+    pairs = pairs.astype(np.uint32).view(np.int32)
+    stdin = acc.tobytes() + pairs.tobytes() + w.tobytes()
+    want = acc.astype(np.int64) + np.einsum("nkj,nj->nk", w.astype(np.int64),
+                                            x.astype(np.int64)).reshape(-1)
+    for name in BOARDS:
+        qemu = ["qemu-riscv64", "-cpu", get_board(name).options["cpu"]]
+        got = np.frombuffer(run_qemu(func, codegen, tmp_path, stdin, board.target, qemu),
+                            np.int32)
+        np.testing.assert_array_equal(got, want.astype(np.int32), err_msg=name)
 
 
 def vector_instructions(pkg: Path) -> list[str]:

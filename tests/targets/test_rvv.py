@@ -104,7 +104,7 @@ def vector_instructions(pkg: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("name,codegen,built_for", [
-    ("mlperf_kws_dscnn_int8", "c", BOARDS[0]), ("mlperf_ic_resnet8_int8", "llvm", BOARDS[0]),
+    ("mlperf_kws_dscnn_int8", "c", BOARDS[0]), ("mlperf_ad_fcae_int8", "llvm", BOARDS[0]),
     ("mlperf_kws_dscnn_f32", "llvm", BOARDS[0]), ("mlperf_kws_dscnn_int8", "llvm", BOARDS[1])])
 def test_packages_verify_at_vlen_128_and_256(name, codegen, built_for, tmp_path):
     model = MODELS / f"{name}.tflite"

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.isa import arm_dsp, arm_mve, neon, x86
+from aot.isa import arm_dsp, arm_mve, neon, rvv, x86
 from aot.isa.arm_dsp import DspOp
 from aot.isa.arm_mve import MveOp
 from aot.codegen.check import check_func
@@ -633,6 +633,12 @@ class _Printer:
         rt, wt = self.mod.vector(d), self.mod.vector(DType("int16", 2 * d.lanes))
         name = f"aot_dot2{'p' if packed else ''}_{rt[4:]}"
         fast = x86.c_pmaddwd(d.lanes, rt, wt, packed) if fn.pmaddwd else ""
+        if fn.shifts:
+            ut = self.mod.vector(DType("uint32", d.lanes))
+            return self.mod.helper(name, lambda: (
+                f"/* the halves of the pairs by shifts of their int32 view (aot/isa/rvv.py) */\n"
+                f"static inline {rt} {name}({'int32_t p' if packed else 'int16_t x0, int16_t x1'}"
+                f", {wt} w)\n{{\n{rvv.c_pair_dot(rt, ut, packed)}}}"))
         if packed:
             params = f"int32_t p, {wt} w"
             halves = ("    const int16_t x0 = (int16_t)p;\n"

@@ -666,8 +666,10 @@ def _optimized(funcs, prefix: str, target: Target, symbols: dict[str, str] | Non
     mod.verify()
     level = _opt_level(target)
     pto = llvm.create_pipeline_tuning_options(speed_level=level)
-    pto.slp_vectorization = True        # as clang -O3 (llvmlite leaves it off)
-    pto.loop_vectorization = True
+    # as clang -O3 (llvmlite leaves them off), unless the target's C build
+    # turns them off (rv64gcv: what QEMU 7.2 cannot run, targets/rv64gcv.toml)
+    pto.slp_vectorization = "-fno-slp-vectorize" not in target.cflags
+    pto.loop_vectorization = "-fno-vectorize" not in target.cflags
     # gcc at -O2 (the bare-metal targets' C build) does not unroll loops; LLVM
     # would, up to 15x the code on Cortex-M, where flash is what runs out
     pto.loop_unrolling = level >= 3

@@ -17,7 +17,11 @@ say something is counted exactly: the instructions of every run and, for a
 
 A package built for another board of the same target triple (a Pi 5's
 Cortex-A76 code, with its dot-product instructions) runs with its own
-target's CPU as -cpu, so the emulator accepts what the code uses.
+target's CPU as -cpu, so the emulator accepts what the code uses; where
+that CPU is the board's own (RISC-V's generic-rv64), the board's -cpu
+stands, which also says the vector length: a RISC-V package whose vectors
+need a longer VLEN (Zvl256b) than the board's target promises is refused,
+as its vectors would be cut short.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ import numpy as np
 from aot.support import tools
 from aot.deploy.host import RunResult, run_local
 from aot.errors import AotError
-from aot.targets import Board
+from aot.targets import Board, isa_features_of
 
 REQUIRED_OPTIONS = ("qemu", "cpu")
 
@@ -53,7 +57,22 @@ def package_cpu(meta: dict, board: Board) -> str | None:
     if not isinstance(target, dict) or target.get("name") == board.target.name:
         return None
     cpu = target.get("cpu")
-    return cpu if target.get("triple") == board.target.triple and isinstance(cpu, str) else None
+    if target.get("triple") != board.target.triple or not isinstance(cpu, str):
+        return None
+    needs, has = vlen(str(target.get("features", ""))), vlen(board.target.features)
+    if needs > has:
+        raise AotError(f"the package was built for target '{target.get('name')}', whose vectors "
+                       f"need VLEN >= {needs}; board '{board.name}' ({board.target.name}) "
+                       f"promises {has}")
+    return None if cpu == board.target.cpu else cpu
+
+
+def vlen(features: str) -> int:
+    """The RISC-V vector length (bits) an LLVM feature string promises: its
+    largest Zvl<N>b, 128 with V (which implies Zvl128b), else 0."""
+    isa = isa_features_of("riscv64", "", features)
+    zvl = [int(f[3:-1]) for f in isa if f.startswith("zvl") and f[3:-1].isdigit()]
+    return max([*zvl, 128 if "v" in isa else 0])
 
 
 def run_qemu_user(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,

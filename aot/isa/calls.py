@@ -30,6 +30,7 @@ from aot.isa.dots import (PACKED_PAIR_DOT, PAIR_DOT, QUAD_DOT, QUAD_DOT_S, QUAD_
 from aot.isa.instruction import Instruction
 from aot.isa.neon import ARM_SDOT, ARM_SMULL_DOT4, NEON_OPS, PAIRED_QUAD_DOTS, WIDENING_MLAS
 from aot.isa.neon import NeonFixedPoint, PairedQuadDot, PairwiseAdd, WideningMla, check_neon
+from aot.isa.rvv import RVV_DOT2, RVV_DOT2_PACKED
 from aot.isa.x86 import X86_PMADDWD, X86_PMADDWD_PACKED, X86_PMULDQ_RDHM, X86_VPDPBUSD
 from aot.isa.x86 import Pmuldq, check_pmuldq
 from aot.errors import UnsupportedError
@@ -321,7 +322,8 @@ _PAIR_PACKS = {p.name: p for p in (PAIR_PACK, PAIR_PACK_BYTES, QUAD_PACK, QUAD_P
 # The packs are the vector's own bytes on every little-endian target.
 PAIR_PACK_ROWS = (Instruction(PAIR_PACK.name, PAIR_PACK_BYTES.name, little_endian=True),)
 QUAD_PACK_ROWS = (Instruction(QUAD_PACK.name, QUAD_PACK_BYTES.name, little_endian=True),)
-_PAIR_DOTS = {d.name: d for d in (PAIR_DOT, PACKED_PAIR_DOT, X86_PMADDWD, X86_PMADDWD_PACKED)}
+_PAIR_DOTS = {d.name: d for d in (PAIR_DOT, PACKED_PAIR_DOT, X86_PMADDWD, X86_PMADDWD_PACKED,
+                                   RVV_DOT2, RVV_DOT2_PACKED)}
 _QUAD_DOTS = {d.name: d for d in (QUAD_DOT, QUAD_DOT_U, ARM_SDOT, X86_VPDPBUSD, QUAD_DOT_S,
                                   ARM_SMULL_DOT4)}
 

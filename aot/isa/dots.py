@@ -27,6 +27,7 @@ class PairDot:
     name: str = "aot_dot2"
     packed: bool = False     # aot_dot2p(p, w): the pair as one int32, (x0 & 0xFFFF) + 65536 x1
     pmaddwd: bool = False    # the x86 instruction, chosen by the legalization pass
+    shifts: bool = False     # RVV: the halves by shifts of w's int32 view (rvv.py)
 
     def result(self, args: tuple[Expr, ...]) -> DType:
         return DType("int32", dtype_of(args[-1]).lanes // 2)

@@ -1,6 +1,6 @@
 """One row of the legalization table: which generic call a target
 instruction implements, and on which targets. Each instruction family
-(arm_dsp.py, arm_mve.py, neon.py, x86.py; calls.py for the byte
+(arm_dsp.py, arm_mve.py, neon.py, rvv.py, x86.py; calls.py for the byte
 reinterpretations every little-endian target has) holds its rows beside its
 calls; aot/lower/tir_passes/legalize.py concatenates them into the table,
 where the first row that fits a call wins."""

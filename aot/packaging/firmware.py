@@ -40,11 +40,11 @@ def build_flags(target: Target) -> BuildFlags:
     """The target's cflags, split into arch / optimize / driver (each in the
     target's order)."""
     arch, optimize, driver = [], [], []
-    for flag in target.cflags:
+    for i, flag in enumerate(target.cflags):
         if flag.startswith(_DRIVER_PREFIXES):
             driver.append(flag)
-        elif flag.startswith("-m"):
-            arch.append(flag)
+        elif flag.startswith("-m") or target.cflags[i - 1:i] == ("-mllvm",):
+            arch.append(flag)       # -mllvm's argument stays with it (rv64gcv's VLEN minimum)
         else:
             optimize.append(flag)
     return BuildFlags(tuple(arch), tuple(optimize), tuple(driver))

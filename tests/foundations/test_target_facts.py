@@ -29,6 +29,8 @@ FACTS = {
     # portable C: the board gives the triple (aot.targets.portable_on)
     "generic-c99": ("", 0, True, "", set(), {"neon", "sse2", "dsp"}),
     "generic-c99-clang": ("", 0, True, "", set(), {"neon", "sse2", "dsp"}),
+    "rv64gcv": ("riscv64", 32, True, "lp64d", {"m", "a", "f", "d", "c", "v"}, {"zvl256b"}),
+    "rv64gcv-zvl256b": ("riscv64", 32, True, "lp64d", {"v", "zvl256b"}, {"neon"}),
 }
 
 

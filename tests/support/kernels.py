@@ -53,9 +53,11 @@ TARGET = get_target("aarch64-linux")
 _C_TYPES = {"int8": "int8_t", "int16": "int16_t", "int32": "int32_t"}
 
 
-def run_qemu(func: PrimFunc, codegen: str, tmp_path, stdin: bytes) -> bytes:
-    """func's kernel (C or LLVM) in a static AArch64 program reading its
-    input buffers from stdin and writing its output, under qemu-aarch64."""
+def run_qemu(func: PrimFunc, codegen: str, tmp_path, stdin: bytes, target=TARGET,
+             qemu: tuple[str, ...] = ("qemu-aarch64",)) -> bytes:
+    """func's kernel (C or LLVM) in a static program for `target` (AArch64)
+    reading its input buffers from stdin and writing its output, under
+    `qemu` (qemu-aarch64)."""
     src = emit_c([func], "t")
     decls, reads = [], []
     for b in func.params:
@@ -76,11 +78,11 @@ def run_qemu(func: PrimFunc, codegen: str, tmp_path, stdin: bytes) -> bytes:
         kernel.write_text(src.source)
     else:
         kernel = tmp_path / "k.o"
-        kernel.write_bytes(emit_object([func], "t", TARGET))
+        kernel.write_bytes(emit_object([func], "t", target))
     exe = tmp_path / "t"
-    subprocess.run([TARGET.cc, *TARGET.cflags, *TARGET.ldflags, "-static", "-o", str(exe),
+    subprocess.run([target.cc, *target.cflags, *target.ldflags, "-static", "-o", str(exe),
                     str(tmp_path / "main.c"), str(kernel)], check=True)
-    return subprocess.run(["qemu-aarch64", str(exe)], input=stdin, capture_output=True,
+    return subprocess.run([*qemu, str(exe)], input=stdin, capture_output=True,
                           check=True, timeout=60).stdout
 
 

@@ -5,6 +5,7 @@ nothing.
 
     aot_dot2 / aot_dot2p   -> x86_pmaddwd / x86_pmaddwd_packed   x86: SSE2 (4 lanes),
                                                                   AVX2 (8), AVX512BW (16)
+    aot_dot2 / aot_dot2p   -> rvv_dot2 / rvv_dot2p               RISC-V with V (4, 8, 16)
     aot_rdhm on int32 x n  -> x86_pmuldq_rdhm                     x86: SSE4.1 (4), AVX2 (8),
                                                                   AVX512F (16)
     aot_pack2 / aot_pack4  -> aot_pack2_bytes / aot_pack4_bytes   little-endian targets
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from aot.isa import arm_dsp, arm_mve, neon, x86
+from aot.isa import arm_dsp, arm_mve, neon, rvv, x86
 from aot.isa.calls import PAIR_PACK_ROWS, QUAD_PACK_ROWS
 from aot.isa.instruction import Instruction
 from aot.ir.tir import Call, Expr, PrimFunc, map_stmt_exprs
@@ -51,7 +52,7 @@ from aot.targets import Target
 # bench/same_code.py --tables compares row by row.
 INSTRUCTIONS: tuple[Instruction, ...] = (
     *x86.SIMD_ROWS, *PAIR_PACK_ROWS, *arm_dsp.ROWS, *arm_mve.ROWS, *QUAD_PACK_ROWS,
-    *neon.DOT_ROWS, *x86.VNNI_ROWS, *neon.FIXED_POINT_ROWS,
+    *neon.DOT_ROWS, *x86.VNNI_ROWS, *neon.FIXED_POINT_ROWS, *rvv.ROWS,
 )
 _BY_GENERIC: dict[str, tuple[Instruction, ...]] = {}
 for _i in INSTRUCTIONS:

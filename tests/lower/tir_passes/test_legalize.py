@@ -117,9 +117,10 @@ def test_the_tir_pipeline_runs_it_last():
 
 
 def test_the_table_is_the_families_rows_each_in_its_order():
-    from aot.isa import arm_dsp, arm_mve, neon, x86
+    from aot.isa import arm_dsp, arm_mve, neon, rvv, x86
     from aot.isa.calls import PAIR_PACK_ROWS, QUAD_PACK_ROWS
-    families = (x86.ROWS, neon.ROWS, arm_dsp.ROWS, arm_mve.ROWS, PAIR_PACK_ROWS + QUAD_PACK_ROWS)
+    families = (x86.ROWS, neon.ROWS, arm_dsp.ROWS, arm_mve.ROWS, rvv.ROWS,
+                PAIR_PACK_ROWS + QUAD_PACK_ROWS)
     assert sorted(map(repr, INSTRUCTIONS)) == sorted(repr(r) for f in families for r in f)
     for rows in families:
         assert [r for r in INSTRUCTIONS if r in rows] == list(rows)

@@ -82,9 +82,13 @@ def fits_int8(w: np.ndarray) -> bool:
 def fits_pointwise(target: Target, g, weights: np.ndarray) -> bool:
     """A 1x1 convolution the pixel-row product computes: one group, stride 1,
     no padding, weights that are int8."""
-    return (dsp_target(target) and g.groups == 1 and g.kh == g.kw == 1
-            and tuple(g.strides) == (1, 1) and (g.oh, g.ow) == (g.h, g.w)
-            and g.pad_top == g.pad_left == 0 and g.depth >= 4 and fits_int8(weights))
+    return dsp_target(target) and pointwise_shape(g) and fits_int8(weights)
+
+
+def pointwise_shape(g) -> bool:
+    """A 1x1 convolution of one group, stride 1, no padding, a word deep or more."""
+    return (g.groups == 1 and g.kh == g.kw == 1 and tuple(g.strides) == (1, 1)
+            and (g.oh, g.ow) == (g.h, g.w) and g.pad_top == g.pad_left == 0 and g.depth >= 4)
 
 
 def fits_fc(target: Target, w: np.ndarray) -> bool:

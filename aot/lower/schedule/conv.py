@@ -249,6 +249,8 @@ def rv32_conv(target: Target, g: ConvGeom, weights: np.ndarray) -> str | None:
         return "rv32_pointwise"
     if rv32.fits_depthwise(target, g, weights):
         return "rv32_depthwise"
+    if rv32.fits_rows(target, g, weights):
+        return "rv32_rows"
     if rv32.fits_dense(target, g, weights):
         return "rv32_dense"
     return None

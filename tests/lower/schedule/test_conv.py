@@ -91,8 +91,8 @@ def pointwise_geom(depth: int) -> ConvGeom:
     ("mps2-an386", ("dsp_pointwise", "dsp_dense", "dsp_rows", "dsp_depthwise",
                     "dsp_depthwise")),
     # rv32imc: register tiles of plain loads; the first layer's 3 channels
-    # read in place a value at a time, depthwise 4 channels at a time
-    ("qemu-rv32", ("rv32_pointwise", "rv32_dense", "rv32_dense", "rv32_depthwise",
+    # by window rows, depthwise 4 channels at a time
+    ("qemu-rv32", ("rv32_pointwise", "rv32_dense", "rv32_rows", "rv32_depthwise",
                    "rv32_depthwise")),
     ("host", ("vector",) * 5),
 ])
@@ -110,9 +110,13 @@ def test_int8_conv_algorithm_per_target(board, algorithms):
 def test_every_rv32_name_the_policy_gives_is_a_kernel_and_arm_keeps_its_own():
     from aot.lower.kernels import riscv
     rv = get_board("qemu-rv32").target
-    gs = (pointwise_geom(16), geom(16), geom(1, groups=32, per_group=1))
+    gs = (pointwise_geom(16), geom(16), geom(3), geom(1, groups=32, per_group=1))
     assert {int8_conv_schedule(rv, g, weights(g), in_memory=True).algorithm
             for g in gs} == set(riscv.CONV)
+    # a first layer whose window rows are shorter than a word: taps one by one
+    narrow = dataclasses.replace(geom(1), kw=3)
+    assert int8_conv_schedule(rv, narrow, weights(narrow), in_memory=True).algorithm \
+        == "rv32_dense"
     assert int8_fc_schedule(rv, np.ones((8, 16), np.int64), True).algorithm in riscv.FC
     # weights outside int8, or an input read through its loads: the plain loops
     g = geom(16)

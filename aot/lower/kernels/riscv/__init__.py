@@ -11,6 +11,7 @@ CONV = {
     "rv32_pointwise": scalar.pointwise,
     "rv32_depthwise": scalar.depthwise,
     "rv32_dense": scalar.dense,
+    "rv32_rows": scalar.window_rows,
 }
 # Called as its FC kernels are.
 FC = {

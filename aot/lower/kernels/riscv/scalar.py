@@ -122,6 +122,14 @@ def fits_dense(target: Target, g, weights: np.ndarray) -> bool:
     return scalar_target(target) and g.groups == 1 and dsp.fits_int8(weights)
 
 
+def fits_rows(target: Target, g, weights: np.ndarray) -> bool:
+    """A first layer: one group over fewer than 4 (or an odd number of)
+    input channels whose window rows (kernel width x channels, contiguous)
+    hold a word of 4 or more: read a row at a time rather than a tap."""
+    return (scalar_target(target) and g.groups == 1 and g.depth % LANES != 0
+            and g.dilations[1] == 1 and g.kw * g.depth >= LANES and dsp.fits_int8(weights))
+
+
 def fits_depthwise(target: Target, g, weights: np.ndarray) -> bool:
     """A depthwise convolution with multiplier 1 over 4 channels or more."""
     return (scalar_target(target) and g.depth == 1 and g.per_group == 1
@@ -139,6 +147,10 @@ def pointwise(ctx, x, g, weights, bias, zp, finish) -> Stmt:
 def dense(ctx, x, g, weights, bias, zp, finish) -> Stmt:
     return dsp.dense(ctx, x, g, weights, bias, zp, finish, words=words(conv_lanes(g.depth)),
                      tile=CONV_TILE)
+
+
+def window_rows(ctx, x, g, weights, bias, zp, finish) -> Stmt:
+    return dsp.window_rows(ctx, x, g, weights, bias, zp, finish, words=WORDS, tile=CONV_TILE)
 
 
 depthwise = partial(dsp.depthwise, words=WORDS)

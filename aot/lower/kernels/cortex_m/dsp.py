@@ -449,7 +449,8 @@ def fits_depthwise(target: Target, g, weights: np.ndarray) -> bool:
 
 
 def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
-              finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None) -> Stmt:
+              finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None,
+              unroll_border: bool = False) -> Stmt:
     """A depthwise convolution (fits_depthwise): per output pixel, 4
     channels at a time in registers over the taps (given wider `words`
     with a depthwise group, Helium's, first words.lanes at a time: its
@@ -465,13 +466,14 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
 
     # In the interior a small window's taps are unrolled (immediate load
     # offsets, no loop counters: a kws 3x3 depthwise layer 511 k -> 484 k
-    # instructions); the border's copies keep their loops, for code size.
+    # instructions); the border's copies keep their loops, for code size,
+    # unless `unroll_border` (rv32's plain loads: 541 k -> 460 k).
     unroll = g.kh * g.kw <= UNROLL_TAPS
 
     def taps(n, oy, ox, tests, tap: Callable[[Expr, Expr, Expr, Expr | None], Stmt]) -> Stmt:
         """tap(ky, kx, input offset, in-image test or None) over the window."""
         inside = not any(tests[0]) and not any(tests[1])
-        each = unrolled_loop(ctx) if unroll and inside else loop
+        each = unrolled_loop(ctx) if unroll and (inside or unroll_border) else loop
 
         def row(ky):
             iy = window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])

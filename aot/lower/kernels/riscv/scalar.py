@@ -153,5 +153,5 @@ def window_rows(ctx, x, g, weights, bias, zp, finish) -> Stmt:
     return dsp.window_rows(ctx, x, g, weights, bias, zp, finish, words=WORDS, tile=CONV_TILE)
 
 
-depthwise = partial(dsp.depthwise, words=WORDS)
+depthwise = partial(dsp.depthwise, words=WORDS, unroll_border=True)
 fully_connected = partial(dsp.fully_connected, words=WORDS, tile=MATMUL_TILE)

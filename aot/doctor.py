@@ -45,15 +45,23 @@ _ARCH_PACKAGES = {
     "armv7": ("gcc-arm-linux-gnueabihf", "libc6-dev-armhf-cross"),
     "riscv64": ("gcc-riscv64-linux-gnu", "libc6-dev-riscv64-cross"),
     "thumb": ("gcc-arm-none-eabi", "libnewlib-arm-none-eabi"),
+    "riscv32": ("gcc-riscv64-unknown-elf", "picolibc-riscv64-unknown-elf"),
 }
 # What a static harness links from the C library, by Target.libc; newlib's
 # semihosting (rdimon) is what the Cortex-M boards' harness runs on.
 LIBC_FILES = {"glibc": ("crt1.o", "libc.a", "libm.a"),
-              "newlib": ("libc.a", "libm.a", "librdimon.a", "rdimon.specs", "rdimon-crt0.o")}
+              "newlib": ("libc.a", "libm.a", "librdimon.a", "rdimon.specs", "rdimon-crt0.o"),
+              # the RISC-V microcontroller boards' harness: picolibc's semihosting
+              "picolibc": ("libc.a", "libm.a", "libsemihost.a")}
 # What the link takes from the GCC installation: a static glibc link its
 # start and end files too.
 GCC_FILES = {"glibc": ("crtbeginT.o", "crtend.o", "libgcc.a", "libgcc_eh.a"),
-             "newlib": ("libgcc.a",)}
+             "newlib": ("libgcc.a",), "picolibc": ("libgcc.a",)}
+# picolibc's libraries lie where only its specs file (--specs=picolibc.specs,
+# in the target's flags) sends the link, with -L: -print-file-name does not
+# look there. -B names the same directory for the question (multilib
+# subdirectory included), by the bare-metal GCC's triple.
+PICOLIBC_DIR = "/usr/lib/picolibc/{triple}/lib/"
 # clang's runtimes for -fsanitize=address,undefined (aot.api.package's extra_cflags).
 SANITIZER_RUNTIMES = ("asan", "asan_static", "ubsan_standalone")
 # `aot verify`'s reference runtimes: (module, pip package, what needs it).
@@ -175,6 +183,8 @@ def _target_needs(target: Target, users: tuple[str, ...]) -> tuple[list[Check], 
               Check(ar, "tool", "compilers", tools.which(ar), users,
                     tools.debian_package(ar) or "")]
     flags = (*target.cflags, *target.ldflags)
+    if target.libc == "picolibc":
+        flags += (f"-B{PICOLIBC_DIR.format(triple=os.path.basename(target.cc)[:-len('-gcc')])}",)
     if "-fuse-ld=lld" in target.ldflags:
         checks.append(Check("ld.lld", "tool", "compilers", tools.which("ld.lld"), users, "lld"))
         files = []

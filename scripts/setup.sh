@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 DEB_PACKAGES=(clang lld llvm qemu-user qemu-user-static qemu-system-arm
   qemu-system-misc gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf
   gcc-riscv64-linux-gnu gcc-arm-none-eabi libnewlib-arm-none-eabi
+  gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf
   openssh-server openssh-client binutils-multiarch cpio
   # Only recommended by qemu-system-arm and clang, and so left out by
   # --no-install-recommends: the virtio NIC ROM qemu-rpi4 boots with

@@ -6,6 +6,7 @@ The board's [options] table names the emulator and the machine:
     [options]
     qemu = "qemu-system-arm"   # the system emulator
     machine = "mps2-an386"     # passed as -M
+    bios = "none"              # passed as -bios, when given (RISC-V virt: no OpenSBI)
     timeout_s = 300            # the whole run, boot to exit (default 300)
 
 The harness (bench/bench, an ELF linked with the board's start-up code and
@@ -38,7 +39,8 @@ from aot.errors import AotError
 from aot.targets import Board, option_number
 
 DEFAULT_TIMEOUT_S = 300
-# Exit codes of the start-up code (runtime_c/cortex_m/startup.c).
+# Exit codes of the start-up code (runtime_c/cortex_m/startup.c, runtime_c/riscv/startup.c).
+# A RISC-V trap (runtime_c/riscv/startup.c's handler) exits with 135 too.
 EXIT_CODES = {134: "aborted (aot_platform_abort)", 135: "a fault (HardFault, BusFault, ...)"}
 
 
@@ -55,7 +57,8 @@ def qemu_command(board: Board, args: Sequence[str], counting: Sequence[str] = ()
     # argument is written twice.
     semihosting = ",".join(["enable=on", "target=native",
                             *(f"arg={a.replace(',', ',,')}" for a in ("bench", *args))])
-    return [qemu, "-M", machine, "-nographic", "-monitor", "none", "-serial", "null",
+    bios = ["-bios", str(board.options["bios"])] if board.options.get("bios") else []
+    return [qemu, "-M", machine, *bios, "-nographic", "-monitor", "none", "-serial", "null",
             "-icount", "shift=0", "-semihosting-config", semihosting, *counting,
             "-kernel", "bench"]
 

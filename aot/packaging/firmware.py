@@ -14,7 +14,8 @@ flags themselves, split by what a firmware may do with them:
 - `optimize`: code generation that stays inside the package (-O2,
   -ffp-contract=fast, -ffunction-sections, ...): always the package's own.
 - `driver`: clang's choice of target and of its GCC installation and C
-  library (--target, --sysroot, --gcc-toolchain, -B, -L). A firmware
+  library (--target, --sysroot, --gcc-toolchain, -B, -L; GCC's --specs
+  naming its C library, picolibc). A firmware
   toolchain chooses its target itself (a CMake toolchain file, a cross gcc):
   only the Makefile's default compiler (the target's own, clang) gets them.
 """
@@ -25,7 +26,7 @@ from typing import Any
 
 from aot.targets import Target
 
-_DRIVER_PREFIXES = ("--target", "-target", "--gcc-toolchain", "--sysroot", "-B", "-L",
+_DRIVER_PREFIXES = ("--target", "-target", "--gcc-toolchain", "--sysroot", "-B", "-L", "--specs",
                     "-Wno-unused-command-line-argument")
 
 

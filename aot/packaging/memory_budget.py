@@ -112,4 +112,9 @@ def check_static_data(board: Board, data: StaticData, io_in_arena: bool = False,
         raise BudgetError(
             f"{what} ({data.parts(*kinds)}: {ram} bytes) do not fit the RAM of board "
             f"'{board.name}' ({board.ram_bytes} bytes); "
-            f"{_remedies(data, io_in_arena, bool(board.regions) and bool(board.firmware))}")
+            f"{_remedies(data, io_in_arena, _banks(board) > 1 and bool(board.firmware))}")
+
+
+def _banks(board: Board) -> int:
+    """The banks of RAM an arena may take (--pools spreads it over them)."""
+    return sum(1 for r in board.regions if r.arena)

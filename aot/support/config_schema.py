@@ -84,7 +84,7 @@ VM_OPTIONS = {
 OPTIONS = {
     "local": {"cpu_flags": STRS},
     "qemu-user": {"qemu": STR, "cpu": STR},
-    "qemu-system": {"qemu": STR, "machine": STR, "timeout_s": NUMBER},
+    "qemu-system": {"qemu": STR, "machine": STR, "bios": STR, "timeout_s": NUMBER},
     "ssh": {**SSH_OPTIONS, **VM_OPTIONS},
 }
 

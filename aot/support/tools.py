@@ -28,15 +28,18 @@ FIX = "run `make setup` (`aot doctor` lists what is missing)"
 # (or bring through their dependencies): named in missing-tool messages.
 _PACKAGES = {
     "clang": "clang", "ld.lld": "lld", "ar": "binutils-multiarch",
-    "arm-none-eabi-gcc": "gcc-arm-none-eabi",
+    "arm-none-eabi-gcc": "gcc-arm-none-eabi", "riscv64-unknown-elf-gcc": "gcc-riscv64-unknown-elf",
     "qemu-aarch64": "qemu-user", "qemu-arm": "qemu-user", "qemu-riscv64": "qemu-user",
     "qemu-system-arm": "qemu-system-arm", "qemu-system-aarch64": "qemu-system-arm",
+    "qemu-system-riscv32": "qemu-system-misc",
     "efi-virtio.rom": "ipxe-qemu", "gcc": "gcc", "sshd": "openssh-server",
     "ssh-keygen": "openssh-client",
 }
 _PACKAGE_PREFIXES = (("libclang_rt.", "libclang-rt-14-dev"),
                      ("librdimon", "libnewlib-arm-none-eabi"),
-                     ("rdimon", "libnewlib-arm-none-eabi"))
+                     ("rdimon", "libnewlib-arm-none-eabi"),
+                     ("libsemihost", "picolibc-riscv64-unknown-elf"),
+                     ("picolibc", "picolibc-riscv64-unknown-elf"))
 
 
 def debian_package(name: str) -> str | None:

@@ -96,7 +96,8 @@ def owners(paths: list[str]) -> dict[str, str]:
 @needs_dpkg
 def test_every_file_aot_loads_comes_from_what_setup_installs():
     packages = setup_packages()
-    assert {"clang", "ipxe-qemu", "libclang-rt-14-dev", "libnewlib-arm-none-eabi"} <= set(packages)
+    assert {"clang", "ipxe-qemu", "libclang-rt-14-dev", "libnewlib-arm-none-eabi",
+            "gcc-riscv64-unknown-elf", "picolibc-riscv64-unknown-elf"} <= set(packages)
     graph = depends_graph(packages)
     everything = set(graph)
     assert set(packages) <= everything
@@ -111,6 +112,13 @@ def test_every_file_aot_loads_comes_from_what_setup_installs():
     for triple in ("aarch64-linux-gnu", "arm-linux-gnueabihf", "riscv64-linux-gnu"):
         assert any(c.name == "libc.a" and c.path == f"/usr/{triple}/lib/libc.a" for c in system)
     assert any("thumb/v7e-m+fp/hard/librdimon.a" in c.path for c in system)
+    # The RISC-V microcontroller boards link picolibc's rv32 multilibs (rv32imc
+    # takes rv32im's); beside them, the Linux targets still link their own
+    # installations (the libc.a paths above): the bare-metal GCC changes nothing.
+    assert any(c.path.endswith("picolibc/riscv64-unknown-elf/lib/rv32im/ilp32/libsemihost.a")
+               for c in system)
+    assert any(c.path.endswith("rv32imac/ilp32/libc.a") for c in system)
+    assert any(c.name == "qemu-system-riscv32" for c in system)
     owner = owners([c.path for c in system])
     for c in system:
         assert c.path in owner, f"{c.name}: dpkg knows no package with {c.path}"

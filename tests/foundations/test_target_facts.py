@@ -31,6 +31,9 @@ FACTS = {
     "generic-c99-clang": ("", 0, True, "", set(), {"neon", "sse2", "dsp"}),
     "rv64gcv": ("riscv64", 32, True, "lp64d", {"m", "a", "f", "d", "c", "v"}, {"zvl256b"}),
     "rv64gcv-zvl256b": ("riscv64", 32, True, "lp64d", {"v", "zvl256b"}, {"neon"}),
+    # bare-metal RV32: soft float (ilp32), no vectors, no atomics on rv32imc
+    "rv32imc": ("riscv32", 0, True, "ilp32", {"m", "c"}, {"a", "f", "d", "v"}),
+    "rv32imac": ("riscv32", 0, True, "ilp32", {"m", "a", "c"}, {"f", "d", "v"}),
 }
 
 

@@ -27,6 +27,7 @@ from aot.lower.schedule.strategy import (PAIRS, Accumulator, conv_algorithm, int
                                          int8_rows, mlal_depthwise, window_row_accumulator)
 from aot.lower.kernels.conv_walk import Walk, float_axes
 from aot.lower.kernels.cortex_m import dsp, mve
+from aot.lower.kernels.riscv import scalar as rv32
 from aot.lower.kernels.tiles import UNROLL_CHANNEL_TILES, tile_widths
 from aot.lower.kernels.windows import ConvGeom, SpatialOp, axis_runs
 from aot.ops import nn as ref
@@ -163,7 +164,8 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     multiplier 1, or four or more output channels per group), else the
     scalar loops; the vector sites are consulted only for vector tiles, in
     the order the kernel always asked them."""
-    kernel = cortex_m_conv(target, g, weights) if in_memory else None
+    kernel = (cortex_m_conv(target, g, weights) or rv32_conv(target, g, weights)) \
+        if in_memory else None
     if kernel is not None:
         return Int8ConvSchedule(kernel)
     if target.lanes(32) == 1 or not ((g.depth == 1 and g.per_group == 1) or g.per_group >= 4):
@@ -240,6 +242,20 @@ def cortex_m_conv(target: Target, g: ConvGeom, weights: np.ndarray) -> str | Non
     return None
 
 
+def rv32_conv(target: Target, g: ConvGeom, weights: np.ndarray) -> str | None:
+    """The scalar RISC-V kernel (its name in aot/lower/kernels/riscv/'s CONV)
+    of a convolution whose input is in memory, or None where none fits."""
+    if rv32.fits_pointwise(target, g, weights):
+        return "rv32_pointwise"
+    if rv32.fits_depthwise(target, g, weights):
+        return "rv32_depthwise"
+    if rv32.fits_rows(target, g, weights):
+        return "rv32_rows"
+    if rv32.fits_dense(target, g, weights):
+        return "rv32_dense"
+    return None
+
+
 def int8_fc_schedule(target: Target, w: np.ndarray, in_memory: bool) -> Int8ConvSchedule:
     """The default policy of an int8 fully connected layer (weights w
     [units, depth], the weight zero point subtracted; `in_memory`: its
@@ -247,7 +263,8 @@ def int8_fc_schedule(target: Target, w: np.ndarray, in_memory: bool) -> Int8Conv
     (pairs where no 4+-lane tile or no weight suits the quads) where the
     target has vectors and there are 4 units or more, else the Cortex-M
     matrix product in Helium's vectors (depths of 16k) or the DSP
-    extension's words, else the scalar loop."""
+    extension's words, or the scalar RISC-V cores' register tiles, else the
+    scalar loop."""
     if target.lanes(32) > 1 and len(w) >= 4:
         t = tile(target, "int32")
         kind = int8_accumulator(target)
@@ -259,4 +276,6 @@ def int8_fc_schedule(target: Target, w: np.ndarray, in_memory: bool) -> Int8Conv
         return Int8ConvSchedule("mve_fc")
     if in_memory and dsp.fits_fc(target, w):
         return Int8ConvSchedule("dsp_fc")
+    if in_memory and rv32.fits_fc(target, w):
+        return Int8ConvSchedule("rv32_fc")
     return Int8ConvSchedule("scalar")

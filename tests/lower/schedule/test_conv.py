@@ -90,6 +90,10 @@ def pointwise_geom(depth: int) -> ConvGeom:
     # the DSP extension: SMLAD tiles, a first layer's window rows as words
     ("mps2-an386", ("dsp_pointwise", "dsp_dense", "dsp_rows", "dsp_depthwise",
                     "dsp_depthwise")),
+    # rv32imc: register tiles of plain loads; the first layer's 3 channels
+    # by window rows, depthwise 4 channels at a time
+    ("qemu-rv32", ("rv32_pointwise", "rv32_dense", "rv32_rows", "rv32_depthwise",
+                   "rv32_depthwise")),
     ("host", ("vector",) * 5),
 ])
 def test_int8_conv_algorithm_per_target(board, algorithms):
@@ -101,6 +105,26 @@ def test_int8_conv_algorithm_per_target(board, algorithms):
     # a Cortex-M kernel is the schedule's answer only: no vector field is set
     assert all(int8_conv_schedule(target, g, weights(g), in_memory=True).tile is None
                for g in gs if board != "host")
+
+
+def test_every_rv32_name_the_policy_gives_is_a_kernel_and_arm_keeps_its_own():
+    from aot.lower.kernels import riscv
+    rv = get_board("qemu-rv32").target
+    gs = (pointwise_geom(16), geom(16), geom(3), geom(1, groups=32, per_group=1))
+    assert {int8_conv_schedule(rv, g, weights(g), in_memory=True).algorithm
+            for g in gs} == set(riscv.CONV)
+    # a first layer whose window rows are shorter than a word: taps one by one
+    narrow = dataclasses.replace(geom(1), kw=3)
+    assert int8_conv_schedule(rv, narrow, weights(narrow), in_memory=True).algorithm \
+        == "rv32_dense"
+    assert int8_fc_schedule(rv, np.ones((8, 16), np.int64), True).algorithm in riscv.FC
+    # weights outside int8, or an input read through its loads: the plain loops
+    g = geom(16)
+    assert int8_conv_schedule(rv, g, weights(g, 200), in_memory=True).algorithm == "scalar"
+    assert int8_conv_schedule(rv, g, weights(g)).algorithm == "scalar"
+    # a depth of 1, 2 or 4k: words of 1, 2 or 4 values (none spans two taps)
+    from aot.lower.kernels.riscv.scalar import conv_lanes
+    assert [conv_lanes(d) for d in (1, 3, 2, 6, 4, 64)] == [1, 1, 2, 2, 4, 4]
 
 
 def test_int8_conv_falls_back_to_the_scalar_loops():
@@ -131,6 +155,8 @@ def test_every_cortex_m_name_the_policy_gives_is_a_kernel():
     ("mps2-an386", 32, True, "dsp_fc"),
     ("mps2-an386", 32, False, "scalar"),    # an input not in memory
     ("mps2-an386", 3, True, "scalar"),      # less than a word deep
+    ("qemu-rv32-imac", 32, True, "rv32_fc"),
+    ("qemu-rv32-imac", 32, False, "scalar"),
     ("host", 32, False, "vector"),
 ])
 def test_int8_fc_algorithm_per_target(board, depth, in_memory, algorithm):

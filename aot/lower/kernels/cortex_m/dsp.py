@@ -82,9 +82,13 @@ def fits_int8(w: np.ndarray) -> bool:
 def fits_pointwise(target: Target, g, weights: np.ndarray) -> bool:
     """A 1x1 convolution the pixel-row product computes: one group, stride 1,
     no padding, weights that are int8."""
-    return (dsp_target(target) and g.groups == 1 and g.kh == g.kw == 1
-            and tuple(g.strides) == (1, 1) and (g.oh, g.ow) == (g.h, g.w)
-            and g.pad_top == g.pad_left == 0 and g.depth >= 4 and fits_int8(weights))
+    return dsp_target(target) and pointwise_shape(g) and fits_int8(weights)
+
+
+def pointwise_shape(g) -> bool:
+    """A 1x1 convolution of one group, stride 1, no padding, a word deep or more."""
+    return (g.groups == 1 and g.kh == g.kw == 1 and tuple(g.strides) == (1, 1)
+            and (g.oh, g.ow) == (g.h, g.w) and g.pad_top == g.pad_left == 0 and g.depth >= 4)
 
 
 def fits_fc(target: Target, w: np.ndarray) -> bool:
@@ -290,7 +294,8 @@ def mostly_inside(g) -> bool:
 
 
 def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
-                finish: Callable[[tuple, Expr], Stmt]) -> Stmt:
+                finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None,
+                tile: tuple[int, int] = CONV_TILE) -> Stmt:
     """A convolution (fits_rows) over few input channels (a network's first
     layer): each window row is kw * D contiguous bytes of input against as
     many of weights, a dot product in words. Pixels whose windows lie in
@@ -299,17 +304,20 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
     them, term by term with a zero point for each term outside the image;
     otherwise (kws's first layer: 41% inside) each image is first copied
     into a scratch buffer padded with zero points, inside which every
-    window lies (the arena plans it: 754 bytes on kws)."""
+    window lies (the arena plans it: 754 bytes on kws). The rows are read
+    in `words` (default PAIRS: SMLAD's), tile[1] output channels at a time."""
+    words = words or PAIRS
+    lanes = words.lanes
     span = g.kw * g.depth                    # a window row's terms
     w = weights.reshape(g.cout, g.kh, span)
-    nk = CONV_TILE[1]
-    wbuf = ctx.param("weights", np.concatenate([interleave(w[:, ky], nk)
+    nk = tile[1]
+    wbuf = ctx.param("weights", np.concatenate([interleave(w[:, ky], nk, lanes)
                                                 for ky in range(g.kh)]).astype(np.int8))
     start = table(ctx, "bias", folded_bias(bias, zp, weights.reshape(g.cout, -1)))
-    whole = span - span % 4
+    whole = span - span % lanes
 
     def w_at(ky: Expr, c0: Expr, width: int, k: int, d) -> Expr:
-        return add(mul(ky, Const(g.cout * span)), _at(c0, width, k, d, span))
+        return add(mul(ky, Const(g.cout * span)), _at(c0, width, k, d, span, lanes))
 
     def image(src: Buffer, shape: tuple, padded: bool, gi, prologue=None) -> Stmt:
         """The output, each image n from src (shape): image n, or with
@@ -328,12 +336,12 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
 
                 def word(d) -> Stmt:
                     body: list[Stmt] = []
-                    xs = [_halves(ctx, body, "x", Load(src, add(f, d), 4)) for f in firsts]
-                    ws = [_halves(ctx, body, "w", Load(wbuf, w_at(ky, c0, width, k, d), 4))
+                    xs = [words.read(ctx, body, "x", Load(src, add(f, d), lanes)) for f in firsts]
+                    ws = [words.read(ctx, body, "w", Load(wbuf, w_at(ky, c0, width, k, d), lanes))
                           for k in range(width)]
-                    _dot_words(body, xs, ws, accs)
+                    words.dot(body, xs, ws, accs)
                     return seq(*body)
-                return seq(loop(ctx, "d", whole // 4, word, step=4),
+                return seq(loop(ctx, "d", whole // lanes, word, step=lanes),
                            *_tail(range(whole, span), accs,
                                   lambda i, d: Load(src, add(firsts[i], Const(d))),
                                   lambda k, d: Load(wbuf, w_at(ky, c0, width, k, d))))
@@ -441,7 +449,8 @@ def fits_depthwise(target: Target, g, weights: np.ndarray) -> bool:
 
 
 def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
-              finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None) -> Stmt:
+              finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None,
+              unroll_border: bool = False) -> Stmt:
     """A depthwise convolution (fits_depthwise): per output pixel, 4
     channels at a time in registers over the taps (given wider `words`
     with a depthwise group, Helium's, first words.lanes at a time: its
@@ -457,13 +466,14 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
 
     # In the interior a small window's taps are unrolled (immediate load
     # offsets, no loop counters: a kws 3x3 depthwise layer 511 k -> 484 k
-    # instructions); the border's copies keep their loops, for code size.
+    # instructions); the border's copies keep their loops, for code size,
+    # unless `unroll_border` (rv32's plain loads: 541 k -> 460 k).
     unroll = g.kh * g.kw <= UNROLL_TAPS
 
     def taps(n, oy, ox, tests, tap: Callable[[Expr, Expr, Expr, Expr | None], Stmt]) -> Stmt:
         """tap(ky, kx, input offset, in-image test or None) over the window."""
         inside = not any(tests[0]) and not any(tests[1])
-        each = unrolled_loop(ctx) if unroll and inside else loop
+        each = unrolled_loop(ctx) if unroll and (inside or unroll_border) else loop
 
         def row(ky):
             iy = window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])

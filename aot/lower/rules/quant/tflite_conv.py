@@ -26,12 +26,16 @@ from aot.lower.arith.loops import nest
 from aot.lower.arith.quant import (bias_values, const_input, round_half_away_to_int, scale_zp,
                                    table, vec_table, vector_lanes)
 from aot.lower.arith.requant import TfliteRequant, TfliteRequant32, TfliteVecRequant
-from aot.lower.kernels.cortex_m import CONV, dsp as int8_dsp
+from aot.lower.kernels import cortex_m, riscv
+from aot.lower.kernels.cortex_m import dsp as int8_dsp
 from aot.lower.kernels.int8_conv import conv_nest, vector_conv_nest
 from aot.lower.kernels.windows import ConvGeom, conv_geom
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule.conv import int8_conv_schedule
 from aot.ops.quant import tflite_int8 as ref
+
+# The named kernels of every target family (the schedule names one).
+CONV = {**cortex_m.CONV, **riscv.CONV}
 
 
 def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stmt:

@@ -20,7 +20,8 @@ from aot.isa.dots import pair_dot
 from aot.isa.neon import paired_quad_dot, pairwise_add
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Cast, Const, Decl, DType, Expr, Load,
                         Stmt, Store, add, dt, flat_index, mul, seq)
-from aot.lower.kernels.cortex_m import FC, dsp as int8_dsp
+from aot.lower.kernels import cortex_m, riscv
+from aot.lower.kernels.cortex_m import dsp as int8_dsp
 from aot.lower.arith import qmath as q
 from aot.lower.arith.loops import loop, offsets, rows, splat
 from aot.lower.kernels.dense import product
@@ -54,6 +55,9 @@ def row_reader(x: TensorRef, out_shape, depth: int) -> Callable[[tuple], Callabl
             return lambda d: Load(x.buffer, offset(d))
         return lambda d: x.load(unravel(offset(d), x_shape))
     return at
+
+# The named kernels of every target family (the schedule names one).
+FC = {**cortex_m.FC, **riscv.FC}
 
 
 def row_loops(ctx: LowerCtx, x: TensorRef, out_shape, depth: int,

@@ -163,7 +163,7 @@ REPORTS = {
     "a string as a time": (WRITE_OUT + """echo '{"times_ns": ["5"]}'\n""",
                            "times_ns holds a string"),
     "invalid UTF-8": (WRITE_OUT + r"""printf '{"times_ns": [5]\377}\n'""" + "\n",
-                      "no JSON report"),
+                      "the harness's report: not JSON at column 17"),
     "no output file": ("""echo '{"times_ns": [5]}'\n""", "wrote no out0.bin"),
     "a short output file": ('head -c 3 /dev/zero > "$4"\n' + """echo '{"times_ns": [5]}'\n""",
                             "wrote 3 bytes, expected 4"),

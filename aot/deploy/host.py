@@ -340,15 +340,66 @@ def run_local(pkg: Path, inputs: Sequence[np.ndarray], warmup: int, runs: int,
     meta, inputs, exe = prepare_run(pkg, inputs)
     with tempfile.TemporaryDirectory(prefix="aot-run-") as tmp:
         args, out_paths = harness_args(meta, Path(tmp), inputs, warmup, runs)
+        limit = report_limit(meta, runs)
         try:
-            # errors="replace": a report that is not UTF-8 is refused by
-            # parse_report with the rest, not by the decoder mid-run
-            r = subprocess.run([*emulator, str(exe.resolve()), *args], capture_output=True,
-                               text=True, errors="replace", timeout=TIMEOUT_S)
+            code, out, err = run_bounded([*emulator, str(exe.resolve()), *args], limit,
+                                         TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise AotError(f"the harness timed out{where} after {TIMEOUT_S} s") from None
         except OSError as e:
             raise AotError(f"cannot run {emulator[0] if emulator else exe}: {e.strerror}") from None
-        if r.returncode != 0:
-            raise AotError(failure(r.returncode, r.stderr, where))
-        return parse_report(r.stdout, meta, read_outputs(meta, out_paths, where), runs)
+        # decoded with "replace": a report that is not UTF-8 is refused by
+        # parse_report with the rest
+        if code != 0:
+            raise AotError(failure(code, err.decode("utf-8", "replace"), where))
+        if out is None:
+            raise AotError(f"the harness printed more than the {limit} bytes the report of "
+                           f"{runs} runs takes{where}")
+        return parse_report(out.decode("utf-8", "replace"), meta,
+                            read_outputs(meta, out_paths, where), runs)
+
+
+# What run_bounded keeps of stderr: its end, where the reason of a failure is.
+STDERR_TAIL = 64 << 10
+
+
+def run_bounded(cmd: Sequence[str], max_stdout: int, timeout: float
+                ) -> tuple[int, bytes | None, bytes]:
+    """(exit code, stdout or None when it exceeded max_stdout bytes, the
+    last STDERR_TAIL bytes of stderr) of a command given no stdin: a
+    harness printing without end costs this process no more than the
+    bounds. subprocess.TimeoutExpired after `timeout` s, the command killed."""
+    import threading
+
+    proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    kept = {"out": bytearray(), "err": bytearray()}
+    over = threading.Event()
+
+    def drain(pipe, key: str) -> None:
+        buf = kept[key]
+        while chunk := pipe.read1(1 << 16):
+            if key == "err":
+                buf += chunk
+                del buf[:-STDERR_TAIL]
+            elif not over.is_set():
+                buf += chunk
+                if len(buf) > max_stdout:
+                    over.set()
+                    buf.clear()
+        pipe.close()
+
+    threads = [threading.Thread(target=drain, args=(proc.stdout, "out"), daemon=True),
+               threading.Thread(target=drain, args=(proc.stderr, "err"), daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        for t in threads:
+            t.join(5)
+    return proc.returncode, None if over.is_set() else bytes(kept["out"]), bytes(kept["err"])

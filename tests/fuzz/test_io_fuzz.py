@@ -164,6 +164,8 @@ REPORTS = {
                            "times_ns holds a string"),
     "invalid UTF-8": (WRITE_OUT + r"""printf '{"times_ns": [5]\377}\n'""" + "\n",
                       "the harness's report: not JSON at column 17"),
+    "a report of 50 MB": (WRITE_OUT + "yes 1234567890 | head -c 50000000\n",
+                          r"printed more than the \d+ bytes the report of 1 runs takes"),
     "no output file": ("""echo '{"times_ns": [5]}'\n""", "wrote no out0.bin"),
     "a short output file": ('head -c 3 /dev/zero > "$4"\n' + """echo '{"times_ns": [5]}'\n""",
                             "wrote 3 bytes, expected 4"),

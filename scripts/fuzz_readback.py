@@ -46,7 +46,8 @@ def summarize(results: list[dict], seconds: float) -> str:
                      f"{other:>6} {codes[None]:>5} {sum(1 for r in mine if r['failure']):>7} "
                      f"{slow:>10.1f}")
     commands = collections.Counter((r["kind"], r["command"]) for r in results)
-    lines += ["", "commands: " + ", ".join(f"{k}/{c} {n}" for (k, c), n in sorted(commands.items()))]
+    lines += ["", "commands: " + ", ".join(f"{k}/{c} {n}"
+                                          for (k, c), n in sorted(commands.items()))]
     for r in failed[:20]:
         lines.append(f"FAIL {r['kind']}:{r['seed']} {r['failure']} ({r['detail'][:80]})")
     return "\n".join(lines)

@@ -57,9 +57,9 @@ class Record:
 
 
 # A record is a line of a few hundred bytes; a log of a whole model's search
-# a few MB. Nesting: {"config": {site: {knob: n}}}.
+# a few MB (200,000 records fit 64 MiB). Nesting: {"config": {site: {knob: n}}}.
 MAX_LINE_BYTES = 64 << 10
-MAX_LOG_BYTES = 256 << 20
+MAX_LOG_BYTES = 64 << 20
 RECORD_DEPTH = 3
 
 RECORD = obj({"workload": NAME, "target": NAME, "config": obj({}), "ms": TIME, "board": NAME,

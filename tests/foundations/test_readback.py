@@ -248,6 +248,20 @@ def test_hostile_tuning_records_name_their_line(tmp_path, line, message):
     assert len(str(e.value)) < 400
 
 
+def test_a_tuning_log_too_large_is_not_read_whole(tmp_path, monkeypatch):
+    from aot.tune import records
+
+    monkeypatch.setattr(records, "MAX_LOG_BYTES", 1000)
+    log = tmp_path / "t.jsonl"
+    log.write_text((json.dumps(RECORD) + "\n") * 20)
+    with pytest.raises(AotError, match=r"t.jsonl: larger than 1000 bytes"):
+        records.read(log)
+    log.write_bytes(json.dumps(RECORD).encode() + b"\n\xff\n")
+    monkeypatch.setattr(records, "MAX_LOG_BYTES", 1 << 20)
+    with pytest.raises(AotError, match="line 2: byte 0 is not UTF-8"):
+        records.read(log)
+
+
 @pytest.mark.parametrize("line", [nested(100_000), "[" + "9" * 5000 + "]"])
 def test_package_refuses_hostile_tuning_records_with_exit_2(tmp_path, capsys, line):
     from aot.cli import main

@@ -97,7 +97,11 @@ def _bound(value: Any, path: tuple) -> None:
             value, path)
 
 
-SOURCE = obj({"file": STR, "sha256": STR, "input_shapes": obj({}),
+# source.file: the model's file name, looked for beside the package (never a path).
+FILE_NAME = of((str,), "a file name of at most 255 bytes",
+               lambda s: "/" not in s and "\0" not in s and s not in (".", "..")
+               and len(s.encode("utf-8", "surrogatepass")) <= 255)
+SOURCE = obj({"file": FILE_NAME, "sha256": STR, "input_shapes": obj({}),
               "bind": obj({}, then=lambda d, p: [_bound(v, (*p, k)) for k, v in d.items()])})
 
 def _unique(meta: dict, path: tuple) -> None:

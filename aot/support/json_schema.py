@@ -48,7 +48,11 @@ def of(types: tuple[type, ...], kind: str, test: Callable[[Any], bool] | None = 
 
 STR = of((str,), "a string")
 NAME = of((str,), "a non-empty string", lambda s: s != "")
-C_NAME = of((str,), "a C identifier", lambda s: s.isascii() and s.isidentifier())
+# C99's significant characters of an identifier; aot's own are at most 48
+# and a suffix (aot/codegen/names.py). A C name names files too (lib<name>.a).
+MAX_C_NAME = 63
+C_NAME = of((str,), f"a C identifier of at most {MAX_C_NAME} characters",
+            lambda s: s.isascii() and s.isidentifier() and len(s) <= MAX_C_NAME)
 BOOL = of((bool,), "a boolean")
 INT = of((int,), "an integer")
 SIZE = of((int,), "an integer >= 0", lambda n: n >= 0)

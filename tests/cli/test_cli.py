@@ -253,8 +253,8 @@ def test_run_refuses_an_edited_c_name_that_is_not_an_identifier(kws_run, tmp_pat
     assert main(["run", str(pkg), "--board", "host", "--input",
                  str(KWS.with_suffix(".input.npy")), "--out", str(out), "--json"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"aot: error: {pkg / 'metadata.json'}: outputs[0].c_name must be a C identifier, "
-        "got '../../escaped'"]
+        f"aot: error: {pkg / 'metadata.json'}: outputs[0].c_name must be a C identifier of "
+        "at most 63 characters, got '../../escaped'"]
     assert sorted(os.listdir(tmp_path / "deep" / "er")) == ["pkg"]
     assert os.listdir(tmp_path) == ["deep"] and os.listdir(tmp_path / "deep") == ["er"]
 

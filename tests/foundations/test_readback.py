@@ -84,9 +84,14 @@ HOSTILE_METADATA = {
     "format 2": (edited(lambda m: m.update(package_format=2)),
                  "package format 2 is newer than this aot reads (1)"),
     "a path for a C name": (edited(lambda m: m["outputs"][0].update(c_name="../../escaped")),
-                            "outputs[0].c_name must be a C identifier, got '../../escaped'"),
+                            "outputs[0].c_name must be a C identifier of at most 63 characters, "
+                            "got '../../escaped'"),
     "a path for the package name": (edited(lambda m: m.update(name="../lib")),
                                     "name must be a C identifier"),
+    "a package name of 1000 characters": (edited(lambda m: m.update(name="x" * 1000)),
+                                          "name must be a C identifier of at most 63"),
+    "a C name of 1000 characters": (edited(lambda m: m["outputs"][0].update(c_name="y" * 1000)),
+                                    "outputs[0].c_name must be a C identifier of at most 63"),
     "two outputs named alike": (edited(lambda m: m["outputs"].append(dict(m["outputs"][0]))),
                                 "outputs[1].name repeats outputs[0]'s 'y'"),
     "two inputs of one C name": (edited(lambda m: m["inputs"].append(
@@ -115,6 +120,10 @@ HOSTILE_METADATA = {
     "a bound input of 2^40": (edited(lambda m: m["source"].update(
         bind={"x": {"dtype": "int8", "shape": [1 << 20, 1 << 20], "values": [1]}})),
         "source.bind.x.shape: shape [1048576, 1048576] exceeds"),
+    "a model file name of 1000 characters": (edited(lambda m: m["source"].update(
+        file="f" * 1000)), "source.file must be a file name of at most 255 bytes"),
+    "a model file path": (edited(lambda m: m["source"].update(file="../../etc/passwd")),
+                          "source.file must be a file name"),
     "codegen unknown": (edited(lambda m: m.update(codegen="asm")),
                         "codegen must be one of c, llvm, got 'asm'"),
 }
@@ -151,7 +160,8 @@ def test_the_written_fields_pass():
 @pytest.mark.parametrize("command", [["run", "--input", "x.npy"], ["verify"], ["inspect"],
                                      ["bench"]])
 @pytest.mark.parametrize("case", ["nested 100k deep", "no outputs", "an object dtype",
-                                  "a shape of 2^40", "inputs as a string", 'format "1"'])
+                                  "a shape of 2^40", "inputs as a string", 'format "1"',
+                                  "a package name of 1000 characters"])
 def test_commands_refuse_hostile_metadata_with_exit_2(tmp_path, capsys, monkeypatch, command,
                                                       case):
     from aot.cli import main

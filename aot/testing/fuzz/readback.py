@@ -8,7 +8,8 @@ RLIMIT_AS and a time limit, and judges it:
 
 - the exit code is 0, 1 or 2 (3 is an internal error, anything else a
   crash); an exit 2 is one line `aot: error: ...`;
-- it ends within the time limit and the memory limit;
+- it ends within the time limit and the memory limit (a MemoryError,
+  which aot reports as `out of memory`, is a failure);
 - nothing is written outside the case's output directory: the package
   and the files beside it are as they were.
 
@@ -194,6 +195,8 @@ def judge(code: int | None, stderr: str, before: dict, after: dict) -> str:
         lines = stderr.strip().splitlines()
         if len(lines) != 1 or not lines[0].startswith("aot: error: "):
             return f"exit 2 without one error line: {stderr[:200]!r}"
+        if lines[0].startswith("aot: error: out of memory"):
+            return f"over the memory limit: {lines[0][:200]}"
     if before != after:
         changed = sorted(set(before) ^ set(after) | {k for k in before if
                                                      before[k] != after.get(k)})

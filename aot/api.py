@@ -139,7 +139,7 @@ def run(model_or_package: str | Path | ModelBytes | Graph,
     as TFLite does, and a QuantizedInput warning says so."""
     from aot.deploy import check_runs_on, run_package
     from aot.deploy.host import warn_notes
-    from aot.packaging.build import read_metadata
+    from aot.packaging.metadata import read_metadata
 
     brd = get_board(board)
     with contextlib.ExitStack() as stack:
@@ -175,7 +175,7 @@ def bench(model_or_package: str | Path | ModelBytes | Graph, board: str | Board 
     Perfetto trace (aot/check/trace.py)."""
     from aot.check.timing import (bench_package, check_counts, check_plot_path, package_inputs,
                                   plot_profile, profile_stats, stats_of)
-    from aot.packaging.build import read_metadata
+    from aot.packaging.metadata import read_metadata
     from aot.check.trace import check_trace_path, write_trace
 
     brd = get_board(board)
@@ -265,7 +265,8 @@ def verify(model: str | Path | ModelBytes, board: str | Board | None = None, cod
     import aot
     from aot.deploy import check_runs_on
     from aot.frontend.shapes import LoadOptions, options_json
-    from aot.packaging.build import model_source, read_metadata
+    from aot.packaging.build import model_source
+    from aot.packaging.metadata import read_metadata
     from aot.check.validate import (Tolerance, check_package_io, dequantized_steps, float_samples,
                                     package_model, quantize_samples)
     from aot.check import streaming

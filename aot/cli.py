@@ -162,7 +162,7 @@ def _board_name(args: argparse.Namespace) -> str:
         return args.board
     model = getattr(args, "model", None)
     if model and Path(model).is_dir():
-        from aot.packaging.build import read_metadata
+        from aot.packaging.metadata import read_metadata
 
         board = read_metadata(Path(model)).get("board")
         if board:
@@ -275,7 +275,7 @@ def _run_once(args: argparse.Namespace, board) -> int:
     import contextlib
 
     from aot.api import package_dir
-    from aot.packaging.build import read_metadata
+    from aot.packaging.metadata import read_metadata
 
     with contextlib.ExitStack() as stack:
         pkg = package_dir(args.model, board, args.codegen, stack, threads=args.threads,
@@ -425,7 +425,7 @@ def _print_verify(out: dict[str, Any]) -> None:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from aot.packaging.footprint import library_footprint, memory_summary
-    from aot.packaging.build import read_metadata
+    from aot.packaging.metadata import read_metadata
 
     pkg = Path(args.package)
     meta = read_metadata(pkg)

@@ -852,7 +852,7 @@ def run_counted(cases: list[Case], built_for, runner, cpu: str, codegens: list[s
     from aot.deploy.arm64_python import build_sysroot, count_xnnpack
     from aot.deploy.qemu_user import package_cpu
     from aot.check.reference import compare, reference_outputs
-    from aot.packaging.build import read_metadata
+    from aot.packaging.metadata import read_metadata
 
     root = build_sysroot()
     rows = []

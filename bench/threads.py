@@ -132,7 +132,7 @@ def measure(name: str, threads: int, codegen: str, rounds: int, batch: int, warm
             workdir: Path, log) -> dict:
     from aot.api import package
     from aot.deploy import run_package
-    from aot.packaging.build import read_metadata
+    from aot.packaging.metadata import read_metadata
     from aot.targets import get_board
 
     board = get_board("host")

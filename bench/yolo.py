@@ -86,7 +86,7 @@ def profile_by_kind(pkg: Path, board, inputs, runs: int = 30) -> list[tuple[str,
     the kind is the kernel's name without its step number (conv_swish_3 ->
     conv_swish)."""
     from aot.check.timing import bench_package, profile_stats
-    from aot.packaging.build import read_metadata
+    from aot.packaging.metadata import read_metadata
 
     result = bench_package(pkg, board, inputs, WARMUP, runs)
     kinds: dict[str, list[float]] = collections.defaultdict(list)

@@ -76,7 +76,7 @@ def bench_package(pkg: Path, board, inputs: Sequence[np.ndarray], warmup: int,
     """The harness's RunResult for `repeat` timed runs after `warmup` on the
     board (times_ns per run; profile_ns for a --profile package)."""
     from aot.deploy import check_runs_on, run_package
-    from aot.packaging.build import read_metadata
+    from aot.packaging.metadata import read_metadata
 
     check_counts(warmup, repeat)
     check_runs_on(pkg, read_metadata(pkg), board)

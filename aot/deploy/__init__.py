@@ -64,7 +64,7 @@ def run_package(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: i
     except KeyError:
         raise AotError(f"board '{board.name}': transport '{board.transport}' is not supported "
                        "yet") from None
-    from aot.packaging.build import read_metadata
+    from aot.packaging.metadata import read_metadata
 
     inputs, notes = quantize_floats(read_metadata(pkg), inputs)
     result = transport(Path(pkg), board, inputs, warmup, runs)

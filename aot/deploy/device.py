@@ -251,7 +251,7 @@ class Device:
     # ------------------------------------------------------------- starting
 
     def _start(self, pkg: Path) -> Session:
-        from aot.packaging.build import read_metadata
+        from aot.packaging.metadata import read_metadata
 
         meta = read_metadata(pkg)
         if meta.get("board") != self.board.name:

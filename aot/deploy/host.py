@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ import numpy as np
 
 from aot.errors import AotError, InputError
 from aot.ir.graph import Quant, TensorType
+from aot.support.jsonfile import loads, type_name
 from aot.targets import Board
 
 TIMEOUT_S = 600
@@ -178,49 +178,60 @@ def check_profile(meta: dict, profile_ns: list[list[int]] | None) -> None:
 
 
 # The report is one line of a few numbers per run; a longer last line is
-# not one (json.loads would spend time and memory on it).
+# not one (parsing it would spend time and memory on it).
 MAX_REPORT_CHARS = 1 << 24
+# The harness's JSON report: a few fields, then a time per run (a uint64:
+# at most 20 digits and a comma) and, with --profile, a row of uint32
+# kernel times for each of the first PROFILE_MAX_RUNS runs.
+REPORT_BASE_BYTES = 64 << 10
+PROFILE_MAX_RUNS = 1000   # a --profile harness records the first this many timed runs
+# {"times_ns": [...], "profile_ns": [[...], ...]}: three levels.
+REPORT_DEPTH = 3
 
 
-def parse_report(stdout: str | bytes, meta: dict, outs: Sequence[bytes]) -> RunResult:
+def report_limit(meta: dict, runs: int) -> int:
+    """The most bytes the harness's report can take on stdout for `runs` runs."""
+    kernels = len(meta.get("kernels", ()))
+    return REPORT_BASE_BYTES + 21 * runs + min(runs, PROFILE_MAX_RUNS) * (11 * kernels + 3)
+
+
+def parse_report(stdout: str | bytes, meta: dict, outs: Sequence[bytes],
+                 runs: int | None = None) -> RunResult:
     """The harness's JSON report (the last line of its stdout) with the
     outputs' bytes, checked: the same parser reads local, qemu and SSH runs,
-    and anything malformed is one AotError saying what."""
+    and anything malformed is one AotError saying what. Its size is bounded
+    by what the package's harness prints for `runs` runs (report_limit),
+    its nesting and numbers by aot.support.jsonfile."""
     if isinstance(stdout, bytes):
         stdout = stdout.decode("utf-8", "replace")
     lines = stdout.strip().splitlines()
     line = lines[-1] if lines else ""
-    try:
-        report = json.loads(line) if len(line) <= MAX_REPORT_CHARS else None
-    except (ValueError, RecursionError):        # RecursionError: [[[[...]]]]
-        report = None
+    limit = MAX_REPORT_CHARS if runs is None else min(MAX_REPORT_CHARS, report_limit(meta, runs))
+    if len(line) > limit:
+        raise AotError(f"the harness's report is {len(line)} characters, more than the "
+                       f"{limit} its {runs or 'many'} runs print")
+    report = loads(line, "the harness's report", REPORT_DEPTH) if line.startswith("{") else None
     if not isinstance(report, dict):
         raise AotError(f"the harness printed no JSON report: {stdout[-200:]!r}")
     times = report_times_ns(report)
     profile = report.get("profile_ns")
     if profile is not None:
         if not isinstance(profile, list):
-            raise AotError(f"the harness's report: profile_ns is {_json_kind(profile)}, "
+            raise AotError(f"the harness's report: profile_ns is {type_name(profile)}, "
                            "not a list of rows")
         profile = [_whole_numbers(row, "a profile_ns row") for row in profile]
     check_profile(meta, profile)
     return RunResult(output_arrays(meta, outs), times, report, profile)
 
 
-def _json_kind(value) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-            float: "a fraction", int: "an integer", type(None): "null"}.get(type(value),
-                                                                          type(value).__name__)
-
-
 def _whole_numbers(value, what: str) -> list[int]:
     """A list of non-negative 64-bit integers, as the harness prints them."""
     if not isinstance(value, list):
-        raise AotError(f"the harness's report: {what} is {_json_kind(value)}, not a list")
+        raise AotError(f"the harness's report: {what} is {type_name(value)}, not a list")
     for v in value:
         if type(v) is not int or not 0 <= v < 1 << 64:
             shown = f" ({v})" if type(v) is int else ""
-            raise AotError(f"the harness's report: {what} holds {_json_kind(v)}{shown}, not "
+            raise AotError(f"the harness's report: {what} holds {type_name(v)}{shown}, not "
                            "a count of nanoseconds")
     return value
 
@@ -311,7 +322,7 @@ def check_cpu(board: Board) -> None:
 def prepare_run(pkg: Path, inputs: Sequence[np.ndarray]) -> tuple[dict, list[np.ndarray], Path]:
     """What every transport starts from: the package's metadata, the inputs
     checked against it, and the harness binary."""
-    from aot.packaging.build import read_metadata
+    from aot.packaging.metadata import read_metadata
 
     meta = read_metadata(pkg)
     inputs = check_inputs(meta, inputs)
@@ -329,15 +340,66 @@ def run_local(pkg: Path, inputs: Sequence[np.ndarray], warmup: int, runs: int,
     meta, inputs, exe = prepare_run(pkg, inputs)
     with tempfile.TemporaryDirectory(prefix="aot-run-") as tmp:
         args, out_paths = harness_args(meta, Path(tmp), inputs, warmup, runs)
+        limit = report_limit(meta, runs)
         try:
-            # errors="replace": a report that is not UTF-8 is refused by
-            # parse_report with the rest, not by the decoder mid-run
-            r = subprocess.run([*emulator, str(exe.resolve()), *args], capture_output=True,
-                               text=True, errors="replace", timeout=TIMEOUT_S)
+            code, out, err = run_bounded([*emulator, str(exe.resolve()), *args], limit,
+                                         TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise AotError(f"the harness timed out{where} after {TIMEOUT_S} s") from None
         except OSError as e:
             raise AotError(f"cannot run {emulator[0] if emulator else exe}: {e.strerror}") from None
-        if r.returncode != 0:
-            raise AotError(failure(r.returncode, r.stderr, where))
-        return parse_report(r.stdout, meta, read_outputs(meta, out_paths, where))
+        # decoded with "replace": a report that is not UTF-8 is refused by
+        # parse_report with the rest
+        if code != 0:
+            raise AotError(failure(code, err.decode("utf-8", "replace"), where))
+        if out is None:
+            raise AotError(f"the harness printed more than the {limit} bytes the report of "
+                           f"{runs} runs takes{where}")
+        return parse_report(out.decode("utf-8", "replace"), meta,
+                            read_outputs(meta, out_paths, where), runs)
+
+
+# What run_bounded keeps of stderr: its end, where the reason of a failure is.
+STDERR_TAIL = 64 << 10
+
+
+def run_bounded(cmd: Sequence[str], max_stdout: int, timeout: float
+                ) -> tuple[int, bytes | None, bytes]:
+    """(exit code, stdout or None when it exceeded max_stdout bytes, the
+    last STDERR_TAIL bytes of stderr) of a command given no stdin: a
+    harness printing without end costs this process no more than the
+    bounds. subprocess.TimeoutExpired after `timeout` s, the command killed."""
+    import threading
+
+    proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    kept = {"out": bytearray(), "err": bytearray()}
+    over = threading.Event()
+
+    def drain(pipe, key: str) -> None:
+        buf = kept[key]
+        while chunk := pipe.read1(1 << 16):
+            if key == "err":
+                buf += chunk
+                del buf[:-STDERR_TAIL]
+            elif not over.is_set():
+                buf += chunk
+                if len(buf) > max_stdout:
+                    over.set()
+                    buf.clear()
+        pipe.close()
+
+    threads = [threading.Thread(target=drain, args=(proc.stdout, "out"), daemon=True),
+               threading.Thread(target=drain, args=(proc.stderr, "err"), daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        for t in threads:
+            t.join(5)
+    return proc.returncode, None if over.is_set() else bytes(kept["out"]), bytes(kept["err"])

@@ -34,7 +34,8 @@ from typing import Sequence
 import numpy as np
 
 from aot.support import tools
-from aot.deploy.host import RunResult, failure, harness_args, parse_report, prepare_run
+from aot.deploy.host import (RunResult, failure, harness_args, parse_report, prepare_run,
+                             read_outputs)
 from aot.errors import AotError
 from aot.targets import Board, option_number
 
@@ -91,8 +92,6 @@ def run_qemu_system(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmu
             raise AotError(f"cannot run {cmd[0]}: {e.strerror}") from None
         if r.returncode != 0:
             raise AotError(failure(r.returncode, r.stderr, " under qemu-system", EXIT_CODES))
-        missing = [p.name for p in out_paths if not p.is_file()]
-        if missing:
-            raise AotError(f"the harness wrote no {', '.join(missing)} under qemu-system")
-        result = parse_report(r.stdout, meta, [p.read_bytes() for p in out_paths])
+        result = parse_report(r.stdout, meta,
+                              read_outputs(meta, out_paths, " under qemu-system"), runs)
         return insn_count.with_counts(result, log, meta, warmup, runs)

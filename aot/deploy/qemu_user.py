@@ -78,7 +78,7 @@ def vlen(features: str) -> int:
 def run_qemu_user(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
                   runs: int) -> RunResult:
     from aot.deploy import insn_count      # not at import: `python -m` runs it
-    from aot.packaging.build import read_metadata
+    from aot.packaging.metadata import read_metadata
 
     meta = read_metadata(pkg)
     qemu = qemu_command(board, package_cpu(meta, board))

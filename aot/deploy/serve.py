@@ -31,8 +31,8 @@ from typing import BinaryIO, Callable, Sequence
 
 import numpy as np
 
-from aot.deploy.host import (EXIT_GUARD, EXIT_INDEX, RunResult, check_inputs, check_profile,
-                             output_arrays)
+from aot.deploy.host import (EXIT_GUARD, EXIT_INDEX, PROFILE_MAX_RUNS, RunResult, check_inputs,
+                             check_profile, output_arrays)
 from aot.errors import AotError
 
 VERSION = 2
@@ -40,7 +40,6 @@ FLAG_PROFILE, FLAG_CHECKS = 1, 2
 KIND_QUIT, KIND_RUN = 0, 1
 HELLO, REQUEST, REPLY, ERROR = b"AOTH", b"AOTQ", b"AOTR", b"AOTE"
 MAX_MESSAGE = 1 << 16     # an error frame's message, at most
-PROFILE_MAX_RUNS = 1000   # a --profile harness records the first this many timed runs
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,8 @@ import paramiko
 
 from aot.support import progress
 from aot.deploy import known_hosts, vm
-from aot.deploy.host import RunResult, failure, harness_args, parse_report, prepare_run
+from aot.deploy.host import (RunResult, failure, harness_args, parse_report, prepare_run,
+                             report_limit)
 from aot.deploy.ssh_config import DEFAULT_KNOWN_HOSTS, SshParams, ssh_params, where
 from aot.deploy.ssh_proxy import ProxyCommand, close_route, open_route
 from aot.errors import AotError, BoardUnreachableError, InputError
@@ -92,22 +93,11 @@ CHUNK = 1 << 16
 OUTPUT_CAP = 1 << 20
 # Of stderr only the end is kept: error messages come last.
 STDERR_TAIL = 64 << 10
-# The harness's JSON report: a few fields, then a time per run (a uint64:
-# at most 20 digits and a comma) and, with --profile, a row of uint32
-# kernel times for each of the first 1000 runs.
-REPORT_BASE_BYTES = 64 << 10
-PROFILE_MAX_RUNS = 1000
 
 # paramiko logs each failed handshake (a booting VM: many) with a traceback;
 # without a handler of ours Python would print them on stderr. Errors reach
 # the user as one AotError line instead.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
-
-
-def report_limit(meta: dict, runs: int) -> int:
-    """The most bytes the harness's report can take on stdout for `runs` runs."""
-    kernels = len(meta.get("kernels", ()))
-    return REPORT_BASE_BYTES + 21 * runs + min(runs, PROFILE_MAX_RUNS) * (11 * kernels + 3)
 
 
 # --- connecting -------------------------------------------------------------------
@@ -885,4 +875,4 @@ def run_ssh(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
         # Each output as large as the package's metadata says, never more.
         outputs = [session.get(p.name, int(spec["bytes"]))
                    for p, spec in zip(out_paths, meta["outputs"])]
-    return parse_report(out.decode("utf-8", "replace"), meta, outputs)
+    return parse_report(out.decode("utf-8", "replace"), meta, outputs, runs)

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Iterator
 
 from aot.support import progress, tools
+from aot.support.jsonfile import loads, read_json
 from aot.deploy.private_files import private_dir, write_private
 from aot.deploy.ssh_config import SshParams, ssh_params as board_ssh_params
 from aot.deploy.vm_image import IMAGE_NAME, Image, cache_root, find_image
@@ -184,6 +185,8 @@ def _start(cfg: VmConfig, image: Image, state: Path, private: bool
 
 # `info usernet`'s row of the port forward: qemu's own port on 127.0.0.1,
 # then the guest's address and port 22.
+# QMP's replies (`info usernet`) are a few KB.
+MAX_QMP_LINE = 1 << 20
 HOSTFWD_ROW = re.compile(r"TCP\[HOST_FORWARD\]\s+\d+\s+127\.0\.0\.1\s+(\d+)\s+\S+\s+22\s")
 
 
@@ -204,7 +207,7 @@ def forwarded_port(qmp: socket.socket, timeout_s: float) -> int | None:
             if reply is None:
                 return None
         m = HOSTFWD_ROW.search(str(reply.get("return", "")))
-    except (OSError, ValueError):
+    except (OSError, ValueError, AotError):
         return None
     finally:
         f.close()
@@ -216,9 +219,9 @@ def forwarded_port(qmp: socket.socket, timeout_s: float) -> int | None:
 
 def _qmp_reply(f) -> dict | None:
     """The answer to the last command (events before it are skipped)."""
-    while line := f.readline():
-        msg = json.loads(line)
-        if "return" in msg or "error" in msg:
+    while line := f.readline(MAX_QMP_LINE):
+        msg = loads(line.decode("utf-8", "replace"), "qemu's QMP reply")
+        if isinstance(msg, dict) and ("return" in msg or "error" in msg):
             return msg
     return None
 
@@ -366,9 +369,9 @@ def persistent(board: Board) -> Vm | None:
     """The VM `aot board up` started for this board, if it is still alive."""
     d = run_dir(board.name)
     try:
-        s = json.loads((d / "state.json").read_text())
+        s = read_json(d / "state.json", "the VM's state.json", 4096)
         vm = Vm(board.name, int(s["pid"]), int(s["port"]), d)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (AotError, ValueError, KeyError, TypeError):
         return None
     return vm if _is_our_qemu(vm) else None
 

@@ -33,17 +33,13 @@ from aot.ir.graph import Graph, TensorType
 from aot.ir.tir import is_split
 from aot.ops import node_macs
 from aot.packaging.info import PackageInfo
+from aot.packaging.metadata import CODEGENS, PACKAGE_FORMAT
 from aot.packaging.memory_budget import check_static_data, static_data
 from aot.support.resources import data_dir
 from aot.targets import Board
 
-CODEGENS = ("c", "llvm")
 RUNTIME_FILES = ("aot_runtime.h", "aot_platform.c")
 THREAD_FILES = ("aot_threads.h", "aot_threads.c")     # --threads N > 1 only
-# The layout of a package (its files, metadata.json, the C API): metadata.json
-# "package_format" and <NAME>_PACKAGE_FORMAT in the header. Raised when a
-# change would break a firmware build or a reader of an older package.
-PACKAGE_FORMAT = 1
 
 
 def check_fits(graph: Graph, board: Board) -> None:
@@ -461,19 +457,3 @@ def model_source(path) -> dict[str, str]:
     except OSError as e:
         raise AotError(f"{path}: cannot read it ({e.strerror})") from None
     return {"file": path.name, "sha256": digest.hexdigest()}
-
-
-def read_metadata(pkg: Path) -> dict:
-    path = Path(pkg) / "metadata.json"
-    if not path.is_file():
-        raise AotError(f"{pkg} is not an aot package (no metadata.json)")
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise AotError(f"{path}: unreadable ({e})") from None
-    # packages from before the key are format 0: their layout is what 1 extended
-    found = meta.get("package_format", 0) if isinstance(meta, dict) else None
-    if not isinstance(found, int) or found > PACKAGE_FORMAT:
-        raise AotError(f"{pkg}: package format {found} is newer than this aot reads "
-                       f"({PACKAGE_FORMAT}): package the model again, or use a newer aot")
-    return meta

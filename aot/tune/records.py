@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,8 @@ from typing import Iterable, Iterator, Mapping
 
 from aot.errors import AotError
 from aot.lower.schedule.space import DEFAULT, Config, Schedules, applied
+from aot.support.json_schema import INT, NAME, SIZE, TIME, check, obj, optional
+from aot.support.jsonfile import loads, type_name
 
 FORMAT_VERSION = 1
 FIELDS = ("workload", "target", "config", "ms", "board", "aot_version")
@@ -55,56 +56,70 @@ class Record:
         return json.dumps(self.as_json(), sort_keys=True) + "\n"
 
 
-def _record(obj, where: str) -> Record:
-    if not isinstance(obj, dict):
-        raise AotError(f"{where}: a tuning record is a JSON object")
-    missing = [f for f in FIELDS if f not in obj]
-    if missing:
-        raise AotError(f"{where}: a tuning record needs {', '.join(missing)}")
-    ms = obj["ms"]
-    if not isinstance(ms, (int, float)) or isinstance(ms, bool) or not math.isfinite(ms) \
-            or ms < 0:
-        raise AotError(f"{where}: ms must be a finite time >= 0, not {ms!r}")
-    for f in ("workload", "target", "board", "aot_version"):
-        if not isinstance(obj[f], str) or not obj[f]:
-            raise AotError(f"{where}: {f} must be a non-empty string")
-    version = obj.get("version", FORMAT_VERSION)
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise AotError(f"{where}: version must be an integer")
+# A record is a line of a few hundred bytes; a log of a whole model's search
+# a few MB (200,000 records fit 64 MiB). Nesting: {"config": {site: {knob: n}}}.
+MAX_LINE_BYTES = 64 << 10
+MAX_LOG_BYTES = 64 << 20
+RECORD_DEPTH = 3
+
+RECORD = obj({"workload": NAME, "target": NAME, "config": obj({}), "ms": TIME, "board": NAME,
+              "aot_version": NAME, "version": INT, "default_ms": optional(TIME),
+              "instructions": optional(SIZE), "default_instructions": optional(SIZE)},
+             FIELDS)
+
+
+def _record(value, where: str) -> Record:
+    """A line's JSON value as a Record, or an AotError naming the field."""
+    if not isinstance(value, dict):
+        raise AotError(f"{where}: a tuning record is a JSON object, got {type_name(value)}")
+    check(value, RECORD, where)
+    version = value.get("version", FORMAT_VERSION)
     try:
-        config = Config.of(obj["config"]) if version == FORMAT_VERSION else DEFAULT
+        config = Config.of(value["config"]) if version == FORMAT_VERSION else DEFAULT
     except AotError as e:
         raise AotError(f"{where}: {e}") from None
-    default_ms = obj.get("default_ms")
-    counts = [obj.get(f) for f in ("instructions", "default_instructions")]
-    for f, n in zip(("instructions", "default_instructions"), counts):
-        if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
-            raise AotError(f"{where}: {f} must be a count >= 0, not {n!r}")
-    return Record(obj["workload"], obj["target"], config, float(ms), obj["board"],
-                  obj["aot_version"], version,
-                  float(default_ms) if isinstance(default_ms, (int, float)) else None,
-                  *counts)
+    default_ms = value.get("default_ms")
+    return Record(value["workload"], value["target"], config, float(value["ms"]),
+                  value["board"], value["aot_version"], version,
+                  None if default_ms is None else float(default_ms),
+                  value.get("instructions"), value.get("default_instructions"))
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(number, text) of the log's lines, each and the whole bounded."""
+    what = f"tuning records {path}"
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise AotError(f"{what}: no such file") from None
+    except OSError as e:
+        raise AotError(f"{what}: cannot read it ({e.strerror or e})") from None
+    with f:
+        total = 0
+        for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
+            total += len(raw)
+            if len(raw) > MAX_LINE_BYTES:
+                raise AotError(f"{what} line {n}: longer than {MAX_LINE_BYTES} bytes, not a "
+                               "tuning record")
+            if total > MAX_LOG_BYTES:
+                raise AotError(f"{what}: larger than {MAX_LOG_BYTES} bytes")
+            try:
+                yield n, raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise AotError(f"{what} line {n}: byte {e.start} is not UTF-8") from None
 
 
 def read(path: str | Path) -> list[Record]:
-    """Every record of a log, in order; a line that is not a record is
+    """Every record of a log, in order; a line that is not a record (not
+    JSON, nested or numbered absurdly, a field of the wrong type) is
     refused with its line number."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise AotError(f"tuning records {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise AotError(f"tuning records {path}: cannot read it ({e})") from None
     out = []
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in _lines(path):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise AotError(f"tuning records {path} line {n}: not JSON ({e.msg})") from None
-        out.append(_record(obj, f"tuning records {path} line {n}"))
+        where = f"tuning records {path} line {n}"
+        out.append(_record(loads(line, where, RECORD_DEPTH), where))
     return out
 
 

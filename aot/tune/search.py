@@ -157,7 +157,7 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
     from aot.frontend.shapes import LoadOptions
     from aot.frontend.source import as_model
     from aot.ir.graph import Graph
-    from aot.packaging.build import read_metadata
+    from aot.packaging.metadata import read_metadata
     from aot.targets import get_board
     from aot.check.timing import package_inputs
 

@@ -127,7 +127,7 @@ def test_time_calls_counts_and_is_positive():
 
 def test_package_inputs_match_the_metadata(pkg):
     from aot.check.timing import package_inputs
-    from aot.packaging.build import read_metadata
+    from aot.packaging.metadata import read_metadata
 
     meta = read_metadata(pkg)
     ins = package_inputs(meta)
@@ -141,7 +141,7 @@ def test_harness_times_in_nanoseconds(pkg):
     import aot
     from aot.check.timing import package_inputs
     from aot.deploy import run_package
-    from aot.packaging.build import read_metadata
+    from aot.packaging.metadata import read_metadata
     from aot.targets import get_board
 
     board = get_board("host")

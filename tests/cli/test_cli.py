@@ -238,9 +238,10 @@ def test_run_out_the_working_directory_is_refused(kws_run, out, tmp_path, monkey
     assert os.listdir(tmp_path) == ["work"] and os.listdir(work) == ["mine.txt"]
 
 
-def test_run_json_reports_the_files_it_wrote(kws_run, tmp_path, capsys):
-    """An output's C name from an edited metadata.json that is not a file
-    name is written as its last part inside --out; the report says so."""
+def test_run_refuses_an_edited_c_name_that_is_not_an_identifier(kws_run, tmp_path, capsys):
+    """An output's C name names its file under --out: one from an edited
+    metadata.json that is not a C identifier is refused with the field
+    named, before anything is written."""
     from aot.cli import main
 
     pkg = tmp_path / "deep" / "er" / "pkg"
@@ -250,11 +251,11 @@ def test_run_json_reports_the_files_it_wrote(kws_run, tmp_path, capsys):
     (pkg / "metadata.json").write_text(json.dumps(meta))
     out = tmp_path / "deep" / "er" / "out"
     assert main(["run", str(pkg), "--board", "host", "--input",
-                 str(KWS.with_suffix(".input.npy")), "--out", str(out), "--json"]) == 0
-    (row,) = json.loads(capsys.readouterr().out)["outputs"]
-    assert row["file"] == str(out / "escaped.npy")
-    np.testing.assert_array_equal(np.load(row["file"]), kws_run[1])
-    assert sorted(os.listdir(tmp_path / "deep" / "er")) == ["out", "pkg"]
+                 str(KWS.with_suffix(".input.npy")), "--out", str(out), "--json"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"aot: error: {pkg / 'metadata.json'}: outputs[0].c_name must be a C identifier of "
+        "at most 63 characters, got '../../escaped'"]
+    assert sorted(os.listdir(tmp_path / "deep" / "er")) == ["pkg"]
     assert os.listdir(tmp_path) == ["deep"] and os.listdir(tmp_path / "deep") == ["er"]
 
 

@@ -76,7 +76,7 @@ def test_an_rpi5_package_runs_under_qemu_aarch64_with_its_own_cpu(tmp_path, caps
     out = _bench_json(capsys, str(pkg), "--board", "qemu-aarch64", "--repeat", "2")
     assert out["median_instructions"] > 0
     from aot.deploy.qemu_user import package_cpu
-    from aot.packaging.build import read_metadata
+    from aot.packaging.metadata import read_metadata
     from aot.targets import get_board
     assert package_cpu(read_metadata(pkg), get_board("qemu-aarch64")) == "cortex-a76"
     # an rpi4 package runs as qemu-aarch64's own target: its CPU, the board's

@@ -19,7 +19,7 @@ from aot.api import package
 from aot.deploy import run_package
 from aot.deploy.serve import REQUEST, ServeClient
 from aot.errors import AotError
-from aot.packaging.build import read_metadata
+from aot.packaging.metadata import read_metadata
 from aot.targets import get_board
 from aot.testing import random_inputs
 from support import MODELS

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from aot.api import verify
-from aot.packaging.build import read_metadata
+from aot.packaging.metadata import read_metadata
 from support import MODELS, cpu_lacks, shared_models
 
 SHARED = shared_models()

@@ -439,7 +439,7 @@ def test_a_package_of_a_newer_format_is_refused(tmp_path, model):
     """metadata.json "package_format" (and <NAME>_PACKAGE_FORMAT) name the
     layout; aot refuses to run a package laid out by a newer aot."""
     from aot.errors import AotError
-    from aot.packaging.build import PACKAGE_FORMAT, read_metadata
+    from aot.packaging.metadata import PACKAGE_FORMAT, read_metadata
 
     info = model[0]
     header = (info.path / "include" / f"{info.name}.h").read_text()

@@ -146,6 +146,24 @@ def test_hostile_onnx_names_compile_clean_and_run(tmp_path, codegen):
     if codegen == "c":      # the model's name is in the Makefile's comments too
         r = subprocess.run(["make", "-s"], cwd=info.path, capture_output=True, text=True)
         assert r.returncode == 0 and (info.path / "build" / f"lib{info.name}.a").is_file(), r
+        run_out_writes_c_names(info.path, inputs, got, tmp_path)
+
+
+def run_out_writes_c_names(pkg: Path, inputs: dict, want: dict, tmp_path: Path) -> None:
+    """`aot run --out DIR` writes each output to DIR/<its C name>.npy: the
+    hostile tensor names stay in the report, the files stay inside DIR."""
+    from aot.cli import main
+
+    files = []
+    for i, (name, array) in enumerate(inputs.items()):
+        np.save(tmp_path / f"in{i}.npy", array)
+        files += ["--input", f"{name}={tmp_path / f'in{i}.npy'}"]
+    out = tmp_path / "out"
+    assert main(["run", str(pkg), "--board", "host", *files, "--out", str(out)]) == 0
+    meta = json.loads((pkg / "metadata.json").read_text())
+    assert sorted(os.listdir(out)) == sorted(f"{o['c_name']}.npy" for o in meta["outputs"])
+    for o in meta["outputs"]:
+        np.testing.assert_array_equal(np.load(out / f"{o['c_name']}.npy"), want[o["name"]])
 
 
 def test_hostile_tflite_names(tmp_path):

@@ -23,7 +23,7 @@ from aot.packaging import toolchain
 from aot.api import package, verify
 from aot.deploy import run_package
 from aot.errors import AotError
-from aot.packaging.build import read_metadata
+from aot.packaging.metadata import read_metadata
 from aot.targets import get_board
 from support import MODELS, shared_models
 from support.c_sources import WARNINGS, sources

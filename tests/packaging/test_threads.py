@@ -24,7 +24,7 @@ from aot.deploy import run_package
 from aot.errors import AotError
 from aot.ir.tir import (Bin, Buffer, BufferKind, Cast, Comment, For, ForKind, If, Load, PrimFunc,
                         Seq, Store, Var, const, dt, is_split, phases, walk_stmt)
-from aot.packaging.build import read_metadata
+from aot.packaging.metadata import read_metadata
 from aot.targets import get_board
 from support import MODELS
 

@@ -27,7 +27,7 @@ from aot.errors import AotError
 from aot.ir.tir import FLOAT32, INT32, Bin, Buffer, BufferKind, For, ForKind, Load, PrimFunc, \
     Store, Var, seq
 from aot.lower import lower_graph
-from aot.packaging.build import read_metadata
+from aot.packaging.metadata import read_metadata
 from aot.targets import get_board, get_target
 from support import MODELS
 

@@ -226,7 +226,7 @@ def test_int8_records_stay_bit_exact(tmp_path, rows):
 @pytest.mark.parametrize("text, message", [
     (None, "no such file"),
     ("{not json\n", "line 1: not JSON"),
-    ('{"workload": "w"}\n', "needs target, config, ms, board, aot_version"),
+    ('{"workload": "w"}\n', "lacks target, config, ms, board, aot_version"),
     ('{"workload": "w", "target": "t", "config": {"tile": {"lanes": 4}}, "ms": 1, '
      '"board": "host", "aot_version": "0.1.0"}\n', "tile takes positive integers"),
     ('{"workload": "w", "target": "t", "config": {"unroll": 4}, "ms": 1, '

@@ -47,23 +47,23 @@ class Config:
     def of(obj: Mapping[str, Any]) -> "Config":
         """From its JSON form, refusing what no site reads."""
         if not isinstance(obj, Mapping):
-            raise AotError(f"a schedule config is a JSON object, not {obj!r}")
+            raise AotError(f"a schedule config is a JSON object, not {obj!r:.60}")
         items = []
         for site, value in obj.items():
             if site in NAMED:
                 if value not in NAMED[site]:
                     raise AotError(f"config: {site} is one of {', '.join(NAMED[site])}, "
-                                   f"not {value!r}")
+                                   f"not {value!r:.60}")
                 items.append((site, value))
             elif site in SITES:
                 if not isinstance(value, Mapping) or set(value) - set(TILE_KNOBS) or not all(
                         isinstance(v, int) and not isinstance(v, bool) and v >= 1
                         for v in value.values()):
                     raise AotError(f"config: {site} takes positive integers of "
-                                   f"{', '.join(TILE_KNOBS)}, not {value!r}")
+                                   f"{', '.join(TILE_KNOBS)}, not {value!r:.60}")
                 items.append((site, tuple(sorted(value.items()))))
             else:
-                raise AotError(f"config: unknown schedule site {site!r} "
+                raise AotError(f"config: unknown schedule site {site!r:.60} "
                                f"(known: {', '.join(SITES)})")
         return Config(tuple(sorted(items)))
 

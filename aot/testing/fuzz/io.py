@@ -421,10 +421,9 @@ def _npy_header(descr: str, fortran: str, shape: str, version: tuple[int, int] =
             + body)
 
 
-def npy_case(seed: int, workdir: Path, time_limit: float = 10.0) -> tuple[Outcome, str]:
-    """(outcome, what the case did) of fuzz case `seed` of read_npy."""
-    from aot.support.npyfile import read_npy
-
+def npy_bytes(seed: int) -> tuple[bytes, str, str, np.ndarray]:
+    """(the file's bytes, what was done, the mutation's kind, the array
+    saved before it) of .npy case `seed`."""
     rng = random.Random(f"npy:{seed}")
     dtype = rng.choice(DTYPES + ("float64", "bool"))
     shape = tuple(rng.randint(1, 5) for _ in range(rng.randint(0, 3)))
@@ -470,6 +469,15 @@ def npy_case(seed: int, workdir: Path, time_limit: float = 10.0) -> tuple[Outcom
     elif kind == "empty":
         data = rng.choice((b"", b"\x93NUMPY", b"PK\x03\x04" + bytes(30)))
         detail = f"the file is {data[:10]!r}"
+    return data, detail, kind, array
+
+
+def npy_case(seed: int, workdir: Path, time_limit: float = 10.0) -> tuple[Outcome, str]:
+    """(outcome, what the case did) of fuzz case `seed` of read_npy."""
+    from aot.support.npyfile import read_npy
+
+    data, detail, kind, array = npy_bytes(seed)
+    dtype = array.dtype
     path = workdir / f"case{seed % 8}.npy"
     path.write_bytes(data)
 

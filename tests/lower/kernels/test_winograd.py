@@ -18,7 +18,7 @@ from aot.lower import lower_graph
 from aot.lower.kernels import winograd
 from aot.lower.schedule.space import Config, Schedules, applied, space_of
 from aot.testing.kernels import build_and_run_many, host_target
-from aot.packaging.build import read_metadata
+from aot.packaging.metadata import read_metadata
 from aot.passes.infer import infer_types
 from aot.targets import get_board, get_target
 from support import MODELS as SHARED

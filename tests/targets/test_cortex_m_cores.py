@@ -81,22 +81,25 @@ def test_m0_convolutions_and_fc_call_no_64_bit_multiply(tmp_path):
     assert not kernels & calling, sorted(calling)
 
 
-def thumb_host():
-    """The host as a Thumb core without DSP or vectors, with ARMv6-M's
-    multiply: the scalar kernels and v6m_smmulr, compiled by the host's C
+def thumb_host(features=frozenset({"v6m"})):
+    """The host as a Thumb core without DSP or vectors (by default with
+    ARMv6-M's multiply): the scalar kernels, compiled by the host's C
     compiler."""
     return dataclasses.replace(host_target(), triple="thumbv6m-unknown-none-eabi",
-                               vector_bits=0, declared_features=frozenset({"v6m"}))
+                               vector_bits=0, declared_features=frozenset(features))
 
 
-def test_scalar_kernels_bit_exact_on_the_host(tmp_path, monkeypatch):
-    monkeypatch.setattr(testing, "host_target", thumb_host)
-    monkeypatch.setattr(zoo, "host_target", thumb_host)
+@pytest.mark.parametrize("features,smmulr", [({"v6m"}, "v6m_smmulr"), ((), "aot_smmulr")])
+def test_scalar_kernels_bit_exact_on_the_host(tmp_path, monkeypatch, features, smmulr):
+    """The M0's tiles (1 x 3, v6m_smmulr) and the M3's (2 x 2, SMMULR's formula)."""
+    target = thumb_host(features)
+    monkeypatch.setattr(testing, "host_target", lambda: target)
+    monkeypatch.setattr(zoo, "host_target", lambda: target)
     graphs = cortex_m_graphs()
-    funcs = [k.func for g in graphs for k in lower_graph(g, thumb_host())]
+    funcs = [k.func for g in graphs for k in lower_graph(g, target)]
     calls = {c for f in funcs for c in call_names(f)}
-    # the 32-bit requantization of the Cortex-M kernels, as ARMv6-M computes it
-    assert "v6m_smmulr" in calls and not {"aot_smlad", "aot_sxtb16", "aot_smmulr"} & calls, calls
+    # the 32-bit requantization of the Cortex-M kernels, as the core computes it
+    assert smmulr in calls and not {"aot_smlad", "aot_sxtb16", "arm_smmulr"} & calls, calls
     check_graphs(graphs, codegen="c", tmp_path=tmp_path)
 
 

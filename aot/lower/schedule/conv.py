@@ -223,9 +223,12 @@ def cortex_m_conv(target: Target, g: ConvGeom, weights: np.ndarray) -> str | Non
     extension's (depthwise with Helium: 16 channels at a time first); on a
     core without either, the same nests byte by byte (scalar.py)."""
     if scalar.scalar_target(target):
+        # ARMv6-M's few registers take narrower tiles (scalar.V6M_TILE)
+        tiles = "v6m" if target.has("v6m") else "scalar"
         return next((name for name, fits in (
-            ("scalar_pointwise", scalar.fits_pointwise), ("scalar_depthwise", scalar.fits_depthwise),
-            ("scalar_dense", scalar.fits_dense), ("scalar_rows", scalar.fits_rows))
+            (f"{tiles}_pointwise", scalar.fits_pointwise),
+            ("scalar_depthwise", scalar.fits_depthwise),
+            (f"{tiles}_dense", scalar.fits_dense), ("scalar_rows", scalar.fits_rows))
             if fits(target, g, weights)), None)
     if mve.mve_target(target):
         if g.depth % mve.LANES == 0 and dsp.fits_pointwise(target, g, weights):

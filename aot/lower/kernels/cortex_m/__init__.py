@@ -25,6 +25,8 @@ CONV = {
     "scalar_pointwise": partial(dsp.pointwise, words=scalar.BYTES),
     "scalar_depthwise": partial(dsp.depthwise, words=scalar.BYTES),
     "scalar_dense": partial(dsp.dense, words=scalar.BYTES),
+    "v6m_pointwise": partial(dsp.pointwise, words=scalar.BYTES, tile=scalar.V6M_TILE),
+    "v6m_dense": partial(dsp.dense, words=scalar.BYTES, tile=scalar.V6M_TILE),
     "scalar_rows": partial(dsp.window_rows, words=scalar.BYTES),
 }
 # The fully connected kernels, called as dsp.fully_connected is.

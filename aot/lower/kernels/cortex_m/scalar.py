@@ -16,7 +16,8 @@ per product, test the border per term and keep one accumulator.
 
 The schedule (aot/lower/schedule/conv.py) offers these on a core
 `scalar_target` accepts, where dsp.py's fits_* hold for it, by their names
-in this package's CONV and FC tables ("scalar_pointwise", ...).
+in this package's CONV and FC tables ("scalar_pointwise", ...; on ARMv6-M
+"v6m_pointwise" and "v6m_dense", in V6M_TILE).
 Requantization takes the 32-bit form where the bounds prove it
 (aot/lower/arith/requant.py's TfliteRequant32, as on the DSP cores); its
 rounded high multiply is aot_smmulr, one SMULL and adds on the M3 and, on
@@ -68,6 +69,13 @@ def _lanewise_bytes(body: list, x, w, accs) -> None:
 
 
 BYTES = dsp.Words(4, _bytes, _dot_bytes, lanewise=_lanewise_bytes)
+# The M0's tile of the pointwise and dense nests: ARMv6-M's data processing
+# reaches only r0-r7, where a 2 x 2 tile's accumulators, four operands and
+# pointers spill; 1 pixel x 3 output channels (the M3 keeps dsp.CONV_TILE,
+# 2 x 2). Instructions per inference on bench-m0-an385, 2x2 -> 1x3: kws
+# 20.09 M -> 18.82 M, vww 59.84 M -> 56.27 M, ic 90.95 M -> 87.39 M (1x4:
+# kws 19.18 M, ic 92.38 M; on the M3 1x4 costs kws 8.99 M against 8.61 M).
+V6M_TILE = (1, 3)
 
 fits_pointwise = partial(dsp.fits_pointwise, on=scalar_target)
 fits_dense = partial(dsp.fits_dense, on=scalar_target)

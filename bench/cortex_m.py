@@ -94,7 +94,8 @@ def cores_table(rows: list[dict], keys: list[str]) -> None:
         cells = [key]
         for core in CORES:
             r = got[core]
-            cell = f"{r['instructions'] / 1e6:.2f} M"
+            n = r["instructions"] / 1e6
+            cell = f"{n:.2f} M" if n >= 1 else f"{n:.3f} M"
             if core != "M4":
                 cell += f" ({r['instructions'] / m4:.2f}x)"
             if r["board"] == M0_ROOMY:

@@ -5,8 +5,9 @@ A few models bit-exact with tflite-micro on each board under QEMU (float
 against LiteRT on the M3's soft float); the micro:bit's 16 KiB of RAM and
 256 KiB of flash refusing, with the numbers, a model that does not fit; the
 scalar kernels bit-exact on the host over the DSP kernels' zoo (the host
-dressed as a Thumb core without DSP, ARMv6-M's multiply); the M0's
-convolutions and fully connected layers free of 64-bit multiplies.
+dressed as a Thumb core without DSP, with and without ARMv6-M's
+multiply); the M0's convolutions and fully connected layers free of 64-bit
+multiplies; `aot doctor` asking QEMU for each board's machine.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from aot.api import package, verify
 from aot.cli import main as cli_main
 from aot.isa.arm_dsp import V6M_SMMULR, c_helper
 from aot.lower import lower_graph
+from aot.targets import get_board
 from aot.testing import kernels as testing
 from aot.testing.kernels import host_target
 from support import MODELS, zoo
@@ -132,3 +134,21 @@ def test_v6m_smmulr_is_smmulr(tmp_path):
     got = [int(v) for v in subprocess.run([str(exe)], capture_output=True, text=True,
                                           check=True).stdout.split()]
     assert got == [(a * b + (1 << 31)) >> 32 for a, b in cases]
+
+
+def test_doctor_checks_each_board_machine_in_qemu():
+    """`aot doctor` asks the installed qemu-system-arm for each board's
+    machine; a machine it does not know leaves the board not ready."""
+    from aot.doctor import report
+    boards = {name: get_board(name) for name in ("microbit", "mps2-an505", "mps2-an385")}
+    boards["mps2-an999"] = dataclasses.replace(
+        boards["mps2-an385"], name="mps2-an999",
+        options={**boards["mps2-an385"].options, "machine": "mps2-an999"})
+    r = report(boards)
+    machines = {c.name: c.found for c in r.checks if c.kind == "machine"}
+    assert machines == {"qemu-system-arm -M microbit": True, "qemu-system-arm -M mps2-an505": True,
+                        "qemu-system-arm -M mps2-an385": True,
+                        "qemu-system-arm -M mps2-an999": False}, machines
+    ready = {b.name: b.usable for b in r.boards}
+    assert ready == {"microbit": True, "mps2-an505": True, "mps2-an385": True,
+                     "mps2-an999": False}, ready

@@ -27,6 +27,7 @@ import platform
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
 from aot.support import gcc_pin, tools
@@ -77,7 +78,7 @@ TESTS = "tests"
 class Check:
     """One program, file, module or image aot needs."""
     name: str
-    kind: str                     # tool | file | python | image
+    kind: str                     # tool | file | python | image | machine
     group: str                    # what sort of thing, for the table
     path: str | None              # where it was found (None: missing)
     needed_by: tuple[str, ...]    # boards, commands, "tests"
@@ -254,9 +255,26 @@ def _transport_needs(board: Board) -> list[Check]:
         checks += [Check(vm.NIC_ROM, "file", "emulators", str(rom) if rom else None, users,
                          tools.debian_package(vm.NIC_ROM) or ""),
                    _image_check(users)]
+    machine = str(board.options.get("machine", ""))
+    if board.transport == "qemu-system" and machine:
+        # the machine model (-M) in this QEMU: an older one may lack a board's
+        checks.append(Check(f"{qemu} -M {machine}", "machine", "emulators",
+                            found if found and machine in _qemu_machines(found) else None,
+                            users, tools.debian_package(qemu) or ""))
     if board.transport in ("qemu-user", "qemu-system"):
         checks += _insn_count_checks(users)
     return checks
+
+
+@lru_cache(maxsize=None)
+def _qemu_machines(qemu: str) -> frozenset[str]:
+    """The machine names `qemu -M help` lists (empty if it cannot say)."""
+    try:
+        r = subprocess.run([qemu, "-M", "help"], capture_output=True, text=True, timeout=30,
+                           stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return frozenset()
+    return frozenset(line.split()[0] for line in r.stdout.splitlines()[1:] if line.strip())
 
 
 def _insn_count_checks(users: tuple[str, ...]) -> list[Check]:

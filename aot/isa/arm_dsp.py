@@ -29,6 +29,20 @@ instruction selection makes SMMULR. The ROR #8
 is SXTB16's rotated operand: in C one instruction of inline assembly (GCC
 12 neither folds a rotate into the intrinsic's operand nor has `__ror`),
 in LLVM a funnel shift its instruction selection folds.
+
+On a core without a 32x32->64 multiply (ARMv6-M, the Cortex-M0/M0+: ISA
+feature "v6m"), where the formula's 64-bit product is a call to
+__aeabi_lmul, aot_smmulr becomes `v6m_smmulr`: the same value from four
+32-bit multiplies (MULS) of 16-bit halves, a = ah 2^16 + al, b = bh 2^16 + bl
+(ah, bh signed, al, bl in [0, 2^16)):
+
+    u = al bh + ((al bl) >> 16) + 2^15       (al bl unsigned)
+    t = ah bl + (u & 0xFFFF)
+    (a b + 2^31) >> 32 = ah bh + (u >> 16) + (t >> 16)
+
+since floor((X 2^16 + Y) / 2^32) = floor((X + floor(Y / 2^16)) / 2^16) for
+integers X, Y; u and t stay within int32 for every a and b (|ah bl|,
+|al bh| < 2^31 - 2^16), so it is exact everywhere, not only within bounds.
 """
 from __future__ import annotations
 
@@ -51,6 +65,7 @@ class DspOp:
     kind: str     # "sxtb16", "smmulr" or a multiply-accumulate: "smlad", "smlabb", "smlatt"
     odd: bool = False
     instruction: bool = False
+    halves: bool = False    # smmulr from 32-bit multiplies of 16-bit halves (v6m_smmulr)
 
     @property
     def arity(self) -> int:
@@ -75,9 +90,10 @@ ARM_SMLABB = DspOp("arm_smlabb", "smlabb", instruction=True)
 ARM_SMLATT = DspOp("arm_smlatt", "smlatt", instruction=True)
 SMMULR = DspOp("aot_smmulr", "smmulr")
 ARM_SMMULR = DspOp("arm_smmulr", "smmulr", instruction=True)
+V6M_SMMULR = DspOp("v6m_smmulr", "smmulr", halves=True)
 DSP_OPS: dict[str, DspOp] = {d.name: d for d in (SXTB16, SXTB16_ROR8, SMLAD, SMLABB, SMLATT,
                                                   SMMULR, ARM_SXTB16, ARM_SXTB16_ROR8, ARM_SMLAD,
-                                                  ARM_SMLABB, ARM_SMLATT, ARM_SMMULR)}
+                                                  ARM_SMLABB, ARM_SMLATT, ARM_SMMULR, V6M_SMMULR)}
 # the halves each multiply-accumulate multiplies: (low, high)
 _TERMS = {"smlad": (True, True), "smlabb": (True, False), "smlatt": (False, True)}
 
@@ -85,7 +101,7 @@ _TERMS = {"smlad": (True, True), "smlabb": (True, False), "smlatt": (False, True
 def generic_of(op: DspOp) -> DspOp:
     """The formula an instruction stands for."""
     return next(d for d in DSP_OPS.values()
-                if d.kind == op.kind and d.odd == op.odd and not d.instruction)
+                if d.kind == op.kind and d.odd == op.odd and not d.instruction and not d.halves)
 
 
 def sxtb16(v: Expr, odd: bool = False) -> Call:
@@ -137,6 +153,8 @@ ROWS: tuple[Instruction, ...] = (
     Instruction(SMMULR.name, ARM_SMMULR.name, ARCHS, _DSP),
     Instruction(SXTB16.name, ARM_SXTB16.name, ARCHS, _DSP, little_endian=True),
     Instruction(SXTB16_ROR8.name, ARM_SXTB16_ROR8.name, ARCHS, _DSP, little_endian=True),
+    # no long multiply: SMMULR's value from MULS of halves (the module docstring)
+    Instruction(SMMULR.name, V6M_SMMULR.name, ("thumb",), ((1, ("v6m",)),)),
 )
 
 
@@ -152,6 +170,16 @@ def c_helper(mod, op: DspOp) -> str:
     generic = c_helper(mod, generic_of(op)) if op.instruction else ""
     if op.kind in _TERMS:
         return mod.helper(op.name, lambda: _c_mac(op, generic))
+    if op.halves:
+        return mod.helper(op.name, lambda: (
+            "/* SMMULR's value, (a * b + 2^31) >> 32, from four 32-bit multiplies of 16-bit\n"
+            " * halves: no 64-bit multiply (a core without one calls __aeabi_lmul for it) */\n"
+            f"static inline int32_t {op.name}(int32_t a, int32_t b)\n{{\n"
+            "    const int32_t ah = a >> 16, bh = b >> 16;\n"
+            "    const int32_t al = a & 65535, bl = b & 65535;\n"
+            "    const int32_t u = al * bh + (int32_t)(((uint32_t)al * (uint32_t)bl) >> 16) + 32768;\n"
+            "    const int32_t t = ah * bl + (u & 65535);\n"
+            "    return ah * bh + (u >> 16) + (t >> 16);\n}"))
     if op.kind == "smmulr":
         body = (_guarded('int32_t r;\n    __asm__("smmulr %0, %1, %2" : "=r"(r) : "r"(a), "r"(b));'
                          "\n    return r;", f"return {generic}(a, b);") if op.instruction else
@@ -206,6 +234,8 @@ def _guarded(fast: str, fallback: str) -> str:
 def llvm_emit(b: ir.IRBuilder, module: ir.Module, op: DspOp, args: list) -> ir.Value:
     """op on LLVM values: the Arm intrinsic, or the formula."""
     i32 = ir.IntType(32)
+    if op.halves:
+        return _llvm_halves_smmulr(b, *args)
     if op.kind == "smmulr":
         i64 = ir.IntType(64)
         a, w = (b.sext(v, i64) for v in args)
@@ -235,6 +265,19 @@ def llvm_emit(b: ir.IRBuilder, module: ir.Module, op: DspOp, args: list) -> ir.V
     return b.or_(low, high)
 
 
+def _llvm_halves_smmulr(b: ir.IRBuilder, a: ir.Value, w: ir.Value) -> ir.Value:
+    """v6m_smmulr's formula (the module docstring) in 32-bit operations."""
+    i32 = ir.IntType(32)
+
+    def k(v: int) -> ir.Constant:
+        return ir.Constant(i32, v)
+    ah, bh = b.ashr(a, k(16)), b.ashr(w, k(16))
+    al, bl = b.and_(a, k(0xFFFF)), b.and_(w, k(0xFFFF))
+    u = b.add(b.add(b.mul(al, bh), b.lshr(b.mul(al, bl), k(16))), k(1 << 15))
+    t = b.add(b.mul(ah, bl), b.and_(u, k(0xFFFF)))
+    return b.add(b.add(b.mul(ah, bh), b.ashr(u, k(16))), b.ashr(t, k(16)))
+
+
 def _declare(module: ir.Module, name: str, arity: int) -> ir.Function:
     i32 = ir.IntType(32)
     return module.globals.get(name) or ir.Function(module, ir.FunctionType(i32, [i32] * arity),
@@ -243,5 +286,6 @@ def _declare(module: ir.Module, name: str, arity: int) -> ir.Function:
 
 __all__ = ["ARCHS", "ARM_SMLABB", "ARM_SMLAD", "ARM_SMLATT", "ARM_SMMULR", "ARM_SXTB16",
            "ARM_SXTB16_ROR8", "DSP_OPS", "DspOp", "ROWS", "SMLABB", "SMLAD", "SMLATT", "SMMULR",
+           "V6M_SMMULR",
            "SXTB16", "SXTB16_ROR8", "c_helper", "check_dsp", "check_operands", "generic_of",
            "llvm_emit", "smla_half", "smlad", "smmulr", "sxtb16"]

@@ -13,7 +13,10 @@ copy of each input). Two facts bound them, each stated once:
 - a board's memories (boards/*.toml `flash_bytes`, `ram_bytes`): the
   library's arena and state within its RAM, the weights within its flash;
   on a bare-metal board the harness is the firmware, so its input and
-  output buffers share that RAM too.
+  output buffers share that RAM too, and where the board's [firmware]
+  table says so (`reserved_ram_bytes`, `reserved_flash_bytes`: a small
+  board, where they matter) what the harness's own code, newlib, the heap
+  and the stack take is held back from them.
 """
 from __future__ import annotations
 
@@ -84,6 +87,15 @@ def _remedies(data: StaticData, io_in_arena: bool, pools_possible: bool) -> str:
     return "; ".join(ways)
 
 
+def _kept(nbytes: int, memory: str) -> str:
+    """`, N of them the firmware's own` where a board holds some back."""
+    if not nbytes:
+        return ""
+    what = ("the harness's code and newlib" if memory == "flash"
+            else "the harness's data, newlib, the heap and the stack")
+    return f", {nbytes} of them kept for {what}: firmware.reserved_{memory.lower()}_bytes"
+
+
 def check_static_data(board: Board, data: StaticData, io_in_arena: bool = False,
                       pools: bool = False) -> None:
     """Refuse, naming the parts and the limit, a program that cannot be
@@ -98,20 +110,23 @@ def check_static_data(board: Board, data: StaticData, io_in_arena: bool = False,
             f"does not fit the {size_text(limit)} of code and static data that the code model "
             f"of target '{target.name}' addresses (board '{board.name}'); "
             f"{_remedies(data, io_in_arena, False)}")
-    if data.weights > board.flash_bytes:
+    flash_kept = int(board.firmware.get("reserved_flash_bytes", 0))
+    if data.weights > board.flash_bytes - flash_kept:
         raise BudgetError(f"the model's weights ({data.weights} bytes) do not fit the flash of "
-                          f"board '{board.name}' ({board.flash_bytes} bytes)")
+                          f"board '{board.name}' ({board.flash_bytes} bytes"
+                          f"{_kept(flash_kept, 'flash')})")
     if pools:       # each pool fits its bank: pooled_memory_plan says so or raises
         return
     # A Linux harness's buffers are the caller's in a real program: the
     # board's RAM bounds the library's own. Bare metal: the harness is the firmware.
     kinds = RAM_KINDS if board.firmware else ("arena", "state")
     ram = sum(getattr(data, k) for k in kinds)
-    if ram > board.ram_bytes:
+    ram_kept = int(board.firmware.get("reserved_ram_bytes", 0))
+    if ram > board.ram_bytes - ram_kept:
         what = "the arena, state and harness buffers" if board.firmware else "the arena and state"
         raise BudgetError(
             f"{what} ({data.parts(*kinds)}: {ram} bytes) do not fit the RAM of board "
-            f"'{board.name}' ({board.ram_bytes} bytes); "
+            f"'{board.name}' ({board.ram_bytes} bytes{_kept(ram_kept, 'RAM')}); "
             f"{_remedies(data, io_in_arena, _banks(board) > 1 and bool(board.firmware))}")
 
 

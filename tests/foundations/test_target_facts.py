@@ -25,6 +25,9 @@ FACTS = {
     "cortex-m4": ("thumb", 0, True, "", {"dsp", "vfp4d16sp"}, {"neon", "mve"}),
     "cortex-m7": ("thumb", 0, True, "", {"dsp"}, {"neon"}),
     "cortex-m55": ("thumb", 0, True, "", {"dsp", "mve"}, {"mve.fp"}),
+    "cortex-m33": ("thumb", 0, True, "", {"dsp"}, {"mve", "neon"}),
+    "cortex-m3": ("thumb", 0, True, "", set(), {"dsp", "mve"}),
+    "cortex-m0": ("thumb", 0, True, "", set(), {"dsp", "mve"}),
     "riscv64-linux": ("riscv64", 0, True, "lp64d", {"m", "a", "f", "d", "c"}, {"v"}),
     # portable C: the board gives the triple (aot.targets.portable_on)
     "generic-c99": ("", 0, True, "", set(), {"neon", "sse2", "dsp"}),

@@ -189,3 +189,54 @@ RING_FIRST_LAYERS = [   # odd depths, row stride 1: window rows staged in a ring
      dict(Padding=0, StrideH=1, StrideW=1, FusedActivationFunction=1), -128),
     ([2, 8, 9, 1], [8, 5, 3, 1], [2, 4, 7, 8], dict(Padding=1, StrideH=1, StrideW=1), 7),
 ]
+
+
+def cortex_m_graphs():
+    """int8 convolutions and FC layers that take every branch of the Cortex-M
+    kernels (aot/lower/kernels/cortex_m/): tiles with pixels and channels left
+    over, depth tails, borders, padded copies, strides and dilations."""
+    pointwise = dict(Padding=0, StrideH=1, StrideW=1)
+    return [
+        # 2x2 tiles with a pixel and a channel left over, depth 4k
+        conv_model("CONV_2D", [1, 3, 5, 8], [5, 1, 1, 8], [1, 3, 5, 5],
+                   dict(pointwise, FusedActivationFunction=1), zp_in=-128, seed=1),
+        # depth 4k + 3: the tail terms; two images
+        conv_model("CONV_2D", [2, 2, 3, 7], [4, 1, 1, 7], [2, 2, 3, 4], pointwise,
+                   per_channel=False, zp_in=77, seed=2),
+        conv_model("CONV_2D", [1, 4, 4, 16], [6, 1, 1, 16], [1, 4, 4, 6],
+                   dict(pointwise, FusedActivationFunction=3), bias=False, zp_in=0, seed=3),
+        # dense: SAME borders, odd spans, a channel left over; stride 2 and dilation; VALID
+        conv_model("CONV_2D", [1, 6, 7, 8], [5, 3, 3, 8], [1, 6, 7, 5],
+                   dict(Padding=0, StrideH=1, StrideW=1, FusedActivationFunction=1), zp_in=-3,
+                   seed=7),
+        conv_model("CONV_2D", [2, 9, 10, 4], [4, 3, 2, 4], [2, 5, 5, 4],
+                   dict(Padding=0, StrideH=2, StrideW=2, DilationHFactor=2), zp_in=100, seed=8),
+        conv_model("CONV_2D", [1, 5, 6, 12], [3, 2, 3, 12], [1, 4, 4, 3],
+                   dict(Padding=1, StrideH=1, StrideW=1), per_channel=False, zp_in=-128, seed=9),
+        # window rows (few input channels): SAME with stride 2 (3/4 inside), a 5x4
+        # kernel on one channel, VALID without a border
+        conv_model("CONV_2D", [1, 16, 16, 3], [5, 3, 3, 3], [1, 8, 8, 5],
+                   dict(Padding=0, StrideH=2, StrideW=2, FusedActivationFunction=3), zp_in=-128,
+                   seed=10),
+        conv_model("CONV_2D", [1, 48, 31, 1], [4, 5, 4, 1], [1, 24, 16, 4],
+                   dict(Padding=0, StrideH=2, StrideW=2), zp_in=21, seed=11),
+        # mostly border (a padded copy): kws's first layer's shape, two images
+        conv_model("CONV_2D", [2, 13, 6, 1], [4, 10, 4, 1], [2, 7, 3, 4],
+                   dict(Padding=0, StrideH=2, StrideW=2, FusedActivationFunction=1), zp_in=-7,
+                   seed=13),
+        conv_model("CONV_2D", [2, 6, 7, 2], [3, 2, 3, 2], [2, 5, 5, 3],
+                   dict(Padding=1, StrideH=1, StrideW=1), per_channel=False, zp_in=9, seed=12),
+        fc_model(True, False, x_shape=(3, 2, 10), depth=30),        # rows across dims
+        fc_model(False, False, x_shape=(1, 40), zp_in=-128, act=0, units=7),
+        fc_model(True, True, x_shape=(2, 3, 20), units=9),
+        # depthwise: SAME borders, a word and 2 channels left over, stride 2, dilation, batch
+        conv_model("DEPTHWISE_CONV_2D", [1, 7, 5, 8], [1, 3, 3, 8], [1, 7, 5, 8],
+                   dict(Padding=0, StrideH=1, StrideW=1, DepthMultiplier=1,
+                        FusedActivationFunction=1), zp_in=-128, seed=4),
+        conv_model("DEPTHWISE_CONV_2D", [2, 9, 8, 6], [1, 3, 3, 6], [2, 5, 4, 6],
+                   dict(Padding=0, StrideH=2, StrideW=2, DepthMultiplier=1), zp_in=5, seed=5),
+        conv_model("DEPTHWISE_CONV_2D", [1, 10, 7, 4], [1, 3, 2, 4], [1, 6, 6, 4],
+                   dict(Padding=1, StrideH=1, StrideW=1, DepthMultiplier=1, DilationHFactor=2),
+                   bias=False, zp_in=127, seed=6),
+        fc_model(True, False, x_shape=(1, 8), units=2),             # fewer units than a tile
+    ]

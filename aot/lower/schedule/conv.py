@@ -26,7 +26,7 @@ from aot.lower.schedule.tile_sizes import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORD
 from aot.lower.schedule.strategy import (PAIRS, Accumulator, conv_algorithm, int8_accumulator,
                                          int8_rows, mlal_depthwise, window_row_accumulator)
 from aot.lower.kernels.conv_walk import Walk, float_axes
-from aot.lower.kernels.cortex_m import dsp, mve
+from aot.lower.kernels.cortex_m import dsp, mve, scalar
 from aot.lower.kernels.riscv import scalar as rv32
 from aot.lower.kernels.tiles import UNROLL_CHANNEL_TILES, tile_widths
 from aot.lower.kernels.windows import ConvGeom, SpatialOp, axis_runs
@@ -222,7 +222,16 @@ def cortex_m_conv(target: Target, g: ConvGeom, weights: np.ndarray) -> str | Non
     """The Cortex-M kernel (its name in aot/lower/kernels/cortex_m/'s CONV)
     of a convolution whose input is in memory, or None where none fits:
     Helium's 16-lane dot products and outer products first, then the DSP
-    extension's (depthwise with Helium: 16 channels at a time first)."""
+    extension's (depthwise with Helium: 16 channels at a time first); on a
+    core without either, the same nests byte by byte (scalar.py)."""
+    if scalar.scalar_target(target):
+        # ARMv6-M's few registers take narrower tiles (scalar.V6M_TILE)
+        tiles = "v6m" if target.has("v6m") else "scalar"
+        return next((name for name, fits in (
+            (f"{tiles}_pointwise", scalar.fits_pointwise),
+            ("scalar_depthwise", scalar.fits_depthwise),
+            (f"{tiles}_dense", scalar.fits_dense), ("scalar_rows", scalar.fits_rows))
+            if fits(target, g, weights)), None)
     if mve.mve_target(target):
         if g.depth % mve.LANES == 0 and dsp.fits_pointwise(target, g, weights):
             return "mve_pointwise"
@@ -262,9 +271,9 @@ def int8_fc_schedule(target: Target, w: np.ndarray, in_memory: bool) -> Int8Conv
     input is a buffer): vector tiles of `tile` in `accumulator`'s groups
     (pairs where no 4+-lane tile or no weight suits the quads) where the
     target has vectors and there are 4 units or more, else the Cortex-M
-    matrix product in Helium's vectors (depths of 16k) or the DSP
-    extension's words, or the scalar RISC-V cores' register tiles, else the
-    scalar loop."""
+    matrix product in Helium's vectors (depths of 16k), the DSP
+    extension's words or, without either, words read byte by byte, or the
+    scalar RISC-V cores' register tiles, else the scalar loop."""
     if target.lanes(32) > 1 and len(w) >= 4:
         t = tile(target, "int32")
         kind = int8_accumulator(target)
@@ -278,4 +287,6 @@ def int8_fc_schedule(target: Target, w: np.ndarray, in_memory: bool) -> Int8Conv
         return Int8ConvSchedule("dsp_fc")
     if in_memory and rv32.fits_fc(target, w):
         return Int8ConvSchedule("rv32_fc")
+    if in_memory and scalar.fits_fc(target, w):
+        return Int8ConvSchedule("scalar_fc")
     return Int8ConvSchedule("scalar")

@@ -94,6 +94,11 @@ def pointwise_geom(depth: int) -> ConvGeom:
     # by window rows, depthwise 4 channels at a time
     ("qemu-rv32", ("rv32_pointwise", "rv32_dense", "rv32_rows", "rv32_depthwise",
                    "rv32_depthwise")),
+    # no SIMD (M3, M0): the same nests byte by byte
+    ("mps2-an385", ("scalar_pointwise", "scalar_dense", "scalar_rows", "scalar_depthwise",
+                    "scalar_depthwise")),
+    ("microbit", ("v6m_pointwise", "v6m_dense", "scalar_rows", "scalar_depthwise",
+                  "scalar_depthwise")),
     ("host", ("vector",) * 5),
 ])
 def test_int8_conv_algorithm_per_target(board, algorithms):
@@ -141,11 +146,11 @@ def test_int8_conv_falls_back_to_the_scalar_loops():
 
 def test_every_cortex_m_name_the_policy_gives_is_a_kernel():
     conv = {int8_conv_schedule(get_board(b).target, g, weights(g), in_memory=True).algorithm
-            for b in ("mps2-an386", "mps3-an547")
+            for b in ("mps2-an386", "mps3-an547", "mps2-an385", "microbit")
             for g in (pointwise_geom(16), geom(16), geom(3), geom(1, groups=32, per_group=1))}
     assert conv == set(cortex_m.CONV)
     fc = {int8_fc_schedule(get_board(b).target, np.ones((8, d), np.int64), True).algorithm
-          for b in ("mps2-an386", "mps3-an547") for d in (16, 8)}
+          for b in ("mps2-an386", "mps3-an547", "mps2-an385") for d in (16, 8)}
     assert fc == set(cortex_m.FC)
 
 

@@ -1,5 +1,6 @@
 """Cortex-M int8 kernels: dsp.py (the DSP extension's SMLAD family, CMSIS-NN's
-layout) and mve.py (Helium), and the tables that name them. The schedule
+layout), mve.py (Helium) and scalar.py (cores without SIMD: the DSP nests
+byte by byte), and the tables that name them. The schedule
 (aot/lower/schedule/conv.py: int8_conv_schedule, int8_fc_schedule) answers
 with a name, the rule calls what it names here. Helium's variants of the
 DSP nests are those nests given mve.VECTORS, wired here, so dsp.py never
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from aot.lower.kernels.cortex_m import dsp, mve
+from aot.lower.kernels.cortex_m import dsp, mve, scalar
 
 # The convolution kernels, each called as kernel(ctx, x, g, weights, bias,
 # zp, finish) with int8_conv.conv_nest's finish.
@@ -21,9 +22,16 @@ CONV = {
     "dsp_depthwise": dsp.depthwise,
     "dsp_dense": dsp.dense,
     "dsp_rows": dsp.window_rows,
+    "scalar_pointwise": partial(dsp.pointwise, words=scalar.BYTES),
+    "scalar_depthwise": partial(dsp.depthwise, words=scalar.BYTES),
+    "scalar_dense": partial(dsp.dense, words=scalar.BYTES),
+    "v6m_pointwise": partial(dsp.pointwise, words=scalar.BYTES, tile=scalar.V6M_TILE),
+    "v6m_dense": partial(dsp.dense, words=scalar.BYTES, tile=scalar.V6M_TILE),
+    "scalar_rows": partial(dsp.window_rows, words=scalar.BYTES),
 }
 # The fully connected kernels, called as dsp.fully_connected is.
 FC = {
     "mve_fc": partial(dsp.fully_connected, words=mve.VECTORS, tile=mve.TILE),
     "dsp_fc": dsp.fully_connected,
+    "scalar_fc": partial(dsp.fully_connected, words=scalar.BYTES),
 }

@@ -79,10 +79,11 @@ def fits_int8(w: np.ndarray) -> bool:
     return w.size > 0 and w.min() >= -128 and w.max() <= 127
 
 
-def fits_pointwise(target: Target, g, weights: np.ndarray) -> bool:
+def fits_pointwise(target: Target, g, weights: np.ndarray, on=dsp_target) -> bool:
     """A 1x1 convolution the pixel-row product computes: one group, stride 1,
-    no padding, weights that are int8."""
-    return dsp_target(target) and pointwise_shape(g) and fits_int8(weights)
+    no padding, weights that are int8; on a core `on` accepts (here the DSP
+    extension's; scalar.py's cores take the same nests in other words)."""
+    return on(target) and pointwise_shape(g) and fits_int8(weights)
 
 
 def pointwise_shape(g) -> bool:
@@ -91,8 +92,8 @@ def pointwise_shape(g) -> bool:
             and (g.oh, g.ow) == (g.h, g.w) and g.pad_top == g.pad_left == 0 and g.depth >= 4)
 
 
-def fits_fc(target: Target, w: np.ndarray) -> bool:
-    return dsp_target(target) and w.shape[1] >= 4 and fits_int8(w)
+def fits_fc(target: Target, w: np.ndarray, on=dsp_target) -> bool:
+    return on(target) and w.shape[1] >= 4 and fits_int8(w)
 
 
 def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
@@ -218,10 +219,10 @@ def fully_connected(ctx: LowerCtx, x: TensorRef, w: np.ndarray, bias: np.ndarray
                   lambda r, c, acc: finish(unravel(r, lead), c, acc), tile, words)
 
 
-def fits_dense(target: Target, g, weights: np.ndarray) -> bool:
+def fits_dense(target: Target, g, weights: np.ndarray, on=dsp_target) -> bool:
     """A convolution of one group over a multiple of 4 input channels (so no
     word spans two taps), int8 weights."""
-    return (dsp_target(target) and g.groups == 1 and g.depth % 4 == 0
+    return (on(target) and g.groups == 1 and g.depth % 4 == 0
             and fits_int8(weights))
 
 
@@ -280,10 +281,10 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
     return plane_walk(ctx, g, pixels, pairs=True)
 
 
-def fits_rows(target: Target, g, weights: np.ndarray) -> bool:
+def fits_rows(target: Target, g, weights: np.ndarray, on=dsp_target) -> bool:
     """A convolution of one group whose window rows (kernel width x input
     channels, contiguous when the width is not dilated) hold a word or more."""
-    return (dsp_target(target) and g.groups == 1 and g.dilations[1] == 1
+    return (on(target) and g.groups == 1 and g.dilations[1] == 1
             and g.kw * g.depth >= 4 and fits_int8(weights))
 
 
@@ -441,10 +442,10 @@ def both(a: Expr | None, b: Expr | None) -> Expr | None:
     return a if b is None else b if a is None else Bin("and", a, b)
 
 
-def fits_depthwise(target: Target, g, weights: np.ndarray) -> bool:
+def fits_depthwise(target: Target, g, weights: np.ndarray, on=dsp_target) -> bool:
     """A depthwise convolution with multiplier 1 over at least a word of
     channels, int8 weights."""
-    return (dsp_target(target) and g.depth == 1 and g.per_group == 1
+    return (on(target) and g.depth == 1 and g.per_group == 1
             and g.groups >= 4 and fits_int8(weights))
 
 
@@ -463,6 +464,8 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
     start = lazy_table(ctx, "bias", folded)
     lanes = words.lanes if words is not None and words.depthwise is not None else 0
     group = words.depthwise(ctx, x, wbuf, folded, zp, g.kw, finish) if lanes else None
+    # 4 channels a word: SMLABB / SMLATT's, or the words' own lane by lane
+    quads = words if words is not None and words.lanewise is not None else PAIRS
 
     # In the interior a small window's taps are unrolled (immediate load
     # offsets, no loop counters: a kws 3x3 depthwise layer 511 k -> 484 k
@@ -491,13 +494,10 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
 
         def tap(ky, kx, at, cond) -> Stmt:
             body: list[Stmt] = []
-            xe, xo = _halves(ctx, body, "x", Load(x.buffer, add(at, c), 4), cond, zp)
-            we, wo = _halves(ctx, body, "w", Load(wbuf, add(mul(add(mul(ky, Const(g.kw)), kx),
-                                                                Const(channels)), c), 4))
-            # channels c, c+2 from the even bytes, c+1, c+3 from the odd
-            for acc, (xh, wh, high) in zip(accs, ((xe, we, False), (xo, wo, False),
-                                                  (xe, we, True), (xo, wo, True))):
-                body.append(Assign(acc, smla_half(xh, wh, acc, high)))
+            xs = quads.read(ctx, body, "x", Load(x.buffer, add(at, c), 4), cond, zp)
+            ws = quads.read(ctx, body, "w", Load(wbuf, add(mul(add(mul(ky, Const(g.kw)), kx),
+                                                               Const(channels)), c), 4))
+            quads.lanewise(body, xs, ws, accs)
             return seq(*body)
         parts.append(taps(n, oy, ox, tests, tap))
         parts += [finish((n, oy, ox, add(c, Const(k))), a) for k, a in enumerate(accs)]
@@ -570,6 +570,15 @@ def _dot_words(body: list, xs, ws, accs) -> None:
             body += [Assign(acc, smlad(xh[0], wh[0], acc)), Assign(acc, smlad(xh[1], wh[1], acc))]
 
 
+def _smla_lanes(body: list, x, w, accs) -> None:
+    """accs[k] += byte k of word x times byte k of word w (x, w as halves):
+    channels c, c+2 from the even bytes, c+1, c+3 from the odd."""
+    (xe, xo), (we, wo) = x, w
+    for acc, (xh, wh, high) in zip(accs, ((xe, we, False), (xo, wo, False),
+                                          (xe, we, True), (xo, wo, True))):
+        body.append(Assign(acc, smla_half(xh, wh, acc, high)))
+
+
 @dataclass(frozen=True)
 class Words:
     """How a kernel reads its depth and multiplies it: `lanes` int8 at a
@@ -578,15 +587,19 @@ class Words:
     gives the operand; dot(body, xs, ws, accs) adds to accs[i][k] the
     products of input operand i and weight operand k. depthwise(ctx, x,
     wbuf, bias, zp, kw, finish), where the words have one: the group of
-    `lanes` channels depthwise runs first (mve.depthwise_group's form)."""
+    `lanes` channels depthwise runs first (mve.depthwise_group's form).
+    lanewise(body, x, w, accs), where the words have one: accs[k] += lane k
+    of x times lane k of w, for a depthwise convolution's 4 channels a word
+    (words of 4 only)."""
     lanes: int
     read: Callable
     dot: Callable
     depthwise: Callable | None = None
+    lanewise: Callable | None = None
 
 
 # SMLAD's: a word of 4 split into its even and odd int16 pairs
-PAIRS = Words(4, _halves, _dot_words)
+PAIRS = Words(4, _halves, _dot_words, lanewise=_smla_lanes)
 
 
 def folded_bias(bias: np.ndarray, zp: int, w: np.ndarray) -> np.ndarray:

@@ -17,7 +17,8 @@ import aot
 from aot.cli import main
 from aot.errors import AotError
 from aot.ir.graph import Quant, TensorType
-from aot.check.validate import (Tolerance, cosine, dequantize, l2r, load_dataset, max_abs, max_lsb,
+from aot.check.dataset import load_dataset
+from aot.check.validate import (Tolerance, cosine, dequantize, l2r, max_abs, max_lsb,
                                 output_metrics, rmse, top1_agreement)
 
 from support import MODELS

@@ -61,7 +61,8 @@ def read_npy(path: str | Path, what: str | None = None,
              limit_elements: int | None = None) -> np.ndarray:
     """The array in an .npy file, refused with one line when the file is not
     one, holds fewer bytes than its header claims, or claims more than
-    `limit_elements` (AOT_MAX_TENSOR_ELEMENTS by default)."""
+    `limit_elements` (AOT_MAX_TENSOR_ELEMENTS by default; a caller that
+    knows the shape to expect gives its size)."""
     what = what or str(path)
     limit = max_elements() if limit_elements is None else limit_elements
     try:
@@ -69,9 +70,10 @@ def read_npy(path: str | Path, what: str | None = None,
             shape, fortran, dtype = read_header(f, what)
             count = math.prod(shape)
             if count > limit:
+                bound = (f"the limit of {limit} (AOT_MAX_TENSOR_ELEMENTS)"
+                         if limit_elements is None else f"the {limit} expected")
                 raise InputError(f"{what}: the header claims {count} elements (shape "
-                                 f"{list(shape)}), more than the limit of {limit} "
-                                 "(AOT_MAX_TENSOR_ELEMENTS)")
+                                 f"{list(shape)}), more than {bound}")
             held = os.fstat(f.fileno()).st_size - f.tell()
             if count * dtype.itemsize != held:
                 raise InputError(f"{what}: the header claims {dtype}{list(shape)} "

@@ -372,30 +372,14 @@ def _verify_inputs(model: Path, graph: Graph, dataset: str | Path | None, count:
     the saved one (notes: why a saved one was not used)."""
     from aot.check.reference import saved_or_random_inputs
     from aot.check.dataset import open_dataset
+    from aot.check.inputs import RandomSamples
 
     if dataset is not None:
         return "dataset", open_dataset(dataset, graph, limit), []
     if count == 1:
         origin, first, notes = saved_or_random_inputs(model, graph, seed)
         return origin, [first], notes
-    return "random", _RandomSamples(graph, seed, count), []
-
-
-class _RandomSamples:
-    """`count` random samples (seeds seed, seed+1, ...), made when iterated."""
-
-    def __init__(self, graph: Graph, seed: int, count: int) -> None:
-        self.graph, self.seed, self.count = graph, seed, count
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __iter__(self):
-        from aot.check.inputs import random_inputs
-
-        for i in range(self.count):
-            d = random_inputs(self.graph, self.seed + i)
-            yield [d[n] for n in self.graph.inputs]
+    return "random", RandomSamples(graph, seed, count), []
 
 
 # Samples quantized, run on the board and in the reference together: a batch

@@ -410,6 +410,9 @@ def _print_verify(out: dict[str, Any]) -> None:
         elif r.get("step"):
             console.print(f"{r['name']}: dequantized by the model in steps of {r['step']:.4g}, "
                           "held to one step unless --atol is given", markup=False)
+        if r.get("nan_matched"):
+            console.print(f"{r['name']}: {r['nan_matched']} elements NaN on the board where the "
+                          "reference has NaN too (they agree)", markup=False)
     for note in out.get("notes", ()):
         console.print(f"note: {note}", markup=False)
     runs = f"{n} samples, " if n > 1 else ""

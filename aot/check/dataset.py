@@ -91,6 +91,7 @@ def _open_npz(path: Path, graph: Graph, limit: int | None) -> Dataset:
             with npz.open(member) as m:
                 _stacked_shape(where, name, graph.types[name], m.shape)
                 _check_dtype(where, name, graph.types[name], m.dtype)
+                m.check_rows()
                 members[name] = (member, m.shape[0])
     counts = [members[n][1] for n in graph.inputs]
     if counts and any(c != counts[0] for c in counts):

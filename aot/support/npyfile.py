@@ -182,14 +182,20 @@ class NpzMember:
             got += more
         return buf
 
+    def check_rows(self) -> None:
+        """Refuse a member whose rows cannot be read one block at a time."""
+        if not self.shape:
+            raise InputError(f"{self.what}: a scalar has no rows")
+        if self.fortran and math.prod(self.shape[1:]) > 1:
+            raise InputError(f"{self.what}: stored in Fortran order, which cannot be read a "
+                             "sample at a time: save it C-ordered (np.ascontiguousarray)")
+
     def read_rows(self, count: int) -> np.ndarray:
         """The next `count` entries of the leading axis, as [count, *shape[1:]].
         Rows of a Fortran-ordered array are not contiguous: such a member is
         read this way only when a row is one element."""
+        self.check_rows()
         row = self.shape[1:]
-        if self.fortran and math.prod(row) > 1:
-            raise InputError(f"{self.what}: stored in Fortran order, which cannot be read a "
-                             "sample at a time: save it C-ordered (np.ascontiguousarray)")
         nbytes = count * math.prod(row) * self.dtype.itemsize
         return np.frombuffer(self.read_bytes(nbytes), self.dtype).reshape(count, *row)
 

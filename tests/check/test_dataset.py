@@ -111,6 +111,11 @@ def test_npz_archive_reads_rows_a_block_at_a_time(tmp_path):
                 m.read_rows(1)
         with pytest.raises(AotError, match="expected 3 elements"):
             npz.read("a", (3,))
+    np.savez(tmp_path / "f.npz", a=np.asfortranarray(data[:, :, 0]))
+    with NpzArchive(tmp_path / "f.npz") as npz, npz.open("a") as m:
+        assert m.fortran
+        with pytest.raises(AotError, match="member 'a': stored in Fortran order"):
+            m.read_rows(1)
 
 
 def test_a_corrupt_member_fails_its_crc_in_one_line(tmp_path, tiny):

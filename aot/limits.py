@@ -58,9 +58,10 @@ def check_shape(shape, what: str, allow_empty: bool = False) -> tuple[int, ...]:
 
 # Samples one `aot verify --dataset` runs (after --limit). Memory does not grow
 # with them (samples stream in batches), time does: each is a request to the
-# board and a reference run, about 1.5 ms for the kws int8 model on host, so
-# the default is about half an hour. A 1 MB .npz of zeros holds 67 million
-# float samples: refused up front with its size, not run for a day.
+# board and a reference run, 8 to 9.5 ms for the kws int8 model on host (most
+# of it tflite-micro's), so the default is two to three hours. A 1 MB .npz of
+# zeros holds 67 million float samples: refused up front with its size, not
+# run for a week.
 DEFAULT_MAX_DATASET_SAMPLES = 1_000_000
 # Bytes of samples one run reads (decompressed), for the same reason.
 DEFAULT_MAX_DATASET_BYTES = 16 << 30

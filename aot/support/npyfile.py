@@ -128,6 +128,12 @@ class NpzArchive:
             raise InputError(f"{what}: cannot open it ({_reason(e)})") from None
         try:
             shape, fortran, dtype = _guarded(lambda: read_header(stream, what), what)
+            if math.prod(shape[1:]) > max_elements():
+                # a member is read a row (a sample) at a time: no row may be
+                # bigger than any tensor may be
+                raise InputError(f"{what}: a row of its shape {list(shape)} holds "
+                                 f"{math.prod(shape[1:])} elements, more than the limit of "
+                                 f"{max_elements()} (AOT_MAX_TENSOR_ELEMENTS)")
             nbytes = math.prod(shape) * dtype.itemsize
             held = info.file_size - stream.tell()
             if nbytes != held:

@@ -70,6 +70,9 @@ HOSTILE_MEMBERS = [
     ("short", npy_bytes({"descr": "<f4", "fortran_order": False, "shape": (4, 1, 1)}, b"\0" * 8),
      r"member 'x': the header claims float32\[4, 1, 1\] \(16 bytes\), the archive records 8"),
     ("header", b"\x93NUMPY\x01\x00\x10\x00{'descr': <<<<<\n", r"member 'x': cannot read it"),
+    ("row", npy_bytes({"descr": "<f4", "fortran_order": False, "shape": (1, 1 << 30)}),
+     r"member 'x': a row of its shape \[1, 1073741824\] holds 1073741824 elements, more than "
+     r"the limit"),
 ]
 
 

@@ -223,7 +223,8 @@ def verify(model: str | Path | ModelBytes, board: str | Board | None = None, cod
            dataset: str | Path | None = None, atol: float | None = None,
            rtol: float | None = None, source: str | Path | None = None,
            input_shapes: Mapping | None = None, bind: Mapping | None = None,
-           threads: int = 1, float_io: bool = False) -> VerifyResult:
+           threads: int = 1, float_io: bool = False,
+           limit: int | None = None) -> VerifyResult:
     """What `aot verify` does: package `model` for `board` (default: the
     CLI's), run it there and compare with the reference runtime on the same
     inputs. The package is kept in out_dir if given, else built in a
@@ -237,10 +238,13 @@ def verify(model: str | Path | ModelBytes, board: str | Board | None = None, cod
     recorded one is refused).
 
     The inputs: the samples of `dataset` (an .npz or a directory,
-    aot.check.validate.load_dataset), else `count` random inputs (seeds seed,
-    seed+1, ...), else the saved input beside the model. Many samples go
-    through one serve session (aot.connect); a bare-metal board runs one
-    per sample. input_shapes and bind load the model (a package directory's
+    aot.check.dataset.open_dataset; `limit`: its first `limit` only), else
+    `count` random inputs (seeds seed, seed+1, ...), else the saved input
+    beside the model. Samples stream: read, run on the board and in the
+    reference a batch at a time, the metrics summed as they come, so memory
+    does not grow with their number. Many samples go through one serve
+    session (aot.connect) and one reference session; a bare-metal board runs
+    one per sample. input_shapes and bind load the model (a package directory's
     are the ones its metadata records); the reference runtime is fed the
     bound inputs too.
 
@@ -267,13 +271,17 @@ def verify(model: str | Path | ModelBytes, board: str | Board | None = None, cod
     from aot.frontend.shapes import LoadOptions, options_json
     from aot.packaging.build import model_source
     from aot.packaging.metadata import read_metadata
-    from aot.check.validate import (Tolerance, check_package_io, dequantized_steps, float_samples,
-                                    package_model, quantize_samples)
+    from aot.check.validate import Tolerance, check_package_io, dequantized_steps, package_model
     from aot.check import streaming
 
     tol = Tolerance(atol, rtol)
     if count < 1:
         raise InputError(f"--count must be >= 1, got {count}")
+    if limit is not None and dataset is None:
+        raise InputError("--limit counts the samples of a --dataset (--count N gives N random "
+                         "inputs)")
+    if limit is not None and limit < 1:
+        raise InputError(f"--limit must be >= 1, got {limit}")
     if dataset is not None and count != 1:
         raise InputError("--count and --dataset exclude each other (the dataset's samples are "
                          "the inputs)")
@@ -298,7 +306,8 @@ def verify(model: str | Path | ModelBytes, board: str | Board | None = None, cod
             bound = {n: graph.constants[n] for n in opts.bind}   # the reference's feeds
             wrapped, packaged = float_edges(graph, bool(meta.get("float_io")))
             check_package_io(packaged, meta, model_path, pkg)
-            origin, samples = _verify_inputs(model_path, graph, dataset, count, seed)
+            origin, samples, input_notes = _verify_inputs(model_path, graph, dataset, count, seed,
+                                                         limit)
             summary = {"package": str(pkg), **{k: meta[k] for k in (
                 "arena_bytes", "arena_lower_bound_bytes", "params_bytes")}}
         else:
@@ -322,7 +331,7 @@ def verify(model: str | Path | ModelBytes, board: str | Board | None = None, cod
                     raise NotImplementedYet("verify --threads: streaming models are not "
                                             "supported yet (package with --threads and compare "
                                             "runs instead)")
-                origin, steps = streaming.stream_inputs(graph, dataset, count, seed)
+                origin, steps = streaming.stream_inputs(graph, dataset, count, seed, limit)
                 where = Path(out_dir) if out_dir else Path(
                     stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-"))) / "pkg"
                 return VerifyResult.from_json({**streaming.verify_stream(
@@ -332,7 +341,8 @@ def verify(model: str | Path | ModelBytes, board: str | Board | None = None, cod
                     "model": str(target)})
             wrapped, packaged = float_edges(graph, float_io)
             graph = as_graph(graph)
-            origin, samples = _verify_inputs(model_path, graph, dataset, count, seed)
+            origin, samples, input_notes = _verify_inputs(model_path, graph, dataset, count, seed,
+                                                         limit)
             where = Path(out_dir) if out_dir else Path(
                 stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-"))) / "pkg"
             check_threads(brd, threads)
@@ -341,91 +351,97 @@ def verify(model: str | Path | ModelBytes, board: str | Board | None = None, cod
                                  threads=threads, float_io=wrapped,
                                  source={**model_source(target), **options_json(opts)})
             pkg, summary = info.path, info.summary()
-        # the board's inputs; the reference's: those quantized (a float-io package's float-wrap)
-        samples = float_samples(samples, graph, wrapped)
-        fed, notes = quantize_samples(samples, graph)
-        results = _board_outputs(pkg, brd, samples if wrapped else fed)
         # inside: a model in memory is a file of `stack` for the reference runtime
-        reference, rows = _compare_outputs(model_path, graph, fed, results, tol, bound, steps,
-                                           wrapped)
+        reference, rows, run_notes = _run_samples(model_path, pkg, brd, graph, samples, tol,
+                                                  bound, steps, wrapped)
+        # a float-io package's quantization is its own, not the data's: no note
+        notes = input_notes + ([] if wrapped else run_notes)
     shown = target if isinstance(target, ModelBytes) else model_path
     return VerifyResult.from_json({
         "ok": all(r["ok"] for r in rows), "reference": reference, "inputs": origin,
         "samples": len(samples), "count": len(samples), "model": str(shown),
         "board": brd.name, "outputs": rows, "package": summary,
-        **({"float_io": True} if wrapped else {"notes": notes} if notes else {})})
+        **({"float_io": True} if wrapped else {}),
+        **({"notes": notes} if notes else {})})
 
 
 def _verify_inputs(model: Path, graph: Graph, dataset: str | Path | None, count: int,
-                   seed: int) -> tuple[str, list[list[np.ndarray]]]:
-    """(origin, samples): the dataset's, `count` random ones, or the saved one."""
+                   seed: int, limit: int | None = None):
+    """(origin, samples, notes): the dataset's (read lazily:
+    aot.check.dataset.Dataset, its first `limit`), `count` random ones, or
+    the saved one (notes: why a saved one was not used)."""
     from aot.check.reference import saved_or_random_inputs
-    from aot.check.inputs import random_inputs
-    from aot.check.validate import load_dataset
+    from aot.check.dataset import open_dataset
+    from aot.check.inputs import RandomSamples
 
     if dataset is not None:
-        return "dataset", load_dataset(dataset, graph)
+        return "dataset", open_dataset(dataset, graph, limit), []
     if count == 1:
-        origin, first = saved_or_random_inputs(model, graph, seed)
-        return origin, [first]
-    return "random", [[d[n] for n in graph.inputs]
-                      for d in (random_inputs(graph, seed + i) for i in range(count))]
+        origin, first, notes = saved_or_random_inputs(model, graph, seed)
+        return origin, [first], notes
+    return "random", RandomSamples(graph, seed, count), []
 
 
-def _board_outputs(pkg: Path, board: Board, samples: list[list[np.ndarray]]
-                   ) -> list[list[np.ndarray]]:
-    """Each sample's outputs from the board: one serve session for many
-    samples; one run each on a bare-metal board (no stdin to serve on) and
-    for a single sample (no session to start)."""
+# Samples quantized, run on the board and in the reference together: a batch
+# holds their inputs and outputs, so memory is this many samples, whatever
+# the dataset's size.
+BATCH = 256
+
+
+@contextlib.contextmanager
+def _board_session(pkg: Path, board: Board, count: int):
+    """A function running one sample on the board: through one serve session
+    for many samples; one run each on a bare-metal board (no stdin to serve
+    on) and for a single sample (no session to start)."""
     import aot
+    from aot import deploy
+
+    if count == 1 or board.transport == "qemu-system":
+        yield lambda inputs: deploy.run_package(pkg, board, inputs, warmup=0, runs=1).outputs
+        return
+    with aot.connect(board) as dev:
+        yield lambda inputs: dev.request(pkg, inputs).outputs
+
+
+def _run_samples(model: Path, pkg: Path, board: Board, graph: Graph, samples, tol,
+                 bound: Mapping[str, np.ndarray], steps: Mapping[str, float | None],
+                 wrapped: Mapping[str, TensorType]) -> tuple[str, list[dict], list[str]]:
+    """(reference runtime, a metrics row per output, notes): every sample on
+    the board and in the reference (one session each), a batch at a time,
+    the metrics summed as they come (aot.check.validate.OutputMetrics).
+    `wrapped`: a --float-io package's float inputs and outputs; `steps`: the
+    quantization step of outputs the model dequantizes. A value-sized output
+    is compared in its valid entries (its count output's number, which must
+    be the reference's size; the count is no row)."""
+    import itertools
+
     from aot.support import progress
-    from aot.deploy import run_package
-
-    out: list[list[np.ndarray]] = []
-    with progress.step(f"run {len(samples)} sample(s) on {board.name}",
-                       total=len(samples)) as step:
-        if len(samples) == 1 or board.transport == "qemu-system":
-            for inputs in samples:
-                out.append(run_package(pkg, board, inputs, warmup=0, runs=1).outputs)
-                step.advance()
-            return out
-        with aot.connect(board) as dev:
-            for inputs in samples:
-                out.append(dev.request(pkg, inputs).outputs)
-                step.advance()
-    return out
-
-
-def _compare_outputs(model: Path, graph: Graph, samples: list[list[np.ndarray]],
-                     results: list[list[np.ndarray]], tol,
-                     bound: Mapping[str, np.ndarray], steps: Mapping[str, float | None],
-                     float_io: Mapping[str, TensorType]) -> tuple[str, list[dict]]:
-    """(reference runtime, a metrics row per output) over all samples;
-    `steps`: the quantization step of outputs the model dequantizes;
-    `float_io`: the outputs a --float-io package dequantizes, which the
-    reference's are too. A value-sized output is compared in its valid
-    entries (its count output's number, which must be the reference's size;
-    the count is no row)."""
-    from aot.support import progress
-    from aot.check.reference import reference_outputs
+    from aot.check.reference import ReferenceSession
     from aot.ops.detect import count_outputs, valid_entries
-    from aot.check.validate import dequantize_outputs, output_metrics
+    from aot.check.validate import (OutputMetrics, dequantize_outputs, float_samples,
+                                    quantize_samples)
 
     counts = count_outputs(graph)
-    results = [list(valid_entries(counts, dict(zip(graph.outputs, r))).values())
-               for r in results]
     names = [n for n in graph.outputs if n not in counts]
-    wants = []
-    with progress.step(f"reference outputs of {len(samples)} sample(s)",
-                       total=len(samples)) as step:
-        for inputs, got in zip(samples, results):
-            reference, want = reference_outputs(model, graph, inputs, bound)
-            want = dequantize_outputs(want, graph, float_io)
-            if len(want) != len(got):
-                raise MismatchError(f"the reference gives {len(want)} outputs, the package "
-                                    f"{len(got)}")
-            wants.append(want)
-            step.advance()
-    return reference, [output_metrics(name, [r[k] for r in results], [w[k] for w in wants],
-                                      io_type(graph, name, float_io), tol, steps.get(name))
-                       for k, name in enumerate(names)]
+    metrics = [OutputMetrics(n, io_type(graph, n, wrapped), tol, steps.get(n)) for n in names]
+    notes: dict[str, None] = {}
+    reference = ReferenceSession(model, graph, bound)
+    total = len(samples)
+    it = iter(samples)
+    with progress.step(f"verify {total} sample(s) on {board.name}", total=total) as bar,             _board_session(pkg, board, total) as run:
+        while batch := list(itertools.islice(it, BATCH)):
+            # the board's inputs; the reference's: those quantized (a
+            # float-io package's float-wrap)
+            batch = float_samples(batch, graph, wrapped)
+            fed, batch_notes = quantize_samples(batch, graph)
+            notes.update(dict.fromkeys(batch_notes))
+            for board_in, ref_in in zip(batch if wrapped else fed, fed):
+                got = valid_entries(counts, dict(zip(graph.outputs, run(board_in))))
+                want = dequantize_outputs(reference(ref_in), graph, wrapped)
+                if len(want) != len(got):
+                    raise MismatchError(f"the reference gives {len(want)} outputs, the "
+                                        f"package {len(got)}")
+                for m, w in zip(metrics, want):
+                    m.add(got[m.name], w)
+                bar.advance()
+    return reference.name, [m.row() for m in metrics], list(notes)

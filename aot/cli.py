@@ -370,7 +370,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     out = verify(args.model, board=_board(args), codegen=args.codegen, count=args.count,
                  checks=args.checks, dataset=args.dataset, atol=args.atol, rtol=args.rtol,
                  source=args.source, threads=args.threads, float_io=args.float_io,
-                 **_load_kwargs(args))
+                 limit=args.limit, **_load_kwargs(args))
     if report is not None:
         write_report(report, verify_document(out))
     if args.json:
@@ -410,6 +410,9 @@ def _print_verify(out: dict[str, Any]) -> None:
         elif r.get("step"):
             console.print(f"{r['name']}: dequantized by the model in steps of {r['step']:.4g}, "
                           "held to one step unless --atol is given", markup=False)
+        if r.get("nan_matched"):
+            console.print(f"{r['name']}: {r['nan_matched']} elements NaN on the board where the "
+                          "reference has NaN too (they agree)", markup=False)
     for note in out.get("notes", ()):
         console.print(f"note: {note}", markup=False)
     runs = f"{n} samples, " if n > 1 else ""
@@ -776,7 +779,10 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(p)
     p.add_argument("--dataset", metavar="FILE.npz|DIR",
                    help="the inputs: an .npz with one array per input name (a leading sample "
-                   "axis), or a directory of one .npz/.npy per sample")
+                   "axis), or a directory of one .npz/.npy per sample; read and run a batch "
+                   "at a time")
+    p.add_argument("--limit", type=int, metavar="N",
+                   help="with --dataset: its first N samples only")
     p.add_argument("--count", type=int, default=1, metavar="N",
                    help="N random inputs through one serve session (default: 1, the saved "
                    "input if there is one)")

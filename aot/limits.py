@@ -18,7 +18,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from aot.errors import AotError, BudgetError, ShapeError
+from aot.errors import AotError, BudgetError, InputError, ShapeError
 
 # Elements in any one tensor. 2**28 float32 is 1 GiB: far past any edge model.
 DEFAULT_MAX_ELEMENTS = 1 << 28
@@ -52,6 +52,49 @@ def check_shape(shape, what: str, allow_empty: bool = False) -> tuple[int, ...]:
             raise ShapeError(f"{what}: shape {list(dims)} exceeds the limit of "
                              f"{max_elements()} elements (AOT_MAX_TENSOR_ELEMENTS)")
     return dims
+
+
+# ---- datasets -----------------------------------------------------------------------
+
+# Samples one `aot verify --dataset` runs (after --limit). Memory does not grow
+# with them (samples stream in batches), time does: each is a request to the
+# board and a reference run, 8 to 9.5 ms for the kws int8 model on host (most
+# of it tflite-micro's), so the default is two to three hours. A 1 MB .npz of
+# zeros holds 67 million float samples: refused up front with its size, not
+# run for a week.
+DEFAULT_MAX_DATASET_SAMPLES = 1_000_000
+# Bytes of samples one run reads (decompressed), for the same reason.
+DEFAULT_MAX_DATASET_BYTES = 16 << 30
+
+
+def max_dataset_samples() -> int:
+    """AOT_MAX_DATASET_SAMPLES, else DEFAULT_MAX_DATASET_SAMPLES."""
+    text = os.environ.get("AOT_MAX_DATASET_SAMPLES")
+    if text is None:
+        return DEFAULT_MAX_DATASET_SAMPLES
+    if not text.strip().isdigit():
+        raise AotError(f"AOT_MAX_DATASET_SAMPLES={text!r}: expected a whole number")
+    return int(text)
+
+
+def max_dataset_bytes() -> int:
+    """AOT_MAX_DATASET_BYTES, else DEFAULT_MAX_DATASET_BYTES."""
+    text = os.environ.get("AOT_MAX_DATASET_BYTES")
+    return (DEFAULT_MAX_DATASET_BYTES if text is None
+            else parse_bytes(text, "AOT_MAX_DATASET_BYTES"))
+
+
+def check_dataset(what: str, samples: int, nbytes: int) -> None:
+    """Refuse a dataset of `samples` samples and `nbytes` bytes of data
+    beyond the budgets, before any of it is read."""
+    if samples > max_dataset_samples():
+        raise InputError(f"{what}: {samples} samples ({nbytes} bytes), more than the limit of "
+                          f"{max_dataset_samples()} samples (AOT_MAX_DATASET_SAMPLES lifts it; "
+                          "--limit N runs the first N)")
+    if nbytes > max_dataset_bytes():
+        raise InputError(f"{what}: {nbytes} bytes of samples ({samples} samples), more than "
+                          f"the limit of {max_dataset_bytes()} bytes (AOT_MAX_DATASET_BYTES "
+                          "lifts it; --limit N runs the first N)")
 
 
 # ---- control flow inlined at import ------------------------------------------------

@@ -103,7 +103,9 @@ class OutputCheck:
     output); max_abs_err in the stored values (int8 codes for int8). The
     metrics are None when the comparison failed, and `error` says why; `step`
     is the quantization step of an output the model dequantizes; `tolerance`
-    the rule it was held to ({atol, rtol, bit_exact, scaled})."""
+    the rule it was held to ({atol, rtol, bit_exact, scaled}); `nan_matched`
+    the elements NaN on the board where the reference has NaN too (they
+    agree, and are counted apart: docs/deploy.md "Infinities and NaN")."""
     name: str
     ok: bool
     max_abs: float | None
@@ -116,8 +118,9 @@ class OutputCheck:
     error: str | None = None
     step: float | None = None
     tolerance: Mapping[str, Any] | None = None
+    nan_matched: int = 0
 
-    _OMITTED = ("error", "step", "tolerance")
+    _OMITTED = ("error", "step", "tolerance", "nan_matched")
 
     def to_json(self) -> dict[str, Any]:
         return _json(self, self._OMITTED)

@@ -29,3 +29,19 @@ def random_array(ty: TensorType, rng: np.random.Generator) -> np.ndarray:
 def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {name: random_array(graph.types[name], rng) for name in graph.inputs}
+
+
+class RandomSamples:
+    """`count` samples of random_inputs (seeds seed, seed+1, ...), each a
+    list in the graph's input order, made as they are iterated."""
+
+    def __init__(self, graph: Graph, seed: int, count: int) -> None:
+        self.graph, self.seed, self.count = graph, seed, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        for i in range(self.count):
+            d = random_inputs(self.graph, self.seed + i)
+            yield [d[n] for n in self.graph.inputs]

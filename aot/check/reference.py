@@ -37,23 +37,36 @@ def runtime_module(module: str, pip: str) -> ModuleType:
                                "checkout (`aot doctor` lists what is missing)") from None
 
 
+class OnnxRuntime:
+    """One ONNX Runtime session for the model at `path`, run sample after sample."""
+
+    def __init__(self, path: Path, graph: Graph,
+                 bound: Mapping[str, np.ndarray] | None = None) -> None:
+        ort = runtime_module("onnxruntime", "onnxruntime")
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        self._sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        self._path, self._graph = path, graph
+        # Inputs bound at compile time (aot.load's bind) are still the model's
+        # inputs for ONNX Runtime: they are fed their bound values.
+        self._bound = dict(bound or {})
+        self._names = [i.name for i in self._sess.get_inputs() if i.name not in self._bound]
+        self._zipmaps: dict | None = None
+
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        feeds = dict(zip(self._graph.inputs, inputs))
+        # np.asarray: a dataset's scalar input is a numpy scalar, which ORT refuses
+        outs = self._sess.run(None, {**{n: np.asarray(feeds.get(n, x))
+                                        for n, x in zip(self._names, inputs)}, **self._bound})
+        if self._zipmaps is None and any(isinstance(o, list) for o in outs):
+            self._zipmaps = _zipmap_labels(self._path)
+        return [zipped_tensor(self._zipmaps or {}, name, out)
+                for name, out in zip(self._graph.outputs, outs)]
+
+
 def onnxruntime(path: Path, graph: Graph, inputs: Sequence[np.ndarray],
                 bound: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
-    ort = runtime_module("onnxruntime", "onnxruntime")
-
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    # Inputs bound at compile time (aot.load's bind) are still the model's
-    # inputs for ONNX Runtime: they are fed their bound values.
-    bound = dict(bound or {})
-    names = [i.name for i in sess.get_inputs() if i.name not in bound]
-    feeds = dict(zip(graph.inputs, inputs))
-    # np.asarray: a dataset's scalar input is a numpy scalar, which ORT refuses
-    outs = sess.run(None, {**{n: np.asarray(feeds.get(n, x)) for n, x in zip(names, inputs)},
-                           **bound})
-    zipmaps = _zipmap_labels(path) if any(isinstance(o, list) for o in outs) else {}
-    return [zipped_tensor(zipmaps, name, out) for name, out in zip(graph.outputs, outs)]
+    return OnnxRuntime(path, graph, bound)(inputs)
 
 
 def _zipmap_labels(path: Path) -> dict[str, list[int]]:
@@ -80,30 +93,59 @@ def zipped_tensor(zipmaps: Mapping[str, Sequence[int]], name: str, out) -> np.nd
         len(out), len(labels))
 
 
-def tflite_micro(path: Path, graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    runtime = runtime_module("tflite_micro.python.tflite_micro.runtime", "tflite-micro")
+class TfliteMicro:
+    """One tflite-micro interpreter, reset before each sample (a stateful
+    model starts from its initial state every time, as the harness does)."""
 
-    interp = runtime.Interpreter.from_file(str(path))
-    for i, x in enumerate(inputs):
-        interp.set_input(x, i)
-    interp.invoke()
-    return [np.array(interp.get_output(k)) for k in range(len(graph.outputs))]
+    def __init__(self, path: Path, graph: Graph) -> None:
+        runtime = runtime_module("tflite_micro.python.tflite_micro.runtime", "tflite-micro")
+        self._interp = runtime.Interpreter.from_file(str(path))
+        self._outputs = len(graph.outputs)
+        self._used = False
+
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if self._used:
+            self._interp.reset()
+        self._used = True
+        for i, x in enumerate(inputs):
+            self._interp.set_input(x, i)
+        self._interp.invoke()
+        return [np.array(self._interp.get_output(k)) for k in range(self._outputs)]
+
+
+def tflite_micro(path: Path, graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    return TfliteMicro(path, graph)(inputs)
+
+
+class Litert:
+    """One LiteRT interpreter, its variables reset before each sample;
+    delegates=True keeps its default delegates (XNNPACK)."""
+
+    def __init__(self, path: Path, delegates: bool = False) -> None:
+        interpreter = runtime_module("ai_edge_litert.interpreter", "ai-edge-litert")
+        Interpreter, OpResolverType = interpreter.Interpreter, interpreter.OpResolverType
+        resolver = (OpResolverType.BUILTIN if delegates
+                    else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+        self._it = Interpreter(model_path=str(path), num_threads=1,
+                               experimental_op_resolver_type=resolver)
+        self._it.allocate_tensors()
+        self._used = False
+
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        it = self._it
+        if self._used:
+            it.reset_all_variables()
+        self._used = True
+        for d, x in zip(it.get_input_details(), inputs):
+            it.set_tensor(d["index"], x)
+        it.invoke()
+        return [np.array(it.get_tensor(d["index"])) for d in it.get_output_details()]
 
 
 def litert(path: Path, graph: Graph, inputs: Sequence[np.ndarray],
            delegates: bool = False) -> list[np.ndarray]:
     """LiteRT's outputs; delegates=True keeps its default delegates (XNNPACK)."""
-    interpreter = runtime_module("ai_edge_litert.interpreter", "ai-edge-litert")
-    Interpreter, OpResolverType = interpreter.Interpreter, interpreter.OpResolverType
-
-    resolver = (OpResolverType.BUILTIN if delegates
-                else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-    it = Interpreter(model_path=str(path), num_threads=1, experimental_op_resolver_type=resolver)
-    it.allocate_tensors()
-    for d, x in zip(it.get_input_details(), inputs):
-        it.set_tensor(d["index"], x)
-    it.invoke()
-    return [np.array(it.get_tensor(d["index"])) for d in it.get_output_details()]
+    return Litert(path, delegates)(inputs)
 
 
 def _ops(graph: Graph) -> set[str]:
@@ -119,66 +161,111 @@ def _integer_io(graph: Graph) -> bool:
                for t in (*graph.inputs, *graph.outputs))
 
 
-def _with_bound(path: Path, graph: Graph, inputs: Sequence[np.ndarray],
-                bound: Mapping[str, np.ndarray] | None) -> list[np.ndarray]:
-    """A .tflite model's inputs in its own order, bound ones included (its
-    runtimes take inputs by index)."""
-    if not bound:
-        return list(inputs)
+def _tflite_inputs(path: Path) -> list[str]:
+    """A .tflite model's own input names, in its order (its runtimes take
+    inputs by index, bound ones included)."""
     from aot.frontend.tflite.importer import import_tflite
 
-    values = {**bound, **dict(zip(graph.inputs, inputs))}
-    return [values[n] for n in import_tflite(path.read_bytes(), name=path.stem).inputs]
+    return list(import_tflite(path.read_bytes(), name=path.stem).inputs)
+
+
+class ReferenceSession:
+    """The reference runtime of the model file at `path`, opened once and
+    run sample after sample: `session(inputs)` is the list of outputs,
+    `session.name` the runtime's name (after the first sample: an int8
+    model tflite-micro refuses falls back to LiteRT on it). `bound`: the
+    values of the inputs bound at compile time (not in graph.inputs)."""
+
+    def __init__(self, path: Path, graph: Graph,
+                 bound: Mapping[str, np.ndarray] | None = None) -> None:
+        self.path, self.graph, self.bound = Path(path), graph, dict(bound or {})
+        suffix = self.path.suffix.lower()
+        self._run = None
+        self._order = _tflite_inputs(self.path) if suffix == ".tflite" and bound else None
+        if suffix == ".onnx":
+            self.name, self._run = "onnxruntime", OnnxRuntime(self.path, graph, bound)
+            return
+        if suffix != ".tflite":
+            raise AotError(f"{path}: no reference runtime for '{suffix}' models")
+        ops = _ops(graph)
+        unrun = sorted(op.split(".", 1)[1] for op in ops & set(NO_RUNTIME_OPS))
+        if unrun:
+            self.name = (f"numpy-reference (of MediaPipe's kernels: no runtime here runs "
+                         f"{', '.join(unrun)})")
+        elif ops & set(XNNPACK_OPS):
+            self.name, self._run = "litert+xnnpack", Litert(self.path, delegates=True)
+        elif _integer_io(graph):
+            self.name = "tflite-micro"       # opened by the first sample: it may refuse
+        else:
+            self.name, self._run = "litert", Litert(self.path)
+
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if self.name.startswith("numpy-reference"):
+            from aot.interp import interpret
+
+            out = interpret(self.graph, dict(zip(self.graph.inputs, inputs)))
+            return [out[o] for o in self.graph.outputs]
+        if self._order is not None:
+            values = {**self.bound, **dict(zip(self.graph.inputs, inputs))}
+            inputs = [values[n] for n in self._order]
+        if self._run is None:
+            return self._first_tflm(inputs)
+        return self._run(inputs)
+
+    def _first_tflm(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        try:
+            run = TfliteMicro(self.path, self.graph)
+            out = run(inputs)
+        except AotError:      # not installed: LiteRT is no substitute for TFLM's kernels
+            raise
+        except Exception:     # TFLM refuses the model (hybrid, missing op): LiteRT decides
+            self.name, run = "litert", Litert(self.path)
+            out = run(inputs)
+        self._run = run
+        return out
 
 
 def reference_outputs(path: Path, graph: Graph, inputs: Sequence[np.ndarray],
                       bound: Mapping[str, np.ndarray] | None = None
                       ) -> tuple[str, list[np.ndarray]]:
-    """(reference name, outputs) for the model file at `path`; `bound`: the
-    values of the inputs bound at compile time (not in graph.inputs)."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix == ".onnx":
-        return "onnxruntime", onnxruntime(path, graph, inputs, bound)
-    if suffix != ".tflite":
-        raise AotError(f"{path}: no reference runtime for '{suffix}' models")
-    ops = _ops(graph)
-    unrun = sorted(op.split(".", 1)[1] for op in ops & set(NO_RUNTIME_OPS))
-    if unrun:
-        from aot.interp import interpret
-
-        out = interpret(graph, dict(zip(graph.inputs, inputs)))
-        return (f"numpy-reference (of MediaPipe's kernels: no runtime here runs "
-                f"{', '.join(unrun)})", [out[o] for o in graph.outputs])
-    inputs = _with_bound(path, graph, inputs, bound)
-    if ops & set(XNNPACK_OPS):
-        return "litert+xnnpack", litert(path, graph, inputs, delegates=True)
-    if _integer_io(graph):
-        try:
-            return "tflite-micro", tflite_micro(path, graph, inputs)
-        except AotError:      # not installed: LiteRT is no substitute for TFLM's kernels
-            raise
-        except Exception:     # TFLM refuses the model (hybrid, missing op): LiteRT decides
-            pass
-    return "litert", litert(path, graph, inputs)
+    """(reference name, outputs) for the model file at `path` on one sample."""
+    session = ReferenceSession(path, graph, bound)
+    out = session(inputs)
+    return session.name, out
 
 
 def saved_or_random_inputs(path: Path, graph: Graph, seed: int = 0
-                           ) -> tuple[str, list[np.ndarray]]:
-    """The inputs saved beside the model (<stem>.input.npy, <stem>.input.1.npy, ...)
-    when they match the graph, else deterministic random ones."""
+                           ) -> tuple[str, list[np.ndarray], list[str]]:
+    """(origin, inputs, notes): the inputs saved beside the model
+    (<stem>.input.npy, <stem>.input.1.npy, ...) when they match the graph,
+    else deterministic random ones. A saved file that cannot be used (not an
+    .npy, a pickle, another shape or dtype) is read no further than its
+    header and gives random inputs with a note saying why."""
     from aot.check.inputs import random_inputs
+    from aot.support.npyfile import read_npy
 
     base = Path(path).with_suffix("")
     files = [base.with_name(base.name + (".input.npy" if i == 0 else f".input.{i}.npy"))
              for i in range(len(graph.inputs))]
+    notes: list[str] = []
     if files and all(f.is_file() for f in files):
-        arrays = [np.load(f) for f in files]
-        if all(list(a.shape) == list(graph.types[n].shape) and a.dtype.name ==
-               graph.types[n].dtype for a, n in zip(arrays, graph.inputs)):
-            return "saved", arrays
+        arrays = []
+        for f, name in zip(files, graph.inputs):
+            ty = graph.types[name]
+            try:
+                a = read_npy(f, f.name, limit_elements=int(np.prod(ty.shape, dtype=np.int64)))
+            except AotError as e:
+                notes.append(f"{e}: random inputs instead")
+                break
+            if list(a.shape) != list(ty.shape) or a.dtype.name != ty.dtype:
+                notes.append(f"{f.name} holds {a.dtype.name}{list(a.shape)}, input '{name}' is "
+                             f"{ty.dtype}{list(ty.shape)}: random inputs instead")
+                break
+            arrays.append(a)
+        else:
+            return "saved", arrays, notes
     ins = random_inputs(graph, seed)
-    return "random", [ins[n] for n in graph.inputs]
+    return "random", [ins[n] for n in graph.inputs], notes
 
 
 def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float = 1e-4,
@@ -202,22 +289,27 @@ def compare(name: str, got: np.ndarray, want: np.ndarray, rtol: float = 1e-4,
     if got.size == 0:
         return {"name": name, "max_abs_err": 0.0, "ok": True}
     g64, w64 = got.astype(np.float64), want.astype(np.float64)
-    both_nan = np.isnan(g64) & np.isnan(w64)
-    err = np.where(both_nan, 0.0, np.abs(g64 - w64))
-    if np.dtype(got.dtype).kind in "iub":
-        ok = bool(np.array_equal(got, want.astype(got.dtype)))
-    else:
-        ok = _within(err, both_nan, w64, atol, rtol, scaled)
-    max_err = float(np.nanmax(err)) if err.size else 0.0
+    # inf - inf is NaN, 0 * inf too: equal elements (the same infinity) and
+    # NaN facing NaN agree before any arithmetic, and a NaN left in `err`
+    # (a NaN facing a number) fails and makes max_abs_err null
+    with np.errstate(invalid="ignore", over="ignore"):
+        agree = (g64 == w64) | (np.isnan(g64) & np.isnan(w64))
+        err = np.where(agree, 0.0, np.abs(g64 - w64))
+        if np.dtype(got.dtype).kind in "iub":
+            ok = bool(np.array_equal(got, want.astype(got.dtype)))
+        else:
+            ok = _within(err, agree, w64, atol, rtol, scaled)
+    max_err = float(np.max(err))
     return {"name": name, "max_abs_err": max_err if np.isfinite(max_err) else None, "ok": ok}
 
 
-def _within(err: np.ndarray, both_nan: np.ndarray, ref: np.ndarray, atol: float,
+def _within(err: np.ndarray, agree: np.ndarray, ref: np.ndarray, atol: float,
             rtol: float, scaled: bool) -> bool:
-    """compare()'s float rule, elementwise and in L2 norm."""
+    """compare()'s float rule, elementwise and in L2 norm; `agree`: the
+    elements equal on both sides (NaN facing NaN included)."""
     finite = np.abs(ref[np.isfinite(ref)])
     magnitude = max(1.0, float(finite.max())) if scaled and finite.size else 1.0
-    if not np.all(both_nan | (err <= atol * magnitude + rtol * np.abs(ref))):
+    if not np.all(agree | (err <= atol * magnitude + rtol * np.abs(ref))):
         return False
     total = float(np.linalg.norm(err.ravel()))
     return bool(total <= rtol * float(np.linalg.norm(finite)) + atol * np.sqrt(err.size))

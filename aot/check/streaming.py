@@ -217,13 +217,15 @@ def streams(path: Path, graph: Graph) -> bool:
     return all(graph.updates.get(v) in names for v in graph.variables)
 
 
-def stream_inputs(graph: Graph, dataset, count: int, seed: int) -> tuple[str, list]:
-    """(origin, steps): a dataset's samples in order (float data for a
-    quantized input quantized as TFLite does), else max(count, MIN_STEPS)
-    feature-like steps."""
+def stream_inputs(graph: Graph, dataset, count: int, seed: int, limit: int | None = None
+                  ) -> tuple[str, list]:
+    """(origin, steps): a dataset's samples in order, its first `limit` (float
+    data for a quantized input quantized as TFLite does), else max(count,
+    MIN_STEPS) feature-like steps."""
     if dataset is not None:
-        from aot.check.validate import load_dataset, quantize_samples
-        return "dataset", quantize_samples(load_dataset(dataset, graph), graph)[0]
+        from aot.check.dataset import load_dataset
+        from aot.check.validate import quantize_samples
+        return "dataset", quantize_samples(load_dataset(dataset, graph, limit), graph)[0]
     return "stream", feature_stream(graph, max(count, MIN_STEPS), seed)
 
 

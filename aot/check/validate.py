@@ -3,15 +3,14 @@
 
 Two halves, both pure (no board, no runtime):
 
-- `load_dataset(path, graph)`: the samples of an .npz file or a directory,
-  checked against the model's inputs, as lists in the graph's input order.
+- `quantize_samples`, `float_samples`: a dataset's samples (aot/check/dataset.py
+  reads them) as the board and the reference take them.
 - `output_metrics(...)`: how far the board's outputs are from the
   reference's over all samples, per output: max_abs, rmse, l2r, cosine,
   top1_agreement, max_lsb, and the pass/fail `ok` under a Tolerance.
 """
 from __future__ import annotations
 
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -21,105 +20,8 @@ import numpy as np
 from aot.errors import InputError, MismatchError
 from aot.ir.graph import Graph, Quant, TensorType
 from aot.deploy.host import quantize_float
-from aot.passes.float_io import quantizable
-
-SUFFIXES = (".npz", ".npy")
-
 
 # ------------------------------------------------------------------- datasets
-
-def load_dataset(path: str | Path, graph: Graph) -> list[list[np.ndarray]]:
-    """The samples of `path`, each [one array per graph input, in order].
-
-    An .npz holds one array per input name with a leading sample axis (a
-    single-input model also takes one unnamed array, `arr_0`); a directory
-    holds one .npz (input names as keys, no sample axis) or .npy (single-input
-    models) per sample, in sorted file-name order.
-    """
-    path = Path(path)
-    if path.is_dir():
-        return _directory_samples(path, graph)
-    if not path.is_file():
-        raise InputError(f"dataset {path}: no such file or directory")
-    if path.suffix.lower() != ".npz":
-        raise InputError(f"dataset {path}: not an .npz file (a dataset is an .npz with one "
-                         "array per input, or a directory of .npz/.npy files, one per sample)")
-    arrays = _read(path)
-    stacks = [_as_samples(path, name, graph.types[name], _pick(path, arrays, graph, name))
-              for name in graph.inputs]
-    counts = [len(s) for s in stacks]
-    if counts and any(c != counts[0] for c in counts):
-        first, other = graph.inputs[0], next(n for n, c in zip(graph.inputs, counts)
-                                             if c != counts[0])
-        raise InputError(f"dataset {path}: input '{first}' has {counts[0]} samples, input "
-                         f"'{other}' has {counts[graph.inputs.index(other)]}")
-    if not counts or counts[0] == 0:
-        raise InputError(f"dataset {path}: no samples (the leading sample axis is empty)")
-    return [[s[i] for s in stacks] for i in range(counts[0])]
-
-
-def _read(path: Path) -> dict[str, np.ndarray]:
-    """Every array of an .npz or .npy file (an .npy's under the key arr_0)."""
-    try:
-        loaded = np.load(path, allow_pickle=False)
-        if isinstance(loaded, np.ndarray):
-            return {"arr_0": loaded}
-        with loaded:
-            return {k: loaded[k] for k in loaded.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise InputError(f"dataset {path}: cannot read it ({reason})") from None
-
-
-def _pick(where: Path, arrays: dict[str, np.ndarray], graph: Graph, name: str) -> np.ndarray:
-    if name in arrays:
-        return arrays[name]
-    if len(graph.inputs) == 1 and "arr_0" in arrays:
-        return arrays["arr_0"]
-    held = ", ".join(repr(k) for k in sorted(arrays)) or "no arrays"
-    raise InputError(f"dataset {where}: no array for input '{name}' (it holds {held})")
-
-
-def _as_samples(where: Path, name: str, ty: TensorType, array: np.ndarray) -> np.ndarray:
-    """`array` as [samples, *input shape]: the sample axis leads, or stands
-    in for the input's batch axis of 1 (a Keras-style [N, 49, 10, 1] for a
-    [1, 49, 10, 1] input)."""
-    shape = tuple(ty.shape)
-    if array.ndim == len(shape) + 1 and array.shape[1:] == shape:
-        stacked = array
-    elif shape[:1] == (1,) and array.ndim == len(shape) and array.shape[1:] == shape[1:]:
-        stacked = array.reshape(array.shape[0], *shape)
-    else:
-        alt = f" or [N, {', '.join(map(str, shape[1:]))}]" if shape[:1] == (1,) else ""
-        raise InputError(f"dataset {where}: input '{name}' needs an array of shape "
-                         f"[N, {', '.join(map(str, shape))}]{alt}, got {list(array.shape)}")
-    return _cast(where, name, ty, stacked)
-
-
-def _one_sample(where: Path, name: str, ty: TensorType, array: np.ndarray) -> np.ndarray:
-    """One sample file's array: the input's shape, or that shape without its
-    batch axis of 1."""
-    shape = tuple(ty.shape)
-    if array.shape != shape:
-        if shape[:1] == (1,) and array.shape == shape[1:]:
-            array = array.reshape(shape)
-        else:
-            raise InputError(f"dataset {where}: input '{name}' has shape {list(shape)}, got "
-                             f"{list(array.shape)}")
-    return _cast(where, name, ty, array)
-
-
-def _cast(where: Path, name: str, ty: TensorType, array: np.ndarray) -> np.ndarray:
-    """The exact dtype, except float64 data for a float32 input (numpy's
-    default float): that cast is what any float32 runtime would do to it;
-    and float data for a per-tensor quantized input, kept as float32 for
-    quantize_samples."""
-    if array.dtype.name == ty.dtype:
-        return array
-    if array.dtype.kind == "f" and (ty.dtype == "float32" or quantizable(ty)):
-        return array.astype(np.float32)
-    raise InputError(f"dataset {where}: input '{name}' is {ty.dtype}, got {array.dtype.name}")
-
 
 def quantize_samples(samples: Sequence[Sequence[np.ndarray]], graph: Graph
                      ) -> tuple[list[list[np.ndarray]], list[str]]:
@@ -148,23 +50,6 @@ def float_samples(samples: Sequence[Sequence[np.ndarray]], graph: Graph,
     return [[dequantize_array(x, float_io[n].quant) if n in float_io and
              np.asarray(x).dtype.kind in "iu" else x for n, x in zip(graph.inputs, sample)]
             for sample in samples]
-
-
-def _directory_samples(folder: Path, graph: Graph) -> list[list[np.ndarray]]:
-    files = sorted(p for p in folder.iterdir()
-                   if p.suffix.lower() in SUFFIXES and p.is_file())
-    if not files:
-        raise InputError(f"dataset {folder}: no .npz or .npy files (one per sample)")
-    samples = []
-    for f in files:
-        if f.suffix.lower() == ".npy" and len(graph.inputs) != 1:
-            raise InputError(f"dataset {f}: an .npy holds one array, the model takes "
-                             f"{len(graph.inputs)} inputs ({', '.join(graph.inputs)}): use one "
-                             ".npz per sample")
-        arrays = _read(f)
-        samples.append([_one_sample(f, n, graph.types[n], _pick(f, arrays, graph, n))
-                        for n in graph.inputs])
-    return samples
 
 
 def dequantize_outputs(outputs: Sequence[np.ndarray], graph: Graph,
@@ -286,14 +171,6 @@ def max_lsb(got_q: np.ndarray, ref_q: np.ndarray) -> int:
     return int(np.max(np.abs(got_q.astype(np.int64) - ref_q.astype(np.int64))))
 
 
-def _steps(got: np.ndarray, ref: np.ndarray, step: float) -> int:
-    """The largest difference of two dequantized tensors, in steps of
-    `step` (each value a whole number of steps, up to float rounding)."""
-    if got.size == 0:
-        return 0
-    return int(np.rint(np.max(_abs_error(got, ref)) / step))
-
-
 def dequantized_steps(graph: Graph) -> dict[str, float]:
     """The quantization step of each float output the model computes by
     dequantizing (an ONNX DequantizeLinear with a constant per-tensor scale:
@@ -311,9 +188,138 @@ def dequantized_steps(graph: Graph) -> dict[str, float]:
 
 
 def _abs_error(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """|got - ref|, 0 where both are NaN (they agree)."""
-    both_nan = np.isnan(got) & np.isnan(ref)
-    return np.where(both_nan, 0.0, np.abs(got - ref))
+    """|got - ref|, 0 where they are equal (the same infinity too: inf - inf
+    is no error) or both NaN (they agree); NaN where a NaN faces a number."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        agree = (got == ref) | (np.isnan(got) & np.isnan(ref))
+        return np.where(agree, 0.0, np.abs(got - ref))
+
+
+class OutputMetrics:
+    """output_metrics over samples given one at a time (`add`), in memory
+    that does not grow with their number: running sums, maxima and counts;
+    `row()` is the result."""
+
+    def __init__(self, name: str, ty: TensorType, tol: Tolerance = Tolerance(),
+                 step: float | None = None) -> None:
+        self.name, self.ty, self.tol, self.step = name, ty, tol, step
+        atol, rtol = tol.floats
+        if ty.dtype == "float16":
+            atol = HALF_ATOL if tol.atol is None else atol
+            rtol = HALF_RTOL if tol.rtol is None else rtol
+        if step and tol.atol is None:
+            atol = max(atol, step * (1 + 1e-6))    # the product's float rounding
+        integer = np.dtype(ty.dtype).kind in "iub"
+        # atol in quantization steps (stored integers, a dequantized output's
+        # step) is the same at every magnitude; a float output's grows with it
+        self.atol, self.rtol, self.scaled = atol, rtol, not integer and not step
+        self.bit_exact = integer and tol.exact_integers
+        self.error: str | None = None
+        self.samples, self.ok, self.max_abs_err = 0, True, 0.0
+        self._shapes: set = set()
+        self._n = self._nan = self._rows = self._agree = self._lsb = 0
+        self._max = self._err2 = self._ref2 = self._got2 = self._dot = 0.0
+        self._equal = self._quantized = True
+
+    def add(self, got: np.ndarray, want: np.ndarray) -> None:
+        """One sample's output on the board (`got`) and the reference's."""
+        from aot.check.reference import compare
+
+        if self.error is not None:
+            return
+        g, w = np.asarray(got), np.asarray(want)
+        gc, wc = ((g.astype(np.float64), w.astype(np.float64))
+                  if g.dtype.kind in "iub" and not self.tol.exact_integers else (g, w))
+        check = compare(self.name, gc, wc, rtol=self.rtol, atol=self.atol, scaled=self.scaled)
+        if "error" in check:
+            self.error = check["error"]
+            return
+        self.samples += 1
+        self.ok = self.ok and check["ok"]
+        err = check["max_abs_err"]
+        self.max_abs_err = None if err is None or self.max_abs_err is None else max(
+            self.max_abs_err, err)
+        w = w.reshape(g.shape)
+        w = w.astype(g.dtype, copy=False) if g.dtype.kind in "iub" else w
+        quant = self.ty.quant if g.dtype.kind in "iu" else None
+        self._quantized = quant is not None
+        if quant:
+            self._lsb = max(self._lsb, max_lsb(g, w))
+        real_g, real_w = ((dequantize(g, quant), dequantize(w, quant)) if quant else
+                          (g.astype(np.float64), w.astype(np.float64)))
+        self._shapes.add(g.shape)
+        self._sums(real_g.ravel(), real_w.ravel())
+        if g.ndim and g.shape[-1] >= 2 and g.size:
+            rows_g, rows_w = real_g.reshape(-1, g.shape[-1]), real_w.reshape(-1, g.shape[-1])
+            self._rows += len(rows_g)
+            self._agree += int(np.count_nonzero(np.argmax(rows_g, 1) == np.argmax(rows_w, 1)))
+
+    def _sums(self, g: np.ndarray, w: np.ndarray) -> None:
+        # NaN and infinities flow into the sums and come out as null metrics:
+        # numpy's warnings about them would say nothing more
+        with np.errstate(all="ignore"):
+            err = _abs_error(g, w)
+            self._nan += int(np.count_nonzero(np.isnan(g) & np.isnan(w)))
+            self._equal = self._equal and np.array_equal(g, w, equal_nan=True)
+            if err.size:
+                top = float(np.max(err))
+                self._max = top if np.isnan(top) or np.isnan(self._max) else max(self._max, top)
+            self._n += err.size
+            self._err2 += float(np.dot(err, err))
+            self._ref2 += float(np.dot(w, w))
+            self._got2 += float(np.dot(g, g))
+            self._dot += float(np.dot(g, w))
+
+    def row(self) -> dict:
+        """The output's row, as `aot verify --json` prints it."""
+        row: dict = {"name": self.name}
+        if self.step:
+            row["step"] = self.step
+        row["tolerance"] = {"atol": self.atol, "rtol": self.rtol,
+                            "bit_exact": bool(self.bit_exact), "scaled": self.scaled}
+        if self.error is not None or not self.samples:
+            return {**row, **dict.fromkeys(METRICS), "max_abs_err": None, "ok": False,
+                    "error": self.error or "no samples"}
+        if self._nan:
+            row["nan_matched"] = self._nan
+        with np.errstate(all="ignore"):
+            biggest = _number(self._max) if self._n else 0.0
+            row.update(max_abs=biggest,
+                       rmse=_number(np.sqrt(self._err2 / self._n)) if self._n else 0.0,
+                       l2r=self._l2r(), cosine=self._cosine(), top1_agreement=self._top1(),
+                       max_lsb=(self._lsb if self._quantized else
+                                self._steps(biggest) if self.step else None),
+                       max_abs_err=self.max_abs_err, ok=self.ok)
+        return row
+
+    def _l2r(self) -> float | None:
+        """||got - ref|| / ||ref||: 0 when every element agrees (both all
+        zeros too; an infinity or NaN in the reference does not matter then),
+        None when only the reference is all zeros."""
+        err, norm = np.sqrt(self._err2), np.sqrt(self._ref2)
+        if self._equal or norm == 0.0:
+            return 0.0 if err == 0.0 else None
+        return _number(err / norm)
+
+    def _cosine(self) -> float | None:
+        """1 when every element agrees (all zeros too), 0 when only one is all
+        zeros."""
+        if self._equal:
+            return 1.0
+        ng, nr = np.sqrt(self._got2), np.sqrt(self._ref2)
+        if ng == 0.0 or nr == 0.0:
+            return 1.0 if ng == nr else 0.0
+        return _number(np.clip(self._dot / (ng * nr), -1.0, 1.0))
+
+    def _top1(self) -> float | None:
+        """None without classes (last axis < 2) and for an output sized by
+        values (its samples' rows are not the same rows)."""
+        if not self._rows or len(self._shapes) > 1:
+            return None
+        return self._agree / self._rows
+
+    def _steps(self, biggest: float | None) -> int | None:
+        return None if biggest is None else int(np.rint(biggest / self.step))
 
 
 def output_metrics(name: str, got: Sequence[np.ndarray], want: Sequence[np.ndarray],
@@ -321,64 +327,20 @@ def output_metrics(name: str, got: Sequence[np.ndarray], want: Sequence[np.ndarr
                    step: float | None = None) -> dict:
     """Every metric of one output over all samples (got[i] is sample i's
     output on the board, want[i] the reference's), as `aot verify --json`
-    prints it. Values are compared as real numbers: a quantized output is
-    dequantized first, and max_lsb counts its steps; so it does for a float
-    output the model dequantizes at `step` (a QDQ model's DequantizeLinear),
-    which by default passes within one step (an explicit atol replaces that);
-    a float16 output by default within HALF_ATOL and HALF_RTOL (the rule
-    applied is the row's "tolerance": atol, rtol, or bit_exact):
-    the reference's own arithmetic moves such outputs by whole steps (ONNX
-    Runtime runs part of a QDQ graph in float, docs/deploy.md). max_abs_err
-    is the largest error in the stored values (int8 codes for an int8
-    output)."""
-    from aot.check.reference import compare
-
-    row: dict = {"name": name}
-    atol, rtol = tol.floats
-    if ty.dtype == "float16":
-        atol = HALF_ATOL if tol.atol is None else atol
-        rtol = HALF_RTOL if tol.rtol is None else rtol
-    if step:
-        row["step"] = step
-        if tol.atol is None:
-            atol = max(atol, step * (1 + 1e-6))    # the product's float rounding
-    integer = np.dtype(ty.dtype).kind in "iub"
-    exact = integer and tol.exact_integers
-    # atol in quantization steps (stored integers, a dequantized output's
-    # step) is the same at every magnitude; a float output's grows with it
-    scaled = not integer and not step
-    row["tolerance"] = {"atol": atol, "rtol": rtol, "bit_exact": bool(exact),
-                        "scaled": scaled}
-    checks = []
+    prints it (OutputMetrics: one sample at a time). Values are compared as
+    real numbers: a quantized output is dequantized first, and max_lsb counts
+    its steps; so it does for a float output the model dequantizes at `step`
+    (a QDQ model's DequantizeLinear), which by default passes within one step
+    (an explicit atol replaces that); a float16 output by default within
+    HALF_ATOL and HALF_RTOL (the rule applied is the row's "tolerance": atol,
+    rtol, or bit_exact): the reference's own arithmetic moves such outputs by
+    whole steps (ONNX Runtime runs part of a QDQ graph in float,
+    docs/deploy.md). max_abs_err is the largest error in the stored values
+    (int8 codes for an int8 output)."""
+    metrics = OutputMetrics(name, ty, tol, step)
     for g, w in zip(got, want):
-        g, w = np.asarray(g), np.asarray(w)
-        if g.dtype.kind in "iub" and not tol.exact_integers:
-            g, w = g.astype(np.float64), w.astype(np.float64)
-        checks.append(compare(name, g, w, rtol=rtol, atol=atol, scaled=scaled))
-    failed = next((c for c in checks if "error" in c), None)
-    if failed is not None or not checks:
-        return {**row, **dict.fromkeys(METRICS), "max_abs_err": None, "ok": False,
-                "error": failed["error"] if failed else "no samples"}
-    if len({np.shape(x) for x in got}) > 1:
-        # a value-sized output's valid entries, as many as each sample has:
-        # the metrics are over all of them, as one sample
-        got = [np.concatenate([np.ravel(x) for x in got])]
-        want = [np.concatenate([np.ravel(y) for y in want])]
-    g = np.stack([np.asarray(x) for x in got])
-    w = np.stack([np.asarray(y).reshape(np.shape(x)) for x, y in zip(got, want)])
-    w = w.astype(g.dtype, copy=False) if g.dtype.kind in "iub" else w
-    quant = ty.quant if g.dtype.kind in "iu" else None
-    real_g, real_w = ((dequantize(g, quant, 1), dequantize(w, quant, 1)) if quant else
-                      (g.astype(np.float64), w.astype(np.float64)))
-    errs = [c["max_abs_err"] for c in checks]
-    row.update(max_abs=max_abs(real_g, real_w), rmse=rmse(real_g, real_w),
-               l2r=l2r(real_g, real_w), cosine=cosine(real_g, real_w),
-               top1_agreement=top1_agreement(real_g, real_w),
-               max_lsb=(max_lsb(g, w) if quant else
-                        _steps(real_g, real_w, step) if step else None),
-               max_abs_err=None if None in errs else max(errs),
-               ok=all(c["ok"] for c in checks))
-    return row
+        metrics.add(g, w)
+    return metrics.row()
 
 
 # ------------------------------------------------- a package's own model

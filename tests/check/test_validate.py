@@ -17,7 +17,8 @@ import aot
 from aot.cli import main
 from aot.errors import AotError
 from aot.ir.graph import Quant, TensorType
-from aot.check.validate import (Tolerance, cosine, dequantize, l2r, load_dataset, max_abs, max_lsb,
+from aot.check.dataset import load_dataset
+from aot.check.validate import (Tolerance, cosine, dequantize, l2r, max_abs, max_lsb,
                                 output_metrics, rmse, top1_agreement)
 
 from support import MODELS
@@ -213,9 +214,19 @@ def test_bad_dataset_files_and_directories_are_refused(tmp_path, two_inputs):
 
 def test_int8_model_on_a_dataset_through_one_session(tmp_path, capsys, monkeypatch):
     """The saved input plus perturbations of it, every metric reported; all
-    samples go through one serve session; a corrupted output shows in each
-    metric and fails the check (exit 1)."""
+    samples go through one serve session and one reference session (an
+    interpreter per sample took a GB per 25,000 samples); a corrupted output
+    shows in each metric and fails the check (exit 1)."""
+    import aot.check.reference as reference
     from aot.deploy import device
+
+    sessions = []
+    real_session = reference.ReferenceSession.__init__
+
+    def counting_sessions(self, *args):
+        sessions.append(args)
+        real_session(self, *args)
+    monkeypatch.setattr(reference.ReferenceSession, "__init__", counting_sessions)
 
     x = np.load(KWS.with_suffix(".input.npy"))
     rng = np.random.default_rng(0)
@@ -231,7 +242,7 @@ def test_int8_model_on_a_dataset_through_one_session(tmp_path, capsys, monkeypat
     monkeypatch.setattr(device._LocalProcess, "__init__", counting)
     code, out, _ = run(capsys, "verify", KWS, "--board", "host", "--dataset", tmp_path / "ds.npz")
     assert code == 0 and out["ok"] and out["samples"] == 4 and out["inputs"] == "dataset", out
-    assert out["reference"] == "tflite-micro" and len(started) == 1
+    assert out["reference"] == "tflite-micro" and len(started) == 1 and len(sessions) == 1
     (row,) = out["outputs"]
     assert row == {"name": "Identity", "max_abs": 0.0, "rmse": 0.0, "l2r": 0.0, "cosine": 1.0,
                    "top1_agreement": 1.0, "max_lsb": 0, "max_abs_err": 0.0, "ok": True,
@@ -390,3 +401,50 @@ def test_verify_report_per_output(tmp_path, capsys, monkeypatch):
                          tmp_path / "no" / "r.md")
     assert code == 2 and "does not exist" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hello.md"]
+
+
+# ------------------------------------------------------ datasets that stream
+
+def test_a_huge_dataset_under_a_memory_limit_is_one_line_or_runs_its_limit(tmp_path):
+    """Under a 2 GiB RLIMIT_AS a few KB of .npz holding over a million samples
+    is refused up front with its size (exit 2, one line; 100,000 of them
+    peaked at 4.2 GB and ended in exit 3), and --limit runs its first
+    samples (exit 0)."""
+    import resource
+    import subprocess
+    import sys
+
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "twice",
+                          [vi("x", TensorProto.FLOAT, [1, 1])],
+                          [vi("y", TensorProto.FLOAT, [1, 1])])
+    model = tmp_path / "twice.onnx"
+    model.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+                      .SerializeToString())
+    np.savez_compressed(tmp_path / "ds.npz", x=np.ones((1_000_001, 1, 1), np.float32))
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    def verify(*extra):
+        return subprocess.run([sys.executable, "-m", "aot.cli", "verify", str(model), "--board",
+                               "host", "--dataset", str(tmp_path / "ds.npz"), "--json", *extra],
+                              capture_output=True, text=True, preexec_fn=limited, timeout=300)
+    r = verify()
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "1000001 samples (4000004 bytes), more than the limit of 1000000" in r.stderr
+    r = verify("--limit", "40")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["samples"] == 40 and out["outputs"][0]["max_abs"] == 0.0, out
+
+
+def test_a_saved_input_that_is_no_npy_verifies_on_random_inputs(tmp_path, capsys):
+    """A pickle saved as <stem>.input.npy was exit 3: now random inputs and
+    a note saying why."""
+    model = tmp_path / "hello.tflite"
+    shutil.copyfile(HELLO, model)
+    np.save(tmp_path / "hello.input.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    code, out, _ = run(capsys, "verify", model, "--board", "host")
+    assert code == 0 and out["inputs"] == "random", out
+    assert "hello.input.npy: holds Python objects" in out["notes"][0]

@@ -52,7 +52,7 @@ def prepare(path: Path, seed: int = 0) -> Prepared:
     from aot.check.reference import reference_outputs, saved_or_random_inputs
 
     graph = as_graph(aot.load(path))
-    origin, inputs = saved_or_random_inputs(path, graph, seed)
+    origin, inputs, _ = saved_or_random_inputs(path, graph, seed)
     reference, want = reference_outputs(path, graph, inputs)
     return Prepared(path, graph, origin, inputs, reference, want)
 

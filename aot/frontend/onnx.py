@@ -482,16 +482,19 @@ def import_onnx(data: bytes, name: str, dim_params: Mapping[str, int] | None = N
 def _all_names(g) -> set[str]:
     """Every tensor name of a GraphProto and of its subgraphs (fresh names avoid them)."""
     onnx = _onnx()
-    names = {i.name for i in g.input} | {t.name for t in g.initializer}
-    for n in g.node:
-        names.update(n.input)
-        names.update(n.output)
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                names |= _all_names(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for sub in a.graphs:
-                    names |= _all_names(sub)
+    names: set = set()
+    todo = [g]              # a worklist: nesting depth costs no Python stack
+    while todo:
+        g = todo.pop()
+        names |= {i.name for i in g.input} | {t.name for t in g.initializer}
+        for n in g.node:
+            names.update(n.input)
+            names.update(n.output)
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    todo.append(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    todo.extend(a.graphs)
     return {s for s in names if isinstance(s, str)}
 
 

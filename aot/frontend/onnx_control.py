@@ -56,15 +56,17 @@ def has_control_flow(nodes: Iterable[Node]) -> bool:
 
 
 def _names_of(nodes: Iterable[Node], into: set[str]) -> None:
-    for n in nodes:
-        into.update(n.inputs)
-        into.update(n.outputs)
-        for v in n.attrs.values():
-            if isinstance(v, Body):
-                into.update(v.inputs)
-                into.update(v.outputs)
-                into.update(v.constants)
-                _names_of(v.nodes, into)
+    todo = [nodes]          # a worklist: nesting depth costs no Python stack
+    while todo:
+        for n in todo.pop():
+            into.update(n.inputs)
+            into.update(n.outputs)
+            for v in n.attrs.values():
+                if isinstance(v, Body):
+                    into.update(v.inputs)
+                    into.update(v.outputs)
+                    into.update(v.constants)
+                    todo.append(v.nodes)
 
 
 class _Namer:

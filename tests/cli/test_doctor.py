@@ -315,7 +315,7 @@ def test_int8_tflite_needs_tflite_micro_not_a_silent_litert(monkeypatch):
 
     path = MODELS / "mlperf_ad_fcae_int8.tflite"
     graph = aot.load(path)
-    _, inputs = saved_or_random_inputs(path, graph)
+    _, inputs, _ = saved_or_random_inputs(path, graph)
     # Blocked by its full name too: an earlier test in this process may have
     # imported it, and the import system then answers from sys.modules.
     for name in ("tflite_micro", "tflite_micro.python.tflite_micro.runtime"):

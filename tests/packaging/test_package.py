@@ -107,8 +107,8 @@ def test_verify_reports_a_mismatch(monkeypatch, capsys):
     import aot.deploy.host as host
     real = host.parse_report
 
-    def corrupt(stdout, meta, outs):
-        res = real(stdout, meta, outs)
+    def corrupt(stdout, meta, outs, runs=None):
+        res = real(stdout, meta, outs, runs)
         return host.RunResult([o + np.ones_like(o) for o in res.outputs], res.times_ns,
                               res.report)
     monkeypatch.setattr(host, "parse_report", corrupt)

@@ -24,7 +24,7 @@ from support import MODELS
 
 # A user's variant of a core aot knows, and the board whose emulator runs it:
 # (board, base target). Another core's variant is one more row.
-VARIANTS = [("mps2-an386", "cortex-m4")]
+VARIANTS = [("mps2-an386", "cortex-m4"), ("mps2-an505", "cortex-m33")]
 AD = MODELS / "mlperf_ad_fcae_int8.tflite"
 KWS = MODELS / "mlperf_kws_dscnn_int8.tflite"
 
@@ -152,9 +152,10 @@ def test_a_target_of_another_architecture_is_refused_by_the_cli(tmp_path, capsys
     assert not (tmp_path / "pkg").exists()
     code = cli_main(["package", str(AD), "--target-file", str(tmp_path / "none.toml")])
     assert code == 2 and "none.toml: no such file" in capsys.readouterr().err
-    (tmp_path / "pkg").mkdir()      # a package is run as built
-    (tmp_path / "pkg" / "metadata.json").write_text('{"board": "host"}')
-    code = cli_main(["run", str(tmp_path / "pkg"), "--target", "generic-c99"])
+    package_dir = tmp_path / "built"    # a package is run as built
+    assert cli_main(["package", str(AD), "--board", "host", "-o", str(package_dir)]) == 0
+    capsys.readouterr()
+    code = cli_main(["run", str(package_dir), "--target", "generic-c99"])
     assert code == 2 and "built for its target" in capsys.readouterr().err
 
 

@@ -27,7 +27,7 @@ INSTALL = {
     "picotool": "install it with `apt-get install picotool` or build it from "
                 "https://github.com/raspberrypi/picotool",
 }
-IMAGES = ("elf", "uf2")
+IMAGES = ("elf", "uf2", "uf2-boot2")
 HARNESS = "bench/bench"
 
 
@@ -82,6 +82,11 @@ def _image(pkg: Path, board: Board, kind: str) -> Path:
         out = pkg / f"{HARNESS}.uf2"
         out.write_bytes(data)
         return out.resolve()
+    if kind == "uf2-boot2":
+        raise AotError(f"board '{board.name}': its boot ROM starts flash only through a "
+                       "256-byte, CRC-checked second-stage loader (boot2) for its flash chip, "
+                       "which aot does not produce yet: aot cannot write an image that boots; "
+                       "link the package's library into a pico-sdk project (it supplies boot2)")
     raise AotError(f"board '{board.name}': options.image must be one of {', '.join(IMAGES)}, "
                    f"got '{kind}'")
 

@@ -189,3 +189,15 @@ def test_the_boards_memory_matches_the_vendors_map():
         assert (board.flash_bytes, board.ram_bytes) == (flash_size, ram_size)
         assert (board.options["flash_origin"], board.options["ram_origin"]) == (flash, ram)
         assert board.transport == "serial" and not board.emulated
+
+
+def test_the_pico_is_refused_for_want_of_boot2(capsys, tmp_path):
+    pkg = tmp_path / "pkg"
+    aot.package(MODELS / "tflm_hello_world_int8.tflite", board="rpi-pico", out_dir=pkg)
+    elf = ELFFile(io.BytesIO((pkg / "bench" / "bench").read_bytes()))
+    assert min(s["p_paddr"] for s in elf.iter_segments() if s["p_type"] == "PT_LOAD") \
+        == 0x10000100                   # after the 256 bytes boot2 takes
+    code, out, err = cli(capsys, "flash", str(pkg), "--dry-run")
+    assert code == 2 and out == ""
+    assert "second-stage loader (boot2)" in err and "aot cannot write an image that boots" in err
+    assert not (pkg / "bench" / "bench.uf2").exists()

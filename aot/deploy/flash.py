@@ -53,9 +53,11 @@ def _option(board: Board, key: str) -> object:
 
 def _command(board: Board, flasher: str, image: Path) -> tuple[str, ...]:
     if flasher == "openocd":
-        # `program` writes the ELF's loadable segments at their load addresses.
+        # `program` writes the ELF's loadable segments at their load addresses;
+        # braces keep a path with spaces one Tcl word.
+        path = f"{{{image}}}" if any(c.isspace() for c in str(image)) else str(image)
         return ("openocd", "-f", str(_option(board, "openocd_config")),
-                "-c", f"program {image} verify reset exit")
+                "-c", f"program {path} verify reset exit")
     if flasher == "pyocd":
         return ("pyocd", "flash", "--target", str(_option(board, "pyocd_target")),
                 "--format", "elf", str(image))

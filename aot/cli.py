@@ -197,6 +197,15 @@ def _board(args: argparse.Namespace):
                         trust_new_host_key=getattr(args, "trust_new_host_key", False) or None)
 
 
+def _runnable_board(args: argparse.Namespace):
+    """_board, refused before any work if aot cannot run code on it."""
+    from aot.deploy import check_runnable
+
+    board = _board(args)
+    check_runnable(board)
+    return board
+
+
 def cmd_package(args: argparse.Namespace) -> int:
     from aot.api import package
 
@@ -263,7 +272,7 @@ def _run_noting(pkg: Path, inputs: dict, board) -> tuple[dict, list[str]]:
 def cmd_run(args: argparse.Namespace) -> int:
     if args.out is None and args.force:
         raise InputError("--force replaces an existing --out DIR: without --out nothing is written")
-    board = _board(args)
+    board = _runnable_board(args)
     if args.stream and args.threads != 1:
         raise AotError("run --stream --threads: not supported yet (package the model with "
                        "--threads and run its package)")
@@ -367,7 +376,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from aot.support.report import check_report_path, verify_document, write_report
 
     report = check_report_path(args.report) if args.report else None    # before the run
-    out = verify(args.model, board=_board(args), codegen=args.codegen, count=args.count,
+    out = verify(args.model, board=_runnable_board(args), codegen=args.codegen, count=args.count,
                  checks=args.checks, dataset=args.dataset, atol=args.atol, rtol=args.rtol,
                  source=args.source, threads=args.threads, float_io=args.float_io,
                  limit=args.limit, **_load_kwargs(args))
@@ -522,7 +531,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from aot.api import bench
 
-    out = bench(args.model, board=_board(args), codegen=args.codegen, warmup=args.warmup,
+    out = bench(args.model, board=_runnable_board(args), codegen=args.codegen, warmup=args.warmup,
                 repeat=args.repeat, profile=args.profile, plot=args.plot, threads=args.threads,
                 trace=args.trace, **_load_kwargs(args))
     if args.json:
@@ -598,12 +607,39 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- flash -----------------------------------------------------------------------
+
+def cmd_flash(args: argparse.Namespace) -> int:
+    from aot.deploy.flash import flash_plan, run_flash
+    from aot.packaging.metadata import read_metadata
+
+    pkg = Path(args.package)
+    if not pkg.is_dir():
+        raise InputError(f"{pkg}: not a package directory (build one with aot package MODEL "
+                         "--board BOARD)")
+    meta = read_metadata(pkg)
+    from aot.targets import get_board
+
+    plan = flash_plan(pkg, get_board(args.board or meta.get("board")), meta, args.port)
+    if not args.dry_run:
+        run_flash(plan)
+    if args.json:
+        emit_json({"board": plan.board, "flasher": plan.flasher, "image": str(plan.image),
+                   "command": list(plan.command), "ran": not args.dry_run})
+    else:
+        print(f"image:   {plan.image}")
+        print(f"command: {plan.command_line}")
+        if not args.dry_run:
+            print(f"{plan.board}: flashed")
+    return 0
+
+
 # --- tune ------------------------------------------------------------------------
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from aot.tune import tune
 
-    out = tune(args.model, _board(args), trials=args.trials, budget=args.budget,
+    out = tune(args.model, _runnable_board(args), trials=args.trials, budget=args.budget,
                log=args.output, resume=args.resume, codegen=args.codegen,
                warmup=args.warmup, repeat=args.repeat, **_load_kwargs(args))
     if args.json:
@@ -861,6 +897,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=5, metavar="W",
                    help="untimed runs before each round (default: 5)")
     _ssh_args(p)
+
+    f = add("flash", "write a package's harness onto a real microcontroller board with "
+            "its flasher", cmd_flash)
+    f.add_argument("package", help="a package directory built for the board")
+    f.add_argument("--board", help="the board (default: the one the package was built for)")
+    f.add_argument("--dry-run", action="store_true",
+                   help="print the image and the flasher's command line, run nothing")
+    f.add_argument("--port", help="the serial port, for flashers that write through one")
 
     add("boards", "list the boards aot knows", cmd_boards)
     add("targets", "list the targets aot knows: its own and $AOT_TARGETS_DIR's, with the "

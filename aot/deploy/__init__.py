@@ -36,8 +36,23 @@ def _ssh(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
     return run_ssh(pkg, board, inputs, warmup, runs)
 
 
+def check_runnable(board: Board) -> None:
+    """Refuse a real microcontroller (transport `serial`): aot writes its
+    flash (aot flash) but does not talk to it yet."""
+    if board.transport == "serial":
+        raise AotError(f"board '{board.name}' is a real microcontroller: running on it needs "
+                       "the serial transport, not there yet (aot flash writes its image)")
+
+
+def _serial(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
+            runs: int) -> RunResult:
+    check_runnable(board)
+    raise AssertionError("unreachable")
+
+
 TRANSPORTS: dict[str, Transport] = {"local": _local, "qemu-user": run_qemu_user,
-                                    "qemu-system": run_qemu_system, "ssh": _ssh}
+                                    "qemu-system": run_qemu_system, "ssh": _ssh,
+                                    "serial": _serial}
 
 
 def check_runs_on(pkg: Path, meta: dict, board: Board) -> None:
@@ -71,4 +86,4 @@ def run_package(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: i
     return replace(result, notes=tuple(notes)) if notes else result
 
 
-__all__ = ["RunResult", "run_package", "TRANSPORTS", "check_runs_on"]
+__all__ = ["RunResult", "run_package", "TRANSPORTS", "check_runs_on", "check_runnable"]

@@ -87,6 +87,11 @@ OPTIONS = {
     "qemu-user": {"qemu": STR, "cpu": STR},
     "qemu-system": {"qemu": STR, "machine": STR, "bios": STR, "timeout_s": NUMBER},
     "ssh": {**SSH_OPTIONS, **VM_OPTIONS},
+    # A real microcontroller: how `aot flash` writes its image (aot/deploy/flash.py)
+    # and the serial port its UART shows up as.
+    "serial": {"flasher": STR, "image": STR, "openocd_config": STR, "pyocd_target": STR,
+               "uf2_family": SIZE, "flash_origin": SIZE, "ram_origin": SIZE,
+               "serial_port": STR},
 }
 
 # A table of the user's boards.toml: how to reach a board, and a VM's size

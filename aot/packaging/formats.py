@@ -167,7 +167,9 @@ def _library_sources(b: Built) -> list[str]:
 
 def zephyr(b: Built) -> dict[str, bytes]:
     _needs_sources(b, "zephyr")
-    ctx = {**_context(b), "sources": _library_sources(b)}
+    # the FPU is Zephyr's to enable where the package passes floats in its registers
+    ctx = {**_context(b), "sources": _library_sources(b),
+           "hard_float": _machine_options(b).get("float-abi") == "hard"}
     out = {p: b.files[p] for p in [f"include/{b.name}.h", *b.under("src", ".c", ".h", ".S", ".bin"),
                                    *b.runtime_files()]}
     out.update({"zephyr/module.yml": _render("zephyr/module.yml.j2", c=ctx),

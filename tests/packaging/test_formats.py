@@ -210,19 +210,21 @@ set(CONFIG_KWS_ARCH_FLAGS y)
 add_subdirectory(module)
 add_executable(app.elf main.c)
 target_link_libraries(app.elf PRIVATE module)
-target_link_options(app.elf PRIVATE --specs=nosys.specs)
+target_link_options(app.elf PRIVATE ${LINK_SPECS})
 """
-ARM_TOOLCHAIN = f"""set(CMAKE_SYSTEM_NAME Generic)
-set(CMAKE_SYSTEM_PROCESSOR arm)
-set(CMAKE_C_COMPILER {ARM_CC})
+TOOLCHAIN = """set(CMAKE_SYSTEM_NAME Generic)
+set(CMAKE_C_COMPILER {cc})
 set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)
 """
 
 
-def cmake_build(project: Path, arch: list[str]) -> None:
-    (project / "arm.cmake").write_text(ARM_TOOLCHAIN)
-    run_checked(["cmake", "-S", ".", "-B", "build", "-DCMAKE_TOOLCHAIN_FILE=arm.cmake",
-                 f"-DCMAKE_C_FLAGS={' '.join(arch)}"], project)
+def cmake_build(project: Path, arch: list[str], cc: str = ARM_CC,
+                link_specs: str = "--specs=nosys.specs") -> None:
+    """Configure and build `project` with cross compiler `cc`, the board's
+    instruction set flags as the framework's toolchain file would set them."""
+    (project / "cross.cmake").write_text(TOOLCHAIN.format(cc=cc))
+    run_checked(["cmake", "-S", ".", "-B", "build", "-DCMAKE_TOOLCHAIN_FILE=cross.cmake",
+                 f"-DCMAKE_C_FLAGS={' '.join(arch)}", f"-DLINK_SPECS={link_specs}"], project)
     run_checked(["cmake", "--build", "build"], project)
 
 
@@ -257,6 +259,7 @@ def test_zephyr_module_builds_through_its_cmake(built, arch, tmp_path):
     (project / "module").symlink_to(mod)
     (project / "main.c").write_text(APP_MAIN)
     cmake_build(project, arch)
+    assert (project / "build" / "app.elf").is_file()
     library = project / "build" / "module" / "libmodule.a"
     assert {"kws_run", "kws_run_with_arena"} <= defined_symbols(library)
     flags = (project / "build" / "module" / "CMakeFiles" / "module.dir" / "flags.make").read_text()
@@ -287,8 +290,41 @@ endfunction()
 add_subdirectory(components/kws)
 add_executable(app.elf main.c)
 target_link_libraries(app.elf PRIVATE __idf_kws)
-target_link_options(app.elf PRIVATE --specs=nosys.specs)
+target_link_options(app.elf PRIVATE ${LINK_SPECS})
 """
+
+
+# Zephyr's headers as far as the sample uses them
+ZEPHYR_HEADERS = {
+    "zephyr/kernel.h": "#include <stdint.h>\n#include <zephyr/toolchain.h>\n"
+    "#define K_THREAD_DEFINE(name, stack, entry, p1, p2, p3, prio, opt, delay) "
+    "void (*const name##_entry)(void *, void *, void *) = entry; "
+    "const int name##_stack = (stack), name##_prio = (prio)\n",
+    "zephyr/sys/printk.h": "void printk(const char *fmt, ...);\n",
+    "zephyr/toolchain.h": "#define __aligned(x) __attribute__((aligned(x)))\n"
+    "#define Z_GENERIC_SECTION(s) __attribute__((section(s)))\n",
+}
+
+
+@pytest.mark.parametrize("in_section", [False, True])
+def test_zephyr_sample_compiles_with_its_kconfig_options(built, arch, tmp_path, in_section):
+    """The sample's main.c with each Kconfig option it reads defined as
+    Zephyr's build defines them (CONFIG_<symbol>; the arena's section both
+    ways), against stand-ins for the three Zephyr headers it includes."""
+    mod = export(built, "zephyr", tmp_path)
+    for path, text in ZEPHYR_HEADERS.items():
+        (tmp_path / "zinc" / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "zinc" / path).write_text(text)
+    config = ["-DCONFIG_KWS=1", "-DCONFIG_KWS_THREAD_STACK_SIZE=2048",
+              "-DCONFIG_KWS_THREAD_PRIORITY=5"]
+    if in_section:
+        config += ["-DCONFIG_KWS_ARENA_IN_SECTION=1",
+                   '-DCONFIG_KWS_ARENA_SECTION=".noinit.kws_arena"']
+    run_checked([ARM_CC, *arch, "-Os", "-Wall", "-Werror", *config, f"-I{tmp_path / 'zinc'}",
+                 f"-I{mod / 'include'}", f"-I{mod / 'runtime_c'}", "-c",
+                 str(mod / "samples" / "kws" / "src" / "main.c"), "-o", "main.o"], tmp_path)
+    sections = run_checked(["arm-none-eabi-objdump", "-h", "main.o"], tmp_path)
+    assert (".noinit.kws_arena" in sections) == in_section
 
 
 def test_esp_idf_component_builds_through_its_cmake(built, arch, tmp_path):
@@ -319,6 +355,16 @@ def test_esp_idf_component_of_an_rv32_board_ships_the_built_library(tmp_path):
     cmake = (comp / "CMakeLists.txt").read_text()
     assert "add_prebuilt_library(kws_prebuilt lib/libkws.a)" in cmake
     assert not (comp / "src").exists()
+    project = tmp_path / "idf_app"
+    (project / "components").mkdir(parents=True)
+    (project / "components" / "kws").symlink_to(comp)
+    (project / "CMakeLists.txt").write_text(ESP_IDF_STAND_IN)
+    (project / "main.c").write_text(APP_MAIN)
+    # the C library as the board's (ESP-IDF brings its own newlib); CMAKE_C_FLAGS
+    # reach the link too
+    cmake_build(project, ["-march=rv32imc", "-mabi=ilp32", "--specs=picolibc.specs"],
+                "riscv64-unknown-elf-gcc", "")
+    assert (project / "build" / "app.elf").is_file()
     members = subprocess.run(["ar", "t", str(comp / "lib" / "libkws.a")], capture_output=True,
                              text=True, check=True).stdout.split()
     assert "kws.o" in members

@@ -64,7 +64,7 @@ def package(model_or_graph: str | Path | ModelBytes | Graph, board: str | Board 
     from aot.frontend.shapes import LoadOptions, options_json
     from aot.tune.records import applied_records
 
-    from aot.packaging.formats import check_format
+    from aot.packaging.formats import check_format, check_package_options
 
     check_format(format)
     model_or_graph = as_model(model_or_graph, graphs=True)
@@ -72,6 +72,7 @@ def package(model_or_graph: str | Path | ModelBytes | Graph, board: str | Board 
     with claim_output(out_dir, force), claim_output(dump_tir, force):
         brd = get_board(board)
         check_threads(brd, threads)      # before loading and optimizing
+        check_package_options(format, brd, codegen, threads)
         if pools:
             check_pools(brd, io_in_arena, threads)
         opts = LoadOptions.of(input_shapes, bind)

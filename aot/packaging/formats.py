@@ -143,8 +143,13 @@ def arduino_mcu_dir(b: Built) -> str:
                      "is not a microcontroller Arduino builds for (Cortex-M, ESP32-C3/C6)")
 
 
-def arduino(b: Built) -> dict[str, bytes]:
+def check_arduino(b: Built) -> None:
     _needs_sources(b, "arduino")
+    arduino_mcu_dir(b)
+
+
+def arduino(b: Built) -> dict[str, bytes]:
+    check_arduino(b)
     mcu = arduino_mcu_dir(b)
     ctx = {**_context(b), "architectures": "esp32" if mcu in _ESP_MCU.values()
            else _ARM_ARCHITECTURES}
@@ -165,8 +170,12 @@ def _library_sources(b: Built) -> list[str]:
     return [*b.under("src", ".c", ".S"), *b.under("runtime_c", ".c")]
 
 
-def zephyr(b: Built) -> dict[str, bytes]:
+def check_zephyr(b: Built) -> None:
     _needs_sources(b, "zephyr")
+
+
+def zephyr(b: Built) -> dict[str, bytes]:
+    check_zephyr(b)
     # the FPU is Zephyr's to enable where the package passes floats in its registers
     ctx = {**_context(b), "sources": _library_sources(b),
            "hard_float": _machine_options(b).get("float-abi") == "hard"}
@@ -190,13 +199,21 @@ def _public_headers(b: Built) -> dict[str, bytes]:
             **{f"include/{p.rsplit('/', 1)[1]}": b.files[p] for p in b.under("runtime_c", ".h")}}
 
 
-def esp_idf(b: Built) -> dict[str, bytes]:
+def _esp_prebuilt(b: Built) -> bool:
     """A RISC-V ESP32 (rv32imc: ESP32-C3, rv32imac: ESP32-C6) takes the
     library aot built; any other core the C, compiled by the component."""
-    isa = _machine_options(b).get("arch")
-    prebuilt = isa in _ESP_MCU
-    if not prebuilt:
+    return _machine_options(b).get("arch") in _ESP_MCU
+
+
+def check_esp_idf(b: Built) -> None:
+    if not _esp_prebuilt(b):
         _needs_sources(b, "esp-idf")
+
+
+def esp_idf(b: Built) -> dict[str, bytes]:
+    check_esp_idf(b)
+    isa = _machine_options(b).get("arch")
+    prebuilt = _esp_prebuilt(b)
     ctx = {**_context(b), "prebuilt": prebuilt, "sources": _library_sources(b),
            "idf_targets": [_ESP_MCU[isa]] if prebuilt else []}
     out = {**_public_headers(b),
@@ -222,15 +239,24 @@ _PIO_BOARDS = {"cortex-m0": ("nordicnrf51", "bbcmicrobit"),
                "rv32imac": ("espressif32", "esp32-c6-devkitc-1")}
 
 
-def platformio(b: Built) -> dict[str, bytes]:
-    _needs_sources(b, "platformio")
+def _pio_board(b: Built) -> tuple[str, str]:
     m = _machine_options(b)
     key = m.get("cpu") if m.get("cpu", "").startswith("cortex-m") else m.get("arch")
     if key not in _PIO_BOARDS:
         raise InputError(f"format platformio: board '{b.meta['board']}' "
                          f"({b.meta['target']['name']}) is not a microcontroller core the "
                          f"example project knows ({', '.join(_PIO_BOARDS)})")
-    platform, board = _PIO_BOARDS[key]
+    return _PIO_BOARDS[key]
+
+
+def check_platformio(b: Built) -> None:
+    _needs_sources(b, "platformio")
+    _pio_board(b)
+
+
+def platformio(b: Built) -> dict[str, bytes]:
+    check_platformio(b)
+    platform, board = _pio_board(b)
     library = {
         "name": b.name, "version": b.meta["versions"]["aot"],
         "description": f"{b.meta['model']} compiled by aot for {b.meta['target']['name']}",
@@ -269,11 +295,15 @@ def _tar(members: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
+def check_mlf(b: Built) -> None:
+    _needs_sources(b, "mlf")
+
+
 def mlf(b: Built) -> dict[str, bytes]:
     """TVM's Model Library Format: codegen/host/src holds the generated C
     (the weights linked in, as TVM's link-params), runtime/ aot's C runtime,
     parameters/ the weights' table; metadata.json in MLF's fields plus aot's."""
-    _needs_sources(b, "mlf")
+    check_mlf(b)
     m = b.meta
     members = {f"codegen/host/src/{p.rsplit('/', 1)[1]}": b.files[p]
                for p in b.under("src", ".c", ".h", ".S", ".bin")}
@@ -308,10 +338,27 @@ FORMATS: dict[str, Callable[[Built], dict[str, bytes]]] = {
 }
 
 
+# what each format refuses, checked on the board and options before a build
+CHECKS: dict[str, Callable[[Built], None]] = {
+    "cmake": lambda b: None, "arduino": check_arduino, "zephyr": check_zephyr,
+    "esp-idf": check_esp_idf, "platformio": check_platformio, "mlf": check_mlf,
+}
+
+
 def check_format(fmt: str) -> str:
     if fmt not in FORMATS:
         raise InputError(f"unknown package format '{fmt}' (known: {', '.join(FORMATS)})")
     return fmt
+
+
+def check_package_options(fmt: str, board, codegen: str, threads: int) -> None:
+    """Refuse, before anything is built, a board or options format `fmt`
+    cannot take (the checks the writer makes on the built package)."""
+    t = board.target
+    CHECKS[check_format(fmt)](Built("", {"board": board.name, "codegen": codegen,
+                                         "threads": threads,
+                                         "target": {"name": t.name, "cflags": list(t.cflags)}},
+                                    {}))
 
 
 def format_files(pkg: Path, fmt: str) -> dict[str, bytes]:

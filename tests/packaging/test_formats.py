@@ -74,6 +74,24 @@ def test_unknown_format_is_one_line_naming_the_known_ones(built, tmp_path, capsy
     assert not out.exists()
 
 
+def test_a_board_a_format_cannot_take_is_refused_before_the_build(tmp_path, capsys, monkeypatch):
+    import aot.packaging.build as build
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("built before the board was checked")
+    monkeypatch.setattr(build, "build_into", no_build)
+    out = tmp_path / "out"
+    assert main(["package", str(MODEL), "--board", "host", "--format", "arduino",
+                 "-o", str(out)]) == 2
+    assert "format arduino: board 'host' (x86_64-linux) is not a microcontroller" in \
+        capsys.readouterr().err
+    assert main(["package", str(MODEL), "--board", BOARD, "--format", "zephyr", "--codegen",
+                 "llvm", "-o", str(out)]) == 2
+    assert "format zephyr compiles the package's C: package the model with --codegen c" in \
+        capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_package_with_a_format_equals_the_export_of_the_built_package(built, tmp_path):
     """`aot package --format F` = `aot export PKG --format F`, byte for byte;
     the default (cmake) is the package as built."""
@@ -131,7 +149,7 @@ def test_arduino_library_builds_as_arduino_would_and_the_example_runs(built, arc
     lib = export(built, "arduino", tmp_path)
     props = dict(line.split("=", 1) for line in (lib / "library.properties").read_text().splitlines())
     assert {"name", "version", "architectures", "precompiled", "ldflags", "sentence",
-            "paragraph", "category", "url", "author", "maintainer"} <= props.keys()
+            "paragraph", "category", "author", "maintainer"} <= props.keys()
     assert props["name"] == "kws" and props["precompiled"] == "full"
     precompiled = lib / "src" / "cortex-m4" / "fpv4-sp-d16-hard" / "libkws.a"
     assert precompiled.read_bytes() == (built.path / "lib" / "libkws.a").read_bytes()

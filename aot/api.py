@@ -32,7 +32,7 @@ def package(model_or_graph: str | Path | ModelBytes | Graph, board: str | Board 
             checks: bool = False, input_shapes: Mapping | None = None,
             bind: Mapping | None = None, dump_tir: str | Path | None = None,
             threads: int = 1, tuning_records: str | Path | None = None,
-            pools: bool = False, float_io: bool = False) -> PackageInfo:
+            pools: bool = False, float_io: bool = False, format: str = "cmake") -> PackageInfo:
     """Compile a model into a package directory built for `board` (default:
     the CLI's, qemu-rpi4 unless $AOT_BOARD names another). The model: a
     path, an onnx.ModelProto, the bytes of an ONNX or TFLite model (recorded
@@ -56,16 +56,23 @@ def package(model_or_graph: str | Path | ModelBytes | Graph, board: str | Board 
     model's quantized inputs and outputs are float32 in the package, quantized
     and dequantized by the run as TFLite does (docs/package.md "Float I/O");
     a model without any is packaged as it is (metadata.json has no float_io).
+    format: the layout of out_dir, "cmake" (the package as built) or a
+    firmware framework's (aot.packaging.formats, docs/firmware.md), made
+    from the package built in a temporary directory.
     """
     import aot
     from aot.frontend.shapes import LoadOptions, options_json
     from aot.tune.records import applied_records
 
+    from aot.packaging.formats import check_format, check_package_options
+
+    check_format(format)
     model_or_graph = as_model(model_or_graph, graphs=True)
     # claimed before loading and optimizing: a second writer is refused now
     with claim_output(out_dir, force), claim_output(dump_tir, force):
         brd = get_board(board)
         check_threads(brd, threads)      # before loading and optimizing
+        check_package_options(format, brd, codegen, threads)
         if pools:
             check_pools(brd, io_in_arena, threads)
         opts = LoadOptions.of(input_shapes, bind)
@@ -83,11 +90,29 @@ def package(model_or_graph: str | Path | ModelBytes | Graph, board: str | Board 
         wrapped, graph = float_edges(graph, float_io)
         with board_flash(brd.name, brd.flash_bytes), applied_records(tuning_records, brd.target):
             graph = as_graph(graph)
-            info = package_graph(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,
-                                 extra_cflags, profile, checks, source, threads, pools, wrapped)
+            build = (package_graph if format == "cmake" else _package_as(format))
+            info = build(graph, brd, Path(out_dir), codegen, name, io_in_arena, force,
+                         extra_cflags, profile, checks, source, threads, pools, wrapped)
             if dump_tir is not None:
                 write_tir_dump(graph, brd, Path(dump_tir), force, threads)
         return info
+
+
+def _package_as(fmt: str):
+    """package_graph writing format `fmt`: the package is built in a
+    temporary directory and exported from there into out_dir."""
+    from dataclasses import replace
+
+    from aot.packaging.formats import export_package
+
+    def build(graph, board, out_dir: Path, codegen, name, io_in_arena, force, *rest
+              ) -> PackageInfo:
+        with tempfile.TemporaryDirectory(prefix="aot-") as tmp:
+            info = package_graph(graph, board, Path(tmp) / "pkg", codegen, name, io_in_arena,
+                                 False, *rest)
+            export_package(info.path, fmt, out_dir, force)
+        return replace(info, path=out_dir)
+    return build
 
 
 def package_to_temp(model_or_graph, board: str = "host", codegen: str = "c",

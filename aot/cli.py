@@ -213,7 +213,7 @@ def cmd_package(args: argparse.Namespace) -> int:
                    out_dir=args.output, io_in_arena=args.io_in_arena, force=args.force,
                    profile=args.profile, checks=args.checks, dump_tir=args.dump_tir,
                    threads=args.threads, pools=args.pools, float_io=args.float_io,
-                   **_load_kwargs(args))
+                   format=args.format, **_load_kwargs(args))
     if args.float_io and not info.metadata.get("float_io"):
         print("note: --float-io: the model has no quantized input or output; packaged as it "
               "is", file=sys.stderr)
@@ -224,6 +224,25 @@ def cmd_package(args: argparse.Namespace) -> int:
               f"{info.arena_lower_bound_bytes}), params {info.params_bytes} bytes, "
               f"built in {info.compile_seconds:.2f} s")
     return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from aot.packaging.formats import export_package
+
+    out = export_package(Path(args.package), args.format, Path(args.output), args.force)
+    if args.json:
+        emit_json({"package": args.package, "format": args.format, "output": str(out)})
+    else:
+        print(f"{out}: {args.package} as {args.format}")
+    return 0
+
+
+def _format_arg(p: argparse.ArgumentParser, default: str | None) -> None:
+    from aot.packaging.formats import FORMATS
+    # checked by aot.packaging.formats (one line naming the known ones), not choices=
+    p.add_argument("--format", default=default, required=default is None, metavar="FORMAT",
+                   help=f"the layout: {', '.join(FORMATS)} (docs/firmware.md)"
+                   + (f"; default: {default}, the package as built" if default else ""))
 
 
 def _read_inputs(specs: list[str], names: list[str]) -> list[np.ndarray]:
@@ -789,6 +808,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="float32 in place of the model's quantized inputs and outputs, "
                    "quantized and dequantized by the run as TFLite does")
     _threads_arg(p)
+    _format_arg(p, "cmake")
+
+    p = add("export", "write a built package in a firmware framework's layout", cmd_export)
+    p.add_argument("package", help="a package directory")
+    _format_arg(p, None)
+    p.add_argument("-o", "--output", metavar="DIR", required=True, help="the directory to write")
+    p.add_argument("--force", action="store_true", help="replace an existing DIR")
 
     p = add("run", "run a model or a package on a board", cmd_run)
     p.add_argument("model", metavar="MODEL_OR_PACKAGE")

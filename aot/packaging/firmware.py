@@ -40,11 +40,17 @@ class BuildFlags:
 def build_flags(target: Target) -> BuildFlags:
     """The target's cflags, split into arch / optimize / driver (each in the
     target's order)."""
+    return split_flags(tuple(target.cflags))
+
+
+def split_flags(cflags: tuple[str, ...]) -> BuildFlags:
+    """cflags (a target's, or metadata.json's record of them) split into
+    arch / optimize / driver, each in their order."""
     arch, optimize, driver = [], [], []
-    for i, flag in enumerate(target.cflags):
+    for i, flag in enumerate(cflags):
         if flag.startswith(_DRIVER_PREFIXES):
             driver.append(flag)
-        elif flag.startswith("-m") or target.cflags[i - 1:i] == ("-mllvm",):
+        elif flag.startswith("-m") or cflags[i - 1:i] == ("-mllvm",):
             arch.append(flag)       # -mllvm's argument stays with it (rv64gcv's VLEN minimum)
         else:
             optimize.append(flag)

@@ -1,5 +1,6 @@
 """A short run of the read-back fuzzer (aot/testing/fuzz/readback.py):
-mutated metadata.json, tuning logs, --input .npy files and harness reports
+mutated metadata.json, tuning logs, --input .npy files, --dataset .npz files
+and harness reports
 through the real `aot` command under RLIMIT_AS; scripts/fuzz_readback.py is
 the long run."""
 from __future__ import annotations
@@ -10,7 +11,7 @@ from aot.testing.fuzz.readback import KINDS, prepare, run_case
 from support import MODELS
 
 # The seeds the suite runs: each kind's first (a few seconds in all).
-SEEDS = {"metadata": (1, 2), "records": (2,), "npy": (0,), "report": (1,)}
+SEEDS = {"metadata": (1, 2), "records": (2,), "npy": (0,), "report": (1,), "npz": (0, 1)}
 
 
 @pytest.fixture(scope="module")

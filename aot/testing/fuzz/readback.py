@@ -1,6 +1,6 @@
 """A seeded fuzzer of what aot reads back, through the real CLI: a
-package's metadata.json, tuning logs, .npy files given as --input and the
-harness's report.
+package's metadata.json, tuning logs, .npy files given as --input, .npz
+datasets and the harness's report.
 
 Each case mutates one file of a copy of a real package (or a tuning log
 beside a model), runs one `aot` command on it in a subprocess under
@@ -21,6 +21,9 @@ RLIMIT_AS and a time limit, and judges it:
     npy       an --input .npy with a hostile header (io.npy_bytes); `aot run`
     report    a harness (bench/bench, a shell script) printing a mutated
               report and output files of the right or wrong size; `aot run`
+    npz       a --dataset .npz: its member a hostile .npy (io.npy_bytes),
+              raw bytes, another shape, stored or deflated, the archive's
+              bytes flipped or cut, sometimes with --limit; `aot verify`
 
 Used by tests/fuzz/test_readback_fuzz.py (a few cases) and
 scripts/fuzz_readback.py (the long run).
@@ -28,6 +31,7 @@ scripts/fuzz_readback.py (the long run).
 from __future__ import annotations
 
 import copy
+import io
 import json
 import os
 import random
@@ -36,6 +40,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +48,7 @@ import numpy as np
 
 from aot.testing.fuzz.io import npy_bytes
 
-KINDS = ("metadata", "records", "npy", "report")
+KINDS = ("metadata", "records", "npy", "report", "npz")
 # The model the package is made of: small, float, one input and output.
 MODEL = "tflm_hello_world_f32.tflite"
 MEMORY_BYTES = 1 << 30      # RLIMIT_AS of each command
@@ -334,8 +339,51 @@ def report_case(setup: Setup, seed: int, d: Path) -> tuple[list[str], str]:
     return ["run", str(pkg), "--input", str(d / "x.npy"), "--out", str(d / "out")], detail
 
 
+def _npz_member(rng: random.Random, seed: int, shape: list[int]) -> tuple[bytes, str]:
+    """The bytes of the dataset's one member, and what was done to them."""
+    kind = rng.choice(("valid", "valid", "npy", "npy", "raw", "shape"))
+    if kind == "npy":
+        data, detail, _, _ = npy_bytes(seed)
+        return data, f"member: {detail}"
+    if kind == "raw":
+        return rng.randbytes(rng.randint(0, 300)), "member: raw bytes"
+    n = rng.choice((1, 3, 40, 1000))
+    dims = [n, *shape] if kind == "valid" else [n, *(d + rng.randint(1, 3) for d in shape)]
+    buf = io.BytesIO()
+    np.save(buf, np.zeros(dims, np.float32), allow_pickle=False)
+    return buf.getvalue(), f"member: {'a valid' if kind == 'valid' else 'another'} shape {dims}"
+
+
+def npz_case(setup: Setup, seed: int, d: Path) -> tuple[list[str], str]:
+    rng = random.Random(f"readback-npz:{seed}")
+    pkg = _copy_package(setup, d)
+    info = setup.meta["inputs"][0]
+    member, detail = _npz_member(rng, seed, info["shape"])
+    key = rng.choice((info["name"], info["name"], "arr_0", "labels"))
+    method = rng.choice((zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", method) as z:
+        z.writestr(zipfile.ZipInfo(f"{key}.npy", (1980, 1, 1, 0, 0, 0)), member,
+                   compress_type=method)
+    data = bytearray(buf.getvalue())
+    detail += f", key {key}, {'deflated' if method else 'stored'}"
+    archive = rng.choice(("whole", "whole", "flip", "cut"))
+    if archive == "flip" and data:
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        detail += ", archive bytes flipped"
+    elif archive == "cut":
+        data = data[:rng.randrange(len(data))]
+        detail += f", archive cut at {len(data)} bytes"
+    (d / "data.npz").write_bytes(bytes(data))
+    args = ["verify", str(pkg), "--dataset", str(d / "data.npz"), "--json"]
+    if rng.random() < 0.5:
+        args += ["--limit", str(rng.randint(1, 20))]
+    return args, detail
+
+
 CASES = {"metadata": metadata_case, "records": records_case, "npy": npy_case,
-         "report": report_case}
+         "report": report_case, "npz": npz_case}
 
 
 def run_case(setup: Setup, kind: str, seed: int, time_limit: float = 60.0,

@@ -111,8 +111,11 @@ class ServeClient:
         self.alive = False
         if code == EXIT_GUARD:
             raise AotError(f"the harness's guard check failed: {message}")
-        if code == EXIT_INDEX:      # names the input and the node already
+        if code == EXIT_INDEX and message.strip():     # names the input and the node already
             raise AotError(message)
+        if code == EXIT_INDEX:
+            raise AotError("the harness stopped at an index check (an input out of range); "
+                           "it sent no message naming the input")
         raise AotError(f"the harness stopped (exit {code}): {message}")
 
     def _broken(self, message: str) -> AotError:

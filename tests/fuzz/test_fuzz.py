@@ -304,6 +304,11 @@ def test_rank_over_the_limit_is_refused(tmp_path):
     ("tflm_mnist_lstm_int8.tflite", 201546, r"gate input bias \[10, 560\], expected \[20\]"),
     # an activation at quantization scale 0: 0/0 in its activation range
     ("mlperf_ad_fcae_int8.tflite", 90127, "quantization scale 0"),
+    # a convolution's output typed as a resource (a variable's handle)
+    ("tflm_micro_speech_int8.tflite", 11634, "DEPTHWISE_CONV_2D node 'Relu': tensor 'Relu' is a "
+                                             "resource handle"),
+    # an ADD's output at scale 1e-30: a requantization multiplier of 4e23
+    ("mlperf_ic_resnet8_int8.tflite", 11749, r"multiplier of 4\.14359e\+23 is not in \(0, 1\)"),
 ])
 def test_long_run_findings_are_refused_by_name(model, seed, message, tmp_path):
     """Cases scripts/fuzz.py found (internal errors, now one-line refusals)."""

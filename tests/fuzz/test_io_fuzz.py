@@ -86,6 +86,14 @@ def test_a_hello_claiming_2_32_inputs_is_refused_by_field():
         _client_on(_with(seg, **{"hello.inputs": (1 << 32) - 1}), meta)
 
 
+def test_an_index_error_frame_without_a_message_says_what_stopped():
+    """A case scripts/fuzz.py found: an error frame (index check) with an
+    empty message became an AotError with no text."""
+    outcome, detail = serve_case(10942)
+    assert "error frame" in detail
+    assert outcome.status == "refused" and "index check" in outcome.message, outcome
+
+
 def test_a_reply_with_more_runs_than_requested_is_refused():
     import random
     meta = _meta()

@@ -216,6 +216,9 @@ class _Builder(VariableOps, ControlFlowOps, TFLMOps, MediaPipeOps):
         return densify(values, spec, tuple(shape), name)
 
     def ty(self, name: str) -> TensorType:
+        if name not in self.types:     # a resource handle (a variable's) has no tensor type
+            raise ModelError(f"{self.op_label}: tensor '{name}' is a resource handle, "
+                             f"not a tensor this op can read or write")
         return self.types[name]
 
     def const(self, name: str, what: str) -> np.ndarray:

@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 
+from aot.errors import ModelError
+
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
 
@@ -45,8 +47,9 @@ def quantize_multiplier(m: float) -> tuple[int, int]:
 
 def quantize_multiplier_smaller_than_one(m: float) -> tuple[int, int]:
     """QuantizeMultiplierSmallerThanOneExp: requires 0 < m < 1, gives e <= 0."""
-    if not 0.0 < m < 1.0:
-        raise ValueError(f"multiplier {m} is not in (0, 1)")
+    if not 0.0 < m < 1.0:      # TFLite's Prepare refuses such scales too
+        raise ModelError(f"a requantization multiplier of {m:.6g} is not in (0, 1): the "
+                         f"tensors' quantization scales are inconsistent")
     return quantize_multiplier(m)
 
 

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from aot.errors import ModelError
-
 from aot.ops.quant import qmath
 from aot.ops.quant import tflite_int8 as t8
 

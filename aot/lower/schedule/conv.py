@@ -254,15 +254,10 @@ def cortex_m_conv(target: Target, g: ConvGeom, weights: np.ndarray) -> str | Non
 def rv32_conv(target: Target, g: ConvGeom, weights: np.ndarray) -> str | None:
     """The scalar RISC-V kernel (its name in aot/lower/kernels/riscv/'s CONV)
     of a convolution whose input is in memory, or None where none fits."""
-    if rv32.fits_pointwise(target, g, weights):
-        return "rv32_pointwise"
-    if rv32.fits_depthwise(target, g, weights):
-        return "rv32_depthwise"
-    if rv32.fits_rows(target, g, weights):
-        return "rv32_rows"
-    if rv32.fits_dense(target, g, weights):
-        return "rv32_dense"
-    return None
+    return next((name for name, fits in (
+        ("rv32_pointwise", rv32.fits_pointwise), ("rv32_depthwise", rv32.fits_depthwise),
+        ("rv32_rows", rv32.fits_rows), ("rv32_dense", rv32.fits_dense))
+        if fits(target, g, weights)), None)
 
 
 def int8_fc_schedule(target: Target, w: np.ndarray, in_memory: bool) -> Int8ConvSchedule:

@@ -90,6 +90,7 @@ OPTIONS = {
     # A real microcontroller: how `aot flash` writes its image (aot/deploy/flash.py)
     # and the serial port its UART shows up as.
     "serial": {"flasher": STR, "image": STR, "openocd_config": STR, "pyocd_target": STR,
+               "esptool_chip": STR,
                "uf2_family": SIZE, "flash_origin": SIZE, "ram_origin": SIZE,
                "serial_port": STR},
 }

@@ -145,8 +145,12 @@ void aot_platform_abort(void) {
 
 /* Any trap (an illegal instruction, a misaligned or faulting access) ends
  * the program with a distinct exit code rather than hang; no interrupt is
- * enabled. */
-__attribute__((interrupt("machine"), aligned(4))) void trap_handler(void) {
+ * enabled. A core whose mtvec is vectored only (the ESP32-C3's) takes its
+ * base 256-byte aligned: its board sets AOT_TRAP_ALIGN. */
+#ifndef AOT_TRAP_ALIGN
+#define AOT_TRAP_ALIGN 4
+#endif
+__attribute__((interrupt("machine"), aligned(AOT_TRAP_ALIGN))) void trap_handler(void) {
     exit(135);
 }
 
@@ -156,8 +160,14 @@ static void load(uint32_t* src, uint32_t* dst, const uint32_t* end) {
     }
 }
 
+/* What a chip needs before anything else runs (the ESP32-C3's watchdogs
+ * off: esp32c3_watchdogs.c); nothing on QEMU's machines. It may use no
+ * .data or .bss: they are not set up yet. */
+__attribute__((weak)) void aot_board_init(void) {}
+
 void aot_reset(void) {
     uint32_t* dst;
+    aot_board_init();
     __asm__ volatile(ZICSR("csrw mtvec, %0") ::"r"(&trap_handler));
     load(&__data_load__, &__data_start__, &__data_end__);
     load(&__tdata_load__, &__tdata_start__, &__tdata_end__);

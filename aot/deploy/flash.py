@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aot.deploy.esp_image import elf_to_direct_boot
-from aot.deploy.uf2 import elf_to_uf2
+from aot.deploy.uf2 import elf_to_uf2, load_image
+from aot.packaging.boot2 import SIZE as BOOT2_SIZE, check_block
 from aot.errors import AotError
 from aot.targets import Board
 
@@ -78,18 +79,31 @@ def _command(board: Board, flasher: str, image: Path, port: str | None) -> tuple
                    f"(known: {', '.join(sorted(INSTALL))})")
 
 
+def _check_boot2(elf: bytes, origin: int, board: Board) -> None:
+    """The RP2040's boot ROM runs flash only through the 256-byte boot2
+    block at its start, checked by its CRC32: refuse an ELF without one."""
+    block = load_image(elf).get(origin, b"")[:BOOT2_SIZE]
+    if len(block) < BOOT2_SIZE:
+        raise AotError(f"board '{board.name}': the harness has no {BOOT2_SIZE}-byte boot2 block "
+                       f"at 0x{origin:08x}, which its boot ROM needs: package the model again")
+    check_block(block)
+
+
 def _image(pkg: Path, board: Board, kind: str) -> Path:
-    """The file the flasher takes: the harness ELF, or the UF2 file written
-    from it (bench/bench.uf2, rewritten on every call: same ELF, same bytes)."""
+    """The file the flasher takes: the harness ELF, or the file written from
+    it (bench/bench.uf2 or bench/bench.bin, rewritten on every call: same
+    ELF, same bytes)."""
     elf = pkg / HARNESS
     if not elf.is_file():
         raise AotError(f"{pkg}: the harness {HARNESS} is missing (package the model with "
                        f"--board {board.name})")
     if kind == "elf":
         return elf.resolve()
-    if kind == "uf2":
+    if kind in ("uf2", "uf2-boot2"):
         family = int(_option(board, "uf2_family"))
         origin = int(_option(board, "flash_origin"))
+        if kind == "uf2-boot2":
+            _check_boot2(elf.read_bytes(), origin, board)
         data = elf_to_uf2(elf.read_bytes(), family, origin, board.flash_bytes)
         out = pkg / f"{HARNESS}.uf2"
         out.write_bytes(data)
@@ -98,11 +112,6 @@ def _image(pkg: Path, board: Board, kind: str) -> Path:
         out = pkg / f"{HARNESS}.bin"
         out.write_bytes(elf_to_direct_boot(elf.read_bytes(), board.flash_bytes))
         return out.resolve()
-    if kind == "uf2-boot2":
-        raise AotError(f"board '{board.name}': its boot ROM starts flash only through a "
-                       "256-byte, CRC-checked second-stage loader (boot2) for its flash chip, "
-                       "which aot does not produce yet: aot cannot write an image that boots; "
-                       "link the package's library into a pico-sdk project (it supplies boot2)")
     raise AotError(f"board '{board.name}': options.image must be one of {', '.join(IMAGES)}, "
                    f"got '{kind}'")
 

@@ -66,7 +66,7 @@ REGION = {
 }
 REGION_KINDS = ("ram", "flash")
 
-FIRMWARE = {"cflags": STRS, "sources": STRS, "linker_script": STR, "ldflags": STRS,
+FIRMWARE = {"cflags": STRS, "sources": STRS, "linker_script": STR, "boot2": STR, "ldflags": STRS,
             "reserved_ram_bytes": SIZE, "reserved_flash_bytes": SIZE}
 
 # What the SSH transport reads (aot/deploy/ssh_config.py) ...

@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-import aot
-from aot.cli import main
 from aot.deploy.uf2 import load_image
 from support import MODELS
+from support.flash import cli, package_for
 
 BOARD = "esp32c3-devkit"
 IROM, DROM = 0x42000000, 0x3C000000
@@ -28,15 +27,7 @@ MAGIC = 0xAEDB041D
 
 @pytest.fixture(scope="module")
 def pkg(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("c3") / "kws"
-    aot.package(MODELS / "mlperf_kws_dscnn_int8.tflite", board=BOARD, out_dir=out)
-    return out
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return package_for(tmp_path_factory, "mlperf_kws_dscnn_int8.tflite", BOARD)
 
 
 def test_dry_run_prints_the_exact_esptool_command(pkg, capsys):

@@ -1,0 +1,128 @@
+"""aot flash on the Raspberry Pi Pico (RP2040): aot's own second-stage
+boot (boot2) and the UF2 file picotool writes. Checked here: the 256-byte
+block's size and CRC32 (against an independent CRC computed through zlib),
+its place at 0x10000000 in the ELF and the UF2 (family RP2040, blocks in
+flash), the vector table at 0x10000100 that boot2 starts (stack pointer in
+RAM, reset handler in flash with the Thumb bit), refusal of a harness
+without a valid boot2, and the exact picotool command. No board is
+attached: the boot2 code itself is not run on an RP2040 here."""
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from aot.deploy.flash import _check_boot2
+from aot.deploy.uf2 import load_image, read_uf2
+from aot.errors import AotError
+from aot.packaging.boot2 import boot2_block, check_block, crc32_rp2040
+from aot.targets import get_board
+from support import MODELS
+from support.flash import cli, package_for
+
+BOARD = "rpi-pico"
+FLASH, FLASH_BYTES = 0x10000000, 2 * 1024 * 1024
+RAM, RAM_BYTES = 0x20000000, 264 * 1024
+RP2040_FAMILY = 0xE48BFF56
+
+
+@pytest.fixture(scope="module")
+def pkg(tmp_path_factory) -> Path:
+    return package_for(tmp_path_factory, "tflm_hello_world_int8.tflite", BOARD)
+
+
+def reflect(value: int, bits: int) -> int:
+    return int(f"{value:0{bits}b}"[::-1], 2)
+
+
+def crc32_mpeg2_via_zlib(data: bytes) -> int:
+    """CRC-32/MPEG-2 from zlib's reflected CRC-32: the same register run on
+    bit-reversed bytes, read back reversed, without the final XOR."""
+    flipped = bytes(reflect(b, 8) for b in data)
+    return reflect(zlib.crc32(flipped), 32) ^ 0xFFFFFFFF
+
+
+@pytest.mark.fast
+def test_the_crc_is_the_boot_roms():
+    # CRC-32/MPEG-2's catalogue check value, and zlib's on other data.
+    assert crc32_rp2040(b"123456789") == 0x0376E6E7
+    for data in (b"", b"\0" * 252, bytes(range(252))):
+        assert crc32_rp2040(data) == crc32_mpeg2_via_zlib(data)
+
+
+@pytest.mark.fast
+def test_a_block_too_big_or_corrupt_is_refused():
+    with pytest.raises(AotError, match="boot2's code is 253 bytes: more than the 252"):
+        boot2_block(b"\0" * 253)
+    block = boot2_block(b"\x01\x02")
+    check_block(block)
+    corrupt = bytearray(block)
+    corrupt[5] ^= 1
+    with pytest.raises(AotError, match="the boot ROM would not run it"):
+        check_block(bytes(corrupt))
+
+
+def test_the_elf_starts_with_a_valid_boot2_and_the_vectors_after_it(pkg):
+    data = (pkg / "bench" / "bench").read_bytes()
+    image = load_image(data)
+    block = image[FLASH]
+    assert len(block) == 256 and block == (pkg / "bench" / "boot2.bin").read_bytes()
+    (crc,) = struct.unpack_from("<I", block, 252)
+    assert crc == crc32_mpeg2_via_zlib(block[:252])
+    code = block[:252].rstrip(b"\0")
+    assert 0 < len(code) <= 252
+    # The vector table boot2 points VTOR at.
+    sp, reset = struct.unpack_from("<II", image[FLASH + 0x100])
+    elf = ELFFile(io.BytesIO(data))
+    assert RAM < sp <= RAM + RAM_BYTES and sp % 8 == 0
+    assert reset & 1 and FLASH + 0x100 <= reset - 1 < FLASH + FLASH_BYTES
+    handler = elf.get_section_by_name(".symtab").get_symbol_by_name("Reset_Handler")[0]
+    assert reset == handler["st_value"] == elf.header["e_entry"]
+    # boot2's literal pool names the vector table, VTOR and the SSI.
+    words = set(struct.unpack_from(f"<{len(code) // 4}I", code[:len(code) // 4 * 4]))
+    assert {0x10000100, 0xE000ED08, 0x18000000} <= words
+
+
+def test_the_uf2_file_carries_boot2_first(pkg, capsys):
+    code, out, err = cli(capsys, "flash", str(pkg), "--dry-run")
+    assert code == 0, err
+    uf2 = (pkg / "bench" / "bench.uf2").resolve()
+    assert out.splitlines() == [f"image:   {uf2}", f"command: picotool load -v -x {uf2}"]
+    blocks = read_uf2(uf2.read_bytes())
+    assert {family for family, _, _ in blocks} == {RP2040_FAMILY}
+    addrs = [addr for _, addr, _ in blocks]
+    assert addrs[0] == FLASH and addrs == sorted(set(addrs))
+    assert all(a % 256 == 0 and FLASH <= a and a + 256 <= FLASH + FLASH_BYTES for a in addrs)
+    written = {addr: payload for _, addr, payload in blocks}
+    assert written[FLASH] == (pkg / "bench" / "boot2.bin").read_bytes()
+    for start, chunk in load_image((pkg / "bench" / "bench").read_bytes()).items():
+        for off in range(0, len(chunk), 256):
+            addr = start + off
+            page = written[addr - addr % 256]
+            n = min(256 - addr % 256, len(chunk) - off)
+            assert page[addr % 256:addr % 256 + n] == chunk[off:off + n]
+    # Same package, same file.
+    first = uf2.read_bytes()
+    assert cli(capsys, "flash", str(pkg), "--dry-run")[0] == 0
+    assert uf2.read_bytes() == first
+
+
+def test_a_harness_without_a_valid_boot2_is_refused(pkg):
+    data = bytearray((pkg / "bench" / "bench").read_bytes())
+    board = get_board(BOARD)
+    off = next(s["p_offset"] for s in ELFFile(io.BytesIO(bytes(data))).iter_segments()
+               if s["p_type"] == "PT_LOAD" and s["p_paddr"] == FLASH)
+    data[off] ^= 0xFF
+    with pytest.raises(AotError, match="CRC32 .* is not that of its first 252 bytes"):
+        _check_boot2(bytes(data), FLASH, board)
+
+
+def test_the_picos_memory_matches_the_datasheet():
+    board = get_board(BOARD)
+    assert (board.flash_bytes, board.ram_bytes) == (FLASH_BYTES, RAM_BYTES)
+    assert board.options["uf2_family"] == RP2040_FAMILY
+    assert (board.options["flash_origin"], board.options["ram_origin"]) == (FLASH, RAM)

@@ -124,7 +124,9 @@ static int host_arguments(char** argv) {
  * multilib) leaves out Zicsr, which the assembler of GCC 12 then refuses. */
 #define ZICSR(insn) ".option push\n\t.option arch, +zicsr\n\t" insn "\n\t.option pop"
 
-static uint64_t cycles(void) {
+/* The cycle count: the standard counter; a chip without it (the
+ * ESP32-C3, whose counter is a custom CSR) defines its own. */
+__attribute__((weak)) uint64_t aot_board_cycles(void) {
     uint32_t hi, lo, again;
     do {
         __asm__ volatile(ZICSR("rdcycleh %0") : "=r"(hi));
@@ -135,7 +137,7 @@ static uint64_t cycles(void) {
 }
 
 uint64_t aot_platform_timer_us(void) {
-    return cycles() / (AOT_CPU_HZ / 1000000u);
+    return aot_board_cycles() / (AOT_CPU_HZ / 1000000u);
 }
 
 void aot_platform_abort(void) {
@@ -161,7 +163,7 @@ static void load(uint32_t* src, uint32_t* dst, const uint32_t* end) {
 }
 
 /* What a chip needs before anything else runs (the ESP32-C3's watchdogs
- * off: esp32c3_watchdogs.c); nothing on QEMU's machines. It may use no
+ * off: esp32c3_start.c); nothing on QEMU's machines. It may use no
  * .data or .bss: they are not set up yet. */
 __attribute__((weak)) void aot_board_init(void) {}
 

@@ -113,3 +113,62 @@ def test_a_model_too_big_for_the_c3_is_refused_with_the_numbers(capsys, tmp_path
     assert ("(harness inputs 900.0 KiB, harness outputs 103.6 KiB: 1027680 bytes) do not fit "
             "the RAM of board 'esp32c3-devkit' (327680 bytes, 32768 of them kept") in err
     assert not (tmp_path / "pkg").exists()
+
+
+def csr_write_at(code: bytes, csr: int) -> int:
+    """The offset of the first `csrw csr, rs` (csrrw x0) in RV32IMC code."""
+    at = 0
+    while at < len(code):
+        if code[at] & 3 != 3:       # a compressed instruction
+            at += 2
+            continue
+        (word,) = struct.unpack_from("<I", code, at)
+        if word & 0xFFF0707F == (csr << 20) | 0x1073:
+            return at
+        at += 4
+    raise AssertionError(f"no csrw 0x{csr:x}")
+
+
+def test_the_start_up_code_turns_the_watchdogs_off_on_an_emulated_rv32(pkg):
+    """aot_board_init as linked, run by Unicorn's RV32 CPU (the C3's
+    peripherals are plain memory whose writes are recorded, its watchdogs
+    preset as the boot ROM leaves them): each watchdog unlocked with its
+    key, disabled, locked again; then the cycle counter's custom CSRs set
+    (Unicorn knows no such CSR: checked in the code, not run)."""
+    from unicorn import UC_ARCH_RISCV, UC_HOOK_MEM_WRITE, UC_MODE_RISCV32, Uc
+    from unicorn.riscv_const import UC_RISCV_REG_SP
+
+    elf = ELFFile(io.BytesIO((pkg / "bench" / "bench").read_bytes()))
+    cpu = Uc(UC_ARCH_RISCV, UC_MODE_RISCV32)
+    cpu.mem_map(IROM, 0x100000)
+    for seg in elf.iter_segments():
+        if seg["p_type"] == "PT_LOAD" and seg["p_vaddr"] >= IROM:
+            cpu.mem_write(seg["p_vaddr"], seg.data()[:seg["p_filesz"]])
+    rtc, timg0, timg1 = 0x60008000, 0x6001F000, 0x60020000
+    for base in (rtc, timg0, timg1):
+        cpu.mem_map(base, 0x1000)
+    # Enabled, in flash-boot mode, a stage set: as the boot ROM leaves them.
+    cpu.mem_write(rtc + 0x90, struct.pack("<I", 1 << 31 | 1 << 28 | 1 << 12))
+    for timg in (timg0, timg1):
+        cpu.mem_write(timg + 0x48, struct.pack("<I", 1 << 31 | 3 << 29 | 1 << 14))
+    writes = []
+    cpu.hook_add(UC_HOOK_MEM_WRITE, lambda uc, access, addr, size, value, data:
+                 writes.append((addr, value & 0xFFFFFFFF)))
+    init = symbol(elf, "aot_board_init")
+    code = bytes(cpu.mem_read(init["st_value"], init["st_size"]))
+    cpu.reg_write(UC_RISCV_REG_SP, RAM + RAM_BYTES)
+    cpu.emu_start(init["st_value"], init["st_value"] + csr_write_at(code, 0x7E0))
+    wdt_key, swd_key = 0x50D83AA1, 0x8F1D312A
+    timg_off = 3 << 29 | 1 << 22    # enable and flash-boot mode cleared, the update bit set
+    assert writes == [
+        (rtc + 0xA8, wdt_key), (rtc + 0x90, 0), (rtc + 0xA8, 0),
+        (timg0 + 0x64, wdt_key), (timg0 + 0x48, timg_off), (timg0 + 0x64, 0),
+        (timg1 + 0x64, wdt_key), (timg1 + 0x48, timg_off), (timg1 + 0x64, 0),
+        (rtc + 0xB0, swd_key), (rtc + 0xAC, 1 << 31), (rtc + 0xB0, 0),
+    ]
+    assert csr_write_at(code, 0x7E0) < csr_write_at(code, 0x7E1)
+    # The harness's timer reads the C3's counter, not rdcycle (no such CSR there).
+    cycles = symbol(elf, "aot_board_cycles")
+    body = bytes(cpu.mem_read(cycles["st_value"], cycles["st_size"]))
+    words = [struct.unpack_from("<I", body, i)[0] for i in range(0, len(body) - 3, 2)]
+    assert any(w & 0xFFFFF07F == 0x7E202073 for w in words)     # csrr rd, 0x7e2

@@ -126,3 +126,44 @@ def test_the_picos_memory_matches_the_datasheet():
     assert (board.flash_bytes, board.ram_bytes) == (FLASH_BYTES, RAM_BYTES)
     assert board.options["uf2_family"] == RP2040_FAMILY
     assert (board.options["flash_origin"], board.options["ram_origin"]) == (FLASH, RAM)
+
+
+def test_boot2_run_on_an_emulated_cortex_m_sets_up_the_flash_then_starts_the_program(pkg):
+    """boot2's instructions run by Unicorn's Cortex-M CPU (the RP2040's
+    peripherals are not modelled: the SSI and the system control block are
+    plain memory whose writes are recorded), copied where the boot ROM puts
+    them. It must write the SSI's XIP set-up with the SSI disabled, enable
+    it, and only then read flash: VTOR, then SP and PC from the vector table."""
+    from unicorn import UC_ARCH_ARM, UC_HOOK_MEM_READ, UC_HOOK_MEM_WRITE, UC_MODE_MCLASS, \
+        UC_MODE_THUMB, Uc
+    from unicorn.arm_const import UC_ARM_REG_MSP, UC_ARM_REG_PC
+
+    image = load_image((pkg / "bench" / "bench").read_bytes())
+    cpu = Uc(UC_ARCH_ARM, UC_MODE_THUMB | UC_MODE_MCLASS)
+    for base, size in ((RAM, RAM_BYTES), (FLASH, FLASH_BYTES), (0x18000000, 0x1000),
+                       (0xE000E000, 0x1000)):
+        cpu.mem_map(base, size)
+    for start, chunk in image.items():
+        cpu.mem_write(start, chunk)
+    boot2_in_sram = 0x20041F00
+    cpu.mem_write(boot2_in_sram, image[FLASH])
+    writes, flash_reads = [], []
+    cpu.hook_add(UC_HOOK_MEM_WRITE, lambda uc, access, addr, size, value, data:
+                 writes.append((addr, value)))
+    cpu.hook_add(UC_HOOK_MEM_READ, lambda uc, access, addr, size, value, data:
+                 flash_reads.append((addr, len(writes))), begin=FLASH, end=FLASH + FLASH_BYTES)
+    sp, reset = struct.unpack_from("<II", image[FLASH + 0x100])
+    cpu.emu_start(boot2_in_sram | 1, reset & ~1, count=100)
+    ssi = 0x18000000
+    assert writes == [
+        (ssi + 0x08, 0),            # SSIENR: disabled while it is set up
+        (ssi + 0x14, 4),            # BAUDR: clk_sys / 4
+        (ssi + 0x00, 0x001F0300),   # CTRLR0: standard SPI, 32-bit frames, EEPROM read
+        (ssi + 0x04, 0),            # CTRLR1: one frame per access
+        (ssi + 0xF4, 0x03000218),   # SPI_CTRLR0: command 03h, 8-bit instruction, 24-bit address
+        (ssi + 0x08, 1),            # SSIENR: enabled
+        (0xE000ED08, FLASH + 0x100),  # VTOR
+    ]
+    assert flash_reads == [(FLASH + 0x100, 7), (FLASH + 0x104, 7)]
+    assert cpu.reg_read(UC_ARM_REG_PC) == reset & ~1
+    assert cpu.reg_read(UC_ARM_REG_MSP) == sp

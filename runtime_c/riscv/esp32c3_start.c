@@ -54,6 +54,9 @@ static void timg_wdt_off(uint32_t base) {
 }
 
 void aot_board_init(void) {
+    /* Interrupts off (mstatus.MIE), whatever the ROM left enabled: the
+     * harness takes none, and its trap handler ends the program. */
+    __asm__ volatile(ZICSR("csrci mstatus, 8"));
     /* The RTC watchdog: every field 0, its enable (bit 31), its stages'
      * actions and its flash-boot mode (bit 12) with them. */
     REG(RTC_CNTL_WDTWPROTECT) = WDT_WKEY;

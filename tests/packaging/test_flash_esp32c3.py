@@ -132,11 +132,12 @@ def csr_write_at(code: bytes, csr: int) -> int:
 def test_the_start_up_code_turns_the_watchdogs_off_on_an_emulated_rv32(pkg):
     """aot_board_init as linked, run by Unicorn's RV32 CPU (the C3's
     peripherals are plain memory whose writes are recorded, its watchdogs
-    preset as the boot ROM leaves them): each watchdog unlocked with its
-    key, disabled, locked again; then the cycle counter's custom CSRs set
+    preset as the boot ROM leaves them): interrupts off, each watchdog
+    unlocked with its key, disabled, locked again; then the cycle counter's
+    custom CSRs set
     (Unicorn knows no such CSR: checked in the code, not run)."""
     from unicorn import UC_ARCH_RISCV, UC_HOOK_MEM_WRITE, UC_MODE_RISCV32, Uc
-    from unicorn.riscv_const import UC_RISCV_REG_SP
+    from unicorn.riscv_const import UC_RISCV_REG_MSTATUS, UC_RISCV_REG_SP
 
     elf = ELFFile(io.BytesIO((pkg / "bench" / "bench").read_bytes()))
     cpu = Uc(UC_ARCH_RISCV, UC_MODE_RISCV32)
@@ -157,6 +158,7 @@ def test_the_start_up_code_turns_the_watchdogs_off_on_an_emulated_rv32(pkg):
     init = symbol(elf, "aot_board_init")
     code = bytes(cpu.mem_read(init["st_value"], init["st_size"]))
     cpu.reg_write(UC_RISCV_REG_SP, RAM + RAM_BYTES)
+    cpu.reg_write(UC_RISCV_REG_MSTATUS, 1 << 3)   # interrupts on, as the ROM may leave them
     cpu.emu_start(init["st_value"], init["st_value"] + csr_write_at(code, 0x7E0))
     wdt_key, swd_key = 0x50D83AA1, 0x8F1D312A
     timg_off = 3 << 29 | 1 << 22    # enable and flash-boot mode cleared, the update bit set
@@ -166,6 +168,7 @@ def test_the_start_up_code_turns_the_watchdogs_off_on_an_emulated_rv32(pkg):
         (timg1 + 0x64, wdt_key), (timg1 + 0x48, timg_off), (timg1 + 0x64, 0),
         (rtc + 0xB0, swd_key), (rtc + 0xAC, 1 << 31), (rtc + 0xB0, 0),
     ]
+    assert not cpu.reg_read(UC_RISCV_REG_MSTATUS) & 1 << 3
     assert csr_write_at(code, 0x7E0) < csr_write_at(code, 0x7E1)
     # The harness's timer reads the C3's counter, not rdcycle (no such CSR there).
     cycles = symbol(elf, "aot_board_cycles")

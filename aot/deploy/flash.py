@@ -79,7 +79,7 @@ def _command(board: Board, flasher: str, image: Path, port: str | None) -> tuple
                    f"(known: {', '.join(sorted(INSTALL))})")
 
 
-def _check_boot2(elf: bytes, origin: int, board: Board) -> None:
+def check_boot2(elf: bytes, origin: int, board: Board) -> None:
     """The RP2040's boot ROM runs flash only through the 256-byte boot2
     block at its start, checked by its CRC32: refuse an ELF without one."""
     block = load_image(elf).get(origin, b"")[:BOOT2_SIZE]
@@ -103,7 +103,7 @@ def _image(pkg: Path, board: Board, kind: str) -> Path:
         family = int(_option(board, "uf2_family"))
         origin = int(_option(board, "flash_origin"))
         if kind == "uf2-boot2":
-            _check_boot2(elf.read_bytes(), origin, board)
+            check_boot2(elf.read_bytes(), origin, board)
         data = elf_to_uf2(elf.read_bytes(), family, origin, board.flash_bytes)
         out = pkg / f"{HARNESS}.uf2"
         out.write_bytes(data)

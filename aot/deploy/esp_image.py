@@ -18,16 +18,14 @@ from aot.errors import AotError
 
 MAGIC = 0xAEDB041D
 HEADER = struct.pack("<II", MAGIC, MAGIC)
-IROM = 0x42000000
-DROM = 0x3C000000
-ENTRY = IROM + len(HEADER)    # where the ROM jumps
-ESP_IMAGE_MAGIC = 0xE9        # an ESP image header, which the ROM would load instead
 
 
 def elf_to_direct_boot(elf: bytes, flash_bytes: int) -> bytes:
     """The flash image from offset 0 of the harness ELF's loadable bytes,
     all inside the flash's first `flash_bytes` (the 4 MiB the ROM maps)."""
     image = load_image(elf)
+    if not image:
+        raise AotError("the harness ELF has no loadable bytes")
     end = max(start + len(data) for start, data in image.items())
     if min(image) != 0 or end > flash_bytes:
         raise AotError(f"the image's bytes lie at flash offsets 0x{min(image):x}..0x{end:x}, "

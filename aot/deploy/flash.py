@@ -19,8 +19,8 @@ from pathlib import Path
 
 from aot.deploy.esp_image import elf_to_direct_boot
 from aot.deploy.uf2 import elf_to_uf2, load_image
-from aot.packaging.boot2 import SIZE as BOOT2_SIZE, check_block
 from aot.errors import AotError
+from aot.packaging.boot2 import SIZE as BOOT2_SIZE, check_block
 from aot.targets import Board
 
 # How a user gets each flasher (the one-line error when it is missing).

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
+from aot.deploy.esp_image import elf_to_direct_boot
 from aot.deploy.uf2 import load_image
+from aot.errors import AotError
 from support import MODELS
 from support.flash import cli, package_for
 
@@ -88,6 +90,13 @@ def test_the_direct_boot_image_is_the_elfs_flash_bytes_at_their_offsets(pkg, cap
     assert board_init["st_info"]["bind"] == "STB_GLOBAL" and board_init["st_size"] > 16
     assert symbol(elf, "trap_handler")["st_value"] % 256 == 0
     assert symbol(elf, "__stack_top__")["st_value"] == RAM + RAM_BYTES
+
+
+def test_an_image_past_the_mapped_flash_is_refused(pkg):
+    data = (pkg / "bench" / "bench").read_bytes()
+    end = len(elf_to_direct_boot(data, FLASH_BYTES))
+    with pytest.raises(AotError, match=f"flash offsets 0x0..0x{end:x}, not inside 0x0..0x1000"):
+        elf_to_direct_boot(data, 0x1000)
 
 
 def test_the_image_is_the_same_every_time(pkg, capsys):

@@ -179,7 +179,8 @@ def firmware_files(board: Board) -> dict[str, bytes]:
     table names them as runtime_c/... paths), shipped in the package so the
     harness, and a user's firmware, link from the package alone."""
     fw = board.firmware
-    paths = [*fw.get("sources", ()), *([fw["linker_script"]] if fw.get("linker_script") else [])]
+    paths = [*fw.get("sources", ()),
+             *(fw[k] for k in ("linker_script", "boot2") if fw.get(k))]
     runtime = data_dir("runtime_c")
     out = {}
     for path in paths:
@@ -333,6 +334,7 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
     """
     from aot.support import progress
     from aot.packaging import toolchain
+    from aot.packaging.boot2 import build_boot2
     from aot.packaging.footprint import library_footprint
     from aot.packaging.readme import render_readme
 
@@ -348,6 +350,9 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
                  *(["-DAOT_CHECKS"] if checks else []), *(["-pthread"] if threads > 1 else []))
         library = toolchain.build_library(board.target, pkg, name, gen.sources, gen.prebuilt,
                                           flags)
+        if board.firmware.get("boot2"):     # linked by the harness: built first
+            tc = toolchain.toolchain_for(board.target)
+            build_boot2(tc.cc, tc.cflags, pkg, board.firmware["boot2"])
         toolchain.build_harness(board.target, pkg, name, library, flags, board.firmware)
     seconds = time.perf_counter() - start
     meta = metadata(graph, gen.kernels, gen.mem, gen.other, gen.params, gen.context, board,

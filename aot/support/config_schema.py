@@ -66,7 +66,7 @@ REGION = {
 }
 REGION_KINDS = ("ram", "flash")
 
-FIRMWARE = {"cflags": STRS, "sources": STRS, "linker_script": STR, "ldflags": STRS,
+FIRMWARE = {"cflags": STRS, "sources": STRS, "linker_script": STR, "boot2": STR, "ldflags": STRS,
             "reserved_ram_bytes": SIZE, "reserved_flash_bytes": SIZE}
 
 # What the SSH transport reads (aot/deploy/ssh_config.py) ...
@@ -90,6 +90,7 @@ OPTIONS = {
     # A real microcontroller: how `aot flash` writes its image (aot/deploy/flash.py)
     # and the serial port its UART shows up as.
     "serial": {"flasher": STR, "image": STR, "openocd_config": STR, "pyocd_target": STR,
+               "esptool_chip": STR,
                "uf2_family": SIZE, "flash_origin": SIZE, "ram_origin": SIZE,
                "serial_port": STR},
 }

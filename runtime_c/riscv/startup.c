@@ -124,7 +124,9 @@ static int host_arguments(char** argv) {
  * multilib) leaves out Zicsr, which the assembler of GCC 12 then refuses. */
 #define ZICSR(insn) ".option push\n\t.option arch, +zicsr\n\t" insn "\n\t.option pop"
 
-static uint64_t cycles(void) {
+/* The cycle count: the standard counter; a chip without it (the
+ * ESP32-C3, whose counter is a custom CSR) defines its own. */
+__attribute__((weak)) uint64_t aot_board_cycles(void) {
     uint32_t hi, lo, again;
     do {
         __asm__ volatile(ZICSR("rdcycleh %0") : "=r"(hi));
@@ -135,7 +137,7 @@ static uint64_t cycles(void) {
 }
 
 uint64_t aot_platform_timer_us(void) {
-    return cycles() / (AOT_CPU_HZ / 1000000u);
+    return aot_board_cycles() / (AOT_CPU_HZ / 1000000u);
 }
 
 void aot_platform_abort(void) {
@@ -145,8 +147,12 @@ void aot_platform_abort(void) {
 
 /* Any trap (an illegal instruction, a misaligned or faulting access) ends
  * the program with a distinct exit code rather than hang; no interrupt is
- * enabled. */
-__attribute__((interrupt("machine"), aligned(4))) void trap_handler(void) {
+ * enabled. A core whose mtvec is vectored only (the ESP32-C3's) takes its
+ * base 256-byte aligned: its board sets AOT_TRAP_ALIGN. */
+#ifndef AOT_TRAP_ALIGN
+#define AOT_TRAP_ALIGN 4
+#endif
+__attribute__((interrupt("machine"), aligned(AOT_TRAP_ALIGN))) void trap_handler(void) {
     exit(135);
 }
 
@@ -156,8 +162,14 @@ static void load(uint32_t* src, uint32_t* dst, const uint32_t* end) {
     }
 }
 
+/* What a chip needs before anything else runs (the ESP32-C3's watchdogs
+ * off: esp32c3_start.c); nothing on QEMU's machines. It may use no
+ * .data or .bss: they are not set up yet. */
+__attribute__((weak)) void aot_board_init(void) {}
+
 void aot_reset(void) {
     uint32_t* dst;
+    aot_board_init();
     __asm__ volatile(ZICSR("csrw mtvec, %0") ::"r"(&trap_handler));
     load(&__data_load__, &__data_start__, &__data_end__);
     load(&__tdata_load__, &__tdata_start__, &__tdata_end__);

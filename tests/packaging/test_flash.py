@@ -15,10 +15,10 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 import aot
-from aot.cli import main
 from aot.deploy.uf2 import load_image, read_uf2
 from aot.targets import get_board
 from support import MODELS
+from support.flash import cli
 
 MODEL = MODELS / "mlperf_kws_dscnn_int8.tflite"
 BOARDS = ("nucleo-f446re", "nrf52840dk", "rpi-pico2")
@@ -37,12 +37,6 @@ def packages(tmp_path_factory) -> dict[str, Path]:
     for board in BOARDS:
         aot.package(MODEL, board=board, out_dir=root / board)
     return {b: root / b for b in BOARDS}
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def expected(board: str, pkg: Path) -> tuple[str, str]:
@@ -189,15 +183,3 @@ def test_the_boards_memory_matches_the_vendors_map():
         assert (board.flash_bytes, board.ram_bytes) == (flash_size, ram_size)
         assert (board.options["flash_origin"], board.options["ram_origin"]) == (flash, ram)
         assert board.transport == "serial" and not board.emulated
-
-
-def test_the_pico_is_refused_for_want_of_boot2(capsys, tmp_path):
-    pkg = tmp_path / "pkg"
-    aot.package(MODELS / "tflm_hello_world_int8.tflite", board="rpi-pico", out_dir=pkg)
-    elf = ELFFile(io.BytesIO((pkg / "bench" / "bench").read_bytes()))
-    assert min(s["p_paddr"] for s in elf.iter_segments() if s["p_type"] == "PT_LOAD") \
-        == 0x10000100                   # after the 256 bytes boot2 takes
-    code, out, err = cli(capsys, "flash", str(pkg), "--dry-run")
-    assert code == 2 and out == ""
-    assert "second-stage loader (boot2)" in err and "aot cannot write an image that boots" in err
-    assert not (pkg / "bench" / "bench.uf2").exists()

@@ -36,6 +36,7 @@ from aot.lower.rules.quant.tflite_rowwise import row_max
 from aot.lower.rules.lstm import sigmoid16_scaled, tanh16_scaled
 from aot.lower.rules import LowerCtx, kernel_rule, value_rule
 from aot.lower.kernels.windows import ConvGeom, conv_geom
+from aot.lower.schedule.conv import int8_conv_schedule
 from aot.ops.quant import qmath as ref_q
 from aot.ops.quant import tflite_int8 as ref8
 from aot.ops.quant import tflite_int16 as ref
@@ -58,14 +59,25 @@ def sums_fit_int32(weights: np.ndarray, bias: np.ndarray) -> bool:
 
 
 def _conv16(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom):
+    """The 16x8 conv: vector tiles where the sums provably fit int32 (the
+    int8 kernels' tiles in their 16-bit multiply-adds: pmaddwd pairs on x86,
+    widening multiply-adds on NEON; the epilogue the int64 MBQM on int64
+    lanes), else the scalar nest in the accumulator TFLM's sums need."""
     bias = bias_values(ctx, ins, 2, g.cout)
-    rq = TfliteInt16Requant(ctx, *ref.conv_multipliers(ctx, g.cout),
-                            sums_fit_int32(weights, bias))
+    exact32 = sums_fit_int32(weights, bias)
+    rq = TfliteInt16Requant(ctx, *ref.conv_multipliers(ctx, g.cout), exact32)
 
     def finish(idx, acc):
         b = q.Block(ctx)
         b.add(emit(0, idx, rq.apply(b, acc, idx[3])))
         return b.stmt()
+    sched = int8_conv_schedule(ctx.target, g, weights, int16_input=True)
+    if exact32 and not rq.wrapping32 and sched.algorithm == "vector":
+        def epilogue(b, idx, acc, lanes):
+            if lanes == 1:
+                return finish(idx, acc)
+            return emit(0, idx, rq.apply_vector(b, acc, idx[3], lanes))
+        return i8.vector_conv_nest(ctx, g, sched, ins[0].load, 0, weights, bias, epilogue)
     return i8.conv_nest(ctx, g, ins[0].load, 0, weights, bias, finish, acc_dtype=rq.acc_dtype)
 
 

@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/twins.py [--pairs half,int16] [--codegen c,llvm]
                                     [--rounds R] [--batch K] [--no-time] [--no-count]
+                                    [--host host|host-avx512]
 
 Pairs (aot/testing/twins.py builds both sides from one set of weights):
 
@@ -98,6 +99,8 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=200)
     p.add_argument("--no-time", action="store_true")
     p.add_argument("--no-count", action="store_true")
+    p.add_argument("--host", help="the board of this machine to time on (default: host-avx512 "
+                   "where this CPU runs it, else host)")
     args = p.parse_args()
 
     import aot
@@ -110,7 +113,7 @@ def main() -> int:
     if unknown := set(chosen) - set(all_pairs):
         raise AotError(f"--pairs: no pair {', '.join(sorted(unknown))} "
                        f"(there are {', '.join(all_pairs)})")
-    host = host_board()
+    host = get_board(args.host) if args.host else host_board()
     qemu = get_board("qemu-aarch64")
     with tempfile.TemporaryDirectory(prefix="aot-twins-") as tmp:
         for name in chosen:

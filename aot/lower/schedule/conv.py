@@ -265,7 +265,8 @@ def rv32_conv(target: Target, g: ConvGeom, weights: np.ndarray) -> str | None:
         if fits(target, g, weights)), None)
 
 
-def int8_fc_schedule(target: Target, w: np.ndarray, in_memory: bool) -> Int8ConvSchedule:
+def int8_fc_schedule(target: Target, w: np.ndarray, in_memory: bool,
+                     int16_input: bool = False) -> Int8ConvSchedule:
     """The default policy of an int8 fully connected layer (weights w
     [units, depth], the weight zero point subtracted; `in_memory`: its
     input is a buffer): vector tiles of `tile` in `accumulator`'s groups
@@ -273,14 +274,18 @@ def int8_fc_schedule(target: Target, w: np.ndarray, in_memory: bool) -> Int8Conv
     target has vectors and there are 4 units or more, else the Cortex-M
     matrix product in Helium's vectors (depths of 16k), the DSP
     extension's words or, without either, words read byte by byte, or the
-    scalar RISC-V cores' register tiles, else the scalar loop."""
+    scalar RISC-V cores' register tiles, else the scalar loop.
+    `int16_input`: the 16x8 layer's int16 activations, in the vector
+    tiles' pairs or the scalar loop only."""
     if target.lanes(32) > 1 and len(w) >= 4:
         t = tile(target, "int32")
-        kind = int8_accumulator(target)
+        kind = PAIRS if int16_input else int8_accumulator(target)
         if kind.group == 4 and not (kind.fits(w) and any(min(ws) >= 4
                                                          for _, ws in tile_widths(len(w), t))):
             kind = PAIRS
         return Int8ConvSchedule("vector", t, accumulator=kind)
+    if int16_input:
+        return Int8ConvSchedule("scalar")
     if in_memory and mve.fits_fc(target, w):
         return Int8ConvSchedule("mve_fc")
     if in_memory and dsp.fits_fc(target, w):

@@ -153,6 +153,10 @@ case("FULLY_CONNECTED_per_channel_keep_dims")(lambda: _fc(True, keep=True))
 case("FULLY_CONNECTED_no_bias_relu")(lambda: _fc(False, bias=None, act=1))
 case("FULLY_CONNECTED_int32_bias")(lambda: _fc(False, bias="int32"))
 case("FULLY_CONNECTED_per_channel_int32_bias")(lambda: _fc(True, bias="int32"))
+# vector tiles: 20 units (whole vectors and a remainder), an odd depth (a last single step)
+case("FULLY_CONNECTED_vector_per_channel_relu")(lambda: _model(
+    "FULLY_CONNECTED", [X((3, 41)), _weights((20, 41), 0), _bias(20)], [Y((3, 20), scale=0.05)],
+    "FullyConnectedOptions", FusedActivationFunction=1))
 # sums far beyond int32 (bias ~2**37): the int64 accumulator and MBQM matter
 case("FULLY_CONNECTED_int64_sums")(lambda: _model(
     "FULLY_CONNECTED", [X((3, 12)), _weights((5, 12)), _bias(5, spread=1 << 37)],
@@ -399,14 +403,15 @@ VECTOR_CASES = sorted(n for n in CASES if "vector" in n)
 @pytest.mark.parametrize("target, instruction", [("x86_64-linux", "x86_pmaddwd"),
                                                  ("aarch64-linux", "arm_smlal_lo")])
 def test_int16_convs_take_the_16_bit_multiply_adds(target, instruction):
-    """The dense int16 convs of VECTOR_CASES run in vector tiles: x86's
-    pmaddwd pairs, NEON's SMLAL; the depthwise one SMLAL on NEON."""
+    """The int16 layers of VECTOR_CASES run in vector tiles: dense convs
+    and FC in x86's pmaddwd pairs, convs (dense and depthwise) in NEON's
+    SMLAL."""
     from aot.ir.tir import Call, stmt_exprs, walk_expr, walk_stmt
     from aot.lower import lower_graph
     from aot.targets import get_target
 
     for name in VECTOR_CASES:
-        if "DEPTHWISE" in name and instruction.startswith("x86"):
+        if ("DEPTHWISE" if instruction.startswith("x86") else "FULLY") in name:
             continue
         (k,) = lower_graph(_graph(model(name)), get_target(target))
         calls = {x.fn for st in walk_stmt(k.func.body) for e in stmt_exprs(st)

@@ -29,9 +29,10 @@ _ARCH_PREFIXES = (("x86_64", "x86_64"), ("i386", "x86"), ("i686", "x86"), ("aarc
 # target naming only `cpu = "x86-64-v3"` still has its AVX2.
 _X86_LEVELS = {
     "x86-64-v2": ("sse3", "ssse3", "sse4.1", "sse4.2", "popcnt"),
-    "x86-64-v3": ("sse3", "ssse3", "sse4.1", "sse4.2", "popcnt", "avx", "avx2", "fma", "bmi2"),
+    "x86-64-v3": ("sse3", "ssse3", "sse4.1", "sse4.2", "popcnt", "avx", "avx2", "fma", "bmi2",
+                  "f16c"),
     "x86-64-v4": ("sse3", "ssse3", "sse4.1", "sse4.2", "popcnt", "avx", "avx2", "fma", "bmi2",
-                  "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"),
+                  "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"),
 }
 # What every core of an architecture has (x86-64's baseline; AArch64's Advanced SIMD).
 _ARCH_BASELINE = {"x86_64": ("sse", "sse2"), "aarch64": ("neon",)}

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.isa import arm_dsp, arm_mve, neon, rvv, x86
+from aot.isa import arm_dsp, arm_mve, half, neon, rvv, x86
 from aot.isa.arm_dsp import DspOp
 from aot.isa.arm_mve import MveOp
 from aot.codegen.check import check_func
@@ -147,6 +147,7 @@ class _Module:
     vectors: set = field(default_factory=set)         # DTypes with lanes > 1
     helpers: dict = field(default_factory=dict)       # name -> C text, dependency order
     gcc_x86: bool = False     # GCC_X86_SPELLINGS: the function's target is x86
+    half_hw: bool = False     # HALF_CONVERSIONS: the target converts halves in hardware
 
     def vector(self, d: DType) -> str:
         if d.lanes & (d.lanes - 1):
@@ -298,11 +299,34 @@ static inline {h} aot_float_to_half_{hs}({f} f)
 
 def _half_vector_helper(mod: "_Module", dst: DType) -> str:
     """The vector conversion to dst (float32 or float16 lanes), defined once."""
+    return mod.helper(*_half_vector_text(mod, dst))
+
+
+def _half_vector_text(mod: "_Module", dst: DType) -> tuple[str, Callable[[], str]]:
+    """(name, text) of the vector conversion to dst."""
     f, h, u = (mod.vector(DType(s, dst.lanes)) for s in ("float32", "float16", "uint32"))
     to_float = dst.scalar == "float32"
     name = f"aot_half_to_float_{f[4:]}" if to_float else f"aot_float_to_half_{h[4:]}"
     text = _HALF_TO_FLOAT_VECTOR if to_float else _FLOAT_TO_HALF_VECTOR
-    return mod.helper(name, lambda: text.format(f=f, h=h, u=u, fs=f[4:], hs=h[4:]))
+    return name, lambda: text.format(f=f, h=h, u=u, fs=f[4:], hs=h[4:])
+
+
+def _half_instruction_helper(mod: "_Module", dst: DType) -> str:
+    """The conversion to dst with the target's instructions (aot/isa/half.py)
+    under `#if`, the portable helper defined and called in the `#else` (so
+    that no branch leaves a function unused), defined once."""
+    n = dst.lanes
+    f, h = ((mod.vector(DType(s, n)) for s in ("float32", "float16")) if n > 1
+            else (C_TYPES["float32"], C_TYPES["float16"]))
+    to_float = dst.scalar == "float32"
+    portable, text = _half_vector_text(mod, dst) if n > 1 else _HALF_HELPERS[dst.scalar]
+    name = f"aot_convert_{'half_to_float' if to_float else 'float_to_half'}_{n}"
+    mod.helper("aot_half_include", lambda: half.C_INCLUDE)
+    if n > 1:
+        mod.helper(f"aot_float16x{n}", lambda: half.c_half_typedefs(n))
+    src, ret = (h, f) if to_float else (f, h)
+    return mod.helper(name, lambda: half.c_half_helper(
+        name, n, to_float, f, h, src, ret, portable, text()))
 
 
 # ------------------------------------------------------------------ expressions
@@ -556,6 +580,8 @@ class _Printer:
         if (src.scalar, dst.scalar) not in (("float16", "float32"), ("float32", "float16")):
             raise self.error(f"conversion from {src} to {dst} (the float16 pass converts "
                              "halves to and from float32 only)")
+        if self.mod.half_hw:
+            return self._call_text(_half_instruction_helper(self.mod, dst), [a])
         if dst.lanes > 1:
             return self._call_text(_half_vector_helper(self.mod, dst), [a])
         return self._call_text(self.mod.helper(*_HALF_HELPERS[dst.scalar]), [a])
@@ -996,7 +1022,9 @@ def emit_c(funcs: Sequence[PrimFunc], prefix: str) -> CSource:
     symbols = kernel_symbols(funcs, prefix)
     printed = []
     for f in funcs:
-        mod = _Module(gcc_x86=bool(dict(f.attrs).get(x86.GCC_X86_SPELLINGS)))
+        attrs = dict(f.attrs)
+        mod = _Module(gcc_x86=bool(attrs.get(x86.GCC_X86_SPELLINGS)),
+                      half_hw=bool(attrs.get(half.HALF_CONVERSIONS)))
         printed.append(_Printed(_FuncPrinter(mod, f, symbols[f.name]).print(), mod))
     prototypes = tuple(_declaration(p.body) for p in printed)
     return CSource(_unit(printed), prototypes, symbols,

@@ -26,7 +26,7 @@ import numpy as np
 from llvmlite import binding as llvm
 from llvmlite import ir
 
-from aot.isa import arm_dsp, arm_mve, neon, x86
+from aot.isa import arm_dsp, arm_mve, half, neon, x86
 from aot.isa.arm_dsp import DspOp
 from aot.isa.arm_mve import MveOp
 from aot.codegen.check import check_func
@@ -356,10 +356,19 @@ class _FuncBuilder:
         return v    # same width, other signedness: the same bits
 
     def half_convert(self, v, src: DType, dst: DType):
-        """float16 bits (i16) <-> float32, the C backend's aot_half_to_float /
-        aot_float_to_half in branch-free integer arithmetic (lane-wise on
-        vectors): no fpext/fptrunc, which x86 without F16C and Cortex-M
-        without an FPU turn into runtime-library calls."""
+        """float16 bits (i16) <-> float32: fpext / fptrunc of `half` where the
+        target has the instructions (HALF_CONVERSIONS, aot/isa/half.py), else
+        the C backend's aot_half_to_float / aot_float_to_half in branch-free
+        integer arithmetic (lane-wise on vectors), as x86 without F16C and
+        Cortex-M without an FPU would turn fpext/fptrunc into runtime-library
+        calls."""
+        if dict(self.func.attrs).get(half.HALF_CONVERSIONS) and "float32" in (
+                src.scalar, dst.scalar):
+            n = src.lanes
+            hv = ir.HalfType() if n == 1 else ir.VectorType(ir.HalfType(), n)
+            if src.scalar == "float16":
+                return self.b.fpext(self.b.bitcast(v, hv), ir_type(dst))
+            return self.b.bitcast(self.b.fptrunc(v, hv), ir_type(dst))
         if (src.scalar, dst.scalar) == ("float16", "float32"):
             return _half_to_float(self.b, v, src.lanes)
         if (src.scalar, dst.scalar) == ("float32", "float16"):

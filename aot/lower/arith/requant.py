@@ -232,10 +232,14 @@ class TfliteInt16Requant:
             self.rq32 = TfliteRequant.make(ctx, mult, shift)
             return
         ref16.check_int64_shift(ctx.node, shift)
-        m16, rounding, total = reduced_multipliers(mult, shift)
-        self.m16 = table(ctx, "multiplier", m16)
-        self.rounding = table(ctx, "rounding", rounding)
-        self.total = table(ctx, "right_shift", total)
+        self.values = reduced_multipliers(mult, shift)
+        m16, rounding, total = self.values
+        # made when first read: vector tiles read the scalar tables only
+        # for remainder channels, if any
+        self.m16 = lazy_table(ctx, "multiplier", m16)
+        self.rounding = lazy_table(ctx, "rounding", rounding)
+        self.total = lazy_table(ctx, "right_shift", total)
+        self.ctx, self.vec = ctx, None
 
     def bias(self, values: np.ndarray) -> np.ndarray:
         """The bias as the accumulator starts from it."""
@@ -253,6 +257,24 @@ class TfliteInt16Requant:
                                          self.rounding(channel)))
             y = q.i32(Bin(">>", scaled, Cast(i64, self.total(channel))))
         return Cast(dt("int16"), q.clamp(y, self.lo, self.hi))
+
+    def apply_vector(self, b: q.Block, acc: Expr, channel: Expr, lanes: int) -> Expr:
+        """apply on `lanes` channels from `channel` at once: acc int32 x
+        lanes (the exact32 accumulator; not the int32 bias's wrapping
+        form), the int64 MBQM on int64 lanes (x86's vpmuldq / vpmullq and
+        vpsravq, NEON's SMULL and SSHL)."""
+        if self.wrapping32 or self.acc_dtype != "int32":
+            raise ValueError("apply_vector takes the exact int32 accumulator of an int64 MBQM")
+        if self.vec is None:
+            self.vec = [vec_table(self.ctx, name, v, kind) for name, v, kind in zip(
+                ("multiplier_v", "rounding_v", "right_shift_v"), self.values,
+                ("int32", "int64", "int64"))]
+        m16, rounding, total = (t(channel, lanes) for t in self.vec)
+        i64 = dt("int64", lanes)
+        # both factors sign-extended from 32 bits: one widening multiply
+        scaled = b.let("scaled", Bin("+", Bin("*", Cast(i64, acc), Cast(i64, m16)), rounding))
+        y = Cast(dt("int32", lanes), Bin(">>", scaled, total))
+        return Cast(dt("int16", lanes), q.clamp(y, self.lo, self.hi))
 
 
 # ------------------------------------------------------------ ONNX

@@ -40,8 +40,8 @@ from aot.isa.calls import lane as lane_of
 from aot.isa.calls import pack_quads
 from aot.isa.dots import packed_pair_dot, pair_dot
 from aot.isa.neon import widening_mla
-from aot.ir.tir import (Assign, Bin, Buffer, Cast, Const, Decl, DType, Expr, Load, Stmt, Var, add,
-                        dt, dtype_of, flat_index, mul, seq)
+from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Cast, Const, Decl, DType, Expr, Load,
+                        Stmt, Var, add, dt, dtype_of, flat_index, mul, seq)
 from aot.lower.arith import qmath as q
 from aot.lower.arith.loops import fma, loop, offsets, plus, splat
 from aot.lower.schedule.conv import Int8ConvSchedule
@@ -143,6 +143,9 @@ def int8_tap(ctx: LowerCtx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs) -> Stmt:
     and columns ixs, in the schedule's strategy."""
     g, s = cv.g, cv.sched
     ws = [ctx.fresh("wv", dt("int32", wd)) for wd in at.widths]
+    if s.mlal and not s.depthwise and g.depth % 8 == 0:
+        return loop(ctx, "icb", g.depth // 8, lambda icb: _mlal_block(ctx, cv, at, ky, kx, iy,
+                                                                     ixs, icb))
     if not (s.quads or s.pairs and min(at.widths) >= 4):
         return loop(ctx, "ic", 1 if s.depthwise else g.depth,
                     lambda ic: _lane_step(ctx, cv, at, ky, kx, iy, ixs, ws, ic))
@@ -164,7 +167,7 @@ def _lane_step(ctx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs, ws, ic) -> Stmt:
     """Input channel ic (depthwise: the tile's channels) in int32 lanes."""
     g, offs = cv.g, offsets(at.widths)
     if cv.sched.mlal:
-        return _mlal_step(ctx, cv, at, ky, kx, iy, ixs)
+        return _mlal_step(ctx, cv, at, ky, kx, iy, ixs, ic)
     body = [Decl(v, _weight(cv, at.g, ky, kx, ic, add(at.c0, Const(off)), wd))
             for v, off, wd in zip(ws, offs, at.widths)]
     for row, ix in zip(at.accs, ixs):
@@ -188,21 +191,61 @@ def _weight(cv: Int8Conv, gi, ky, kx, ic, c, lanes) -> Expr:
     return Cast(dt("int32", lanes), Load(cv.packed, flat_index(idx, cv.packed.shape), lanes))
 
 
-def _mlal_step(ctx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs) -> Stmt:
-    """Depthwise, 8 channels per int16 vector: each pixel's widened once,
-    into two accumulators (aot_mlal_lo / _hi)."""
+def _mlal_step(ctx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs, ic) -> Stmt:
+    """8 channels per int16 vector into two accumulators (aot_mlal_lo /
+    _hi): depthwise, each pixel's channels widened once; dense (int16
+    activations), input channel ic of each pixel broadcast against the
+    weights of 8 output channels."""
     offs, widths = offsets(at.widths), at.widths
+    depthwise = cv.sched.depthwise
     wh = [ctx.fresh("wh", dt("int16", 2 * wd)) for wd in widths[::2]]
-    body = [Decl(v, Load(cv.packed, flat_index((ky, kx, add(at.c0, Const(off))),
-                                               cv.packed.shape), 2 * wd))
+    def at_c(off):
+        c = add(at.c0, Const(off))
+        return (ky, kx, c) if depthwise else (at.g, ky, kx, ic, c)
+    body = [Decl(v, Load(cv.packed, flat_index(at_c(off), cv.packed.shape), 2 * wd))
             for v, off, wd in zip(wh, offs[::2], widths[::2])]
     for row, ix in zip(at.accs, ixs):
+        if not depthwise:
+            xb = ctx.fresh("xb", dt("int16", 2 * widths[0]))
+            ch = add(mul(at.g, Const(cv.g.depth)), ic)
+            xe = Cast(dt("int16"), cv.load_x((at.n, iy, ix, ch)))
+            body.append(Decl(xb, Broadcast(xe if at.inside else q.offset(xe, -cv.zp),
+                                           2 * widths[0])))
         for k, (v, off, wd) in enumerate(zip(wh, offs[::2], widths[::2])):
-            xh = ctx.fresh("xh", dt("int16", 2 * wd))
-            xe = Cast(dtype_of(xh), cv.load_x((at.n, iy, ix, add(at.c0, Const(off))), 2 * wd))
-            body.append(Decl(xh, xe if at.inside else q.offset(xe, -cv.zp)))
+            if depthwise:
+                xh = ctx.fresh("xh", dt("int16", 2 * wd))
+                xe = Cast(dtype_of(xh), cv.load_x((at.n, iy, ix, add(at.c0, Const(off))), 2 * wd))
+                body.append(Decl(xh, xe if at.inside else q.offset(xe, -cv.zp)))
+            else:
+                xh = xb
             body += [Assign(row[2 * k + h], widening_mla(row[2 * k + h], xh, v, h == 1))
                      for h in (0, 1)]
+    return seq(*body)
+
+
+def _mlal_block(ctx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs, icb) -> Stmt:
+    """Dense, int16 activations: input channels 8 icb .. 8 icb + 7, one
+    vector load of each pixel's eight, each a lane of it against the
+    weights of 8 output channels (NEON's SMLAL by element)."""
+    g, offs, widths = cv.g, offsets(at.widths), at.widths
+    body, xvs = [], []
+    for ix in ixs:
+        xv = ctx.fresh("xo", dt("int16", 8))
+        ch = add(mul(at.g, Const(g.depth)), mul(icb, Const(8)))
+        body.append(Decl(xv, cv.load_x((at.n, iy, ix, ch), 8)))
+        xvs.append(xv)
+    for j in range(8):
+        ic = add(mul(icb, Const(8)), Const(j))
+        wh = [ctx.fresh("wh", dt("int16", 2 * wd)) for wd in widths[::2]]
+        body += [Decl(v, Load(cv.packed, flat_index((at.g, ky, kx, ic, add(at.c0, Const(off))),
+                                                    cv.packed.shape), 2 * wd))
+                 for v, off, wd in zip(wh, offs[::2], widths[::2])]
+        for row, xv in zip(at.accs, xvs):
+            for k, (v, wd) in enumerate(zip(wh, widths[::2])):
+                # the broadcast second: the multiply by element's operand
+                xb = Broadcast(lane_of(xv, j), 2 * wd)
+                body += [Assign(row[2 * k + h], widening_mla(row[2 * k + h], v, xb, h == 1))
+                         for h in (0, 1)]
     return seq(*body)
 
 

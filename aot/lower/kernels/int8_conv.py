@@ -153,8 +153,9 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, sched: Int8ConvSchedule, load_x
         # [KH, KW, C], widened at compile time where aot_mlal takes int16 vectors
         packed = ctx.param("filter", dw.astype(np.int16) if sched.mlal else dw)
     else:
-        packed = ctx.param("filter", weight_dtype(
-            np.ascontiguousarray(w5.transpose(0, 2, 3, 4, 1))))              # [G, KH, KW, D, P]
+        dense = weight_dtype(np.ascontiguousarray(w5.transpose(0, 2, 3, 4, 1)))  # [G, KH, KW, D, P]
+        # widened at compile time where aot_mlal takes int16 vectors (int16 activations)
+        packed = ctx.param("filter", dense.astype(np.int16) if sched.mlal else dense)
     if sched.pairs:   # [G, KH, KW, D/2, P, 2]: two input channels' weights side by side
         packed2 = ctx.param("filter_pairs", weight_dtype(
             PAIRS.interleave(np.moveaxis(w5[..., :g.depth // 2 * 2], 1, -2))))

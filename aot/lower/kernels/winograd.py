@@ -105,11 +105,13 @@ MIN_CHANNELS = 16
 
 def transform_weights(w: np.ndarray, m: int) -> np.ndarray:
     """U = G g G^T for every channel pair: w [3][3][IC][OC] (float) ->
-    [(m + 2)^2][IC][OC] in w's type, computed in float64."""
+    [(m + 2)^2][IC][OC] in w's type (float32 for halves: U is not rounded to
+    half), computed in float64."""
     _, g, _ = MATRICES[m]
     u = np.einsum("ia,abco,jb->ijco", g, w.astype(np.float64), g)
     alpha = m + 2
-    return np.ascontiguousarray(u.reshape(alpha * alpha, *w.shape[2:]).astype(w.dtype))
+    kind = np.float32 if w.dtype == np.float16 else w.dtype
+    return np.ascontiguousarray(u.reshape(alpha * alpha, *w.shape[2:]).astype(kind))
 
 
 def reference(x: np.ndarray, w: np.ndarray, m: int) -> np.ndarray:
@@ -136,11 +138,13 @@ def reference(x: np.ndarray, w: np.ndarray, m: int) -> np.ndarray:
 def applies(xin: SpatialOp, win: ref.Window, group: int, dtype: DType, icg: int,
             ocg: int) -> bool:
     """Whether a convolution fits this kernel: 2-D, channel-last, one
-    group, a 3x3 window at stride and dilation 1, float32, and enough
-    channels on both sides."""
+    group, a 3x3 window at stride and dilation 1, float32 or float16 (its
+    workspaces and transformed weights float32: aot/lower/tir_passes/float16.py
+    keeps computed workspaces in float32), and enough channels on both sides."""
     return (xin.layout == "NHWC" and len(win.kernel) == 2 and group == 1
             and win.kernel == (3, 3) and win.strides == (1, 1) and win.dilations == (1, 1)
-            and dtype.scalar == "float32" and icg >= MIN_CHANNELS and ocg >= MIN_CHANNELS)
+            and dtype.scalar in ("float32", "float16") and icg >= MIN_CHANNELS
+            and ocg >= MIN_CHANNELS)
 
 
 # ------------------------------------------------------------------ blocks

@@ -155,7 +155,7 @@ class Int8ConvSchedule:
 
 
 def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
-                       in_memory: bool = False) -> Int8ConvSchedule:
+                       in_memory: bool = False, int16_input: bool = False) -> Int8ConvSchedule:
     """The default policy. `in_memory`: the input is a buffer the Cortex-M
     kernels read where it lies (tfl.conv2d's int8 input; the hybrid conv's
     quantized image and the ONNX convolutions go through their loads, so
@@ -163,9 +163,12 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     fits, else vector tiles where the vectors fill (depthwise with
     multiplier 1, or four or more output channels per group), else the
     scalar loops; the vector sites are consulted only for vector tiles, in
-    the order the kernel always asked them."""
+    the order the kernel always asked them. `int16_input`: the 16x8
+    convolutions' int16 activations (zero point 0), which only the 16-bit
+    multiply-adds take (pairs, SMLAL depthwise), never the int8 Cortex-M
+    kernels or the quads of bytes."""
     kernel = (cortex_m_conv(target, g, weights) or rv32_conv(target, g, weights)) \
-        if in_memory else None
+        if in_memory and not int16_input else None
     if kernel is not None:
         return Int8ConvSchedule(kernel)
     if target.lanes(32) == 1 or not ((g.depth == 1 and g.per_group == 1) or g.per_group >= 4):
@@ -174,7 +177,7 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     depthwise = g.depth == 1 and g.per_group == 1
     dense = not depthwise and g.groups == 1
     width = g.cout if depthwise else g.per_group
-    kind = int8_accumulator(target)
+    kind = PAIRS if int16_input else int8_accumulator(target)
     regs = target.vector_registers
     # Sixteen-channel-deep convs read each pixel's four quads as one vector
     # and take them by lane, where the strategy says so.
@@ -193,12 +196,14 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     # Depthwise where the target has the widening multiply-add: 8 channels
     # per int16 vector, two accumulators each (whole tiles of 4-lane vectors
     # in pairs).
-    mlal = (depthwise and mlal_depthwise(target) and t.lanes == 4
+    # int16 activations take the same in dense convs: one input value
+    # broadcast against 8 output channels' int16 weights (SMLAL / SMLAL2).
+    mlal = ((depthwise or int16_input and dense) and mlal_depthwise(target) and t.lanes == 4
             and all(len(ws) % 2 == 0 and set(ws) == {4} for _, ws in tiles))
     # Dense convs whose depth is a multiple of 4 take four input channels
     # per aot_dot4 where the strategy says so.
     quads = kind.group == 4 and dense and g.depth % 4 == 0 and wide and kind.fits(weights)
-    pairs = not quads and not depthwise and g.depth >= 2
+    pairs = not quads and not depthwise and not mlal and g.depth >= 2
     # Dense convs with an even depth stage the KH input rows an output row
     # reads (quads always do).
     staged = quads or (pairs and g.groups == 1 and g.depth % 2 == 0 and wide
@@ -206,9 +211,9 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     # Odd depths (the first layer's 1 or 3 channels) group along a window
     # row instead: with unit column dilation its KW x D taps are one
     # contiguous run of the staged row.
-    flat = (not quads and dense and g.depth % 2 == 1 and g.dilations[1] == 1 and wide
+    flat = (not quads and not mlal and dense and g.depth % 2 == 1 and g.dilations[1] == 1 and wide
             and int8_rows("flat") == "flat")
-    row_kind = window_row_accumulator(target)
+    row_kind = PAIRS if int16_input else window_row_accumulator(target)
     flat_kind = row_kind if flat and row_kind.group == 4 and row_kind.fits(weights) else PAIRS
     rows = "flat" if flat else "staged" if staged else "direct"
     # staged rows hold their padding: one untested region
@@ -260,7 +265,8 @@ def rv32_conv(target: Target, g: ConvGeom, weights: np.ndarray) -> str | None:
         if fits(target, g, weights)), None)
 
 
-def int8_fc_schedule(target: Target, w: np.ndarray, in_memory: bool) -> Int8ConvSchedule:
+def int8_fc_schedule(target: Target, w: np.ndarray, in_memory: bool,
+                     int16_input: bool = False) -> Int8ConvSchedule:
     """The default policy of an int8 fully connected layer (weights w
     [units, depth], the weight zero point subtracted; `in_memory`: its
     input is a buffer): vector tiles of `tile` in `accumulator`'s groups
@@ -268,14 +274,18 @@ def int8_fc_schedule(target: Target, w: np.ndarray, in_memory: bool) -> Int8Conv
     target has vectors and there are 4 units or more, else the Cortex-M
     matrix product in Helium's vectors (depths of 16k), the DSP
     extension's words or, without either, words read byte by byte, or the
-    scalar RISC-V cores' register tiles, else the scalar loop."""
+    scalar RISC-V cores' register tiles, else the scalar loop.
+    `int16_input`: the 16x8 layer's int16 activations, in the vector
+    tiles' pairs or the scalar loop only."""
     if target.lanes(32) > 1 and len(w) >= 4:
         t = tile(target, "int32")
-        kind = int8_accumulator(target)
+        kind = PAIRS if int16_input else int8_accumulator(target)
         if kind.group == 4 and not (kind.fits(w) and any(min(ws) >= 4
                                                          for _, ws in tile_widths(len(w), t))):
             kind = PAIRS
         return Int8ConvSchedule("vector", t, accumulator=kind)
+    if int16_input:
+        return Int8ConvSchedule("scalar")
     if in_memory and mve.fits_fc(target, w):
         return Int8ConvSchedule("mve_fc")
     if in_memory and dsp.fits_fc(target, w):

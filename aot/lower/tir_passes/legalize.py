@@ -25,6 +25,9 @@ nothing.
                                                                   conversions and min/max
                                                                   spelled for GCC beside
                                                                   the portable spelling
+    (a function converting -> attribute HALF_CONVERSIONS          x86 with F16C, AArch64:
+     halves)                                                      the conversions'
+                                                                  instructions (isa/half.py)
 
 A call the target has no instruction for stays generic: its lane formula
 (NEON compilers make widening multiply-adds of aot_dot2's). Which of
@@ -39,10 +42,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from aot.isa import arm_dsp, arm_mve, neon, rvv, x86
+from aot.isa import arm_dsp, arm_mve, half, neon, rvv, x86
 from aot.isa.calls import PAIR_PACK_ROWS, QUAD_PACK_ROWS
 from aot.isa.instruction import Instruction
-from aot.ir.tir import Call, Expr, PrimFunc, map_stmt_exprs
+from aot.ir.tir import (Call, Cast, Expr, PrimFunc, dtype_of, map_stmt_exprs, stmt_exprs,
+                        walk_expr, walk_stmt)
 from aot.targets import Target
 
 # Every target instruction a generic call may become, first fit wins: the
@@ -78,7 +82,17 @@ def legalize(func: PrimFunc, target: Target) -> PrimFunc:
     attrs = func.attrs
     if target.arch in x86.ARCHS and x86.GCC_X86_SPELLINGS not in dict(attrs):
         attrs += ((x86.GCC_X86_SPELLINGS, True),)
+    if (half.HALF_CONVERSIONS not in dict(attrs) and half.has_half_conversions(target)
+            and _converts_halves(func)):
+        attrs += ((half.HALF_CONVERSIONS, True),)
     # unchanged: the same object back, as the other passes do
     if not changed and attrs is func.attrs:
         return func
     return replace(func, body=body, attrs=attrs)
+
+
+def _converts_halves(func: PrimFunc) -> bool:
+    """Whether func converts a half to or from float32 (the float16 pass's casts)."""
+    return any(isinstance(x, Cast) and not x.bits
+               and "float16" in (x.dtype.scalar, dtype_of(x.a).scalar)
+               for s in walk_stmt(func.body) for e in stmt_exprs(s) for x in walk_expr(e))

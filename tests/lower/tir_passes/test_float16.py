@@ -359,3 +359,25 @@ def test_clip_before_opset_11_on_halves(codegen):
     got = build_and_run(graph, {"x": x}, codegen)["y"]
     np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-3)
     assert got.min() == np.float16(0.1) and got.max() == np.float16(6.0)
+
+
+@pytest.mark.parametrize("codegen", CODEGENS)
+def test_half_winograd_conv_within_a_half_step(codegen):
+    """A 3x3 stride-1 half conv with 16 channels takes the Winograd kernel
+    (float32 workspaces and transformed weights) and stays within a half's
+    tolerance of the interpreter; its conversions are the target's
+    instructions (F16C on the host)."""
+    from aot.isa.half import HALF_CONVERSIONS
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((16, 16, 3, 3)) * 0.2).astype(np.float16)
+    b = (rng.standard_normal(16) * 0.1).astype(np.float16)
+    g = _half_graph("Conv", [(1, 16, 10, 12)], {"pads": [1, 1, 1, 1]}, [w, b])
+    (k,) = [k for k in lower_graph(g, host_target()) if any(
+        "Winograd" in getattr(s, "text", "") for s in walk_stmt(k.func.body))]
+    assert dict(k.func.attrs).get(HALF_CONVERSIONS)
+    x = rng.standard_normal((1, 16, 10, 12)).astype(np.float16)
+    got = build_and_run(g, {"x0": x}, codegen)["y0"]
+    want = interpret(g, {"x0": x})["y0"]
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32),
+                               rtol=2.0 ** -9, atol=2.0 ** -10)

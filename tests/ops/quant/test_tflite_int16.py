@@ -101,6 +101,28 @@ case("DEPTHWISE_CONV_2D_int64_sums")(lambda: _model(
     DepthMultiplier=1))
 
 
+# shapes the vector tiles take (sums within int32): 16 and 6 channels deep
+# (NEON's SMLAL by element, per channel; x86's pmaddwd pairs), an odd depth
+# (window rows in pairs), a 1x1 conv, a depthwise conv of 16 channels
+def _vconv(x, w_shape, y, padding=0, stride=1, act=0, per_channel=True):
+    return _model("CONV_2D", [X(x), _weights(w_shape, 0 if per_channel else None),
+                              _bias(w_shape[0])], [Y(y, scale=0.1)], "Conv2DOptions",
+                  Padding=padding, StrideH=stride, StrideW=stride, FusedActivationFunction=act)
+
+
+case("CONV_2D_vector_depth16_relu")(lambda: _vconv((1, 6, 7, 16), (16, 3, 3, 16), (1, 6, 7, 16),
+                                                   act=1))
+case("CONV_2D_vector_depth6_valid_stride2")(lambda: _vconv((1, 7, 6, 6), (8, 3, 3, 6),
+                                                           (1, 3, 2, 8), 1, 2))
+case("CONV_2D_vector_depth3_per_tensor")(lambda: _vconv((1, 5, 6, 3), (8, 3, 3, 3), (1, 5, 6, 8),
+                                                        per_channel=False))
+case("CONV_2D_vector_1x1")(lambda: _vconv((1, 4, 4, 16), (16, 1, 1, 16), (1, 4, 4, 16)))
+case("DEPTHWISE_CONV_2D_vector_depth16")(lambda: _model(
+    "DEPTHWISE_CONV_2D", [X((1, 6, 6, 16)), _weights((1, 3, 3, 16), 3), _bias(16)],
+    [Y((1, 6, 6, 16), scale=0.01)], "DepthwiseConv2DOptions", Padding=0, StrideH=1, StrideW=1,
+    DepthMultiplier=1))
+
+
 def _dwconv(multiplier, padding, stride, act=0, bias="int64"):
     channels = 3 * multiplier
     out_hw = {(0, 1): 6, (1, 1): 4, (0, 2): 3, (1, 2): 2}[(padding, stride)]
@@ -131,6 +153,10 @@ case("FULLY_CONNECTED_per_channel_keep_dims")(lambda: _fc(True, keep=True))
 case("FULLY_CONNECTED_no_bias_relu")(lambda: _fc(False, bias=None, act=1))
 case("FULLY_CONNECTED_int32_bias")(lambda: _fc(False, bias="int32"))
 case("FULLY_CONNECTED_per_channel_int32_bias")(lambda: _fc(True, bias="int32"))
+# vector tiles: 20 units (whole vectors and a remainder), an odd depth (a last single step)
+case("FULLY_CONNECTED_vector_per_channel_relu")(lambda: _model(
+    "FULLY_CONNECTED", [X((3, 41)), _weights((20, 41), 0), _bias(20)], [Y((3, 20), scale=0.05)],
+    "FullyConnectedOptions", FusedActivationFunction=1))
 # sums far beyond int32 (bias ~2**37): the int64 accumulator and MBQM matter
 case("FULLY_CONNECTED_int64_sums")(lambda: _model(
     "FULLY_CONNECTED", [X((3, 12)), _weights((5, 12)), _bias(5, spread=1 << 37)],
@@ -366,6 +392,68 @@ def test_int16_chain_packaged_bit_exact_with_tflm(tmp_path, board, count):
     path = tmp_path / "chain16.tflite"
     path.write_bytes(_int16_chain())
     report = aot.verify(path, board=board, count=count)
+    assert report["ok"] and report["reference"] == "tflite-micro"
+    assert report["outputs"][0]["max_abs_err"] == 0
+
+
+VECTOR_CASES = sorted(n for n in CASES if "vector" in n)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("target, instruction", [("x86_64-linux", "x86_pmaddwd"),
+                                                 ("aarch64-linux", "arm_smlal_lo")])
+def test_int16_convs_take_the_16_bit_multiply_adds(target, instruction):
+    """The int16 layers of VECTOR_CASES run in vector tiles: dense convs
+    and FC in x86's pmaddwd pairs, convs (dense and depthwise) in NEON's
+    SMLAL."""
+    from aot.ir.tir import Call, stmt_exprs, walk_expr, walk_stmt
+    from aot.lower import lower_graph
+    from aot.targets import get_target
+
+    for name in VECTOR_CASES:
+        if ("DEPTHWISE" if instruction.startswith("x86") else "FULLY") in name:
+            continue
+        (k,) = lower_graph(_graph(model(name)), get_target(target))
+        calls = {x.fn for st in walk_stmt(k.func.body) for e in stmt_exprs(st)
+                 for x in walk_expr(e) if isinstance(x, Call)}
+        assert any(c.startswith(instruction) for c in calls), (name, sorted(calls))
+
+
+def _int16_vector_chain() -> bytes:
+    """CONV_2D (16 deep) -> DEPTHWISE_CONV_2D -> CONV_2D (stride 2) -> CONV_2D 1x1, int16, in
+    the shapes the vector tiles take."""
+    global RNG
+    RNG = np.random.default_rng(5)
+    m = TFLiteBuilder()
+
+    def act(name, shape, scale):
+        return m.tensor(name, shape, I16, scale=[scale], zp=[0])
+
+    def const(spec):
+        name, _, dtype, value, quant = spec
+        return m.const(name, value, dtype, **quant)
+    x = act("x", (1, 7, 8, 16), 0.001)
+    a = act("a", (1, 7, 8, 16), 0.02)
+    m.op("CONV_2D", [x, const(_weights((16, 3, 3, 16), 0)), const(_bias(16))], [a],
+         "Conv2DOptions", Padding=0, StrideH=1, StrideW=1, FusedActivationFunction=1)
+    b = act("b", (1, 7, 8, 16), 0.05)
+    m.op("DEPTHWISE_CONV_2D", [a, const(_weights((1, 3, 3, 16), 3)), const(_bias(16))], [b],
+         "DepthwiseConv2DOptions", Padding=0, StrideH=1, StrideW=1, DepthMultiplier=1)
+    c = act("c", (1, 3, 3, 8), 0.5)
+    m.op("CONV_2D", [b, const(_weights((8, 3, 3, 16), 0)), const(_bias(8))], [c],
+         "Conv2DOptions", Padding=1, StrideH=2, StrideW=2)
+    y = act("y", (1, 3, 3, 12), 0.5)
+    m.op("CONV_2D", [c, const(_weights((12, 1, 1, 8), 0)), const(_bias(12))], [y],
+         "Conv2DOptions", Padding=0, StrideH=1, StrideW=1)
+    return m.build([x], [y])
+
+
+@pytest.mark.parametrize("board, codegen", [("host", "llvm"), ("qemu-aarch64", "c"),
+                                            ("qemu-aarch64", "llvm")])
+def test_int16_vector_chain_packaged_bit_exact_with_tflm(tmp_path, board, codegen):
+    path = tmp_path / "vector16.tflite"
+    path.write_bytes(_int16_vector_chain())
+    report = aot.verify(path, board=board, codegen=codegen, count=3)
     assert report["ok"] and report["reference"] == "tflite-micro"
     assert report["outputs"][0]["max_abs_err"] == 0
 

@@ -1,8 +1,10 @@
 """Compute rules for the int16-activation kernels (aot/ops/quant/tflite_int16.py).
 
-The 16x8 convolutions run the int8 loop nest (conv_nest) with an int64
-accumulator row and the int64 bias; FC and BATCH_MATMUL are a dot product
-per output in int64. Their epilogue is the int64
+The 16x8 convolutions and FC run the int8 vector tiles where the sums
+provably fit int32 (their 16-bit multiply-adds: x86's pmaddwd pairs,
+NEON's SMLAL), else the int8 loop nest (conv_nest) with an int64
+accumulator row and the int64 bias, or for FC a dot product per output
+in int64; BATCH_MATMUL is a dot product per output in int64. Their epilogue is the int64
 MultiplyByQuantizedMultiplier: the 31-bit multiplier reduced to 16 bits at
 compile time, then one rounding shift (`(acc * M16 + 2**(s-1)) >> s`,
 s = 15 - e), exactly `qmath.mbqm_int64`; with an int32 bias, TFLM's int32
@@ -12,7 +14,6 @@ SOFTMAX looks its two tables up per element (bases and slopes as PARAM
 arrays), LOGISTIC and TANH interpolate the LSTM's sigmoid table: scalar
 loops, as table loads do not vectorize. ADD, SUB, MUL, SQUARED_DIFFERENCE,
 LEAKY_RELU and the pools are the int8 rules, which read the output dtype.
-All loops are scalar: the int8 vector tiles take int8 inputs.
 """
 from __future__ import annotations
 
@@ -29,13 +30,15 @@ from aot.lower.arith.quant import (CallView, bias_values, const_input, narrow, t
 from aot.lower.arith.requant import TfliteInt16Requant, mbqm, mbqm_block
 from aot.lower.rules.quant.tflite_elementwise import (add_rule, leaky_relu_rule, mul_rule,
                                                       squared_difference_rule, sub_rule)
-from aot.lower.rules.quant.tflite_fc import row_loops
+from aot.lower.kernels.dense import product
+from aot.lower.rules.quant.tflite_fc import Int8Product, row_loops, row_reader
 from aot.lower.arith.gemmlowp import count_leading_zeros, inv_sqrt_block
 from aot.lower.rules.quant.tflite_pool import avg_pool2d, max_pool2d, reduce_per_output
 from aot.lower.rules.quant.tflite_rowwise import row_max
 from aot.lower.rules.lstm import sigmoid16_scaled, tanh16_scaled
 from aot.lower.rules import LowerCtx, kernel_rule, value_rule
 from aot.lower.kernels.windows import ConvGeom, conv_geom
+from aot.lower.schedule.conv import int8_conv_schedule, int8_fc_schedule
 from aot.ops.quant import qmath as ref_q
 from aot.ops.quant import tflite_int8 as ref8
 from aot.ops.quant import tflite_int16 as ref
@@ -58,14 +61,25 @@ def sums_fit_int32(weights: np.ndarray, bias: np.ndarray) -> bool:
 
 
 def _conv16(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom):
+    """The 16x8 conv: vector tiles where the sums provably fit int32 (the
+    int8 kernels' tiles in their 16-bit multiply-adds: pmaddwd pairs on x86,
+    widening multiply-adds on NEON; the epilogue the int64 MBQM on int64
+    lanes), else the scalar nest in the accumulator TFLM's sums need."""
     bias = bias_values(ctx, ins, 2, g.cout)
-    rq = TfliteInt16Requant(ctx, *ref.conv_multipliers(ctx, g.cout),
-                            sums_fit_int32(weights, bias))
+    exact32 = sums_fit_int32(weights, bias)
+    rq = TfliteInt16Requant(ctx, *ref.conv_multipliers(ctx, g.cout), exact32)
 
     def finish(idx, acc):
         b = q.Block(ctx)
         b.add(emit(0, idx, rq.apply(b, acc, idx[3])))
         return b.stmt()
+    sched = int8_conv_schedule(ctx.target, g, weights, int16_input=True)
+    if exact32 and not rq.wrapping32 and sched.algorithm == "vector":
+        def epilogue(b, idx, acc, lanes):
+            if lanes == 1:
+                return finish(idx, acc)
+            return emit(0, idx, rq.apply_vector(b, acc, idx[3], lanes))
+        return i8.vector_conv_nest(ctx, g, sched, ins[0].load, 0, weights, bias, epilogue)
     return i8.conv_nest(ctx, g, ins[0].load, 0, weights, bias, finish, acc_dtype=rq.acc_dtype)
 
 
@@ -93,7 +107,18 @@ def fully_connected_16x8(ctx: LowerCtx, ins, emit):
     w = ref.fc_weights(ctx, const_input(ctx, ins[1], "weight"))
     units, depth = w.shape
     bias = bias_values(ctx, ins, 2, units)
-    rq = TfliteInt16Requant(ctx, *ref.fc_multipliers(ctx), sums_fit_int32(w, bias))
+    exact32 = sums_fit_int32(w, bias)
+    rq = TfliteInt16Requant(ctx, *ref.fc_multipliers(ctx), exact32)
+    sched = int8_fc_schedule(ctx.target, w, False, int16_input=True)
+    if exact32 and not rq.wrapping32 and sched.algorithm == "vector":
+        # the int8 layer's vector tiles in pairs (pmaddwd on x86)
+        def requant(b, bi, c, acc, lanes):
+            y = rq.apply(b, acc, c) if lanes == 1 else rq.apply_vector(b, acc, c, lanes)
+            return emit(0, bi + (c,), y)
+        out_shape = ctx.out_types[0].shape
+        fc = Int8Product.make(ctx, sched, w, rq.bias(bias), row_reader(x, out_shape, depth),
+                              None, requant)
+        return product(ctx, fc, tuple(out_shape[:-1]), 1, units)
     start = table(ctx, "bias", rq.bias(bias))
     weights = ctx.param("weights", weight_dtype(w))
 

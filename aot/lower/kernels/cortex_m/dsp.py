@@ -49,7 +49,7 @@ from typing import Callable
 
 import numpy as np
 
-from aot.isa.arm_dsp import INT8X4, smla_half, smlad, sxtb16
+from aot.isa.arm_dsp import INT8X4, smla_half, smlad, ssat8, sxtb16
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr, For, ForKind, If,
                         Load, Stmt, Store, Var, add, flat_index, mul, seq)
 from aot.lower.arith.loops import loop
@@ -73,6 +73,22 @@ def dsp_target(t: Target) -> bool:
     """Whether the target is a scalar core with the DSP extension (SXTB16
     reads little-endian words)."""
     return t.has("dsp") and t.little_endian and t.lanes(32) == 1
+
+
+def saturating(target: Target, dtype: str) -> bool:
+    """Whether an int8 output's clamp is SSAT's (saturate): the DSP cores."""
+    return dsp_target(target) and dtype == "int8"
+
+
+def saturate(y: Expr, lo: int, hi: int) -> Expr:
+    """y clamped to [lo, hi] within int8's range: SSAT #8, then the
+    activation's bounds where they are narrower (one compare each)."""
+    y = ssat8(y)
+    if lo > -128:
+        y = Bin("max", y, Const(lo))
+    if hi < 127:
+        y = Bin("min", y, Const(hi))
+    return y
 
 
 def fits_int8(w: np.ndarray) -> bool:

@@ -238,5 +238,9 @@ def cortex_m_graphs():
         conv_model("DEPTHWISE_CONV_2D", [1, 10, 7, 4], [1, 3, 2, 4], [1, 6, 6, 4],
                    dict(Padding=1, StrideH=1, StrideW=1, DepthMultiplier=1, DilationHFactor=2),
                    bias=False, zp_in=127, seed=6),
+        # depthwise, a 5x5 window over a 4x6 image: every pixel a border one, each
+        # border window's taps looped from its first inside the image
+        conv_model("DEPTHWISE_CONV_2D", [1, 4, 6, 8], [1, 5, 5, 8], [1, 4, 6, 8],
+                   dict(Padding=0, StrideH=1, StrideW=1, DepthMultiplier=1), zp_in=-60, seed=14),
         fc_model(True, False, x_shape=(1, 8), units=2),             # fewer units than a tile
     ]

@@ -19,7 +19,7 @@ CONV = {
     "mve_outer": mve.outer,
     "mve_depthwise": partial(dsp.depthwise, words=mve.VECTORS),
     "dsp_pointwise": dsp.pointwise,
-    "dsp_depthwise": dsp.depthwise,
+    "dsp_depthwise": partial(dsp.depthwise, exact=True),
     "dsp_dense": dsp.dense,
     "dsp_rows": dsp.window_rows,
     "scalar_pointwise": partial(dsp.pointwise, words=scalar.BYTES),

@@ -55,7 +55,7 @@ from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr
 from aot.lower.arith.loops import loop
 from aot.lower.kernels.conv_walk import PLANE, plane_walk, region_loops
 from aot.lower.arith.quant import lazy_table, table, to_i32, unravel
-from aot.lower.kernels.windows import Run, in_range, window_pos
+from aot.lower.kernels.windows import Run, in_range, window_pos, window_regions
 from aot.lower.rules import LowerCtx, TensorRef
 from aot.lower.schedule.tile_sizes import Tile
 from aot.targets import Target
@@ -467,12 +467,16 @@ def fits_depthwise(target: Target, g, weights: np.ndarray, on=dsp_target) -> boo
 
 def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
               finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None,
-              unroll_border: bool = False) -> Stmt:
+              unroll_border: bool = False, exact: bool = False) -> Stmt:
     """A depthwise convolution (fits_depthwise): per output pixel, 4
     channels at a time in registers over the taps (given wider `words`
     with a depthwise group, Helium's, first words.lanes at a time: its
     mve.depthwise_group); the channels past the last word one at a time.
-    weights [C, KH, KW, 1]; finish as conv_nest's."""
+    weights [C, KH, KW, 1]; finish as conv_nest's. `exact`: the output
+    cut into regions of constant tap bounds (windows.window_regions), so
+    a border pixel visits only its taps inside the image, untested and
+    unrolled like the interior's (the zero point is in the bias: a tap
+    outside adds nothing), instead of every tap tested."""
     channels = g.groups
     wbuf = ctx.param("filter", np.transpose(weights[..., 0], (1, 2, 0)).astype(np.int8))
     folded = folded_bias(bias, zp, weights.reshape(channels, -1))
@@ -488,25 +492,32 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
     # instructions); the border's copies keep their loops, for code size,
     # unless `unroll_border` (rv32's plain loads: 541 k -> 460 k).
     unroll = g.kh * g.kw <= UNROLL_TAPS
+    # exact regions (not with a depthwise group, whose bias is its own)
+    cut = window_regions(g.window(), (g.h, g.w)) if exact and not lanes else None
+    start_of = _region_bias(ctx, g, weights, bias, zp, cut, start)
 
-    def taps(n, oy, ox, tests, tap: Callable[[Expr, Expr, Expr, Expr | None], Stmt]) -> Stmt:
-        """tap(ky, kx, input offset, in-image test or None) over the window."""
+    def taps(n, oy, ox, region, tap: Callable[[Expr, Expr, Expr, Expr | None], Stmt]) -> Stmt:
+        """tap(ky, kx, input offset, in-image test or None) over the
+        region's taps (each axis' run: its [lo, hi), its tests)."""
+        ry, rx = region
+        tests = (ry.tests, rx.tests)
         inside = not any(tests[0]) and not any(tests[1])
         each = unrolled_loop(ctx) if unroll and (inside or unroll_border) else loop
 
         def row(ky):
             iy = window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
-            return each(ctx, "kx", g.kw, lambda kx: col(ky, kx, iy))
+            return each(ctx, "kx", rx.hi - rx.lo, lambda kx: col(ky, kx, iy), start=rx.lo)
 
         def col(ky, kx, iy):
             ix = window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1])
             cond = both(in_range(iy, g.h, *tests[0]), in_range(ix, g.w, *tests[1]))
             return tap(ky, kx, flat_index((n, iy, ix, Const(0)), x.shape), cond)
-        return each(ctx, "ky", g.kh, row)
+        return each(ctx, "ky", ry.hi - ry.lo, row, start=ry.lo)
 
-    def quad(n, oy, ox, tests, c: Expr) -> Stmt:
+    def quad(n, oy, ox, region, c: Expr) -> Stmt:
         accs = [ctx.fresh("acc") for _ in range(4)]
-        parts: list[Stmt] = [Decl(a, start(add(c, Const(k)))) for k, a in enumerate(accs)]
+        parts: list[Stmt] = [Decl(a, start_of(region)(add(c, Const(k))))
+                             for k, a in enumerate(accs)]
 
         def tap(ky, kx, at, cond) -> Stmt:
             body: list[Stmt] = []
@@ -515,11 +526,11 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
                                                                Const(channels)), c), 4))
             quads.lanewise(body, xs, ws, accs)
             return seq(*body)
-        parts.append(taps(n, oy, ox, tests, tap))
+        parts.append(taps(n, oy, ox, region, tap))
         parts += [finish((n, oy, ox, add(c, Const(k))), a) for k, a in enumerate(accs)]
         return seq(*parts)
 
-    def single(n, oy, ox, tests, c: Expr) -> Stmt:
+    def single(n, oy, ox, region, c: Expr) -> Stmt:
         acc = ctx.fresh("acc")
 
         def tap(ky, kx, at, cond) -> Stmt:
@@ -529,24 +540,53 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
                     [Decl(v, Const(zp)), If(cond, Assign(v, value))])
             w = _i32(Load(wbuf, add(mul(add(mul(ky, Const(g.kw)), kx), Const(channels)), c)))
             return seq(*read, Assign(acc, Bin("+", acc, Bin("*", v, w))))
-        return seq(Decl(acc, start(c)), taps(n, oy, ox, tests, tap),
+        return seq(Decl(acc, start_of(region)(c)), taps(n, oy, ox, region, tap),
                    finish((n, oy, ox, c), acc))
 
-    def pixel(n, oy, ox, tests) -> Stmt:
+    def pixel(n, oy, ox, region) -> Stmt:
         wide = channels - channels % lanes if lanes else 0
         whole = channels - channels % 4
-        parts = [loop(ctx, "c", wide // lanes, lambda c: group(n, oy, ox, tests, c, taps),
+        parts = [loop(ctx, "c", wide // lanes, lambda c: group(n, oy, ox, region, c, taps),
                       step=lanes)] if wide else []
         if whole > wide:
-            parts.append(loop(ctx, "c", (whole - wide) // 4, lambda c: quad(n, oy, ox, tests, c),
+            parts.append(loop(ctx, "c", (whole - wide) // 4, lambda c: quad(n, oy, ox, region, c),
                               start=wide, step=4))
         if channels % 4:
             parts.append(loop(ctx, "c", channels % 4,
-                              lambda c: single(n, oy, ox, tests, add(c, Const(whole)))))
+                              lambda c: single(n, oy, ox, region, add(c, Const(whole)))))
         return seq(*parts)
 
-    return plane_walk(ctx, g, lambda n, oy, oxs, region: pixel(
-        n, oy, oxs[0], tuple(r.tests for r in region)))
+    return plane_walk(ctx, g, lambda n, oy, oxs, region: pixel(n, oy, oxs[0], region),
+                      only=cut)
+
+
+def _region_bias(ctx: LowerCtx, g, weights: np.ndarray, bias: np.ndarray, zp: int, cut,
+                 start: Callable[[Expr], Expr]) -> Callable:
+    """region -> (channel -> the accumulator's start): the bias with the
+    zero point folded over the taps the region visits (bias - zp sum w over
+    its window), where exact regions skip taps outside the image; else
+    `start` (folded over every tap: a tap outside reads zero points). One
+    table [window, channel] for all the border windows. Its accumulators
+    stay within acc_bound: |bias - zp sum_in w| + 128 sum_in |w| is at most
+    |bias - zp sum w| + |zp| sum_out |w| + 128 sum_in |w|, |zp| <= 128."""
+    full = (0, g.kh, 0, g.kw)
+    windows = sorted({(ry.lo, ry.hi, rx.lo, rx.hi) for ry, rx in cut or ()
+                      if not ry.guarded and not rx.guarded} - {full})
+    if not windows:
+        return lambda region: start
+    w = weights[..., 0].astype(np.int64)                     # [C, KH, KW]
+    channels = len(w)
+    rows = [folded_bias(bias, zp, w[:, a:b, c:d].reshape(channels, -1))
+            for a, b, c, d in windows]
+    at = lazy_table(ctx, "region_bias", np.concatenate(rows).astype(np.int32))
+
+    def start_of(region) -> Callable[[Expr], Expr]:
+        key = tuple(v for r in region for v in (r.lo, r.hi))
+        if key not in windows:
+            return start
+        k = windows.index(key)
+        return lambda c: at(add(Const(k * channels), c))
+    return start_of
 
 
 def acc_bound(w: np.ndarray, bias: np.ndarray, zp: int) -> np.ndarray:
@@ -559,8 +599,9 @@ def acc_bound(w: np.ndarray, bias: np.ndarray, zp: int) -> np.ndarray:
 def unrolled_loop(ctx: LowerCtx):
     """loop(), its For marked to be unrolled."""
 
-    def each(ctx_: LowerCtx, name: str, extent: int, body: Callable[[Expr], Stmt]) -> Stmt:
-        s = loop(ctx_, name, extent, body)
+    def each(ctx_: LowerCtx, name: str, extent: int, body: Callable[[Expr], Stmt],
+             start: int = 0) -> Stmt:
+        s = loop(ctx_, name, extent, body, start=start)
         return replace(s, kind=ForKind.UNROLLED) if isinstance(s, For) else s
     return each
 

@@ -18,7 +18,7 @@ CONV = {
     "mve_dense": partial(dsp.dense, words=mve.VECTORS, tile=(2, mve.TILE[1]), gather=True),
     "mve_outer": mve.outer,
     "mve_depthwise": partial(dsp.depthwise, words=mve.VECTORS),
-    "dsp_pointwise": dsp.pointwise,
+    "dsp_pointwise": partial(dsp.pointwise, walk=dsp.DSP_WORD_LOOP),
     "dsp_depthwise": partial(dsp.depthwise, exact=True),
     "dsp_dense": dsp.dense,
     "dsp_rows": dsp.window_rows,
@@ -32,6 +32,6 @@ CONV = {
 # The fully connected kernels, called as dsp.fully_connected is.
 FC = {
     "mve_fc": partial(dsp.fully_connected, words=mve.VECTORS, tile=mve.TILE),
-    "dsp_fc": dsp.fully_connected,
+    "dsp_fc": partial(dsp.fully_connected, walk=dsp.DSP_WORD_LOOP),
     "scalar_fc": partial(dsp.fully_connected, words=scalar.BYTES),
 }

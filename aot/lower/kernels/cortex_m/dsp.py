@@ -123,6 +123,10 @@ class WordLoop:
     whole: int = 4
     chunk: int = 1
     offsets: bool = False
+    rows: bool = False      # window_rows: the window's rows unrolled with their words
+    # PAIRS' weights widened when compiling (widened_pairs): each word two int32
+    # of int16 halves, loaded as they are (no SXTB16), two words one LDRD
+    widened: bool = False
 
 
 # the default; the DSP kernels': with 13 registers a 2x2 tile's steps
@@ -130,6 +134,12 @@ class WordLoop:
 # instructions each, with 16 words unrolled whole)
 WORD_LOOP = WordLoop()
 DSP_WORD_LOOP = WordLoop(16, 8, True)
+# the 1x1 convolutions' weights widened where the depth is whole words (twice
+# their flash): 20 -> about 16 instructions per 16 MACs
+DSP_POINTWISE = WordLoop(16, 8, True, widened=True)
+# a first layer's window rows unrolled whole when all their words are at
+# most 16 (vww's 3x3x3 rows: 1,699 k -> ... instructions)
+DSP_ROWS = WordLoop(16, 8, rows=True)
 
 
 def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
@@ -164,8 +174,28 @@ def _matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray
     channels, depth = w.shape
     nr, nk = tile
     whole = depth - depth % n
-    wbuf = ctx.param("weights", interleave(w, nk, n).astype(np.int8))
+    widened = walk.widened and words is PAIRS and depth % n == 0
+    packed = interleave(w, nk, n).astype(np.int8)
+    wbuf = ctx.param("weights", widened_pairs(packed) if widened else packed)
     start = table(ctx, "bias", bias.astype(np.int32))
+
+    # where a tile's weights start, and where its word d's lie from there: in
+    # bytes, or widened in int32 (two per word of four)
+    per = 2 if widened else 1
+
+    def w_at(w0: Expr, d: Expr, nk: int, k: int) -> Expr:
+        if not widened:
+            return add(add(w0, mul(d, Const(nk))), Const(n * k))
+        half = mul(d, Const(nk // 2)) if nk % 2 == 0 else Bin(">>", mul(d, Const(nk)), Const(1))
+        return add(add(w0, half), Const(2 * k))
+
+    def read_w(body: list, at: Expr):
+        """The operand of the weight word at `at` (w_at's units)."""
+        if not widened:
+            return words.read(ctx, body, "w", Load(wbuf, at, n))
+        halves = (ctx.fresh("w_even"), ctx.fresh("w_odd"))
+        body += [Decl(halves[0], Load(wbuf, at)), Decl(halves[1], Load(wbuf, add(at, Const(1))))]
+        return halves
 
     def block(r0: Expr, nr: int, c0: Expr, nk: int) -> Stmt:
         rs = [add(r0, Const(i)) for i in range(nr)]
@@ -173,7 +203,7 @@ def _matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray
         accs = [[ctx.fresh("acc") for _ in cs] for _ in rs]
         parts: list[Stmt] = [Decl(a, start(c)) for row in accs for a, c in zip(row, cs)]
         x_at = [mul(r, Const(depth)) for r in rs]
-        w0 = mul(c0, Const(depth))
+        w0 = mul(c0, Const(depth // per))
         if walk.offsets:
             xo, wo = ctx.fresh("x_row"), ctx.fresh("w_row")
             parts += [Decl(xo, x_at[0]), Decl(wo, w0)]
@@ -183,9 +213,7 @@ def _matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray
         def step(d: Expr) -> Stmt:
             body: list[Stmt] = []
             xs = [words.read(ctx, body, "x", Load(x, add(at, d), n)) for at in x_at]
-            ws = [words.read(ctx, body, "w", Load(wbuf, add(add(w0, mul(d, Const(nk))),
-                                                            Const(n * k)), n))
-                  for k in range(nk)]
+            ws = [read_w(body, w_at(w0, d, nk, k)) for k in range(nk)]
             words.dot(body, xs, ws, accs)
             return seq(*body)
         parts.append(_word_loop(ctx, depth // n, step, n, walk))
@@ -350,7 +378,7 @@ def mostly_inside(g) -> bool:
 
 def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
                 finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None,
-                tile: tuple[int, int] = CONV_TILE) -> Stmt:
+                tile: tuple[int, int] = CONV_TILE, walk: WordLoop = WORD_LOOP) -> Stmt:
     """A convolution (fits_rows) over few input channels (a network's first
     layer): each window row is kw * D contiguous bytes of input against as
     many of weights, a dot product in words. Pixels whose windows lie in
@@ -396,11 +424,14 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
                           for k in range(width)]
                     words.dot(body, xs, ws, accs)
                     return seq(*body)
-                return seq(loop(ctx, "d", whole // lanes, word, step=lanes),
+                words_ = (_word_loop(ctx, whole // lanes, word, lanes, walk) if walk.rows
+                          else loop(ctx, "d", whole // lanes, word, step=lanes))
+                return seq(words_,
                            *_tail(range(whole, span), accs,
                                   lambda i, d: Load(src, add(firsts[i], Const(d))),
                                   lambda k, d: Load(wbuf, w_at(ky, c0, width, k, d))))
-            parts.append(loop(ctx, "ky", gi.kh, row))
+            unroll = walk.rows and gi.kh * (whole // lanes) <= walk.whole
+            parts.append((unrolled_loop(ctx) if unroll else loop)(ctx, "ky", gi.kh, row))
             parts += [finish((n, oy, ox, c), acc) for ox, row_ in zip(oxs, accs)
                       for c, acc in zip(cs, row_)]
             return seq(*parts)
@@ -695,6 +726,16 @@ class Words:
 
 # SMLAD's: a word of 4 split into its even and odd int16 pairs
 PAIRS = Words(4, _halves, _dot_words, lanewise=_smla_lanes)
+
+
+def widened_pairs(words: np.ndarray) -> np.ndarray:
+    """int8 words (4 bytes each) as the int32 pairs SXTB16 makes of them:
+    bytes 0 and 2 as the int16 halves of the first, bytes 1 and 3 of the
+    second (low half first)."""
+    b = words.reshape(-1, 4).astype(np.int64)
+    even = (b[:, 0] & 0xFFFF) | ((b[:, 2] & 0xFFFF) << 16)
+    odd = (b[:, 1] & 0xFFFF) | ((b[:, 3] & 0xFFFF) << 16)
+    return np.stack([even, odd], axis=1).reshape(-1).astype(np.uint32).view(np.int32)
 
 
 def folded_bias(bias: np.ndarray, zp: int, w: np.ndarray) -> np.ndarray:

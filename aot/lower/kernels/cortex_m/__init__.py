@@ -19,7 +19,7 @@ CONV = {
     "mve_outer": mve.outer,
     "mve_depthwise": partial(dsp.depthwise, words=mve.VECTORS),
     "dsp_pointwise": partial(dsp.pointwise, walk=dsp.DSP_POINTWISE),
-    "dsp_depthwise": partial(dsp.depthwise, exact=True),
+    "dsp_depthwise": partial(dsp.depthwise, exact=True, widened=True),
     "dsp_dense": dsp.dense,
     "dsp_rows": partial(dsp.window_rows, walk=dsp.DSP_ROWS),
     "scalar_pointwise": partial(dsp.pointwise, words=scalar.BYTES),

@@ -536,7 +536,7 @@ def fits_depthwise(target: Target, g, weights: np.ndarray, on=dsp_target) -> boo
 
 def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
               finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None,
-              unroll_border: bool = False, exact: bool = False) -> Stmt:
+              unroll_border: bool = False, exact: bool = False, widened: bool = False) -> Stmt:
     """A depthwise convolution (fits_depthwise): per output pixel, 4
     channels at a time in registers over the taps (given wider `words`
     with a depthwise group, Helium's, first words.lanes at a time: its
@@ -545,16 +545,21 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
     cut into regions of constant tap bounds (windows.window_regions), so
     a border pixel visits only its taps inside the image, untested and
     unrolled like the interior's (the zero point is in the bias: a tap
-    outside adds nothing), instead of every tap tested."""
+    outside adds nothing), instead of every tap tested. `widened`: with
+    PAIRS and whole words of channels, the filter's words widened when
+    compiling (widened_pairs: no SXTB16 of a weight word, two int32 loads
+    the compiler pairs into one LDRD)."""
     channels = g.groups
-    wbuf = ctx.param("filter", np.transpose(weights[..., 0], (1, 2, 0)).astype(np.int8))
+    hwc = np.transpose(weights[..., 0], (1, 2, 0)).astype(np.int8)
     folded = folded_bias(bias, zp, weights.reshape(channels, -1))
     # made only if a remainder reads it
     start = lazy_table(ctx, "bias", folded)
     lanes = words.lanes if words is not None and words.depthwise is not None else 0
-    group = words.depthwise(ctx, x, wbuf, folded, zp, g.kw, finish) if lanes else None
     # 4 channels a word: SMLABB / SMLATT's, or the words' own lane by lane
     quads = words if words is not None and words.lanewise is not None else PAIRS
+    widened = widened and quads is PAIRS and not lanes and channels % 4 == 0
+    wbuf = ctx.param("filter", widened_pairs(hwc) if widened else hwc)
+    group = words.depthwise(ctx, x, wbuf, folded, zp, g.kw, finish) if lanes else None
 
     # In the interior a small window's taps are unrolled (immediate load
     # offsets, no loop counters: a kws 3x3 depthwise layer 511 k -> 484 k
@@ -587,12 +592,20 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
         accs = [ctx.fresh("acc") for _ in range(4)]
         parts: list[Stmt] = [Decl(a, start_of(region)(add(c, Const(k))))
                              for k, a in enumerate(accs)]
+        if widened:     # two int32 per word of four channels
+            half = ctx.fresh("c_half")
+            parts.append(Decl(half, Bin(">>", c, Const(1))))
 
         def tap(ky, kx, at, cond) -> Stmt:
             body: list[Stmt] = []
             xs = quads.read(ctx, body, "x", Load(x.buffer, add(at, c), 4), cond, zp)
-            ws = quads.read(ctx, body, "w", Load(wbuf, add(mul(add(mul(ky, Const(g.kw)), kx),
-                                                               Const(channels)), c), 4))
+            t = add(mul(ky, Const(g.kw)), kx)
+            if widened:
+                w_at = add(mul(t, Const(channels // 2)), half)
+                ws = (ctx.fresh("w_even"), ctx.fresh("w_odd"))
+                body += [Decl(ws[0], Load(wbuf, w_at)), Decl(ws[1], Load(wbuf, add(w_at, Const(1))))]
+            else:
+                ws = quads.read(ctx, body, "w", Load(wbuf, add(mul(t, Const(channels)), c), 4))
             quads.lanewise(body, xs, ws, accs)
             return seq(*body)
         parts.append(taps(n, oy, ox, region, tap))

@@ -595,10 +595,20 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
         if widened:     # two int32 per word of four channels
             half = ctx.fresh("c_half")
             parts.append(Decl(half, Bin(">>", c, Const(1))))
+        # the window's first input word, once: each tap a constant offset from
+        # it (GCC otherwise keeps a spilled index per tap)
+        first = ctx.fresh("x_at")
+        parts.append(Decl(first, add(flat_index((n, window_pos(oy, Const(0), g.strides[0],
+                                                               g.pad_top, 1),
+                                                 window_pos(ox, Const(0), g.strides[1],
+                                                            g.pad_left, 1), Const(0)), x.shape), c)))
+        row_step = g.dilations[0] * x.shape[2] * x.shape[3]
+        col_step = g.dilations[1] * x.shape[3]
 
         def tap(ky, kx, at, cond) -> Stmt:
             body: list[Stmt] = []
-            xs = quads.read(ctx, body, "x", Load(x.buffer, add(at, c), 4), cond, zp)
+            x_at = add(first, add(mul(ky, Const(row_step)), mul(kx, Const(col_step))))
+            xs = quads.read(ctx, body, "x", Load(x.buffer, x_at, 4), cond, zp)
             t = add(mul(ky, Const(g.kw)), kx)
             if widened:
                 w_at = add(mul(t, Const(channels // 2)), half)

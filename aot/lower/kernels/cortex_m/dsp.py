@@ -138,8 +138,9 @@ DSP_WORD_LOOP = WordLoop(16, 8, True)
 # their flash): 20 -> about 16 instructions per 16 MACs
 DSP_POINTWISE = WordLoop(16, 8, True, widened=True)
 # a first layer's window rows unrolled whole when all their words are at
-# most 16 (vww's 3x3x3 rows: 1,699 k -> ... instructions)
-DSP_ROWS = WordLoop(16, 8, rows=True)
+# most 16, their words widened (vww's 3x3x3 first conv: 1,699 k -> 1,347 k
+# instructions unrolled, 1,150 k widened in tiles of 1 pixel x 8 channels)
+DSP_ROWS = WordLoop(16, 8, rows=True, widened=True)
 
 
 def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
@@ -378,7 +379,8 @@ def mostly_inside(g) -> bool:
 
 def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
                 finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None,
-                tile: tuple[int, int] = CONV_TILE, walk: WordLoop = WORD_LOOP) -> Stmt:
+                tile: tuple[int, int] = CONV_TILE, walk: WordLoop = WORD_LOOP,
+                pairs: bool = True) -> Stmt:
     """A convolution (fits_rows) over few input channels (a network's first
     layer): each window row is kw * D contiguous bytes of input against as
     many of weights, a dot product in words. Pixels whose windows lie in
@@ -394,13 +396,44 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
     span = g.kw * g.depth                    # a window row's terms
     w = weights.reshape(g.cout, g.kh, span)
     nk = tile[1]
-    wbuf = ctx.param("weights", np.concatenate([interleave(w[:, ky], nk, lanes)
-                                                for ky in range(g.kh)]).astype(np.int8))
     start = table(ctx, "bias", folded_bias(bias, zp, weights.reshape(g.cout, -1)))
     whole = span - span % lanes
+    # widened (walk.widened, PAIRS' words): each row's words as widened_pairs'
+    # int32, its last span % 4 terms apart as int8 [KH, C_out, terms]
+    widened = walk.widened and words is PAIRS and whole > 0
+    if widened:
+        wbuf = ctx.param("weights", np.concatenate([
+            widened_pairs(interleave(w[:, ky, :whole], nk, lanes).astype(np.int8))
+            for ky in range(g.kh)]))
+        rest = span - whole
+        tails = ctx.param("weights_tail", w[:, :, whole:].transpose(1, 0, 2).astype(np.int8)
+                          .reshape(-1)) if rest else None
+    else:
+        wbuf = ctx.param("weights", np.concatenate([interleave(w[:, ky], nk, lanes)
+                                                    for ky in range(g.kh)]).astype(np.int8))
 
     def w_at(ky: Expr, c0: Expr, width: int, k: int, d) -> Expr:
-        return add(mul(ky, Const(g.cout * span)), _at(c0, width, k, d, span, lanes))
+        if not widened:
+            return add(mul(ky, Const(g.cout * span)), _at(c0, width, k, d, span, lanes))
+        at = mul(d, Const(width // 2)) if width % 2 == 0 else \
+            Bin(">>", mul(d, Const(width)), Const(1))
+        return add(add(add(mul(ky, Const(g.cout * whole // 2)), mul(c0, Const(whole // 2))), at),
+                   Const(2 * k))
+
+    def read_w(body: list, ky, c0, width: int, k: int, d):
+        if not widened:
+            return words.read(ctx, body, "w", Load(wbuf, w_at(ky, c0, width, k, d), lanes))
+        at = w_at(ky, c0, width, k, d)
+        halves = (ctx.fresh("w_even"), ctx.fresh("w_odd"))
+        body += [Decl(halves[0], Load(wbuf, at)), Decl(halves[1], Load(wbuf, add(at, Const(1))))]
+        return halves
+
+    def tail_w(ky, c0, width: int, k: int, d: int) -> Expr:
+        if not widened:
+            return Load(wbuf, w_at(ky, c0, width, k, d))
+        return Load(tails, add(add(mul(ky, Const(g.cout * rest)), mul(add(c0, Const(k)),
+                                                                      Const(rest))),
+                               Const(d - whole)))
 
     def image(src: Buffer, shape: tuple, padded: bool, gi, prologue=None) -> Stmt:
         """The output, each image n from src (shape): image n, or with
@@ -420,8 +453,7 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
                 def word(d) -> Stmt:
                     body: list[Stmt] = []
                     xs = [words.read(ctx, body, "x", Load(src, add(f, d), lanes)) for f in firsts]
-                    ws = [words.read(ctx, body, "w", Load(wbuf, w_at(ky, c0, width, k, d), lanes))
-                          for k in range(width)]
+                    ws = [read_w(body, ky, c0, width, k, d) for k in range(width)]
                     words.dot(body, xs, ws, accs)
                     return seq(*body)
                 words_ = (_word_loop(ctx, whole // lanes, word, lanes, walk) if walk.rows
@@ -429,7 +461,7 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
                 return seq(words_,
                            *_tail(range(whole, span), accs,
                                   lambda i, d: Load(src, add(firsts[i], Const(d))),
-                                  lambda k, d: Load(wbuf, w_at(ky, c0, width, k, d))))
+                                  lambda k, d: tail_w(ky, c0, width, k, d)))
             unroll = walk.rows and gi.kh * (whole // lanes) <= walk.whole
             parts.append((unrolled_loop(ctx) if unroll else loop)(ctx, "ky", gi.kh, row))
             parts += [finish((n, oy, ox, c), acc) for ox, row_ in zip(oxs, accs)
@@ -444,7 +476,7 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
         inner = [(Run(y0, y1 - y0, 0, gi.kh), Run(x0, x1 - x0, 0, gi.kw))] \
             if y1 > y0 and x1 > x0 else []
         if (y0, y1, x0, x1) == (0, gi.oh, 0, gi.ow):
-            return plane_walk(ctx, gi, pixels, pairs=True, prologue=prologue, only=inner)
+            return plane_walk(ctx, gi, pixels, pairs=pairs, prologue=prologue, only=inner)
 
         def border_pixel(n, oy, ox, plain: Buffer) -> Stmt:
             n_src = Const(0) if padded else n
@@ -474,7 +506,7 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
                      Run(0, gi.ow, 0, gi.kw, tests=(True, True)))
             return region_loops(ctx, PLANE, plane, Tile(1, 1), lambda pixels: If(
                 _outside(*pixels[0], (y0, y1), (x0, x1)), border_pixel(n, *pixels[0], plain)))
-        return plane_walk(ctx, gi, pixels, pairs=True, prologue=prologue, only=inner,
+        return plane_walk(ctx, gi, pixels, pairs=pairs, prologue=prologue, only=inner,
                           epilogue=border)
 
     if mostly_inside(g):

@@ -20,7 +20,7 @@ CONV = {
     "mve_depthwise": partial(dsp.depthwise, words=mve.VECTORS),
     "dsp_pointwise": partial(dsp.pointwise, walk=dsp.DSP_POINTWISE),
     "dsp_depthwise": partial(dsp.depthwise, exact=True, widened=True),
-    "dsp_dense": dsp.dense,
+    "dsp_dense": partial(dsp.dense, walk=dsp.DSP_DENSE),
     "dsp_rows": partial(dsp.window_rows, walk=dsp.DSP_ROWS, tile=(1, 8), pairs=False),
     "scalar_pointwise": partial(dsp.pointwise, words=scalar.BYTES),
     "scalar_depthwise": partial(dsp.depthwise, words=scalar.BYTES),

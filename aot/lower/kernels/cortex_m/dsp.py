@@ -137,6 +137,8 @@ DSP_WORD_LOOP = WordLoop(16, 8, True)
 # the 1x1 convolutions' weights widened where the depth is whole words (twice
 # their flash): 20 -> about 16 instructions per 16 MACs
 DSP_POINTWISE = WordLoop(16, 8, True, widened=True)
+# other convolutions: each tap's words the same way (the offsets are the taps')
+DSP_DENSE = WordLoop(16, 8, widened=True)
 # a first layer's window rows unrolled whole when all their words are at
 # most 16, their words widened (vww's 3x3x3 first conv: 1,699 k -> 1,347 k
 # instructions unrolled, 1,150 k widened in tiles of 1 pixel x 8 channels)
@@ -311,19 +313,35 @@ def fits_dense(target: Target, g, weights: np.ndarray, on=dsp_target) -> bool:
 
 def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
           finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None,
-          tile: tuple[int, int] = CONV_TILE, gather: bool = False) -> Stmt:
+          tile: tuple[int, int] = CONV_TILE, gather: bool = False,
+          walk: WordLoop = WORD_LOOP) -> Stmt:
     """A convolution (fits_dense; the depth a multiple of the words' lanes)
     without an im2col buffer: 2 neighbouring output pixels of a row x
     tile[1] output channels per tile, over the taps and each tap's words of
-    input channels, read where they lie. weights [C_out, KH, KW, D]; finish
-    as conv_nest's (gather: a tile's 4 channels as one int32 x 4, as matmul's)."""
+    input channels, read where they lie, as `walk` says (matmul's: each
+    tap's words unrolled or in chunks, PAIRS' weights widened). weights
+    [C_out, KH, KW, D]; finish as conv_nest's (gather: a tile's 4 channels
+    as one int32 x 4, as matmul's)."""
     words = words or PAIRS
     lanes = words.lanes
     w = weights.reshape(g.cout, -1)         # (ky, kx, c) per channel
     terms = w.shape[1]
     nk = tile[1]
-    wbuf = ctx.param("weights", interleave(w, nk, lanes).astype(np.int8))
+    widened = walk.widened and words is PAIRS
+    packed = interleave(w, nk, lanes).astype(np.int8)
+    wbuf = ctx.param("weights", widened_pairs(packed) if widened else packed)
     start = table(ctx, "bias", folded_bias(bias, zp, w))
+
+    def read_w(body: list, c0: Expr, width: int, k: int, d: Expr):
+        if not widened:
+            return words.read(ctx, body, "w", Load(wbuf, _at(c0, width, k, d, terms, lanes),
+                                                   lanes))
+        half = mul(d, Const(width // 2)) if width % 2 == 0 else \
+            Bin(">>", mul(d, Const(width)), Const(1))
+        at = add(add(mul(c0, Const(terms // 2)), half), Const(2 * k))
+        halves = (ctx.fresh("w_even"), ctx.fresh("w_odd"))
+        body += [Decl(halves[0], Load(wbuf, at)), Decl(halves[1], Load(wbuf, add(at, Const(1))))]
+        return halves
 
     def tile(n, oy, oxs: list, tests, c0: Expr, width: int) -> Stmt:
         cs = [add(c0, Const(k)) for k in range(width)]
@@ -342,11 +360,12 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
                                                                           x.shape), lanes),
                                  cond, zp) for ix, cond in zip(ixs, conds)]
                 d = add(mul(add(mul(ky, Const(g.kw)), kx), Const(g.depth)), c)
-                ws = [words.read(ctx, body, "w", Load(wbuf, _at(c0, width, k, d, terms, lanes),
-                                                      lanes)) for k in range(width)]
+                ws = [read_w(body, c0, width, k, d) for k in range(width)]
                 words.dot(body, xs, ws, accs)
                 return seq(*body)
-            return loop(ctx, "c", g.depth // lanes, word, step=lanes)
+            if walk is WORD_LOOP:
+                return loop(ctx, "c", g.depth // lanes, word, step=lanes)
+            return _word_loop(ctx, g.depth // lanes, word, lanes, walk)
         parts.append(loop(ctx, "ky", g.kh, lambda ky: loop(ctx, "kx", g.kw,
                                                             lambda kx: tap(ky, kx))))
         if gather:

@@ -32,6 +32,6 @@ CONV = {
 # The fully connected kernels, called as dsp.fully_connected is.
 FC = {
     "mve_fc": partial(dsp.fully_connected, words=mve.VECTORS, tile=mve.TILE),
-    "dsp_fc": partial(dsp.fully_connected, walk=dsp.DSP_WORD_LOOP),
+    "dsp_fc": partial(dsp.fully_connected, walk=dsp.DSP_FC),
     "scalar_fc": partial(dsp.fully_connected, words=scalar.BYTES),
 }

@@ -139,6 +139,9 @@ DSP_WORD_LOOP = WordLoop(16, 8, True)
 DSP_POINTWISE = WordLoop(16, 8, True, widened=True)
 # other convolutions: each tap's words the same way (the offsets are the taps')
 DSP_DENSE = WordLoop(16, 8, widened=True)
+# fully connected layers (1 row x 4 units, long rows): 16 words a trip, the
+# weights as they are (ad's 270 KB would double): ad 459 k -> 435 k instructions
+DSP_FC = WordLoop(32, 16, True)
 # a first layer's window rows unrolled whole when all their words are at
 # most 16, their words widened (vww's 3x3x3 first conv: 1,699 k -> 1,347 k
 # instructions unrolled, 1,150 k widened in tiles of 1 pixel x 8 channels)

@@ -418,7 +418,6 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
     span = g.kw * g.depth                    # a window row's terms
     w = weights.reshape(g.cout, g.kh, span)
     nk = tile[1]
-    start = table(ctx, "bias", folded_bias(bias, zp, weights.reshape(g.cout, -1)))
     whole = span - span % lanes
     # widened (walk.widened, PAIRS' words): each row's words as widened_pairs'
     # int32, its last span % 4 terms apart as int8 [KH, C_out, terms]
@@ -433,6 +432,7 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
     else:
         wbuf = ctx.param("weights", np.concatenate([interleave(w[:, ky], nk, lanes)
                                                     for ky in range(g.kh)]).astype(np.int8))
+    start = table(ctx, "bias", folded_bias(bias, zp, weights.reshape(g.cout, -1)))
 
     def w_at(ky: Expr, c0: Expr, width: int, k: int, d) -> Expr:
         if not widened:

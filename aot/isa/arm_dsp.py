@@ -26,7 +26,8 @@ tests use). On Arm targets with the "dsp" ISA feature the legalization pass
 `arm_smlad`, `arm_smlabb`, `arm_smlatt`, `arm_smmulr`, `arm_ssat8`: in C the ACLE
 intrinsics `__sxtb16`, `__smlad`, `__smlabb`, `__smlatt`, `__ssat` under
 `__ARM_FEATURE_DSP` (the formula otherwise: the user's compiler may not be
-told the core), in LLVM `llvm.arm.<instruction>` (`llvm.arm.ssat` with 8 bits). ACLE has no SMMULR: C writes it as one
+told the core), in LLVM `llvm.arm.<instruction>` (`llvm.arm.ssat` with 8
+bits). ACLE has no SMMULR: C writes it as one
 instruction of inline assembly, LLVM as the formula, which its Arm
 instruction selection makes SMMULR. The ROR #8
 is SXTB16's rotated operand: in C one instruction of inline assembly (GCC
@@ -65,7 +66,8 @@ class DspOp:
     """One of the operations above. `odd`: the SXTB16 of bytes 1 and 3;
     `instruction`: the Arm instruction (legalized), else the formula."""
     name: str
-    kind: str     # "sxtb16", "smmulr", "ssat8" or a multiply-accumulate: "smlad", "smlabb", "smlatt"
+    # "sxtb16", "smmulr", "ssat8" or a multiply-accumulate: "smlad", "smlabb", "smlatt"
+    kind: str
     odd: bool = False
     instruction: bool = False
     halves: bool = False    # smmulr from 32-bit multiplies of 16-bit halves (v6m_smmulr)
@@ -315,5 +317,6 @@ def _declare(module: ir.Module, name: str, arity: int) -> ir.Function:
 __all__ = ["ARCHS", "ARM_SMLABB", "ARM_SMLAD", "ARM_SMLATT", "ARM_SMMULR", "ARM_SXTB16",
            "ARM_SXTB16_ROR8", "DSP_OPS", "DspOp", "ROWS", "SMLABB", "SMLAD", "SMLATT", "SMMULR",
            "V6M_SMMULR",
-           "SSAT8", "ARM_SSAT8", "SXTB16", "SXTB16_ROR8", "c_helper", "check_dsp", "check_operands", "generic_of",
+           "SSAT8", "ARM_SSAT8", "SXTB16", "SXTB16_ROR8", "c_helper", "check_dsp", "check_operands",
+           "generic_of",
            "llvm_emit", "smla_half", "smlad", "smmulr", "ssat8", "sxtb16"]

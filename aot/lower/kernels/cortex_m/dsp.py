@@ -13,14 +13,20 @@ two pairs and adds both products to an int32 accumulator
 
 - 1x1 convolutions (stride 1, no padding, one group): a product of pixel
   rows (a pixel's channels are contiguous in NHWC), 2 pixels x 2 output
-  channels: four loads, eight SXTB16 and eight SMLAD per 16 MACs.
+  channels: four loads, eight SXTB16 and eight SMLAD per 16 MACs, or with
+  the weights widened when compiling (widened_pairs: SXTB16's int16 pairs
+  stored, twice the flash) two loads, four SXTB16, two LDRD and eight
+  SMLAD. The depthwise, first-layer and other convolutions' kernels widen
+  theirs too where their words are whole (WordLoop says which, and how a
+  tile's word loop is unrolled).
 - other convolutions of one group over a multiple of 4 input channels:
   2 neighbouring pixels x 2 output channels over each tap's words, read
   where they lie.
 - first layers (few input channels, mostly inside the image): each window
   row (kernel width x channels, contiguous) a dot product in words.
 - depthwise (multiplier 1): 4 channels per word, kept apart by the
-  single-product SMLABB / SMLATT, into 4 accumulators over the taps.
+  single-product SMLABB / SMLATT, into 4 accumulators over the taps; with
+  `exact`, a border pixel visits only its taps inside the image.
 - fully connected: 1 row x 4 output channels.
 
 All fold the input zero point into the bias (bias - zp * sum(w), exact),
@@ -192,16 +198,13 @@ def _matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray
     def w_at(w0: Expr, d: Expr, nk: int, k: int) -> Expr:
         if not widened:
             return add(add(w0, mul(d, Const(nk))), Const(n * k))
-        half = mul(d, Const(nk // 2)) if nk % 2 == 0 else Bin(">>", mul(d, Const(nk)), Const(1))
-        return add(add(w0, half), Const(2 * k))
+        return add(add(w0, _halved(d, nk)), Const(2 * k))
 
     def read_w(body: list, at: Expr):
         """The operand of the weight word at `at` (w_at's units)."""
         if not widened:
             return words.read(ctx, body, "w", Load(wbuf, at, n))
-        halves = (ctx.fresh("w_even"), ctx.fresh("w_odd"))
-        body += [Decl(halves[0], Load(wbuf, at)), Decl(halves[1], Load(wbuf, add(at, Const(1))))]
-        return halves
+        return _widened_word(ctx, body, wbuf, at)
 
     def block(r0: Expr, nr: int, c0: Expr, nk: int) -> Stmt:
         rs = [add(r0, Const(i)) for i in range(nr)]
@@ -339,12 +342,8 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
         if not widened:
             return words.read(ctx, body, "w", Load(wbuf, _at(c0, width, k, d, terms, lanes),
                                                    lanes))
-        half = mul(d, Const(width // 2)) if width % 2 == 0 else \
-            Bin(">>", mul(d, Const(width)), Const(1))
-        at = add(add(mul(c0, Const(terms // 2)), half), Const(2 * k))
-        halves = (ctx.fresh("w_even"), ctx.fresh("w_odd"))
-        body += [Decl(halves[0], Load(wbuf, at)), Decl(halves[1], Load(wbuf, add(at, Const(1))))]
-        return halves
+        at = add(add(mul(c0, Const(terms // 2)), _halved(d, width)), Const(2 * k))
+        return _widened_word(ctx, body, wbuf, at)
 
     def tile(n, oy, oxs: list, tests, c0: Expr, width: int) -> Stmt:
         cs = [add(c0, Const(k)) for k in range(width)]
@@ -437,18 +436,13 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
     def w_at(ky: Expr, c0: Expr, width: int, k: int, d) -> Expr:
         if not widened:
             return add(mul(ky, Const(g.cout * span)), _at(c0, width, k, d, span, lanes))
-        at = mul(d, Const(width // 2)) if width % 2 == 0 else \
-            Bin(">>", mul(d, Const(width)), Const(1))
-        return add(add(add(mul(ky, Const(g.cout * whole // 2)), mul(c0, Const(whole // 2))), at),
-                   Const(2 * k))
+        return add(add(add(mul(ky, Const(g.cout * whole // 2)), mul(c0, Const(whole // 2))),
+                       _halved(d, width)), Const(2 * k))
 
     def read_w(body: list, ky, c0, width: int, k: int, d):
         if not widened:
             return words.read(ctx, body, "w", Load(wbuf, w_at(ky, c0, width, k, d), lanes))
-        at = w_at(ky, c0, width, k, d)
-        halves = (ctx.fresh("w_even"), ctx.fresh("w_odd"))
-        body += [Decl(halves[0], Load(wbuf, at)), Decl(halves[1], Load(wbuf, add(at, Const(1))))]
-        return halves
+        return _widened_word(ctx, body, wbuf, w_at(ky, c0, width, k, d))
 
     def tail_w(ky, c0, width: int, k: int, d: int) -> Expr:
         if not widened:
@@ -652,10 +646,9 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
         # the window's first input word, once: each tap a constant offset from
         # it (GCC otherwise keeps a spilled index per tap)
         first = ctx.fresh("x_at")
-        parts.append(Decl(first, add(flat_index((n, window_pos(oy, Const(0), g.strides[0],
-                                                               g.pad_top, 1),
-                                                 window_pos(ox, Const(0), g.strides[1],
-                                                            g.pad_left, 1), Const(0)), x.shape), c)))
+        iy0 = window_pos(oy, Const(0), g.strides[0], g.pad_top, 1)
+        ix0 = window_pos(ox, Const(0), g.strides[1], g.pad_left, 1)
+        parts.append(Decl(first, add(flat_index((n, iy0, ix0, Const(0)), x.shape), c)))
         row_step = g.dilations[0] * x.shape[2] * x.shape[3]
         col_step = g.dilations[1] * x.shape[3]
 
@@ -665,9 +658,7 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
             xs = quads.read(ctx, body, "x", Load(x.buffer, x_at, 4), cond, zp)
             t = add(mul(ky, Const(g.kw)), kx)
             if widened:
-                w_at = add(mul(t, Const(channels // 2)), half)
-                ws = (ctx.fresh("w_even"), ctx.fresh("w_odd"))
-                body += [Decl(ws[0], Load(wbuf, w_at)), Decl(ws[1], Load(wbuf, add(w_at, Const(1))))]
+                ws = _widened_word(ctx, body, wbuf, add(mul(t, Const(channels // 2)), half))
             else:
                 ws = quads.read(ctx, body, "w", Load(wbuf, add(mul(t, Const(channels)), c), 4))
             quads.lanewise(body, xs, ws, accs)
@@ -803,6 +794,22 @@ class Words:
 
 # SMLAD's: a word of 4 split into its even and odd int16 pairs
 PAIRS = Words(4, _halves, _dot_words, lanewise=_smla_lanes)
+
+
+def _widened_word(ctx: LowerCtx, body: list, wbuf: Buffer, at: Expr) -> tuple[Var, Var]:
+    """Append to body the loads of a widened word (widened_pairs: its even
+    and odd halves, int32 at `at` and at + 1) and give them."""
+    halves = (ctx.fresh("w_even"), ctx.fresh("w_odd"))
+    body += [Decl(halves[0], Load(wbuf, at)), Decl(halves[1], Load(wbuf, add(at, Const(1))))]
+    return halves
+
+
+def _halved(d: Expr, width: int) -> Expr:
+    """d * width / 2 for a byte offset d of whole words (a multiple of 4):
+    where word d of a tile `width` channels wide lies among widened int32."""
+    if width % 2 == 0:
+        return mul(d, Const(width // 2))
+    return Bin(">>", mul(d, Const(width)), Const(1))
 
 
 def widened_pairs(words: np.ndarray) -> np.ndarray:

@@ -12,6 +12,9 @@ first):
     aot_smlatt(a, b, c) c + hi(a) hi(b)   channels of a word apart)
     aot_smmulr(a, b)    int32 x 2 -> int32: (a b + 2^31) >> 32, the rounded
                         high word of the product (SMMULR: requantization)
+    aot_ssat8(x)        int32 -> int32: x clamped to [-128, 127] (SSAT #8:
+                        one instruction where GCC writes the two clamps as
+                        compares and conditional moves)
 
 So two SMLADs of the SXTB16 and SXTB16-ROR8 halves of an input word and a
 weight word add the word's four products: an int8 dot product of four
@@ -20,10 +23,11 @@ terms in six instructions (four with a word already split).
 Generic, each is its lane formula (any target computes it, which the host
 tests use). On Arm targets with the "dsp" ISA feature the legalization pass
 (aot/lower/tir_passes/legalize.py) makes them `arm_sxtb16`, `arm_sxtb16_ror8` and
-`arm_smlad`, `arm_smlabb`, `arm_smlatt`, `arm_smmulr`: in C the ACLE
-intrinsics `__sxtb16`, `__smlad`, `__smlabb`, `__smlatt` under
+`arm_smlad`, `arm_smlabb`, `arm_smlatt`, `arm_smmulr`, `arm_ssat8`: in C the ACLE
+intrinsics `__sxtb16`, `__smlad`, `__smlabb`, `__smlatt`, `__ssat` under
 `__ARM_FEATURE_DSP` (the formula otherwise: the user's compiler may not be
-told the core), in LLVM `llvm.arm.<instruction>`. ACLE has no SMMULR: C writes it as one
+told the core), in LLVM `llvm.arm.<instruction>` (`llvm.arm.ssat` with 8
+bits). ACLE has no SMMULR: C writes it as one
 instruction of inline assembly, LLVM as the formula, which its Arm
 instruction selection makes SMMULR. The ROR #8
 is SXTB16's rotated operand: in C one instruction of inline assembly (GCC
@@ -62,19 +66,22 @@ class DspOp:
     """One of the operations above. `odd`: the SXTB16 of bytes 1 and 3;
     `instruction`: the Arm instruction (legalized), else the formula."""
     name: str
-    kind: str     # "sxtb16", "smmulr" or a multiply-accumulate: "smlad", "smlabb", "smlatt"
+    # "sxtb16", "smmulr", "ssat8" or a multiply-accumulate: "smlad", "smlabb", "smlatt"
+    kind: str
     odd: bool = False
     instruction: bool = False
     halves: bool = False    # smmulr from 32-bit multiplies of 16-bit halves (v6m_smmulr)
 
     @property
     def arity(self) -> int:
-        return 1 if self.kind == "sxtb16" else 3
+        return 1 if self.kind in ("sxtb16", "ssat8") else 3
 
     @property
     def operands(self) -> tuple[DType, ...]:
         if self.kind == "sxtb16":
             return (INT8X4,)
+        if self.kind == "ssat8":
+            return (INT32,)
         return (INT32,) * (2 if self.kind == "smmulr" else 3)
 
 
@@ -91,9 +98,12 @@ ARM_SMLATT = DspOp("arm_smlatt", "smlatt", instruction=True)
 SMMULR = DspOp("aot_smmulr", "smmulr")
 ARM_SMMULR = DspOp("arm_smmulr", "smmulr", instruction=True)
 V6M_SMMULR = DspOp("v6m_smmulr", "smmulr", halves=True)
+SSAT8 = DspOp("aot_ssat8", "ssat8")
+ARM_SSAT8 = DspOp("arm_ssat8", "ssat8", instruction=True)
 DSP_OPS: dict[str, DspOp] = {d.name: d for d in (SXTB16, SXTB16_ROR8, SMLAD, SMLABB, SMLATT,
                                                   SMMULR, ARM_SXTB16, ARM_SXTB16_ROR8, ARM_SMLAD,
-                                                  ARM_SMLABB, ARM_SMLATT, ARM_SMMULR, V6M_SMMULR)}
+                                                  ARM_SMLABB, ARM_SMLATT, ARM_SMMULR, V6M_SMMULR,
+                                                  SSAT8, ARM_SSAT8)}
 # the halves each multiply-accumulate multiplies: (low, high)
 _TERMS = {"smlad": (True, True), "smlabb": (True, False), "smlatt": (False, True)}
 
@@ -117,6 +127,11 @@ def smlad(a: Expr, b: Expr, acc: Expr) -> Call:
 def smmulr(a: Expr, b: Expr) -> Call:
     """aot_smmulr: (a * b + 2^31) >> 32."""
     return Call(SMMULR.name, (a, b), INT32)
+
+
+def ssat8(x: Expr) -> Call:
+    """aot_ssat8: x clamped to [-128, 127]."""
+    return Call(SSAT8.name, (x,), INT32)
 
 
 def smla_half(a: Expr, b: Expr, acc: Expr, high: bool) -> Call:
@@ -151,6 +166,7 @@ ROWS: tuple[Instruction, ...] = (
     Instruction(SMLABB.name, ARM_SMLABB.name, ARCHS, _DSP),
     Instruction(SMLATT.name, ARM_SMLATT.name, ARCHS, _DSP),
     Instruction(SMMULR.name, ARM_SMMULR.name, ARCHS, _DSP),
+    Instruction(SSAT8.name, ARM_SSAT8.name, ARCHS, _DSP),
     Instruction(SXTB16.name, ARM_SXTB16.name, ARCHS, _DSP, little_endian=True),
     Instruction(SXTB16_ROR8.name, ARM_SXTB16_ROR8.name, ARCHS, _DSP, little_endian=True),
     # no long multiply: SMMULR's value from MULS of halves (the module docstring)
@@ -180,6 +196,12 @@ def c_helper(mod, op: DspOp) -> str:
             "    const int32_t u = al * bh + (int32_t)(((uint32_t)al * (uint32_t)bl) >> 16) + 32768;\n"
             "    const int32_t t = ah * bl + (u & 65535);\n"
             "    return ah * bh + (u >> 16) + (t >> 16);\n}"))
+    if op.kind == "ssat8":
+        body = (_guarded("return __ssat(x, 8);", f"return {generic}(x);") if op.instruction else
+                "    return x < -128 ? -128 : x > 127 ? 127 : x;\n")
+        return mod.helper(op.name, lambda: (
+            "/* SSAT #8: x clamped to [-128, 127] */\n"
+            f"static inline int32_t {op.name}(int32_t x)\n{{\n{body}}}"))
     if op.kind == "smmulr":
         body = (_guarded('int32_t r;\n    __asm__("smmulr %0, %1, %2" : "=r"(r) : "r"(a), "r"(b));'
                          "\n    return r;", f"return {generic}(a, b);") if op.instruction else
@@ -236,6 +258,14 @@ def llvm_emit(b: ir.IRBuilder, module: ir.Module, op: DspOp, args: list) -> ir.V
     i32 = ir.IntType(32)
     if op.halves:
         return _llvm_halves_smmulr(b, *args)
+    if op.kind == "ssat8":
+        x, = args
+        if op.instruction:
+            ssat = module.globals.get("llvm.arm.ssat") or ir.Function(
+                module, ir.FunctionType(i32, [i32, i32]), "llvm.arm.ssat")
+            return b.call(ssat, [x, ir.Constant(i32, 8)])
+        lo = b.select(b.icmp_signed("<", x, ir.Constant(i32, -128)), ir.Constant(i32, -128), x)
+        return b.select(b.icmp_signed(">", lo, ir.Constant(i32, 127)), ir.Constant(i32, 127), lo)
     if op.kind == "smmulr":
         i64 = ir.IntType(64)
         a, w = (b.sext(v, i64) for v in args)
@@ -287,5 +317,6 @@ def _declare(module: ir.Module, name: str, arity: int) -> ir.Function:
 __all__ = ["ARCHS", "ARM_SMLABB", "ARM_SMLAD", "ARM_SMLATT", "ARM_SMMULR", "ARM_SXTB16",
            "ARM_SXTB16_ROR8", "DSP_OPS", "DspOp", "ROWS", "SMLABB", "SMLAD", "SMLATT", "SMMULR",
            "V6M_SMMULR",
-           "SXTB16", "SXTB16_ROR8", "c_helper", "check_dsp", "check_operands", "generic_of",
-           "llvm_emit", "smla_half", "smlad", "smmulr", "sxtb16"]
+           "SSAT8", "ARM_SSAT8", "SXTB16", "SXTB16_ROR8", "c_helper", "check_dsp", "check_operands",
+           "generic_of",
+           "llvm_emit", "smla_half", "smlad", "smmulr", "ssat8", "sxtb16"]

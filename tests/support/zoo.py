@@ -238,5 +238,15 @@ def cortex_m_graphs():
         conv_model("DEPTHWISE_CONV_2D", [1, 10, 7, 4], [1, 3, 2, 4], [1, 6, 6, 4],
                    dict(Padding=1, StrideH=1, StrideW=1, DepthMultiplier=1, DilationHFactor=2),
                    bias=False, zp_in=127, seed=6),
+        # depthwise, a 5x5 window over a 4x6 image: every pixel a border one, each
+        # border window's taps looped from its first inside the image
+        conv_model("DEPTHWISE_CONV_2D", [1, 4, 6, 8], [1, 5, 5, 8], [1, 4, 6, 8],
+                   dict(Padding=0, StrideH=1, StrideW=1, DepthMultiplier=1), zp_in=-60, seed=14),
         fc_model(True, False, x_shape=(1, 8), units=2),             # fewer units than a tile
+        # word loops in chunks with words left over: a 1x1 convolution 19 words
+        # deep (two chunks of 8, then 3), a fully connected row of 37 words and
+        # 2 terms (two chunks of 16, then 5 words and the tail)
+        conv_model("CONV_2D", [1, 2, 3, 76], [3, 1, 1, 76], [1, 2, 3, 3],
+                   dict(pointwise, FusedActivationFunction=1), zp_in=11, seed=15),
+        fc_model(True, False, x_shape=(1, 150), units=5),
     ]

@@ -18,7 +18,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from aot.isa.arm_dsp import smla_half, smlad, smmulr, sxtb16
+from aot.isa.arm_dsp import smla_half, smlad, smmulr, ssat8, sxtb16
 from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Const, DType, For, Load, PrimFunc, Store,
                         Var, seq)
 from aot.lower import Kernel
@@ -55,11 +55,14 @@ def test_dsp_kernels_bit_exact_on_a_dsp_host(codegen, requant32, tmp_path, monke
     check_graphs(graphs, codegen=codegen, tmp_path=tmp_path)
 
 
-def _requant32(acc, mult, shift):
-    """TfliteRequant32's arithmetic on int64 numpy values (every step proven to fit int32)."""
+def _requant32(acc, mult, shift, zp=0):
+    """TfliteRequant32's arithmetic on int64 numpy values (every step proven
+    to fit int32), the zero point zp folded into its rounding term."""
     left, right = max(shift, 0), max(-shift, 0)
     h = (acc * (1 << (left + 1)) * mult + (1 << 31)) >> 32
-    return (h + (1 << (right - 1)) + (h >> 31)) >> right
+    total = h + ((1 << (right - 1)) + zp * (1 << right)) + (h >> 31)
+    assert np.all(np.abs(total) < 2**31)
+    return total >> right
 
 
 def test_requant32_equals_tflite_on_edge_cases():
@@ -68,7 +71,7 @@ def test_requant32_equals_tflite_on_edge_cases():
     and at random; where it does not (a shift the bound overflows, no right
     shift), it is refused."""
     rng = np.random.default_rng(0)
-    cases = 0
+    cases = folded = 0
     for mult in (1 << 30, (1 << 30) + 1, 2**31 - 1, 1518500250, 1073741825 + 12345):
         for shift in (-1, -2, -7, -13, -20, -31, 0, 1, 3):
             for bound in (1, 127, 4095, 65535, 1 << 20, (1 << 28) - 1, 2**30 - 1):
@@ -84,7 +87,16 @@ def test_requant32_equals_tflite_on_edge_cases():
                 want = ref_q.mbqm(accs, mult, shift).astype(np.int64)
                 np.testing.assert_array_equal(_requant32(accs, mult, shift), want,
                                               err_msg=f"M {mult} shift {shift} bound {bound}")
-    assert cases > 100
+                for zp in (-128, -1, 5, 127):
+                    if requant.proven([mult], [shift], np.array([bound]), zp):
+                        folded += 1
+                        np.testing.assert_array_equal(
+                            _requant32(accs, mult, shift, zp), want + zp,
+                            err_msg=f"M {mult} shift {shift} bound {bound} zp {zp}")
+    assert cases > 100 and folded > 300
+    # the zero point's multiple of 2^e is what the bound leaves no room for
+    assert requant.proven([1 << 30], [-24], np.array([1]))
+    assert not requant.proven([1 << 30], [-24], np.array([1]), -128)
     assert not requant.proven([1 << 30], [0], np.array([100]))          # no right shift
     assert not requant.proven([1 << 30], [-1], np.array([1 << 30]))     # x 2 overflows
     assert not requant.proven([1 << 30], [2], np.array([1 << 28]))      # x 2^3 overflows
@@ -115,23 +127,25 @@ def test_generic_formulas_are_the_instructions(codegen):
     i32, i8 = INT32, DType("int8")
     a, b, c = (Buffer(k, i32, (n,)) for k in "abc")
     x = Buffer("x", i8, (4 * n,))
-    even, odd, mac, bb, tt, mulr = (Buffer(k, i32, (n,), BufferKind.OUTPUT)
-                                    for k in ("even", "odd", "mac", "bb", "tt", "mulr"))
+    even, odd, mac, bb, tt, mulr, sat = (Buffer(k, i32, (n,), BufferKind.OUTPUT)
+                                         for k in ("even", "odd", "mac", "bb", "tt", "mulr",
+                                                   "sat"))
     i = Var("i")
     word = Load(x, Bin("*", i, Const(4)), 4)
     body = seq(Store(even, i, sxtb16(word)), Store(odd, i, sxtb16(word, odd=True)),
                Store(mac, i, smlad(Load(a, i), Load(b, i), Load(c, i))),
                Store(bb, i, smla_half(Load(a, i), Load(b, i), Load(c, i), high=False)),
                Store(tt, i, smla_half(Load(a, i), Load(b, i), Load(c, i), high=True)),
-               Store(mulr, i, smmulr(Load(a, i), Load(b, i))))
-    func = legalize(PrimFunc("dsp_ops", (a, b, c, x, even, odd, mac, bb, tt, mulr),
+               Store(mulr, i, smmulr(Load(a, i), Load(b, i))),
+               Store(sat, i, ssat8(Bin(">>", Load(c, i), Bin("&", Load(a, i), Const(31))))))
+    func = legalize(PrimFunc("dsp_ops", (a, b, c, x, even, odd, mac, bb, tt, mulr, sat),
                              For(i, n, body)),
                     dsp_host())
     lib, symbols = compile_kernels([Kernel(func, (), None)], codegen, target=dsp_host())
     rng = np.random.default_rng(1)
     av, bv = rng.permutation(words), words[::-1].copy()
     cv = np.concatenate([[2**31 - 1, -2**31], rng.integers(-2**31, 2**31, n - 2)]).astype(np.int32)
-    outs = [np.zeros(n, np.int32) for _ in range(6)]
+    outs = [np.zeros(n, np.int32) for _ in range(7)]
     args = [v.ctypes.data_as(ctypes.c_void_p) for v in (av, bv, cv, words.view(np.int8), *outs)]
     getattr(lib, symbols["dsp_ops"])(*args)
     assert outs[0].tolist() == [_sxtb16_ref(int(w) & 0xFFFFFFFF, False) for w in words]
@@ -141,6 +155,8 @@ def test_generic_formulas_are_the_instructions(codegen):
     assert outs[3].tolist() == [_smlad_ref(*t, terms=(True, False)) for t in triples]
     assert outs[4].tolist() == [_smlad_ref(*t, terms=(False, True)) for t in triples]
     assert outs[5].tolist() == [(p * q + (1 << 31)) >> 32 for p, q, _ in triples]
+    # SSAT #8 on values around and far beyond [-128, 127]
+    assert outs[6].tolist() == [min(max(r >> (p & 31), -128), 127) for p, _, r in triples]
 
 
 def test_the_m4_gets_the_instructions_and_stays_bit_exact(tmp_path):
@@ -155,5 +171,5 @@ def test_the_m4_gets_the_instructions_and_stays_bit_exact(tmp_path):
         assert all(r["max_abs_err"] == 0 for r in out["outputs"]), out
     package(kws, board="mps2-an386", out_dir=tmp_path / "kws")
     source = "".join(p.read_text() for p in (tmp_path / "kws" / "src").glob("*_kernels.c"))
-    for name in ("__smlad(", "__sxtb16(", "__smlabb(", "__smlatt(", "smmulr %0"):
+    for name in ("__smlad(", "__sxtb16(", "__smlabb(", "__smlatt(", "smmulr %0", "__ssat("):
         assert name in source, name

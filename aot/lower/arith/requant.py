@@ -165,26 +165,38 @@ class TfliteRequant32:
     SRDHM never saturates). RDBPOT rounds half away from zero; adding 2^(e-1)
     and, for negative h, 2^(e-1) - 1 before the arithmetic shift does the
     same. |h| <= B 2^l (M < 2^31), so neither sum overflows. Tables per
-    channel: 2^(l+1), M, 2^(e-1), e."""
+    channel: 2^(l+1), M, 2^(e-1), e.
+
+    With `zp` (the output zero point) folded in, apply gives RDBPOT + zp:
+    (h + 2^(e-1) + zp 2^e - [h < 0]) >> e, since an arithmetic shift of
+    v + zp 2^e is (v >> e) + zp; exact when also
+    B 2^l + 2^(e-1) + |zp| 2^e < 2^31 (`zp` the value folded, else 0)."""
     scale: Callable[[Expr], Expr]
     mult: Callable[[Expr], Expr]
     half: Callable[[Expr], Expr]
     right: Callable[[Expr], Expr]
+    zp: int = 0
 
     @staticmethod
-    def make(ctx: LowerCtx, mults, shifts, bound: np.ndarray) -> "TfliteRequant32 | None":
+    def make(ctx: LowerCtx, mults, shifts, bound: np.ndarray,
+             zp: int = 0) -> "TfliteRequant32 | None":
         """The 32-bit form for accumulators within `bound` (per channel), or
-        None when the bounds do not prove it exact for every channel."""
+        None when the bounds do not prove it exact for every channel; the
+        output zero point `zp` folded into its rounding term where the
+        bounds prove that exact too."""
         if not proven(mults, shifts, bound):
             return None
+        if zp and not proven(mults, shifts, bound, zp):
+            zp = 0
         n = len(bound)
         shifts = np.broadcast_to(np.asarray(shifts, np.int64).reshape(-1), (n,))
         left, right = np.maximum(shifts, 0), np.maximum(-shifts, 0)
         mults = np.broadcast_to(np.asarray(mults, np.int64).reshape(-1), (n,))
+        half = (1 << (right - 1)) + zp * (1 << right)
         return TfliteRequant32(table(ctx, "left_scale", (1 << (left + 1)).astype(np.int32)),
                                table(ctx, "multiplier", mults.astype(np.int32)),
-                               table(ctx, "round_half", (1 << (right - 1)).astype(np.int32)),
-                               table(ctx, "right_shift", right.astype(np.int32)))
+                               table(ctx, "round_half", half.astype(np.int32)),
+                               table(ctx, "right_shift", right.astype(np.int32)), zp)
 
     def apply(self, b, acc: Expr, channel: Expr) -> Expr:
         h = b.let("high", smmulr(Bin("*", acc, self.scale(channel)), self.mult(channel)))
@@ -192,9 +204,10 @@ class TfliteRequant32:
                    self.right(channel))
 
 
-def proven(mults, shifts, bound: np.ndarray) -> bool:
-    """Whether TfliteRequant32 equals MultiplyByQuantizedMultiplier on every
-    accumulator within `bound` (per channel; see TfliteRequant32)."""
+def proven(mults, shifts, bound: np.ndarray, zp: int = 0) -> bool:
+    """Whether TfliteRequant32 equals MultiplyByQuantizedMultiplier (plus
+    `zp`, folded into its rounding term) on every accumulator within
+    `bound` (per channel; see TfliteRequant32)."""
     n = len(bound)
     shifts = np.broadcast_to(np.asarray(shifts, np.int64).reshape(-1), (n,))
     mults = np.broadcast_to(np.asarray(mults, np.int64).reshape(-1), (n,))
@@ -204,7 +217,8 @@ def proven(mults, shifts, bound: np.ndarray) -> bool:
     return bool(np.all(mults > 0) and np.all(mults < 2**31) and np.all(right >= 1)
                 and np.all(right <= 31)
                 and all(int(B) << (int(lft) + 1) <= limit and
-                        (int(B) << int(lft)) + (1 << (int(r) - 1)) <= limit
+                        (int(B) << int(lft)) + (1 << (int(r) - 1))
+                        + ((abs(zp) << int(r)) + 1 if zp else 0) <= limit
                         for B, lft, r in zip(bound, left, right)))
 
 

@@ -18,10 +18,10 @@ CONV = {
     "mve_dense": partial(dsp.dense, words=mve.VECTORS, tile=(2, mve.TILE[1]), gather=True),
     "mve_outer": mve.outer,
     "mve_depthwise": partial(dsp.depthwise, words=mve.VECTORS),
-    "dsp_pointwise": dsp.pointwise,
-    "dsp_depthwise": dsp.depthwise,
-    "dsp_dense": dsp.dense,
-    "dsp_rows": dsp.window_rows,
+    "dsp_pointwise": partial(dsp.pointwise, walk=dsp.DSP_POINTWISE),
+    "dsp_depthwise": partial(dsp.depthwise, exact=True, widened=True),
+    "dsp_dense": partial(dsp.dense, walk=dsp.DSP_DENSE),
+    "dsp_rows": partial(dsp.window_rows, walk=dsp.DSP_ROWS, tile=(1, 8), pairs=False),
     "scalar_pointwise": partial(dsp.pointwise, words=scalar.BYTES),
     "scalar_depthwise": partial(dsp.depthwise, words=scalar.BYTES),
     "scalar_dense": partial(dsp.dense, words=scalar.BYTES),
@@ -32,6 +32,6 @@ CONV = {
 # The fully connected kernels, called as dsp.fully_connected is.
 FC = {
     "mve_fc": partial(dsp.fully_connected, words=mve.VECTORS, tile=mve.TILE),
-    "dsp_fc": dsp.fully_connected,
+    "dsp_fc": partial(dsp.fully_connected, walk=dsp.DSP_FC),
     "scalar_fc": partial(dsp.fully_connected, words=scalar.BYTES),
 }

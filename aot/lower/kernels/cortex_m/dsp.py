@@ -13,14 +13,20 @@ two pairs and adds both products to an int32 accumulator
 
 - 1x1 convolutions (stride 1, no padding, one group): a product of pixel
   rows (a pixel's channels are contiguous in NHWC), 2 pixels x 2 output
-  channels: four loads, eight SXTB16 and eight SMLAD per 16 MACs.
+  channels: four loads, eight SXTB16 and eight SMLAD per 16 MACs, or with
+  the weights widened when compiling (widened_pairs: SXTB16's int16 pairs
+  stored, twice the flash) two loads, four SXTB16, two LDRD and eight
+  SMLAD. The depthwise, first-layer and other convolutions' kernels widen
+  theirs too where their words are whole (WordLoop says which, and how a
+  tile's word loop is unrolled).
 - other convolutions of one group over a multiple of 4 input channels:
   2 neighbouring pixels x 2 output channels over each tap's words, read
   where they lie.
 - first layers (few input channels, mostly inside the image): each window
   row (kernel width x channels, contiguous) a dot product in words.
 - depthwise (multiplier 1): 4 channels per word, kept apart by the
-  single-product SMLABB / SMLATT, into 4 accumulators over the taps.
+  single-product SMLABB / SMLATT, into 4 accumulators over the taps; with
+  `exact`, a border pixel visits only its taps inside the image.
 - fully connected: 1 row x 4 output channels.
 
 All fold the input zero point into the bias (bias - zp * sum(w), exact),
@@ -49,13 +55,13 @@ from typing import Callable
 
 import numpy as np
 
-from aot.isa.arm_dsp import INT8X4, smla_half, smlad, sxtb16
+from aot.isa.arm_dsp import INT8X4, smla_half, smlad, ssat8, sxtb16
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr, For, ForKind, If,
                         Load, Stmt, Store, Var, add, flat_index, mul, seq)
 from aot.lower.arith.loops import loop
 from aot.lower.kernels.conv_walk import PLANE, plane_walk, region_loops
 from aot.lower.arith.quant import lazy_table, table, to_i32, unravel
-from aot.lower.kernels.windows import Run, in_range, window_pos
+from aot.lower.kernels.windows import Run, in_range, window_pos, window_regions
 from aot.lower.rules import LowerCtx, TensorRef
 from aot.lower.schedule.tile_sizes import Tile
 from aot.targets import Target
@@ -73,6 +79,22 @@ def dsp_target(t: Target) -> bool:
     """Whether the target is a scalar core with the DSP extension (SXTB16
     reads little-endian words)."""
     return t.has("dsp") and t.little_endian and t.lanes(32) == 1
+
+
+def saturating(target: Target, dtype: str) -> bool:
+    """Whether an int8 output's clamp is SSAT's (saturate): the DSP cores."""
+    return dsp_target(target) and dtype == "int8"
+
+
+def saturate(y: Expr, lo: int, hi: int) -> Expr:
+    """y clamped to [lo, hi] within int8's range: SSAT #8, then the
+    activation's bounds where they are narrower (one compare each)."""
+    y = ssat8(y)
+    if lo > -128:
+        y = Bin("max", y, Const(lo))
+    if hi < 127:
+        y = Bin("min", y, Const(hi))
+    return y
 
 
 def fits_int8(w: np.ndarray) -> bool:
@@ -96,15 +118,52 @@ def fits_fc(target: Target, w: np.ndarray, on=dsp_target) -> bool:
     return on(target) and w.shape[1] >= 4 and fits_int8(w)
 
 
+@dataclass(frozen=True)
+class WordLoop:
+    """How a matrix product walks its depth's words: unrolled whole up to
+    `whole` words, else `chunk` words per trip (the rest unrolled after);
+    `offsets`: a tile's first input row and weight offsets computed once,
+    before the loop, so the compiler walks one pointer each with constant
+    offsets for the tile's other rows (GCC otherwise keeps an index per row,
+    spilled)."""
+    whole: int = 4
+    chunk: int = 1
+    offsets: bool = False
+    rows: bool = False      # window_rows: the window's rows unrolled with their words
+    # PAIRS' weights widened when compiling (widened_pairs): each word two int32
+    # of int16 halves, loaded as they are (no SXTB16), two words one LDRD
+    widened: bool = False
+
+
+# the default; the DSP kernels': with 13 registers a 2x2 tile's steps
+# unrolled 8 at a time (kws's 1x1 convolutions 954 k -> 827 k
+# instructions each, with 16 words unrolled whole)
+WORD_LOOP = WordLoop()
+DSP_WORD_LOOP = WordLoop(16, 8, True)
+# the 1x1 convolutions' weights widened where the depth is whole words (twice
+# their flash): 20 -> about 16 instructions per 16 MACs
+DSP_POINTWISE = WordLoop(16, 8, True, widened=True)
+# other convolutions: each tap's words the same way (the offsets are the taps')
+DSP_DENSE = WordLoop(16, 8, widened=True)
+# fully connected layers (1 row x 4 units, long rows): 16 words a trip, the
+# weights as they are (ad's 270 KB would double): ad 459 k -> 435 k instructions
+DSP_FC = WordLoop(32, 16, True)
+# a first layer's window rows unrolled whole when all their words are at
+# most 16, their words widened (vww's 3x3x3 first conv: 1,699 k -> 1,347 k
+# instructions unrolled, 1,150 k widened in tiles of 1 pixel x 8 channels)
+DSP_ROWS = WordLoop(16, 8, rows=True, widened=True)
+
+
 def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
            finish: Callable[[Expr, Expr, Var], Stmt], tile: tuple[int, int],
-           words: "Words | None" = None, gather: bool = False) -> Stmt:
+           words: "Words | None" = None, gather: bool = False,
+           walk: WordLoop = WORD_LOOP) -> Stmt:
     """finish(row, channel, acc) for acc = bias[channel] + sum_d x[row, d] *
     w[channel, d], every row and channel, in tiles of `tile` (rows, channels),
-    the depth read in `words` (default PAIRS: SMLAD's). gather: a tile's 4
-    channels go to finish(row, first channel, accs) as one int32 x 4
-    (conv_nest's finish requantizes it as a vector)."""
-    return _matmul(ctx, x, rows, w, bias, finish, tile, words or PAIRS, gather)
+    the depth read in `words` (default PAIRS: SMLAD's) as `walk` says. gather:
+    a tile's 4 channels go to finish(row, first channel, accs) as one int32 x
+    4 (conv_nest's finish requantizes it as a vector)."""
+    return _matmul(ctx, x, rows, w, bias, finish, tile, words or PAIRS, gather, walk)
 
 
 def _gathered(finish, at: tuple, cs: list, accs: list) -> list[Stmt]:
@@ -118,7 +177,7 @@ def _gathered(finish, at: tuple, cs: list, accs: list) -> list[Stmt]:
 
 def _matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
             finish: Callable[[Expr, Expr, Var], Stmt], tile: tuple[int, int], words: "Words",
-            gather: bool) -> Stmt:
+            gather: bool, walk: WordLoop = WORD_LOOP) -> Stmt:
     """matmul's nest.
 
     x: int8 rows of depth w.shape[1] at flat offset row * depth; w: integer
@@ -127,24 +186,46 @@ def _matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray
     channels, depth = w.shape
     nr, nk = tile
     whole = depth - depth % n
-    wbuf = ctx.param("weights", interleave(w, nk, n).astype(np.int8))
+    widened = walk.widened and words is PAIRS and depth % n == 0
+    packed = interleave(w, nk, n).astype(np.int8)
+    wbuf = ctx.param("weights", widened_pairs(packed) if widened else packed)
     start = table(ctx, "bias", bias.astype(np.int32))
+
+    # where a tile's weights start, and where its word d's lie from there: in
+    # bytes, or widened in int32 (two per word of four)
+    per = 2 if widened else 1
+
+    def w_at(w0: Expr, d: Expr, nk: int, k: int) -> Expr:
+        if not widened:
+            return add(add(w0, mul(d, Const(nk))), Const(n * k))
+        return add(add(w0, _halved(d, nk)), Const(2 * k))
+
+    def read_w(body: list, at: Expr):
+        """The operand of the weight word at `at` (w_at's units)."""
+        if not widened:
+            return words.read(ctx, body, "w", Load(wbuf, at, n))
+        return _widened_word(ctx, body, wbuf, at)
 
     def block(r0: Expr, nr: int, c0: Expr, nk: int) -> Stmt:
         rs = [add(r0, Const(i)) for i in range(nr)]
         cs = [add(c0, Const(k)) for k in range(nk)]
         accs = [[ctx.fresh("acc") for _ in cs] for _ in rs]
         parts: list[Stmt] = [Decl(a, start(c)) for row in accs for a, c in zip(row, cs)]
+        x_at = [mul(r, Const(depth)) for r in rs]
+        w0 = mul(c0, Const(depth // per))
+        if walk.offsets:
+            xo, wo = ctx.fresh("x_row"), ctx.fresh("w_row")
+            parts += [Decl(xo, x_at[0]), Decl(wo, w0)]
+            x_at = [add(xo, Const(i * depth)) for i in range(nr)]
+            w0 = wo
 
         def step(d: Expr) -> Stmt:
             body: list[Stmt] = []
-            xs = [words.read(ctx, body, "x", Load(x, add(mul(r, Const(depth)), d), n))
-                  for r in rs]
-            ws = [words.read(ctx, body, "w", Load(wbuf, _at(c0, nk, k, d, depth, n), n))
-                  for k in range(nk)]
+            xs = [words.read(ctx, body, "x", Load(x, add(at, d), n)) for at in x_at]
+            ws = [read_w(body, w_at(w0, d, nk, k)) for k in range(nk)]
             words.dot(body, xs, ws, accs)
             return seq(*body)
-        parts.append(_word_loop(ctx, depth // n, step, n))
+        parts.append(_word_loop(ctx, depth // n, step, n, walk))
         parts += _tail(range(whole, depth), accs,
                        lambda i, d: Load(x, add(mul(rs[i], Const(depth)), Const(d))),
                        lambda k, d: Load(wbuf, _at(c0, nk, k, d, depth, n)))
@@ -159,11 +240,19 @@ def _matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray
         ctx, "c", channels, nk, lambda c0, wk: block(r0, wr, c0, wk)))
 
 
-def _word_loop(ctx: LowerCtx, words: int, step: Callable[[Expr], Stmt], lanes: int = 4
-               ) -> Stmt:
-    """step(d) for d = 0, lanes, ... (words times); a short loop unrolled whole."""
+def _word_loop(ctx: LowerCtx, words: int, step: Callable[[Expr], Stmt], lanes: int = 4,
+               walk: WordLoop = WORD_LOOP) -> Stmt:
+    """step(d) for d = 0, lanes, ... (words times): unrolled whole up to
+    walk.whole words, else walk.chunk steps per trip and the rest after."""
+    if words > walk.whole and walk.chunk > 1:
+        span = walk.chunk * lanes
+        trips = words // walk.chunk
+        chunks = loop(ctx, "d", trips, lambda d: seq(*(step(add(d, Const(j * lanes)))
+                                                       for j in range(walk.chunk))), step=span)
+        return seq(chunks, *(step(Const(trips * span + j * lanes))
+                             for j in range(words % walk.chunk)))
     s = loop(ctx, "d", words, step, step=lanes)
-    return replace(s, kind=ForKind.UNROLLED) if isinstance(s, For) and words <= UNROLL_WORDS else s
+    return replace(s, kind=ForKind.UNROLLED) if isinstance(s, For) and words <= walk.whole else s
 
 
 def _tail(terms, accs, x_at: Callable[[int, int], Expr], w_at: Callable[[int, int], Expr]
@@ -196,19 +285,21 @@ def _at(c0: Expr, width: int, k: int, d: int | Expr, depth: int, word: int = 4) 
 
 def pointwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
               finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None,
-              tile: tuple[int, int] = CONV_TILE, gather: bool = False) -> Stmt:
+              tile: tuple[int, int] = CONV_TILE, gather: bool = False,
+              walk: WordLoop = WORD_LOOP) -> Stmt:
     """A 1x1 convolution (fits_pointwise) as the product of its pixel rows;
-    finish((n, oy, ox, oc), acc) as conv_nest's (gather: as matmul's)."""
+    finish((n, oy, ox, oc), acc) as conv_nest's (gather, walk: as matmul's)."""
     w = weights.reshape(g.cout, g.depth)
     pixels = (g.n, g.oh, g.ow)
     return matmul(ctx, x.buffer, g.n * g.oh * g.ow, w, folded_bias(bias, zp, w),
                   lambda r, c, acc: finish(unravel(r, pixels) + (c,), acc), tile, words,
-                  gather)
+                  gather, walk)
 
 
 def fully_connected(ctx: LowerCtx, x: TensorRef, w: np.ndarray, bias: np.ndarray,
                     out_shape: tuple, finish: Callable[[tuple, Expr, Var], Stmt],
-                    words: "Words | None" = None, tile: tuple[int, int] = FC_TILE) -> Stmt:
+                    words: "Words | None" = None, tile: tuple[int, int] = FC_TILE,
+                    walk: WordLoop = WORD_LOOP) -> Stmt:
     """tfl.fully_connected (fits_fc) with the zero point already folded into
     `bias`: finish(out_lead, unit, acc) per output; x read as rows of the
     weights' depth, as TFLite flattens it, in `words` (matmul's) and tiles
@@ -216,7 +307,7 @@ def fully_connected(ctx: LowerCtx, x: TensorRef, w: np.ndarray, bias: np.ndarray
     lead = tuple(out_shape[:-1])
     rows = int(np.prod(lead, dtype=np.int64))
     return matmul(ctx, x.buffer, rows, w, bias,
-                  lambda r, c, acc: finish(unravel(r, lead), c, acc), tile, words)
+                  lambda r, c, acc: finish(unravel(r, lead), c, acc), tile, words, walk=walk)
 
 
 def fits_dense(target: Target, g, weights: np.ndarray, on=dsp_target) -> bool:
@@ -228,19 +319,31 @@ def fits_dense(target: Target, g, weights: np.ndarray, on=dsp_target) -> bool:
 
 def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
           finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None,
-          tile: tuple[int, int] = CONV_TILE, gather: bool = False) -> Stmt:
+          tile: tuple[int, int] = CONV_TILE, gather: bool = False,
+          walk: WordLoop = WORD_LOOP) -> Stmt:
     """A convolution (fits_dense; the depth a multiple of the words' lanes)
     without an im2col buffer: 2 neighbouring output pixels of a row x
     tile[1] output channels per tile, over the taps and each tap's words of
-    input channels, read where they lie. weights [C_out, KH, KW, D]; finish
-    as conv_nest's (gather: a tile's 4 channels as one int32 x 4, as matmul's)."""
+    input channels, read where they lie, as `walk` says (matmul's: each
+    tap's words unrolled or in chunks, PAIRS' weights widened). weights
+    [C_out, KH, KW, D]; finish as conv_nest's (gather: a tile's 4 channels
+    as one int32 x 4, as matmul's)."""
     words = words or PAIRS
     lanes = words.lanes
     w = weights.reshape(g.cout, -1)         # (ky, kx, c) per channel
     terms = w.shape[1]
     nk = tile[1]
-    wbuf = ctx.param("weights", interleave(w, nk, lanes).astype(np.int8))
+    widened = walk.widened and words is PAIRS
+    packed = interleave(w, nk, lanes).astype(np.int8)
+    wbuf = ctx.param("weights", widened_pairs(packed) if widened else packed)
     start = table(ctx, "bias", folded_bias(bias, zp, w))
+
+    def read_w(body: list, c0: Expr, width: int, k: int, d: Expr):
+        if not widened:
+            return words.read(ctx, body, "w", Load(wbuf, _at(c0, width, k, d, terms, lanes),
+                                                   lanes))
+        at = add(add(mul(c0, Const(terms // 2)), _halved(d, width)), Const(2 * k))
+        return _widened_word(ctx, body, wbuf, at)
 
     def tile(n, oy, oxs: list, tests, c0: Expr, width: int) -> Stmt:
         cs = [add(c0, Const(k)) for k in range(width)]
@@ -259,11 +362,12 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
                                                                           x.shape), lanes),
                                  cond, zp) for ix, cond in zip(ixs, conds)]
                 d = add(mul(add(mul(ky, Const(g.kw)), kx), Const(g.depth)), c)
-                ws = [words.read(ctx, body, "w", Load(wbuf, _at(c0, width, k, d, terms, lanes),
-                                                      lanes)) for k in range(width)]
+                ws = [read_w(body, c0, width, k, d) for k in range(width)]
                 words.dot(body, xs, ws, accs)
                 return seq(*body)
-            return loop(ctx, "c", g.depth // lanes, word, step=lanes)
+            if walk is WORD_LOOP:
+                return loop(ctx, "c", g.depth // lanes, word, step=lanes)
+            return _word_loop(ctx, g.depth // lanes, word, lanes, walk)
         parts.append(loop(ctx, "ky", g.kh, lambda ky: loop(ctx, "kx", g.kw,
                                                             lambda kx: tap(ky, kx))))
         if gather:
@@ -296,7 +400,8 @@ def mostly_inside(g) -> bool:
 
 def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
                 finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None,
-                tile: tuple[int, int] = CONV_TILE) -> Stmt:
+                tile: tuple[int, int] = CONV_TILE, walk: WordLoop = WORD_LOOP,
+                pairs: bool = True) -> Stmt:
     """A convolution (fits_rows) over few input channels (a network's first
     layer): each window row is kw * D contiguous bytes of input against as
     many of weights, a dot product in words. Pixels whose windows lie in
@@ -312,13 +417,39 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
     span = g.kw * g.depth                    # a window row's terms
     w = weights.reshape(g.cout, g.kh, span)
     nk = tile[1]
-    wbuf = ctx.param("weights", np.concatenate([interleave(w[:, ky], nk, lanes)
-                                                for ky in range(g.kh)]).astype(np.int8))
-    start = table(ctx, "bias", folded_bias(bias, zp, weights.reshape(g.cout, -1)))
     whole = span - span % lanes
+    # widened (walk.widened, PAIRS' words): each row's words as widened_pairs'
+    # int32, its last span % 4 terms apart as int8 [KH, C_out, terms]
+    widened = walk.widened and words is PAIRS and whole > 0
+    if widened:
+        wbuf = ctx.param("weights", np.concatenate([
+            widened_pairs(interleave(w[:, ky, :whole], nk, lanes).astype(np.int8))
+            for ky in range(g.kh)]))
+        rest = span - whole
+        tails = ctx.param("weights_tail", w[:, :, whole:].transpose(1, 0, 2).astype(np.int8)
+                          .reshape(-1)) if rest else None
+    else:
+        wbuf = ctx.param("weights", np.concatenate([interleave(w[:, ky], nk, lanes)
+                                                    for ky in range(g.kh)]).astype(np.int8))
+    start = table(ctx, "bias", folded_bias(bias, zp, weights.reshape(g.cout, -1)))
 
     def w_at(ky: Expr, c0: Expr, width: int, k: int, d) -> Expr:
-        return add(mul(ky, Const(g.cout * span)), _at(c0, width, k, d, span, lanes))
+        if not widened:
+            return add(mul(ky, Const(g.cout * span)), _at(c0, width, k, d, span, lanes))
+        return add(add(add(mul(ky, Const(g.cout * whole // 2)), mul(c0, Const(whole // 2))),
+                       _halved(d, width)), Const(2 * k))
+
+    def read_w(body: list, ky, c0, width: int, k: int, d):
+        if not widened:
+            return words.read(ctx, body, "w", Load(wbuf, w_at(ky, c0, width, k, d), lanes))
+        return _widened_word(ctx, body, wbuf, w_at(ky, c0, width, k, d))
+
+    def tail_w(ky, c0, width: int, k: int, d: int) -> Expr:
+        if not widened:
+            return Load(wbuf, w_at(ky, c0, width, k, d))
+        return Load(tails, add(add(mul(ky, Const(g.cout * rest)), mul(add(c0, Const(k)),
+                                                                      Const(rest))),
+                               Const(d - whole)))
 
     def image(src: Buffer, shape: tuple, padded: bool, gi, prologue=None) -> Stmt:
         """The output, each image n from src (shape): image n, or with
@@ -338,15 +469,17 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
                 def word(d) -> Stmt:
                     body: list[Stmt] = []
                     xs = [words.read(ctx, body, "x", Load(src, add(f, d), lanes)) for f in firsts]
-                    ws = [words.read(ctx, body, "w", Load(wbuf, w_at(ky, c0, width, k, d), lanes))
-                          for k in range(width)]
+                    ws = [read_w(body, ky, c0, width, k, d) for k in range(width)]
                     words.dot(body, xs, ws, accs)
                     return seq(*body)
-                return seq(loop(ctx, "d", whole // lanes, word, step=lanes),
+                words_ = (_word_loop(ctx, whole // lanes, word, lanes, walk) if walk.rows
+                          else loop(ctx, "d", whole // lanes, word, step=lanes))
+                return seq(words_,
                            *_tail(range(whole, span), accs,
                                   lambda i, d: Load(src, add(firsts[i], Const(d))),
-                                  lambda k, d: Load(wbuf, w_at(ky, c0, width, k, d))))
-            parts.append(loop(ctx, "ky", gi.kh, row))
+                                  lambda k, d: tail_w(ky, c0, width, k, d)))
+            unroll = walk.rows and gi.kh * (whole // lanes) <= walk.whole
+            parts.append((unrolled_loop(ctx) if unroll else loop)(ctx, "ky", gi.kh, row))
             parts += [finish((n, oy, ox, c), acc) for ox, row_ in zip(oxs, accs)
                       for c, acc in zip(cs, row_)]
             return seq(*parts)
@@ -359,7 +492,7 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
         inner = [(Run(y0, y1 - y0, 0, gi.kh), Run(x0, x1 - x0, 0, gi.kw))] \
             if y1 > y0 and x1 > x0 else []
         if (y0, y1, x0, x1) == (0, gi.oh, 0, gi.ow):
-            return plane_walk(ctx, gi, pixels, pairs=True, prologue=prologue, only=inner)
+            return plane_walk(ctx, gi, pixels, pairs=pairs, prologue=prologue, only=inner)
 
         def border_pixel(n, oy, ox, plain: Buffer) -> Stmt:
             n_src = Const(0) if padded else n
@@ -389,7 +522,7 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
                      Run(0, gi.ow, 0, gi.kw, tests=(True, True)))
             return region_loops(ctx, PLANE, plane, Tile(1, 1), lambda pixels: If(
                 _outside(*pixels[0], (y0, y1), (x0, x1)), border_pixel(n, *pixels[0], plain)))
-        return plane_walk(ctx, gi, pixels, pairs=True, prologue=prologue, only=inner,
+        return plane_walk(ctx, gi, pixels, pairs=pairs, prologue=prologue, only=inner,
                           epilogue=border)
 
     if mostly_inside(g):
@@ -451,59 +584,90 @@ def fits_depthwise(target: Target, g, weights: np.ndarray, on=dsp_target) -> boo
 
 def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray, zp: int,
               finish: Callable[[tuple, Expr], Stmt], words: "Words | None" = None,
-              unroll_border: bool = False) -> Stmt:
+              unroll_border: bool = False, exact: bool = False, widened: bool = False) -> Stmt:
     """A depthwise convolution (fits_depthwise): per output pixel, 4
     channels at a time in registers over the taps (given wider `words`
     with a depthwise group, Helium's, first words.lanes at a time: its
     mve.depthwise_group); the channels past the last word one at a time.
-    weights [C, KH, KW, 1]; finish as conv_nest's."""
+    weights [C, KH, KW, 1]; finish as conv_nest's. `exact`: the output
+    cut into regions of constant tap bounds (windows.window_regions), so
+    a border pixel visits only its taps inside the image, untested and
+    unrolled like the interior's (the zero point is in the bias: a tap
+    outside adds nothing), instead of every tap tested. `widened`: with
+    PAIRS and whole words of channels, the filter's words widened when
+    compiling (widened_pairs: no SXTB16 of a weight word, two int32 loads
+    the compiler pairs into one LDRD)."""
     channels = g.groups
-    wbuf = ctx.param("filter", np.transpose(weights[..., 0], (1, 2, 0)).astype(np.int8))
+    hwc = np.transpose(weights[..., 0], (1, 2, 0)).astype(np.int8)
     folded = folded_bias(bias, zp, weights.reshape(channels, -1))
     # made only if a remainder reads it
     start = lazy_table(ctx, "bias", folded)
     lanes = words.lanes if words is not None and words.depthwise is not None else 0
-    group = words.depthwise(ctx, x, wbuf, folded, zp, g.kw, finish) if lanes else None
     # 4 channels a word: SMLABB / SMLATT's, or the words' own lane by lane
     quads = words if words is not None and words.lanewise is not None else PAIRS
+    widened = widened and quads is PAIRS and not lanes and channels % 4 == 0
+    wbuf = ctx.param("filter", widened_pairs(hwc) if widened else hwc)
+    group = words.depthwise(ctx, x, wbuf, folded, zp, g.kw, finish) if lanes else None
 
     # In the interior a small window's taps are unrolled (immediate load
     # offsets, no loop counters: a kws 3x3 depthwise layer 511 k -> 484 k
     # instructions); the border's copies keep their loops, for code size,
     # unless `unroll_border` (rv32's plain loads: 541 k -> 460 k).
     unroll = g.kh * g.kw <= UNROLL_TAPS
+    # exact regions (not with a depthwise group, whose bias is its own)
+    cut = window_regions(g.window(), (g.h, g.w)) if exact and not lanes else None
+    start_of = _region_bias(ctx, g, weights, bias, zp, cut, start)
 
-    def taps(n, oy, ox, tests, tap: Callable[[Expr, Expr, Expr, Expr | None], Stmt]) -> Stmt:
-        """tap(ky, kx, input offset, in-image test or None) over the window."""
+    def taps(n, oy, ox, region, tap: Callable[[Expr, Expr, Expr, Expr | None], Stmt]) -> Stmt:
+        """tap(ky, kx, input offset, in-image test or None) over the
+        region's taps (each axis' run: its [lo, hi), its tests)."""
+        ry, rx = region
+        tests = (ry.tests, rx.tests)
         inside = not any(tests[0]) and not any(tests[1])
         each = unrolled_loop(ctx) if unroll and (inside or unroll_border) else loop
 
         def row(ky):
             iy = window_pos(oy, ky, g.strides[0], g.pad_top, g.dilations[0])
-            return each(ctx, "kx", g.kw, lambda kx: col(ky, kx, iy))
+            return each(ctx, "kx", rx.hi - rx.lo, lambda kx: col(ky, kx, iy), start=rx.lo)
 
         def col(ky, kx, iy):
             ix = window_pos(ox, kx, g.strides[1], g.pad_left, g.dilations[1])
             cond = both(in_range(iy, g.h, *tests[0]), in_range(ix, g.w, *tests[1]))
             return tap(ky, kx, flat_index((n, iy, ix, Const(0)), x.shape), cond)
-        return each(ctx, "ky", g.kh, row)
+        return each(ctx, "ky", ry.hi - ry.lo, row, start=ry.lo)
 
-    def quad(n, oy, ox, tests, c: Expr) -> Stmt:
+    def quad(n, oy, ox, region, c: Expr) -> Stmt:
         accs = [ctx.fresh("acc") for _ in range(4)]
-        parts: list[Stmt] = [Decl(a, start(add(c, Const(k)))) for k, a in enumerate(accs)]
+        parts: list[Stmt] = [Decl(a, start_of(region)(add(c, Const(k))))
+                             for k, a in enumerate(accs)]
+        if widened:     # two int32 per word of four channels
+            half = ctx.fresh("c_half")
+            parts.append(Decl(half, Bin(">>", c, Const(1))))
+        # the window's first input word, once: each tap a constant offset from
+        # it (GCC otherwise keeps a spilled index per tap)
+        first = ctx.fresh("x_at")
+        iy0 = window_pos(oy, Const(0), g.strides[0], g.pad_top, 1)
+        ix0 = window_pos(ox, Const(0), g.strides[1], g.pad_left, 1)
+        parts.append(Decl(first, add(flat_index((n, iy0, ix0, Const(0)), x.shape), c)))
+        row_step = g.dilations[0] * x.shape[2] * x.shape[3]
+        col_step = g.dilations[1] * x.shape[3]
 
         def tap(ky, kx, at, cond) -> Stmt:
             body: list[Stmt] = []
-            xs = quads.read(ctx, body, "x", Load(x.buffer, add(at, c), 4), cond, zp)
-            ws = quads.read(ctx, body, "w", Load(wbuf, add(mul(add(mul(ky, Const(g.kw)), kx),
-                                                               Const(channels)), c), 4))
+            x_at = add(first, add(mul(ky, Const(row_step)), mul(kx, Const(col_step))))
+            xs = quads.read(ctx, body, "x", Load(x.buffer, x_at, 4), cond, zp)
+            t = add(mul(ky, Const(g.kw)), kx)
+            if widened:
+                ws = _widened_word(ctx, body, wbuf, add(mul(t, Const(channels // 2)), half))
+            else:
+                ws = quads.read(ctx, body, "w", Load(wbuf, add(mul(t, Const(channels)), c), 4))
             quads.lanewise(body, xs, ws, accs)
             return seq(*body)
-        parts.append(taps(n, oy, ox, tests, tap))
+        parts.append(taps(n, oy, ox, region, tap))
         parts += [finish((n, oy, ox, add(c, Const(k))), a) for k, a in enumerate(accs)]
         return seq(*parts)
 
-    def single(n, oy, ox, tests, c: Expr) -> Stmt:
+    def single(n, oy, ox, region, c: Expr) -> Stmt:
         acc = ctx.fresh("acc")
 
         def tap(ky, kx, at, cond) -> Stmt:
@@ -513,24 +677,53 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
                     [Decl(v, Const(zp)), If(cond, Assign(v, value))])
             w = _i32(Load(wbuf, add(mul(add(mul(ky, Const(g.kw)), kx), Const(channels)), c)))
             return seq(*read, Assign(acc, Bin("+", acc, Bin("*", v, w))))
-        return seq(Decl(acc, start(c)), taps(n, oy, ox, tests, tap),
+        return seq(Decl(acc, start_of(region)(c)), taps(n, oy, ox, region, tap),
                    finish((n, oy, ox, c), acc))
 
-    def pixel(n, oy, ox, tests) -> Stmt:
+    def pixel(n, oy, ox, region) -> Stmt:
         wide = channels - channels % lanes if lanes else 0
         whole = channels - channels % 4
-        parts = [loop(ctx, "c", wide // lanes, lambda c: group(n, oy, ox, tests, c, taps),
+        parts = [loop(ctx, "c", wide // lanes, lambda c: group(n, oy, ox, region, c, taps),
                       step=lanes)] if wide else []
         if whole > wide:
-            parts.append(loop(ctx, "c", (whole - wide) // 4, lambda c: quad(n, oy, ox, tests, c),
+            parts.append(loop(ctx, "c", (whole - wide) // 4, lambda c: quad(n, oy, ox, region, c),
                               start=wide, step=4))
         if channels % 4:
             parts.append(loop(ctx, "c", channels % 4,
-                              lambda c: single(n, oy, ox, tests, add(c, Const(whole)))))
+                              lambda c: single(n, oy, ox, region, add(c, Const(whole)))))
         return seq(*parts)
 
-    return plane_walk(ctx, g, lambda n, oy, oxs, region: pixel(
-        n, oy, oxs[0], tuple(r.tests for r in region)))
+    return plane_walk(ctx, g, lambda n, oy, oxs, region: pixel(n, oy, oxs[0], region),
+                      only=cut)
+
+
+def _region_bias(ctx: LowerCtx, g, weights: np.ndarray, bias: np.ndarray, zp: int, cut,
+                 start: Callable[[Expr], Expr]) -> Callable:
+    """region -> (channel -> the accumulator's start): the bias with the
+    zero point folded over the taps the region visits (bias - zp sum w over
+    its window), where exact regions skip taps outside the image; else
+    `start` (folded over every tap: a tap outside reads zero points). One
+    table [window, channel] for all the border windows. Its accumulators
+    stay within acc_bound: |bias - zp sum_in w| + 128 sum_in |w| is at most
+    |bias - zp sum w| + |zp| sum_out |w| + 128 sum_in |w|, |zp| <= 128."""
+    full = (0, g.kh, 0, g.kw)
+    windows = sorted({(ry.lo, ry.hi, rx.lo, rx.hi) for ry, rx in cut or ()
+                      if not ry.guarded and not rx.guarded} - {full})
+    if not windows:
+        return lambda region: start
+    w = weights[..., 0].astype(np.int64)                     # [C, KH, KW]
+    channels = len(w)
+    rows = [folded_bias(bias, zp, w[:, a:b, c:d].reshape(channels, -1))
+            for a, b, c, d in windows]
+    at = lazy_table(ctx, "region_bias", np.concatenate(rows).astype(np.int32))
+
+    def start_of(region) -> Callable[[Expr], Expr]:
+        key = tuple(v for r in region for v in (r.lo, r.hi))
+        if key not in windows:
+            return start
+        k = windows.index(key)
+        return lambda c: at(add(Const(k * channels), c))
+    return start_of
 
 
 def acc_bound(w: np.ndarray, bias: np.ndarray, zp: int) -> np.ndarray:
@@ -543,8 +736,9 @@ def acc_bound(w: np.ndarray, bias: np.ndarray, zp: int) -> np.ndarray:
 def unrolled_loop(ctx: LowerCtx):
     """loop(), its For marked to be unrolled."""
 
-    def each(ctx_: LowerCtx, name: str, extent: int, body: Callable[[Expr], Stmt]) -> Stmt:
-        s = loop(ctx_, name, extent, body)
+    def each(ctx_: LowerCtx, name: str, extent: int, body: Callable[[Expr], Stmt],
+             start: int = 0) -> Stmt:
+        s = loop(ctx_, name, extent, body, start=start)
         return replace(s, kind=ForKind.UNROLLED) if isinstance(s, For) else s
     return each
 
@@ -600,6 +794,32 @@ class Words:
 
 # SMLAD's: a word of 4 split into its even and odd int16 pairs
 PAIRS = Words(4, _halves, _dot_words, lanewise=_smla_lanes)
+
+
+def _widened_word(ctx: LowerCtx, body: list, wbuf: Buffer, at: Expr) -> tuple[Var, Var]:
+    """Append to body the loads of a widened word (widened_pairs: its even
+    and odd halves, int32 at `at` and at + 1) and give them."""
+    halves = (ctx.fresh("w_even"), ctx.fresh("w_odd"))
+    body += [Decl(halves[0], Load(wbuf, at)), Decl(halves[1], Load(wbuf, add(at, Const(1))))]
+    return halves
+
+
+def _halved(d: Expr, width: int) -> Expr:
+    """d * width / 2 for a byte offset d of whole words (a multiple of 4):
+    where word d of a tile `width` channels wide lies among widened int32."""
+    if width % 2 == 0:
+        return mul(d, Const(width // 2))
+    return Bin(">>", mul(d, Const(width)), Const(1))
+
+
+def widened_pairs(words: np.ndarray) -> np.ndarray:
+    """int8 words (4 bytes each) as the int32 pairs SXTB16 makes of them:
+    bytes 0 and 2 as the int16 halves of the first, bytes 1 and 3 of the
+    second (low half first)."""
+    b = words.reshape(-1, 4).astype(np.int64)
+    even = (b[:, 0] & 0xFFFF) | ((b[:, 2] & 0xFFFF) << 16)
+    odd = (b[:, 1] & 0xFFFF) | ((b[:, 3] & 0xFFFF) << 16)
+    return np.stack([even, odd], axis=1).reshape(-1).astype(np.uint32).view(np.int32)
 
 
 def folded_bias(bias: np.ndarray, zp: int, w: np.ndarray) -> np.ndarray:

@@ -162,16 +162,16 @@ def fits_fc(target: Target, w: np.ndarray) -> bool:
 
 def depthwise_group(ctx: LowerCtx, x: TensorRef, wbuf: Buffer, bias: np.ndarray, zp: int,
                     kw: int, finish: Callable[[tuple, Expr], Stmt]) -> Callable[..., Stmt]:
-    """group(n, oy, ox, tests, c, taps): channels c..c+15 of an output pixel
+    """group(n, oy, ox, region, c, taps): channels c..c+15 of an output pixel
     of int8_dsp.depthwise (whose filter `wbuf` is [KH, KW, C] and whose
-    taps(n, oy, ox, tests, tap) calls tap(ky, kx, input offset, in-image
-    test or None) over the window); bias: the folded int32 bias; finish
+    taps(n, oy, ox, region, tap) calls tap(ky, kx, input offset, in-image
+    test or None) over the region's taps); bias: the folded int32 bias; finish
     called with int32 x 4 accumulators (idx[3]: the first of their 4
     channels)."""
     channels = len(bias)
     vbias = ctx.param("bias", bias.astype(np.int32))
 
-    def group(n, oy, ox, tests, c: Expr, taps) -> Stmt:
+    def group(n, oy, ox, region, c: Expr, taps) -> Stmt:
         accs = [ctx.fresh("acc", INT32X4) for _ in range(LANES // 4)]
         parts: list[Stmt] = [Decl(a, Load(vbias, add(c, Const(4 * j)), 4))
                              for j, a in enumerate(accs)]
@@ -190,7 +190,7 @@ def depthwise_group(ctx: LowerCtx, x: TensorRef, wbuf: Buffer, bias: np.ndarray,
                 w = widen4(Load(wbuf, add(w_at, Const(4 * j)), 4))
                 body.append(Assign(acc, Bin("+", acc, Bin("*", v, w))))
             return seq(*body)
-        parts.append(taps(n, oy, ox, tests, tap))
+        parts.append(taps(n, oy, ox, region, tap))
         parts += [finish((n, oy, ox, add(c, Const(4 * j))), acc) for j, acc in enumerate(accs)]
         return seq(*parts)
     return group

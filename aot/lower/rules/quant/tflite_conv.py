@@ -16,6 +16,8 @@ every one of them uses are aot/lower/arith/quant.py's.
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Decl, Expr, Load, Select,
@@ -59,17 +61,22 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
                                                                             s_out)))
             y = q.clamp(q.offset(vrq[0].apply(b, acc, idx[3]), zp_out), lo, hi)
         else:
-            y = q.clamp(q.offset(rq.apply(b, acc, idx[3]), zp_out), lo, hi)
+            y = q.offset(rq.apply(b, acc, idx[3]), zp_out - getattr(rq, "zp", 0))
+            y = saturate(y) if saturate is not None else q.clamp(y, lo, hi)
         b.add(emit(0, idx, Cast(dt(out_dtype, lanes), y)))
         return b.stmt()
 
     bias = bias_values(ctx, ins, 2, g.cout)
     sched = int8_conv_schedule(ctx.target, g, weights, x.in_memory)
+    saturate = None
     if sched.algorithm in CONV:
-        # finish reads rq: in 32-bit arithmetic where the accumulators' bounds prove it exact
+        # finish reads rq: in 32-bit arithmetic where the accumulators' bounds prove it exact;
+        # on the DSP cores the output zero point in its rounding term and the clamp an SSAT
+        dsp = int8_dsp.saturating(ctx.target, out_dtype)
         rq = TfliteRequant32.make(ctx, *ref.conv_multipliers(s_in, scales, s_out),
                                   int8_dsp.acc_bound(weights.reshape(g.cout, -1), bias,
-                                                     zp_in)) or rq
+                                                     zp_in), zp_out if dsp else 0) or rq
+        saturate = partial(int8_dsp.saturate, lo=lo, hi=hi) if dsp else None
         return CONV[sched.algorithm](ctx, x, g, weights, bias, zp_in, finish)
     if sched.algorithm == "vector":
         bound = (int8_dsp.acc_bound(weights.reshape(g.cout, -1), bias, zp_in)

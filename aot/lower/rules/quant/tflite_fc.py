@@ -95,12 +95,15 @@ def fully_connected(ctx: LowerCtx, ins, emit):
                               x.buffer if x.value is None else None, requant)
         return product(ctx, fc, tuple(out_ty.shape[:-1]), 1, units)
     if sched.algorithm in FC:
+        # on the DSP cores the output zero point in the rounding term, the clamp an SSAT
+        dsp = int8_dsp.saturating(ctx.target, out_ty.dtype)
         frq = TfliteRequant32.make(ctx, *ref.fc_multipliers(s_in, wq, s_out),
-                                   int8_dsp.acc_bound(w, bias, 0)) or rq
+                                   int8_dsp.acc_bound(w, bias, 0), zp_out if dsp else 0) or rq
 
         def finish(out_lead, o, acc):
             b = q.Block(ctx)
-            y = q.clamp(q.offset(frq.apply(b, acc, o), zp_out), lo, hi)
+            y = q.offset(frq.apply(b, acc, o), zp_out - getattr(frq, "zp", 0))
+            y = int8_dsp.saturate(y, lo, hi) if dsp else q.clamp(y, lo, hi)
             b.add(emit(0, out_lead + (o,), Cast(dt(out_ty.dtype), y)))
             return b.stmt()
         return FC[sched.algorithm](ctx, x, w, bias, out_ty.shape, finish)

@@ -136,6 +136,15 @@ __attribute__((weak)) uint64_t aot_board_cycles(void) {
     return ((uint64_t)hi << 32) | lo;
 }
 
+/* The cycle CSR, the read-only shadow of mcycle. */
+uint64_t aot_platform_cycles(void) {
+    return cycles();
+}
+
+const char* aot_platform_cycle_counter(void) {
+    return "mcycle";
+}
+
 uint64_t aot_platform_timer_us(void) {
     return aot_board_cycles() / (AOT_CPU_HZ / 1000000u);
 }

@@ -708,15 +708,32 @@ def _flash_emulated(pkg: Path, board, meta: dict, args: argparse.Namespace) -> i
         print(f"{board.name}: QEMU runs {pkg}; reach it with --board {board.name} --port "
               f"{qemu.port}; Ctrl-C stops it")
     sys.stdout.flush()
-    try:
-        code = qemu.process.wait()
-    except KeyboardInterrupt:
-        qemu.process.terminate()
-        qemu.process.wait()
+    code = _wait_for_qemu(qemu.process)
+    if code is None:
         return 0
     if code != 0:
         raise AotError(f"QEMU stopped with exit code {code} on board '{board.name}'")
     return 0
+
+
+def _wait_for_qemu(process) -> int | None:
+    """QEMU's exit code, or None when aot flash was stopped (Ctrl-C, or a
+    SIGTERM, which then stops QEMU too rather than leave it running)."""
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        return None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if process.poll() is None:
+            process.terminate()
+            process.wait()
 
 
 # --- tune ------------------------------------------------------------------------

@@ -87,9 +87,14 @@ class SerialLink:
                            f"({_reason(e)})") from None
 
     def _read_within(self, n: int, timeout: float) -> bytes:
+        """Up to n bytes: the first within `timeout`, then what has arrived
+        (pyserial's read(n) would wait the whole time-out for all n)."""
         try:
             self._port.timeout = timeout
-            return self._port.read(n)
+            first = self._port.read(1)
+            if not first or n == 1:
+                return first
+            return first + self._port.read(min(n - 1, self._port.in_waiting))
         except (self._error, OSError) as e:
             raise AotError(f"serial port {self.port}: the line broke ({_reason(e)}): the "
                            "device is gone or its port closed") from None
@@ -129,8 +134,12 @@ class SerialLink:
 
 
 def _reason(e: BaseException) -> str:
-    """An exception's message on one line, without pyserial's repetitions."""
+    """An exception's message on one line; pyserial's guess for a read of
+    nothing from a ready port (a pty whose other end closed, an unplugged
+    adapter) said plainly."""
     text = " ".join(str(e).split()) or type(e).__name__
+    if "returned no data" in text:
+        return "its other end closed"
     return text[:200]
 
 

@@ -264,9 +264,11 @@ class Device:
         if not exe.is_file():
             raise AotError(f"{pkg}: the harness bench/bench is missing (package for this board)")
         if self.board.transport == "serial":
-            from aot.deploy.serial_link import open_session
+            from aot.deploy.serial_link import SerialProcess, identity_checked, open_link
 
-            return open_session(pkg, self.board, meta)
+            link, want = open_link(pkg, self.board, meta)
+            with identity_checked(link, self.board, want):
+                return Session(SerialProcess(link), meta, want)
         if self.board.transport == "ssh":
             return Session(self._start_remote(exe), meta)
         prefix: list[str] = []

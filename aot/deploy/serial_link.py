@@ -16,6 +16,7 @@ naming the port.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from aot.deploy.host import RunResult
-from aot.deploy.serve import HELLO, SYNC, WrongPackage
+from aot.deploy.serve import HELLO, SYNC, ServeClient, WrongPackage
 from aot.errors import AotError
 from aot.targets import Board, option_number
 
@@ -192,10 +193,9 @@ def as_serial(board: Board, port: str | None) -> Board:
     return out
 
 
-def open_session(pkg: Path, board: Board, meta: dict):
-    """A device.Session with the harness on `board`'s serial port, checked
-    to run package `pkg`."""
-    from aot.deploy.device import Session
+def open_link(pkg: Path, board: Board, meta: dict) -> tuple[SerialLink, str]:
+    """`board`'s serial port, opened and synced (the hello's magic read), and
+    the identity of package `pkg` its hello must carry."""
     from aot.packaging.identity import package_id
 
     timeout = option_number(board, "timeout_s", DEFAULT_TIMEOUT_S, float, 0.001, 86400)
@@ -206,9 +206,17 @@ def open_session(pkg: Path, board: Board, meta: dict):
     except BaseException:
         link.close()
         raise
+    return link, want
+
+
+@contextlib.contextmanager
+def identity_checked(link: SerialLink, board: Board, want: str):
+    """A hello from another package's harness (WrongPackage) as the error
+    a user reads."""
     try:
-        return Session(SerialProcess(link), meta, want)
+        yield
     except WrongPackage as e:
+        link.close()
         runs = f"package {e.got}" if e.got else "a harness that names no package"
         raise AotError(f"serial port {link.port}: the device runs {runs}, not this one "
                        f"({want}): flash this package onto it first (aot package MODEL "
@@ -221,8 +229,13 @@ def run_serial(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: in
     from aot.deploy.host import prepare_run
 
     meta, inputs, _ = prepare_run(pkg, inputs)
-    session = open_session(pkg, board, meta)
+    link, want = open_link(pkg, board, meta)
     try:
-        return session.request(inputs, warmup, runs)
+        with identity_checked(link, board, want):
+            client = ServeClient(link, link, meta, link.lost, want)
+        try:
+            return client.request(inputs, warmup, runs)
+        finally:
+            client.quit()
     finally:
-        session.close()
+        link.close()

@@ -8,7 +8,7 @@
 #include "aot_runtime.h"
 
 #ifndef AOT_UART_BASE
-#error "define AOT_UART_BASE: the address of the board's CMSDK APB UART"
+#define AOT_UART_BASE 0x40004000u /* UART0 of the AN385/AN386/AN500 */
 #endif
 #ifndef AOT_CPU_HZ
 #define AOT_CPU_HZ 25000000u

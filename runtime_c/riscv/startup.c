@@ -136,12 +136,13 @@ __attribute__((weak)) uint64_t aot_board_cycles(void) {
     return ((uint64_t)hi << 32) | lo;
 }
 
-/* The cycle CSR, the read-only shadow of mcycle. */
+/* The board's cycle counter: the cycle CSR (the read-only shadow of
+ * mcycle) unless the board's start-up code has its own. */
 uint64_t aot_platform_cycles(void) {
-    return cycles();
+    return aot_board_cycles();
 }
 
-const char* aot_platform_cycle_counter(void) {
+__attribute__((weak)) const char* aot_platform_cycle_counter(void) {
     return "mcycle";
 }
 

@@ -184,6 +184,8 @@ EMULATED_NOTE = ("board '{board}' is emulated ({transport}): these times are the
                  "on this machine and say nothing about the real board's speed")
 INSTRUCTIONS_NOTE = ("; the instruction counts are exact: the board's own instructions per "
                      "run (a proxy for its time, not a time)")
+CYCLES_NOTE = ("; the cycle counts are the device's own counter ({counter}), which under "
+               "QEMU's -icount follows the instructions run, not a real core's cycles")
 
 
 def bench(model_or_package: str | Path | ModelBytes | Graph, board: str | Board | None = None,
@@ -228,10 +230,17 @@ def bench(model_or_package: str | Path | ModelBytes | Graph, board: str | Board 
     if result.instructions is not None:
         out["median_instructions"] = int(np.median(result.instructions))
         out["instructions"] = result.instructions
+    if result.cycles is not None:      # a device's own counter (the serial transport)
+        out["median_cycles"] = int(np.median(result.cycles))
+        out["cycles"] = result.cycles
+        out["cycle_counter"] = result.cycle_counter
+        out["counter_hz"] = result.report.get("counter_hz", 0)
     if brd.emulated:
         out["note"] = EMULATED_NOTE.format(board=brd.name, transport=brd.transport)
         if result.instructions is not None:
             out["note"] += INSTRUCTIONS_NOTE
+        if result.cycles is not None:
+            out["note"] += CYCLES_NOTE.format(counter=result.cycle_counter)
     if profile:
         kernels = profile_stats(meta, result.profile_ns, result.profile_instructions)
         out["profile"] = [k.as_json() for k in kernels]

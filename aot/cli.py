@@ -135,7 +135,9 @@ def _ssh_args(p: argparse.ArgumentParser, running: bool = True) -> None:
     g = p.add_argument_group("boards reached over SSH (override the board's options and "
                              "~/.config/aot/boards.toml)")
     g.add_argument("--host", help="the board's address")
-    g.add_argument("--port", type=int, help="its SSH port (default: 22)")
+    g.add_argument("--port", help="its SSH port (default: 22); for a microcontroller board, "
+                   "the serial port its harness serves on (/dev/ttyACM0, the pty aot flash "
+                   "prints for an emulated board; default: the board's serial_port)")
     g.add_argument("--known-hosts", metavar="FILE",
                    help="the known_hosts file its host key is checked against "
                    "(default: ~/.ssh/known_hosts)")
@@ -188,13 +190,31 @@ def _board(args: argparse.Namespace):
         board = on_board(board, get_target(args.target))
     elif chosen:
         board = on_board(board, target_file(args.target_file))
+    port = getattr(args, "port", None)
+    if port is not None and board.transport in ("serial", "qemu-system"):
+        from aot.deploy.serial_link import as_serial
+
+        board, port = as_serial(board, port), None
+    elif port is not None:
+        port = _ssh_port(port)
     return with_options(board, host=getattr(args, "host", None),
-                        port=getattr(args, "port", None), user=getattr(args, "user", None),
+                        port=port, user=getattr(args, "user", None),
                         key=getattr(args, "key", None),
                         known_hosts=getattr(args, "known_hosts", None),
                         ssh_config=getattr(args, "ssh_config", None),
                         exec_prefix=getattr(args, "exec_prefix", None),
                         trust_new_host_key=getattr(args, "trust_new_host_key", False) or None)
+
+
+def _ssh_port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 < port < 65536:
+        raise InputError(f"--port {text}: an SSH port is a number from 1 to 65535 (a serial "
+                         "port is for microcontroller boards)")
+    return port
 
 
 def _runnable_board(args: argparse.Namespace):
@@ -603,6 +623,11 @@ def _print_bench(out: dict[str, Any]) -> None:
     if "median_instructions" in out:
         table.add_column("median instructions", justify="right")
         row.append(f"{out['median_instructions']:,}")
+    if "median_cycles" in out:       # the device's own counter, its clock named
+        hz = out.get("counter_hz") or 0
+        clock = f", {hz / 1e6:g} MHz" if hz else ""
+        table.add_column(f"median cycles ({out['cycle_counter']}{clock})", justify="right")
+        row.append(f"{out['median_cycles']:,}")
     table.add_row(*row)
     Console().print(table)
     if "note" in out:
@@ -639,7 +664,10 @@ def cmd_flash(args: argparse.Namespace) -> int:
     meta = read_metadata(pkg)
     from aot.targets import get_board
 
-    plan = flash_plan(pkg, get_board(args.board or meta.get("board")), meta, args.port)
+    board = get_board(args.board or meta.get("board"))
+    if board.transport == "qemu-system":
+        return _flash_emulated(pkg, board, meta, args)
+    plan = flash_plan(pkg, board, meta, args.port)
     if not args.dry_run:
         run_flash(plan)
     if args.json:
@@ -651,6 +679,61 @@ def cmd_flash(args: argparse.Namespace) -> int:
         if not args.dry_run:
             print(f"{plan.board}: flashed")
     return 0
+
+
+def _flash_emulated(pkg: Path, board, meta: dict, args: argparse.Namespace) -> int:
+    """aot flash on an emulated board: QEMU runs the harness with its UART on
+    a pty, printed for --port, until it is stopped (Ctrl-C)."""
+    import shlex
+
+    from aot.deploy.qemu_serial import serial_command, start_qemu_board
+
+    if meta.get("board") != board.name:
+        raise AotError(f"{pkg} was built for board '{meta.get('board')}', not '{board.name}'")
+    if args.port is not None:
+        raise AotError(f"--port: QEMU gives board '{board.name}' a new pty, printed here")
+    if args.dry_run:
+        command = serial_command(board)
+        if args.json:
+            emit_json({"board": board.name, "command": command, "ran": False})
+        else:
+            print(f"command: {shlex.join(command)} (in {pkg / 'bench'})")
+        return 0
+    qemu = start_qemu_board(pkg, board)
+    if args.json:
+        emit_json({"board": board.name, "serial_port": qemu.port, "pid": qemu.process.pid,
+                   "ran": True})
+    else:
+        print(f"serial port: {qemu.port}")
+        print(f"{board.name}: QEMU runs {pkg}; reach it with --board {board.name} --port "
+              f"{qemu.port}; Ctrl-C stops it")
+    sys.stdout.flush()
+    code = _wait_for_qemu(qemu.process)
+    if code is None:
+        return 0
+    if code != 0:
+        raise AotError(f"QEMU stopped with exit code {code} on board '{board.name}'")
+    return 0
+
+
+def _wait_for_qemu(process) -> int | None:
+    """QEMU's exit code, or None when aot flash was stopped (Ctrl-C, or a
+    SIGTERM, which then stops QEMU too rather than leave it running)."""
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        return None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if process.poll() is None:
+            process.terminate()
+            process.wait()
 
 
 # --- tune ------------------------------------------------------------------------

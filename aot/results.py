@@ -227,8 +227,11 @@ class BenchResult(_Report):
     emulated board's (emulated=True) times are the emulator's, and `note`
     says so. board, codegen, model (the graph's name), threads: what ran.
     Where the board counts instructions (qemu-user): instructions per timed
-    run and their median, else None. profile (bench(profile=True)): a
-    KernelStat per kernel, else None."""
+    run and their median, else None. Where the device reports its own
+    counter (a microcontroller over its serial port): cycles per timed run,
+    their median, the counter's name (dwt-cyccnt, systick, mcycle) and its
+    ticks per second (0: unknown), else None. profile (bench(profile=True)):
+    a KernelStat per kernel, else None."""
     median_ms: float
     mean_ms: float
     min_ms: float
@@ -245,13 +248,20 @@ class BenchResult(_Report):
     instructions: tuple[int, ...] | None = None
     note: str | None = None
     profile: tuple[KernelStat, ...] | None = None
+    median_cycles: int | None = None
+    cycles: tuple[int, ...] | None = None
+    cycle_counter: str | None = None
+    counter_hz: int | None = None
 
-    _OMITTED = ("median_instructions", "instructions", "note", "profile")
+    _OMITTED = ("median_instructions", "instructions", "note", "profile", "median_cycles",
+                "cycles", "cycle_counter", "counter_hz")
 
     def to_json(self) -> dict[str, Any]:
         out = _json(self, self._OMITTED)
         if self.instructions is not None:
             out["instructions"] = list(self.instructions)
+        if self.cycles is not None:
+            out["cycles"] = list(self.cycles)
         if self.profile is not None:
             out["profile"] = [k.as_json() for k in self.profile]
         return out
@@ -259,9 +269,11 @@ class BenchResult(_Report):
     @classmethod
     def from_json(cls, report: Mapping[str, Any]) -> "BenchResult":
         instructions, profile = report.get("instructions"), report.get("profile")
+        cycles = report.get("cycles")
         return _row(cls, {k: v for k, v in report.items()
-                          if k not in ("instructions", "profile")},
+                          if k not in ("instructions", "profile", "cycles")},
                     instructions=None if instructions is None else tuple(instructions),
+                    cycles=None if cycles is None else tuple(cycles),
                     profile=None if profile is None else tuple(
                         _row(KernelStat, k, derived=("macs_per_us",)) for k in profile))
 

@@ -38,6 +38,14 @@ __attribute__((weak)) void aot_platform_abort(void) {
 #endif
 }
 
+__attribute__((weak)) uint64_t aot_platform_cycles(void) {
+    return 0;
+}
+
+__attribute__((weak)) const char* aot_platform_cycle_counter(void) {
+    return "none";
+}
+
 #ifdef AOT_PROFILE
 __attribute__((weak)) void aot_platform_profile(int step, const char* kernel, uint64_t nanos) {
     (void)step;

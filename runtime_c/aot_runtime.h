@@ -6,6 +6,7 @@
 #ifndef AOT_RUNTIME_H_
 #define AOT_RUNTIME_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -37,6 +38,24 @@ uint64_t aot_platform_timer_ns(void);
 /* Called on an unrecoverable error. The weak default spins forever on bare
  * metal and calls abort() on hosted systems. */
 void aot_platform_abort(void);
+
+/* A free-running counter of the device (a cycle counter where it has
+ * one) and its name, for timings in the device's own unit: the harness
+ * reports each run's count over a serial port. The weak defaults count
+ * nothing (0, "none"); the bare-metal start-up code of runtime_c provides
+ * them (DWT CYCCNT or SysTick on Cortex-M, mcycle on RISC-V). */
+uint64_t aot_platform_cycles(void);
+const char* aot_platform_cycle_counter(void);
+
+/* The serial port layer the harness serves over on a microcontroller
+ * (bench --serve over a UART, built with -DAOT_SERVE_UART): one driver per
+ * UART in runtime_c/uart/. init sets the port up (115200 baud, 8N1);
+ * write sends all n bytes, waiting while the transmitter is busy; read
+ * takes at most n bytes already received and returns how many (0: none
+ * yet), never waiting, so the caller keeps its own time-out. */
+void aot_platform_uart_init(void);
+void aot_platform_uart_write(const void* data, size_t n);
+size_t aot_platform_uart_read(void* data, size_t n);
 
 #ifdef AOT_PROFILE
 /* Called after each kernel with its step index, name and duration in

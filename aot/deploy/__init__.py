@@ -37,17 +37,19 @@ def _ssh(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
 
 
 def check_runnable(board: Board) -> None:
-    """Refuse a real microcontroller (transport `serial`): aot writes its
-    flash (aot flash) but does not talk to it yet."""
+    """Refuse a real microcontroller (transport `serial`) aot has no UART
+    driver for, or that has no port, before any work."""
     if board.transport == "serial":
-        raise AotError(f"board '{board.name}' is a real microcontroller: running on it needs "
-                       "the serial transport, not there yet (aot flash writes its image)")
+        from aot.deploy.serial_link import serial_port
+
+        serial_port(board)
 
 
 def _serial(pkg: Path, board: Board, inputs: Sequence[np.ndarray], warmup: int,
             runs: int) -> RunResult:
-    check_runnable(board)
-    raise AssertionError("unreachable")
+    from aot.deploy.serial_link import run_serial     # pyserial loads only for serial boards
+
+    return run_serial(pkg, board, inputs, warmup, runs)
 
 
 TRANSPORTS: dict[str, Transport] = {"local": _local, "qemu-user": run_qemu_user,

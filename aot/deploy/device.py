@@ -9,8 +9,10 @@ The first run of a package starts its harness in serve mode (bench/bench
 one request each, with no process start or upload. The harness runs where
 the board's transport puts it: a local process (host), the qemu-user
 emulator, or a process on an SSH board (one connection, each harness
-uploaded once). Bare-metal boards (qemu-system) have no stdin/stdout to
-serve on: they stay with `aot.deploy.run_package`, one run per call.
+uploaded once), or a microcontroller's serial port (serial_link.py: the
+harness aot flash wrote). Bare-metal boards under semihosting
+(qemu-system) have no stdin/stdout to serve on: they stay with
+`aot.deploy.run_package`, one run per call.
 """
 from __future__ import annotations
 
@@ -148,12 +150,13 @@ class Session:
     """One package's harness in serve mode: requests and answers over its
     pipes, each within a deadline (the I/O fuzzer drives one directly)."""
 
-    def __init__(self, process, meta: dict):
+    def __init__(self, process, meta: dict, package_id: str | None = None):
         self.process = process
         self.meta = meta
         try:
             with _deadline(process, HELLO_TIMEOUT_S, "hello"):
-                self.client = ServeClient(process.stdin, process.stdout, meta, process.lost)
+                self.client = ServeClient(process.stdin, process.stdout, meta, process.lost,
+                                          package_id)
         except BaseException:
             process.close()
             raise
@@ -182,7 +185,7 @@ class Device:
             raise AotError(f"board '{board.name}' is bare metal (qemu-system): serve mode "
                            "needs a hosted board (host, qemu-user or ssh); run packages there "
                            "one at a time with aot run / aot bench")
-        if board.transport not in ("local", "qemu-user", "ssh"):
+        if board.transport not in ("local", "qemu-user", "ssh", "serial"):
             raise AotError(f"board '{board.name}': serve mode does not support transport "
                            f"'{board.transport}'")
         self.board = board
@@ -260,6 +263,12 @@ class Device:
         exe = pkg / "bench" / "bench"
         if not exe.is_file():
             raise AotError(f"{pkg}: the harness bench/bench is missing (package for this board)")
+        if self.board.transport == "serial":
+            from aot.deploy.serial_link import SerialProcess, identity_checked, open_link
+
+            link, want = open_link(pkg, self.board, meta)
+            with identity_checked(link, self.board, want):
+                return Session(SerialProcess(link), meta, want)
         if self.board.transport == "ssh":
             return Session(self._start_remote(exe), meta)
         prefix: list[str] = []

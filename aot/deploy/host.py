@@ -40,6 +40,11 @@ class RunResult:
     profile_instructions: list[list[int]] | None = None
     # What was done to the inputs on the way (quantize_floats), one line each.
     notes: tuple[str, ...] = ()
+    # Each timed run in ticks of the device's own counter, where the harness
+    # reports it (a microcontroller over its serial port), and its name
+    # (dwt-cyccnt, systick, mcycle); else None.
+    cycles: list[int] | None = None
+    cycle_counter: str | None = None
 
     @property
     def times_us(self) -> list[float]:

@@ -16,6 +16,12 @@ side is templates/bench_main.c.j2):
     error   instead of a reply: b"AOTE", u32 exit code, u32 length, the
             message; then the harness exits with that code
 
+A harness serving over a microcontroller's UART (serial_link.py) waits
+for b"AOTS" before its hello and sets flag 4 (device): the hello then goes
+on with the package's identity (32 ASCII bytes), the name of the device's
+counter (16 bytes, NUL-padded) and its ticks per second (u64), and each
+reply's run times are followed by each run's count of that counter (u64).
+
 The client checks the hello against metadata.json, so a harness from
 another package (or another aot) is refused before any request, and it
 trusts no length it reads: every count is checked against the package's
@@ -36,9 +42,9 @@ from aot.deploy.host import (EXIT_GUARD, EXIT_INDEX, PROFILE_MAX_RUNS, RunResult
 from aot.errors import AotError
 
 VERSION = 2
-FLAG_PROFILE, FLAG_CHECKS = 1, 2
+FLAG_PROFILE, FLAG_CHECKS, FLAG_DEVICE = 1, 2, 4
 KIND_QUIT, KIND_RUN = 0, 1
-HELLO, REQUEST, REPLY, ERROR = b"AOTH", b"AOTQ", b"AOTR", b"AOTE"
+HELLO, REQUEST, REPLY, ERROR, SYNC = b"AOTH", b"AOTQ", b"AOTR", b"AOTE", b"AOTS"
 MAX_MESSAGE = 1 << 16     # an error frame's message, at most
 
 
@@ -53,10 +59,28 @@ class Hello:
     checks: bool
     arena_bytes: int
     max_runs: int
+    device: DeviceInfo | None = None
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What a harness on a microcontroller adds to its hello (flag 4)."""
+    package_id: str
+    counter: str            # dwt-cyccnt, systick, mcycle
+    counter_hz: int         # its ticks per second as the firmware was built (0: unknown)
 
 
 class SessionLost(AotError):
     """The harness stopped answering (exited, crashed, was killed)."""
+
+
+class WrongPackage(AotError):
+    """The harness on a device was built from another package."""
+
+    def __init__(self, got: str | None):
+        super().__init__(f"the device runs package {got}" if got else
+                         "the device's harness names no package")
+        self.got = got
 
 
 class ServeClient:
@@ -64,11 +88,15 @@ class ServeClient:
 
     `lost()` is called when the harness's stdout ends or its stdin breaks
     mid-session; it returns why (exit status, stderr) for the error message.
+    `package_id`: the identity a device's hello must carry (identity.py),
+    checked before anything else in the hello (WrongPackage).
     """
 
     def __init__(self, stdin: BinaryIO, stdout: BinaryIO, meta: dict,
-                 lost: Callable[[], str] = lambda: "the harness's output ended"):
+                 lost: Callable[[], str] = lambda: "the harness's output ended",
+                 package_id: str | None = None):
         self._in, self._out, self._meta, self._lost = stdin, stdout, meta, lost
+        self._package_id = package_id
         self.alive = True
         self.hello = self._read_hello()
 
@@ -140,16 +168,38 @@ class ServeClient:
                     "metadata.json")
         arena, max_runs = self._u64s(2)
         hello = Hello(version, self._u64s(n_in), self._u64s(n_out), kernels,
-                      bool(flags & FLAG_PROFILE), bool(flags & FLAG_CHECKS), arena, max_runs)
+                      bool(flags & FLAG_PROFILE), bool(flags & FLAG_CHECKS), arena, max_runs,
+                      self._read_device() if flags & FLAG_DEVICE else None)
+        if self._package_id is not None:
+            got = hello.device.package_id if hello.device else None
+            if got != self._package_id:
+                self.alive = False
+                raise WrongPackage(got)
         self._check_hello(hello)
         return hello
+
+    def _text(self, size: int, field: str) -> str:
+        raw = self._read(size).rstrip(b"\0")
+        try:
+            text = raw.decode("ascii")
+        except UnicodeDecodeError:
+            raise self._broken(f"the hello's {field} is not ASCII: {raw!r}") from None
+        if not text.isprintable():
+            raise self._broken(f"the hello's {field} is not printable: {raw!r}")
+        return text
+
+    def _read_device(self) -> DeviceInfo:
+        package_id = self._text(32, "package identity")
+        counter = self._text(16, "counter name")
+        (hz,) = self._u64s(1)
+        return DeviceInfo(package_id, counter, hz)
 
     def _check_hello(self, hello: Hello) -> None:
         meta = self._meta
         want = Hello(VERSION, tuple(s["bytes"] for s in meta["inputs"]),
                      tuple(s["bytes"] for s in meta["outputs"]), len(meta.get("kernels", ())),
                      bool(meta.get("profile")), bool(meta.get("checks")),
-                     meta["arena_bytes"], hello.max_runs)
+                     meta["arena_bytes"], hello.max_runs, hello.device)
         if hello != want:
             self.alive = False
             diff = ", ".join(f"{f} {getattr(hello, f)} vs {getattr(want, f)}"
@@ -204,6 +254,7 @@ class ServeClient:
                     else 0, "the request" if self.hello.profile else "the hello (no profile)")
         self._count("the reply's kernel count", kernels, self.hello.kernels, "the hello")
         times = list(self._u64s(runs))
+        cycles = list(self._u64s(runs)) if self.hello.device else None
         flat = self._u64s(profiled * kernels)
         profile = [list(flat[i * kernels:(i + 1) * kernels]) for i in range(profiled)]
         outs = []
@@ -215,7 +266,13 @@ class ServeClient:
         check_profile(self._meta, profile_ns)
         report = {"arena_bytes": self.hello.arena_bytes, "runs": runs, "warmup": warmup,
                   "times_ns": times, **({"profile_ns": profile} if profile_ns else {})}
-        return RunResult(output_arrays(self._meta, outs), times, report, profile_ns)
+        counted = {}
+        if cycles is not None:
+            device = self.hello.device
+            report.update(cycles=cycles, cycle_counter=device.counter,
+                          counter_hz=device.counter_hz)
+            counted = {"cycles": cycles, "cycle_counter": device.counter}
+        return RunResult(output_arrays(self._meta, outs), times, report, profile_ns, **counted)
 
     def quit(self) -> None:
         """Ask the harness to exit (it also does at the end of its input)."""

@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from aot.support import tools
 from aot.errors import AotError, MissingToolError
+from aot.packaging.identity import package_id
 from aot.targets import Target
 
 # Flags every package source is compiled with, after the target's own.
@@ -155,7 +156,9 @@ def build_harness(target: Target, pkg: Path, name: str, library: str,
     tc = toolchain_for(target)
     exe = "bench/bench"
     static = [] if sanitized(extra_cflags) else ["-static"]
-    run_tool([tc.cc, *tc.cflags, "-std=c99", "-Iinclude", "-Iruntime_c", *extra_cflags,
+    # the hello over a serial port names the package (identity.py)
+    ident = f'-DAOT_PACKAGE_ID="{package_id(pkg, name)}"'
+    run_tool([tc.cc, *tc.cflags, "-std=c99", "-Iinclude", "-Iruntime_c", *extra_cflags, ident,
               f"-ffile-prefix-map={pkg.resolve()}=.", "bench/main.c",
               *firmware_link(firmware or {}), library,
               *tc.ldflags, *static, "-lm", "-o", exe], pkg, "linking the bench harness")

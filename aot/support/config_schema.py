@@ -85,14 +85,17 @@ VM_OPTIONS = {
 OPTIONS = {
     "local": {"cpu_flags": STRS},
     "qemu-user": {"qemu": STR, "cpu": STR},
-    "qemu-system": {"qemu": STR, "machine": STR, "bios": STR, "timeout_s": NUMBER},
+    # `uart`: the UART the harness serves over when the board is reached
+    # through a serial port instead (aot/deploy/serial_link.py).
+    "qemu-system": {"qemu": STR, "machine": STR, "bios": STR, "timeout_s": NUMBER, "uart": STR,
+                    "serial_port": STR, "uart": STR, "timeout_s": NUMBER},
     "ssh": {**SSH_OPTIONS, **VM_OPTIONS},
     # A real microcontroller: how `aot flash` writes its image (aot/deploy/flash.py)
     # and the serial port its UART shows up as.
     "serial": {"flasher": STR, "image": STR, "openocd_config": STR, "pyocd_target": STR,
                "esptool_chip": STR,
                "uf2_family": SIZE, "flash_origin": SIZE, "ram_origin": SIZE,
-               "serial_port": STR},
+               "serial_port": STR, "uart": STR, "timeout_s": NUMBER},
 }
 
 # A table of the user's boards.toml: how to reach a board, and a VM's size

@@ -102,6 +102,10 @@ class _Runner:
         self.board = board
         self.device = None
         self.counts = board.transport in ("qemu-user", "qemu-system")
+        if board.transport == "serial":
+            raise AotError(f"board '{board.name}' over a serial port runs the one package "
+                           "flashed onto it: tune's candidates would each need a flash, which "
+                           "aot tune does not do; tune on the emulated board without --port")
         if board.transport in ("local", "ssh"):
             from aot.deploy.device import connect
             self.device = stack.enter_context(connect(board))

@@ -136,6 +136,16 @@ __attribute__((weak)) uint64_t aot_board_cycles(void) {
     return ((uint64_t)hi << 32) | lo;
 }
 
+/* The board's cycle counter: the cycle CSR (the read-only shadow of
+ * mcycle) unless the board's start-up code has its own. */
+uint64_t aot_platform_cycles(void) {
+    return aot_board_cycles();
+}
+
+__attribute__((weak)) const char* aot_platform_cycle_counter(void) {
+    return "mcycle";
+}
+
 uint64_t aot_platform_timer_us(void) {
     return aot_board_cycles() / (AOT_CPU_HZ / 1000000u);
 }

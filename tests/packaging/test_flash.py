@@ -11,6 +11,7 @@ import json
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 from elftools.elf.elffile import ELFFile
 
@@ -153,18 +154,35 @@ def test_flash_refuses_what_it_cannot_write(packages, capsys):
     assert code == 2 and "--port: pyocd writes board 'nrf52840dk' through its debug probe" in err
     code, _, err = cli(capsys, "flash", str(packages["nrf52840dk"]), "--board", "mps2-an386",
                        "--dry-run")
-    assert code == 2 and "board 'mps2-an386' is reached by qemu-system, not flashed" in err
+    assert code == 2 and "was built for board 'nrf52840dk', not 'mps2-an386'" in err
     code, _, err = cli(capsys, "flash", str(packages["nrf52840dk"]), "--board", "rpi-pico2",
                        "--dry-run")
     assert code == 2 and "was built for board 'nrf52840dk', not 'rpi-pico2'" in err
 
 
 @pytest.mark.parametrize("command", ["run", "verify", "bench"])
-def test_running_on_a_real_board_is_refused_in_one_line(packages, capsys, command):
-    code, out, err = cli(capsys, command, str(packages["nucleo-f446re"]))
+def test_running_on_a_real_board_goes_to_its_serial_port(packages, capsys, command, tmp_path):
+    """No board is attached here: the port named by --port is not there,
+    and the run is one line naming it."""
+    port = str(tmp_path / "ttyACM9")
+    extra = []
+    if command == "run":
+        spec = json.loads((packages["nucleo-f446re"] / "metadata.json").read_text())["inputs"][0]
+        np.save(tmp_path / "x.npy", np.zeros(spec["shape"], spec["dtype"]))
+        extra = ["--input", str(tmp_path / "x.npy")]
+    if command == "verify":
+        extra = ["--model", str(MODEL)]
+    code, out, err = cli(capsys, command, str(packages["nucleo-f446re"]), "--port", port, *extra)
     assert code == 2 and out == ""
-    assert err.strip() == ("aot: error: board 'nucleo-f446re' is a real microcontroller: "
-                           "running on it needs the serial transport, not there yet (aot flash "
+    assert err.strip().startswith(f"aot: error: serial port {port}: cannot open it (")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_board_without_a_uart_driver_is_refused_in_one_line(packages, capsys):
+    code, out, err = cli(capsys, "run", str(packages["rpi-pico2"]))
+    assert code == 2 and out == ""
+    assert err.strip() == ("aot: error: board 'rpi-pico2': aot has no driver for its UART yet, "
+                           "so it cannot run, verify or bench over a serial port (aot flash "
                            "writes its image)")
 
 

@@ -87,9 +87,9 @@ def _package_args(p: argparse.ArgumentParser) -> None:
     _target_args(p)
     p.add_argument("--codegen", choices=("c", "llvm"), default="c",
                    help="kernels as C source or an LLVM object (default: c)")
-    p.add_argument("--tuning-records", metavar="LOG.jsonl",
-                   help="apply the fastest schedule per workload from an `aot tune` log "
-                   "(records of another target are skipped; docs/tuning.md)")
+    p.add_argument("--tuning-records", metavar="LOG.jsonl|DB",
+                   help="apply the fastest schedule per workload from an `aot tune` log or "
+                   "tuning database (records of another target are skipped; docs/tuning.md)")
 
 
 def _target_args(p: argparse.ArgumentParser) -> None:
@@ -660,7 +660,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     out = tune(args.model, _runnable_board(args), trials=args.trials, budget=args.budget,
                log=args.output, resume=args.resume, codegen=args.codegen,
-               warmup=args.warmup, repeat=args.repeat, **_load_kwargs(args))
+               warmup=args.warmup, repeat=args.repeat, database=args.database,
+               **_load_kwargs(args))
     if args.json:
         emit_json(out)
         return 0
@@ -918,6 +919,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the tuning log (default: ./<model>.<board>.tune.jsonl)")
     p.add_argument("--resume", action="store_true",
                    help="continue an existing log: its configs are not measured again")
+    p.add_argument("--database", metavar="DB",
+                   help="read and write a tuning database (SQLite, created when missing) "
+                   "instead of a log: what it holds is not measured again, and new workloads "
+                   "start from the nearest measured ones' best configs")
     p.add_argument("--repeat", type=int, default=20, metavar="N",
                    help="timed runs per package per round, 3 interleaved rounds (default: 20)")
     p.add_argument("--warmup", type=int, default=5, metavar="W",

@@ -46,7 +46,8 @@ FAST_MODULES = frozenset({
     "lower/kernels/test_windows.py", "lower/schedule/test_conv.py", "lower/test_lower_layers.py",
     "lower/tir_passes/test_legalize.py", "models/test_onnx_conformance.py",
     "models/test_onnx_models.py", "ops/quant/test_qmath.py", "ops/test_ml.py", "ops/test_nn.py",
-    "passes/test_passes.py", "repo/test_layers.py", "repo/test_readme.py"})
+    "passes/test_passes.py", "repo/test_layers.py", "repo/test_readme.py",
+    "tune/test_database.py"})
 BOARD_FOLDERS = ("targets", "deploy", "models")
 BOARD_MODULES = frozenset({
     "check/test_streaming.py", "check/test_validate.py", "codegen/test_codegen.py",

@@ -336,3 +336,57 @@ def test_emulated_boards_tune_on_counted_instructions(tmp_path):
     assert all(r["instructions"] > 0 for r in records)
     for r in records[summary["workloads"]:]:
         assert r["instructions"] < r["default_instructions"]
+
+
+# ------------------------------------------------------------------ the database
+
+def mlp(path: Path, sizes: list[int], seed: int) -> Path:
+    """Gemm (+ Relu) layers of these widths: FC tiles to tune in a second."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    nodes, weights, x = [], [], "x"
+    for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
+        w = rng.standard_normal((b, a)).astype(np.float32) / np.float32(np.sqrt(a))
+        weights += [numpy_helper.from_array(w, f"w{i}"),
+                    numpy_helper.from_array(rng.standard_normal(b).astype(np.float32), f"b{i}")]
+        nodes.append(helper.make_node("Gemm", [x, f"w{i}", f"b{i}"], [f"g{i}"], transB=1))
+        x = f"g{i}"
+        if i < len(sizes) - 2:
+            nodes.append(helper.make_node("Relu", [x], [f"r{i}"]))
+            x = f"r{i}"
+    graph = helper.make_graph(
+        nodes, path.stem, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, sizes[0]])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, sizes[-1]])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_a_second_model_starts_from_the_first_ones_best(tmp_path):
+    """Two MLPs on qemu-aarch64 (instructions: deterministic): the second
+    model's first batch, seeded from the database of the first's search,
+    costs less than its cold first batch; the database packages like a log."""
+    first = mlp(tmp_path / "first.onnx", [64, 128, 128, 10], 1)
+    second = mlp(tmp_path / "second.onnx", [48, 96, 160, 12], 2)
+    db = tmp_path / "zoo.db"
+    quick = ("--board", "qemu-aarch64", "--repeat", "1", "--warmup", "0", "--json")
+    code, out, err = cli("tune", str(first), "--trials", "6", "--database", str(db), *quick)
+    assert code == 0, err
+    assert json.loads(out)["improved"] >= 2
+    runs = {}
+    for name, where in (("warm", ("--database", str(db))),
+                        ("cold", ("-o", str(tmp_path / "cold.jsonl")))):
+        code, out, err = cli("tune", str(second), "--trials", "1", *where, *quick)
+        assert code == 0, err
+        runs[name] = json.loads(out)
+    assert runs["warm"]["seeded"] == 3 and runs["cold"]["seeded"] == 0
+    assert runs["warm"]["first_batch"] < 0.95 < runs["cold"]["first_batch"]
+    code, _, err = cli("package", str(second), "--board", "qemu-aarch64", "--tuning-records",
+                       str(db), "-o", str(tmp_path / "pkg"))
+    assert code == 0, err
+    db.write_bytes(db.read_bytes()[:3000])
+    code, _, err = cli("package", str(second), "--board", "qemu-aarch64", "--tuning-records",
+                       str(db), "-o", str(tmp_path / "bad"))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "tuning database" in err
+    assert not (tmp_path / "bad").exists()

@@ -22,6 +22,7 @@ import random
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -112,7 +113,8 @@ class _Runner:
     (an emulator's clock is no board's). The board farm (farm.py) has the
     same four methods over Ray."""
 
-    def __init__(self, board, stack: contextlib.ExitStack, graph, codegen: str, tmp: Path):
+    def __init__(self, graph, board, stack: contextlib.ExitStack, tmp: Path,
+                 codegen: str = "c"):
         self.board, self.graph, self.codegen, self.tmp = board, graph, codegen, tmp
         self.device = None
         self.counts = counts_instructions(board)
@@ -125,6 +127,10 @@ class _Runner:
         with applied(schedules):
             return package(self.graph, board=self.board, codegen=self.codegen,
                            out_dir=self.tmp / name, profile=True).path
+
+    def measure(self, fn):
+        """fn(), whose runs are one batch's (the farm holds one board for them)."""
+        return fn()
 
     def metadata(self, pkg: Path) -> dict:
         from aot.packaging.metadata import read_metadata
@@ -176,16 +182,16 @@ def _same(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> boo
 def tune(model, board, trials: int = 32, budget: float | None = None,
          log: str | Path | None = None, resume: bool = False, codegen: str = "c",
          warmup: int = 5, repeat: int = 20, seed: int = 0, input_shapes=None,
-         bind=None, database: str | Path | None = None, runner=None,
+         bind=None, database: str | Path | None = None, runner_for=None,
          on_batch=None) -> dict[str, Any]:
     """Search schedules for `model` on `board` (see the module doc) and
     append the records to `log` (default: <model>.<board>.tune.jsonl), or
     to the tuning `database` (its records of these workloads are taken as
     measured, and a workload it has none of starts from the nearest
     workloads' best). `budget`: seconds after which no new batch starts.
-    `runner`: builds and runs the packages (default: here, on the board;
-    farm.py passes one over Ray); `on_batch(trial)` is called after each
-    batch. The summary: {log, board, target, trials_run, workloads,
+    `runner_for(graph, board, stack, tmp)`: what builds and runs the
+    packages (default: _Runner, here and on the board; farm.py's over Ray);
+    `on_batch(trial)` is called after each batch. The summary: {log, board, target, trials_run, workloads,
     tunable, improved, records_written, discarded, failed, seconds,
     first_batch, seeded, best}."""
     from aot.support import progress
@@ -230,17 +236,17 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
         summary["records_written"] += sink.add(new, works, target.name)
 
     with contextlib.ExitStack() as stack:
-        if runner is None:
-            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-tune-")))
-            runner = _Runner(brd, stack, graph, codegen, tmp)
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-tune-")))
+        runner = (runner_for or partial(_Runner, codegen=codegen))(graph, brd, stack, tmp)
         with progress.step(f"build the default package for {brd.name}"):
             base = runner.build(None, "default")
         meta = runner.metadata(base)
         inputs = package_inputs(meta)
-        reference = runner.run(base, inputs, warmup, 1).outputs
+        reference = runner.measure(lambda: runner.run(base, inputs, warmup, 1)).outputs
         defaults_known = {r.workload for r in known if r.config == DEFAULT}
         if any(w.key not in defaults_known for w in works):   # each workload's default first
-            times, counts = _kernel_costs(meta, [runner.run(base, inputs, warmup, repeat)])
+            times, counts = _kernel_costs(meta, [runner.measure(
+                lambda: runner.run(base, inputs, warmup, repeat))])
             write([_record(w.key, DEFAULT, _sum(times, w), None, brd, target, _sum(counts, w))
                    for w in works if w.key not in defaults_known])
         with progress.step(f"tune {len(tunable)} workloads on {brd.name}",
@@ -284,8 +290,9 @@ def _batch(runner, base, meta: dict, inputs, reference, warmup: int, repeat: int
         summary["failed"] += 1
         return [], None
     try:
-        return _measure(runner, base, pkg, meta, inputs, reference, warmup, repeat,
-                        picks, by_key, brd, target, summary)
+        return runner.measure(lambda: _measure(runner, base, pkg, meta, inputs, reference,
+                                               warmup, repeat, picks, by_key, brd, target,
+                                               summary))
     except AotError:        # the candidate's harness failed on the board
         summary["failed"] += 1
         return [], None

@@ -658,6 +658,11 @@ def cmd_flash(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     from aot.tune import tune
 
+    args.model = args.models[0]
+    if args.boards is None and (len(args.models) > 1 or args.cluster or args.farm):
+        raise AotError("several models, --cluster and --farm go with --boards B1,B2,...")
+    if args.boards is not None:
+        return _tune_many(args)
     out = tune(args.model, _runnable_board(args), trials=args.trials, budget=args.budget,
                log=args.output, resume=args.resume, codegen=args.codegen,
                warmup=args.warmup, repeat=args.repeat, database=args.database,
@@ -665,6 +670,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(out)
         return 0
+    _print_tune(out)
+    return 0
+
+
+def _print_tune(out: dict) -> None:
     print(f"{out['log']}: {out['trials_run']} trials on {out['board']} in {out['seconds']} s, "
           f"{out['records_written']} records; {out['improved']} of {out['tunable']} tunable "
           f"workloads faster than the default schedule"
@@ -674,7 +684,62 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if best["config"]:
             print(f"  {key}  {best['desc']}: {best['ratio']:.3f} x default  "
                   f"{json.dumps(best['config'], sort_keys=True)}")
+
+
+def _tune_many(args: argparse.Namespace) -> int:
+    """aot tune MODELS... --boards B1,B2: one search per (model, board
+    kind); over a Ray farm with --cluster, else here one after another."""
+    import time
+    from aot.deploy import check_runnable
+    from aot.targets import get_board
+    from aot.tune import tune
+    from aot.tune.farm import parse_boards, tune_farm
+
+    boards = parse_boards(args.boards)
+    kinds = list(dict.fromkeys(boards))
+    for name in kinds:
+        check_runnable(get_board(name))
+    jobs = len(args.models) * len(kinds)
+    if jobs > 1 and (args.output or args.resume):
+        raise AotError("-o and --resume name one log: with several models or boards, "
+                       "--database DB (or each job's default log)")
+    if args.farm and not args.cluster:
+        raise AotError("--farm describes the boards of a Ray cluster: give --cluster too")
+    options = dict(trials=args.trials, budget=args.budget, codegen=args.codegen,
+                   warmup=args.warmup, repeat=args.repeat, log=args.output,
+                   resume=args.resume, **_load_kwargs(args))
+    if args.cluster:
+        out = tune_farm(args.models, boards, args.cluster, args.farm, database=args.database,
+                        **options)
+    else:
+        started = time.monotonic()
+        runs = [tune(m, k, database=args.database, **options)
+                for m in args.models for k in kinds]
+        out = {"jobs": runs, "boards": boards, "seconds": round(time.monotonic() - started, 2)}
+    if args.json:
+        emit_json(out)
+        return 0
+    for job in out["jobs"]:
+        _print_tune(job)
+    print(f"{len(out['jobs'])} searches in {out['seconds']} s"
+          + (f" over {len(boards)} boards ({out['measurements']} measurements, "
+             f"{out['retried']} batches measured again on another board)"
+             if args.cluster else ""))
     return 0
+
+
+def _farm_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--boards", metavar="B1,B2,...",
+                   help="every model on each board kind named (a name twice: two boards of "
+                   "that kind, used side by side with --cluster)")
+    p.add_argument("--cluster", metavar="auto|ray://HOST:PORT",
+                   help="run over a Ray cluster (pip install 'aot[farm]'): auto starts one "
+                   "on this machine bound to 127.0.0.1; ray://HOST:PORT joins a running one, "
+                   "which must be reachable by you alone (Ray clusters run anyone's code: "
+                   "docs/tuning.md)")
+    p.add_argument("--farm", metavar="FARM.toml",
+                   help="which node of the cluster holds which boards (default: the nodes' "
+                   "board:<name> resources)")
 
 
 def _tuning_records(args: argparse.Namespace):
@@ -905,7 +970,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("tune", "search kernel schedules on a board and log the fastest per workload "
             "(apply them with --tuning-records; docs/tuning.md)", cmd_tune)
-    p.add_argument("model", help="an .onnx or .tflite file")
+    p.add_argument("models", nargs="+", metavar="model",
+                   help="an .onnx or .tflite file (several with --boards)")
     p.add_argument("--board", help=f"the board to measure on (default: ${DEFAULT_BOARD_ENV}, "
                    f"else {DEFAULT_BOARD})")
     p.add_argument("--codegen", choices=("c", "llvm"), default="c",
@@ -923,6 +989,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read and write a tuning database (SQLite, created when missing) "
                    "instead of a log: what it holds is not measured again, and new workloads "
                    "start from the nearest measured ones' best configs")
+    _farm_args(p)
     p.add_argument("--repeat", type=int, default=20, metavar="N",
                    help="timed runs per package per round, 3 interleaved rounds (default: 20)")
     p.add_argument("--warmup", type=int, default=5, metavar="W",

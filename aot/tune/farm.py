@@ -48,7 +48,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from aot.errors import AotError
-from aot.support.json_schema import (INT, NAME, OBJECTS, SIZES, check, list_of, obj,
+from aot.support.json_schema import (INT, NAME, OBJECTS, SIZES, STR, check, list_of, obj,
                                      optional)
 from aot.support.jsonfile import loads
 
@@ -56,6 +56,8 @@ EXTRA = "aot[farm]"
 # A package's archive as a build task returns it, and a measurement's JSON.
 MAX_PACKAGE_BYTES = 256 << 20
 MAX_MEASUREMENT_BYTES = 64 << 20
+# Seconds one run may take on a board before it counts as gone.
+MEASURE_TIMEOUT_S = 1800.0
 # Seconds a batch waits for a board of its kind before the job fails.
 BOARD_WAIT_S = 3600.0
 # Ray's own switch that makes a node's address the loopback one (its
@@ -153,19 +155,31 @@ def connected(cluster: str, boards: Sequence[str], num_cpus: int | None = None
 
 def start_local(boards: Sequence[str], num_cpus: int | None = None) -> None:
     """A Ray cluster of this machine alone: every server on 127.0.0.1, no
-    dashboard, the named boards as custom resources."""
+    dashboard, the named boards as custom resources. Refused (and stopped)
+    if Ray put the node on another address."""
+    os.environ[LOOPBACK_ENV] = "0"      # read when Ray is imported (workers inherit it)
     ray = ray_module()
-    os.environ[LOOPBACK_ENV] = "0"
+    # ... and, where something imported Ray before, its constant; the address
+    # check below refuses a cluster that is not on loopback whatever Ray does
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
+        constants.ENABLE_RAY_CLUSTER = False
     resources = {f"board:{name}": float(n) for name, n in _counts(boards).items()}
     ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
              resources=resources, log_to_driver=False, configure_logging=False)
+    where = sorted({n.get("NodeManagerAddress") for n in ray.nodes()})
+    if where != ["127.0.0.1"]:
+        ray.shutdown()
+        raise AotError(f"--cluster auto: Ray put the node on {', '.join(map(str, where))}, "
+                       "not 127.0.0.1 only; nothing was run")
 
 
 def placements(boards: Sequence[str], farm: Sequence[Node] | None, available: dict
                ) -> list[tuple[str, dict]]:
-    """Per board named: (name, the Ray resources its actor asks for). From
-    the farm TOML, the node holding it; else the `board:<name>` resource
-    some node offers, refused here when the cluster offers too few."""
+    """Per board named: (name, where its actor goes): {"node": address} from
+    the farm TOML (the node holding it), else {"resources": ...}: the
+    `board:<name>` resource some node offers, refused here when the cluster
+    offers too few."""
     if farm is not None:
         slots = [(b, n.address) for n in farm for b in n.boards]
         out = []
@@ -174,7 +188,7 @@ def placements(boards: Sequence[str], farm: Sequence[Node] | None, available: di
             if i is None:
                 raise AotError(f"--boards: the farm has no more board {name!r} "
                                f"({_counts(boards)[name]} named)")
-            out.append((name, {f"node:{slots.pop(i)[1]}": 0.001}))
+            out.append((name, {"node": slots.pop(i)[1]}))
         return out
     for name, n in _counts(boards).items():
         have = available.get(f"board:{name}", 0)
@@ -182,7 +196,21 @@ def placements(boards: Sequence[str], farm: Sequence[Node] | None, available: di
             raise AotError(f"--boards names {n} x {name}, the cluster offers {have:g} "
                            f"(resource board:{name}; ray start --resources "
                            f"'{{\"board:{name}\": {n}}}' on the node holding them)")
-    return [(name, {f"board:{name}": 1.0}) for name in boards]
+    return [(name, {"resources": {f"board:{name}": 1.0}}) for name in boards]
+
+
+def actor_options(ray, where: dict) -> dict:
+    """Ray's options placing a board actor `where` (placements) says."""
+    if "resources" in where:
+        return {"resources": where["resources"]}
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    ids = [n["NodeID"] for n in ray.nodes()
+           if n.get("Alive") and n.get("NodeManagerAddress") == where["node"]]
+    if not ids:
+        known = sorted(str(n.get("NodeManagerAddress")) for n in ray.nodes() if n.get("Alive"))
+        raise AotError(f"--farm names node {where['node']}, the cluster has no live node "
+                       f"there (its nodes: {', '.join(known)[:200]})")
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(ids[0], soft=False)}
 
 
 # ---------------------------------------------------------------- worker side
@@ -273,7 +301,7 @@ ROWS = list_of(SIZES, "a list of lists of integers >= 0")
 MEASUREMENT = obj({"error": NAME,
                    "outputs": OBJECTS,
                    "profile_ns": optional(ROWS), "profile_instructions": optional(ROWS)})
-OUTPUT = obj({"dtype": NAME, "shape": list_of(INT, "a list of integers"), "data": NAME},
+OUTPUT = obj({"dtype": NAME, "shape": list_of(INT, "a list of integers"), "data": STR},
              ("dtype", "shape", "data"))
 
 
@@ -420,7 +448,14 @@ class FarmRunner:
     def run(self, handle, inputs, warmup: int, runs: int) -> Measured:
         key, ref = handle
         self.local.used.add(key)
-        text = self.ray.get(self.local.actor.run.remote(key, ref, list(inputs), warmup, runs))
+        actor = self.local.actor
+        try:
+            text = self.ray.get(actor.run.remote(key, ref, list(inputs), warmup, runs),
+                                timeout=MEASURE_TIMEOUT_S)
+        except self.ray.exceptions.GetTimeoutError:
+            # a board that stopped answering: gone, as far as this farm goes
+            self.ray.kill(actor, no_restart=True)
+            raise self.ray.exceptions.RayActorError() from None
         with self.lock:
             self.events["measurements"] += 1
         return measurement(text, self.meta, f"board {self.board} measurement")
@@ -450,9 +485,11 @@ def tune_farm(models: Sequence, boards: Sequence[str], cluster: str, farm: str |
         actor_class = ray.remote(num_cpus=0, max_restarts=0)(BoardActor)
         build_task = ray.remote(num_cpus=1, max_retries=2)(build_package)
         pools = {k: _Pool(k) for k in kinds}
-        for i, (name, resources) in enumerate(slots):
-            pools[name].add(actor_class.options(resources=resources,
-                                                name=f"aot-board-{i}-{name}").remote(name))
+        actors = []
+        for i, (name, where) in enumerate(slots):
+            actors.append(actor_class.options(name=f"aot-board-{i}-{name}",
+                                              **actor_options(ray, where)).remote(name))
+            pools[name].add(actors[-1])
         events = {"measurements": 0, "retried": 0}
         lock = threading.Lock()
         jobs = [(m, k) for m in models for k in kinds]
@@ -471,10 +508,14 @@ def tune_farm(models: Sequence, boards: Sequence[str], cluster: str, farm: str |
                 results[i] = e
         threads = [threading.Thread(target=job, args=(i, m, k), daemon=True)
                    for i, (m, k) in enumerate(jobs)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:        # the boards go back to the cluster (a shared one keeps running)
+            for actor in actors:
+                ray.kill(actor, no_restart=True)
     errors = [r for r in results if isinstance(r, AotError)]
     if errors:
         raise errors[0]

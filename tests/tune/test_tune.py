@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from support import MODELS
+from support.tune_models import mlp
 from support.sshd import sshd  # noqa: F401 (the fixture)
 
 RESNET8_INT8 = MODELS / "mlperf_ic_resnet8_int8.tflite"
@@ -339,29 +340,6 @@ def test_emulated_boards_tune_on_counted_instructions(tmp_path):
 
 
 # ------------------------------------------------------------------ the database
-
-def mlp(path: Path, sizes: list[int], seed: int) -> Path:
-    """Gemm (+ Relu) layers of these widths: FC tiles to tune in a second."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(seed)
-    nodes, weights, x = [], [], "x"
-    for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
-        w = rng.standard_normal((b, a)).astype(np.float32) / np.float32(np.sqrt(a))
-        weights += [numpy_helper.from_array(w, f"w{i}"),
-                    numpy_helper.from_array(rng.standard_normal(b).astype(np.float32), f"b{i}")]
-        nodes.append(helper.make_node("Gemm", [x, f"w{i}", f"b{i}"], [f"g{i}"], transB=1))
-        x = f"g{i}"
-        if i < len(sizes) - 2:
-            nodes.append(helper.make_node("Relu", [x], [f"r{i}"]))
-            x = f"r{i}"
-    graph = helper.make_graph(
-        nodes, path.stem, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, sizes[0]])],
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, sizes[-1]])], weights)
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
-
 
 def test_a_second_model_starts_from_the_first_ones_best(tmp_path):
     """Two MLPs on qemu-aarch64 (instructions: deterministic): the second

@@ -550,6 +550,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from aot.api import bench
 
+    if args.boards is not None:
+        return _bench_matrix(args)
+    if args.more_models or args.cluster or args.farm:
+        raise AotError("several models, --cluster and --farm go with --boards B1,B2,...")
     out = bench(args.model, board=_runnable_board(args), codegen=args.codegen, warmup=args.warmup,
                 repeat=args.repeat, profile=args.profile, plot=args.plot, threads=args.threads,
                 trace=args.trace, **_load_kwargs(args))
@@ -559,6 +563,62 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _print_bench(out)
         if "profile" in out:
             _print_profile(out["profile"])
+    return 0
+
+
+def _bench_matrix(args: argparse.Namespace) -> int:
+    """aot bench MODELS... --boards B1,B2: every model on every board kind,
+    over a Ray farm with --cluster, else here one after another."""
+    from aot.api import bench
+    from aot.deploy import check_runnable
+    from aot.targets import get_board
+    from aot.tune.farm import bench_farm, parse_boards
+    from aot.tune.records import applied_records
+
+    if args.profile or args.plot or args.trace or args.threads != 1:
+        raise AotError("--profile, --plot, --trace and --threads are for one model on one "
+                       "board, not --boards")
+    models = [args.model, *args.more_models]
+    if any(Path(m).is_dir() for m in models):
+        raise AotError("--boards packages each model for every board: give models, "
+                       "not package directories")
+    boards = parse_boards(args.boards)
+    kinds = list(dict.fromkeys(boards))
+    for name in kinds:
+        check_runnable(get_board(name))
+    if args.farm and not args.cluster:
+        raise AotError("--farm describes the boards of a Ray cluster: give --cluster too")
+    if args.cluster:
+        out = bench_farm(models, boards, args.cluster, args.farm, codegen=args.codegen,
+                         warmup=args.warmup, repeat=args.repeat,
+                         tuning_records=args.tuning_records, **_load_kwargs(args))
+    else:
+        cells = []
+        for m in models:
+            for k in kinds:
+                with applied_records(args.tuning_records, get_board(k).target):
+                    r = bench(m, board=k, codegen=args.codegen, warmup=args.warmup,
+                              repeat=args.repeat, **_load_kwargs(args))
+                cell = {"model": m, "board": k, "median_ms": r["median_ms"],
+                        "min_ms": r["min_ms"], "max_ms": r["max_ms"], "repeat": args.repeat,
+                        "warmup": args.warmup}
+                if "median_instructions" in r:
+                    cell["median_instructions"] = r["median_instructions"]
+                cells.append(cell)
+        out = {"cells": cells, "boards": boards}
+    if args.json:
+        emit_json(out)
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title=f"{len(models)} models x {len(kinds)} boards")
+    for col in ("model", "board", "median ms", "min ms", "median instructions"):
+        table.add_column(col, justify="left" if col in ("model", "board") else "right")
+    for c in out["cells"]:
+        table.add_row(Path(c["model"]).name, c["board"], f"{c['median_ms']:.3f}",
+                      f"{c['min_ms']:.3f}", f"{c['median_instructions']:,}"
+                      if "median_instructions" in c else "")
+    Console().print(table)
     return 0
 
 
@@ -748,7 +808,7 @@ def _tuning_records(args: argparse.Namespace):
     import contextlib
 
     log = getattr(args, "tuning_records", None)
-    if log is None:
+    if log is None or getattr(args, "boards", None):   # --boards: each board its own
         return contextlib.nullcontext()
     from aot.tune.records import applied_records
 
@@ -938,8 +998,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("bench", "time a model or a package on a board", cmd_bench)
     p.add_argument("model", metavar="MODEL_OR_PACKAGE")
+    p.add_argument("more_models", nargs="*", metavar="MODEL",
+                   help="more models, each on every board of --boards")
     _package_args(p)
     _model_args(p)
+    _farm_args(p)
     p.add_argument("--repeat", type=int, default=100, metavar="N",
                    help="timed runs (default: 100)")
     p.add_argument("--warmup", type=int, default=10, metavar="W",

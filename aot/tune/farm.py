@@ -222,8 +222,9 @@ def _package_tar(pkg: Path) -> bytes:
     return buf.getvalue()
 
 
-def build_package(graph, board: str, codegen: str, configs: dict | None) -> bytes:
-    """A Ray task: the --profile package of `graph` for `board` with these
+def build_package(graph, board: str, codegen: str, configs: dict | None,
+                  profile: bool = True) -> bytes:
+    """A Ray task: the (--profile) package of `graph` for `board` with these
     schedule configs ({workload: config JSON}; None: the default policy),
     as a tar archive."""
     from aot.api import package
@@ -234,7 +235,7 @@ def build_package(graph, board: str, codegen: str, configs: dict | None) -> byte
     with tempfile.TemporaryDirectory(prefix="aot-farm-build-") as tmp:
         with applied(schedules):
             pkg = package(graph, board=board, codegen=codegen, out_dir=Path(tmp) / "pkg",
-                          profile=True).path
+                          profile=profile).path
         return _package_tar(pkg)
 
 
@@ -287,7 +288,8 @@ class BoardActor:
             "outputs": [{"dtype": str(a.dtype), "shape": list(a.shape),
                          "data": base64.b64encode(np.ascontiguousarray(a).tobytes()).decode()}
                         for a in result.outputs],
-            "profile_ns": result.profile_ns, "profile_instructions": result.profile_instructions})
+            "profile_ns": result.profile_ns, "profile_instructions": result.profile_instructions,
+            "times_ns": result.times_ns, "instructions": result.instructions})
 
     def release(self, key: str) -> None:
         pkg = self.packages.pop(key, None)
@@ -300,7 +302,8 @@ class BoardActor:
 ROWS = list_of(SIZES, "a list of lists of integers >= 0")
 MEASUREMENT = obj({"error": NAME,
                    "outputs": OBJECTS,
-                   "profile_ns": optional(ROWS), "profile_instructions": optional(ROWS)})
+                   "profile_ns": optional(ROWS), "profile_instructions": optional(ROWS),
+                   "times_ns": optional(SIZES), "instructions": optional(SIZES)})
 OUTPUT = obj({"dtype": NAME, "shape": list_of(INT, "a list of integers"), "data": STR},
              ("dtype", "shape", "data"))
 
@@ -311,6 +314,8 @@ class Measured:
     outputs: list
     profile_ns: list | None
     profile_instructions: list | None
+    times_ns: list | None = None
+    instructions: list | None = None
 
 
 def measurement(text: Any, meta: dict, what: str) -> Measured:
@@ -348,7 +353,8 @@ def measurement(text: Any, meta: dict, what: str) -> Measured:
         rows = value.get(name)
         if rows is not None and any(len(r) != kernels for r in rows):
             raise AotError(f"{what}: {name} rows must have {kernels} numbers (the kernels)")
-    return Measured(outputs, value.get("profile_ns"), value.get("profile_instructions"))
+    return Measured(outputs, value.get("profile_ns"), value.get("profile_instructions"),
+                    value.get("times_ns"), value.get("instructions"))
 
 
 class _Pool:
@@ -391,8 +397,9 @@ class FarmRunner:
     dies."""
 
     def __init__(self, ray, pool: _Pool, graph, board, tmp: Path, codegen: str,
-                 build_task, events: dict, lock: threading.Lock):
+                 build_task, events: dict, lock: threading.Lock, profile: bool = True):
         from aot.tune.search import counts_instructions
+        self.profile = profile
         self.ray, self.pool, self.graph_ref = ray, pool, ray.put(graph)
         self.board, self.codegen, self.tmp = board.name, codegen, tmp
         self.build_task, self.events, self.lock = build_task, events, lock
@@ -403,7 +410,8 @@ class FarmRunner:
     def build(self, schedules, name: str):
         configs = None if schedules is None else {
             k: c.as_json() for k, c in schedules.configs.items()}
-        ref = self.build_task.remote(self.graph_ref, self.board, self.codegen, configs)
+        ref = self.build_task.remote(self.graph_ref, self.board, self.codegen, configs,
+                                     self.profile)
         try:
             self.ray.get(ref)
         except self.ray.exceptions.RayTaskError as e:
@@ -464,6 +472,46 @@ class FarmRunner:
         pass
 
 
+@contextlib.contextmanager
+def _boards(ray, boards: Sequence[str], nodes: Sequence[Node] | None) -> Iterator[dict]:
+    """A pool of board actors per kind, killed on leaving (a shared cluster
+    gets its boards back)."""
+    slots = placements(boards, nodes, ray.cluster_resources())
+    actor_class = ray.remote(num_cpus=0, max_restarts=0)(BoardActor)
+    pools = {k: _Pool(k) for k in dict.fromkeys(boards)}
+    actors = []
+    try:
+        for i, (name, where) in enumerate(slots):
+            actors.append(actor_class.options(name=f"aot-board-{i}-{name}",
+                                              **actor_options(ray, where)).remote(name))
+            pools[name].add(actors[-1])
+        yield pools
+    finally:
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
+
+
+def _side_by_side(jobs: Sequence, work: Callable) -> list:
+    """work(i, *job) for every job, each in a thread of its own; the first
+    AotError raised after all have ended."""
+    results: list = [None] * len(jobs)
+
+    def run(i: int, job) -> None:
+        try:
+            results[i] = work(i, *job)
+        except AotError as e:
+            results[i] = e
+    threads = [threading.Thread(target=run, args=(i, j), daemon=True) for i, j in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    errors = [r for r in results if isinstance(r, AotError)]
+    if errors:
+        raise errors[0]
+    return results
+
+
 def tune_farm(models: Sequence, boards: Sequence[str], cluster: str, farm: str | Path | None,
               database: str | Path | None = None, num_cpus: int | None = None,
               on_batch: Callable[[Any, str, str, int], None] | None = None,
@@ -480,44 +528,71 @@ def tune_farm(models: Sequence, boards: Sequence[str], cluster: str, farm: str |
     nodes = read_farm(farm) if farm is not None else None
     kinds = list(dict.fromkeys(boards))
     progress.enable(False)          # jobs in threads: one bar would interleave them
-    with connected(cluster, boards, num_cpus) as ray:
-        slots = placements(boards, nodes, ray.cluster_resources())
-        actor_class = ray.remote(num_cpus=0, max_restarts=0)(BoardActor)
+    events = {"measurements": 0, "retried": 0}
+    lock = threading.Lock()
+    build_task = None
+    with connected(cluster, boards, num_cpus) as ray, _boards(ray, boards, nodes) as pools:
         build_task = ray.remote(num_cpus=1, max_retries=2)(build_package)
-        pools = {k: _Pool(k) for k in kinds}
-        actors = []
-        for i, (name, where) in enumerate(slots):
-            actors.append(actor_class.options(name=f"aot-board-{i}-{name}",
-                                              **actor_options(ray, where)).remote(name))
-            pools[name].add(actors[-1])
-        events = {"measurements": 0, "retried": 0}
-        lock = threading.Lock()
-        jobs = [(m, k) for m in models for k in kinds]
-        results: list = [None] * len(jobs)
 
-        def job(i: int, model, kind: str) -> None:
+        def job(i: int, model, kind: str) -> dict:
             def runner_for(graph, board, stack, tmp: Path) -> FarmRunner:
                 return FarmRunner(ray, pools[kind], graph, board, tmp,
                                   options.get("codegen", "c"), build_task, events, lock)
-            try:
-                hook = None if on_batch is None else (
-                    lambda trial: on_batch(ray, str(model), kind, trial))
-                results[i] = tune(model, kind, database=database, runner_for=runner_for,
-                                  on_batch=hook, **options)
-            except AotError as e:
-                results[i] = e
-        threads = [threading.Thread(target=job, args=(i, m, k), daemon=True)
-                   for i, (m, k) in enumerate(jobs)]
-        try:
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        finally:        # the boards go back to the cluster (a shared one keeps running)
-            for actor in actors:
-                ray.kill(actor, no_restart=True)
-    errors = [r for r in results if isinstance(r, AotError)]
-    if errors:
-        raise errors[0]
+            hook = None if on_batch is None else (
+                lambda trial: on_batch(ray, str(model), kind, trial))
+            return tune(model, kind, database=database, runner_for=runner_for,
+                        on_batch=hook, **options)
+        results = _side_by_side([(m, k) for m in models for k in kinds], job)
     return {"jobs": results, "boards": list(boards), "measurements": events["measurements"],
+            "retried": events["retried"], "seconds": round(time.monotonic() - started, 2)}
+
+
+def bench_farm(models: Sequence, boards: Sequence[str], cluster: str, farm: str | Path | None,
+               codegen: str = "c", warmup: int = 10, repeat: int = 100,
+               tuning_records: str | Path | None = None, num_cpus: int | None = None,
+               input_shapes=None, bind=None) -> dict[str, Any]:
+    """`aot bench MODELS... --boards ... --cluster`: every model on every
+    board kind, built as Ray tasks and run on the farm's boards side by
+    side. Per cell: {model, board, median_ms, ..., median_instructions}."""
+    from aot.check.timing import check_counts, package_inputs, stats_of
+    from aot.frontend.shapes import LoadOptions
+    from aot.frontend.source import as_model
+    from aot.lower.schedule.space import Schedules
+    from aot.packaging.build import as_graph
+    from aot.targets import get_board
+    from aot.tune.records import schedules_for
+
+    check_counts(warmup, repeat)
+    started = time.monotonic()
+    nodes = read_farm(farm) if farm is not None else None
+    kinds = list(dict.fromkeys(boards))
+    graphs = [as_graph(as_model(m, graphs=True), LoadOptions.of(input_shapes, bind))
+              for m in models]
+    schedules = {k: (schedules_for(tuning_records, get_board(k).target.name)
+                     if tuning_records else None) for k in kinds}
+    events = {"measurements": 0, "retried": 0}
+    lock = threading.Lock()
+    with connected(cluster, boards, num_cpus) as ray, _boards(ray, boards, nodes) as pools, \
+            tempfile.TemporaryDirectory(prefix="aot-farm-bench-") as tmp:
+        build_task = ray.remote(num_cpus=1, max_retries=2)(build_package)
+
+        def cell(i: int, model, graph, kind: str) -> dict:
+            runner = FarmRunner(ray, pools[kind], graph, get_board(kind), Path(tmp) / f"c{i}",
+                                codegen, build_task, events, lock, profile=False)
+            pkg = runner.build(schedules[kind] or Schedules(), "bench")
+            meta = runner.metadata(pkg)
+            inputs = package_inputs(meta)
+            result = runner.measure(lambda: runner.run(pkg, inputs, warmup, repeat))
+            if result.times_ns is None or len(result.times_ns) != repeat:
+                raise AotError(f"board {kind}: the harness reported "
+                               f"{len(result.times_ns or [])} timings, expected {repeat}")
+            stats = stats_of([t / 1e6 for t in result.times_ns])
+            out = {"model": str(model), "board": kind, "median_ms": stats.median_ms,
+                   "min_ms": stats.min_ms, "max_ms": stats.max_ms, "repeat": repeat,
+                   "warmup": warmup}
+            if result.instructions:
+                out["median_instructions"] = int(np.median(result.instructions))
+            return out
+        cells = _side_by_side([(m, g, k) for m, g in zip(models, graphs) for k in kinds], cell)
+    return {"cells": cells, "boards": list(boards), "measurements": events["measurements"],
             "retried": events["retried"], "seconds": round(time.monotonic() - started, 2)}

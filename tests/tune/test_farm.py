@@ -2,6 +2,8 @@
 module (loopback only, 2 CPUs), four emulated boards of two kinds."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -78,17 +80,16 @@ def test_the_farm_keeps_the_sequential_records_when_a_board_dies(cluster, models
     assert farm_records == measured(tmp_path / "sequential") and len(farm_records) >= 12
 
 
-def test_the_cli_tunes_a_matrix_and_refuses_what_the_farm_lacks(cluster, models, tmp_path):
+def cli(*args: str) -> tuple[int, str, str]:
     from aot.cli import main
-    import contextlib
-    import io
 
-    def cli(*args):
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(list(args))
-        return code, out.getvalue(), err.getvalue()
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
 
+
+def test_the_cli_tunes_a_matrix_and_refuses_what_the_farm_lacks(cluster, models, tmp_path):
     code, _, err = cli("tune", str(models[1]), "--boards", "qemu-armv7,qemu-armv7,qemu-armv7",
                        "--cluster", "auto")
     assert code == 2 and "the cluster offers 2" in err
@@ -100,3 +101,17 @@ def test_the_cli_tunes_a_matrix_and_refuses_what_the_farm_lacks(cluster, models,
     assert code == 0, err
     result = json.loads(out)
     assert [j["trials_run"] for j in result["jobs"]] == [1] and result["measurements"] == 4
+
+
+def test_bench_over_the_farm_counts_what_bench_here_counts(cluster, models):
+    """aot bench MODELS... --boards ... --cluster: a cell per model and board
+    kind, the same instructions as aot bench on that board here."""
+    from aot.api import bench
+
+    code, out, err = cli("bench", str(models[1]), "--boards", "qemu-armv7,qemu-aarch64",
+                         "--cluster", "auto", "--repeat", "2", "--warmup", "0", "--json")
+    assert code == 0, err
+    cells = json.loads(out)["cells"]
+    assert [c["board"] for c in cells] == ["qemu-armv7", "qemu-aarch64"]
+    here = bench(models[1], board="qemu-armv7", repeat=2, warmup=0)
+    assert cells[0]["median_instructions"] == here["median_instructions"] > 0

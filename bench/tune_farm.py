@@ -59,7 +59,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from aot.tune import farm
-    from aot.tune.search import _Runner, tune
+    from aot.tune.search import Runner, tune
 
     models = [MODELS / f"{m}.tflite" if not m.endswith((".onnx", ".tflite")) else Path(m)
               for m in args.models.split(",")]
@@ -74,7 +74,7 @@ def main() -> int:
         t0 = time.monotonic()
         runs = []
 
-        class Counted(_Runner):
+        class Counted(Runner):
             def run(self, *a, **k):
                 runs.append(1)
                 return super().run(*a, **k)

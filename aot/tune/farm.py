@@ -8,7 +8,7 @@ driver, and share the farm through two kinds of Ray work:
 - builds: Ray tasks (one CPU each) on any node, returning the package as a
   tar archive;
 - measurements: one Ray actor per board, holding that board's session
-  (search._Runner: a serve session on the host and SSH boards, the
+  (search.Runner: a serve session on the host and SSH boards, the
   instruction counter on emulated ones), placed by the custom resource
   `board:<name>` that the node holding the board offers (`ray start
   --resources '{"board:rpi4": 2}'`), or on the node a farm TOML names.
@@ -261,17 +261,17 @@ def unpack(data: Any, where: Path, what: str) -> Path:
 
 
 class BoardActor:
-    """A Ray actor holding one board's session (search._Runner); runs
+    """A Ray actor holding one board's session (search.Runner); runs
     packages it is sent, each unpacked once and kept until released."""
 
     def __init__(self, board: str):
         from aot.targets import get_board
-        from aot.tune.search import _Runner
+        from aot.tune.search import Runner
 
         self.stack = contextlib.ExitStack()
         self.tmp = Path(self.stack.enter_context(
             tempfile.TemporaryDirectory(prefix="aot-farm-board-")))
-        self.runner = _Runner(None, get_board(board), self.stack, self.tmp)
+        self.runner = Runner(None, get_board(board), self.stack, self.tmp)
         self.packages: dict[str, Path] = {}
 
     def run(self, key: str, archive: bytes, inputs: list, warmup: int, runs: int) -> str:
@@ -391,7 +391,7 @@ class _Pool:
 
 
 class FarmRunner:
-    """search._Runner's methods over the farm, for one job: builds as Ray
+    """search.Runner's methods over the farm, for one job: builds as Ray
     tasks, runs on a board actor of the job's kind taken per batch
     (`measure`), a batch measured again on another board when its actor
     dies."""

@@ -105,7 +105,7 @@ def _draw(w: _Workload, trial: int, trials: int, rng: random.Random) -> Config |
     return rng.choice([c for c in left if _distance(c, w.best) == nearest])
 
 
-class _Runner:
+class Runner:
     """Builds packages here and runs them on the board: a serve session per
     package on the host and SSH boards (one upload each), else one
     run_package call: emulated boards run that way so that aot's QEMU
@@ -190,7 +190,7 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
     measured, and a workload it has none of starts from the nearest
     workloads' best). `budget`: seconds after which no new batch starts.
     `runner_for(graph, board, stack, tmp)`: what builds and runs the
-    packages (default: _Runner, here and on the board; farm.py's over Ray);
+    packages (default: Runner, here and on the board; farm.py's over Ray);
     `on_batch(trial)` is called after each batch. The summary: {log, board, target, trials_run, workloads,
     tunable, improved, records_written, discarded, failed, seconds,
     first_batch, seeded, best}."""
@@ -237,7 +237,7 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
 
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-tune-")))
-        runner = (runner_for or partial(_Runner, codegen=codegen))(graph, brd, stack, tmp)
+        runner = (runner_for or partial(Runner, codegen=codegen))(graph, brd, stack, tmp)
         with progress.step(f"build the default package for {brd.name}"):
             base = runner.build(None, "default")
         meta = runner.metadata(base)

@@ -530,7 +530,6 @@ def tune_farm(models: Sequence, boards: Sequence[str], cluster: str, farm: str |
     progress.enable(False)          # jobs in threads: one bar would interleave them
     events = {"measurements": 0, "retried": 0}
     lock = threading.Lock()
-    build_task = None
     with connected(cluster, boards, num_cpus) as ray, _boards(ray, boards, nodes) as pools:
         build_task = ray.remote(num_cpus=1, max_retries=2)(build_package)
 

@@ -87,9 +87,9 @@ def _package_args(p: argparse.ArgumentParser) -> None:
     _target_args(p)
     p.add_argument("--codegen", choices=("c", "llvm"), default="c",
                    help="kernels as C source or an LLVM object (default: c)")
-    p.add_argument("--tuning-records", metavar="LOG.jsonl",
-                   help="apply the fastest schedule per workload from an `aot tune` log "
-                   "(records of another target are skipped; docs/tuning.md)")
+    p.add_argument("--tuning-records", metavar="LOG.jsonl|DB",
+                   help="apply the fastest schedule per workload from an `aot tune` log or "
+                   "tuning database (records of another target are skipped; docs/tuning.md)")
 
 
 def _target_args(p: argparse.ArgumentParser) -> None:
@@ -570,6 +570,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from aot.api import bench
 
+    if args.boards is not None:
+        return _bench_matrix(args)
+    if args.more_models or args.cluster or args.farm:
+        raise AotError("several models, --cluster and --farm go with --boards B1,B2,...")
     out = bench(args.model, board=_runnable_board(args), codegen=args.codegen, warmup=args.warmup,
                 repeat=args.repeat, profile=args.profile, plot=args.plot, threads=args.threads,
                 trace=args.trace, **_load_kwargs(args))
@@ -579,6 +583,62 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _print_bench(out)
         if "profile" in out:
             _print_profile(out["profile"])
+    return 0
+
+
+def _bench_matrix(args: argparse.Namespace) -> int:
+    """aot bench MODELS... --boards B1,B2: every model on every board kind,
+    over a Ray farm with --cluster, else here one after another."""
+    from aot.api import bench
+    from aot.deploy import check_runnable
+    from aot.targets import get_board
+    from aot.tune.farm import bench_farm, parse_boards
+    from aot.tune.records import applied_records
+
+    if args.profile or args.plot or args.trace or args.threads != 1:
+        raise AotError("--profile, --plot, --trace and --threads are for one model on one "
+                       "board, not --boards")
+    models = [args.model, *args.more_models]
+    if any(Path(m).is_dir() for m in models):
+        raise AotError("--boards packages each model for every board: give models, "
+                       "not package directories")
+    boards = parse_boards(args.boards)
+    kinds = list(dict.fromkeys(boards))
+    for name in kinds:
+        check_runnable(get_board(name))
+    if args.farm and not args.cluster:
+        raise AotError("--farm describes the boards of a Ray cluster: give --cluster too")
+    if args.cluster:
+        out = bench_farm(models, boards, args.cluster, args.farm, codegen=args.codegen,
+                         warmup=args.warmup, repeat=args.repeat,
+                         tuning_records=args.tuning_records, **_load_kwargs(args))
+    else:
+        cells = []
+        for m in models:
+            for k in kinds:
+                with applied_records(args.tuning_records, get_board(k).target):
+                    r = bench(m, board=k, codegen=args.codegen, warmup=args.warmup,
+                              repeat=args.repeat, **_load_kwargs(args))
+                cell = {"model": m, "board": k, "median_ms": r["median_ms"],
+                        "min_ms": r["min_ms"], "max_ms": r["max_ms"], "repeat": args.repeat,
+                        "warmup": args.warmup}
+                if "median_instructions" in r:
+                    cell["median_instructions"] = r["median_instructions"]
+                cells.append(cell)
+        out = {"cells": cells, "boards": boards}
+    if args.json:
+        emit_json(out)
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title=f"{len(models)} models x {len(kinds)} boards")
+    for col in ("model", "board", "median ms", "min ms", "median instructions"):
+        table.add_column(col, justify="left" if col in ("model", "board") else "right")
+    for c in out["cells"]:
+        table.add_row(Path(c["model"]).name, c["board"], f"{c['median_ms']:.3f}",
+                      f"{c['min_ms']:.3f}", f"{c['median_instructions']:,}"
+                      if "median_instructions" in c else "")
+    Console().print(table)
     return 0
 
 
@@ -741,12 +801,23 @@ def _wait_for_qemu(process) -> int | None:
 def cmd_tune(args: argparse.Namespace) -> int:
     from aot.tune import tune
 
+    args.model = args.models[0]
+    if args.boards is None and (len(args.models) > 1 or args.cluster or args.farm):
+        raise AotError("several models, --cluster and --farm go with --boards B1,B2,...")
+    if args.boards is not None:
+        return _tune_many(args)
     out = tune(args.model, _runnable_board(args), trials=args.trials, budget=args.budget,
                log=args.output, resume=args.resume, codegen=args.codegen,
-               warmup=args.warmup, repeat=args.repeat, **_load_kwargs(args))
+               warmup=args.warmup, repeat=args.repeat, database=args.database,
+               **_load_kwargs(args))
     if args.json:
         emit_json(out)
         return 0
+    _print_tune(out)
+    return 0
+
+
+def _print_tune(out: dict) -> None:
     print(f"{out['log']}: {out['trials_run']} trials on {out['board']} in {out['seconds']} s, "
           f"{out['records_written']} records; {out['improved']} of {out['tunable']} tunable "
           f"workloads faster than the default schedule"
@@ -756,7 +827,62 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if best["config"]:
             print(f"  {key}  {best['desc']}: {best['ratio']:.3f} x default  "
                   f"{json.dumps(best['config'], sort_keys=True)}")
+
+
+def _tune_many(args: argparse.Namespace) -> int:
+    """aot tune MODELS... --boards B1,B2: one search per (model, board
+    kind); over a Ray farm with --cluster, else here one after another."""
+    import time
+    from aot.deploy import check_runnable
+    from aot.targets import get_board
+    from aot.tune import tune
+    from aot.tune.farm import parse_boards, tune_farm
+
+    boards = parse_boards(args.boards)
+    kinds = list(dict.fromkeys(boards))
+    for name in kinds:
+        check_runnable(get_board(name))
+    jobs = len(args.models) * len(kinds)
+    if jobs > 1 and (args.output or args.resume):
+        raise AotError("-o and --resume name one log: with several models or boards, "
+                       "--database DB (or each job's default log)")
+    if args.farm and not args.cluster:
+        raise AotError("--farm describes the boards of a Ray cluster: give --cluster too")
+    options = dict(trials=args.trials, budget=args.budget, codegen=args.codegen,
+                   warmup=args.warmup, repeat=args.repeat, log=args.output,
+                   resume=args.resume, **_load_kwargs(args))
+    if args.cluster:
+        out = tune_farm(args.models, boards, args.cluster, args.farm, database=args.database,
+                        **options)
+    else:
+        started = time.monotonic()
+        runs = [tune(m, k, database=args.database, **options)
+                for m in args.models for k in kinds]
+        out = {"jobs": runs, "boards": boards, "seconds": round(time.monotonic() - started, 2)}
+    if args.json:
+        emit_json(out)
+        return 0
+    for job in out["jobs"]:
+        _print_tune(job)
+    print(f"{len(out['jobs'])} searches in {out['seconds']} s"
+          + (f" over {len(boards)} boards ({out['measurements']} measurements, "
+             f"{out['retried']} batches measured again on another board)"
+             if args.cluster else ""))
     return 0
+
+
+def _farm_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--boards", metavar="B1,B2,...",
+                   help="every model on each board kind named (a name twice: two boards of "
+                   "that kind, used side by side with --cluster)")
+    p.add_argument("--cluster", metavar="auto|ray://HOST:PORT",
+                   help="run over a Ray cluster (pip install 'aot[farm]'): auto starts one "
+                   "on this machine bound to 127.0.0.1; ray://HOST:PORT joins a running one, "
+                   "which must be reachable by you alone (Ray clusters run anyone's code: "
+                   "docs/tuning.md)")
+    p.add_argument("--farm", metavar="FARM.toml",
+                   help="which node of the cluster holds which boards (default: the nodes' "
+                   "board:<name> resources)")
 
 
 def _tuning_records(args: argparse.Namespace):
@@ -765,7 +891,7 @@ def _tuning_records(args: argparse.Namespace):
     import contextlib
 
     log = getattr(args, "tuning_records", None)
-    if log is None:
+    if log is None or getattr(args, "boards", None):   # --boards: each board its own
         return contextlib.nullcontext()
     from aot.tune.records import applied_records
 
@@ -955,8 +1081,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("bench", "time a model or a package on a board", cmd_bench)
     p.add_argument("model", metavar="MODEL_OR_PACKAGE")
+    p.add_argument("more_models", nargs="*", metavar="MODEL",
+                   help="more models, each on every board of --boards")
     _package_args(p)
     _model_args(p)
+    _farm_args(p)
     p.add_argument("--repeat", type=int, default=100, metavar="N",
                    help="timed runs (default: 100)")
     p.add_argument("--warmup", type=int, default=10, metavar="W",
@@ -987,7 +1116,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("tune", "search kernel schedules on a board and log the fastest per workload "
             "(apply them with --tuning-records; docs/tuning.md)", cmd_tune)
-    p.add_argument("model", help="an .onnx or .tflite file")
+    p.add_argument("models", nargs="+", metavar="model",
+                   help="an .onnx or .tflite file (several with --boards)")
     p.add_argument("--board", help=f"the board to measure on (default: ${DEFAULT_BOARD_ENV}, "
                    f"else {DEFAULT_BOARD})")
     p.add_argument("--codegen", choices=("c", "llvm"), default="c",
@@ -1001,6 +1131,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the tuning log (default: ./<model>.<board>.tune.jsonl)")
     p.add_argument("--resume", action="store_true",
                    help="continue an existing log: its configs are not measured again")
+    p.add_argument("--database", metavar="DB",
+                   help="read and write a tuning database (SQLite, created when missing) "
+                   "instead of a log: what it holds is not measured again, and new workloads "
+                   "start from the nearest measured ones' best configs")
+    _farm_args(p)
     p.add_argument("--repeat", type=int, default=20, metavar="N",
                    help="timed runs per package per round, 3 interleaved rounds (default: 20)")
     p.add_argument("--warmup", type=int, default=5, metavar="W",

@@ -46,7 +46,8 @@ FAST_MODULES = frozenset({
     "lower/kernels/test_windows.py", "lower/schedule/test_conv.py", "lower/test_lower_layers.py",
     "lower/tir_passes/test_legalize.py", "models/test_onnx_conformance.py",
     "models/test_onnx_models.py", "ops/quant/test_qmath.py", "ops/test_ml.py", "ops/test_nn.py",
-    "passes/test_passes.py", "repo/test_layers.py", "repo/test_readme.py"})
+    "passes/test_passes.py", "repo/test_layers.py", "repo/test_readme.py",
+    "tune/test_database.py", "tune/test_farm_checks.py"})
 BOARD_FOLDERS = ("targets", "deploy", "models")
 BOARD_MODULES = frozenset({
     "check/test_streaming.py", "check/test_validate.py", "codegen/test_codegen.py",
@@ -54,7 +55,7 @@ BOARD_MODULES = frozenset({
     "lower/tir_passes/test_float16.py", "ops/quant/test_tflite_int16.py", "ops/test_attention.py",
     "ops/test_rnn.py", "ops/test_signal_detect.py", "packaging/test_firmware.py",
     "packaging/test_threads.py", "passes/test_float_io.py", "repo/test_compare.py",
-    "repo/test_demo.py", "tune/test_tune.py"})
+    "repo/test_demo.py", "tune/test_farm.py", "tune/test_tune.py"})
 
 
 def markers(module: str) -> tuple[str, ...]:

@@ -1,4 +1,5 @@
-"""Tuning records: one JSON line per measured schedule (TVM's tuning log).
+"""Tuning records: one JSON line per measured schedule (TVM's tuning log),
+or one row of a tuning database (database.py) holding the same fields.
 
     {"workload": "tfl.conv2d-37de63605ec5cb31", "target": "x86_64-linux",
      "config": {"tile/pixels": {"vectors": 1, "mr": 2, "max_accs": 8}},
@@ -23,6 +24,7 @@ from aot.errors import AotError
 from aot.lower.schedule.space import DEFAULT, Config, Schedules, applied
 from aot.support.json_schema import INT, NAME, SIZE, TIME, check, obj, optional
 from aot.support.jsonfile import loads, type_name
+from aot.tune import database
 
 FORMAT_VERSION = 1
 FIELDS = ("workload", "target", "config", "ms", "board", "aot_version")
@@ -68,7 +70,7 @@ RECORD = obj({"workload": NAME, "target": NAME, "config": obj({}), "ms": TIME, "
              FIELDS)
 
 
-def _record(value, where: str) -> Record:
+def parse(value, where: str) -> Record:
     """A line's JSON value as a Record, or an AotError naming the field."""
     if not isinstance(value, dict):
         raise AotError(f"{where}: a tuning record is a JSON object, got {type_name(value)}")
@@ -112,14 +114,17 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
 def read(path: str | Path) -> list[Record]:
     """Every record of a log, in order; a line that is not a record (not
     JSON, nested or numbered absurdly, a field of the wrong type) is
-    refused with its line number."""
+    refused with its line number. A tuning database (database.py) is read
+    the same way, row by row."""
     path = Path(path)
+    if database.is_database(path):
+        return [parse(value, where) for where, value in database.read(path)]
     out = []
     for n, line in _lines(path):
         if not line.strip():
             continue
         where = f"tuning records {path} line {n}"
-        out.append(_record(loads(line, where, RECORD_DEPTH), where))
+        out.append(parse(loads(line, where, RECORD_DEPTH), where))
     return out
 
 

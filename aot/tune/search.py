@@ -22,6 +22,7 @@ import random
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -50,6 +51,10 @@ class _Workload:
     best: Config = DEFAULT
     best_ratio: float = 1.0
     default_ms: float | None = None
+    # (op, dtype, signature) for the database's nearest-workload search
+    signature: tuple = ()
+    # configs to measure before any drawn one: the nearest workloads' best
+    seeds: list = field(default_factory=list)
 
     def untried(self) -> list[Config]:
         return [c for c in self.space if c not in self.tried]
@@ -58,11 +63,13 @@ class _Workload:
 def workloads_of(graph, target) -> list[_Workload]:
     """The model's workloads in first-use order, with their spaces."""
     from aot.lower import lower_graph
+    from aot.tune.database import signature_of
 
     seen = Schedules(record=True)
     with applied(seen):
         lower_graph(graph, target)
-    return [_Workload(k, w.describe(), names, space_of(defaults, target))
+    return [_Workload(k, w.describe(), names, space_of(defaults, target),
+                      signature=signature_of(w))
             for k, (w, defaults, names) in seen.seen.items()]
 
 
@@ -82,6 +89,13 @@ def _distance(a: Config, b: Config) -> float:
 
 
 def _draw(w: _Workload, trial: int, trials: int, rng: random.Random) -> Config | None:
+    """The workload's candidate in this trial: a seed from the database
+    first, then at random for the first half of the trials, then the
+    untried configs nearest the best so far. A cost model ranks here."""
+    while w.seeds:
+        seed = w.seeds.pop(0)
+        if seed not in w.tried:
+            return seed
     left = w.untried()
     if not left:
         return None
@@ -91,17 +105,19 @@ def _draw(w: _Workload, trial: int, trials: int, rng: random.Random) -> Config |
     return rng.choice([c for c in left if _distance(c, w.best) == nearest])
 
 
-class _Runner:
-    """Runs packages on the board: a serve session per package on the host
-    and SSH boards (one upload each), else one run_package call: emulated
-    boards run that way so that aot's QEMU plugin counts every kernel's
-    instructions (`counts`), the cost there (an emulator's clock is no
-    board's)."""
+class Runner:
+    """Builds packages here and runs them on the board: a serve session per
+    package on the host and SSH boards (one upload each), else one
+    run_package call: emulated boards run that way so that aot's QEMU
+    plugin counts every kernel's instructions (`counts`), the cost there
+    (an emulator's clock is no board's). The board farm (farm.py) has the
+    same four methods over Ray."""
 
-    def __init__(self, board, stack: contextlib.ExitStack):
-        self.board = board
+    def __init__(self, graph, board, stack: contextlib.ExitStack, tmp: Path,
+                 codegen: str = "c"):
+        self.board, self.graph, self.codegen, self.tmp = board, graph, codegen, tmp
         self.device = None
-        self.counts = board.transport in ("qemu-user", "qemu-system")
+        self.counts = counts_instructions(board)
         if board.transport == "serial":
             raise AotError(f"board '{board.name}' over a serial port runs the one package "
                            "flashed onto it: tune's candidates would each need a flash, which "
@@ -110,15 +126,36 @@ class _Runner:
             from aot.deploy.device import connect
             self.device = stack.enter_context(connect(board))
 
+    def build(self, schedules: Schedules | None, name: str) -> Path:
+        from aot.api import package
+        with applied(schedules):
+            return package(self.graph, board=self.board, codegen=self.codegen,
+                           out_dir=self.tmp / name, profile=True).path
+
+    def measure(self, fn):
+        """fn(), whose runs are one batch's (the farm holds one board for them)."""
+        return fn()
+
+    def metadata(self, pkg: Path) -> dict:
+        from aot.packaging.metadata import read_metadata
+        return read_metadata(pkg)
+
     def release(self, pkg: Path) -> None:
         if self.device is not None:
             self.device.release(pkg)
+        with contextlib.suppress(OSError):
+            _remove(pkg)
 
     def run(self, pkg: Path, inputs, warmup: int, runs: int):
         if self.device is not None:
             return self.device.request(pkg, inputs, warmup, runs)
         from aot.check.timing import bench_package
         return bench_package(pkg, self.board, inputs, warmup, runs)
+
+
+def counts_instructions(board) -> bool:
+    """Whether the board's runs count each kernel's instructions."""
+    return board.transport in ("qemu-user", "qemu-system")
 
 
 def _kernel_costs(meta: dict, results: Sequence) -> tuple[dict, dict | None]:
@@ -149,19 +186,23 @@ def _same(outputs: Sequence[np.ndarray], reference: Sequence[np.ndarray]) -> boo
 def tune(model, board, trials: int = 32, budget: float | None = None,
          log: str | Path | None = None, resume: bool = False, codegen: str = "c",
          warmup: int = 5, repeat: int = 20, seed: int = 0, input_shapes=None,
-         bind=None) -> dict[str, Any]:
+         bind=None, database: str | Path | None = None, runner_for=None,
+         on_batch=None) -> dict[str, Any]:
     """Search schedules for `model` on `board` (see the module doc) and
-    append the records to `log` (default: <model>.<board>.tune.jsonl).
-    `budget`: seconds after which no new batch starts. The summary:
-    {log, board, target, trials_run, workloads, tunable, improved,
-    records_written, discarded, failed, seconds, default_ms, tuned_ms}."""
+    append the records to `log` (default: <model>.<board>.tune.jsonl), or
+    to the tuning `database` (its records of these workloads are taken as
+    measured, and a workload it has none of starts from the nearest
+    workloads' best). `budget`: seconds after which no new batch starts.
+    `runner_for(graph, board, stack, tmp)`: what builds and runs the
+    packages (default: Runner, here and on the board; farm.py's over Ray);
+    `on_batch(trial)` is called after each batch. The summary: {log, board, target, trials_run, workloads,
+    tunable, improved, records_written, discarded, failed, seconds,
+    first_batch, seeded, best}."""
     from aot.support import progress
-    from aot.api import package
     from aot.packaging.build import as_graph
     from aot.frontend.shapes import LoadOptions
     from aot.frontend.source import as_model
     from aot.ir.graph import Graph
-    from aot.packaging.metadata import read_metadata
     from aot.targets import get_board
     from aot.check.timing import package_inputs
 
@@ -174,22 +215,13 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
     target = brd.target
     model = as_model(model, graphs=True)
     stem = model.name if isinstance(model, Graph) else model.stem
-    log = Path(log) if log else Path(f"{stem}.{brd.name}.tune.jsonl")
-    known: list[rec.Record] = []
-    if log.exists():
-        if not resume:
-            raise AotError(f"{log} exists: --resume continues it, or name another log with -o")
-        known = [r for r in rec.read(log)
-                 if r.target == target.name and r.version == rec.FORMAT_VERSION]
-    elif resume:
-        raise AotError(f"--resume: {log} does not exist")
     graph = as_graph(model, LoadOptions.of(input_shapes, bind))
     works = workloads_of(graph, target)
+    sink = _sink(log, database, resume, f"{stem}.{brd.name}.tune.jsonl")
+    known = sink.known(target.name, {w.key for w in works})
     by_key = {w.key: w for w in works}
     for r in known:
-        w = by_key.get(r.workload)
-        if w is None:
-            continue
+        w = by_key[r.workload]
         w.tried.add(r.config)
         ratio = rec.relative(r, r.default_ms or r.ms)
         if ratio < w.best_ratio:
@@ -197,30 +229,30 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
     for w in works:
         w.tried.add(DEFAULT)
     tunable = [w for w in works if len(w.space) > 1]
+    seeded = sink.seed(tunable, target.name, {r.workload for r in known})
     rng = random.Random(seed)
-    summary = {"log": str(log), "board": brd.name, "target": target.name,
+    summary = {"log": str(sink.path), "board": brd.name, "target": target.name,
                "workloads": len(works), "tunable": len(tunable), "trials_run": 0,
-               "records_written": 0, "discarded": 0, "failed": 0}
+               "records_written": 0, "discarded": 0, "failed": 0, "seeded": seeded,
+               "first_batch": None}
 
-    def build(schedules: Schedules | None, out: Path) -> Path:
-        with applied(schedules):
-            return package(graph, board=brd, codegen=codegen, out_dir=out, profile=True).path
+    def write(new: list) -> None:
+        summary["records_written"] += sink.add(new, works, target.name)
 
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="aot-tune-")))
-        runner = _Runner(brd, stack)
+        runner = (runner_for or partial(Runner, codegen=codegen))(graph, brd, stack, tmp)
         with progress.step(f"build the default package for {brd.name}"):
-            base = build(None, tmp / "default")
-        meta = read_metadata(base)
+            base = runner.build(None, "default")
+        meta = runner.metadata(base)
         inputs = package_inputs(meta)
-        reference = runner.run(base, inputs, warmup, 1).outputs
-        if not known:       # every workload's default record first
-            times, counts = _kernel_costs(meta, [runner.run(base, inputs, warmup, repeat)])
-            new = [_record(w.key, DEFAULT, _sum(times, w), None, brd, target, _sum(counts, w))
-                   for w in works]
-            rec.append(log, new)
-            summary["records_written"] += len(new)
-        trial = 0
+        reference = runner.measure(lambda: runner.run(base, inputs, warmup, 1)).outputs
+        defaults_known = {r.workload for r in known if r.config == DEFAULT}
+        if any(w.key not in defaults_known for w in works):   # each workload's default first
+            times, counts = _kernel_costs(meta, [runner.measure(
+                lambda: runner.run(base, inputs, warmup, repeat))])
+            write([_record(w.key, DEFAULT, _sum(times, w), None, brd, target, _sum(counts, w))
+                   for w in works if w.key not in defaults_known])
         with progress.step(f"tune {len(tunable)} workloads on {brd.name}",
                            total=trials) as bar:
             for trial in range(trials):
@@ -234,32 +266,115 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
                     if w.key in picks:
                         w.tried.add(picks[w.key])
                 summary["trials_run"] += 1
-                try:
-                    pkg = build(Schedules(picks), tmp / f"trial{trial}")
-                except AotError:
-                    # a config the lowering refuses: none of this batch is kept
-                    summary["failed"] += 1
-                    bar.advance()
-                    continue
-                try:
-                    new = _measure(runner, base, pkg, meta, inputs, reference, warmup, repeat,
-                                   picks, by_key, brd, target, summary)
-                except AotError:        # the candidate's harness failed on the board
-                    summary["failed"] += 1
-                    new = []
-                finally:
-                    runner.release(pkg)
-                rec.append(log, new)
-                summary["records_written"] += len(new)
-                with contextlib.suppress(OSError):
-                    _remove(pkg)
+                new, ratio = _batch(runner, base, meta, inputs, reference, warmup, repeat,
+                                    picks, by_key, brd, target, summary, trial)
+                if summary["first_batch"] is None and ratio is not None:
+                    summary["first_batch"] = ratio
+                write(new)
+                if on_batch is not None:
+                    on_batch(trial)
                 bar.update(_best_line(tunable, trial + 1, trials))
                 bar.advance()
+        runner.release(base)
     summary["improved"] = sum(1 for w in tunable if w.best != DEFAULT)
     summary["best"] = {w.key: {"desc": w.desc, "config": w.best.as_json(),
                                "ratio": round(w.best_ratio, 4)} for w in tunable}
     summary["seconds"] = round(time.monotonic() - started, 2)
     return summary
+
+
+def _batch(runner, base, meta: dict, inputs, reference, warmup: int, repeat: int, picks: dict,
+           by_key: dict, brd, target, summary: dict, trial: int) -> tuple[list, float | None]:
+    """Build and measure one batch: its records and its cost over the
+    default's (None where it failed or was discarded)."""
+    try:
+        pkg = runner.build(Schedules(picks), f"trial{trial}")
+    except AotError:
+        # a config the lowering refuses: none of this batch is kept
+        summary["failed"] += 1
+        return [], None
+    try:
+        return runner.measure(lambda: _measure(runner, base, pkg, meta, inputs, reference,
+                                               warmup, repeat, picks, by_key, brd, target,
+                                               summary))
+    except AotError:        # the candidate's harness failed on the board
+        summary["failed"] += 1
+        return [], None
+    finally:
+        runner.release(pkg)
+
+
+class _LogSink:
+    """Records into a JSON log (records.append), as `aot tune -o LOG`."""
+
+    def __init__(self, path: Path, resume: bool):
+        if path.exists() and not resume:
+            raise AotError(f"{path} exists: --resume continues it, or name another log with -o")
+        if resume and not path.exists():
+            raise AotError(f"--resume: {path} does not exist")
+        self.path = path
+
+    def known(self, target: str, keys: set) -> list[rec.Record]:
+        if not self.path.exists():
+            return []
+        return [r for r in rec.read(self.path) if r.target == target
+                and r.version == rec.FORMAT_VERSION and r.workload in keys]
+
+    def seed(self, tunable, target: str, measured: set) -> int:
+        return 0
+
+    def add(self, new: list, works, target: str) -> int:
+        rec.append(self.path, new)
+        return len(new)
+
+
+class _DatabaseSink:
+    """Records into a tuning database (database.py), one transaction per
+    batch; what it holds of these workloads counts as measured."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def known(self, target: str, keys: set) -> list[rec.Record]:
+        if not self.path.exists():
+            return []
+        return [r for r in rec.read(self.path) if r.target == target
+                and r.version == rec.FORMAT_VERSION and r.workload in keys]
+
+    def seed(self, tunable, target: str, measured: set) -> int:
+        """Give each tunable workload the database has no record of the
+        best configs of its nearest workloads (same op and dtype) that its
+        space holds: its first candidates. The number of workloads seeded."""
+        from aot.tune import database
+        if not self.path.exists():
+            return 0
+        mine = [r for r in rec.read(self.path) if r.target == target
+                and r.version == rec.FORMAT_VERSION]
+        best = rec.best(mine, target)
+        seeded = 0
+        for w in tunable:
+            if w.key in measured:
+                continue
+            op, dtype, sig = w.signature
+            near = database.nearest(self.path, target, op, dtype, sig, w.key)
+            w.seeds = list(dict.fromkeys(best[k] for _, k in near
+                                         if k in best and best[k] in w.space))
+            seeded += bool(w.seeds)
+        return seeded
+
+    def add(self, new: list, works, target: str) -> int:
+        from aot.tune import database
+        return database.write(self.path, [r.as_json() for r in new],
+                              [(w.key, target, *w.signature) for w in works])
+
+
+def _sink(log, database, resume: bool, default_log: str):
+    if database is not None:
+        if log is not None or resume:
+            raise AotError("--database: the records go to the database; -o and --resume are "
+                           "for a JSON log (a database resumes by itself)")
+        return _DatabaseSink(Path(database))
+    return _LogSink(Path(log) if log else Path(default_log), resume)
 
 
 def _remove(pkg: Path) -> None:
@@ -284,17 +399,21 @@ def _measure(runner, base: Path, pkg: Path, meta: dict, inputs, reference, warmu
              repeat: int, picks: dict, by_key: dict, brd, target, summary: dict):
     """Time the candidate package alternately with the default one; the
     records of the candidates that beat the default in this batch (in
-    instructions where the board counts them: exact, one round)."""
+    instructions where the board counts them: exact, one round), and the
+    batch's picked workloads' cost over the default's."""
     base_runs, cand_runs = [], []
     for _ in range(1 if runner.counts else ROUNDS):
         base_runs.append(runner.run(base, inputs, warmup, repeat))
         cand_runs.append(runner.run(pkg, inputs, warmup, repeat))
     if not _same(cand_runs[-1].outputs, reference):
         summary["discarded"] += 1
-        return []
+        return [], None
     (base_ms, base_n), (cand_ms, cand_n) = (_kernel_costs(meta, base_runs),
                                             _kernel_costs(meta, cand_runs))
     out = []
+    counted = base_n is not None and cand_n is not None
+    totals = [sum(_sum(c, by_key[k]) for k in picks)
+              for c in ((base_n, cand_n) if counted else (base_ms, cand_ms))]
     for key, config in picks.items():
         w = by_key[key]
         before, after = _sum(base_ms, w), _sum(cand_ms, w)
@@ -310,7 +429,7 @@ def _measure(runner, base: Path, pkg: Path, meta: dict, inputs, reference, warmu
         out.append(_record(key, config, after, before, brd, target, n_after, n_before))
         if ratio < w.best_ratio:
             w.best, w.best_ratio = config, ratio
-    return out
+    return out, (round(totals[1] / totals[0], 6) if totals[0] > 0 else None)
 
 
 def _best_line(tunable: list[_Workload], done: int, trials: int) -> str:

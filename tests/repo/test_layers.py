@@ -26,7 +26,7 @@ FLOORS = (
     ("aot.executor",),
     ("aot.packaging",),
     ("aot.deploy",),
-    ("aot.tune.records", "aot.check"),
+    ("aot.tune.records", "aot.tune.database", "aot.check"),
     # aot.tune's search packages and times candidates as aot.api does
     ("aot", "aot.__main__", "aot.api", "aot.analysis", "aot.cli", "aot.doctor", "aot.results",
      "aot.tune"),

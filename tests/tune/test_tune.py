@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from support import MODELS
+from support.tune_models import mlp
 from support.sshd import sshd  # noqa: F401 (the fixture)
 
 RESNET8_INT8 = MODELS / "mlperf_ic_resnet8_int8.tflite"
@@ -336,3 +337,34 @@ def test_emulated_boards_tune_on_counted_instructions(tmp_path):
     assert all(r["instructions"] > 0 for r in records)
     for r in records[summary["workloads"]:]:
         assert r["instructions"] < r["default_instructions"]
+
+
+# ------------------------------------------------------------------ the database
+
+def test_a_second_model_starts_from_the_first_ones_best(tmp_path):
+    """Two MLPs on qemu-aarch64 (instructions: deterministic): the second
+    model's first batch, seeded from the database of the first's search,
+    costs less than its cold first batch; the database packages like a log."""
+    first = mlp(tmp_path / "first.onnx", [64, 128, 128, 10], 1)
+    second = mlp(tmp_path / "second.onnx", [48, 96, 160, 12], 2)
+    db = tmp_path / "zoo.db"
+    quick = ("--board", "qemu-aarch64", "--repeat", "1", "--warmup", "0", "--json")
+    code, out, err = cli("tune", str(first), "--trials", "6", "--database", str(db), *quick)
+    assert code == 0, err
+    assert json.loads(out)["improved"] >= 2
+    runs = {}
+    for name, where in (("warm", ("--database", str(db))),
+                        ("cold", ("-o", str(tmp_path / "cold.jsonl")))):
+        code, out, err = cli("tune", str(second), "--trials", "1", *where, *quick)
+        assert code == 0, err
+        runs[name] = json.loads(out)
+    assert runs["warm"]["seeded"] == 3 and runs["cold"]["seeded"] == 0
+    assert runs["warm"]["first_batch"] < 0.95 < runs["cold"]["first_batch"]
+    code, _, err = cli("package", str(second), "--board", "qemu-aarch64", "--tuning-records",
+                       str(db), "-o", str(tmp_path / "pkg"))
+    assert code == 0, err
+    db.write_bytes(db.read_bytes()[:3000])
+    code, _, err = cli("package", str(second), "--board", "qemu-aarch64", "--tuning-records",
+                       str(db), "-o", str(tmp_path / "bad"))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "tuning database" in err
+    assert not (tmp_path / "bad").exists()

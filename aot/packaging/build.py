@@ -56,6 +56,18 @@ def alignment(board: Board) -> int:
 
 # ------------------------------------------------------------------ metadata
 
+def _kernel_family(node, types, macs: int) -> dict:
+    """{"dtype": its first input's element type, "depth": its MACs per
+    output element}: what `aot bench --profile` compares a kernel's
+    throughput within (aot/check/timing.py, flag_cliffs)."""
+    first = node.inputs[0] if node.inputs else ""
+    out = {"dtype": types[first].dtype} if first in types else {}
+    size = types[node.outputs[0]].size if node.outputs and node.outputs[0] in types else 0
+    if macs and size:
+        out["depth"] = macs // size
+    return out
+
+
 def _versions() -> dict[str, str]:
     """The versions metadata.json records, read from the installed
     distributions: importing onnx (protobuf's C++ runtime) for its version
@@ -159,6 +171,7 @@ def metadata(graph: Graph, kernels, mem: MemoryPlan, other: MemoryPlan, params: 
                      if "body" in k.node.attrs else [k.node.op],
                      "sources": list(k.func.sources),
                      "macs": node_macs(k.node, graph.types),
+                     **_kernel_family(k.node, graph.types, node_macs(k.node, graph.types)),
                      "args": [{"kind": a.kind, "param": b.name,
                                **({"tensor": a.name} if a.kind in ("tensor", "const") else {})}
                               for a, b in zip(k.args, k.func.params)]}

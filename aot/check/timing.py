@@ -115,6 +115,7 @@ class KernelStat:
     # kernel of its family (flag_cliffs) in the same profile
     dtype: str | None = None
     depth: int | None = None
+    depthwise: bool = False
     cliff: bool = False
 
     @property
@@ -128,7 +129,8 @@ class KernelStat:
     def as_json(self) -> dict[str, float | int | str | None]:
         out = {"step": self.step, "name": self.name, "median_ms": self.median_ms,
                "share": self.share, "macs": self.macs, "macs_per_us": self.macs_per_us,
-               "dtype": self.dtype, "depth": self.depth, "family": kernel_family(self),
+               "dtype": self.dtype, "depth": self.depth, "depthwise": self.depthwise,
+               "family": kernel_family(self),
                "cliff": self.cliff}
         if self.median_instructions is not None:
             out["median_instructions"] = self.median_instructions
@@ -157,17 +159,18 @@ def profile_stats(meta: dict, profile_ns: Sequence[Sequence[int]] | None,
               if profile_instructions else [None] * len(kernels))
     return flag_cliffs([KernelStat(int(k["step"]), str(k["name"]), float(m), float(s),
                                    int(k["macs"]) if "macs" in k else None, c, k.get("dtype"),
-                                   k.get("depth"))
+                                   k.get("depth"), bool(k.get("depthwise")))
                         for k, m, s, c in zip(kernels, medians, shares, counts)])
 
 
 # A kernel below this share of the best MACs/us of its family runs on a
 # slow path (a cliff). A family: the element type (int8 and uint8 are one:
-# the same integer kernels; each float type its own) and whether a kernel
-# reduces at least DEEP products per output element (a dense convolution
-# or product) or fewer (a depthwise convolution, a shallow layer: it loads
-# an input per product and stores often, so it never reaches the dense
-# kernels' rate, and is measured against its own kind).
+# the same integer kernels; each float type its own) and the kind of
+# kernel: depthwise convolutions (an input load per product, no reuse
+# across channels), other kernels reducing fewer than DEEP products per
+# output element (a first layer, a few channels: the stores and the
+# epilogue weigh) and the dense rest; neither of the first two reaches the
+# dense kernels' rate, so each is measured against its own kind.
 CLIFF = 0.25
 DEEP = 64
 # Kernels this small are left unflagged: their time is the call, the
@@ -181,6 +184,8 @@ def kernel_family(k: KernelStat) -> str | None:
     if k.dtype is None or k.depth is None or k.macs_per_us is None or k.macs < CLIFF_MIN_MACS:
         return None
     dtype = "int8" if k.dtype in ("int8", "uint8") else k.dtype
+    if k.depthwise:
+        return f"{dtype} depthwise"
     return dtype if k.depth >= DEEP else f"{dtype}, depth < {DEEP}"
 
 

@@ -51,7 +51,7 @@ from aot.lower.schedule.conv import float_conv_schedule
 from aot.lower.kernels.conv_walk import walk
 from aot.lower.kernels.dense import Operand, dense
 from aot.lower.rules.elementwise import broadcast_index, broadcast_load, const_like
-from aot.lower.kernels import winograd
+from aot.lower.kernels import channel_dot, winograd
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule.tile_sizes import Tile, tile
 from aot.lower.kernels.tiles import over_tiles, rank1_update, tile_widths
@@ -105,6 +105,13 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     if sched.algorithm == "depthwise":
         per_channel = np.ascontiguousarray(np.moveaxis(packed[..., 0, 0], 0, -1))  # [k...][C]
         return _depthwise(ctx, x, per_channel, bias, xin, out, win, sched, emit)
+    if sched.algorithm == "channel_dot":
+        wp = shared_param(ctx, "w_packed", np.ascontiguousarray(packed.swapaxes(-1, -2)))
+        fc = FloatConv(x, xin, win, wp, packed.shape[:-2] + (ocg, icg), icg, ocg, t, dtype)
+        return walk(ctx, sched.walk, xin.batch, regions(sched.walk.regions, win, xin.spatial), t,
+                    group, tile_widths(ocg, t),
+                    channel_dot.tile_body(ctx, fc, bias, out, emit,
+                                                          ctx.target.lanes(dtype.bits)))
     wp = shared_param(ctx, "w_packed", packed)
     copy = None
     if sched.copy_padded:

@@ -87,6 +87,7 @@ CONVS = [
     ((1, 8, 9, 1), (12, 4, 3, 1), dict(pads=[2, 0, 2, 0], group=2, dilations=[2, 3])),
     ((1, 16, 5, 6), (6, 16, 3, 3), dict(pads=[1, 1, 1, 1])),      # few out, many in channels
     ((2, 32, 7, 7), (4, 16, 3, 3), dict(pads=[1, 1, 1, 1], group=2, strides=[2, 2])),
+    ((1, 16, 4, 5), (3, 16, 1, 1), {}),                      # 1x1, fewer than a half vector out
     ((1, 3, 4, 5, 5), (8, 3, 3, 3, 3), dict(pads=[1, 1, 1, 1, 1, 1])),     # 3-D
 ]
 

@@ -643,7 +643,10 @@ def _bench_matrix(args: argparse.Namespace) -> int:
 
 
 def _print_profile(kernels: list[dict[str, Any]]) -> None:
-    """The per-kernel table of `aot bench --profile` (its JSON "profile" rows)."""
+    """The per-kernel table of `aot bench --profile` (its JSON "profile" rows),
+    each kernel on a slow path of its family (a cliff) marked and named
+    below the table."""
+    from aot.check.timing import CLIFF
     from rich.console import Console
     from rich.table import Table
 
@@ -654,6 +657,7 @@ def _print_profile(kernels: list[dict[str, Any]]) -> None:
     table.add_column("share %", justify="right")
     table.add_column("MACs", justify="right")
     table.add_column("MACs/us", justify="right")
+    table.add_column("cliff")
     counted = any("median_instructions" in k for k in kernels)
     if counted:
         table.add_column("instructions", justify="right")
@@ -662,11 +666,19 @@ def _print_profile(kernels: list[dict[str, Any]]) -> None:
         row = [str(k["step"]), k["name"], f"{k['median_ms'] * 1000:.2f}",
                f"{100 * k['share']:.1f}",
                f"{k['macs']:,}" if k.get("macs") is not None else "",
-               f"{rate:,.0f}" if rate and k.get("macs") else ""]
+               f"{rate:,.0f}" if rate and k.get("macs") else "",
+               "<< cliff" if k.get("cliff") else ""]
         if counted:
             row.append(f"{k.get('median_instructions', 0):,}")
-        table.add_row(*row)
-    Console().print(table)
+        table.add_row(*row, style="bold red" if k.get("cliff") else None)
+    console = Console()
+    console.print(table)
+    for k in kernels:
+        if k.get("cliff"):
+            console.print(f"cliff: step {k['step']} {k['name']} runs at {k['macs_per_us']:,.0f} "
+                          f"MACs/us, below {CLIFF:.0%} of the best kernel of its family "
+                          f"({k['family']}) here: a slow path",
+                          style="bold red", highlight=False)
 
 
 def _print_bench(out: dict[str, Any]) -> None:

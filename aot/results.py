@@ -275,7 +275,7 @@ class BenchResult(_Report):
                     instructions=None if instructions is None else tuple(instructions),
                     cycles=None if cycles is None else tuple(cycles),
                     profile=None if profile is None else tuple(
-                        _row(KernelStat, k, derived=("macs_per_us",)) for k in profile))
+                        _row(KernelStat, k, derived=("macs_per_us", "family")) for k in profile))
 
 
 # ----------------------------------------------------------------- analyze

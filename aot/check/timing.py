@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -110,6 +110,13 @@ class KernelStat:
     macs: int | None = None
     # the median of its guest instructions, where the board counts them (qemu-user)
     median_instructions: int | None = None
+    # its first input's element type and MACs per output element
+    # (metadata.json), and whether its MACs/us fall below CLIFF of the best
+    # kernel of its family (flag_cliffs) in the same profile
+    dtype: str | None = None
+    depth: int | None = None
+    depthwise: bool = False
+    cliff: bool = False
 
     @property
     def macs_per_us(self) -> float | None:
@@ -121,7 +128,10 @@ class KernelStat:
 
     def as_json(self) -> dict[str, float | int | str | None]:
         out = {"step": self.step, "name": self.name, "median_ms": self.median_ms,
-               "share": self.share, "macs": self.macs, "macs_per_us": self.macs_per_us}
+               "share": self.share, "macs": self.macs, "macs_per_us": self.macs_per_us,
+               "dtype": self.dtype, "depth": self.depth, "depthwise": self.depthwise,
+               "family": kernel_family(self),
+               "cliff": self.cliff}
         if self.median_instructions is not None:
             out["median_instructions"] = self.median_instructions
         return out
@@ -147,9 +157,47 @@ def profile_stats(meta: dict, profile_ns: Sequence[Sequence[int]] | None,
     shares = medians / total if total > 0 else np.zeros_like(medians)
     counts = ([int(c) for c in np.median(np.asarray(profile_instructions), axis=0)]
               if profile_instructions else [None] * len(kernels))
-    return [KernelStat(int(k["step"]), str(k["name"]), float(m), float(s),
-                       int(k["macs"]) if "macs" in k else None, c)
-            for k, m, s, c in zip(kernels, medians, shares, counts)]
+    return flag_cliffs([KernelStat(int(k["step"]), str(k["name"]), float(m), float(s),
+                                   int(k["macs"]) if "macs" in k else None, c, k.get("dtype"),
+                                   k.get("depth"), bool(k.get("depthwise")))
+                        for k, m, s, c in zip(kernels, medians, shares, counts)])
+
+
+# A kernel below this share of the best MACs/us of its family runs on a
+# slow path (a cliff). A family: the element type (int8 and uint8 are one:
+# the same integer kernels; each float type its own) and the kind of
+# kernel: depthwise convolutions (an input load per product, no reuse
+# across channels), other kernels reducing fewer than DEEP products per
+# output element (a first layer, a few channels: the stores and the
+# epilogue weigh) and the dense rest; neither of the first two reaches the
+# dense kernels' rate, so each is measured against its own kind.
+CLIFF = 0.25
+DEEP = 64
+# Kernels this small are left unflagged: their time is the call, the
+# epilogue and the edges, not the inner loop a cliff is about.
+CLIFF_MIN_MACS = 100_000
+
+
+def kernel_family(k: KernelStat) -> str | None:
+    """The family a kernel's throughput is compared within (see CLIFF), or
+    None for a kernel without one (no MACs, or too few)."""
+    if k.dtype is None or k.depth is None or k.macs_per_us is None or k.macs < CLIFF_MIN_MACS:
+        return None
+    dtype = "int8" if k.dtype in ("int8", "uint8") else k.dtype
+    if k.depthwise:
+        return f"{dtype} depthwise"
+    return dtype if k.depth >= DEEP else f"{dtype}, depth < {DEEP}"
+
+
+def flag_cliffs(stats: Sequence[KernelStat]) -> list[KernelStat]:
+    """`stats` with `cliff` set on each kernel whose MACs/us is below CLIFF
+    times the best of its kernel_family."""
+    best: dict[str, float] = {}
+    for k in stats:
+        if (fam := kernel_family(k)) is not None:
+            best[fam] = max(best.get(fam, 0.0), k.macs_per_us)
+    return [replace(k, cliff=(fam := kernel_family(k)) is not None
+                    and k.macs_per_us < CLIFF * best[fam]) for k in stats]
 
 
 def check_plot_path(out: Path) -> Path:

@@ -56,6 +56,40 @@ def alignment(board: Board) -> int:
 
 # ------------------------------------------------------------------ metadata
 
+# Where each convolution op has its weight: a depthwise one has one input
+# channel per group.
+_CONV_WEIGHT = {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3}
+
+
+def _depthwise(node, types) -> bool:
+    """A depthwise convolution: TFLite's, or a grouped conv of one input
+    channel per group (its weight [O, 1, k...], [O, k..., 1] channel-last)."""
+    if "depthwise" in node.op:
+        return True
+    at = _CONV_WEIGHT.get(node.op)
+    if at is None or int(node.attrs.get("group", 1)) == 1 or len(node.inputs) <= at:
+        return False
+    w = types.get(node.inputs[at])
+    per_group = w and (w.shape[-1] if node.attrs.get("layout") == "NHWC" else w.shape[1])
+    return per_group == 1
+
+
+def _kernel_family(node, types, macs: int) -> dict:
+    """{"dtype": its first input's element type, "depth": its MACs per
+    output element, "depthwise": true for a depthwise convolution}: what
+    `aot bench --profile` compares a kernel's throughput within
+    (aot/check/timing.py, kernel_family)."""
+    first = node.inputs[0] if node.inputs else ""
+    out = {"dtype": types[first].dtype} if first in types else {}
+    size = types[node.outputs[0]].size if node.outputs and node.outputs[0] in types else 0
+    if macs and size:
+        out["depth"] = macs // size
+    body = node.attrs["body"] if "body" in node.attrs else None
+    if any(_depthwise(n, body.types if body else types) for n in (body.nodes if body else [node])):
+        out["depthwise"] = True
+    return out
+
+
 def _versions() -> dict[str, str]:
     """The versions metadata.json records, read from the installed
     distributions: importing onnx (protobuf's C++ runtime) for its version
@@ -159,6 +193,7 @@ def metadata(graph: Graph, kernels, mem: MemoryPlan, other: MemoryPlan, params: 
                      if "body" in k.node.attrs else [k.node.op],
                      "sources": list(k.func.sources),
                      "macs": node_macs(k.node, graph.types),
+                     **_kernel_family(k.node, graph.types, node_macs(k.node, graph.types)),
                      "args": [{"kind": a.kind, "param": b.name,
                                **({"tensor": a.name} if a.kind in ("tensor", "const") else {})}
                               for a, b in zip(k.args, k.func.params)]}

@@ -85,7 +85,8 @@ TENSOR = obj(TENSOR_FIELDS, ("name", "c_name", "shape", "dtype", "bytes"), _tens
 TENSORS = list_of(TENSOR, "a list of objects")
 
 KERNEL = obj({"step": SIZE, "name": STR, "symbol": STR, "ops": STRS, "sources": STRS,
-              "macs": optional(SIZE), "split": BOOL,
+              "macs": optional(SIZE), "dtype": STR, "depth": SIZE, "depthwise": BOOL,
+              "split": BOOL,
               "args": list_of(obj({"kind": STR, "param": STR, "tensor": STR}),
                               "a list of objects")}, ("name",))
 

@@ -240,7 +240,8 @@ OUTPUT_KEYS = {"name", "max_abs", "rmse", "l2r", "cosine", "top1_agreement", "ma
                "max_abs_err", "ok", "tolerance"}
 BENCH_KEYS = {"median_ms", "mean_ms", "min_ms", "max_ms", "std_ms", "repeat", "warmup", "board",
               "codegen", "model", "emulated", "threads"}
-KERNEL_KEYS = {"step", "name", "median_ms", "share", "macs", "macs_per_us"}
+KERNEL_KEYS = {"step", "name", "median_ms", "share", "macs", "macs_per_us", "dtype", "depth",
+               "depthwise", "family", "cliff"}
 ANALYZE_KEYS = {"model", "board", "target", "codegen", "total_macs", "weights_bytes",
                 "weights_data_bytes", "arena_bytes", "arena_lower_bound_bytes", "state_bytes",
                 "io_bytes", "layers"}

@@ -82,6 +82,12 @@ CONVS = [
     ((1, 4, 20, 20), (12, 4, 3, 3), dict(pads=[1, 1, 1, 1])),               # border regions
     ((1, 5, 17, 18), (10, 5, 5, 3), dict(pads=[2, 1, 2, 1], strides=[1, 2])),
     ((1, 4, 10), (5, 4, 3), dict(pads=[1, 1], dilations=[2])),             # 1-D
+    ((1, 6, 11, 1), (10, 6, 5, 1), dict(pads=[2, 0, 2, 0])),               # Kx1 on Hx1: read 1xH
+    ((2, 8, 12, 1), (8, 1, 3, 1), dict(pads=[1, 0, 1, 0], group=8, strides=[2, 1])),
+    ((1, 8, 9, 1), (12, 4, 3, 1), dict(pads=[2, 0, 2, 0], group=2, dilations=[2, 3])),
+    ((1, 16, 5, 6), (6, 16, 3, 3), dict(pads=[1, 1, 1, 1])),      # few out, many in channels
+    ((2, 32, 7, 7), (4, 16, 3, 3), dict(pads=[1, 1, 1, 1], group=2, strides=[2, 2])),
+    ((1, 16, 4, 5), (3, 16, 1, 1), {}),                      # 1x1, fewer than a half vector out
     ((1, 3, 4, 5, 5), (8, 3, 3, 3, 3), dict(pads=[1, 1, 1, 1, 1, 1])),     # 3-D
 ]
 

@@ -62,6 +62,20 @@ def math_call(fn: str, *args: Expr) -> Expr:
     return Call(fn + "f" if d.scalar == "float32" else fn, tuple(args), d)
 
 
+# float32 functions with a helper that vectorizes (aot/isa/calls.py): a
+# libm call is one call per lane (expf in a YOLO head's softmax took 5 ns an
+# element, tanhf 4.8 ms of a file-type classifier).
+VECTOR_MATH = {"exp": "aot_exp", "tanh": "aot_tanh", "sigmoid": "aot_sigmoid"}
+
+
+def vector_math(fn: str, x: Expr) -> Expr:
+    """fn(x): through its vectorizing helper in float32, else libm's."""
+    d = dtype_of(x)
+    if d.scalar == "float32":
+        return Call(VECTOR_MATH[fn], (x,), d)
+    return math_call(fn, x)
+
+
 def cast(x: Expr, to: DType | str) -> Expr:
     """x converted to `to` (lanes kept) with ONNX's rules: to bool is `x != 0`."""
     d = dtype_of(x)
@@ -146,9 +160,8 @@ def _is_inf(x, a):
 
 
 def _sigmoid(x):
-    d = dtype_of(x)
-    if d.scalar == "float32":        # a rational function that vectorizes (isa/calls.py)
-        return Call("aot_sigmoid", (x,), d)
+    if dtype_of(x).scalar == "float32":
+        return vector_math("sigmoid", x)
     one = const_like(1, x)
     return Bin("/", one, Bin("+", one, math_call("exp", Unary("neg", x))))
 
@@ -166,7 +179,7 @@ def _gelu(x, a):
         cube = Bin("*", Bin("*", x, x), x)
         inner = Bin("*", const_like(math.sqrt(2 / math.pi), x),
                     Bin("+", x, Bin("*", const_like(0.044715, x), cube)))
-        return Bin("*", half_x, Bin("+", const_like(1, x), math_call("tanh", inner)))
+        return Bin("*", half_x, Bin("+", const_like(1, x), vector_math("tanh", inner)))
     if approx != "none":
         return None
     erf = math_call("erf", Bin("*", x, const_like(1 / math.sqrt(2), x)))
@@ -205,11 +218,13 @@ def _lib(fn: str) -> Callable:
 
 UNARY_FLOAT: dict[str, Callable[[Expr, dict], Expr | None]] = {
     **{op: _lib(fn) for op, fn in (
-        ("Sqrt", "sqrt"), ("Exp", "exp"), ("Log", "log"), ("Ceil", "ceil"),
+        ("Sqrt", "sqrt"), ("Log", "log"), ("Ceil", "ceil"),
         ("Floor", "floor"), ("Round", "rint"),  # rint: half to even in the default mode
-        ("Tanh", "tanh"), ("Erf", "erf"), ("Sin", "sin"), ("Cos", "cos"), ("Tan", "tan"),
+        ("Erf", "erf"), ("Sin", "sin"), ("Cos", "cos"), ("Tan", "tan"),
         ("Asin", "asin"), ("Acos", "acos"), ("Atan", "atan"), ("Sinh", "sinh"),
         ("Cosh", "cosh"), ("Asinh", "asinh"), ("Acosh", "acosh"), ("Atanh", "atanh"))},
+    "Exp": lambda x, a: vector_math("exp", x),
+    "Tanh": lambda x, a: vector_math("tanh", x),
     "Reciprocal": lambda x, a: Bin("/", const_like(1, x), x),
     "Sigmoid": lambda x, a: _sigmoid(x),
     "Softplus": lambda x, a: _softplus(x),
@@ -218,7 +233,7 @@ UNARY_FLOAT: dict[str, Callable[[Expr, dict], Expr | None]] = {
                                                     const_like(0.5, x)), 0, 1)),
     "HardSigmoid": lambda x, a: clamp(Bin("+", Bin("*", const_like(a.get("alpha", 0.2), x), x),
                                           const_like(a.get("beta", 0.5), x)), 0, 1),
-    "Mish": lambda x, a: Bin("*", x, math_call("tanh", _softplus(x))),
+    "Mish": lambda x, a: Bin("*", x, vector_math("tanh", _softplus(x))),
     "LeakyRelu": lambda x, a: Select(Bin(">=", x, const_like(0, x)), x,
                                      Bin("*", x, const_like(a.get("alpha", 0.01), x))),
     "Elu": lambda x, a: Select(Bin(">", x, const_like(0, x)), x,

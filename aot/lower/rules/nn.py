@@ -51,7 +51,7 @@ from aot.lower.schedule.conv import float_conv_schedule
 from aot.lower.kernels.conv_walk import walk
 from aot.lower.kernels.dense import Operand, dense
 from aot.lower.rules.elementwise import broadcast_index, broadcast_load, const_like
-from aot.lower.kernels import winograd
+from aot.lower.kernels import channel_dot, winograd
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule.tile_sizes import Tile, tile
 from aot.lower.kernels.tiles import over_tiles, rank1_update, tile_widths
@@ -91,6 +91,8 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     packed = _pack_conv_weight(weight, xin.layout, group)
     kernel = packed.shape[1:-2]
     win = ref.resolve_window(ctx, xin.spatial, kernel)
+    if _long_axis_first(x, xin, out, win):
+        x, xin, out, win, packed, emit = _swap_axes(x, xin, out, win, packed, emit)
     icg, ocg = packed.shape[-2], packed.shape[-1]
     sched = float_conv_schedule(ctx.target, dtype, xin, out, win, group, icg, ocg,
                                 x.buffer is not None,
@@ -103,6 +105,13 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     if sched.algorithm == "depthwise":
         per_channel = np.ascontiguousarray(np.moveaxis(packed[..., 0, 0], 0, -1))  # [k...][C]
         return _depthwise(ctx, x, per_channel, bias, xin, out, win, sched, emit)
+    if sched.algorithm == "channel_dot":
+        wp = shared_param(ctx, "w_packed", np.ascontiguousarray(packed.swapaxes(-1, -2)))
+        fc = FloatConv(x, xin, win, wp, packed.shape[:-2] + (ocg, icg), icg, ocg, t, dtype)
+        return walk(ctx, sched.walk, xin.batch, regions(sched.walk.regions, win, xin.spatial), t,
+                    group, tile_widths(ocg, t),
+                    channel_dot.tile_body(ctx, fc, bias, out, emit,
+                                                          ctx.target.lanes(dtype.bits)))
     wp = shared_param(ctx, "w_packed", packed)
     copy = None
     if sched.copy_padded:
@@ -112,6 +121,38 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     strategy = FloatFma(fc, bias, out, emit, merge_rows=sched.merge_rows)
     return walk(ctx, sched.walk, xin.batch, regions(sched.walk.regions, win, xin.spatial), t,
                 group, tile_widths(ocg, t), partial(conv_tile, ctx, strategy), prologue=copy)
+
+
+def _long_axis_first(x: TensorRef, xin: SpatialOp, out: SpatialOp, win: ref.Window) -> bool:
+    """A channel-last 2-D conv whose second axis is 1 everywhere (an Hx1
+    map, a Kx1 kernel, no padding across: the 1-D conv jax2tf and tf2onnx
+    write as a 2-D one). Its tiles block pixels along the last axis, one
+    pixel wide here; the same memory read as 1xH blocks them along H."""
+    return (xin.layout == "NHWC" and len(win.kernel) == 2 and x.value is None
+            and xin.spatial[1] == 1 and out.spatial[1] == 1 and win.kernel[1] == 1
+            and win.pad_begin[1] == 0 and win.pad_end[1] == 0 and out.spatial[0] > 1)
+
+
+def _swap_axes(x: TensorRef, xin: SpatialOp, out: SpatialOp, win: ref.Window,
+               packed: np.ndarray, emit):
+    """The conv with its two spatial axes swapped: [N, H, 1, C] read as
+    [N, 1, H, C] (the same bytes, so a kernel indexing x's buffer itself
+    reads the same addresses), the window and the packed weights
+    [g][k0][k1][ic][oc] swapped alike, the output stored through `emit`
+    at its own indices."""
+    def swap(t):
+        return (t[1], t[0])
+
+    def perm(idx):
+        return (idx[0], idx[2], idx[1], *idx[3:])
+    shape = perm(x.shape)
+    x2 = TensorRef(x.name, TensorType(shape, x.type.dtype),
+                   lambda idx, lanes=1: x.load(perm(tuple(idx)), lanes), x.buffer)
+    win2 = ref.Window(*(swap(f) for f in (win.kernel, win.strides, win.dilations,
+                                            win.pad_begin, win.pad_end, win.out)))
+    return (x2, replace(xin, spatial=swap(xin.spatial)), replace(out, spatial=swap(out.spatial)),
+            win2, np.ascontiguousarray(packed.swapaxes(1, 2)),
+            lambda k, idx, value: emit(k, perm(tuple(idx)), value))
 
 
 def _padded_input(ctx: LowerCtx, x: TensorRef, xin: SpatialOp, win: ref.Window, lanes: int):

@@ -16,9 +16,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from aot.ir.graph import TensorType
-from aot.ir.tir import (Assign, Bin, Call, Const, Decl, DType, Expr, For, ForKind, Select,
+from aot.ir.tir import (Assign, Bin, Const, Decl, DType, Expr, For, ForKind, Select,
                         Stmt, Unary, Var, add, const, dt, dtype_of, mul, seq)
-from aot.lower.rules.elementwise import (broadcast_load, cast, const_like, float_to_int, int_abs,
+from aot.lower.rules.elementwise import (vector_math, broadcast_load, cast, const_like, float_to_int, int_abs,
                                          math_call, wrapping)
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.ops.reduce import reduce_axes
@@ -239,14 +239,6 @@ def _arg(ctx: LowerCtx, ins, emit):
 
 # ---- Softmax / LogSoftmax / Hardmax ----------------------------------------------------------
 
-def _exp(v: Expr) -> Expr:
-    """e^v: float32 through aot_exp, which vectorizes (isa/calls.py;
-    expf is a libm call per lane: the softmax of a YOLO head's DFL took 5 ns
-    per element)."""
-    if dtype_of(v).scalar == "float32":
-        return Call("aot_exp", (v,), dtype_of(v))
-    return math_call("exp", v)
-
 
 @kernel_rule("Softmax", "LogSoftmax", "Hardmax")
 def _softmax(ctx: LowerCtx, ins, emit):
@@ -264,11 +256,11 @@ def _softmax(ctx: LowerCtx, ins, emit):
         find_max, m = accumulate(ctx, x, at, (axis,), _first(x, at, (axis,), lanes),
                                  lambda acc, v: Bin("max", acc, v), "m")
         sum_exp, s = accumulate(ctx, x, at, (axis,), const_like(0, m),
-                                lambda acc, v: Bin("+", acc, _exp(Bin("-", v, m))), "s")
+                                lambda acc, v: Bin("+", acc, vector_math("exp", Bin("-", v, m))), "s")
         if op == "Softmax":
             scale = ctx.fresh("r", m.dtype)
             prep = Decl(scale, Bin("/", const_like(1, s), s))
-            value = lambda v: Bin("*", _exp(Bin("-", v, m)), scale)  # noqa: E731
+            value = lambda v: Bin("*", vector_math("exp", Bin("-", v, m)), scale)  # noqa: E731
         else:
             scale = ctx.fresh("log_s", m.dtype)
             prep = Decl(scale, math_call("log", s))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from aot.ir.tir import DType
+from aot.ir.tir import DType, dt
 from aot.lower.schedule.tile_sizes import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORDER, Tile,
                                            depthwise_tile, tile)
 from aot.lower.schedule.strategy import (PAIRS, Accumulator, conv_algorithm, int8_accumulator,
@@ -40,7 +40,9 @@ class FloatConvSchedule:
     "winograd_4x4" (aot/lower/kernels/winograd.py, no tile here), "pointwise" (a
     matrix product over the pixels, dense.dense), "depthwise" (channel
     vectors, `tile` from the depthwise_tile site) or "direct" (the
-    register-tiled sliding window). Direct only: `copy_padded`, the input
+    register-tiled sliding window) or "channel_dot" (few output channels,
+    many input channels: the input channels in the lanes,
+    aot/lower/kernels/channel_dot.py). Direct only: `copy_padded`, the input
     first copied into a zero-padded workspace; `merge_rows`, a window row's
     taps and input channels as one by-lane reduction. Direct and depthwise:
     `walk`, how conv_walk.walk visits the output (the float policy's
@@ -68,6 +70,16 @@ def float_conv_schedule(target: Target, dtype: DType, xin: SpatialOp, out: Spati
     if icg < t.k_lanes:         # a first layer's 3 channels: scalar inputs, a pixel more
         t = replace(t, k_lanes=1)
     channel_last = xin.layout == "NHWC"
+    # A 1x1 conv takes it only where the pointwise product's tiles would be
+    # all scalars (fewer channels than a half vector): UltraFace's 1x1
+    # 64 -> 6 head 30 -> 17 us on AVX-512, while its 64 -> 8 ones lost to it.
+    if channel_last and channel_dot_fits(dt(dtype), ocg, icg, t.lanes) and (
+            not pointwise(win) or ocg < t.narrow):
+        # MR pixels x 4 channels of vector accumulators, their inputs and
+        # the 4 weight vectors within the register file
+        regs = target.vector_registers
+        return FloatConvSchedule("channel_dot", Tile(1, 4, mr=2, max_accs=regs // 2),
+                                 walk=Walk(float_axes(len(win.kernel))))
     if pointwise(win) and channel_last and group == 1 and in_memory:
         return FloatConvSchedule("pointwise", t)
     axes = float_axes(len(win.kernel))
@@ -85,6 +97,14 @@ def float_conv_schedule(target: Target, dtype: DType, xin: SpatialOp, out: Spati
                   and (in_memory or copy) and win.dilations[-1] == 1)
     return FloatConvSchedule("direct", t, copy, merge_rows, Walk(
         axes, parts=True, unroll=UNROLL_CHANNEL_TILES if t.registers else 0))
+
+
+def channel_dot_fits(dtype: DType, ocg: int, icg: int, lanes: int) -> bool:
+    """Whether a float32 convolution of icg -> ocg channels per group takes
+    the channel_dot kernel: its output channels fill no vector of `lanes`
+    (the direct tile would run them on scalars), its input channels fill
+    whole ones."""
+    return dtype.scalar == "float32" and lanes > 1 and ocg < lanes and icg % lanes == 0
 
 
 def pointwise(win: ref.Window) -> bool:

@@ -275,3 +275,38 @@ def test_onnx_conformance_through_codegen(record_property):
     print("\n".join(lines))
     assert run > 200
     assert not failed, "\n".join(lines)
+
+
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
+def test_tanh_and_exp_float32_vectorize_within_tolerance(codegen):
+    """float32 Tanh and Exp through the vectorizing helpers (aot_tanh,
+    aot_exp; a libm call is one call per lane): tanh within 2.8e-7 of the
+    exact value, absolute and relative, exp within 1e-7 relative, over the
+    whole float range; NaN stays NaN, the infinities give the limits."""
+    from aot.ir.tir import Call, stmt_exprs, walk_expr, walk_stmt
+    from aot.testing.kernels import build_and_run, vectorized_kernel
+
+    special = [np.inf, -np.inf, np.nan, 0.0, -0.0, 3e38, -3e38]
+    x = np.concatenate([np.linspace(-30, 30, 8001), np.geomspace(1e-30, 10, 2000),
+                        -np.geomspace(1e-30, 10, 2000), special]).astype(np.float32)
+    graph = single_op_graph("Tanh", [((x.size,), np.float32)])
+    got = build_and_run(graph, {"x0": x}, codegen=codegen)["y0"]
+    want = np.tanh(x.astype(np.float64))
+    assert np.array_equal(np.isnan(got), np.isnan(x))
+    ok = ~np.isnan(x)
+    err = np.abs(got[ok] - want[ok])
+    assert err.max() <= 2.8e-7 and (err / np.maximum(np.abs(want[ok]), 1e-38)).max() <= 2.8e-7
+    assert list(got[-7:-5]) == [1.0, -1.0] and np.signbit(got[-3])
+    e = np.concatenate([np.linspace(-110, 95, 8001), special]).astype(np.float32)
+    graph = single_op_graph("Exp", [((e.size,), np.float32)])
+    got = build_and_run(graph, {"x0": e}, codegen=codegen)["y0"]
+    with np.errstate(over="ignore"):
+        want = np.exp(e.astype(np.float64))
+    normal = (want > np.finfo(np.float32).tiny) & (want < np.finfo(np.float32).max)
+    assert (np.abs(got[normal] - want[normal]) / want[normal]).max() <= 1e-7
+    assert list(got[-7:-5]) == [np.inf, 0.0] and np.isnan(got[-5])
+    for op, helper in (("Tanh", "aot_tanh"), ("Exp", "aot_exp")):
+        body = vectorized_kernel(single_op_graph(op, [((64,), np.float32)]), 8).func.body
+        calls = {(e.fn, e.dtype.lanes) for s in walk_stmt(body) for top in stmt_exprs(s)
+                 for e in walk_expr(top) if isinstance(e, Call)}
+        assert calls == {(helper, 8)}, calls

@@ -20,8 +20,8 @@ from typing import Callable
 import numpy as np
 
 from aot.ir.graph import TensorType
-from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, Expr, If, Load, Select, Stmt,
-                        add, dt, dtype_of, mul, seq, sub)
+from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, DType, Expr, If, Load, Select,
+                        Stmt, add, dt, dtype_of, mul, seq, sub)
 from aot.lower.arith import qmath as q
 from aot.lower.arith.loops import loop, nest
 from aot.lower.rules.elementwise import broadcast_index, broadcast_load, const_like
@@ -244,18 +244,29 @@ def _int_conv(ctx: LowerCtx, x, w: np.ndarray, x_zp, w_zp, bias, emit, value) ->
     nhwc = ctx.attrs.get("layout", "NCHW") == "NHWC"
     # 2-D, channels innermost, a constant zero point: the int8 kernels'
     # vector tiles where the schedule gives them (tfl.conv2d's); uint8
-    # activations keep the scalar nest
-    tiled = nhwc and len(x.shape) == 4 and x.type.dtype == "int8" and \
+    # activations (ONNX Runtime's U8S8 models) read as int8 (_as_int8)
+    tiled = nhwc and len(x.shape) == 4 and x.type.dtype in ("int8", "uint8") and \
         not isinstance(x_zp, TensorRef)
     sched = int8_conv_schedule(ctx.target, g, plane.weights) if tiled else None
     if sched is not None and sched.algorithm == "vector":
         def epilogue(blk, idx, acc, lanes):
             return emit(0, idx, value(acc, idx[3], lanes))
-        b.add(vector_conv_nest(ctx, g, sched, x.load, zp, plane.weights, init, epilogue))
+        load, vzp = (x.load, zp) if x.type.dtype == "int8" else (_as_int8(x.load), zp - 128)
+        b.add(vector_conv_nest(ctx, g, sched, load, vzp, plane.weights, init, epilogue))
     else:
         b.add(conv_nest(ctx, g, plane.load, zp, plane.weights, init,
                         lambda idx, acc: emit(0, plane.out(idx), value(acc, idx[3]))))
     return b.stmt()
+
+
+def _as_int8(load: Callable) -> Callable:
+    """A uint8 tensor's loads as int8, x - 128 (x ^ 0x80, the same bits read
+    as int8): with the zero point less 128 every difference x - zp, and so
+    the convolution, is the same."""
+    def read(idx, lanes: int = 1) -> Expr:
+        v = load(idx, lanes)
+        return Cast(DType("int8", lanes), Bin("^", v, const_like(0x80, v)), bits=True)
+    return read
 
 
 def _run_time_scalar(ctx: LowerCtx, ref_: TensorRef, what: str) -> Expr:

@@ -85,6 +85,13 @@ GRAPHS = [
     lambda: qlinear_conv([1, 4, 6, 5, 5], [4, 2, 2, 3, 3],
                          {"pads": [0, 1, 1, 1, 1, 1], "group": 2, "dilations": [2, 1, 1]},
                          xdt="int8", wdt="uint8", seed=3),
+    # 2-D uint8 activations: the int8 vector kernels reading x ^ 0x80
+    lambda: qlinear_conv([1, 16, 7, 8], [24, 16, 3, 3], {"pads": [1, 1, 1, 1]}, seed=4),
+    lambda: qlinear_conv([2, 32, 6, 6], [16, 32, 1, 1], {"strides": [2, 2]}, seed=5),
+    lambda: qlinear_conv([1, 16, 9, 9], [16, 1, 3, 3], {"pads": [1, 1, 1, 1], "group": 16},
+                         seed=6),
+    lambda: qlinear_conv([1, 3, 11, 10], [8, 3, 3, 3], {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+                         seed=7),
     lambda: dynamic_conv_matmul([1, 3, 12], [4, 3, 3], {"pads": [1, 1]}),
     lambda: dynamic_conv_matmul([1, 2, 4, 5, 6], [3, 2, 2, 3, 3], {"pads": [1, 1, 1, 0, 0, 1]},
                                 seed=1),
@@ -97,6 +104,6 @@ GRAPHS = [
 
 
 @pytest.mark.parametrize("codegen", ["c", "llvm"])
-def test_integer_convolutions_in_1d_and_3d_bit_exact(codegen, tmp_path):
+def test_integer_convolutions_bit_exact(codegen, tmp_path):
     check_graphs([make() for make in GRAPHS], runs=2, codegen=codegen, tmp_path=tmp_path)
 

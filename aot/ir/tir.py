@@ -14,6 +14,7 @@ hashed and shared.
 from __future__ import annotations
 
 import enum
+import operator
 from dataclasses import dataclass, field
 from typing import Callable, Union
 
@@ -350,6 +351,9 @@ def walk_stmt(s: Stmt):
 
 def expr_children(e: Expr) -> tuple[Expr, ...]:
     """The operands of e, in order."""
+    get = _CHILDREN.get(e.__class__)       # by exact class: the walks' hottest line
+    if get is not None:
+        return get(e)
     if isinstance(e, Bin):
         return (e.a, e.b)
     if isinstance(e, (Unary, Cast)):
@@ -365,6 +369,14 @@ def expr_children(e: Expr) -> tuple[Expr, ...]:
     if isinstance(e, (Var, Const)):
         return ()
     raise TypeError(f"not a TIR expression: {e!r}")
+
+
+_CHILDREN: dict[type, Callable[[Expr], tuple[Expr, ...]]] = {
+    Bin: operator.attrgetter("a", "b"), Unary: lambda e: (e.a,), Cast: lambda e: (e.a,),
+    Select: operator.attrgetter("cond", "a", "b"), Call: operator.attrgetter("args"),
+    Load: lambda e: (e.index,), Broadcast: lambda e: (e.value,), Var: lambda e: (),
+    Const: lambda e: (),
+}
 
 
 def _with_children(e: Expr, kids: list[Expr]) -> Expr:
@@ -392,19 +404,21 @@ def map_expr(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
     recursion depth tied to how deep a model's expression nests."""
     done: list[Expr] = []
     todo: list[tuple[Expr, bool]] = [(e, False)]
+    pop, push = todo.pop, todo.append
     while todo:
-        x, ready = todo.pop()
+        x, ready = pop()
         kids = expr_children(x)
-        if not ready:
-            todo.append((x, True))
-            todo.extend((k, False) for k in reversed(kids))
-            continue
         if kids:
-            new = done[len(done) - len(kids):]
-            del done[len(done) - len(kids):]
+            n = len(kids)
+            if not ready:
+                push((x, True))
+                todo.extend((k, False) for k in reversed(kids))
+                continue
+            new = done[-n:]
+            del done[-n:]
             # unchanged operands keep the node itself: most of a pass's
             # nodes are kept, and rebuilding each one cost the most
-            if any(a is not b for a, b in zip(new, kids)):
+            if any(map(operator.is_not, new, kids)):
                 x = _with_children(x, new)
         out = f(x)
         done.append(x if out is None else out)

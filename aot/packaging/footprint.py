@@ -18,19 +18,21 @@ from aot.errors import AotError
 KINDS = ("text", "rodata", "weights", "data", "bss", "unwind")
 
 
-def ar_members(data: bytes) -> list[tuple[str, bytes]]:
-    """(name, bytes) of each object in a System V / GNU archive."""
+def ar_members(data: bytes) -> list[tuple[str, memoryview]]:
+    """(name, contents) of each object in a System V / GNU archive, the
+    contents a view into data."""
     if not data.startswith(b"!<arch>\n"):
         raise AotError("not an ar archive")
+    view = memoryview(data)       # members as views: a weights blob is not copied
     pos, names, out = 8, b"", []
     while pos + 60 <= len(data):
         header = data[pos:pos + 60]
         name = header[:16].decode().rstrip()
         size = int(header[48:58].decode().strip())
-        body = data[pos + 60:pos + 60 + size]
+        body = view[pos + 60:pos + 60 + size]
         pos += 60 + size + (size & 1)
         if name == "//":                   # GNU long-name table
-            names = body
+            names = bytes(body)
         elif name in ("/", "/SYM64/"):     # symbol table
             continue
         else:
@@ -53,7 +55,7 @@ SHT_NOBITS = 8
 SHN_XINDEX = 0xFFFF
 
 
-def elf_sections(data: bytes) -> list[Section]:
+def elf_sections(data: bytes | memoryview) -> list[Section]:
     """The section headers of an ELF object, 32 or 64 bits, either byte
     order (read with struct: pyelftools' import cost every package a tenth
     of a second, for four fields)."""
@@ -75,14 +77,16 @@ def elf_sections(data: bytes) -> list[Section]:
             name, kind, flags, _, offset, size, *_ = struct.unpack_from(
                 header, data, shoff + i * shentsize)
             rows.append((name, kind, flags, offset, size))
-        names = rows[shstrndx] if rows else None
+        table = b""
+        if rows:
+            _, _, _, offset, size = rows[shstrndx]
+            table = bytes(data[offset:offset + size])
     except (struct.error, IndexError):
         raise AotError("corrupt ELF object: its section headers lie outside it") from None
     out = []
     for name, kind, flags, _, size in rows:
-        start = names[3] + name if names is not None else len(data)
-        end = data.find(b"\0", start)
-        text = data[start:end] if start < len(data) and end >= 0 else b""
+        end = table.find(b"\0", name)
+        text = table[name:end] if end >= 0 else b""
         out.append(Section(text.decode("utf-8", "replace"), kind, flags, size))
     return out
 
@@ -105,7 +109,7 @@ def section_kind(section: Section) -> str | None:
     return "rodata"
 
 
-def object_footprint(data: bytes) -> dict[str, int]:
+def object_footprint(data: bytes | memoryview) -> dict[str, int]:
     sizes = dict.fromkeys(KINDS, 0)
     for section in elf_sections(data):
         kind = section_kind(section)

@@ -92,12 +92,13 @@ def entry_path(k: str) -> Path:
 
 def _file_hash(pkg: Path, dep: str) -> str | None:
     try:
-        return _sha256((pkg / dep).read_bytes())
+        with open(pkg / dep, "rb") as f:     # in blocks: a weights blob is megabytes
+            return hashlib.file_digest(f, "sha256").hexdigest()
     except OSError:
         return None
 
 
-def lookup(k: str, pkg: Path) -> bytes | None:
+def lookup(k: str, pkg: Path) -> memoryview | None:
     """The cached object of key k if its entry is whole and every file the
     compile read is as it was; else None."""
     path = entry_path(k)
@@ -105,11 +106,12 @@ def lookup(k: str, pkg: Path) -> bytes | None:
         data = path.read_bytes()
     except OSError:
         return None
-    if not data.startswith(MAGIC):
+    end = data.find(b"\n", len(MAGIC))
+    if not data.startswith(MAGIC) or end < 0:
         return None
-    head, sep, obj = data[len(MAGIC):].partition(b"\n")
+    head, obj = data[len(MAGIC):end], memoryview(data)[end + 1:]    # no copy of the object
     try:
-        manifest = json.loads(head) if sep else None
+        manifest = json.loads(head)
         deps, want = manifest["deps"], manifest["object"]
         if _sha256(obj) != want or any(_file_hash(pkg, d) != h for d, h in deps):
             return None
@@ -152,7 +154,7 @@ def store(k: str, pkg: Path, obj: Path, depfile: Path) -> None:
     path = entry_path(k)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_file_atomically(path, MAGIC + head.encode() + b"\n" + data)
+        write_file_atomically(path, (MAGIC, head.encode(), b"\n", data))
     except OSError:
         pass
 

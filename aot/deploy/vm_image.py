@@ -47,10 +47,10 @@ from pathlib import Path
 
 from aot.deploy.private_files import private_dir, write_private
 from aot.errors import AotError
-from aot.support.cachedir import CACHE_ENV, cache_root  # noqa: F401 (re-exported)
 from aot.support.fsutil import write_dir_atomically
 
 IMAGE_NAME = "qemu-rpi4"
+CACHE_ENV = "AOT_CACHE_DIR"
 ARCH = "arm64"
 KERNEL_META_PACKAGE = "linux-image-arm64"
 # Userland: busybox for the shell and tools, sshd, and the shared libraries
@@ -163,6 +163,10 @@ class Image:
     def host_key(self) -> str:
         """The host key as known_hosts wants it: 'ssh-ed25519 AAAA...'."""
         return " ".join(self.host_key_pub.read_text().split()[:2])
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "aot")
 
 
 def image_version() -> str:

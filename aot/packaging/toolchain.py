@@ -88,18 +88,20 @@ def run_tool(cmd: Sequence[str], cwd: Path, what: str) -> str:
 
 
 def compile_sources(tc: Toolchain, pkg: Path, sources: Sequence[str], objdir: str,
-                    extra: Sequence[str] = ()) -> list[str]:
+                    extra: Sequence[str] = (), base: Sequence[str] = PACKAGE_CFLAGS
+                    ) -> list[str]:
     """Compile each source (relative to pkg) into objdir, one compiler per
     core at once, or take its object from the cache of compiled objects
     (aot/packaging/objcache.py); the object paths, in source order (the
-    first failure in that order is the one reported)."""
+    first failure in that order is the one reported). `base`: the flags
+    after the target's, before `extra`."""
     (pkg / objdir).mkdir(parents=True, exist_ok=True)
     objects = [f"{objdir}/{Path(src).stem}.o" for src in sources]
     if len(set(objects)) != len(objects):
         raise AotError(f"two package sources share a file name: {', '.join(sources)}")
 
     def compile_one(src: str, obj: str) -> bool:
-        cmd = [tc.cc, *tc.cflags, *PACKAGE_CFLAGS, *extra,
+        cmd = [tc.cc, *tc.cflags, *base, *extra,
                f"-ffile-prefix-map={pkg.resolve()}=.", "-c", src, "-o", obj]
         return objcache.compile_cached(tc.cc, cmd, pkg, src, obj,
                                        lambda c: run_tool(c, pkg, f"compiling {src}"))
@@ -162,8 +164,17 @@ def build_harness(target: Target, pkg: Path, name: str, library: str,
     static = [] if sanitized(extra_cflags) else ["-static"]
     # the hello over a serial port names the package (identity.py)
     ident = f'-DAOT_PACKAGE_ID="{package_id(pkg, name)}"'
-    run_tool([tc.cc, *tc.cflags, "-std=c99", "-Iinclude", "-Iruntime_c", *extra_cflags, ident,
-              f"-ffile-prefix-map={pkg.resolve()}=.", "bench/main.c",
-              *firmware_link(firmware or {}), library,
-              *tc.ldflags, *static, "-lm", "-o", exe], pkg, "linking the bench harness")
+    flags = [tc.cc, *tc.cflags, "-std=c99", "-Iinclude", "-Iruntime_c", *extra_cflags, ident,
+             f"-ffile-prefix-map={pkg.resolve()}=."]
+    main = ["bench/main.c"]
+    if not firmware:
+        # a hosted harness: main.c compiled apart, so that its object comes
+        # from the cache; the link reads no name of it (the same bytes)
+        main = compile_sources(tc, pkg, main, ".build-harness", [*extra_cflags, ident],
+                               ("-std=c99", "-Iinclude", "-Iruntime_c"))
+    try:
+        run_tool([*flags, *main, *firmware_link(firmware or {}), library,
+                  *tc.ldflags, *static, "-lm", "-o", exe], pkg, "linking the bench harness")
+    finally:
+        shutil.rmtree(pkg / ".build-harness", ignore_errors=True)
     return exe

@@ -38,6 +38,7 @@ FAST_MODULES = frozenset({
     "ops/quant/test_onnx_quant.py",
     "executor/test_plan.py", "foundations/test_config_schema.py", "foundations/test_readback.py",
     "check/test_cliffs.py", "check/test_dataset.py", "check/test_reference.py",
+    "executor/test_template_cache.py",
     "foundations/test_target_facts.py", "frontend/test_onnx.py", "packaging/test_boot2.py",
     "frontend/test_onnx_functions.py", "frontend/tflite/test_tflite.py",
     "lower/kernels/test_conv_tile.py", "lower/kernels/test_dense.py",

@@ -19,6 +19,7 @@ int), unsigned narrow products in uint32_t so they cannot overflow int.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -940,40 +941,65 @@ _BREAK_BEFORE = (" ? ", " : ", " || ", " && ", " + ", " - ", " * ", " | ", " & "
 
 def _wrap(line: str, width: int = WIDTH) -> list[str]:
     """A long statement split at its outermost operators or commas, with
-    continuation lines indented two levels (generated code has no strings)."""
+    continuation lines indented two levels (generated code has no strings).
+
+    Each piece breaks at the outermost break point within the width, the
+    last of equals; failing that at the first outermost one past it (a line
+    a little long beats one of 200 characters). The break points are found
+    once for the whole statement: a piece's depths and positions are the
+    statement's less a constant, which changes no choice."""
     stripped = line.lstrip()
     if len(line) <= width or stripped.startswith(("/*", "#")):
         return [line]
     cont = " " * (len(line) - len(stripped) + 8)
+    points = _break_points(line, len(cont) + 8)
+    # later[i]: the outermost, first break point among points[i:]
+    later: list[tuple[int, int] | None] = [None] * (len(points) + 1)
+    for i in range(len(points) - 1, -1, -1):
+        pos, depth, at = points[i]
+        later[i] = min((depth, at), later[i + 1]) if later[i + 1] else (depth, at)
     out: list[str] = []
-    while len(line) > width:
-        # The outermost break point within the width, the last of equals;
-        # failing that the first one past it (a line a little long beats
-        # one of 200 characters).
-        best = None                       # (depth, -position)
-        late = None                       # (depth, position)
-        depth = 0
-        for pos in range(len(line)):
-            ch = line[pos]
-            if ch in "([":
-                depth += 1
-            elif ch in ")]":
-                depth -= 1
-            elif ch == " " and len(cont) + 8 < pos:
-                at = pos if line.startswith(_BREAK_BEFORE, pos) else \
-                    pos + 1 if line[pos - 1] == "," or line[pos - 2:pos] == " =" else None
-                if at is None:
-                    continue
-                if pos < width and (best is None or (depth, -at) < best):
-                    best = (depth, -at)
-                elif pos >= width and (late is None or (depth, at) < late):
-                    late = (depth, at)
-        if best is None and late is None:
+    shift, i, text = 0, 0, line     # the piece's position p is the statement's p + shift
+    while len(text) > width:
+        while i < len(points) and points[i][0] - shift <= len(cont) + 8:
+            i += 1
+        best, j = None, i
+        while j < len(points) and points[j][0] - shift < width:
+            key = (points[j][1], -points[j][2])
+            if best is None or key < best:
+                best = key
+            j += 1
+        if best is None and later[j] is None:
             break
-        at = -best[1] if best is not None else late[1]
-        out.append(line[:at].rstrip())
-        line = cont + line[at:].lstrip()
-    return out + [line]
+        at = (-best[1] if best is not None else later[j][1]) - shift
+        out.append(text[:at].rstrip())
+        rest = text[at:].lstrip()
+        shift += at + (len(text) - at - len(rest)) - len(cont)
+        text = cont + rest
+    return out + [text]
+
+
+_WRAP_CHARS = re.compile(r"[()\[\] ]")
+
+
+def _break_points(line: str, first: int) -> list[tuple[int, int, int]]:
+    """(position, bracket depth, where the line breaks) of each space past
+    `first` a statement may break at: before an operator of _BREAK_BEFORE,
+    or after a comma or an `=`."""
+    points, depth = [], 0
+    for m in _WRAP_CHARS.finditer(line):
+        pos = m.start()
+        ch = line[pos]
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif pos > first:
+            at = pos if line.startswith(_BREAK_BEFORE, pos) else \
+                pos + 1 if line[pos - 1] == "," or line[pos - 2:pos] == " =" else None
+            if at is not None:
+                points.append((pos, depth, at))
+    return points
 
 
 def _header_comment(func: PrimFunc) -> list[str]:

@@ -290,8 +290,12 @@ def build_context(graph: Graph, kernels: Sequence[Kernel], mem: MemoryPlan,
 @functools.lru_cache(maxsize=None)
 def template_environment() -> jinja2.Environment:
     """One environment per process: it keeps the compiled templates (compiling
-    them dominates packaging a small model)."""
+    them dominates packaging a small model), and between processes in the
+    cache (aot/executor/template_cache.py)."""
+    from aot.executor.template_cache import bytecode_cache
+
     return jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+                              bytecode_cache=bytecode_cache(),
                               trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                               undefined=jinja2.StrictUndefined, autoescape=False)
 

@@ -14,6 +14,7 @@ hashed and shared.
 from __future__ import annotations
 
 import enum
+import operator
 from dataclasses import dataclass, field
 from typing import Callable, Union
 
@@ -321,11 +322,15 @@ def can_fail(func: PrimFunc) -> bool:
 def map_stmt(s: Stmt, f: Callable[[Stmt], Stmt | None]) -> Stmt:
     """Rebuild s bottom-up; f may return a replacement for a node (or None to keep it)."""
     if isinstance(s, For):
-        s = For(s.var, s.extent, map_stmt(s.body, f), s.kind, s.start, s.step)
+        body = map_stmt(s.body, f)
+        if body is not s.body:
+            s = For(s.var, s.extent, body, s.kind, s.start, s.step)
     elif isinstance(s, Seq):
         s = seq(*(map_stmt(x, f) for x in s.stmts))
     elif isinstance(s, If):
-        s = If(s.cond, map_stmt(s.then, f), map_stmt(s.orelse, f) if s.orelse else None)
+        then, orelse = map_stmt(s.then, f), map_stmt(s.orelse, f) if s.orelse else None
+        if then is not s.then or orelse is not s.orelse:
+            s = If(s.cond, then, orelse)
     out = f(s)
     return s if out is None else out
 
@@ -346,6 +351,9 @@ def walk_stmt(s: Stmt):
 
 def expr_children(e: Expr) -> tuple[Expr, ...]:
     """The operands of e, in order."""
+    get = _CHILDREN.get(e.__class__)       # by exact class: the walks' hottest line
+    if get is not None:
+        return get(e)
     if isinstance(e, Bin):
         return (e.a, e.b)
     if isinstance(e, (Unary, Cast)):
@@ -361,6 +369,14 @@ def expr_children(e: Expr) -> tuple[Expr, ...]:
     if isinstance(e, (Var, Const)):
         return ()
     raise TypeError(f"not a TIR expression: {e!r}")
+
+
+_CHILDREN: dict[type, Callable[[Expr], tuple[Expr, ...]]] = {
+    Bin: operator.attrgetter("a", "b"), Unary: lambda e: (e.a,), Cast: lambda e: (e.a,),
+    Select: operator.attrgetter("cond", "a", "b"), Call: operator.attrgetter("args"),
+    Load: lambda e: (e.index,), Broadcast: lambda e: (e.value,), Var: lambda e: (),
+    Const: lambda e: (),
+}
 
 
 def _with_children(e: Expr, kids: list[Expr]) -> Expr:
@@ -388,16 +404,22 @@ def map_expr(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
     recursion depth tied to how deep a model's expression nests."""
     done: list[Expr] = []
     todo: list[tuple[Expr, bool]] = [(e, False)]
+    pop, push = todo.pop, todo.append
     while todo:
-        x, ready = todo.pop()
+        x, ready = pop()
         kids = expr_children(x)
-        if not ready:
-            todo.append((x, True))
-            todo.extend((k, False) for k in reversed(kids))
-            continue
         if kids:
-            x = _with_children(x, done[len(done) - len(kids):])
-            del done[len(done) - len(kids):]
+            n = len(kids)
+            if not ready:
+                push((x, True))
+                todo.extend((k, False) for k in reversed(kids))
+                continue
+            new = done[-n:]
+            del done[-n:]
+            # unchanged operands keep the node itself: most of a pass's
+            # nodes are kept, and rebuilding each one cost the most
+            if any(map(operator.is_not, new, kids)):
+                x = _with_children(x, new)
         out = f(x)
         done.append(x if out is None else out)
     return done[0]
@@ -405,15 +427,20 @@ def map_expr(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
 
 def map_stmt_exprs(s: Stmt, f: Callable[[Expr], Expr | None]) -> Stmt:
     """s with map_expr(., f) applied to every expression in it."""
-    def one(x: Stmt):
+    def one(x: Stmt):       # None where nothing changed: the statement is kept
         if isinstance(x, Store):
-            return Store(x.buffer, map_expr(x.index, f), map_expr(x.value, f))
+            index, value = map_expr(x.index, f), map_expr(x.value, f)
+            changed = index is not x.index or value is not x.value
+            return Store(x.buffer, index, value) if changed else None
         if isinstance(x, Decl):
-            return Decl(x.var, map_expr(x.init, f))
+            init = map_expr(x.init, f)
+            return Decl(x.var, init) if init is not x.init else None
         if isinstance(x, Assign):
-            return Assign(x.var, map_expr(x.value, f))
+            value = map_expr(x.value, f)
+            return Assign(x.var, value) if value is not x.value else None
         if isinstance(x, If):
-            return If(map_expr(x.cond, f), x.then, x.orelse)
+            cond = map_expr(x.cond, f)
+            return If(cond, x.then, x.orelse) if cond is not x.cond else None
         return None
     return map_stmt(s, one)
 

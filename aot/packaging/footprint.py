@@ -9,30 +9,30 @@ image stores (text + rodata + weights + data + unwind); RAM what runs in it
 """
 from __future__ import annotations
 
-import io
+import struct
 from pathlib import Path
-
-from elftools.elf.constants import SH_FLAGS
-from elftools.elf.elffile import ELFFile
+from typing import NamedTuple
 
 from aot.errors import AotError
 
 KINDS = ("text", "rodata", "weights", "data", "bss", "unwind")
 
 
-def ar_members(data: bytes) -> list[tuple[str, bytes]]:
-    """(name, bytes) of each object in a System V / GNU archive."""
+def ar_members(data: bytes) -> list[tuple[str, memoryview]]:
+    """(name, contents) of each object in a System V / GNU archive, the
+    contents a view into data."""
     if not data.startswith(b"!<arch>\n"):
         raise AotError("not an ar archive")
+    view = memoryview(data)       # members as views: a weights blob is not copied
     pos, names, out = 8, b"", []
     while pos + 60 <= len(data):
         header = data[pos:pos + 60]
         name = header[:16].decode().rstrip()
         size = int(header[48:58].decode().strip())
-        body = data[pos + 60:pos + 60 + size]
+        body = view[pos + 60:pos + 60 + size]
         pos += 60 + size + (size & 1)
         if name == "//":                   # GNU long-name table
-            names = body
+            names = bytes(body)
         elif name in ("/", "/SYM64/"):     # symbol table
             continue
         else:
@@ -43,30 +43,78 @@ def ar_members(data: bytes) -> list[tuple[str, bytes]]:
     return out
 
 
-def section_kind(section) -> str | None:
-    flags = section["sh_flags"]
-    if not flags & SH_FLAGS.SHF_ALLOC:
+class Section(NamedTuple):
+    name: str
+    type: int
+    flags: int
+    size: int
+
+
+SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
+SHT_NOBITS = 8
+SHN_XINDEX = 0xFFFF
+
+
+def elf_sections(data: bytes | memoryview) -> list[Section]:
+    """The section headers of an ELF object, 32 or 64 bits, either byte
+    order (read with struct: pyelftools' import cost every package a tenth
+    of a second, for four fields)."""
+    if data[:4] != b"\x7fELF" or data[4] not in (1, 2) or data[5] not in (1, 2):
+        raise AotError("not an ELF object")
+    wide, order = data[4] == 2, "<" if data[5] == 1 else ">"
+    try:
+        shoff, shentsize, shnum, shstrndx = (
+            struct.unpack_from(order + "Q10xHHH", data, 0x28) if wide
+            else struct.unpack_from(order + "I10xHHH", data, 0x20))
+        header = order + ("IIQQQQIIQQ" if wide else "IIIIIIIIII")
+        rows = []
+        first = struct.unpack_from(header, data, shoff) if shoff else None
+        if first is not None and shnum == 0:            # more than 0xff00 sections
+            shnum = first[5]
+        if first is not None and shstrndx == SHN_XINDEX:
+            shstrndx = first[6]
+        for i in range(shnum):
+            name, kind, flags, _, offset, size, *_ = struct.unpack_from(
+                header, data, shoff + i * shentsize)
+            rows.append((name, kind, flags, offset, size))
+        table = b""
+        if rows:
+            _, _, _, offset, size = rows[shstrndx]
+            table = bytes(data[offset:offset + size])
+    except (struct.error, IndexError):
+        raise AotError("corrupt ELF object: its section headers lie outside it") from None
+    out = []
+    for name, kind, flags, _, size in rows:
+        end = table.find(b"\0", name)
+        text = table[name:end] if end >= 0 else b""
+        out.append(Section(text.decode("utf-8", "replace"), kind, flags, size))
+    return out
+
+
+def section_kind(section: Section) -> str | None:
+    flags = section.flags
+    if not flags & SHF_ALLOC:
         return None
     if section.name == ".rodata.aot":
         return "weights"
     if section.name.startswith((".eh_frame", ".ARM.ex", ".gcc_except")):
         return "unwind"
     # --pools' arenas: zeros the compiler stores (a named section), NOLOAD when linked
-    if section["sh_type"] == "SHT_NOBITS" or section.name.startswith(".aot_arena_"):
+    if section.type == SHT_NOBITS or section.name.startswith(".aot_arena_"):
         return "bss"
-    if flags & SH_FLAGS.SHF_EXECINSTR:
+    if flags & SHF_EXECINSTR:
         return "text"
-    if flags & SH_FLAGS.SHF_WRITE:
+    if flags & SHF_WRITE:
         return "data"
     return "rodata"
 
 
-def object_footprint(data: bytes) -> dict[str, int]:
+def object_footprint(data: bytes | memoryview) -> dict[str, int]:
     sizes = dict.fromkeys(KINDS, 0)
-    for section in ELFFile(io.BytesIO(data)).iter_sections():
+    for section in elf_sections(data):
         kind = section_kind(section)
         if kind is not None:
-            sizes[kind] += section["sh_size"]
+            sizes[kind] += section.size
     return sizes
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from aot.packaging import objcache
 from aot.support import tools
 from aot.errors import AotError, MissingToolError
 from aot.packaging.identity import package_id
@@ -87,26 +88,31 @@ def run_tool(cmd: Sequence[str], cwd: Path, what: str) -> str:
 
 
 def compile_sources(tc: Toolchain, pkg: Path, sources: Sequence[str], objdir: str,
-                    extra: Sequence[str] = ()) -> list[str]:
+                    extra: Sequence[str] = (), base: Sequence[str] = PACKAGE_CFLAGS
+                    ) -> list[str]:
     """Compile each source (relative to pkg) into objdir, one compiler per
-    core at once; the object paths, in source order (the first failure in
-    that order is the one reported)."""
+    core at once, or take its object from the cache of compiled objects
+    (aot/packaging/objcache.py); the object paths, in source order (the
+    first failure in that order is the one reported). `base`: the flags
+    after the target's, before `extra`."""
     (pkg / objdir).mkdir(parents=True, exist_ok=True)
     objects = [f"{objdir}/{Path(src).stem}.o" for src in sources]
     if len(set(objects)) != len(objects):
         raise AotError(f"two package sources share a file name: {', '.join(sources)}")
 
-    def compile_one(src: str, obj: str) -> str:
-        return run_tool([tc.cc, *tc.cflags, *PACKAGE_CFLAGS, *extra,
-                         f"-ffile-prefix-map={pkg.resolve()}=.", "-c", src, "-o", obj],
-                        pkg, f"compiling {src}")
+    def compile_one(src: str, obj: str) -> bool:
+        cmd = [tc.cc, *tc.cflags, *base, *extra,
+               f"-ffile-prefix-map={pkg.resolve()}=.", "-c", src, "-o", obj]
+        return objcache.compile_cached(tc.cc, cmd, pkg, src, obj,
+                                       lambda c: run_tool(c, pkg, f"compiling {src}"))
 
     with ThreadPoolExecutor(max_workers=max(1, min(len(sources), os.cpu_count() or 1))) as pool:
         # the largest first, so that no long compile starts last
         order = sorted(range(len(sources)), key=lambda i: -(pkg / sources[i]).stat().st_size)
         jobs = {i: pool.submit(compile_one, sources[i], objects[i]) for i in order}
-        for i in range(len(sources)):
-            jobs[i].result()
+        compiled = [jobs[i].result() for i in range(len(sources))]
+    if any(compiled) and objcache.enabled():
+        objcache.trim()
     return objects
 
 
@@ -158,8 +164,17 @@ def build_harness(target: Target, pkg: Path, name: str, library: str,
     static = [] if sanitized(extra_cflags) else ["-static"]
     # the hello over a serial port names the package (identity.py)
     ident = f'-DAOT_PACKAGE_ID="{package_id(pkg, name)}"'
-    run_tool([tc.cc, *tc.cflags, "-std=c99", "-Iinclude", "-Iruntime_c", *extra_cflags, ident,
-              f"-ffile-prefix-map={pkg.resolve()}=.", "bench/main.c",
-              *firmware_link(firmware or {}), library,
-              *tc.ldflags, *static, "-lm", "-o", exe], pkg, "linking the bench harness")
+    flags = [tc.cc, *tc.cflags, "-std=c99", "-Iinclude", "-Iruntime_c", *extra_cflags, ident,
+             f"-ffile-prefix-map={pkg.resolve()}=."]
+    main = ["bench/main.c"]
+    if not firmware:
+        # a hosted harness: main.c compiled apart, so that its object comes
+        # from the cache; the link reads no name of it (the same bytes)
+        main = compile_sources(tc, pkg, main, ".build-harness", [*extra_cflags, ident],
+                               ("-std=c99", "-Iinclude", "-Iruntime_c"))
+    try:
+        run_tool([*flags, *main, *firmware_link(firmware or {}), library,
+                  *tc.ldflags, *static, "-lm", "-o", exe], pkg, "linking the bench harness")
+    finally:
+        shutil.rmtree(pkg / ".build-harness", ignore_errors=True)
     return exe

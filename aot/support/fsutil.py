@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from aot.errors import AotError, InputError
 
@@ -346,14 +346,16 @@ def _remove_temps(target: Path, prefix: str) -> None:
             _remove(temp)
 
 
-def write_file_atomically(target: Path, data: bytes) -> None:
-    """`data` as the file `target`, whole or not at all: written to a hidden
-    temp beside it (mkstemp: a name no other writer has) and renamed over it."""
+def write_file_atomically(target: Path, data: bytes | Sequence[bytes]) -> None:
+    """`data` (bytes, or parts written one after the other) as the file
+    `target`, whole or not at all: written to a hidden temp beside it
+    (mkstemp: a name no other writer has) and renamed over it."""
     target = Path(target)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.aot-", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for part in ((data,) if isinstance(data, (bytes, bytearray, memoryview)) else data):
+                f.write(part)
         os.chmod(tmp, 0o666 & ~_umask())      # mkstemp makes it 0600: as open() would
         os.replace(tmp, target)
     except BaseException:

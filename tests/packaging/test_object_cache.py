@@ -1,0 +1,106 @@
+"""The cache of compiled objects (aot/packaging/objcache.py): a hit gives the
+compiler's bytes, any changed input misses, a damaged entry is never used."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aot.packaging import objcache, toolchain
+from aot.support.cachedir import CACHE_ENV
+from aot.targets import get_board
+
+HEADER = "#define SCALE 3\n"
+SOURCE = '#include <math.h>\n#include "scale.h"\nfloat f(float x) { return SCALE * sqrtf(x); }\n'
+
+
+@pytest.fixture
+def pkg(tmp_path, monkeypatch) -> Path:
+    """A package directory with one source and one header; the cache in tmp."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(objcache.ENABLE_ENV, raising=False)
+    root = tmp_path / "pkg"
+    (root / "src").mkdir(parents=True)
+    (root / "include").mkdir()
+    (root / "include" / "scale.h").write_text(HEADER)
+    (root / "src" / "f.c").write_text(SOURCE)
+    return root
+
+
+def build(pkg: Path) -> tuple[bool, bytes]:
+    """(whether the compiler ran, the object's bytes)."""
+    tc = toolchain.toolchain_for(get_board("host").target)
+    (pkg / ".build").mkdir(exist_ok=True)
+    cmd = [tc.cc, *tc.cflags, *toolchain.PACKAGE_CFLAGS, f"-ffile-prefix-map={pkg}=.",
+           "-c", "src/f.c", "-o", ".build/f.o"]
+    compiled = objcache.compile_cached(
+        tc.cc, cmd, pkg, "src/f.c", ".build/f.o",
+        lambda c: toolchain.run_tool(c, pkg, "compiling src/f.c"))
+    return compiled, (pkg / ".build" / "f.o").read_bytes()
+
+
+def entries() -> list[Path]:
+    return sorted(p for p in objcache.cache_dir().rglob("*") if p.is_file())
+
+
+def test_a_hit_gives_the_compilers_bytes(pkg, monkeypatch):
+    assert build(pkg)[0]
+    compiled, cached = build(pkg)
+    assert not compiled and len(entries()) == 1
+    monkeypatch.setenv(objcache.ENABLE_ENV, "off")
+    assert build(pkg) == (True, cached)
+    assert len(entries()) == 1
+
+
+@pytest.mark.parametrize("change", ["source", "header", "flags"])
+def test_a_changed_input_misses(pkg, change, monkeypatch):
+    _, before = build(pkg)
+    if change == "source":
+        (pkg / "src" / "f.c").write_text(SOURCE.replace("sqrtf", "fabsf"))
+    elif change == "header":        # read through the include path: only the dep list knows
+        (pkg / "include" / "scale.h").write_text("#define SCALE 5\n")
+    else:
+        monkeypatch.setenv("CPATH", str(pkg))
+    compiled, after = build(pkg)
+    assert compiled
+    if change != "flags":
+        assert after != before
+    assert not build(pkg)[0]     # the new inputs' entry is used next time
+
+
+@pytest.mark.parametrize("damage", ["flip", "cut", "garbage", "empty"])
+def test_a_damaged_entry_is_ignored_and_replaced(pkg, damage):
+    _, good = build(pkg)
+    [entry] = entries()
+    data = entry.read_bytes()
+    entry.write_bytes({"flip": data[:-10] + bytes([data[-10] ^ 1]) + data[-9:],
+                       "cut": data[:len(data) // 2], "garbage": b"\x00" * 64,
+                       "empty": b""}[damage])
+    assert build(pkg) == (True, good)
+    assert entry.read_bytes() == data
+    assert not build(pkg)[0]
+
+
+def test_a_package_from_the_cache_is_the_package(tmp_path, monkeypatch, models_dir):
+    """The same package, byte for byte, compiled, from the cache, and without it."""
+    from aot.api import package
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    model = models_dir / "tflm_hello_world_int8.tflite"
+    trees = []
+    for run, enabled in enumerate(("on", "on", "off")):
+        monkeypatch.setenv(objcache.ENABLE_ENV, enabled)
+        out = tmp_path / f"p{run}"
+        package(model, board="host", out_dir=out)
+        trees.append({p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*"))
+                      if p.is_file()})
+    assert trees[0] == trees[1] == trees[2]
+
+
+def test_trim_keeps_the_most_recently_used(pkg):
+    build(pkg)
+    (pkg / "src" / "f.c").write_text(SOURCE.replace("sqrtf", "fabsf"))
+    build(pkg)
+    old, new = sorted(entries(), key=lambda p: p.stat().st_mtime_ns)
+    objcache.trim(limit=new.stat().st_size * 4 // 3 + 8)     # one fits in 3/4 of it
+    assert entries() == [new]

@@ -163,6 +163,19 @@ def test_a_scratch_read_beyond_what_the_trip_wrote_keeps_the_kernel_whole():
     assert not is_split(f)
 
 
+def test_a_scratch_written_within_a_loop_is_proven_trip_by_trip():
+    from aot.lower.tir_passes.private_scratch import trip_private
+    row = Buffer("row", F32, (256,), BufferKind.SCRATCH)
+    first = Store(row, const(0), Load(X, _at(I, const(0))))
+    back = Bin("-", J, const(1))
+    # a running sum: row[j] needs row[j - 1], written one trip of j earlier
+    scan = For(J, 255, Store(row, J, Bin("+", Load(row, back), Load(X, _at(I, J)))), start=1)
+    assert trip_private(For(I, 128, Seq((first, scan))), row)
+    # reading ahead: row[j + 1] is only written in a later trip (or trip i - 1)
+    ahead = For(J, 254, Store(row, J, Load(row, Bin("+", J, const(1)))), start=1)
+    assert not trip_private(For(I, 128, Seq((first, ahead))), row)
+
+
 def test_work_counts_vector_operations_not_lanes():
     # 128 x 16 stores of 16 lanes: 2,048 operations (32,768 lanes) stay whole
     vec = Store(Y, Bin("*", J, const(16)), Load(X, Bin("*", J, const(16)), 16))

@@ -13,6 +13,9 @@ proven, not assumed:
 - inside a split nest, the split loop's variable moves one coordinate by
   more than the whole spread of every other term there, so two trips never
   touch the same element (and a trip reads only what it wrote itself);
+  a scratch buffer only that nest touches, which every trip writes before
+  it reads (a convolution's staged rows), instead gets a copy per task
+  (aot/lower/tir_passes/private_scratch.py);
 - the boxes of two different top-level statements touching such a buffer
   never meet when one of them writes it; where they do (a scratch buffer
   filled, then read: a convolution's zero padding), the later statement
@@ -37,9 +40,11 @@ from aot.lower.tir_passes.affine import Affine, affine as _affine
 from aot.lower.tir_passes.inplace import in_place
 from aot.lower.tir_passes.private_scratch import give_each_task_its_own, trip_private
 
-# Below this many lane-operations (stores and assignments, times their trips
-# and lanes) a kernel runs whole on the calling thread: a pool dispatch and
-# barrier cost about a microsecond and a half on a 2-core x86 (bench/threads.py).
+# Below this many operations (stores and assignments times their trips, a
+# vector one counting once: about an instruction each, whatever its lanes)
+# a kernel runs whole on the calling thread: a pool dispatch and barrier
+# cost about a microsecond and a half on a 2-core x86 (bench/threads.py),
+# what a vww depthwise kernel of ~5,000 vector operations takes in all.
 MIN_WORK = 20_000
 # A split loop may balance this much worse than the best-balanced one if
 # its trips write larger blocks (see _split_nest).

@@ -12,9 +12,10 @@ moves every access by TASK copies.
 
 The proof walks the body in order with the set of elements written so far
 (concrete element indices: every loop has a constant extent): a read must
-lie inside it; an If adds only what both branches write; a loop that both
-writes and reads the buffer is walked trip by trip, one that only writes or
-only reads is taken at once over all its trips.
+lie inside it; an If adds only what both branches write; a loop is taken
+at once over all its trips when its reads lie inside what was written
+before it (a running sum over what an earlier loop filled), else trip by
+trip.
 """
 from __future__ import annotations
 
@@ -27,9 +28,10 @@ from aot.ir.tir import (TASK, Assign, Bin, Buffer, Decl, Expr, For, If, Load, Pr
                         walk_expr, walk_stmt)
 from aot.lower.tir_passes.affine import affine
 
-# Beyond this many elements in one access's index set the proof gives up
-# (the kernel then keeps its shared scratch and runs whole).
+# Beyond this many elements in one access's index set, or trips walked one
+# by one, the proof gives up (the kernel keeps its shared scratch, whole).
 MAX_ELEMENTS = 1 << 20
+MAX_TRIPS = 20_000
 
 
 def _writes(s: Stmt, name: str) -> bool:
@@ -45,6 +47,8 @@ class _Walk:
     def __init__(self, buf: Buffer, assigned: set[Var]):
         self.buf = buf
         self.assigned = assigned
+        self.frozen = False     # stores add nothing: reads must lie in what came before
+        self.trips = 0
 
     def elements(self, index: Expr, lanes: int, ranges: dict, lets: dict) -> np.ndarray | None:
         """The flat element indices `index` takes over `ranges`, lanes included."""
@@ -101,7 +105,7 @@ class _Walk:
             return self.loop(s, written, ranges, lets)
         if not self.reads_covered(stmt_exprs(s), written, ranges, lets):
             return None
-        if isinstance(s, Store) and s.buffer.name == self.buf.name:
+        if isinstance(s, Store) and s.buffer.name == self.buf.name and not self.frozen:
             idx = self.elements(s.index, dtype_of(s.value).lanes, ranges, lets)
             if idx is None:
                 return None
@@ -113,11 +117,20 @@ class _Walk:
         name = self.buf.name
         if s.extent <= 0:
             return written
+        every = {**ranges, s.var: (s.start, s.extent, s.step)}
         if not (_writes(s.body, name) and _reads(s.body, name)):
             # all trips at once: nothing a trip writes is read in the loop
-            return self.stmt(s.body, written, {**ranges, s.var: (s.start, s.extent, s.step)},
-                             lets)
+            return self.stmt(s.body, written, every, lets)
+        if not self.frozen:
+            self.frozen = True
+            before = self.stmt(s.body, written, every, lets)
+            self.frozen = False
+            if before is not None:      # no trip needs what the loop itself writes
+                return self.stmt(s.body, written, every, lets)
         for value in range(s.start, s.start + s.extent, s.step):
+            self.trips += 1
+            if self.trips > MAX_TRIPS:
+                return None
             written = self.stmt(s.body, written, {**ranges, s.var: (value, 1, 1)}, lets)
             if written is None:
                 return None

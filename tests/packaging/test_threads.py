@@ -222,7 +222,47 @@ def test_int8_convolutions_split_with_a_scratch_per_task(tmp_path):
     copied = [k for k in sizes[1] if sizes[1][k] != sizes[0][k]]
     assert copied and all(sizes[1][k] == 2 * sizes[0][k] for k in copied)
     x = _inputs(model)
-    assert _outputs(two.path, x) == _outputs(one.path, x)
+    want = _outputs(one.path, x)
+    assert _outputs(two.path, x) == want
+    # a pool of more threads than the package was built for (another
+    # package's, or _init(4)) runs these kernels on two tasks, one per copy
+    assert _outputs_on_pools(two.path, x[0], (4, 3, 1), tmp_path) == [want[0]] * 3
+
+
+POOLS_MAIN = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "NAME.h"
+int main(int argc, char** argv) {
+    static int8_t x[NAME_UP_INPUT_INPUT_1_INT8_BYTES], y[NAME_UP_OUTPUT_IDENTITY_INT8_BYTES];
+    struct NAME_inputs in = {x};
+    struct NAME_outputs out = {y};
+    FILE* f = fopen(argv[1], "rb");
+    int k;
+    if (!f || fread(x, 1, sizeof x, f) != sizeof x) return 2;
+    for (k = 2; k < argc; k++) {
+        if (NAME_init(atoi(argv[k])) != 0 || NAME_run(&in, &out) != 0) return 3;
+        fwrite(y, 1, sizeof y, stdout);
+    }
+    NAME_deinit();
+    return 0;
+}
+"""
+
+
+def _outputs_on_pools(pkg: Path, x: np.ndarray, pools, tmp_path) -> list[bytes]:
+    """The package's output run by its library on pools of each size."""
+    name = read_metadata(pkg)["name"]
+    main, exe, raw = tmp_path / "pools.c", tmp_path / "pools", tmp_path / "x.bin"
+    main.write_text(POOLS_MAIN.replace("NAME_UP", name.upper()).replace("NAME", name))
+    raw.write_bytes(x.tobytes())
+    subprocess.run(["clang", "-O1", "-pthread", f"-I{pkg / 'include'}", f"-I{pkg / 'runtime_c'}",
+                    str(main), str(pkg / "lib" / f"lib{name}.a"), "-lm", "-o", str(exe)],
+                   check=True)
+    out = subprocess.run([str(exe), str(raw), *map(str, pools)], check=True,
+                         capture_output=True).stdout
+    n = len(out) // len(pools)
+    return [out[k * n:(k + 1) * n] for k in range(len(pools))]
 
 
 def test_emulated_arm_boards_compute_the_same(tmp_path):

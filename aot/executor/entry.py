@@ -190,6 +190,7 @@ def _kernel_calls(kernels: Sequence[Kernel], places: _Places, params: LinkedPara
         task_fn = c_identifier(f"task_step_{step}", names.taken) if is_split(k.func) else None
         calls.append({"step": step, "symbol": symbols[k.func.name], "args": args,
                       "task_fn": task_fn, "phases": phases(k.func),
+                      "tasks": dict(k.func.attrs).get("tasks", 0) if task_fn else 0,
                       "task_locals": _task_locals(args, names.name) if task_fn else [],
                       "checks": checks, "first_check": first_check,
                       "wrap": len(", ".join(args)) > 72,

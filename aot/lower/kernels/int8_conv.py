@@ -250,7 +250,7 @@ def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
         return Bin("+", Bin("&", Load(elems, p), Const(0xFFFF)),
                    Bin("*", Load(elems, add(p, Const(1))), Const(65536)))
 
-    ring = sh == 1 and g.dilations[0] == 1 and g.kh > 1
+    ring = _ring(ctx, sh, g.dilations[0], g.kh)
 
     def stage(n_, oy) -> Stmt:
         def row(ky, at) -> Stmt:
@@ -275,6 +275,16 @@ def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     def slot(oy, ky) -> Expr:
         return Bin("%", add(oy, ky), Const(g.kh)) if ring else ky
     return StagedRows(stage, rows, slot, step)
+
+
+def _ring(ctx: LowerCtx, stride: int, dilation: int, kh: int) -> bool:
+    """Whether the staged rows form a ring (one new row per output row).
+    Not in a package built for a pool: a ring's output rows depend on the
+    previous one's staging, while rows staged whole each output row let the
+    thread split run the rows on a scratch copy per task
+    (aot/lower/tir_passes/private_scratch.py). Staging KH rows instead of
+    one is a small part of a conv but its first (3 input channels)."""
+    return stride == 1 and dilation == 1 and kh > 1 and ctx.threads == 1
 
 
 def _byte_row(ctx: LowerCtx, rows: Buffer, base: Expr, load_x: Callable, at: tuple,
@@ -326,7 +336,7 @@ def _staged_rows(ctx: LowerCtx, g: ConvGeom, name: str, words: int, fill: int,
             return None
         return loop(ctx, "z", count, lambda j: Store(rows, add(start, j), Const(fill)))
 
-    ring = sh == 1 and dh == 1 and g.kh > 1
+    ring = _ring(ctx, sh, dh, g.kh)
 
     def stage(n, oy) -> Stmt:
         row = row_of(n, oy)

@@ -13,6 +13,9 @@ proven, not assumed:
 - inside a split nest, the split loop's variable moves one coordinate by
   more than the whole spread of every other term there, so two trips never
   touch the same element (and a trip reads only what it wrote itself);
+  a scratch buffer only that nest touches, which every trip writes before
+  it reads (a convolution's staged rows), instead gets a copy per task
+  (aot/lower/tir_passes/private_scratch.py);
 - the boxes of two different top-level statements touching such a buffer
   never meet when one of them writes it; where they do (a scratch buffer
   filled, then read: a convolution's zero padding), the later statement
@@ -33,18 +36,19 @@ from typing import Iterable
 from aot.ir.tir import (NTASKS, PHASE, TASK, Assign, Bin, BufferKind, Cast, Comment, Const, Decl,
                         Expr, For, ForKind, If, Load, PrimFunc, Seq, Stmt, Store, Var, can_fail,
                         const, dtype_of, seq, stmt_exprs, walk_expr, walk_stmt)
+from aot.lower.tir_passes.affine import Affine, affine as _affine
 from aot.lower.tir_passes.inplace import in_place
+from aot.lower.tir_passes.private_scratch import give_each_task_its_own, trip_private
 
-# Below this many lane-operations (stores and assignments, times their trips
-# and lanes) a kernel runs whole on the calling thread: a pool dispatch and
-# barrier cost about a microsecond and a half on a 2-core x86 (bench/threads.py).
+# Below this many operations (stores and assignments times their trips, a
+# vector one counting once: about an instruction each, whatever its lanes)
+# a kernel runs whole on the calling thread: a pool dispatch and barrier
+# cost about a microsecond and a half on a 2-core x86 (bench/threads.py),
+# what a vww depthwise kernel of ~5,000 vector operations takes in all.
 MIN_WORK = 20_000
 # A split loop may balance this much worse than the best-balanced one if
 # its trips write larger blocks (see _split_nest).
 BALANCE_SLACK = 1.1
-
-Affine = dict  # Var or None (the constant term) -> int coefficient
-
 
 @dataclass(frozen=True)
 class _Access:
@@ -60,35 +64,6 @@ class _Access:
         """The values dimension d's coordinate takes (lanes included)."""
         lo, hi = _interval(*self.dims[d], dict(self.ranges), skip)
         return lo, hi + (self.lanes - 1 if d == len(self.dims) - 1 else 0)
-
-
-# ------------------------------------------------------------------ affine forms
-
-def _affine(e: Expr, lets: dict) -> Affine | None:
-    """e as {var: coef, None: constant}, or None when it is not affine in
-    loop variables and let-bound locals."""
-    if isinstance(e, Const):
-        return {None: int(e.value)} if not e.dtype.is_float and e.dtype.lanes == 1 else None
-    if isinstance(e, Var):
-        return lets[e] if e in lets else {e: 1}
-    if isinstance(e, Cast) and not e.dtype.is_float and e.dtype.lanes == 1:
-        return _affine(e.a, lets)
-    if isinstance(e, Bin) and e.op in ("+", "-", "*"):
-        a, b = _affine(e.a, lets), _affine(e.b, lets)
-        if a is None or b is None:
-            return None
-        if e.op == "*":
-            if set(a) == {None}:
-                a, b = b, a
-            if set(b) != {None}:
-                return None
-            return {k: v * b[None] for k, v in a.items()}
-        sign = 1 if e.op == "+" else -1
-        out = dict(a)
-        for k, v in b.items():
-            out[k] = out.get(k, 0) + sign * v
-        return out
-    return None
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:
@@ -146,12 +121,13 @@ def _last(f: For) -> int:
 
 # ---------------------------------------------------------------------- accesses
 
-def _accesses(s: Stmt, func: PrimFunc) -> list[_Access] | None:
+def _accesses(s: Stmt, func: PrimFunc, skip: frozenset[str] = frozenset()) -> list[_Access] | None:
     """Every access in s to a buffer the kernel writes (an output, its
     scratch, an input an output is written over, under the output's name),
-    boxed; None if one cannot be."""
+    boxed; None if one cannot be. Scratch buffers in `skip` are left out
+    (their trips run on copies of their own, or only one unit touches them)."""
     written = {b.name: b for b in func.params
-               if b.kind in (BufferKind.OUTPUT, BufferKind.SCRATCH)}
+               if b.kind in (BufferKind.OUTPUT, BufferKind.SCRATCH) and b.name not in skip}
     alias = dict(in_place(func))
     assigned = {x.var for x in walk_stmt(s) if isinstance(x, Assign)}
     raw: list[_Access] = []
@@ -253,7 +229,8 @@ def _apart_in(loop: For, group: list[_Access], d: int) -> bool:
 # -------------------------------------------------------------------- the split
 
 def _work(s: Stmt, trips: int = 1) -> int:
-    """Lane-operations s performs: stores and assignments, times trips."""
+    """Operations s performs: stores and assignments, times trips, a vector
+    one counting once whatever its lanes (it takes about one instruction)."""
     if isinstance(s, For):
         return _work(s.body, trips * -(-s.extent // s.step))
     if isinstance(s, Seq):
@@ -261,8 +238,7 @@ def _work(s: Stmt, trips: int = 1) -> int:
     if isinstance(s, If):
         return _work(s.then, trips) + (_work(s.orelse, trips) if s.orelse else 0)
     if isinstance(s, (Store, Decl, Assign)):
-        value = s.value if isinstance(s, (Store, Assign)) else s.init
-        return trips * dtype_of(value).lanes
+        return trips
     return 0
 
 
@@ -309,17 +285,47 @@ def _units(stmts: tuple[Stmt, ...]) -> list[tuple[Stmt, ...]]:
     return [tuple(u) for u in units]
 
 
-def _split_nest(loop: For, func: PrimFunc, threads: int) -> For | None:
-    """The nest with its best-balanced provably independent loop PARALLEL."""
+def _scratch_of(s: Stmt, func: PrimFunc) -> set[str]:
+    scratch = {b.name for b in func.params if b.kind is BufferKind.SCRATCH}
+    return {x.buffer.name for x in walk_stmt(s) if isinstance(x, Store)} & scratch | \
+        {e.buffer.name for x in walk_stmt(s) for ex in stmt_exprs(x) for e in walk_expr(ex)
+         if isinstance(e, Load)} & scratch
+
+
+def _candidates(loop: For, func: PrimFunc, alone: frozenset[str]) -> list[tuple[For, frozenset,
+                                                                                 list]]:
+    """The loops of the nest whose trips are apart, each with the scratch
+    buffers its trips need copies of (those among `alone`, the scratch
+    only this nest touches, that every trip writes before it reads) and
+    the accesses left to prove apart."""
+    params = {b.name: b for b in func.params}
+    out = []
+    for f in _perfect_nest(loop):
+        if f.kind not in (ForKind.SERIAL, ForKind.VECTORIZED):
+            continue
+        own = frozenset(n for n in sorted(alone) if trip_private(f, params[n]))
+        accesses = _accesses(loop, func, own)
+        if accesses is not None and _trips_apart(f, accesses):
+            # copies only where the shared buffer would not do
+            shared = _accesses(loop, func)
+            if own and shared is not None and _trips_apart(f, shared):
+                own, accesses = frozenset(), shared
+            out.append((f, own, accesses))
+    return out
+
+
+def _split_nest(loop: For, func: PrimFunc, threads: int,
+                alone: frozenset[str] = frozenset()) -> tuple[For, frozenset[str]] | None:
+    """The nest with its best-balanced provably independent loop PARALLEL,
+    and the scratch buffers each task then needs a copy of."""
     if _used(loop) - _declared(loop):
         return None       # reads or assigns a local of the enclosing code
-    accesses = _accesses(loop, func)
-    if accesses is None:
+    found = _candidates(loop, func, alone)
+    if not found:
         return None
-    candidates = [f for f in _perfect_nest(loop) if f.kind in (ForKind.SERIAL, ForKind.VECTORIZED)
-                  and _trips_apart(f, accesses)]
-    if not candidates:
-        return None
+    candidates = [f for f, _, _ in found]
+    own = {id(f): o for f, o, _ in found}
+    access_of = {id(f): a for f, _, a in found}
     # Of the loops that balance about as well as the best, the one whose
     # trips write the largest blocks (output rows before columns before
     # channels): a task then writes a contiguous band of each output, and
@@ -329,8 +335,8 @@ def _split_nest(loop: For, func: PrimFunc, threads: int) -> For | None:
     # takes ~500 ns to cross. First of equals.
     least = min(_imbalance(f, threads) for f in candidates)
     balanced = [f for f in candidates if _imbalance(f, threads) <= least * BALANCE_SLACK]
-    best = max(balanced, key=lambda f: _block(f, accesses))
-    return _replace_loop(loop, best)
+    best = max(balanced, key=lambda f: _block(f, access_of[id(f)]))
+    return _replace_loop(loop, best), own[id(best)]
 
 
 def _replace_loop(s: For, target: For) -> For:
@@ -385,9 +391,14 @@ def split_kernel(func: PrimFunc, threads: int) -> PrimFunc:
         return func
     stmts = func.body.stmts if isinstance(func.body, Seq) else (func.body,)
     units = _units(stmts)
-    boxes = [_accesses(seq(*u), func) for u in units]
-    split = [_split_nest(u[0], func, threads) if len(u) == 1 and isinstance(u[0], For)
-             and b is not None else None for u, b in zip(units, boxes)]
+    # a scratch buffer only one unit touches never meets another unit's
+    touched = [_scratch_of(seq(*u), func) for u in units]
+    alone = frozenset(n for t in touched for n in t if sum(n in o for o in touched) == 1)
+    boxes = [_accesses(seq(*u), func, alone) for u in units]
+    nests = [_split_nest(u[0], func, threads, alone & t) if len(u) == 1 and isinstance(u[0], For)
+             and b is not None else None for u, b, t in zip(units, boxes, touched)]
+    split = [n[0] if n is not None else None for n in nests]
+    copies = frozenset(x for n in nests if n is not None for x in n[1])
     # a kernel whose work is mostly in whole statements (a recurrence)
     # would pay for the dispatches and gain nothing
     shared = sum(_work(s) for s in split if s is not None)
@@ -396,9 +407,10 @@ def split_kernel(func: PrimFunc, threads: int) -> PrimFunc:
     groups = _phases(boxes)
     bodies = [_phase_body([units[i] for i in g], [split[i] for i in g]) for g in groups]
     if len(bodies) == 1:
-        return replace(func, body=bodies[0])
+        return give_each_task_its_own(replace(func, body=bodies[0]), copies, threads)
     body = seq(*(If(Bin("==", PHASE, const(k)), b) for k, b in enumerate(bodies)))
     attrs = tuple((k, v) for k, v in func.attrs if k != "phases")
-    return replace(func, body=body, attrs=attrs + (("phases", len(bodies)),))
+    return give_each_task_its_own(replace(func, body=body, attrs=attrs + (("phases", len(bodies)),)),
+                                  copies, threads)
 def split_kernels(funcs: Iterable[PrimFunc], threads: int) -> list[PrimFunc]:
     return [split_kernel(f, threads) for f in funcs]

@@ -1,0 +1,60 @@
+"""int8 depthwise convolutions on AArch64 (SMLAL / SMLAL2 over int16 vectors):
+at row stride 1 the KH input rows an output row reads are staged as int16
+x - zp in a ring (`wide_rows`, aot/lower/kernels/int8_conv.py), so no tap
+is tested and each input is widened once; other strides read the input.
+Small random chains, packaged for the Pis' cores, bit-exact with
+tflite-micro under qemu-aarch64.
+"""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import aot
+from aot.api import verify
+from support.tflite_models import TinyModel
+
+pytestmark = pytest.mark.skipif(shutil.which("qemu-aarch64") is None,
+                                reason="qemu-aarch64 is not installed")
+
+C = 16
+
+
+def _chain() -> bytes:
+    """Depthwise 3x3 SAME (stride 1, ReLU6, zero point not -128), 5x3 SAME
+    (stride 1, odd window, no activation), 3x3 VALID at stride 1 and
+    3x3 SAME at stride 2, 16 channels over an odd-sized map."""
+    rng = np.random.default_rng(11)
+    m = TinyModel()
+    x = m.tensor("x", [1, 7, 9, C], scale=[0.05], zp=[5])
+    layers = [((3, 3), 0, 1, 3, [1, 7, 9, C]), ((5, 3), 0, 1, 0, [1, 7, 9, C]),
+              ((3, 3), 1, 1, 1, [1, 5, 7, C]), ((3, 3), 0, 2, 0, [1, 3, 4, C])]
+    cur = x
+    for k, ((kh, kw), padding, stride, act, shape) in enumerate(layers):
+        wscale = rng.uniform(0.002, 0.02, C)
+        w = m.tensor(f"w{k}", [1, kh, kw, C], scale=wscale, zp=[0] * C, qdim=3,
+                     data=rng.integers(-127, 128, (1, kh, kw, C)))
+        b = m.tensor(f"b{k}", [C], "int32", scale=0.05 * wscale, zp=[0] * C,
+                     data=rng.integers(-3000, 3000, C))
+        y = m.tensor(f"y{k}", shape, scale=[0.05], zp=[-7 + 3 * k])
+        m.op("DEPTHWISE_CONV_2D", [cur, w, b], [y], ("DepthwiseConv2DOptions", dict(
+            Padding=padding, StrideH=stride, StrideW=stride, DepthMultiplier=1,
+            FusedActivationFunction=act)))
+        cur = y
+    return m.build([x], [cur])
+
+
+@pytest.mark.parametrize("board, codegen", [("rpi4", "c"), ("rpi5", "llvm")])
+def test_depthwise_rows_staged_bit_exact(board, codegen, tmp_path):
+    path = tmp_path / "dw.tflite"
+    path.write_bytes(_chain())
+    pkg = tmp_path / "pkg"
+    aot.package(path, board=board, codegen=codegen, out_dir=pkg)
+    if codegen == "c":
+        kernels = "\n".join(p.read_text() for p in (pkg / "src").glob("*kernels*.c"))
+        assert kernels.count("int16_t *restrict wide_rows") == 3, kernels
+    out = verify(pkg, board="qemu-aarch64", source=path)
+    assert out["reference"] == "tflite-micro", out
+    assert out["ok"] and all(r["max_abs_err"] == 0.0 for r in out["outputs"]), out

@@ -1,9 +1,11 @@
-"""int8 depthwise convolutions on AArch64 (SMLAL / SMLAL2 over int16 vectors):
-at row stride 1 the KH input rows an output row reads are staged as int16
-x - zp in a ring (`wide_rows`, aot/lower/kernels/int8_conv.py), so no tap
-is tested and each input is widened once; other strides read the input.
-Small random chains, packaged for the Pis' cores, bit-exact with
-tflite-micro under qemu-aarch64.
+"""The AArch64 int8 convolutions' staged rows (aot/lower/kernels/int8_conv.py):
+depthwise (SMLAL / SMLAL2 over int16 vectors) at row stride 1 stages the KH
+input rows an output row reads as int16 x - zp in a ring (`wide_rows`), so
+no tap is tested and each input is widened once, other strides read the
+input; first layers (odd depths) stage their window rows as bytes
+(`row_bytes`), each quad an unaligned int32 at any byte. Small random
+models, packaged for the Pis' cores, bit-exact with tflite-micro under
+qemu-aarch64.
 """
 from __future__ import annotations
 
@@ -20,6 +22,19 @@ pytestmark = pytest.mark.skipif(shutil.which("qemu-aarch64") is None,
                                 reason="qemu-aarch64 is not installed")
 
 C = 16
+
+
+def _check(data: bytes, board: str, codegen: str, tmp_path, scratch: str, count: int):
+    path = tmp_path / "m.tflite"
+    path.write_bytes(data)
+    pkg = tmp_path / "pkg"
+    aot.package(path, board=board, codegen=codegen, out_dir=pkg)
+    if codegen == "c":
+        kernels = "\n".join(p.read_text() for p in (pkg / "src").glob("*kernels*.c"))
+        assert kernels.count(f"*restrict {scratch}") == count, kernels
+    out = verify(pkg, board="qemu-aarch64", source=path)
+    assert out["reference"] == "tflite-micro", out
+    assert out["ok"] and all(r["max_abs_err"] == 0.0 for r in out["outputs"]), out
 
 
 def _chain() -> bytes:
@@ -48,13 +63,30 @@ def _chain() -> bytes:
 
 @pytest.mark.parametrize("board, codegen", [("rpi4", "c"), ("rpi5", "llvm")])
 def test_depthwise_rows_staged_bit_exact(board, codegen, tmp_path):
-    path = tmp_path / "dw.tflite"
-    path.write_bytes(_chain())
-    pkg = tmp_path / "pkg"
-    aot.package(path, board=board, codegen=codegen, out_dir=pkg)
-    if codegen == "c":
-        kernels = "\n".join(p.read_text() for p in (pkg / "src").glob("*kernels*.c"))
-        assert kernels.count("int16_t *restrict wide_rows") == 3, kernels
-    out = verify(pkg, board="qemu-aarch64", source=path)
-    assert out["reference"] == "tflite-micro", out
-    assert out["ok"] and all(r["max_abs_err"] == 0.0 for r in out["outputs"]), out
+    _check(_chain(), board, codegen, tmp_path, "wide_rows", 3)
+
+
+def _first_layers() -> bytes:
+    """Two first layers side by side on one 3-channel image: 3x3 SAME at
+    stride 1 (rows in a ring) and 3x3 SAME at stride 2, 8 output channels
+    each, the input zero point not -128 (the padding bytes hold it)."""
+    rng = np.random.default_rng(12)
+    m = TinyModel()
+    x = m.tensor("x", [1, 9, 11, 3], scale=[0.05], zp=[9])
+    outs = []
+    for k, (stride, shape) in enumerate(((1, [1, 9, 11, 8]), (2, [1, 5, 6, 8]))):
+        wscale = rng.uniform(0.002, 0.02, 8)
+        w = m.tensor(f"w{k}", [8, 3, 3, 3], scale=wscale, zp=[0] * 8,
+                     data=rng.integers(-127, 128, (8, 3, 3, 3)))
+        b = m.tensor(f"b{k}", [8], "int32", scale=0.05 * wscale, zp=[0] * 8,
+                     data=rng.integers(-3000, 3000, 8))
+        y = m.tensor(f"y{k}", shape, scale=[0.06], zp=[-3])
+        m.op("CONV_2D", [x, w, b], [y], ("Conv2DOptions", dict(
+            Padding=0, StrideH=stride, StrideW=stride, FusedActivationFunction=1 - k)))
+        outs.append(y)
+    return m.build([x], outs)
+
+
+@pytest.mark.parametrize("board, codegen", [("rpi5", "c"), ("rpi4", "llvm")])
+def test_first_layer_byte_rows_bit_exact(board, codegen, tmp_path):
+    _check(_first_layers(), board, codegen, tmp_path, "row_bytes", 2)

@@ -223,16 +223,21 @@ def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     times (the byte-wise staging was a quarter of ic's first conv on the
     Cortex-A72).
 
-    VNNI's unsigned quads (x86) skip the int32 groups: the rows are the
-    bytes themselves, [KH, count] int8, and a group is the 4 bytes at p,
-    which vpdpbusd broadcasts from memory at any address (step 1; the
-    kernel reads them through aot_pack4). Host-avx512, ic's first conv: 2.97 us in pairs, 4.86 in
-    int32 quads staged lane by lane, 1.88 in byte rows."""
+    Quads skip the int32 groups: the rows are the bytes themselves,
+    [KH, count] int8, and a group is the 4 bytes at p, which vpdpbusd
+    broadcasts from memory at any address (x86 VNNI's unsigned quads) and
+    AArch64 loads as one unaligned int32 (step 1; the kernel reads them
+    through aot_pack4). Host-avx512, ic's first conv: 2.97 us in pairs,
+    4.86 in int32 quads staged lane by lane, 1.88 in byte rows;
+    qemu-aarch64, C packages, instructions per inference: vww int8 (3
+    channels at stride 2) 3,385,731 -> 3,193,445 on the A72, 1,950,461 ->
+    1,730,629 on the A76, ic int8 4,334,161 -> 4,272,934 and 1,637,954 ->
+    1,599,841."""
     sh, sw = g.strides
     n = kind.group
     width = max(g.w + g.pad_left, (g.ow - 1) * sw + g.kw)
     count = width * g.depth + n - 1        # padding after the last pixel: the last group's end
-    byte_rows = n == 4 and kind.unsigned
+    byte_rows = n == 4
     step = 1 if byte_rows else next(s for s in (n, 2, 1) if (sw * g.depth) % s == 0)
     q_count = count if byte_rows else (count - n) // step + 1
     rows = ctx.scratch_buffer("row_bytes" if byte_rows else "pair_rows" if n == 2 else "quad_rows",

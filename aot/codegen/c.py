@@ -727,10 +727,12 @@ class _Printer:
                    f"    for (int k = 0; k < {d.lanes}; ++k) {{\n"
                    f"        r[k] += {terms};\n    }}\n    return r;\n")
         head, body = "", formula
-        if fn.instruction:
-            head, isa, fast = (x86.c_vpdpbusd(d.lanes, rt) if fn.instruction == "vpdpbusd"
-                               else neon.c_quad_dot(fn, rt))
+        if fn.instruction == "vpdpbusd":
+            head, isa, fast = x86.c_vpdpbusd(d.lanes, rt)
             body = f"#if {isa}\n    return {fast};\n#else\n{formula}#endif\n"
+        elif fn.instruction:
+            head, isa, fast = neon.c_quad_dot(fn, rt)
+            body = f"#if {isa}\n{fast}#else\n{formula}#endif\n"
         return self.mod.helper(name, lambda: (
             f"{head}static inline {rt} {name}({rt} acc, int32_t q, {wt} w)\n{{\n{body}}}"))
 

@@ -17,7 +17,8 @@ int8 (Int8Conv, Int8Dot; aot/lower/schedule/strategy.py's strategies), per tap
 - lanes: int32 products, a broadcast input against channel vectors of
   weights (dense) or input and weight channel vectors alike (depthwise);
 - mlal: depthwise, 8 channels per int16 vector widened once into two
-  accumulators (aot_mlal_lo / _hi);
+  accumulators (aot_mlal_lo / _hi); on staged int16 rows a window row at
+  a time, each input column loaded once (_mlal_row);
 - pairs: two input channels per 16-bit multiply-add (aot_dot2, or
   aot_dot2p on rows staged as pairs);
 - quads: four input channels per aot_dot4 from rows staged as quads, by
@@ -249,6 +250,38 @@ def _mlal_block(ctx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs, icb) -> Stmt:
     return seq(*body)
 
 
+def _mlal_row(ctx, cv: Int8Conv, at: TileAt, ky) -> Stmt:
+    """Depthwise on staged int16 rows (x - zp, zero outside the image),
+    window row ky of every pixel of the block, its taps unrolled: the taps'
+    weights loaded first, then pixel by pixel each input column the block
+    reads loaded once, where it is first used (at stride 1 neighbours
+    share all but one; a few columns live at a time beside the
+    accumulators), into SMLAL / SMLAL2."""
+    g, r = cv.g, cv.rows
+    sw, dw = g.strides[1], g.dilations[1]
+    offs, widths = offsets(at.widths)[::2], at.widths[::2]
+    row = mul(r.slot(at.oy, ky), Const(r.rows.shape[1]))
+    first = mul(at.oxs[0], Const(sw))
+    whs = [[ctx.fresh("wh", dt("int16", 2 * wd)) for wd in widths] for _ in range(g.kw)]
+    body: list[Stmt] = [Decl(v, Load(cv.packed, flat_index(
+        (ky, Const(kx), add(at.c0, Const(off))), cv.packed.shape), 2 * wd))
+        for kx, wh in enumerate(whs) for v, off, wd in zip(wh, offs, widths)]
+    xs: dict[int, list[Var]] = {}
+    for p, accs in enumerate(at.accs):
+        for kx, wh in enumerate(whs):
+            col = p * sw + kx * dw
+            if col not in xs:
+                xs[col] = [ctx.fresh("xh", dt("int16", 2 * wd)) for wd in widths]
+                body += [Decl(v, Load(r.rows, add(mul(add(row, plus(first, col)),
+                                                      Const(g.cout)),
+                                                  add(at.c0, Const(off))), 2 * wd))
+                         for v, off, wd in zip(xs[col], offs, widths)]
+            for k, (v, xv) in enumerate(zip(wh, xs[col])):
+                body += [Assign(accs[2 * k + h], widening_mla(accs[2 * k + h], xv, v, h == 1))
+                         for h in (0, 1)]
+    return seq(*body)
+
+
 def _quad_weights(ctx, cv: Int8Conv, at: TileAt, ky, kx, icq) -> tuple[list, list]:
     w4 = [ctx.fresh("wq", dt("int8", 4 * wd)) for wd in at.widths]
     return w4, [Decl(v, Load(cv.quads, flat_index(
@@ -365,6 +398,10 @@ class Int8Dot:
         # staged rows start at the left padding; the block's pixels are
         # neighbours: their input columns a stride apart from the tap's
         win = g.window(None if cv.rows is None else 0)
+        if cv.sched.mlal and cv.sched.depthwise and cv.rows is not None:     # a window row
+            return tap_nest(ctx, at.region[:1], at.pixels[0], win, (g.h,),
+                            lambda ipos, tap: _mlal_row(ctx, cv, at, tap[0]), ("ky",),
+                            from_origin=True)
         return tap_nest(ctx, at.region, at.pixels[0], win, (g.h, g.w), lambda ipos, tap: int8_tap(
             ctx, cv, at, *tap, ipos[0], neighbours(ipos[1], len(at.pixels), g.strides[1])),
             ("ky", "kx"), from_origin=True)

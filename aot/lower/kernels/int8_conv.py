@@ -195,13 +195,16 @@ def stage_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     staged pairs, the int32s (x[2i] - zp) + 65536 (x[2i+1] - zp), zero
     outside the image (exactly the skipped taps), so each pair is one load
     and broadcast (aot_dot2p), no tap tests bounds and every row is
-    blocked; staged quads, the raw bytes (_quad_rows); flat rows, a window
+    blocked; staged quads, the raw bytes (_quad_rows); the widening
+    depthwise conv's, int16 x - zp (_wide_rows); flat rows, a window
     row's KW x D taps as one contiguous run read as consecutive pairs or
     quads (_flat_rows)."""
     if sched.rows == "flat":
         return _flat_rows(ctx, g, load_x, zp, sched.flat_accumulator)
     if sched.quads:
         return _quad_rows(ctx, g, load_x, zp, sched.accumulator)
+    if sched.mlal and sched.depthwise:
+        return _wide_rows(ctx, g, load_x, zp) if sched.rows == "staged" else None
     return _pair_rows(ctx, g, load_x, zp) if sched.rows == "staged" else None
 
 
@@ -220,16 +223,21 @@ def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     times (the byte-wise staging was a quarter of ic's first conv on the
     Cortex-A72).
 
-    VNNI's unsigned quads (x86) skip the int32 groups: the rows are the
-    bytes themselves, [KH, count] int8, and a group is the 4 bytes at p,
-    which vpdpbusd broadcasts from memory at any address (step 1; the
-    kernel reads them through aot_pack4). Host-avx512, ic's first conv: 2.97 us in pairs, 4.86 in
-    int32 quads staged lane by lane, 1.88 in byte rows."""
+    Quads skip the int32 groups: the rows are the bytes themselves,
+    [KH, count] int8, and a group is the 4 bytes at p, which vpdpbusd
+    broadcasts from memory at any address (x86 VNNI's unsigned quads) and
+    AArch64 loads as one unaligned int32 (step 1; the kernel reads them
+    through aot_pack4). Host-avx512, ic's first conv: 2.97 us in pairs,
+    4.86 in int32 quads staged lane by lane, 1.88 in byte rows;
+    qemu-aarch64, C packages, instructions per inference: vww int8 (3
+    channels at stride 2) 3,385,731 -> 3,193,445 on the A72, 1,950,461 ->
+    1,730,629 on the A76, ic int8 4,334,161 -> 4,272,934 and 1,637,954 ->
+    1,599,841."""
     sh, sw = g.strides
     n = kind.group
     width = max(g.w + g.pad_left, (g.ow - 1) * sw + g.kw)
     count = width * g.depth + n - 1        # padding after the last pixel: the last group's end
-    byte_rows = n == 4 and kind.unsigned
+    byte_rows = n == 4
     step = 1 if byte_rows else next(s for s in (n, 2, 1) if (sw * g.depth) % s == 0)
     q_count = count if byte_rows else (count - n) // step + 1
     rows = ctx.scratch_buffer("row_bytes" if byte_rows else "pair_rows" if n == 2 else "quad_rows",
@@ -317,10 +325,10 @@ def _byte_row(ctx: LowerCtx, rows: Buffer, base: Expr, load_x: Callable, at: tup
 
 
 def _staged_rows(ctx: LowerCtx, g: ConvGeom, name: str, words: int, fill: int,
-                 one: Callable, many: Callable, smallest: int):
-    """The StagedRows (the rows buffer [KH, W', words] int32) of the
-    staged dense conv: the slot of tap row ky holds input row oy *
-    stride - pad + ky * dilation from the left padding on, `words` int32
+                 one: Callable, many: Callable, smallest: int, dtype: str = "int32"):
+    """The StagedRows (the rows buffer [KH, W', words] of `dtype`) of the
+    staged conv: the slot of tap row ky holds input row oy *
+    stride - pad + ky * dilation from the left padding on, `words`
     per pixel (one(n, iy, ix, k): word k; many(n, iy, ix, k, count): words
     k.. as a vector), `fill` where that is outside the image. With stride
     and dilation 1 the rows form a ring (slot (oy + ky) % KH), so each input
@@ -328,13 +336,13 @@ def _staged_rows(ctx: LowerCtx, g: ConvGeom, name: str, words: int, fill: int,
     sh, sw = g.strides
     dh, dw = g.dilations
     width = max(g.w + g.pad_left, (g.ow - 1) * sw + (g.kw - 1) * dw + 1)
-    rows = ctx.scratch_buffer(name, "int32", (g.kh, width, words))
-    lanes = vector_lanes(ctx)
+    rows = ctx.scratch_buffer(name, dtype, (g.kh, width, words))
+    lanes = ctx.target.lanes(dt(dtype).bits)
 
     def fill_run(start: Expr, count: int) -> Stmt | None:
         if count <= 0:
             return None
-        return loop(ctx, "z", count, lambda j: Store(rows, add(start, j), Const(fill)))
+        return loop(ctx, "z", count, lambda j: Store(rows, add(start, j), Const(fill, dt(dtype))))
 
     ring = _ring(ctx, sh, dh, g.kh)
 
@@ -393,6 +401,24 @@ def _pair_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int):
                   Broadcast(Const(-zp, dt("int16")), 2 * count))
         return pack_pairs(x16)
     return _staged_rows(ctx, g, "pair_rows", g.depth // 2, 0, one, many, 4)
+
+
+def _wide_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int):
+    """_staged_rows of the widening depthwise conv at row stride 1, [KH, W',
+    C] int16: each channel's x - zp, zeros outside the image (exactly the
+    skipped taps). In a ring, each input is widened once instead of once
+    per tap (9 times for a 3x3 window), and the taps read int16 vectors
+    with no bounds test: one whole region, the bias unfolded. (At stride 2
+    each input serves about 2.25 taps, and staging them cost more than it
+    saved: vww's 48x48x16 layer, 85,119 -> 90,092 instructions on the A72.)"""
+    def one(n, iy, ix, c):
+        return Bin("-", Cast(dt("int16"), load_x((n, iy, ix, c))), Const(zp, dt("int16")))
+
+    def many(n, iy, ix, c, count):
+        i16 = dt("int16", count)
+        return Bin("+", Cast(i16, load_x((n, iy, ix, Const(c)), count)),
+                   Broadcast(Const(-zp, dt("int16")), count))
+    return _staged_rows(ctx, g, "wide_rows", g.cout, 0, one, many, 4, dtype="int16")
 
 
 def _quad_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int, kind: Accumulator):

@@ -133,7 +133,8 @@ def window_row_accumulator(target: Target) -> Accumulator:
 @tunable("int8_rows")
 def int8_rows(default: str) -> str:
     """How an int8 pair kernel reads its input rows: "staged" (even depths:
-    rows staged as int32 pairs), "flat" (odd depths: window rows staged as
+    rows staged as int32 pairs; the widening depthwise at row stride 1:
+    int16), "flat" (odd depths: window rows staged as
     one run) or "direct" (from the input, border taps tested). The default
     policy's answer passes through; a schedule config may pick "direct"
     (aot/lower/schedule/space.py), never staging where the rule did not offer it."""

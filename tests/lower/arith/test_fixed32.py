@@ -11,7 +11,7 @@ import pytest
 
 import aot
 from aot.lower import lower_graph
-from aot.lower.arith.fixed32 import shift_add_rounding, small_rescale_terms
+from aot.lower.arith.fixed32 import nudged_requant, shift_add_rounding, small_rescale_terms
 from aot.testing.kernels import build_and_run_many, compare_with_interpreter, vectorized_kernel
 from aot.ops.quant import qmath as ref
 from aot.targets import get_target
@@ -51,6 +51,13 @@ def test_only_x86_takes_the_32_bit_forms():
     assert shift_add_rounding(get_target("x86_64-linux"))
     for name in ("aarch64-linux-a76", "aarch64-linux", "armv7-linux", "cortex-m55", "cortex-m4"):
         assert not shift_add_rounding(get_target(name)), name
+
+
+def test_x86_and_aarch64_convolutions_take_the_nudge():
+    for name in ("x86_64-linux-avx512", "x86_64-linux", "aarch64-linux-a76", "aarch64-linux"):
+        assert nudged_requant(get_target(name)), name
+    for name in ("armv7-linux", "cortex-m55", "cortex-m4"):
+        assert not nudged_requant(get_target(name)), name
 
 
 def _binary(op, act, s1, z1, s2, z2, so, zo, n):

@@ -80,7 +80,7 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
         return CONV[sched.algorithm](ctx, x, g, weights, bias, zp_in, finish)
     if sched.algorithm == "vector":
         bound = (int8_dsp.acc_bound(weights.reshape(g.cout, -1), bias, zp_in)
-                 if fixed32.shift_add_rounding(ctx.target) else None)
+                 if fixed32.nudged_requant(ctx.target) else None)
         vrq = TfliteVecRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out), bound,
                                     zp_out, floor_ok=lo >= zp_out)
 

@@ -24,6 +24,7 @@ from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Const, DType, For, Load,
 from aot.lower import Kernel
 from aot.lower.tir_passes.legalize import legalize
 from aot.lower.arith import requant
+from aot.lower.kernels.cortex_m import dsp
 from aot.lower import lower_graph
 from aot.testing import kernels as testing
 from aot.testing.kernels import compile_kernels, host_target
@@ -100,6 +101,37 @@ def test_requant32_equals_tflite_on_edge_cases():
     assert not requant.proven([1 << 30], [0], np.array([100]))          # no right shift
     assert not requant.proven([1 << 30], [-1], np.array([1 << 30]))     # x 2 overflows
     assert not requant.proven([1 << 30], [2], np.array([1 << 28]))      # x 2^3 overflows
+
+
+def test_constant_channels_settle_to_the_same_outputs():
+    """A channel whose output is one constant over all int8 inputs (a dead
+    channel: weights near zero, a bias near 2^30, or M = 0) takes zero
+    weights and a small bias, with the same int8 output on every input, and
+    no longer keeps the layer off the 32-bit requantization; the others stay
+    as they were."""
+    rng = np.random.default_rng(1)
+    terms, zp_in, zp_out = 24, -7, -128
+    w = rng.integers(-60, 61, (6, terms))
+    w[1] = 0
+    w[2] = 0
+    w[2, 3] = 1
+    w[3] = 0
+    bias = np.array([900, 2**30, 2**30 - 5, -(2**30), 1234, 2**30])
+    mults = np.array([1518500250, 1569364972, 2**31 - 1, 1171292447, 0, 1 << 30])
+    shifts = np.array([-9, -26, -30, -25, -3, -1])   # channel 5: its output varies
+    assert not requant.proven(mults, shifts, dsp.acc_bound(w, bias, zp_in))
+    sw, sb, sm, ss = requant.settle_constant_channels(w, bias, zp_in, mults, shifts)
+    settled = [c for c in range(6) if (sm[c], ss[c]) != (mults[c], shifts[c])]
+    assert settled == [1, 2, 3, 4], settled
+    np.testing.assert_array_equal(sw[[0, 5]], w[[0, 5]])
+    assert requant.proven(sm[:5], ss[:5], dsp.acc_bound(sw[:5], sb[:5], zp_in))
+    x = np.concatenate([rng.integers(-128, 128, (300, terms)),
+                        np.where(w > 0, 127, -128), np.where(w > 0, -128, 127)])
+
+    def out(w, bias, mults, shifts):
+        acc = bias - zp_in * w.sum(axis=1) + x @ w.T               # [inputs, channels]
+        return np.clip(ref_q.mbqm(acc, mults, shifts) + zp_out, -128, 127)
+    np.testing.assert_array_equal(out(sw, sb, sm, ss), out(w, bias, mults, shifts))
 
 
 def _sxtb16_ref(word: int, odd: bool) -> int:

@@ -222,6 +222,36 @@ def proven(mults, shifts, bound: np.ndarray, zp: int = 0) -> bool:
                         for B, lft, r in zip(bound, left, right)))
 
 
+def settle_constant_channels(w: np.ndarray, bias: np.ndarray, zp: int, mults, shifts):
+    """(w, bias, mults, shifts) with every channel whose requantized output is
+    one constant over all its accumulators made that constant's simplest
+    form: zero weights, bias 4k, M = 2^30, shift -1 (MBQM(4k) = k exactly:
+    SRDHM gives 2k, RDBPOT halves it). A channel of weights near zero and a
+    bias near 2^30 (a dead channel, or M = 0) is such a channel; its bound
+    keeps the whole layer off the 32-bit requantization, its new form does
+    not. The accumulator bias - zp sum w + sum w x over int8 inputs x spans
+    [lo, hi]; MBQM is monotone there when x 2^l does not wrap, so it is
+    constant when MBQM(lo) = MBQM(hi). k is kept within +-256: the output
+    k + zp_out is clamped to int8, the same for any k beyond. w is
+    [channels, terms]; the arrays returned are new."""
+    w = np.asarray(w, np.int64)
+    n = len(w)
+    mults = np.broadcast_to(np.asarray(mults, np.int64).reshape(-1), (n,)).copy()
+    shifts = np.broadcast_to(np.asarray(shifts, np.int64).reshape(-1), (n,)).copy()
+    folded = np.asarray(bias, np.int64) - zp * w.sum(axis=1)
+    lo = folded + np.minimum(-128 * w, 127 * w).sum(axis=1)
+    hi = folded + np.maximum(-128 * w, 127 * w).sum(axis=1)
+    span = np.maximum(np.abs(lo), np.abs(hi)) << np.maximum(shifts, 0)
+    k = ref_q.mbqm(lo, mults, shifts)
+    constant = (span < 2**31) & (mults >= 0) & (k == ref_q.mbqm(hi, mults, shifts))
+    w, bias = w.copy(), np.asarray(bias, np.int64).copy()
+    w[constant] = 0
+    bias[constant] = 4 * np.clip(k[constant], -256, 256)
+    mults[constant] = 1 << 30
+    shifts[constant] = -1
+    return w, bias, mults, shifts
+
+
 # ------------------------------------------------------------ TFLite int16
 
 def reduced_multipliers(mult, shift) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from aot.ir.tir import Bin, Cast, Const, Expr, Load, Var, dt, dtype_of
+from aot.ir.tir import Bin, Cast, Const, Expr, Load, Var, add, dt, dtype_of, mul
 from aot.isa.arm_dsp import smmulr
 from aot.lower.arith import qmath as q
 from aot.lower.arith.qmath import Operand
@@ -179,11 +179,13 @@ class TfliteRequant32:
 
     @staticmethod
     def make(ctx: LowerCtx, mults, shifts, bound: np.ndarray,
-             zp: int = 0) -> "TfliteRequant32 | None":
+             zp: int = 0, merged: bool = False) -> "TfliteRequant32 | None":
         """The 32-bit form for accumulators within `bound` (per channel), or
         None when the bounds do not prove it exact for every channel; the
         output zero point `zp` folded into its rounding term where the
-        bounds prove that exact too."""
+        bounds prove that exact too. merged: the per-channel values in one
+        table, a channel's side by side (one address for all of them: the
+        DSP kernels' registers are short)."""
         if not proven(mults, shifts, bound):
             return None
         if zp and not proven(mults, shifts, bound, zp):
@@ -193,15 +195,35 @@ class TfliteRequant32:
         left, right = np.maximum(shifts, 0), np.maximum(-shifts, 0)
         mults = np.broadcast_to(np.asarray(mults, np.int64).reshape(-1), (n,))
         half = (1 << (right - 1)) + zp * (1 << right)
-        return TfliteRequant32(table(ctx, "left_scale", (1 << (left + 1)).astype(np.int32)),
-                               table(ctx, "multiplier", mults.astype(np.int32)),
-                               table(ctx, "round_half", half.astype(np.int32)),
-                               table(ctx, "right_shift", right.astype(np.int32)), zp)
+        columns = {"left_scale": 1 << (left + 1), "multiplier": mults, "round_half": half,
+                   "right_shift": right}
+        if merged:
+            return TfliteRequant32(*merged_table(ctx, "requant", columns), zp)
+        return TfliteRequant32(*(table(ctx, name, v.astype(np.int32))
+                                 for name, v in columns.items()), zp)
 
     def apply(self, b, acc: Expr, channel: Expr) -> Expr:
         h = b.let("high", smmulr(Bin("*", acc, self.scale(channel)), self.mult(channel)))
         return Bin(">>", Bin("+", Bin("+", h, self.half(channel)), Bin(">>", h, Const(31))),
                    self.right(channel))
+
+
+def merged_table(ctx: LowerCtx, name: str, columns: dict) -> list[Callable[[Expr], Expr]]:
+    """index -> each column's value (table()'s, int32), the columns not
+    constant in one table [index, column]: one parameter, so one address."""
+    values = [np.asarray(v, np.int64).reshape(-1) for v in columns.values()]
+    varying = [k for k, v in enumerate(values) if not np.all(v == v[0])]
+    if len(varying) < 2:
+        return [table(ctx, key, v.astype(np.int32)) for key, v in zip(columns, values)]
+    buf = ctx.param(name, np.stack([values[k] for k in varying], axis=1).astype(np.int32))
+    width = Const(len(varying))
+
+    def column(k: int) -> Callable[[Expr], Expr]:
+        if k not in varying:
+            return table(ctx, list(columns)[k], values[k].astype(np.int32))
+        at = Const(varying.index(k))
+        return lambda index: Load(buf, add(mul(index, width), at))
+    return [column(k) for k in range(len(values))]
 
 
 def proven(mults, shifts, bound: np.ndarray, zp: int = 0) -> bool:

@@ -56,12 +56,13 @@ def test_dsp_kernels_bit_exact_on_a_dsp_host(codegen, requant32, tmp_path, monke
     check_graphs(graphs, codegen=codegen, tmp_path=tmp_path)
 
 
-def _requant32(acc, mult, shift, zp=0):
+def _requant32(acc, mult, shift, zp=0, floor_ok=False):
     """TfliteRequant32's arithmetic on int64 numpy values (every step proven
-    to fit int32), the zero point zp folded into its rounding term."""
+    to fit int32), the zero point zp folded into its rounding term; floor_ok:
+    without the sign term (a ReLU's floor follows)."""
     left, right = max(shift, 0), max(-shift, 0)
     h = (acc * (1 << (left + 1)) * mult + (1 << 31)) >> 32
-    total = h + ((1 << (right - 1)) + zp * (1 << right)) + (h >> 31)
+    total = h + ((1 << (right - 1)) + zp * (1 << right)) + (0 if floor_ok else h >> 31)
     assert np.all(np.abs(total) < 2**31)
     return total >> right
 
@@ -94,6 +95,12 @@ def test_requant32_equals_tflite_on_edge_cases():
                         np.testing.assert_array_equal(
                             _requant32(accs, mult, shift, zp), want + zp,
                             err_msg=f"M {mult} shift {shift} bound {bound} zp {zp}")
+                        # a floor at the zero point or above: the sign term changes nothing
+                        for floor in (zp, zp + 3):
+                            np.testing.assert_array_equal(
+                                np.maximum(_requant32(accs, mult, shift, zp, True), floor),
+                                np.maximum(want + zp, floor),
+                                err_msg=f"M {mult} shift {shift} bound {bound} zp {zp} floor")
     assert cases > 100 and folded > 300
     # the zero point's multiple of 2^e is what the bound leaves no room for
     assert requant.proven([1 << 30], [-24], np.array([1]))

@@ -170,16 +170,23 @@ class TfliteRequant32:
     With `zp` (the output zero point) folded in, apply gives RDBPOT + zp:
     (h + 2^(e-1) + zp 2^e - [h < 0]) >> e, since an arithmetic shift of
     v + zp 2^e is (v >> e) + zp; exact when also
-    B 2^l + 2^(e-1) + |zp| 2^e < 2^31 (`zp` the value folded, else 0)."""
+    B 2^l + 2^(e-1) + |zp| 2^e < 2^31 (`zp` the value folded, else 0).
+
+    floor_ok (the output clamped from below at or above the output zero
+    point: a ReLU's floor) drops the - [h < 0]: for h < 0 both
+    (h + 2^(e-1)) >> e and RDBPOT(h, e) are <= 0, so either output is at
+    most the zero point and the clamp makes both its floor."""
     scale: Callable[[Expr], Expr]
     mult: Callable[[Expr], Expr]
     half: Callable[[Expr], Expr]
     right: Callable[[Expr], Expr]
     zp: int = 0
+    floor_ok: bool = False
 
     @staticmethod
     def make(ctx: LowerCtx, mults, shifts, bound: np.ndarray,
-             zp: int = 0, merged: bool = False) -> "TfliteRequant32 | None":
+             zp: int = 0, merged: bool = False,
+             floor_ok: bool = False) -> "TfliteRequant32 | None":
         """The 32-bit form for accumulators within `bound` (per channel), or
         None when the bounds do not prove it exact for every channel; the
         output zero point `zp` folded into its rounding term where the
@@ -198,14 +205,16 @@ class TfliteRequant32:
         columns = {"left_scale": 1 << (left + 1), "multiplier": mults, "round_half": half,
                    "right_shift": right}
         if merged:
-            return TfliteRequant32(*merged_table(ctx, "requant", columns), zp)
+            return TfliteRequant32(*merged_table(ctx, "requant", columns), zp, floor_ok)
         return TfliteRequant32(*(table(ctx, name, v.astype(np.int32))
-                                 for name, v in columns.items()), zp)
+                                 for name, v in columns.items()), zp, floor_ok)
 
     def apply(self, b, acc: Expr, channel: Expr) -> Expr:
         h = b.let("high", smmulr(Bin("*", acc, self.scale(channel)), self.mult(channel)))
-        return Bin(">>", Bin("+", Bin("+", h, self.half(channel)), Bin(">>", h, Const(31))),
-                   self.right(channel))
+        total = Bin("+", h, self.half(channel))
+        if not self.floor_ok:
+            total = Bin("+", total, Bin(">>", h, Const(31)))
+        return Bin(">>", total, self.right(channel))
 
 
 def merged_table(ctx: LowerCtx, name: str, columns: dict) -> list[Callable[[Expr], Expr]]:

@@ -78,7 +78,8 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
             weights, bias, multipliers = _settled(weights, bias, zp_in, multipliers)
         rq = TfliteRequant32.make(ctx, *multipliers,
                                   int8_dsp.acc_bound(weights.reshape(g.cout, -1), bias,
-                                                     zp_in), zp_out if dsp else 0, merged=dsp) or rq
+                                                     zp_in), zp_out if dsp else 0, merged=dsp,
+                                  floor_ok=dsp and lo >= zp_out) or rq
         saturate = partial(int8_dsp.saturate, lo=lo, hi=hi) if dsp else None
         return CONV[sched.algorithm](ctx, x, g, weights, bias, zp_in, finish)
     if sched.algorithm == "vector":

@@ -38,7 +38,9 @@ tiles. Weights are interleaved per tile so its channels' words lie side by
 side. Each accumulator is requantized from its register, in 32-bit
 arithmetic (aot/lower/arith/requant.py's TfliteRequant32) where its bound,
 known from the weights and the bias (acc_bound), proves that equal to
-TFLite's, else by the scalar rules' TfliteRequant.
+TFLite's, else by the scalar rules' TfliteRequant. Weights are widened
+only while limits.wide_weights() allows it (a board without the flash for
+them compiles under limits.packed_weights).
 The convolutions walk their output planes through the one walk
 (conv_walk.plane_walk: border regions; the 2-pixel tile's pairs are its
 blocks of two columns, the odd last column alone).

@@ -176,6 +176,26 @@ def board_flash(board: str, nbytes: int) -> Iterator[None]:
         _FLASH.reset(token)
 
 
+_WIDE_WEIGHTS: ContextVar[bool] = ContextVar("aot_wide_weights", default=True)
+
+
+@contextlib.contextmanager
+def packed_weights() -> Iterator[None]:
+    """While compiling: weights stay as the model packs them (no kernel
+    stores them in a wider form: a board whose flash has no room for it)."""
+    token = _WIDE_WEIGHTS.set(False)
+    try:
+        yield
+    finally:
+        _WIDE_WEIGHTS.reset(token)
+
+
+def wide_weights() -> bool:
+    """Whether kernels may store weights in a wider form (twice their bytes
+    at most): yes unless compiling under packed_weights."""
+    return _WIDE_WEIGHTS.get()
+
+
 def _over_budget(what: str, need: str) -> BudgetError:
     return BudgetError(f"{what}: {need}, more than the compile-memory budget of "
                        f"{compile_memory()} bytes (AOT_COMPILE_MEMORY, e.g. "

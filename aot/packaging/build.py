@@ -34,7 +34,8 @@ from aot.ir.tir import is_split
 from aot.ops import node_macs
 from aot.packaging.info import PackageInfo
 from aot.packaging.metadata import CODEGENS, PACKAGE_FORMAT
-from aot.packaging.memory_budget import check_static_data, static_data
+from aot.limits import packed_weights
+from aot.packaging.memory_budget import check_static_data, static_data, weights_room
 from aot.support.resources import data_dir
 from aot.targets import Board
 
@@ -287,7 +288,7 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
                          "codegen llvm emits one ISA's objects (use --codegen c)")
     check_fits(graph, board)
     target = board.target
-    kernels = elide_views(graph, lower_graph(graph, target, threads=threads))
+    kernels = fitting_kernels(graph, board, threads)
     if threads > 1:
         kernels = [replace(k, func=split_kernel(k.func, threads)) for k in kernels]
     align = alignment(board)
@@ -431,6 +432,24 @@ def as_graph(model_or_graph: str | Path | Graph, options=None) -> Graph:
              else load(model_or_graph, options=options))
     fused = all(n.op == "fused" for n in graph.nodes)
     return graph if fused and graph.nodes else optimize(graph)
+
+
+def fitting_kernels(graph: Graph, board: Board, threads: int = 1) -> list:
+    """The graph lowered for the board; on a core whose kernels may widen
+    their weights (the DSP extension's: twice the flash), lowered again with
+    the weights as packed when the widened params do not fit the flash the
+    board leaves them (weights_room)."""
+    from aot.lower import lower_graph
+
+    def lowered() -> list:
+        return elide_views(graph, lower_graph(graph, board.target, threads=threads))
+    kernels = lowered()
+    if (not board.target.has("dsp")
+            or link_params(graph, kernels, "fit", alignment(board)).total_bytes
+            <= weights_room(board)):
+        return kernels
+    with packed_weights():
+        return lowered()
 
 
 def package_graph(graph: Graph, board: Board, out_dir: Path, codegen: str = "c",

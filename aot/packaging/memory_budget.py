@@ -61,6 +61,12 @@ def size_text(nbytes: int) -> str:
     return f"{nbytes} bytes"
 
 
+def weights_room(board: Board) -> int:
+    """The flash a model's weights may take on `board`: all of it but what
+    its firmware keeps (boards/*.toml reserved_flash_bytes)."""
+    return board.flash_bytes - int(board.firmware.get("reserved_flash_bytes", 0))
+
+
 def static_data(graph: Graph, weights: int | None = None, arena: int = 0,
                 checks: bool = False) -> StaticData:
     """A graph's static buffers; before planning (arena 0) a lower bound.
@@ -111,7 +117,7 @@ def check_static_data(board: Board, data: StaticData, io_in_arena: bool = False,
             f"of target '{target.name}' addresses (board '{board.name}'); "
             f"{_remedies(data, io_in_arena, False)}")
     flash_kept = int(board.firmware.get("reserved_flash_bytes", 0))
-    if data.weights > board.flash_bytes - flash_kept:
+    if data.weights > weights_room(board):
         raise BudgetError(f"the model's weights ({data.weights} bytes) do not fit the flash of "
                           f"board '{board.name}' ({board.flash_bytes} bytes"
                           f"{_kept(flash_kept, 'flash')})")

@@ -50,6 +50,19 @@ def test_int8_models_are_bit_exact_on_mps2(model, record_property):
                                f"params {p['params_bytes']} B, built in {p['compile_seconds']} s")
 
 
+def test_weights_stay_packed_where_the_widened_do_not_fit(record_property):
+    """The M4's kernels widen int8 weights to twice their flash; with
+    448 KiB of flash for the weights (a nucleo-f446re leaves them that of
+    its 512 KiB) vww's widened params (about 490 KB) do not fit, so its
+    weights stay packed (about 290 KB), still bit-exact."""
+    small = replace(get_board(BOARD), flash_bytes=448 << 10)
+    out = verify(MODELS / "mlperf_vww_mbv1_int8.tflite", board=small, codegen="c")
+    check_verified(out)
+    params = out["package"]["params_bytes"]
+    record_property("summary", f"vww on 448 KiB of flash: params {params} B")
+    assert params < 300_000, params
+
+
 def test_llvm_kernels_link_and_match_on_mps2():
     """emit_object for thumbv7em-unknown-none-eabihf / cortex-m4 / FPv4 links
     with arm-none-eabi-gcc and newlib, and computes the same."""

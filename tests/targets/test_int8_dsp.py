@@ -24,6 +24,7 @@ from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Const, DType, For, Load,
 from aot.lower import Kernel
 from aot.lower.tir_passes.legalize import legalize
 from aot.lower.arith import requant
+from aot.lower.kernels.cortex_m import dsp
 from aot.lower import lower_graph
 from aot.testing import kernels as testing
 from aot.testing.kernels import compile_kernels, host_target
@@ -55,12 +56,13 @@ def test_dsp_kernels_bit_exact_on_a_dsp_host(codegen, requant32, tmp_path, monke
     check_graphs(graphs, codegen=codegen, tmp_path=tmp_path)
 
 
-def _requant32(acc, mult, shift, zp=0):
+def _requant32(acc, mult, shift, zp=0, floor_ok=False):
     """TfliteRequant32's arithmetic on int64 numpy values (every step proven
-    to fit int32), the zero point zp folded into its rounding term."""
+    to fit int32), the zero point zp folded into its rounding term; floor_ok:
+    without the sign term (a ReLU's floor follows)."""
     left, right = max(shift, 0), max(-shift, 0)
     h = (acc * (1 << (left + 1)) * mult + (1 << 31)) >> 32
-    total = h + ((1 << (right - 1)) + zp * (1 << right)) + (h >> 31)
+    total = h + ((1 << (right - 1)) + zp * (1 << right)) + (0 if floor_ok else h >> 31)
     assert np.all(np.abs(total) < 2**31)
     return total >> right
 
@@ -93,6 +95,12 @@ def test_requant32_equals_tflite_on_edge_cases():
                         np.testing.assert_array_equal(
                             _requant32(accs, mult, shift, zp), want + zp,
                             err_msg=f"M {mult} shift {shift} bound {bound} zp {zp}")
+                        # a floor at the zero point or above: the sign term changes nothing
+                        for floor in (zp, zp + 3):
+                            np.testing.assert_array_equal(
+                                np.maximum(_requant32(accs, mult, shift, zp, True), floor),
+                                np.maximum(want + zp, floor),
+                                err_msg=f"M {mult} shift {shift} bound {bound} zp {zp} floor")
     assert cases > 100 and folded > 300
     # the zero point's multiple of 2^e is what the bound leaves no room for
     assert requant.proven([1 << 30], [-24], np.array([1]))
@@ -100,6 +108,37 @@ def test_requant32_equals_tflite_on_edge_cases():
     assert not requant.proven([1 << 30], [0], np.array([100]))          # no right shift
     assert not requant.proven([1 << 30], [-1], np.array([1 << 30]))     # x 2 overflows
     assert not requant.proven([1 << 30], [2], np.array([1 << 28]))      # x 2^3 overflows
+
+
+def test_constant_channels_settle_to_the_same_outputs():
+    """A channel whose output is one constant over all int8 inputs (a dead
+    channel: weights near zero, a bias near 2^30, or M = 0) takes zero
+    weights and a small bias, with the same int8 output on every input, and
+    no longer keeps the layer off the 32-bit requantization; the others stay
+    as they were."""
+    rng = np.random.default_rng(1)
+    terms, zp_in, zp_out = 24, -7, -128
+    w = rng.integers(-60, 61, (6, terms))
+    w[1] = 0
+    w[2] = 0
+    w[2, 3] = 1
+    w[3] = 0
+    bias = np.array([900, 2**30, 2**30 - 5, -(2**30), 1234, 2**30])
+    mults = np.array([1518500250, 1569364972, 2**31 - 1, 1171292447, 0, 1 << 30])
+    shifts = np.array([-9, -26, -30, -25, -3, -1])   # channel 5: its output varies
+    assert not requant.proven(mults, shifts, dsp.acc_bound(w, bias, zp_in))
+    sw, sb, sm, ss = requant.settle_constant_channels(w, bias, zp_in, mults, shifts)
+    settled = [c for c in range(6) if (sm[c], ss[c]) != (mults[c], shifts[c])]
+    assert settled == [1, 2, 3, 4], settled
+    np.testing.assert_array_equal(sw[[0, 5]], w[[0, 5]])
+    assert requant.proven(sm[:5], ss[:5], dsp.acc_bound(sw[:5], sb[:5], zp_in))
+    x = np.concatenate([rng.integers(-128, 128, (300, terms)),
+                        np.where(w > 0, 127, -128), np.where(w > 0, -128, 127)])
+
+    def out(w, bias, mults, shifts):
+        acc = bias - zp_in * w.sum(axis=1) + x @ w.T               # [inputs, channels]
+        return np.clip(ref_q.mbqm(acc, mults, shifts) + zp_out, -128, 127)
+    np.testing.assert_array_equal(out(sw, sb, sm, ss), out(w, bias, mults, shifts))
 
 
 def _sxtb16_ref(word: int, odd: bool) -> int:

@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from aot.ir.tir import Bin, Cast, Const, Expr, Load, Var, dt, dtype_of
+from aot.ir.tir import Bin, Cast, Const, Expr, Load, Var, add, dt, dtype_of, mul
 from aot.isa.arm_dsp import smmulr
 from aot.lower.arith import qmath as q
 from aot.lower.arith.qmath import Operand
@@ -170,20 +170,29 @@ class TfliteRequant32:
     With `zp` (the output zero point) folded in, apply gives RDBPOT + zp:
     (h + 2^(e-1) + zp 2^e - [h < 0]) >> e, since an arithmetic shift of
     v + zp 2^e is (v >> e) + zp; exact when also
-    B 2^l + 2^(e-1) + |zp| 2^e < 2^31 (`zp` the value folded, else 0)."""
+    B 2^l + 2^(e-1) + |zp| 2^e < 2^31 (`zp` the value folded, else 0).
+
+    floor_ok (the output clamped from below at or above the output zero
+    point: a ReLU's floor) drops the - [h < 0]: for h < 0 both
+    (h + 2^(e-1)) >> e and RDBPOT(h, e) are <= 0, so either output is at
+    most the zero point and the clamp makes both its floor."""
     scale: Callable[[Expr], Expr]
     mult: Callable[[Expr], Expr]
     half: Callable[[Expr], Expr]
     right: Callable[[Expr], Expr]
     zp: int = 0
+    floor_ok: bool = False
 
     @staticmethod
     def make(ctx: LowerCtx, mults, shifts, bound: np.ndarray,
-             zp: int = 0) -> "TfliteRequant32 | None":
+             zp: int = 0, merged: bool = False,
+             floor_ok: bool = False) -> "TfliteRequant32 | None":
         """The 32-bit form for accumulators within `bound` (per channel), or
         None when the bounds do not prove it exact for every channel; the
         output zero point `zp` folded into its rounding term where the
-        bounds prove that exact too."""
+        bounds prove that exact too. merged: the per-channel values in one
+        table, a channel's side by side (one address for all of them: the
+        DSP kernels' registers are short)."""
         if not proven(mults, shifts, bound):
             return None
         if zp and not proven(mults, shifts, bound, zp):
@@ -193,15 +202,37 @@ class TfliteRequant32:
         left, right = np.maximum(shifts, 0), np.maximum(-shifts, 0)
         mults = np.broadcast_to(np.asarray(mults, np.int64).reshape(-1), (n,))
         half = (1 << (right - 1)) + zp * (1 << right)
-        return TfliteRequant32(table(ctx, "left_scale", (1 << (left + 1)).astype(np.int32)),
-                               table(ctx, "multiplier", mults.astype(np.int32)),
-                               table(ctx, "round_half", half.astype(np.int32)),
-                               table(ctx, "right_shift", right.astype(np.int32)), zp)
+        columns = {"left_scale": 1 << (left + 1), "multiplier": mults, "round_half": half,
+                   "right_shift": right}
+        if merged:
+            return TfliteRequant32(*merged_table(ctx, "requant", columns), zp, floor_ok)
+        return TfliteRequant32(*(table(ctx, name, v.astype(np.int32))
+                                 for name, v in columns.items()), zp, floor_ok)
 
     def apply(self, b, acc: Expr, channel: Expr) -> Expr:
         h = b.let("high", smmulr(Bin("*", acc, self.scale(channel)), self.mult(channel)))
-        return Bin(">>", Bin("+", Bin("+", h, self.half(channel)), Bin(">>", h, Const(31))),
-                   self.right(channel))
+        total = Bin("+", h, self.half(channel))
+        if not self.floor_ok:
+            total = Bin("+", total, Bin(">>", h, Const(31)))
+        return Bin(">>", total, self.right(channel))
+
+
+def merged_table(ctx: LowerCtx, name: str, columns: dict) -> list[Callable[[Expr], Expr]]:
+    """index -> each column's value (table()'s, int32), the columns not
+    constant in one table [index, column]: one parameter, so one address."""
+    values = [np.asarray(v, np.int64).reshape(-1) for v in columns.values()]
+    varying = [k for k, v in enumerate(values) if not np.all(v == v[0])]
+    if len(varying) < 2:
+        return [table(ctx, key, v.astype(np.int32)) for key, v in zip(columns, values)]
+    buf = ctx.param(name, np.stack([values[k] for k in varying], axis=1).astype(np.int32))
+    width = Const(len(varying))
+
+    def column(k: int) -> Callable[[Expr], Expr]:
+        if k not in varying:
+            return table(ctx, list(columns)[k], values[k].astype(np.int32))
+        at = Const(varying.index(k))
+        return lambda index: Load(buf, add(mul(index, width), at))
+    return [column(k) for k in range(len(values))]
 
 
 def proven(mults, shifts, bound: np.ndarray, zp: int = 0) -> bool:
@@ -220,6 +251,36 @@ def proven(mults, shifts, bound: np.ndarray, zp: int = 0) -> bool:
                         (int(B) << int(lft)) + (1 << (int(r) - 1))
                         + ((abs(zp) << int(r)) + 1 if zp else 0) <= limit
                         for B, lft, r in zip(bound, left, right)))
+
+
+def settle_constant_channels(w: np.ndarray, bias: np.ndarray, zp: int, mults, shifts):
+    """(w, bias, mults, shifts) with every channel whose requantized output is
+    one constant over all its accumulators made that constant's simplest
+    form: zero weights, bias 4k, M = 2^30, shift -1 (MBQM(4k) = k exactly:
+    SRDHM gives 2k, RDBPOT halves it). A channel of weights near zero and a
+    bias near 2^30 (a dead channel, or M = 0) is such a channel; its bound
+    keeps the whole layer off the 32-bit requantization, its new form does
+    not. The accumulator bias - zp sum w + sum w x over int8 inputs x spans
+    [lo, hi]; MBQM is monotone there when x 2^l does not wrap, so it is
+    constant when MBQM(lo) = MBQM(hi). k is kept within +-256: the output
+    k + zp_out is clamped to int8, the same for any k beyond. w is
+    [channels, terms]; the arrays returned are new."""
+    w = np.asarray(w, np.int64)
+    n = len(w)
+    mults = np.broadcast_to(np.asarray(mults, np.int64).reshape(-1), (n,)).copy()
+    shifts = np.broadcast_to(np.asarray(shifts, np.int64).reshape(-1), (n,)).copy()
+    folded = np.asarray(bias, np.int64) - zp * w.sum(axis=1)
+    lo = folded + np.minimum(-128 * w, 127 * w).sum(axis=1)
+    hi = folded + np.maximum(-128 * w, 127 * w).sum(axis=1)
+    span = np.maximum(np.abs(lo), np.abs(hi)) << np.maximum(shifts, 0)
+    k = ref_q.mbqm(lo, mults, shifts)
+    constant = (span < 2**31) & (mults >= 0) & (k == ref_q.mbqm(hi, mults, shifts))
+    w, bias = w.copy(), np.asarray(bias, np.int64).copy()
+    w[constant] = 0
+    bias[constant] = 4 * np.clip(k[constant], -256, 256)
+    mults[constant] = 1 << 30
+    shifts[constant] = -1
+    return w, bias, mults, shifts
 
 
 # ------------------------------------------------------------ TFLite int16

@@ -38,7 +38,9 @@ tiles. Weights are interleaved per tile so its channels' words lie side by
 side. Each accumulator is requantized from its register, in 32-bit
 arithmetic (aot/lower/arith/requant.py's TfliteRequant32) where its bound,
 known from the weights and the bias (acc_bound), proves that equal to
-TFLite's, else by the scalar rules' TfliteRequant.
+TFLite's, else by the scalar rules' TfliteRequant. Weights are widened
+only while limits.wide_weights() allows it (a board without the flash for
+them compiles under limits.packed_weights).
 The convolutions walk their output planes through the one walk
 (conv_walk.plane_walk: border regions; the 2-pixel tile's pairs are its
 blocks of two columns, the odd last column alone).
@@ -58,6 +60,7 @@ import numpy as np
 from aot.isa.arm_dsp import INT8X4, smla_half, smlad, ssat8, sxtb16
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr, For, ForKind, If,
                         Load, Stmt, Store, Var, add, flat_index, mul, seq)
+from aot.limits import wide_weights
 from aot.lower.arith.loops import loop
 from aot.lower.kernels.conv_walk import PLANE, plane_walk, region_loops
 from aot.lower.arith.quant import lazy_table, table, to_i32, unravel
@@ -186,7 +189,7 @@ def _matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray
     channels, depth = w.shape
     nr, nk = tile
     whole = depth - depth % n
-    widened = walk.widened and words is PAIRS and depth % n == 0
+    widened = walk.widened and words is PAIRS and depth % n == 0 and wide_weights()
     packed = interleave(w, nk, n).astype(np.int8)
     wbuf = ctx.param("weights", widened_pairs(packed) if widened else packed)
     start = table(ctx, "bias", bias.astype(np.int32))
@@ -333,7 +336,7 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
     w = weights.reshape(g.cout, -1)         # (ky, kx, c) per channel
     terms = w.shape[1]
     nk = tile[1]
-    widened = walk.widened and words is PAIRS
+    widened = walk.widened and words is PAIRS and wide_weights()
     packed = interleave(w, nk, lanes).astype(np.int8)
     wbuf = ctx.param("weights", widened_pairs(packed) if widened else packed)
     start = table(ctx, "bias", folded_bias(bias, zp, w))
@@ -420,7 +423,7 @@ def window_rows(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.nd
     whole = span - span % lanes
     # widened (walk.widened, PAIRS' words): each row's words as widened_pairs'
     # int32, its last span % 4 terms apart as int8 [KH, C_out, terms]
-    widened = walk.widened and words is PAIRS and whole > 0
+    widened = walk.widened and words is PAIRS and whole > 0 and wide_weights()
     if widened:
         wbuf = ctx.param("weights", np.concatenate([
             widened_pairs(interleave(w[:, ky, :whole], nk, lanes).astype(np.int8))
@@ -605,7 +608,8 @@ def depthwise(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndar
     lanes = words.lanes if words is not None and words.depthwise is not None else 0
     # 4 channels a word: SMLABB / SMLATT's, or the words' own lane by lane
     quads = words if words is not None and words.lanewise is not None else PAIRS
-    widened = widened and quads is PAIRS and not lanes and channels % 4 == 0
+    widened = (widened and quads is PAIRS and not lanes and channels % 4 == 0
+                and wide_weights())
     wbuf = ctx.param("filter", widened_pairs(hwc) if widened else hwc)
     group = words.depthwise(ctx, x, wbuf, folded, zp, g.kw, finish) if lanes else None
 

@@ -27,7 +27,8 @@ from aot.lower.arith import qmath as q
 from aot.lower.arith.loops import nest
 from aot.lower.arith.quant import (bias_values, const_input, round_half_away_to_int, scale_zp,
                                    table, vec_table, vector_lanes)
-from aot.lower.arith.requant import TfliteRequant, TfliteRequant32, TfliteVecRequant
+from aot.lower.arith.requant import (TfliteRequant, TfliteRequant32, TfliteVecRequant, proven,
+                                     settle_constant_channels)
 from aot.lower.kernels import cortex_m, riscv
 from aot.lower.kernels.cortex_m import dsp as int8_dsp
 from aot.lower.kernels.int8_conv import conv_nest, vector_conv_nest
@@ -46,7 +47,8 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
     s_in, zp_in = scale_zp(ctx, x.type, "the input")
     s_out, zp_out = scale_zp(ctx, ctx.out_types[0], "the output")
     scales = ref.channel_scales(ins[1].type, g.cout, ctx.node)
-    rq = TfliteRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out))
+    multipliers = ref.conv_multipliers(s_in, scales, s_out)
+    rq = TfliteRequant.make(ctx, *multipliers)
     lo, hi = ctx.attrs["act_min"], ctx.attrs["act_max"]
     out_dtype = ctx.out_types[0].dtype
 
@@ -57,8 +59,7 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
         lanes = dtype_of(acc).lanes
         if lanes > 1:
             if not vrq:
-                vrq.append(TfliteVecRequant.make(ctx, *ref.conv_multipliers(s_in, scales,
-                                                                            s_out)))
+                vrq.append(TfliteVecRequant.make(ctx, *multipliers))
             y = q.clamp(q.offset(vrq[0].apply(b, acc, idx[3]), zp_out), lo, hi)
         else:
             y = q.offset(rq.apply(b, acc, idx[3]), zp_out - getattr(rq, "zp", 0))
@@ -73,9 +74,12 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
         # finish reads rq: in 32-bit arithmetic where the accumulators' bounds prove it exact;
         # on the DSP cores the output zero point in its rounding term and the clamp an SSAT
         dsp = int8_dsp.saturating(ctx.target, out_dtype)
-        rq = TfliteRequant32.make(ctx, *ref.conv_multipliers(s_in, scales, s_out),
+        if dsp and g.groups == 1:
+            weights, bias, multipliers = _settled(weights, bias, zp_in, multipliers)
+        rq = TfliteRequant32.make(ctx, *multipliers,
                                   int8_dsp.acc_bound(weights.reshape(g.cout, -1), bias,
-                                                     zp_in), zp_out if dsp else 0) or rq
+                                                     zp_in), zp_out if dsp else 0, merged=dsp,
+                                  floor_ok=dsp and lo >= zp_out) or rq
         saturate = partial(int8_dsp.saturate, lo=lo, hi=hi) if dsp else None
         return CONV[sched.algorithm](ctx, x, g, weights, bias, zp_in, finish)
     if sched.algorithm == "vector":
@@ -93,6 +97,18 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
             return emit(0, idx, y)
         return vector_conv_nest(ctx, g, sched, x.load, zp_in, weights, bias, epilogue)
     return conv_nest(ctx, g, x.load, zp_in, weights, bias, finish)
+
+
+def _settled(weights: np.ndarray, bias: np.ndarray, zp_in: int, multipliers):
+    """(weights, bias, multipliers) with the constant channels settled
+    (requant.settle_constant_channels) when that proves the 32-bit
+    requantization for every channel, else as they are (the 64-bit form
+    reads the multipliers the rule made first)."""
+    w, b, m, s = settle_constant_channels(weights.reshape(len(weights), -1), bias, zp_in,
+                                          *multipliers)
+    if not proven(m, s, int8_dsp.acc_bound(w, b, zp_in)):
+        return weights, bias, multipliers
+    return w.reshape(weights.shape).astype(weights.dtype), b.astype(bias.dtype), (m, s)
 
 
 def hybrid_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stmt:

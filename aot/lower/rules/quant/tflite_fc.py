@@ -98,7 +98,8 @@ def fully_connected(ctx: LowerCtx, ins, emit):
         # on the DSP cores the output zero point in the rounding term, the clamp an SSAT
         dsp = int8_dsp.saturating(ctx.target, out_ty.dtype)
         frq = TfliteRequant32.make(ctx, *ref.fc_multipliers(s_in, wq, s_out),
-                                   int8_dsp.acc_bound(w, bias, 0), zp_out if dsp else 0) or rq
+                                   int8_dsp.acc_bound(w, bias, 0), zp_out if dsp else 0,
+                                   merged=dsp, floor_ok=dsp and lo >= zp_out) or rq
 
         def finish(out_lead, o, acc):
             b = q.Block(ctx)

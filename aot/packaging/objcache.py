@@ -12,7 +12,10 @@ a key, the sha256 of:
   object does not hold it: -ffile-prefix-map maps it to ".");
 - the compiler's environment variables that change what it reads (CPATH, ...);
 - the source's path and bytes, and the names of the package's headers (a
-  header that could shadow another on the include path changes the key).
+  header that could shadow another on the include path changes the key);
+- the bytes of every file an assembler source pulls in with `.incbin` (the
+  weights blob): the compiler's -MD list names only what the preprocessor
+  read, so without them two models of one shape would share an object.
 
 The entry records every file the compile read (the compiler's -MD list: the
 package's headers and the system's) with its sha256, and the object's
@@ -33,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -75,14 +79,40 @@ def headers(pkg: Path) -> list[str]:
                   for p in (pkg / d).iterdir() if p.suffix == ".h")
 
 
-def key(cc: str, cmd: Sequence[str], pkg: Path, src: str) -> str:
-    """The entry's name for compiling `src` (relative to pkg) with `cmd`."""
+INCBIN = re.compile(rb'\.incbin\s+"([^"]+)"')
+
+
+def incbin_files(pkg: Path, src: str, source: bytes) -> list[Path] | None:
+    """The files `source` pulls in with .incbin, where the assembler finds
+    them (beside the source, the package's src/, the package); None if one
+    is not found, so that the source is compiled, never cached."""
+    found = []
+    for name in sorted(set(INCBIN.findall(source))):
+        where = [d / name.decode() for d in (pkg / Path(src).parent, pkg / "src", pkg)]
+        hit = next((f for f in where if f.is_file()), None)
+        if hit is None:
+            return None
+        found.append(hit)
+    return found
+
+
+def key(cc: str, cmd: Sequence[str], pkg: Path, src: str) -> str | None:
+    """The entry's name for compiling `src` (relative to pkg) with `cmd`;
+    None where the inputs cannot all be named (an .incbin not found)."""
     root = str(pkg.resolve())
     words = [w.replace(root, PKG_PLACEHOLDER) for w in cmd]
     env = {v: os.environ[v] for v in COMPILER_ENV if v in os.environ}
     text = json.dumps([compiler_identity(cc), words, src, headers(pkg), env], sort_keys=True)
     digest = hashlib.sha256(text.encode())
-    digest.update((pkg / src).read_bytes())
+    source = (pkg / src).read_bytes()
+    digest.update(source)
+    blobs = incbin_files(pkg, src, source)
+    if blobs is None:
+        return None
+    for blob in blobs:
+        with open(blob, "rb") as f:           # in blocks: a weights blob is megabytes
+            digest.update(str(blob.relative_to(pkg)).encode() + b"\0")
+            digest.update(hashlib.file_digest(f, "sha256").digest())
     return digest.hexdigest()
 
 
@@ -197,6 +227,9 @@ def compile_cached(cc: str, cmd: Sequence[str], pkg: Path, src: str, obj: str,
         run(cmd)
         return True
     k = key(cc, cmd, pkg, src)
+    if k is None:
+        run(cmd)
+        return True
     cached = lookup(k, pkg)
     if cached is not None:
         (pkg / obj).write_bytes(cached)

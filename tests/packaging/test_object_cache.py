@@ -104,3 +104,30 @@ def test_trim_keeps_the_most_recently_used(pkg):
     old, new = sorted(entries(), key=lambda p: p.stat().st_mtime_ns)
     objcache.trim(limit=new.stat().st_size * 4 // 3 + 8)     # one fits in 3/4 of it
     assert entries() == [new]
+
+
+def test_a_changed_incbin_blob_misses(pkg):
+    """The weights blob reaches the object through the assembler's .incbin,
+    which the compiler's dependency list does not name: two models of one
+    shape with other weights must not share an object."""
+    tc = toolchain.toolchain_for(get_board("host").target)
+    (pkg / "src" / "w.S").write_text('    .section .rodata\n    .incbin "w_params.bin"\n')
+    (pkg / ".build").mkdir(exist_ok=True)
+
+    def assemble() -> tuple[bool, bytes]:
+        cmd = [tc.cc, *tc.cflags, "-Isrc", f"-ffile-prefix-map={pkg}=.", "-c", "src/w.S",
+               "-o", ".build/w.o"]
+        compiled = objcache.compile_cached(
+            tc.cc, cmd, pkg, "src/w.S", ".build/w.o",
+            lambda c: toolchain.run_tool(c, pkg, "assembling src/w.S"))
+        return compiled, (pkg / ".build" / "w.o").read_bytes()
+
+    (pkg / "src" / "w_params.bin").write_bytes(b"\x01" * 64)
+    first = assemble()
+    assert first[0] and not assemble()[0]
+    (pkg / "src" / "w_params.bin").write_bytes(b"\x02" * 64)
+    compiled, second = assemble()
+    assert compiled and second != first[1] and b"\x02" * 64 in second
+    (pkg / "src" / "w_params.bin").unlink()       # not found: compiled (and failing), never a hit
+    with pytest.raises(Exception):
+        assemble()

@@ -42,9 +42,9 @@ SAME3 = dict(Padding=0, StrideH=1, StrideW=1)
     # int8_dsp's 2-pixel conv: its pairs are the walk's blocks
     ("mps2-an386", lambda: conv_model("CONV_2D", [1, 6, 7, 8], [5, 3, 3, 8], [1, 6, 7, 5],
                                       SAME3, zp_in=-3), PAIRS),
-    # int8_dsp's first-layer conv (window rows): its interior in pairs
+    # int8_dsp's first-layer conv (window rows): one pixel by 8 channels a tile
     ("mps2-an386", lambda: conv_model("CONV_2D", [1, 9, 11, 3], [4, 3, 3, 3], [1, 5, 6, 4],
-                                      dict(SAME3, StrideH=2, StrideW=2)), PAIRS),
+                                      dict(SAME3, StrideH=2, StrideW=2)), PLANE),
     # int8_mve's outer-product conv (depth 3)
     ("mps3-an547", lambda: conv_model("CONV_2D", [1, 9, 11, 3], [4, 3, 3, 3], [1, 5, 6, 4],
                                       dict(SAME3, StrideH=2, StrideW=2)), PLANE),

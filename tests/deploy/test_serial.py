@@ -121,8 +121,9 @@ def test_qemu_killed_during_a_request_is_one_line_in_bounded_time(kws386, capsys
         took = time.monotonic() - start
         killer.cancel()
     assert code == 2 and out == "" and took < 5
-    assert err.startswith(f"aot: error: serial port {qemu.port}: the line broke (its other "
-                          "end closed)")
+    # QEMU dies while the host reads a reply or while it sends the next
+    # request: either way the line broke, said once
+    assert err.startswith(f"aot: error: serial port {qemu.port}: the line broke ")
     assert len(err.splitlines()) == 1
 
 

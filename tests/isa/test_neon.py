@@ -25,7 +25,7 @@ DOT4P = (I32X4, I32, I32, I8X16, I8X16)
 CASES = [
     ("aot_dot4", DOT4, "aarch64-linux-a76", "arm_sdot", "vdotq_s32",
      "llvm.aarch64.neon.sdot.v4i32.v16i8"),
-    ("aot_dot4s", DOT4, "aarch64-linux", "arm_smull_dot4", "vmull_high_s8",
+    ("aot_dot4s", DOT4, "aarch64-linux", "arm_smull_dot4", "smull2 %2.8h, %3.16b, %4.16b",
      "llvm.aarch64.neon.addp.v8i16"),
     ("aot_mlal_lo", (I32X4, I16X8, I16X8), "aarch64-linux", "arm_smlal_lo", "vmlal_s16", None),
     ("aot_mlal_hi", (I32X4, I16X8, I16X8), "aarch64-linux", "arm_smlal_hi", "vmlal_high_s16",

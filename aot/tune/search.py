@@ -304,6 +304,15 @@ def _batch(runner, base, meta: dict, inputs, reference, warmup: int, repeat: int
         runner.release(pkg)
 
 
+def _known(path: Path, target: str, keys: set) -> list[rec.Record]:
+    """The records at path (a JSON log or a database: rec.read takes both)
+    of these workloads on this target, in this format version."""
+    if not path.exists():
+        return []
+    return [r for r in rec.read(path) if r.target == target
+            and r.version == rec.FORMAT_VERSION and r.workload in keys]
+
+
 class _LogSink:
     """Records into a JSON log (records.append), as `aot tune -o LOG`."""
 
@@ -315,10 +324,7 @@ class _LogSink:
         self.path = path
 
     def known(self, target: str, keys: set) -> list[rec.Record]:
-        if not self.path.exists():
-            return []
-        return [r for r in rec.read(self.path) if r.target == target
-                and r.version == rec.FORMAT_VERSION and r.workload in keys]
+        return _known(self.path, target, keys)
 
     def seed(self, tunable, target: str, measured: set) -> int:
         return 0
@@ -336,10 +342,7 @@ class _DatabaseSink:
         self.path = path
 
     def known(self, target: str, keys: set) -> list[rec.Record]:
-        if not self.path.exists():
-            return []
-        return [r for r in rec.read(self.path) if r.target == target
-                and r.version == rec.FORMAT_VERSION and r.workload in keys]
+        return _known(self.path, target, keys)
 
     def seed(self, tunable, target: str, measured: set) -> int:
         """Give each tunable workload the database has no record of the

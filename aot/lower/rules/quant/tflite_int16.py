@@ -2,7 +2,8 @@
 
 The 16x8 convolutions and FC run the int8 vector tiles where the sums
 provably fit int32 (their 16-bit multiply-adds: x86's pmaddwd pairs,
-NEON's SMLAL), else the int8 loop nest (conv_nest) with an int64
+NEON's SMLAL; dense convs on Arm's SDOT as two byte planes, x = 256 h +
+l + 128), else the int8 loop nest (conv_nest) with an int64
 accumulator row and the int64 bias, or for FC a dot product per output
 in int64; BATCH_MATMUL is a dot product per output in int64. Their epilogue is the int64
 MultiplyByQuantizedMultiplier: the 31-bit multiplier reduced to 16 bits at
@@ -60,6 +61,14 @@ def sums_fit_int32(weights: np.ndarray, bias: np.ndarray) -> bool:
     return bool(np.max(rows * 32768 + np.abs(bias)) <= ref_q.INT32_MAX)
 
 
+def planes_fit_int32(weights: np.ndarray, bias: np.ndarray) -> bool:
+    """Whether byte planes' partial sums stay in int32: the high planes'
+    sums times 256 (at most 32768 sum|w|), the bias with 128 sum(w) and
+    the low bytes' (at most 128 sum|w|) on top."""
+    rows = np.abs(weights.reshape(weights.shape[0], -1)).sum(axis=1)
+    return bool(np.max(rows * (32768 + 256) + np.abs(bias)) <= ref_q.INT32_MAX)
+
+
 def _conv16(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom):
     """The 16x8 conv: vector tiles where the sums provably fit int32 (the
     int8 kernels' tiles in their 16-bit multiply-adds: pmaddwd pairs on x86,
@@ -73,7 +82,8 @@ def _conv16(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom):
         b = q.Block(ctx)
         b.add(emit(0, idx, rq.apply(b, acc, idx[3])))
         return b.stmt()
-    sched = int8_conv_schedule(ctx.target, g, weights, int16_input=True)
+    sched = int8_conv_schedule(ctx.target, g, weights, int16_input=True,
+                               byte_planes=planes_fit_int32(weights, bias))
     if exact32 and not rq.wrapping32 and sched.algorithm == "vector":
         def epilogue(b, idx, acc, lanes):
             if lanes == 1:

@@ -191,11 +191,14 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     scalar loops; the vector sites are consulted only for vector tiles, in
     the order the kernel always asked them. `int16_input`: the 16x8
     convolutions' int16 activations (zero point 0), which only the 16-bit
-    multiply-adds take (pairs, SMLAL depthwise), never the int8 Cortex-M
-    kernels or the quads of bytes, except as byte planes (`byte_planes`:
+    multiply-adds take (pairs, SMLAL depthwise; on a DSP core without
+    vectors "dsp_dense16", the dense nest in SMLADs of int16 words), never
+    the int8 Cortex-M kernels or the quads of bytes, except as byte planes (`byte_planes`:
     the caller has proven their sums fit int32) where the target's quads
     are signed dot products by lane (Arm's SDOT: 16 products an instruction
     where SMLAL makes 4; the planes take two)."""
+    if int16_input and in_memory and target.lanes(32) == 1 and dsp.fits_dense(target, g, weights):
+        return Int8ConvSchedule("dsp_dense16")
     kernel = (cortex_m_conv(target, g, weights) or rv32_conv(target, g, weights)) \
         if in_memory and not int16_input else None
     if kernel is not None:
@@ -325,7 +328,8 @@ def int8_fc_schedule(target: Target, w: np.ndarray, in_memory: bool,
     extension's words or, without either, words read byte by byte, or the
     scalar RISC-V cores' register tiles, else the scalar loop.
     `int16_input`: the 16x8 layer's int16 activations, in the vector
-    tiles' pairs or the scalar loop only."""
+    tiles' pairs, on a DSP core "dsp_fc16" (SMLADs of int16 words), or the
+    scalar loop."""
     if target.lanes(32) > 1 and len(w) >= 4:
         t = tile(target, "int32")
         kind = PAIRS if int16_input else int8_accumulator(target)
@@ -334,7 +338,8 @@ def int8_fc_schedule(target: Target, w: np.ndarray, in_memory: bool,
             kind = PAIRS
         return Int8ConvSchedule("vector", t, accumulator=kind)
     if int16_input:
-        return Int8ConvSchedule("scalar")
+        return Int8ConvSchedule("dsp_fc16" if in_memory and dsp.fits_fc(target, w)
+                                else "scalar")
     if in_memory and mve.fits_fc(target, w):
         return Int8ConvSchedule("mve_fc")
     if in_memory and dsp.fits_fc(target, w):

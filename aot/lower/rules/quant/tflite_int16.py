@@ -24,6 +24,7 @@ from aot.ir.tir import (Assign, Bin, Cast, Const, Load, Select, Store, Unary, Va
                         dt, mul)
 from aot.lower.arith import qmath as q
 from aot.lower.kernels import int8_conv as i8
+from aot.lower.kernels.cortex_m import dsp
 from aot.lower.arith.loops import loop, nest, rows
 from aot.lower.rules.elementwise import broadcast_load
 from aot.lower.arith.quant import (CallView, bias_values, const_input, narrow, table, to_i32,
@@ -82,8 +83,12 @@ def _conv16(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom):
         b = q.Block(ctx)
         b.add(emit(0, idx, rq.apply(b, acc, idx[3])))
         return b.stmt()
-    sched = int8_conv_schedule(ctx.target, g, weights, int16_input=True,
+    sched = int8_conv_schedule(ctx.target, g, weights, ins[0].in_memory, int16_input=True,
                                byte_planes=planes_fit_int32(weights, bias))
+    if sched.algorithm == "dsp_dense16" and rq.acc_dtype == "int32":
+        w = weights.reshape(g.cout, -1)
+        return dsp.dense(ctx, ins[0], g, dsp.int16_word_order(w).reshape(weights.shape),
+                         rq.bias(bias), 0, finish, words=dsp.INT16, walk=dsp.DSP_DENSE)
     if exact32 and not rq.wrapping32 and sched.algorithm == "vector":
         def epilogue(b, idx, acc, lanes):
             if lanes == 1:
@@ -119,7 +124,15 @@ def fully_connected_16x8(ctx: LowerCtx, ins, emit):
     bias = bias_values(ctx, ins, 2, units)
     exact32 = sums_fit_int32(w, bias)
     rq = TfliteInt16Requant(ctx, *ref.fc_multipliers(ctx), exact32)
-    sched = int8_fc_schedule(ctx.target, w, False, int16_input=True)
+    sched = int8_fc_schedule(ctx.target, w, x.in_memory, int16_input=True)
+    if sched.algorithm == "dsp_fc16" and rq.acc_dtype == "int32":
+        def finish(out_lead, o, acc):
+            b = q.Block(ctx)
+            b.add(emit(0, out_lead + (o,), rq.apply(b, acc, o)))
+            return b.stmt()
+        return dsp.fully_connected(ctx, x, dsp.int16_word_order(w), rq.bias(bias),
+                                   ctx.out_types[0].shape, finish, words=dsp.INT16,
+                                   walk=dsp.DSP_FC)
     if exact32 and not rq.wrapping32 and sched.algorithm == "vector":
         # the int8 layer's vector tiles in pairs (pmaddwd on x86)
         def requant(b, bi, c, acc, lanes):

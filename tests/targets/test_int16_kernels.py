@@ -1,9 +1,14 @@
-"""int16 activations (16x8 convolutions) as byte planes in SDOT quads:
-where the schedule takes them (the A76's signed dot products by lane,
-dense convs 16k channels deep whose sums fit int32 with the planes'
-margin), bit-exact on the host through the quads' lane formula (padding,
-strides, several plane runs, weights holding -128) and in an rpi5 package
-under qemu-aarch64 -cpu cortex-a76 against tflite-micro."""
+"""The 16x8 kernels' (int16 activations) target paths.
+
+Byte planes in SDOT quads: where the schedule takes them (the A76's
+signed dot products by lane, dense convs 16k channels deep whose sums fit
+int32 with the planes' margin), bit-exact on the host through the quads'
+lane formula (padding, strides, several plane runs, weights holding -128)
+and in an rpi5 package under qemu-aarch64 -cpu cortex-a76 against
+tflite-micro; the int32-lane epilogue against the int64 MBQM.
+
+Cortex-M4 (DSP): dense convs and FC in SMLADs of int16 activation words,
+bit-exact on mps2-an386 against tflite-micro."""
 from __future__ import annotations
 
 import numpy as np
@@ -119,5 +124,35 @@ def test_rpi5_int16_conv_in_planes_bit_exact_with_tflm(tmp_path):
     aot.package(path, board="rpi5", out_dir=pkg)
     assert "plane_rows" in (pkg / "src" / "conv16_kernels.c").read_text()
     out = verify(pkg, board="qemu-aarch64", source=path)
+    assert out["reference"] == "tflite-micro", out
+    assert out["ok"] and all(r["max_abs_err"] == 0.0 for r in out["outputs"]), out
+
+
+def _fc16(rows: int, depth: int, units: int, seed: int) -> bytes:
+    """One int16 FULLY_CONNECTED (int8 weights per tensor, int64 bias)."""
+    rng = np.random.default_rng(seed)
+    m = TFLiteBuilder()
+    x = m.tensor("x", (rows, depth), "int16", scale=[0.02], zp=[0])
+    y = m.tensor("y", (rows, units), "int16", scale=[0.5], zp=[0])
+    wt = m.const("w", rng.integers(-128, 128, (units, depth)), "int8", scale=[0.01], zp=[0])
+    bt = m.const("bias", rng.integers(-4000, 4000, units), "int64", scale=[0.0002], zp=[0])
+    m.op("FULLY_CONNECTED", [x, wt, bt], [y], "FullyConnectedOptions",
+         FusedActivationFunction=0)
+    return m.build([x], [y])
+
+
+@pytest.mark.fast
+def test_int16_convs_and_fc_take_smlad_on_the_m4():
+    for data in (_conv16(*CONVS[1], seed=2), _fc16(2, 22, 6, seed=2)):
+        calls, _ = _lowered(_graph(data), "cortex-m4")
+        assert "arm_smlad" in calls, sorted(calls)
+
+
+@pytest.mark.parametrize("data", [_conv16(*CONVS[1], seed=4), _conv16(*CONVS[2], seed=5),
+                                  _fc16(2, 22, 6, seed=6)], ids=["conv_s2", "conv_valid", "fc"])
+def test_m4_int16_smlad_bit_exact_with_tflm(data, tmp_path):
+    path = tmp_path / "m16.tflite"
+    path.write_bytes(data)
+    out = verify(path, board="mps2-an386", count=2)
     assert out["reference"] == "tflite-micro", out
     assert out["ok"] and all(r["max_abs_err"] == 0.0 for r in out["outputs"]), out

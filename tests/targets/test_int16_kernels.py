@@ -8,7 +8,7 @@ and in an rpi5 package under qemu-aarch64 -cpu cortex-a76 against
 tflite-micro; the int32-lane epilogue against the int64 MBQM.
 
 Cortex-M4 (DSP): dense convs and FC in SMLADs of int16 activation words,
-bit-exact on mps2-an386 against tflite-micro."""
+depthwise in SMLABB / SMLATT, bit-exact on mps2-an386 against tflite-micro."""
 from __future__ import annotations
 
 import numpy as np
@@ -141,15 +141,37 @@ def _fc16(rows: int, depth: int, units: int, seed: int) -> bytes:
     return m.build([x], [y])
 
 
+def _dw16(x_shape, stride: int, seed: int) -> bytes:
+    """One int16 DEPTHWISE_CONV_2D, 3x3 SAME, multiplier 1 (int64 bias)."""
+    rng = np.random.default_rng(seed)
+    c = x_shape[3]
+    ws = list(rng.uniform(0.002, 0.02, c))
+    m = TFLiteBuilder()
+    x = m.tensor("x", x_shape, "int16", scale=[0.02], zp=[0])
+    oh, ow = -(-x_shape[1] // stride), -(-x_shape[2] // stride)
+    y = m.tensor("y", (1, oh, ow, c), "int16", scale=[0.05], zp=[0])
+    wt = m.const("w", rng.integers(-128, 128, (1, 3, 3, c)), "int8", scale=ws, zp=[0] * c,
+                 qdim=3)
+    bt = m.const("bias", rng.integers(-4000, 4000, c), "int64", scale=[0.02 * s for s in ws],
+                 zp=[0] * c)
+    m.op("DEPTHWISE_CONV_2D", [x, wt, bt], [y], "DepthwiseConv2DOptions", Padding=0,
+         StrideH=stride, StrideW=stride, DepthMultiplier=1)
+    return m.build([x], [y])
+
+
 @pytest.mark.fast
 def test_int16_convs_and_fc_take_smlad_on_the_m4():
-    for data in (_conv16(*CONVS[1], seed=2), _fc16(2, 22, 6, seed=2)):
+    for data, instruction in ((_conv16(*CONVS[1], seed=2), "arm_smlad"),
+                              (_fc16(2, 22, 6, seed=2), "arm_smlad"),
+                              (_dw16((1, 5, 6, 10), 1, seed=2), "arm_smlatt")):
         calls, _ = _lowered(_graph(data), "cortex-m4")
-        assert "arm_smlad" in calls, sorted(calls)
+        assert instruction in calls, sorted(calls)
 
 
 @pytest.mark.parametrize("data", [_conv16(*CONVS[1], seed=4), _conv16(*CONVS[2], seed=5),
-                                  _fc16(2, 22, 6, seed=6)], ids=["conv_s2", "conv_valid", "fc"])
+                                  _fc16(2, 22, 6, seed=6), _dw16((1, 5, 6, 10), 1, seed=7),
+                                  _dw16((1, 7, 7, 8), 2, seed=8)],
+                         ids=["conv_s2", "conv_valid", "fc", "depthwise", "depthwise_s2"])
 def test_m4_int16_smlad_bit_exact_with_tflm(data, tmp_path):
     path = tmp_path / "m16.tflite"
     path.write_bytes(data)

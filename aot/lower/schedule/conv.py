@@ -192,13 +192,17 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     the order the kernel always asked them. `int16_input`: the 16x8
     convolutions' int16 activations (zero point 0), which only the 16-bit
     multiply-adds take (pairs, SMLAL depthwise; on a DSP core without
-    vectors "dsp_dense16", the dense nest in SMLADs of int16 words), never
+    vectors "dsp_dense16" and "dsp_depthwise16", the dense nest in SMLADs
+    and the depthwise in SMLABB / SMLATT of int16 words), never
     the int8 Cortex-M kernels or the quads of bytes, except as byte planes (`byte_planes`:
     the caller has proven their sums fit int32) where the target's quads
     are signed dot products by lane (Arm's SDOT: 16 products an instruction
     where SMLAL makes 4; the planes take two)."""
-    if int16_input and in_memory and target.lanes(32) == 1 and dsp.fits_dense(target, g, weights):
-        return Int8ConvSchedule("dsp_dense16")
+    if int16_input and in_memory and target.lanes(32) == 1:
+        if dsp.fits_depthwise(target, g, weights):
+            return Int8ConvSchedule("dsp_depthwise16")
+        if dsp.fits_dense(target, g, weights):
+            return Int8ConvSchedule("dsp_dense16")
     kernel = (cortex_m_conv(target, g, weights) or rv32_conv(target, g, weights)) \
         if in_memory and not int16_input else None
     if kernel is not None:

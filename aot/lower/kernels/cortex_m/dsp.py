@@ -821,20 +821,28 @@ def _int16_halves(ctx: LowerCtx, body: list, name: str, load: Load, cond: Expr |
     return vs
 
 
+def _int16_lanes(body: list, x, w, accs) -> None:
+    """accs[k] += channel k of x times channel k of w (INT16's operands:
+    (x0, x1), (x2, x3) and (w0, w1), (w2, w3)): SMLABB / SMLATT."""
+    for k, acc in enumerate(accs):
+        body.append(Assign(acc, smla_half(x[k // 2], w[k // 2], acc, k % 2 == 1)))
+
+
 # int16 activations (the 16x8 kernels): two SMLADs per 4 depths, the
-# activation words loaded as they are
-INT16 = Words(4, _int16_halves, _dot_words)
+# activation words loaded as they are; depthwise, SMLABB / SMLATT
+INT16 = Words(4, _int16_halves, _dot_words, lanewise=_int16_lanes)
 
 
-def int16_word_order(w: np.ndarray) -> np.ndarray:
-    """Weights [channels, depth] with each whole word's depths (0, 1, 2, 3)
-    stored as (0, 2, 1, 3): SXTB16's even and odd halves of it are then the
-    pairs (w0, w1) and (w2, w3) that INT16's activation words meet."""
-    w = np.array(w, copy=True)
-    whole = w.shape[1] - w.shape[1] % 4
-    words = w[:, :whole].reshape(len(w), -1, 4)
-    w[:, :whole] = words[:, :, [0, 2, 1, 3]].reshape(len(w), whole)
-    return w
+def int16_word_order(w: np.ndarray, axis: int = 1) -> np.ndarray:
+    """Weights with each whole word's depths along `axis` (the depth of
+    [channels, depth]; a depthwise filter's channels) (0, 1, 2, 3) stored as
+    (0, 2, 1, 3): SXTB16's even and odd halves of it are then the pairs
+    (w0, w1) and (w2, w3) that INT16's activation words meet."""
+    w = np.moveaxis(np.array(w, copy=True), axis, -1)
+    whole = w.shape[-1] - w.shape[-1] % 4
+    words = w[..., :whole].reshape(*w.shape[:-1], -1, 4)
+    w[..., :whole] = words[..., [0, 2, 1, 3]].reshape(*w.shape[:-1], whole)
+    return np.moveaxis(w, -1, axis)
 
 
 def _widened_word(ctx: LowerCtx, body: list, wbuf: Buffer, at: Expr) -> tuple[Var, Var]:

@@ -85,6 +85,9 @@ def _conv16(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom):
         return b.stmt()
     sched = int8_conv_schedule(ctx.target, g, weights, ins[0].in_memory, int16_input=True,
                                byte_planes=planes_fit_int32(weights, bias))
+    if sched.algorithm == "dsp_depthwise16" and rq.acc_dtype == "int32":
+        return dsp.depthwise(ctx, ins[0], g, dsp.int16_word_order(weights, 0), rq.bias(bias), 0,
+                             finish, words=dsp.INT16, exact=True)
     if sched.algorithm == "dsp_dense16" and rq.acc_dtype == "int32":
         w = weights.reshape(g.cout, -1)
         return dsp.dense(ctx, ins[0], g, dsp.int16_word_order(w).reshape(weights.shape),

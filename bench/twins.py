@@ -19,7 +19,7 @@ For each pair and codegen, the ratio (first / twin) of
   in interleaved rounds, medians;
 - instructions per inference, exact, under qemu-aarch64 with the package's
   core: rpi5 packages (Cortex-A76: FP16, dot product) and rpi4 packages
-  (Cortex-A72).
+  (Cortex-A72); the int16 pair also on mps2-an386 (Cortex-M4).
 
 Every package's output is checked against the interpreter's first (float16
 within a half's tolerance, integers bit-exact).
@@ -38,7 +38,9 @@ sys.path.insert(0, str(REPO))
 
 from aot.errors import AotError  # noqa: E402
 
-COUNT_BOARDS = ("rpi5", "rpi4")
+# (the board a package is built for, the board that counts its instructions)
+ARM_COUNTS = (("rpi5", "qemu-aarch64"), ("rpi4", "qemu-aarch64"))
+COUNT_BOARDS = {"half": ARM_COUNTS, "int16": ARM_COUNTS + (("mps2-an386", "mps2-an386"),)}
 
 
 def pairs() -> dict:
@@ -114,7 +116,6 @@ def main() -> int:
         raise AotError(f"--pairs: no pair {', '.join(sorted(unknown))} "
                        f"(there are {', '.join(all_pairs)})")
     host = get_board(args.host) if args.host else host_board()
-    qemu = get_board("qemu-aarch64")
     with tempfile.TemporaryDirectory(prefix="aot-twins-") as tmp:
         for name in chosen:
             first, twin = all_pairs[name]
@@ -133,15 +134,16 @@ def main() -> int:
                           f"{med[0] / med[1]:.2f}x time", flush=True)
                 if args.no_count:
                     continue
-                for built_for in COUNT_BOARDS:
+                for built_for, counter in COUNT_BOARDS[name]:
                     counts = []
+                    board = get_board(counter)
                     for i, m in enumerate((first, twin)):
                         pkg = aot.package(m, built_for, cg,
                                           out_dir=Path(tmp) / f"{name}{i}{cg}{built_for}").path
-                        check(pkg, qemu, graphs[i], ins[i])
-                        counts.append(int(np.median(run_package(pkg, qemu, ins[i], 1, 3)
+                        check(pkg, board, graphs[i], ins[i])
+                        counts.append(int(np.median(run_package(pkg, board, ins[i], 1, 3)
                                                     .instructions)))
-                    print(f"{name} {cg} {built_for} (qemu-aarch64): {counts[0]:,} / {counts[1]:,}"
+                    print(f"{name} {cg} {built_for} ({counter}): {counts[0]:,} / {counts[1]:,}"
                           f" = {counts[0] / counts[1]:.2f}x instructions", flush=True)
     return 0
 

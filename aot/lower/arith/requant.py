@@ -314,7 +314,7 @@ class TfliteInt16Requant:
         self.m16 = lazy_table(ctx, "multiplier", m16)
         self.rounding = lazy_table(ctx, "rounding", rounding)
         self.total = lazy_table(ctx, "right_shift", total)
-        self.ctx, self.vec = ctx, None
+        self.ctx, self.vec, self.vec32, self.split32 = ctx, None, None, None
 
     def bias(self, values: np.ndarray) -> np.ndarray:
         """The bias as the accumulator starts from it."""
@@ -337,9 +337,13 @@ class TfliteInt16Requant:
         """apply on `lanes` channels from `channel` at once: acc int32 x
         lanes (the exact32 accumulator; not the int32 bias's wrapping
         form), the int64 MBQM on int64 lanes (x86's vpmuldq / vpmullq and
-        vpsravq, NEON's SMULL and SSHL)."""
+        vpsravq), on AArch64 in int32 lanes where split32_fits."""
         if self.wrapping32 or self.acc_dtype != "int32":
             raise ValueError("apply_vector takes the exact int32 accumulator of an int64 MBQM")
+        if self.split32 is None:
+            self.split32 = self.ctx.target.arch in SPLIT32_ARCHS and split32_fits(*self.values)
+        if self.split32:
+            return self._split32(acc, channel, lanes)
         if self.vec is None:
             self.vec = [vec_table(self.ctx, name, v, kind) for name, v, kind in zip(
                 ("multiplier_v", "rounding_v", "right_shift_v"), self.values,
@@ -350,6 +354,38 @@ class TfliteInt16Requant:
         scaled = b.let("scaled", Bin("+", Bin("*", Cast(i64, acc), Cast(i64, m16)), rounding))
         y = Cast(dt("int32", lanes), Bin(">>", scaled, total))
         return Cast(dt("int16", lanes), q.clamp(y, self.lo, self.hi))
+
+
+    def _split32(self, acc: Expr, channel: Expr, lanes: int) -> Expr:
+        """The int64 MBQM in int32 lanes (split32_fits): acc = 65536 a_hi +
+        a_lo, a_lo in [0, 65535]; (acc M16 + 2^(s-1)) >> s is then
+        (a_hi M16 + (a_lo M16 >> 16) + 2^(s-17)) >> (s - 16) exactly, every
+        term within int32. NEON multiplies no int64 lanes: the int64 form
+        needs the compiler to find SMULL, and clang 14 did not once the
+        multiplier's widening left the loop (a scalar MUL per lane, the A76's
+        int16 conv epilogue 265 instructions for 64 outputs)."""
+        m16, _, total = self.values
+        if self.vec32 is None:
+            self.vec32 = [vec_table(self.ctx, name, v, "int32") for name, v in (
+                ("multiplier_v", m16), ("rounding_v", np.int64(1) << (total - 17)),
+                ("right_shift_v", total - 16))]
+        m, rounding, shift = (t(channel, lanes) for t in self.vec32)
+        i32 = dt("int32", lanes)
+        hi = Bin("*", Bin(">>", acc, const_like(16, i32)), m)
+        lo = Bin(">>", Bin("*", Bin("&", acc, const_like(0xFFFF, i32)), m), const_like(16, i32))
+        y = Bin(">>", Bin("+", Bin("+", hi, lo), rounding), shift)
+        return Cast(dt("int16", lanes), q.clamp(y, self.lo, self.hi))
+
+
+# Where the vector 16x8 epilogue takes _split32 (NEON has no int64 lane
+# multiply; x86's pmuldq serves the int64 form).
+SPLIT32_ARCHS = ("aarch64",)
+
+
+def split32_fits(m16: np.ndarray, rounding: np.ndarray, total: np.ndarray) -> bool:
+    """Whether every channel's int64 MBQM runs in int32 lanes (_split32):
+    M16 in [0, 32767] (a_lo M16 < 2^31) and shifts of 17 to 31."""
+    return bool(np.all((m16 >= 0) & (m16 <= 32767) & (total >= 17) & (total <= 31)))
 
 
 # ------------------------------------------------------------ ONNX

@@ -139,9 +139,10 @@ def conv_tile(ctx: LowerCtx, s: TileStrategy, n: Expr, pixels: Sequence[list[Exp
     return rt.code(s.reduce(ctx, at), lambda pix, off, a, wd: s.store(ctx, at, pix, off, a, wd))
 
 
-def int8_tap(ctx: LowerCtx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs) -> Stmt:
+def int8_tap(ctx: LowerCtx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs, plane: int = 0) -> Stmt:
     """The reduction over the input channels at tap (ky, kx), input row iy
-    and columns ixs, in the schedule's strategy."""
+    and columns ixs, in the schedule's strategy (byte planes: `plane` 0
+    the high bytes, 1 the low)."""
     g, s = cv.g, cv.sched
     ws = [ctx.fresh("wv", dt("int32", wd)) for wd in at.widths]
     if s.mlal and not s.depthwise and g.depth % 8 == 0:
@@ -153,7 +154,7 @@ def int8_tap(ctx: LowerCtx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs) -> Stmt:
     wp = [ctx.fresh("wv", dt("int16", 2 * wd)) for wd in at.widths]
     if s.quads and s.by_lane:
         return loop(ctx, "icb", g.depth // 16,
-                    lambda icb: _quad_block(ctx, cv, at, ky, kx, ixs, icb))
+                    lambda icb: _quad_block(ctx, cv, at, ky, kx, ixs, icb, plane))
     if s.quads:
         return loop(ctx, "icq", g.depth // 4, lambda icq: _quad_step(ctx, cv, at, ky, kx, ixs,
                                                                      icq))
@@ -302,15 +303,17 @@ def _quad_step(ctx, cv: Int8Conv, at: TileAt, ky, kx, ixs, icq) -> Stmt:
     return seq(*body)
 
 
-def _quad_block(ctx, cv: Int8Conv, at: TileAt, ky, kx, ixs, icb) -> Stmt:
+def _quad_block(ctx, cv: Int8Conv, at: TileAt, ky, kx, ixs, icb, plane: int = 0) -> Stmt:
     """Quads 4 icb .. 4 icb + 3: one vector load of each pixel's four,
-    each quad a lane of it (Arm's sdot by element)."""
+    each quad a lane of it (Arm's sdot by element); byte planes: of the
+    pixel's `plane`."""
     r = cv.rows
     body, xvs = [], []
+    first = plane * cv.g.depth // 4
     for ix in ixs:
         xv = ctx.fresh("xq", dt("int32", 4))
         body.append(Decl(xv, Load(r.rows, flat_index(
-            (r.slot(at.oy, ky), ix, mul(icb, Const(4))), r.rows.shape), 4)))
+            (r.slot(at.oy, ky), ix, plus(mul(icb, Const(4)), first)), r.rows.shape), 4)))
         xvs.append(xv)
     for j in range(4):
         w4, decls = _quad_weights(ctx, cv, at, ky, kx, add(mul(icb, Const(4)), Const(j)))
@@ -387,11 +390,15 @@ class Int8Dot:
         return all_inside(region, (self.cv.g.kh, self.cv.g.kw))
 
     def init(self, at: TileAt, off: int, width: int) -> Expr:
+        if self.cv.sched.byte_planes:     # the bias joins after the high planes
+            return const_like(0, self.dtype.with_lanes(width))
         # staged rows hold x - zp already (or the quads' offset bytes): no fold
         return self.bias(at.inside and self.cv.rows is None, self.channel(at, off), width)
 
     def reduce(self, ctx: LowerCtx, at: TileAt) -> Stmt | None:
         g, cv = self.cv.g, self.cv
+        if cv.sched.byte_planes:
+            return self._planes(ctx, at)
         if cv.sched.rows == "flat":
             return loop(ctx, "ky", g.kh, lambda ky: loop(
                 ctx, "kp", cv.flat.shape[1], lambda j: int8_flat_step(ctx, cv, at, ky, j)))
@@ -405,6 +412,23 @@ class Int8Dot:
         return tap_nest(ctx, at.region, at.pixels[0], win, (g.h, g.w), lambda ipos, tap: int8_tap(
             ctx, cv, at, *tap, ipos[0], neighbours(ipos[1], len(at.pixels), g.strides[1])),
             ("ky", "kx"), from_origin=True)
+
+    def _planes(self, ctx: LowerCtx, at: TileAt) -> Stmt:
+        """Byte planes: every tap's high bytes, the sums times 256 plus
+        the bias, then every tap's low bytes. The schedule's caller proved
+        every partial sum fits int32."""
+        g, cv = self.cv.g, self.cv
+        win = g.window(0)
+
+        def taps(plane: int) -> Stmt | None:
+            return tap_nest(ctx, at.region, at.pixels[0], win, (g.h, g.w), lambda ipos, tap:
+                            int8_tap(ctx, cv, at, *tap, ipos[0],
+                                     neighbours(ipos[1], len(at.pixels), g.strides[1]), plane),
+                            ("ky", "kx"), from_origin=True)
+        scale = [Assign(a, Bin("+", Bin("*", a, const_like(256, a)),
+                               self.bias(False, self.channel(at, off), wd)))
+                 for row in at.accs for a, off, wd in zip(row, offsets(at.widths), at.widths)]
+        return seq(*[st for st in (taps(0), *scale, taps(1)) if st is not None])
 
     def store(self, ctx: LowerCtx, at: TileAt, pixel: list[Expr], off: int, acc: Var,
               width: int) -> Stmt:

@@ -37,9 +37,10 @@ from typing import Callable
 
 import numpy as np
 
+from aot.errors import AotError
 from aot.isa.calls import pack_pairs, pack_quads
-from aot.ir.tir import (Bin, Broadcast, Buffer, Cast, Const, Decl, Expr, If, Load, Stmt, Store,
-                        add, dt, flat_index, mul, seq)
+from aot.ir.tir import (Bin, Broadcast, Buffer, Cast, Const, Decl, Expr, If, Load, Select, Stmt,
+                        Store, add, dt, flat_index, mul, seq)
 from aot.lower.arith import qmath as q
 from aot.lower.arith.loops import loop
 from aot.lower.kernels.conv_tile import Int8Conv, Int8Dot, StagedRows, conv_tile
@@ -177,8 +178,10 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, sched: Int8ConvSchedule, load_x
     def bias_at(folded: bool, oc: Expr, lanes: int) -> Expr:
         """The bias less `fold` * sum(w) per channel: fold is the input zero
         point in the unstaged interior, zp + the quads' byte offset in staged
-        quads (padding holds zp + offset there), else 0."""
-        fold = zp + raw.offset if raw else zp if folded else 0
+        quads (padding holds zp + offset there), -128 in byte planes (their
+        low bytes are (x & 255) - 128), else 0."""
+        fold = (-PLANE_OFFSET if sched.byte_planes else zp + raw.offset if raw
+                else zp if folded else 0)
         if fold not in bias_tabs:
             values = bias - fold * flat_w.sum(axis=1)
             bias_tabs[fold] = ctx.param("bias", ref_q.wrap_int32(values).astype(np.int32))
@@ -201,6 +204,8 @@ def stage_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     quads (_flat_rows)."""
     if sched.rows == "flat":
         return _flat_rows(ctx, g, load_x, zp, sched.flat_accumulator)
+    if sched.byte_planes:
+        return _plane_rows(ctx, g, load_x)
     if sched.quads:
         return _quad_rows(ctx, g, load_x, zp, sched.accumulator)
     if sched.mlal and sched.depthwise:
@@ -324,13 +329,16 @@ def _byte_row(ctx: LowerCtx, rows: Buffer, base: Expr, load_x: Callable, at: tup
     return If(cond, inside, fill_run(0, count))
 
 
-def _staged_rows(ctx: LowerCtx, g: ConvGeom, name: str, words: int, fill: int,
-                 one: Callable, many: Callable, smallest: int, dtype: str = "int32"):
+def _staged_rows(ctx: LowerCtx, g: ConvGeom, name: str, words: int, fill: int | tuple,
+                 one: Callable, many: Callable, smallest: int, dtype: str = "int32",
+                 run: int = 0):
     """The StagedRows (the rows buffer [KH, W', words] of `dtype`) of the
     staged conv: the slot of tap row ky holds input row oy *
     stride - pad + ky * dilation from the left padding on, `words`
     per pixel (one(n, iy, ix, k): word k; many(n, iy, ix, k, count): words
-    k.. as a vector), `fill` where that is outside the image. With stride
+    k.. as a vector), `fill` where that is outside the image (a tuple: word
+    k of every pixel fill[k], in runs of equal words; `run`: many() takes
+    no vector across a multiple of `run` words). With stride
     and dilation 1 the rows form a ring (slot (oy + ky) % KH), so each input
     row is staged once, not KH times; output rows must then run in order."""
     sh, sw = g.strides
@@ -342,6 +350,9 @@ def _staged_rows(ctx: LowerCtx, g: ConvGeom, name: str, words: int, fill: int,
     def fill_run(start: Expr, count: int) -> Stmt | None:
         if count <= 0:
             return None
+        if isinstance(fill, tuple):     # word k of each pixel its own (runs start at a pixel)
+            return loop(ctx, "z", count, lambda j: Store(rows, add(start, j), _word_fill(
+                fill, Bin("%", j, Const(words)), dt(dtype))))
         return loop(ctx, "z", count, lambda j: Store(rows, add(start, j), Const(fill, dt(dtype))))
 
     ring = _ring(ctx, sh, dh, g.kh)
@@ -369,10 +380,12 @@ def _staged_rows(ctx: LowerCtx, g: ConvGeom, name: str, words: int, fill: int,
                     return loop(ctx, "k", words, lambda k: Store(rows, place(ix, k),
                                                                  one(n, iy, ix, k)))
                 runs, k = [], 0
-                for count in pair_widths(words, lanes, smallest):
-                    value = many(n, iy, ix, k, count) if count > 1 else one(n, iy, ix, Const(k))
-                    runs.append(Store(rows, place(ix, Const(k)), value))
-                    k += count
+                for part in range(0, words, run or words):
+                    for count in pair_widths(min(words - part, run or words), lanes, smallest):
+                        value = (many(n, iy, ix, k, count) if count > 1
+                                 else one(n, iy, ix, Const(k)))
+                        runs.append(Store(rows, place(ix, Const(k)), value))
+                        k += count
                 return seq(*runs)
             inside = seq(*[st for st in (
                 fill_run(base, g.pad_left * words),
@@ -383,6 +396,15 @@ def _staged_rows(ctx: LowerCtx, g: ConvGeom, name: str, words: int, fill: int,
             return If(cond, inside, fill_run(base, width * words))
         return row
     return StagedRows(stage, rows, slot)
+
+
+def _word_fill(fill: tuple[int, ...], k: Expr, dtype) -> Expr:
+    """fill[k] for a run-length tuple of per-word fills: a Select per change."""
+    value: Expr = Const(fill[-1], dtype)
+    for i in range(len(fill) - 1, 0, -1):
+        if fill[i - 1] != fill[i]:
+            value = Select(Bin("<", k, Const(i)), Const(fill[i - 1], dtype), value)
+    return value
 
 
 def _pair_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int):
@@ -441,3 +463,39 @@ def _quad_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int, kind: Accu
     fill = int(ref_q.wrap_int32(np.int64(pad_byte * 0x01010101)))
     return _staged_rows(ctx, g, "quad_rows", g.depth // 4, fill, one, many, 2)
 
+
+
+# What byte planes' low bytes are less: (x & 255) - 128 fits int8.
+PLANE_OFFSET = 128
+
+
+def _plane_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable):
+    """_staged_rows of int16 activations (zero point 0) as byte planes for
+    aot_dot4, [KH, W', D/2]: a pixel's D/4 quads of high bytes x >> 8, then
+    its D/4 quads of low bytes (x & 255) - 128 (low channel first in each
+    quad), no vector across the planes. Outside the image x = 0: high
+    bytes 0, low bytes -128, whose products the bias's 128 sum(w) takes
+    back, as it does the in-image taps'."""
+    quads = g.depth // 4
+
+    def plane(v: Expr, high: bool) -> Expr:
+        if high:
+            return Bin(">>", v, const_like(8, v))
+        return Bin("-", Bin("&", v, const_like(255, v)), const_like(PLANE_OFFSET, v))
+
+    def one(n, iy, ix, k):
+        if not isinstance(k, Const):
+            raise AotError(f"byte planes stage whole quads, not word {k}")
+        high, cq = k.value < quads, k.value % quads
+        return quad_value([plane(to_i32(load_x((n, iy, ix, Const(4 * cq + j)))), high)
+                           for j in range(4)], 0)
+
+    def many(n, iy, ix, k, count):
+        high, cq = k < quads, k % quads
+        if (k + count - 1 < quads) != high:
+            raise AotError(f"byte planes: quads {k}..{k + count - 1} straddle the planes")
+        v = load_x((n, iy, ix, Const(4 * cq)), 4 * count)
+        return pack_quads(Cast(dt("int8", 4 * count), plane(v, high)))
+    low = int(ref_q.wrap_int32(np.int64(0x80808080)))
+    return _staged_rows(ctx, g, "plane_rows", 2 * quads, (0,) * quads + (low,) * quads,
+                        one, many, 2, run=quads)

@@ -150,7 +150,11 @@ class Int8ConvSchedule:
     border taps tested). `walk`: how conv_walk.walk visits the output (the
     integer policy's "border" regions, or with staged rows one "whole"):
     oy / ox loops, no region comments, tested regions a pixel at a time,
-    each pixel part a loop of channel tiles of its own."""
+    each pixel part a loop of channel tiles of its own. `byte_planes`: int16
+    activations in the int8 quads, each x staged as its high byte h = x >> 8
+    and its low byte less 128, l = (x & 255) - 128 (x = 256 h + l + 128):
+    the high planes' dot products first, their sums times 256 plus the bias
+    (which takes the 128 sum(w)), then the low planes'."""
     algorithm: str
     tile: Tile | None = None
     tiles: tuple[tuple[int, tuple[int, ...]], ...] = ()
@@ -163,6 +167,7 @@ class Int8ConvSchedule:
     rows: str = "direct"
     flat_accumulator: Accumulator | None = None
     walk: Walk | None = None
+    byte_planes: bool = False
 
     @property
     def raw(self) -> Accumulator | None:
@@ -175,7 +180,8 @@ class Int8ConvSchedule:
 
 
 def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
-                       in_memory: bool = False, int16_input: bool = False) -> Int8ConvSchedule:
+                       in_memory: bool = False, int16_input: bool = False,
+                       byte_planes: bool = False) -> Int8ConvSchedule:
     """The default policy. `in_memory`: the input is a buffer the Cortex-M
     kernels read where it lies (tfl.conv2d's int8 input; the hybrid conv's
     quantized image and the ONNX convolutions go through their loads, so
@@ -185,8 +191,18 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     scalar loops; the vector sites are consulted only for vector tiles, in
     the order the kernel always asked them. `int16_input`: the 16x8
     convolutions' int16 activations (zero point 0), which only the 16-bit
-    multiply-adds take (pairs, SMLAL depthwise), never the int8 Cortex-M
-    kernels or the quads of bytes."""
+    multiply-adds take (pairs, SMLAL depthwise; on a DSP core without
+    vectors "dsp_dense16" and "dsp_depthwise16", the dense nest in SMLADs
+    and the depthwise in SMLABB / SMLATT of int16 words), never
+    the int8 Cortex-M kernels or the quads of bytes, except as byte planes (`byte_planes`:
+    the caller has proven their sums fit int32) where the target's quads
+    are signed dot products by lane (Arm's SDOT: 16 products an instruction
+    where SMLAL makes 4; the planes take two)."""
+    if int16_input and in_memory and target.lanes(32) == 1:
+        if dsp.fits_depthwise(target, g, weights):
+            return Int8ConvSchedule("dsp_depthwise16")
+        if dsp.fits_dense(target, g, weights):
+            return Int8ConvSchedule("dsp_dense16")
     kernel = (cortex_m_conv(target, g, weights) or rv32_conv(target, g, weights)) \
         if in_memory and not int16_input else None
     if kernel is not None:
@@ -198,6 +214,12 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     dense = not depthwise and g.groups == 1
     width = g.cout if depthwise else g.per_group
     kind = PAIRS if int16_input else int8_accumulator(target)
+    planes = False
+    if int16_input and byte_planes and dense and g.depth % 16 == 0:
+        quad = int8_accumulator(target)
+        if quad.group == 4 and quad.by_lane and not quad.unsigned and not quad.symmetric \
+                and quad.fits(weights):
+            kind, planes = quad, True
     regs = target.vector_registers
     # Sixteen-channel-deep convs read each pixel's four quads as one vector
     # and take them by lane, where the strategy says so.
@@ -218,11 +240,14 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     # in pairs).
     # int16 activations take the same in dense convs: one input value
     # broadcast against 8 output channels' int16 weights (SMLAL / SMLAL2).
-    mlal = ((depthwise or int16_input and dense) and mlal_depthwise(target) and t.lanes == 4
+    mlal = ((depthwise or int16_input and dense and not planes) and mlal_depthwise(target)
+            and t.lanes == 4
             and all(len(ws) % 2 == 0 and set(ws) == {4} for _, ws in tiles))
     # Dense convs whose depth is a multiple of 4 take four input channels
     # per aot_dot4 where the strategy says so.
     quads = kind.group == 4 and dense and g.depth % 4 == 0 and wide and kind.fits(weights)
+    if planes and not quads:
+        return int8_conv_schedule(target, g, weights, in_memory, int16_input)
     pairs = not quads and not depthwise and not mlal and g.depth >= 2
     # Dense convs with an even depth stage the KH input rows an output row
     # reads (quads always do).
@@ -251,7 +276,7 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
                 blocks_in_tested_rows=False, parts=True, parts_outside=True,
                 unroll=UNROLL_CHANNEL_TILES if quads and target.arch == "aarch64" else 0)
     return Int8ConvSchedule("vector", t, tiles, depthwise, kind, by_lane, mlal, quads, pairs,
-                            rows, flat_kind, walk)
+                            rows, flat_kind, walk, planes)
 
 
 def cortex_m_conv(target: Target, g: ConvGeom, weights: np.ndarray) -> str | None:
@@ -307,7 +332,8 @@ def int8_fc_schedule(target: Target, w: np.ndarray, in_memory: bool,
     extension's words or, without either, words read byte by byte, or the
     scalar RISC-V cores' register tiles, else the scalar loop.
     `int16_input`: the 16x8 layer's int16 activations, in the vector
-    tiles' pairs or the scalar loop only."""
+    tiles' pairs, on a DSP core "dsp_fc16" (SMLADs of int16 words), or the
+    scalar loop."""
     if target.lanes(32) > 1 and len(w) >= 4:
         t = tile(target, "int32")
         kind = PAIRS if int16_input else int8_accumulator(target)
@@ -316,7 +342,8 @@ def int8_fc_schedule(target: Target, w: np.ndarray, in_memory: bool,
             kind = PAIRS
         return Int8ConvSchedule("vector", t, accumulator=kind)
     if int16_input:
-        return Int8ConvSchedule("scalar")
+        return Int8ConvSchedule("dsp_fc16" if in_memory and dsp.fits_fc(target, w)
+                                else "scalar")
     if in_memory and mve.fits_fc(target, w):
         return Int8ConvSchedule("mve_fc")
     if in_memory and dsp.fits_fc(target, w):

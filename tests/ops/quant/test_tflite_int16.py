@@ -387,7 +387,7 @@ def _int16_chain() -> bytes:
     return m.build([x], [y])
 
 
-@pytest.mark.parametrize("board, count", [("host", 20), ("qemu-aarch64", 3)])
+@pytest.mark.parametrize("board, count", [("host", 20), ("qemu-aarch64", 3), ("mps2-an386", 2)])
 def test_int16_chain_packaged_bit_exact_with_tflm(tmp_path, board, count):
     path = tmp_path / "chain16.tflite"
     path.write_bytes(_int16_chain())
@@ -449,7 +449,7 @@ def _int16_vector_chain() -> bytes:
 
 
 @pytest.mark.parametrize("board, codegen", [("host", "llvm"), ("qemu-aarch64", "c"),
-                                            ("qemu-aarch64", "llvm")])
+                                            ("qemu-aarch64", "llvm"), ("mps2-an386", "c")])
 def test_int16_vector_chain_packaged_bit_exact_with_tflm(tmp_path, board, codegen):
     path = tmp_path / "vector16.tflite"
     path.write_bytes(_int16_vector_chain())

@@ -58,6 +58,7 @@ from typing import Callable
 import numpy as np
 
 from aot.isa.arm_dsp import INT8X4, smla_half, smlad, ssat8, sxtb16
+from aot.isa.calls import lane, pack_pairs
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Const, Decl, DType, Expr, For, ForKind, If,
                         Load, Stmt, Store, Var, add, flat_index, mul, seq)
 from aot.limits import wide_weights
@@ -189,7 +190,7 @@ def _matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray
     channels, depth = w.shape
     nr, nk = tile
     whole = depth - depth % n
-    widened = walk.widened and words is PAIRS and depth % n == 0 and wide_weights()
+    widened = walk.widened and words in (PAIRS, INT16) and depth % n == 0 and wide_weights()
     packed = interleave(w, nk, n).astype(np.int8)
     wbuf = ctx.param("weights", widened_pairs(packed) if widened else packed)
     start = table(ctx, "bias", bias.astype(np.int32))
@@ -336,7 +337,7 @@ def dense(ctx: LowerCtx, x: TensorRef, g, weights: np.ndarray, bias: np.ndarray,
     w = weights.reshape(g.cout, -1)         # (ky, kx, c) per channel
     terms = w.shape[1]
     nk = tile[1]
-    widened = walk.widened and words is PAIRS and wide_weights()
+    widened = walk.widened and words in (PAIRS, INT16) and wide_weights()
     packed = interleave(w, nk, lanes).astype(np.int8)
     wbuf = ctx.param("weights", widened_pairs(packed) if widened else packed)
     start = table(ctx, "bias", folded_bias(bias, zp, w))
@@ -798,6 +799,50 @@ class Words:
 
 # SMLAD's: a word of 4 split into its even and odd int16 pairs
 PAIRS = Words(4, _halves, _dot_words, lanewise=_smla_lanes)
+
+
+def _int16_halves(ctx: LowerCtx, body: list, name: str, load: Load, cond: Expr | None = None,
+                  fill: int = 0) -> tuple[Expr, Expr]:
+    """INT16's operands of a step of 4 depths: int16 activations as the two
+    words they are in memory, (x0, x1) and (x2, x3) (zero where cond is
+    false: TFLite's int16 zero point); the weights' int8 word, stored as
+    (w0, w2, w1, w3) (int16_word_order), split by SXTB16 into (w0, w1) and
+    (w2, w3) as PAIRS splits it."""
+    if load.buffer.dtype.scalar != "int16":
+        return _halves(ctx, body, name, load, cond, fill)
+    pair = pack_pairs(Load(load.buffer, load.index, 4))
+    words = [lane(pair, j) for j in (0, 1)]
+    vs = (ctx.fresh(name + "_01"), ctx.fresh(name + "_23"))
+    if cond is None:
+        body += [Decl(v, word) for v, word in zip(vs, words)]
+    else:
+        body += [Decl(v, Const(fill * 0x10001)) for v in vs]
+        body.append(If(cond, seq(*(Assign(v, word) for v, word in zip(vs, words)))))
+    return vs
+
+
+def _int16_lanes(body: list, x, w, accs) -> None:
+    """accs[k] += channel k of x times channel k of w (INT16's operands:
+    (x0, x1), (x2, x3) and (w0, w1), (w2, w3)): SMLABB / SMLATT."""
+    for k, acc in enumerate(accs):
+        body.append(Assign(acc, smla_half(x[k // 2], w[k // 2], acc, k % 2 == 1)))
+
+
+# int16 activations (the 16x8 kernels): two SMLADs per 4 depths, the
+# activation words loaded as they are; depthwise, SMLABB / SMLATT
+INT16 = Words(4, _int16_halves, _dot_words, lanewise=_int16_lanes)
+
+
+def int16_word_order(w: np.ndarray, axis: int = 1) -> np.ndarray:
+    """Weights with each whole word's depths along `axis` (the depth of
+    [channels, depth]; a depthwise filter's channels) (0, 1, 2, 3) stored as
+    (0, 2, 1, 3): SXTB16's even and odd halves of it are then the pairs
+    (w0, w1) and (w2, w3) that INT16's activation words meet."""
+    w = np.moveaxis(np.array(w, copy=True), axis, -1)
+    whole = w.shape[-1] - w.shape[-1] % 4
+    words = w[..., :whole].reshape(*w.shape[:-1], -1, 4)
+    w[..., :whole] = words[..., [0, 2, 1, 3]].reshape(*w.shape[:-1], whole)
+    return np.moveaxis(w, -1, axis)
 
 
 def _widened_word(ctx: LowerCtx, body: list, wbuf: Buffer, at: Expr) -> tuple[Var, Var]:

@@ -2,7 +2,8 @@
 
 The 16x8 convolutions and FC run the int8 vector tiles where the sums
 provably fit int32 (their 16-bit multiply-adds: x86's pmaddwd pairs,
-NEON's SMLAL), else the int8 loop nest (conv_nest) with an int64
+NEON's SMLAL; dense convs on Arm's SDOT as two byte planes, x = 256 h +
+l + 128), else the int8 loop nest (conv_nest) with an int64
 accumulator row and the int64 bias, or for FC a dot product per output
 in int64; BATCH_MATMUL is a dot product per output in int64. Their epilogue is the int64
 MultiplyByQuantizedMultiplier: the 31-bit multiplier reduced to 16 bits at
@@ -23,6 +24,7 @@ from aot.ir.tir import (Assign, Bin, Cast, Const, Load, Select, Store, Unary, Va
                         dt, mul)
 from aot.lower.arith import qmath as q
 from aot.lower.kernels import int8_conv as i8
+from aot.lower.kernels.cortex_m import dsp
 from aot.lower.arith.loops import loop, nest, rows
 from aot.lower.rules.elementwise import broadcast_load
 from aot.lower.arith.quant import (CallView, bias_values, const_input, narrow, table, to_i32,
@@ -60,6 +62,14 @@ def sums_fit_int32(weights: np.ndarray, bias: np.ndarray) -> bool:
     return bool(np.max(rows * 32768 + np.abs(bias)) <= ref_q.INT32_MAX)
 
 
+def planes_fit_int32(weights: np.ndarray, bias: np.ndarray) -> bool:
+    """Whether byte planes' partial sums stay in int32: the high planes'
+    sums times 256 (at most 32768 sum|w|), the bias with 128 sum(w) and
+    the low bytes' (at most 128 sum|w|) on top."""
+    rows = np.abs(weights.reshape(weights.shape[0], -1)).sum(axis=1)
+    return bool(np.max(rows * (32768 + 256) + np.abs(bias)) <= ref_q.INT32_MAX)
+
+
 def _conv16(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom):
     """The 16x8 conv: vector tiles where the sums provably fit int32 (the
     int8 kernels' tiles in their 16-bit multiply-adds: pmaddwd pairs on x86,
@@ -73,7 +83,15 @@ def _conv16(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom):
         b = q.Block(ctx)
         b.add(emit(0, idx, rq.apply(b, acc, idx[3])))
         return b.stmt()
-    sched = int8_conv_schedule(ctx.target, g, weights, int16_input=True)
+    sched = int8_conv_schedule(ctx.target, g, weights, ins[0].in_memory, int16_input=True,
+                               byte_planes=planes_fit_int32(weights, bias))
+    if sched.algorithm == "dsp_depthwise16" and rq.acc_dtype == "int32":
+        return dsp.depthwise(ctx, ins[0], g, dsp.int16_word_order(weights, 0), rq.bias(bias), 0,
+                             finish, words=dsp.INT16, exact=True)
+    if sched.algorithm == "dsp_dense16" and rq.acc_dtype == "int32":
+        w = weights.reshape(g.cout, -1)
+        return dsp.dense(ctx, ins[0], g, dsp.int16_word_order(w).reshape(weights.shape),
+                         rq.bias(bias), 0, finish, words=dsp.INT16, walk=dsp.DSP_DENSE)
     if exact32 and not rq.wrapping32 and sched.algorithm == "vector":
         def epilogue(b, idx, acc, lanes):
             if lanes == 1:
@@ -109,7 +127,15 @@ def fully_connected_16x8(ctx: LowerCtx, ins, emit):
     bias = bias_values(ctx, ins, 2, units)
     exact32 = sums_fit_int32(w, bias)
     rq = TfliteInt16Requant(ctx, *ref.fc_multipliers(ctx), exact32)
-    sched = int8_fc_schedule(ctx.target, w, False, int16_input=True)
+    sched = int8_fc_schedule(ctx.target, w, x.in_memory, int16_input=True)
+    if sched.algorithm == "dsp_fc16" and rq.acc_dtype == "int32":
+        def finish(out_lead, o, acc):
+            b = q.Block(ctx)
+            b.add(emit(0, out_lead + (o,), rq.apply(b, acc, o)))
+            return b.stmt()
+        return dsp.fully_connected(ctx, x, dsp.int16_word_order(w), rq.bias(bias),
+                                   ctx.out_types[0].shape, finish, words=dsp.INT16,
+                                   walk=dsp.DSP_FC)
     if exact32 and not rq.wrapping32 and sched.algorithm == "vector":
         # the int8 layer's vector tiles in pairs (pmaddwd on x86)
         def requant(b, bi, c, acc, lanes):

@@ -1,0 +1,180 @@
+"""The 16x8 kernels' (int16 activations) target paths.
+
+Byte planes in SDOT quads: where the schedule takes them (the A76's
+signed dot products by lane, dense convs 16k channels deep whose sums fit
+int32 with the planes' margin), bit-exact on the host through the quads'
+lane formula (padding, strides, several plane runs, weights holding -128)
+and in an rpi5 package under qemu-aarch64 -cpu cortex-a76 against
+tflite-micro; the int32-lane epilogue against the int64 MBQM.
+
+Cortex-M4 (DSP): dense convs and FC in SMLADs of int16 activation words,
+depthwise in SMLABB / SMLATT, bit-exact on mps2-an386 against tflite-micro."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import aot
+from aot.api import verify
+from aot.frontend.tflite.importer import import_tflite
+from aot.ir.tir import Call, stmt_exprs, walk_expr, walk_stmt
+from aot.lower import lower_graph
+from aot.lower.schedule.strategy import QUADS
+from aot.targets import get_target
+from aot.testing.kernels import build_and_run_many
+from aot.testing.tflite_builder import TFLiteBuilder
+
+# (input shape, output channels, kernel, stride, padding 0 SAME / 1 VALID)
+CONVS = [((1, 6, 7, 16), 16, 3, 1, 0), ((1, 7, 6, 32), 8, 3, 2, 0),
+         ((1, 5, 5, 16), 12, 3, 1, 1), ((1, 4, 4, 48), 16, 1, 1, 0)]
+
+
+def _conv16(x_shape, cout, k, stride, padding, seed, bias_spread=4000) -> bytes:
+    """One int16 CONV_2D (int8 weights per channel, -128 among them, int64 bias)."""
+    rng = np.random.default_rng(seed)
+    cin = x_shape[3]
+    w = rng.integers(-128, 128, (cout, k, k, cin))
+    w[0, 0, 0, 0] = -128
+    ws = list(rng.uniform(0.002, 0.02, cout))
+    m = TFLiteBuilder()
+    x = m.tensor("x", x_shape, "int16", scale=[0.02], zp=[0])
+    oh = -(-x_shape[1] // stride) if padding == 0 else (x_shape[1] - k) // stride + 1
+    ow = -(-x_shape[2] // stride) if padding == 0 else (x_shape[2] - k) // stride + 1
+    y = m.tensor("y", (1, oh, ow, cout), "int16", scale=[0.5], zp=[0])
+    wt = m.const("w", w, "int8", scale=ws, zp=[0] * cout, qdim=0)
+    bt = m.const("bias", rng.integers(-bias_spread, bias_spread, cout), "int64",
+                 scale=[0.02 * s for s in ws], zp=[0] * cout)
+    m.op("CONV_2D", [x, wt, bt], [y], "Conv2DOptions", Padding=padding, StrideH=stride,
+         StrideW=stride, FusedActivationFunction=0)
+    return m.build([x], [y])
+
+
+def _graph(data: bytes):
+    return aot.optimize(import_tflite(data, "conv16"))
+
+
+def _lowered(graph, target: str):
+    funcs = [k.func for k in lower_graph(graph, get_target(target))]
+    calls = {x.fn for f in funcs for st in walk_stmt(f.body) for e in stmt_exprs(st)
+             for x in walk_expr(e) if isinstance(x, Call)}
+    return calls, {p.name for f in funcs for p in f.params}
+
+
+@pytest.mark.fast
+def test_int16_dense_convs_take_byte_planes_where_sdot_is():
+    g = _graph(_conv16(*CONVS[0], seed=1))
+    calls, params = _lowered(g, "aarch64-linux-a76")
+    assert "arm_sdot" in calls and "plane_rows" in params
+    calls, params = _lowered(g, "aarch64-linux")       # A72: no dot product, SMLAL
+    assert "plane_rows" not in params and any(c.startswith("arm_smlal") for c in calls)
+    # a bias near int32's end: the planes' partial sums could overflow
+    big = _graph(_conv16(*CONVS[0], seed=1, bias_spread=2 ** 31 - 2 ** 26))
+    assert "plane_rows" not in _lowered(big, "aarch64-linux-a76")[1]
+
+
+@pytest.mark.fast
+def test_split32_mbqm_equals_the_int64_one_at_the_ends():
+    """The int32-lane form of the 16x8 epilogue against qmath.mbqm_int64
+    on accumulators at int32's ends and around 2^16 multiples, for M16 and
+    shifts at the ends split32_fits allows."""
+    from aot.lower.arith.requant import reduced_multipliers, split32_fits
+    from aot.ops.quant.qmath import mbqm_int64
+    acc = np.array([-2**31, -2**31 + 1, -65537, -65536, -65535, -1, 0, 1, 65535, 65536,
+                    2**31 - 65536, 2**31 - 1], np.int64)
+    for mult, shift in [(2**31 - 1, -2), (0x7FFF0000 - 1, -16), (2**30, -16), (2**30, -2),
+                        (1 << 30 | 12345, -9), (0, -5)]:
+        m16, _, total = reduced_multipliers(mult, shift)
+        assert split32_fits(m16, None, total)
+        m, s = np.int64(m16[0]), np.int64(total[0])
+        got = ((acc >> 16) * m + (((acc & 0xFFFF) * m) >> 16) + (1 << (s - 17))) >> (s - 16)
+        assert (np.abs((acc >> 16) * m) < 2**31).all() and (((acc & 0xFFFF) * m) < 2**31).all()
+        np.testing.assert_array_equal(got, mbqm_int64(acc, mult, shift))
+    m16, _, total = reduced_multipliers(2**30, -1)          # a shift of 16: the int64 form
+    assert not split32_fits(m16, None, total)
+
+
+def test_byte_planes_bit_exact_in_the_lane_formula(monkeypatch):
+    """The A76's schedule (signed quads by lane) and its epilogue in int32
+    lanes on this host's C: the quads' lane formula, against the interpreter."""
+    import aot.lower.schedule.conv as policy        # the module whose schedule asks
+    from aot.lower.arith import requant
+    monkeypatch.setattr(policy, "int8_accumulator", lambda target: QUADS)
+    monkeypatch.setattr(requant, "SPLIT32_ARCHS", ("aarch64", "x86_64"))
+    target = get_target("x86_64-linux")
+    graphs = [_graph(_conv16(*c, seed=k)) for k, c in enumerate(CONVS)]
+    rng = np.random.default_rng(3)
+    cases = [(g, {n: rng.integers(-32768, 32768, g.types[n].shape).astype(np.int16)
+                  for n in g.inputs}) for g in graphs for _ in range(2)]
+    # the extremes: every high byte -128 or 127, every low byte 0 or 255
+    for g in graphs:
+        shape = g.types[g.inputs[0]].shape
+        cases += [(g, {g.inputs[0]: np.full(shape, v, np.int16)}) for v in (-32768, 32767)]
+    for (g, feeds), got in zip(cases, build_and_run_many(cases, "c", target)):
+        want = aot.interpret(g, feeds)
+        for name in g.outputs:
+            np.testing.assert_array_equal(got[name], want[name])
+    for g in graphs:
+        assert "plane_rows" in _lowered(g, "x86_64-linux")[1]
+
+
+def test_rpi5_int16_conv_in_planes_bit_exact_with_tflm(tmp_path):
+    path = tmp_path / "conv16.tflite"
+    path.write_bytes(_conv16(*CONVS[1], seed=9))
+    pkg = tmp_path / "pkg"
+    aot.package(path, board="rpi5", out_dir=pkg)
+    assert "plane_rows" in (pkg / "src" / "conv16_kernels.c").read_text()
+    out = verify(pkg, board="qemu-aarch64", source=path)
+    assert out["reference"] == "tflite-micro", out
+    assert out["ok"] and all(r["max_abs_err"] == 0.0 for r in out["outputs"]), out
+
+
+def _fc16(rows: int, depth: int, units: int, seed: int) -> bytes:
+    """One int16 FULLY_CONNECTED (int8 weights per tensor, int64 bias)."""
+    rng = np.random.default_rng(seed)
+    m = TFLiteBuilder()
+    x = m.tensor("x", (rows, depth), "int16", scale=[0.02], zp=[0])
+    y = m.tensor("y", (rows, units), "int16", scale=[0.5], zp=[0])
+    wt = m.const("w", rng.integers(-128, 128, (units, depth)), "int8", scale=[0.01], zp=[0])
+    bt = m.const("bias", rng.integers(-4000, 4000, units), "int64", scale=[0.0002], zp=[0])
+    m.op("FULLY_CONNECTED", [x, wt, bt], [y], "FullyConnectedOptions",
+         FusedActivationFunction=0)
+    return m.build([x], [y])
+
+
+def _dw16(x_shape, stride: int, seed: int) -> bytes:
+    """One int16 DEPTHWISE_CONV_2D, 3x3 SAME, multiplier 1 (int64 bias)."""
+    rng = np.random.default_rng(seed)
+    c = x_shape[3]
+    ws = list(rng.uniform(0.002, 0.02, c))
+    m = TFLiteBuilder()
+    x = m.tensor("x", x_shape, "int16", scale=[0.02], zp=[0])
+    oh, ow = -(-x_shape[1] // stride), -(-x_shape[2] // stride)
+    y = m.tensor("y", (1, oh, ow, c), "int16", scale=[0.05], zp=[0])
+    wt = m.const("w", rng.integers(-128, 128, (1, 3, 3, c)), "int8", scale=ws, zp=[0] * c,
+                 qdim=3)
+    bt = m.const("bias", rng.integers(-4000, 4000, c), "int64", scale=[0.02 * s for s in ws],
+                 zp=[0] * c)
+    m.op("DEPTHWISE_CONV_2D", [x, wt, bt], [y], "DepthwiseConv2DOptions", Padding=0,
+         StrideH=stride, StrideW=stride, DepthMultiplier=1)
+    return m.build([x], [y])
+
+
+@pytest.mark.fast
+def test_int16_convs_and_fc_take_smlad_on_the_m4():
+    for data, instruction in ((_conv16(*CONVS[1], seed=2), "arm_smlad"),
+                              (_fc16(2, 22, 6, seed=2), "arm_smlad"),
+                              (_dw16((1, 5, 6, 10), 1, seed=2), "arm_smlatt")):
+        calls, _ = _lowered(_graph(data), "cortex-m4")
+        assert instruction in calls, sorted(calls)
+
+
+@pytest.mark.parametrize("data", [_conv16(*CONVS[1], seed=4), _conv16(*CONVS[2], seed=5),
+                                  _fc16(2, 22, 6, seed=6), _dw16((1, 5, 6, 10), 1, seed=7),
+                                  _dw16((1, 7, 7, 8), 2, seed=8)],
+                         ids=["conv_s2", "conv_valid", "fc", "depthwise", "depthwise_s2"])
+def test_m4_int16_smlad_bit_exact_with_tflm(data, tmp_path):
+    path = tmp_path / "m16.tflite"
+    path.write_bytes(data)
+    out = verify(path, board="mps2-an386", count=2)
+    assert out["reference"] == "tflite-micro", out
+    assert out["ok"] and all(r["max_abs_err"] == 0.0 for r in out["outputs"]), out

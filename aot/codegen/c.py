@@ -646,6 +646,9 @@ class _Printer:
                         for a in e.args]
                 return self._call_text(self._vector_helper_fn(whole, pmuldq), args)
         name = self._helper_fn(fn) if isinstance(fn, Helper) else fn.c_name
+        if name == "fmaf" and e.dtype.lanes in x86.C_FMADD and self.mod.gcc_x86:
+            return self._call_text(self._x86_fmaf(e.dtype), [
+                a if dtype_of(a).lanes > 1 else Broadcast(a, e.dtype.lanes) for a in e.args])
         if e.dtype.lanes > 1:
             arg_types = [dtype_of(a) for a in e.args]
             t = self.mod.vector(e.dtype)
@@ -653,6 +656,21 @@ class _Printer:
                                 else f"aot_{name}_{t[4:]}", e.dtype, arg_types,
                                 lambda a, n=name: f"{n}({', '.join(a)})")
         return self._call_text(name, list(e.args))
+
+    def _x86_fmaf(self, d: DType) -> str:
+        """fmaf on float32 vectors of an x86 target: the vfmadd intrinsic
+        (x86.c_fmadd) under `#if`, the lane loop otherwise. Clang left the
+        loop scalar where an operand was a converted load (a QOperator
+        ResNet-50's residual adds: each lane extracted, converted and
+        multiplied alone)."""
+        t = self.mod.vector(d)
+        name = f"aot_fmaf_{t[4:]}"
+        head, isa, fast = x86.c_fmadd(d.lanes, t)
+        return self.mod.helper(name, lambda: (
+            f"{head}static inline {t} {name}({t} a, {t} b, {t} c)\n{{\n"
+            f"#if {isa}\n    return {fast};\n#else\n    {t} r = {{0}};\n"
+            f"    for (int k = 0; k < {d.lanes}; ++k)\n        r[k] = fmaf(a[k], b[k], c[k]);\n"
+            "    return r;\n#endif\n}"))
 
     def _pair_sums(self, d: DType) -> str:
         """aot_pair_sums (calls.PairSums): the even lanes of both operands

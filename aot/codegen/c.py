@@ -29,7 +29,7 @@ from aot.isa import arm_dsp, arm_mve, half, neon, rvv, x86
 from aot.isa.arm_dsp import DspOp
 from aot.isa.arm_mve import MveOp
 from aot.codegen.check import check_func
-from aot.isa.calls import Helper, Lane, PairPack, check_call, vector_helper
+from aot.isa.calls import Helper, Lane, PairPack, PairSums, check_call, vector_helper
 from aot.isa.dots import PairDot, QuadDot
 from aot.isa.neon import NeonFixedPoint, PairedQuadDot, PairwiseAdd, WideningMla
 from aot.isa.x86 import Pmuldq
@@ -636,6 +636,8 @@ class _Printer:
             return self._call_text(neon.c_fixed_point(self.mod, fn, generic), args)
         if isinstance(fn, Lane):        # a vector subscript (GCC's and Clang's vector extension)
             return f"{self.wrap(e.args[0], PRIMARY)}[{self.expr(e.args[1])}]", PRIMARY
+        if isinstance(fn, PairSums):
+            return self._call_text(self._pair_sums(e.dtype), list(e.args))
         if isinstance(fn, (Helper, Pmuldq)) and e.dtype.lanes > 1:
             pmuldq = isinstance(fn, Pmuldq)
             whole = vector_helper(fn.generic if pmuldq else fn.name, e.dtype.lanes)
@@ -644,6 +646,9 @@ class _Printer:
                         for a in e.args]
                 return self._call_text(self._vector_helper_fn(whole, pmuldq), args)
         name = self._helper_fn(fn) if isinstance(fn, Helper) else fn.c_name
+        if name == "fmaf" and e.dtype.lanes in x86.C_FMADD and self.mod.gcc_x86:
+            return self._call_text(self._x86_fmaf(e.dtype), [
+                a if dtype_of(a).lanes > 1 else Broadcast(a, e.dtype.lanes) for a in e.args])
         if e.dtype.lanes > 1:
             arg_types = [dtype_of(a) for a in e.args]
             t = self.mod.vector(e.dtype)
@@ -651,6 +656,38 @@ class _Printer:
                                 else f"aot_{name}_{t[4:]}", e.dtype, arg_types,
                                 lambda a, n=name: f"{n}({', '.join(a)})")
         return self._call_text(name, list(e.args))
+
+    def _x86_fmaf(self, d: DType) -> str:
+        """fmaf on float32 vectors of an x86 target: the vfmadd intrinsic
+        (x86.c_fmadd) under `#if`, the lane loop otherwise. Clang left the
+        loop scalar where an operand was a converted load (a QOperator
+        ResNet-50's residual adds: each lane extracted, converted and
+        multiplied alone)."""
+        t = self.mod.vector(d)
+        name = f"aot_fmaf_{t[4:]}"
+        head, isa, fast = x86.c_fmadd(d.lanes, t)
+        return self.mod.helper(name, lambda: (
+            f"{head}static inline {t} {name}({t} a, {t} b, {t} c)\n{{\n"
+            f"#if {isa}\n    return {fast};\n#else\n    {t} r = {{0}};\n"
+            f"    for (int k = 0; k < {d.lanes}; ++k)\n        r[k] = fmaf(a[k], b[k], c[k]);\n"
+            "    return r;\n#endif\n}"))
+
+    def _pair_sums(self, d: DType) -> str:
+        """aot_pair_sums (calls.PairSums): the even lanes of both operands
+        plus their odd lanes, two shuffles and an add where the compiler
+        has __builtin_shufflevector (Clang, GCC 12), else the lane formula."""
+        t = self.mod.vector(d)
+        name = f"aot_pair_sums_{t[4:]}"
+        n = d.lanes
+        even = ", ".join(str(i) for i in range(0, 2 * n, 2))
+        odd = ", ".join(str(i) for i in range(1, 2 * n, 2))
+        lanes = ", ".join(f"{v}[{i}] + {v}[{i + 1}]" for v in "ab" for i in range(0, n, 2))
+        return self.mod.helper(name, lambda: (
+            f"static inline {t} {name}({t} a, {t} b)\n{{\n"
+            "#if defined(__clang__) || __GNUC__ >= 12\n"
+            f"    return __builtin_shufflevector(a, b, {even})\n"
+            f"        + __builtin_shufflevector(a, b, {odd});\n"
+            f"#else\n    {t} r = {{{lanes}}};\n    return r;\n#endif\n}}"))
 
     def _pair_dot(self, d: DType, fn: PairDot) -> str:
         """aot_dot2 / aot_dot2p (dots.PairDot): the lane formula, or for

@@ -30,7 +30,8 @@ from aot.isa import arm_dsp, arm_mve, half, neon, x86
 from aot.isa.arm_dsp import DspOp
 from aot.isa.arm_mve import MveOp
 from aot.codegen.check import check_func
-from aot.isa.calls import Helper, Lane, LibmFn, PairPack, check_call, vector_helper
+from aot.isa.calls import (Helper, Lane, LibmFn, PairPack, PairSums, check_call,
+                           vector_helper)
 from aot.isa.dots import PairDot, QuadDot
 from aot.isa.neon import NeonFixedPoint
 from aot.isa.x86 import Pmuldq
@@ -405,6 +406,8 @@ class _FuncBuilder:
             return neon.llvm_emit(self, fn, args)
         if isinstance(fn, Lane):
             return self.b.extract_element(args[0], args[1])
+        if isinstance(fn, PairSums):
+            return self.pair_sums(e.dtype, *args)
         if isinstance(fn, Pmuldq):
             return x86.llvm_pmuldq_rdhm(self.b, *(self.splat(v, e.dtype.lanes)
                                                   if dtype_of(a).lanes == 1 else v
@@ -428,6 +431,14 @@ class _FuncBuilder:
                        for a, x in zip(args, e.args)]
             out = self.b.insert_element(out, self.scalar_call(fn, e, scalars), lane)
         return out
+
+    def pair_sums(self, d: DType, a, b):
+        """aot_pair_sums: the even lanes of a and b plus their odd lanes."""
+        n = d.lanes
+        halves = [self.b.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), n),
+                                                          list(range(first, 2 * n, 2))))
+                  for first in (0, 1)]
+        return (self.b.fadd if d.is_float else self.b.add)(*halves)
 
     def packed_pair_dot(self, n: int, p, w):
         """aot_dot2p: aot_dot2 of its halves."""

@@ -377,6 +377,34 @@ def lane(v: Expr, i: int) -> Call:
     return Call(LANE.name, (v, Const(i)), dtype_of(v).with_lanes(1))
 
 
+@dataclass(frozen=True)
+class PairSums:
+    """`aot_pair_sums(a, b)`: two vectors of n lanes -> (a0 + a1, a2 + a3,
+    ..., b0 + b1, ..., b[n-2] + b[n-1]), n lanes: one level of a tree of
+    adds over the lanes of two vectors at once. Applied to k vectors in
+    pairs, then to its own result, it sums each vector's lanes (a balanced
+    tree, the order lane_sum adds in) into one lane of a single vector:
+    k - 1 + log2(n / k) calls of two shuffles and an add, where k separate
+    sums take k log2(n)."""
+    name: str = "aot_pair_sums"
+
+
+PAIR_SUMS = PairSums()
+
+
+def pair_sums(a: Expr, b: Expr) -> Call:
+    """The aot_pair_sums call (see PairSums)."""
+    return Call(PAIR_SUMS.name, (a, b), dtype_of(a))
+
+
+def _check_pair_sums(args: tuple[Expr, ...], dtype: DType) -> PairSums:
+    kinds = [dtype_of(a) for a in args]
+    if len(args) != 2 or kinds[0] != kinds[1] or kinds[0] != dtype or dtype.lanes < 2:
+        raise UnsupportedError(f"{PAIR_SUMS.name} takes two vectors of one type T x n -> T x n, "
+                               f"got ({', '.join(map(str, kinds))}) -> {dtype}")
+    return PAIR_SUMS
+
+
 def lane_crossing(fn: str) -> bool:
     """Calls whose vector operands need not have the result's lanes."""
     return (fn in DSP_OPS or fn in MVE_OPS or fn in _PAIR_DOTS or fn in _PAIR_PACKS
@@ -406,7 +434,7 @@ def _check_pair_pack(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairPack:
 
 def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
                ) -> (LibmFn | Helper | PairDot | PairPack | Pmuldq | Lane | QuadDot
-                     | NeonFixedPoint | WideningMla | PairedQuadDot | PairwiseAdd):
+                     | NeonFixedPoint | WideningMla | PairedQuadDot | PairwiseAdd | PairSums):
     """What a Call means, or a clear error naming it."""
     if fn in DSP_OPS:          # the Armv7E-M DSP extension's (aot/isa/arm_dsp.py)
         return check_dsp(fn, args, dtype)
@@ -424,6 +452,8 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
         return check_pmuldq(args, dtype)
     if fn == LANE.name:
         return _check_lane(args, dtype)
+    if fn == PAIR_SUMS.name:
+        return _check_pair_sums(args, dtype)
     h = HELPERS.get(fn)
     if h is not None:
         if len(args) != len(h.params):
@@ -445,6 +475,6 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
 
 
 __all__ = ["HELPERS", "Helper", "LANE", "Lane", "LibmFn", "PAIR_PACK", "PAIR_PACK_BYTES",
-           "PAIR_PACK_ROWS", "PairPack", "QUAD_PACK", "QUAD_PACK_BYTES", "QUAD_PACK_ROWS",
-           "check_call", "helper", "lane", "lane_crossing", "libm", "pack_pairs", "pack_quads",
-           "vector_helper"]
+           "PAIR_PACK_ROWS", "PAIR_SUMS", "PairPack", "PairSums", "QUAD_PACK", "QUAD_PACK_BYTES",
+           "QUAD_PACK_ROWS", "check_call", "helper", "lane", "lane_crossing", "libm", "pack_pairs",
+           "pack_quads", "pair_sums", "vector_helper"]

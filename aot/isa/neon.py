@@ -289,8 +289,7 @@ def c_paired_quad_dot(mod, op: PairedQuadDot) -> str:
     if op.instruction:
         # Written as the three instructions: from ACLE's vmull_high_s8 of a
         # broadcast quad clang makes SMULL of w's high half extracted by an
-        # EXT (ad int8 on the A72, with its quads four per load: 99,850 -> 79,763
-        # instructions per inference).
+        # EXT (ad int8 on the A72: 99,850 -> 82,882 instructions per inference).
         h, b = ("2", "16b") if op.high else ("", "8b")
         neon = ("    const int8x16_t x0 = vreinterpretq_s8_s32(vdupq_n_s32(q0));\n"
                 "    const int8x16_t x1 = vreinterpretq_s8_s32(vdupq_n_s32(q1));\n"

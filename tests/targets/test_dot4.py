@@ -203,23 +203,27 @@ def _assert_bit_exact(graphs, target, seed: int, runs: int):
 
 
 @pytest.mark.fast
-def test_a76_fc_quads_by_lane_bit_exact():
-    """The A76's fully connected layer (quads by lane, weights in column
-    panels): rows read where they lie (depth 64, two rows) or staged (depth
-    36: two blocks of four quads and one more), a last odd depth in single
-    steps (50), a tile of 16 units and a remainder of scalars (20), lowered
-    for the A76 and run in the lane formulas on this machine against aot's
-    reference interpreter."""
+@pytest.mark.parametrize("target, call", [("aarch64-linux-a76", "arm_sdot"),
+                                          ("aarch64-linux", "arm_dot4p_lo")])
+def test_arm_fc_quads_by_lane_bit_exact(target, call):
+    """The AArch64 fully connected layer (quads four per vector load, each
+    from its lane; weights in column panels): rows read where they lie
+    (depth 64, two rows) or staged (36: two blocks of four quads and one
+    more; 24: a block and a pair), a last odd depth in single steps (50), a
+    tile of 16 units and narrower ones, lowered for the A76 (SDOT) and the
+    A72 (SMULL pairs) and run in the lane formulas on this machine against
+    aot's reference interpreter."""
     from aot.testing.kernels import compile_kernels, host_target, run_kernels
-    target = get_target("aarch64-linux-a76")
+    target = get_target(target)
     graphs = [fc_model(True, False, x_shape=(2, 64), units=20, zp_in=-128),
               fc_model(False, True, x_shape=(2, 1, 36), units=16, zp_in=5),
-              fc_model(True, False, x_shape=(1, 50), units=24, zp_in=100)]
+              fc_model(True, False, x_shape=(1, 50), units=24, zp_in=100),
+              fc_model(True, False, x_shape=(1, 24), units=16, zp_in=-3)]
     kernels = [[replace(k, func=replace(k.func, name=f"c{n}_{k.func.name}"))
                 for k in lower_graph(g, target)] for n, g in enumerate(graphs)]
     staged = [any(p.name == "quad_row" for k in ks for p in k.func.params) for ks in kernels]
-    assert staged == [False, True, True]
-    assert all("arm_sdot" in _calls(k.func) for ks in kernels for k in ks)
+    assert staged == [False, True, True, True]
+    assert all(call in _calls(k.func) for ks in kernels for k in ks)
     lib, symbols = compile_kernels([k for ks in kernels for k in ks], "c", None, host_target())
     rng = np.random.default_rng(8)
     for g, ks in zip(graphs, kernels):

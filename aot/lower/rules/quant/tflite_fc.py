@@ -140,13 +140,16 @@ class Int8Product:
     memory, `x_buffer`); a last odd step or steps and tiles narrower than 4
     lanes take one input at a time (weights [D, U]).
 
-    `by_lane` (Arm's sdot by element, the strategy's by_lane): four quads
-    per vector load, each a lane of it, and the quad weights in column
-    panels, each tile's [D/4, tile width, 4] one contiguous stream (at c0 *
-    D), so a step's weights are neighbouring loads and the next step's
-    follow them; a row in memory whose depth is a multiple of 16 is read
-    where it lies, not staged (ad int8 under qemu -cpu cortex-a76: 52,784
-    -> 35,987 instructions per inference, C; 46,900 -> 37,122, LLVM)."""
+    `by_lane` (the strategy's by_lane: AArch64): four quads per vector
+    load, each a lane of it (the A76's SDOT by element; on the A72 each
+    pair of lanes broadcast for the paired SMULL quads), and the quad
+    weights in column panels, each tile's [D/4, tile width, 4] one
+    contiguous stream (at c0 * D), so a step's weights are neighbouring
+    loads and the next step's follow them; a row in memory whose depth is
+    a multiple of 16 is read where it lies, not staged. ad int8 under qemu
+    (instructions per inference, C / LLVM): -cpu cortex-a76 52,784 / 46,900
+    -> 35,987 / 35,811, -cpu cortex-a72 99,850 / 98,952 -> 74,921 / 75,906
+    (with arm_dot4p's instructions written out in C)."""
     ctx: LowerCtx
     dtype: DType
     tile: Tile
@@ -170,7 +173,7 @@ class Int8Product:
         t, kind = sched.tile, sched.accumulator
         steps = w.shape[1] // kind.group
         lead = steps * kind.group
-        by_lane = kind.by_lane and not kind.symmetric and steps >= 4
+        by_lane = kind.by_lane and steps >= 4
         packed = (quad_panels(kind, w[:, :lead], t) if by_lane
                   else kind.interleave(w[:, :lead])) if steps else None
         grouped = ctx.param("weight_quads" if kind.group == 4 else "weight_pairs",
@@ -289,7 +292,7 @@ class Int8Product:
                 """Quads 4 cf .. 4 cf + 3 from one vector load, each
                 broadcast from its lane: fewer loads and address updates."""
                 xv = ctx.fresh("xq", dt("int32", 4))
-                return seq(Decl(xv, Load(staged, mul(cf, Const(4)), 4)), *[
+                return seq(Decl(xv, self._quads(x_at, cf)), *[
                     two(add(mul(cf, Const(2)), Const(h)), [lane_of(xv, 2 * h + j) for j in (0, 1)])
                     for h in (0, 1)])
             pairs = steps // 2

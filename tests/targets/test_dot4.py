@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import ctypes
 import re
+import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -198,6 +200,53 @@ def _assert_bit_exact(graphs, target, seed: int, runs: int):
         want = aot.interpret(g, feeds)
         for name in g.outputs:
             np.testing.assert_array_equal(got[name], want[name])
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("target, call", [("aarch64-linux-a76", "arm_sdot"),
+                                          ("aarch64-linux", "arm_dot4p_lo")])
+def test_arm_fc_quads_by_lane_bit_exact(target, call):
+    """The AArch64 fully connected layer (quads four per vector load, each
+    from its lane; weights in column panels): rows read where they lie
+    (depth 64, two rows) or staged (36: two blocks of four quads and one
+    more; 24: a block and a pair), a last odd depth in single steps (50), a
+    tile of 16 units and narrower ones, lowered for the A76 (SDOT) and the
+    A72 (SMULL pairs) and run in the lane formulas on this machine against
+    aot's reference interpreter."""
+    from aot.testing.kernels import compile_kernels, host_target, run_kernels
+    target = get_target(target)
+    graphs = [fc_model(True, False, x_shape=(2, 64), units=20, zp_in=-128),
+              fc_model(False, True, x_shape=(2, 1, 36), units=16, zp_in=5),
+              fc_model(True, False, x_shape=(1, 50), units=24, zp_in=100),
+              fc_model(True, False, x_shape=(1, 24), units=16, zp_in=-3)]
+    kernels = [[replace(k, func=replace(k.func, name=f"c{n}_{k.func.name}"))
+                for k in lower_graph(g, target)] for n, g in enumerate(graphs)]
+    staged = [any(p.name == "quad_row" for k in ks for p in k.func.params) for ks in kernels]
+    assert staged == [False, True, True, True]
+    assert all(call in _calls(k.func) for ks in kernels for k in ks)
+    lib, symbols = compile_kernels([k for ks in kernels for k in ks], "c", None, host_target())
+    rng = np.random.default_rng(8)
+    for g, ks in zip(graphs, kernels):
+        for _ in range(2):
+            feeds = _random_inputs(g, rng)
+            got, want = run_kernels(lib, symbols, g, ks, feeds), aot.interpret(g, feeds)
+            for name in g.outputs:
+                np.testing.assert_array_equal(got[name], want[name])
+
+
+@pytest.mark.skipif(shutil.which("llvm-objdump") is None, reason="llvm-objdump is not installed")
+def test_llvm_makes_sdot_by_element_of_a_lane(tmp_path):
+    """A quad taken from a lane of a vector (the A76's FC and 16-deep convs)
+    is SDOT by element in the LLVM object too, no DUP per quad."""
+    target = get_target("aarch64-linux-a76")
+    funcs = [k.func for k in lower_graph(fc_model(True, False, x_shape=(1, 64), units=16,
+                                                  zp_in=-128), target)]
+    obj = tmp_path / "fc.o"
+    obj.write_bytes(emit_object(funcs, "t", target))
+    text = subprocess.run(["llvm-objdump", "-d", "--mattr=+dotprod", str(obj)], check=True,
+                          capture_output=True, text=True).stdout
+    by_element = re.findall(r"sdot\s+v\d+\.4s, v\d+\.16b, v\d+\.4b\[\d\]", text)
+    assert len(by_element) >= 16 and not re.search(r"\bdup\s+v\d+\.4s, v\d+\.s\[", text)
 
 
 @pytest.mark.skipif(not VNNI, reason=NO_VNNI)

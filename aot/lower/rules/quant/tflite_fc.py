@@ -15,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 
+from aot.isa.calls import lane as lane_of
 from aot.isa.calls import pack_quads
 from aot.isa.dots import pair_dot
 from aot.isa.neon import paired_quad_dot, pairwise_add
@@ -25,6 +26,7 @@ from aot.lower.kernels.cortex_m import dsp as int8_dsp
 from aot.lower.arith import qmath as q
 from aot.lower.arith.loops import loop, offsets, rows, splat
 from aot.lower.kernels.dense import product
+from aot.lower.kernels.tiles import tile_widths
 from aot.lower.arith.quant import (bias_values, const_input, in_block, pair_widths, quad_value,
                                    scale_zp, table, to_i32, unravel, vector_lanes, weight_dtype)
 from aot.lower.arith.requant import TfliteRequant, TfliteRequant32, TfliteVecRequant
@@ -92,7 +94,8 @@ def fully_connected(ctx: LowerCtx, ins, emit):
             y = q.clamp(q.offset(r, zp_out), lo, hi)
             return emit(0, bi + (c,), Cast(dt(out_ty.dtype, lanes), y))
         fc = Int8Product.make(ctx, sched, w, bias, row_reader(x, out_ty.shape, depth),
-                              x.buffer if x.value is None else None, requant)
+                              x.buffer if x.value is None else None, requant,
+                              len(out_ty.shape) - 1)
         return product(ctx, fc, tuple(out_ty.shape[:-1]), 1, units)
     if sched.algorithm in FC:
         # on the DSP cores the output zero point in the rounding term, the clamp an SSAT
@@ -135,7 +138,18 @@ class Int8Product:
     four per aot_dot4 (weights [D/4, U, 4]) from the row staged as int32
     quads first (the prologue; whole vectors at a time when it is in
     memory, `x_buffer`); a last odd step or steps and tiles narrower than 4
-    lanes take one input at a time (weights [D, U])."""
+    lanes take one input at a time (weights [D, U]).
+
+    `by_lane` (the strategy's by_lane: AArch64): four quads per vector
+    load, each a lane of it (the A76's SDOT by element; on the A72 each
+    pair of lanes broadcast for the paired SMULL quads), and the quad
+    weights in column panels, each tile's [D/4, tile width, 4] one
+    contiguous stream (at c0 * D), so a step's weights are neighbouring
+    loads and the next step's follow them; a row in memory whose depth is
+    a multiple of 16 is read where it lies, not staged. ad int8 under qemu
+    (instructions per inference, C / LLVM): -cpu cortex-a76 52,784 / 46,900
+    -> 35,987 / 35,811, -cpu cortex-a72 99,850 / 98,952 -> 74,921 / 75,906
+    (with arm_dot4p's instructions written out in C)."""
     ctx: LowerCtx
     dtype: DType
     tile: Tile
@@ -148,21 +162,28 @@ class Int8Product:
     requant: Callable[[q.Block, tuple, Expr, Expr, int], Stmt]
     base_bias: np.ndarray          # the input zero point folded in already
     params: dict = field(default_factory=dict)     # made on first use: weights, biases
+    by_lane: bool = False          # quads by lane, the weights in column panels
 
     @staticmethod
     def make(ctx: LowerCtx, sched: Int8ConvSchedule, w: np.ndarray, bias: np.ndarray, x_at,
-             x_buffer, requant) -> "Int8Product":
+             x_buffer, requant, batch_rank: int = 0) -> "Int8Product":
         """The product of int8_fc_schedule's vector tiles (its tile and
-        accumulator strategy)."""
+        accumulator strategy); `batch_rank`: how many leading indices x_at
+        takes."""
         t, kind = sched.tile, sched.accumulator
         steps = w.shape[1] // kind.group
         lead = steps * kind.group
+        by_lane = kind.by_lane and steps >= 4
+        packed = (quad_panels(kind, w[:, :lead], t) if by_lane
+                  else kind.interleave(w[:, :lead])) if steps else None
         grouped = ctx.param("weight_quads" if kind.group == 4 else "weight_pairs",
-                            weight_dtype(kind.interleave(w[:, :lead]))) if steps else None
+                            weight_dtype(packed)) if steps else None
         fc = Int8Product(ctx, dt("int32"), t, w, kind, grouped, None, x_at, x_buffer, requant,
-                         bias)
+                         bias, by_lane=by_lane)
         fc.bias(kind.offset)
-        if kind.group == 4:
+        if kind.group == 4 and not (by_lane and lead == w.shape[1] and steps % 4 == 0
+                                    and _reads_buffer(x_at((Const(0),) * batch_rank),
+                                                      x_buffer)):
             return replace(fc, staged=ctx.scratch_buffer("quad_row", "int32", (steps,)))
         return fc
 
@@ -215,8 +236,21 @@ class Int8Product:
             return seq(*out)
 
         def w_group(s, off, wd):
+            if self.by_lane:     # the tile's panel: [steps, sum(widths), group] from c0 * lead
+                return Load(self.grouped, add(mul(c0, Const(lead)), add(
+                    mul(s, Const(group * sum(widths))), Const(group * off))), group * wd)
             return Load(self.grouped, flat_index((s, add(c0, Const(off)), Const(0)),
                                                  self.grouped.shape), group * wd)
+
+        def quad_block(cb):
+            """Quads 4 cb .. 4 cb + 3 in one vector, each by lane."""
+            xq = ctx.fresh("xq", dt("int32", 4))
+            body = [Decl(xq, self._quads(x_at, cb))]
+            for j in range(4):
+                s = add(mul(cb, Const(4)), Const(j))
+                body += [Assign(a, kind.dot(a, lane_of(xq, j), w_group(s, off, wd)))
+                         for a, off, wd in zip(row_accs, offs, widths)]
+            return seq(*body)
 
         def quad(s):
             xq = ctx.fresh("xq")
@@ -240,21 +274,39 @@ class Int8Product:
             halves = [[ctx.fresh("half", dt("int32", 4)) for _ in "lh"] for _ in row_accs]
             decls = [Decl(h, Broadcast(Const(0), 4)) for hs in halves for h in hs]
 
-            def two(sp):
+            def two(sp, xq=None):
+                """Quads 2 sp and 2 sp + 1: loaded, or the given scalars."""
                 at = [mul(sp, Const(2)), add(mul(sp, Const(2)), Const(1))]
-                xq = [ctx.fresh("xq") for _ in at]
-                body = [Decl(v, Load(staged, s)) for v, s in zip(xq, at)]
+                body = []
+                if xq is None:
+                    xq = [ctx.fresh("xq") for _ in at]
+                    body = [Decl(v, Load(staged, s)) for v, s in zip(xq, at)]
                 for hs, off, wd in zip(halves, offs, widths):
                     wq = [ctx.fresh("wq", dt("int8", 16)) for _ in at]
                     body += [Decl(v, w_group(s, off, wd)) for v, s in zip(wq, at)]
                     body += [Assign(h, paired_quad_dot(h, *xq, *wq, high))
                              for h, high in zip(hs, (False, True))]
                 return seq(*body)
+
+            def four(cf):
+                """Quads 4 cf .. 4 cf + 3 from one vector load, each
+                broadcast from its lane: fewer loads and address updates."""
+                xv = ctx.fresh("xq", dt("int32", 4))
+                return seq(Decl(xv, self._quads(x_at, cf)), *[
+                    two(add(mul(cf, Const(2)), Const(h)), [lane_of(xv, 2 * h + j) for j in (0, 1)])
+                    for h in (0, 1)])
+            pairs = steps // 2
+            body = [loop(ctx, "cf", steps // 4, four)] if steps >= 4 else []
+            body += [two(Const(pairs - 1))] if pairs % 2 else []
             tail = [quad(Const(steps - 1))] if steps % 2 else []
-            return [*decls, loop(ctx, "cp", steps // 2, two), *tail,
+            return [*decls, *body, *tail,
                     *[Assign(a, Bin("+", a, pairwise_add(*hs))) for a, hs in zip(row_accs, halves)]]
         if self._grouped(widths) and kind.symmetric and steps >= 2 and set(widths) == {4}:
             code = paired_quads() + [single(Const(d)) for d in range(lead, depth)]
+        elif self._grouped(widths) and self.by_lane:
+            code = [loop(ctx, "cb", steps // 4, quad_block)]
+            code += [quad(Const(s)) for s in range(steps // 4 * 4, steps)]
+            code += [single(Const(d)) for d in range(lead, depth)]
         elif self._grouped(widths):
             code = [loop(ctx, "cq" if group == 4 else "dp", steps, quad if group == 4 else pair)]
             code += [single(Const(d)) for d in range(lead, depth)]
@@ -265,14 +317,41 @@ class Int8Product:
     def store(self, bi, row, c0, off, acc, width) -> Stmt:
         return in_block(self.ctx, lambda b: self.requant(b, bi, add(c0, Const(off)), acc, width))
 
+    def _quads(self, x_at, cb: Expr) -> Expr:
+        """Quads 4 cb .. 4 cb + 3 as an int32 vector: from the staged row,
+        else the row's 16 bytes where they lie."""
+        if self.staged is not None:
+            return Load(self.staged, mul(cb, Const(4)), 4)
+        at = x_at(mul(cb, Const(16)))
+        return pack_quads(Load(at.buffer, at.index, 16))
+
+
+def _reads_buffer(x_at: Callable[[Expr], Expr], x_buffer: Buffer | None) -> bool:
+    """Whether the row reader loads straight from x_buffer."""
+    first = x_at(Const(0))
+    return x_buffer is not None and isinstance(first, Load) and first.buffer is x_buffer
+
+
+def quad_panels(kind: Accumulator, w: np.ndarray, t: Tile) -> np.ndarray:
+    """Weights [U, D] as column panels of quads: per tile of tile_widths
+    whose vectors take quads (4+ lanes), its [D/4, width, 4], flat; the
+    panel of the tile from c0 starts at c0 * D."""
+    parts, c0 = [], 0
+    for count, widths in tile_widths(len(w), t):
+        width = sum(widths)
+        for _ in range(count):
+            if min(widths) >= 4:
+                parts.append(kind.interleave(w[c0:c0 + width]).reshape(-1))
+            c0 += width
+    return np.concatenate(parts)
+
 
 def _stage_quads(ctx: LowerCtx, staged: Buffer, x_at: Callable, x_buffer, offset: int) -> Stmt:
     """An FC row's first 4 len(staged) inputs as int32 quads of their bytes
     + offset: whole vectors when the row is in memory (x_at reads x_buffer),
     else four loads per quad."""
     nq = staged.shape[0]
-    first = x_at(Const(0))
-    if not (isinstance(first, Load) and first.buffer is x_buffer):
+    if not _reads_buffer(x_at, x_buffer):
         return loop(ctx, "cq", nq, lambda cq: Store(staged, cq, quad_value(
             [x_at(add(mul(cq, Const(4)), Const(j))) for j in range(4)], offset)))
     runs, cq = [], 0

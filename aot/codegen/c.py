@@ -18,6 +18,7 @@ int), unsigned narrow products in uint32_t so they cannot overflow int.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -107,17 +108,24 @@ def c_float(value: float, scalar: str = "float32") -> str:
     return text + "f" if scalar == "float32" else text
 
 
+@functools.lru_cache(maxsize=None)
+def _int_limits(scalar: str) -> tuple[int, int, int]:
+    """(min, max, bits) of an integer type: np.iinfo builds an object a
+    call, and a kernel prints ~10^4 integer constants."""
+    info = np.iinfo(scalar)
+    return int(info.min), int(info.max), info.bits
+
+
 def c_int(value: int, scalar: str) -> str:
     v = int(value)
-    info = np.iinfo(scalar)
-    if not info.min <= v <= info.max:
+    lo, hi, bits = _int_limits(scalar)
+    if not lo <= v <= hi:
         raise UnsupportedError(f"constant {v} does not fit {scalar}")
-    bits = info.bits
     if scalar.startswith("u"):
         return f"UINT64_C({v})" if bits == 64 else f"{v}u" if bits == 32 else str(v)
-    if v == info.min and bits >= 32:
+    if v == lo and bits >= 32:
         return f"INT{bits}_MIN"
-    if v == info.max and bits >= 32:
+    if v == hi and bits >= 32:
         return f"INT{bits}_MAX"
     if bits == 64:
         return f"-INT64_C({-v})" if v < 0 else f"INT64_C({v})"

@@ -43,15 +43,22 @@ def _is_half(d: DType) -> bool:
 
 
 def _uses_half(func: PrimFunc) -> bool:
+    """Whether any value of func is a half. An expression's type comes from
+    its leaves, casts and calls (dtype_of), so only those are asked: the
+    question is then one look a node, not a walk down each one."""
     if any(_is_half(b.dtype) for b in func.params):
         return True
     for s in walk_stmt(func.body):
         if isinstance(s, (Decl, Assign)) and _is_half(s.var.dtype):
             return True
         for e in stmt_exprs(s):
-            if any(_is_half(dtype_of(x)) for x in walk_expr(e)):
+            if any(_is_half(x.dtype) if isinstance(x, _TYPED) else
+                   isinstance(x, Load) and _is_half(x.buffer.dtype) for x in walk_expr(e)):
                 return True
     return False
+
+
+_TYPED = (Var, Const, Cast, Call)       # the nodes that carry their own dtype
 
 
 def half_const(value: float, lanes: int = 1) -> Const:

@@ -40,8 +40,7 @@ from aot.errors import UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, BufferKind, Call, Cast, Comment, Const, Decl,
                         DType, Expr, Fail, For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt,
                         Store, Unary, Var, NTASKS, PHASE, TASK, can_fail, dtype_of, is_split,
-                        phases, stmt_exprs,
-                        walk_expr, walk_stmt)
+                        nodes_of, phases, stmt_exprs, walk_stmt)
 from aot.lower.tir_passes.inplace import aliased_params
 from aot.lower.tir_passes.simplify import simplify_body
 
@@ -873,7 +872,7 @@ class _FuncPrinter:
         self.ex = _Printer(mod, self.names, f"function {func.name}")
         self.mod = mod
         self.lines: list[str] = []
-        self.read = _vars_read(self.body)
+        self.used, self.read = _buffers_and_vars(self.body)
 
     def signature(self) -> str:
         return _signature(self.func, self.symbol, self.names, self.taken)
@@ -881,9 +880,8 @@ class _FuncPrinter:
     def print(self) -> str:
         sig = self.signature()
         out = [*_header_comment(self.func), sig, "{"]
-        used = {b for s in walk_stmt(self.body) for b in _buffers(s)}
         for b in self.func.params:
-            if b not in used:
+            if b not in self.used:
                 self.lines.append(f"    (void){self.names[b]};")
         self.stmt(self.body, 1)
         if can_fail(self.func):
@@ -1058,21 +1056,20 @@ def _header_comment(func: PrimFunc) -> list[str]:
     return [f"/* {c_comment(func.name)}: from", *(f" *   {x}" for x in sources), " */"]
 
 
-def _buffers(s: Stmt):
-    if isinstance(s, Store):
-        yield s.buffer
-    for e in stmt_exprs(s):
-        for x in walk_expr(e):
-            if isinstance(x, Load):
-                yield x.buffer
-
-
-def _vars_read(body: Stmt) -> set:
-    read = set()
+def _buffers_and_vars(body: Stmt) -> tuple[set, set]:
+    """The buffers body stores or loads, and the variables it reads (one walk)."""
+    used, read, leaves = set(), set(), []
     for s in walk_stmt(body):
+        if isinstance(s, Store):
+            used.add(s.buffer)
         for e in stmt_exprs(s):
-            read.update(x for x in walk_expr(e) if isinstance(x, Var))
-    return read
+            nodes_of(e, (Load, Var), leaves)
+    for x in leaves:
+        if isinstance(x, Load):
+            used.add(x.buffer)
+        else:
+            read.add(x)
+    return used, read
 
 
 # ------------------------------------------------------------------------ entry

@@ -530,6 +530,23 @@ def walk_expr(e: Expr):
             extend(reversed(expr_children(x)))
 
 
+def nodes_of(e: Expr, cls: type | tuple[type, ...], out: list | None = None) -> list:
+    """The sub-expressions of e that are `cls`, pre-order, appended to `out`
+    (a new list without it): walk_expr's order in one loop, for the passes
+    that collect every Load or Var of a kernel (no generator step a node)."""
+    out = [] if out is None else out
+    todo = [e]
+    pop, extend, append, reversed_kids = todo.pop, todo.extend, out.append, \
+        _REVERSED_CHILDREN.get
+    while todo:
+        x = pop()
+        if isinstance(x, cls):
+            append(x)
+        get = reversed_kids(x.__class__)
+        extend(get(x) if get is not None else reversed(expr_children(x)))
+    return out
+
+
 # The operands of each node class last to first: what walk_expr pushes, so
 # that it pops them first to last. The walks run over every node of every
 # kernel several times (a large kernel has ~10^5): no reversed() object or
@@ -558,6 +575,4 @@ def stmt_exprs(s: Stmt):
 def walk_expr_loads(s: Stmt):
     """The Loads in one statement's own expressions."""
     for e in stmt_exprs(s):
-        for x in walk_expr(e):
-            if isinstance(x, Load):
-                yield x
+        yield from nodes_of(e, Load)

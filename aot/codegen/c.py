@@ -37,10 +37,10 @@ from aot.isa.x86 import Pmuldq
 from aot.codegen.names import c_comment, c_identifier, kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import UnsupportedError
-from aot.ir.tir import (Assign, Bin, Broadcast, BufferKind, Call, Cast, Comment, Const, Decl,
-                        DType, Expr, Fail, For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt,
-                        Store, Unary, Var, NTASKS, PHASE, TASK, can_fail, dtype_of, is_split,
-                        nodes_of, phases, stmt_exprs, walk_stmt)
+from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, BufferKind, Call, Cast, Comment, Const,
+                        Decl, DType, Expr, Fail, For, ForKind, If, Load, PrimFunc, Select, Seq,
+                        Stmt, Store, Unary, Var, NTASKS, PHASE, TASK, can_fail, dtype_of,
+                        is_split, nodes_of, phases, stmt_exprs, walk_stmt)
 from aot.lower.tir_passes.inplace import aliased_params
 from aot.lower.tir_passes.simplify import simplify_body
 
@@ -1064,11 +1064,12 @@ def _buffers_and_vars(body: Stmt) -> tuple[set, set]:
             used.add(s.buffer)
         for e in stmt_exprs(s):
             nodes_of(e, (Load, Var), leaves)
-    for x in leaves:
-        if isinstance(x, Load):
-            used.add(x.buffer)
-        else:
-            read.add(x)
+    # by object first: a buffer or variable is a few objects met 10^4 times,
+    # and hashing a frozen dataclass hashes its fields over again
+    objects = {id(x.buffer if isinstance(x, Load) else x):
+               x.buffer if isinstance(x, Load) else x for x in leaves}
+    for x in objects.values():
+        (used if isinstance(x, Buffer) else read).add(x)
     return used, read
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from aot.errors import AotError, InputError, MismatchError, NotImplementedYet
 from aot.frontend.source import ModelBytes, as_file, as_model, file_path, is_package_dir
 from aot.support.fsutil import claim_output
+from aot.support.gcpause import paused_gc
 from aot.ir.graph import Graph, TensorType
 from aot.limits import board_flash
 from aot.packaging.build import (PackageInfo, as_graph, check_fits, check_pools, check_threads,
@@ -69,7 +70,7 @@ def package(model_or_graph: str | Path | ModelBytes | Graph, board: str | Board 
     check_format(format)
     model_or_graph = as_model(model_or_graph, graphs=True)
     # claimed before loading and optimizing: a second writer is refused now
-    with claim_output(out_dir, force), claim_output(dump_tir, force):
+    with claim_output(out_dir, force), claim_output(dump_tir, force), paused_gc():
         brd = get_board(board)
         check_threads(brd, threads)      # before loading and optimizing
         check_package_options(format, brd, codegen, threads)

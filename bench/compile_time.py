@@ -150,6 +150,16 @@ def measure(model: Path, board: str, codegen: str, repeat: int, tmp: Path,
             "load": os.getloadavg()[0]}
 
 
+def stale_bytecode() -> str | None:
+    """An aot module without its up-to-date .pyc (the first found), else None."""
+    import importlib.util
+    for source in sorted((REPO / "aot").rglob("*.py")):
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        if not cached.exists() or cached.stat().st_mtime < source.stat().st_mtime:
+            return str(source.relative_to(REPO))
+    return None
+
+
 def budget(row: dict) -> float:
     return DETECTOR_BUDGET_S if row["model"] == DETECTOR else BUDGET_S
 
@@ -184,6 +194,12 @@ def main() -> None:
     ap.add_argument("--detector", action="store_true",
                     help="also the 7.5 MB float detector of bench/detector_model.py")
     args = ap.parse_args()
+    stale = stale_bytecode()
+    if stale:
+        print(f"compile_time: {stale} has no compiled bytecode, so every run compiles aot's "
+              f"modules first (~0.3 s; PYTHONDONTWRITEBYTECODE keeps Python from writing "
+              f"it): run `python -m compileall -q aot` for an installed aot's times",
+              file=sys.stderr)
     families = args.models.split(",")
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:

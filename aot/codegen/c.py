@@ -18,6 +18,7 @@ int), unsigned narrow products in uint32_t so they cannot overflow int.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -36,11 +37,10 @@ from aot.isa.x86 import Pmuldq
 from aot.codegen.names import c_comment, c_identifier, kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import UnsupportedError
-from aot.ir.tir import (Assign, Bin, Broadcast, BufferKind, Call, Cast, Comment, Const, Decl,
-                        DType, Expr, Fail, For, ForKind, If, Load, PrimFunc, Select, Seq, Stmt,
-                        Store, Unary, Var, NTASKS, PHASE, TASK, can_fail, dtype_of, is_split,
-                        phases, stmt_exprs,
-                        walk_expr, walk_stmt)
+from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, BufferKind, Call, Cast, Comment, Const,
+                        Decl, DType, Expr, Fail, For, ForKind, If, Load, PrimFunc, Select, Seq,
+                        Stmt, Store, Unary, Var, NTASKS, PHASE, TASK, can_fail, dtype_of,
+                        is_split, nodes_of, phases, stmt_exprs, walk_stmt)
 from aot.lower.tir_passes.inplace import aliased_params
 from aot.lower.tir_passes.simplify import simplify_body
 
@@ -107,17 +107,24 @@ def c_float(value: float, scalar: str = "float32") -> str:
     return text + "f" if scalar == "float32" else text
 
 
+@functools.lru_cache(maxsize=None)
+def _int_limits(scalar: str) -> tuple[int, int, int]:
+    """(min, max, bits) of an integer type: np.iinfo builds an object a
+    call, and a kernel prints ~10^4 integer constants."""
+    info = np.iinfo(scalar)
+    return int(info.min), int(info.max), info.bits
+
+
 def c_int(value: int, scalar: str) -> str:
     v = int(value)
-    info = np.iinfo(scalar)
-    if not info.min <= v <= info.max:
+    lo, hi, bits = _int_limits(scalar)
+    if not lo <= v <= hi:
         raise UnsupportedError(f"constant {v} does not fit {scalar}")
-    bits = info.bits
     if scalar.startswith("u"):
         return f"UINT64_C({v})" if bits == 64 else f"{v}u" if bits == 32 else str(v)
-    if v == info.min and bits >= 32:
+    if v == lo and bits >= 32:
         return f"INT{bits}_MIN"
-    if v == info.max and bits >= 32:
+    if v == hi and bits >= 32:
         return f"INT{bits}_MAX"
     if bits == 64:
         return f"-INT64_C({-v})" if v < 0 else f"INT64_C({v})"
@@ -865,7 +872,7 @@ class _FuncPrinter:
         self.ex = _Printer(mod, self.names, f"function {func.name}")
         self.mod = mod
         self.lines: list[str] = []
-        self.read = _vars_read(self.body)
+        self.used, self.read = _buffers_and_vars(self.body)
 
     def signature(self) -> str:
         return _signature(self.func, self.symbol, self.names, self.taken)
@@ -873,9 +880,8 @@ class _FuncPrinter:
     def print(self) -> str:
         sig = self.signature()
         out = [*_header_comment(self.func), sig, "{"]
-        used = {b for s in walk_stmt(self.body) for b in _buffers(s)}
         for b in self.func.params:
-            if b not in used:
+            if b not in self.used:
                 self.lines.append(f"    (void){self.names[b]};")
         self.stmt(self.body, 1)
         if can_fail(self.func):
@@ -1050,21 +1056,21 @@ def _header_comment(func: PrimFunc) -> list[str]:
     return [f"/* {c_comment(func.name)}: from", *(f" *   {x}" for x in sources), " */"]
 
 
-def _buffers(s: Stmt):
-    if isinstance(s, Store):
-        yield s.buffer
-    for e in stmt_exprs(s):
-        for x in walk_expr(e):
-            if isinstance(x, Load):
-                yield x.buffer
-
-
-def _vars_read(body: Stmt) -> set:
-    read = set()
+def _buffers_and_vars(body: Stmt) -> tuple[set, set]:
+    """The buffers body stores or loads, and the variables it reads (one walk)."""
+    used, read, leaves = set(), set(), []
     for s in walk_stmt(body):
+        if isinstance(s, Store):
+            used.add(s.buffer)
         for e in stmt_exprs(s):
-            read.update(x for x in walk_expr(e) if isinstance(x, Var))
-    return read
+            nodes_of(e, (Load, Var), leaves)
+    # by object first: a buffer or variable is a few objects met 10^4 times,
+    # and hashing a frozen dataclass hashes its fields over again
+    objects = {id(x.buffer if isinstance(x, Load) else x):
+               x.buffer if isinstance(x, Load) else x for x in leaves}
+    for x in objects.values():
+        (used if isinstance(x, Buffer) else read).add(x)
+    return used, read
 
 
 # ------------------------------------------------------------------------ entry

@@ -11,7 +11,7 @@ from aot.isa.calls import check_call, lane_crossing
 from aot.errors import UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Comment, Const, Decl, DType, Expr,
                         Fail, For, If, Load, NTASKS, PHASE, PrimFunc, Select, Seq, Stmt, Store,
-                        TASK, Unary, Var, dtype_of, is_split)
+                        TASK, Unary, Var, BOOL, BOOL_OPS, dtype_of, is_split)
 
 BIN_OPS = frozenset("+ - * / % min max << >> & | ^ < <= > >= == != and or".split())
 UNARY_OPS = frozenset(("neg", "not", "bitnot", "abs"))
@@ -81,37 +81,48 @@ class _Checker:
             raise self.fail(f"index of type {d}")
 
     def expr(self, e: Expr) -> DType:
-        """The type of e, once its parts are checked."""
+        """The type of e (dtype_of's), once its parts are checked: built from
+        the operands' types, not asked of dtype_of a node (a walk down each)."""
         if isinstance(e, Var):
             if e not in self.declared:
                 raise self.fail(f"variable {e.name} ({e.dtype}) is used but never declared")
-        elif isinstance(e, Const):
+            return e.dtype
+        if isinstance(e, Const):
             if e.dtype.lanes != 1:
                 raise self.fail(f"vector constant {e}: use Broadcast")
-        elif isinstance(e, Load):
+            return e.dtype
+        if isinstance(e, Load):
             self.buffer(e.buffer)
             self.index(e.index)
-        elif isinstance(e, Broadcast):
-            if self.expr(e.value).lanes != 1:
+            return e.buffer.dtype.with_lanes(e.lanes)
+        if isinstance(e, Broadcast):
+            d = self.expr(e.value)
+            if d.lanes != 1:
                 raise self.fail("Broadcast of a vector")
-        elif isinstance(e, Bin):
-            self.binary(e)
-        elif isinstance(e, Unary):
+            return d.with_lanes(e.lanes)
+        if isinstance(e, Bin):
+            d = self.binary(e)
+            return BOOL.with_lanes(d.lanes) if e.op in BOOL_OPS else d
+        if isinstance(e, Unary):
             if e.op not in UNARY_OPS:
                 raise self.fail(f"unknown unary op '{e.op}'")
-            _no_half_arithmetic(self, e.op, self.expr(e.a))
-        elif isinstance(e, Cast):
+            d = self.expr(e.a)
+            _no_half_arithmetic(self, e.op, d)
+            return BOOL.with_lanes(d.lanes) if e.op == "not" else d
+        if isinstance(e, Cast):
             src = self.expr(e.a)
             if src.lanes != e.dtype.lanes:
                 raise self.fail(f"cast {dtype_of(e.a)} -> {e.dtype} changes the lane count")
             if e.bits and src.bits != e.dtype.bits:
                 raise self.fail(f"bit cast {src} -> {e.dtype} changes the width")
-        elif isinstance(e, Select):
+            return e.dtype
+        if isinstance(e, Select):
             dc, da, db = self.expr(e.cond), self.expr(e.a), self.expr(e.b)
             if da != db or dc.lanes != da.lanes or dc.scalar != "bool":
                 raise self.fail(f"Select({dc}, {da}, {db}): needs a bool condition of the "
                                 "branches' lanes and branches of one type")
-        elif isinstance(e, Call):
+            return da
+        if isinstance(e, Call):
             _no_half_arithmetic(self, e.fn, e.dtype)
             lanes = {self.expr(a).lanes for a in e.args} - {1}
             if lanes - {e.dtype.lanes} and not lane_crossing(e.fn):
@@ -120,9 +131,8 @@ class _Checker:
                 check_call(e.fn, e.args, e.dtype)
             except UnsupportedError as err:
                 raise self.fail(str(err)) from None
-        else:
-            raise self.fail(f"not a TIR expression: {e!r}")
-        return dtype_of(e)
+            return e.dtype
+        raise self.fail(f"not a TIR expression: {e!r}")
 
     def binary(self, e: Bin):
         if e.op not in BIN_OPS:
@@ -137,6 +147,7 @@ class _Checker:
             raise self.fail(f"'{e.op}' on {da}, {db}")
         if e.op in _SHIFTS and da.lanes > 1 and da != db:
             raise self.fail(f"vector shift of {da} by {db}: give both sides one type")
+        return da
 
 
 def _no_half_arithmetic(checker: _Checker, op: str, d: DType) -> None:

@@ -171,6 +171,7 @@ class Broadcast:
 Expr = Union[Var, Const, Bin, Unary, Cast, Select, Call, Load, Broadcast]
 
 _COMPARE = {"<", "<=", ">", ">=", "==", "!=", "and", "or"}
+BOOL_OPS = frozenset(_COMPARE)     # the Bin ops whose value is a bool (dtype_of)
 
 
 def dtype_of(e: Expr) -> DType:
@@ -403,26 +404,35 @@ def map_expr(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
     Iterative (an explicit stack, post-order, operands left to right): no
     recursion depth tied to how deep a model's expression nests."""
     done: list[Expr] = []
-    todo: list[tuple[Expr, bool]] = [(e, False)]
-    pop, push = todo.pop, todo.append
+    todo: list = [e]        # nodes to visit; _AFTER above a node: its operands are done
+    pop, push, extend, append = todo.pop, todo.append, todo.extend, done.append
+    reversed_kids = _REVERSED_CHILDREN.get
     while todo:
-        x, ready = pop()
-        kids = expr_children(x)
-        if kids:
+        x = pop()
+        if x is _AFTER:
+            x = pop()
+            kids = expr_children(x)
             n = len(kids)
-            if not ready:
-                push((x, True))
-                todo.extend((k, False) for k in reversed(kids))
-                continue
             new = done[-n:]
             del done[-n:]
             # unchanged operands keep the node itself: most of a pass's
             # nodes are kept, and rebuilding each one cost the most
             if any(map(operator.is_not, new, kids)):
                 x = _with_children(x, new)
+        else:
+            get = reversed_kids(x.__class__)
+            kids = get(x) if get is not None else tuple(reversed(expr_children(x)))
+            if kids:
+                push(x)
+                push(_AFTER)
+                extend(kids)
+                continue
         out = f(x)
-        done.append(x if out is None else out)
+        append(x if out is None else out)
     return done[0]
+
+
+_AFTER = object()       # map_expr's marker: the node below it is visited next
 
 
 def map_stmt_exprs(s: Stmt, f: Callable[[Expr], Expr | None]) -> Stmt:
@@ -509,10 +519,44 @@ def flat_index(idx: tuple[Expr, ...], shape: tuple[int, ...]) -> Expr:
 def walk_expr(e: Expr):
     """Every sub-expression of e, pre-order (iteratively, see map_expr)."""
     todo = [e]
+    pop, extend, reversed_kids = todo.pop, todo.extend, _REVERSED_CHILDREN.get
     while todo:
-        x = todo.pop()
+        x = pop()
         yield x
-        todo.extend(reversed(expr_children(x)))
+        get = reversed_kids(x.__class__)      # by exact class, as expr_children
+        if get is not None:
+            extend(get(x))
+        else:
+            extend(reversed(expr_children(x)))
+
+
+def nodes_of(e: Expr, cls: type | tuple[type, ...], out: list | None = None) -> list:
+    """The sub-expressions of e that are `cls`, pre-order, appended to `out`
+    (a new list without it): walk_expr's order in one loop, for the passes
+    that collect every Load or Var of a kernel (no generator step a node)."""
+    out = [] if out is None else out
+    todo = [e]
+    pop, extend, append, reversed_kids = todo.pop, todo.extend, out.append, \
+        _REVERSED_CHILDREN.get
+    while todo:
+        x = pop()
+        if isinstance(x, cls):
+            append(x)
+        get = reversed_kids(x.__class__)
+        extend(get(x) if get is not None else reversed(expr_children(x)))
+    return out
+
+
+# The operands of each node class last to first: what walk_expr pushes, so
+# that it pops them first to last. The walks run over every node of every
+# kernel several times (a large kernel has ~10^5): no reversed() object or
+# empty tuple a node.
+_REVERSED_CHILDREN: dict[type, Callable[[Expr], tuple[Expr, ...]]] = {
+    Bin: operator.attrgetter("b", "a"), Unary: lambda e: (e.a,), Cast: lambda e: (e.a,),
+    Select: operator.attrgetter("b", "a", "cond"), Call: lambda e: e.args[::-1],
+    Load: lambda e: (e.index,), Broadcast: lambda e: (e.value,), Var: lambda e: (),
+    Const: lambda e: (),
+}
 
 
 def stmt_exprs(s: Stmt):
@@ -531,6 +575,4 @@ def stmt_exprs(s: Stmt):
 def walk_expr_loads(s: Stmt):
     """The Loads in one statement's own expressions."""
     for e in stmt_exprs(s):
-        for x in walk_expr(e):
-            if isinstance(x, Load):
-                yield x
+        yield from nodes_of(e, Load)

@@ -15,8 +15,6 @@ import io
 import struct
 from pathlib import Path
 
-from elftools.elf.elffile import ELFFile
-
 from aot.errors import AotError
 
 SIZE = 256
@@ -60,6 +58,8 @@ def check_block(block: bytes) -> None:
 def code_of(obj: bytes) -> bytes:
     """The boot2 section of the assembled object, which must need no
     relocation: it runs from SRAM, wherever it is linked."""
+    # imported here: every package build imports this module, few build an RP2040's
+    from elftools.elf.elffile import ELFFile
     elf = ELFFile(io.BytesIO(obj))
     section = elf.get_section_by_name(SECTION)
     if section is None:

@@ -21,8 +21,8 @@ from dataclasses import replace
 from typing import Callable
 
 from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Decl, DType, Expr, For, PrimFunc,
-                        Select, Stmt, Store, Unary, Var, dtype_of, map_stmt, seq, stmt_exprs,
-                        walk_expr, walk_stmt)
+                        Select, Stmt, Store, Unary, Var, dtype_of, map_stmt, nodes_of, seq,
+                        stmt_exprs, walk_stmt)
 
 # Calls nested deeper than this (helper calls, conversions, min/max: what
 # prints as a function call) get their innermost ones bound first.
@@ -130,7 +130,8 @@ def _names_in(func: PrimFunc) -> set[str]:
     for s in walk_stmt(func.body):
         if isinstance(s, (For, Decl, Assign)):
             names.add(s.var.name)
-        names.update(x.name for e in stmt_exprs(s) for x in walk_expr(e) if isinstance(x, Var))
+        for e in stmt_exprs(s):
+            names.update(x.name for x in nodes_of(e, Var))
     return names
 
 

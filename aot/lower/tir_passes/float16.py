@@ -29,7 +29,7 @@ import numpy as np
 from aot.isa.calls import libm
 from aot.ir.tir import (FLOAT32, Assign, Broadcast, Buffer, BufferKind, Call, Cast, Const, Decl,
                         DType, Expr, If, Load, PrimFunc, Select, Stmt, Store, Var, dtype_of,
-                        map_expr, map_stmt, stmt_exprs, walk_expr, walk_stmt)
+                        map_expr, map_stmt, nodes_of, stmt_exprs, walk_stmt)
 
 HALF = "float16"
 
@@ -43,15 +43,22 @@ def _is_half(d: DType) -> bool:
 
 
 def _uses_half(func: PrimFunc) -> bool:
+    """Whether any value of func is a half. An expression's type comes from
+    its leaves, casts and calls (dtype_of), so only those are asked: the
+    question is then one look a node, not a walk down each one."""
     if any(_is_half(b.dtype) for b in func.params):
         return True
     for s in walk_stmt(func.body):
         if isinstance(s, (Decl, Assign)) and _is_half(s.var.dtype):
             return True
         for e in stmt_exprs(s):
-            if any(_is_half(dtype_of(x)) for x in walk_expr(e)):
+            if any(_is_half(x.buffer.dtype if isinstance(x, Load) else x.dtype)
+                   for x in nodes_of(e, _TYPED)):
                 return True
     return False
+
+
+_TYPED = (Var, Const, Cast, Call, Load)     # the nodes whose dtype is their own
 
 
 def half_const(value: float, lanes: int = 1) -> Const:

@@ -179,6 +179,12 @@ def _fold_int(e: Expr) -> Expr | None:
 
 
 def simplify_expr(e: Expr) -> Expr | None:
+    # what no fold applies to, asked first: most nodes of a kernel
+    if isinstance(e, Bin):
+        if e.op not in _COMPARE and not (isinstance(e.a, Const) and isinstance(e.b, Const)):
+            return e
+    elif not isinstance(e, (Cast, Unary)):
+        return e
     e = _fold_cast(e) or _fold_int(e) or e
     return _fold_tautology(e) or e
 

@@ -30,6 +30,7 @@ from aot.isa import arm_dsp, arm_mve, half, neon, rvv, x86
 from aot.isa.arm_dsp import DspOp
 from aot.isa.arm_mve import MveOp
 from aot.codegen.check import check_func
+from aot.isa.half import HalfOp
 from aot.isa.calls import Helper, Lane, PairPack, PairSums, check_call, vector_helper
 from aot.isa.dots import PairDot, QuadDot
 from aot.isa.neon import NeonFixedPoint, PairedQuadDot, PairwiseAdd, WideningMla
@@ -641,6 +642,8 @@ class _Printer:
             args = [a if dtype_of(a).lanes > 1 else Broadcast(a, 4) for a in e.args]
             generic = self._vector_helper_fn(vector_helper(fn.generic, 4))
             return self._call_text(neon.c_fixed_point(self.mod, fn, generic), args)
+        if isinstance(fn, HalfOp):
+            return self._call_text(self._half_op(fn), list(e.args))
         if isinstance(fn, Lane):        # a vector subscript (GCC's and Clang's vector extension)
             return f"{self.wrap(e.args[0], PRIMARY)}[{self.expr(e.args[1])}]", PRIMARY
         if isinstance(fn, PairSums):
@@ -695,6 +698,21 @@ class _Printer:
             f"    return __builtin_shufflevector(a, b, {even})\n"
             f"        + __builtin_shufflevector(a, b, {odd});\n"
             f"#else\n    {t} r = {{{lanes}}};\n    return r;\n#endif\n}}"))
+
+    def _half_op(self, op: HalfOp) -> str:
+        """A half op's helper (aot/isa/half.py: FMLA, FADD, FSUB on 8 half
+        lanes), defined once."""
+        h = self.mod.vector(DType("float16", op.lanes))
+        # the scalar conversions the package already spells (the portable
+        # helpers sit in their `#else`, so they are not defined again)
+        if self.mod.half_hw:
+            to_float = _half_instruction_helper(self.mod, DType("float32"))
+            to_half = _half_instruction_helper(self.mod, DType("float16"))
+        else:
+            to_float = self.mod.helper(*_HALF_HELPERS["float32"])
+            to_half = self.mod.helper(*_HALF_HELPERS["float16"])
+        return self.mod.helper(f"{op.name}_{op.lanes}",
+                               lambda: half.c_half_op(op, h, to_float, to_half))
 
     def _pair_dot(self, d: DType, fn: PairDot) -> str:
         """aot_dot2 / aot_dot2p (dots.PairDot): the lane formula, or for

@@ -7,7 +7,8 @@ function and the offending node instead.
 """
 from __future__ import annotations
 
-from aot.isa.calls import check_call, lane_crossing
+from aot.isa.half import HALF_OPS
+from aot.isa.calls import LANE, check_call, lane_crossing
 from aot.errors import UnsupportedError
 from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Comment, Const, Decl, DType, Expr,
                         Fail, For, If, Load, NTASKS, PHASE, PrimFunc, Select, Seq, Stmt, Store,
@@ -151,8 +152,9 @@ class _Checker:
 
 
 def _no_half_arithmetic(checker: _Checker, op: str, d: DType) -> None:
-    if d.scalar == "float16":
-        raise checker.fail(f"'{op}' on {d}: halves are only loaded, stored and converted "
+    if d.scalar == "float16" and op not in HALF_OPS and op != LANE.name:
+        raise checker.fail(f"'{op}' on {d}: halves are only loaded, stored, converted, "
+                           "picked from a vector and computed by aot/isa/half.py's calls "
                            "(aot/lower/tir_passes/float16.py computes them in float32)")
 
 

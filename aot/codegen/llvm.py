@@ -408,6 +408,8 @@ class _FuncBuilder:
             return self.b.extract_element(args[0], args[1])
         if isinstance(fn, PairSums):
             return self.pair_sums(e.dtype, *args)
+        if isinstance(fn, half.HalfOp):
+            return half.llvm_half_op(self.b, self.module, fn, args)
         if isinstance(fn, Pmuldq):
             return x86.llvm_pmuldq_rdhm(self.b, *(self.splat(v, e.dtype.lanes)
                                                   if dtype_of(a).lanes == 1 else v

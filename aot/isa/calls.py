@@ -30,6 +30,7 @@ from aot.isa.dots import (PACKED_PAIR_DOT, PAIR_DOT, QUAD_DOT, QUAD_DOT_S, QUAD_
 from aot.isa.instruction import Instruction
 from aot.isa.neon import ARM_SDOT, ARM_SMULL_DOT4, NEON_OPS, PAIRED_QUAD_DOTS, WIDENING_MLAS
 from aot.isa.neon import NeonFixedPoint, PairedQuadDot, PairwiseAdd, WideningMla, check_neon
+from aot.isa.half import HALF_OPS, HalfOp, check_half_op
 from aot.isa.rvv import RVV_DOT2, RVV_DOT2_PACKED
 from aot.isa.x86 import X86_PMADDWD, X86_PMADDWD_PACKED, X86_PMULDQ_RDHM, X86_VPDPBUSD
 from aot.isa.x86 import Pmuldq, check_pmuldq
@@ -434,7 +435,8 @@ def _check_pair_pack(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairPack:
 
 def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
                ) -> (LibmFn | Helper | PairDot | PairPack | Pmuldq | Lane | QuadDot
-                     | NeonFixedPoint | WideningMla | PairedQuadDot | PairwiseAdd | PairSums):
+                     | NeonFixedPoint | WideningMla | PairedQuadDot | PairwiseAdd | PairSums
+                     | HalfOp):
     """What a Call means, or a clear error naming it."""
     if fn in DSP_OPS:          # the Armv7E-M DSP extension's (aot/isa/arm_dsp.py)
         return check_dsp(fn, args, dtype)
@@ -454,6 +456,8 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
         return _check_lane(args, dtype)
     if fn == PAIR_SUMS.name:
         return _check_pair_sums(args, dtype)
+    if fn in HALF_OPS:         # half arithmetic (aot/isa/half.py)
+        return check_half_op(fn, args, dtype)
     h = HELPERS.get(fn)
     if h is not None:
         if len(args) != len(h.params):

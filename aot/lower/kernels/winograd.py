@@ -43,6 +43,8 @@ import numpy as np
 
 from aot.ir.tir import (Bin, Buffer, Comment, Const, Decl, DType, Expr, If, Load, Stmt, Store,
                         Unary, add, dt, flat_index, mul, seq)
+from aot.isa.half import HADD, HSUB, half_op
+from aot.lower.kernels import half_dense
 from aot.lower.kernels.dense import Operand, dense
 from aot.lower.arith.loops import loop, offsets, plus
 from aot.lower.rules.elementwise import const_like
@@ -103,14 +105,14 @@ ALGORITHMS = {"winograd_2x2": 2, "winograd_4x4": 4}
 MIN_CHANNELS = 16
 
 
-def transform_weights(w: np.ndarray, m: int) -> np.ndarray:
+def transform_weights(w: np.ndarray, m: int, half: bool = False) -> np.ndarray:
     """U = G g G^T for every channel pair: w [3][3][IC][OC] (float) ->
     [(m + 2)^2][IC][OC] in w's type (float32 for halves: U is not rounded to
-    half), computed in float64."""
+    half, but for products computed in half, `half`), computed in float64."""
     _, g, _ = MATRICES[m]
     u = np.einsum("ia,abco,jb->ijco", g, w.astype(np.float64), g)
     alpha = m + 2
-    kind = np.float32 if w.dtype == np.float16 else w.dtype
+    kind = np.float32 if w.dtype == np.float16 and not half else w.dtype
     return np.ascontiguousarray(u.reshape(alpha * alpha, *w.shape[2:]).astype(kind))
 
 
@@ -202,6 +204,23 @@ def combine(coeffs: Sequence[float], values: Sequence[Expr | None], dtype: DType
     return acc
 
 
+def half_combine(coeffs: Sequence[float], values: Sequence[Expr | None],
+                 dtype: DType) -> Expr | None:
+    """combine's sum for coefficients 0 and +-1, in half arithmetic
+    (aot_hadd, aot_hsub: each rounded to half)."""
+    terms = [(float(c), v) for c, v in zip(coeffs, values) if c != 0 and v is not None]
+    if not terms:
+        return None
+    first = next((i for i, (c, _) in enumerate(terms) if c > 0), None)
+    if first is None:
+        acc = half_op(HSUB, const_like(0, dtype), terms.pop(0)[1])
+    else:
+        acc = terms.pop(first)[1]
+    for c, v in terms:
+        acc = half_op(HADD if c > 0 else HSUB, acc, v)
+    return acc
+
+
 def _locals(ctx: LowerCtx, base: str, values: list[list[Expr | None]], dtype: DType):
     """Each value a named local (None stays None): (names, declarations)."""
     decls: list[Stmt] = []
@@ -220,7 +239,7 @@ def _locals(ctx: LowerCtx, base: str, values: list[list[Expr | None]], dtype: DT
 
 
 def _transform(ctx: LowerCtx, mat: np.ndarray, d: list[list[Expr | None]], dtype: DType,
-               rows: int, cols: int, base: str):
+               rows: int, cols: int, base: str, combine=combine):
     """mat . d . mat^T restricted to `rows` x `cols` results: the column
     pass into locals, then the row pass (expressions)."""
     half = [[combine(mat[i], [d[r][s] for r in range(len(d))], dtype)
@@ -247,7 +266,12 @@ def conv(ctx: LowerCtx, emit, x: TensorRef, weights: np.ndarray, bias: TensorRef
     rows, blocks = sum(r.count for r in yruns), sum(r.count for r in xruns)
     slots = max(1, min(ctx.threads, rows))
     share = -(-rows // slots)
-    u = ctx.param("w_winograd", transform_weights(weights, m))          # [f][IC][OC]
+    # the products in half where the target computes in half (half_dense.py;
+    # V and U then halves), else in float32 workspaces
+    in_half = xin.vectorizable and half_dense.applies(ctx.target, dtype, ic, oc)
+    u = ctx.param("w_winograd", transform_weights(weights, m, in_half))  # [f][IC][OC]
+    # and the input transform too where its coefficients are +-1 (F(2x2))
+    half_in = in_half and bool(np.isin(bt, (-1, 0, 1)).all())
     v_buf = ctx.scratch_buffer("wg_in", dtype, (slots, freqs, blocks, ic))
     m_buf = ctx.scratch_buffer("wg_prod", dtype, (slots, freqs, blocks, oc))
 
@@ -262,13 +286,14 @@ def conv(ctx: LowerCtx, emit, x: TensorRef, weights: np.ndarray, bias: TensorRef
                                        pos(bx, s - win.pad_begin[1])], c0), w)
                   if ry.lo <= r < ry.hi and rx.lo <= s < rx.hi else None
                   for s in range(alpha)] for r in range(alpha)]
-            decls, v = _transform(ctx, bt, d, vt, alpha, alpha, "t")
+            decls, v = _transform(ctx, bt, d, vt, alpha, alpha, "t",
+                                  half_combine if half_in else combine)
             zero = const_like(0, vt)
             return seq(*decls, *(
                 Store(v_buf, flat_index((slot, Const(i * alpha + j), bx, c0), v_buf.shape),
                       zero if v[i][j] is None else v[i][j])
                 for i in range(alpha) for j in range(alpha)))
-        return _channel_chunks(ctx, ic, lanes, chunk)
+        return _channel_chunks(ctx, ic, half_dense.LANES if half_in else lanes, chunk)
 
     def output_block(n, slot, by, ry: BlockRun, bx, rx: BlockRun) -> Stmt:
         def chunk(c0, w) -> Stmt:
@@ -297,7 +322,7 @@ def conv(ctx: LowerCtx, emit, x: TensorRef, weights: np.ndarray, bias: TensorRef
             lead = (slot,) if len(buf.shape) == 4 else ()
             return Operand(lambda bi, r, c, w: Load(
                 buf, flat_index((*lead, bi[0], r, c), buf.shape), w), True)
-        return dense(ctx, lambda k, idx, value: Store(
+        return (half_dense.half_dense if in_half else dense)(ctx, lambda k, idx, value: Store(
             m_buf, flat_index((slot, *idx), m_buf.shape), value),
             operand(v_buf), operand(u), (freqs,), blocks, ic, oc,
             lambda bi, i, j: (bi[0], i, j), lambda acc, bi, i, j: acc)

@@ -46,8 +46,9 @@ from aot.ir.tir import (Bin, Buffer, Comment, Const, Expr, Load, Stmt, Store, ad
                         flat_index, mul)
 from aot.lower.arith.loops import (accumulators, float_only, loop, offsets, plus, seq_of,
                                    shared_param, unravel)
+from aot.lower.kernels import half_conv, half_dense
 from aot.lower.kernels.conv_tile import FloatConv, FloatFma, bias_init, conv_tile
-from aot.lower.schedule.conv import float_conv_schedule
+from aot.lower.schedule.conv import float_conv_schedule, half_direct
 from aot.lower.kernels.conv_walk import walk
 from aot.lower.kernels.dense import Operand, dense
 from aot.lower.rules.elementwise import broadcast_index, broadcast_load, const_like
@@ -118,7 +119,10 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
         copy, x, xin = _padded_input(ctx, x, xin, win, t.lanes)
         win = replace(win, pad_begin=(0,) * len(kernel), pad_end=(0,) * len(kernel))
     fc = FloatConv(x, xin, win, wp, packed.shape, icg, ocg, t, dtype)
-    strategy = FloatFma(fc, bias, out, emit, merge_rows=sched.merge_rows)
+    in_half = (t == half_dense.TILE
+               and half_direct(ctx.target, dtype, xin.layout, group, icg, ocg))
+    strategy = (half_conv.HalfFma if in_half else FloatFma)(fc, bias, out, emit,
+                                                            merge_rows=sched.merge_rows)
     return walk(ctx, sched.walk, xin.batch, regions(sched.walk.regions, win, xin.spatial), t,
                 group, tile_widths(ocg, t), partial(conv_tile, ctx, strategy), prologue=copy)
 

@@ -25,6 +25,7 @@ from aot.lower.schedule.tile_sizes import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORD
                                            depthwise_tile, tile)
 from aot.lower.schedule.strategy import (PAIRS, Accumulator, conv_algorithm, int8_accumulator,
                                          int8_rows, mlal_depthwise, window_row_accumulator)
+from aot.lower.kernels import half_dense
 from aot.lower.kernels.conv_walk import Walk, float_axes
 from aot.lower.kernels.cortex_m import dsp, mve, scalar
 from aot.lower.kernels.riscv import scalar as rv32
@@ -56,16 +57,38 @@ class FloatConvSchedule:
     fold_sums: bool = False
 
 
+# A float16 convolution Winograd accepts, where the target computes in half
+# (aot/lower/kernels/half_dense.py): its products in half lanes.
+HALF_WINOGRAD = "winograd_2x2"
+
+
+def half_winograd(target: Target, dtype: DType, icg: int, ocg: int) -> bool:
+    """Whether a float16 convolution Winograd accepts takes HALF_WINOGRAD."""
+    return half_dense.applies(target, dtype, icg, ocg)
+
+
+def half_direct(target: Target, dtype: DType, layout: str, group: int, icg: int,
+                ocg: int) -> bool:
+    """Whether a float16 direct convolution computes in half
+    (aot/lower/kernels/half_conv.py, its tile half_dense.TILE)."""
+    return half_dense.direct_fits(target, dtype, layout, group, icg, ocg)
+
+
 def float_conv_schedule(target: Target, dtype: DType, xin: SpatialOp, out: SpatialOp,
                         win: ref.Window, group: int, icg: int, ocg: int, in_memory: bool,
                         winograd_fits: bool) -> FloatConvSchedule:
     """The default policy for a convolution of `group` groups of icg -> ocg
     channels (`in_memory`: its input is a buffer; `winograd_fits`:
     winograd.applies), each site asked only where its answer matters."""
+    if winograd_fits and half_winograd(target, dt(dtype), icg, ocg):
+        return FloatConvSchedule(HALF_WINOGRAD)
     if winograd_fits:
         algorithm = conv_algorithm(target, out.spatial[-1])
         if algorithm != "direct":
             return FloatConvSchedule(algorithm)
+    if out.vectorizable and half_direct(target, dt(dtype), xin.layout, group, icg, ocg):
+        return FloatConvSchedule("direct", half_dense.TILE,
+                                 walk=Walk(float_axes(len(win.kernel)), parts=True))
     t = tile(target, dtype, out.vectorizable, pixels=True)
     if ocg <= t.lanes:          # one vector of channels: room for more pixels per tile
         t = replace(t, vectors=1)

@@ -81,7 +81,7 @@ def test_configs_equal_to_the_defaults_change_no_byte(tiny, tmp_path):
         with applied(seen):
             lower_graph(graph, target)
         out = {k: Config.of({site: a if isinstance(a, str) else a.name
-                             if site == "accumulator" else tile_knobs(a)
+                             if site in ("accumulator", "int8_kernel") else tile_knobs(a)
                              for site, a in defaults.items()})
                for k, (_, defaults, _) in seen.seen.items()}
         assert any(c.sites for c in out.values())

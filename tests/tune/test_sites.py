@@ -84,8 +84,8 @@ def verified(model: Path, board: str, log: Path) -> dict:
 
 
 def kernels_c(model: Path, board: str, out: Path, log: Path | None = None) -> str:
-    import aot
-    pkg = aot.api.package(str(model), board=board, out_dir=out, tuning_records=log).path
+    from aot.api import package
+    pkg = package(str(model), board=board, out_dir=out, tuning_records=log).path
     return "".join(f.read_text() for f in sorted((pkg / "src").glob("*_kernels.c")))
 
 
@@ -126,12 +126,13 @@ def test_scalar_cores_choose_among_the_int8_kernels_bit_exact(tmp_path):
 
 @pytest.mark.parametrize("board, site", [("qemu-riscv64", "tile/scalar_pixels"),
                                          ("qemu-armv7", "tile/pixels"),
-                                         ("qemu-armv7", "depthwise_tile")])
+                                         ("qemu-armv7", "depthwise_tile"),
+                                         ("qemu-armv7", "unroll")])
 def test_float_tiles_of_new_cores_change_code_within_tolerance(convs, tmp_path, board, site):
     """Scalar tiles (RV64GC), ARMv7's by-lane tiles (`registers` sizes the
-    pixels) and its weight-resident depthwise tiles: a config other than
-    the default changes the kernels, and the outputs stay within LiteRT's
-    tolerance."""
+    pixels), its weight-resident depthwise tiles and the channel tiles'
+    unrolling (0-8 tiles): a config other than the default changes the
+    kernels, and the outputs stay within the reference's tolerance."""
     from aot.lower.schedule.space import legal_tile, scalar_registers
     from aot.targets import get_board
 
@@ -140,16 +141,16 @@ def test_float_tiles_of_new_cores_change_code_within_tolerance(convs, tmp_path, 
         target.vector_registers
     picks = {}
     for w in workloads(convs, board):
-        sized = [c for c in w.space[1:] if c.get(site)
+        sized = [c for c in w.space[1:] if site in dict(c.sites)
                  and (site != "tile/pixels" or "registers" in dict(c.get(site)))]
-        for c in sized:
+        for c in sized if site != "unroll" else ():
             knobs = dict(c.get(site))
             if site == "depthwise_tile":
                 assert knobs["vectors"] == 1 and 9 + 3 * knobs["max_accs"] <= regs
             else:
                 assert legal_tile(site, knobs, regs)
         if sized:
-            picks[w.key] = sized[len(sized) // 2]
+            picks[w.key] = sized[0] if site == "unroll" else sized[len(sized) // 2]
     assert picks
     log = write_log(tmp_path / "f.jsonl", board, picks)
     assert kernels_c(convs, board, tmp_path / "plain") != \
@@ -169,7 +170,8 @@ def test_new_sites_given_their_defaults_change_no_kernel(convs):
     for model, board, site in ((KWS_INT8, "qemu-riscv64", "int8_kernel"),
                                (convs, "qemu-riscv64", "tile/scalar_pixels"),
                                (convs, "rpi3", "tile/pixels"),
-                               (convs, "qemu-armv7", "depthwise_tile")):
+                               (convs, "qemu-armv7", "depthwise_tile"),
+                               (convs, "rpi3", "unroll")):
         graph = aot.optimize(aot.load(model))
         target = get_board(board).target
         seen = Schedules(record=True)
@@ -179,8 +181,8 @@ def test_new_sites_given_their_defaults_change_no_kernel(convs):
         for key, (_, defaults, _) in seen.seen.items():
             if site in defaults:
                 a = defaults[site]
-                explicit[key] = Config.of({site: a.name if site == "int8_kernel"
-                                           else tile_knobs(a)})
+                explicit[key] = Config.of({site: a.name if site == "int8_kernel" else a
+                                           if site == "unroll" else tile_knobs(a)})
         assert explicit, (board, site)
         with applied(Schedules(explicit)):
             same = lower_graph(graph, target)

@@ -25,7 +25,7 @@ from aot.lower.schedule.tile_sizes import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORD
                                            depthwise_tile, tile)
 from aot.lower.schedule.strategy import (PAIRS, Accumulator, KernelChoice, conv_algorithm,
                                          int8_accumulator, int8_kernel, int8_rows,
-                                         mlal_depthwise, window_row_accumulator)
+                                         mlal_depthwise, unroll_tiles, window_row_accumulator)
 from aot.lower.kernels import half_dense
 from aot.lower.kernels.conv_walk import Walk, float_axes
 from aot.lower.kernels.cortex_m import dsp, mve, scalar
@@ -118,7 +118,8 @@ def float_conv_schedule(target: Target, dtype: DType, xin: SpatialOp, out: Spati
         # weights_stay: the channel tiles outermost, a tile's weights held
         # in registers over every pixel
         return FloatConvSchedule("depthwise", dw, walk=Walk(
-            axes, unroll=UNROLL_CHANNEL_TILES if dw.registers or dw.weights_stay else 0,
+            axes, unroll=unroll_tiles(UNROLL_CHANNEL_TILES if dw.registers or dw.weights_stay
+                                      else 0),
             tiles_outside=dw.weights_stay))
     copy = channel_last and copy_padded(xin, win, dtype)
     # (not for a first layer's 3 channels: its steps straddling taps cost
@@ -126,7 +127,7 @@ def float_conv_schedule(target: Target, dtype: DType, xin: SpatialOp, out: Spati
     merge_rows = (t.k_lanes > 1 and icg % t.k_lanes == 0 and group == 1 and channel_last
                   and (in_memory or copy) and win.dilations[-1] == 1)
     return FloatConvSchedule("direct", t, copy, merge_rows, Walk(
-        axes, parts=True, unroll=UNROLL_CHANNEL_TILES if t.registers else 0))
+        axes, parts=True, unroll=unroll_tiles(UNROLL_CHANNEL_TILES if t.registers else 0)))
 
 
 def channel_dot_fits(dtype: DType, ocg: int, icg: int, lanes: int) -> bool:
@@ -304,7 +305,8 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     # -> 1,490,886 / 1,656,094 -> 1,643,620
     walk = Walk(("oy", "ox"), "border" if rows == "direct" else "whole", notes=False,
                 blocks_in_tested_rows=False, parts=True, parts_outside=True,
-                unroll=UNROLL_CHANNEL_TILES if quads and target.arch == "aarch64" else 0)
+                unroll=unroll_tiles(UNROLL_CHANNEL_TILES if quads and target.arch == "aarch64"
+                                    else 0))
     return Int8ConvSchedule("vector", t, tiles, depthwise, kind, by_lane, mlal, quads, pairs,
                             rows, flat_kind, walk, planes)
 

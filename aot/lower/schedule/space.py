@@ -33,7 +33,10 @@ from aot.errors import AotError
 # only for the by-lane tiles sized by it.
 TILE_KNOBS = ("vectors", "mr", "max_accs", "registers")
 SITES = ("tile", "tile/pixels", "tile/scalar", "tile/scalar_pixels", "depthwise_tile",
-         "accumulator", "int8_rows", "conv_algorithm", "int8_kernel")
+         "accumulator", "int8_rows", "conv_algorithm", "int8_kernel", "unroll")
+# Sites whose answer is a count, and the counts a config may give them
+# (`unroll`: a loop of at most this many channel tiles is unrolled).
+COUNTS = {"unroll": (0, 1, 2, 4, 8)}
 # The int8 kernels by name (the rules' CONV and FC tables, and "scalar": the
 # plain loops; tests/tune check this against the tables).
 INT8_KERNELS = ("dsp_dense", "dsp_depthwise", "dsp_fc", "dsp_pointwise", "dsp_rows", "mve_dense",
@@ -67,6 +70,11 @@ class Config:
                     raise AotError(f"config: {site} is one of {', '.join(NAMED[site])}, "
                                    f"not {value!r:.60}")
                 items.append((site, value))
+            elif site in COUNTS:
+                if isinstance(value, bool) or value not in COUNTS[site]:
+                    raise AotError(f"config: {site} is one of "
+                                   f"{', '.join(map(str, COUNTS[site]))}, not {value!r:.60}")
+                items.append((site, value))
             elif site in SITES:
                 if not isinstance(value, Mapping) or set(value) - set(TILE_KNOBS) or not all(
                         isinstance(v, int) and not isinstance(v, bool) and v >= 1
@@ -80,7 +88,7 @@ class Config:
         return Config(tuple(sorted(items)))
 
     def as_json(self) -> dict[str, Any]:
-        return {site: v if isinstance(v, str) else dict(v) for site, v in self.sites}
+        return {site: v if isinstance(v, (str, int)) else dict(v) for site, v in self.sites}
 
     def get(self, site: str):
         return dict(self.sites).get(site)
@@ -245,7 +253,7 @@ def _override(site: str, answer, knobs):
         # the rule asks once per mode it offers: a config other than that
         # mode reads the rows directly
         return knobs if knobs == answer else "direct"
-    if site == "conv_algorithm":
+    if site in ("conv_algorithm", *COUNTS):
         return knobs
     if site == "int8_kernel":
         if knobs not in answer.legal:
@@ -362,6 +370,9 @@ def space_of(defaults: Mapping[str, Any], target) -> list[Config]:
             continue
         if site == "int8_kernel":
             configs += [Config.of({site: k}) for k in default.legal if k != default.name]
+            continue
+        if site in COUNTS:
+            configs += [Config.of({site: n}) for n in COUNTS[site] if n != default]
             continue
         base = tile_knobs(default)
         registers = scalar_registers(target) if default.lanes == 1 else target.vector_registers

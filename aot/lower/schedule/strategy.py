@@ -147,6 +147,14 @@ def int8_kernel(choice: KernelChoice) -> KernelChoice:
     return choice
 
 
+@tunable("unroll")
+def unroll_tiles(default: int) -> int:
+    """How many channel tiles a conv's tile loop unrolls at most (0: none):
+    the default policy's answer passes through; a schedule config may give
+    any of space.COUNTS["unroll"]."""
+    return default
+
+
 @tunable("int8_rows")
 def int8_rows(default: str) -> str:
     """How an int8 pair kernel reads its input rows: "staged" (even depths:

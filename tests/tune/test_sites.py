@@ -99,10 +99,13 @@ def test_the_int8_kernel_names_are_the_tables():
 
 def test_scalar_cores_choose_among_the_int8_kernels_bit_exact(tmp_path):
     """RV64GC (no vectors, no kernel of its own): each conv and the FC may
-    take the register-tiled nests of the rv32 and Cortex-M scalar cores;
-    the first alternative of each changes the C and stays bit-exact with
-    tflite-micro."""
-    from aot.lower.schedule.space import Config
+    take the register-tiled nests of the rv32 and Cortex-M scalar cores
+    (the matrix products' with a tile of their own): an alternative of
+    each stays bit-exact with tflite-micro."""
+    from aot.lower.schedule.space import Config, legal_nest
+    from aot.targets import get_board
+
+    target = get_board("qemu-riscv64").target
 
     works = [w for w in workloads(KWS_INT8, "qemu-riscv64") if len(w.space) > 1]
     assert len(works) == 4
@@ -110,9 +113,14 @@ def test_scalar_cores_choose_among_the_int8_kernels_bit_exact(tmp_path):
     for w in works:
         names = [c.get("int8_kernel") for c in w.space[1:]]
         assert names and all(names) and "scalar" not in names
-        picks[w.key] = w.space[1]
-    assert {c.get("int8_kernel") for c in picks.values()} >= {"rv32_pointwise",
-                                                              "rv32_depthwise"}
+        # the matrix products' nests also with another (rows, channels) tile
+        nests = [c for c in w.space if c.get("nest_tile")]
+        for c in nests:
+            assert legal_nest(*(dict(c.get("nest_tile"))[k] for k in ("rows", "channels")),
+                              target)
+        picks[w.key] = nests[len(nests) // 2] if nests else w.space[1]
+    assert {c.get("int8_kernel") for c in picks.values()} >= {"rv32_depthwise"}
+    assert sum(bool(c.get("nest_tile")) for c in picks.values()) == 2   # 1x1 convs, the FC
     log = write_log(tmp_path / "k.jsonl", "qemu-riscv64", picks)
     result = verified(KWS_INT8, "qemu-riscv64", log)
     assert all(o["max_abs"] == 0 for o in result["outputs"])

@@ -33,7 +33,11 @@ from aot.errors import AotError
 # only for the by-lane tiles sized by it.
 TILE_KNOBS = ("vectors", "mr", "max_accs", "registers")
 SITES = ("tile", "tile/pixels", "tile/scalar", "tile/scalar_pixels", "depthwise_tile",
-         "accumulator", "int8_rows", "conv_algorithm", "int8_kernel", "unroll")
+         "accumulator", "int8_rows", "conv_algorithm", "int8_kernel", "unroll", "nest_tile")
+# The int8 kernels (by their names' ends) whose nest is dsp.py's matmul.
+MATMUL_KERNELS = ("_pointwise", "_fc")
+# The knobs of the integer nests' (rows, channels) tile.
+NEST_KNOBS = ("rows", "channels")
 # Sites whose answer is a count, and the counts a config may give them
 # (`unroll`: a loop of at most this many channel tiles is unrolled).
 COUNTS = {"unroll": (0, 1, 2, 4, 8)}
@@ -75,6 +79,13 @@ class Config:
                     raise AotError(f"config: {site} is one of "
                                    f"{', '.join(map(str, COUNTS[site]))}, not {value!r:.60}")
                 items.append((site, value))
+            elif site == "nest_tile":
+                if not isinstance(value, Mapping) or set(value) != set(NEST_KNOBS) or not all(
+                        isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 16
+                        for v in value.values()):
+                    raise AotError(f"config: {site} takes rows and channels from 1 to 16, "
+                                   f"not {value!r:.60}")
+                items.append((site, tuple(sorted(value.items()))))
             elif site in SITES:
                 if not isinstance(value, Mapping) or set(value) - set(TILE_KNOBS) or not all(
                         isinstance(v, int) and not isinstance(v, bool) and v >= 1
@@ -255,6 +266,9 @@ def _override(site: str, answer, knobs):
         return knobs if knobs == answer else "direct"
     if site in ("conv_algorithm", *COUNTS):
         return knobs
+    if site == "nest_tile":
+        k = dict(knobs)
+        return (k["rows"], k["channels"])
     if site == "int8_kernel":
         if knobs not in answer.legal:
             raise AotError(f"config: int8_kernel {knobs} does not fit this layer "
@@ -298,6 +312,22 @@ def legal_tile(site: str, knobs: Mapping[str, int], registers: int) -> bool:
     if site not in PIXEL_SITES:
         return v <= max(1, registers - 1) // 2
     return mr * v <= accs and accs + v + 1 <= registers
+
+
+# Integer registers a nest's tile may take: its accumulators, a row's and
+# a channel's loaded values (the pointers and counters beside them).
+_INT_REGISTERS = {"riscv32": 31, "riscv64": 31}
+
+
+def legal_nest(rows: int, channels: int, target) -> bool:
+    """Whether an integer nest's tile fits the core's general registers:
+    rows x channels accumulators, a value per row and per channel, 3 more
+    for the pointers and the counter (13 registers on Arm: r0-r12)."""
+    return rows * channels + rows + channels + 3 <= _INT_REGISTERS.get(target.arch, 13)
+
+
+def _nest_space(target) -> list[tuple[int, int]]:
+    return [(r, k) for r in (1, 2, 3, 4) for k in (1, 2, 3, 4, 6, 8) if legal_nest(r, k, target)]
 
 
 def _by_lane_space(default, registers: int) -> list[dict]:
@@ -369,10 +399,21 @@ def space_of(defaults: Mapping[str, Any], target) -> list[Config]:
             configs += [Config.of({site: a}) for a in other]
             continue
         if site == "int8_kernel":
-            configs += [Config.of({site: k}) for k in default.legal if k != default.name]
+            for k in default.legal:
+                if k != default.name:
+                    configs.append(Config.of({site: k}))
+                if k != default.name and k.endswith(MATMUL_KERNELS) and not k.startswith("mve"):
+                    # its matrix product's tile with it (the nest_tile site
+                    # is asked only where such a kernel runs)
+                    configs += [Config.of({site: k, "nest_tile": {"rows": r, "channels": c}})
+                                for r, c in _nest_space(target)]
             continue
         if site in COUNTS:
             configs += [Config.of({site: n}) for n in COUNTS[site] if n != default]
+            continue
+        if site == "nest_tile":
+            configs += [Config.of({site: {"rows": r, "channels": k}})
+                        for r, k in _nest_space(target) if (r, k) != tuple(default)]
             continue
         base = tile_knobs(default)
         registers = scalar_registers(target) if default.lanes == 1 else target.vector_registers

@@ -120,6 +120,16 @@ def matvec_tile(target: Target, dtype: str | DType, t: Tile) -> Tile:
     return t
 
 
+@tunable("nest_tile")
+def nest_tile(default: tuple[int, int]) -> tuple[int, int]:
+    """(rows, channels) of int32 accumulators in the matrix products of the
+    Cortex-M and scalar RISC-V nests (aot/lower/kernels/cortex_m/dsp.py's
+    matmul: pointwise convs and fully connected layers): each kernel's own
+    default passes through; a schedule config may give another within the
+    integer registers (space.legal_nest)."""
+    return default
+
+
 @tunable("depthwise_tile")
 def depthwise_tile(target: Target, dtype: str | DType, taps: int) -> Tile:
     """The tile of a channel-last depthwise convolution with `taps` taps.

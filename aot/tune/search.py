@@ -76,7 +76,7 @@ def workloads_of(graph, target) -> list[_Workload]:
 def _flat(config: Config) -> dict:
     out = {}
     for site, value in config.sites:
-        if isinstance(value, str):
+        if isinstance(value, (str, int)):
             out[site] = value
         else:
             out.update({(site, k): v for k, v in value})

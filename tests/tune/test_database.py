@@ -75,7 +75,7 @@ def _forge(db: Path, sql: str, args=()) -> None:
     ("foreign", "not an aot tuning database"),
     ("layout", "database layout version 99"),
     ("columns", "table records has columns"),
-    ("config", "config: unknown schedule site 'unroll'"),
+    ("config", "config: unknown schedule site 'fission'"),
     ("config_text", "config must be an object, got an integer"),
     ("deep", "config: column 3: nested deeper than 2 levels"),
     ("ms", "ms must be a finite time"),
@@ -99,7 +99,7 @@ def test_hostile_databases_are_one_line_errors(tmp_path, harm, message):
     elif harm == "columns":
         _forge(db, "ALTER TABLE records RENAME COLUMN ms TO seconds")
     elif harm == "config":
-        _forge(db, "UPDATE records SET config = '{\"unroll\": 4}' WHERE rowid = 2")
+        _forge(db, "UPDATE records SET config = '{\"fission\": 4}' WHERE rowid = 2")
     elif harm == "config_text":
         _forge(db, "UPDATE records SET config = 7 WHERE rowid = 2")
     elif harm == "deep":

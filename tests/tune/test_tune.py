@@ -80,8 +80,8 @@ def test_configs_equal_to_the_defaults_change_no_byte(tiny, tmp_path):
         seen = Schedules(record=True)
         with applied(seen):
             lower_graph(graph, target)
-        out = {k: Config.of({site: a if isinstance(a, str) else a.name
-                             if site == "accumulator" else tile_knobs(a)
+        out = {k: Config.of({site: a if isinstance(a, (str, int)) else a.name
+                             if site in ("accumulator", "int8_kernel") else tile_knobs(a)
                              for site, a in defaults.items()})
                for k, (_, defaults, _) in seen.seen.items()}
         assert any(c.sites for c in out.values())
@@ -230,8 +230,12 @@ def test_int8_records_stay_bit_exact(tmp_path, rows):
     ('{"workload": "w"}\n', "lacks target, config, ms, board, aot_version"),
     ('{"workload": "w", "target": "t", "config": {"tile": {"lanes": 4}}, "ms": 1, '
      '"board": "host", "aot_version": "0.1.0"}\n', "tile takes positive integers"),
-    ('{"workload": "w", "target": "t", "config": {"unroll": 4}, "ms": 1, '
-     '"board": "host", "aot_version": "0.1.0"}\n', "unknown schedule site 'unroll'"),
+    ('{"workload": "w", "target": "t", "config": {"fission": 4}, "ms": 1, '
+     '"board": "host", "aot_version": "0.1.0"}\n', "unknown schedule site 'fission'"),
+    ('{"workload": "w", "target": "t", "config": {"unroll": 3}, "ms": 1, '
+     '"board": "host", "aot_version": "0.1.0"}\n', "unroll is one of 0, 1, 2, 4, 8"),
+    ('{"workload": "w", "target": "t", "config": {"int8_kernel": "fast"}, "ms": 1, '
+     '"board": "host", "aot_version": "0.1.0"}\n', "int8_kernel is one of dsp_dense"),
     ('{"workload": "w", "target": "t", "config": {}, "ms": -1, '
      '"board": "host", "aot_version": "0.1.0"}\n', "ms must be a finite time"),
 ])

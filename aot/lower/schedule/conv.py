@@ -23,8 +23,9 @@ import numpy as np
 from aot.ir.tir import DType, dt
 from aot.lower.schedule.tile_sizes import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORDER, Tile,
                                            depthwise_tile, tile)
-from aot.lower.schedule.strategy import (PAIRS, Accumulator, conv_algorithm, int8_accumulator,
-                                         int8_rows, mlal_depthwise, window_row_accumulator)
+from aot.lower.schedule.strategy import (PAIRS, Accumulator, KernelChoice, conv_algorithm,
+                                         int8_accumulator, int8_kernel, int8_rows,
+                                         mlal_depthwise, unroll_tiles, window_row_accumulator)
 from aot.lower.kernels import half_dense
 from aot.lower.kernels.conv_walk import Walk, float_axes
 from aot.lower.kernels.cortex_m import dsp, mve, scalar
@@ -117,7 +118,8 @@ def float_conv_schedule(target: Target, dtype: DType, xin: SpatialOp, out: Spati
         # weights_stay: the channel tiles outermost, a tile's weights held
         # in registers over every pixel
         return FloatConvSchedule("depthwise", dw, walk=Walk(
-            axes, unroll=UNROLL_CHANNEL_TILES if dw.registers or dw.weights_stay else 0,
+            axes, unroll=unroll_tiles(UNROLL_CHANNEL_TILES if dw.registers or dw.weights_stay
+                                      else 0),
             tiles_outside=dw.weights_stay))
     copy = channel_last and copy_padded(xin, win, dtype)
     # (not for a first layer's 3 channels: its steps straddling taps cost
@@ -125,7 +127,7 @@ def float_conv_schedule(target: Target, dtype: DType, xin: SpatialOp, out: Spati
     merge_rows = (t.k_lanes > 1 and icg % t.k_lanes == 0 and group == 1 and channel_last
                   and (in_memory or copy) and win.dilations[-1] == 1)
     return FloatConvSchedule("direct", t, copy, merge_rows, Walk(
-        axes, parts=True, unroll=UNROLL_CHANNEL_TILES if t.registers else 0))
+        axes, parts=True, unroll=unroll_tiles(UNROLL_CHANNEL_TILES if t.registers else 0)))
 
 
 def channel_dot_fits(dtype: DType, ocg: int, icg: int, lanes: int) -> bool:
@@ -232,12 +234,12 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
             return Int8ConvSchedule("dsp_depthwise16")
         if dsp.fits_dense(target, g, weights):
             return Int8ConvSchedule("dsp_dense16")
-    kernel = (cortex_m_conv(target, g, weights) or rv32_conv(target, g, weights)) \
-        if in_memory and not int16_input else None
-    if kernel is not None:
-        return Int8ConvSchedule(kernel)
-    if target.lanes(32) == 1 or not ((g.depth == 1 and g.per_group == 1) or g.per_group >= 4):
-        return Int8ConvSchedule("scalar")
+    own = cortex_m_convs(target, g, weights) + rv32_convs(target, g, weights) \
+        if in_memory and not int16_input else []
+    plain = target.lanes(32) == 1 or not ((g.depth == 1 and g.per_group == 1) or g.per_group >= 4)
+    if own or plain:
+        portable = portable_convs(target, g, weights) if in_memory and not int16_input else []
+        return Int8ConvSchedule(kernel_choice(own, portable))
     t = tile(target, "int32", pixels=True)
     depthwise = g.depth == 1 and g.per_group == 1
     dense = not depthwise and g.groups == 1
@@ -303,51 +305,82 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     # -> 1,490,886 / 1,656,094 -> 1,643,620
     walk = Walk(("oy", "ox"), "border" if rows == "direct" else "whole", notes=False,
                 blocks_in_tested_rows=False, parts=True, parts_outside=True,
-                unroll=UNROLL_CHANNEL_TILES if quads and target.arch == "aarch64" else 0)
+                unroll=unroll_tiles(UNROLL_CHANNEL_TILES if quads and target.arch == "aarch64"
+                                    else 0))
     return Int8ConvSchedule("vector", t, tiles, depthwise, kind, by_lane, mlal, quads, pairs,
                             rows, flat_kind, walk, planes)
 
 
-def cortex_m_conv(target: Target, g: ConvGeom, weights: np.ndarray) -> str | None:
-    """The Cortex-M kernel (its name in aot/lower/kernels/cortex_m/'s CONV)
-    of a convolution whose input is in memory, or None where none fits:
+def kernel_choice(own: list[str], portable: list[str]) -> str:
+    """The int8 kernel of a layer, asked of the int8_kernel site: the
+    target's own first fitting kernel (`own`, in preference order), else the
+    scalar loops; the legal alternatives are the rest of `own`, the
+    `portable` nests and the scalar loops."""
+    default = own[0] if own else "scalar"
+    legal = tuple(dict.fromkeys([*own, *portable, "scalar"]))
+    return int8_kernel(KernelChoice(default, legal)).name
+
+
+def cortex_m_convs(target: Target, g: ConvGeom, weights: np.ndarray) -> list[str]:
+    """The Cortex-M kernels (their names in aot/lower/kernels/cortex_m/'s CONV)
+    that fit a convolution whose input is in memory, the default first:
     Helium's 16-lane dot products and outer products first, then the DSP
     extension's (depthwise with Helium: 16 channels at a time first); on a
     core without either, the same nests byte by byte (scalar.py)."""
     if scalar.scalar_target(target):
         # ARMv6-M's few registers take narrower tiles (scalar.V6M_TILE)
         tiles = "v6m" if target.has("v6m") else "scalar"
-        return next((name for name, fits in (
+        return [name for name, fits in (
             (f"{tiles}_pointwise", scalar.fits_pointwise),
             ("scalar_depthwise", scalar.fits_depthwise),
             (f"{tiles}_dense", scalar.fits_dense), ("scalar_rows", scalar.fits_rows))
-            if fits(target, g, weights)), None)
-    if mve.mve_target(target):
-        if g.depth % mve.LANES == 0 and dsp.fits_pointwise(target, g, weights):
-            return "mve_pointwise"
-        if g.depth % mve.LANES == 0 and dsp.fits_dense(target, g, weights):
-            return "mve_dense"
-        if mve.fits_outer(target, g, weights):
-            return "mve_outer"
-    if dsp.fits_pointwise(target, g, weights):
-        return "dsp_pointwise"
-    if dsp.fits_depthwise(target, g, weights):
-        return "mve_depthwise" if mve.mve_target(target) and g.groups >= mve.LANES \
-            else "dsp_depthwise"
-    if dsp.fits_dense(target, g, weights):
-        return "dsp_dense"
-    if dsp.fits_rows(target, g, weights):
-        return "dsp_rows"
-    return None
+            if fits(target, g, weights)]
+    mve_on = mve.mve_target(target)
+    dw = dsp.fits_depthwise(target, g, weights)
+    fits = (
+        ("mve_pointwise", mve_on and g.depth % mve.LANES == 0
+         and dsp.fits_pointwise(target, g, weights)),
+        ("mve_dense", mve_on and g.depth % mve.LANES == 0 and dsp.fits_dense(target, g, weights)),
+        ("mve_outer", mve.fits_outer(target, g, weights)),
+        ("dsp_pointwise", dsp.fits_pointwise(target, g, weights)),
+        ("mve_depthwise", dw and mve_on and g.groups >= mve.LANES),
+        ("dsp_depthwise", dw),
+        ("dsp_dense", dsp.fits_dense(target, g, weights)),
+        ("dsp_rows", dsp.fits_rows(target, g, weights)))
+    return [name for name, ok in fits if ok]
 
 
-def rv32_conv(target: Target, g: ConvGeom, weights: np.ndarray) -> str | None:
-    """The scalar RISC-V kernel (its name in aot/lower/kernels/riscv/'s CONV)
-    of a convolution whose input is in memory, or None where none fits."""
-    return next((name for name, fits in (
-        ("rv32_pointwise", rv32.fits_pointwise), ("rv32_depthwise", rv32.fits_depthwise),
-        ("rv32_rows", rv32.fits_rows), ("rv32_dense", rv32.fits_dense))
-        if fits(target, g, weights)), None)
+def rv32_convs(target: Target, g: ConvGeom, weights: np.ndarray) -> list[str]:
+    """The scalar RISC-V kernels (their names in aot/lower/kernels/riscv/'s
+    CONV) that fit a convolution whose input is in memory, the default first."""
+    return [name for name, fits in RV32_CONV if fits(target, g, weights)]
+
+
+RV32_CONV = (("rv32_pointwise", rv32.fits_pointwise), ("rv32_depthwise", rv32.fits_depthwise),
+             ("rv32_rows", rv32.fits_rows), ("rv32_dense", rv32.fits_dense))
+# The nests of plain C (no DSP or vector instruction), by their fits:
+# legal on any core without vectors or the DSP extension, where the layer's
+# shape fits them.
+PORTABLE_CONV = (*RV32_CONV, ("scalar_pointwise", scalar.fits_pointwise),
+                 ("v6m_pointwise", scalar.fits_pointwise),
+                 ("scalar_depthwise", scalar.fits_depthwise), ("scalar_dense", scalar.fits_dense),
+                 ("v6m_dense", scalar.fits_dense), ("scalar_rows", scalar.fits_rows))
+
+
+def _anywhere(target: Target) -> bool:
+    return True
+
+
+def _portable_core(target: Target) -> bool:
+    return target.lanes(32) == 1 and not target.has("dsp")
+
+
+def portable_convs(target: Target, g: ConvGeom, weights: np.ndarray) -> list[str]:
+    """The plain-C kernels a tuning config may give a convolution whose input
+    is in memory on a core without vectors or DSP (none elsewhere)."""
+    if not _portable_core(target):
+        return []
+    return [name for name, fits in PORTABLE_CONV if fits(target, g, weights, on=_anywhere)]
 
 
 def int8_fc_schedule(target: Target, w: np.ndarray, in_memory: bool,
@@ -373,12 +406,11 @@ def int8_fc_schedule(target: Target, w: np.ndarray, in_memory: bool,
     if int16_input:
         return Int8ConvSchedule("dsp_fc16" if in_memory and dsp.fits_fc(target, w)
                                 else "scalar")
-    if in_memory and mve.fits_fc(target, w):
-        return Int8ConvSchedule("mve_fc")
-    if in_memory and dsp.fits_fc(target, w):
-        return Int8ConvSchedule("dsp_fc")
-    if in_memory and rv32.fits_fc(target, w):
-        return Int8ConvSchedule("rv32_fc")
-    if in_memory and scalar.fits_fc(target, w):
-        return Int8ConvSchedule("scalar_fc")
-    return Int8ConvSchedule("scalar")
+    if not in_memory:
+        return Int8ConvSchedule(kernel_choice([], []))
+    own = [name for name, fits in (("mve_fc", mve.fits_fc), ("dsp_fc", dsp.fits_fc),
+                                   ("rv32_fc", rv32.fits_fc), ("scalar_fc", scalar.fits_fc))
+           if fits(target, w)]
+    portable = [name for name, fits in (("rv32_fc", rv32.fits_fc), ("scalar_fc", scalar.fits_fc))
+                if fits(target, w, on=_anywhere)] if _portable_core(target) else []
+    return Int8ConvSchedule(kernel_choice(own, portable))

@@ -29,12 +29,31 @@ from typing import Any, Callable, Iterator, Mapping
 
 from aot.errors import AotError
 
-# The Tile fields a config may set, per site (schedule.Tile).
-TILE_KNOBS = ("vectors", "mr", "max_accs")
-SITES = ("tile", "tile/pixels", "depthwise_tile", "accumulator", "int8_rows", "conv_algorithm")
+# The Tile fields a config may set, per site (schedule.Tile); `registers`
+# only for the by-lane tiles sized by it.
+TILE_KNOBS = ("vectors", "mr", "max_accs", "registers")
+SITES = ("tile", "tile/pixels", "tile/scalar", "tile/scalar_pixels", "depthwise_tile",
+         "accumulator", "int8_rows", "conv_algorithm", "int8_kernel", "unroll", "nest_tile")
+# The int8 kernels (by their names' ends) whose nest is dsp.py's matmul.
+MATMUL_KERNELS = ("_pointwise", "_fc")
+# The knobs of the integer nests' (rows, channels) tile.
+NEST_KNOBS = ("rows", "channels")
+# Sites whose answer is a count, and the counts a config may give them
+# (`unroll`: a loop of at most this many channel tiles is unrolled).
+COUNTS = {"unroll": (0, 1, 2, 4, 8)}
+# The int8 kernels by name (the rules' CONV and FC tables, and "scalar": the
+# plain loops; tests/tune check this against the tables).
+INT8_KERNELS = ("dsp_dense", "dsp_depthwise", "dsp_fc", "dsp_pointwise", "dsp_rows", "mve_dense",
+                "mve_depthwise", "mve_fc", "mve_outer", "mve_pointwise", "rv32_dense",
+                "rv32_depthwise", "rv32_fc", "rv32_pointwise", "rv32_rows", "scalar",
+                "scalar_dense", "scalar_depthwise", "scalar_fc", "scalar_pointwise",
+                "scalar_rows", "v6m_dense", "v6m_pointwise")
+# The tile sites that also block over output pixels (MR x V accumulators).
+PIXEL_SITES = ("tile/pixels", "tile/scalar_pixels")
 # Sites whose answer is a name, and the names a config may give them.
 NAMED = {"accumulator": ("pairs", "quads", "quads_u8"), "int8_rows": ("staged", "flat", "direct"),
-         "conv_algorithm": ("direct", "winograd_2x2", "winograd_4x4")}
+         "conv_algorithm": ("direct", "winograd_2x2", "winograd_4x4"),
+         "int8_kernel": INT8_KERNELS}
 
 
 @dataclass(frozen=True)
@@ -55,6 +74,18 @@ class Config:
                     raise AotError(f"config: {site} is one of {', '.join(NAMED[site])}, "
                                    f"not {value!r:.60}")
                 items.append((site, value))
+            elif site in COUNTS:
+                if isinstance(value, bool) or value not in COUNTS[site]:
+                    raise AotError(f"config: {site} is one of "
+                                   f"{', '.join(map(str, COUNTS[site]))}, not {value!r:.60}")
+                items.append((site, value))
+            elif site == "nest_tile":
+                if not isinstance(value, Mapping) or set(value) != set(NEST_KNOBS) or not all(
+                        isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 16
+                        for v in value.values()):
+                    raise AotError(f"config: {site} takes rows and channels from 1 to 16, "
+                                   f"not {value!r:.60}")
+                items.append((site, tuple(sorted(value.items()))))
             elif site in SITES:
                 if not isinstance(value, Mapping) or set(value) - set(TILE_KNOBS) or not all(
                         isinstance(v, int) and not isinstance(v, bool) and v >= 1
@@ -68,7 +99,7 @@ class Config:
         return Config(tuple(sorted(items)))
 
     def as_json(self) -> dict[str, Any]:
-        return {site: v if isinstance(v, str) else dict(v) for site, v in self.sites}
+        return {site: v if isinstance(v, (str, int)) else dict(v) for site, v in self.sites}
 
     def get(self, site: str):
         return dict(self.sites).get(site)
@@ -182,10 +213,20 @@ def group_scope(body, anchor, node_name: str, target) -> Iterator[None]:
         _SCOPE.reset(token)
 
 
+def _site_name(site: str, answer, pixels: bool) -> str:
+    """`tile`'s site: "tile" or, called with pixels=True, "tile/pixels";
+    answered with scalar accumulators (lanes 1), "tile/scalar" and
+    "tile/scalar_pixels" (their register budget is another file's)."""
+    if site != "tile":
+        return site
+    if answer.lanes == 1:
+        return "tile/scalar_pixels" if pixels else "tile/scalar"
+    return "tile/pixels" if pixels else "tile"
+
+
 def tunable(site: str) -> Callable:
     """Mark a schedule function as a site: its answer passes through the
-    config in force (unchanged without one). `tile`'s site is "tile" or,
-    called with pixels=True, "tile/pixels"."""
+    config in force (unchanged without one)."""
     def wrap(fn):
         @functools.wraps(fn)
         def choose(*args, **kwargs):
@@ -193,7 +234,7 @@ def tunable(site: str) -> Callable:
             scope = _SCOPE.get()
             if scope is None:
                 return answer
-            name = f"{site}/pixels" if site == "tile" and kwargs.get("pixels") else site
+            name = _site_name(site, answer, kwargs.get("pixels"))
             if scope.defaults is not None:
                 scope.defaults.setdefault(name, answer)
             knobs = scope.config.get(name)
@@ -223,34 +264,105 @@ def _override(site: str, answer, knobs):
         # the rule asks once per mode it offers: a config other than that
         # mode reads the rows directly
         return knobs if knobs == answer else "direct"
-    if site == "conv_algorithm":
+    if site in ("conv_algorithm", *COUNTS):
         return knobs
-    if answer.lanes == 1:       # scalar code: no register tile to choose
-        return answer
+    if site == "nest_tile":
+        k = dict(knobs)
+        return (k["rows"], k["channels"])
+    if site == "int8_kernel":
+        if knobs not in answer.legal:
+            raise AotError(f"config: int8_kernel {knobs} does not fit this layer "
+                           f"(it takes {', '.join(answer.legal)})")
+        return replace(answer, name=knobs)
     return replace(answer, **dict(knobs))
 
 
 # ---------------------------------------------------------------- spaces
 
 def tile_knobs(tile) -> dict[str, int]:
-    return {f.name: getattr(tile, f.name) for f in fields(tile) if f.name in TILE_KNOBS}
+    """The knobs of `tile` a config may set (`registers` only where the tile
+    is sized by it)."""
+    return {f.name: getattr(tile, f.name) for f in fields(tile)
+            if f.name in TILE_KNOBS and (f.name != "registers" or tile.registers)}
+
+
+# Scalar registers by ISA family (the float file where it is separate): a
+# scalar tile's accumulators, its weights and an input within them.
+_SCALAR_REGISTERS = {"aarch64": 32, "riscv64": 32, "riscv32": 32}
+
+
+def scalar_registers(target) -> int:
+    return _SCALAR_REGISTERS.get(target.arch, 16)
 
 
 def legal_tile(site: str, knobs: Mapping[str, int], registers: int) -> bool:
-    """Whether a tile's operands fit the vector register file: MR x V
+    """Whether a tile's operands fit the register file: MR x V
     accumulators, V weight vectors and a broadcast input (schedule.py's
-    budget), at least one pixel."""
-    v, mr, accs = knobs["vectors"], knobs["mr"], knobs["max_accs"]
-    if site != "tile/pixels":
+    budget), at least one pixel; by lane (`registers` set: the tile's own
+    budget, Tile.fit) MR pixels of V accumulators and an input vector each
+    beside 2 V weight vectors, within the target's registers; a
+    weight-resident depthwise tile (`taps` weight vectors) MR pixels of an
+    accumulator and two inputs each."""
+    v, mr, accs = knobs["vectors"], knobs["mr"], knobs.get("max_accs", 0)
+    if "taps" in knobs:
+        return v == 1 and mr <= accs and knobs["taps"] + 3 * accs <= registers
+    if "registers" in knobs:
+        own = knobs["registers"]
+        return own <= registers and 2 * v + (v + 1) * mr <= own
+    if site not in PIXEL_SITES:
         return v <= max(1, registers - 1) // 2
     return mr * v <= accs and accs + v + 1 <= registers
 
 
-def _tile_space(site: str, default, registers: int) -> list[dict]:
-    if default.lanes == 1 or default.k_lanes > 1 or default.weights_stay:
-        return []       # scalar, by-lane (AArch64) and weight-resident tiles: not tuned yet
+# Integer registers a nest's tile may take: its accumulators, a row's and
+# a channel's loaded values (the pointers and counters beside them).
+_INT_REGISTERS = {"riscv32": 31, "riscv64": 31}
+
+
+def legal_nest(rows: int, channels: int, target) -> bool:
+    """Whether an integer nest's tile fits the core's general registers:
+    rows x channels accumulators, a value per row and per channel, 3 more
+    for the pointers and the counter (13 registers on Arm: r0-r12)."""
+    return rows * channels + rows + channels + 3 <= _INT_REGISTERS.get(target.arch, 13)
+
+
+def _nest_space(target) -> list[tuple[int, int]]:
+    return [(r, k) for r in (1, 2, 3, 4) for k in (1, 2, 3, 4, 6, 8) if legal_nest(r, k, target)]
+
+
+def _by_lane_space(default, registers: int) -> list[dict]:
+    """By-lane tiles: V of 1-4 vectors, up to P pixels (sized as a tile
+    for 2 V + (V + 1) P registers), blocks from MR pixels."""
     out = []
-    if site != "tile/pixels":
+    for v in (1, 2, 3, 4):
+        for p in range(1, registers):
+            own = 2 * v + (v + 1) * p
+            for mr in sorted({1, 2, p // 2 or 1, p}):
+                knobs = {**tile_knobs(default), "vectors": v, "mr": mr, "registers": own}
+                if mr <= p and legal_tile("tile/pixels", knobs, registers):
+                    out.append(knobs)
+    return out
+
+
+def _weights_stay_space(default, registers: int) -> list[dict]:
+    """Weight-resident depthwise tiles: blocks of MR up to P pixels of one
+    channel vector, the taps' weights held beside them."""
+    out = []
+    for p in range(1, registers):
+        for mr in sorted({1, 2, p}):
+            knobs = {"vectors": 1, "mr": mr, "max_accs": p}
+            if legal_tile("depthwise_tile", {**knobs, "taps": default.taps}, registers):
+                out.append(knobs)
+    return out
+
+
+def _tile_space(site: str, default, registers: int) -> list[dict]:
+    if default.weights_stay:
+        return _weights_stay_space(default, registers) if default.taps else []
+    if default.k_lanes > 1:
+        return _by_lane_space(default, registers)
+    out = []
+    if site not in PIXEL_SITES:
         for v in (1, 2, 3, 4, 6, 8):
             knobs = {**tile_knobs(default), "vectors": v}
             if legal_tile(site, knobs, registers):
@@ -286,8 +398,26 @@ def space_of(defaults: Mapping[str, Any], target) -> list[Config]:
             other = [a for a in NAMED[site] if a != default]
             configs += [Config.of({site: a}) for a in other]
             continue
+        if site == "int8_kernel":
+            for k in default.legal:
+                if k != default.name:
+                    configs.append(Config.of({site: k}))
+                if k != default.name and k.endswith(MATMUL_KERNELS) and not k.startswith("mve"):
+                    # its matrix product's tile with it (the nest_tile site
+                    # is asked only where such a kernel runs)
+                    configs += [Config.of({site: k, "nest_tile": {"rows": r, "channels": c}})
+                                for r, c in _nest_space(target)]
+            continue
+        if site in COUNTS:
+            configs += [Config.of({site: n}) for n in COUNTS[site] if n != default]
+            continue
+        if site == "nest_tile":
+            configs += [Config.of({site: {"rows": r, "channels": k}})
+                        for r, k in _nest_space(target) if (r, k) != tuple(default)]
+            continue
         base = tile_knobs(default)
-        for knobs in _tile_space(site, default, target.vector_registers):
+        registers = scalar_registers(target) if default.lanes == 1 else target.vector_registers
+        for knobs in _tile_space(site, default, registers):
             if knobs != base:
                 configs.append(Config.of({site: knobs}))
     return list(dict.fromkeys(configs))

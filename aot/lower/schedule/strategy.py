@@ -130,6 +130,31 @@ def window_row_accumulator(target: Target) -> Accumulator:
     return PAIRS if instruction_for(probe, target) is not None else kind
 
 
+@dataclass(frozen=True)
+class KernelChoice:
+    """An int8 layer's kernel (a name of the rules' CONV or FC tables, or
+    "scalar": the plain loops) and every kernel that fits it, the default
+    first."""
+    name: str
+    legal: tuple[str, ...]
+
+
+@tunable("int8_kernel")
+def int8_kernel(choice: KernelChoice) -> KernelChoice:
+    """Which int8 kernel computes a layer (aot/lower/schedule/conv.py asks
+    with the default policy's choice and the legal alternatives): the
+    default passes through; a schedule config may pick any of `legal`."""
+    return choice
+
+
+@tunable("unroll")
+def unroll_tiles(default: int) -> int:
+    """How many channel tiles a conv's tile loop unrolls at most (0: none):
+    the default policy's answer passes through; a schedule config may give
+    any of space.COUNTS["unroll"]."""
+    return default
+
+
 @tunable("int8_rows")
 def int8_rows(default: str) -> str:
     """How an int8 pair kernel reads its input rows: "staged" (even depths:

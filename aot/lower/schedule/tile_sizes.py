@@ -28,6 +28,7 @@ class Tile:
     # Depthwise: the channel tiles are the outer loop, the pixels inner, so
     # that a tile's weights (one per tap) stay in registers.
     weights_stay: bool = False
+    taps: int = 0        # weights_stay: the weight vectors held (its budget's)
 
     def fit(self, vectors: int) -> int:
         """The most pixels of `vectors` accumulators each a tile can take.
@@ -119,6 +120,16 @@ def matvec_tile(target: Target, dtype: str | DType, t: Tile) -> Tile:
     return t
 
 
+@tunable("nest_tile")
+def nest_tile(default: tuple[int, int]) -> tuple[int, int]:
+    """(rows, channels) of int32 accumulators in the matrix products of the
+    Cortex-M and scalar RISC-V nests (aot/lower/kernels/cortex_m/dsp.py's
+    matmul: pointwise convs and fully connected layers): each kernel's own
+    default passes through; a schedule config may give another within the
+    integer registers (space.legal_nest)."""
+    return default
+
+
 @tunable("depthwise_tile")
 def depthwise_tile(target: Target, dtype: str | DType, taps: int) -> Tile:
     """The tile of a channel-last depthwise convolution with `taps` taps.
@@ -136,5 +147,5 @@ def depthwise_tile(target: Target, dtype: str | DType, taps: int) -> Tile:
     t = tile(target, dtype)
     mr = min(4, (target.vector_registers - taps) // 3)
     if t.lanes > 1 and dt(dtype).is_float and target.arch in BY_LANE and mr >= 2:
-        return Tile(t.lanes, 1, mr=mr, max_accs=mr, weights_stay=True)
+        return Tile(t.lanes, 1, mr=mr, max_accs=mr, weights_stay=True, taps=taps)
     return t

@@ -67,7 +67,7 @@ from aot.lower.kernels.conv_walk import PLANE, plane_walk, region_loops
 from aot.lower.arith.quant import lazy_table, table, to_i32, unravel
 from aot.lower.kernels.windows import Run, in_range, window_pos, window_regions
 from aot.lower.rules import LowerCtx, TensorRef
-from aot.lower.schedule.tile_sizes import Tile
+from aot.lower.schedule.tile_sizes import Tile, nest_tile
 from aot.targets import Target
 
 # rows x output channels per register tile
@@ -167,6 +167,8 @@ def matmul(ctx: LowerCtx, x: Buffer, rows: int, w: np.ndarray, bias: np.ndarray,
     the depth read in `words` (default PAIRS: SMLAD's) as `walk` says. gather:
     a tile's 4 channels go to finish(row, first channel, accs) as one int32 x
     4 (conv_nest's finish requantizes it as a vector)."""
+    if not gather:      # (Helium's gathered tiles keep theirs: 4 channels a vector)
+        tile = nest_tile(tile)
     return _matmul(ctx, x, rows, w, bias, finish, tile, words or PAIRS, gather, walk)
 
 

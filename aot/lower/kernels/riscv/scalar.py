@@ -110,34 +110,36 @@ def conv_lanes(depth: int) -> int:
     return next(n for n in (LANES, 2, 1) if depth % n == 0)
 
 
-def fits_pointwise(target: Target, g, weights: np.ndarray) -> bool:
+# `on`: the cores a kernel is offered on by default (these nests are plain
+# C: a tuning config may pick them on any core, aot/lower/schedule/conv.py).
+def fits_pointwise(target: Target, g, weights: np.ndarray, on=scalar_target) -> bool:
     """A 1x1 convolution of one group at stride 1 without padding (a product
     of pixel rows), int8 weights."""
-    return scalar_target(target) and dsp.pointwise_shape(g) and dsp.fits_int8(weights)
+    return on(target) and dsp.pointwise_shape(g) and dsp.fits_int8(weights)
 
 
-def fits_dense(target: Target, g, weights: np.ndarray) -> bool:
+def fits_dense(target: Target, g, weights: np.ndarray, on=scalar_target) -> bool:
     """Any other convolution of one group, int8 weights: its taps read in
     place in words of conv_lanes(depth)."""
-    return scalar_target(target) and g.groups == 1 and dsp.fits_int8(weights)
+    return on(target) and g.groups == 1 and dsp.fits_int8(weights)
 
 
-def fits_rows(target: Target, g, weights: np.ndarray) -> bool:
+def fits_rows(target: Target, g, weights: np.ndarray, on=scalar_target) -> bool:
     """A first layer: one group over fewer than 4 (or an odd number of)
     input channels whose window rows (kernel width x channels, contiguous)
     hold a word of 4 or more: read a row at a time rather than a tap."""
-    return (scalar_target(target) and g.groups == 1 and g.depth % LANES != 0
+    return (on(target) and g.groups == 1 and g.depth % LANES != 0
             and g.dilations[1] == 1 and g.kw * g.depth >= LANES and dsp.fits_int8(weights))
 
 
-def fits_depthwise(target: Target, g, weights: np.ndarray) -> bool:
+def fits_depthwise(target: Target, g, weights: np.ndarray, on=scalar_target) -> bool:
     """A depthwise convolution with multiplier 1 over 4 channels or more."""
-    return (scalar_target(target) and g.depth == 1 and g.per_group == 1
+    return (on(target) and g.depth == 1 and g.per_group == 1
             and g.groups >= DEPTHWISE_CHANNELS and dsp.fits_int8(weights))
 
 
-def fits_fc(target: Target, w: np.ndarray) -> bool:
-    return scalar_target(target) and w.shape[1] >= LANES and dsp.fits_int8(w)
+def fits_fc(target: Target, w: np.ndarray, on=scalar_target) -> bool:
+    return on(target) and w.shape[1] >= LANES and dsp.fits_int8(w)
 
 
 def pointwise(ctx, x, g, weights, bias, zp, finish) -> Stmt:

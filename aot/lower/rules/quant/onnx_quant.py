@@ -28,10 +28,13 @@ from aot.lower.rules.elementwise import broadcast_index, broadcast_load, const_l
 from aot.lower.arith.quant import CallView, round_half_even, table, to_i32
 from aot.lower.arith.requant import onnx_multipliers, onnx_requantizer
 from aot.lower.rules import VALUE_RULES, LowerCtx, TensorRef, kernel_rule, value_rule
+from aot.lower.kernels.dense import product
 from aot.lower.kernels.int8_conv import conv_nest, vector_conv_nest
 from aot.lower.kernels.windows import ConvGeom
-from aot.lower.schedule.conv import int8_conv_schedule
+from aot.lower.rules.quant.tflite_fc import Int8Product
+from aot.lower.schedule.conv import int8_conv_schedule, int8_fc_schedule
 from aot.ops.quant import onnx_quant as ref
+from aot.ops.quant.qmath import wrap_int32
 from aot.ops.nn import Window, window_counts, resolve_window
 
 
@@ -369,13 +372,50 @@ def _row_table(ctx: LowerCtx, zp, rows: int):
     return table(ctx, "a_zero_point", zp.astype(np.int32))
 
 
+def _vector_fc(ctx: LowerCtx, a, b: np.ndarray | None, a_zp, b_zp, c: np.ndarray | None,
+               emit, requantize) -> Stmt | None:
+    """A product of int8 / uint8 rows A [M, K] by a constant B [K, N] on the
+    int8 fully connected kernels of tfl.fully_connected (tflite_fc.Int8Product:
+    VNNI's vpdpbusd on AVX-512): B centred and transposed to TFLite's
+    [N, K] weights, A's per-tensor zero point and the int32 C folded into
+    the bias (uint8 rows read as int8, x - 128, the zero point with them:
+    the same differences), requantize(acc, column, lanes) stored. None where
+    the schedule gives no vector tiles or the centred B is not int8."""
+    if b is None or len(a.shape) != 2 or len(b.shape) != 2 or \
+            a.type.dtype not in ("int8", "uint8") or isinstance(a_zp, TensorRef) or \
+            (a_zp is not None and np.asarray(a_zp).size != 1):
+        return None
+    bz = 0 if b_zp is None else np.asarray(b_zp, np.int64).reshape(1, -1)
+    w = np.ascontiguousarray((np.asarray(b, np.int64) - bz).T)
+    if w.min() < -128 or w.max() > 127:
+        return None
+    sched = int8_fc_schedule(ctx.target, w, a.in_memory)
+    if sched.algorithm != "vector":
+        return None
+    unsigned = a.type.dtype == "uint8"
+    zp = _zero_point(a_zp) - (128 if unsigned else 0)
+    load = _as_int8(a.load) if unsigned else a.load
+    units = w.shape[0]
+    start = np.zeros(units, np.int64) if c is None else \
+        np.broadcast_to(np.asarray(c, np.int64).reshape(-1), (units,))
+    bias = wrap_int32(start - zp * w.sum(axis=1))
+
+    def store(blk, bi, col, acc, lanes):
+        return emit(0, bi + (col,), requantize(acc, col, lanes))
+    fc = Int8Product.make(ctx, sched, w, bias, lambda lead: lambda d: load(lead + (d,)),
+                          None, store, 1)
+    return product(ctx, fc, (a.shape[0],), 1, units)
+
+
 @kernel_rule("QLinearMatMul")
 def qlinear_matmul(ctx: LowerCtx, ins, emit):
     a_zp = _value(ctx, ins, 2, "a_zero_point")
     if a_zp is not None and a_zp.size != 1:
         raise ctx.unsupported("a per-row zero point of A")
-    return _int_matmul(ctx, ins[0], ins[3], a_zp, _value(ctx, ins, 5, "b_zero_point"), emit,
-                       _requantizer(ctx, ins, (1, 4, 6), 7))
+    b_zp, requantize = _value(ctx, ins, 5, "b_zero_point"), _requantizer(ctx, ins, (1, 4, 6), 7)
+    fc = _vector_fc(ctx, ins[0], ins[3].value, a_zp, b_zp, None, emit, requantize)
+    return fc if fc is not None else _int_matmul(ctx, ins[0], ins[3], a_zp, b_zp, emit,
+                                                 requantize)
 
 
 @kernel_rule("MatMulInteger")
@@ -626,17 +666,23 @@ def qgemm(ctx: LowerCtx, ins, emit):
     mult = ref.qgemm_multipliers(ctx.attrs.get("alpha", 1.0), _value(ctx, ins, 1, "a_scale"),
                                  _value(ctx, ins, 4, "b_scale"), y_s)
     c = _value(ctx, ins, 6, "C")
-    c_at = None if c is None else table(ctx, "c", np.broadcast_to(
-        c.astype(np.int32).reshape(-1), (ctx.out_types[0].shape[1],)))
     if len(ins) > 8 and ins[8] is not None:
         requantize = _requantizer(ctx, ins, (1, 4, 7), 8, mult)
     else:
-        m_at = table(ctx, "scale", mult)
+        m_buf = None if np.all(mult == mult.reshape(-1)[0]) else ctx.param("scale", mult)
 
-        def requantize(acc, n):
-            return Bin("*", Cast(dt("float32"), acc), m_at(n))
+        def requantize(acc, n, lanes=1):
+            f32 = dt("float32", lanes)
+            m = const_like(float(mult.reshape(-1)[0]), f32) if m_buf is None else \
+                Load(m_buf, n, lanes)
+            return Bin("*", Cast(f32, acc), m)
+    a_zp, b_zp = _value(ctx, ins, 2, "a_zero_point"), _value(ctx, ins, 5, "b_zero_point")
+    fc = _vector_fc(ctx, ins[0], b.value, a_zp, b_zp, c, emit, requantize)
+    if fc is not None:
+        return fc
+    c_at = None if c is None else table(ctx, "c", np.broadcast_to(
+        c.astype(np.int32).reshape(-1), (ctx.out_types[0].shape[1],)))
 
     def value(acc, n):
         return requantize(acc if c_at is None else Bin("+", acc, c_at(n)), n)
-    return _int_matmul(ctx, ins[0], b, _value(ctx, ins, 2, "a_zero_point"),
-                       _value(ctx, ins, 5, "b_zero_point"), emit, value)
+    return _int_matmul(ctx, ins[0], b, a_zp, b_zp, emit, value)

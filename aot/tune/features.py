@@ -37,7 +37,7 @@ NAMES = (
     "pressure", "spill", "nest_loads_per_mac", "nest_log_bytes", "unrolled_share",
     *(f"call{i}" for i in range(CALL_SLOTS)),
     # the config
-    *(f"knob_{k}" for k in TILE_KNOB_NAMES), "sites_set",
+    *(f"knob_{k}" for k in TILE_KNOB_NAMES), "sites",
     *(f"choice{i}" for i in range(CHOICE_SLOTS)),
 )
 

@@ -17,13 +17,30 @@ import math
 import random
 
 from aot.errors import AotError
-from aot.lower.schedule.space import DEFAULT, Config, Schedules, applied
+from aot.lower.schedule.space import DEFAULT, Config, Schedules, applied, tile_knobs
 from aot.tune.evolve import EPSILON, JointSpace, evolve
 from aot.tune.features import features
 from aot.tune.model import CostModel
 
+RANKING = True
 # How many of a workload's best measured configs seed its population.
 ELITE = 4
+
+
+def effective(answers: dict, config: Config) -> Config:
+    """config with the default's answer for every site it leaves alone:
+    the knobs the candidate runs with, so the default's tile reads as its
+    sizes, not as nothing."""
+    sites = {}
+    for site, answer in answers.items():
+        if isinstance(answer, str):
+            sites[site] = answer
+        elif hasattr(answer, "name") and isinstance(answer.name, str):
+            sites[site] = answer.name
+        elif getattr(answer, "lanes", 1) > 1:
+            sites[site] = tuple(sorted(tile_knobs(answer).items()))
+    sites.update(config.sites)
+    return Config(tuple(sorted(sites.items())))
 
 
 class ModelSearch:
@@ -39,6 +56,8 @@ class ModelSearch:
         self._features: dict[tuple[str, Config], tuple | None] = {}
         self.rows: list[tuple] = []
         self.costs: list[float] = []
+        self.groups: list[int] = []
+        self._group_ids: dict[str, int] = {}
         self.measured: dict[str, list[tuple[float, Config]]] = {}
 
     def features(self, w, config: Config) -> tuple | None:
@@ -63,7 +82,8 @@ class ModelSearch:
         try:
             with applied(Schedules({w.key: config})):
                 kernel = lower_group(self.graph, self.nodes[w.kernels[0]], self.target)
-            out = features(kernel.func, config, self.target.vector_registers)
+            out = features(kernel.func, effective(w.answers, config),
+                           self.target.vector_registers)
         except AotError:
             out = None
         self._features[key] = out
@@ -77,10 +97,11 @@ class ModelSearch:
             return
         self.rows.append(row)
         self.costs.append(math.log2(ratio))
+        self.groups.append(self._group_ids.setdefault(w.key, len(self._group_ids)))
         self.measured.setdefault(w.key, []).append((ratio, config))
 
     def train(self) -> None:
-        self.model.fit(self.rows, self.costs)
+        self.model.fit(self.rows, self.costs, self.groups if RANKING else None)
 
     def score(self, w, configs: list[Config]) -> list[float]:
         rows = [self.features(w, c) for c in configs]

@@ -49,23 +49,37 @@ class CostModel:
         self._xgb = _xgboost()
         self.seed = seed
         self._booster = None
+        self._ranking = False
 
     @property
     def trained(self) -> bool:
         return self._booster is not None
 
-    def fit(self, rows: Sequence[Sequence[float]], costs: Sequence[float]) -> None:
+    def fit(self, rows: Sequence[Sequence[float]], costs: Sequence[float],
+            groups: Sequence[int] | None = None) -> None:
+        """With `groups` (a group id per row), the model learns to order
+        the rows within each group (pairwise ranking: how candidates of one
+        workload compare), else their costs."""
         if len(rows) < MIN_ROWS or len(set(costs)) < 2:
             self._booster = None        # nothing to tell apart yet
             return
-        data = self._xgb.DMatrix(np.asarray(rows, dtype=np.float64),
-                                 label=np.asarray(costs, dtype=np.float64))
-        self._booster = self._xgb.train({**_PARAMS, "seed": self.seed}, data,
-                                        num_boost_round=ROUNDS)
+        x, y = np.asarray(rows, dtype=np.float64), np.asarray(costs, dtype=np.float64)
+        params = {**_PARAMS, "seed": self.seed}
+        if groups is None:
+            data = self._xgb.DMatrix(x, label=y)
+        else:
+            order = np.argsort(np.asarray(groups), kind="stable")
+            g = np.asarray(groups)[order]
+            data = self._xgb.DMatrix(x[order], label=-y[order])   # rank: higher is better
+            data.set_group(np.unique(g, return_counts=True)[1])
+            params["objective"] = "rank:pairwise"
+        self._booster = self._xgb.train(params, data, num_boost_round=ROUNDS)
+        self._ranking = groups is not None
 
     def predict(self, rows: Sequence[Sequence[float]]) -> np.ndarray:
         if not len(rows):
             return np.zeros(0)
         if self._booster is None:
             return np.zeros(len(rows))
-        return self._booster.predict(self._xgb.DMatrix(np.asarray(rows, dtype=np.float64)))
+        out = self._booster.predict(self._xgb.DMatrix(np.asarray(rows, dtype=np.float64)))
+        return -out if self._ranking else out

@@ -58,6 +58,8 @@ class _Workload:
     signature: tuple = ()
     # configs to measure before any drawn one: the nearest workloads' best
     seeds: list = field(default_factory=list)
+    # what each site answered by default (space.py's record mode)
+    answers: dict = field(default_factory=dict)
 
     def untried(self) -> list[Config]:
         return [c for c in self.space if c not in self.tried]
@@ -72,7 +74,7 @@ def workloads_of(graph, target) -> list[_Workload]:
     with applied(seen):
         lower_graph(graph, target)
     return [_Workload(k, w.describe(), names, space_of(defaults, target),
-                      signature=signature_of(w))
+                      signature=signature_of(w), answers=dict(defaults))
             for k, (w, defaults, names) in seen.seen.items()]
 
 
@@ -273,6 +275,8 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
             for w in works:
                 if w.key not in defaults_known:
                     w.default_cost = _sum(counts if counts is not None else times, w)
+                    if guide is not None:
+                        guide.observe(w, DEFAULT, 1.0)
             write([_record(w.key, DEFAULT, _sum(times, w), None, brd, target, _sum(counts, w))
                    for w in works if w.key not in defaults_known])
         with progress.step(f"tune {len(tunable)} workloads on {brd.name}",

@@ -79,13 +79,14 @@ class JointSpace:
 
 
 def evolve(joint: JointSpace, score: Callable[[list[Config]], list[float]],
-           seeds: Sequence[Config], tried: set, rng: random.Random, count: int = 1,
-           epsilon: float = EPSILON, population: int = POPULATION,
+           seeds: Sequence[Config], is_new: Callable[[Config], bool], rng: random.Random,
+           count: int = 1, epsilon: float = EPSILON, population: int = POPULATION,
            generations: int = GENERATIONS) -> list[Config]:
-    """Up to `count` untried configs to measure next: the best ranked by
-    `score` (lower is better) after evolving a population that starts from
-    `seeds` (the best measured so far) and random draws; each pick is a
-    random untried config instead with probability `epsilon`."""
+    """Up to `count` new configs (`is_new`: not measured, nor the same
+    code as a measured one) to measure next: the best ranked by `score`
+    (lower is better) after evolving a population that starts from `seeds`
+    (the best measured so far) and random draws; each pick is a random new
+    config instead with probability `epsilon`."""
     pool = list(dict.fromkeys([*seeds, *(joint.draw(rng) for _ in range(population))]))
     for _ in range(generations):
         ranked = _ranked(pool, score)
@@ -99,11 +100,11 @@ def evolve(joint: JointSpace, score: Callable[[list[Config]], list[float]],
                 child = joint.mutate(rng.choice(parents), rng)
             children.append(child)
         pool = list(dict.fromkeys([*parents, *children]))
-    ranked = [c for c in _ranked(pool, score) if c not in tried]
+    ranked = [c for c in _ranked(pool, score) if is_new(c)]
     out: list[Config] = []
     for _ in range(count):
         if rng.random() < epsilon or not ranked:
-            fresh = _untried_draw(joint, tried | set(out), rng)
+            fresh = _untried_draw(joint, lambda c: is_new(c) and c not in out, rng)
             if fresh is not None:
                 out.append(fresh)
                 continue
@@ -120,11 +121,11 @@ def _ranked(pool: list[Config], score) -> list[Config]:
     return [pool[i] for i in order]
 
 
-def _untried_draw(joint: JointSpace, tried: set, rng: random.Random,
+def _untried_draw(joint: JointSpace, is_new, rng: random.Random,
                   attempts: int = 64) -> Config | None:
     for _ in range(attempts):
         c = joint.draw(rng)
-        if c not in tried:
+        if is_new(c):
             return c
     return None
 

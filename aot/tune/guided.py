@@ -54,6 +54,10 @@ class ModelSearch:
         self.nodes = {n.name: n for n in graph.nodes}
         self.joints = {w.key: JointSpace.of(w.space) for w in works}
         self._features: dict[tuple[str, Config], tuple | None] = {}
+        # per workload: the kernels measured (configs that lower to the same
+        # kernel cost the same: one of them measured is all of them)
+        self._code: dict[tuple[str, Config], object] = {}
+        self._measured_code: dict[str, set] = {}
         self.rows: list[tuple] = []
         self.costs: list[float] = []
         self.groups: list[int] = []
@@ -82,6 +86,7 @@ class ModelSearch:
         try:
             with applied(Schedules({w.key: config})):
                 kernel = lower_group(self.graph, self.nodes[w.kernels[0]], self.target)
+            self._code[(w.key, config)] = kernel.func
             out = features(kernel.func, effective(w.answers, config),
                            self.target.vector_registers)
         except AotError:
@@ -99,6 +104,7 @@ class ModelSearch:
         self.costs.append(math.log2(ratio))
         self.groups.append(self._group_ids.setdefault(w.key, len(self._group_ids)))
         self.measured.setdefault(w.key, []).append((ratio, config))
+        self._measured_code.setdefault(w.key, set()).add(self._code.get((w.key, config)))
 
     def train(self) -> None:
         self.model.fit(self.rows, self.costs, self.groups if RANKING else None)
@@ -109,6 +115,12 @@ class ModelSearch:
         predicted = iter(self.model.predict(ok) if ok else [])
         # a config the lowering refuses ranks last
         return [float(next(predicted)) if r is not None else math.inf for r in rows]
+
+    def is_new(self, w, config: Config) -> bool:
+        """Neither measured nor lowered to a kernel measured already."""
+        if config in w.tried or self.features(w, config) is None:
+            return False
+        return self._code.get((w.key, config)) not in self._measured_code.get(w.key, ())
 
     def draw(self, w) -> Config | None:
         """The workload's next candidate: a database seed first, then the
@@ -123,6 +135,7 @@ class ModelSearch:
             return None
         elite = [c for _, c in sorted(self.measured.get(w.key, []),
                                       key=lambda rc: (rc[0], str(rc[1])))[:ELITE]]
-        picks = evolve(joint, lambda cs: self.score(w, cs), elite, w.tried, self.rng,
+        picks = evolve(joint, lambda cs: self.score(w, cs), elite,
+                       lambda c: self.is_new(w, c), self.rng,
                        epsilon=self.epsilon if self.model.trained else 1.0)
         return picks[0] if picks else None

@@ -34,6 +34,11 @@ def available() -> bool:
     return True
 
 
+def require() -> None:
+    """Raises the one-line error naming the extra where it is missing."""
+    _xgboost()
+
+
 def _xgboost():
     try:
         import xgboost

@@ -223,6 +223,9 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
         raise AotError(f"--budget {budget}: a number of seconds > 0")
     if search not in SEARCHES:
         raise AotError(f"--search {search}: one of {', '.join(SEARCHES)}")
+    if search == "model":
+        from aot.tune.model import require
+        require()       # before any work: the extra's one-line error
     brd = get_board(board) if isinstance(board, str) else board
     target = brd.target
     model = as_model(model, graphs=True)

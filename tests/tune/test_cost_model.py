@@ -114,7 +114,8 @@ def test_evolution_is_seeded_and_stays_in_the_space(kws):
                 - (c.get("accumulator") == "pairs") for c in configs]
 
     def picks(seed, tried):
-        return evolve(joint, score, [], tried, random.Random(seed), count=5, epsilon=0.2)
+        return evolve(joint, score, [], lambda c: c not in tried, random.Random(seed),
+                      count=5, epsilon=0.2)
     first = picks(1, set())
     assert first == picks(1, set()) and len(first) == 5 and len(set(first)) == 5
     assert all(joint.holds(c) for c in first)

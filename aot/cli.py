@@ -821,7 +821,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     out = tune(args.model, _runnable_board(args), trials=args.trials, budget=args.budget,
                log=args.output, resume=args.resume, codegen=args.codegen,
                warmup=args.warmup, repeat=args.repeat, database=args.database,
-               **_load_kwargs(args))
+               search=args.search, seed=args.seed, **_load_kwargs(args))
     if args.json:
         emit_json(out)
         return 0
@@ -862,7 +862,8 @@ def _tune_many(args: argparse.Namespace) -> int:
         raise AotError("--farm describes the boards of a Ray cluster: give --cluster too")
     options = dict(trials=args.trials, budget=args.budget, codegen=args.codegen,
                    warmup=args.warmup, repeat=args.repeat, log=args.output,
-                   resume=args.resume, **_load_kwargs(args))
+                   resume=args.resume, search=args.search, seed=args.seed,
+                   **_load_kwargs(args))
     if args.cluster:
         out = tune_farm(args.models, boards, args.cluster, args.farm, database=args.database,
                         **options)
@@ -1139,6 +1140,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="batches of candidates, one build and run each (default: 32)")
     p.add_argument("--budget", type=float, metavar="SECONDS",
                    help="start no batch after this many seconds")
+    p.add_argument("--search", choices=("random", "model"), default="random",
+                   help="random: each workload's candidates drawn from its space, then the "
+                   "nearest to the best; model: whole configs evolved and ranked by a cost "
+                   "model trained on the measurements (needs the aot[tune] extra) "
+                   "(default: random)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="the search's random seed: the same seed, the same candidates "
+                   "(default: 0)")
     p.add_argument("-o", "--output", metavar="LOG.jsonl",
                    help="the tuning log (default: ./<model>.<board>.tune.jsonl)")
     p.add_argument("--resume", action="store_true",

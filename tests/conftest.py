@@ -48,7 +48,7 @@ FAST_MODULES = frozenset({
     "lower/tir_passes/test_legalize.py", "models/test_onnx_conformance.py",
     "models/test_onnx_models.py", "ops/quant/test_qmath.py", "ops/test_ml.py", "ops/test_nn.py",
     "passes/test_passes.py", "repo/test_layers.py", "repo/test_readme.py",
-    "tune/test_database.py", "tune/test_farm_checks.py"})
+    "tune/test_cost_model.py", "tune/test_database.py", "tune/test_farm_checks.py"})
 BOARD_FOLDERS = ("targets", "deploy", "models")
 BOARD_MODULES = frozenset({
     "check/test_streaming.py", "check/test_validate.py", "codegen/test_codegen.py",

@@ -39,6 +39,7 @@ MIN_GAIN = 0.01
 # resolution (the 60 ns FC of ResNet-8 read 60 or 70 ns under one schedule).
 MIN_GAIN_MS = 0.0002
 ROUNDS = 3
+SEARCHES = ("random", "model")
 
 
 @dataclass
@@ -50,11 +51,15 @@ class _Workload:
     tried: set = field(default_factory=set)
     best: Config = DEFAULT
     best_ratio: float = 1.0
-    default_ms: float | None = None
+    # the default's cost (instructions where counted, else ms): the weight
+    # of this workload's gains in the search's progress (summary["history"])
+    default_cost: float | None = None
     # (op, dtype, signature) for the database's nearest-workload search
     signature: tuple = ()
     # configs to measure before any drawn one: the nearest workloads' best
     seeds: list = field(default_factory=list)
+    # what each site answered by default (space.py's record mode)
+    answers: dict = field(default_factory=dict)
 
     def untried(self) -> list[Config]:
         return [c for c in self.space if c not in self.tried]
@@ -69,7 +74,7 @@ def workloads_of(graph, target) -> list[_Workload]:
     with applied(seen):
         lower_graph(graph, target)
     return [_Workload(k, w.describe(), names, space_of(defaults, target),
-                      signature=signature_of(w))
+                      signature=signature_of(w), answers=dict(defaults))
             for k, (w, defaults, names) in seen.seen.items()]
 
 
@@ -187,7 +192,7 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
          log: str | Path | None = None, resume: bool = False, codegen: str = "c",
          warmup: int = 5, repeat: int = 20, seed: int = 0, input_shapes=None,
          bind=None, database: str | Path | None = None, runner_for=None,
-         on_batch=None) -> dict[str, Any]:
+         on_batch=None, search: str = "random") -> dict[str, Any]:
     """Search schedules for `model` on `board` (see the module doc) and
     append the records to `log` (default: <model>.<board>.tune.jsonl), or
     to the tuning `database` (its records of these workloads are taken as
@@ -195,9 +200,14 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
     workloads' best). `budget`: seconds after which no new batch starts.
     `runner_for(graph, board, stack, tmp)`: what builds and runs the
     packages (default: Runner, here and on the board; farm.py's over Ray);
-    `on_batch(trial)` is called after each batch. The summary: {log, board, target, trials_run, workloads,
+    `on_batch(trial)` is called after each batch. `search`: "random" (each
+    workload's candidates drawn from its space, then the nearest to the
+    best) or "model" (whole configs evolved and ranked by a cost model
+    trained on the measurements: guided.py; needs the `aot[tune]` extra).
+    The summary: {log, board, target, trials_run, workloads,
     tunable, improved, records_written, discarded, failed, seconds,
-    first_batch, seeded, best}."""
+    first_batch, seeded, best, search, history (the progress after each
+    batch: _cost_now), default_total}."""
     from aot.support import progress
     from aot.packaging.build import as_graph
     from aot.frontend.shapes import LoadOptions
@@ -211,6 +221,11 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
         raise AotError(f"--trials {trials}: at least 1")
     if budget is not None and budget <= 0:
         raise AotError(f"--budget {budget}: a number of seconds > 0")
+    if search not in SEARCHES:
+        raise AotError(f"--search {search}: one of {', '.join(SEARCHES)}")
+    if search == "model":
+        from aot.tune.model import require
+        require()       # before any work: the extra's one-line error
     brd = get_board(board) if isinstance(board, str) else board
     target = brd.target
     model = as_model(model, graphs=True)
@@ -220,18 +235,27 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
     sink = _sink(log, database, resume, f"{stem}.{brd.name}.tune.jsonl")
     known = sink.known(target.name, {w.key for w in works})
     by_key = {w.key: w for w in works}
+    guide = None
+    if search == "model":
+        from aot.tune.guided import ModelSearch
+        guide = ModelSearch(graph, target, works, seed)
     for r in known:
         w = by_key[r.workload]
         w.tried.add(r.config)
         ratio = rec.relative(r, r.default_ms or r.ms)
         if ratio < w.best_ratio:
             w.best, w.best_ratio = r.config, ratio
+        if r.config == DEFAULT:
+            w.default_cost = r.instructions if r.instructions is not None else r.ms
+        if guide is not None:
+            guide.observe(w, r.config, ratio)
     for w in works:
         w.tried.add(DEFAULT)
     tunable = [w for w in works if len(w.space) > 1]
     seeded = sink.seed(tunable, target.name, {r.workload for r in known})
     rng = random.Random(seed)
     summary = {"log": str(sink.path), "board": brd.name, "target": target.name,
+               "search": search, "history": [],
                "workloads": len(works), "tunable": len(tunable), "trials_run": 0,
                "records_written": 0, "discarded": 0, "failed": 0, "seeded": seeded,
                "first_batch": None}
@@ -251,6 +275,11 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
         if any(w.key not in defaults_known for w in works):   # each workload's default first
             times, counts = _kernel_costs(meta, [runner.measure(
                 lambda: runner.run(base, inputs, warmup, repeat))])
+            for w in works:
+                if w.key not in defaults_known:
+                    w.default_cost = _sum(counts if counts is not None else times, w)
+                    if guide is not None:
+                        guide.observe(w, DEFAULT, 1.0)
             write([_record(w.key, DEFAULT, _sum(times, w), None, brd, target, _sum(counts, w))
                    for w in works if w.key not in defaults_known])
         with progress.step(f"tune {len(tunable)} workloads on {brd.name}",
@@ -258,16 +287,25 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
             for trial in range(trials):
                 if budget is not None and time.monotonic() - started > budget:
                     break
-                picks = {w.key: c for w in tunable
-                         if (c := _draw(w, trial, trials, rng)) is not None}
+                if guide is not None:
+                    guide.train()
+                    picks = {w.key: c for w in tunable if (c := guide.draw(w)) is not None}
+                else:
+                    picks = {w.key: c for w in tunable
+                             if (c := _draw(w, trial, trials, rng)) is not None}
                 if not picks:
                     break
                 for w in tunable:
                     if w.key in picks:
                         w.tried.add(picks[w.key])
                 summary["trials_run"] += 1
+                observed: list = []
                 new, ratio = _batch(runner, base, meta, inputs, reference, warmup, repeat,
-                                    picks, by_key, brd, target, summary, trial)
+                                    picks, by_key, brd, target, summary, trial, observed)
+                for key, config, r in observed:
+                    if guide is not None:
+                        guide.observe(by_key[key], config, r)
+                summary["history"].append(_cost_now(tunable))
                 if summary["first_batch"] is None and ratio is not None:
                     summary["first_batch"] = ratio
                 write(new)
@@ -278,15 +316,19 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
         runner.release(base)
     summary["improved"] = sum(1 for w in tunable if w.best != DEFAULT)
     summary["best"] = {w.key: {"desc": w.desc, "config": w.best.as_json(),
-                               "ratio": round(w.best_ratio, 4)} for w in tunable}
+                               "ratio": round(w.best_ratio, 4),
+                               "default_cost": w.default_cost} for w in tunable}
+    summary["default_total"] = sum(w.default_cost or 0 for w in works)
     summary["seconds"] = round(time.monotonic() - started, 2)
     return summary
 
 
 def _batch(runner, base, meta: dict, inputs, reference, warmup: int, repeat: int, picks: dict,
-           by_key: dict, brd, target, summary: dict, trial: int) -> tuple[list, float | None]:
+           by_key: dict, brd, target, summary: dict, trial: int,
+           observed: list | None = None) -> tuple[list, float | None]:
     """Build and measure one batch: its records and its cost over the
-    default's (None where it failed or was discarded)."""
+    default's (None where it failed or was discarded); each pick's
+    (workload, config, cost / default) goes to `observed`."""
     try:
         pkg = runner.build(Schedules(picks), f"trial{trial}")
     except AotError:
@@ -296,7 +338,7 @@ def _batch(runner, base, meta: dict, inputs, reference, warmup: int, repeat: int
     try:
         return runner.measure(lambda: _measure(runner, base, pkg, meta, inputs, reference,
                                                warmup, repeat, picks, by_key, brd, target,
-                                               summary))
+                                               summary, observed))
     except AotError:        # the candidate's harness failed on the board
         summary["failed"] += 1
         return [], None
@@ -399,7 +441,8 @@ def _record(key: str, config: Config, ms: float, default_ms: float | None, brd, 
 
 
 def _measure(runner, base: Path, pkg: Path, meta: dict, inputs, reference, warmup: int,
-             repeat: int, picks: dict, by_key: dict, brd, target, summary: dict):
+             repeat: int, picks: dict, by_key: dict, brd, target, summary: dict,
+             observed: list | None = None):
     """Time the candidate package alternately with the default one; the
     records of the candidates that beat the default in this batch (in
     instructions where the board counts them: exact, one round), and the
@@ -421,6 +464,11 @@ def _measure(runner, base: Path, pkg: Path, meta: dict, inputs, reference, warmu
         w = by_key[key]
         before, after = _sum(base_ms, w), _sum(cand_ms, w)
         n_before, n_after = _sum(base_n, w), _sum(cand_n, w)
+        if observed is not None:
+            seen = (n_after / n_before if n_before and n_after is not None
+                    else after / before if before > 0 else None)
+            if seen is not None:
+                observed.append((key, config, seen))
         if n_before is not None and n_after is not None:
             if not 0 < n_after < n_before:
                 continue
@@ -433,6 +481,16 @@ def _measure(runner, base: Path, pkg: Path, meta: dict, inputs, reference, warmu
         if ratio < w.best_ratio:
             w.best, w.best_ratio = config, ratio
     return out, (round(totals[1] / totals[0], 6) if totals[0] > 0 else None)
+
+
+def _cost_now(tunable: list[_Workload]) -> float:
+    """The tunable workloads' best cost over their defaults' (each weighted
+    by its default's cost): the search's progress after each batch
+    (summary["history"])."""
+    weights = [w.default_cost or 0.0 for w in tunable]
+    if sum(weights) <= 0:
+        return 1.0
+    return round(sum(w.best_ratio * c for w, c in zip(tunable, weights)) / sum(weights), 6)
 
 
 def _best_line(tunable: list[_Workload], done: int, trials: int) -> str:

@@ -343,6 +343,38 @@ def test_emulated_boards_tune_on_counted_instructions(tmp_path):
         assert r["instructions"] < r["default_instructions"]
 
 
+def test_model_search_end_to_end(tmp_path):
+    """`aot tune --search model` on qemu-aarch64: whole configs of each
+    workload's joint space, the same records again under the same seed,
+    and its records package like random search's."""
+    from aot.tune.evolve import JointSpace
+    from aot.tune.records import read
+    from aot.tune.search import workloads_of
+    import aot
+    from aot.targets import get_board
+
+    model = mlp(tmp_path / "m.onnx", [64, 128, 128, 10], 1)
+    quick = ("--board", "qemu-aarch64", "--repeat", "1", "--warmup", "0", "--json",
+             "--search", "model", "--seed", "3", "--trials", "3")
+    runs = []
+    for name in ("a", "b"):
+        code, out, err = cli("tune", str(model), "-o", str(tmp_path / f"{name}.jsonl"), *quick)
+        assert code == 0, err
+        runs.append(json.loads(out))
+        assert runs[-1]["search"] == "model" and runs[-1]["failed"] == 0
+        assert len(runs[-1]["history"]) == 3
+    assert [(r.workload, r.config, r.instructions) for r in read(tmp_path / "a.jsonl")] == \
+        [(r.workload, r.config, r.instructions) for r in read(tmp_path / "b.jsonl")]
+    assert runs[0]["history"] == runs[1]["history"] and runs[0]["history"][-1] < 1
+    target = get_board("qemu-aarch64").target
+    spaces = {w.key: JointSpace.of(w.space)
+              for w in workloads_of(aot.optimize(aot.load(model)), target)}
+    assert all(spaces[r.workload].holds(r.config) for r in read(tmp_path / "a.jsonl"))
+    code, _, err = cli("package", str(model), "--board", "qemu-aarch64", "--tuning-records",
+                       str(tmp_path / "a.jsonl"), "-o", str(tmp_path / "pkg"))
+    assert code == 0, err
+
+
 # ------------------------------------------------------------------ the database
 
 def test_a_second_model_starts_from_the_first_ones_best(tmp_path):

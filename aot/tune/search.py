@@ -29,7 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from aot.errors import AotError
-from aot.lower.schedule.space import DEFAULT, Config, Schedules, applied, space_of
+from aot.lower.schedule.space import DEFAULT, Config, Schedules, applied, first_tries, space_of
 from aot.tune import records as rec
 
 # A candidate must beat the default by this share in its own batch to be
@@ -94,9 +94,10 @@ def _distance(a: Config, b: Config) -> float:
 
 
 def _draw(w: _Workload, trial: int, trials: int, rng: random.Random) -> Config | None:
-    """The workload's candidate in this trial: a seed from the database
-    first, then at random for the first half of the trials, then the
-    untried configs nearest the best so far. A cost model ranks here."""
+    """The workload's candidate in this trial: its seeds first (the
+    database's nearest bests, then the algorithm sites' alternatives:
+    space.first_tries), then at random for the first half of the trials,
+    then the untried configs nearest the best so far."""
     while w.seeds:
         seed = w.seeds.pop(0)
         if seed not in w.tried:
@@ -253,6 +254,9 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
         w.tried.add(DEFAULT)
     tunable = [w for w in works if len(w.space) > 1]
     seeded = sink.seed(tunable, target.name, {r.workload for r in known})
+    if guide is None:
+        for w in tunable:
+            w.seeds = list(dict.fromkeys(w.seeds + first_tries(w.space)))
     rng = random.Random(seed)
     summary = {"log": str(sink.path), "board": brd.name, "target": target.name,
                "search": search, "history": [],

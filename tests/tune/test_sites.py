@@ -197,3 +197,29 @@ def test_new_sites_given_their_defaults_change_no_kernel(convs):
         assert [k.func for k in plain] == [k.func for k in same]
         assert all(np.array_equal(a.array, b.array) for k, j in zip(plain, same)
                    for a, b in zip(k.args, j.args) if a.array is not None)
+
+
+@pytest.mark.fast
+def test_algorithm_alternatives_are_tried_before_tiles():
+    from aot.lower.schedule.space import DEFAULT, Config, first_tries
+
+    tile = Config.of({"tile/pixels": {"vectors": 1, "mr": 2, "max_accs": 8}})
+    unroll = Config.of({"unroll": 4})
+    winograd = Config.of({"conv_algorithm": "winograd_4x4"})
+    kernel = Config.of({"int8_kernel": "scalar_pointwise"})
+    with_nest = Config.of({"int8_kernel": "scalar_pointwise",
+                           "nest_tile": {"rows": 2, "channels": 2}})
+    space = [DEFAULT, tile, unroll, with_nest, kernel, winograd]
+    assert first_tries(space) == [winograd, kernel, unroll]
+
+
+def test_a_workloads_first_candidates_are_its_algorithm_sites(convs):
+    from aot.lower.schedule.space import ALGORITHM_SITES, first_tries
+
+    works = workloads(convs, "rpi3")
+    assert any(first_tries(w.space) for w in works)
+    for w in works:
+        alone = {c for c in w.space if len(c.sites) == 1 and c.sites[0][0] in ALGORITHM_SITES}
+        assert set(first_tries(w.space)) == alone
+        ranks = [ALGORITHM_SITES.index(c.sites[0][0]) for c in first_tries(w.space)]
+        assert ranks == sorted(ranks)

@@ -421,3 +421,20 @@ def space_of(defaults: Mapping[str, Any], target) -> list[Config]:
             if knobs != base:
                 configs.append(Config.of({site: knobs}))
     return list(dict.fromkeys(configs))
+
+
+# The sites that change a kernel's algorithm rather than its tile sizes,
+# in the order their alternatives are first measured.
+ALGORITHM_SITES = ("conv_algorithm", "int8_kernel", "accumulator", "int8_rows", "unroll")
+
+
+def first_tries(space: list[Config]) -> list[Config]:
+    """The configs of `space` that change only an algorithm site (the
+    other convolution algorithms, int8 kernels, accumulators, row reads,
+    unrolling), by ALGORITHM_SITES: a handful among a workload's hundreds
+    of tile sizes, and where one pays it pays most (ResNet-8 f32's 3x3
+    convs in Winograd 4x4 on the Cortex-A53 0.61 of the direct convs'
+    instructions), so the search measures them before it draws tiles."""
+    rank = {site: i for i, site in enumerate(ALGORITHM_SITES)}
+    alone = [c for c in space if len(c.sites) == 1 and c.sites[0][0] in rank]
+    return sorted(alone, key=lambda c: rank[c.sites[0][0]])

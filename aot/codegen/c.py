@@ -367,6 +367,7 @@ class _Printer:
         # places (about a third of an unrolled kernel's inner nodes) is
         # printed once; the node is kept so that its id stays its own
         self.printed: dict[int, tuple[Expr, str, int]] = {}
+        self.methods: dict[type, Callable] = {}     # node class -> its _<class> method
 
     def error(self, what: str) -> UnsupportedError:
         return UnsupportedError(f"C codegen, {self.where}: {what}")
@@ -379,9 +380,12 @@ class _Printer:
         hit = self.printed.get(id(e))
         if hit is not None and hit[0] is e:
             return hit[1], hit[2]
-        method = getattr(self, "_" + type(e).__name__.lower(), None)
+        method = self.methods.get(e.__class__)
         if method is None:
-            raise self.error(f"not a TIR expression: {e!r}")
+            method = getattr(self, "_" + type(e).__name__.lower(), None)
+            if method is None:
+                raise self.error(f"not a TIR expression: {e!r}")
+            self.methods[e.__class__] = method
         text, prec = method(e)
         self.printed[id(e)] = (e, text, prec)
         return text, prec

@@ -45,7 +45,8 @@ FAST_MODULES = frozenset({
     "isa/test_dots.py", "isa/test_instruction.py", "isa/test_neon.py", "isa/test_rvv.py",
     "isa/test_x86.py",
     "lower/kernels/test_windows.py", "lower/schedule/test_conv.py", "lower/test_lower_layers.py",
-    "lower/tir_passes/test_legalize.py", "models/test_onnx_conformance.py",
+    "lower/tir_passes/test_legalize.py", "lower/tir_passes/test_shared_walks.py",
+    "models/test_onnx_conformance.py",
     "models/test_onnx_models.py", "ops/quant/test_qmath.py", "ops/test_ml.py", "ops/test_nn.py",
     "passes/test_passes.py", "repo/test_layers.py", "repo/test_readme.py",
     "tune/test_cost_model.py", "tune/test_database.py", "tune/test_farm_checks.py"})

@@ -363,6 +363,11 @@ class _Printer:
         self.mod = mod
         self.names = names
         self.where = where
+        # id -> (node, text, precedence): a sub-expression shared by several
+        # places (about a third of an unrolled kernel's inner nodes) is
+        # printed once; the node is kept so that its id stays its own
+        self.printed: dict[int, tuple[Expr, str, int]] = {}
+        self.methods: dict[type, Callable] = {}     # node class -> its _<class> method
 
     def error(self, what: str) -> UnsupportedError:
         return UnsupportedError(f"C codegen, {self.where}: {what}")
@@ -372,10 +377,18 @@ class _Printer:
 
     def p(self, e: Expr) -> tuple[str, int]:
         """(text, precedence) of e."""
-        method = getattr(self, "_" + type(e).__name__.lower(), None)
+        hit = self.printed.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1], hit[2]
+        method = self.methods.get(e.__class__)
         if method is None:
-            raise self.error(f"not a TIR expression: {e!r}")
-        return method(e)
+            method = getattr(self, "_" + type(e).__name__.lower(), None)
+            if method is None:
+                raise self.error(f"not a TIR expression: {e!r}")
+            self.methods[e.__class__] = method
+        text, prec = method(e)
+        self.printed[id(e)] = (e, text, prec)
+        return text, prec
 
     def wrap(self, e: Expr, min_prec: int) -> str:
         text, prec = self.p(e)
@@ -1042,7 +1055,11 @@ def _wrap(line: str, width: int = WIDTH) -> list[str]:
     return out + [text]
 
 
-_WRAP_CHARS = re.compile(r"[()\[\] ]")
+# A bracket, a space before an operator of _BREAK_BEFORE (group 1 matched:
+# the line breaks at the space) or a space after a comma or an `=` (it breaks
+# after the space): one search finds them all and skips a line's other spaces.
+_WRAP_POINTS = re.compile(r"[()\[\]]| (?=(%s))|(?<=,) |(?<= =) " % "|".join(
+    re.escape(b[1:]) for b in _BREAK_BEFORE))
 
 
 def _break_points(line: str, first: int) -> list[tuple[int, int, int]]:
@@ -1050,7 +1067,7 @@ def _break_points(line: str, first: int) -> list[tuple[int, int, int]]:
     `first` a statement may break at: before an operator of _BREAK_BEFORE,
     or after a comma or an `=`."""
     points, depth = [], 0
-    for m in _WRAP_CHARS.finditer(line):
+    for m in _WRAP_POINTS.finditer(line):
         pos = m.start()
         ch = line[pos]
         if ch in "([":
@@ -1058,10 +1075,7 @@ def _break_points(line: str, first: int) -> list[tuple[int, int, int]]:
         elif ch in ")]":
             depth -= 1
         elif pos > first:
-            at = pos if line.startswith(_BREAK_BEFORE, pos) else \
-                pos + 1 if line[pos - 1] == "," or line[pos - 2:pos] == " =" else None
-            if at is not None:
-                points.append((pos, depth, at))
+            points.append((pos, depth, pos if m.start(1) >= 0 else pos + 1))
     return points
 
 

@@ -398,11 +398,19 @@ def _with_children(e: Expr, kids: list[Expr]) -> Expr:
     return e
 
 
-def map_expr(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
+def map_expr(e: Expr, f: Callable[[Expr], Expr | None],
+             memo: dict[int, Expr] | None = None) -> Expr:
     """Rebuild e bottom-up; f may return a replacement for a node (or None to keep it).
 
     Iterative (an explicit stack, post-order, operands left to right): no
-    recursion depth tied to how deep a model's expression nests."""
+    recursion depth tied to how deep a model's expression nests.
+
+    With memo (by id of a node of e, so only while e lives), what each node
+    became is kept: a sub-expression shared by several places, as the
+    lowering rules' unrolled kernels share about a third of their inner
+    nodes, is rebuilt once and f is not called on it again. Only for an f
+    that depends on the node alone (without memo, f sees every place)."""
+    seen = memo.get if memo is not None else _NOTHING.get
     done: list[Expr] = []
     todo: list = [e]        # nodes to visit; _AFTER above a node: its operands are done
     pop, push, extend, append = todo.pop, todo.append, todo.extend, done.append
@@ -417,9 +425,15 @@ def map_expr(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
             del done[-n:]
             # unchanged operands keep the node itself: most of a pass's
             # nodes are kept, and rebuilding each one cost the most
+            key = id(x)
             if any(map(operator.is_not, new, kids)):
                 x = _with_children(x, new)
         else:
+            key = id(x)
+            out = seen(key)
+            if out is not None:
+                append(out)
+                continue
             get = reversed_kids(x.__class__)
             kids = get(x) if get is not None else tuple(reversed(expr_children(x)))
             if kids:
@@ -428,28 +442,38 @@ def map_expr(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
                 extend(kids)
                 continue
         out = f(x)
-        append(x if out is None else out)
+        out = x if out is None else out
+        if memo is not None:
+            memo[key] = out
+        append(out)
     return done[0]
 
 
 _AFTER = object()       # map_expr's marker: the node below it is visited next
+_NOTHING: dict = {}     # map_expr's memo when it has none: never a hit
 
 
 def map_stmt_exprs(s: Stmt, f: Callable[[Expr], Expr | None]) -> Stmt:
-    """s with map_expr(., f) applied to every expression in it."""
+    """s with map_expr(., f) applied to every expression in it (f depends
+    on the node alone: a node shared by several statements is mapped once)."""
+    memo: dict[int, Expr] = {}
+
+    def mapped(e: Expr) -> Expr:
+        return map_expr(e, f, memo)
+
     def one(x: Stmt):       # None where nothing changed: the statement is kept
         if isinstance(x, Store):
-            index, value = map_expr(x.index, f), map_expr(x.value, f)
+            index, value = mapped(x.index), mapped(x.value)
             changed = index is not x.index or value is not x.value
             return Store(x.buffer, index, value) if changed else None
         if isinstance(x, Decl):
-            init = map_expr(x.init, f)
+            init = mapped(x.init)
             return Decl(x.var, init) if init is not x.init else None
         if isinstance(x, Assign):
-            value = map_expr(x.value, f)
+            value = mapped(x.value)
             return Assign(x.var, value) if value is not x.value else None
         if isinstance(x, If):
-            cond = map_expr(x.cond, f)
+            cond = mapped(x.cond)
             return If(cond, x.then, x.orelse) if cond is not x.cond else None
         return None
     return map_stmt(s, one)

@@ -138,9 +138,13 @@ def _names_in(func: PrimFunc) -> set[str]:
 def fresh_namer(func: PrimFunc) -> Callable[[str, DType], Var]:
     """A maker of variables named apart from func's names and each other:
     `base`, else `base1`, `base2`, ... (`base_1` when base ends in a digit)."""
-    taken = _names_in(func)
+    taken: set[str] = set()
 
     def fresh(base: str, dtype: DType) -> Var:
+        # func's names are gathered at the first call: most kernels split
+        # no value and so need no walk over their body
+        if not taken:
+            taken.update(_names_in(func))
         sep = "_" if base[-1:].isdigit() else ""
         name, n = base, 0
         while name in taken:

@@ -45,8 +45,8 @@ from dataclasses import replace
 from aot.isa import arm_dsp, arm_mve, half, neon, rvv, x86
 from aot.isa.calls import PAIR_PACK_ROWS, QUAD_PACK_ROWS
 from aot.isa.instruction import Instruction
-from aot.ir.tir import (Call, Cast, Expr, PrimFunc, dtype_of, map_stmt_exprs, stmt_exprs,
-                        walk_expr, walk_stmt)
+from aot.ir.tir import (Call, Cast, Expr, PrimFunc, dtype_of, map_stmt_exprs, nodes_of,
+                        stmt_exprs, walk_stmt)
 from aot.targets import Target
 
 # Every target instruction a generic call may become, first fit wins: the
@@ -70,29 +70,32 @@ def instruction_for(call: Call, target: Target) -> str | None:
 
 def legalize(func: PrimFunc, target: Target) -> PrimFunc:
     """func with its generic calls made the target's instructions."""
-    changed = []
-
-    def one(e: Expr) -> Expr | None:
-        name = instruction_for(e, target) if isinstance(e, Call) else None
-        if name is None:
-            return None
-        changed.append(name)
-        return Call(name, e.args, e.dtype)
-    body = map_stmt_exprs(func.body, one)
+    # one walk finds the calls and casts; the body is rebuilt only when a
+    # call becomes an instruction (most kernels: none does)
+    nodes: list = []
+    for s in walk_stmt(func.body):
+        for e in stmt_exprs(s):
+            nodes_of(e, (Call, Cast), nodes)
+    body = func.body
+    if any(instruction_for(x, target) is not None for x in nodes if isinstance(x, Call)):
+        def one(e: Expr) -> Expr | None:
+            name = instruction_for(e, target) if isinstance(e, Call) else None
+            return None if name is None else Call(name, e.args, e.dtype)
+        body = map_stmt_exprs(body, one)
     attrs = func.attrs
     if target.arch in x86.ARCHS and x86.GCC_X86_SPELLINGS not in dict(attrs):
         attrs += ((x86.GCC_X86_SPELLINGS, True),)
     if (half.HALF_CONVERSIONS not in dict(attrs) and half.has_half_conversions(target)
-            and _converts_halves(func)):
+            and _converts_halves(nodes)):
         attrs += ((half.HALF_CONVERSIONS, True),)
     # unchanged: the same object back, as the other passes do
-    if not changed and attrs is func.attrs:
+    if body is func.body and attrs is func.attrs:
         return func
     return replace(func, body=body, attrs=attrs)
 
 
-def _converts_halves(func: PrimFunc) -> bool:
-    """Whether func converts a half to or from float32 (the float16 pass's casts)."""
+def _converts_halves(nodes: list) -> bool:
+    """Whether any of a function's nodes converts a half to or from float32
+    (the float16 pass's casts)."""
     return any(isinstance(x, Cast) and not x.bits
-               and "float16" in (x.dtype.scalar, dtype_of(x.a).scalar)
-               for s in walk_stmt(func.body) for e in stmt_exprs(s) for x in walk_expr(e))
+               and "float16" in (x.dtype.scalar, dtype_of(x.a).scalar) for x in nodes)

@@ -1,0 +1,85 @@
+"""The passes' and the printer's walks over large kernels: a sub-expression
+shared by several statements is mapped and printed once, already simplified
+TIR comes back as the same object, legalization rebuilds only what has an
+instruction, and the line wrapper's break points are the ones its rules
+name."""
+from __future__ import annotations
+
+import random
+
+from aot.codegen.c import _BREAK_BEFORE, _break_points, emit_c
+from aot.ir.tir import (INT32, Bin, Buffer, BufferKind, Cast, Const, DType, Load, PrimFunc,
+                        Store, map_stmt_exprs, seq)
+from aot.lower.tir_passes.legalize import legalize
+from aot.lower.tir_passes.simplify import simplify_body
+from aot.targets import get_target
+
+U8 = DType("uint8")
+
+
+def _shared_body():
+    a = Buffer("a", INT32, (8,))
+    out = Buffer("out", INT32, (8,), BufferKind.OUTPUT)
+    shared = Bin("*", Load(a, Const(1)), Bin("+", Load(a, Const(2)), Const(3)))
+    return out, a, shared, seq(Store(out, Const(0), Bin("+", shared, Const(1))),
+                               Store(out, Const(1), Bin("-", shared, Const(2))))
+
+
+def test_a_shared_node_is_mapped_once_and_the_same_everywhere():
+    out, a, shared, body = _shared_body()
+    seen = []
+
+    def count(e):
+        seen.append(e)
+        return Load(a, Const(5)) if e == Const(3) else None
+    new = map_stmt_exprs(body, count)
+    # the shared product's 7 nodes once, then each statement's own 3 (its
+    # index, its + or - and that one's constant)
+    assert sum(isinstance(x, Bin) and x.op == "*" for x in seen) == 1
+    assert len(seen) == 7 + 3 + 3
+    first, second = new.stmts[0].value.a, new.stmts[1].value.a
+    assert first is second and first == Bin("*", Load(a, Const(1)),
+                                            Bin("+", Load(a, Const(2)), Load(a, Const(5))))
+
+
+def test_simplified_tir_comes_back_as_itself_and_the_rest_is_folded():
+    out, a, shared, body = _shared_body()
+    assert simplify_body(body) is body
+    cast = Store(out, Const(0), Bin("+", Load(a, Const(0)), Cast(INT32, Const(7, U8))))
+    assert simplify_body(cast) == Store(out, Const(0), Bin("+", Load(a, Const(0)), Const(7)))
+
+
+def test_legalize_keeps_a_function_without_instructions():
+    out, a, shared, body = _shared_body()
+    func = PrimFunc("k", (a, out), body)
+    assert legalize(func, get_target("cortex-m4")) is func
+    # the shared expression prints the same in both statements
+    code = emit_c([func], "t").source
+    assert code.count("a[1] * (a[2] + 3)") == 2
+
+
+def _reference_points(line: str, first: int) -> list[tuple[int, int, int]]:
+    """The break points by their rules, character by character."""
+    points, depth = [], 0
+    for pos, ch in enumerate(line):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif ch == " " and pos > first:
+            at = pos if line.startswith(_BREAK_BEFORE, pos) else \
+                pos + 1 if line[pos - 1] == "," or line[pos - 2:pos] == " =" else None
+            if at is not None:
+                points.append((pos, depth, at))
+    return points
+
+
+def test_break_points_follow_their_rules():
+    rng = random.Random(7)
+    atoms = ["x", "a[i]", "(", ")", "[", "]", ",", "=", "?", ":", "|", "||", "&", "&&",
+             "+", "-", "*", "/", "<<", "f(", "-1", " "]
+    for _ in range(300):
+        line = "    " + "".join(rng.choice(atoms) + rng.choice(["", " ", " "])
+                                for _ in range(rng.randrange(5, 60)))
+        for first in (0, 8, 20):
+            assert _break_points(line, first) == _reference_points(line, first), line

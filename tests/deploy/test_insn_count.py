@@ -45,7 +45,9 @@ def test_counts_are_exact_and_deterministic(tmp_path, capsys):
     again = _bench_json(capsys, str(pkg), "--board", "qemu-aarch64", "--repeat", "3",
                         "--warmup", "0", "--profile")
     n = first["median_instructions"]
-    assert n > 100_000 and first["instructions"] == [n] * 4
+    # A whole inference counted: ad's ~264 k MACs at no more than about
+    # 4-5 products per instruction (the A72 has no dot product).
+    assert n > 50_000 and first["instructions"] == [n] * 4
     assert again["median_instructions"] == n and again["instructions"] == [n] * 3
     assert "instruction counts are exact" in first["note"]
     # Per kernel: each counted, and together all of a run but its clock calls

@@ -72,6 +72,15 @@ LiteRT with XNNPACK (one thread) run by an arm64 Python under the same
 qemu-aarch64 -cpu (aot/deploy/arm64_python.py: the sysroot, the counting
 method). Per model the counts, aot / XNNPACK, and the median ratios. ONNX
 Runtime is left out: its aarch64 wheel dies at import under qemu-user.
+
+    .venv/bin/python bench/compare.py --board qemu-aarch64 --count-instructions
+                                      --tuned [--trials N] [--tuning-dir DIR]
+
+tunes each model's rpi4 (rpi5) package first: aot tune for that board, every
+candidate run under qemu-aarch64 with the package's own -cpu, its kernels'
+instructions counted exactly (aot/tune/search.py), one log per model file,
+board, emulated core, codegen, aot version and trial count, kept in DIR and
+reused; then counts the tuned package beside the untuned one and XNNPACK.
 """
 from __future__ import annotations
 
@@ -297,44 +306,61 @@ def default_tuning_dir() -> Path:
     return Path(cache) / "aot" / "compare-tuning"
 
 
-def tuning_log(case: Case, board, codegen: str, trials: int, directory: Path) -> Path:
+def tuning_log(case: Case, board, codegen: str, trials: int, directory: Path,
+               runs_on=None) -> Path:
     """The log of `case` tuned on `board`: one per model file (by content),
-    board, codegen, aot version and trial count, so a rerun reuses it and a
-    changed model or aot is tuned again."""
+    board (and the emulated core it was counted on), codegen, aot version
+    and trial count, so a rerun reuses it and a changed model or aot is
+    tuned again."""
     import hashlib
 
     import aot
 
     digest = hashlib.sha256(case.tflite.read_bytes()).hexdigest()[:12]
-    return directory / (f"{case.name}.{digest}.{board.name}.{codegen}.aot-{aot.__version__}"
+    where = board.name if runs_on is None else f"{board.name}@{runs_on.name}-{board.target.cpu}"
+    return directory / (f"{case.name}.{digest}.{where}.{codegen}.aot-{aot.__version__}"
                         f".t{trials}.jsonl")
 
 
-def tune_case(case: Case, board, codegen: str, trials: int, directory: Path, log) -> None:
-    """Tune the model on `board` unless its log is there; a run cut short
-    leaves no log (it is written under another name and renamed at the end)."""
+def tune_case(case: Case, board, codegen: str, trials: int, directory: Path, log,
+              runs_on=None) -> None:
+    """Tune the model for `board` unless its log is there; a run cut short
+    leaves no log (it is written under another name and renamed at the end).
+    runs_on: the board that measures (qemu-aarch64 counting an rpi4 or rpi5
+    package's instructions on the package's own core), else `board`."""
+    from functools import partial
+
     from aot.tune import tune
     from aot.tune.records import read
+    from aot.tune.search import Runner
 
-    path = tuning_log(case, board, codegen, trials, directory)
+    path = tuning_log(case, board, codegen, trials, directory, runs_on)
+    done = path.with_name(path.name + ".summary.json")   # what the search took
     if path.is_file():
         log(f"  reusing {path}")
-        case.tuning[codegen] = {"log": str(path), "reused": True, "trials": trials,
-                       "records": len(read(path))}
+        before = json.loads(done.read_text()) if done.is_file() else {}
+        case.tuning[codegen] = {**before, "log": str(path), "reused": True, "trials": trials,
+                                "records": len(read(path))}
     else:
         directory.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".partial")
-        partial.unlink(missing_ok=True)
+        unfinished = path.with_suffix(".partial")
+        unfinished.unlink(missing_ok=True)
         t0 = time.perf_counter()
-        summary = tune(case.tflite, board, trials=trials, log=partial, codegen=codegen)
-        partial.rename(path)
-        log(f"  tuned {case.name} ({codegen}) on {board.name}: {summary['improved']} of "
+        summary = tune(case.tflite, board, trials=trials, log=unfinished, codegen=codegen,
+                       runner_for=partial(Runner, codegen=codegen, runs_on=runs_on))
+        unfinished.rename(path)
+        log(f"  tuned {case.name} ({codegen}) for {board.name}: {summary['improved']} of "
             f"{summary['tunable']} tunable workloads faster, {trials} trials in "
             f"{time.perf_counter() - t0:.0f} s")
         case.tuning[codegen] = {"log": str(path), "reused": False, "trials": trials,
                        "records": summary["records_written"], "seconds": summary["seconds"],
+                       "trials_run": summary["trials_run"],
+                       "discarded": summary["discarded"], "failed": summary["failed"],
                        "workloads": summary["workloads"], "tunable": summary["tunable"],
                        "improved": summary["improved"], "best": summary["best"]}
+        done.write_text(json.dumps({k: case.tuning[codegen][k] for k in
+                                    ("trials_run", "discarded", "failed", "seconds",
+                                     "tunable", "improved")}) + "\n")
     case.records[codegen] = path
 
 
@@ -541,14 +567,15 @@ def host_board(board=None):
     return board
 
 
-def tuned_options(args: argparse.Namespace, board) -> dict | None:
-    """--tuned, --trials, --tuning-dir checked: {"trials", "dir"} or None."""
+def tuned_options(args: argparse.Namespace, board, counting: bool = False) -> dict | None:
+    """--tuned, --trials, --tuning-dir checked: {"trials", "dir"} or None.
+    counting: under --count-instructions, where the emulated core measures."""
     if not args.tuned:
         if args.tuning_dir is not None or args.trials is not None:
             raise AotError("--trials and --tuning-dir go with --tuned")
         return None
     args.trials = DEFAULT_TRIALS if args.trials is None else args.trials
-    if board.transport != "local":
+    if board.transport != "local" and not counting:
         raise AotError("--tuned compares with ONNX Runtime and LiteRT: boards of this "
                        "machine only (host, host-avx512); tune another board with aot tune")
     if args.threads != 1:
@@ -594,8 +621,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="on this machine: every contender on N threads, aot's packages built "
                    "with --threads N, nothing pinned (default: 1, pinned to one core)")
     p.add_argument("--tuned", action="store_true",
-                   help="on this machine: tune each model first (aot tune) and time the tuned "
-                   "packages beside the untuned ones")
+                   help="tune each model first (aot tune) and time the tuned packages beside "
+                   "the untuned ones (on this machine); with --count-instructions tune the "
+                   "rpi4/rpi5 package with its candidates counted on the emulated core")
     p.add_argument("--trials", type=int, metavar="N",
                    help="with --tuned: aot tune's trials per model (default: 32)")
     p.add_argument("--tuning-dir", type=Path, metavar="DIR",
@@ -833,20 +861,24 @@ def count_main(console, args: argparse.Namespace, cpu: str, log) -> int:
     runner = get_board(args.board)
     built_for = get_board(EMULATED_CPUS[cpu])
     codegens = [args.codegen] if args.codegen else ["c", "llvm"]
+    tuned = tuned_options(args, runner, counting=True)
+    cases = find_cases(parse_models(args.models))
     t0 = time.perf_counter()
-    rows = run_counted(find_cases(parse_models(args.models)), built_for, runner, cpu,
-                       codegens, args.invocations, log)
+    rows = run_counted(cases, built_for, runner, cpu, codegens, args.invocations, log, tuned)
     log(f"  {len(rows)} models counted on the emulated {cpu} in "
         f"{time.perf_counter() - t0:.0f} s")
-    report_counted(console, args, cpu, built_for, codegens, rows)
+    variants = codegens + ([cg + TUNED for cg in codegens] if tuned else [])
+    report_counted(console, args, cpu, built_for, variants, rows, tuned)
     return 0
 
 
 def run_counted(cases: list[Case], built_for, runner, cpu: str, codegens: list[str],
-                invocations: int, log) -> list[dict]:
+                invocations: int, log, tuned: dict | None = None) -> list[dict]:
     """Per model: aot's packages for `built_for`, checked and counted under
     `runner` (qemu-aarch64 with the package's own core), and XNNPACK counted
-    under the same emulator and core."""
+    under the same emulator and core. tuned: {"trials": N, "dir": DIR} to
+    tune each model for `built_for` first, its candidates counted the same
+    way, and count its tuned packages too."""
     from aot.api import as_graph
     from aot.deploy import run_package
     from aot.deploy.arm64_python import build_sysroot, count_xnnpack
@@ -858,6 +890,10 @@ def run_counted(cases: list[Case], built_for, runner, cpu: str, codegens: list[s
     rows = []
     with tempfile.TemporaryDirectory(prefix="aot-compare-") as tmp:
         for case in cases:
+            if tuned:
+                for cg in codegens:
+                    tune_case(case, built_for, cg, tuned["trials"], tuned["dir"], log,
+                              runs_on=runner)
             prepare(case, built_for, codegens, Path(tmp), log,
                     lambda pkg, inputs: run_package(pkg, runner, inputs))
             aot = {}
@@ -881,7 +917,8 @@ def run_counted(cases: list[Case], built_for, runner, cpu: str, codegens: list[s
                 "reference": ref,
                 "aot_over_xnnpack": {cg: a["median_instructions"] / anchor.per_inference
                                      for cg, a in aot.items()},
-                "check": case.check, "outputs_ok": case.outputs_ok})
+                "check": case.check, "outputs_ok": case.outputs_ok,
+                **({"tuning": case.tuning} if tuned else {})})
     return rows
 
 
@@ -920,7 +957,7 @@ def count_table(rows: list[dict], codegens: list[str], cpu: str, built_for):
 
 
 def report_counted(console, args, cpu: str, built_for, codegens: list[str],
-                   rows: list[dict]) -> None:
+                   rows: list[dict], tuned: dict | None = None) -> None:
     from aot.deploy.arm64_python import find_sysroot
 
     sysroot = json.loads((find_sysroot() / "sysroot.json").read_text())
@@ -944,14 +981,28 @@ def report_counted(console, args, cpu: str, built_for, codegens: list[str],
         "loop and Interpreter.invoke's wrapper",
         "onnxruntime: left out, its aarch64 wheel dies at import under qemu-user 7.2 "
         "(segmentation fault)",
+        *([f"tuned: each model's package built with --tuning-records from aot tune "
+           f"--trials {tuned['trials']} --codegen <the same> for {built_for.name}, every "
+           f"candidate's kernels counted under qemu-aarch64 -cpu {cpu} (logs in "
+           f"{tuned['dir']}); measurements (batches counted) per model: "
+           + ", ".join(tuning_line(r) for r in rows)] if tuned else []),
     ]
     print_notes(console, notes)
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"emulated_cpu": cpu, "board": built_for.name, "runner": "qemu-aarch64",
              "invocations": n, "aot_runs": COUNTED_RUNS, "versions": versions(),
+             "tuned": ({"trials": tuned["trials"], "dir": str(tuned["dir"])} if tuned
+                       else None),
              "xnnpack_sysroot": sysroot,
              "median_aot_over_xnnpack": medians, "models": rows}, indent=2) + "\n")
+
+
+def tuning_line(row: dict) -> str:
+    """What tuning a counted model took: batches counted per codegen."""
+    parts = [f"{cg} {t['trials_run']}" if "trials_run" in t else f"{cg} ?"
+             for cg, t in row["tuning"].items()]
+    return f"{row['model'].removeprefix('mlperf_')} {' '.join(parts)}"
 
 
 def versions() -> dict[str, str]:

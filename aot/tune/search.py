@@ -120,17 +120,21 @@ class Runner:
     same four methods over Ray."""
 
     def __init__(self, graph, board, stack: contextlib.ExitStack, tmp: Path,
-                 codegen: str = "c"):
+                 codegen: str = "c", runs_on=None):
+        """runs_on: the board that runs the packages built for `board`, where
+        that is another (an rpi5 package counted under qemu-aarch64, which
+        emulates the package's own core)."""
         self.board, self.graph, self.codegen, self.tmp = board, graph, codegen, tmp
+        self.runs_on = runs_on or board
         self.device = None
-        self.counts = counts_instructions(board)
-        if board.transport == "serial":
+        self.counts = counts_instructions(self.runs_on)
+        if self.runs_on.transport == "serial":
             raise AotError(f"board '{board.name}' over a serial port runs the one package "
                            "flashed onto it: tune's candidates would each need a flash, which "
                            "aot tune does not do; tune on the emulated board without --port")
-        if board.transport in ("local", "ssh"):
+        if self.runs_on.transport in ("local", "ssh"):
             from aot.deploy.device import connect
-            self.device = stack.enter_context(connect(board))
+            self.device = stack.enter_context(connect(self.runs_on))
 
     def build(self, schedules: Schedules | None, name: str) -> Path:
         from aot.api import package
@@ -156,7 +160,7 @@ class Runner:
         if self.device is not None:
             return self.device.request(pkg, inputs, warmup, runs)
         from aot.check.timing import bench_package
-        return bench_package(pkg, self.board, inputs, warmup, runs)
+        return bench_package(pkg, self.runs_on, inputs, warmup, runs)
 
 
 def counts_instructions(board) -> bool:

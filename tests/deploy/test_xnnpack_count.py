@@ -80,11 +80,39 @@ def test_counting_refuses_a_sysroot_with_bytecode_written_into_it(tmp_path):
     (["--count-instructions", "--board", "qemu-armv7"], "needs --board qemu-aarch64"),
     (["--board", "qemu-aarch64", "--cpu", "cortex-a72"], "an emulated core with "
      "--count-instructions"),
+    (["--count-instructions", "--board", "qemu-aarch64", "--trials", "4"],
+     "--trials and --tuning-dir go with --tuned"),
+    (["--count-instructions", "--board", "qemu-aarch64", "--tuned", "--trials", "0"],
+     "--trials must be >= 1"),
+    (["--count-instructions", "--board", "qemu-aarch64", "--tuned", "--threads", "2"],
+     "aot tune measures one thread"),
+    (["--board", "qemu-aarch64", "--tuned"], "boards of this machine only"),
 ])
 def test_count_instructions_options_are_checked(args, message):
     r = compare("--models", "ad", *args)
     assert r.returncode == 2
     assert message in r.stderr, r.stderr
+
+
+@pytest.mark.fast
+def test_tuning_logs_are_named_by_the_core_that_counted_them(tmp_path, monkeypatch):
+    import importlib.util
+
+    from aot.targets import get_board
+
+    spec = importlib.util.spec_from_file_location("compare", COMPARE)
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "compare", bench)    # its dataclasses look it up
+    spec.loader.exec_module(bench)
+    case = bench.find_cases(["mlperf_ad_fcae"])[0]
+    qemu = get_board("qemu-aarch64")
+    names = {cpu: bench.tuning_log(case, get_board(board), "c", 8, tmp_path, qemu).name
+             for cpu, board in bench.EMULATED_CPUS.items()}
+    assert ".rpi4@qemu-aarch64-cortex-a72.c." in names["cortex-a72"]
+    assert ".rpi5@qemu-aarch64-cortex-a76.c." in names["cortex-a76"]
+    assert names["cortex-a72"].endswith(".t8.jsonl")
+    here = bench.tuning_log(case, get_board("host"), "c", 8, tmp_path).name
+    assert ".host.c." in here
 
 
 def test_ad_counted_both_ways_on_the_emulated_a72(tmp_path):

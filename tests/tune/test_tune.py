@@ -404,3 +404,22 @@ def test_a_second_model_starts_from_the_first_ones_best(tmp_path):
                        str(db), "-o", str(tmp_path / "bad"))
     assert code == 2 and len(err.strip().splitlines()) == 1 and "tuning database" in err
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_package_for_a_pi_tunes_counted_on_its_own_emulated_core(tiny, tmp_path):
+    """rpi5's package (Cortex-A76) tuned with every candidate run under
+    qemu-aarch64, which takes -cpu from the package: the records are rpi5's
+    target's, their cost the instructions counted there."""
+    from functools import partial
+
+    from aot.targets import get_board
+    from aot.tune import tune
+    from aot.tune.search import Runner
+
+    log = tmp_path / "rpi5.jsonl"
+    summary = tune(tiny, get_board("rpi5"), trials=1, log=log, warmup=0, repeat=1,
+                   runner_for=partial(Runner, runs_on=get_board("qemu-aarch64")))
+    assert summary["trials_run"] == 1 and summary["failed"] == summary["discarded"] == 0
+    records = lines(log)
+    assert {r["target"] for r in records} == {get_board("rpi5").target.name}
+    assert all(r["instructions"] > 0 for r in records)

@@ -2,13 +2,12 @@
 module (loopback only, 2 CPUs), four emulated boards of two kinds."""
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 
 import pytest
 
+from support.cli import cli
 from support.tune_models import mlp
 
 BOARDS = ["qemu-aarch64", "qemu-aarch64", "qemu-armv7", "qemu-armv7"]
@@ -78,15 +77,6 @@ def test_the_farm_keeps_the_sequential_records_when_a_board_dies(cluster, models
         (k, 2, 0) for _ in models for k in dict.fromkeys(BOARDS)]
     farm_records = measured(tmp_path / "farm")
     assert farm_records == measured(tmp_path / "sequential") and len(farm_records) >= 12
-
-
-def cli(*args: str) -> tuple[int, str, str]:
-    from aot.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_the_cli_tunes_a_matrix_and_refuses_what_the_farm_lacks(cluster, models, tmp_path):

@@ -6,8 +6,6 @@ or within tolerance (float), and the defaults given explicitly change no
 byte."""
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import numpy as np
 import pytest
 
 from support import MODELS
+from support.cli import cli
 
 KWS_INT8 = MODELS / "mlperf_kws_dscnn_int8.tflite"
 
@@ -41,15 +40,6 @@ def convs(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("convs") / "convs.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
-
-
-def cli(*args: str) -> tuple[int, str, str]:
-    from aot.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
 
 
 def workloads(model: Path, board: str):

@@ -1,9 +1,7 @@
 """aot tune and --tuning-records (docs/tuning.md)."""
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 from pathlib import Path
 
@@ -11,6 +9,7 @@ import numpy as np
 import pytest
 
 from support import MODELS
+from support.cli import cli
 from support.tune_models import mlp
 from support.sshd import sshd  # noqa: F401 (the fixture)
 
@@ -44,15 +43,6 @@ def tiny(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("tiny") / "tiny.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
-
-
-def cli(*args: str) -> tuple[int, str, str]:
-    from aot.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
 
 
 def digest(pkg: Path) -> dict[str, str]:

@@ -23,7 +23,7 @@ from aot.lower.arith.loops import loop, offsets, plus, seq_of
 from aot.lower.rules.elementwise import const_like
 from aot.lower.rules import LowerCtx
 from aot.lower.schedule.tile_sizes import Tile
-from aot.lower.kernels.dense import Operand, product
+from aot.lower.kernels.dense import FloatProduct, Operand, product
 
 LANES = HFMA.lanes
 
@@ -52,34 +52,15 @@ def direct_fits(target, dtype: DType, layout: str, group: int, icg: int, ocg: in
 
 
 @dataclass(frozen=True)
-class HalfProduct:
-    """The half strategy: float32 accumulators from zero, chunks of CHUNK
-    steps summed in half by lane, finish(acc, bi, i, j) then emit at
-    out_index(bi, i, j)."""
-    ctx: LowerCtx
-    dtype: DType
-    tile: Tile
-    a: Operand
-    b: Operand
-    k: int
-    emit: Callable
-    out_index: Callable[[tuple, Expr, Expr], tuple]
-    finish: Callable[[Expr, tuple, Expr, Expr], Expr]
-
-    def prologue(self, bi: tuple) -> None:
-        return None
-
-    def init(self, bi: tuple, c0: Expr, widths, off: int, width: int) -> Expr:
-        return const_like(0, self.dtype.with_lanes(width))
+class HalfProduct(FloatProduct):
+    """The half strategy: the float one's accumulators (from zero) and
+    epilogue, its reduction in chunks of CHUNK steps summed in half by
+    lane."""
 
     def reduce(self, bi, rows, c0, widths, accs) -> Stmt | None:
         return half_chunks(self.ctx, accs, widths, self.k,
                            lambda r, kk: self.a.load(bi, rows[r], kk, LANES),
                            lambda kk, off: self.b.load(bi, kk, plus(c0, off), LANES))
-
-    def store(self, bi, row, c0, off, acc, width) -> Stmt:
-        j = plus(c0, off)
-        return self.emit(0, self.out_index(bi, row, j), self.finish(acc, bi, row, j))
 
 
 def half_chunks(ctx: LowerCtx, accs, widths, k: int, x_load: Callable[[int, Expr], Expr],

@@ -22,7 +22,6 @@ from aot.tune.evolve import EPSILON, JointSpace, evolve
 from aot.tune.features import features
 from aot.tune.model import CostModel
 
-RANKING = True
 # How many of a workload's best measured configs seed its population.
 ELITE = 4
 
@@ -53,7 +52,8 @@ class ModelSearch:
         self.rng = random.Random(seed)
         self.nodes = {n.name: n for n in graph.nodes}
         self.joints = {w.key: JointSpace.of(w.space) for w in works}
-        self._features: dict[tuple[str, Config], tuple | None] = {}
+        self._features: dict[tuple[str, Config], tuple | None] = {}   # model rows
+        self._lowered: dict[tuple[str, Config], tuple | None] = {}    # the kernel's own
         # per workload: the kernels measured (configs that lower to the same
         # kernel cost the same: one of them measured is all of them)
         self._code: dict[tuple[str, Config], object] = {}
@@ -80,9 +80,9 @@ class ModelSearch:
 
     def _lowered_features(self, w, config: Config) -> tuple | None:
         from aot.lower import lower_group
-        key = (w.key, config, "own")
-        if key in self._features:
-            return self._features[key]
+        key = (w.key, config)
+        if key in self._lowered:
+            return self._lowered[key]
         try:
             with applied(Schedules({w.key: config})):
                 kernel = lower_group(self.graph, self.nodes[w.kernels[0]], self.target)
@@ -91,7 +91,7 @@ class ModelSearch:
                            self.target.vector_registers)
         except AotError:
             out = None
-        self._features[key] = out
+        self._lowered[key] = out
         return out
 
     def observe(self, w, config: Config, ratio: float) -> None:
@@ -107,7 +107,7 @@ class ModelSearch:
         self._measured_code.setdefault(w.key, set()).add(self._code.get((w.key, config)))
 
     def train(self) -> None:
-        self.model.fit(self.rows, self.costs, self.groups if RANKING else None)
+        self.model.fit(self.rows, self.costs, self.groups)
 
     def score(self, w, configs: list[Config]) -> list[float]:
         rows = [self.features(w, c) for c in configs]
@@ -126,10 +126,9 @@ class ModelSearch:
         """The workload's next candidate: a database seed first, then the
         evolved population's best untried (or, with probability epsilon, a
         random untried one)."""
-        while w.seeds:
-            seed = w.seeds.pop(0)
-            if seed not in w.tried:
-                return seed
+        seed = w.next_seed()
+        if seed is not None:
+            return seed
         joint = self.joints[w.key]
         if len(w.tried) >= joint.size:
             return None

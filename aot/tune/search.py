@@ -64,6 +64,14 @@ class _Workload:
     def untried(self) -> list[Config]:
         return [c for c in self.space if c not in self.tried]
 
+    def next_seed(self) -> Config | None:
+        """The first of its seeds not measured yet (taken off the list)."""
+        while self.seeds:
+            seed = self.seeds.pop(0)
+            if seed not in self.tried:
+                return seed
+        return None
+
 
 def workloads_of(graph, target) -> list[_Workload]:
     """The model's workloads in first-use order, with their spaces."""
@@ -98,10 +106,9 @@ def _draw(w: _Workload, trial: int, trials: int, rng: random.Random) -> Config |
     database's nearest bests, then the algorithm sites' alternatives:
     space.first_tries), then at random for the first half of the trials,
     then the untried configs nearest the best so far."""
-    while w.seeds:
-        seed = w.seeds.pop(0)
-        if seed not in w.tried:
-            return seed
+    seed = w.next_seed()
+    if seed is not None:
+        return seed
     left = w.untried()
     if not left:
         return None
@@ -310,8 +317,8 @@ def tune(model, board, trials: int = 32, budget: float | None = None,
                 observed: list = []
                 new, ratio = _batch(runner, base, meta, inputs, reference, warmup, repeat,
                                     picks, by_key, brd, target, summary, trial, observed)
-                for key, config, r in observed:
-                    if guide is not None:
+                if guide is not None:
+                    for key, config, r in observed:
                         guide.observe(by_key[key], config, r)
                 summary["history"].append(_cost_now(tunable))
                 if summary["first_batch"] is None and ratio is not None:

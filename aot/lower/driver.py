@@ -17,7 +17,7 @@ from aot.ir.graph import Graph, Node, TensorType
 from aot.ir.tir import (Broadcast, Buffer, BufferKind, Const, Expr, For, Load, PrimFunc, Stmt,
                         Store, add, const, dt, dtype_of, flat_index, mul, seq, walk_stmt,
                         walk_expr_loads)
-from aot.isa.half import ARCHS_X86
+from aot.isa import x86
 from aot.lower.arith.bounds import ATTR as CHECKS
 from aot.lower.rules import LowerCtx, Rule, RuleKind, TensorRef, ValueRule, rule_of
 from aot.lower.schedule.space import group_scope
@@ -145,7 +145,7 @@ def _blocked_axis(ctx: LowerCtx, node: Node | None, shape: Sequence[int]) -> int
     axis are whole tiles of _BLOCK, on x86: the nest that walks the output
     row by row reads the input a whole row apart at every step (a true 1-D
     Conv's NCL <-> NLC transposes, 4 MB of float32: 2.8 ms)."""
-    if node is None or node.op != "Transpose" or ctx.target.arch not in ARCHS_X86:
+    if node is None or node.op != "Transpose" or ctx.target.arch not in x86.ARCHS:
         return None
     rank = len(shape)
     perm = node.attrs.get("perm")

@@ -25,7 +25,7 @@ from aot.ir.tir import (Assign, Bin, Broadcast, Call, Cast, Const, DType, Expr, 
 from aot.lower.arith import qmath as q
 from aot.lower.arith.loops import loop, nest
 from aot.lower.rules.elementwise import broadcast_index, broadcast_load, const_like
-from aot.lower.arith.quant import CallView, round_half_even, table, to_i32
+from aot.lower.arith.quant import CallView, round_half_even, table, to_i32, vec_table
 from aot.lower.arith.requant import onnx_multipliers, onnx_requantizer
 from aot.lower.rules import VALUE_RULES, LowerCtx, TensorRef, kernel_rule, value_rule
 from aot.lower.kernels.dense import product
@@ -669,13 +669,10 @@ def qgemm(ctx: LowerCtx, ins, emit):
     if len(ins) > 8 and ins[8] is not None:
         requantize = _requantizer(ctx, ins, (1, 4, 7), 8, mult)
     else:
-        m_buf = None if np.all(mult == mult.reshape(-1)[0]) else ctx.param("scale", mult)
+        m_at = vec_table(ctx, "scale", mult, "float32")
 
         def requantize(acc, n, lanes=1):
-            f32 = dt("float32", lanes)
-            m = const_like(float(mult.reshape(-1)[0]), f32) if m_buf is None else \
-                Load(m_buf, n, lanes)
-            return Bin("*", Cast(f32, acc), m)
+            return Bin("*", Cast(dt("float32", lanes), acc), m_at(n, lanes))
     a_zp, b_zp = _value(ctx, ins, 2, "a_zero_point"), _value(ctx, ins, 5, "b_zero_point")
     fc = _vector_fc(ctx, ins[0], b.value, a_zp, b_zp, c, emit, requantize)
     if fc is not None:

@@ -129,6 +129,20 @@ def test_rpi5_int16_conv_in_planes_bit_exact_with_tflm(tmp_path):
     assert out["ok"] and all(r["max_abs_err"] == 0.0 for r in out["outputs"]), out
 
 
+@pytest.mark.parametrize("board,kind", [("rpi4", "conv"), ("rpi5", "fc")])
+def test_one_multiply_epilogue_bit_exact_with_tflm_on_the_pis(board, kind, tmp_path):
+    """The 16x8 epilogue's SQRDMULH under qemu-aarch64: the A72's SMLAL conv
+    and the A76's FC, per-channel and per-tensor multipliers."""
+    path = tmp_path / "m16.tflite"
+    path.write_bytes(_conv16(*CONVS[2], seed=11) if kind == "conv" else _fc16(3, 40, 12, seed=12))
+    pkg = tmp_path / "pkg"
+    aot.package(path, board=board, out_dir=pkg)
+    assert "sqrdmulh" in (pkg / "src" / "m16_kernels.c").read_text()
+    out = verify(pkg, board="qemu-aarch64", source=path)
+    assert out["reference"] == "tflite-micro", out
+    assert out["ok"] and all(r["max_abs_err"] == 0.0 for r in out["outputs"]), out
+
+
 def _fc16(rows: int, depth: int, units: int, seed: int) -> bytes:
     """One int16 FULLY_CONNECTED (int8 weights per tensor, int64 bias)."""
     rng = np.random.default_rng(seed)

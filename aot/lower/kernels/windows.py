@@ -136,8 +136,9 @@ def tap_nest(ctx: LowerCtx, runs: Sequence[Run], opos: Sequence[Expr], win: ref.
     taps). A position is o * stride + tap * dilation - pad, or with
     `from_origin` the window's origin plus the tap's offset (window_pos):
     the same value, in the form each kernel's object code was measured
-    with (clang schedules the two differently). `kinds`: each axis's loop
-    kind (serial where not given)."""
+    with (clang schedules the two differently). `kinds`: per axis,
+    ForKind.UNROLLED writes its taps out one after another (no loop, each
+    tap a constant); other axes loop."""
     def level(a: int, ipos: list[Expr], taps: list[Expr]) -> Stmt | None:
         if a == len(runs):
             return body(ipos, taps)

@@ -5,7 +5,7 @@ signed dot products by lane, dense convs 16k channels deep whose sums fit
 int32 with the planes' margin), bit-exact on the host through the quads'
 lane formula (padding, strides, several plane runs, weights holding -128)
 and in an rpi5 package under qemu-aarch64 -cpu cortex-a76 against
-tflite-micro; the int32-lane epilogue against the int64 MBQM.
+tflite-micro; the one-multiply epilogue against the int64 MBQM.
 
 Cortex-M4 (DSP): dense convs and FC in SMLADs of int16 activation words,
 depthwise in SMLABB / SMLATT, bit-exact on mps2-an386 against tflite-micro."""
@@ -73,33 +73,34 @@ def test_int16_dense_convs_take_byte_planes_where_sdot_is():
 
 
 @pytest.mark.fast
-def test_split32_mbqm_equals_the_int64_one_at_the_ends():
-    """The int32-lane form of the 16x8 epilogue against qmath.mbqm_int64
-    on accumulators at int32's ends and around 2^16 multiples, for M16 and
-    shifts at the ends split32_fits allows."""
-    from aot.lower.arith.requant import reduced_multipliers, split32_fits
+def test_rdhm_mbqm_equals_the_int64_one_at_the_ends():
+    """The 16x8 epilogue as one rounding doubling high multiply against
+    qmath.mbqm_int64 on accumulators at int32's ends and around 2^16
+    multiples, for M16 and shifts at the ends rdhm_fits allows."""
+    from aot.lower.arith.requant import rdhm_fits, rdhm_multipliers, reduced_multipliers
     from aot.ops.quant.qmath import mbqm_int64
     acc = np.array([-2**31, -2**31 + 1, -65537, -65536, -65535, -1, 0, 1, 65535, 65536,
                     2**31 - 65536, 2**31 - 1], np.int64)
     for mult, shift in [(2**31 - 1, -2), (0x7FFF0000 - 1, -16), (2**30, -16), (2**30, -2),
-                        (1 << 30 | 12345, -9), (0, -5)]:
-        m16, _, total = reduced_multipliers(mult, shift)
-        assert split32_fits(m16, None, total)
-        m, s = np.int64(m16[0]), np.int64(total[0])
-        got = ((acc >> 16) * m + (((acc & 0xFFFF) * m) >> 16) + (1 << (s - 17))) >> (s - 16)
-        assert (np.abs((acc >> 16) * m) < 2**31).all() and (((acc & 0xFFFF) * m) < 2**31).all()
-        np.testing.assert_array_equal(got, mbqm_int64(acc, mult, shift))
-    m16, _, total = reduced_multipliers(2**30, -1)          # a shift of 16: the int64 form
-    assert not split32_fits(m16, None, total)
+                        (1 << 30 | 12345, -9), (0, -5), (2**31 - 1, -1), (2**30, 0)]:
+        m16, rounding, total = reduced_multipliers(mult, shift)
+        assert rdhm_fits(m16, rounding, total)
+        m = rdhm_multipliers(m16, rounding, total)[0]
+        assert 0 <= m < 2**31
+        # SQRDMULH / aot_rdhm: floor((acc m + 2^30) / 2^31)
+        np.testing.assert_array_equal((acc * m + (1 << 30)) >> 31, mbqm_int64(acc, mult, shift))
+    m16, rounding, total = reduced_multipliers(2**30, -17)      # a shift of 32: the int64 form
+    assert not rdhm_fits(m16, rounding, total)
+    m16, rounding, total = reduced_multipliers(2**30, 7)        # shift 8: M16 2^23 is too big
+    assert not rdhm_fits(m16, rounding, total)
 
 
 def test_byte_planes_bit_exact_in_the_lane_formula(monkeypatch):
-    """The A76's schedule (signed quads by lane) and its epilogue in int32
-    lanes on this host's C: the quads' lane formula, against the interpreter."""
+    """The A76's schedule (signed quads by lane) and its one-multiply
+    epilogue on this host's C: the quads' lane formula, against the
+    interpreter."""
     import aot.lower.schedule.conv as policy        # the module whose schedule asks
-    from aot.lower.arith import requant
     monkeypatch.setattr(policy, "int8_accumulator", lambda target: QUADS)
-    monkeypatch.setattr(requant, "SPLIT32_ARCHS", ("aarch64", "x86_64"))
     target = get_target("x86_64-linux")
     graphs = [_graph(_conv16(*c, seed=k)) for k, c in enumerate(CONVS)]
     rng = np.random.default_rng(3)
@@ -123,6 +124,20 @@ def test_rpi5_int16_conv_in_planes_bit_exact_with_tflm(tmp_path):
     pkg = tmp_path / "pkg"
     aot.package(path, board="rpi5", out_dir=pkg)
     assert "plane_rows" in (pkg / "src" / "conv16_kernels.c").read_text()
+    out = verify(pkg, board="qemu-aarch64", source=path)
+    assert out["reference"] == "tflite-micro", out
+    assert out["ok"] and all(r["max_abs_err"] == 0.0 for r in out["outputs"]), out
+
+
+@pytest.mark.parametrize("board,kind", [("rpi4", "conv"), ("rpi5", "fc")])
+def test_one_multiply_epilogue_bit_exact_with_tflm_on_the_pis(board, kind, tmp_path):
+    """The 16x8 epilogue's SQRDMULH under qemu-aarch64: the A72's SMLAL conv
+    and the A76's FC, per-channel and per-tensor multipliers."""
+    path = tmp_path / "m16.tflite"
+    path.write_bytes(_conv16(*CONVS[2], seed=11) if kind == "conv" else _fc16(3, 40, 12, seed=12))
+    pkg = tmp_path / "pkg"
+    aot.package(path, board=board, out_dir=pkg)
+    assert "sqrdmulh" in (pkg / "src" / "m16_kernels.c").read_text()
     out = verify(pkg, board="qemu-aarch64", source=path)
     assert out["reference"] == "tflite-micro", out
     assert out["ok"] and all(r["max_abs_err"] == 0.0 for r in out["outputs"]), out

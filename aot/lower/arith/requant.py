@@ -314,7 +314,7 @@ class TfliteInt16Requant:
         self.m16 = lazy_table(ctx, "multiplier", m16)
         self.rounding = lazy_table(ctx, "rounding", rounding)
         self.total = lazy_table(ctx, "right_shift", total)
-        self.ctx, self.vec, self.vec32, self.split32 = ctx, None, None, None
+        self.ctx, self.vec, self.vec32, self.rdhm = ctx, None, None, None
 
     def bias(self, values: np.ndarray) -> np.ndarray:
         """The bias as the accumulator starts from it."""
@@ -336,14 +336,15 @@ class TfliteInt16Requant:
     def apply_vector(self, b: q.Block, acc: Expr, channel: Expr, lanes: int) -> Expr:
         """apply on `lanes` channels from `channel` at once: acc int32 x
         lanes (the exact32 accumulator; not the int32 bias's wrapping
-        form), the int64 MBQM on int64 lanes (x86's vpmuldq / vpmullq and
-        vpsravq), on AArch64 in int32 lanes where split32_fits."""
+        form). Where rdhm_fits, one rounding doubling high multiply
+        (_rdhm: AArch64's SQRDMULH, x86's pmuldq pair); else the int64
+        MBQM on int64 lanes (x86's vpmuldq / vpmullq and vpsravq)."""
         if self.wrapping32 or self.acc_dtype != "int32":
             raise ValueError("apply_vector takes the exact int32 accumulator of an int64 MBQM")
-        if self.split32 is None:
-            self.split32 = self.ctx.target.arch in SPLIT32_ARCHS and split32_fits(*self.values)
-        if self.split32:
-            return self._split32(acc, channel, lanes)
+        if self.rdhm is None:
+            self.rdhm = rdhm_fits(*self.values)
+        if self.rdhm:
+            return self._rdhm(acc, channel, lanes)
         if self.vec is None:
             self.vec = [vec_table(self.ctx, name, v, kind) for name, v, kind in zip(
                 ("multiplier_v", "rounding_v", "right_shift_v"), self.values,
@@ -355,37 +356,34 @@ class TfliteInt16Requant:
         y = Cast(dt("int32", lanes), Bin(">>", scaled, total))
         return Cast(dt("int16", lanes), q.clamp(y, self.lo, self.hi))
 
-
-    def _split32(self, acc: Expr, channel: Expr, lanes: int) -> Expr:
-        """The int64 MBQM in int32 lanes (split32_fits): acc = 65536 a_hi +
-        a_lo, a_lo in [0, 65535]; (acc M16 + 2^(s-1)) >> s is then
-        (a_hi M16 + (a_lo M16 >> 16) + 2^(s-17)) >> (s - 16) exactly, every
-        term within int32. NEON multiplies no int64 lanes: the int64 form
-        needs the compiler to find SMULL, and clang 14 did not once the
-        multiplier's widening left the loop (a scalar MUL per lane, the A76's
-        int16 conv epilogue 265 instructions for 64 outputs)."""
-        m16, _, total = self.values
+    def _rdhm(self, acc: Expr, channel: Expr, lanes: int) -> Expr:
+        """The int64 MBQM as one rounding doubling high multiply (rdhm_fits):
+        with k = 31 - s, floor((acc M16 2^k + 2^30) / 2^31) is exactly
+        floor((acc M16 + 2^(s-1)) / 2^s), the numerator and the divisor both
+        2^k times the MBQM's. AArch64 makes it one SQRDMULH where the int64
+        form took eight instructions (the A76's int16 conv, per 4 outputs)."""
         if self.vec32 is None:
-            self.vec32 = [vec_table(self.ctx, name, v, "int32") for name, v in (
-                ("multiplier_v", m16), ("rounding_v", np.int64(1) << (total - 17)),
-                ("right_shift_v", total - 16))]
-        m, rounding, shift = (t(channel, lanes) for t in self.vec32)
-        i32 = dt("int32", lanes)
-        hi = Bin("*", Bin(">>", acc, const_like(16, i32)), m)
-        lo = Bin(">>", Bin("*", Bin("&", acc, const_like(0xFFFF, i32)), m), const_like(16, i32))
-        y = Bin(">>", Bin("+", Bin("+", hi, lo), rounding), shift)
+            self.vec32 = vec_table(self.ctx, "multiplier_v", rdhm_multipliers(*self.values),
+                                   "int32")
+        y = q.srdhm(acc, self.vec32(channel, lanes), saturate=False)
         return Cast(dt("int16", lanes), q.clamp(y, self.lo, self.hi))
 
 
-# Where the vector 16x8 epilogue takes _split32 (NEON has no int64 lane
-# multiply; x86's pmuldq serves the int64 form).
-SPLIT32_ARCHS = ("aarch64",)
+def rdhm_multipliers(m16: np.ndarray, rounding: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """M16 2^(31 - s) per channel, int64 (rdhm_fits says whether it fits int32)."""
+    m16, total = np.asarray(m16, np.int64), np.asarray(total, np.int64)
+    return m16 << np.clip(31 - total, 0, 62)
 
 
-def split32_fits(m16: np.ndarray, rounding: np.ndarray, total: np.ndarray) -> bool:
-    """Whether every channel's int64 MBQM runs in int32 lanes (_split32):
-    M16 in [0, 32767] (a_lo M16 < 2^31) and shifts of 17 to 31."""
-    return bool(np.all((m16 >= 0) & (m16 <= 32767) & (total >= 17) & (total <= 31)))
+def rdhm_fits(m16: np.ndarray, rounding: np.ndarray, total: np.ndarray) -> bool:
+    """Whether every channel's int64 MBQM is one rounding doubling high
+    multiply (TfliteInt16Requant._rdhm): shifts of 1 to 31 and M16 2^(31 -
+    s) in [0, 2^31) (M16 <= 32767: every shift from 16 on), so the
+    multiplier is a non-negative int32 and no operand pair is INT32_MIN's."""
+    total = np.asarray(total, np.int64)
+    if not np.all((total >= 1) & (total <= 31)) or np.any(np.asarray(m16) < 0):
+        return False
+    return bool(np.all(rdhm_multipliers(m16, rounding, total) <= ref_q.INT32_MAX))
 
 
 # ------------------------------------------------------------ ONNX

@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from aot.ir.tir import Bin, Const, Expr, If, Stmt, add, mul, sub
+from aot.ir.tir import Bin, Const, Expr, ForKind, If, Stmt, add, mul, seq, sub
 from aot.lower.arith.loops import loop, plus
 from aot.lower.rules import LowerCtx
 from aot.ops import nn as ref
@@ -128,14 +128,17 @@ def window_regions(win: ref.Window, spatial: Sequence[int], keys=None) -> list[R
 
 def tap_nest(ctx: LowerCtx, runs: Sequence[Run], opos: Sequence[Expr], win: ref.Window,
              spatial: Sequence[int], body: Callable[[list[Expr], list[Expr]], Stmt],
-             names: Sequence[str] | None = None, from_origin: bool = False) -> Stmt | None:
+             names: Sequence[str] | None = None, from_origin: bool = False,
+             kinds: Sequence[ForKind] = ()) -> Stmt | None:
     """Loops (named `names`, else k0, k1, ...) over the taps [lo, hi) of
     each run of a region for the window of output position opos, each tap's
     input position tested on the sides the run says; body(input positions,
     taps). A position is o * stride + tap * dilation - pad, or with
     `from_origin` the window's origin plus the tap's offset (window_pos):
     the same value, in the form each kernel's object code was measured
-    with (clang schedules the two differently)."""
+    with (clang schedules the two differently). `kinds`: per axis,
+    ForKind.UNROLLED writes its taps out one after another (no loop, each
+    tap a constant); other axes loop."""
     def level(a: int, ipos: list[Expr], taps: list[Expr]) -> Stmt | None:
         if a == len(runs):
             return body(ipos, taps)
@@ -146,6 +149,8 @@ def tap_nest(ctx: LowerCtx, runs: Sequence[Run], opos: Sequence[Expr], win: ref.
                    else plus(add(mul(opos[a], Const(s)), mul(tap, Const(d))), -p))
             inner = level(a + 1, ipos + [pos], taps + [tap])
             return inner if inner is None else guarded(in_range(pos, spatial[a], *r.tests), inner)
+        if a < len(kinds) and kinds[a] is ForKind.UNROLLED:
+            return seq(*[st for st in (at(Const(t)) for t in range(r.lo, r.hi)) if st is not None])
         return loop(ctx, names[a] if names else f"k{a}", r.hi - r.lo, at, start=r.lo)
     return level(0, [], [])
 

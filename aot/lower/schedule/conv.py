@@ -264,6 +264,16 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
                     else regs - 2 * v)
     if width <= t.lanes:
         t = replace(t, vectors=1)
+    if planes:
+        # Byte planes run every tap twice over the same weights: the most
+        # pixels whose accumulators, inputs (a window row's unrolled taps
+        # share all but the row's first two) and a tap's weight vectors fit
+        # the registers, in the fewest blocks a row (each reloads the
+        # weights). rpi5, C: the 32x32x16 -> 16 3x3 conv in 4-pixel tiles
+        # 403,637 instructions, in 5-pixel ones 387,499; a 7x7x64 -> 16
+        # conv's rows as 4 + 3 pixels 79,636, as 5 + 2 79,757.
+        fit = (regs - 2 - t.vectors) // (t.vectors + 1)
+        t = replace(t, max_accs=min(t.max_accs, fit * t.vectors), fewest_blocks=True)
     tiles = tuple(tile_widths(width, t))
     wide = all(min(w) >= 4 for _, w in tiles)       # every tile of whole 4+-lane vectors
     # Depthwise where the target has the widening multiply-add: 8 channels

@@ -29,6 +29,9 @@ class Tile:
     # that a tile's weights (one per tap) stay in registers.
     weights_stay: bool = False
     taps: int = 0        # weights_stay: the weight vectors held (its budget's)
+    # Blocks sized for the fewest per row first: where each block reloads
+    # every weight (byte planes), a 5-pixel tile's tail beats more 4-pixel ones.
+    fewest_blocks: bool = False
 
     def fit(self, vectors: int) -> int:
         """The most pixels of `vectors` accumulators each a tile can take.
@@ -48,11 +51,13 @@ class Tile:
     def block(self, count: int) -> int:
         """Pixels per block for a row of `count`: between mr and mr_max,
         preferring a size that divides the row, then the one whose last
-        block is largest (a 1- or 2-pixel tail wastes most of its tile)."""
+        block is largest (a 1- or 2-pixel tail wastes most of its tile);
+        with `fewest_blocks`, the fewest blocks first."""
         if self.mr == 1 or count <= self.mr_max:
             return max(1, min(count, self.mr_max if self.mr > 1 else 1))
         return max(range(self.mr, self.mr_max + 1),
-                   key=lambda b: (count % b == 0, count % b, b))
+                   key=lambda b: (-(-count // b) * -self.fewest_blocks, count % b == 0,
+                                  count % b, b))
 
     @property
     def nr(self) -> int:

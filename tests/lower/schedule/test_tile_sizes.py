@@ -62,6 +62,17 @@ def test_tiles_fit_the_register_files():
     assert (row.vectors, row.mr, row.k_lanes) == (4, 1, 4)
 
 
+@pytest.mark.fast
+def test_fewest_blocks_first_where_each_block_reloads_its_weights():
+    """Rows of 32 pixels: 4-pixel blocks divide them, 5-pixel ones take a
+    block fewer (the byte planes' choice); rows of 7 and 16 take as many
+    blocks either way and keep the larger tail (4 + 3, 4 x 4)."""
+    t = schedule.Tile(4, 4, mr=4, max_accs=20)
+    assert (t.block(32), t.block(7), t.block(16)) == (4, 4, 4)
+    few = dataclasses.replace(t, fewest_blocks=True)
+    assert (few.block(32), few.block(7), few.block(16), few.block(5)) == (5, 4, 4, 5)
+
+
 def test_aarch64_conv_reads_four_input_channels_per_load():
     """ResNet-8's 3x3 conv (16 -> 16 channels) on AArch64: the input loads
     of the hot loop are 4-lane vectors, each feeding 4 multiply-adds by lane;

@@ -38,6 +38,13 @@ _X86_LEVELS = {
 _ARCH_BASELINE = {"x86_64": ("sse", "sse2"), "aarch64": ("neon",)}
 # Vector registers by ISA family (architectural, not counting masks).
 _VECTOR_REGISTERS = {"x86_64": 16, "x86": 8, "aarch64": 32, "arm": 16, "riscv64": 32}
+# Scalar registers a scalar tile's accumulators, weights and input may take
+# (the float file where it is separate), by ISA family; 16 elsewhere.
+_SCALAR_REGISTERS = {"aarch64": 32, "riscv64": 32, "riscv32": 32}
+# General registers an integer nest's tile may take (its accumulators, a
+# row's and a channel's values; the pointers and counters beside them),
+# by ISA family; 13 elsewhere (Arm's r0-r12).
+_INT_REGISTERS = {"riscv32": 31, "riscv64": 31}
 
 
 def arch_of(triple: str) -> str:
@@ -84,10 +91,13 @@ class Target:
     # instructions address (0: no limit but the board's memories, bare metal).
     static_data_bytes: int = 0
     # What the TOML states that the triple, cpu and features do not say
-    # (`isa_features`, `vector_registers`, `abi`): merged into the facts below.
+    # (`isa_features`, `vector_registers`, `scalar_registers`, `int_registers`,
+    # `abi`): merged into the facts below.
     declared_features: frozenset[str] = frozenset()
     declared_registers: int | None = None
     declared_abi: str = ""
+    declared_scalar_registers: int | None = None
+    declared_int_registers: int | None = None
     # The GCC installation and C library clang builds with (in cflags and
     # ldflags already; kept for `aot doctor`): aot/support/gcc_pin.py.
     gcc_pin: GccPin = GccPin("", "")
@@ -99,6 +109,8 @@ class Target:
     arch: str = field(init=False)                       # x86_64, aarch64, arm, thumb, riscv64
     isa_features: frozenset[str] = field(init=False)    # avx2, avx512bw, neon, dotprod, dsp...
     vector_registers: int = field(init=False)           # 0 without a vector unit
+    scalar_registers: int = field(init=False)           # a scalar tile's register budget
+    int_registers: int = field(init=False)              # an integer nest tile's budget
     little_endian: bool = field(init=False)
     abi: str = field(init=False)                        # LLVM's ABI name (RISC-V), or ""
 
@@ -110,7 +122,10 @@ class Target:
         if regs is None:
             regs = 0 if self.vector_bits == 0 else \
                 32 if arch == "x86_64" and "avx512f" in isa else _VECTOR_REGISTERS.get(arch, 16)
+        scalar, ints = self.declared_scalar_registers, self.declared_int_registers
         facts = {"arch": arch, "isa_features": isa, "vector_registers": regs,
+                 "scalar_registers": _SCALAR_REGISTERS.get(arch, 16) if scalar is None else scalar,
+                 "int_registers": _INT_REGISTERS.get(arch, 13) if ints is None else ints,
                  "little_endian": not self.triple.split("-")[0].endswith(_BIG_ENDIAN),
                  "abi": self.declared_abi or _abi(arch, isa)}
         for key, value in facts.items():
@@ -186,8 +201,9 @@ BUILT_IN = "aot"
 # triple and cpu from the board it is built for).
 _REQUIRED = ("triple", "cpu", "vector_bits", "cc")
 # What a portable target never says: the board's target does (portable_on).
-_NOT_PORTABLE = ("triple", "cpu", "features", "isa_features", "vector_registers", "abi",
-                 "sysroot", "gcc_install_dir", "static_data_bytes", "llvm_opt_level")
+_NOT_PORTABLE = ("triple", "cpu", "features", "isa_features", "vector_registers",
+                 "scalar_registers", "int_registers", "abi", "sysroot", "gcc_install_dir",
+                 "static_data_bytes", "llvm_opt_level")
 
 
 @dataclass(frozen=True)
@@ -293,6 +309,8 @@ def _target(name: str, t: dict, portable: bool = False) -> Target:
                         static_data_bytes=int(t.get("static_data_bytes", 0)),
                         declared_features=frozenset(t.get("isa_features", ())),
                         declared_registers=t.get("vector_registers"),
+                        declared_scalar_registers=t.get("scalar_registers"),
+                        declared_int_registers=t.get("int_registers"),
                         declared_abi=t.get("abi", ""), portable=portable)
     except KeyError as e:
         raise AotError(f"target '{name}': missing {e}") from None
@@ -337,10 +355,11 @@ _ABI_FLAGS = ("--target=", "-mfloat-abi=", "-mabi=")
 
 def portable_on(target: Target, host: Target) -> Target:
     """A portable target built for a board whose own target is `host`: the
-    host's triple, ABI, C library and code-model limit; `cc = "gcc"` is the
-    host's GCC (the cross GCC of its triple), `cc = "clang"` the host's clang
-    with only its ABI flags and its pinned installation; any other compiler
-    is taken as it is, with the target's own flags."""
+    host's triple, ABI, C library, code-model limit and scalar register
+    counts; `cc = "gcc"` is the host's GCC (the cross GCC of its triple),
+    `cc = "clang"` the host's clang with only its ABI flags and its pinned
+    installation; any other compiler is taken as it is, with the target's
+    own flags."""
     if host.libc != "glibc":
         raise AotError(f"target '{target.name}' is portable C for the Linux boards; "
                        f"target '{host.name}' is bare metal ({host.libc}): build the package "
@@ -355,6 +374,8 @@ def portable_on(target: Target, host: Target) -> Target:
         ldflags = (*pin.unpinned(host.ldflags), *ldflags)
     built = replace(target, triple=host.triple, cpu=host.cpu, features="",
                     float_abi=host.float_abi, libc=host.libc, declared_abi=host.abi,
+                    declared_scalar_registers=host.scalar_registers,
+                    declared_int_registers=host.int_registers,
                     static_data_bytes=host.static_data_bytes, cc=cc, cflags=cflags,
                     ldflags=ldflags, gcc_pin=GccPin("", ""))
     return built.pinned(pin) if pin else built

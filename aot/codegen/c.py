@@ -34,7 +34,7 @@ from aot.isa.half import HalfOp
 from aot.isa.calls import Helper, Lane, PairPack, PairSums, check_call, vector_helper
 from aot.isa.dots import PairDot, QuadDot
 from aot.isa.neon import NeonFixedPoint, PairedQuadDot, PairwiseAdd, WideningMla
-from aot.isa.x86 import Pmuldq
+from aot.isa.x86 import Fmadd, Pmuldq
 from aot.codegen.names import c_comment, c_identifier, kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import UnsupportedError
@@ -668,10 +668,10 @@ class _Printer:
                 args = [a if dtype_of(a).lanes > 1 else Broadcast(a, e.dtype.lanes)
                         for a in e.args]
                 return self._call_text(self._vector_helper_fn(whole, pmuldq), args)
-        name = self._helper_fn(fn) if isinstance(fn, Helper) else fn.c_name
-        if name == "fmaf" and e.dtype.lanes in x86.C_FMADD and self.mod.gcc_x86:
-            return self._call_text(self._x86_fmaf(e.dtype), [
+        if isinstance(fn, Fmadd):
+            return self._call_text(self._fmadd(e.dtype), [
                 a if dtype_of(a).lanes > 1 else Broadcast(a, e.dtype.lanes) for a in e.args])
+        name = self._helper_fn(fn) if isinstance(fn, Helper) else fn.c_name
         if e.dtype.lanes > 1:
             arg_types = [dtype_of(a) for a in e.args]
             t = self.mod.vector(e.dtype)
@@ -680,12 +680,9 @@ class _Printer:
                                 lambda a, n=name: f"{n}({', '.join(a)})")
         return self._call_text(name, list(e.args))
 
-    def _x86_fmaf(self, d: DType) -> str:
-        """fmaf on float32 vectors of an x86 target: the vfmadd intrinsic
-        (x86.c_fmadd) under `#if`, the lane loop otherwise. Clang left the
-        loop scalar where an operand was a converted load (a QOperator
-        ResNet-50's residual adds: each lane extracted, converted and
-        multiplied alone)."""
+    def _fmadd(self, d: DType) -> str:
+        """x86_fmadd (x86.Fmadd): the vfmadd intrinsic (x86.c_fmadd) under
+        `#if`, fmaf's lane loop otherwise."""
         t = self.mod.vector(d)
         name = f"aot_fmaf_{t[4:]}"
         head, isa, fast = x86.c_fmadd(d.lanes, t)

@@ -34,7 +34,7 @@ from aot.isa.calls import (Helper, Lane, LibmFn, PairPack, PairSums, check_call,
                            vector_helper)
 from aot.isa.dots import PairDot, QuadDot
 from aot.isa.neon import NeonFixedPoint
-from aot.isa.x86 import Pmuldq
+from aot.isa.x86 import Fmadd, Pmuldq
 from aot.codegen.names import kernel_symbols
 from aot.codegen.split import balanced_groups
 from aot.errors import AotError, UnsupportedError
@@ -414,7 +414,7 @@ class _FuncBuilder:
             return x86.llvm_pmuldq_rdhm(self.b, *(self.splat(v, e.dtype.lanes)
                                                   if dtype_of(a).lanes == 1 else v
                                                   for v, a in zip(args, e.args)))
-        if isinstance(fn, LibmFn) and fn.llvm:
+        if isinstance(fn, (LibmFn, Fmadd)) and fn.llvm:
             if e.dtype.lanes > 1:     # intrinsics take all-vector operands
                 args = [self.splat(v, e.dtype.lanes) if dtype_of(a).lanes == 1 else v
                         for v, a in zip(args, e.args)]

@@ -97,9 +97,9 @@ ROWS: tuple[Instruction, ...] = (
     Instruction(DOT16.name, ARM_VMLADAVA.name, ARCHS, _MVE1),
     Instruction(WIDEN4.name, ARM_VLDRB_S32.name, ARCHS, _MVE4),
     Instruction(MVE_VQRDMULH.generic, MVE_VQRDMULH.name, ARCHS, _MVE4,
-                little_endian=True, int32_only=True),
+                little_endian=True, only="int32"),
     Instruction(MVE_RDBPOT.generic, MVE_RDBPOT.name, ARCHS, _MVE4,
-                little_endian=True, int32_only=True),
+                little_endian=True, only="int32"),
 )
 
 

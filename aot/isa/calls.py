@@ -32,8 +32,8 @@ from aot.isa.neon import ARM_SDOT, ARM_SMULL_DOT4, NEON_OPS, PAIRED_QUAD_DOTS, W
 from aot.isa.neon import NeonFixedPoint, PairedQuadDot, PairwiseAdd, WideningMla, check_neon
 from aot.isa.half import HALF_OPS, HalfOp, check_half_op
 from aot.isa.rvv import RVV_DOT2, RVV_DOT2_PACKED
-from aot.isa.x86 import X86_PMADDWD, X86_PMADDWD_PACKED, X86_PMULDQ_RDHM, X86_VPDPBUSD
-from aot.isa.x86 import Pmuldq, check_pmuldq
+from aot.isa.x86 import X86_FMADD, X86_PMADDWD, X86_PMADDWD_PACKED, X86_PMULDQ_RDHM, X86_VPDPBUSD
+from aot.isa.x86 import Fmadd, Pmuldq, check_fmadd, check_pmuldq
 from aot.errors import UnsupportedError
 from aot.ir.tir import (INT32, INT64, Bin, Broadcast, Call, Cast, Const, DType, Expr, Select,
                         Unary, Var, dtype_of)
@@ -436,7 +436,7 @@ def _check_pair_pack(fn: str, args: tuple[Expr, ...], dtype: DType) -> PairPack:
 def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
                ) -> (LibmFn | Helper | PairDot | PairPack | Pmuldq | Lane | QuadDot
                      | NeonFixedPoint | WideningMla | PairedQuadDot | PairwiseAdd | PairSums
-                     | HalfOp):
+                     | HalfOp | Fmadd):
     """What a Call means, or a clear error naming it."""
     if fn in DSP_OPS:          # the Armv7E-M DSP extension's (aot/isa/arm_dsp.py)
         return check_dsp(fn, args, dtype)
@@ -452,6 +452,8 @@ def check_call(fn: str, args: tuple[Expr, ...], dtype: DType
         return _check_pair_pack(fn, args, dtype)
     if fn == X86_PMULDQ_RDHM.name:
         return check_pmuldq(args, dtype)
+    if fn == X86_FMADD.name:
+        return check_fmadd(args, dtype)
     if fn == LANE.name:
         return _check_lane(args, dtype)
     if fn == PAIR_SUMS.name:

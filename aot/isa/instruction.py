@@ -17,20 +17,21 @@ class Instruction:
     """`generic` calls become `name` on targets of `archs` (empty: any) with
     the ISA features `features[result lanes]` (no entry: not on that many
     lanes), only on little-endian targets if `little_endian`, and only on
-    int32 results if `int32_only` (pmuldq's lanes are int32)."""
+    results of the scalar type `only` if given (pmuldq's lanes are int32,
+    vfmadd's float32)."""
     generic: str
     name: str
     archs: tuple[str, ...] = ()
     features: tuple[tuple[int, tuple[str, ...]], ...] | None = None
     little_endian: bool = False
-    int32_only: bool = False
+    only: str = ""
 
     def fits(self, call: Call, target: Target) -> bool:
         if self.archs and target.arch not in self.archs:
             return False
         if self.little_endian and not target.little_endian:
             return False
-        if self.int32_only and call.dtype.scalar != "int32":
+        if self.only and call.dtype.scalar != self.only:
             return False
         if self.features is None:
             return True

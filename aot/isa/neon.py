@@ -197,9 +197,9 @@ DOT_ROWS: tuple[Instruction, ...] = (
 # Lane-wise, but only tested little-endian (the C casts vectors to NEON types).
 FIXED_POINT_ROWS: tuple[Instruction, ...] = (
     Instruction(ARM_SQRDMULH.generic, ARM_SQRDMULH.name, _AARCH64, _NEON4,
-                little_endian=True, int32_only=True),
+                little_endian=True, only="int32"),
     Instruction(ARM_RDBPOT.generic, ARM_RDBPOT.name, _AARCH64, _NEON4,
-                little_endian=True, int32_only=True),
+                little_endian=True, only="int32"),
 )
 ROWS = DOT_ROWS + FIXED_POINT_ROWS
 

@@ -1,5 +1,6 @@
 """x86's integer SIMD instructions (SSE2, SSE4.1, AVX2, AVX-512, AVX-512
-VNNI), as TIR calls, with their C and LLVM spellings and legalization rows.
+VNNI) and its vector FMA, as TIR calls, with their C and LLVM spellings and
+legalization rows.
 
     x86_pmaddwd(x0, x1, w)     aot_dot2 (dots.PairDot) as pmaddwd of the
     x86_pmaddwd_packed(p, w)   broadcast pair: SSE2 (4 lanes), AVX2 (8),
@@ -8,12 +9,15 @@ VNNI), as TIR calls, with their C and LLVM spellings and legalization rows.
                                (4), AVX2 (8), AVX512F (16)
     x86_vpdpbusd(acc, q, w)    aot_dot4u (dots.QuadDot) as vpdpbusd:
                                AVX512-VNNI (16), with AVX512VL (4, 8)
+    x86_fmadd(a, b, c)         fmaf on float32 vectors as vfmadd: FMA (4, 8),
+                               AVX512F (16)
 
 The C prints each instruction as the builtin or intrinsic GCC and Clang
 share, under `#if` on the macro that says the compiler was given the ISA,
 with the lane formula beside it (docs/package.md, "In a firmware
-project"); LLVM calls the instruction's intrinsic (pmaddwd, vpdpbusd) or
-writes the arithmetic its instruction selection makes pmuldq of.
+project"); LLVM calls the instruction's intrinsic (pmaddwd, vpdpbusd;
+llvm.fma, which it selects vfmadd for) or writes the arithmetic its
+instruction selection makes pmuldq of.
 
 GCC_X86_SPELLINGS, a function attribute the legalization pass sets on every
 x86 target, lets the C printer spell vector conversions and min/max as GCC
@@ -50,6 +54,23 @@ class Pmuldq:
 
 X86_PMULDQ_RDHM = Pmuldq()
 
+
+@dataclass(frozen=True)
+class Fmadd:
+    """`x86_fmadd(a, b, c)`: fmaf on float32 x n (n = 4, 8, 16; a scalar
+    operand is broadcast) as vfmadd, one rounding as fmaf. The C spells it
+    as the intrinsic (c_fmadd): clang 14 left fmaf's lane loop scalar
+    where an operand was a converted load (a QOperator ResNet-50's
+    residual adds: each lane extracted, converted and multiplied alone;
+    its stage-1 kernels 724 -> 209 us). LLVM's llvm.fma on the vector is
+    vfmadd already. The legalization pass chooses it on x86."""
+    name: str = "x86_fmadd"
+    generic: str = "fmaf"
+    llvm: str = "llvm.fma"
+
+
+X86_FMADD = Fmadd()
+
 # A PrimFunc attribute the legalization pass sets on x86 targets: the C
 # printer may then spell vector conversions and min/max as GCC on x86
 # vectorizes best, under `#if` beside the portable spelling (which compiler
@@ -59,26 +80,39 @@ GCC_X86_SPELLINGS = "c_gcc_x86_spellings"
 
 
 def check_pmuldq(args: tuple[Expr, ...], dtype: DType) -> Pmuldq:
+    return _check_lanewise(X86_PMULDQ_RDHM, "int32", 2, args, dtype)
+
+
+def check_fmadd(args: tuple[Expr, ...], dtype: DType) -> Fmadd:
+    return _check_lanewise(X86_FMADD, "float32", 3, args, dtype)
+
+
+def _check_lanewise(op, scalar: str, arity: int, args: tuple[Expr, ...], dtype: DType):
+    """op, whose `arity` operands and result are `scalar` x n (n = 4, 8,
+    16; a scalar operand broadcast), or a clear error."""
     kinds = [dtype_of(a) for a in args]
-    if (len(args) != 2 or dtype.scalar != "int32" or dtype.lanes not in (4, 8, 16)
-            or any(k.scalar != "int32" or k.lanes not in (1, dtype.lanes) for k in kinds)):
-        raise UnsupportedError(f"{X86_PMULDQ_RDHM.name} takes int32 x n (n = 4, 8, 16) twice, "
+    times = {2: "twice", 3: "three times"}[arity]
+    if (len(args) != arity or dtype.scalar != scalar or dtype.lanes not in (4, 8, 16)
+            or any(k.scalar != scalar or k.lanes not in (1, dtype.lanes) for k in kinds)):
+        raise UnsupportedError(f"{op.name} takes {scalar} x n (n = 4, 8, 16) {times}, "
                                f"got ({', '.join(map(str, kinds))}) -> {dtype}")
-    return X86_PMULDQ_RDHM
+    return op
 
 
 # ------------------------------------------------------------ legalization
 
 _PMADDWD = ((4, ("sse2",)), (8, ("avx2",)), (16, ("avx512bw",)))
 _PMULDQ = ((4, ("sse4.1",)), (8, ("avx2",)), (16, ("avx512f",)))
+_FMADD = ((4, ("fma",)), (8, ("fma",)), (16, ("avx512f",)))
 _VPDPBUSD = ((4, ("avx512vnni", "avx512vl")), (8, ("avx512vnni", "avx512vl")),
              (16, ("avx512vnni",)))
 
-# pmaddwd and pmuldq: SSE2 to AVX-512
+# pmaddwd and pmuldq: SSE2 to AVX-512; vfmadd: FMA, AVX-512
 SIMD_ROWS: tuple[Instruction, ...] = (
     Instruction(PAIR_DOT.name, X86_PMADDWD.name, ARCHS, _PMADDWD),
     Instruction(PACKED_PAIR_DOT.name, X86_PMADDWD_PACKED.name, ARCHS, _PMADDWD),
-    Instruction(X86_PMULDQ_RDHM.generic, X86_PMULDQ_RDHM.name, ARCHS, _PMULDQ, int32_only=True),
+    Instruction(X86_PMULDQ_RDHM.generic, X86_PMULDQ_RDHM.name, ARCHS, _PMULDQ, only="int32"),
+    Instruction(X86_FMADD.generic, X86_FMADD.name, ARCHS, _FMADD, only="float32"),
 )
 # vpdpbusd reads the quad's bytes as lanes of a broadcast register: little-endian
 VNNI_ROWS: tuple[Instruction, ...] = (
@@ -257,8 +291,8 @@ def llvm_vpdpbusd(b: ir.IRBuilder, module: ir.Module, acc, x, w) -> ir.Value:
     return b.call(callee, [acc, x, w])
 
 
-__all__ = ["ARCHS", "C_PMADDWD", "C_PMULDQ", "GCC_X86", "GCC_X86_SPELLINGS", "LLVM_PMADDWD",
-           "Pmuldq", "ROWS", "SIMD_ROWS", "VNNI_ROWS", "X86_PMADDWD", "X86_PMADDWD_PACKED",
-           "X86_PMULDQ_RDHM", "X86_VPDPBUSD", "c_gcc_convert", "c_gcc_minmax", "c_pmaddwd",
-           "c_pmuldq_rdhm", "c_vpdpbusd", "check_pmuldq", "llvm_pmaddwd", "llvm_pmuldq_rdhm",
-           "llvm_vpdpbusd"]
+__all__ = ["ARCHS", "C_FMADD", "C_PMADDWD", "C_PMULDQ", "Fmadd", "GCC_X86", "GCC_X86_SPELLINGS",
+           "LLVM_PMADDWD", "Pmuldq", "ROWS", "SIMD_ROWS", "VNNI_ROWS", "X86_FMADD", "X86_PMADDWD",
+           "X86_PMADDWD_PACKED", "X86_PMULDQ_RDHM", "X86_VPDPBUSD", "c_fmadd", "c_gcc_convert",
+           "c_gcc_minmax", "c_pmaddwd", "c_pmuldq_rdhm", "c_vpdpbusd", "check_fmadd",
+           "check_pmuldq", "llvm_pmaddwd", "llvm_pmuldq_rdhm", "llvm_vpdpbusd"]

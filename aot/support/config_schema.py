@@ -31,6 +31,7 @@ STR = Kind("a string", (str,))
 BOOL = Kind("a boolean", (bool,))
 INT = Kind("an integer", (int,))
 SIZE = Kind("a non-negative integer", (int,), minimum=0)
+COUNT = Kind("a positive integer", (int,), minimum=1)
 NUMBER = Kind("a number", (int, float))
 STRS = Kind("a list of strings", (list,), item=str)
 TABLE = Kind("a table", (dict,))
@@ -45,7 +46,8 @@ TARGET = {
     # The C library and GCC installation clang builds with (aot/support/gcc_pin.py).
     "sysroot": STR, "gcc_install_dir": STR,
     # Facts the triple, cpu and features do not say (aot.targets.Target).
-    "isa_features": STRS, "vector_registers": SIZE, "abi": STR,
+    "isa_features": STRS, "vector_registers": SIZE, "scalar_registers": COUNT,
+    "int_registers": COUNT, "abi": STR,
     # Portable C for any compiler: the board gives triple and ABI (aot.targets.portable_on).
     "portable": BOOL,
 }

@@ -85,3 +85,47 @@ def test_declared_registers_and_abi_win():
     assert (t.vector_registers, t.abi, t.arch) == (8, "lp64", "riscv64")
     assert Target("t", "riscv64-unknown-linux-gnu", "generic-rv64", "+m,+f", 0, "hard",
                   "clang", (), (), "glibc").abi == "lp64f"
+
+
+# Register counts by ISA family when the TOML gives none: (scalar, int).
+REGISTER_DEFAULTS = {"x86_64-linux": (16, 13), "aarch64-linux": (32, 13),
+                     "armv7-linux": (16, 13), "cortex-m4": (16, 13),
+                     "riscv64-linux": (32, 31), "rv32imc": (32, 31)}
+
+
+@pytest.mark.parametrize("name", sorted(REGISTER_DEFAULTS))
+def test_register_counts_default_to_the_isa_family(name):
+    t = get_target(name)
+    assert (t.scalar_registers, t.int_registers) == REGISTER_DEFAULTS[name]
+
+
+def test_a_target_file_sets_its_register_counts_and_the_tuning_space_keeps_within(tmp_path):
+    """A user's core with fewer registers than its family: the integer
+    nest tiles and the scalar tiles the tuner may try shrink with it."""
+    from aot.lower.schedule.space import legal_nest, legal_tile
+    from aot.targets import target_file
+    path = tmp_path / "small-m4.toml"
+    path.write_text('base = "cortex-m4"\nname = "small-m4"\n'
+                    'scalar_registers = 8\nint_registers = 9\n')
+    small, m4 = target_file(path), get_target("cortex-m4")
+    assert (small.scalar_registers, small.int_registers, small.vector_registers) == (8, 9, 0)
+    assert legal_nest(2, 2, m4) and not legal_nest(2, 2, small)     # 4 + 2 + 2 + 3 = 11
+    assert legal_nest(1, 2, small)                                    # 2 + 1 + 2 + 3 = 8
+    knobs = {"vectors": 1, "mr": 4, "max_accs": 4}                    # 4 + 1 + 1 registers
+    assert legal_tile("tile/scalar_pixels", knobs, m4.scalar_registers)
+    assert not legal_tile("tile/scalar_pixels", {**knobs, "mr": 8, "max_accs": 8},
+                          small.scalar_registers)
+
+
+def test_register_counts_are_validated_and_a_portable_target_takes_its_boards(tmp_path):
+    from aot.support.config_schema import check_target
+    from aot.targets import portable_on, target_file
+    for key in ("scalar_registers", "int_registers"):
+        with pytest.raises(AotError, match=f"{key} must be a positive integer"):
+            check_target(tmp_path / "t.toml", {key: 0})
+    path = tmp_path / "p.toml"
+    path.write_text('base = "generic-c99"\nname = "p"\nint_registers = 9\n')
+    with pytest.raises(AotError, match="is portable"):
+        target_file(path)
+    rv = portable_on(get_target("generic-c99"), get_target("riscv64-linux"))
+    assert (rv.scalar_registers, rv.int_registers, rv.vector_registers) == (32, 31, 0)

@@ -11,7 +11,7 @@ from aot.ir.tir import Call, DType
 from aot.targets import get_target
 
 ROW = Instruction("aot_g", "x_g", ("x86_64",), ((4, ("sse4.1",)), (16, ("avx512f",))),
-                  little_endian=True, int32_only=True)
+                  little_endian=True, only="int32")
 
 
 def call(scalar: str, lanes: int) -> Call:
@@ -24,6 +24,8 @@ def call(scalar: str, lanes: int) -> Call:
     (ROW, call("int32", 16), "x86_64-linux", False),             # AVX2 has no avx512f
     (ROW, call("int32", 16), "x86_64-linux-avx512", True),
     (ROW, call("int16", 4), "x86_64-linux", False),              # int32 results only
+    (ROW, call("float32", 4), "x86_64-linux", False),
+    (dataclasses.replace(ROW, only="float32"), call("float32", 4), "x86_64-linux", True),
     (ROW, call("int32", 4), "aarch64-linux", False),             # another architecture
     (dataclasses.replace(ROW, archs=()), call("int32", 4), "aarch64-linux", False),
     (Instruction("aot_g", "x_g", little_endian=True), call("int8", 3), "aarch64-linux", True),

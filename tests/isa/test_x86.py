@@ -12,7 +12,7 @@ from aot.lower.tir_passes.legalize import legalize
 from aot.targets import get_target
 from support.kernels import call_kernel, spelled
 
-I8, I16, I32 = (DType(s) for s in ("int8", "int16", "int32"))
+I8, I16, I32, F32 = (DType(s) for s in ("int8", "int16", "int32", "float32"))
 TARGETS = ("x86_64-linux", "x86_64-linux-avx512")
 
 
@@ -36,7 +36,7 @@ CASES = [
 
 def test_rows_are_well_formed():
     names = {x86.X86_PMADDWD.name, x86.X86_PMADDWD_PACKED.name, x86.X86_PMULDQ_RDHM.name,
-             x86.X86_VPDPBUSD.name}
+             x86.X86_VPDPBUSD.name, x86.X86_FMADD.name}
     assert x86.ROWS == x86.SIMD_ROWS + x86.VNNI_ROWS
     for row in x86.ROWS:
         assert row.archs == x86.ARCHS and row.name in names and row.generic not in names, row
@@ -47,7 +47,7 @@ def test_rows_are_well_formed():
 
 
 def test_every_row_has_a_case():
-    assert {case[4] for case in CASES} == {row.name for row in x86.ROWS}
+    assert {case[4] for case in CASES} | {x86.X86_FMADD.name} == {row.name for row in x86.ROWS}
 
 
 @pytest.mark.parametrize("generic, operands, result, target, instruction, c, llvm", CASES,
@@ -69,3 +69,21 @@ def test_gcc_spellings_are_x86_only():
     x86_func = legalize(func, get_target("x86_64-linux"))
     assert dict(x86_func.attrs)[x86.GCC_X86_SPELLINGS] is True
     assert x86.GCC_X86_SPELLINGS not in dict(legalize(func, get_target("aarch64-linux")).attrs)
+
+
+@pytest.mark.parametrize("target, lanes, fmadd", [("x86_64-linux", 8, "_mm256_fmadd_ps"),
+                                                 ("x86_64-linux-avx512", 16, "_mm512_fmadd_ps"),
+                                                 ("x86_64-linux", 16, None)])
+def test_vector_fmaf_is_vfmadd_where_the_target_has_it(target, lanes, fmadd):
+    """fmaf on float32 vectors: the vfmadd intrinsic under its ISA's #if
+    in C (a scalar operand broadcast), where the target has FMA for that
+    many lanes (AVX2 has no 16-lane one); LLVM's llvm.fma either way."""
+    func = call_kernel("fmaf", (v(F32, lanes), F32, v(F32, lanes)), v(F32, lanes))
+    names, source, ir = spelled(func, target)
+    assert f"llvm.fma.v{lanes}f32" in ir
+    if fmadd is None:
+        assert names == {"fmaf"} and "_fmadd_ps" not in source
+        return
+    assert names == {x86.X86_FMADD.name} and fmadd in source and "#else" in source
+    assert "_fmadd_ps" not in spelled(func, target, legalized=False)[1]
+    assert x86.X86_FMADD.name not in spelled(func, "aarch64-linux")[0]

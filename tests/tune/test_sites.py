@@ -131,11 +131,11 @@ def test_float_tiles_of_new_cores_change_code_within_tolerance(convs, tmp_path, 
     pixels), its weight-resident depthwise tiles and the channel tiles'
     unrolling (0-8 tiles): a config other than the default changes the
     kernels, and the outputs stay within the reference's tolerance."""
-    from aot.lower.schedule.space import legal_tile, scalar_registers
+    from aot.lower.schedule.space import legal_tile
     from aot.targets import get_board
 
     target = get_board(board).target
-    regs = scalar_registers(target) if site.startswith("tile/scalar") else \
+    regs = target.scalar_registers if site.startswith("tile/scalar") else \
         target.vector_registers
     picks = {}
     for w in workloads(convs, board):

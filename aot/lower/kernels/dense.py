@@ -30,15 +30,22 @@ class Operand:
     vector_cols: bool          # consecutive columns are consecutive in memory
 
 
-def column_panels(b: np.ndarray, n_tiles: list[tuple[int, tuple[int, ...]]]) -> np.ndarray:
-    """A constant [K][N] matrix as column panels, one per channel tile, each
-    [K][tile width]: a tile's weights are one contiguous stream. The panel
-    of the tile starting at column c0 starts at c0 * K."""
+def column_panels(n_tiles: list[tuple[int, tuple[int, ...]]],
+                  panel: Callable[[slice, tuple[int, ...]], np.ndarray | None]) -> np.ndarray:
+    """Constant weights as column panels, one per channel tile of n_tiles
+    (tile_widths), flat and in tile order: `panel(columns, widths)` is a
+    tile's weights in the order its loop reads them (None: the tile reads
+    none from panels), so each tile's are one contiguous stream. The float
+    product's [K][N] B gives its [K][tile width]; the int8 FC's quads
+    their [D/4][tile width][4] (tflite_fc.quad_panels). Either way the
+    panel of the tile from column c0 starts at c0 * depth."""
     parts, c0 = [], 0
     for count, widths in n_tiles:
         width = sum(widths)
         for _ in range(count):
-            parts.append(b[:, c0:c0 + width].reshape(-1))
+            part = panel(slice(c0, c0 + width), widths)
+            if part is not None:
+                parts.append(part.reshape(-1))
             c0 += width
     return np.concatenate(parts)
 
@@ -155,8 +162,9 @@ def dense(ctx: LowerCtx, emit, a: Operand, b: Operand | np.ndarray, batch: Seque
     if m == 1:
         t = matvec_tile(ctx.target, dtype, t)
     if const_b:
-        b = shared_param(ctx, "b_panels", column_panels(b.astype(dtype.scalar),
-                                                         tile_widths(n, t)))
+        b_const = b.astype(dtype.scalar)
+        b = shared_param(ctx, "b_panels", column_panels(tile_widths(n, t),
+                                                         lambda cols, _: b_const[:, cols]))
     return product(ctx, FloatProduct(ctx, dtype, t, a, b, k, emit, out_index, finish),
                    batch, m, n)
 

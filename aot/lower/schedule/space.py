@@ -286,15 +286,6 @@ def tile_knobs(tile) -> dict[str, int]:
             if f.name in TILE_KNOBS and (f.name != "registers" or tile.registers)}
 
 
-# Scalar registers by ISA family (the float file where it is separate): a
-# scalar tile's accumulators, its weights and an input within them.
-_SCALAR_REGISTERS = {"aarch64": 32, "riscv64": 32, "riscv32": 32}
-
-
-def scalar_registers(target) -> int:
-    return _SCALAR_REGISTERS.get(target.arch, 16)
-
-
 def legal_tile(site: str, knobs: Mapping[str, int], registers: int) -> bool:
     """Whether a tile's operands fit the register file: MR x V
     accumulators, V weight vectors and a broadcast input (schedule.py's
@@ -314,16 +305,11 @@ def legal_tile(site: str, knobs: Mapping[str, int], registers: int) -> bool:
     return mr * v <= accs and accs + v + 1 <= registers
 
 
-# Integer registers a nest's tile may take: its accumulators, a row's and
-# a channel's loaded values (the pointers and counters beside them).
-_INT_REGISTERS = {"riscv32": 31, "riscv64": 31}
-
-
 def legal_nest(rows: int, channels: int, target) -> bool:
-    """Whether an integer nest's tile fits the core's general registers:
-    rows x channels accumulators, a value per row and per channel, 3 more
-    for the pointers and the counter (13 registers on Arm: r0-r12)."""
-    return rows * channels + rows + channels + 3 <= _INT_REGISTERS.get(target.arch, 13)
+    """Whether an integer nest's tile fits the core's general registers
+    (Target.int_registers): rows x channels accumulators, a value per row
+    and per channel, 3 more for the pointers and the counter."""
+    return rows * channels + rows + channels + 3 <= target.int_registers
 
 
 def _nest_space(target) -> list[tuple[int, int]]:
@@ -416,7 +402,7 @@ def space_of(defaults: Mapping[str, Any], target) -> list[Config]:
                         for r, k in _nest_space(target) if (r, k) != tuple(default)]
             continue
         base = tile_knobs(default)
-        registers = scalar_registers(target) if default.lanes == 1 else target.vector_registers
+        registers = target.scalar_registers if default.lanes == 1 else target.vector_registers
         for knobs in _tile_space(site, default, registers):
             if knobs != base:
                 configs.append(Config.of({site: knobs}))

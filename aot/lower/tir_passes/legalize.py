@@ -16,6 +16,8 @@ nothing.
     aot_addp               -> arm_addp                            AArch64 NEON (4)
     aot_dot4u              -> x86_vpdpbusd                        x86: AVX512-VNNI (16),
                                                                   with AVX512VL (4, 8)
+    fmaf on float32 x n    -> x86_fmadd                           x86: FMA (4, 8),
+                                                                  AVX512F (16)
     aot_rdhm on int32 x 4  -> arm_sqrdmulh                        AArch64 NEON
     aot_rdbpot on int32 x 4 -> arm_rdbpot                         AArch64 NEON
     aot_dot16              -> arm_vmladava                        Arm with MVE (Helium)

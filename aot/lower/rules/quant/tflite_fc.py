@@ -25,7 +25,7 @@ from aot.lower.kernels import cortex_m, riscv
 from aot.lower.kernels.cortex_m import dsp as int8_dsp
 from aot.lower.arith import qmath as q
 from aot.lower.arith.loops import loop, offsets, rows, splat
-from aot.lower.kernels.dense import product
+from aot.lower.kernels.dense import column_panels, product
 from aot.lower.kernels.tiles import tile_widths
 from aot.lower.arith.quant import (bias_values, const_input, in_block, pair_widths, quad_value,
                                    scale_zp, table, to_i32, unravel, vector_lanes, weight_dtype)
@@ -333,17 +333,11 @@ def _reads_buffer(x_at: Callable[[Expr], Expr], x_buffer: Buffer | None) -> bool
 
 
 def quad_panels(kind: Accumulator, w: np.ndarray, t: Tile) -> np.ndarray:
-    """Weights [U, D] as column panels of quads: per tile of tile_widths
-    whose vectors take quads (4+ lanes), its [D/4, width, 4], flat; the
-    panel of the tile from c0 starts at c0 * D."""
-    parts, c0 = [], 0
-    for count, widths in tile_widths(len(w), t):
-        width = sum(widths)
-        for _ in range(count):
-            if min(widths) >= 4:
-                parts.append(kind.interleave(w[c0:c0 + width]).reshape(-1))
-            c0 += width
-    return np.concatenate(parts)
+    """Weights [U, D] as column panels of quads (dense.column_panels): per
+    tile of tile_widths whose vectors take quads (4+ lanes), its
+    [D/4, width, 4]."""
+    return column_panels(tile_widths(len(w), t), lambda units, widths:
+                         kind.interleave(w[units]) if min(widths) >= 4 else None)
 
 
 def _stage_quads(ctx: LowerCtx, staged: Buffer, x_at: Callable, x_buffer, offset: int) -> Stmt:

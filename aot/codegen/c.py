@@ -33,7 +33,7 @@ from aot.codegen.check import check_func
 from aot.isa.half import HalfOp
 from aot.isa.calls import Helper, Lane, PairPack, PairSums, check_call, vector_helper
 from aot.isa.dots import PairDot, QuadDot
-from aot.isa.neon import NeonFixedPoint, PairedQuadDot, PairwiseAdd, WideningMla
+from aot.isa.neon import NeonFixedPoint, PairedQuadDot, PairwiseAdd, SixteenDot, WideningMla
 from aot.isa.x86 import Fmadd, Pmuldq
 from aot.codegen.names import c_comment, c_identifier, kernel_symbols
 from aot.codegen.split import balanced_groups
@@ -649,6 +649,8 @@ class _Printer:
             return self._call_text(neon.c_widening_mla(self.mod, e.dtype, fn), list(e.args))
         if isinstance(fn, PairedQuadDot):
             return self._call_text(neon.c_paired_quad_dot(self.mod, fn), list(e.args))
+        if isinstance(fn, SixteenDot):
+            return self._call_text(neon.c_sixteen_dot(self.mod, fn), list(e.args))
         if isinstance(fn, PairwiseAdd):
             return self._call_text(neon.c_pairwise_add(self.mod, fn), list(e.args))
         if isinstance(fn, NeonFixedPoint):

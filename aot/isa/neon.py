@@ -8,12 +8,14 @@ as TIR calls, with their C and LLVM spellings and legalization rows.
     arm_smlal_lo / _hi          aot_mlal_lo / _hi (WideningMla): SMLAL / SMLAL2
     arm_dot4p_lo / _hi          aot_dot4p_lo / _hi (PairedQuadDot): SMULL,
                                 SMLAL, SADALP
+    arm_dot16p                  aot_dot16p (SixteenDot): SMULL, SMLAL2, SADALP
     arm_addp                    aot_addp (PairwiseAdd): ADDP
     arm_sqrdmulh, arm_rdbpot    aot_rdhm / aot_rdbpot on int32 x 4
                                 (NeonFixedPoint): SQRDMULH; SQADD and SRSHL
 
-aot_mlal, aot_dot4p and aot_addp are the NEON kernels' own calls: generic,
-each is its lane formula (any target computes it; the host tests use it).
+aot_mlal, aot_dot4p, aot_dot16p and aot_addp are the NEON kernels' own
+calls: generic, each is its lane formula (any target computes it; the host
+tests use it).
 Helium has the fixed-point instructions too, which ACLE spells alike:
 `mve_vqrdmulh` and `mve_rdbpot` are defined here with NEON's and legalized
 by arm_mve.py's rows.
@@ -96,6 +98,33 @@ PAIRED_QUAD_DOTS = {d.name: d for d in (DOT4P_LO, DOT4P_HI, ARM_DOT4P_LO, ARM_DO
 
 
 @dataclass(frozen=True)
+class SixteenDot:
+    """`aot_dot16p(acc, x, w)`: int32 x 4 acc, int8 x 16 x and w -> acc[k] +
+    the products of bytes 2k, 2k + 1, 2k + 8 and 2k + 9 of x and w: 16
+    input channels of one output channel into 4 partial sums, which
+    `aot_addp` folds (four output channels' partials in two levels). On
+    AArch64 without dotprod, `arm_dot16p`: SMULL of the low halves, SMLAL2
+    of the high ones (two products a lane in int16: w must have no -128),
+    SADALP: 3 instructions per 16 products, no broadcast (the pixel's 16
+    channels are one load), against arm_smull_dot4's 4 and a DUP."""
+    name: str
+    instruction: bool = False
+
+    def result(self, args: tuple[Expr, ...]) -> DType:
+        return dtype_of(args[0])
+
+
+DOT16P = SixteenDot("aot_dot16p")
+ARM_DOT16P = SixteenDot("arm_dot16p", instruction=True)
+SIXTEEN_DOTS = {d.name: d for d in (DOT16P, ARM_DOT16P)}
+
+
+def sixteen_dot(acc: Expr, x: Expr, w: Expr) -> Call:
+    """The aot_dot16p call (see SixteenDot)."""
+    return Call(DOT16P.name, (acc, x, w), dtype_of(acc))
+
+
+@dataclass(frozen=True)
 class PairwiseAdd:
     """`aot_addp(a, b)`: int32 x 4 twice -> (a0 + a1, a2 + a3, b0 + b1,
     b2 + b3), wrapping; `arm_addp` is AArch64's ADDP (vpaddq_s32)."""
@@ -145,7 +174,7 @@ MVE_VQRDMULH = NeonFixedPoint("mve_vqrdmulh", "aot_rdhm", isa="mve")
 MVE_RDBPOT = NeonFixedPoint("mve_rdbpot", "aot_rdbpot", isa="mve")
 FIXED_POINT = {f.name: f for f in (ARM_SQRDMULH, ARM_RDBPOT, MVE_VQRDMULH, MVE_RDBPOT)}
 # the calls check_neon knows (the QuadDot instructions are checked with aot_dot4's)
-NEON_OPS = {**WIDENING_MLAS, **PAIRED_QUAD_DOTS, **PAIRWISE_ADDS, **FIXED_POINT}
+NEON_OPS = {**WIDENING_MLAS, **PAIRED_QUAD_DOTS, **SIXTEEN_DOTS, **PAIRWISE_ADDS, **FIXED_POINT}
 
 
 def check_neon(fn: str, args: tuple[Expr, ...], dtype: DType):
@@ -163,6 +192,10 @@ def check_neon(fn: str, args: tuple[Expr, ...], dtype: DType):
         if kinds != [i32x4, DType("int32"), DType("int32"), i8x16, i8x16] or dtype != i32x4:
             raise _mismatch(fn, "(int32 x 4, int32, int32, int8 x 16, int8 x 16) -> int32 x 4",
                             kinds, dtype)
+    elif fn in SIXTEEN_DOTS:
+        i8x16 = DType("int8", 16)
+        if kinds != [i32x4, i8x16, i8x16] or dtype != i32x4:
+            raise _mismatch(fn, "(int32 x 4, int8 x 16, int8 x 16) -> int32 x 4", kinds, dtype)
     elif fn in PAIRWISE_ADDS:
         if kinds != [i32x4] * 2 or dtype != i32x4:
             raise _mismatch(fn, "int32 x 4 twice", kinds, dtype)
@@ -191,6 +224,7 @@ DOT_ROWS: tuple[Instruction, ...] = (
     Instruction(MLAL_HI.name, ARM_SMLAL_HI.name, _AARCH64, _NEON4, little_endian=True),
     Instruction(DOT4P_LO.name, ARM_DOT4P_LO.name, _AARCH64, _NEON4, little_endian=True),
     Instruction(DOT4P_HI.name, ARM_DOT4P_HI.name, _AARCH64, _NEON4, little_endian=True),
+    Instruction(DOT16P.name, ARM_DOT16P.name, _AARCH64, _NEON4, little_endian=True),
     Instruction(ADDP.name, ARM_ADDP.name, _AARCH64, _NEON4),
     Instruction(QUAD_DOT_S.name, ARM_SMULL_DOT4.name, _AARCH64, _NEON4, little_endian=True),
 )
@@ -305,6 +339,28 @@ def c_paired_quad_dot(mod, op: PairedQuadDot) -> str:
                      f"{wt} w0, {wt} w1", formula, neon, statements=True)
 
 
+def c_sixteen_dot(mod, op: SixteenDot) -> str:
+    """Define aot_dot16p (the lane formula) or arm_dot16p (SMULL, SMLAL2,
+    SADALP) and name it."""
+    rt, wt = mod.vector(DType("int32", 4)), mod.vector(DType("int8", 16))
+    terms = " + ".join(f"(int32_t)x[{j}] * w[{j}]" for j in ("j", "j + 1", "j + 8", "j + 9"))
+    formula = (f"    {rt} r = acc;\n    for (int k = 0; k < 4; ++k) {{\n"
+               f"        const int j = 2 * k;\n        r[k] += {terms};\n    }}\n"
+               "    return r;\n")
+    neon = None
+    if op.instruction:
+        # Written as the instructions: clang 14 turns vmull_s8 / vmlal_high_s8
+        # into SMULL of halves taken out by EXT, as with arm_dot4p.
+        neon = ("    int32x4_t r = (int32x4_t)acc;\n"
+                "    int16x8_t p;\n"
+                '    __asm__("smull %1.8h, %2.8b, %3.8b\\n\\tsmlal2 %1.8h, %2.16b, %3.16b\\n\\t"\n'
+                '            "sadalp %0.4s, %1.8h"\n'
+                '            : "+w"(r), "=&w"(p) : "w"((int8x16_t)x), "w"((int8x16_t)w));\n'
+                f"    return ({rt})r;\n")
+    return _c_helper(mod, f"{op.name}_{rt[4:]}", f"{rt} acc, {wt} x, {wt} w", formula, neon,
+                     statements=True)
+
+
 def c_pairwise_add(mod, op: PairwiseAdd) -> str:
     """Define aot_addp (the formula) or arm_addp (ADDP) and name it."""
     rt = mod.vector(DType("int32", 4))
@@ -380,6 +436,8 @@ def llvm_emit(fb, op, args: list) -> ir.Value:
         return _widening_mla(fb.b, op, *args)
     if isinstance(op, PairedQuadDot):
         return _paired_quad_dot(fb, op, *args)
+    if isinstance(op, SixteenDot):
+        return _sixteen_dot(fb, op, *args)
     if isinstance(op, PairwiseAdd):
         return _pairwise_add(fb.b, *args)
     return _fixed_point(fb.b, fb.module, op, *args)
@@ -425,6 +483,23 @@ def _paired_quad_dot(fb, op: PairedQuadDot, acc, q0, q1, w0, w1):
     return b.add(acc, b.add(_shuffle(b, prod, [0, 2, 4, 6]), _shuffle(b, prod, [1, 3, 5, 7])))
 
 
+def _sixteen_dot(fb, op: SixteenDot, acc, x, w):
+    """arm_dot16p: SMULL of the low halves, SMLAL2 of the high ones
+    (their int16 sums), SADALP; aot_dot16p: the same sums in int32."""
+    b, module = fb.b, fb.module
+    halves = [(_shuffle(b, x, list(range(h, h + 8))), _shuffle(b, w, list(range(h, h + 8))))
+              for h in (0, 8)]
+    if op.instruction:
+        v8i16 = ir.VectorType(ir.IntType(16), 8)
+        pairs = b.add(*(_call(b, module, "llvm.aarch64.neon.smull.v8i16", v8i16, xh, wh)
+                        for xh, wh in halves))
+        return b.add(acc, _call(b, module, "llvm.aarch64.neon.saddlp.v4i32.v8i16", acc.type,
+                                pairs))
+    v8i32 = ir.VectorType(ir.IntType(32), 8)
+    prod = b.add(*(b.mul(b.sext(xh, v8i32), b.sext(wh, v8i32)) for xh, wh in halves))
+    return b.add(acc, b.add(_shuffle(b, prod, [0, 2, 4, 6]), _shuffle(b, prod, [1, 3, 5, 7])))
+
+
 def _pairwise_add(b: ir.IRBuilder, x, y):
     """aot_addp / arm_addp: lanes 0, 2 of x and y plus lanes 1, 3 (ADDP)."""
     both = b.shuffle_vector(x, y, ir.Constant(ir.VectorType(ir.IntType(32), 8), list(range(8))))
@@ -457,11 +532,12 @@ def _fixed_point(b: ir.IRBuilder, module: ir.Module, op: NeonFixedPoint, x, e):
                            ir.Constant(i32, 0)])
 
 
-__all__ = ["ADDP", "ARM_ADDP", "ARM_DOT4P_HI", "ARM_DOT4P_LO", "ARM_RDBPOT", "ARM_SDOT",
-           "ARM_SMLAL_HI", "ARM_SMLAL_LO", "ARM_SMULL_DOT4", "ARM_SQRDMULH", "DOT4P_HI",
-           "DOT4P_LO", "DOT_ROWS", "FIXED_POINT", "FIXED_POINT_ROWS", "MLAL_HI", "MLAL_LO",
-           "MVE_RDBPOT", "MVE_VQRDMULH", "NEON_OPS", "NeonFixedPoint", "PAIRED_QUAD_DOTS",
-           "PAIRWISE_ADDS", "PairedQuadDot", "PairwiseAdd", "ROWS", "WIDENING_MLAS",
-           "WideningMla", "c_fixed_point", "c_pairwise_add", "c_paired_quad_dot", "c_quad_dot",
-           "c_widening_mla", "check_neon", "llvm_emit", "llvm_sdot", "llvm_smull_dot4",
-           "paired_quad_dot", "pairwise_add", "widening_mla"]
+__all__ = ["ADDP", "ARM_ADDP", "ARM_DOT16P", "ARM_DOT4P_HI", "ARM_DOT4P_LO", "ARM_RDBPOT",
+           "ARM_SDOT", "ARM_SMLAL_HI", "ARM_SMLAL_LO", "ARM_SMULL_DOT4", "ARM_SQRDMULH", "DOT16P",
+           "DOT4P_HI", "DOT4P_LO", "DOT_ROWS", "FIXED_POINT", "FIXED_POINT_ROWS", "MLAL_HI",
+           "MLAL_LO", "MVE_RDBPOT", "MVE_VQRDMULH", "NEON_OPS", "NeonFixedPoint",
+           "PAIRED_QUAD_DOTS", "PAIRWISE_ADDS", "PairedQuadDot", "PairwiseAdd", "ROWS",
+           "SIXTEEN_DOTS", "SixteenDot", "WIDENING_MLAS", "WideningMla", "c_fixed_point",
+           "c_paired_quad_dot", "c_pairwise_add", "c_quad_dot", "c_sixteen_dot", "c_widening_mla",
+           "check_neon", "llvm_emit", "llvm_sdot", "llvm_smull_dot4", "paired_quad_dot",
+           "pairwise_add", "sixteen_dot", "widening_mla"]

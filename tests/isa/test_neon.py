@@ -34,6 +34,8 @@ CASES = [
      "llvm.aarch64.neon.smull.v8i16"),
     ("aot_dot4p_hi", DOT4P, "aarch64-linux", "arm_dot4p_hi", "smlal2 %1.8h, %4.16b, %5.16b",
      "llvm.aarch64.neon.smull.v8i16"),
+    ("aot_dot16p", (I32X4, I8X16, I8X16), "aarch64-linux", "arm_dot16p",
+     "smlal2 %1.8h, %2.16b, %3.16b", "llvm.aarch64.neon.saddlp.v4i32.v8i16"),
     ("aot_addp", (I32X4, I32X4), "aarch64-linux", "arm_addp", "vpaddq_s32", None),
     ("aot_rdhm", (I32X4, I32X4), "aarch64-linux", "arm_sqrdmulh", "vqrdmulhq_s32",
      "llvm.aarch64.neon.sqrdmulh.v4i32"),

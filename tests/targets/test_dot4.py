@@ -320,6 +320,11 @@ def test_rpi5_package_bit_exact_under_emulated_cortex_a76(codegen, model, tmp_pa
         assert re.search(r"arm_sdot_i32x4\(\w+, \w+\[3\], \w+\)", kernels), model
     if codegen == "c" and model in ("mlperf_kws_dscnn_int8", "mlperf_vww_mbv1_int8"):
         assert "arm_smlal_hi_i32x4(" in kernels, model      # depthwise: SMLAL2
+    if codegen == "c" and mlperf:
+        # first convs at unit stride (ic's): a window row's quads one vector
+        # load per pixel, by lane
+        assert ("aot_pack4_i32x4(aot_load_i8x16(&row_bytes[" in kernels) == (
+            model == "mlperf_ic_resnet8_int8"), model
     out = verify(pkg, board="qemu-aarch64", source=path)
     assert out["reference"] == "tflite-micro", out
     assert out["ok"] and all(r["max_abs_err"] == 0.0 for r in out["outputs"]), out

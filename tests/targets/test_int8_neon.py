@@ -6,7 +6,6 @@ against numpy at the int16 edges, the fallback to pairs for weights holding
 """
 from __future__ import annotations
 
-import re
 import shutil
 
 import numpy as np
@@ -16,7 +15,7 @@ import aot
 from aot.api import verify
 from aot.codegen.c import emit_c
 from aot.isa.dots import quad_dot
-from aot.isa.neon import paired_quad_dot, pairwise_add, widening_mla
+from aot.isa.neon import paired_quad_dot, pairwise_add, sixteen_dot, widening_mla
 from aot.codegen.llvm import emit_llvm_ir
 from aot.ir.tir import (Buffer, BufferKind, Const, DType, For, Load, PrimFunc, Store, Var, add, mul,
                         seq)
@@ -144,6 +143,45 @@ def test_paired_quad_dot_matches_numpy(codegen, legalized, tmp_path):
     np.testing.assert_array_equal(got, (np.concatenate([a, a], axis=1).reshape(-1) + dots))
 
 
+def _dot16_func() -> PrimFunc:
+    """out[4i..] = aot_addp of aot_addp's of aot_dot16p(acc, x[16i..],
+    w[64i + 16u..]) for the 4 output channels u: acc's lane sums plus each
+    channel's 16-deep dot product."""
+    acc = Buffer("acc", DType("int32"), (4 * N,))
+    x = Buffer("x", DType("int8"), (16 * N,))
+    w = Buffer("w", DType("int8"), (64 * N,))
+    out = Buffer("out", DType("int32"), (4 * N,), BufferKind.OUTPUT)
+    i = Var("i", DType("int32"))
+    a, xv = Load(acc, mul(i, Const(4)), 4), Load(x, mul(i, Const(16)), 16)
+    p = [sixteen_dot(a, xv, Load(w, add(mul(i, Const(64)), Const(16 * u)), 16)) for u in range(4)]
+    return PrimFunc("dot16", (acc, x, w, out), For(i, N, Store(out, mul(i, Const(4)), pairwise_add(
+        pairwise_add(p[0], p[1]), pairwise_add(p[2], p[3])))))
+
+
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
+@pytest.mark.parametrize("legalized", [False, True], ids=["formula", "smlal2"])
+def test_sixteen_dot_matches_numpy_at_the_int16_edges(codegen, legalized, tmp_path):
+    """16 products of one output channel in SMULL + SMLAL2's int16 lanes
+    (weights in [-127, 127]), SADALP into 4 partial sums, folded by ADDP."""
+    func = _dot16_func()
+    if legalized:
+        func = legalize(func, TARGET)
+        assert call_names(func) == {"arm_dot16p", "arm_addp"}
+        assert codegen == "llvm" or "smlal2 %1.8h, %2.16b, %3.16b" in emit_c([func], "t").source
+    rng = np.random.default_rng(3)
+    acc = rng.integers(-2**24, 2**24, 4 * N).astype(np.int32)
+    x = rng.integers(-128, 128, (N, 16)).astype(np.int8)
+    w = rng.integers(-127, 128, (N, 4, 16)).astype(np.int8)
+    x[:64], w[:32], w[32:64] = -128, -127, 127
+    x[64:96], w[64:96] = 127, 127
+    got = np.frombuffer(run_qemu(func, codegen, tmp_path,
+                                  acc.tobytes() + x.tobytes() + w.tobytes()), np.int32)
+    dots = np.einsum("nuj,nj->nu", w.astype(np.int64), x.astype(np.int64))
+    # every channel's partials start from acc: the folds add all of acc's lanes
+    want = acc.astype(np.int64).reshape(N, 4).sum(axis=1, keepdims=True) + dots
+    np.testing.assert_array_equal(got, ((want + 2**31) % 2**32 - 2**31).reshape(-1))
+
+
 def test_strategy_on_arm_cores_without_dotprod():
     assert int8_accumulator(TARGET) == QUADS_MULL
     assert window_row_accumulator(TARGET) == QUADS_MULL
@@ -182,8 +220,8 @@ def test_rpi4_package_bit_exact_under_emulated_cortex_a72(codegen, model, tmp_pa
         kernels = "\n".join(p.read_text() for p in (pkg / "src").glob("*kernels*.c"))
         if model == "mlperf_ad_fcae_int8":   # FC layers: quads in pairs, SMLAL
             assert "arm_dot4p_hi_i32x4(" in kernels and "arm_addp_i32x4(" in kernels
-        else:   # 16-deep convs take the quads by lane
-            assert re.search(r"arm_smull_dot4_i32x4\(\w+, \w+\[3\], \w+\)", kernels), model
+        else:   # 16-deep convs take 16 channels per output channel, SMLAL2
+            assert "arm_dot16p_i32x4(" in kernels and "arm_addp_i32x4(" in kernels, model
         if model in ("mlperf_kws_dscnn_int8", "mlperf_vww_mbv1_int8"):   # depthwise: SMLAL2
             assert "arm_smlal_hi_i32x4(" in kernels, model
     out = verify(pkg, board="qemu-aarch64", source=path)

@@ -7,6 +7,7 @@ byte."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -213,3 +214,33 @@ def test_a_workloads_first_candidates_are_its_algorithm_sites(convs):
         assert set(first_tries(w.space)) == alone
         ranks = [ALGORITHM_SITES.index(c.sites[0][0]) for c in first_tries(w.space)]
         assert ranks == sorted(ranks)
+
+
+def test_quad_sites_of_the_pis_change_code_bit_exact(tmp_path):
+    """ResNet-8's 16-deep 3x3 convs on the A72: `quad_kernel` "lanes" puts
+    back the quads by lane (arm_smull_dot4) in place of the sixteens
+    (arm_dot16p), `unroll_taps` the other answer unrolls or rolls the
+    window's columns; both stay bit-exact with tflite-micro."""
+    from aot.api import package
+    from aot.lower.schedule.space import Config
+
+    model = MODELS / "mlperf_ic_resnet8_int8.tflite"
+    works = workloads(model, "rpi4")
+    quads = [w for w in works if any(c.get("quad_kernel") for c in w.space)]
+    assert len(quads) >= 6      # the 3x3 convs but the first, and the 1x1 convs
+    picks = {}
+    for w in quads:
+        assert Config.of({"quad_kernel": "lanes"}) in w.space
+        taps = [c for c in w.space if c.get("unroll_taps") is not None]
+        assert len(taps) == 1
+        picks[w.key] = Config.of({"quad_kernel": "lanes"}) if len(picks) % 2 else taps[0]
+    log = write_log(tmp_path / "q.jsonl", "rpi4", picks)
+    plain, tuned = ("".join(f.read_text() for f in sorted((package(
+        str(model), board="rpi4", out_dir=tmp_path / name,
+        tuning_records=log if name == "tuned" else None).path / "src").glob("*kernels*.c")))
+        for name in ("plain", "tuned"))
+    assert "arm_dot16p_i32x4(" in plain
+    by_lane = re.compile(r"arm_smull_dot4_i32x4\(\w+, \w+\[3\], \w+\)")
+    assert not by_lane.search(plain) and by_lane.search(tuned)
+    result = verified(model, "qemu-aarch64", log)
+    assert all(o["max_abs"] == 0 for o in result["outputs"])

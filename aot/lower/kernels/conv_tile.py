@@ -40,7 +40,7 @@ from typing import Callable, Protocol, Sequence
 from aot.isa.calls import lane as lane_of
 from aot.isa.calls import pack_quads
 from aot.isa.dots import packed_pair_dot, pair_dot
-from aot.isa.neon import widening_mla
+from aot.isa.neon import pairwise_add, sixteen_dot, widening_mla
 from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Cast, Const, Decl, DType, Expr, ForKind,
                         Load, Stmt, Var, add, dt, dtype_of, flat_index, mul, seq)
 from aot.lower.arith import qmath as q
@@ -324,6 +324,57 @@ def _quad_block(ctx, cv: Int8Conv, at: TileAt, ky, kx, ixs, icb, plane: int = 0)
     return seq(*body)
 
 
+def _tap_kinds(cv: Int8Conv) -> tuple[ForKind, ...]:
+    """The window axes' loops of a quad tile: the columns unrolled where
+    the schedule says so (`unroll_taps`)."""
+    return (ForKind.SERIAL, ForKind.UNROLLED) if cv.sched.unroll_taps else ()
+
+
+def _sixteens(ctx, cv: Int8Conv, at: TileAt) -> Stmt:
+    """The tile's reduction in aot_dot16p: 4 partial sums per output channel
+    and pixel (zero first), every tap's 16-channel blocks (_sixteen_block),
+    then each vector of 4 channels' partials folded by two levels of
+    aot_addp into its accumulator."""
+    g, i32x4 = cv.g, dt("int32", 4)
+    parts = [[[ctx.fresh("part", i32x4) for _ in range(wd)] for wd in at.widths]
+             for _ in at.accs]
+    zero = const_like(0, Var("z", i32x4))
+    body: list[Stmt] = [Decl(p, zero) for row in parts for vec in row for p in vec]
+    taps = tap_nest(ctx, at.region, at.pixels[0], g.window(0), (g.h, g.w), lambda ipos, tap: loop(
+        ctx, "icb", g.depth // 16, lambda icb: _sixteen_block(
+            ctx, cv, at, parts, *tap, neighbours(ipos[1], len(at.pixels), g.strides[1]), icb)),
+        ("ky", "kx"), from_origin=True, kinds=_tap_kinds(cv))
+    if taps is not None:
+        body.append(taps)
+    for row, prow in zip(at.accs, parts):
+        for a, vec in zip(row, prow):
+            p0, p1, p2, p3 = vec
+            body.append(Assign(a, Bin("+", a, pairwise_add(pairwise_add(p0, p1),
+                                                           pairwise_add(p2, p3)))))
+    return seq(*body)
+
+
+def _sixteen_block(ctx, cv: Int8Conv, at: TileAt, parts, ky, kx, ixs, icb) -> Stmt:
+    """Input channels 16 icb .. 16 icb + 15 at tap (ky, kx): each pixel's
+    16 staged bytes one load, each output channel's 16 weights one load."""
+    r = cv.rows
+    body, xvs = [], []
+    for ix in ixs:
+        xv = ctx.fresh("xb", dt("int8", 16))
+        body.append(Decl(xv, Load(r.rows, flat_index((r.slot(at.oy, ky), ix, mul(icb, Const(16))),
+                                                     r.rows.shape), 16)))
+        xvs.append(xv)
+    for k, (off, wd) in enumerate(zip(offsets(at.widths), at.widths)):
+        for lane in range(wd):
+            wv = ctx.fresh("w16", dt("int8", 16))
+            body.append(Decl(wv, Load(cv.quads, flat_index(
+                (ky, kx, icb, add(at.c0, Const(off + lane)), Const(0)), cv.quads.shape), 16)))
+            for prow, xv in zip(parts, xvs):
+                p = prow[k][lane]
+                body.append(Assign(p, sixteen_dot(p, xv, wv)))
+    return seq(*body)
+
+
 def _pair_step(ctx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs, wp, icp) -> Stmt:
     """Input channels 2 icp and 2 icp + 1 at once (aot_dot2)."""
     g, r = cv.g, cv.rows
@@ -370,6 +421,46 @@ def int8_flat_step(ctx: LowerCtx, cv: Int8Conv, at: TileAt, ky, j) -> Stmt:
     return seq(*body)
 
 
+def flat_by_lane(cv: Int8Conv) -> bool:
+    """Whether a window row's quads are one vector load per pixel, each
+    quad a lane (byte rows in the by-lane quads, 2 to 4 groups a row, unit
+    column stride): where the dot product takes a lane (SDOT by element:
+    ic int8's first conv on the A76 143,694 -> 106,314 instructions), not
+    quads_mull's (symmetric) SMULL, which would DUP each lane where a
+    broadcast load now reads it (A72 251,313 -> 257,450). Not at stride 2
+    nor for one group a row, where the broadcast loads measured fewer (A76
+    C, vww int8 1,691,402 -> 1,698,651, kws int8 530,641 -> 538,912)."""
+    kind = cv.sched.flat_accumulator
+    return (cv.flat is not None and kind.group == 4 and kind.by_lane and not kind.symmetric
+            and cv.g.strides[1] == 1 and 2 <= cv.flat.shape[1] <= 4
+            and cv.rows.rows.dtype.scalar == "int8")
+
+
+def int8_flat_lanes(ctx: LowerCtx, cv: Int8Conv, at: TileAt, ky) -> Stmt:
+    """Window row ky of every pixel (flat byte rows, by lane): each pixel's
+    16 bytes from its window's start one load, its group j the lane j
+    (Arm's SDOT by element; the DUP of a lane without dotprod) against
+    group j's weights: one load where a broadcast took one per group."""
+    g, r, kind = cv.g, cv.rows, cv.sched.flat_accumulator
+    offs, widths = offsets(at.widths), at.widths
+    body: list[Stmt] = []
+    xvs = []
+    for ox in at.oxs:
+        xv = ctx.fresh("xq", dt("int32", 4))
+        start = add(mul(r.slot(at.oy, ky), Const(r.rows.shape[1])),
+                    mul(ox, Const(g.strides[1] * g.depth)))
+        body.append(Decl(xv, pack_quads(Load(r.rows, start, 16))))
+        xvs.append(xv)
+    for j in range(cv.flat.shape[1]):
+        wq = [ctx.fresh("wv", dt("int8", 4 * wd)) for wd in widths]
+        body += [Decl(v, Load(cv.flat, flat_index((ky, Const(j), add(at.c0, Const(off)), Const(0)),
+                                                  cv.flat.shape), 4 * wd))
+                 for v, off, wd in zip(wq, offs, widths)]
+        for row, xv in zip(at.accs, xvs):
+            body += [Assign(a, kind.dot(a, lane_of(xv, j), v)) for a, v in zip(row, wq)]
+    return seq(*body)
+
+
 @dataclass(frozen=True)
 class Int8Dot:
     """The int8 tile strategy: the schedule's accumulator strategy per tap
@@ -401,17 +492,20 @@ class Int8Dot:
             return self._planes(ctx, at)
         if cv.sched.rows == "flat":
             return loop(ctx, "ky", g.kh, lambda ky: loop(
-                ctx, "kp", cv.flat.shape[1], lambda j: int8_flat_step(ctx, cv, at, ky, j)))
+                ctx, "kp", cv.flat.shape[1], lambda j: int8_flat_step(ctx, cv, at, ky, j))
+                if not flat_by_lane(cv) else int8_flat_lanes(ctx, cv, at, ky))
         # staged rows start at the left padding; the block's pixels are
         # neighbours: their input columns a stride apart from the tap's
         win = g.window(None if cv.rows is None else 0)
+        if cv.sched.sixteens:
+            return _sixteens(ctx, cv, at)
         if cv.sched.mlal and cv.sched.depthwise and cv.rows is not None:     # a window row
             return tap_nest(ctx, at.region[:1], at.pixels[0], win, (g.h,),
                             lambda ipos, tap: _mlal_row(ctx, cv, at, tap[0]), ("ky",),
                             from_origin=True)
         return tap_nest(ctx, at.region, at.pixels[0], win, (g.h, g.w), lambda ipos, tap: int8_tap(
             ctx, cv, at, *tap, ipos[0], neighbours(ipos[1], len(at.pixels), g.strides[1])),
-            ("ky", "kx"), from_origin=True)
+            ("ky", "kx"), from_origin=True, kinds=_tap_kinds(cv))
 
     def _planes(self, ctx: LowerCtx, at: TileAt) -> Stmt:
         """Byte planes: every tap's high bytes, the sums times 256 plus

@@ -146,7 +146,10 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, sched: Int8ConvSchedule, load_x
     groups = 1 if depthwise else g.groups
     w5 = weights.reshape(g.groups, g.per_group, g.kh, g.kw, g.depth)
     packed = packed2 = packed4 = packed_flat = None
-    if quads:   # weights [KH, KW, D/4, C, 4], input rows staged as quads (see _quad_rows)
+    if sched.sixteens:  # weights [KH, KW, D/16, C, 16], input rows staged as bytes
+        packed4 = ctx.param("filter_sixteens", SIXTEENS.interleave(
+            np.moveaxis(w5[0], 0, -2)).astype(np.int8))
+    elif quads:   # weights [KH, KW, D/4, C, 4], input rows staged as quads (see _quad_rows)
         packed4 = ctx.param("filter_quads", sched.accumulator.interleave(
             np.moveaxis(w5[0], 0, -2)).astype(np.int8))
     elif depthwise:
@@ -206,6 +209,8 @@ def stage_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
         return _flat_rows(ctx, g, load_x, zp, sched.flat_accumulator)
     if sched.byte_planes:
         return _plane_rows(ctx, g, load_x)
+    if sched.sixteens:
+        return _byte_rows(ctx, g, load_x, zp)
     if sched.quads:
         return _quad_rows(ctx, g, load_x, zp, sched.accumulator)
     if sched.mlal and sched.depthwise:
@@ -242,6 +247,9 @@ def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     n = kind.group
     width = max(g.w + g.pad_left, (g.ow - 1) * sw + g.kw)
     count = width * g.depth + n - 1        # padding after the last pixel: the last group's end
+    if n == 4 and kind.by_lane and not kind.symmetric and sw == 1 and g.kw * g.depth > 4:
+        # the last window's 16-byte load (conv_tile.int8_flat_lanes)
+        count = max(count, (g.ow - 1) * sw * g.depth + 16)
     byte_rows = n == 4
     step = 1 if byte_rows else next(s for s in (n, 2, 1) if (sw * g.depth) % s == 0)
     q_count = count if byte_rows else (count - n) // step + 1
@@ -463,6 +471,22 @@ def _quad_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int, kind: Accu
     fill = int(ref_q.wrap_int32(np.int64(pad_byte * 0x01010101)))
     return _staged_rows(ctx, g, "quad_rows", g.depth // 4, fill, one, many, 2)
 
+
+
+def _byte_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int):
+    """_staged_rows for aot_dot16, [KH, W', D] int8: the raw bytes, the zero
+    point outside the image (whose products the bias takes back, as with
+    _quad_rows), so a pixel's 16 channels are one vector load."""
+    def one(n, iy, ix, c):
+        return load_x((n, iy, ix, c))
+
+    def many(n, iy, ix, c, count):
+        return load_x((n, iy, ix, Const(c)), count)
+    return _staged_rows(ctx, g, "byte_rows", g.depth, zp, one, many, 8, dtype="int8")
+
+
+# The weights of aot_dot16: 16 input channels of an output channel side by side.
+SIXTEENS = Accumulator("sixteens", 16)
 
 
 # What byte planes' low bytes are less: (x & 255) - 128 fits int8.

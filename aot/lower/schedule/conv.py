@@ -25,7 +25,8 @@ from aot.lower.schedule.tile_sizes import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORD
                                            depthwise_tile, tile)
 from aot.lower.schedule.strategy import (PAIRS, Accumulator, KernelChoice, conv_algorithm,
                                          int8_accumulator, int8_kernel, int8_rows,
-                                         mlal_depthwise, unroll_tiles, window_row_accumulator)
+                                         mlal_depthwise, quad_kernel, sixteen_dots,
+                                         unroll_taps, unroll_tiles, window_row_accumulator)
 from aot.lower.kernels import half_dense
 from aot.lower.kernels.conv_walk import Walk, float_axes
 from aot.lower.kernels.cortex_m import dsp, mve, scalar
@@ -185,7 +186,12 @@ class Int8ConvSchedule:
     activations in the int8 quads, each x staged as its high byte h = x >> 8
     and its low byte less 128, l = (x & 255) - 128 (x = 256 h + l + 128):
     the high planes' dot products first, their sums times 256 plus the bias
-    (which takes the 128 sum(w)), then the low planes'."""
+    (which takes the 128 sum(w)), then the low planes'. `sixteens`: quads
+    whose strategy has no dot product instruction (quads_mull) taken 16
+    input channels at a time per output channel (aot_dot16p: the pixel's 16
+    staged bytes against the channel's 16 weights into 4 partial sums,
+    folded by aot_addp at the end of the tile), rows staged as bytes.
+    `unroll_taps`: 1 unrolls the window's columns in the quads' tile."""
     algorithm: str
     tile: Tile | None = None
     tiles: tuple[tuple[int, tuple[int, ...]], ...] = ()
@@ -199,6 +205,8 @@ class Int8ConvSchedule:
     flat_accumulator: Accumulator | None = None
     walk: Walk | None = None
     byte_planes: bool = False
+    sixteens: bool = False
+    unroll_taps: int = 0
 
     @property
     def raw(self) -> Accumulator | None:
@@ -262,6 +270,14 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
         v = kind.vectors
         t = replace(t, vectors=v, max_accs=(regs - v - 1) // (v + 1) * v if by_lane
                     else regs - 2 * v)
+    sixteens = (kind.symmetric and by_lane and not planes and kind.fits(weights)
+                and width % t.lanes == 0 and sixteen_dots(target)
+                and quad_kernel("sixteens") == "sixteens")
+    if sixteens:
+        # 4 partial-sum vectors per output channel a pixel: up to 4 pixels
+        # (the tile site's mr, 4 by default) x 4 channels (16 partials, 4
+        # inputs, 4 weights of 32 registers)
+        t = replace(t, vectors=1, max_accs=4)
     if width <= t.lanes:
         t = replace(t, vectors=1)
     if planes:
@@ -317,8 +333,15 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
                 blocks_in_tested_rows=False, parts=True, parts_outside=True,
                 unroll=unroll_tiles(UNROLL_CHANNEL_TILES if quads and target.arch == "aarch64"
                                     else 0))
+    # The window's columns unrolled where that measured fewer instructions
+    # (qemu-aarch64, ic int8's 3x3 convs, C): SDOT by lane 16 deep (A76,
+    # 16 -> 16 at 32x32: 240,774 -> 226,085; 32 deep 207,469 -> 217,053),
+    # the sixteens deeper than 16 (A72, 32 -> 32 at 16x16: 564,339 ->
+    # 553,584; 16 deep 589,833 -> 590,825).
+    taps = unroll_taps(int((g.depth == 16) != sixteens)) if quads and by_lane and not planes \
+        else 0
     return Int8ConvSchedule("vector", t, tiles, depthwise, kind, by_lane, mlal, quads, pairs,
-                            rows, flat_kind, walk, planes)
+                            rows, flat_kind, walk, planes, sixteens and quads, taps)
 
 
 def kernel_choice(own: list[str], portable: list[str]) -> str:

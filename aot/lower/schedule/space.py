@@ -33,14 +33,16 @@ from aot.errors import AotError
 # only for the by-lane tiles sized by it.
 TILE_KNOBS = ("vectors", "mr", "max_accs", "registers")
 SITES = ("tile", "tile/pixels", "tile/scalar", "tile/scalar_pixels", "depthwise_tile",
-         "accumulator", "int8_rows", "conv_algorithm", "int8_kernel", "unroll", "nest_tile")
+         "accumulator", "int8_rows", "conv_algorithm", "int8_kernel", "unroll", "nest_tile",
+         "quad_kernel", "unroll_taps")
 # The int8 kernels (by their names' ends) whose nest is dsp.py's matmul.
 MATMUL_KERNELS = ("_pointwise", "_fc")
 # The knobs of the integer nests' (rows, channels) tile.
 NEST_KNOBS = ("rows", "channels")
 # Sites whose answer is a count, and the counts a config may give them
 # (`unroll`: a loop of at most this many channel tiles is unrolled).
-COUNTS = {"unroll": (0, 1, 2, 4, 8)}
+# (`unroll_taps`: 1 unrolls the window's columns in an int8 quad conv's tile.)
+COUNTS = {"unroll": (0, 1, 2, 4, 8), "unroll_taps": (0, 1)}
 # The int8 kernels by name (the rules' CONV and FC tables, and "scalar": the
 # plain loops; tests/tune check this against the tables).
 INT8_KERNELS = ("dsp_dense", "dsp_depthwise", "dsp_fc", "dsp_pointwise", "dsp_rows", "mve_dense",
@@ -53,7 +55,7 @@ PIXEL_SITES = ("tile/pixels", "tile/scalar_pixels")
 # Sites whose answer is a name, and the names a config may give them.
 NAMED = {"accumulator": ("pairs", "quads", "quads_u8"), "int8_rows": ("staged", "flat", "direct"),
          "conv_algorithm": ("direct", "winograd_2x2", "winograd_4x4"),
-         "int8_kernel": INT8_KERNELS}
+         "int8_kernel": INT8_KERNELS, "quad_kernel": ("lanes", "sixteens")}
 
 
 @dataclass(frozen=True)
@@ -264,7 +266,7 @@ def _override(site: str, answer, knobs):
         # the rule asks once per mode it offers: a config other than that
         # mode reads the rows directly
         return knobs if knobs == answer else "direct"
-    if site in ("conv_algorithm", *COUNTS):
+    if site in ("conv_algorithm", "quad_kernel", *COUNTS):
         return knobs
     if site == "nest_tile":
         k = dict(knobs)
@@ -380,7 +382,7 @@ def space_of(defaults: Mapping[str, Any], target) -> list[Config]:
         if site == "int8_rows":
             configs.append(Config.of({"int8_rows": "direct"}))
             continue
-        if site == "conv_algorithm":     # the other algorithms
+        if site in ("conv_algorithm", "quad_kernel"):     # the other algorithms
             other = [a for a in NAMED[site] if a != default]
             configs += [Config.of({site: a}) for a in other]
             continue
@@ -411,7 +413,8 @@ def space_of(defaults: Mapping[str, Any], target) -> list[Config]:
 
 # The sites that change a kernel's algorithm rather than its tile sizes,
 # in the order their alternatives are first measured.
-ALGORITHM_SITES = ("conv_algorithm", "int8_kernel", "accumulator", "int8_rows", "unroll")
+ALGORITHM_SITES = ("conv_algorithm", "int8_kernel", "quad_kernel", "accumulator", "int8_rows",
+                   "unroll", "unroll_taps")
 
 
 def first_tries(space: list[Config]) -> list[Config]:

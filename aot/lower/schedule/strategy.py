@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aot.isa.dots import pair_dot, quad_dot
-from aot.isa.neon import widening_mla
+from aot.isa.neon import sixteen_dot, widening_mla
 from aot.ir.tir import Call, DType, Expr, Var
 from aot.lower.schedule.space import choices, tunable
 from aot.targets import Target
@@ -116,6 +116,36 @@ def mlal_depthwise(target: Target) -> bool:
     probe = widening_mla(Var("acc", DType("int32", lanes)), Var("x", DType("int16", 2 * lanes)),
                          Var("w", DType("int16", 2 * lanes)), False)
     return instruction_for(probe, target) is not None
+
+
+def sixteen_dots(target: Target) -> bool:
+    """Whether the 16-deep dense convs of the quads without a dot product
+    instruction (quads_mull) take aot_dot16p (16 input channels of one output
+    channel into 4 partial sums: SMULL, SMLAL2, SADALP, no broadcast):
+    where the target makes it an instruction."""
+    from aot.lower.tir_passes.legalize import instruction_for
+    probe = sixteen_dot(Var("acc", DType("int32", 4)), Var("x", DType("int8", 16)),
+                        Var("w", DType("int8", 16)))
+    return target.lanes(32) == 4 and instruction_for(probe, target) is not None
+
+
+@tunable("quad_kernel")
+def quad_kernel(default: str) -> str:
+    """How a 16-deep dense int8 conv whose quads have no dot product
+    instruction (quads_mull) multiplies: "sixteens" (aot_dot16p, 16 input
+    channels of an output channel per SMULL, SMLAL2, SADALP) or "lanes"
+    (each pixel's quads by lane, arm_smull_dot4). Asked only where both are
+    legal; the default policy's answer passes through, a schedule config
+    may pick the other."""
+    return default
+
+
+@tunable("unroll_taps")
+def unroll_taps(default: int) -> int:
+    """Whether an int8 quad conv's tile unrolls its window's columns (1) or
+    loops over them (0): the default policy's answer passes through; a
+    schedule config may give the other."""
+    return default
 
 
 def window_row_accumulator(target: Target) -> Accumulator:

@@ -28,6 +28,13 @@ same bytes. The object is the compiler's output byte for byte, and a
 compile is deterministic (same command and files, same bytes), so a
 package built from the cache is the package built without it.
 
+The same entries keep the package's archive and its hosted harness
+(`tool_cached`): a warm package then spawns no tool at all. Their key is
+the tool, the command and the bytes of each package file the command names
+as an input; the harness's entry also records every file the linker read
+(its `--dependency-file`: the C library, crt objects, libgcc) with its
+sha256, as a compile's entry records the headers.
+
 The entries not used for longest are removed when the cache passes
 AOT_OBJECT_CACHE_MB (default 512) megabytes, down to three quarters of it.
 """
@@ -169,12 +176,10 @@ def read_deps(depfile: Path) -> list[str] | None:
     return deps if sep and deps else None
 
 
-def store(k: str, pkg: Path, obj: Path, depfile: Path) -> None:
-    """Keep obj under key k with the files its compile read; a cache that
-    cannot be written (read-only, full) is left as it is."""
-    deps = read_deps(depfile)
-    if deps is None:
-        return
+def store(k: str, pkg: Path, obj: Path, deps: Sequence[str]) -> None:
+    """Keep obj under key k with the files (relative to pkg, or absolute)
+    its making read; a cache that cannot be written (read-only, full) is
+    left as it is."""
     hashed = [[d, _file_hash(pkg, d)] for d in sorted(set(deps))]
     if any(h is None for _, h in hashed):
         return
@@ -236,5 +241,61 @@ def compile_cached(cc: str, cmd: Sequence[str], pkg: Path, src: str, obj: str,
         return False
     depfile = f"{obj}.d"
     run([*cmd, "-MD", "-MF", depfile])
-    store(k, pkg, pkg / obj, pkg / depfile)
+    deps = read_deps(pkg / depfile)
+    if deps is not None:
+        store(k, pkg, pkg / obj, deps)
     return True
+
+
+def tool_key(tool: str, cmd: Sequence[str], pkg: Path, inputs: Sequence[str]) -> str:
+    """The entry's name for running `cmd` in pkg: the tool, the command
+    (the package's own path taken out) and each input's name and bytes."""
+    root = str(pkg.resolve())
+    words = [w.replace(root, PKG_PLACEHOLDER) for w in cmd]
+    env = {v: os.environ[v] for v in COMPILER_ENV if v in os.environ}
+    digest = hashlib.sha256(json.dumps([compiler_identity(tool), words, env],
+                                       sort_keys=True).encode())
+    for name in inputs:
+        with open(pkg / name, "rb") as f:      # in blocks: a params object is megabytes
+            digest.update(name.encode() + b"\0")
+            digest.update(hashlib.file_digest(f, "sha256").digest())
+    return digest.hexdigest()
+
+
+def tool_cached(tool: str, cmd: Sequence[str], pkg: Path, inputs: Sequence[str], out: str,
+                run: Callable[[Sequence[str]], object], link_deps: str | None = None,
+                executable: bool = False) -> bool:
+    """Put the file `cmd` makes at pkg/out (archiving or linking the package
+    files `inputs`, all relative to pkg) from the cache, or by running
+    `run(cmd)` and keeping the result; True if it was run. link_deps: `cmd`
+    links through the compiler driver, and the linker lists the files it
+    read besides `inputs` in this file (--dependency-file; removed after),
+    stored with the entry; executable: a hit gets the mode a linker gives."""
+    if not enabled():
+        run(cmd)
+        return True
+    k = tool_key(tool, cmd, pkg, inputs)
+    cached = lookup(k, pkg)
+    target = pkg / out
+    if cached is not None:
+        target.unlink(missing_ok=True)
+        target.write_bytes(cached)
+        os.chmod(target, _tool_mode(executable))
+        return False
+    if link_deps is None:
+        run(cmd)
+        deps: list[str] | None = []
+    else:
+        run([*cmd, f"-Wl,--dependency-file={link_deps}"])
+        deps = read_deps(pkg / link_deps)
+        (pkg / link_deps).unlink(missing_ok=True)
+    if deps is not None:
+        store(k, pkg, target, [d for d in deps if d not in inputs])
+    return True
+
+
+def _tool_mode(executable: bool) -> int:
+    """The mode a tool gives the file it creates under this process's umask."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return (0o777 if executable else 0o666) & ~mask

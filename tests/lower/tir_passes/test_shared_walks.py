@@ -49,6 +49,21 @@ def test_simplified_tir_comes_back_as_itself_and_the_rest_is_folded():
     assert simplify_body(cast) == Store(out, Const(0), Bin("+", Load(a, Const(0)), Const(7)))
 
 
+def test_a_settled_body_is_not_walked_again(monkeypatch):
+    """The printer asks simplify_body of every kernel the pipeline already
+    simplified: a body once found to have nothing to fold is not walked
+    again, while a body equal to it but another object is."""
+    import sys
+    simplify_module = sys.modules["aot.lower.tir_passes.simplify"]
+    out, a, shared, body = _shared_body()
+    assert simplify_body(body) is body
+    walks = []
+    monkeypatch.setattr(simplify_module, "_foldable", lambda b: walks.append(b) or False)
+    assert simplify_body(body) is body and walks == []
+    twin = _shared_body()[3]
+    assert simplify_body(twin) is twin and walks == [twin]
+
+
 def test_legalize_keeps_a_function_without_instructions():
     out, a, shared, body = _shared_body()
     func = PrimFunc("k", (a, out), body)

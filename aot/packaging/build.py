@@ -96,15 +96,12 @@ def _versions() -> dict[str, str]:
     distributions: importing onnx (protobuf's C++ runtime) for its version
     cost a TFLite package a 30 ms import, and a Ctrl-C inside that import
     could crash the process (SIGSEGV) instead of stopping it."""
-    from importlib import metadata
+    from aot.support import distributions
 
     import aot
     out = {"aot": aot.__version__, "numpy": np.__version__}
     for dist in ("onnx", "llvmlite"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "not installed"
+        out[dist] = distributions.version(dist) or "not installed"
     return out
 
 

@@ -18,9 +18,13 @@ a key, the sha256 of:
   read, so without them two models of one shape would share an object.
 
 The entry records every file the compile read (the compiler's -MD list: the
-package's headers and the system's) with its sha256, and the object's
-sha256. A hit needs each of those files to hash as recorded and the object
-to hash to its record; anything else (a changed header, an entry cut short,
+package's headers and the system's) and the object's sha256: a file of the
+package by its sha256, a file outside it (a system header, the C library)
+by its size and modification time, as the compiler is (a package holds
+~30 system headers an object and links ~13 MB of system libraries:
+hashing them cost each warm package ~10 ms). A hit needs each of those
+files to be as recorded and the object to hash to its record; anything
+else (a changed header, an upgraded library, an entry cut short,
 altered or unreadable) is a miss: the source is compiled and the entry
 written again. Entries are written to a temporary file and renamed, so a
 reader sees a whole entry or none, and two writers of one key write the
@@ -32,8 +36,8 @@ The same entries keep the package's archive and its hosted harness
 (`tool_cached`): a warm package then spawns no tool at all. Their key is
 the tool, the command and the bytes of each package file the command names
 as an input; the harness's entry also records every file the linker read
-(its `--dependency-file`: the C library, crt objects, libgcc) with its
-sha256, as a compile's entry records the headers.
+(its `--dependency-file`: the C library, crt objects, libgcc), as a
+compile's entry records the headers.
 
 The entries not used for longest are removed when the cache passes
 AOT_OBJECT_CACHE_MB (default 512) megabytes, down to three quarters of it.
@@ -135,6 +139,20 @@ def _file_hash(pkg: Path, dep: str) -> str | None:
         return None
 
 
+def _fingerprint(pkg: Path, dep: str) -> str | None:
+    """What an entry records of a file its making read (None: unreadable):
+    a file outside the package by its size and modification time, one of
+    the package by its sha256."""
+    path = Path(dep)
+    if path.is_absolute() and not path.is_relative_to(pkg.resolve()):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return f"stat:{st.st_size}:{st.st_mtime_ns}"
+    return _file_hash(pkg, dep)
+
+
 def lookup(k: str, pkg: Path) -> memoryview | None:
     """The cached object of key k if its entry is whole and every file the
     compile read is as it was; else None."""
@@ -150,7 +168,7 @@ def lookup(k: str, pkg: Path) -> memoryview | None:
     try:
         manifest = json.loads(head)
         deps, want = manifest["deps"], manifest["object"]
-        if _sha256(obj) != want or any(_file_hash(pkg, d) != h for d, h in deps):
+        if _sha256(obj) != want or any(_fingerprint(pkg, d) != h for d, h in deps):
             return None
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
@@ -180,7 +198,7 @@ def store(k: str, pkg: Path, obj: Path, deps: Sequence[str]) -> None:
     """Keep obj under key k with the files (relative to pkg, or absolute)
     its making read; a cache that cannot be written (read-only, full) is
     left as it is."""
-    hashed = [[d, _file_hash(pkg, d)] for d in sorted(set(deps))]
+    hashed = [[d, _fingerprint(pkg, d)] for d in sorted(set(deps))]
     if any(h is None for _, h in hashed):
         return
     data = obj.read_bytes()

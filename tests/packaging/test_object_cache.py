@@ -182,3 +182,31 @@ def test_a_library_the_linker_found_is_a_dependency(pkg):
     assert link(pkg, flags)[2] and not link(pkg, flags)[1]
     extra_lib("int g(void) { return 2; }\n")
     assert link(pkg, flags)[1]
+
+
+def test_a_changed_file_outside_the_package_misses(pkg, tmp_path):
+    """A header outside the package (as the system's are) is recorded by its
+    size and modification time: a new version of it misses."""
+    import os
+    system = tmp_path / "system"
+    system.mkdir()
+    header = system / "limit.h"
+    header.write_text("#define LIMIT 1\n")
+    (pkg / "src" / "g.c").write_text('#include "limit.h"\nint g(void) { return LIMIT; }\n')
+    tc = toolchain.toolchain_for(get_board("host").target)
+    (pkg / ".build").mkdir(exist_ok=True)
+
+    def compile_g() -> tuple[bool, bytes]:
+        cmd = [tc.cc, *tc.cflags, f"-I{system}", "-c", "src/g.c", "-o", ".build/g.o"]
+        compiled = objcache.compile_cached(tc.cc, cmd, pkg, "src/g.c", ".build/g.o",
+                                           lambda c: toolchain.run_tool(c, pkg, "compiling"))
+        return compiled, (pkg / ".build" / "g.o").read_bytes()
+
+    first = compile_g()
+    assert first[0] and not compile_g()[0]
+    before = header.stat().st_mtime_ns
+    header.write_text("#define LIMIT 2\n")            # the same size, a later time
+    os.utime(header, ns=(before + 10**9, before + 10**9))
+    compiled, second = compile_g()
+    assert compiled and second != first[1]
+    assert not compile_g()[0]

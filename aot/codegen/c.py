@@ -893,7 +893,7 @@ def _signature(func: PrimFunc, symbol: str, names: dict, taken: set[str]) -> str
 
 class _FuncPrinter:
     def __init__(self, mod: _Module, func: PrimFunc, symbol: str):
-        check_func(func)
+        uses = check_func(func)
         self.func = func
         self.body = simplify_body(func.body)
         self.symbol = symbol
@@ -902,7 +902,8 @@ class _FuncPrinter:
         self.ex = _Printer(mod, self.names, f"function {func.name}")
         self.mod = mod
         self.lines: list[str] = []
-        self.used, self.read = _buffers_and_vars(self.body)
+        # what simplify folded may have read a variable: then walk its result
+        self.used, self.read = uses if self.body is func.body else _buffers_and_vars(self.body)
 
     def signature(self) -> str:
         return _signature(self.func, self.symbol, self.names, self.taken)

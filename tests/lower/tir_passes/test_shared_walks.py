@@ -64,6 +64,27 @@ def test_a_settled_body_is_not_walked_again(monkeypatch):
     assert simplify_body(twin) is twin and walks == [twin]
 
 
+def test_the_printer_voids_what_the_body_never_reads():
+    """An unused parameter and a local never read are cast to void; a local
+    read only by a comparison simplify decides (`u >= 0` on an unsigned
+    byte) is never read in the printed C either."""
+    from aot.ir.tir import Decl, Var
+    a = Buffer("a", INT32, (8,))
+    out = Buffer("out", INT32, (8,), BufferKind.OUTPUT)
+    spare = Buffer("spare", INT32, (4,))
+    x, y, z = Var("x"), Var("y"), Var("z", U8)
+    body = seq(Decl(x, Load(a, Const(0))), Decl(y, Const(1)),
+               Decl(z, Cast(U8, Load(a, Const(1)))),
+               Store(out, Const(0), Bin("+", x, Const(1))),
+               Store(out, Const(1), Cast(INT32, Bin(">=", z, Const(0, U8)))))
+    code = emit_c([PrimFunc("k", (a, out, spare), body)], "t").source
+    assert "(void)spare;" in code and "(void)y;" in code and "(void)z;" in code
+    assert "(void)x;" not in code and "(void)a;" not in code
+    settled = seq(*body.stmts[:4])       # nothing to fold: the checker's walk says
+    code = emit_c([PrimFunc("k", (a, out, spare), settled)], "t").source
+    assert "(void)spare;" in code and "(void)z;" in code and "(void)x;" not in code
+
+
 def test_legalize_keeps_a_function_without_instructions():
     out, a, shared, body = _shared_body()
     func = PrimFunc("k", (a, out), body)

@@ -11,13 +11,12 @@ built by hand (already simplified TIR comes back unchanged).
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import replace
 
 import numpy as np
 
 from aot.ir.tir import (Bin, Cast, Const, DType, Expr, PrimFunc, Select, Stmt, Unary, dtype_of,
-                        map_stmt_exprs, nodes_of, stmt_exprs, walk_stmt)
+                        map_stmt_exprs, nodes_of, per_object, stmt_exprs, walk_stmt)
 
 _COMPARE = {"<", "<=", ">", ">=", "==", "!="}
 
@@ -192,27 +191,15 @@ def simplify_expr(e: Expr) -> Expr | None:
 
 def simplify_body(body: Stmt) -> Stmt:
     # Already simplified TIR (what the printer gets from the pipeline) has
-    # no node to fold: finding that takes a walk, cheaper than the rebuild.
+    # no node to fold: finding that takes a walk, cheaper than the rebuild,
+    # and asked again of the same body is no walk at all (per_object).
     # Where no node folds as it is, none of its parents can: nothing changes.
-    if _settled(body):
-        return body
     if not _foldable(body):
-        _SETTLED[id(body)] = weakref.ref(body, lambda _, key=id(body): _SETTLED.pop(key, None))
         return body
     return map_stmt_exprs(body, simplify_expr)
 
 
-# The bodies a walk found nothing to fold in, by object while they live: the
-# printer asks again of each kernel the pipeline simplified (a walk over
-# ~10^5 nodes of a large kernel), and TIR is immutable.
-_SETTLED: dict[int, weakref.ref] = {}
-
-
-def _settled(body: Stmt) -> bool:
-    ref = _SETTLED.get(id(body))
-    return ref is not None and ref() is body
-
-
+@per_object
 def _foldable(body: Stmt) -> bool:
     """Whether simplify_expr replaces any node of body as it is."""
     for s in walk_stmt(body):

@@ -51,17 +51,41 @@ def test_simplified_tir_comes_back_as_itself_and_the_rest_is_folded():
 
 def test_a_settled_body_is_not_walked_again(monkeypatch):
     """The printer asks simplify_body of every kernel the pipeline already
-    simplified: a body once found to have nothing to fold is not walked
-    again, while a body equal to it but another object is."""
+    simplified: a body once asked is not walked again, while a body equal
+    to it but another object is (by identity: TIR is immutable)."""
     import sys
     simplify_module = sys.modules["aot.lower.tir_passes.simplify"]
     out, a, shared, body = _shared_body()
     assert simplify_body(body) is body
     walks = []
-    monkeypatch.setattr(simplify_module, "_foldable", lambda b: walks.append(b) or False)
+    real = simplify_module.walk_stmt
+    monkeypatch.setattr(simplify_module, "walk_stmt", lambda b: walks.append(b) or real(b))
     assert simplify_body(body) is body and walks == []
     twin = _shared_body()[3]
     assert simplify_body(twin) is twin and walks == [twin]
+    assert simplify_body(twin) is twin and walks == [twin]
+
+
+def test_per_object_answers_once_per_live_object():
+    import gc
+    from aot.ir.tir import per_object
+    asked = []
+
+    @per_object
+    def stores(body) -> bool:
+        asked.append(body)
+        return isinstance(body, Store)
+    out, a, shared, body = _shared_body()
+    assert stores(body) is False and stores(body) is False and asked == [body]
+    twin = _shared_body()[3]
+    assert stores(twin) is False and len(asked) == 2
+    import weakref
+    gone = weakref.ref(twin)
+    del twin, asked[1]
+    gc.collect()
+    assert gone() is None            # the memo does not keep a tree alive
+    store = body.stmts[0]
+    assert stores(store) and stores(store) and asked == [body, store]
 
 
 def test_the_printer_voids_what_the_body_never_reads():

@@ -57,7 +57,10 @@ from aot.support.fsutil import write_file_atomically
 ENABLE_ENV = "AOT_OBJECT_CACHE"
 LIMIT_ENV = "AOT_OBJECT_CACHE_MB"
 DEFAULT_LIMIT_MB = 512
-MAGIC = b"aot-object-1\n"
+# The entry format, also hashed into every key: an aot that records its
+# files otherwise (sha256 against size and time) keeps entries of its own
+# instead of rewriting those of another sharing the cache, and each other's.
+MAGIC = b"aot-object-2\n"
 HEADER_DIRS = ("include", "runtime_c", "src")
 PKG_PLACEHOLDER = "<pkg>"
 # The compiler's environment that can change what it reads or writes.
@@ -114,7 +117,7 @@ def key(cc: str, cmd: Sequence[str], pkg: Path, src: str) -> str | None:
     words = [w.replace(root, PKG_PLACEHOLDER) for w in cmd]
     env = {v: os.environ[v] for v in COMPILER_ENV if v in os.environ}
     text = json.dumps([compiler_identity(cc), words, src, headers(pkg), env], sort_keys=True)
-    digest = hashlib.sha256(text.encode())
+    digest = hashlib.sha256(MAGIC + text.encode())
     source = (pkg / src).read_bytes()
     digest.update(source)
     blobs = incbin_files(pkg, src, source)
@@ -271,8 +274,8 @@ def tool_key(tool: str, cmd: Sequence[str], pkg: Path, inputs: Sequence[str]) ->
     root = str(pkg.resolve())
     words = [w.replace(root, PKG_PLACEHOLDER) for w in cmd]
     env = {v: os.environ[v] for v in COMPILER_ENV if v in os.environ}
-    digest = hashlib.sha256(json.dumps([compiler_identity(tool), words, env],
-                                       sort_keys=True).encode())
+    digest = hashlib.sha256(MAGIC + json.dumps([compiler_identity(tool), words, env],
+                                               sort_keys=True).encode())
     for name in inputs:
         with open(pkg / name, "rb") as f:      # in blocks: a params object is megabytes
             digest.update(name.encode() + b"\0")

@@ -893,7 +893,7 @@ def _signature(func: PrimFunc, symbol: str, names: dict, taken: set[str]) -> str
 
 class _FuncPrinter:
     def __init__(self, mod: _Module, func: PrimFunc, symbol: str):
-        check_func(func)
+        uses = check_func(func)
         self.func = func
         self.body = simplify_body(func.body)
         self.symbol = symbol
@@ -902,7 +902,8 @@ class _FuncPrinter:
         self.ex = _Printer(mod, self.names, f"function {func.name}")
         self.mod = mod
         self.lines: list[str] = []
-        self.used, self.read = _buffers_and_vars(self.body)
+        # what simplify folded may have read a variable: then walk its result
+        self.used, self.read = uses if self.body is func.body else _buffers_and_vars(self.body)
 
     def signature(self) -> str:
         return _signature(self.func, self.symbol, self.names, self.taken)
@@ -1014,7 +1015,10 @@ WIDTH = 100
 _BREAK_BEFORE = (" ? ", " : ", " || ", " && ", " + ", " - ", " * ", " | ", " & ")
 
 
-def _wrap(line: str, width: int = WIDTH) -> list[str]:
+# by text: an unrolled kernel repeats its statements (a third of
+# ic_resnet8_f32's long lines are another's twin), and the split is the same
+@functools.lru_cache(maxsize=1 << 14)
+def _wrap(line: str, width: int = WIDTH) -> tuple[str, ...]:
     """A long statement split at its outermost operators or commas, with
     continuation lines indented two levels (generated code has no strings).
 
@@ -1025,7 +1029,7 @@ def _wrap(line: str, width: int = WIDTH) -> list[str]:
     statement's less a constant, which changes no choice."""
     stripped = line.lstrip()
     if len(line) <= width or stripped.startswith(("/*", "#")):
-        return [line]
+        return (line,)
     cont = " " * (len(line) - len(stripped) + 8)
     points = _break_points(line, len(cont) + 8)
     # later[i]: the outermost, first break point among points[i:]
@@ -1051,7 +1055,7 @@ def _wrap(line: str, width: int = WIDTH) -> list[str]:
         rest = text[at:].lstrip()
         shift += at + (len(text) - at - len(rest)) - len(cont)
         text = cont + rest
-    return out + [text]
+    return (*out, text)
 
 
 # A bracket, a space before an operator of _BREAK_BEFORE (group 1 matched:

@@ -25,6 +25,8 @@ class _Checker:
         self.buffers = set(func.params)
         # a split kernel's task arguments (tir.ForKind.PARALLEL)
         self.declared: set[Var] = {TASK, NTASKS, PHASE} if is_split(func) else set()
+        self.used: set = set()          # the buffers stored or loaded
+        self.read: set[Var] = set()     # the variables the expressions read
 
     def fail(self, what: str) -> UnsupportedError:
         return UnsupportedError(f"code generation, function {self.func.name}: {what}")
@@ -75,6 +77,7 @@ class _Checker:
     def buffer(self, b):
         if b not in self.buffers:
             raise self.fail(f"buffer {b.name} is used but not a parameter")
+        self.used.add(b)
 
     def index(self, e: Expr):
         d = self.expr(e)
@@ -87,6 +90,7 @@ class _Checker:
         if isinstance(e, Var):
             if e not in self.declared:
                 raise self.fail(f"variable {e.name} ({e.dtype}) is used but never declared")
+            self.read.add(e)
             return e.dtype
         if isinstance(e, Const):
             if e.dtype.lanes != 1:
@@ -158,8 +162,10 @@ def _no_half_arithmetic(checker: _Checker, op: str, d: DType) -> None:
                            "(aot/lower/tir_passes/float16.py computes them in float32)")
 
 
-def check_func(func: PrimFunc) -> None:
-    """Raise UnsupportedError, naming func, for TIR the code generators cannot print."""
+def check_func(func: PrimFunc) -> tuple[set, set[Var]]:
+    """Raise UnsupportedError, naming func, for TIR the code generators cannot
+    print; else (the buffers its body stores or loads, the variables its
+    expressions read), which the C printer needs and this walk meets anyway."""
     checker = _Checker(func)
     if len(checker.buffers) != len(func.params):
         raise checker.fail("the same buffer is passed twice")
@@ -167,3 +173,4 @@ def check_func(func: PrimFunc) -> None:
         if b.dtype.lanes != 1:
             raise checker.fail(f"buffer {b.name} has vector type {b.dtype}")
     checker.stmt(func.body)
+    return checker.used, checker.read

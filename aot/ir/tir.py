@@ -14,7 +14,9 @@ hashed and shared.
 from __future__ import annotations
 
 import enum
+import functools
 import operator
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Union
 
@@ -303,9 +305,38 @@ NTASKS = Var("ntasks")
 PHASE = Var("phase")
 
 
+def per_object(fn: Callable[[Stmt], bool]) -> Callable[[Stmt], bool]:
+    """fn, a question about a statement tree, answered once per tree object
+    while it lives: TIR is immutable, and the passes, the printer and the
+    entry point ask the same few questions of each kernel, each a walk over
+    its statements (~10^4 of a large kernel). By identity, not equality:
+    hashing a frozen tree hashes all of it."""
+    answers: dict[int, tuple[weakref.ref, bool]] = {}
+
+    def asked(body: Stmt) -> bool:
+        key = id(body)
+        hit = answers.get(key)
+        if hit is not None and hit[0]() is body:
+            return hit[1]
+        answer = fn(body)
+        answers[key] = (weakref.ref(body, lambda _: answers.pop(key, None)), answer)
+        return answer
+    return functools.wraps(fn)(asked)
+
+
+@per_object
+def _has_parallel(body: Stmt) -> bool:
+    return any(isinstance(s, For) and s.kind is ForKind.PARALLEL for s in walk_stmt(body))
+
+
+@per_object
+def _has_fail(body: Stmt) -> bool:
+    return any(isinstance(s, Fail) for s in walk_stmt(body))
+
+
 def is_split(func: PrimFunc) -> bool:
     """Whether the kernel runs as tasks of a thread pool (has a PARALLEL loop)."""
-    return any(isinstance(s, For) and s.kind is ForKind.PARALLEL for s in walk_stmt(func.body))
+    return _has_parallel(func.body)
 
 
 def phases(func: PrimFunc) -> int:
@@ -315,7 +346,7 @@ def phases(func: PrimFunc) -> int:
 
 def can_fail(func: PrimFunc) -> bool:
     """Whether the kernel returns a status (it has a Fail)."""
-    return any(isinstance(s, Fail) for s in walk_stmt(func.body))
+    return _has_fail(func.body)
 
 
 # ------------------------------------------------------------------- traversal

@@ -96,15 +96,12 @@ def _versions() -> dict[str, str]:
     distributions: importing onnx (protobuf's C++ runtime) for its version
     cost a TFLite package a 30 ms import, and a Ctrl-C inside that import
     could crash the process (SIGSEGV) instead of stopping it."""
-    from importlib import metadata
+    from aot.support import distributions
 
     import aot
     out = {"aot": aot.__version__, "numpy": np.__version__}
     for dist in ("onnx", "llvmlite"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "not installed"
+        out[dist] = distributions.version(dist) or "not installed"
     return out
 
 
@@ -274,6 +271,7 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
     float_io: the model's quantized types of the float32 inputs and outputs
     of a graph through aot.passes.float_io.with_float_io; checks: the
     harness is built with --checks (its own arena and input copies)."""
+    import aot
     from aot.codegen import c_declarations, emit_c
     from aot.lower import lower_graph
     from aot.lower.tir_passes.parallel import split_kernel
@@ -314,7 +312,7 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
     funcs = [k.func for k in kernels]
     # LLVM builds the kernels itself: only the C prototypes are needed then
     csrc = (emit_c if codegen == "c" else c_declarations)(funcs, kernel_prefix)
-    meta = {"version": _versions()["aot"], "target": target.name, "cc": target.cc,
+    meta = {"version": aot.__version__, "target": target.name, "cc": target.cc,
             "cflags": " ".join(target.cflags),
             "needs_libm": True,   # kernels may call expf, tanhf, ...
             "package_format": PACKAGE_FORMAT, **template_context(target)}

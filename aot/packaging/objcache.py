@@ -18,15 +18,26 @@ a key, the sha256 of:
   read, so without them two models of one shape would share an object.
 
 The entry records every file the compile read (the compiler's -MD list: the
-package's headers and the system's) with its sha256, and the object's
-sha256. A hit needs each of those files to hash as recorded and the object
-to hash to its record; anything else (a changed header, an entry cut short,
+package's headers and the system's) and the object's sha256: a file of the
+package by its sha256, a file outside it (a system header, the C library)
+by its size and modification time, as the compiler is (a package holds
+~30 system headers an object and links ~13 MB of system libraries:
+hashing them cost each warm package ~10 ms). A hit needs each of those
+files to be as recorded and the object to hash to its record; anything
+else (a changed header, an upgraded library, an entry cut short,
 altered or unreadable) is a miss: the source is compiled and the entry
 written again. Entries are written to a temporary file and renamed, so a
 reader sees a whole entry or none, and two writers of one key write the
 same bytes. The object is the compiler's output byte for byte, and a
 compile is deterministic (same command and files, same bytes), so a
 package built from the cache is the package built without it.
+
+The same entries keep the package's archive and its hosted harness
+(`tool_cached`): a warm package then spawns no tool at all. Their key is
+the tool, the command and the bytes of each package file the command names
+as an input; the harness's entry also records every file the linker read
+(its `--dependency-file`: the C library, crt objects, libgcc), as a
+compile's entry records the headers.
 
 The entries not used for longest are removed when the cache passes
 AOT_OBJECT_CACHE_MB (default 512) megabytes, down to three quarters of it.
@@ -46,7 +57,10 @@ from aot.support.fsutil import write_file_atomically
 ENABLE_ENV = "AOT_OBJECT_CACHE"
 LIMIT_ENV = "AOT_OBJECT_CACHE_MB"
 DEFAULT_LIMIT_MB = 512
-MAGIC = b"aot-object-1\n"
+# The entry format, also hashed into every key: an aot that records its
+# files otherwise (sha256 against size and time) keeps entries of its own
+# instead of rewriting those of another sharing the cache, and each other's.
+MAGIC = b"aot-object-2\n"
 HEADER_DIRS = ("include", "runtime_c", "src")
 PKG_PLACEHOLDER = "<pkg>"
 # The compiler's environment that can change what it reads or writes.
@@ -103,7 +117,7 @@ def key(cc: str, cmd: Sequence[str], pkg: Path, src: str) -> str | None:
     words = [w.replace(root, PKG_PLACEHOLDER) for w in cmd]
     env = {v: os.environ[v] for v in COMPILER_ENV if v in os.environ}
     text = json.dumps([compiler_identity(cc), words, src, headers(pkg), env], sort_keys=True)
-    digest = hashlib.sha256(text.encode())
+    digest = hashlib.sha256(MAGIC + text.encode())
     source = (pkg / src).read_bytes()
     digest.update(source)
     blobs = incbin_files(pkg, src, source)
@@ -128,6 +142,20 @@ def _file_hash(pkg: Path, dep: str) -> str | None:
         return None
 
 
+def _fingerprint(pkg: Path, dep: str) -> str | None:
+    """What an entry records of a file its making read (None: unreadable):
+    a file outside the package by its size and modification time, one of
+    the package by its sha256."""
+    path = Path(dep)
+    if path.is_absolute() and not path.is_relative_to(pkg.resolve()):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return f"stat:{st.st_size}:{st.st_mtime_ns}"
+    return _file_hash(pkg, dep)
+
+
 def lookup(k: str, pkg: Path) -> memoryview | None:
     """The cached object of key k if its entry is whole and every file the
     compile read is as it was; else None."""
@@ -143,7 +171,7 @@ def lookup(k: str, pkg: Path) -> memoryview | None:
     try:
         manifest = json.loads(head)
         deps, want = manifest["deps"], manifest["object"]
-        if _sha256(obj) != want or any(_file_hash(pkg, d) != h for d, h in deps):
+        if _sha256(obj) != want or any(_fingerprint(pkg, d) != h for d, h in deps):
             return None
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
@@ -169,13 +197,11 @@ def read_deps(depfile: Path) -> list[str] | None:
     return deps if sep and deps else None
 
 
-def store(k: str, pkg: Path, obj: Path, depfile: Path) -> None:
-    """Keep obj under key k with the files its compile read; a cache that
-    cannot be written (read-only, full) is left as it is."""
-    deps = read_deps(depfile)
-    if deps is None:
-        return
-    hashed = [[d, _file_hash(pkg, d)] for d in sorted(set(deps))]
+def store(k: str, pkg: Path, obj: Path, deps: Sequence[str]) -> None:
+    """Keep obj under key k with the files (relative to pkg, or absolute)
+    its making read; a cache that cannot be written (read-only, full) is
+    left as it is."""
+    hashed = [[d, _fingerprint(pkg, d)] for d in sorted(set(deps))]
     if any(h is None for _, h in hashed):
         return
     data = obj.read_bytes()
@@ -236,5 +262,61 @@ def compile_cached(cc: str, cmd: Sequence[str], pkg: Path, src: str, obj: str,
         return False
     depfile = f"{obj}.d"
     run([*cmd, "-MD", "-MF", depfile])
-    store(k, pkg, pkg / obj, pkg / depfile)
+    deps = read_deps(pkg / depfile)
+    if deps is not None:
+        store(k, pkg, pkg / obj, deps)
     return True
+
+
+def tool_key(tool: str, cmd: Sequence[str], pkg: Path, inputs: Sequence[str]) -> str:
+    """The entry's name for running `cmd` in pkg: the tool, the command
+    (the package's own path taken out) and each input's name and bytes."""
+    root = str(pkg.resolve())
+    words = [w.replace(root, PKG_PLACEHOLDER) for w in cmd]
+    env = {v: os.environ[v] for v in COMPILER_ENV if v in os.environ}
+    digest = hashlib.sha256(MAGIC + json.dumps([compiler_identity(tool), words, env],
+                                               sort_keys=True).encode())
+    for name in inputs:
+        with open(pkg / name, "rb") as f:      # in blocks: a params object is megabytes
+            digest.update(name.encode() + b"\0")
+            digest.update(hashlib.file_digest(f, "sha256").digest())
+    return digest.hexdigest()
+
+
+def tool_cached(tool: str, cmd: Sequence[str], pkg: Path, inputs: Sequence[str], out: str,
+                run: Callable[[Sequence[str]], object], link_deps: str | None = None,
+                executable: bool = False) -> bool:
+    """Put the file `cmd` makes at pkg/out (archiving or linking the package
+    files `inputs`, all relative to pkg) from the cache, or by running
+    `run(cmd)` and keeping the result; True if it was run. link_deps: `cmd`
+    links through the compiler driver, and the linker lists the files it
+    read besides `inputs` in this file (--dependency-file; removed after),
+    stored with the entry; executable: a hit gets the mode a linker gives."""
+    if not enabled():
+        run(cmd)
+        return True
+    k = tool_key(tool, cmd, pkg, inputs)
+    cached = lookup(k, pkg)
+    target = pkg / out
+    if cached is not None:
+        target.unlink(missing_ok=True)
+        target.write_bytes(cached)
+        os.chmod(target, _tool_mode(executable))
+        return False
+    if link_deps is None:
+        run(cmd)
+        deps: list[str] | None = []
+    else:
+        run([*cmd, f"-Wl,--dependency-file={link_deps}"])
+        deps = read_deps(pkg / link_deps)
+        (pkg / link_deps).unlink(missing_ok=True)
+    if deps is not None:
+        store(k, pkg, target, [d for d in deps if d not in inputs])
+    return True
+
+
+def _tool_mode(executable: bool) -> int:
+    """The mode a tool gives the file it creates under this process's umask."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return (0o777 if executable else 0o666) & ~mask

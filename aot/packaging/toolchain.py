@@ -120,7 +120,8 @@ def archive(tc: Toolchain, pkg: Path, library: str, objects: Sequence[str]) -> N
     lib = pkg / library
     lib.parent.mkdir(parents=True, exist_ok=True)
     lib.unlink(missing_ok=True)
-    run_tool([tc.ar, "rcsD", library, *objects], pkg, f"archiving {library}")
+    objcache.tool_cached(tc.ar, [tc.ar, "rcsD", library, *objects], pkg, objects, library,
+                         lambda c: run_tool(c, pkg, f"archiving {library}"))
 
 
 def sanitized(extra_cflags: Sequence[str]) -> bool:
@@ -172,9 +173,15 @@ def build_harness(target: Target, pkg: Path, name: str, library: str,
         # from the cache; the link reads no name of it (the same bytes)
         main = compile_sources(tc, pkg, main, ".build-harness", [*extra_cflags, ident],
                                ("-std=c99", "-Iinclude", "-Iruntime_c"))
+    link = [*flags, *main, *firmware_link(firmware or {}), library, *tc.ldflags, *static,
+            "-lm", "-o", exe]
     try:
-        run_tool([*flags, *main, *firmware_link(firmware or {}), library,
-                  *tc.ldflags, *static, "-lm", "-o", exe], pkg, "linking the bench harness")
+        if firmware:        # its start-up sources compile in the link: not cached
+            run_tool(link, pkg, "linking the bench harness")
+        else:               # a hosted harness: a link of two package files
+            objcache.tool_cached(tc.cc, link, pkg, [*main, library], exe,
+                                 lambda c: run_tool(c, pkg, "linking the bench harness"),
+                                 link_deps=".build-harness/bench.d", executable=True)
     finally:
         shutil.rmtree(pkg / ".build-harness", ignore_errors=True)
     return exe

@@ -131,3 +131,82 @@ def test_a_changed_incbin_blob_misses(pkg):
     (pkg / "src" / "w_params.bin").unlink()       # not found: compiled (and failing), never a hit
     with pytest.raises(Exception):
         assemble()
+
+
+def link(pkg: Path, extra: tuple[str, ...] = ()) -> tuple[bool, bool, bytes]:
+    """Archive f.o and link a program on it, through the cache: (whether ar
+    ran, whether the linker ran, the program's bytes)."""
+    tc = toolchain.toolchain_for(get_board("host").target)
+    build(pkg)
+    (pkg / "src" / "main.c").write_text('float f(float);\nint main(void) { return f(4.0f) != 6.0f; }\n')
+    (pkg / "lib").mkdir(exist_ok=True)
+    (pkg / "bench").mkdir(exist_ok=True)
+    [main] = toolchain.compile_sources(tc, pkg, ["src/main.c"], ".build-main")
+    archived = objcache.tool_cached(tc.ar, [tc.ar, "rcsD", "lib/libf.a", ".build/f.o"], pkg,
+                                    [".build/f.o"], "lib/libf.a",
+                                    lambda c: toolchain.run_tool(c, pkg, "archiving"))
+    cmd = [tc.cc, *tc.cflags, main, "lib/libf.a", *extra, "-lm", "-o", "bench/prog"]
+    linked = objcache.tool_cached(tc.cc, cmd, pkg, [main, "lib/libf.a"], "bench/prog",
+                                  lambda c: toolchain.run_tool(c, pkg, "linking"),
+                                  link_deps=".build-main/prog.d", executable=True)
+    prog = pkg / "bench" / "prog"
+    assert prog.stat().st_mode & 0o100 and not (pkg / ".build-main" / "prog.d").exists()
+    return archived, linked, prog.read_bytes()
+
+
+def test_archive_and_link_hits_give_the_tools_bytes(pkg, monkeypatch):
+    first = link(pkg)
+    assert first[:2] == (True, True)
+    again = link(pkg)
+    assert again == (False, False, first[2])
+    import subprocess
+    assert subprocess.run([str(pkg / "bench" / "prog")]).returncode == 0
+    monkeypatch.setenv(objcache.ENABLE_ENV, "off")
+    assert link(pkg) == (True, True, first[2])
+
+
+def test_a_library_the_linker_found_is_a_dependency(pkg):
+    """A file only the linker's search names (-L/-l) misses when it changes:
+    the entry holds the linker's own list of what it read."""
+    tc = toolchain.toolchain_for(get_board("host").target)
+    (pkg / "extra").mkdir()
+
+    def extra_lib(body: str) -> None:
+        (pkg / "src" / "g.c").write_text(body)
+        [obj] = toolchain.compile_sources(tc, pkg, ["src/g.c"], ".build-g")
+        (pkg / "extra" / "libg.a").unlink(missing_ok=True)
+        toolchain.run_tool([tc.ar, "rcsD", "extra/libg.a", obj], pkg, "archiving")
+
+    extra_lib("int g(void) { return 1; }\n")
+    flags = ("-Lextra", "-lg")
+    assert link(pkg, flags)[2] and not link(pkg, flags)[1]
+    extra_lib("int g(void) { return 2; }\n")
+    assert link(pkg, flags)[1]
+
+
+def test_a_changed_file_outside_the_package_misses(pkg, tmp_path):
+    """A header outside the package (as the system's are) is recorded by its
+    size and modification time: a new version of it misses."""
+    import os
+    system = tmp_path / "system"
+    system.mkdir()
+    header = system / "limit.h"
+    header.write_text("#define LIMIT 1\n")
+    (pkg / "src" / "g.c").write_text('#include "limit.h"\nint g(void) { return LIMIT; }\n')
+    tc = toolchain.toolchain_for(get_board("host").target)
+    (pkg / ".build").mkdir(exist_ok=True)
+
+    def compile_g() -> tuple[bool, bytes]:
+        cmd = [tc.cc, *tc.cflags, f"-I{system}", "-c", "src/g.c", "-o", ".build/g.o"]
+        compiled = objcache.compile_cached(tc.cc, cmd, pkg, "src/g.c", ".build/g.o",
+                                           lambda c: toolchain.run_tool(c, pkg, "compiling"))
+        return compiled, (pkg / ".build" / "g.o").read_bytes()
+
+    first = compile_g()
+    assert first[0] and not compile_g()[0]
+    before = header.stat().st_mtime_ns
+    header.write_text("#define LIMIT 2\n")            # the same size, a later time
+    os.utime(header, ns=(before + 10**9, before + 10**9))
+    compiled, second = compile_g()
+    assert compiled and second != first[1]
+    assert not compile_g()[0]

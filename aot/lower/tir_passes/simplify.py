@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from aot.ir.tir import (Bin, Cast, Const, DType, Expr, PrimFunc, Select, Stmt, Unary, dtype_of,
-                        map_stmt_exprs, nodes_of, stmt_exprs, walk_stmt)
+                        map_stmt_exprs, nodes_of, per_object, stmt_exprs, walk_stmt)
 
 _COMPARE = {"<", "<=", ">", ">=", "==", "!="}
 
@@ -191,13 +191,15 @@ def simplify_expr(e: Expr) -> Expr | None:
 
 def simplify_body(body: Stmt) -> Stmt:
     # Already simplified TIR (what the printer gets from the pipeline) has
-    # no node to fold: finding that takes a walk, cheaper than the rebuild.
+    # no node to fold: finding that takes a walk, cheaper than the rebuild,
+    # and asked again of the same body is no walk at all (per_object).
     # Where no node folds as it is, none of its parents can: nothing changes.
     if not _foldable(body):
         return body
     return map_stmt_exprs(body, simplify_expr)
 
 
+@per_object
 def _foldable(body: Stmt) -> bool:
     """Whether simplify_expr replaces any node of body as it is."""
     for s in walk_stmt(body):

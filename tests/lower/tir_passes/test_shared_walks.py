@@ -49,6 +49,66 @@ def test_simplified_tir_comes_back_as_itself_and_the_rest_is_folded():
     assert simplify_body(cast) == Store(out, Const(0), Bin("+", Load(a, Const(0)), Const(7)))
 
 
+def test_a_settled_body_is_not_walked_again(monkeypatch):
+    """The printer asks simplify_body of every kernel the pipeline already
+    simplified: a body once asked is not walked again, while a body equal
+    to it but another object is (by identity: TIR is immutable)."""
+    import sys
+    simplify_module = sys.modules["aot.lower.tir_passes.simplify"]
+    out, a, shared, body = _shared_body()
+    assert simplify_body(body) is body
+    walks = []
+    real = simplify_module.walk_stmt
+    monkeypatch.setattr(simplify_module, "walk_stmt", lambda b: walks.append(b) or real(b))
+    assert simplify_body(body) is body and walks == []
+    twin = _shared_body()[3]
+    assert simplify_body(twin) is twin and walks == [twin]
+    assert simplify_body(twin) is twin and walks == [twin]
+
+
+def test_per_object_answers_once_per_live_object():
+    import gc
+    from aot.ir.tir import per_object
+    asked = []
+
+    @per_object
+    def stores(body) -> bool:
+        asked.append(body)
+        return isinstance(body, Store)
+    out, a, shared, body = _shared_body()
+    assert stores(body) is False and stores(body) is False and asked == [body]
+    twin = _shared_body()[3]
+    assert stores(twin) is False and len(asked) == 2
+    import weakref
+    gone = weakref.ref(twin)
+    del twin, asked[1]
+    gc.collect()
+    assert gone() is None            # the memo does not keep a tree alive
+    store = body.stmts[0]
+    assert stores(store) and stores(store) and asked == [body, store]
+
+
+def test_the_printer_voids_what_the_body_never_reads():
+    """An unused parameter and a local never read are cast to void; a local
+    read only by a comparison simplify decides (`u >= 0` on an unsigned
+    byte) is never read in the printed C either."""
+    from aot.ir.tir import Decl, Var
+    a = Buffer("a", INT32, (8,))
+    out = Buffer("out", INT32, (8,), BufferKind.OUTPUT)
+    spare = Buffer("spare", INT32, (4,))
+    x, y, z = Var("x"), Var("y"), Var("z", U8)
+    body = seq(Decl(x, Load(a, Const(0))), Decl(y, Const(1)),
+               Decl(z, Cast(U8, Load(a, Const(1)))),
+               Store(out, Const(0), Bin("+", x, Const(1))),
+               Store(out, Const(1), Cast(INT32, Bin(">=", z, Const(0, U8)))))
+    code = emit_c([PrimFunc("k", (a, out, spare), body)], "t").source
+    assert "(void)spare;" in code and "(void)y;" in code and "(void)z;" in code
+    assert "(void)x;" not in code and "(void)a;" not in code
+    settled = seq(*body.stmts[:4])       # nothing to fold: the checker's walk says
+    code = emit_c([PrimFunc("k", (a, out, spare), settled)], "t").source
+    assert "(void)spare;" in code and "(void)z;" in code and "(void)x;" not in code
+
+
 def test_legalize_keeps_a_function_without_instructions():
     out, a, shared, body = _shared_body()
     func = PrimFunc("k", (a, out), body)

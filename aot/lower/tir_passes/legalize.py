@@ -14,6 +14,7 @@ nothing.
     aot_mlal_lo / _hi      -> arm_smlal_lo / _hi                  AArch64 NEON (4)
     aot_dot4p_lo / _hi     -> arm_dot4p_lo / _hi                  AArch64 NEON (4)
     aot_addp               -> arm_addp                            AArch64 NEON (4)
+    aot_qnarrow16          -> arm_qnarrow16                       AArch64 NEON (16)
     aot_dot4u              -> x86_vpdpbusd                        x86: AVX512-VNNI (16),
                                                                   with AVX512VL (4, 8)
     fmaf on float32 x n    -> x86_fmadd                           x86: FMA (4, 8),

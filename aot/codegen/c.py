@@ -657,9 +657,11 @@ class _Printer:
         if isinstance(fn, SaturatingNarrow):
             return self._call_text(neon.c_saturating_narrow(self.mod, fn), list(e.args))
         if isinstance(fn, NeonFixedPoint):
-            args = [a if dtype_of(a).lanes > 1 else Broadcast(a, 4) for a in e.args]
-            generic = self._vector_helper_fn(vector_helper(fn.generic, 4))
-            return self._call_text(neon.c_fixed_point(self.mod, fn, generic), args)
+            n = e.dtype.lanes
+            args = [a if dtype_of(a).lanes > 1 else Broadcast(a, n) for a in e.args]
+            generic = self._vector_helper_fn(vector_helper(fn.generic, n))
+            generic4 = self._vector_helper_fn(vector_helper(fn.generic, 4)) if n != 4 else ""
+            return self._call_text(neon.c_fixed_point(self.mod, fn, generic, n, generic4), args)
         if isinstance(fn, HalfOp):
             return self._call_text(self._half_op(fn), list(e.args))
         if isinstance(fn, Lane):        # a vector subscript (GCC's and Clang's vector extension)

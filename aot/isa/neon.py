@@ -227,9 +227,10 @@ def check_neon(fn: str, args: tuple[Expr, ...], dtype: DType):
     elif fn in SATURATING_NARROWS:
         if kinds != [i32x4] * 4 or dtype != DType("int8", 16):
             raise _mismatch(fn, "(int32 x 4 four times) -> int8 x 16", kinds, dtype)
-    elif (len(args) != 2 or dtype != i32x4
-            or any(k.scalar != "int32" or k.lanes not in (1, 4) for k in kinds)):
-        raise _mismatch(fn, "int32 x 4 twice", kinds, dtype)
+    elif (len(args) != 2 or dtype not in (i32x4, DType("int32", 16))
+            or any(k.scalar != "int32" or k.lanes not in (1, dtype.lanes) for k in kinds)
+            or (dtype.lanes == 16 and FIXED_POINT[fn].isa != "neon")):
+        raise _mismatch(fn, "int32 x 4 (NEON: or x 16) twice", kinds, dtype)
     return NEON_OPS[fn]
 
 
@@ -242,6 +243,8 @@ def _mismatch(fn: str, want: str, kinds: list[DType], dtype: DType) -> Unsupport
 _SDOT = ((4, ("dotprod",)),)
 _NEON4 = ((4, ("neon",)),)
 _AARCH64 = ("aarch64",)
+# 16 lanes: four registers (an int8 epilogue's pixel of 16 channels joined)
+_NEON4_16 = ((4, ("neon",)), (16, ("neon",)))
 
 # Both read the quad's bytes as lanes of a broadcast register: little-endian.
 DOT_ROWS: tuple[Instruction, ...] = (
@@ -259,9 +262,9 @@ DOT_ROWS: tuple[Instruction, ...] = (
 )
 # Lane-wise, but only tested little-endian (the C casts vectors to NEON types).
 FIXED_POINT_ROWS: tuple[Instruction, ...] = (
-    Instruction(ARM_SQRDMULH.generic, ARM_SQRDMULH.name, _AARCH64, _NEON4,
+    Instruction(ARM_SQRDMULH.generic, ARM_SQRDMULH.name, _AARCH64, _NEON4_16,
                 little_endian=True, only="int32"),
-    Instruction(ARM_RDBPOT.generic, ARM_RDBPOT.name, _AARCH64, _NEON4,
+    Instruction(ARM_RDBPOT.generic, ARM_RDBPOT.name, _AARCH64, _NEON4_16,
                 little_endian=True, only="int32"),
 )
 ROWS = DOT_ROWS + FIXED_POINT_ROWS
@@ -417,11 +420,15 @@ def c_saturating_narrow(mod, op: SaturatingNarrow) -> str:
                      neon, ret=DType("int8", 16))
 
 
-def c_fixed_point(mod, op: NeonFixedPoint, generic: str) -> str:
+def c_fixed_point(mod, op: NeonFixedPoint, generic: str, lanes: int = 4,
+                  generic4: str = "") -> str:
     """Define arm_sqrdmulh / arm_rdbpot or mve_vqrdmulh / mve_rdbpot: the
     NEON or Helium instructions (ACLE names them alike), `generic` (the
     whole-vector helper's C name, already defined) for a compiler without
-    them."""
+    them. 16 lanes (NEON): the 4 lanes' instructions on each quarter
+    (generic4: the 4-lane helper's C name)."""
+    if lanes == 16:
+        return _c_fixed_point16(mod, op, generic, c_fixed_point(mod, op, generic4))
     t = mod.vector(DType("int32", 4))
     name = f"{op.name}_{t[4:]}"
     if op.generic == "aot_rdhm":
@@ -437,6 +444,22 @@ def c_fixed_point(mod, op: NeonFixedPoint, generic: str) -> str:
         f"#if {isa}\n#include <{header}>\n#endif\n"
         f"static inline {t} {name}({t} a, {t} b)\n{{\n#if {isa}\n{neon}#else\n"
         f"    return {generic}(a, b);\n#endif\n}}"))
+
+
+def _c_fixed_point16(mod, op: NeonFixedPoint, generic: str, four: str) -> str:
+    """op on int32 x 16: `four` (the 4-lane instruction's helper) on each
+    quarter, `generic` without NEON."""
+    t, q = mod.vector(DType("int32", 16)), mod.vector(DType("int32", 4))
+    name = f"{op.name}_{t[4:]}"
+
+    def quarter(v: str, k: int) -> str:
+        return f"({q}){{{', '.join(f'{v}[{4 * k + j}]' for j in range(4))}}}"
+    parts = "".join(f"    const {q} r{k} = {four}({quarter('a', k)}, {quarter('b', k)});\n"
+                    for k in range(4))
+    joined = ", ".join(f"r{k}[{j}]" for k in range(4) for j in range(4))
+    return mod.helper(name, lambda: (
+        f"static inline {t} {name}({t} a, {t} b)\n{{\n#if {_ISA}\n{parts}"
+        f"    return ({t}){{{joined}}};\n#else\n    return {generic}(a, b);\n#endif\n}}"))
 
 
 # --------------------------------------------------------------------- LLVM
@@ -573,6 +596,18 @@ def _saturating_narrow(b: ir.IRBuilder, *vs):
 
 
 def _fixed_point(b: ir.IRBuilder, module: ir.Module, op: NeonFixedPoint, x, e):
+    """op on 4 lanes, or on each quarter of 16 (NEON)."""
+    if x.type.count == 4:
+        return _fixed_point4(b, module, op, x, e)
+    parts = [_fixed_point4(b, module, op, _shuffle(b, x, list(range(k, k + 4))),
+                           _shuffle(b, e, list(range(k, k + 4)))) for k in (0, 4, 8, 12)]
+    i32 = ir.IntType(32)
+    lo = b.shuffle_vector(parts[0], parts[1], ir.Constant(ir.VectorType(i32, 8), list(range(8))))
+    hi = b.shuffle_vector(parts[2], parts[3], ir.Constant(ir.VectorType(i32, 8), list(range(8))))
+    return b.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(i32, 16), list(range(16))))
+
+
+def _fixed_point4(b: ir.IRBuilder, module: ir.Module, op: NeonFixedPoint, x, e):
     """arm_sqrdmulh: SQRDMULH; arm_rdbpot: -1 added (saturating) to
     negative x where the exponent e is above 0, then SRSHL by -e; the mve_
     forms Helium's VQRDMULH, VQADD and VRSHL."""
@@ -603,7 +638,8 @@ __all__ = ["ADDP", "ARM_ADDP", "ARM_DOT16P", "ARM_DOT4P_HI", "ARM_DOT4P_LO", "AR
            "DOT4P_HI", "DOT4P_LO", "DOT_ROWS", "FIXED_POINT", "FIXED_POINT_ROWS", "MLAL_HI",
            "MLAL_LO", "MVE_RDBPOT", "MVE_VQRDMULH", "NEON_OPS", "NeonFixedPoint",
            "PAIRED_QUAD_DOTS", "PAIRWISE_ADDS", "PairedQuadDot", "PairwiseAdd", "ROWS",
-           "SIXTEEN_DOTS", "SixteenDot", "WIDENING_MLAS", "WideningMla", "c_fixed_point",
-           "c_paired_quad_dot", "c_pairwise_add", "c_quad_dot", "c_sixteen_dot", "c_widening_mla",
-           "check_neon", "llvm_emit", "llvm_sdot", "llvm_smull_dot4", "paired_quad_dot",
-           "pairwise_add", "sixteen_dot", "widening_mla"]
+           "SATURATING_NARROWS", "SIXTEEN_DOTS", "SaturatingNarrow", "SixteenDot", "WIDENING_MLAS",
+           "WideningMla", "c_fixed_point", "c_paired_quad_dot", "c_pairwise_add", "c_quad_dot",
+           "c_saturating_narrow", "c_sixteen_dot", "c_widening_mla", "check_neon", "llvm_emit",
+           "llvm_sdot", "llvm_smull_dot4", "paired_quad_dot", "pairwise_add", "saturating_narrow",
+           "sixteen_dot", "widening_mla"]

@@ -257,7 +257,8 @@ DOT_ROWS: tuple[Instruction, ...] = (
     Instruction(DOT4P_HI.name, ARM_DOT4P_HI.name, _AARCH64, _NEON4, little_endian=True),
     Instruction(DOT16P.name, ARM_DOT16P.name, _AARCH64, _NEON4, little_endian=True),
     Instruction(ADDP.name, ARM_ADDP.name, _AARCH64, _NEON4),
-    Instruction(QNARROW16.name, ARM_QNARROW16.name, _AARCH64, ((16, ("neon",)),)),
+    Instruction(QNARROW16.name, ARM_QNARROW16.name, _AARCH64, ((16, ("neon",)),),
+                little_endian=True),
     Instruction(QUAD_DOT_S.name, ARM_SMULL_DOT4.name, _AARCH64, _NEON4, little_endian=True),
 )
 # Lane-wise, but only tested little-endian (the C casts vectors to NEON types).

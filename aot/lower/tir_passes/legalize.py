@@ -19,8 +19,10 @@ nothing.
                                                                   with AVX512VL (4, 8)
     fmaf on float32 x n    -> x86_fmadd                           x86: FMA (4, 8),
                                                                   AVX512F (16)
-    aot_rdhm on int32 x 4  -> arm_sqrdmulh                        AArch64 NEON
-    aot_rdbpot on int32 x 4 -> arm_rdbpot                         AArch64 NEON
+    aot_rdhm on int32 x 4  -> arm_sqrdmulh                        AArch64 NEON (4; 16:
+                                                                  per quarter)
+    aot_rdbpot on int32 x 4 -> arm_rdbpot                         AArch64 NEON (4; 16:
+                                                                  per quarter)
     aot_dot16              -> arm_vmladava                        Arm with MVE (Helium)
     aot_widen4             -> arm_vldrb_s32                       Arm with MVE (4)
     aot_rdhm / aot_rdbpot  -> mve_vqrdmulh / mve_rdbpot           Arm with MVE (4)

@@ -33,7 +33,8 @@ from aot.codegen.check import check_func
 from aot.isa.half import HalfOp
 from aot.isa.calls import Helper, Lane, PairPack, PairSums, check_call, vector_helper
 from aot.isa.dots import PairDot, QuadDot
-from aot.isa.neon import NeonFixedPoint, PairedQuadDot, PairwiseAdd, SixteenDot, WideningMla
+from aot.isa.neon import (NeonFixedPoint, PairedQuadDot, PairwiseAdd, SaturatingNarrow, SixteenDot,
+                          WideningMla)
 from aot.isa.x86 import Fmadd, Pmuldq
 from aot.codegen.names import c_comment, c_identifier, kernel_symbols
 from aot.codegen.split import balanced_groups
@@ -653,10 +654,14 @@ class _Printer:
             return self._call_text(neon.c_sixteen_dot(self.mod, fn), list(e.args))
         if isinstance(fn, PairwiseAdd):
             return self._call_text(neon.c_pairwise_add(self.mod, fn), list(e.args))
+        if isinstance(fn, SaturatingNarrow):
+            return self._call_text(neon.c_saturating_narrow(self.mod, fn), list(e.args))
         if isinstance(fn, NeonFixedPoint):
-            args = [a if dtype_of(a).lanes > 1 else Broadcast(a, 4) for a in e.args]
-            generic = self._vector_helper_fn(vector_helper(fn.generic, 4))
-            return self._call_text(neon.c_fixed_point(self.mod, fn, generic), args)
+            n = e.dtype.lanes
+            args = [a if dtype_of(a).lanes > 1 else Broadcast(a, n) for a in e.args]
+            generic = self._vector_helper_fn(vector_helper(fn.generic, n))
+            generic4 = self._vector_helper_fn(vector_helper(fn.generic, 4)) if n != 4 else ""
+            return self._call_text(neon.c_fixed_point(self.mod, fn, generic, n, generic4), args)
         if isinstance(fn, HalfOp):
             return self._call_text(self._half_op(fn), list(e.args))
         if isinstance(fn, Lane):        # a vector subscript (GCC's and Clang's vector extension)

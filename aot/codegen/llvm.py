@@ -401,7 +401,7 @@ class _FuncBuilder:
             return self.quad_dot(e.dtype.lanes, fn, *args)
         if e.fn in neon.NEON_OPS:
             if isinstance(fn, NeonFixedPoint):
-                args = [self.splat(v, 4) if dtype_of(a).lanes == 1 else v
+                args = [self.splat(v, e.dtype.lanes) if dtype_of(a).lanes == 1 else v
                         for v, a in zip(args, e.args)]
             return neon.llvm_emit(self, fn, args)
         if isinstance(fn, Lane):

@@ -140,6 +140,30 @@ ARM_ADDP = PairwiseAdd("arm_addp", instruction=True)
 PAIRWISE_ADDS = {a.name: a for a in (ADDP, ARM_ADDP)}
 
 
+@dataclass(frozen=True)
+class SaturatingNarrow:
+    """`aot_qnarrow16(a, b, c, d)`: int32 x 4 four times -> int8 x 16, each
+    lane clamped to [-128, 127], a's lanes first: four vectors of an int8
+    epilogue joined for one clamp and one 16-byte store. `arm_qnarrow16`
+    is AArch64's SQXTN, SQXTN2 (int32 -> int16, twice) and SQXTN, SQXTN2
+    (int16 -> int8): exact, as int16 holds every int8 value."""
+    name: str
+    instruction: bool = False
+
+    def result(self, args: tuple[Expr, ...]) -> DType:
+        return DType("int8", 16)
+
+
+QNARROW16 = SaturatingNarrow("aot_qnarrow16")
+ARM_QNARROW16 = SaturatingNarrow("arm_qnarrow16", instruction=True)
+SATURATING_NARROWS = {n.name: n for n in (QNARROW16, ARM_QNARROW16)}
+
+
+def saturating_narrow(a: Expr, b: Expr, c: Expr, d: Expr) -> Call:
+    """The aot_qnarrow16 call (see SaturatingNarrow)."""
+    return Call(QNARROW16.name, (a, b, c, d), DType("int8", 16))
+
+
 def paired_quad_dot(acc: Expr, q0: Expr, q1: Expr, w0: Expr, w1: Expr, high: bool) -> Call:
     """The aot_dot4p_lo / _hi call (see PairedQuadDot)."""
     return Call((DOT4P_HI if high else DOT4P_LO).name, (acc, q0, q1, w0, w1), dtype_of(acc))
@@ -174,7 +198,8 @@ MVE_VQRDMULH = NeonFixedPoint("mve_vqrdmulh", "aot_rdhm", isa="mve")
 MVE_RDBPOT = NeonFixedPoint("mve_rdbpot", "aot_rdbpot", isa="mve")
 FIXED_POINT = {f.name: f for f in (ARM_SQRDMULH, ARM_RDBPOT, MVE_VQRDMULH, MVE_RDBPOT)}
 # the calls check_neon knows (the QuadDot instructions are checked with aot_dot4's)
-NEON_OPS = {**WIDENING_MLAS, **PAIRED_QUAD_DOTS, **SIXTEEN_DOTS, **PAIRWISE_ADDS, **FIXED_POINT}
+NEON_OPS = {**WIDENING_MLAS, **PAIRED_QUAD_DOTS, **SIXTEEN_DOTS, **PAIRWISE_ADDS,
+            **SATURATING_NARROWS, **FIXED_POINT}
 
 
 def check_neon(fn: str, args: tuple[Expr, ...], dtype: DType):
@@ -199,9 +224,13 @@ def check_neon(fn: str, args: tuple[Expr, ...], dtype: DType):
     elif fn in PAIRWISE_ADDS:
         if kinds != [i32x4] * 2 or dtype != i32x4:
             raise _mismatch(fn, "int32 x 4 twice", kinds, dtype)
-    elif (len(args) != 2 or dtype != i32x4
-            or any(k.scalar != "int32" or k.lanes not in (1, 4) for k in kinds)):
-        raise _mismatch(fn, "int32 x 4 twice", kinds, dtype)
+    elif fn in SATURATING_NARROWS:
+        if kinds != [i32x4] * 4 or dtype != DType("int8", 16):
+            raise _mismatch(fn, "(int32 x 4 four times) -> int8 x 16", kinds, dtype)
+    elif (len(args) != 2 or dtype not in (i32x4, DType("int32", 16))
+            or any(k.scalar != "int32" or k.lanes not in (1, dtype.lanes) for k in kinds)
+            or (dtype.lanes == 16 and FIXED_POINT[fn].isa != "neon")):
+        raise _mismatch(fn, "int32 x 4 (NEON: or x 16) twice", kinds, dtype)
     return NEON_OPS[fn]
 
 
@@ -214,6 +243,8 @@ def _mismatch(fn: str, want: str, kinds: list[DType], dtype: DType) -> Unsupport
 _SDOT = ((4, ("dotprod",)),)
 _NEON4 = ((4, ("neon",)),)
 _AARCH64 = ("aarch64",)
+# 16 lanes: four registers (an int8 epilogue's pixel of 16 channels joined)
+_NEON4_16 = ((4, ("neon",)), (16, ("neon",)))
 
 # Both read the quad's bytes as lanes of a broadcast register: little-endian.
 DOT_ROWS: tuple[Instruction, ...] = (
@@ -226,13 +257,15 @@ DOT_ROWS: tuple[Instruction, ...] = (
     Instruction(DOT4P_HI.name, ARM_DOT4P_HI.name, _AARCH64, _NEON4, little_endian=True),
     Instruction(DOT16P.name, ARM_DOT16P.name, _AARCH64, _NEON4, little_endian=True),
     Instruction(ADDP.name, ARM_ADDP.name, _AARCH64, _NEON4),
+    Instruction(QNARROW16.name, ARM_QNARROW16.name, _AARCH64, ((16, ("neon",)),),
+                little_endian=True),
     Instruction(QUAD_DOT_S.name, ARM_SMULL_DOT4.name, _AARCH64, _NEON4, little_endian=True),
 )
 # Lane-wise, but only tested little-endian (the C casts vectors to NEON types).
 FIXED_POINT_ROWS: tuple[Instruction, ...] = (
-    Instruction(ARM_SQRDMULH.generic, ARM_SQRDMULH.name, _AARCH64, _NEON4,
+    Instruction(ARM_SQRDMULH.generic, ARM_SQRDMULH.name, _AARCH64, _NEON4_16,
                 little_endian=True, only="int32"),
-    Instruction(ARM_RDBPOT.generic, ARM_RDBPOT.name, _AARCH64, _NEON4,
+    Instruction(ARM_RDBPOT.generic, ARM_RDBPOT.name, _AARCH64, _NEON4_16,
                 little_endian=True, only="int32"),
 )
 ROWS = DOT_ROWS + FIXED_POINT_ROWS
@@ -293,16 +326,17 @@ def c_widening_mla(mod, d: DType, op: WideningMla) -> str:
 
 
 def _c_helper(mod, name: str, params: str, formula: str, neon: str | None,
-              statements: bool = False) -> str:
+              statements: bool = False, ret: DType = DType("int32", 4)) -> str:
     """A helper returning `neon` (an AArch64 NEON expression; with
     `statements`, statements returning the result) under #if, else
-    computing `formula`'s statements; `formula` alone if neon is None."""
+    computing `formula`'s statements; `formula` alone if neon is None;
+    of type `ret`."""
     head = ""
     if neon is not None:
         head = _INCLUDE
         body = neon if statements else f"    return {neon};\n"
         formula = f"#if {_ISA}\n{body}#else\n{formula}#endif\n"
-    rt = mod.vector(DType("int32", 4))
+    rt = mod.vector(ret)
     return mod.helper(name, lambda: (
         f"{head}static inline {rt} {name}({params})\n{{\n{formula}}}"))
 
@@ -370,11 +404,32 @@ def c_pairwise_add(mod, op: PairwiseAdd) -> str:
     return _c_helper(mod, f"{op.name}_{rt[4:]}", f"{rt} a, {rt} b", formula, neon)
 
 
-def c_fixed_point(mod, op: NeonFixedPoint, generic: str) -> str:
+def c_saturating_narrow(mod, op: SaturatingNarrow) -> str:
+    """Define aot_qnarrow16 (the formula) or arm_qnarrow16 (SQXTN, SQXTN2
+    twice) and name it."""
+    it, bt = mod.vector(DType("int32", 4)), mod.vector(DType("int8", 16))
+    lanes = ", ".join(f"(signed char)(v[{i // 4}][{i % 4}] < -128 ? -128 : "
+                      f"v[{i // 4}][{i % 4}] > 127 ? 127 : v[{i // 4}][{i % 4}])"
+                      for i in range(16))
+    formula = (f"    const {it} v[4] = {{a, b, c, d}};\n"
+               f"    {bt} r = {{{lanes}}};\n"
+               "    return r;\n")
+    neon = (f"({bt})vqmovn_high_s16(vqmovn_s16(vqmovn_high_s32(vqmovn_s32((int32x4_t)a), "
+            "(int32x4_t)b)), vqmovn_high_s32(vqmovn_s32((int32x4_t)c), (int32x4_t)d))"
+            if op.instruction else None)
+    return _c_helper(mod, f"{op.name}_{bt[4:]}", f"{it} a, {it} b, {it} c, {it} d", formula,
+                     neon, ret=DType("int8", 16))
+
+
+def c_fixed_point(mod, op: NeonFixedPoint, generic: str, lanes: int = 4,
+                  generic4: str = "") -> str:
     """Define arm_sqrdmulh / arm_rdbpot or mve_vqrdmulh / mve_rdbpot: the
     NEON or Helium instructions (ACLE names them alike), `generic` (the
     whole-vector helper's C name, already defined) for a compiler without
-    them."""
+    them. 16 lanes (NEON): the 4 lanes' instructions on each quarter
+    (generic4: the 4-lane helper's C name)."""
+    if lanes == 16:
+        return _c_fixed_point16(mod, op, generic, c_fixed_point(mod, op, generic4))
     t = mod.vector(DType("int32", 4))
     name = f"{op.name}_{t[4:]}"
     if op.generic == "aot_rdhm":
@@ -390,6 +445,22 @@ def c_fixed_point(mod, op: NeonFixedPoint, generic: str) -> str:
         f"#if {isa}\n#include <{header}>\n#endif\n"
         f"static inline {t} {name}({t} a, {t} b)\n{{\n#if {isa}\n{neon}#else\n"
         f"    return {generic}(a, b);\n#endif\n}}"))
+
+
+def _c_fixed_point16(mod, op: NeonFixedPoint, generic: str, four: str) -> str:
+    """op on int32 x 16: `four` (the 4-lane instruction's helper) on each
+    quarter, `generic` without NEON."""
+    t, q = mod.vector(DType("int32", 16)), mod.vector(DType("int32", 4))
+    name = f"{op.name}_{t[4:]}"
+
+    def quarter(v: str, k: int) -> str:
+        return f"({q}){{{', '.join(f'{v}[{4 * k + j}]' for j in range(4))}}}"
+    parts = "".join(f"    const {q} r{k} = {four}({quarter('a', k)}, {quarter('b', k)});\n"
+                    for k in range(4))
+    joined = ", ".join(f"r{k}[{j}]" for k in range(4) for j in range(4))
+    return mod.helper(name, lambda: (
+        f"static inline {t} {name}({t} a, {t} b)\n{{\n#if {_ISA}\n{parts}"
+        f"    return ({t}){{{joined}}};\n#else\n    return {generic}(a, b);\n#endif\n}}"))
 
 
 # --------------------------------------------------------------------- LLVM
@@ -440,6 +511,8 @@ def llvm_emit(fb, op, args: list) -> ir.Value:
         return _sixteen_dot(fb, op, *args)
     if isinstance(op, PairwiseAdd):
         return _pairwise_add(fb.b, *args)
+    if isinstance(op, SaturatingNarrow):
+        return _saturating_narrow(fb.b, *args)
     return _fixed_point(fb.b, fb.module, op, *args)
 
 
@@ -506,7 +579,36 @@ def _pairwise_add(b: ir.IRBuilder, x, y):
     return b.add(_shuffle(b, both, [0, 2, 4, 6]), _shuffle(b, both, [1, 3, 5, 7]))
 
 
+def _saturating_narrow(b: ir.IRBuilder, *vs):
+    """aot_qnarrow16 / arm_qnarrow16: the four vectors joined, clamped to
+    [-128, 127] and truncated (AArch64's instruction selection makes SQXTN
+    and SQXTN2 of the clamp and truncation)."""
+    i32 = ir.IntType(32)
+    v8 = ir.VectorType(i32, 8)
+    lo = b.shuffle_vector(vs[0], vs[1], ir.Constant(v8, list(range(8))))
+    hi = b.shuffle_vector(vs[2], vs[3], ir.Constant(v8, list(range(8))))
+    v16 = ir.VectorType(i32, 16)
+    x = b.shuffle_vector(lo, hi, ir.Constant(v16, list(range(16))))
+    x = b.select(b.icmp_signed("<", x, ir.Constant(v16, [-128] * 16)),
+                 ir.Constant(v16, [-128] * 16), x)
+    x = b.select(b.icmp_signed(">", x, ir.Constant(v16, [127] * 16)),
+                 ir.Constant(v16, [127] * 16), x)
+    return b.trunc(x, ir.VectorType(ir.IntType(8), 16))
+
+
 def _fixed_point(b: ir.IRBuilder, module: ir.Module, op: NeonFixedPoint, x, e):
+    """op on 4 lanes, or on each quarter of 16 (NEON)."""
+    if x.type.count == 4:
+        return _fixed_point4(b, module, op, x, e)
+    parts = [_fixed_point4(b, module, op, _shuffle(b, x, list(range(k, k + 4))),
+                           _shuffle(b, e, list(range(k, k + 4)))) for k in (0, 4, 8, 12)]
+    i32 = ir.IntType(32)
+    lo = b.shuffle_vector(parts[0], parts[1], ir.Constant(ir.VectorType(i32, 8), list(range(8))))
+    hi = b.shuffle_vector(parts[2], parts[3], ir.Constant(ir.VectorType(i32, 8), list(range(8))))
+    return b.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(i32, 16), list(range(16))))
+
+
+def _fixed_point4(b: ir.IRBuilder, module: ir.Module, op: NeonFixedPoint, x, e):
     """arm_sqrdmulh: SQRDMULH; arm_rdbpot: -1 added (saturating) to
     negative x where the exponent e is above 0, then SRSHL by -e; the mve_
     forms Helium's VQRDMULH, VQADD and VRSHL."""
@@ -537,7 +639,8 @@ __all__ = ["ADDP", "ARM_ADDP", "ARM_DOT16P", "ARM_DOT4P_HI", "ARM_DOT4P_LO", "AR
            "DOT4P_HI", "DOT4P_LO", "DOT_ROWS", "FIXED_POINT", "FIXED_POINT_ROWS", "MLAL_HI",
            "MLAL_LO", "MVE_RDBPOT", "MVE_VQRDMULH", "NEON_OPS", "NeonFixedPoint",
            "PAIRED_QUAD_DOTS", "PAIRWISE_ADDS", "PairedQuadDot", "PairwiseAdd", "ROWS",
-           "SIXTEEN_DOTS", "SixteenDot", "WIDENING_MLAS", "WideningMla", "c_fixed_point",
-           "c_paired_quad_dot", "c_pairwise_add", "c_quad_dot", "c_sixteen_dot", "c_widening_mla",
-           "check_neon", "llvm_emit", "llvm_sdot", "llvm_smull_dot4", "paired_quad_dot",
-           "pairwise_add", "sixteen_dot", "widening_mla"]
+           "SATURATING_NARROWS", "SIXTEEN_DOTS", "SaturatingNarrow", "SixteenDot", "WIDENING_MLAS",
+           "WideningMla", "c_fixed_point", "c_paired_quad_dot", "c_pairwise_add", "c_quad_dot",
+           "c_saturating_narrow", "c_sixteen_dot", "c_widening_mla", "check_neon", "llvm_emit",
+           "llvm_sdot", "llvm_smull_dot4", "paired_quad_dot", "pairwise_add", "saturating_narrow",
+           "sixteen_dot", "widening_mla"]

@@ -57,7 +57,8 @@ def test_rows_are_well_formed():
     for row in neon.ROWS:
         assert row.archs == ("aarch64",) and row.name in names and row.generic not in names, row
         assert row.little_endian or row.name == "arm_addp", row    # lane-wise needs no order
-        assert [n for n, _ in row.features] == [4], row
+        # 16 lanes: four registers (the joined int8 epilogue's narrowing and fixed point)
+        assert {n for n, _ in row.features} <= {4, 16}, row
         assert get_target("aarch64-linux-a76").has(*row.features[0][1]), row
     # aot_dot4s: SDOT where there is dotprod, SMULL's four instructions else
     first, second = (r for r in neon.ROWS if r.generic == "aot_dot4s")
@@ -68,7 +69,8 @@ def test_rows_are_well_formed():
 def test_every_row_has_a_case():
     mve = {neon.MVE_VQRDMULH.name, neon.MVE_RDBPOT.name}
     assert mve <= {row.name for row in arm_mve.ROWS}
-    assert {case[3] for case in CASES} == {row.name for row in neon.ROWS} | mve
+    cases = {case[3] for case in CASES} | {case[3] for case in WIDE_CASES}
+    assert cases == {row.name for row in neon.ROWS} | mve
 
 
 @pytest.mark.parametrize("generic, operands, target, instruction, c, llvm", CASES,
@@ -84,6 +86,33 @@ def test_the_instruction_is_chosen_and_spelled(generic, operands, target, instru
         assert llvm in ir and llvm not in generic_ir
     # a NEON instruction is never x86's
     assert instruction not in spelled(func, "x86_64-linux-avx512")[0]
+
+
+# 16-lane calls (result type last): the instruction, its C and LLVM spelling
+I32X16 = I32.with_lanes(16)
+WIDE_CASES = [
+    ("aot_qnarrow16", (I32X4,) * 4, "aarch64-linux", "arm_qnarrow16", "vqmovn_high_s16", None,
+     I8X16),
+    ("aot_rdhm", (I32X16, I32X16), "aarch64-linux", "arm_sqrdmulh", "vqrdmulhq_s32",
+     "llvm.aarch64.neon.sqrdmulh.v4i32", I32X16),
+    ("aot_rdbpot", (I32X16, I32X16), "aarch64-linux", "arm_rdbpot", "vrshlq_s32",
+     "llvm.aarch64.neon.srshl.v4i32", I32X16),
+]
+
+
+@pytest.mark.parametrize("generic, operands, target, instruction, c, llvm, result", WIDE_CASES,
+                         ids=[f"{case[3]}-{case[6]}" for case in WIDE_CASES])
+def test_sixteen_lanes_are_chosen_and_spelled(generic, operands, target, instruction, c, llvm,
+                                              result):
+    func = call_kernel(generic, operands, result)
+    names, source, ir = spelled(func, target)
+    assert names == {instruction}
+    assert c in source and "#else" in source
+    if llvm is not None:
+        assert llvm in ir
+    assert instruction not in spelled(func, "x86_64-linux-avx512")[0]
+    # Helium keeps 4 lanes: its fixed point on 16 stays generic
+    assert not names & spelled(func, "cortex-m55")[0]
 
 
 def test_without_dotprod_aot_dot4_stays_generic():

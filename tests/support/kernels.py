@@ -90,15 +90,17 @@ N = 4096
 I32, I4 = DType("int32"), DType("int32", 4)
 
 
-def _func() -> PrimFunc:
-    """out[i] = aot_rdhm(a[i], m[i]), out[N + i] = aot_rdbpot(a[i], e[i]), 4 lanes at a time."""
+def _func(lanes: int = 4) -> PrimFunc:
+    """out[i] = aot_rdhm(a[i], m[i]), out[N + i] = aot_rdbpot(a[i], e[i]), `lanes` at a time."""
     a, m, e = (Buffer(n, I32, (N,)) for n in "ame")
     out = Buffer("out", I32, (2 * N,), BufferKind.OUTPUT)
     i = Var("i")
+    v = I32.with_lanes(lanes)
     return PrimFunc("fixed_point", (a, m, e, out), For(i, N, seq(
-        Store(out, i, Call("aot_rdhm", (Load(a, i, 4), Load(m, i, 4)), I4)),
-        Store(out, Bin("+", i, Const(N)), Call("aot_rdbpot", (Load(a, i, 4), Load(e, i, 4)),
-                                                I4))), step=4))
+        Store(out, i, Call("aot_rdhm", (Load(a, i, lanes), Load(m, i, lanes)), v)),
+        Store(out, Bin("+", i, Const(N)), Call("aot_rdbpot", (Load(a, i, lanes),
+                                                               Load(e, i, lanes)), v))),
+        step=lanes))
 
 
 def _inputs(rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -9,10 +9,12 @@ import shutil
 import numpy as np
 import pytest
 
+from aot.isa.neon import saturating_narrow
+from aot.ir.tir import Bin, Buffer, BufferKind, Const, DType, For, Load, PrimFunc, Store, Var
 from aot.lower.tir_passes.legalize import legalize
 from aot.ops.quant import qmath as ref
 from aot.targets import get_target
-from support.kernels import N, _func, _inputs, call_names, run_qemu
+from support.kernels import I32, N, _func, _inputs, call_names, run_qemu
 
 TARGET = get_target("aarch64-linux")
 
@@ -20,12 +22,36 @@ pytestmark = pytest.mark.skipif(shutil.which("qemu-aarch64") is None,
                                 reason="qemu-aarch64 is not installed")
 
 
+@pytest.mark.parametrize("lanes", [4, 16])
 @pytest.mark.parametrize("codegen", ["c", "llvm"])
-def test_neon_fixed_point_matches_the_reference(codegen, tmp_path):
-    func = legalize(_func(), TARGET)
+def test_neon_fixed_point_matches_the_reference(codegen, lanes, tmp_path):
+    """4 lanes: one register; 16: the instructions on each quarter."""
+    func = legalize(_func(lanes), TARGET)
     assert {"arm_sqrdmulh", "arm_rdbpot"} <= call_names(func)
     a, m, e = _inputs(np.random.default_rng(0))
     out = run_qemu(func, codegen, tmp_path, a.tobytes() + m.tobytes() + e.tobytes())
     got = np.frombuffer(out, np.int32)
     np.testing.assert_array_equal(got[:N], ref.srdhm(a.astype(np.int64), m.astype(np.int64)))
     np.testing.assert_array_equal(got[N:], ref.rdbpot(a.astype(np.int64), e.astype(np.int64)))
+
+
+@pytest.mark.parametrize("legalized", [True, False], ids=["sqxtn", "formula"])
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
+def test_saturating_narrow_clamps_four_vectors_to_int8(codegen, legalized, tmp_path):
+    """aot_qnarrow16 (the formula) and arm_qnarrow16 (SQXTN, SQXTN2 twice):
+    four int32 x 4 into int8 x 16 in order, each lane clamped to int8."""
+    a = Buffer("a", I32, (N,))
+    out = Buffer("out", DType("int8"), (N,), BufferKind.OUTPUT)
+    i = Var("i")
+    quarters = tuple(Load(a, Bin("+", i, Const(4 * k)), 4) for k in range(4))
+    func = PrimFunc("narrow", (a, out), For(i, N, Store(out, i, saturating_narrow(*quarters)),
+                                            step=16))
+    if legalized:
+        func = legalize(func, TARGET)
+    assert call_names(func) == {"arm_qnarrow16" if legalized else "aot_qnarrow16"}
+    rng = np.random.default_rng(1)
+    x = rng.integers(-300, 300, N)
+    x[:8] = [-2**31, 2**31 - 1, -129, -128, 127, 128, 0, -1]
+    x[N // 2:] = rng.integers(-2**31, 2**31, N // 2)
+    got = np.frombuffer(run_qemu(func, codegen, tmp_path, x.astype(np.int32).tobytes()), np.int8)
+    np.testing.assert_array_equal(got, np.clip(x, -128, 127))

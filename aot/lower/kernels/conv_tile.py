@@ -136,7 +136,9 @@ def conv_tile(ctx: LowerCtx, s: TileStrategy, n: Expr, pixels: Sequence[list[Exp
     at = TileAt(n, tuple(pixels), region, g, c0, tuple(widths), inside=s.inside(region))
     rt = register_tile(ctx, s.dtype, pixels, widths, lambda off, wd: s.init(at, off, wd))
     at = replace(at, accs=rt.accs)
-    return rt.code(s.reduce(ctx, at), lambda pix, off, a, wd: s.store(ctx, at, pix, off, a, wd))
+    return rt.code(s.reduce(ctx, at), lambda pix, off, a, wd: s.store(ctx, at, pix, off, a, wd),
+                   getattr(s, "store_joined", None) and (
+                       lambda pix, off, accs: s.store_joined(ctx, at, pix, off, accs)))
 
 
 def int8_tap(ctx: LowerCtx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs, plane: int = 0) -> Stmt:
@@ -468,11 +470,14 @@ class Int8Dot:
     at bias(folded, channel, lanes), the bias less the input zero point
     times the weights' sum where the tile is inside and its rows are not
     staged, and is requantized through epilogue(block, (n, oy, ox, c),
-    acc, lanes)."""
+    acc, lanes); four 4-lane accumulators of a pixel's 16 channels from c
+    through joined(block, (n, oy, ox, c), accs) where it gives a store
+    (one narrowing, clamp and store of the 16 bytes)."""
     cv: Int8Conv
     bias: Callable[[bool, Expr, int], Expr]
     epilogue: Callable
     dtype: DType = dt("int32")
+    joined: Callable | None = None
 
     def channel(self, at: TileAt, off: int) -> Expr:
         return add(add(mul(at.g, Const(self.cv.g.per_group)), at.c0), Const(off))
@@ -534,6 +539,17 @@ class Int8Dot:
               width: int) -> Stmt:
         return in_block(ctx, lambda b: self.epilogue(
             b, (at.n, at.oy, pixel[-1], self.channel(at, off)), acc, width))
+
+    def store_joined(self, ctx: LowerCtx, at: TileAt, pixel: list[Expr], off: int,
+                     accs: tuple[Var, ...]) -> Stmt | None:
+        if self.joined is None:
+            return None
+        b = q.Block(ctx)
+        st = self.joined(b, (at.n, at.oy, pixel[-1], self.channel(at, off)), accs)
+        if st is None:
+            return None
+        b.add(st)
+        return b.stmt()
 
 
 # ---------------------------------------------------------------- float steps

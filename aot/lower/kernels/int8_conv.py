@@ -124,7 +124,9 @@ def conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable[[tuple], Expr], zp: i
 def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, sched: Int8ConvSchedule, load_x: Callable,
                      zp: int, weights: np.ndarray, bias: np.ndarray,
                      epilogue: Callable[[q.Block, tuple, Expr, int], Stmt],
-                     prologue: Callable[[Expr], Stmt] | None = None) -> Stmt:
+                     prologue: Callable[[Expr], Stmt] | None = None,
+                     joined: Callable[[q.Block, tuple, tuple], Stmt | None] | None = None
+                     ) -> Stmt:
     """conv_nest in vector tiles (see the section comment).
 
     Dense and grouped convolutions broadcast one input value against
@@ -133,7 +135,9 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, sched: Int8ConvSchedule, load_x
     loads input and weights as channel vectors alike (weights [KH, KW, C]).
     epilogue(block, (n, oy, ox, c), acc, lanes) stores the requantized
     result of `lanes` channels from c (one accumulator: a vector, a
-    narrower one or a scalar). The tile, the accumulator strategy and how
+    narrower one or a scalar); joined(block, (n, oy, ox, c), accs), where
+    given, the store of four 4-lane accumulators' 16 channels from c (None:
+    one by one). The tile, the accumulator strategy and how
     the input rows are read are `sched`'s (int8_conv_schedule's answer
     "vector", aot/lower/schedule/conv.py),
     each tap's steps the strategy's (aot/lower/kernels/conv_tile.py), the regions,
@@ -191,7 +195,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, sched: Int8ConvSchedule, load_x
         return Load(bias_tabs[fold], oc, lanes)
 
     return walk(ctx, sched.walk, g.n, regions(sched.walk.regions, g.window(), (g.h, g.w)), t,
-                groups, tiles, partial(conv_tile, ctx, Int8Dot(cv, bias_at, epilogue)), prologue,
+                groups, tiles, partial(conv_tile, ctx, Int8Dot(cv, bias_at, epilogue, joined=joined)), prologue,
                 lambda n, pos: cv.rows.stage(n, pos[0]) if staged else None)
 
 

@@ -101,13 +101,30 @@ class RegisterTile:
     decls: tuple[Stmt, ...]
 
     def code(self, reduction: Stmt | None,
-             store: Callable[[Expr, int, Var, int], Stmt]) -> Stmt:
+             store: Callable[[Expr, int, Var, int], Stmt],
+             joined: Callable[[Expr, int, tuple[Var, ...]], Stmt | None] | None = None) -> Stmt:
         """The tile: the declarations, the reduction (the accumulator
         strategy's steps), then store(pixel, channel offset, acc, width)
-        for every accumulator, from its register (the epilogue)."""
+        for every accumulator, from its register (the epilogue). With
+        `joined`, each run of four 4-lane accumulators of a pixel goes to
+        joined(pixel, channel offset, accs) first (None: stored one by one)."""
         return seq_of(*self.decls, reduction, *(
-            store(pixel, off, a, wd) for pixel, row in zip(self.pixels, self.accs)
-            for a, off, wd in zip(row, offsets(self.widths), self.widths)))
+            st for pixel, row in zip(self.pixels, self.accs)
+            for st in self._row_stores(pixel, row, store, joined)))
+
+    def _row_stores(self, pixel, row: tuple[Var, ...], store, joined) -> list[Stmt]:
+        offs = offsets(self.widths)
+        out, j = [], 0
+        while j < len(row):
+            if joined is not None and self.widths[j:j + 4] == (4, 4, 4, 4):
+                st = joined(pixel, offs[j], row[j:j + 4])
+                if st is not None:
+                    out.append(st)
+                    j += 4
+                    continue
+            out.append(store(pixel, offs[j], row[j], self.widths[j]))
+            j += 1
+        return out
 
 
 def register_tile(ctx: LowerCtx, dtype: DType, pixels: Sequence, widths: Sequence[int],

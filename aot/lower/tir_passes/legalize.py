@@ -14,12 +14,15 @@ nothing.
     aot_mlal_lo / _hi      -> arm_smlal_lo / _hi                  AArch64 NEON (4)
     aot_dot4p_lo / _hi     -> arm_dot4p_lo / _hi                  AArch64 NEON (4)
     aot_addp               -> arm_addp                            AArch64 NEON (4)
+    aot_qnarrow16          -> arm_qnarrow16                       AArch64 NEON (16)
     aot_dot4u              -> x86_vpdpbusd                        x86: AVX512-VNNI (16),
                                                                   with AVX512VL (4, 8)
     fmaf on float32 x n    -> x86_fmadd                           x86: FMA (4, 8),
                                                                   AVX512F (16)
-    aot_rdhm on int32 x 4  -> arm_sqrdmulh                        AArch64 NEON
-    aot_rdbpot on int32 x 4 -> arm_rdbpot                         AArch64 NEON
+    aot_rdhm on int32 x 4  -> arm_sqrdmulh                        AArch64 NEON (4; 16:
+                                                                  per quarter)
+    aot_rdbpot on int32 x 4 -> arm_rdbpot                         AArch64 NEON (4; 16:
+                                                                  per quarter)
     aot_dot16              -> arm_vmladava                        Arm with MVE (Helium)
     aot_widen4             -> arm_vldrb_s32                       Arm with MVE (4)
     aot_rdhm / aot_rdbpot  -> mve_vqrdmulh / mve_rdbpot           Arm with MVE (4)

@@ -26,7 +26,9 @@ from aot.lower.schedule.space import Config
 # a fixed vector whatever names new kernels and sites bring.
 CALL_SLOTS = 4
 CHOICE_SLOTS = 8
-TILE_KNOB_NAMES = ("vectors", "mr", "max_accs")
+# The knobs a config gives by name (tiles, the integer nests' tile) and
+# "count": the value of a site answered by a number (unrolling).
+KNOB_NAMES = ("vectors", "mr", "max_accs", "registers", "rows", "channels", "count")
 
 NAMES = (
     # the whole kernel, dynamic
@@ -37,7 +39,7 @@ NAMES = (
     "pressure", "spill", "nest_loads_per_mac", "nest_log_bytes", "unrolled_share",
     *(f"call{i}" for i in range(CALL_SLOTS)),
     # the config
-    *(f"knob_{k}" for k in TILE_KNOB_NAMES), "sites",
+    *(f"knob_{k}" for k in KNOB_NAMES), "sites",
     *(f"choice{i}" for i in range(CHOICE_SLOTS)),
 )
 
@@ -174,11 +176,14 @@ def nests_of(func: PrimFunc) -> list[_Nest]:
 
 
 def _config_features(config: Config) -> list[float]:
-    knobs = {k: 0.0 for k in TILE_KNOB_NAMES}
+    knobs = {k: 0.0 for k in KNOB_NAMES}
     choices = [0.0] * CHOICE_SLOTS
     for site, value in config.sites:
         if isinstance(value, str):
             choices[_slot(f"{site}={value}", CHOICE_SLOTS)] = 1.0
+            continue
+        if isinstance(value, int):
+            knobs["count"] = max(knobs["count"], float(value))
             continue
         for k, v in value:
             if k in knobs:

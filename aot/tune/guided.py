@@ -17,7 +17,7 @@ import math
 import random
 
 from aot.errors import AotError
-from aot.lower.schedule.space import DEFAULT, Config, Schedules, applied, tile_knobs
+from aot.lower.schedule.space import DEFAULT, Config, Schedules, answer_value, applied
 from aot.tune.evolve import EPSILON, JointSpace, evolve
 from aot.tune.features import features
 from aot.tune.model import CostModel
@@ -28,16 +28,13 @@ ELITE = 4
 
 def effective(answers: dict, config: Config) -> Config:
     """config with the default's answer for every site it leaves alone:
-    the knobs the candidate runs with, so the default's tile reads as its
-    sizes, not as nothing."""
+    the knobs the candidate runs with, so the default's tile, row reads,
+    unrolling or nest tile read as what they are, not as nothing."""
     sites = {}
     for site, answer in answers.items():
-        if isinstance(answer, str):
-            sites[site] = answer
-        elif hasattr(answer, "name") and isinstance(answer.name, str):
-            sites[site] = answer.name
-        elif getattr(answer, "lanes", 1) > 1:
-            sites[site] = tuple(sorted(tile_knobs(answer).items()))
+        value = answer_value(site, answer)
+        if value is not None:
+            sites[site] = value
     sites.update(config.sites)
     return Config(tuple(sorted(sites.items())))
 

@@ -124,3 +124,27 @@ def test_evolution_is_seeded_and_stays_in_the_space(kws):
     for _ in range(200):
         a, b = joint.draw(rng), joint.draw(rng)
         assert joint.holds(joint.mutate(a, rng)) and joint.holds(joint.crossover(a, b, rng))
+
+
+def test_every_site_form_reaches_the_features():
+    """A count (unrolling), the integer nests' tile and a scalar tile are
+    features of the config, and a candidate that leaves a site alone reads
+    the default's answer there."""
+    from aot.lower.schedule.space import Config
+    from aot.lower.schedule.tile_sizes import Tile
+    from aot.tune.features import KNOB_NAMES, _config_features
+    from aot.tune.guided import effective
+
+    answers = {"unroll": 2, "nest_tile": (3, 4), "int8_rows": "staged",
+               "tile/scalar_pixels": Tile(lanes=1, vectors=2, mr=2, max_accs=8)}
+    alone = effective(answers, Config.of({}))
+    assert dict(alone.sites) == {"unroll": 2, "nest_tile": (("channels", 4), ("rows", 3)),
+                                 "int8_rows": "staged",
+                                 "tile/scalar_pixels": (("max_accs", 8), ("mr", 2),
+                                                        ("vectors", 2))}
+    changed = effective(answers, Config.of({"unroll": 8, "nest_tile": {"rows": 2,
+                                                                        "channels": 5}}))
+    knobs = dict(zip(KNOB_NAMES, _config_features(changed)))
+    assert (knobs["count"], knobs["rows"], knobs["channels"], knobs["vectors"]) == (8, 2, 5, 2)
+    before = dict(zip(KNOB_NAMES, _config_features(alone)))
+    assert (before["count"], before["rows"], before["channels"]) == (2, 3, 4)

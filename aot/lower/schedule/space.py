@@ -411,6 +411,20 @@ def space_of(defaults: Mapping[str, Any], target) -> list[Config]:
     return list(dict.fromkeys(configs))
 
 
+def answer_value(site: str, answer) -> Any:
+    """A site's default answer in the form a config gives that site (a
+    name, a count or a knob tuple), or None where it has none (a tile
+    without knobs): what a candidate that leaves the site alone runs with."""
+    if site in NAMED:
+        return answer if isinstance(answer, str) else getattr(answer, "name", None)
+    if site in COUNTS:
+        return answer if isinstance(answer, int) and not isinstance(answer, bool) else None
+    if site == "nest_tile":
+        return tuple(sorted(zip(NEST_KNOBS, answer)))
+    knobs = tile_knobs(answer) if hasattr(answer, "lanes") else {}
+    return tuple(sorted(knobs.items())) or None
+
+
 # The sites that change a kernel's algorithm rather than its tile sizes,
 # in the order their alternatives are first measured.
 ALGORITHM_SITES = ("conv_algorithm", "int8_kernel", "quad_kernel", "accumulator", "int8_rows",

@@ -25,7 +25,7 @@ from aot.lower.schedule.tile_sizes import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORD
                                            depthwise_tile, tile)
 from aot.lower.schedule.strategy import (PAIRS, Accumulator, KernelChoice, conv_algorithm,
                                          int8_accumulator, int8_kernel, int8_rows,
-                                         mlal_depthwise, quad_kernel, sixteen_dots,
+                                         mlal_depthwise, pixel_rows, quad_kernel, sixteen_dots,
                                          unroll_taps, unroll_tiles, window_row_accumulator)
 from aot.lower.kernels import half_dense
 from aot.lower.kernels.conv_walk import Walk, float_axes
@@ -50,13 +50,16 @@ class FloatConvSchedule:
     taps and input channels as one by-lane reduction. Direct and depthwise:
     `walk`, how conv_walk.walk visits the output (the float policy's
     regions, window_regions). channel_dot only: `fold_sums`, the tile's
-    lane sums taken together (channel_dot.folded_sums)."""
+    lane sums taken together (channel_dot.folded_sums). Pointwise only:
+    `flat`, the pixels blocked as one run over the map rather than row by
+    row (the pixel_rows site; flat_pixels)."""
     algorithm: str
     tile: Tile | None = None
     copy_padded: bool = False
     merge_rows: bool = False
     walk: Walk | None = None
     fold_sums: bool = False
+    flat: bool = False
 
 
 # A float16 convolution Winograd accepts, where the target computes in half
@@ -112,7 +115,8 @@ def float_conv_schedule(target: Target, dtype: DType, xin: SpatialOp, out: Spati
                                  walk=Walk(float_axes(len(win.kernel))),
                                  fold_sums=target.arch in ("x86_64", "x86"))
     if pointwise(win) and channel_last and group == 1 and in_memory:
-        return FloatConvSchedule("pointwise", t)
+        rows = "flat" if flat_pixels(t, out) else "rows"
+        return FloatConvSchedule("pointwise", t, flat=pixel_rows(rows) == "flat")
     axes = float_axes(len(win.kernel))
     if icg == 1 and ocg == 1 and t.lanes > 1:
         dw = depthwise_tile(target, dtype, int(np.prod(win.kernel)))
@@ -137,6 +141,34 @@ def channel_dot_fits(dtype: DType, ocg: int, icg: int, lanes: int) -> bool:
     (the direct tile would run them on scalars), its input channels fill
     whole ones."""
     return dtype.scalar == "float32" and lanes > 1 and ocg < lanes and icg % lanes == 0
+
+
+def mean_block(t: Tile, count: int) -> float:
+    """The mean pixels per block of a run of `count` pixels in t.block's
+    blocks (a remainder block counts as one)."""
+    return count / -(-count // t.block(count))
+
+
+# A pointwise conv's pixels go flat where that makes the mean block at
+# least this much larger than a row's: the by-lane tiles' loads and loop
+# steps are shared by a block's pixels, and the flat run pays a division
+# per stored pixel. qemu-aarch64 -cpu cortex-a72, vww f32's 1x1 convs,
+# instructions rows -> flat: 6x6 maps (rows of 6, blocks of 9) 199,668 ->
+# 192,358; 12x12 (6 -> 9) 210,470 -> 200,961 and 102,900 -> 100,197;
+# 24x24 (8 -> 9) 111,612 -> 117,392, 219,549 -> 220,017, 113,702 -> 108,801.
+FLAT_BLOCK_GAIN = 1.25
+
+
+def flat_pixels(t: Tile, out: SpatialOp) -> bool:
+    """Whether a pointwise conv blocks its pixels as one flat run (the
+    pixel_rows site's default): where a row is narrower than the tile's
+    smallest block, or where the by-lane tiles (Arm's) take blocks a
+    quarter larger on average over the whole map than along a row."""
+    width = out.spatial[-1]
+    if width < t.mr:
+        return True
+    total = out.batch * int(np.prod(out.spatial))
+    return t.k_lanes > 1 and mean_block(t, total) >= FLAT_BLOCK_GAIN * mean_block(t, width)
 
 
 def pointwise(win: ref.Window) -> bool:

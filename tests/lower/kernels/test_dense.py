@@ -40,3 +40,27 @@ def test_float_gemm_and_int8_fc_run_the_one_product(strategies, board):
     # flattened to 6), the units across the lanes
     assert ("Int8Product", (6,), 1, 24) in strategies
 
+
+
+@pytest.mark.parametrize("rows", ["rows", "flat"])
+def test_pointwise_conv_blocks_its_pixels_either_way(rows):
+    """The pixel_rows site's two answers on a 6x6 map (blocks along each
+    row, or across rows over the whole map) compute the same conv."""
+    from aot.lower.schedule.space import Config, Schedules, applied
+    from aot.testing.kernels import compare_with_interpreter
+
+    rng = np.random.default_rng(0)
+    graph = single_op_graph("Conv", [((1, 32, 6, 6), "float32"),
+                                     rng.standard_normal((24, 32, 1, 1)).astype(np.float32),
+                                     rng.standard_normal(24).astype(np.float32)])
+    target = get_board("host").target
+    seen = Schedules(record=True)
+    with applied(seen):
+        plain = lower_graph(graph, target)
+    keys = [key for key, (_, defaults, _) in seen.seen.items() if "pixel_rows" in defaults]
+    assert len(keys) == 1 and seen.seen[keys[0]][1]["pixel_rows"] == "rows"     # x86's default
+    x = {"x0": rng.standard_normal((1, 32, 6, 6)).astype(np.float32)}
+    with applied(Schedules({keys[0]: Config.of({"pixel_rows": rows})})):
+        tuned = lower_graph(graph, target)
+        assert compare_with_interpreter({rows: (graph, x)}, target=target) == {rows: None}
+    assert ([k.func for k in plain] == [k.func for k in tuned]) == (rows == "rows")

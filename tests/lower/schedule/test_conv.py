@@ -225,3 +225,22 @@ def test_interleave_puts_each_steps_inputs_side_by_side():
     assert q.shape == (2, 2, 3, 4) and q.flags.c_contiguous
     assert q[1, 1, 2].tolist() == w[1, 2, 4:8].tolist()
     assert PAIRS.interleave(w)[0, 3, 1].tolist() == w[0, 1, 6:8].tolist()
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("board,side,flat", [
+    ("rpi4", 6, True),     # rows of 6 pixels, blocks of 9 over the map
+    ("rpi4", 12, True),    # blocks of 6 along a row, of 9 over the map
+    ("rpi4", 24, False),   # 8 along a row against 9: not worth the division
+    ("rpi4", 3, True),     # a row narrower than the smallest block
+    ("qemu-armv7", 6, True),   # 4 + 2 along a row, 4 over the map
+    ("host", 6, False),    # x86's broadcast tiles: rows, as measured there
+    ("host", 3, True),
+])
+def test_pointwise_pixels_go_flat_where_a_row_starves_the_tile(board, side, flat):
+    """A pointwise conv blocks every pixel of its map as one run where a
+    row is narrower than the tile's smallest block, or where Arm's by-lane
+    tiles take blocks a quarter larger on average over the map."""
+    m = SpatialOp("NHWC", 1, 64, (side, side))
+    s = float_schedule(board, m, m, 1, 1, 64, 64, pad=0)
+    assert (s.algorithm, s.flat) == ("pointwise", flat)

@@ -351,3 +351,38 @@ def test_host_avx512_package_uses_vpdpbusd_and_is_bit_exact(tmp_path):
     assert out["ok"] and all(r["max_abs_err"] == 0.0 for r in out["outputs"]), out
     kernels = "\n".join(p.read_text() for p in (tmp_path / "pkg" / "src").glob("*kernels*.c"))
     assert "_mm512_dpbusd_epi32(" in kernels and "x86_vpdpbusd_i32x16(" in kernels
+
+
+@pytest.mark.parametrize("target, call", [("aarch64-linux-a76", "arm_sdot"),
+                                          ("aarch64-linux", "arm_dot16p")])
+def test_arm_pointwise_quads_walk_short_rows_as_one_bit_exact(target, call):
+    """1x1 int8 convs whose rows are too short for the quads' pixel blocks
+    (6x6 and, two images, 3x3 with a fused ReLU) stage every pixel of an
+    image as one row, each stored pixel's row and column divided back out;
+    a 12x12 map keeps its rows. Lowered for the A76 (SDOT) and the A72
+    (sixteens), run in the lane formulas on this machine against aot's
+    reference interpreter."""
+    from aot.testing.kernels import compile_kernels, host_target, run_kernels
+    target = get_target(target)
+    graphs = [conv_model("CONV_2D", [1, 6, 6, 32], [24, 1, 1, 32], [1, 6, 6, 24],
+                         dict(Padding=1, StrideH=1, StrideW=1), zp_in=-7, seed=1),
+              conv_model("CONV_2D", [2, 3, 3, 16], [16, 1, 1, 16], [2, 3, 3, 16],
+                         dict(Padding=1, StrideH=1, StrideW=1, FusedActivationFunction=1),
+                         zp_in=90, seed=2),
+              conv_model("CONV_2D", [1, 12, 12, 16], [8, 1, 1, 16], [1, 12, 12, 8],
+                         dict(Padding=1, StrideH=1, StrideW=1), zp_in=-128, seed=3)]
+    kernels = [[replace(k, func=replace(k.func, name=f"c{n}_{k.func.name}"))
+                for k in lower_graph(g, target)] for n, g in enumerate(graphs)]
+    # the staged row's pixels: the whole image, or one row of it
+    widths = [p.shape[1] for ks in kernels for k in ks for p in k.func.params
+              if p.name.startswith(("quad_rows", "byte_rows"))]
+    assert widths == [36, 9, 12]
+    assert all(call in _calls(k.func) for ks in kernels for k in ks)
+    lib, symbols = compile_kernels([k for ks in kernels for k in ks], "c", None, host_target())
+    rng = np.random.default_rng(9)
+    for g, ks in zip(graphs, kernels):
+        for _ in range(2):
+            feeds = _random_inputs(g, rng)
+            got, want = run_kernels(lib, symbols, g, ks, feeds), aot.interpret(g, feeds)
+            for name in g.outputs:
+                np.testing.assert_array_equal(got[name], want[name])

@@ -115,7 +115,8 @@ def float_conv_schedule(target: Target, dtype: DType, xin: SpatialOp, out: Spati
                                  walk=Walk(float_axes(len(win.kernel))),
                                  fold_sums=target.arch in ("x86_64", "x86"))
     if pointwise(win) and channel_last and group == 1 and in_memory:
-        rows = "flat" if flat_pixels(t, out) else "rows"
+        rows = "flat" if flat_pixels(t, out.spatial[-1], out.batch * int(np.prod(out.spatial)),
+                                     t.k_lanes > 1) else "rows"
         return FloatConvSchedule("pointwise", t, flat=pixel_rows(rows) == "flat")
     axes = float_axes(len(win.kernel))
     if icg == 1 and ocg == 1 and t.lanes > 1:
@@ -159,16 +160,15 @@ def mean_block(t: Tile, count: int) -> float:
 FLAT_BLOCK_GAIN = 1.25
 
 
-def flat_pixels(t: Tile, out: SpatialOp) -> bool:
-    """Whether a pointwise conv blocks its pixels as one flat run (the
-    pixel_rows site's default): where a row is narrower than the tile's
-    smallest block, or where the by-lane tiles (Arm's) take blocks a
-    quarter larger on average over the whole map than along a row."""
-    width = out.spatial[-1]
+def flat_pixels(t: Tile, width: int, total: int, by_lane: bool) -> bool:
+    """Whether a pointwise conv whose rows are `width` pixels, `total` in
+    all, blocks them as one flat run (the pixel_rows site's default): where
+    a row is narrower than the tile's smallest block, or where a by-lane
+    tile (Arm's) takes blocks a quarter larger on average over the whole
+    run than along a row."""
     if width < t.mr:
         return True
-    total = out.batch * int(np.prod(out.spatial))
-    return t.k_lanes > 1 and mean_block(t, total) >= FLAT_BLOCK_GAIN * mean_block(t, width)
+    return by_lane and mean_block(t, total) >= FLAT_BLOCK_GAIN * mean_block(t, width)
 
 
 def pointwise(win: ref.Window) -> bool:
@@ -223,7 +223,9 @@ class Int8ConvSchedule:
     input channels at a time per output channel (aot_dot16p: the pixel's 16
     staged bytes against the channel's 16 weights into 4 partial sums,
     folded by aot_addp at the end of the tile), rows staged as bytes.
-    `unroll_taps`: 1 unrolls the window's columns in the quads' tile."""
+    `unroll_taps`: 1 unrolls the window's columns in the quads' tile.
+    `flat_pixels`: a pointwise conv's pixels walked as one row of all of an
+    image's (the pixel_rows site; flat_pixels)."""
     algorithm: str
     tile: Tile | None = None
     tiles: tuple[tuple[int, tuple[int, ...]], ...] = ()
@@ -239,6 +241,7 @@ class Int8ConvSchedule:
     byte_planes: bool = False
     sixteens: bool = False
     unroll_taps: int = 0
+    flat_pixels: bool = False
 
     @property
     def raw(self) -> Accumulator | None:
@@ -372,8 +375,19 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     # 553,584; 16 deep 589,833 -> 590,825).
     taps = unroll_taps(int((g.depth == 16) != sixteens)) if quads and by_lane and not planes \
         else 0
+    # A 1x1 conv's quads by lane on rows too short for their blocks (6 pixels:
+    # 4 + 2) take every pixel of the image as one row.
+    flat_map = quads and by_lane and unit_window(g) and pixel_rows(
+        "flat" if flat_pixels(t, g.ow, g.oh * g.ow, True) else "rows") == "flat"
     return Int8ConvSchedule("vector", t, tiles, depthwise, kind, by_lane, mlal, quads, pairs,
-                            rows, flat_kind, walk, planes, sixteens and quads, taps)
+                            rows, flat_kind, walk, planes, sixteens and quads, taps, flat_map)
+
+
+def unit_window(g: ConvGeom) -> bool:
+    """A 1x1 window at stride 1 without padding: each output pixel reads
+    the input pixel at its own place."""
+    return (g.kh == g.kw == 1 and g.strides == (1, 1) and not g.pad_top and not g.pad_left
+            and (g.oh, g.ow) == (g.h, g.w))
 
 
 def kernel_choice(own: list[str], portable: list[str]) -> str:

@@ -198,10 +198,11 @@ def int8_rows(default: str) -> str:
 
 @tunable("pixel_rows")
 def pixel_rows(default: str) -> str:
-    """How a float pointwise convolution, a matrix product over its pixels,
-    blocks them: "rows" (an image row at a time, each row's pixels in
-    blocks) or "flat" (every pixel of the map as one run of blocks, each
-    pixel's coordinates divided back out when stored). The default policy's
+    """How a pointwise convolution blocks its pixels (a float one, a matrix
+    product over them; an int8 one in Arm's quads by lane): "rows" (an
+    image row at a time, each row's pixels in blocks) or "flat" (every
+    pixel of the map as one run of blocks, each pixel's coordinates
+    divided back out where it is read or stored). The default policy's
     answer (aot/lower/schedule/conv.py: flat_pixels) passes through; a
     schedule config may pick the other."""
     return default

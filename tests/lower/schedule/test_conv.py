@@ -244,3 +244,24 @@ def test_pointwise_pixels_go_flat_where_a_row_starves_the_tile(board, side, flat
     m = SpatialOp("NHWC", 1, 64, (side, side))
     s = float_schedule(board, m, m, 1, 1, 64, 64, pad=0)
     assert (s.algorithm, s.flat) == ("pointwise", flat)
+
+
+def pointwise_map(side: int, depth: int = 64, images: int = 1) -> ConvGeom:
+    return ConvGeom(n=images, h=side, w=side, oh=side, ow=side, kh=1, kw=1, groups=1,
+                    depth=depth, per_group=64, strides=(1, 1), dilations=(1, 1), pad_top=0,
+                    pad_left=0)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("board,g,flat", [
+    ("rpi5", pointwise_map(6), True),      # 4 + 2 pixels a row, blocks of 4 over the map
+    ("rpi5", pointwise_map(3), True),      # 3 a row, 5 + 4 over the map
+    ("rpi4", pointwise_map(6), True),      # the A72's SMULL quads, the same tiles
+    ("rpi5", pointwise_map(12), False),    # rows of 3 blocks of 4 already
+    ("rpi5", geom(64), False),             # a 3x3 window
+    ("rpi5", pointwise_map(6, depth=8), False),   # not 16 deep: no quads by lane
+    ("host", pointwise_map(6), False),     # x86's pairs
+])
+def test_int8_pointwise_quads_go_flat_where_a_row_starves_the_tile(board, g, flat):
+    s = int8_conv_schedule(get_board(board).target, g, weights(g))
+    assert s.flat_pixels == flat

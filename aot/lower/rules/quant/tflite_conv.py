@@ -32,7 +32,7 @@ from aot.lower.arith.requant import (TfliteRequant, TfliteRequant32, TfliteVecRe
                                      settle_constant_channels)
 from aot.lower.kernels import cortex_m, riscv
 from aot.lower.kernels.cortex_m import dsp as int8_dsp
-from aot.lower.kernels.int8_conv import conv_nest, vector_conv_nest
+from aot.lower.kernels.int8_conv import conv_nest, one_row, vector_conv_nest
 from aot.lower.rules.elementwise import const_like
 from aot.lower.kernels.windows import ConvGeom, conv_geom
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
@@ -116,7 +116,10 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
                 y = b.let("out", y)
             return emit(0, idx, y)
         join = joined if out_dtype == "int8" and ctx.target.arch == "aarch64" else None
-        return vector_conv_nest(ctx, g, sched, x.load, zp_in, weights, bias, epilogue,
+        load = x.load
+        if sched.flat_pixels:
+            g, load, epilogue, join = one_row(g, load, epilogue, join)
+        return vector_conv_nest(ctx, g, sched, load, zp_in, weights, bias, epilogue,
                                 joined=join)
     return conv_nest(ctx, g, x.load, zp_in, weights, bias, finish)
 

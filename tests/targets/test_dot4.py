@@ -386,3 +386,30 @@ def test_arm_pointwise_quads_walk_short_rows_as_one_bit_exact(target, call):
             got, want = run_kernels(lib, symbols, g, ks, feeds), aot.interpret(g, feeds)
             for name in g.outputs:
                 np.testing.assert_array_equal(got[name], want[name])
+
+
+@pytest.mark.parametrize("target", ["aarch64-linux-a76", "aarch64-linux"])
+def test_arm_conv_with_a_dead_channel_rounds_by_the_nudge_bit_exact(target):
+    """A dead channel (zero weights, a bias near 2^30) is settled into a
+    constant, so its bound no longer keeps every channel of the layer off
+    AArch64's nudged rounding (an ADD and a shift for the rounding fix-up's
+    four instructions); lowered for the A76 and the A72, run in the lane
+    formulas on this machine against aot's reference interpreter."""
+    from aot.testing.kernels import compile_kernels, host_target, run_kernels
+    target = get_target(target)
+    graphs = [conv_model("CONV_2D", [1, 6, 6, 32], [24, 1, 1, 32], [1, 6, 6, 24],
+                         dict(Padding=1, StrideH=1, StrideW=1, FusedActivationFunction=act),
+                         zp_in=-7, seed=4, dead=5) for act in (0, 1)]
+    kernels = [[replace(k, func=replace(k.func, name=f"c{n}_{k.func.name}"))
+                for k in lower_graph(g, target)] for n, g in enumerate(graphs)]
+    for ks in kernels:
+        assert any(p.name.startswith("rounding_nudge") for k in ks for p in k.func.params)
+        assert not any("rdbpot" in c for k in ks for c in _calls(k.func))
+    lib, symbols = compile_kernels([k for ks in kernels for k in ks], "c", None, host_target())
+    rng = np.random.default_rng(10)
+    for g, ks in zip(graphs, kernels):
+        for _ in range(2):
+            feeds = _random_inputs(g, rng)
+            got, want = run_kernels(lib, symbols, g, ks, feeds), aot.interpret(g, feeds)
+            for name in g.outputs:
+                np.testing.assert_array_equal(got[name], want[name])

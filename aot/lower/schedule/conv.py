@@ -255,7 +255,7 @@ class Int8ConvSchedule:
 
 def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
                        in_memory: bool = False, int16_input: bool = False,
-                       byte_planes: bool = False) -> Int8ConvSchedule:
+                       byte_planes: bool = False, one_row: bool = False) -> Int8ConvSchedule:
     """The default policy. `in_memory`: the input is a buffer the Cortex-M
     kernels read where it lies (tfl.conv2d's int8 input; the hybrid conv's
     quantized image and the ONNX convolutions go through their loads, so
@@ -271,7 +271,8 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     the int8 Cortex-M kernels or the quads of bytes, except as byte planes (`byte_planes`:
     the caller has proven their sums fit int32) where the target's quads
     are signed dot products by lane (Arm's SDOT: 16 products an instruction
-    where SMLAL makes 4; the planes take two)."""
+    where SMLAL makes 4; the planes take two). `one_row`: the caller can walk
+    a 1x1 conv's pixels as one row (int8_conv.one_row; `flat_pixels`)."""
     if int16_input and in_memory and target.lanes(32) == 1:
         if dsp.fits_depthwise(target, g, weights):
             return Int8ConvSchedule("dsp_depthwise16")
@@ -376,8 +377,8 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     taps = unroll_taps(int((g.depth == 16) != sixteens)) if quads and by_lane and not planes \
         else 0
     # A 1x1 conv's quads by lane on rows too short for their blocks (6 pixels:
-    # 4 + 2) take every pixel of the image as one row.
-    flat_map = quads and by_lane and unit_window(g) and pixel_rows(
+    # 4 + 2) take every pixel of the image as one row, where the caller can.
+    flat_map = one_row and quads and by_lane and unit_window(g) and pixel_rows(
         "flat" if flat_pixels(t, g.ow, g.oh * g.ow, True) else "rows") == "flat"
     return Int8ConvSchedule("vector", t, tiles, depthwise, kind, by_lane, mlal, quads, pairs,
                             rows, flat_kind, walk, planes, sixteens and quads, taps, flat_map)

@@ -263,5 +263,6 @@ def pointwise_map(side: int, depth: int = 64, images: int = 1) -> ConvGeom:
     ("host", pointwise_map(6), False),     # x86's pairs
 ])
 def test_int8_pointwise_quads_go_flat_where_a_row_starves_the_tile(board, g, flat):
-    s = int8_conv_schedule(get_board(board).target, g, weights(g))
-    assert s.flat_pixels == flat
+    target = get_board(board).target
+    assert int8_conv_schedule(target, g, weights(g), one_row=True).flat_pixels == flat
+    assert not int8_conv_schedule(target, g, weights(g)).flat_pixels     # a caller without it

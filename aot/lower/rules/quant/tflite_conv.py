@@ -70,7 +70,7 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
         return b.stmt()
 
     bias = bias_values(ctx, ins, 2, g.cout)
-    sched = int8_conv_schedule(ctx.target, g, weights, x.in_memory)
+    sched = int8_conv_schedule(ctx.target, g, weights, x.in_memory, one_row=True)
     saturate = None
     if sched.algorithm in CONV:
         # finish reads rq: in 32-bit arithmetic where the accumulators' bounds prove it exact;

@@ -40,6 +40,10 @@ UNROLL_LANE_STEPS = 4
 # Four a trip lost on the 32-deep convs (clang's schedule of the 2-trip
 # loop: vww's 24x24 1x1 211,778 -> 338,579).
 LANE_STEPS_A_TRIP = 2
+# Only on a register file this large (AArch64's): on ARMv7's 16 q registers
+# the second step's inputs spilled (qemu-armv7, C: vww f32 7,505,336 ->
+# 8,439,356 instructions, ResNet-8 f32 10,893,992 -> 12,798,689).
+PAIRED_STEPS_REGISTERS = 32
 
 
 # So is a loop of at most this many channel tiles of a tile sized by the
@@ -186,8 +190,12 @@ def reduce_steps(ctx: LowerCtx, name: str, count: int, t: Tile, step: Callable[[
         return loop(ctx, name, count, step)
     full = count - count % t.k_lanes
     trips = full // t.k_lanes
-    lanes = (lane_pairs(ctx, name, trips, t.k_lanes, lane_step) if trips > UNROLL_LANE_STEPS
-             else [loop(ctx, name, trips, lane_step, step=t.k_lanes, kind=ForKind.UNROLLED)])
+    if trips <= UNROLL_LANE_STEPS:
+        lanes = [loop(ctx, name, trips, lane_step, step=t.k_lanes, kind=ForKind.UNROLLED)]
+    elif t.registers >= PAIRED_STEPS_REGISTERS:
+        lanes = lane_pairs(ctx, name, trips, t.k_lanes, lane_step)
+    else:
+        lanes = [loop(ctx, name, trips, lane_step, step=t.k_lanes)]
     return seq_of(*lanes, *(step(Const(k)) for k in range(full, count)))
 
 

@@ -22,7 +22,7 @@ from aot.lower.schedule.conv import int8_conv_schedule
 from aot.lower.kernels.conv_walk import Walk, walk
 from aot.lower.rules import LowerCtx, TensorRef
 from aot.lower.schedule.tile_sizes import Tile
-from aot.lower.kernels.tiles import LANE_STEPS_A_TRIP, register_tile, tile_parts, tile_widths
+from aot.lower.kernels.tiles import register_tile, tile_parts, tile_widths
 from aot.lower.kernels.windows import ConvGeom, Run, SpatialOp, border_regions, window_regions
 from aot.ops.nn import Window
 from aot.targets import get_board
@@ -122,8 +122,7 @@ def test_float_merged_rows_one_reduction_across_taps_and_channels():
     assert ("ic", 16) in per_tap and ("k", 3) in per_tap
     assert ("j", 3 * 16) in merged and all(name != "ic" for name, _ in merged)
     fmas = [s for s in walk_stmt(float_tile(True)) if isinstance(s, Assign)]
-    # 4 lanes x 2 pixels x 2 vectors per by-lane step, two steps a trip of 48 / 4
-    assert len(fmas) == LANE_STEPS_A_TRIP * 4 * 2 * 2
+    assert len(fmas) == 4 * 2 * 2       # 4 lanes x 2 pixels x 2 vectors per by-lane step
 
 
 def test_tile_parts_inside_or_outside_the_channel_loop():

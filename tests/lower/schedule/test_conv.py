@@ -233,7 +233,7 @@ def test_interleave_puts_each_steps_inputs_side_by_side():
     ("rpi4", 12, True),    # blocks of 6 along a row, of 9 over the map
     ("rpi4", 24, False),   # 8 along a row against 9: not worth the division
     ("rpi4", 3, True),     # a row narrower than the smallest block
-    ("qemu-armv7", 6, True),   # 4 + 2 along a row, 4 over the map
+    ("qemu-armv7", 6, False),  # 16 registers: flat measured worse
     ("host", 6, False),    # x86's broadcast tiles: rows, as measured there
     ("host", 3, True),
 ])

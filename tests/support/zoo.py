@@ -80,7 +80,9 @@ def check_graphs(graphs, runs: int = 2, seed: int = 0, exact: bool = True, codeg
 
 
 def conv_model(op, x_shape, w_shape, out_shape, options, per_channel=True, bias=True,
-               zp_in=3, seed=0, hybrid=False):
+               zp_in=3, seed=0, hybrid=False, dead: int | None = None):
+    """`dead`: a CONV_2D output channel of zero weights, a scale near zero
+    and a bias near 2^30 (as a trained model's dead channel)."""
     rng = np.random.default_rng(seed)
     m = TinyModel()
     cout = w_shape[0] if op == "CONV_2D" else w_shape[3]
@@ -90,15 +92,17 @@ def conv_model(op, x_shape, w_shape, out_shape, options, per_channel=True, bias=
         x = m.tensor("x", x_shape, "float32")
     else:
         x = m.tensor("x", x_shape, scale=[0.05], zp=[zp_in])
-    w = m.tensor("w", w_shape, scale=wscale, zp=[0] * len(wscale), qdim=qdim,
-                 data=rng.integers(-127, 128, w_shape))
+    data = rng.integers(-127, 128, w_shape)
+    biases = rng.integers(-3000, 3000, cout)
+    if dead is not None:
+        data[dead], wscale[dead], biases[dead] = 0, 1e-9, 2**30
+    w = m.tensor("w", w_shape, scale=wscale, zp=[0] * len(wscale), qdim=qdim, data=data)
     ins = [x, w]
     if bias and hybrid:
         ins.append(m.tensor("b", [cout], "float32", data=rng.uniform(-1, 1, cout)))
     elif bias:
         bscale = 0.05 * np.asarray(wscale) * np.ones(cout)
-        ins.append(m.tensor("b", [cout], "int32", scale=bscale, zp=[0] * cout,
-                            data=rng.integers(-3000, 3000, cout)))
+        ins.append(m.tensor("b", [cout], "int32", scale=bscale, zp=[0] * cout, data=biases))
     if hybrid:
         y = m.tensor("y", out_shape, "float32")
     else:

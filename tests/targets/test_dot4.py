@@ -202,6 +202,27 @@ def _assert_bit_exact(graphs, target, seed: int, runs: int):
             np.testing.assert_array_equal(got[name], want[name])
 
 
+def _renamed(graphs, target) -> list:
+    """Each graph's kernels lowered for target, renamed apart."""
+    return [[replace(k, func=replace(k.func, name=f"c{n}_{k.func.name}"))
+             for k in lower_graph(g, target)] for n, g in enumerate(graphs)]
+
+
+def _assert_lane_formulas_exact(graphs, kernels, seed: int):
+    """Each graph's kernels (lowered for an Arm core), compiled for this
+    machine in their lane formulas, equal aot's reference interpreter on
+    two random inputs."""
+    from aot.testing.kernels import compile_kernels, host_target, run_kernels
+    lib, symbols = compile_kernels([k for ks in kernels for k in ks], "c", None, host_target())
+    rng = np.random.default_rng(seed)
+    for g, ks in zip(graphs, kernels):
+        for _ in range(2):
+            feeds = _random_inputs(g, rng)
+            got, want = run_kernels(lib, symbols, g, ks, feeds), aot.interpret(g, feeds)
+            for name in g.outputs:
+                np.testing.assert_array_equal(got[name], want[name])
+
+
 @pytest.mark.fast
 @pytest.mark.parametrize("target, call", [("aarch64-linux-a76", "arm_sdot"),
                                           ("aarch64-linux", "arm_dot4p_lo")])
@@ -213,25 +234,16 @@ def test_arm_fc_quads_by_lane_bit_exact(target, call):
     tile of 16 units and narrower ones, lowered for the A76 (SDOT) and the
     A72 (SMULL pairs) and run in the lane formulas on this machine against
     aot's reference interpreter."""
-    from aot.testing.kernels import compile_kernels, host_target, run_kernels
     target = get_target(target)
     graphs = [fc_model(True, False, x_shape=(2, 64), units=20, zp_in=-128),
               fc_model(False, True, x_shape=(2, 1, 36), units=16, zp_in=5),
               fc_model(True, False, x_shape=(1, 50), units=24, zp_in=100),
               fc_model(True, False, x_shape=(1, 24), units=16, zp_in=-3)]
-    kernels = [[replace(k, func=replace(k.func, name=f"c{n}_{k.func.name}"))
-                for k in lower_graph(g, target)] for n, g in enumerate(graphs)]
+    kernels = _renamed(graphs, target)
     staged = [any(p.name == "quad_row" for k in ks for p in k.func.params) for ks in kernels]
     assert staged == [False, True, True, True]
     assert all(call in _calls(k.func) for ks in kernels for k in ks)
-    lib, symbols = compile_kernels([k for ks in kernels for k in ks], "c", None, host_target())
-    rng = np.random.default_rng(8)
-    for g, ks in zip(graphs, kernels):
-        for _ in range(2):
-            feeds = _random_inputs(g, rng)
-            got, want = run_kernels(lib, symbols, g, ks, feeds), aot.interpret(g, feeds)
-            for name in g.outputs:
-                np.testing.assert_array_equal(got[name], want[name])
+    _assert_lane_formulas_exact(graphs, kernels, seed=8)
 
 
 @pytest.mark.skipif(shutil.which("llvm-objdump") is None, reason="llvm-objdump is not installed")
@@ -351,3 +363,47 @@ def test_host_avx512_package_uses_vpdpbusd_and_is_bit_exact(tmp_path):
     assert out["ok"] and all(r["max_abs_err"] == 0.0 for r in out["outputs"]), out
     kernels = "\n".join(p.read_text() for p in (tmp_path / "pkg" / "src").glob("*kernels*.c"))
     assert "_mm512_dpbusd_epi32(" in kernels and "x86_vpdpbusd_i32x16(" in kernels
+
+
+@pytest.mark.parametrize("target, call", [("aarch64-linux-a76", "arm_sdot"),
+                                          ("aarch64-linux", "arm_dot16p")])
+def test_arm_pointwise_quads_walk_short_rows_as_one_bit_exact(target, call):
+    """1x1 int8 convs whose rows are too short for the quads' pixel blocks
+    (6x6 and, two images, 3x3 with a fused ReLU) stage every pixel of an
+    image as one row, each stored pixel's row and column divided back out;
+    a 12x12 map keeps its rows. Lowered for the A76 (SDOT) and the A72
+    (sixteens), run in the lane formulas on this machine against aot's
+    reference interpreter."""
+    target = get_target(target)
+    graphs = [conv_model("CONV_2D", [1, 6, 6, 32], [24, 1, 1, 32], [1, 6, 6, 24],
+                         dict(Padding=1, StrideH=1, StrideW=1), zp_in=-7, seed=1),
+              conv_model("CONV_2D", [2, 3, 3, 16], [16, 1, 1, 16], [2, 3, 3, 16],
+                         dict(Padding=1, StrideH=1, StrideW=1, FusedActivationFunction=1),
+                         zp_in=90, seed=2),
+              conv_model("CONV_2D", [1, 12, 12, 16], [8, 1, 1, 16], [1, 12, 12, 8],
+                         dict(Padding=1, StrideH=1, StrideW=1), zp_in=-128, seed=3)]
+    kernels = _renamed(graphs, target)
+    # the staged row's pixels: the whole image, or one row of it
+    widths = [p.shape[1] for ks in kernels for k in ks for p in k.func.params
+              if p.name.startswith(("quad_rows", "byte_rows"))]
+    assert widths == [36, 9, 12]
+    assert all(call in _calls(k.func) for ks in kernels for k in ks)
+    _assert_lane_formulas_exact(graphs, kernels, seed=9)
+
+
+@pytest.mark.parametrize("target", ["aarch64-linux-a76", "aarch64-linux"])
+def test_arm_conv_with_a_dead_channel_rounds_by_the_nudge_bit_exact(target):
+    """A dead channel (zero weights, a bias near 2^30) is settled into a
+    constant, so its bound no longer keeps every channel of the layer off
+    AArch64's nudged rounding (an ADD and a shift for the rounding fix-up's
+    four instructions); lowered for the A76 and the A72, run in the lane
+    formulas on this machine against aot's reference interpreter."""
+    target = get_target(target)
+    graphs = [conv_model("CONV_2D", [1, 6, 6, 32], [24, 1, 1, 32], [1, 6, 6, 24],
+                         dict(Padding=1, StrideH=1, StrideW=1, FusedActivationFunction=act),
+                         zp_in=-7, seed=4, dead=5) for act in (0, 1)]
+    kernels = _renamed(graphs, target)
+    for ks in kernels:
+        assert any(p.name.startswith("rounding_nudge") for k in ks for p in k.func.params)
+        assert not any("rdbpot" in c for k in ks for c in _calls(k.func))
+    _assert_lane_formulas_exact(graphs, kernels, seed=10)

@@ -32,6 +32,7 @@ window nest the convolutions and pools share int8_window.py.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from typing import Callable
 
@@ -119,6 +120,22 @@ def conv_nest(ctx: LowerCtx, g: ConvGeom, load_x: Callable[[tuple], Expr], zp: i
 # Each accumulator is requantized straight from its register,
 # on int32 vectors (TfliteVecRequant) with per-channel constants precomputed so
 # that it is branch-free. Scalar targets keep the loops above.
+
+
+def one_row(g: ConvGeom, load_x: Callable, epilogue: Callable,
+            joined: Callable | None = None) -> tuple:
+    """A convolution whose window reads each output pixel's own input pixel
+    (schedule.conv.unit_window) as one of a single row of all an image's
+    pixels: its geometry, input loads, epilogue and joined epilogue (None
+    stays None), the pixel p of that row being row p // W, column p % W of
+    the image."""
+    def at(idx: tuple) -> tuple:
+        n, _, p, c = idx
+        return (n, Bin("/", p, Const(g.w)), Bin("%", p, Const(g.w)), c)
+    row = replace(g, h=1, w=g.h * g.w, oh=1, ow=g.oh * g.ow)
+    return (row, lambda idx, lanes=1: load_x(at(idx), lanes),
+            lambda b, idx, acc, lanes: epilogue(b, at(idx), acc, lanes),
+            None if joined is None else lambda b, idx, accs: joined(b, at(idx), accs))
 
 
 def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, sched: Int8ConvSchedule, load_x: Callable,

@@ -31,6 +31,21 @@ from aot.lower.schedule.tile_sizes import Tile
 UNROLL_LANE_STEPS = 4
 
 
+# A longer by-lane reduction takes this many steps a trip of its loop: its
+# counter and address updates and branch, 5 instructions beside a 9 x 8
+# tile's 85, are paid half as often. qemu-aarch64 -cpu cortex-a72, C,
+# instructions per inference: vww f32 2,787,210 -> 2,720,264 (its 1x1
+# 128 -> 128 convs on 6x6 192,358 -> 185,192), ResNet-8 f32 4,184,262 ->
+# 3,919,374, ad f32 122,863 -> 114,616, kws f32 1,069,608 -> 1,069,569.
+# Four a trip lost on the 32-deep convs (clang's schedule of the 2-trip
+# loop: vww's 24x24 1x1 211,778 -> 338,579).
+LANE_STEPS_A_TRIP = 2
+# Only on a register file this large (AArch64's): on ARMv7's 16 q registers
+# the second step's inputs spilled (qemu-armv7, C: vww f32 7,505,336 ->
+# 8,439,356 instructions, ResNet-8 f32 10,893,992 -> 12,798,689).
+PAIRED_STEPS_REGISTERS = 32
+
+
 # So is a loop of at most this many channel tiles of a tile sized by the
 # register file (Arm's), its channel offset then a constant in every
 # address. On the A72, C: vww f32's 8-channel depthwise conv 107,230 ->
@@ -169,14 +184,30 @@ def lane_update(ctx: LowerCtx, dtype: DType, accs: list[list[Var]], xvecs: list[
 def reduce_steps(ctx: LowerCtx, name: str, count: int, t: Tile, step: Callable[[Expr], Stmt],
             lane_step: Callable[[Expr], Stmt] | None = None) -> Stmt | None:
     """step(k) for k < count, or with a by-lane tile lane_step(k) for every
-    t.k_lanes steps from k and step(k) for the last count % t.k_lanes."""
+    t.k_lanes steps from k (unrolled up to UNROLL_LANE_STEPS of them, else
+    LANE_STEPS_A_TRIP a trip) and step(k) for the last count % t.k_lanes."""
     if lane_step is None or t.k_lanes == 1 or count < t.k_lanes:
         return loop(ctx, name, count, step)
     full = count - count % t.k_lanes
     trips = full // t.k_lanes
-    kind = ForKind.UNROLLED if trips <= UNROLL_LANE_STEPS else ForKind.SERIAL
-    return seq_of(loop(ctx, name, trips, lane_step, step=t.k_lanes, kind=kind),
-                *(step(Const(k)) for k in range(full, count)))
+    if trips <= UNROLL_LANE_STEPS:
+        lanes = [loop(ctx, name, trips, lane_step, step=t.k_lanes, kind=ForKind.UNROLLED)]
+    elif t.registers >= PAIRED_STEPS_REGISTERS:
+        lanes = lane_pairs(ctx, name, trips, t.k_lanes, lane_step)
+    else:
+        lanes = [loop(ctx, name, trips, lane_step, step=t.k_lanes)]
+    return seq_of(*lanes, *(step(Const(k)) for k in range(full, count)))
+
+
+def lane_pairs(ctx: LowerCtx, name: str, trips: int, lanes: int,
+               lane_step: Callable[[Expr], Stmt]) -> list[Stmt | None]:
+    """`trips` by-lane steps of `lanes` as a loop taking LANE_STEPS_A_TRIP
+    a trip, then the last odd one."""
+    per = LANE_STEPS_A_TRIP
+    body = loop(ctx, name, trips // per, lambda k: seq_of(
+        *(lane_step(plus(k, j * lanes)) for j in range(per))), step=per * lanes)
+    done = trips // per * per
+    return [body, *(lane_step(Const((done + j) * lanes)) for j in range(trips - done))]
 
 
 def position_blocks(ctx: LowerCtx, name: str, count: int, start: int, mr: int,

@@ -102,7 +102,8 @@ def conv(ctx: LowerCtx, ins: Sequence[TensorRef], emit) -> Stmt:
     if sched.algorithm.startswith("winograd"):
         return winograd.conv(ctx, emit, x, packed[0], bias, xin, out, win, sched.algorithm)
     if sched.algorithm == "pointwise":
-        return _pointwise_conv(ctx, emit, x, bias, packed.reshape(icg, ocg), xin, out, t)
+        return _pointwise_conv(ctx, emit, x, bias, packed.reshape(icg, ocg), xin, out,
+                               sched.flat)
     if sched.algorithm == "depthwise":
         per_channel = np.ascontiguousarray(np.moveaxis(packed[..., 0, 0], 0, -1))  # [k...][C]
         return _depthwise(ctx, x, per_channel, bias, xin, out, win, sched, emit)
@@ -199,19 +200,20 @@ def _padded_input(ctx: LowerCtx, x: TensorRef, xin: SpatialOp, win: ref.Window, 
 
 
 def _pointwise_conv(ctx, emit, x: TensorRef, bias, w: np.ndarray, xin: SpatialOp,
-                    out: SpatialOp, t: Tile) -> Stmt:
+                    out: SpatialOp, flat: bool) -> Stmt:
     """A 1x1, stride-1, unpadded channel-last conv is a matrix product
-    [pixels, IC] x [IC, OC]. Rows of at least MR pixels are the matrix's
-    rows, one row of the image at a time; shorter rows are blocked across
-    rows (and images) instead, at the price of dividing the pixel index
-    back into coordinates when storing."""
+    [pixels, IC] x [IC, OC]: one row of the image at a time, or with
+    `flat` (the schedule's choice: rows too short for the tile's blocks)
+    every pixel of the map in one run of blocks across rows (and images),
+    at the price of dividing the pixel index back into coordinates when
+    storing."""
     dtype = dt(ctx.out_types[0].dtype)
     ic, oc = w.shape
 
     def finish(acc, bi, i, j):
         lanes = dtype_of(acc).lanes
         return acc if bias is None else Bin("+", acc, bias_init(bias, dtype, j)(0, lanes))
-    if out.spatial[-1] >= t.mr:
+    if not flat:
         batch = (xin.batch, *out.spatial[:-1])
         a = Operand(lambda bi, r, c, lanes: x.load((*bi, r, c), lanes), True)
         return dense(ctx, emit, a, w, batch, out.spatial[-1], ic, oc,

@@ -25,7 +25,7 @@ from aot.lower.schedule.tile_sizes import (PAD_COPY_MAX_BYTES, PAD_COPY_MIN_BORD
                                            depthwise_tile, tile)
 from aot.lower.schedule.strategy import (PAIRS, Accumulator, KernelChoice, conv_algorithm,
                                          int8_accumulator, int8_kernel, int8_rows,
-                                         mlal_depthwise, quad_kernel, sixteen_dots,
+                                         mlal_depthwise, pixel_rows, quad_kernel, sixteen_dots,
                                          unroll_taps, unroll_tiles, window_row_accumulator)
 from aot.lower.kernels import half_dense
 from aot.lower.kernels.conv_walk import Walk, float_axes
@@ -50,13 +50,16 @@ class FloatConvSchedule:
     taps and input channels as one by-lane reduction. Direct and depthwise:
     `walk`, how conv_walk.walk visits the output (the float policy's
     regions, window_regions). channel_dot only: `fold_sums`, the tile's
-    lane sums taken together (channel_dot.folded_sums)."""
+    lane sums taken together (channel_dot.folded_sums). Pointwise only:
+    `flat`, the pixels blocked as one run over the map rather than row by
+    row (the pixel_rows site; flat_pixels)."""
     algorithm: str
     tile: Tile | None = None
     copy_padded: bool = False
     merge_rows: bool = False
     walk: Walk | None = None
     fold_sums: bool = False
+    flat: bool = False
 
 
 # A float16 convolution Winograd accepts, where the target computes in half
@@ -112,7 +115,10 @@ def float_conv_schedule(target: Target, dtype: DType, xin: SpatialOp, out: Spati
                                  walk=Walk(float_axes(len(win.kernel))),
                                  fold_sums=target.arch in ("x86_64", "x86"))
     if pointwise(win) and channel_last and group == 1 and in_memory:
-        return FloatConvSchedule("pointwise", t)
+        # (ARMv7's 16 registers: vww f32 on qemu-armv7 7,505,336 -> 7,707,626 flat)
+        rows = "flat" if flat_pixels(t, out.spatial[-1], out.batch * int(np.prod(out.spatial)),
+                                     t.k_lanes > 1 and target.vector_registers >= 32) else "rows"
+        return FloatConvSchedule("pointwise", t, flat=pixel_rows(rows) == "flat")
     axes = float_axes(len(win.kernel))
     if icg == 1 and ocg == 1 and t.lanes > 1:
         dw = depthwise_tile(target, dtype, int(np.prod(win.kernel)))
@@ -137,6 +143,33 @@ def channel_dot_fits(dtype: DType, ocg: int, icg: int, lanes: int) -> bool:
     (the direct tile would run them on scalars), its input channels fill
     whole ones."""
     return dtype.scalar == "float32" and lanes > 1 and ocg < lanes and icg % lanes == 0
+
+
+def mean_block(t: Tile, count: int) -> float:
+    """The mean pixels per block of a run of `count` pixels in t.block's
+    blocks (a remainder block counts as one)."""
+    return count / -(-count // t.block(count))
+
+
+# A pointwise conv's pixels go flat where that makes the mean block at
+# least this much larger than a row's: the by-lane tiles' loads and loop
+# steps are shared by a block's pixels, and the flat run pays a division
+# per stored pixel. qemu-aarch64 -cpu cortex-a72, vww f32's 1x1 convs,
+# instructions rows -> flat: 6x6 maps (rows of 6, blocks of 9) 199,668 ->
+# 192,358; 12x12 (6 -> 9) 210,470 -> 200,961 and 102,900 -> 100,197;
+# 24x24 (8 -> 9) 111,612 -> 117,392, 219,549 -> 220,017, 113,702 -> 108,801.
+FLAT_BLOCK_GAIN = 1.25
+
+
+def flat_pixels(t: Tile, width: int, total: int, by_lane: bool) -> bool:
+    """Whether a pointwise conv whose rows are `width` pixels, `total` in
+    all, blocks them as one flat run (the pixel_rows site's default): where
+    a row is narrower than the tile's smallest block, or where a by-lane
+    tile (Arm's) takes blocks a quarter larger on average over the whole
+    run than along a row."""
+    if width < t.mr:
+        return True
+    return by_lane and mean_block(t, total) >= FLAT_BLOCK_GAIN * mean_block(t, width)
 
 
 def pointwise(win: ref.Window) -> bool:
@@ -191,7 +224,9 @@ class Int8ConvSchedule:
     input channels at a time per output channel (aot_dot16p: the pixel's 16
     staged bytes against the channel's 16 weights into 4 partial sums,
     folded by aot_addp at the end of the tile), rows staged as bytes.
-    `unroll_taps`: 1 unrolls the window's columns in the quads' tile."""
+    `unroll_taps`: 1 unrolls the window's columns in the quads' tile.
+    `flat_pixels`: a pointwise conv's pixels walked as one row of all of an
+    image's (the pixel_rows site; flat_pixels)."""
     algorithm: str
     tile: Tile | None = None
     tiles: tuple[tuple[int, tuple[int, ...]], ...] = ()
@@ -207,6 +242,7 @@ class Int8ConvSchedule:
     byte_planes: bool = False
     sixteens: bool = False
     unroll_taps: int = 0
+    flat_pixels: bool = False
 
     @property
     def raw(self) -> Accumulator | None:
@@ -220,7 +256,7 @@ class Int8ConvSchedule:
 
 def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
                        in_memory: bool = False, int16_input: bool = False,
-                       byte_planes: bool = False) -> Int8ConvSchedule:
+                       byte_planes: bool = False, one_row: bool = False) -> Int8ConvSchedule:
     """The default policy. `in_memory`: the input is a buffer the Cortex-M
     kernels read where it lies (tfl.conv2d's int8 input; the hybrid conv's
     quantized image and the ONNX convolutions go through their loads, so
@@ -236,7 +272,8 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     the int8 Cortex-M kernels or the quads of bytes, except as byte planes (`byte_planes`:
     the caller has proven their sums fit int32) where the target's quads
     are signed dot products by lane (Arm's SDOT: 16 products an instruction
-    where SMLAL makes 4; the planes take two)."""
+    where SMLAL makes 4; the planes take two). `one_row`: the caller can walk
+    a 1x1 conv's pixels as one row (int8_conv.one_row; `flat_pixels`)."""
     if int16_input and in_memory and target.lanes(32) == 1:
         if dsp.fits_depthwise(target, g, weights):
             return Int8ConvSchedule("dsp_depthwise16")
@@ -340,8 +377,19 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     # 553,584; 16 deep 589,833 -> 590,825).
     taps = unroll_taps(int((g.depth == 16) != sixteens)) if quads and by_lane and not planes \
         else 0
+    # A 1x1 conv's quads by lane on rows too short for their blocks (6 pixels:
+    # 4 + 2) take every pixel of the image as one row, where the caller can.
+    flat_map = one_row and quads and by_lane and unit_window(g) and pixel_rows(
+        "flat" if flat_pixels(t, g.ow, g.oh * g.ow, True) else "rows") == "flat"
     return Int8ConvSchedule("vector", t, tiles, depthwise, kind, by_lane, mlal, quads, pairs,
-                            rows, flat_kind, walk, planes, sixteens and quads, taps)
+                            rows, flat_kind, walk, planes, sixteens and quads, taps, flat_map)
+
+
+def unit_window(g: ConvGeom) -> bool:
+    """A 1x1 window at stride 1 without padding: each output pixel reads
+    the input pixel at its own place."""
+    return (g.kh == g.kw == 1 and g.strides == (1, 1) and not g.pad_top and not g.pad_left
+            and (g.oh, g.ow) == (g.h, g.w))
 
 
 def kernel_choice(own: list[str], portable: list[str]) -> str:

@@ -34,7 +34,7 @@ from aot.errors import AotError
 TILE_KNOBS = ("vectors", "mr", "max_accs", "registers")
 SITES = ("tile", "tile/pixels", "tile/scalar", "tile/scalar_pixels", "depthwise_tile",
          "accumulator", "int8_rows", "conv_algorithm", "int8_kernel", "unroll", "nest_tile",
-         "quad_kernel", "unroll_taps")
+         "quad_kernel", "unroll_taps", "pixel_rows")
 # The int8 kernels (by their names' ends) whose nest is dsp.py's matmul.
 MATMUL_KERNELS = ("_pointwise", "_fc")
 # The knobs of the integer nests' (rows, channels) tile.
@@ -55,7 +55,8 @@ PIXEL_SITES = ("tile/pixels", "tile/scalar_pixels")
 # Sites whose answer is a name, and the names a config may give them.
 NAMED = {"accumulator": ("pairs", "quads", "quads_u8"), "int8_rows": ("staged", "flat", "direct"),
          "conv_algorithm": ("direct", "winograd_2x2", "winograd_4x4"),
-         "int8_kernel": INT8_KERNELS, "quad_kernel": ("lanes", "sixteens")}
+         "int8_kernel": INT8_KERNELS, "quad_kernel": ("lanes", "sixteens"),
+         "pixel_rows": ("rows", "flat")}
 
 
 @dataclass(frozen=True)
@@ -266,7 +267,7 @@ def _override(site: str, answer, knobs):
         # the rule asks once per mode it offers: a config other than that
         # mode reads the rows directly
         return knobs if knobs == answer else "direct"
-    if site in ("conv_algorithm", "quad_kernel", *COUNTS):
+    if site in ("conv_algorithm", "quad_kernel", "pixel_rows", *COUNTS):
         return knobs
     if site == "nest_tile":
         k = dict(knobs)
@@ -382,7 +383,7 @@ def space_of(defaults: Mapping[str, Any], target) -> list[Config]:
         if site == "int8_rows":
             configs.append(Config.of({"int8_rows": "direct"}))
             continue
-        if site in ("conv_algorithm", "quad_kernel"):     # the other algorithms
+        if site in ("conv_algorithm", "quad_kernel", "pixel_rows"):     # the other algorithms
             other = [a for a in NAMED[site] if a != default]
             configs += [Config.of({site: a}) for a in other]
             continue
@@ -428,7 +429,7 @@ def answer_value(site: str, answer) -> Any:
 # The sites that change a kernel's algorithm rather than its tile sizes,
 # in the order their alternatives are first measured.
 ALGORITHM_SITES = ("conv_algorithm", "int8_kernel", "quad_kernel", "accumulator", "int8_rows",
-                   "unroll", "unroll_taps")
+                   "pixel_rows", "unroll", "unroll_taps")
 
 
 def first_tries(space: list[Config]) -> list[Config]:

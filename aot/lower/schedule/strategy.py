@@ -196,6 +196,18 @@ def int8_rows(default: str) -> str:
     return default
 
 
+@tunable("pixel_rows")
+def pixel_rows(default: str) -> str:
+    """How a pointwise convolution blocks its pixels (a float one, a matrix
+    product over them; an int8 one in Arm's quads by lane): "rows" (an
+    image row at a time, each row's pixels in blocks) or "flat" (every
+    pixel of the map as one run of blocks, each pixel's coordinates
+    divided back out where it is read or stored). The default policy's
+    answer (aot/lower/schedule/conv.py: flat_pixels) passes through; a
+    schedule config may pick the other."""
+    return default
+
+
 @tunable("conv_algorithm")
 def conv_algorithm(target: Target, width: int) -> str:
     """How a float convolution that aot/lower/kernels/winograd.py accepts, its

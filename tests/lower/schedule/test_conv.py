@@ -225,3 +225,44 @@ def test_interleave_puts_each_steps_inputs_side_by_side():
     assert q.shape == (2, 2, 3, 4) and q.flags.c_contiguous
     assert q[1, 1, 2].tolist() == w[1, 2, 4:8].tolist()
     assert PAIRS.interleave(w)[0, 3, 1].tolist() == w[0, 1, 6:8].tolist()
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("board,side,flat", [
+    ("rpi4", 6, True),     # rows of 6 pixels, blocks of 9 over the map
+    ("rpi4", 12, True),    # blocks of 6 along a row, of 9 over the map
+    ("rpi4", 24, False),   # 8 along a row against 9: not worth the division
+    ("rpi4", 3, True),     # a row narrower than the smallest block
+    ("qemu-armv7", 6, False),  # 16 registers: flat measured worse
+    ("host", 6, False),    # x86's broadcast tiles: rows, as measured there
+    ("host", 3, True),
+])
+def test_pointwise_pixels_go_flat_where_a_row_starves_the_tile(board, side, flat):
+    """A pointwise conv blocks every pixel of its map as one run where a
+    row is narrower than the tile's smallest block, or where Arm's by-lane
+    tiles take blocks a quarter larger on average over the map."""
+    m = SpatialOp("NHWC", 1, 64, (side, side))
+    s = float_schedule(board, m, m, 1, 1, 64, 64, pad=0)
+    assert (s.algorithm, s.flat) == ("pointwise", flat)
+
+
+def pointwise_map(side: int, depth: int = 64, images: int = 1) -> ConvGeom:
+    return ConvGeom(n=images, h=side, w=side, oh=side, ow=side, kh=1, kw=1, groups=1,
+                    depth=depth, per_group=64, strides=(1, 1), dilations=(1, 1), pad_top=0,
+                    pad_left=0)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("board,g,flat", [
+    ("rpi5", pointwise_map(6), True),      # 4 + 2 pixels a row, blocks of 4 over the map
+    ("rpi5", pointwise_map(3), True),      # 3 a row, 5 + 4 over the map
+    ("rpi4", pointwise_map(6), True),      # the A72's SMULL quads, the same tiles
+    ("rpi5", pointwise_map(12), False),    # rows of 3 blocks of 4 already
+    ("rpi5", geom(64), False),             # a 3x3 window
+    ("rpi5", pointwise_map(6, depth=8), False),   # not 16 deep: no quads by lane
+    ("host", pointwise_map(6), False),     # x86's pairs
+])
+def test_int8_pointwise_quads_go_flat_where_a_row_starves_the_tile(board, g, flat):
+    target = get_board(board).target
+    assert int8_conv_schedule(target, g, weights(g), one_row=True).flat_pixels == flat
+    assert not int8_conv_schedule(target, g, weights(g)).flat_pixels     # a caller without it

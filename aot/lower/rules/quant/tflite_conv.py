@@ -32,7 +32,7 @@ from aot.lower.arith.requant import (TfliteRequant, TfliteRequant32, TfliteVecRe
                                      settle_constant_channels)
 from aot.lower.kernels import cortex_m, riscv
 from aot.lower.kernels.cortex_m import dsp as int8_dsp
-from aot.lower.kernels.int8_conv import conv_nest, vector_conv_nest
+from aot.lower.kernels.int8_conv import conv_nest, one_row, vector_conv_nest
 from aot.lower.rules.elementwise import const_like
 from aot.lower.kernels.windows import ConvGeom, conv_geom
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
@@ -70,7 +70,7 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
         return b.stmt()
 
     bias = bias_values(ctx, ins, 2, g.cout)
-    sched = int8_conv_schedule(ctx.target, g, weights, x.in_memory)
+    sched = int8_conv_schedule(ctx.target, g, weights, x.in_memory, one_row=True)
     saturate = None
     if sched.algorithm in CONV:
         # finish reads rq: in 32-bit arithmetic where the accumulators' bounds prove it exact;
@@ -85,10 +85,15 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
         saturate = partial(int8_dsp.saturate, lo=lo, hi=hi) if dsp else None
         return CONV[sched.algorithm](ctx, x, g, weights, bias, zp_in, finish)
     if sched.algorithm == "vector":
-        bound = (int8_dsp.acc_bound(weights.reshape(g.cout, -1), bias, zp_in)
-                 if fixed32.nudged_requant(ctx.target) else None)
-        vrq = TfliteVecRequant.make(ctx, *ref.conv_multipliers(s_in, scales, s_out), bound,
-                                    zp_out, floor_ok=lo >= zp_out)
+        bound, vec_multipliers = None, ref.conv_multipliers(s_in, scales, s_out)
+        if fixed32.nudged_requant(ctx.target):
+            # A dead channel's bias near 2^30 kept every channel off the nudged
+            # rounding (vww int8's 1x1 convs from 12x12 on): settled, it is a
+            # constant (zero weights fit every accumulator strategy).
+            weights, bias, vec_multipliers = _constants_settled(weights, bias, zp_in,
+                                                                vec_multipliers)
+            bound = int8_dsp.acc_bound(weights.reshape(g.cout, -1), bias, zp_in)
+        vrq = TfliteVecRequant.make(ctx, *vec_multipliers, bound, zp_out, floor_ok=lo >= zp_out)
 
         def epilogue(b, idx, acc, lanes):
             if lanes == 1:
@@ -116,9 +121,20 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
                 y = b.let("out", y)
             return emit(0, idx, y)
         join = joined if out_dtype == "int8" and ctx.target.arch == "aarch64" else None
-        return vector_conv_nest(ctx, g, sched, x.load, zp_in, weights, bias, epilogue,
+        load = x.load
+        if sched.flat_pixels:
+            g, load, epilogue, join = one_row(g, load, epilogue, join)
+        return vector_conv_nest(ctx, g, sched, load, zp_in, weights, bias, epilogue,
                                 joined=join)
     return conv_nest(ctx, g, x.load, zp_in, weights, bias, finish)
+
+
+def _constants_settled(weights: np.ndarray, bias: np.ndarray, zp_in: int, multipliers):
+    """(weights, bias, multipliers) with every channel whose output is one
+    constant in its simplest form (requant.settle_constant_channels: exact)."""
+    w, b, m, s = settle_constant_channels(weights.reshape(len(weights), -1), bias, zp_in,
+                                          *multipliers)
+    return w.reshape(weights.shape).astype(weights.dtype), b.astype(bias.dtype), (m, s)
 
 
 def _settled(weights: np.ndarray, bias: np.ndarray, zp_in: int, multipliers):

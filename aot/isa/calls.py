@@ -130,6 +130,26 @@ def _rdbpot() -> Helper:
         "gemmlowp RoundingDivideByPOT: x / 2^e rounded half away from zero, 0 <= e <= 31")
 
 
+def _srshl_formula(x: Expr, s: Expr, lanes: int) -> Expr:
+    """x rounded-shifted right by e = -s (0 <= e <= 31): floor((x + 2^(e-1)) /
+    2^e), x for e = 0, as SRSHL by s computes it (no intermediate overflow).
+    That is (x >> e) plus bit e-1 of x (the low e bits reach 2^e with the
+    half added exactly when that bit is set), the bit taken in uint32 as
+    ((x & 2^(e-1)) << 1) >> e, 0 for e = 0 with no shift by -1."""
+    i32, u32 = DType("int32", lanes), DType("uint32", lanes)
+    e = Cast(u32, Unary("neg", s))
+    half = Bin(">>", Bin("<<", _splat(1, u32), e), _splat(1, u32))
+    bit = Bin(">>", Bin("<<", Bin("&", Cast(u32, x), half), _splat(1, u32)), e)
+    return Bin("+", Bin(">>", x, Cast(i32, e)), Cast(i32, bit))
+
+
+def _srshl() -> Helper:
+    x, s = Var("x"), Var("s")
+    return Helper("aot_srshl", (x, s), (), _srshl_formula(x, s, 1),
+                  "Rounding shift right by -s, -31 <= s <= 0: floor((x + 2^(-s-1)) / 2^-s) "
+                  "(ties up), AArch64's SRSHL by a non-positive shift")
+
+
 def _satshl() -> Helper:
     x, k = Var("x"), Var("k")
     limit = Var("limit")
@@ -272,8 +292,9 @@ def _exp(lanes: int) -> Helper:
         "expf)")
 
 
-HELPERS: dict[str, Helper] = {h.name: h for h in (_srdhm(), _rdbpot(), _satshl(), _mbqm(),
-                                                  _rdhm(), _sigmoid(1), _tanh(1), _exp(1))}
+HELPERS: dict[str, Helper] = {h.name: h for h in (_srdhm(), _rdbpot(), _srshl(), _satshl(),
+                                                  _mbqm(), _rdhm(), _sigmoid(1), _tanh(1),
+                                                  _exp(1))}
 
 
 def helper(fn: str) -> Helper | None:
@@ -298,6 +319,9 @@ def vector_helper(fn: str, lanes: int) -> Helper | None:
     if fn == "aot_rdhm":
         a, b = Var("a", i32), Var("b", i32)
         return Helper(fn, (a, b), (), _rdhm_formula(a, b, lanes), HELPERS[fn].doc)
+    if fn == "aot_srshl":
+        x, s = Var("x", i32), Var("s", i32)
+        return Helper(fn, (x, s), (), _srshl_formula(x, s, lanes), HELPERS[fn].doc)
     if fn == "aot_rdbpot":
         # gemmlowp's mask/threshold form with the comparison as a sign bit:
         # threshold - remainder is negative exactly when remainder > threshold,

@@ -12,6 +12,7 @@ as TIR calls, with their C and LLVM spellings and legalization rows.
     arm_addp                    aot_addp (PairwiseAdd): ADDP
     arm_sqrdmulh, arm_rdbpot    aot_rdhm / aot_rdbpot on int32 x 4
                                 (NeonFixedPoint): SQRDMULH; SQADD and SRSHL
+    arm_srshl                   aot_srshl (NeonFixedPoint): SRSHL
 
 aot_mlal, aot_dot4p, aot_dot16p and aot_addp are the NEON kernels' own
 calls: generic, each is its lane formula (any target computes it; the host
@@ -186,7 +187,8 @@ class NeonFixedPoint:
     legalization pass chooses them on AArch64; the C keeps the generic
     formula for a compiler without NEON. `isa` "mve": the same instructions
     of Helium (VQRDMULH, VQADD, VRSHL; ACLE spells them alike in
-    <arm_mve.h>), on Arm targets with MVE."""
+    <arm_mve.h>), on Arm targets with MVE. `arm_srshl` (aot_srshl, its shift
+    operand already negative) is SRSHL alone."""
     name: str
     generic: str
     isa: str = "neon"
@@ -196,7 +198,8 @@ ARM_SQRDMULH = NeonFixedPoint("arm_sqrdmulh", "aot_rdhm")
 ARM_RDBPOT = NeonFixedPoint("arm_rdbpot", "aot_rdbpot")
 MVE_VQRDMULH = NeonFixedPoint("mve_vqrdmulh", "aot_rdhm", isa="mve")
 MVE_RDBPOT = NeonFixedPoint("mve_rdbpot", "aot_rdbpot", isa="mve")
-FIXED_POINT = {f.name: f for f in (ARM_SQRDMULH, ARM_RDBPOT, MVE_VQRDMULH, MVE_RDBPOT)}
+ARM_SRSHL = NeonFixedPoint("arm_srshl", "aot_srshl")
+FIXED_POINT = {f.name: f for f in (ARM_SQRDMULH, ARM_RDBPOT, MVE_VQRDMULH, MVE_RDBPOT, ARM_SRSHL)}
 # the calls check_neon knows (the QuadDot instructions are checked with aot_dot4's)
 NEON_OPS = {**WIDENING_MLAS, **PAIRED_QUAD_DOTS, **SIXTEEN_DOTS, **PAIRWISE_ADDS,
             **SATURATING_NARROWS, **FIXED_POINT}
@@ -266,6 +269,8 @@ FIXED_POINT_ROWS: tuple[Instruction, ...] = (
     Instruction(ARM_SQRDMULH.generic, ARM_SQRDMULH.name, _AARCH64, _NEON4_16,
                 little_endian=True, only="int32"),
     Instruction(ARM_RDBPOT.generic, ARM_RDBPOT.name, _AARCH64, _NEON4_16,
+                little_endian=True, only="int32"),
+    Instruction(ARM_SRSHL.generic, ARM_SRSHL.name, _AARCH64, _NEON4_16,
                 little_endian=True, only="int32"),
 )
 ROWS = DOT_ROWS + FIXED_POINT_ROWS
@@ -434,6 +439,8 @@ def c_fixed_point(mod, op: NeonFixedPoint, generic: str, lanes: int = 4,
     name = f"{op.name}_{t[4:]}"
     if op.generic == "aot_rdhm":
         neon = f"    return ({t})vqrdmulhq_s32((int32x4_t)a, (int32x4_t)b);\n"
+    elif op.generic == "aot_srshl":
+        neon = f"    return ({t})vrshlq_s32((int32x4_t)a, (int32x4_t)b);\n"
     else:   # b: the exponent; -1 added to negative a where it is above 0
         neon = ("    const int32x4_t x = (int32x4_t)a;\n"
                 "    const int32x4_t shift = vnegq_s32((int32x4_t)b);\n"
@@ -620,6 +627,8 @@ def _fixed_point4(b: ir.IRBuilder, module: ir.Module, op: NeonFixedPoint, x, e):
     if op.generic == "aot_rdhm":
         name = "llvm.arm.mve.vqrdmulh.v4i32" if mve else "llvm.aarch64.neon.sqrdmulh.v4i32"
         return call(name, x, e)
+    if op.generic == "aot_srshl":
+        return call("llvm.aarch64.neon.srshl.v4i32", x, e)
     shift = b.neg(e)
     fixup = b.ashr(b.and_(x, shift), ir.Constant(x.type, [31] * 4))
     fixed = call("llvm.sadd.sat.v4i32", x, fixup)
@@ -635,7 +644,8 @@ def _fixed_point4(b: ir.IRBuilder, module: ir.Module, op: NeonFixedPoint, x, e):
 
 
 __all__ = ["ADDP", "ARM_ADDP", "ARM_DOT16P", "ARM_DOT4P_HI", "ARM_DOT4P_LO", "ARM_RDBPOT",
-           "ARM_SDOT", "ARM_SMLAL_HI", "ARM_SMLAL_LO", "ARM_SMULL_DOT4", "ARM_SQRDMULH", "DOT16P",
+           "ARM_SDOT", "ARM_SMLAL_HI", "ARM_SMLAL_LO", "ARM_SMULL_DOT4", "ARM_SQRDMULH", "ARM_SRSHL",
+           "DOT16P",
            "DOT4P_HI", "DOT4P_LO", "DOT_ROWS", "FIXED_POINT", "FIXED_POINT_ROWS", "MLAL_HI",
            "MLAL_LO", "MVE_RDBPOT", "MVE_VQRDMULH", "NEON_OPS", "NeonFixedPoint",
            "PAIRED_QUAD_DOTS", "PAIRWISE_ADDS", "PairedQuadDot", "PairwiseAdd", "ROWS",

@@ -41,6 +41,8 @@ CASES = [
      "llvm.aarch64.neon.sqrdmulh.v4i32"),
     ("aot_rdbpot", (I32X4, I32X4), "aarch64-linux", "arm_rdbpot", "vrshlq_s32",
      "llvm.aarch64.neon.srshl.v4i32"),
+    ("aot_srshl", (I32X4, I32X4), "aarch64-linux", "arm_srshl", "vrshlq_s32",
+     "llvm.aarch64.neon.srshl.v4i32"),
     ("aot_rdhm", (I32X4, I32X4), "cortex-m55", "mve_vqrdmulh", "vqrdmulhq_s32",
      "llvm.arm.mve.vqrdmulh.v4i32"),
     ("aot_rdbpot", (I32X4, I32X4), "cortex-m55", "mve_rdbpot", "vrshlq_s32",
@@ -96,6 +98,8 @@ WIDE_CASES = [
     ("aot_rdhm", (I32X16, I32X16), "aarch64-linux", "arm_sqrdmulh", "vqrdmulhq_s32",
      "llvm.aarch64.neon.sqrdmulh.v4i32", I32X16),
     ("aot_rdbpot", (I32X16, I32X16), "aarch64-linux", "arm_rdbpot", "vrshlq_s32",
+     "llvm.aarch64.neon.srshl.v4i32", I32X16),
+    ("aot_srshl", (I32X16, I32X16), "aarch64-linux", "arm_srshl", "vrshlq_s32",
      "llvm.aarch64.neon.srshl.v4i32", I32X16),
 ]
 

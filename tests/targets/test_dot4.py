@@ -392,18 +392,20 @@ def test_arm_pointwise_quads_walk_short_rows_as_one_bit_exact(target, call):
 
 
 @pytest.mark.parametrize("target", ["aarch64-linux-a76", "aarch64-linux"])
-def test_arm_conv_with_a_dead_channel_rounds_by_the_nudge_bit_exact(target):
+def test_arm_conv_with_a_dead_channel_rounds_by_srshl_bit_exact(target):
     """A dead channel (zero weights, a bias near 2^30) is settled into a
     constant, so its bound no longer keeps every channel of the layer off
-    AArch64's nudged rounding (an ADD and a shift for the rounding fix-up's
-    four instructions); lowered for the A76 and the A72, run in the lane
-    formulas on this machine against aot's reference interpreter."""
+    AArch64's bounded rounding (one SRSHL by the negated shifts for the
+    rounding fix-up's four instructions); lowered for the A76 and the A72,
+    run in the lane formulas on this machine against aot's reference
+    interpreter."""
     target = get_target(target)
     graphs = [conv_model("CONV_2D", [1, 6, 6, 32], [24, 1, 1, 32], [1, 6, 6, 24],
                          dict(Padding=1, StrideH=1, StrideW=1, FusedActivationFunction=act),
                          zp_in=-7, seed=4, dead=5) for act in (0, 1)]
     kernels = _renamed(graphs, target)
     for ks in kernels:
-        assert any(p.name.startswith("rounding_nudge") for k in ks for p in k.func.params)
+        assert any(p.name.startswith("rounding_shift") for k in ks for p in k.func.params)
+        assert any("srshl" in c for k in ks for c in _calls(k.func))
         assert not any("rdbpot" in c for k in ks for c in _calls(k.func))
     _assert_lane_formulas_exact(graphs, kernels, seed=10)

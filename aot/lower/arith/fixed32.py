@@ -13,7 +13,8 @@ prove the cheaper form equal to TFLite's for every input.
 
 Arm keeps qmath's forms for SQRDMULH and the ADD's rescale (single
 instructions there, which these would only lengthen); AArch64's
-convolutions take rounding_shift's nudge (nudged_requant).
+convolutions round by one SRSHL where the same bounds allow it
+(nudged_requant; requant.TfliteVecRequant).
 """
 from __future__ import annotations
 
@@ -37,11 +38,9 @@ def nudged_requant(target: Target) -> bool:
     """Whether the int8 convolutions' vector requantization rounds by a
     nudge and an arithmetic shift where the accumulators' bounds prove it
     exact (TfliteVecRequant's `bound`): x86 as above, and AArch64, where
-    that is an ADD and a shift (a sign term's two more below an activation
-    floor under the zero point) against the rounding fix-up's AND, CMLT,
-    SQADD and SRSHL and the zero point's ADD after it (qemu-aarch64, C
-    packages, instructions per inference: vww int8 3,508,860 -> 3,385,731
-    on the A72, 2,061,884 -> 1,950,461 on the A76)."""
+    the bound lets the rounding fix-up's AND, CMLT and SQADD go, leaving
+    SRSHL by the negated shift and the zero point's ADD (the sign term's
+    two more below an activation floor under the zero point)."""
     return shift_add_rounding(target) or (target.arch == "aarch64" and target.lanes(32) >= 4)
 
 

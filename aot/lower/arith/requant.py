@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from aot.ir.tir import Bin, Cast, Const, Expr, Load, Var, add, dt, dtype_of, mul
+from aot.ir.tir import Bin, Call, Cast, Const, Expr, Load, Var, add, dt, dtype_of, mul
 from aot.isa.arm_dsp import smmulr
 from aot.lower.arith import qmath as q
 from aot.lower.arith.qmath import Operand
@@ -101,12 +101,23 @@ class TfliteVecRequant:
     into the nudge, the sign term left out under an activation floor at or
     above the zero point (as fixed32.rounding_shift), wherever every
     channel shifts right and the bound keeps the sums within int32.
+
+    AArch64 (`srshl`, the negated right shifts) rounds by SRSHL instead:
+    RDBPOT(h, r) = (h - [h < 0] + 2^(r-1)) >> r for r >= 1, and SRSHL by -r
+    computes floor((v + 2^(r-1)) / 2^r) with no intermediate overflow, so
+    RDBPOT(h, r) + zp = SRSHL(h + (h >> 31), -r) + zp (h + (h >> 31) stays
+    in int32: |h| <= bound < 2^31). Under an activation floor at or above
+    zp the sign term goes as above: for h < 0 both SRSHL(h, -r) and
+    RDBPOT(h, r) are <= 0, so both outputs are at most zp and clamp to the
+    floor. One SRSHL and the zero point's ADD against the nudge's ADD and
+    the variable right shift's NEG and SSHL.
     """
     mult: Callable
     left: Callable | None
     right: Callable
     nudge: Callable | None = None
     floor_ok: bool = False
+    srshl: Callable | None = None
 
     @staticmethod
     def make(ctx: LowerCtx, mults, shifts, bound=None, zp: int = 0,
@@ -117,24 +128,35 @@ class TfliteVecRequant:
         right = np.maximum(-shifts, 0)
         if right.max(initial=0) > 31 or left.max(initial=0) > 31:
             raise ValueError("requantization shift above 31")
-        nudge = None
+        nudge = srshl = None
         if bound is not None and right.size and right.min() >= 1:
             n = len(bound)
             nudges = [(1 << (int(e) - 1)) + (zp << int(e)) for e in np.broadcast_to(right, (n,))]
             highs = [int(bd) << int(lf) for bd, lf in zip(bound, np.broadcast_to(left, (n,)))]
-            if all(h + abs(u) + 1 < 1 << 31 for h, u in zip(highs, nudges)):
+            if ctx.target.arch == "aarch64":
+                if all(h < 1 << 31 for h in highs):
+                    srshl = vec_table(ctx, "rounding_shift", -right, "int32")
+            elif all(h + abs(u) + 1 < 1 << 31 for h, u in zip(highs, nudges)):
                 nudge = vec_table(ctx, "rounding_nudge", np.asarray(nudges, np.int64), "int32")
         return TfliteVecRequant(
             vec_table(ctx, "multiplier", mults, "int32"),
             vec_table(ctx, "left_scale", np.left_shift(1, left), "uint32") if left.any() else None,
-            vec_table(ctx, "right_shift", right, "int32"), nudge, floor_ok)
+            vec_table(ctx, "right_shift", right, "int32"), nudge, floor_ok, srshl)
+
+    @property
+    def rounds_inline(self) -> bool:
+        """Whether requantize rounds without the aot_rdbpot helper."""
+        return self.nudge is not None or self.srshl is not None
 
     def requantize(self, b: q.Block, acc: Expr, c: Expr, zp: int) -> Expr:
         """apply(acc) + zp."""
-        if self.nudge is None:
+        if not self.rounds_inline:
             return q.offset(self.apply(b, acc, c), zp)
         lanes = dtype_of(acc).lanes
         h = self._high(b, acc, c)
+        if self.srshl is not None:
+            x = h if self.floor_ok else Bin("+", h, Bin(">>", h, const_like(31, h)))
+            return q.offset(Call("aot_srshl", (x, self.srshl(c, lanes)), dtype_of(h)), zp)
         total = Bin("+", h, self.nudge(c, lanes))
         if not self.floor_ok:
             total = Bin("+", total, Bin(">>", h, const_like(31, h)))

@@ -99,7 +99,7 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
             if lanes == 1:
                 return finish(idx, acc)
             y = Cast(dt(out_dtype, lanes), q.clamp(vrq.requantize(b, acc, idx[3], zp_out), lo, hi))
-            if vrq.nudge is not None:   # a fused ADD's 32-bit rescale reads it three times
+            if vrq.rounds_inline:   # a fused ADD's 32-bit rescale reads it three times
                 y = b.let("out", y)
             return emit(0, idx, y)
 
@@ -117,7 +117,7 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
                 y = Bin("max", y, const_like(lo, y))
             if hi < 127:
                 y = Bin("min", y, const_like(hi, y))
-            if vrq.nudge is not None:
+            if vrq.rounds_inline:
                 y = b.let("out", y)
             return emit(0, idx, y)
         join = joined if out_dtype == "int8" and ctx.target.arch == "aarch64" else None

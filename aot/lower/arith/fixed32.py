@@ -18,7 +18,7 @@ convolutions round by one SRSHL where the same bounds allow it
 """
 from __future__ import annotations
 
-from aot.ir.tir import Bin, Expr
+from aot.ir.tir import Bin, Call, DType, Expr, Var
 from aot.lower.arith import qmath as q
 from aot.lower.rules.elementwise import const_like
 from aot.ops.quant import qmath as ref_q
@@ -42,6 +42,16 @@ def nudged_requant(target: Target) -> bool:
     SRSHL by the negated shift and the zero point's ADD (the sign term's
     two more below an activation floor under the zero point)."""
     return shift_add_rounding(target) or (target.arch == "aarch64" and target.lanes(32) >= 4)
+
+
+def srshl_rounding(target: Target) -> bool:
+    """Whether that requantization rounds by aot_srshl rather than the
+    nudge: where the target makes it one instruction (AArch64's SRSHL; the
+    legalization table says where)."""
+    from aot.lower.tir_passes.legalize import instruction_for
+    i32x4 = DType("int32", 4)
+    probe = Call("aot_srshl", (Var("x", i32x4), Var("s", i32x4)), i32x4)
+    return instruction_for(probe, target) is not None
 
 
 def rounding_shift(h: Expr, e: int, bound: int, offset: int = 0,

@@ -29,6 +29,7 @@ import numpy as np
 
 from aot.ir.tir import Bin, Call, Cast, Const, Expr, Load, Var, add, dt, dtype_of, mul
 from aot.isa.arm_dsp import smmulr
+from aot.lower.arith import fixed32
 from aot.lower.arith import qmath as q
 from aot.lower.arith.qmath import Operand
 from aot.lower.arith.quant import lazy_table, round_half_even, table, vec_table
@@ -131,13 +132,16 @@ class TfliteVecRequant:
         nudge = srshl = None
         if bound is not None and right.size and right.min() >= 1:
             n = len(bound)
-            nudges = [(1 << (int(e) - 1)) + (zp << int(e)) for e in np.broadcast_to(right, (n,))]
             highs = [int(bd) << int(lf) for bd, lf in zip(bound, np.broadcast_to(left, (n,)))]
-            if ctx.target.arch == "aarch64":
+            if fixed32.srshl_rounding(ctx.target):
                 if all(h < 1 << 31 for h in highs):
                     srshl = vec_table(ctx, "rounding_shift", -right, "int32")
-            elif all(h + abs(u) + 1 < 1 << 31 for h, u in zip(highs, nudges)):
-                nudge = vec_table(ctx, "rounding_nudge", np.asarray(nudges, np.int64), "int32")
+            else:
+                nudges = [(1 << (int(e) - 1)) + (zp << int(e))
+                          for e in np.broadcast_to(right, (n,))]
+                if all(h + abs(u) + 1 < 1 << 31 for h, u in zip(highs, nudges)):
+                    nudge = vec_table(ctx, "rounding_nudge", np.asarray(nudges, np.int64),
+                                      "int32")
         return TfliteVecRequant(
             vec_table(ctx, "multiplier", mults, "int32"),
             vec_table(ctx, "left_scale", np.left_shift(1, left), "uint32") if left.any() else None,

@@ -2,8 +2,9 @@
 accumulators declared and initialised, the reduction over the windows'
 taps, each accumulator stored from its register through the epilogue)
 over a strategy with one small protocol (TileStrategy: inside, init,
-reduce, store) and one TileAt, float or int8; the strategies' steps, as the
-kernel's schedule (aot/lower/schedule/conv.py) chose them.
+reduce, store, store_joined) and one TileAt, float or int8; the
+strategies' steps, as the kernel's schedule (aot/lower/schedule/conv.py)
+chose them.
 
 Float (FloatConv, FloatFma): FMA rank-1 updates, or by lane of the
 input vectors (tiles.rank1_update / lane_update), per tap and input
@@ -115,7 +116,8 @@ class TileStrategy(Protocol):
     """What a register tile does with its accumulators (conv_tile): their
     type, whether a region's windows lie in the image, each one's initial
     value, the reduction over the windows' taps, and each one's store
-    through the kernel's epilogue."""
+    through the kernel's epilogue (or four 4-lane ones' together, where the
+    strategy has such a store: store_joined, else None)."""
     dtype: DType
 
     def inside(self, region: Region) -> bool: ...
@@ -127,6 +129,9 @@ class TileStrategy(Protocol):
     def store(self, ctx: LowerCtx, at: TileAt, pixel: list[Expr], off: int, acc: Var,
               width: int) -> Stmt: ...
 
+    def store_joined(self, ctx: LowerCtx, at: TileAt, pixel: list[Expr], off: int,
+                     accs: tuple[Var, ...]) -> Stmt | None: ...
+
 
 def conv_tile(ctx: LowerCtx, s: TileStrategy, n: Expr, pixels: Sequence[list[Expr]],
               region: Region, g: Expr, c0: Expr, widths: Sequence[int]) -> Stmt:
@@ -137,8 +142,7 @@ def conv_tile(ctx: LowerCtx, s: TileStrategy, n: Expr, pixels: Sequence[list[Exp
     rt = register_tile(ctx, s.dtype, pixels, widths, lambda off, wd: s.init(at, off, wd))
     at = replace(at, accs=rt.accs)
     return rt.code(s.reduce(ctx, at), lambda pix, off, a, wd: s.store(ctx, at, pix, off, a, wd),
-                   getattr(s, "store_joined", None) and (
-                       lambda pix, off, accs: s.store_joined(ctx, at, pix, off, accs)))
+                   lambda pix, off, accs: s.store_joined(ctx, at, pix, off, accs))
 
 
 def int8_tap(ctx: LowerCtx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs, plane: int = 0) -> Stmt:
@@ -614,6 +618,10 @@ class FloatFma:
     def store(self, ctx: LowerCtx, at: TileAt, pixel: list[Expr], off: int, acc: Var,
               width: int) -> Stmt:
         return self.emit(0, self.out.index(at.n, pixel, self.channel(at, off)), acc)
+
+    def store_joined(self, ctx: LowerCtx, at: TileAt, pixel: list[Expr], off: int,
+                     accs: tuple[Var, ...]) -> None:
+        return None         # each float accumulator is stored as it is
 
 
 def float_taps(ctx: LowerCtx, fc: FloatConv, at: TileAt, merge_rows: bool) -> Stmt | None:

@@ -212,7 +212,8 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, sched: Int8ConvSchedule, load_x
         return Load(bias_tabs[fold], oc, lanes)
 
     return walk(ctx, sched.walk, g.n, regions(sched.walk.regions, g.window(), (g.h, g.w)), t,
-                groups, tiles, partial(conv_tile, ctx, Int8Dot(cv, bias_at, epilogue, joined=joined)), prologue,
+                groups, tiles,
+                partial(conv_tile, ctx, Int8Dot(cv, bias_at, epilogue, joined=joined)), prologue,
                 lambda n, pos: cv.rows.stage(n, pos[0]) if staged else None)
 
 

@@ -145,3 +145,7 @@ class _PoolTile:
               width: int) -> Stmt:
         return self.emit(0, self.xin.index(at.n, pixel, add(at.c0, Const(off))),
                          self.finish(acc, at.region, pixel))
+
+    def store_joined(self, ctx: LowerCtx, at: TileAt, pixel: list[Expr], off: int,
+                     accs: tuple[Var, ...]) -> None:
+        return None         # each accumulator is finished and stored as it is

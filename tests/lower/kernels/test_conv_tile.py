@@ -226,6 +226,9 @@ class Probe:
     def store(self, ctx, at, pixel, off, acc, width):
         return Comment(f"store {pixel[-1].value} {off} {acc.name} {width}")
 
+    def store_joined(self, ctx, at, pixel, off, accs):
+        return None
+
 
 def test_conv_tile_declares_reduces_then_stores_every_accumulator():
     ctx = make_ctx("host")
@@ -242,6 +245,6 @@ def test_conv_tile_declares_reduces_then_stores_every_accumulator():
                                                              ["1", "0"], ["1", "4"]]
     # the float and int8 strategies speak the same protocol
     protocol = [m for m in vars(TileStrategy) if not m.startswith("_")]
-    assert sorted(protocol) == ["init", "inside", "reduce", "store"]
+    assert sorted(protocol) == ["init", "inside", "reduce", "store", "store_joined"]
     for strategy in (FloatFma, Int8Dot):
         assert hasattr(strategy, "dtype") and all(callable(getattr(strategy, m)) for m in protocol)

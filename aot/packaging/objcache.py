@@ -113,10 +113,8 @@ def incbin_files(pkg: Path, src: str, source: bytes) -> list[Path] | None:
 def key(cc: str, cmd: Sequence[str], pkg: Path, src: str) -> str | None:
     """The entry's name for compiling `src` (relative to pkg) with `cmd`;
     None where the inputs cannot all be named (an .incbin not found)."""
-    root = str(pkg.resolve())
-    words = [w.replace(root, PKG_PLACEHOLDER) for w in cmd]
-    env = {v: os.environ[v] for v in COMPILER_ENV if v in os.environ}
-    text = json.dumps([compiler_identity(cc), words, src, headers(pkg), env], sort_keys=True)
+    identity, words, env = _command(cc, cmd, pkg)
+    text = json.dumps([identity, words, src, headers(pkg), env], sort_keys=True)
     digest = hashlib.sha256(MAGIC + text.encode())
     source = (pkg / src).read_bytes()
     digest.update(source)
@@ -124,10 +122,24 @@ def key(cc: str, cmd: Sequence[str], pkg: Path, src: str) -> str | None:
     if blobs is None:
         return None
     for blob in blobs:
-        with open(blob, "rb") as f:           # in blocks: a weights blob is megabytes
-            digest.update(str(blob.relative_to(pkg)).encode() + b"\0")
-            digest.update(hashlib.file_digest(f, "sha256").digest())
+        _add_file(digest, pkg, str(blob.relative_to(pkg)))
     return digest.hexdigest()
+
+
+def _command(tool: str, cmd: Sequence[str], pkg: Path) -> tuple[str, list[str], dict]:
+    """What of running `cmd` in pkg names its output: the tool's identity,
+    the command with the package's own path taken out, and the tool's
+    environment (COMPILER_ENV)."""
+    root = str(pkg.resolve())
+    return (compiler_identity(tool), [w.replace(root, PKG_PLACEHOLDER) for w in cmd],
+            {v: os.environ[v] for v in COMPILER_ENV if v in os.environ})
+
+
+def _add_file(digest, pkg: Path, name: str) -> None:
+    """A package file's name and bytes into a key's digest."""
+    with open(pkg / name, "rb") as f:         # in blocks: a weights blob is megabytes
+        digest.update(name.encode() + b"\0")
+        digest.update(hashlib.file_digest(f, "sha256").digest())
 
 
 def entry_path(k: str) -> Path:
@@ -271,15 +283,10 @@ def compile_cached(cc: str, cmd: Sequence[str], pkg: Path, src: str, obj: str,
 def tool_key(tool: str, cmd: Sequence[str], pkg: Path, inputs: Sequence[str]) -> str:
     """The entry's name for running `cmd` in pkg: the tool, the command
     (the package's own path taken out) and each input's name and bytes."""
-    root = str(pkg.resolve())
-    words = [w.replace(root, PKG_PLACEHOLDER) for w in cmd]
-    env = {v: os.environ[v] for v in COMPILER_ENV if v in os.environ}
-    digest = hashlib.sha256(MAGIC + json.dumps([compiler_identity(tool), words, env],
+    digest = hashlib.sha256(MAGIC + json.dumps(list(_command(tool, cmd, pkg)),
                                                sort_keys=True).encode())
     for name in inputs:
-        with open(pkg / name, "rb") as f:      # in blocks: a params object is megabytes
-            digest.update(name.encode() + b"\0")
-            digest.update(hashlib.file_digest(f, "sha256").digest())
+        _add_file(digest, pkg, name)
     return digest.hexdigest()
 
 

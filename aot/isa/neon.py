@@ -43,7 +43,24 @@ ARM_SMULL_DOT4 = QuadDot("arm_smull_dot4", instruction="smull", symmetric=True)
 
 
 @dataclass(frozen=True)
-class WideningMla:
+class AccumulatorCall:
+    """A NEON kernel's call whose result has its first operand's type (the
+    accumulator's, or the first vector's): `name` the generic call (its
+    lane formula, which any target computes) or, with `instruction`, the
+    AArch64 instruction the legalization pass makes of it. The subclasses
+    say the lanes' formula."""
+    name: str
+    instruction: bool = False
+
+    def result(self, args: tuple[Expr, ...]) -> DType:
+        return dtype_of(args[0])
+
+    def call(self, *args: Expr) -> Call:
+        return Call(self.name, args, self.result(args))
+
+
+@dataclass(frozen=True)
+class WideningMla(AccumulatorCall):
     """`aot_mlal_lo(acc, x, w)` / `aot_mlal_hi`: an int32 vector acc of n
     lanes, int16 vectors x and w of 2n -> acc[k] + x[k + h] * w[k + h], h = 0
     (lo) or n (hi): the widening multiply-accumulate of one half of two
@@ -52,28 +69,11 @@ class WideningMla:
     `arm_smlal_lo` / `arm_smlal_hi` (SMLAL / SMLAL2, ACLE vmlal_s16 /
     vmlal_high_s16). Exact: the products are within int32 and the sum wraps
     as the accumulation does."""
-    name: str
     high: bool = False
-    instruction: bool = False
-
-    def result(self, args: tuple[Expr, ...]) -> DType:
-        return dtype_of(args[0])
-
-
-MLAL_LO = WideningMla("aot_mlal_lo")
-MLAL_HI = WideningMla("aot_mlal_hi", high=True)
-ARM_SMLAL_LO = WideningMla("arm_smlal_lo", instruction=True)
-ARM_SMLAL_HI = WideningMla("arm_smlal_hi", high=True, instruction=True)
-WIDENING_MLAS = {m.name: m for m in (MLAL_LO, MLAL_HI, ARM_SMLAL_LO, ARM_SMLAL_HI)}
-
-
-def widening_mla(acc: Expr, x: Expr, w: Expr, high: bool) -> Call:
-    """The aot_mlal_lo / aot_mlal_hi call (see WideningMla)."""
-    return Call((MLAL_HI if high else MLAL_LO).name, (acc, x, w), dtype_of(acc))
 
 
 @dataclass(frozen=True)
-class PairedQuadDot:
+class PairedQuadDot(AccumulatorCall):
     """`aot_dot4p_lo(acc, q0, q1, w0, w1)` / `aot_dot4p_hi`: two quads' dot
     products (QuadDot's q and w, for consecutive input quads) into an int32
     x 4 accumulator of half sums: lane k takes, over both quads s, the
@@ -83,23 +83,10 @@ class PairedQuadDot:
     dotprod, `arm_dot4p_lo` / `_hi`: SMULL, SMLAL (two products a lane in
     int16: w must have no -128), SADALP: 6 instructions per 32 products
     against arm_smull_dot4's 8."""
-    name: str
     high: bool = False
-    instruction: bool = False
-
-    def result(self, args: tuple[Expr, ...]) -> DType:
-        return dtype_of(args[0])
 
 
-DOT4P_LO = PairedQuadDot("aot_dot4p_lo")
-DOT4P_HI = PairedQuadDot("aot_dot4p_hi", high=True)
-ARM_DOT4P_LO = PairedQuadDot("arm_dot4p_lo", instruction=True)
-ARM_DOT4P_HI = PairedQuadDot("arm_dot4p_hi", high=True, instruction=True)
-PAIRED_QUAD_DOTS = {d.name: d for d in (DOT4P_LO, DOT4P_HI, ARM_DOT4P_LO, ARM_DOT4P_HI)}
-
-
-@dataclass(frozen=True)
-class SixteenDot:
+class SixteenDot(AccumulatorCall):
     """`aot_dot16p(acc, x, w)`: int32 x 4 acc, int8 x 16 x and w -> acc[k] +
     the products of bytes 2k, 2k + 1, 2k + 8 and 2k + 9 of x and w: 16
     input channels of one output channel into 4 partial sums, which
@@ -108,37 +95,53 @@ class SixteenDot:
     of the high ones (two products a lane in int16: w must have no -128),
     SADALP: 3 instructions per 16 products, no broadcast (the pixel's 16
     channels are one load), against arm_smull_dot4's 4 and a DUP."""
-    name: str
-    instruction: bool = False
-
-    def result(self, args: tuple[Expr, ...]) -> DType:
-        return dtype_of(args[0])
 
 
+class PairwiseAdd(AccumulatorCall):
+    """`aot_addp(a, b)`: int32 x 4 twice -> (a0 + a1, a2 + a3, b0 + b1,
+    b2 + b3), wrapping; `arm_addp` is AArch64's ADDP (vpaddq_s32)."""
+
+
+def _by_name(*ops) -> dict:
+    return {op.name: op for op in ops}
+
+
+MLAL_LO = WideningMla("aot_mlal_lo")
+MLAL_HI = WideningMla("aot_mlal_hi", high=True)
+ARM_SMLAL_LO = WideningMla("arm_smlal_lo", instruction=True)
+ARM_SMLAL_HI = WideningMla("arm_smlal_hi", instruction=True, high=True)
+WIDENING_MLAS = _by_name(MLAL_LO, MLAL_HI, ARM_SMLAL_LO, ARM_SMLAL_HI)
+DOT4P_LO = PairedQuadDot("aot_dot4p_lo")
+DOT4P_HI = PairedQuadDot("aot_dot4p_hi", high=True)
+ARM_DOT4P_LO = PairedQuadDot("arm_dot4p_lo", instruction=True)
+ARM_DOT4P_HI = PairedQuadDot("arm_dot4p_hi", instruction=True, high=True)
+PAIRED_QUAD_DOTS = _by_name(DOT4P_LO, DOT4P_HI, ARM_DOT4P_LO, ARM_DOT4P_HI)
 DOT16P = SixteenDot("aot_dot16p")
 ARM_DOT16P = SixteenDot("arm_dot16p", instruction=True)
-SIXTEEN_DOTS = {d.name: d for d in (DOT16P, ARM_DOT16P)}
+SIXTEEN_DOTS = _by_name(DOT16P, ARM_DOT16P)
+ADDP = PairwiseAdd("aot_addp")
+ARM_ADDP = PairwiseAdd("arm_addp", instruction=True)
+PAIRWISE_ADDS = _by_name(ADDP, ARM_ADDP)
+
+
+def widening_mla(acc: Expr, x: Expr, w: Expr, high: bool) -> Call:
+    """The aot_mlal_lo / aot_mlal_hi call (see WideningMla)."""
+    return (MLAL_HI if high else MLAL_LO).call(acc, x, w)
+
+
+def paired_quad_dot(acc: Expr, q0: Expr, q1: Expr, w0: Expr, w1: Expr, high: bool) -> Call:
+    """The aot_dot4p_lo / _hi call (see PairedQuadDot)."""
+    return (DOT4P_HI if high else DOT4P_LO).call(acc, q0, q1, w0, w1)
 
 
 def sixteen_dot(acc: Expr, x: Expr, w: Expr) -> Call:
     """The aot_dot16p call (see SixteenDot)."""
-    return Call(DOT16P.name, (acc, x, w), dtype_of(acc))
+    return DOT16P.call(acc, x, w)
 
 
-@dataclass(frozen=True)
-class PairwiseAdd:
-    """`aot_addp(a, b)`: int32 x 4 twice -> (a0 + a1, a2 + a3, b0 + b1,
-    b2 + b3), wrapping; `arm_addp` is AArch64's ADDP (vpaddq_s32)."""
-    name: str
-    instruction: bool = False
-
-    def result(self, args: tuple[Expr, ...]) -> DType:
-        return dtype_of(args[0])
-
-
-ADDP = PairwiseAdd("aot_addp")
-ARM_ADDP = PairwiseAdd("arm_addp", instruction=True)
-PAIRWISE_ADDS = {a.name: a for a in (ADDP, ARM_ADDP)}
+def pairwise_add(a: Expr, b: Expr) -> Call:
+    """The aot_addp call (see PairwiseAdd)."""
+    return ADDP.call(a, b)
 
 
 @dataclass(frozen=True)
@@ -157,22 +160,12 @@ class SaturatingNarrow:
 
 QNARROW16 = SaturatingNarrow("aot_qnarrow16")
 ARM_QNARROW16 = SaturatingNarrow("arm_qnarrow16", instruction=True)
-SATURATING_NARROWS = {n.name: n for n in (QNARROW16, ARM_QNARROW16)}
+SATURATING_NARROWS = _by_name(QNARROW16, ARM_QNARROW16)
 
 
 def saturating_narrow(a: Expr, b: Expr, c: Expr, d: Expr) -> Call:
     """The aot_qnarrow16 call (see SaturatingNarrow)."""
     return Call(QNARROW16.name, (a, b, c, d), DType("int8", 16))
-
-
-def paired_quad_dot(acc: Expr, q0: Expr, q1: Expr, w0: Expr, w1: Expr, high: bool) -> Call:
-    """The aot_dot4p_lo / _hi call (see PairedQuadDot)."""
-    return Call((DOT4P_HI if high else DOT4P_LO).name, (acc, q0, q1, w0, w1), dtype_of(acc))
-
-
-def pairwise_add(a: Expr, b: Expr) -> Call:
-    """The aot_addp call (see PairwiseAdd)."""
-    return Call(ADDP.name, (a, b), dtype_of(a))
 
 
 @dataclass(frozen=True)
@@ -199,7 +192,7 @@ ARM_RDBPOT = NeonFixedPoint("arm_rdbpot", "aot_rdbpot")
 MVE_VQRDMULH = NeonFixedPoint("mve_vqrdmulh", "aot_rdhm", isa="mve")
 MVE_RDBPOT = NeonFixedPoint("mve_rdbpot", "aot_rdbpot", isa="mve")
 ARM_SRSHL = NeonFixedPoint("arm_srshl", "aot_srshl")
-FIXED_POINT = {f.name: f for f in (ARM_SQRDMULH, ARM_RDBPOT, MVE_VQRDMULH, MVE_RDBPOT, ARM_SRSHL)}
+FIXED_POINT = _by_name(ARM_SQRDMULH, ARM_RDBPOT, MVE_VQRDMULH, MVE_RDBPOT, ARM_SRSHL)
 # the calls check_neon knows (the QuadDot instructions are checked with aot_dot4's)
 NEON_OPS = {**WIDENING_MLAS, **PAIRED_QUAD_DOTS, **SIXTEEN_DOTS, **PAIRWISE_ADDS,
             **SATURATING_NARROWS, **FIXED_POINT}
@@ -506,8 +499,8 @@ def _call(b: ir.IRBuilder, module: ir.Module, name: str, ret, *operands) -> ir.V
 
 
 def llvm_emit(fb, op, args: list) -> ir.Value:
-    """A call of op (WideningMla, PairedQuadDot, PairwiseAdd or
-    NeonFixedPoint, its int32 operands already broadcast to 4 lanes) on
+    """A call of op (an AccumulatorCall, SaturatingNarrow or NeonFixedPoint,
+    its int32 operands already broadcast to 4 lanes) on
     LLVM values (fb: llvm.py's function builder, its IRBuilder `b`,
     `module` and `splat`)."""
     if isinstance(op, WideningMla):
@@ -644,13 +637,12 @@ def _fixed_point4(b: ir.IRBuilder, module: ir.Module, op: NeonFixedPoint, x, e):
 
 
 __all__ = ["ADDP", "ARM_ADDP", "ARM_DOT16P", "ARM_DOT4P_HI", "ARM_DOT4P_LO", "ARM_RDBPOT",
-           "ARM_SDOT", "ARM_SMLAL_HI", "ARM_SMLAL_LO", "ARM_SMULL_DOT4", "ARM_SQRDMULH", "ARM_SRSHL",
-           "DOT16P",
-           "DOT4P_HI", "DOT4P_LO", "DOT_ROWS", "FIXED_POINT", "FIXED_POINT_ROWS", "MLAL_HI",
-           "MLAL_LO", "MVE_RDBPOT", "MVE_VQRDMULH", "NEON_OPS", "NeonFixedPoint",
-           "PAIRED_QUAD_DOTS", "PAIRWISE_ADDS", "PairedQuadDot", "PairwiseAdd", "ROWS",
-           "SATURATING_NARROWS", "SIXTEEN_DOTS", "SaturatingNarrow", "SixteenDot", "WIDENING_MLAS",
-           "WideningMla", "c_fixed_point", "c_paired_quad_dot", "c_pairwise_add", "c_quad_dot",
-           "c_saturating_narrow", "c_sixteen_dot", "c_widening_mla", "check_neon", "llvm_emit",
-           "llvm_sdot", "llvm_smull_dot4", "paired_quad_dot", "pairwise_add", "saturating_narrow",
-           "sixteen_dot", "widening_mla"]
+           "ARM_SDOT", "ARM_SMLAL_HI", "ARM_SMLAL_LO", "ARM_SMULL_DOT4", "ARM_SQRDMULH",
+           "ARM_SRSHL", "AccumulatorCall", "DOT16P", "DOT4P_HI", "DOT4P_LO", "DOT_ROWS",
+           "FIXED_POINT", "FIXED_POINT_ROWS", "MLAL_HI", "MLAL_LO", "MVE_RDBPOT", "MVE_VQRDMULH",
+           "NEON_OPS", "NeonFixedPoint", "PAIRED_QUAD_DOTS", "PAIRWISE_ADDS", "PairedQuadDot",
+           "PairwiseAdd", "ROWS", "SATURATING_NARROWS", "SIXTEEN_DOTS", "SaturatingNarrow",
+           "SixteenDot", "WIDENING_MLAS", "WideningMla", "c_fixed_point", "c_paired_quad_dot",
+           "c_pairwise_add", "c_quad_dot", "c_saturating_narrow", "c_sixteen_dot", "c_widening_mla",
+           "check_neon", "llvm_emit", "llvm_sdot", "llvm_smull_dot4", "paired_quad_dot",
+           "pairwise_add", "saturating_narrow", "sixteen_dot", "widening_mla"]

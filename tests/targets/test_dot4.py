@@ -25,7 +25,7 @@ from aot.ir.tir import (Bin, Buffer, BufferKind, Call, Const, DType, Load, PrimF
                         stmt_exprs, walk_expr, walk_stmt)
 from aot.lower.tir_passes.legalize import legalize
 from aot.lower.schedule.strategy import (PAIRS, QUADS, QUADS_MULL, QUADS_U8, int8_accumulator,
-                                         mlal_depthwise, window_row_accumulator)
+                                         joined_stores, mlal_depthwise, window_row_accumulator)
 from aot.lower import lower_graph
 from aot.testing.kernels import build_and_run_many
 from aot.targets import get_target
@@ -80,6 +80,13 @@ def test_the_default_strategy_follows_the_instructions():
     assert mlal_depthwise(get_target("aarch64-linux"))
     for name in ("x86_64-linux-avx512", "x86_64-linux", "cortex-m55", "armv7-linux"):
         assert not mlal_depthwise(get_target(name)), name
+    # a pixel's 16 int8 channels narrowed and stored together where SQXTN does
+    # it: NEON little-endian, as the legalization table's row says
+    a72 = get_target("aarch64-linux")
+    assert joined_stores(get_target("aarch64-linux-a76")) and joined_stores(a72)
+    assert not joined_stores(replace(a72, triple="aarch64_be" + a72.triple[len("aarch64"):]))
+    for name in ("x86_64-linux-avx512", "x86_64-linux", "cortex-m55", "armv7-linux"):
+        assert not joined_stores(get_target(name)), name
 
 
 def _expected(n: int, acc, q, w) -> np.ndarray:

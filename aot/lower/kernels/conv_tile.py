@@ -47,6 +47,7 @@ from aot.ir.tir import (Assign, Bin, Broadcast, Buffer, Cast, Const, Decl, DType
 from aot.lower.arith import qmath as q
 from aot.lower.arith.loops import fma, loop, offsets, plus, splat
 from aot.lower.schedule.conv import Int8ConvSchedule
+from aot.lower.schedule.strategy import Accumulator
 from aot.lower.rules.elementwise import const_like
 from aot.lower.arith.quant import in_block, to_i32
 from aot.lower.rules import LowerCtx, TensorRef
@@ -427,19 +428,19 @@ def int8_flat_step(ctx: LowerCtx, cv: Int8Conv, at: TileAt, ky, j) -> Stmt:
     return seq(*body)
 
 
-def flat_by_lane(cv: Int8Conv) -> bool:
-    """Whether a window row's quads are one vector load per pixel, each
-    quad a lane (byte rows in the by-lane quads, 2 to 4 groups a row, unit
-    column stride): where the dot product takes a lane (SDOT by element:
-    ic int8's first conv on the A76 143,694 -> 106,314 instructions), not
+def flat_by_lane(kind: Accumulator, column_stride: int, groups: int) -> bool:
+    """Whether a window row of `groups` quads (flat rows in the `kind`
+    strategy) is one vector load per pixel, each quad a lane (byte rows in
+    the by-lane quads, 2 to 4 groups a row, unit column stride); the
+    staging pads the rows for that load (int8_conv._flat_rows). Where the
+    dot product takes a lane (SDOT by element: ic int8's first conv on the
+    A76 143,694 -> 106,314 instructions), not
     quads_mull's (symmetric) SMULL, which would DUP each lane where a
     broadcast load now reads it (A72 251,313 -> 257,450). Not at stride 2
     nor for one group a row, where the broadcast loads measured fewer (A76
     C, vww int8 1,691,402 -> 1,698,651, kws int8 530,641 -> 538,912)."""
-    kind = cv.sched.flat_accumulator
-    return (cv.flat is not None and kind.group == 4 and kind.by_lane and not kind.symmetric
-            and cv.g.strides[1] == 1 and 2 <= cv.flat.shape[1] <= 4
-            and cv.rows.rows.dtype.scalar == "int8")
+    return (kind.group == 4 and kind.by_lane and not kind.symmetric and column_stride == 1
+            and 2 <= groups <= 4)
 
 
 def int8_flat_lanes(ctx: LowerCtx, cv: Int8Conv, at: TileAt, ky) -> Stmt:
@@ -500,9 +501,10 @@ class Int8Dot:
         if cv.sched.byte_planes:
             return self._planes(ctx, at)
         if cv.sched.rows == "flat":
+            if flat_by_lane(cv.sched.flat_accumulator, g.strides[1], cv.flat.shape[1]):
+                return loop(ctx, "ky", g.kh, lambda ky: int8_flat_lanes(ctx, cv, at, ky))
             return loop(ctx, "ky", g.kh, lambda ky: loop(
-                ctx, "kp", cv.flat.shape[1], lambda j: int8_flat_step(ctx, cv, at, ky, j))
-                if not flat_by_lane(cv) else int8_flat_lanes(ctx, cv, at, ky))
+                ctx, "kp", cv.flat.shape[1], lambda j: int8_flat_step(ctx, cv, at, ky, j)))
         # staged rows start at the left padding; the block's pixels are
         # neighbours: their input columns a stride apart from the tap's
         win = g.window(None if cv.rows is None else 0)

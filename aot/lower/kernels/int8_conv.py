@@ -44,7 +44,7 @@ from aot.ir.tir import (Bin, Broadcast, Buffer, Cast, Const, Decl, Expr, If, Loa
                         Store, add, dt, flat_index, mul, seq)
 from aot.lower.arith import qmath as q
 from aot.lower.arith.loops import loop
-from aot.lower.kernels.conv_tile import Int8Conv, Int8Dot, StagedRows, conv_tile
+from aot.lower.kernels.conv_tile import Int8Conv, Int8Dot, StagedRows, conv_tile, flat_by_lane
 from aot.lower.schedule.conv import Int8ConvSchedule
 from aot.lower.kernels.conv_walk import walk
 from aot.lower.rules.elementwise import const_like
@@ -191,8 +191,7 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, sched: Int8ConvSchedule, load_x
     if flat:    # [KH, groups, P, fg]: a window row's KW x D taps in groups
         fg = flat_kind.group
         k_run = g.kw * g.depth
-        n_pairs = -(-k_run // fg)       # groups per window row, zero weights padding the last
-        wf = np.zeros((g.per_group, g.kh, fg * n_pairs), np.int64)
+        wf = np.zeros((g.per_group, g.kh, fg * _row_groups(g, fg)), np.int64)
         wf[:, :, :k_run] = w5[0].reshape(g.per_group, g.kh, k_run)
         packed_flat = ctx.param("filter_pairs" if fg == 2 else "filter_quads", weight_dtype(
             flat_kind.interleave(np.moveaxis(wf, 0, -2))))
@@ -269,7 +268,7 @@ def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     n = kind.group
     width = max(g.w + g.pad_left, (g.ow - 1) * sw + g.kw)
     count = width * g.depth + n - 1        # padding after the last pixel: the last group's end
-    if n == 4 and kind.by_lane and not kind.symmetric and sw == 1 and g.kw * g.depth > 4:
+    if flat_by_lane(kind, sw, _row_groups(g, n)):
         # the last window's 16-byte load (conv_tile.int8_flat_lanes)
         count = max(count, (g.ow - 1) * sw * g.depth + 16)
     byte_rows = n == 4
@@ -318,6 +317,12 @@ def _flat_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     def slot(oy, ky) -> Expr:
         return Bin("%", add(oy, ky), Const(g.kh)) if ring else ky
     return StagedRows(stage, rows, slot, step)
+
+
+def _row_groups(g: ConvGeom, group: int) -> int:
+    """The groups of `group` elements a window row's KW x D taps take in
+    flat rows (zero weights padding the last)."""
+    return -(-g.kw * g.depth // group)
 
 
 def _ring(ctx: LowerCtx, stride: int, dilation: int, kh: int) -> bool:

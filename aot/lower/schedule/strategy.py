@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aot.isa.dots import pair_dot, quad_dot
-from aot.isa.neon import sixteen_dot, widening_mla
+from aot.isa.neon import saturating_narrow, sixteen_dot, widening_mla
 from aot.ir.tir import Call, DType, Expr, Var
 from aot.lower.schedule.space import choices, tunable
 from aot.targets import Target
@@ -127,6 +127,18 @@ def sixteen_dots(target: Target) -> bool:
     probe = sixteen_dot(Var("acc", DType("int32", 4)), Var("x", DType("int8", 16)),
                         Var("w", DType("int8", 16)))
     return target.lanes(32) == 4 and instruction_for(probe, target) is not None
+
+
+def joined_stores(target: Target) -> bool:
+    """Whether an int8 conv's tile stores a pixel's 16 channels (four 4-lane
+    accumulators) together: requantized, narrowed to int8 by aot_qnarrow16,
+    clamped once and stored as 16 bytes (the rule's `joined` says what it
+    saves), where the target makes the narrowing an instruction (AArch64's
+    SQXTN, SQXTN2 twice; the legalization table says where), not its lane
+    formula."""
+    from aot.lower.tir_passes.legalize import instruction_for
+    probe = saturating_narrow(*(Var(f"v{k}", DType("int32", 4)) for k in range(4)))
+    return instruction_for(probe, target) is not None
 
 
 @tunable("quad_kernel")

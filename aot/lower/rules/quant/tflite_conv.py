@@ -37,6 +37,7 @@ from aot.lower.rules.elementwise import const_like
 from aot.lower.kernels.windows import ConvGeom, conv_geom
 from aot.lower.rules import LowerCtx, TensorRef, kernel_rule
 from aot.lower.schedule.conv import int8_conv_schedule
+from aot.lower.schedule.strategy import joined_stores
 from aot.ops.quant import tflite_int8 as ref
 
 # The named kernels of every target family (the schedule names one).
@@ -120,7 +121,7 @@ def int8_conv(ctx: LowerCtx, ins, emit, weights: np.ndarray, g: ConvGeom) -> Stm
             if vrq.rounds_inline:
                 y = b.let("out", y)
             return emit(0, idx, y)
-        join = joined if out_dtype == "int8" and ctx.target.arch == "aarch64" else None
+        join = joined if out_dtype == "int8" and joined_stores(ctx.target) else None
         load = x.load
         if sched.flat_pixels:
             g, load, epilogue, join = one_row(g, load, epilogue, join)

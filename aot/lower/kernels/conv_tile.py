@@ -211,11 +211,13 @@ def _mlal_step(ctx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs, ic) -> Stmt:
     offs, widths = offsets(at.widths), at.widths
     depthwise = cv.sched.depthwise
     wh = [ctx.fresh("wh", dt("int16", 2 * wd)) for wd in widths[::2]]
-    def at_c(off):
+
+    def weights(off, wd):
         c = add(at.c0, Const(off))
-        return (ky, kx, c) if depthwise else (at.g, ky, kx, ic, c)
-    body = [Decl(v, Load(cv.packed, flat_index(at_c(off), cv.packed.shape), 2 * wd))
-            for v, off, wd in zip(wh, offs[::2], widths[::2])]
+        if depthwise:
+            return Load(cv.packed, flat_index((ky, kx, c), cv.packed.shape), 2 * wd)
+        return _mlal_weights(cv, at.g, ky, kx, ic, c)
+    body = [Decl(v, weights(off, wd)) for v, off, wd in zip(wh, offs[::2], widths[::2])]
     for row, ix in zip(at.accs, ixs):
         if not depthwise:
             xb = ctx.fresh("xb", dt("int16", 2 * widths[0]))
@@ -258,9 +260,8 @@ def _mlal_lanes(ctx, cv: Int8Conv, at: TileAt, ky, kx, icb, xvs: list[Var]) -> S
     for j in range(8):
         ic = add(mul(icb, Const(8)), Const(j))
         wh = [ctx.fresh("wh", dt("int16", 2 * wd)) for wd in widths[::2]]
-        body += [Decl(v, Load(cv.packed, flat_index((at.g, ky, kx, ic, add(at.c0, Const(off))),
-                                                    cv.packed.shape), 2 * wd))
-                 for v, off, wd in zip(wh, offs[::2], widths[::2])]
+        body += [Decl(v, _mlal_weights(cv, at.g, ky, kx, ic, add(at.c0, Const(off))))
+                 for v, off in zip(wh, offs[::2])]
         for row, xv in zip(at.accs, xvs):
             for k, (v, wd) in enumerate(zip(wh, widths[::2])):
                 # the broadcast second: the multiply by element's operand
@@ -268,6 +269,17 @@ def _mlal_lanes(ctx, cv: Int8Conv, at: TileAt, ky, kx, icb, xvs: list[Var]) -> S
                 body += [Assign(row[2 * k + h], widening_mla(row[2 * k + h], v, xb, h == 1))
                          for h in (0, 1)]
     return seq(*body)
+
+
+def _mlal_weights(cv: Int8Conv, gi, ky, kx, ic, c) -> Load:
+    """The int16 weights of output channels c .. c + 7 (c a multiple of 8)
+    for input channel ic at tap (ky, kx) of a dense SMLAL conv: packed
+    [G, P/8, KH, KW, D, 8], so that consecutive input channels' are
+    neighbours (one LDP loads two)."""
+    shape = cv.packed.shape
+    at = add(flat_index((gi, Const(0), ky, kx, ic, Const(0)), shape),
+             mul(c, Const(shape[2] * shape[3] * shape[4])))
+    return Load(cv.packed, at, 8)
 
 
 def _mlal_dense_row(ctx, cv: Int8Conv, at: TileAt, ky) -> Stmt:

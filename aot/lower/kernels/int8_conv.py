@@ -179,8 +179,13 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, sched: Int8ConvSchedule, load_x
         packed = ctx.param("filter", dw.astype(np.int16) if sched.mlal else dw)
     else:
         dense = weight_dtype(np.ascontiguousarray(w5.transpose(0, 2, 3, 4, 1)))  # [G, KH, KW, D, P]
-        # widened at compile time where aot_mlal takes int16 vectors (int16 activations)
-        packed = ctx.param("filter", dense.astype(np.int16) if sched.mlal else dense)
+        if sched.mlal:
+            # widened at compile time, as aot_mlal takes int16 vectors (int16
+            # activations), and [G, P/8, KH, KW, D, 8]: a tile's 8 output
+            # channels for consecutive input channels side by side (LDP)
+            six = dense.reshape(*dense.shape[:4], g.per_group // 8, 8).transpose(0, 4, 1, 2, 3, 5)
+            dense = np.ascontiguousarray(six).astype(np.int16)
+        packed = ctx.param("filter", dense)
     if sched.pairs:   # [G, KH, KW, D/2, P, 2]: two input channels' weights side by side
         packed2 = ctx.param("filter_pairs", weight_dtype(
             PAIRS.interleave(np.moveaxis(w5[..., :g.depth // 2 * 2], 1, -2))))

@@ -393,10 +393,10 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     # 553,584; 16 deep 589,833 -> 590,825). The int16 SMLAL rows always
     # unroll their taps; `unroll_taps` unrolls their blocks of 8 input
     # channels too, up to 3 (A72, C / LLVM, 3x3 convs: 32x32x16 -> 16
-    # 692,225 / 693,912 unrolled, 802,104 / 709,202 not; 12x12x24 -> 16
-    # 142,806 / 146,324 and 146,822 / 146,804; 16x16x32 -> 32 672,489 /
-    # 695,382 and 672,228 / 667,351; 16x16x64 -> 32 1,504,978 / 1,854,347
-    # and 1,322,894 / 1,317,426: clang spills the longer bodies).
+    # 674,574 / 674,840 unrolled, 783,513 / 703,058 not; 12x12x24 -> 16
+    # 138,379 / 141,717 and 141,507 / 141,132; 16x16x32 -> 32 672,489 /
+    # 676,979 and 659,940 / 655,063; 16x16x64 -> 32 1,366,270 / 1,364,288
+    # and 1,310,608 / 1,305,141: the longer bodies spill).
     taps = unroll_taps(int((g.depth == 16) != sixteens)) if quads and by_lane and not planes \
         else unroll_taps(int(g.depth <= 24)) if mlal and dense and rows == "staged" else 0
     # A 1x1 conv's quads by lane on rows too short for their blocks (6 pixels:

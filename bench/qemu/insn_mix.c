@@ -54,8 +54,8 @@ static int classify(uint32_t w) {
     if ((w & 0xBFC0F400u) == 0x0F80E000u || (w & 0xBFE0FC00u) == 0x0E809400u) {
         return SDOT;
     }
-    /* SMLAL{2} / SMULL{2}: vector (0Q001110 size1 Rm 1000 00 / 1100 00) and by
-     * element (0Q001111 size LM Rm 0010 H0 / 1010 H0) */
+    /* SMLAL{2} / SMULL{2}: vector (0Q001110 size1 Rm, opcode 1000 / 1100, then
+     * 00) and by element (0Q001111 size LM Rm, opcode 0010 / 1010, bit 10 clear) */
     if ((w & 0xBF20FC00u) == 0x0E208000u || (w & 0xBF20FC00u) == 0x0E20C000u ||
         (w & 0xBF00F400u) == 0x0F002000u || (w & 0xBF00F400u) == 0x0F00A000u) {
         return MULL;

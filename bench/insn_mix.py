@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The instruction mix of a pair's kernels under qemu-aarch64: SDOT, loads,
-stores and the rest, per inference, in the kernels only.
+"""The instruction mix of a pair's kernels under qemu-aarch64: SDOT, the
+widening multiplies (SMULL / SMLAL), loads, stores and the rest, per
+inference, in the kernels only.
 
     .venv/bin/python bench/insn_mix.py [--pairs int16] [--board rpi5] [--codegen c,llvm]
 
@@ -10,7 +11,9 @@ output checked against the interpreter, then run once under the QEMU plugin
 bench/qemu/insn_mix.c over the address ranges of the harness's
 `model_kernel_*` functions. The int16 conv needs two SDOTs (byte planes)
 where its int8 twin needs one, so its SDOT count is twice the twin's: the
-mix shows what the loads and the rest add on top of that bound.
+mix shows what the loads and the rest add on top of that bound. On the A72
+(rpi4: no SDOT) the int16 conv's products are SMLALs (4 a instruction) and
+the twin's SMULL / SMLAL2 pairs (16 in 3 instructions with a SADALP).
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from aot.errors import AotError  # noqa: E402
 
-CLASSES = ("sdot", "load", "store", "other")
+CLASSES = ("sdot", "mull", "load", "store", "other")
 KERNEL_PREFIX = "model_kernel_"
 
 
@@ -114,10 +117,12 @@ def main() -> int:
                     total = sum(m.values())
                     print(f"{side} {cg} {args.board}: total {total:,.0f} = " + ", ".join(
                         f"{c} {m[c]:,.0f}" for c in CLASSES), flush=True)
-                print(f"{name} {cg} {args.board}: sdot {rows[0]['sdot'] / rows[1]['sdot']:.2f}x, "
-                      f"loads {rows[0]['load'] / rows[1]['load']:.2f}x, rest (stores + other) "
-                      f"{(rows[0]['store'] + rows[0]['other']) / (rows[1]['store'] + rows[1]['other']):.2f}x"
-                      f" the twin's", flush=True)
+                products = ", ".join(f"{c} {rows[0][c] / rows[1][c]:.2f}x"
+                                     for c in ("sdot", "mull") if rows[1][c])
+                rest = [r["store"] + r["other"] for r in rows]
+                print(f"{name} {cg} {args.board}: {products}, loads "
+                      f"{rows[0]['load'] / rows[1]['load']:.2f}x, rest (stores + other) "
+                      f"{rest[0] / rest[1]:.2f}x the twin's", flush=True)
     return 0
 
 

@@ -1,7 +1,9 @@
 /* insn_mix: a QEMU TCG plugin (plugin API version 1, QEMU 7.2, AArch64
  * guests) that counts the instructions executed inside given address ranges
- * by class: SDOT (vector or by element), loads (every load encoding: LDR,
- * LDP, LD1, ...), stores, and the rest; and how many times the first range's
+ * by class: SDOT (vector or by element), the signed widening multiplies
+ * SMULL / SMLAL (and their 2 forms, vector or by element), loads (every load
+ * encoding: LDR, LDP, LD1, ...), stores, and the rest; and how many times the
+ * first range's
  * first instruction ran (the calls of the kernel it starts).
  *
  *   -plugin insn_mix.so,range=0x<lo>:0x<hi>[,range=...] -d plugin -D <log>
@@ -39,8 +41,8 @@ void qemu_plugin_outs(const char *string);
 
 EXPORT int qemu_plugin_version = 1;
 
-enum { SDOT, LOAD, STORE, OTHER, CLASSES };
-static const char *const NAMES[CLASSES] = {"sdot", "load", "store", "other"};
+enum { SDOT, MULL, LOAD, STORE, OTHER, CLASSES };
+static const char *const NAMES[CLASSES] = {"sdot", "mull", "load", "store", "other"};
 static uint64_t counts[CLASSES];
 static uint64_t calls;
 #define MAX_RANGES 64
@@ -51,6 +53,12 @@ static int classify(uint32_t w) {
     /* SDOT by element (0Q001111 10LM Rm 1110H0) and vector (0Q001110 100 Rm 100101) */
     if ((w & 0xBFC0F400u) == 0x0F80E000u || (w & 0xBFE0FC00u) == 0x0E809400u) {
         return SDOT;
+    }
+    /* SMLAL{2} / SMULL{2}: vector (0Q001110 size1 Rm, opcode 1000 / 1100, then
+     * 00) and by element (0Q001111 size LM Rm, opcode 0010 / 1010, bit 10 clear) */
+    if ((w & 0xBF20FC00u) == 0x0E208000u || (w & 0xBF20FC00u) == 0x0E20C000u ||
+        (w & 0xBF00F400u) == 0x0F002000u || (w & 0xBF00F400u) == 0x0F00A000u) {
+        return MULL;
     }
     if ((w & 0x0A000000u) == 0x08000000u) {    /* loads and stores: op0 = x1x0 */
         /* load-literal (op0 bits 29:27 = 011, 25:24 = 00) has no L bit */

@@ -193,3 +193,48 @@ def test_m4_int16_smlad_bit_exact_with_tflm(data, tmp_path):
     out = verify(path, board="mps2-an386", count=2)
     assert out["reference"] == "tflite-micro", out
     assert out["ok"] and all(r["max_abs_err"] == 0.0 for r in out["outputs"]), out
+
+
+def _staged_chain() -> bytes:
+    """Four int16 CONV_2Ds in SMLAL on the A72: 12 deep (a channel at a
+    time from the input), then three on staged int16 rows: 24 deep on
+    12-pixel rows (three blocks of 8 channels unrolled, two 6-pixel
+    blocks a row), dilated 2 with SAME padding, then 32 deep at stride 2
+    VALID (the blocks in a loop)."""
+    rng = np.random.default_rng(21)
+    m = TFLiteBuilder()
+
+    def conv(x, name, shape, cin, cout, scale, stride=1, dilation=1, padding=0):
+        ws = list(rng.uniform(0.005, 0.01, cout))
+        y = m.tensor(name, shape, "int16", scale=[scale], zp=[0])
+        w = m.const(f"{name}_w", rng.integers(-128, 128, (cout, 3, 3, cin)), "int8", scale=ws,
+                    zp=[0] * cout, qdim=0)
+        b = m.const(f"{name}_b", rng.integers(-40000, 40000, cout), "int64",
+                    scale=[s * 0.02 for s in ws], zp=[0] * cout)
+        m.op("CONV_2D", [x, w, b], [y], "Conv2DOptions", Padding=padding, StrideH=stride,
+             StrideW=stride, DilationHFactor=dilation, DilationWFactor=dilation,
+             FusedActivationFunction=0)
+        return y
+    x = m.tensor("x", (1, 9, 12, 12), "int16", scale=[0.02], zp=[0])
+    x24 = conv(x, "x24", (1, 9, 12, 24), 12, 24, 0.2)
+    a = conv(x24, "a", (1, 9, 12, 16), 24, 16, 3.0)
+    b = conv(a, "b", (1, 9, 12, 32), 16, 32, 4.0, dilation=2)
+    y = conv(b, "y", (1, 4, 5, 16), 32, 16, 60.0, stride=2, padding=1)
+    return m.build([x], [y])
+
+
+@pytest.mark.parametrize("codegen", ["c", "llvm"])
+def test_rpi4_int16_convs_on_staged_rows_bit_exact_with_tflm(tmp_path, codegen):
+    """The A72's 16x8 dense convs: SMLAL by element over int16 rows staged
+    with zero padding (one untested region), under qemu-aarch64 -cpu
+    cortex-a72 against tflite-micro."""
+    path = tmp_path / "staged16.tflite"
+    path.write_bytes(_staged_chain())
+    kernels = lower_graph(_graph(path.read_bytes()), get_target("aarch64-linux"))
+    assert [("wide_rows" in {p.name for p in k.func.params}) for k in kernels] == [
+        False, True, True, True]
+    assert any(c.startswith("arm_smlal") for c in _lowered(_graph(path.read_bytes()),
+                                                           "aarch64-linux")[0])
+    out = verify(path, board="qemu-aarch64", codegen=codegen, count=2)
+    assert out["reference"] == "tflite-micro", out
+    assert out["ok"] and all(r["max_abs_err"] == 0.0 for r in out["outputs"]), out

@@ -19,7 +19,10 @@ int8 (Int8Conv, Int8Dot; aot/lower/schedule/strategy.py's strategies), per tap
   weights (dense) or input and weight channel vectors alike (depthwise);
 - mlal: depthwise, 8 channels per int16 vector widened once into two
   accumulators (aot_mlal_lo / _hi); on staged int16 rows a window row at
-  a time, each input column loaded once (_mlal_row);
+  a time, each input column loaded once (_mlal_row); dense on int16
+  activations, 8 input channels per vector load, each a lane against 8
+  output channels' weights (SMLAL by element: _mlal_block, on staged rows
+  _mlal_dense_row);
 - pairs: two input channels per 16-bit multiply-add (aot_dot2, or
   aot_dot2p on rows staged as pairs);
 - quads: four input channels per aot_dot4 from rows staged as quads, by
@@ -208,11 +211,13 @@ def _mlal_step(ctx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs, ic) -> Stmt:
     offs, widths = offsets(at.widths), at.widths
     depthwise = cv.sched.depthwise
     wh = [ctx.fresh("wh", dt("int16", 2 * wd)) for wd in widths[::2]]
-    def at_c(off):
+
+    def weights(off, wd):
         c = add(at.c0, Const(off))
-        return (ky, kx, c) if depthwise else (at.g, ky, kx, ic, c)
-    body = [Decl(v, Load(cv.packed, flat_index(at_c(off), cv.packed.shape), 2 * wd))
-            for v, off, wd in zip(wh, offs[::2], widths[::2])]
+        if depthwise:
+            return Load(cv.packed, flat_index((ky, kx, c), cv.packed.shape), 2 * wd)
+        return _mlal_weights(cv, at.g, ky, kx, ic, c)
+    body = [Decl(v, weights(off, wd)) for v, off, wd in zip(wh, offs[::2], widths[::2])]
     for row, ix in zip(at.accs, ixs):
         if not depthwise:
             xb = ctx.fresh("xb", dt("int16", 2 * widths[0]))
@@ -236,19 +241,27 @@ def _mlal_block(ctx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs, icb) -> Stmt:
     """Dense, int16 activations: input channels 8 icb .. 8 icb + 7, one
     vector load of each pixel's eight, each a lane of it against the
     weights of 8 output channels (NEON's SMLAL by element)."""
-    g, offs, widths = cv.g, offsets(at.widths), at.widths
+    g = cv.g
     body, xvs = [], []
     for ix in ixs:
         xv = ctx.fresh("xo", dt("int16", 8))
         ch = add(mul(at.g, Const(g.depth)), mul(icb, Const(8)))
         body.append(Decl(xv, cv.load_x((at.n, iy, ix, ch), 8)))
         xvs.append(xv)
+    return seq(*body, _mlal_lanes(ctx, cv, at, ky, kx, icb, xvs))
+
+
+def _mlal_lanes(ctx, cv: Int8Conv, at: TileAt, ky, kx, icb, xvs: list[Var]) -> Stmt:
+    """Tap (ky, kx), input channels 8 icb .. 8 icb + 7 held as lanes of
+    each pixel's int16 vector in xvs: each channel's weights for the tile's
+    output channels loaded once, then SMLAL / SMLAL2 by element per pixel."""
+    offs, widths = offsets(at.widths), at.widths
+    body: list[Stmt] = []
     for j in range(8):
         ic = add(mul(icb, Const(8)), Const(j))
         wh = [ctx.fresh("wh", dt("int16", 2 * wd)) for wd in widths[::2]]
-        body += [Decl(v, Load(cv.packed, flat_index((at.g, ky, kx, ic, add(at.c0, Const(off))),
-                                                    cv.packed.shape), 2 * wd))
-                 for v, off, wd in zip(wh, offs[::2], widths[::2])]
+        body += [Decl(v, _mlal_weights(cv, at.g, ky, kx, ic, add(at.c0, Const(off))))
+                 for v, off in zip(wh, offs[::2])]
         for row, xv in zip(at.accs, xvs):
             for k, (v, wd) in enumerate(zip(wh, widths[::2])):
                 # the broadcast second: the multiply by element's operand
@@ -256,6 +269,45 @@ def _mlal_block(ctx, cv: Int8Conv, at: TileAt, ky, kx, iy, ixs, icb) -> Stmt:
                 body += [Assign(row[2 * k + h], widening_mla(row[2 * k + h], v, xb, h == 1))
                          for h in (0, 1)]
     return seq(*body)
+
+
+def _mlal_weights(cv: Int8Conv, gi, ky, kx, ic, c) -> Load:
+    """The int16 weights of output channels c .. c + 7 (c a multiple of 8)
+    for input channel ic at tap (ky, kx) of a dense SMLAL conv: packed
+    [G, P/8, KH, KW, D, 8], so that consecutive input channels' are
+    neighbours (one LDP loads two)."""
+    shape = cv.packed.shape
+    at = add(flat_index((gi, Const(0), ky, kx, ic, Const(0)), shape),
+             mul(c, Const(shape[2] * shape[3] * shape[4])))
+    return Load(cv.packed, at, 8)
+
+
+def _mlal_dense_row(ctx, cv: Int8Conv, at: TileAt, ky) -> Stmt:
+    """Dense, int16 activations on staged rows: window row ky of every
+    pixel of the block, 8 input channels at a time, the row's taps
+    unrolled inside (so only one block's input columns live beside the
+    accumulators: with the channel blocks inside the taps clang kept
+    every block's columns and spilled), each input column the block
+    reads loaded once, where a tap first needs it."""
+    g, r = cv.g, cv.rows
+    sw, dw = g.strides[1], g.dilations[1]
+    first = mul(at.oxs[0], Const(sw))
+
+    def block(icb) -> Stmt:
+        xs: dict[int, Var] = {}
+        body: list[Stmt] = []
+        for kx in range(g.kw):
+            cols = [p * sw + kx * dw for p in range(len(at.accs))]
+            for col in cols:
+                if col not in xs:
+                    xs[col] = ctx.fresh("xo", dt("int16", 8))
+                    body.append(Decl(xs[col], Load(r.rows, flat_index(
+                        (r.slot(at.oy, ky), plus(first, col), mul(icb, Const(8))),
+                        r.rows.shape), 8)))
+            body.append(_mlal_lanes(ctx, cv, at, ky, Const(kx), icb, [xs[c] for c in cols]))
+        return seq(*body)
+    return loop(ctx, "icb", g.depth // 8, block,
+                kind=ForKind.UNROLLED if cv.sched.unroll_taps else ForKind.SERIAL)
 
 
 def _mlal_row(ctx, cv: Int8Conv, at: TileAt, ky) -> Stmt:
@@ -510,9 +562,10 @@ class Int8Dot:
         win = g.window(None if cv.rows is None else 0)
         if cv.sched.sixteens:
             return _sixteens(ctx, cv, at)
-        if cv.sched.mlal and cv.sched.depthwise and cv.rows is not None:     # a window row
+        if cv.sched.mlal and cv.rows is not None:     # a window row
+            row = _mlal_row if cv.sched.depthwise else _mlal_dense_row
             return tap_nest(ctx, at.region[:1], at.pixels[0], win, (g.h,),
-                            lambda ipos, tap: _mlal_row(ctx, cv, at, tap[0]), ("ky",),
+                            lambda ipos, tap: row(ctx, cv, at, tap[0]), ("ky",),
                             from_origin=True)
         return tap_nest(ctx, at.region, at.pixels[0], win, (g.h, g.w), lambda ipos, tap: int8_tap(
             ctx, cv, at, *tap, ipos[0], neighbours(ipos[1], len(at.pixels), g.strides[1])),

@@ -179,8 +179,13 @@ def vector_conv_nest(ctx: LowerCtx, g: ConvGeom, sched: Int8ConvSchedule, load_x
         packed = ctx.param("filter", dw.astype(np.int16) if sched.mlal else dw)
     else:
         dense = weight_dtype(np.ascontiguousarray(w5.transpose(0, 2, 3, 4, 1)))  # [G, KH, KW, D, P]
-        # widened at compile time where aot_mlal takes int16 vectors (int16 activations)
-        packed = ctx.param("filter", dense.astype(np.int16) if sched.mlal else dense)
+        if sched.mlal:
+            # widened at compile time, as aot_mlal takes int16 vectors (int16
+            # activations), and [G, P/8, KH, KW, D, 8]: a tile's 8 output
+            # channels for consecutive input channels side by side (LDP)
+            six = dense.reshape(*dense.shape[:4], g.per_group // 8, 8).transpose(0, 4, 1, 2, 3, 5)
+            dense = np.ascontiguousarray(six).astype(np.int16)
+        packed = ctx.param("filter", dense)
     if sched.pairs:   # [G, KH, KW, D/2, P, 2]: two input channels' weights side by side
         packed2 = ctx.param("filter_pairs", weight_dtype(
             PAIRS.interleave(np.moveaxis(w5[..., :g.depth // 2 * 2], 1, -2))))
@@ -223,7 +228,8 @@ def stage_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
     outside the image (exactly the skipped taps), so each pair is one load
     and broadcast (aot_dot2p), no tap tests bounds and every row is
     blocked; staged quads, the raw bytes (_quad_rows); the widening
-    depthwise conv's, int16 x - zp (_wide_rows); flat rows, a window
+    convs' (depthwise, and dense on int16 activations), int16 x - zp
+    (_wide_rows); flat rows, a window
     row's KW x D taps as one contiguous run read as consecutive pairs or
     quads (_flat_rows)."""
     if sched.rows == "flat":
@@ -234,7 +240,7 @@ def stage_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int,
         return _byte_rows(ctx, g, load_x, zp)
     if sched.quads:
         return _quad_rows(ctx, g, load_x, zp, sched.accumulator)
-    if sched.mlal and sched.depthwise:
+    if sched.mlal:
         return _wide_rows(ctx, g, load_x, zp) if sched.rows == "staged" else None
     return _pair_rows(ctx, g, load_x, zp) if sched.rows == "staged" else None
 
@@ -467,7 +473,9 @@ def _wide_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int):
     per tap (9 times for a 3x3 window), and the taps read int16 vectors
     with no bounds test: one whole region, the bias unfolded. (At stride 2
     each input serves about 2.25 taps, and staging them cost more than it
-    saved: vww's 48x48x16 layer, 85,119 -> 90,092 instructions on the A72.)"""
+    saved: vww's 48x48x16 layer, 85,119 -> 90,092 instructions on the A72.)
+    The 16x8 dense convs stage theirs the same way, D words a pixel, at any
+    stride: each input then serves every output channel's taps."""
     def one(n, iy, ix, c):
         return Bin("-", Cast(dt("int16"), load_x((n, iy, ix, c))), Const(zp, dt("int16")))
 
@@ -475,7 +483,8 @@ def _wide_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int):
         i16 = dt("int16", count)
         return Bin("+", Cast(i16, load_x((n, iy, ix, Const(c)), count)),
                    Broadcast(Const(-zp, dt("int16")), count))
-    return _staged_rows(ctx, g, "wide_rows", g.cout, 0, one, many, 4, dtype="int16")
+    words = g.cout if g.depth == 1 and g.per_group == 1 else g.depth
+    return _staged_rows(ctx, g, "wide_rows", words, 0, one, many, 4, dtype="int16")
 
 
 def _quad_rows(ctx: LowerCtx, g: ConvGeom, load_x: Callable, zp: int, kind: Accumulator):

@@ -210,7 +210,8 @@ class Int8ConvSchedule:
     quads with `by_lane`) or pairs (two per aot_dot2); depthwise takes
     channel vectors, widened to int16 pairs of vectors with `mlal`.
     `rows` is how the input is read: "staged" (the KH rows an output row
-    reads, as pairs or quads, or int16 for the widening depthwise), "flat" (a first layer's window rows as one
+    reads, as pairs or quads, or int16 for the widening depthwise and the
+    16x8 dense convs in SMLAL), "flat" (a first layer's window rows as one
     run, in groups of `flat_accumulator`) or "direct" (from the input,
     border taps tested). `walk`: how conv_walk.walk visits the output (the
     integer policy's "border" regions, or with staged rows one "whole"):
@@ -224,7 +225,9 @@ class Int8ConvSchedule:
     input channels at a time per output channel (aot_dot16p: the pixel's 16
     staged bytes against the channel's 16 weights into 4 partial sums,
     folded by aot_addp at the end of the tile), rows staged as bytes.
-    `unroll_taps`: 1 unrolls the window's columns in the quads' tile.
+    `unroll_taps`: 1 unrolls the window's columns in the quads' tile (in
+    the 16x8 SMLAL rows, whose columns are always unrolled, their blocks of
+    8 input channels).
     `flat_pixels`: a pointwise conv's pixels walked as one row of all of an
     image's (the pixel_rows site; flat_pixels)."""
     algorithm: str
@@ -327,6 +330,14 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
         # conv's rows as 4 + 3 pixels 79,636, as 5 + 2 79,757.
         fit = (regs - 2 - t.vectors) // (t.vectors + 1)
         t = replace(t, max_accs=min(t.max_accs, fit * t.vectors), fewest_blocks=True)
+    if int16_input and dense and not planes and g.depth % 8 == 0 and mlal_depthwise(target):
+        # SMLAL by element on staged rows (conv_tile._mlal_dense_row): a
+        # window row's input columns for one block of 8 channels live beside
+        # the accumulators (2 per pixel) and a weight vector or two. rpi4,
+        # C: a 12x12x24 -> 16 3x3 conv in one 12-pixel block spilled
+        # (236,046 instructions), in 6-pixel blocks 142,806.
+        cols = (g.kw - 1) * g.dilations[1] + 2
+        t = replace(t, max_accs=min(t.max_accs, (regs - cols) // 3 * 2))
     tiles = tuple(tile_widths(width, t))
     wide = all(min(w) >= 4 for _, w in tiles)       # every tile of whole 4+-lane vectors
     # Depthwise where the target has the widening multiply-add: 8 channels
@@ -348,10 +359,15 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     # Widening int8 depthwise convs at unit row stride stage their KH input rows
     # as int16 x - zp in a ring: each input widened once, not once per tap,
     # and no tap tested.
+    # int16 activations in dense convs (SMLAL by element) stage their rows
+    # as int16 with zeros outside the image: one untested region whose
+    # pixel blocks span whole rows (the A72's 32x32x16 -> 16 3x3 conv, C:
+    # its border pixels a tile each had cost a fifth of the kernel).
     staged = quads or (pairs and g.groups == 1 and g.depth % 2 == 0 and wide
                        and int8_rows("staged") == "staged") or \
         (mlal and depthwise and not int16_input and g.strides[0] == 1 and g.dilations[0] == 1
-         and int8_rows("staged") == "staged")
+         and int8_rows("staged") == "staged") or \
+        (mlal and dense and g.depth % 8 == 0 and int8_rows("staged") == "staged")
     # Odd depths (the first layer's 1 or 3 channels) group along a window
     # row instead: with unit column dilation its KW x D taps are one
     # contiguous run of the staged row.
@@ -368,15 +384,21 @@ def int8_conv_schedule(target: Target, g: ConvGeom, weights: np.ndarray,
     # -> 1,490,886 / 1,656,094 -> 1,643,620
     walk = Walk(("oy", "ox"), "border" if rows == "direct" else "whole", notes=False,
                 blocks_in_tested_rows=False, parts=True, parts_outside=True,
-                unroll=unroll_tiles(UNROLL_CHANNEL_TILES if quads and target.arch == "aarch64"
-                                    else 0))
+                unroll=unroll_tiles(UNROLL_CHANNEL_TILES if (quads or mlal and dense and staged)
+                                    and target.arch == "aarch64" else 0))
     # The window's columns unrolled where that measured fewer instructions
     # (qemu-aarch64, ic int8's 3x3 convs, C): SDOT by lane 16 deep (A76,
     # 16 -> 16 at 32x32: 240,774 -> 226,085; 32 deep 207,469 -> 217,053),
     # the sixteens deeper than 16 (A72, 32 -> 32 at 16x16: 564,339 ->
-    # 553,584; 16 deep 589,833 -> 590,825).
+    # 553,584; 16 deep 589,833 -> 590,825). The int16 SMLAL rows always
+    # unroll their taps; `unroll_taps` unrolls their blocks of 8 input
+    # channels too, up to 3 (A72, C / LLVM, 3x3 convs: 32x32x16 -> 16
+    # 674,574 / 674,840 unrolled, 783,513 / 703,058 not; 12x12x24 -> 16
+    # 138,379 / 141,717 and 141,507 / 141,132; 16x16x32 -> 32 672,489 /
+    # 676,979 and 659,940 / 655,063; 16x16x64 -> 32 1,366,270 / 1,364,288
+    # and 1,310,608 / 1,305,141: the longer bodies spill).
     taps = unroll_taps(int((g.depth == 16) != sixteens)) if quads and by_lane and not planes \
-        else 0
+        else unroll_taps(int(g.depth <= 24)) if mlal and dense and rows == "staged" else 0
     # A 1x1 conv's quads by lane on rows too short for their blocks (6 pixels:
     # 4 + 2) take every pixel of the image as one row, where the caller can.
     flat_map = one_row and quads and by_lane and unit_window(g) and pixel_rows(

@@ -155,7 +155,8 @@ def quad_kernel(default: str) -> str:
 @tunable("unroll_taps")
 def unroll_taps(default: int) -> int:
     """Whether an int8 quad conv's tile unrolls its window's columns (1) or
-    loops over them (0): the default policy's answer passes through; a
+    loops over them (0), and a 16x8 dense conv's SMLAL rows their blocks of
+    8 input channels: the default policy's answer passes through; a
     schedule config may give the other."""
     return default
 

@@ -104,7 +104,7 @@ def evolve(joint: JointSpace, score: Callable[[list[Config]], list[float]],
     out: list[Config] = []
     for _ in range(count):
         if rng.random() < epsilon or not ranked:
-            fresh = _untried_draw(joint, lambda c: is_new(c) and c not in out, rng)
+            fresh = untried_draw(joint, lambda c: is_new(c) and c not in out, rng)
             if fresh is not None:
                 out.append(fresh)
                 continue
@@ -121,8 +121,10 @@ def _ranked(pool: list[Config], score) -> list[Config]:
     return [pool[i] for i in order]
 
 
-def _untried_draw(joint: JointSpace, is_new, rng: random.Random,
-                  attempts: int = 64) -> Config | None:
+def untried_draw(joint: JointSpace, is_new, rng: random.Random,
+                 attempts: int = 64) -> Config | None:
+    """A random config of the space that is_new accepts (None: none found
+    in `attempts` draws)."""
     for _ in range(attempts):
         c = joint.draw(rng)
         if is_new(c):
@@ -130,4 +132,4 @@ def _untried_draw(joint: JointSpace, is_new, rng: random.Random,
     return None
 
 
-__all__ = ["DEFAULT", "JointSpace", "evolve"]
+__all__ = ["DEFAULT", "JointSpace", "evolve", "untried_draw"]

@@ -10,7 +10,11 @@ widening multiplies, other intrinsics); the config adds its knobs, by
 name. A new site or kernel is described by the same vector.
 
 Counts are dynamic (each statement weighted by its loops' trips) and taken
-in log2, so workloads of any size share one scale.
+in log2, so workloads of any size share one scale. One of them,
+`log_instrs`, estimates the kernel's instructions (each load, store,
+arithmetic node and call one, whatever its lanes, and each iteration of a
+loop not unrolled LOOP_COST more): its difference to the default's is the
+cost model's prior (guided.py), what the trees learn to correct.
 """
 from __future__ import annotations
 
@@ -18,8 +22,8 @@ import math
 import zlib
 from dataclasses import dataclass, field
 
-from aot.ir.tir import (Assign, Bin, Call, Cast, Decl, For, If, Load, PrimFunc, Seq, Store,
-                        dtype_of, stmt_exprs, walk_expr, walk_stmt)
+from aot.ir.tir import (Assign, Bin, Call, Cast, Decl, For, If, Load, PrimFunc, Select, Seq,
+                        Store, Unary, dtype_of, expr_children, stmt_exprs, walk_expr, walk_stmt)
 from aot.lower.schedule.space import Config
 
 # Slots that names (intrinsic calls, named site choices) are hashed into:
@@ -29,11 +33,13 @@ CHOICE_SLOTS = 8
 # The knobs a config gives by name (tiles, the integer nests' tile) and
 # "count": the value of a site answered by a number (unrolling).
 KNOB_NAMES = ("vectors", "mr", "max_accs", "registers", "rows", "channels", "count")
+# A loop iteration's own instructions (the counter's step, compare and branch).
+LOOP_COST = 2
 
 NAMES = (
     # the whole kernel, dynamic
     "log_macs", "log_loads", "log_stores", "loads_per_mac", "stores_per_mac", "log_bytes",
-    "log_ops", "dot_share", "widening_share", "log_statements", "nests",
+    "log_ops", "dot_share", "widening_share", "log_statements", "nests", "log_instrs",
     # the nest that does the most multiplies
     "depth", "log_inner", "log_inner2", "log_outer", "lanes", "vector_accs", "scalar_accs",
     "pressure", "spill", "nest_loads_per_mac", "nest_log_bytes", "unrolled_share",
@@ -51,6 +57,7 @@ class _Nest:
     loads: float = 0.0
     stores: float = 0.0
     ops: float = 0.0
+    instrs: float = 0.0     # estimated instructions: a vector op is one
     dots: float = 0.0
     widening: float = 0.0
     statements: int = 0
@@ -96,6 +103,7 @@ def _narrower(c: Cast) -> bool:
 
 def _count_exprs(stmt, trips: float, nest: _Nest) -> None:
     for root in stmt_exprs(stmt):
+        nest.instrs += trips * _instructions(root, root is getattr(stmt, "index", None))
         for e in walk_expr(root):
             if isinstance(e, Load):
                 nest.loads += trips * e.lanes
@@ -117,6 +125,16 @@ def _count_exprs(stmt, trips: float, nest: _Nest) -> None:
                     width = 4 if "4" in e.fn else 2
                     nest.macs += trips * lanes * width
                     nest.dots += trips * lanes * width
+
+
+def _instructions(e, address: bool = False) -> int:
+    """The value's operations, each one instruction whatever its lanes; an
+    address's arithmetic counts nothing (the compiler strength-reduces it
+    across the loop), a load one."""
+    if isinstance(e, Load):
+        return 1
+    own = 0 if address else int(isinstance(e, (Bin, Call, Cast, Unary, Select)))
+    return own + sum(_instructions(x, address) for x in expr_children(e))
 
 
 def _accumulators(loop: For, declared: list, nest: _Nest) -> None:
@@ -146,6 +164,8 @@ def _walk(s, trips: float, depth: int, extents: tuple, unrolled: bool, nest: _Ne
         if len(ext) > len(nest.extents):
             nest.extents, nest.depth = ext, len(ext)
         is_unrolled = unrolled or s.kind.value == "unrolled"
+        if not is_unrolled:
+            nest.instrs += trips * n * LOOP_COST
         _walk(s.body, trips * n, depth + 1, ext, is_unrolled, nest)
         return
     nest.statements += 1
@@ -160,6 +180,7 @@ def _walk(s, trips: float, depth: int, extents: tuple, unrolled: bool, nest: _Ne
         return
     _count_exprs(s, trips, nest)
     if isinstance(s, Store):
+        nest.instrs += trips
         nest.stores += trips * _lanes(s.value)
         nest.buffers[s.buffer.name] = s.buffer.nbytes
 
@@ -197,7 +218,7 @@ def features(func: PrimFunc, config: Config, vector_registers: int) -> tuple[flo
     nests = nests_of(func)
     total = _Nest()
     for n in nests:
-        for f in ("macs", "loads", "stores", "ops", "dots", "widening", "unrolled"):
+        for f in ("macs", "loads", "stores", "ops", "instrs", "dots", "widening", "unrolled"):
             setattr(total, f, getattr(total, f) + getattr(n, f))
         total.statements += n.statements
         total.buffers.update(n.buffers)
@@ -209,7 +230,7 @@ def features(func: PrimFunc, config: Config, vector_registers: int) -> tuple[flo
         _log(total.macs), _log(total.loads), _log(total.stores),
         total.loads / macs, total.stores / macs, _log(sum(total.buffers.values())),
         _log(total.ops), total.dots / macs, total.widening / macs,
-        _log(total.statements), float(len(nests)),
+        _log(total.statements), float(len(nests)), _log(total.instrs),
         float(main.depth), _log(main.extents[-1] if main.extents else 0),
         _log(main.extents[-2] if len(main.extents) > 1 else 0),
         _log(main.extents[0] if main.extents else 0), float(main.lanes),

@@ -9,7 +9,16 @@ ranked. The model learns the candidate's cost over its workload's default
 (log2), from the candidate's features and their difference to the
 default's: workloads of any shape share one model, and the records of a
 tuning database (this model's workloads there) train it before the first
-batch.
+batch. Its prior is the difference of the TIR's instruction estimates
+(features' `log_instrs`): the trees learn where that estimate errs (a
+regression in that same log2 unit, so the two add up).
+
+Until the model has something to learn from (the first batch), half of
+the workloads, drawn by the seed, measure their first algorithm
+alternative (space.first_tries: what the random search measures first,
+where one choice pays most), the others a whole config drawn at random;
+the untried alternatives stay in every later population, ranked with the
+evolved configs.
 """
 from __future__ import annotations
 
@@ -17,13 +26,22 @@ import math
 import random
 
 from aot.errors import AotError
-from aot.lower.schedule.space import DEFAULT, Config, Schedules, answer_value, applied
-from aot.tune.evolve import EPSILON, JointSpace, evolve
-from aot.tune.features import features
+from aot.lower.schedule.space import (DEFAULT, Config, Schedules, answer_value, applied,
+                                      first_tries)
+from aot.tune.evolve import EPSILON, JointSpace, evolve, untried_draw
+from aot.tune.features import NAMES, features
 from aot.tune.model import CostModel
 
 # How many of a workload's best measured configs seed its population.
 ELITE = 4
+# Until the model is trained, the share of workloads whose candidate is an
+# algorithm alternative (space.first_tries); the others draw whole configs at
+# random: where one algorithm choice pays, the model learns it from the
+# first share and ranks it for the rest; where the gain is in the tiles
+# (the Cortex-A7's convs), from the second.
+FIRST_SHARE = 0.5
+# Where a row holds the difference of the instruction estimates: the prior.
+PRIOR = len(NAMES) + NAMES.index("log_instrs")
 
 
 def effective(answers: dict, config: Config) -> Config:
@@ -49,6 +67,7 @@ class ModelSearch:
         self.rng = random.Random(seed)
         self.nodes = {n.name: n for n in graph.nodes}
         self.joints = {w.key: JointSpace.of(w.space) for w in works}
+        self.first = {w.key: first_tries(w.space) for w in works}
         self._features: dict[tuple[str, Config], tuple | None] = {}   # model rows
         self._lowered: dict[tuple[str, Config], tuple | None] = {}    # the kernel's own
         # per workload: the kernels measured (configs that lower to the same
@@ -57,8 +76,6 @@ class ModelSearch:
         self._measured_code: dict[str, set] = {}
         self.rows: list[tuple] = []
         self.costs: list[float] = []
-        self.groups: list[int] = []
-        self._group_ids: dict[str, int] = {}
         self.measured: dict[str, list[tuple[float, Config]]] = {}
 
     def features(self, w, config: Config) -> tuple | None:
@@ -99,17 +116,18 @@ class ModelSearch:
             return
         self.rows.append(row)
         self.costs.append(math.log2(ratio))
-        self.groups.append(self._group_ids.setdefault(w.key, len(self._group_ids)))
         self.measured.setdefault(w.key, []).append((ratio, config))
         self._measured_code.setdefault(w.key, set()).add(self._code.get((w.key, config)))
 
     def train(self) -> None:
-        self.model.fit(self.rows, self.costs, self.groups)
+        # regression, not ranking within workloads: the trees correct the
+        # prior in its own unit (log2 of the cost over the default's)
+        self.model.fit(self.rows, self.costs, prior=[r[PRIOR] for r in self.rows])
 
     def score(self, w, configs: list[Config]) -> list[float]:
         rows = [self.features(w, c) for c in configs]
         ok = [r for r in rows if r is not None]
-        predicted = iter(self.model.predict(ok) if ok else [])
+        predicted = iter(self.model.predict(ok, [r[PRIOR] for r in ok]) if ok else [])
         # a config the lowering refuses ranks last
         return [float(next(predicted)) if r is not None else math.inf for r in rows]
 
@@ -120,7 +138,9 @@ class ModelSearch:
         return self._code.get((w.key, config)) not in self._measured_code.get(w.key, ())
 
     def draw(self, w) -> Config | None:
-        """The workload's next candidate: a database seed first, then the
+        """The workload's next candidate: a database seed first; while the
+        model is untrained, its next algorithm alternative (a share
+        FIRST_SHARE of the draws) or a random untried config; then the
         evolved population's best untried (or, with probability epsilon, a
         random untried one)."""
         seed = w.next_seed()
@@ -129,9 +149,13 @@ class ModelSearch:
         joint = self.joints[w.key]
         if len(w.tried) >= joint.size:
             return None
+        informed = [c for c in self.first[w.key] if self.is_new(w, c)]
+        if not self.model.trained:
+            if informed and self.rng.random() < FIRST_SHARE:
+                return informed[0]
+            return untried_draw(joint, lambda c: self.is_new(w, c), self.rng)
         elite = [c for _, c in sorted(self.measured.get(w.key, []),
                                       key=lambda rc: (rc[0], str(rc[1])))[:ELITE]]
-        picks = evolve(joint, lambda cs: self.score(w, cs), elite,
-                       lambda c: self.is_new(w, c), self.rng,
-                       epsilon=self.epsilon if self.model.trained else 1.0)
+        picks = evolve(joint, lambda cs: self.score(w, cs), [*elite, *informed],
+                       lambda c: self.is_new(w, c), self.rng, epsilon=self.epsilon)
         return picks[0] if picks else None

@@ -1,6 +1,9 @@
 """The learned cost model of `aot tune --search model`: gradient-boosted
 trees (XGBoost) from a candidate's features (features.py) to its cost
 relative to its workload's default, in log2 (0: as the default, -1: half).
+With a prior per row (an estimate of that same cost: guided.py gives the
+TIR's instruction estimate), the trees learn the prior's error (XGBoost's
+base margin) and an untrained model ranks by the prior alone.
 
 XGBoost is an optional extra (`pip install 'aot[tune]'`, the small
 `xgboost-cpu` wheel: it carries its own OpenMP runtime). It is trained
@@ -54,37 +57,34 @@ class CostModel:
         self._xgb = _xgboost()
         self.seed = seed
         self._booster = None
-        self._ranking = False
 
     @property
     def trained(self) -> bool:
         return self._booster is not None
 
     def fit(self, rows: Sequence[Sequence[float]], costs: Sequence[float],
-            groups: Sequence[int] | None = None) -> None:
-        """With `groups` (a group id per row), the model learns to order
-        the rows within each group (pairwise ranking: how candidates of one
-        workload compare), else their costs."""
+            prior: Sequence[float] | None = None) -> None:
+        """Learns the rows' costs; with `prior` (a cost estimate per row),
+        what the estimate gets wrong."""
         if len(rows) < MIN_ROWS or len(set(costs)) < 2:
             self._booster = None        # nothing to tell apart yet
             return
         x, y = np.asarray(rows, dtype=np.float64), np.asarray(costs, dtype=np.float64)
-        params = {**_PARAMS, "seed": self.seed}
-        if groups is None:
-            data = self._xgb.DMatrix(x, label=y)
-        else:
-            order = np.argsort(np.asarray(groups), kind="stable")
-            g = np.asarray(groups)[order]
-            data = self._xgb.DMatrix(x[order], label=-y[order])   # rank: higher is better
-            data.set_group(np.unique(g, return_counts=True)[1])
-            params["objective"] = "rank:pairwise"
-        self._booster = self._xgb.train(params, data, num_boost_round=ROUNDS)
-        self._ranking = groups is not None
+        data = self._xgb.DMatrix(x, label=y, base_margin=_prior(prior, len(rows)))
+        self._booster = self._xgb.train({**_PARAMS, "seed": self.seed}, data,
+                                        num_boost_round=ROUNDS)
 
-    def predict(self, rows: Sequence[Sequence[float]]) -> np.ndarray:
+    def predict(self, rows: Sequence[Sequence[float]],
+                prior: Sequence[float] | None = None) -> np.ndarray:
+        """Lower is faster; untrained, the prior (or 0: all alike)."""
         if not len(rows):
             return np.zeros(0)
+        base = _prior(prior, len(rows))
         if self._booster is None:
-            return np.zeros(len(rows))
-        out = self._booster.predict(self._xgb.DMatrix(np.asarray(rows, dtype=np.float64)))
-        return -out if self._ranking else out
+            return base
+        data = self._xgb.DMatrix(np.asarray(rows, dtype=np.float64), base_margin=base)
+        return self._booster.predict(data)
+
+
+def _prior(prior: Sequence[float] | None, n: int) -> np.ndarray:
+    return np.zeros(n) if prior is None else np.asarray(prior, dtype=np.float64)

@@ -3,6 +3,7 @@ the gradient-boosted model, the evolutionary search over whole configs."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -148,3 +149,80 @@ def test_every_site_form_reaches_the_features():
     assert (knobs["count"], knobs["rows"], knobs["channels"], knobs["vectors"]) == (8, 2, 5, 2)
     before = dict(zip(KNOB_NAMES, _config_features(alone)))
     assert (before["count"], before["rows"], before["channels"]) == (2, 3, 4)
+
+
+def test_the_instruction_estimate_counts_a_vector_op_once_and_no_address():
+    """out[4i..] = a[4i+1..] + b[4i..] over 8 trips: per trip two loads, an
+    add and a store (4 lanes each: one instruction each; the index
+    arithmetic none) and the loop's own step; unrolled, no loop step."""
+    from aot.ir.tir import FLOAT32, Bin, Buffer, Const, For, ForKind, Load, PrimFunc, Store, Var
+    from aot.lower.schedule.space import DEFAULT
+    from aot.tune.features import LOOP_COST, NAMES, features, nests_of
+
+    a, b, out = (Buffer(n, FLOAT32, (36,)) for n in ("a", "b", "out"))
+    i = Var("i")
+    at = Bin("*", i, Const(4))
+    body = Store(out, at, Bin("+", Load(a, Bin("+", at, Const(1)), 4), Load(b, at, 4)))
+    for kind, step in ((ForKind.SERIAL, LOOP_COST), (ForKind.UNROLLED, 0)):
+        func = PrimFunc("k", (a, b, out), For(i, 8, body, kind))
+        assert nests_of(func)[0].instrs == 8 * (4 + step)
+        f = dict(zip(NAMES, features(func, DEFAULT, 16)))
+        assert f["log_instrs"] == pytest.approx(np.log2(1 + 8 * (4 + step)))
+
+
+
+
+def test_the_prior_ranks_the_untrained_model_and_the_trees_learn_its_error():
+    """Untrained, the model's scores are the prior; trained on costs that
+    are the prior plus an error carried by one feature, it ranks unseen
+    points by both."""
+    from aot.tune.model import CostModel
+
+    rng = np.random.default_rng(5)
+    model = CostModel(seed=0)
+    prior = rng.uniform(-1, 1, size=30)
+    assert np.array_equal(model.predict(np.zeros((30, 3)).tolist(), prior), prior)
+    x = rng.uniform(0, 1, size=(120, 3))
+    p = rng.uniform(-1, 1, size=120)
+    cost = p - 0.8 * (x[:, 1] > 0.5)
+    model.fit(x.tolist(), cost.tolist(), prior=p.tolist())
+    tx, tp = rng.uniform(0, 1, size=(60, 3)), rng.uniform(-1, 1, size=60)
+    truth = tp - 0.8 * (tx[:, 1] > 0.5)
+    rank = lambda v: np.argsort(np.argsort(v))    # noqa: E731
+    assert np.corrcoef(rank(model.predict(tx.tolist(), tp.tolist())), rank(truth))[0, 1] > 0.9
+    # without the prior the same trees rank by the learned error alone
+    assert np.corrcoef(rank(model.predict(tx.tolist())), rank(truth))[0, 1] < 0.8
+
+
+def test_the_model_search_measures_algorithm_alternatives_first(kws):
+    """Untrained, about half the workloads' candidates are their first
+    algorithm alternative (space.first_tries, as the random search's), the
+    others whole configs drawn from their joint space, the same for the
+    same seed; trained, the untried alternatives are ranked with the
+    evolved configs."""
+    from aot.lower.schedule.space import DEFAULT, first_tries
+    from aot.tune.guided import ModelSearch
+
+    graph, target, works = kws
+    works = [replace(w, tried=set(w.tried)) for w in works]     # the fixture's stay untouched
+    informed = [w for w in works if first_tries(w.space)]
+    assert len(informed) >= 2
+
+    def untrained(seed):
+        search = ModelSearch(graph, target, works, seed=seed)
+        return search, [search.draw(w) for w in informed]
+    firsts = []
+    for seed in range(3):
+        search, draws = untrained(seed)
+        assert draws == untrained(seed)[1]
+        firsts += [d == first_tries(w.space)[0] for w, d in zip(informed, draws)]
+        assert all(search.joints[w.key].holds(d) for w, d in zip(informed, draws))
+    assert any(firsts) and not all(firsts)
+    for w, d in zip(informed, draws):
+        search.observe(w, DEFAULT, 1.0)
+        search.observe(w, d, 0.5 if d in first_tries(w.space) else 1.1)
+        w.tried.add(d)
+    search.train()
+    assert search.model.trained
+    w = informed[0]
+    assert search.draw(w) not in w.tried

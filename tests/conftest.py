@@ -3,6 +3,7 @@ summaries tests record; what test modules share is in tests/support."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,13 @@ def markers(module: str) -> tuple[str, ...]:
 
 
 def pytest_configure(config):
+    # A suite started in the background of a non-interactive shell (`cmd &`,
+    # nohup) inherits Ctrl-C ignored, and so would every process it starts;
+    # the tests that press Ctrl-C on aot (packaging, remote runs) need it
+    # delivered as a terminal delivers it. A Python handler here becomes the
+    # default disposition in the processes the tests start.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     stale = sorted(m for m in FAST_MODULES | BOARD_MODULES if not (TESTS / m).is_file())
     if stale:
         raise pytest.UsageError(f"tests/conftest.py names test modules that do not exist: "

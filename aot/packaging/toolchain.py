@@ -12,7 +12,7 @@ import re
 import shutil
 import signal
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -87,33 +87,76 @@ def run_tool(cmd: Sequence[str], cwd: Path, what: str) -> str:
     return r.stderr
 
 
+class CompilePool:
+    """The compiles of one package in one pool, one compiler per core, each
+    started as soon as it is submitted: the caller submits a source once it
+    is written, so the compiler runs while Python prints the next files,
+    and waits only where it needs objects (the archive, the link). Objects
+    come from the cache of compiled objects (aot/packaging/objcache.py)
+    where they can. `tc`: a Toolchain, or the Target to find one for when
+    the first source is submitted."""
+
+    def __init__(self, tc: Toolchain | Target, pkg: Path):
+        self._tc, self.pkg = tc, pkg
+        self._pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
+        self._jobs: dict[str, tuple[str, Future]] = {}     # object -> (source, its compile)
+
+    def __enter__(self) -> "CompilePool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._pool.shutdown(cancel_futures=True)          # waits for the running ones
+        compiled = [f.result() for _, f in self._jobs.values()
+                    if f.done() and not f.cancelled() and f.exception() is None]
+        if any(compiled) and objcache.enabled():
+            objcache.trim()
+
+    @property
+    def toolchain(self) -> Toolchain:
+        if isinstance(self._tc, Target):
+            self._tc = toolchain_for(self._tc)
+        return self._tc
+
+    def submit(self, sources: Sequence[str], objdir: str, extra: Sequence[str] = (),
+               base: Sequence[str] = PACKAGE_CFLAGS) -> list[str]:
+        """Start compiling each source (relative to pkg) into objdir, the
+        largest first (so that no long compile starts last), with the
+        target's flags, then `base`, then `extra`; a source submitted
+        before is not compiled again. The object paths, in source order."""
+        tc = self.toolchain
+        (self.pkg / objdir).mkdir(parents=True, exist_ok=True)
+        objects = [f"{objdir}/{Path(src).stem}.o" for src in sources]
+        named = {o: s for o, (s, _) in self._jobs.items()}
+        for src, obj in zip(sources, objects):
+            if named.setdefault(obj, src) != src:
+                raise AotError(f"two package sources share a file name: {named[obj]}, {src}")
+        fresh = [i for i, obj in enumerate(objects) if obj not in self._jobs]
+        for i in sorted(fresh, key=lambda i: -(self.pkg / sources[i]).stat().st_size):
+            cmd = [tc.cc, *tc.cflags, *base, *extra,
+                   f"-ffile-prefix-map={self.pkg.resolve()}=.", "-c", sources[i], "-o", objects[i]]
+            self._jobs[objects[i]] = (sources[i], self._pool.submit(self._compile, tc.cc, cmd,
+                                                                    sources[i], objects[i]))
+        return objects
+
+    def _compile(self, cc: str, cmd: list[str], src: str, obj: str) -> bool:
+        return objcache.compile_cached(cc, cmd, self.pkg, src, obj,
+                                       lambda c: run_tool(c, self.pkg, f"compiling {src}"))
+
+    def wait(self, objects: Sequence[str]) -> list[str]:
+        """The objects once compiled (the first failure in their order is
+        the one raised)."""
+        for obj in objects:
+            self._jobs[obj][1].result()
+        return list(objects)
+
+
 def compile_sources(tc: Toolchain, pkg: Path, sources: Sequence[str], objdir: str,
                     extra: Sequence[str] = (), base: Sequence[str] = PACKAGE_CFLAGS
                     ) -> list[str]:
     """Compile each source (relative to pkg) into objdir, one compiler per
-    core at once, or take its object from the cache of compiled objects
-    (aot/packaging/objcache.py); the object paths, in source order (the
-    first failure in that order is the one reported). `base`: the flags
-    after the target's, before `extra`."""
-    (pkg / objdir).mkdir(parents=True, exist_ok=True)
-    objects = [f"{objdir}/{Path(src).stem}.o" for src in sources]
-    if len(set(objects)) != len(objects):
-        raise AotError(f"two package sources share a file name: {', '.join(sources)}")
-
-    def compile_one(src: str, obj: str) -> bool:
-        cmd = [tc.cc, *tc.cflags, *base, *extra,
-               f"-ffile-prefix-map={pkg.resolve()}=.", "-c", src, "-o", obj]
-        return objcache.compile_cached(tc.cc, cmd, pkg, src, obj,
-                                       lambda c: run_tool(c, pkg, f"compiling {src}"))
-
-    with ThreadPoolExecutor(max_workers=max(1, min(len(sources), os.cpu_count() or 1))) as pool:
-        # the largest first, so that no long compile starts last
-        order = sorted(range(len(sources)), key=lambda i: -(pkg / sources[i]).stat().st_size)
-        jobs = {i: pool.submit(compile_one, sources[i], objects[i]) for i in order}
-        compiled = [jobs[i].result() for i in range(len(sources))]
-    if any(compiled) and objcache.enabled():
-        objcache.trim()
-    return objects
+    core at once (CompilePool); the object paths, in source order."""
+    with CompilePool(tc, pkg) as pool:
+        return pool.wait(pool.submit(sources, objdir, extra, base))
 
 
 def archive(tc: Toolchain, pkg: Path, library: str, objects: Sequence[str]) -> None:
@@ -131,13 +174,19 @@ def sanitized(extra_cflags: Sequence[str]) -> bool:
 
 
 def build_library(target: Target, pkg: Path, name: str, sources: Sequence[str],
-                  prebuilt: Sequence[str] = (), extra_cflags: Sequence[str] = ()) -> str:
+                  prebuilt: Sequence[str] = (), extra_cflags: Sequence[str] = (),
+                  pool: CompilePool | None = None) -> str:
     """lib/lib<name>.a from the package's sources and prebuilt objects;
-    extra_cflags come after the target's (e.g. sanitizers, -O1 -g)."""
+    extra_cflags come after the target's (e.g. sanitizers, -O1 -g). pool:
+    where the sources compile (some may be compiling already: build_into
+    submits each as it is written); else a pool of their own."""
     tc = toolchain_for(target)
     objdir = ".build"
     try:
-        objects = compile_sources(tc, pkg, sources, objdir, extra_cflags)
+        if pool is None:
+            objects = compile_sources(tc, pkg, sources, objdir, extra_cflags)
+        else:
+            objects = pool.wait(pool.submit(sources, objdir, extra_cflags))
         library = f"lib/lib{name}.a"
         archive(tc, pkg, library, [*objects, *prebuilt])
     finally:
@@ -156,10 +205,12 @@ def firmware_link(firmware: Mapping[str, Any]) -> list[str]:
 
 def build_harness(target: Target, pkg: Path, name: str, library: str,
                   extra_cflags: Sequence[str] = (),
-                  firmware: Mapping[str, Any] | None = None) -> str:
+                  firmware: Mapping[str, Any] | None = None,
+                  pool: CompilePool | None = None) -> str:
     """bench/bench: the harness linked statically against the library
     (dynamically when extra_cflags add a sanitizer); on a bare-metal board
-    with the board's start-up code and linker script (`firmware`)."""
+    with the board's start-up code and linker script (`firmware`); pool:
+    where a hosted harness's main.c compiles (else a pool of its own)."""
     tc = toolchain_for(target)
     exe = "bench/bench"
     static = [] if sanitized(extra_cflags) else ["-static"]
@@ -171,8 +222,10 @@ def build_harness(target: Target, pkg: Path, name: str, library: str,
     if not firmware:
         # a hosted harness: main.c compiled apart, so that its object comes
         # from the cache; the link reads no name of it (the same bytes)
-        main = compile_sources(tc, pkg, main, ".build-harness", [*extra_cflags, ident],
-                               ("-std=c99", "-Iinclude", "-Iruntime_c"))
+        base = ("-std=c99", "-Iinclude", "-Iruntime_c")
+        main = (compile_sources(tc, pkg, main, ".build-harness", [*extra_cflags, ident], base)
+                if pool is None else
+                pool.wait(pool.submit(main, ".build-harness", [*extra_cflags, ident], base)))
     link = [*flags, *main, *firmware_link(firmware or {}), library, *tc.ldflags, *static,
             "-lm", "-o", exe]
     try:

@@ -395,6 +395,8 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
                 (pkg / path).parent.mkdir(parents=True, exist_ok=True)
                 (pkg / path).write_bytes(data)
             pool.submit(sources, ".build", flags)
+            if toolchain.HARNESS_MAIN in files and not board.firmware:
+                toolchain.start_harness(pool, flags)
         with progress.step(f"compile {name} for {board.name} ({codegen})"):
             gen = generate(graph, board, codegen, name, io_in_arena, threads, pools, float_io,
                            checks, ready)

@@ -203,6 +203,44 @@ def firmware_link(firmware: Mapping[str, Any]) -> list[str]:
             *(["-T", script] if script else []), *firmware.get("ldflags", ())]
 
 
+HARNESS_MAIN = "bench/main.c"
+HARNESS_OBJDIR = ".build-harness"
+HARNESS_BASE = ("-std=c99", "-Iinclude", "-Iruntime_c")
+
+
+def says_identity(flags: Sequence[str]) -> bool:
+    """Whether a harness built with these flags may say its identity: only
+    one serving a serial port (-DAOT_SERVE_UART) reaches send_hello's
+    device branch; in any other the identity is dead code, main.o the same
+    without it (tests/packaging/test_compile_pool.py compares them)."""
+    return any("AOT_SERVE_UART" in f for f in flags)
+
+
+def start_harness(pool: CompilePool, extra_cflags: Sequence[str] = ()) -> list[str] | None:
+    """Start compiling a hosted harness's main.c (written) in the pool while
+    the library compiles, where its object does not hold the identity
+    (identity.py digests the library, so it exists only after the
+    archive); [its object], else None."""
+    if says_identity([*pool.toolchain.cflags, *extra_cflags]):
+        return None
+    return pool.submit([HARNESS_MAIN], HARNESS_OBJDIR, extra_cflags, HARNESS_BASE)
+
+
+def _harness_main(tc: Toolchain, pkg: Path, ident: str, extra_cflags: Sequence[str],
+                  pool: CompilePool | None) -> list[str]:
+    """The hosted harness's main.o, compiled apart so that it comes from the
+    cache (the link reads no name of it: the same bytes)."""
+    started = pool and start_harness(pool, extra_cflags)      # started already, or now
+    if started:
+        return pool.wait(started)
+    return compile_sources(tc, pkg, [HARNESS_MAIN], HARNESS_OBJDIR,
+                           [*extra_cflags, _identity_flag(ident)], HARNESS_BASE)
+
+
+def _identity_flag(ident: str) -> str:
+    return f'-DAOT_PACKAGE_ID="{ident}"'
+
+
 def build_harness(target: Target, pkg: Path, name: str, library: str,
                   extra_cflags: Sequence[str] = (),
                   firmware: Mapping[str, Any] | None = None,
@@ -210,31 +248,27 @@ def build_harness(target: Target, pkg: Path, name: str, library: str,
     """bench/bench: the harness linked statically against the library
     (dynamically when extra_cflags add a sanitizer); on a bare-metal board
     with the board's start-up code and linker script (`firmware`); pool:
-    where a hosted harness's main.c compiles (else a pool of its own)."""
+    where a hosted harness's main.c compiles (start_harness may have
+    started it), else a pool of its own."""
     tc = toolchain_for(target)
     exe = "bench/bench"
     static = [] if sanitized(extra_cflags) else ["-static"]
     # the hello over a serial port names the package (identity.py)
-    ident = f'-DAOT_PACKAGE_ID="{package_id(pkg, name)}"'
-    flags = [tc.cc, *tc.cflags, "-std=c99", "-Iinclude", "-Iruntime_c", *extra_cflags, ident,
+    ident = package_id(pkg, name)
+    flags = [tc.cc, *tc.cflags, *HARNESS_BASE, *extra_cflags, _identity_flag(ident),
              f"-ffile-prefix-map={pkg.resolve()}=."]
-    main = ["bench/main.c"]
-    if not firmware:
-        # a hosted harness: main.c compiled apart, so that its object comes
-        # from the cache; the link reads no name of it (the same bytes)
-        base = ("-std=c99", "-Iinclude", "-Iruntime_c")
-        main = (compile_sources(tc, pkg, main, ".build-harness", [*extra_cflags, ident], base)
-                if pool is None else
-                pool.wait(pool.submit(main, ".build-harness", [*extra_cflags, ident], base)))
-    link = [*flags, *main, *firmware_link(firmware or {}), library, *tc.ldflags, *static,
-            "-lm", "-o", exe]
+    main = [HARNESS_MAIN]
     try:
+        if not firmware:
+            main = _harness_main(tc, pkg, ident, extra_cflags, pool)
+        link = [*flags, *main, *firmware_link(firmware or {}), library, *tc.ldflags, *static,
+                "-lm", "-o", exe]
         if firmware:        # its start-up sources compile in the link: not cached
             run_tool(link, pkg, "linking the bench harness")
         else:               # a hosted harness: a link of two package files
             objcache.tool_cached(tc.cc, link, pkg, [*main, library], exe,
                                  lambda c: run_tool(c, pkg, "linking the bench harness"),
-                                 link_deps=".build-harness/bench.d", executable=True)
+                                 link_deps=f"{HARNESS_OBJDIR}/bench.d", executable=True)
     finally:
-        shutil.rmtree(pkg / ".build-harness", ignore_errors=True)
+        shutil.rmtree(pkg / HARNESS_OBJDIR, ignore_errors=True)
     return exe

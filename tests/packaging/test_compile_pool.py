@@ -48,3 +48,20 @@ def test_the_first_failure_in_source_order_is_the_one_raised(tmp_path):
         (tmp_path / "runtime" / "b.c").write_text("int b2;\n")
         with pytest.raises(AotError, match="share a file name: src/b.c, runtime/b.c"):
             pool.submit(["runtime/b.c"], ".build")
+
+
+def test_a_hosted_harness_compiled_before_its_identity_is_the_same(tmp_path):
+    """The pool compiles a hosted harness's main.c before the library exists,
+    without the identity (dead code there): the harness is the one built
+    with it, and a harness that serves a serial port waits for it."""
+    from aot.api import package
+
+    info = package(MODELS / "mlperf_ad_fcae_int8.tflite", board="host", out_dir=tmp_path / "p")
+    pkg, board = info.path, get_board("host")
+    built = (pkg / "bench" / "bench").read_bytes()
+    library = f"lib/lib{info.name}.a"
+    toolchain.build_harness(board.target, pkg, info.name, library)        # with the identity
+    assert (pkg / "bench" / "bench").read_bytes() == built
+    with toolchain.CompilePool(board.target, pkg) as pool:
+        assert toolchain.start_harness(pool, ["-DAOT_SERVE_UART"]) is None
+        assert toolchain.start_harness(pool, ["-O1"]) == [".build-harness/main.o"]

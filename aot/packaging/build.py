@@ -279,6 +279,7 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
     can compile those while the rest is printed."""
     import aot
     from aot.codegen import c_declarations, emit_c
+    from aot.codegen.c import part_chars
     from aot.lower import lower_graph
     from aot.lower.tir_passes.parallel import split_kernel
 
@@ -317,7 +318,8 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
                       io_in_arena, pools)
     funcs = [k.func for k in kernels]
     # LLVM builds the kernels itself: only the C prototypes are needed then
-    csrc = (emit_c if codegen == "c" else c_declarations)(funcs, kernel_prefix)
+    csrc = (emit_c(funcs, kernel_prefix, part_chars(target.cc)) if codegen == "c"
+            else c_declarations(funcs, kernel_prefix))
     meta = {"version": aot.__version__, "target": target.name, "cc": target.cc,
             "cflags": " ".join(target.cflags),
             "needs_libm": True,   # kernels may call expf, tanhf, ...

@@ -99,3 +99,15 @@ def test_llvm_packages_build_inside_a_pool_worker(tmp_path, monkeypatch):
     with multiprocessing.get_context("fork").Pool(1) as pool:
         assert pool.apply(_package_in_worker, (str(tmp_path / "pkg"),)) > 0
     assert (tmp_path / "pkg" / "metadata.json").is_file()
+
+
+@pytest.mark.fast
+def test_clang_units_are_smaller_than_gccs():
+    """KWS's kernels (~115 KB of C) are two units for clang (two cores busy)
+    and one for GCC, whose units keep their size: it optimizes a unit's
+    functions together, so a split would change a Cortex-M kernel's code."""
+    from aot.packaging.build import generate
+    graph = aot.optimize(aot.load(MODELS / "mlperf_kws_dscnn_int8.tflite"))
+    for board, units in (("host", 2), ("mps2-an386", 1)):
+        gen = generate(graph, get_board(board), "c", "kws", io_in_arena=False)
+        assert len([s for s in gen.sources if "_kernels" in s]) == units, board

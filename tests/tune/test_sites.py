@@ -77,7 +77,7 @@ def verified(model: Path, board: str, log: Path) -> dict:
 def kernels_c(model: Path, board: str, out: Path, log: Path | None = None) -> str:
     from aot.api import package
     pkg = package(str(model), board=board, out_dir=out, tuning_records=log).path
-    return "".join(f.read_text() for f in sorted((pkg / "src").glob("*_kernels.c")))
+    return "".join(f.read_text() for f in sorted((pkg / "src").glob("*_kernels*.c")))
 
 
 @pytest.mark.fast

@@ -387,7 +387,7 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
     from aot.packaging import toolchain
     from aot.packaging.boot2 import build_boot2
     from aot.packaging.footprint import library_footprint
-    from aot.packaging.readme import render_readme
+    from aot.packaging.readme import readme_template, render_readme
 
     flags = (*extra_cflags, *(["-DAOT_PROFILE"] if profile else []),
              *(["-DAOT_CHECKS"] if checks else []), *(["-pthread"] if threads > 1 else []))
@@ -402,6 +402,7 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
         with progress.step(f"compile {name} for {board.name} ({codegen})"):
             gen = generate(graph, board, codegen, name, io_in_arena, threads, pools, float_io,
                            checks, ready)
+        readme_template()                 # compiled while the compilers run
         start = time.perf_counter()       # the wait for the build, after the code
         with progress.step(f"build lib{name}.a and the harness ({board.target.cc})"):
             library = toolchain.build_library(board.target, pkg, name, gen.sources,

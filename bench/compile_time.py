@@ -17,8 +17,10 @@ detector (bench/detector_model.py), and codegen this runs, N times each:
   with timers, for the split: import (aot and its dependencies), load
   (frontend + passes), lower (TIR, views elided), plan (both arena plans),
   params, codegen (C printing or LLVM objects), render (templates),
-  compile (the library's sources, in parallel), archive, harness (the
-  bench harness link), other (writing files, metadata, footprint).
+  compile (waiting for the compilers: each source compiles from when it
+  is written, in parallel, so this is what is left after the Python
+  work), archive, harness (the bench harness link), other (writing
+  files, metadata, footprint).
 
 aot keeps compiled objects and templates in its cache ($AOT_CACHE_DIR,
 ~/.cache/aot): every run after a model's first takes them from there, as
@@ -92,6 +94,7 @@ def child(model: str, board: str, codegen: str, out: str) -> None:
                 ("codegen", aot.codegen.llvm, "emit_object")] if codegen == "llvm" else []),
              ("render", aot.packaging.build, "render"),
              ("compile", aot.packaging.toolchain, "compile_sources"),
+             ("compile", getattr(aot.packaging.toolchain, "CompilePool", None), "wait"),
              ("archive", aot.packaging.toolchain, "archive"),
              ("harness", aot.packaging.toolchain, "build_harness")]
     for phase, module, attr in wraps:

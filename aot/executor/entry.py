@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import jinja2
 import numpy as np
@@ -315,11 +315,17 @@ FILES = {
 }
 
 
-def render(context: dict[str, Any]) -> dict[str, str]:
-    """{path in the package: text} for every generated file."""
+# The templates of the package's headers: a compile reads them (from the
+# include path), so they are written before any source compiles.
+HEADERS = ("model.h.j2", "internal.h.j2")
+
+
+def render(context: dict[str, Any], templates: Iterable[str] = FILES) -> dict[str, str]:
+    """{path in the package: text} for every generated file (of `templates`)."""
     env = template_environment()
     out = {}
-    for template, path in FILES.items():
+    for template in templates:
+        path = FILES[template]
         if template == "params.S.j2" and not context["blob_params"]:
             continue
         out[path.format(n=context["name"])] = env.get_template(template).render(c=context)

@@ -19,12 +19,12 @@ import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from aot.errors import AotError, InputError, NotImplementedYet
-from aot.executor.entry import Names, build_context, render
+from aot.executor.entry import FILES, HEADERS, Names, build_context, render
 from aot.executor.liveness import MemoryPlan, elide_views, plan_kernels
 from aot.executor.params import SECTION, LinkedParams, link_params
 from aot.packaging.firmware import template_context
@@ -40,6 +40,8 @@ from aot.support.resources import data_dir
 from aot.targets import Board
 
 RUNTIME_FILES = ("aot_runtime.h", "aot_platform.c")
+# generate's hand-over of files as they are final: (files, the library's sources among them)
+Ready = Callable[[dict[str, bytes], list[str]], None]
 THREAD_FILES = ("aot_threads.h", "aot_threads.c")     # --threads N > 1 only
 
 
@@ -264,13 +266,17 @@ def check_pools(board: Board, io_in_arena: bool, threads: int) -> None:
 def generate(graph: Graph, board: Board, codegen: str, name: str,
              io_in_arena: bool, threads: int = 1, pools: bool = False,
              float_io: Mapping[str, TensorType] | None = None,
-             checks: bool = False) -> Generated:
+             checks: bool = False, ready: Ready | None = None) -> Generated:
     """Every file of the package but the compiled ones; threads > 1 splits
     the heavy kernels over a pool of that many (aot/lower/tir_passes/parallel.py);
     pools splits the arena over the board's RAM banks (aot/executor/pools.py);
     float_io: the model's quantized types of the float32 inputs and outputs
     of a graph through aot.passes.float_io.with_float_io; checks: the
-    harness is built with --checks (its own arena and input copies)."""
+    harness is built with --checks (its own arena and input copies);
+    ready(files, sources): called with the files as they are final, in
+    two batches (the headers, runtime and kernels; then the rest: every
+    file once), and which of them the library compiles, so that a caller
+    can compile those while the rest is printed."""
     import aot
     from aot.codegen import c_declarations, emit_c
     from aot.codegen.c import part_chars
@@ -337,13 +343,22 @@ def generate(graph: Graph, board: Board, codegen: str, name: str,
                             "\n".join(csrc.prototypes),
                             {**meta, "c_sources": c_sources, "asm_sources": asm_sources,
                              "prebuilt_objects": prebuilt}, float_io)
-    files.update({path: text.encode() for path, text in render(context).items()})
-    if params.has_blob:
-        files[f"src/{name}_params.bin"] = params.blob()
+    # the headers before any source is handed on: a compile may read them
+    files.update({path: text.encode() for path, text in render(context, HEADERS).items()})
     runtime = data_dir("runtime_c")
     for f in RUNTIME_FILES + (THREAD_FILES if threads > 1 else ()):
         files[f"runtime_c/{f}"] = (runtime / f).read_bytes()
     files.update(firmware_files(board))
+    early = [src for src in c_sources if src in files]       # the kernels and the runtime
+    if ready:
+        ready(dict(files), early)
+    rest = render(context, [t for t in FILES if t not in HEADERS])
+    late = {path: text.encode() for path, text in rest.items()}
+    if params.has_blob:
+        late[f"src/{name}_params.bin"] = params.blob()
+    if ready:
+        ready(late, [src for src in c_sources + asm_sources if src not in early])
+    files.update(late)
     return Generated(files, kernels, mem, other, params, context, c_sources + asm_sources,
                      prebuilt)
 
@@ -372,24 +387,31 @@ def build_into(pkg: Path, graph: Graph, board: Board, codegen: str, name: str,
     from aot.packaging import toolchain
     from aot.packaging.boot2 import build_boot2
     from aot.packaging.footprint import library_footprint
-    from aot.packaging.readme import render_readme
+    from aot.packaging.readme import readme_template, render_readme
 
-    with progress.step(f"compile {name} for {board.name} ({codegen})"):
-        gen = generate(graph, board, codegen, name, io_in_arena, threads, pools, float_io,
-                       checks)
-    for path, data in sorted(gen.files.items()):
-        (pkg / path).parent.mkdir(parents=True, exist_ok=True)
-        (pkg / path).write_bytes(data)
-    start = time.perf_counter()
-    with progress.step(f"build lib{name}.a and the harness ({board.target.cc})"):
-        flags = (*extra_cflags, *(["-DAOT_PROFILE"] if profile else []),
-                 *(["-DAOT_CHECKS"] if checks else []), *(["-pthread"] if threads > 1 else []))
-        library = toolchain.build_library(board.target, pkg, name, gen.sources, gen.prebuilt,
-                                          flags)
-        if board.firmware.get("boot2"):     # linked by the harness: built first
-            tc = toolchain.toolchain_for(board.target)
-            build_boot2(tc.cc, tc.cflags, pkg, board.firmware["boot2"])
-        toolchain.build_harness(board.target, pkg, name, library, flags, board.firmware)
+    flags = (*extra_cflags, *(["-DAOT_PROFILE"] if profile else []),
+             *(["-DAOT_CHECKS"] if checks else []), *(["-pthread"] if threads > 1 else []))
+    with toolchain.CompilePool(board.target, pkg) as pool:
+        def ready(files: dict[str, bytes], sources: list[str]) -> None:
+            for path, data in sorted(files.items()):
+                (pkg / path).parent.mkdir(parents=True, exist_ok=True)
+                (pkg / path).write_bytes(data)
+            pool.submit(sources, ".build", flags)
+            if toolchain.HARNESS_MAIN in files and not board.firmware:
+                toolchain.start_harness(pool, flags)
+        with progress.step(f"compile {name} for {board.name} ({codegen})"):
+            gen = generate(graph, board, codegen, name, io_in_arena, threads, pools, float_io,
+                           checks, ready)
+        readme_template()                 # compiled while the compilers run
+        start = time.perf_counter()       # the wait for the build, after the code
+        with progress.step(f"build lib{name}.a and the harness ({board.target.cc})"):
+            library = toolchain.build_library(board.target, pkg, name, gen.sources,
+                                              gen.prebuilt, flags, pool)
+            if board.firmware.get("boot2"):     # linked by the harness: built first
+                tc = toolchain.toolchain_for(board.target)
+                build_boot2(tc.cc, tc.cflags, pkg, board.firmware["boot2"])
+            toolchain.build_harness(board.target, pkg, name, library, flags, board.firmware,
+                                    pool)
     seconds = time.perf_counter() - start
     meta = metadata(graph, gen.kernels, gen.mem, gen.other, gen.params, gen.context, board,
                     codegen, library_footprint(pkg / library))

@@ -7,6 +7,7 @@ A compiler failure is an AotError naming the file and the first error line.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -15,7 +16,7 @@ import subprocess
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from aot.packaging import objcache
 from aot.support import tools
@@ -87,6 +88,17 @@ def run_tool(cmd: Sequence[str], cwd: Path, what: str) -> str:
     return r.stderr
 
 
+@contextlib.contextmanager
+def _sigint(how: int) -> Iterator[None]:
+    """SIGINT blocked (SIG_BLOCK) or not (SIG_UNBLOCK) in this thread
+    meanwhile; a thread it starts, and a process, keep the mask."""
+    before = signal.pthread_sigmask(how, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 class CompilePool:
     """The compiles of one package in one pool, one compiler per core, each
     started as soon as it is submitted: the caller submits a source once it
@@ -134,13 +146,20 @@ class CompilePool:
         for i in sorted(fresh, key=lambda i: -(self.pkg / sources[i]).stat().st_size):
             cmd = [tc.cc, *tc.cflags, *base, *extra,
                    f"-ffile-prefix-map={self.pkg.resolve()}=.", "-c", sources[i], "-o", objects[i]]
-            self._jobs[objects[i]] = (sources[i], self._pool.submit(self._compile, tc.cc, cmd,
-                                                                    sources[i], objects[i]))
+            with _sigint(signal.SIG_BLOCK):      # in the worker this may start
+                job = self._pool.submit(self._compile, tc.cc, cmd, sources[i], objects[i])
+            self._jobs[objects[i]] = (sources[i], job)
         return objects
 
     def _compile(self, cc: str, cmd: list[str], src: str, obj: str) -> bool:
-        return objcache.compile_cached(cc, cmd, self.pkg, src, obj,
-                                       lambda c: run_tool(c, self.pkg, f"compiling {src}"))
+        """In a worker, which runs with SIGINT blocked, so that a Ctrl-C is
+        the main thread's to take (CPython runs signal handlers there only).
+        The compiler runs with it unblocked: a Ctrl-C stops it, and
+        run_tool raises the interrupt."""
+        def run(c: Sequence[str]) -> str:
+            with _sigint(signal.SIG_UNBLOCK):
+                return run_tool(c, self.pkg, f"compiling {src}")
+        return objcache.compile_cached(cc, cmd, self.pkg, src, obj, run)
 
     def wait(self, objects: Sequence[str]) -> list[str]:
         """The objects once compiled (the first failure in their order is

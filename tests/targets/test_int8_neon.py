@@ -32,6 +32,18 @@ pytestmark = pytest.mark.skipif(shutil.which("qemu-aarch64") is None,
                                 reason="qemu-aarch64 is not installed")
 
 
+def _run(func: PrimFunc, codegen: str, legalized: bool, calls: set[str], asm: str, tmp_path,
+         *inputs: np.ndarray) -> np.ndarray:
+    """func's int32 output under qemu-aarch64 for the inputs in order; when
+    legalized, first checked to call exactly `calls` and, in C, to spell `asm`."""
+    if legalized:
+        func = legalize(func, TARGET)
+        assert call_names(func) == calls
+        assert codegen == "llvm" or asm in emit_c([func], "t").source
+    return np.frombuffer(run_qemu(func, codegen, tmp_path, b"".join(a.tobytes() for a in inputs)),
+                         np.int32)
+
+
 def _func() -> PrimFunc:
     """out[4i..] = acc[4i..] + aot_dot4s(q[i], w[16i..]), N times."""
     acc = Buffer("acc", DType("int32"), (4 * N,))
@@ -87,17 +99,13 @@ def _mlal_func() -> PrimFunc:
 @pytest.mark.parametrize("legalized", [False, True], ids=["formula", "smlal"])
 def test_widening_mla_matches_numpy(codegen, legalized, tmp_path):
     func = _mlal_func()
-    if legalized:
-        func = legalize(func, TARGET)
-        assert call_names(func) == {"arm_smlal_lo", "arm_smlal_hi"}
-        assert codegen == "llvm" or "vmlal_high_s16(" in emit_c([func], "t").source
     rng = np.random.default_rng(1)
     acc = rng.integers(-2**30, 2**30, 4 * N).astype(np.int32)
     x = rng.integers(-2**15, 2**15, 8 * N).astype(np.int16)
     w = rng.integers(-2**15, 2**15, 8 * N).astype(np.int16)
     x[:8], w[:8] = -2**15, -2**15
-    got = np.frombuffer(run_qemu(func, codegen, tmp_path,
-                                  acc.tobytes() + x.tobytes() + w.tobytes()), np.int32)
+    got = _run(func, codegen, legalized, {"arm_smlal_lo", "arm_smlal_hi"},
+               "vmlal_high_s16(", tmp_path, acc, x, w)
     prod = x.astype(np.int64).reshape(N, 2, 4) * w.astype(np.int64).reshape(N, 2, 4)
     want = (acc.astype(np.int64).reshape(N, 1, 4) + prod).reshape(-1)
     np.testing.assert_array_equal(got, ((want + 2**31) % 2**32 - 2**31).astype(np.int32))
@@ -126,17 +134,13 @@ def test_paired_quad_dot_matches_numpy(codegen, legalized, tmp_path):
     [-127, 127]), half sums by SADALP, ADDP of the halves: acc twice plus
     the two 4-way dot products."""
     func = _dot4p_func()
-    if legalized:
-        func = legalize(func, TARGET)
-        assert call_names(func) == {"arm_dot4p_lo", "arm_dot4p_hi", "arm_addp"}
-        assert codegen == "llvm" or "smlal2 %1.8h, %4.16b, %5.16b" in emit_c([func], "t").source
     rng = np.random.default_rng(2)
     acc = rng.integers(-2**24, 2**24, 4 * N).astype(np.int32)
     x = rng.integers(-128, 128, (N, 2, 4)).astype(np.int8)
     w = rng.integers(-127, 128, (N, 2, 4, 4)).astype(np.int8)
     x[:64], w[:32], w[32:64] = -128, -127, 127
-    got = np.frombuffer(run_qemu(func, codegen, tmp_path,
-                                  acc.tobytes() + x.tobytes() + w.tobytes()), np.int32)
+    got = _run(func, codegen, legalized, {"arm_dot4p_lo", "arm_dot4p_hi", "arm_addp"},
+               "smlal2 %1.8h, %4.16b, %5.16b", tmp_path, acc, x, w)
     dots = np.einsum("nsuj,nsj->nu", w.astype(np.int64), x.astype(np.int64)).reshape(-1)
     # each half holds acc's lanes in pairs: ADDP adds acc's pairs into both halves
     a = acc.astype(np.int64).reshape(N, 2, 2).sum(axis=2)
@@ -164,18 +168,14 @@ def test_sixteen_dot_matches_numpy_at_the_int16_edges(codegen, legalized, tmp_pa
     """16 products of one output channel in SMULL + SMLAL2's int16 lanes
     (weights in [-127, 127]), SADALP into 4 partial sums, folded by ADDP."""
     func = _dot16_func()
-    if legalized:
-        func = legalize(func, TARGET)
-        assert call_names(func) == {"arm_dot16p", "arm_addp"}
-        assert codegen == "llvm" or "smlal2 %1.8h, %2.16b, %3.16b" in emit_c([func], "t").source
     rng = np.random.default_rng(3)
     acc = rng.integers(-2**24, 2**24, 4 * N).astype(np.int32)
     x = rng.integers(-128, 128, (N, 16)).astype(np.int8)
     w = rng.integers(-127, 128, (N, 4, 16)).astype(np.int8)
     x[:64], w[:32], w[32:64] = -128, -127, 127
     x[64:96], w[64:96] = 127, 127
-    got = np.frombuffer(run_qemu(func, codegen, tmp_path,
-                                  acc.tobytes() + x.tobytes() + w.tobytes()), np.int32)
+    got = _run(func, codegen, legalized, {"arm_dot16p", "arm_addp"},
+               "smlal2 %1.8h, %2.16b, %3.16b", tmp_path, acc, x, w)
     dots = np.einsum("nuj,nj->nu", w.astype(np.int64), x.astype(np.int64))
     # every channel's partials start from acc: the folds add all of acc's lanes
     want = acc.astype(np.int64).reshape(N, 4).sum(axis=1, keepdims=True) + dots
